@@ -1,0 +1,69 @@
+#!/usr/bin/env node
+// Issues licenses: `license keygen DIR` makes an Ed25519 key pair; `license issue` signs a
+// license for the master's data dir with the private key.
+
+import '../../internal/runtime/require-node.ts';
+import { randomUUID } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { generateLicenseKeys, issueLicense } from '../../internal/license/license.ts';
+import { formatTime } from '../../internal/schema/schema.ts';
+
+const usage = `Usage:
+  license keygen DIR
+      writes DIR/license-private.pem (keep it secret) and DIR/license-public.pem (give it to
+      the master with --license-key)
+  license issue --key PRIVATE.pem --licensee NAME [--edition NAME] [--max-nodes N]
+                [--expires RFC3339] [--out FILE]
+      prints the signed license (or writes it to FILE, e.g. DATA_DIR/license.json)
+`;
+
+function fail(message: string): never {
+  process.stderr.write(`license: ${message}\n`);
+  process.exit(2);
+}
+
+function options(args: string[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (let i = 0; i < args.length; i += 2) {
+    const flag = args[i]!;
+    const value = args[i + 1];
+    if (!flag.startsWith('--') || value === undefined) fail(`expected --option value pairs, got '${flag}'`);
+    out.set(flag.slice(2), value);
+  }
+  return out;
+}
+
+const [command, ...rest] = process.argv.slice(2);
+if (command === 'keygen') {
+  const dir = rest[0] ?? fail('keygen needs a directory');
+  const keys = generateLicenseKeys();
+  writeFileSync(join(dir, 'license-private.pem'), keys.privateKeyPem, { mode: 0o600 });
+  writeFileSync(join(dir, 'license-public.pem'), keys.publicKeyPem);
+  process.stdout.write(`wrote ${join(dir, 'license-private.pem')} and ${join(dir, 'license-public.pem')}\n`);
+} else if (command === 'issue') {
+  const opts = options(rest);
+  const keyPath = opts.get('key') ?? fail('issue needs --key');
+  const licensee = opts.get('licensee') ?? fail('issue needs --licensee');
+  const maxNodes = opts.has('max-nodes') ? Number(opts.get('max-nodes')) : null;
+  if (maxNodes !== null && !(Number.isInteger(maxNodes) && maxNodes >= 0)) fail('--max-nodes must be a whole number');
+  const expires = opts.get('expires');
+  if (expires !== undefined && Number.isNaN(Date.parse(expires))) fail('--expires must be an RFC 3339 date-time');
+  const text = issueLicense(
+    {
+      license_id: randomUUID(),
+      edition: opts.get('edition') ?? 'pro',
+      licensee,
+      limits: { max_nodes: maxNodes },
+      issued_at: formatTime(Date.now()),
+      expires_at: expires === undefined ? null : formatTime(Date.parse(expires)),
+    },
+    readFileSync(keyPath, 'utf8'),
+  );
+  const out = opts.get('out');
+  if (out) writeFileSync(out, text);
+  else process.stdout.write(text);
+} else {
+  process.stdout.write(usage);
+  process.exit(command === undefined || command === '--help' ? 0 : 2);
+}

@@ -1,0 +1,67 @@
+// Master configuration: flags over MASTER_* environment over defaults, validated up front.
+
+import { MIN_PASSWORD } from '../../internal/auth/secrets.ts';
+
+export interface MasterConfig {
+  host: string;
+  port: number;
+  dataDir: string;
+  /** Path to the PEM public key that signs licenses; null: the built-in vendor key. */
+  licenseKeyPath: string | null;
+  /** Password for the first admin; null: generate one and print it once. */
+  adminPassword: string | null;
+}
+
+export type ParseResult = { config: MasterConfig } | { exit: 'help' | 'version' } | { error: string };
+
+export const usage = `Usage: master [options]
+
+Options:
+  --listen HOST:PORT     where to serve the admin API (env MASTER_LISTEN, default 127.0.0.1:8080)
+  --data-dir DIR         where the database and license live (env MASTER_DATA_DIR, default ./data)
+  --license-key FILE     PEM public key that signs licenses (env MASTER_LICENSE_KEY, default: built-in)
+  --help                 show this help
+  --version              show the version
+
+Environment only:
+  MASTER_ADMIN_PASSWORD  password of the first admin, created on first start (default: generated and printed once)
+`;
+
+const FLAGS = { '--listen': 'MASTER_LISTEN', '--data-dir': 'MASTER_DATA_DIR', '--license-key': 'MASTER_LICENSE_KEY' } as const;
+
+/** Splits `host:port`, `[v6]:port` or `:port`. Returns an error string when it is not one. */
+export function parseListen(value: string): { host: string; port: number } | string {
+  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(value);
+  const port = match ? Number(match[3]) : NaN;
+  if (!match || port > 65535) return `--listen must be HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080), got '${value}'`;
+  return { host: match[1] ?? (match[2] || '0.0.0.0'), port };
+}
+
+export function parseConfig(argv: readonly string[], env: Record<string, string | undefined>): ParseResult {
+  const values: Record<string, string | undefined> = {};
+  for (const [flag, name] of Object.entries(FLAGS)) values[flag] = env[name];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--help' || arg === '-h') return { exit: 'help' };
+    if (arg === '--version') return { exit: 'version' };
+    const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    if (!Object.hasOwn(FLAGS, flag)) return { error: `unknown option '${arg}' (see --help)` };
+    const value = inline ?? argv[++i];
+    if (value === undefined || value === '') return { error: `${flag} needs a value` };
+    values[flag] = value;
+  }
+  const listen = parseListen(values['--listen'] ?? '127.0.0.1:8080');
+  if (typeof listen === 'string') return { error: listen };
+  const adminPassword = env.MASTER_ADMIN_PASSWORD || null;
+  if (adminPassword !== null && adminPassword.length < MIN_PASSWORD) {
+    return { error: `MASTER_ADMIN_PASSWORD must have at least ${MIN_PASSWORD} characters` };
+  }
+  return {
+    config: {
+      ...listen,
+      dataDir: values['--data-dir'] ?? './data',
+      licenseKeyPath: values['--license-key'] ?? null,
+      adminPassword,
+    },
+  };
+}

@@ -1,0 +1,87 @@
+// Wires the master: opens the store, bootstraps the first admin, loads the license, starts
+// the HTTP server and the periodic clean-up. Returns a handle that closes it all in order.
+
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { App } from '../../internal/api/app.ts';
+import { createDispatcher } from '../../internal/api/dispatch.ts';
+import { routes } from '../../internal/api/routes.ts';
+import { hashPassword } from '../../internal/auth/secrets.ts';
+import { listen } from '../../internal/http/server.ts';
+import { loadLicense } from '../../internal/license/license.ts';
+import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
+import type { Logger } from '../../internal/log/log.ts';
+import { openStore, type Store } from '../../internal/store/store.ts';
+import { VERSION } from '../../internal/version.ts';
+import { readFileSync } from 'node:fs';
+import type { MasterConfig } from './config.ts';
+
+export interface Master {
+  url: string;
+  app: App;
+  close(): Promise<void>;
+}
+
+const MAINTENANCE_INTERVAL_MS = 60 * 60 * 1000;
+
+async function bootstrapAdmin(store: Store, log: Logger, password: string | null, now: string): Promise<void> {
+  if (store.users.count() > 0) return;
+  const chosen = password ?? randomBytes(18).toString('base64url');
+  const passwordHash = await hashPassword(chosen);
+  store.write(() => {
+    const admin = store.users.insert({ username: 'admin', password_hash: passwordHash, scopes: ['*'], disabled: false }, now);
+    store.audit.record(
+      { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
+      { action: 'user.create', resource: 'user', resource_id: admin.id, status: 'success', changes: { after: { username: 'admin', scopes: ['*'] } } },
+      now,
+    );
+  });
+  if (password === null) {
+    // The one time a secret is written out: the operator has no other way to learn it.
+    log.info('created the first admin; this password is shown only now', { username: 'admin', password: chosen });
+  } else {
+    log.info('created the first admin with MASTER_ADMIN_PASSWORD', { username: 'admin' });
+  }
+}
+
+/** Prunes what has aged out: audit entries, expired credentials, idempotency records. */
+export function maintain(app: App): void {
+  const { store, settings } = app;
+  const day = 24 * 60 * 60 * 1000;
+  const audit = store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * day));
+  const credentials = store.tokens.pruneExpired(app.timestamp()).length;
+  const idempotency = store.idempotency.prune(app.timestamp(-day));
+  app.throttle.sweep(settings.get('login_window_seconds') * 1000);
+  app.budget.sweep(60);
+  if (audit + credentials + idempotency > 0) app.log.info('pruned', { audit, credentials, idempotency });
+}
+
+export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
+  const store = openStore(config.dataDir);
+  try {
+    await bootstrapAdmin(store, log, config.adminPassword, new Date(now()).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+    const keyPem = config.licenseKeyPath ? readFileSync(config.licenseKeyPath, 'utf8') : VENDOR_PUBLIC_KEY_PEM;
+    const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
+    const app = new App(store, log, license, VERSION, now);
+    const view = app.licenseView();
+    log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
+    maintain(app);
+    const timer = setInterval(() => maintain(app), MAINTENANCE_INTERVAL_MS).unref();
+    const http = await listen(createDispatcher(app, routes), config.host, config.port);
+    log.info('listening', { url: http.url, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });
+    return {
+      url: http.url,
+      app,
+      async close() {
+        app.draining = true;
+        clearInterval(timer);
+        await http.close();
+        store.close();
+        log.info('stopped');
+      },
+    };
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+}

@@ -1,0 +1,92 @@
+// The services a request may use, and how a bearer secret becomes a caller.
+
+import { WriteBudget } from '../auth/budget.ts';
+import { intersect, type Scope } from '../auth/scopes.ts';
+import { hashSecret, secretKind } from '../auth/secrets.ts';
+import { LoginThrottle } from '../auth/throttle.ts';
+import { ApiError } from '../http/problem.ts';
+import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
+import type { Logger } from '../log/log.ts';
+import { formatTime } from '../schema/schema.ts';
+import { Settings } from '../settings/settings.ts';
+import type { Actor } from '../store/audit.ts';
+import type { Store } from '../store/store.ts';
+import type { TokenKind } from '../store/tokens.ts';
+
+export interface Principal {
+  tokenId: number;
+  kind: TokenKind;
+  tokenName: string;
+  userId: number;
+  username: string;
+  /** The token's scopes as far as its owner still holds them. */
+  scopes: Scope[];
+  expiresAt: string | null;
+}
+
+export class App {
+  readonly settings: Settings;
+  readonly throttle: LoginThrottle;
+  readonly budget: WriteBudget;
+  /** `token:key` of POSTs with an Idempotency-Key that are still being answered. */
+  readonly idempotencyInFlight = new Set<string>();
+  draining = false;
+
+  constructor(
+    readonly store: Store,
+    readonly log: Logger,
+    readonly license: Verified,
+    readonly version: string,
+    readonly now: () => number = Date.now,
+  ) {
+    this.settings = new Settings(store);
+    this.throttle = new LoginThrottle(now);
+    this.budget = new WriteBudget(now);
+  }
+
+  /** The current time as an RFC 3339 string, as stored in the database. */
+  timestamp(offsetMs = 0): string {
+    return formatTime(this.now() + offsetMs);
+  }
+
+  licenseView(): LicenseView {
+    return viewLicense(this.license, this.now());
+  }
+
+  /** Turns an Authorization header into a caller. Throws `unauthorized`. */
+  authenticate(header: string | undefined): Principal {
+    const match = header && /^Bearer +([^ ]+) *$/i.exec(header);
+    if (!match) throw new ApiError('unauthorized', 'send Authorization: Bearer <token>');
+    const secret = match[1]!;
+    const kind = secretKind(secret);
+    if (kind !== 'api' && kind !== 'session') throw new ApiError('unauthorized', 'the token is unknown or revoked');
+    const credential = this.store.tokens.findBySecretHash(hashSecret(secret));
+    if (!credential || credential.kind !== kind || credential.user_disabled) {
+      throw new ApiError('unauthorized', 'the token is unknown or revoked');
+    }
+    const now = this.timestamp();
+    if (credential.expires_at !== null && credential.expires_at <= now) {
+      throw new ApiError('unauthorized', `the token expired at ${credential.expires_at}`);
+    }
+    // Last use is recorded at most once a minute so that reads do not all become writes.
+    if (credential.last_used_at === null || Date.parse(credential.last_used_at) < this.now() - 60_000) {
+      this.store.tokens.touch(credential.id, now);
+    }
+    return {
+      tokenId: credential.id,
+      kind: credential.kind,
+      tokenName: credential.name,
+      userId: credential.created_by.id,
+      username: credential.created_by.username,
+      scopes: intersect(credential.user_scopes, credential.scopes),
+      expiresAt: credential.expires_at,
+    };
+  }
+}
+
+export function actorOf(principal: Principal | null, ip: string, requestId: string): Actor {
+  if (!principal) return { actor_type: 'anonymous', actor_id: null, actor_name: 'anonymous', ip, request_id: requestId };
+  return principal.kind === 'session'
+    ? { actor_type: 'user', actor_id: principal.userId, actor_name: principal.username, ip, request_id: requestId }
+    : { actor_type: 'token', actor_id: principal.tokenId, actor_name: principal.username, ip, request_id: requestId };
+}

@@ -1,0 +1,139 @@
+// Login sessions: log in with a password for a bearer token of limited life, ask who you
+// are, log out.
+
+import { decoyHash, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
+import { ApiError } from '../http/problem.ts';
+import { object, string, type Infer } from '../schema/schema.ts';
+import { actorOf } from './app.ts';
+import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
+import { noContent, ok, route, type Ctx } from './route.ts';
+
+export const loginInput = object(
+  {
+    username: string({ min: 1, max: 64 }),
+    password: string({ min: 1, max: 1024 }),
+  },
+  { name: 'LoginInput' },
+);
+
+const userSummary = { type: 'object', required: ['id', 'username', 'scopes'], properties: { id: { type: 'integer' }, username: { type: 'string' }, scopes: scopeList.json }, additionalProperties: false };
+
+const loginResult = record('LoginResult', {
+  token: { type: 'string', description: 'The session bearer token (prefix mss_); shown only here.' },
+  expires_at: timestamp,
+  user: userSummary,
+});
+
+const whoAmI = record('WhoAmI', {
+  user: userSummary,
+  token: {
+    type: 'object',
+    required: ['id', 'kind', 'name', 'scopes', 'expires_at'],
+    properties: {
+      id: { type: 'integer' },
+      kind: { type: 'string', enum: ['api', 'session'] },
+      name: { type: 'string' },
+      scopes: { ...scopeList.json, description: 'What this token may do: its scopes as far as its owner still holds them.' },
+      expires_at: nullableTimestamp,
+    },
+    additionalProperties: false,
+  },
+});
+
+function sanitizeName(name: string): string {
+  return name.replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
+}
+
+async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
+  const { app, body, ip } = ctx;
+  const limits = {
+    maxPerUser: app.settings.get('login_max_failures'),
+    maxPerAddress: app.settings.get('login_max_failures_per_address'),
+    windowMs: app.settings.get('login_window_seconds') * 1000,
+  };
+  const wait = app.throttle.retryAfterMs(body.username, ip, limits);
+  if (wait > 0) {
+    throw new ApiError('rate_limited', 'too many failed logins; wait before trying again', {
+      headers: { 'Retry-After': String(Math.ceil(wait / 1000)) },
+    });
+  }
+  const user = app.store.users.findWithHash(body.username);
+  const matches = await verifyPassword(body.password, user?.password_hash ?? (await decoyHash()));
+  if (!user || !matches || user.disabled) {
+    app.throttle.recordFailure(body.username, ip, limits);
+    app.store.write(() =>
+      app.store.audit.record(
+        { ...ctx.actor, actor_name: sanitizeName(body.username) },
+        { action: 'auth.login', resource: 'session', resource_id: null, status: 'failed' },
+        app.timestamp(),
+      ),
+    );
+    throw new ApiError('unauthorized', 'wrong username or password, or the user is disabled');
+  }
+  app.throttle.recordSuccess(body.username);
+  const secret = newSecret('session');
+  const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
+  const session = app.store.write(() => {
+    const token = app.store.tokens.insert(
+      { kind: 'session', name: 'login', user_id: user.id, scopes: user.scopes, secret_hash: hashSecret(secret), expires_at: expiresAt },
+      app.timestamp(),
+    );
+    const actor = { actor_type: 'user' as const, actor_id: user.id, actor_name: user.username, ip, request_id: ctx.requestId };
+    app.store.audit.record(actor, { action: 'auth.login', resource: 'session', resource_id: token.id, status: 'success' }, app.timestamp());
+    return token;
+  });
+  return ok({ token: secret, expires_at: session.expires_at, user: { id: user.id, username: user.username, scopes: user.scopes } });
+}
+
+function whoami(ctx: Ctx<undefined, {}>) {
+  const { caller, app } = ctx;
+  const user = app.store.users.find(caller.userId)!;
+  return ok({
+    user: { id: user.id, username: user.username, scopes: user.scopes },
+    token: { id: caller.tokenId, kind: caller.kind, name: caller.tokenName, scopes: caller.scopes, expires_at: caller.expiresAt },
+  });
+}
+
+function logout(ctx: Ctx<undefined, {}>) {
+  const { caller, app } = ctx;
+  if (caller.kind !== 'session') {
+    throw new ApiError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
+  }
+  app.store.write(() => {
+    app.store.tokens.delete(caller.tokenId);
+    app.store.audit.record(actorOf(caller, ctx.ip, ctx.requestId), { action: 'auth.logout', resource: 'session', resource_id: caller.tokenId, status: 'success' }, app.timestamp());
+  });
+  return noContent();
+}
+
+export const authRoutes = [
+  route({
+    method: 'POST',
+    path: '/api/auth/login',
+    scope: 'public',
+    action: 'auth.login',
+    summary: 'Log in with a username and password',
+    description: 'Returns a session bearer token that carries the user\'s scopes until expires_at (setting session_ttl_seconds). Failed attempts are throttled per username and per address (429 with Retry-After).',
+    body: loginInput,
+    responses: { 200: { description: 'Logged in', schema: loginResult }, 401: { description: 'Wrong credentials' }, 429: { description: 'Too many failed attempts' } },
+    handler: login,
+  }),
+  route({
+    method: 'GET',
+    path: '/api/auth/me',
+    scope: 'authenticated',
+    summary: 'Who am I: the calling user, and the token used with its effective scopes and expiry',
+    responses: { 200: { description: 'The caller', schema: whoAmI } },
+    handler: whoami,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/auth/logout',
+    scope: 'authenticated',
+    action: 'auth.logout',
+    summary: 'End the calling login session',
+    description: 'Only for session tokens; API tokens are revoked with DELETE /api/tokens/{id} (409 here).',
+    responses: { 204: { description: 'Logged out' }, 409: { description: 'The caller is an API token' } },
+    handler: logout,
+  }),
+];

@@ -1,0 +1,85 @@
+// What a route is: method, path pattern, required scope, audit action, schemas and the
+// handler. The route table, the router, the scope check and the API reference share it.
+
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Scope } from '../auth/scopes.ts';
+import { ApiError } from '../http/problem.ts';
+import type { QueryOf, QuerySpec } from '../schema/query.ts';
+import type { Schema } from '../schema/schema.ts';
+import type { Actor } from '../store/audit.ts';
+import type { App, Principal } from './app.ts';
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** `public`: no token; `authenticated`: any valid token; otherwise the scope it must grant. */
+export type Access = Scope | 'public' | 'authenticated';
+
+export interface Reply {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export function ok(body: unknown, headers?: Record<string, string>): Reply {
+  return { status: 200, body, headers };
+}
+
+export function created(body: unknown, headers?: Record<string, string>): Reply {
+  return { status: 201, body, headers };
+}
+
+export function noContent(): Reply {
+  return { status: 204 };
+}
+
+export interface Ctx<B, Q> {
+  app: App;
+  requestId: string;
+  ip: string;
+  params: Record<string, string>;
+  query: Q;
+  body: B;
+  headers: IncomingHttpHeaders;
+  /** The authenticated caller; reading it on a public route is a programming error. */
+  caller: Principal;
+  /** Who to record in the audit log for this request. */
+  actor: Actor;
+}
+
+export interface ResponseDoc {
+  description: string;
+  schema?: Schema<unknown>;
+}
+
+export interface RouteSpec<B, Q extends QuerySpec> {
+  method: Method;
+  path: string;
+  scope: Access;
+  /** Audit action (`resource.verb`); every route that writes has one. */
+  action?: string;
+  summary: string;
+  description?: string;
+  query?: Q;
+  body?: Schema<B>;
+  responses: Record<number, ResponseDoc>;
+  handler: (ctx: Ctx<B, QueryOf<Q>>) => Reply | Promise<Reply>;
+}
+
+export type Route = RouteSpec<any, QuerySpec>;
+
+/** Types a route's handler against its own schemas, then erases them for the table. */
+export function route<B = undefined, Q extends QuerySpec = {}>(spec: RouteSpec<B, Q>): Route {
+  return spec as unknown as Route;
+}
+
+/** The positive integer id in the path, or `not_found`. */
+export function idParam(ctx: { params: Record<string, string> }, name = 'id'): number {
+  const raw = ctx.params[name] ?? '';
+  const id = /^[1-9][0-9]{0,15}$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(id)) throw notFound(name === 'id' ? 'resource' : name, raw);
+  return id;
+}
+
+export function notFound(what: string, id: number | string): ApiError {
+  return new ApiError('not_found', `${what} ${id} does not exist`);
+}

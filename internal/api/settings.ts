@@ -1,0 +1,48 @@
+// Settings: one typed resource, read whole and changed by JSON merge patch.
+
+import { checkIfMatchTag } from '../http/etag.ts';
+import type { Infer } from '../schema/schema.ts';
+import { settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
+import { ok, route, type Ctx } from './route.ts';
+
+function getSettings(ctx: Ctx<undefined, {}>) {
+  return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
+}
+
+function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
+  const { app } = ctx;
+  try {
+    app.store.write(() => {
+      checkIfMatchTag(ctx.headers['if-match'], app.settings.etag());
+      const changes = app.settings.apply(ctx.body);
+      if (Object.keys(changes.after).length > 0) {
+        app.store.audit.record(ctx.actor, { action: 'settings.update', resource: 'settings', resource_id: null, status: 'success', changes }, app.timestamp());
+      }
+    });
+  } finally {
+    app.settings.reload();
+  }
+  return ok(app.settings.values, { ETag: app.settings.etag() });
+}
+
+export const settingsRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/settings',
+    scope: 'settings:read',
+    summary: 'Show every setting',
+    responses: { 200: { description: 'The settings', schema: settingsSchema } },
+    handler: getSettings,
+  }),
+  route({
+    method: 'PATCH',
+    path: '/api/settings',
+    scope: 'settings:write',
+    action: 'settings.update',
+    summary: 'Change settings with a JSON merge patch',
+    description: 'Send only the keys to change (application/json or application/merge-patch+json); null resets a key to its default. Unknown keys or bad values: 422 and nothing changes.',
+    body: settingsPatchSchema,
+    responses: { 200: { description: 'The settings after the change', schema: settingsSchema } },
+    handler: patchSettings,
+  }),
+];

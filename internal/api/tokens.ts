@@ -1,0 +1,139 @@
+// API tokens: named bearer secrets with chosen scopes and an optional expiry, owned by the
+// user who made them. The secret is shown once; only its hash is kept.
+
+import { grants, scopes, type Scope } from '../auth/scopes.ts';
+import { hashSecret, newSecret } from '../auth/secrets.ts';
+import { etagOf, checkIfMatch } from '../http/etag.ts';
+import { pageOf } from '../http/cursor.ts';
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
+import { array, dateTime, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import type { Token } from '../store/tokens.ts';
+import { nullableTimestamp, pageSchema, paging, record, scopeList, timestamp } from './common.ts';
+import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+
+// Tokens never change, so their version is always 1.
+const TOKEN_VERSION = 1;
+
+export const tokenInput = object(
+  {
+    name: string({ min: 1, max: 100, description: 'What the token is for.' }),
+    scopes: array(oneOf(scopes), { min: 1, max: scopes.length, unique: true, description: 'Only scopes the caller holds can be granted.' }),
+    expires_at: optional(nullable(dateTime({ description: 'When the token stops working; null or absent: never.' })), null),
+  },
+  { name: 'TokenInput' },
+);
+
+const tokenProperties = {
+  id: { type: 'integer' },
+  name: { type: 'string' },
+  scopes: scopeList.json,
+  created_at: timestamp,
+  expires_at: nullableTimestamp,
+  last_used_at: { ...nullableTimestamp, description: 'Updated at most once a minute.' },
+  created_by: {
+    type: 'object',
+    required: ['id', 'username'],
+    properties: { id: { type: 'integer' }, username: { type: 'string' } },
+    additionalProperties: false,
+  },
+};
+export const tokenSchema = record('Token', tokenProperties);
+const tokenCreatedSchema = record('TokenCreated', {
+  ...tokenProperties,
+  token: { type: 'string', description: 'The secret (prefix mst_). Shown only in this response.' },
+});
+
+function view({ kind: _, ...token }: Token) {
+  return token;
+}
+
+const listTokensQuery = { ...listQuery, user_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only tokens owned by this user.' }) };
+
+function listTokens(ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) {
+  const { limit, after } = paging(ctx.query);
+  const rows = ctx.app.store.tokens.list({ afterId: after, limit: limit + 1, userId: ctx.query.user_id ?? null });
+  const page = pageOf(rows, limit);
+  return ok({ ...page, items: page.items.map(view) });
+}
+
+function getToken(ctx: Ctx<undefined, {}>) {
+  const token = ctx.app.store.tokens.find(idParam(ctx));
+  if (!token) throw notFound('token', ctx.params.id!);
+  return ok(view(token), { ETag: etagOf(TOKEN_VERSION) });
+}
+
+function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
+  const { app, body, caller } = ctx;
+  const ungrantable = body.scopes.filter((scope: Scope) => !grants(caller.scopes, scope));
+  if (ungrantable.length > 0) {
+    throw new ApiError('insufficient_scope', `you cannot grant scopes you do not hold: ${ungrantable.join(', ')}`);
+  }
+  if (body.expires_at !== null && body.expires_at <= app.timestamp()) {
+    throw validationFailed([{ pointer: '#/expires_at', detail: 'must be in the future' }]);
+  }
+  const secret = newSecret('api');
+  const token = app.store.write(() => {
+    const inserted = app.store.tokens.insert(
+      { kind: 'api', name: body.name, user_id: caller.userId, scopes: body.scopes, secret_hash: hashSecret(secret), expires_at: body.expires_at },
+      app.timestamp(),
+    );
+    app.store.audit.record(ctx.actor, { action: 'token.create', resource: 'token', resource_id: inserted.id, status: 'success', changes: { after: view(inserted) } }, app.timestamp());
+    return inserted;
+  });
+  return created({ ...view(token), token: secret }, { Location: `/api/tokens/${token.id}`, ETag: etagOf(TOKEN_VERSION) });
+}
+
+function deleteToken(ctx: Ctx<undefined, {}>) {
+  const { app } = ctx;
+  const id = idParam(ctx);
+  app.store.write(() => {
+    const token = app.store.tokens.find(id);
+    if (!token) throw notFound('token', id);
+    checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);
+    app.store.tokens.delete(id);
+    app.store.audit.record(ctx.actor, { action: 'token.delete', resource: 'token', resource_id: id, status: 'success', changes: { before: view(token) } }, app.timestamp());
+  });
+  app.budget.forget(id);
+  return noContent();
+}
+
+export const tokenRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/tokens',
+    scope: 'tokens:read',
+    summary: 'List API tokens (never their secrets)',
+    query: listTokensQuery,
+    responses: { 200: { description: 'A page of tokens', schema: pageSchema(tokenSchema) } },
+    handler: listTokens,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/tokens',
+    scope: 'tokens:write',
+    action: 'token.create',
+    summary: 'Issue an API token; the secret is in this response only',
+    description: 'The token belongs to the calling user and can hold only scopes the caller holds (403 otherwise). Its effective scopes shrink if its owner loses scopes later.',
+    body: tokenInput,
+    responses: { 201: { description: 'Issued', schema: tokenCreatedSchema }, 403: { description: 'A requested scope is not held by the caller' } },
+    handler: createToken,
+  }),
+  route({
+    method: 'GET',
+    path: '/api/tokens/{id}',
+    scope: 'tokens:read',
+    summary: 'Show one API token',
+    responses: { 200: { description: 'The token', schema: tokenSchema } },
+    handler: getToken,
+  }),
+  route({
+    method: 'DELETE',
+    path: '/api/tokens/{id}',
+    scope: 'tokens:write',
+    action: 'token.delete',
+    summary: 'Revoke an API token at once',
+    responses: { 204: { description: 'Revoked' } },
+    handler: deleteToken,
+  }),
+];

@@ -1,0 +1,188 @@
+// Users: who may log in, with which scopes. A caller can only hand out scopes it holds and
+// can only change users whose scopes it holds, so users:write never escalates to `*`; the
+// last enabled holder of `*` cannot be removed, disabled or stripped of it.
+
+import { grantsAll, type Scope } from '../auth/scopes.ts';
+import { hashPassword, MIN_PASSWORD } from '../auth/secrets.ts';
+import { pageOf } from '../http/cursor.ts';
+import { checkIfMatch, etagOf } from '../http/etag.ts';
+import { ApiError } from '../http/problem.ts';
+import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
+import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
+import type { User } from '../store/users.ts';
+import type { Principal } from './app.ts';
+import { pageSchema, paging, record, scopeList, timestamp } from './common.ts';
+import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+
+const username = string({
+  min: 1,
+  max: 64,
+  pattern: /^[A-Za-z0-9][A-Za-z0-9._@-]*$/,
+  patternHint: 'must start with a letter or digit and contain only letters, digits and . _ @ -',
+});
+const password = string({ min: MIN_PASSWORD, max: 1024, description: 'Write-only; never returned.' });
+
+export const userCreateInput = object(
+  { username, password, scopes: optional(scopeList, []), disabled: optional(boolean(), false) },
+  { name: 'UserCreate' },
+);
+
+export const userUpdateInput = object(
+  {
+    username,
+    password: optional(string({ min: MIN_PASSWORD, max: 1024, description: 'Write-only; absent keeps the current password.' })),
+    scopes: optional(scopeList, []),
+    disabled: optional(boolean(), false),
+  },
+  { name: 'UserUpdate', ignore: ['id', 'version', 'created_at', 'updated_at'] },
+);
+
+export const userSchema = record('User', {
+  id: { type: 'integer' },
+  username: { type: 'string' },
+  scopes: scopeList.json,
+  disabled: { type: 'boolean' },
+  version: { type: 'integer', description: 'Changes on every write; the ETag.' },
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+
+const listUsersQuery = {
+  ...listQuery,
+  q: textParam({ max: 64, description: 'Substring of the username.' }),
+  disabled: boolParam('Only disabled (true) or enabled (false) users.'),
+};
+
+function requireHolds(caller: Principal, scopes: readonly Scope[], what: string): void {
+  if (!grantsAll(caller.scopes, scopes)) {
+    throw new ApiError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
+  }
+}
+
+function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
+  const { limit, after } = paging(ctx.query);
+  const rows = ctx.app.store.users.list({ afterId: after, limit: limit + 1, q: ctx.query.q ?? null, disabled: ctx.query.disabled ?? null });
+  return ok(pageOf(rows, limit));
+}
+
+function getUser(ctx: Ctx<undefined, {}>) {
+  const user = ctx.app.store.users.find(idParam(ctx));
+  if (!user) throw notFound('user', ctx.params.id!);
+  return ok(user, { ETag: etagOf(user.version) });
+}
+
+async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
+  const { app, body, caller } = ctx;
+  requireHolds(caller, body.scopes, 'cannot create this user');
+  const passwordHash = await hashPassword(body.password);
+  const user = app.store.write(() => {
+    const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
+    app.store.audit.record(ctx.actor, { action: 'user.create', resource: 'user', resource_id: inserted.id, status: 'success', changes: { after: { ...inserted, password: body.password } } }, app.timestamp());
+    return inserted;
+  });
+  return created(user, { Location: `/api/users/${user.id}`, ETag: etagOf(user.version) });
+}
+
+/** Refuses a change that would leave no enabled user holding `*`. */
+function keepASuperuser(ctx: Ctx<unknown, unknown>, user: User, remains: boolean): void {
+  if (user.scopes.includes('*') && !user.disabled && !remains && ctx.app.store.users.otherSuperusers(user.id) === 0) {
+    throw new ApiError('conflict', `${user.username} is the last enabled user holding *; give * to another user first`);
+  }
+}
+
+function changed(before: User, after: User): { before: Partial<User>; after: Partial<User> } {
+  const keys = (['username', 'scopes', 'disabled'] as const).filter((key) => JSON.stringify(before[key]) !== JSON.stringify(after[key]));
+  return {
+    before: Object.fromEntries(keys.map((key) => [key, before[key]])),
+    after: Object.fromEntries(keys.map((key) => [key, after[key]])),
+  };
+}
+
+async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
+  const { app, body, caller } = ctx;
+  const id = idParam(ctx);
+  requireHolds(caller, body.scopes, 'cannot give these scopes');
+  // Hashing is slow and async, so it happens before the (synchronous) transaction.
+  const passwordHash = body.password === undefined ? null : await hashPassword(body.password);
+  const user = app.store.write(() => {
+    const current = app.store.users.find(id);
+    if (!current) throw notFound('user', id);
+    checkIfMatch(ctx.headers['if-match'], current.version);
+    requireHolds(caller, current.scopes, `cannot change ${current.username}`);
+    keepASuperuser(ctx, current, body.scopes.includes('*') && !body.disabled);
+    const updated = app.store.users.update(id, { ...body, password_hash: passwordHash }, app.timestamp());
+    if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
+    else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
+    const changes = changed(current, updated);
+    if (passwordHash !== null) Object.assign(changes.after, { password: body.password });
+    app.store.audit.record(ctx.actor, { action: 'user.update', resource: 'user', resource_id: id, status: 'success', changes }, app.timestamp());
+    return updated;
+  });
+  return ok(user, { ETag: etagOf(user.version) });
+}
+
+function deleteUser(ctx: Ctx<undefined, {}>) {
+  const { app, caller } = ctx;
+  const id = idParam(ctx);
+  app.store.write(() => {
+    const current = app.store.users.find(id);
+    if (!current) throw notFound('user', id);
+    checkIfMatch(ctx.headers['if-match'], current.version);
+    requireHolds(caller, current.scopes, `cannot delete ${current.username}`);
+    keepASuperuser(ctx, current, false);
+    app.store.users.delete(id);
+    app.store.audit.record(ctx.actor, { action: 'user.delete', resource: 'user', resource_id: id, status: 'success', changes: { before: current } }, app.timestamp());
+  });
+  return noContent();
+}
+
+export const userRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/users',
+    scope: 'users:read',
+    summary: 'List users',
+    query: listUsersQuery,
+    responses: { 200: { description: 'A page of users', schema: pageSchema(userSchema) } },
+    handler: listUsers,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/users',
+    scope: 'users:write',
+    action: 'user.create',
+    summary: 'Create a user',
+    description: `Passwords need at least ${MIN_PASSWORD} characters. The caller can only give scopes it holds (403).`,
+    body: userCreateInput,
+    responses: { 201: { description: 'Created', schema: userSchema }, 409: { description: 'The username is taken' } },
+    handler: createUser,
+  }),
+  route({
+    method: 'GET',
+    path: '/api/users/{id}',
+    scope: 'users:read',
+    summary: 'Show a user',
+    responses: { 200: { description: 'The user', schema: userSchema } },
+    handler: getUser,
+  }),
+  route({
+    method: 'PUT',
+    path: '/api/users/{id}',
+    scope: 'users:write',
+    action: 'user.update',
+    summary: 'Replace a user',
+    description: 'An absent password keeps the current one; a new password ends the user\'s login sessions. Disabling ends the user\'s sessions and revokes its API tokens. Only users whose scopes the caller holds can be changed (403). The last enabled holder of * cannot lose it or be disabled (409).',
+    body: userUpdateInput,
+    responses: { 200: { description: 'Updated', schema: userSchema }, 409: { description: 'Username taken, or last holder of *' } },
+    handler: updateUser,
+  }),
+  route({
+    method: 'DELETE',
+    path: '/api/users/{id}',
+    scope: 'users:write',
+    action: 'user.delete',
+    summary: 'Delete a user, its sessions and its API tokens',
+    responses: { 204: { description: 'Deleted' }, 409: { description: 'The last enabled holder of *' } },
+    handler: deleteUser,
+  }),
+];

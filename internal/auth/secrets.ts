@@ -1,0 +1,73 @@
+// Bearer secrets and password hashes. Secrets carry a recognisable prefix and 256 bits of
+// randomness and are stored only as SHA-256; passwords use scrypt with a per-hash salt.
+
+import { createHash, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+
+export const SECRET_PREFIXES = { api: 'mst_', session: 'mss_', agent: 'mat_' } as const;
+export type SecretKind = keyof typeof SECRET_PREFIXES;
+
+export function newSecret(kind: SecretKind): string {
+  return SECRET_PREFIXES[kind] + randomBytes(32).toString('base64url');
+}
+
+/** The kind a presented secret claims to be, or null when it has none of our shapes. */
+export function secretKind(secret: string): SecretKind | null {
+  if (!/^[a-z]{3}_[A-Za-z0-9_-]{43}$/.test(secret)) return null;
+  for (const [kind, prefix] of Object.entries(SECRET_PREFIXES)) {
+    if (secret.startsWith(prefix)) return kind as SecretKind;
+  }
+  return null;
+}
+
+/** The lookup key stored in place of a secret; a fast hash suffices for 256 random bits. */
+export function hashSecret(secret: string): Buffer {
+  return createHash('sha256').update(secret).digest();
+}
+
+/** Shortest password a user may set. */
+export const MIN_PASSWORD = 10;
+
+// N=2^15, r=8: 32 MiB and tens of milliseconds per hash. The parameters are stored with
+// each hash so they can be raised later without breaking existing passwords.
+const SCRYPT = { N: 32768, r: 8, p: 1, keylen: 32 };
+
+function scryptAsync(password: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    scrypt(password, salt, keylen, options, (error, key) => (error ? reject(error) : resolve(key)));
+  });
+}
+
+function maxmemFor(N: number, r: number): number {
+  return 256 * N * r + 1024 * 1024;
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  const salt = randomBytes(16);
+  const { N, r, p, keylen } = SCRYPT;
+  const key = await scryptAsync(password, salt, keylen, { N, r, p, maxmem: maxmemFor(N, r) });
+  return ['scrypt', N, r, p, salt.toString('base64url'), key.toString('base64url')].join('$');
+}
+
+/** Compares in constant time. A malformed stored hash never verifies. */
+export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+  const [scheme, n, r, p, salt, key] = stored.split('$');
+  if (scheme !== 'scrypt' || !salt || !key) return false;
+  const expected = Buffer.from(key, 'base64url');
+  const N = Number(n);
+  const R = Number(r);
+  const actual = await scryptAsync(password, Buffer.from(salt, 'base64url'), expected.length, {
+    N,
+    r: R,
+    p: Number(p),
+    maxmem: maxmemFor(N, R),
+  });
+  return timingSafeEqual(actual, expected);
+}
+
+// A login for an unknown user still pays for one hash, so timing does not reveal which
+// usernames exist.
+let decoy: Promise<string> | undefined;
+export function decoyHash(): Promise<string> {
+  decoy ??= hashPassword(randomBytes(16).toString('base64url'));
+  return decoy;
+}

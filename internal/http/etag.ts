@@ -1,0 +1,25 @@
+// ETags from row versions, and If-Match checks that stop lost updates between two admins.
+
+import { ApiError } from './problem.ts';
+
+export function etagOf(version: number): string {
+  return `"${version}"`;
+}
+
+/**
+ * Passes when there is no If-Match, when it is `*`, or when one of its tags names
+ * `version`. Throws `precondition_failed` (carrying the current ETag) otherwise.
+ */
+export function checkIfMatch(ifMatch: string | undefined, version: number): void {
+  checkIfMatchTag(ifMatch, etagOf(version));
+}
+
+/** As `checkIfMatch`, for a resource whose ETag is not a row version. */
+export function checkIfMatchTag(ifMatch: string | undefined, current: string): void {
+  if (ifMatch === undefined) return;
+  const tags = ifMatch.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
+  if (tags.includes('*') || tags.includes(current)) return;
+  throw new ApiError('precondition_failed', `the resource has changed; its current ETag is ${current}`, {
+    headers: { ETag: current },
+  });
+}

@@ -1,0 +1,268 @@
+// A small validation vocabulary: each schema both checks untrusted input and describes
+// itself as JSON Schema, so the validators and the OpenAPI document cannot disagree.
+
+export interface FieldError {
+  pointer: string;
+  detail: string;
+}
+
+export type JsonSchema = { [key: string]: unknown };
+
+export interface Schema<T> {
+  readonly json: JsonSchema;
+  /** Returns the checked (and normalised) value; problems are pushed onto `errors`. */
+  check(value: unknown, pointer: string, errors: FieldError[]): T;
+}
+
+export type Infer<S> = S extends Schema<infer T> ? T : never;
+
+interface Common {
+  description?: string;
+  example?: unknown;
+}
+
+function annotate(json: JsonSchema, common: Common): JsonSchema {
+  if (common.description !== undefined) json.description = common.description;
+  if (common.example !== undefined) json.examples = [common.example];
+  return json;
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return `a ${typeof value}`;
+}
+
+export function pointerChild(pointer: string, key: string | number): string {
+  const escaped = String(key).replace(/~/g, '~0').replace(/\//g, '~1');
+  return `${pointer}/${escaped}`;
+}
+
+export interface StringOptions extends Common {
+  min?: number;
+  max: number;
+  pattern?: RegExp;
+  /** Said to the caller when `pattern` does not match. */
+  patternHint?: string;
+  format?: string;
+  /** Extra check beyond the pattern; returns a problem or null. */
+  refine?: (value: string) => string | null;
+}
+
+export function string(options: StringOptions): Schema<string> {
+  const min = options.min ?? 0;
+  const json: JsonSchema = { type: 'string', minLength: min, maxLength: options.max };
+  if (options.pattern) json.pattern = options.pattern.source;
+  if (options.format) json.format = options.format;
+  return {
+    json: annotate(json, options),
+    check(value, pointer, errors) {
+      if (typeof value !== 'string') {
+        errors.push({ pointer, detail: `must be a string, not ${typeName(value)}` });
+        return '';
+      }
+      const length = [...value].length;
+      if (length < min) {
+        errors.push({ pointer, detail: min === 1 ? 'must not be empty' : `must be at least ${min} characters` });
+      } else if (length > options.max) {
+        errors.push({ pointer, detail: `must be at most ${options.max} characters` });
+      } else if (options.pattern && !options.pattern.test(value)) {
+        errors.push({ pointer, detail: options.patternHint ?? `must match ${options.pattern.source}` });
+      } else if (options.refine) {
+        const problem = options.refine(value);
+        if (problem) errors.push({ pointer, detail: problem });
+      }
+      return value;
+    },
+  };
+}
+
+export function integer(options: Common & { min: number; max: number }): Schema<number> {
+  return {
+    json: annotate({ type: 'integer', minimum: options.min, maximum: options.max }, options),
+    check(value, pointer, errors) {
+      if (typeof value !== 'number' || !Number.isInteger(value)) {
+        errors.push({ pointer, detail: `must be an integer, not ${typeName(value)}` });
+        return 0;
+      }
+      if (value < options.min || value > options.max) {
+        errors.push({ pointer, detail: `must be between ${options.min} and ${options.max}` });
+      }
+      return value;
+    },
+  };
+}
+
+export function boolean(common: Common = {}): Schema<boolean> {
+  return {
+    json: annotate({ type: 'boolean' }, common),
+    check(value, pointer, errors) {
+      if (typeof value !== 'boolean') errors.push({ pointer, detail: `must be true or false, not ${typeName(value)}` });
+      return value === true;
+    },
+  };
+}
+
+export function oneOf<const V extends string>(values: readonly V[], common: Common = {}): Schema<V> {
+  return {
+    json: annotate({ type: 'string', enum: [...values] }, common),
+    check(value, pointer, errors) {
+      if (typeof value !== 'string' || !(values as readonly string[]).includes(value)) {
+        errors.push({ pointer, detail: `must be one of ${values.join(', ')}` });
+      }
+      return value as V;
+    },
+  };
+}
+
+export const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+
+/** An RFC 3339 date-time; returned normalised to UTC with second precision. */
+export function dateTime(common: Common = {}): Schema<string> {
+  return {
+    json: annotate({ type: 'string', format: 'date-time' }, common),
+    check(value, pointer, errors) {
+      const ms = typeof value === 'string' && RFC3339.test(value) ? Date.parse(value) : NaN;
+      if (Number.isNaN(ms)) {
+        errors.push({ pointer, detail: 'must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z' });
+        return '';
+      }
+      return formatTime(ms);
+    },
+  };
+}
+
+export function formatTime(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+}
+
+export function array<T>(item: Schema<T>, options: Common & { min?: number; max: number; unique?: boolean }): Schema<T[]> {
+  const min = options.min ?? 0;
+  const json: JsonSchema = { type: 'array', items: item.json, minItems: min, maxItems: options.max };
+  if (options.unique) json.uniqueItems = true;
+  return {
+    json: annotate(json, options),
+    check(value, pointer, errors) {
+      if (!Array.isArray(value)) {
+        errors.push({ pointer, detail: `must be an array, not ${typeName(value)}` });
+        return [];
+      }
+      if (value.length < min) errors.push({ pointer, detail: `must have at least ${min} item${min === 1 ? '' : 's'}` });
+      if (value.length > options.max) {
+        errors.push({ pointer, detail: `must have at most ${options.max} items` });
+        return [];
+      }
+      const out = value.map((element, index) => item.check(element, pointerChild(pointer, index), errors));
+      if (options.unique) {
+        const seen = new Set<string>();
+        out.forEach((element, index) => {
+          const key = JSON.stringify(element);
+          if (seen.has(key)) errors.push({ pointer: pointerChild(pointer, index), detail: 'is a duplicate' });
+          seen.add(key);
+        });
+      }
+      return out;
+    },
+  };
+}
+
+export function nullable<T>(inner: Schema<T>): Schema<T | null> {
+  return {
+    json: { ...inner.json, type: [inner.json.type, 'null'] },
+    check(value, pointer, errors) {
+      return value === null ? null : inner.check(value, pointer, errors);
+    },
+  };
+}
+
+/** Marks an object property as optional; `fallback` is used when it is absent. */
+export interface Optional<T, D> {
+  readonly optional: true;
+  readonly schema: Schema<T>;
+  readonly fallback: D;
+}
+
+export function optional<T>(schema: Schema<T>): Optional<T, undefined>;
+export function optional<T, D extends T>(schema: Schema<T>, fallback: D): Optional<T, T>;
+export function optional<T, D>(schema: Schema<T>, fallback?: D): Optional<T, D | undefined> {
+  return { optional: true, schema, fallback };
+}
+
+type Property = Schema<any> | Optional<any, any>;
+type Properties = Record<string, Property>;
+type PropertyType<P> = P extends Optional<infer T, infer D> ? T | D : P extends Schema<infer T> ? T : never;
+export type ObjectOf<P extends Properties> = { [K in keyof P]: PropertyType<P[K]> };
+
+export interface ObjectOptions extends Common {
+  /** Fields accepted and dropped, so `GET | jq | PUT` round-trips read-only fields. */
+  ignore?: readonly string[];
+  /** Name under components/schemas in the OpenAPI document. */
+  name?: string;
+}
+
+export interface ObjectSchema<P extends Properties> extends Schema<ObjectOf<P>> {
+  readonly properties: P;
+  readonly name?: string;
+}
+
+/** Splits a property into its schema and, when optional, its fallback. */
+function unpack(property: Property): { schema: Schema<unknown>; optional: boolean; fallback: unknown } {
+  const maybe = property as Optional<unknown, unknown>;
+  return maybe.optional === true
+    ? { schema: maybe.schema, optional: true, fallback: maybe.fallback }
+    : { schema: property as Schema<unknown>, optional: false, fallback: undefined };
+}
+
+export function object<P extends Properties>(properties: P, options: ObjectOptions = {}): ObjectSchema<P> {
+  const fields = Object.entries(properties).map(([key, property]) => ({ key, ...unpack(property) }));
+  const required = fields.filter((field) => !field.optional).map((field) => field.key);
+  const jsonProperties: JsonSchema = {};
+  for (const { key, schema, fallback } of fields) {
+    jsonProperties[key] = fallback === undefined ? schema.json : { ...schema.json, default: fallback };
+  }
+  const json: JsonSchema = { type: 'object', properties: jsonProperties, additionalProperties: false };
+  if (required.length > 0) json.required = required;
+  const ignored = new Set(options.ignore ?? []);
+  return {
+    properties,
+    name: options.name,
+    json: annotate(json, options),
+    check(value, pointer, errors) {
+      const out: Record<string, unknown> = {};
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        errors.push({ pointer: pointer || '#', detail: `must be an object, not ${typeName(value)}` });
+        return out as ObjectOf<P>;
+      }
+      const input = value as Record<string, unknown>;
+      for (const key of Object.keys(input)) {
+        if (!Object.hasOwn(properties, key) && !ignored.has(key)) {
+          errors.push({ pointer: pointerChild(pointer, key), detail: 'is not a known field' });
+        }
+      }
+      for (const { key, schema, optional, fallback } of fields) {
+        const at = pointerChild(pointer, key);
+        if (Object.hasOwn(input, key) && input[key] !== undefined) out[key] = schema.check(input[key], at, errors);
+        else if (optional) out[key] = fallback;
+        else errors.push({ pointer: at, detail: 'is required' });
+      }
+      return out as ObjectOf<P>;
+    },
+  };
+}
+
+/** A schema that only documents (responses); checking with it is a programming error. */
+export function describe(json: JsonSchema): Schema<never> {
+  return {
+    json,
+    check() {
+      throw new Error('a describe() schema documents a response and cannot check input');
+    },
+  };
+}
+
+/** Checks `value` against `schema`; returns the value and the list of problems. */
+export function validate<T>(schema: Schema<T>, value: unknown): { value: T; errors: FieldError[] } {
+  const errors: FieldError[] = [];
+  const checked = schema.check(value, '#', errors);
+  return { value: checked, errors };
+}

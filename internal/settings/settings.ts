@@ -1,0 +1,108 @@
+// The typed set of settings: each key's schema, default and meaning. PATCH validates
+// against this table, GET shows every key, and the API reference is generated from it.
+
+import { createHash } from 'node:crypto';
+import { integer, object, optional, nullable, type FieldError, type Schema } from '../schema/schema.ts';
+import type { Store } from '../store/store.ts';
+
+interface Definition {
+  schema: Schema<number>;
+  default: number;
+}
+
+function setting(min: number, max: number, fallback: number, description: string): Definition {
+  return { schema: integer({ min, max, description }), default: fallback };
+}
+
+export const definitions = {
+  session_ttl_seconds: setting(60, 31_536_000, 43_200, 'Lifetime of a login session token, in seconds.'),
+  login_max_failures: setting(1, 1000, 5, 'Failed logins per username within login_window_seconds before further attempts are refused (429).'),
+  login_max_failures_per_address: setting(1, 100_000, 20, 'Failed logins per client address within login_window_seconds before further attempts are refused (429).'),
+  login_window_seconds: setting(10, 86_400, 900, 'Window over which failed logins are counted, in seconds.'),
+  write_budget_per_minute: setting(0, 1_000_000, 1200, 'Writes (non-GET requests) one token may make per minute; 0 turns the budget off.'),
+  audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.'),
+  traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
+  agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
+  sync_wait_seconds: setting(0, 60, 5, 'How long a sync request waits for the node to acknowledge before answering 202, in seconds.'),
+} satisfies Record<string, Definition>;
+
+export type SettingKey = keyof typeof definitions;
+export type SettingValues = { [K in SettingKey]: number };
+
+export const settingKeys = Object.keys(definitions) as SettingKey[];
+
+export function defaults(): SettingValues {
+  return Object.fromEntries(settingKeys.map((key) => [key, definitions[key].default])) as SettingValues;
+}
+
+/** The response schema: every key, required. */
+export const settingsSchema = object(
+  Object.fromEntries(settingKeys.map((key) => [key, definitions[key].schema])) as { [K in SettingKey]: Schema<number> },
+  { name: 'Settings', description: 'Every setting with its current value.' },
+);
+
+/** The merge-patch schema (RFC 7396): any subset of keys; null resets a key to its default. */
+export const settingsPatchSchema = object(
+  Object.fromEntries(settingKeys.map((key) => [key, optional(nullable(definitions[key].schema))])) as {
+    [K in SettingKey]: ReturnType<typeof optional<number | null>>;
+  },
+  { name: 'SettingsPatch', description: 'A JSON merge patch: keys to change; null resets a key to its default.' },
+);
+
+/** Current settings, cached in memory; the store holds only keys that differ from defaults. */
+export class Settings {
+  private current: SettingValues;
+
+  constructor(private readonly store: Store) {
+    this.current = this.load();
+  }
+
+  get values(): Readonly<SettingValues> {
+    return this.current;
+  }
+
+  get<K extends SettingKey>(key: K): SettingValues[K] {
+    return this.current[key];
+  }
+
+  /** A content hash: equal settings have equal ETags, any change gives a new one. */
+  etag(): string {
+    const digest = createHash('sha256').update(JSON.stringify(this.current)).digest('base64url').slice(0, 16);
+    return `"${digest}"`;
+  }
+
+  /** Applies a validated merge patch; the caller runs it inside a write with its audit entry. */
+  apply(patch: Partial<Record<SettingKey, number | null>>): { before: Partial<SettingValues>; after: Partial<SettingValues> } {
+    const before: Partial<SettingValues> = {};
+    const after: Partial<SettingValues> = {};
+    for (const key of settingKeys) {
+      const value = patch[key];
+      if (value === undefined) continue;
+      const next = value === null ? definitions[key].default : value;
+      if (next === this.current[key]) continue;
+      before[key] = this.current[key];
+      after[key] = next;
+      if (value === null || next === definitions[key].default) this.store.settings.remove(key);
+      else this.store.settings.put(key, next);
+    }
+    return { before, after };
+  }
+
+  /** Re-reads the store; call after a write commits (or rolls back). */
+  reload(): void {
+    this.current = this.load();
+  }
+
+  private load(): SettingValues {
+    const stored = this.store.settings.all();
+    const values = defaults();
+    for (const key of settingKeys) {
+      const errors: FieldError[] = [];
+      const value = definitions[key].schema.check(stored[key], '#', errors);
+      // A stored value this version no longer accepts falls back to the default rather than
+      // keeping the master from starting.
+      if (stored[key] !== undefined && errors.length === 0) values[key] = value;
+    }
+    return values;
+  }
+}

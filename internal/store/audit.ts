@@ -1,0 +1,110 @@
+// SQL for the audit log. Entries are written inside the same transaction as the change
+// they describe (callers run `record` within `Database.write`), with secrets redacted.
+
+import type { Database } from './database.ts';
+
+export type ActorType = 'user' | 'token' | 'agent' | 'system' | 'anonymous';
+export type AuditStatus = 'success' | 'denied' | 'failed';
+
+export interface Actor {
+  actor_type: ActorType;
+  actor_id: number | null;
+  actor_name: string;
+  ip: string | null;
+  request_id: string | null;
+}
+
+export interface AuditInput {
+  action: string;
+  resource: string;
+  resource_id: number | null;
+  status: AuditStatus;
+  changes?: unknown;
+}
+
+export interface AuditEntry extends Actor, AuditInput {
+  id: number;
+  at: string;
+  changes: unknown;
+}
+
+export interface AuditFilter {
+  beforeId: number;
+  limit: number;
+  action: string | null;
+  resource: string | null;
+  resource_id: number | null;
+  actor: string | null;
+  actor_type: string | null;
+  status: string | null;
+  since: string | null;
+  until: string | null;
+}
+
+const SECRET_KEY = /(^|_)(password|secret|token|private_key|passphrase|credentials?)$/;
+
+/** Replaces the value of every secret-looking key, at any depth, with "[redacted]". */
+export function redact(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redact);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(
+      Object.entries(value).map(([key, inner]) => [key, SECRET_KEY.test(key) && inner != null ? '[redacted]' : redact(inner)]),
+    );
+  }
+  return value;
+}
+
+interface Row extends Omit<AuditEntry, 'changes'> {
+  changes: string | null;
+}
+
+export class AuditStore {
+  private readonly insertStmt;
+  private readonly listStmt;
+  private readonly pruneStmt;
+
+  constructor(db: Database) {
+    this.insertStmt = db.prepare(`INSERT INTO audit_log
+      (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status, request_id, changes)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.listStmt = db.prepare(`SELECT * FROM audit_log
+      WHERE id < :before
+        AND (:action IS NULL OR action = :action)
+        AND (:resource IS NULL OR resource = :resource)
+        AND (:resource_id IS NULL OR resource_id = :resource_id)
+        AND (:actor IS NULL OR actor_name = :actor)
+        AND (:actor_type IS NULL OR actor_type = :actor_type)
+        AND (:status IS NULL OR status = :status)
+        AND (:since IS NULL OR at >= :since)
+        AND (:until IS NULL OR at < :until)
+      ORDER BY id DESC LIMIT :limit`);
+    this.pruneStmt = db.prepare('DELETE FROM audit_log WHERE at < ?');
+  }
+
+  record(actor: Actor, entry: AuditInput, at: string): void {
+    this.insertStmt.run(
+      at,
+      actor.actor_type,
+      actor.actor_id,
+      actor.actor_name,
+      actor.ip,
+      entry.action,
+      entry.resource,
+      entry.resource_id,
+      entry.status,
+      actor.request_id,
+      entry.changes === undefined ? null : JSON.stringify(redact(entry.changes)),
+    );
+  }
+
+  list(filter: AuditFilter): AuditEntry[] {
+    const { beforeId, ...rest } = filter;
+    const rows = this.listStmt.all({ ...rest, before: beforeId }) as unknown as Row[];
+    return rows.map((row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
+  }
+
+  /** Deletes entries older than `before`; returns how many. */
+  prune(before: string): number {
+    return Number(this.pruneStmt.run(before).changes);
+  }
+}

@@ -1,0 +1,41 @@
+// SQL for stored responses to POSTs that carried an Idempotency-Key.
+
+import type { Database } from './database.ts';
+
+export interface StoredResponse {
+  fingerprint: string;
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+export class IdempotencyStore {
+  private readonly findStmt;
+  private readonly saveStmt;
+  private readonly pruneStmt;
+
+  constructor(db: Database) {
+    this.findStmt = db.prepare('SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE token_id = ? AND key = ? AND created_at > ?');
+    this.saveStmt = db.prepare(`INSERT INTO idempotency_keys (token_id, key, fingerprint, status, headers, body, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (token_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
+        headers = excluded.headers, body = excluded.body, created_at = excluded.created_at`);
+    this.pruneStmt = db.prepare('DELETE FROM idempotency_keys WHERE created_at <= ?');
+  }
+
+  /** The stored response for a key, unless it was stored at or before `notBefore`. */
+  find(tokenId: number, key: string, notBefore: string): StoredResponse | undefined {
+    const row = this.findStmt.get(tokenId, key, notBefore) as
+      | { fingerprint: string; status: number; headers: string; body: Uint8Array }
+      | undefined;
+    return row && { ...row, headers: JSON.parse(row.headers) as Record<string, string>, body: Buffer.from(row.body) };
+  }
+
+  save(tokenId: number, key: string, response: StoredResponse, at: string): void {
+    this.saveStmt.run(tokenId, key, response.fingerprint, response.status, JSON.stringify(response.headers), response.body, at);
+  }
+
+  prune(before: string): number {
+    return Number(this.pruneStmt.run(before).changes);
+  }
+}

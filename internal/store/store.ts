@@ -1,0 +1,40 @@
+// The store: one database and the SQL of each resource, opened together.
+
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { AuditStore } from './audit.ts';
+import { Database } from './database.ts';
+import { IdempotencyStore } from './idempotency.ts';
+import { SettingsStore } from './settings.ts';
+import { TokenStore } from './tokens.ts';
+import { UserStore } from './users.ts';
+
+export class Store {
+  readonly users: UserStore;
+  readonly tokens: TokenStore;
+  readonly audit: AuditStore;
+  readonly settings: SettingsStore;
+  readonly idempotency: IdempotencyStore;
+
+  constructor(readonly db: Database) {
+    this.users = new UserStore(db);
+    this.tokens = new TokenStore(db);
+    this.audit = new AuditStore(db);
+    this.settings = new SettingsStore(db);
+    this.idempotency = new IdempotencyStore(db);
+  }
+
+  /** See `Database.write`: synchronous, all-or-nothing. */
+  write<T>(fn: () => T): T {
+    return this.db.write(fn);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}
+
+export function openStore(dataDir: string): Store {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  return new Store(new Database(join(dataDir, 'master.db')));
+}

@@ -1,0 +1,135 @@
+// SQL for bearer credentials: API tokens and login sessions share one table, told apart
+// by `kind`. Only the SHA-256 of a secret is stored.
+
+import type { Scope } from '../auth/scopes.ts';
+import type { Database } from './database.ts';
+
+export type TokenKind = 'api' | 'session';
+
+export interface Token {
+  id: number;
+  kind: TokenKind;
+  name: string;
+  scopes: Scope[];
+  created_at: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+  created_by: { id: number; username: string };
+}
+
+/** A token found by its secret, with what is needed to decide whether it still works. */
+export interface Credential extends Token {
+  user_scopes: Scope[];
+  user_disabled: boolean;
+}
+
+interface Row {
+  id: number;
+  kind: TokenKind;
+  name: string;
+  user_id: number;
+  username: string;
+  scopes: string;
+  user_scopes: string;
+  user_disabled: number;
+  created_at: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+}
+
+function toCredential(row: Row): Credential {
+  return {
+    id: row.id,
+    kind: row.kind,
+    name: row.name,
+    scopes: JSON.parse(row.scopes) as Scope[],
+    created_at: row.created_at,
+    expires_at: row.expires_at,
+    last_used_at: row.last_used_at,
+    created_by: { id: row.user_id, username: row.username },
+    user_scopes: JSON.parse(row.user_scopes) as Scope[],
+    user_disabled: row.user_disabled === 1,
+  };
+}
+
+function toToken(row: Row): Token {
+  const { user_scopes: _s, user_disabled: _d, ...token } = toCredential(row);
+  return token;
+}
+
+const SELECT = `SELECT t.id, t.kind, t.name, t.user_id, u.username, t.scopes, u.scopes AS user_scopes,
+    u.disabled AS user_disabled, t.created_at, t.expires_at, t.last_used_at
+  FROM tokens t JOIN users u ON u.id = t.user_id`;
+
+export class TokenStore {
+  private readonly insertStmt;
+  private readonly bySecret;
+  private readonly byId;
+  private readonly listStmt;
+  private readonly deleteStmt;
+  private readonly deleteForUserStmt;
+  private readonly touchStmt;
+  private readonly pruneStmt;
+
+  constructor(db: Database) {
+    this.insertStmt = db.prepare(`INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at, expires_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`);
+    this.bySecret = db.prepare(`${SELECT} WHERE t.secret_hash = ?`);
+    this.byId = db.prepare(`${SELECT} WHERE t.id = ? AND t.kind = ?`);
+    this.listStmt = db.prepare(`${SELECT} WHERE t.kind = 'api' AND t.id > :after
+      AND (:user_id IS NULL OR t.user_id = :user_id) ORDER BY t.id LIMIT :limit`);
+    this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
+    this.deleteForUserStmt = db.prepare('DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id');
+    this.touchStmt = db.prepare('UPDATE tokens SET last_used_at = ? WHERE id = ?');
+    this.pruneStmt = db.prepare('DELETE FROM tokens WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING id');
+  }
+
+  insert(
+    input: { kind: TokenKind; name: string; user_id: number; scopes: Scope[]; secret_hash: Buffer; expires_at: string | null },
+    at: string,
+  ): Token {
+    const { id } = this.insertStmt.get(
+      input.kind,
+      input.name,
+      input.user_id,
+      JSON.stringify(input.scopes),
+      input.secret_hash,
+      at,
+      input.expires_at,
+    ) as { id: number };
+    return this.find(id, input.kind)!;
+  }
+
+  findBySecretHash(hash: Buffer): Credential | undefined {
+    const row = this.bySecret.get(hash) as Row | undefined;
+    return row && toCredential(row);
+  }
+
+  find(id: number, kind: TokenKind = 'api'): Token | undefined {
+    const row = this.byId.get(id, kind) as Row | undefined;
+    return row && toToken(row);
+  }
+
+  list(filter: { afterId: number; limit: number; userId: number | null }): Token[] {
+    const rows = this.listStmt.all({ after: filter.afterId, limit: filter.limit, user_id: filter.userId }) as unknown as Row[];
+    return rows.map(toToken);
+  }
+
+  delete(id: number): void {
+    this.deleteStmt.run(id);
+  }
+
+  /** Deletes a user's credentials of the given kinds; returns their ids. */
+  deleteForUser(userId: number, kinds: TokenKind[]): number[] {
+    return (this.deleteForUserStmt.all(userId, JSON.stringify(kinds)) as { id: number }[]).map((row) => row.id);
+  }
+
+  touch(id: number, at: string): void {
+    this.touchStmt.run(at, id);
+  }
+
+  /** Deletes expired credentials; returns their ids. */
+  pruneExpired(now: string): number[] {
+    return (this.pruneStmt.all(now) as { id: number }[]).map((row) => row.id);
+  }
+}

@@ -1,0 +1,157 @@
+// SQL for users. Scopes are stored as a JSON array; usernames are unique ignoring case.
+
+import type { Scope } from '../auth/scopes.ts';
+import { ApiError } from '../http/problem.ts';
+import type { Database } from './database.ts';
+import { isUniqueViolation } from './errors.ts';
+
+export interface User {
+  id: number;
+  username: string;
+  scopes: Scope[];
+  disabled: boolean;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface UserWithHash extends User {
+  password_hash: string;
+}
+
+interface Row {
+  id: number;
+  username: string;
+  password_hash: string;
+  scopes: string;
+  disabled: number;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+function toUser(row: Row): UserWithHash {
+  return { ...row, scopes: JSON.parse(row.scopes) as Scope[], disabled: row.disabled === 1 };
+}
+
+function withoutHash({ password_hash: _, ...user }: UserWithHash): User {
+  return user;
+}
+
+export interface UserListFilter {
+  afterId: number;
+  limit: number;
+  q: string | null;
+  disabled: boolean | null;
+}
+
+export class UserStore {
+  private readonly byId;
+  private readonly byName;
+  private readonly listStmt;
+  private readonly insertStmt;
+  private readonly updateStmt;
+  private readonly deleteStmt;
+  private readonly countStmt;
+  private readonly holdersStmt;
+
+  constructor(private readonly db: Database) {
+    this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
+    this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
+    this.listStmt = db.prepare(`SELECT * FROM users
+      WHERE id > :after
+        AND (:q IS NULL OR instr(lower(username), lower(:q)) > 0)
+        AND (:disabled IS NULL OR disabled = :disabled)
+      ORDER BY id LIMIT :limit`);
+    this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
+    this.updateStmt = db.prepare(`UPDATE users SET username = :username, password_hash = coalesce(:password_hash, password_hash),
+        scopes = :scopes, disabled = :disabled, version = version + 1, updated_at = :at
+      WHERE id = :id RETURNING *`);
+    this.deleteStmt = db.prepare('DELETE FROM users WHERE id = ?');
+    this.countStmt = db.prepare('SELECT count(*) AS n FROM users');
+    this.holdersStmt = db.prepare(`SELECT count(*) AS n FROM users
+      WHERE disabled = 0 AND id != ? AND EXISTS (SELECT 1 FROM json_each(users.scopes) WHERE value = '*')`);
+  }
+
+  find(id: number): User | undefined {
+    const row = this.byId.get(id) as Row | undefined;
+    return row && withoutHash(toUser(row));
+  }
+
+  findWithHash(username: string): UserWithHash | undefined {
+    const row = this.byName.get(username) as Row | undefined;
+    return row && toUser(row);
+  }
+
+  list(filter: UserListFilter): User[] {
+    const rows = this.listStmt.all({
+      after: filter.afterId,
+      limit: filter.limit,
+      q: filter.q,
+      disabled: filter.disabled === null ? null : Number(filter.disabled),
+    }) as unknown as Row[];
+    return rows.map((row) => withoutHash(toUser(row)));
+  }
+
+  /** Throws `conflict` when the username is taken. */
+  insert(input: { username: string; password_hash: string; scopes: Scope[]; disabled: boolean }, at: string): User {
+    return this.uniqueUsername(input.username, () => {
+      const row = this.insertStmt.get(
+        input.username,
+        input.password_hash,
+        JSON.stringify(input.scopes),
+        Number(input.disabled),
+        at,
+        at,
+      ) as unknown as Row;
+      return withoutHash(toUser(row));
+    });
+  }
+
+  /** A null `password_hash` keeps the current password. Throws `conflict` when the username is taken. */
+  update(
+    id: number,
+    input: { username: string; password_hash: string | null; scopes: Scope[]; disabled: boolean },
+    at: string,
+  ): User {
+    return this.uniqueUsername(input.username, () => {
+      const row = this.updateStmt.get({
+        id,
+        username: input.username,
+        password_hash: input.password_hash,
+        scopes: JSON.stringify(input.scopes),
+        disabled: Number(input.disabled),
+        at,
+      }) as unknown as Row;
+      return withoutHash(toUser(row));
+    });
+  }
+
+  delete(id: number): void {
+    this.deleteStmt.run(id);
+  }
+
+  count(): number {
+    return (this.countStmt.get() as { n: number }).n;
+  }
+
+  /** Enabled users other than `exceptId` that hold `*`: the ones who could still administer. */
+  otherSuperusers(exceptId: number): number {
+    return (this.holdersStmt.get(exceptId) as { n: number }).n;
+  }
+
+  private uniqueUsername<T>(username: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (error) {
+      if (isUniqueViolation(error)) {
+        const holder = this.findWithHash(username);
+        throw new ApiError('conflict', `username '${username}' is taken`, {
+          extra: holder ? { conflicting_id: holder.id } : {},
+        });
+      }
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,101 @@
+// Test helpers: the real master in-process on port 0 with a temporary data dir, and a
+// small HTTP client that returns status, headers and parsed body.
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { start, type Master } from '../cmd/master/start.ts';
+import type { Scope } from '../internal/auth/scopes.ts';
+import { silentLogger } from '../internal/log/log.ts';
+
+export const ADMIN_PASSWORD = 'admin-password-for-tests';
+
+export interface Running extends Master {
+  dataDir: string;
+  admin: string;
+  /** Moves the master's clock forward. */
+  advance(ms: number): void;
+}
+
+export interface StartOptions {
+  licenseKeyPath?: string;
+  dataDir?: string;
+  /** Called with the data dir before the master starts (e.g. to place a license). */
+  prepare?: (dataDir: string) => void;
+}
+
+export async function startMaster(t: TestContext, options: StartOptions = {}): Promise<Running> {
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'portplane-test-'));
+  options.prepare?.(dataDir);
+  let offset = 0;
+  const master = await start(
+    { host: '127.0.0.1', port: 0, dataDir, licenseKeyPath: options.licenseKeyPath ?? null, adminPassword: ADMIN_PASSWORD },
+    silentLogger,
+    () => Date.now() + offset,
+  );
+  t.after(async () => {
+    await master.close();
+    if (!options.dataDir) rmSync(dataDir, { recursive: true, force: true });
+  });
+  const admin = await login(master.url, 'admin', ADMIN_PASSWORD);
+  return { ...master, close: master.close, dataDir, admin, advance: (ms) => (offset += ms) };
+}
+
+export interface Answer {
+  status: number;
+  headers: Headers;
+  body: any;
+}
+
+export interface CallOptions {
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export async function call(base: string, method: string, path: string, options: CallOptions = {}): Promise<Answer> {
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  let body: string | undefined;
+  if (options.body !== undefined) {
+    body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const response = await fetch(base + path, { method, headers, body });
+  const text = await response.text();
+  let parsed: unknown = text;
+  if (text && /json/.test(response.headers.get('content-type') ?? '')) parsed = JSON.parse(text);
+  return { status: response.status, headers: response.headers, body: parsed };
+}
+
+export async function login(base: string, username: string, password: string): Promise<string> {
+  const answer = await call(base, 'POST', '/api/auth/login', { body: { username, password } });
+  if (answer.status !== 200) throw new Error(`login failed: ${answer.status} ${JSON.stringify(answer.body)}`);
+  return answer.body.token;
+}
+
+/** Issues an API token with `scopes` through the API, as the admin. */
+export async function mintToken(master: Running, scopes: readonly Scope[], name = 'test'): Promise<string> {
+  const answer = await call(master.url, 'POST', '/api/tokens', { token: master.admin, body: { name, scopes } });
+  if (answer.status !== 201) throw new Error(`mint failed: ${answer.status} ${JSON.stringify(answer.body)}`);
+  return answer.body.token;
+}
+
+/** Every row of every table, so a test can prove a request changed nothing. */
+export function snapshot(master: Master): string {
+  const db = master.app.store.db;
+  const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as { name: string }[];
+  return JSON.stringify(
+    tables.map(({ name }) => [name, db.prepare(`SELECT * FROM "${name}" ORDER BY rowid`).all().map((row) => JSON.stringify(row, (_k, v) => (v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v)))]),
+  );
+}
+
+export function assertProblem(answer: Answer, status: number, code: string): void {
+  if (answer.status !== status || answer.body?.code !== code) {
+    throw new Error(`expected ${status} ${code}, got ${answer.status} ${JSON.stringify(answer.body)}`);
+  }
+  if (answer.headers.get('content-type') !== 'application/problem+json') {
+    throw new Error(`expected application/problem+json, got ${answer.headers.get('content-type')}`);
+  }
+}
