@@ -49,6 +49,6 @@ test('conflicting or malformed patterns fail when the table is built', () => {
     ['GET', '/api/x{id}'],
   ];
   for (const [method, pattern] of cases) {
-    assert.throws(() => router().add(method, pattern, 'dup'), undefined, pattern);
+    assert.throws(() => router().add(method, pattern, 'dup'), Error, pattern);
   }
 });
