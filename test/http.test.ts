@@ -1,0 +1,175 @@
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { test } from 'node:test';
+import { assertProblem, call, mintToken, snapshot, startMaster } from './helpers.ts';
+
+test('unknown paths are 404 and wrong methods 405 with Allow, as problem+json', async (t) => {
+  const m = await startMaster(t);
+  const missing = await call(m.url, 'GET', '/api/nothing-here', { token: m.admin });
+  assertProblem(missing, 404, 'not_found');
+  assert.equal(missing.body.request_id, missing.headers.get('x-request-id'));
+  assert.equal(missing.body.status, 404);
+  assert.ok(missing.body.type && missing.body.title && missing.body.detail);
+
+  const wrong = await call(m.url, 'DELETE', '/api/settings', { token: m.admin });
+  assertProblem(wrong, 405, 'method_not_allowed');
+  assert.equal(wrong.headers.get('allow'), 'GET, HEAD, PATCH');
+
+  const badId = await call(m.url, 'GET', '/api/users/abc', { token: m.admin });
+  assertProblem(badId, 404, 'not_found');
+});
+
+test('X-Request-Id is echoed when sane and minted otherwise', async (t) => {
+  const m = await startMaster(t);
+  const echoed = await call(m.url, 'GET', '/api/auth/me', { token: m.admin, headers: { 'x-request-id': 'job-42.step:1' } });
+  assert.equal(echoed.headers.get('x-request-id'), 'job-42.step:1');
+  const replaced = await call(m.url, 'GET', '/api/auth/me', { token: m.admin, headers: { 'x-request-id': 'has spaces and <angle>' } });
+  assert.match(replaced.headers.get('x-request-id')!, /^[0-9a-f-]{36}$/);
+});
+
+test('HEAD answers a GET route with its headers and no body', async (t) => {
+  const m = await startMaster(t);
+  const head = await call(m.url, 'HEAD', '/api/settings', { token: m.admin });
+  assert.equal(head.status, 200);
+  assert.equal(head.body, '');
+  assert.ok(head.headers.get('etag'));
+});
+
+test('missing, malformed or unknown bearer tokens are 401 with WWW-Authenticate', async (t) => {
+  const m = await startMaster(t);
+  for (const authorization of [undefined, 'Basic abc', 'Bearer', 'Bearer mst_short', `Bearer mst_${'A'.repeat(43)}`, `Bearer mat_${'A'.repeat(43)}`]) {
+    const answer = await call(m.url, 'GET', '/api/settings', { headers: authorization ? { authorization } : {} });
+    assertProblem(answer, 401, 'unauthorized');
+    assert.match(answer.headers.get('www-authenticate')!, /^Bearer/);
+  }
+});
+
+test('bodies: wrong media type 415, broken JSON 400, too large 413, none of them change anything', async (t) => {
+  const m = await startMaster(t);
+  const before = snapshot(m);
+  const body = JSON.stringify({ name: 'x', scopes: ['audit:read'] });
+  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type');
+  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: '{"name": ' }), 400, 'invalid_json');
+  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: `{"name":"${'x'.repeat(1024 * 1024)}"}` }), 413, 'payload_too_large');
+  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin }), 422, 'validation_failed');
+  assertProblem(await call(m.url, 'POST', '/api/auth/logout', { token: m.admin, body: { surprise: 1 } }), 422, 'validation_failed');
+  assert.equal(snapshot(m), before);
+});
+
+test('a chunked body over the limit is cut off with 413', async (t) => {
+  const m = await startMaster(t);
+  const url = new URL(m.url);
+  const status = await new Promise<number>((resolve, reject) => {
+    const req = request({ host: url.hostname, port: url.port, method: 'POST', path: '/api/tokens', headers: { authorization: `Bearer ${m.admin}`, 'content-type': 'application/json' } }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    });
+    req.on('error', reject);
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const pump = () => {
+      while (sent < 2 * 1024 * 1024) {
+        sent += chunk.length;
+        if (!req.write(chunk)) return void req.once('drain', pump);
+      }
+      req.end();
+    };
+    pump();
+  });
+  assert.equal(status, 413);
+});
+
+test('query parameters: unknown, repeated or out of range are 400 invalid_query', async (t) => {
+  const m = await startMaster(t);
+  for (const query of ['?colour=red', '?limit=0', '?limit=1001', '?limit=ten', '?limit=1&limit=2', '?cursor=bogus', '?disabled=yes']) {
+    const answer = await call(m.url, 'GET', `/api/users${query}`, { token: m.admin });
+    assertProblem(answer, 400, 'invalid_query');
+    assert.ok(answer.body.errors.length >= 1, query);
+  }
+});
+
+test('Idempotency-Key: a retried POST gets the stored response and creates nothing twice', async (t) => {
+  const m = await startMaster(t);
+  const send = (body: unknown) => call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'idempotency-key': 'create-ci-token-1' } });
+  const first = await send({ name: 'ci', scopes: ['audit:read'] });
+  assert.equal(first.status, 201);
+  const retry = await send({ name: 'ci', scopes: ['audit:read'] });
+  assert.equal(retry.status, 201);
+  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  assert.deepEqual(retry.body, first.body);
+  assert.equal(retry.headers.get('location'), first.headers.get('location'));
+
+  const list = await call(m.url, 'GET', '/api/tokens', { token: m.admin });
+  assert.equal(list.body.items.filter((token: { name: string }) => token.name === 'ci').length, 1);
+
+  assertProblem(await send({ name: 'other', scopes: ['audit:read'] }), 422, 'idempotency_key_reused');
+  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: {}, headers: { 'idempotency-key': 'bad key with spaces' } }), 422, 'validation_failed');
+
+  // Keys belong to the token that used them: another token's same key is a new request.
+  const other = await mintToken(m, ['tokens:write', 'audit:read']);
+  const fresh = await call(m.url, 'POST', '/api/tokens', { token: other, body: { name: 'ci', scopes: ['audit:read'] }, headers: { 'idempotency-key': 'create-ci-token-1' } });
+  assert.equal(fresh.status, 201);
+  assert.notEqual(fresh.body.id, first.body.id);
+});
+
+test('Idempotency-Key: a retry while the first request is still running is 409', async (t) => {
+  const m = await startMaster(t);
+  const body = { username: 'slowpoke', password: 'long-enough-password' };
+  const headers = { 'idempotency-key': 'make-slowpoke' };
+  // Creating a user hashes a password with scrypt, so the first request is still in flight.
+  const [a, b] = await Promise.all([
+    call(m.url, 'POST', '/api/users', { token: m.admin, body, headers }),
+    call(m.url, 'POST', '/api/users', { token: m.admin, body, headers }),
+  ]);
+  assert.deepEqual([a.status, b.status].sort(), [201, 409]);
+  const replay = await call(m.url, 'POST', '/api/users', { token: m.admin, body, headers });
+  assert.equal(replay.status, 201);
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+});
+
+test('the write budget paces each token with RateLimit headers and 429 + Retry-After', async (t) => {
+  const m = await startMaster(t);
+  const token = await mintToken(m, ['tokens:write', 'settings:write']);
+  assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 3 } })).status, 200);
+
+  const read = await call(m.url, 'GET', '/api/settings', { token });
+  assert.equal(read.headers.get('ratelimit-policy'), '"writes";q=3;w=60');
+  assert.match(read.headers.get('ratelimit')!, /^"writes";r=3;t=\d+$/);
+
+  const statuses: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const answer = await call(m.url, 'POST', '/api/tokens', { token, body: { name: `t${i}`, scopes: ['tokens:read'] } });
+    statuses.push(answer.status);
+    if (answer.status === 429) {
+      assertProblem(answer, 429, 'rate_limited');
+      assert.ok(Number(answer.headers.get('retry-after')) >= 1);
+      assert.match(answer.headers.get('ratelimit')!, /^"writes";r=0;t=\d+$/);
+    }
+  }
+  assert.deepEqual(statuses, [201, 201, 201, 429]);
+  // Reads are not writes; another token has its own budget.
+  assert.equal((await call(m.url, 'GET', '/api/tokens', { token })).status, 200);
+  assert.equal((await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['tokens:read'] } })).status, 201);
+
+  m.advance(61_000);
+  assert.equal((await call(m.url, 'POST', '/api/tokens', { token, body: { name: 'later', scopes: ['tokens:read'] } })).status, 201);
+});
+
+test('while draining, requests get 503 with Retry-After', async (t) => {
+  const m = await startMaster(t);
+  m.app.draining = true;
+  const answer = await call(m.url, 'GET', '/api/settings', { token: m.admin });
+  m.app.draining = false;
+  assertProblem(answer, 503, 'unavailable');
+  assert.equal(answer.headers.get('retry-after'), '5');
+});
+
+test('hostile bodies get clear errors and never crash the server', async (t) => {
+  const m = await startMaster(t);
+  const bodies = ['null', '[]', '"text"', '123', '{"name":{"__proto__":{"admin":true}},"scopes":["*"]}', '{"__proto__":{"x":1},"name":"n","scopes":["*"]}', `${'['.repeat(100000)}${']'.repeat(100000)}`, '{"name":"\\u0000","scopes":["audit:read"],"expires_at":"2099-13-45T99:99:99Z"}', '{"name":"n","scopes":["audit:read"],"expires_at":1e400}'];
+  for (const body of bodies) {
+    const answer = await call(m.url, 'POST', '/api/tokens', { token: m.admin, body });
+    assert.ok([400, 422].includes(answer.status), `${body.slice(0, 40)} -> ${answer.status}`);
+  }
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).status, 200);
+});
