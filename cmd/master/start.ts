@@ -69,15 +69,19 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const timer = setInterval(() => maintain(app), MAINTENANCE_INTERVAL_MS).unref();
     const http = await listen(createDispatcher(app, routes), config.host, config.port);
     log.info('listening', { url: http.url, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });
+    let closing: Promise<void> | undefined;
     return {
       url: http.url,
       app,
-      async close() {
-        app.draining = true;
-        clearInterval(timer);
-        await http.close();
-        store.close();
-        log.info('stopped');
+      close() {
+        closing ??= (async () => {
+          app.draining = true;
+          clearInterval(timer);
+          await http.close();
+          store.close();
+          log.info('stopped');
+        })();
+        return closing;
       },
     };
   } catch (error) {
