@@ -86,9 +86,9 @@ export async function mintToken(master: Running, scopes: readonly Scope[], name 
  * Every row of every table, so a test can prove a request changed nothing. A token's
  * last_used_at is bookkeeping that any authenticated call may update, so it is left out.
  */
-export function snapshot(master: Master): string {
+export function snapshot(master: Master, except: readonly string[] = []): string {
   const db = master.app.store.db;
-  const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as { name: string }[];
+  const tables = (db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as { name: string }[]).filter(({ name }) => !except.includes(name));
   return JSON.stringify(
     tables.map(({ name }) => [name, db.prepare(`SELECT * FROM "${name}" ORDER BY rowid`).all().map((row) => JSON.stringify(row, (k, v) => (k === 'last_used_at' ? undefined : v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v)))]),
   );

@@ -1,0 +1,98 @@
+// The shipped artefact: one file that runs from an empty folder on the pinned runtime.
+
+import assert from 'node:assert/strict';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { test } from 'node:test';
+import { VERSION } from '../internal/version.ts';
+import { call, login } from './helpers.ts';
+
+execFileSync(process.execPath, ['build.mjs'], { stdio: 'pipe' });
+
+test('the version constant matches package.json', () => {
+  assert.equal(VERSION, JSON.parse(readFileSync('package.json', 'utf8')).version);
+});
+
+test('each bundle is one ESM file with a shebang that imports only node: builtins', () => {
+  for (const file of ['dist/master.mjs', 'dist/license.mjs']) {
+    const text = readFileSync(file, 'utf8');
+    assert.ok(text.startsWith('#!/usr/bin/env node\n'), file);
+    const imports = [...text.matchAll(/^\s*import\s[^'"]*['"]([^'"]+)['"]/gm), ...text.matchAll(/\bimport\(\s*['"]([^'"]+)['"]/g), ...text.matchAll(/\brequire\(\s*['"]([^'"]+)['"]/g)].map((m) => m[1]);
+    assert.ok(imports.length > 0, file);
+    for (const spec of imports) assert.match(spec!, /^node:/, `${file} imports ${spec}`);
+  }
+});
+
+test('a copy of dist/master.mjs runs alone from an empty folder, prints the first admin password once, and drains on SIGTERM', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-bundle-'));
+  try {
+    copyFileSync('dist/master.mjs', join(dir, 'master.mjs'));
+    assert.deepEqual(readdirSync(dir), ['master.mjs']);
+    const child = spawn(process.execPath, ['master.mjs', '--listen', '127.0.0.1:0', '--data-dir', 'state'], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? '' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    const lines: Record<string, unknown>[] = [];
+    const waitFor = (msg: string) =>
+      new Promise<Record<string, unknown>>((resolve) => {
+        const seen = lines.find((l) => l.msg === msg);
+        if (seen) return resolve(seen);
+        const onLine = (line: Record<string, unknown>) => line.msg === msg && resolve(line);
+        listeners.push(onLine);
+      });
+    const listeners: ((line: Record<string, unknown>) => void)[] = [];
+    createInterface({ input: child.stdout! }).on('line', (text) => {
+      const line = JSON.parse(text) as Record<string, unknown>;
+      lines.push(line);
+      for (const listener of listeners) listener(line);
+    });
+
+    const admin = await waitFor('created the first admin; this password is shown only now');
+    const listening = await waitFor('listening');
+    const url = listening.url as string;
+    const token = await login(url, 'admin', admin.password as string);
+    const me = await call(url, 'GET', '/api/auth/me', { token });
+    assert.equal(me.body.user.username, 'admin');
+    assert.ok(existsSync(join(dir, 'state', 'master.db')));
+
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+    assert.ok(lines.some((l) => l.msg === 'stopped'));
+    const requestLines = lines.filter((l) => l.msg === 'request');
+    assert.equal(requestLines.length, 2);
+    assert.ok(!JSON.stringify(requestLines).includes(token), 'bearer secrets are never logged');
+    assert.equal(lines.filter((l) => JSON.stringify(l).includes(admin.password as string)).length, 1, 'the password is printed once');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the bundle refuses an older Node.js with a clear message', (t) => {
+  // Any node on PATH other than the pinned one (CI machines carry an older system Node).
+  const older = (process.env.PATH ?? '')
+    .split(delimiter)
+    .map((dir) => join(dir, 'node'))
+    .filter((bin) => existsSync(bin))
+    .find((bin) => {
+      const version = spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout.trim();
+      return /^v(\d+)/.test(version) && Number(/^v(\d+)/.exec(version)![1]) < 24;
+    });
+  if (!older) return t.skip('no Node.js older than 24 on PATH');
+  const result = spawnSync(older, ['dist/master.mjs', '--version'], { encoding: 'utf8' });
+  assert.equal(result.status, 1);
+  assert.match(result.stderr, /needs Node\.js 24\.0\.0 or newer/);
+});
+
+test('--help and --version answer without starting; bad flags exit 2', () => {
+  const run = (...args: string[]) => spawnSync(process.execPath, ['dist/master.mjs', ...args], { encoding: 'utf8' });
+  assert.match(run('--help').stdout, /--listen HOST:PORT/);
+  assert.equal(run('--version').stdout, `master ${VERSION}\n`);
+  const bad = run('--lisen', ':1');
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /unknown option '--lisen'/);
+});

@@ -1,0 +1,109 @@
+// Tests generated from the route table, so every route added later is covered without
+// anyone remembering to: scope declarations, the scope matrix, and bad input on writes.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { routes } from '../internal/api/routes.ts';
+import type { Route } from '../internal/api/route.ts';
+import { grants, scopes, type Scope } from '../internal/auth/scopes.ts';
+import type { JsonSchema, ObjectSchema } from '../internal/schema/schema.ts';
+import { assertProblem, call, mintToken, snapshot, startMaster } from './helpers.ts';
+
+const PUBLIC_ROUTES = ['POST /api/auth/login'];
+
+function fill(path: string): string {
+  return path.replace(/\{[a-z_]+\}/g, '999999');
+}
+
+test('every route declares its access, and every write an audit action named resource.verb', () => {
+  for (const r of routes) {
+    const name = `${r.method} ${r.path}`;
+    assert.ok(r.scope === 'public' || r.scope === 'authenticated' || scopes.includes(r.scope), name);
+    assert.equal(r.scope === 'public', PUBLIC_ROUTES.includes(name), `${name} public?`);
+    if (r.method !== 'GET') assert.match(r.action ?? '', /^[a-z_]+\.[a-z_]+$/, `${name} needs an audit action`);
+    assert.ok(r.summary.length > 0, `${name} needs a summary`);
+  }
+});
+
+test('scope matrix: no token 401, a token lacking the scope 403 (a denied write is audited and changes nothing), the scope allows', async (t) => {
+  const m = await startMaster(t);
+  for (const r of routes.filter((x) => x.scope !== 'public')) {
+    await t.test(`${r.method} ${r.path} (${r.scope})`, async () => {
+      const path = fill(r.path);
+      const body = r.method === 'GET' || r.method === 'DELETE' ? undefined : {};
+      assertProblem(await call(m.url, r.method, path, { body }), 401, 'unauthorized');
+
+      if (r.scope !== 'authenticated') {
+        const wanted = r.scope as Scope;
+        const lacking = scopes.filter((s) => s !== '*' && !grants([s], wanted));
+        const weak = await mintToken(m, lacking, `lacks ${wanted}`);
+        const before = snapshot(m, ['audit_log']);
+        const lastAudit = m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit: 1, action: null, resource: null, resource_id: null, actor: null, actor_type: null, status: null, since: null, until: null })[0]!.id;
+        const denied = await call(m.url, r.method, path, { token: weak, body });
+        assertProblem(denied, 403, 'insufficient_scope');
+        assert.match(denied.body.detail, new RegExp(wanted.replace('*', '\\*')));
+        assert.equal(snapshot(m, ['audit_log']), before);
+        const entries = m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit: 10, action: null, resource: null, resource_id: null, actor: null, actor_type: null, status: null, since: null, until: null }).filter((e) => e.id > lastAudit);
+        if (r.method === 'GET') {
+          assert.deepEqual(entries, []);
+        } else {
+          assert.equal(entries.length, 1);
+          assert.equal(entries[0]!.status, 'denied');
+          assert.equal(entries[0]!.action, r.action);
+        }
+      }
+
+      const enough = await mintToken(m, r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope], `has ${r.scope}`);
+      const allowed = await call(m.url, r.method, path, { token: enough, body });
+      assert.ok(![401, 403].includes(allowed.status), `allowed call got ${allowed.status} ${JSON.stringify(allowed.body)}`);
+    });
+  }
+});
+
+function wrongValueFor(schema: JsonSchema): unknown {
+  const type = Array.isArray(schema.type) ? schema.type[0] : schema.type;
+  switch (type) {
+    case 'string':
+      return 12345;
+    case 'integer':
+      return 'not a number';
+    case 'boolean':
+      return 'yes';
+    case 'array':
+      return { not: 'an array' };
+    default:
+      return ['not', 'an', 'object'];
+  }
+}
+
+function bodyCases(r: Route): { name: string; body: unknown; pointers: string[] }[] {
+  const schema = r.body as ObjectSchema<Record<string, never>>;
+  const properties = (schema.json.properties ?? {}) as Record<string, JsonSchema>;
+  const required = (schema.json.required ?? []) as string[];
+  const cases: { name: string; body: unknown; pointers: string[] }[] = [
+    { name: 'an array', body: [], pointers: ['#'] },
+    { name: 'a JSON string', body: '"text"', pointers: ['#'] },
+    { name: 'an unknown field', body: { zz_unknown: 1 }, pointers: ['#/zz_unknown'] },
+  ];
+  if (required.length > 0) cases.push({ name: 'no fields', body: {}, pointers: required.map((key) => `#/${key}`) });
+  for (const [key, property] of Object.entries(properties)) {
+    cases.push({ name: `${key} of the wrong type`, body: { [key]: wrongValueFor(property) }, pointers: [`#/${key}`] });
+  }
+  return cases;
+}
+
+test('bad input on every write route is 422 naming each bad field, and changes nothing', async (t) => {
+  const m = await startMaster(t);
+  for (const r of routes.filter((x) => x.body)) {
+    await t.test(`${r.method} ${r.path}`, async () => {
+      for (const c of bodyCases(r)) {
+        const before = snapshot(m);
+        const answer = await call(m.url, r.method, fill(r.path), { token: m.admin, body: c.body });
+        assertProblem(answer, 422, 'validation_failed');
+        const pointers = answer.body.errors.map((e: { pointer: string }) => e.pointer);
+        for (const pointer of c.pointers) assert.ok(pointers.includes(pointer), `${c.name}: ${pointer} not in ${pointers}`);
+        assert.equal(snapshot(m), before, c.name);
+      }
+    });
+  }
+});
