@@ -9,7 +9,7 @@ import { grants, scopes, type Scope } from '../internal/auth/scopes.ts';
 import type { JsonSchema, ObjectSchema } from '../internal/schema/schema.ts';
 import { assertProblem, call, mintToken, snapshot, startMaster } from './helpers.ts';
 
-const PUBLIC_ROUTES = ['POST /api/auth/login'];
+const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/openapi.json'];
 
 function fill(path: string): string {
   return path.replace(/\{[a-z_]+\}/g, '999999');

@@ -4,7 +4,8 @@
 import { auditRoutes } from './audit.ts';
 import { authRoutes } from './auth.ts';
 import { licenseRoutes } from './license.ts';
-import type { Route } from './route.ts';
+import { openApiDocument } from './openapi.ts';
+import { ok, route, type Route } from './route.ts';
 import { settingsRoutes } from './settings.ts';
 import { tokenRoutes } from './tokens.ts';
 import { userRoutes } from './users.ts';
@@ -16,4 +17,14 @@ export const routes: readonly Route[] = [
   ...settingsRoutes,
   ...auditRoutes,
   ...licenseRoutes,
+  route({
+    method: 'GET',
+    path: '/api/openapi.json',
+    scope: 'public',
+    summary: 'This API as an OpenAPI 3.1 document, generated from the route table',
+    responses: { 200: { description: 'The OpenAPI document' } },
+    handler: () => ok((document ??= openApiDocument(routes))),
+  }),
 ];
+
+let document: unknown;

@@ -1,0 +1,30 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { renderReference } from '../internal/api/reference.ts';
+import { routes } from '../internal/api/routes.ts';
+import { call, startMaster } from './helpers.ts';
+
+test('docs/api.md is generated from the route table and up to date (npm run docs)', () => {
+  const want = renderReference(routes, readFileSync('docs/api.intro.md', 'utf8'));
+  assert.equal(readFileSync('docs/api.md', 'utf8'), want, 'docs/api.md is stale: run npm run docs');
+});
+
+test('the OpenAPI document is public and lists every route with its scope and bearer security', async (t) => {
+  const m = await startMaster(t);
+  const answer = await call(m.url, 'GET', '/api/openapi.json');
+  assert.equal(answer.status, 200);
+  const doc = answer.body;
+  assert.equal(doc.openapi, '3.1.0');
+  assert.deepEqual(doc.components.securitySchemes.bearer, { type: 'http', scheme: 'bearer', description: doc.components.securitySchemes.bearer.description });
+  const operationIds = new Set<string>();
+  for (const r of routes) {
+    const op = doc.paths[r.path]?.[r.method.toLowerCase()];
+    assert.ok(op, `${r.method} ${r.path} is missing`);
+    assert.equal(op['x-scope'], r.scope);
+    assert.deepEqual(op.security, r.scope === 'public' ? [] : [{ bearer: [] }]);
+    assert.ok(!operationIds.has(op.operationId), `duplicate operationId ${op.operationId}`);
+    operationIds.add(op.operationId);
+    if (r.body) assert.deepEqual(op.requestBody.content['application/json'].schema, r.body.json);
+  }
+});
