@@ -31,6 +31,17 @@ test('a denied write attempt is audited with the scope it lacked, and an API tok
   );
 });
 
+test('denied writes spend the write budget, so they cannot flood the audit log', async (t) => {
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 2 } });
+  const token = await mintToken(m, ['audit:read']);
+  const statuses: number[] = [];
+  for (let i = 0; i < 4; i++) statuses.push((await call(m.url, 'DELETE', '/api/users/1', { token })).status);
+  assert.deepEqual(statuses, [403, 403, 429, 429]);
+  const denied = await call(m.url, 'GET', '/api/audit-logs?status=denied', { token });
+  assert.equal(denied.body.items.length, 2);
+});
+
 test('audit filters combine and pages follow the cursor', async (t) => {
   const m = await startMaster(t);
   for (let i = 0; i < 4; i++) await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: `t${i}`, scopes: ['audit:read'] } });

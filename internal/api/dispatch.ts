@@ -121,7 +121,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       identify(principal);
       pacing = rateLimitHeaders(peekBudget(principal));
       if (route.scope !== 'authenticated' && !grants(principal.scopes, route.scope)) {
-        if (isWrite) recordDenied(route, params, actorOf(principal, ip, requestId));
+        if (isWrite) {
+          // A denied write spends budget too, so a weak token cannot grow the audit log without bound.
+          const budget = spendBudget(principal);
+          pacing = rateLimitHeaders(budget);
+          if (!budget.allowed) throw overBudget(budget, pacing);
+          recordDenied(route, params, actorOf(principal, ip, requestId));
+        }
         throw new ApiError('insufficient_scope', `this call needs the scope ${route.scope}`, {
           headers: { ...pacing, 'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${route.scope}"` },
         });
@@ -156,11 +162,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     if (isWrite && principal) {
       const budget = spendBudget(principal);
       pacing = rateLimitHeaders(budget);
-      if (!budget.allowed) {
-        throw new ApiError('rate_limited', `this token's write budget of ${budget.limit} per minute is spent`, {
-          headers: { ...pacing, 'Retry-After': String(budget.resetSeconds) },
-        });
-      }
+      if (!budget.allowed) throw overBudget(budget, pacing);
     }
 
     if (slot) app.idempotencyInFlight.add(slot);
@@ -237,6 +239,12 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   function spendBudget(principal: Principal): BudgetState {
     return app.budget.spend(principal.tokenId, app.settings.get('write_budget_per_minute'), 60);
+  }
+
+  function overBudget(budget: BudgetState, pacing: Record<string, string>): ApiError {
+    return new ApiError('rate_limited', `this token's write budget of ${budget.limit} per minute is spent`, {
+      headers: { ...pacing, 'Retry-After': String(budget.resetSeconds) },
+    });
   }
 
   function recordDenied(route: Route, params: Record<string, string>, actor: ReturnType<typeof actorOf>): void {
