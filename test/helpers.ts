@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 // Test helpers: the real master in-process on port 0 with a temporary data dir, and a
 // small HTTP client that returns status, headers and parsed body.
 
@@ -101,4 +102,16 @@ export function assertProblem(answer: Answer, status: number, code: string): voi
   if (answer.headers.get('content-type') !== 'application/problem+json') {
     throw new Error(`expected application/problem+json, got ${answer.headers.get('content-type')}`);
   }
+}
+
+/** Creates a node as the admin; returns its record (with the agent token). */
+export async function node(m: Running, name: string, extra: Record<string, unknown> = {}) {
+  const answer = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name, host: `${name}.example.net`, ...extra } });
+  assert.equal(answer.status, 201, JSON.stringify(answer.body));
+  return answer.body;
+}
+
+/** Creates a TCP rule as the admin with defaults for what `body` leaves out; returns the answer. */
+export async function rule(m: Running, body: Record<string, unknown>) {
+  return call(m.url, 'POST', '/api/rules', { token: m.admin, body: { name: 'r', protocol: 'tcp', targets: ['10.0.0.1:80'], ...body } });
 }

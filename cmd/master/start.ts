@@ -7,6 +7,7 @@ import { App } from '../../internal/api/app.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { routes } from '../../internal/api/routes.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
+import { SecretBox } from '../../internal/crypto/box.ts';
 import { listen } from '../../internal/http/server.ts';
 import { loadLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
@@ -62,7 +63,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     await bootstrapAdmin(store, log, config.adminPassword, new Date(now()).toISOString().replace(/\.\d{3}Z$/, 'Z'));
     const keyPem = config.licenseKeyPath ? readFileSync(config.licenseKeyPath, 'utf8') : VENDOR_PUBLIC_KEY_PEM;
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
-    const app = new App(store, log, license, VERSION, now);
+    const box = SecretBox.open(join(config.dataDir, 'secret.key'));
+    const app = new App({ store, log, license, box, version: VERSION, now });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);

@@ -1,6 +1,7 @@
 // The services a request may use, and how a bearer secret becomes a caller.
 
 import { WriteBudget } from '../auth/budget.ts';
+import type { SecretBox } from '../crypto/box.ts';
 import { intersect, type Scope } from '../auth/scopes.ts';
 import { hashSecret, secretKind } from '../auth/secrets.ts';
 import { LoginThrottle } from '../auth/throttle.ts';
@@ -12,6 +13,7 @@ import { Settings } from '../settings/settings.ts';
 import type { Actor } from '../store/audit.ts';
 import type { Store } from '../store/store.ts';
 import type { TokenKind } from '../store/tokens.ts';
+import { SyncHub } from '../sync/hub.ts';
 
 export interface Principal {
   tokenId: number;
@@ -32,13 +34,17 @@ export class App {
   readonly idempotencyInFlight = new Set<string>();
   draining = false;
 
-  constructor(
-    readonly store: Store,
-    readonly log: Logger,
-    readonly license: Verified,
-    readonly version: string,
-    readonly now: () => number = Date.now,
-  ) {
+  readonly store: Store;
+  readonly log: Logger;
+  readonly license: Verified;
+  readonly box: SecretBox;
+  readonly version: string;
+  readonly now: () => number;
+  readonly sync = new SyncHub();
+
+  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; version: string; now: () => number }) {
+    ({ store: this.store, log: this.log, license: this.license, box: this.box, version: this.version, now: this.now } = parts);
+    const { store, now } = parts;
     this.settings = new Settings(store);
     this.throttle = new LoginThrottle(now);
     this.budget = new WriteBudget(now);

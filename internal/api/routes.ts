@@ -4,10 +4,13 @@
 import { auditRoutes } from './audit.ts';
 import { authRoutes } from './auth.ts';
 import { licenseRoutes } from './license.ts';
+import { nodeRoutes } from './nodes.ts';
 import { openApiDocument } from './openapi.ts';
+import { ruleRoutes } from './rules.ts';
 import { ok, route, type Route } from './route.ts';
 import { settingsRoutes } from './settings.ts';
 import { tokenRoutes } from './tokens.ts';
+import { tunnelRoutes } from './tunnels.ts';
 import { userRoutes } from './users.ts';
 
 export const routes: readonly Route[] = [
@@ -17,6 +20,9 @@ export const routes: readonly Route[] = [
   ...settingsRoutes,
   ...auditRoutes,
   ...licenseRoutes,
+  ...nodeRoutes,
+  ...ruleRoutes,
+  ...tunnelRoutes,
   route({
     method: 'GET',
     path: '/api/openapi.json',

@@ -10,7 +10,7 @@ const codes = {
   idempotency_key_reused: [422, 'Idempotency key reused with a different request'],
   unauthorized: [401, 'Unauthorized'],
   insufficient_scope: [403, 'Insufficient scope'],
-  forbidden: [403, 'Forbidden'],
+  license_limit: [403, 'License limit reached'],
   not_found: [404, 'Not found'],
   method_not_allowed: [405, 'Method not allowed'],
   conflict: [409, 'Conflict'],

@@ -62,4 +62,92 @@ export const migrations: readonly string[] = [
   ) STRICT;
   CREATE INDEX idempotency_created ON idempotency_keys(created_at);
   `,
+  /* 2: nodes, tunnels, forwarding rules, the ports they claim, traffic buckets */ `
+  CREATE TABLE nodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    host TEXT NOT NULL,
+    ssh_port INTEGER NOT NULL CHECK (ssh_port BETWEEN 1 AND 65535),
+    ssh_user TEXT NOT NULL,
+    ssh_auth TEXT NOT NULL CHECK (ssh_auth IN ('none', 'key', 'password')),
+    ssh_secret BLOB,
+    tags TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'new' CHECK (status IN ('new', 'installing', 'online', 'offline', 'install_failed')),
+    status_detail TEXT,
+    agent_token_hash BLOB NOT NULL UNIQUE,
+    agent_version TEXT,
+    last_seen_at TEXT,
+    config_version INTEGER NOT NULL DEFAULT 1,
+    bytes_in INTEGER NOT NULL DEFAULT 0,
+    bytes_out INTEGER NOT NULL DEFAULT 0,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+
+  CREATE TABLE tunnels (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    entry_node_id INTEGER NOT NULL REFERENCES nodes(id),
+    exit_node_id INTEGER NOT NULL REFERENCES nodes(id),
+    listen_port INTEGER NOT NULL CHECK (listen_port BETWEEN 1 AND 65535),
+    transport TEXT NOT NULL CHECK (transport IN ('tls')),
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'up', 'down')),
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    CHECK (entry_node_id != exit_node_id)
+  ) STRICT;
+  CREATE INDEX tunnels_entry ON tunnels(entry_node_id);
+  CREATE INDEX tunnels_exit ON tunnels(exit_node_id);
+
+  CREATE TABLE rules (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    node_id INTEGER NOT NULL REFERENCES nodes(id),
+    tunnel_id INTEGER REFERENCES tunnels(id),
+    protocol TEXT NOT NULL CHECK (protocol IN ('tcp', 'udp', 'tcp+udp')),
+    listen_port INTEGER NOT NULL CHECK (listen_port BETWEEN 1 AND 65535),
+    targets TEXT NOT NULL,
+    strategy TEXT NOT NULL CHECK (strategy IN ('round_robin', 'random', 'failover')),
+    enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+    sync_state TEXT NOT NULL DEFAULT 'pending' CHECK (sync_state IN ('pending', 'applied', 'failed')),
+    sync_error TEXT,
+    sync_applied_at TEXT,
+    bytes_in INTEGER NOT NULL DEFAULT 0,
+    bytes_out INTEGER NOT NULL DEFAULT 0,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX rules_node ON rules(node_id);
+  CREATE INDEX rules_tunnel ON rules(tunnel_id);
+
+  -- Every listening port a rule or tunnel holds on a node, one row per transport protocol:
+  -- the primary key is what makes a port taken, and the row says by whom.
+  CREATE TABLE port_claims (
+    node_id INTEGER NOT NULL REFERENCES nodes(id),
+    protocol TEXT NOT NULL CHECK (protocol IN ('tcp', 'udp')),
+    port INTEGER NOT NULL,
+    rule_id INTEGER REFERENCES rules(id) ON DELETE CASCADE,
+    tunnel_id INTEGER REFERENCES tunnels(id) ON DELETE CASCADE,
+    PRIMARY KEY (node_id, protocol, port),
+    CHECK ((rule_id IS NULL) != (tunnel_id IS NULL))
+  ) STRICT;
+  CREATE INDEX port_claims_rule ON port_claims(rule_id);
+  CREATE INDEX port_claims_tunnel ON port_claims(tunnel_id);
+
+  -- Traffic per rule per minute (start as Unix seconds). No foreign keys: history outlives
+  -- the rule or node it was counted for, until traffic_retention_days prunes it.
+  CREATE TABLE traffic_buckets (
+    rule_id INTEGER NOT NULL,
+    node_id INTEGER NOT NULL,
+    bucket_start INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL DEFAULT 0,
+    bytes_out INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (rule_id, bucket_start)
+  ) STRICT;
+  CREATE INDEX traffic_time ON traffic_buckets(bucket_start);
+  CREATE INDEX traffic_node_time ON traffic_buckets(node_id, bucket_start);
+  `,
 ];

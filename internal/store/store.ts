@@ -5,8 +5,12 @@ import { join } from 'node:path';
 import { AuditStore } from './audit.ts';
 import { Database } from './database.ts';
 import { IdempotencyStore } from './idempotency.ts';
+import { NodeStore } from './nodes.ts';
+import { RuleStore } from './rules.ts';
 import { SettingsStore } from './settings.ts';
 import { TokenStore } from './tokens.ts';
+import { TrafficStore } from './traffic.ts';
+import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
 
 export class Store {
@@ -15,6 +19,10 @@ export class Store {
   readonly audit: AuditStore;
   readonly settings: SettingsStore;
   readonly idempotency: IdempotencyStore;
+  readonly nodes: NodeStore;
+  readonly rules: RuleStore;
+  readonly tunnels: TunnelStore;
+  readonly traffic: TrafficStore;
 
   constructor(readonly db: Database) {
     this.users = new UserStore(db);
@@ -22,6 +30,10 @@ export class Store {
     this.audit = new AuditStore(db);
     this.settings = new SettingsStore(db);
     this.idempotency = new IdempotencyStore(db);
+    this.nodes = new NodeStore(db);
+    this.rules = new RuleStore(db);
+    this.tunnels = new TunnelStore(db);
+    this.traffic = new TrafficStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing. */

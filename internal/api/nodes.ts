@@ -1,0 +1,225 @@
+// Nodes: servers that run the agent. SSH credentials are write-only and sealed at rest; the
+// agent token is shown once, at creation. The license caps how many nodes there may be.
+
+import { hashSecret, newSecret } from '../auth/secrets.ts';
+import { pageOf } from '../http/cursor.ts';
+import { checkIfMatch, etagOf } from '../http/etag.ts';
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { host } from '../schema/net.ts';
+import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
+import { array, integer, nullable, object, optional, string, type Infer } from '../schema/schema.ts';
+import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
+import type { App } from './app.ts';
+import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
+import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+import { transact, type Effects } from './writes.ts';
+
+const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'ssh_auth', 'version', 'created_at', 'updated_at'];
+
+export const nodeInput = object(
+  {
+    name: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/, patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -', description: 'Unique, ignoring case.' }),
+    host: host('Where the master reaches the node over SSH: hostname, IPv4 or IPv6.'),
+    ssh_port: optional(integer({ min: 1, max: 65535 }), 22),
+    ssh_user: optional(string({ min: 1, max: 32, pattern: /^[a-z_][a-z0-9_-]*$/i, patternHint: 'must be a Unix user name (letters, digits, _ and -)' }), 'root'),
+    ssh_private_key: optional(
+      nullable(
+        string({
+          min: 1,
+          max: 16384,
+          description: 'Write-only. A PEM or OpenSSH private key; absent keeps the stored credential, null removes it.',
+          refine: (v) => (/^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n[\s\S]+\r?\n-----END [A-Z0-9 ]*PRIVATE KEY-----\s*$/.test(v) ? null : 'must be a PEM or OpenSSH private key'),
+        }),
+      ),
+    ),
+    ssh_password: optional(nullable(string({ min: 1, max: 1024, description: 'Write-only; absent keeps the stored credential, null removes it.' }))),
+    tags: optional(array(string({ min: 1, max: 32, pattern: /^[A-Za-z0-9._:-]+$/, patternHint: 'must contain only letters, digits and . _ : -' }), { max: 32, unique: true }), []),
+  },
+  { name: 'NodeInput', ignore: READ_ONLY },
+);
+type NodeInput = Infer<typeof nodeInput>;
+
+const nodeProperties = {
+  id: { type: 'integer' },
+  name: { type: 'string' },
+  host: { type: 'string' },
+  ssh_port: { type: 'integer' },
+  ssh_user: { type: 'string' },
+  ssh_auth: { type: 'string', enum: ['none', 'key', 'password'], description: 'Which SSH credential is stored (never the credential itself).' },
+  tags: { type: 'array', items: { type: 'string' } },
+  status: { type: 'string', enum: [...nodeStatuses] },
+  status_detail: { type: ['string', 'null'], description: 'Why the node is in its status, e.g. the reason its agent link or install failed.' },
+  agent_version: { type: ['string', 'null'] },
+  last_seen_at: nullableTimestamp,
+  traffic: { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+  version: { type: 'integer' },
+  created_at: timestamp,
+  updated_at: timestamp,
+};
+export const nodeSchema = record('Node', nodeProperties);
+const nodeCreatedSchema = record('NodeCreated', { ...nodeProperties, agent_token: { type: 'string', description: 'The agent\'s credential (prefix mat_). Shown only in this response.' } });
+
+export function nodeView({ config_version: _, ...node }: Node) {
+  return node;
+}
+
+function credentials(app: App, body: NodeInput): SshSecret | 'keep' {
+  if (typeof body.ssh_private_key === 'string' && typeof body.ssh_password === 'string') {
+    throw validationFailed([{ pointer: '#/ssh_password', detail: 'give either ssh_private_key or ssh_password, not both' }]);
+  }
+  if (body.ssh_private_key === undefined && body.ssh_password === undefined) return 'keep';
+  if (typeof body.ssh_private_key === 'string') return { auth: 'key', sealed: app.box.seal(body.ssh_private_key) };
+  if (typeof body.ssh_password === 'string') return { auth: 'password', sealed: app.box.seal(body.ssh_password) };
+  return { auth: 'none', sealed: null };
+}
+
+function fieldsOf(body: NodeInput) {
+  return { name: body.name, host: body.host, ssh_port: body.ssh_port, ssh_user: body.ssh_user, tags: body.tags };
+}
+
+/** Creates a node inside a transaction; returns it with its agent token. Throws `license_limit`, `conflict`. */
+export function insertNode(app: App, effects: Effects, body: NodeInput): { node: Node; agent_token: string } {
+  const limit = app.licenseView().limits.max_nodes;
+  if (limit !== null && app.store.nodes.count() >= limit) {
+    throw new ApiError('license_limit', `the ${app.licenseView().edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
+  }
+  const secret = credentials(app, body);
+  const agentToken = newSecret('agent');
+  const node = app.store.nodes.insert(fieldsOf(body), secret === 'keep' ? { auth: 'none', sealed: null } : secret, hashSecret(agentToken), app.timestamp());
+  effects.audit({ action: 'node.create', resource: 'node', resource_id: node.id, changes: { after: { ...nodeView(node), ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password } } });
+  return { node, agent_token: agentToken };
+}
+
+/**
+ * Deletes a node inside a transaction. Without `cascade`, a node that still has rules or
+ * tunnels is a `conflict`; with it, those go first, each with its own audit entry.
+ */
+export function removeNode(app: App, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
+  const { store } = app;
+  const node = store.nodes.find(id);
+  if (!node) throw notFound('node', id);
+  checkIfMatch(ifMatch, node.version);
+  const tunnelIds = store.tunnels.idsOfNode(id);
+  const ruleIds = [...new Set([...store.rules.idsOfNode(id), ...tunnelIds.flatMap((t) => store.rules.idsOfTunnel(t))])];
+  if (!cascade && (ruleIds.length > 0 || tunnelIds.length > 0)) {
+    throw new ApiError('conflict', `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or pass ?cascade=true`, {
+      extra: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
+    });
+  }
+  for (const ruleId of ruleIds) {
+    const rule = store.rules.find(ruleId)!;
+    store.rules.delete(ruleId);
+    if (rule.node_id !== id) effects.touchNode(rule.node_id);
+    effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: ruleId, changes: { before: rule, cascade_from: { node: id } } });
+  }
+  for (const tunnelId of tunnelIds) {
+    const tunnel = store.tunnels.find(tunnelId)!;
+    store.tunnels.delete(tunnelId);
+    for (const other of [tunnel.entry_node_id, tunnel.exit_node_id]) if (other !== id) effects.touchNode(other);
+    effects.audit({ action: 'tunnel.delete', resource: 'tunnel', resource_id: tunnelId, changes: { before: tunnel, cascade_from: { node: id } } });
+  }
+  store.nodes.delete(id);
+  effects.audit({ action: 'node.delete', resource: 'node', resource_id: id, changes: { before: nodeView(node) } });
+}
+
+const listNodesQuery = {
+  ...listQuery,
+  status: textParam({ max: 16, values: nodeStatuses }),
+  tag: textParam({ max: 32, description: 'Only nodes carrying this tag.' }),
+  q: textParam({ max: 64, description: 'Substring of the name or host.' }),
+};
+
+export const cascadeQuery = { cascade: boolParam('Also delete what still refers to it.') };
+
+function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
+  const { limit, after } = paging(ctx.query);
+  const rows = ctx.app.store.nodes.list({ afterId: after, limit: limit + 1, status: ctx.query.status ?? null, tag: ctx.query.tag ?? null, q: ctx.query.q ?? null });
+  const page = pageOf(rows, limit);
+  return ok({ ...page, items: page.items.map(nodeView) });
+}
+
+function getNode(ctx: Ctx<undefined, {}>) {
+  const node = ctx.app.store.nodes.find(idParam(ctx));
+  if (!node) throw notFound('node', ctx.params.id!);
+  return ok(nodeView(node), { ETag: etagOf(node.version) });
+}
+
+function createNode(ctx: Ctx<NodeInput, {}>) {
+  const { node, agent_token } = transact(ctx.app, ctx, (effects) => insertNode(ctx.app, effects, ctx.body));
+  return created({ ...nodeView(node), agent_token }, { Location: `/api/nodes/${node.id}`, ETag: etagOf(node.version) });
+}
+
+function replaceNode(ctx: Ctx<NodeInput, {}>) {
+  const { app, body } = ctx;
+  const id = idParam(ctx);
+  const node = transact(app, ctx, (effects) => {
+    const current = app.store.nodes.find(id);
+    if (!current) throw notFound('node', id);
+    checkIfMatch(ctx.headers['if-match'], current.version);
+    const updated = app.store.nodes.update(id, fieldsOf(body), credentials(app, body), app.timestamp());
+    const changed = Object.keys(fieldsOf(body)).filter((k) => JSON.stringify(current[k as keyof Node]) !== JSON.stringify(updated[k as keyof Node]));
+    const after: Record<string, unknown> = Object.fromEntries(changed.map((k) => [k, updated[k as keyof Node]]));
+    if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) Object.assign(after, { ssh_auth: updated.ssh_auth, ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password });
+    effects.audit({ action: 'node.update', resource: 'node', resource_id: id, changes: { before: Object.fromEntries(changed.map((k) => [k, current[k as keyof Node]])), after } });
+    return updated;
+  });
+  return ok(nodeView(node), { ETag: etagOf(node.version) });
+}
+
+function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
+  transact(ctx.app, ctx, (effects) => removeNode(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']));
+  return noContent();
+}
+
+export const nodeRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/nodes',
+    scope: 'nodes:read',
+    summary: 'List nodes',
+    query: listNodesQuery,
+    responses: { 200: { description: 'A page of nodes', schema: pageSchema(nodeSchema) } },
+    handler: listNodes,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/nodes',
+    scope: 'nodes:write',
+    action: 'node.create',
+    summary: 'Add a node; its agent token is in this response only',
+    description: 'Give at most one SSH credential (ssh_private_key or ssh_password); it is encrypted at rest and never returned. The license limits how many nodes may exist (403 license_limit).',
+    body: nodeInput,
+    responses: { 201: { description: 'Created', schema: nodeCreatedSchema }, 403: { description: 'Lacking nodes:write, or the license allows no more nodes (license_limit)' }, 409: { description: 'The name is taken' } },
+    handler: createNode,
+  }),
+  route({
+    method: 'GET',
+    path: '/api/nodes/{id}',
+    scope: 'nodes:read',
+    summary: 'Show a node',
+    responses: { 200: { description: 'The node', schema: nodeSchema } },
+    handler: getNode,
+  }),
+  route({
+    method: 'PUT',
+    path: '/api/nodes/{id}',
+    scope: 'nodes:write',
+    action: 'node.update',
+    summary: 'Replace a node\'s settings',
+    description: 'Absent SSH credentials keep the stored one; null removes it. Status, agent and traffic fields are read-only and ignored.',
+    body: nodeInput,
+    responses: { 200: { description: 'Updated', schema: nodeSchema }, 409: { description: 'The name is taken' } },
+    handler: replaceNode,
+  }),
+  route({
+    method: 'DELETE',
+    path: '/api/nodes/{id}',
+    scope: 'nodes:write',
+    action: 'node.delete',
+    summary: 'Delete a node',
+    description: 'A node that still has rules or tunnels is 409 (listing them) unless ?cascade=true, which deletes them too, each with its own audit entry.',
+    query: cascadeQuery,
+    responses: { 204: { description: 'Deleted' }, 409: { description: 'Still has rules or tunnels' } },
+    handler: deleteNode,
+  }),
+];

@@ -1,0 +1,264 @@
+// Forwarding rules: a listening port on a node relayed to one or more targets, directly or
+// through a tunnel. Every write marks the rule pending and the node's config as changed;
+// sync reports what the node acknowledged, never that a command was sent.
+
+import { pageOf } from '../http/cursor.ts';
+import { checkIfMatch, etagOf } from '../http/etag.ts';
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { target } from '../schema/net.ts';
+import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
+import { array, boolean, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
+import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../store/rules.ts';
+import type { App } from './app.ts';
+import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
+import { created, idParam, noContent, notFound, ok, route, type Ctx, type Reply } from './route.ts';
+import { transact, type Effects } from './writes.ts';
+
+const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
+
+export const ruleInput = object(
+  {
+    name: string({ min: 1, max: 100 }),
+    node_id: integer({ ...ID, description: 'The node that listens.' }),
+    protocol: oneOf(protocols, { description: 'tcp+udp listens on the port for both.' }),
+    listen_port: integer({ min: 1, max: 65535, description: 'Unique per node and protocol.' }),
+    targets: array(target(), { min: 1, max: 16, unique: true }),
+    strategy: optional(oneOf(strategies, { description: 'How connections spread over several targets; each strategy fails over to the next target when one refuses.' }), 'round_robin'),
+    tunnel_id: optional(nullable(integer({ ...ID, description: 'Relay through this tunnel; node_id must be its entry node. The exit node dials the targets.' })), null),
+    enabled: optional(boolean(), true),
+  },
+  { name: 'RuleInput', ignore: ['id', 'sync', 'traffic', 'version', 'created_at', 'updated_at'] },
+);
+export type RuleInput = Infer<typeof ruleInput>;
+
+export const ruleSchema = record('Rule', {
+  id: { type: 'integer' },
+  name: { type: 'string' },
+  node_id: { type: 'integer' },
+  tunnel_id: { type: ['integer', 'null'] },
+  protocol: { type: 'string', enum: [...protocols] },
+  listen_port: { type: 'integer' },
+  targets: { type: 'array', items: { type: 'string' } },
+  strategy: { type: 'string', enum: [...strategies] },
+  enabled: { type: 'boolean' },
+  sync: {
+    type: 'object',
+    required: ['state', 'error', 'applied_at'],
+    properties: {
+      state: { type: 'string', enum: [...syncStates], description: 'applied: the node listens as configured; failed: the node said why in error.' },
+      error: { type: ['object', 'null'], required: ['code', 'detail'], properties: { code: { type: 'string' }, detail: { type: 'string' } } },
+      applied_at: nullableTimestamp,
+    },
+    additionalProperties: false,
+  },
+  traffic: { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+  version: { type: 'integer' },
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+
+/** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
+export function ruleReferenceErrors(app: App, fields: RuleFields, prefix = '#'): FieldError[] {
+  const errors: FieldError[] = [];
+  if (!app.store.nodes.find(fields.node_id)) errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
+  if (fields.tunnel_id !== null) {
+    const tunnel = app.store.tunnels.find(fields.tunnel_id);
+    if (!tunnel) errors.push({ pointer: `${prefix}/tunnel_id`, detail: `tunnel ${fields.tunnel_id} does not exist` });
+    else if (tunnel.entry_node_id !== fields.node_id) {
+      errors.push({ pointer: `${prefix}/node_id`, detail: `must be ${tunnel.entry_node_id}, the entry node of tunnel ${tunnel.id}` });
+    }
+  }
+  return errors;
+}
+
+function checkReferences(app: App, fields: RuleFields): void {
+  const errors = ruleReferenceErrors(app, fields);
+  if (errors.length > 0) throw validationFailed(errors);
+}
+
+/** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
+export function insertRule(app: App, effects: Effects, fields: RuleFields): Rule {
+  checkReferences(app, fields);
+  const rule = app.store.rules.insert(fields, app.timestamp());
+  effects.touchNode(rule.node_id);
+  effects.audit({ action: 'rule.create', resource: 'rule', resource_id: rule.id, changes: { after: fields } });
+  return rule;
+}
+
+/** Inside a transaction. Throws `not_found`, `precondition_failed`, `validation_failed`, `conflict`. */
+export function replaceRule(app: App, effects: Effects, id: number, fields: RuleFields, ifMatch?: string): Rule {
+  const current = app.store.rules.find(id);
+  if (!current) throw notFound('rule', id);
+  checkIfMatch(ifMatch, current.version);
+  checkReferences(app, fields);
+  const updated = app.store.rules.update(id, fields, app.timestamp());
+  effects.touchNode(current.node_id);
+  effects.touchNode(updated.node_id);
+  const keys = (Object.keys(fields) as (keyof RuleFields)[]).filter((k) => JSON.stringify(current[k]) !== JSON.stringify(fields[k]));
+  effects.audit({
+    action: 'rule.update',
+    resource: 'rule',
+    resource_id: id,
+    changes: { before: Object.fromEntries(keys.map((k) => [k, current[k]])), after: Object.fromEntries(keys.map((k) => [k, fields[k]])) },
+  });
+  return updated;
+}
+
+/** Inside a transaction. Throws `not_found`, `precondition_failed`. */
+export function removeRule(app: App, effects: Effects, id: number, ifMatch?: string): void {
+  const current = app.store.rules.find(id);
+  if (!current) throw notFound('rule', id);
+  checkIfMatch(ifMatch, current.version);
+  app.store.rules.delete(id);
+  effects.touchNode(current.node_id);
+  effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: id, changes: { before: current } });
+}
+
+export function fieldsOf(body: RuleInput): RuleFields {
+  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled } = body;
+  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled };
+}
+
+/**
+ * Asks the rules' nodes to apply their current config and waits, up to sync_wait_seconds,
+ * for each node to acknowledge. Returns the rules as they stand afterwards.
+ */
+export async function syncRules(app: App, ctx: Pick<Ctx<unknown, unknown>, 'actor'>, ids: number[]): Promise<Map<number, Rule>> {
+  const versions = transact(app, ctx, (effects) => {
+    const byNode = new Map<number, number>();
+    for (const id of ids) {
+      const rule = app.store.rules.find(id);
+      if (!rule) continue;
+      app.store.rules.markPending(id);
+      effects.touchNode(rule.node_id);
+      effects.audit({ action: 'rule.sync', resource: 'rule', resource_id: id });
+    }
+    for (const nodeId of effects.nodes) byNode.set(nodeId, app.store.nodes.find(nodeId)!.config_version);
+    return byNode;
+  });
+  const waitMs = app.settings.get('sync_wait_seconds') * 1000;
+  await Promise.all([...versions].map(([nodeId, version]) => app.sync.waitApplied(nodeId, version, waitMs)));
+  const out = new Map<number, Rule>();
+  for (const id of ids) {
+    const rule = app.store.rules.find(id);
+    if (rule) out.set(id, rule);
+  }
+  return out;
+}
+
+const listRulesQuery = {
+  ...listQuery,
+  node_id: intParam(ID),
+  tunnel_id: intParam(ID),
+  enabled: boolParam(),
+  protocol: textParam({ max: 8, values: protocols }),
+  q: textParam({ max: 100, description: 'Substring of the name.' }),
+};
+
+function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
+  const { query } = ctx;
+  const { limit, after } = paging(query);
+  const rows = ctx.app.store.rules.list({
+    afterId: after,
+    limit: limit + 1,
+    node_id: query.node_id ?? null,
+    tunnel_id: query.tunnel_id ?? null,
+    enabled: query.enabled ?? null,
+    protocol: query.protocol ?? null,
+    q: query.q ?? null,
+  });
+  return ok(pageOf(rows, limit));
+}
+
+function getRule(ctx: Ctx<undefined, {}>) {
+  const rule = ctx.app.store.rules.find(idParam(ctx));
+  if (!rule) throw notFound('rule', ctx.params.id!);
+  return ok(rule, { ETag: etagOf(rule.version) });
+}
+
+function createRule(ctx: Ctx<RuleInput, {}>) {
+  const rule = transact(ctx.app, ctx, (effects) => insertRule(ctx.app, effects, fieldsOf(ctx.body)));
+  return created(rule, { Location: `/api/rules/${rule.id}`, ETag: etagOf(rule.version) });
+}
+
+function putRule(ctx: Ctx<RuleInput, {}>) {
+  const rule = transact(ctx.app, ctx, (effects) => replaceRule(ctx.app, effects, idParam(ctx), fieldsOf(ctx.body), ctx.headers['if-match']));
+  return ok(rule, { ETag: etagOf(rule.version) });
+}
+
+function deleteRule(ctx: Ctx<undefined, {}>) {
+  transact(ctx.app, ctx, (effects) => removeRule(ctx.app, effects, idParam(ctx), ctx.headers['if-match']));
+  return noContent();
+}
+
+async function syncRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
+  const id = idParam(ctx);
+  if (!ctx.app.store.rules.find(id)) throw notFound('rule', id);
+  const rule = (await syncRules(ctx.app, ctx, [id])).get(id);
+  if (!rule) throw notFound('rule', id);
+  if (rule.sync.state === 'failed') {
+    throw new ApiError('bad_gateway', `node ${rule.node_id} could not apply rule ${id}: ${rule.sync.error?.detail ?? 'no reason given'}`, { extra: { rule } });
+  }
+  return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
+}
+
+export const ruleRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/rules',
+    scope: 'rules:read',
+    summary: 'List forwarding rules',
+    query: listRulesQuery,
+    responses: { 200: { description: 'A page of rules', schema: pageSchema(ruleSchema) } },
+    handler: listRules,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/rules',
+    scope: 'rules:write',
+    action: 'rule.create',
+    summary: 'Create a forwarding rule',
+    description: 'The rule starts with sync.state pending and is pushed to its node. A port the node already uses for the same protocol is 409 naming the rule (or tunnel) that holds it.',
+    body: ruleInput,
+    responses: { 201: { description: 'Created', schema: ruleSchema }, 409: { description: 'The port is taken on that node' } },
+    handler: createRule,
+  }),
+  route({
+    method: 'GET',
+    path: '/api/rules/{id}',
+    scope: 'rules:read',
+    summary: 'Show a forwarding rule',
+    responses: { 200: { description: 'The rule', schema: ruleSchema } },
+    handler: getRule,
+  }),
+  route({
+    method: 'PUT',
+    path: '/api/rules/{id}',
+    scope: 'rules:write',
+    action: 'rule.update',
+    summary: 'Replace a forwarding rule',
+    description: 'Moving a rule to another node pushes both nodes. Sync state and traffic are read-only and ignored.',
+    body: ruleInput,
+    responses: { 200: { description: 'Updated', schema: ruleSchema }, 409: { description: 'The port is taken on that node' } },
+    handler: putRule,
+  }),
+  route({
+    method: 'DELETE',
+    path: '/api/rules/{id}',
+    scope: 'rules:write',
+    action: 'rule.delete',
+    summary: 'Delete a forwarding rule; its node closes the port',
+    responses: { 204: { description: 'Deleted' } },
+    handler: deleteRule,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/rules/{id}/sync',
+    scope: 'rules:write',
+    action: 'rule.sync',
+    summary: 'Push a rule\'s node its config and wait for the node to acknowledge',
+    description: 'Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet (e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure (sync.error in the body\'s rule).',
+    responses: { 200: { description: 'Applied', schema: ruleSchema }, 202: { description: 'Still pending', schema: ruleSchema }, 502: { description: 'The node could not apply it' } },
+    handler: syncRule,
+  }),
+];

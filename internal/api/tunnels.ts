@@ -1,0 +1,183 @@
+// Tunnels: an encrypted link from an entry node to an exit node. Rules on the entry node
+// may relay through one; the exit node listens on listen_port for its peer.
+
+import { pageOf } from '../http/cursor.ts';
+import { checkIfMatch, etagOf } from '../http/etag.ts';
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
+import { integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
+import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
+import type { App } from './app.ts';
+import { pageSchema, paging, record, timestamp } from './common.ts';
+import { cascadeQuery } from './nodes.ts';
+import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+import { transact, type Effects } from './writes.ts';
+
+/** Where the master picks a tunnel's port on the exit node when none is given. */
+export const TUNNEL_PORTS = { min: 40000, max: 49999 };
+const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
+
+export const tunnelInput = object(
+  {
+    name: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/, patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -' }),
+    entry_node_id: integer({ ...ID, description: 'The node where traffic enters the tunnel.' }),
+    exit_node_id: integer({ ...ID, description: 'The node that dials the targets; must differ from the entry node.' }),
+    listen_port: optional(nullable(integer({ min: 1, max: 65535, description: `Where the exit node listens for the entry node. Absent or null: kept on update, otherwise chosen by the master from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}.` })), null),
+    transport: optional(oneOf(transports, { description: 'tls: mutually authenticated TLS over TCP.' }), 'tls'),
+  },
+  { name: 'TunnelInput', ignore: ['id', 'status', 'version', 'created_at', 'updated_at'] },
+);
+export type TunnelInput = Infer<typeof tunnelInput>;
+
+export const tunnelSchema = record('Tunnel', {
+  id: { type: 'integer' },
+  name: { type: 'string' },
+  entry_node_id: { type: 'integer' },
+  exit_node_id: { type: 'integer' },
+  listen_port: { type: 'integer' },
+  transport: { type: 'string', enum: [...transports] },
+  status: { type: 'string', enum: [...tunnelStatuses], description: 'pending until both agents report the link.' },
+  version: { type: 'integer' },
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+
+/** Problems with the nodes a tunnel names, as field errors under `prefix`. */
+export function tunnelReferenceErrors(app: App, body: { entry_node_id: number; exit_node_id: number }, prefix = '#'): FieldError[] {
+  const errors: FieldError[] = [];
+  for (const key of ['entry_node_id', 'exit_node_id'] as const) {
+    if (!app.store.nodes.find(body[key])) errors.push({ pointer: `${prefix}/${key}`, detail: `node ${body[key]} does not exist` });
+  }
+  if (body.entry_node_id === body.exit_node_id) errors.push({ pointer: `${prefix}/exit_node_id`, detail: 'must differ from entry_node_id' });
+  return errors;
+}
+
+function resolvePort(app: App, exitNodeId: number, requested: number | null, current?: Tunnel): number {
+  if (requested !== null) return requested;
+  if (current && current.exit_node_id === exitNodeId) return current.listen_port;
+  const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
+  if (port === null) throw new ApiError('conflict', `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`);
+  return port;
+}
+
+/** Inside a transaction. Throws `validation_failed`, `conflict`. */
+export function insertTunnel(app: App, effects: Effects, body: TunnelInput): Tunnel {
+  const errors = tunnelReferenceErrors(app, body);
+  if (errors.length > 0) throw validationFailed(errors);
+  const fields: TunnelFields = { name: body.name, entry_node_id: body.entry_node_id, exit_node_id: body.exit_node_id, transport: body.transport, listen_port: resolvePort(app, body.exit_node_id, body.listen_port) };
+  const tunnel = app.store.tunnels.insert(fields, app.timestamp());
+  effects.touchNode(tunnel.entry_node_id);
+  effects.touchNode(tunnel.exit_node_id);
+  effects.audit({ action: 'tunnel.create', resource: 'tunnel', resource_id: tunnel.id, changes: { after: fields } });
+  return tunnel;
+}
+
+/** Inside a transaction. Without `cascade`, a tunnel rules still use is a `conflict`. */
+export function removeTunnel(app: App, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
+  const tunnel = app.store.tunnels.find(id);
+  if (!tunnel) throw notFound('tunnel', id);
+  checkIfMatch(ifMatch, tunnel.version);
+  const ruleIds = app.store.rules.idsOfTunnel(id);
+  if (ruleIds.length > 0 && !cascade) {
+    throw new ApiError('conflict', `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`, { extra: { rule_ids: ruleIds } });
+  }
+  for (const ruleId of ruleIds) {
+    const rule = app.store.rules.find(ruleId)!;
+    app.store.rules.delete(ruleId);
+    effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: ruleId, changes: { before: rule, cascade_from: { tunnel: id } } });
+  }
+  app.store.tunnels.delete(id);
+  effects.touchNode(tunnel.entry_node_id);
+  effects.touchNode(tunnel.exit_node_id);
+  effects.audit({ action: 'tunnel.delete', resource: 'tunnel', resource_id: id, changes: { before: tunnel } });
+}
+
+const listTunnelsQuery = {
+  ...listQuery,
+  node_id: intParam({ ...ID, description: 'Tunnels entering or leaving at this node.' }),
+  status: textParam({ max: 16, values: tunnelStatuses }),
+  q: textParam({ max: 64, description: 'Substring of the name.' }),
+};
+
+function listTunnels(ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) {
+  const { limit, after } = paging(ctx.query);
+  const rows = ctx.app.store.tunnels.list({ afterId: after, limit: limit + 1, node_id: ctx.query.node_id ?? null, status: ctx.query.status ?? null, q: ctx.query.q ?? null });
+  return ok(pageOf(rows, limit));
+}
+
+function getTunnel(ctx: Ctx<undefined, {}>) {
+  const tunnel = ctx.app.store.tunnels.find(idParam(ctx));
+  if (!tunnel) throw notFound('tunnel', ctx.params.id!);
+  return ok(tunnel, { ETag: etagOf(tunnel.version) });
+}
+
+function createTunnel(ctx: Ctx<TunnelInput, {}>) {
+  const tunnel = transact(ctx.app, ctx, (effects) => insertTunnel(ctx.app, effects, ctx.body));
+  return created(tunnel, { Location: `/api/tunnels/${tunnel.id}`, ETag: etagOf(tunnel.version) });
+}
+
+function putTunnel(ctx: Ctx<TunnelInput, {}>) {
+  const { app, body } = ctx;
+  const id = idParam(ctx);
+  const tunnel = transact(app, ctx, (effects) => {
+    const current = app.store.tunnels.find(id);
+    if (!current) throw notFound('tunnel', id);
+    checkIfMatch(ctx.headers['if-match'], current.version);
+    const errors = tunnelReferenceErrors(app, body);
+    if (errors.length > 0) throw validationFailed(errors);
+    const users = app.store.rules.idsOfTunnel(id);
+    if (body.entry_node_id !== current.entry_node_id && users.length > 0) {
+      throw new ApiError('conflict', `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its entry node`, { extra: { rule_ids: users } });
+    }
+    const fields: TunnelFields = { name: body.name, entry_node_id: body.entry_node_id, exit_node_id: body.exit_node_id, transport: body.transport, listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current) };
+    const updated = app.store.tunnels.update(id, fields, app.timestamp());
+    for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id]) effects.touchNode(nodeId);
+    const keys = (Object.keys(fields) as (keyof TunnelFields)[]).filter((k) => current[k] !== fields[k]);
+    effects.audit({ action: 'tunnel.update', resource: 'tunnel', resource_id: id, changes: { before: Object.fromEntries(keys.map((k) => [k, current[k]])), after: Object.fromEntries(keys.map((k) => [k, fields[k]])) } });
+    return updated;
+  });
+  return ok(tunnel, { ETag: etagOf(tunnel.version) });
+}
+
+function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
+  transact(ctx.app, ctx, (effects) => removeTunnel(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']));
+  return noContent();
+}
+
+export const tunnelRoutes = [
+  route({ method: 'GET', path: '/api/tunnels', scope: 'tunnels:read', summary: 'List tunnels', query: listTunnelsQuery, responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } }, handler: listTunnels }),
+  route({
+    method: 'POST',
+    path: '/api/tunnels',
+    scope: 'tunnels:write',
+    action: 'tunnel.create',
+    summary: 'Create a tunnel between two nodes',
+    description: `Without listen_port the master picks a free port on the exit node from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}. A port the exit node already uses is 409 naming the holder.`,
+    body: tunnelInput,
+    responses: { 201: { description: 'Created', schema: tunnelSchema }, 409: { description: 'Name or port taken' } },
+    handler: createTunnel,
+  }),
+  route({ method: 'GET', path: '/api/tunnels/{id}', scope: 'tunnels:read', summary: 'Show a tunnel', responses: { 200: { description: 'The tunnel', schema: tunnelSchema } }, handler: getTunnel }),
+  route({
+    method: 'PUT',
+    path: '/api/tunnels/{id}',
+    scope: 'tunnels:write',
+    action: 'tunnel.update',
+    summary: 'Replace a tunnel',
+    description: 'The entry node cannot change while rules use the tunnel (409). An absent listen_port keeps the current one unless the exit node changes.',
+    body: tunnelInput,
+    responses: { 200: { description: 'Updated', schema: tunnelSchema }, 409: { description: 'Name or port taken, or rules pin the entry node' } },
+    handler: putTunnel,
+  }),
+  route({
+    method: 'DELETE',
+    path: '/api/tunnels/{id}',
+    scope: 'tunnels:write',
+    action: 'tunnel.delete',
+    summary: 'Delete a tunnel',
+    description: 'A tunnel that rules still use is 409 (listing them) unless ?cascade=true, which deletes those rules too.',
+    query: cascadeQuery,
+    responses: { 204: { description: 'Deleted' }, 409: { description: 'Still used by rules' } },
+    handler: deleteTunnel,
+  }),
+];

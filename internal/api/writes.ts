@@ -1,0 +1,51 @@
+// Helpers for handlers that write: one transaction with its audit entries, notifying the
+// sync hub only after the commit, and dry runs that do the same work and roll it back.
+
+import type { AuditInput } from '../store/audit.ts';
+import type { App } from './app.ts';
+import type { Ctx } from './route.ts';
+
+/** Collects what a write did: audit entries are written at once, node changes announced after commit. */
+export class Effects {
+  readonly nodes = new Set<number>();
+
+  constructor(
+    private readonly app: App,
+    private readonly ctx: Pick<Ctx<unknown, unknown>, 'actor'>,
+  ) {}
+
+  audit(entry: Omit<AuditInput, 'status'>): void {
+    this.app.store.audit.record(this.ctx.actor, { ...entry, status: 'success' }, this.app.timestamp());
+  }
+
+  /** Marks a node's desired config as changed (bumps its version inside the transaction). */
+  touchNode(nodeId: number): void {
+    if (this.nodes.has(nodeId)) return;
+    this.nodes.add(nodeId);
+    this.app.store.nodes.bumpConfig(nodeId);
+  }
+}
+
+class DryRun<T> {
+  constructor(readonly result: T) {}
+}
+
+/**
+ * Runs `fn` in one write transaction. With `dryRun`, everything is checked and done, then
+ * rolled back, so a preview fails exactly where the real call would.
+ */
+export function transact<T>(app: App, ctx: Pick<Ctx<unknown, unknown>, 'actor'>, fn: (effects: Effects) => T, dryRun = false): T {
+  const effects = new Effects(app, ctx);
+  try {
+    const result = app.store.write(() => {
+      const value = fn(effects);
+      if (dryRun) throw new DryRun(value);
+      return value;
+    });
+    for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
+    return result;
+  } catch (error) {
+    if (error instanceof DryRun) return error.result as T;
+    throw error;
+  }
+}

@@ -1,0 +1,43 @@
+// Encryption at rest for secrets the master must read back (SSH keys and passwords):
+// AES-256-GCM with a random 96-bit nonce, under a key kept in the data dir (mode 0600).
+
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+
+const KEY_BYTES = 32;
+const NONCE_BYTES = 12;
+const TAG_BYTES = 16;
+
+export class SecretBox {
+  private constructor(private readonly key: Buffer) {}
+
+  /** Reads the key at `path`, creating it on first use. Throws if it exists but is malformed. */
+  static open(path: string): SecretBox {
+    let key: Buffer;
+    try {
+      key = readFileSync(path);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      key = randomBytes(KEY_BYTES);
+      writeFileSync(path, key, { mode: 0o600, flag: 'wx' });
+    }
+    if (key.length !== KEY_BYTES) throw new Error(`${path} must hold exactly ${KEY_BYTES} bytes`);
+    return new SecretBox(key);
+  }
+
+  /** Returns nonce | tag | ciphertext. */
+  seal(plaintext: string): Buffer {
+    const nonce = randomBytes(NONCE_BYTES);
+    const cipher = createCipheriv('aes-256-gcm', this.key, nonce);
+    const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
+    return Buffer.concat([nonce, cipher.getAuthTag(), body]);
+  }
+
+  /** Throws if the box was altered or sealed under another key. */
+  open(sealed: Uint8Array): string {
+    const data = Buffer.from(sealed);
+    const decipher = createDecipheriv('aes-256-gcm', this.key, data.subarray(0, NONCE_BYTES));
+    decipher.setAuthTag(data.subarray(NONCE_BYTES, NONCE_BYTES + TAG_BYTES));
+    return Buffer.concat([decipher.update(data.subarray(NONCE_BYTES + TAG_BYTES)), decipher.final()]).toString('utf8');
+  }
+}

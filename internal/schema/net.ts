@@ -1,0 +1,48 @@
+// Hostnames, IP addresses and host:port targets. What these accept is also what later
+// reaches ssh and the agent, so they admit no spaces, quotes or shell metacharacters.
+
+import { isIPv4, isIPv6 } from 'node:net';
+import { string, type Schema } from './schema.ts';
+
+const LABEL = /^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$/;
+
+export function isHostname(value: string): boolean {
+  if (value.length > 253 || value.endsWith('.')) return false;
+  const labels = value.split('.');
+  // An all-numeric last label would be a malformed IPv4 address, not a name.
+  return labels.every((label) => LABEL.test(label)) && !/^\d+$/.test(labels[labels.length - 1]!);
+}
+
+export function isHost(value: string): boolean {
+  return isIPv4(value) || isIPv6(value) || isHostname(value);
+}
+
+export function host(description: string): Schema<string> {
+  return string({
+    min: 1,
+    max: 253,
+    description,
+    refine: (value) => (isHost(value) ? null : 'must be a hostname, an IPv4 address or an IPv6 address'),
+  });
+}
+
+/** Splits `host:port` or `[v6]:port`; null when it is not one. */
+export function parseTarget(value: string): { host: string; port: number } | null {
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(value);
+  if (!match) return null;
+  const port = Number(match[3]);
+  const name = match[1] ?? match[2]!;
+  if (port < 1 || port > 65535) return null;
+  if (match[1] !== undefined ? !isIPv6(name) : !(isIPv4(name) || isHostname(name))) return null;
+  return { host: name, port };
+}
+
+export function target(): Schema<string> {
+  return string({
+    min: 3,
+    max: 261,
+    description: 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).',
+    example: 'backend.internal:8080',
+    refine: (value) => (parseTarget(value) ? null : 'must be host:port with a port from 1 to 65535 (IPv6 in brackets)'),
+  });
+}

@@ -1,0 +1,176 @@
+// SQL for nodes. SSH credentials are stored sealed (see crypto/box.ts) and never leave
+// this module except to the installer; the agent token is stored as a hash.
+
+import { ApiError } from '../http/problem.ts';
+import type { Database } from './database.ts';
+import { isUniqueViolation } from './errors.ts';
+
+export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
+export type NodeStatus = (typeof nodeStatuses)[number];
+export type SshAuth = 'none' | 'key' | 'password';
+
+export interface Node {
+  id: number;
+  name: string;
+  host: string;
+  ssh_port: number;
+  ssh_user: string;
+  ssh_auth: SshAuth;
+  tags: string[];
+  status: NodeStatus;
+  status_detail: string | null;
+  agent_version: string | null;
+  last_seen_at: string | null;
+  config_version: number;
+  traffic: { bytes_in: number; bytes_out: number };
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface NodeFields {
+  name: string;
+  host: string;
+  ssh_port: number;
+  ssh_user: string;
+  tags: string[];
+}
+
+/** A sealed SSH credential, or 'keep' to leave the stored one as it is. */
+export type SshSecret = { auth: SshAuth; sealed: Buffer | null } | 'keep';
+
+interface Row extends Omit<Node, 'tags' | 'traffic'> {
+  tags: string;
+  bytes_in: number;
+  bytes_out: number;
+}
+
+const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version, last_seen_at,
+  config_version, bytes_in, bytes_out, version, created_at, updated_at`;
+
+function toNode({ tags, bytes_in, bytes_out, ...row }: Row): Node {
+  return { ...row, tags: JSON.parse(tags) as string[], traffic: { bytes_in, bytes_out } };
+}
+
+export interface NodeFilter {
+  afterId: number;
+  limit: number;
+  status: string | null;
+  tag: string | null;
+  q: string | null;
+}
+
+export class NodeStore {
+  private readonly byId;
+  private readonly byName;
+  private readonly listStmt;
+  private readonly insertStmt;
+  private readonly updateStmt;
+  private readonly deleteStmt;
+  private readonly countStmt;
+  private readonly byStatusStmt;
+  private readonly bumpStmt;
+  private readonly secretStmt;
+
+  constructor(db: Database) {
+    this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
+    this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
+    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM nodes
+      WHERE id > :after
+        AND (:status IS NULL OR status = :status)
+        AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag))
+        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)
+      ORDER BY id LIMIT :limit`);
+    this.insertStmt = db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags, agent_token_hash, created_at, updated_at)
+      VALUES (:name, :host, :ssh_port, :ssh_user, :ssh_auth, :ssh_secret, :tags, :agent_token_hash, :at, :at) RETURNING id`);
+    this.updateStmt = db.prepare(`UPDATE nodes SET name = :name, host = :host, ssh_port = :ssh_port, ssh_user = :ssh_user, tags = :tags,
+        ssh_auth = CASE WHEN :keep THEN ssh_auth ELSE :ssh_auth END,
+        ssh_secret = CASE WHEN :keep THEN ssh_secret ELSE :ssh_secret END,
+        version = version + 1, updated_at = :at
+      WHERE id = :id`);
+    this.deleteStmt = db.prepare('DELETE FROM nodes WHERE id = ?');
+    this.countStmt = db.prepare('SELECT count(*) AS n FROM nodes');
+    this.byStatusStmt = db.prepare('SELECT status, count(*) AS n FROM nodes GROUP BY status');
+    this.bumpStmt = db.prepare('UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version');
+    this.secretStmt = db.prepare('SELECT ssh_auth, ssh_secret FROM nodes WHERE id = ?');
+  }
+
+  find(id: number): Node | undefined {
+    const row = this.byId.get(id) as Row | undefined;
+    return row && toNode(row);
+  }
+
+  findByName(name: string): Node | undefined {
+    const row = this.byName.get(name) as Row | undefined;
+    return row && toNode(row);
+  }
+
+  list(filter: NodeFilter): Node[] {
+    const rows = this.listStmt.all({ after: filter.afterId, limit: filter.limit, status: filter.status, tag: filter.tag, q: filter.q }) as unknown as Row[];
+    return rows.map(toNode);
+  }
+
+  /** Throws `conflict` when the name is taken. */
+  insert(fields: NodeFields, secret: { auth: SshAuth; sealed: Buffer | null }, agentTokenHash: Buffer, at: string): Node {
+    return this.uniqueName(fields.name, () => {
+      const { id } = this.insertStmt.get({
+        ...fields,
+        tags: JSON.stringify(fields.tags),
+        ssh_auth: secret.auth,
+        ssh_secret: secret.sealed,
+        agent_token_hash: agentTokenHash,
+        at,
+      }) as { id: number };
+      return this.find(id)!;
+    });
+  }
+
+  /** Throws `conflict` when the name is taken. */
+  update(id: number, fields: NodeFields, secret: SshSecret, at: string): Node {
+    return this.uniqueName(fields.name, () => {
+      const keep = secret === 'keep';
+      this.updateStmt.run({
+        ...fields,
+        id,
+        tags: JSON.stringify(fields.tags),
+        keep: Number(keep),
+        ssh_auth: keep ? null : secret.auth,
+        ssh_secret: keep ? null : secret.sealed,
+        at,
+      });
+      return this.find(id)!;
+    });
+  }
+
+  delete(id: number): void {
+    this.deleteStmt.run(id);
+  }
+
+  count(): number {
+    return (this.countStmt.get() as { n: number }).n;
+  }
+
+  countByStatus(): Record<string, number> {
+    return Object.fromEntries((this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]));
+  }
+
+  /** Marks the node's desired configuration as changed; returns its new version. */
+  bumpConfig(id: number): number {
+    return (this.bumpStmt.get(id) as { config_version: number }).config_version;
+  }
+
+  sealedSecret(id: number): { auth: SshAuth; sealed: Uint8Array | null } | undefined {
+    const row = this.secretStmt.get(id) as { ssh_auth: SshAuth; ssh_secret: Uint8Array | null } | undefined;
+    return row && { auth: row.ssh_auth, sealed: row.ssh_secret };
+  }
+
+  private uniqueName<T>(name: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error;
+      const holder = this.findByName(name);
+      throw new ApiError('conflict', `a node named '${name}' exists`, { extra: holder ? { conflicting_id: holder.id } : {} });
+    }
+  }
+}

@@ -1,0 +1,195 @@
+// SQL for forwarding rules. Every insert or update claims the rule's ports (see ports.ts)
+// and resets its sync state to pending: the node has not applied the new version yet.
+
+import { ApiError } from '../http/problem.ts';
+import type { Database } from './database.ts';
+import { PortStore, transportsOf, type Claim } from './ports.ts';
+
+export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
+export type Protocol = (typeof protocols)[number];
+export const strategies = ['round_robin', 'random', 'failover'] as const;
+export type Strategy = (typeof strategies)[number];
+export const syncStates = ['pending', 'applied', 'failed'] as const;
+export type SyncState = (typeof syncStates)[number];
+
+export interface RuleFields {
+  name: string;
+  node_id: number;
+  tunnel_id: number | null;
+  protocol: Protocol;
+  listen_port: number;
+  targets: string[];
+  strategy: Strategy;
+  enabled: boolean;
+}
+
+export interface Rule extends RuleFields {
+  id: number;
+  sync: { state: SyncState; error: { code: string; detail: string } | null; applied_at: string | null };
+  traffic: { bytes_in: number; bytes_out: number };
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+interface Row extends Omit<RuleFields, 'targets' | 'enabled'> {
+  id: number;
+  targets: string;
+  enabled: number;
+  sync_state: SyncState;
+  sync_error: string | null;
+  sync_applied_at: string | null;
+  bytes_in: number;
+  bytes_out: number;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+function toRule(row: Row): Rule {
+  return {
+    id: row.id,
+    name: row.name,
+    node_id: row.node_id,
+    tunnel_id: row.tunnel_id,
+    protocol: row.protocol,
+    listen_port: row.listen_port,
+    targets: JSON.parse(row.targets) as string[],
+    strategy: row.strategy,
+    enabled: row.enabled === 1,
+    sync: { state: row.sync_state, error: row.sync_error === null ? null : JSON.parse(row.sync_error), applied_at: row.sync_applied_at },
+    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+export interface RuleFilter {
+  afterId: number;
+  limit: number;
+  node_id: number | null;
+  tunnel_id: number | null;
+  enabled: boolean | null;
+  protocol: string | null;
+  q: string | null;
+}
+
+/** The 409 for a port someone else holds, naming the holder. */
+export function portTaken(claim: Claim, port: number): ApiError {
+  const by = claim.rule_id !== null ? `rule ${claim.rule_id}` : `tunnel ${claim.tunnel_id}`;
+  return new ApiError('conflict', `port ${port}/${claim.protocol} on node ${claim.node_id} is taken by ${by}`, {
+    extra: claim.rule_id !== null ? { conflicting_rule_id: claim.rule_id } : { conflicting_tunnel_id: claim.tunnel_id },
+  });
+}
+
+export class RuleStore {
+  private readonly ports: PortStore;
+  private readonly byId;
+  private readonly listStmt;
+  private readonly insertStmt;
+  private readonly updateStmt;
+  private readonly deleteStmt;
+  private readonly byNodeStmt;
+  private readonly idsByNodeStmt;
+  private readonly idsByTunnelStmt;
+  private readonly countsStmt;
+  private readonly pendingStmt;
+
+  constructor(db: Database) {
+    this.ports = new PortStore(db);
+    this.byId = db.prepare('SELECT * FROM rules WHERE id = ?');
+    this.listStmt = db.prepare(`SELECT * FROM rules
+      WHERE id > :after
+        AND (:node_id IS NULL OR node_id = :node_id)
+        AND (:tunnel_id IS NULL OR tunnel_id = :tunnel_id)
+        AND (:enabled IS NULL OR enabled = :enabled)
+        AND (:protocol IS NULL OR protocol = :protocol)
+        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)
+      ORDER BY id LIMIT :limit`);
+    this.insertStmt = db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, created_at, updated_at)
+      VALUES (:name, :node_id, :tunnel_id, :protocol, :listen_port, :targets, :strategy, :enabled, :at, :at) RETURNING id`);
+    this.updateStmt = db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
+        listen_port = :listen_port, targets = :targets, strategy = :strategy, enabled = :enabled,
+        sync_state = 'pending', sync_error = NULL, version = version + 1, updated_at = :at
+      WHERE id = :id`);
+    this.deleteStmt = db.prepare('DELETE FROM rules WHERE id = ?');
+    this.byNodeStmt = db.prepare('SELECT * FROM rules WHERE node_id = ? ORDER BY id');
+    this.idsByNodeStmt = db.prepare('SELECT id FROM rules WHERE node_id = ? ORDER BY id');
+    this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
+    this.countsStmt = db.prepare('SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state');
+    this.pendingStmt = db.prepare("UPDATE rules SET sync_state = 'pending', sync_error = NULL WHERE id = ?");
+  }
+
+  find(id: number): Rule | undefined {
+    const row = this.byId.get(id) as Row | undefined;
+    return row && toRule(row);
+  }
+
+  list(filter: RuleFilter): Rule[] {
+    const rows = this.listStmt.all({
+      after: filter.afterId,
+      limit: filter.limit,
+      node_id: filter.node_id,
+      tunnel_id: filter.tunnel_id,
+      enabled: filter.enabled === null ? null : Number(filter.enabled),
+      protocol: filter.protocol,
+      q: filter.q,
+    }) as unknown as Row[];
+    return rows.map(toRule);
+  }
+
+  forNode(nodeId: number): Rule[] {
+    return (this.byNodeStmt.all(nodeId) as unknown as Row[]).map(toRule);
+  }
+
+  /** The claim that would stop `fields` from listening, if any (`except` is the rule being replaced). */
+  portHolder(fields: Pick<RuleFields, 'node_id' | 'protocol' | 'listen_port'>, exceptRuleId?: number): Claim | undefined {
+    return this.ports.holder(fields.node_id, transportsOf(fields.protocol), fields.listen_port, exceptRuleId === undefined ? {} : { rule_id: exceptRuleId });
+  }
+
+  /** Throws `conflict` naming the holder when the port is taken. */
+  insert(fields: RuleFields, at: string): Rule {
+    const holder = this.portHolder(fields);
+    if (holder) throw portTaken(holder, fields.listen_port);
+    const { id } = this.insertStmt.get(this.params(fields, at)) as { id: number };
+    this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
+    return this.find(id)!;
+  }
+
+  /** Throws `conflict` naming the holder when the port is taken. */
+  update(id: number, fields: RuleFields, at: string): Rule {
+    const holder = this.portHolder(fields, id);
+    if (holder) throw portTaken(holder, fields.listen_port);
+    this.updateStmt.run({ ...this.params(fields, at), id });
+    this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
+    return this.find(id)!;
+  }
+
+  delete(id: number): void {
+    this.deleteStmt.run(id);
+  }
+
+  markPending(id: number): void {
+    this.pendingStmt.run(id);
+  }
+
+  idsOfNode(nodeId: number): number[] {
+    return (this.idsByNodeStmt.all(nodeId) as { id: number }[]).map((row) => row.id);
+  }
+
+  idsOfTunnel(tunnelId: number): number[] {
+    return (this.idsByTunnelStmt.all(tunnelId) as { id: number }[]).map((row) => row.id);
+  }
+
+  counts(): { total: number; enabled: number; by_sync_state: Record<SyncState, number> } {
+    const rows = this.countsStmt.all() as { total: number; enabled: number; sync_state: SyncState }[];
+    const by = { pending: 0, applied: 0, failed: 0 };
+    for (const row of rows) by[row.sync_state] = row.total;
+    return { total: rows.reduce((n, r) => n + r.total, 0), enabled: rows.reduce((n, r) => n + r.enabled, 0), by_sync_state: by };
+  }
+
+  private params(fields: RuleFields, at: string) {
+    return { ...fields, targets: JSON.stringify(fields.targets), enabled: Number(fields.enabled), at };
+  }
+}

@@ -1,0 +1,40 @@
+// SQL for traffic: per-rule minute buckets, read back as a time series at any step.
+
+import type { Database } from './database.ts';
+
+export interface TrafficPoint {
+  at: number;
+  bytes_in: number;
+  bytes_out: number;
+}
+
+export class TrafficStore {
+  private readonly seriesStmt;
+  private readonly totalsStmt;
+  private readonly pruneStmt;
+
+  constructor(db: Database) {
+    this.seriesStmt = db.prepare(`SELECT (bucket_start / :step) * :step AS at, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
+      FROM traffic_buckets
+      WHERE bucket_start >= :from AND bucket_start < :to
+        AND (:node_id IS NULL OR node_id = :node_id)
+        AND (:rule_id IS NULL OR rule_id = :rule_id)
+      GROUP BY 1 ORDER BY 1`);
+    this.totalsStmt = db.prepare('SELECT coalesce(sum(bytes_in), 0) AS bytes_in, coalesce(sum(bytes_out), 0) AS bytes_out FROM rules');
+    this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
+  }
+
+  /** Buckets in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. */
+  series(filter: { from: number; to: number; step: number; node_id: number | null; rule_id: number | null }): TrafficPoint[] {
+    return this.seriesStmt.all(filter) as unknown as TrafficPoint[];
+  }
+
+  /** Bytes counted on all current rules. */
+  totals(): { bytes_in: number; bytes_out: number } {
+    return this.totalsStmt.get() as { bytes_in: number; bytes_out: number };
+  }
+
+  prune(beforeUnixSeconds: number): number {
+    return Number(this.pruneStmt.run(beforeUnixSeconds).changes);
+  }
+}
