@@ -2,6 +2,7 @@
 // scope check, the API reference and the scope tests all read this one list.
 
 import { auditRoutes } from './audit.ts';
+import { batchRoutes } from './batch.ts';
 import { authRoutes } from './auth.ts';
 import { licenseRoutes } from './license.ts';
 import { nodeRoutes } from './nodes.ts';
@@ -23,6 +24,7 @@ export const routes: readonly Route[] = [
   ...nodeRoutes,
   ...ruleRoutes,
   ...tunnelRoutes,
+  ...batchRoutes,
   route({
     method: 'GET',
     path: '/api/openapi.json',

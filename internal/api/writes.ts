@@ -18,6 +18,18 @@ export class Effects {
     this.app.store.audit.record(this.ctx.actor, { ...entry, status: 'success' }, this.app.timestamp());
   }
 
+  /** Runs `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
+  attempt<T>(fn: () => T): T {
+    const nodes = new Set(this.nodes);
+    try {
+      return this.app.store.db.savepoint(fn);
+    } catch (error) {
+      this.nodes.clear();
+      for (const id of nodes) this.nodes.add(id);
+      throw error;
+    }
+  }
+
   /** Marks a node's desired config as changed (bumps its version inside the transaction). */
   touchNode(nodeId: number): void {
     if (this.nodes.has(nodeId)) return;

@@ -50,6 +50,24 @@ export class Database {
     }
   }
 
+  /**
+   * Inside `write`: runs `fn` so that if it throws, only its own changes are undone and
+   * the surrounding transaction goes on (one item of a batch failing alone).
+   */
+  savepoint<T>(fn: () => T): T {
+    if (!this.inWrite) throw new Error('a savepoint needs an open write transaction');
+    this.db.exec('SAVEPOINT item');
+    try {
+      const result = fn();
+      this.db.exec('RELEASE item');
+      return result;
+    } catch (error) {
+      this.db.exec('ROLLBACK TO item');
+      this.db.exec('RELEASE item');
+      throw error;
+    }
+  }
+
   schemaVersion(): number {
     const row = this.db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as { version: number | null };
     return row.version ?? 0;

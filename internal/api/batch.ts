@@ -1,0 +1,263 @@
+// Batch endpoints. Each answers per item, in request order, never with a bare count;
+// `?dry_run=true` does the same work and rolls it back. Per-item batches run in chunks:
+// one transaction per chunk, a savepoint per item, and a yield to live requests between.
+
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { boolParam, type QueryOf } from '../schema/query.ts';
+import { array, boolean, describe, integer, nullable, object, optional, type FieldError, type Infer } from '../schema/schema.ts';
+import type { App } from './app.ts';
+import { cascadeQuery, removeNode } from './nodes.ts';
+import { created, ok, route, type Ctx, type Reply } from './route.ts';
+import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
+import { removeTunnel } from './tunnels.ts';
+import { transact, type Effects } from './writes.ts';
+
+export const MAX_BATCH = 1000;
+const CHUNK = 100;
+const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
+
+type Outcome = 'deleted' | 'created' | 'updated' | 'applied' | 'pending' | 'failed' | 'not_found' | 'conflict' | 'invalid';
+
+interface ItemResult {
+  id?: number | null;
+  index?: number;
+  outcome: Outcome;
+  error?: { code: string; detail: string; errors?: FieldError[] };
+}
+
+const idsInput = object({ ids: array(integer(ID), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` }) }, { name: 'BatchIds' });
+const dryRunQuery = { dry_run: boolParam('Check and report every item, change nothing.') };
+
+const resultsSchema = describe({
+  type: 'object',
+  required: ['dry_run', 'results'],
+  properties: {
+    dry_run: { type: 'boolean' },
+    results: {
+      type: 'array',
+      description: 'One entry per item, in request order.',
+      items: {
+        type: 'object',
+        required: ['outcome'],
+        properties: {
+          id: { type: ['integer', 'null'] },
+          index: { type: 'integer' },
+          outcome: { type: 'string', enum: ['deleted', 'created', 'updated', 'applied', 'pending', 'failed', 'not_found', 'conflict', 'invalid'] },
+          error: { type: 'object', required: ['code', 'detail'], properties: { code: { type: 'string' }, detail: { type: 'string' }, errors: { type: 'array' } } },
+        },
+      },
+    },
+  },
+});
+
+const OUTCOME_OF: Partial<Record<string, Outcome>> = {
+  not_found: 'not_found',
+  conflict: 'conflict',
+  precondition_failed: 'conflict',
+  validation_failed: 'invalid',
+  license_limit: 'invalid',
+};
+
+/** An item's failure as its result; anything unexpected is not an item's fault and propagates. */
+function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
+  const outcome = error instanceof ApiError ? OUTCOME_OF[error.code] : undefined;
+  if (!(error instanceof ApiError) || !outcome) throw error;
+  const detail: ItemResult['error'] = { code: error.code, detail: error.detail };
+  if (error.options.errors) detail.errors = error.options.errors;
+  return { ...base, outcome, error: detail };
+}
+
+async function inChunks<T>(app: App, ctx: Ctx<unknown, unknown>, items: T[], dryRun: boolean, each: (item: T, effects: Effects) => ItemResult): Promise<ItemResult[]> {
+  const results: ItemResult[] = [];
+  for (let start = 0; start < items.length; start += CHUNK) {
+    if (start > 0) await new Promise((resolve) => setImmediate(resolve));
+    const chunk = items.slice(start, start + CHUNK);
+    results.push(...transact(app, ctx, (effects) => chunk.map((item) => each(item, effects)), dryRun));
+  }
+  return results;
+}
+
+type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>;
+
+function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, done: Outcome) {
+  return async (ctx: BatchCtx): Promise<Reply> => {
+    const dryRun = ctx.query.dry_run ?? false;
+    const results = await inChunks(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
+      try {
+        effects.attempt(() => remove(ctx, effects, id));
+        return { id, outcome: done };
+      } catch (error) {
+        return failed({ id }, error);
+      }
+    });
+    return ok({ dry_run: dryRun, results });
+  };
+}
+
+const batchCreateInput = object({ rules: array(ruleInput, { min: 1, max: MAX_BATCH, description: `1 to ${MAX_BATCH} rules, as for POST /api/rules.` }) }, { name: 'RuleBatchCreate' });
+
+/** Re-roots an item's field errors under its index, e.g. `#/listen_port` -> `#/rules/7/listen_port`. */
+function underItem(index: number, error: ApiError): FieldError[] {
+  const prefix = `#/rules/${index}`;
+  if (error.options.errors) return error.options.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
+  return [{ pointer: `${prefix}/listen_port`, detail: error.detail }];
+}
+
+async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
+  const { app, body } = ctx;
+  const dryRun = ctx.query.dry_run ?? false;
+  // All or nothing, so one transaction: it cannot yield, which is why batches are capped.
+  const results = transact(app, ctx, (effects) => {
+    const errors: FieldError[] = [];
+    const batchIndex = new Map<number, number>();
+    const out: ItemResult[] = body.rules.map((input, index) => {
+      try {
+        const rule = effects.attempt(() => insertRule(app, effects, fieldsOf(input)));
+        batchIndex.set(rule.id, index);
+        return { index, id: rule.id, outcome: 'created' as const };
+      } catch (error) {
+        const result = failed({ index, id: null }, error);
+        if (error instanceof ApiError) {
+          const holder = error.options.extra?.conflicting_rule_id as number | undefined;
+          const detail = holder !== undefined && batchIndex.has(holder) ? `${error.detail.replace(/ by rule \d+$/, '')} by #/rules/${batchIndex.get(holder)}` : undefined;
+          errors.push(...underItem(index, error).map((e) => (detail ? { ...e, detail } : e)));
+        }
+        return result;
+      }
+    });
+    if (errors.length > 0) {
+      const invalid = out.filter((r) => r.outcome !== 'created').length;
+      const aborted = out.map((r) => (r.outcome === 'created' ? { index: r.index, id: null, outcome: 'invalid' as const, error: { code: 'aborted', detail: 'not created: other items failed' } } : r));
+      const failure = validationFailed(errors, `${invalid} of ${out.length} rules cannot be created; nothing was created`);
+      throw new ApiError(failure.code, failure.detail, { errors, extra: { results: aborted } });
+    }
+    return out;
+  }, dryRun);
+  if (dryRun) return ok({ dry_run: true, results: results.map((r) => ({ ...r, id: null })) });
+  return created({ dry_run: false, results });
+}
+
+const batchUpdateInput = object(
+  {
+    ids: idsInput.properties.ids,
+    changes: object(
+      {
+        enabled: optional(boolean({ description: 'Enable or disable.' })),
+        node_id: optional(integer({ ...ID, description: 'Move to this node (same port).' })),
+        tunnel_id: optional(nullable(integer({ ...ID, description: 'Relay through this tunnel, or null for direct.' }))),
+      },
+      { name: 'RuleChanges' },
+    ),
+  },
+  { name: 'RuleBatchUpdate' },
+);
+
+async function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
+  const { app, body } = ctx;
+  const changes = Object.fromEntries(Object.entries(body.changes).filter(([, v]) => v !== undefined));
+  if (Object.keys(changes).length === 0) throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
+  const dryRun = ctx.query.dry_run ?? false;
+  const results = await inChunks(app, ctx, body.ids, dryRun, (id, effects) => {
+    try {
+      const current = app.store.rules.find(id);
+      if (!current) return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
+      effects.attempt(() => replaceRule(app, effects, id, { ...fieldsFromRule(current), ...changes }));
+      return { id, outcome: 'updated' };
+    } catch (error) {
+      return failed({ id }, error);
+    }
+  });
+  return ok({ dry_run: dryRun, results });
+}
+
+function fieldsFromRule(rule: ReturnType<App['store']['rules']['find']> & {}) {
+  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled } = rule;
+  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled };
+}
+
+async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Reply> {
+  const synced = await syncRules(ctx.app, ctx, ctx.body.ids);
+  const results: ItemResult[] = ctx.body.ids.map((id) => {
+    const rule = synced.get(id);
+    if (!rule) return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
+    if (rule.sync.state === 'failed') return { id, outcome: 'failed', error: rule.sync.error ?? { code: 'failed', detail: 'the node gave no reason' } };
+    return { id, outcome: rule.sync.state };
+  });
+  return ok({ dry_run: false, results });
+}
+
+const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
+
+export const batchRoutes = [
+  route({
+    method: 'POST',
+    path: '/api/nodes/batch-delete',
+    scope: 'nodes:write',
+    action: 'node.delete',
+    summary: 'Delete several nodes',
+    description: 'Per item: deleted, not_found, or conflict (still has rules or tunnels, unless ?cascade=true).',
+    query: cascadeDryRunQuery,
+    body: idsInput,
+    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
+    handler: perId((ctx, effects, id) => removeNode(ctx.app, effects, id, ctx.query.cascade ?? false), 'deleted'),
+  }),
+  route({
+    method: 'POST',
+    path: '/api/rules/batch-delete',
+    scope: 'rules:write',
+    action: 'rule.delete',
+    summary: 'Delete several forwarding rules',
+    description: 'Per item: deleted or not_found.',
+    query: dryRunQuery,
+    body: idsInput,
+    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
+    handler: perId((ctx, effects, id) => removeRule(ctx.app, effects, id), 'deleted'),
+  }),
+  route({
+    method: 'POST',
+    path: '/api/tunnels/batch-delete',
+    scope: 'tunnels:write',
+    action: 'tunnel.delete',
+    summary: 'Delete several tunnels',
+    description: 'Per item: deleted, not_found, or conflict (still used by rules, unless ?cascade=true).',
+    query: cascadeDryRunQuery,
+    body: idsInput,
+    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
+    handler: perId((ctx, effects, id) => removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false), 'deleted'),
+  }),
+  route({
+    method: 'POST',
+    path: '/api/rules/batch-create',
+    scope: 'rules:write',
+    action: 'rule.create',
+    summary: `Create up to ${MAX_BATCH} forwarding rules, all or nothing`,
+    description: 'If any rule is invalid or its port is taken (also by an earlier rule of the same batch), nothing is created: 422 with every problem in errors (pointers like #/rules/137/listen_port) and a per-item results list.',
+    query: dryRunQuery,
+    body: batchCreateInput,
+    responses: { 200: { description: 'Dry run: what would be created', schema: resultsSchema }, 201: { description: 'All created; results carry the new ids in order', schema: resultsSchema } },
+    handler: batchCreateRules,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/rules/batch-update',
+    scope: 'rules:write',
+    action: 'rule.update',
+    summary: 'Enable, disable or move several forwarding rules',
+    description: 'Applies the same changes to every rule. Per item: updated, not_found, conflict (port taken on the new node) or invalid (e.g. the tunnel does not enter at that node).',
+    query: dryRunQuery,
+    body: batchUpdateInput,
+    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
+    handler: batchUpdateRules,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/rules/batch-sync',
+    scope: 'rules:write',
+    action: 'rule.sync',
+    summary: 'Push several rules\' nodes their config and wait for them to acknowledge',
+    description: 'Waits up to sync_wait_seconds in all. Per item: applied, pending, failed (with the node\'s error) or not_found.',
+    body: idsInput,
+    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
+    handler: batchSyncRules,
+  }),
+];

@@ -1,0 +1,147 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+
+function ruleBodies(nodeId: number, count: number, firstPort = 10000) {
+  return Array.from({ length: count }, (_, i) => ({ name: `bulk-${i}`, node_id: nodeId, protocol: 'tcp', listen_port: firstPort + i, targets: [`10.1.${(i >> 8) & 255}.${i & 255}:80`] }));
+}
+
+async function batchCreate(m: Running, rules: unknown[], query = '') {
+  return call(m.url, 'POST', `/api/rules/batch-create${query}`, { token: m.admin, body: { rules } });
+}
+
+test('batch-create makes up to 1000 rules in one call and answers with their ids in order', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const answer = await batchCreate(m, ruleBodies(n.id, 1000));
+  assert.equal(answer.status, 201, JSON.stringify(answer.body).slice(0, 300));
+  assert.equal(answer.body.results.length, 1000);
+  assert.deepEqual(answer.body.results[0], { index: 0, id: answer.body.results[0].id, outcome: 'created' });
+  assert.ok(answer.body.results.every((r: { index: number; outcome: string }, i: number) => r.index === i && r.outcome === 'created'));
+  const page = await call(m.url, 'GET', `/api/rules?node_id=${n.id}&limit=1000`, { token: m.admin });
+  assert.equal(page.body.items.length, 1000);
+  const audit = await call(m.url, 'GET', '/api/audit-logs?action=rule.create&limit=1000', { token: m.admin });
+  assert.equal(audit.body.items.length, 1000, 'one audit entry per rule');
+  assertProblem(await batchCreate(m, ruleBodies(n.id, 1001, 20000)), 422, 'validation_failed');
+});
+
+test('batch-create is all or nothing: every problem is reported with its index and nothing is created', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const holder = (await rule(m, { node_id: n.id, listen_port: 10003 })).body;
+  const before = snapshot(m);
+  const rules: Record<string, unknown>[] = ruleBodies(n.id, 8);
+  rules[2] = { ...rules[2], listen_port: 0 };
+  rules[5] = { ...rules[5], listen_port: 10001 };
+  rules[6] = { ...rules[6], node_id: 999 };
+  const answer = await batchCreate(m, rules);
+  assertProblem(answer, 422, 'validation_failed');
+  assert.deepEqual(
+    answer.body.errors.map((e: { pointer: string }) => e.pointer),
+    ['#/rules/2/listen_port'],
+    'schema problems are reported first, before anything is tried',
+  );
+  rules[2] = { ...rules[2], listen_port: 10002 };
+  const second = await batchCreate(m, rules);
+  assertProblem(second, 422, 'validation_failed');
+  assert.deepEqual(second.body.errors, [
+    { pointer: '#/rules/3/listen_port', detail: `port 10003/tcp on node ${n.id} is taken by rule ${holder.id}` },
+    { pointer: '#/rules/5/listen_port', detail: `port 10001/tcp on node ${n.id} is taken by #/rules/1` },
+    { pointer: '#/rules/6/node_id', detail: 'node 999 does not exist' },
+  ]);
+  assert.deepEqual(second.body.results.map((r: { outcome: string }) => r.outcome), ['invalid', 'invalid', 'invalid', 'conflict', 'invalid', 'conflict', 'invalid', 'invalid']);
+  assert.equal(snapshot(m), before);
+});
+
+test('batch-create dry run previews without creating', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const before = snapshot(m);
+  const answer = await batchCreate(m, ruleBodies(n.id, 3), '?dry_run=true');
+  assert.equal(answer.status, 200);
+  assert.deepEqual(answer.body, { dry_run: true, results: [0, 1, 2].map((index) => ({ index, id: null, outcome: 'created' })) });
+  assert.equal(snapshot(m), before);
+});
+
+test('batch-delete answers per id in order, audits each, and dry_run changes nothing', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const ids = (await batchCreate(m, ruleBodies(n.id, 3))).body.results.map((r: { id: number }) => r.id);
+  const before = snapshot(m);
+  const preview = await call(m.url, 'POST', '/api/rules/batch-delete?dry_run=true', { token: m.admin, body: { ids: [ids[0], 424242, ids[2]] } });
+  assert.deepEqual(preview.body.results.map((r: { outcome: string }) => r.outcome), ['deleted', 'not_found', 'deleted']);
+  assert.equal(preview.body.dry_run, true);
+  assert.equal(snapshot(m), before);
+
+  const done = await call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids: [ids[0], 424242, ids[2]] } });
+  assert.deepEqual(done.body, {
+    dry_run: false,
+    results: [
+      { id: ids[0], outcome: 'deleted' },
+      { id: 424242, outcome: 'not_found', error: { code: 'not_found', detail: 'rule 424242 does not exist' } },
+      { id: ids[2], outcome: 'deleted' },
+    ],
+  });
+  const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map((r: { id: number }) => r.id);
+  assert.deepEqual(remaining, [ids[1]]);
+  assert.equal((await call(m.url, 'GET', '/api/audit-logs?action=rule.delete', { token: m.admin })).body.items.length, 2);
+});
+
+test('batch-delete of nodes and tunnels reports conflicts per item unless cascade', async (t) => {
+  const m = await startMaster(t);
+  const busy = await node(m, 'busy');
+  const idle = await node(m, 'idle');
+  await rule(m, { node_id: busy.id, listen_port: 80 });
+  const answer = await call(m.url, 'POST', '/api/nodes/batch-delete', { token: m.admin, body: { ids: [busy.id, idle.id] } });
+  assert.deepEqual(answer.body.results.map((r: { outcome: string }) => r.outcome), ['conflict', 'deleted']);
+  assert.match(answer.body.results[0].error.detail, /cascade=true/);
+  const cascade = await call(m.url, 'POST', '/api/nodes/batch-delete?cascade=true', { token: m.admin, body: { ids: [busy.id] } });
+  assert.deepEqual(cascade.body.results, [{ id: busy.id, outcome: 'deleted' }]);
+
+  const a = await node(m, 'a');
+  const b = await node(m, 'b');
+  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 't', entry_node_id: a.id, exit_node_id: b.id } })).body;
+  await rule(m, { node_id: a.id, listen_port: 81, tunnel_id: tunnel.id });
+  const tunnels = await call(m.url, 'POST', '/api/tunnels/batch-delete', { token: m.admin, body: { ids: [tunnel.id, 999] } });
+  assert.deepEqual(tunnels.body.results.map((r: { outcome: string }) => r.outcome), ['conflict', 'not_found']);
+  const cascaded = await call(m.url, 'POST', '/api/tunnels/batch-delete?cascade=true', { token: m.admin, body: { ids: [tunnel.id] } });
+  assert.deepEqual(cascaded.body.results, [{ id: tunnel.id, outcome: 'deleted' }]);
+});
+
+test('batch-update disables or moves rules, each item on its own', async (t) => {
+  const m = await startMaster(t);
+  const from = await node(m, 'from');
+  const to = await node(m, 'to');
+  const ids = (await batchCreate(m, ruleBodies(from.id, 3))).body.results.map((r: { id: number }) => r.id);
+  await rule(m, { node_id: to.id, listen_port: 10001 });
+  const disabled = await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids: [...ids, 999], changes: { enabled: false } } });
+  assert.deepEqual(disabled.body.results.map((r: { outcome: string }) => r.outcome), ['updated', 'updated', 'updated', 'not_found']);
+  const moved = await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids, changes: { node_id: to.id } } });
+  assert.deepEqual(moved.body.results.map((r: { outcome: string }) => r.outcome), ['updated', 'conflict', 'updated']);
+  const onTo = (await call(m.url, 'GET', `/api/rules?node_id=${to.id}&enabled=false`, { token: m.admin })).body.items.map((r: { id: number }) => r.id);
+  assert.deepEqual(onTo, [ids[0], ids[2]]);
+  assertProblem(await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids, changes: {} } }), 422, 'validation_failed');
+});
+
+test('batch-sync reports each rule as the nodes acknowledged it', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const created = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const answer = await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids: [created.id, 999] } });
+  assert.deepEqual(answer.body.results, [
+    { id: created.id, outcome: 'pending' },
+    { id: 999, outcome: 'not_found', error: { code: 'not_found', detail: 'rule 999 does not exist' } },
+  ]);
+});
+
+test('a large batch yields: a request sent while it runs is answered before it finishes', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const ids = (await batchCreate(m, ruleBodies(n.id, 1000))).body.results.map((r: { id: number }) => r.id);
+  const order: string[] = [];
+  const batch = call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids } }).then((a) => order.push(`batch ${a.status}`));
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  const live = call(m.url, 'GET', '/api/auth/me', { token: m.admin }).then((a) => order.push(`live ${a.status}`));
+  await Promise.all([batch, live]);
+  assert.deepEqual(order, ['live 200', 'batch 200']);
+});
