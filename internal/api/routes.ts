@@ -3,6 +3,7 @@
 
 import { auditRoutes } from './audit.ts';
 import { batchRoutes } from './batch.ts';
+import { dashboardRoutes } from './dashboard.ts';
 import { authRoutes } from './auth.ts';
 import { licenseRoutes } from './license.ts';
 import { nodeRoutes } from './nodes.ts';
@@ -25,6 +26,7 @@ export const routes: readonly Route[] = [
   ...ruleRoutes,
   ...tunnelRoutes,
   ...batchRoutes,
+  ...dashboardRoutes,
   route({
     method: 'GET',
     path: '/api/openapi.json',

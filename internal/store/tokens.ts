@@ -70,6 +70,7 @@ export class TokenStore {
   private readonly deleteForUserStmt;
   private readonly touchStmt;
   private readonly pruneStmt;
+  private readonly countStmt;
 
   constructor(db: Database) {
     this.insertStmt = db.prepare(`INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at, expires_at)
@@ -81,6 +82,7 @@ export class TokenStore {
     this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
     this.deleteForUserStmt = db.prepare('DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id');
     this.touchStmt = db.prepare('UPDATE tokens SET last_used_at = ? WHERE id = ?');
+    this.countStmt = db.prepare("SELECT count(*) AS n FROM tokens WHERE kind = 'api'");
     this.pruneStmt = db.prepare('DELETE FROM tokens WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING id');
   }
 
@@ -126,6 +128,11 @@ export class TokenStore {
 
   touch(id: number, at: string): void {
     this.touchStmt.run(at, id);
+  }
+
+  /** How many API tokens exist (sessions are not counted). */
+  countApi(): number {
+    return (this.countStmt.get() as { n: number }).n;
   }
 
   /** Deletes expired credentials; returns their ids. */

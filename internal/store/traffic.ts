@@ -12,9 +12,12 @@ export class TrafficStore {
   private readonly seriesStmt;
   private readonly totalsStmt;
   private readonly pruneStmt;
+  private readonly bucketStmt;
+  private readonly ruleTotalStmt;
+  private readonly nodeTotalStmt;
 
   constructor(db: Database) {
-    this.seriesStmt = db.prepare(`SELECT (bucket_start / :step) * :step AS at, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
+    this.seriesStmt = db.prepare(`SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
       FROM traffic_buckets
       WHERE bucket_start >= :from AND bucket_start < :to
         AND (:node_id IS NULL OR node_id = :node_id)
@@ -22,6 +25,20 @@ export class TrafficStore {
       GROUP BY 1 ORDER BY 1`);
     this.totalsStmt = db.prepare('SELECT coalesce(sum(bytes_in), 0) AS bytes_in, coalesce(sum(bytes_out), 0) AS bytes_out FROM rules');
     this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
+    this.bucketStmt = db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?)
+      ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = bytes_in + excluded.bytes_in, bytes_out = bytes_out + excluded.bytes_out`);
+    this.ruleTotalStmt = db.prepare('UPDATE rules SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ?');
+    this.nodeTotalStmt = db.prepare('UPDATE nodes SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ?');
+  }
+
+  /**
+   * Adds bytes counted for a rule on a node at `atSeconds` to its minute bucket and to the
+   * rule's and node's totals, so buckets and totals always agree. Call inside a write.
+   */
+  record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number): void {
+    this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
+    this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId);
+    this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
   }
 
   /** Buckets in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. */

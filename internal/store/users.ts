@@ -69,7 +69,7 @@ export class UserStore {
         scopes = :scopes, disabled = :disabled, version = version + 1, updated_at = :at
       WHERE id = :id RETURNING *`);
     this.deleteStmt = db.prepare('DELETE FROM users WHERE id = ?');
-    this.countStmt = db.prepare('SELECT count(*) AS n FROM users');
+    this.countStmt = db.prepare('SELECT count(*) AS n, coalesce(sum(disabled), 0) AS disabled FROM users');
     this.holdersStmt = db.prepare(`SELECT count(*) AS n FROM users
       WHERE disabled = 0 AND id != ? AND EXISTS (SELECT 1 FROM json_each(users.scopes) WHERE value = '*')`);
   }
@@ -133,7 +133,12 @@ export class UserStore {
   }
 
   count(): number {
-    return (this.countStmt.get() as { n: number }).n;
+    return this.counts().total;
+  }
+
+  counts(): { total: number; disabled: number } {
+    const row = this.countStmt.get() as { n: number; disabled: number };
+    return { total: row.n, disabled: row.disabled };
   }
 
   /** Enabled users other than `exceptId` that hold `*`: the ones who could still administer. */

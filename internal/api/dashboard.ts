@@ -1,0 +1,125 @@
+// The dashboard: what exists and in which state, license usage, and traffic over time read
+// from the per-minute buckets the agents' reports fill.
+
+import { ApiError } from '../http/problem.ts';
+import { intParam, timeParam, type QueryOf } from '../schema/query.ts';
+import { formatTime } from '../schema/schema.ts';
+import { nodeStatuses } from '../store/nodes.ts';
+import { syncStates } from '../store/rules.ts';
+import { tunnelStatuses } from '../store/tunnels.ts';
+import { record } from './common.ts';
+import { ok, route, type Ctx } from './route.ts';
+
+const MAX_POINTS = 10_000;
+const BUCKET_SECONDS = 60;
+
+function countsOf(values: readonly string[]) {
+  return { type: 'object', required: [...values], properties: Object.fromEntries(values.map((v) => [v, { type: 'integer' }])), additionalProperties: false };
+}
+
+const bytes = { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false };
+
+const dashboardSchema = record('Dashboard', {
+  nodes: { type: 'object', required: ['total', 'by_status'], properties: { total: { type: 'integer' }, by_status: countsOf(nodeStatuses) }, additionalProperties: false },
+  rules: { type: 'object', required: ['total', 'enabled', 'by_sync_state'], properties: { total: { type: 'integer' }, enabled: { type: 'integer' }, by_sync_state: countsOf(syncStates) }, additionalProperties: false },
+  tunnels: { type: 'object', required: ['total', 'by_status'], properties: { total: { type: 'integer' }, by_status: countsOf(tunnelStatuses) }, additionalProperties: false },
+  users: { type: 'object', required: ['total', 'disabled'], properties: { total: { type: 'integer' }, disabled: { type: 'integer' } }, additionalProperties: false },
+  tokens: { type: 'object', required: ['total'], properties: { total: { type: 'integer', description: 'API tokens (not login sessions).' } }, additionalProperties: false },
+  traffic: { ...bytes, description: 'Bytes counted on the current rules since they were created.' },
+  license: {
+    type: 'object',
+    required: ['edition', 'status', 'max_nodes', 'nodes_used'],
+    properties: { edition: { type: 'string' }, status: { type: 'string' }, max_nodes: { type: ['integer', 'null'] }, nodes_used: { type: 'integer' } },
+    additionalProperties: false,
+  },
+});
+
+const trafficSchema = record('TrafficSeries', {
+  from: { type: 'string', format: 'date-time' },
+  to: { type: 'string', format: 'date-time' },
+  step: { type: 'integer' },
+  node_id: { type: ['integer', 'null'] },
+  rule_id: { type: ['integer', 'null'] },
+  points: {
+    type: 'array',
+    description: 'One point per step that saw traffic, oldest first; empty when there was none.',
+    items: { type: 'object', required: ['at', 'bytes_in', 'bytes_out'], properties: { at: { type: 'string', format: 'date-time', description: 'Start of the step.' }, bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+  },
+});
+
+function fill(values: readonly string[], counts: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(values.map((v) => [v, counts[v] ?? 0]));
+}
+
+function sum(counts: Record<string, number>): number {
+  return Object.values(counts).reduce((a, b) => a + b, 0);
+}
+
+function dashboard(ctx: Ctx<undefined, {}>) {
+  const { store } = ctx.app;
+  const nodesByStatus = fill(nodeStatuses, store.nodes.countByStatus());
+  const tunnelsByStatus = fill(tunnelStatuses, store.tunnels.countByStatus());
+  const license = ctx.app.licenseView();
+  const nodesUsed = sum(nodesByStatus);
+  return ok({
+    nodes: { total: nodesUsed, by_status: nodesByStatus },
+    rules: store.rules.counts(),
+    tunnels: { total: sum(tunnelsByStatus), by_status: tunnelsByStatus },
+    users: store.users.counts(),
+    tokens: { total: store.tokens.countApi() },
+    traffic: store.traffic.totals(),
+    license: { edition: license.edition, status: license.status, max_nodes: license.limits.max_nodes, nodes_used: nodesUsed },
+  });
+}
+
+const trafficQuery = {
+  from: timeParam('Start (inclusive); default 24 hours before `to`.'),
+  to: timeParam('End (exclusive); default now.'),
+  step: intParam({ min: BUCKET_SECONDS, max: 31 * 86_400, description: `Seconds per point, a multiple of ${BUCKET_SECONDS}; default 3600.` }),
+  node_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this node\'s rules.' }),
+  rule_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this rule.' }),
+};
+
+function badQuery(parameter: string, detail: string): ApiError {
+  return new ApiError('invalid_query', `${parameter} ${detail}`, { errors: [{ pointer: `?${parameter}`, detail }] });
+}
+
+function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
+  const { query, app } = ctx;
+  const step = query.step ?? 3600;
+  if (step % BUCKET_SECONDS !== 0) throw badQuery('step', `must be a multiple of ${BUCKET_SECONDS}`);
+  const to = Math.floor(Date.parse(query.to ?? app.timestamp()) / 1000);
+  const from = query.from === undefined ? to - 86_400 : Math.floor(Date.parse(query.from) / 1000);
+  if (from >= to) throw badQuery('from', 'must be before to');
+  if ((to - from) / step > MAX_POINTS) throw badQuery('step', `gives more than ${MAX_POINTS} points for this range; use a larger step`);
+  const points = app.store.traffic.series({ from, to, step, node_id: query.node_id ?? null, rule_id: query.rule_id ?? null });
+  return ok({
+    from: formatTime(from * 1000),
+    to: formatTime(to * 1000),
+    step,
+    node_id: query.node_id ?? null,
+    rule_id: query.rule_id ?? null,
+    points: points.map((p) => ({ at: formatTime(p.at * 1000), bytes_in: p.bytes_in, bytes_out: p.bytes_out })),
+  });
+}
+
+export const dashboardRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/dashboard',
+    scope: 'dashboard:read',
+    summary: 'Counts by state, traffic totals and license usage',
+    responses: { 200: { description: 'The dashboard', schema: dashboardSchema } },
+    handler: dashboard,
+  }),
+  route({
+    method: 'GET',
+    path: '/api/dashboard/traffic',
+    scope: 'dashboard:read',
+    summary: 'Bytes in and out over time',
+    description: `Summed from per-minute buckets reported by the agents, per step (aligned to multiples of step since the Unix epoch). At most ${MAX_POINTS} points; buckets older than traffic_retention_days are pruned.`,
+    query: trafficQuery,
+    responses: { 200: { description: 'The series', schema: trafficSchema } },
+    handler: traffic,
+  }),
+];
