@@ -10,7 +10,7 @@ import { cascadeQuery, removeNode } from './nodes.ts';
 import { created, ok, route, type Ctx, type Reply } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
-import { transact, type Effects } from './writes.ts';
+import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
 
 export const MAX_BATCH = 1000;
 const CHUNK = 100;
@@ -96,13 +96,6 @@ function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, do
 
 const batchCreateInput = object({ rules: array(ruleInput, { min: 1, max: MAX_BATCH, description: `1 to ${MAX_BATCH} rules, as for POST /api/rules.` }) }, { name: 'RuleBatchCreate' });
 
-/** Re-roots an item's field errors under its index, e.g. `#/listen_port` -> `#/rules/7/listen_port`. */
-function underItem(index: number, error: ApiError): FieldError[] {
-  const prefix = `#/rules/${index}`;
-  if (error.options.errors) return error.options.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
-  return [{ pointer: `${prefix}/listen_port`, detail: error.detail }];
-}
-
 async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
   const { app, body } = ctx;
   const dryRun = ctx.query.dry_run ?? false;
@@ -120,7 +113,7 @@ async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf
         if (error instanceof ApiError) {
           const holder = error.options.extra?.conflicting_rule_id as number | undefined;
           const detail = holder !== undefined && batchIndex.has(holder) ? `${error.detail.replace(/ by rule \d+$/, '')} by #/rules/${batchIndex.get(holder)}` : undefined;
-          errors.push(...underItem(index, error).map((e) => (detail ? { ...e, detail } : e)));
+          errors.push(...fieldErrorsUnder(`#/rules/${index}`, error).map((e) => (detail ? { ...e, detail } : e)));
         }
         return result;
       }

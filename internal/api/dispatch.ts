@@ -135,7 +135,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     }
 
     const query = parseQuery(route.query ?? {}, url.searchParams);
-    const raw = isWrite ? await readBody(req) : Buffer.alloc(0);
+    const raw = isWrite ? await readBody(req, route.maxBodyBytes) : Buffer.alloc(0);
 
     const key = req.headers['idempotency-key'];
     const idempotent = route.method === 'POST' && principal !== null && key !== undefined;

@@ -61,6 +61,8 @@ export interface RouteSpec<B, Q extends QuerySpec> {
   description?: string;
   query?: Q;
   body?: Schema<B>;
+  /** Overrides the 1 MiB body limit, for routes that take whole documents. */
+  maxBodyBytes?: number;
   responses: Record<number, ResponseDoc>;
   handler: (ctx: Ctx<B, QueryOf<Q>>) => Reply | Promise<Reply>;
 }

@@ -12,6 +12,7 @@ import { ruleRoutes } from './rules.ts';
 import { ok, route, type Route } from './route.ts';
 import { settingsRoutes } from './settings.ts';
 import { tokenRoutes } from './tokens.ts';
+import { transferRoutes } from './transfer.ts';
 import { tunnelRoutes } from './tunnels.ts';
 import { userRoutes } from './users.ts';
 
@@ -27,6 +28,7 @@ export const routes: readonly Route[] = [
   ...tunnelRoutes,
   ...batchRoutes,
   ...dashboardRoutes,
+  ...transferRoutes,
   route({
     method: 'GET',
     path: '/api/openapi.json',

@@ -1,6 +1,8 @@
 // Helpers for handlers that write: one transaction with its audit entries, notifying the
 // sync hub only after the commit, and dry runs that do the same work and roll it back.
 
+import type { ApiError } from '../http/problem.ts';
+import type { FieldError } from '../schema/schema.ts';
 import type { AuditInput } from '../store/audit.ts';
 import type { App } from './app.ts';
 import type { Ctx } from './route.ts';
@@ -60,4 +62,15 @@ export function transact<T>(app: App, ctx: Pick<Ctx<unknown, unknown>, 'actor'>,
     if (error instanceof DryRun) return error.result as T;
     throw error;
   }
+}
+
+/**
+ * An item's error as field errors under `prefix` (e.g. `#/rules/7`): its own field errors
+ * re-rooted, or for a conflict the field that collided (the port, or the name).
+ */
+export function fieldErrorsUnder(prefix: string, error: ApiError): FieldError[] {
+  if (error.options.errors) return error.options.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
+  const extra = error.options.extra ?? {};
+  const field = 'conflicting_rule_id' in extra || 'conflicting_tunnel_id' in extra ? '/listen_port' : 'conflicting_id' in extra ? '/name' : '';
+  return [{ pointer: prefix + field, detail: error.detail }];
 }

@@ -1,0 +1,228 @@
+// Export and import of the whole forwarding setup (nodes without secrets, tunnels, rules)
+// as one JSON document. Nodes and tunnels are referred to by name, which is unique, so a
+// document can be imported into another master, or edited to move a dead node's rules.
+
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { boolParam, type QueryOf } from '../schema/query.ts';
+import { array, dateTime, describe, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
+import type { Rule, RuleFields } from '../store/rules.ts';
+import type { App } from './app.ts';
+import { insertNode, nodeInput } from './nodes.ts';
+import { ok, route, type Ctx, type Reply } from './route.ts';
+import { insertRule, ruleInput } from './rules.ts';
+import { insertTunnel, tunnelInput } from './tunnels.ts';
+import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
+
+const FORMAT = 'portplane-export';
+const ALL = Number.MAX_SAFE_INTEGER;
+const nodeName = nodeInput.properties.name;
+const tunnelName = tunnelInput.properties.name;
+
+const exportedNode = object(
+  {
+    name: nodeName,
+    host: nodeInput.properties.host,
+    ssh_port: nodeInput.properties.ssh_port,
+    ssh_user: nodeInput.properties.ssh_user,
+    tags: nodeInput.properties.tags,
+  },
+  { ignore: ['id'] },
+);
+const exportedTunnel = object(
+  {
+    name: tunnelName,
+    entry_node: string({ min: 1, max: 64, description: 'Name of the entry node.' }),
+    exit_node: string({ min: 1, max: 64, description: 'Name of the exit node.' }),
+    listen_port: integer({ min: 1, max: 65535 }),
+    transport: tunnelInput.properties.transport,
+  },
+  { ignore: ['id'] },
+);
+const exportedRule = object(
+  {
+    name: ruleInput.properties.name,
+    node: string({ min: 1, max: 64, description: 'Name of the node that listens.' }),
+    tunnel: optional(nullable(string({ min: 1, max: 64, description: 'Name of the tunnel, or null.' })), null),
+    protocol: ruleInput.properties.protocol,
+    listen_port: ruleInput.properties.listen_port,
+    targets: ruleInput.properties.targets,
+    strategy: ruleInput.properties.strategy,
+    enabled: ruleInput.properties.enabled,
+  },
+  { ignore: ['id'] },
+);
+
+export const exportDocument = object(
+  {
+    format: oneOf([FORMAT]),
+    version: integer({ min: 1, max: 1, description: 'The document format version.' }),
+    exported_at: optional(dateTime()),
+    nodes: array(exportedNode, { max: 10_000 }),
+    tunnels: array(exportedTunnel, { max: 10_000 }),
+    rules: array(exportedRule, { max: 200_000 }),
+  },
+  { name: 'ExportDocument', description: 'Nodes (without SSH credentials or agent tokens), tunnels and rules; references are by name.' },
+);
+type ExportDocument = Infer<typeof exportDocument>;
+
+function exportAll(ctx: Ctx<undefined, {}>): Reply {
+  const { store } = ctx.app;
+  const nodes = store.nodes.list({ afterId: 0, limit: ALL, status: null, tag: null, q: null });
+  const tunnels = store.tunnels.list({ afterId: 0, limit: ALL, node_id: null, status: null, q: null });
+  const rules = store.rules.list({ afterId: 0, limit: ALL, node_id: null, tunnel_id: null, enabled: null, protocol: null, q: null });
+  const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
+  const tunnelNames = new Map(tunnels.map((t) => [t.id, t.name]));
+  const document: ExportDocument = {
+    format: FORMAT,
+    version: 1,
+    exported_at: ctx.app.timestamp(),
+    nodes: nodes.map(({ name, host, ssh_port, ssh_user, tags }) => ({ name, host, ssh_port, ssh_user, tags })),
+    tunnels: tunnels.map((t) => ({ name: t.name, entry_node: nodeNames.get(t.entry_node_id)!, exit_node: nodeNames.get(t.exit_node_id)!, listen_port: t.listen_port, transport: t.transport })),
+    rules: rules.map((r) => ({ name: r.name, node: nodeNames.get(r.node_id)!, tunnel: r.tunnel_id === null ? null : tunnelNames.get(r.tunnel_id)!, protocol: r.protocol, listen_port: r.listen_port, targets: r.targets, strategy: r.strategy, enabled: r.enabled })),
+  };
+  return ok(document, { 'Content-Disposition': 'attachment; filename="portplane-export.json"' });
+}
+
+interface ImportResult {
+  index: number;
+  name: string;
+  id: number | null;
+  outcome: 'created' | 'exists' | 'invalid' | 'conflict';
+  agent_token?: string;
+}
+
+function sameRule(existing: Rule, fields: RuleFields): boolean {
+  const keys: (keyof RuleFields)[] = ['name', 'node_id', 'tunnel_id', 'protocol', 'listen_port', 'targets', 'strategy', 'enabled'];
+  return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
+}
+
+function importAll(app: App, effects: Effects, doc: ExportDocument) {
+  const errors: FieldError[] = [];
+  const nodeIds = new Map<string, number>();
+  const tunnelIds = new Map<string, number>();
+  const nodeId = (name: string) => nodeIds.get(name.toLowerCase()) ?? app.store.nodes.findByName(name)?.id;
+  const tunnelId = (name: string) => tunnelIds.get(name.toLowerCase()) ?? app.store.tunnels.findByName(name)?.id;
+
+  const attempt = <T>(pointer: string, fn: () => T): T | null => {
+    try {
+      return effects.attempt(fn);
+    } catch (error) {
+      if (!(error instanceof ApiError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code)) throw error;
+      errors.push(...fieldErrorsUnder(pointer, error));
+      return null;
+    }
+  };
+  const missing = (pointer: string, kind: string, name: string) => errors.push({ pointer, detail: `${kind} '${name}' is neither in this document nor on this master` });
+
+  const nodes: ImportResult[] = doc.nodes.map((input, index) => {
+    const existing = app.store.nodes.findByName(input.name);
+    if (existing) {
+      nodeIds.set(input.name.toLowerCase(), existing.id);
+      return { index, name: input.name, id: existing.id, outcome: 'exists' };
+    }
+    const made = attempt(`#/nodes/${index}`, () => insertNode(app, effects, { ...input, ssh_private_key: undefined, ssh_password: undefined }));
+    if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
+    nodeIds.set(input.name.toLowerCase(), made.node.id);
+    return { index, name: input.name, id: made.node.id, outcome: 'created', agent_token: made.agent_token };
+  });
+
+  const tunnels: ImportResult[] = doc.tunnels.map((input, index) => {
+    const existing = app.store.tunnels.findByName(input.name);
+    if (existing) {
+      tunnelIds.set(input.name.toLowerCase(), existing.id);
+      return { index, name: input.name, id: existing.id, outcome: 'exists' };
+    }
+    const entry = nodeId(input.entry_node);
+    const exit = nodeId(input.exit_node);
+    if (entry === undefined) missing(`#/tunnels/${index}/entry_node`, 'node', input.entry_node);
+    if (exit === undefined) missing(`#/tunnels/${index}/exit_node`, 'node', input.exit_node);
+    if (entry === undefined || exit === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
+    const made = attempt(`#/tunnels/${index}`, () => insertTunnel(app, effects, { name: input.name, entry_node_id: entry, exit_node_id: exit, listen_port: input.listen_port, transport: input.transport }));
+    if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
+    tunnelIds.set(input.name.toLowerCase(), made.id);
+    return { index, name: input.name, id: made.id, outcome: 'created' };
+  });
+
+  const rules: ImportResult[] = doc.rules.map((input, index) => {
+    const node = nodeId(input.node);
+    const tunnel = input.tunnel === null ? null : tunnelId(input.tunnel);
+    if (node === undefined) missing(`#/rules/${index}/node`, 'node', input.node);
+    if (tunnel === undefined) missing(`#/rules/${index}/tunnel`, 'tunnel', input.tunnel!);
+    if (node === undefined || tunnel === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
+    const fields: RuleFields = { name: input.name, node_id: node, tunnel_id: tunnel, protocol: input.protocol, listen_port: input.listen_port, targets: input.targets, strategy: input.strategy, enabled: input.enabled };
+    const holder = app.store.rules.portHolder(fields);
+    const existing = holder?.rule_id != null ? app.store.rules.find(holder.rule_id) : undefined;
+    if (existing && sameRule(existing, fields)) return { index, name: input.name, id: existing.id, outcome: 'exists' };
+    const made = attempt(`#/rules/${index}`, () => insertRule(app, effects, fields));
+    if (!made) return { index, name: input.name, id: null, outcome: holder ? 'conflict' : 'invalid' };
+    return { index, name: input.name, id: made.id, outcome: 'created' };
+  });
+
+  const results = { nodes, tunnels, rules };
+  if (errors.length > 0) {
+    const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
+    throw new ApiError(failure.code, failure.detail, { errors, extra: { results: stripTokens(results) } });
+  }
+  return results;
+}
+
+function stripTokens(results: Record<string, ImportResult[]>) {
+  return Object.fromEntries(Object.entries(results).map(([key, items]) => [key, items.map(({ agent_token: _, ...item }) => item)]));
+}
+
+const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
+
+function importDocument(ctx: Ctx<ExportDocument, QueryOf<typeof importQuery>>): Reply {
+  const dryRun = ctx.query.dry_run ?? false;
+  const results = transact(ctx.app, ctx, (effects) => importAll(ctx.app, effects, ctx.body), dryRun);
+  return ok({ dry_run: dryRun, ...(dryRun ? stripTokens(results) : results) });
+}
+
+const importResultItem = {
+  type: 'object',
+  required: ['index', 'name', 'id', 'outcome'],
+  properties: {
+    index: { type: 'integer' },
+    name: { type: 'string' },
+    id: { type: ['integer', 'null'] },
+    outcome: { type: 'string', enum: ['created', 'exists', 'invalid', 'conflict'] },
+    agent_token: { type: 'string', description: 'For a created node: its agent token, shown only here.' },
+  },
+  additionalProperties: false,
+};
+
+export const transferRoutes = [
+  route({
+    method: 'GET',
+    path: '/api/export',
+    scope: '*',
+    summary: 'Export nodes (without secrets), tunnels and rules as one document',
+    description: 'It spans every resource, so it needs *. SSH credentials and agent tokens are never exported.',
+    responses: { 200: { description: 'The document', schema: exportDocument } },
+    handler: exportAll,
+  }),
+  route({
+    method: 'POST',
+    path: '/api/import',
+    scope: '*',
+    action: 'config.import',
+    summary: 'Recreate nodes, tunnels and rules from an export document',
+    description:
+      'All or nothing, into an empty or a populated master. Nodes and tunnels are matched by name: an existing one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in the results; their SSH credentials must be set afterwards). A rule identical to one already on its node and port is exists; a different rule holding that port is a conflict. Any problem: 422 with every pointer (#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB.',
+    query: importQuery,
+    body: exportDocument,
+    maxBodyBytes: 64 * 1024 * 1024,
+    responses: {
+      200: {
+        description: 'Per item, in document order',
+        schema: describe({
+          type: 'object',
+          required: ['dry_run', 'nodes', 'tunnels', 'rules'],
+          properties: { dry_run: { type: 'boolean' }, nodes: { type: 'array', items: importResultItem }, tunnels: { type: 'array', items: importResultItem }, rules: { type: 'array', items: importResultItem } },
+          additionalProperties: false,
+        }),
+      },
+    },
+    handler: importDocument,
+  }),
+];

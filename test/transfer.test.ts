@@ -1,0 +1,89 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+
+async function populate(m: Running) {
+  const a = await node(m, 'edge-a', { ssh_password: 'secret-password', tags: ['eu'] });
+  const b = await node(m, 'edge-b');
+  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'a-to-b', entry_node_id: a.id, exit_node_id: b.id } })).body;
+  await rule(m, { name: 'web', node_id: a.id, listen_port: 80, targets: ['10.0.0.1:80', '10.0.0.2:80'], strategy: 'failover' });
+  await rule(m, { name: 'dns', node_id: a.id, listen_port: 53, protocol: 'udp', targets: ['9.9.9.9:53'], enabled: false });
+  await rule(m, { name: 'via', node_id: a.id, listen_port: 8443, tunnel_id: tunnel.id, targets: ['[2001:db8::5]:443'] });
+}
+
+test('export lists nodes without secrets, tunnels and rules by name', async (t) => {
+  const m = await startMaster(t);
+  await populate(m);
+  const answer = await call(m.url, 'GET', '/api/export', { token: m.admin });
+  assert.equal(answer.status, 200);
+  const doc = answer.body;
+  assert.equal(doc.format, 'portplane-export');
+  assert.deepEqual(doc.nodes[0], { name: 'edge-a', host: 'edge-a.example.net', ssh_port: 22, ssh_user: 'root', tags: ['eu'] });
+  assert.deepEqual(doc.tunnels, [{ name: 'a-to-b', entry_node: 'edge-a', exit_node: 'edge-b', listen_port: 40000, transport: 'tls' }]);
+  assert.deepEqual(doc.rules[2], { name: 'via', node: 'edge-a', tunnel: 'a-to-b', protocol: 'tcp', listen_port: 8443, targets: ['[2001:db8::5]:443'], strategy: 'round_robin', enabled: true });
+  assert.ok(!JSON.stringify(doc).includes('secret-password'));
+});
+
+test('an export imported into an empty master recreates everything; importing again changes nothing', async (t) => {
+  const source = await startMaster(t);
+  await populate(source);
+  const doc = (await call(source.url, 'GET', '/api/export', { token: source.admin })).body;
+
+  const target = await startMaster(t);
+  const preview = await call(target.url, 'POST', '/api/import?dry_run=true', { token: target.admin, body: doc });
+  assert.equal(preview.status, 200, JSON.stringify(preview.body));
+  assert.deepEqual(preview.body.rules.map((r: { outcome: string }) => r.outcome), ['created', 'created', 'created']);
+  assert.equal(preview.body.nodes[0].agent_token, undefined, 'a dry run mints no tokens');
+  assert.equal((await call(target.url, 'GET', '/api/rules', { token: target.admin })).body.items.length, 0);
+
+  const imported = await call(target.url, 'POST', '/api/import', { token: target.admin, body: doc });
+  assert.equal(imported.status, 200);
+  assert.match(imported.body.nodes[0].agent_token, /^mat_/);
+  const again = (await call(target.url, 'GET', '/api/export', { token: target.admin })).body;
+  assert.deepEqual({ ...again, exported_at: null }, { ...doc, exported_at: null });
+
+  const before = snapshot(target, ['audit_log', 'tokens']);
+  const repeat = await call(target.url, 'POST', '/api/import', { token: target.admin, body: doc });
+  assert.deepEqual([...repeat.body.nodes, ...repeat.body.tunnels, ...repeat.body.rules].map((r: { outcome: string }) => r.outcome), Array(6).fill('exists'));
+  assert.equal(snapshot(target, ['audit_log', 'tokens']), before);
+});
+
+test('a dead node\'s rules move to another node by editing the document', async (t) => {
+  const m = await startMaster(t);
+  await populate(m);
+  const doc = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
+  const c = await node(m, 'edge-c');
+  const moved = {
+    ...doc,
+    nodes: [],
+    tunnels: [],
+    rules: doc.rules.filter((r: { tunnel: string | null }) => r.tunnel === null).map((r: object) => ({ ...r, node: 'edge-c' })),
+  };
+  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: moved });
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  const onC = await call(m.url, 'GET', `/api/rules?node_id=${c.id}`, { token: m.admin });
+  assert.deepEqual(onC.body.items.map((r: { name: string }) => r.name), ['web', 'dns']);
+});
+
+test('an import with problems changes nothing and points at each one', async (t) => {
+  const m = await startMaster(t);
+  await populate(m);
+  const doc = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
+  const before = snapshot(m);
+  const broken = {
+    ...doc,
+    nodes: [...doc.nodes, { name: 'edge-new', host: 'new.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }],
+    rules: [
+      ...doc.rules,
+      { ...doc.rules[0], name: 'other web', targets: ['10.9.9.9:80'] },
+      { ...doc.rules[0], node: 'nowhere', listen_port: 81 },
+      { ...doc.rules[0], tunnel: 'no-such-tunnel', listen_port: 82 },
+    ],
+  };
+  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: broken });
+  assertProblem(answer, 422, 'validation_failed');
+  assert.deepEqual(answer.body.errors.map((e: { pointer: string }) => e.pointer), ['#/rules/3/listen_port', '#/rules/4/node', '#/rules/5/tunnel']);
+  assert.deepEqual(answer.body.results.rules.map((r: { outcome: string }) => r.outcome), ['exists', 'exists', 'exists', 'conflict', 'invalid', 'invalid']);
+  assert.equal(snapshot(m), before);
+  assertProblem(await call(m.url, 'POST', '/api/import', { token: m.admin, body: { ...doc, format: 'other' } }), 422, 'validation_failed');
+});
