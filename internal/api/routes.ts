@@ -7,6 +7,7 @@ import { dashboardRoutes } from './dashboard.ts';
 import { authRoutes } from './auth.ts';
 import { licenseRoutes } from './license.ts';
 import { nodeRoutes } from './nodes.ts';
+import { describe } from '../schema/schema.ts';
 import { openApiDocument } from './openapi.ts';
 import { ruleRoutes } from './rules.ts';
 import { ok, route, type Route } from './route.ts';
@@ -34,7 +35,7 @@ export const routes: readonly Route[] = [
     path: '/api/openapi.json',
     scope: 'public',
     summary: 'This API as an OpenAPI 3.1 document, generated from the route table',
-    responses: { 200: { description: 'The OpenAPI document' } },
+    responses: { 200: { description: 'The OpenAPI document', schema: describe({ type: 'object', required: ['openapi', 'info', 'paths', 'components'] }) } },
     handler: () => ok((document ??= openApiDocument(routes))),
   }),
 ];
