@@ -2,6 +2,7 @@
 // `?dry_run=true` does the same work and rolls it back. Per-item batches run in chunks:
 // one transaction per chunk, a savepoint per item, and a yield to live requests between.
 
+import type { Scope } from '../auth/scopes.ts';
 import { ApiError, validationFailed } from '../http/problem.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import { array, boolean, describe, integer, nullable, object, optional, type FieldError, type Infer } from '../schema/schema.ts';
@@ -181,43 +182,29 @@ async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Rep
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 
+function batchDelete(resource: 'nodes' | 'rules' | 'tunnels', scope: Scope, action: string, description: string, remove: (ctx: BatchCtx, effects: Effects, id: number) => void) {
+  return route({
+    method: 'POST',
+    path: `/api/${resource}/batch-delete`,
+    scope,
+    action,
+    summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
+    description,
+    query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,
+    body: idsInput,
+    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
+    handler: perId(remove, 'deleted'),
+  });
+}
+
 export const batchRoutes = [
-  route({
-    method: 'POST',
-    path: '/api/nodes/batch-delete',
-    scope: 'nodes:write',
-    action: 'node.delete',
-    summary: 'Delete several nodes',
-    description: 'Per item: deleted, not_found, or conflict (still has rules or tunnels, unless ?cascade=true).',
-    query: cascadeDryRunQuery,
-    body: idsInput,
-    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
-    handler: perId((ctx, effects, id) => removeNode(ctx.app, effects, id, ctx.query.cascade ?? false), 'deleted'),
-  }),
-  route({
-    method: 'POST',
-    path: '/api/rules/batch-delete',
-    scope: 'rules:write',
-    action: 'rule.delete',
-    summary: 'Delete several forwarding rules',
-    description: 'Per item: deleted or not_found.',
-    query: dryRunQuery,
-    body: idsInput,
-    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
-    handler: perId((ctx, effects, id) => removeRule(ctx.app, effects, id), 'deleted'),
-  }),
-  route({
-    method: 'POST',
-    path: '/api/tunnels/batch-delete',
-    scope: 'tunnels:write',
-    action: 'tunnel.delete',
-    summary: 'Delete several tunnels',
-    description: 'Per item: deleted, not_found, or conflict (still used by rules, unless ?cascade=true).',
-    query: cascadeDryRunQuery,
-    body: idsInput,
-    responses: { 200: { description: 'One result per id', schema: resultsSchema } },
-    handler: perId((ctx, effects, id) => removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false), 'deleted'),
-  }),
+  batchDelete('nodes', 'nodes:write', 'node.delete', 'Per item: deleted, not_found, or conflict (still has rules or tunnels, unless ?cascade=true).', (ctx, effects, id) =>
+    removeNode(ctx.app, effects, id, ctx.query.cascade ?? false),
+  ),
+  batchDelete('rules', 'rules:write', 'rule.delete', 'Per item: deleted or not_found.', (ctx, effects, id) => removeRule(ctx.app, effects, id)),
+  batchDelete('tunnels', 'tunnels:write', 'tunnel.delete', 'Per item: deleted, not_found, or conflict (still used by rules, unless ?cascade=true).', (ctx, effects, id) =>
+    removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
+  ),
   route({
     method: 'POST',
     path: '/api/rules/batch-create',

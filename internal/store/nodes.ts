@@ -1,9 +1,8 @@
 // SQL for nodes. SSH credentials are stored sealed (see crypto/box.ts) and never leave
 // this module except to the installer; the agent token is stored as a hash.
 
-import { ApiError } from '../http/problem.ts';
 import type { Database } from './database.ts';
-import { isUniqueViolation } from './errors.ts';
+import { unlessTaken } from './errors.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];
@@ -112,7 +111,7 @@ export class NodeStore {
 
   /** Throws `conflict` when the name is taken. */
   insert(fields: NodeFields, secret: { auth: SshAuth; sealed: Buffer | null }, agentTokenHash: Buffer, at: string): Node {
-    return this.uniqueName(fields.name, () => {
+    return unlessTaken(`the node name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => {
       const { id } = this.insertStmt.get({
         ...fields,
         tags: JSON.stringify(fields.tags),
@@ -127,7 +126,7 @@ export class NodeStore {
 
   /** Throws `conflict` when the name is taken. */
   update(id: number, fields: NodeFields, secret: SshSecret, at: string): Node {
-    return this.uniqueName(fields.name, () => {
+    return unlessTaken(`the node name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => {
       const keep = secret === 'keep';
       this.updateStmt.run({
         ...fields,
@@ -164,13 +163,4 @@ export class NodeStore {
     return row && { auth: row.ssh_auth, sealed: row.ssh_secret };
   }
 
-  private uniqueName<T>(name: string, fn: () => T): T {
-    try {
-      return fn();
-    } catch (error) {
-      if (!isUniqueViolation(error)) throw error;
-      const holder = this.findByName(name);
-      throw new ApiError('conflict', `a node named '${name}' exists`, { extra: holder ? { conflicting_id: holder.id } : {} });
-    }
-  }
 }

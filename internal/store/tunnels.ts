@@ -1,9 +1,8 @@
 // SQL for tunnels: an encrypted link from an entry node to an exit node, which listens on
 // `listen_port` (claimed like a rule's port on the exit node).
 
-import { ApiError } from '../http/problem.ts';
 import type { Database } from './database.ts';
-import { isUniqueViolation } from './errors.ts';
+import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
 
@@ -81,7 +80,7 @@ export class TunnelStore {
   insert(fields: TunnelFields, at: string): Tunnel {
     const holder = this.ports.holder(fields.exit_node_id, ['tcp'], fields.listen_port);
     if (holder) throw portTaken(holder, fields.listen_port);
-    const id = this.uniqueName(fields.name, () => (this.insertStmt.get({ ...fields, at }) as { id: number }).id);
+    const id = unlessTaken(`the tunnel name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => (this.insertStmt.get({ ...fields, at }) as { id: number }).id);
     this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
   }
@@ -90,7 +89,7 @@ export class TunnelStore {
   update(id: number, fields: TunnelFields, at: string): Tunnel {
     const holder = this.ports.holder(fields.exit_node_id, ['tcp'], fields.listen_port, { tunnel_id: id });
     if (holder) throw portTaken(holder, fields.listen_port);
-    this.uniqueName(fields.name, () => this.updateStmt.run({ ...fields, id, at }));
+    unlessTaken(`the tunnel name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => this.updateStmt.run({ ...fields, id, at }));
     this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
   }
@@ -107,13 +106,4 @@ export class TunnelStore {
     return Object.fromEntries((this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]));
   }
 
-  private uniqueName<T>(name: string, fn: () => T): T {
-    try {
-      return fn();
-    } catch (error) {
-      if (!isUniqueViolation(error)) throw error;
-      const holder = this.findByName(name);
-      throw new ApiError('conflict', `a tunnel named '${name}' exists`, { extra: holder ? { conflicting_id: holder.id } : {} });
-    }
-  }
 }

@@ -1,9 +1,8 @@
 // SQL for users. Scopes are stored as a JSON array; usernames are unique ignoring case.
 
 import type { Scope } from '../auth/scopes.ts';
-import { ApiError } from '../http/problem.ts';
 import type { Database } from './database.ts';
-import { isUniqueViolation } from './errors.ts';
+import { unlessTaken } from './errors.ts';
 
 export interface User {
   id: number;
@@ -96,7 +95,7 @@ export class UserStore {
 
   /** Throws `conflict` when the username is taken. */
   insert(input: { username: string; password_hash: string; scopes: Scope[]; disabled: boolean }, at: string): User {
-    return this.uniqueUsername(input.username, () => {
+    return unlessTaken(`the username '${input.username}'`, () => this.findWithHash(input.username)?.id, () => {
       const row = this.insertStmt.get(
         input.username,
         input.password_hash,
@@ -115,7 +114,7 @@ export class UserStore {
     input: { username: string; password_hash: string | null; scopes: Scope[]; disabled: boolean },
     at: string,
   ): User {
-    return this.uniqueUsername(input.username, () => {
+    return unlessTaken(`the username '${input.username}'`, () => this.findWithHash(input.username)?.id, () => {
       const row = this.updateStmt.get({
         id,
         username: input.username,
@@ -146,17 +145,4 @@ export class UserStore {
     return (this.holdersStmt.get(exceptId) as { n: number }).n;
   }
 
-  private uniqueUsername<T>(username: string, fn: () => T): T {
-    try {
-      return fn();
-    } catch (error) {
-      if (isUniqueViolation(error)) {
-        const holder = this.findWithHash(username);
-        throw new ApiError('conflict', `username '${username}' is taken`, {
-          extra: holder ? { conflicting_id: holder.id } : {},
-        });
-      }
-      throw error;
-    }
-  }
 }
