@@ -1,0 +1,34 @@
+// Choosing a target for a new connection or UDP session: the rule's strategy decides the
+// order, and the caller fails over along it when a target refuses.
+
+import type { Strategy } from '../store/rules.ts';
+
+export interface Target {
+  host: string;
+  port: number;
+}
+
+export class TargetPicker {
+  private next = 0;
+
+  constructor(
+    private targets: Target[],
+    private strategy: Strategy,
+  ) {}
+
+  update(targets: Target[], strategy: Strategy): void {
+    this.targets = targets;
+    this.strategy = strategy;
+    this.next = 0;
+  }
+
+  /** Every target once, in the order to try them for one connection. */
+  order(): Target[] {
+    const n = this.targets.length;
+    if (n === 0) return [];
+    let first = 0;
+    if (this.strategy === 'round_robin') first = this.next++ % n;
+    else if (this.strategy === 'random') first = Math.floor(Math.random() * n);
+    return [...this.targets.slice(first), ...this.targets.slice(0, first)];
+  }
+}

@@ -1,0 +1,108 @@
+// A TCP listener that relays each connection to a target: half-close passes through (one
+// side's end becomes the other's end), back-pressure is pipe()'s, a refused or unreachable
+// target is skipped for the next, and bytes are read off the sockets' own counters.
+
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import type { Strategy } from '../store/rules.ts';
+import { TargetPicker, type Target } from './targets.ts';
+
+const CONNECT_TIMEOUT_MS = 5_000;
+
+export interface Counter {
+  bytes_in: number;
+  bytes_out: number;
+}
+
+export class TcpRelay {
+  private readonly server: Server;
+  private readonly picker: TargetPicker;
+  private readonly clients = new Set<Socket>();
+  /** Bytes of connections that have closed since the last `drain`. */
+  private closed: Counter = { bytes_in: 0, bytes_out: 0 };
+  /** What `drain` already counted of connections still open. */
+  private readonly counted = new WeakMap<Socket, Counter>();
+
+  constructor(targets: Target[], strategy: Strategy, maxConnections: number) {
+    this.picker = new TargetPicker(targets, strategy);
+    this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(client));
+    this.server.maxConnections = maxConnections;
+  }
+
+  /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */
+  listen(host: string, port: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen({ host, port, exclusive: true }, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+  }
+
+  update(targets: Target[], strategy: Strategy): void {
+    this.picker.update(targets, strategy);
+  }
+
+  /** Bytes relayed since the previous call: in = client to target, out = target to client. */
+  drain(): Counter {
+    const total = this.closed;
+    this.closed = { bytes_in: 0, bytes_out: 0 };
+    for (const client of this.clients) {
+      const seen = this.counted.get(client) ?? { bytes_in: 0, bytes_out: 0 };
+      total.bytes_in += client.bytesRead - seen.bytes_in;
+      total.bytes_out += client.bytesWritten - seen.bytes_out;
+      this.counted.set(client, { bytes_in: client.bytesRead, bytes_out: client.bytesWritten });
+    }
+    return total;
+  }
+
+  get connections(): number {
+    return this.clients.size;
+  }
+
+  /** Stops listening and ends every relayed connection. */
+  close(): Promise<void> {
+    for (const client of this.clients) client.destroy();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+
+  private accept(client: Socket): void {
+    this.clients.add(client);
+    client.on('error', () => client.destroy());
+    client.on('close', () => {
+      const seen = this.counted.get(client) ?? { bytes_in: 0, bytes_out: 0 };
+      this.closed.bytes_in += client.bytesRead - seen.bytes_in;
+      this.closed.bytes_out += client.bytesWritten - seen.bytes_out;
+      this.clients.delete(client);
+    });
+    this.dial(client, this.picker.order());
+  }
+
+  private dial(client: Socket, remaining: Target[]): void {
+    const target = remaining[0];
+    if (!target || client.destroyed) {
+      client.destroy();
+      return;
+    }
+    const upstream = connect({ host: target.host, port: target.port, allowHalfOpen: true, timeout: CONNECT_TIMEOUT_MS });
+    const failover = () => {
+      upstream.destroy();
+      this.dial(client, remaining.slice(1));
+    };
+    upstream.once('error', failover);
+    upstream.once('timeout', failover);
+    upstream.once('connect', () => {
+      upstream.off('error', failover);
+      upstream.off('timeout', failover);
+      upstream.setTimeout(0);
+      upstream.on('error', () => client.destroy());
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => {
+        if (!client.writableEnded) client.destroy();
+      });
+      client.pipe(upstream);
+      upstream.pipe(client);
+      client.resume();
+    });
+  }
+}

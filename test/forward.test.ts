@@ -1,0 +1,142 @@
+import assert from 'node:assert/strict';
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { Forwarder, type ForwardRule } from '../internal/forward/forwarder.ts';
+
+async function tcpEcho(t: TestContext): Promise<number> {
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
+    socket.pipe(socket);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return (server.address() as AddressInfo).port;
+}
+
+async function udpEcho(t: TestContext): Promise<number> {
+  const socket = createSocket('udp4');
+  socket.on('message', (message, from) => socket.send(message, from.port, from.address));
+  socket.bind(0, '127.0.0.1');
+  await once(socket, 'listening');
+  t.after(() => socket.close());
+  return socket.address().port;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Sends `payload`, half-closes, and collects everything until the far side ends. */
+async function roundTrip(port: number, payload: Buffer): Promise<Buffer> {
+  const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk) => chunks.push(chunk));
+  await once(socket, 'connect');
+  socket.end(payload);
+  await once(socket, 'end');
+  socket.destroy();
+  return Buffer.concat(chunks);
+}
+
+function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
+  return { id, protocol: 'tcp', listen_port, targets, strategy: 'round_robin', enabled: true, tunnel_id: null, ...extra };
+}
+
+test('TCP: bytes cross the relay both ways through a half-close, and are counted exactly', async (t) => {
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  assert.deepEqual(await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]), [{ id: 1, state: 'applied', error: null }]);
+  const payload = Buffer.alloc(3 * 1024 * 1024, 7);
+  const back = await roundTrip(port, payload);
+  assert.equal(back.length, payload.length);
+  assert.ok(back.equals(payload));
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: payload.length, bytes_out: payload.length }]);
+  assert.deepEqual(forwarder.drain(), [], 'a drain counts each byte once');
+});
+
+test('TCP: a refused target fails over to the next one', async (t) => {
+  const echo = await tcpEcho(t);
+  const dead = await freePort();
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${dead}`, `127.0.0.1:${echo}`], { strategy: 'failover' })]);
+  for (let i = 0; i < 3; i++) assert.equal((await roundTrip(port, Buffer.from('ping'))).toString(), 'ping');
+});
+
+test('UDP: datagrams are relayed per client and counted', async (t) => {
+  const echo = await udpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`], { protocol: 'udp' })]);
+  const client = createSocket('udp4');
+  t.after(() => client.close());
+  const replies: string[] = [];
+  client.on('message', (m) => replies.push(m.toString()));
+  for (const word of ['alpha', 'beta', 'gamma']) client.send(word, port, '127.0.0.1');
+  while (replies.length < 3) await once(client, 'message');
+  assert.deepEqual(replies.sort(), ['alpha', 'beta', 'gamma']);
+  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: 14, bytes_out: 14 }]);
+});
+
+test('apply is idempotent: an unchanged rule keeps its open connections; a removed rule closes its port', async (t) => {
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  const config = [rule(1, port, [`127.0.0.1:${echo}`])];
+  await forwarder.apply(config);
+  const socket: Socket = connect({ host: '127.0.0.1', port });
+  await once(socket, 'connect');
+  socket.write('one');
+  assert.equal((await once(socket, 'data'))[0].toString(), 'one');
+  await forwarder.apply(config);
+  await forwarder.apply([{ ...config[0]!, targets: [`127.0.0.1:${echo}`, `localhost:${echo}`] }]);
+  socket.write('two');
+  assert.equal((await once(socket, 'data'))[0].toString(), 'two', 'the connection survived both applies');
+  socket.destroy();
+
+  await forwarder.apply([]);
+  const refused = connect({ host: '127.0.0.1', port });
+  const [error] = await once(refused, 'error');
+  assert.equal((error as NodeJS.ErrnoException).code, 'ECONNREFUSED');
+});
+
+test('failures come back as machine codes: port in use, unresolvable targets, tunnels; disabled rules do not listen', async (t) => {
+  const echo = await tcpEcho(t);
+  const blocker = createServer().listen(0, '127.0.0.1');
+  await once(blocker, 'listening');
+  t.after(() => blocker.close());
+  const taken = (blocker.address() as AddressInfo).port;
+  const free = await freePort();
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  const results = await forwarder.apply([
+    rule(1, taken, [`127.0.0.1:${echo}`], { protocol: 'tcp+udp' }),
+    rule(2, free, ['no-such-host.invalid:80']),
+    rule(3, free, [`127.0.0.1:${echo}`], { tunnel_id: 9 }),
+    rule(4, free, [`127.0.0.1:${echo}`], { enabled: false }),
+  ]);
+  assert.deepEqual(results.map((r) => [r.id, r.state, r.error?.code ?? null]), [
+    [1, 'failed', 'port_in_use'],
+    [2, 'failed', 'target_unresolvable'],
+    [3, 'failed', 'tunnel_not_supported'],
+    [4, 'applied', null],
+  ]);
+  assert.deepEqual([...forwarder.listening()], []);
+  // The UDP half of rule 1 was not left bound when its TCP half failed.
+  const probe = createSocket('udp4');
+  probe.bind(taken, '127.0.0.1');
+  await once(probe, 'listening');
+  probe.close();
+});
