@@ -4,12 +4,14 @@
 import { build } from 'esbuild';
 import { chmodSync } from 'node:fs';
 
+// The agent runs on nodes that may carry an older Node.js, so it is built for 20.
 export const programs = {
-  master: 'cmd/master/main.ts',
-  license: 'cmd/license/main.ts',
+  master: { entry: 'cmd/master/main.ts', target: 'node24' },
+  agent: { entry: 'cmd/agent/main.ts', target: 'node20' },
+  license: { entry: 'cmd/license/main.ts', target: 'node24' },
 };
 
-for (const [name, entry] of Object.entries(programs)) {
+for (const [name, { entry, target }] of Object.entries(programs)) {
   const outfile = `dist/${name}.mjs`;
   const result = await build({
     entryPoints: [entry],
@@ -17,7 +19,7 @@ for (const [name, entry] of Object.entries(programs)) {
     bundle: true,
     platform: 'node',
     format: 'esm',
-    target: 'node24',
+    target,
     packages: 'bundle',
     legalComments: 'none',
     metafile: true,

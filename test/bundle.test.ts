@@ -17,7 +17,7 @@ test('the version constant matches package.json', () => {
 });
 
 test('each bundle is one ESM file with a shebang that imports only node: builtins', () => {
-  for (const file of ['dist/master.mjs', 'dist/license.mjs']) {
+  for (const file of ['dist/master.mjs', 'dist/agent.mjs', 'dist/license.mjs']) {
     const text = readFileSync(file, 'utf8');
     assert.ok(text.startsWith('#!/usr/bin/env node\n'), file);
     const imports = [...text.matchAll(/^\s*import\s[^'"]*['"]([^'"]+)['"]/gm), ...text.matchAll(/\bimport\(\s*['"]([^'"]+)['"]/g), ...text.matchAll(/\brequire\(\s*['"]([^'"]+)['"]/g)].map((m) => m[1]);
@@ -72,20 +72,34 @@ test('a copy of dist/master.mjs runs alone from an empty folder, prints the firs
   }
 });
 
-test('the bundle refuses an older Node.js with a clear message', (t) => {
-  // Any node on PATH other than the pinned one (CI machines carry an older system Node).
-  const older = (process.env.PATH ?? '')
+/** A node binary on PATH older than 24, other than the pinned one (CI machines carry one). */
+function olderNode(): string | undefined {
+  return (process.env.PATH ?? '')
     .split(delimiter)
     .map((dir) => join(dir, 'node'))
     .filter((bin) => existsSync(bin))
     .find((bin) => {
-      const version = spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout.trim();
-      return /^v(\d+)/.test(version) && Number(/^v(\d+)/.exec(version)![1]) < 24;
+      const version = /^v(\d+)/.exec(spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout.trim());
+      return version !== null && Number(version[1]) < 24;
     });
+}
+
+test('the master refuses an older Node.js with a clear message', (t) => {
+  const older = olderNode();
   if (!older) return t.skip('no Node.js older than 24 on PATH');
   const result = spawnSync(older, ['dist/master.mjs', '--version'], { encoding: 'utf8' });
   assert.equal(result.status, 1);
   assert.match(result.stderr, /needs Node\.js 24\.0\.0 or newer/);
+});
+
+test('the agent bundle runs on the older Node.js that nodes may carry', (t) => {
+  const older = olderNode();
+  if (!older) return t.skip('no Node.js older than 24 on PATH');
+  const version = spawnSync(older, ['dist/agent.mjs', '--version'], { encoding: 'utf8' });
+  assert.equal(version.stdout, `agent ${VERSION}\n`, version.stderr);
+  const bad = spawnSync(older, ['dist/agent.mjs', '--master', 'ftp://x'], { encoding: 'utf8', env: {} });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /http:\/\/ or https:\/\//);
 });
 
 test('--help and --version answer without starting; bad flags exit 2', () => {

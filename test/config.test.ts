@@ -27,3 +27,25 @@ test('configuration errors say what is wrong', () => {
   assert.deepEqual(parseConfig(['--help'], {}), { exit: 'help' });
   assert.deepEqual(parseConfig(['--version'], {}), { exit: 'version' });
 });
+
+test('agent configuration: flags over AGENT_* environment; the token and URL are checked', async () => {
+  const { parseAgentConfig } = await import('../cmd/agent/config.ts');
+  const token = `mat_7_${'a'.repeat(43)}`;
+  assert.deepEqual(parseAgentConfig(['--master', 'http://10.0.0.1:8080/ignored/path'], { AGENT_TOKEN: token }), {
+    config: { masterUrl: 'http://10.0.0.1:8080', token, stateDir: './agent-state', listenHost: '0.0.0.0' },
+  });
+  assert.deepEqual(parseAgentConfig(['--state-dir=/var/lib/pp', '--listen-host', '::'], { AGENT_MASTER_URL: 'https://m.example', AGENT_TOKEN: token }), {
+    config: { masterUrl: 'https://m.example', token, stateDir: '/var/lib/pp', listenHost: '::' },
+  });
+  const errors: [string[], Record<string, string>, RegExp][] = [
+    [[], { AGENT_TOKEN: token }, /--master/],
+    [['--master', 'not a url'], { AGENT_TOKEN: token }, /must be a URL/],
+    [['--master', 'http://m'], {}, /agent token/],
+    [['--master', 'http://m', '--token', 'mst_abc'], {}, /agent token/],
+    [['--master', 'http://m', '--bogus'], { AGENT_TOKEN: token }, /unknown option/],
+  ];
+  for (const [argv, env, want] of errors) {
+    const result = parseAgentConfig(argv, env);
+    assert.ok('error' in result && want.test(result.error), `${argv.join(' ')} -> ${JSON.stringify(result)}`);
+  }
+});

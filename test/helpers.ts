@@ -24,6 +24,8 @@ export interface StartOptions {
   dataDir?: string;
   /** Called with the data dir before the master starts (e.g. to place a license). */
   prepare?: (dataDir: string) => void;
+  /** A fixed port, e.g. to restart a master where its agents expect it; default: any free port. */
+  port?: number;
 }
 
 export async function startMaster(t: TestContext, options: StartOptions = {}): Promise<Running> {
@@ -31,7 +33,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
   options.prepare?.(dataDir);
   let offset = 0;
   const master = await start(
-    { host: '127.0.0.1', port: 0, dataDir, licenseKeyPath: options.licenseKeyPath ?? null, adminPassword: ADMIN_PASSWORD },
+    { host: '127.0.0.1', port: options.port ?? 0, dataDir, licenseKeyPath: options.licenseKeyPath ?? null, adminPassword: ADMIN_PASSWORD },
     silentLogger,
     () => Date.now() + offset,
   );

@@ -9,7 +9,7 @@ const KEY = '-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbm
 test('nodes: created with defaults, the agent token shown once, credentials write-only and sealed at rest', async (t) => {
   const m = await startMaster(t);
   const created = await node(m, 'edge-1', { ssh_private_key: KEY, tags: ['eu', 'edge'] });
-  assert.match(created.agent_token, /^mat_[A-Za-z0-9_-]{43}$/);
+  assert.match(created.agent_token, new RegExp(`^mat_${created.id}_[A-Za-z0-9_-]{43}$`));
   assert.deepEqual(
     { ssh_port: created.ssh_port, ssh_user: created.ssh_user, ssh_auth: created.ssh_auth, status: created.status, tags: created.tags, traffic: created.traffic },
     { ssh_port: 22, ssh_user: 'root', ssh_auth: 'key', status: 'new', tags: ['eu', 'edge'], traffic: { bytes_in: 0, bytes_out: 0 } },

@@ -2,12 +2,14 @@
 // Issues licenses: `license keygen DIR` makes an Ed25519 key pair; `license issue` signs a
 // license for the master's data dir with the private key.
 
-import '../../internal/runtime/require-node.ts';
+import { requireNode } from '../../internal/runtime/require-node.ts';
 import { randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { generateLicenseKeys, issueLicense } from '../../internal/license/license.ts';
 import { formatTime } from '../../internal/schema/schema.ts';
+
+requireNode([24, 0, 0]);
 
 const usage = `Usage:
   license keygen DIR

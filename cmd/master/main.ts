@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 // The master program: parse configuration, start, and drain cleanly on SIGTERM/SIGINT.
 
-import '../../internal/runtime/require-node.ts';
 import { createLogger } from '../../internal/log/log.ts';
+import { requireNode } from '../../internal/runtime/require-node.ts';
 import { VERSION } from '../../internal/version.ts';
 import { parseConfig, usage } from './config.ts';
 import { start } from './start.ts';
 
+// node:sqlite and its API need 24; the store loads it lazily so this check runs first.
+requireNode([24, 0, 0]);
 const log = createLogger((line) => process.stdout.write(line));
 const parsed = parseConfig(process.argv.slice(2), process.env);
 

@@ -3,6 +3,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { AgentLinks } from '../../internal/agentlink/server.ts';
 import { App } from '../../internal/api/app.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { routes } from '../../internal/api/routes.ts';
@@ -20,6 +21,7 @@ import type { MasterConfig } from './config.ts';
 export interface Master {
   url: string;
   app: App;
+  links: AgentLinks;
   close(): Promise<void>;
 }
 
@@ -71,15 +73,19 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     maintain(app);
     const timer = setInterval(() => maintain(app), MAINTENANCE_INTERVAL_MS).unref();
     const http = await listen(createDispatcher(app, routes), config.host, config.port);
+    const links = new AgentLinks(app);
+    http.server.on('upgrade', links.handleUpgrade);
     log.info('listening', { url: http.url, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });
     let closing: Promise<void> | undefined;
     return {
       url: http.url,
       app,
+      links,
       close() {
         closing ??= (async () => {
           app.draining = true;
           clearInterval(timer);
+          links.close();
           await http.close();
           store.close();
           log.info('stopped');

@@ -1,7 +1,8 @@
 // Nodes: servers that run the agent. SSH credentials are write-only and sealed at rest; the
 // agent token is shown once, at creation. The license caps how many nodes there may be.
 
-import { hashSecret, newSecret } from '../auth/secrets.ts';
+import { randomBytes } from 'node:crypto';
+import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import { pageOf } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { ApiError, validationFailed } from '../http/problem.ts';
@@ -84,8 +85,10 @@ export function insertNode(app: App, effects: Effects, body: NodeInput): { node:
     throw new ApiError('license_limit', `the ${app.licenseView().edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
   }
   const secret = credentials(app, body);
-  const agentToken = newSecret('agent');
-  const node = app.store.nodes.insert(fieldsOf(body), secret === 'keep' ? { auth: 'none', sealed: null } : secret, hashSecret(agentToken), app.timestamp());
+  // The token names the node's id, which exists only after the insert; a random hash holds its place till then.
+  const node = app.store.nodes.insert(fieldsOf(body), secret === 'keep' ? { auth: 'none', sealed: null } : secret, randomBytes(32), app.timestamp());
+  const agentToken = newAgentToken(node.id);
+  app.store.nodes.setAgentTokenHash(node.id, hashSecret(agentToken));
   effects.audit({ action: 'node.create', resource: 'node', resource_id: node.id, changes: { after: { ...nodeView(node), ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password } } });
   return { node, agent_token: agentToken };
 }

@@ -19,6 +19,24 @@ export function secretKind(secret: string): SecretKind | null {
   return null;
 }
 
+/**
+ * An agent token names its node (`mat_<node id>_<secret>`), so a failed link can be recorded
+ * on the node it claims to be, and the check is one hash comparison in constant time.
+ */
+export function newAgentToken(nodeId: number): string {
+  return `${SECRET_PREFIXES.agent}${nodeId}_${randomBytes(32).toString('base64url')}`;
+}
+
+/** The node id an agent token claims, or null when it is not of that shape. */
+export function agentTokenNode(token: string): number | null {
+  const match = /^mat_([1-9][0-9]{0,15})_[A-Za-z0-9_-]{43}$/.exec(token);
+  return match ? Number(match[1]) : null;
+}
+
+export function sameHash(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
 /** The lookup key stored in place of a secret; a fast hash suffices for 256 random bits. */
 export function hashSecret(secret: string): Buffer {
   return createHash('sha256').update(secret).digest();

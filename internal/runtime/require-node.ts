@@ -1,7 +1,5 @@
-// Imported first by each program: refuses, with a clear message, to run on a Node.js older
-// than the one it is built and tested for (node:sqlite and its API need 24).
-
-export const MIN_NODE = [24, 0, 0] as const;
+// Each program calls this first: it refuses, with a clear message, to run on a Node.js older
+// than the one it is built and tested for.
 
 function isOlder(version: readonly number[], than: readonly number[]): boolean {
   for (let i = 0; i < than.length; i++) {
@@ -11,10 +9,10 @@ function isOlder(version: readonly number[], than: readonly number[]): boolean {
   return false;
 }
 
-const tooOld = isOlder(process.versions.node.split('.').map(Number), MIN_NODE);
-if (tooOld) {
+export function requireNode(minimum: readonly [number, number, number], current = process.versions.node): void {
+  if (!isOlder(current.split('.').map(Number), minimum)) return;
   process.stderr.write(
-    `This program needs Node.js ${MIN_NODE.join('.')} or newer; this is ${process.versions.node} (${process.execPath}).\n` +
+    `This program needs Node.js ${minimum.join('.')} or newer; this is ${current} (${process.execPath}).\n` +
       'Install Node.js 24 LTS from your distribution or nodejs.org, or run it through `npm start` in the source tree, which uses the pinned runtime.\n',
   );
   process.exit(1);

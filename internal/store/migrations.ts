@@ -150,4 +150,8 @@ export const migrations: readonly string[] = [
   CREATE INDEX traffic_time ON traffic_buckets(bucket_start);
   CREATE INDEX traffic_node_time ON traffic_buckets(node_id, bucket_start);
   `,
+  /* 3: where each node's traffic report stream stands, so a resent report counts once */ `
+  ALTER TABLE nodes ADD COLUMN traffic_stream TEXT;
+  ALTER TABLE nodes ADD COLUMN traffic_seq INTEGER NOT NULL DEFAULT 0;
+  `,
 ];

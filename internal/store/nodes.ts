@@ -70,6 +70,12 @@ export class NodeStore {
   private readonly byStatusStmt;
   private readonly bumpStmt;
   private readonly secretStmt;
+  private readonly tokenStmt;
+  private readonly setTokenStmt;
+  private readonly linkStmt;
+  private readonly detailStmt;
+  private readonly streamStmt;
+  private readonly setStreamStmt;
 
   constructor(db: Database) {
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
@@ -92,6 +98,13 @@ export class NodeStore {
     this.byStatusStmt = db.prepare('SELECT status, count(*) AS n FROM nodes GROUP BY status');
     this.bumpStmt = db.prepare('UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version');
     this.secretStmt = db.prepare('SELECT ssh_auth, ssh_secret FROM nodes WHERE id = ?');
+    this.tokenStmt = db.prepare('SELECT agent_token_hash FROM nodes WHERE id = ?');
+    this.setTokenStmt = db.prepare('UPDATE nodes SET agent_token_hash = ? WHERE id = ?');
+    this.linkStmt = db.prepare(`UPDATE nodes SET status = :status, status_detail = :detail, last_seen_at = :at,
+        agent_version = coalesce(:agent_version, agent_version) WHERE id = :id`);
+    this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
+    this.streamStmt = db.prepare('SELECT traffic_stream AS stream, traffic_seq AS seq FROM nodes WHERE id = ?');
+    this.setStreamStmt = db.prepare('UPDATE nodes SET traffic_stream = ?, traffic_seq = ?, last_seen_at = ? WHERE id = ?');
   }
 
   find(id: number): Node | undefined {
@@ -156,6 +169,32 @@ export class NodeStore {
   /** Marks the node's desired configuration as changed; returns its new version. */
   bumpConfig(id: number): number {
     return (this.bumpStmt.get(id) as { config_version: number }).config_version;
+  }
+
+  agentTokenHash(id: number): Uint8Array | undefined {
+    return (this.tokenStmt.get(id) as { agent_token_hash: Uint8Array } | undefined)?.agent_token_hash;
+  }
+
+  setAgentTokenHash(id: number, hash: Buffer): void {
+    this.setTokenStmt.run(hash, id);
+  }
+
+  /** Records the agent link's state: online with its version, or offline with why. */
+  setLink(id: number, status: NodeStatus, detail: string | null, agentVersion: string | null, at: string): void {
+    this.linkStmt.run({ id, status, detail, agent_version: agentVersion, at });
+  }
+
+  setStatusDetail(id: number, detail: string): void {
+    this.detailStmt.run(detail, id);
+  }
+
+  /** Where the node's traffic report stream stands: reports at or below `seq` were counted. */
+  trafficStream(id: number): { stream: string | null; seq: number } | undefined {
+    return this.streamStmt.get(id) as { stream: string | null; seq: number } | undefined;
+  }
+
+  setTrafficStream(id: number, stream: string, seq: number, at: string): void {
+    this.setStreamStmt.run(stream, seq, at, id);
   }
 
   sealedSecret(id: number): { auth: SshAuth; sealed: Uint8Array | null } | undefined {

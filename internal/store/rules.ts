@@ -95,6 +95,7 @@ export class RuleStore {
   private readonly idsByTunnelStmt;
   private readonly countsStmt;
   private readonly pendingStmt;
+  private readonly syncStmt;
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
@@ -119,6 +120,9 @@ export class RuleStore {
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
     this.countsStmt = db.prepare('SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state');
     this.pendingStmt = db.prepare("UPDATE rules SET sync_state = 'pending', sync_error = NULL WHERE id = ?");
+    this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
+        sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END
+      WHERE id = :id AND node_id = :node_id`);
   }
 
   find(id: number): Rule | undefined {
@@ -172,6 +176,11 @@ export class RuleStore {
 
   markPending(id: number): void {
     this.pendingStmt.run(id);
+  }
+
+  /** Records what the rule's node reported for it; a rule of another node is left alone. */
+  setSync(id: number, nodeId: number, state: SyncState, error: { code: string; detail: string } | null, at: string): void {
+    this.syncStmt.run({ id, node_id: nodeId, state, error: error === null ? null : JSON.stringify(error), at });
   }
 
   idsOfNode(nodeId: number): number[] {

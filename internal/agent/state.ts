@@ -1,0 +1,66 @@
+// What the agent keeps on disk, so it forwards through a master outage and its own restart
+// and never counts traffic twice: the last applied config, and the traffic report stream.
+
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ForwardRule, RuleTraffic } from '../forward/forwarder.ts';
+
+export interface SavedConfig {
+  version: number;
+  report_interval_seconds: number;
+  rules: ForwardRule[];
+}
+
+export interface TrafficReport {
+  stream: string;
+  seq: number;
+  at: number;
+  rules: RuleTraffic[];
+}
+
+export interface TrafficState {
+  stream: string;
+  seq: number;
+  /** Reports not yet acknowledged by the master, oldest first. */
+  pending: TrafficReport[];
+}
+
+export class AgentState {
+  constructor(private readonly dir: string) {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  }
+
+  loadConfig(): SavedConfig | null {
+    return this.read<SavedConfig>('config.json');
+  }
+
+  saveConfig(config: SavedConfig): void {
+    this.write('config.json', config);
+  }
+
+  /** The report stream; a new state dir starts a new stream. */
+  loadTraffic(): TrafficState {
+    return this.read<TrafficState>('traffic.json') ?? { stream: randomUUID(), seq: 0, pending: [] };
+  }
+
+  saveTraffic(state: TrafficState): void {
+    this.write('traffic.json', state);
+  }
+
+  private read<T>(name: string): T | null {
+    try {
+      return JSON.parse(readFileSync(join(this.dir, name), 'utf8')) as T;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw new Error(`${join(this.dir, name)} is unreadable: ${(error as Error).message}`);
+    }
+  }
+
+  /** Write-then-rename, so a crash leaves the old file or the new one, never half of one. */
+  private write(name: string, value: unknown): void {
+    const path = join(this.dir, name);
+    writeFileSync(`${path}.tmp`, JSON.stringify(value), { mode: 0o600 });
+    renameSync(`${path}.tmp`, path);
+  }
+}

@@ -1,0 +1,206 @@
+// End to end with real processes on loopback: the master in-process, the agent as a child
+// process from source, echo servers as targets.
+
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { connect, createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { call, node, rule, startMaster, type Running } from './helpers.ts';
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+function startAgent(t: TestContext, master: string, token: string, stateDir: string): ChildProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'cmd/agent/main.ts', '--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'], {
+    env: { ...process.env, AGENT_TOKEN: token },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const lines: string[] = [];
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => lines.push(chunk));
+  (child as ChildProcess & { output: string[] }).output = lines;
+  t.after(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+  return child;
+}
+
+async function stopAgent(child: ChildProcess): Promise<number | null> {
+  child.kill('SIGTERM');
+  const [code] = await once(child, 'exit');
+  return code as number | null;
+}
+
+async function echoServers(t: TestContext): Promise<{ tcp: number; udp: number }> {
+  const tcp = createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(0, '127.0.0.1');
+  await once(tcp, 'listening');
+  const udp = createSocket('udp4');
+  udp.on('message', (m, from) => udp.send(m, from.port, from.address));
+  udp.bind(0, '127.0.0.1');
+  await once(udp, 'listening');
+  t.after(() => {
+    tcp.close();
+    udp.close();
+  });
+  return { tcp: (tcp.address() as AddressInfo).port, udp: udp.address().port };
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const { port } = s.address() as AddressInfo;
+  await new Promise((resolve) => s.close(resolve));
+  return port;
+}
+
+async function tcpRoundTrip(port: number, payload: Buffer): Promise<Buffer> {
+  const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
+  const chunks: Buffer[] = [];
+  socket.on('data', (c) => chunks.push(c));
+  await once(socket, 'connect');
+  socket.end(payload);
+  await once(socket, 'end');
+  socket.destroy();
+  return Buffer.concat(chunks);
+}
+
+/** 'open', or the error code of a failed connect. */
+function probe(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('connect', () => {
+      socket.destroy();
+      resolve('open');
+    });
+    socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
+  });
+}
+
+async function udpRoundTrip(port: number, words: string[]): Promise<string[]> {
+  const client = createSocket('udp4');
+  const replies: string[] = [];
+  client.on('message', (m) => replies.push(m.toString()));
+  for (const word of words) client.send(word, port, '127.0.0.1');
+  await until('UDP replies', async () => replies.length >= words.length, 5000);
+  client.close();
+  return replies.sort();
+}
+
+async function nodeOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
+}
+
+test('a rule created through the API forwards real TCP and UDP traffic on the node, and the bytes reach the dashboard', async (t) => {
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const echo = await echoServers(t);
+  const n = await node(m, 'edge');
+  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+  startAgent(t, m.url, n.agent_token, stateDir);
+  const online = await until('the node to come online', async () => {
+    const current = await nodeOf(m, n.id);
+    return current.status === 'online' && current;
+  });
+  assert.equal(online.agent_version, '0.1.0');
+  assert.ok(online.last_seen_at);
+
+  const tcpPort = await freePort();
+  const udpPort = await freePort();
+  const tcpRule = (await rule(m, { node_id: n.id, listen_port: tcpPort, targets: [`127.0.0.1:${echo.tcp}`] })).body;
+  const udpRule = (await rule(m, { node_id: n.id, listen_port: udpPort, protocol: 'udp', targets: [`127.0.0.1:${echo.udp}`] })).body;
+  const synced = await call(m.url, 'POST', `/api/rules/${tcpRule.id}/sync`, { token: m.admin });
+  assert.equal(synced.status, 200, JSON.stringify(synced.body));
+  assert.equal(synced.body.sync.state, 'applied');
+  assert.ok(synced.body.sync.applied_at);
+  const batch = await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids: [tcpRule.id, udpRule.id] } });
+  assert.deepEqual(batch.body.results, [{ id: tcpRule.id, outcome: 'applied' }, { id: udpRule.id, outcome: 'applied' }]);
+
+  const payload = Buffer.alloc(256 * 1024, 42);
+  assert.ok((await tcpRoundTrip(tcpPort, payload)).equals(payload));
+  assert.deepEqual(await udpRoundTrip(udpPort, ['one', 'two', 'three']), ['one', 'three', 'two']);
+
+  const counted = await until('the traffic to be reported', async () => {
+    const tcp = (await call(m.url, 'GET', `/api/rules/${tcpRule.id}`, { token: m.admin })).body.traffic;
+    const udp = (await call(m.url, 'GET', `/api/rules/${udpRule.id}`, { token: m.admin })).body.traffic;
+    return tcp.bytes_in === payload.length && tcp.bytes_out === payload.length && udp.bytes_in === 11 && udp.bytes_out === 11 && { tcp, udp };
+  });
+  assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
+  const series = (await call(m.url, 'GET', `/api/dashboard/traffic?step=60&from=${new Date(Date.now() - 600_000).toISOString()}&to=${new Date(Date.now() + 120_000).toISOString()}`, { token: m.admin })).body;
+  const sum = series.points.reduce((acc: number, p: { bytes_in: number }) => acc + p.bytes_in, 0);
+  assert.equal(sum, payload.length + 11, 'the buckets add up to the rules\' totals, which are the bytes that crossed');
+  assert.deepEqual((await nodeOf(m, n.id)).traffic, { bytes_in: payload.length + 11, bytes_out: payload.length + 11 });
+});
+
+test('a port in use on the node is a failed sync with the node\'s own error', async (t) => {
+  const m = await startMaster(t);
+  const echo = await echoServers(t);
+  const n = await node(m, 'edge');
+  startAgent(t, m.url, n.agent_token, mkdtempSync(join(tmpdir(), 'portplane-agent-')));
+  await until('online', async () => (await nodeOf(m, n.id)).status === 'online');
+  const blocker = createServer().listen(0, '127.0.0.1');
+  await once(blocker, 'listening');
+  t.after(() => blocker.close());
+  const taken = (blocker.address() as AddressInfo).port;
+  const created = (await rule(m, { node_id: n.id, listen_port: taken, targets: [`127.0.0.1:${echo.tcp}`] })).body;
+  const answer = await call(m.url, 'POST', `/api/rules/${created.id}/sync`, { token: m.admin });
+  assert.equal(answer.status, 502, JSON.stringify(answer.body));
+  assert.equal(answer.body.code, 'bad_gateway');
+  assert.equal(answer.body.rule.sync.state, 'failed');
+  assert.equal(answer.body.rule.sync.error.code, 'port_in_use');
+  assert.match(answer.body.detail, /already in use/);
+});
+
+test('forwarding survives the master going away; the agent reconnects when it returns; deleting the rule closes the port', async (t) => {
+  const first = await startMaster(t);
+  const port = Number(new URL(first.url).port);
+  const echo = await echoServers(t);
+  const n = await node(first, 'edge');
+  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+  const agent = startAgent(t, first.url, n.agent_token, stateDir);
+  await until('online', async () => (await nodeOf(first, n.id)).status === 'online');
+  const listen = await freePort();
+  const created = (await rule(first, { node_id: n.id, listen_port: listen, targets: [`127.0.0.1:${echo.tcp}`] })).body;
+  assert.equal((await call(first.url, 'POST', `/api/rules/${created.id}/sync`, { token: first.admin })).status, 200);
+
+  await first.close();
+  assert.equal((await tcpRoundTrip(listen, Buffer.from('still here'))).toString(), 'still here');
+
+  // The agent restarts while the master is down: it forwards from its saved config.
+  assert.equal(await stopAgent(agent), 0);
+  const again = startAgent(t, first.url, n.agent_token, stateDir);
+  await until('the restarted agent to listen', async () => (await tcpRoundTrip(listen, Buffer.from('x')).catch(() => Buffer.alloc(0))).toString() === 'x');
+
+  const second = await startMaster(t, { dataDir: first.dataDir, port });
+  await until('the agent to reconnect', async () => (await nodeOf(second, n.id)).status === 'online', 20_000);
+  assert.equal((await call(second.url, 'DELETE', `/api/rules/${created.id}`, { token: second.admin })).status, 204);
+  await until('the port to close', async () => (await probe(listen)) === 'ECONNREFUSED');
+  assert.equal(await stopAgent(again), 0);
+  const offline = await until('the master to notice the agent left', async () => {
+    const current = await nodeOf(second, n.id);
+    return current.status === 'offline' && current;
+  });
+  assert.equal(offline.status_detail, 'the agent link closed');
+});
+
+test('a wrong agent token is refused and recorded on the node', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const forged = n.agent_token.replace(/_[A-Za-z0-9_-]{43}$/, `_${'A'.repeat(43)}`);
+  startAgent(t, m.url, forged, mkdtempSync(join(tmpdir(), 'portplane-agent-')));
+  const refused = await until('the refusal to be recorded', async () => {
+    const current = await nodeOf(m, n.id);
+    return current.status_detail?.startsWith('auth_failed') && current;
+  });
+  assert.equal(refused.status, 'new');
+});
