@@ -1,0 +1,116 @@
+// The master's end of the agent link, driven by a raw client speaking the wire protocol.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { request } from 'node:http';
+import type { Socket } from 'node:net';
+import { test } from 'node:test';
+import { LINK_PATH, LINK_PROTOCOL, readMessages, send, type Message } from '../internal/agentlink/wire.ts';
+import { call, node, rule, startMaster, type Running } from './helpers.ts';
+
+interface RawLink {
+  socket: Socket;
+  next(type: string): Promise<Message>;
+}
+
+async function link(m: Running, token: string, protocol = LINK_PROTOCOL): Promise<RawLink | { status: number; body: any }> {
+  const req = request(`${m.url}${LINK_PATH}`, { headers: { Connection: 'Upgrade', Upgrade: protocol, Authorization: `Bearer ${token}`, 'X-Agent-Version': 'raw-test' } });
+  req.end();
+  const outcome = await Promise.race([once(req, 'upgrade').then(([, socket, head]) => {
+      // Bytes that came in with the 101 (often the first config) arrive here, not as data.
+      if ((head as Buffer).length > 0) (socket as Socket).unshift(head as Buffer);
+      return { socket: socket as Socket };
+    }), once(req, 'response').then(([res]) => ({ res }))]);
+  if ('res' in outcome) {
+    let body = '';
+    for await (const chunk of outcome.res) body += chunk;
+    return { status: outcome.res.statusCode!, body: JSON.parse(body) };
+  }
+  const inbox: Message[] = [];
+  const waiting: [string, (m: Message) => void][] = [];
+  readMessages(outcome.socket, (message) => {
+    const i = waiting.findIndex(([type]) => type === message.type);
+    if (i >= 0) waiting.splice(i, 1)[0]![1](message);
+    else inbox.push(message);
+  });
+  return {
+    socket: outcome.socket,
+    next: (type) => {
+      const i = inbox.findIndex((m) => m.type === type);
+      if (i >= 0) return Promise.resolve(inbox.splice(i, 1)[0]!);
+      return new Promise((resolve) => waiting.push([type, resolve]));
+    },
+  };
+}
+
+async function ruleTraffic(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body.traffic;
+}
+
+test('a traffic report resent after a reconnect is counted once; a new stream starts its own count', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const first = (await link(m, n.agent_token)) as RawLink;
+  await first.next('config');
+  const at = Math.floor(Date.now() / 1000);
+  const report = { type: 'traffic', stream: 'stream-a', seq: 1, at, rules: [{ id: r.id, bytes_in: 100, bytes_out: 1000 }] };
+  send(first.socket, report);
+  assert.deepEqual(await first.next('traffic_ack'), { type: 'traffic_ack', stream: 'stream-a', seq: 1 });
+  first.socket.destroy();
+
+  const second = (await link(m, n.agent_token)) as RawLink;
+  send(second.socket, report);
+  assert.deepEqual(await second.next('traffic_ack'), { type: 'traffic_ack', stream: 'stream-a', seq: 1 }, 'a duplicate is acknowledged');
+  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 100, bytes_out: 1000 }, '... and not counted again');
+
+  send(second.socket, { ...report, seq: 2, rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }] });
+  await second.next('traffic_ack');
+  send(second.socket, { ...report, stream: 'stream-b', seq: 1, rules: [{ id: r.id, bytes_in: 1, bytes_out: 1 }] });
+  await second.next('traffic_ack');
+  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 106, bytes_out: 1006 });
+  second.socket.destroy();
+});
+
+test('an agent cannot count traffic on another node\'s rules, and acknowledgements of old configs change nothing', async (t) => {
+  const m = await startMaster(t);
+  const mine = await node(m, 'mine');
+  const theirs = await node(m, 'theirs');
+  const ours = (await rule(m, { node_id: mine.id, listen_port: 80 })).body;
+  const foreign = (await rule(m, { node_id: theirs.id, listen_port: 80 })).body;
+  const raw = (await link(m, mine.agent_token)) as RawLink;
+  const config = await raw.next('config');
+  assert.deepEqual((config.rules as { id: number }[]).map((x) => x.id), [ours.id]);
+
+  send(raw.socket, { type: 'traffic', stream: 's', seq: 1, at: Math.floor(Date.now() / 1000), rules: [{ id: foreign.id, bytes_in: 999, bytes_out: 999 }] });
+  await raw.next('traffic_ack');
+  assert.deepEqual(await ruleTraffic(m, foreign.id), { bytes_in: 0, bytes_out: 0 });
+
+  await call(m.url, 'PUT', `/api/rules/${ours.id}`, { token: m.admin, body: { ...ours, listen_port: 81 } });
+  const newer = await raw.next('config');
+  send(raw.socket, { type: 'applied', version: config.version, results: [{ id: ours.id, state: 'applied', error: null }, { id: foreign.id, state: 'applied', error: null }] });
+  send(raw.socket, { type: 'applied', version: newer.version, results: [{ id: ours.id, state: 'failed', error: { code: 'port_in_use', detail: 'taken' } }, { id: foreign.id, state: 'applied', error: null }] });
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const after = (await call(m.url, 'GET', `/api/rules/${ours.id}`, { token: m.admin })).body;
+  assert.deepEqual(after.sync, { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null });
+  assert.equal((await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state, 'pending', 'another node\'s rule is untouched');
+  raw.socket.destroy();
+});
+
+test('the link refuses wrong tokens and protocols with a reason, and closes on malformed messages', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const wrong = (await link(m, `mat_${n.id}_${'B'.repeat(43)}`)) as { status: number; body: any };
+  assert.deepEqual([wrong.status, wrong.body.code], [401, 'auth_failed']);
+  const garbage = (await link(m, 'not-a-token')) as { status: number; body: any };
+  assert.equal(garbage.status, 401);
+  const old = (await link(m, n.agent_token, 'portplane-agent/0')) as { status: number; body: any };
+  assert.deepEqual([old.status, old.body.code], [426, 'version_mismatch']);
+  assert.match((await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body.status_detail, /^version_mismatch/);
+
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  raw.socket.write('{"type":"traffic","seq":"not a number"}\n');
+  await once(raw.socket, 'close');
+  assert.ok(raw.socket.destroyed);
+});
