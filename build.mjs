@@ -2,16 +2,18 @@
 // builtins, so a copy of that one file runs anywhere a new enough Node.js is installed.
 
 import { build } from 'esbuild';
-import { chmodSync } from 'node:fs';
 
-// The agent runs on nodes that may carry an older Node.js, so it is built for 20.
+import { chmodSync, readFileSync } from 'node:fs';
+
+// The agent runs on nodes that may carry an older Node.js, so it is built for 20. It is
+// built first: the master carries it inside, to install it on nodes.
 export const programs = {
-  master: { entry: 'cmd/master/main.ts', target: 'node24' },
   agent: { entry: 'cmd/agent/main.ts', target: 'node20' },
+  master: { entry: 'cmd/master/main.ts', target: 'node24', embedAgent: true },
   license: { entry: 'cmd/license/main.ts', target: 'node24' },
 };
 
-for (const [name, { entry, target }] of Object.entries(programs)) {
+for (const [name, { entry, target, embedAgent }] of Object.entries(programs)) {
   const outfile = `dist/${name}.mjs`;
   const result = await build({
     entryPoints: [entry],
@@ -24,6 +26,7 @@ for (const [name, { entry, target }] of Object.entries(programs)) {
     legalComments: 'none',
     metafile: true,
     logLevel: 'warning',
+    define: embedAgent ? { __AGENT_BUNDLE__: JSON.stringify(readFileSync('dist/agent.mjs', 'utf8')) } : {},
   });
   const external = result.metafile.outputs[outfile].imports.filter((i) => i.external && !i.path.startsWith('node:'));
   if (external.length > 0) throw new Error(`${outfile} imports non-builtin modules: ${external.map((i) => i.path).join(', ')}`);

@@ -67,7 +67,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const keyPem = config.licenseKeyPath ? readFileSync(config.licenseKeyPath, 'utf8') : VENDOR_PUBLIC_KEY_PEM;
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
     const box = SecretBox.open(join(config.dataDir, 'secret.key'));
-    const app = new App({ store, log, license, box, version: VERSION, now });
+    const app = new App({ store, log, license, box, dataDir: config.dataDir, version: VERSION, now });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);

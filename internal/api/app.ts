@@ -14,6 +14,7 @@ import type { Actor } from '../store/audit.ts';
 import type { Store } from '../store/store.ts';
 import type { TokenKind } from '../store/tokens.ts';
 import { SyncHub } from '../sync/hub.ts';
+import { Installer } from '../install/installer.ts';
 
 export interface Principal {
   tokenId: number;
@@ -40,10 +41,13 @@ export class App {
   readonly box: SecretBox;
   readonly version: string;
   readonly now: () => number;
+  readonly dataDir: string;
   readonly sync = new SyncHub();
+  readonly installer: Installer;
 
-  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; version: string; now: () => number }) {
-    ({ store: this.store, log: this.log, license: this.license, box: this.box, version: this.version, now: this.now } = parts);
+  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; dataDir: string; version: string; now: () => number }) {
+    ({ store: this.store, log: this.log, license: this.license, box: this.box, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
+    this.installer = new Installer(this);
     const { store, now } = parts;
     this.settings = new Settings(store);
     this.throttle = new LoginThrottle(now);

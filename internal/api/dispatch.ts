@@ -201,8 +201,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
       return undefined;
     }
-    if (parsed === undefined) throw validationFailed([{ pointer: '#', detail: 'a JSON body is required' }]);
-    const { value, errors } = validate(route.body, parsed);
+    // An empty body is an empty object: routes whose fields are all optional need none.
+    const { value, errors } = validate(route.body, parsed ?? {});
     if (errors.length > 0) throw validationFailed(errors);
     return value;
   }

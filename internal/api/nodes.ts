@@ -15,7 +15,7 @@ import { nullableTimestamp, pageSchema, paging, record, timestamp } from './comm
 import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
 import { transact, type Effects } from './writes.ts';
 
-const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'ssh_auth', 'version', 'created_at', 'updated_at'];
+const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'install', 'ssh_auth', 'version', 'created_at', 'updated_at'];
 
 export const nodeInput = object(
   {
@@ -53,6 +53,13 @@ const nodeProperties = {
   agent_version: { type: ['string', 'null'] },
   last_seen_at: nullableTimestamp,
   traffic: { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+  install: {
+    type: 'object',
+    description: 'The last install-ssh or reinstall: when it ran and the end of its log.',
+    required: ['started_at', 'finished_at', 'log_tail'],
+    properties: { started_at: nullableTimestamp, finished_at: nullableTimestamp, log_tail: { type: ['string', 'null'], description: 'The last 8 KiB of the install log.' } },
+    additionalProperties: false,
+  },
   version: { type: 'integer' },
   created_at: timestamp,
   updated_at: timestamp,

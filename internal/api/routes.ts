@@ -5,6 +5,7 @@ import { auditRoutes } from './audit.ts';
 import { batchRoutes } from './batch.ts';
 import { dashboardRoutes } from './dashboard.ts';
 import { authRoutes } from './auth.ts';
+import { installRoutes } from './install.ts';
 import { licenseRoutes } from './license.ts';
 import { nodeRoutes } from './nodes.ts';
 import { describe } from '../schema/schema.ts';
@@ -25,6 +26,7 @@ export const routes: readonly Route[] = [
   ...auditRoutes,
   ...licenseRoutes,
   ...nodeRoutes,
+  ...installRoutes,
   ...ruleRoutes,
   ...tunnelRoutes,
   ...batchRoutes,

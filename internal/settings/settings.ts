@@ -2,16 +2,30 @@
 // against this table, GET shows every key, and the API reference is generated from it.
 
 import { createHash } from 'node:crypto';
-import { integer, object, optional, nullable, type FieldError, type Schema } from '../schema/schema.ts';
+import { integer, nullable, object, optional, string, type FieldError, type Schema } from '../schema/schema.ts';
 import type { Store } from '../store/store.ts';
 
-interface Definition {
-  schema: Schema<number>;
-  default: number;
+interface Definition<T> {
+  schema: Schema<T>;
+  default: T;
 }
 
-function setting(min: number, max: number, fallback: number, description: string): Definition {
+function setting(min: number, max: number, fallback: number, description: string): Definition<number> {
   return { schema: integer({ min, max, description }), default: fallback };
+}
+
+function text(fallback: string, schema: Schema<string>): Definition<string> {
+  return { schema, default: fallback };
+}
+
+export function isMasterUrl(value: string): boolean {
+  if (value === '') return true;
+  try {
+    const url = new URL(value);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && !url.username && !url.password && url.pathname === '/' && !url.search && !url.hash;
+  } catch {
+    return false;
+  }
 }
 
 export const definitions = {
@@ -24,10 +38,22 @@ export const definitions = {
   traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
   sync_wait_seconds: setting(0, 60, 5, 'How long a sync request waits for the node to acknowledge before answering 202, in seconds.'),
-} satisfies Record<string, Definition>;
+  install_dir: text(
+    '/opt/portplane',
+    string({ min: 2, max: 200, pattern: /^(\/[A-Za-z0-9._-]+)+$/, refine: (v) => (v.split('/').includes('..') ? 'must not contain ..' : null), patternHint: 'must be an absolute path of letters, digits and . _ -', description: 'Where install-ssh puts the agent (and, if the node has no Node.js, a runtime) on a node.' }),
+  ),
+  install_service_name: text(
+    'portplane-agent',
+    string({ min: 1, max: 64, pattern: /^[a-z0-9][a-z0-9_.-]*$/, patternHint: 'must be lower-case letters, digits and _ . -', description: 'Name of the systemd service install-ssh creates on a node.' }),
+  ),
+  install_master_url: text(
+    '',
+    string({ min: 0, max: 300, refine: (v) => (isMasterUrl(v) ? null : 'must be empty or an http(s) URL with no path, e.g. http://192.0.2.1:8080'), description: 'The address installed agents dial; empty: the address the install request was sent to.' }),
+  ),
+} satisfies Record<string, Definition<number> | Definition<string>>;
 
 export type SettingKey = keyof typeof definitions;
-export type SettingValues = { [K in SettingKey]: number };
+export type SettingValues = { [K in SettingKey]: (typeof definitions)[K]['default'] };
 
 export const settingKeys = Object.keys(definitions) as SettingKey[];
 
@@ -37,14 +63,14 @@ export function defaults(): SettingValues {
 
 /** The response schema: every key, required. */
 export const settingsSchema = object(
-  Object.fromEntries(settingKeys.map((key) => [key, definitions[key].schema])) as { [K in SettingKey]: Schema<number> },
+  Object.fromEntries(settingKeys.map((key) => [key, definitions[key].schema])) as { [K in SettingKey]: Schema<SettingValues[K]> },
   { name: 'Settings', description: 'Every setting with its current value.' },
 );
 
 /** The merge-patch schema (RFC 7396): any subset of keys; null resets a key to its default. */
 export const settingsPatchSchema = object(
-  Object.fromEntries(settingKeys.map((key) => [key, optional(nullable(definitions[key].schema))])) as {
-    [K in SettingKey]: ReturnType<typeof optional<number | null>>;
+  Object.fromEntries(settingKeys.map((key) => [key, optional(nullable(definitions[key].schema as Schema<unknown>))])) as {
+    [K in SettingKey]: ReturnType<typeof optional<SettingValues[K] | null>>;
   },
   { name: 'SettingsPatch', description: 'A JSON merge patch: keys to change; null resets a key to its default.' },
 );
@@ -72,7 +98,7 @@ export class Settings {
   }
 
   /** Applies a validated merge patch; the caller runs it inside a write with its audit entry. */
-  apply(patch: Partial<Record<SettingKey, number | null>>): { before: Partial<SettingValues>; after: Partial<SettingValues> } {
+  apply(patch: { [K in SettingKey]?: SettingValues[K] | null }): { before: Partial<SettingValues>; after: Partial<SettingValues> } {
     const before: Partial<SettingValues> = {};
     const after: Partial<SettingValues> = {};
     for (const key of settingKeys) {
@@ -80,8 +106,8 @@ export class Settings {
       if (value === undefined) continue;
       const next = value === null ? definitions[key].default : value;
       if (next === this.current[key]) continue;
-      before[key] = this.current[key];
-      after[key] = next;
+      Object.assign(before, { [key]: this.current[key] });
+      Object.assign(after, { [key]: next });
       if (value === null || next === definitions[key].default) this.store.settings.remove(key);
       else this.store.settings.put(key, next);
     }
@@ -98,10 +124,10 @@ export class Settings {
     const values = defaults();
     for (const key of settingKeys) {
       const errors: FieldError[] = [];
-      const value = definitions[key].schema.check(stored[key], '#', errors);
+      const value = (definitions[key].schema as Schema<unknown>).check(stored[key], '#', errors);
       // A stored value this version no longer accepts falls back to the default rather than
       // keeping the master from starting.
-      if (stored[key] !== undefined && errors.length === 0) values[key] = value;
+      if (stored[key] !== undefined && errors.length === 0) Object.assign(values, { [key]: value });
     }
     return values;
   }

@@ -154,4 +154,9 @@ export const migrations: readonly string[] = [
   ALTER TABLE nodes ADD COLUMN traffic_stream TEXT;
   ALTER TABLE nodes ADD COLUMN traffic_seq INTEGER NOT NULL DEFAULT 0;
   `,
+  /* 4: install-over-SSH progress on nodes */ `
+  ALTER TABLE nodes ADD COLUMN install_started_at TEXT;
+  ALTER TABLE nodes ADD COLUMN install_finished_at TEXT;
+  ALTER TABLE nodes ADD COLUMN install_log TEXT;
+  `,
 ];

@@ -22,6 +22,7 @@ export interface Node {
   last_seen_at: string | null;
   config_version: number;
   traffic: { bytes_in: number; bytes_out: number };
+  install: { started_at: string | null; finished_at: string | null; log_tail: string | null };
   version: number;
   created_at: string;
   updated_at: string;
@@ -38,17 +39,28 @@ export interface NodeFields {
 /** A sealed SSH credential, or 'keep' to leave the stored one as it is. */
 export type SshSecret = { auth: SshAuth; sealed: Buffer | null } | 'keep';
 
-interface Row extends Omit<Node, 'tags' | 'traffic'> {
+interface Row extends Omit<Node, 'tags' | 'traffic' | 'install'> {
   tags: string;
   bytes_in: number;
   bytes_out: number;
+  install_started_at: string | null;
+  install_finished_at: string | null;
+  install_log: string | null;
 }
 
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version, last_seen_at,
-  config_version, bytes_in, bytes_out, version, created_at, updated_at`;
+  config_version, bytes_in, bytes_out, install_started_at, install_finished_at, install_log, version, created_at, updated_at`;
 
-function toNode({ tags, bytes_in, bytes_out, ...row }: Row): Node {
-  return { ...row, tags: JSON.parse(tags) as string[], traffic: { bytes_in, bytes_out } };
+/** How much of an install's log a node keeps: the end, where the outcome is. */
+export const INSTALL_LOG_BYTES = 8192;
+
+function toNode({ tags, bytes_in, bytes_out, install_started_at, install_finished_at, install_log, ...row }: Row): Node {
+  return {
+    ...row,
+    tags: JSON.parse(tags) as string[],
+    traffic: { bytes_in, bytes_out },
+    install: { started_at: install_started_at, finished_at: install_finished_at, log_tail: install_log },
+  };
 }
 
 export interface NodeFilter {
@@ -76,6 +88,9 @@ export class NodeStore {
   private readonly detailStmt;
   private readonly streamStmt;
   private readonly setStreamStmt;
+  private readonly installStartStmt;
+  private readonly installLogStmt;
+  private readonly installEndStmt;
 
   constructor(db: Database) {
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
@@ -105,6 +120,11 @@ export class NodeStore {
     this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
     this.streamStmt = db.prepare('SELECT traffic_stream AS stream, traffic_seq AS seq FROM nodes WHERE id = ?');
     this.setStreamStmt = db.prepare('UPDATE nodes SET traffic_stream = ?, traffic_seq = ?, last_seen_at = ? WHERE id = ?');
+    this.installStartStmt = db.prepare(`UPDATE nodes SET status = 'installing', status_detail = ?, install_started_at = ?,
+      install_finished_at = NULL, install_log = '' WHERE id = ?`);
+    this.installLogStmt = db.prepare(`UPDATE nodes SET status_detail = :detail,
+      install_log = substr(coalesce(install_log, '') || :line, -${INSTALL_LOG_BYTES}) WHERE id = :id`);
+    this.installEndStmt = db.prepare('UPDATE nodes SET status = :status, status_detail = :detail, install_finished_at = :at WHERE id = :id');
   }
 
   find(id: number): Node | undefined {
@@ -195,6 +215,19 @@ export class NodeStore {
 
   setTrafficStream(id: number, stream: string, seq: number, at: string): void {
     this.setStreamStmt.run(stream, seq, at, id);
+  }
+
+  installStarted(id: number, detail: string, at: string): void {
+    this.installStartStmt.run(detail, at, id);
+  }
+
+  /** Appends to the install log (keeping its last INSTALL_LOG_BYTES) and shows `detail` as the node's status detail. */
+  installProgress(id: number, detail: string, line: string): void {
+    this.installLogStmt.run({ id, detail, line });
+  }
+
+  installFinished(id: number, status: NodeStatus, detail: string | null, at: string): void {
+    this.installEndStmt.run({ id, status, detail, at });
   }
 
   sealedSecret(id: number): { auth: SshAuth; sealed: Uint8Array | null } | undefined {

@@ -1,0 +1,78 @@
+// Install and reinstall the agent on a node over SSH. Both answer at once (202) with the
+// node `installing`; progress, the log tail and the outcome show on the node.
+
+import { ApiError, validationFailed } from '../http/problem.ts';
+import { object, optional, string, type Infer } from '../schema/schema.ts';
+import { isMasterUrl } from '../settings/settings.ts';
+import type { InstallMode } from '../install/installer.ts';
+import { nodeSchema, nodeView } from './nodes.ts';
+import { idParam, notFound, route, type Ctx, type Reply } from './route.ts';
+
+const installInput = object(
+  {
+    master_url: optional(
+      string({
+        min: 1,
+        max: 300,
+        refine: (v) => (isMasterUrl(v) ? null : 'must be an http(s) URL with no path, e.g. http://192.0.2.1:8080'),
+        description: 'The address the agent dials. Default: the setting install_master_url, else the address this request was sent to.',
+      }),
+    ),
+  },
+  { name: 'InstallInput' },
+);
+
+function masterUrlFor(ctx: Ctx<Infer<typeof installInput>, {}>): string {
+  if (ctx.body.master_url) return new URL(ctx.body.master_url).origin;
+  const configured = ctx.app.settings.get('install_master_url');
+  if (configured) return new URL(configured).origin;
+  const host = ctx.headers.host ?? '';
+  const url = `http://${host}`;
+  if (!/^[A-Za-z0-9.:[\]-]{1,300}$/.test(host) || !isMasterUrl(url)) {
+    throw validationFailed([{ pointer: '#/master_url', detail: 'cannot tell from this request where agents should dial; give master_url or set install_master_url' }]);
+  }
+  return new URL(url).origin;
+}
+
+function installer(mode: InstallMode) {
+  return (ctx: Ctx<Infer<typeof installInput>, {}>): Reply => {
+    const { app } = ctx;
+    const id = idParam(ctx);
+    const node = app.store.nodes.find(id);
+    if (!node) throw notFound('node', id);
+    if (app.installer.isRunning(id) || node.status === 'installing') throw new ApiError('conflict', `an install is already running on node ${id}; watch GET /api/nodes/${id}`);
+    if (mode === 'install' && (node.status === 'online' || node.status === 'offline')) {
+      throw new ApiError('conflict', `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`);
+    }
+    app.installer.begin(id, mode, masterUrlFor(ctx), ctx.actor);
+    return { status: 202, body: nodeView(app.store.nodes.find(id)!), headers: { Location: `/api/nodes/${id}` } };
+  };
+}
+
+const description = (what: string) =>
+  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact and refuses a changed one. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
+
+export const installRoutes = [
+  route({
+    method: 'POST',
+    path: '/api/nodes/{id}/install-ssh',
+    scope: 'nodes:write',
+    action: 'node.install',
+    summary: 'Install the agent on a node over SSH',
+    description: description('For a node without an agent (new or install_failed); 409 otherwise.'),
+    body: installInput,
+    responses: { 202: { description: 'Started; the node is installing', schema: nodeSchema }, 409: { description: 'An install is running, or the node already has an agent' } },
+    handler: installer('install'),
+  }),
+  route({
+    method: 'POST',
+    path: '/api/nodes/{id}/reinstall',
+    scope: 'nodes:write',
+    action: 'node.reinstall',
+    summary: 'Reinstall the agent on a node over SSH, with a fresh agent token',
+    description: description('For any node not already installing. The old agent token stops working when the new agent is started; the agent keeps its state dir, so unsent traffic is not lost.'),
+    body: installInput,
+    responses: { 202: { description: 'Started; the node is installing', schema: nodeSchema }, 409: { description: 'An install is running' } },
+    handler: installer('reinstall'),
+  }),
+];

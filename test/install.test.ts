@@ -1,0 +1,152 @@
+// Install over SSH against a real OpenSSH server that this test starts on a loopback port
+// with throwaway keys (`.ci/run` installs Debian's openssh-server). The "node" is this
+// machine, reached as root through that server.
+
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect, createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { agentUnit } from '../internal/install/unit.ts';
+import { call, rule, startMaster, type Running } from './helpers.ts';
+
+const SSHD = '/usr/sbin/sshd';
+const canRun = existsSync(SSHD) && process.getuid?.() === 0;
+
+function keygen(path: string): string {
+  spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path], { stdio: 'ignore' });
+  return readFileSync(path, 'utf8');
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const { port } = s.address() as AddressInfo;
+  await new Promise((resolve) => s.close(resolve));
+  return port;
+}
+
+/** Starts sshd on `port` with `hostKey`, accepting `authorizedKey` for root. */
+async function sshd(t: TestContext, dir: string, port: number, hostKey: string, authorizedKey: string): Promise<ChildProcess> {
+  mkdirSync('/run/sshd', { recursive: true });
+  writeFileSync(join(dir, 'authorized_keys'), authorizedKey, { mode: 0o600 });
+  const config = join(dir, `sshd_config_${port}`);
+  writeFileSync(
+    config,
+    [`Port ${port}`, 'ListenAddress 127.0.0.1', `HostKey ${hostKey}`, `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`, `PidFile ${join(dir, `sshd_${port}.pid`)}`, 'PermitRootLogin prohibit-password', 'PasswordAuthentication no', 'KbdInteractiveAuthentication no', 'UsePAM no', 'StrictModes no', ''].join('\n'),
+  );
+  const child = spawn(SSHD, ['-D', '-e', '-f', config], { stdio: ['ignore', 'ignore', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  for (let i = 0; i < 50; i++) {
+    const open = await new Promise<boolean>((resolve) => {
+      const s = connect({ host: '127.0.0.1', port }, () => (s.destroy(), resolve(true)));
+      s.on('error', () => resolve(false));
+    });
+    if (open) return child;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error('sshd did not start');
+}
+
+async function until<T>(what: string, probe: () => Promise<T | false | undefined>, ms = 60_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function settled(m: Running, id: number) {
+  let last: { status: string; status_detail: string; install: { log_tail: string } } | undefined;
+  try {
+    return await until(`node ${id} to finish installing`, async () => {
+      const node = (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
+      last = node;
+      return node.install.finished_at && node;
+    });
+  } catch (error) {
+    throw new Error(`${(error as Error).message}; last seen: ${last?.status} ${last?.status_detail}\n${last?.install.log_tail}`);
+  }
+}
+
+function killAgent(installDir: string): void {
+  const pidFile = join(installDir, 'agent.pid');
+  if (!existsSync(pidFile)) return;
+  try {
+    process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+test('install-ssh puts the agent on a node that then forwards; a wrong key and a changed host key fail clearly', { skip: canRun ? false : 'needs root and /usr/sbin/sshd (Debian openssh-server)' }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-sshd-'));
+  const installDir = join(dir, 'opt');
+  t.after(() => killAgent(installDir));
+  const userKey = keygen(join(dir, 'user_key'));
+  const otherKey = keygen(join(dir, 'other_key'));
+  keygen(join(dir, 'host_a'));
+  keygen(join(dir, 'host_b'));
+  const port = await freePort();
+  const first = await sshd(t, dir, port, join(dir, 'host_a'), readFileSync(join(dir, 'user_key.pub'), 'utf8'));
+
+  const m = await startMaster(t);
+  assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { install_dir: installDir, agent_report_interval_seconds: 1 } })).status, 200);
+  const node = (await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'ssh-node', host: '127.0.0.1', ssh_port: port, ssh_user: 'root', ssh_private_key: userKey } })).body;
+
+  const started = await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin });
+  assert.equal(started.status, 202, JSON.stringify(started.body));
+  assert.equal(started.body.status, 'installing');
+  assertConflict(await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin }));
+  const done = await settled(m, node.id);
+  assert.equal(done.status, 'online', `${done.status_detail}\n${done.install.log_tail}`);
+  assert.match(done.install.log_tail, /done: the agent is connected/);
+  assert.ok(readFileSync(join(installDir, 'agent.mjs')).length > 10_000);
+  assert.equal((readFileSync(join(dir, 'opt', 'agent.env')).toString().match(/AGENT_TOKEN=mat_/g) ?? []).length, 1);
+  assert.ok(!done.install.log_tail.includes('mat_'), 'the agent token is not in the log');
+  const audit = (await call(m.url, 'GET', `/api/audit-logs?action=node.install&resource_id=${node.id}`, { token: m.admin })).body.items;
+  assert.deepEqual(audit.map((e: { actor_type: string; status: string }) => [e.actor_type, e.status]), [['system', 'success'], ['user', 'success']]);
+
+  // The installed agent forwards a rule.
+  const echo = createServer((s) => s.pipe(s)).listen(0, '127.0.0.1');
+  await once(echo, 'listening');
+  t.after(() => echo.close());
+  const listen = await freePort();
+  const created = (await rule(m, { node_id: node.id, listen_port: listen, targets: [`127.0.0.1:${(echo.address() as AddressInfo).port}`] })).body;
+  assert.equal((await call(m.url, 'POST', `/api/rules/${created.id}/sync`, { token: m.admin })).status, 200);
+  const socket = connect({ host: '127.0.0.1', port: listen });
+  await once(socket, 'connect');
+  socket.write('through the installed agent');
+  assert.equal((await once(socket, 'data'))[0].toString(), 'through the installed agent');
+  socket.destroy();
+
+  // A key the node does not accept.
+  const stranger = (await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'stranger', host: '127.0.0.1', ssh_port: port, ssh_user: 'root', ssh_private_key: otherKey } })).body;
+  await call(m.url, 'POST', `/api/nodes/${stranger.id}/install-ssh`, { token: m.admin });
+  const refused = await settled(m, stranger.id);
+  assert.equal(refused.status, 'install_failed');
+  assert.match(refused.status_detail, /^auth_failed: the node refused the SSH credentials/);
+
+  // The same address now presents another host key: refused, and the running agent is left alone.
+  first.kill('SIGKILL');
+  await once(first, 'exit');
+  await sshd(t, dir, port, join(dir, 'host_b'), readFileSync(join(dir, 'user_key.pub'), 'utf8'));
+  const again = await call(m.url, 'POST', `/api/nodes/${node.id}/reinstall`, { token: m.admin });
+  assert.equal(again.status, 202);
+  const changed = await settled(m, node.id);
+  assert.match(changed.status_detail, /^host_key_changed: /);
+  assert.equal(changed.status, 'online', 'the agent installed before still runs');
+});
+
+function assertConflict(answer: { status: number; body: { code: string } }): void {
+  assert.deepEqual([answer.status, answer.body.code], [409, 'conflict']);
+}
+
+test('deploy/portplane-agent.service is the unit install-ssh writes with the default settings', () => {
+  assert.equal(readFileSync('deploy/portplane-agent.service', 'utf8'), agentUnit({ nodeBinary: '/usr/bin/node', installDir: '/opt/portplane', serviceName: 'portplane-agent' }));
+});
