@@ -59,6 +59,11 @@ test('real responses of every operation match the OpenAPI document', async (t) =
   await hit('GET', '/api/nodes', '/api/nodes');
   await hit('GET', '/api/nodes/{id}', `/api/nodes/${a.body.id}`);
   await hit('PUT', '/api/nodes/{id}', `/api/nodes/${a.body.id}`, { body: { ...a.body, tags: ['x'] } });
+  // Port 1 on loopback refuses at once: the install is accepted (202), then fails in the background.
+  const c = await hit('POST', '/api/nodes', '/api/nodes', { body: { name: 'c', host: '127.0.0.1', ssh_port: 1 } });
+  await hit('POST', '/api/nodes/{id}/install-ssh', `/api/nodes/${c.body.id}/install-ssh`, { body: { master_url: 'http://127.0.0.1:9' } });
+  await hit('POST', '/api/nodes/{id}/reinstall', `/api/nodes/${c.body.id}/reinstall`);
+  await hit('POST', '/api/nodes/{id}/install-ssh', `/api/nodes/${a.body.id}/install-ssh`, { body: { master_url: 'not a url' } });
 
   const tunnel = await hit('POST', '/api/tunnels', '/api/tunnels', { body: { name: 'a-b', entry_node_id: a.body.id, exit_node_id: b.body.id } });
   await hit('GET', '/api/tunnels', '/api/tunnels');
@@ -91,6 +96,7 @@ test('real responses of every operation match the OpenAPI document', async (t) =
   await hit('DELETE', '/api/rules/{id}', `/api/rules/${batchIds[1]}`);
   await hit('POST', '/api/nodes/batch-delete', '/api/nodes/batch-delete', { body: { ids: [a.body.id] } });
   await hit('DELETE', '/api/nodes/{id}', `/api/nodes/${b.body.id}`);
+  await hit('DELETE', '/api/nodes/{id}', `/api/nodes/${c.body.id}`);
   await hit('GET', '/api/audit-logs', '/api/audit-logs?limit=200');
   await hit('POST', '/api/auth/logout', '/api/auth/logout', { token: login.body.token });
 

@@ -74,10 +74,13 @@ export class Installer {
       store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.timestamp());
       store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: masterUrl } }, this.app.timestamp());
     });
-    void this.run(nodeId, mode, masterUrl).finally(() => this.running.delete(nodeId));
+    void this.run(nodeId, mode, masterUrl)
+      .catch((error: Error) => this.app.log.error('install job failed', { node_id: nodeId, error: error.message }))
+      .finally(() => this.running.delete(nodeId));
   }
 
   private log(nodeId: number, detail: string, line = detail): void {
+    if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
     this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.timestamp()}] ${line}\n`);
   }
 
@@ -185,7 +188,8 @@ export class Installer {
 
   private finish(nodeId: number, mode: InstallMode, error: string | null): void {
     const { store } = this.app;
-    if (!store.nodes.find(nodeId)) return;
+    // The master may have shut down (and closed the store) while the job ran.
+    if (this.app.draining || !store.nodes.find(nodeId)) return;
     const system: Actor = { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null };
     store.write(() => {
       store.nodes.installProgress(nodeId, error ?? `${mode}: done`, `[${this.app.timestamp()}] ${error ? `failed: ${error}` : 'done: the agent is connected'}\n`);
