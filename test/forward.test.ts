@@ -140,3 +140,51 @@ test('failures come back as machine codes: port in use, unresolvable targets, tu
   await once(probe, 'listening');
   probe.close();
 });
+
+test('UDP sessions expire when idle, and the session cap turns away new clients', async (t) => {
+  const echo = await udpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { maxConnectionsPerRule: 10, maxUdpSessionsPerRule: 1, udpIdleMs: 200 });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`], { protocol: 'udp' })]);
+  const first = createSocket('udp4');
+  const second = createSocket('udp4');
+  t.after(() => (first.close(), second.close()));
+  const heard: string[] = [];
+  second.on('message', (m) => heard.push(m.toString()));
+  first.send('hello', port, '127.0.0.1');
+  assert.equal((await once(first, 'message'))[0].toString(), 'hello');
+  second.send('turned away', port, '127.0.0.1');
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.deepEqual(heard, [], 'one session is the cap');
+  await new Promise((resolve) => setTimeout(resolve, 450));
+  // The first session has been idle past 200 ms: swept, so the second client now gets a session.
+  second.send('welcome', port, '127.0.0.1');
+  await until(() => heard.includes('welcome'));
+});
+
+test('TCP connections over the per-rule limit are refused, and the others go on', async (t) => {
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { maxConnectionsPerRule: 1, maxUdpSessionsPerRule: 1, udpIdleMs: 60_000 });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
+  const kept = connect({ host: '127.0.0.1', port });
+  await once(kept, 'connect');
+  kept.write('a');
+  await once(kept, 'data');
+  const extra = connect({ host: '127.0.0.1', port });
+  extra.on('error', () => undefined);
+  await once(extra, 'close');
+  kept.write('b');
+  assert.equal((await once(kept, 'data'))[0].toString(), 'b');
+  kept.destroy();
+});
+
+async function until(probe: () => boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!probe()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
