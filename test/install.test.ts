@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,14 +29,14 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-/** Starts sshd on `port` with `hostKey`, accepting `authorizedKey` for root. */
-async function sshd(t: TestContext, dir: string, port: number, hostKey: string, authorizedKey: string): Promise<ChildProcess> {
+/** Starts sshd on `port` with `hostKey`, accepting `authorizedKey` for root; `extra` lines go at the end of its config. */
+async function sshd(t: TestContext, dir: string, port: number, hostKey: string, authorizedKey: string, extra: string[] = ['PasswordAuthentication no']): Promise<ChildProcess> {
   mkdirSync('/run/sshd', { recursive: true });
   writeFileSync(join(dir, 'authorized_keys'), authorizedKey, { mode: 0o600 });
   const config = join(dir, `sshd_config_${port}`);
   writeFileSync(
     config,
-    [`Port ${port}`, 'ListenAddress 127.0.0.1', `HostKey ${hostKey}`, `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`, `PidFile ${join(dir, `sshd_${port}.pid`)}`, 'PermitRootLogin prohibit-password', 'PasswordAuthentication no', 'KbdInteractiveAuthentication no', 'UsePAM no', 'StrictModes no', ''].join('\n'),
+    [`Port ${port}`, 'ListenAddress 127.0.0.1', `HostKey ${hostKey}`, `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`, `PidFile ${join(dir, `sshd_${port}.pid`)}`, 'PermitRootLogin prohibit-password', 'KbdInteractiveAuthentication no', 'UsePAM no', 'StrictModes no', ...extra, ''].join('\n'),
   );
   const child = spawn(SSHD, ['-D', '-e', '-f', config], { stdio: ['ignore', 'ignore', 'pipe'] });
   t.after(() => child.kill('SIGKILL'));
@@ -141,6 +141,43 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   const changed = await settled(m, node.id);
   assert.match(changed.status_detail, /^host_key_changed: /);
   assert.equal(changed.status, 'online', 'the agent installed before still runs');
+});
+
+test('with a password, on a node without Node.js: askpass logs in and the master copies its own runtime', { skip: canRun && existsSync('/usr/sbin/useradd') ? false : 'needs root, sshd and useradd' }, async (t) => {
+  const user = `pp${process.pid}`;
+  const password = `pw-${Math.random().toString(36).slice(2)}-x`;
+  assert.equal(spawnSync('useradd', ['-M', '-s', '/bin/sh', user]).status, 0);
+  assert.equal(spawnSync('chpasswd', { input: `${user}:${password}\n` }).status, 0);
+
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-sshd-'));
+  chmodSync(dir, 0o755);
+  const installDir = join(dir, 'opt');
+  mkdirSync(installDir);
+  spawnSync('chown', [user, installDir]);
+  // userdel refuses while the user has processes, so the agent goes first.
+  t.after(() => {
+    killAgent(installDir);
+    spawnSync('pkill', ['-KILL', '-u', user]);
+    spawnSync('userdel', [user]);
+  });
+  // The user's PATH has the tools the installer uses, but no node.
+  const tools = join(dir, 'bin');
+  mkdirSync(tools);
+  for (const tool of ['uname', 'cat', 'mkdir', 'chmod', 'mv', 'nohup', 'sleep']) symlinkSync(`/usr/bin/${tool}`, join(tools, tool));
+  keygen(join(dir, 'host'));
+  const port = await freePort();
+  await sshd(t, dir, port, join(dir, 'host'), '', ['PasswordAuthentication yes', `Match User ${user}`, `  SetEnv PATH=${tools}`]);
+
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { install_dir: installDir } });
+  const node = (await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'bare', host: '127.0.0.1', ssh_port: port, ssh_user: user, ssh_password: password } })).body;
+  assert.equal((await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin })).status, 202);
+  const done = await settled(m, node.id);
+  assert.equal(done.status, 'online', `${done.status_detail}\n${done.install.log_tail}`);
+  assert.match(done.install.log_tail, /\(password\)/);
+  assert.match(done.install.log_tail, /copying the master's own \(v24/);
+  assert.ok(!done.install.log_tail.includes(password), 'the password is not in the log');
+  assert.equal(spawnSync(join(installDir, 'node'), ['--version'], { encoding: 'utf8' }).stdout.trim(), process.version);
 });
 
 function assertConflict(answer: { status: number; body: { code: string } }): void {

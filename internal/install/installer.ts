@@ -126,7 +126,7 @@ export class Installer {
 
       const start = probe.systemd ? this.systemdScript(nodeBinary, dir, service) : this.fallbackScript(nodeBinary, dir);
       this.log(nodeId, `${mode}: starting the agent`, probe.systemd ? `systemd service ${service}` : `no systemd: nohup with ${dir}/agent.pid and ${dir}/agent.log`);
-      const started = await session.run('sh -s', start);
+      const started = await session.run('/bin/sh -s', start);
       if (started.code !== 0) throw new InstallFailure('start_failed', `starting the agent failed (exit ${started.code}): ${started.stderr.trim().slice(-500) || started.stdout.trim().slice(-500)}`);
 
       this.log(nodeId, `${mode}: waiting for the agent to connect`, `the agent dials ${masterUrl}`);
