@@ -6,21 +6,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { mkdtempSync } from 'node:fs';
-import { connect, createServer, type AddressInfo } from 'node:net';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+import { freePort, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 
 function startAgent(t: TestContext, master: string, token: string, stateDir: string): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', 'cmd/agent/main.ts', '--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'], {
@@ -43,48 +34,7 @@ async function stopAgent(child: ChildProcess): Promise<number | null> {
 }
 
 async function echoServers(t: TestContext): Promise<{ tcp: number; udp: number }> {
-  const tcp = createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(0, '127.0.0.1');
-  await once(tcp, 'listening');
-  const udp = createSocket('udp4');
-  udp.on('message', (m, from) => udp.send(m, from.port, from.address));
-  udp.bind(0, '127.0.0.1');
-  await once(udp, 'listening');
-  t.after(() => {
-    tcp.close();
-    udp.close();
-  });
-  return { tcp: (tcp.address() as AddressInfo).port, udp: udp.address().port };
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address() as AddressInfo;
-  await new Promise((resolve) => s.close(resolve));
-  return port;
-}
-
-async function tcpRoundTrip(port: number, payload: Buffer): Promise<Buffer> {
-  const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
-  const chunks: Buffer[] = [];
-  socket.on('data', (c) => chunks.push(c));
-  await once(socket, 'connect');
-  socket.end(payload);
-  await once(socket, 'end');
-  socket.destroy();
-  return Buffer.concat(chunks);
-}
-
-/** 'open', or the error code of a failed connect. */
-function probe(port: number): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('connect', () => {
-      socket.destroy();
-      resolve('open');
-    });
-    socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
-  });
+  return { tcp: await tcpEcho(t), udp: await udpEcho(t) };
 }
 
 async function udpRoundTrip(port: number, words: string[]): Promise<string[]> {

@@ -2,47 +2,9 @@ import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import { Forwarder, type ForwardRule } from '../internal/forward/forwarder.ts';
-
-async function tcpEcho(t: TestContext): Promise<number> {
-  const server = createServer({ allowHalfOpen: true }, (socket) => {
-    socket.pipe(socket);
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  t.after(() => server.close());
-  return (server.address() as AddressInfo).port;
-}
-
-async function udpEcho(t: TestContext): Promise<number> {
-  const socket = createSocket('udp4');
-  socket.on('message', (message, from) => socket.send(message, from.port, from.address));
-  socket.bind(0, '127.0.0.1');
-  await once(socket, 'listening');
-  t.after(() => socket.close());
-  return socket.address().port;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-/** Sends `payload`, half-closes, and collects everything until the far side ends. */
-async function roundTrip(port: number, payload: Buffer): Promise<Buffer> {
-  const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
-  const chunks: Buffer[] = [];
-  socket.on('data', (chunk) => chunks.push(chunk));
-  await once(socket, 'connect');
-  socket.end(payload);
-  await once(socket, 'end');
-  socket.destroy();
-  return Buffer.concat(chunks);
-}
+import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
   return { id, protocol: 'tcp', listen_port, targets, strategy: 'round_robin', enabled: true, tunnel_id: null, ...extra };
@@ -160,7 +122,7 @@ test('UDP sessions expire when idle, and the session cap turns away new clients'
   await new Promise((resolve) => setTimeout(resolve, 450));
   // The first session has been idle past 200 ms: swept, so the second client now gets a session.
   second.send('welcome', port, '127.0.0.1');
-  await until(() => heard.includes('welcome'));
+  await until('the welcome echo', () => heard.includes('welcome'), 5000);
 });
 
 test('TCP connections over the per-rule limit are refused, and the others go on', async (t) => {
@@ -180,11 +142,3 @@ test('TCP connections over the per-rule limit are refused, and the others go on'
   assert.equal((await once(kept, 'data'))[0].toString(), 'b');
   kept.destroy();
 });
-
-async function until(probe: () => boolean, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!probe()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}

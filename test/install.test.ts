@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { agentUnit } from '../internal/install/unit.ts';
 import { call, rule, startMaster, type Running } from './helpers.ts';
+import { freePort, until } from './net.ts';
 
 const SSHD = '/usr/sbin/sshd';
 const canRun = existsSync(SSHD) && process.getuid?.() === 0;
@@ -19,14 +20,6 @@ const canRun = existsSync(SSHD) && process.getuid?.() === 0;
 function keygen(path: string): string {
   spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path], { stdio: 'ignore' });
   return readFileSync(path, 'utf8');
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address() as AddressInfo;
-  await new Promise((resolve) => s.close(resolve));
-  return port;
 }
 
 /** Starts sshd on `port` with `hostKey`, accepting `authorizedKey` for root; `extra` lines go at the end of its config. */
@@ -51,16 +44,6 @@ async function sshd(t: TestContext, dir: string, port: number, hostKey: string, 
   throw new Error('sshd did not start');
 }
 
-async function until<T>(what: string, probe: () => Promise<T | false | undefined>, ms = 60_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
-
 async function settled(m: Running, id: number) {
   let last: { status: string; status_detail: string; install: { log_tail: string } } | undefined;
   try {
@@ -68,7 +51,7 @@ async function settled(m: Running, id: number) {
       const node = (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
       last = node;
       return node.install.finished_at && node;
-    });
+    }, 60_000);
   } catch (error) {
     throw new Error(`${(error as Error).message}; last seen: ${last?.status} ${last?.status_detail}\n${last?.install.log_tail}`);
   }

@@ -1,5 +1,7 @@
 // Agent configuration: flags over AGENT_* environment over defaults, validated up front.
 
+import type { Parsed } from '../../internal/runtime/cli.ts';
+
 export interface AgentConfig {
   masterUrl: string;
   token: string;
@@ -7,7 +9,7 @@ export interface AgentConfig {
   listenHost: string;
 }
 
-export type AgentParse = { config: AgentConfig } | { exit: 'help' | 'version' } | { error: string };
+export type AgentParse = Parsed<AgentConfig>;
 
 export const agentUsage = `Usage: agent --master URL --token TOKEN [options]
 

@@ -1,6 +1,7 @@
 // Master configuration: flags over MASTER_* environment over defaults, validated up front.
 
 import { MIN_PASSWORD } from '../../internal/auth/secrets.ts';
+import type { Parsed } from '../../internal/runtime/cli.ts';
 
 export interface MasterConfig {
   host: string;
@@ -12,7 +13,7 @@ export interface MasterConfig {
   adminPassword: string | null;
 }
 
-export type ParseResult = { config: MasterConfig } | { exit: 'help' | 'version' } | { error: string };
+export type ParseResult = Parsed<MasterConfig>;
 
 export const usage = `Usage: master [options]
 

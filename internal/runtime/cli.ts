@@ -1,0 +1,50 @@
+// The shape both programs share: parse flags and environment, answer --help/--version or a
+// usage error, start, and on SIGTERM/SIGINT stop cleanly and exit 0.
+
+import type { Logger } from '../log/log.ts';
+
+export type Parsed<C> = { config: C } | { exit: 'help' | 'version' } | { error: string };
+
+export interface Program<C> {
+  name: string;
+  version: string;
+  usage: string;
+  log: Logger;
+  parsed: Parsed<C>;
+  /** Starts the program; resolves to how to stop it. */
+  start(config: C): Promise<() => Promise<void>>;
+}
+
+export async function run<C>(program: Program<C>): Promise<void> {
+  const { parsed, log } = program;
+  if ('exit' in parsed) {
+    process.stdout.write(parsed.exit === 'help' ? program.usage : `${program.name} ${program.version}\n`);
+    process.exit(0);
+  }
+  if ('error' in parsed) {
+    process.stderr.write(`${program.name}: ${parsed.error}\n`);
+    process.exit(2);
+  }
+  let stop: () => Promise<void>;
+  try {
+    stop = await program.start(parsed.config);
+  } catch (error) {
+    log.error('could not start', { error: (error as Error).message });
+    process.exit(1);
+  }
+  let stopping = false;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      log.info('stopping', { signal });
+      stop().then(
+        () => process.exit(0),
+        (error: unknown) => {
+          log.error('stop failed', { error: String(error) });
+          process.exit(1);
+        },
+      );
+    });
+  }
+}

@@ -1,0 +1,68 @@
+// Loopback helpers for tests that move real bytes: free ports, echo servers, round trips,
+// and waiting for something that happens in another process.
+
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { connect, createServer, type AddressInfo } from 'node:net';
+import type { TestContext } from 'node:test';
+
+/** Polls `probe` until it returns something truthy; throws after `ms`. */
+export async function until<T>(what: string, probe: () => T | undefined | false | Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+export async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** A TCP echo server on loopback that honours half-close; returns its port. */
+export async function tcpEcho(t: TestContext): Promise<number> {
+  const server = createServer({ allowHalfOpen: true }, (socket) => socket.pipe(socket)).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return (server.address() as AddressInfo).port;
+}
+
+/** A UDP echo server on loopback; returns its port. */
+export async function udpEcho(t: TestContext): Promise<number> {
+  const socket = createSocket('udp4');
+  socket.on('message', (message, from) => socket.send(message, from.port, from.address));
+  socket.bind(0, '127.0.0.1');
+  await once(socket, 'listening');
+  t.after(() => socket.close());
+  return socket.address().port;
+}
+
+/** Sends `payload`, half-closes, and collects everything until the far side ends. */
+export async function tcpRoundTrip(port: number, payload: Buffer): Promise<Buffer> {
+  const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk) => chunks.push(chunk));
+  await once(socket, 'connect');
+  socket.end(payload);
+  await once(socket, 'end');
+  socket.destroy();
+  return Buffer.concat(chunks);
+}
+
+/** 'open', or the error code of a failed connect. */
+export function probe(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('connect', () => {
+      socket.destroy();
+      resolve('open');
+    });
+    socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
+  });
+}
