@@ -211,3 +211,27 @@ test('nodes: deleting one with rules or tunnels is 409 listing them; cascade rem
   const deletes = (await call(m.url, 'GET', '/api/audit-logs?limit=4', { token: m.admin })).body.items.map((e: { action: string; resource_id: number }) => `${e.action} ${e.resource_id}`);
   assert.deepEqual(deletes, [`node.delete ${a.id}`, `tunnel.delete ${tunnel.id}`, `rule.delete ${via.id}`, `rule.delete ${own.id}`]);
 });
+
+// Reads are built by SQLite (JSON text), writes answer with objects built in JavaScript:
+// both must show the same resource.
+test('what a read shows equals what the write answered, for nodes and rules, alone and in lists', async (t) => {
+  const m = await startMaster(t);
+  const created = await node(m, 'edge', { ssh_password: 'pw-1234567', tags: ['a', 'b'] });
+  const { agent_token: _, ...nodeBody } = created;
+  assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin })).body, nodeBody);
+  assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items, [nodeBody]);
+  const tunnelPeer = await node(m, 'peer');
+  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 't', entry_node_id: created.id, exit_node_id: tunnelPeer.id } })).body;
+  for (const body of [
+    { node_id: created.id, listen_port: 1, targets: ['10.0.0.1:80', '[2001:db8::1]:443'], enabled: false, strategy: 'failover' },
+    { node_id: created.id, listen_port: 2, protocol: 'tcp+udp', tunnel_id: tunnel.id },
+  ]) {
+    const made = (await rule(m, body)).body;
+    assert.deepEqual((await call(m.url, 'GET', `/api/rules/${made.id}`, { token: m.admin })).body, made);
+    const listed = (await call(m.url, 'GET', '/api/rules?limit=1000', { token: m.admin })).body;
+    assert.deepEqual(listed.items.find((r: { id: number }) => r.id === made.id), made);
+  }
+  m.app.store.write(() => m.app.store.rules.setSync(1, created.id, 'failed', { code: 'port_in_use', detail: 'taken' }, m.app.timestamp()));
+  const failed = (await call(m.url, 'GET', '/api/rules/1', { token: m.admin })).body;
+  assert.deepEqual(failed, { ...m.app.store.rules.find(1), sync: { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null } });
+});

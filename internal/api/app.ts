@@ -27,6 +27,14 @@ export interface Principal {
   expiresAt: string | null;
 }
 
+interface VerifiedCredential {
+  principal: Principal;
+  expiresAtMs: number | null;
+  lastUsedMs: number | null;
+}
+
+const MAX_VERIFIED = 10_000;
+
 export class App {
   readonly settings: Settings;
   readonly throttle: LoginThrottle;
@@ -34,6 +42,8 @@ export class App {
   /** `token:key` of POSTs with an Idempotency-Key that are still being answered. */
   readonly idempotencyInFlight = new Set<string>();
   draining = false;
+  private readonly verified = new Map<string, VerifiedCredential>();
+  private verifiedGeneration = -1;
 
   readonly store: Store;
   readonly log: Logger;
@@ -63,34 +73,56 @@ export class App {
     return viewLicense(this.license, this.now());
   }
 
-  /** Turns an Authorization header into a caller. Throws `unauthorized`. */
+  /**
+   * Turns an Authorization header into a caller. Throws `unauthorized`. Verified credentials
+   * are cached by secret until anything that could revoke or narrow one changes (see
+   * Store.credentials), so most requests skip the lookup and the hash.
+   */
   authenticate(header: string | undefined): Principal {
     const match = header && /^Bearer +([^ ]+) *$/i.exec(header);
     if (!match) throw new ApiError('unauthorized', 'send Authorization: Bearer <token>');
     const secret = match[1]!;
+    const generation = this.store.credentials.value;
+    if (this.verifiedGeneration !== generation) {
+      this.verified.clear();
+      this.verifiedGeneration = generation;
+    }
+    const entry = this.verified.get(secret) ?? this.lookup(secret);
+    const now = this.now();
+    if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
+      throw new ApiError('unauthorized', `the token expired at ${entry.principal.expiresAt}`);
+    }
+    // Last use is recorded at most once a minute so that reads do not all become writes.
+    if (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000) {
+      this.store.tokens.touch(entry.principal.tokenId, this.timestamp());
+      entry.lastUsedMs = now;
+    }
+    return entry.principal;
+  }
+
+  private lookup(secret: string): VerifiedCredential {
     const kind = secretKind(secret);
     if (kind !== 'api' && kind !== 'session') throw new ApiError('unauthorized', 'the token is unknown or revoked');
     const credential = this.store.tokens.findBySecretHash(hashSecret(secret));
     if (!credential || credential.kind !== kind || credential.user_disabled) {
       throw new ApiError('unauthorized', 'the token is unknown or revoked');
     }
-    const now = this.timestamp();
-    if (credential.expires_at !== null && credential.expires_at <= now) {
-      throw new ApiError('unauthorized', `the token expired at ${credential.expires_at}`);
-    }
-    // Last use is recorded at most once a minute so that reads do not all become writes.
-    if (credential.last_used_at === null || Date.parse(credential.last_used_at) < this.now() - 60_000) {
-      this.store.tokens.touch(credential.id, now);
-    }
-    return {
-      tokenId: credential.id,
-      kind: credential.kind,
-      tokenName: credential.name,
-      userId: credential.created_by.id,
-      username: credential.created_by.username,
-      scopes: intersect(credential.user_scopes, credential.scopes),
-      expiresAt: credential.expires_at,
+    const entry: VerifiedCredential = {
+      principal: {
+        tokenId: credential.id,
+        kind: credential.kind,
+        tokenName: credential.name,
+        userId: credential.created_by.id,
+        username: credential.created_by.username,
+        scopes: intersect(credential.user_scopes, credential.scopes),
+        expiresAt: credential.expires_at,
+      },
+      expiresAtMs: credential.expires_at === null ? null : Date.parse(credential.expires_at),
+      lastUsedMs: credential.last_used_at === null ? null : Date.parse(credential.last_used_at),
     };
+    if (this.verified.size >= MAX_VERIFIED) this.verified.clear();
+    this.verified.set(secret, entry);
+    return entry;
   }
 }
 

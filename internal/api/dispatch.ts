@@ -35,6 +35,7 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
 }
 
 function fromReply(reply: Reply): Outgoing {
+  if (reply.json !== undefined) return { status: reply.status, headers: { 'Content-Type': 'application/json', ...reply.headers }, body: Buffer.from(reply.json) };
   if (reply.body === undefined) return { status: reply.status, headers: reply.headers ?? {}, body: null };
   return json(reply.status, reply.body, reply.headers);
 }

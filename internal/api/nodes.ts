@@ -3,7 +3,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
-import { pageOf } from '../http/cursor.ts';
+import { encodeCursor } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { ApiError, validationFailed } from '../http/problem.ts';
 import { host } from '../schema/net.ts';
@@ -12,7 +12,7 @@ import { array, integer, nullable, object, optional, string, type Infer } from '
 import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx } from './route.ts';
 import { transact, type Effects } from './writes.ts';
 
 const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'install', 'ssh_auth', 'version', 'created_at', 'updated_at'];
@@ -143,15 +143,14 @@ export const cascadeQuery = { cascade: boolParam('Also delete what still refers 
 
 function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const rows = ctx.app.store.nodes.list({ afterId: after, limit: limit + 1, status: ctx.query.status ?? null, tag: ctx.query.tag ?? null, q: ctx.query.q ?? null });
-  const page = pageOf(rows, limit);
-  return ok({ ...page, items: page.items.map(nodeView) });
+  const page = ctx.app.store.nodes.page({ afterId: after, limit, status: ctx.query.status ?? null, tag: ctx.query.tag ?? null, q: ctx.query.q ?? null });
+  return okJson(`{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`);
 }
 
 function getNode(ctx: Ctx<undefined, {}>) {
-  const node = ctx.app.store.nodes.find(idParam(ctx));
+  const node = ctx.app.store.nodes.json(idParam(ctx));
   if (!node) throw notFound('node', ctx.params.id!);
-  return ok(nodeView(node), { ETag: etagOf(node.version) });
+  return okJson(node.json, { ETag: etagOf(node.version) });
 }
 
 function createNode(ctx: Ctx<NodeInput, {}>) {

@@ -17,11 +17,18 @@ export type Access = Scope | 'public' | 'authenticated';
 export interface Reply {
   status: number;
   body?: unknown;
+  /** A body that is JSON text already (built by SQLite), sent as is. */
+  json?: string;
   headers?: Record<string, string>;
 }
 
 export function ok(body: unknown, headers?: Record<string, string>): Reply {
   return { status: 200, body, headers };
+}
+
+/** 200 with a body that is already JSON text. */
+export function okJson(json: string, headers?: Record<string, string>): Reply {
+  return { status: 200, json, headers };
 }
 
 export function created(body: unknown, headers?: Record<string, string>): Reply {

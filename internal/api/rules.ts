@@ -2,7 +2,7 @@
 // through a tunnel. Every write marks the rule pending and the node's config as changed;
 // sync reports what the node acknowledged, never that a command was sent.
 
-import { pageOf } from '../http/cursor.ts';
+import { encodeCursor } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { ApiError, validationFailed } from '../http/problem.ts';
 import { target } from '../schema/net.ts';
@@ -11,7 +11,7 @@ import { array, boolean, integer, nullable, object, oneOf, optional, string, typ
 import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../store/rules.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, route, type Ctx, type Reply } from './route.ts';
+import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx, type Reply } from './route.ts';
 import { transact, type Effects } from './writes.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
@@ -158,22 +158,22 @@ const listRulesQuery = {
 function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
   const { query } = ctx;
   const { limit, after } = paging(query);
-  const rows = ctx.app.store.rules.list({
+  const page = ctx.app.store.rules.page({
     afterId: after,
-    limit: limit + 1,
+    limit,
     node_id: query.node_id ?? null,
     tunnel_id: query.tunnel_id ?? null,
     enabled: query.enabled ?? null,
     protocol: query.protocol ?? null,
     q: query.q ?? null,
   });
-  return ok(pageOf(rows, limit));
+  return okJson(`{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`);
 }
 
 function getRule(ctx: Ctx<undefined, {}>) {
-  const rule = ctx.app.store.rules.find(idParam(ctx));
+  const rule = ctx.app.store.rules.json(idParam(ctx));
   if (!rule) throw notFound('rule', ctx.params.id!);
-  return ok(rule, { ETag: etagOf(rule.version) });
+  return okJson(rule.json, { ETag: etagOf(rule.version) });
 }
 
 function createRule(ctx: Ctx<RuleInput, {}>) {

@@ -3,6 +3,7 @@
 
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
+import type { JsonPage } from './rules.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];
@@ -63,6 +64,18 @@ function toNode({ tags, bytes_in, bytes_out, install_started_at, install_finishe
   };
 }
 
+/** A node as the API shows it, built by SQLite (see RULE_JSON); must match the API's nodeView (tested). */
+const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user, 'ssh_auth', ssh_auth,
+  'tags', json(tags), 'status', status, 'status_detail', status_detail, 'agent_version', agent_version, 'last_seen_at', last_seen_at,
+  'traffic', json_object('bytes_in', bytes_in, 'bytes_out', bytes_out),
+  'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
+  'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
+
+const NODE_FILTER = `id > :after
+        AND (:status IS NULL OR status = :status)
+        AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag))
+        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)`;
+
 export interface NodeFilter {
   afterId: number;
   limit: number;
@@ -75,6 +88,8 @@ export class NodeStore {
   private readonly byId;
   private readonly byName;
   private readonly listStmt;
+  private readonly pageStmt;
+  private readonly jsonStmt;
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
@@ -95,12 +110,12 @@ export class NodeStore {
   constructor(db: Database) {
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
-    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM nodes
-      WHERE id > :after
-        AND (:status IS NULL OR status = :status)
-        AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag))
-        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)
-      ORDER BY id LIMIT :limit`);
+    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit`);
+    this.pageStmt = db.prepare(`WITH page AS (SELECT * FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit + 1),
+        shown AS (SELECT * FROM page ORDER BY id LIMIT :limit)
+      SELECT (SELECT json_group_array(json(${NODE_JSON})) FROM shown) AS items,
+        (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
+    this.jsonStmt = db.prepare(`SELECT version, ${NODE_JSON} AS json FROM nodes WHERE id = ?`);
     this.insertStmt = db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags, agent_token_hash, created_at, updated_at)
       VALUES (:name, :host, :ssh_port, :ssh_user, :ssh_auth, :ssh_secret, :tags, :agent_token_hash, :at, :at) RETURNING id`);
     this.updateStmt = db.prepare(`UPDATE nodes SET name = :name, host = :host, ssh_port = :ssh_port, ssh_user = :ssh_user, tags = :tags,
@@ -140,6 +155,17 @@ export class NodeStore {
   list(filter: NodeFilter): Node[] {
     const rows = this.listStmt.all({ after: filter.afterId, limit: filter.limit, status: filter.status, tag: filter.tag, q: filter.q }) as unknown as Row[];
     return rows.map(toNode);
+  }
+
+  /** The page of `filter` as JSON text, for answering lists without building objects. */
+  page(filter: NodeFilter): JsonPage {
+    const row = this.pageStmt.get({ after: filter.afterId, limit: filter.limit, status: filter.status, tag: filter.tag, q: filter.q }) as { items: string; fetched: number; last_id: number | null };
+    return { items: row.items, lastId: row.fetched > filter.limit ? row.last_id : null };
+  }
+
+  /** One node as JSON text, with its version for the ETag. */
+  json(id: number): { version: number; json: string } | undefined {
+    return this.jsonStmt.get(id) as { version: number; json: string } | undefined;
   }
 
   /** Throws `conflict` when the name is taken. */

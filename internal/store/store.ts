@@ -13,7 +13,19 @@ import { TrafficStore } from './traffic.ts';
 import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
 
+/**
+ * Bumped by every change that can end or narrow a credential (revocation, expiry pruning,
+ * a user's scopes or state), so caches of verified credentials know to forget.
+ */
+export class Generation {
+  value = 0;
+  bump(): void {
+    this.value += 1;
+  }
+}
+
 export class Store {
+  readonly credentials = new Generation();
   readonly users: UserStore;
   readonly tokens: TokenStore;
   readonly audit: AuditStore;
@@ -25,8 +37,8 @@ export class Store {
   readonly traffic: TrafficStore;
 
   constructor(readonly db: Database) {
-    this.users = new UserStore(db);
-    this.tokens = new TokenStore(db);
+    this.users = new UserStore(db, this.credentials);
+    this.tokens = new TokenStore(db, this.credentials);
     this.audit = new AuditStore(db);
     this.settings = new SettingsStore(db);
     this.idempotency = new IdempotencyStore(db);

@@ -3,6 +3,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
+import type { Generation } from './store.ts';
 
 export type TokenKind = 'api' | 'session';
 
@@ -72,7 +73,10 @@ export class TokenStore {
   private readonly pruneStmt;
   private readonly countStmt;
 
-  constructor(db: Database) {
+  constructor(
+    db: Database,
+    private readonly credentials: Generation,
+  ) {
     this.insertStmt = db.prepare(`INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at, expires_at)
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`);
     this.bySecret = db.prepare(`${SELECT} WHERE t.secret_hash = ?`);
@@ -119,10 +123,12 @@ export class TokenStore {
 
   delete(id: number): void {
     this.deleteStmt.run(id);
+    this.credentials.bump();
   }
 
   /** Deletes a user's credentials of the given kinds; returns their ids. */
   deleteForUser(userId: number, kinds: TokenKind[]): number[] {
+    this.credentials.bump();
     return (this.deleteForUserStmt.all(userId, JSON.stringify(kinds)) as { id: number }[]).map((row) => row.id);
   }
 
@@ -137,6 +143,7 @@ export class TokenStore {
 
   /** Deletes expired credentials; returns their ids. */
   pruneExpired(now: string): number[] {
+    this.credentials.bump();
     return (this.pruneStmt.all(now) as { id: number }[]).map((row) => row.id);
   }
 }

@@ -2,6 +2,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
+import type { Generation } from './store.ts';
 import { unlessTaken } from './errors.ts';
 
 export interface User {
@@ -54,7 +55,10 @@ export class UserStore {
   private readonly countStmt;
   private readonly holdersStmt;
 
-  constructor(private readonly db: Database) {
+  constructor(
+    db: Database,
+    private readonly credentials: Generation,
+  ) {
     this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
     this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
     this.listStmt = db.prepare(`SELECT * FROM users
@@ -123,12 +127,14 @@ export class UserStore {
         disabled: Number(input.disabled),
         at,
       }) as unknown as Row;
+      this.credentials.bump();
       return withoutHash(toUser(row));
     });
   }
 
   delete(id: number): void {
     this.deleteStmt.run(id);
+    this.credentials.bump();
   }
 
   count(): number {

@@ -1,0 +1,102 @@
+// The data-plane load generator and sinks, run pinned to its own CPU. Modes:
+//   sink                         TCP sink (counts and discards) and UDP sink; prints their ports
+//   tcp PORT STREAMS BYTES       STREAMS connections each send BYTES; prints MiB/s
+//   connrate PORT SECONDS CONC   connect, send 1 byte, get it back, close, for SECONDS; prints per second
+//   udp PORT RATE SECONDS SIZE   sends RATE datagrams/s; prints sent and received (the sink echoes)
+// Results are one JSON line on stdout.
+
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { connect, createServer, type AddressInfo } from 'node:net';
+
+const [mode, ...args] = process.argv.slice(2);
+const print = (value: object) => console.log(JSON.stringify(value));
+
+async function sink(): Promise<void> {
+  const tcp = createServer((socket) => {
+    socket.on('data', (chunk) => {
+      // One-byte messages are echoed (connection-rate probes); bulk data is discarded.
+      if (chunk.length === 1) socket.write(chunk);
+    });
+    socket.on('error', () => socket.destroy());
+  }).listen(0, '127.0.0.1');
+  await once(tcp, 'listening');
+  const udp = createSocket('udp4');
+  udp.on('message', (message, from) => udp.send(message, from.port, from.address));
+  udp.bind(0, '127.0.0.1');
+  await once(udp, 'listening');
+  print({ msg: 'sink', tcp: (tcp.address() as AddressInfo).port, udp: udp.address().port });
+}
+
+async function tcpStreams(port: number, streams: number, bytes: number): Promise<void> {
+  const chunk = Buffer.alloc(256 * 1024, 1);
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: streams }, async () => {
+      const socket = connect({ host: '127.0.0.1', port });
+      await once(socket, 'connect');
+      let sent = 0;
+      while (sent < bytes) {
+        sent += chunk.length;
+        if (!socket.write(chunk)) await once(socket, 'drain');
+      }
+      socket.end();
+      await once(socket, 'close');
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  print({ msg: 'tcp', mib_per_s: (streams * bytes) / 1024 / 1024 / seconds, seconds });
+}
+
+async function connRate(port: number, seconds: number, concurrency: number): Promise<void> {
+  const end = performance.now() + seconds * 1000;
+  let done = 0;
+  let failed = 0;
+  const one = () =>
+    new Promise<void>((resolve) => {
+      const socket = connect({ host: '127.0.0.1', port }, () => socket.write('x'));
+      socket.once('data', () => {
+        done += 1;
+        socket.destroy();
+        resolve();
+      });
+      socket.once('error', () => {
+        failed += 1;
+        resolve();
+      });
+    });
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (performance.now() < end) await one();
+  }));
+  print({ msg: 'connrate', per_second: done / seconds, failed });
+}
+
+async function udpRate(port: number, rate: number, seconds: number, size: number): Promise<void> {
+  const socket = createSocket('udp4');
+  let received = 0;
+  socket.on('message', () => (received += 1));
+  socket.bind(0, '127.0.0.1');
+  await once(socket, 'listening');
+  const payload = Buffer.alloc(size, 7);
+  const total = rate * seconds;
+  const perTick = rate / 1000;
+  let sent = 0;
+  const started = performance.now();
+  while (sent < total) {
+    const due = Math.min(total, Math.floor(((performance.now() - started) / 1000) * rate) + perTick);
+    while (sent < due) {
+      socket.send(payload, port, '127.0.0.1');
+      sent += 1;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  socket.close();
+  print({ msg: 'udp', sent, received, loss: 1 - received / sent, offered_pps: sent / ((performance.now() - started - 500) / 1000) });
+}
+
+if (mode === 'sink') await sink();
+else if (mode === 'tcp') await tcpStreams(Number(args[0]), Number(args[1]), Number(args[2]));
+else if (mode === 'connrate') await connRate(Number(args[0]), Number(args[1]), Number(args[2]));
+else if (mode === 'udp') await udpRate(Number(args[0]), Number(args[1]), Number(args[2]), Number(args[3]));
+else throw new Error(`unknown mode ${mode}`);

@@ -1,0 +1,71 @@
+// Processes for benchmarks: start a program pinned to a CPU, read its peak memory, stop it.
+
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+export const hasTaskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0;
+
+/** argv prefixed with `taskset -c cpu` where taskset works. */
+export function pinned(cpu: number, argv: string[]): string[] {
+  return hasTaskset ? ['taskset', '-c', String(cpu), ...argv] : argv;
+}
+
+export interface Running {
+  child: ChildProcess;
+  lines: Record<string, unknown>[];
+  /** Resolves with the first JSON log line whose msg is `msg`. */
+  waitFor(msg: string, timeoutMs?: number): Promise<Record<string, unknown>>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a program that logs JSON lines on stdout. Request log lines are skipped unparsed:
+ * reading thousands a second would take CPU from the process being measured.
+ */
+export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
+  const [command, ...args] = argv;
+  const child = spawn(command!, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines: Record<string, unknown>[] = [];
+  const waiters: [string, (line: Record<string, unknown>) => void][] = [];
+  createInterface({ input: child.stdout! }).on('line', (text) => {
+    if (text.includes('"msg":"request"')) return;
+    let line: Record<string, unknown>;
+    try {
+      line = JSON.parse(text);
+    } catch {
+      return;
+    }
+    lines.push(line);
+    for (const [msg, resolve] of waiters) if (line.msg === msg) resolve(line);
+  });
+  return {
+    child,
+    lines,
+    waitFor(msg, timeoutMs = 120_000) {
+      const seen = lines.find((l) => l.msg === msg);
+      if (seen) return Promise.resolve(seen);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`${argv.join(' ')}: no '${msg}' within ${timeoutMs} ms`)), timeoutMs);
+        waiters.push([msg, (line) => (clearTimeout(timer), resolve(line))]);
+      });
+    },
+    async stop() {
+      if (child.exitCode !== null) return;
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child.once('exit', resolve));
+    },
+  };
+}
+
+/** Resident and peak resident memory of a process, in MiB (Linux). */
+export function memory(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
+  return { rss: kib('VmRSS') / 1024, peak: kib('VmHWM') / 1024 };
+}
+
+/** The pid of the node process itself when `child` is taskset (taskset execs, so it is the same pid). */
+export function pidOf(running: Running): number {
+  return running.child.pid!;
+}
