@@ -145,7 +145,7 @@ export class AgentLinks {
       for (const result of ack.results) store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.timestamp());
       return true;
     });
-    if (current) this.app.sync.applied(nodeId, ack.version);
+    if (current) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
   }
 
   private traffic(nodeId: number, socket: Socket, message: Message): void {
@@ -163,6 +163,10 @@ export class AgentLinks {
       }
       store.nodes.setTrafficStream(nodeId, report.stream, report.seq, this.app.timestamp());
     });
-    send(socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq });
+    // The agent forgets a report once acknowledged, so the ack waits until the counts are durable.
+    store.committed().then(
+      () => send(socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq }),
+      () => undefined,
+    );
   }
 }

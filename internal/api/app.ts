@@ -58,6 +58,11 @@ export class App {
   constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; dataDir: string; version: string; now: () => number }) {
     ({ store: this.store, log: this.log, license: this.license, box: this.box, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
     this.installer = new Installer(this);
+    // A failed group commit undoes writes the in-memory copies already reflect.
+    this.store.db.onCommitFailure(() => {
+      this.settings.reload();
+      this.store.credentials.bump();
+    });
     const { store, now } = parts;
     this.settings = new Settings(store);
     this.throttle = new LoginThrottle(now);

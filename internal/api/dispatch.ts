@@ -92,6 +92,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         out = fromError(new ApiError('internal', 'an internal error occurred; the request id is in the server log'), requestId);
       }
     }
+    // Nothing leaves before the writes it may have seen are durable (group commit).
+    try {
+      await app.store.committed();
+    } catch (error) {
+      app.log.error('commit failed', { request_id: requestId, error: (error as Error).message });
+      out = fromError(new ApiError('internal', 'the change could not be saved; nothing was changed'), requestId);
+    }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out);
   };

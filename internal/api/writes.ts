@@ -56,7 +56,10 @@ export function transact<T>(app: App, ctx: Pick<Ctx<unknown, unknown>, 'actor'>,
       if (dryRun) throw new DryRun(value);
       return value;
     });
-    for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
+    const nodes = [...effects.nodes];
+    app.store.db.afterCommit(() => {
+      for (const nodeId of nodes) app.sync.configChanged(nodeId);
+    });
     return result;
   } catch (error) {
     if (error instanceof DryRun) return error.result as T;

@@ -1,5 +1,7 @@
 // The one SQLite connection of a process: pragmas set and checked at open, numbered
-// migrations, and `write(fn)` transactions that commit only when `fn` returns.
+// migrations, and `write(fn)` with group commit: the writes of one event-loop turn share
+// one transaction (each in a savepoint of its own) and one fsync, and whoever answers for
+// a write waits for `committed()` first, so nothing is acknowledged before it is durable.
 
 import type { DatabaseSync, StatementSync } from 'node:sqlite';
 import { migrations } from './migrations.ts';
@@ -10,9 +12,18 @@ function sqlite(): typeof import('node:sqlite') {
   return process.getBuiltinModule('node:sqlite') as typeof import('node:sqlite');
 }
 
+interface Batch {
+  done: Promise<void>;
+  resolve: () => void;
+  reject: (error: Error) => void;
+  after: (() => void)[];
+}
+
 export class Database {
   private readonly db: DatabaseSync;
   private inWrite = false;
+  private batch: Batch | null = null;
+  private readonly failureListeners: (() => void)[] = [];
 
   constructor(path: string) {
     const { DatabaseSync } = sqlite();
@@ -29,25 +40,71 @@ export class Database {
   }
 
   /**
-   * Runs `fn` inside BEGIN IMMEDIATE..COMMIT and returns its result; rolls back if it
-   * throws. `fn` must be synchronous: awaiting inside would let other requests' statements
-   * run in this transaction on the shared connection.
+   * Runs `fn` in the open batch transaction (starting one, committed at the end of this
+   * event-loop turn) and returns its result; if `fn` throws, only its own changes are undone.
+   * `fn` must be synchronous: awaiting inside would let other requests' statements run
+   * between its statements. Callers that answer for the write await `committed()` first.
    */
   write<T>(fn: () => T): T {
     if (this.inWrite) return fn();
-    this.db.exec('BEGIN IMMEDIATE');
+    if (!this.batch) this.openBatch();
     this.inWrite = true;
+    this.db.exec('SAVEPOINT write');
     try {
       const result = fn();
       if (result instanceof Promise) throw new Error('a write transaction must be synchronous');
-      this.db.exec('COMMIT');
+      this.db.exec('RELEASE write');
       return result;
     } catch (error) {
-      this.db.exec('ROLLBACK');
+      this.db.exec('ROLLBACK TO write');
+      this.db.exec('RELEASE write');
       throw error;
     } finally {
       this.inWrite = false;
     }
+  }
+
+  /** Resolves once every write made so far is committed; rejects if their commit failed. */
+  committed(): Promise<void> {
+    return this.batch?.done ?? Promise.resolve();
+  }
+
+  /** Runs `fn` after the writes made so far are committed (at once if there are none). */
+  afterCommit(fn: () => void): void {
+    if (this.batch) this.batch.after.push(fn);
+    else fn();
+  }
+
+  /** Called when a commit fails, so in-memory copies of the data can be reloaded. */
+  onCommitFailure(fn: () => void): void {
+    this.failureListeners.push(fn);
+  }
+
+  private openBatch(): void {
+    let resolve!: () => void;
+    let reject!: (error: Error) => void;
+    const done = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+    // A failed commit is reported to every waiter; an unobserved one must not crash the process.
+    done.catch(() => undefined);
+    this.batch = { done, resolve, reject, after: [] };
+    this.db.exec('BEGIN IMMEDIATE');
+    setImmediate(() => this.commit());
+  }
+
+  private commit(): void {
+    const batch = this.batch;
+    if (!batch) return;
+    this.batch = null;
+    try {
+      this.db.exec('COMMIT');
+    } catch (error) {
+      if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      for (const listener of this.failureListeners) listener();
+      batch.reject(error as Error);
+      return;
+    }
+    batch.resolve();
+    for (const fn of batch.after) fn();
   }
 
   /**
@@ -73,8 +130,11 @@ export class Database {
     return row.version ?? 0;
   }
 
+  /** Commits what is pending, then closes. */
   close(): void {
-    if (this.db.isOpen) this.db.close();
+    if (!this.db.isOpen) return;
+    this.commit();
+    this.db.close();
   }
 
   private expectPragma(name: string, want: string | number): void {
@@ -91,11 +151,17 @@ export class Database {
       throw new Error(`the database is at schema version ${current}, newer than this master (${latest}); run a newer master`);
     }
     const record = this.db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)');
+    // Each migration commits on its own, at once: the schema must be in place before anything runs.
     for (let version = current + 1; version <= latest; version++) {
-      this.write(() => {
+      this.db.exec('BEGIN IMMEDIATE');
+      try {
         this.db.exec(migrations[version - 1]!);
         record.run(version, new Date().toISOString());
-      });
+        this.db.exec('COMMIT');
+      } catch (error) {
+        this.db.exec('ROLLBACK');
+        throw error;
+      }
     }
   }
 }

@@ -48,9 +48,13 @@ export class Store {
     this.traffic = new TrafficStore(db);
   }
 
-  /** See `Database.write`: synchronous, all-or-nothing. */
+  /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */
   write<T>(fn: () => T): T {
     return this.db.write(fn);
+  }
+
+  committed(): Promise<void> {
+    return this.db.committed();
   }
 
   close(): void {

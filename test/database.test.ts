@@ -1,0 +1,65 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { test } from 'node:test';
+import { Database } from '../internal/store/database.ts';
+
+function open(t: { after: (fn: () => void) => void }) {
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
+  const db = new Database(path);
+  const reader = new DatabaseSync(path, { readOnly: true });
+  t.after(() => {
+    reader.close();
+    db.close();
+  });
+  const names = () => (reader.prepare('SELECT key FROM settings ORDER BY key').all() as { key: string }[]).map((r) => r.key);
+  const put = (key: string) => db.prepare("INSERT INTO settings (key, value) VALUES (?, '1')").run(key);
+  return { db, names, put };
+}
+
+test('writes of one turn commit together, and are not visible elsewhere before committed() resolves', async (t) => {
+  const { db, names, put } = open(t);
+  db.write(() => put('a'));
+  db.write(() => put('b'));
+  assert.equal(db.committed(), db.committed(), 'one batch');
+  assert.deepEqual(names(), [], 'nothing is durable yet, so nothing may be acknowledged');
+  await db.committed();
+  assert.deepEqual(names(), ['a', 'b']);
+});
+
+test('a failing write undoes only itself; the rest of its batch commits', async (t) => {
+  const { db, names, put } = open(t);
+  db.write(() => put('kept'));
+  assert.throws(() =>
+    db.write(() => {
+      put('undone');
+      throw new Error('no');
+    }),
+  );
+  assert.throws(() => db.write(() => Promise.resolve()), /synchronous/);
+  await db.committed();
+  assert.deepEqual(names(), ['kept']);
+});
+
+test('afterCommit runs once the data is durable; with nothing pending, at once', async (t) => {
+  const { db, names, put } = open(t);
+  const seen: string[][] = [];
+  db.afterCommit(() => seen.push(['immediate', ...names()]));
+  db.write(() => put('x'));
+  db.afterCommit(() => seen.push(['after', ...names()]));
+  assert.deepEqual(seen, [['immediate']]);
+  await db.committed();
+  assert.deepEqual(seen, [['immediate'], ['after', 'x']]);
+});
+
+test('close commits what is pending', async (t) => {
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
+  const db = new Database(path);
+  db.write(() => db.prepare("INSERT INTO settings (key, value) VALUES ('late', '1')").run());
+  db.close();
+  const reader = new DatabaseSync(path, { readOnly: true });
+  t.after(() => reader.close());
+  assert.deepEqual(reader.prepare('SELECT key FROM settings').all().map((r) => (r as { key: string }).key), ['late']);
+});
