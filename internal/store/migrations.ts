@@ -1,6 +1,8 @@
 // Numbered schema migrations: entry N brings the database from version N-1 to N. Never
 // edit a released entry; append a new one.
 
+import { RULE_VIEW_TRIGGERS, ruleJson } from './views.ts';
+
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
   CREATE TABLE users (
@@ -158,5 +160,13 @@ export const migrations: readonly string[] = [
   ALTER TABLE nodes ADD COLUMN install_started_at TEXT;
   ALTER TABLE nodes ADD COLUMN install_finished_at TEXT;
   ALTER TABLE nodes ADD COLUMN install_log TEXT;
+  `,
+  /* 5: each rule's API JSON, rendered on write by triggers, so lists concatenate text */ `
+  CREATE TABLE rule_views (
+    id INTEGER PRIMARY KEY REFERENCES rules(id) ON DELETE CASCADE,
+    json TEXT NOT NULL
+  ) STRICT;
+  ${RULE_VIEW_TRIGGERS}
+  INSERT INTO rule_views (id, json) SELECT id, ${ruleJson('')} FROM rules;
   `,
 ];

@@ -64,7 +64,7 @@ function toNode({ tags, bytes_in, bytes_out, install_started_at, install_finishe
   };
 }
 
-/** A node as the API shows it, built by SQLite (see RULE_JSON); must match the API's nodeView (tested). */
+/** A node as the API shows it, built by SQLite; must match the API's nodeView (tested). */
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user, 'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', status, 'status_detail', status_detail, 'agent_version', agent_version, 'last_seen_at', last_seen_at,
   'traffic', json_object('bytes_in', bytes_in, 'bytes_out', bytes_out),
