@@ -21,7 +21,10 @@ async function sink(): Promise<void> {
     socket.on('error', () => socket.destroy());
   }).listen(0, '127.0.0.1');
   await once(tcp, 'listening');
+  tcp.on('error', (error) => print({ msg: 'sink error', error: error.message }));
   const udp = createSocket('udp4');
+  // A reply to a client that has gone is an ICMP error, not a reason to stop.
+  udp.on('error', () => undefined);
   udp.on('message', (message, from) => udp.send(message, from.port, from.address));
   udp.bind(0, '127.0.0.1');
   await once(udp, 'listening');
@@ -31,21 +34,30 @@ async function sink(): Promise<void> {
 async function tcpStreams(port: number, streams: number, bytes: number): Promise<void> {
   const chunk = Buffer.alloc(256 * 1024, 1);
   const started = performance.now();
+  let delivered = 0;
+  let failed = 0;
   await Promise.all(
     Array.from({ length: streams }, async () => {
       const socket = connect({ host: '127.0.0.1', port });
-      await once(socket, 'connect');
-      let sent = 0;
-      while (sent < bytes) {
-        sent += chunk.length;
-        if (!socket.write(chunk)) await once(socket, 'drain');
+      try {
+        await once(socket, 'connect');
+        let sent = 0;
+        while (sent < bytes) {
+          sent += chunk.length;
+          if (!socket.write(chunk)) await once(socket, 'drain');
+        }
+        socket.end();
+        await once(socket, 'close');
+        delivered += bytes;
+      } catch {
+        // A reset stream counts as failed; only delivered bytes count towards throughput.
+        failed += 1;
+        socket.destroy();
       }
-      socket.end();
-      await once(socket, 'close');
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  print({ msg: 'tcp', mib_per_s: (streams * bytes) / 1024 / 1024 / seconds, seconds });
+  print({ msg: 'tcp', mib_per_s: delivered / 1024 / 1024 / seconds, seconds, failed });
 }
 
 async function connRate(port: number, seconds: number, concurrency: number): Promise<void> {
@@ -55,13 +67,16 @@ async function connRate(port: number, seconds: number, concurrency: number): Pro
   const one = () =>
     new Promise<void>((resolve) => {
       const socket = connect({ host: '127.0.0.1', port }, () => socket.write('x'));
+      let answered = false;
       socket.once('data', () => {
+        answered = true;
         done += 1;
         socket.destroy();
-        resolve();
       });
-      socket.once('error', () => {
-        failed += 1;
+      socket.on('error', () => undefined);
+      // A connection closed without an answer (refused, or reset by a relay) is a failure.
+      socket.once('close', () => {
+        if (!answered) failed += 1;
         resolve();
       });
     });
@@ -73,6 +88,7 @@ async function connRate(port: number, seconds: number, concurrency: number): Pro
 
 async function udpRate(port: number, rate: number, seconds: number, size: number): Promise<void> {
   const socket = createSocket('udp4');
+  socket.on('error', () => undefined);
   let received = 0;
   socket.on('message', () => (received += 1));
   socket.bind(0, '127.0.0.1');

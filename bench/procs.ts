@@ -6,6 +6,13 @@ import { createInterface } from 'node:readline';
 
 export const hasTaskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0;
 
+// Whatever happens to the bench (a crash included), nothing it started outlives it: a stale
+// relay holding a port, or a stray process taking CPU, would spoil the next run's figures.
+const children = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+});
+
 /** argv prefixed with `taskset -c cpu` where taskset works. */
 export function pinned(cpu: number, argv: string[]): string[] {
   return hasTaskset ? ['taskset', '-c', String(cpu), ...argv] : argv;
@@ -26,6 +33,8 @@ export interface Running {
 export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
   const [command, ...args] = argv;
   const child = spawn(command!, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
   const lines: Record<string, unknown>[] = [];
   const waiters: [string, (line: Record<string, unknown>) => void][] = [];
   createInterface({ input: child.stdout! }).on('line', (text) => {

@@ -190,7 +190,7 @@ end
   const deleteStarted = performance.now();
   for (let i = 0; i < ids.length; i += 1000) await api(url, master.token, 'POST', '/api/rules/batch-delete', { ids: ids.slice(i, i + 1000) });
   const deleteSeconds = (performance.now() - deleteStarted) / 1000;
-  spawnSync('pkill', ['-INT', '-f', `wrk.*${new URL(url).port}/api/nodes/42`]);
+  spawnSync('pkill', ['-INT', '-x', 'wrk']);
   const duringDelete = await deleting;
   record({ id: '5a', scenario: 'live GET p99 while 50 batch-deletes remove 50,000 rules', value: duringDelete.p99, unit: 'ms p99', ceiling: quiet.p99, ratio: duringDelete.p99 / quiet.p99, target: '<= 2x idle p99', met: duringDelete.p99 / quiet.p99 <= 2, note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleteSeconds)} rules/s` });
 
@@ -199,14 +199,14 @@ end
   const importStarted = performance.now();
   await api(url, master.token, 'POST', '/api/import', { ...doc, nodes: [] });
   const importSeconds = (performance.now() - importStarted) / 1000;
-  spawnSync('pkill', ['-INT', '-f', `wrk.*${new URL(url).port}/api/nodes/42`]);
+  spawnSync('pkill', ['-INT', '-x', 'wrk']);
   const duringImport = await importing;
   record({ id: '5b', scenario: 'live GET p99 while an import adds 10,000 rules', value: duringImport.p99, unit: 'ms p99', ceiling: quiet.p99, ratio: duringImport.p99 / quiet.p99, target: '<= 2x idle p99', met: duringImport.p99 / quiet.p99 <= 2, note: `import took ${importSeconds.toFixed(2)} s` });
   await restarted.proc.stop();
 }
 
 function wrkInBackground(url: string, connections: number, seconds: number, lua: string): Promise<ReturnType<typeof wrk>> {
-  // wrk blocks, so it runs in a worker process of its own.
+  // wrk blocks, so it runs in a process of its own; SIGINT to the wrk binary (pkill -x wrk) ends it early, and it still reports.
   return new Promise((resolve, reject) => {
     const child = start([node, '--import', 'tsx', '-e', `import('./bench/wrk.ts').then(({ wrk }) => console.log(JSON.stringify({ msg: 'wrk', result: wrk(${JSON.stringify(url)}, { connections: ${connections}, seconds: ${seconds}, lua: ${JSON.stringify(lua)} }) })))`]);
     child.waitFor('wrk', (seconds + 30) * 1000).then((line) => resolve(line.result as ReturnType<typeof wrk>), reject);
@@ -251,7 +251,9 @@ async function dataPlane(): Promise<void> {
   const load = (...args: unknown[]) => {
     const [command, ...rest] = pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', ...args.map(String)]);
     const out = spawnSync(command!, rest, { encoding: 'utf8' });
-    return JSON.parse(out.stdout.trim().split('\n').pop()!);
+    const last = out.stdout.trim().split('\n').pop();
+    if (!last) throw new Error(`bench/dataplane.ts ${args.join(' ')} printed nothing: ${out.stderr.slice(-500)}`);
+    return JSON.parse(last);
   };
   const oneStream = 512 * 1024 * 1024;
   const manyStreams = 4 * 1024 * 1024;
@@ -273,6 +275,7 @@ async function dataPlane(): Promise<void> {
 
   await socat?.stop();
   await agent.stop();
+  if (sink.child.exitCode !== null) throw new Error(`the sink died during the data-plane runs (exit ${sink.child.exitCode})`);
   await sink.stop();
   await master.proc.stop();
 }
@@ -300,9 +303,11 @@ function table(): string {
 const started = Date.now();
 ensureTools();
 console.error(`CPU pinning: ${hasTaskset ? 'server on CPU 0, load on CPU 1 (taskset)' : 'not available (no taskset): figures share both CPUs'}`);
-await controlPlane();
-await fanOut();
-await dataPlane();
+// BENCH_ONLY=control,fanout,data runs a subset (when working on one part).
+const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data').split(','));
+if (only.has('control')) await controlPlane();
+if (only.has('fanout')) await fanOut();
+if (only.has('data')) await dataPlane();
 const machine = { cpu: cpus()[0]?.model, cores: cpus().length, memory_gib: Math.round(totalmem() / 2 ** 30), kernel: release(), node: process.version, pinned: hasTaskset, seconds_per_load: SECONDS };
 const output = table();
 console.log(output);
