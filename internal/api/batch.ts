@@ -14,7 +14,8 @@ import { removeTunnel } from './tunnels.ts';
 import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
 
 export const MAX_BATCH = 1000;
-const CHUNK = 100;
+// Small enough that a chunk holds the event loop for a few milliseconds at most (measured: bench 5a).
+const CHUNK = 25;
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
 type Outcome = 'deleted' | 'created' | 'updated' | 'applied' | 'pending' | 'failed' | 'not_found' | 'conflict' | 'invalid';
