@@ -3,7 +3,7 @@
 
 import { randomBytes } from 'node:crypto';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
-import { encodeCursor } from '../http/cursor.ts';
+import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { ApiError, validationFailed } from '../http/problem.ts';
 import { host } from '../schema/net.ts';
@@ -144,7 +144,7 @@ export const cascadeQuery = { cascade: boolParam('Also delete what still refers 
 function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
   const { limit, after } = paging(ctx.query);
   const page = ctx.app.store.nodes.page({ afterId: after, limit, status: ctx.query.status ?? null, tag: ctx.query.tag ?? null, q: ctx.query.q ?? null });
-  return okJson(`{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`);
+  return okJson(pageJson(page));
 }
 
 function getNode(ctx: Ctx<undefined, {}>) {

@@ -2,7 +2,7 @@
 // through a tunnel. Every write marks the rule pending and the node's config as changed;
 // sync reports what the node acknowledged, never that a command was sent.
 
-import { encodeCursor } from '../http/cursor.ts';
+import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { ApiError, validationFailed } from '../http/problem.ts';
 import { target } from '../schema/net.ts';
@@ -167,7 +167,7 @@ function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
     protocol: query.protocol ?? null,
     q: query.q ?? null,
   });
-  return okJson(`{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`);
+  return okJson(pageJson(page));
 }
 
 function getRule(ctx: Ctx<undefined, {}>) {

@@ -24,3 +24,14 @@ export function pageOf<T extends { id: number }>(rows: T[], limit: number): Page
   const last = items[items.length - 1];
   return { items, next_cursor: rows.length > limit && last ? encodeCursor(last.id) : null };
 }
+
+/** A page as JSON text (built by SQLite): the items array, and the last id on it when another page follows. */
+export interface JsonPage {
+  items: string;
+  lastId: number | null;
+}
+
+/** The `{items, next_cursor}` body of a page whose items are JSON text already. */
+export function pageJson(page: JsonPage): string {
+  return `{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`;
+}

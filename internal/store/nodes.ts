@@ -3,7 +3,7 @@
 
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
-import type { JsonPage } from './rules.ts';
+import type { JsonPage } from '../http/cursor.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];

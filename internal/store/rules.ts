@@ -1,6 +1,7 @@
 // SQL for forwarding rules. Every insert or update claims the rule's ports (see ports.ts)
 // and resets its sync state to pending: the node has not applied the new version yet.
 
+import type { JsonPage } from '../http/cursor.ts';
 import { ApiError } from '../http/problem.ts';
 import type { Database } from './database.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
@@ -81,12 +82,6 @@ const RULE_FILTER = `id > :after
         AND (:enabled IS NULL OR enabled = :enabled)
         AND (:protocol IS NULL OR protocol = :protocol)
         AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)`;
-
-/** A page as JSON text: the items array, and the last id on it when another page follows. */
-export interface JsonPage {
-  items: string;
-  lastId: number | null;
-}
 
 /** The 409 for a port someone else holds, naming the holder. */
 export function portTaken(claim: Claim, port: number): ApiError {
