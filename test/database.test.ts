@@ -63,3 +63,24 @@ test('close commits what is pending', async (t) => {
   t.after(() => reader.close());
   assert.deepEqual(reader.prepare('SELECT key FROM settings').all().map((r) => (r as { key: string }).key), ['late']);
 });
+
+test('a commit that fails rejects every waiter, tells the listeners, and keeps nothing', async (t) => {
+  const { db, names, put } = open(t);
+  let told = 0;
+  db.onCommitFailure(() => (told += 1));
+  // A deferred foreign key is checked only at COMMIT: the way to make a commit itself fail here.
+  db.write(() => db.prepare('CREATE TABLE parent (id INTEGER PRIMARY KEY) STRICT').run());
+  db.write(() => db.prepare('CREATE TABLE child (parent_id INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED) STRICT').run());
+  await db.committed();
+  db.write(() => put('lost'));
+  db.write(() => db.prepare('INSERT INTO child (parent_id) VALUES (42)').run());
+  const ran: string[] = [];
+  db.afterCommit(() => ran.push('after'));
+  await assert.rejects(db.committed(), /FOREIGN KEY/);
+  assert.equal(told, 1);
+  assert.deepEqual(ran, [], 'after-commit work does not run for a failed commit');
+  assert.deepEqual(names(), []);
+  db.write(() => put('next'));
+  await db.committed();
+  assert.deepEqual(names(), ['next'], 'the next batch works');
+});
