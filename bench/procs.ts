@@ -73,8 +73,3 @@ export function memory(pid: number): { rss: number; peak: number } {
   const kib = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
   return { rss: kib('VmRSS') / 1024, peak: kib('VmHWM') / 1024 };
 }
-
-/** The pid of the node process itself when `child` is taskset (taskset execs, so it is the same pid). */
-export function pidOf(running: Running): number {
-  return running.child.pid!;
-}
