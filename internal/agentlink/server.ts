@@ -158,9 +158,7 @@ export class AgentLinks {
       if (!cursor || (cursor.stream === report.stream && report.seq <= cursor.seq)) return;
       // Reports are placed at the time the agent counted them, but never in the future.
       const at = Math.min(report.at, nowSeconds);
-      for (const rule of report.rules) {
-        if (store.rules.find(rule.id)?.node_id === nodeId) store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out);
-      }
+      for (const rule of report.rules) store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out);
       store.nodes.setTrafficStream(nodeId, report.stream, report.seq, this.app.timestamp());
     });
     // The agent forgets a report once acknowledged, so the ack waits until the counts are durable.

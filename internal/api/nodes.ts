@@ -87,9 +87,10 @@ function fieldsOf(body: NodeInput) {
 
 /** Creates a node inside a transaction; returns it with its agent token. Throws `license_limit`, `conflict`. */
 export function insertNode(app: App, effects: Effects, body: NodeInput): { node: Node; agent_token: string } {
-  const limit = app.licenseView().limits.max_nodes;
+  const license = app.licenseView();
+  const limit = license.limits.max_nodes;
   if (limit !== null && app.store.nodes.count() >= limit) {
-    throw new ApiError('license_limit', `the ${app.licenseView().edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
+    throw new ApiError('license_limit', `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
   }
   const secret = credentials(app, body);
   // The token names the node's id, which exists only after the insert; a random hash holds its place till then.

@@ -56,9 +56,6 @@ export class TcpRelay {
     return total;
   }
 
-  get connections(): number {
-    return this.clients.size;
-  }
 
   /** Stops listening and ends every relayed connection. */
   close(): Promise<void> {

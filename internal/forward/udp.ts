@@ -57,9 +57,6 @@ export class UdpRelay {
     return out;
   }
 
-  get connections(): number {
-    return this.sessions.size;
-  }
 
   close(): Promise<void> {
     clearInterval(this.sweeper);

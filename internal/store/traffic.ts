@@ -27,18 +27,21 @@ export class TrafficStore {
     this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
     this.bucketStmt = db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?)
       ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = bytes_in + excluded.bytes_in, bytes_out = bytes_out + excluded.bytes_out`);
-    this.ruleTotalStmt = db.prepare('UPDATE rules SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ?');
+    this.ruleTotalStmt = db.prepare('UPDATE rules SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ? AND node_id = ?');
     this.nodeTotalStmt = db.prepare('UPDATE nodes SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ?');
   }
 
   /**
    * Adds bytes counted for a rule on a node at `atSeconds` to its minute bucket and to the
-   * rule's and node's totals, so buckets and totals always agree. Call inside a write.
+   * rule's and node's totals, so buckets and totals always agree. Counts nothing (and returns
+   * false) unless the rule exists on that node: an agent reports only its own rules. Call
+   * inside a write.
    */
-  record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number): void {
+  record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number): boolean {
+    if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId).changes) === 0) return false;
     this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
-    this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId);
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
+    return true;
   }
 
   /** Buckets in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. */
