@@ -127,6 +127,19 @@ test('Idempotency-Key: a retry while the first request is still running is 409',
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
 });
 
+test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budget allows', async (t) => {
+  const m = await startMaster(t);
+  const token = await mintToken(m, ['tokens:write', 'audit:read']);
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 1 } });
+  const send = (key: string) => call(m.url, 'POST', '/api/tokens', { token, body: { name: key, scopes: ['audit:read'] }, headers: { 'idempotency-key': key } });
+  assert.equal((await send('first')).status, 201);
+  assertProblem(await send('second'), 429, 'rate_limited');
+  m.advance(61_000);
+  const retried = await send('second');
+  assert.equal(retried.status, 201);
+  assert.equal(retried.headers.get('idempotent-replayed'), null);
+});
+
 test('the write budget paces each token with RateLimit headers and 429 + Retry-After', async (t) => {
   const m = await startMaster(t);
   const token = await mintToken(m, ['tokens:write', 'settings:write']);

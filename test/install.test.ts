@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -92,6 +93,8 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   assert.ok(readFileSync(join(installDir, 'agent.mjs')).length > 10_000);
   assert.equal((readFileSync(join(dir, 'opt', 'agent.env')).toString().match(/AGENT_TOKEN=mat_/g) ?? []).length, 1);
   assert.ok(!done.install.log_tail.includes('mat_'), 'the agent token is not in the log');
+  // The token handed out at creation was replaced by the one the installed agent got.
+  assert.equal(await linkStatus(m.url, node.agent_token), 401);
   const audit = (await call(m.url, 'GET', `/api/audit-logs?action=node.install&resource_id=${node.id}`, { token: m.admin })).body.items;
   assert.deepEqual(audit.map((e: { actor_type: string; status: string }) => [e.actor_type, e.status]), [['system', 'success'], ['user', 'success']]);
 
@@ -162,6 +165,17 @@ test('with a password, on a node without Node.js: askpass logs in and the master
   assert.ok(!done.install.log_tail.includes(password), 'the password is not in the log');
   assert.equal(spawnSync(join(installDir, 'node'), ['--version'], { encoding: 'utf8' }).stdout.trim(), process.version);
 });
+
+/** The status the master answers an agent link request with this token. */
+function linkStatus(base: string, token: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${base}/agent/v1/link`, { headers: { Connection: 'Upgrade', Upgrade: 'portplane-agent/1', Authorization: `Bearer ${token}` } });
+    req.on('upgrade', (res, socket) => (socket.destroy(), resolve(res.statusCode!)));
+    req.on('response', (res) => (res.resume(), resolve(res.statusCode!)));
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 function assertConflict(answer: { status: number; body: { code: string } }): void {
   assert.deepEqual([answer.status, answer.body.code], [409, 'conflict']);

@@ -87,3 +87,15 @@ test('an import with problems changes nothing and points at each one', async (t)
   assert.equal(snapshot(m), before);
   assertProblem(await call(m.url, 'POST', '/api/import', { token: m.admin, body: { ...doc, format: 'other' } }), 422, 'validation_failed');
 });
+
+test('an import respects the license\'s node limit: nothing is created past it', async (t) => {
+  const m = await startMaster(t);
+  const nodes = Array.from({ length: 6 }, (_, i) => ({ name: `n${i}`, host: `n${i}.example.net`, ssh_port: 22, ssh_user: 'root', tags: [] }));
+  const before = snapshot(m);
+  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: { format: 'portplane-export', version: 1, nodes, tunnels: [], rules: [] } });
+  assertProblem(answer, 422, 'validation_failed');
+  assert.equal(answer.body.errors.length, 1);
+  assert.equal(answer.body.errors[0].pointer, '#/nodes/5');
+  assert.match(answer.body.errors[0].detail, /free license allows 5 nodes/);
+  assert.equal(snapshot(m), before);
+});
