@@ -6,7 +6,7 @@
 import { request } from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
-import { LINK_PATH, LINK_PROTOCOL, readMessages, send } from '../internal/agentlink/wire.ts';
+import { LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send } from '../internal/agentlink/wire.ts';
 
 const [masterUrl, tokensFile] = process.argv.slice(2);
 const tokens = JSON.parse(readFileSync(tokensFile!, 'utf8')) as string[];
@@ -32,7 +32,7 @@ function link(index: number, token: string): void {
         updated.add(index);
         if (updated.size === tokens.length) console.log(JSON.stringify({ msg: 'all acknowledged', at: performance.timeOrigin + performance.now() }));
       }
-    });
+    }, MASTER_LINE_BYTES);
   });
   req.on('error', (error) => console.log(JSON.stringify({ msg: 'link failed', error: error.message })));
   req.end();

@@ -2,46 +2,10 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { request } from 'node:http';
-import type { Socket } from 'node:net';
 import { test } from 'node:test';
-import { LINK_PATH, LINK_PROTOCOL, readMessages, send, type Message } from '../internal/agentlink/wire.ts';
+import { send } from '../internal/agentlink/wire.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
-
-interface RawLink {
-  socket: Socket;
-  next(type: string): Promise<Message>;
-}
-
-async function link(m: Running, token: string, protocol = LINK_PROTOCOL): Promise<RawLink | { status: number; body: any }> {
-  const req = request(`${m.url}${LINK_PATH}`, { headers: { Connection: 'Upgrade', Upgrade: protocol, Authorization: `Bearer ${token}`, 'X-Agent-Version': 'raw-test' } });
-  req.end();
-  const outcome = await Promise.race([once(req, 'upgrade').then(([, socket, head]) => {
-      // Bytes that came in with the 101 (often the first config) arrive here, not as data.
-      if ((head as Buffer).length > 0) (socket as Socket).unshift(head as Buffer);
-      return { socket: socket as Socket };
-    }), once(req, 'response').then(([res]) => ({ res }))]);
-  if ('res' in outcome) {
-    let body = '';
-    for await (const chunk of outcome.res) body += chunk;
-    return { status: outcome.res.statusCode!, body: JSON.parse(body) };
-  }
-  const inbox: Message[] = [];
-  const waiting: [string, (m: Message) => void][] = [];
-  readMessages(outcome.socket, (message) => {
-    const i = waiting.findIndex(([type]) => type === message.type);
-    if (i >= 0) waiting.splice(i, 1)[0]![1](message);
-    else inbox.push(message);
-  });
-  return {
-    socket: outcome.socket,
-    next: (type) => {
-      const i = inbox.findIndex((m) => m.type === type);
-      if (i >= 0) return Promise.resolve(inbox.splice(i, 1)[0]!);
-      return new Promise((resolve) => waiting.push([type, resolve]));
-    },
-  };
-}
+import { link, type RawLink } from './rawlink.ts';
 
 async function ruleTraffic(m: Running, id: number) {
   return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body.traffic;

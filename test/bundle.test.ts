@@ -99,7 +99,7 @@ test('the agent bundle runs on the older Node.js that nodes may carry', (t) => {
   assert.equal(version.stdout, `agent ${VERSION}\n`, version.stderr);
   const bad = spawnSync(older, ['dist/agent.mjs', '--master', 'ftp://x'], { encoding: 'utf8', env: {} });
   assert.equal(bad.status, 2);
-  assert.match(bad.stderr, /http:\/\/ or https:\/\//);
+  assert.match(bad.stderr, /must be http\(s\):\/\/HOST/);
 });
 
 test('--help and --version answer without starting; bad flags exit 2', () => {

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { agentUnit } from '../internal/install/unit.ts';
-import { call, rule, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, until } from './net.ts';
 
 const SSHD = '/usr/sbin/sshd';
@@ -83,6 +83,21 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { install_dir: installDir, agent_report_interval_seconds: 1 } })).status, 200);
   const node = (await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'ssh-node', host: '127.0.0.1', ssh_port: port, ssh_user: 'root', ssh_private_key: userKey } })).body;
 
+  // Every string that would reach the node is refused when it carries shell syntax, before anything runs there.
+  const marker = join(dir, 'pwned');
+  const hostileUrls = [`http://x$(touch ${marker}):1`, `http://x;touch\${IFS}${marker}:1`, 'http://a`id`:1', "http://a'b:1", 'http://a&b|c:1', 'http://a\nAGENT_TOKEN=x:1'];
+  for (const hostile of hostileUrls) {
+    assertProblem(await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin, body: { master_url: hostile } }), 422, 'validation_failed');
+    assertProblem(await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { install_master_url: hostile } }), 422, 'validation_failed');
+  }
+  for (const [field, hostile] of [['install_dir', `/opt/x$(touch ${marker})`], ['install_dir', '/opt/../etc'], ['install_service_name', 'agent;reboot'], ['install_service_name', 'a b']] as const) {
+    assertProblem(await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { [field]: hostile } }), 422, 'validation_failed');
+  }
+  for (const [field, hostile] of [['host', `x$(touch ${marker})`], ['host', '-oProxyCommand=touch'], ['ssh_user', 'root;id'], ['ssh_user', '-oProxyCommand']] as const) {
+    assertProblem(await call(m.url, 'PUT', `/api/nodes/${node.id}`, { token: m.admin, body: { name: 'ssh-node', host: '127.0.0.1', ssh_port: port, [field]: hostile } }), 422, 'validation_failed');
+  }
+  assert.equal((await call(m.url, 'GET', `/api/nodes/${node.id}`, { token: m.admin })).body.status, 'new', 'nothing was started');
+
   const started = await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin });
   assert.equal(started.status, 202, JSON.stringify(started.body));
   assert.equal(started.body.status, 'installing');
@@ -93,6 +108,11 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   assert.ok(readFileSync(join(installDir, 'agent.mjs')).length > 10_000);
   assert.equal((readFileSync(join(dir, 'opt', 'agent.env')).toString().match(/AGENT_TOKEN=mat_/g) ?? []).length, 1);
   assert.ok(!done.install.log_tail.includes('mat_'), 'the agent token is not in the log');
+  // The agent reads its env file itself: no shell on the node ever parses what is in it.
+  const agentPid = Number(readFileSync(join(installDir, 'agent.pid'), 'utf8'));
+  const agentArgv = readFileSync(`/proc/${agentPid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+  assert.deepEqual(agentArgv.slice(-4), ['--env-file', join(installDir, 'agent.env'), '--state-dir', join(installDir, 'state')]);
+  assert.ok(!existsSync(marker), 'no hostile value ran');
   // The token handed out at creation was replaced by the one the installed agent got.
   assert.equal(await linkStatus(m.url, node.agent_token), 401);
   const audit = (await call(m.url, 'GET', `/api/audit-logs?action=node.install&resource_id=${node.id}`, { token: m.admin })).body.items;

@@ -71,7 +71,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);
-    const timer = setInterval(() => maintain(app), MAINTENANCE_INTERVAL_MS).unref();
+    const timer = setInterval(() => {
+      try {
+        maintain(app);
+      } catch (error) {
+        log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
+      }
+    }, MAINTENANCE_INTERVAL_MS).unref();
     const http = await listen(createDispatcher(app, routes), config.host, config.port);
     const links = new AgentLinks(app);
     http.server.on('upgrade', links.handleUpgrade);

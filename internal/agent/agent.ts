@@ -5,10 +5,10 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
-import { keepAlive, LINK_PATH, LINK_PROTOCOL, readMessages, send, type Message } from '../agentlink/wire.ts';
+import { inPieces, keepAlive, LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send, type Message } from '../agentlink/wire.ts';
 import { Forwarder, type ForwardRule } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
-import { AgentState, type SavedConfig, type TrafficState } from './state.ts';
+import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 
 export interface AgentOptions {
   masterUrl: string;
@@ -116,7 +116,7 @@ export class Agent {
       }
     });
     keepAlive(socket);
-    readMessages(socket, (message) => this.receive(message));
+    readMessages(socket, (message) => this.receive(message), MASTER_LINE_BYTES);
     this.options.log.info('linked to the master', { url: new URL(this.options.masterUrl).origin });
     for (const report of this.traffic.pending) send(socket, { type: 'traffic', ...report });
   }
@@ -142,7 +142,10 @@ export class Agent {
     this.config = config;
     const failed = results.filter((r) => r.state === 'failed');
     this.options.log.info('applied config', { version: config.version, rules: results.length, failed: failed.length, errors: failed.slice(0, 5).map((r) => ({ id: r.id, ...r.error })) });
-    if (acknowledge && this.socket) send(this.socket, { type: 'applied', version: config.version, results });
+    if (!acknowledge || !this.socket) return;
+    // The master reads at most MAX_ENTRIES results a message; all but the last say more follow.
+    const pieces = inPieces(results);
+    pieces.forEach((piece, i) => send(this.socket!, { type: 'applied', version: config.version, results: piece, partial: i < pieces.length - 1 }));
   }
 
   private scheduleReports(seconds: number): void {
@@ -150,14 +153,17 @@ export class Agent {
     this.reportTimer = setInterval(() => this.report(), seconds * 1000);
   }
 
-  /** Counts what crossed the relays since the last report, keeps it until acknowledged, and sends it. */
+  /**
+   * Counts what crossed the relays since the last report, keeps it until acknowledged, and
+   * sends it: one report per MAX_ENTRIES rules, each with its own sequence number.
+   */
   private report(): void {
-    const rules = this.forwarder.drain();
-    if (rules.length === 0) return;
+    const drained = this.forwarder.drain();
+    if (drained.length === 0) return;
     const traffic = this.traffic;
-    traffic.seq += 1;
-    const report = { stream: traffic.stream, seq: traffic.seq, at: Math.floor(Date.now() / 1000), rules };
-    traffic.pending.push(report);
+    const at = Math.floor(Date.now() / 1000);
+    let fresh: TrafficReport[] = inPieces(drained).map((rules) => ({ stream: traffic.stream, seq: ++traffic.seq, at, rules }));
+    traffic.pending.push(...fresh);
     if (traffic.pending.length > MAX_PENDING_REPORTS) {
       const merged = new Map<number, { id: number; bytes_in: number; bytes_out: number }>();
       for (const r of traffic.pending.flatMap((p) => p.rules)) {
@@ -166,9 +172,10 @@ export class Agent {
         m.bytes_out += r.bytes_out;
         merged.set(r.id, m);
       }
-      traffic.pending = [{ ...report, rules: [...merged.values()] }];
+      traffic.pending = inPieces([...merged.values()]).map((rules) => ({ stream: traffic.stream, seq: ++traffic.seq, at, rules }));
+      fresh = traffic.pending;
     }
     this.state.saveTraffic(traffic);
-    if (this.socket) send(this.socket, { type: 'traffic', ...report });
+    if (this.socket) for (const report of fresh) send(this.socket, { type: 'traffic', ...report });
   }
 }

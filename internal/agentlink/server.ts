@@ -1,13 +1,17 @@
 // The master's end of the agent links: authenticates an agent's upgrade request by its
 // node's token, marks the node online, pushes it its whole config whenever that changes,
 // and records what it reports: the config version it applied, per-rule outcomes, traffic.
+// Every agent is treated as possibly hostile: a message it sends is checked against its own
+// node, and whatever it sends ends at worst its own link, never the master.
 
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { App } from '../api/app.ts';
 import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
-import { array, integer, nullable, object, oneOf, string, validate, type Infer } from '../schema/schema.ts';
-import { keepAlive, LINK_PATH, LINK_PROTOCOL, readMessages, send, type Message } from './wire.ts';
+import { array, boolean, integer, nullable, object, oneOf, optional, string, validate, type Infer, type Schema } from '../schema/schema.ts';
+import { AGENT_LINE_BYTES, keepAlive, LINK_PATH, LINK_PROTOCOL, MAX_ENTRIES, ProtocolError, readMessages, send, type Message } from './wire.ts';
+import { FailureWindow } from '../auth/failures.ts';
+import { TrafficAllowance } from './allowance.ts';
 
 const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
@@ -19,30 +23,70 @@ const appliedMessage = object({
     object({
       id: ID,
       state: oneOf(['applied', 'failed']),
-      error: nullable(object({ code: string({ min: 1, max: 64 }), detail: string({ max: 1000 }) })),
+      error: nullable(object({ code: string({ min: 1, max: 64, pattern: /^[a-z_]+$/ }), detail: string({ max: 500 }) })),
     }),
-    { max: 1_000_000 },
+    { max: MAX_ENTRIES },
   ),
+  /** More `applied` messages for the same version follow (a long result list is split). */
+  partial: optional(boolean(), false),
 });
 
 const trafficMessage = object({
   type: oneOf(['traffic']),
-  stream: string({ min: 1, max: 64 }),
+  stream: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9_-]+$/ }),
   seq: ID,
   at: COUNT,
-  rules: array(object({ id: ID, bytes_in: COUNT, bytes_out: COUNT }), { max: 1_000_000 }),
+  rules: array(object({ id: ID, bytes_in: COUNT, bytes_out: COUNT }), { max: MAX_ENTRIES }),
 });
+
+/** Failed link attempts one address may make per minute before it is refused without a look. */
+const MAX_FAILED_LINKS_PER_MINUTE = 10;
+/** How long a node whose agent broke the protocol is refused, so a hostile agent cannot loop. */
+const VIOLATION_COOLDOWN_MS = 60_000;
+/** A refused link is written on its node at most this often. */
+const REFUSAL_RECORD_MS = 60_000;
 
 function refuse(socket: Socket, status: number, reason: string, code: string, detail: string, headers = ''): void {
   const body = JSON.stringify({ type: `urn:portplane:problem:${code}`, title: reason, status, code, detail });
   socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${headers}Connection: close\r\n\r\n${body}`);
 }
 
+function pathOf(url: string | undefined): string | null {
+  try {
+    return new URL(url ?? '/', 'http://localhost').pathname;
+  } catch {
+    return null;
+  }
+}
+
+/** Ids that occur more than once. */
+function repeated(entries: readonly { id: number }[]): number | undefined {
+  const seen = new Set<number>();
+  for (const { id } of entries) {
+    if (seen.has(id)) return id;
+    seen.add(id);
+  }
+  return undefined;
+}
+
+interface Link {
+  nodeId: number;
+  socket: Socket;
+  allowance: TrafficAllowance;
+  /** Why the master ended this link, written on the node when it closes. */
+  endedBecause?: string;
+}
+
 export class AgentLinks {
-  private readonly links = new Map<number, Socket>();
+  private readonly links = new Map<number, Link>();
+  private readonly failedByAddress: FailureWindow;
+  /** Nodes refused until the given time, after their agent broke the protocol. */
+  private readonly cooldown = new Map<number, number>();
+  private readonly refusalRecorded = new Map<string, number>();
   private closing = false;
 
   constructor(private readonly app: App) {
+    this.failedByAddress = new FailureWindow(app.now);
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
   }
 
@@ -50,38 +94,16 @@ export class AgentLinks {
     return this.links.size;
   }
 
-  /** For the HTTP server's 'upgrade' event. */
+  /** For the HTTP server's 'upgrade' event. Whatever the request holds, it ends this connection at worst. */
   readonly handleUpgrade = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
     socket.on('error', () => socket.destroy());
-    const { app } = this;
-    if (new URL(req.url ?? '/', 'http://localhost').pathname !== LINK_PATH) return refuse(socket, 404, 'Not Found', 'not_found', 'no upgrade here');
-    if (this.closing) return refuse(socket, 503, 'Service Unavailable', 'unavailable', 'the master is shutting down', 'Retry-After: 5\r\n');
-    const token = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1] ?? '';
-    const nodeId = agentTokenNode(token);
-    const stored = nodeId === null ? undefined : app.store.nodes.agentTokenHash(nodeId);
-    if (nodeId === null || !stored || !sameHash(stored, hashSecret(token))) {
-      if (nodeId !== null && stored) app.store.nodes.setStatusDetail(nodeId, `auth_failed: an agent from ${socket.remoteAddress} presented a wrong token at ${app.timestamp()}`);
-      app.log.warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip: socket.remoteAddress });
-      return refuse(socket, 401, 'Unauthorized', 'auth_failed', 'the agent token is unknown or was replaced; reinstall the agent or give it the current token');
+    try {
+      this.upgrade(req, socket, head);
+    } catch (error) {
+      this.app.log.error('agent link failed', { error: (error as Error)?.stack ?? String(error) });
+      if (!socket.destroyed && socket.writable) refuse(socket, 500, 'Internal Server Error', 'internal', 'the link could not be opened; see the master log');
+      socket.destroy();
     }
-    const agentVersion = String(req.headers['x-agent-version'] ?? '').slice(0, 32) || null;
-    if (req.headers.upgrade !== LINK_PROTOCOL) {
-      app.store.nodes.setStatusDetail(nodeId, `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${req.headers.upgrade ?? 'nothing'}, the master ${LINK_PROTOCOL}`);
-      app.log.warn('agent link refused', { reason: 'version_mismatch', node_id: nodeId, agent_version: agentVersion });
-      return refuse(socket, 426, 'Upgrade Required', 'version_mismatch', `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`, `Upgrade: ${LINK_PROTOCOL}\r\n`);
-    }
-
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${LINK_PROTOCOL}\r\nConnection: Upgrade\r\n\r\n`);
-    if (head.length > 0) socket.unshift(head);
-    this.links.get(nodeId)?.destroy();
-    this.links.set(nodeId, socket);
-    app.sync.connect(nodeId);
-    app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.timestamp());
-    app.log.info('agent connected', { node_id: nodeId, agent_version: agentVersion, ip: socket.remoteAddress });
-    keepAlive(socket);
-    readMessages(socket, (message) => this.receive(nodeId, socket, message));
-    socket.on('close', () => this.disconnected(nodeId, socket));
-    this.pushConfig(nodeId);
   };
 
   /** Ends every link, recording the nodes as offline first (the store closes right after). */
@@ -91,52 +113,136 @@ export class AgentLinks {
     this.app.store.write(() => {
       for (const nodeId of this.links.keys()) this.app.store.nodes.setLink(nodeId, 'offline', 'the master shut down', null, now);
     });
-    for (const [nodeId, socket] of this.links) {
+    for (const [nodeId, link] of this.links) {
       this.links.delete(nodeId);
       this.app.sync.disconnect(nodeId);
-      socket.destroy();
+      link.socket.destroy();
     }
   }
 
-  private disconnected(nodeId: number, socket: Socket): void {
-    if (this.links.get(nodeId) !== socket) return;
+  private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    const { app } = this;
+    const ip = socket.remoteAddress ?? 'unknown';
+    const path = pathOf(req.url);
+    if (path === null) return refuse(socket, 400, 'Bad Request', 'bad_request', 'the request target is not a valid path');
+    if (path !== LINK_PATH) return refuse(socket, 404, 'Not Found', 'not_found', 'no upgrade here');
+    if (this.closing) return refuse(socket, 503, 'Service Unavailable', 'unavailable', 'the master is shutting down', 'Retry-After: 5\r\n');
+    const wait = this.failedByAddress.retryAfterMs(`a:${ip}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
+    if (wait > 0) {
+      return refuse(socket, 429, 'Too Many Requests', 'rate_limited', 'too many failed link attempts from this address', `Retry-After: ${Math.ceil(wait / 1000)}\r\n`);
+    }
+    const token = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1] ?? '';
+    const nodeId = agentTokenNode(token);
+    const stored = nodeId === null ? undefined : app.store.nodes.agentTokenHash(nodeId);
+    if (nodeId === null || !stored || !sameHash(stored, hashSecret(token))) {
+      this.failedByAddress.record(`a:${ip}`, 60_000);
+      if (nodeId !== null && stored) this.noteRefusal(nodeId, `auth_failed: an agent from ${ip} presented a wrong token at ${app.timestamp()}`);
+      app.log.warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
+      return refuse(socket, 401, 'Unauthorized', 'auth_failed', 'the agent token is unknown or was replaced; reinstall the agent or give it the current token');
+    }
+    const until = this.cooldown.get(nodeId) ?? 0;
+    if (until > app.now()) {
+      return refuse(socket, 429, 'Too Many Requests', 'rate_limited', 'this node\'s agent broke the link protocol; see the node\'s status_detail', `Retry-After: ${Math.ceil((until - app.now()) / 1000)}\r\n`);
+    }
+    const agentVersion = String(req.headers['x-agent-version'] ?? '').replace(/[^\x20-\x7e]/g, '?').slice(0, 32) || null;
+    if (req.headers.upgrade !== LINK_PROTOCOL) {
+      const spoken = String(req.headers.upgrade ?? 'nothing').replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
+      this.noteRefusal(nodeId, `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${spoken}, the master ${LINK_PROTOCOL}`);
+      app.log.warn('agent link refused', { reason: 'version_mismatch', node_id: nodeId, agent_version: agentVersion });
+      return refuse(socket, 426, 'Upgrade Required', 'version_mismatch', `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`, `Upgrade: ${LINK_PROTOCOL}\r\n`);
+    }
+    const node = app.store.nodes.find(nodeId);
+    if (!node) return refuse(socket, 401, 'Unauthorized', 'auth_failed', 'the node no longer exists');
+
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${LINK_PROTOCOL}\r\nConnection: Upgrade\r\n\r\n`);
+    if (head.length > 0) socket.unshift(head);
+    this.links.get(nodeId)?.socket.destroy();
+    const heardAt = Date.parse(node.last_seen_at ?? node.created_at);
+    const link: Link = { nodeId, socket, allowance: new TrafficAllowance(app.now, heardAt, app.settings.get('agent_report_interval_seconds')) };
+    this.links.set(nodeId, link);
+    app.sync.connect(nodeId);
+    app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.timestamp());
+    app.log.info('agent connected', { node_id: nodeId, agent_version: agentVersion, ip });
+    keepAlive(socket);
+    readMessages(socket, (message) => this.receive(link, message), AGENT_LINE_BYTES);
+    socket.on('error', (error) => {
+      if (error instanceof ProtocolError) this.violation(link, error.message);
+      else if (!link.endedBecause) app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
+    });
+    socket.on('close', () => this.disconnected(link));
+    this.pushConfig(nodeId);
+  }
+
+  /**
+   * Writes why a link was refused on its node, each reason at most once a REFUSAL_RECORD_MS,
+   * so a flood of refusals does not become a flood of writes.
+   */
+  private noteRefusal(nodeId: number, detail: string): void {
+    const now = this.app.now();
+    const key = `${nodeId}:${detail.slice(0, detail.indexOf(':'))}`;
+    if ((this.refusalRecorded.get(key) ?? 0) > now - REFUSAL_RECORD_MS) return;
+    if (this.refusalRecorded.size > 10_000) this.refusalRecorded.clear();
+    this.refusalRecorded.set(key, now);
+    this.app.store.write(() => this.app.store.nodes.setStatusDetail(nodeId, detail));
+  }
+
+  /** Ends a link whose agent broke the protocol, says why on the node, and refuses the node for a while. */
+  private violation(link: Link, what: string): void {
+    if (link.endedBecause) return;
+    link.endedBecause = `protocol_violation: ${what}`;
+    this.app.log.warn('agent broke the link protocol; closing its link', { node_id: link.nodeId, reason: what });
+    if (this.cooldown.size > 10_000) this.cooldown.clear();
+    this.cooldown.set(link.nodeId, this.app.now() + VIOLATION_COOLDOWN_MS);
+    link.socket.destroy();
+  }
+
+  private disconnected(link: Link): void {
+    const { nodeId } = link;
+    if (this.links.get(nodeId) !== link) return;
     this.links.delete(nodeId);
     this.app.sync.disconnect(nodeId);
-    if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', 'the agent link closed', null, this.app.timestamp());
+    if (this.closing) return;
+    this.app.store.write(() => {
+      if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', link.endedBecause ?? 'the agent link closed', null, this.app.timestamp());
+    });
     this.app.log.info('agent disconnected', { node_id: nodeId });
   }
 
   private pushConfig(nodeId: number): void {
-    const socket = this.links.get(nodeId);
-    if (!socket) return;
-    const node = this.app.store.nodes.find(nodeId);
-    if (!node) {
-      socket.destroy();
-      return;
+    const link = this.links.get(nodeId);
+    if (!link) return;
+    try {
+      const node = this.app.store.nodes.find(nodeId);
+      if (!node) return void link.socket.destroy();
+      const rules = this.app.store.rules.forNode(nodeId).map(({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }) => ({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }));
+      send(link.socket, { type: 'config', version: node.config_version, report_interval_seconds: this.app.settings.get('agent_report_interval_seconds'), rules });
+    } catch (error) {
+      this.app.log.error('pushing a config failed; closing the link', { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
+      link.socket.destroy();
     }
-    const rules = this.app.store.rules.forNode(nodeId).map(({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }) => ({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }));
-    send(socket, { type: 'config', version: node.config_version, report_interval_seconds: this.app.settings.get('agent_report_interval_seconds'), rules });
   }
 
-  private receive(nodeId: number, socket: Socket, message: Message): void {
-    if (message.type === 'ping') return send(socket, { type: 'pong' });
+  private receive(link: Link, message: Message): void {
+    if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
-    if (message.type === 'applied') return this.applied(nodeId, socket, message);
-    if (message.type === 'traffic') return this.traffic(nodeId, socket, message);
-    this.app.log.warn('agent sent an unknown message', { node_id: nodeId, type: message.type.slice(0, 32) });
+    if (message.type === 'applied') return this.applied(link, this.checked(appliedMessage, message));
+    if (message.type === 'traffic') return this.traffic(link, this.checked(trafficMessage, message));
+    this.app.log.warn('agent sent an unknown message', { node_id: link.nodeId, type: message.type.slice(0, 32) });
   }
 
-  private checked<T>(nodeId: number, socket: Socket, schema: { check: (...a: any[]) => T }, message: Message): T | null {
-    const { value, errors } = validate(schema as never, message);
-    if (errors.length === 0) return value as T;
-    this.app.log.warn('agent sent a malformed message; closing its link', { node_id: nodeId, type: message.type, errors: errors.slice(0, 3) });
-    socket.destroy();
-    return null;
+  /** The message as `schema` types it. Throws ProtocolError naming the first problems. */
+  private checked<T>(schema: Schema<T>, message: Message): T {
+    const { value, errors } = validate(schema, message);
+    if (errors.length > 0) {
+      throw new ProtocolError(`malformed ${message.type.slice(0, 16)} message: ${errors.slice(0, 3).map((e) => `${e.pointer} ${e.detail}`).join('; ')}`);
+    }
+    return value;
   }
 
-  private applied(nodeId: number, socket: Socket, message: Message): void {
-    const ack = this.checked<Infer<typeof appliedMessage>>(nodeId, socket, appliedMessage, message);
-    if (!ack) return;
+  private applied(link: Link, ack: Infer<typeof appliedMessage>): void {
+    const { nodeId } = link;
+    const twice = repeated(ack.results);
+    if (twice !== undefined) throw new ProtocolError(`applied message names rule ${twice} twice`);
     const { store } = this.app;
     const current = store.write(() => {
       const node = store.nodes.find(nodeId);
@@ -145,25 +251,32 @@ export class AgentLinks {
       for (const result of ack.results) store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.timestamp());
       return true;
     });
-    if (current) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
+    if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
   }
 
-  private traffic(nodeId: number, socket: Socket, message: Message): void {
-    const report = this.checked<Infer<typeof trafficMessage>>(nodeId, socket, trafficMessage, message);
-    if (!report) return;
+  private traffic(link: Link, report: Infer<typeof trafficMessage>): void {
+    const { nodeId } = link;
+    const twice = repeated(report.rules);
+    if (twice !== undefined) throw new ProtocolError(`traffic report ${report.seq} names rule ${twice} twice`);
+    const bytes = report.rules.reduce((sum, rule) => sum + rule.bytes_in + rule.bytes_out, 0);
     const { store } = this.app;
     const nowSeconds = Math.floor(this.app.now() / 1000);
+    const oldest = nowSeconds - this.app.settings.get('traffic_retention_days') * 86_400;
     store.write(() => {
-      const cursor = store.nodes.trafficStream(nodeId);
-      if (!cursor || (cursor.stream === report.stream && report.seq <= cursor.seq)) return;
-      // Reports are placed at the time the agent counted them, but never in the future.
-      const at = Math.min(report.at, nowSeconds);
+      const counted = store.traffic.streamSeq(nodeId, report.stream);
+      if (report.seq <= counted) return;
+      if (!link.allowance.take(bytes)) {
+        throw new ProtocolError(`traffic report ${report.seq} claims ${bytes} bytes, more than the node could have relayed since it last reported`);
+      }
+      // Reports are placed at the time the agent counted them, but never in the future nor before retention.
+      const at = Math.max(oldest, Math.min(report.at, nowSeconds));
       for (const rule of report.rules) store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out);
-      store.nodes.setTrafficStream(nodeId, report.stream, report.seq, this.app.timestamp());
+      store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.timestamp());
+      store.nodes.seen(nodeId, this.app.timestamp());
     });
     // The agent forgets a report once acknowledged, so the ack waits until the counts are durable.
     store.committed().then(
-      () => send(socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq }),
+      () => send(link.socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq }),
       () => undefined,
     );
   }

@@ -8,41 +8,113 @@ export const LINK_PATH = '/agent/v1/link';
 export const LINK_PROTOCOL = 'portplane-agent/1';
 /** Either side closes a link that has been silent this long; each pings at a third of it. */
 export const LINK_SILENCE_MS = 45_000;
-const MAX_LINE_BYTES = 16 * 1024 * 1024;
+/**
+ * Most entries in one `applied` or `traffic` message; the agent splits longer lists. Bounds
+ * what the master parses and writes for one line.
+ */
+export const MAX_ENTRIES = 500;
+/** The longest line the master reads from an agent: MAX_ENTRIES results with full error details fit. */
+export const AGENT_LINE_BYTES = 256 * 1024;
+/** The longest line an agent reads from its master: a whole node's config. */
+export const MASTER_LINE_BYTES = 64 * 1024 * 1024;
+/** Deeper JSON than any message of the protocol has; checked before parsing, which would take long on a deep line. */
+const MAX_DEPTH = 8;
+/** Messages handled per event-loop turn; past that the socket pauses so other work runs between. */
+const MESSAGES_PER_TURN = 32;
 
 export type Message = { type: string } & Record<string, unknown>;
 
-/** Calls `onMessage` for each complete line; closes the socket on a line that is too long or not an object. */
-export function readMessages(socket: Socket, onMessage: (message: Message) => void): void {
+export class ProtocolError extends Error {}
+
+/** True when `line` nests arrays and objects no deeper than `max`, strings aside. */
+export function withinDepth(line: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line.charCodeAt(i);
+    if (inString) {
+      if (c === 92 /* \ */) i++;
+      else if (c === 34 /* " */) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 123 /* { */ || c === 91 /* [ */) {
+      if (++depth > max) return false;
+    } else if (c === 125 /* } */ || c === 93 /* ] */) depth--;
+  }
+  return true;
+}
+
+/** The message a line holds. Throws ProtocolError for anything but a shallow JSON object with a string `type`. */
+export function parseMessage(line: string): Message {
+  if (!withinDepth(line, MAX_DEPTH)) throw new ProtocolError('the peer sent a line nested too deep');
+  let message: unknown;
+  try {
+    message = JSON.parse(line);
+  } catch {
+    throw new ProtocolError('the peer sent a line that is not JSON');
+  }
+  if (typeof message !== 'object' || message === null || Array.isArray(message) || typeof (message as Message).type !== 'string') {
+    throw new ProtocolError('the peer sent a message without a type');
+  }
+  return message as Message;
+}
+
+/**
+ * Calls `onMessage` for each complete line, a few per event-loop turn so that a flood from
+ * one peer cannot hold the process. A line that is too long or not a message, or an
+ * exception from `onMessage`, destroys the socket with that error: it ends this link only.
+ */
+export function readMessages(socket: Socket, onMessage: (message: Message) => void, maxLineBytes: number): void {
   let buffered = '';
+  const lines: string[] = [];
+  let scheduled = false;
   // Not socket.setEncoding: Node's HTTP server forbids it on its sockets, even upgraded ones.
   const decoder = new StringDecoder('utf8');
+
+  const drain = () => {
+    scheduled = false;
+    for (let handled = 0; handled < MESSAGES_PER_TURN && lines.length > 0 && !socket.destroyed; handled++) {
+      try {
+        onMessage(parseMessage(lines.shift()!));
+      } catch (error) {
+        socket.destroy(error instanceof Error ? error : new Error(String(error)));
+        return;
+      }
+    }
+    if (socket.destroyed) return;
+    if (lines.length > 0) {
+      scheduled = true;
+      setImmediate(drain);
+    } else {
+      socket.resume();
+    }
+  };
+
   socket.on('data', (chunk: Buffer) => {
     buffered += decoder.write(chunk);
     let newline: number;
     while ((newline = buffered.indexOf('\n')) >= 0) {
       const line = buffered.slice(0, newline);
       buffered = buffered.slice(newline + 1);
-      if (line.trim() === '') continue;
-      let message: unknown;
-      try {
-        message = JSON.parse(line);
-      } catch {
-        socket.destroy(new Error('the peer sent a line that is not JSON'));
-        return;
-      }
-      if (typeof message !== 'object' || message === null || typeof (message as Message).type !== 'string') {
-        socket.destroy(new Error('the peer sent a message without a type'));
-        return;
-      }
-      onMessage(message as Message);
+      if (line.length > maxLineBytes) return void socket.destroy(new ProtocolError('the peer sent a line over the size limit'));
+      if (line.trim() !== '') lines.push(line);
     }
-    if (buffered.length > MAX_LINE_BYTES) socket.destroy(new Error('the peer sent a line over the size limit'));
+    if (buffered.length > maxLineBytes) return void socket.destroy(new ProtocolError('the peer sent a line over the size limit'));
+    if (lines.length === 0 || scheduled) return;
+    // Handle what came now, and hold further input until the backlog is gone.
+    socket.pause();
+    drain();
   });
 }
 
 export function send(socket: Socket, message: Message): void {
   if (!socket.destroyed && socket.writable) socket.write(`${JSON.stringify(message)}\n`);
+}
+
+/** `items` in pieces of at most MAX_ENTRIES (one empty piece when there are none). */
+export function inPieces<T>(items: readonly T[]): T[][] {
+  const pieces: T[][] = [];
+  for (let start = 0; start < items.length; start += MAX_ENTRIES) pieces.push(items.slice(start, start + MAX_ENTRIES));
+  return pieces.length > 0 ? pieces : [[]];
 }
 
 /** Pings the peer and ends the link when it has been silent for LINK_SILENCE_MS. */

@@ -59,6 +59,7 @@ export class App {
     ({ store: this.store, log: this.log, license: this.license, box: this.box, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
     this.installer = new Installer(this);
     // A failed group commit undoes writes the in-memory copies already reflect.
+    this.store.db.onCallbackError((error) => this.log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }));
     this.store.db.onCommitFailure(() => {
       this.settings.reload();
       this.store.credentials.bump();

@@ -54,6 +54,15 @@ function write(res: ServerResponse, out: Outgoing): void {
   res.end(out.body ?? undefined);
 }
 
+/** The request target as a URL. Throws `bad_request` for one no URL parser accepts. */
+function requestUrl(target: string | undefined): URL {
+  try {
+    return new URL(target ?? '/', 'http://localhost');
+  } catch {
+    throw new ApiError('bad_request', 'the request target is not a valid path');
+  }
+}
+
 export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();
   for (const r of routes) router.add(r.method, r.path, r);
@@ -63,7 +72,17 @@ export function buildRouter(routes: readonly Route[]): Router<Route> {
 export function createDispatcher(app: App, routes: readonly Route[]) {
   const router = buildRouter(routes);
 
+  /** Answers one request; whatever it holds, the worst it can do is end its own connection. */
   return async function dispatch(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      await respond(req, res);
+    } catch (error) {
+      app.log.error('request failed', { error: (error as Error)?.stack ?? String(error) });
+      res.destroy();
+    }
+  };
+
+  async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
     const requestId = requestIdFrom(req.headers['x-request-id']);
     const ip = req.socket.remoteAddress ?? 'unknown';
@@ -101,7 +120,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out);
-  };
+  }
 
   async function answer(
     req: IncomingMessage,
@@ -111,7 +130,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   ): Promise<Outgoing> {
     if (app.draining) throw new ApiError('unavailable', 'the server is shutting down', { headers: { 'Retry-After': '5' } });
     const method = req.method ?? 'GET';
-    const url = new URL(req.url ?? '/', 'http://localhost');
+    const url = requestUrl(req.url);
     const found = router.lookup(method, url.pathname);
     if (found === null) throw new ApiError('not_found', `no route for ${url.pathname}`);
     if ('allowed' in found) {

@@ -2,36 +2,25 @@
 // node `installing`; progress, the log tail and the outcome show on the node.
 
 import { ApiError, validationFailed } from '../http/problem.ts';
-import { object, optional, string, type Infer } from '../schema/schema.ts';
-import { isMasterUrl } from '../settings/settings.ts';
+import { masterOrigin, masterUrl } from '../schema/net.ts';
+import { object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
 import { nodeSchema, nodeView } from './nodes.ts';
 import { idParam, notFound, route, type Ctx, type Reply } from './route.ts';
 
 const installInput = object(
   {
-    master_url: optional(
-      string({
-        min: 1,
-        max: 300,
-        refine: (v) => (isMasterUrl(v) ? null : 'must be an http(s) URL with no path, e.g. http://192.0.2.1:8080'),
-        description: 'The address the agent dials. Default: the setting install_master_url, else the address this request was sent to.',
-      }),
-    ),
+    master_url: optional(masterUrl({ description: 'The address the agent dials. Default: the setting install_master_url, else the address this request was sent to.' })),
   },
   { name: 'InstallInput' },
 );
 
 function masterUrlFor(ctx: Ctx<Infer<typeof installInput>, {}>): string {
-  if (ctx.body.master_url) return new URL(ctx.body.master_url).origin;
-  const configured = ctx.app.settings.get('install_master_url');
-  if (configured) return new URL(configured).origin;
-  const host = ctx.headers.host ?? '';
-  const url = `http://${host}`;
-  if (!/^[A-Za-z0-9.:[\]-]{1,300}$/.test(host) || !isMasterUrl(url)) {
+  const origin = masterOrigin(ctx.body.master_url || ctx.app.settings.get('install_master_url') || `http://${ctx.headers.host ?? ''}`);
+  if (origin === null) {
     throw validationFailed([{ pointer: '#/master_url', detail: 'cannot tell from this request where agents should dial; give master_url or set install_master_url' }]);
   }
-  return new URL(url).origin;
+  return origin;
 }
 
 function installer(mode: InstallMode) {

@@ -4,6 +4,7 @@
 import type { FieldError } from '../schema/schema.ts';
 
 const codes = {
+  bad_request: [400, 'Bad request'],
   invalid_json: [400, 'Body is not valid JSON'],
   invalid_query: [400, 'Invalid query parameter'],
   validation_failed: [422, 'Validation failed'],

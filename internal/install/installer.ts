@@ -34,12 +34,15 @@ export interface Probe {
 
 const PROBE = 'uname -sm; command -v node || echo no-node; node --version 2>/dev/null || echo v0; if [ -d /run/systemd/system ]; then echo systemd; else echo no-systemd; fi';
 
+/** A path we will write into a unit file and a script: plain characters only, whatever the node printed. */
+const PLAIN_PATH = /^(\/[A-Za-z0-9._+-]+)+$/;
+
 export function parseProbe(stdout: string): Probe {
   const [uname = '', nodePath = 'no-node', nodeVersion = 'v0', init = 'no-systemd'] = stdout.trim().split('\n').map((l) => l.trim());
   const major = Number(/^v(\d+)\./.exec(nodeVersion)?.[1] ?? 0);
   return {
     platform: UNAME[uname] ?? null,
-    nodePath: nodePath.startsWith('/') ? nodePath : null,
+    nodePath: PLAIN_PATH.test(nodePath) ? nodePath : null,
     nodeMajor: major > 0 ? major : null,
     systemd: init === 'systemd',
   };
@@ -170,8 +173,8 @@ export class Installer {
       'set -e',
       `cd ${q(dir)}`,
       'if [ -f agent.pid ] && kill -0 "$(cat agent.pid)" 2>/dev/null; then kill "$(cat agent.pid)"; sleep 1; fi',
-      `set -a; . ${q(`${dir}/agent.env`)}; set +a`,
-      `AGENT_STATE_DIR=${q(`${dir}/state`)} nohup ${q(nodeBinary)} ${q(`${dir}/agent.mjs`)} >> agent.log 2>&1 < /dev/null &`,
+      // The agent reads its env file itself, as data: no shell ever parses what is in it.
+      `nohup ${q(nodeBinary)} ${q(`${dir}/agent.mjs`)} --env-file ${q(`${dir}/agent.env`)} --state-dir ${q(`${dir}/state`)} >> agent.log 2>&1 < /dev/null &`,
       'echo $! > agent.pid',
       '',
     ].join('\n');

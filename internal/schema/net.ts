@@ -46,3 +46,34 @@ export function target(): Schema<string> {
     refine: (value) => (parseTarget(value) ? null : 'must be host:port with a port from 1 to 65535 (IPv6 in brackets)'),
   });
 }
+
+const MASTER_URL = /^(https?):\/\/(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253})(?::(\d{1,5}))?\/?$/;
+
+/**
+ * The origin of a master URL: http(s), a hostname or IP address, an optional port, nothing
+ * else. Null for anything more: this value ends up in files on nodes, so it admits no
+ * character a shell, systemd or an env-file parser would read as syntax.
+ */
+export function masterOrigin(value: string): string | null {
+  const match = MASTER_URL.exec(value);
+  if (!match) return null;
+  const [, scheme, hostPart, port] = match;
+  const bracketed = hostPart!.startsWith('[');
+  const name = bracketed ? hostPart!.slice(1, -1) : hostPart!;
+  if (bracketed ? !isIPv6(name) : !(isIPv4(name) || isHostname(name))) return null;
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return null;
+  return new URL(`${scheme}://${hostPart}${port === undefined ? '' : `:${port}`}`).origin;
+}
+
+export function masterUrl(options: { description: string; allowEmpty?: boolean }): Schema<string> {
+  return string({
+    min: options.allowEmpty ? 0 : 1,
+    max: 300,
+    description: options.description,
+    example: 'https://192.0.2.1:8080',
+    refine: (value) =>
+      (options.allowEmpty && value === '') || masterOrigin(value) !== null
+        ? null
+        : `must be ${options.allowEmpty ? 'empty or ' : ''}http(s)://HOST[:PORT] with a hostname or IP address and nothing else, e.g. https://192.0.2.1:8080`,
+  });
+}

@@ -2,6 +2,7 @@
 // against this table, GET shows every key, and the API reference is generated from it.
 
 import { createHash } from 'node:crypto';
+import { masterUrl } from '../schema/net.ts';
 import { integer, nullable, object, optional, string, type FieldError, type Schema } from '../schema/schema.ts';
 import type { Store } from '../store/store.ts';
 
@@ -16,16 +17,6 @@ function setting(min: number, max: number, fallback: number, description: string
 
 function text(fallback: string, schema: Schema<string>): Definition<string> {
   return { schema, default: fallback };
-}
-
-export function isMasterUrl(value: string): boolean {
-  if (value === '') return true;
-  try {
-    const url = new URL(value);
-    return (url.protocol === 'http:' || url.protocol === 'https:') && !url.username && !url.password && url.pathname === '/' && !url.search && !url.hash;
-  } catch {
-    return false;
-  }
 }
 
 export const definitions = {
@@ -48,7 +39,7 @@ export const definitions = {
   ),
   install_master_url: text(
     '',
-    string({ min: 0, max: 300, refine: (v) => (isMasterUrl(v) ? null : 'must be empty or an http(s) URL with no path, e.g. http://192.0.2.1:8080'), description: 'The address installed agents dial; empty: the address the install request was sent to.' }),
+    masterUrl({ allowEmpty: true, description: 'The address installed agents dial; empty: the address the install request was sent to.' }),
   ),
 } satisfies Record<string, Definition<number> | Definition<string>>;
 

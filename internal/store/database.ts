@@ -24,6 +24,7 @@ export class Database {
   private inWrite = false;
   private batch: Batch | null = null;
   private readonly failureListeners: (() => void)[] = [];
+  private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
   constructor(path: string) {
     const { DatabaseSync } = sqlite();
@@ -75,6 +76,11 @@ export class Database {
     else fn();
   }
 
+  /** Called with what an afterCommit callback threw: it is reported, and the other callbacks still run. */
+  onCallbackError(fn: (error: unknown) => void): void {
+    this.callbackFailed = fn;
+  }
+
   /** Called when a commit fails, so in-memory copies of the data can be reloaded. */
   onCommitFailure(fn: () => void): void {
     this.failureListeners.push(fn);
@@ -104,7 +110,13 @@ export class Database {
       return;
     }
     batch.resolve();
-    for (const fn of batch.after) fn();
+    for (const fn of batch.after) {
+      try {
+        fn();
+      } catch (error) {
+        this.callbackFailed(error);
+      }
+    }
   }
 
   /**

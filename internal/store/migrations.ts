@@ -169,4 +169,41 @@ export const migrations: readonly string[] = [
   ${RULE_VIEW_TRIGGERS}
   INSERT INTO rule_views (id, json) SELECT id, ${ruleJson('')} FROM rules;
   `,
+  /* 6: traffic report streams kept per node and stream; traffic totals that read back as safe integers */ `
+  CREATE TABLE traffic_streams (
+    node_id INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    stream TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    seen_at TEXT NOT NULL,
+    PRIMARY KEY (node_id, stream)
+  ) STRICT;
+  INSERT INTO traffic_streams (node_id, stream, seq, seen_at)
+    SELECT id, traffic_stream, traffic_seq, coalesce(last_seen_at, updated_at) FROM nodes WHERE traffic_stream IS NOT NULL;
+  ALTER TABLE nodes DROP COLUMN traffic_stream;
+  ALTER TABLE nodes DROP COLUMN traffic_seq;
+
+  UPDATE nodes SET bytes_in = max(0, min(bytes_in, 9007199254740991)), bytes_out = max(0, min(bytes_out, 9007199254740991));
+  UPDATE traffic_buckets SET bytes_in = max(0, min(bytes_in, 9007199254740991)), bytes_out = max(0, min(bytes_out, 9007199254740991));
+  DROP TRIGGER rule_views_insert;
+  DROP TRIGGER rule_views_update;
+  CREATE TRIGGER rule_views_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_views (id, json) VALUES (NEW.id, json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at));
+  END;
+  CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
+    UPDATE rule_views SET json = json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at)
+    WHERE id = NEW.id;
+  END;
+  -- Re-render every view through the new trigger.
+  UPDATE rules SET bytes_in = max(0, min(bytes_in, 9007199254740991)), bytes_out = max(0, min(bytes_out, 9007199254740991));
+  `,
 ];

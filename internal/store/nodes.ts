@@ -3,6 +3,7 @@
 
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
+import { safeCount } from './traffic.ts';
 import type { JsonPage } from '../http/cursor.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
@@ -49,8 +50,8 @@ interface Row extends Omit<Node, 'tags' | 'traffic' | 'install'> {
   install_log: string | null;
 }
 
-const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version, last_seen_at,
-  config_version, bytes_in, bytes_out, install_started_at, install_finished_at, install_log, version, created_at, updated_at`;
+const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version, last_seen_at, config_version,
+  ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at, install_finished_at, install_log, version, created_at, updated_at`;
 
 /** How much of an install's log a node keeps: the end, where the outcome is. */
 export const INSTALL_LOG_BYTES = 8192;
@@ -67,7 +68,7 @@ function toNode({ tags, bytes_in, bytes_out, install_started_at, install_finishe
 /** A node as the API shows it, built by SQLite; must match the API's nodeView (tested). */
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user, 'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', status, 'status_detail', status_detail, 'agent_version', agent_version, 'last_seen_at', last_seen_at,
-  'traffic', json_object('bytes_in', bytes_in, 'bytes_out', bytes_out),
+  'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
 
@@ -101,8 +102,7 @@ export class NodeStore {
   private readonly setTokenStmt;
   private readonly linkStmt;
   private readonly detailStmt;
-  private readonly streamStmt;
-  private readonly setStreamStmt;
+  private readonly seenStmt;
   private readonly installStartStmt;
   private readonly installLogStmt;
   private readonly installEndStmt;
@@ -133,8 +133,7 @@ export class NodeStore {
     this.linkStmt = db.prepare(`UPDATE nodes SET status = :status, status_detail = :detail, last_seen_at = :at,
         agent_version = coalesce(:agent_version, agent_version) WHERE id = :id`);
     this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
-    this.streamStmt = db.prepare('SELECT traffic_stream AS stream, traffic_seq AS seq FROM nodes WHERE id = ?');
-    this.setStreamStmt = db.prepare('UPDATE nodes SET traffic_stream = ?, traffic_seq = ?, last_seen_at = ? WHERE id = ?');
+    this.seenStmt = db.prepare('UPDATE nodes SET last_seen_at = ? WHERE id = ?');
     this.installStartStmt = db.prepare(`UPDATE nodes SET status = 'installing', status_detail = ?, install_started_at = ?,
       install_finished_at = NULL, install_log = '' WHERE id = ?`);
     this.installLogStmt = db.prepare(`UPDATE nodes SET status_detail = :detail,
@@ -234,13 +233,9 @@ export class NodeStore {
     this.detailStmt.run(detail, id);
   }
 
-  /** Where the node's traffic report stream stands: reports at or below `seq` were counted. */
-  trafficStream(id: number): { stream: string | null; seq: number } | undefined {
-    return this.streamStmt.get(id) as { stream: string | null; seq: number } | undefined;
-  }
-
-  setTrafficStream(id: number, stream: string, seq: number, at: string): void {
-    this.setStreamStmt.run(stream, seq, at, id);
+  /** Records that the node's agent was heard from at `at`. */
+  seen(id: number, at: string): void {
+    this.seenStmt.run(at, id);
   }
 
   installStarted(id: number, detail: string, at: string): void {

@@ -5,6 +5,7 @@ import type { JsonPage } from '../http/cursor.ts';
 import { ApiError } from '../http/problem.ts';
 import type { Database } from './database.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
+import { safeCount } from './traffic.ts';
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
 export type Protocol = (typeof protocols)[number];
@@ -66,6 +67,9 @@ function toRule(row: Row): Rule {
   };
 }
 
+const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, sync_state, sync_error, sync_applied_at,
+  ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
+
 export interface RuleFilter {
   afterId: number;
   limit: number;
@@ -109,8 +113,8 @@ export class RuleStore {
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
-    this.byId = db.prepare('SELECT * FROM rules WHERE id = ?');
-    this.listStmt = db.prepare(`SELECT * FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit`);
+    this.byId = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE id = ?`);
+    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit`);
     // Pages concatenate the JSON the triggers rendered (views.ts): no per-row work at read time.
     this.pageStmt = db.prepare(`WITH page AS (SELECT id FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit + 1),
         shown AS (SELECT id FROM page ORDER BY id LIMIT :limit)
@@ -124,7 +128,7 @@ export class RuleStore {
         sync_state = 'pending', sync_error = NULL, version = version + 1, updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM rules WHERE id = ?');
-    this.byNodeStmt = db.prepare('SELECT * FROM rules WHERE node_id = ? ORDER BY id');
+    this.byNodeStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE node_id = ? ORDER BY id`);
     this.idsByNodeStmt = db.prepare('SELECT id FROM rules WHERE node_id = ? ORDER BY id');
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
     this.countsStmt = db.prepare('SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state');

@@ -1,6 +1,24 @@
-// SQL for traffic: per-rule minute buckets, read back as a time series at any step.
+// SQL for traffic: per-rule minute buckets, read back as a time series at any step, and the
+// report streams of each node that make a resent report count once. Every count saturates at
+// 2^53-1, so whatever an agent reports, it reads back as a safe integer.
 
 import type { Database } from './database.ts';
+
+/** The largest count stored or shown: Number.MAX_SAFE_INTEGER, as SQL. */
+const MAX_COUNT = '9007199254740991';
+
+/** `expression` (a count) as a safe integer, also when the database holds a value out of that range. */
+export function safeCount(expression: string): string {
+  return `max(0, min(${expression}, ${MAX_COUNT}))`;
+}
+
+/** A sum of counts that cannot overflow: total() is a float, cut to a safe integer. */
+function safeSum(column: string): string {
+  return `CAST(min(total(${column}), ${MAX_COUNT}) AS INTEGER)`;
+}
+
+/** How many report streams a node keeps; an agent makes a new one only with a new state dir. */
+const STREAMS_PER_NODE = 8;
 
 export interface TrafficPoint {
   at: number;
@@ -15,20 +33,29 @@ export class TrafficStore {
   private readonly bucketStmt;
   private readonly ruleTotalStmt;
   private readonly nodeTotalStmt;
+  private readonly streamStmt;
+  private readonly advanceStmt;
+  private readonly trimStreamsStmt;
 
   constructor(db: Database) {
-    this.seriesStmt = db.prepare(`SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at, sum(bytes_in) AS bytes_in, sum(bytes_out) AS bytes_out
+    this.seriesStmt = db.prepare(`SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
+        ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out
       FROM traffic_buckets
       WHERE bucket_start >= :from AND bucket_start < :to
         AND (:node_id IS NULL OR node_id = :node_id)
         AND (:rule_id IS NULL OR rule_id = :rule_id)
       GROUP BY 1 ORDER BY 1`);
-    this.totalsStmt = db.prepare('SELECT coalesce(sum(bytes_in), 0) AS bytes_in, coalesce(sum(bytes_out), 0) AS bytes_out FROM rules');
+    this.totalsStmt = db.prepare(`SELECT ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out FROM rules`);
     this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
     this.bucketStmt = db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?)
-      ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = bytes_in + excluded.bytes_in, bytes_out = bytes_out + excluded.bytes_out`);
-    this.ruleTotalStmt = db.prepare('UPDATE rules SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ? AND node_id = ?');
-    this.nodeTotalStmt = db.prepare('UPDATE nodes SET bytes_in = bytes_in + ?, bytes_out = bytes_out + ? WHERE id = ?');
+      ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')}, bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
+    this.ruleTotalStmt = db.prepare(`UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} WHERE id = ?3 AND node_id = ?4`);
+    this.nodeTotalStmt = db.prepare(`UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} WHERE id = ?3`);
+    this.streamStmt = db.prepare('SELECT seq FROM traffic_streams WHERE node_id = ? AND stream = ?');
+    this.advanceStmt = db.prepare(`INSERT INTO traffic_streams (node_id, stream, seq, seen_at) VALUES (:node_id, :stream, :seq, :at)
+      ON CONFLICT (node_id, stream) DO UPDATE SET seq = excluded.seq, seen_at = excluded.seen_at`);
+    this.trimStreamsStmt = db.prepare(`DELETE FROM traffic_streams WHERE node_id = :node_id AND stream NOT IN
+      (SELECT stream FROM traffic_streams WHERE node_id = :node_id ORDER BY seen_at DESC, rowid DESC LIMIT ${STREAMS_PER_NODE})`);
   }
 
   /**
@@ -42,6 +69,20 @@ export class TrafficStore {
     this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
     return true;
+  }
+
+  /** The highest report `seq` counted on the node's `stream`, or 0 for a stream not seen (or long forgotten). */
+  streamSeq(nodeId: number, stream: string): number {
+    return (this.streamStmt.get(nodeId, stream) as { seq: number } | undefined)?.seq ?? 0;
+  }
+
+  /**
+   * Records that `stream` has been counted up to `seq` (from `previous`, what streamSeq said).
+   * A node keeps its STREAMS_PER_NODE most recently used streams. Call inside a write.
+   */
+  advanceStream(nodeId: number, stream: string, previous: number, seq: number, at: string): void {
+    this.advanceStmt.run({ node_id: nodeId, stream, seq, at });
+    if (previous === 0) this.trimStreamsStmt.run({ node_id: nodeId });
   }
 
   /** Buckets in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. */

@@ -1,0 +1,203 @@
+// A hostile client or agent against the master: malformed requests on the upgrade path and
+// on ordinary requests, lying or malformed link messages, values the database cannot hold.
+// Each must end at worst its own connection or link, and leave the data readable.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { connect } from 'node:net';
+import { test } from 'node:test';
+import { LINK_PATH, LINK_PROTOCOL, MAX_ENTRIES, send } from '../internal/agentlink/wire.ts';
+import { call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { link, type RawLink } from './rawlink.ts';
+
+/** Sends raw bytes to the master and returns everything it answers until it closes. */
+async function rawExchange(m: Running, bytes: string): Promise<string> {
+  const { port } = new URL(m.url);
+  const socket = connect({ host: '127.0.0.1', port: Number(port) });
+  let answer = '';
+  socket.setEncoding('utf8').on('data', (chunk: string) => (answer += chunk));
+  socket.on('error', () => undefined);
+  await once(socket, 'connect');
+  socket.write(bytes);
+  await once(socket, 'close');
+  return answer;
+}
+
+async function nodeOf(m: Running, id: number) {
+  const answer = await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin });
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  return answer.body;
+}
+
+/** Resolves when the master has ended the link (once() would reject on the reset that may come first). */
+function closed(raw: RawLink): Promise<void> {
+  return new Promise((resolve) => (raw.socket.destroyed ? resolve() : raw.socket.on('close', () => resolve())));
+}
+
+const upgrade = (target: string, extra = '') =>
+  `GET ${target} HTTP/1.1\r\nHost: master\r\nConnection: Upgrade\r\nUpgrade: ${LINK_PROTOCOL}\r\n${extra}\r\n`;
+
+test('malformed request targets on the upgrade path and on ordinary requests are 400, and the master keeps serving', async (t) => {
+  const m = await startMaster(t);
+  // This one request line used to throw in the upgrade handler and end the process.
+  for (const target of ['//[', '//[::1', 'http://[/agent/v1/link', '//%zz[']) {
+    assert.match(await rawExchange(m, upgrade(target)), /^HTTP\/1\.1 400 /, `upgrade ${target}`);
+    const plain = await rawExchange(m, `GET ${target} HTTP/1.1\r\nHost: master\r\nConnection: close\r\n\r\n`);
+    assert.match(plain, /^HTTP\/1\.1 400 /, `GET ${target}`);
+    assert.match(plain, /"code":"bad_request"/);
+  }
+  assert.match(await rawExchange(m, upgrade('/elsewhere')), /^HTTP\/1\.1 404 /);
+  assert.match(await rawExchange(m, 'NOT A REQUEST\r\n\r\n'), /^HTTP\/1\.1 400 /);
+  assert.match(await rawExchange(m, upgrade(LINK_PATH, `Authorization: Bearer ${'x'.repeat(20_000)}\r\n`)), /^HTTP\/1\.1 431 /);
+  assert.equal((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).status, 200);
+});
+
+test('failed link attempts are limited per address and, past the first, write nothing', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const forged = `mat_${n.id}_${'B'.repeat(43)}`;
+  const first = (await link(m, forged)) as { status: number };
+  assert.equal(first.status, 401);
+  assert.match((await nodeOf(m, n.id)).status_detail, /^auth_failed/);
+  const before = snapshot(m);
+  const statuses: number[] = [];
+  for (let i = 0; i < 12; i++) statuses.push(((await link(m, forged)) as { status: number }).status);
+  assert.deepEqual(statuses, [...Array(9).fill(401), 429, 429, 429], 'ten failures a minute, then refused unseen');
+  assert.equal(snapshot(m), before, 'repeated refusals wrote nothing');
+  // Even the right token waits: the address is refused before any token is looked at.
+  assert.equal(((await link(m, n.agent_token)) as { status: number }).status, 429);
+  m.advance(61_000);
+  const good = (await link(m, n.agent_token)) as RawLink;
+  await good.next('config');
+  good.socket.destroy();
+});
+
+test('a traffic report that lies ends the link, counts nothing and is recorded on the node; the node is refused for a minute', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const at = Math.floor(Date.now() / 1000);
+  const entry = (bytes_in: unknown, bytes_out: unknown = 0, id: unknown = r.id) => ({ id, bytes_in, bytes_out });
+  const cases: [string, unknown[], RegExp][] = [
+    ['a rule named twice', [entry(1), entry(2)], /names rule \d+ twice/],
+    ['negative bytes', [entry(-1)], /bytes_in must be between/],
+    ['fractional bytes', [entry(1.5)], /bytes_in must be an integer/],
+    ['bytes past 2^53', [entry(2 ** 60)], /bytes_in must be between/],
+    ['bytes as a string', [entry('100')], /bytes_in must be an integer/],
+    ['an id of 0', [entry(1, 1, 0)], /id must be between/],
+    ['more entries than a message may carry', Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => entry(1, 1, i + 1)), /rules must have at most/],
+    ['more bytes than a node relays in the time', [entry(10 ** 15)], /more than the node could have relayed/],
+  ];
+  for (const [name, rules, reason] of cases) {
+    m.advance(61_000);
+    const raw = (await link(m, n.agent_token)) as RawLink;
+    await raw.next('config');
+    send(raw.socket, { type: 'traffic', stream: 'lies', seq: 1, at, rules });
+    await closed(raw);
+    const after = await nodeOf(m, n.id);
+    assert.match(after.status_detail ?? '', /^protocol_violation: /, name);
+    assert.match(after.status_detail, reason, name);
+    assert.equal(after.status, 'offline', name);
+    assert.deepEqual(after.traffic, { bytes_in: 0, bytes_out: 0 }, `${name}: nothing counted`);
+    const refused = (await link(m, n.agent_token)) as { status: number; body: { code: string } };
+    assert.deepEqual([refused.status, refused.body.code], [429, 'rate_limited'], `${name}: refused during the cool-down`);
+  }
+  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, { bytes_in: 0, bytes_out: 0 });
+});
+
+test('lines that are too long, too deep, not JSON or not messages end the link and nothing else', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const lines = [
+    `{"type":"ping","pad":"${'x'.repeat(600 * 1024)}"}\n`,
+    `${'['.repeat(5000)}${']'.repeat(5000)}\n`,
+    '{"type":"traffic",\n',
+    '[1,2,3]\n',
+    '{"type":42}\n',
+    '{"type":"applied","version":1,"results":[{"id":1,"state":"applied","error":null},{"id":1,"state":"failed","error":null}]}\n',
+    '{"type":"applied","version":1,"results":[{"id":1,"state":"applied","error":{"code":"$(reboot)","detail":"x"}}]}\n',
+  ];
+  for (const line of lines) {
+    m.advance(61_000);
+    const raw = (await link(m, n.agent_token)) as RawLink;
+    await raw.next('config');
+    raw.socket.write(line);
+    await closed(raw);
+    assert.equal((await nodeOf(m, n.id)).status, 'offline', line.slice(0, 40));
+  }
+  // Without a newline, an endless line is cut off at the limit too.
+  m.advance(61_000);
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  raw.socket.on('error', () => undefined);
+  const chunk = 'y'.repeat(64 * 1024);
+  for (let i = 0; i < 16 && !raw.socket.destroyed; i++) raw.socket.write(chunk);
+  await closed(raw);
+  assert.equal((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).status, 200);
+});
+
+test('totals saturate at 2^53-1 and always read back as safe integers', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const admin = await mintToken(m, ['*']);
+  // Five quiet days let the node claim up to ~10^16 bytes, past what a JavaScript number holds exactly.
+  m.advance(5 * 86_400_000);
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  const at = Math.floor((Date.now() + 5 * 86_400_000) / 1000);
+  const max = Number.MAX_SAFE_INTEGER;
+  send(raw.socket, { type: 'traffic', stream: 's', seq: 1, at, rules: [{ id: r.id, bytes_in: max - 10, bytes_out: 7 }] });
+  await raw.next('traffic_ack');
+  send(raw.socket, { type: 'traffic', stream: 's', seq: 2, at, rules: [{ id: r.id, bytes_in: 1000, bytes_out: 7 }] });
+  await raw.next('traffic_ack');
+  raw.socket.destroy();
+  for (const path of [`/api/rules/${r.id}`, `/api/nodes/${n.id}`, '/api/dashboard']) {
+    assert.deepEqual((await call(m.url, 'GET', path, { token: admin })).body.traffic, { bytes_in: max, bytes_out: 14 }, path);
+  }
+});
+
+test('a database already holding counts past 2^53 stays readable, exportable and deletable, and its agent can reconnect', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const huge = 2n ** 62n;
+  // As an older master could have left it: values SQLite holds but a JavaScript number cannot.
+  const db = m.app.store.db;
+  db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
+  db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
+  db.prepare('INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)').run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
+  const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
+  assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
+  assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items[0].traffic, safe);
+  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, safe);
+  assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items[0].traffic, safe);
+  assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, safe);
+  const series = await call(m.url, 'GET', '/api/dashboard/traffic?from=1970-01-01T00:00:00Z&to=1970-01-01T01:00:00Z&step=3600', { token: m.admin });
+  assert.equal(series.status, 200, JSON.stringify(series.body));
+  assert.deepEqual(series.body.points.map((p: { bytes_in: number }) => p.bytes_in), [Number.MAX_SAFE_INTEGER], 'a sum of two huge buckets is cut, not overflowed');
+  assert.equal((await call(m.url, 'GET', '/api/export', { token: m.admin })).status, 200);
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  assert.equal(((await raw.next('config')).rules as unknown[]).length, 1);
+  send(raw.socket, { type: 'traffic', stream: 's', seq: 1, at: Math.floor(Date.now() / 1000), rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }] });
+  await raw.next('traffic_ack');
+  raw.socket.destroy();
+  assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
+  assert.equal((await call(m.url, 'DELETE', `/api/nodes/${n.id}?cascade=true`, { token: m.admin })).status, 204);
+});
+
+test('a node alternating between two report streams is still counted exactly once per report', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  const at = Math.floor(Date.now() / 1000);
+  const report = (stream: string, seq: number) => ({ type: 'traffic', stream, seq, at, rules: [{ id: r.id, bytes_in: 1, bytes_out: 10 }] });
+  for (const [stream, seq] of [['a', 1], ['b', 1], ['a', 1], ['b', 1], ['a', 2], ['b', 1], ['a', 2], ['b', 2]] as const) {
+    send(raw.socket, report(stream, seq));
+    assert.deepEqual(await raw.next('traffic_ack'), { type: 'traffic_ack', stream, seq });
+  }
+  raw.socket.destroy();
+  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, { bytes_in: 4, bytes_out: 40 }, 'a1 b1 a2 b2, once each');
+});
