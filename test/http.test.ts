@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { test } from 'node:test';
-import { assertProblem, call, mintToken, snapshot, startMaster } from './helpers.ts';
+import { assertProblem, call, login, mintToken, snapshot, startMaster } from './helpers.ts';
 
 test('unknown paths are 404 and wrong methods 405 with Allow, as problem+json', async (t) => {
   const m = await startMaster(t);
@@ -131,6 +131,7 @@ test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budg
   const m = await startMaster(t);
   const token = await mintToken(m, ['tokens:write', 'audit:read']);
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 1 } });
+  m.advance(61_000);
   const send = (key: string) => call(m.url, 'POST', '/api/tokens', { token, body: { name: key, scopes: ['audit:read'] }, headers: { 'idempotency-key': key } });
   assert.equal((await send('first')).status, 201);
   assertProblem(await send('second'), 429, 'rate_limited');
@@ -140,17 +141,20 @@ test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budg
   assert.equal(retried.headers.get('idempotent-replayed'), null);
 });
 
-test('the write budget paces each token with RateLimit headers and 429 + Retry-After', async (t) => {
+test('the write budget paces each user, over all its tokens and sessions, with RateLimit headers and 429 + Retry-After', async (t) => {
   const m = await startMaster(t);
-  const token = await mintToken(m, ['tokens:write', 'settings:write']);
+  const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write'] };
+  assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
+  const session = await login(m.url, ops.username, ops.password);
+  const token = (await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'script', scopes: ['tokens:write'] } })).body.token;
   assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 3 } })).status, 200);
 
-  const read = await call(m.url, 'GET', '/api/settings', { token });
+  const read = await call(m.url, 'GET', '/api/tokens', { token });
   assert.equal(read.headers.get('ratelimit-policy'), '"writes";q=3;w=60');
-  assert.match(read.headers.get('ratelimit')!, /^"writes";r=3;t=\d+$/);
+  assert.match(read.headers.get('ratelimit')!, /^"writes";r=2;t=\d+$/, 'the token\'s creation by the same user spent one');
 
   const statuses: number[] = [];
-  for (let i = 0; i < 4; i++) {
+  for (let i = 0; i < 3; i++) {
     const answer = await call(m.url, 'POST', '/api/tokens', { token, body: { name: `t${i}`, scopes: ['tokens:read'] } });
     statuses.push(answer.status);
     if (answer.status === 429) {
@@ -159,8 +163,12 @@ test('the write budget paces each token with RateLimit headers and 429 + Retry-A
       assert.match(answer.headers.get('ratelimit')!, /^"writes";r=0;t=\d+$/);
     }
   }
-  assert.deepEqual(statuses, [201, 201, 201, 429]);
-  // Reads are not writes; another token has its own budget.
+  assert.deepEqual(statuses, [201, 201, 429]);
+  // The user's other credentials share the budget, and logging in again does not renew it.
+  assert.equal((await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'x', scopes: ['tokens:read'] } })).status, 429);
+  const again = await login(m.url, ops.username, ops.password);
+  assert.equal((await call(m.url, 'POST', '/api/tokens', { token: again, body: { name: 'x', scopes: ['tokens:read'] } })).status, 429);
+  // Reads are not writes; another user has a budget of its own.
   assert.equal((await call(m.url, 'GET', '/api/tokens', { token })).status, 200);
   assert.equal((await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['tokens:read'] } })).status, 201);
 

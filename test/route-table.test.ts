@@ -5,9 +5,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import type { Route } from '../internal/api/route.ts';
-import { grants, scopes, type Scope } from '../internal/auth/scopes.ts';
+import { grants, grantsAll, scopes, type Scope } from '../internal/auth/scopes.ts';
 import type { JsonSchema, ObjectSchema } from '../internal/schema/schema.ts';
-import { assertProblem, call, mintToken, snapshot, startMaster } from './helpers.ts';
+import { definitions, guardedKeys, type SettingKey } from '../internal/settings/settings.ts';
+import { assertProblem, call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
 const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/openapi.json'];
 
@@ -105,5 +106,67 @@ test('bad input on every write route is 422 naming each bad field, and changes n
         assert.equal(snapshot(m), before, c.name);
       }
     });
+  }
+});
+
+/** Makes two nodes, a tunnel between them, a rule on the entry node and a rule through the tunnel. */
+async function forwardingSetup(m: Running): Promise<{ nodeId: number; tunnelId: number }> {
+  const [entry, exit] = [await node(m, 'entry'), await node(m, 'exit')];
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'through', entry_node_id: entry.id, exit_node_id: exit.id } });
+  assert.equal(tunnel.status, 201);
+  assert.equal((await rule(m, { node_id: entry.id, listen_port: 80 })).status, 201);
+  assert.equal((await rule(m, { node_id: entry.id, listen_port: 81, tunnel_id: tunnel.body.id })).status, 201);
+  return { nodeId: entry.id, tunnelId: tunnel.body.id };
+}
+
+/** A valid value other than the default, for every setting. */
+function anotherValue(key: SettingKey): unknown {
+  const fallback = definitions[key].default;
+  if (typeof fallback === 'number') return fallback + 1;
+  return { install_dir: '/opt/elsewhere', install_service_name: 'other-agent', install_master_url: 'https://192.0.2.1:8443' }[key as string];
+}
+
+/** How to make each declared side effect happen: the requests that do it. Every route declaring one needs an entry. */
+const SIDE_EFFECTS: Record<string, ((m: Running) => Promise<{ path: string; body?: unknown }>)[]> = {
+  'PATCH /api/settings': guardedKeys.map((key) => async () => ({ path: '/api/settings', body: { [key]: anotherValue(key) } })),
+  'DELETE /api/nodes/{id}': [async (m) => ({ path: `/api/nodes/${(await forwardingSetup(m)).nodeId}?cascade=true` })],
+  'POST /api/nodes/batch-delete': [async (m) => ({ path: '/api/nodes/batch-delete?cascade=true', body: { ids: [(await forwardingSetup(m)).nodeId] } })],
+  'DELETE /api/tunnels/{id}': [async (m) => ({ path: `/api/tunnels/${(await forwardingSetup(m)).tunnelId}?cascade=true` })],
+  'POST /api/tunnels/batch-delete': [async (m) => ({ path: '/api/tunnels/batch-delete?cascade=true', body: { ids: [(await forwardingSetup(m)).tunnelId] } })],
+};
+
+test('side effects: a route that may act beyond its own scope (cascades, guarded settings) is refused without that scope, changes nothing and is audited as denied', async (t) => {
+  const declaring = routes.filter((r) => (r.alsoNeeds ?? []).length > 0);
+  assert.deepEqual(declaring.map((r) => `${r.method} ${r.path}`).sort(), Object.keys(SIDE_EFFECTS).sort(), 'every declared side effect has a request that makes it happen');
+  for (const r of declaring) {
+    for (const effect of r.alsoNeeds!) {
+      await t.test(`${r.method} ${r.path} also needs ${effect.scope}`, async (tt) => {
+        for (const request of SIDE_EFFECTS[`${r.method} ${r.path}`]!) {
+          const m = await startMaster(tt);
+          const made = await request(m);
+          const lacking = scopes.filter((s) => s !== '*' && !grants([s], effect.scope));
+          assert.ok(grantsAll(lacking, [r.scope as Scope]), 'the weak token holds the route\'s own scope');
+          const weak = await mintToken(m, lacking, `lacks ${effect.scope}`);
+          const before = snapshot(m, ['audit_log']);
+          const denied = await call(m.url, r.method, made.path, { token: weak, body: made.body });
+          if (denied.status === 200) {
+            assert.deepEqual(denied.body.results.map((x: { outcome: string }) => x.outcome), ['forbidden'], JSON.stringify(denied.body));
+          } else {
+            assertProblem(denied, 403, 'insufficient_scope');
+            assert.equal(denied.body.required_scope, effect.scope);
+          }
+          assert.equal(snapshot(m, ['audit_log']), before, `${JSON.stringify(made.body ?? made.path)} changed nothing`);
+          const audit = await call(m.url, 'GET', `/api/audit-logs?status=denied&action=${r.action}`, { token: m.admin });
+          assert.equal(audit.body.items.length, 1, JSON.stringify(audit.body.items));
+          assert.equal(audit.body.items[0].changes.required_scope, effect.scope);
+
+          const strong = await mintToken(m, [...lacking, effect.scope], `has ${effect.scope}`);
+          const allowed = await call(m.url, r.method, made.path, { token: strong, body: made.body });
+          assert.ok([200, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
+          if (allowed.status === 200 && allowed.body.results) assert.deepEqual(allowed.body.results.map((x: { outcome: string }) => x.outcome), ['deleted']);
+          assert.notEqual(snapshot(m, ['audit_log']), before, 'with the scope, the side effect happens');
+        }
+      });
+    }
   }
 });

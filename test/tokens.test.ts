@@ -40,11 +40,13 @@ test('secrets are stored only as hashes', async (t) => {
 test('a caller cannot grant scopes it does not hold', async (t) => {
   const m = await startMaster(t);
   const narrow = await mintToken(m, ['tokens:write', 'audit:read']);
-  const before = snapshot(m);
+  const before = snapshot(m, ['audit_log']);
   const answer = await call(m.url, 'POST', '/api/tokens', { token: narrow, body: { name: 'escalate', scopes: ['audit:read', 'users:write'] } });
   assertProblem(answer, 403, 'insufficient_scope');
   assert.match(answer.body.detail, /users:write/);
-  assert.equal(snapshot(m), before);
+  assert.equal(snapshot(m, ['audit_log']), before);
+  const denied = (await call(m.url, 'GET', '/api/audit-logs?status=denied', { token: m.admin })).body.items;
+  assert.deepEqual(denied.map((e: { action: string; changes: { reason: string } }) => [e.action, /users:write/.test(e.changes.reason)]), [['token.create', true]]);
   // What it holds, and what its write scope implies, it can grant.
   assert.equal((await call(m.url, 'POST', '/api/tokens', { token: narrow, body: { name: 'ok', scopes: ['audit:read', 'tokens:read'] } })).status, 201);
 });
@@ -109,4 +111,27 @@ test('token lists page with limit and cursor and filter by owner', async (t) => 
   assert.equal(third.body.next_cursor, null);
   assert.equal((await call(m.url, 'GET', '/api/tokens?user_id=1', { token: m.admin })).body.items.length, 5);
   assert.equal((await call(m.url, 'GET', '/api/tokens?user_id=2', { token: m.admin })).body.items.length, 0);
+});
+
+test('tokens:write revokes only tokens whose owner holds no scope the caller lacks; any token may revoke itself', async (t) => {
+  const m = await startMaster(t);
+  const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write', 'rules:read'] };
+  assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
+  const opsSession = await login(m.url, ops.username, ops.password);
+  const mine = (await call(m.url, 'POST', '/api/tokens', { token: opsSession, body: { name: 'mine', scopes: ['rules:read'] } })).body;
+  const admins = (await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'admin deploy', scopes: ['rules:read'] } })).body;
+
+  const before = snapshot(m, ['audit_log']);
+  const refused = await call(m.url, 'DELETE', `/api/tokens/${admins.id}`, { token: opsSession });
+  assertProblem(refused, 403, 'insufficient_scope');
+  assert.equal(snapshot(m, ['audit_log']), before);
+  assert.equal((await call(m.url, 'GET', `/api/audit-logs?action=token.delete&status=denied`, { token: m.admin })).body.items.length, 1);
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: admins.token })).status, 200, 'the admin\'s token still works');
+
+  assert.equal((await call(m.url, 'DELETE', `/api/tokens/${mine.id}`, { token: opsSession })).status, 204);
+  // A token holding nothing but tokens:write, of a user holding more, can still revoke itself.
+  const narrow = (await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'narrow', scopes: ['tokens:write'] } })).body;
+  assertProblem(await call(m.url, 'DELETE', `/api/tokens/${admins.id}`, { token: narrow.token }), 403, 'insufficient_scope');
+  assert.equal((await call(m.url, 'DELETE', `/api/tokens/${narrow.id}`, { token: narrow.token })).status, 204);
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: narrow.token })).status, 401);
 });

@@ -96,12 +96,14 @@ test('a new password ends the user\'s sessions but keeps its API tokens', async 
 test('users:write cannot escalate: no granting scopes it lacks, no changing more privileged users', async (t) => {
   const m = await startMaster(t);
   const manager = await mintToken(m, ['users:write']);
-  const before = snapshot(m);
+  const before = snapshot(m, ['audit_log']);
   assertProblem(await call(m.url, 'POST', '/api/users', { token: manager, body: { username: 'mallory', password: 'mallory-password', scopes: ['*'] } }), 403, 'insufficient_scope');
   assertProblem(await call(m.url, 'PUT', '/api/users/1', { token: manager, body: { username: 'admin', password: 'taken-over-password', scopes: [] } }), 403, 'insufficient_scope');
   assertProblem(await call(m.url, 'DELETE', '/api/users/1', { token: manager }), 403, 'insufficient_scope');
-  // The route's scope was held, so these are refusals of the request itself: nothing is written.
-  assert.equal(snapshot(m), before);
+  // Nothing changes; each refusal is audited as a denied write.
+  assert.equal(snapshot(m, ['audit_log']), before);
+  const denied = (await call(m.url, 'GET', '/api/audit-logs?status=denied', { token: m.admin })).body.items;
+  assert.deepEqual(denied.map((e: { action: string }) => e.action), ['user.delete', 'user.update', 'user.create']);
   const ok = await call(m.url, 'POST', '/api/users', { token: manager, body: { username: 'helper', password: 'helper-password', scopes: ['users:read'] } });
   assert.equal(ok.status, 201);
 });

@@ -7,10 +7,10 @@ import { ApiError, validationFailed } from '../http/problem.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import { array, boolean, describe, integer, nullable, object, optional, type FieldError, type Infer } from '../schema/schema.ts';
 import type { App } from './app.ts';
-import { cascadeQuery, removeNode } from './nodes.ts';
-import { created, ok, route, type Ctx, type Reply } from './route.ts';
+import { CASCADE_FROM_NODE, cascadeQuery, removeNode } from './nodes.ts';
+import { created, ok, route, type Ctx, type Reply, type SideEffect } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
-import { removeTunnel } from './tunnels.ts';
+import { CASCADE_FROM_TUNNEL, removeTunnel } from './tunnels.ts';
 import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
 
 export const MAX_BATCH = 1000;
@@ -18,7 +18,7 @@ export const MAX_BATCH = 1000;
 const CHUNK = 25;
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
-type Outcome = 'deleted' | 'created' | 'updated' | 'applied' | 'pending' | 'failed' | 'not_found' | 'conflict' | 'invalid';
+type Outcome = 'deleted' | 'created' | 'updated' | 'applied' | 'pending' | 'failed' | 'not_found' | 'conflict' | 'invalid' | 'forbidden';
 
 interface ItemResult {
   id?: number | null;
@@ -44,7 +44,7 @@ const resultsSchema = describe({
         properties: {
           id: { type: ['integer', 'null'] },
           index: { type: 'integer' },
-          outcome: { type: 'string', enum: ['deleted', 'created', 'updated', 'applied', 'pending', 'failed', 'not_found', 'conflict', 'invalid'] },
+          outcome: { type: 'string', enum: ['deleted', 'created', 'updated', 'applied', 'pending', 'failed', 'not_found', 'conflict', 'invalid', 'forbidden'] },
           error: { type: 'object', required: ['code', 'detail'], properties: { code: { type: 'string' }, detail: { type: 'string' }, errors: { type: 'array' } } },
         },
       },
@@ -58,6 +58,7 @@ const OUTCOME_OF: Partial<Record<string, Outcome>> = {
   precondition_failed: 'conflict',
   validation_failed: 'invalid',
   license_limit: 'invalid',
+  insufficient_scope: 'forbidden',
 };
 
 /** An item's failure as its result; anything unexpected is not an item's fault and propagates. */
@@ -81,7 +82,7 @@ async function inChunks<T>(app: App, ctx: Ctx<unknown, unknown>, items: T[], dry
 
 type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>;
 
-function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, done: Outcome) {
+function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, done: Outcome, action: string) {
   return async (ctx: BatchCtx): Promise<Reply> => {
     const dryRun = ctx.query.dry_run ?? false;
     const results = await inChunks(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
@@ -89,7 +90,12 @@ function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, do
         effects.attempt(() => remove(ctx, effects, id));
         return { id, outcome: done };
       } catch (error) {
-        return failed({ id }, error);
+        const result = failed({ id }, error);
+        if (result.outcome === 'forbidden') {
+          const scope = (error as ApiError).options.extra?.required_scope;
+          effects.denied({ action, resource: action.split('.')[0]!, resource_id: id, changes: { required_scope: scope } });
+        }
+        return result;
       }
     });
     return ok({ dry_run: dryRun, results });
@@ -183,27 +189,35 @@ async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Rep
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 
-function batchDelete(resource: 'nodes' | 'rules' | 'tunnels', scope: Scope, action: string, description: string, remove: (ctx: BatchCtx, effects: Effects, id: number) => void) {
+function batchDelete(
+  resource: 'nodes' | 'rules' | 'tunnels',
+  scope: Scope,
+  action: string,
+  description: string,
+  alsoNeeds: readonly SideEffect[],
+  remove: (ctx: BatchCtx, effects: Effects, id: number) => void,
+) {
   return route({
     method: 'POST',
     path: `/api/${resource}/batch-delete`,
     scope,
     action,
+    alsoNeeds,
     summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
     description,
     query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,
     body: idsInput,
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
-    handler: perId(remove, 'deleted'),
+    handler: perId(remove, 'deleted', action),
   });
 }
 
 export const batchRoutes = [
-  batchDelete('nodes', 'nodes:write', 'node.delete', 'Per item: deleted, not_found, or conflict (still has rules or tunnels, unless ?cascade=true).', (ctx, effects, id) =>
+  batchDelete('nodes', 'nodes:write', 'node.delete', 'Per item: deleted, not_found, conflict (still has rules or tunnels, unless ?cascade=true), or forbidden (the cascade needs a scope the caller lacks; audited as denied).', CASCADE_FROM_NODE, (ctx, effects, id) =>
     removeNode(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
-  batchDelete('rules', 'rules:write', 'rule.delete', 'Per item: deleted or not_found.', (ctx, effects, id) => removeRule(ctx.app, effects, id)),
-  batchDelete('tunnels', 'tunnels:write', 'tunnel.delete', 'Per item: deleted, not_found, or conflict (still used by rules, unless ?cascade=true).', (ctx, effects, id) =>
+  batchDelete('rules', 'rules:write', 'rule.delete', 'Per item: deleted or not_found.', [], (ctx, effects, id) => removeRule(ctx.app, effects, id)),
+  batchDelete('tunnels', 'tunnels:write', 'tunnel.delete', 'Per item: deleted, not_found, conflict (still used by rules, unless ?cascade=true), or forbidden (the cascade needs rules:write).', CASCADE_FROM_TUNNEL, (ctx, effects, id) =>
     removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
   route({

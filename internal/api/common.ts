@@ -1,7 +1,8 @@
 // Schemas and helpers shared by several resources.
 
-import { scopes } from '../auth/scopes.ts';
+import { grantsAll, scopes, type Scope } from '../auth/scopes.ts';
 import { decodeCursor } from '../http/cursor.ts';
+import { ApiError } from '../http/problem.ts';
 import { array, describe, oneOf, type JsonSchema, type Schema } from '../schema/schema.ts';
 
 export const DEFAULT_LIMIT = 50;
@@ -36,4 +37,14 @@ export function record(name: string, properties: Record<string, JsonSchema>, des
 /** The paging window a list query asks for. */
 export function paging(query: { limit?: number; cursor?: string }): { limit: number; after: number } {
   return { limit: query.limit ?? DEFAULT_LIMIT, after: query.cursor === undefined ? 0 : decodeCursor(query.cursor) };
+}
+
+/**
+ * Throws `insufficient_scope` unless the caller holds every one of `scopes`: nobody grants,
+ * or manages a user (or that user's tokens) holding, scopes it lacks itself.
+ */
+export function requireHolds(caller: { scopes: readonly Scope[] }, scopes: readonly Scope[], what: string): void {
+  if (!grantsAll(caller.scopes, scopes)) {
+    throw new ApiError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
+  }
 }

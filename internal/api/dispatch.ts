@@ -153,7 +153,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
           const budget = spendBudget(principal);
           pacing = rateLimitHeaders(budget);
           if (!budget.allowed) throw overBudget(budget, pacing);
-          recordDenied(route, params, actorOf(principal, ip, requestId));
+          recordDenied(route, params, actorOf(principal, ip, requestId), { required_scope: route.scope });
         }
         throw new ApiError('insufficient_scope', `this call needs the scope ${route.scope}`, {
           headers: { ...pacing, 'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${route.scope}"` },
@@ -201,6 +201,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         out = fromReply(await route.handler(ctx));
       } catch (error) {
         if (!(error instanceof ApiError)) throw error;
+        // A write refused for a scope it needs beyond the route's (a cascade, a scope to grant) is a denied write too.
+        if (error.code === 'insufficient_scope' && isWrite && principal) {
+          recordDenied(route, params, actorOf(principal, ip, requestId), { required_scope: error.options.extra?.required_scope ?? null, reason: error.detail });
+        }
         out = fromError(error, requestId);
       }
       Object.assign(out.headers, pacing);
@@ -261,28 +265,22 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   function peekBudget(principal: Principal): BudgetState {
-    return app.budget.peek(principal.tokenId, app.settings.get('write_budget_per_minute'), 60);
+    return app.budget.peek(principal.userId, app.settings.get('write_budget_per_minute'), 60);
   }
 
   function spendBudget(principal: Principal): BudgetState {
-    return app.budget.spend(principal.tokenId, app.settings.get('write_budget_per_minute'), 60);
+    return app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'), 60);
   }
 
   function overBudget(budget: BudgetState, pacing: Record<string, string>): ApiError {
-    return new ApiError('rate_limited', `this token's write budget of ${budget.limit} per minute is spent`, {
+    return new ApiError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, {
       headers: { ...pacing, 'Retry-After': String(budget.resetSeconds) },
     });
   }
 
-  function recordDenied(route: Route, params: Record<string, string>, actor: ReturnType<typeof actorOf>): void {
+  function recordDenied(route: Route, params: Record<string, string>, actor: ReturnType<typeof actorOf>, changes: Record<string, unknown>): void {
     const action = route.action ?? `${route.method} ${route.path}`;
     const id = params.id !== undefined && /^[1-9][0-9]{0,15}$/.test(params.id) ? Number(params.id) : null;
-    app.store.write(() =>
-      app.store.audit.record(
-        actor,
-        { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes: { required_scope: route.scope } },
-        app.timestamp(),
-      ),
-    );
+    app.store.write(() => app.store.audit.record(actor, { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes }, app.timestamp()));
   }
 }

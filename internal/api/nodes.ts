@@ -117,6 +117,8 @@ export function removeNode(app: App, effects: Effects, id: number, cascade: bool
       extra: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
     });
   }
+  if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting node ${id} deletes ${ruleIds.length} rule(s)`);
+  if (tunnelIds.length > 0) effects.requireScope('tunnels:write', `deleting node ${id} deletes ${tunnelIds.length} tunnel(s)`);
   for (const ruleId of ruleIds) {
     const rule = store.rules.find(ruleId)!;
     store.rules.delete(ruleId);
@@ -141,6 +143,12 @@ const listNodesQuery = {
 };
 
 export const cascadeQuery = { cascade: boolParam('Also delete what still refers to it.') };
+
+/** What ?cascade=true on a node deletes, and the scope each needs besides nodes:write. */
+export const CASCADE_FROM_NODE = [
+  { scope: 'rules:write', when: "?cascade=true deletes the node's rules (and those of tunnels through it)" },
+  { scope: 'tunnels:write', when: "?cascade=true deletes the tunnels that enter or leave at the node" },
+] as const;
 
 function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
   const { limit, after } = paging(ctx.query);
@@ -229,7 +237,8 @@ export const nodeRoutes = [
     summary: 'Delete a node',
     description: 'A node that still has rules or tunnels is 409 (listing them) unless ?cascade=true, which deletes them too, each with its own audit entry.',
     query: cascadeQuery,
-    responses: { 204: { description: 'Deleted' }, 409: { description: 'Still has rules or tunnels' } },
+    alsoNeeds: CASCADE_FROM_NODE,
+    responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking nodes:write, or a scope the cascade needs' }, 409: { description: 'Still has rules or tunnels' } },
     handler: deleteNode,
   }),
 ];

@@ -57,6 +57,9 @@ export function renderReference(routes: readonly Route[], intro: string): string
     out.push(`| \`${scope}\` | ${using.join(', ') || '—'} |`);
   }
   out.push('', 'Public: ' + routes.filter((r) => r.scope === 'public').map((r) => `\`${r.method} ${r.path}\``).join(', ') + '. Any valid token: ' + routes.filter((r) => r.scope === 'authenticated').map((r) => `\`${r.method} ${r.path}\``).join(', ') + '.', '');
+  out.push('Scopes a route needs beyond its own, for some of what it may do (403 and nothing changed without them; audited as denied):', '', '| Route | Also needs | When |', '|---|---|---|');
+  for (const r of routes) for (const effect of r.alsoNeeds ?? []) out.push(`| \`${r.method} ${r.path}\` | \`${effect.scope}\` | ${cell(effect.when)} |`);
+  out.push('');
 
   out.push('## Error codes', '', '| Status | `code` | Title |', '|---|---|---|');
   for (const code of errorCodes) out.push(`| ${statusOf(code)} | \`${code}\` | ${titleOf(code)} |`);
@@ -78,6 +81,7 @@ export function renderReference(routes: readonly Route[], intro: string): string
     out.push(`### ${r.method} ${r.path}`, '', `${r.summary}.`, '');
     if (r.description) out.push(r.description, '');
     out.push(`Access: ${r.scope === 'public' ? 'public' : r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``}.${r.action ? ` Audit action: \`${r.action}\`.` : ''}`, '');
+    for (const effect of r.alsoNeeds ?? []) out.push(`Also needs \`${effect.scope}\` when ${effect.when}.`, '');
     const query = (op.parameters ?? []).filter((p: any) => p.in === 'query');
     if (query.length > 0) {
       out.push('Query parameters:', '', '| Name | Type | Constraints | Meaning |', '|---|---|---|---|');

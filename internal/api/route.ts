@@ -53,6 +53,11 @@ export interface Ctx<B, Q> {
   actor: Actor;
 }
 
+export interface SideEffect {
+  scope: Scope;
+  when: string;
+}
+
 export interface ResponseDoc {
   description: string;
   schema?: Schema<unknown>;
@@ -64,6 +69,11 @@ export interface RouteSpec<B, Q extends QuerySpec> {
   scope: Access;
   /** Audit action (`resource.verb`); every route that writes has one. */
   action?: string;
+  /**
+   * Scopes the route needs beyond `scope` for some of what it may do (a cascade, a sensitive
+   * setting), checked when it does it: 403 and nothing changed otherwise.
+   */
+  alsoNeeds?: readonly SideEffect[];
   summary: string;
   description?: string;
   query?: Q;

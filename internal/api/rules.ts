@@ -12,7 +12,7 @@ import { protocols, strategies, syncStates, type Rule, type RuleFields } from '.
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx, type Reply } from './route.ts';
-import { transact, type Effects } from './writes.ts';
+import { transact, type Effects, type WriteCtx } from './writes.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
@@ -123,7 +123,7 @@ export function fieldsOf(body: RuleInput): RuleFields {
  * Asks the rules' nodes to apply their current config and waits, up to sync_wait_seconds,
  * for each node to acknowledge. Returns the rules as they stand afterwards.
  */
-export async function syncRules(app: App, ctx: Pick<Ctx<unknown, unknown>, 'actor'>, ids: number[]): Promise<Map<number, Rule>> {
+export async function syncRules(app: App, ctx: WriteCtx, ids: number[]): Promise<Map<number, Rule>> {
   const versions = transact(app, ctx, (effects) => {
     const byNode = new Map<number, number>();
     for (const id of ids) {

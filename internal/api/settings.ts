@@ -2,7 +2,9 @@
 
 import { checkIfMatchTag } from '../http/etag.ts';
 import type { Infer } from '../schema/schema.ts';
-import { settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
+import { grants } from '../auth/scopes.ts';
+import { guardedKeys, settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
+import { missingScope } from './writes.ts';
 import { ok, route, type Ctx } from './route.ts';
 
 function getSettings(ctx: Ctx<undefined, {}>) {
@@ -15,6 +17,8 @@ function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
     app.store.write(() => {
       checkIfMatchTag(ctx.headers['if-match'], app.settings.etag());
       const changes = app.settings.apply(ctx.body);
+      const guarded = guardedKeys.filter((key) => key in changes.after);
+      if (guarded.length > 0 && !grants(ctx.caller.scopes, '*')) throw missingScope('*', `changing ${guarded.join(', ')}`);
       if (Object.keys(changes.after).length > 0) {
         app.store.audit.record(ctx.actor, { action: 'settings.update', resource: 'settings', resource_id: null, status: 'success', changes }, app.timestamp());
       }
@@ -40,7 +44,8 @@ export const settingsRoutes = [
     scope: 'settings:write',
     action: 'settings.update',
     summary: 'Change settings with a JSON merge patch',
-    description: 'Send only the keys to change (application/json or application/merge-patch+json); null resets a key to its default. Unknown keys or bad values: 422 and nothing changes.',
+    description: 'Send only the keys to change (application/json or application/merge-patch+json); null resets a key to its default. Unknown keys or bad values: 422 and nothing changes. Keys that redirect installs or weaken a protection need * to change (403 and nothing changes); sending them with their current value needs no more than settings:write.',
+    alsoNeeds: [{ scope: '*', when: `changing ${guardedKeys.join(', ')}` }],
     body: settingsPatchSchema,
     responses: { 200: { description: 'The settings after the change', schema: settingsSchema } },
     handler: patchSettings,

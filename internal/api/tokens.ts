@@ -9,7 +9,7 @@ import { ApiError, validationFailed } from '../http/problem.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import type { Token } from '../store/tokens.ts';
-import { nullableTimestamp, pageSchema, paging, record, scopeList, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
 
 // Tokens never change, so their version is always 1.
@@ -91,10 +91,11 @@ function deleteToken(ctx: Ctx<undefined, {}>) {
     const token = app.store.tokens.find(id);
     if (!token) throw notFound('token', id);
     checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);
+    // A token may always revoke itself; any other only if the caller holds every scope of its owner.
+    if (id !== ctx.caller.tokenId) requireHolds(ctx.caller, app.store.users.find(token.created_by.id)?.scopes ?? [], `cannot revoke a token of ${token.created_by.username}`);
     app.store.tokens.delete(id);
     app.store.audit.record(ctx.actor, { action: 'token.delete', resource: 'token', resource_id: id, status: 'success', changes: { before: view(token) } }, app.timestamp());
   });
-  app.budget.forget(id);
   return noContent();
 }
 
@@ -133,7 +134,8 @@ export const tokenRoutes = [
     scope: 'tokens:write',
     action: 'token.delete',
     summary: 'Revoke an API token at once',
-    responses: { 204: { description: 'Revoked' } },
+    description: "A token can always revoke itself; any other token only if the caller holds every scope of the token's owner (403 otherwise), the rule the users API follows.",
+    responses: { 204: { description: 'Revoked' }, 403: { description: "The token's owner holds scopes the caller lacks" } },
     handler: deleteToken,
   }),
 ];

@@ -13,6 +13,9 @@ import { cascadeQuery } from './nodes.ts';
 import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
 import { transact, type Effects } from './writes.ts';
 
+/** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
+export const CASCADE_FROM_TUNNEL = [{ scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' }] as const;
+
 /** Where the master picks a tunnel's port on the exit node when none is given. */
 export const TUNNEL_PORTS = { min: 40000, max: 49999 };
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
@@ -81,6 +84,7 @@ export function removeTunnel(app: App, effects: Effects, id: number, cascade: bo
   if (ruleIds.length > 0 && !cascade) {
     throw new ApiError('conflict', `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`, { extra: { rule_ids: ruleIds } });
   }
+  if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
   for (const ruleId of ruleIds) {
     const rule = app.store.rules.find(ruleId)!;
     app.store.rules.delete(ruleId);
@@ -177,7 +181,8 @@ export const tunnelRoutes = [
     summary: 'Delete a tunnel',
     description: 'A tunnel that rules still use is 409 (listing them) unless ?cascade=true, which deletes those rules too.',
     query: cascadeQuery,
-    responses: { 204: { description: 'Deleted' }, 409: { description: 'Still used by rules' } },
+    alsoNeeds: CASCADE_FROM_TUNNEL,
+    responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking tunnels:write, or rules:write for the cascade' }, 409: { description: 'Still used by rules' } },
     handler: deleteTunnel,
   }),
 ];

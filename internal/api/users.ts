@@ -2,7 +2,6 @@
 // can only change users whose scopes it holds, so users:write never escalates to `*`; the
 // last enabled holder of `*` cannot be removed, disabled or stripped of it.
 
-import { grantsAll, type Scope } from '../auth/scopes.ts';
 import { hashPassword, MIN_PASSWORD } from '../auth/secrets.ts';
 import { pageOf } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
@@ -10,8 +9,7 @@ import { ApiError } from '../http/problem.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
 import type { User } from '../store/users.ts';
-import type { Principal } from './app.ts';
-import { pageSchema, paging, record, scopeList, timestamp } from './common.ts';
+import { pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
 
 const username = string({
@@ -52,12 +50,6 @@ const listUsersQuery = {
   q: textParam({ max: 64, description: 'Substring of the username.' }),
   disabled: boolParam('Only disabled (true) or enabled (false) users.'),
 };
-
-function requireHolds(caller: Principal, scopes: readonly Scope[], what: string): void {
-  if (!grantsAll(caller.scopes, scopes)) {
-    throw new ApiError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
-  }
-}
 
 function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
   const { limit, after } = paging(ctx.query);

@@ -1,7 +1,8 @@
 // Helpers for handlers that write: one transaction with its audit entries, notifying the
 // sync hub only after the commit, and dry runs that do the same work and roll it back.
 
-import type { ApiError } from '../http/problem.ts';
+import { grants, type Scope } from '../auth/scopes.ts';
+import { ApiError } from '../http/problem.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { AuditInput } from '../store/audit.ts';
 import type { App } from './app.ts';
@@ -13,11 +14,24 @@ export class Effects {
 
   constructor(
     private readonly app: App,
-    private readonly ctx: Pick<Ctx<unknown, unknown>, 'actor'>,
+    private readonly ctx: WriteCtx,
   ) {}
 
   audit(entry: Omit<AuditInput, 'status'>): void {
     this.app.store.audit.record(this.ctx.actor, { ...entry, status: 'success' }, this.app.timestamp());
+  }
+
+  /** Records an attempt the caller's scopes did not allow (after the attempt's own changes are undone). */
+  denied(entry: Omit<AuditInput, 'status'>): void {
+    this.app.store.audit.record(this.ctx.actor, { ...entry, status: 'denied' }, this.app.timestamp());
+  }
+
+  /**
+   * For a side effect beyond the route's own scope (a cascade, say): throws
+   * `insufficient_scope` naming `scope` unless the caller holds it.
+   */
+  requireScope(scope: Scope, because: string): void {
+    if (!grants(this.ctx.caller.scopes, scope)) throw missingScope(scope, because);
   }
 
   /** Runs `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
@@ -40,6 +54,17 @@ export class Effects {
   }
 }
 
+/** What a write needs of its request: who acts, and with which scopes. */
+export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller'>;
+
+/** The 403 for a side effect that needs `scope`; `required_scope` names it for scripts. */
+export function missingScope(scope: Scope, because: string): ApiError {
+  return new ApiError('insufficient_scope', `${because}, which needs the scope ${scope}`, {
+    extra: { required_scope: scope },
+    headers: { 'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${scope}"` },
+  });
+}
+
 class DryRun<T> {
   constructor(readonly result: T) {}
 }
@@ -48,7 +73,7 @@ class DryRun<T> {
  * Runs `fn` in one write transaction. With `dryRun`, everything is checked and done, then
  * rolled back, so a preview fails exactly where the real call would.
  */
-export function transact<T>(app: App, ctx: Pick<Ctx<unknown, unknown>, 'actor'>, fn: (effects: Effects) => T, dryRun = false): T {
+export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T, dryRun = false): T {
   const effects = new Effects(app, ctx);
   try {
     const result = app.store.write(() => {

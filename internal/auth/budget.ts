@@ -1,5 +1,6 @@
-// Per-token write budget: a fixed window of `limit` writes per `windowSeconds`, reported
-// with the IETF RateLimit header fields so scripts can pace themselves.
+// Per-user write budget, shared by all of a user's tokens and sessions (so logging in again
+// does not renew it): a fixed window of `limit` writes per `windowSeconds`, reported with the
+// IETF RateLimit header fields so scripts can pace themselves.
 
 export interface BudgetState {
   allowed: boolean;
@@ -15,17 +16,13 @@ export class WriteBudget {
   constructor(private readonly now: () => number = Date.now) {}
 
   /** Looks without spending. A `limit` of 0 means unlimited. */
-  peek(tokenId: number, limit: number, windowSeconds: number): BudgetState {
-    return this.state(tokenId, limit, windowSeconds, false);
+  peek(userId: number, limit: number, windowSeconds: number): BudgetState {
+    return this.state(userId, limit, windowSeconds, false);
   }
 
   /** Spends one write if any is left. */
-  spend(tokenId: number, limit: number, windowSeconds: number): BudgetState {
-    return this.state(tokenId, limit, windowSeconds, true);
-  }
-
-  forget(tokenId: number): void {
-    this.windows.delete(tokenId);
+  spend(userId: number, limit: number, windowSeconds: number): BudgetState {
+    return this.state(userId, limit, windowSeconds, true);
   }
 
   sweep(windowSeconds: number): void {
@@ -33,13 +30,13 @@ export class WriteBudget {
     for (const [id, window] of this.windows) if (window.start <= cutoff) this.windows.delete(id);
   }
 
-  private state(tokenId: number, limit: number, windowSeconds: number, spend: boolean): BudgetState {
+  private state(userId: number, limit: number, windowSeconds: number, spend: boolean): BudgetState {
     const now = this.now();
     const windowMs = windowSeconds * 1000;
-    let window = this.windows.get(tokenId);
+    let window = this.windows.get(userId);
     if (!window || now - window.start >= windowMs) {
       window = { start: now, used: 0 };
-      if (spend) this.windows.set(tokenId, window);
+      if (spend) this.windows.set(userId, window);
     }
     const resetSeconds = Math.max(1, Math.ceil((window.start + windowMs - now) / 1000));
     if (limit === 0) return { allowed: true, limit, remaining: 0, resetSeconds, windowSeconds };

@@ -9,23 +9,27 @@ import type { Store } from '../store/store.ts';
 interface Definition<T> {
   schema: Schema<T>;
   default: T;
+  /** Changing it needs `*`: it redirects installs or weakens a protection. */
+  guarded: boolean;
 }
 
-function setting(min: number, max: number, fallback: number, description: string): Definition<number> {
-  return { schema: integer({ min, max, description }), default: fallback };
+const GUARDED = ' Changing it needs the scope *.';
+
+function setting(min: number, max: number, fallback: number, description: string, guarded = false): Definition<number> {
+  return { schema: integer({ min, max, description: guarded ? description + GUARDED : description }), default: fallback, guarded };
 }
 
 function text(fallback: string, schema: Schema<string>): Definition<string> {
-  return { schema, default: fallback };
+  return { schema: { ...schema, json: { ...schema.json, description: `${schema.json.description}${GUARDED}` } }, default: fallback, guarded: true };
 }
 
 export const definitions = {
-  session_ttl_seconds: setting(60, 31_536_000, 43_200, 'Lifetime of a login session token, in seconds.'),
-  login_max_failures: setting(1, 1000, 5, 'Failed logins per username within login_window_seconds before further attempts are refused (429).'),
-  login_max_failures_per_address: setting(1, 100_000, 20, 'Failed logins per client address within login_window_seconds before further attempts are refused (429).'),
-  login_window_seconds: setting(10, 86_400, 900, 'Window over which failed logins are counted, in seconds.'),
-  write_budget_per_minute: setting(0, 1_000_000, 1200, 'Writes (non-GET requests) one token may make per minute; 0 turns the budget off.'),
-  audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.'),
+  session_ttl_seconds: setting(60, 31_536_000, 43_200, 'Lifetime of a login session token, in seconds.', true),
+  login_max_failures: setting(1, 1000, 5, 'Failed logins per username within login_window_seconds before each further attempt must wait, longer each time (429).', true),
+  login_max_failures_per_address: setting(1, 100_000, 20, 'Failed logins per client address within login_window_seconds before further attempts are refused (429).', true),
+  login_window_seconds: setting(10, 86_400, 900, 'Window over which failed logins are counted, in seconds.', true),
+  write_budget_per_minute: setting(0, 1_000_000, 1200, 'Writes (non-GET requests) one user may make per minute, over all its tokens and sessions; 0 turns the budget off.', true),
+  audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.', true),
   traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
   sync_wait_seconds: setting(0, 60, 5, 'How long a sync request waits for the node to acknowledge before answering 202, in seconds.'),
@@ -47,6 +51,9 @@ export type SettingKey = keyof typeof definitions;
 export type SettingValues = { [K in SettingKey]: (typeof definitions)[K]['default'] };
 
 export const settingKeys = Object.keys(definitions) as SettingKey[];
+
+/** The settings that only a holder of `*` may change. */
+export const guardedKeys = settingKeys.filter((key) => definitions[key].guarded);
 
 export function defaults(): SettingValues {
   return Object.fromEntries(settingKeys.map((key) => [key, definitions[key].default])) as SettingValues;
