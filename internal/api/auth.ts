@@ -51,16 +51,21 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     maxPerAddress: app.settings.get('login_max_failures_per_address'),
     windowMs: app.settings.get('login_window_seconds') * 1000,
   };
-  const wait = app.throttle.retryAfterMs(body.username, ip, limits);
-  if (wait > 0) {
+  const attempt = app.throttle.begin(body.username, ip, limits);
+  if (typeof attempt === 'number') {
     throw new ApiError('rate_limited', 'too many failed logins; wait before trying again', {
-      headers: { 'Retry-After': String(Math.ceil(wait / 1000)) },
+      headers: { 'Retry-After': String(Math.ceil(attempt / 1000)) },
     });
   }
   const user = app.store.users.findWithHash(body.username);
-  const matches = await verifyPassword(body.password, user?.password_hash ?? (await decoyHash()));
+  let matches: boolean;
+  try {
+    matches = await verifyPassword(body.password, user?.password_hash ?? (await decoyHash()));
+  } catch (error) {
+    attempt.abandoned();
+    throw error;
+  }
   if (!user || !matches || user.disabled) {
-    app.throttle.recordFailure(body.username, ip, limits);
     app.store.write(() =>
       app.store.audit.record(
         { ...ctx.actor, actor_name: sanitizeName(body.username) },
@@ -70,7 +75,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     );
     throw new ApiError('unauthorized', 'wrong username or password, or the user is disabled');
   }
-  app.throttle.recordSuccess(body.username);
+  attempt.succeeded();
   const secret = newSecret('session');
   const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
   const session = app.store.write(() => {
@@ -113,7 +118,7 @@ export const authRoutes = [
     scope: 'public',
     action: 'auth.login',
     summary: 'Log in with a username and password',
-    description: 'Returns a session bearer token that carries the user\'s scopes until expires_at (setting session_ttl_seconds). Failed attempts are throttled per username and per address (429 with Retry-After).',
+    description: 'Returns a session bearer token that carries the user\'s scopes until expires_at (setting session_ttl_seconds). Each attempt counts as a failure from before its password is checked until it succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 with Retry-After; so does a login while too many passwords are being checked at once.',
     body: loginInput,
     responses: { 200: { description: 'Logged in', schema: loginResult }, 401: { description: 'Wrong credentials' }, 429: { description: 'Too many failed attempts' } },
     handler: login,

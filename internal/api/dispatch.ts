@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
+import { PasswordWorkBusy } from '../auth/secrets.ts';
 import { parseJson, readBody } from '../http/body.ts';
 import { ApiError, problemBody, validationFailed } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
@@ -52,6 +53,12 @@ function write(res: ServerResponse, out: Outgoing): void {
   res.statusCode = out.status;
   if (out.body) res.setHeader('Content-Length', out.body.length);
   res.end(out.body ?? undefined);
+}
+
+/** Errors from below the API that have a meaning for the caller, as that meaning; anything else as it is. */
+function asApiError(error: unknown): unknown {
+  if (error instanceof PasswordWorkBusy) return new ApiError('rate_limited', 'the server is checking too many passwords at once; retry shortly', { headers: { 'Retry-After': '1' } });
+  return error;
 }
 
 /** The request target as a URL. Throws `bad_request` for one no URL parser accepts. */
@@ -103,7 +110,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     let out: Outgoing;
     try {
       out = await answer(req, requestId, ip, (p) => (principal = p));
-    } catch (error) {
+    } catch (thrown) {
+      const error = asApiError(thrown);
       if (error instanceof ApiError) {
         out = fromError(error, requestId);
       } else {
@@ -199,7 +207,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         const body = checkBody(route, raw);
         const ctx = makeCtx(route, req, requestId, ip, params, query, body, principal);
         out = fromReply(await route.handler(ctx));
-      } catch (error) {
+      } catch (thrown) {
+        const error = asApiError(thrown);
         if (!(error instanceof ApiError)) throw error;
         // A write refused for a scope it needs beyond the route's (a cascade, a scope to grant) is a denied write too.
         if (error.code === 'insufficient_scope' && isWrite && principal) {

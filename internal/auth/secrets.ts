@@ -49,10 +49,35 @@ export const MIN_PASSWORD = 10;
 // each hash so they can be raised later without breaking existing passwords.
 const SCRYPT = { N: 32768, r: 8, p: 1, keylen: 32 };
 
-function scryptAsync(password: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    scrypt(password, salt, keylen, options, (error, key) => (error ? reject(error) : resolve(key)));
-  });
+/** Thrown when too much password hashing is already under way; the caller answers 429 and may retry. */
+export class PasswordWorkBusy extends Error {
+  constructor() {
+    super('too many password checks are under way');
+  }
+}
+
+// Each hash takes 32 MiB and a thread of libuv's small pool (shared with file and DNS work),
+// so a flood of logins could starve the process: a few run at once, a few more wait, the
+// rest are turned away at once.
+const MAX_HASHING = 2;
+const MAX_WAITING = 16;
+let hashing = 0;
+const waiting: (() => void)[] = [];
+
+async function scryptAsync(password: string, salt: Buffer, keylen: number, options: ScryptOptions): Promise<Buffer> {
+  if (hashing < MAX_HASHING) hashing += 1;
+  else if (waiting.length >= MAX_WAITING) throw new PasswordWorkBusy();
+  // A finishing hash hands its slot straight to the first waiter.
+  else await new Promise<void>((resolve) => waiting.push(resolve));
+  try {
+    return await new Promise((resolve, reject) => {
+      scrypt(password, salt, keylen, options, (error, key) => (error ? reject(error) : resolve(key)));
+    });
+  } finally {
+    const next = waiting.shift();
+    if (next) next();
+    else hashing -= 1;
+  }
 }
 
 function maxmemFor(N: number, r: number): number {

@@ -1,5 +1,13 @@
-// Failed-login throttling per username and per client address: after too many failures in
-// a window, further attempts are refused without checking the password at all.
+// Failed-login throttling per username and per client address. An attempt is reserved as a
+// failure before its password is checked, so concurrent guesses cannot all slip through
+// while the first are still hashing; a success takes its reservation back.
+//
+// Per address the limit is hard: past it, that address waits until its oldest failure ages
+// out. Per username it is progressive: past the limit, each further attempt waits twice as
+// long as the one before, up to MAX_USER_DELAY_MS. A stranger guessing at `admin` from many
+// addresses so slows those guesses down without ever locking the real admin out for long.
+
+import { FailureWindow } from './failures.ts';
 
 export interface ThrottleLimits {
   maxPerUser: number;
@@ -7,47 +15,64 @@ export interface ThrottleLimits {
   windowMs: number;
 }
 
+/** The longest a username's next attempt waits, however many failures it has. */
+export const MAX_USER_DELAY_MS = 60_000;
+
+export interface Attempt {
+  /** The password was right: the reservation is taken back and the user's failures forgotten. */
+  succeeded(): void;
+  /** The attempt was never judged (e.g. the server was too busy): it counts as nothing. */
+  abandoned(): void;
+}
+
 export class LoginThrottle {
-  private readonly failures = new Map<string, number[]>();
+  private readonly failures: FailureWindow;
+  /** When each username last failed (or reserved), for its progressive delay. */
+  private readonly lastFailure = new Map<string, number>();
 
-  constructor(private readonly now: () => number = Date.now) {}
-
-  /** Milliseconds until an attempt may be made, or 0 when it may be made now. */
-  retryAfterMs(username: string, address: string, limits: ThrottleLimits): number {
-    return Math.max(
-      this.wait(`u:${username.toLowerCase()}`, limits.maxPerUser, limits.windowMs),
-      this.wait(`a:${address}`, limits.maxPerAddress, limits.windowMs),
-    );
+  constructor(private readonly now: () => number = Date.now) {
+    this.failures = new FailureWindow(now);
   }
 
-  recordFailure(username: string, address: string, limits: ThrottleLimits): void {
-    for (const key of [`u:${username.toLowerCase()}`, `a:${address}`]) {
-      const times = this.recent(key, limits.windowMs);
-      times.push(this.now());
-      this.failures.set(key, times);
-    }
+  /**
+   * Reserves an attempt: returns the milliseconds to wait (> 0) when it may not be made now,
+   * or the attempt, already counted as a failure until it says otherwise.
+   */
+  begin(username: string, address: string, limits: ThrottleLimits): number | Attempt {
+    const user = `u:${username.toLowerCase()}`;
+    const addr = `a:${address}`;
+    const wait = Math.max(this.userWait(user, limits), this.failures.retryAfterMs(addr, limits.maxPerAddress, limits.windowMs));
+    if (wait > 0) return wait;
+    this.failures.record(user, limits.windowMs);
+    this.failures.record(addr, limits.windowMs);
+    const previous = this.lastFailure.get(user);
+    this.lastFailure.set(user, this.now());
+    return {
+      succeeded: () => {
+        this.failures.clear(user);
+        this.lastFailure.delete(user);
+        this.failures.forgetOne(addr);
+      },
+      abandoned: () => {
+        this.failures.forgetOne(user);
+        this.failures.forgetOne(addr);
+        if (previous === undefined) this.lastFailure.delete(user);
+        else this.lastFailure.set(user, previous);
+      },
+    };
   }
 
-  /** A success clears the user's failures (not the address's: one good password must not unlock a spray). */
-  recordSuccess(username: string): void {
-    this.failures.delete(`u:${username.toLowerCase()}`);
-  }
-
-  /** Drops keys whose failures have all aged out, so the map cannot grow without bound. */
+  /** Drops what has aged out, so the maps cannot grow without bound. */
   sweep(windowMs: number): void {
-    for (const key of this.failures.keys()) {
-      if (this.recent(key, windowMs).length === 0) this.failures.delete(key);
-    }
-  }
-
-  private recent(key: string, windowMs: number): number[] {
+    this.failures.sweep(windowMs);
     const cutoff = this.now() - windowMs;
-    return (this.failures.get(key) ?? []).filter((t) => t > cutoff);
+    for (const [key, at] of this.lastFailure) if (at <= cutoff) this.lastFailure.delete(key);
   }
 
-  private wait(key: string, max: number, windowMs: number): number {
-    const times = this.recent(key, windowMs);
-    if (times.length < max) return 0;
-    return times[times.length - max]! + windowMs - this.now();
+  private userWait(user: string, limits: ThrottleLimits): number {
+    const excess = this.failures.count(user, limits.windowMs) - limits.maxPerUser;
+    if (excess < 0) return 0;
+    const delay = Math.min(1000 * 2 ** excess, MAX_USER_DELAY_MS);
+    return Math.max(0, (this.lastFailure.get(user) ?? 0) + delay - this.now());
   }
 }
