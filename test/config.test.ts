@@ -4,10 +4,11 @@ import { parseConfig } from '../cmd/master/config.ts';
 
 test('configuration: flags override MASTER_* environment, which overrides defaults', () => {
   const cases = [
-    { argv: [], env: {}, want: { host: '127.0.0.1', port: 8080, dataDir: './data', licenseKeyPath: null, adminPassword: null } },
-    { argv: [], env: { MASTER_LISTEN: '0.0.0.0:9000', MASTER_DATA_DIR: '/var/lib/portplane' }, want: { host: '0.0.0.0', port: 9000, dataDir: '/var/lib/portplane', licenseKeyPath: null, adminPassword: null } },
-    { argv: ['--listen', '[::1]:7000', '--data-dir=/srv/d'], env: { MASTER_LISTEN: '0.0.0.0:9000' }, want: { host: '::1', port: 7000, dataDir: '/srv/d', licenseKeyPath: null, adminPassword: null } },
-    { argv: ['--listen', ':8081', '--license-key', 'k.pem'], env: { MASTER_ADMIN_PASSWORD: 'long-enough-pass' }, want: { host: '0.0.0.0', port: 8081, dataDir: './data', licenseKeyPath: 'k.pem', adminPassword: 'long-enough-pass' } },
+    { argv: [], env: {}, want: { host: '127.0.0.1', port: 8080, dataDir: './data', secretKeyPath: null, licenseKeyPath: null, adminPassword: null } },
+    { argv: [], env: { MASTER_LISTEN: '0.0.0.0:9000', MASTER_DATA_DIR: '/var/lib/portplane' }, want: { host: '0.0.0.0', port: 9000, dataDir: '/var/lib/portplane', secretKeyPath: null, licenseKeyPath: null, adminPassword: null } },
+    { argv: ['--listen', '[::1]:7000', '--data-dir=/srv/d'], env: { MASTER_LISTEN: '0.0.0.0:9000' }, want: { host: '::1', port: 7000, dataDir: '/srv/d', secretKeyPath: null, licenseKeyPath: null, adminPassword: null } },
+    { argv: ['--listen', ':8081', '--license-key', 'k.pem'], env: { MASTER_ADMIN_PASSWORD: 'long-enough-pass' }, want: { host: '0.0.0.0', port: 8081, dataDir: './data', secretKeyPath: null, licenseKeyPath: 'k.pem', adminPassword: 'long-enough-pass' } },
+    { argv: ['--secret-key', '/etc/portplane/secret.key'], env: { MASTER_SECRET_KEY: '/elsewhere' }, want: { host: '127.0.0.1', port: 8080, dataDir: './data', secretKeyPath: '/etc/portplane/secret.key', licenseKeyPath: null, adminPassword: null } },
   ];
   for (const { argv, env, want } of cases) assert.deepEqual(parseConfig(argv, env), { config: want }, argv.join(' '));
 });

@@ -21,6 +21,7 @@ export interface Running extends Master {
 
 export interface StartOptions {
   licenseKeyPath?: string;
+  secretKeyPath?: string;
   dataDir?: string;
   /** Called with the data dir before the master starts (e.g. to place a license). */
   prepare?: (dataDir: string) => void;
@@ -33,7 +34,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
   options.prepare?.(dataDir);
   let offset = 0;
   const master = await start(
-    { host: '127.0.0.1', port: options.port ?? 0, dataDir, licenseKeyPath: options.licenseKeyPath ?? null, adminPassword: ADMIN_PASSWORD },
+    { host: '127.0.0.1', port: options.port ?? 0, dataDir, secretKeyPath: options.secretKeyPath ?? null, licenseKeyPath: options.licenseKeyPath ?? null, adminPassword: ADMIN_PASSWORD },
     silentLogger,
     () => Date.now() + offset,
   );

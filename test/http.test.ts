@@ -88,7 +88,7 @@ test('query parameters: unknown, repeated or out of range are 400 invalid_query'
   }
 });
 
-test('Idempotency-Key: a retried POST gets the stored response and creates nothing twice', async (t) => {
+test('Idempotency-Key: a retried POST gets the stored response, its secret redacted, and creates nothing twice', async (t) => {
   const m = await startMaster(t);
   const send = (body: unknown) => call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'idempotency-key': 'create-ci-token-1' } });
   const first = await send({ name: 'ci', scopes: ['audit:read'] });
@@ -96,7 +96,10 @@ test('Idempotency-Key: a retried POST gets the stored response and creates nothi
   const retry = await send({ name: 'ci', scopes: ['audit:read'] });
   assert.equal(retry.status, 201);
   assert.equal(retry.headers.get('idempotent-replayed'), 'true');
-  assert.deepEqual(retry.body, first.body);
+  // The secret is shown once; what is kept for replays (and so on disk) never holds it.
+  assert.deepEqual(retry.body, { ...first.body, token: '[redacted]' });
+  const stored = m.app.store.db.prepare('SELECT body FROM idempotency_keys').all() as { body: Uint8Array }[];
+  assert.ok(stored.every((row) => !Buffer.from(row.body).toString().includes(first.body.token)));
   assert.equal(retry.headers.get('location'), first.headers.get('location'));
 
   const list = await call(m.url, 'GET', '/api/tokens', { token: m.admin });
@@ -125,6 +128,17 @@ test('Idempotency-Key: a retry while the first request is still running is 409',
   const replay = await call(m.url, 'POST', '/api/users', { token: m.admin, body, headers });
   assert.equal(replay.status, 201);
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+});
+
+test('Idempotency-Key: refusals are not stored, and a node\'s agent token is redacted in replays', async (t) => {
+  const m = await startMaster(t);
+  const send = (name: string) => call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name, host: 'edge.example.net' }, headers: { 'idempotency-key': 'node-1' } });
+  assertProblem(await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'bad name!', host: 'x' }, headers: { 'idempotency-key': 'node-1' } }), 422, 'validation_failed');
+  const created = await send('edge');
+  assert.equal(created.status, 201, 'the 422 left no stored answer behind');
+  const replay = await send('edge');
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.deepEqual(replay.body, { ...created.body, agent_token: '[redacted]' });
 });
 
 test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budget allows', async (t) => {
@@ -193,4 +207,25 @@ test('hostile bodies get clear errors and never crash the server', async (t) => 
     assert.ok([400, 422].includes(answer.status), `${body.slice(0, 40)} -> ${answer.status}`);
   }
   assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).status, 200);
+});
+
+test('Idempotency-Key: a response too large to keep replays as 409 saying the request was carried out', async (t) => {
+  const m = await startMaster(t);
+  const document = {
+    format: 'portplane-export',
+    version: 1,
+    nodes: [{ name: 'big', host: 'big.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }],
+    tunnels: [],
+    rules: Array.from({ length: 5000 }, (_, i) => ({ name: `r${i}`, node: 'big', protocol: 'tcp', listen_port: i + 1, targets: ['10.0.0.1:80'] })),
+  };
+  const send = () => call(m.url, 'POST', '/api/import', { token: m.admin, body: document, headers: { 'idempotency-key': 'big-import' } });
+  const first = await send();
+  assert.equal(first.status, 200);
+  assert.ok(JSON.stringify(first.body).length > 256 * 1024);
+  const retry = await send();
+  assertProblem(retry, 409, 'conflict');
+  assert.match(retry.body.detail, /carried out \(status 200\).*too large to keep/);
+  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  assert.equal((await call(m.url, 'GET', '/api/rules?limit=1', { token: m.admin })).body.items[0].name, 'r0');
+  assert.equal((m.app.store.db.prepare('SELECT count(*) AS n FROM rules').get() as { n: number }).n, 5000, 'imported once');
 });

@@ -7,6 +7,8 @@ export interface MasterConfig {
   host: string;
   port: number;
   dataDir: string;
+  /** The key that seals SSH credentials; null: secret.key in the data dir. */
+  secretKeyPath: string | null;
   /** Path to the PEM public key that signs licenses; null: the built-in vendor key. */
   licenseKeyPath: string | null;
   /** Password for the first admin; null: generate one and print it once. */
@@ -20,6 +22,9 @@ export const usage = `Usage: master [options]
 Options:
   --listen HOST:PORT     where to serve the admin API (env MASTER_LISTEN, default 127.0.0.1:8080)
   --data-dir DIR         where the database and license live (env MASTER_DATA_DIR, default ./data)
+  --secret-key FILE      the key that seals stored SSH credentials, made on first start (env
+                         MASTER_SECRET_KEY, default DATA_DIR/secret.key); keep it outside the
+                         data dir so that a copy of the data dir alone cannot unseal them
   --license-key FILE     PEM public key that signs licenses (env MASTER_LICENSE_KEY, default: built-in)
   --help                 show this help
   --version              show the version
@@ -28,7 +33,7 @@ Environment only:
   MASTER_ADMIN_PASSWORD  password of the first admin, created on first start (default: generated and printed once)
 `;
 
-const FLAGS = { '--listen': 'MASTER_LISTEN', '--data-dir': 'MASTER_DATA_DIR', '--license-key': 'MASTER_LICENSE_KEY' } as const;
+const FLAGS = { '--listen': 'MASTER_LISTEN', '--data-dir': 'MASTER_DATA_DIR', '--secret-key': 'MASTER_SECRET_KEY', '--license-key': 'MASTER_LICENSE_KEY' } as const;
 
 /** Splits `host:port`, `[v6]:port` or `:port`. Returns an error string when it is not one. */
 export function parseListen(value: string): { host: string; port: number } | string {
@@ -61,6 +66,7 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
     config: {
       ...listen,
       dataDir: values['--data-dir'] ?? './data',
+      secretKeyPath: values['--secret-key'] ?? null,
       licenseKeyPath: values['--license-key'] ?? null,
       adminPassword,
     },

@@ -10,6 +10,8 @@ import { start } from './start.ts';
 
 // node:sqlite and its API need 24; the store loads it lazily so this check runs first.
 requireNode([24, 0, 0]);
+// Whatever the master writes (database, keys, pinned host keys) is for its own user alone.
+process.umask(0o077);
 const log = createLogger((line) => process.stdout.write(line));
 await run({
   name: 'master',

@@ -66,7 +66,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     await bootstrapAdmin(store, log, config.adminPassword, new Date(now()).toISOString().replace(/\.\d{3}Z$/, 'Z'));
     const keyPem = config.licenseKeyPath ? readFileSync(config.licenseKeyPath, 'utf8') : VENDOR_PUBLIC_KEY_PEM;
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
-    const box = SecretBox.open(join(config.dataDir, 'secret.key'));
+    const box = SecretBox.open(config.secretKeyPath ?? join(config.dataDir, 'secret.key'));
     const app = new App({ store, log, license, box, dataDir: config.dataDir, version: VERSION, now });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });

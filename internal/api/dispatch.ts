@@ -8,11 +8,13 @@ import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
 import { parseJson, readBody } from '../http/body.ts';
-import { ApiError, problemBody, validationFailed } from '../http/problem.ts';
+import { ApiError, problemBody, titleOf, validationFailed } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
 import { validate } from '../schema/schema.ts';
+import { redact } from '../store/audit.ts';
+import type { StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
 import type { Ctx, Reply, Route } from './route.ts';
 
@@ -24,8 +26,27 @@ interface Outgoing {
 
 const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+/** The largest response kept for replay. */
+const MAX_REPLAY_BYTES = 256 * 1024;
 // Headers a replayed response repeats; pacing headers are computed fresh each time.
 const REPLAYED_HEADERS = ['content-type', 'location', 'etag'];
+
+/**
+ * What a retry with the same Idempotency-Key gets: the response with every secret in it
+ * redacted (a secret is shown once, and never stored), or, for a response too large to keep,
+ * a 409 saying the request was carried out.
+ */
+function replayOf(out: Outgoing): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
+  const headers = Object.fromEntries(Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));
+  const body = out.body ?? Buffer.alloc(0);
+  if (body.length > MAX_REPLAY_BYTES) {
+    const problem = { code: 'conflict', detail: `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to keep, so read the resources it changed` };
+    return { status: 409, headers: { 'Content-Type': 'application/problem+json' }, body: Buffer.from(JSON.stringify({ type: 'urn:portplane:problem:conflict', title: titleOf('conflict'), status: 409, ...problem })) };
+  }
+  const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1] ?? '';
+  if (body.length === 0 || !/json/.test(type)) return { status: out.status, headers, body };
+  return { status: out.status, headers, body: Buffer.from(JSON.stringify(redact(JSON.parse(body.toString('utf8'))))) };
+}
 
 function json(status: number, body: unknown, headers: Record<string, string> = {}): Outgoing {
   return {
@@ -217,16 +238,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         out = fromError(error, requestId);
       }
       Object.assign(out.headers, pacing);
-      if (slot && principal && out.status < 500 && out.status !== 429) {
-        const headers = Object.fromEntries(
-          Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())),
-        );
-        app.store.idempotency.save(
-          principal.tokenId,
-          key as string,
-          { fingerprint, status: out.status, headers, body: out.body ?? Buffer.alloc(0) },
-          app.timestamp(),
-        );
+      // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
+      if (slot && principal && out.status >= 200 && out.status < 300) {
+        app.store.idempotency.save(principal.tokenId, key as string, { fingerprint, ...replayOf(out) }, app.timestamp());
       }
       return out;
     } finally {

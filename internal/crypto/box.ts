@@ -1,5 +1,7 @@
 // Encryption at rest for secrets the master must read back (SSH keys and passwords):
-// AES-256-GCM with a random 96-bit nonce, under a key kept in the data dir (mode 0600).
+// AES-256-GCM with a random 96-bit nonce, under a key kept in the data dir or, better, in a
+// file of its own outside it (--secret-key), so that a copy of the data dir alone is not
+// enough to read the fleet's credentials.
 
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -11,7 +13,7 @@ const TAG_BYTES = 16;
 export class SecretBox {
   private constructor(private readonly key: Buffer) {}
 
-  /** Reads the key at `path`, creating it on first use. Throws if it exists but is malformed. */
+  /** Reads the key at `path`, creating it (0600) on first use. Throws if it exists but is malformed. */
   static open(path: string): SecretBox {
     let key: Buffer;
     try {

@@ -2,6 +2,9 @@
 
 import type { Database } from './database.ts';
 
+/** How many stored responses one token keeps: with the write budget, this bounds the table. */
+export const KEYS_PER_TOKEN = 1000;
+
 export interface StoredResponse {
   fingerprint: string;
   status: number;
@@ -13,6 +16,7 @@ export class IdempotencyStore {
   private readonly findStmt;
   private readonly saveStmt;
   private readonly pruneStmt;
+  private readonly trimStmt;
 
   constructor(db: Database) {
     this.findStmt = db.prepare('SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE token_id = ? AND key = ? AND created_at > ?');
@@ -21,6 +25,8 @@ export class IdempotencyStore {
       ON CONFLICT (token_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
         headers = excluded.headers, body = excluded.body, created_at = excluded.created_at`);
     this.pruneStmt = db.prepare('DELETE FROM idempotency_keys WHERE created_at <= ?');
+    this.trimStmt = db.prepare(`DELETE FROM idempotency_keys WHERE token_id = :token_id AND key NOT IN
+      (SELECT key FROM idempotency_keys WHERE token_id = :token_id ORDER BY created_at DESC, rowid DESC LIMIT ${KEYS_PER_TOKEN})`);
   }
 
   /** The stored response for a key, unless it was stored at or before `notBefore`. */
@@ -31,8 +37,10 @@ export class IdempotencyStore {
     return row && { ...row, headers: JSON.parse(row.headers) as Record<string, string>, body: Buffer.from(row.body) };
   }
 
+  /** Stores a response; a token keeps its KEYS_PER_TOKEN most recent ones. */
   save(tokenId: number, key: string, response: StoredResponse, at: string): void {
     this.saveStmt.run(tokenId, key, response.fingerprint, response.status, JSON.stringify(response.headers), response.body, at);
+    this.trimStmt.run({ token_id: tokenId });
   }
 
   prune(before: string): number {

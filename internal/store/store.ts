@@ -1,6 +1,6 @@
 // The store: one database and the SQL of each resource, opened together.
 
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { AuditStore } from './audit.ts';
 import { Database } from './database.ts';
@@ -62,7 +62,25 @@ export class Store {
   }
 }
 
+/**
+ * Makes `dir` (and every folder in it) 0700 and every file in it 0600, whatever they were:
+ * the data dir holds the fleet's credentials, and an older install or a copied backup may
+ * have left it readable.
+ */
+export function secureDataDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) secureDataDir(path);
+    else if (entry.isFile()) chmodSync(path, 0o600);
+  }
+}
+
+/** Opens the database in `dataDir`, securing the dir first. SQLite gives its -wal and -shm files the database file's mode. */
 export function openStore(dataDir: string): Store {
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  return new Store(new Database(join(dataDir, 'master.db')));
+  secureDataDir(dataDir);
+  const path = join(dataDir, 'master.db');
+  closeSync(openSync(path, 'a', 0o600));
+  return new Store(new Database(path));
 }
