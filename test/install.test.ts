@@ -11,6 +11,7 @@ import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { pinUnderAlias } from '../internal/install/ssh.ts';
 import { agentUnit } from '../internal/install/unit.ts';
 import { assertProblem, call, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, until } from './net.ts';
@@ -147,6 +148,23 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   const changed = await settled(m, node.id);
   assert.match(changed.status_detail, /^host_key_changed: /);
   assert.equal(changed.status, 'online', 'the agent installed before still runs');
+
+  // Pointing the node at another SSH server: the stored credential does not follow it...
+  const elsewhere = await freePort();
+  await sshd(t, dir, elsewhere, join(dir, 'host_b'), readFileSync(join(dir, 'user_key.pub'), 'utf8'));
+  const moveBody = { name: 'ssh-node', host: '127.0.0.1', ssh_port: elsewhere, ssh_user: 'root' };
+  const kept = await call(m.url, 'PUT', `/api/nodes/${node.id}`, { token: m.admin, body: moveBody });
+  assertProblem(kept, 422, 'validation_failed');
+  assert.match(kept.body.errors[0].detail, /needs the SSH credential again/);
+  // ... and given again, the key pinned for the node (not for its old address) still has to match first.
+  assert.equal((await call(m.url, 'PUT', `/api/nodes/${node.id}`, { token: m.admin, body: { ...moveBody, ssh_private_key: userKey } })).status, 200);
+  await call(m.url, 'POST', `/api/nodes/${node.id}/reinstall`, { token: m.admin });
+  assert.match((await settled(m, node.id)).status_detail, /^host_key_changed: .*forget_host_key/);
+  // A node rebuilt on purpose: forgetting the pin lets the first key seen be pinned again.
+  assert.equal((await call(m.url, 'POST', `/api/nodes/${node.id}/reinstall`, { token: m.admin, body: { forget_host_key: true } })).status, 202);
+  const rebuilt = await settled(m, node.id);
+  assert.equal(rebuilt.status_detail, null, rebuilt.install.log_tail);
+  assert.match(readFileSync(join(m.dataDir, 'known_hosts', String(node.id)), 'utf8'), new RegExp(`^portplane-node-${node.id} `));
 });
 
 test('with a password, on a node without Node.js: askpass logs in and the master copies its own runtime', { skip: canRun && existsSync('/usr/sbin/useradd') ? false : 'needs root, sshd and useradd' }, async (t) => {
@@ -203,4 +221,14 @@ function assertConflict(answer: { status: number; body: { code: string } }): voi
 
 test('deploy/portplane-agent.service is the unit install-ssh writes with the default settings', () => {
   assert.equal(readFileSync('deploy/portplane-agent.service', 'utf8'), agentUnit({ nodeBinary: '/usr/bin/node', installDir: '/opt/portplane', serviceName: 'portplane-agent' }));
+});
+
+test('keys pinned under a node\'s address before aliases are re-filed under the node, so they stay pinned', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-pins-'));
+  const file = join(dir, '7');
+  writeFileSync(file, '[192.0.2.7]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE1\n192.0.2.7 ecdsa-sha2-nistp256 AAAAE2VjZHNh\n');
+  pinUnderAlias(file, 'portplane-node-7');
+  assert.equal(readFileSync(file, 'utf8'), 'portplane-node-7 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE1\nportplane-node-7 ecdsa-sha2-nistp256 AAAAE2VjZHNh\n');
+  pinUnderAlias(join(dir, 'none'), 'portplane-node-8');
+  assert.ok(!existsSync(join(dir, 'none')), 'no pin, nothing made');
 });

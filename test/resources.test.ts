@@ -35,12 +35,22 @@ test('nodes: PUT keeps credentials when absent, clears them with null, and round
   const m = await startMaster(t);
   const created = await node(m, 'edge-2', { ssh_password: 'hunter2-hunter2' });
   const got = await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin });
-  const kept = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...got.body, ssh_port: 2222 }, headers: { 'if-match': '"1"' } });
+  const kept = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...got.body, tags: ['edge'] }, headers: { 'if-match': '"1"' } });
   assert.equal(kept.status, 200, JSON.stringify(kept.body));
-  assert.deepEqual([kept.body.ssh_port, kept.body.ssh_auth, kept.body.version], [2222, 'password', 2]);
+  assert.deepEqual([kept.body.tags, kept.body.ssh_auth, kept.body.version], [['edge'], 'password', 2]);
+  // The credential was given for this host, port and user: moving the node needs it again.
+  for (const move of [{ ssh_port: 2222 }, { host: 'other.example.net' }, { ssh_user: 'deploy' }]) {
+    const moved = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...kept.body, ...move } });
+    assertProblem(moved, 422, 'validation_failed');
+    assert.equal(moved.body.errors[0].pointer, '#/ssh_private_key');
+  }
+  const reauth = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...kept.body, ssh_port: 2222, ssh_password: 'for-the-new-port' } });
+  assert.deepEqual([reauth.body.ssh_port, reauth.body.ssh_auth, reauth.body.version], [2222, 'password', 3]);
   const cleared = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: '2001:db8::7', ssh_password: null } });
   assert.deepEqual([cleared.body.ssh_auth, cleared.body.host, cleared.body.ssh_port], ['none', '2001:db8::7', 22]);
   assertProblem(await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: 'x.net' }, headers: { 'if-match': '"1"' } }), 412, 'precondition_failed');
+  // With no credential stored, there is nothing to bind: the node moves freely.
+  assert.equal((await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: 'x.net' } })).status, 200);
 });
 
 test('nodes: hosts, users and names that could reach a shell are refused', async (t) => {

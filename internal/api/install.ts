@@ -3,7 +3,7 @@
 
 import { ApiError, validationFailed } from '../http/problem.ts';
 import { masterOrigin, masterUrl } from '../schema/net.ts';
-import { object, optional, type Infer } from '../schema/schema.ts';
+import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
 import { nodeSchema, nodeView } from './nodes.ts';
 import { idParam, notFound, route, type Ctx, type Reply } from './route.ts';
@@ -11,6 +11,7 @@ import { idParam, notFound, route, type Ctx, type Reply } from './route.ts';
 const installInput = object(
   {
     master_url: optional(masterUrl({ description: 'The address the agent dials. Default: the setting install_master_url, else the address this request was sent to.' })),
+    forget_host_key: optional(boolean({ description: "Drop the node's pinned SSH host key before connecting, so the first key seen is pinned again: for a node rebuilt on purpose. Audited." }), false),
   },
   { name: 'InstallInput' },
 );
@@ -33,13 +34,13 @@ function installer(mode: InstallMode) {
     if (mode === 'install' && (node.status === 'online' || node.status === 'offline')) {
       throw new ApiError('conflict', `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`);
     }
-    app.installer.begin(id, mode, masterUrlFor(ctx), ctx.actor);
+    app.installer.begin(id, mode, masterUrlFor(ctx), ctx.body.forget_host_key, ctx.actor);
     return { status: 202, body: nodeView(app.store.nodes.find(id)!), headers: { Location: `/api/nodes/${id}` } };
   };
 }
 
 const description = (what: string) =>
-  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact and refuses a changed one. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
+  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact (under the node, not its address) and refuses any other key afterwards, also after the node's host changes, before offering a credential; forget_host_key drops the pin. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
 
 export const installRoutes = [
   route({

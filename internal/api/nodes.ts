@@ -174,7 +174,13 @@ function replaceNode(ctx: Ctx<NodeInput, {}>) {
     const current = app.store.nodes.find(id);
     if (!current) throw notFound('node', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
-    const updated = app.store.nodes.update(id, fieldsOf(body), credentials(app, body), app.timestamp());
+    const secret = credentials(app, body);
+    // A credential was given for one host, port and user: it never follows the node elsewhere unless given again.
+    const moved = (['host', 'ssh_port', 'ssh_user'] as const).filter((k) => body[k] !== current[k]);
+    if (moved.length > 0 && current.ssh_auth !== 'none' && secret === 'keep') {
+      throw validationFailed([{ pointer: '#/ssh_private_key', detail: `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null for none): the stored one was given for the old ${moved.join(', ')}` }]);
+    }
+    const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
     const changed = Object.keys(fieldsOf(body)).filter((k) => JSON.stringify(current[k as keyof Node]) !== JSON.stringify(updated[k as keyof Node]));
     const after: Record<string, unknown> = Object.fromEntries(changed.map((k) => [k, updated[k as keyof Node]]));
     if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) Object.assign(after, { ssh_auth: updated.ssh_auth, ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password });
@@ -224,7 +230,7 @@ export const nodeRoutes = [
     scope: 'nodes:write',
     action: 'node.update',
     summary: 'Replace a node\'s settings',
-    description: 'Absent SSH credentials keep the stored one; null removes it. Status, agent and traffic fields are read-only and ignored.',
+    description: 'Absent SSH credentials keep the stored one; null removes it. Changing host, ssh_port or ssh_user of a node with a stored credential needs the credential (or null) in the same request (422 otherwise): a credential never follows a node to another address. Status, agent and traffic fields are read-only and ignored.',
     body: nodeInput,
     responses: { 200: { description: 'Updated', schema: nodeSchema }, 409: { description: 'The name is taken' } },
     handler: replaceNode,

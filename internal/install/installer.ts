@@ -4,13 +4,13 @@
 // copy the agent, write its environment and service, start it with a fresh agent token,
 // and wait for it to connect.
 
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import type { App } from '../api/app.ts';
 import type { Actor } from '../store/audit.ts';
 import { agentBundle } from './bundle.ts';
-import { SshError, SshSession, type SshAuth } from './ssh.ts';
+import { pinUnderAlias, SshError, SshSession, type SshAuth } from './ssh.ts';
 import { agentUnit } from './unit.ts';
 
 export type InstallMode = 'install' | 'reinstall';
@@ -69,13 +69,23 @@ export class Installer {
     return this.running.has(nodeId);
   }
 
-  /** Marks the node installing and starts the job; the caller has checked it may. */
-  begin(nodeId: number, mode: InstallMode, masterUrl: string, actor: Actor): void {
+  /** Where the node's pinned SSH host key lives. */
+  private knownHostsFile(nodeId: number): string {
+    mkdirSync(join(this.app.dataDir, 'known_hosts'), { recursive: true, mode: 0o700 });
+    return join(this.app.dataDir, 'known_hosts', String(nodeId));
+  }
+
+  /**
+   * Marks the node installing and starts the job; the caller has checked it may. With
+   * `forgetHostKey`, the node's pinned host key is dropped first (a node rebuilt on purpose).
+   */
+  begin(nodeId: number, mode: InstallMode, masterUrl: string, forgetHostKey: boolean, actor: Actor): void {
     const { store } = this.app;
     this.running.add(nodeId);
+    if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
     store.write(() => {
       store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.timestamp());
-      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: masterUrl } }, this.app.timestamp());
+      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: masterUrl, forget_host_key: forgetHostKey } }, this.app.timestamp());
     });
     void this.run(nodeId, mode, masterUrl)
       .catch((error: Error) => this.app.log.error('install job failed', { node_id: nodeId, error: error.message }))
@@ -96,9 +106,10 @@ export class Installer {
       sealed.auth === 'key' && sealed.sealed ? { kind: 'key', privateKey: app.box.open(sealed.sealed) }
       : sealed.auth === 'password' && sealed.sealed ? { kind: 'password', password: app.box.open(sealed.sealed) }
       : { kind: 'none' };
-    mkdirSync(join(app.dataDir, 'known_hosts'), { recursive: true, mode: 0o700 });
-    const knownHostsFile = join(app.dataDir, 'known_hosts', String(nodeId));
-    const session = new SshSession({ host: node.host, port: node.ssh_port, user: node.ssh_user, auth, knownHostsFile }, this.ssh);
+    const knownHostsFile = this.knownHostsFile(nodeId);
+    const hostKeyAlias = `portplane-node-${nodeId}`;
+    pinUnderAlias(knownHostsFile, hostKeyAlias);
+    const session = new SshSession({ host: node.host, port: node.ssh_port, user: node.ssh_user, auth, knownHostsFile, hostKeyAlias }, this.ssh);
     const dir = app.settings.get('install_dir');
     const service = app.settings.get('install_service_name');
     try {

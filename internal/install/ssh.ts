@@ -4,7 +4,7 @@
 // reaches ssh only through SSH_ASKPASS from the environment, never on a command line.
 
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -17,6 +17,25 @@ export interface SshTarget {
   auth: SshAuth;
   /** Where this node's pinned host key lives. */
   knownHostsFile: string;
+  /** The name the key is pinned under: the node, not its address, so an address change cannot pin a new key. */
+  hostKeyAlias: string;
+}
+
+/**
+ * Re-files every key in a node's known_hosts file under `alias`. Keys pinned before aliases
+ * (under the node's address) stay pinned, now for the node wherever it points.
+ */
+export function pinUnderAlias(knownHostsFile: string, alias: string): void {
+  let text: string;
+  try {
+    text = readFileSync(knownHostsFile, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw error;
+  }
+  const lines = text.split('\n').filter((line) => line.trim() !== '');
+  const rewritten = lines.map((line) => line.replace(/^\S+/, alias));
+  if (rewritten.join('\n') !== lines.join('\n')) writeFileSync(knownHostsFile, `${rewritten.join('\n')}\n`, { mode: 0o600 });
 }
 
 export interface SshResult {
@@ -39,7 +58,7 @@ export class SshError extends Error {
 /** Names what went wrong from ssh's own words, so the node says something a person can act on. */
 export function classify(stderr: string): { failure: SshFailure; message: string } {
   if (/REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed/i.test(stderr)) {
-    return { failure: 'host_key_changed', message: 'the node\'s SSH host key differs from the one pinned at first contact; if the node was rebuilt on purpose, remove its pinned key and retry' };
+    return { failure: 'host_key_changed', message: 'the node\'s SSH host key differs from the one pinned at first contact; if the node was rebuilt on purpose, reinstall with forget_host_key: true' };
   }
   if (/Permission denied|Too many authentication failures/i.test(stderr)) {
     return { failure: 'auth_failed', message: 'the node refused the SSH credentials (wrong key, password or user)' };
@@ -66,7 +85,10 @@ export class SshSession {
       '-F', '/dev/null',
       '-o', `UserKnownHostsFile=${target.knownHostsFile}`,
       '-o', 'GlobalKnownHostsFile=/dev/null',
+      '-o', `HostKeyAlias=${target.hostKeyAlias}`,
+      // The first contact pins the key; after that, any other key is refused before any credential is offered.
       '-o', 'StrictHostKeyChecking=accept-new',
+      '-o', 'CheckHostIP=no',
       '-o', 'ConnectTimeout=10',
       '-o', 'ServerAliveInterval=10',
       '-o', 'ServerAliveCountMax=3',
