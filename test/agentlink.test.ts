@@ -78,3 +78,15 @@ test('the link refuses wrong tokens and protocols with a reason, and closes on m
   await once(raw.socket, 'close');
   assert.ok(raw.socket.destroyed);
 });
+
+test('agents receive the data-plane settings with their config, and again when those settings change', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  const first = await raw.next('config');
+  assert.deepEqual([first.tcp_idle_timeout_seconds, first.max_connections_per_source, first.report_interval_seconds], [3600, 256, 10]);
+  assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { tcp_idle_timeout_seconds: 120, max_connections_per_source: 8 } })).status, 200);
+  const pushed = await raw.next('config');
+  assert.deepEqual([pushed.tcp_idle_timeout_seconds, pushed.max_connections_per_source], [120, 8]);
+  raw.socket.destroy();
+});

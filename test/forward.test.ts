@@ -142,3 +142,44 @@ test('TCP connections over the per-rule limit are refused, and the others go on'
   assert.equal((await once(kept, 'data'))[0].toString(), 'b');
   kept.destroy();
 });
+
+test('a relayed TCP connection idle past the timeout is closed; one that keeps talking is not', async (t) => {
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { tcpIdleMs: 300 });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
+  const idle = connect({ host: '127.0.0.1', port });
+  const busy = connect({ host: '127.0.0.1', port });
+  await Promise.all([once(idle, 'connect'), once(busy, 'connect')]);
+  const idleClosed = once(idle, 'close');
+  for (let i = 0; i < 8; i++) {
+    busy.write('.');
+    await once(busy, 'data');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  await idleClosed;
+  assert.ok(!busy.destroyed, 'the talking connection lives on past the idle timeout');
+  busy.destroy();
+});
+
+test('one client address may hold only so many connections on a rule; other addresses are not affected', async (t) => {
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { maxConnectionsPerSource: 2 });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
+  const open = async (localAddress: string) => {
+    const socket = connect({ host: '127.0.0.1', port, localAddress });
+    socket.on('error', () => undefined);
+    await once(socket, 'connect');
+    socket.write('x');
+    const answer = await Promise.race([once(socket, 'data').then(() => 'relayed'), once(socket, 'close').then(() => 'closed')]);
+    t.after(() => socket.destroy());
+    return answer;
+  };
+  assert.deepEqual([await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.1')], ['relayed', 'relayed', 'closed']);
+  assert.equal(await open('127.0.0.2'), 'relayed', 'another source has its own allowance');
+  forwarder.setLimits({ maxConnectionsPerSource: 3 });
+  assert.equal(await open('127.0.0.1'), 'relayed', 'a new limit applies to the next connection');
+});

@@ -136,6 +136,10 @@ export class Agent {
   }
 
   private async apply(config: SavedConfig, acknowledge: boolean): Promise<void> {
+    this.forwarder.setLimits({
+      ...(config.tcp_idle_timeout_seconds ? { tcpIdleMs: config.tcp_idle_timeout_seconds * 1000 } : {}),
+      ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
+    });
     const results = await this.forwarder.apply(config.rules as ForwardRule[]);
     this.state.saveConfig(config);
     if (config.report_interval_seconds !== this.config?.report_interval_seconds) this.scheduleReports(config.report_interval_seconds);

@@ -9,6 +9,9 @@ import type { ForwardRule, RuleTraffic } from '../forward/forwarder.ts';
 export interface SavedConfig {
   version: number;
   report_interval_seconds: number;
+  /** Absent in configs saved by older agents: the forwarder's defaults apply. */
+  tcp_idle_timeout_seconds?: number;
+  max_connections_per_source?: number;
   rules: ForwardRule[];
 }
 

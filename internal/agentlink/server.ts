@@ -215,7 +215,15 @@ export class AgentLinks {
       const node = this.app.store.nodes.find(nodeId);
       if (!node) return void link.socket.destroy();
       const rules = this.app.store.rules.forNode(nodeId).map(({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }) => ({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }));
-      send(link.socket, { type: 'config', version: node.config_version, report_interval_seconds: this.app.settings.get('agent_report_interval_seconds'), rules });
+      const { settings } = this.app;
+      send(link.socket, {
+        type: 'config',
+        version: node.config_version,
+        report_interval_seconds: settings.get('agent_report_interval_seconds'),
+        tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
+        max_connections_per_source: settings.get('max_connections_per_source'),
+        rules,
+      });
     } catch (error) {
       this.app.log.error('pushing a config failed; closing the link', { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
       link.socket.destroy();

@@ -36,11 +36,15 @@ export interface RuleTraffic {
 
 export interface Limits {
   maxConnectionsPerRule: number;
+  /** Open connections one client address may hold on one rule; more are closed at once. */
+  maxConnectionsPerSource: number;
+  /** A relayed TCP connection with no bytes either way for this long is closed. */
+  tcpIdleMs: number;
   maxUdpSessionsPerRule: number;
   udpIdleMs: number;
 }
 
-export const DEFAULT_LIMITS: Limits = { maxConnectionsPerRule: 10_000, maxUdpSessionsPerRule: 10_000, udpIdleMs: 60_000 };
+export const DEFAULT_LIMITS: Limits = { maxConnectionsPerRule: 10_000, maxConnectionsPerSource: 256, tcpIdleMs: 3_600_000, maxUdpSessionsPerRule: 10_000, udpIdleMs: 60_000 };
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -80,10 +84,19 @@ export class Forwarder {
   /** Traffic of listeners closed since the last drain, so no byte is lost at a reconfigure. */
   private leftover = new Map<number, RuleTraffic>();
 
+  /** Shared with every relay, so a change applies to their next connection. */
+  private readonly limits: Limits;
+
   constructor(
     private readonly host: string,
-    private readonly limits: Limits = DEFAULT_LIMITS,
-  ) {}
+    limits: Partial<Limits> = {},
+  ) {
+    this.limits = { ...DEFAULT_LIMITS, ...limits };
+  }
+
+  setLimits(limits: Partial<Limits>): void {
+    Object.assign(this.limits, limits);
+  }
 
   async apply(rules: ForwardRule[]): Promise<RuleResult[]> {
     const wanted = new Map(rules.filter((r) => r.enabled && r.tunnel_id === null).map((r) => [r.id, r]));
@@ -136,7 +149,7 @@ export class Forwarder {
     const relays: Relay[] = [];
     try {
       if (rule.protocol !== 'udp') {
-        const tcp = new TcpRelay(targets, rule.strategy, this.limits.maxConnectionsPerRule);
+        const tcp = new TcpRelay(targets, rule.strategy, this.limits);
         relays.push(tcp);
         await tcp.listen(this.host, rule.listen_port);
       }

@@ -4,6 +4,7 @@
 
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { Strategy } from '../store/rules.ts';
+import type { Limits } from './forwarder.ts';
 import { TargetPicker, type Target } from './targets.ts';
 
 const CONNECT_TIMEOUT_MS = 5_000;
@@ -21,11 +22,17 @@ export class TcpRelay {
   private closed: Counter = { bytes_in: 0, bytes_out: 0 };
   /** What `drain` already counted of connections still open. */
   private readonly counted = new WeakMap<Socket, Counter>();
+  /** Open connections per client address. */
+  private readonly perSource = new Map<string, number>();
 
-  constructor(targets: Target[], strategy: Strategy, maxConnections: number) {
+  constructor(
+    targets: Target[],
+    strategy: Strategy,
+    private readonly limits: Pick<Limits, 'maxConnectionsPerRule' | 'maxConnectionsPerSource' | 'tcpIdleMs'>,
+  ) {
     this.picker = new TargetPicker(targets, strategy);
     this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(client));
-    this.server.maxConnections = maxConnections;
+    this.server.maxConnections = limits.maxConnectionsPerRule;
   }
 
   /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */
@@ -64,13 +71,22 @@ export class TcpRelay {
   }
 
   private accept(client: Socket): void {
+    const source = client.remoteAddress ?? '';
+    const open = this.perSource.get(source) ?? 0;
+    if (open >= this.limits.maxConnectionsPerSource) return void client.destroy();
+    this.perSource.set(source, open + 1);
     this.clients.add(client);
     client.on('error', () => client.destroy());
+    // Reads and writes on the client both count as activity, so one side's silence alone does not end it.
+    client.setTimeout(this.limits.tcpIdleMs, () => client.destroy());
     client.on('close', () => {
       const seen = this.counted.get(client) ?? { bytes_in: 0, bytes_out: 0 };
       this.closed.bytes_in += client.bytesRead - seen.bytes_in;
       this.closed.bytes_out += client.bytesWritten - seen.bytes_out;
       this.clients.delete(client);
+      const left = (this.perSource.get(source) ?? 1) - 1;
+      if (left > 0) this.perSource.set(source, left);
+      else this.perSource.delete(source);
     });
     this.dial(client, this.picker.order());
   }

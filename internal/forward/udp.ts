@@ -8,11 +8,16 @@ import type { Strategy } from '../store/rules.ts';
 import type { Counter } from './tcp.ts';
 import { TargetPicker, type Target } from './targets.ts';
 
+/** Datagrams (and bytes) held for a session whose upstream socket is not connected yet; more are dropped, as a network would. */
+const MAX_QUEUED_DATAGRAMS = 64;
+const MAX_QUEUED_BYTES = 256 * 1024;
+
 interface Session {
   upstream: Socket;
   lastActive: number;
   /** Datagrams that arrived before the upstream socket finished connecting; null once it has. */
   queued: Buffer[] | null;
+  queuedBytes: number;
 }
 
 export class UdpRelay {
@@ -74,14 +79,19 @@ export class UdpRelay {
       session = this.open(key, target, from);
     }
     session.lastActive = Date.now();
+    if (session.queued) {
+      if (session.queued.length >= MAX_QUEUED_DATAGRAMS || session.queuedBytes + message.length > MAX_QUEUED_BYTES) return;
+      session.queued.push(message);
+      session.queuedBytes += message.length;
+    } else {
+      session.upstream.send(message);
+    }
     this.counter.bytes_in += message.length;
-    if (session.queued) session.queued.push(message);
-    else session.upstream.send(message);
   }
 
   private open(key: string, target: Target, from: RemoteInfo): Session {
     const upstream = createSocket(isIPv6(target.host) ? 'udp6' : 'udp4');
-    const session: Session = { upstream, lastActive: Date.now(), queued: [] };
+    const session: Session = { upstream, lastActive: Date.now(), queued: [], queuedBytes: 0 };
     this.sessions.set(key, session);
     upstream.on('error', () => this.end(key));
     upstream.on('message', (reply) => {

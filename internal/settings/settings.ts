@@ -33,6 +33,8 @@ export const definitions = {
   traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
   sync_wait_seconds: setting(0, 60, 5, 'How long a sync request waits for the node to acknowledge before answering 202, in seconds.'),
+  tcp_idle_timeout_seconds: setting(10, 604_800, 3600, 'Agents close a relayed TCP connection that carried no byte either way for this long, in seconds.'),
+  max_connections_per_source: setting(1, 100_000, 256, 'Open TCP connections one client address may hold on one rule; agents close further ones at once.'),
   install_dir: text(
     '/opt/portplane',
     string({ min: 2, max: 200, pattern: /^(\/[A-Za-z0-9._-]+)+$/, refine: (v) => (v.split('/').includes('..') ? 'must not contain ..' : null), patternHint: 'must be an absolute path of letters, digits and . _ -', description: 'Where install-ssh puts the agent (and, if the node has no Node.js, a runtime) on a node.' }),
@@ -51,6 +53,9 @@ export type SettingKey = keyof typeof definitions;
 export type SettingValues = { [K in SettingKey]: (typeof definitions)[K]['default'] };
 
 export const settingKeys = Object.keys(definitions) as SettingKey[];
+
+/** The settings agents receive with their config, so a change is pushed to every connected agent. */
+export const agentKeys: readonly SettingKey[] = ['agent_report_interval_seconds', 'tcp_idle_timeout_seconds', 'max_connections_per_source'];
 
 /** The settings that only a holder of `*` may change. */
 export const guardedKeys = settingKeys.filter((key) => definitions[key].guarded);

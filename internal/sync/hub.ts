@@ -19,6 +19,11 @@ export class SyncHub {
     this.changes.emit('config', nodeId);
   }
 
+  /** Announces every connected node's config as changed: for settings every agent receives with it. */
+  configChangedEverywhere(): void {
+    for (const nodeId of this.connected) this.changes.emit('config', nodeId);
+  }
+
   isConnected(nodeId: number): boolean {
     return this.connected.has(nodeId);
   }
