@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { scrypt } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
@@ -85,7 +86,7 @@ test('failures come back as machine codes: port in use, unresolvable targets, tu
   t.after(() => forwarder.close());
   const results = await forwarder.apply([
     rule(1, taken, [`127.0.0.1:${echo}`], { protocol: 'tcp+udp' }),
-    rule(2, free, ['no-such-host.invalid:80']),
+    rule(2, free, Array.from({ length: 16 }, (_, i) => `no-such-host-${i}-${'x'.repeat(50)}.invalid:80`)),
     rule(3, free, [`127.0.0.1:${echo}`], { tunnel_id: 9 }),
     rule(4, free, [`127.0.0.1:${echo}`], { enabled: false }),
   ]);
@@ -95,6 +96,8 @@ test('failures come back as machine codes: port in use, unresolvable targets, tu
     [3, 'failed', 'tunnel_not_supported'],
     [4, 'applied', null],
   ]);
+  // The master reads details of at most 500 characters: sixteen long target names are cut short.
+  assert.ok(results[1]!.error!.detail.length <= 300);
   assert.deepEqual([...forwarder.listening()], []);
   // The UDP half of rule 1 was not left bound when its TCP half failed.
   const probe = createSocket('udp4');
@@ -182,4 +185,24 @@ test('one client address may hold only so many connections on a rule; other addr
   assert.equal(await open('127.0.0.2'), 'relayed', 'another source has its own allowance');
   forwarder.setLimits({ maxConnectionsPerSource: 3 });
   assert.equal(await open('127.0.0.1'), 'relayed', 'a new limit applies to the next connection');
+});
+
+test('datagrams that arrive before a UDP session\'s upstream is connected are held only up to a bound', async (t) => {
+  const echo = await udpEcho(t);
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`localhost:${echo}`], { protocol: 'udp' })]);
+  // Keep libuv's thread pool busy, so the upstream socket's lookup of "localhost", and so its connect, waits.
+  const busy = Array.from({ length: 4 }, () => new Promise((resolve) => scrypt('x', 'salt', 32, { N: 2 ** 17, r: 8, maxmem: 256 * 1024 * 1024 }, resolve)));
+  const client = createSocket('udp4');
+  t.after(() => client.close());
+  let echoed = 0;
+  client.on('message', () => (echoed += 1));
+  for (let i = 0; i < 200; i++) client.send(Buffer.alloc(100), port, '127.0.0.1');
+  await Promise.all(busy);
+  await until('the held datagrams to come back', () => echoed >= 64, 5000);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(echoed, 64, 'the first 64 were held and relayed, the rest dropped as a full network would');
+  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: 6400, bytes_out: 6400 }], 'only what was relayed is counted');
 });

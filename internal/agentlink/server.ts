@@ -59,7 +59,7 @@ function pathOf(url: string | undefined): string | null {
   }
 }
 
-/** Ids that occur more than once. */
+/** The first id that occurs a second time, if any. */
 function repeated(entries: readonly { id: number }[]): number | undefined {
   const seen = new Set<number>();
   for (const { id } of entries) {

@@ -8,7 +8,7 @@ import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
 import { parseJson, readBody } from '../http/body.ts';
-import { ApiError, problemBody, titleOf, validationFailed } from '../http/problem.ts';
+import { ApiError, problemBody, validationFailed } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
@@ -36,13 +36,13 @@ const REPLAYED_HEADERS = ['content-type', 'location', 'etag'];
  * redacted (a secret is shown once, and never stored), or, for a response too large to keep,
  * a 409 saying the request was carried out.
  */
-function replayOf(out: Outgoing): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
+function replayOf(out: Outgoing, requestId: string): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
+  if ((out.body?.length ?? 0) > MAX_REPLAY_BYTES) {
+    const detail = `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to keep, so read the resources it changed`;
+    return replayOf(fromError(new ApiError('conflict', detail), requestId), requestId);
+  }
   const headers = Object.fromEntries(Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));
   const body = out.body ?? Buffer.alloc(0);
-  if (body.length > MAX_REPLAY_BYTES) {
-    const problem = { code: 'conflict', detail: `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to keep, so read the resources it changed` };
-    return { status: 409, headers: { 'Content-Type': 'application/problem+json' }, body: Buffer.from(JSON.stringify({ type: 'urn:portplane:problem:conflict', title: titleOf('conflict'), status: 409, ...problem })) };
-  }
   const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1] ?? '';
   if (body.length === 0 || !/json/.test(type)) return { status: out.status, headers, body };
   return { status: out.status, headers, body: Buffer.from(JSON.stringify(redact(JSON.parse(body.toString('utf8'))))) };
@@ -240,7 +240,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       Object.assign(out.headers, pacing);
       // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
       if (slot && principal && out.status >= 200 && out.status < 300) {
-        app.store.idempotency.save(principal.tokenId, key as string, { fingerprint, ...replayOf(out) }, app.timestamp());
+        app.store.idempotency.save(principal.tokenId, key as string, { fingerprint, ...replayOf(out, requestId) }, app.timestamp());
       }
       return out;
     } finally {

@@ -57,13 +57,20 @@ function listenerKey(rule: ForwardRule): string {
   return `${rule.protocol}:${rule.listen_port}`;
 }
 
+/** The master reads details of at most 500 characters; a long list of targets is cut short. */
+const MAX_DETAIL = 300;
+
+function ruleError(code: RuleErrorCode, detail: string): NonNullable<RuleResult['error']> {
+  return { code, detail: detail.length > MAX_DETAIL ? `${detail.slice(0, MAX_DETAIL - 3)}...` : detail };
+}
+
 function bindError(error: NodeJS.ErrnoException, rule: ForwardRule): RuleResult['error'] {
   const where = `port ${rule.listen_port}/${rule.protocol}`;
-  if (error.code === 'EADDRINUSE') return { code: 'port_in_use', detail: `${where} is already in use on the node` };
+  if (error.code === 'EADDRINUSE') return ruleError('port_in_use', `${where} is already in use on the node`);
   if (error.code === 'EACCES' || error.code === 'EPERM' || error.code === 'EADDRNOTAVAIL') {
-    return { code: 'bind_denied', detail: `the agent may not listen on ${where} (${error.code})` };
+    return ruleError('bind_denied', `the agent may not listen on ${where} (${error.code})`);
   }
-  return { code: 'listen_failed', detail: `listening on ${where} failed: ${error.message}` };
+  return ruleError('listen_failed', `listening on ${where} failed: ${error.message}`);
 }
 
 async function resolvable(targets: Target[]): Promise<boolean> {
@@ -107,7 +114,7 @@ export class Forwarder {
     const results: RuleResult[] = [];
     for (const rule of rules) {
       if (rule.tunnel_id !== null && rule.enabled) {
-        results.push({ id: rule.id, state: 'failed', error: { code: 'tunnel_not_supported', detail: 'this agent does not relay through tunnels yet' } });
+        results.push({ id: rule.id, state: 'failed', error: ruleError('tunnel_not_supported', 'this agent does not relay through tunnels yet') });
       } else if (!rule.enabled) {
         results.push({ id: rule.id, state: 'applied', error: null });
       } else {
@@ -144,7 +151,7 @@ export class Forwarder {
       return { id: rule.id, state: 'applied', error: null };
     }
     if (!(await resolvable(targets))) {
-      return { id: rule.id, state: 'failed', error: { code: 'target_unresolvable', detail: `none of ${rule.targets.join(', ')} resolves on the node` } };
+      return { id: rule.id, state: 'failed', error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the node`) };
     }
     const relays: Relay[] = [];
     try {
