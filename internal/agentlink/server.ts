@@ -202,10 +202,15 @@ export class AgentLinks {
     this.links.delete(nodeId);
     this.app.sync.disconnect(nodeId);
     if (this.closing) return;
-    this.app.store.write(() => {
-      if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', link.endedBecause ?? 'the agent link closed', null, this.app.timestamp());
-    });
     this.app.log.info('agent disconnected', { node_id: nodeId });
+    try {
+      this.app.store.write(() => {
+        if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', link.endedBecause ?? 'the agent link closed', null, this.app.timestamp());
+      });
+    } catch (error) {
+      // Called from a socket event: nothing above it would catch this, so it is logged here.
+      this.app.log.error('recording a closed link failed', { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
+    }
   }
 
   private pushConfig(nodeId: number): void {
