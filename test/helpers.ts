@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 // small HTTP client that returns status, headers and parsed body.
 
 import { mkdtempSync, rmSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
@@ -27,6 +28,10 @@ export interface StartOptions {
   prepare?: (dataDir: string) => void;
   /** A fixed port, e.g. to restart a master where its agents expect it; default: any free port. */
   port?: number;
+  /** Where to listen; default 127.0.0.1 (plain HTTP). */
+  host?: string;
+  tls?: { certPath: string; keyPath: string };
+  insecureHttp?: boolean;
 }
 
 export async function startMaster(t: TestContext, options: StartOptions = {}): Promise<Running> {
@@ -34,7 +39,16 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
   options.prepare?.(dataDir);
   let offset = 0;
   const master = await start(
-    { host: '127.0.0.1', port: options.port ?? 0, dataDir, secretKeyPath: options.secretKeyPath ?? null, licenseKeyPath: options.licenseKeyPath ?? null, adminPassword: ADMIN_PASSWORD },
+    {
+      host: options.host ?? '127.0.0.1',
+      port: options.port ?? 0,
+      dataDir,
+      secretKeyPath: options.secretKeyPath ?? null,
+      licenseKeyPath: options.licenseKeyPath ?? null,
+      adminPassword: ADMIN_PASSWORD,
+      tls: options.tls ?? null,
+      insecureHttp: options.insecureHttp ?? false,
+    },
     silentLogger,
     () => Date.now() + offset,
   );
@@ -42,6 +56,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
     await master.close();
     if (!options.dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
+  if (master.app.tls) trusted.set(master.url, master.app.tls.cert);
   const admin = await login(master.url, 'admin', ADMIN_PASSWORD);
   return { ...master, close: master.close, dataDir, admin, advance: (ms) => (offset += ms) };
 }
@@ -58,6 +73,22 @@ export interface CallOptions {
   headers?: Record<string, string>;
 }
 
+/** Certificates to trust per HTTPS base URL: the one each TLS master serves. */
+const trusted = new Map<string, string>();
+
+/** An HTTPS request that trusts `cert` alone (and not its names: tests reach masters by any local address). */
+function httpsCall(url: string, cert: string, method: string, headers: Record<string, string>, body: string | undefined): Promise<{ status: number; headers: Headers; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(url, { method, headers, ca: cert, checkServerIdentity: () => undefined }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+      res.on('end', () => resolve({ status: res.statusCode!, headers: new Headers(Object.entries(res.headers).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)] as [string, string]]))), text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 export async function call(base: string, method: string, path: string, options: CallOptions = {}): Promise<Answer> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
@@ -66,8 +97,9 @@ export async function call(base: string, method: string, path: string, options: 
     body = typeof options.body === 'string' ? options.body : JSON.stringify(options.body);
     headers['content-type'] ??= 'application/json';
   }
-  const response = await fetch(base + path, { method, headers, body });
-  const text = await response.text();
+  const cert = trusted.get(base);
+  const response = cert ? await httpsCall(base + path, cert, method, headers, body) : await fetch(base + path, { method, headers, body }).then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
+  const text = response.text;
   let parsed: unknown = text;
   if (text && /json/.test(response.headers.get('content-type') ?? '')) parsed = JSON.parse(text);
   return { status: response.status, headers: response.headers, body: parsed };

@@ -227,7 +227,7 @@ test('nodes: deleting one with rules or tunnels is 409 listing them; cascade rem
 test('what a read shows equals what the write answered, for nodes and rules, alone and in lists', async (t) => {
   const m = await startMaster(t);
   const created = await node(m, 'edge', { ssh_password: 'pw-1234567', tags: ['a', 'b'] });
-  const { agent_token: _, ...nodeBody } = created;
+  const { agent_token: _, master_pin: _pin, agent_command: _command, ...nodeBody } = created;
   assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin })).body, nodeBody);
   assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items, [nodeBody]);
   const tunnelPeer = await node(m, 'peer');

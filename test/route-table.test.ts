@@ -123,7 +123,7 @@ async function forwardingSetup(m: Running): Promise<{ nodeId: number; tunnelId: 
 function anotherValue(key: SettingKey): unknown {
   const fallback = definitions[key].default;
   if (typeof fallback === 'number') return fallback + 1;
-  return { install_dir: '/opt/elsewhere', install_service_name: 'other-agent', install_master_url: 'https://192.0.2.1:8443' }[key as string];
+  return { install_dir: '/opt/elsewhere', install_service_name: 'other-agent', install_master_url: 'https://192.0.2.1:8443', tls_next_pin: `sha256/${'A'.repeat(43)}=` }[key as string];
 }
 
 /** How to make each declared side effect happen: the requests that do it. Every route declaring one needs an entry. */

@@ -1,11 +1,16 @@
-// Agent configuration: flags over AGENT_* environment over defaults, validated up front.
+// Agent configuration: flags over an env file over AGENT_* environment over defaults,
+// validated up front. An agent never talks to a master it cannot verify: https with a pin
+// or the system CAs, or plain HTTP only to this machine unless told --insecure-http.
 
 import { readFileSync } from 'node:fs';
 import type { Parsed } from '../../internal/runtime/cli.ts';
-import { masterOrigin } from '../../internal/schema/net.ts';
+import { isLoopback, masterOrigin } from '../../internal/schema/net.ts';
+import { PIN } from '../../internal/tls/pin.ts';
 
 export interface AgentConfig {
   masterUrl: string;
+  /** The master's key pin (sha256/<base64>); null: verify its certificate against the system CAs. */
+  masterPin: string | null;
   token: string;
   stateDir: string;
   listenHost: string;
@@ -16,7 +21,10 @@ export type AgentParse = Parsed<AgentConfig>;
 export const agentUsage = `Usage: agent --master URL --token TOKEN [options]
 
 Options:
-  --master URL         the master's address, e.g. http://192.0.2.1:8080 (env AGENT_MASTER_URL)
+  --master URL         the master's address, e.g. https://192.0.2.1:8080 (env AGENT_MASTER_URL)
+  --master-pin PIN     the master's key pin, sha256/<base64> as POST /api/nodes shows it (env
+                       AGENT_MASTER_PIN). Without it an https master must have a certificate
+                       the system trusts. The agent sends nothing to a master it cannot verify.
   --token TOKEN        the node's agent token from POST /api/nodes (env AGENT_TOKEN; prefer the
                        environment, since arguments are visible to every user of the machine)
   --state-dir DIR      where the last applied config and unsent traffic are kept
@@ -25,11 +33,22 @@ Options:
   --env-file FILE      read AGENT_* settings from FILE: one KEY=VALUE per line, taken literally
                        (no quotes, no expansion; lines starting with # are comments). Flags
                        win over the file, the file over the environment.
+  --insecure-http      allow an http:// master that is not on this machine: the token then
+                       crosses the network in clear (env AGENT_INSECURE_HTTP=1)
   --help, --version
 `;
 
-const FLAGS = { '--master': 'AGENT_MASTER_URL', '--token': 'AGENT_TOKEN', '--state-dir': 'AGENT_STATE_DIR', '--listen-host': 'AGENT_LISTEN_HOST', '--env-file': 'AGENT_ENV_FILE' } as const;
-const FILE_KEYS = new Set<string>(Object.values(FLAGS).filter((name) => name !== 'AGENT_ENV_FILE'));
+const FLAGS = {
+  '--master': 'AGENT_MASTER_URL',
+  '--master-pin': 'AGENT_MASTER_PIN',
+  '--token': 'AGENT_TOKEN',
+  '--state-dir': 'AGENT_STATE_DIR',
+  '--listen-host': 'AGENT_LISTEN_HOST',
+  '--env-file': 'AGENT_ENV_FILE',
+} as const;
+/** Flags that take no value; their variable is on when it is 1 or true. */
+const SWITCHES = { '--insecure-http': 'AGENT_INSECURE_HTTP' } as const;
+const FILE_KEYS = new Set<string>([...Object.values(FLAGS), ...Object.values(SWITCHES)].filter((name) => name !== 'AGENT_ENV_FILE'));
 
 /**
  * The settings in an env file, read as data: never by a shell, so nothing in a value is
@@ -48,26 +67,33 @@ export function parseEnvFile(text: string): Record<string, string> | string {
   return values;
 }
 
+const on = (value: string | undefined) => /^(1|true)$/i.test(value ?? '');
+
 export function parseAgentConfig(
   argv: readonly string[],
   env: Record<string, string | undefined>,
   readFile: (path: string) => string = (path) => readFileSync(path, 'utf8'),
 ): AgentParse {
-  const values: Record<string, string | undefined> = {};
-  for (const [flag, name] of Object.entries(FLAGS)) values[flag] = env[name] || undefined;
+  // Settings by variable name: the environment first, then the env file, then flags over both.
+  const settings: Record<string, string | undefined> = {};
+  for (const name of [...Object.values(FLAGS), ...Object.values(SWITCHES)]) settings[name] = env[name] || undefined;
   const flags: Record<string, string> = {};
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === '--help' || arg === '-h') return { exit: 'help' };
     if (arg === '--version') return { exit: 'version' };
+    if (Object.hasOwn(SWITCHES, arg)) {
+      flags[SWITCHES[arg as keyof typeof SWITCHES]] = '1';
+      continue;
+    }
     const eq = arg.indexOf('=');
     const flag = eq > 0 ? arg.slice(0, eq) : arg;
     if (!Object.hasOwn(FLAGS, flag)) return { error: `unknown option '${arg}' (see --help)` };
     const value = eq > 0 ? arg.slice(eq + 1) : argv[++i];
     if (!value) return { error: `${flag} needs a value` };
-    flags[flag] = value;
+    flags[FLAGS[flag as keyof typeof FLAGS]] = value;
   }
-  const envFile = flags['--env-file'] ?? values['--env-file'];
+  const envFile = flags.AGENT_ENV_FILE ?? settings.AGENT_ENV_FILE;
   if (envFile) {
     let text: string;
     try {
@@ -77,14 +103,24 @@ export function parseAgentConfig(
     }
     const fromFile = parseEnvFile(text);
     if (typeof fromFile === 'string') return { error: `${envFile}: ${fromFile}` };
-    for (const [flag, name] of Object.entries(FLAGS)) if (fromFile[name]) values[flag] = fromFile[name];
+    for (const [name, value] of Object.entries(fromFile)) if (value) settings[name] = value;
   }
-  Object.assign(values, flags);
-  const master = values['--master'];
+  Object.assign(settings, flags);
+
+  const master = settings.AGENT_MASTER_URL;
   if (!master) return { error: '--master (or AGENT_MASTER_URL) is required' };
   const origin = masterOrigin(master);
-  if (origin === null) return { error: `--master must be http(s)://HOST[:PORT], such as http://192.0.2.1:8080, got '${master}'` };
-  const token = values['--token'];
+  if (origin === null) return { error: `--master must be http(s)://HOST[:PORT], such as https://192.0.2.1:8080, got '${master}'` };
+  const url = new URL(origin);
+  const pin = settings.AGENT_MASTER_PIN ?? null;
+  if (pin !== null && !PIN.test(pin)) return { error: `--master-pin must be sha256/<base64 of 32 bytes>, as POST /api/nodes shows it, got '${pin}'` };
+  if (url.protocol === 'http:') {
+    if (pin !== null) return { error: '--master-pin pins a TLS key: give the master as https://' };
+    if (!isLoopback(url.hostname.replace(/^\[|\]$/g, '')) && !on(settings.AGENT_INSECURE_HTTP)) {
+      return { error: `--master ${origin} would send the agent token in clear across the network: use https:// (with --master-pin for a master's own certificate), or pass --insecure-http` };
+    }
+  }
+  const token = settings.AGENT_TOKEN;
   if (!token || !/^mat_[1-9][0-9]*_[A-Za-z0-9_-]{43}$/.test(token)) return { error: '--token (or AGENT_TOKEN) must be the node\'s agent token (mat_...)' };
-  return { config: { masterUrl: origin, token, stateDir: values['--state-dir'] ?? './agent-state', listenHost: values['--listen-host'] ?? '0.0.0.0' } };
+  return { config: { masterUrl: origin, masterPin: pin, token, stateDir: settings.AGENT_STATE_DIR ?? './agent-state', listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0' } };
 }

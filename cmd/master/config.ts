@@ -13,6 +13,10 @@ export interface MasterConfig {
   licenseKeyPath: string | null;
   /** Password for the first admin; null: generate one and print it once. */
   adminPassword: string | null;
+  /** The certificate and key to serve HTTPS with; null: the master's own off loopback, plain HTTP on it. */
+  tls: { certPath: string; keyPath: string } | null;
+  /** Serve plain HTTP off loopback (behind a TLS-terminating proxy). */
+  insecureHttp: boolean;
 }
 
 export type ParseResult = Parsed<MasterConfig>;
@@ -26,6 +30,12 @@ Options:
                          MASTER_SECRET_KEY, default DATA_DIR/secret.key); keep it outside the
                          data dir so that a copy of the data dir alone cannot unseal them
   --license-key FILE     PEM public key that signs licenses (env MASTER_LICENSE_KEY, default: built-in)
+  --tls-cert FILE        serve HTTPS with this PEM certificate (chain) ... (env MASTER_TLS_CERT)
+  --tls-key FILE         ... and its PEM private key (env MASTER_TLS_KEY); reloaded on SIGHUP.
+                         Without them the master serves plain HTTP on a loopback address and,
+                         on any other, HTTPS with a certificate it makes once in DATA_DIR/tls
+  --insecure-http        serve plain HTTP on a non-loopback address, for a TLS-terminating
+                         proxy in front (env MASTER_INSECURE_HTTP=1)
   --help                 show this help
   --version              show the version
 
@@ -33,7 +43,16 @@ Environment only:
   MASTER_ADMIN_PASSWORD  password of the first admin, created on first start (default: generated and printed once)
 `;
 
-const FLAGS = { '--listen': 'MASTER_LISTEN', '--data-dir': 'MASTER_DATA_DIR', '--secret-key': 'MASTER_SECRET_KEY', '--license-key': 'MASTER_LICENSE_KEY' } as const;
+const FLAGS = {
+  '--listen': 'MASTER_LISTEN',
+  '--data-dir': 'MASTER_DATA_DIR',
+  '--secret-key': 'MASTER_SECRET_KEY',
+  '--license-key': 'MASTER_LICENSE_KEY',
+  '--tls-cert': 'MASTER_TLS_CERT',
+  '--tls-key': 'MASTER_TLS_KEY',
+} as const;
+/** Flags that take no value; their environment variable is on when it is 1 or true. */
+const SWITCHES = { '--insecure-http': 'MASTER_INSECURE_HTTP' } as const;
 
 /** Splits `host:port`, `[v6]:port` or `:port`. Returns an error string when it is not one. */
 export function parseListen(value: string): { host: string; port: number } | string {
@@ -46,10 +65,16 @@ export function parseListen(value: string): { host: string; port: number } | str
 export function parseConfig(argv: readonly string[], env: Record<string, string | undefined>): ParseResult {
   const values: Record<string, string | undefined> = {};
   for (const [flag, name] of Object.entries(FLAGS)) values[flag] = env[name];
+  const switches: Record<string, boolean> = {};
+  for (const [flag, name] of Object.entries(SWITCHES)) switches[flag] = /^(1|true)$/i.test(env[name] ?? '');
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === '--help' || arg === '-h') return { exit: 'help' };
     if (arg === '--version') return { exit: 'version' };
+    if (Object.hasOwn(SWITCHES, arg)) {
+      switches[arg] = true;
+      continue;
+    }
     const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
     if (!Object.hasOwn(FLAGS, flag)) return { error: `unknown option '${arg}' (see --help)` };
     const value = inline ?? argv[++i];
@@ -62,6 +87,10 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
   if (adminPassword !== null && adminPassword.length < MIN_PASSWORD) {
     return { error: `MASTER_ADMIN_PASSWORD must have at least ${MIN_PASSWORD} characters` };
   }
+  const [certPath, keyPath] = [values['--tls-cert'], values['--tls-key']];
+  if (Boolean(certPath) !== Boolean(keyPath)) return { error: '--tls-cert and --tls-key go together' };
+  const insecureHttp = switches['--insecure-http']!;
+  if (certPath && insecureHttp) return { error: '--insecure-http and --tls-cert contradict each other: choose one' };
   return {
     config: {
       ...listen,
@@ -69,6 +98,8 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
       secretKeyPath: values['--secret-key'] ?? null,
       licenseKeyPath: values['--license-key'] ?? null,
       adminPassword,
+      tls: certPath && keyPath ? { certPath, keyPath } : null,
+      insecureHttp,
     },
   };
 }

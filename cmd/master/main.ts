@@ -19,5 +19,10 @@ await run({
   usage,
   log,
   parsed: parseConfig(process.argv.slice(2), process.env),
-  start: async (config) => (await start(config, log)).close,
+  async start(config) {
+    const master = await start(config, log);
+    // Renewals: swap the certificate files, then `systemctl reload` (SIGHUP).
+    process.on('SIGHUP', () => master.reloadTls());
+    return master.close;
+  },
 });

@@ -14,6 +14,8 @@ import { loadLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
 import type { Logger } from '../../internal/log/log.ts';
 import { openStore, type Store } from '../../internal/store/store.ts';
+import { isLoopback } from '../../internal/schema/net.ts';
+import { selfSignedFiles, TlsIdentity } from '../../internal/tls/identity.ts';
 import { VERSION } from '../../internal/version.ts';
 import { readFileSync } from 'node:fs';
 import type { MasterConfig } from './config.ts';
@@ -22,7 +24,16 @@ export interface Master {
   url: string;
   app: App;
   links: AgentLinks;
+  /** Re-reads the TLS certificate and key (SIGHUP); new connections get them. */
+  reloadTls(): void;
   close(): Promise<void>;
+}
+
+/** The identity to serve HTTPS with: given, made once in the data dir off loopback, or none (plain HTTP). */
+function tlsIdentityFor(config: MasterConfig): TlsIdentity | null {
+  if (config.tls) return new TlsIdentity(config.tls);
+  if (isLoopback(config.host) || config.insecureHttp) return null;
+  return new TlsIdentity(selfSignedFiles(config.dataDir, config.host));
 }
 
 const MAINTENANCE_INTERVAL_MS = 60 * 60 * 1000;
@@ -67,7 +78,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const keyPem = config.licenseKeyPath ? readFileSync(config.licenseKeyPath, 'utf8') : VENDOR_PUBLIC_KEY_PEM;
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
     const box = SecretBox.open(config.secretKeyPath ?? join(config.dataDir, 'secret.key'));
-    const app = new App({ store, log, license, box, dataDir: config.dataDir, version: VERSION, now });
+    const tls = tlsIdentityFor(config);
+    const app = new App({ store, log, license, box, tls, dataDir: config.dataDir, version: VERSION, now });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);
@@ -78,15 +90,26 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
       }
     }, MAINTENANCE_INTERVAL_MS).unref();
-    const http = await listen(createDispatcher(app, routes), config.host, config.port);
+    const http = await listen(createDispatcher(app, routes), config.host, config.port, tls);
     const links = new AgentLinks(app);
     http.server.on('upgrade', links.handleUpgrade);
-    log.info('listening', { url: http.url, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });
+    if (!tls && !isLoopback(config.host)) log.warn('serving plain HTTP off loopback (--insecure-http): put a TLS-terminating proxy in front');
+    log.info('listening', { url: http.url, tls_pin: tls?.pin ?? null, tls_not_after: tls?.notAfter ?? null, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });
     let closing: Promise<void> | undefined;
     return {
       url: http.url,
       app,
       links,
+      reloadTls() {
+        if (!tls) return void log.info('SIGHUP: no certificate to reload (plain HTTP)');
+        try {
+          tls.reload();
+          http.setCredentials(tls);
+          log.info('reloaded the TLS certificate', { tls_pin: tls.pin, tls_not_after: tls.notAfter });
+        } catch (error) {
+          log.error('reloading the TLS certificate failed; serving the previous one', { error: (error as Error).message });
+        }
+      },
       close() {
         closing ??= (async () => {
           app.draining = true;

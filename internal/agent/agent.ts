@@ -3,15 +3,18 @@
 // as sequence-numbered deltas kept until the master confirms them.
 
 import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
-import type { Socket } from 'node:net';
+import { isIP, type Socket } from 'node:net';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { inPieces, keepAlive, LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send, type Message } from '../agentlink/wire.ts';
 import { Forwarder, type ForwardRule } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
+import { PIN, pinOf } from '../tls/pin.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 
 export interface AgentOptions {
   masterUrl: string;
+  /** The master's key pin; null: an https master is verified against the system CAs. */
+  masterPin: string | null;
   token: string;
   stateDir: string;
   listenHost: string;
@@ -20,6 +23,35 @@ export interface AgentOptions {
 }
 
 const MAX_BACKOFF_MS = 30_000;
+
+/** Why a master that presented this certificate is not the one the agent pins, or null when it is. */
+function pinRefusal(socket: TLSSocket, pins: readonly string[]): string | null {
+  const cert = socket.getPeerX509Certificate();
+  if (!cert) return 'the master presented no certificate';
+  const pin = pinOf(cert);
+  if (!pins.includes(pin)) return `pin mismatch: the master presented ${pin}, this agent pins ${pins.join(' or ')}`;
+  const now = Date.now();
+  if (now > Date.parse(cert.validTo)) return `the master's certificate expired on ${new Date(cert.validTo).toISOString()}`;
+  if (now < Date.parse(cert.validFrom)) return `the master's certificate is not valid before ${new Date(cert.validFrom).toISOString()}`;
+  return null;
+}
+
+/** A TLS failure in words a person can act on. */
+function tlsProblem(error: Error & { code?: string }): string {
+  switch (error.code) {
+    case 'CERT_HAS_EXPIRED':
+      return 'the master\'s certificate has expired';
+    case 'DEPTH_ZERO_SELF_SIGNED_CERT':
+    case 'SELF_SIGNED_CERT_IN_CHAIN':
+    case 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY':
+    case 'UNABLE_TO_VERIFY_LEAF_SIGNATURE':
+      return `unknown CA: the system does not trust the master's certificate (${error.code}); give --master-pin for a master's own certificate`;
+    case 'ERR_TLS_CERT_ALTNAME_INVALID':
+      return `the master's certificate is not for this address: ${error.message}`;
+    default:
+      return error.message;
+  }
+}
 /** Past this many unacknowledged reports (a long master outage) they are merged into one: totals are kept, timing is coarser. */
 const MAX_PENDING_REPORTS = 500;
 
@@ -61,16 +93,62 @@ export class Agent {
     await this.forwarder.close();
   }
 
+  /** The pins the master may present: the configured one, and the next ones a verified master announced. */
+  private acceptedPins(): string[] {
+    return this.options.masterPin === null ? [] : [this.options.masterPin, ...this.state.loadPins()];
+  }
+
+  /**
+   * Opens TLS to an https master and checks it (its pin, or the system CAs) before anything
+   * is written on the socket; then asks for the link. A master it cannot verify gets nothing.
+   */
   private connect(): void {
     const { log } = this.options;
-    const url = new URL(LINK_PATH, this.options.masterUrl);
-    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = request(url, {
+    const url = new URL(this.options.masterUrl);
+    if (url.protocol === 'http:') return this.upgrade(url, null);
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    const pins = this.acceptedPins();
+    const socket = tlsConnect({
+      host,
+      port: Number(url.port || 443),
+      servername: isIP(host) ? undefined : host,
+      // With a pin, the pin is the trust: the certificate may be the master's own.
+      rejectUnauthorized: pins.length === 0,
+      minVersion: 'TLSv1.2',
+      ALPNProtocols: ['http/1.1'],
+    });
+    socket.setTimeout(10_000, () => socket.destroy(new Error('timed out connecting to the master')));
+    const failed = (error: Error) => {
+      log.warn('cannot reach the master', { url: url.origin, error: tlsProblem(error) });
+      this.retry();
+    };
+    socket.once('error', failed);
+    socket.once('secureConnect', () => {
+      socket.off('error', failed);
+      socket.setTimeout(0);
+      const refusal = pins.length > 0 ? pinRefusal(socket, pins) : null;
+      if (refusal) {
+        socket.on('error', () => undefined);
+        socket.destroy();
+        log.warn('refusing the master: it is not the one this agent pins; nothing was sent', { url: url.origin, reason: refusal });
+        return this.retry();
+      }
+      this.upgrade(url, socket);
+    });
+  }
+
+  private upgrade(url: URL, socket: TLSSocket | null): void {
+    const { log } = this.options;
+    const req = httpRequest({
+      host: url.hostname.replace(/^\[|\]$/g, ''),
+      port: Number(url.port || (socket ? 443 : 80)),
+      path: LINK_PATH,
       method: 'GET',
       timeout: 10_000,
-      headers: { Connection: 'Upgrade', Upgrade: LINK_PROTOCOL, Authorization: `Bearer ${this.options.token}`, 'X-Agent-Version': this.options.version },
+      headers: { Host: url.host, Connection: 'Upgrade', Upgrade: LINK_PROTOCOL, Authorization: `Bearer ${this.options.token}`, 'X-Agent-Version': this.options.version },
+      ...(socket ? { createConnection: () => socket } : {}),
     });
-    req.on('upgrade', (_res, socket, head) => this.linked(socket, head));
+    req.on('upgrade', (_res, linkSocket, head) => this.linked(linkSocket, head));
     req.on('response', (res: IncomingMessage) => {
       let body = '';
       res.setEncoding('utf8');
@@ -125,6 +203,9 @@ export class Agent {
     if (message.type === 'ping') return send(this.socket!, { type: 'pong' });
     if (message.type === 'config') {
       const config = message as unknown as SavedConfig;
+      // Announced by a master this agent verified: the key it will switch to (see docs/agent-protocol.md).
+      const next = (message as { next_master_pin?: unknown }).next_master_pin;
+      if (this.options.masterPin !== null && typeof next === 'string' && PIN.test(next)) this.state.learnPin(next);
       this.applying = this.applying.then(() => this.apply(config, true)).catch((error: Error) => this.options.log.error('applying the config failed', { error: error.message }));
       return;
     }

@@ -6,6 +6,8 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ForwardRule, RuleTraffic } from '../forward/forwarder.ts';
 
+const MAX_LEARNED_PINS = 4;
+
 export interface SavedConfig {
   version: number;
   report_interval_seconds: number;
@@ -49,6 +51,18 @@ export class AgentState {
 
   saveTraffic(state: TrafficState): void {
     this.write('traffic.json', state);
+  }
+
+  /** Master key pins learned over a verified link, newest first. */
+  loadPins(): string[] {
+    return this.read<string[]>('pins.json') ?? [];
+  }
+
+  /** Remembers an announced pin (the last MAX_LEARNED_PINS of them). */
+  learnPin(pin: string): void {
+    const pins = this.loadPins();
+    if (pins[0] === pin) return;
+    this.write('pins.json', [pin, ...pins.filter((p) => p !== pin)].slice(0, MAX_LEARNED_PINS));
   }
 
   private read<T>(name: string): T | null {

@@ -15,6 +15,7 @@ import type { Store } from '../store/store.ts';
 import type { TokenKind } from '../store/tokens.ts';
 import { SyncHub } from '../sync/hub.ts';
 import { Installer } from '../install/installer.ts';
+import type { TlsIdentity } from '../tls/identity.ts';
 
 export interface Principal {
   tokenId: number;
@@ -49,14 +50,16 @@ export class App {
   readonly log: Logger;
   readonly license: Verified;
   readonly box: SecretBox;
+  /** The certificate the master serves, when it serves HTTPS itself. */
+  readonly tls: TlsIdentity | null;
   readonly version: string;
   readonly now: () => number;
   readonly dataDir: string;
   readonly sync = new SyncHub();
   readonly installer: Installer;
 
-  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; dataDir: string; version: string; now: () => number }) {
-    ({ store: this.store, log: this.log, license: this.license, box: this.box, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
+  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; tls: TlsIdentity | null; dataDir: string; version: string; now: () => number }) {
+    ({ store: this.store, log: this.log, license: this.license, box: this.box, tls: this.tls, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
     this.installer = new Installer(this);
     // A failed group commit undoes writes the in-memory copies already reflect.
     this.store.db.onCallbackError((error) => this.log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }));

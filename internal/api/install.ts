@@ -1,8 +1,9 @@
 // Install and reinstall the agent on a node over SSH. Both answer at once (202) with the
 // node `installing`; progress, the log tail and the outcome show on the node.
 
-import { ApiError, validationFailed } from '../http/problem.ts';
-import { masterOrigin, masterUrl } from '../schema/net.ts';
+import { ApiError } from '../http/problem.ts';
+import { masterUrl } from '../schema/net.ts';
+import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
 import { nodeSchema, nodeView } from './nodes.ts';
@@ -16,14 +17,6 @@ const installInput = object(
   { name: 'InstallInput' },
 );
 
-function masterUrlFor(ctx: Ctx<Infer<typeof installInput>, {}>): string {
-  const origin = masterOrigin(ctx.body.master_url || ctx.app.settings.get('install_master_url') || `http://${ctx.headers.host ?? ''}`);
-  if (origin === null) {
-    throw validationFailed([{ pointer: '#/master_url', detail: 'cannot tell from this request where agents should dial; give master_url or set install_master_url' }]);
-  }
-  return origin;
-}
-
 function installer(mode: InstallMode) {
   return (ctx: Ctx<Infer<typeof installInput>, {}>): Reply => {
     const { app } = ctx;
@@ -34,13 +27,13 @@ function installer(mode: InstallMode) {
     if (mode === 'install' && (node.status === 'online' || node.status === 'offline')) {
       throw new ApiError('conflict', `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`);
     }
-    app.installer.begin(id, mode, masterUrlFor(ctx), ctx.body.forget_host_key, ctx.actor);
+    app.installer.begin(id, mode, requireMasterDial(ctx, ctx.body.master_url), ctx.body.forget_host_key, ctx.actor);
     return { status: 202, body: nodeView(app.store.nodes.find(id)!), headers: { Location: `/api/nodes/${id}` } };
   };
 }
 
 const description = (what: string) =>
-  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact (under the node, not its address) and refuses any other key afterwards, also after the node's host changes, before offering a credential; forget_host_key drops the pin. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
+  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact (under the node, not its address) and refuses any other key afterwards, also after the node's host changes, before offering a credential; forget_host_key drops the pin. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env (the master URL, the master's key pin when it serves HTTPS itself, and the agent token) and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
 
 export const installRoutes = [
   route({

@@ -10,7 +10,9 @@ import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { array, integer, nullable, object, optional, string, type Infer } from '../schema/schema.ts';
 import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
+import { agentCommand } from '../install/agent-env.ts';
 import type { App } from './app.ts';
+import { masterDial } from './dial.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx } from './route.ts';
 import { transact, type Effects } from './writes.ts';
@@ -65,7 +67,15 @@ const nodeProperties = {
   updated_at: timestamp,
 };
 export const nodeSchema = record('Node', nodeProperties);
-const nodeCreatedSchema = record('NodeCreated', { ...nodeProperties, agent_token: { type: 'string', description: 'The agent\'s credential (prefix mat_). Shown only in this response.' } });
+const nodeCreatedSchema = record('NodeCreated', {
+  ...nodeProperties,
+  agent_token: { type: 'string', description: 'The agent\'s credential (prefix mat_). Shown only in this response.' },
+  master_pin: { type: ['string', 'null'], description: 'The pin of the key this master serves HTTPS with (sha256/<base64>, RFC 7469), which agents check it by; null over plain HTTP.' },
+  agent_command: {
+    type: ['string', 'null'],
+    description: 'The command that starts this node\'s agent by hand: master URL (install_master_url, else the address this request reached), pin and token. Null when the request does not say where the master is.',
+  },
+});
 
 export function nodeView({ config_version: _, ...node }: Node) {
   return node;
@@ -164,7 +174,11 @@ function getNode(ctx: Ctx<undefined, {}>) {
 
 function createNode(ctx: Ctx<NodeInput, {}>) {
   const { node, agent_token } = transact(ctx.app, ctx, (effects) => insertNode(ctx.app, effects, ctx.body));
-  return created({ ...nodeView(node), agent_token }, { Location: `/api/nodes/${node.id}`, ETag: etagOf(node.version) });
+  const dial = masterDial(ctx);
+  return created(
+    { ...nodeView(node), agent_token, master_pin: ctx.app.tls?.pin ?? null, agent_command: dial && agentCommand(dial, agent_token) },
+    { Location: `/api/nodes/${node.id}`, ETag: etagOf(node.version) },
+  );
 }
 
 function replaceNode(ctx: Ctx<NodeInput, {}>) {

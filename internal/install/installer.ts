@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import type { App } from '../api/app.ts';
 import type { Actor } from '../store/audit.ts';
+import { agentEnvironment, envFile, type MasterDial } from './agent-env.ts';
 import { agentBundle } from './bundle.ts';
 import { pinUnderAlias, SshError, SshSession, type SshAuth } from './ssh.ts';
 import { agentUnit } from './unit.ts';
@@ -79,15 +80,15 @@ export class Installer {
    * Marks the node installing and starts the job; the caller has checked it may. With
    * `forgetHostKey`, the node's pinned host key is dropped first (a node rebuilt on purpose).
    */
-  begin(nodeId: number, mode: InstallMode, masterUrl: string, forgetHostKey: boolean, actor: Actor): void {
+  begin(nodeId: number, mode: InstallMode, dial: MasterDial, forgetHostKey: boolean, actor: Actor): void {
     const { store } = this.app;
     this.running.add(nodeId);
     if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
     store.write(() => {
       store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.timestamp());
-      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: masterUrl, forget_host_key: forgetHostKey } }, this.app.timestamp());
+      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey } }, this.app.timestamp());
     });
-    void this.run(nodeId, mode, masterUrl)
+    void this.run(nodeId, mode, dial)
       .catch((error: Error) => this.app.log.error('install job failed', { node_id: nodeId, error: error.message }))
       .finally(() => this.running.delete(nodeId));
   }
@@ -97,7 +98,8 @@ export class Installer {
     this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.timestamp()}] ${line}\n`);
   }
 
-  private async run(nodeId: number, mode: InstallMode, masterUrl: string): Promise<void> {
+  private async run(nodeId: number, mode: InstallMode, dial: MasterDial): Promise<void> {
+    const { masterUrl } = dial;
     const { app } = this;
     const node = app.store.nodes.find(nodeId);
     const sealed = app.store.nodes.sealedSecret(nodeId);
@@ -132,9 +134,8 @@ export class Installer {
       await this.copy(session, agentBundle(), `${dir}/agent.mjs`, '0644');
 
       const token = newAgentToken(nodeId);
-      const env = `AGENT_MASTER_URL=${masterUrl}\nAGENT_TOKEN=${token}\n`;
-      this.log(nodeId, `${mode}: writing the agent's environment`, `${dir}/agent.env (mode 0600)`);
-      await this.copy(session, Buffer.from(env), `${dir}/agent.env`, '0600');
+      this.log(nodeId, `${mode}: writing the agent's environment`, `${dir}/agent.env (mode 0600)${dial.pin ? `, pinning the master's key ${dial.pin}` : ''}`);
+      await this.copy(session, Buffer.from(envFile(agentEnvironment(dial, token))), `${dir}/agent.env`, '0600');
       // From here the old token no longer works: the new agent is about to start with the new one.
       app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token));
 

@@ -13,6 +13,11 @@ export function isHostname(value: string): boolean {
   return labels.every((label) => LABEL.test(label)) && !/^\d+$/.test(labels[labels.length - 1]!);
 }
 
+/** True for addresses only this machine can reach: there, plain HTTP exposes nothing. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
 export function isHost(value: string): boolean {
   return isIPv4(value) || isIPv6(value) || isHostname(value);
 }

@@ -43,6 +43,10 @@ export const definitions = {
     'portplane-agent',
     string({ min: 1, max: 64, pattern: /^[a-z0-9][a-z0-9_.-]*$/, patternHint: 'must be lower-case letters, digits and _ . -', description: 'Name of the systemd service install-ssh creates on a node.' }),
   ),
+  tls_next_pin: text(
+    '',
+    string({ min: 0, max: 52, pattern: /^(sha256\/[A-Za-z0-9+/]{43}=)?$/, patternHint: 'must be empty or sha256/<base64 of 32 bytes>', description: "The pin of the key the master will serve next, announced to every connected agent so it accepts that key after the switch (see Rotating the master's key). Empty: none." }),
+  ),
   install_master_url: text(
     '',
     masterUrl({ allowEmpty: true, description: 'The address installed agents dial; empty: the address the install request was sent to.' }),
@@ -55,7 +59,7 @@ export type SettingValues = { [K in SettingKey]: (typeof definitions)[K]['defaul
 export const settingKeys = Object.keys(definitions) as SettingKey[];
 
 /** The settings agents receive with their config, so a change is pushed to every connected agent. */
-export const agentKeys: readonly SettingKey[] = ['agent_report_interval_seconds', 'tcp_idle_timeout_seconds', 'max_connections_per_source'];
+export const agentKeys: readonly SettingKey[] = ['agent_report_interval_seconds', 'tcp_idle_timeout_seconds', 'max_connections_per_source', 'tls_next_pin'];
 
 /** The settings that only a holder of `*` may change. */
 export const guardedKeys = settingKeys.filter((key) => definitions[key].guarded);
