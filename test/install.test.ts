@@ -7,11 +7,14 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { pinUnderAlias } from '../internal/install/ssh.ts';
+import { selfSigned } from '../internal/tls/certificate.ts';
+import { pinOf } from '../internal/tls/pin.ts';
 import { agentUnit } from '../internal/install/unit.ts';
 import { assertProblem, call, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, until } from './net.ts';
@@ -80,7 +83,11 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   const port = await freePort();
   const first = await sshd(t, dir, port, join(dir, 'host_a'), readFileSync(join(dir, 'user_key.pub'), 'utf8'));
 
-  const m = await startMaster(t);
+  // The master serves HTTPS with its own certificate, so the installed agent must pin it.
+  const certificate = selfSigned(['127.0.0.1']);
+  writeFileSync(join(dir, 'master-cert.pem'), certificate.cert);
+  writeFileSync(join(dir, 'master-key.pem'), certificate.key, { mode: 0o600 });
+  const m = await startMaster(t, { tls: { certPath: join(dir, 'master-cert.pem'), keyPath: join(dir, 'master-key.pem') } });
   assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { install_dir: installDir, agent_report_interval_seconds: 1 } })).status, 200);
   const node = (await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'ssh-node', host: '127.0.0.1', ssh_port: port, ssh_user: 'root', ssh_private_key: userKey } })).body;
 
@@ -107,7 +114,10 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   assert.equal(done.status, 'online', `${done.status_detail}\n${done.install.log_tail}`);
   assert.match(done.install.log_tail, /done: the agent is connected/);
   assert.ok(readFileSync(join(installDir, 'agent.mjs')).length > 10_000);
-  assert.equal((readFileSync(join(dir, 'opt', 'agent.env')).toString().match(/AGENT_TOKEN=mat_/g) ?? []).length, 1);
+  const agentEnv = readFileSync(join(dir, 'opt', 'agent.env'), 'utf8');
+  assert.equal((agentEnv.match(/AGENT_TOKEN=mat_/g) ?? []).length, 1);
+  // The agent pins the master from its first start, and reached it over TLS (it is online).
+  assert.match(agentEnv, new RegExp(`^AGENT_MASTER_URL=${m.url}\nAGENT_MASTER_PIN=${pinOf(certificate.cert).replace(/[+/]/g, '\\$&')}\n`));
   assert.ok(!done.install.log_tail.includes('mat_'), 'the agent token is not in the log');
   // The agent reads its env file itself: no shell on the node ever parses what is in it.
   const agentPid = Number(readFileSync(join(installDir, 'agent.pid'), 'utf8'));
@@ -115,7 +125,7 @@ test('install-ssh puts the agent on a node that then forwards; a wrong key and a
   assert.deepEqual(agentArgv.slice(-4), ['--env-file', join(installDir, 'agent.env'), '--state-dir', join(installDir, 'state')]);
   assert.ok(!existsSync(marker), 'no hostile value ran');
   // The token handed out at creation was replaced by the one the installed agent got.
-  assert.equal(await linkStatus(m.url, node.agent_token), 401);
+  assert.equal(await linkStatus(m.url, node.agent_token, certificate.cert), 401);
   const audit = (await call(m.url, 'GET', `/api/audit-logs?action=node.install&resource_id=${node.id}`, { token: m.admin })).body.items;
   assert.deepEqual(audit.map((e: { actor_type: string; status: string }) => [e.actor_type, e.status]), [['system', 'success'], ['user', 'success']]);
 
@@ -205,9 +215,10 @@ test('with a password, on a node without Node.js: askpass logs in and the master
 });
 
 /** The status the master answers an agent link request with this token. */
-function linkStatus(base: string, token: string): Promise<number> {
+function linkStatus(base: string, token: string, ca?: string): Promise<number> {
   return new Promise((resolve, reject) => {
-    const req = request(`${base}/agent/v1/link`, { headers: { Connection: 'Upgrade', Upgrade: 'portplane-agent/1', Authorization: `Bearer ${token}` } });
+    const headers = { Connection: 'Upgrade', Upgrade: 'portplane-agent/1', Authorization: `Bearer ${token}` };
+    const req = ca ? httpsRequest(`${base}/agent/v1/link`, { headers, ca }) : request(`${base}/agent/v1/link`, { headers });
     req.on('upgrade', (res, socket) => (socket.destroy(), resolve(res.statusCode!)));
     req.on('response', (res) => (res.resume(), resolve(res.statusCode!)));
     req.on('error', reject);

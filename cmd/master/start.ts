@@ -79,7 +79,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
     const box = SecretBox.open(config.secretKeyPath ?? join(config.dataDir, 'secret.key'));
     const tls = tlsIdentityFor(config);
-    const app = new App({ store, log, license, box, tls, dataDir: config.dataDir, version: VERSION, now });
+    const app = new App({ store, log, license, box, tls, insecureHttp: config.insecureHttp, dataDir: config.dataDir, version: VERSION, now });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);

@@ -52,14 +52,16 @@ export class App {
   readonly box: SecretBox;
   /** The certificate the master serves, when it serves HTTPS itself. */
   readonly tls: TlsIdentity | null;
+  /** The operator chose plain HTTP off loopback (--insecure-http); agents may then dial it so too. */
+  readonly insecureHttp: boolean;
   readonly version: string;
   readonly now: () => number;
   readonly dataDir: string;
   readonly sync = new SyncHub();
   readonly installer: Installer;
 
-  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; tls: TlsIdentity | null; dataDir: string; version: string; now: () => number }) {
-    ({ store: this.store, log: this.log, license: this.license, box: this.box, tls: this.tls, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
+  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; tls: TlsIdentity | null; insecureHttp: boolean; dataDir: string; version: string; now: () => number }) {
+    ({ store: this.store, log: this.log, license: this.license, box: this.box, tls: this.tls, insecureHttp: this.insecureHttp, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
     this.installer = new Installer(this);
     // A failed group commit undoes writes the in-memory copies already reflect.
     this.store.db.onCallbackError((error) => this.log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }));
