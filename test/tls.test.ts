@@ -46,8 +46,12 @@ function run(t: TestContext, program: 'agent' | 'master', args: string[], env: R
   return child;
 }
 
-function logged(child: Program, pattern: RegExp, what: string): Promise<string> {
-  return until(what, () => child.output.find((line) => pattern.test(line)), 20_000);
+async function logged(child: Program, pattern: RegExp, what: string): Promise<string> {
+  try {
+    return await until(what, () => child.output.find((line) => pattern.test(line)), 20_000);
+  } catch (error) {
+    throw new Error(`${(error as Error).message}; the program said:\n${child.output.join('\n')}\n(exit ${child.exitCode}, signal ${child.signalCode})`);
+  }
 }
 
 function agent(t: TestContext, master: string, token: string, extra: string[] = [], stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'))): Program & { stateDir: string } {

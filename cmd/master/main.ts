@@ -6,7 +6,7 @@ import { run } from '../../internal/runtime/cli.ts';
 import { requireNode } from '../../internal/runtime/require-node.ts';
 import { VERSION } from '../../internal/version.ts';
 import { parseConfig, usage } from './config.ts';
-import { start } from './start.ts';
+import { start, type Master } from './start.ts';
 
 // node:sqlite and its API need 24; the store loads it lazily so this check runs first.
 requireNode([24, 0, 0]);
@@ -20,9 +20,11 @@ await run({
   log,
   parsed: parseConfig(process.argv.slice(2), process.env),
   async start(config) {
-    const master = await start(config, log);
-    // Renewals: swap the certificate files, then `systemctl reload` (SIGHUP).
-    process.on('SIGHUP', () => master.reloadTls());
+    // Renewals: swap the certificate files, then `systemctl reload` (SIGHUP). Handled from the
+    // start, so a SIGHUP right after the listening line never takes the default action (exit).
+    let master: Master | undefined;
+    process.on('SIGHUP', () => (master ? master.reloadTls() : log.warn('SIGHUP before the master was up; ignored')));
+    master = await start(config, log);
     return master.close;
   },
 });
