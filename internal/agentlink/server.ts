@@ -4,10 +4,12 @@
 // Every agent is treated as possibly hostile: a message it sends is checked against its own
 // node, and whatever it sends ends at worst its own link, never the master.
 
-import type { IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { App } from '../api/app.ts';
 import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
+import { DomainError } from '../errors/errors.ts';
+import { problemOf } from '../http/problem.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, validate, type Infer, type Schema } from '../schema/schema.ts';
 import { AGENT_LINE_BYTES, keepAlive, LINK_PATH, LINK_PROTOCOL, MAX_ENTRIES, ProtocolError, readMessages, send, type Message } from './wire.ts';
 import { FailureWindow } from '../auth/failures.ts';
@@ -46,9 +48,12 @@ const VIOLATION_COOLDOWN_MS = 60_000;
 /** A refused link is written on its node at most this often. */
 const REFUSAL_RECORD_MS = 60_000;
 
-function refuse(socket: Socket, status: number, reason: string, code: string, detail: string, headers = ''): void {
-  const body = JSON.stringify({ type: `urn:portplane:problem:${code}`, title: reason, status, code, detail });
-  socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${headers}Connection: close\r\n\r\n${body}`);
+/** Answers an upgrade request with the problem for `error` and closes the connection. */
+function refuse(socket: Socket, error: DomainError, headers: Record<string, string> = {}): void {
+  const problem = problemOf(error, null);
+  const body = JSON.stringify(problem.body);
+  const lines = Object.entries({ 'Content-Type': 'application/problem+json', 'Content-Length': String(Buffer.byteLength(body)), ...problem.headers, ...headers, Connection: 'close' });
+  socket.end(`HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n${lines.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`);
 }
 
 function pathOf(url: string | undefined): string | null {
@@ -101,7 +106,7 @@ export class AgentLinks {
       this.upgrade(req, socket, head);
     } catch (error) {
       this.app.log.error('agent link failed', { error: (error as Error)?.stack ?? String(error) });
-      if (!socket.destroyed && socket.writable) refuse(socket, 500, 'Internal Server Error', 'internal', 'the link could not be opened; see the master log');
+      if (!socket.destroyed && socket.writable) refuse(socket, new DomainError('internal', 'the link could not be opened; see the master log'));
       socket.destroy();
     }
   };
@@ -124,12 +129,12 @@ export class AgentLinks {
     const { app } = this;
     const ip = socket.remoteAddress ?? 'unknown';
     const path = pathOf(req.url);
-    if (path === null) return refuse(socket, 400, 'Bad Request', 'bad_request', 'the request target is not a valid path');
-    if (path !== LINK_PATH) return refuse(socket, 404, 'Not Found', 'not_found', 'no upgrade here');
-    if (this.closing) return refuse(socket, 503, 'Service Unavailable', 'unavailable', 'the master is shutting down', 'Retry-After: 5\r\n');
+    if (path === null) return refuse(socket, new DomainError('bad_request', 'the request target is not a valid path'));
+    if (path !== LINK_PATH) return refuse(socket, new DomainError('not_found', 'no upgrade here'));
+    if (this.closing) return refuse(socket, new DomainError('unavailable', 'the master is shutting down', { retryAfterSeconds: 5 }));
     const wait = this.failedByAddress.retryAfterMs(`a:${ip}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
     if (wait > 0) {
-      return refuse(socket, 429, 'Too Many Requests', 'rate_limited', 'too many failed link attempts from this address', `Retry-After: ${Math.ceil(wait / 1000)}\r\n`);
+      return refuse(socket, new DomainError('rate_limited', 'too many failed link attempts from this address', { retryAfterSeconds: wait / 1000 }));
     }
     const token = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1] ?? '';
     const nodeId = agentTokenNode(token);
@@ -138,21 +143,21 @@ export class AgentLinks {
       this.failedByAddress.record(`a:${ip}`, 60_000);
       if (nodeId !== null && stored) this.noteRefusal(nodeId, `auth_failed: an agent from ${ip} presented a wrong token at ${app.timestamp()}`);
       app.log.warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
-      return refuse(socket, 401, 'Unauthorized', 'auth_failed', 'the agent token is unknown or was replaced; reinstall the agent or give it the current token');
+      return refuse(socket, new DomainError('auth_failed', 'the agent token is unknown or was replaced; reinstall the agent or give it the current token'));
     }
     const until = this.cooldown.get(nodeId) ?? 0;
     if (until > app.now()) {
-      return refuse(socket, 429, 'Too Many Requests', 'rate_limited', 'this node\'s agent broke the link protocol; see the node\'s status_detail', `Retry-After: ${Math.ceil((until - app.now()) / 1000)}\r\n`);
+      return refuse(socket, new DomainError('rate_limited', "this node's agent broke the link protocol; see the node's status_detail", { retryAfterSeconds: (until - app.now()) / 1000 }));
     }
     const agentVersion = String(req.headers['x-agent-version'] ?? '').replace(/[^\x20-\x7e]/g, '?').slice(0, 32) || null;
     if (req.headers.upgrade !== LINK_PROTOCOL) {
       const spoken = String(req.headers.upgrade ?? 'nothing').replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
       this.noteRefusal(nodeId, `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${spoken}, the master ${LINK_PROTOCOL}`);
       app.log.warn('agent link refused', { reason: 'version_mismatch', node_id: nodeId, agent_version: agentVersion });
-      return refuse(socket, 426, 'Upgrade Required', 'version_mismatch', `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`, `Upgrade: ${LINK_PROTOCOL}\r\n`);
+      return refuse(socket, new DomainError('version_mismatch', `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`), { Upgrade: LINK_PROTOCOL });
     }
     const node = app.store.nodes.find(nodeId);
-    if (!node) return refuse(socket, 401, 'Unauthorized', 'auth_failed', 'the node no longer exists');
+    if (!node) return refuse(socket, new DomainError('auth_failed', 'the node no longer exists'));
 
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${LINK_PROTOCOL}\r\nConnection: Upgrade\r\n\r\n`);
     if (head.length > 0) socket.unshift(head);

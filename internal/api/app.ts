@@ -5,7 +5,7 @@ import type { SecretBox } from '../crypto/box.ts';
 import { intersect, type Scope } from '../auth/scopes.ts';
 import { hashSecret, secretKind } from '../auth/secrets.ts';
 import { LoginThrottle } from '../auth/throttle.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
 import type { Logger } from '../log/log.ts';
 import { formatTime } from '../schema/schema.ts';
@@ -91,7 +91,7 @@ export class App {
    */
   authenticate(header: string | undefined): Principal {
     const match = header && /^Bearer +([^ ]+) *$/i.exec(header);
-    if (!match) throw new ApiError('unauthorized', 'send Authorization: Bearer <token>');
+    if (!match) throw new DomainError('unauthorized', 'send Authorization: Bearer <token>');
     const secret = match[1]!;
     const generation = this.store.credentials.value;
     if (this.verifiedGeneration !== generation) {
@@ -101,7 +101,7 @@ export class App {
     const entry = this.verified.get(secret) ?? this.lookup(secret);
     const now = this.now();
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
-      throw new ApiError('unauthorized', `the token expired at ${entry.principal.expiresAt}`);
+      throw new DomainError('unauthorized', `the token expired at ${entry.principal.expiresAt}`);
     }
     // Last use is recorded at most once a minute so that reads do not all become writes.
     if (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000) {
@@ -113,10 +113,10 @@ export class App {
 
   private lookup(secret: string): VerifiedCredential {
     const kind = secretKind(secret);
-    if (kind !== 'api' && kind !== 'session') throw new ApiError('unauthorized', 'the token is unknown or revoked');
+    if (kind !== 'api' && kind !== 'session') throw new DomainError('unauthorized', 'the token is unknown or revoked');
     const credential = this.store.tokens.findBySecretHash(hashSecret(secret));
     if (!credential || credential.kind !== kind || credential.user_disabled) {
-      throw new ApiError('unauthorized', 'the token is unknown or revoked');
+      throw new DomainError('unauthorized', 'the token is unknown or revoked');
     }
     const entry: VerifiedCredential = {
       principal: {

@@ -2,7 +2,7 @@
 // are, log out.
 
 import { decoyHash, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { object, string, type Infer } from '../schema/schema.ts';
 import { actorOf } from './app.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
@@ -53,9 +53,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   };
   const attempt = app.throttle.begin(body.username, ip, limits);
   if (typeof attempt === 'number') {
-    throw new ApiError('rate_limited', 'too many failed logins; wait before trying again', {
-      headers: { 'Retry-After': String(Math.ceil(attempt / 1000)) },
-    });
+    throw new DomainError('rate_limited', 'too many failed logins; wait before trying again', { retryAfterSeconds: attempt / 1000 });
   }
   const user = app.store.users.findWithHash(body.username);
   let matches: boolean;
@@ -73,7 +71,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
         app.timestamp(),
       ),
     );
-    throw new ApiError('unauthorized', 'wrong username or password, or the user is disabled');
+    throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
   }
   attempt.succeeded();
   const secret = newSecret('session');
@@ -102,7 +100,7 @@ function whoami(ctx: Ctx<undefined, {}>) {
 function logout(ctx: Ctx<undefined, {}>) {
   const { caller, app } = ctx;
   if (caller.kind !== 'session') {
-    throw new ApiError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
+    throw new DomainError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
   }
   app.store.write(() => {
     app.store.tokens.delete(caller.tokenId);

@@ -3,7 +3,7 @@
 // one transaction per chunk, a savepoint per item, and a yield to live requests between.
 
 import type { Scope } from '../auth/scopes.ts';
-import { ApiError, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import { array, boolean, describe, integer, nullable, object, optional, type FieldError, type Infer } from '../schema/schema.ts';
 import type { App } from './app.ts';
@@ -63,10 +63,10 @@ const OUTCOME_OF: Partial<Record<string, Outcome>> = {
 
 /** An item's failure as its result; anything unexpected is not an item's fault and propagates. */
 function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
-  const outcome = error instanceof ApiError ? OUTCOME_OF[error.code] : undefined;
-  if (!(error instanceof ApiError) || !outcome) throw error;
+  const outcome = error instanceof DomainError ? OUTCOME_OF[error.code] : undefined;
+  if (!(error instanceof DomainError) || !outcome) throw error;
   const detail: ItemResult['error'] = { code: error.code, detail: error.detail };
-  if (error.options.errors) detail.errors = error.options.errors;
+  if (error.facts.errors) detail.errors = error.facts.errors;
   return { ...base, outcome, error: detail };
 }
 
@@ -92,7 +92,7 @@ function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, do
       } catch (error) {
         const result = failed({ id }, error);
         if (result.outcome === 'forbidden') {
-          const scope = (error as ApiError).options.extra?.required_scope;
+          const scope = (error as DomainError).facts.requiredScope;
           effects.denied({ action, resource: action.split('.')[0]!, resource_id: id, changes: { required_scope: scope } });
         }
         return result;
@@ -118,9 +118,11 @@ async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf
         return { index, id: rule.id, outcome: 'created' as const };
       } catch (error) {
         const result = failed({ index, id: null }, error);
-        if (error instanceof ApiError) {
-          const holder = error.options.extra?.conflicting_rule_id as number | undefined;
-          const detail = holder !== undefined && batchIndex.has(holder) ? `${error.detail.replace(/ by rule \d+$/, '')} by #/rules/${batchIndex.get(holder)}` : undefined;
+        if (error instanceof DomainError) {
+          // A port taken by an earlier rule of this batch is named by its place here: it has no id for the caller.
+          const held = error.facts.conflict?.kind === 'port' ? error.facts.conflict : undefined;
+          const earlier = held?.ruleId != null ? batchIndex.get(held.ruleId) : undefined;
+          const detail = held && earlier !== undefined ? `port ${held.port}/${held.protocol} on node ${held.nodeId} is taken by #/rules/${earlier}` : undefined;
           errors.push(...fieldErrorsUnder(`#/rules/${index}`, error).map((e) => (detail ? { ...e, detail } : e)));
         }
         return result;
@@ -130,7 +132,7 @@ async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf
       const invalid = out.filter((r) => r.outcome !== 'created').length;
       const aborted = out.map((r) => (r.outcome === 'created' ? { index: r.index, id: null, outcome: 'invalid' as const, error: { code: 'aborted', detail: 'not created: other items failed' } } : r));
       const failure = validationFailed(errors, `${invalid} of ${out.length} rules cannot be created; nothing was created`);
-      throw new ApiError(failure.code, failure.detail, { errors, extra: { results: aborted } });
+      throw new DomainError(failure.code, failure.detail, { errors, data: { results: aborted } });
     }
     return out;
   }, dryRun);

@@ -2,7 +2,7 @@
 
 import { grantsAll, scopes, type Scope } from '../auth/scopes.ts';
 import { decodeCursor } from '../http/cursor.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { array, describe, oneOf, type JsonSchema, type Schema } from '../schema/schema.ts';
 
 export const DEFAULT_LIMIT = 50;
@@ -45,6 +45,6 @@ export function paging(query: { limit?: number; cursor?: string }): { limit: num
  */
 export function requireHolds(caller: { scopes: readonly Scope[] }, scopes: readonly Scope[], what: string): void {
   if (!grantsAll(caller.scopes, scopes)) {
-    throw new ApiError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
+    throw new DomainError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
   }
 }

@@ -1,7 +1,7 @@
 // The dashboard: what exists and in which state, license usage, and traffic over time read
 // from the per-minute buckets the agents' reports fill.
 
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { intParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { formatTime } from '../schema/schema.ts';
 import { nodeStatuses } from '../store/nodes.ts';
@@ -80,8 +80,8 @@ const trafficQuery = {
   rule_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this rule.' }),
 };
 
-function badQuery(parameter: string, detail: string): ApiError {
-  return new ApiError('invalid_query', `${parameter} ${detail}`, { errors: [{ pointer: `?${parameter}`, detail }] });
+function badQuery(parameter: string, detail: string): DomainError {
+  return new DomainError('invalid_query', `${parameter} ${detail}`, { errors: [{ pointer: `?${parameter}`, detail }] });
 }
 
 function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {

@@ -2,7 +2,7 @@
 // master_url, else the setting install_master_url, else the address the request reached,
 // with the scheme the master serves.
 
-import { validationFailed } from '../http/problem.ts';
+import { validationFailed } from '../errors/errors.ts';
 import type { MasterDial } from '../install/agent-env.ts';
 import { isLoopback, masterOrigin } from '../schema/net.ts';
 import type { Ctx } from './route.ts';

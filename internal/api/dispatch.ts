@@ -8,7 +8,8 @@ import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
 import { parseJson, readBody } from '../http/body.ts';
-import { ApiError, problemBody, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
+import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
@@ -39,7 +40,7 @@ const REPLAYED_HEADERS = ['content-type', 'location', 'etag'];
 function replayOf(out: Outgoing, requestId: string): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
   if ((out.body?.length ?? 0) > MAX_REPLAY_BYTES) {
     const detail = `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to keep, so read the resources it changed`;
-    return replayOf(fromError(new ApiError('conflict', detail), requestId), requestId);
+    return replayOf(fromError(new DomainError('conflict', detail), requestId), requestId);
   }
   const headers = Object.fromEntries(Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));
   const body = out.body ?? Buffer.alloc(0);
@@ -62,10 +63,10 @@ function fromReply(reply: Reply): Outgoing {
   return json(reply.status, reply.body, reply.headers);
 }
 
-function fromError(error: ApiError, requestId: string): Outgoing {
-  const out = json(error.status, problemBody(error, requestId), error.options.headers);
+function fromError(error: DomainError, requestId: string): Outgoing {
+  const problem = problemOf(error, requestId);
+  const out = json(problem.status, problem.body, problem.headers);
   out.headers['Content-Type'] = 'application/problem+json';
-  if (error.code === 'unauthorized') out.headers['WWW-Authenticate'] = 'Bearer realm="portplane"';
   return out;
 }
 
@@ -77,8 +78,8 @@ function write(res: ServerResponse, out: Outgoing): void {
 }
 
 /** Errors from below the API that have a meaning for the caller, as that meaning; anything else as it is. */
-function asApiError(error: unknown): unknown {
-  if (error instanceof PasswordWorkBusy) return new ApiError('rate_limited', 'the server is checking too many passwords at once; retry shortly', { headers: { 'Retry-After': '1' } });
+function asDomainError(error: unknown): unknown {
+  if (error instanceof PasswordWorkBusy) return new DomainError('rate_limited', 'the server is checking too many passwords at once; retry shortly', { retryAfterSeconds: 1 }, error);
   return error;
 }
 
@@ -87,7 +88,7 @@ function requestUrl(target: string | undefined): URL {
   try {
     return new URL(target ?? '/', 'http://localhost');
   } catch {
-    throw new ApiError('bad_request', 'the request target is not a valid path');
+    throw new DomainError('bad_request', 'the request target is not a valid path');
   }
 }
 
@@ -95,6 +96,29 @@ export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();
   for (const r of routes) router.add(r.method, r.path, r);
   return router;
+}
+
+/** One request on its way through the pipeline: who asks, and the pacing headers every answer to them carries. */
+interface Exchange {
+  req: IncomingMessage;
+  requestId: string;
+  ip: string;
+  principal: Principal | null;
+  pacing: Record<string, string>;
+}
+
+/** What the route stage found: the route, its path parameters and the parsed URL. */
+interface Routed {
+  route: Route;
+  params: Record<string, string>;
+  url: URL;
+}
+
+/** A POST carrying an Idempotency-Key that has not been answered yet: where its answer will be kept. */
+interface IdempotencySlot {
+  slot: string;
+  key: string;
+  fingerprint: string;
 }
 
 export function createDispatcher(app: App, routes: readonly Route[]) {
@@ -112,139 +136,142 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
-    const requestId = requestIdFrom(req.headers['x-request-id']);
-    const ip = req.socket.remoteAddress ?? 'unknown';
-    let principal: Principal | null = null;
-    res.setHeader('X-Request-Id', requestId);
+    const x: Exchange = { req, requestId: requestIdFrom(req.headers['x-request-id']), ip: req.socket.remoteAddress ?? 'unknown', principal: null, pacing: {} };
+    res.setHeader('X-Request-Id', x.requestId);
     res.on('finish', () => {
       app.log.info('request', {
         method: req.method,
         path: (req.url ?? '').split('?')[0],
         status: res.statusCode,
         duration_ms: Math.round((performance.now() - started) * 10) / 10,
-        request_id: requestId,
-        ip,
-        user: principal?.username ?? null,
+        request_id: x.requestId,
+        ip: x.ip,
+        user: x.principal?.username ?? null,
       });
     });
 
     let out: Outgoing;
     try {
-      out = await answer(req, requestId, ip, (p) => (principal = p));
+      out = await answer(x);
     } catch (thrown) {
-      const error = asApiError(thrown);
-      if (error instanceof ApiError) {
-        out = fromError(error, requestId);
-      } else {
-        app.log.error('unhandled error', { request_id: requestId, error: (error as Error)?.stack ?? String(error) });
-        out = fromError(new ApiError('internal', 'an internal error occurred; the request id is in the server log'), requestId);
-      }
+      out = fromThrown(thrown, x.requestId);
     }
+    Object.assign(out.headers, x.pacing);
     // Nothing leaves before the writes it may have seen are durable (group commit).
     try {
       await app.store.committed();
     } catch (error) {
-      app.log.error('commit failed', { request_id: requestId, error: (error as Error).message });
-      out = fromError(new ApiError('internal', 'the change could not be saved; nothing was changed'), requestId);
+      app.log.error('commit failed', { request_id: x.requestId, error: (error as Error).message });
+      out = fromError(new DomainError('internal', 'the change could not be saved; nothing was changed'), x.requestId);
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out);
   }
 
-  async function answer(
-    req: IncomingMessage,
-    requestId: string,
-    ip: string,
-    identify: (principal: Principal) => void,
-  ): Promise<Outgoing> {
-    if (app.draining) throw new ApiError('unavailable', 'the server is shutting down', { headers: { 'Retry-After': '5' } });
+  /** A thrown value as an answer: a domain error as its problem, anything else as a bland 500 (and a full log line). */
+  function fromThrown(thrown: unknown, requestId: string): Outgoing {
+    const error = asDomainError(thrown);
+    if (error instanceof DomainError) return fromError(error, requestId);
+    app.log.error('unhandled error', { request_id: requestId, error: (error as Error)?.stack ?? String(error) });
+    return fromError(new DomainError('internal', 'an internal error occurred; the request id is in the server log'), requestId);
+  }
+
+  /** The stages, in order; each throws a DomainError to end the request with it. */
+  async function answer(x: Exchange): Promise<Outgoing> {
+    const routed = routeOf(x.req);
+    authenticate(routed.route, x);
+    authorise(routed, x);
+    const query = parseQuery(routed.route.query ?? {}, routed.url.searchParams);
+    const raw = routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(x.req, routed.route.maxBodyBytes);
+    const idempotency = idempotencyOf(routed.route, x, raw);
+    if ('replay' in idempotency) return idempotency.replay;
+    pace(routed.route, x);
+    return run(routed, x, query, raw, idempotency.slot);
+  }
+
+  /** Stage: the route for the method and path. Throws `unavailable`, `bad_request`, `not_found`, `method_not_allowed`. */
+  function routeOf(req: IncomingMessage): Routed {
+    if (app.draining) throw new DomainError('unavailable', 'the server is shutting down', { retryAfterSeconds: 5 });
     const method = req.method ?? 'GET';
     const url = requestUrl(req.url);
     const found = router.lookup(method, url.pathname);
-    if (found === null) throw new ApiError('not_found', `no route for ${url.pathname}`);
-    if ('allowed' in found) {
-      throw new ApiError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
-        headers: { Allow: found.allowed.join(', ') },
-      });
-    }
-    const { route, params } = found.found;
-    const isWrite = route.method !== 'GET';
+    if (found === null) throw new DomainError('not_found', `no route for ${url.pathname}`);
+    if ('allowed' in found) throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, { allow: found.allowed });
+    return { ...found.found, url };
+  }
 
-    let principal: Principal | null = null;
-    let pacing: Record<string, string> = {};
-    if (route.scope !== 'public') {
-      principal = app.authenticate(req.headers.authorization);
-      identify(principal);
-      pacing = rateLimitHeaders(peekBudget(principal));
-      if (route.scope !== 'authenticated' && !grants(principal.scopes, route.scope)) {
-        if (isWrite) {
-          // A denied write spends budget too, so a weak token cannot grow the audit log without bound.
-          const budget = spendBudget(principal);
-          pacing = rateLimitHeaders(budget);
-          if (!budget.allowed) throw overBudget(budget, pacing);
-          recordDenied(route, params, actorOf(principal, ip, requestId), { required_scope: route.scope });
-        }
-        throw new ApiError('insufficient_scope', `this call needs the scope ${route.scope}`, {
-          headers: { ...pacing, 'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${route.scope}"` },
-        });
-      }
-    }
+  /** Stage: who is asking, for any route but a public one. Throws `unauthorized`. */
+  function authenticate(route: Route, x: Exchange): void {
+    if (route.scope === 'public') return;
+    x.principal = app.authenticate(x.req.headers.authorization);
+    x.pacing = rateLimitHeaders(peekBudget(x.principal));
+  }
 
-    const query = parseQuery(route.query ?? {}, url.searchParams);
-    const raw = isWrite ? await readBody(req, route.maxBodyBytes) : Buffer.alloc(0);
-
-    const key = req.headers['idempotency-key'];
-    const idempotent = route.method === 'POST' && principal !== null && key !== undefined;
-    if (idempotent && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
-      throw new ApiError('validation_failed', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
+  /**
+   * Stage: may they. A refused write is audited as denied and spends budget too, so a weak
+   * token cannot grow the audit log without bound. Throws `insufficient_scope`, `rate_limited`.
+   */
+  function authorise({ route, params }: Routed, x: Exchange): void {
+    const { principal } = x;
+    if (!principal || route.scope === 'authenticated' || route.scope === 'public' || grants(principal.scopes, route.scope)) return;
+    if (route.method !== 'GET') {
+      spend(principal, x);
+      recordDenied(route, params, x, { required_scope: route.scope });
     }
-    let slot: string | null = null;
-    let fingerprint = '';
-    if (idempotent && principal) {
-      fingerprint = createHash('sha256').update(`${route.method} ${req.url}\n`).update(raw).digest('base64url');
-      slot = `${principal.tokenId}:${key}`;
-      if (app.idempotencyInFlight.has(slot)) {
-        throw new ApiError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
-      }
-      const stored = app.store.idempotency.find(principal.tokenId, key as string, app.timestamp(-IDEMPOTENCY_TTL_MS));
-      if (stored) {
-        if (stored.fingerprint !== fingerprint) {
-          throw new ApiError('idempotency_key_reused', 'this Idempotency-Key was used for a different request');
-        }
-        return { status: stored.status, headers: { ...stored.headers, ...pacing, 'Idempotent-Replayed': 'true' }, body: stored.body };
-      }
-    }
+    throw new DomainError('insufficient_scope', `this call needs the scope ${route.scope}`, { requiredScope: route.scope });
+  }
 
-    if (isWrite && principal) {
-      const budget = spendBudget(principal);
-      pacing = rateLimitHeaders(budget);
-      if (!budget.allowed) throw overBudget(budget, pacing);
-    }
+  /**
+   * Stage: a POST with an Idempotency-Key gets the answer already given to it, or a slot for
+   * the answer it is about to get. Throws `validation_failed`, `conflict`, `idempotency_key_reused`.
+   */
+  function idempotencyOf(route: Route, x: Exchange, raw: Buffer): { replay: Outgoing } | { slot: IdempotencySlot | null } {
+    const key = x.req.headers['idempotency-key'];
+    if (route.method !== 'POST' || x.principal === null || key === undefined) return { slot: null };
+    if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new DomainError('validation_failed', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
+    const fingerprint = createHash('sha256').update(`${route.method} ${x.req.url}\n`).update(raw).digest('base64url');
+    const slot = `${x.principal.tokenId}:${key}`;
+    if (app.idempotencyInFlight.has(slot)) throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
+    const stored = app.store.idempotency.find(x.principal.tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
+    if (!stored) return { slot: { slot, key, fingerprint } };
+    if (stored.fingerprint !== fingerprint) throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request');
+    return { replay: { status: stored.status, headers: { ...stored.headers, 'Idempotent-Replayed': 'true' }, body: stored.body } };
+  }
 
-    if (slot) app.idempotencyInFlight.add(slot);
+  /** Stage: a write spends one of its user's budget. Throws `rate_limited`. */
+  function pace(route: Route, x: Exchange): void {
+    if (route.method !== 'GET' && x.principal) spend(x.principal, x);
+  }
+
+  /**
+   * Stage: validate the body and run the handler. A write refused for a scope it needs beyond
+   * the route's (a cascade, a scope to grant) is audited as denied; a success is kept for an
+   * Idempotency-Key's retries.
+   */
+  async function run({ route, params }: Routed, x: Exchange, query: unknown, raw: Buffer, idempotency: IdempotencySlot | null): Promise<Outgoing> {
+    if (idempotency) app.idempotencyInFlight.add(idempotency.slot);
     try {
       let out: Outgoing;
       try {
-        const body = checkBody(route, raw);
-        const ctx = makeCtx(route, req, requestId, ip, params, query, body, principal);
+        const ctx = makeCtx(route, x, params, query, checkBody(route, raw));
         out = fromReply(await route.handler(ctx));
       } catch (thrown) {
-        const error = asApiError(thrown);
-        if (!(error instanceof ApiError)) throw error;
-        // A write refused for a scope it needs beyond the route's (a cascade, a scope to grant) is a denied write too.
-        if (error.code === 'insufficient_scope' && isWrite && principal) {
-          recordDenied(route, params, actorOf(principal, ip, requestId), { required_scope: error.options.extra?.required_scope ?? null, reason: error.detail });
+        const error = asDomainError(thrown);
+        if (!(error instanceof DomainError)) throw error;
+        if (error.code === 'insufficient_scope' && route.method !== 'GET' && x.principal) {
+          recordDenied(route, params, x, { required_scope: error.facts.requiredScope ?? null, reason: error.detail });
         }
-        out = fromError(error, requestId);
+        out = fromError(error, x.requestId);
       }
-      Object.assign(out.headers, pacing);
       // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
-      if (slot && principal && out.status >= 200 && out.status < 300) {
-        app.store.idempotency.save(principal.tokenId, key as string, { fingerprint, ...replayOf(out, requestId) }, app.timestamp());
+      if (idempotency && x.principal && out.status >= 200 && out.status < 300) {
+        app.store.write(() =>
+          app.store.idempotency.save(x.principal!.tokenId, idempotency.key, { fingerprint: idempotency.fingerprint, ...replayOf(out, x.requestId) }, app.timestamp()),
+        );
       }
       return out;
     } finally {
-      if (slot) app.idempotencyInFlight.delete(slot);
+      if (idempotency) app.idempotencyInFlight.delete(idempotency.slot);
     }
   }
 
@@ -261,25 +288,17 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return value;
   }
 
-  function makeCtx(
-    route: Route,
-    req: IncomingMessage,
-    requestId: string,
-    ip: string,
-    params: Record<string, string>,
-    query: unknown,
-    body: unknown,
-    principal: Principal | null,
-  ): Ctx<unknown, any> {
+  function makeCtx(route: Route, x: Exchange, params: Record<string, string>, query: unknown, body: unknown): Ctx<unknown, any> {
+    const { principal } = x;
     return {
       app,
-      requestId,
-      ip,
+      requestId: x.requestId,
+      ip: x.ip,
       params,
       query,
       body,
-      headers: req.headers,
-      actor: actorOf(principal, ip, requestId),
+      headers: x.req.headers,
+      actor: actorOf(principal, x.ip, x.requestId),
       get caller(): Principal {
         if (!principal) throw new Error(`${route.method} ${route.path} is public and has no caller`);
         return principal;
@@ -291,19 +310,19 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return app.budget.peek(principal.userId, app.settings.get('write_budget_per_minute'), 60);
   }
 
-  function spendBudget(principal: Principal): BudgetState {
-    return app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'), 60);
+  /** Spends one write of the caller's user, updating the pacing headers. Throws `rate_limited` past the budget. */
+  function spend(principal: Principal, x: Exchange): void {
+    const budget = app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'), 60);
+    x.pacing = rateLimitHeaders(budget);
+    if (!budget.allowed) {
+      throw new DomainError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, { retryAfterSeconds: budget.resetSeconds });
+    }
   }
 
-  function overBudget(budget: BudgetState, pacing: Record<string, string>): ApiError {
-    return new ApiError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, {
-      headers: { ...pacing, 'Retry-After': String(budget.resetSeconds) },
-    });
-  }
-
-  function recordDenied(route: Route, params: Record<string, string>, actor: ReturnType<typeof actorOf>, changes: Record<string, unknown>): void {
+  function recordDenied(route: Route, params: Record<string, string>, x: Exchange, changes: Record<string, unknown>): void {
     const action = route.action ?? `${route.method} ${route.path}`;
     const id = params.id !== undefined && /^[1-9][0-9]{0,15}$/.test(params.id) ? Number(params.id) : null;
+    const actor = actorOf(x.principal, x.ip, x.requestId);
     app.store.write(() => app.store.audit.record(actor, { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes }, app.timestamp()));
   }
 }

@@ -1,7 +1,7 @@
 // Install and reinstall the agent on a node over SSH. Both answer at once (202) with the
 // node `installing`; progress, the log tail and the outcome show on the node.
 
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { masterUrl } from '../schema/net.ts';
 import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
@@ -23,9 +23,9 @@ function installer(mode: InstallMode) {
     const id = idParam(ctx);
     const node = app.store.nodes.find(id);
     if (!node) throw notFound('node', id);
-    if (app.installer.isRunning(id) || node.status === 'installing') throw new ApiError('conflict', `an install is already running on node ${id}; watch GET /api/nodes/${id}`);
+    if (app.installer.isRunning(id) || node.status === 'installing') throw new DomainError('conflict', `an install is already running on node ${id}; watch GET /api/nodes/${id}`);
     if (mode === 'install' && (node.status === 'online' || node.status === 'offline')) {
-      throw new ApiError('conflict', `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`);
+      throw new DomainError('conflict', `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`);
     }
     app.installer.begin(id, mode, requireMasterDial(ctx, ctx.body.master_url), ctx.body.forget_host_key, ctx.actor);
     return { status: 202, body: nodeView(app.store.nodes.find(id)!), headers: { Location: `/api/nodes/${id}` } };

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { ApiError, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { array, integer, nullable, object, optional, string, type Infer } from '../schema/schema.ts';
@@ -100,7 +100,7 @@ export function insertNode(app: App, effects: Effects, body: NodeInput): { node:
   const license = app.licenseView();
   const limit = license.limits.max_nodes;
   if (limit !== null && app.store.nodes.count() >= limit) {
-    throw new ApiError('license_limit', `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
+    throw new DomainError('license_limit', `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
   }
   const secret = credentials(app, body);
   // The token names the node's id, which exists only after the insert; a random hash holds its place till then.
@@ -123,8 +123,8 @@ export function removeNode(app: App, effects: Effects, id: number, cascade: bool
   const tunnelIds = store.tunnels.idsOfNode(id);
   const ruleIds = [...new Set([...store.rules.idsOfNode(id), ...tunnelIds.flatMap((t) => store.rules.idsOfTunnel(t))])];
   if (!cascade && (ruleIds.length > 0 || tunnelIds.length > 0)) {
-    throw new ApiError('conflict', `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or pass ?cascade=true`, {
-      extra: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
+    throw new DomainError('conflict', `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or pass ?cascade=true`, {
+      data: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
     });
   }
   if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting node ${id} deletes ${ruleIds.length} rule(s)`);

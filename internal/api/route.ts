@@ -3,7 +3,7 @@
 
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Scope } from '../auth/scopes.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import type { QueryOf, QuerySpec } from '../schema/query.ts';
 import type { Schema } from '../schema/schema.ts';
 import type { Actor } from '../store/audit.ts';
@@ -99,6 +99,6 @@ export function idParam(ctx: { params: Record<string, string> }, name = 'id'): n
   return id;
 }
 
-export function notFound(what: string, id: number | string): ApiError {
-  return new ApiError('not_found', `${what} ${id} does not exist`);
+export function notFound(what: string, id: number | string): DomainError {
+  return new DomainError('not_found', `${what} ${id} does not exist`);
 }

@@ -4,7 +4,7 @@
 
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { ApiError, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { target } from '../schema/net.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
@@ -197,7 +197,7 @@ async function syncRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const rule = (await syncRules(ctx.app, ctx, [id])).get(id);
   if (!rule) throw notFound('rule', id);
   if (rule.sync.state === 'failed') {
-    throw new ApiError('bad_gateway', `node ${rule.node_id} could not apply rule ${id}: ${rule.sync.error?.detail ?? 'no reason given'}`, { extra: { rule } });
+    throw new DomainError('bad_gateway', `node ${rule.node_id} could not apply rule ${id}: ${rule.sync.error?.detail ?? 'no reason given'}`, { data: { rule } });
   }
   return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
 }

@@ -5,7 +5,7 @@ import { grants, scopes, type Scope } from '../auth/scopes.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { etagOf, checkIfMatch } from '../http/etag.ts';
 import { pageOf } from '../http/cursor.ts';
-import { ApiError, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import type { Token } from '../store/tokens.ts';
@@ -67,7 +67,7 @@ function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
   const { app, body, caller } = ctx;
   const ungrantable = body.scopes.filter((scope: Scope) => !grants(caller.scopes, scope));
   if (ungrantable.length > 0) {
-    throw new ApiError('insufficient_scope', `you cannot grant scopes you do not hold: ${ungrantable.join(', ')}`);
+    throw new DomainError('insufficient_scope', `you cannot grant scopes you do not hold: ${ungrantable.join(', ')}`);
   }
   if (body.expires_at !== null && body.expires_at <= app.timestamp()) {
     throw validationFailed([{ pointer: '#/expires_at', detail: 'must be in the future' }]);

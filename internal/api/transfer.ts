@@ -2,7 +2,7 @@
 // as one JSON document. Nodes and tunnels are referred to by name, which is unique, so a
 // document can be imported into another master, or edited to move a dead node's rules.
 
-import { ApiError, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, describe, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
 import type { Rule, RuleFields } from '../store/rules.ts';
@@ -107,7 +107,7 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     try {
       return effects.attempt(fn);
     } catch (error) {
-      if (!(error instanceof ApiError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code)) throw error;
+      if (!(error instanceof DomainError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code)) throw error;
       errors.push(...fieldErrorsUnder(pointer, error));
       return null;
     }
@@ -161,7 +161,7 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
   const results = { nodes, tunnels, rules };
   if (errors.length > 0) {
     const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
-    throw new ApiError(failure.code, failure.detail, { errors, extra: { results: stripTokens(results) } });
+    throw new DomainError(failure.code, failure.detail, { errors, data: { results: stripTokens(results) } });
   }
   return results;
 }

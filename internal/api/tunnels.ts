@@ -3,7 +3,7 @@
 
 import { pageOf } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { ApiError, validationFailed } from '../http/problem.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
 import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
@@ -59,7 +59,7 @@ function resolvePort(app: App, exitNodeId: number, requested: number | null, cur
   if (requested !== null) return requested;
   if (current && current.exit_node_id === exitNodeId) return current.listen_port;
   const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
-  if (port === null) throw new ApiError('conflict', `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`);
+  if (port === null) throw new DomainError('conflict', `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`);
   return port;
 }
 
@@ -82,7 +82,7 @@ export function removeTunnel(app: App, effects: Effects, id: number, cascade: bo
   checkIfMatch(ifMatch, tunnel.version);
   const ruleIds = app.store.rules.idsOfTunnel(id);
   if (ruleIds.length > 0 && !cascade) {
-    throw new ApiError('conflict', `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`, { extra: { rule_ids: ruleIds } });
+    throw new DomainError('conflict', `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`, { data: { rule_ids: ruleIds } });
   }
   if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
   for (const ruleId of ruleIds) {
@@ -131,7 +131,7 @@ function putTunnel(ctx: Ctx<TunnelInput, {}>) {
     if (errors.length > 0) throw validationFailed(errors);
     const users = app.store.rules.idsOfTunnel(id);
     if (body.entry_node_id !== current.entry_node_id && users.length > 0) {
-      throw new ApiError('conflict', `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its entry node`, { extra: { rule_ids: users } });
+      throw new DomainError('conflict', `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its entry node`, { data: { rule_ids: users } });
     }
     const fields: TunnelFields = { name: body.name, entry_node_id: body.entry_node_id, exit_node_id: body.exit_node_id, transport: body.transport, listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current) };
     const updated = app.store.tunnels.update(id, fields, app.timestamp());

@@ -5,7 +5,7 @@
 import { hashPassword, MIN_PASSWORD } from '../auth/secrets.ts';
 import { pageOf } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
 import type { User } from '../store/users.ts';
@@ -78,7 +78,7 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
 /** Refuses a change that would leave no enabled user holding `*`. */
 function keepASuperuser(ctx: Ctx<unknown, unknown>, user: User, remains: boolean): void {
   if (user.scopes.includes('*') && !user.disabled && !remains && ctx.app.store.users.otherSuperusers(user.id) === 0) {
-    throw new ApiError('conflict', `${user.username} is the last enabled user holding *; give * to another user first`);
+    throw new DomainError('conflict', `${user.username} is the last enabled user holding *; give * to another user first`);
   }
 }
 

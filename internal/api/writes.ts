@@ -2,7 +2,7 @@
 // sync hub only after the commit, and dry runs that do the same work and roll it back.
 
 import { grants, type Scope } from '../auth/scopes.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { AuditInput } from '../store/audit.ts';
 import type { App } from './app.ts';
@@ -58,11 +58,8 @@ export class Effects {
 export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller'>;
 
 /** The 403 for a side effect that needs `scope`; `required_scope` names it for scripts. */
-export function missingScope(scope: Scope, because: string): ApiError {
-  return new ApiError('insufficient_scope', `${because}, which needs the scope ${scope}`, {
-    extra: { required_scope: scope },
-    headers: { 'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${scope}"` },
-  });
+export function missingScope(scope: Scope, because: string): DomainError {
+  return new DomainError('insufficient_scope', `${because}, which needs the scope ${scope}`, { requiredScope: scope });
 }
 
 class DryRun<T> {
@@ -96,9 +93,8 @@ export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T
  * An item's error as field errors under `prefix` (e.g. `#/rules/7`): its own field errors
  * re-rooted, or for a conflict the field that collided (the port, or the name).
  */
-export function fieldErrorsUnder(prefix: string, error: ApiError): FieldError[] {
-  if (error.options.errors) return error.options.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
-  const extra = error.options.extra ?? {};
-  const field = 'conflicting_rule_id' in extra || 'conflicting_tunnel_id' in extra ? '/listen_port' : 'conflicting_id' in extra ? '/name' : '';
+export function fieldErrorsUnder(prefix: string, error: DomainError): FieldError[] {
+  if (error.facts.errors) return error.facts.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
+  const field = { port: '/listen_port', name: '/name', none: '' }[error.facts.conflict?.kind ?? 'none'];
   return [{ pointer: prefix + field, detail: error.detail }];
 }

@@ -1,7 +1,7 @@
 // Reads a request body with a size cap and a media-type check, before any parsing.
 
 import type { IncomingMessage } from 'node:http';
-import { ApiError } from './problem.ts';
+import { DomainError } from '../errors/errors.ts';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -18,18 +18,18 @@ function isJsonMediaType(contentType: string | undefined): boolean {
 export async function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<Buffer> {
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > limit) {
-    throw new ApiError('payload_too_large', `the body must be at most ${limit} bytes`);
+    throw new DomainError('payload_too_large', `the body must be at most ${limit} bytes`);
   }
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > limit) throw new ApiError('payload_too_large', `the body must be at most ${limit} bytes`);
+    if (size > limit) throw new DomainError('payload_too_large', `the body must be at most ${limit} bytes`);
     chunks.push(chunk);
   }
   const body = Buffer.concat(chunks);
   if (body.length > 0 && !isJsonMediaType(req.headers['content-type'])) {
-    throw new ApiError('unsupported_media_type', 'send the body as application/json');
+    throw new DomainError('unsupported_media_type', 'send the body as application/json');
   }
   return body;
 }
@@ -40,6 +40,6 @@ export function parseJson(body: Buffer): unknown {
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (error) {
-    throw new ApiError('invalid_json', `the body is not valid JSON: ${(error as Error).message}`);
+    throw new DomainError('invalid_json', `the body is not valid JSON: ${(error as Error).message}`);
   }
 }

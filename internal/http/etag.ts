@@ -1,6 +1,6 @@
 // ETags from row versions, and If-Match checks that stop lost updates between two admins.
 
-import { ApiError } from './problem.ts';
+import { DomainError } from '../errors/errors.ts';
 
 export function etagOf(version: number): string {
   return `"${version}"`;
@@ -19,7 +19,5 @@ export function checkIfMatchTag(ifMatch: string | undefined, current: string): v
   if (ifMatch === undefined) return;
   const tags = ifMatch.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
   if (tags.includes('*') || tags.includes(current)) return;
-  throw new ApiError('precondition_failed', `the resource has changed; its current ETag is ${current}`, {
-    headers: { ETag: current },
-  });
+  throw new DomainError('precondition_failed', `the resource has changed; its current ETag is ${current}`, { etag: current });
 }

@@ -1,7 +1,7 @@
-// The typed error every handler throws, and the one table that maps its code to an HTTP
-// status and title (RFC 9457 problem details).
+// The one place where an error becomes an HTTP answer: each code's status and title, and the
+// facts it carries as RFC 9457 problem members and headers.
 
-import type { FieldError } from '../schema/schema.ts';
+import { DomainError, errorCodes, type ErrorCode } from '../errors/errors.ts';
 
 const codes = {
   bad_request: [400, 'Bad request'],
@@ -10,6 +10,7 @@ const codes = {
   validation_failed: [422, 'Validation failed'],
   idempotency_key_reused: [422, 'Idempotency key reused with a different request'],
   unauthorized: [401, 'Unauthorized'],
+  auth_failed: [401, 'Agent token refused'],
   insufficient_scope: [403, 'Insufficient scope'],
   license_limit: [403, 'License limit reached'],
   not_found: [404, 'Not found'],
@@ -19,14 +20,14 @@ const codes = {
   payload_too_large: [413, 'Payload too large'],
   unsupported_media_type: [415, 'Unsupported media type'],
   precondition_required: [428, 'Precondition required'],
+  version_mismatch: [426, 'Upgrade required'],
   rate_limited: [429, 'Too many requests'],
   internal: [500, 'Internal error'],
   bad_gateway: [502, 'Bad gateway'],
   unavailable: [503, 'Service unavailable'],
-} as const satisfies Record<string, readonly [number, string]>;
+} as const satisfies Record<ErrorCode, readonly [number, string]>;
 
-export type ErrorCode = keyof typeof codes;
-export const errorCodes = Object.keys(codes) as ErrorCode[];
+export { errorCodes, type ErrorCode };
 
 export function statusOf(code: ErrorCode): number {
   return codes[code][0];
@@ -36,43 +37,41 @@ export function titleOf(code: ErrorCode): string {
   return codes[code][1];
 }
 
-export interface ApiErrorOptions {
-  errors?: FieldError[];
-  headers?: Record<string, string>;
-  /** Extra members of the problem body, e.g. the id of a conflicting resource. */
-  extra?: Record<string, unknown>;
+export interface Problem {
+  status: number;
+  headers: Record<string, string>;
+  body: Record<string, unknown>;
 }
 
-export class ApiError extends Error {
-  readonly status: number;
-  constructor(
-    readonly code: ErrorCode,
-    readonly detail: string,
-    readonly options: ApiErrorOptions = {},
-  ) {
-    super(`${code}: ${detail}`);
-    this.status = statusOf(code);
-  }
-}
-
-export function problemBody(error: ApiError, requestId: string): Record<string, unknown> {
+/** The answer for `error`: its status, the headers its facts call for, and the problem document. */
+export function problemOf(error: DomainError, requestId: string | null): Problem {
+  const { facts } = error;
+  const status = statusOf(error.code);
   const body: Record<string, unknown> = {
     type: `urn:portplane:problem:${error.code}`,
     title: titleOf(error.code),
-    status: error.status,
+    status,
     detail: error.detail,
     code: error.code,
-    request_id: requestId,
-    ...error.options.extra,
+    ...(requestId === null ? {} : { request_id: requestId }),
+    ...facts.data,
   };
-  if (error.options.errors && error.options.errors.length > 0) body.errors = error.options.errors;
-  return body;
-}
-
-export function validationFailed(errors: FieldError[], detail?: string): ApiError {
-  const first = errors[0];
-  const summary =
-    detail ??
-    (errors.length === 1 && first ? `${first.pointer.slice(2) || 'body'} ${first.detail}` : `${errors.length} fields are invalid`);
-  return new ApiError('validation_failed', summary, { errors });
+  const headers: Record<string, string> = {};
+  if (facts.conflict?.kind === 'port') {
+    if (facts.conflict.ruleId !== null) body.conflicting_rule_id = facts.conflict.ruleId;
+    else body.conflicting_tunnel_id = facts.conflict.tunnelId;
+  } else if (facts.conflict?.kind === 'name' && facts.conflict.id !== null) {
+    body.conflicting_id = facts.conflict.id;
+  }
+  if (facts.requiredScope !== undefined) {
+    body.required_scope = facts.requiredScope;
+    headers['WWW-Authenticate'] = `Bearer error="insufficient_scope", scope="${facts.requiredScope}"`;
+  } else if (error.code === 'unauthorized') {
+    headers['WWW-Authenticate'] = 'Bearer realm="portplane"';
+  }
+  if (facts.retryAfterSeconds !== undefined) headers['Retry-After'] = String(Math.max(1, Math.ceil(facts.retryAfterSeconds)));
+  if (facts.etag !== undefined) headers.ETag = facts.etag;
+  if (facts.allow !== undefined) headers.Allow = facts.allow.join(', ');
+  if (facts.errors && facts.errors.length > 0) body.errors = facts.errors;
+  return { status, headers, body };
 }

@@ -1,7 +1,7 @@
 // Query parameters: each arrives as a string, so these schemas parse strings into typed
 // values. Unknown or repeated parameters are refused, so a typo in a filter is caught.
 
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import { formatTime, RFC3339, type FieldError, type Schema } from './schema.ts';
 
 type Parsed<T> = { value: T } | { error: string };
@@ -73,7 +73,7 @@ export function parseQuery<Q extends QuerySpec>(spec: Q, search: URLSearchParams
   }
   if (errors.length > 0) {
     const first = errors[0]!;
-    throw new ApiError('invalid_query', errors.length === 1 ? `${first.pointer.slice(1)} ${first.detail}` : `${errors.length} query parameters are invalid`, { errors });
+    throw new DomainError('invalid_query', errors.length === 1 ? `${first.pointer.slice(1)} ${first.detail}` : `${errors.length} query parameters are invalid`, { errors });
   }
   return out as QueryOf<Q>;
 }

@@ -1,10 +1,9 @@
 // A small validation vocabulary: each schema both checks untrusted input and describes
 // itself as JSON Schema, so the validators and the OpenAPI document cannot disagree.
 
-export interface FieldError {
-  pointer: string;
-  detail: string;
-}
+import type { FieldError } from '../errors/errors.ts';
+
+export type { FieldError };
 
 export type JsonSchema = { [key: string]: unknown };
 

@@ -1,6 +1,6 @@
-// Recognising SQLite constraint failures, so the store can turn them into API errors.
+// Recognising SQLite constraint failures, so the store can turn them into domain errors.
 
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 
 function isUniqueViolation(error: unknown): boolean {
   return error instanceof Error && /UNIQUE constraint failed/.test(error.message);
@@ -16,6 +16,6 @@ export function unlessTaken<T>(what: string, holderId: () => number | undefined,
   } catch (error) {
     if (!isUniqueViolation(error)) throw error;
     const id = holderId();
-    throw new ApiError('conflict', `${what} is taken`, { extra: id === undefined ? {} : { conflicting_id: id } });
+    throw new DomainError('conflict', `${what} is taken`, { conflict: { kind: 'name', id: id ?? null } });
   }
 }

@@ -2,7 +2,7 @@
 // and resets its sync state to pending: the node has not applied the new version yet.
 
 import type { JsonPage } from '../http/cursor.ts';
-import { ApiError } from '../http/problem.ts';
+import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
@@ -88,10 +88,10 @@ const RULE_FILTER = `id > :after
         AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)`;
 
 /** The 409 for a port someone else holds, naming the holder. */
-export function portTaken(claim: Claim, port: number): ApiError {
+export function portTaken(claim: Claim, port: number): DomainError {
   const by = claim.rule_id !== null ? `rule ${claim.rule_id}` : `tunnel ${claim.tunnel_id}`;
-  return new ApiError('conflict', `port ${port}/${claim.protocol} on node ${claim.node_id} is taken by ${by}`, {
-    extra: claim.rule_id !== null ? { conflicting_rule_id: claim.rule_id } : { conflicting_tunnel_id: claim.tunnel_id },
+  return new DomainError('conflict', `port ${port}/${claim.protocol} on node ${claim.node_id} is taken by ${by}`, {
+    conflict: { kind: 'port', nodeId: claim.node_id, protocol: claim.protocol, port, ruleId: claim.rule_id, tunnelId: claim.tunnel_id },
   });
 }
 

@@ -1,0 +1,77 @@
+// The errors the system speaks, whoever raises them (store, domain code, API, agent link):
+// a closed set of codes, the facts a caller can act on, and an optional cause that only the
+// log sees. How a code becomes an HTTP status and a problem document is decided in one place,
+// internal/http/problem.ts.
+
+export const errorCodes = [
+  'bad_request',
+  'invalid_json',
+  'invalid_query',
+  'validation_failed',
+  'idempotency_key_reused',
+  'unauthorized',
+  'auth_failed',
+  'insufficient_scope',
+  'license_limit',
+  'not_found',
+  'method_not_allowed',
+  'conflict',
+  'precondition_failed',
+  'payload_too_large',
+  'unsupported_media_type',
+  'precondition_required',
+  'version_mismatch',
+  'rate_limited',
+  'internal',
+  'bad_gateway',
+  'unavailable',
+] as const;
+
+export type ErrorCode = (typeof errorCodes)[number];
+
+/** A problem with one field of the input, at a JSON Pointer (`#/targets/1`, `?cursor`). */
+export interface FieldError {
+  pointer: string;
+  detail: string;
+}
+
+/** Who holds what a write wanted: a port (by a rule or a tunnel) or a unique name. */
+export type Conflict =
+  | { kind: 'port'; nodeId: number; protocol: string; port: number; ruleId: number | null; tunnelId: number | null }
+  | { kind: 'name'; id: number | null };
+
+export interface Facts {
+  /** Every bad field. */
+  errors?: FieldError[];
+  conflict?: Conflict;
+  /** A scope the caller lacks for this request (or part of it). */
+  requiredScope?: string;
+  /** When a refused request may be tried again. */
+  retryAfterSeconds?: number;
+  /** The resource's current version, after a stale If-Match. */
+  etag?: string;
+  /** The methods a path allows. */
+  allow?: string[];
+  /** More members for the problem document (the rules still referring to a node, per-item results, ...). */
+  data?: Record<string, unknown>;
+}
+
+export class DomainError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    /** Said to the caller. */
+    readonly detail: string,
+    readonly facts: Facts = {},
+    /** What went wrong underneath, for the log only. */
+    cause?: unknown,
+  ) {
+    super(`${code}: ${detail}`, cause === undefined ? undefined : { cause });
+  }
+}
+
+/** `validation_failed` listing every bad field; the detail names the one, or counts them. */
+export function validationFailed(errors: FieldError[], detail?: string): DomainError {
+  const first = errors[0];
+  const summary = detail ?? (errors.length === 1 && first ? `${first.pointer.slice(2) || 'body'} ${first.detail}` : `${errors.length} fields are invalid`);
+  return new DomainError('validation_failed', summary, { errors });
+}
