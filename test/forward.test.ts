@@ -4,7 +4,8 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
-import { Forwarder, type ForwardRule } from '../internal/forward/forwarder.ts';
+import type { ForwardRule } from '../internal/domain/rules.ts';
+import { Forwarder } from '../internal/forward/forwarder.ts';
 import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {

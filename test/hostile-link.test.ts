@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { test } from 'node:test';
-import { LINK_PATH, LINK_PROTOCOL, MAX_ENTRIES, send } from '../internal/agentlink/wire.ts';
+import { LINK_PATH, LINK_PROTOCOL, send } from '../internal/agentlink/wire.ts';
+import { MAX_ENTRIES } from '../internal/domain/link.ts';
 import { call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
 

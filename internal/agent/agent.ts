@@ -5,10 +5,11 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
-import { inPieces, keepAlive, LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send, type Message } from '../agentlink/wire.ts';
-import { Forwarder, type ForwardRule } from '../forward/forwarder.ts';
+import { checkMessage, inPieces, keepAlive, LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send, type Message } from '../agentlink/wire.ts';
+import { Forwarder } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
-import { PIN, pinOf } from '../tls/pin.ts';
+import { configMessage, trafficAckMessage } from '../domain/link.ts';
+import { pinOf } from '../tls/pin.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 
 export interface AgentOptions {
@@ -202,15 +203,14 @@ export class Agent {
   private receive(message: Message): void {
     if (message.type === 'ping') return send(this.socket!, { type: 'pong' });
     if (message.type === 'config') {
-      const config = message as unknown as SavedConfig;
+      const { type: _, next_master_pin, ...config } = checkMessage(configMessage, message);
       // Announced by a master this agent verified: the key it will switch to (see docs/agent-protocol.md).
-      const next = (message as { next_master_pin?: unknown }).next_master_pin;
-      if (this.options.masterPin !== null && typeof next === 'string' && PIN.test(next)) this.state.learnPin(next);
+      if (this.options.masterPin !== null && next_master_pin !== null) this.state.learnPin(next_master_pin);
       this.applying = this.applying.then(() => this.apply(config, true)).catch((error: Error) => this.options.log.error('applying the config failed', { error: error.message }));
       return;
     }
     if (message.type === 'traffic_ack') {
-      const { stream, seq } = message as unknown as { stream: string; seq: number };
+      const { stream, seq } = checkMessage(trafficAckMessage, message);
       this.traffic.pending = this.traffic.pending.filter((r) => r.stream !== stream || r.seq > seq);
       this.state.saveTraffic(this.traffic);
     }
@@ -221,7 +221,7 @@ export class Agent {
       ...(config.tcp_idle_timeout_seconds ? { tcpIdleMs: config.tcp_idle_timeout_seconds * 1000 } : {}),
       ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
     });
-    const results = await this.forwarder.apply(config.rules as ForwardRule[]);
+    const results = await this.forwarder.apply(config.rules);
     this.state.saveConfig(config);
     if (config.report_interval_seconds !== this.config?.report_interval_seconds) this.scheduleReports(config.report_interval_seconds);
     this.config = config;

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ForwardRule, RuleTraffic } from '../forward/forwarder.ts';
+import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
 

@@ -10,36 +10,11 @@ import type { App } from '../api/app.ts';
 import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
-import { array, boolean, integer, nullable, object, oneOf, optional, string, validate, type Infer, type Schema } from '../schema/schema.ts';
-import { AGENT_LINE_BYTES, keepAlive, LINK_PATH, LINK_PROTOCOL, MAX_ENTRIES, ProtocolError, readMessages, send, type Message } from './wire.ts';
+import { appliedMessage, trafficMessage, type AppliedMessage, type ConfigMessage, type TrafficMessage } from '../domain/link.ts';
+import { forwardRuleOf } from '../domain/rules.ts';
+import { AGENT_LINE_BYTES, checkMessage, keepAlive, LINK_PATH, LINK_PROTOCOL, ProtocolError, readMessages, send, type Message } from './wire.ts';
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
-
-const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
-const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
-
-const appliedMessage = object({
-  type: oneOf(['applied']),
-  version: COUNT,
-  results: array(
-    object({
-      id: ID,
-      state: oneOf(['applied', 'failed']),
-      error: nullable(object({ code: string({ min: 1, max: 64, pattern: /^[a-z_]+$/ }), detail: string({ max: 500 }) })),
-    }),
-    { max: MAX_ENTRIES },
-  ),
-  /** More `applied` messages for the same version follow (a long result list is split). */
-  partial: optional(boolean(), false),
-});
-
-const trafficMessage = object({
-  type: oneOf(['traffic']),
-  stream: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9_-]+$/ }),
-  seq: ID,
-  at: COUNT,
-  rules: array(object({ id: ID, bytes_in: COUNT, bytes_out: COUNT }), { max: MAX_ENTRIES }),
-});
 
 /** Failed link attempts one address may make per minute before it is refused without a look. */
 const MAX_FAILED_LINKS_PER_MINUTE = 10;
@@ -224,17 +199,17 @@ export class AgentLinks {
     try {
       const node = this.app.store.nodes.find(nodeId);
       if (!node) return void link.socket.destroy();
-      const rules = this.app.store.rules.forNode(nodeId).map(({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }) => ({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }));
       const { settings } = this.app;
-      send(link.socket, {
+      const config: ConfigMessage = {
         type: 'config',
         version: node.config_version,
         report_interval_seconds: settings.get('agent_report_interval_seconds'),
         tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
         max_connections_per_source: settings.get('max_connections_per_source'),
         next_master_pin: settings.get('tls_next_pin') || null,
-        rules,
-      });
+        rules: this.app.store.rules.forNode(nodeId).map(forwardRuleOf),
+      };
+      send(link.socket, config);
     } catch (error) {
       this.app.log.error('pushing a config failed; closing the link', { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
       link.socket.destroy();
@@ -244,21 +219,12 @@ export class AgentLinks {
   private receive(link: Link, message: Message): void {
     if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
-    if (message.type === 'applied') return this.applied(link, this.checked(appliedMessage, message));
-    if (message.type === 'traffic') return this.traffic(link, this.checked(trafficMessage, message));
+    if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
+    if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
     this.app.log.warn('agent sent an unknown message', { node_id: link.nodeId, type: message.type.slice(0, 32) });
   }
 
-  /** The message as `schema` types it. Throws ProtocolError naming the first problems. */
-  private checked<T>(schema: Schema<T>, message: Message): T {
-    const { value, errors } = validate(schema, message);
-    if (errors.length > 0) {
-      throw new ProtocolError(`malformed ${message.type.slice(0, 16)} message: ${errors.slice(0, 3).map((e) => `${e.pointer} ${e.detail}`).join('; ')}`);
-    }
-    return value;
-  }
-
-  private applied(link: Link, ack: Infer<typeof appliedMessage>): void {
+  private applied(link: Link, ack: AppliedMessage): void {
     const { nodeId } = link;
     const twice = repeated(ack.results);
     if (twice !== undefined) throw new ProtocolError(`applied message names rule ${twice} twice`);
@@ -273,7 +239,7 @@ export class AgentLinks {
     if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
   }
 
-  private traffic(link: Link, report: Infer<typeof trafficMessage>): void {
+  private traffic(link: Link, report: TrafficMessage): void {
     const { nodeId } = link;
     const twice = repeated(report.rules);
     if (twice !== undefined) throw new ProtocolError(`traffic report ${report.seq} names rule ${twice} twice`);

@@ -3,16 +3,13 @@
 
 import type { Socket } from 'node:net';
 import { StringDecoder } from 'node:string_decoder';
+import { MAX_ENTRIES } from '../domain/link.ts';
+import { validate, type Schema } from '../schema/schema.ts';
 
 export const LINK_PATH = '/agent/v1/link';
 export const LINK_PROTOCOL = 'portplane-agent/1';
 /** Either side closes a link that has been silent this long; each pings at a third of it. */
 export const LINK_SILENCE_MS = 45_000;
-/**
- * Most entries in one `applied` or `traffic` message; the agent splits longer lists. Bounds
- * what the master parses and writes for one line.
- */
-export const MAX_ENTRIES = 500;
 /** The longest line the master reads from an agent: MAX_ENTRIES results with full error details fit. */
 export const AGENT_LINE_BYTES = 256 * 1024;
 /** The longest line an agent reads from its master: a whole node's config. */
@@ -104,6 +101,15 @@ export function readMessages(socket: Socket, onMessage: (message: Message) => vo
     socket.pause();
     drain();
   });
+}
+
+/** The message as `schema` types it. Throws ProtocolError, which ends the link, when it is not one. */
+export function checkMessage<T>(schema: Schema<T>, message: Message): T {
+  const { value, errors } = validate(schema, message);
+  if (errors.length > 0) {
+    throw new ProtocolError(`malformed ${message.type.slice(0, 16)} message: ${errors.slice(0, 3).map((e) => `${e.pointer} ${e.detail}`).join('; ')}`);
+  }
+  return value;
 }
 
 export function send(socket: Socket, message: Message): void {

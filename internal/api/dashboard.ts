@@ -5,7 +5,7 @@ import { DomainError } from '../errors/errors.ts';
 import { intParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { formatTime } from '../schema/schema.ts';
 import { nodeStatuses } from '../store/nodes.ts';
-import { syncStates } from '../store/rules.ts';
+import { syncStates } from '../domain/rules.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import { record } from './common.ts';
 import { ok, route, type Ctx } from './route.ts';

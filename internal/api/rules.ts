@@ -8,7 +8,7 @@ import { DomainError, validationFailed } from '../errors/errors.ts';
 import { target } from '../schema/net.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
-import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../store/rules.ts';
+import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx, type Reply } from './route.ts';

@@ -5,7 +5,7 @@
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, describe, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
-import type { Rule, RuleFields } from '../store/rules.ts';
+import type { Rule, RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { insertNode, nodeInput } from './nodes.ts';
 import { ok, route, type Ctx, type Reply } from './route.ts';

@@ -5,34 +5,10 @@
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
-import type { Protocol, Strategy } from '../store/rules.ts';
+import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic } from '../domain/rules.ts';
 import type { Target } from './targets.ts';
 import { TcpRelay } from './tcp.ts';
 import { UdpRelay } from './udp.ts';
-
-export interface ForwardRule {
-  id: number;
-  protocol: Protocol;
-  listen_port: number;
-  targets: string[];
-  strategy: Strategy;
-  enabled: boolean;
-  tunnel_id: number | null;
-}
-
-export type RuleErrorCode = 'port_in_use' | 'bind_denied' | 'target_unresolvable' | 'tunnel_not_supported' | 'listen_failed';
-
-export interface RuleResult {
-  id: number;
-  state: 'applied' | 'failed';
-  error: { code: RuleErrorCode; detail: string } | null;
-}
-
-export interface RuleTraffic {
-  id: number;
-  bytes_in: number;
-  bytes_out: number;
-}
 
 export interface Limits {
   maxConnectionsPerRule: number;

@@ -1,7 +1,7 @@
 // Choosing a target for a new connection or UDP session: the rule's strategy decides the
 // order, and the caller fails over along it when a target refuses.
 
-import type { Strategy } from '../store/rules.ts';
+import type { Strategy } from '../domain/rules.ts';
 
 export interface Target {
   host: string;

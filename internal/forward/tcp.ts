@@ -3,7 +3,7 @@
 // target is skipped for the next, and bytes are read off the sockets' own counters.
 
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import type { Strategy } from '../store/rules.ts';
+import type { Strategy } from '../domain/rules.ts';
 import type { Limits } from './forwarder.ts';
 import { TargetPicker, type Target } from './targets.ts';
 

@@ -4,7 +4,7 @@
 
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
-import type { Strategy } from '../store/rules.ts';
+import type { Strategy } from '../domain/rules.ts';
 import type { Counter } from './tcp.ts';
 import { TargetPicker, type Target } from './targets.ts';
 

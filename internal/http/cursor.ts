@@ -25,13 +25,7 @@ export function pageOf<T extends { id: number }>(rows: T[], limit: number): Page
   return { items, next_cursor: rows.length > limit && last ? encodeCursor(last.id) : null };
 }
 
-/** A page as JSON text (built by SQLite): the items array, and the last id on it when another page follows. */
-export interface JsonPage {
-  items: string;
-  lastId: number | null;
-}
-
-/** The `{items, next_cursor}` body of a page whose items are JSON text already. */
-export function pageJson(page: JsonPage): string {
+/** The `{items, next_cursor}` body of a page whose items are JSON text already (with the last id when another page follows). */
+export function pageJson(page: { items: string; lastId: number | null }): string {
   return `{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`;
 }

@@ -4,7 +4,7 @@
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
-import type { JsonPage } from '../http/cursor.ts';
+import type { JsonPage } from './store.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];

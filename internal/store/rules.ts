@@ -1,38 +1,12 @@
 // SQL for forwarding rules. Every insert or update claims the rule's ports (see ports.ts)
 // and resets its sync state to pending: the node has not applied the new version yet.
 
-import type { JsonPage } from '../http/cursor.ts';
+import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
-
-export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
-export type Protocol = (typeof protocols)[number];
-export const strategies = ['round_robin', 'random', 'failover'] as const;
-export type Strategy = (typeof strategies)[number];
-export const syncStates = ['pending', 'applied', 'failed'] as const;
-export type SyncState = (typeof syncStates)[number];
-
-export interface RuleFields {
-  name: string;
-  node_id: number;
-  tunnel_id: number | null;
-  protocol: Protocol;
-  listen_port: number;
-  targets: string[];
-  strategy: Strategy;
-  enabled: boolean;
-}
-
-export interface Rule extends RuleFields {
-  id: number;
-  sync: { state: SyncState; error: { code: string; detail: string } | null; applied_at: string | null };
-  traffic: { bytes_in: number; bytes_out: number };
-  version: number;
-  created_at: string;
-  updated_at: string;
-}
+import type { Rule, RuleFields, SyncState } from '../domain/rules.ts';
 
 interface Row extends Omit<RuleFields, 'targets' | 'enabled'> {
   id: number;

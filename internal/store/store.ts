@@ -13,6 +13,12 @@ import { TrafficStore } from './traffic.ts';
 import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
 
+/** A page as JSON text (built by SQLite): the items array, and the last id on it when another page follows. */
+export interface JsonPage {
+  items: string;
+  lastId: number | null;
+}
+
 /**
  * Bumped by every change that can end or narrow a credential (revocation, expiry pruning,
  * a user's scopes or state), so caches of verified credentials know to forget.

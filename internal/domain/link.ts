@@ -1,0 +1,67 @@
+// Every message of the agent link, as a type and a runtime schema. Both ends check what they
+// receive against these before using it: nothing on either side is cast. The framing (lines
+// of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
+
+import { target } from '../schema/net.ts';
+import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { protocols, ruleErrorCodes, strategies } from './rules.ts';
+
+/** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
+export const MAX_ENTRIES = 500;
+
+const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
+const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
+const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
+
+/** Master to agent: the node's whole desired config. */
+export const configMessage = object({
+  type: oneOf(['config']),
+  version: COUNT,
+  report_interval_seconds: integer({ min: 1, max: 3600 }),
+  tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),
+  max_connections_per_source: integer({ min: 1, max: 100_000 }),
+  next_master_pin: nullable(PIN),
+  rules: array(
+    object({
+      id: ID,
+      protocol: oneOf(protocols),
+      listen_port: integer({ min: 1, max: 65535 }),
+      targets: array(target(), { min: 1, max: 16 }),
+      strategy: oneOf(strategies),
+      enabled: boolean(),
+      tunnel_id: nullable(ID),
+    }),
+    { max: 200_000 },
+  ),
+});
+export type ConfigMessage = Infer<typeof configMessage>;
+
+/** Master to agent: traffic reports up to `seq` of `stream` are stored. */
+export const trafficAckMessage = object({ type: oneOf(['traffic_ack']), stream: string({ min: 1, max: 64 }), seq: ID });
+
+/** Agent to master: what it really did with config `version`. */
+export const appliedMessage = object({
+  type: oneOf(['applied']),
+  version: COUNT,
+  results: array(
+    object({
+      id: ID,
+      state: oneOf(['applied', 'failed']),
+      error: nullable(object({ code: oneOf(ruleErrorCodes), detail: string({ max: 500 }) })),
+    }),
+    { max: MAX_ENTRIES },
+  ),
+  /** More `applied` messages for the same version follow (a long result list is split). */
+  partial: optional(boolean(), false),
+});
+export type AppliedMessage = Infer<typeof appliedMessage>;
+
+/** Agent to master: bytes relayed per rule since the previous report. */
+export const trafficMessage = object({
+  type: oneOf(['traffic']),
+  stream: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9_-]+$/ }),
+  seq: ID,
+  at: COUNT,
+  rules: array(object({ id: ID, bytes_in: COUNT, bytes_out: COUNT }), { max: MAX_ENTRIES }),
+});
+export type TrafficMessage = Infer<typeof trafficMessage>;

@@ -1,0 +1,55 @@
+// What a forwarding rule is, for every part that handles one: the store keeps it, the API
+// shows it, the master sends its forwarding part to a node, the agent applies it.
+
+export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
+export type Protocol = (typeof protocols)[number];
+export const strategies = ['round_robin', 'random', 'failover'] as const;
+export type Strategy = (typeof strategies)[number];
+export const syncStates = ['pending', 'applied', 'failed'] as const;
+export type SyncState = (typeof syncStates)[number];
+
+/** What a rule's writer chooses. */
+export interface RuleFields {
+  name: string;
+  node_id: number;
+  tunnel_id: number | null;
+  protocol: Protocol;
+  listen_port: number;
+  targets: string[];
+  strategy: Strategy;
+  enabled: boolean;
+}
+
+/** A rule as it stands: its fields, what its node last reported, and the bytes it carried. */
+export interface Rule extends RuleFields {
+  id: number;
+  sync: { state: SyncState; error: { code: string; detail: string } | null; applied_at: string | null };
+  traffic: { bytes_in: number; bytes_out: number };
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** The part of a rule its node needs to forward it. */
+export type ForwardRule = Pick<Rule, 'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id'>;
+
+export function forwardRuleOf({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }: ForwardRule): ForwardRule {
+  return { id, protocol, listen_port, targets, strategy, enabled, tunnel_id };
+}
+
+export const ruleErrorCodes = ['port_in_use', 'bind_denied', 'target_unresolvable', 'tunnel_not_supported', 'listen_failed'] as const;
+export type RuleErrorCode = (typeof ruleErrorCodes)[number];
+
+/** What a node did with one rule of a config. */
+export interface RuleResult {
+  id: number;
+  state: 'applied' | 'failed';
+  error: { code: RuleErrorCode; detail: string } | null;
+}
+
+/** Bytes relayed for one rule: in from clients to targets, out back. */
+export interface RuleTraffic {
+  id: number;
+  bytes_in: number;
+  bytes_out: number;
+}
