@@ -5,6 +5,10 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AgentLinks } from '../../internal/agentlink/server.ts';
 import { App } from '../../internal/api/app.ts';
+import { Installer } from '../../internal/install/installer.ts';
+import { Clock } from '../../internal/runtime/clock.ts';
+import { Settings } from '../../internal/settings/settings.ts';
+import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { routes } from '../../internal/api/routes.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
@@ -79,7 +83,24 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
     const box = SecretBox.open(config.secretKeyPath ?? join(config.dataDir, 'secret.key'));
     const tls = tlsIdentityFor(config);
-    const app = new App({ store, log, license, box, tls, insecureHttp: config.insecureHttp, dataDir: config.dataDir, version: VERSION, now });
+    const clock = new Clock(now);
+    const settings = new Settings(store);
+    const sync = new SyncHub();
+    const lifecycle = { draining: false };
+    store.db.onCallbackError((error) => log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }));
+    // A failed group commit undoes writes the in-memory copies already reflect.
+    store.db.onCommitFailure(() => {
+      settings.reload();
+      store.credentials.bump();
+    });
+    const installer = new Installer({
+      store, box, settings, sync, log, clock,
+      dataDir: config.dataDir,
+      get draining() {
+        return lifecycle.draining;
+      },
+    });
+    const app = new App({ store, log, license, box, tls, insecureHttp: config.insecureHttp, dataDir: config.dataDir, version: VERSION, clock, settings, sync, installer, lifecycle });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);
@@ -91,7 +112,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       }
     }, MAINTENANCE_INTERVAL_MS).unref();
     const http = await listen(createDispatcher(app, routes), config.host, config.port, tls);
-    const links = new AgentLinks(app);
+    const links = new AgentLinks({ store, sync, settings, log, clock });
     http.server.on('upgrade', links.handleUpgrade);
     if (!tls && !isLoopback(config.host)) log.warn('serving plain HTTP off loopback (--insecure-http): put a TLS-terminating proxy in front');
     log.info('listening', { url: http.url, tls_pin: tls?.pin ?? null, tls_not_after: tls?.notAfter ?? null, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });

@@ -6,7 +6,11 @@
 
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
-import type { App } from '../api/app.ts';
+import type { Logger } from '../log/log.ts';
+import type { Clock } from '../runtime/clock.ts';
+import type { Settings } from '../settings/settings.ts';
+import type { Store } from '../store/store.ts';
+import type { SyncHub } from '../sync/hub.ts';
 import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
@@ -57,6 +61,15 @@ interface Link {
   endedBecause?: string;
 }
 
+/** What the agent links use of the master. */
+export interface LinkBackend {
+  readonly store: Store;
+  readonly sync: SyncHub;
+  readonly settings: Settings;
+  readonly log: Logger;
+  readonly clock: Clock;
+}
+
 export class AgentLinks {
   private readonly links = new Map<number, Link>();
   private readonly failedByAddress: FailureWindow;
@@ -65,8 +78,8 @@ export class AgentLinks {
   private readonly refusalRecorded = new Map<string, number>();
   private closing = false;
 
-  constructor(private readonly app: App) {
-    this.failedByAddress = new FailureWindow(app.now);
+  constructor(private readonly app: LinkBackend) {
+    this.failedByAddress = new FailureWindow(app.clock.now);
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
   }
 
@@ -89,7 +102,7 @@ export class AgentLinks {
   /** Ends every link, recording the nodes as offline first (the store closes right after). */
   close(): void {
     this.closing = true;
-    const now = this.app.timestamp();
+    const now = this.app.clock.timestamp();
     this.app.store.write(() => {
       for (const nodeId of this.links.keys()) this.app.store.nodes.setLink(nodeId, 'offline', 'the master shut down', null, now);
     });
@@ -116,13 +129,13 @@ export class AgentLinks {
     const stored = nodeId === null ? undefined : app.store.nodes.agentTokenHash(nodeId);
     if (nodeId === null || !stored || !sameHash(stored, hashSecret(token))) {
       this.failedByAddress.record(`a:${ip}`, 60_000);
-      if (nodeId !== null && stored) this.noteRefusal(nodeId, `auth_failed: an agent from ${ip} presented a wrong token at ${app.timestamp()}`);
+      if (nodeId !== null && stored) this.noteRefusal(nodeId, `auth_failed: an agent from ${ip} presented a wrong token at ${app.clock.timestamp()}`);
       app.log.warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
       return refuse(socket, new DomainError('auth_failed', 'the agent token is unknown or was replaced; reinstall the agent or give it the current token'));
     }
     const until = this.cooldown.get(nodeId) ?? 0;
-    if (until > app.now()) {
-      return refuse(socket, new DomainError('rate_limited', "this node's agent broke the link protocol; see the node's status_detail", { retryAfterSeconds: (until - app.now()) / 1000 }));
+    if (until > app.clock.now()) {
+      return refuse(socket, new DomainError('rate_limited', "this node's agent broke the link protocol; see the node's status_detail", { retryAfterSeconds: (until - app.clock.now()) / 1000 }));
     }
     const agentVersion = String(req.headers['x-agent-version'] ?? '').replace(/[^\x20-\x7e]/g, '?').slice(0, 32) || null;
     if (req.headers.upgrade !== LINK_PROTOCOL) {
@@ -138,10 +151,10 @@ export class AgentLinks {
     if (head.length > 0) socket.unshift(head);
     this.links.get(nodeId)?.socket.destroy();
     const heardAt = Date.parse(node.last_seen_at ?? node.created_at);
-    const link: Link = { nodeId, socket, allowance: new TrafficAllowance(app.now, heardAt, app.settings.get('agent_report_interval_seconds')) };
+    const link: Link = { nodeId, socket, allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')) };
     this.links.set(nodeId, link);
     app.sync.connect(nodeId);
-    app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.timestamp());
+    app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.clock.timestamp());
     app.log.info('agent connected', { node_id: nodeId, agent_version: agentVersion, ip });
     keepAlive(socket);
     readMessages(socket, (message) => this.receive(link, message), AGENT_LINE_BYTES);
@@ -158,7 +171,7 @@ export class AgentLinks {
    * so a flood of refusals does not become a flood of writes.
    */
   private noteRefusal(nodeId: number, detail: string): void {
-    const now = this.app.now();
+    const now = this.app.clock.now();
     const key = `${nodeId}:${detail.slice(0, detail.indexOf(':'))}`;
     if ((this.refusalRecorded.get(key) ?? 0) > now - REFUSAL_RECORD_MS) return;
     if (this.refusalRecorded.size > 10_000) this.refusalRecorded.clear();
@@ -172,7 +185,7 @@ export class AgentLinks {
     link.endedBecause = `protocol_violation: ${what}`;
     this.app.log.warn('agent broke the link protocol; closing its link', { node_id: link.nodeId, reason: what });
     if (this.cooldown.size > 10_000) this.cooldown.clear();
-    this.cooldown.set(link.nodeId, this.app.now() + VIOLATION_COOLDOWN_MS);
+    this.cooldown.set(link.nodeId, this.app.clock.now() + VIOLATION_COOLDOWN_MS);
     link.socket.destroy();
   }
 
@@ -185,7 +198,7 @@ export class AgentLinks {
     this.app.log.info('agent disconnected', { node_id: nodeId });
     try {
       this.app.store.write(() => {
-        if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', link.endedBecause ?? 'the agent link closed', null, this.app.timestamp());
+        if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', link.endedBecause ?? 'the agent link closed', null, this.app.clock.timestamp());
       });
     } catch (error) {
       // Called from a socket event: nothing above it would catch this, so it is logged here.
@@ -233,7 +246,7 @@ export class AgentLinks {
       const node = store.nodes.find(nodeId);
       // An acknowledgement of an older config says nothing about rules changed since: a newer config is on its way.
       if (!node || node.config_version !== ack.version) return false;
-      for (const result of ack.results) store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.timestamp());
+      for (const result of ack.results) store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.clock.timestamp());
       return true;
     });
     if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
@@ -245,7 +258,7 @@ export class AgentLinks {
     if (twice !== undefined) throw new ProtocolError(`traffic report ${report.seq} names rule ${twice} twice`);
     const bytes = report.rules.reduce((sum, rule) => sum + rule.bytes_in + rule.bytes_out, 0);
     const { store } = this.app;
-    const nowSeconds = Math.floor(this.app.now() / 1000);
+    const nowSeconds = Math.floor(this.app.clock.now() / 1000);
     const oldest = nowSeconds - this.app.settings.get('traffic_retention_days') * 86_400;
     store.write(() => {
       const counted = store.traffic.streamSeq(nodeId, report.stream);
@@ -256,8 +269,8 @@ export class AgentLinks {
       // Reports are placed at the time the agent counted them, but never in the future nor before retention.
       const at = Math.max(oldest, Math.min(report.at, nowSeconds));
       for (const rule of report.rules) store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out);
-      store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.timestamp());
-      store.nodes.seen(nodeId, this.app.timestamp());
+      store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.clock.timestamp());
+      store.nodes.seen(nodeId, this.app.clock.timestamp());
     });
     // The agent forgets a report once acknowledged, so the ack waits until the counts are durable.
     store.committed().then(

@@ -8,13 +8,13 @@ import { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError } from '../errors/errors.ts';
 import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
 import type { Logger } from '../log/log.ts';
-import { formatTime } from '../schema/schema.ts';
-import { Settings } from '../settings/settings.ts';
+import type { Settings } from '../settings/settings.ts';
 import type { Actor } from '../store/audit.ts';
 import type { Store } from '../store/store.ts';
 import type { TokenKind } from '../store/tokens.ts';
-import { SyncHub } from '../sync/hub.ts';
-import { Installer } from '../install/installer.ts';
+import type { SyncHub } from '../sync/hub.ts';
+import type { Installer } from '../install/installer.ts';
+import type { Clock } from '../runtime/clock.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
 
 export interface Principal {
@@ -36,13 +36,35 @@ interface VerifiedCredential {
 
 const MAX_VERIFIED = 10_000;
 
+/** Whether the master is shutting down, shared by the parts that must stop taking work. */
+export interface Lifecycle {
+  draining: boolean;
+}
+
+/** What the API's handlers may use: assembled by cmd/master. */
+export interface AppParts {
+  store: Store;
+  log: Logger;
+  license: Verified;
+  box: SecretBox;
+  /** The certificate the master serves, when it serves HTTPS itself. */
+  tls: TlsIdentity | null;
+  /** The operator chose plain HTTP off loopback (--insecure-http); agents may then dial it so too. */
+  insecureHttp: boolean;
+  dataDir: string;
+  version: string;
+  clock: Clock;
+  settings: Settings;
+  sync: SyncHub;
+  installer: Installer;
+  lifecycle: Lifecycle;
+}
+
 export class App {
-  readonly settings: Settings;
   readonly throttle: LoginThrottle;
   readonly budget: WriteBudget;
   /** `token:key` of POSTs with an Idempotency-Key that are still being answered. */
   readonly idempotencyInFlight = new Set<string>();
-  draining = false;
   private readonly verified = new Map<string, VerifiedCredential>();
   private verifiedGeneration = -1;
 
@@ -50,34 +72,51 @@ export class App {
   readonly log: Logger;
   readonly license: Verified;
   readonly box: SecretBox;
-  /** The certificate the master serves, when it serves HTTPS itself. */
   readonly tls: TlsIdentity | null;
-  /** The operator chose plain HTTP off loopback (--insecure-http); agents may then dial it so too. */
   readonly insecureHttp: boolean;
   readonly version: string;
-  readonly now: () => number;
   readonly dataDir: string;
-  readonly sync = new SyncHub();
+  readonly clock: Clock;
+  readonly settings: Settings;
+  readonly sync: SyncHub;
   readonly installer: Installer;
+  private readonly lifecycle: Lifecycle;
 
-  constructor(parts: { store: Store; log: Logger; license: Verified; box: SecretBox; tls: TlsIdentity | null; insecureHttp: boolean; dataDir: string; version: string; now: () => number }) {
-    ({ store: this.store, log: this.log, license: this.license, box: this.box, tls: this.tls, insecureHttp: this.insecureHttp, dataDir: this.dataDir, version: this.version, now: this.now } = parts);
-    this.installer = new Installer(this);
-    // A failed group commit undoes writes the in-memory copies already reflect.
-    this.store.db.onCallbackError((error) => this.log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }));
-    this.store.db.onCommitFailure(() => {
-      this.settings.reload();
-      this.store.credentials.bump();
-    });
-    const { store, now } = parts;
-    this.settings = new Settings(store);
-    this.throttle = new LoginThrottle(now);
-    this.budget = new WriteBudget(now);
+  constructor(parts: AppParts) {
+    ({
+      store: this.store,
+      log: this.log,
+      license: this.license,
+      box: this.box,
+      tls: this.tls,
+      insecureHttp: this.insecureHttp,
+      dataDir: this.dataDir,
+      version: this.version,
+      clock: this.clock,
+      settings: this.settings,
+      sync: this.sync,
+      installer: this.installer,
+      lifecycle: this.lifecycle,
+    } = parts);
+    this.throttle = new LoginThrottle(this.clock.now);
+    this.budget = new WriteBudget(this.clock.now);
+  }
+
+  get draining(): boolean {
+    return this.lifecycle.draining;
+  }
+
+  set draining(value: boolean) {
+    this.lifecycle.draining = value;
+  }
+
+  now(): number {
+    return this.clock.now();
   }
 
   /** The current time as an RFC 3339 string, as stored in the database. */
   timestamp(offsetMs = 0): string {
-    return formatTime(this.now() + offsetMs);
+    return this.clock.timestamp(offsetMs);
   }
 
   licenseView(): LicenseView {

@@ -7,7 +7,12 @@
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
-import type { App } from '../api/app.ts';
+import type { SecretBox } from '../crypto/box.ts';
+import type { Logger } from '../log/log.ts';
+import type { Clock } from '../runtime/clock.ts';
+import type { Settings } from '../settings/settings.ts';
+import type { Store } from '../store/store.ts';
+import type { SyncHub } from '../sync/hub.ts';
 import type { Actor } from '../store/audit.ts';
 import { agentEnvironment, envFile, type MasterDial } from './agent-env.ts';
 import { agentBundle } from './bundle.ts';
@@ -58,11 +63,24 @@ class InstallFailure extends Error {
   }
 }
 
+/** What the installer uses of the master. */
+export interface InstallBackend {
+  readonly store: Store;
+  readonly box: SecretBox;
+  readonly settings: Settings;
+  readonly sync: SyncHub;
+  readonly log: Logger;
+  readonly clock: Clock;
+  readonly dataDir: string;
+  /** True once the master is shutting down: a running install stops at its next step. */
+  readonly draining: boolean;
+}
+
 export class Installer {
   private readonly running = new Set<number>();
 
   constructor(
-    private readonly app: App,
+    private readonly app: InstallBackend,
     private readonly ssh = 'ssh',
   ) {}
 
@@ -85,8 +103,8 @@ export class Installer {
     this.running.add(nodeId);
     if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
     store.write(() => {
-      store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.timestamp());
-      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey } }, this.app.timestamp());
+      store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.clock.timestamp());
+      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey } }, this.app.clock.timestamp());
     });
     void this.run(nodeId, mode, dial)
       .catch((error: Error) => this.app.log.error('install job failed', { node_id: nodeId, error: error.message }))
@@ -95,7 +113,7 @@ export class Installer {
 
   private log(nodeId: number, detail: string, line = detail): void {
     if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
-    this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.timestamp()}] ${line}\n`);
+    this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.clock.timestamp()}] ${line}\n`);
   }
 
   private async run(nodeId: number, mode: InstallMode, dial: MasterDial): Promise<void> {
@@ -207,11 +225,11 @@ export class Installer {
     if (this.app.draining || !store.nodes.find(nodeId)) return;
     const system: Actor = { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null };
     store.write(() => {
-      store.nodes.installProgress(nodeId, error ?? `${mode}: done`, `[${this.app.timestamp()}] ${error ? `failed: ${error}` : 'done: the agent is connected'}\n`);
+      store.nodes.installProgress(nodeId, error ?? `${mode}: done`, `[${this.app.clock.timestamp()}] ${error ? `failed: ${error}` : 'done: the agent is connected'}\n`);
       // Whatever happened, a connected agent means the node is online: a failed reinstall leaves the old one
       // forwarding, and the detail says what failed.
-      store.nodes.installFinished(nodeId, this.app.sync.isConnected(nodeId) ? 'online' : 'install_failed', error, this.app.timestamp());
-      store.audit.record(system, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: error ? 'failed' : 'success', changes: { outcome: error ?? 'connected' } }, this.app.timestamp());
+      store.nodes.installFinished(nodeId, this.app.sync.isConnected(nodeId) ? 'online' : 'install_failed', error, this.app.clock.timestamp());
+      store.audit.record(system, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: error ? 'failed' : 'success', changes: { outcome: error ?? 'connected' } }, this.app.clock.timestamp());
     });
   }
 }
