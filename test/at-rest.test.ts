@@ -47,11 +47,15 @@ test('the sealing key can live outside the data dir; the database alone holds no
 
 test('a token keeps at most its most recent stored replays', () => {
   const db = new Database(':memory:');
-  db.prepare("INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES ('u', 'x', '[]', '', '')").run();
-  db.prepare("INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', x'00', '')").run();
+  db.write(() => {
+    db.prepare("INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES ('u', 'x', '[]', '', '')").run();
+    db.prepare("INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', x'00', '')").run();
+  });
   const replays = new IdempotencyStore(db);
   const at = (i: number) => new Date(Date.UTC(2026, 0, 1) + i * 1000).toISOString();
-  for (let i = 0; i < KEYS_PER_TOKEN + 5; i++) replays.save(1, `key-${i}`, { fingerprint: 'f', status: 201, headers: {}, body: Buffer.alloc(0) }, at(i));
+  db.write(() => {
+    for (let i = 0; i < KEYS_PER_TOKEN + 5; i++) replays.save(1, `key-${i}`, { fingerprint: 'f', status: 201, headers: {}, body: Buffer.alloc(0) }, at(i));
+  });
   assert.equal((db.prepare('SELECT count(*) AS n FROM idempotency_keys').get() as { n: number }).n, KEYS_PER_TOKEN);
   assert.equal(replays.find(1, 'key-4', ''), undefined, 'the oldest went first');
   assert.ok(replays.find(1, 'key-5', ''));

@@ -84,3 +84,32 @@ test('a commit that fails rejects every waiter, tells the listeners, and keeps n
   await db.committed();
   assert.deepEqual(names(), ['next'], 'the next batch works');
 });
+
+test('a change outside write() is refused: every change goes through the one write path', (t) => {
+  const { db, put } = open(t);
+  assert.throws(() => put('stray'), /a change outside write\(\): INSERT INTO settings/);
+  // Reads need no write.
+  assert.equal(db.prepare('SELECT count(*) AS n FROM settings').get()?.n, 0);
+});
+
+test('a write inside a write is a unit of its own: its failure undoes only itself', async (t) => {
+  const { db, names, put } = open(t);
+  db.write(() => {
+    put('outer');
+    assert.throws(() =>
+      db.write(() => {
+        put('inner');
+        throw new Error('the inner write fails');
+      }),
+    );
+    put('after');
+  });
+  await db.committed();
+  assert.deepEqual(names(), ['after', 'outer']);
+});
+
+test('migrations are frozen text: none is built from code that could change', async () => {
+  const source = (await import('node:fs')).readFileSync('internal/store/migrations.ts', 'utf8');
+  assert.doesNotMatch(source, /\$\{/, 'no interpolation in a migration');
+  assert.doesNotMatch(source.split('export const migrations')[0]!, /^import /m, 'migrations import nothing');
+});

@@ -165,9 +165,11 @@ test('a database already holding counts past 2^53 stays readable, exportable and
   const huge = 2n ** 62n;
   // As an older master could have left it: values SQLite holds but a JavaScript number cannot.
   const db = m.app.store.db;
-  db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
-  db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
-  db.prepare('INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)').run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
+  db.write(() => {
+    db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
+    db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
+    db.prepare('INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)').run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
+  });
   const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
   assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
   assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items[0].traffic, safe);

@@ -66,10 +66,12 @@ async function bootstrapAdmin(store: Store, log: Logger, password: string | null
 export function maintain(app: App): void {
   const { store, settings } = app;
   const day = 24 * 60 * 60 * 1000;
-  const audit = store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * day));
-  const credentials = store.tokens.pruneExpired(app.timestamp()).length;
-  const idempotency = store.idempotency.prune(app.timestamp(-day));
-  const traffic = store.traffic.prune(Math.floor((app.now() - settings.get('traffic_retention_days') * day) / 1000));
+  const { audit, credentials, idempotency, traffic } = store.write(() => ({
+    audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * day)),
+    credentials: store.tokens.pruneExpired(app.timestamp()).length,
+    idempotency: store.idempotency.prune(app.timestamp(-day)),
+    traffic: store.traffic.prune(Math.floor((app.now() - settings.get('traffic_retention_days') * day) / 1000)),
+  }));
   app.throttle.sweep(settings.get('login_window_seconds') * 1000);
   app.budget.sweep(60);
   if (audit + credentials + idempotency + traffic > 0) app.log.info('pruned', { audit, credentials, idempotency, traffic });

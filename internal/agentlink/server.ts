@@ -154,7 +154,7 @@ export class AgentLinks {
     const link: Link = { nodeId, socket, allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')) };
     this.links.set(nodeId, link);
     app.sync.connect(nodeId);
-    app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.clock.timestamp());
+    app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.clock.timestamp()));
     app.log.info('agent connected', { node_id: nodeId, agent_version: agentVersion, ip });
     keepAlive(socket);
     readMessages(socket, (message) => this.receive(link, message), AGENT_LINE_BYTES);

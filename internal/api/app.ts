@@ -144,7 +144,7 @@ export class App {
     }
     // Last use is recorded at most once a minute so that reads do not all become writes.
     if (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000) {
-      this.store.tokens.touch(entry.principal.tokenId, this.timestamp());
+      this.store.write(() => this.store.tokens.touch(entry.principal.tokenId, this.timestamp()));
       entry.lastUsedMs = now;
     }
     return entry.principal;

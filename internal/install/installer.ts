@@ -113,7 +113,7 @@ export class Installer {
 
   private log(nodeId: number, detail: string, line = detail): void {
     if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
-    this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.clock.timestamp()}] ${line}\n`);
+    this.app.store.write(() => this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.clock.timestamp()}] ${line}\n`));
   }
 
   private async run(nodeId: number, mode: InstallMode, dial: MasterDial): Promise<void> {
@@ -155,7 +155,7 @@ export class Installer {
       this.log(nodeId, `${mode}: writing the agent's environment`, `${dir}/agent.env (mode 0600)${dial.pin ? `, pinning the master's key ${dial.pin}` : ''}`);
       await this.copy(session, Buffer.from(envFile(agentEnvironment(dial, token))), `${dir}/agent.env`, '0600');
       // From here the old token no longer works: the new agent is about to start with the new one.
-      app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token));
+      app.store.write(() => app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token)));
 
       const start = probe.systemd ? this.systemdScript(nodeBinary, dir, service) : this.fallbackScript(nodeBinary, dir);
       this.log(nodeId, `${mode}: starting the agent`, probe.systemd ? `systemd service ${service}` : `no systemd: nohup with ${dir}/agent.pid and ${dir}/agent.log`);

@@ -3,7 +3,7 @@
 // one transaction (each in a savepoint of its own) and one fsync, and whoever answers for
 // a write waits for `committed()` first, so nothing is acknowledged before it is durable.
 
-import type { DatabaseSync, StatementSync } from 'node:sqlite';
+import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { migrations } from './migrations.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
@@ -11,6 +11,16 @@ import { migrations } from './migrations.ts';
 function sqlite(): typeof import('node:sqlite') {
   return process.getBuiltinModule('node:sqlite') as typeof import('node:sqlite');
 }
+
+/** A prepared statement. One that changes data runs only inside `write()`. */
+export interface Statement {
+  run(...params: SQLInputValue[] | [Record<string, SQLInputValue>]): StatementResultingChanges;
+  get(...params: SQLInputValue[] | [Record<string, SQLInputValue>]): Record<string, SQLOutputValue> | undefined;
+  all(...params: SQLInputValue[] | [Record<string, SQLInputValue>]): Record<string, SQLOutputValue>[];
+}
+type SQLOutputValue = null | number | bigint | string | Uint8Array;
+
+const CHANGES_DATA = /^\s*(INSERT|UPDATE|DELETE|REPLACE)\b/i;
 
 interface Batch {
   done: Promise<void>;
@@ -36,8 +46,21 @@ export class Database {
     this.migrate();
   }
 
-  prepare(sql: string): StatementSync {
-    return this.db.prepare(sql);
+  /**
+   * A statement of `sql`. If it changes data, running it outside `write()` throws: every
+   * change goes through the one write path, in a transaction, with its audit entry.
+   */
+  prepare(sql: string): Statement {
+    const statement = this.db.prepare(sql);
+    if (!CHANGES_DATA.test(sql)) return statement as unknown as Statement;
+    const guard = () => {
+      if (!this.inWrite) throw new Error(`a change outside write(): ${sql.trim().slice(0, 60)}`);
+    };
+    return {
+      run: (...params) => (guard(), statement.run(...(params as SQLInputValue[]))),
+      get: (...params) => (guard(), statement.get(...(params as SQLInputValue[])) as Record<string, SQLOutputValue> | undefined),
+      all: (...params) => (guard(), statement.all(...(params as SQLInputValue[])) as Record<string, SQLOutputValue>[]),
+    };
   }
 
   /**
@@ -47,7 +70,8 @@ export class Database {
    * between its statements. Callers that answer for the write await `committed()` first.
    */
   write<T>(fn: () => T): T {
-    if (this.inWrite) return fn();
+    // A write inside a write is a unit of its own: its failure undoes only itself.
+    if (this.inWrite) return this.savepoint(fn);
     if (!this.batch) this.openBatch();
     this.inWrite = true;
     this.db.exec('SAVEPOINT write');

@@ -1,7 +1,6 @@
-// Numbered schema migrations: entry N brings the database from version N-1 to N. Never
-// edit a released entry; append a new one.
-
-import { RULE_VIEW_TRIGGERS, ruleJson } from './views.ts';
+// Numbered schema migrations: entry N brings the database from version N-1 to N. Each is
+// frozen SQL text, built from nothing that could change: never edit a released entry;
+// append a new one.
 
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
@@ -166,8 +165,30 @@ export const migrations: readonly string[] = [
     id INTEGER PRIMARY KEY REFERENCES rules(id) ON DELETE CASCADE,
     json TEXT NOT NULL
   ) STRICT;
-  ${RULE_VIEW_TRIGGERS}
-  INSERT INTO rule_views (id, json) SELECT id, ${ruleJson('')} FROM rules;
+
+  CREATE TRIGGER rule_views_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_views (id, json) VALUES (NEW.id, json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+    'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+    'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+    'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at),
+    'traffic', json_object('bytes_in', NEW.bytes_in, 'bytes_out', NEW.bytes_out),
+    'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at));
+  END;
+  CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
+    UPDATE rule_views SET json = json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+    'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+    'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+    'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at),
+    'traffic', json_object('bytes_in', NEW.bytes_in, 'bytes_out', NEW.bytes_out),
+    'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at) WHERE id = NEW.id;
+  END;
+
+  INSERT INTO rule_views (id, json) SELECT id, json_object('id', id, 'name', name, 'node_id', node_id, 'tunnel_id', tunnel_id,
+    'protocol', protocol, 'listen_port', listen_port, 'targets', json(targets), 'strategy', strategy,
+    'enabled', json(CASE enabled WHEN 1 THEN 'true' ELSE 'false' END),
+    'sync', json_object('state', sync_state, 'error', json(sync_error), 'applied_at', sync_applied_at),
+    'traffic', json_object('bytes_in', bytes_in, 'bytes_out', bytes_out),
+    'version', version, 'created_at', created_at, 'updated_at', updated_at) FROM rules;
   `,
   /* 6: traffic report streams kept per node and stream; traffic totals that read back as safe integers */ `
   CREATE TABLE traffic_streams (

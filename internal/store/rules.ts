@@ -89,7 +89,7 @@ export class RuleStore {
     this.ports = new PortStore(db);
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE id = ?`);
     this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit`);
-    // Pages concatenate the JSON the triggers rendered (views.ts): no per-row work at read time.
+    // Pages concatenate the JSON the triggers of migration 6 rendered: no per-row work at read time.
     this.pageStmt = db.prepare(`WITH page AS (SELECT id FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit + 1),
         shown AS (SELECT id FROM page ORDER BY id LIMIT :limit)
       SELECT '[' || coalesce((SELECT group_concat(v.json, ',' ORDER BY v.id) FROM shown JOIN rule_views v ON v.id = shown.id), '') || ']' AS items,
