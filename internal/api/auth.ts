@@ -6,7 +6,7 @@ import { DomainError } from '../errors/errors.ts';
 import { object, string, type Infer } from '../schema/schema.ts';
 import { actorOf } from './app.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
-import { noContent, ok, route, type Ctx } from './route.ts';
+import { noContent, ok, operation, type Ctx } from './route.ts';
 
 export const loginInput = object(
   {
@@ -109,11 +109,8 @@ function logout(ctx: Ctx<undefined, {}>) {
   return noContent();
 }
 
-export const authRoutes = [
-  route({
-    method: 'POST',
-    path: '/api/auth/login',
-    scope: 'public',
+export const authOperations = {
+  login: operation({
     action: 'auth.login',
     summary: 'Log in with a username and password',
     description: 'Returns a session bearer token that carries the user\'s scopes until expires_at (setting session_ttl_seconds). Each attempt counts as a failure from before its password is checked until it succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 with Retry-After; so does a login while too many passwords are being checked at once.',
@@ -121,22 +118,16 @@ export const authRoutes = [
     responses: { 200: { description: 'Logged in', schema: loginResult }, 401: { description: 'Wrong credentials' }, 429: { description: 'Too many failed attempts' } },
     handler: login,
   }),
-  route({
-    method: 'GET',
-    path: '/api/auth/me',
-    scope: 'authenticated',
+  whoami: operation({
     summary: 'Who am I: the calling user, and the token used with its effective scopes and expiry',
     responses: { 200: { description: 'The caller', schema: whoAmI } },
     handler: whoami,
   }),
-  route({
-    method: 'POST',
-    path: '/api/auth/logout',
-    scope: 'authenticated',
+  logout: operation({
     action: 'auth.logout',
     summary: 'End the calling login session',
     description: 'Only for session tokens; API tokens are revoked with DELETE /api/tokens/{id} (409 here).',
     responses: { 204: { description: 'Logged out' }, 409: { description: 'The caller is an API token' } },
     handler: logout,
   }),
-];
+};

@@ -2,15 +2,14 @@
 // `?dry_run=true` does the same work and rolls it back. Per-item batches run in chunks:
 // one transaction per chunk, a savepoint per item, and a yield to live requests between.
 
-import type { Scope } from '../auth/scopes.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import { array, boolean, describe, integer, nullable, object, optional, type FieldError, type Infer } from '../schema/schema.ts';
 import type { App } from './app.ts';
-import { CASCADE_FROM_NODE, cascadeQuery, removeNode } from './nodes.ts';
-import { created, ok, route, type Ctx, type Reply, type SideEffect } from './route.ts';
+import { cascadeQuery, removeNode } from './nodes.ts';
+import { created, ok, operation, type Ctx, type Reply } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
-import { CASCADE_FROM_TUNNEL, removeTunnel } from './tunnels.ts';
+import { removeTunnel } from './tunnels.ts';
 import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
 
 export const MAX_BATCH = 1000;
@@ -191,20 +190,9 @@ async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Rep
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 
-function batchDelete(
-  resource: 'nodes' | 'rules' | 'tunnels',
-  scope: Scope,
-  action: string,
-  description: string,
-  alsoNeeds: readonly SideEffect[],
-  remove: (ctx: BatchCtx, effects: Effects, id: number) => void,
-) {
-  return route({
-    method: 'POST',
-    path: `/api/${resource}/batch-delete`,
-    scope,
+function batchDelete(resource: 'nodes' | 'rules' | 'tunnels', action: string, description: string, remove: (ctx: BatchCtx, effects: Effects, id: number) => void) {
+  return operation({
     action,
-    alsoNeeds,
     summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
     description,
     query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,
@@ -214,18 +202,15 @@ function batchDelete(
   });
 }
 
-export const batchRoutes = [
-  batchDelete('nodes', 'nodes:write', 'node.delete', 'Per item: deleted, not_found, conflict (still has rules or tunnels, unless ?cascade=true), or forbidden (the cascade needs a scope the caller lacks; audited as denied).', CASCADE_FROM_NODE, (ctx, effects, id) =>
+export const batchOperations = {
+  deleteNodes: batchDelete('nodes', 'node.delete', 'Per item: deleted, not_found, conflict (still has rules or tunnels, unless ?cascade=true), or forbidden (the cascade needs a scope the caller lacks; audited as denied).', (ctx, effects, id) =>
     removeNode(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
-  batchDelete('rules', 'rules:write', 'rule.delete', 'Per item: deleted or not_found.', [], (ctx, effects, id) => removeRule(ctx.app, effects, id)),
-  batchDelete('tunnels', 'tunnels:write', 'tunnel.delete', 'Per item: deleted, not_found, conflict (still used by rules, unless ?cascade=true), or forbidden (the cascade needs rules:write).', CASCADE_FROM_TUNNEL, (ctx, effects, id) =>
+  deleteRules: batchDelete('rules', 'rule.delete', 'Per item: deleted or not_found.', (ctx, effects, id) => removeRule(ctx.app, effects, id)),
+  deleteTunnels: batchDelete('tunnels', 'tunnel.delete', 'Per item: deleted, not_found, conflict (still used by rules, unless ?cascade=true), or forbidden (the cascade needs rules:write).', (ctx, effects, id) =>
     removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
-  route({
-    method: 'POST',
-    path: '/api/rules/batch-create',
-    scope: 'rules:write',
+  batchCreateRules: operation({
     action: 'rule.create',
     summary: `Create up to ${MAX_BATCH} forwarding rules, all or nothing`,
     description: 'If any rule is invalid or its port is taken (also by an earlier rule of the same batch), nothing is created: 422 with every problem in errors (pointers like #/rules/137/listen_port) and a per-item results list.',
@@ -234,10 +219,7 @@ export const batchRoutes = [
     responses: { 200: { description: 'Dry run: what would be created', schema: resultsSchema }, 201: { description: 'All created; results carry the new ids in order', schema: resultsSchema } },
     handler: batchCreateRules,
   }),
-  route({
-    method: 'POST',
-    path: '/api/rules/batch-update',
-    scope: 'rules:write',
+  batchUpdateRules: operation({
     action: 'rule.update',
     summary: 'Enable, disable or move several forwarding rules',
     description: 'Applies the same changes to every rule. Per item: updated, not_found, conflict (port taken on the new node) or invalid (e.g. the tunnel does not enter at that node).',
@@ -246,10 +228,7 @@ export const batchRoutes = [
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: batchUpdateRules,
   }),
-  route({
-    method: 'POST',
-    path: '/api/rules/batch-sync',
-    scope: 'rules:write',
+  batchSyncRules: operation({
     action: 'rule.sync',
     summary: 'Push several rules\' nodes their config and wait for them to acknowledge',
     description: 'Waits up to sync_wait_seconds in all. Per item: applied, pending, failed (with the node\'s error) or not_found.',
@@ -257,4 +236,4 @@ export const batchRoutes = [
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: batchSyncRules,
   }),
-];
+};

@@ -8,7 +8,7 @@ import { nodeStatuses } from '../store/nodes.ts';
 import { syncStates } from '../domain/rules.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import { record } from './common.ts';
-import { ok, route, type Ctx } from './route.ts';
+import { ok, operation, type Ctx } from './route.ts';
 
 const MAX_POINTS = 10_000;
 const BUCKET_SECONDS = 60;
@@ -103,23 +103,17 @@ function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
   });
 }
 
-export const dashboardRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/dashboard',
-    scope: 'dashboard:read',
+export const dashboardOperations = {
+  dashboard: operation({
     summary: 'Counts by state, traffic totals and license usage',
     responses: { 200: { description: 'The dashboard', schema: dashboardSchema } },
     handler: dashboard,
   }),
-  route({
-    method: 'GET',
-    path: '/api/dashboard/traffic',
-    scope: 'dashboard:read',
+  traffic: operation({
     summary: 'Bytes in and out over time',
     description: `Summed from per-minute buckets reported by the agents, per step (aligned to multiples of step since the Unix epoch). At most ${MAX_POINTS} points; buckets older than traffic_retention_days are pruned.`,
     query: trafficQuery,
     responses: { 200: { description: 'The series', schema: trafficSchema } },
     handler: traffic,
   }),
-];
+};

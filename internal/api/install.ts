@@ -7,7 +7,7 @@ import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
 import { nodeSchema, nodeView } from './nodes.ts';
-import { idParam, notFound, route, type Ctx, type Reply } from './route.ts';
+import { idParam, notFound, operation, type Ctx, type Reply } from './route.ts';
 
 const installInput = object(
   {
@@ -35,11 +35,8 @@ function installer(mode: InstallMode) {
 const description = (what: string) =>
   `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact (under the node, not its address) and refuses any other key afterwards, also after the node's host changes, before offering a credential; forget_host_key drops the pin. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env (the master URL, the master's key pin when it serves HTTPS itself, and the agent token) and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
 
-export const installRoutes = [
-  route({
-    method: 'POST',
-    path: '/api/nodes/{id}/install-ssh',
-    scope: 'nodes:write',
+export const installOperations = {
+  install: operation({
     action: 'node.install',
     summary: 'Install the agent on a node over SSH',
     description: description('For a node without an agent (new or install_failed); 409 otherwise.'),
@@ -47,10 +44,7 @@ export const installRoutes = [
     responses: { 202: { description: 'Started; the node is installing', schema: nodeSchema }, 409: { description: 'An install is running, or the node already has an agent' } },
     handler: installer('install'),
   }),
-  route({
-    method: 'POST',
-    path: '/api/nodes/{id}/reinstall',
-    scope: 'nodes:write',
+  reinstall: operation({
     action: 'node.reinstall',
     summary: 'Reinstall the agent on a node over SSH, with a fresh agent token',
     description: description('For any node not already installing. The old agent token stops working when the new agent is started; the agent keeps its state dir, so unsent traffic is not lost.'),
@@ -58,4 +52,4 @@ export const installRoutes = [
     responses: { 202: { description: 'Started; the node is installing', schema: nodeSchema }, 409: { description: 'An install is running' } },
     handler: installer('reinstall'),
   }),
-];
+};

@@ -1,7 +1,7 @@
 // The license, read only: what it allows and whether it is in force.
 
 import { nullableTimestamp, record } from './common.ts';
-import { ok, route, type Ctx } from './route.ts';
+import { ok, operation, type Ctx } from './route.ts';
 
 const licenseSchema = record('License', {
   status: { type: 'string', enum: ['none', 'valid', 'expired', 'invalid'], description: 'none: no license file, the free edition.' },
@@ -24,14 +24,11 @@ function getLicense(ctx: Ctx<undefined, {}>) {
   return ok(ctx.app.licenseView());
 }
 
-export const licenseRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/license',
-    scope: 'license:read',
+export const licenseOperations = {
+  getLicense: operation({
     summary: 'Show the license and the limits in force',
     description: 'Without a valid license (none, expired or tampered) the master runs as the free edition and says why here.',
     responses: { 200: { description: 'The license', schema: licenseSchema } },
     handler: getLicense,
   }),
-];
+};

@@ -14,7 +14,7 @@ import { agentCommand } from '../install/agent-env.ts';
 import type { App } from './app.ts';
 import { masterDial } from './dial.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx } from './route.ts';
+import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx } from './route.ts';
 import { transact, type Effects } from './writes.ts';
 
 const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'install', 'ssh_auth', 'version', 'created_at', 'updated_at'];
@@ -209,20 +209,14 @@ function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
   return noContent();
 }
 
-export const nodeRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/nodes',
-    scope: 'nodes:read',
+export const nodeOperations = {
+  listNodes: operation({
     summary: 'List nodes',
     query: listNodesQuery,
     responses: { 200: { description: 'A page of nodes', schema: pageSchema(nodeSchema) } },
     handler: listNodes,
   }),
-  route({
-    method: 'POST',
-    path: '/api/nodes',
-    scope: 'nodes:write',
+  createNode: operation({
     action: 'node.create',
     summary: 'Add a node; its agent token is in this response only',
     description: 'Give at most one SSH credential (ssh_private_key or ssh_password); it is encrypted at rest and never returned. The license limits how many nodes may exist (403 license_limit).',
@@ -230,18 +224,12 @@ export const nodeRoutes = [
     responses: { 201: { description: 'Created', schema: nodeCreatedSchema }, 403: { description: 'Lacking nodes:write, or the license allows no more nodes (license_limit)' }, 409: { description: 'The name is taken' } },
     handler: createNode,
   }),
-  route({
-    method: 'GET',
-    path: '/api/nodes/{id}',
-    scope: 'nodes:read',
+  getNode: operation({
     summary: 'Show a node',
     responses: { 200: { description: 'The node', schema: nodeSchema } },
     handler: getNode,
   }),
-  route({
-    method: 'PUT',
-    path: '/api/nodes/{id}',
-    scope: 'nodes:write',
+  replaceNode: operation({
     action: 'node.update',
     summary: 'Replace a node\'s settings',
     description: 'Absent SSH credentials keep the stored one; null removes it. Changing host, ssh_port or ssh_user of a node with a stored credential needs the credential (or null) in the same request (422 otherwise): a credential never follows a node to another address. Status, agent and traffic fields are read-only and ignored.',
@@ -249,16 +237,12 @@ export const nodeRoutes = [
     responses: { 200: { description: 'Updated', schema: nodeSchema }, 409: { description: 'The name is taken' } },
     handler: replaceNode,
   }),
-  route({
-    method: 'DELETE',
-    path: '/api/nodes/{id}',
-    scope: 'nodes:write',
+  deleteNode: operation({
     action: 'node.delete',
     summary: 'Delete a node',
     description: 'A node that still has rules or tunnels is 409 (listing them) unless ?cascade=true, which deletes them too, each with its own audit entry.',
     query: cascadeQuery,
-    alsoNeeds: CASCADE_FROM_NODE,
-    responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking nodes:write, or a scope the cascade needs' }, 409: { description: 'Still has rules or tunnels' } },
+        responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking nodes:write, or a scope the cascade needs' }, 409: { description: 'Still has rules or tunnels' } },
     handler: deleteNode,
   }),
-];
+};

@@ -63,17 +63,10 @@ export interface ResponseDoc {
   schema?: Schema<unknown>;
 }
 
-export interface RouteSpec<B, Q extends QuerySpec> {
-  method: Method;
-  path: string;
-  scope: Access;
+/** What a route does: documented, with its schemas, audit action and handler. Where it lives and who may call it is in routes.ts. */
+export interface OperationSpec<B, Q extends QuerySpec> {
   /** Audit action (`resource.verb`); every route that writes has one. */
   action?: string;
-  /**
-   * Scopes the route needs beyond `scope` for some of what it may do (a cascade, a sensitive
-   * setting), checked when it does it: 403 and nothing changed otherwise.
-   */
-  alsoNeeds?: readonly SideEffect[];
   summary: string;
   description?: string;
   query?: Q;
@@ -84,11 +77,27 @@ export interface RouteSpec<B, Q extends QuerySpec> {
   handler: (ctx: Ctx<B, QueryOf<Q>>) => Reply | Promise<Reply>;
 }
 
-export type Route = RouteSpec<any, QuerySpec>;
+export type Operation = OperationSpec<any, QuerySpec>;
 
-/** Types a route's handler against its own schemas, then erases them for the table. */
-export function route<B = undefined, Q extends QuerySpec = {}>(spec: RouteSpec<B, Q>): Route {
-  return spec as unknown as Route;
+/** Types an operation's handler against its own schemas, then erases them for the table. */
+export function operation<B = undefined, Q extends QuerySpec = {}>(spec: OperationSpec<B, Q>): Operation {
+  return spec as unknown as Operation;
+}
+
+export interface Route extends Operation {
+  method: Method;
+  path: string;
+  scope: Access;
+  /**
+   * Scopes the route needs beyond `scope` for some of what it may do (a cascade, a sensitive
+   * setting), checked when it does it: 403 and nothing changed otherwise.
+   */
+  alsoNeeds?: readonly SideEffect[];
+}
+
+/** A line of the route table. */
+export function route(method: Method, path: string, scope: Access, op: Operation, alsoNeeds?: readonly SideEffect[]): Route {
+  return { method, path, scope, ...(alsoNeeds && alsoNeeds.length > 0 ? { alsoNeeds } : {}), ...op };
 }
 
 /** The positive integer id in the path, or `not_found`. */

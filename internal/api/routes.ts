@@ -1,45 +1,77 @@
-// The route table: every route of the admin API with its required scope. The router, the
-// scope check, the API reference and the scope tests all read this one list.
+// The route table: every route of the admin API on one line, with the scope it needs (and
+// any it needs besides, for side effects) and the operation that answers it. The router, the
+// scope check, the OpenAPI document, the API reference and the scope tests all read this list.
 
-import { auditRoutes } from './audit.ts';
-import { batchRoutes } from './batch.ts';
-import { dashboardRoutes } from './dashboard.ts';
-import { authRoutes } from './auth.ts';
-import { installRoutes } from './install.ts';
-import { licenseRoutes } from './license.ts';
-import { nodeRoutes } from './nodes.ts';
-import { describe } from '../schema/schema.ts';
+import { auditOperations as audit } from './audit.ts';
+import { authOperations as auth } from './auth.ts';
+import { batchOperations as batch } from './batch.ts';
+import { dashboardOperations as dashboard } from './dashboard.ts';
+import { installOperations as install } from './install.ts';
+import { licenseOperations as license } from './license.ts';
+import { CASCADE_FROM_NODE, nodeOperations as nodes } from './nodes.ts';
 import { openApiDocument } from './openapi.ts';
-import { ruleRoutes } from './rules.ts';
-import { ok, route, type Route } from './route.ts';
-import { settingsRoutes } from './settings.ts';
-import { tokenRoutes } from './tokens.ts';
-import { transferRoutes } from './transfer.ts';
-import { tunnelRoutes } from './tunnels.ts';
-import { userRoutes } from './users.ts';
+import { operation, ok, route, type Route } from './route.ts';
+import { ruleOperations as rules } from './rules.ts';
+import { GUARDED_SETTINGS, settingsOperations as settings } from './settings.ts';
+import { tokenOperations as tokens } from './tokens.ts';
+import { transferOperations as transfer } from './transfer.ts';
+import { CASCADE_FROM_TUNNEL, tunnelOperations as tunnels } from './tunnels.ts';
+import { userOperations as users } from './users.ts';
+import { describe } from '../schema/schema.ts';
 
+const openapi = operation({
+  summary: 'This API as an OpenAPI 3.1 document, generated from the route table',
+  responses: { 200: { description: 'The OpenAPI document', schema: describe({ type: 'object', required: ['openapi', 'info', 'paths', 'components'] }) } },
+  handler: () => ok((document ??= openApiDocument(routes))),
+});
+
+// prettier-ignore
 export const routes: readonly Route[] = [
-  ...authRoutes,
-  ...tokenRoutes,
-  ...userRoutes,
-  ...settingsRoutes,
-  ...auditRoutes,
-  ...licenseRoutes,
-  ...nodeRoutes,
-  ...installRoutes,
-  ...ruleRoutes,
-  ...tunnelRoutes,
-  ...batchRoutes,
-  ...dashboardRoutes,
-  ...transferRoutes,
-  route({
-    method: 'GET',
-    path: '/api/openapi.json',
-    scope: 'public',
-    summary: 'This API as an OpenAPI 3.1 document, generated from the route table',
-    responses: { 200: { description: 'The OpenAPI document', schema: describe({ type: 'object', required: ['openapi', 'info', 'paths', 'components'] }) } },
-    handler: () => ok((document ??= openApiDocument(routes))),
-  }),
+  route('POST',   '/api/auth/login',              'public',          auth.login),
+  route('GET',    '/api/auth/me',                 'authenticated',   auth.whoami),
+  route('POST',   '/api/auth/logout',             'authenticated',   auth.logout),
+  route('GET',    '/api/tokens',                  'tokens:read',     tokens.listTokens),
+  route('POST',   '/api/tokens',                  'tokens:write',    tokens.createToken),
+  route('GET',    '/api/tokens/{id}',             'tokens:read',     tokens.getToken),
+  route('DELETE', '/api/tokens/{id}',             'tokens:write',    tokens.deleteToken),
+  route('GET',    '/api/users',                   'users:read',      users.listUsers),
+  route('POST',   '/api/users',                   'users:write',     users.createUser),
+  route('GET',    '/api/users/{id}',              'users:read',      users.getUser),
+  route('PUT',    '/api/users/{id}',              'users:write',     users.updateUser),
+  route('DELETE', '/api/users/{id}',              'users:write',     users.deleteUser),
+  route('GET',    '/api/settings',                'settings:read',   settings.getSettings),
+  route('PATCH',  '/api/settings',                'settings:write',  settings.patchSettings, GUARDED_SETTINGS),
+  route('GET',    '/api/audit-logs',              'audit:read',      audit.listAudit),
+  route('GET',    '/api/license',                 'license:read',    license.getLicense),
+  route('GET',    '/api/nodes',                   'nodes:read',      nodes.listNodes),
+  route('POST',   '/api/nodes',                   'nodes:write',     nodes.createNode),
+  route('GET',    '/api/nodes/{id}',              'nodes:read',      nodes.getNode),
+  route('PUT',    '/api/nodes/{id}',              'nodes:write',     nodes.replaceNode),
+  route('DELETE', '/api/nodes/{id}',              'nodes:write',     nodes.deleteNode, CASCADE_FROM_NODE),
+  route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.install),
+  route('POST',   '/api/nodes/{id}/reinstall',    'nodes:write',     install.reinstall),
+  route('GET',    '/api/rules',                   'rules:read',      rules.listRules),
+  route('POST',   '/api/rules',                   'rules:write',     rules.createRule),
+  route('GET',    '/api/rules/{id}',              'rules:read',      rules.getRule),
+  route('PUT',    '/api/rules/{id}',              'rules:write',     rules.putRule),
+  route('DELETE', '/api/rules/{id}',              'rules:write',     rules.deleteRule),
+  route('POST',   '/api/rules/{id}/sync',         'rules:write',     rules.syncRule),
+  route('GET',    '/api/tunnels',                 'tunnels:read',    tunnels.listTunnels),
+  route('POST',   '/api/tunnels',                 'tunnels:write',   tunnels.createTunnel),
+  route('GET',    '/api/tunnels/{id}',            'tunnels:read',    tunnels.getTunnel),
+  route('PUT',    '/api/tunnels/{id}',            'tunnels:write',   tunnels.putTunnel),
+  route('DELETE', '/api/tunnels/{id}',            'tunnels:write',   tunnels.deleteTunnel, CASCADE_FROM_TUNNEL),
+  route('POST',   '/api/nodes/batch-delete',      'nodes:write',     batch.deleteNodes, CASCADE_FROM_NODE),
+  route('POST',   '/api/rules/batch-delete',      'rules:write',     batch.deleteRules),
+  route('POST',   '/api/tunnels/batch-delete',    'tunnels:write',   batch.deleteTunnels, CASCADE_FROM_TUNNEL),
+  route('POST',   '/api/rules/batch-create',      'rules:write',     batch.batchCreateRules),
+  route('POST',   '/api/rules/batch-update',      'rules:write',     batch.batchUpdateRules),
+  route('POST',   '/api/rules/batch-sync',        'rules:write',     batch.batchSyncRules),
+  route('GET',    '/api/dashboard',               'dashboard:read',  dashboard.dashboard),
+  route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.traffic),
+  route('GET',    '/api/export',                  '*',               transfer.exportAll),
+  route('POST',   '/api/import',                  '*',               transfer.importDocument),
+  route('GET',    '/api/openapi.json',            'public',          openapi),
 ];
 
 let document: unknown;

@@ -11,7 +11,7 @@ import { array, boolean, integer, nullable, object, oneOf, optional, string, typ
 import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, okJson, route, type Ctx, type Reply } from './route.ts';
+import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx, type Reply } from './route.ts';
 import { transact, type Effects, type WriteCtx } from './writes.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
@@ -202,20 +202,14 @@ async function syncRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
   return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
 }
 
-export const ruleRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/rules',
-    scope: 'rules:read',
+export const ruleOperations = {
+  listRules: operation({
     summary: 'List forwarding rules',
     query: listRulesQuery,
     responses: { 200: { description: 'A page of rules', schema: pageSchema(ruleSchema) } },
     handler: listRules,
   }),
-  route({
-    method: 'POST',
-    path: '/api/rules',
-    scope: 'rules:write',
+  createRule: operation({
     action: 'rule.create',
     summary: 'Create a forwarding rule',
     description: 'The rule starts with sync.state pending and is pushed to its node. A port the node already uses for the same protocol is 409 naming the rule (or tunnel) that holds it.',
@@ -223,18 +217,12 @@ export const ruleRoutes = [
     responses: { 201: { description: 'Created', schema: ruleSchema }, 409: { description: 'The port is taken on that node' } },
     handler: createRule,
   }),
-  route({
-    method: 'GET',
-    path: '/api/rules/{id}',
-    scope: 'rules:read',
+  getRule: operation({
     summary: 'Show a forwarding rule',
     responses: { 200: { description: 'The rule', schema: ruleSchema } },
     handler: getRule,
   }),
-  route({
-    method: 'PUT',
-    path: '/api/rules/{id}',
-    scope: 'rules:write',
+  putRule: operation({
     action: 'rule.update',
     summary: 'Replace a forwarding rule',
     description: 'Moving a rule to another node pushes both nodes. Sync state and traffic are read-only and ignored.',
@@ -242,23 +230,17 @@ export const ruleRoutes = [
     responses: { 200: { description: 'Updated', schema: ruleSchema }, 409: { description: 'The port is taken on that node' } },
     handler: putRule,
   }),
-  route({
-    method: 'DELETE',
-    path: '/api/rules/{id}',
-    scope: 'rules:write',
+  deleteRule: operation({
     action: 'rule.delete',
     summary: 'Delete a forwarding rule; its node closes the port',
     responses: { 204: { description: 'Deleted' } },
     handler: deleteRule,
   }),
-  route({
-    method: 'POST',
-    path: '/api/rules/{id}/sync',
-    scope: 'rules:write',
+  syncRule: operation({
     action: 'rule.sync',
     summary: 'Push a rule\'s node its config and wait for the node to acknowledge',
     description: 'Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet (e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure (sync.error in the body\'s rule).',
     responses: { 200: { description: 'Applied', schema: ruleSchema }, 202: { description: 'Still pending', schema: ruleSchema }, 502: { description: 'The node could not apply it' } },
     handler: syncRule,
   }),
-];
+};

@@ -5,7 +5,7 @@ import type { Infer } from '../schema/schema.ts';
 import { grants } from '../auth/scopes.ts';
 import { agentKeys, guardedKeys, settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
 import { missingScope } from './writes.ts';
-import { ok, route, type Ctx } from './route.ts';
+import { ok, operation, type Ctx } from './route.ts';
 
 function getSettings(ctx: Ctx<undefined, {}>) {
   return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
@@ -30,25 +30,21 @@ function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
   return ok(app.settings.values, { ETag: app.settings.etag() });
 }
 
-export const settingsRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/settings',
-    scope: 'settings:read',
+/** Changing these settings needs `*` besides settings:write. */
+export const GUARDED_SETTINGS = [{ scope: '*', when: `changing ${guardedKeys.join(', ')}` }] as const;
+
+export const settingsOperations = {
+  getSettings: operation({
     summary: 'Show every setting',
     responses: { 200: { description: 'The settings', schema: settingsSchema } },
     handler: getSettings,
   }),
-  route({
-    method: 'PATCH',
-    path: '/api/settings',
-    scope: 'settings:write',
+  patchSettings: operation({
     action: 'settings.update',
     summary: 'Change settings with a JSON merge patch',
     description: 'Send only the keys to change (application/json or application/merge-patch+json); null resets a key to its default. Unknown keys or bad values: 422 and nothing changes. Keys that redirect installs or weaken a protection need * to change (403 and nothing changes); sending them with their current value needs no more than settings:write.',
-    alsoNeeds: [{ scope: '*', when: `changing ${guardedKeys.join(', ')}` }],
-    body: settingsPatchSchema,
+        body: settingsPatchSchema,
     responses: { 200: { description: 'The settings after the change', schema: settingsSchema } },
     handler: patchSettings,
   }),
-];
+};

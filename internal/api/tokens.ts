@@ -10,7 +10,7 @@ import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import type { Token } from '../store/tokens.ts';
 import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
 
 // Tokens never change, so their version is always 1.
 const TOKEN_VERSION = 1;
@@ -99,20 +99,14 @@ function deleteToken(ctx: Ctx<undefined, {}>) {
   return noContent();
 }
 
-export const tokenRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/tokens',
-    scope: 'tokens:read',
+export const tokenOperations = {
+  listTokens: operation({
     summary: 'List API tokens (never their secrets)',
     query: listTokensQuery,
     responses: { 200: { description: 'A page of tokens', schema: pageSchema(tokenSchema) } },
     handler: listTokens,
   }),
-  route({
-    method: 'POST',
-    path: '/api/tokens',
-    scope: 'tokens:write',
+  createToken: operation({
     action: 'token.create',
     summary: 'Issue an API token; the secret is in this response only',
     description: 'The token belongs to the calling user and can hold only scopes the caller holds (403 otherwise). Its effective scopes shrink if its owner loses scopes later.',
@@ -120,22 +114,16 @@ export const tokenRoutes = [
     responses: { 201: { description: 'Issued', schema: tokenCreatedSchema }, 403: { description: 'A requested scope is not held by the caller' } },
     handler: createToken,
   }),
-  route({
-    method: 'GET',
-    path: '/api/tokens/{id}',
-    scope: 'tokens:read',
+  getToken: operation({
     summary: 'Show one API token',
     responses: { 200: { description: 'The token', schema: tokenSchema } },
     handler: getToken,
   }),
-  route({
-    method: 'DELETE',
-    path: '/api/tokens/{id}',
-    scope: 'tokens:write',
+  deleteToken: operation({
     action: 'token.delete',
     summary: 'Revoke an API token at once',
     description: "A token can always revoke itself; any other token only if the caller holds every scope of the token's owner (403 otherwise), the rule the users API follows.",
     responses: { 204: { description: 'Revoked' }, 403: { description: "The token's owner holds scopes the caller lacks" } },
     handler: deleteToken,
   }),
-];
+};

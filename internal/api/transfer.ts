@@ -8,7 +8,7 @@ import { array, dateTime, describe, integer, nullable, object, oneOf, optional, 
 import type { Rule, RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { insertNode, nodeInput } from './nodes.ts';
-import { ok, route, type Ctx, type Reply } from './route.ts';
+import { ok, operation, type Ctx, type Reply } from './route.ts';
 import { insertRule, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
 import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
@@ -191,20 +191,14 @@ const importResultItem = {
   additionalProperties: false,
 };
 
-export const transferRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/export',
-    scope: '*',
+export const transferOperations = {
+  exportAll: operation({
     summary: 'Export nodes (without secrets), tunnels and rules as one document',
     description: 'It spans every resource, so it needs *. SSH credentials and agent tokens are never exported.',
     responses: { 200: { description: 'The document', schema: exportDocument } },
     handler: exportAll,
   }),
-  route({
-    method: 'POST',
-    path: '/api/import',
-    scope: '*',
+  importDocument: operation({
     action: 'config.import',
     summary: 'Recreate nodes, tunnels and rules from an export document',
     description:
@@ -225,4 +219,4 @@ export const transferRoutes = [
     },
     handler: importDocument,
   }),
-];
+};

@@ -10,7 +10,7 @@ import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../s
 import type { App } from './app.ts';
 import { pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
-import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
 import { transact, type Effects } from './writes.ts';
 
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
@@ -148,12 +148,9 @@ function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
   return noContent();
 }
 
-export const tunnelRoutes = [
-  route({ method: 'GET', path: '/api/tunnels', scope: 'tunnels:read', summary: 'List tunnels', query: listTunnelsQuery, responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } }, handler: listTunnels }),
-  route({
-    method: 'POST',
-    path: '/api/tunnels',
-    scope: 'tunnels:write',
+export const tunnelOperations = {
+  listTunnels: operation({ summary: 'List tunnels', query: listTunnelsQuery, responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } }, handler: listTunnels }),
+  createTunnel: operation({
     action: 'tunnel.create',
     summary: 'Create a tunnel between two nodes',
     description: `Without listen_port the master picks a free port on the exit node from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}. A port the exit node already uses is 409 naming the holder.`,
@@ -161,11 +158,8 @@ export const tunnelRoutes = [
     responses: { 201: { description: 'Created', schema: tunnelSchema }, 409: { description: 'Name or port taken' } },
     handler: createTunnel,
   }),
-  route({ method: 'GET', path: '/api/tunnels/{id}', scope: 'tunnels:read', summary: 'Show a tunnel', responses: { 200: { description: 'The tunnel', schema: tunnelSchema } }, handler: getTunnel }),
-  route({
-    method: 'PUT',
-    path: '/api/tunnels/{id}',
-    scope: 'tunnels:write',
+  getTunnel: operation({ summary: 'Show a tunnel', responses: { 200: { description: 'The tunnel', schema: tunnelSchema } }, handler: getTunnel }),
+  putTunnel: operation({
     action: 'tunnel.update',
     summary: 'Replace a tunnel',
     description: 'The entry node cannot change while rules use the tunnel (409). An absent listen_port keeps the current one unless the exit node changes.',
@@ -173,16 +167,12 @@ export const tunnelRoutes = [
     responses: { 200: { description: 'Updated', schema: tunnelSchema }, 409: { description: 'Name or port taken, or rules pin the entry node' } },
     handler: putTunnel,
   }),
-  route({
-    method: 'DELETE',
-    path: '/api/tunnels/{id}',
-    scope: 'tunnels:write',
+  deleteTunnel: operation({
     action: 'tunnel.delete',
     summary: 'Delete a tunnel',
     description: 'A tunnel that rules still use is 409 (listing them) unless ?cascade=true, which deletes those rules too.',
     query: cascadeQuery,
-    alsoNeeds: CASCADE_FROM_TUNNEL,
-    responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking tunnels:write, or rules:write for the cascade' }, 409: { description: 'Still used by rules' } },
+        responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking tunnels:write, or rules:write for the cascade' }, 409: { description: 'Still used by rules' } },
     handler: deleteTunnel,
   }),
-];
+};

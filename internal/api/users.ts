@@ -10,7 +10,7 @@ import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.t
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
 import type { User } from '../store/users.ts';
 import { pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, route, type Ctx } from './route.ts';
+import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
 
 const username = string({
   min: 1,
@@ -128,20 +128,14 @@ function deleteUser(ctx: Ctx<undefined, {}>) {
   return noContent();
 }
 
-export const userRoutes = [
-  route({
-    method: 'GET',
-    path: '/api/users',
-    scope: 'users:read',
+export const userOperations = {
+  listUsers: operation({
     summary: 'List users',
     query: listUsersQuery,
     responses: { 200: { description: 'A page of users', schema: pageSchema(userSchema) } },
     handler: listUsers,
   }),
-  route({
-    method: 'POST',
-    path: '/api/users',
-    scope: 'users:write',
+  createUser: operation({
     action: 'user.create',
     summary: 'Create a user',
     description: `Passwords need at least ${MIN_PASSWORD} characters. The caller can only give scopes it holds (403).`,
@@ -149,18 +143,12 @@ export const userRoutes = [
     responses: { 201: { description: 'Created', schema: userSchema }, 409: { description: 'The username is taken' } },
     handler: createUser,
   }),
-  route({
-    method: 'GET',
-    path: '/api/users/{id}',
-    scope: 'users:read',
+  getUser: operation({
     summary: 'Show a user',
     responses: { 200: { description: 'The user', schema: userSchema } },
     handler: getUser,
   }),
-  route({
-    method: 'PUT',
-    path: '/api/users/{id}',
-    scope: 'users:write',
+  updateUser: operation({
     action: 'user.update',
     summary: 'Replace a user',
     description: 'An absent password keeps the current one; a new password ends the user\'s login sessions. Disabling ends the user\'s sessions and revokes its API tokens. Only users whose scopes the caller holds can be changed (403). The last enabled holder of * cannot lose it or be disabled (409).',
@@ -168,13 +156,10 @@ export const userRoutes = [
     responses: { 200: { description: 'Updated', schema: userSchema }, 409: { description: 'Username taken, or last holder of *' } },
     handler: updateUser,
   }),
-  route({
-    method: 'DELETE',
-    path: '/api/users/{id}',
-    scope: 'users:write',
+  deleteUser: operation({
     action: 'user.delete',
     summary: 'Delete a user, its sessions and its API tokens',
     responses: { 204: { description: 'Deleted' }, 409: { description: 'The last enabled holder of *' } },
     handler: deleteUser,
   }),
-];
+};
