@@ -4,9 +4,9 @@
 import { decoyHash, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { object, string, type Infer } from '../schema/schema.ts';
-import { actorOf } from './app.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
 import { noContent, ok, operation, type Ctx } from './route.ts';
+import { actingAs, transact } from './writes.ts';
 
 export const loginInput = object(
   {
@@ -64,25 +64,21 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     throw error;
   }
   if (!user || !matches || user.disabled) {
-    app.store.write(() =>
-      app.store.audit.record(
-        { ...ctx.actor, actor_name: sanitizeName(body.username) },
-        { action: 'auth.login', resource: 'session', resource_id: null, status: 'failed' },
-        app.timestamp(),
-      ),
-    );
+    // Recorded as the name that was tried: there is no user to name.
+    transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) => effects.failed({ resource: 'session', resource_id: null }));
     throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
   }
   attempt.succeeded();
   const secret = newSecret('session');
   const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
-  const session = app.store.write(() => {
+  // From here the caller is known: the user who logged in.
+  const actor = { actor_type: 'user' as const, actor_id: user.id, actor_name: user.username, ip, request_id: ctx.requestId };
+  const session = transact(app, actingAs(ctx, actor), (effects) => {
     const token = app.store.tokens.insert(
       { kind: 'session', name: 'login', user_id: user.id, scopes: user.scopes, secret_hash: hashSecret(secret), expires_at: expiresAt },
       app.timestamp(),
     );
-    const actor = { actor_type: 'user' as const, actor_id: user.id, actor_name: user.username, ip, request_id: ctx.requestId };
-    app.store.audit.record(actor, { action: 'auth.login', resource: 'session', resource_id: token.id, status: 'success' }, app.timestamp());
+    effects.audit({ resource: 'session', resource_id: token.id });
     return token;
   });
   return ok({ token: secret, expires_at: session.expires_at, user: { id: user.id, username: user.username, scopes: user.scopes } });
@@ -102,9 +98,9 @@ function logout(ctx: Ctx<undefined, {}>) {
   if (caller.kind !== 'session') {
     throw new DomainError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
   }
-  app.store.write(() => {
+  transact(app, ctx, (effects) => {
     app.store.tokens.delete(caller.tokenId);
-    app.store.audit.record(actorOf(caller, ctx.ip, ctx.requestId), { action: 'auth.logout', resource: 'session', resource_id: caller.tokenId, status: 'success' }, app.timestamp());
+    effects.audit({ resource: 'session', resource_id: caller.tokenId });
   });
   return noContent();
 }

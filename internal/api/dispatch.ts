@@ -299,6 +299,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       body,
       headers: x.req.headers,
       actor: actorOf(principal, x.ip, x.requestId),
+      action: route.action,
       get caller(): Principal {
         if (!principal) throw new Error(`${route.method} ${route.path} is public and has no caller`);
         return principal;

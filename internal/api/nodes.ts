@@ -15,7 +15,7 @@ import type { App } from './app.ts';
 import { masterDial } from './dial.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx } from './route.ts';
-import { transact, type Effects } from './writes.ts';
+import { diff, transact, type Effects } from './writes.ts';
 
 const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'install', 'ssh_auth', 'version', 'created_at', 'updated_at'];
 
@@ -195,10 +195,11 @@ function replaceNode(ctx: Ctx<NodeInput, {}>) {
       throw validationFailed([{ pointer: '#/ssh_private_key', detail: `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null for none): the stored one was given for the old ${moved.join(', ')}` }]);
     }
     const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
-    const changed = Object.keys(fieldsOf(body)).filter((k) => JSON.stringify(current[k as keyof Node]) !== JSON.stringify(updated[k as keyof Node]));
-    const after: Record<string, unknown> = Object.fromEntries(changed.map((k) => [k, updated[k as keyof Node]]));
-    if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) Object.assign(after, { ssh_auth: updated.ssh_auth, ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password });
-    effects.audit({ action: 'node.update', resource: 'node', resource_id: id, changes: { before: Object.fromEntries(changed.map((k) => [k, current[k as keyof Node]])), after } });
+    const changes = diff<Node>(current, updated, ['name', 'host', 'ssh_port', 'ssh_user', 'tags']);
+    if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) {
+      Object.assign(changes.after, { ssh_auth: updated.ssh_auth, ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password });
+    }
+    effects.audit({ resource: 'node', resource_id: id, changes });
     return updated;
   });
   return ok(nodeView(node), { ETag: etagOf(node.version) });

@@ -51,6 +51,8 @@ export interface Ctx<B, Q> {
   caller: Principal;
   /** Who to record in the audit log for this request. */
   actor: Actor;
+  /** The route's audit action, which its writes record unless they name another. */
+  action?: string;
 }
 
 export interface SideEffect {

@@ -12,7 +12,7 @@ import { protocols, strategies, syncStates, type Rule, type RuleFields } from '.
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx, type Reply } from './route.ts';
-import { transact, type Effects, type WriteCtx } from './writes.ts';
+import { diff, transact, type Effects, type WriteCtx } from './writes.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
@@ -94,13 +94,7 @@ export function replaceRule(app: App, effects: Effects, id: number, fields: Rule
   const updated = app.store.rules.update(id, fields, app.timestamp());
   effects.touchNode(current.node_id);
   effects.touchNode(updated.node_id);
-  const keys = (Object.keys(fields) as (keyof RuleFields)[]).filter((k) => JSON.stringify(current[k]) !== JSON.stringify(fields[k]));
-  effects.audit({
-    action: 'rule.update',
-    resource: 'rule',
-    resource_id: id,
-    changes: { before: Object.fromEntries(keys.map((k) => [k, current[k]])), after: Object.fromEntries(keys.map((k) => [k, fields[k]])) },
-  });
+  effects.audit({ action: 'rule.update', resource: 'rule', resource_id: id, changes: diff<RuleFields>(current, fields, Object.keys(fields) as (keyof RuleFields)[]) });
   return updated;
 }
 

@@ -4,7 +4,7 @@ import { checkIfMatchTag } from '../http/etag.ts';
 import type { Infer } from '../schema/schema.ts';
 import { grants } from '../auth/scopes.ts';
 import { agentKeys, guardedKeys, settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
-import { missingScope } from './writes.ts';
+import { missingScope, transact } from './writes.ts';
 import { ok, operation, type Ctx } from './route.ts';
 
 function getSettings(ctx: Ctx<undefined, {}>) {
@@ -14,14 +14,14 @@ function getSettings(ctx: Ctx<undefined, {}>) {
 function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
   const { app } = ctx;
   try {
-    app.store.write(() => {
+    transact(app, ctx, (effects) => {
       checkIfMatchTag(ctx.headers['if-match'], app.settings.etag());
       const changes = app.settings.apply(ctx.body);
       const guarded = guardedKeys.filter((key) => key in changes.after);
       if (guarded.length > 0 && !grants(ctx.caller.scopes, '*')) throw missingScope('*', `changing ${guarded.join(', ')}`);
       if (agentKeys.some((key) => key in changes.after)) app.store.db.afterCommit(() => app.sync.configChangedEverywhere());
       if (Object.keys(changes.after).length > 0) {
-        app.store.audit.record(ctx.actor, { action: 'settings.update', resource: 'settings', resource_id: null, status: 'success', changes }, app.timestamp());
+        effects.audit({ resource: 'settings', resource_id: null, changes });
       }
     });
   } finally {

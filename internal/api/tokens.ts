@@ -11,6 +11,7 @@ import { array, dateTime, nullable, object, oneOf, optional, string, type Infer 
 import type { Token } from '../store/tokens.ts';
 import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
+import { transact } from './writes.ts';
 
 // Tokens never change, so their version is always 1.
 const TOKEN_VERSION = 1;
@@ -73,12 +74,12 @@ function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
     throw validationFailed([{ pointer: '#/expires_at', detail: 'must be in the future' }]);
   }
   const secret = newSecret('api');
-  const token = app.store.write(() => {
+  const token = transact(app, ctx, (effects) => {
     const inserted = app.store.tokens.insert(
       { kind: 'api', name: body.name, user_id: caller.userId, scopes: body.scopes, secret_hash: hashSecret(secret), expires_at: body.expires_at },
       app.timestamp(),
     );
-    app.store.audit.record(ctx.actor, { action: 'token.create', resource: 'token', resource_id: inserted.id, status: 'success', changes: { after: view(inserted) } }, app.timestamp());
+    effects.audit({ resource: 'token', resource_id: inserted.id, changes: { after: view(inserted) } });
     return inserted;
   });
   return created({ ...view(token), token: secret }, { Location: `/api/tokens/${token.id}`, ETag: etagOf(TOKEN_VERSION) });
@@ -87,14 +88,14 @@ function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
 function deleteToken(ctx: Ctx<undefined, {}>) {
   const { app } = ctx;
   const id = idParam(ctx);
-  app.store.write(() => {
+  transact(app, ctx, (effects) => {
     const token = app.store.tokens.find(id);
     if (!token) throw notFound('token', id);
     checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);
     // A token may always revoke itself; any other only if the caller holds every scope of its owner.
     if (id !== ctx.caller.tokenId) requireHolds(ctx.caller, app.store.users.find(token.created_by.id)?.scopes ?? [], `cannot revoke a token of ${token.created_by.username}`);
     app.store.tokens.delete(id);
-    app.store.audit.record(ctx.actor, { action: 'token.delete', resource: 'token', resource_id: id, status: 'success', changes: { before: view(token) } }, app.timestamp());
+    effects.audit({ resource: 'token', resource_id: id, changes: { before: view(token) } });
   });
   return noContent();
 }

@@ -11,7 +11,7 @@ import type { App } from './app.ts';
 import { pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
-import { transact, type Effects } from './writes.ts';
+import { diff, transact, type Effects } from './writes.ts';
 
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
 export const CASCADE_FROM_TUNNEL = [{ scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' }] as const;
@@ -136,8 +136,7 @@ function putTunnel(ctx: Ctx<TunnelInput, {}>) {
     const fields: TunnelFields = { name: body.name, entry_node_id: body.entry_node_id, exit_node_id: body.exit_node_id, transport: body.transport, listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current) };
     const updated = app.store.tunnels.update(id, fields, app.timestamp());
     for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id]) effects.touchNode(nodeId);
-    const keys = (Object.keys(fields) as (keyof TunnelFields)[]).filter((k) => current[k] !== fields[k]);
-    effects.audit({ action: 'tunnel.update', resource: 'tunnel', resource_id: id, changes: { before: Object.fromEntries(keys.map((k) => [k, current[k]])), after: Object.fromEntries(keys.map((k) => [k, fields[k]])) } });
+    effects.audit({ resource: 'tunnel', resource_id: id, changes: diff<TunnelFields>(current, fields, Object.keys(fields) as (keyof TunnelFields)[]) });
     return updated;
   });
   return ok(tunnel, { ETag: etagOf(tunnel.version) });

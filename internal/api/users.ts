@@ -11,6 +11,7 @@ import { boolean, object, optional, string, type Infer } from '../schema/schema.
 import type { User } from '../store/users.ts';
 import { pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
+import { diff, transact } from './writes.ts';
 
 const username = string({
   min: 1,
@@ -67,9 +68,9 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
   const { app, body, caller } = ctx;
   requireHolds(caller, body.scopes, 'cannot create this user');
   const passwordHash = await hashPassword(body.password);
-  const user = app.store.write(() => {
+  const user = transact(app, ctx, (effects) => {
     const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
-    app.store.audit.record(ctx.actor, { action: 'user.create', resource: 'user', resource_id: inserted.id, status: 'success', changes: { after: { ...inserted, password: body.password } } }, app.timestamp());
+    effects.audit({ resource: 'user', resource_id: inserted.id, changes: { after: { ...inserted, password: body.password } } });
     return inserted;
   });
   return created(user, { Location: `/api/users/${user.id}`, ETag: etagOf(user.version) });
@@ -82,21 +83,13 @@ function keepASuperuser(ctx: Ctx<unknown, unknown>, user: User, remains: boolean
   }
 }
 
-function changed(before: User, after: User): { before: Partial<User>; after: Partial<User> } {
-  const keys = (['username', 'scopes', 'disabled'] as const).filter((key) => JSON.stringify(before[key]) !== JSON.stringify(after[key]));
-  return {
-    before: Object.fromEntries(keys.map((key) => [key, before[key]])),
-    after: Object.fromEntries(keys.map((key) => [key, after[key]])),
-  };
-}
-
 async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
   const { app, body, caller } = ctx;
   const id = idParam(ctx);
   requireHolds(caller, body.scopes, 'cannot give these scopes');
   // Hashing is slow and async, so it happens before the (synchronous) transaction.
   const passwordHash = body.password === undefined ? null : await hashPassword(body.password);
-  const user = app.store.write(() => {
+  const user = transact(app, ctx, (effects) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
@@ -105,9 +98,9 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
     const updated = app.store.users.update(id, { ...body, password_hash: passwordHash }, app.timestamp());
     if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
     else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
-    const changes = changed(current, updated);
+    const changes = diff(current, updated, ['username', 'scopes', 'disabled']);
     if (passwordHash !== null) Object.assign(changes.after, { password: body.password });
-    app.store.audit.record(ctx.actor, { action: 'user.update', resource: 'user', resource_id: id, status: 'success', changes }, app.timestamp());
+    effects.audit({ resource: 'user', resource_id: id, changes });
     return updated;
   });
   return ok(user, { ETag: etagOf(user.version) });
@@ -116,14 +109,14 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
 function deleteUser(ctx: Ctx<undefined, {}>) {
   const { app, caller } = ctx;
   const id = idParam(ctx);
-  app.store.write(() => {
+  transact(app, ctx, (effects) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
     requireHolds(caller, current.scopes, `cannot delete ${current.username}`);
     keepASuperuser(ctx, current, false);
     app.store.users.delete(id);
-    app.store.audit.record(ctx.actor, { action: 'user.delete', resource: 'user', resource_id: id, status: 'success', changes: { before: current } }, app.timestamp());
+    effects.audit({ resource: 'user', resource_id: id, changes: { before: current } });
   });
   return noContent();
 }

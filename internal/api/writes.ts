@@ -4,9 +4,23 @@
 import { grants, type Scope } from '../auth/scopes.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { FieldError } from '../schema/schema.ts';
-import type { AuditInput } from '../store/audit.ts';
+import type { Actor, AuditInput } from '../store/audit.ts';
 import type { App } from './app.ts';
 import type { Ctx } from './route.ts';
+
+type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };
+
+/**
+ * What changed between two versions of a record, over `keys`: only the keys that differ,
+ * before and after, as the audit log shows an update.
+ */
+export function diff<T>(before: T, after: T, keys: readonly (keyof T)[]): { before: Partial<T>; after: Partial<T> } {
+  const changed = keys.filter((key) => JSON.stringify(before[key]) !== JSON.stringify(after[key]));
+  return {
+    before: Object.fromEntries(changed.map((key) => [key, before[key]])) as Partial<T>,
+    after: Object.fromEntries(changed.map((key) => [key, after[key]])) as Partial<T>,
+  };
+}
 
 /** Collects what a write did: audit entries are written at once, node changes announced after commit. */
 export class Effects {
@@ -17,13 +31,25 @@ export class Effects {
     private readonly ctx: WriteCtx,
   ) {}
 
-  audit(entry: Omit<AuditInput, 'status'>): void {
-    this.app.store.audit.record(this.ctx.actor, { ...entry, status: 'success' }, this.app.timestamp());
+  /** Records what was done; the action is the route's unless the entry names another (a cascade's). */
+  audit(entry: AuditEntryInput): void {
+    this.app.store.audit.record(this.ctx.actor, { action: this.actionOf(entry), ...entry, status: 'success' }, this.app.timestamp());
   }
 
   /** Records an attempt the caller's scopes did not allow (after the attempt's own changes are undone). */
-  denied(entry: Omit<AuditInput, 'status'>): void {
-    this.app.store.audit.record(this.ctx.actor, { ...entry, status: 'denied' }, this.app.timestamp());
+  /** Records an attempt that failed on its own terms (a wrong password). */
+  failed(entry: AuditEntryInput): void {
+    this.app.store.audit.record(this.ctx.actor, { action: this.actionOf(entry), ...entry, status: 'failed' }, this.app.timestamp());
+  }
+
+  denied(entry: AuditEntryInput): void {
+    this.app.store.audit.record(this.ctx.actor, { action: this.actionOf(entry), ...entry, status: 'denied' }, this.app.timestamp());
+  }
+
+  private actionOf(entry: AuditEntryInput): string {
+    const action = entry.action ?? this.ctx.action;
+    if (!action) throw new Error('an audit entry needs an action, and this route declares none');
+    return action;
   }
 
   /**
@@ -55,7 +81,18 @@ export class Effects {
 }
 
 /** What a write needs of its request: who acts, and with which scopes. */
-export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller'>;
+export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller' | 'action'>;
+
+/** The same request's writes, recorded as done by `actor` (a login, before and after its caller is known). */
+export function actingAs(ctx: WriteCtx, actor: Actor): WriteCtx {
+  return {
+    actor,
+    action: ctx.action,
+    get caller() {
+      return ctx.caller;
+    },
+  };
+}
 
 /** The 403 for a side effect that needs `scope`; `required_scope` names it for scripts. */
 export function missingScope(scope: Scope, because: string): DomainError {
