@@ -15,6 +15,7 @@ import type { App } from './app.ts';
 import { masterDial } from './dial.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx } from './route.ts';
+import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects } from './writes.ts';
 
 const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'install', 'ssh_auth', 'version', 'created_at', 'updated_at'];
@@ -129,12 +130,7 @@ export function removeNode(app: App, effects: Effects, id: number, cascade: bool
   }
   if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting node ${id} deletes ${ruleIds.length} rule(s)`);
   if (tunnelIds.length > 0) effects.requireScope('tunnels:write', `deleting node ${id} deletes ${tunnelIds.length} tunnel(s)`);
-  for (const ruleId of ruleIds) {
-    const rule = store.rules.find(ruleId)!;
-    store.rules.delete(ruleId);
-    if (rule.node_id !== id) effects.touchNode(rule.node_id);
-    effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: ruleId, changes: { before: rule, cascade_from: { node: id } } });
-  }
+  cascadeRules(app, effects, ruleIds, { node: id }, id);
   for (const tunnelId of tunnelIds) {
     const tunnel = store.tunnels.find(tunnelId)!;
     store.tunnels.delete(tunnelId);

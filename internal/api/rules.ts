@@ -98,6 +98,19 @@ export function replaceRule(app: App, effects: Effects, id: number, fields: Rule
   return updated;
 }
 
+/**
+ * Inside a transaction: deletes rules because something they depend on goes (`from` names
+ * it), each with its own audit entry; their nodes get the change, but for `goingNode`.
+ */
+export function cascadeRules(app: App, effects: Effects, ruleIds: readonly number[], from: { node: number } | { tunnel: number }, goingNode?: number): void {
+  for (const ruleId of ruleIds) {
+    const rule = app.store.rules.find(ruleId)!;
+    app.store.rules.delete(ruleId);
+    if (rule.node_id !== goingNode) effects.touchNode(rule.node_id);
+    effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: ruleId, changes: { before: rule, cascade_from: from } });
+  }
+}
+
 /** Inside a transaction. Throws `not_found`, `precondition_failed`. */
 export function removeRule(app: App, effects: Effects, id: number, ifMatch?: string): void {
   const current = app.store.rules.find(id);

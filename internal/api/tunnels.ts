@@ -11,6 +11,7 @@ import type { App } from './app.ts';
 import { pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
+import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects } from './writes.ts';
 
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
@@ -85,11 +86,7 @@ export function removeTunnel(app: App, effects: Effects, id: number, cascade: bo
     throw new DomainError('conflict', `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`, { data: { rule_ids: ruleIds } });
   }
   if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
-  for (const ruleId of ruleIds) {
-    const rule = app.store.rules.find(ruleId)!;
-    app.store.rules.delete(ruleId);
-    effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: ruleId, changes: { before: rule, cascade_from: { tunnel: id } } });
-  }
+  cascadeRules(app, effects, ruleIds, { tunnel: id });
   app.store.tunnels.delete(id);
   effects.touchNode(tunnel.entry_node_id);
   effects.touchNode(tunnel.exit_node_id);
