@@ -29,7 +29,8 @@ for (const [name, { entry, target, embedAgent }] of Object.entries(programs)) {
     define: embedAgent ? { __AGENT_BUNDLE__: JSON.stringify(readFileSync('dist/agent.mjs', 'utf8')) } : {},
   });
   const external = result.metafile.outputs[outfile].imports.filter((i) => i.external && !i.path.startsWith('node:'));
-  if (external.length > 0) throw new Error(`${outfile} imports non-builtin modules: ${external.map((i) => i.path).join(', ')}`);
+  if (external.length > 0)
+    throw new Error(`${outfile} imports non-builtin modules: ${external.map((i) => i.path).join(', ')}`);
   chmodSync(outfile, 0o755);
   console.log(`${outfile} ${(result.metafile.outputs[outfile].bytes / 1024).toFixed(1)} KiB`);
 }

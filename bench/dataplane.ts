@@ -80,9 +80,11 @@ async function connRate(port: number, seconds: number, concurrency: number): Pro
         resolve();
       });
     });
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (performance.now() < end) await one();
-  }));
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) await one();
+    }),
+  );
   print({ msg: 'connrate', per_second: done / seconds, failed });
 }
 
@@ -108,7 +110,13 @@ async function udpRate(port: number, rate: number, seconds: number, size: number
   }
   await new Promise((resolve) => setTimeout(resolve, 500));
   socket.close();
-  print({ msg: 'udp', sent, received, loss: 1 - received / sent, offered_pps: sent / ((performance.now() - started - 500) / 1000) });
+  print({
+    msg: 'udp',
+    sent,
+    received,
+    loss: 1 - received / sent,
+    offered_pps: sent / ((performance.now() - started - 500) / 1000),
+  });
 }
 
 if (mode === 'sink') await sink();

@@ -16,23 +16,40 @@ let linked = 0;
 let started = 0;
 
 function link(index: number, token: string): void {
-  const req = request(`${masterUrl}${LINK_PATH}`, { headers: { Connection: 'Upgrade', Upgrade: LINK_PROTOCOL, Authorization: `Bearer ${token}`, 'X-Agent-Version': 'fake' }, agent: false });
+  const req = request(`${masterUrl}${LINK_PATH}`, {
+    headers: {
+      Connection: 'Upgrade',
+      Upgrade: LINK_PROTOCOL,
+      Authorization: `Bearer ${token}`,
+      'X-Agent-Version': 'fake',
+    },
+    agent: false,
+  });
   req.on('upgrade', (_res, socket: Socket, head: Buffer) => {
     if (head.length > 0) socket.unshift(head);
     linked += 1;
     if (linked === tokens.length) console.log(JSON.stringify({ msg: 'linked', count: linked }));
-    readMessages(socket, (message) => {
-      if (message.type === 'ping') return send(socket, { type: 'pong' });
-      if (message.type !== 'config') return;
-      const version = message.version as number;
-      const rules = message.rules as { id: number }[];
-      send(socket, { type: 'applied', version, results: rules.map((r) => ({ id: r.id, state: 'applied', error: null })) });
-      if (!firstVersion.has(index)) firstVersion.set(index, version);
-      else if (version > firstVersion.get(index)! && !updated.has(index)) {
-        updated.add(index);
-        if (updated.size === tokens.length) console.log(JSON.stringify({ msg: 'all acknowledged', at: performance.timeOrigin + performance.now() }));
-      }
-    }, MASTER_LINE_BYTES);
+    readMessages(
+      socket,
+      (message) => {
+        if (message.type === 'ping') return send(socket, { type: 'pong' });
+        if (message.type !== 'config') return;
+        const version = message.version as number;
+        const rules = message.rules as { id: number }[];
+        send(socket, {
+          type: 'applied',
+          version,
+          results: rules.map((r) => ({ id: r.id, state: 'applied', error: null })),
+        });
+        if (!firstVersion.has(index)) firstVersion.set(index, version);
+        else if (version > firstVersion.get(index)! && !updated.has(index)) {
+          updated.add(index);
+          if (updated.size === tokens.length)
+            console.log(JSON.stringify({ msg: 'all acknowledged', at: performance.timeOrigin + performance.now() }));
+        }
+      },
+      MASTER_LINE_BYTES,
+    );
   });
   req.on('error', (error) => console.log(JSON.stringify({ msg: 'link failed', error: error.message })));
   req.end();

@@ -8,5 +8,9 @@ const server = createServer((_req, res) => {
   res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
   res.end(body);
 });
-server.listen(port, '127.0.0.1', () => console.log(JSON.stringify({ msg: 'listening', url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })));
+server.listen(port, '127.0.0.1', () =>
+  console.log(
+    JSON.stringify({ msg: 'listening', url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
+  ),
+);
 process.on('SIGTERM', () => server.close(() => process.exit(0)));

@@ -55,7 +55,10 @@ export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
       const seen = lines.find((l) => l.msg === msg);
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`${argv.join(' ')}: no '${msg}' within ${timeoutMs} ms`)), timeoutMs);
+        const timer = setTimeout(
+          () => reject(new Error(`${argv.join(' ')}: no '${msg}' within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
         waiters.push([msg, (line) => (clearTimeout(timer), resolve(line))]);
       });
     },

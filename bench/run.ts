@@ -36,7 +36,12 @@ const work = mkdtempSync(join(tmpdir(), 'portplane-bench-'));
 
 function record(row: Row): void {
   rows.push(row);
-  const extra = [row.p99_ms !== undefined ? `p99 ${row.p99_ms.toFixed(2)} ms` : '', row.ratio !== undefined ? `${row.ratio.toFixed(2)}x ceiling` : ''].filter(Boolean).join(', ');
+  const extra = [
+    row.p99_ms !== undefined ? `p99 ${row.p99_ms.toFixed(2)} ms` : '',
+    row.ratio !== undefined ? `${row.ratio.toFixed(2)}x ceiling` : '',
+  ]
+    .filter(Boolean)
+    .join(', ');
   console.error(`  ${row.id.padEnd(4)} ${row.scenario}: ${round(row.value)} ${row.unit}${extra ? ` (${extra})` : ''}`);
 }
 
@@ -49,7 +54,10 @@ function ensureTools(): void {
   if (missing.length === 0) return;
   console.error(`installing ${missing.join(', ')} from Debian`);
   spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
-  const installed = spawnSync('apt-get', ['install', '-y', '-qq', ...missing], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+  const installed = spawnSync('apt-get', ['install', '-y', '-qq', ...missing], {
+    stdio: 'inherit',
+    env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+  });
   if (installed.status !== 0) throw new Error(`cannot install ${missing.join(', ')}; install them and run again`);
 }
 
@@ -57,15 +65,27 @@ function ensureTools(): void {
 function api(base: string, token: string | null, method: string, path: string, body?: unknown): Promise<any> {
   const payload = body === undefined ? undefined : JSON.stringify(body);
   return new Promise((resolve, reject) => {
-    const req = request(base + path, { method, agent: false, headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(payload ? { 'content-type': 'application/json' } : {}) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        if ((res.statusCode ?? 500) >= 400) return reject(new Error(`${method} ${path}: ${res.statusCode} ${text.slice(0, 300)}`));
-        resolve(text ? JSON.parse(text) : undefined);
-      });
-    });
+    const req = request(
+      base + path,
+      {
+        method,
+        agent: false,
+        headers: {
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(payload ? { 'content-type': 'application/json' } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          if ((res.statusCode ?? 500) >= 400)
+            return reject(new Error(`${method} ${path}: ${res.statusCode} ${text.slice(0, 300)}`));
+          resolve(text ? JSON.parse(text) : undefined);
+        });
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -86,9 +106,22 @@ async function startMaster(dataDir: string): Promise<Master> {
   mkdirSync(dataDir, { recursive: true });
   writeFileSync(
     join(dataDir, 'license.json'),
-    issueLicense({ license_id: 'bench', edition: 'bench', licensee: 'npm run bench', limits: { max_nodes: null }, issued_at: '2026-01-01T00:00:00Z', expires_at: null }, keys.privateKeyPem),
+    issueLicense(
+      {
+        license_id: 'bench',
+        edition: 'bench',
+        licensee: 'npm run bench',
+        limits: { max_nodes: null },
+        issued_at: '2026-01-01T00:00:00Z',
+        expires_at: null,
+      },
+      keys.privateKeyPem,
+    ),
   );
-  const proc = start(pinned(0, [node, 'dist/master.mjs', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--license-key', publicKey]), { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD });
+  const proc = start(
+    pinned(0, [node, 'dist/master.mjs', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--license-key', publicKey]),
+    { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
+  );
   const url = (await proc.waitFor('listening')).url as string;
   const login = await api(url, null, 'POST', '/api/auth/login', { username: 'admin', password: ADMIN_PASSWORD });
   await api(url, login.token, 'PATCH', '/api/settings', { write_budget_per_minute: 0 });
@@ -101,10 +134,25 @@ function seedDocument(nodes: number, rulesPerNode: number, firstPort = 10_000) {
   return {
     format: 'portplane-export',
     version: 1,
-    nodes: names.map((name) => ({ name, host: `${name}.bench.example`, ssh_port: 22, ssh_user: 'root', tags: ['bench'] })),
+    nodes: names.map((name) => ({
+      name,
+      host: `${name}.bench.example`,
+      ssh_port: 22,
+      ssh_user: 'root',
+      tags: ['bench'],
+    })),
     tunnels: [],
     rules: names.flatMap((name, n) =>
-      Array.from({ length: rulesPerNode }, (_, k) => ({ name: `r${n}-${k}`, node: name, tunnel: null, protocol: 'tcp', listen_port: firstPort + k, targets: [`10.${(n >> 8) & 255}.${n & 255}.${k + 1}:80`], strategy: 'round_robin', enabled: true })),
+      Array.from({ length: rulesPerNode }, (_, k) => ({
+        name: `r${n}-${k}`,
+        node: name,
+        tunnel: null,
+        protocol: 'tcp',
+        listen_port: firstPort + k,
+        targets: [`10.${(n >> 8) & 255}.${n & 255}.${k + 1}:80`],
+        strategy: 'round_robin',
+        enabled: true,
+      })),
     ),
   };
 }
@@ -114,12 +162,22 @@ function peak(master: Master): number {
 }
 
 async function controlPlane(): Promise<void> {
-  console.error(`control plane: seeding ${NODES.toLocaleString()} nodes and ${(NODES * RULES_PER_NODE).toLocaleString()} rules through POST /api/import`);
+  console.error(
+    `control plane: seeding ${NODES.toLocaleString()} nodes and ${(NODES * RULES_PER_NODE).toLocaleString()} ` +
+      `rules through POST /api/import`,
+  );
   const master = await startMaster(join(work, 'control'));
   const seedStarted = performance.now();
   await api(master.url, master.token, 'POST', '/api/import', seedDocument(NODES, RULES_PER_NODE));
   const seedSeconds = (performance.now() - seedStarted) / 1000;
-  record({ id: '0', scenario: `seed: import ${NODES} nodes + ${NODES * RULES_PER_NODE} rules in one call`, value: seedSeconds, unit: 's', target: 'information', met: null });
+  record({
+    id: '0',
+    scenario: `seed: import ${NODES} nodes + ${NODES * RULES_PER_NODE} rules in one call`,
+    value: seedSeconds,
+    unit: 's',
+    target: 'information',
+    met: null,
+  });
 
   // 1. Ceiling.
   const hello = start(pinned(0, [node, '--import', 'tsx', 'bench/hello.ts']));
@@ -127,16 +185,62 @@ async function controlPlane(): Promise<void> {
   const ceiling = wrk(`${helloUrl}/`, { connections: 50, seconds: SECONDS });
   const helloPeak = memory(hello.child.pid!).peak;
   await hello.stop();
-  record({ id: '1', scenario: 'ceiling: bare node:http JSON', value: ceiling.rps, unit: 'req/s', p50_ms: ceiling.p50, p99_ms: ceiling.p99, peak_rss_mib: helloPeak, target: 'reference', met: null });
+  record({
+    id: '1',
+    scenario: 'ceiling: bare node:http JSON',
+    value: ceiling.rps,
+    unit: 'req/s',
+    p50_ms: ceiling.p50,
+    p99_ms: ceiling.p99,
+    peak_rss_mib: helloPeak,
+    target: 'reference',
+    met: null,
+  });
 
   // 2. A single node by id.
   const one = wrk(`${master.url}/api/nodes/5000`, { connections: 50, seconds: SECONDS, lua: bearer(master.token) });
-  record({ id: '2', scenario: 'GET /api/nodes/{id} with a bearer token', value: one.rps, unit: 'req/s', p50_ms: one.p50, p99_ms: one.p99, peak_rss_mib: peak(master), ceiling: ceiling.rps, ratio: one.rps / ceiling.rps, target: '>= 0.35x ceiling', met: one.rps / ceiling.rps >= 0.35 && one.non2xx === 0 });
+  record({
+    id: '2',
+    scenario: 'GET /api/nodes/{id} with a bearer token',
+    value: one.rps,
+    unit: 'req/s',
+    p50_ms: one.p50,
+    p99_ms: one.p99,
+    peak_rss_mib: peak(master),
+    ceiling: ceiling.rps,
+    ratio: one.rps / ceiling.rps,
+    target: '>= 0.35x ceiling',
+    met: one.rps / ceiling.rps >= 0.35 && one.non2xx === 0,
+  });
 
   // 3. A full page of rules, from the middle of the table.
-  const middle = (await api(master.url, master.token, 'GET', '/api/rules?limit=1&cursor=' + Buffer.from('id:50000').toString('base64url'))).items[0].id - 1;
-  const page = wrk(`${master.url}/api/rules?limit=100&cursor=${Buffer.from(`id:${middle}`).toString('base64url')}`, { connections: 50, seconds: SECONDS, lua: bearer(master.token) });
-  record({ id: '3', scenario: 'GET /api/rules?limit=100 (a full page)', value: page.rps, unit: 'pages/s', p50_ms: page.p50, p99_ms: page.p99, peak_rss_mib: peak(master), ceiling: ceiling.rps, ratio: page.rps / ceiling.rps, target: '>= 2,500 pages/s', met: page.rps >= 2500 && page.non2xx === 0 });
+  const middle =
+    (
+      await api(
+        master.url,
+        master.token,
+        'GET',
+        '/api/rules?limit=1&cursor=' + Buffer.from('id:50000').toString('base64url'),
+      )
+    ).items[0].id - 1;
+  const page = wrk(`${master.url}/api/rules?limit=100&cursor=${Buffer.from(`id:${middle}`).toString('base64url')}`, {
+    connections: 50,
+    seconds: SECONDS,
+    lua: bearer(master.token),
+  });
+  record({
+    id: '3',
+    scenario: 'GET /api/rules?limit=100 (a full page)',
+    value: page.rps,
+    unit: 'pages/s',
+    p50_ms: page.p50,
+    p99_ms: page.p99,
+    peak_rss_mib: peak(master),
+    ceiling: ceiling.rps,
+    ratio: page.rps / ceiling.rps,
+    target: '>= 2,500 pages/s',
+    met: page.rps >= 2500 && page.non2xx === 0,
+  });
 
   // 4. Creates: every request a new port on a node, durable commit and audit row each.
   const createLua = `${bearer(master.token, 'POST')}wrk.headers["Content-Type"] = "application/json"
@@ -149,40 +253,136 @@ request = function()
 end
 `;
   const creates = wrk(`${master.url}/api/rules`, { connections: 20, seconds: SECONDS, lua: createLua });
-  record({ id: '4a', scenario: 'POST /api/rules (validate, insert, audit, synchronous=FULL), budget off', value: creates.rps, unit: 'creates/s', p50_ms: creates.p50, p99_ms: creates.p99, peak_rss_mib: peak(master), target: '>= 2,000 creates/s', met: creates.rps >= 2000 && creates.non2xx === 0, note: `${creates.non2xx} non-2xx` });
+  record({
+    id: '4a',
+    scenario: 'POST /api/rules (validate, insert, audit, synchronous=FULL), budget off',
+    value: creates.rps,
+    unit: 'creates/s',
+    p50_ms: creates.p50,
+    p99_ms: creates.p99,
+    peak_rss_mib: peak(master),
+    target: '>= 2,000 creates/s',
+    met: creates.rps >= 2000 && creates.non2xx === 0,
+    note: `${creates.non2xx} non-2xx`,
+  });
   await api(master.url, master.token, 'PATCH', '/api/settings', { write_budget_per_minute: null });
   // A user of its own (the budget is per user), so the bench's user keeps its budget for the calls that follow.
-  await api(master.url, master.token, 'POST', '/api/users', { username: 'paced', password: 'paced-password-1', scopes: ['rules:write', 'tokens:write'] });
-  const pacedSession = (await api(master.url, null, 'POST', '/api/auth/login', { username: 'paced', password: 'paced-password-1' })).token as string;
-  const pacedToken = (await api(master.url, pacedSession, 'POST', '/api/tokens', { name: 'paced', scopes: ['rules:write'] })).token as string;
-  const paced = wrk(`${master.url}/api/rules`, { connections: 20, seconds: SECONDS, lua: createLua.replace(/20000/g, '30000').replace(master.token, pacedToken) });
+  await api(master.url, master.token, 'POST', '/api/users', {
+    username: 'paced',
+    password: 'paced-password-1',
+    scopes: ['rules:write', 'tokens:write'],
+  });
+  const pacedSession = (
+    await api(master.url, null, 'POST', '/api/auth/login', { username: 'paced', password: 'paced-password-1' })
+  ).token as string;
+  const pacedToken = (
+    await api(master.url, pacedSession, 'POST', '/api/tokens', { name: 'paced', scopes: ['rules:write'] })
+  ).token as string;
+  const paced = wrk(`${master.url}/api/rules`, {
+    connections: 20,
+    seconds: SECONDS,
+    lua: createLua.replace(/20000/g, '30000').replace(master.token, pacedToken),
+  });
   const accepted = paced.requests - paced.non2xx;
-  record({ id: '4b', scenario: 'POST /api/rules at the default write budget (1200/min per user)', value: accepted / SECONDS, unit: 'creates/s', p50_ms: paced.p50, p99_ms: paced.p99, peak_rss_mib: peak(master), target: 'paced to the budget, rest 429', met: accepted <= 1199, note: `${accepted} created, ${paced.non2xx} answered 429 in ${SECONDS} s` });
+  record({
+    id: '4b',
+    scenario: 'POST /api/rules at the default write budget (1200/min per user)',
+    value: accepted / SECONDS,
+    unit: 'creates/s',
+    p50_ms: paced.p50,
+    p99_ms: paced.p99,
+    peak_rss_mib: peak(master),
+    target: 'paced to the budget, rest 429',
+    met: accepted <= 1199,
+    note: `${accepted} created, ${paced.non2xx} answered 429 in ${SECONDS} s`,
+  });
   await api(master.url, master.token, 'PATCH', '/api/settings', { write_budget_per_minute: 0 });
 
   // 6. Logins (scrypt) and what they do to other requests.
   const idle = wrk(`${master.url}/api/nodes/42`, { connections: 10, seconds: SECONDS, lua: bearer(master.token) });
-  const loginLua = bearer('', 'POST', JSON.stringify({ username: 'admin', password: ADMIN_PASSWORD })).replace('wrk.headers["Authorization"] = "Bearer "\n', '');
+  const loginLua = bearer('', 'POST', JSON.stringify({ username: 'admin', password: ADMIN_PASSWORD })).replace(
+    'wrk.headers["Authorization"] = "Bearer "\n',
+    '',
+  );
   const logins = wrkInBackground(`${master.url}/api/auth/login`, 4, SECONDS + 1, loginLua);
   await new Promise((resolve) => setTimeout(resolve, 500));
-  const underLogins = wrk(`${master.url}/api/nodes/42`, { connections: 10, seconds: SECONDS, lua: bearer(master.token) });
+  const underLogins = wrk(`${master.url}/api/nodes/42`, {
+    connections: 10,
+    seconds: SECONDS,
+    lua: bearer(master.token),
+  });
   const loginResult = await logins;
-  record({ id: '6a', scenario: 'POST /api/auth/login (scrypt N=2^15)', value: loginResult.rps, unit: 'logins/s', p50_ms: loginResult.p50, p99_ms: loginResult.p99, peak_rss_mib: peak(master), target: 'information', met: null });
-  record({ id: '6b', scenario: 'GET p99 while logins run, against idle', value: underLogins.p99, unit: 'ms p99', p99_ms: underLogins.p99, ceiling: idle.p99, ratio: underLogins.p99 / idle.p99, target: 'information', met: null, note: `idle p99 ${idle.p99.toFixed(2)} ms` });
+  record({
+    id: '6a',
+    scenario: 'POST /api/auth/login (scrypt N=2^15)',
+    value: loginResult.rps,
+    unit: 'logins/s',
+    p50_ms: loginResult.p50,
+    p99_ms: loginResult.p99,
+    peak_rss_mib: peak(master),
+    target: 'information',
+    met: null,
+  });
+  record({
+    id: '6b',
+    scenario: 'GET p99 while logins run, against idle',
+    value: underLogins.p99,
+    unit: 'ms p99',
+    p99_ms: underLogins.p99,
+    ceiling: idle.p99,
+    ratio: underLogins.p99 / idle.p99,
+    target: 'information',
+    met: null,
+    note: `idle p99 ${idle.p99.toFixed(2)} ms`,
+  });
 
   // 8. Start-up with the seeded data, and idle memory.
   await master.proc.stop();
   const startedAt = performance.now();
-  const again = start(pinned(0, [node, 'dist/master.mjs', '--listen', '127.0.0.1:0', '--data-dir', master.dataDir, '--license-key', publicKey]));
+  const again = start(
+    pinned(0, [
+      node,
+      'dist/master.mjs',
+      '--listen',
+      '127.0.0.1:0',
+      '--data-dir',
+      master.dataDir,
+      '--license-key',
+      publicKey,
+    ]),
+  );
   const url = (await again.waitFor('listening')).url as string;
   await api(url, master.token, 'GET', '/api/nodes/1');
   const startup = performance.now() - startedAt;
   await new Promise((resolve) => setTimeout(resolve, 2000));
   const idleRss = memory(again.child.pid!).rss;
-  record({ id: '8a', scenario: `start-up to first answer (${NODES} nodes, ${NODES * RULES_PER_NODE} rules)`, value: startup, unit: 'ms', target: 'information', met: null });
-  record({ id: '8b', scenario: 'master RSS idle with that data', value: idleRss, unit: 'MiB', target: '<= 80 MB', met: idleRss * 1.048576 <= 80 });
-  const sizes = ['master', 'agent'].map((name) => `${name}.mjs ${(statSync(`dist/${name}.mjs`).size / 1024).toFixed(0)} KiB`).join(', ');
-  record({ id: '8c', scenario: `bundle sizes: ${sizes}`, value: statSync('dist/master.mjs').size / 1024, unit: 'KiB (master)', target: 'information', met: null });
+  record({
+    id: '8a',
+    scenario: `start-up to first answer (${NODES} nodes, ${NODES * RULES_PER_NODE} rules)`,
+    value: startup,
+    unit: 'ms',
+    target: 'information',
+    met: null,
+  });
+  record({
+    id: '8b',
+    scenario: 'master RSS idle with that data',
+    value: idleRss,
+    unit: 'MiB',
+    target: '<= 80 MB',
+    met: idleRss * 1.048576 <= 80,
+  });
+  const sizes = ['master', 'agent']
+    .map((name) => `${name}.mjs ${(statSync(`dist/${name}.mjs`).size / 1024).toFixed(0)} KiB`)
+    .join(', ');
+  record({
+    id: '8c',
+    scenario: `bundle sizes: ${sizes}`,
+    value: statSync('dist/master.mjs').size / 1024,
+    unit: 'KiB (master)',
+    target: 'information',
+    met: null,
+  });
   const restarted: Master = { ...master, proc: again, url };
 
   // 5. Live reads while bulk work runs.
@@ -190,11 +390,22 @@ end
   const ids = Array.from({ length: 50_000 }, (_, i) => i + 1);
   const deleting = wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
   const deleteStarted = performance.now();
-  for (let i = 0; i < ids.length; i += 1000) await api(url, master.token, 'POST', '/api/rules/batch-delete', { ids: ids.slice(i, i + 1000) });
+  for (let i = 0; i < ids.length; i += 1000)
+    await api(url, master.token, 'POST', '/api/rules/batch-delete', { ids: ids.slice(i, i + 1000) });
   const deleteSeconds = (performance.now() - deleteStarted) / 1000;
   spawnSync('pkill', ['-INT', '-x', 'wrk']);
   const duringDelete = await deleting;
-  record({ id: '5a', scenario: 'live GET p99 while 50 batch-deletes remove 50,000 rules', value: duringDelete.p99, unit: 'ms p99', ceiling: quiet.p99, ratio: duringDelete.p99 / quiet.p99, target: '<= 2x idle p99', met: duringDelete.p99 / quiet.p99 <= 2, note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleteSeconds)} rules/s` });
+  record({
+    id: '5a',
+    scenario: 'live GET p99 while 50 batch-deletes remove 50,000 rules',
+    value: duringDelete.p99,
+    unit: 'ms p99',
+    ceiling: quiet.p99,
+    ratio: duringDelete.p99 / quiet.p99,
+    target: '<= 2x idle p99',
+    met: duringDelete.p99 / quiet.p99 <= 2,
+    note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleteSeconds)} rules/s`,
+  });
 
   const importing = wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
   const doc = seedDocument(1000, 10, 50_000);
@@ -203,14 +414,38 @@ end
   const importSeconds = (performance.now() - importStarted) / 1000;
   spawnSync('pkill', ['-INT', '-x', 'wrk']);
   const duringImport = await importing;
-  record({ id: '5b', scenario: 'live GET p99 while an import adds 10,000 rules', value: duringImport.p99, unit: 'ms p99', ceiling: quiet.p99, ratio: duringImport.p99 / quiet.p99, target: '<= 2x idle p99', met: duringImport.p99 / quiet.p99 <= 2, note: `import took ${importSeconds.toFixed(2)} s` });
+  record({
+    id: '5b',
+    scenario: 'live GET p99 while an import adds 10,000 rules',
+    value: duringImport.p99,
+    unit: 'ms p99',
+    ceiling: quiet.p99,
+    ratio: duringImport.p99 / quiet.p99,
+    target: '<= 2x idle p99',
+    met: duringImport.p99 / quiet.p99 <= 2,
+    note: `import took ${importSeconds.toFixed(2)} s`,
+  });
   await restarted.proc.stop();
 }
 
-function wrkInBackground(url: string, connections: number, seconds: number, lua: string): Promise<ReturnType<typeof wrk>> {
-  // wrk blocks, so it runs in a process of its own; SIGINT to the wrk binary (pkill -x wrk) ends it early, and it still reports.
+function wrkInBackground(
+  url: string,
+  connections: number,
+  seconds: number,
+  lua: string,
+): Promise<ReturnType<typeof wrk>> {
+  // wrk blocks, so it runs in a process of its own; SIGINT to the wrk binary (pkill -x wrk) ends it early, and it still
+  // reports.
   return new Promise((resolve, reject) => {
-    const child = start([node, '--import', 'tsx', '-e', `import('./bench/wrk.ts').then(({ wrk }) => console.log(JSON.stringify({ msg: 'wrk', result: wrk(${JSON.stringify(url)}, { connections: ${connections}, seconds: ${seconds}, lua: ${JSON.stringify(lua)} }) })))`]);
+    const child = start([
+      node,
+      '--import',
+      'tsx',
+      '-e',
+      `import('./bench/wrk.ts').then(({ wrk }) => console.log(JSON.stringify({ msg: 'wrk', result: ` +
+        `wrk(${JSON.stringify(url)}, { connections: ${connections}, seconds: ${seconds}, lua: ` +
+        `${JSON.stringify(lua)} }) })))`,
+    ]);
     child.waitFor('wrk', (seconds + 30) * 1000).then((line) => resolve(line.result as ReturnType<typeof wrk>), reject);
   });
 }
@@ -231,7 +466,16 @@ async function fanOut(): Promise<void> {
   const done = (await fleet.waitFor('all acknowledged', 60_000)).at as number;
   const seconds = (done - started) / 1000;
   const applied = await api(master.url, master.token, 'GET', '/api/dashboard');
-  record({ id: '7', scenario: `one change touching ${agents} connected agents: until every node acknowledged`, value: seconds, unit: 's', peak_rss_mib: peak(master), target: '<= 2 s', met: seconds <= 2, note: `${applied.rules.by_sync_state.applied} of ${agents} rules applied afterwards` });
+  record({
+    id: '7',
+    scenario: `one change touching ${agents} connected agents: until every node acknowledged`,
+    value: seconds,
+    unit: 's',
+    peak_rss_mib: peak(master),
+    target: '<= 2 s',
+    met: seconds <= 2,
+    note: `${applied.rules.by_sync_state.applied} of ${agents} rules applied afterwards`,
+  });
   await fleet.stop();
   await master.proc.stop();
 }
@@ -242,12 +486,39 @@ async function dataPlane(): Promise<void> {
   const nodeRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'relay', host: '127.0.0.1' });
   const sink = start(pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink']));
   const ports = await sink.waitFor('sink');
-  const agent = start(pinned(0, [node, 'dist/agent.mjs', '--master', master.url, '--state-dir', join(work, 'agent-state'), '--listen-host', '127.0.0.1']), { AGENT_TOKEN: nodeRecord.agent_token });
+  const agent = start(
+    pinned(0, [
+      node,
+      'dist/agent.mjs',
+      '--master',
+      master.url,
+      '--state-dir',
+      join(work, 'agent-state'),
+      '--listen-host',
+      '127.0.0.1',
+    ]),
+    { AGENT_TOKEN: nodeRecord.agent_token },
+  );
   await agent.waitFor('linked to the master');
-  const tcpRule = await api(master.url, master.token, 'POST', '/api/rules', { name: 'tcp', node_id: nodeRecord.id, protocol: 'tcp', listen_port: 41001, targets: [`127.0.0.1:${ports.tcp}`] });
-  const udpRule = await api(master.url, master.token, 'POST', '/api/rules', { name: 'udp', node_id: nodeRecord.id, protocol: 'udp', listen_port: 41002, targets: [`127.0.0.1:${ports.udp}`] });
+  const tcpRule = await api(master.url, master.token, 'POST', '/api/rules', {
+    name: 'tcp',
+    node_id: nodeRecord.id,
+    protocol: 'tcp',
+    listen_port: 41001,
+    targets: [`127.0.0.1:${ports.tcp}`],
+  });
+  const udpRule = await api(master.url, master.token, 'POST', '/api/rules', {
+    name: 'udp',
+    node_id: nodeRecord.id,
+    protocol: 'udp',
+    listen_port: 41002,
+    targets: [`127.0.0.1:${ports.udp}`],
+  });
   await api(master.url, master.token, 'POST', '/api/rules/batch-sync', { ids: [tcpRule.id, udpRule.id] });
-  const socat = spawnSync('sh', ['-c', 'command -v socat']).status === 0 ? start(pinned(0, ['socat', `TCP-LISTEN:41003,fork,reuseaddr,bind=127.0.0.1`, `TCP:127.0.0.1:${ports.tcp}`])) : null;
+  const socat =
+    spawnSync('sh', ['-c', 'command -v socat']).status === 0
+      ? start(pinned(0, ['socat', `TCP-LISTEN:41003,fork,reuseaddr,bind=127.0.0.1`, `TCP:127.0.0.1:${ports.tcp}`]))
+      : null;
   await new Promise((resolve) => setTimeout(resolve, 500));
 
   const load = (...args: unknown[]) => {
@@ -259,25 +530,74 @@ async function dataPlane(): Promise<void> {
   };
   const oneStream = 512 * 1024 * 1024;
   const manyStreams = 4 * 1024 * 1024;
-  for (const [label, streams, bytes] of [['1 stream', 1, oneStream], ['100 streams', 100, manyStreams]] as const) {
+  for (const [label, streams, bytes] of [
+    ['1 stream', 1, oneStream],
+    ['100 streams', 100, manyStreams],
+  ] as const) {
     const direct = load('tcp', ports.tcp, streams, bytes).mib_per_s;
     const relay = load('tcp', 41001, streams, bytes).mib_per_s;
     const viaSocat = socat ? load('tcp', 41003, streams, bytes).mib_per_s : NaN;
-    record({ id: label === '1 stream' ? '9a' : '9b', scenario: `TCP relay throughput, ${label}`, value: relay, unit: 'MiB/s', peak_rss_mib: memory(agent.child.pid!).peak, ceiling: direct, ratio: relay / direct, target: '>= 0.8x socat', met: relay / viaSocat >= 0.8, note: `direct ${Math.round(direct)} MiB/s, socat ${Math.round(viaSocat)} MiB/s (${(relay / viaSocat).toFixed(2)}x socat)` });
+    record({
+      id: label === '1 stream' ? '9a' : '9b',
+      scenario: `TCP relay throughput, ${label}`,
+      value: relay,
+      unit: 'MiB/s',
+      peak_rss_mib: memory(agent.child.pid!).peak,
+      ceiling: direct,
+      ratio: relay / direct,
+      target: '>= 0.8x socat',
+      met: relay / viaSocat >= 0.8,
+      note:
+        `direct ${Math.round(direct)} MiB/s, socat ${Math.round(viaSocat)} MiB/s ` +
+        `(${(relay / viaSocat).toFixed(2)}x socat)`,
+    });
   }
   const directRate = load('connrate', ports.tcp, 3, 10).per_second;
   const relayRate = load('connrate', 41001, 3, 10).per_second;
   const socatRate = socat ? load('connrate', 41003, 3, 10).per_second : NaN;
-  record({ id: '9c', scenario: 'TCP connection rate (connect, 1-byte echo, close; 10 at a time)', value: relayRate, unit: 'conn/s', ceiling: directRate, ratio: relayRate / directRate, target: '>= 0.8x socat', met: relayRate / socatRate >= 0.8, note: `direct ${Math.round(directRate)}/s, socat ${Math.round(socatRate)}/s (${(relayRate / socatRate).toFixed(2)}x socat)` });
+  record({
+    id: '9c',
+    scenario: 'TCP connection rate (connect, 1-byte echo, close; 10 at a time)',
+    value: relayRate,
+    unit: 'conn/s',
+    ceiling: directRate,
+    ratio: relayRate / directRate,
+    target: '>= 0.8x socat',
+    met: relayRate / socatRate >= 0.8,
+    note:
+      `direct ${Math.round(directRate)}/s, socat ${Math.round(socatRate)}/s ` +
+      `(${(relayRate / socatRate).toFixed(2)}x socat)`,
+  });
 
   const udpDirect = load('udp', ports.udp, 50_000, 2, 64);
   const udpRelay = load('udp', 41002, 50_000, 2, 64);
-  record({ id: '10', scenario: 'UDP relay at 50,000 packets/s offered (64-byte datagrams, echoed)', value: udpRelay.received / 2, unit: 'pkt/s echoed', ceiling: udpDirect.received / 2, ratio: udpRelay.received / udpDirect.received, target: 'no loss at 50k pkt/s', met: udpRelay.loss === 0, note: `loss ${(udpRelay.loss * 100).toFixed(2)}% via the relay, ${(udpDirect.loss * 100).toFixed(2)}% direct; offered ${Math.round(udpRelay.offered_pps)} pkt/s` });
-  record({ id: '11', scenario: 'the same through a tunnel (entry agent -> exit agent)', value: NaN, unit: '', target: 'once tunnels exist', met: null, note: 'not measured: the tunnel transport is not built yet' });
+  record({
+    id: '10',
+    scenario: 'UDP relay at 50,000 packets/s offered (64-byte datagrams, echoed)',
+    value: udpRelay.received / 2,
+    unit: 'pkt/s echoed',
+    ceiling: udpDirect.received / 2,
+    ratio: udpRelay.received / udpDirect.received,
+    target: 'no loss at 50k pkt/s',
+    met: udpRelay.loss === 0,
+    note:
+      `loss ${(udpRelay.loss * 100).toFixed(2)}% via the relay, ${(udpDirect.loss * 100).toFixed(2)}% direct; ` +
+      `offered ${Math.round(udpRelay.offered_pps)} pkt/s`,
+  });
+  record({
+    id: '11',
+    scenario: 'the same through a tunnel (entry agent -> exit agent)',
+    value: NaN,
+    unit: '',
+    target: 'once tunnels exist',
+    met: null,
+    note: 'not measured: the tunnel transport is not built yet',
+  });
 
   await socat?.stop();
   await agent.stop();
-  if (sink.child.exitCode !== null) throw new Error(`the sink died during the data-plane runs (exit ${sink.child.exitCode})`);
+  if (sink.child.exitCode !== null)
+    throw new Error(`the sink died during the data-plane runs (exit ${sink.child.exitCode})`);
   await sink.stop();
   await master.proc.stop();
 }
@@ -304,16 +624,33 @@ function table(): string {
 
 const started = Date.now();
 ensureTools();
-console.error(`CPU pinning: ${hasTaskset ? 'server on CPU 0, load on CPU 1 (taskset)' : 'not available (no taskset): figures share both CPUs'}`);
+console.error(
+  `CPU pinning: ` +
+    `${hasTaskset ? 'server on CPU 0, load on CPU 1 (taskset)' : 'not available (no taskset): figures share both CPUs'}`,
+);
 // BENCH_ONLY=control,fanout,data runs a subset (when working on one part).
 const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data').split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
-const machine = { cpu: cpus()[0]?.model, cores: cpus().length, memory_gib: Math.round(totalmem() / 2 ** 30), kernel: release(), node: process.version, pinned: hasTaskset, seconds_per_load: SECONDS };
+const machine = {
+  cpu: cpus()[0]?.model,
+  cores: cpus().length,
+  memory_gib: Math.round(totalmem() / 2 ** 30),
+  kernel: release(),
+  node: process.version,
+  pinned: hasTaskset,
+  seconds_per_load: SECONDS,
+};
 const output = table();
 console.log(output);
-console.log(`\n${machine.cores} x ${machine.cpu}, ${machine.memory_gib} GiB, Linux ${machine.kernel}, Node ${machine.node}; run took ${Math.round((Date.now() - started) / 1000)} s`);
+console.log(
+  `\n${machine.cores} x ${machine.cpu}, ${machine.memory_gib} GiB, Linux ${machine.kernel}, Node ` +
+    `${machine.node}; run took ${Math.round((Date.now() - started) / 1000)} s`,
+);
 mkdirSync('bench/results', { recursive: true });
-writeFileSync('bench/results/latest.json', `${JSON.stringify({ at: new Date().toISOString(), machine, rows }, null, 2)}\n`);
+writeFileSync(
+  'bench/results/latest.json',
+  `${JSON.stringify({ at: new Date().toISOString(), machine, rows }, null, 2)}\n`,
+);
 process.exit(0);

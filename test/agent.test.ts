@@ -14,10 +14,14 @@ import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 
 function startAgent(t: TestContext, master: string, token: string, stateDir: string): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'cmd/agent/main.ts', '--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'], {
-    env: { ...process.env, AGENT_TOKEN: token },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'cmd/agent/main.ts', '--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'],
+    {
+      env: { ...process.env, AGENT_TOKEN: token },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   const lines: string[] = [];
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => lines.push(chunk));
   (child as ChildProcess & { output: string[] }).output = lines;
@@ -68,13 +72,21 @@ test('a rule created through the API forwards real TCP and UDP traffic on the no
   const tcpPort = await freePort();
   const udpPort = await freePort();
   const tcpRule = (await rule(m, { node_id: n.id, listen_port: tcpPort, targets: [`127.0.0.1:${echo.tcp}`] })).body;
-  const udpRule = (await rule(m, { node_id: n.id, listen_port: udpPort, protocol: 'udp', targets: [`127.0.0.1:${echo.udp}`] })).body;
+  const udpRule = (
+    await rule(m, { node_id: n.id, listen_port: udpPort, protocol: 'udp', targets: [`127.0.0.1:${echo.udp}`] })
+  ).body;
   const synced = await call(m.url, 'POST', `/api/rules/${tcpRule.id}/sync`, { token: m.admin });
   assert.equal(synced.status, 200, JSON.stringify(synced.body));
   assert.equal(synced.body.sync.state, 'applied');
   assert.ok(synced.body.sync.applied_at);
-  const batch = await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids: [tcpRule.id, udpRule.id] } });
-  assert.deepEqual(batch.body.results, [{ id: tcpRule.id, outcome: 'applied' }, { id: udpRule.id, outcome: 'applied' }]);
+  const batch = await call(m.url, 'POST', '/api/rules/batch-sync', {
+    token: m.admin,
+    body: { ids: [tcpRule.id, udpRule.id] },
+  });
+  assert.deepEqual(batch.body.results, [
+    { id: tcpRule.id, outcome: 'applied' },
+    { id: udpRule.id, outcome: 'applied' },
+  ]);
 
   const payload = Buffer.alloc(256 * 1024, 42);
   assert.ok((await tcpRoundTrip(tcpPort, payload)).equals(payload));
@@ -83,16 +95,28 @@ test('a rule created through the API forwards real TCP and UDP traffic on the no
   const counted = await until('the traffic to be reported', async () => {
     const tcp = (await call(m.url, 'GET', `/api/rules/${tcpRule.id}`, { token: m.admin })).body.traffic;
     const udp = (await call(m.url, 'GET', `/api/rules/${udpRule.id}`, { token: m.admin })).body.traffic;
-    return tcp.bytes_in === payload.length && tcp.bytes_out === payload.length && udp.bytes_in === 11 && udp.bytes_out === 11 && { tcp, udp };
+    return (
+      tcp.bytes_in === payload.length &&
+      tcp.bytes_out === payload.length &&
+      udp.bytes_in === 11 &&
+      udp.bytes_out === 11 && { tcp, udp }
+    );
   });
   assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
-  const series = (await call(m.url, 'GET', `/api/dashboard/traffic?step=60&from=${new Date(Date.now() - 600_000).toISOString()}&to=${new Date(Date.now() + 120_000).toISOString()}`, { token: m.admin })).body;
+  const series = (
+    await call(
+      m.url,
+      'GET',
+      `/api/dashboard/traffic?step=60&from=${new Date(Date.now() - 600_000).toISOString()}&to=${new Date(Date.now() + 120_000).toISOString()}`,
+      { token: m.admin },
+    )
+  ).body;
   const sum = series.points.reduce((acc: number, p: { bytes_in: number }) => acc + p.bytes_in, 0);
-  assert.equal(sum, payload.length + 11, 'the buckets add up to the rules\' totals, which are the bytes that crossed');
+  assert.equal(sum, payload.length + 11, "the buckets add up to the rules' totals, which are the bytes that crossed");
   assert.deepEqual((await nodeOf(m, n.id)).traffic, { bytes_in: payload.length + 11, bytes_out: payload.length + 11 });
 });
 
-test('a port in use on the node is a failed sync with the node\'s own error', async (t) => {
+test("a port in use on the node is a failed sync with the node's own error", async (t) => {
   const m = await startMaster(t);
   const echo = await echoServers(t);
   const n = await node(m, 'edge');
@@ -129,7 +153,10 @@ test('forwarding survives the master going away; the agent reconnects when it re
   // The agent restarts while the master is down: it forwards from its saved config.
   assert.equal(await stopAgent(agent), 0);
   const again = startAgent(t, first.url, n.agent_token, stateDir);
-  await until('the restarted agent to listen', async () => (await tcpRoundTrip(listen, Buffer.from('x')).catch(() => Buffer.alloc(0))).toString() === 'x');
+  await until(
+    'the restarted agent to listen',
+    async () => (await tcpRoundTrip(listen, Buffer.from('x')).catch(() => Buffer.alloc(0))).toString() === 'x',
+  );
 
   const second = await startMaster(t, { dataDir: first.dataDir, port });
   await until('the agent to reconnect', async () => (await nodeOf(second, n.id)).status === 'online', 20_000);

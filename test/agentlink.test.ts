@@ -18,14 +18,24 @@ test('a traffic report resent after a reconnect is counted once; a new stream st
   const first = (await link(m, n.agent_token)) as RawLink;
   await first.next('config');
   const at = Math.floor(Date.now() / 1000);
-  const report = { type: 'traffic', stream: 'stream-a', seq: 1, at, rules: [{ id: r.id, bytes_in: 100, bytes_out: 1000 }] };
+  const report = {
+    type: 'traffic',
+    stream: 'stream-a',
+    seq: 1,
+    at,
+    rules: [{ id: r.id, bytes_in: 100, bytes_out: 1000 }],
+  };
   send(first.socket, report);
   assert.deepEqual(await first.next('traffic_ack'), { type: 'traffic_ack', stream: 'stream-a', seq: 1 });
   first.socket.destroy();
 
   const second = (await link(m, n.agent_token)) as RawLink;
   send(second.socket, report);
-  assert.deepEqual(await second.next('traffic_ack'), { type: 'traffic_ack', stream: 'stream-a', seq: 1 }, 'a duplicate is acknowledged');
+  assert.deepEqual(
+    await second.next('traffic_ack'),
+    { type: 'traffic_ack', stream: 'stream-a', seq: 1 },
+    'a duplicate is acknowledged',
+  );
   assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 100, bytes_out: 1000 }, '... and not counted again');
 
   send(second.socket, { ...report, seq: 2, rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }] });
@@ -36,7 +46,7 @@ test('a traffic report resent after a reconnect is counted once; a new stream st
   second.socket.destroy();
 });
 
-test('an agent cannot count traffic on another node\'s rules, and acknowledgements of old configs change nothing', async (t) => {
+test("an agent cannot count traffic on another node's rules, and acknowledgements of old configs change nothing", async (t) => {
   const m = await startMaster(t);
   const mine = await node(m, 'mine');
   const theirs = await node(m, 'theirs');
@@ -44,20 +54,47 @@ test('an agent cannot count traffic on another node\'s rules, and acknowledgemen
   const foreign = (await rule(m, { node_id: theirs.id, listen_port: 80 })).body;
   const raw = (await link(m, mine.agent_token)) as RawLink;
   const config = await raw.next('config');
-  assert.deepEqual((config.rules as { id: number }[]).map((x) => x.id), [ours.id]);
+  assert.deepEqual(
+    (config.rules as { id: number }[]).map((x) => x.id),
+    [ours.id],
+  );
 
-  send(raw.socket, { type: 'traffic', stream: 's', seq: 1, at: Math.floor(Date.now() / 1000), rules: [{ id: foreign.id, bytes_in: 999, bytes_out: 999 }] });
+  send(raw.socket, {
+    type: 'traffic',
+    stream: 's',
+    seq: 1,
+    at: Math.floor(Date.now() / 1000),
+    rules: [{ id: foreign.id, bytes_in: 999, bytes_out: 999 }],
+  });
   await raw.next('traffic_ack');
   assert.deepEqual(await ruleTraffic(m, foreign.id), { bytes_in: 0, bytes_out: 0 });
 
   await call(m.url, 'PUT', `/api/rules/${ours.id}`, { token: m.admin, body: { ...ours, listen_port: 81 } });
   const newer = await raw.next('config');
-  send(raw.socket, { type: 'applied', version: config.version, results: [{ id: ours.id, state: 'applied', error: null }, { id: foreign.id, state: 'applied', error: null }] });
-  send(raw.socket, { type: 'applied', version: newer.version, results: [{ id: ours.id, state: 'failed', error: { code: 'port_in_use', detail: 'taken' } }, { id: foreign.id, state: 'applied', error: null }] });
+  send(raw.socket, {
+    type: 'applied',
+    version: config.version,
+    results: [
+      { id: ours.id, state: 'applied', error: null },
+      { id: foreign.id, state: 'applied', error: null },
+    ],
+  });
+  send(raw.socket, {
+    type: 'applied',
+    version: newer.version,
+    results: [
+      { id: ours.id, state: 'failed', error: { code: 'port_in_use', detail: 'taken' } },
+      { id: foreign.id, state: 'applied', error: null },
+    ],
+  });
   await new Promise((resolve) => setTimeout(resolve, 100));
   const after = (await call(m.url, 'GET', `/api/rules/${ours.id}`, { token: m.admin })).body;
   assert.deepEqual(after.sync, { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null });
-  assert.equal((await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state, 'pending', 'another node\'s rule is untouched');
+  assert.equal(
+    (await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state,
+    'pending',
+    "another node's rule is untouched",
+  );
   raw.socket.destroy();
 });
 
@@ -70,7 +107,10 @@ test('the link refuses wrong tokens and protocols with a reason, and closes on m
   assert.equal(garbage.status, 401);
   const old = (await link(m, n.agent_token, 'portplane-agent/0')) as { status: number; body: any };
   assert.deepEqual([old.status, old.body.code], [426, 'version_mismatch']);
-  assert.match((await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body.status_detail, /^version_mismatch/);
+  assert.match(
+    (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body.status_detail,
+    /^version_mismatch/,
+  );
 
   const raw = (await link(m, n.agent_token)) as RawLink;
   await raw.next('config');
@@ -84,8 +124,19 @@ test('agents receive the data-plane settings with their config, and again when t
   const n = await node(m, 'edge');
   const raw = (await link(m, n.agent_token)) as RawLink;
   const first = await raw.next('config');
-  assert.deepEqual([first.tcp_idle_timeout_seconds, first.max_connections_per_source, first.report_interval_seconds], [3600, 256, 10]);
-  assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { tcp_idle_timeout_seconds: 120, max_connections_per_source: 8 } })).status, 200);
+  assert.deepEqual(
+    [first.tcp_idle_timeout_seconds, first.max_connections_per_source, first.report_interval_seconds],
+    [3600, 256, 10],
+  );
+  assert.equal(
+    (
+      await call(m.url, 'PATCH', '/api/settings', {
+        token: m.admin,
+        body: { tcp_idle_timeout_seconds: 120, max_connections_per_source: 8 },
+      })
+    ).status,
+    200,
+  );
   const pushed = await raw.next('config');
   assert.deepEqual([pushed.tcp_idle_timeout_seconds, pushed.max_connections_per_source], [120, 8]);
   raw.socket.destroy();

@@ -1,7 +1,16 @@
 // Secrets at rest: what the data dir holds, and with which modes, at every start.
 
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -11,7 +20,8 @@ import { call, node, startMaster } from './helpers.ts';
 
 function modes(dir: string): Record<string, string> {
   const out: Record<string, string> = { '.': (statSync(dir).mode & 0o777).toString(8) };
-  for (const entry of readdirSync(dir, { recursive: true }) as string[]) out[entry] = (statSync(join(dir, entry)).mode & 0o777).toString(8);
+  for (const entry of readdirSync(dir, { recursive: true }) as string[])
+    out[entry] = (statSync(join(dir, entry)).mode & 0o777).toString(8);
   return out;
 }
 
@@ -35,26 +45,42 @@ test('the sealing key can live outside the data dir; the database alone holds no
   const secretKeyPath = join(keyDir, 'sealing.key');
   const m = await startMaster(t, { secretKeyPath });
   const created = await node(m, 'edge', { ssh_password: 'hunter2-for-the-node' });
-  const token = (await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'ci', scopes: ['audit:read'] }, headers: { 'idempotency-key': 'k1' } })).body.token;
+  const token = (
+    await call(m.url, 'POST', '/api/tokens', {
+      token: m.admin,
+      body: { name: 'ci', scopes: ['audit:read'] },
+      headers: { 'idempotency-key': 'k1' },
+    })
+  ).body.token;
   await m.app.store.committed();
   assert.equal(statSync(secretKeyPath).mode & 0o777, 0o600);
   assert.ok(!existsSync(join(m.dataDir, 'secret.key')), 'no key in the data dir');
-  const files = readdirSync(m.dataDir).filter((f) => f.startsWith('master.db')).map((f) => readFileSync(join(m.dataDir, f)));
+  const files = readdirSync(m.dataDir)
+    .filter((f) => f.startsWith('master.db'))
+    .map((f) => readFileSync(join(m.dataDir, f)));
   for (const secret of ['hunter2-for-the-node', created.agent_token, token, m.admin]) {
-    assert.ok(files.every((bytes) => !bytes.includes(secret)), `${secret.slice(0, 8)}... is not on disk in the clear`);
+    assert.ok(
+      files.every((bytes) => !bytes.includes(secret)),
+      `${secret.slice(0, 8)}... is not on disk in the clear`,
+    );
   }
 });
 
 test('a token keeps at most its most recent stored replays', () => {
   const db = new Database(':memory:');
   db.write(() => {
-    db.prepare("INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES ('u', 'x', '[]', '', '')").run();
-    db.prepare("INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', x'00', '')").run();
+    db.prepare(
+      "INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES ('u', 'x', '[]', '', '')",
+    ).run();
+    db.prepare(
+      "INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', x'00', '')",
+    ).run();
   });
   const replays = new IdempotencyStore(db);
   const at = (i: number) => new Date(Date.UTC(2026, 0, 1) + i * 1000).toISOString();
   db.write(() => {
-    for (let i = 0; i < KEYS_PER_TOKEN + 5; i++) replays.save(1, `key-${i}`, { fingerprint: 'f', status: 201, headers: {}, body: Buffer.alloc(0) }, at(i));
+    for (let i = 0; i < KEYS_PER_TOKEN + 5; i++)
+      replays.save(1, `key-${i}`, { fingerprint: 'f', status: 201, headers: {}, body: Buffer.alloc(0) }, at(i));
   });
   assert.equal((db.prepare('SELECT count(*) AS n FROM idempotency_keys').get() as { n: number }).n, KEYS_PER_TOKEN);
   assert.equal(replays.find(1, 'key-4', ''), undefined, 'the oldest went first');

@@ -5,7 +5,11 @@ import { assertProblem, call, mintToken, startMaster } from './helpers.ts';
 
 test('audit entries carry who, what, where and the request id, newest first', async (t) => {
   const m = await startMaster(t);
-  const created = await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['audit:read'] }, headers: { 'x-request-id': 'req-create-x' } });
+  const created = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'x', scopes: ['audit:read'] },
+    headers: { 'x-request-id': 'req-create-x' },
+  });
   const [entry] = (await call(m.url, 'GET', '/api/audit-logs?limit=1', { token: m.admin })).body.items;
   assert.equal(entry.action, 'token.create');
   assert.equal(entry.resource, 'token');
@@ -26,8 +30,24 @@ test('a denied write attempt is audited with the scope it lacked, and an API tok
   assertProblem(await call(m.url, 'DELETE', '/api/users/1', { token }), 403, 'insufficient_scope');
   const [entry] = (await call(m.url, 'GET', '/api/audit-logs?status=denied', { token })).body.items;
   assert.deepEqual(
-    { action: entry.action, resource: entry.resource, resource_id: entry.resource_id, actor_type: entry.actor_type, actor_id: entry.actor_id, actor_name: entry.actor_name, changes: entry.changes },
-    { action: 'user.delete', resource: 'user', resource_id: 1, actor_type: 'token', actor_id: tokenId, actor_name: 'admin', changes: { required_scope: 'users:write' } },
+    {
+      action: entry.action,
+      resource: entry.resource,
+      resource_id: entry.resource_id,
+      actor_type: entry.actor_type,
+      actor_id: entry.actor_id,
+      actor_name: entry.actor_name,
+      changes: entry.changes,
+    },
+    {
+      action: 'user.delete',
+      resource: 'user',
+      resource_id: 1,
+      actor_type: 'token',
+      actor_id: tokenId,
+      actor_name: 'admin',
+      changes: { required_scope: 'users:write' },
+    },
   );
 });
 
@@ -46,11 +66,18 @@ test('denied writes spend the write budget, so they cannot flood the audit log',
 
 test('audit filters combine and pages follow the cursor', async (t) => {
   const m = await startMaster(t);
-  for (let i = 0; i < 4; i++) await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: `t${i}`, scopes: ['audit:read'] } });
-  const ids = async (query: string) => (await call(m.url, 'GET', `/api/audit-logs${query}`, { token: m.admin })).body.items.map((e: { id: number }) => e.id);
+  for (let i = 0; i < 4; i++)
+    await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: `t${i}`, scopes: ['audit:read'] } });
+  const ids = async (query: string) =>
+    (await call(m.url, 'GET', `/api/audit-logs${query}`, { token: m.admin })).body.items.map(
+      (e: { id: number }) => e.id,
+    );
   const all = await ids('?action=token.create');
   assert.equal(all.length, 4);
-  assert.deepEqual(all, [...all].sort((a: number, b: number) => b - a));
+  assert.deepEqual(
+    all,
+    [...all].sort((a: number, b: number) => b - a),
+  );
   // Token ids share a sequence with the admin's session (id 1), so token 2 is t0, the oldest.
   assert.deepEqual(await ids('?resource=token&resource_id=2'), [all[3]]);
   assert.deepEqual(await ids('?actor=nobody'), []);
@@ -59,8 +86,16 @@ test('audit filters combine and pages follow the cursor', async (t) => {
   assert.equal((await ids('?since=2000-01-01T00:00:00Z&action=token.create')).length, 4);
 
   const first = await call(m.url, 'GET', '/api/audit-logs?action=token.create&limit=3', { token: m.admin });
-  const rest = await call(m.url, 'GET', `/api/audit-logs?action=token.create&limit=3&cursor=${first.body.next_cursor}`, { token: m.admin });
-  assert.deepEqual([...first.body.items, ...rest.body.items].map((e: { id: number }) => e.id), all);
+  const rest = await call(
+    m.url,
+    'GET',
+    `/api/audit-logs?action=token.create&limit=3&cursor=${first.body.next_cursor}`,
+    { token: m.admin },
+  );
+  assert.deepEqual(
+    [...first.body.items, ...rest.body.items].map((e: { id: number }) => e.id),
+    all,
+  );
   assert.equal(rest.body.next_cursor, null);
   assertProblem(await call(m.url, 'GET', '/api/audit-logs?status=maybe', { token: m.admin }), 400, 'invalid_query');
   assertProblem(await call(m.url, 'GET', '/api/audit-logs?since=yesterday', { token: m.admin }), 400, 'invalid_query');
@@ -73,9 +108,14 @@ test('entries older than audit_retention_days are pruned', async (t) => {
   assert.ok(before >= 3);
   m.advance(2 * 24 * 3600 * 1000);
   maintain(m.app);
-  const fresh = await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: 'admin-password-for-tests' } });
+  const fresh = await call(m.url, 'POST', '/api/auth/login', {
+    body: { username: 'admin', password: 'admin-password-for-tests' },
+  });
   const after = await call(m.url, 'GET', '/api/audit-logs', { token: fresh.body.token });
-  assert.deepEqual(after.body.items.map((e: { action: string }) => e.action), ['auth.login']);
+  assert.deepEqual(
+    after.body.items.map((e: { action: string }) => e.action),
+    ['auth.login'],
+  );
 });
 
 test('a change and its audit entry commit together or not at all', async (t) => {
@@ -86,7 +126,11 @@ test('a change and its audit entry commit together or not at all', async (t) => 
     store.write(() => {
       store.users.insert({ username: 'ghost', password_hash: 'x', scopes: [], disabled: false }, m.app.timestamp());
       // An audit row the schema refuses: the user insert before it must roll back with it.
-      store.audit.record({ actor_type: 'nobody' as 'system', actor_id: null, actor_name: 'x', ip: null, request_id: null }, { action: 'user.create', resource: 'user', resource_id: null, status: 'success' }, m.app.timestamp());
+      store.audit.record(
+        { actor_type: 'nobody' as 'system', actor_id: null, actor_name: 'x', ip: null, request_id: null },
+        { action: 'user.create', resource: 'user', resource_id: null, status: 'success' },
+        m.app.timestamp(),
+      );
     }),
   );
   assert.equal(store.users.count(), users);

@@ -3,7 +3,13 @@ import { test } from 'node:test';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
 function ruleBodies(nodeId: number, count: number, firstPort = 10000) {
-  return Array.from({ length: count }, (_, i) => ({ name: `bulk-${i}`, node_id: nodeId, protocol: 'tcp', listen_port: firstPort + i, targets: [`10.1.${(i >> 8) & 255}.${i & 255}:80`] }));
+  return Array.from({ length: count }, (_, i) => ({
+    name: `bulk-${i}`,
+    node_id: nodeId,
+    protocol: 'tcp',
+    listen_port: firstPort + i,
+    targets: [`10.1.${(i >> 8) & 255}.${i & 255}:80`],
+  }));
 }
 
 async function batchCreate(m: Running, rules: unknown[], query = '') {
@@ -17,7 +23,11 @@ test('batch-create makes up to 1000 rules in one call and answers with their ids
   assert.equal(answer.status, 201, JSON.stringify(answer.body).slice(0, 300));
   assert.equal(answer.body.results.length, 1000);
   assert.deepEqual(answer.body.results[0], { index: 0, id: answer.body.results[0].id, outcome: 'created' });
-  assert.ok(answer.body.results.every((r: { index: number; outcome: string }, i: number) => r.index === i && r.outcome === 'created'));
+  assert.ok(
+    answer.body.results.every(
+      (r: { index: number; outcome: string }, i: number) => r.index === i && r.outcome === 'created',
+    ),
+  );
   const page = await call(m.url, 'GET', `/api/rules?node_id=${n.id}&limit=1000`, { token: m.admin });
   assert.equal(page.body.items.length, 1000);
   const audit = await call(m.url, 'GET', '/api/audit-logs?action=rule.create&limit=1000', { token: m.admin });
@@ -49,7 +59,10 @@ test('batch-create is all or nothing: every problem is reported with its index a
     { pointer: '#/rules/5/listen_port', detail: `port 10001/tcp on node ${n.id} is taken by #/rules/1` },
     { pointer: '#/rules/6/node_id', detail: 'node 999 does not exist' },
   ]);
-  assert.deepEqual(second.body.results.map((r: { outcome: string }) => r.outcome), ['invalid', 'invalid', 'invalid', 'conflict', 'invalid', 'conflict', 'invalid', 'invalid']);
+  assert.deepEqual(
+    second.body.results.map((r: { outcome: string }) => r.outcome),
+    ['invalid', 'invalid', 'invalid', 'conflict', 'invalid', 'conflict', 'invalid', 'invalid'],
+  );
   assert.equal(snapshot(m), before);
 });
 
@@ -59,7 +72,10 @@ test('batch-create dry run previews without creating', async (t) => {
   const before = snapshot(m);
   const answer = await batchCreate(m, ruleBodies(n.id, 3), '?dry_run=true');
   assert.equal(answer.status, 200);
-  assert.deepEqual(answer.body, { dry_run: true, results: [0, 1, 2].map((index) => ({ index, id: null, outcome: 'created' })) });
+  assert.deepEqual(answer.body, {
+    dry_run: true,
+    results: [0, 1, 2].map((index) => ({ index, id: null, outcome: 'created' })),
+  });
   assert.equal(snapshot(m), before);
 });
 
@@ -68,12 +84,21 @@ test('batch-delete answers per id in order, audits each, and dry_run changes not
   const n = await node(m, 'edge');
   const ids = (await batchCreate(m, ruleBodies(n.id, 3))).body.results.map((r: { id: number }) => r.id);
   const before = snapshot(m);
-  const preview = await call(m.url, 'POST', '/api/rules/batch-delete?dry_run=true', { token: m.admin, body: { ids: [ids[0], 424242, ids[2]] } });
-  assert.deepEqual(preview.body.results.map((r: { outcome: string }) => r.outcome), ['deleted', 'not_found', 'deleted']);
+  const preview = await call(m.url, 'POST', '/api/rules/batch-delete?dry_run=true', {
+    token: m.admin,
+    body: { ids: [ids[0], 424242, ids[2]] },
+  });
+  assert.deepEqual(
+    preview.body.results.map((r: { outcome: string }) => r.outcome),
+    ['deleted', 'not_found', 'deleted'],
+  );
   assert.equal(preview.body.dry_run, true);
   assert.equal(snapshot(m), before);
 
-  const done = await call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids: [ids[0], 424242, ids[2]] } });
+  const done = await call(m.url, 'POST', '/api/rules/batch-delete', {
+    token: m.admin,
+    body: { ids: [ids[0], 424242, ids[2]] },
+  });
   assert.deepEqual(done.body, {
     dry_run: false,
     results: [
@@ -82,9 +107,14 @@ test('batch-delete answers per id in order, audits each, and dry_run changes not
       { id: ids[2], outcome: 'deleted' },
     ],
   });
-  const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map((r: { id: number }) => r.id);
+  const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map(
+    (r: { id: number }) => r.id,
+  );
   assert.deepEqual(remaining, [ids[1]]);
-  assert.equal((await call(m.url, 'GET', '/api/audit-logs?action=rule.delete', { token: m.admin })).body.items.length, 2);
+  assert.equal(
+    (await call(m.url, 'GET', '/api/audit-logs?action=rule.delete', { token: m.admin })).body.items.length,
+    2,
+  );
 });
 
 test('batch-delete of nodes and tunnels reports conflicts per item unless cascade', async (t) => {
@@ -92,19 +122,42 @@ test('batch-delete of nodes and tunnels reports conflicts per item unless cascad
   const busy = await node(m, 'busy');
   const idle = await node(m, 'idle');
   await rule(m, { node_id: busy.id, listen_port: 80 });
-  const answer = await call(m.url, 'POST', '/api/nodes/batch-delete', { token: m.admin, body: { ids: [busy.id, idle.id] } });
-  assert.deepEqual(answer.body.results.map((r: { outcome: string }) => r.outcome), ['conflict', 'deleted']);
+  const answer = await call(m.url, 'POST', '/api/nodes/batch-delete', {
+    token: m.admin,
+    body: { ids: [busy.id, idle.id] },
+  });
+  assert.deepEqual(
+    answer.body.results.map((r: { outcome: string }) => r.outcome),
+    ['conflict', 'deleted'],
+  );
   assert.match(answer.body.results[0].error.detail, /cascade=true/);
-  const cascade = await call(m.url, 'POST', '/api/nodes/batch-delete?cascade=true', { token: m.admin, body: { ids: [busy.id] } });
+  const cascade = await call(m.url, 'POST', '/api/nodes/batch-delete?cascade=true', {
+    token: m.admin,
+    body: { ids: [busy.id] },
+  });
   assert.deepEqual(cascade.body.results, [{ id: busy.id, outcome: 'deleted' }]);
 
   const a = await node(m, 'a');
   const b = await node(m, 'b');
-  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 't', entry_node_id: a.id, exit_node_id: b.id } })).body;
+  const tunnel = (
+    await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 't', entry_node_id: a.id, exit_node_id: b.id },
+    })
+  ).body;
   await rule(m, { node_id: a.id, listen_port: 81, tunnel_id: tunnel.id });
-  const tunnels = await call(m.url, 'POST', '/api/tunnels/batch-delete', { token: m.admin, body: { ids: [tunnel.id, 999] } });
-  assert.deepEqual(tunnels.body.results.map((r: { outcome: string }) => r.outcome), ['conflict', 'not_found']);
-  const cascaded = await call(m.url, 'POST', '/api/tunnels/batch-delete?cascade=true', { token: m.admin, body: { ids: [tunnel.id] } });
+  const tunnels = await call(m.url, 'POST', '/api/tunnels/batch-delete', {
+    token: m.admin,
+    body: { ids: [tunnel.id, 999] },
+  });
+  assert.deepEqual(
+    tunnels.body.results.map((r: { outcome: string }) => r.outcome),
+    ['conflict', 'not_found'],
+  );
+  const cascaded = await call(m.url, 'POST', '/api/tunnels/batch-delete?cascade=true', {
+    token: m.admin,
+    body: { ids: [tunnel.id] },
+  });
   assert.deepEqual(cascaded.body.results, [{ id: tunnel.id, outcome: 'deleted' }]);
 });
 
@@ -114,20 +167,41 @@ test('batch-update disables or moves rules, each item on its own', async (t) => 
   const to = await node(m, 'to');
   const ids = (await batchCreate(m, ruleBodies(from.id, 3))).body.results.map((r: { id: number }) => r.id);
   await rule(m, { node_id: to.id, listen_port: 10001 });
-  const disabled = await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids: [...ids, 999], changes: { enabled: false } } });
-  assert.deepEqual(disabled.body.results.map((r: { outcome: string }) => r.outcome), ['updated', 'updated', 'updated', 'not_found']);
-  const moved = await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids, changes: { node_id: to.id } } });
-  assert.deepEqual(moved.body.results.map((r: { outcome: string }) => r.outcome), ['updated', 'conflict', 'updated']);
-  const onTo = (await call(m.url, 'GET', `/api/rules?node_id=${to.id}&enabled=false`, { token: m.admin })).body.items.map((r: { id: number }) => r.id);
+  const disabled = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { ids: [...ids, 999], changes: { enabled: false } },
+  });
+  assert.deepEqual(
+    disabled.body.results.map((r: { outcome: string }) => r.outcome),
+    ['updated', 'updated', 'updated', 'not_found'],
+  );
+  const moved = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { ids, changes: { node_id: to.id } },
+  });
+  assert.deepEqual(
+    moved.body.results.map((r: { outcome: string }) => r.outcome),
+    ['updated', 'conflict', 'updated'],
+  );
+  const onTo = (
+    await call(m.url, 'GET', `/api/rules?node_id=${to.id}&enabled=false`, { token: m.admin })
+  ).body.items.map((r: { id: number }) => r.id);
   assert.deepEqual(onTo, [ids[0], ids[2]]);
-  assertProblem(await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids, changes: {} } }), 422, 'validation_failed');
+  assertProblem(
+    await call(m.url, 'POST', '/api/rules/batch-update', { token: m.admin, body: { ids, changes: {} } }),
+    422,
+    'validation_failed',
+  );
 });
 
 test('batch-sync reports each rule as the nodes acknowledged it', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');
   const created = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
-  const answer = await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids: [created.id, 999] } });
+  const answer = await call(m.url, 'POST', '/api/rules/batch-sync', {
+    token: m.admin,
+    body: { ids: [created.id, 999] },
+  });
   assert.deepEqual(answer.body.results, [
     { id: created.id, outcome: 'pending' },
     { id: 999, outcome: 'not_found', error: { code: 'not_found', detail: 'rule 999 does not exist' } },
@@ -139,7 +213,9 @@ test('a large batch yields: a request sent while it runs is answered before it f
   const n = await node(m, 'edge');
   const ids = (await batchCreate(m, ruleBodies(n.id, 1000))).body.results.map((r: { id: number }) => r.id);
   const order: string[] = [];
-  const batch = call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids } }).then((a) => order.push(`batch ${a.status}`));
+  const batch = call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids } }).then((a) =>
+    order.push(`batch ${a.status}`),
+  );
   await new Promise((resolve) => setTimeout(resolve, 5));
   const live = call(m.url, 'GET', '/api/auth/me', { token: m.admin }).then((a) => order.push(`live ${a.status}`));
   await Promise.all([batch, live]);

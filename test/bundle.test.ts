@@ -20,7 +20,11 @@ test('each bundle is one ESM file with a shebang that imports only node: builtin
   for (const file of ['dist/master.mjs', 'dist/agent.mjs', 'dist/license.mjs']) {
     const text = readFileSync(file, 'utf8');
     assert.ok(text.startsWith('#!/usr/bin/env node\n'), file);
-    const imports = [...text.matchAll(/^\s*import\s[^'"]*['"]([^'"]+)['"]/gm), ...text.matchAll(/\bimport\(\s*['"]([^'"]+)['"]/g), ...text.matchAll(/\brequire\(\s*['"]([^'"]+)['"]/g)].map((m) => m[1]);
+    const imports = [
+      ...text.matchAll(/^\s*import\s[^'"]*['"]([^'"]+)['"]/gm),
+      ...text.matchAll(/\bimport\(\s*['"]([^'"]+)['"]/g),
+      ...text.matchAll(/\brequire\(\s*['"]([^'"]+)['"]/g),
+    ].map((m) => m[1]);
     assert.ok(imports.length > 0, file);
     for (const spec of imports) assert.match(spec!, /^node:/, `${file} imports ${spec}`);
   }
@@ -66,7 +70,11 @@ test('a copy of dist/master.mjs runs alone from an empty folder, prints the firs
     const requestLines = lines.filter((l) => l.msg === 'request');
     assert.equal(requestLines.length, 2);
     assert.ok(!JSON.stringify(requestLines).includes(token), 'bearer secrets are never logged');
-    assert.equal(lines.filter((l) => JSON.stringify(l).includes(admin.password as string)).length, 1, 'the password is printed once');
+    assert.equal(
+      lines.filter((l) => JSON.stringify(l).includes(admin.password as string)).length,
+      1,
+      'the password is printed once',
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -3,15 +3,48 @@ import { test } from 'node:test';
 import { parseConfig } from '../cmd/master/config.ts';
 
 test('configuration: flags override MASTER_* environment, which overrides defaults', () => {
-  const base = { host: '127.0.0.1', port: 8080, dataDir: './data', secretKeyPath: null, licenseKeyPath: null, adminPassword: null, tls: null, insecureHttp: false };
+  const base = {
+    host: '127.0.0.1',
+    port: 8080,
+    dataDir: './data',
+    secretKeyPath: null,
+    licenseKeyPath: null,
+    adminPassword: null,
+    tls: null,
+    insecureHttp: false,
+  };
   const cases = [
     { argv: [], env: {}, want: base },
-    { argv: [], env: { MASTER_LISTEN: '0.0.0.0:9000', MASTER_DATA_DIR: '/var/lib/portplane' }, want: { ...base, host: '0.0.0.0', port: 9000, dataDir: '/var/lib/portplane' } },
-    { argv: ['--listen', '[::1]:7000', '--data-dir=/srv/d'], env: { MASTER_LISTEN: '0.0.0.0:9000' }, want: { ...base, host: '::1', port: 7000, dataDir: '/srv/d' } },
-    { argv: ['--listen', ':8081', '--license-key', 'k.pem'], env: { MASTER_ADMIN_PASSWORD: 'long-enough-pass' }, want: { ...base, host: '0.0.0.0', port: 8081, licenseKeyPath: 'k.pem', adminPassword: 'long-enough-pass' } },
-    { argv: ['--secret-key', '/etc/portplane/secret.key'], env: { MASTER_SECRET_KEY: '/elsewhere' }, want: { ...base, secretKeyPath: '/etc/portplane/secret.key' } },
-    { argv: ['--tls-cert', 'c.pem'], env: { MASTER_TLS_KEY: 'k.pem' }, want: { ...base, tls: { certPath: 'c.pem', keyPath: 'k.pem' } } },
-    { argv: ['--listen', '0.0.0.0:80', '--insecure-http'], env: {}, want: { ...base, host: '0.0.0.0', port: 80, insecureHttp: true } },
+    {
+      argv: [],
+      env: { MASTER_LISTEN: '0.0.0.0:9000', MASTER_DATA_DIR: '/var/lib/portplane' },
+      want: { ...base, host: '0.0.0.0', port: 9000, dataDir: '/var/lib/portplane' },
+    },
+    {
+      argv: ['--listen', '[::1]:7000', '--data-dir=/srv/d'],
+      env: { MASTER_LISTEN: '0.0.0.0:9000' },
+      want: { ...base, host: '::1', port: 7000, dataDir: '/srv/d' },
+    },
+    {
+      argv: ['--listen', ':8081', '--license-key', 'k.pem'],
+      env: { MASTER_ADMIN_PASSWORD: 'long-enough-pass' },
+      want: { ...base, host: '0.0.0.0', port: 8081, licenseKeyPath: 'k.pem', adminPassword: 'long-enough-pass' },
+    },
+    {
+      argv: ['--secret-key', '/etc/portplane/secret.key'],
+      env: { MASTER_SECRET_KEY: '/elsewhere' },
+      want: { ...base, secretKeyPath: '/etc/portplane/secret.key' },
+    },
+    {
+      argv: ['--tls-cert', 'c.pem'],
+      env: { MASTER_TLS_KEY: 'k.pem' },
+      want: { ...base, tls: { certPath: 'c.pem', keyPath: 'k.pem' } },
+    },
+    {
+      argv: ['--listen', '0.0.0.0:80', '--insecure-http'],
+      env: {},
+      want: { ...base, host: '0.0.0.0', port: 80, insecureHttp: true },
+    },
     { argv: [], env: { MASTER_INSECURE_HTTP: '1' }, want: { ...base, insecureHttp: true } },
   ];
   for (const { argv, env, want } of cases) assert.deepEqual(parseConfig(argv, env), { config: want }, argv.join(' '));
@@ -41,21 +74,42 @@ test('agent configuration: flags over AGENT_* environment; the token, URL and pi
   const pin = `sha256/${'Q'.repeat(43)}=`;
   const base = { masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' };
   const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
-    [['--master', 'https://10.0.0.1:8443/', '--master-pin', pin], { AGENT_TOKEN: token }, { ...base, masterUrl: 'https://10.0.0.1:8443', masterPin: pin }],
-    [['--state-dir=/var/lib/pp', '--listen-host', '::'], { AGENT_MASTER_URL: 'https://m.example', AGENT_TOKEN: token }, { ...base, masterUrl: 'https://m.example', stateDir: '/var/lib/pp', listenHost: '::' }],
+    [
+      ['--master', 'https://10.0.0.1:8443/', '--master-pin', pin],
+      { AGENT_TOKEN: token },
+      { ...base, masterUrl: 'https://10.0.0.1:8443', masterPin: pin },
+    ],
+    [
+      ['--state-dir=/var/lib/pp', '--listen-host', '::'],
+      { AGENT_MASTER_URL: 'https://m.example', AGENT_TOKEN: token },
+      { ...base, masterUrl: 'https://m.example', stateDir: '/var/lib/pp', listenHost: '::' },
+    ],
     [['--master', 'http://127.0.0.1:8080'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://127.0.0.1:8080' }],
     [['--master', 'http://[::1]:8080'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://[::1]:8080' }],
-    [['--master', 'http://10.0.0.1:8080', '--insecure-http'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://10.0.0.1:8080' }],
-    [['--master', 'http://10.0.0.1:8080'], { AGENT_TOKEN: token, AGENT_INSECURE_HTTP: 'true' }, { ...base, masterUrl: 'http://10.0.0.1:8080' }],
+    [
+      ['--master', 'http://10.0.0.1:8080', '--insecure-http'],
+      { AGENT_TOKEN: token },
+      { ...base, masterUrl: 'http://10.0.0.1:8080' },
+    ],
+    [
+      ['--master', 'http://10.0.0.1:8080'],
+      { AGENT_TOKEN: token, AGENT_INSECURE_HTTP: 'true' },
+      { ...base, masterUrl: 'http://10.0.0.1:8080' },
+    ],
   ];
-  for (const [argv, env, want] of cases) assert.deepEqual(parseAgentConfig(argv, env), { config: want }, argv.join(' '));
+  for (const [argv, env, want] of cases)
+    assert.deepEqual(parseAgentConfig(argv, env), { config: want }, argv.join(' '));
   const errors: [string[], Record<string, string>, RegExp][] = [
     [[], { AGENT_TOKEN: token }, /--master/],
     [['--master', 'not a url'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
     [['--master', 'http://10.0.0.1:8080/a/path'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
     [['--master', 'http://a$(reboot)b:8080'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
     [['--master', 'http://10.0.0.1:8080'], { AGENT_TOKEN: token }, /in clear.*https:\/\/.*--insecure-http/],
-    [['--master', 'http://127.0.0.1:8080', '--master-pin', pin], { AGENT_TOKEN: token }, /pins a TLS key: give the master as https/],
+    [
+      ['--master', 'http://127.0.0.1:8080', '--master-pin', pin],
+      { AGENT_TOKEN: token },
+      /pins a TLS key: give the master as https/,
+    ],
     [['--master', 'https://m', '--master-pin', 'sha256/short'], { AGENT_TOKEN: token }, /--master-pin must be sha256/],
     [['--master', 'http://localhost'], {}, /agent token/],
     [['--master', 'http://localhost', '--token', 'mst_abc'], {}, /agent token/],
@@ -81,13 +135,25 @@ test('agent env files are data: each line KEY=VALUE taken literally, never throu
     return files[path]!;
   };
   assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env'], { AGENT_MASTER_URL: 'http://from-env' }, read), {
-    config: { masterUrl: 'https://m.example:8443', masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' },
+    config: {
+      masterUrl: 'https://m.example:8443',
+      masterPin: null,
+      token,
+      stateDir: './agent-state',
+      listenHost: '0.0.0.0',
+    },
   });
   assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
     config: { masterUrl: 'http://localhost', masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' },
   });
   assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
-    config: { masterUrl: 'https://m.example:8443', masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' },
+    config: {
+      masterUrl: 'https://m.example:8443',
+      masterPin: null,
+      token,
+      stateDir: './agent-state',
+      listenHost: '0.0.0.0',
+    },
   });
   const errors: [string, RegExp][] = [
     ['/etc/hostile.env', /must be http\(s\):\/\/HOST.*\$\(touch \/tmp\/pwned\)/],
@@ -99,7 +165,7 @@ test('agent env files are data: each line KEY=VALUE taken literally, never throu
     const result = parseAgentConfig(['--env-file', path], {}, read);
     assert.ok('error' in result && want.test(result.error), `${path} -> ${JSON.stringify(result)}`);
   }
-  assert.deepEqual(parseEnvFile('AGENT_TOKEN=a=b c \'d\' `e`\n'), { AGENT_TOKEN: "a=b c 'd' `e`" });
+  assert.deepEqual(parseEnvFile("AGENT_TOKEN=a=b c 'd' `e`\n"), { AGENT_TOKEN: "a=b c 'd' `e`" });
 });
 
 test('master URLs are http(s), a hostname or IP address, and an optional port: nothing a shell or parser could read as syntax', async () => {
@@ -112,9 +178,26 @@ test('master URLs are http(s), a hostname or IP address, and an optional port: n
   ];
   for (const [input, want] of good) assert.equal(masterOrigin(input), want, input);
   const hostile = [
-    'http://a$(reboot)b:8080', 'http://a;reboot:8080', 'http://a`id`:1', 'http://a&b', 'http://a|b', "http://a'b", 'http://a"b',
-    'http://a b', 'http://user:pw@host', 'http://host/path', 'http://host?x', 'http://host#x', 'ftp://host', 'http://host:0',
-    'http://host:65536', 'http://[zz::1]', 'http://host\nAGENT_TOKEN=x', 'http://-host', 'http://host:8080 --evil', '',
+    'http://a$(reboot)b:8080',
+    'http://a;reboot:8080',
+    'http://a`id`:1',
+    'http://a&b',
+    'http://a|b',
+    "http://a'b",
+    'http://a"b',
+    'http://a b',
+    'http://user:pw@host',
+    'http://host/path',
+    'http://host?x',
+    'http://host#x',
+    'ftp://host',
+    'http://host:0',
+    'http://host:65536',
+    'http://[zz::1]',
+    'http://host\nAGENT_TOKEN=x',
+    'http://-host',
+    'http://host:8080 --evil',
+    '',
   ];
   for (const input of hostile) assert.equal(masterOrigin(input), null, JSON.stringify(input));
 });

@@ -9,8 +9,14 @@ test('the dashboard counts every resource by state and shows license usage', asy
   const b = await node(m, 'b');
   await rule(m, { node_id: a.id, listen_port: 1 });
   await rule(m, { node_id: a.id, listen_port: 2, enabled: false });
-  await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 't', entry_node_id: a.id, exit_node_id: b.id } });
-  await call(m.url, 'POST', '/api/users', { token: m.admin, body: { username: 'off', password: 'some-password-1', disabled: true } });
+  await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't', entry_node_id: a.id, exit_node_id: b.id },
+  });
+  await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'off', password: 'some-password-1', disabled: true },
+  });
   const token = await mintToken(m, ['dashboard:read']);
   const answer = await call(m.url, 'GET', '/api/dashboard', { token });
   assert.equal(answer.status, 200);
@@ -34,7 +40,14 @@ test('traffic: an empty series before any traffic, then buckets summed per step 
   const base = Math.floor(Date.UTC(2026, 10, 20, 10, 0, 0) / 1000);
   const range = '?from=2026-11-20T10:00:00Z&to=2026-11-20T12:00:00Z';
   const empty = await call(m.url, 'GET', `/api/dashboard/traffic${range}`, { token: m.admin });
-  assert.deepEqual(empty.body, { from: '2026-11-20T10:00:00Z', to: '2026-11-20T12:00:00Z', step: 3600, node_id: null, rule_id: null, points: [] });
+  assert.deepEqual(empty.body, {
+    from: '2026-11-20T10:00:00Z',
+    to: '2026-11-20T12:00:00Z',
+    step: 3600,
+    node_id: null,
+    rule_id: null,
+    points: [],
+  });
 
   m.app.store.write(() => {
     m.app.store.traffic.record(r1.id, a.id, base + 10, 100, 1000);
@@ -47,20 +60,40 @@ test('traffic: an empty series before any traffic, then buckets summed per step 
     { at: '2026-11-20T10:00:00Z', bytes_in: 108, bytes_out: 1009 },
     { at: '2026-11-20T11:00:00Z', bytes_in: 10, bytes_out: 20 },
   ]);
-  const perMinute = await call(m.url, 'GET', `/api/dashboard/traffic${range}&step=60&rule_id=${r1.id}`, { token: m.admin });
-  assert.deepEqual(perMinute.body.points.map((p: { at: string; bytes_in: number }) => [p.at, p.bytes_in]), [['2026-11-20T10:00:00Z', 101], ['2026-11-20T11:00:00Z', 10]]);
+  const perMinute = await call(m.url, 'GET', `/api/dashboard/traffic${range}&step=60&rule_id=${r1.id}`, {
+    token: m.admin,
+  });
+  assert.deepEqual(
+    perMinute.body.points.map((p: { at: string; bytes_in: number }) => [p.at, p.bytes_in]),
+    [
+      ['2026-11-20T10:00:00Z', 101],
+      ['2026-11-20T11:00:00Z', 10],
+    ],
+  );
   const byNode = await call(m.url, 'GET', `/api/dashboard/traffic${range}&node_id=${b.id}`, { token: m.admin });
   assert.deepEqual(byNode.body.points, [{ at: '2026-11-20T10:00:00Z', bytes_in: 7, bytes_out: 7 }]);
 
   const rule1 = (await call(m.url, 'GET', `/api/rules/${r1.id}`, { token: m.admin })).body;
   assert.deepEqual(rule1.traffic, { bytes_in: 111, bytes_out: 1022 });
-  assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${a.id}`, { token: m.admin })).body.traffic, { bytes_in: 111, bytes_out: 1022 });
-  assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, { bytes_in: 118, bytes_out: 1029 });
+  assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${a.id}`, { token: m.admin })).body.traffic, {
+    bytes_in: 111,
+    bytes_out: 1022,
+  });
+  assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, {
+    bytes_in: 118,
+    bytes_out: 1029,
+  });
 });
 
 test('traffic: bad ranges and steps are 400 naming the parameter; old buckets are pruned', async (t) => {
   const m = await startMaster(t);
-  for (const [query, parameter] of [['?step=90', '?step'], ['?step=30', '?step'], ['?from=2026-11-20T12:00:00Z&to=2026-11-20T10:00:00Z', '?from'], ['?from=2020-01-01T00:00:00Z&step=60', '?step'], ['?to=soon', '?to']] as const) {
+  for (const [query, parameter] of [
+    ['?step=90', '?step'],
+    ['?step=30', '?step'],
+    ['?from=2026-11-20T12:00:00Z&to=2026-11-20T10:00:00Z', '?from'],
+    ['?from=2020-01-01T00:00:00Z&step=60', '?step'],
+    ['?to=soon', '?to'],
+  ] as const) {
     const answer = await call(m.url, 'GET', `/api/dashboard/traffic${query}`, { token: m.admin });
     assertProblem(answer, 400, 'invalid_query');
     assert.equal(answer.body.errors[0].pointer, parameter, query);

@@ -14,7 +14,8 @@ function open(t: { after: (fn: () => void) => void }) {
     reader.close();
     db.close();
   });
-  const names = () => (reader.prepare('SELECT key FROM settings ORDER BY key').all() as { key: string }[]).map((r) => r.key);
+  const names = () =>
+    (reader.prepare('SELECT key FROM settings ORDER BY key').all() as { key: string }[]).map((r) => r.key);
   const put = (key: string) => db.prepare("INSERT INTO settings (key, value) VALUES (?, '1')").run(key);
   return { db, names, put };
 }
@@ -61,7 +62,13 @@ test('close commits what is pending', async (t) => {
   db.close();
   const reader = new DatabaseSync(path, { readOnly: true });
   t.after(() => reader.close());
-  assert.deepEqual(reader.prepare('SELECT key FROM settings').all().map((r) => (r as { key: string }).key), ['late']);
+  assert.deepEqual(
+    reader
+      .prepare('SELECT key FROM settings')
+      .all()
+      .map((r) => (r as { key: string }).key),
+    ['late'],
+  );
 });
 
 test('a commit that fails rejects every waiter, tells the listeners, and keeps nothing', async (t) => {
@@ -70,7 +77,11 @@ test('a commit that fails rejects every waiter, tells the listeners, and keeps n
   db.onCommitFailure(() => (told += 1));
   // A deferred foreign key is checked only at COMMIT: the way to make a commit itself fail here.
   db.write(() => db.prepare('CREATE TABLE parent (id INTEGER PRIMARY KEY) STRICT').run());
-  db.write(() => db.prepare('CREATE TABLE child (parent_id INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED) STRICT').run());
+  db.write(() =>
+    db
+      .prepare('CREATE TABLE child (parent_id INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED) STRICT')
+      .run(),
+  );
   await db.committed();
   db.write(() => put('lost'));
   db.write(() => db.prepare('INSERT INTO child (parent_id) VALUES (42)').run());

@@ -9,7 +9,16 @@ import { Forwarder } from '../internal/forward/forwarder.ts';
 import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
-  return { id, protocol: 'tcp', listen_port, targets, strategy: 'round_robin', enabled: true, tunnel_id: null, ...extra };
+  return {
+    id,
+    protocol: 'tcp',
+    listen_port,
+    targets,
+    strategy: 'round_robin',
+    enabled: true,
+    tunnel_id: null,
+    ...extra,
+  };
 }
 
 test('TCP: bytes cross the relay both ways through a half-close, and are counted exactly', async (t) => {
@@ -17,7 +26,9 @@ test('TCP: bytes cross the relay both ways through a half-close, and are counted
   const port = await freePort();
   const forwarder = new Forwarder('127.0.0.1');
   t.after(() => forwarder.close());
-  assert.deepEqual(await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]), [{ id: 1, state: 'applied', error: null }]);
+  assert.deepEqual(await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]), [
+    { id: 1, state: 'applied', error: null },
+  ]);
   const payload = Buffer.alloc(3 * 1024 * 1024, 7);
   const back = await roundTrip(port, payload);
   assert.equal(back.length, payload.length);
@@ -87,16 +98,23 @@ test('failures come back as machine codes: port in use, unresolvable targets, tu
   t.after(() => forwarder.close());
   const results = await forwarder.apply([
     rule(1, taken, [`127.0.0.1:${echo}`], { protocol: 'tcp+udp' }),
-    rule(2, free, Array.from({ length: 16 }, (_, i) => `no-such-host-${i}-${'x'.repeat(50)}.invalid:80`)),
+    rule(
+      2,
+      free,
+      Array.from({ length: 16 }, (_, i) => `no-such-host-${i}-${'x'.repeat(50)}.invalid:80`),
+    ),
     rule(3, free, [`127.0.0.1:${echo}`], { tunnel_id: 9 }),
     rule(4, free, [`127.0.0.1:${echo}`], { enabled: false }),
   ]);
-  assert.deepEqual(results.map((r) => [r.id, r.state, r.error?.code ?? null]), [
-    [1, 'failed', 'port_in_use'],
-    [2, 'failed', 'target_unresolvable'],
-    [3, 'failed', 'tunnel_not_supported'],
-    [4, 'applied', null],
-  ]);
+  assert.deepEqual(
+    results.map((r) => [r.id, r.state, r.error?.code ?? null]),
+    [
+      [1, 'failed', 'port_in_use'],
+      [2, 'failed', 'target_unresolvable'],
+      [3, 'failed', 'tunnel_not_supported'],
+      [4, 'applied', null],
+    ],
+  );
   // The master reads details of at most 500 characters: sixteen long target names are cut short.
   assert.ok(results[1]!.error!.detail.length <= 300);
   assert.deepEqual([...forwarder.listening()], []);
@@ -132,7 +150,11 @@ test('UDP sessions expire when idle, and the session cap turns away new clients'
 test('TCP connections over the per-rule limit are refused, and the others go on', async (t) => {
   const echo = await tcpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { maxConnectionsPerRule: 1, maxUdpSessionsPerRule: 1, udpIdleMs: 60_000 });
+  const forwarder = new Forwarder('127.0.0.1', {
+    maxConnectionsPerRule: 1,
+    maxUdpSessionsPerRule: 1,
+    udpIdleMs: 60_000,
+  });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
   const kept = connect({ host: '127.0.0.1', port });
@@ -178,24 +200,33 @@ test('one client address may hold only so many connections on a rule; other addr
     socket.on('error', () => undefined);
     await once(socket, 'connect');
     socket.write('x');
-    const answer = await Promise.race([once(socket, 'data').then(() => 'relayed'), once(socket, 'close').then(() => 'closed')]);
+    const answer = await Promise.race([
+      once(socket, 'data').then(() => 'relayed'),
+      once(socket, 'close').then(() => 'closed'),
+    ]);
     t.after(() => socket.destroy());
     return answer;
   };
-  assert.deepEqual([await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.1')], ['relayed', 'relayed', 'closed']);
+  assert.deepEqual(
+    [await open('127.0.0.1'), await open('127.0.0.1'), await open('127.0.0.1')],
+    ['relayed', 'relayed', 'closed'],
+  );
   assert.equal(await open('127.0.0.2'), 'relayed', 'another source has its own allowance');
   forwarder.setLimits({ maxConnectionsPerSource: 3 });
   assert.equal(await open('127.0.0.1'), 'relayed', 'a new limit applies to the next connection');
 });
 
-test('datagrams that arrive before a UDP session\'s upstream is connected are held only up to a bound', async (t) => {
+test("datagrams that arrive before a UDP session's upstream is connected are held only up to a bound", async (t) => {
   const echo = await udpEcho(t);
   const port = await freePort();
   const forwarder = new Forwarder('127.0.0.1');
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`localhost:${echo}`], { protocol: 'udp' })]);
   // Keep libuv's thread pool busy, so the upstream socket's lookup of "localhost", and so its connect, waits.
-  const busy = Array.from({ length: 4 }, () => new Promise((resolve) => scrypt('x', 'salt', 32, { N: 2 ** 17, r: 8, maxmem: 256 * 1024 * 1024 }, resolve)));
+  const busy = Array.from(
+    { length: 4 },
+    () => new Promise((resolve) => scrypt('x', 'salt', 32, { N: 2 ** 17, r: 8, maxmem: 256 * 1024 * 1024 }, resolve)),
+  );
   const client = createSocket('udp4');
   t.after(() => client.close());
   let echoed = 0;

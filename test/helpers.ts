@@ -77,12 +77,28 @@ export interface CallOptions {
 const trusted = new Map<string, string>();
 
 /** An HTTPS request that trusts `cert` alone (and not its names: tests reach masters by any local address). */
-function httpsCall(url: string, cert: string, method: string, headers: Record<string, string>, body: string | undefined): Promise<{ status: number; headers: Headers; text: string }> {
+function httpsCall(
+  url: string,
+  cert: string,
+  method: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+): Promise<{ status: number; headers: Headers; text: string }> {
   return new Promise((resolve, reject) => {
     const req = httpsRequest(url, { method, headers, ca: cert, checkServerIdentity: () => undefined }, (res) => {
       let text = '';
       res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: new Headers(Object.entries(res.headers).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)] as [string, string]]))), text }));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode!,
+          headers: new Headers(
+            Object.entries(res.headers).flatMap(([k, v]) =>
+              v === undefined ? [] : [[k, String(v)] as [string, string]],
+            ),
+          ),
+          text,
+        }),
+      );
     });
     req.on('error', reject);
     req.end(body);
@@ -98,7 +114,13 @@ export async function call(base: string, method: string, path: string, options: 
     headers['content-type'] ??= 'application/json';
   }
   const cert = trusted.get(base);
-  const response = cert ? await httpsCall(base + path, cert, method, headers, body) : await fetch(base + path, { method, headers, body }).then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
+  const response = cert
+    ? await httpsCall(base + path, cert, method, headers, body)
+    : await fetch(base + path, { method, headers, body }).then(async (r) => ({
+        status: r.status,
+        headers: r.headers,
+        text: await r.text(),
+      }));
   const text = response.text;
   let parsed: unknown = text;
   if (text && /json/.test(response.headers.get('content-type') ?? '')) parsed = JSON.parse(text);
@@ -124,9 +146,23 @@ export async function mintToken(master: Running, scopes: readonly Scope[], name 
  */
 export function snapshot(master: Master, except: readonly string[] = []): string {
   const db = master.app.store.db;
-  const tables = (db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as { name: string }[]).filter(({ name }) => !except.includes(name));
+  const tables = (
+    db
+      .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+      .all() as { name: string }[]
+  ).filter(({ name }) => !except.includes(name));
   return JSON.stringify(
-    tables.map(({ name }) => [name, db.prepare(`SELECT * FROM "${name}" ORDER BY rowid`).all().map((row) => JSON.stringify(row, (k, v) => (k === 'last_used_at' ? undefined : v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v)))]),
+    tables.map(({ name }) => [
+      name,
+      db
+        .prepare(`SELECT * FROM "${name}" ORDER BY rowid`)
+        .all()
+        .map((row) =>
+          JSON.stringify(row, (k, v) =>
+            k === 'last_used_at' ? undefined : v instanceof Uint8Array ? Buffer.from(v).toString('hex') : v,
+          ),
+        ),
+    ]),
   );
 }
 
@@ -141,12 +177,18 @@ export function assertProblem(answer: Answer, status: number, code: string): voi
 
 /** Creates a node as the admin; returns its record (with the agent token). */
 export async function node(m: Running, name: string, extra: Record<string, unknown> = {}) {
-  const answer = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name, host: `${name}.example.net`, ...extra } });
+  const answer = await call(m.url, 'POST', '/api/nodes', {
+    token: m.admin,
+    body: { name, host: `${name}.example.net`, ...extra },
+  });
   assert.equal(answer.status, 201, JSON.stringify(answer.body));
   return answer.body;
 }
 
 /** Creates a TCP rule as the admin with defaults for what `body` leaves out; returns the answer. */
 export async function rule(m: Running, body: Record<string, unknown>) {
-  return call(m.url, 'POST', '/api/rules', { token: m.admin, body: { name: 'r', protocol: 'tcp', targets: ['10.0.0.1:80'], ...body } });
+  return call(m.url, 'POST', '/api/rules', {
+    token: m.admin,
+    body: { name: 'r', protocol: 'tcp', targets: ['10.0.0.1:80'], ...body },
+  });
 }

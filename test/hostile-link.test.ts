@@ -49,7 +49,10 @@ test('malformed request targets on the upgrade path and on ordinary requests are
   }
   assert.match(await rawExchange(m, upgrade('/elsewhere')), /^HTTP\/1\.1 404 /);
   assert.match(await rawExchange(m, 'NOT A REQUEST\r\n\r\n'), /^HTTP\/1\.1 400 /);
-  assert.match(await rawExchange(m, upgrade(LINK_PATH, `Authorization: Bearer ${'x'.repeat(20_000)}\r\n`)), /^HTTP\/1\.1 431 /);
+  assert.match(
+    await rawExchange(m, upgrade(LINK_PATH, `Authorization: Bearer ${'x'.repeat(20_000)}\r\n`)),
+    /^HTTP\/1\.1 431 /,
+  );
   assert.equal((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).status, 200);
 });
 
@@ -86,7 +89,11 @@ test('a traffic report that lies ends the link, counts nothing and is recorded o
     ['bytes past 2^53', [entry(2 ** 60)], /bytes_in must be between/],
     ['bytes as a string', [entry('100')], /bytes_in must be an integer/],
     ['an id of 0', [entry(1, 1, 0)], /id must be between/],
-    ['more entries than a message may carry', Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => entry(1, 1, i + 1)), /rules must have at most/],
+    [
+      'more entries than a message may carry',
+      Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => entry(1, 1, i + 1)),
+      /rules must have at most/,
+    ],
     ['more bytes than a node relays in the time', [entry(10 ** 15)], /more than the node could have relayed/],
   ];
   for (const [name, rules, reason] of cases) {
@@ -101,9 +108,16 @@ test('a traffic report that lies ends the link, counts nothing and is recorded o
     assert.equal(after.status, 'offline', name);
     assert.deepEqual(after.traffic, { bytes_in: 0, bytes_out: 0 }, `${name}: nothing counted`);
     const refused = (await link(m, n.agent_token)) as { status: number; body: { code: string } };
-    assert.deepEqual([refused.status, refused.body.code], [429, 'rate_limited'], `${name}: refused during the cool-down`);
+    assert.deepEqual(
+      [refused.status, refused.body.code],
+      [429, 'rate_limited'],
+      `${name}: refused during the cool-down`,
+    );
   }
-  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, { bytes_in: 0, bytes_out: 0 });
+  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, {
+    bytes_in: 0,
+    bytes_out: 0,
+  });
 });
 
 test('lines that are too long, too deep, not JSON or not messages end the link and nothing else', async (t) => {
@@ -148,13 +162,23 @@ test('totals saturate at 2^53-1 and always read back as safe integers', async (t
   await raw.next('config');
   const at = Math.floor((Date.now() + 5 * 86_400_000) / 1000);
   const max = Number.MAX_SAFE_INTEGER;
-  send(raw.socket, { type: 'traffic', stream: 's', seq: 1, at, rules: [{ id: r.id, bytes_in: max - 10, bytes_out: 7 }] });
+  send(raw.socket, {
+    type: 'traffic',
+    stream: 's',
+    seq: 1,
+    at,
+    rules: [{ id: r.id, bytes_in: max - 10, bytes_out: 7 }],
+  });
   await raw.next('traffic_ack');
   send(raw.socket, { type: 'traffic', stream: 's', seq: 2, at, rules: [{ id: r.id, bytes_in: 1000, bytes_out: 7 }] });
   await raw.next('traffic_ack');
   raw.socket.destroy();
   for (const path of [`/api/rules/${r.id}`, `/api/nodes/${n.id}`, '/api/dashboard']) {
-    assert.deepEqual((await call(m.url, 'GET', path, { token: admin })).body.traffic, { bytes_in: max, bytes_out: 14 }, path);
+    assert.deepEqual(
+      (await call(m.url, 'GET', path, { token: admin })).body.traffic,
+      { bytes_in: max, bytes_out: 14 },
+      path,
+    );
   }
 });
 
@@ -168,7 +192,10 @@ test('a database already holding counts past 2^53 stays readable, exportable and
   db.write(() => {
     db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
     db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
-    db.prepare('INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)').run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
+    db.prepare(
+      'INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), ' +
+        '(?, ?, ?, ?, ?)',
+    ).run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
   });
   const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
   assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
@@ -176,13 +203,28 @@ test('a database already holding counts past 2^53 stays readable, exportable and
   assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, safe);
   assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items[0].traffic, safe);
   assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, safe);
-  const series = await call(m.url, 'GET', '/api/dashboard/traffic?from=1970-01-01T00:00:00Z&to=1970-01-01T01:00:00Z&step=3600', { token: m.admin });
+  const series = await call(
+    m.url,
+    'GET',
+    '/api/dashboard/traffic?from=1970-01-01T00:00:00Z&to=1970-01-01T01:00:00Z&step=3600',
+    { token: m.admin },
+  );
   assert.equal(series.status, 200, JSON.stringify(series.body));
-  assert.deepEqual(series.body.points.map((p: { bytes_in: number }) => p.bytes_in), [Number.MAX_SAFE_INTEGER], 'a sum of two huge buckets is cut, not overflowed');
+  assert.deepEqual(
+    series.body.points.map((p: { bytes_in: number }) => p.bytes_in),
+    [Number.MAX_SAFE_INTEGER],
+    'a sum of two huge buckets is cut, not overflowed',
+  );
   assert.equal((await call(m.url, 'GET', '/api/export', { token: m.admin })).status, 200);
   const raw = (await link(m, n.agent_token)) as RawLink;
   assert.equal(((await raw.next('config')).rules as unknown[]).length, 1);
-  send(raw.socket, { type: 'traffic', stream: 's', seq: 1, at: Math.floor(Date.now() / 1000), rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }] });
+  send(raw.socket, {
+    type: 'traffic',
+    stream: 's',
+    seq: 1,
+    at: Math.floor(Date.now() / 1000),
+    rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }],
+  });
   await raw.next('traffic_ack');
   raw.socket.destroy();
   assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
@@ -196,11 +238,30 @@ test('a node alternating between two report streams is still counted exactly onc
   const raw = (await link(m, n.agent_token)) as RawLink;
   await raw.next('config');
   const at = Math.floor(Date.now() / 1000);
-  const report = (stream: string, seq: number) => ({ type: 'traffic', stream, seq, at, rules: [{ id: r.id, bytes_in: 1, bytes_out: 10 }] });
-  for (const [stream, seq] of [['a', 1], ['b', 1], ['a', 1], ['b', 1], ['a', 2], ['b', 1], ['a', 2], ['b', 2]] as const) {
+  const report = (stream: string, seq: number) => ({
+    type: 'traffic',
+    stream,
+    seq,
+    at,
+    rules: [{ id: r.id, bytes_in: 1, bytes_out: 10 }],
+  });
+  for (const [stream, seq] of [
+    ['a', 1],
+    ['b', 1],
+    ['a', 1],
+    ['b', 1],
+    ['a', 2],
+    ['b', 1],
+    ['a', 2],
+    ['b', 2],
+  ] as const) {
     send(raw.socket, report(stream, seq));
     assert.deepEqual(await raw.next('traffic_ack'), { type: 'traffic_ack', stream, seq });
   }
   raw.socket.destroy();
-  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, { bytes_in: 4, bytes_out: 40 }, 'a1 b1 a2 b2, once each');
+  assert.deepEqual(
+    (await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic,
+    { bytes_in: 4, bytes_out: 40 },
+    'a1 b1 a2 b2, once each',
+  );
 });

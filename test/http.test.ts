@@ -21,9 +21,15 @@ test('unknown paths are 404 and wrong methods 405 with Allow, as problem+json', 
 
 test('X-Request-Id is echoed when sane and minted otherwise', async (t) => {
   const m = await startMaster(t);
-  const echoed = await call(m.url, 'GET', '/api/auth/me', { token: m.admin, headers: { 'x-request-id': 'job-42.step:1' } });
+  const echoed = await call(m.url, 'GET', '/api/auth/me', {
+    token: m.admin,
+    headers: { 'x-request-id': 'job-42.step:1' },
+  });
   assert.equal(echoed.headers.get('x-request-id'), 'job-42.step:1');
-  const replaced = await call(m.url, 'GET', '/api/auth/me', { token: m.admin, headers: { 'x-request-id': 'has spaces and <angle>' } });
+  const replaced = await call(m.url, 'GET', '/api/auth/me', {
+    token: m.admin,
+    headers: { 'x-request-id': 'has spaces and <angle>' },
+  });
   assert.match(replaced.headers.get('x-request-id')!, /^[0-9a-f-]{36}$/);
 });
 
@@ -37,7 +43,14 @@ test('HEAD answers a GET route with its headers and no body', async (t) => {
 
 test('missing, malformed or unknown bearer tokens are 401 with WWW-Authenticate', async (t) => {
   const m = await startMaster(t);
-  for (const authorization of [undefined, 'Basic abc', 'Bearer', 'Bearer mst_short', `Bearer mst_${'A'.repeat(43)}`, `Bearer mat_${'A'.repeat(43)}`]) {
+  for (const authorization of [
+    undefined,
+    'Basic abc',
+    'Bearer',
+    'Bearer mst_short',
+    `Bearer mst_${'A'.repeat(43)}`,
+    `Bearer mat_${'A'.repeat(43)}`,
+  ]) {
     const answer = await call(m.url, 'GET', '/api/settings', { headers: authorization ? { authorization } : {} });
     assertProblem(answer, 401, 'unauthorized');
     assert.match(answer.headers.get('www-authenticate')!, /^Bearer/);
@@ -48,11 +61,23 @@ test('bodies: wrong media type 415, broken JSON 400, too large 413, none of them
   const m = await startMaster(t);
   const before = snapshot(m);
   const body = JSON.stringify({ name: 'x', scopes: ['audit:read'] });
-  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'content-type': 'text/plain' } }), 415, 'unsupported_media_type');
+  assertProblem(
+    await call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'content-type': 'text/plain' } }),
+    415,
+    'unsupported_media_type',
+  );
   assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: '{"name": ' }), 400, 'invalid_json');
-  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: `{"name":"${'x'.repeat(1024 * 1024)}"}` }), 413, 'payload_too_large');
+  assertProblem(
+    await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: `{"name":"${'x'.repeat(1024 * 1024)}"}` }),
+    413,
+    'payload_too_large',
+  );
   assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin }), 422, 'validation_failed');
-  assertProblem(await call(m.url, 'POST', '/api/auth/logout', { token: m.admin, body: { surprise: 1 } }), 422, 'validation_failed');
+  assertProblem(
+    await call(m.url, 'POST', '/api/auth/logout', { token: m.admin, body: { surprise: 1 } }),
+    422,
+    'validation_failed',
+  );
   assert.equal(snapshot(m), before);
 });
 
@@ -60,10 +85,19 @@ test('a chunked body over the limit is cut off with 413', async (t) => {
   const m = await startMaster(t);
   const url = new URL(m.url);
   const status = await new Promise<number>((resolve, reject) => {
-    const req = request({ host: url.hostname, port: url.port, method: 'POST', path: '/api/tokens', headers: { authorization: `Bearer ${m.admin}`, 'content-type': 'application/json' } }, (res) => {
-      res.resume();
-      resolve(res.statusCode!);
-    });
+    const req = request(
+      {
+        host: url.hostname,
+        port: url.port,
+        method: 'POST',
+        path: '/api/tokens',
+        headers: { authorization: `Bearer ${m.admin}`, 'content-type': 'application/json' },
+      },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode!);
+      },
+    );
     req.on('error', reject);
     const chunk = Buffer.alloc(64 * 1024, 0x20);
     let sent = 0;
@@ -81,7 +115,15 @@ test('a chunked body over the limit is cut off with 413', async (t) => {
 
 test('query parameters: unknown, repeated or out of range are 400 invalid_query', async (t) => {
   const m = await startMaster(t);
-  for (const query of ['?colour=red', '?limit=0', '?limit=1001', '?limit=ten', '?limit=1&limit=2', '?cursor=bogus', '?disabled=yes']) {
+  for (const query of [
+    '?colour=red',
+    '?limit=0',
+    '?limit=1001',
+    '?limit=ten',
+    '?limit=1&limit=2',
+    '?cursor=bogus',
+    '?disabled=yes',
+  ]) {
     const answer = await call(m.url, 'GET', `/api/users${query}`, { token: m.admin });
     assertProblem(answer, 400, 'invalid_query');
     assert.ok(answer.body.errors.length >= 1, query);
@@ -90,7 +132,8 @@ test('query parameters: unknown, repeated or out of range are 400 invalid_query'
 
 test('Idempotency-Key: a retried POST gets the stored response, its secret redacted, and creates nothing twice', async (t) => {
   const m = await startMaster(t);
-  const send = (body: unknown) => call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'idempotency-key': 'create-ci-token-1' } });
+  const send = (body: unknown) =>
+    call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'idempotency-key': 'create-ci-token-1' } });
   const first = await send({ name: 'ci', scopes: ['audit:read'] });
   assert.equal(first.status, 201);
   const retry = await send({ name: 'ci', scopes: ['audit:read'] });
@@ -106,11 +149,23 @@ test('Idempotency-Key: a retried POST gets the stored response, its secret redac
   assert.equal(list.body.items.filter((token: { name: string }) => token.name === 'ci').length, 1);
 
   assertProblem(await send({ name: 'other', scopes: ['audit:read'] }), 422, 'idempotency_key_reused');
-  assertProblem(await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: {}, headers: { 'idempotency-key': 'bad key with spaces' } }), 422, 'validation_failed');
+  assertProblem(
+    await call(m.url, 'POST', '/api/tokens', {
+      token: m.admin,
+      body: {},
+      headers: { 'idempotency-key': 'bad key with spaces' },
+    }),
+    422,
+    'validation_failed',
+  );
 
   // Keys belong to the token that used them: another token's same key is a new request.
   const other = await mintToken(m, ['tokens:write', 'audit:read']);
-  const fresh = await call(m.url, 'POST', '/api/tokens', { token: other, body: { name: 'ci', scopes: ['audit:read'] }, headers: { 'idempotency-key': 'create-ci-token-1' } });
+  const fresh = await call(m.url, 'POST', '/api/tokens', {
+    token: other,
+    body: { name: 'ci', scopes: ['audit:read'] },
+    headers: { 'idempotency-key': 'create-ci-token-1' },
+  });
   assert.equal(fresh.status, 201);
   assert.notEqual(fresh.body.id, first.body.id);
 });
@@ -130,10 +185,23 @@ test('Idempotency-Key: a retry while the first request is still running is 409',
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
 });
 
-test('Idempotency-Key: refusals are not stored, and a node\'s agent token is redacted in replays', async (t) => {
+test("Idempotency-Key: refusals are not stored, and a node's agent token is redacted in replays", async (t) => {
   const m = await startMaster(t);
-  const send = (name: string) => call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name, host: 'edge.example.net' }, headers: { 'idempotency-key': 'node-1' } });
-  assertProblem(await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'bad name!', host: 'x' }, headers: { 'idempotency-key': 'node-1' } }), 422, 'validation_failed');
+  const send = (name: string) =>
+    call(m.url, 'POST', '/api/nodes', {
+      token: m.admin,
+      body: { name, host: 'edge.example.net' },
+      headers: { 'idempotency-key': 'node-1' },
+    });
+  assertProblem(
+    await call(m.url, 'POST', '/api/nodes', {
+      token: m.admin,
+      body: { name: 'bad name!', host: 'x' },
+      headers: { 'idempotency-key': 'node-1' },
+    }),
+    422,
+    'validation_failed',
+  );
   const created = await send('edge');
   assert.equal(created.status, 201, 'the 422 left no stored answer behind');
   const replay = await send('edge');
@@ -146,7 +214,12 @@ test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budg
   const token = await mintToken(m, ['tokens:write', 'audit:read']);
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 1 } });
   m.advance(61_000);
-  const send = (key: string) => call(m.url, 'POST', '/api/tokens', { token, body: { name: key, scopes: ['audit:read'] }, headers: { 'idempotency-key': key } });
+  const send = (key: string) =>
+    call(m.url, 'POST', '/api/tokens', {
+      token,
+      body: { name: key, scopes: ['audit:read'] },
+      headers: { 'idempotency-key': key },
+    });
   assert.equal((await send('first')).status, 201);
   assertProblem(await send('second'), 429, 'rate_limited');
   m.advance(61_000);
@@ -160,16 +233,28 @@ test('the write budget paces each user, over all its tokens and sessions, with R
   const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write'] };
   assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
   const session = await login(m.url, ops.username, ops.password);
-  const token = (await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'script', scopes: ['tokens:write'] } })).body.token;
-  assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 3 } })).status, 200);
+  const token = (
+    await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'script', scopes: ['tokens:write'] } })
+  ).body.token;
+  assert.equal(
+    (await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 3 } })).status,
+    200,
+  );
 
   const read = await call(m.url, 'GET', '/api/tokens', { token });
   assert.equal(read.headers.get('ratelimit-policy'), '"writes";q=3;w=60');
-  assert.match(read.headers.get('ratelimit')!, /^"writes";r=2;t=\d+$/, 'the token\'s creation by the same user spent one');
+  assert.match(
+    read.headers.get('ratelimit')!,
+    /^"writes";r=2;t=\d+$/,
+    "the token's creation by the same user spent one",
+  );
 
   const statuses: number[] = [];
   for (let i = 0; i < 3; i++) {
-    const answer = await call(m.url, 'POST', '/api/tokens', { token, body: { name: `t${i}`, scopes: ['tokens:read'] } });
+    const answer = await call(m.url, 'POST', '/api/tokens', {
+      token,
+      body: { name: `t${i}`, scopes: ['tokens:read'] },
+    });
     statuses.push(answer.status);
     if (answer.status === 429) {
       assertProblem(answer, 429, 'rate_limited');
@@ -179,15 +264,27 @@ test('the write budget paces each user, over all its tokens and sessions, with R
   }
   assert.deepEqual(statuses, [201, 201, 429]);
   // The user's other credentials share the budget, and logging in again does not renew it.
-  assert.equal((await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'x', scopes: ['tokens:read'] } })).status, 429);
+  assert.equal(
+    (await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'x', scopes: ['tokens:read'] } })).status,
+    429,
+  );
   const again = await login(m.url, ops.username, ops.password);
-  assert.equal((await call(m.url, 'POST', '/api/tokens', { token: again, body: { name: 'x', scopes: ['tokens:read'] } })).status, 429);
+  assert.equal(
+    (await call(m.url, 'POST', '/api/tokens', { token: again, body: { name: 'x', scopes: ['tokens:read'] } })).status,
+    429,
+  );
   // Reads are not writes; another user has a budget of its own.
   assert.equal((await call(m.url, 'GET', '/api/tokens', { token })).status, 200);
-  assert.equal((await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['tokens:read'] } })).status, 201);
+  assert.equal(
+    (await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['tokens:read'] } })).status,
+    201,
+  );
 
   m.advance(61_000);
-  assert.equal((await call(m.url, 'POST', '/api/tokens', { token, body: { name: 'later', scopes: ['tokens:read'] } })).status, 201);
+  assert.equal(
+    (await call(m.url, 'POST', '/api/tokens', { token, body: { name: 'later', scopes: ['tokens:read'] } })).status,
+    201,
+  );
 });
 
 test('while draining, requests get 503 with Retry-After', async (t) => {
@@ -201,7 +298,17 @@ test('while draining, requests get 503 with Retry-After', async (t) => {
 
 test('hostile bodies get clear errors and never crash the server', async (t) => {
   const m = await startMaster(t);
-  const bodies = ['null', '[]', '"text"', '123', '{"name":{"__proto__":{"admin":true}},"scopes":["*"]}', '{"__proto__":{"x":1},"name":"n","scopes":["*"]}', `${'['.repeat(100000)}${']'.repeat(100000)}`, '{"name":"\\u0000","scopes":["audit:read"],"expires_at":"2099-13-45T99:99:99Z"}', '{"name":"n","scopes":["audit:read"],"expires_at":1e400}'];
+  const bodies = [
+    'null',
+    '[]',
+    '"text"',
+    '123',
+    '{"name":{"__proto__":{"admin":true}},"scopes":["*"]}',
+    '{"__proto__":{"x":1},"name":"n","scopes":["*"]}',
+    `${'['.repeat(100000)}${']'.repeat(100000)}`,
+    '{"name":"\\u0000","scopes":["audit:read"],"expires_at":"2099-13-45T99:99:99Z"}',
+    '{"name":"n","scopes":["audit:read"],"expires_at":1e400}',
+  ];
   for (const body of bodies) {
     const answer = await call(m.url, 'POST', '/api/tokens', { token: m.admin, body });
     assert.ok([400, 422].includes(answer.status), `${body.slice(0, 40)} -> ${answer.status}`);
@@ -216,9 +323,20 @@ test('Idempotency-Key: a response too large to keep replays as 409 saying the re
     version: 1,
     nodes: [{ name: 'big', host: 'big.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }],
     tunnels: [],
-    rules: Array.from({ length: 5000 }, (_, i) => ({ name: `r${i}`, node: 'big', protocol: 'tcp', listen_port: i + 1, targets: ['10.0.0.1:80'] })),
+    rules: Array.from({ length: 5000 }, (_, i) => ({
+      name: `r${i}`,
+      node: 'big',
+      protocol: 'tcp',
+      listen_port: i + 1,
+      targets: ['10.0.0.1:80'],
+    })),
   };
-  const send = () => call(m.url, 'POST', '/api/import', { token: m.admin, body: document, headers: { 'idempotency-key': 'big-import' } });
+  const send = () =>
+    call(m.url, 'POST', '/api/import', {
+      token: m.admin,
+      body: document,
+      headers: { 'idempotency-key': 'big-import' },
+    });
   const first = await send();
   assert.equal(first.status, 200);
   assert.ok(JSON.stringify(first.body).length > 256 * 1024);
@@ -227,5 +345,9 @@ test('Idempotency-Key: a response too large to keep replays as 409 saying the re
   assert.match(retry.body.detail, /carried out \(status 200\).*too large to keep/);
   assert.equal(retry.headers.get('idempotent-replayed'), 'true');
   assert.equal((await call(m.url, 'GET', '/api/rules?limit=1', { token: m.admin })).body.items[0].name, 'r0');
-  assert.equal((m.app.store.db.prepare('SELECT count(*) AS n FROM rules').get() as { n: number }).n, 5000, 'imported once');
+  assert.equal(
+    (m.app.store.db.prepare('SELECT count(*) AS n FROM rules').get() as { n: number }).n,
+    5000,
+    'imported once',
+  );
 });

@@ -26,18 +26,24 @@ export function check(schema: Schema, value: unknown, at = '#'): string[] {
     const types: string[] = [].concat(schema.type);
     if (!types.some((t) => typeMatches(t, value))) return [`${at}: ${JSON.stringify(value)} is not ${types.join('|')}`];
   }
-  if (schema.enum && !schema.enum.includes(value)) problems.push(`${at}: ${JSON.stringify(value)} not in ${schema.enum.join(',')}`);
+  if (schema.enum && !schema.enum.includes(value))
+    problems.push(`${at}: ${JSON.stringify(value)} not in ${schema.enum.join(',')}`);
   if (typeof value === 'number') {
     if (schema.minimum !== undefined && value < schema.minimum) problems.push(`${at}: below ${schema.minimum}`);
     if (schema.maximum !== undefined && value > schema.maximum) problems.push(`${at}: above ${schema.maximum}`);
   }
   if (typeof value === 'string') {
-    if (schema.maxLength !== undefined && [...value].length > schema.maxLength) problems.push(`${at}: longer than ${schema.maxLength}`);
-    if (schema.minLength !== undefined && [...value].length < schema.minLength) problems.push(`${at}: shorter than ${schema.minLength}`);
-    if (schema.pattern && !new RegExp(schema.pattern, 'u').test(value)) problems.push(`${at}: does not match ${schema.pattern}`);
-    if (schema.format === 'date-time' && !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/.test(value)) problems.push(`${at}: not a date-time: ${value}`);
+    if (schema.maxLength !== undefined && [...value].length > schema.maxLength)
+      problems.push(`${at}: longer than ${schema.maxLength}`);
+    if (schema.minLength !== undefined && [...value].length < schema.minLength)
+      problems.push(`${at}: shorter than ${schema.minLength}`);
+    if (schema.pattern && !new RegExp(schema.pattern, 'u').test(value))
+      problems.push(`${at}: does not match ${schema.pattern}`);
+    if (schema.format === 'date-time' && !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/.test(value))
+      problems.push(`${at}: not a date-time: ${value}`);
   }
-  if (Array.isArray(value) && schema.items) value.forEach((item, i) => problems.push(...check(schema.items, item, `${at}/${i}`)));
+  if (Array.isArray(value) && schema.items)
+    value.forEach((item, i) => problems.push(...check(schema.items, item, `${at}/${i}`)));
   if (typeMatches('object', value)) {
     const object = value as Record<string, unknown>;
     for (const key of schema.required ?? []) if (!(key in object)) problems.push(`${at}: missing ${key}`);

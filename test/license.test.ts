@@ -22,14 +22,27 @@ const fields: LicenseFields = {
 };
 
 async function licenseWith(t: Parameters<typeof startMaster>[0], text: string | null) {
-  const m = await startMaster(t, { licenseKeyPath: publicKeyPath, prepare: (dir) => text !== null && writeFileSync(join(dir, 'license.json'), text) });
+  const m = await startMaster(t, {
+    licenseKeyPath: publicKeyPath,
+    prepare: (dir) => text !== null && writeFileSync(join(dir, 'license.json'), text),
+  });
   const token = await mintToken(m, ['license:read']);
   return (await call(m.url, 'GET', '/api/license', { token })).body;
 }
 
 test('with no license the master runs as the free edition', async (t) => {
   const view = await licenseWith(t, null);
-  assert.deepEqual(view, { status: 'none', valid: false, problem: null, edition: 'free', licensee: null, license_id: null, limits: { max_nodes: 5 }, issued_at: null, expires_at: null });
+  assert.deepEqual(view, {
+    status: 'none',
+    valid: false,
+    problem: null,
+    edition: 'free',
+    licensee: null,
+    license_id: null,
+    limits: { max_nodes: 5 },
+    issued_at: null,
+    expires_at: null,
+  });
 });
 
 test('a license signed with the configured key is shown with its limits', async (t) => {
@@ -41,9 +54,19 @@ test('tampered, foreign, expired and garbage licenses are reported and fall back
   const signed = JSON.parse(issueLicense(fields, keys.privateKeyPem));
   const other = generateLicenseKeys();
   const cases = [
-    { name: 'raised limit', text: JSON.stringify({ ...signed, limits: { max_nodes: null } }), status: 'invalid', problem: /signature/ },
+    {
+      name: 'raised limit',
+      text: JSON.stringify({ ...signed, limits: { max_nodes: null } }),
+      status: 'invalid',
+      problem: /signature/,
+    },
     { name: 'other key', text: issueLicense(fields, other.privateKeyPem), status: 'invalid', problem: /signature/ },
-    { name: 'expired', text: issueLicense({ ...fields, expires_at: '2020-01-01T00:00:00Z' }, keys.privateKeyPem), status: 'expired', problem: /expired/ },
+    {
+      name: 'expired',
+      text: issueLicense({ ...fields, expires_at: '2020-01-01T00:00:00Z' }, keys.privateKeyPem),
+      status: 'expired',
+      problem: /expired/,
+    },
     { name: 'not JSON', text: 'hello', status: 'invalid', problem: /JSON/ },
     { name: 'wrong shape', text: '{"signature": 1}', status: 'invalid', problem: /fields/ },
   ];
@@ -58,11 +81,27 @@ test('tampered, foreign, expired and garbage licenses are reported and fall back
 
 test('the license tool makes a key pair and issues a license the master accepts', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-license-tool-'));
-  const tool = (...args: string[]) => execFileSync(process.execPath, ['--import', 'tsx', 'cmd/license/main.ts', ...args], { encoding: 'utf8' });
+  const tool = (...args: string[]) =>
+    execFileSync(process.execPath, ['--import', 'tsx', 'cmd/license/main.ts', ...args], { encoding: 'utf8' });
   tool('keygen', dir);
   const out = join(dir, 'license.json');
-  tool('issue', '--key', join(dir, 'license-private.pem'), '--licensee', 'Tool Test', '--max-nodes', '3', '--expires', '2099-06-01T00:00:00Z', '--out', out);
-  const m = await startMaster(t, { licenseKeyPath: join(dir, 'license-public.pem'), prepare: (d) => writeFileSync(join(d, 'license.json'), readFileSync(out)) });
+  tool(
+    'issue',
+    '--key',
+    join(dir, 'license-private.pem'),
+    '--licensee',
+    'Tool Test',
+    '--max-nodes',
+    '3',
+    '--expires',
+    '2099-06-01T00:00:00Z',
+    '--out',
+    out,
+  );
+  const m = await startMaster(t, {
+    licenseKeyPath: join(dir, 'license-public.pem'),
+    prepare: (d) => writeFileSync(join(d, 'license.json'), readFileSync(out)),
+  });
   const view = (await call(m.url, 'GET', '/api/license', { token: m.admin })).body;
   assert.equal(view.status, 'valid');
   assert.equal(view.licensee, 'Tool Test');
@@ -71,7 +110,9 @@ test('the license tool makes a key pair and issues a license the master accepts'
 });
 
 test('a license for another key is invalid under the built-in vendor key', async (t) => {
-  const m = await startMaster(t, { prepare: (d) => writeFileSync(join(d, 'license.json'), issueLicense(fields, keys.privateKeyPem)) });
+  const m = await startMaster(t, {
+    prepare: (d) => writeFileSync(join(d, 'license.json'), issueLicense(fields, keys.privateKeyPem)),
+  });
   const view = (await call(m.url, 'GET', '/api/license', { token: m.admin })).body;
   assert.equal(view.status, 'invalid');
 });

@@ -41,13 +41,17 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
   const ruleIds: number[][] = [];
   for (const [i, n] of nodes.entries()) {
     ruleIds.push([]);
-    for (let port = 1; port <= 3 + i; port++) ruleIds[i]!.push((await rule(m, { node_id: n.id, listen_port: port })).body.id);
+    for (let port = 1; port <= 3 + i; port++)
+      ruleIds[i]!.push((await rule(m, { node_id: n.id, listen_port: port })).body.id);
   }
 
   const ids = (own: number[]) => [...own, ...own, ...ruleIds.flat(), 0, -1, 2 ** 53, 1.5, 'x', null, 999_999];
-  const count = () => pick([0, 1, 1000, int(2 ** 31), Number.MAX_SAFE_INTEGER, 2 ** 53, -5, 1e308, 0.5, '100', null, {}, []]);
-  const entry = (own: number[]) => (random() < 0.05 ? pick([null, 7, 'entry', []]) : { id: pick(ids(own)), bytes_in: count(), bytes_out: count() });
-  const entries = (own: number[]) => Array.from({ length: random() < 0.05 ? MAX_ENTRIES + 1 + int(50) : 1 + int(8) }, () => entry(own));
+  const count = () =>
+    pick([0, 1, 1000, int(2 ** 31), Number.MAX_SAFE_INTEGER, 2 ** 53, -5, 1e308, 0.5, '100', null, {}, []]);
+  const entry = (own: number[]) =>
+    random() < 0.05 ? pick([null, 7, 'entry', []]) : { id: pick(ids(own)), bytes_in: count(), bytes_out: count() };
+  const entries = (own: number[]) =>
+    Array.from({ length: random() < 0.05 ? MAX_ENTRIES + 1 + int(50) : 1 + int(8) }, () => entry(own));
   const at = () => pick([Math.floor(Date.now() / 1000), 0, 2 ** 40, Math.floor(Date.now() / 1000) - 86_400 * 400]);
   const badAt = () => pick([-1, 1.5, 'now', null]);
 
@@ -56,23 +60,113 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
     () => '{"type":"ping"}',
     () => '{"type":"pong"}',
     () => JSON.stringify({ type: pick(['unknown-kind', 'config', 'traffic_ack', 'hello']), x: int(10) }),
-    (own) => JSON.stringify({ type: 'traffic', stream: pick(['s1', 's2', 's3']), seq: 1 + int(30), at: at(), rules: [{ id: pick(own), bytes_in: int(10_000), bytes_out: int(10_000) }] }),
-    (_own, other) => JSON.stringify({ type: 'traffic', stream: 's1', seq: 1 + int(30), at: at(), rules: [{ id: pick([...other, 999_999]), bytes_in: int(1000), bytes_out: 0 }] }),
-    (own, other) => JSON.stringify({ type: 'applied', version: int(50), partial: random() < 0.5, results: [...own, ...other].filter(() => random() < 0.5).map((id) => ({ id, state: pick(['applied', 'failed']), error: pick([null, { code: 'port_in_use', detail: 'taken' }]) })) }),
+    (own) =>
+      JSON.stringify({
+        type: 'traffic',
+        stream: pick(['s1', 's2', 's3']),
+        seq: 1 + int(30),
+        at: at(),
+        rules: [{ id: pick(own), bytes_in: int(10_000), bytes_out: int(10_000) }],
+      }),
+    (_own, other) =>
+      JSON.stringify({
+        type: 'traffic',
+        stream: 's1',
+        seq: 1 + int(30),
+        at: at(),
+        rules: [{ id: pick([...other, 999_999]), bytes_in: int(1000), bytes_out: 0 }],
+      }),
+    (own, other) =>
+      JSON.stringify({
+        type: 'applied',
+        version: int(50),
+        partial: random() < 0.5,
+        results: [...own, ...other]
+          .filter(() => random() < 0.5)
+          .map((id) => ({
+            id,
+            state: pick(['applied', 'failed']),
+            error: pick([null, { code: 'port_in_use', detail: 'taken' }]),
+          })),
+      }),
   ];
   // Hostile: each should end the link (and does nothing else).
   const hostile: ((own: number[]) => string | Buffer)[] = [
-    (own) => JSON.stringify({ type: 'traffic', stream: pick(['', 'bad stream', 'x'.repeat(80), 7]), seq: 1, at: at(), rules: entries(own) }),
-    (own) => JSON.stringify({ type: 'traffic', stream: 's9', seq: pick([0, -1, 2 ** 53, 'one']), at: at(), rules: entries(own) }),
+    (own) =>
+      JSON.stringify({
+        type: 'traffic',
+        stream: pick(['', 'bad stream', 'x'.repeat(80), 7]),
+        seq: 1,
+        at: at(),
+        rules: entries(own),
+      }),
+    (own) =>
+      JSON.stringify({
+        type: 'traffic',
+        stream: 's9',
+        seq: pick([0, -1, 2 ** 53, 'one']),
+        at: at(),
+        rules: entries(own),
+      }),
     (own) => JSON.stringify({ type: 'traffic', stream: 's9', seq: 1, at: badAt(), rules: entries(own) }),
-    (own) => JSON.stringify({ type: 'traffic', stream: 's9', seq: 1, at: at(), rules: [{ id: pick(own), bytes_in: pick([-5, 1e308, 0.5, '100', null, {}, [], 2 ** 53]), bytes_out: count() }] }),
-    (own) => JSON.stringify({ type: 'traffic', stream: 's9', seq: 1, at: at(), rules: [{ id: pick(own), bytes_in: 1, bytes_out: 1 }, { id: pick(own), bytes_in: 1, bytes_out: 1 }].filter((e, i, all) => i === 0 || e.id === all[0]!.id) .concat([{ id: own[0]!, bytes_in: 1, bytes_out: 1 }, { id: own[0]!, bytes_in: 1, bytes_out: 1 }]) }),
+    (own) =>
+      JSON.stringify({
+        type: 'traffic',
+        stream: 's9',
+        seq: 1,
+        at: at(),
+        rules: [{ id: pick(own), bytes_in: pick([-5, 1e308, 0.5, '100', null, {}, [], 2 ** 53]), bytes_out: count() }],
+      }),
+    (own) =>
+      JSON.stringify({
+        type: 'traffic',
+        stream: 's9',
+        seq: 1,
+        at: at(),
+        rules: [
+          { id: pick(own), bytes_in: 1, bytes_out: 1 },
+          { id: pick(own), bytes_in: 1, bytes_out: 1 },
+        ]
+          .filter((e, i, all) => i === 0 || e.id === all[0]!.id)
+          .concat([
+            { id: own[0]!, bytes_in: 1, bytes_out: 1 },
+            { id: own[0]!, bytes_in: 1, bytes_out: 1 },
+          ]),
+      }),
     (own) => JSON.stringify({ type: 'applied', version: pick([-1, 2 ** 53, 'v', null]), results: [] }),
-    (own) => JSON.stringify({ type: 'applied', version: 1, partial: pick(['yes', 1, null]), results: [{ id: pick(own), state: 'applied', error: null }] }),
-    (own) => JSON.stringify({ type: 'applied', version: 1, results: entries(own).map((e) => ({ id: (e as { id?: unknown } | null)?.id ?? e, state: pick(['maybe', 3, null]), error: pick([{ code: '$(reboot)', detail: 1 }, 'oops']) })) }),
-    () => pick(['{"type":"traffic"', '{"type":', 'not json at all', '{}', '[]', 'null', '42', '"text"', '{"type":null}', '{"type":["x"]}']),
+    (own) =>
+      JSON.stringify({
+        type: 'applied',
+        version: 1,
+        partial: pick(['yes', 1, null]),
+        results: [{ id: pick(own), state: 'applied', error: null }],
+      }),
+    (own) =>
+      JSON.stringify({
+        type: 'applied',
+        version: 1,
+        results: entries(own).map((e) => ({
+          id: (e as { id?: unknown } | null)?.id ?? e,
+          state: pick(['maybe', 3, null]),
+          error: pick([{ code: '$(reboot)', detail: 1 }, 'oops']),
+        })),
+      }),
+    () =>
+      pick([
+        '{"type":"traffic"',
+        '{"type":',
+        'not json at all',
+        '{}',
+        '[]',
+        'null',
+        '42',
+        '"text"',
+        '{"type":null}',
+        '{"type":["x"]}',
+      ]),
     () => `{"type":"ping","pad":${'['.repeat(9 + int(300))}${']'.repeat(9 + int(300))}}`,
-    () => `{"type":"traffic","stream":"s","seq":1,"at":1,"rules":[{"id":1,"bytes_in":${'9'.repeat(20 + int(400))},"bytes_out":0}]}`,
+    () =>
+      `{"type":"traffic","stream":"s","seq":1,"at":1,"rules":[{"id":1,"bytes_in":${'9'.repeat(20 + int(400))},"bytes_out":0}]}`,
     () => `{"type":"ping","pad":"${'z'.repeat(260 * 1024 + int(64 * 1024))}"}`,
     () => Buffer.from([0xff, 0xfe, 0x7b, 0x00]),
   ];
@@ -104,7 +198,9 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
     }
     const raw: RawLink = opened;
     links += 1;
-    const closed = new Promise<void>((resolve) => (raw.socket.destroyed ? resolve() : raw.socket.on('close', () => resolve())));
+    const closed = new Promise<void>((resolve) =>
+      raw.socket.destroyed ? resolve() : raw.socket.on('close', () => resolve()),
+    );
     const own = ruleIds[index]!;
     const other = ruleIds[1 - index]!;
     while (!raw.socket.destroyed) {
@@ -132,7 +228,8 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
       })();
       const outcome = await Promise.race([pongs, closed.then(() => 'closed')]);
       if (outcome !== 'pong' && !endsHostile) {
-        const detail = (await call(m.url, 'GET', `/api/nodes/${nodes[index]!.id}`, { token: admin })).body.status_detail;
+        const detail = (await call(m.url, 'GET', `/api/nodes/${nodes[index]!.id}`, { token: admin })).body
+          .status_detail;
         assert.fail(`an odd message ended the link: ${detail}`);
       }
       handled += burst + (endsHostile ? 1 : 0);
@@ -146,7 +243,12 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
 
   const sorted = [...latencies].sort((a, b) => a - b);
   const p99 = sorted[Math.floor(sorted.length * 0.99)] ?? 0;
-  t.diagnostic(`${handled} messages handled (${hostileSent} hostile) over ${links} links; API GET p50 ${sorted[Math.floor(sorted.length / 2)]?.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms over ${sorted.length} calls; event-loop delay max ${(delay.max / 1e6).toFixed(1)} ms, p99 ${(delay.percentile(99) / 1e6).toFixed(1)} ms`);
+  t.diagnostic(
+    `${handled} messages handled (${hostileSent} hostile) over ${links} links; API GET p50 ` +
+      `${sorted[Math.floor(sorted.length / 2)]?.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms over ${sorted.length} ` +
+      `calls; event-loop delay max ${(delay.max / 1e6).toFixed(1)} ms, p99 ` +
+      `${(delay.percentile(99) / 1e6).toFixed(1)} ms`,
+  );
   assert.ok(handled >= MESSAGES);
 
   // A stalled event loop (a line parsed or written for seconds) would show here; the bound is loose on purpose.
@@ -157,7 +259,8 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
   for (const id of ruleIds.flat()) {
     const got = await call(m.url, 'GET', `/api/rules/${id}`, { token: admin });
     assert.equal(got.status, 200);
-    for (const value of Object.values(got.body.traffic as Record<string, number>)) assert.ok(Number.isSafeInteger(value) && value >= 0, `rule ${id}: ${value}`);
+    for (const value of Object.values(got.body.traffic as Record<string, number>))
+      assert.ok(Number.isSafeInteger(value) && value >= 0, `rule ${id}: ${value}`);
   }
   for (const path of ['/api/nodes', '/api/rules', '/api/dashboard', '/api/export', '/api/dashboard/traffic']) {
     assert.equal((await call(m.url, 'GET', path, { token: admin })).status, 200, path);

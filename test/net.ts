@@ -7,7 +7,11 @@ import { connect, createServer, type AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
 
 /** Polls `probe` until it returns something truthy; throws after `ms`. */
-export async function until<T>(what: string, probe: () => T | undefined | false | Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => T | undefined | false | Promise<T | undefined | false>,
+  ms = 15_000,
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const value = await probe();

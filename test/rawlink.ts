@@ -13,14 +13,28 @@ export interface RawLink {
 }
 
 /** Opens a link as an agent with `token`; returns the link, or the refusal with its status and problem body. */
-export async function link(m: Running, token: string, protocol = LINK_PROTOCOL): Promise<RawLink | { status: number; body: any }> {
-  const req = request(`${m.url}${LINK_PATH}`, { headers: { Connection: 'Upgrade', Upgrade: protocol, Authorization: `Bearer ${token}`, 'X-Agent-Version': 'raw-test' } });
+export async function link(
+  m: Running,
+  token: string,
+  protocol = LINK_PROTOCOL,
+): Promise<RawLink | { status: number; body: any }> {
+  const req = request(`${m.url}${LINK_PATH}`, {
+    headers: {
+      Connection: 'Upgrade',
+      Upgrade: protocol,
+      Authorization: `Bearer ${token}`,
+      'X-Agent-Version': 'raw-test',
+    },
+  });
   req.end();
-  const outcome = await Promise.race([once(req, 'upgrade').then(([, socket, head]) => {
+  const outcome = await Promise.race([
+    once(req, 'upgrade').then(([, socket, head]) => {
       // Bytes that came in with the 101 (often the first config) arrive here, not as data.
       if ((head as Buffer).length > 0) (socket as Socket).unshift(head as Buffer);
       return { socket: socket as Socket };
-    }), once(req, 'response').then(([res]) => ({ res }))]);
+    }),
+    once(req, 'response').then(([res]) => ({ res })),
+  ]);
   if ('res' in outcome) {
     let body = '';
     for await (const chunk of outcome.res) body += chunk;
@@ -30,11 +44,15 @@ export async function link(m: Running, token: string, protocol = LINK_PROTOCOL):
   outcome.socket.on('error', () => undefined);
   const inbox: Message[] = [];
   const waiting: [string, (m: Message) => void][] = [];
-  readMessages(outcome.socket, (message) => {
-    const i = waiting.findIndex(([type]) => type === message.type);
-    if (i >= 0) waiting.splice(i, 1)[0]![1](message);
-    else inbox.push(message);
-  }, MASTER_LINE_BYTES);
+  readMessages(
+    outcome.socket,
+    (message) => {
+      const i = waiting.findIndex(([type]) => type === message.type);
+      if (i >= 0) waiting.splice(i, 1)[0]![1](message);
+      else inbox.push(message);
+    },
+    MASTER_LINE_BYTES,
+  );
   return {
     socket: outcome.socket,
     next: (type) => {

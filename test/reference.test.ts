@@ -16,7 +16,11 @@ test('the OpenAPI document is public and lists every route with its scope and be
   assert.equal(answer.status, 200);
   const doc = answer.body;
   assert.equal(doc.openapi, '3.1.0');
-  assert.deepEqual(doc.components.securitySchemes.bearer, { type: 'http', scheme: 'bearer', description: doc.components.securitySchemes.bearer.description });
+  assert.deepEqual(doc.components.securitySchemes.bearer, {
+    type: 'http',
+    scheme: 'bearer',
+    description: doc.components.securitySchemes.bearer.description,
+  });
   const operationIds = new Set<string>();
   for (const r of routes) {
     const op = doc.paths[r.path]?.[r.method.toLowerCase()];

@@ -4,15 +4,32 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { assertProblem, call, node, rule, snapshot, startMaster } from './helpers.ts';
 
-const KEY = '-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----\n';
+const KEY =
+  '-----BEGIN OPENSSH PRIVATE ' +
+  'KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE ' +
+  'KEY-----\n';
 
 test('nodes: created with defaults, the agent token shown once, credentials write-only and sealed at rest', async (t) => {
   const m = await startMaster(t);
   const created = await node(m, 'edge-1', { ssh_private_key: KEY, tags: ['eu', 'edge'] });
   assert.match(created.agent_token, new RegExp(`^mat_${created.id}_[A-Za-z0-9_-]{43}$`));
   assert.deepEqual(
-    { ssh_port: created.ssh_port, ssh_user: created.ssh_user, ssh_auth: created.ssh_auth, status: created.status, tags: created.tags, traffic: created.traffic },
-    { ssh_port: 22, ssh_user: 'root', ssh_auth: 'key', status: 'new', tags: ['eu', 'edge'], traffic: { bytes_in: 0, bytes_out: 0 } },
+    {
+      ssh_port: created.ssh_port,
+      ssh_user: created.ssh_user,
+      ssh_auth: created.ssh_auth,
+      status: created.status,
+      tags: created.tags,
+      traffic: created.traffic,
+    },
+    {
+      ssh_port: 22,
+      ssh_user: 'root',
+      ssh_auth: 'key',
+      status: 'new',
+      tags: ['eu', 'edge'],
+      traffic: { bytes_in: 0, bytes_out: 0 },
+    },
   );
   const got = await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin });
   assert.equal(got.body.agent_token, undefined);
@@ -35,22 +52,47 @@ test('nodes: PUT keeps credentials when absent, clears them with null, and round
   const m = await startMaster(t);
   const created = await node(m, 'edge-2', { ssh_password: 'hunter2-hunter2' });
   const got = await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin });
-  const kept = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...got.body, tags: ['edge'] }, headers: { 'if-match': '"1"' } });
+  const kept = await call(m.url, 'PUT', `/api/nodes/${created.id}`, {
+    token: m.admin,
+    body: { ...got.body, tags: ['edge'] },
+    headers: { 'if-match': '"1"' },
+  });
   assert.equal(kept.status, 200, JSON.stringify(kept.body));
   assert.deepEqual([kept.body.tags, kept.body.ssh_auth, kept.body.version], [['edge'], 'password', 2]);
   // The credential was given for this host, port and user: moving the node needs it again.
   for (const move of [{ ssh_port: 2222 }, { host: 'other.example.net' }, { ssh_user: 'deploy' }]) {
-    const moved = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...kept.body, ...move } });
+    const moved = await call(m.url, 'PUT', `/api/nodes/${created.id}`, {
+      token: m.admin,
+      body: { ...kept.body, ...move },
+    });
     assertProblem(moved, 422, 'validation_failed');
     assert.equal(moved.body.errors[0].pointer, '#/ssh_private_key');
   }
-  const reauth = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { ...kept.body, ssh_port: 2222, ssh_password: 'for-the-new-port' } });
+  const reauth = await call(m.url, 'PUT', `/api/nodes/${created.id}`, {
+    token: m.admin,
+    body: { ...kept.body, ssh_port: 2222, ssh_password: 'for-the-new-port' },
+  });
   assert.deepEqual([reauth.body.ssh_port, reauth.body.ssh_auth, reauth.body.version], [2222, 'password', 3]);
-  const cleared = await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: '2001:db8::7', ssh_password: null } });
+  const cleared = await call(m.url, 'PUT', `/api/nodes/${created.id}`, {
+    token: m.admin,
+    body: { name: 'edge-2', host: '2001:db8::7', ssh_password: null },
+  });
   assert.deepEqual([cleared.body.ssh_auth, cleared.body.host, cleared.body.ssh_port], ['none', '2001:db8::7', 22]);
-  assertProblem(await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: 'x.net' }, headers: { 'if-match': '"1"' } }), 412, 'precondition_failed');
+  assertProblem(
+    await call(m.url, 'PUT', `/api/nodes/${created.id}`, {
+      token: m.admin,
+      body: { name: 'edge-2', host: 'x.net' },
+      headers: { 'if-match': '"1"' },
+    }),
+    412,
+    'precondition_failed',
+  );
   // With no credential stored, there is nothing to bind: the node moves freely.
-  assert.equal((await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: 'x.net' } })).status, 200);
+  assert.equal(
+    (await call(m.url, 'PUT', `/api/nodes/${created.id}`, { token: m.admin, body: { name: 'edge-2', host: 'x.net' } }))
+      .status,
+    200,
+  );
 });
 
 test('nodes: hosts, users and names that could reach a shell are refused', async (t) => {
@@ -64,13 +106,19 @@ test('nodes: hosts, users and names that could reach a shell are refused', async
     { body: { name: 'a', host: 'ok.net', ssh_user: 'root -oProxyCommand=x' }, pointer: '#/ssh_user' },
     { body: { name: 'a b', host: 'ok.net' }, pointer: '#/name' },
     { body: { name: 'a', host: 'ok.net', ssh_private_key: 'not a key' }, pointer: '#/ssh_private_key' },
-    { body: { name: 'a', host: 'ok.net', ssh_private_key: KEY, ssh_password: 'both-given' }, pointer: '#/ssh_password' },
+    {
+      body: { name: 'a', host: 'ok.net', ssh_private_key: KEY, ssh_password: 'both-given' },
+      pointer: '#/ssh_password',
+    },
     { body: { name: 'a', host: 'ok.net', tags: ['a', 'a'] }, pointer: '#/tags/1' },
   ];
   for (const c of cases) {
     const answer = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: c.body });
     assertProblem(answer, 422, 'validation_failed');
-    assert.ok(answer.body.errors.some((e: { pointer: string }) => e.pointer === c.pointer), `${JSON.stringify(c.body)} -> ${JSON.stringify(answer.body.errors)}`);
+    assert.ok(
+      answer.body.errors.some((e: { pointer: string }) => e.pointer === c.pointer),
+      `${JSON.stringify(c.body)} -> ${JSON.stringify(answer.body.errors)}`,
+    );
   }
   assert.equal(snapshot(m), before);
 });
@@ -82,7 +130,8 @@ test('nodes: names are unique, lists filter by status, tag and q', async (t) => 
   const taken = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'WEB-A', host: 'x.net' } });
   assertProblem(taken, 409, 'conflict');
   assert.equal(taken.body.conflicting_id, a.id);
-  const names = async (q: string) => (await call(m.url, 'GET', `/api/nodes${q}`, { token: m.admin })).body.items.map((n: { name: string }) => n.name);
+  const names = async (q: string) =>
+    (await call(m.url, 'GET', `/api/nodes${q}`, { token: m.admin })).body.items.map((n: { name: string }) => n.name);
   assert.deepEqual(await names('?tag=web'), ['web-a']);
   assert.deepEqual(await names('?status=new'), ['web-a', 'db-a']);
   assert.deepEqual(await names('?status=online'), []);
@@ -101,11 +150,27 @@ test('nodes: the free edition allows 5 nodes, then says so clearly', async (t) =
 test('rules: created pending with defaults; a taken port is 409 naming the holder; tcp and udp share a number', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');
-  const first = await rule(m, { node_id: n.id, listen_port: 8080, targets: ['10.0.0.1:80', '[2001:db8::1]:443', 'backend.internal:8080'] });
+  const first = await rule(m, {
+    node_id: n.id,
+    listen_port: 8080,
+    targets: ['10.0.0.1:80', '[2001:db8::1]:443', 'backend.internal:8080'],
+  });
   assert.equal(first.status, 201, JSON.stringify(first.body));
   assert.deepEqual(
-    { strategy: first.body.strategy, enabled: first.body.enabled, tunnel_id: first.body.tunnel_id, sync: first.body.sync, traffic: first.body.traffic },
-    { strategy: 'round_robin', enabled: true, tunnel_id: null, sync: { state: 'pending', error: null, applied_at: null }, traffic: { bytes_in: 0, bytes_out: 0 } },
+    {
+      strategy: first.body.strategy,
+      enabled: first.body.enabled,
+      tunnel_id: first.body.tunnel_id,
+      sync: first.body.sync,
+      traffic: first.body.traffic,
+    },
+    {
+      strategy: 'round_robin',
+      enabled: true,
+      tunnel_id: null,
+      sync: { state: 'pending', error: null, applied_at: null },
+      traffic: { bytes_in: 0, bytes_out: 0 },
+    },
   );
   const clash = await rule(m, { node_id: n.id, listen_port: 8080, protocol: 'tcp+udp' });
   assertProblem(clash, 409, 'conflict');
@@ -134,7 +199,10 @@ test('rules: bad targets and missing nodes or tunnels are 422 on the right field
   for (const c of cases) {
     const answer = await rule(m, c.body);
     assertProblem(answer, 422, 'validation_failed');
-    assert.ok(answer.body.errors.some((e: { pointer: string }) => e.pointer === c.pointer), `${JSON.stringify(c.body)} -> ${JSON.stringify(answer.body.errors)}`);
+    assert.ok(
+      answer.body.errors.some((e: { pointer: string }) => e.pointer === c.pointer),
+      `${JSON.stringify(c.body)} -> ${JSON.stringify(answer.body.errors)}`,
+    );
   }
   assert.equal(snapshot(m), before);
 });
@@ -146,19 +214,34 @@ test('rules: update moves ports, delete frees them, lists filter, and each write
   const v0 = configVersion();
   const created = (await rule(m, { node_id: n.id, listen_port: 9000, name: 'web' })).body;
   assert.equal(configVersion(), v0 + 1);
-  const moved = await call(m.url, 'PUT', `/api/rules/${created.id}`, { token: m.admin, body: { ...created, listen_port: 9001, enabled: false }, headers: { 'if-match': '"1"' } });
+  const moved = await call(m.url, 'PUT', `/api/rules/${created.id}`, {
+    token: m.admin,
+    body: { ...created, listen_port: 9001, enabled: false },
+    headers: { 'if-match': '"1"' },
+  });
   assert.equal(moved.status, 200, JSON.stringify(moved.body));
   assert.deepEqual([moved.body.listen_port, moved.body.enabled, moved.body.version], [9001, false, 2]);
   assert.equal(configVersion(), v0 + 2);
-  assert.equal((await rule(m, { node_id: n.id, listen_port: 9000, name: 'reuse' })).status, 201, 'the old port is free again');
-  const names = async (q: string) => (await call(m.url, 'GET', `/api/rules${q}`, { token: m.admin })).body.items.map((r: { name: string }) => r.name);
+  assert.equal(
+    (await rule(m, { node_id: n.id, listen_port: 9000, name: 'reuse' })).status,
+    201,
+    'the old port is free again',
+  );
+  const names = async (q: string) =>
+    (await call(m.url, 'GET', `/api/rules${q}`, { token: m.admin })).body.items.map((r: { name: string }) => r.name);
   assert.deepEqual(await names('?enabled=false'), ['web']);
   assert.deepEqual(await names(`?node_id=${n.id}&q=reu`), ['reuse']);
   assert.equal((await call(m.url, 'DELETE', `/api/rules/${created.id}`, { token: m.admin })).status, 204);
   assert.equal((await rule(m, { node_id: n.id, listen_port: 9001 })).status, 201);
   const audit = await call(m.url, 'GET', `/api/audit-logs?resource=rule&resource_id=${created.id}`, { token: m.admin });
-  assert.deepEqual(audit.body.items.map((e: { action: string }) => e.action), ['rule.delete', 'rule.update', 'rule.create']);
-  assert.deepEqual(audit.body.items[1].changes, { before: { listen_port: 9000, enabled: true }, after: { listen_port: 9001, enabled: false } });
+  assert.deepEqual(
+    audit.body.items.map((e: { action: string }) => e.action),
+    ['rule.delete', 'rule.update', 'rule.create'],
+  );
+  assert.deepEqual(audit.body.items[1].changes, {
+    before: { listen_port: 9000, enabled: true },
+    after: { listen_port: 9001, enabled: false },
+  });
 });
 
 test('rules: sync answers 202 pending while the node has no agent connected', async (t) => {
@@ -175,16 +258,25 @@ test('tunnels: port chosen by the master, rules must enter at the entry node, de
   const m = await startMaster(t);
   const entry = await node(m, 'entry');
   const exit = await node(m, 'exit');
-  const tunnel = await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'eu-us', entry_node_id: entry.id, exit_node_id: exit.id } });
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'eu-us', entry_node_id: entry.id, exit_node_id: exit.id },
+  });
   assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
   assert.deepEqual([tunnel.body.listen_port, tunnel.body.transport, tunnel.body.status], [40000, 'tls', 'pending']);
-  const second = await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'eu-us-2', entry_node_id: entry.id, exit_node_id: exit.id } });
+  const second = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'eu-us-2', entry_node_id: entry.id, exit_node_id: exit.id },
+  });
   assert.equal(second.body.listen_port, 40001);
   const clash = await rule(m, { node_id: exit.id, listen_port: 40000 });
   assertProblem(clash, 409, 'conflict');
   assert.equal(clash.body.conflicting_tunnel_id, tunnel.body.id);
 
-  const same = await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'loop', entry_node_id: entry.id, exit_node_id: entry.id } });
+  const same = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'loop', entry_node_id: entry.id, exit_node_id: entry.id },
+  });
   assertProblem(same, 422, 'validation_failed');
   const wrongEntry = await rule(m, { node_id: exit.id, listen_port: 7000, tunnel_id: tunnel.body.id });
   assertProblem(wrongEntry, 422, 'validation_failed');
@@ -195,9 +287,15 @@ test('tunnels: port chosen by the master, rules must enter at the entry node, de
   const blocked = await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}`, { token: m.admin });
   assertProblem(blocked, 409, 'conflict');
   assert.deepEqual(blocked.body.rule_ids, [through.body.id]);
-  const movedEntry = await call(m.url, 'PUT', `/api/tunnels/${tunnel.body.id}`, { token: m.admin, body: { name: 'eu-us', entry_node_id: exit.id, exit_node_id: entry.id } });
+  const movedEntry = await call(m.url, 'PUT', `/api/tunnels/${tunnel.body.id}`, {
+    token: m.admin,
+    body: { name: 'eu-us', entry_node_id: exit.id, exit_node_id: entry.id },
+  });
   assertProblem(movedEntry, 409, 'conflict');
-  assert.equal((await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}?cascade=true`, { token: m.admin })).status, 204);
+  assert.equal(
+    (await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}?cascade=true`, { token: m.admin })).status,
+    204,
+  );
   assertProblem(await call(m.url, 'GET', `/api/rules/${through.body.id}`, { token: m.admin }), 404, 'not_found');
 });
 
@@ -205,7 +303,12 @@ test('nodes: deleting one with rules or tunnels is 409 listing them; cascade rem
   const m = await startMaster(t);
   const a = await node(m, 'a');
   const b = await node(m, 'b');
-  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'a-b', entry_node_id: b.id, exit_node_id: a.id } })).body;
+  const tunnel = (
+    await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'a-b', entry_node_id: b.id, exit_node_id: a.id },
+    })
+  ).body;
   const own = (await rule(m, { node_id: a.id, listen_port: 1000 })).body;
   const via = (await rule(m, { node_id: b.id, listen_port: 2000, tunnel_id: tunnel.id })).body;
   const kept = (await rule(m, { node_id: b.id, listen_port: 3000 })).body;
@@ -216,10 +319,19 @@ test('nodes: deleting one with rules or tunnels is 409 listing them; cascade rem
   assert.equal(snapshot(m), before);
 
   assert.equal((await call(m.url, 'DELETE', `/api/nodes/${a.id}?cascade=true`, { token: m.admin })).status, 204);
-  const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map((r: { id: number }) => r.id);
+  const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map(
+    (r: { id: number }) => r.id,
+  );
   assert.deepEqual(remaining, [kept.id]);
-  const deletes = (await call(m.url, 'GET', '/api/audit-logs?limit=4', { token: m.admin })).body.items.map((e: { action: string; resource_id: number }) => `${e.action} ${e.resource_id}`);
-  assert.deepEqual(deletes, [`node.delete ${a.id}`, `tunnel.delete ${tunnel.id}`, `rule.delete ${via.id}`, `rule.delete ${own.id}`]);
+  const deletes = (await call(m.url, 'GET', '/api/audit-logs?limit=4', { token: m.admin })).body.items.map(
+    (e: { action: string; resource_id: number }) => `${e.action} ${e.resource_id}`,
+  );
+  assert.deepEqual(deletes, [
+    `node.delete ${a.id}`,
+    `tunnel.delete ${tunnel.id}`,
+    `rule.delete ${via.id}`,
+    `rule.delete ${own.id}`,
+  ]);
 });
 
 // Reads are built by SQLite (JSON text), writes answer with objects built in JavaScript:
@@ -231,17 +343,36 @@ test('what a read shows equals what the write answered, for nodes and rules, alo
   assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin })).body, nodeBody);
   assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items, [nodeBody]);
   const tunnelPeer = await node(m, 'peer');
-  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 't', entry_node_id: created.id, exit_node_id: tunnelPeer.id } })).body;
+  const tunnel = (
+    await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 't', entry_node_id: created.id, exit_node_id: tunnelPeer.id },
+    })
+  ).body;
   for (const body of [
-    { node_id: created.id, listen_port: 1, targets: ['10.0.0.1:80', '[2001:db8::1]:443'], enabled: false, strategy: 'failover' },
+    {
+      node_id: created.id,
+      listen_port: 1,
+      targets: ['10.0.0.1:80', '[2001:db8::1]:443'],
+      enabled: false,
+      strategy: 'failover',
+    },
     { node_id: created.id, listen_port: 2, protocol: 'tcp+udp', tunnel_id: tunnel.id },
   ]) {
     const made = (await rule(m, body)).body;
     assert.deepEqual((await call(m.url, 'GET', `/api/rules/${made.id}`, { token: m.admin })).body, made);
     const listed = (await call(m.url, 'GET', '/api/rules?limit=1000', { token: m.admin })).body;
-    assert.deepEqual(listed.items.find((r: { id: number }) => r.id === made.id), made);
+    assert.deepEqual(
+      listed.items.find((r: { id: number }) => r.id === made.id),
+      made,
+    );
   }
-  m.app.store.write(() => m.app.store.rules.setSync(1, created.id, 'failed', { code: 'port_in_use', detail: 'taken' }, m.app.timestamp()));
+  m.app.store.write(() =>
+    m.app.store.rules.setSync(1, created.id, 'failed', { code: 'port_in_use', detail: 'taken' }, m.app.timestamp()),
+  );
   const failed = (await call(m.url, 'GET', '/api/rules/1', { token: m.admin })).body;
-  assert.deepEqual(failed, { ...m.app.store.rules.find(1), sync: { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null } });
+  assert.deepEqual(failed, {
+    ...m.app.store.rules.find(1),
+    sync: { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null },
+  });
 });

@@ -39,12 +39,36 @@ test('scope matrix: no token 401, a token lacking the scope 403 (a denied write 
         const lacking = scopes.filter((s) => s !== '*' && !grants([s], wanted));
         const weak = await mintToken(m, lacking, `lacks ${wanted}`);
         const before = snapshot(m, ['audit_log']);
-        const lastAudit = m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit: 1, action: null, resource: null, resource_id: null, actor: null, actor_type: null, status: null, since: null, until: null })[0]!.id;
+        const lastAudit = m.app.store.audit.list({
+          beforeId: Number.MAX_SAFE_INTEGER,
+          limit: 1,
+          action: null,
+          resource: null,
+          resource_id: null,
+          actor: null,
+          actor_type: null,
+          status: null,
+          since: null,
+          until: null,
+        })[0]!.id;
         const denied = await call(m.url, r.method, path, { token: weak, body });
         assertProblem(denied, 403, 'insufficient_scope');
         assert.match(denied.body.detail, new RegExp(wanted.replace('*', '\\*')));
         assert.equal(snapshot(m, ['audit_log']), before);
-        const entries = m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit: 10, action: null, resource: null, resource_id: null, actor: null, actor_type: null, status: null, since: null, until: null }).filter((e) => e.id > lastAudit);
+        const entries = m.app.store.audit
+          .list({
+            beforeId: Number.MAX_SAFE_INTEGER,
+            limit: 10,
+            action: null,
+            resource: null,
+            resource_id: null,
+            actor: null,
+            actor_type: null,
+            status: null,
+            since: null,
+            until: null,
+          })
+          .filter((e) => e.id > lastAudit);
         if (r.method === 'GET') {
           assert.deepEqual(entries, []);
         } else {
@@ -54,9 +78,16 @@ test('scope matrix: no token 401, a token lacking the scope 403 (a denied write 
         }
       }
 
-      const enough = await mintToken(m, r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope], `has ${r.scope}`);
+      const enough = await mintToken(
+        m,
+        r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope],
+        `has ${r.scope}`,
+      );
       const allowed = await call(m.url, r.method, path, { token: enough, body });
-      assert.ok(![401, 403].includes(allowed.status), `allowed call got ${allowed.status} ${JSON.stringify(allowed.body)}`);
+      assert.ok(
+        ![401, 403].includes(allowed.status),
+        `allowed call got ${allowed.status} ${JSON.stringify(allowed.body)}`,
+      );
     });
   }
 });
@@ -102,7 +133,8 @@ test('bad input on every write route is 422 naming each bad field, and changes n
         const answer = await call(m.url, r.method, fill(r.path), { token: m.admin, body: c.body });
         assertProblem(answer, 422, 'validation_failed');
         const pointers = answer.body.errors.map((e: { pointer: string }) => e.pointer);
-        for (const pointer of c.pointers) assert.ok(pointers.includes(pointer), `${c.name}: ${pointer} not in ${pointers}`);
+        for (const pointer of c.pointers)
+          assert.ok(pointers.includes(pointer), `${c.name}: ${pointer} not in ${pointers}`);
         assert.equal(snapshot(m), before, c.name);
       }
     });
@@ -112,7 +144,10 @@ test('bad input on every write route is 422 naming each bad field, and changes n
 /** Makes two nodes, a tunnel between them, a rule on the entry node and a rule through the tunnel. */
 async function forwardingSetup(m: Running): Promise<{ nodeId: number; tunnelId: number }> {
   const [entry, exit] = [await node(m, 'entry'), await node(m, 'exit')];
-  const tunnel = await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'through', entry_node_id: entry.id, exit_node_id: exit.id } });
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'through', entry_node_id: entry.id, exit_node_id: exit.id },
+  });
   assert.equal(tunnel.status, 201);
   assert.equal((await rule(m, { node_id: entry.id, listen_port: 80 })).status, 201);
   assert.equal((await rule(m, { node_id: entry.id, listen_port: 81, tunnel_id: tunnel.body.id })).status, 201);
@@ -123,21 +158,42 @@ async function forwardingSetup(m: Running): Promise<{ nodeId: number; tunnelId: 
 function anotherValue(key: SettingKey): unknown {
   const fallback = definitions[key].default;
   if (typeof fallback === 'number') return fallback + 1;
-  return { install_dir: '/opt/elsewhere', install_service_name: 'other-agent', install_master_url: 'https://192.0.2.1:8443', tls_next_pin: `sha256/${'A'.repeat(43)}=` }[key as string];
+  return {
+    install_dir: '/opt/elsewhere',
+    install_service_name: 'other-agent',
+    install_master_url: 'https://192.0.2.1:8443',
+    tls_next_pin: `sha256/${'A'.repeat(43)}=`,
+  }[key as string];
 }
 
 /** How to make each declared side effect happen: the requests that do it. Every route declaring one needs an entry. */
 const SIDE_EFFECTS: Record<string, ((m: Running) => Promise<{ path: string; body?: unknown }>)[]> = {
-  'PATCH /api/settings': guardedKeys.map((key) => async () => ({ path: '/api/settings', body: { [key]: anotherValue(key) } })),
+  'PATCH /api/settings': guardedKeys.map((key) => async () => ({
+    path: '/api/settings',
+    body: { [key]: anotherValue(key) },
+  })),
   'DELETE /api/nodes/{id}': [async (m) => ({ path: `/api/nodes/${(await forwardingSetup(m)).nodeId}?cascade=true` })],
-  'POST /api/nodes/batch-delete': [async (m) => ({ path: '/api/nodes/batch-delete?cascade=true', body: { ids: [(await forwardingSetup(m)).nodeId] } })],
-  'DELETE /api/tunnels/{id}': [async (m) => ({ path: `/api/tunnels/${(await forwardingSetup(m)).tunnelId}?cascade=true` })],
-  'POST /api/tunnels/batch-delete': [async (m) => ({ path: '/api/tunnels/batch-delete?cascade=true', body: { ids: [(await forwardingSetup(m)).tunnelId] } })],
+  'POST /api/nodes/batch-delete': [
+    async (m) => ({ path: '/api/nodes/batch-delete?cascade=true', body: { ids: [(await forwardingSetup(m)).nodeId] } }),
+  ],
+  'DELETE /api/tunnels/{id}': [
+    async (m) => ({ path: `/api/tunnels/${(await forwardingSetup(m)).tunnelId}?cascade=true` }),
+  ],
+  'POST /api/tunnels/batch-delete': [
+    async (m) => ({
+      path: '/api/tunnels/batch-delete?cascade=true',
+      body: { ids: [(await forwardingSetup(m)).tunnelId] },
+    }),
+  ],
 };
 
 test('side effects: a route that may act beyond its own scope (cascades, guarded settings) is refused without that scope, changes nothing and is audited as denied', async (t) => {
   const declaring = routes.filter((r) => (r.alsoNeeds ?? []).length > 0);
-  assert.deepEqual(declaring.map((r) => `${r.method} ${r.path}`).sort(), Object.keys(SIDE_EFFECTS).sort(), 'every declared side effect has a request that makes it happen');
+  assert.deepEqual(
+    declaring.map((r) => `${r.method} ${r.path}`).sort(),
+    Object.keys(SIDE_EFFECTS).sort(),
+    'every declared side effect has a request that makes it happen',
+  );
   for (const r of declaring) {
     for (const effect of r.alsoNeeds!) {
       await t.test(`${r.method} ${r.path} also needs ${effect.scope}`, async (tt) => {
@@ -145,25 +201,35 @@ test('side effects: a route that may act beyond its own scope (cascades, guarded
           const m = await startMaster(tt);
           const made = await request(m);
           const lacking = scopes.filter((s) => s !== '*' && !grants([s], effect.scope));
-          assert.ok(grantsAll(lacking, [r.scope as Scope]), 'the weak token holds the route\'s own scope');
+          assert.ok(grantsAll(lacking, [r.scope as Scope]), "the weak token holds the route's own scope");
           const weak = await mintToken(m, lacking, `lacks ${effect.scope}`);
           const before = snapshot(m, ['audit_log']);
           const denied = await call(m.url, r.method, made.path, { token: weak, body: made.body });
           if (denied.status === 200) {
-            assert.deepEqual(denied.body.results.map((x: { outcome: string }) => x.outcome), ['forbidden'], JSON.stringify(denied.body));
+            assert.deepEqual(
+              denied.body.results.map((x: { outcome: string }) => x.outcome),
+              ['forbidden'],
+              JSON.stringify(denied.body),
+            );
           } else {
             assertProblem(denied, 403, 'insufficient_scope');
             assert.equal(denied.body.required_scope, effect.scope);
           }
           assert.equal(snapshot(m, ['audit_log']), before, `${JSON.stringify(made.body ?? made.path)} changed nothing`);
-          const audit = await call(m.url, 'GET', `/api/audit-logs?status=denied&action=${r.action}`, { token: m.admin });
+          const audit = await call(m.url, 'GET', `/api/audit-logs?status=denied&action=${r.action}`, {
+            token: m.admin,
+          });
           assert.equal(audit.body.items.length, 1, JSON.stringify(audit.body.items));
           assert.equal(audit.body.items[0].changes.required_scope, effect.scope);
 
           const strong = await mintToken(m, [...lacking, effect.scope], `has ${effect.scope}`);
           const allowed = await call(m.url, r.method, made.path, { token: strong, body: made.body });
           assert.ok([200, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
-          if (allowed.status === 200 && allowed.body.results) assert.deepEqual(allowed.body.results.map((x: { outcome: string }) => x.outcome), ['deleted']);
+          if (allowed.status === 200 && allowed.body.results)
+            assert.deepEqual(
+              allowed.body.results.map((x: { outcome: string }) => x.outcome),
+              ['deleted'],
+            );
           assert.notEqual(snapshot(m, ['audit_log']), before, 'with the scope, the side effect happens');
         }
       });

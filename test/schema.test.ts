@@ -1,6 +1,16 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { array, dateTime, integer, nullable, object, oneOf, optional, string, validate } from '../internal/schema/schema.ts';
+import {
+  array,
+  dateTime,
+  integer,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  string,
+  validate,
+} from '../internal/schema/schema.ts';
 
 const input = object(
   {
@@ -16,21 +26,42 @@ const input = object(
 test('object checks report every bad field with a JSON pointer', () => {
   const cases = [
     { value: { name: 'ok', port: 80 }, errors: [], out: { name: 'ok', port: 80, mode: 'a', tags: [], at: null } },
-    { value: { name: 'ok', port: 80, id: 9 }, errors: [], out: { name: 'ok', port: 80, mode: 'a', tags: [], at: null } },
-    { value: { name: 'ok', port: 80, at: '2026-11-21T11:00:00.5+01:00' }, errors: [], out: { name: 'ok', port: 80, mode: 'a', tags: [], at: '2026-11-21T10:00:00Z' } },
+    {
+      value: { name: 'ok', port: 80, id: 9 },
+      errors: [],
+      out: { name: 'ok', port: 80, mode: 'a', tags: [], at: null },
+    },
+    {
+      value: { name: 'ok', port: 80, at: '2026-11-21T11:00:00.5+01:00' },
+      errors: [],
+      out: { name: 'ok', port: 80, mode: 'a', tags: [], at: '2026-11-21T10:00:00Z' },
+    },
     { value: {}, errors: ['#/name is required', '#/port is required'] },
     { value: { name: '', port: 0 }, errors: ['#/name must not be empty', '#/port must be between 1 and 65535'] },
-    { value: { name: 'toolong', port: 1.5 }, errors: ['#/name must be at most 5 characters', '#/port must be an integer, not a number'] },
-    { value: { name: 'x', port: 1, mode: 'c', extra: true }, errors: ['#/extra is not a known field', '#/mode must be one of a, b'] },
+    {
+      value: { name: 'toolong', port: 1.5 },
+      errors: ['#/name must be at most 5 characters', '#/port must be an integer, not a number'],
+    },
+    {
+      value: { name: 'x', port: 1, mode: 'c', extra: true },
+      errors: ['#/extra is not a known field', '#/mode must be one of a, b'],
+    },
     { value: { name: 'x', port: 1, tags: ['a', 'a', ''] }, errors: ['#/tags must have at most 2 items'] },
     { value: { name: 'x', port: 1, tags: ['a', 'a'] }, errors: ['#/tags/1 is a duplicate'] },
-    { value: { name: 'x', port: 1, at: 'tomorrow' }, errors: ['#/at must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z'] },
+    {
+      value: { name: 'x', port: 1, at: 'tomorrow' },
+      errors: ['#/at must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z'],
+    },
     { value: { 'a/b': 1, name: 'x', port: 1 }, errors: ['#/a~1b is not a known field'] },
     { value: null, errors: ['# must be an object, not null'] },
   ];
   for (const c of cases) {
     const { value, errors } = validate(input, c.value);
-    assert.deepEqual(errors.map((e) => `${e.pointer} ${e.detail}`), c.errors, JSON.stringify(c.value));
+    assert.deepEqual(
+      errors.map((e) => `${e.pointer} ${e.detail}`),
+      c.errors,
+      JSON.stringify(c.value),
+    );
     if (c.out) assert.deepEqual(value, c.out);
   }
 });

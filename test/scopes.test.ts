@@ -16,7 +16,10 @@ test('grants: exact scope, write implies read of the same resource, * grants all
 });
 
 test('intersect keeps only the scopes the holder still grants', () => {
-  assert.deepEqual(intersect(['nodes:write'], ['nodes:read', 'nodes:write', 'rules:read']), ['nodes:read', 'nodes:write']);
+  assert.deepEqual(intersect(['nodes:write'], ['nodes:read', 'nodes:write', 'rules:read']), [
+    'nodes:read',
+    'nodes:write',
+  ]);
   assert.deepEqual(intersect(['*'], ['*']), ['*']);
   assert.deepEqual(intersect(['nodes:read'], ['*']), []);
 });

@@ -12,7 +12,11 @@ test('settings show every key with its default', async (t) => {
 
 test('a merge patch changes only the keys it names, null resets, and the change is audited', async (t) => {
   const m = await startMaster(t);
-  const patched = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { session_ttl_seconds: 3600, audit_retention_days: 7 }, headers: { 'content-type': 'application/merge-patch+json' } });
+  const patched = await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { session_ttl_seconds: 3600, audit_retention_days: 7 },
+    headers: { 'content-type': 'application/merge-patch+json' },
+  });
   assert.equal(patched.status, 200);
   assert.deepEqual(patched.body, { ...defaults(), session_ttl_seconds: 3600, audit_retention_days: 7 });
 
@@ -20,18 +24,31 @@ test('a merge patch changes only the keys it names, null resets, and the change 
   assert.deepEqual(reset.body, { ...defaults(), session_ttl_seconds: 3600 });
 
   const audit = await call(m.url, 'GET', '/api/audit-logs?action=settings.update', { token: m.admin });
-  assert.deepEqual(audit.body.items.map((e: { changes: unknown }) => e.changes), [
-    { before: { audit_retention_days: 7 }, after: { audit_retention_days: 90 } },
-    { before: { session_ttl_seconds: 43200, audit_retention_days: 90 }, after: { session_ttl_seconds: 3600, audit_retention_days: 7 } },
-  ]);
+  assert.deepEqual(
+    audit.body.items.map((e: { changes: unknown }) => e.changes),
+    [
+      { before: { audit_retention_days: 7 }, after: { audit_retention_days: 90 } },
+      {
+        before: { session_ttl_seconds: 43200, audit_retention_days: 90 },
+        after: { session_ttl_seconds: 3600, audit_retention_days: 7 },
+      },
+    ],
+  );
 });
 
 test('unknown keys and bad values are 422 and change nothing', async (t) => {
   const m = await startMaster(t);
   const before = snapshot(m);
-  const answer = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { session_ttl_seconds: 5, sync_wait_seconds: 'soon', colour: 'blue', audit_retention_days: 30 } });
+  const answer = await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { session_ttl_seconds: 5, sync_wait_seconds: 'soon', colour: 'blue', audit_retention_days: 30 },
+  });
   assertProblem(answer, 422, 'validation_failed');
-  assert.deepEqual(answer.body.errors.map((e: { pointer: string }) => e.pointer).sort(), ['#/colour', '#/session_ttl_seconds', '#/sync_wait_seconds']);
+  assert.deepEqual(answer.body.errors.map((e: { pointer: string }) => e.pointer).sort(), [
+    '#/colour',
+    '#/session_ttl_seconds',
+    '#/sync_wait_seconds',
+  ]);
   assert.equal(snapshot(m), before);
   assert.deepEqual((await call(m.url, 'GET', '/api/settings', { token: m.admin })).body, defaults());
 });
@@ -39,10 +56,18 @@ test('unknown keys and bad values are 422 and change nothing', async (t) => {
 test('a stale If-Match is 412 and a current one applies', async (t) => {
   const m = await startMaster(t);
   const etag = (await call(m.url, 'GET', '/api/settings', { token: m.admin })).headers.get('etag')!;
-  const first = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { sync_wait_seconds: 9 }, headers: { 'if-match': etag } });
+  const first = await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { sync_wait_seconds: 9 },
+    headers: { 'if-match': etag },
+  });
   assert.equal(first.status, 200);
   assert.notEqual(first.headers.get('etag'), etag);
-  const second = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { sync_wait_seconds: 1 }, headers: { 'if-match': etag } });
+  const second = await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { sync_wait_seconds: 1 },
+    headers: { 'if-match': etag },
+  });
   assertProblem(second, 412, 'precondition_failed');
   assert.equal(second.headers.get('etag'), first.headers.get('etag'));
 });
@@ -52,5 +77,8 @@ test('settings survive a restart', async (t) => {
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 77 } });
   await m.close();
   const again = await startMaster(t, { dataDir: m.dataDir });
-  assert.equal((await call(again.url, 'GET', '/api/settings', { token: again.admin })).body.write_budget_per_minute, 77);
+  assert.equal(
+    (await call(again.url, 'GET', '/api/settings', { token: again.admin })).body.write_budget_per_minute,
+    77,
+  );
 });

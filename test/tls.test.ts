@@ -37,9 +37,13 @@ interface Program extends ChildProcess {
 
 /** Runs a bundled program (dist/*.mjs) and collects its stdout and stderr lines. */
 function run(t: TestContext, program: 'agent' | 'master', args: string[], env: Record<string, string> = {}): Program {
-  const child = spawn(process.execPath, [`dist/${program}.mjs`, ...args], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] }) as Program;
+  const child = spawn(process.execPath, [`dist/${program}.mjs`, ...args], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }) as Program;
   child.output = [];
-  for (const stream of [child.stdout!, child.stderr!]) stream.setEncoding('utf8').on('data', (chunk: string) => child.output.push(...chunk.split('\n').filter(Boolean)));
+  for (const stream of [child.stdout!, child.stderr!])
+    stream.setEncoding('utf8').on('data', (chunk: string) => child.output.push(...chunk.split('\n').filter(Boolean)));
   t.after(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   });
@@ -50,12 +54,26 @@ async function logged(child: Program, pattern: RegExp, what: string): Promise<st
   try {
     return await until(what, () => child.output.find((line) => pattern.test(line)), 20_000);
   } catch (error) {
-    throw new Error(`${(error as Error).message}; the program said:\n${child.output.join('\n')}\n(exit ${child.exitCode}, signal ${child.signalCode})`);
+    throw new Error(
+      `${(error as Error).message}; the program said:\n${child.output.join('\n')}\n(exit ${child.exitCode}, ` +
+        `signal ${child.signalCode})`,
+    );
   }
 }
 
-function agent(t: TestContext, master: string, token: string, extra: string[] = [], stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'))): Program & { stateDir: string } {
-  return Object.assign(run(t, 'agent', ['--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1', ...extra], { AGENT_TOKEN: token }), { stateDir });
+function agent(
+  t: TestContext,
+  master: string,
+  token: string,
+  extra: string[] = [],
+  stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-')),
+): Program & { stateDir: string } {
+  return Object.assign(
+    run(t, 'agent', ['--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1', ...extra], {
+      AGENT_TOKEN: token,
+    }),
+    { stateDir },
+  );
 }
 
 /** The pin of the key a TLS server at `port` presents. */
@@ -68,10 +86,14 @@ async function presentedPin(port: number): Promise<string> {
 }
 
 async function online(m: Running, id: number, token = m.admin) {
-  return until(`node ${id} online`, async () => {
-    const n = (await call(m.url, 'GET', `/api/nodes/${id}`, { token })).body;
-    return n.status === 'online' && n;
-  }, 20_000);
+  return until(
+    `node ${id} online`,
+    async () => {
+      const n = (await call(m.url, 'GET', `/api/nodes/${id}`, { token })).body;
+      return n.status === 'online' && n;
+    },
+    20_000,
+  );
 }
 
 test('with a given certificate the master serves HTTPS (TLS 1.2+), and a new node comes with the pin and a command that starts its agent', async (t) => {
@@ -81,9 +103,18 @@ test('with a given certificate the master serves HTTPS (TLS 1.2+), and a new nod
   assert.equal(await presentedPin(Number(new URL(m.url).port)), files.pin);
   const created = await node(m, 'edge');
   assert.equal(created.master_pin, files.pin);
-  assert.equal(created.agent_command, `AGENT_TOKEN='${created.agent_token}' node agent.mjs --master '${m.url}' --master-pin '${files.pin}'`);
+  assert.equal(
+    created.agent_command,
+    `AGENT_TOKEN='${created.agent_token}' node agent.mjs --master '${m.url}' --master-pin '${files.pin}'`,
+  );
   // Nothing older than TLS 1.2 is spoken.
-  const old = tlsConnect({ host: '127.0.0.1', port: Number(new URL(m.url).port), rejectUnauthorized: false, maxVersion: 'TLSv1.1', minVersion: 'TLSv1' });
+  const old = tlsConnect({
+    host: '127.0.0.1',
+    port: Number(new URL(m.url).port),
+    rejectUnauthorized: false,
+    maxVersion: 'TLSv1.1',
+    minVersion: 'TLSv1',
+  });
   const [error] = (await once(old, 'error')) as [NodeJS.ErrnoException];
   assert.match(String(error.code), /ERR_SSL/);
   // Over plain HTTP there is no pin, and the command says so.
@@ -96,8 +127,13 @@ test('with a given certificate the master serves HTTPS (TLS 1.2+), and a new nod
 test('off loopback without a certificate the master makes its own once, keeps it 0600 in the data dir, and logs the same pin after a restart', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
   const start = async () => {
-    const master = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', dataDir], { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' });
-    const line = JSON.parse(await logged(master, /"msg":"listening"/, 'the listening line')) as { url: string; tls_pin: string };
+    const master = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', dataDir], {
+      MASTER_ADMIN_PASSWORD: 'admin-password-for-tests',
+    });
+    const line = JSON.parse(await logged(master, /"msg":"listening"/, 'the listening line')) as {
+      url: string;
+      tls_pin: string;
+    };
     master.kill('SIGTERM');
     const [code] = await once(master, 'exit');
     assert.equal(code, 0);
@@ -106,12 +142,21 @@ test('off loopback without a certificate the master makes its own once, keeps it
   const first = await start();
   assert.match(first.url, /^https:\/\//);
   assert.equal(first.tls_pin, pinOf(readFileSync(join(dataDir, 'tls', 'cert.pem'))));
-  for (const file of ['cert.pem', 'key.pem']) assert.equal(statSync(join(dataDir, 'tls', file)).mode & 0o777, 0o600, file);
+  for (const file of ['cert.pem', 'key.pem'])
+    assert.equal(statSync(join(dataDir, 'tls', file)).mode & 0o777, 0o600, file);
   assert.equal((await start()).tls_pin, first.tls_pin, 'the same key after a restart');
 
   // Plain HTTP off loopback only when asked, and then with a warning.
-  const insecure = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', mkdtempSync(join(tmpdir(), 'portplane-data-')), '--insecure-http'], { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' });
-  const listening = JSON.parse(await logged(insecure, /"msg":"listening"/, 'the listening line')) as { url: string; tls_pin: string | null };
+  const insecure = run(
+    t,
+    'master',
+    ['--listen', '0.0.0.0:0', '--data-dir', mkdtempSync(join(tmpdir(), 'portplane-data-')), '--insecure-http'],
+    { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' },
+  );
+  const listening = JSON.parse(await logged(insecure, /"msg":"listening"/, 'the listening line')) as {
+    url: string;
+    tls_pin: string | null;
+  };
   assert.match(listening.url, /^http:\/\//);
   assert.equal(listening.tls_pin, null);
   assert.ok(insecure.output.some((line) => /serving plain HTTP off loopback/.test(line)));
@@ -127,7 +172,10 @@ test('an agent with the right pin links over TLS and forwards', async (t) => {
   agent(t, m.url, n.agent_token, ['--master-pin', files.pin]);
   await online(m, n.id);
   assert.equal((await call(m.url, 'POST', `/api/rules/${r.id}/sync`, { token: m.admin })).status, 200);
-  assert.equal((await tcpRoundTrip(port, Buffer.from('through a pinned master'))).toString(), 'through a pinned master');
+  assert.equal(
+    (await tcpRoundTrip(port, Buffer.from('through a pinned master'))).toString(),
+    'through a pinned master',
+  );
 });
 
 test('an agent pointed at an impostor sends it nothing and says why: a pin mismatch, or a certificate no CA vouches for', async (t) => {
@@ -161,7 +209,10 @@ test('an agent pointed at an impostor sends it nothing and says why: a pin misma
 test('plain HTTP to a master off this machine is refused at start unless --insecure-http; a master off loopback serves HTTPS unless --insecure-http', async (t) => {
   const token = `mat_1_${'a'.repeat(43)}`;
   // Refused before any connection is tried (192.0.2.1 is never dialled).
-  const refused = spawnSync(process.execPath, ['dist/agent.mjs', '--master', 'http://192.0.2.1:8080'], { encoding: 'utf8', env: { AGENT_TOKEN: token } });
+  const refused = spawnSync(process.execPath, ['dist/agent.mjs', '--master', 'http://192.0.2.1:8080'], {
+    encoding: 'utf8',
+    env: { AGENT_TOKEN: token },
+  });
   assert.equal(refused.status, 2);
   assert.match(refused.stderr, /in clear.*https:\/\/.*--insecure-http/);
 
@@ -174,12 +225,28 @@ test('plain HTTP to a master off this machine is refused at start unless --insec
   const local = insecure.url.replace('0.0.0.0', '127.0.0.1');
   assert.equal((await call(local, 'GET', '/api/auth/me', { token: insecure.admin })).status, 200);
   // Agents of a master told --insecure-http may dial it in clear, and are told so; others may not.
-  assert.equal((await call(local, 'PATCH', '/api/settings', { token: insecure.admin, body: { install_master_url: 'http://203.0.113.5:8080' } })).status, 200);
-  const cleartext = (await call(local, 'POST', '/api/nodes', { token: insecure.admin, body: { name: 'edge', host: 'edge.example.net' } })).body;
-  assert.equal(cleartext.agent_command, `AGENT_TOKEN='${cleartext.agent_token}' node agent.mjs --master 'http://203.0.113.5:8080' --insecure-http`);
+  assert.equal(
+    (
+      await call(local, 'PATCH', '/api/settings', {
+        token: insecure.admin,
+        body: { install_master_url: 'http://203.0.113.5:8080' },
+      })
+    ).status,
+    200,
+  );
+  const cleartext = (
+    await call(local, 'POST', '/api/nodes', { token: insecure.admin, body: { name: 'edge', host: 'edge.example.net' } })
+  ).body;
+  assert.equal(
+    cleartext.agent_command,
+    `AGENT_TOKEN='${cleartext.agent_token}' node agent.mjs --master 'http://203.0.113.5:8080' --insecure-http`,
+  );
   for (const m of [await startMaster(t), wide]) {
     const n = await node(m, 'edge');
-    const answer = await call(m.url, 'POST', `/api/nodes/${n.id}/install-ssh`, { token: m.admin, body: { master_url: 'http://203.0.113.5:8080' } });
+    const answer = await call(m.url, 'POST', `/api/nodes/${n.id}/install-ssh`, {
+      token: m.admin,
+      body: { master_url: 'http://203.0.113.5:8080' },
+    });
     assert.equal(answer.status, 422);
     assert.match(answer.body.errors[0].detail, /do not send their token in clear.*https:\/\//);
   }
@@ -190,18 +257,28 @@ test('plain HTTP to a master off this machine is refused at start unless --insec
   await once(socket, 'connect');
   socket.end('GET /api/auth/me HTTP/1.1\r\nHost: x\r\n\r\n');
   await once(socket, 'close');
-  assert.ok(!Buffer.concat(chunks).toString('latin1').startsWith('HTTP/'), 'plain HTTP to the TLS listener gets no answer');
+  assert.ok(
+    !Buffer.concat(chunks).toString('latin1').startsWith('HTTP/'),
+    'plain HTTP to the TLS listener gets no answer',
+  );
 });
 
 test('the master program reloads its certificate on SIGHUP and logs the new pin', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
-  const master = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', dataDir], { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' });
-  const listening = JSON.parse(await logged(master, /"msg":"listening"/, 'the listening line')) as { url: string; tls_pin: string };
+  const master = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', dataDir], {
+    MASTER_ADMIN_PASSWORD: 'admin-password-for-tests',
+  });
+  const listening = JSON.parse(await logged(master, /"msg":"listening"/, 'the listening line')) as {
+    url: string;
+    tls_pin: string;
+  };
   const renewed = selfSigned(['127.0.0.1']);
   writeFileSync(join(dataDir, 'tls', 'cert.pem'), renewed.cert);
   writeFileSync(join(dataDir, 'tls', 'key.pem'), renewed.key);
   master.kill('SIGHUP');
-  const reloaded = JSON.parse(await logged(master, /reloaded the TLS certificate/, 'the reload')) as { tls_pin: string };
+  const reloaded = JSON.parse(await logged(master, /reloaded the TLS certificate/, 'the reload')) as {
+    tls_pin: string;
+  };
   assert.equal(reloaded.tls_pin, pinOf(renewed.cert));
   assert.notEqual(reloaded.tls_pin, listening.tls_pin);
   assert.equal(await presentedPin(Number(new URL(listening.url).port)), reloaded.tls_pin);
@@ -219,7 +296,11 @@ test('a renewed certificate is served after SIGHUP without a restart; a broken o
   assert.equal(await presentedPin(port), pinOf(renewed.cert));
   writeFileSync(files.keyPath, selfSigned(['127.0.0.1']).key);
   m.reloadTls();
-  assert.equal(await presentedPin(port), pinOf(renewed.cert), 'a key that does not match is refused, the served one stays');
+  assert.equal(
+    await presentedPin(port),
+    pinOf(renewed.cert),
+    'a key that does not match is refused, the served one stays',
+  );
   assert.equal(m.app.tls!.pin, pinOf(renewed.cert));
 });
 
@@ -233,7 +314,10 @@ test('rotation: agents accept the key a master announced as tls_next_pin once it
   const n = await node(first, 'edge');
   const informed = agent(t, first.url, n.agent_token, ['--master-pin', before.pin]);
   await online(first, n.id);
-  assert.equal((await call(first.url, 'PATCH', '/api/settings', { token: admin, body: { tls_next_pin: after.pin } })).status, 200);
+  assert.equal(
+    (await call(first.url, 'PATCH', '/api/settings', { token: admin, body: { tls_next_pin: after.pin } })).status,
+    200,
+  );
   await until('the agent to keep the announced pin', () => {
     try {
       return (JSON.parse(readFileSync(join(informed.stateDir, 'pins.json'), 'utf8')) as string[]).includes(after.pin);
@@ -247,7 +331,8 @@ test('rotation: agents accept the key a master announced as tls_next_pin once it
   assert.equal(await presentedPin(port), after.pin);
   await online(second, n.id, admin);
   assert.ok(!informed.output.some((line) => /refusing the master/.test(line)));
-  // A node that missed the announcement still pins the old key only: it refuses, and needs a reinstall or its agent_command.
+  // A node that missed the announcement still pins the old key only: it refuses, and needs a reinstall or its
+  // agent_command.
   const other = await node(second, 'late');
   const late = agent(t, second.url, other.agent_token, ['--master-pin', before.pin]);
   assert.match(await logged(late, /refusing the master/, 'the refusal'), /pin mismatch/);

@@ -5,10 +5,34 @@ import { assertProblem, call, node, rule, snapshot, startMaster, type Running } 
 async function populate(m: Running) {
   const a = await node(m, 'edge-a', { ssh_password: 'secret-password', tags: ['eu'] });
   const b = await node(m, 'edge-b');
-  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'a-to-b', entry_node_id: a.id, exit_node_id: b.id } })).body;
-  await rule(m, { name: 'web', node_id: a.id, listen_port: 80, targets: ['10.0.0.1:80', '10.0.0.2:80'], strategy: 'failover' });
-  await rule(m, { name: 'dns', node_id: a.id, listen_port: 53, protocol: 'udp', targets: ['9.9.9.9:53'], enabled: false });
-  await rule(m, { name: 'via', node_id: a.id, listen_port: 8443, tunnel_id: tunnel.id, targets: ['[2001:db8::5]:443'] });
+  const tunnel = (
+    await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'a-to-b', entry_node_id: a.id, exit_node_id: b.id },
+    })
+  ).body;
+  await rule(m, {
+    name: 'web',
+    node_id: a.id,
+    listen_port: 80,
+    targets: ['10.0.0.1:80', '10.0.0.2:80'],
+    strategy: 'failover',
+  });
+  await rule(m, {
+    name: 'dns',
+    node_id: a.id,
+    listen_port: 53,
+    protocol: 'udp',
+    targets: ['9.9.9.9:53'],
+    enabled: false,
+  });
+  await rule(m, {
+    name: 'via',
+    node_id: a.id,
+    listen_port: 8443,
+    tunnel_id: tunnel.id,
+    targets: ['[2001:db8::5]:443'],
+  });
 }
 
 test('export lists nodes without secrets, tunnels and rules by name', async (t) => {
@@ -18,9 +42,26 @@ test('export lists nodes without secrets, tunnels and rules by name', async (t) 
   assert.equal(answer.status, 200);
   const doc = answer.body;
   assert.equal(doc.format, 'portplane-export');
-  assert.deepEqual(doc.nodes[0], { name: 'edge-a', host: 'edge-a.example.net', ssh_port: 22, ssh_user: 'root', tags: ['eu'] });
-  assert.deepEqual(doc.tunnels, [{ name: 'a-to-b', entry_node: 'edge-a', exit_node: 'edge-b', listen_port: 40000, transport: 'tls' }]);
-  assert.deepEqual(doc.rules[2], { name: 'via', node: 'edge-a', tunnel: 'a-to-b', protocol: 'tcp', listen_port: 8443, targets: ['[2001:db8::5]:443'], strategy: 'round_robin', enabled: true });
+  assert.deepEqual(doc.nodes[0], {
+    name: 'edge-a',
+    host: 'edge-a.example.net',
+    ssh_port: 22,
+    ssh_user: 'root',
+    tags: ['eu'],
+  });
+  assert.deepEqual(doc.tunnels, [
+    { name: 'a-to-b', entry_node: 'edge-a', exit_node: 'edge-b', listen_port: 40000, transport: 'tls' },
+  ]);
+  assert.deepEqual(doc.rules[2], {
+    name: 'via',
+    node: 'edge-a',
+    tunnel: 'a-to-b',
+    protocol: 'tcp',
+    listen_port: 8443,
+    targets: ['[2001:db8::5]:443'],
+    strategy: 'round_robin',
+    enabled: true,
+  });
   assert.ok(!JSON.stringify(doc).includes('secret-password'));
 });
 
@@ -32,7 +73,10 @@ test('an export imported into an empty master recreates everything; importing ag
   const target = await startMaster(t);
   const preview = await call(target.url, 'POST', '/api/import?dry_run=true', { token: target.admin, body: doc });
   assert.equal(preview.status, 200, JSON.stringify(preview.body));
-  assert.deepEqual(preview.body.rules.map((r: { outcome: string }) => r.outcome), ['created', 'created', 'created']);
+  assert.deepEqual(
+    preview.body.rules.map((r: { outcome: string }) => r.outcome),
+    ['created', 'created', 'created'],
+  );
   assert.equal(preview.body.nodes[0].agent_token, undefined, 'a dry run mints no tokens');
   assert.equal((await call(target.url, 'GET', '/api/rules', { token: target.admin })).body.items.length, 0);
 
@@ -44,11 +88,14 @@ test('an export imported into an empty master recreates everything; importing ag
 
   const before = snapshot(target, ['audit_log', 'tokens']);
   const repeat = await call(target.url, 'POST', '/api/import', { token: target.admin, body: doc });
-  assert.deepEqual([...repeat.body.nodes, ...repeat.body.tunnels, ...repeat.body.rules].map((r: { outcome: string }) => r.outcome), Array(6).fill('exists'));
+  assert.deepEqual(
+    [...repeat.body.nodes, ...repeat.body.tunnels, ...repeat.body.rules].map((r: { outcome: string }) => r.outcome),
+    Array(6).fill('exists'),
+  );
   assert.equal(snapshot(target, ['audit_log', 'tokens']), before);
 });
 
-test('a dead node\'s rules move to another node by editing the document', async (t) => {
+test("a dead node's rules move to another node by editing the document", async (t) => {
   const m = await startMaster(t);
   await populate(m);
   const doc = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
@@ -57,12 +104,17 @@ test('a dead node\'s rules move to another node by editing the document', async 
     ...doc,
     nodes: [],
     tunnels: [],
-    rules: doc.rules.filter((r: { tunnel: string | null }) => r.tunnel === null).map((r: object) => ({ ...r, node: 'edge-c' })),
+    rules: doc.rules
+      .filter((r: { tunnel: string | null }) => r.tunnel === null)
+      .map((r: object) => ({ ...r, node: 'edge-c' })),
   };
   const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: moved });
   assert.equal(answer.status, 200, JSON.stringify(answer.body));
   const onC = await call(m.url, 'GET', `/api/rules?node_id=${c.id}`, { token: m.admin });
-  assert.deepEqual(onC.body.items.map((r: { name: string }) => r.name), ['web', 'dns']);
+  assert.deepEqual(
+    onC.body.items.map((r: { name: string }) => r.name),
+    ['web', 'dns'],
+  );
 });
 
 test('an import with problems changes nothing and points at each one', async (t) => {
@@ -82,17 +134,36 @@ test('an import with problems changes nothing and points at each one', async (t)
   };
   const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: broken });
   assertProblem(answer, 422, 'validation_failed');
-  assert.deepEqual(answer.body.errors.map((e: { pointer: string }) => e.pointer), ['#/rules/3/listen_port', '#/rules/4/node', '#/rules/5/tunnel']);
-  assert.deepEqual(answer.body.results.rules.map((r: { outcome: string }) => r.outcome), ['exists', 'exists', 'exists', 'conflict', 'invalid', 'invalid']);
+  assert.deepEqual(
+    answer.body.errors.map((e: { pointer: string }) => e.pointer),
+    ['#/rules/3/listen_port', '#/rules/4/node', '#/rules/5/tunnel'],
+  );
+  assert.deepEqual(
+    answer.body.results.rules.map((r: { outcome: string }) => r.outcome),
+    ['exists', 'exists', 'exists', 'conflict', 'invalid', 'invalid'],
+  );
   assert.equal(snapshot(m), before);
-  assertProblem(await call(m.url, 'POST', '/api/import', { token: m.admin, body: { ...doc, format: 'other' } }), 422, 'validation_failed');
+  assertProblem(
+    await call(m.url, 'POST', '/api/import', { token: m.admin, body: { ...doc, format: 'other' } }),
+    422,
+    'validation_failed',
+  );
 });
 
-test('an import respects the license\'s node limit: nothing is created past it', async (t) => {
+test("an import respects the license's node limit: nothing is created past it", async (t) => {
   const m = await startMaster(t);
-  const nodes = Array.from({ length: 6 }, (_, i) => ({ name: `n${i}`, host: `n${i}.example.net`, ssh_port: 22, ssh_user: 'root', tags: [] }));
+  const nodes = Array.from({ length: 6 }, (_, i) => ({
+    name: `n${i}`,
+    host: `n${i}.example.net`,
+    ssh_port: 22,
+    ssh_user: 'root',
+    tags: [],
+  }));
   const before = snapshot(m);
-  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: { format: 'portplane-export', version: 1, nodes, tunnels: [], rules: [] } });
+  const answer = await call(m.url, 'POST', '/api/import', {
+    token: m.admin,
+    body: { format: 'portplane-export', version: 1, nodes, tunnels: [], rules: [] },
+  });
   assertProblem(answer, 422, 'validation_failed');
   assert.equal(answer.body.errors.length, 1);
   assert.equal(answer.body.errors[0].pointer, '#/nodes/5');

@@ -48,7 +48,9 @@ const FLAGS = {
 } as const;
 /** Flags that take no value; their variable is on when it is 1 or true. */
 const SWITCHES = { '--insecure-http': 'AGENT_INSECURE_HTTP' } as const;
-const FILE_KEYS = new Set<string>([...Object.values(FLAGS), ...Object.values(SWITCHES)].filter((name) => name !== 'AGENT_ENV_FILE'));
+const FILE_KEYS = new Set<string>(
+  [...Object.values(FLAGS), ...Object.values(SWITCHES)].filter((name) => name !== 'AGENT_ENV_FILE'),
+);
 
 /**
  * The settings in an env file, read as data: never by a shell, so nothing in a value is
@@ -110,17 +112,32 @@ export function parseAgentConfig(
   const master = settings.AGENT_MASTER_URL;
   if (!master) return { error: '--master (or AGENT_MASTER_URL) is required' };
   const origin = masterOrigin(master);
-  if (origin === null) return { error: `--master must be http(s)://HOST[:PORT], such as https://192.0.2.1:8080, got '${master}'` };
+  if (origin === null)
+    return { error: `--master must be http(s)://HOST[:PORT], such as https://192.0.2.1:8080, got '${master}'` };
   const url = new URL(origin);
   const pin = settings.AGENT_MASTER_PIN ?? null;
-  if (pin !== null && !PIN.test(pin)) return { error: `--master-pin must be sha256/<base64 of 32 bytes>, as POST /api/nodes shows it, got '${pin}'` };
+  if (pin !== null && !PIN.test(pin))
+    return { error: `--master-pin must be sha256/<base64 of 32 bytes>, as POST /api/nodes shows it, got '${pin}'` };
   if (url.protocol === 'http:') {
     if (pin !== null) return { error: '--master-pin pins a TLS key: give the master as https://' };
     if (!isLoopback(url.hostname.replace(/^\[|\]$/g, '')) && !on(settings.AGENT_INSECURE_HTTP)) {
-      return { error: `--master ${origin} would send the agent token in clear across the network: use https:// (with --master-pin for a master's own certificate), or pass --insecure-http` };
+      return {
+        error:
+          `--master ${origin} would send the agent token in clear across the network: use https:// (with ` +
+          `--master-pin for a master's own certificate), or pass --insecure-http`,
+      };
     }
   }
   const token = settings.AGENT_TOKEN;
-  if (!token || !/^mat_[1-9][0-9]*_[A-Za-z0-9_-]{43}$/.test(token)) return { error: '--token (or AGENT_TOKEN) must be the node\'s agent token (mat_...)' };
-  return { config: { masterUrl: origin, masterPin: pin, token, stateDir: settings.AGENT_STATE_DIR ?? './agent-state', listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0' } };
+  if (!token || !/^mat_[1-9][0-9]*_[A-Za-z0-9_-]{43}$/.test(token))
+    return { error: "--token (or AGENT_TOKEN) must be the node's agent token (mat_...)" };
+  return {
+    config: {
+      masterUrl: origin,
+      masterPin: pin,
+      token,
+      stateDir: settings.AGENT_STATE_DIR ?? './agent-state',
+      listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0',
+    },
+  };
 }

@@ -75,7 +75,9 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
       switches[arg] = true;
       continue;
     }
-    const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const [flag, inline] = arg.includes('=')
+      ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)]
+      : [arg, undefined];
     if (!Object.hasOwn(FLAGS, flag)) return { error: `unknown option '${arg}' (see --help)` };
     const value = inline ?? argv[++i];
     if (value === undefined || value === '') return { error: `${flag} needs a value` };

@@ -47,10 +47,19 @@ async function bootstrapAdmin(store: Store, log: Logger, password: string | null
   const chosen = password ?? randomBytes(18).toString('base64url');
   const passwordHash = await hashPassword(chosen);
   store.write(() => {
-    const admin = store.users.insert({ username: 'admin', password_hash: passwordHash, scopes: ['*'], disabled: false }, now);
+    const admin = store.users.insert(
+      { username: 'admin', password_hash: passwordHash, scopes: ['*'], disabled: false },
+      now,
+    );
     store.audit.record(
       { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
-      { action: 'user.create', resource: 'user', resource_id: admin.id, status: 'success', changes: { after: { username: 'admin', scopes: ['*'] } } },
+      {
+        action: 'user.create',
+        resource: 'user',
+        resource_id: admin.id,
+        status: 'success',
+        changes: { after: { username: 'admin', scopes: ['*'] } },
+      },
       now,
     );
   });
@@ -74,7 +83,8 @@ export function maintain(app: App): void {
   }));
   app.throttle.sweep(settings.get('login_window_seconds') * 1000);
   app.budget.sweep(60);
-  if (audit + credentials + idempotency + traffic > 0) app.log.info('pruned', { audit, credentials, idempotency, traffic });
+  if (audit + credentials + idempotency + traffic > 0)
+    app.log.info('pruned', { audit, credentials, idempotency, traffic });
 }
 
 export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
@@ -89,20 +99,41 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const settings = new Settings(store);
     const sync = new SyncHub();
     const lifecycle = { draining: false };
-    store.db.onCallbackError((error) => log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }));
+    store.db.onCallbackError((error) =>
+      log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }),
+    );
     // A failed group commit undoes writes the in-memory copies already reflect.
     store.db.onCommitFailure(() => {
       settings.reload();
       store.credentials.bump();
     });
     const installer = new Installer({
-      store, box, settings, sync, log, clock,
+      store,
+      box,
+      settings,
+      sync,
+      log,
+      clock,
       dataDir: config.dataDir,
       get draining() {
         return lifecycle.draining;
       },
     });
-    const app = new App({ store, log, license, box, tls, insecureHttp: config.insecureHttp, dataDir: config.dataDir, version: VERSION, clock, settings, sync, installer, lifecycle });
+    const app = new App({
+      store,
+      log,
+      license,
+      box,
+      tls,
+      insecureHttp: config.insecureHttp,
+      dataDir: config.dataDir,
+      version: VERSION,
+      clock,
+      settings,
+      sync,
+      installer,
+      lifecycle,
+    });
     const view = app.licenseView();
     log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
     maintain(app);
@@ -116,8 +147,16 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const http = await listen(createDispatcher(app, routes), config.host, config.port, tls);
     const links = new AgentLinks({ store, sync, settings, log, clock });
     http.server.on('upgrade', links.handleUpgrade);
-    if (!tls && !isLoopback(config.host)) log.warn('serving plain HTTP off loopback (--insecure-http): put a TLS-terminating proxy in front');
-    log.info('listening', { url: http.url, tls_pin: tls?.pin ?? null, tls_not_after: tls?.notAfter ?? null, data_dir: config.dataDir, version: VERSION, schema_version: store.db.schemaVersion() });
+    if (!tls && !isLoopback(config.host))
+      log.warn('serving plain HTTP off loopback (--insecure-http): put a TLS-terminating proxy in front');
+    log.info('listening', {
+      url: http.url,
+      tls_pin: tls?.pin ?? null,
+      tls_not_after: tls?.notAfter ?? null,
+      data_dir: config.dataDir,
+      version: VERSION,
+      schema_version: store.db.schemaVersion(),
+    });
     let closing: Promise<void> | undefined;
     return {
       url: http.url,
@@ -130,7 +169,9 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           http.setCredentials(tls);
           log.info('reloaded the TLS certificate', { tls_pin: tls.pin, tls_not_after: tls.notAfter });
         } catch (error) {
-          log.error('reloading the TLS certificate failed; serving the previous one', { error: (error as Error).message });
+          log.error('reloading the TLS certificate failed; serving the previous one', {
+            error: (error as Error).message,
+          });
         }
       },
       close() {

@@ -5,7 +5,17 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
-import { checkMessage, inPieces, keepAlive, LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send, type Message } from '../agentlink/wire.ts';
+import {
+  checkMessage,
+  inPieces,
+  keepAlive,
+  LINK_PATH,
+  LINK_PROTOCOL,
+  MASTER_LINE_BYTES,
+  readMessages,
+  send,
+  type Message,
+} from '../agentlink/wire.ts';
 import { Forwarder } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
 import { configMessage, trafficAckMessage } from '../domain/link.ts';
@@ -32,8 +42,10 @@ function pinRefusal(socket: TLSSocket, pins: readonly string[]): string | null {
   const pin = pinOf(cert);
   if (!pins.includes(pin)) return `pin mismatch: the master presented ${pin}, this agent pins ${pins.join(' or ')}`;
   const now = Date.now();
-  if (now > Date.parse(cert.validTo)) return `the master's certificate expired on ${new Date(cert.validTo).toISOString()}`;
-  if (now < Date.parse(cert.validFrom)) return `the master's certificate is not valid before ${new Date(cert.validFrom).toISOString()}`;
+  if (now > Date.parse(cert.validTo))
+    return `the master's certificate expired on ${new Date(cert.validTo).toISOString()}`;
+  if (now < Date.parse(cert.validFrom))
+    return `the master's certificate is not valid before ${new Date(cert.validFrom).toISOString()}`;
   return null;
 }
 
@@ -41,19 +53,25 @@ function pinRefusal(socket: TLSSocket, pins: readonly string[]): string | null {
 function tlsProblem(error: Error & { code?: string }): string {
   switch (error.code) {
     case 'CERT_HAS_EXPIRED':
-      return 'the master\'s certificate has expired';
+      return "the master's certificate has expired";
     case 'DEPTH_ZERO_SELF_SIGNED_CERT':
     case 'SELF_SIGNED_CERT_IN_CHAIN':
     case 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY':
     case 'UNABLE_TO_VERIFY_LEAF_SIGNATURE':
-      return `unknown CA: the system does not trust the master's certificate (${error.code}); give --master-pin for a master's own certificate`;
+      return (
+        `unknown CA: the system does not trust the master's certificate (${error.code}); give --master-pin for a ` +
+        `master's own certificate`
+      );
     case 'ERR_TLS_CERT_ALTNAME_INVALID':
       return `the master's certificate is not for this address: ${error.message}`;
     default:
       return error.message;
   }
 }
-/** Past this many unacknowledged reports (a long master outage) they are merged into one: totals are kept, timing is coarser. */
+/**
+ * Past this many unacknowledged reports (a long master outage) they are merged into one: totals are kept, timing is
+ * coarser.
+ */
 const MAX_PENDING_REPORTS = 500;
 
 export class Agent {
@@ -131,7 +149,10 @@ export class Agent {
       if (refusal) {
         socket.on('error', () => undefined);
         socket.destroy();
-        log.warn('refusing the master: it is not the one this agent pins; nothing was sent', { url: url.origin, reason: refusal });
+        log.warn('refusing the master: it is not the one this agent pins; nothing was sent', {
+          url: url.origin,
+          reason: refusal,
+        });
         return this.retry();
       }
       this.upgrade(url, socket);
@@ -146,7 +167,13 @@ export class Agent {
       path: LINK_PATH,
       method: 'GET',
       timeout: 10_000,
-      headers: { Host: url.host, Connection: 'Upgrade', Upgrade: LINK_PROTOCOL, Authorization: `Bearer ${this.options.token}`, 'X-Agent-Version': this.options.version },
+      headers: {
+        Host: url.host,
+        Connection: 'Upgrade',
+        Upgrade: LINK_PROTOCOL,
+        Authorization: `Bearer ${this.options.token}`,
+        'X-Agent-Version': this.options.version,
+      },
       ...(socket ? { createConnection: () => socket } : {}),
     });
     req.on('upgrade', (_res, linkSocket, head) => this.linked(linkSocket, head));
@@ -206,7 +233,9 @@ export class Agent {
       const { type: _, next_master_pin, ...config } = checkMessage(configMessage, message);
       // Announced by a master this agent verified: the key it will switch to (see docs/agent-protocol.md).
       if (this.options.masterPin !== null && next_master_pin !== null) this.state.learnPin(next_master_pin);
-      this.applying = this.applying.then(() => this.apply(config, true)).catch((error: Error) => this.options.log.error('applying the config failed', { error: error.message }));
+      this.applying = this.applying
+        .then(() => this.apply(config, true))
+        .catch((error: Error) => this.options.log.error('applying the config failed', { error: error.message }));
       return;
     }
     if (message.type === 'traffic_ack') {
@@ -223,14 +252,22 @@ export class Agent {
     });
     const results = await this.forwarder.apply(config.rules);
     this.state.saveConfig(config);
-    if (config.report_interval_seconds !== this.config?.report_interval_seconds) this.scheduleReports(config.report_interval_seconds);
+    if (config.report_interval_seconds !== this.config?.report_interval_seconds)
+      this.scheduleReports(config.report_interval_seconds);
     this.config = config;
     const failed = results.filter((r) => r.state === 'failed');
-    this.options.log.info('applied config', { version: config.version, rules: results.length, failed: failed.length, errors: failed.slice(0, 5).map((r) => ({ id: r.id, ...r.error })) });
+    this.options.log.info('applied config', {
+      version: config.version,
+      rules: results.length,
+      failed: failed.length,
+      errors: failed.slice(0, 5).map((r) => ({ id: r.id, ...r.error })),
+    });
     if (!acknowledge || !this.socket) return;
     // The master reads at most MAX_ENTRIES results a message; all but the last say more follow.
     const pieces = inPieces(results);
-    pieces.forEach((piece, i) => send(this.socket!, { type: 'applied', version: config.version, results: piece, partial: i < pieces.length - 1 }));
+    pieces.forEach((piece, i) =>
+      send(this.socket!, { type: 'applied', version: config.version, results: piece, partial: i < pieces.length - 1 }),
+    );
   }
 
   private scheduleReports(seconds: number): void {
@@ -247,7 +284,12 @@ export class Agent {
     if (drained.length === 0) return;
     const traffic = this.traffic;
     const at = Math.floor(Date.now() / 1000);
-    let fresh: TrafficReport[] = inPieces(drained).map((rules) => ({ stream: traffic.stream, seq: ++traffic.seq, at, rules }));
+    let fresh: TrafficReport[] = inPieces(drained).map((rules) => ({
+      stream: traffic.stream,
+      seq: ++traffic.seq,
+      at,
+      rules,
+    }));
     traffic.pending.push(...fresh);
     if (traffic.pending.length > MAX_PENDING_REPORTS) {
       const merged = new Map<number, { id: number; bytes_in: number; bytes_out: number }>();
@@ -257,7 +299,12 @@ export class Agent {
         m.bytes_out += r.bytes_out;
         merged.set(r.id, m);
       }
-      traffic.pending = inPieces([...merged.values()]).map((rules) => ({ stream: traffic.stream, seq: ++traffic.seq, at, rules }));
+      traffic.pending = inPieces([...merged.values()]).map((rules) => ({
+        stream: traffic.stream,
+        seq: ++traffic.seq,
+        at,
+        rules,
+      }));
       fresh = traffic.pending;
     }
     this.state.saveTraffic(traffic);

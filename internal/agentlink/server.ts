@@ -14,9 +14,25 @@ import type { SyncHub } from '../sync/hub.ts';
 import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
-import { appliedMessage, trafficMessage, type AppliedMessage, type ConfigMessage, type TrafficMessage } from '../domain/link.ts';
+import {
+  appliedMessage,
+  trafficMessage,
+  type AppliedMessage,
+  type ConfigMessage,
+  type TrafficMessage,
+} from '../domain/link.ts';
 import { forwardRuleOf } from '../domain/rules.ts';
-import { AGENT_LINE_BYTES, checkMessage, keepAlive, LINK_PATH, LINK_PROTOCOL, ProtocolError, readMessages, send, type Message } from './wire.ts';
+import {
+  AGENT_LINE_BYTES,
+  checkMessage,
+  keepAlive,
+  LINK_PATH,
+  LINK_PROTOCOL,
+  ProtocolError,
+  readMessages,
+  send,
+  type Message,
+} from './wire.ts';
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
@@ -31,8 +47,16 @@ const REFUSAL_RECORD_MS = 60_000;
 function refuse(socket: Socket, error: DomainError, headers: Record<string, string> = {}): void {
   const problem = problemOf(error, null);
   const body = JSON.stringify(problem.body);
-  const lines = Object.entries({ 'Content-Type': 'application/problem+json', 'Content-Length': String(Buffer.byteLength(body)), ...problem.headers, ...headers, Connection: 'close' });
-  socket.end(`HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n${lines.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`);
+  const lines = Object.entries({
+    'Content-Type': 'application/problem+json',
+    'Content-Length': String(Buffer.byteLength(body)),
+    ...problem.headers,
+    ...headers,
+    Connection: 'close',
+  });
+  socket.end(
+    `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n${lines.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`,
+  );
 }
 
 function pathOf(url: string | undefined): string | null {
@@ -94,7 +118,8 @@ export class AgentLinks {
       this.upgrade(req, socket, head);
     } catch (error) {
       this.app.log.error('agent link failed', { error: (error as Error)?.stack ?? String(error) });
-      if (!socket.destroyed && socket.writable) refuse(socket, new DomainError('internal', 'the link could not be opened; see the master log'));
+      if (!socket.destroyed && socket.writable)
+        refuse(socket, new DomainError('internal', 'the link could not be opened; see the master log'));
       socket.destroy();
     }
   };
@@ -104,7 +129,8 @@ export class AgentLinks {
     this.closing = true;
     const now = this.app.clock.timestamp();
     this.app.store.write(() => {
-      for (const nodeId of this.links.keys()) this.app.store.nodes.setLink(nodeId, 'offline', 'the master shut down', null, now);
+      for (const nodeId of this.links.keys())
+        this.app.store.nodes.setLink(nodeId, 'offline', 'the master shut down', null, now);
     });
     for (const [nodeId, link] of this.links) {
       this.links.delete(nodeId);
@@ -119,30 +145,67 @@ export class AgentLinks {
     const path = pathOf(req.url);
     if (path === null) return refuse(socket, new DomainError('bad_request', 'the request target is not a valid path'));
     if (path !== LINK_PATH) return refuse(socket, new DomainError('not_found', 'no upgrade here'));
-    if (this.closing) return refuse(socket, new DomainError('unavailable', 'the master is shutting down', { retryAfterSeconds: 5 }));
+    if (this.closing)
+      return refuse(socket, new DomainError('unavailable', 'the master is shutting down', { retryAfterSeconds: 5 }));
     const wait = this.failedByAddress.retryAfterMs(`a:${ip}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
     if (wait > 0) {
-      return refuse(socket, new DomainError('rate_limited', 'too many failed link attempts from this address', { retryAfterSeconds: wait / 1000 }));
+      return refuse(
+        socket,
+        new DomainError('rate_limited', 'too many failed link attempts from this address', {
+          retryAfterSeconds: wait / 1000,
+        }),
+      );
     }
     const token = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1] ?? '';
     const nodeId = agentTokenNode(token);
     const stored = nodeId === null ? undefined : app.store.nodes.agentTokenHash(nodeId);
     if (nodeId === null || !stored || !sameHash(stored, hashSecret(token))) {
       this.failedByAddress.record(`a:${ip}`, 60_000);
-      if (nodeId !== null && stored) this.noteRefusal(nodeId, `auth_failed: an agent from ${ip} presented a wrong token at ${app.clock.timestamp()}`);
+      if (nodeId !== null && stored)
+        this.noteRefusal(
+          nodeId,
+          `auth_failed: an agent from ${ip} presented a wrong token at ${app.clock.timestamp()}`,
+        );
       app.log.warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
-      return refuse(socket, new DomainError('auth_failed', 'the agent token is unknown or was replaced; reinstall the agent or give it the current token'));
+      return refuse(
+        socket,
+        new DomainError(
+          'auth_failed',
+          'the agent token is unknown or was replaced; reinstall the agent or give it the current token',
+        ),
+      );
     }
     const until = this.cooldown.get(nodeId) ?? 0;
     if (until > app.clock.now()) {
-      return refuse(socket, new DomainError('rate_limited', "this node's agent broke the link protocol; see the node's status_detail", { retryAfterSeconds: (until - app.clock.now()) / 1000 }));
+      return refuse(
+        socket,
+        new DomainError('rate_limited', "this node's agent broke the link protocol; see the node's status_detail", {
+          retryAfterSeconds: (until - app.clock.now()) / 1000,
+        }),
+      );
     }
-    const agentVersion = String(req.headers['x-agent-version'] ?? '').replace(/[^\x20-\x7e]/g, '?').slice(0, 32) || null;
+    const agentVersion =
+      String(req.headers['x-agent-version'] ?? '')
+        .replace(/[^\x20-\x7e]/g, '?')
+        .slice(0, 32) || null;
     if (req.headers.upgrade !== LINK_PROTOCOL) {
-      const spoken = String(req.headers.upgrade ?? 'nothing').replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
-      this.noteRefusal(nodeId, `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${spoken}, the master ${LINK_PROTOCOL}`);
+      const spoken = String(req.headers.upgrade ?? 'nothing')
+        .replace(/[^\x20-\x7e]/g, '?')
+        .slice(0, 64);
+      this.noteRefusal(
+        nodeId,
+        `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${spoken}, the master ` +
+          `${LINK_PROTOCOL}`,
+      );
       app.log.warn('agent link refused', { reason: 'version_mismatch', node_id: nodeId, agent_version: agentVersion });
-      return refuse(socket, new DomainError('version_mismatch', `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`), { Upgrade: LINK_PROTOCOL });
+      return refuse(
+        socket,
+        new DomainError(
+          'version_mismatch',
+          `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`,
+        ),
+        { Upgrade: LINK_PROTOCOL },
+      );
     }
     const node = app.store.nodes.find(nodeId);
     if (!node) return refuse(socket, new DomainError('auth_failed', 'the node no longer exists'));
@@ -151,7 +214,11 @@ export class AgentLinks {
     if (head.length > 0) socket.unshift(head);
     this.links.get(nodeId)?.socket.destroy();
     const heardAt = Date.parse(node.last_seen_at ?? node.created_at);
-    const link: Link = { nodeId, socket, allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')) };
+    const link: Link = {
+      nodeId,
+      socket,
+      allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')),
+    };
     this.links.set(nodeId, link);
     app.sync.connect(nodeId);
     app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.clock.timestamp()));
@@ -160,7 +227,8 @@ export class AgentLinks {
     readMessages(socket, (message) => this.receive(link, message), AGENT_LINE_BYTES);
     socket.on('error', (error) => {
       if (error instanceof ProtocolError) this.violation(link, error.message);
-      else if (!link.endedBecause) app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
+      else if (!link.endedBecause)
+        app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
     });
     socket.on('close', () => this.disconnected(link));
     this.pushConfig(nodeId);
@@ -198,11 +266,21 @@ export class AgentLinks {
     this.app.log.info('agent disconnected', { node_id: nodeId });
     try {
       this.app.store.write(() => {
-        if (this.app.store.nodes.find(nodeId)) this.app.store.nodes.setLink(nodeId, 'offline', link.endedBecause ?? 'the agent link closed', null, this.app.clock.timestamp());
+        if (this.app.store.nodes.find(nodeId))
+          this.app.store.nodes.setLink(
+            nodeId,
+            'offline',
+            link.endedBecause ?? 'the agent link closed',
+            null,
+            this.app.clock.timestamp(),
+          );
       });
     } catch (error) {
       // Called from a socket event: nothing above it would catch this, so it is logged here.
-      this.app.log.error('recording a closed link failed', { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
+      this.app.log.error('recording a closed link failed', {
+        node_id: nodeId,
+        error: (error as Error)?.stack ?? String(error),
+      });
     }
   }
 
@@ -224,7 +302,10 @@ export class AgentLinks {
       };
       send(link.socket, config);
     } catch (error) {
-      this.app.log.error('pushing a config failed; closing the link', { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
+      this.app.log.error('pushing a config failed; closing the link', {
+        node_id: nodeId,
+        error: (error as Error)?.stack ?? String(error),
+      });
       link.socket.destroy();
     }
   }
@@ -246,7 +327,8 @@ export class AgentLinks {
       const node = store.nodes.find(nodeId);
       // An acknowledgement of an older config says nothing about rules changed since: a newer config is on its way.
       if (!node || node.config_version !== ack.version) return false;
-      for (const result of ack.results) store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.clock.timestamp());
+      for (const result of ack.results)
+        store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.clock.timestamp());
       return true;
     });
     if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
@@ -264,7 +346,10 @@ export class AgentLinks {
       const counted = store.traffic.streamSeq(nodeId, report.stream);
       if (report.seq <= counted) return;
       if (!link.allowance.take(bytes)) {
-        throw new ProtocolError(`traffic report ${report.seq} claims ${bytes} bytes, more than the node could have relayed since it last reported`);
+        throw new ProtocolError(
+          `traffic report ${report.seq} claims ${bytes} bytes, more than the node could have relayed since it ` +
+            `last reported`,
+        );
       }
       // Reports are placed at the time the agent counted them, but never in the future nor before retention.
       const at = Math.max(oldest, Math.min(report.at, nowSeconds));

@@ -49,7 +49,12 @@ export function parseMessage(line: string): Message {
   } catch {
     throw new ProtocolError('the peer sent a line that is not JSON');
   }
-  if (typeof message !== 'object' || message === null || Array.isArray(message) || typeof (message as Message).type !== 'string') {
+  if (
+    typeof message !== 'object' ||
+    message === null ||
+    Array.isArray(message) ||
+    typeof (message as Message).type !== 'string'
+  ) {
     throw new ProtocolError('the peer sent a message without a type');
   }
   return message as Message;
@@ -92,10 +97,12 @@ export function readMessages(socket: Socket, onMessage: (message: Message) => vo
     while ((newline = buffered.indexOf('\n')) >= 0) {
       const line = buffered.slice(0, newline);
       buffered = buffered.slice(newline + 1);
-      if (line.length > maxLineBytes) return void socket.destroy(new ProtocolError('the peer sent a line over the size limit'));
+      if (line.length > maxLineBytes)
+        return void socket.destroy(new ProtocolError('the peer sent a line over the size limit'));
       if (line.trim() !== '') lines.push(line);
     }
-    if (buffered.length > maxLineBytes) return void socket.destroy(new ProtocolError('the peer sent a line over the size limit'));
+    if (buffered.length > maxLineBytes)
+      return void socket.destroy(new ProtocolError('the peer sent a line over the size limit'));
     if (lines.length === 0 || scheduled) return;
     // Handle what came now, and hold further input until the backlog is gone.
     socket.pause();
@@ -107,7 +114,12 @@ export function readMessages(socket: Socket, onMessage: (message: Message) => vo
 export function checkMessage<T>(schema: Schema<T>, message: Message): T {
   const { value, errors } = validate(schema, message);
   if (errors.length > 0) {
-    throw new ProtocolError(`malformed ${message.type.slice(0, 16)} message: ${errors.slice(0, 3).map((e) => `${e.pointer} ${e.detail}`).join('; ')}`);
+    throw new ProtocolError(
+      `malformed ${message.type.slice(0, 16)} message: ${errors
+        .slice(0, 3)
+        .map((e) => `${e.pointer} ${e.detail}`)
+        .join('; ')}`,
+    );
   }
   return value;
 }

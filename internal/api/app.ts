@@ -177,7 +177,8 @@ export class App {
 }
 
 export function actorOf(principal: Principal | null, ip: string, requestId: string): Actor {
-  if (!principal) return { actor_type: 'anonymous', actor_id: null, actor_name: 'anonymous', ip, request_id: requestId };
+  if (!principal)
+    return { actor_type: 'anonymous', actor_id: null, actor_name: 'anonymous', ip, request_id: requestId };
   return principal.kind === 'session'
     ? { actor_type: 'user', actor_id: principal.userId, actor_name: principal.username, ip, request_id: requestId }
     : { actor_type: 'token', actor_id: principal.tokenId, actor_name: principal.username, ip, request_id: requestId };

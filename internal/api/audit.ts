@@ -8,7 +8,11 @@ import { ok, operation, type Ctx } from './route.ts';
 export const auditEntrySchema = record('AuditEntry', {
   id: { type: 'integer' },
   at: timestamp,
-  actor_type: { type: 'string', enum: ['user', 'token', 'agent', 'system', 'anonymous'], description: 'user: a login session; token: an API token (actor_id is the token id).' },
+  actor_type: {
+    type: 'string',
+    enum: ['user', 'token', 'agent', 'system', 'anonymous'],
+    description: 'user: a login session; token: an API token (actor_id is the token id).',
+  },
   actor_id: { type: ['integer', 'null'] },
   actor_name: { type: 'string', description: 'The username (for a failed login: the name that was tried).' },
   ip: { type: ['string', 'null'] },
@@ -55,7 +59,9 @@ function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
 export const auditOperations = {
   listAudit: operation({
     summary: 'Read the audit log, newest first',
-    description: 'Every write and every denied write attempt, recorded in the same transaction as the change. Entries older than audit_retention_days are pruned.',
+    description:
+      'Every write and every denied write attempt, recorded in the same transaction as the change. Entries older ' +
+      'than audit_retention_days are pruned.',
     query: auditQuery,
     responses: { 200: { description: 'A page of entries', schema: pageSchema(auditEntrySchema) } },
     handler: listAudit,

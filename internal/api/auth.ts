@@ -16,7 +16,12 @@ export const loginInput = object(
   { name: 'LoginInput' },
 );
 
-const userSummary = { type: 'object', required: ['id', 'username', 'scopes'], properties: { id: { type: 'integer' }, username: { type: 'string' }, scopes: scopeList.json }, additionalProperties: false };
+const userSummary = {
+  type: 'object',
+  required: ['id', 'username', 'scopes'],
+  properties: { id: { type: 'integer' }, username: { type: 'string' }, scopes: scopeList.json },
+  additionalProperties: false,
+};
 
 const loginResult = record('LoginResult', {
   token: { type: 'string', description: 'The session bearer token (prefix mss_); shown only here.' },
@@ -33,7 +38,10 @@ const whoAmI = record('WhoAmI', {
       id: { type: 'integer' },
       kind: { type: 'string', enum: ['api', 'session'] },
       name: { type: 'string' },
-      scopes: { ...scopeList.json, description: 'What this token may do: its scopes as far as its owner still holds them.' },
+      scopes: {
+        ...scopeList.json,
+        description: 'What this token may do: its scopes as far as its owner still holds them.',
+      },
       expires_at: nullableTimestamp,
     },
     additionalProperties: false,
@@ -53,7 +61,9 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   };
   const attempt = app.throttle.begin(body.username, ip, limits);
   if (typeof attempt === 'number') {
-    throw new DomainError('rate_limited', 'too many failed logins; wait before trying again', { retryAfterSeconds: attempt / 1000 });
+    throw new DomainError('rate_limited', 'too many failed logins; wait before trying again', {
+      retryAfterSeconds: attempt / 1000,
+    });
   }
   const user = app.store.users.findWithHash(body.username);
   let matches: boolean;
@@ -65,23 +75,42 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   }
   if (!user || !matches || user.disabled) {
     // Recorded as the name that was tried: there is no user to name.
-    transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) => effects.failed({ resource: 'session', resource_id: null }));
+    transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) =>
+      effects.failed({ resource: 'session', resource_id: null }),
+    );
     throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
   }
   attempt.succeeded();
   const secret = newSecret('session');
   const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
   // From here the caller is known: the user who logged in.
-  const actor = { actor_type: 'user' as const, actor_id: user.id, actor_name: user.username, ip, request_id: ctx.requestId };
+  const actor = {
+    actor_type: 'user' as const,
+    actor_id: user.id,
+    actor_name: user.username,
+    ip,
+    request_id: ctx.requestId,
+  };
   const session = transact(app, actingAs(ctx, actor), (effects) => {
     const token = app.store.tokens.insert(
-      { kind: 'session', name: 'login', user_id: user.id, scopes: user.scopes, secret_hash: hashSecret(secret), expires_at: expiresAt },
+      {
+        kind: 'session',
+        name: 'login',
+        user_id: user.id,
+        scopes: user.scopes,
+        secret_hash: hashSecret(secret),
+        expires_at: expiresAt,
+      },
       app.timestamp(),
     );
     effects.audit({ resource: 'session', resource_id: token.id });
     return token;
   });
-  return ok({ token: secret, expires_at: session.expires_at, user: { id: user.id, username: user.username, scopes: user.scopes } });
+  return ok({
+    token: secret,
+    expires_at: session.expires_at,
+    user: { id: user.id, username: user.username, scopes: user.scopes },
+  });
 }
 
 function whoami(ctx: Ctx<undefined, {}>) {
@@ -89,7 +118,13 @@ function whoami(ctx: Ctx<undefined, {}>) {
   const user = app.store.users.find(caller.userId)!;
   return ok({
     user: { id: user.id, username: user.username, scopes: user.scopes },
-    token: { id: caller.tokenId, kind: caller.kind, name: caller.tokenName, scopes: caller.scopes, expires_at: caller.expiresAt },
+    token: {
+      id: caller.tokenId,
+      kind: caller.kind,
+      name: caller.tokenName,
+      scopes: caller.scopes,
+      expires_at: caller.expiresAt,
+    },
   });
 }
 
@@ -109,9 +144,14 @@ export const authOperations = {
   login: operation({
     action: 'auth.login',
     summary: 'Log in with a username and password',
-    description: 'Returns a session bearer token that carries the user\'s scopes until expires_at (setting session_ttl_seconds). Each attempt counts as a failure from before its password is checked until it succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 with Retry-After; so does a login while too many passwords are being checked at once.',
+    description:
+      "Returns a session bearer token that carries the user's scopes until expires_at (setting session_ttl_seconds). Each attempt counts as a failure from before its password is checked until it succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 with Retry-After; so does a login while too many passwords are being checked at once.",
     body: loginInput,
-    responses: { 200: { description: 'Logged in', schema: loginResult }, 401: { description: 'Wrong credentials' }, 429: { description: 'Too many failed attempts' } },
+    responses: {
+      200: { description: 'Logged in', schema: loginResult },
+      401: { description: 'Wrong credentials' },
+      429: { description: 'Too many failed attempts' },
+    },
     handler: login,
   }),
   whoami: operation({

@@ -4,7 +4,17 @@
 
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
-import { array, boolean, describe, integer, nullable, object, optional, type FieldError, type Infer } from '../schema/schema.ts';
+import {
+  array,
+  boolean,
+  describe,
+  integer,
+  nullable,
+  object,
+  optional,
+  type FieldError,
+  type Infer,
+} from '../schema/schema.ts';
 import type { App } from './app.ts';
 import { cascadeQuery, removeNode } from './nodes.ts';
 import { created, ok, operation, type Ctx, type Reply } from './route.ts';
@@ -17,7 +27,17 @@ export const MAX_BATCH = 1000;
 const CHUNK = 25;
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
-type Outcome = 'deleted' | 'created' | 'updated' | 'applied' | 'pending' | 'failed' | 'not_found' | 'conflict' | 'invalid' | 'forbidden';
+type Outcome =
+  | 'deleted'
+  | 'created'
+  | 'updated'
+  | 'applied'
+  | 'pending'
+  | 'failed'
+  | 'not_found'
+  | 'conflict'
+  | 'invalid'
+  | 'forbidden';
 
 interface ItemResult {
   id?: number | null;
@@ -26,7 +46,10 @@ interface ItemResult {
   error?: { code: string; detail: string; errors?: FieldError[] };
 }
 
-const idsInput = object({ ids: array(integer(ID), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` }) }, { name: 'BatchIds' });
+const idsInput = object(
+  { ids: array(integer(ID), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` }) },
+  { name: 'BatchIds' },
+);
 const dryRunQuery = { dry_run: boolParam('Check and report every item, change nothing.') };
 
 const resultsSchema = describe({
@@ -43,8 +66,26 @@ const resultsSchema = describe({
         properties: {
           id: { type: ['integer', 'null'] },
           index: { type: 'integer' },
-          outcome: { type: 'string', enum: ['deleted', 'created', 'updated', 'applied', 'pending', 'failed', 'not_found', 'conflict', 'invalid', 'forbidden'] },
-          error: { type: 'object', required: ['code', 'detail'], properties: { code: { type: 'string' }, detail: { type: 'string' }, errors: { type: 'array' } } },
+          outcome: {
+            type: 'string',
+            enum: [
+              'deleted',
+              'created',
+              'updated',
+              'applied',
+              'pending',
+              'failed',
+              'not_found',
+              'conflict',
+              'invalid',
+              'forbidden',
+            ],
+          },
+          error: {
+            type: 'object',
+            required: ['code', 'detail'],
+            properties: { code: { type: 'string' }, detail: { type: 'string' }, errors: { type: 'array' } },
+          },
         },
       },
     },
@@ -69,7 +110,13 @@ function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
   return { ...base, outcome, error: detail };
 }
 
-async function inChunks<T>(app: App, ctx: Ctx<unknown, unknown>, items: T[], dryRun: boolean, each: (item: T, effects: Effects) => ItemResult): Promise<ItemResult[]> {
+async function inChunks<T>(
+  app: App,
+  ctx: Ctx<unknown, unknown>,
+  items: T[],
+  dryRun: boolean,
+  each: (item: T, effects: Effects) => ItemResult,
+): Promise<ItemResult[]> {
   const results: ItemResult[] = [];
   for (let start = 0; start < items.length; start += CHUNK) {
     if (start > 0) await new Promise((resolve) => setImmediate(resolve));
@@ -92,7 +139,12 @@ function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, do
         const result = failed({ id }, error);
         if (result.outcome === 'forbidden') {
           const scope = (error as DomainError).facts.requiredScope;
-          effects.denied({ action, resource: action.split('.')[0]!, resource_id: id, changes: { required_scope: scope } });
+          effects.denied({
+            action,
+            resource: action.split('.')[0]!,
+            resource_id: id,
+            changes: { required_scope: scope },
+          });
         }
         return result;
       }
@@ -101,40 +153,69 @@ function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, do
   };
 }
 
-const batchCreateInput = object({ rules: array(ruleInput, { min: 1, max: MAX_BATCH, description: `1 to ${MAX_BATCH} rules, as for POST /api/rules.` }) }, { name: 'RuleBatchCreate' });
+const batchCreateInput = object(
+  {
+    rules: array(ruleInput, {
+      min: 1,
+      max: MAX_BATCH,
+      description: `1 to ${MAX_BATCH} rules, as for POST /api/rules.`,
+    }),
+  },
+  { name: 'RuleBatchCreate' },
+);
 
 async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
   const { app, body } = ctx;
   const dryRun = ctx.query.dry_run ?? false;
   // All or nothing, so one transaction: it cannot yield, which is why batches are capped.
-  const results = transact(app, ctx, (effects) => {
-    const errors: FieldError[] = [];
-    const batchIndex = new Map<number, number>();
-    const out: ItemResult[] = body.rules.map((input, index) => {
-      try {
-        const rule = effects.attempt(() => insertRule(app, effects, fieldsOf(input)));
-        batchIndex.set(rule.id, index);
-        return { index, id: rule.id, outcome: 'created' as const };
-      } catch (error) {
-        const result = failed({ index, id: null }, error);
-        if (error instanceof DomainError) {
-          // A port taken by an earlier rule of this batch is named by its place here: it has no id for the caller.
-          const held = error.facts.conflict?.kind === 'port' ? error.facts.conflict : undefined;
-          const earlier = held?.ruleId != null ? batchIndex.get(held.ruleId) : undefined;
-          const detail = held && earlier !== undefined ? `port ${held.port}/${held.protocol} on node ${held.nodeId} is taken by #/rules/${earlier}` : undefined;
-          errors.push(...fieldErrorsUnder(`#/rules/${index}`, error).map((e) => (detail ? { ...e, detail } : e)));
+  const results = transact(
+    app,
+    ctx,
+    (effects) => {
+      const errors: FieldError[] = [];
+      const batchIndex = new Map<number, number>();
+      const out: ItemResult[] = body.rules.map((input, index) => {
+        try {
+          const rule = effects.attempt(() => insertRule(app, effects, fieldsOf(input)));
+          batchIndex.set(rule.id, index);
+          return { index, id: rule.id, outcome: 'created' as const };
+        } catch (error) {
+          const result = failed({ index, id: null }, error);
+          if (error instanceof DomainError) {
+            // A port taken by an earlier rule of this batch is named by its place here: it has no id for the caller.
+            const held = error.facts.conflict?.kind === 'port' ? error.facts.conflict : undefined;
+            const earlier = held?.ruleId != null ? batchIndex.get(held.ruleId) : undefined;
+            const detail =
+              held && earlier !== undefined
+                ? `port ${held.port}/${held.protocol} on node ${held.nodeId} is taken by #/rules/${earlier}`
+                : undefined;
+            errors.push(...fieldErrorsUnder(`#/rules/${index}`, error).map((e) => (detail ? { ...e, detail } : e)));
+          }
+          return result;
         }
-        return result;
+      });
+      if (errors.length > 0) {
+        const invalid = out.filter((r) => r.outcome !== 'created').length;
+        const aborted = out.map((r) =>
+          r.outcome === 'created'
+            ? {
+                index: r.index,
+                id: null,
+                outcome: 'invalid' as const,
+                error: { code: 'aborted', detail: 'not created: other items failed' },
+              }
+            : r,
+        );
+        const failure = validationFailed(
+          errors,
+          `${invalid} of ${out.length} rules cannot be created; nothing was created`,
+        );
+        throw new DomainError(failure.code, failure.detail, { errors, data: { results: aborted } });
       }
-    });
-    if (errors.length > 0) {
-      const invalid = out.filter((r) => r.outcome !== 'created').length;
-      const aborted = out.map((r) => (r.outcome === 'created' ? { index: r.index, id: null, outcome: 'invalid' as const, error: { code: 'aborted', detail: 'not created: other items failed' } } : r));
-      const failure = validationFailed(errors, `${invalid} of ${out.length} rules cannot be created; nothing was created`);
-      throw new DomainError(failure.code, failure.detail, { errors, data: { results: aborted } });
-    }
-    return out;
-  }, dryRun);
+      return out;
+    },
+    dryRun,
+  );
   if (dryRun) return ok({ dry_run: true, results: results.map((r) => ({ ...r, id: null })) });
   return created({ dry_run: false, results });
 }
@@ -146,7 +227,9 @@ const batchUpdateInput = object(
       {
         enabled: optional(boolean({ description: 'Enable or disable.' })),
         node_id: optional(integer({ ...ID, description: 'Move to this node (same port).' })),
-        tunnel_id: optional(nullable(integer({ ...ID, description: 'Relay through this tunnel, or null for direct.' }))),
+        tunnel_id: optional(
+          nullable(integer({ ...ID, description: 'Relay through this tunnel, or null for direct.' })),
+        ),
       },
       { name: 'RuleChanges' },
     ),
@@ -157,12 +240,14 @@ const batchUpdateInput = object(
 async function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
   const { app, body } = ctx;
   const changes = Object.fromEntries(Object.entries(body.changes).filter(([, v]) => v !== undefined));
-  if (Object.keys(changes).length === 0) throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
+  if (Object.keys(changes).length === 0)
+    throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
   const dryRun = ctx.query.dry_run ?? false;
   const results = await inChunks(app, ctx, body.ids, dryRun, (id, effects) => {
     try {
       const current = app.store.rules.find(id);
-      if (!current) return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
+      if (!current)
+        return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
       effects.attempt(() => replaceRule(app, effects, id, { ...fieldsFromRule(current), ...changes }));
       return { id, outcome: 'updated' };
     } catch (error) {
@@ -182,7 +267,8 @@ async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Rep
   const results: ItemResult[] = ctx.body.ids.map((id) => {
     const rule = synced.get(id);
     if (!rule) return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
-    if (rule.sync.state === 'failed') return { id, outcome: 'failed', error: rule.sync.error ?? { code: 'failed', detail: 'the node gave no reason' } };
+    if (rule.sync.state === 'failed')
+      return { id, outcome: 'failed', error: rule.sync.error ?? { code: 'failed', detail: 'the node gave no reason' } };
     return { id, outcome: rule.sync.state };
   });
   return ok({ dry_run: false, results });
@@ -190,7 +276,12 @@ async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Rep
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 
-function batchDelete(resource: 'nodes' | 'rules' | 'tunnels', action: string, description: string, remove: (ctx: BatchCtx, effects: Effects, id: number) => void) {
+function batchDelete(
+  resource: 'nodes' | 'rules' | 'tunnels',
+  action: string,
+  description: string,
+  remove: (ctx: BatchCtx, effects: Effects, id: number) => void,
+) {
   return operation({
     action,
     summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
@@ -203,26 +294,44 @@ function batchDelete(resource: 'nodes' | 'rules' | 'tunnels', action: string, de
 }
 
 export const batchOperations = {
-  deleteNodes: batchDelete('nodes', 'node.delete', 'Per item: deleted, not_found, conflict (still has rules or tunnels, unless ?cascade=true), or forbidden (the cascade needs a scope the caller lacks; audited as denied).', (ctx, effects, id) =>
-    removeNode(ctx.app, effects, id, ctx.query.cascade ?? false),
+  deleteNodes: batchDelete(
+    'nodes',
+    'node.delete',
+    'Per item: deleted, not_found, conflict (still has rules or tunnels, unless ?cascade=true), or forbidden ' +
+      '(the cascade needs a scope the caller lacks; audited as denied).',
+    (ctx, effects, id) => removeNode(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
-  deleteRules: batchDelete('rules', 'rule.delete', 'Per item: deleted or not_found.', (ctx, effects, id) => removeRule(ctx.app, effects, id)),
-  deleteTunnels: batchDelete('tunnels', 'tunnel.delete', 'Per item: deleted, not_found, conflict (still used by rules, unless ?cascade=true), or forbidden (the cascade needs rules:write).', (ctx, effects, id) =>
-    removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
+  deleteRules: batchDelete('rules', 'rule.delete', 'Per item: deleted or not_found.', (ctx, effects, id) =>
+    removeRule(ctx.app, effects, id),
+  ),
+  deleteTunnels: batchDelete(
+    'tunnels',
+    'tunnel.delete',
+    'Per item: deleted, not_found, conflict (still used by rules, unless ?cascade=true), or forbidden (the ' +
+      'cascade needs rules:write).',
+    (ctx, effects, id) => removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
   batchCreateRules: operation({
     action: 'rule.create',
     summary: `Create up to ${MAX_BATCH} forwarding rules, all or nothing`,
-    description: 'If any rule is invalid or its port is taken (also by an earlier rule of the same batch), nothing is created: 422 with every problem in errors (pointers like #/rules/137/listen_port) and a per-item results list.',
+    description:
+      'If any rule is invalid or its port is taken (also by an earlier rule of the same batch), nothing is ' +
+      'created: 422 with every problem in errors (pointers like #/rules/137/listen_port) and a per-item results ' +
+      'list.',
     query: dryRunQuery,
     body: batchCreateInput,
-    responses: { 200: { description: 'Dry run: what would be created', schema: resultsSchema }, 201: { description: 'All created; results carry the new ids in order', schema: resultsSchema } },
+    responses: {
+      200: { description: 'Dry run: what would be created', schema: resultsSchema },
+      201: { description: 'All created; results carry the new ids in order', schema: resultsSchema },
+    },
     handler: batchCreateRules,
   }),
   batchUpdateRules: operation({
     action: 'rule.update',
     summary: 'Enable, disable or move several forwarding rules',
-    description: 'Applies the same changes to every rule. Per item: updated, not_found, conflict (port taken on the new node) or invalid (e.g. the tunnel does not enter at that node).',
+    description:
+      'Applies the same changes to every rule. Per item: updated, not_found, conflict (port taken on the new ' +
+      'node) or invalid (e.g. the tunnel does not enter at that node).',
     query: dryRunQuery,
     body: batchUpdateInput,
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
@@ -230,8 +339,9 @@ export const batchOperations = {
   }),
   batchSyncRules: operation({
     action: 'rule.sync',
-    summary: 'Push several rules\' nodes their config and wait for them to acknowledge',
-    description: 'Waits up to sync_wait_seconds in all. Per item: applied, pending, failed (with the node\'s error) or not_found.',
+    summary: "Push several rules' nodes their config and wait for them to acknowledge",
+    description:
+      "Waits up to sync_wait_seconds in all. Per item: applied, pending, failed (with the node's error) or not_found.",
     body: idsInput,
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: batchSyncRules,

@@ -7,7 +7,11 @@ import { array, describe, oneOf, type JsonSchema, type Schema } from '../schema/
 
 export const DEFAULT_LIMIT = 50;
 
-export const scopeList = array(oneOf(scopes), { max: scopes.length, unique: true, description: 'Scopes of the form resource:action, or * for all.' });
+export const scopeList = array(oneOf(scopes), {
+  max: scopes.length,
+  unique: true,
+  description: 'Scopes of the form resource:action, or * for all.',
+});
 
 export const timestamp = { type: 'string', format: 'date-time' } as const;
 export const nullableTimestamp = { type: ['string', 'null'], format: 'date-time' } as const;

@@ -14,22 +14,62 @@ const MAX_POINTS = 10_000;
 const BUCKET_SECONDS = 60;
 
 function countsOf(values: readonly string[]) {
-  return { type: 'object', required: [...values], properties: Object.fromEntries(values.map((v) => [v, { type: 'integer' }])), additionalProperties: false };
+  return {
+    type: 'object',
+    required: [...values],
+    properties: Object.fromEntries(values.map((v) => [v, { type: 'integer' }])),
+    additionalProperties: false,
+  };
 }
 
-const bytes = { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false };
+const bytes = {
+  type: 'object',
+  required: ['bytes_in', 'bytes_out'],
+  properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } },
+  additionalProperties: false,
+};
 
 const dashboardSchema = record('Dashboard', {
-  nodes: { type: 'object', required: ['total', 'by_status'], properties: { total: { type: 'integer' }, by_status: countsOf(nodeStatuses) }, additionalProperties: false },
-  rules: { type: 'object', required: ['total', 'enabled', 'by_sync_state'], properties: { total: { type: 'integer' }, enabled: { type: 'integer' }, by_sync_state: countsOf(syncStates) }, additionalProperties: false },
-  tunnels: { type: 'object', required: ['total', 'by_status'], properties: { total: { type: 'integer' }, by_status: countsOf(tunnelStatuses) }, additionalProperties: false },
-  users: { type: 'object', required: ['total', 'disabled'], properties: { total: { type: 'integer' }, disabled: { type: 'integer' } }, additionalProperties: false },
-  tokens: { type: 'object', required: ['total'], properties: { total: { type: 'integer', description: 'API tokens (not login sessions).' } }, additionalProperties: false },
+  nodes: {
+    type: 'object',
+    required: ['total', 'by_status'],
+    properties: { total: { type: 'integer' }, by_status: countsOf(nodeStatuses) },
+    additionalProperties: false,
+  },
+  rules: {
+    type: 'object',
+    required: ['total', 'enabled', 'by_sync_state'],
+    properties: { total: { type: 'integer' }, enabled: { type: 'integer' }, by_sync_state: countsOf(syncStates) },
+    additionalProperties: false,
+  },
+  tunnels: {
+    type: 'object',
+    required: ['total', 'by_status'],
+    properties: { total: { type: 'integer' }, by_status: countsOf(tunnelStatuses) },
+    additionalProperties: false,
+  },
+  users: {
+    type: 'object',
+    required: ['total', 'disabled'],
+    properties: { total: { type: 'integer' }, disabled: { type: 'integer' } },
+    additionalProperties: false,
+  },
+  tokens: {
+    type: 'object',
+    required: ['total'],
+    properties: { total: { type: 'integer', description: 'API tokens (not login sessions).' } },
+    additionalProperties: false,
+  },
   traffic: { ...bytes, description: 'Bytes counted on the current rules since they were created.' },
   license: {
     type: 'object',
     required: ['edition', 'status', 'max_nodes', 'nodes_used'],
-    properties: { edition: { type: 'string' }, status: { type: 'string' }, max_nodes: { type: ['integer', 'null'] }, nodes_used: { type: 'integer' } },
+    properties: {
+      edition: { type: 'string' },
+      status: { type: 'string' },
+      max_nodes: { type: ['integer', 'null'] },
+      nodes_used: { type: 'integer' },
+    },
     additionalProperties: false,
   },
 });
@@ -43,7 +83,16 @@ const trafficSchema = record('TrafficSeries', {
   points: {
     type: 'array',
     description: 'One point per step that saw traffic, oldest first; empty when there was none.',
-    items: { type: 'object', required: ['at', 'bytes_in', 'bytes_out'], properties: { at: { type: 'string', format: 'date-time', description: 'Start of the step.' }, bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+    items: {
+      type: 'object',
+      required: ['at', 'bytes_in', 'bytes_out'],
+      properties: {
+        at: { type: 'string', format: 'date-time', description: 'Start of the step.' },
+        bytes_in: { type: 'integer' },
+        bytes_out: { type: 'integer' },
+      },
+      additionalProperties: false,
+    },
   },
 });
 
@@ -68,15 +117,24 @@ function dashboard(ctx: Ctx<undefined, {}>) {
     users: store.users.counts(),
     tokens: { total: store.tokens.countApi() },
     traffic: store.traffic.totals(),
-    license: { edition: license.edition, status: license.status, max_nodes: license.limits.max_nodes, nodes_used: nodesUsed },
+    license: {
+      edition: license.edition,
+      status: license.status,
+      max_nodes: license.limits.max_nodes,
+      nodes_used: nodesUsed,
+    },
   });
 }
 
 const trafficQuery = {
   from: timeParam('Start (inclusive); default 24 hours before `to`.'),
   to: timeParam('End (exclusive); default now.'),
-  step: intParam({ min: BUCKET_SECONDS, max: 31 * 86_400, description: `Seconds per point, a multiple of ${BUCKET_SECONDS}; default 3600.` }),
-  node_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this node\'s rules.' }),
+  step: intParam({
+    min: BUCKET_SECONDS,
+    max: 31 * 86_400,
+    description: `Seconds per point, a multiple of ${BUCKET_SECONDS}; default 3600.`,
+  }),
+  node_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: "Only this node's rules." }),
   rule_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this rule.' }),
 };
 
@@ -91,8 +149,15 @@ function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
   const to = Math.floor(Date.parse(query.to ?? app.timestamp()) / 1000);
   const from = query.from === undefined ? to - 86_400 : Math.floor(Date.parse(query.from) / 1000);
   if (from >= to) throw badQuery('from', 'must be before to');
-  if ((to - from) / step > MAX_POINTS) throw badQuery('step', `gives more than ${MAX_POINTS} points for this range; use a larger step`);
-  const points = app.store.traffic.series({ from, to, step, node_id: query.node_id ?? null, rule_id: query.rule_id ?? null });
+  if ((to - from) / step > MAX_POINTS)
+    throw badQuery('step', `gives more than ${MAX_POINTS} points for this range; use a larger step`);
+  const points = app.store.traffic.series({
+    from,
+    to,
+    step,
+    node_id: query.node_id ?? null,
+    rule_id: query.rule_id ?? null,
+  });
   return ok({
     from: formatTime(from * 1000),
     to: formatTime(to * 1000),
@@ -111,7 +176,9 @@ export const dashboardOperations = {
   }),
   traffic: operation({
     summary: 'Bytes in and out over time',
-    description: `Summed from per-minute buckets reported by the agents, per step (aligned to multiples of step since the Unix epoch). At most ${MAX_POINTS} points; buckets older than traffic_retention_days are pruned.`,
+    description:
+      `Summed from per-minute buckets reported by the agents, per step (aligned to multiples of step since the ` +
+      `Unix epoch). At most ${MAX_POINTS} points; buckets older than traffic_retention_days are pruned.`,
     query: trafficQuery,
     responses: { 200: { description: 'The series', schema: trafficSchema } },
     handler: traffic,

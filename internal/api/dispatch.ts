@@ -39,10 +39,14 @@ const REPLAYED_HEADERS = ['content-type', 'location', 'etag'];
  */
 function replayOf(out: Outgoing, requestId: string): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
   if ((out.body?.length ?? 0) > MAX_REPLAY_BYTES) {
-    const detail = `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to keep, so read the resources it changed`;
+    const detail =
+      `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to ` +
+      `keep, so read the resources it changed`;
     return replayOf(fromError(new DomainError('conflict', detail), requestId), requestId);
   }
-  const headers = Object.fromEntries(Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())));
+  const headers = Object.fromEntries(
+    Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())),
+  );
   const body = out.body ?? Buffer.alloc(0);
   const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1] ?? '';
   if (body.length === 0 || !/json/.test(type)) return { status: out.status, headers, body };
@@ -58,7 +62,12 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
 }
 
 function fromReply(reply: Reply): Outgoing {
-  if (reply.json !== undefined) return { status: reply.status, headers: { 'Content-Type': 'application/json', ...reply.headers }, body: Buffer.from(reply.json) };
+  if (reply.json !== undefined)
+    return {
+      status: reply.status,
+      headers: { 'Content-Type': 'application/json', ...reply.headers },
+      body: Buffer.from(reply.json),
+    };
   if (reply.body === undefined) return { status: reply.status, headers: reply.headers ?? {}, body: null };
   return json(reply.status, reply.body, reply.headers);
 }
@@ -79,7 +88,13 @@ function write(res: ServerResponse, out: Outgoing): void {
 
 /** Errors from below the API that have a meaning for the caller, as that meaning; anything else as it is. */
 function asDomainError(error: unknown): unknown {
-  if (error instanceof PasswordWorkBusy) return new DomainError('rate_limited', 'the server is checking too many passwords at once; retry shortly', { retryAfterSeconds: 1 }, error);
+  if (error instanceof PasswordWorkBusy)
+    return new DomainError(
+      'rate_limited',
+      'the server is checking too many passwords at once; retry shortly',
+      { retryAfterSeconds: 1 },
+      error,
+    );
   return error;
 }
 
@@ -136,7 +151,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
-    const x: Exchange = { req, requestId: requestIdFrom(req.headers['x-request-id']), ip: req.socket.remoteAddress ?? 'unknown', principal: null, pacing: {} };
+    const x: Exchange = {
+      req,
+      requestId: requestIdFrom(req.headers['x-request-id']),
+      ip: req.socket.remoteAddress ?? 'unknown',
+      principal: null,
+      pacing: {},
+    };
     res.setHeader('X-Request-Id', x.requestId);
     res.on('finish', () => {
       app.log.info('request', {
@@ -173,7 +194,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const error = asDomainError(thrown);
     if (error instanceof DomainError) return fromError(error, requestId);
     app.log.error('unhandled error', { request_id: requestId, error: (error as Error)?.stack ?? String(error) });
-    return fromError(new DomainError('internal', 'an internal error occurred; the request id is in the server log'), requestId);
+    return fromError(
+      new DomainError('internal', 'an internal error occurred; the request id is in the server log'),
+      requestId,
+    );
   }
 
   /** The stages, in order; each throws a DomainError to end the request with it. */
@@ -189,14 +213,19 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return run(routed, x, query, raw, idempotency.slot);
   }
 
-  /** Stage: the route for the method and path. Throws `unavailable`, `bad_request`, `not_found`, `method_not_allowed`. */
+  /**
+   * Stage: the route for the method and path. Throws `unavailable`, `bad_request`, `not_found`, `method_not_allowed`.
+   */
   function routeOf(req: IncomingMessage): Routed {
     if (app.draining) throw new DomainError('unavailable', 'the server is shutting down', { retryAfterSeconds: 5 });
     const method = req.method ?? 'GET';
     const url = requestUrl(req.url);
     const found = router.lookup(method, url.pathname);
     if (found === null) throw new DomainError('not_found', `no route for ${url.pathname}`);
-    if ('allowed' in found) throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, { allow: found.allowed });
+    if ('allowed' in found)
+      throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
+        allow: found.allowed,
+      });
     return { ...found.found, url };
   }
 
@@ -213,29 +242,50 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    */
   function authorise({ route, params }: Routed, x: Exchange): void {
     const { principal } = x;
-    if (!principal || route.scope === 'authenticated' || route.scope === 'public' || grants(principal.scopes, route.scope)) return;
+    if (
+      !principal ||
+      route.scope === 'authenticated' ||
+      route.scope === 'public' ||
+      grants(principal.scopes, route.scope)
+    )
+      return;
     if (route.method !== 'GET') {
       spend(principal, x);
       recordDenied(route, params, x, { required_scope: route.scope });
     }
-    throw new DomainError('insufficient_scope', `this call needs the scope ${route.scope}`, { requiredScope: route.scope });
+    throw new DomainError('insufficient_scope', `this call needs the scope ${route.scope}`, {
+      requiredScope: route.scope,
+    });
   }
 
   /**
    * Stage: a POST with an Idempotency-Key gets the answer already given to it, or a slot for
    * the answer it is about to get. Throws `validation_failed`, `conflict`, `idempotency_key_reused`.
    */
-  function idempotencyOf(route: Route, x: Exchange, raw: Buffer): { replay: Outgoing } | { slot: IdempotencySlot | null } {
+  function idempotencyOf(
+    route: Route,
+    x: Exchange,
+    raw: Buffer,
+  ): { replay: Outgoing } | { slot: IdempotencySlot | null } {
     const key = x.req.headers['idempotency-key'];
     if (route.method !== 'POST' || x.principal === null || key === undefined) return { slot: null };
-    if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new DomainError('validation_failed', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
+    if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))
+      throw new DomainError('validation_failed', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
     const fingerprint = createHash('sha256').update(`${route.method} ${x.req.url}\n`).update(raw).digest('base64url');
     const slot = `${x.principal.tokenId}:${key}`;
-    if (app.idempotencyInFlight.has(slot)) throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
+    if (app.idempotencyInFlight.has(slot))
+      throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
     const stored = app.store.idempotency.find(x.principal.tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
     if (!stored) return { slot: { slot, key, fingerprint } };
-    if (stored.fingerprint !== fingerprint) throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request');
-    return { replay: { status: stored.status, headers: { ...stored.headers, 'Idempotent-Replayed': 'true' }, body: stored.body } };
+    if (stored.fingerprint !== fingerprint)
+      throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request');
+    return {
+      replay: {
+        status: stored.status,
+        headers: { ...stored.headers, 'Idempotent-Replayed': 'true' },
+        body: stored.body,
+      },
+    };
   }
 
   /** Stage: a write spends one of its user's budget. Throws `rate_limited`. */
@@ -248,7 +298,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * the route's (a cascade, a scope to grant) is audited as denied; a success is kept for an
    * Idempotency-Key's retries.
    */
-  async function run({ route, params }: Routed, x: Exchange, query: unknown, raw: Buffer, idempotency: IdempotencySlot | null): Promise<Outgoing> {
+  async function run(
+    { route, params }: Routed,
+    x: Exchange,
+    query: unknown,
+    raw: Buffer,
+    idempotency: IdempotencySlot | null,
+  ): Promise<Outgoing> {
     if (idempotency) app.idempotencyInFlight.add(idempotency.slot);
     try {
       let out: Outgoing;
@@ -266,7 +322,12 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
       if (idempotency && x.principal && out.status >= 200 && out.status < 300) {
         app.store.write(() =>
-          app.store.idempotency.save(x.principal!.tokenId, idempotency.key, { fingerprint: idempotency.fingerprint, ...replayOf(out, x.requestId) }, app.timestamp()),
+          app.store.idempotency.save(
+            x.principal!.tokenId,
+            idempotency.key,
+            { fingerprint: idempotency.fingerprint, ...replayOf(out, x.requestId) },
+            app.timestamp(),
+          ),
         );
       }
       return out;
@@ -278,7 +339,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   function checkBody(route: Route, raw: Buffer): unknown {
     const parsed = parseJson(raw);
     if (!route.body) {
-      const empty = parsed === undefined || (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
+      const empty =
+        parsed === undefined ||
+        (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
       if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
       return undefined;
     }
@@ -288,7 +351,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return value;
   }
 
-  function makeCtx(route: Route, x: Exchange, params: Record<string, string>, query: unknown, body: unknown): Ctx<unknown, any> {
+  function makeCtx(
+    route: Route,
+    x: Exchange,
+    params: Record<string, string>,
+    query: unknown,
+    body: unknown,
+  ): Ctx<unknown, any> {
     const { principal } = x;
     return {
       app,
@@ -316,14 +385,27 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const budget = app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'), 60);
     x.pacing = rateLimitHeaders(budget);
     if (!budget.allowed) {
-      throw new DomainError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, { retryAfterSeconds: budget.resetSeconds });
+      throw new DomainError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, {
+        retryAfterSeconds: budget.resetSeconds,
+      });
     }
   }
 
-  function recordDenied(route: Route, params: Record<string, string>, x: Exchange, changes: Record<string, unknown>): void {
+  function recordDenied(
+    route: Route,
+    params: Record<string, string>,
+    x: Exchange,
+    changes: Record<string, unknown>,
+  ): void {
     const action = route.action ?? `${route.method} ${route.path}`;
     const id = params.id !== undefined && /^[1-9][0-9]{0,15}$/.test(params.id) ? Number(params.id) : null;
     const actor = actorOf(x.principal, x.ip, x.requestId);
-    app.store.write(() => app.store.audit.record(actor, { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes }, app.timestamp()));
+    app.store.write(() =>
+      app.store.audit.record(
+        actor,
+        { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes },
+        app.timestamp(),
+      ),
+    );
   }
 }

@@ -11,8 +11,20 @@ import { idParam, notFound, operation, type Ctx, type Reply } from './route.ts';
 
 const installInput = object(
   {
-    master_url: optional(masterUrl({ description: 'The address the agent dials. Default: the setting install_master_url, else the address this request was sent to.' })),
-    forget_host_key: optional(boolean({ description: "Drop the node's pinned SSH host key before connecting, so the first key seen is pinned again: for a node rebuilt on purpose. Audited." }), false),
+    master_url: optional(
+      masterUrl({
+        description:
+          'The address the agent dials. Default: the setting install_master_url, else the address this request ' +
+          'was sent to.',
+      }),
+    ),
+    forget_host_key: optional(
+      boolean({
+        description:
+          "Drop the node's pinned SSH host key before connecting, so the first key seen is pinned again: for a node rebuilt on purpose. Audited.",
+      }),
+      false,
+    ),
   },
   { name: 'InstallInput' },
 );
@@ -23,9 +35,13 @@ function installer(mode: InstallMode) {
     const id = idParam(ctx);
     const node = app.store.nodes.find(id);
     if (!node) throw notFound('node', id);
-    if (app.installer.isRunning(id) || node.status === 'installing') throw new DomainError('conflict', `an install is already running on node ${id}; watch GET /api/nodes/${id}`);
+    if (app.installer.isRunning(id) || node.status === 'installing')
+      throw new DomainError('conflict', `an install is already running on node ${id}; watch GET /api/nodes/${id}`);
     if (mode === 'install' && (node.status === 'online' || node.status === 'offline')) {
-      throw new DomainError('conflict', `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`);
+      throw new DomainError(
+        'conflict',
+        `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`,
+      );
     }
     app.installer.begin(id, mode, requireMasterDial(ctx, ctx.body.master_url), ctx.body.forget_host_key, ctx.actor);
     return { status: 202, body: nodeView(app.store.nodes.find(id)!), headers: { Location: `/api/nodes/${id}` } };
@@ -33,7 +49,15 @@ function installer(mode: InstallMode) {
 }
 
 const description = (what: string) =>
-  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's own SSH keys), pins the node's host key on first contact (under the node, not its address) and refuses any other key afterwards, also after the node's host changes, before offering a credential; forget_host_key drops the pin. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture match. Writes install_dir/agent.mjs and agent.env (the master URL, the master's key pin when it serves HTTPS itself, and the agent token) and a systemd service named install_service_name (without systemd: a nohup'd agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
+  `${what} Runs the system OpenSSH client with the node's stored key or password (or, with neither, the master's ` +
+  `own SSH keys), pins the node's host key on first contact (under the node, not its address) and refuses any ` +
+  `other key afterwards, also after the node's host changes, before offering a credential; forget_host_key drops ` +
+  `the pin. Uses the node's Node.js 20+ if it has one, else copies the master's runtime when OS and architecture ` +
+  `match. Writes install_dir/agent.mjs and agent.env (the master URL, the master's key pin when it serves HTTPS ` +
+  `itself, and the agent token) and a systemd service named install_service_name (without systemd: a nohup'd ` +
+  `agent with agent.pid and agent.log in install_dir, which does not survive a reboot). Answers 202 at once; the ` +
+  `node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, ` +
+  `unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
 
 export const installOperations = {
   install: operation({
@@ -41,15 +65,24 @@ export const installOperations = {
     summary: 'Install the agent on a node over SSH',
     description: description('For a node without an agent (new or install_failed); 409 otherwise.'),
     body: installInput,
-    responses: { 202: { description: 'Started; the node is installing', schema: nodeSchema }, 409: { description: 'An install is running, or the node already has an agent' } },
+    responses: {
+      202: { description: 'Started; the node is installing', schema: nodeSchema },
+      409: { description: 'An install is running, or the node already has an agent' },
+    },
     handler: installer('install'),
   }),
   reinstall: operation({
     action: 'node.reinstall',
     summary: 'Reinstall the agent on a node over SSH, with a fresh agent token',
-    description: description('For any node not already installing. The old agent token stops working when the new agent is started; the agent keeps its state dir, so unsent traffic is not lost.'),
+    description: description(
+      'For any node not already installing. The old agent token stops working when the new agent is started; the ' +
+        'agent keeps its state dir, so unsent traffic is not lost.',
+    ),
     body: installInput,
-    responses: { 202: { description: 'Started; the node is installing', schema: nodeSchema }, 409: { description: 'An install is running' } },
+    responses: {
+      202: { description: 'Started; the node is installing', schema: nodeSchema },
+      409: { description: 'An install is running' },
+    },
     handler: installer('reinstall'),
   }),
 };

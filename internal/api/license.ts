@@ -4,7 +4,11 @@ import { nullableTimestamp, record } from './common.ts';
 import { ok, operation, type Ctx } from './route.ts';
 
 const licenseSchema = record('License', {
-  status: { type: 'string', enum: ['none', 'valid', 'expired', 'invalid'], description: 'none: no license file, the free edition.' },
+  status: {
+    type: 'string',
+    enum: ['none', 'valid', 'expired', 'invalid'],
+    description: 'none: no license file, the free edition.',
+  },
   valid: { type: 'boolean' },
   problem: { type: ['string', 'null'], description: 'Why the license is not in force.' },
   edition: { type: 'string' },
@@ -27,7 +31,8 @@ function getLicense(ctx: Ctx<undefined, {}>) {
 export const licenseOperations = {
   getLicense: operation({
     summary: 'Show the license and the limits in force',
-    description: 'Without a valid license (none, expired or tampered) the master runs as the free edition and says why here.',
+    description:
+      'Without a valid license (none, expired or tampered) the master runs as the free edition and says why here.',
     responses: { 200: { description: 'The license', schema: licenseSchema } },
     handler: getLicense,
   }),

@@ -18,26 +18,70 @@ import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx 
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects } from './writes.ts';
 
-const READ_ONLY = ['id', 'status', 'status_detail', 'agent_version', 'last_seen_at', 'traffic', 'install', 'ssh_auth', 'version', 'created_at', 'updated_at'];
+const READ_ONLY = [
+  'id',
+  'status',
+  'status_detail',
+  'agent_version',
+  'last_seen_at',
+  'traffic',
+  'install',
+  'ssh_auth',
+  'version',
+  'created_at',
+  'updated_at',
+];
 
 export const nodeInput = object(
   {
-    name: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/, patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -', description: 'Unique, ignoring case.' }),
+    name: string({
+      min: 1,
+      max: 64,
+      pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+      patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -',
+      description: 'Unique, ignoring case.',
+    }),
     host: host('Where the master reaches the node over SSH: hostname, IPv4 or IPv6.'),
     ssh_port: optional(integer({ min: 1, max: 65535 }), 22),
-    ssh_user: optional(string({ min: 1, max: 32, pattern: /^[a-z_][a-z0-9_-]*$/i, patternHint: 'must be a Unix user name (letters, digits, _ and -)' }), 'root'),
+    ssh_user: optional(
+      string({
+        min: 1,
+        max: 32,
+        pattern: /^[a-z_][a-z0-9_-]*$/i,
+        patternHint: 'must be a Unix user name (letters, digits, _ and -)',
+      }),
+      'root',
+    ),
     ssh_private_key: optional(
       nullable(
         string({
           min: 1,
           max: 16384,
           description: 'Write-only. A PEM or OpenSSH private key; absent keeps the stored credential, null removes it.',
-          refine: (v) => (/^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n[\s\S]+\r?\n-----END [A-Z0-9 ]*PRIVATE KEY-----\s*$/.test(v) ? null : 'must be a PEM or OpenSSH private key'),
+          refine: (v) =>
+            /^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n[\s\S]+\r?\n-----END [A-Z0-9 ]*PRIVATE KEY-----\s*$/.test(v)
+              ? null
+              : 'must be a PEM or OpenSSH private key',
         }),
       ),
     ),
-    ssh_password: optional(nullable(string({ min: 1, max: 1024, description: 'Write-only; absent keeps the stored credential, null removes it.' }))),
-    tags: optional(array(string({ min: 1, max: 32, pattern: /^[A-Za-z0-9._:-]+$/, patternHint: 'must contain only letters, digits and . _ : -' }), { max: 32, unique: true }), []),
+    ssh_password: optional(
+      nullable(
+        string({ min: 1, max: 1024, description: 'Write-only; absent keeps the stored credential, null removes it.' }),
+      ),
+    ),
+    tags: optional(
+      array(
+        string({
+          min: 1,
+          max: 32,
+          pattern: /^[A-Za-z0-9._:-]+$/,
+          patternHint: 'must contain only letters, digits and . _ : -',
+        }),
+        { max: 32, unique: true },
+      ),
+      [],
+    ),
   },
   { name: 'NodeInput', ignore: READ_ONLY },
 );
@@ -49,18 +93,34 @@ const nodeProperties = {
   host: { type: 'string' },
   ssh_port: { type: 'integer' },
   ssh_user: { type: 'string' },
-  ssh_auth: { type: 'string', enum: ['none', 'key', 'password'], description: 'Which SSH credential is stored (never the credential itself).' },
+  ssh_auth: {
+    type: 'string',
+    enum: ['none', 'key', 'password'],
+    description: 'Which SSH credential is stored (never the credential itself).',
+  },
   tags: { type: 'array', items: { type: 'string' } },
   status: { type: 'string', enum: [...nodeStatuses] },
-  status_detail: { type: ['string', 'null'], description: 'Why the node is in its status, e.g. the reason its agent link or install failed.' },
+  status_detail: {
+    type: ['string', 'null'],
+    description: 'Why the node is in its status, e.g. the reason its agent link or install failed.',
+  },
   agent_version: { type: ['string', 'null'] },
   last_seen_at: nullableTimestamp,
-  traffic: { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+  traffic: {
+    type: 'object',
+    required: ['bytes_in', 'bytes_out'],
+    properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } },
+    additionalProperties: false,
+  },
   install: {
     type: 'object',
     description: 'The last install-ssh or reinstall: when it ran and the end of its log.',
     required: ['started_at', 'finished_at', 'log_tail'],
-    properties: { started_at: nullableTimestamp, finished_at: nullableTimestamp, log_tail: { type: ['string', 'null'], description: 'The last 8 KiB of the install log.' } },
+    properties: {
+      started_at: nullableTimestamp,
+      finished_at: nullableTimestamp,
+      log_tail: { type: ['string', 'null'], description: 'The last 8 KiB of the install log.' },
+    },
     additionalProperties: false,
   },
   version: { type: 'integer' },
@@ -70,11 +130,17 @@ const nodeProperties = {
 export const nodeSchema = record('Node', nodeProperties);
 const nodeCreatedSchema = record('NodeCreated', {
   ...nodeProperties,
-  agent_token: { type: 'string', description: 'The agent\'s credential (prefix mat_). Shown only in this response.' },
-  master_pin: { type: ['string', 'null'], description: 'The pin of the key this master serves HTTPS with (sha256/<base64>, RFC 7469), which agents check it by; null over plain HTTP.' },
+  agent_token: { type: 'string', description: "The agent's credential (prefix mat_). Shown only in this response." },
+  master_pin: {
+    type: ['string', 'null'],
+    description:
+      'The pin of the key this master serves HTTPS with (sha256/<base64>, RFC 7469), which agents check it by; ' +
+      'null over plain HTTP.',
+  },
   agent_command: {
     type: ['string', 'null'],
-    description: 'The command that starts this node\'s agent by hand: master URL (install_master_url, else the address this request reached), pin and token. Null when the request does not say where the master is.',
+    description:
+      "The command that starts this node's agent by hand: master URL (install_master_url, else the address this request reached), pin and token. Null when the request does not say where the master is.",
   },
 });
 
@@ -84,7 +150,9 @@ export function nodeView({ config_version: _, ...node }: Node) {
 
 function credentials(app: App, body: NodeInput): SshSecret | 'keep' {
   if (typeof body.ssh_private_key === 'string' && typeof body.ssh_password === 'string') {
-    throw validationFailed([{ pointer: '#/ssh_password', detail: 'give either ssh_private_key or ssh_password, not both' }]);
+    throw validationFailed([
+      { pointer: '#/ssh_password', detail: 'give either ssh_private_key or ssh_password, not both' },
+    ]);
   }
   if (body.ssh_private_key === undefined && body.ssh_password === undefined) return 'keep';
   if (typeof body.ssh_private_key === 'string') return { auth: 'key', sealed: app.box.seal(body.ssh_private_key) };
@@ -101,14 +169,27 @@ export function insertNode(app: App, effects: Effects, body: NodeInput): { node:
   const license = app.licenseView();
   const limit = license.limits.max_nodes;
   if (limit !== null && app.store.nodes.count() >= limit) {
-    throw new DomainError('license_limit', `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`);
+    throw new DomainError(
+      'license_limit',
+      `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`,
+    );
   }
   const secret = credentials(app, body);
   // The token names the node's id, which exists only after the insert; a random hash holds its place till then.
-  const node = app.store.nodes.insert(fieldsOf(body), secret === 'keep' ? { auth: 'none', sealed: null } : secret, randomBytes(32), app.timestamp());
+  const node = app.store.nodes.insert(
+    fieldsOf(body),
+    secret === 'keep' ? { auth: 'none', sealed: null } : secret,
+    randomBytes(32),
+    app.timestamp(),
+  );
   const agentToken = newAgentToken(node.id);
   app.store.nodes.setAgentTokenHash(node.id, hashSecret(agentToken));
-  effects.audit({ action: 'node.create', resource: 'node', resource_id: node.id, changes: { after: { ...nodeView(node), ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password } } });
+  effects.audit({
+    action: 'node.create',
+    resource: 'node',
+    resource_id: node.id,
+    changes: { after: { ...nodeView(node), ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password } },
+  });
   return { node, agent_token: agentToken };
 }
 
@@ -124,18 +205,29 @@ export function removeNode(app: App, effects: Effects, id: number, cascade: bool
   const tunnelIds = store.tunnels.idsOfNode(id);
   const ruleIds = [...new Set([...store.rules.idsOfNode(id), ...tunnelIds.flatMap((t) => store.rules.idsOfTunnel(t))])];
   if (!cascade && (ruleIds.length > 0 || tunnelIds.length > 0)) {
-    throw new DomainError('conflict', `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or pass ?cascade=true`, {
-      data: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
-    });
+    throw new DomainError(
+      'conflict',
+      `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or ` +
+        `pass ?cascade=true`,
+      {
+        data: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
+      },
+    );
   }
   if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting node ${id} deletes ${ruleIds.length} rule(s)`);
-  if (tunnelIds.length > 0) effects.requireScope('tunnels:write', `deleting node ${id} deletes ${tunnelIds.length} tunnel(s)`);
+  if (tunnelIds.length > 0)
+    effects.requireScope('tunnels:write', `deleting node ${id} deletes ${tunnelIds.length} tunnel(s)`);
   cascadeRules(app, effects, ruleIds, { node: id }, id);
   for (const tunnelId of tunnelIds) {
     const tunnel = store.tunnels.find(tunnelId)!;
     store.tunnels.delete(tunnelId);
     for (const other of [tunnel.entry_node_id, tunnel.exit_node_id]) if (other !== id) effects.touchNode(other);
-    effects.audit({ action: 'tunnel.delete', resource: 'tunnel', resource_id: tunnelId, changes: { before: tunnel, cascade_from: { node: id } } });
+    effects.audit({
+      action: 'tunnel.delete',
+      resource: 'tunnel',
+      resource_id: tunnelId,
+      changes: { before: tunnel, cascade_from: { node: id } },
+    });
   }
   store.nodes.delete(id);
   effects.audit({ action: 'node.delete', resource: 'node', resource_id: id, changes: { before: nodeView(node) } });
@@ -153,12 +245,18 @@ export const cascadeQuery = { cascade: boolParam('Also delete what still refers 
 /** What ?cascade=true on a node deletes, and the scope each needs besides nodes:write. */
 export const CASCADE_FROM_NODE = [
   { scope: 'rules:write', when: "?cascade=true deletes the node's rules (and those of tunnels through it)" },
-  { scope: 'tunnels:write', when: "?cascade=true deletes the tunnels that enter or leave at the node" },
+  { scope: 'tunnels:write', when: '?cascade=true deletes the tunnels that enter or leave at the node' },
 ] as const;
 
 function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const page = ctx.app.store.nodes.page({ afterId: after, limit, status: ctx.query.status ?? null, tag: ctx.query.tag ?? null, q: ctx.query.q ?? null });
+  const page = ctx.app.store.nodes.page({
+    afterId: after,
+    limit,
+    status: ctx.query.status ?? null,
+    tag: ctx.query.tag ?? null,
+    q: ctx.query.q ?? null,
+  });
   return okJson(pageJson(page));
 }
 
@@ -172,7 +270,12 @@ function createNode(ctx: Ctx<NodeInput, {}>) {
   const { node, agent_token } = transact(ctx.app, ctx, (effects) => insertNode(ctx.app, effects, ctx.body));
   const dial = masterDial(ctx);
   return created(
-    { ...nodeView(node), agent_token, master_pin: ctx.app.tls?.pin ?? null, agent_command: dial && agentCommand(dial, agent_token) },
+    {
+      ...nodeView(node),
+      agent_token,
+      master_pin: ctx.app.tls?.pin ?? null,
+      agent_command: dial && agentCommand(dial, agent_token),
+    },
     { Location: `/api/nodes/${node.id}`, ETag: etagOf(node.version) },
   );
 }
@@ -188,12 +291,23 @@ function replaceNode(ctx: Ctx<NodeInput, {}>) {
     // A credential was given for one host, port and user: it never follows the node elsewhere unless given again.
     const moved = (['host', 'ssh_port', 'ssh_user'] as const).filter((k) => body[k] !== current[k]);
     if (moved.length > 0 && current.ssh_auth !== 'none' && secret === 'keep') {
-      throw validationFailed([{ pointer: '#/ssh_private_key', detail: `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null for none): the stored one was given for the old ${moved.join(', ')}` }]);
+      throw validationFailed([
+        {
+          pointer: '#/ssh_private_key',
+          detail:
+            `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null ` +
+            `for none): the stored one was given for the old ${moved.join(', ')}`,
+        },
+      ]);
     }
     const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
     const changes = diff<Node>(current, updated, ['name', 'host', 'ssh_port', 'ssh_user', 'tags']);
     if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) {
-      Object.assign(changes.after, { ssh_auth: updated.ssh_auth, ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password });
+      Object.assign(changes.after, {
+        ssh_auth: updated.ssh_auth,
+        ssh_private_key: body.ssh_private_key,
+        ssh_password: body.ssh_password,
+      });
     }
     effects.audit({ resource: 'node', resource_id: id, changes });
     return updated;
@@ -202,7 +316,9 @@ function replaceNode(ctx: Ctx<NodeInput, {}>) {
 }
 
 function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  transact(ctx.app, ctx, (effects) => removeNode(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']));
+  transact(ctx.app, ctx, (effects) =>
+    removeNode(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
+  );
   return noContent();
 }
 
@@ -216,9 +332,15 @@ export const nodeOperations = {
   createNode: operation({
     action: 'node.create',
     summary: 'Add a node; its agent token is in this response only',
-    description: 'Give at most one SSH credential (ssh_private_key or ssh_password); it is encrypted at rest and never returned. The license limits how many nodes may exist (403 license_limit).',
+    description:
+      'Give at most one SSH credential (ssh_private_key or ssh_password); it is encrypted at rest and never ' +
+      'returned. The license limits how many nodes may exist (403 license_limit).',
     body: nodeInput,
-    responses: { 201: { description: 'Created', schema: nodeCreatedSchema }, 403: { description: 'Lacking nodes:write, or the license allows no more nodes (license_limit)' }, 409: { description: 'The name is taken' } },
+    responses: {
+      201: { description: 'Created', schema: nodeCreatedSchema },
+      403: { description: 'Lacking nodes:write, or the license allows no more nodes (license_limit)' },
+      409: { description: 'The name is taken' },
+    },
     handler: createNode,
   }),
   getNode: operation({
@@ -228,8 +350,12 @@ export const nodeOperations = {
   }),
   replaceNode: operation({
     action: 'node.update',
-    summary: 'Replace a node\'s settings',
-    description: 'Absent SSH credentials keep the stored one; null removes it. Changing host, ssh_port or ssh_user of a node with a stored credential needs the credential (or null) in the same request (422 otherwise): a credential never follows a node to another address. Status, agent and traffic fields are read-only and ignored.',
+    summary: "Replace a node's settings",
+    description:
+      'Absent SSH credentials keep the stored one; null removes it. Changing host, ssh_port or ssh_user of a ' +
+      'node with a stored credential needs the credential (or null) in the same request (422 otherwise): a ' +
+      'credential never follows a node to another address. Status, agent and traffic fields are read-only and ' +
+      'ignored.',
     body: nodeInput,
     responses: { 200: { description: 'Updated', schema: nodeSchema }, 409: { description: 'The name is taken' } },
     handler: replaceNode,
@@ -237,9 +363,15 @@ export const nodeOperations = {
   deleteNode: operation({
     action: 'node.delete',
     summary: 'Delete a node',
-    description: 'A node that still has rules or tunnels is 409 (listing them) unless ?cascade=true, which deletes them too, each with its own audit entry.',
+    description:
+      'A node that still has rules or tunnels is 409 (listing them) unless ?cascade=true, which deletes them ' +
+      'too, each with its own audit entry.',
     query: cascadeQuery,
-        responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking nodes:write, or a scope the cascade needs' }, 409: { description: 'Still has rules or tunnels' } },
+    responses: {
+      204: { description: 'Deleted' },
+      403: { description: 'Lacking nodes:write, or a scope the cascade needs' },
+      409: { description: 'Still has rules or tunnels' },
+    },
     handler: deleteNode,
   }),
 };

@@ -22,7 +22,13 @@ const problemSchema: JsonSchema = {
       items: {
         type: 'object',
         required: ['pointer', 'detail'],
-        properties: { pointer: { type: 'string', description: 'JSON Pointer into the body (#/field), or ?name for a query parameter.' }, detail: { type: 'string' } },
+        properties: {
+          pointer: {
+            type: 'string',
+            description: 'JSON Pointer into the body (#/field), or ?name for a query parameter.',
+          },
+          detail: { type: 'string' },
+        },
       },
     },
   },
@@ -38,24 +44,36 @@ function operationId(route: Route): string {
     .split('/')
     .filter((part) => !part.startsWith('{'))
     .flatMap((part) => part.split('-'));
-  const verb = { GET: route.path.endsWith('}') ? 'get' : 'list', POST: 'post', PUT: 'replace', PATCH: 'patch', DELETE: 'delete' }[route.method];
+  const verb = {
+    GET: route.path.endsWith('}') ? 'get' : 'list',
+    POST: 'post',
+    PUT: 'replace',
+    PATCH: 'patch',
+    DELETE: 'delete',
+  }[route.method];
   return [verb, ...words].map((w, i) => (i === 0 ? w : w[0]!.toUpperCase() + w.slice(1))).join('');
 }
 
 function commonErrors(route: Route): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  if (route.query) out[400] = problem('A query parameter is unknown or invalid (invalid_query), or the body is not JSON (invalid_json).');
+  if (route.query)
+    out[400] = problem(
+      'A query parameter is unknown or invalid (invalid_query), or the body is not JSON (invalid_json).',
+    );
   if (route.scope !== 'public') {
     out[401] = problem('No valid bearer token (unauthorized).');
-    if (route.scope !== 'authenticated') out[403] = problem(`The token lacks the scope ${route.scope} (insufficient_scope).`);
+    if (route.scope !== 'authenticated')
+      out[403] = problem(`The token lacks the scope ${route.scope} (insufficient_scope).`);
   }
   if (route.path.includes('{')) out[404] = problem('No such resource (not_found).');
-  if (route.method === 'PUT' || route.method === 'PATCH' || route.method === 'DELETE') out[412] = problem('If-Match does not match the current ETag (precondition_failed).');
+  if (route.method === 'PUT' || route.method === 'PATCH' || route.method === 'DELETE')
+    out[412] = problem('If-Match does not match the current ETag (precondition_failed).');
   if (route.method !== 'GET') {
     out[413] = problem('The body is over 1 MiB (payload_too_large).');
     out[415] = problem('The body is not application/json (unsupported_media_type).');
     out[422] = problem('Fields are missing or invalid (validation_failed); errors lists each one.');
-    if (route.scope !== 'public') out[429] = problem('The token\'s write budget is spent (rate_limited); see Retry-After.');
+    if (route.scope !== 'public')
+      out[429] = problem("The token's write budget is spent (rate_limited); see Retry-After.");
   }
   return out;
 }
@@ -74,27 +92,53 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       parameters.push({ name, in: 'query', required: false, schema: rest, ...(description ? { description } : {}) });
     }
     if (route.method === 'PUT' || route.method === 'PATCH' || route.method === 'DELETE') {
-      parameters.push({ name: 'If-Match', in: 'header', required: false, schema: { type: 'string' }, description: 'The ETag last read; a mismatch is 412.' });
+      parameters.push({
+        name: 'If-Match',
+        in: 'header',
+        required: false,
+        schema: { type: 'string' },
+        description: 'The ETag last read; a mismatch is 412.',
+      });
     }
     if (route.method === 'POST' && route.scope !== 'public') {
-      parameters.push({ name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 }, description: 'Makes a retry return the stored response instead of acting twice (kept 24 h).' });
+      parameters.push({
+        name: 'Idempotency-Key',
+        in: 'header',
+        required: false,
+        schema: { type: 'string', maxLength: 255 },
+        description: 'Makes a retry return the stored response instead of acting twice (kept 24 h).',
+      });
     }
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(route.responses)) {
-      responses[status] = Number(status) >= 400 ? problem(doc.description) : doc.schema ? { description: doc.description, content: { 'application/json': { schema: doc.schema.json } } } : { description: doc.description };
+      responses[status] =
+        Number(status) >= 400
+          ? problem(doc.description)
+          : doc.schema
+            ? { description: doc.description, content: { 'application/json': { schema: doc.schema.json } } }
+            : { description: doc.description };
     }
     for (const [status, response] of Object.entries(commonErrors(route))) responses[status] ??= response;
-    const scopeLine = route.scope === 'public' ? 'Public: no token needed.' : route.scope === 'authenticated' ? 'Any valid token.' : `Scope: \`${route.scope}\`.`;
+    const scopeLine =
+      route.scope === 'public'
+        ? 'Public: no token needed.'
+        : route.scope === 'authenticated'
+          ? 'Any valid token.'
+          : `Scope: \`${route.scope}\`.`;
     (paths[route.path] ??= {})[route.method.toLowerCase()] = {
       operationId: operationId(route),
       summary: route.summary,
-      description: [route.description, scopeLine, route.action ? `Audit action: \`${route.action}\`.` : undefined].filter(Boolean).join('\n\n'),
+      description: [route.description, scopeLine, route.action ? `Audit action: \`${route.action}\`.` : undefined]
+        .filter(Boolean)
+        .join('\n\n'),
       tags: [route.path.split('/')[2]],
       security: route.scope === 'public' ? [] : [{ bearer: [] }],
       'x-scope': route.scope,
       ...(route.action ? { 'x-audit-action': route.action } : {}),
       ...(parameters.length > 0 ? { parameters } : {}),
-      ...(route.body ? { requestBody: { required: true, content: { 'application/json': { schema: route.body.json } } } } : {}),
+      ...(route.body
+        ? { requestBody: { required: true, content: { 'application/json': { schema: route.body.json } } } }
+        : {}),
       responses,
     };
   }
@@ -103,14 +147,24 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
     info: {
       title: 'portplane master admin API',
       version: VERSION,
-      description: 'Administer nodes, forwarding rules, tunnels, users, settings, API tokens, the audit log, the license and the dashboard. See docs/api.md for the conventions.',
+      description:
+        'Administer nodes, forwarding rules, tunnels, users, settings, API tokens, the audit log, the license ' +
+        'and the dashboard. See docs/api.md for the conventions.',
     },
     servers: [{ url: '/' }],
     paths,
     components: {
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API token (mst_...) or a login session token (mss_...).' } },
+      securitySchemes: {
+        bearer: {
+          type: 'http',
+          scheme: 'bearer',
+          description: 'An API token (mst_...) or a login session token (mss_...).',
+        },
+      },
       schemas: { Problem: problemSchema },
     },
-    'x-error-codes': Object.fromEntries(errorCodes.map((code) => [code, { status: statusOf(code), title: titleOf(code) }])),
+    'x-error-codes': Object.fromEntries(
+      errorCodes.map((code) => [code, { status: statusOf(code), title: titleOf(code) }]),
+    ),
   };
 }

@@ -13,7 +13,13 @@ function typeOf(schema: JsonSchema): string {
   if (Array.isArray(schema.enum)) return (schema.enum as string[]).map((v) => `\`${v}\``).join(' | ');
   const types = ([] as unknown[]).concat(schema.type ?? 'any') as string[];
   return types
-    .map((type) => (type === 'array' ? `array of ${typeOf((schema.items as JsonSchema) ?? {})}` : type === 'string' && schema.format ? `string (${schema.format})` : type))
+    .map((type) =>
+      type === 'array'
+        ? `array of ${typeOf((schema.items as JsonSchema) ?? {})}`
+        : type === 'string' && schema.format
+          ? `string (${schema.format})`
+          : type,
+    )
     .join(' or ');
 }
 
@@ -21,7 +27,8 @@ function constraints(schema: JsonSchema): string {
   const parts: string[] = [];
   const numberRange = schema.minimum !== undefined && schema.maximum !== undefined;
   if (numberRange) parts.push(`${schema.minimum}..${schema.maximum}`);
-  if (schema.minLength !== undefined && schema.maxLength !== undefined && (schema.minLength as number) > 0) parts.push(`${schema.minLength}..${schema.maxLength} chars`);
+  if (schema.minLength !== undefined && schema.maxLength !== undefined && (schema.minLength as number) > 0)
+    parts.push(`${schema.minLength}..${schema.maxLength} chars`);
   else if (schema.maxLength !== undefined) parts.push(`max ${schema.maxLength} chars`);
   if (schema.maxItems !== undefined) parts.push(`${schema.minItems ?? 0}..${schema.maxItems} items`);
   if (schema.pattern) parts.push(`pattern \`${schema.pattern}\``);
@@ -30,7 +37,9 @@ function constraints(schema: JsonSchema): string {
 }
 
 function cell(text: unknown): string {
-  return String(text ?? '').replace(/\|/g, '\\|').replace(/\n+/g, ' ');
+  return String(text ?? '')
+    .replace(/\|/g, '\\|')
+    .replace(/\n+/g, ' ');
 }
 
 function fieldTable(schema: JsonSchema): string[] {
@@ -38,34 +47,81 @@ function fieldTable(schema: JsonSchema): string[] {
   const required = new Set((schema.required ?? []) as string[]);
   const lines = ['| Field | Type | Required | Constraints | Meaning |', '|---|---|---|---|---|'];
   for (const [name, property] of Object.entries(properties)) {
-    lines.push(`| \`${name}\` | ${cell(typeOf(property))} | ${required.has(name) ? 'yes' : 'no'} | ${cell(constraints(property))} | ${cell(property.description)} |`);
+    lines.push(
+      `| \`${name}\` | ${cell(typeOf(property))} | ${required.has(name) ? 'yes' : 'no'} | ` +
+        `${cell(constraints(property))} | ${cell(property.description)} |`,
+    );
   }
   return lines;
 }
 
 function anchor(method: string, path: string): string {
-  return `${method} ${path}`.toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-');
+  return `${method} ${path}`
+    .toLowerCase()
+    .replace(/[^a-z0-9 -]/g, '')
+    .replace(/ /g, '-');
 }
 
 export function renderReference(routes: readonly Route[], intro: string): string {
   const doc = openApiDocument(routes) as { paths: Record<string, Record<string, any>> };
-  const out: string[] = [intro.trimEnd(), '', '<!-- Everything below is generated from the route table: npm run docs. -->', ''];
+  const out: string[] = [
+    intro.trimEnd(),
+    '',
+    '<!-- Everything below is generated from the route table: npm run docs. -->',
+    '',
+  ];
 
-  out.push('## Scopes', '', '`write` implies `read` of the same resource; `*` grants everything.', '', '| Scope | Routes |', '|---|---|');
+  out.push(
+    '## Scopes',
+    '',
+    '`write` implies `read` of the same resource; `*` grants everything.',
+    '',
+    '| Scope | Routes |',
+    '|---|---|',
+  );
   for (const scope of scopes) {
     const using = routes.filter((r) => r.scope === scope).map((r) => `\`${r.method} ${r.path}\``);
     out.push(`| \`${scope}\` | ${using.join(', ') || '—'} |`);
   }
-  out.push('', 'Public: ' + routes.filter((r) => r.scope === 'public').map((r) => `\`${r.method} ${r.path}\``).join(', ') + '. Any valid token: ' + routes.filter((r) => r.scope === 'authenticated').map((r) => `\`${r.method} ${r.path}\``).join(', ') + '.', '');
-  out.push('Scopes a route needs beyond its own, for some of what it may do (403 and nothing changed without them; audited as denied):', '', '| Route | Also needs | When |', '|---|---|---|');
-  for (const r of routes) for (const effect of r.alsoNeeds ?? []) out.push(`| \`${r.method} ${r.path}\` | \`${effect.scope}\` | ${cell(effect.when)} |`);
+  out.push(
+    '',
+    'Public: ' +
+      routes
+        .filter((r) => r.scope === 'public')
+        .map((r) => `\`${r.method} ${r.path}\``)
+        .join(', ') +
+      '. Any valid token: ' +
+      routes
+        .filter((r) => r.scope === 'authenticated')
+        .map((r) => `\`${r.method} ${r.path}\``)
+        .join(', ') +
+      '.',
+    '',
+  );
+  out.push(
+    'Scopes a route needs beyond its own, for some of what it may do (403 and nothing changed without them; ' +
+      'audited as denied):',
+    '',
+    '| Route | Also needs | When |',
+    '|---|---|---|',
+  );
+  for (const r of routes)
+    for (const effect of r.alsoNeeds ?? [])
+      out.push(`| \`${r.method} ${r.path}\` | \`${effect.scope}\` | ${cell(effect.when)} |`);
   out.push('');
 
   out.push('## Error codes', '', '| Status | `code` | Title |', '|---|---|---|');
   for (const code of errorCodes) out.push(`| ${statusOf(code)} | \`${code}\` | ${titleOf(code)} |`);
   out.push('');
 
-  out.push('## Settings', '', 'Read with `GET /api/settings`, change with `PATCH /api/settings` (merge patch; `null` resets a key).', '', '| Key | Default | Range | Meaning |', '|---|---|---|---|');
+  out.push(
+    '## Settings',
+    '',
+    'Read with `GET /api/settings`, change with `PATCH /api/settings` (merge patch; `null` resets a key).',
+    '',
+    '| Key | Default | Range | Meaning |',
+    '|---|---|---|---|',
+  );
   for (const key of settingKeys) {
     const { schema, default: fallback } = definitions[key];
     out.push(`| \`${key}\` | ${fallback} | ${constraints(schema.json)} | ${cell(schema.json.description)} |`);
@@ -73,24 +129,32 @@ export function renderReference(routes: readonly Route[], intro: string): string
   out.push('');
 
   out.push('## Endpoints', '', '| Method | Path | Access | Summary |', '|---|---|---|---|');
-  for (const r of routes) out.push(`| ${r.method} | [\`${r.path}\`](#${anchor(r.method, r.path)}) | \`${r.scope}\` | ${cell(r.summary)} |`);
+  for (const r of routes)
+    out.push(`| ${r.method} | [\`${r.path}\`](#${anchor(r.method, r.path)}) | \`${r.scope}\` | ${cell(r.summary)} |`);
   out.push('');
 
   for (const r of routes) {
     const op = doc.paths[r.path]![r.method.toLowerCase()];
     out.push(`### ${r.method} ${r.path}`, '', `${r.summary}.`, '');
     if (r.description) out.push(r.description, '');
-    out.push(`Access: ${r.scope === 'public' ? 'public' : r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``}.${r.action ? ` Audit action: \`${r.action}\`.` : ''}`, '');
+    out.push(
+      `Access: ${r.scope === 'public' ? 'public' : r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``}.${r.action ? ` Audit action: \`${r.action}\`.` : ''}`,
+      '',
+    );
     for (const effect of r.alsoNeeds ?? []) out.push(`Also needs \`${effect.scope}\` when ${effect.when}.`, '');
     const query = (op.parameters ?? []).filter((p: any) => p.in === 'query');
     if (query.length > 0) {
       out.push('Query parameters:', '', '| Name | Type | Constraints | Meaning |', '|---|---|---|---|');
-      for (const p of query) out.push(`| \`${p.name}\` | ${cell(typeOf(p.schema))} | ${cell(constraints(p.schema))} | ${cell(p.description)} |`);
+      for (const p of query)
+        out.push(
+          `| \`${p.name}\` | ${cell(typeOf(p.schema))} | ${cell(constraints(p.schema))} | ${cell(p.description)} |`,
+        );
       out.push('');
     }
     if (r.body) out.push('Body:', '', ...fieldTable(r.body.json), '');
     out.push('Responses:', '');
-    for (const [status, response] of Object.entries(op.responses as Record<string, { description: string }>)) out.push(`- **${status}** ${response.description}`);
+    for (const [status, response] of Object.entries(op.responses as Record<string, { description: string }>))
+      out.push(`- **${status}** ${response.description}`);
     out.push('');
   }
   return `${out.join('\n').trimEnd()}\n`;

@@ -65,7 +65,10 @@ export interface ResponseDoc {
   schema?: Schema<unknown>;
 }
 
-/** What a route does: documented, with its schemas, audit action and handler. Where it lives and who may call it is in routes.ts. */
+/**
+ * What a route does: documented, with its schemas, audit action and handler. Where it lives and who may call it is in
+ * routes.ts.
+ */
 export interface OperationSpec<B, Q extends QuerySpec> {
   /** Audit action (`resource.verb`); every route that writes has one. */
   action?: string;
@@ -98,7 +101,13 @@ export interface Route extends Operation {
 }
 
 /** A line of the route table. */
-export function route(method: Method, path: string, scope: Access, op: Operation, alsoNeeds?: readonly SideEffect[]): Route {
+export function route(
+  method: Method,
+  path: string,
+  scope: Access,
+  op: Operation,
+  alsoNeeds?: readonly SideEffect[],
+): Route {
   return { method, path, scope, ...(alsoNeeds && alsoNeeds.length > 0 ? { alsoNeeds } : {}), ...op };
 }
 

@@ -21,7 +21,12 @@ import { describe } from '../schema/schema.ts';
 
 const openapi = operation({
   summary: 'This API as an OpenAPI 3.1 document, generated from the route table',
-  responses: { 200: { description: 'The OpenAPI document', schema: describe({ type: 'object', required: ['openapi', 'info', 'paths', 'components'] }) } },
+  responses: {
+    200: {
+      description: 'The OpenAPI document',
+      schema: describe({ type: 'object', required: ['openapi', 'info', 'paths', 'components'] }),
+    },
+  },
   handler: () => ok((document ??= openApiDocument(routes))),
 });
 

@@ -7,7 +7,18 @@ import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { target } from '../schema/net.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { array, boolean, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
+import {
+  array,
+  boolean,
+  integer,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  string,
+  type FieldError,
+  type Infer,
+} from '../schema/schema.ts';
 import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
@@ -23,8 +34,22 @@ export const ruleInput = object(
     protocol: oneOf(protocols, { description: 'tcp+udp listens on the port for both.' }),
     listen_port: integer({ min: 1, max: 65535, description: 'Unique per node and protocol.' }),
     targets: array(target(), { min: 1, max: 16, unique: true }),
-    strategy: optional(oneOf(strategies, { description: 'How connections spread over several targets; each strategy fails over to the next target when one refuses.' }), 'round_robin'),
-    tunnel_id: optional(nullable(integer({ ...ID, description: 'Relay through this tunnel; node_id must be its entry node. The exit node dials the targets.' })), null),
+    strategy: optional(
+      oneOf(strategies, {
+        description:
+          'How connections spread over several targets; each strategy fails over to the next target when one refuses.',
+      }),
+      'round_robin',
+    ),
+    tunnel_id: optional(
+      nullable(
+        integer({
+          ...ID,
+          description: 'Relay through this tunnel; node_id must be its entry node. The exit node dials the targets.',
+        }),
+      ),
+      null,
+    ),
     enabled: optional(boolean(), true),
   },
   { name: 'RuleInput', ignore: ['id', 'sync', 'traffic', 'version', 'created_at', 'updated_at'] },
@@ -45,13 +70,26 @@ export const ruleSchema = record('Rule', {
     type: 'object',
     required: ['state', 'error', 'applied_at'],
     properties: {
-      state: { type: 'string', enum: [...syncStates], description: 'applied: the node listens as configured; failed: the node said why in error.' },
-      error: { type: ['object', 'null'], required: ['code', 'detail'], properties: { code: { type: 'string' }, detail: { type: 'string' } } },
+      state: {
+        type: 'string',
+        enum: [...syncStates],
+        description: 'applied: the node listens as configured; failed: the node said why in error.',
+      },
+      error: {
+        type: ['object', 'null'],
+        required: ['code', 'detail'],
+        properties: { code: { type: 'string' }, detail: { type: 'string' } },
+      },
       applied_at: nullableTimestamp,
     },
     additionalProperties: false,
   },
-  traffic: { type: 'object', required: ['bytes_in', 'bytes_out'], properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } }, additionalProperties: false },
+  traffic: {
+    type: 'object',
+    required: ['bytes_in', 'bytes_out'],
+    properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } },
+    additionalProperties: false,
+  },
   version: { type: 'integer' },
   created_at: timestamp,
   updated_at: timestamp,
@@ -60,12 +98,16 @@ export const ruleSchema = record('Rule', {
 /** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
 export function ruleReferenceErrors(app: App, fields: RuleFields, prefix = '#'): FieldError[] {
   const errors: FieldError[] = [];
-  if (!app.store.nodes.find(fields.node_id)) errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
+  if (!app.store.nodes.find(fields.node_id))
+    errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
   if (fields.tunnel_id !== null) {
     const tunnel = app.store.tunnels.find(fields.tunnel_id);
     if (!tunnel) errors.push({ pointer: `${prefix}/tunnel_id`, detail: `tunnel ${fields.tunnel_id} does not exist` });
     else if (tunnel.entry_node_id !== fields.node_id) {
-      errors.push({ pointer: `${prefix}/node_id`, detail: `must be ${tunnel.entry_node_id}, the entry node of tunnel ${tunnel.id}` });
+      errors.push({
+        pointer: `${prefix}/node_id`,
+        detail: `must be ${tunnel.entry_node_id}, the entry node of tunnel ${tunnel.id}`,
+      });
     }
   }
   return errors;
@@ -94,7 +136,12 @@ export function replaceRule(app: App, effects: Effects, id: number, fields: Rule
   const updated = app.store.rules.update(id, fields, app.timestamp());
   effects.touchNode(current.node_id);
   effects.touchNode(updated.node_id);
-  effects.audit({ action: 'rule.update', resource: 'rule', resource_id: id, changes: diff<RuleFields>(current, fields, Object.keys(fields) as (keyof RuleFields)[]) });
+  effects.audit({
+    action: 'rule.update',
+    resource: 'rule',
+    resource_id: id,
+    changes: diff<RuleFields>(current, fields, Object.keys(fields) as (keyof RuleFields)[]),
+  });
   return updated;
 }
 
@@ -102,12 +149,23 @@ export function replaceRule(app: App, effects: Effects, id: number, fields: Rule
  * Inside a transaction: deletes rules because something they depend on goes (`from` names
  * it), each with its own audit entry; their nodes get the change, but for `goingNode`.
  */
-export function cascadeRules(app: App, effects: Effects, ruleIds: readonly number[], from: { node: number } | { tunnel: number }, goingNode?: number): void {
+export function cascadeRules(
+  app: App,
+  effects: Effects,
+  ruleIds: readonly number[],
+  from: { node: number } | { tunnel: number },
+  goingNode?: number,
+): void {
   for (const ruleId of ruleIds) {
     const rule = app.store.rules.find(ruleId)!;
     app.store.rules.delete(ruleId);
     if (rule.node_id !== goingNode) effects.touchNode(rule.node_id);
-    effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: ruleId, changes: { before: rule, cascade_from: from } });
+    effects.audit({
+      action: 'rule.delete',
+      resource: 'rule',
+      resource_id: ruleId,
+      changes: { before: rule, cascade_from: from },
+    });
   }
 }
 
@@ -189,7 +247,9 @@ function createRule(ctx: Ctx<RuleInput, {}>) {
 }
 
 function putRule(ctx: Ctx<RuleInput, {}>) {
-  const rule = transact(ctx.app, ctx, (effects) => replaceRule(ctx.app, effects, idParam(ctx), fieldsOf(ctx.body), ctx.headers['if-match']));
+  const rule = transact(ctx.app, ctx, (effects) =>
+    replaceRule(ctx.app, effects, idParam(ctx), fieldsOf(ctx.body), ctx.headers['if-match']),
+  );
   return ok(rule, { ETag: etagOf(rule.version) });
 }
 
@@ -204,7 +264,11 @@ async function syncRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const rule = (await syncRules(ctx.app, ctx, [id])).get(id);
   if (!rule) throw notFound('rule', id);
   if (rule.sync.state === 'failed') {
-    throw new DomainError('bad_gateway', `node ${rule.node_id} could not apply rule ${id}: ${rule.sync.error?.detail ?? 'no reason given'}`, { data: { rule } });
+    throw new DomainError(
+      'bad_gateway',
+      `node ${rule.node_id} could not apply rule ${id}: ${rule.sync.error?.detail ?? 'no reason given'}`,
+      { data: { rule } },
+    );
   }
   return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
 }
@@ -219,9 +283,14 @@ export const ruleOperations = {
   createRule: operation({
     action: 'rule.create',
     summary: 'Create a forwarding rule',
-    description: 'The rule starts with sync.state pending and is pushed to its node. A port the node already uses for the same protocol is 409 naming the rule (or tunnel) that holds it.',
+    description:
+      'The rule starts with sync.state pending and is pushed to its node. A port the node already uses for the ' +
+      'same protocol is 409 naming the rule (or tunnel) that holds it.',
     body: ruleInput,
-    responses: { 201: { description: 'Created', schema: ruleSchema }, 409: { description: 'The port is taken on that node' } },
+    responses: {
+      201: { description: 'Created', schema: ruleSchema },
+      409: { description: 'The port is taken on that node' },
+    },
     handler: createRule,
   }),
   getRule: operation({
@@ -234,7 +303,10 @@ export const ruleOperations = {
     summary: 'Replace a forwarding rule',
     description: 'Moving a rule to another node pushes both nodes. Sync state and traffic are read-only and ignored.',
     body: ruleInput,
-    responses: { 200: { description: 'Updated', schema: ruleSchema }, 409: { description: 'The port is taken on that node' } },
+    responses: {
+      200: { description: 'Updated', schema: ruleSchema },
+      409: { description: 'The port is taken on that node' },
+    },
     handler: putRule,
   }),
   deleteRule: operation({
@@ -245,9 +317,14 @@ export const ruleOperations = {
   }),
   syncRule: operation({
     action: 'rule.sync',
-    summary: 'Push a rule\'s node its config and wait for the node to acknowledge',
-    description: 'Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet (e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure (sync.error in the body\'s rule).',
-    responses: { 200: { description: 'Applied', schema: ruleSchema }, 202: { description: 'Still pending', schema: ruleSchema }, 502: { description: 'The node could not apply it' } },
+    summary: "Push a rule's node its config and wait for the node to acknowledge",
+    description:
+      "Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet (e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure (sync.error in the body's rule).",
+    responses: {
+      200: { description: 'Applied', schema: ruleSchema },
+      202: { description: 'Still pending', schema: ruleSchema },
+      502: { description: 'The node could not apply it' },
+    },
     handler: syncRule,
   }),
 };

@@ -18,8 +18,10 @@ function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
       checkIfMatchTag(ctx.headers['if-match'], app.settings.etag());
       const changes = app.settings.apply(ctx.body);
       const guarded = guardedKeys.filter((key) => key in changes.after);
-      if (guarded.length > 0 && !grants(ctx.caller.scopes, '*')) throw missingScope('*', `changing ${guarded.join(', ')}`);
-      if (agentKeys.some((key) => key in changes.after)) app.store.db.afterCommit(() => app.sync.configChangedEverywhere());
+      if (guarded.length > 0 && !grants(ctx.caller.scopes, '*'))
+        throw missingScope('*', `changing ${guarded.join(', ')}`);
+      if (agentKeys.some((key) => key in changes.after))
+        app.store.db.afterCommit(() => app.sync.configChangedEverywhere());
       if (Object.keys(changes.after).length > 0) {
         effects.audit({ resource: 'settings', resource_id: null, changes });
       }
@@ -42,8 +44,12 @@ export const settingsOperations = {
   patchSettings: operation({
     action: 'settings.update',
     summary: 'Change settings with a JSON merge patch',
-    description: 'Send only the keys to change (application/json or application/merge-patch+json); null resets a key to its default. Unknown keys or bad values: 422 and nothing changes. Keys that redirect installs or weaken a protection need * to change (403 and nothing changes); sending them with their current value needs no more than settings:write.',
-        body: settingsPatchSchema,
+    description:
+      'Send only the keys to change (application/json or application/merge-patch+json); null resets a key to its ' +
+      'default. Unknown keys or bad values: 422 and nothing changes. Keys that redirect installs or weaken a ' +
+      'protection need * to change (403 and nothing changes); sending them with their current value needs no ' +
+      'more than settings:write.',
+    body: settingsPatchSchema,
     responses: { 200: { description: 'The settings after the change', schema: settingsSchema } },
     handler: patchSettings,
   }),

@@ -19,8 +19,16 @@ const TOKEN_VERSION = 1;
 export const tokenInput = object(
   {
     name: string({ min: 1, max: 100, description: 'What the token is for.' }),
-    scopes: array(oneOf(scopes), { min: 1, max: scopes.length, unique: true, description: 'Only scopes the caller holds can be granted.' }),
-    expires_at: optional(nullable(dateTime({ description: 'When the token stops working; null or absent: never.' })), null),
+    scopes: array(oneOf(scopes), {
+      min: 1,
+      max: scopes.length,
+      unique: true,
+      description: 'Only scopes the caller holds can be granted.',
+    }),
+    expires_at: optional(
+      nullable(dateTime({ description: 'When the token stops working; null or absent: never.' })),
+      null,
+    ),
   },
   { name: 'TokenInput' },
 );
@@ -49,7 +57,10 @@ function view({ kind: _, ...token }: Token) {
   return token;
 }
 
-const listTokensQuery = { ...listQuery, user_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only tokens owned by this user.' }) };
+const listTokensQuery = {
+  ...listQuery,
+  user_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only tokens owned by this user.' }),
+};
 
 function listTokens(ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) {
   const { limit, after } = paging(ctx.query);
@@ -76,13 +87,23 @@ function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
   const secret = newSecret('api');
   const token = transact(app, ctx, (effects) => {
     const inserted = app.store.tokens.insert(
-      { kind: 'api', name: body.name, user_id: caller.userId, scopes: body.scopes, secret_hash: hashSecret(secret), expires_at: body.expires_at },
+      {
+        kind: 'api',
+        name: body.name,
+        user_id: caller.userId,
+        scopes: body.scopes,
+        secret_hash: hashSecret(secret),
+        expires_at: body.expires_at,
+      },
       app.timestamp(),
     );
     effects.audit({ resource: 'token', resource_id: inserted.id, changes: { after: view(inserted) } });
     return inserted;
   });
-  return created({ ...view(token), token: secret }, { Location: `/api/tokens/${token.id}`, ETag: etagOf(TOKEN_VERSION) });
+  return created(
+    { ...view(token), token: secret },
+    { Location: `/api/tokens/${token.id}`, ETag: etagOf(TOKEN_VERSION) },
+  );
 }
 
 function deleteToken(ctx: Ctx<undefined, {}>) {
@@ -93,7 +114,12 @@ function deleteToken(ctx: Ctx<undefined, {}>) {
     if (!token) throw notFound('token', id);
     checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);
     // A token may always revoke itself; any other only if the caller holds every scope of its owner.
-    if (id !== ctx.caller.tokenId) requireHolds(ctx.caller, app.store.users.find(token.created_by.id)?.scopes ?? [], `cannot revoke a token of ${token.created_by.username}`);
+    if (id !== ctx.caller.tokenId)
+      requireHolds(
+        ctx.caller,
+        app.store.users.find(token.created_by.id)?.scopes ?? [],
+        `cannot revoke a token of ${token.created_by.username}`,
+      );
     app.store.tokens.delete(id);
     effects.audit({ resource: 'token', resource_id: id, changes: { before: view(token) } });
   });
@@ -110,9 +136,14 @@ export const tokenOperations = {
   createToken: operation({
     action: 'token.create',
     summary: 'Issue an API token; the secret is in this response only',
-    description: 'The token belongs to the calling user and can hold only scopes the caller holds (403 otherwise). Its effective scopes shrink if its owner loses scopes later.',
+    description:
+      'The token belongs to the calling user and can hold only scopes the caller holds (403 otherwise). Its ' +
+      'effective scopes shrink if its owner loses scopes later.',
     body: tokenInput,
-    responses: { 201: { description: 'Issued', schema: tokenCreatedSchema }, 403: { description: 'A requested scope is not held by the caller' } },
+    responses: {
+      201: { description: 'Issued', schema: tokenCreatedSchema },
+      403: { description: 'A requested scope is not held by the caller' },
+    },
     handler: createToken,
   }),
   getToken: operation({
@@ -123,8 +154,12 @@ export const tokenOperations = {
   deleteToken: operation({
     action: 'token.delete',
     summary: 'Revoke an API token at once',
-    description: "A token can always revoke itself; any other token only if the caller holds every scope of the token's owner (403 otherwise), the rule the users API follows.",
-    responses: { 204: { description: 'Revoked' }, 403: { description: "The token's owner holds scopes the caller lacks" } },
+    description:
+      "A token can always revoke itself; any other token only if the caller holds every scope of the token's owner (403 otherwise), the rule the users API follows.",
+    responses: {
+      204: { description: 'Revoked' },
+      403: { description: "The token's owner holds scopes the caller lacks" },
+    },
     handler: deleteToken,
   }),
 };

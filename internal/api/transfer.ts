@@ -4,7 +4,19 @@
 
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
-import { array, dateTime, describe, integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
+import {
+  array,
+  dateTime,
+  describe,
+  integer,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  string,
+  type FieldError,
+  type Infer,
+} from '../schema/schema.ts';
 import type { Rule, RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { insertNode, nodeInput } from './nodes.ts';
@@ -61,7 +73,10 @@ export const exportDocument = object(
     tunnels: array(exportedTunnel, { max: 10_000 }),
     rules: array(exportedRule, { max: 200_000 }),
   },
-  { name: 'ExportDocument', description: 'Nodes (without SSH credentials or agent tokens), tunnels and rules; references are by name.' },
+  {
+    name: 'ExportDocument',
+    description: 'Nodes (without SSH credentials or agent tokens), tunnels and rules; references are by name.',
+  },
 );
 type ExportDocument = Infer<typeof exportDocument>;
 
@@ -69,7 +84,15 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
   const { store } = ctx.app;
   const nodes = store.nodes.list({ afterId: 0, limit: ALL, status: null, tag: null, q: null });
   const tunnels = store.tunnels.list({ afterId: 0, limit: ALL, node_id: null, status: null, q: null });
-  const rules = store.rules.list({ afterId: 0, limit: ALL, node_id: null, tunnel_id: null, enabled: null, protocol: null, q: null });
+  const rules = store.rules.list({
+    afterId: 0,
+    limit: ALL,
+    node_id: null,
+    tunnel_id: null,
+    enabled: null,
+    protocol: null,
+    q: null,
+  });
   const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
   const tunnelNames = new Map(tunnels.map((t) => [t.id, t.name]));
   const document: ExportDocument = {
@@ -77,8 +100,23 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
     version: 1,
     exported_at: ctx.app.timestamp(),
     nodes: nodes.map(({ name, host, ssh_port, ssh_user, tags }) => ({ name, host, ssh_port, ssh_user, tags })),
-    tunnels: tunnels.map((t) => ({ name: t.name, entry_node: nodeNames.get(t.entry_node_id)!, exit_node: nodeNames.get(t.exit_node_id)!, listen_port: t.listen_port, transport: t.transport })),
-    rules: rules.map((r) => ({ name: r.name, node: nodeNames.get(r.node_id)!, tunnel: r.tunnel_id === null ? null : tunnelNames.get(r.tunnel_id)!, protocol: r.protocol, listen_port: r.listen_port, targets: r.targets, strategy: r.strategy, enabled: r.enabled })),
+    tunnels: tunnels.map((t) => ({
+      name: t.name,
+      entry_node: nodeNames.get(t.entry_node_id)!,
+      exit_node: nodeNames.get(t.exit_node_id)!,
+      listen_port: t.listen_port,
+      transport: t.transport,
+    })),
+    rules: rules.map((r) => ({
+      name: r.name,
+      node: nodeNames.get(r.node_id)!,
+      tunnel: r.tunnel_id === null ? null : tunnelNames.get(r.tunnel_id)!,
+      protocol: r.protocol,
+      listen_port: r.listen_port,
+      targets: r.targets,
+      strategy: r.strategy,
+      enabled: r.enabled,
+    })),
   };
   return ok(document, { 'Content-Disposition': 'attachment; filename="portplane-export.json"' });
 }
@@ -92,7 +130,16 @@ interface ImportResult {
 }
 
 function sameRule(existing: Rule, fields: RuleFields): boolean {
-  const keys: (keyof RuleFields)[] = ['name', 'node_id', 'tunnel_id', 'protocol', 'listen_port', 'targets', 'strategy', 'enabled'];
+  const keys: (keyof RuleFields)[] = [
+    'name',
+    'node_id',
+    'tunnel_id',
+    'protocol',
+    'listen_port',
+    'targets',
+    'strategy',
+    'enabled',
+  ];
   return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
 }
 
@@ -107,12 +154,14 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     try {
       return effects.attempt(fn);
     } catch (error) {
-      if (!(error instanceof DomainError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code)) throw error;
+      if (!(error instanceof DomainError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code))
+        throw error;
       errors.push(...fieldErrorsUnder(pointer, error));
       return null;
     }
   };
-  const missing = (pointer: string, kind: string, name: string) => errors.push({ pointer, detail: `${kind} '${name}' is neither in this document nor on this master` });
+  const missing = (pointer: string, kind: string, name: string) =>
+    errors.push({ pointer, detail: `${kind} '${name}' is neither in this document nor on this master` });
 
   const nodes: ImportResult[] = doc.nodes.map((input, index) => {
     const existing = app.store.nodes.findByName(input.name);
@@ -120,7 +169,9 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
       nodeIds.set(input.name.toLowerCase(), existing.id);
       return { index, name: input.name, id: existing.id, outcome: 'exists' };
     }
-    const made = attempt(`#/nodes/${index}`, () => insertNode(app, effects, { ...input, ssh_private_key: undefined, ssh_password: undefined }));
+    const made = attempt(`#/nodes/${index}`, () =>
+      insertNode(app, effects, { ...input, ssh_private_key: undefined, ssh_password: undefined }),
+    );
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
     nodeIds.set(input.name.toLowerCase(), made.node.id);
     return { index, name: input.name, id: made.node.id, outcome: 'created', agent_token: made.agent_token };
@@ -137,7 +188,15 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     if (entry === undefined) missing(`#/tunnels/${index}/entry_node`, 'node', input.entry_node);
     if (exit === undefined) missing(`#/tunnels/${index}/exit_node`, 'node', input.exit_node);
     if (entry === undefined || exit === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
-    const made = attempt(`#/tunnels/${index}`, () => insertTunnel(app, effects, { name: input.name, entry_node_id: entry, exit_node_id: exit, listen_port: input.listen_port, transport: input.transport }));
+    const made = attempt(`#/tunnels/${index}`, () =>
+      insertTunnel(app, effects, {
+        name: input.name,
+        entry_node_id: entry,
+        exit_node_id: exit,
+        listen_port: input.listen_port,
+        transport: input.transport,
+      }),
+    );
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
     tunnelIds.set(input.name.toLowerCase(), made.id);
     return { index, name: input.name, id: made.id, outcome: 'created' };
@@ -149,7 +208,16 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     if (node === undefined) missing(`#/rules/${index}/node`, 'node', input.node);
     if (tunnel === undefined) missing(`#/rules/${index}/tunnel`, 'tunnel', input.tunnel!);
     if (node === undefined || tunnel === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
-    const fields: RuleFields = { name: input.name, node_id: node, tunnel_id: tunnel, protocol: input.protocol, listen_port: input.listen_port, targets: input.targets, strategy: input.strategy, enabled: input.enabled };
+    const fields: RuleFields = {
+      name: input.name,
+      node_id: node,
+      tunnel_id: tunnel,
+      protocol: input.protocol,
+      listen_port: input.listen_port,
+      targets: input.targets,
+      strategy: input.strategy,
+      enabled: input.enabled,
+    };
     const holder = app.store.rules.portHolder(fields);
     const existing = holder?.rule_id != null ? app.store.rules.find(holder.rule_id) : undefined;
     if (existing && sameRule(existing, fields)) return { index, name: input.name, id: existing.id, outcome: 'exists' };
@@ -167,7 +235,9 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
 }
 
 function stripTokens(results: Record<string, ImportResult[]>) {
-  return Object.fromEntries(Object.entries(results).map(([key, items]) => [key, items.map(({ agent_token: _, ...item }) => item)]));
+  return Object.fromEntries(
+    Object.entries(results).map(([key, items]) => [key, items.map(({ agent_token: _, ...item }) => item)]),
+  );
 }
 
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
@@ -202,7 +272,11 @@ export const transferOperations = {
     action: 'config.import',
     summary: 'Recreate nodes, tunnels and rules from an export document',
     description:
-      'All or nothing, into an empty or a populated master. Nodes and tunnels are matched by name: an existing one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in the results; their SSH credentials must be set afterwards). A rule identical to one already on its node and port is exists; a different rule holding that port is a conflict. Any problem: 422 with every pointer (#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB.',
+      'All or nothing, into an empty or a populated master. Nodes and tunnels are matched by name: an existing ' +
+      'one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in ' +
+      'the results; their SSH credentials must be set afterwards). A rule identical to one already on its node ' +
+      'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with every pointer ' +
+      '(#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB.',
     query: importQuery,
     body: exportDocument,
     maxBodyBytes: 64 * 1024 * 1024,
@@ -212,7 +286,12 @@ export const transferOperations = {
         schema: describe({
           type: 'object',
           required: ['dry_run', 'nodes', 'tunnels', 'rules'],
-          properties: { dry_run: { type: 'boolean' }, nodes: { type: 'array', items: importResultItem }, tunnels: { type: 'array', items: importResultItem }, rules: { type: 'array', items: importResultItem } },
+          properties: {
+            dry_run: { type: 'boolean' },
+            nodes: { type: 'array', items: importResultItem },
+            tunnels: { type: 'array', items: importResultItem },
+            rules: { type: 'array', items: importResultItem },
+          },
           additionalProperties: false,
         }),
       },

@@ -15,7 +15,9 @@ import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects } from './writes.ts';
 
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
-export const CASCADE_FROM_TUNNEL = [{ scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' }] as const;
+export const CASCADE_FROM_TUNNEL = [
+  { scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' },
+] as const;
 
 /** Where the master picks a tunnel's port on the exit node when none is given. */
 export const TUNNEL_PORTS = { min: 40000, max: 49999 };
@@ -23,10 +25,26 @@ const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
 export const tunnelInput = object(
   {
-    name: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/, patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -' }),
+    name: string({
+      min: 1,
+      max: 64,
+      pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+      patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -',
+    }),
     entry_node_id: integer({ ...ID, description: 'The node where traffic enters the tunnel.' }),
     exit_node_id: integer({ ...ID, description: 'The node that dials the targets; must differ from the entry node.' }),
-    listen_port: optional(nullable(integer({ min: 1, max: 65535, description: `Where the exit node listens for the entry node. Absent or null: kept on update, otherwise chosen by the master from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}.` })), null),
+    listen_port: optional(
+      nullable(
+        integer({
+          min: 1,
+          max: 65535,
+          description:
+            `Where the exit node listens for the entry node. Absent or null: kept on update, otherwise chosen by ` +
+            `the master from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}.`,
+        }),
+      ),
+      null,
+    ),
     transport: optional(oneOf(transports, { description: 'tls: mutually authenticated TLS over TCP.' }), 'tls'),
   },
   { name: 'TunnelInput', ignore: ['id', 'status', 'version', 'created_at', 'updated_at'] },
@@ -47,12 +65,18 @@ export const tunnelSchema = record('Tunnel', {
 });
 
 /** Problems with the nodes a tunnel names, as field errors under `prefix`. */
-export function tunnelReferenceErrors(app: App, body: { entry_node_id: number; exit_node_id: number }, prefix = '#'): FieldError[] {
+export function tunnelReferenceErrors(
+  app: App,
+  body: { entry_node_id: number; exit_node_id: number },
+  prefix = '#',
+): FieldError[] {
   const errors: FieldError[] = [];
   for (const key of ['entry_node_id', 'exit_node_id'] as const) {
-    if (!app.store.nodes.find(body[key])) errors.push({ pointer: `${prefix}/${key}`, detail: `node ${body[key]} does not exist` });
+    if (!app.store.nodes.find(body[key]))
+      errors.push({ pointer: `${prefix}/${key}`, detail: `node ${body[key]} does not exist` });
   }
-  if (body.entry_node_id === body.exit_node_id) errors.push({ pointer: `${prefix}/exit_node_id`, detail: 'must differ from entry_node_id' });
+  if (body.entry_node_id === body.exit_node_id)
+    errors.push({ pointer: `${prefix}/exit_node_id`, detail: 'must differ from entry_node_id' });
   return errors;
 }
 
@@ -60,7 +84,11 @@ function resolvePort(app: App, exitNodeId: number, requested: number | null, cur
   if (requested !== null) return requested;
   if (current && current.exit_node_id === exitNodeId) return current.listen_port;
   const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
-  if (port === null) throw new DomainError('conflict', `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`);
+  if (port === null)
+    throw new DomainError(
+      'conflict',
+      `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`,
+    );
   return port;
 }
 
@@ -68,7 +96,13 @@ function resolvePort(app: App, exitNodeId: number, requested: number | null, cur
 export function insertTunnel(app: App, effects: Effects, body: TunnelInput): Tunnel {
   const errors = tunnelReferenceErrors(app, body);
   if (errors.length > 0) throw validationFailed(errors);
-  const fields: TunnelFields = { name: body.name, entry_node_id: body.entry_node_id, exit_node_id: body.exit_node_id, transport: body.transport, listen_port: resolvePort(app, body.exit_node_id, body.listen_port) };
+  const fields: TunnelFields = {
+    name: body.name,
+    entry_node_id: body.entry_node_id,
+    exit_node_id: body.exit_node_id,
+    transport: body.transport,
+    listen_port: resolvePort(app, body.exit_node_id, body.listen_port),
+  };
   const tunnel = app.store.tunnels.insert(fields, app.timestamp());
   effects.touchNode(tunnel.entry_node_id);
   effects.touchNode(tunnel.exit_node_id);
@@ -83,9 +117,14 @@ export function removeTunnel(app: App, effects: Effects, id: number, cascade: bo
   checkIfMatch(ifMatch, tunnel.version);
   const ruleIds = app.store.rules.idsOfTunnel(id);
   if (ruleIds.length > 0 && !cascade) {
-    throw new DomainError('conflict', `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`, { data: { rule_ids: ruleIds } });
+    throw new DomainError(
+      'conflict',
+      `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`,
+      { data: { rule_ids: ruleIds } },
+    );
   }
-  if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
+  if (ruleIds.length > 0)
+    effects.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
   cascadeRules(app, effects, ruleIds, { tunnel: id });
   app.store.tunnels.delete(id);
   effects.touchNode(tunnel.entry_node_id);
@@ -102,7 +141,13 @@ const listTunnelsQuery = {
 
 function listTunnels(ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const rows = ctx.app.store.tunnels.list({ afterId: after, limit: limit + 1, node_id: ctx.query.node_id ?? null, status: ctx.query.status ?? null, q: ctx.query.q ?? null });
+  const rows = ctx.app.store.tunnels.list({
+    afterId: after,
+    limit: limit + 1,
+    node_id: ctx.query.node_id ?? null,
+    status: ctx.query.status ?? null,
+    q: ctx.query.q ?? null,
+  });
   return ok(pageOf(rows, limit));
 }
 
@@ -128,47 +173,86 @@ function putTunnel(ctx: Ctx<TunnelInput, {}>) {
     if (errors.length > 0) throw validationFailed(errors);
     const users = app.store.rules.idsOfTunnel(id);
     if (body.entry_node_id !== current.entry_node_id && users.length > 0) {
-      throw new DomainError('conflict', `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its entry node`, { data: { rule_ids: users } });
+      throw new DomainError(
+        'conflict',
+        `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its ` +
+          `entry node`,
+        { data: { rule_ids: users } },
+      );
     }
-    const fields: TunnelFields = { name: body.name, entry_node_id: body.entry_node_id, exit_node_id: body.exit_node_id, transport: body.transport, listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current) };
+    const fields: TunnelFields = {
+      name: body.name,
+      entry_node_id: body.entry_node_id,
+      exit_node_id: body.exit_node_id,
+      transport: body.transport,
+      listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
+    };
     const updated = app.store.tunnels.update(id, fields, app.timestamp());
-    for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id]) effects.touchNode(nodeId);
-    effects.audit({ resource: 'tunnel', resource_id: id, changes: diff<TunnelFields>(current, fields, Object.keys(fields) as (keyof TunnelFields)[]) });
+    for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id])
+      effects.touchNode(nodeId);
+    effects.audit({
+      resource: 'tunnel',
+      resource_id: id,
+      changes: diff<TunnelFields>(current, fields, Object.keys(fields) as (keyof TunnelFields)[]),
+    });
     return updated;
   });
   return ok(tunnel, { ETag: etagOf(tunnel.version) });
 }
 
 function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  transact(ctx.app, ctx, (effects) => removeTunnel(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']));
+  transact(ctx.app, ctx, (effects) =>
+    removeTunnel(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
+  );
   return noContent();
 }
 
 export const tunnelOperations = {
-  listTunnels: operation({ summary: 'List tunnels', query: listTunnelsQuery, responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } }, handler: listTunnels }),
+  listTunnels: operation({
+    summary: 'List tunnels',
+    query: listTunnelsQuery,
+    responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } },
+    handler: listTunnels,
+  }),
   createTunnel: operation({
     action: 'tunnel.create',
     summary: 'Create a tunnel between two nodes',
-    description: `Without listen_port the master picks a free port on the exit node from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}. A port the exit node already uses is 409 naming the holder.`,
+    description:
+      `Without listen_port the master picks a free port on the exit node from ` +
+      `${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}. A port the exit node already uses is 409 naming the holder.`,
     body: tunnelInput,
     responses: { 201: { description: 'Created', schema: tunnelSchema }, 409: { description: 'Name or port taken' } },
     handler: createTunnel,
   }),
-  getTunnel: operation({ summary: 'Show a tunnel', responses: { 200: { description: 'The tunnel', schema: tunnelSchema } }, handler: getTunnel }),
+  getTunnel: operation({
+    summary: 'Show a tunnel',
+    responses: { 200: { description: 'The tunnel', schema: tunnelSchema } },
+    handler: getTunnel,
+  }),
   putTunnel: operation({
     action: 'tunnel.update',
     summary: 'Replace a tunnel',
-    description: 'The entry node cannot change while rules use the tunnel (409). An absent listen_port keeps the current one unless the exit node changes.',
+    description:
+      'The entry node cannot change while rules use the tunnel (409). An absent listen_port keeps the current ' +
+      'one unless the exit node changes.',
     body: tunnelInput,
-    responses: { 200: { description: 'Updated', schema: tunnelSchema }, 409: { description: 'Name or port taken, or rules pin the entry node' } },
+    responses: {
+      200: { description: 'Updated', schema: tunnelSchema },
+      409: { description: 'Name or port taken, or rules pin the entry node' },
+    },
     handler: putTunnel,
   }),
   deleteTunnel: operation({
     action: 'tunnel.delete',
     summary: 'Delete a tunnel',
-    description: 'A tunnel that rules still use is 409 (listing them) unless ?cascade=true, which deletes those rules too.',
+    description:
+      'A tunnel that rules still use is 409 (listing them) unless ?cascade=true, which deletes those rules too.',
     query: cascadeQuery,
-        responses: { 204: { description: 'Deleted' }, 403: { description: 'Lacking tunnels:write, or rules:write for the cascade' }, 409: { description: 'Still used by rules' } },
+    responses: {
+      204: { description: 'Deleted' },
+      403: { description: 'Lacking tunnels:write, or rules:write for the cascade' },
+      409: { description: 'Still used by rules' },
+    },
     handler: deleteTunnel,
   }),
 };

@@ -29,7 +29,9 @@ export const userCreateInput = object(
 export const userUpdateInput = object(
   {
     username,
-    password: optional(string({ min: MIN_PASSWORD, max: 1024, description: 'Write-only; absent keeps the current password.' })),
+    password: optional(
+      string({ min: MIN_PASSWORD, max: 1024, description: 'Write-only; absent keeps the current password.' }),
+    ),
     scopes: optional(scopeList, []),
     disabled: optional(boolean(), false),
   },
@@ -54,7 +56,12 @@ const listUsersQuery = {
 
 function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const rows = ctx.app.store.users.list({ afterId: after, limit: limit + 1, q: ctx.query.q ?? null, disabled: ctx.query.disabled ?? null });
+  const rows = ctx.app.store.users.list({
+    afterId: after,
+    limit: limit + 1,
+    q: ctx.query.q ?? null,
+    disabled: ctx.query.disabled ?? null,
+  });
   return ok(pageOf(rows, limit));
 }
 
@@ -70,7 +77,11 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
   const passwordHash = await hashPassword(body.password);
   const user = transact(app, ctx, (effects) => {
     const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
-    effects.audit({ resource: 'user', resource_id: inserted.id, changes: { after: { ...inserted, password: body.password } } });
+    effects.audit({
+      resource: 'user',
+      resource_id: inserted.id,
+      changes: { after: { ...inserted, password: body.password } },
+    });
     return inserted;
   });
   return created(user, { Location: `/api/users/${user.id}`, ETag: etagOf(user.version) });
@@ -79,7 +90,10 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
 /** Refuses a change that would leave no enabled user holding `*`. */
 function keepASuperuser(ctx: Ctx<unknown, unknown>, user: User, remains: boolean): void {
   if (user.scopes.includes('*') && !user.disabled && !remains && ctx.app.store.users.otherSuperusers(user.id) === 0) {
-    throw new DomainError('conflict', `${user.username} is the last enabled user holding *; give * to another user first`);
+    throw new DomainError(
+      'conflict',
+      `${user.username} is the last enabled user holding *; give * to another user first`,
+    );
   }
 }
 
@@ -144,9 +158,13 @@ export const userOperations = {
   updateUser: operation({
     action: 'user.update',
     summary: 'Replace a user',
-    description: 'An absent password keeps the current one; a new password ends the user\'s login sessions. Disabling ends the user\'s sessions and revokes its API tokens. Only users whose scopes the caller holds can be changed (403). The last enabled holder of * cannot lose it or be disabled (409).',
+    description:
+      "An absent password keeps the current one; a new password ends the user's login sessions. Disabling ends the user's sessions and revokes its API tokens. Only users whose scopes the caller holds can be changed (403). The last enabled holder of * cannot lose it or be disabled (409).",
     body: userUpdateInput,
-    responses: { 200: { description: 'Updated', schema: userSchema }, 409: { description: 'Username taken, or last holder of *' } },
+    responses: {
+      200: { description: 'Updated', schema: userSchema },
+      409: { description: 'Username taken, or last holder of *' },
+    },
     handler: updateUser,
   }),
   deleteUser: operation({

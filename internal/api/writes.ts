@@ -33,17 +33,29 @@ export class Effects {
 
   /** Records what was done; the action is the route's unless the entry names another (a cascade's). */
   audit(entry: AuditEntryInput): void {
-    this.app.store.audit.record(this.ctx.actor, { action: this.actionOf(entry), ...entry, status: 'success' }, this.app.timestamp());
+    this.app.store.audit.record(
+      this.ctx.actor,
+      { action: this.actionOf(entry), ...entry, status: 'success' },
+      this.app.timestamp(),
+    );
   }
 
   /** Records an attempt the caller's scopes did not allow (after the attempt's own changes are undone). */
   /** Records an attempt that failed on its own terms (a wrong password). */
   failed(entry: AuditEntryInput): void {
-    this.app.store.audit.record(this.ctx.actor, { action: this.actionOf(entry), ...entry, status: 'failed' }, this.app.timestamp());
+    this.app.store.audit.record(
+      this.ctx.actor,
+      { action: this.actionOf(entry), ...entry, status: 'failed' },
+      this.app.timestamp(),
+    );
   }
 
   denied(entry: AuditEntryInput): void {
-    this.app.store.audit.record(this.ctx.actor, { action: this.actionOf(entry), ...entry, status: 'denied' }, this.app.timestamp());
+    this.app.store.audit.record(
+      this.ctx.actor,
+      { action: this.actionOf(entry), ...entry, status: 'denied' },
+      this.app.timestamp(),
+    );
   }
 
   private actionOf(entry: AuditEntryInput): string {
@@ -131,7 +143,8 @@ export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T
  * re-rooted, or for a conflict the field that collided (the port, or the name).
  */
 export function fieldErrorsUnder(prefix: string, error: DomainError): FieldError[] {
-  if (error.facts.errors) return error.facts.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
+  if (error.facts.errors)
+    return error.facts.errors.map((e) => ({ pointer: prefix + e.pointer.slice(1), detail: e.detail }));
   const field = { port: '/listen_port', name: '/name', none: '' }[error.facts.conflict?.kind ?? 'none'];
   return [{ pointer: prefix + field, detail: error.detail }];
 }

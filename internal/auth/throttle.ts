@@ -41,7 +41,10 @@ export class LoginThrottle {
   begin(username: string, address: string, limits: ThrottleLimits): number | Attempt {
     const user = `u:${username.toLowerCase()}`;
     const addr = `a:${address}`;
-    const wait = Math.max(this.userWait(user, limits), this.failures.retryAfterMs(addr, limits.maxPerAddress, limits.windowMs));
+    const wait = Math.max(
+      this.userWait(user, limits),
+      this.failures.retryAfterMs(addr, limits.maxPerAddress, limits.windowMs),
+    );
     if (wait > 0) return wait;
     this.failures.record(user, limits.windowMs);
     this.failures.record(addr, limits.windowMs);

@@ -31,13 +31,30 @@ export interface Rule extends RuleFields {
 }
 
 /** The part of a rule its node needs to forward it. */
-export type ForwardRule = Pick<Rule, 'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id'>;
+export type ForwardRule = Pick<
+  Rule,
+  'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id'
+>;
 
-export function forwardRuleOf({ id, protocol, listen_port, targets, strategy, enabled, tunnel_id }: ForwardRule): ForwardRule {
+export function forwardRuleOf({
+  id,
+  protocol,
+  listen_port,
+  targets,
+  strategy,
+  enabled,
+  tunnel_id,
+}: ForwardRule): ForwardRule {
   return { id, protocol, listen_port, targets, strategy, enabled, tunnel_id };
 }
 
-export const ruleErrorCodes = ['port_in_use', 'bind_denied', 'target_unresolvable', 'tunnel_not_supported', 'listen_failed'] as const;
+export const ruleErrorCodes = [
+  'port_in_use',
+  'bind_denied',
+  'target_unresolvable',
+  'tunnel_not_supported',
+  'listen_failed',
+] as const;
 export type RuleErrorCode = (typeof ruleErrorCodes)[number];
 
 /** What a node did with one rule of a config. */

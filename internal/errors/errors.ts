@@ -72,6 +72,10 @@ export class DomainError extends Error {
 /** `validation_failed` listing every bad field; the detail names the one, or counts them. */
 export function validationFailed(errors: FieldError[], detail?: string): DomainError {
   const first = errors[0];
-  const summary = detail ?? (errors.length === 1 && first ? `${first.pointer.slice(2) || 'body'} ${first.detail}` : `${errors.length} fields are invalid`);
+  const summary =
+    detail ??
+    (errors.length === 1 && first
+      ? `${first.pointer.slice(2) || 'body'} ${first.detail}`
+      : `${errors.length} fields are invalid`);
   return new DomainError('validation_failed', summary, { errors });
 }

@@ -20,7 +20,13 @@ export interface Limits {
   udpIdleMs: number;
 }
 
-export const DEFAULT_LIMITS: Limits = { maxConnectionsPerRule: 10_000, maxConnectionsPerSource: 256, tcpIdleMs: 3_600_000, maxUdpSessionsPerRule: 10_000, udpIdleMs: 60_000 };
+export const DEFAULT_LIMITS: Limits = {
+  maxConnectionsPerRule: 10_000,
+  maxConnectionsPerSource: 256,
+  tcpIdleMs: 3_600_000,
+  maxUdpSessionsPerRule: 10_000,
+  udpIdleMs: 60_000,
+};
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -90,7 +96,11 @@ export class Forwarder {
     const results: RuleResult[] = [];
     for (const rule of rules) {
       if (rule.tunnel_id !== null && rule.enabled) {
-        results.push({ id: rule.id, state: 'failed', error: ruleError('tunnel_not_supported', 'this agent does not relay through tunnels yet') });
+        results.push({
+          id: rule.id,
+          state: 'failed',
+          error: ruleError('tunnel_not_supported', 'this agent does not relay through tunnels yet'),
+        });
       } else if (!rule.enabled) {
         results.push({ id: rule.id, state: 'applied', error: null });
       } else {
@@ -127,7 +137,11 @@ export class Forwarder {
       return { id: rule.id, state: 'applied', error: null };
     }
     if (!(await resolvable(targets))) {
-      return { id: rule.id, state: 'failed', error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the node`) };
+      return {
+        id: rule.id,
+        state: 'failed',
+        error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the node`),
+      };
     }
     const relays: Relay[] = [];
     try {

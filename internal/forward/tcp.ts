@@ -63,7 +63,6 @@ export class TcpRelay {
     return total;
   }
 
-
   /** Stops listening and ends every relayed connection. */
   close(): Promise<void> {
     for (const client of this.clients) client.destroy();
@@ -97,7 +96,12 @@ export class TcpRelay {
       client.destroy();
       return;
     }
-    const upstream = connect({ host: target.host, port: target.port, allowHalfOpen: true, timeout: CONNECT_TIMEOUT_MS });
+    const upstream = connect({
+      host: target.host,
+      port: target.port,
+      allowHalfOpen: true,
+      timeout: CONNECT_TIMEOUT_MS,
+    });
     const failover = () => {
       upstream.destroy();
       this.dial(client, remaining.slice(1));

@@ -8,7 +8,10 @@ import type { Strategy } from '../domain/rules.ts';
 import type { Counter } from './tcp.ts';
 import { TargetPicker, type Target } from './targets.ts';
 
-/** Datagrams (and bytes) held for a session whose upstream socket is not connected yet; more are dropped, as a network would. */
+/**
+ * Datagrams (and bytes) held for a session whose upstream socket is not connected yet; more are dropped, as a network
+ * would.
+ */
 const MAX_QUEUED_DATAGRAMS = 64;
 const MAX_QUEUED_BYTES = 256 * 1024;
 
@@ -62,7 +65,6 @@ export class UdpRelay {
     return out;
   }
 
-
   close(): Promise<void> {
     clearInterval(this.sweeper);
     for (const key of [...this.sessions.keys()]) this.end(key);
@@ -80,7 +82,8 @@ export class UdpRelay {
     }
     session.lastActive = Date.now();
     if (session.queued) {
-      if (session.queued.length >= MAX_QUEUED_DATAGRAMS || session.queuedBytes + message.length > MAX_QUEUED_BYTES) return;
+      if (session.queued.length >= MAX_QUEUED_DATAGRAMS || session.queuedBytes + message.length > MAX_QUEUED_BYTES)
+        return;
       session.queued.push(message);
       session.queuedBytes += message.length;
     } else {

@@ -9,7 +9,10 @@ export function encodeCursor(lastId: number): string {
 /** Returns the id encoded in `cursor`. Throws `invalid_query` for anything we did not issue. */
 export function decodeCursor(cursor: string): number {
   const match = /^id:([1-9][0-9]{0,15})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
-  if (!match) throw new DomainError('invalid_query', 'cursor is not one this server issued', { errors: [{ pointer: '?cursor', detail: 'is not valid' }] });
+  if (!match)
+    throw new DomainError('invalid_query', 'cursor is not one this server issued', {
+      errors: [{ pointer: '?cursor', detail: 'is not valid' }],
+    });
   return Number(match[1]);
 }
 
@@ -25,7 +28,10 @@ export function pageOf<T extends { id: number }>(rows: T[], limit: number): Page
   return { items, next_cursor: rows.length > limit && last ? encodeCursor(last.id) : null };
 }
 
-/** The `{items, next_cursor}` body of a page whose items are JSON text already (with the last id when another page follows). */
+/**
+ * The `{items, next_cursor}` body of a page whose items are JSON text already (with the last id when another page
+ * follows).
+ */
 export function pageJson(page: { items: string; lastId: number | null }): string {
   return `{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`;
 }

@@ -19,5 +19,7 @@ export function checkIfMatchTag(ifMatch: string | undefined, current: string): v
   if (ifMatch === undefined) return;
   const tags = ifMatch.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
   if (tags.includes('*') || tags.includes(current)) return;
-  throw new DomainError('precondition_failed', `the resource has changed; its current ETag is ${current}`, { etag: current });
+  throw new DomainError('precondition_failed', `the resource has changed; its current ETag is ${current}`, {
+    etag: current,
+  });
 }

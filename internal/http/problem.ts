@@ -69,7 +69,8 @@ export function problemOf(error: DomainError, requestId: string | null): Problem
   } else if (error.code === 'unauthorized') {
     headers['WWW-Authenticate'] = 'Bearer realm="portplane"';
   }
-  if (facts.retryAfterSeconds !== undefined) headers['Retry-After'] = String(Math.max(1, Math.ceil(facts.retryAfterSeconds)));
+  if (facts.retryAfterSeconds !== undefined)
+    headers['Retry-After'] = String(Math.max(1, Math.ceil(facts.retryAfterSeconds)));
   if (facts.etag !== undefined) headers.ETag = facts.etag;
   if (facts.allow !== undefined) headers.Allow = facts.allow.join(', ');
   if (facts.errors && facts.errors.length > 0) body.errors = facts.errors;

@@ -28,7 +28,9 @@ export function agentEnvironment(dial: MasterDial, token: string): Record<string
 
 /** agent.env: KEY=VALUE lines the agent reads itself (values hold no quotes, spaces or $). */
 export function envFile(environment: Record<string, string>): string {
-  return Object.entries(environment).map(([key, value]) => `${key}=${value}\n`).join('');
+  return Object.entries(environment)
+    .map(([key, value]) => `${key}=${value}\n`)
+    .join('');
 }
 
 /** The command that starts the node's agent by hand, the token in the environment rather than in its arguments. */

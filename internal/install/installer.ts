@@ -38,13 +38,18 @@ export interface Probe {
   systemd: boolean;
 }
 
-const PROBE = 'uname -sm; command -v node || echo no-node; node --version 2>/dev/null || echo v0; if [ -d /run/systemd/system ]; then echo systemd; else echo no-systemd; fi';
+const PROBE =
+  'uname -sm; command -v node || echo no-node; node --version 2>/dev/null || echo v0; if [ -d ' +
+  '/run/systemd/system ]; then echo systemd; else echo no-systemd; fi';
 
 /** A path we will write into a unit file and a script: plain characters only, whatever the node printed. */
 const PLAIN_PATH = /^(\/[A-Za-z0-9._+-]+)+$/;
 
 export function parseProbe(stdout: string): Probe {
-  const [uname = '', nodePath = 'no-node', nodeVersion = 'v0', init = 'no-systemd'] = stdout.trim().split('\n').map((l) => l.trim());
+  const [uname = '', nodePath = 'no-node', nodeVersion = 'v0', init = 'no-systemd'] = stdout
+    .trim()
+    .split('\n')
+    .map((l) => l.trim());
   const major = Number(/^v(\d+)\./.exec(nodeVersion)?.[1] ?? 0);
   return {
     platform: UNAME[uname] ?? null,
@@ -104,7 +109,17 @@ export class Installer {
     if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
     store.write(() => {
       store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.clock.timestamp());
-      store.audit.record(actor, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: 'success', changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey } }, this.app.clock.timestamp());
+      store.audit.record(
+        actor,
+        {
+          action: `node.${mode}`,
+          resource: 'node',
+          resource_id: nodeId,
+          status: 'success',
+          changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey },
+        },
+        this.app.clock.timestamp(),
+      );
     });
     void this.run(nodeId, mode, dial)
       .catch((error: Error) => this.app.log.error('install job failed', { node_id: nodeId, error: error.message }))
@@ -113,7 +128,9 @@ export class Installer {
 
   private log(nodeId: number, detail: string, line = detail): void {
     if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
-    this.app.store.write(() => this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.clock.timestamp()}] ${line}\n`));
+    this.app.store.write(() =>
+      this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.clock.timestamp()}] ${line}\n`),
+    );
   }
 
   private async run(nodeId: number, mode: InstallMode, dial: MasterDial): Promise<void> {
@@ -123,27 +140,51 @@ export class Installer {
     const sealed = app.store.nodes.sealedSecret(nodeId);
     if (!node || !sealed) return;
     const auth: SshAuth =
-      sealed.auth === 'key' && sealed.sealed ? { kind: 'key', privateKey: app.box.open(sealed.sealed) }
-      : sealed.auth === 'password' && sealed.sealed ? { kind: 'password', password: app.box.open(sealed.sealed) }
-      : { kind: 'none' };
+      sealed.auth === 'key' && sealed.sealed
+        ? { kind: 'key', privateKey: app.box.open(sealed.sealed) }
+        : sealed.auth === 'password' && sealed.sealed
+          ? { kind: 'password', password: app.box.open(sealed.sealed) }
+          : { kind: 'none' };
     const knownHostsFile = this.knownHostsFile(nodeId);
     const hostKeyAlias = `portplane-node-${nodeId}`;
     pinUnderAlias(knownHostsFile, hostKeyAlias);
-    const session = new SshSession({ host: node.host, port: node.ssh_port, user: node.ssh_user, auth, knownHostsFile, hostKeyAlias }, this.ssh);
+    const session = new SshSession(
+      { host: node.host, port: node.ssh_port, user: node.ssh_user, auth, knownHostsFile, hostKeyAlias },
+      this.ssh,
+    );
     const dir = app.settings.get('install_dir');
     const service = app.settings.get('install_service_name');
     try {
-      this.log(nodeId, `${mode}: probing the node`, `ssh ${node.ssh_user}@${node.host}:${node.ssh_port} (${auth.kind === 'none' ? "the master's own SSH keys" : auth.kind})`);
+      this.log(
+        nodeId,
+        `${mode}: probing the node`,
+        `ssh ${node.ssh_user}@${node.host}:${node.ssh_port} ` +
+          `(${auth.kind === 'none' ? "the master's own SSH keys" : auth.kind})`,
+      );
       const probe = parseProbe((await session.run(PROBE)).stdout);
-      this.log(nodeId, `${mode}: probed`, `platform ${probe.platform ?? 'unknown'}, node ${probe.nodeMajor ?? 'none'}${probe.nodePath ? ` at ${probe.nodePath}` : ''}, ${probe.systemd ? 'systemd' : 'no systemd'}`);
+      this.log(
+        nodeId,
+        `${mode}: probed`,
+        `platform ${probe.platform ?? 'unknown'}, node ${probe.nodeMajor ?? 'none'}${probe.nodePath ? ` at ${probe.nodePath}` : ''}, ${probe.systemd ? 'systemd' : 'no systemd'}`,
+      );
 
       let nodeBinary = probe.nodePath;
       if (!nodeBinary || (probe.nodeMajor ?? 0) < MIN_AGENT_NODE_MAJOR) {
         const mine = `${process.platform}-${process.arch}`;
         if (probe.platform !== mine) {
-          throw new InstallFailure('runtime_missing', `the node has no Node.js ${MIN_AGENT_NODE_MAJOR}+ and is ${probe.platform ?? 'an unknown platform'}, not ${mine} like the master, so the master's runtime cannot be copied; install Node.js ${MIN_AGENT_NODE_MAJOR} or newer on it and retry`);
+          throw new InstallFailure(
+            'runtime_missing',
+            `the node has no Node.js ${MIN_AGENT_NODE_MAJOR}+ and is ${probe.platform ?? 'an unknown platform'}, ` +
+              `not ${mine} like the master, so the master's runtime cannot be copied; install Node.js ` +
+              `${MIN_AGENT_NODE_MAJOR} or newer on it and retry`,
+          );
         }
-        this.log(nodeId, `${mode}: copying a Node.js runtime`, `no Node.js ${MIN_AGENT_NODE_MAJOR}+ on the node; copying the master's own (${process.version}) to ${dir}/node`);
+        this.log(
+          nodeId,
+          `${mode}: copying a Node.js runtime`,
+          `no Node.js ${MIN_AGENT_NODE_MAJOR}+ on the node; copying the master's own (${process.version}) to ` +
+            `${dir}/node`,
+        );
         nodeBinary = `${dir}/node`;
         await this.copy(session, readFileSync(process.execPath), nodeBinary, '0755');
       }
@@ -152,23 +193,43 @@ export class Installer {
       await this.copy(session, agentBundle(), `${dir}/agent.mjs`, '0644');
 
       const token = newAgentToken(nodeId);
-      this.log(nodeId, `${mode}: writing the agent's environment`, `${dir}/agent.env (mode 0600)${dial.pin ? `, pinning the master's key ${dial.pin}` : ''}`);
+      this.log(
+        nodeId,
+        `${mode}: writing the agent's environment`,
+        `${dir}/agent.env (mode 0600)${dial.pin ? `, pinning the master's key ${dial.pin}` : ''}`,
+      );
       await this.copy(session, Buffer.from(envFile(agentEnvironment(dial, token))), `${dir}/agent.env`, '0600');
       // From here the old token no longer works: the new agent is about to start with the new one.
       app.store.write(() => app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token)));
 
       const start = probe.systemd ? this.systemdScript(nodeBinary, dir, service) : this.fallbackScript(nodeBinary, dir);
-      this.log(nodeId, `${mode}: starting the agent`, probe.systemd ? `systemd service ${service}` : `no systemd: nohup with ${dir}/agent.pid and ${dir}/agent.log`);
+      this.log(
+        nodeId,
+        `${mode}: starting the agent`,
+        probe.systemd ? `systemd service ${service}` : `no systemd: nohup with ${dir}/agent.pid and ${dir}/agent.log`,
+      );
       const started = await session.run('/bin/sh -s', start);
-      if (started.code !== 0) throw new InstallFailure('start_failed', `starting the agent failed (exit ${started.code}): ${started.stderr.trim().slice(-500) || started.stdout.trim().slice(-500)}`);
+      if (started.code !== 0)
+        throw new InstallFailure(
+          'start_failed',
+          `starting the agent failed (exit ${started.code}): ` +
+            `${started.stderr.trim().slice(-500) || started.stdout.trim().slice(-500)}`,
+        );
 
       this.log(nodeId, `${mode}: waiting for the agent to connect`, `the agent dials ${masterUrl}`);
       if (!(await this.connected(nodeId))) {
-        throw new InstallFailure('agent_silent', `the agent started but did not connect to ${masterUrl} within ${CONNECT_WAIT_MS / 1000} s; check that the node can reach that address (install_master_url)`);
+        throw new InstallFailure(
+          'agent_silent',
+          `the agent started but did not connect to ${masterUrl} within ${CONNECT_WAIT_MS / 1000} s; check that ` +
+            `the node can reach that address (install_master_url)`,
+        );
       }
       this.finish(nodeId, mode, null);
     } catch (error) {
-      const failure = error instanceof SshError || error instanceof InstallFailure ? error : new InstallFailure('install_failed', (error as Error).message);
+      const failure =
+        error instanceof SshError || error instanceof InstallFailure
+          ? error
+          : new InstallFailure('install_failed', (error as Error).message);
       const code = failure instanceof SshError ? failure.failure : failure.code;
       this.finish(nodeId, mode, `${code}: ${failure.message}`);
     } finally {
@@ -178,8 +239,16 @@ export class Installer {
 
   private async copy(session: SshSession, content: Buffer, path: string, mode: string): Promise<void> {
     const tmp = `${path}.tmp`;
-    const result = await session.run(`umask 077 && mkdir -p ${shellQuote(path.slice(0, path.lastIndexOf('/')))} && cat > ${shellQuote(tmp)} && chmod ${mode} ${shellQuote(tmp)} && mv -f ${shellQuote(tmp)} ${shellQuote(path)}`, content);
-    if (result.code !== 0) throw new InstallFailure('copy_failed', `writing ${path} on the node failed: ${result.stderr.trim().slice(-300)}`);
+    const result = await session.run(
+      `umask 077 && mkdir -p ${shellQuote(path.slice(0, path.lastIndexOf('/')))} && cat > ${shellQuote(tmp)} && ` +
+        `chmod ${mode} ${shellQuote(tmp)} && mv -f ${shellQuote(tmp)} ${shellQuote(path)}`,
+      content,
+    );
+    if (result.code !== 0)
+      throw new InstallFailure(
+        'copy_failed',
+        `writing ${path} on the node failed: ${result.stderr.trim().slice(-300)}`,
+      );
   }
 
   private systemdScript(nodeBinary: string, dir: string, service: string): string {
@@ -196,7 +265,9 @@ export class Installer {
     ].join('\n');
   }
 
-  /** Where there is no systemd: a nohup'd agent with a pid file; it does not come back after a reboot (see the README). */
+  /**
+   * Where there is no systemd: a nohup'd agent with a pid file; it does not come back after a reboot (see the README).
+   */
   private fallbackScript(nodeBinary: string, dir: string): string {
     const q = shellQuote;
     return [
@@ -225,11 +296,30 @@ export class Installer {
     if (this.app.draining || !store.nodes.find(nodeId)) return;
     const system: Actor = { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null };
     store.write(() => {
-      store.nodes.installProgress(nodeId, error ?? `${mode}: done`, `[${this.app.clock.timestamp()}] ${error ? `failed: ${error}` : 'done: the agent is connected'}\n`);
+      store.nodes.installProgress(
+        nodeId,
+        error ?? `${mode}: done`,
+        `[${this.app.clock.timestamp()}] ${error ? `failed: ${error}` : 'done: the agent is connected'}\n`,
+      );
       // Whatever happened, a connected agent means the node is online: a failed reinstall leaves the old one
       // forwarding, and the detail says what failed.
-      store.nodes.installFinished(nodeId, this.app.sync.isConnected(nodeId) ? 'online' : 'install_failed', error, this.app.clock.timestamp());
-      store.audit.record(system, { action: `node.${mode}`, resource: 'node', resource_id: nodeId, status: error ? 'failed' : 'success', changes: { outcome: error ?? 'connected' } }, this.app.clock.timestamp());
+      store.nodes.installFinished(
+        nodeId,
+        this.app.sync.isConnected(nodeId) ? 'online' : 'install_failed',
+        error,
+        this.app.clock.timestamp(),
+      );
+      store.audit.record(
+        system,
+        {
+          action: `node.${mode}`,
+          resource: 'node',
+          resource_id: nodeId,
+          status: error ? 'failed' : 'success',
+          changes: { outcome: error ?? 'connected' },
+        },
+        this.app.clock.timestamp(),
+      );
     });
   }
 }

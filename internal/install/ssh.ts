@@ -35,7 +35,8 @@ export function pinUnderAlias(knownHostsFile: string, alias: string): void {
   }
   const lines = text.split('\n').filter((line) => line.trim() !== '');
   const rewritten = lines.map((line) => line.replace(/^\S+/, alias));
-  if (rewritten.join('\n') !== lines.join('\n')) writeFileSync(knownHostsFile, `${rewritten.join('\n')}\n`, { mode: 0o600 });
+  if (rewritten.join('\n') !== lines.join('\n'))
+    writeFileSync(knownHostsFile, `${rewritten.join('\n')}\n`, { mode: 0o600 });
 }
 
 export interface SshResult {
@@ -58,15 +59,26 @@ export class SshError extends Error {
 /** Names what went wrong from ssh's own words, so the node says something a person can act on. */
 export function classify(stderr: string): { failure: SshFailure; message: string } {
   if (/REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed/i.test(stderr)) {
-    return { failure: 'host_key_changed', message: 'the node\'s SSH host key differs from the one pinned at first contact; if the node was rebuilt on purpose, reinstall with forget_host_key: true' };
+    return {
+      failure: 'host_key_changed',
+      message:
+        "the node's SSH host key differs from the one pinned at first contact; if the node was rebuilt on purpose, reinstall with forget_host_key: true",
+    };
   }
   if (/Permission denied|Too many authentication failures/i.test(stderr)) {
     return { failure: 'auth_failed', message: 'the node refused the SSH credentials (wrong key, password or user)' };
   }
-  if (/Connection refused|timed out|No route to host|Could not resolve|Network is unreachable|Connection closed by/i.test(stderr)) {
+  if (
+    /Connection refused|timed out|No route to host|Could not resolve|Network is unreachable|Connection closed by/i.test(
+      stderr,
+    )
+  ) {
     return { failure: 'unreachable', message: `cannot reach the node over SSH: ${stderr.trim().split('\n').pop()}` };
   }
-  return { failure: 'ssh_failed', message: `ssh failed: ${stderr.trim().split('\n').slice(-2).join(' ') || 'no message'}` };
+  return {
+    failure: 'ssh_failed',
+    message: `ssh failed: ${stderr.trim().split('\n').slice(-2).join(' ') || 'no message'}`,
+  };
 }
 
 export class SshSession {
@@ -82,29 +94,70 @@ export class SshSession {
     chmodSync(this.dir, 0o700);
     this.env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? this.dir };
     this.args = [
-      '-F', '/dev/null',
-      '-o', `UserKnownHostsFile=${target.knownHostsFile}`,
-      '-o', 'GlobalKnownHostsFile=/dev/null',
-      '-o', `HostKeyAlias=${target.hostKeyAlias}`,
+      '-F',
+      '/dev/null',
+      '-o',
+      `UserKnownHostsFile=${target.knownHostsFile}`,
+      '-o',
+      'GlobalKnownHostsFile=/dev/null',
+      '-o',
+      `HostKeyAlias=${target.hostKeyAlias}`,
       // The first contact pins the key; after that, any other key is refused before any credential is offered.
-      '-o', 'StrictHostKeyChecking=accept-new',
-      '-o', 'CheckHostIP=no',
-      '-o', 'ConnectTimeout=10',
-      '-o', 'ServerAliveInterval=10',
-      '-o', 'ServerAliveCountMax=3',
-      '-o', 'LogLevel=ERROR',
-      '-p', String(target.port),
-      '-l', target.user,
+      '-o',
+      'StrictHostKeyChecking=accept-new',
+      '-o',
+      'CheckHostIP=no',
+      '-o',
+      'ConnectTimeout=10',
+      '-o',
+      'ServerAliveInterval=10',
+      '-o',
+      'ServerAliveCountMax=3',
+      '-o',
+      'LogLevel=ERROR',
+      '-p',
+      String(target.port),
+      '-l',
+      target.user,
     ];
     if (target.auth.kind === 'key') {
       const keyFile = join(this.dir, 'key');
-      writeFileSync(keyFile, target.auth.privateKey.endsWith('\n') ? target.auth.privateKey : `${target.auth.privateKey}\n`, { mode: 0o600 });
-      this.args.push('-o', 'BatchMode=yes', '-o', 'IdentitiesOnly=yes', '-o', 'PasswordAuthentication=no', '-o', 'KbdInteractiveAuthentication=no', '-i', keyFile);
+      writeFileSync(
+        keyFile,
+        target.auth.privateKey.endsWith('\n') ? target.auth.privateKey : `${target.auth.privateKey}\n`,
+        { mode: 0o600 },
+      );
+      this.args.push(
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'IdentitiesOnly=yes',
+        '-o',
+        'PasswordAuthentication=no',
+        '-o',
+        'KbdInteractiveAuthentication=no',
+        '-i',
+        keyFile,
+      );
     } else if (target.auth.kind === 'password') {
       const askpass = join(this.dir, 'askpass');
       writeFileSync(askpass, '#!/bin/sh\nprintf \'%s\\n\' "$PORTPLANE_SSH_SECRET"\n', { mode: 0o700 });
-      Object.assign(this.env, { SSH_ASKPASS: askpass, SSH_ASKPASS_REQUIRE: 'force', DISPLAY: 'portplane:0', PORTPLANE_SSH_SECRET: target.auth.password });
-      this.args.push('-o', 'BatchMode=no', '-o', 'PubkeyAuthentication=no', '-o', 'PreferredAuthentications=password,keyboard-interactive', '-o', 'NumberOfPasswordPrompts=1');
+      Object.assign(this.env, {
+        SSH_ASKPASS: askpass,
+        SSH_ASKPASS_REQUIRE: 'force',
+        DISPLAY: 'portplane:0',
+        PORTPLANE_SSH_SECRET: target.auth.password,
+      });
+      this.args.push(
+        '-o',
+        'BatchMode=no',
+        '-o',
+        'PubkeyAuthentication=no',
+        '-o',
+        'PreferredAuthentications=password,keyboard-interactive',
+        '-o',
+        'NumberOfPasswordPrompts=1',
+      );
     } else {
       this.args.push('-o', 'BatchMode=yes');
     }
@@ -116,7 +169,10 @@ export class SshSession {
    */
   run(command: string, input?: Buffer | string, timeoutMs = 120_000): Promise<SshResult> {
     return new Promise((resolve, reject) => {
-      const child = spawn(this.binary, [...this.args, '--', this.target.host, command], { env: this.env, stdio: ['pipe', 'pipe', 'pipe'] });
+      const child = spawn(this.binary, [...this.args, '--', this.target.host, command], {
+        env: this.env,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
       let stdout = '';
       let stderr = '';
       child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout = (stdout + chunk).slice(-65536)));
@@ -128,7 +184,8 @@ export class SshSession {
       });
       child.on('close', (code, signal) => {
         clearTimeout(timer);
-        if (signal === 'SIGKILL') return reject(new SshError('unreachable', `the SSH command did not finish within ${timeoutMs / 1000} s`));
+        if (signal === 'SIGKILL')
+          return reject(new SshError('unreachable', `the SSH command did not finish within ${timeoutMs / 1000} s`));
         if (code === 255) {
           const { failure, message } = classify(stderr);
           return reject(new SshError(failure, message));

@@ -95,7 +95,8 @@ function isFields(value: unknown): value is LicenseFields & { signature: string 
 }
 
 /** A verified license, or the reason there is none in force. Expiry is judged later, per call. */
-export type Verified = { ok: true; fields: LicenseFields } | { ok: false; status: 'none' | 'invalid'; problem: string | null };
+export type Verified =
+  { ok: true; fields: LicenseFields } | { ok: false; status: 'none' | 'invalid'; problem: string | null };
 
 export function verifyLicense(text: string, publicKey: KeyObject): Verified {
   let parsed: unknown;
@@ -104,10 +105,20 @@ export function verifyLicense(text: string, publicKey: KeyObject): Verified {
   } catch {
     return { ok: false, status: 'invalid', problem: 'the license file is not valid JSON' };
   }
-  if (!isFields(parsed)) return { ok: false, status: 'invalid', problem: 'the license file is missing fields or has fields of the wrong type' };
+  if (!isFields(parsed))
+    return {
+      ok: false,
+      status: 'invalid',
+      problem: 'the license file is missing fields or has fields of the wrong type',
+    };
   const { signature, ...fields } = parsed;
   const good = verify(null, Buffer.from(canonicalJson(fields)), publicKey, Buffer.from(signature, 'base64'));
-  if (!good) return { ok: false, status: 'invalid', problem: 'the signature does not match: the license was altered or issued for another key' };
+  if (!good)
+    return {
+      ok: false,
+      status: 'invalid',
+      problem: 'the signature does not match: the license was altered or issued for another key',
+    };
   return { ok: true, fields };
 }
 

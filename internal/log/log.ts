@@ -9,9 +9,11 @@ export interface Logger {
 }
 
 export function createLogger(write: (line: string) => void, now: () => number = Date.now): Logger {
-  const emit = (level: string) => (msg: string, fields: Fields = {}) => {
-    write(`${JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...fields })}\n`);
-  };
+  const emit =
+    (level: string) =>
+    (msg: string, fields: Fields = {}) => {
+      write(`${JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...fields })}\n`);
+    };
   return { info: emit('info'), warn: emit('warn'), error: emit('error') };
 }
 

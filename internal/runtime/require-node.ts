@@ -13,7 +13,8 @@ export function requireNode(minimum: readonly [number, number, number], current 
   if (!isOlder(current.split('.').map(Number), minimum)) return;
   process.stderr.write(
     `This program needs Node.js ${minimum.join('.')} or newer; this is ${current} (${process.execPath}).\n` +
-      'Install Node.js 24 LTS from your distribution or nodejs.org, or run it through `npm start` in the source tree, which uses the pinned runtime.\n',
+      'Install Node.js 24 LTS from your distribution or nodejs.org, or run it through `npm start` in the source ' +
+      'tree, which uses the pinned runtime.\n',
   );
   process.exit(1);
 }

@@ -22,34 +22,54 @@ function param<T>(json: Record<string, unknown>, parse: (raw: string) => Parsed<
 
 export function intParam(options: { min: number; max: number; description?: string }): Schema<number> {
   const json = { type: 'integer', minimum: options.min, maximum: options.max, description: options.description };
-  return param<number>(json, (raw) => {
-    if (!/^-?\d{1,16}$/.test(raw)) return { error: 'must be an integer' };
-    const n = Number(raw);
-    return n >= options.min && n <= options.max ? { value: n } : { error: `must be between ${options.min} and ${options.max}` };
-  }, 0);
+  return param<number>(
+    json,
+    (raw) => {
+      if (!/^-?\d{1,16}$/.test(raw)) return { error: 'must be an integer' };
+      const n = Number(raw);
+      return n >= options.min && n <= options.max
+        ? { value: n }
+        : { error: `must be between ${options.min} and ${options.max}` };
+    },
+    0,
+  );
 }
 
 export function boolParam(description?: string): Schema<boolean> {
-  return param<boolean>({ type: 'boolean', description }, (raw) =>
-    raw === 'true' ? { value: true } : raw === 'false' ? { value: false } : { error: 'must be true or false' },
-  false);
+  return param<boolean>(
+    { type: 'boolean', description },
+    (raw) =>
+      raw === 'true' ? { value: true } : raw === 'false' ? { value: false } : { error: 'must be true or false' },
+    false,
+  );
 }
 
 export function timeParam(description?: string): Schema<string> {
-  return param<string>({ type: 'string', format: 'date-time', description }, (raw) => {
-    const ms = RFC3339.test(raw) ? Date.parse(raw) : NaN;
-    return Number.isNaN(ms) ? { error: 'must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z' } : { value: formatTime(ms) };
-  }, '');
+  return param<string>(
+    { type: 'string', format: 'date-time', description },
+    (raw) => {
+      const ms = RFC3339.test(raw) ? Date.parse(raw) : NaN;
+      return Number.isNaN(ms)
+        ? { error: 'must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z' }
+        : { value: formatTime(ms) };
+    },
+    '',
+  );
 }
 
 export function textParam(options: { max: number; values?: readonly string[]; description?: string }): Schema<string> {
   const json: Record<string, unknown> = { type: 'string', maxLength: options.max, description: options.description };
   if (options.values) json.enum = [...options.values];
-  return param<string>(json, (raw) => {
-    if (raw.length > options.max) return { error: `must be at most ${options.max} characters` };
-    if (options.values && !options.values.includes(raw)) return { error: `must be one of ${options.values.join(', ')}` };
-    return { value: raw };
-  }, '');
+  return param<string>(
+    json,
+    (raw) => {
+      if (raw.length > options.max) return { error: `must be at most ${options.max} characters` };
+      if (options.values && !options.values.includes(raw))
+        return { error: `must be one of ${options.values.join(', ')}` };
+      return { value: raw };
+    },
+    '',
+  );
 }
 
 export type QuerySpec = Record<string, Schema<unknown>>;
@@ -73,7 +93,13 @@ export function parseQuery<Q extends QuerySpec>(spec: Q, search: URLSearchParams
   }
   if (errors.length > 0) {
     const first = errors[0]!;
-    throw new DomainError('invalid_query', errors.length === 1 ? `${first.pointer.slice(1)} ${first.detail}` : `${errors.length} query parameters are invalid`, { errors });
+    throw new DomainError(
+      'invalid_query',
+      errors.length === 1
+        ? `${first.pointer.slice(1)} ${first.detail}`
+        : `${errors.length} query parameters are invalid`,
+      { errors },
+    );
   }
   return out as QueryOf<Q>;
 }

@@ -135,7 +135,10 @@ export function formatTime(ms: number): string {
   return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
 }
 
-export function array<T>(item: Schema<T>, options: Common & { min?: number; max: number; unique?: boolean }): Schema<T[]> {
+export function array<T>(
+  item: Schema<T>,
+  options: Common & { min?: number; max: number; unique?: boolean },
+): Schema<T[]> {
   const min = options.min ?? 0;
   const json: JsonSchema = { type: 'array', items: item.json, minItems: min, maxItems: options.max };
   if (options.unique) json.uniqueItems = true;

@@ -16,40 +16,105 @@ interface Definition<T> {
 const GUARDED = ' Changing it needs the scope *.';
 
 function setting(min: number, max: number, fallback: number, description: string, guarded = false): Definition<number> {
-  return { schema: integer({ min, max, description: guarded ? description + GUARDED : description }), default: fallback, guarded };
+  return {
+    schema: integer({ min, max, description: guarded ? description + GUARDED : description }),
+    default: fallback,
+    guarded,
+  };
 }
 
 function text(fallback: string, schema: Schema<string>): Definition<string> {
-  return { schema: { ...schema, json: { ...schema.json, description: `${schema.json.description}${GUARDED}` } }, default: fallback, guarded: true };
+  return {
+    schema: { ...schema, json: { ...schema.json, description: `${schema.json.description}${GUARDED}` } },
+    default: fallback,
+    guarded: true,
+  };
 }
 
 export const definitions = {
   session_ttl_seconds: setting(60, 31_536_000, 43_200, 'Lifetime of a login session token, in seconds.', true),
-  login_max_failures: setting(1, 1000, 5, 'Failed logins per username within login_window_seconds before each further attempt must wait, longer each time (429).', true),
-  login_max_failures_per_address: setting(1, 100_000, 20, 'Failed logins per client address within login_window_seconds before further attempts are refused (429).', true),
+  login_max_failures: setting(
+    1,
+    1000,
+    5,
+    'Failed logins per username within login_window_seconds before each further attempt must wait, longer each ' +
+      'time (429).',
+    true,
+  ),
+  login_max_failures_per_address: setting(
+    1,
+    100_000,
+    20,
+    'Failed logins per client address within login_window_seconds before further attempts are refused (429).',
+    true,
+  ),
   login_window_seconds: setting(10, 86_400, 900, 'Window over which failed logins are counted, in seconds.', true),
-  write_budget_per_minute: setting(0, 1_000_000, 1200, 'Writes (non-GET requests) one user may make per minute, over all its tokens and sessions; 0 turns the budget off.', true),
+  write_budget_per_minute: setting(
+    0,
+    1_000_000,
+    1200,
+    'Writes (non-GET requests) one user may make per minute, over all its tokens and sessions; 0 turns the budget off.',
+    true,
+  ),
   audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.', true),
   traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
-  sync_wait_seconds: setting(0, 60, 5, 'How long a sync request waits for the node to acknowledge before answering 202, in seconds.'),
-  tcp_idle_timeout_seconds: setting(10, 604_800, 3600, 'Agents close a relayed TCP connection that carried no byte either way for this long, in seconds.'),
-  max_connections_per_source: setting(1, 100_000, 256, 'Open TCP connections one client address may hold on one rule; agents close further ones at once.'),
+  sync_wait_seconds: setting(
+    0,
+    60,
+    5,
+    'How long a sync request waits for the node to acknowledge before answering 202, in seconds.',
+  ),
+  tcp_idle_timeout_seconds: setting(
+    10,
+    604_800,
+    3600,
+    'Agents close a relayed TCP connection that carried no byte either way for this long, in seconds.',
+  ),
+  max_connections_per_source: setting(
+    1,
+    100_000,
+    256,
+    'Open TCP connections one client address may hold on one rule; agents close further ones at once.',
+  ),
   install_dir: text(
     '/opt/portplane',
-    string({ min: 2, max: 200, pattern: /^(\/[A-Za-z0-9._-]+)+$/, refine: (v) => (v.split('/').includes('..') ? 'must not contain ..' : null), patternHint: 'must be an absolute path of letters, digits and . _ -', description: 'Where install-ssh puts the agent (and, if the node has no Node.js, a runtime) on a node.' }),
+    string({
+      min: 2,
+      max: 200,
+      pattern: /^(\/[A-Za-z0-9._-]+)+$/,
+      refine: (v) => (v.split('/').includes('..') ? 'must not contain ..' : null),
+      patternHint: 'must be an absolute path of letters, digits and . _ -',
+      description: 'Where install-ssh puts the agent (and, if the node has no Node.js, a runtime) on a node.',
+    }),
   ),
   install_service_name: text(
     'portplane-agent',
-    string({ min: 1, max: 64, pattern: /^[a-z0-9][a-z0-9_.-]*$/, patternHint: 'must be lower-case letters, digits and _ . -', description: 'Name of the systemd service install-ssh creates on a node.' }),
+    string({
+      min: 1,
+      max: 64,
+      pattern: /^[a-z0-9][a-z0-9_.-]*$/,
+      patternHint: 'must be lower-case letters, digits and _ . -',
+      description: 'Name of the systemd service install-ssh creates on a node.',
+    }),
   ),
   tls_next_pin: text(
     '',
-    string({ min: 0, max: 52, pattern: /^(sha256\/[A-Za-z0-9+/]{43}=)?$/, patternHint: 'must be empty or sha256/<base64 of 32 bytes>', description: "The pin of the key the master will serve next, announced to every connected agent so it accepts that key after the switch (see Rotating the master's key). Empty: none." }),
+    string({
+      min: 0,
+      max: 52,
+      pattern: /^(sha256\/[A-Za-z0-9+/]{43}=)?$/,
+      patternHint: 'must be empty or sha256/<base64 of 32 bytes>',
+      description:
+        "The pin of the key the master will serve next, announced to every connected agent so it accepts that key after the switch (see Rotating the master's key). Empty: none.",
+    }),
   ),
   install_master_url: text(
     '',
-    masterUrl({ allowEmpty: true, description: 'The address installed agents dial; empty: the address the install request was sent to.' }),
+    masterUrl({
+      allowEmpty: true,
+      description: 'The address installed agents dial; empty: the address the install request was sent to.',
+    }),
   ),
 } satisfies Record<string, Definition<number> | Definition<string>>;
 
@@ -59,7 +124,12 @@ export type SettingValues = { [K in SettingKey]: (typeof definitions)[K]['defaul
 export const settingKeys = Object.keys(definitions) as SettingKey[];
 
 /** The settings agents receive with their config, so a change is pushed to every connected agent. */
-export const agentKeys: readonly SettingKey[] = ['agent_report_interval_seconds', 'tcp_idle_timeout_seconds', 'max_connections_per_source', 'tls_next_pin'];
+export const agentKeys: readonly SettingKey[] = [
+  'agent_report_interval_seconds',
+  'tcp_idle_timeout_seconds',
+  'max_connections_per_source',
+  'tls_next_pin',
+];
 
 /** The settings that only a holder of `*` may change. */
 export const guardedKeys = settingKeys.filter((key) => definitions[key].guarded);
@@ -70,13 +140,17 @@ export function defaults(): SettingValues {
 
 /** The response schema: every key, required. */
 export const settingsSchema = object(
-  Object.fromEntries(settingKeys.map((key) => [key, definitions[key].schema])) as { [K in SettingKey]: Schema<SettingValues[K]> },
+  Object.fromEntries(settingKeys.map((key) => [key, definitions[key].schema])) as {
+    [K in SettingKey]: Schema<SettingValues[K]>;
+  },
   { name: 'Settings', description: 'Every setting with its current value.' },
 );
 
 /** The merge-patch schema (RFC 7396): any subset of keys; null resets a key to its default. */
 export const settingsPatchSchema = object(
-  Object.fromEntries(settingKeys.map((key) => [key, optional(nullable(definitions[key].schema as Schema<unknown>))])) as {
+  Object.fromEntries(
+    settingKeys.map((key) => [key, optional(nullable(definitions[key].schema as Schema<unknown>))]),
+  ) as {
     [K in SettingKey]: ReturnType<typeof optional<SettingValues[K] | null>>;
   },
   { name: 'SettingsPatch', description: 'A JSON merge patch: keys to change; null resets a key to its default.' },
@@ -105,7 +179,10 @@ export class Settings {
   }
 
   /** Applies a validated merge patch; the caller runs it inside a write with its audit entry. */
-  apply(patch: { [K in SettingKey]?: SettingValues[K] | null }): { before: Partial<SettingValues>; after: Partial<SettingValues> } {
+  apply(patch: { [K in SettingKey]?: SettingValues[K] | null }): {
+    before: Partial<SettingValues>;
+    after: Partial<SettingValues>;
+  } {
     const before: Partial<SettingValues> = {};
     const after: Partial<SettingValues> = {};
     for (const key of settingKeys) {

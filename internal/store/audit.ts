@@ -48,7 +48,10 @@ export function redact(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(redact);
   if (value && typeof value === 'object') {
     return Object.fromEntries(
-      Object.entries(value).map(([key, inner]) => [key, SECRET_KEY.test(key) && inner != null ? '[redacted]' : redact(inner)]),
+      Object.entries(value).map(([key, inner]) => [
+        key,
+        SECRET_KEY.test(key) && inner != null ? '[redacted]' : redact(inner),
+      ]),
     );
   }
   return value;

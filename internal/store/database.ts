@@ -58,7 +58,10 @@ export class Database {
     };
     return {
       run: (...params) => (guard(), statement.run(...(params as SQLInputValue[]))),
-      get: (...params) => (guard(), statement.get(...(params as SQLInputValue[])) as Record<string, SQLOutputValue> | undefined),
+      get: (...params) => (
+        guard(),
+        statement.get(...(params as SQLInputValue[])) as Record<string, SQLOutputValue> | undefined
+      ),
       all: (...params) => (guard(), statement.all(...(params as SQLInputValue[])) as Record<string, SQLOutputValue>[]),
     };
   }
@@ -162,7 +165,9 @@ export class Database {
   }
 
   schemaVersion(): number {
-    const row = this.db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as { version: number | null };
+    const row = this.db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as {
+      version: number | null;
+    };
     return row.version ?? 0;
   }
 
@@ -180,11 +185,15 @@ export class Database {
   }
 
   private migrate(): void {
-    this.db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+    this.db.exec(
+      'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT',
+    );
     const current = this.schemaVersion();
     const latest = migrations.length;
     if (current > latest) {
-      throw new Error(`the database is at schema version ${current}, newer than this master (${latest}); run a newer master`);
+      throw new Error(
+        `the database is at schema version ${current}, newer than this master (${latest}); run a newer master`,
+      );
     }
     const record = this.db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)');
     // Each migration commits on its own, at once: the schema must be in place before anything runs.

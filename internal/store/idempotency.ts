@@ -19,8 +19,12 @@ export class IdempotencyStore {
   private readonly trimStmt;
 
   constructor(db: Database) {
-    this.findStmt = db.prepare('SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE token_id = ? AND key = ? AND created_at > ?');
-    this.saveStmt = db.prepare(`INSERT INTO idempotency_keys (token_id, key, fingerprint, status, headers, body, created_at)
+    this.findStmt = db.prepare(
+      'SELECT fingerprint, status, headers, body FROM idempotency_keys WHERE token_id = ? AND key = ? AND ' +
+        'created_at > ?',
+    );
+    this.saveStmt =
+      db.prepare(`INSERT INTO idempotency_keys (token_id, key, fingerprint, status, headers, body, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT (token_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
         headers = excluded.headers, body = excluded.body, created_at = excluded.created_at`);
@@ -32,14 +36,21 @@ export class IdempotencyStore {
   /** The stored response for a key, unless it was stored at or before `notBefore`. */
   find(tokenId: number, key: string, notBefore: string): StoredResponse | undefined {
     const row = this.findStmt.get(tokenId, key, notBefore) as
-      | { fingerprint: string; status: number; headers: string; body: Uint8Array }
-      | undefined;
+      { fingerprint: string; status: number; headers: string; body: Uint8Array } | undefined;
     return row && { ...row, headers: JSON.parse(row.headers) as Record<string, string>, body: Buffer.from(row.body) };
   }
 
   /** Stores a response; a token keeps its KEYS_PER_TOKEN most recent ones. */
   save(tokenId: number, key: string, response: StoredResponse, at: string): void {
-    this.saveStmt.run(tokenId, key, response.fingerprint, response.status, JSON.stringify(response.headers), response.body, at);
+    this.saveStmt.run(
+      tokenId,
+      key,
+      response.fingerprint,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      at,
+    );
     this.trimStmt.run({ token_id: tokenId });
   }
 

@@ -56,7 +56,15 @@ const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, sta
 /** How much of an install's log a node keeps: the end, where the outcome is. */
 export const INSTALL_LOG_BYTES = 8192;
 
-function toNode({ tags, bytes_in, bytes_out, install_started_at, install_finished_at, install_log, ...row }: Row): Node {
+function toNode({
+  tags,
+  bytes_in,
+  bytes_out,
+  install_started_at,
+  install_finished_at,
+  install_log,
+  ...row
+}: Row): Node {
   return {
     ...row,
     tags: JSON.parse(tags) as string[],
@@ -116,9 +124,11 @@ export class NodeStore {
       SELECT (SELECT json_group_array(json(${NODE_JSON})) FROM shown) AS items,
         (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
     this.jsonStmt = db.prepare(`SELECT version, ${NODE_JSON} AS json FROM nodes WHERE id = ?`);
-    this.insertStmt = db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags, agent_token_hash, created_at, updated_at)
+    this.insertStmt =
+      db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags, agent_token_hash, created_at, updated_at)
       VALUES (:name, :host, :ssh_port, :ssh_user, :ssh_auth, :ssh_secret, :tags, :agent_token_hash, :at, :at) RETURNING id`);
-    this.updateStmt = db.prepare(`UPDATE nodes SET name = :name, host = :host, ssh_port = :ssh_port, ssh_user = :ssh_user, tags = :tags,
+    this.updateStmt =
+      db.prepare(`UPDATE nodes SET name = :name, host = :host, ssh_port = :ssh_port, ssh_user = :ssh_user, tags = :tags,
         ssh_auth = CASE WHEN :keep THEN ssh_auth ELSE :ssh_auth END,
         ssh_secret = CASE WHEN :keep THEN ssh_secret ELSE :ssh_secret END,
         version = version + 1, updated_at = :at
@@ -126,7 +136,9 @@ export class NodeStore {
     this.deleteStmt = db.prepare('DELETE FROM nodes WHERE id = ?');
     this.countStmt = db.prepare('SELECT count(*) AS n FROM nodes');
     this.byStatusStmt = db.prepare('SELECT status, count(*) AS n FROM nodes GROUP BY status');
-    this.bumpStmt = db.prepare('UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version');
+    this.bumpStmt = db.prepare(
+      'UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version',
+    );
     this.secretStmt = db.prepare('SELECT ssh_auth, ssh_secret FROM nodes WHERE id = ?');
     this.tokenStmt = db.prepare('SELECT agent_token_hash FROM nodes WHERE id = ?');
     this.setTokenStmt = db.prepare('UPDATE nodes SET agent_token_hash = ? WHERE id = ?');
@@ -134,11 +146,14 @@ export class NodeStore {
         agent_version = coalesce(:agent_version, agent_version) WHERE id = :id`);
     this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
     this.seenStmt = db.prepare('UPDATE nodes SET last_seen_at = ? WHERE id = ?');
-    this.installStartStmt = db.prepare(`UPDATE nodes SET status = 'installing', status_detail = ?, install_started_at = ?,
+    this.installStartStmt =
+      db.prepare(`UPDATE nodes SET status = 'installing', status_detail = ?, install_started_at = ?,
       install_finished_at = NULL, install_log = '' WHERE id = ?`);
     this.installLogStmt = db.prepare(`UPDATE nodes SET status_detail = :detail,
       install_log = substr(coalesce(install_log, '') || :line, -${INSTALL_LOG_BYTES}) WHERE id = :id`);
-    this.installEndStmt = db.prepare('UPDATE nodes SET status = :status, status_detail = :detail, install_finished_at = :at WHERE id = :id');
+    this.installEndStmt = db.prepare(
+      'UPDATE nodes SET status = :status, status_detail = :detail, install_finished_at = :at WHERE id = :id',
+    );
   }
 
   find(id: number): Node | undefined {
@@ -152,13 +167,25 @@ export class NodeStore {
   }
 
   list(filter: NodeFilter): Node[] {
-    const rows = this.listStmt.all({ after: filter.afterId, limit: filter.limit, status: filter.status, tag: filter.tag, q: filter.q }) as unknown as Row[];
+    const rows = this.listStmt.all({
+      after: filter.afterId,
+      limit: filter.limit,
+      status: filter.status,
+      tag: filter.tag,
+      q: filter.q,
+    }) as unknown as Row[];
     return rows.map(toNode);
   }
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
-    const row = this.pageStmt.get({ after: filter.afterId, limit: filter.limit, status: filter.status, tag: filter.tag, q: filter.q }) as { items: string; fetched: number; last_id: number | null };
+    const row = this.pageStmt.get({
+      after: filter.afterId,
+      limit: filter.limit,
+      status: filter.status,
+      tag: filter.tag,
+      q: filter.q,
+    }) as { items: string; fetched: number; last_id: number | null };
     return { items: row.items, lastId: row.fetched > filter.limit ? row.last_id : null };
   }
 
@@ -168,35 +195,48 @@ export class NodeStore {
   }
 
   /** Throws `conflict` when the name is taken. */
-  insert(fields: NodeFields, secret: { auth: SshAuth; sealed: Buffer | null }, agentTokenHash: Buffer, at: string): Node {
-    return unlessTaken(`the node name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => {
-      const { id } = this.insertStmt.get({
-        ...fields,
-        tags: JSON.stringify(fields.tags),
-        ssh_auth: secret.auth,
-        ssh_secret: secret.sealed,
-        agent_token_hash: agentTokenHash,
-        at,
-      }) as { id: number };
-      return this.find(id)!;
-    });
+  insert(
+    fields: NodeFields,
+    secret: { auth: SshAuth; sealed: Buffer | null },
+    agentTokenHash: Buffer,
+    at: string,
+  ): Node {
+    return unlessTaken(
+      `the node name '${fields.name}'`,
+      () => this.findByName(fields.name)?.id,
+      () => {
+        const { id } = this.insertStmt.get({
+          ...fields,
+          tags: JSON.stringify(fields.tags),
+          ssh_auth: secret.auth,
+          ssh_secret: secret.sealed,
+          agent_token_hash: agentTokenHash,
+          at,
+        }) as { id: number };
+        return this.find(id)!;
+      },
+    );
   }
 
   /** Throws `conflict` when the name is taken. */
   update(id: number, fields: NodeFields, secret: SshSecret, at: string): Node {
-    return unlessTaken(`the node name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => {
-      const keep = secret === 'keep';
-      this.updateStmt.run({
-        ...fields,
-        id,
-        tags: JSON.stringify(fields.tags),
-        keep: Number(keep),
-        ssh_auth: keep ? null : secret.auth,
-        ssh_secret: keep ? null : secret.sealed,
-        at,
-      });
-      return this.find(id)!;
-    });
+    return unlessTaken(
+      `the node name '${fields.name}'`,
+      () => this.findByName(fields.name)?.id,
+      () => {
+        const keep = secret === 'keep';
+        this.updateStmt.run({
+          ...fields,
+          id,
+          tags: JSON.stringify(fields.tags),
+          keep: Number(keep),
+          ssh_auth: keep ? null : secret.auth,
+          ssh_secret: keep ? null : secret.sealed,
+          at,
+        });
+        return this.find(id)!;
+      },
+    );
   }
 
   delete(id: number): void {
@@ -208,7 +248,9 @@ export class NodeStore {
   }
 
   countByStatus(): Record<string, number> {
-    return Object.fromEntries((this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]));
+    return Object.fromEntries(
+      (this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]),
+    );
   }
 
   /** Marks the node's desired configuration as changed; returns its new version. */
@@ -255,5 +297,4 @@ export class NodeStore {
     const row = this.secretStmt.get(id) as { ssh_auth: SshAuth; ssh_secret: Uint8Array | null } | undefined;
     return row && { auth: row.ssh_auth, sealed: row.ssh_secret };
   }
-
 }

@@ -26,17 +26,30 @@ export class PortStore {
 
   constructor(db: Database) {
     this.holderStmt = db.prepare('SELECT * FROM port_claims WHERE node_id = ? AND protocol = ? AND port = ?');
-    this.claimStmt = db.prepare('INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES (?, ?, ?, ?, ?)');
+    this.claimStmt = db.prepare(
+      'INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES (?, ?, ?, ?, ?)',
+    );
     this.releaseRuleStmt = db.prepare('DELETE FROM port_claims WHERE rule_id = ?');
     this.releaseTunnelStmt = db.prepare('DELETE FROM port_claims WHERE tunnel_id = ?');
-    this.tcpPortsStmt = db.prepare("SELECT port FROM port_claims WHERE node_id = ? AND protocol = 'tcp' AND port BETWEEN ? AND ? ORDER BY port");
+    this.tcpPortsStmt = db.prepare(
+      "SELECT port FROM port_claims WHERE node_id = ? AND protocol = 'tcp' AND port BETWEEN ? AND ? ORDER BY port",
+    );
   }
 
   /** The claim that holds `port` on the node for one of `transports`, other than `except`. */
-  holder(nodeId: number, transports: Transport[], port: number, except: { rule_id?: number; tunnel_id?: number } = {}): Claim | undefined {
+  holder(
+    nodeId: number,
+    transports: Transport[],
+    port: number,
+    except: { rule_id?: number; tunnel_id?: number } = {},
+  ): Claim | undefined {
     for (const transport of transports) {
       const claim = this.holderStmt.get(nodeId, transport, port) as Claim | undefined;
-      if (claim && !(except.rule_id !== undefined && claim.rule_id === except.rule_id) && !(except.tunnel_id !== undefined && claim.tunnel_id === except.tunnel_id)) {
+      if (
+        claim &&
+        !(except.rule_id !== undefined && claim.rule_id === except.rule_id) &&
+        !(except.tunnel_id !== undefined && claim.tunnel_id === except.tunnel_id)
+      ) {
         return claim;
       }
     }

@@ -33,7 +33,11 @@ function toRule(row: Row): Rule {
     targets: JSON.parse(row.targets) as string[],
     strategy: row.strategy,
     enabled: row.enabled === 1,
-    sync: { state: row.sync_state, error: row.sync_error === null ? null : JSON.parse(row.sync_error), applied_at: row.sync_applied_at },
+    sync: {
+      state: row.sync_state,
+      error: row.sync_error === null ? null : JSON.parse(row.sync_error),
+      applied_at: row.sync_applied_at,
+    },
     traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
     version: row.version,
     created_at: row.created_at,
@@ -65,7 +69,14 @@ const RULE_FILTER = `id > :after
 export function portTaken(claim: Claim, port: number): DomainError {
   const by = claim.rule_id !== null ? `rule ${claim.rule_id}` : `tunnel ${claim.tunnel_id}`;
   return new DomainError('conflict', `port ${port}/${claim.protocol} on node ${claim.node_id} is taken by ${by}`, {
-    conflict: { kind: 'port', nodeId: claim.node_id, protocol: claim.protocol, port, ruleId: claim.rule_id, tunnelId: claim.tunnel_id },
+    conflict: {
+      kind: 'port',
+      nodeId: claim.node_id,
+      protocol: claim.protocol,
+      port,
+      ruleId: claim.rule_id,
+      tunnelId: claim.tunnel_id,
+    },
   });
 }
 
@@ -95,9 +106,11 @@ export class RuleStore {
       SELECT '[' || coalesce((SELECT group_concat(v.json, ',' ORDER BY v.id) FROM shown JOIN rule_views v ON v.id = shown.id), '') || ']' AS items,
         (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
     this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
-    this.insertStmt = db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, created_at, updated_at)
+    this.insertStmt =
+      db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, created_at, updated_at)
       VALUES (:name, :node_id, :tunnel_id, :protocol, :listen_port, :targets, :strategy, :enabled, :at, :at) RETURNING id`);
-    this.updateStmt = db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
+    this.updateStmt =
+      db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
         listen_port = :listen_port, targets = :targets, strategy = :strategy, enabled = :enabled,
         sync_state = 'pending', sync_error = NULL, version = version + 1, updated_at = :at
       WHERE id = :id`);
@@ -105,7 +118,9 @@ export class RuleStore {
     this.byNodeStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE node_id = ? ORDER BY id`);
     this.idsByNodeStmt = db.prepare('SELECT id FROM rules WHERE node_id = ? ORDER BY id');
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
-    this.countsStmt = db.prepare('SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state');
+    this.countsStmt = db.prepare(
+      'SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state',
+    );
     this.pendingStmt = db.prepare("UPDATE rules SET sync_state = 'pending', sync_error = NULL WHERE id = ?");
     this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
         sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END
@@ -135,7 +150,11 @@ export class RuleStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
-    const row = this.pageStmt.get(this.filterParams(filter)) as { items: string; fetched: number; last_id: number | null };
+    const row = this.pageStmt.get(this.filterParams(filter)) as {
+      items: string;
+      fetched: number;
+      last_id: number | null;
+    };
     return { items: row.items, lastId: row.fetched > filter.limit ? row.last_id : null };
   }
 
@@ -149,8 +168,16 @@ export class RuleStore {
   }
 
   /** The claim that would stop `fields` from listening, if any (`except` is the rule being replaced). */
-  portHolder(fields: Pick<RuleFields, 'node_id' | 'protocol' | 'listen_port'>, exceptRuleId?: number): Claim | undefined {
-    return this.ports.holder(fields.node_id, transportsOf(fields.protocol), fields.listen_port, exceptRuleId === undefined ? {} : { rule_id: exceptRuleId });
+  portHolder(
+    fields: Pick<RuleFields, 'node_id' | 'protocol' | 'listen_port'>,
+    exceptRuleId?: number,
+  ): Claim | undefined {
+    return this.ports.holder(
+      fields.node_id,
+      transportsOf(fields.protocol),
+      fields.listen_port,
+      exceptRuleId === undefined ? {} : { rule_id: exceptRuleId },
+    );
   }
 
   /** Throws `conflict` naming the holder when the port is taken. */
@@ -180,7 +207,13 @@ export class RuleStore {
   }
 
   /** Records what the rule's node reported for it; a rule of another node is left alone. */
-  setSync(id: number, nodeId: number, state: SyncState, error: { code: string; detail: string } | null, at: string): void {
+  setSync(
+    id: number,
+    nodeId: number,
+    state: SyncState,
+    error: { code: string; detail: string } | null,
+    at: string,
+  ): void {
     this.syncStmt.run({ id, node_id: nodeId, state, error: error === null ? null : JSON.stringify(error), at });
   }
 
@@ -196,7 +229,11 @@ export class RuleStore {
     const rows = this.countsStmt.all() as { total: number; enabled: number; sync_state: SyncState }[];
     const by = { pending: 0, applied: 0, failed: 0 };
     for (const row of rows) by[row.sync_state] = row.total;
-    return { total: rows.reduce((n, r) => n + r.total, 0), enabled: rows.reduce((n, r) => n + r.enabled, 0), by_sync_state: by };
+    return {
+      total: rows.reduce((n, r) => n + r.total, 0),
+      enabled: rows.reduce((n, r) => n + r.enabled, 0),
+      by_sync_state: by,
+    };
   }
 
   private params(fields: RuleFields, at: string) {

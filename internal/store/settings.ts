@@ -9,7 +9,9 @@ export class SettingsStore {
 
   constructor(db: Database) {
     this.allStmt = db.prepare('SELECT key, value FROM settings');
-    this.putStmt = db.prepare('INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value');
+    this.putStmt = db.prepare(
+      'INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value',
+    );
     this.removeStmt = db.prepare('DELETE FROM settings WHERE key = ?');
   }
 

@@ -83,7 +83,10 @@ export function secureDataDir(dir: string): void {
   }
 }
 
-/** Opens the database in `dataDir`, securing the dir first. SQLite gives its -wal and -shm files the database file's mode. */
+/**
+ * Opens the database in `dataDir`, securing the dir first. SQLite gives its -wal and -shm files the database file's
+ * mode.
+ */
 export function openStore(dataDir: string): Store {
   secureDataDir(dataDir);
   const path = join(dataDir, 'master.db');

@@ -84,14 +84,23 @@ export class TokenStore {
     this.listStmt = db.prepare(`${SELECT} WHERE t.kind = 'api' AND t.id > :after
       AND (:user_id IS NULL OR t.user_id = :user_id) ORDER BY t.id LIMIT :limit`);
     this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
-    this.deleteForUserStmt = db.prepare('DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id');
+    this.deleteForUserStmt = db.prepare(
+      'DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id',
+    );
     this.touchStmt = db.prepare('UPDATE tokens SET last_used_at = ? WHERE id = ?');
     this.countStmt = db.prepare("SELECT count(*) AS n FROM tokens WHERE kind = 'api'");
     this.pruneStmt = db.prepare('DELETE FROM tokens WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING id');
   }
 
   insert(
-    input: { kind: TokenKind; name: string; user_id: number; scopes: Scope[]; secret_hash: Buffer; expires_at: string | null },
+    input: {
+      kind: TokenKind;
+      name: string;
+      user_id: number;
+      scopes: Scope[];
+      secret_hash: Buffer;
+      expires_at: string | null;
+    },
     at: string,
   ): Token {
     const { id } = this.insertStmt.get(
@@ -117,7 +126,11 @@ export class TokenStore {
   }
 
   list(filter: { afterId: number; limit: number; userId: number | null }): Token[] {
-    const rows = this.listStmt.all({ after: filter.afterId, limit: filter.limit, user_id: filter.userId }) as unknown as Row[];
+    const rows = this.listStmt.all({
+      after: filter.afterId,
+      limit: filter.limit,
+      user_id: filter.userId,
+    }) as unknown as Row[];
     return rows.map(toToken);
   }
 

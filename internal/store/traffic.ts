@@ -45,14 +45,25 @@ export class TrafficStore {
         AND (:node_id IS NULL OR node_id = :node_id)
         AND (:rule_id IS NULL OR rule_id = :rule_id)
       GROUP BY 1 ORDER BY 1`);
-    this.totalsStmt = db.prepare(`SELECT ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out FROM rules`);
+    this.totalsStmt = db.prepare(
+      `SELECT ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out ` +
+        `FROM rules`,
+    );
     this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
-    this.bucketStmt = db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?)
+    this.bucketStmt =
+      db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?)
       ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')}, bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
-    this.ruleTotalStmt = db.prepare(`UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} WHERE id = ?3 AND node_id = ?4`);
-    this.nodeTotalStmt = db.prepare(`UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} WHERE id = ?3`);
+    this.ruleTotalStmt = db.prepare(
+      `UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
+        `WHERE id = ?3 AND node_id = ?4`,
+    );
+    this.nodeTotalStmt = db.prepare(
+      `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
+        `WHERE id = ?3`,
+    );
     this.streamStmt = db.prepare('SELECT seq FROM traffic_streams WHERE node_id = ? AND stream = ?');
-    this.advanceStmt = db.prepare(`INSERT INTO traffic_streams (node_id, stream, seq, seen_at) VALUES (:node_id, :stream, :seq, :at)
+    this.advanceStmt =
+      db.prepare(`INSERT INTO traffic_streams (node_id, stream, seq, seen_at) VALUES (:node_id, :stream, :seq, :at)
       ON CONFLICT (node_id, stream) DO UPDATE SET seq = excluded.seq, seen_at = excluded.seen_at`);
     this.trimStreamsStmt = db.prepare(`DELETE FROM traffic_streams WHERE node_id = :node_id AND stream NOT IN
       (SELECT stream FROM traffic_streams WHERE node_id = :node_id ORDER BY seen_at DESC, rowid DESC LIMIT ${STREAMS_PER_NODE})`);
@@ -86,7 +97,13 @@ export class TrafficStore {
   }
 
   /** Buckets in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. */
-  series(filter: { from: number; to: number; step: number; node_id: number | null; rule_id: number | null }): TrafficPoint[] {
+  series(filter: {
+    from: number;
+    to: number;
+    step: number;
+    node_id: number | null;
+    rule_id: number | null;
+  }): TrafficPoint[] {
     return this.seriesStmt.all(filter) as unknown as TrafficPoint[];
   }
 

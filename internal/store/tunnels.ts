@@ -48,9 +48,11 @@ export class TunnelStore {
         AND (:status IS NULL OR status = :status)
         AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)
       ORDER BY id LIMIT :limit`);
-    this.insertStmt = db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at, updated_at)
+    this.insertStmt =
+      db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at, updated_at)
       VALUES (:name, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
-    this.updateStmt = db.prepare(`UPDATE tunnels SET name = :name, entry_node_id = :entry_node_id, exit_node_id = :exit_node_id,
+    this.updateStmt =
+      db.prepare(`UPDATE tunnels SET name = :name, entry_node_id = :entry_node_id, exit_node_id = :exit_node_id,
         listen_port = :listen_port, transport = :transport, status = 'pending', version = version + 1, updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM tunnels WHERE id = ?');
@@ -66,7 +68,13 @@ export class TunnelStore {
     return this.byName.get(name) as Tunnel | undefined;
   }
 
-  list(filter: { afterId: number; limit: number; node_id: number | null; status: string | null; q: string | null }): Tunnel[] {
+  list(filter: {
+    afterId: number;
+    limit: number;
+    node_id: number | null;
+    status: string | null;
+    q: string | null;
+  }): Tunnel[] {
     const { afterId, ...rest } = filter;
     return this.listStmt.all({ ...rest, after: afterId }) as unknown as Tunnel[];
   }
@@ -80,7 +88,11 @@ export class TunnelStore {
   insert(fields: TunnelFields, at: string): Tunnel {
     const holder = this.ports.holder(fields.exit_node_id, ['tcp'], fields.listen_port);
     if (holder) throw portTaken(holder, fields.listen_port);
-    const id = unlessTaken(`the tunnel name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => (this.insertStmt.get({ ...fields, at }) as { id: number }).id);
+    const id = unlessTaken(
+      `the tunnel name '${fields.name}'`,
+      () => this.findByName(fields.name)?.id,
+      () => (this.insertStmt.get({ ...fields, at }) as { id: number }).id,
+    );
     this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
   }
@@ -89,7 +101,11 @@ export class TunnelStore {
   update(id: number, fields: TunnelFields, at: string): Tunnel {
     const holder = this.ports.holder(fields.exit_node_id, ['tcp'], fields.listen_port, { tunnel_id: id });
     if (holder) throw portTaken(holder, fields.listen_port);
-    unlessTaken(`the tunnel name '${fields.name}'`, () => this.findByName(fields.name)?.id, () => this.updateStmt.run({ ...fields, id, at }));
+    unlessTaken(
+      `the tunnel name '${fields.name}'`,
+      () => this.findByName(fields.name)?.id,
+      () => this.updateStmt.run({ ...fields, id, at }),
+    );
     this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
   }
@@ -103,7 +119,8 @@ export class TunnelStore {
   }
 
   countByStatus(): Record<string, number> {
-    return Object.fromEntries((this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]));
+    return Object.fromEntries(
+      (this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]),
+    );
   }
-
 }

@@ -68,7 +68,8 @@ export class UserStore {
       ORDER BY id LIMIT :limit`);
     this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
-    this.updateStmt = db.prepare(`UPDATE users SET username = :username, password_hash = coalesce(:password_hash, password_hash),
+    this.updateStmt =
+      db.prepare(`UPDATE users SET username = :username, password_hash = coalesce(:password_hash, password_hash),
         scopes = :scopes, disabled = :disabled, version = version + 1, updated_at = :at
       WHERE id = :id RETURNING *`);
     this.deleteStmt = db.prepare('DELETE FROM users WHERE id = ?');
@@ -99,17 +100,21 @@ export class UserStore {
 
   /** Throws `conflict` when the username is taken. */
   insert(input: { username: string; password_hash: string; scopes: Scope[]; disabled: boolean }, at: string): User {
-    return unlessTaken(`the username '${input.username}'`, () => this.findWithHash(input.username)?.id, () => {
-      const row = this.insertStmt.get(
-        input.username,
-        input.password_hash,
-        JSON.stringify(input.scopes),
-        Number(input.disabled),
-        at,
-        at,
-      ) as unknown as Row;
-      return withoutHash(toUser(row));
-    });
+    return unlessTaken(
+      `the username '${input.username}'`,
+      () => this.findWithHash(input.username)?.id,
+      () => {
+        const row = this.insertStmt.get(
+          input.username,
+          input.password_hash,
+          JSON.stringify(input.scopes),
+          Number(input.disabled),
+          at,
+          at,
+        ) as unknown as Row;
+        return withoutHash(toUser(row));
+      },
+    );
   }
 
   /** A null `password_hash` keeps the current password. Throws `conflict` when the username is taken. */
@@ -118,18 +123,22 @@ export class UserStore {
     input: { username: string; password_hash: string | null; scopes: Scope[]; disabled: boolean },
     at: string,
   ): User {
-    return unlessTaken(`the username '${input.username}'`, () => this.findWithHash(input.username)?.id, () => {
-      const row = this.updateStmt.get({
-        id,
-        username: input.username,
-        password_hash: input.password_hash,
-        scopes: JSON.stringify(input.scopes),
-        disabled: Number(input.disabled),
-        at,
-      }) as unknown as Row;
-      this.credentials.bump();
-      return withoutHash(toUser(row));
-    });
+    return unlessTaken(
+      `the username '${input.username}'`,
+      () => this.findWithHash(input.username)?.id,
+      () => {
+        const row = this.updateStmt.get({
+          id,
+          username: input.username,
+          password_hash: input.password_hash,
+          scopes: JSON.stringify(input.scopes),
+          disabled: Number(input.disabled),
+          at,
+        }) as unknown as Row;
+        this.credentials.bump();
+        return withoutHash(toUser(row));
+      },
+    );
   }
 
   delete(id: number): void {
@@ -150,5 +159,4 @@ export class UserStore {
   otherSuperusers(exceptId: number): number {
     return (this.holdersStmt.get(exceptId) as { n: number }).n;
   }
-
 }

@@ -51,7 +51,9 @@ export class SyncHub {
     }
   }
 
-  /** Resolves true once the node acknowledges `version`, false after `timeoutMs` or at once when it is not connected. */
+  /**
+   * Resolves true once the node acknowledges `version`, false after `timeoutMs` or at once when it is not connected.
+   */
   waitApplied(nodeId: number, version: number, timeoutMs: number): Promise<boolean> {
     if (!this.connected.has(nodeId) || timeoutMs <= 0) return Promise.resolve(false);
     return new Promise((resolve) => {

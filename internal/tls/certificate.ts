@@ -62,7 +62,8 @@ function ipBytes(address: string): Buffer {
   const [head = '', tail] = text.split('::');
   const left = head ? head.split(':') : [];
   const right = tail ? tail.split(':') : [];
-  const groups = tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
+  const groups =
+    tail === undefined ? left : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
   const out = Buffer.alloc(16);
   groups.forEach((group, i) => out.writeUInt16BE(parseInt(group, 16), i * 2));
   return out;
@@ -78,7 +79,8 @@ const OID = {
   serverAuth: '1.3.6.1.5.5.7.3.1',
 };
 
-const extension = (id: string, critical: boolean, value: Buffer) => sequence(oid(id), ...(critical ? [TRUE] : []), octets(value));
+const extension = (id: string, critical: boolean, value: Buffer) =>
+  sequence(oid(id), ...(critical ? [TRUE] : []), octets(value));
 
 export interface SelfSigned {
   /** PEM of the certificate. */
@@ -91,14 +93,19 @@ export interface SelfSigned {
  * Makes a key pair and a certificate for it, signed by itself, valid from an hour ago for
  * `years`, naming `names` (hostnames and IP addresses) as subject alternative names.
  */
-export function selfSigned(names: readonly string[], options: { commonName?: string; years?: number; now?: Date } = {}): SelfSigned {
+export function selfSigned(
+  names: readonly string[],
+  options: { commonName?: string; years?: number; now?: Date } = {},
+): SelfSigned {
   const { publicKey, privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const now = options.now ?? new Date();
   const notBefore = new Date(now.getTime() - 3_600_000);
   const notAfter = new Date(now.getTime());
   notAfter.setUTCFullYear(notAfter.getUTCFullYear() + (options.years ?? 10));
   const name = sequence(set(sequence(oid(OID.commonName), utf8(options.commonName ?? 'portplane master'))));
-  const altNames = [...new Set(names)].map((n) => (isIPv4(n) || isIPv6(n) ? tlv(0x87, ipBytes(n)) : tlv(0x82, Buffer.from(n, 'ascii'))));
+  const altNames = [...new Set(names)].map((n) =>
+    isIPv4(n) || isIPv6(n) ? tlv(0x87, ipBytes(n)) : tlv(0x82, Buffer.from(n, 'ascii')),
+  );
   const algorithm = sequence(oid(OID.ecdsaWithSha256));
   const tbs = sequence(
     explicit(0, integer(Buffer.from([2]))),
@@ -122,6 +129,12 @@ export function selfSigned(names: readonly string[], options: { commonName?: str
   );
   const signature = sign('sha256', tbs, privateKey);
   const der = sequence(tbs, algorithm, bits(signature));
-  const body = der.toString('base64').replace(/(.{64})/g, '$1\n').trimEnd();
-  return { cert: `-----BEGIN CERTIFICATE-----\n${body}\n-----END CERTIFICATE-----\n`, key: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string };
+  const body = der
+    .toString('base64')
+    .replace(/(.{64})/g, '$1\n')
+    .trimEnd();
+  return {
+    cert: `-----BEGIN CERTIFICATE-----\n${body}\n-----END CERTIFICATE-----\n`,
+    key: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
+  };
 }

@@ -14,10 +14,15 @@ export interface TlsFiles {
   keyPath: string;
 }
 
-/** The names a certificate made for `listenHost` should carry: the address (or, for a wildcard, every local one) and the hostname. */
+/**
+ * The names a certificate made for `listenHost` should carry: the address (or, for a wildcard, every local one) and the
+ * hostname.
+ */
 export function namesFor(listenHost: string): string[] {
   const wildcard = listenHost === '0.0.0.0' || listenHost === '::' || listenHost === '';
-  const addresses = wildcard ? Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address.replace(/%.*$/, ''))) : [listenHost];
+  const addresses = wildcard
+    ? Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address.replace(/%.*$/, '')))
+    : [listenHost];
   return [...new Set([hostname(), 'localhost', ...addresses])];
 }
 
@@ -54,7 +59,8 @@ export class TlsIdentity {
     const cert = readFileSync(this.files.certPath, 'utf8');
     const key = readFileSync(this.files.keyPath, 'utf8');
     const x509 = new X509Certificate(cert);
-    if (!x509.checkPrivateKey(createPrivateKey(key))) throw new Error(`${this.files.keyPath} is not the key of ${this.files.certPath}`);
+    if (!x509.checkPrivateKey(createPrivateKey(key)))
+      throw new Error(`${this.files.keyPath} is not the key of ${this.files.certPath}`);
     Object.assign(this, { cert, key, pin: pinOf(x509), notAfter: new Date(x509.validTo).toISOString() });
   }
 }
