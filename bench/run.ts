@@ -249,7 +249,8 @@ request = function()
   counter = counter + 1
   local nodeId = (counter % ${NODES}) + 1
   local port = 20000 + math.floor(counter / ${NODES})
-  return wrk.format(nil, "/api/rules", nil, string.format('{"name":"c%d","node_id":%d,"protocol":"tcp","listen_port":%d,"targets":["10.9.9.9:80"]}', counter, nodeId, port))
+  local body = '{"name":"c%d","node_id":%d,"protocol":"tcp","listen_port":%d,"targets":["10.9.9.9:80"]}'
+  return wrk.format(nil, "/api/rules", nil, string.format(body, counter, nodeId, port))
 end
 `;
   const creates = wrk(`${master.url}/api/rules`, { connections: 20, seconds: SECONDS, lua: createLua });
@@ -625,8 +626,9 @@ function table(): string {
 const started = Date.now();
 ensureTools();
 console.error(
-  `CPU pinning: ` +
-    `${hasTaskset ? 'server on CPU 0, load on CPU 1 (taskset)' : 'not available (no taskset): figures share both CPUs'}`,
+  `CPU pinning: ` + hasTaskset
+    ? 'server on CPU 0, load on CPU 1 (taskset)'
+    : 'not available (no taskset): figures share both CPUs',
 );
 // BENCH_ONLY=control,fanout,data runs a subset (when working on one part).
 const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data').split(','));

@@ -55,66 +55,74 @@ async function nodeOf(m: Running, id: number) {
   return (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
 }
 
-test('a rule created through the API forwards real TCP and UDP traffic on the node, and the bytes reach the dashboard', async (t) => {
-  const m = await startMaster(t);
-  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
-  const echo = await echoServers(t);
-  const n = await node(m, 'edge');
-  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
-  startAgent(t, m.url, n.agent_token, stateDir);
-  const online = await until('the node to come online', async () => {
-    const current = await nodeOf(m, n.id);
-    return current.status === 'online' && current;
-  });
-  assert.equal(online.agent_version, '0.1.0');
-  assert.ok(online.last_seen_at);
+test(
+  'a rule created through the API forwards real TCP and UDP traffic on the node, and the ' +
+    'bytes reach the dashboard',
+  async (t) => {
+    const m = await startMaster(t);
+    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+    const echo = await echoServers(t);
+    const n = await node(m, 'edge');
+    const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+    startAgent(t, m.url, n.agent_token, stateDir);
+    const online = await until('the node to come online', async () => {
+      const current = await nodeOf(m, n.id);
+      return current.status === 'online' && current;
+    });
+    assert.equal(online.agent_version, '0.1.0');
+    assert.ok(online.last_seen_at);
 
-  const tcpPort = await freePort();
-  const udpPort = await freePort();
-  const tcpRule = (await rule(m, { node_id: n.id, listen_port: tcpPort, targets: [`127.0.0.1:${echo.tcp}`] })).body;
-  const udpRule = (
-    await rule(m, { node_id: n.id, listen_port: udpPort, protocol: 'udp', targets: [`127.0.0.1:${echo.udp}`] })
-  ).body;
-  const synced = await call(m.url, 'POST', `/api/rules/${tcpRule.id}/sync`, { token: m.admin });
-  assert.equal(synced.status, 200, JSON.stringify(synced.body));
-  assert.equal(synced.body.sync.state, 'applied');
-  assert.ok(synced.body.sync.applied_at);
-  const batch = await call(m.url, 'POST', '/api/rules/batch-sync', {
-    token: m.admin,
-    body: { ids: [tcpRule.id, udpRule.id] },
-  });
-  assert.deepEqual(batch.body.results, [
-    { id: tcpRule.id, outcome: 'applied' },
-    { id: udpRule.id, outcome: 'applied' },
-  ]);
+    const tcpPort = await freePort();
+    const udpPort = await freePort();
+    const tcpRule = (await rule(m, { node_id: n.id, listen_port: tcpPort, targets: [`127.0.0.1:${echo.tcp}`] })).body;
+    const udpRule = (
+      await rule(m, { node_id: n.id, listen_port: udpPort, protocol: 'udp', targets: [`127.0.0.1:${echo.udp}`] })
+    ).body;
+    const synced = await call(m.url, 'POST', `/api/rules/${tcpRule.id}/sync`, { token: m.admin });
+    assert.equal(synced.status, 200, JSON.stringify(synced.body));
+    assert.equal(synced.body.sync.state, 'applied');
+    assert.ok(synced.body.sync.applied_at);
+    const batch = await call(m.url, 'POST', '/api/rules/batch-sync', {
+      token: m.admin,
+      body: { ids: [tcpRule.id, udpRule.id] },
+    });
+    assert.deepEqual(batch.body.results, [
+      { id: tcpRule.id, outcome: 'applied' },
+      { id: udpRule.id, outcome: 'applied' },
+    ]);
 
-  const payload = Buffer.alloc(256 * 1024, 42);
-  assert.ok((await tcpRoundTrip(tcpPort, payload)).equals(payload));
-  assert.deepEqual(await udpRoundTrip(udpPort, ['one', 'two', 'three']), ['one', 'three', 'two']);
+    const payload = Buffer.alloc(256 * 1024, 42);
+    assert.ok((await tcpRoundTrip(tcpPort, payload)).equals(payload));
+    assert.deepEqual(await udpRoundTrip(udpPort, ['one', 'two', 'three']), ['one', 'three', 'two']);
 
-  const counted = await until('the traffic to be reported', async () => {
-    const tcp = (await call(m.url, 'GET', `/api/rules/${tcpRule.id}`, { token: m.admin })).body.traffic;
-    const udp = (await call(m.url, 'GET', `/api/rules/${udpRule.id}`, { token: m.admin })).body.traffic;
-    return (
-      tcp.bytes_in === payload.length &&
-      tcp.bytes_out === payload.length &&
-      udp.bytes_in === 11 &&
-      udp.bytes_out === 11 && { tcp, udp }
-    );
-  });
-  assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
-  const series = (
-    await call(
-      m.url,
-      'GET',
-      `/api/dashboard/traffic?step=60&from=${new Date(Date.now() - 600_000).toISOString()}&to=${new Date(Date.now() + 120_000).toISOString()}`,
-      { token: m.admin },
-    )
-  ).body;
-  const sum = series.points.reduce((acc: number, p: { bytes_in: number }) => acc + p.bytes_in, 0);
-  assert.equal(sum, payload.length + 11, "the buckets add up to the rules' totals, which are the bytes that crossed");
-  assert.deepEqual((await nodeOf(m, n.id)).traffic, { bytes_in: payload.length + 11, bytes_out: payload.length + 11 });
-});
+    const counted = await until('the traffic to be reported', async () => {
+      const tcp = (await call(m.url, 'GET', `/api/rules/${tcpRule.id}`, { token: m.admin })).body.traffic;
+      const udp = (await call(m.url, 'GET', `/api/rules/${udpRule.id}`, { token: m.admin })).body.traffic;
+      return (
+        tcp.bytes_in === payload.length &&
+        tcp.bytes_out === payload.length &&
+        udp.bytes_in === 11 &&
+        udp.bytes_out === 11 && { tcp, udp }
+      );
+    });
+    assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
+    const series = (
+      await call(
+        m.url,
+        'GET',
+        `/api/dashboard/traffic?step=60&from=${new Date(Date.now() - 600_000).toISOString()}` +
+          `&to=${new Date(Date.now() + 120_000).toISOString()}`,
+        { token: m.admin },
+      )
+    ).body;
+    const sum = series.points.reduce((acc: number, p: { bytes_in: number }) => acc + p.bytes_in, 0);
+    assert.equal(sum, payload.length + 11, "the buckets add up to the rules' totals, which are the bytes that crossed");
+    assert.deepEqual((await nodeOf(m, n.id)).traffic, {
+      bytes_in: payload.length + 11,
+      bytes_out: payload.length + 11,
+    });
+  },
+);
 
 test("a port in use on the node is a failed sync with the node's own error", async (t) => {
   const m = await startMaster(t);
@@ -135,40 +143,45 @@ test("a port in use on the node is a failed sync with the node's own error", asy
   assert.match(answer.body.detail, /already in use/);
 });
 
-test('forwarding survives the master going away; the agent reconnects when it returns; deleting the rule closes the port', async (t) => {
-  const first = await startMaster(t);
-  const port = Number(new URL(first.url).port);
-  const echo = await echoServers(t);
-  const n = await node(first, 'edge');
-  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
-  const agent = startAgent(t, first.url, n.agent_token, stateDir);
-  await until('online', async () => (await nodeOf(first, n.id)).status === 'online');
-  const listen = await freePort();
-  const created = (await rule(first, { node_id: n.id, listen_port: listen, targets: [`127.0.0.1:${echo.tcp}`] })).body;
-  assert.equal((await call(first.url, 'POST', `/api/rules/${created.id}/sync`, { token: first.admin })).status, 200);
+test(
+  'forwarding survives the master going away; the agent reconnects when it returns; deleting ' +
+    'the rule closes the port',
+  async (t) => {
+    const first = await startMaster(t);
+    const port = Number(new URL(first.url).port);
+    const echo = await echoServers(t);
+    const n = await node(first, 'edge');
+    const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+    const agent = startAgent(t, first.url, n.agent_token, stateDir);
+    await until('online', async () => (await nodeOf(first, n.id)).status === 'online');
+    const listen = await freePort();
+    const created = (await rule(first, { node_id: n.id, listen_port: listen, targets: [`127.0.0.1:${echo.tcp}`] }))
+      .body;
+    assert.equal((await call(first.url, 'POST', `/api/rules/${created.id}/sync`, { token: first.admin })).status, 200);
 
-  await first.close();
-  assert.equal((await tcpRoundTrip(listen, Buffer.from('still here'))).toString(), 'still here');
+    await first.close();
+    assert.equal((await tcpRoundTrip(listen, Buffer.from('still here'))).toString(), 'still here');
 
-  // The agent restarts while the master is down: it forwards from its saved config.
-  assert.equal(await stopAgent(agent), 0);
-  const again = startAgent(t, first.url, n.agent_token, stateDir);
-  await until(
-    'the restarted agent to listen',
-    async () => (await tcpRoundTrip(listen, Buffer.from('x')).catch(() => Buffer.alloc(0))).toString() === 'x',
-  );
+    // The agent restarts while the master is down: it forwards from its saved config.
+    assert.equal(await stopAgent(agent), 0);
+    const again = startAgent(t, first.url, n.agent_token, stateDir);
+    await until(
+      'the restarted agent to listen',
+      async () => (await tcpRoundTrip(listen, Buffer.from('x')).catch(() => Buffer.alloc(0))).toString() === 'x',
+    );
 
-  const second = await startMaster(t, { dataDir: first.dataDir, port });
-  await until('the agent to reconnect', async () => (await nodeOf(second, n.id)).status === 'online', 20_000);
-  assert.equal((await call(second.url, 'DELETE', `/api/rules/${created.id}`, { token: second.admin })).status, 204);
-  await until('the port to close', async () => (await probe(listen)) === 'ECONNREFUSED');
-  assert.equal(await stopAgent(again), 0);
-  const offline = await until('the master to notice the agent left', async () => {
-    const current = await nodeOf(second, n.id);
-    return current.status === 'offline' && current;
-  });
-  assert.equal(offline.status_detail, 'the agent link closed');
-});
+    const second = await startMaster(t, { dataDir: first.dataDir, port });
+    await until('the agent to reconnect', async () => (await nodeOf(second, n.id)).status === 'online', 20_000);
+    assert.equal((await call(second.url, 'DELETE', `/api/rules/${created.id}`, { token: second.admin })).status, 204);
+    await until('the port to close', async () => (await probe(listen)) === 'ECONNREFUSED');
+    assert.equal(await stopAgent(again), 0);
+    const offline = await until('the master to notice the agent left', async () => {
+      const current = await nodeOf(second, n.id);
+      return current.status === 'offline' && current;
+    });
+    assert.equal(offline.status_detail, 'the agent link closed');
+  },
+);
 
 test('a wrong agent token is refused and recorded on the node', async (t) => {
   const m = await startMaster(t);

@@ -46,57 +46,64 @@ test('a traffic report resent after a reconnect is counted once; a new stream st
   second.socket.destroy();
 });
 
-test("an agent cannot count traffic on another node's rules, and acknowledgements of old configs change nothing", async (t) => {
-  const m = await startMaster(t);
-  const mine = await node(m, 'mine');
-  const theirs = await node(m, 'theirs');
-  const ours = (await rule(m, { node_id: mine.id, listen_port: 80 })).body;
-  const foreign = (await rule(m, { node_id: theirs.id, listen_port: 80 })).body;
-  const raw = (await link(m, mine.agent_token)) as RawLink;
-  const config = await raw.next('config');
-  assert.deepEqual(
-    (config.rules as { id: number }[]).map((x) => x.id),
-    [ours.id],
-  );
+test(
+  "an agent cannot count traffic on another node's rules, and acknowledgements of old " + 'configs change nothing',
+  async (t) => {
+    const m = await startMaster(t);
+    const mine = await node(m, 'mine');
+    const theirs = await node(m, 'theirs');
+    const ours = (await rule(m, { node_id: mine.id, listen_port: 80 })).body;
+    const foreign = (await rule(m, { node_id: theirs.id, listen_port: 80 })).body;
+    const raw = (await link(m, mine.agent_token)) as RawLink;
+    const config = await raw.next('config');
+    assert.deepEqual(
+      (config.rules as { id: number }[]).map((x) => x.id),
+      [ours.id],
+    );
 
-  send(raw.socket, {
-    type: 'traffic',
-    stream: 's',
-    seq: 1,
-    at: Math.floor(Date.now() / 1000),
-    rules: [{ id: foreign.id, bytes_in: 999, bytes_out: 999 }],
-  });
-  await raw.next('traffic_ack');
-  assert.deepEqual(await ruleTraffic(m, foreign.id), { bytes_in: 0, bytes_out: 0 });
+    send(raw.socket, {
+      type: 'traffic',
+      stream: 's',
+      seq: 1,
+      at: Math.floor(Date.now() / 1000),
+      rules: [{ id: foreign.id, bytes_in: 999, bytes_out: 999 }],
+    });
+    await raw.next('traffic_ack');
+    assert.deepEqual(await ruleTraffic(m, foreign.id), { bytes_in: 0, bytes_out: 0 });
 
-  await call(m.url, 'PUT', `/api/rules/${ours.id}`, { token: m.admin, body: { ...ours, listen_port: 81 } });
-  const newer = await raw.next('config');
-  send(raw.socket, {
-    type: 'applied',
-    version: config.version,
-    results: [
-      { id: ours.id, state: 'applied', error: null },
-      { id: foreign.id, state: 'applied', error: null },
-    ],
-  });
-  send(raw.socket, {
-    type: 'applied',
-    version: newer.version,
-    results: [
-      { id: ours.id, state: 'failed', error: { code: 'port_in_use', detail: 'taken' } },
-      { id: foreign.id, state: 'applied', error: null },
-    ],
-  });
-  await new Promise((resolve) => setTimeout(resolve, 100));
-  const after = (await call(m.url, 'GET', `/api/rules/${ours.id}`, { token: m.admin })).body;
-  assert.deepEqual(after.sync, { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null });
-  assert.equal(
-    (await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state,
-    'pending',
-    "another node's rule is untouched",
-  );
-  raw.socket.destroy();
-});
+    await call(m.url, 'PUT', `/api/rules/${ours.id}`, { token: m.admin, body: { ...ours, listen_port: 81 } });
+    const newer = await raw.next('config');
+    send(raw.socket, {
+      type: 'applied',
+      version: config.version,
+      results: [
+        { id: ours.id, state: 'applied', error: null },
+        { id: foreign.id, state: 'applied', error: null },
+      ],
+    });
+    send(raw.socket, {
+      type: 'applied',
+      version: newer.version,
+      results: [
+        { id: ours.id, state: 'failed', error: { code: 'port_in_use', detail: 'taken' } },
+        { id: foreign.id, state: 'applied', error: null },
+      ],
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const after = (await call(m.url, 'GET', `/api/rules/${ours.id}`, { token: m.admin })).body;
+    assert.deepEqual(after.sync, {
+      state: 'failed',
+      error: { code: 'port_in_use', detail: 'taken' },
+      applied_at: null,
+    });
+    assert.equal(
+      (await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state,
+      'pending',
+      "another node's rule is untouched",
+    );
+    raw.socket.destroy();
+  },
+);
 
 test('the link refuses wrong tokens and protocols with a reason, and closes on malformed messages', async (t) => {
   const m = await startMaster(t);

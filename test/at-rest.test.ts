@@ -40,31 +40,35 @@ test('the data dir is 0700 and every file in it 0600 at every start, whatever mo
   assert.ok(existsSync(join(dataDir, 'master.db-wal')), 'the WAL is among them');
 });
 
-test('the sealing key can live outside the data dir; the database alone holds no readable credential or bearer secret', async (t) => {
-  const keyDir = mkdtempSync(join(tmpdir(), 'portplane-key-'));
-  const secretKeyPath = join(keyDir, 'sealing.key');
-  const m = await startMaster(t, { secretKeyPath });
-  const created = await node(m, 'edge', { ssh_password: 'hunter2-for-the-node' });
-  const token = (
-    await call(m.url, 'POST', '/api/tokens', {
-      token: m.admin,
-      body: { name: 'ci', scopes: ['audit:read'] },
-      headers: { 'idempotency-key': 'k1' },
-    })
-  ).body.token;
-  await m.app.store.committed();
-  assert.equal(statSync(secretKeyPath).mode & 0o777, 0o600);
-  assert.ok(!existsSync(join(m.dataDir, 'secret.key')), 'no key in the data dir');
-  const files = readdirSync(m.dataDir)
-    .filter((f) => f.startsWith('master.db'))
-    .map((f) => readFileSync(join(m.dataDir, f)));
-  for (const secret of ['hunter2-for-the-node', created.agent_token, token, m.admin]) {
-    assert.ok(
-      files.every((bytes) => !bytes.includes(secret)),
-      `${secret.slice(0, 8)}... is not on disk in the clear`,
-    );
-  }
-});
+test(
+  'the sealing key can live outside the data dir; the database alone holds no readable ' +
+    'credential or bearer secret',
+  async (t) => {
+    const keyDir = mkdtempSync(join(tmpdir(), 'portplane-key-'));
+    const secretKeyPath = join(keyDir, 'sealing.key');
+    const m = await startMaster(t, { secretKeyPath });
+    const created = await node(m, 'edge', { ssh_password: 'hunter2-for-the-node' });
+    const token = (
+      await call(m.url, 'POST', '/api/tokens', {
+        token: m.admin,
+        body: { name: 'ci', scopes: ['audit:read'] },
+        headers: { 'idempotency-key': 'k1' },
+      })
+    ).body.token;
+    await m.app.store.committed();
+    assert.equal(statSync(secretKeyPath).mode & 0o777, 0o600);
+    assert.ok(!existsSync(join(m.dataDir, 'secret.key')), 'no key in the data dir');
+    const files = readdirSync(m.dataDir)
+      .filter((f) => f.startsWith('master.db'))
+      .map((f) => readFileSync(join(m.dataDir, f)));
+    for (const secret of ['hunter2-for-the-node', created.agent_token, token, m.admin]) {
+      assert.ok(
+        files.every((bytes) => !bytes.includes(secret)),
+        `${secret.slice(0, 8)}... is not on disk in the clear`,
+      );
+    }
+  },
+);
 
 test('a token keeps at most its most recent stored replays', () => {
   const db = new Database(':memory:');
@@ -73,7 +77,8 @@ test('a token keeps at most its most recent stored replays', () => {
       "INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES ('u', 'x', '[]', '', '')",
     ).run();
     db.prepare(
-      "INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', x'00', '')",
+      "INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', " +
+        "x'00', '')",
     ).run();
   });
   const replays = new IdempotencyStore(db);

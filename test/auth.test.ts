@@ -53,43 +53,47 @@ test('a wrong password or unknown user is 401 with the same message, and audited
   assert.ok(!JSON.stringify(audit.body).includes('not-the-password'));
 });
 
-test('failed logins per user are slowed progressively: 429 with Retry-After, even for the right password, never a lockout', async (t) => {
-  const m = await startMaster(t);
-  for (let i = 0; i < 5; i++) {
-    assert.equal(
-      (await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: `guess-number-${i}` } }))
-        .status,
-      401,
-    );
-  }
-  const waits: number[] = [];
-  for (let i = 0; i < 4; i++) {
+test(
+  'failed logins per user are slowed progressively: 429 with Retry-After, even for the right ' +
+    'password, never a lockout',
+  async (t) => {
+    const m = await startMaster(t);
+    for (let i = 0; i < 5; i++) {
+      assert.equal(
+        (await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: `guess-number-${i}` } }))
+          .status,
+        401,
+      );
+    }
+    const waits: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const blocked = await call(m.url, 'POST', '/api/auth/login', {
+        body: { username: 'admin', password: ADMIN_PASSWORD },
+      });
+      assertProblem(blocked, 429, 'rate_limited');
+      waits.push(Number(blocked.headers.get('retry-after')));
+      // The stranger waits its turn and guesses wrong again: the next wait doubles.
+      m.advance(waits[i]! * 1000);
+      assert.equal(
+        (await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: `more-guesses-${i}` } }))
+          .status,
+        401,
+      );
+    }
+    assert.deepEqual(waits, [1, 2, 4, 8]);
+    // However long the guessing went on, the right password gets in after at most a minute's wait.
+    for (let i = 0; i < 20; i++) {
+      m.advance(60_000);
+      await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: `even-more-${i}` } });
+    }
     const blocked = await call(m.url, 'POST', '/api/auth/login', {
       body: { username: 'admin', password: ADMIN_PASSWORD },
     });
-    assertProblem(blocked, 429, 'rate_limited');
-    waits.push(Number(blocked.headers.get('retry-after')));
-    // The stranger waits its turn and guesses wrong again: the next wait doubles.
-    m.advance(waits[i]! * 1000);
-    assert.equal(
-      (await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: `more-guesses-${i}` } }))
-        .status,
-      401,
-    );
-  }
-  assert.deepEqual(waits, [1, 2, 4, 8]);
-  // However long the guessing went on, the right password gets in after at most a minute's wait.
-  for (let i = 0; i < 20; i++) {
+    assert.ok(Number(blocked.headers.get('retry-after')) <= 60);
     m.advance(60_000);
-    await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: `even-more-${i}` } });
-  }
-  const blocked = await call(m.url, 'POST', '/api/auth/login', {
-    body: { username: 'admin', password: ADMIN_PASSWORD },
-  });
-  assert.ok(Number(blocked.headers.get('retry-after')) <= 60);
-  m.advance(60_000);
-  assert.match(await login(m.url, 'admin', ADMIN_PASSWORD), /^mss_/);
-});
+    assert.match(await login(m.url, 'admin', ADMIN_PASSWORD), /^mss_/);
+  },
+);
 
 test('concurrent guesses are reserved before hashing: 40 at once against a limit of 5 check 5 passwords', async (t) => {
   const m = await startMaster(t);
@@ -105,33 +109,36 @@ test('concurrent guesses are reserved before hashing: 40 at once against a limit
   assert.equal(failed.body.items.length, 5, 'five passwords were checked');
 });
 
-test('a flood of logins is turned away past a few concurrent password checks, and the API keeps answering', async (t) => {
-  const m = await startMaster(t);
-  await call(m.url, 'PATCH', '/api/settings', {
-    token: m.admin,
-    body: { login_max_failures: 1000, login_max_failures_per_address: 100_000 },
-  });
-  const flood = Promise.all(
-    Array.from({ length: 60 }, (_, i) =>
-      call(m.url, 'POST', '/api/auth/login', { body: { username: `user-${i}`, password: 'wrong-password' } }),
-    ),
-  );
-  const meanwhile = await call(m.url, 'GET', '/api/settings', { token: m.admin });
-  assert.equal(meanwhile.status, 200);
-  const answers = await flood;
-  const busy = answers.filter((a) => a.status === 429);
-  assert.ok(
-    busy.length > 0 &&
-      busy.every((a) => /too many passwords/.test(a.body.detail) && a.headers.get('retry-after') === '1'),
-    JSON.stringify(answers.map((a) => a.status)),
-  );
-  assert.equal(answers.filter((a) => a.status === 401).length + busy.length, 60);
-  // Turned-away attempts count as no failure: the throttle saw only what was checked.
-  const checked = (
-    await call(m.url, 'GET', '/api/audit-logs?action=auth.login&status=failed&limit=1000', { token: m.admin })
-  ).body.items.length;
-  assert.equal(checked, 60 - busy.length);
-});
+test(
+  'a flood of logins is turned away past a few concurrent password checks, and the API keeps ' + 'answering',
+  async (t) => {
+    const m = await startMaster(t);
+    await call(m.url, 'PATCH', '/api/settings', {
+      token: m.admin,
+      body: { login_max_failures: 1000, login_max_failures_per_address: 100_000 },
+    });
+    const flood = Promise.all(
+      Array.from({ length: 60 }, (_, i) =>
+        call(m.url, 'POST', '/api/auth/login', { body: { username: `user-${i}`, password: 'wrong-password' } }),
+      ),
+    );
+    const meanwhile = await call(m.url, 'GET', '/api/settings', { token: m.admin });
+    assert.equal(meanwhile.status, 200);
+    const answers = await flood;
+    const busy = answers.filter((a) => a.status === 429);
+    assert.ok(
+      busy.length > 0 &&
+        busy.every((a) => /too many passwords/.test(a.body.detail) && a.headers.get('retry-after') === '1'),
+      JSON.stringify(answers.map((a) => a.status)),
+    );
+    assert.equal(answers.filter((a) => a.status === 401).length + busy.length, 60);
+    // Turned-away attempts count as no failure: the throttle saw only what was checked.
+    const checked = (
+      await call(m.url, 'GET', '/api/audit-logs?action=auth.login&status=failed&limit=1000', { token: m.admin })
+    ).body.items.length;
+    assert.equal(checked, 60 - busy.length);
+  },
+);
 
 test('failed logins are throttled per address across usernames', async (t) => {
   const m = await startMaster(t);

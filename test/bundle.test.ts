@@ -30,55 +30,59 @@ test('each bundle is one ESM file with a shebang that imports only node: builtin
   }
 });
 
-test('a copy of dist/master.mjs runs alone from an empty folder, prints the first admin password once, and drains on SIGTERM', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'portplane-bundle-'));
-  try {
-    copyFileSync('dist/master.mjs', join(dir, 'master.mjs'));
-    assert.deepEqual(readdirSync(dir), ['master.mjs']);
-    const child = spawn(process.execPath, ['master.mjs', '--listen', '127.0.0.1:0', '--data-dir', 'state'], {
-      cwd: dir,
-      env: { PATH: process.env.PATH ?? '' },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-    const lines: Record<string, unknown>[] = [];
-    const waitFor = (msg: string) =>
-      new Promise<Record<string, unknown>>((resolve) => {
-        const seen = lines.find((l) => l.msg === msg);
-        if (seen) return resolve(seen);
-        const onLine = (line: Record<string, unknown>) => line.msg === msg && resolve(line);
-        listeners.push(onLine);
+test(
+  'a copy of dist/master.mjs runs alone from an empty folder, prints the first admin ' +
+    'password once, and drains on SIGTERM',
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'portplane-bundle-'));
+    try {
+      copyFileSync('dist/master.mjs', join(dir, 'master.mjs'));
+      assert.deepEqual(readdirSync(dir), ['master.mjs']);
+      const child = spawn(process.execPath, ['master.mjs', '--listen', '127.0.0.1:0', '--data-dir', 'state'], {
+        cwd: dir,
+        env: { PATH: process.env.PATH ?? '' },
+        stdio: ['ignore', 'pipe', 'inherit'],
       });
-    const listeners: ((line: Record<string, unknown>) => void)[] = [];
-    createInterface({ input: child.stdout! }).on('line', (text) => {
-      const line = JSON.parse(text) as Record<string, unknown>;
-      lines.push(line);
-      for (const listener of listeners) listener(line);
-    });
+      const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+      const lines: Record<string, unknown>[] = [];
+      const waitFor = (msg: string) =>
+        new Promise<Record<string, unknown>>((resolve) => {
+          const seen = lines.find((l) => l.msg === msg);
+          if (seen) return resolve(seen);
+          const onLine = (line: Record<string, unknown>) => line.msg === msg && resolve(line);
+          listeners.push(onLine);
+        });
+      const listeners: ((line: Record<string, unknown>) => void)[] = [];
+      createInterface({ input: child.stdout! }).on('line', (text) => {
+        const line = JSON.parse(text) as Record<string, unknown>;
+        lines.push(line);
+        for (const listener of listeners) listener(line);
+      });
 
-    const admin = await waitFor('created the first admin; this password is shown only now');
-    const listening = await waitFor('listening');
-    const url = listening.url as string;
-    const token = await login(url, 'admin', admin.password as string);
-    const me = await call(url, 'GET', '/api/auth/me', { token });
-    assert.equal(me.body.user.username, 'admin');
-    assert.ok(existsSync(join(dir, 'state', 'master.db')));
+      const admin = await waitFor('created the first admin; this password is shown only now');
+      const listening = await waitFor('listening');
+      const url = listening.url as string;
+      const token = await login(url, 'admin', admin.password as string);
+      const me = await call(url, 'GET', '/api/auth/me', { token });
+      assert.equal(me.body.user.username, 'admin');
+      assert.ok(existsSync(join(dir, 'state', 'master.db')));
 
-    child.kill('SIGTERM');
-    assert.equal(await exited, 0);
-    assert.ok(lines.some((l) => l.msg === 'stopped'));
-    const requestLines = lines.filter((l) => l.msg === 'request');
-    assert.equal(requestLines.length, 2);
-    assert.ok(!JSON.stringify(requestLines).includes(token), 'bearer secrets are never logged');
-    assert.equal(
-      lines.filter((l) => JSON.stringify(l).includes(admin.password as string)).length,
-      1,
-      'the password is printed once',
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0);
+      assert.ok(lines.some((l) => l.msg === 'stopped'));
+      const requestLines = lines.filter((l) => l.msg === 'request');
+      assert.equal(requestLines.length, 2);
+      assert.ok(!JSON.stringify(requestLines).includes(token), 'bearer secrets are never logged');
+      assert.equal(
+        lines.filter((l) => JSON.stringify(l).includes(admin.password as string)).length,
+        1,
+        'the password is printed once',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
 
 /** A node binary on PATH older than 24, other than the pinned one (CI machines carry one). */
 function olderNode(): string | undefined {

@@ -68,136 +68,158 @@ test('configuration errors say what is wrong', () => {
   assert.deepEqual(parseConfig(['--version'], {}), { exit: 'version' });
 });
 
-test('agent configuration: flags over AGENT_* environment; the token, URL and pin are checked; plain HTTP only on this machine unless told', async () => {
-  const { parseAgentConfig } = await import('../cmd/agent/config.ts');
-  const token = `mat_7_${'a'.repeat(43)}`;
-  const pin = `sha256/${'Q'.repeat(43)}=`;
-  const base = { masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' };
-  const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
-    [
-      ['--master', 'https://10.0.0.1:8443/', '--master-pin', pin],
-      { AGENT_TOKEN: token },
-      { ...base, masterUrl: 'https://10.0.0.1:8443', masterPin: pin },
-    ],
-    [
-      ['--state-dir=/var/lib/pp', '--listen-host', '::'],
-      { AGENT_MASTER_URL: 'https://m.example', AGENT_TOKEN: token },
-      { ...base, masterUrl: 'https://m.example', stateDir: '/var/lib/pp', listenHost: '::' },
-    ],
-    [['--master', 'http://127.0.0.1:8080'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://127.0.0.1:8080' }],
-    [['--master', 'http://[::1]:8080'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://[::1]:8080' }],
-    [
-      ['--master', 'http://10.0.0.1:8080', '--insecure-http'],
-      { AGENT_TOKEN: token },
-      { ...base, masterUrl: 'http://10.0.0.1:8080' },
-    ],
-    [
-      ['--master', 'http://10.0.0.1:8080'],
-      { AGENT_TOKEN: token, AGENT_INSECURE_HTTP: 'true' },
-      { ...base, masterUrl: 'http://10.0.0.1:8080' },
-    ],
-  ];
-  for (const [argv, env, want] of cases)
-    assert.deepEqual(parseAgentConfig(argv, env), { config: want }, argv.join(' '));
-  const errors: [string[], Record<string, string>, RegExp][] = [
-    [[], { AGENT_TOKEN: token }, /--master/],
-    [['--master', 'not a url'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
-    [['--master', 'http://10.0.0.1:8080/a/path'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
-    [['--master', 'http://a$(reboot)b:8080'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
-    [['--master', 'http://10.0.0.1:8080'], { AGENT_TOKEN: token }, /in clear.*https:\/\/.*--insecure-http/],
-    [
-      ['--master', 'http://127.0.0.1:8080', '--master-pin', pin],
-      { AGENT_TOKEN: token },
-      /pins a TLS key: give the master as https/,
-    ],
-    [['--master', 'https://m', '--master-pin', 'sha256/short'], { AGENT_TOKEN: token }, /--master-pin must be sha256/],
-    [['--master', 'http://localhost'], {}, /agent token/],
-    [['--master', 'http://localhost', '--token', 'mst_abc'], {}, /agent token/],
-    [['--master', 'http://localhost', '--bogus'], { AGENT_TOKEN: token }, /unknown option/],
-  ];
-  for (const [argv, env, want] of errors) {
-    const result = parseAgentConfig(argv, env);
-    assert.ok('error' in result && want.test(result.error), `${argv.join(' ')} -> ${JSON.stringify(result)}`);
-  }
-});
+test(
+  'agent configuration: flags over AGENT_* environment; the token, URL and pin are checked; ' +
+    'plain HTTP only on this machine unless told',
+  async () => {
+    const { parseAgentConfig } = await import('../cmd/agent/config.ts');
+    const token = `mat_7_${'a'.repeat(43)}`;
+    const pin = `sha256/${'Q'.repeat(43)}=`;
+    const base = { masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' };
+    const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
+      [
+        ['--master', 'https://10.0.0.1:8443/', '--master-pin', pin],
+        { AGENT_TOKEN: token },
+        { ...base, masterUrl: 'https://10.0.0.1:8443', masterPin: pin },
+      ],
+      [
+        ['--state-dir=/var/lib/pp', '--listen-host', '::'],
+        { AGENT_MASTER_URL: 'https://m.example', AGENT_TOKEN: token },
+        { ...base, masterUrl: 'https://m.example', stateDir: '/var/lib/pp', listenHost: '::' },
+      ],
+      [['--master', 'http://127.0.0.1:8080'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://127.0.0.1:8080' }],
+      [['--master', 'http://[::1]:8080'], { AGENT_TOKEN: token }, { ...base, masterUrl: 'http://[::1]:8080' }],
+      [
+        ['--master', 'http://10.0.0.1:8080', '--insecure-http'],
+        { AGENT_TOKEN: token },
+        { ...base, masterUrl: 'http://10.0.0.1:8080' },
+      ],
+      [
+        ['--master', 'http://10.0.0.1:8080'],
+        { AGENT_TOKEN: token, AGENT_INSECURE_HTTP: 'true' },
+        { ...base, masterUrl: 'http://10.0.0.1:8080' },
+      ],
+    ];
+    for (const [argv, env, want] of cases)
+      assert.deepEqual(parseAgentConfig(argv, env), { config: want }, argv.join(' '));
+    const errors: [string[], Record<string, string>, RegExp][] = [
+      [[], { AGENT_TOKEN: token }, /--master/],
+      [['--master', 'not a url'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
+      [['--master', 'http://10.0.0.1:8080/a/path'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
+      [['--master', 'http://a$(reboot)b:8080'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
+      [['--master', 'http://10.0.0.1:8080'], { AGENT_TOKEN: token }, /in clear.*https:\/\/.*--insecure-http/],
+      [
+        ['--master', 'http://127.0.0.1:8080', '--master-pin', pin],
+        { AGENT_TOKEN: token },
+        /pins a TLS key: give the master as https/,
+      ],
+      [
+        ['--master', 'https://m', '--master-pin', 'sha256/short'],
+        { AGENT_TOKEN: token },
+        /--master-pin must be sha256/,
+      ],
+      [['--master', 'http://localhost'], {}, /agent token/],
+      [['--master', 'http://localhost', '--token', 'mst_abc'], {}, /agent token/],
+      [['--master', 'http://localhost', '--bogus'], { AGENT_TOKEN: token }, /unknown option/],
+    ];
+    for (const [argv, env, want] of errors) {
+      const result = parseAgentConfig(argv, env);
+      assert.ok('error' in result && want.test(result.error), `${argv.join(' ')} -> ${JSON.stringify(result)}`);
+    }
+  },
+);
 
-test('agent env files are data: each line KEY=VALUE taken literally, never through a shell; flags win over the file, the file over the environment', async () => {
-  const { parseAgentConfig, parseEnvFile } = await import('../cmd/agent/config.ts');
-  const token = `mat_7_${'a'.repeat(43)}`;
-  const files: Record<string, string> = {
-    '/etc/good.env': `# written by install-ssh\nAGENT_MASTER_URL=https://m.example:8443\nAGENT_TOKEN=${token}\n\n`,
-    '/etc/hostile.env': `AGENT_MASTER_URL=http://x$(touch /tmp/pwned):1\nAGENT_TOKEN=${token}\n`,
-    '/etc/quoted.env': `AGENT_MASTER_URL="https://m.example"\nAGENT_TOKEN=${token}\n`,
-    '/etc/other.env': `PATH=/evil\nAGENT_TOKEN=${token}\n`,
-  };
-  const read = (path: string) => {
-    if (!(path in files)) throw new Error('ENOENT: no such file');
-    return files[path]!;
-  };
-  assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env'], { AGENT_MASTER_URL: 'http://from-env' }, read), {
-    config: {
-      masterUrl: 'https://m.example:8443',
-      masterPin: null,
-      token,
-      stateDir: './agent-state',
-      listenHost: '0.0.0.0',
-    },
-  });
-  assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
-    config: { masterUrl: 'http://localhost', masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' },
-  });
-  assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
-    config: {
-      masterUrl: 'https://m.example:8443',
-      masterPin: null,
-      token,
-      stateDir: './agent-state',
-      listenHost: '0.0.0.0',
-    },
-  });
-  const errors: [string, RegExp][] = [
-    ['/etc/hostile.env', /must be http\(s\):\/\/HOST.*\$\(touch \/tmp\/pwned\)/],
-    ['/etc/quoted.env', /must be http\(s\):\/\/HOST.*"https/],
-    ['/etc/other.env', /line 1 is not KEY=VALUE/],
-    ['/etc/missing.env', /cannot read --env-file/],
-  ];
-  for (const [path, want] of errors) {
-    const result = parseAgentConfig(['--env-file', path], {}, read);
-    assert.ok('error' in result && want.test(result.error), `${path} -> ${JSON.stringify(result)}`);
-  }
-  assert.deepEqual(parseEnvFile("AGENT_TOKEN=a=b c 'd' `e`\n"), { AGENT_TOKEN: "a=b c 'd' `e`" });
-});
+test(
+  'agent env files are data: each line KEY=VALUE taken literally, never through a shell; ' +
+    'flags win over the file, the file over the environment',
+  async () => {
+    const { parseAgentConfig, parseEnvFile } = await import('../cmd/agent/config.ts');
+    const token = `mat_7_${'a'.repeat(43)}`;
+    const files: Record<string, string> = {
+      '/etc/good.env': `# written by install-ssh\nAGENT_MASTER_URL=https://m.example:8443\nAGENT_TOKEN=${token}\n\n`,
+      '/etc/hostile.env': `AGENT_MASTER_URL=http://x$(touch /tmp/pwned):1\nAGENT_TOKEN=${token}\n`,
+      '/etc/quoted.env': `AGENT_MASTER_URL="https://m.example"\nAGENT_TOKEN=${token}\n`,
+      '/etc/other.env': `PATH=/evil\nAGENT_TOKEN=${token}\n`,
+    };
+    const read = (path: string) => {
+      if (!(path in files)) throw new Error('ENOENT: no such file');
+      return files[path]!;
+    };
+    assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env'], { AGENT_MASTER_URL: 'http://from-env' }, read), {
+      config: {
+        masterUrl: 'https://m.example:8443',
+        masterPin: null,
+        token,
+        stateDir: './agent-state',
+        listenHost: '0.0.0.0',
+      },
+    });
+    assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
+      config: {
+        masterUrl: 'http://localhost',
+        masterPin: null,
+        token,
+        stateDir: './agent-state',
+        listenHost: '0.0.0.0',
+      },
+    });
+    assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
+      config: {
+        masterUrl: 'https://m.example:8443',
+        masterPin: null,
+        token,
+        stateDir: './agent-state',
+        listenHost: '0.0.0.0',
+      },
+    });
+    const errors: [string, RegExp][] = [
+      ['/etc/hostile.env', /must be http\(s\):\/\/HOST.*\$\(touch \/tmp\/pwned\)/],
+      ['/etc/quoted.env', /must be http\(s\):\/\/HOST.*"https/],
+      ['/etc/other.env', /line 1 is not KEY=VALUE/],
+      ['/etc/missing.env', /cannot read --env-file/],
+    ];
+    for (const [path, want] of errors) {
+      const result = parseAgentConfig(['--env-file', path], {}, read);
+      assert.ok('error' in result && want.test(result.error), `${path} -> ${JSON.stringify(result)}`);
+    }
+    assert.deepEqual(parseEnvFile("AGENT_TOKEN=a=b c 'd' `e`\n"), { AGENT_TOKEN: "a=b c 'd' `e`" });
+  },
+);
 
-test('master URLs are http(s), a hostname or IP address, and an optional port: nothing a shell or parser could read as syntax', async () => {
-  const { masterOrigin } = await import('../internal/schema/net.ts');
-  const good: [string, string][] = [
-    ['http://192.0.2.1:8080', 'http://192.0.2.1:8080'],
-    ['https://Master.Example.net/', 'https://master.example.net'],
-    ['https://[2001:db8::1]:8443', 'https://[2001:db8::1]:8443'],
-    ['http://localhost', 'http://localhost'],
-  ];
-  for (const [input, want] of good) assert.equal(masterOrigin(input), want, input);
-  const hostile = [
-    'http://a$(reboot)b:8080',
-    'http://a;reboot:8080',
-    'http://a`id`:1',
-    'http://a&b',
-    'http://a|b',
-    "http://a'b",
-    'http://a"b',
-    'http://a b',
-    'http://user:pw@host',
-    'http://host/path',
-    'http://host?x',
-    'http://host#x',
-    'ftp://host',
-    'http://host:0',
-    'http://host:65536',
-    'http://[zz::1]',
-    'http://host\nAGENT_TOKEN=x',
-    'http://-host',
-    'http://host:8080 --evil',
-    '',
-  ];
-  for (const input of hostile) assert.equal(masterOrigin(input), null, JSON.stringify(input));
-});
+test(
+  'master URLs are http(s), a hostname or IP address, and an optional port: nothing a shell ' +
+    'or parser could read as syntax',
+  async () => {
+    const { masterOrigin } = await import('../internal/schema/net.ts');
+    const good: [string, string][] = [
+      ['http://192.0.2.1:8080', 'http://192.0.2.1:8080'],
+      ['https://Master.Example.net/', 'https://master.example.net'],
+      ['https://[2001:db8::1]:8443', 'https://[2001:db8::1]:8443'],
+      ['http://localhost', 'http://localhost'],
+    ];
+    for (const [input, want] of good) assert.equal(masterOrigin(input), want, input);
+    const hostile = [
+      'http://a$(reboot)b:8080',
+      'http://a;reboot:8080',
+      'http://a`id`:1',
+      'http://a&b',
+      'http://a|b',
+      "http://a'b",
+      'http://a"b',
+      'http://a b',
+      'http://user:pw@host',
+      'http://host/path',
+      'http://host?x',
+      'http://host#x',
+      'ftp://host',
+      'http://host:0',
+      'http://host:65536',
+      'http://[zz::1]',
+      'http://host\nAGENT_TOKEN=x',
+      'http://-host',
+      'http://host:8080 --evil',
+      '',
+    ];
+    for (const input of hostile) assert.equal(masterOrigin(input), null, JSON.stringify(input));
+  },
+);

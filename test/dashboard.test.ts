@@ -31,59 +31,62 @@ test('the dashboard counts every resource by state and shows license usage', asy
   });
 });
 
-test('traffic: an empty series before any traffic, then buckets summed per step that reconcile with the totals', async (t) => {
-  const m = await startMaster(t);
-  const a = await node(m, 'a');
-  const b = await node(m, 'b');
-  const r1 = (await rule(m, { node_id: a.id, listen_port: 1 })).body;
-  const r2 = (await rule(m, { node_id: b.id, listen_port: 1 })).body;
-  const base = Math.floor(Date.UTC(2026, 10, 20, 10, 0, 0) / 1000);
-  const range = '?from=2026-11-20T10:00:00Z&to=2026-11-20T12:00:00Z';
-  const empty = await call(m.url, 'GET', `/api/dashboard/traffic${range}`, { token: m.admin });
-  assert.deepEqual(empty.body, {
-    from: '2026-11-20T10:00:00Z',
-    to: '2026-11-20T12:00:00Z',
-    step: 3600,
-    node_id: null,
-    rule_id: null,
-    points: [],
-  });
+test(
+  'traffic: an empty series before any traffic, then buckets summed per step that reconcile ' + 'with the totals',
+  async (t) => {
+    const m = await startMaster(t);
+    const a = await node(m, 'a');
+    const b = await node(m, 'b');
+    const r1 = (await rule(m, { node_id: a.id, listen_port: 1 })).body;
+    const r2 = (await rule(m, { node_id: b.id, listen_port: 1 })).body;
+    const base = Math.floor(Date.UTC(2026, 10, 20, 10, 0, 0) / 1000);
+    const range = '?from=2026-11-20T10:00:00Z&to=2026-11-20T12:00:00Z';
+    const empty = await call(m.url, 'GET', `/api/dashboard/traffic${range}`, { token: m.admin });
+    assert.deepEqual(empty.body, {
+      from: '2026-11-20T10:00:00Z',
+      to: '2026-11-20T12:00:00Z',
+      step: 3600,
+      node_id: null,
+      rule_id: null,
+      points: [],
+    });
 
-  m.app.store.write(() => {
-    m.app.store.traffic.record(r1.id, a.id, base + 10, 100, 1000);
-    m.app.store.traffic.record(r1.id, a.id, base + 50, 1, 2);
-    m.app.store.traffic.record(r1.id, a.id, base + 3600 + 5, 10, 20);
-    m.app.store.traffic.record(r2.id, b.id, base + 120, 7, 7);
-  });
-  const hourly = await call(m.url, 'GET', `/api/dashboard/traffic${range}`, { token: m.admin });
-  assert.deepEqual(hourly.body.points, [
-    { at: '2026-11-20T10:00:00Z', bytes_in: 108, bytes_out: 1009 },
-    { at: '2026-11-20T11:00:00Z', bytes_in: 10, bytes_out: 20 },
-  ]);
-  const perMinute = await call(m.url, 'GET', `/api/dashboard/traffic${range}&step=60&rule_id=${r1.id}`, {
-    token: m.admin,
-  });
-  assert.deepEqual(
-    perMinute.body.points.map((p: { at: string; bytes_in: number }) => [p.at, p.bytes_in]),
-    [
-      ['2026-11-20T10:00:00Z', 101],
-      ['2026-11-20T11:00:00Z', 10],
-    ],
-  );
-  const byNode = await call(m.url, 'GET', `/api/dashboard/traffic${range}&node_id=${b.id}`, { token: m.admin });
-  assert.deepEqual(byNode.body.points, [{ at: '2026-11-20T10:00:00Z', bytes_in: 7, bytes_out: 7 }]);
+    m.app.store.write(() => {
+      m.app.store.traffic.record(r1.id, a.id, base + 10, 100, 1000);
+      m.app.store.traffic.record(r1.id, a.id, base + 50, 1, 2);
+      m.app.store.traffic.record(r1.id, a.id, base + 3600 + 5, 10, 20);
+      m.app.store.traffic.record(r2.id, b.id, base + 120, 7, 7);
+    });
+    const hourly = await call(m.url, 'GET', `/api/dashboard/traffic${range}`, { token: m.admin });
+    assert.deepEqual(hourly.body.points, [
+      { at: '2026-11-20T10:00:00Z', bytes_in: 108, bytes_out: 1009 },
+      { at: '2026-11-20T11:00:00Z', bytes_in: 10, bytes_out: 20 },
+    ]);
+    const perMinute = await call(m.url, 'GET', `/api/dashboard/traffic${range}&step=60&rule_id=${r1.id}`, {
+      token: m.admin,
+    });
+    assert.deepEqual(
+      perMinute.body.points.map((p: { at: string; bytes_in: number }) => [p.at, p.bytes_in]),
+      [
+        ['2026-11-20T10:00:00Z', 101],
+        ['2026-11-20T11:00:00Z', 10],
+      ],
+    );
+    const byNode = await call(m.url, 'GET', `/api/dashboard/traffic${range}&node_id=${b.id}`, { token: m.admin });
+    assert.deepEqual(byNode.body.points, [{ at: '2026-11-20T10:00:00Z', bytes_in: 7, bytes_out: 7 }]);
 
-  const rule1 = (await call(m.url, 'GET', `/api/rules/${r1.id}`, { token: m.admin })).body;
-  assert.deepEqual(rule1.traffic, { bytes_in: 111, bytes_out: 1022 });
-  assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${a.id}`, { token: m.admin })).body.traffic, {
-    bytes_in: 111,
-    bytes_out: 1022,
-  });
-  assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, {
-    bytes_in: 118,
-    bytes_out: 1029,
-  });
-});
+    const rule1 = (await call(m.url, 'GET', `/api/rules/${r1.id}`, { token: m.admin })).body;
+    assert.deepEqual(rule1.traffic, { bytes_in: 111, bytes_out: 1022 });
+    assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${a.id}`, { token: m.admin })).body.traffic, {
+      bytes_in: 111,
+      bytes_out: 1022,
+    });
+    assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, {
+      bytes_in: 118,
+      bytes_out: 1029,
+    });
+  },
+);
 
 test('traffic: bad ranges and steps are 400 naming the parameter; old buckets are pruned', async (t) => {
   const m = await startMaster(t);

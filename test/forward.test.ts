@@ -87,43 +87,46 @@ test('apply is idempotent: an unchanged rule keeps its open connections; a remov
   assert.equal((error as NodeJS.ErrnoException).code, 'ECONNREFUSED');
 });
 
-test('failures come back as machine codes: port in use, unresolvable targets, tunnels; disabled rules do not listen', async (t) => {
-  const echo = await tcpEcho(t);
-  const blocker = createServer().listen(0, '127.0.0.1');
-  await once(blocker, 'listening');
-  t.after(() => blocker.close());
-  const taken = (blocker.address() as AddressInfo).port;
-  const free = await freePort();
-  const forwarder = new Forwarder('127.0.0.1');
-  t.after(() => forwarder.close());
-  const results = await forwarder.apply([
-    rule(1, taken, [`127.0.0.1:${echo}`], { protocol: 'tcp+udp' }),
-    rule(
-      2,
-      free,
-      Array.from({ length: 16 }, (_, i) => `no-such-host-${i}-${'x'.repeat(50)}.invalid:80`),
-    ),
-    rule(3, free, [`127.0.0.1:${echo}`], { tunnel_id: 9 }),
-    rule(4, free, [`127.0.0.1:${echo}`], { enabled: false }),
-  ]);
-  assert.deepEqual(
-    results.map((r) => [r.id, r.state, r.error?.code ?? null]),
-    [
-      [1, 'failed', 'port_in_use'],
-      [2, 'failed', 'target_unresolvable'],
-      [3, 'failed', 'tunnel_not_supported'],
-      [4, 'applied', null],
-    ],
-  );
-  // The master reads details of at most 500 characters: sixteen long target names are cut short.
-  assert.ok(results[1]!.error!.detail.length <= 300);
-  assert.deepEqual([...forwarder.listening()], []);
-  // The UDP half of rule 1 was not left bound when its TCP half failed.
-  const probe = createSocket('udp4');
-  probe.bind(taken, '127.0.0.1');
-  await once(probe, 'listening');
-  probe.close();
-});
+test(
+  'failures come back as machine codes: port in use, unresolvable targets, tunnels; disabled ' + 'rules do not listen',
+  async (t) => {
+    const echo = await tcpEcho(t);
+    const blocker = createServer().listen(0, '127.0.0.1');
+    await once(blocker, 'listening');
+    t.after(() => blocker.close());
+    const taken = (blocker.address() as AddressInfo).port;
+    const free = await freePort();
+    const forwarder = new Forwarder('127.0.0.1');
+    t.after(() => forwarder.close());
+    const results = await forwarder.apply([
+      rule(1, taken, [`127.0.0.1:${echo}`], { protocol: 'tcp+udp' }),
+      rule(
+        2,
+        free,
+        Array.from({ length: 16 }, (_, i) => `no-such-host-${i}-${'x'.repeat(50)}.invalid:80`),
+      ),
+      rule(3, free, [`127.0.0.1:${echo}`], { tunnel_id: 9 }),
+      rule(4, free, [`127.0.0.1:${echo}`], { enabled: false }),
+    ]);
+    assert.deepEqual(
+      results.map((r) => [r.id, r.state, r.error?.code ?? null]),
+      [
+        [1, 'failed', 'port_in_use'],
+        [2, 'failed', 'target_unresolvable'],
+        [3, 'failed', 'tunnel_not_supported'],
+        [4, 'applied', null],
+      ],
+    );
+    // The master reads details of at most 500 characters: sixteen long target names are cut short.
+    assert.ok(results[1]!.error!.detail.length <= 300);
+    assert.deepEqual([...forwarder.listening()], []);
+    // The UDP half of rule 1 was not left bound when its TCP half failed.
+    const probe = createSocket('udp4');
+    probe.bind(taken, '127.0.0.1');
+    await once(probe, 'listening');
+    probe.close();
+  },
+);
 
 test('UDP sessions expire when idle, and the session cap turns away new clients', async (t) => {
   const echo = await udpEcho(t);

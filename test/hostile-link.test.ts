@@ -38,23 +38,26 @@ function closed(raw: RawLink): Promise<void> {
 const upgrade = (target: string, extra = '') =>
   `GET ${target} HTTP/1.1\r\nHost: master\r\nConnection: Upgrade\r\nUpgrade: ${LINK_PROTOCOL}\r\n${extra}\r\n`;
 
-test('malformed request targets on the upgrade path and on ordinary requests are 400, and the master keeps serving', async (t) => {
-  const m = await startMaster(t);
-  // This one request line used to throw in the upgrade handler and end the process.
-  for (const target of ['//[', '//[::1', 'http://[/agent/v1/link', '//%zz[']) {
-    assert.match(await rawExchange(m, upgrade(target)), /^HTTP\/1\.1 400 /, `upgrade ${target}`);
-    const plain = await rawExchange(m, `GET ${target} HTTP/1.1\r\nHost: master\r\nConnection: close\r\n\r\n`);
-    assert.match(plain, /^HTTP\/1\.1 400 /, `GET ${target}`);
-    assert.match(plain, /"code":"bad_request"/);
-  }
-  assert.match(await rawExchange(m, upgrade('/elsewhere')), /^HTTP\/1\.1 404 /);
-  assert.match(await rawExchange(m, 'NOT A REQUEST\r\n\r\n'), /^HTTP\/1\.1 400 /);
-  assert.match(
-    await rawExchange(m, upgrade(LINK_PATH, `Authorization: Bearer ${'x'.repeat(20_000)}\r\n`)),
-    /^HTTP\/1\.1 431 /,
-  );
-  assert.equal((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).status, 200);
-});
+test(
+  'malformed request targets on the upgrade path and on ordinary requests are 400, and the ' + 'master keeps serving',
+  async (t) => {
+    const m = await startMaster(t);
+    // This one request line used to throw in the upgrade handler and end the process.
+    for (const target of ['//[', '//[::1', 'http://[/agent/v1/link', '//%zz[']) {
+      assert.match(await rawExchange(m, upgrade(target)), /^HTTP\/1\.1 400 /, `upgrade ${target}`);
+      const plain = await rawExchange(m, `GET ${target} HTTP/1.1\r\nHost: master\r\nConnection: close\r\n\r\n`);
+      assert.match(plain, /^HTTP\/1\.1 400 /, `GET ${target}`);
+      assert.match(plain, /"code":"bad_request"/);
+    }
+    assert.match(await rawExchange(m, upgrade('/elsewhere')), /^HTTP\/1\.1 404 /);
+    assert.match(await rawExchange(m, 'NOT A REQUEST\r\n\r\n'), /^HTTP\/1\.1 400 /);
+    assert.match(
+      await rawExchange(m, upgrade(LINK_PATH, `Authorization: Bearer ${'x'.repeat(20_000)}\r\n`)),
+      /^HTTP\/1\.1 431 /,
+    );
+    assert.equal((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).status, 200);
+  },
+);
 
 test('failed link attempts are limited per address and, past the first, write nothing', async (t) => {
   const m = await startMaster(t);
@@ -76,49 +79,53 @@ test('failed link attempts are limited per address and, past the first, write no
   good.socket.destroy();
 });
 
-test('a traffic report that lies ends the link, counts nothing and is recorded on the node; the node is refused for a minute', async (t) => {
-  const m = await startMaster(t);
-  const n = await node(m, 'edge');
-  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
-  const at = Math.floor(Date.now() / 1000);
-  const entry = (bytes_in: unknown, bytes_out: unknown = 0, id: unknown = r.id) => ({ id, bytes_in, bytes_out });
-  const cases: [string, unknown[], RegExp][] = [
-    ['a rule named twice', [entry(1), entry(2)], /names rule \d+ twice/],
-    ['negative bytes', [entry(-1)], /bytes_in must be between/],
-    ['fractional bytes', [entry(1.5)], /bytes_in must be an integer/],
-    ['bytes past 2^53', [entry(2 ** 60)], /bytes_in must be between/],
-    ['bytes as a string', [entry('100')], /bytes_in must be an integer/],
-    ['an id of 0', [entry(1, 1, 0)], /id must be between/],
-    [
-      'more entries than a message may carry',
-      Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => entry(1, 1, i + 1)),
-      /rules must have at most/,
-    ],
-    ['more bytes than a node relays in the time', [entry(10 ** 15)], /more than the node could have relayed/],
-  ];
-  for (const [name, rules, reason] of cases) {
-    m.advance(61_000);
-    const raw = (await link(m, n.agent_token)) as RawLink;
-    await raw.next('config');
-    send(raw.socket, { type: 'traffic', stream: 'lies', seq: 1, at, rules });
-    await closed(raw);
-    const after = await nodeOf(m, n.id);
-    assert.match(after.status_detail ?? '', /^protocol_violation: /, name);
-    assert.match(after.status_detail, reason, name);
-    assert.equal(after.status, 'offline', name);
-    assert.deepEqual(after.traffic, { bytes_in: 0, bytes_out: 0 }, `${name}: nothing counted`);
-    const refused = (await link(m, n.agent_token)) as { status: number; body: { code: string } };
-    assert.deepEqual(
-      [refused.status, refused.body.code],
-      [429, 'rate_limited'],
-      `${name}: refused during the cool-down`,
-    );
-  }
-  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, {
-    bytes_in: 0,
-    bytes_out: 0,
-  });
-});
+test(
+  'a traffic report that lies ends the link, counts nothing and is recorded on the node; the ' +
+    'node is refused for a minute',
+  async (t) => {
+    const m = await startMaster(t);
+    const n = await node(m, 'edge');
+    const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+    const at = Math.floor(Date.now() / 1000);
+    const entry = (bytes_in: unknown, bytes_out: unknown = 0, id: unknown = r.id) => ({ id, bytes_in, bytes_out });
+    const cases: [string, unknown[], RegExp][] = [
+      ['a rule named twice', [entry(1), entry(2)], /names rule \d+ twice/],
+      ['negative bytes', [entry(-1)], /bytes_in must be between/],
+      ['fractional bytes', [entry(1.5)], /bytes_in must be an integer/],
+      ['bytes past 2^53', [entry(2 ** 60)], /bytes_in must be between/],
+      ['bytes as a string', [entry('100')], /bytes_in must be an integer/],
+      ['an id of 0', [entry(1, 1, 0)], /id must be between/],
+      [
+        'more entries than a message may carry',
+        Array.from({ length: MAX_ENTRIES + 1 }, (_, i) => entry(1, 1, i + 1)),
+        /rules must have at most/,
+      ],
+      ['more bytes than a node relays in the time', [entry(10 ** 15)], /more than the node could have relayed/],
+    ];
+    for (const [name, rules, reason] of cases) {
+      m.advance(61_000);
+      const raw = (await link(m, n.agent_token)) as RawLink;
+      await raw.next('config');
+      send(raw.socket, { type: 'traffic', stream: 'lies', seq: 1, at, rules });
+      await closed(raw);
+      const after = await nodeOf(m, n.id);
+      assert.match(after.status_detail ?? '', /^protocol_violation: /, name);
+      assert.match(after.status_detail, reason, name);
+      assert.equal(after.status, 'offline', name);
+      assert.deepEqual(after.traffic, { bytes_in: 0, bytes_out: 0 }, `${name}: nothing counted`);
+      const refused = (await link(m, n.agent_token)) as { status: number; body: { code: string } };
+      assert.deepEqual(
+        [refused.status, refused.body.code],
+        [429, 'rate_limited'],
+        `${name}: refused during the cool-down`,
+      );
+    }
+    assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, {
+      bytes_in: 0,
+      bytes_out: 0,
+    });
+  },
+);
 
 test('lines that are too long, too deep, not JSON or not messages end the link and nothing else', async (t) => {
   const m = await startMaster(t);
@@ -129,7 +136,8 @@ test('lines that are too long, too deep, not JSON or not messages end the link a
     '{"type":"traffic",\n',
     '[1,2,3]\n',
     '{"type":42}\n',
-    '{"type":"applied","version":1,"results":[{"id":1,"state":"applied","error":null},{"id":1,"state":"failed","error":null}]}\n',
+    '{"type":"applied","version":1,"results":[{"id":1,"state":"applied","error":null},' +
+      '{"id":1,"state":"failed","error":null}]}\n',
     '{"type":"applied","version":1,"results":[{"id":1,"state":"applied","error":{"code":"$(reboot)","detail":"x"}}]}\n',
   ];
   for (const line of lines) {
@@ -182,54 +190,58 @@ test('totals saturate at 2^53-1 and always read back as safe integers', async (t
   }
 });
 
-test('a database already holding counts past 2^53 stays readable, exportable and deletable, and its agent can reconnect', async (t) => {
-  const m = await startMaster(t);
-  const n = await node(m, 'edge');
-  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
-  const huge = 2n ** 62n;
-  // As an older master could have left it: values SQLite holds but a JavaScript number cannot.
-  const db = m.app.store.db;
-  db.write(() => {
-    db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
-    db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
-    db.prepare(
-      'INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), ' +
-        '(?, ?, ?, ?, ?)',
-    ).run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
-  });
-  const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
-  assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
-  assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items[0].traffic, safe);
-  assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, safe);
-  assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items[0].traffic, safe);
-  assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, safe);
-  const series = await call(
-    m.url,
-    'GET',
-    '/api/dashboard/traffic?from=1970-01-01T00:00:00Z&to=1970-01-01T01:00:00Z&step=3600',
-    { token: m.admin },
-  );
-  assert.equal(series.status, 200, JSON.stringify(series.body));
-  assert.deepEqual(
-    series.body.points.map((p: { bytes_in: number }) => p.bytes_in),
-    [Number.MAX_SAFE_INTEGER],
-    'a sum of two huge buckets is cut, not overflowed',
-  );
-  assert.equal((await call(m.url, 'GET', '/api/export', { token: m.admin })).status, 200);
-  const raw = (await link(m, n.agent_token)) as RawLink;
-  assert.equal(((await raw.next('config')).rules as unknown[]).length, 1);
-  send(raw.socket, {
-    type: 'traffic',
-    stream: 's',
-    seq: 1,
-    at: Math.floor(Date.now() / 1000),
-    rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }],
-  });
-  await raw.next('traffic_ack');
-  raw.socket.destroy();
-  assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
-  assert.equal((await call(m.url, 'DELETE', `/api/nodes/${n.id}?cascade=true`, { token: m.admin })).status, 204);
-});
+test(
+  'a database already holding counts past 2^53 stays readable, exportable and deletable, and ' +
+    'its agent can reconnect',
+  async (t) => {
+    const m = await startMaster(t);
+    const n = await node(m, 'edge');
+    const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+    const huge = 2n ** 62n;
+    // As an older master could have left it: values SQLite holds but a JavaScript number cannot.
+    const db = m.app.store.db;
+    db.write(() => {
+      db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
+      db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
+      db.prepare(
+        'INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), ' +
+          '(?, ?, ?, ?, ?)',
+      ).run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
+    });
+    const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
+    assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
+    assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items[0].traffic, safe);
+    assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, safe);
+    assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items[0].traffic, safe);
+    assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, safe);
+    const series = await call(
+      m.url,
+      'GET',
+      '/api/dashboard/traffic?from=1970-01-01T00:00:00Z&to=1970-01-01T01:00:00Z&step=3600',
+      { token: m.admin },
+    );
+    assert.equal(series.status, 200, JSON.stringify(series.body));
+    assert.deepEqual(
+      series.body.points.map((p: { bytes_in: number }) => p.bytes_in),
+      [Number.MAX_SAFE_INTEGER],
+      'a sum of two huge buckets is cut, not overflowed',
+    );
+    assert.equal((await call(m.url, 'GET', '/api/export', { token: m.admin })).status, 200);
+    const raw = (await link(m, n.agent_token)) as RawLink;
+    assert.equal(((await raw.next('config')).rules as unknown[]).length, 1);
+    send(raw.socket, {
+      type: 'traffic',
+      stream: 's',
+      seq: 1,
+      at: Math.floor(Date.now() / 1000),
+      rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }],
+    });
+    await raw.next('traffic_ack');
+    raw.socket.destroy();
+    assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
+    assert.equal((await call(m.url, 'DELETE', `/api/nodes/${n.id}?cascade=true`, { token: m.admin })).status, 204);
+  },
+);
 
 test('a node alternating between two report streams is still counted exactly once per report', async (t) => {
   const m = await startMaster(t);

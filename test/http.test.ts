@@ -130,45 +130,48 @@ test('query parameters: unknown, repeated or out of range are 400 invalid_query'
   }
 });
 
-test('Idempotency-Key: a retried POST gets the stored response, its secret redacted, and creates nothing twice', async (t) => {
-  const m = await startMaster(t);
-  const send = (body: unknown) =>
-    call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'idempotency-key': 'create-ci-token-1' } });
-  const first = await send({ name: 'ci', scopes: ['audit:read'] });
-  assert.equal(first.status, 201);
-  const retry = await send({ name: 'ci', scopes: ['audit:read'] });
-  assert.equal(retry.status, 201);
-  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
-  // The secret is shown once; what is kept for replays (and so on disk) never holds it.
-  assert.deepEqual(retry.body, { ...first.body, token: '[redacted]' });
-  const stored = m.app.store.db.prepare('SELECT body FROM idempotency_keys').all() as { body: Uint8Array }[];
-  assert.ok(stored.every((row) => !Buffer.from(row.body).toString().includes(first.body.token)));
-  assert.equal(retry.headers.get('location'), first.headers.get('location'));
+test(
+  'Idempotency-Key: a retried POST gets the stored response, its secret redacted, and ' + 'creates nothing twice',
+  async (t) => {
+    const m = await startMaster(t);
+    const send = (body: unknown) =>
+      call(m.url, 'POST', '/api/tokens', { token: m.admin, body, headers: { 'idempotency-key': 'create-ci-token-1' } });
+    const first = await send({ name: 'ci', scopes: ['audit:read'] });
+    assert.equal(first.status, 201);
+    const retry = await send({ name: 'ci', scopes: ['audit:read'] });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    // The secret is shown once; what is kept for replays (and so on disk) never holds it.
+    assert.deepEqual(retry.body, { ...first.body, token: '[redacted]' });
+    const stored = m.app.store.db.prepare('SELECT body FROM idempotency_keys').all() as { body: Uint8Array }[];
+    assert.ok(stored.every((row) => !Buffer.from(row.body).toString().includes(first.body.token)));
+    assert.equal(retry.headers.get('location'), first.headers.get('location'));
 
-  const list = await call(m.url, 'GET', '/api/tokens', { token: m.admin });
-  assert.equal(list.body.items.filter((token: { name: string }) => token.name === 'ci').length, 1);
+    const list = await call(m.url, 'GET', '/api/tokens', { token: m.admin });
+    assert.equal(list.body.items.filter((token: { name: string }) => token.name === 'ci').length, 1);
 
-  assertProblem(await send({ name: 'other', scopes: ['audit:read'] }), 422, 'idempotency_key_reused');
-  assertProblem(
-    await call(m.url, 'POST', '/api/tokens', {
-      token: m.admin,
-      body: {},
-      headers: { 'idempotency-key': 'bad key with spaces' },
-    }),
-    422,
-    'validation_failed',
-  );
+    assertProblem(await send({ name: 'other', scopes: ['audit:read'] }), 422, 'idempotency_key_reused');
+    assertProblem(
+      await call(m.url, 'POST', '/api/tokens', {
+        token: m.admin,
+        body: {},
+        headers: { 'idempotency-key': 'bad key with spaces' },
+      }),
+      422,
+      'validation_failed',
+    );
 
-  // Keys belong to the token that used them: another token's same key is a new request.
-  const other = await mintToken(m, ['tokens:write', 'audit:read']);
-  const fresh = await call(m.url, 'POST', '/api/tokens', {
-    token: other,
-    body: { name: 'ci', scopes: ['audit:read'] },
-    headers: { 'idempotency-key': 'create-ci-token-1' },
-  });
-  assert.equal(fresh.status, 201);
-  assert.notEqual(fresh.body.id, first.body.id);
-});
+    // Keys belong to the token that used them: another token's same key is a new request.
+    const other = await mintToken(m, ['tokens:write', 'audit:read']);
+    const fresh = await call(m.url, 'POST', '/api/tokens', {
+      token: other,
+      body: { name: 'ci', scopes: ['audit:read'] },
+      headers: { 'idempotency-key': 'create-ci-token-1' },
+    });
+    assert.equal(fresh.status, 201);
+    assert.notEqual(fresh.body.id, first.body.id);
+  },
+);
 
 test('Idempotency-Key: a retry while the first request is still running is 409', async (t) => {
   const m = await startMaster(t);
@@ -228,64 +231,70 @@ test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budg
   assert.equal(retried.headers.get('idempotent-replayed'), null);
 });
 
-test('the write budget paces each user, over all its tokens and sessions, with RateLimit headers and 429 + Retry-After', async (t) => {
-  const m = await startMaster(t);
-  const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write'] };
-  assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
-  const session = await login(m.url, ops.username, ops.password);
-  const token = (
-    await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'script', scopes: ['tokens:write'] } })
-  ).body.token;
-  assert.equal(
-    (await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 3 } })).status,
-    200,
-  );
+test(
+  'the write budget paces each user, over all its tokens and sessions, with RateLimit ' +
+    'headers and 429 + Retry-After',
+  async (t) => {
+    const m = await startMaster(t);
+    const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write'] };
+    assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
+    const session = await login(m.url, ops.username, ops.password);
+    const token = (
+      await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'script', scopes: ['tokens:write'] } })
+    ).body.token;
+    assert.equal(
+      (await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_budget_per_minute: 3 } })).status,
+      200,
+    );
 
-  const read = await call(m.url, 'GET', '/api/tokens', { token });
-  assert.equal(read.headers.get('ratelimit-policy'), '"writes";q=3;w=60');
-  assert.match(
-    read.headers.get('ratelimit')!,
-    /^"writes";r=2;t=\d+$/,
-    "the token's creation by the same user spent one",
-  );
+    const read = await call(m.url, 'GET', '/api/tokens', { token });
+    assert.equal(read.headers.get('ratelimit-policy'), '"writes";q=3;w=60');
+    assert.match(
+      read.headers.get('ratelimit')!,
+      /^"writes";r=2;t=\d+$/,
+      "the token's creation by the same user spent one",
+    );
 
-  const statuses: number[] = [];
-  for (let i = 0; i < 3; i++) {
-    const answer = await call(m.url, 'POST', '/api/tokens', {
-      token,
-      body: { name: `t${i}`, scopes: ['tokens:read'] },
-    });
-    statuses.push(answer.status);
-    if (answer.status === 429) {
-      assertProblem(answer, 429, 'rate_limited');
-      assert.ok(Number(answer.headers.get('retry-after')) >= 1);
-      assert.match(answer.headers.get('ratelimit')!, /^"writes";r=0;t=\d+$/);
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const answer = await call(m.url, 'POST', '/api/tokens', {
+        token,
+        body: { name: `t${i}`, scopes: ['tokens:read'] },
+      });
+      statuses.push(answer.status);
+      if (answer.status === 429) {
+        assertProblem(answer, 429, 'rate_limited');
+        assert.ok(Number(answer.headers.get('retry-after')) >= 1);
+        assert.match(answer.headers.get('ratelimit')!, /^"writes";r=0;t=\d+$/);
+      }
     }
-  }
-  assert.deepEqual(statuses, [201, 201, 429]);
-  // The user's other credentials share the budget, and logging in again does not renew it.
-  assert.equal(
-    (await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'x', scopes: ['tokens:read'] } })).status,
-    429,
-  );
-  const again = await login(m.url, ops.username, ops.password);
-  assert.equal(
-    (await call(m.url, 'POST', '/api/tokens', { token: again, body: { name: 'x', scopes: ['tokens:read'] } })).status,
-    429,
-  );
-  // Reads are not writes; another user has a budget of its own.
-  assert.equal((await call(m.url, 'GET', '/api/tokens', { token })).status, 200);
-  assert.equal(
-    (await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['tokens:read'] } })).status,
-    201,
-  );
+    assert.deepEqual(statuses, [201, 201, 429]);
+    // The user's other credentials share the budget, and logging in again does not renew it.
+    assert.equal(
+      (await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'x', scopes: ['tokens:read'] } }))
+        .status,
+      429,
+    );
+    const again = await login(m.url, ops.username, ops.password);
+    assert.equal(
+      (await call(m.url, 'POST', '/api/tokens', { token: again, body: { name: 'x', scopes: ['tokens:read'] } })).status,
+      429,
+    );
+    // Reads are not writes; another user has a budget of its own.
+    assert.equal((await call(m.url, 'GET', '/api/tokens', { token })).status, 200);
+    assert.equal(
+      (await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['tokens:read'] } }))
+        .status,
+      201,
+    );
 
-  m.advance(61_000);
-  assert.equal(
-    (await call(m.url, 'POST', '/api/tokens', { token, body: { name: 'later', scopes: ['tokens:read'] } })).status,
-    201,
-  );
-});
+    m.advance(61_000);
+    assert.equal(
+      (await call(m.url, 'POST', '/api/tokens', { token, body: { name: 'later', scopes: ['tokens:read'] } })).status,
+      201,
+    );
+  },
+);
 
 test('while draining, requests get 503 with Retry-After', async (t) => {
   const m = await startMaster(t);

@@ -166,7 +166,8 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
       ]),
     () => `{"type":"ping","pad":${'['.repeat(9 + int(300))}${']'.repeat(9 + int(300))}}`,
     () =>
-      `{"type":"traffic","stream":"s","seq":1,"at":1,"rules":[{"id":1,"bytes_in":${'9'.repeat(20 + int(400))},"bytes_out":0}]}`,
+      `{"type":"traffic","stream":"s","seq":1,"at":1,` +
+      `"rules":[{"id":1,"bytes_in":${'9'.repeat(20 + int(400))},"bytes_out":0}]}`,
     () => `{"type":"ping","pad":"${'z'.repeat(260 * 1024 + int(64 * 1024))}"}`,
     () => Buffer.from([0xff, 0xfe, 0x7b, 0x00]),
   ];

@@ -9,44 +9,47 @@ const KEY =
   'KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE ' +
   'KEY-----\n';
 
-test('nodes: created with defaults, the agent token shown once, credentials write-only and sealed at rest', async (t) => {
-  const m = await startMaster(t);
-  const created = await node(m, 'edge-1', { ssh_private_key: KEY, tags: ['eu', 'edge'] });
-  assert.match(created.agent_token, new RegExp(`^mat_${created.id}_[A-Za-z0-9_-]{43}$`));
-  assert.deepEqual(
-    {
-      ssh_port: created.ssh_port,
-      ssh_user: created.ssh_user,
-      ssh_auth: created.ssh_auth,
-      status: created.status,
-      tags: created.tags,
-      traffic: created.traffic,
-    },
-    {
-      ssh_port: 22,
-      ssh_user: 'root',
-      ssh_auth: 'key',
-      status: 'new',
-      tags: ['eu', 'edge'],
-      traffic: { bytes_in: 0, bytes_out: 0 },
-    },
-  );
-  const got = await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin });
-  assert.equal(got.body.agent_token, undefined);
-  assert.equal(got.body.ssh_private_key, undefined);
-  assert.equal(got.headers.get('etag'), '"1"');
+test(
+  'nodes: created with defaults, the agent token shown once, credentials write-only and ' + 'sealed at rest',
+  async (t) => {
+    const m = await startMaster(t);
+    const created = await node(m, 'edge-1', { ssh_private_key: KEY, tags: ['eu', 'edge'] });
+    assert.match(created.agent_token, new RegExp(`^mat_${created.id}_[A-Za-z0-9_-]{43}$`));
+    assert.deepEqual(
+      {
+        ssh_port: created.ssh_port,
+        ssh_user: created.ssh_user,
+        ssh_auth: created.ssh_auth,
+        status: created.status,
+        tags: created.tags,
+        traffic: created.traffic,
+      },
+      {
+        ssh_port: 22,
+        ssh_user: 'root',
+        ssh_auth: 'key',
+        status: 'new',
+        tags: ['eu', 'edge'],
+        traffic: { bytes_in: 0, bytes_out: 0 },
+      },
+    );
+    const got = await call(m.url, 'GET', `/api/nodes/${created.id}`, { token: m.admin });
+    assert.equal(got.body.agent_token, undefined);
+    assert.equal(got.body.ssh_private_key, undefined);
+    assert.equal(got.headers.get('etag'), '"1"');
 
-  m.app.store.db.prepare('PRAGMA wal_checkpoint(FULL)').run();
-  for (const file of readdirSync(m.dataDir)) {
-    const bytes = readFileSync(join(m.dataDir, file));
-    assert.ok(!bytes.includes('b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ'), `${file} holds the key in clear`);
-    assert.ok(!bytes.includes(created.agent_token.slice(4)), `${file} holds the agent token`);
-  }
-  const audit = await call(m.url, 'GET', '/api/audit-logs?action=node.create', { token: m.admin });
-  assert.equal(audit.body.items[0].changes.after.ssh_private_key, '[redacted]');
-  const sealed = m.app.store.nodes.sealedSecret(created.id)!;
-  assert.equal(m.app.box.open(sealed.sealed!), KEY);
-});
+    m.app.store.db.prepare('PRAGMA wal_checkpoint(FULL)').run();
+    for (const file of readdirSync(m.dataDir)) {
+      const bytes = readFileSync(join(m.dataDir, file));
+      assert.ok(!bytes.includes('b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ'), `${file} holds the key in clear`);
+      assert.ok(!bytes.includes(created.agent_token.slice(4)), `${file} holds the agent token`);
+    }
+    const audit = await call(m.url, 'GET', '/api/audit-logs?action=node.create', { token: m.admin });
+    assert.equal(audit.body.items[0].changes.after.ssh_private_key, '[redacted]');
+    const sealed = m.app.store.nodes.sealedSecret(created.id)!;
+    assert.equal(m.app.box.open(sealed.sealed!), KEY);
+  },
+);
 
 test('nodes: PUT keeps credentials when absent, clears them with null, and round-trips GET output', async (t) => {
   const m = await startMaster(t);
@@ -147,39 +150,42 @@ test('nodes: the free edition allows 5 nodes, then says so clearly', async (t) =
   assert.match(sixth.body.detail, /free license allows 5 nodes/);
 });
 
-test('rules: created pending with defaults; a taken port is 409 naming the holder; tcp and udp share a number', async (t) => {
-  const m = await startMaster(t);
-  const n = await node(m, 'edge');
-  const first = await rule(m, {
-    node_id: n.id,
-    listen_port: 8080,
-    targets: ['10.0.0.1:80', '[2001:db8::1]:443', 'backend.internal:8080'],
-  });
-  assert.equal(first.status, 201, JSON.stringify(first.body));
-  assert.deepEqual(
-    {
-      strategy: first.body.strategy,
-      enabled: first.body.enabled,
-      tunnel_id: first.body.tunnel_id,
-      sync: first.body.sync,
-      traffic: first.body.traffic,
-    },
-    {
-      strategy: 'round_robin',
-      enabled: true,
-      tunnel_id: null,
-      sync: { state: 'pending', error: null, applied_at: null },
-      traffic: { bytes_in: 0, bytes_out: 0 },
-    },
-  );
-  const clash = await rule(m, { node_id: n.id, listen_port: 8080, protocol: 'tcp+udp' });
-  assertProblem(clash, 409, 'conflict');
-  assert.equal(clash.body.conflicting_rule_id, first.body.id);
-  assert.match(clash.body.detail, new RegExp(`port 8080/tcp on node ${n.id} is taken by rule ${first.body.id}`));
-  assert.equal((await rule(m, { node_id: n.id, listen_port: 8080, protocol: 'udp' })).status, 201);
-  const other = await node(m, 'edge-2');
-  assert.equal((await rule(m, { node_id: other.id, listen_port: 8080 })).status, 201);
-});
+test(
+  'rules: created pending with defaults; a taken port is 409 naming the holder; tcp and udp ' + 'share a number',
+  async (t) => {
+    const m = await startMaster(t);
+    const n = await node(m, 'edge');
+    const first = await rule(m, {
+      node_id: n.id,
+      listen_port: 8080,
+      targets: ['10.0.0.1:80', '[2001:db8::1]:443', 'backend.internal:8080'],
+    });
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    assert.deepEqual(
+      {
+        strategy: first.body.strategy,
+        enabled: first.body.enabled,
+        tunnel_id: first.body.tunnel_id,
+        sync: first.body.sync,
+        traffic: first.body.traffic,
+      },
+      {
+        strategy: 'round_robin',
+        enabled: true,
+        tunnel_id: null,
+        sync: { state: 'pending', error: null, applied_at: null },
+        traffic: { bytes_in: 0, bytes_out: 0 },
+      },
+    );
+    const clash = await rule(m, { node_id: n.id, listen_port: 8080, protocol: 'tcp+udp' });
+    assertProblem(clash, 409, 'conflict');
+    assert.equal(clash.body.conflicting_rule_id, first.body.id);
+    assert.match(clash.body.detail, new RegExp(`port 8080/tcp on node ${n.id} is taken by rule ${first.body.id}`));
+    assert.equal((await rule(m, { node_id: n.id, listen_port: 8080, protocol: 'udp' })).status, 201);
+    const other = await node(m, 'edge-2');
+    assert.equal((await rule(m, { node_id: other.id, listen_port: 8080 })).status, 201);
+  },
+);
 
 test('rules: bad targets and missing nodes or tunnels are 422 on the right field', async (t) => {
   const m = await startMaster(t);
@@ -254,85 +260,91 @@ test('rules: sync answers 202 pending while the node has no agent connected', as
   assertProblem(await call(m.url, 'POST', '/api/rules/999/sync', { token: m.admin }), 404, 'not_found');
 });
 
-test('tunnels: port chosen by the master, rules must enter at the entry node, deletes guarded by cascade', async (t) => {
-  const m = await startMaster(t);
-  const entry = await node(m, 'entry');
-  const exit = await node(m, 'exit');
-  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
-    token: m.admin,
-    body: { name: 'eu-us', entry_node_id: entry.id, exit_node_id: exit.id },
-  });
-  assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
-  assert.deepEqual([tunnel.body.listen_port, tunnel.body.transport, tunnel.body.status], [40000, 'tls', 'pending']);
-  const second = await call(m.url, 'POST', '/api/tunnels', {
-    token: m.admin,
-    body: { name: 'eu-us-2', entry_node_id: entry.id, exit_node_id: exit.id },
-  });
-  assert.equal(second.body.listen_port, 40001);
-  const clash = await rule(m, { node_id: exit.id, listen_port: 40000 });
-  assertProblem(clash, 409, 'conflict');
-  assert.equal(clash.body.conflicting_tunnel_id, tunnel.body.id);
-
-  const same = await call(m.url, 'POST', '/api/tunnels', {
-    token: m.admin,
-    body: { name: 'loop', entry_node_id: entry.id, exit_node_id: entry.id },
-  });
-  assertProblem(same, 422, 'validation_failed');
-  const wrongEntry = await rule(m, { node_id: exit.id, listen_port: 7000, tunnel_id: tunnel.body.id });
-  assertProblem(wrongEntry, 422, 'validation_failed');
-  assert.match(wrongEntry.body.errors[0].detail, new RegExp(`entry node of tunnel ${tunnel.body.id}`));
-  const through = await rule(m, { node_id: entry.id, listen_port: 7000, tunnel_id: tunnel.body.id });
-  assert.equal(through.status, 201);
-
-  const blocked = await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}`, { token: m.admin });
-  assertProblem(blocked, 409, 'conflict');
-  assert.deepEqual(blocked.body.rule_ids, [through.body.id]);
-  const movedEntry = await call(m.url, 'PUT', `/api/tunnels/${tunnel.body.id}`, {
-    token: m.admin,
-    body: { name: 'eu-us', entry_node_id: exit.id, exit_node_id: entry.id },
-  });
-  assertProblem(movedEntry, 409, 'conflict');
-  assert.equal(
-    (await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}?cascade=true`, { token: m.admin })).status,
-    204,
-  );
-  assertProblem(await call(m.url, 'GET', `/api/rules/${through.body.id}`, { token: m.admin }), 404, 'not_found');
-});
-
-test('nodes: deleting one with rules or tunnels is 409 listing them; cascade removes them with an audit entry each', async (t) => {
-  const m = await startMaster(t);
-  const a = await node(m, 'a');
-  const b = await node(m, 'b');
-  const tunnel = (
-    await call(m.url, 'POST', '/api/tunnels', {
+test(
+  'tunnels: port chosen by the master, rules must enter at the entry node, deletes guarded ' + 'by cascade',
+  async (t) => {
+    const m = await startMaster(t);
+    const entry = await node(m, 'entry');
+    const exit = await node(m, 'exit');
+    const tunnel = await call(m.url, 'POST', '/api/tunnels', {
       token: m.admin,
-      body: { name: 'a-b', entry_node_id: b.id, exit_node_id: a.id },
-    })
-  ).body;
-  const own = (await rule(m, { node_id: a.id, listen_port: 1000 })).body;
-  const via = (await rule(m, { node_id: b.id, listen_port: 2000, tunnel_id: tunnel.id })).body;
-  const kept = (await rule(m, { node_id: b.id, listen_port: 3000 })).body;
-  const before = snapshot(m);
-  const blocked = await call(m.url, 'DELETE', `/api/nodes/${a.id}`, { token: m.admin });
-  assertProblem(blocked, 409, 'conflict');
-  assert.deepEqual([blocked.body.rule_ids, blocked.body.tunnel_ids], [[own.id, via.id], [tunnel.id]]);
-  assert.equal(snapshot(m), before);
+      body: { name: 'eu-us', entry_node_id: entry.id, exit_node_id: exit.id },
+    });
+    assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
+    assert.deepEqual([tunnel.body.listen_port, tunnel.body.transport, tunnel.body.status], [40000, 'tls', 'pending']);
+    const second = await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'eu-us-2', entry_node_id: entry.id, exit_node_id: exit.id },
+    });
+    assert.equal(second.body.listen_port, 40001);
+    const clash = await rule(m, { node_id: exit.id, listen_port: 40000 });
+    assertProblem(clash, 409, 'conflict');
+    assert.equal(clash.body.conflicting_tunnel_id, tunnel.body.id);
 
-  assert.equal((await call(m.url, 'DELETE', `/api/nodes/${a.id}?cascade=true`, { token: m.admin })).status, 204);
-  const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map(
-    (r: { id: number }) => r.id,
-  );
-  assert.deepEqual(remaining, [kept.id]);
-  const deletes = (await call(m.url, 'GET', '/api/audit-logs?limit=4', { token: m.admin })).body.items.map(
-    (e: { action: string; resource_id: number }) => `${e.action} ${e.resource_id}`,
-  );
-  assert.deepEqual(deletes, [
-    `node.delete ${a.id}`,
-    `tunnel.delete ${tunnel.id}`,
-    `rule.delete ${via.id}`,
-    `rule.delete ${own.id}`,
-  ]);
-});
+    const same = await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'loop', entry_node_id: entry.id, exit_node_id: entry.id },
+    });
+    assertProblem(same, 422, 'validation_failed');
+    const wrongEntry = await rule(m, { node_id: exit.id, listen_port: 7000, tunnel_id: tunnel.body.id });
+    assertProblem(wrongEntry, 422, 'validation_failed');
+    assert.match(wrongEntry.body.errors[0].detail, new RegExp(`entry node of tunnel ${tunnel.body.id}`));
+    const through = await rule(m, { node_id: entry.id, listen_port: 7000, tunnel_id: tunnel.body.id });
+    assert.equal(through.status, 201);
+
+    const blocked = await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}`, { token: m.admin });
+    assertProblem(blocked, 409, 'conflict');
+    assert.deepEqual(blocked.body.rule_ids, [through.body.id]);
+    const movedEntry = await call(m.url, 'PUT', `/api/tunnels/${tunnel.body.id}`, {
+      token: m.admin,
+      body: { name: 'eu-us', entry_node_id: exit.id, exit_node_id: entry.id },
+    });
+    assertProblem(movedEntry, 409, 'conflict');
+    assert.equal(
+      (await call(m.url, 'DELETE', `/api/tunnels/${tunnel.body.id}?cascade=true`, { token: m.admin })).status,
+      204,
+    );
+    assertProblem(await call(m.url, 'GET', `/api/rules/${through.body.id}`, { token: m.admin }), 404, 'not_found');
+  },
+);
+
+test(
+  'nodes: deleting one with rules or tunnels is 409 listing them; cascade removes them with ' + 'an audit entry each',
+  async (t) => {
+    const m = await startMaster(t);
+    const a = await node(m, 'a');
+    const b = await node(m, 'b');
+    const tunnel = (
+      await call(m.url, 'POST', '/api/tunnels', {
+        token: m.admin,
+        body: { name: 'a-b', entry_node_id: b.id, exit_node_id: a.id },
+      })
+    ).body;
+    const own = (await rule(m, { node_id: a.id, listen_port: 1000 })).body;
+    const via = (await rule(m, { node_id: b.id, listen_port: 2000, tunnel_id: tunnel.id })).body;
+    const kept = (await rule(m, { node_id: b.id, listen_port: 3000 })).body;
+    const before = snapshot(m);
+    const blocked = await call(m.url, 'DELETE', `/api/nodes/${a.id}`, { token: m.admin });
+    assertProblem(blocked, 409, 'conflict');
+    assert.deepEqual([blocked.body.rule_ids, blocked.body.tunnel_ids], [[own.id, via.id], [tunnel.id]]);
+    assert.equal(snapshot(m), before);
+
+    assert.equal((await call(m.url, 'DELETE', `/api/nodes/${a.id}?cascade=true`, { token: m.admin })).status, 204);
+    const remaining = (await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.map(
+      (r: { id: number }) => r.id,
+    );
+    assert.deepEqual(remaining, [kept.id]);
+    const deletes = (await call(m.url, 'GET', '/api/audit-logs?limit=4', { token: m.admin })).body.items.map(
+      (e: { action: string; resource_id: number }) => `${e.action} ${e.resource_id}`,
+    );
+    assert.deepEqual(deletes, [
+      `node.delete ${a.id}`,
+      `tunnel.delete ${tunnel.id}`,
+      `rule.delete ${via.id}`,
+      `rule.delete ${own.id}`,
+    ]);
+  },
+);
 
 // Reads are built by SQLite (JSON text), writes answer with objects built in JavaScript:
 // both must show the same resource.

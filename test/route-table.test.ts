@@ -26,39 +26,25 @@ test('every route declares its access, and every write an audit action named res
   }
 });
 
-test('scope matrix: no token 401, a token lacking the scope 403 (a denied write is audited and changes nothing), the scope allows', async (t) => {
-  const m = await startMaster(t);
-  for (const r of routes.filter((x) => x.scope !== 'public')) {
-    await t.test(`${r.method} ${r.path} (${r.scope})`, async () => {
-      const path = fill(r.path);
-      const body = r.method === 'GET' || r.method === 'DELETE' ? undefined : {};
-      assertProblem(await call(m.url, r.method, path, { body }), 401, 'unauthorized');
+test(
+  'scope matrix: no token 401, a token lacking the scope 403 (a denied write is audited and ' +
+    'changes nothing), the scope allows',
+  async (t) => {
+    const m = await startMaster(t);
+    for (const r of routes.filter((x) => x.scope !== 'public')) {
+      await t.test(`${r.method} ${r.path} (${r.scope})`, async () => {
+        const path = fill(r.path);
+        const body = r.method === 'GET' || r.method === 'DELETE' ? undefined : {};
+        assertProblem(await call(m.url, r.method, path, { body }), 401, 'unauthorized');
 
-      if (r.scope !== 'authenticated') {
-        const wanted = r.scope as Scope;
-        const lacking = scopes.filter((s) => s !== '*' && !grants([s], wanted));
-        const weak = await mintToken(m, lacking, `lacks ${wanted}`);
-        const before = snapshot(m, ['audit_log']);
-        const lastAudit = m.app.store.audit.list({
-          beforeId: Number.MAX_SAFE_INTEGER,
-          limit: 1,
-          action: null,
-          resource: null,
-          resource_id: null,
-          actor: null,
-          actor_type: null,
-          status: null,
-          since: null,
-          until: null,
-        })[0]!.id;
-        const denied = await call(m.url, r.method, path, { token: weak, body });
-        assertProblem(denied, 403, 'insufficient_scope');
-        assert.match(denied.body.detail, new RegExp(wanted.replace('*', '\\*')));
-        assert.equal(snapshot(m, ['audit_log']), before);
-        const entries = m.app.store.audit
-          .list({
+        if (r.scope !== 'authenticated') {
+          const wanted = r.scope as Scope;
+          const lacking = scopes.filter((s) => s !== '*' && !grants([s], wanted));
+          const weak = await mintToken(m, lacking, `lacks ${wanted}`);
+          const before = snapshot(m, ['audit_log']);
+          const lastAudit = m.app.store.audit.list({
             beforeId: Number.MAX_SAFE_INTEGER,
-            limit: 10,
+            limit: 1,
             action: null,
             resource: null,
             resource_id: null,
@@ -67,30 +53,48 @@ test('scope matrix: no token 401, a token lacking the scope 403 (a denied write 
             status: null,
             since: null,
             until: null,
-          })
-          .filter((e) => e.id > lastAudit);
-        if (r.method === 'GET') {
-          assert.deepEqual(entries, []);
-        } else {
-          assert.equal(entries.length, 1);
-          assert.equal(entries[0]!.status, 'denied');
-          assert.equal(entries[0]!.action, r.action);
+          })[0]!.id;
+          const denied = await call(m.url, r.method, path, { token: weak, body });
+          assertProblem(denied, 403, 'insufficient_scope');
+          assert.match(denied.body.detail, new RegExp(wanted.replace('*', '\\*')));
+          assert.equal(snapshot(m, ['audit_log']), before);
+          const entries = m.app.store.audit
+            .list({
+              beforeId: Number.MAX_SAFE_INTEGER,
+              limit: 10,
+              action: null,
+              resource: null,
+              resource_id: null,
+              actor: null,
+              actor_type: null,
+              status: null,
+              since: null,
+              until: null,
+            })
+            .filter((e) => e.id > lastAudit);
+          if (r.method === 'GET') {
+            assert.deepEqual(entries, []);
+          } else {
+            assert.equal(entries.length, 1);
+            assert.equal(entries[0]!.status, 'denied');
+            assert.equal(entries[0]!.action, r.action);
+          }
         }
-      }
 
-      const enough = await mintToken(
-        m,
-        r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope],
-        `has ${r.scope}`,
-      );
-      const allowed = await call(m.url, r.method, path, { token: enough, body });
-      assert.ok(
-        ![401, 403].includes(allowed.status),
-        `allowed call got ${allowed.status} ${JSON.stringify(allowed.body)}`,
-      );
-    });
-  }
-});
+        const enough = await mintToken(
+          m,
+          r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope],
+          `has ${r.scope}`,
+        );
+        const allowed = await call(m.url, r.method, path, { token: enough, body });
+        assert.ok(
+          ![401, 403].includes(allowed.status),
+          `allowed call got ${allowed.status} ${JSON.stringify(allowed.body)}`,
+        );
+      });
+    }
+  },
+);
 
 function wrongValueFor(schema: JsonSchema): unknown {
   const type = Array.isArray(schema.type) ? schema.type[0] : schema.type;
@@ -187,52 +191,60 @@ const SIDE_EFFECTS: Record<string, ((m: Running) => Promise<{ path: string; body
   ],
 };
 
-test('side effects: a route that may act beyond its own scope (cascades, guarded settings) is refused without that scope, changes nothing and is audited as denied', async (t) => {
-  const declaring = routes.filter((r) => (r.alsoNeeds ?? []).length > 0);
-  assert.deepEqual(
-    declaring.map((r) => `${r.method} ${r.path}`).sort(),
-    Object.keys(SIDE_EFFECTS).sort(),
-    'every declared side effect has a request that makes it happen',
-  );
-  for (const r of declaring) {
-    for (const effect of r.alsoNeeds!) {
-      await t.test(`${r.method} ${r.path} also needs ${effect.scope}`, async (tt) => {
-        for (const request of SIDE_EFFECTS[`${r.method} ${r.path}`]!) {
-          const m = await startMaster(tt);
-          const made = await request(m);
-          const lacking = scopes.filter((s) => s !== '*' && !grants([s], effect.scope));
-          assert.ok(grantsAll(lacking, [r.scope as Scope]), "the weak token holds the route's own scope");
-          const weak = await mintToken(m, lacking, `lacks ${effect.scope}`);
-          const before = snapshot(m, ['audit_log']);
-          const denied = await call(m.url, r.method, made.path, { token: weak, body: made.body });
-          if (denied.status === 200) {
-            assert.deepEqual(
-              denied.body.results.map((x: { outcome: string }) => x.outcome),
-              ['forbidden'],
-              JSON.stringify(denied.body),
+test(
+  'side effects: a route that may act beyond its own scope (cascades, guarded settings) is ' +
+    'refused without that scope, changes nothing and is audited as denied',
+  async (t) => {
+    const declaring = routes.filter((r) => (r.alsoNeeds ?? []).length > 0);
+    assert.deepEqual(
+      declaring.map((r) => `${r.method} ${r.path}`).sort(),
+      Object.keys(SIDE_EFFECTS).sort(),
+      'every declared side effect has a request that makes it happen',
+    );
+    for (const r of declaring) {
+      for (const effect of r.alsoNeeds!) {
+        await t.test(`${r.method} ${r.path} also needs ${effect.scope}`, async (tt) => {
+          for (const request of SIDE_EFFECTS[`${r.method} ${r.path}`]!) {
+            const m = await startMaster(tt);
+            const made = await request(m);
+            const lacking = scopes.filter((s) => s !== '*' && !grants([s], effect.scope));
+            assert.ok(grantsAll(lacking, [r.scope as Scope]), "the weak token holds the route's own scope");
+            const weak = await mintToken(m, lacking, `lacks ${effect.scope}`);
+            const before = snapshot(m, ['audit_log']);
+            const denied = await call(m.url, r.method, made.path, { token: weak, body: made.body });
+            if (denied.status === 200) {
+              assert.deepEqual(
+                denied.body.results.map((x: { outcome: string }) => x.outcome),
+                ['forbidden'],
+                JSON.stringify(denied.body),
+              );
+            } else {
+              assertProblem(denied, 403, 'insufficient_scope');
+              assert.equal(denied.body.required_scope, effect.scope);
+            }
+            assert.equal(
+              snapshot(m, ['audit_log']),
+              before,
+              `${JSON.stringify(made.body ?? made.path)} changed nothing`,
             );
-          } else {
-            assertProblem(denied, 403, 'insufficient_scope');
-            assert.equal(denied.body.required_scope, effect.scope);
-          }
-          assert.equal(snapshot(m, ['audit_log']), before, `${JSON.stringify(made.body ?? made.path)} changed nothing`);
-          const audit = await call(m.url, 'GET', `/api/audit-logs?status=denied&action=${r.action}`, {
-            token: m.admin,
-          });
-          assert.equal(audit.body.items.length, 1, JSON.stringify(audit.body.items));
-          assert.equal(audit.body.items[0].changes.required_scope, effect.scope);
+            const audit = await call(m.url, 'GET', `/api/audit-logs?status=denied&action=${r.action}`, {
+              token: m.admin,
+            });
+            assert.equal(audit.body.items.length, 1, JSON.stringify(audit.body.items));
+            assert.equal(audit.body.items[0].changes.required_scope, effect.scope);
 
-          const strong = await mintToken(m, [...lacking, effect.scope], `has ${effect.scope}`);
-          const allowed = await call(m.url, r.method, made.path, { token: strong, body: made.body });
-          assert.ok([200, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
-          if (allowed.status === 200 && allowed.body.results)
-            assert.deepEqual(
-              allowed.body.results.map((x: { outcome: string }) => x.outcome),
-              ['deleted'],
-            );
-          assert.notEqual(snapshot(m, ['audit_log']), before, 'with the scope, the side effect happens');
-        }
-      });
+            const strong = await mintToken(m, [...lacking, effect.scope], `has ${effect.scope}`);
+            const allowed = await call(m.url, r.method, made.path, { token: strong, body: made.body });
+            assert.ok([200, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
+            if (allowed.status === 200 && allowed.body.results)
+              assert.deepEqual(
+                allowed.body.results.map((x: { outcome: string }) => x.outcome),
+                ['deleted'],
+              );
+            assert.notEqual(snapshot(m, ['audit_log']), before, 'with the scope, the side effect happens');
+          }
+        });
+      }
     }
-  }
-});
+  },
+);

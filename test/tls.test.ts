@@ -96,71 +96,79 @@ async function online(m: Running, id: number, token = m.admin) {
   );
 }
 
-test('with a given certificate the master serves HTTPS (TLS 1.2+), and a new node comes with the pin and a command that starts its agent', async (t) => {
-  const files = certFiles();
-  const m = await startMaster(t, { tls: files });
-  assert.match(m.url, /^https:\/\/127\.0\.0\.1:\d+$/);
-  assert.equal(await presentedPin(Number(new URL(m.url).port)), files.pin);
-  const created = await node(m, 'edge');
-  assert.equal(created.master_pin, files.pin);
-  assert.equal(
-    created.agent_command,
-    `AGENT_TOKEN='${created.agent_token}' node agent.mjs --master '${m.url}' --master-pin '${files.pin}'`,
-  );
-  // Nothing older than TLS 1.2 is spoken.
-  const old = tlsConnect({
-    host: '127.0.0.1',
-    port: Number(new URL(m.url).port),
-    rejectUnauthorized: false,
-    maxVersion: 'TLSv1.1',
-    minVersion: 'TLSv1',
-  });
-  const [error] = (await once(old, 'error')) as [NodeJS.ErrnoException];
-  assert.match(String(error.code), /ERR_SSL/);
-  // Over plain HTTP there is no pin, and the command says so.
-  const plain = await startMaster(t);
-  const bare = await node(plain, 'edge');
-  assert.equal(bare.master_pin, null);
-  assert.equal(bare.agent_command, `AGENT_TOKEN='${bare.agent_token}' node agent.mjs --master '${plain.url}'`);
-});
-
-test('off loopback without a certificate the master makes its own once, keeps it 0600 in the data dir, and logs the same pin after a restart', async (t) => {
-  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
-  const start = async () => {
-    const master = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', dataDir], {
-      MASTER_ADMIN_PASSWORD: 'admin-password-for-tests',
+test(
+  'with a given certificate the master serves HTTPS (TLS 1.2+), and a new node comes with ' +
+    'the pin and a command that starts its agent',
+  async (t) => {
+    const files = certFiles();
+    const m = await startMaster(t, { tls: files });
+    assert.match(m.url, /^https:\/\/127\.0\.0\.1:\d+$/);
+    assert.equal(await presentedPin(Number(new URL(m.url).port)), files.pin);
+    const created = await node(m, 'edge');
+    assert.equal(created.master_pin, files.pin);
+    assert.equal(
+      created.agent_command,
+      `AGENT_TOKEN='${created.agent_token}' node agent.mjs --master '${m.url}' --master-pin '${files.pin}'`,
+    );
+    // Nothing older than TLS 1.2 is spoken.
+    const old = tlsConnect({
+      host: '127.0.0.1',
+      port: Number(new URL(m.url).port),
+      rejectUnauthorized: false,
+      maxVersion: 'TLSv1.1',
+      minVersion: 'TLSv1',
     });
-    const line = JSON.parse(await logged(master, /"msg":"listening"/, 'the listening line')) as {
-      url: string;
-      tls_pin: string;
-    };
-    master.kill('SIGTERM');
-    const [code] = await once(master, 'exit');
-    assert.equal(code, 0);
-    return line;
-  };
-  const first = await start();
-  assert.match(first.url, /^https:\/\//);
-  assert.equal(first.tls_pin, pinOf(readFileSync(join(dataDir, 'tls', 'cert.pem'))));
-  for (const file of ['cert.pem', 'key.pem'])
-    assert.equal(statSync(join(dataDir, 'tls', file)).mode & 0o777, 0o600, file);
-  assert.equal((await start()).tls_pin, first.tls_pin, 'the same key after a restart');
+    const [error] = (await once(old, 'error')) as [NodeJS.ErrnoException];
+    assert.match(String(error.code), /ERR_SSL/);
+    // Over plain HTTP there is no pin, and the command says so.
+    const plain = await startMaster(t);
+    const bare = await node(plain, 'edge');
+    assert.equal(bare.master_pin, null);
+    assert.equal(bare.agent_command, `AGENT_TOKEN='${bare.agent_token}' node agent.mjs --master '${plain.url}'`);
+  },
+);
 
-  // Plain HTTP off loopback only when asked, and then with a warning.
-  const insecure = run(
-    t,
-    'master',
-    ['--listen', '0.0.0.0:0', '--data-dir', mkdtempSync(join(tmpdir(), 'portplane-data-')), '--insecure-http'],
-    { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' },
-  );
-  const listening = JSON.parse(await logged(insecure, /"msg":"listening"/, 'the listening line')) as {
-    url: string;
-    tls_pin: string | null;
-  };
-  assert.match(listening.url, /^http:\/\//);
-  assert.equal(listening.tls_pin, null);
-  assert.ok(insecure.output.some((line) => /serving plain HTTP off loopback/.test(line)));
-});
+test(
+  'off loopback without a certificate the master makes its own once, keeps it 0600 in the ' +
+    'data dir, and logs the same pin after a restart',
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
+    const start = async () => {
+      const master = run(t, 'master', ['--listen', '0.0.0.0:0', '--data-dir', dataDir], {
+        MASTER_ADMIN_PASSWORD: 'admin-password-for-tests',
+      });
+      const line = JSON.parse(await logged(master, /"msg":"listening"/, 'the listening line')) as {
+        url: string;
+        tls_pin: string;
+      };
+      master.kill('SIGTERM');
+      const [code] = await once(master, 'exit');
+      assert.equal(code, 0);
+      return line;
+    };
+    const first = await start();
+    assert.match(first.url, /^https:\/\//);
+    assert.equal(first.tls_pin, pinOf(readFileSync(join(dataDir, 'tls', 'cert.pem'))));
+    for (const file of ['cert.pem', 'key.pem'])
+      assert.equal(statSync(join(dataDir, 'tls', file)).mode & 0o777, 0o600, file);
+    assert.equal((await start()).tls_pin, first.tls_pin, 'the same key after a restart');
+
+    // Plain HTTP off loopback only when asked, and then with a warning.
+    const insecure = run(
+      t,
+      'master',
+      ['--listen', '0.0.0.0:0', '--data-dir', mkdtempSync(join(tmpdir(), 'portplane-data-')), '--insecure-http'],
+      { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' },
+    );
+    const listening = JSON.parse(await logged(insecure, /"msg":"listening"/, 'the listening line')) as {
+      url: string;
+      tls_pin: string | null;
+    };
+    assert.match(listening.url, /^http:\/\//);
+    assert.equal(listening.tls_pin, null);
+    assert.ok(insecure.output.some((line) => /serving plain HTTP off loopback/.test(line)));
+  },
+);
 
 test('an agent with the right pin links over TLS and forwards', async (t) => {
   const files = certFiles();
@@ -178,90 +186,101 @@ test('an agent with the right pin links over TLS and forwards', async (t) => {
   );
 });
 
-test('an agent pointed at an impostor sends it nothing and says why: a pin mismatch, or a certificate no CA vouches for', async (t) => {
-  const impostorCert = selfSigned(['127.0.0.1']);
-  const received: Buffer[] = [];
-  let connections = 0;
-  const impostor = createTlsServer({ cert: impostorCert.cert, key: impostorCert.key }, (socket) => {
-    socket.on('data', (chunk) => received.push(chunk));
-    socket.on('error', () => undefined);
-  });
-  impostor.on('connection', () => (connections += 1));
-  impostor.on('tlsClientError', () => undefined);
-  impostor.listen(0, '127.0.0.1');
-  await once(impostor, 'listening');
-  t.after(() => impostor.close());
-  const url = `https://127.0.0.1:${(impostor.address() as { port: number }).port}`;
-  const token = `mat_1_${'a'.repeat(43)}`;
-  const realPin = certFiles().pin;
-
-  const pinned = agent(t, url, token, ['--master-pin', realPin]);
-  const refusal = await logged(pinned, /refusing the master/, 'the refusal');
-  assert.match(refusal, /pin mismatch: the master presented sha256\/\S+, this agent pins sha256\//);
-  assert.match(refusal, /nothing was sent/);
-  const trusting = agent(t, url, token);
-  assert.match(await logged(trusting, /cannot reach the master/, 'the CA refusal'), /unknown CA/);
-  await until('both agents to have tried', () => connections >= 2);
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  assert.equal(Buffer.concat(received).length, 0, 'not one byte of a request, let alone the token');
-});
-
-test('plain HTTP to a master off this machine is refused at start unless --insecure-http; a master off loopback serves HTTPS unless --insecure-http', async (t) => {
-  const token = `mat_1_${'a'.repeat(43)}`;
-  // Refused before any connection is tried (192.0.2.1 is never dialled).
-  const refused = spawnSync(process.execPath, ['dist/agent.mjs', '--master', 'http://192.0.2.1:8080'], {
-    encoding: 'utf8',
-    env: { AGENT_TOKEN: token },
-  });
-  assert.equal(refused.status, 2);
-  assert.match(refused.stderr, /in clear.*https:\/\/.*--insecure-http/);
-
-  const wide = await startMaster(t, { host: '0.0.0.0' });
-  assert.match(wide.url, /^https:\/\//);
-  assert.ok(wide.app.tls, 'it made a certificate of its own');
-  const insecure = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-  assert.match(insecure.url, /^http:\/\//);
-  // Both are reached here through loopback only.
-  const local = insecure.url.replace('0.0.0.0', '127.0.0.1');
-  assert.equal((await call(local, 'GET', '/api/auth/me', { token: insecure.admin })).status, 200);
-  // Agents of a master told --insecure-http may dial it in clear, and are told so; others may not.
-  assert.equal(
-    (
-      await call(local, 'PATCH', '/api/settings', {
-        token: insecure.admin,
-        body: { install_master_url: 'http://203.0.113.5:8080' },
-      })
-    ).status,
-    200,
-  );
-  const cleartext = (
-    await call(local, 'POST', '/api/nodes', { token: insecure.admin, body: { name: 'edge', host: 'edge.example.net' } })
-  ).body;
-  assert.equal(
-    cleartext.agent_command,
-    `AGENT_TOKEN='${cleartext.agent_token}' node agent.mjs --master 'http://203.0.113.5:8080' --insecure-http`,
-  );
-  for (const m of [await startMaster(t), wide]) {
-    const n = await node(m, 'edge');
-    const answer = await call(m.url, 'POST', `/api/nodes/${n.id}/install-ssh`, {
-      token: m.admin,
-      body: { master_url: 'http://203.0.113.5:8080' },
+test(
+  'an agent pointed at an impostor sends it nothing and says why: a pin mismatch, or a ' +
+    'certificate no CA vouches for',
+  async (t) => {
+    const impostorCert = selfSigned(['127.0.0.1']);
+    const received: Buffer[] = [];
+    let connections = 0;
+    const impostor = createTlsServer({ cert: impostorCert.cert, key: impostorCert.key }, (socket) => {
+      socket.on('data', (chunk) => received.push(chunk));
+      socket.on('error', () => undefined);
     });
-    assert.equal(answer.status, 422);
-    assert.match(answer.body.errors[0].detail, /do not send their token in clear.*https:\/\//);
-  }
-  const socket = netConnect({ host: '127.0.0.1', port: Number(new URL(wide.url).port) });
-  const chunks: Buffer[] = [];
-  socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-  socket.on('error', () => undefined);
-  await once(socket, 'connect');
-  socket.end('GET /api/auth/me HTTP/1.1\r\nHost: x\r\n\r\n');
-  await once(socket, 'close');
-  assert.ok(
-    !Buffer.concat(chunks).toString('latin1').startsWith('HTTP/'),
-    'plain HTTP to the TLS listener gets no answer',
-  );
-});
+    impostor.on('connection', () => (connections += 1));
+    impostor.on('tlsClientError', () => undefined);
+    impostor.listen(0, '127.0.0.1');
+    await once(impostor, 'listening');
+    t.after(() => impostor.close());
+    const url = `https://127.0.0.1:${(impostor.address() as { port: number }).port}`;
+    const token = `mat_1_${'a'.repeat(43)}`;
+    const realPin = certFiles().pin;
+
+    const pinned = agent(t, url, token, ['--master-pin', realPin]);
+    const refusal = await logged(pinned, /refusing the master/, 'the refusal');
+    assert.match(refusal, /pin mismatch: the master presented sha256\/\S+, this agent pins sha256\//);
+    assert.match(refusal, /nothing was sent/);
+    const trusting = agent(t, url, token);
+    assert.match(await logged(trusting, /cannot reach the master/, 'the CA refusal'), /unknown CA/);
+    await until('both agents to have tried', () => connections >= 2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(Buffer.concat(received).length, 0, 'not one byte of a request, let alone the token');
+  },
+);
+
+test(
+  'plain HTTP to a master off this machine is refused at start unless --insecure-http; a ' +
+    'master off loopback serves HTTPS unless --insecure-http',
+  async (t) => {
+    const token = `mat_1_${'a'.repeat(43)}`;
+    // Refused before any connection is tried (192.0.2.1 is never dialled).
+    const refused = spawnSync(process.execPath, ['dist/agent.mjs', '--master', 'http://192.0.2.1:8080'], {
+      encoding: 'utf8',
+      env: { AGENT_TOKEN: token },
+    });
+    assert.equal(refused.status, 2);
+    assert.match(refused.stderr, /in clear.*https:\/\/.*--insecure-http/);
+
+    const wide = await startMaster(t, { host: '0.0.0.0' });
+    assert.match(wide.url, /^https:\/\//);
+    assert.ok(wide.app.tls, 'it made a certificate of its own');
+    const insecure = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+    assert.match(insecure.url, /^http:\/\//);
+    // Both are reached here through loopback only.
+    const local = insecure.url.replace('0.0.0.0', '127.0.0.1');
+    assert.equal((await call(local, 'GET', '/api/auth/me', { token: insecure.admin })).status, 200);
+    // Agents of a master told --insecure-http may dial it in clear, and are told so; others may not.
+    assert.equal(
+      (
+        await call(local, 'PATCH', '/api/settings', {
+          token: insecure.admin,
+          body: { install_master_url: 'http://203.0.113.5:8080' },
+        })
+      ).status,
+      200,
+    );
+    const cleartext = (
+      await call(local, 'POST', '/api/nodes', {
+        token: insecure.admin,
+        body: { name: 'edge', host: 'edge.example.net' },
+      })
+    ).body;
+    assert.equal(
+      cleartext.agent_command,
+      `AGENT_TOKEN='${cleartext.agent_token}' node agent.mjs --master 'http://203.0.113.5:8080' --insecure-http`,
+    );
+    for (const m of [await startMaster(t), wide]) {
+      const n = await node(m, 'edge');
+      const answer = await call(m.url, 'POST', `/api/nodes/${n.id}/install-ssh`, {
+        token: m.admin,
+        body: { master_url: 'http://203.0.113.5:8080' },
+      });
+      assert.equal(answer.status, 422);
+      assert.match(answer.body.errors[0].detail, /do not send their token in clear.*https:\/\//);
+    }
+    const socket = netConnect({ host: '127.0.0.1', port: Number(new URL(wide.url).port) });
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.on('error', () => undefined);
+    await once(socket, 'connect');
+    socket.end('GET /api/auth/me HTTP/1.1\r\nHost: x\r\n\r\n');
+    await once(socket, 'close');
+    assert.ok(
+      !Buffer.concat(chunks).toString('latin1').startsWith('HTTP/'),
+      'plain HTTP to the TLS listener gets no answer',
+    );
+  },
+);
 
 test('the master program reloads its certificate on SIGHUP and logs the new pin', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
@@ -285,55 +304,62 @@ test('the master program reloads its certificate on SIGHUP and logs the new pin'
   assert.equal(master.exitCode, null, 'still running');
 });
 
-test('a renewed certificate is served after SIGHUP without a restart; a broken one leaves the old in place', async (t) => {
-  const files = certFiles();
-  const m = await startMaster(t, { tls: files });
-  const port = Number(new URL(m.url).port);
-  const renewed = selfSigned(['127.0.0.1']);
-  writeFileSync(files.certPath, renewed.cert);
-  writeFileSync(files.keyPath, renewed.key);
-  m.reloadTls();
-  assert.equal(await presentedPin(port), pinOf(renewed.cert));
-  writeFileSync(files.keyPath, selfSigned(['127.0.0.1']).key);
-  m.reloadTls();
-  assert.equal(
-    await presentedPin(port),
-    pinOf(renewed.cert),
-    'a key that does not match is refused, the served one stays',
-  );
-  assert.equal(m.app.tls!.pin, pinOf(renewed.cert));
-});
+test(
+  'a renewed certificate is served after SIGHUP without a restart; a broken one leaves the ' + 'old in place',
+  async (t) => {
+    const files = certFiles();
+    const m = await startMaster(t, { tls: files });
+    const port = Number(new URL(m.url).port);
+    const renewed = selfSigned(['127.0.0.1']);
+    writeFileSync(files.certPath, renewed.cert);
+    writeFileSync(files.keyPath, renewed.key);
+    m.reloadTls();
+    assert.equal(await presentedPin(port), pinOf(renewed.cert));
+    writeFileSync(files.keyPath, selfSigned(['127.0.0.1']).key);
+    m.reloadTls();
+    assert.equal(
+      await presentedPin(port),
+      pinOf(renewed.cert),
+      'a key that does not match is refused, the served one stays',
+    );
+    assert.equal(m.app.tls!.pin, pinOf(renewed.cert));
+  },
+);
 
-test('rotation: agents accept the key a master announced as tls_next_pin once it switches; an agent that never heard of it refuses', async (t) => {
-  const before = certFiles();
-  const after = certFiles();
-  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
-  const port = await freePort();
-  const first = await startMaster(t, { tls: before, dataDir, port });
-  const admin = await mintToken(first, ['*']);
-  const n = await node(first, 'edge');
-  const informed = agent(t, first.url, n.agent_token, ['--master-pin', before.pin]);
-  await online(first, n.id);
-  assert.equal(
-    (await call(first.url, 'PATCH', '/api/settings', { token: admin, body: { tls_next_pin: after.pin } })).status,
-    200,
-  );
-  await until('the agent to keep the announced pin', () => {
-    try {
-      return (JSON.parse(readFileSync(join(informed.stateDir, 'pins.json'), 'utf8')) as string[]).includes(after.pin);
-    } catch {
-      return false;
-    }
-  });
-  await first.close();
+test(
+  'rotation: agents accept the key a master announced as tls_next_pin once it switches; an ' +
+    'agent that never heard of it refuses',
+  async (t) => {
+    const before = certFiles();
+    const after = certFiles();
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
+    const port = await freePort();
+    const first = await startMaster(t, { tls: before, dataDir, port });
+    const admin = await mintToken(first, ['*']);
+    const n = await node(first, 'edge');
+    const informed = agent(t, first.url, n.agent_token, ['--master-pin', before.pin]);
+    await online(first, n.id);
+    assert.equal(
+      (await call(first.url, 'PATCH', '/api/settings', { token: admin, body: { tls_next_pin: after.pin } })).status,
+      200,
+    );
+    await until('the agent to keep the announced pin', () => {
+      try {
+        return (JSON.parse(readFileSync(join(informed.stateDir, 'pins.json'), 'utf8')) as string[]).includes(after.pin);
+      } catch {
+        return false;
+      }
+    });
+    await first.close();
 
-  const second = await startMaster(t, { tls: after, dataDir, port });
-  assert.equal(await presentedPin(port), after.pin);
-  await online(second, n.id, admin);
-  assert.ok(!informed.output.some((line) => /refusing the master/.test(line)));
-  // A node that missed the announcement still pins the old key only: it refuses, and needs a reinstall or its
-  // agent_command.
-  const other = await node(second, 'late');
-  const late = agent(t, second.url, other.agent_token, ['--master-pin', before.pin]);
-  assert.match(await logged(late, /refusing the master/, 'the refusal'), /pin mismatch/);
-});
+    const second = await startMaster(t, { tls: after, dataDir, port });
+    assert.equal(await presentedPin(port), after.pin);
+    await online(second, n.id, admin);
+    assert.ok(!informed.output.some((line) => /refusing the master/.test(line)));
+    // A node that missed the announcement still pins the old key only: it refuses, and needs a reinstall or its
+    // agent_command.
+    const other = await node(second, 'late');
+    const late = agent(t, second.url, other.agent_token, ['--master-pin', before.pin]);
+    assert.match(await logged(late, /refusing the master/, 'the refusal'), /pin mismatch/);
+  },
+);

@@ -166,43 +166,49 @@ test('token lists page with limit and cursor and filter by owner', async (t) => 
   assert.equal((await call(m.url, 'GET', '/api/tokens?user_id=2', { token: m.admin })).body.items.length, 0);
 });
 
-test('tokens:write revokes only tokens whose owner holds no scope the caller lacks; any token may revoke itself', async (t) => {
-  const m = await startMaster(t);
-  const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write', 'rules:read'] };
-  assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
-  const opsSession = await login(m.url, ops.username, ops.password);
-  const mine = (
-    await call(m.url, 'POST', '/api/tokens', { token: opsSession, body: { name: 'mine', scopes: ['rules:read'] } })
-  ).body;
-  const admins = (
-    await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'admin deploy', scopes: ['rules:read'] } })
-  ).body;
+test(
+  'tokens:write revokes only tokens whose owner holds no scope the caller lacks; any token ' + 'may revoke itself',
+  async (t) => {
+    const m = await startMaster(t);
+    const ops = { username: 'ops', password: 'ops-password-long', scopes: ['tokens:write', 'rules:read'] };
+    assert.equal((await call(m.url, 'POST', '/api/users', { token: m.admin, body: ops })).status, 201);
+    const opsSession = await login(m.url, ops.username, ops.password);
+    const mine = (
+      await call(m.url, 'POST', '/api/tokens', { token: opsSession, body: { name: 'mine', scopes: ['rules:read'] } })
+    ).body;
+    const admins = (
+      await call(m.url, 'POST', '/api/tokens', {
+        token: m.admin,
+        body: { name: 'admin deploy', scopes: ['rules:read'] },
+      })
+    ).body;
 
-  const before = snapshot(m, ['audit_log']);
-  const refused = await call(m.url, 'DELETE', `/api/tokens/${admins.id}`, { token: opsSession });
-  assertProblem(refused, 403, 'insufficient_scope');
-  assert.equal(snapshot(m, ['audit_log']), before);
-  assert.equal(
-    (await call(m.url, 'GET', `/api/audit-logs?action=token.delete&status=denied`, { token: m.admin })).body.items
-      .length,
-    1,
-  );
-  assert.equal(
-    (await call(m.url, 'GET', '/api/auth/me', { token: admins.token })).status,
-    200,
-    "the admin's token still works",
-  );
+    const before = snapshot(m, ['audit_log']);
+    const refused = await call(m.url, 'DELETE', `/api/tokens/${admins.id}`, { token: opsSession });
+    assertProblem(refused, 403, 'insufficient_scope');
+    assert.equal(snapshot(m, ['audit_log']), before);
+    assert.equal(
+      (await call(m.url, 'GET', `/api/audit-logs?action=token.delete&status=denied`, { token: m.admin })).body.items
+        .length,
+      1,
+    );
+    assert.equal(
+      (await call(m.url, 'GET', '/api/auth/me', { token: admins.token })).status,
+      200,
+      "the admin's token still works",
+    );
 
-  assert.equal((await call(m.url, 'DELETE', `/api/tokens/${mine.id}`, { token: opsSession })).status, 204);
-  // A token holding nothing but tokens:write, of a user holding more, can still revoke itself.
-  const narrow = (
-    await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'narrow', scopes: ['tokens:write'] } })
-  ).body;
-  assertProblem(
-    await call(m.url, 'DELETE', `/api/tokens/${admins.id}`, { token: narrow.token }),
-    403,
-    'insufficient_scope',
-  );
-  assert.equal((await call(m.url, 'DELETE', `/api/tokens/${narrow.id}`, { token: narrow.token })).status, 204);
-  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: narrow.token })).status, 401);
-});
+    assert.equal((await call(m.url, 'DELETE', `/api/tokens/${mine.id}`, { token: opsSession })).status, 204);
+    // A token holding nothing but tokens:write, of a user holding more, can still revoke itself.
+    const narrow = (
+      await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'narrow', scopes: ['tokens:write'] } })
+    ).body;
+    assertProblem(
+      await call(m.url, 'DELETE', `/api/tokens/${admins.id}`, { token: narrow.token }),
+      403,
+      'insufficient_scope',
+    );
+    assert.equal((await call(m.url, 'DELETE', `/api/tokens/${narrow.id}`, { token: narrow.token })).status, 204);
+    assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: narrow.token })).status, 401);
+  },
+);

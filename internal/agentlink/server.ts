@@ -55,7 +55,8 @@ function refuse(socket: Socket, error: DomainError, headers: Record<string, stri
     Connection: 'close',
   });
   socket.end(
-    `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n${lines.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`,
+    `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
+      `${lines.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`,
   );
 }
 

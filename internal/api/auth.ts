@@ -145,7 +145,12 @@ export const authOperations = {
     action: 'auth.login',
     summary: 'Log in with a username and password',
     description:
-      "Returns a session bearer token that carries the user's scopes until expires_at (setting session_ttl_seconds). Each attempt counts as a failure from before its password is checked until it succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 with Retry-After; so does a login while too many passwords are being checked at once.",
+      "Returns a session bearer token that carries the user's scopes until expires_at (setting " +
+      'session_ttl_seconds). Each attempt counts as a failure from before its password is checked until it ' +
+      'succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username ' +
+      'waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past ' +
+      'login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 ' +
+      'with Retry-After; so does a login while too many passwords are being checked at once.',
     body: loginInput,
     responses: {
       200: { description: 'Logged in', schema: loginResult },

@@ -22,7 +22,8 @@ function dialOrProblem(ctx: DialCtx, given?: string): MasterDial | string {
   if (url.protocol === 'http:' && !isLoopback(url.hostname.replace(/^\[|\]$/g, '')) && !app.insecureHttp) {
     return (
       `agents do not send their token in clear across the network: give an https:// ` +
-      `address${app.tls ? ' (this master serves HTTPS)' : ', or run the master with --insecure-http behind a TLS proxy'}`
+      'address' +
+      (app.tls ? ' (this master serves HTTPS)' : ', or run the master with --insecure-http behind a TLS proxy')
     );
   }
   // The pin names the master's own key: it holds only where the master itself answers TLS.

@@ -21,7 +21,8 @@ const installInput = object(
     forget_host_key: optional(
       boolean({
         description:
-          "Drop the node's pinned SSH host key before connecting, so the first key seen is pinned again: for a node rebuilt on purpose. Audited.",
+          "Drop the node's pinned SSH host key before connecting, so the first key seen is pinned again: for a " +
+          'node rebuilt on purpose. Audited.',
       }),
       false,
     ),

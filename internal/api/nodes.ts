@@ -140,7 +140,8 @@ const nodeCreatedSchema = record('NodeCreated', {
   agent_command: {
     type: ['string', 'null'],
     description:
-      "The command that starts this node's agent by hand: master URL (install_master_url, else the address this request reached), pin and token. Null when the request does not say where the master is.",
+      "The command that starts this node's agent by hand: master URL (install_master_url, else the address this " +
+      'request reached), pin and token. Null when the request does not say where the master is.',
   },
 });
 

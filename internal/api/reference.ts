@@ -62,6 +62,10 @@ function anchor(method: string, path: string): string {
     .replace(/ /g, '-');
 }
 
+function accessOf(r: Route): string {
+  return r.scope === 'public' ? 'public' : r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``;
+}
+
 export function renderReference(routes: readonly Route[], intro: string): string {
   const doc = openApiDocument(routes) as { paths: Record<string, Record<string, any>> };
   const out: string[] = [
@@ -137,10 +141,7 @@ export function renderReference(routes: readonly Route[], intro: string): string
     const op = doc.paths[r.path]![r.method.toLowerCase()];
     out.push(`### ${r.method} ${r.path}`, '', `${r.summary}.`, '');
     if (r.description) out.push(r.description, '');
-    out.push(
-      `Access: ${r.scope === 'public' ? 'public' : r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``}.${r.action ? ` Audit action: \`${r.action}\`.` : ''}`,
-      '',
-    );
+    out.push(`Access: ${accessOf(r)}.${r.action ? ` Audit action: \`${r.action}\`.` : ''}`, '');
     for (const effect of r.alsoNeeds ?? []) out.push(`Also needs \`${effect.scope}\` when ${effect.when}.`, '');
     const query = (op.parameters ?? []).filter((p: any) => p.in === 'query');
     if (query.length > 0) {

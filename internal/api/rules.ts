@@ -319,7 +319,9 @@ export const ruleOperations = {
     action: 'rule.sync',
     summary: "Push a rule's node its config and wait for the node to acknowledge",
     description:
-      "Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet (e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure (sync.error in the body's rule).",
+      'Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet ' +
+      '(e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure ' +
+      "(sync.error in the body's rule).",
     responses: {
       200: { description: 'Applied', schema: ruleSchema },
       202: { description: 'Still pending', schema: ruleSchema },

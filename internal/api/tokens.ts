@@ -155,7 +155,8 @@ export const tokenOperations = {
     action: 'token.delete',
     summary: 'Revoke an API token at once',
     description:
-      "A token can always revoke itself; any other token only if the caller holds every scope of the token's owner (403 otherwise), the rule the users API follows.",
+      "A token can always revoke itself; any other token only if the caller holds every scope of the token's " +
+      'owner (403 otherwise), the rule the users API follows.',
     responses: {
       204: { description: 'Revoked' },
       403: { description: "The token's owner holds scopes the caller lacks" },

@@ -159,7 +159,9 @@ export const userOperations = {
     action: 'user.update',
     summary: 'Replace a user',
     description:
-      "An absent password keeps the current one; a new password ends the user's login sessions. Disabling ends the user's sessions and revokes its API tokens. Only users whose scopes the caller holds can be changed (403). The last enabled holder of * cannot lose it or be disabled (409).",
+      "An absent password keeps the current one; a new password ends the user's login sessions. Disabling ends " +
+      "the user's sessions and revokes its API tokens. Only users whose scopes the caller holds can be changed " +
+      '(403). The last enabled holder of * cannot lose it or be disabled (409).',
     body: userUpdateInput,
     responses: {
       200: { description: 'Updated', schema: userSchema },

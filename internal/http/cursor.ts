@@ -33,5 +33,6 @@ export function pageOf<T extends { id: number }>(rows: T[], limit: number): Page
  * follows).
  */
 export function pageJson(page: { items: string; lastId: number | null }): string {
-  return `{"items":${page.items},"next_cursor":${page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId))}}`;
+  const next = page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId));
+  return `{"items":${page.items},"next_cursor":${next}}`;
 }

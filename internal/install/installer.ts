@@ -165,7 +165,8 @@ export class Installer {
       this.log(
         nodeId,
         `${mode}: probed`,
-        `platform ${probe.platform ?? 'unknown'}, node ${probe.nodeMajor ?? 'none'}${probe.nodePath ? ` at ${probe.nodePath}` : ''}, ${probe.systemd ? 'systemd' : 'no systemd'}`,
+        `platform ${probe.platform ?? 'unknown'}, node ${probe.nodeMajor ?? 'none'}` +
+          `${probe.nodePath ? ` at ${probe.nodePath}` : ''}, ${probe.systemd ? 'systemd' : 'no systemd'}`,
       );
 
       let nodeBinary = probe.nodePath;
@@ -275,7 +276,8 @@ export class Installer {
       `cd ${q(dir)}`,
       'if [ -f agent.pid ] && kill -0 "$(cat agent.pid)" 2>/dev/null; then kill "$(cat agent.pid)"; sleep 1; fi',
       // The agent reads its env file itself, as data: no shell ever parses what is in it.
-      `nohup ${q(nodeBinary)} ${q(`${dir}/agent.mjs`)} --env-file ${q(`${dir}/agent.env`)} --state-dir ${q(`${dir}/state`)} >> agent.log 2>&1 < /dev/null &`,
+      `nohup ${q(nodeBinary)} ${q(`${dir}/agent.mjs`)} --env-file ${q(`${dir}/agent.env`)} ` +
+        `--state-dir ${q(`${dir}/state`)} >> agent.log 2>&1 < /dev/null &`,
       'echo $! > agent.pid',
       '',
     ].join('\n');

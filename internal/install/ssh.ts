@@ -62,7 +62,8 @@ export function classify(stderr: string): { failure: SshFailure; message: string
     return {
       failure: 'host_key_changed',
       message:
-        "the node's SSH host key differs from the one pinned at first contact; if the node was rebuilt on purpose, reinstall with forget_host_key: true",
+        "the node's SSH host key differs from the one pinned at first contact; if the node was rebuilt on " +
+        'purpose, reinstall with forget_host_key: true',
     };
   }
   if (/Permission denied|Too many authentication failures/i.test(stderr)) {

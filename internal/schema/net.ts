@@ -79,6 +79,7 @@ export function masterUrl(options: { description: string; allowEmpty?: boolean }
     refine: (value) =>
       (options.allowEmpty && value === '') || masterOrigin(value) !== null
         ? null
-        : `must be ${options.allowEmpty ? 'empty or ' : ''}http(s)://HOST[:PORT] with a hostname or IP address and nothing else, e.g. https://192.0.2.1:8080`,
+        : `must be ${options.allowEmpty ? 'empty or ' : ''}http(s)://HOST[:PORT] with a hostname or IP address ` +
+          'and nothing else, e.g. https://192.0.2.1:8080',
   });
 }

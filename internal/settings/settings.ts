@@ -106,7 +106,8 @@ export const definitions = {
       pattern: /^(sha256\/[A-Za-z0-9+/]{43}=)?$/,
       patternHint: 'must be empty or sha256/<base64 of 32 bytes>',
       description:
-        "The pin of the key the master will serve next, announced to every connected agent so it accepts that key after the switch (see Rotating the master's key). Empty: none.",
+        'The pin of the key the master will serve next, announced to every connected agent so it accepts that ' +
+        "key after the switch (see Rotating the master's key). Empty: none.",
     }),
   ),
   install_master_url: text(

@@ -30,7 +30,8 @@ export class IdempotencyStore {
         headers = excluded.headers, body = excluded.body, created_at = excluded.created_at`);
     this.pruneStmt = db.prepare('DELETE FROM idempotency_keys WHERE created_at <= ?');
     this.trimStmt = db.prepare(`DELETE FROM idempotency_keys WHERE token_id = :token_id AND key NOT IN
-      (SELECT key FROM idempotency_keys WHERE token_id = :token_id ORDER BY created_at DESC, rowid DESC LIMIT ${KEYS_PER_TOKEN})`);
+      (SELECT key FROM idempotency_keys WHERE token_id = :token_id ORDER BY created_at DESC,
+        rowid DESC LIMIT ${KEYS_PER_TOKEN})`);
   }
 
   /** The stored response for a key, unless it was stored at or before `notBefore`. */

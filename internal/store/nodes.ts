@@ -50,8 +50,10 @@ interface Row extends Omit<Node, 'tags' | 'traffic' | 'install'> {
   install_log: string | null;
 }
 
-const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version, last_seen_at, config_version,
-  ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at, install_finished_at, install_log, version, created_at, updated_at`;
+const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version,
+  last_seen_at, config_version,
+  ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
+    install_finished_at, install_log, version, created_at, updated_at`;
 
 /** How much of an install's log a node keeps: the end, where the outcome is. */
 export const INSTALL_LOG_BYTES = 8192;
@@ -74,8 +76,10 @@ function toNode({
 }
 
 /** A node as the API shows it, built by SQLite; must match the API's nodeView (tested). */
-const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user, 'ssh_auth', ssh_auth,
-  'tags', json(tags), 'status', status, 'status_detail', status_detail, 'agent_version', agent_version, 'last_seen_at', last_seen_at,
+const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user,
+  'ssh_auth', ssh_auth,
+  'tags', json(tags), 'status', status, 'status_detail', status_detail, 'agent_version', agent_version,
+    'last_seen_at', last_seen_at,
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
@@ -125,8 +129,10 @@ export class NodeStore {
         (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
     this.jsonStmt = db.prepare(`SELECT version, ${NODE_JSON} AS json FROM nodes WHERE id = ?`);
     this.insertStmt =
-      db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags, agent_token_hash, created_at, updated_at)
-      VALUES (:name, :host, :ssh_port, :ssh_user, :ssh_auth, :ssh_secret, :tags, :agent_token_hash, :at, :at) RETURNING id`);
+      db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags, agent_token_hash,
+        created_at, updated_at)
+      VALUES (:name, :host, :ssh_port, :ssh_user, :ssh_auth, :ssh_secret, :tags, :agent_token_hash, :at,
+        :at) RETURNING id`);
     this.updateStmt =
       db.prepare(`UPDATE nodes SET name = :name, host = :host, ssh_port = :ssh_port, ssh_user = :ssh_user, tags = :tags,
         ssh_auth = CASE WHEN :keep THEN ssh_auth ELSE :ssh_auth END,

@@ -45,7 +45,8 @@ function toRule(row: Row): Rule {
   };
 }
 
-const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, sync_state, sync_error, sync_applied_at,
+const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, sync_state,
+  sync_error, sync_applied_at,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 export interface RuleFilter {
@@ -103,12 +104,15 @@ export class RuleStore {
     // Pages concatenate the JSON the triggers of migration 6 rendered: no per-row work at read time.
     this.pageStmt = db.prepare(`WITH page AS (SELECT id FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit + 1),
         shown AS (SELECT id FROM page ORDER BY id LIMIT :limit)
-      SELECT '[' || coalesce((SELECT group_concat(v.json, ',' ORDER BY v.id) FROM shown JOIN rule_views v ON v.id = shown.id), '') || ']' AS items,
+      SELECT '[' || coalesce((SELECT group_concat(v.json,
+        ',' ORDER BY v.id) FROM shown JOIN rule_views v ON v.id = shown.id), '') || ']' AS items,
         (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
     this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
     this.insertStmt =
-      db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, created_at, updated_at)
-      VALUES (:name, :node_id, :tunnel_id, :protocol, :listen_port, :targets, :strategy, :enabled, :at, :at) RETURNING id`);
+      db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled,
+        created_at, updated_at)
+      VALUES (:name, :node_id, :tunnel_id, :protocol, :listen_port, :targets, :strategy, :enabled, :at,
+        :at) RETURNING id`);
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
         listen_port = :listen_port, targets = :targets, strategy = :strategy, enabled = :enabled,

@@ -51,8 +51,10 @@ export class TrafficStore {
     );
     this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
     this.bucketStmt =
-      db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?)
-      ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')}, bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
+      db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?,
+        ?, ?)
+      ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')},
+        bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
     this.ruleTotalStmt = db.prepare(
       `UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
         `WHERE id = ?3 AND node_id = ?4`,
@@ -66,7 +68,8 @@ export class TrafficStore {
       db.prepare(`INSERT INTO traffic_streams (node_id, stream, seq, seen_at) VALUES (:node_id, :stream, :seq, :at)
       ON CONFLICT (node_id, stream) DO UPDATE SET seq = excluded.seq, seen_at = excluded.seen_at`);
     this.trimStreamsStmt = db.prepare(`DELETE FROM traffic_streams WHERE node_id = :node_id AND stream NOT IN
-      (SELECT stream FROM traffic_streams WHERE node_id = :node_id ORDER BY seen_at DESC, rowid DESC LIMIT ${STREAMS_PER_NODE})`);
+      (SELECT stream FROM traffic_streams WHERE node_id = :node_id ORDER BY seen_at DESC,
+        rowid DESC LIMIT ${STREAMS_PER_NODE})`);
   }
 
   /**

@@ -49,7 +49,8 @@ export class TunnelStore {
         AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)
       ORDER BY id LIMIT :limit`);
     this.insertStmt =
-      db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at, updated_at)
+      db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
+        updated_at)
       VALUES (:name, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
     this.updateStmt =
       db.prepare(`UPDATE tunnels SET name = :name, entry_node_id = :entry_node_id, exit_node_id = :exit_node_id,
