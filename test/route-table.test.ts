@@ -12,6 +12,21 @@ import { assertProblem, call, mintToken, node, rule, snapshot, startMaster, type
 
 const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/openapi.json'];
 
+/** The newest `limit` audit entries, unfiltered. */
+function newestAudit(m: Running, limit: number) {
+  const none = {
+    action: null,
+    resource: null,
+    resource_id: null,
+    actor: null,
+    actor_type: null,
+    status: null,
+    since: null,
+    until: null,
+  };
+  return m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit, ...none });
+}
+
 function fill(path: string): string {
   return path.replace(/\{[a-z_]+\}/g, '999999');
 }
@@ -42,36 +57,12 @@ test(
           const lacking = scopes.filter((s) => s !== '*' && !grants([s], wanted));
           const weak = await mintToken(m, lacking, `lacks ${wanted}`);
           const before = snapshot(m, ['audit_log']);
-          const lastAudit = m.app.store.audit.list({
-            beforeId: Number.MAX_SAFE_INTEGER,
-            limit: 1,
-            action: null,
-            resource: null,
-            resource_id: null,
-            actor: null,
-            actor_type: null,
-            status: null,
-            since: null,
-            until: null,
-          })[0]!.id;
+          const lastAudit = newestAudit(m, 1)[0]!.id;
           const denied = await call(m.url, r.method, path, { token: weak, body });
           assertProblem(denied, 403, 'insufficient_scope');
           assert.match(denied.body.detail, new RegExp(wanted.replace('*', '\\*')));
           assert.equal(snapshot(m, ['audit_log']), before);
-          const entries = m.app.store.audit
-            .list({
-              beforeId: Number.MAX_SAFE_INTEGER,
-              limit: 10,
-              action: null,
-              resource: null,
-              resource_id: null,
-              actor: null,
-              actor_type: null,
-              status: null,
-              since: null,
-              until: null,
-            })
-            .filter((e) => e.id > lastAudit);
+          const entries = newestAudit(m, 10).filter((e) => e.id > lastAudit);
           if (r.method === 'GET') {
             assert.deepEqual(entries, []);
           } else {
