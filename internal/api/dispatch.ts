@@ -192,7 +192,12 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   /** A thrown value as an answer: a domain error as its problem, anything else as a bland 500 (and a full log line). */
   function fromThrown(thrown: unknown, requestId: string): Outgoing {
     const error = asDomainError(thrown);
-    if (error instanceof DomainError) return fromError(error, requestId);
+    if (error instanceof DomainError) {
+      // What went wrong underneath is for the operator, never the caller.
+      if (error.cause !== undefined)
+        app.log.warn('request refused', { request_id: requestId, code: error.code, cause: String(error.cause) });
+      return fromError(error, requestId);
+    }
     app.log.error('unhandled error', { request_id: requestId, error: (error as Error)?.stack ?? String(error) });
     return fromError(
       new DomainError('internal', 'an internal error occurred; the request id is in the server log'),
@@ -317,7 +322,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         if (error.code === 'insufficient_scope' && route.method !== 'GET' && x.principal) {
           recordDenied(route, params, x, { required_scope: error.facts.requiredScope ?? null, reason: error.detail });
         }
-        out = fromError(error, x.requestId);
+        out = fromThrown(error, x.requestId);
       }
       // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
       if (idempotency && x.principal && out.status >= 200 && out.status < 300) {
