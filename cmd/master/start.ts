@@ -13,7 +13,7 @@ import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { routes } from '../../internal/api/routes.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
-import { listen } from '../../internal/http/server.ts';
+import { listen, type Listening } from '../../internal/http/server.ts';
 import { loadLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
 import type { Logger } from '../../internal/log/log.ts';
@@ -87,14 +87,52 @@ export function maintain(app: App): void {
     app.log.info('pruned', { audit, credentials, idempotency, traffic });
 }
 
-export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
-  const store = openStore(config.dataDir);
+/** Runs `fn`; a failure becomes one that says what could not be used and what to do about it. */
+function using<T>(what: string, remedy: string, fn: () => T): T {
   try {
-    await bootstrapAdmin(store, log, config.adminPassword, new Date(now()).toISOString().replace(/\.\d{3}Z$/, 'Z'));
-    const keyPem = config.licenseKeyPath ? readFileSync(config.licenseKeyPath, 'utf8') : VENDOR_PUBLIC_KEY_PEM;
+    return fn();
+  } catch (error) {
+    throw new Error(`cannot use ${what}: ${(error as Error).message}; ${remedy}`, { cause: error });
+  }
+}
+
+async function listening(config: MasterConfig, fn: () => Promise<Listening>): Promise<Listening> {
+  try {
+    return await fn();
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const where = `${config.host}:${config.port}`;
+    if (code === 'EADDRINUSE')
+      throw new Error(
+        `cannot listen on ${where}: the address is in use; ` +
+          'stop what holds it (another master?) or give --listen another port',
+      );
+    if (code === 'EACCES')
+      throw new Error(`cannot listen on ${where}: not permitted; use a port above 1023 or grant CAP_NET_BIND_SERVICE`);
+    if (code === 'EADDRNOTAVAIL')
+      throw new Error(`cannot listen on ${where}: no such address on this machine; check --listen`);
+    throw new Error(`cannot listen on ${where}: ${(error as Error).message}`);
+  }
+}
+
+export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
+  const store = using(`the data dir ${config.dataDir}`, 'give --data-dir a directory this user can write', () =>
+    openStore(config.dataDir),
+  );
+  try {
+    const keyPem = config.licenseKeyPath
+      ? using(`the license key ${config.licenseKeyPath}`, 'check --license-key', () =>
+          readFileSync(config.licenseKeyPath!, 'utf8'),
+        )
+      : VENDOR_PUBLIC_KEY_PEM;
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
-    const box = SecretBox.open(config.secretKeyPath ?? join(config.dataDir, 'secret.key'));
-    const tls = tlsIdentityFor(config);
+    const secretKey = config.secretKeyPath ?? join(config.dataDir, 'secret.key');
+    const box = using(`the sealing key ${secretKey}`, 'check --secret-key', () => SecretBox.open(secretKey));
+    const tls = using(
+      'the TLS certificate and key',
+      'check --tls-cert and --tls-key (a PEM certificate and its key)',
+      () => tlsIdentityFor(config),
+    );
     const clock = new Clock(now);
     const settings = new Settings(store);
     const sync = new SyncHub();
@@ -135,7 +173,14 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       lifecycle,
     });
     const view = app.licenseView();
-    log.info('license', { status: view.status, edition: view.edition, problem: view.problem });
+    (view.problem ? log.warn : log.info)('license', {
+      status: view.status,
+      edition: view.edition,
+      problem: view.problem,
+    });
+    const http = await listening(config, () => listen(createDispatcher(app, routes), config.host, config.port, tls));
+    // Only now that it serves: a start that fails earlier never made an admin whose password nobody saw.
+    await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
     maintain(app);
     const timer = setInterval(() => {
       try {
@@ -144,7 +189,6 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
       }
     }, MAINTENANCE_INTERVAL_MS).unref();
-    const http = await listen(createDispatcher(app, routes), config.host, config.port, tls);
     const links = new AgentLinks({ store, sync, settings, log, clock });
     http.server.on('upgrade', links.handleUpgrade);
     if (!tls && !isLoopback(config.host))

@@ -29,7 +29,10 @@ export async function run<C>(program: Program<C>): Promise<void> {
   try {
     stop = await program.start(parsed.config);
   } catch (error) {
-    log.error('could not start', { error: (error as Error).message });
+    const message = (error as Error).message;
+    log.error('could not start', { error: message });
+    // Also on stderr, for whoever ran it by hand or reads the unit's status.
+    process.stderr.write(`${program.name}: could not start: ${message}\n`);
     process.exit(1);
   }
   let stopping = false;

@@ -1,10 +1,11 @@
 // The store: one database and the SQL of each resource, opened together.
 
-import { chmodSync, closeSync, mkdirSync, openSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { AuditStore } from './audit.ts';
 import { Database } from './database.ts';
 import { IdempotencyStore } from './idempotency.ts';
+import { lockDataDir, type DataDirLock } from './lock.ts';
 import { NodeStore } from './nodes.ts';
 import { RuleStore } from './rules.ts';
 import { SettingsStore } from './settings.ts';
@@ -42,7 +43,11 @@ export class Store {
   readonly tunnels: TunnelStore;
   readonly traffic: TrafficStore;
 
-  constructor(readonly db: Database) {
+  constructor(
+    readonly db: Database,
+    /** The data dir's lock, released when the store closes. */
+    private readonly lock: DataDirLock | null = null,
+  ) {
     this.users = new UserStore(db, this.credentials);
     this.tokens = new TokenStore(db, this.credentials);
     this.audit = new AuditStore(db);
@@ -65,7 +70,23 @@ export class Store {
 
   close(): void {
     this.db.close();
+    this.lock?.release();
   }
+}
+
+/**
+ * Makes `dir` and its missing parents one by one. (A recursive mkdir under /proc loops
+ * forever in some Node.js versions; this fails at once with the reason.)
+ */
+function makeDir(dir: string): void {
+  const parent = dirname(dir);
+  if (parent !== dir && !existsSync(parent)) makeDir(parent);
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  }
+  if (!statSync(dir).isDirectory()) throw new Error(`${dir} is not a directory`);
 }
 
 /**
@@ -74,7 +95,7 @@ export class Store {
  * have left it readable.
  */
 export function secureDataDir(dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDir(dir);
   chmodSync(dir, 0o700);
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
@@ -89,7 +110,13 @@ export function secureDataDir(dir: string): void {
  */
 export function openStore(dataDir: string): Store {
   secureDataDir(dataDir);
-  const path = join(dataDir, 'master.db');
-  closeSync(openSync(path, 'a', 0o600));
-  return new Store(new Database(path));
+  const lock = lockDataDir(dataDir);
+  try {
+    const path = join(dataDir, 'master.db');
+    closeSync(openSync(path, 'a', 0o600));
+    return new Store(new Database(path), lock);
+  } catch (error) {
+    lock.release();
+    throw error;
+  }
 }
