@@ -10,7 +10,7 @@ import type { JsonSchema, ObjectSchema } from '../internal/schema/schema.ts';
 import { definitions, guardedKeys, type SettingKey } from '../internal/settings/settings.ts';
 import { assertProblem, call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
-const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/openapi.json'];
+const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/health', 'GET /api/openapi.json'];
 
 /** The newest `limit` audit entries, unfiltered. */
 function newestAudit(m: Running, limit: number) {

@@ -5,6 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AgentLinks } from '../../internal/agentlink/server.ts';
 import { App } from '../../internal/api/app.ts';
+import { addGauges } from '../../internal/api/health.ts';
+import { MasterMetrics } from '../../internal/metrics/metrics.ts';
 import { Installer } from '../../internal/install/installer.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
 import { Settings } from '../../internal/settings/settings.ts';
@@ -137,6 +139,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const settings = new Settings(store);
     const sync = new SyncHub();
     const lifecycle = { draining: false };
+    const metrics = new MasterMetrics();
+    store.db.onCommitted((seconds) => metrics.commits.observe(seconds));
     store.db.onCallbackError((error) =>
       log.error('an after-commit callback failed', { error: (error as Error)?.stack ?? String(error) }),
     );
@@ -171,7 +175,9 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       sync,
       installer,
       lifecycle,
+      metrics,
     });
+    addGauges(app);
     const view = app.licenseView();
     (view.problem ? log.warn : log.info)('license', {
       status: view.status,

@@ -15,6 +15,7 @@ import type { TokenKind } from '../store/tokens.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
+import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
 
 export interface Principal {
@@ -58,6 +59,7 @@ export interface AppParts {
   sync: SyncHub;
   installer: Installer;
   lifecycle: Lifecycle;
+  metrics: MasterMetrics;
 }
 
 export class App {
@@ -80,6 +82,9 @@ export class App {
   readonly settings: Settings;
   readonly sync: SyncHub;
   readonly installer: Installer;
+  readonly metrics: MasterMetrics;
+  /** When this master started, for its uptime. */
+  readonly startedAt: number;
   private readonly lifecycle: Lifecycle;
 
   constructor(parts: AppParts) {
@@ -97,7 +102,9 @@ export class App {
       sync: this.sync,
       installer: this.installer,
       lifecycle: this.lifecycle,
+      metrics: this.metrics,
     } = parts);
+    this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
   }

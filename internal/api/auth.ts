@@ -74,6 +74,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     throw error;
   }
   if (!user || !matches || user.disabled) {
+    app.metrics.loginFailures.inc();
     // Recorded as the name that was tried: there is no user to name.
     transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) =>
       effects.failed({ resource: 'session', resource_id: null }),

@@ -62,6 +62,8 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
 }
 
 function fromReply(reply: Reply): Outgoing {
+  if (reply.text !== undefined)
+    return { status: reply.status, headers: { ...reply.headers }, body: Buffer.from(reply.text) };
   if (reply.json !== undefined)
     return {
       status: reply.status,
@@ -116,6 +118,8 @@ export function buildRouter(routes: readonly Route[]): Router<Route> {
 /** One request on its way through the pipeline: who asks, and the pacing headers every answer to them carries. */
 interface Exchange {
   req: IncomingMessage;
+  /** The route, once found: what metrics count the request under. */
+  route?: Route;
   requestId: string;
   ip: string;
   principal: Principal | null;
@@ -160,6 +164,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     };
     res.setHeader('X-Request-Id', x.requestId);
     res.on('finish', () => {
+      const seconds = (performance.now() - started) / 1000;
+      const route = x.route?.path ?? 'unmatched';
+      app.metrics.requests.inc({ route, method: req.method ?? '', status: String(res.statusCode) });
+      app.metrics.latency.observe(seconds, { route, method: req.method ?? '' });
       app.log.info('request', {
         method: req.method,
         path: (req.url ?? '').split('?')[0],
@@ -208,6 +216,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   /** The stages, in order; each throws a DomainError to end the request with it. */
   async function answer(x: Exchange): Promise<Outgoing> {
     const routed = routeOf(x.req);
+    x.route = routed.route;
     authenticate(routed.route, x);
     authorise(routed, x);
     const query = parseQuery(routed.route.query ?? {}, routed.url.searchParams);

@@ -115,7 +115,10 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
         Number(status) >= 400
           ? problem(doc.description)
           : doc.schema
-            ? { description: doc.description, content: { 'application/json': { schema: doc.schema.json } } }
+            ? {
+                description: doc.description,
+                content: { [doc.mediaType ?? 'application/json']: { schema: doc.schema.json } },
+              }
             : { description: doc.description };
     }
     for (const [status, response] of Object.entries(commonErrors(route))) responses[status] ??= response;

@@ -19,6 +19,8 @@ export interface Reply {
   body?: unknown;
   /** A body that is JSON text already (built by SQLite), sent as is. */
   json?: string;
+  /** A body that is not JSON; `headers` gives its Content-Type. */
+  text?: string;
   headers?: Record<string, string>;
 }
 
@@ -63,6 +65,8 @@ export interface SideEffect {
 export interface ResponseDoc {
   description: string;
   schema?: Schema<unknown>;
+  /** The body's media type when it is not application/json. */
+  mediaType?: string;
 }
 
 /**

@@ -6,6 +6,7 @@ import { auditOperations as audit } from './audit.ts';
 import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
+import { healthOperations as health } from './health.ts';
 import { installOperations as install } from './install.ts';
 import { licenseOperations as license } from './license.ts';
 import { CASCADE_FROM_NODE, nodeOperations as nodes } from './nodes.ts';
@@ -76,6 +77,8 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.traffic),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),
   route('POST',   '/api/import',                  '*',               transfer.importDocument),
+  route('GET',    '/api/health',                  'public',          health.health),
+  route('GET',    '/api/metrics',                 'dashboard:read',  health.metrics),
   route('GET',    '/api/openapi.json',            'public',          openapi),
 ];
 

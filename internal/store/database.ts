@@ -34,6 +34,7 @@ export class Database {
   private inWrite = false;
   private batch: Batch | null = null;
   private readonly failureListeners: (() => void)[] = [];
+  private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
   constructor(path: string) {
@@ -108,6 +109,11 @@ export class Database {
     this.callbackFailed = fn;
   }
 
+  /** Called with how long each commit (and its fsync) took, in seconds. */
+  onCommitted(fn: (seconds: number) => void): void {
+    this.committedIn = fn;
+  }
+
   /** Called when a commit fails, so in-memory copies of the data can be reloaded. */
   onCommitFailure(fn: () => void): void {
     this.failureListeners.push(fn);
@@ -128,8 +134,10 @@ export class Database {
     const batch = this.batch;
     if (!batch) return;
     this.batch = null;
+    const started = performance.now();
     try {
       this.db.exec('COMMIT');
+      this.committedIn((performance.now() - started) / 1000);
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
       for (const listener of this.failureListeners) listener();

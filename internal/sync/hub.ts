@@ -24,6 +24,11 @@ export class SyncHub {
     for (const nodeId of this.connected) this.changes.emit('config', nodeId);
   }
 
+  /** How many nodes have an agent linked now. */
+  connectedCount(): number {
+    return this.connected.size;
+  }
+
   isConnected(nodeId: number): boolean {
     return this.connected.has(nodeId);
   }

@@ -1,0 +1,93 @@
+// Health for a load balancer or monitor, and metrics for Prometheus.
+
+import { DomainError } from '../errors/errors.ts';
+import { Gauge } from '../metrics/metrics.ts';
+import { describe } from '../schema/schema.ts';
+import { record } from './common.ts';
+import { ok, operation, type Ctx, type Reply } from './route.ts';
+import type { App } from './app.ts';
+import { syncStates } from '../domain/rules.ts';
+
+const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+const healthSchema = record('Health', {
+  status: { type: 'string', enum: ['ok'], description: 'While the master shuts down, this route answers 503 instead.' },
+  version: { type: 'string' },
+  database: { type: 'string', enum: ['ok'] },
+  uptime_seconds: { type: 'integer' },
+});
+
+function health(ctx: Ctx<undefined, {}>): Reply {
+  const { app } = ctx;
+  try {
+    app.store.db.prepare('SELECT 1').get();
+  } catch (error) {
+    throw new DomainError('unavailable', 'the database does not answer', { retryAfterSeconds: 5 }, error);
+  }
+  const uptime = Math.floor((app.now() - app.startedAt) / 1000);
+  return ok({ status: 'ok', version: app.version, database: 'ok', uptime_seconds: uptime });
+}
+
+/** The gauges read from the running master when it is scraped. */
+export function addGauges(app: App): void {
+  const { registry } = app.metrics;
+  registry.add(
+    new Gauge('portplane_agents_connected', 'Nodes whose agent is linked now.', () => [
+      { value: app.sync.connectedCount() },
+    ]),
+  );
+  registry.add(
+    new Gauge('portplane_rules', 'Forwarding rules by sync state.', () => {
+      const by = app.store.rules.counts().by_sync_state;
+      return syncStates.map((state) => ({ labels: { sync_state: state }, value: by[state] }));
+    }),
+  );
+  registry.add(
+    new Gauge('portplane_traffic_bytes', 'Bytes counted on the current rules, by direction.', () => {
+      const totals = app.store.traffic.totals();
+      return [
+        { labels: { direction: 'in' }, value: totals.bytes_in },
+        { labels: { direction: 'out' }, value: totals.bytes_out },
+      ];
+    }),
+  );
+  registry.add(
+    new Gauge('process_resident_memory_bytes', 'Resident memory of the master process.', () => [
+      { value: process.memoryUsage().rss },
+    ]),
+  );
+  registry.add(
+    new Gauge('process_heap_used_bytes', 'JavaScript heap in use.', () => [{ value: process.memoryUsage().heapUsed }]),
+  );
+}
+
+function metrics(ctx: Ctx<undefined, {}>): Reply {
+  return {
+    status: 200,
+    text: ctx.app.metrics.registry.render(),
+    headers: { 'Content-Type': METRICS_TYPE },
+  };
+}
+
+export const healthOperations = {
+  health: operation({
+    summary: 'Whether the master serves and its database answers',
+    description:
+      'Public, for a load balancer or monitor: 200 with the version and uptime; ' +
+      '503 while it shuts down or if the database does not answer.',
+    responses: {
+      200: { description: 'Healthy', schema: healthSchema },
+      503: { description: 'Shutting down, or the database does not answer' },
+    },
+    handler: health,
+  }),
+  metrics: operation({
+    summary: 'Metrics in the Prometheus text format 0.0.4',
+    description:
+      'Requests and their latency by route, method and status; database commits (with their fsync) ' +
+      'and their time; agents connected; ' +
+      'rules by sync state; traffic totals; login failures; process memory.',
+    responses: { 200: { description: 'The metrics', mediaType: METRICS_TYPE, schema: describe({ type: 'string' }) } },
+    handler: metrics,
+  }),
+};

@@ -1,0 +1,140 @@
+// Counters, gauges and histograms with labels, written in the Prometheus text exposition
+// format 0.0.4. Small on purpose: what the master measures, nothing more.
+
+type Labels = Record<string, string>;
+
+function escapeValue(value: string): string {
+  return value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+}
+
+function labelText(labels: Labels): string {
+  const entries = Object.entries(labels);
+  return entries.length === 0 ? '' : `{${entries.map(([k, v]) => `${k}="${escapeValue(v)}"`).join(',')}}`;
+}
+
+function number(value: number): string {
+  return value === Infinity ? '+Inf' : Number.isInteger(value) ? String(value) : value.toPrecision(6);
+}
+
+interface Family {
+  name: string;
+  help: string;
+  type: 'counter' | 'gauge' | 'histogram';
+  render(): string[];
+}
+
+export class Counter implements Family {
+  readonly type = 'counter';
+  private readonly values = new Map<string, { labels: Labels; value: number }>();
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+  ) {}
+
+  inc(labels: Labels = {}, by = 1): void {
+    const key = labelText(labels);
+    const entry = this.values.get(key) ?? { labels, value: 0 };
+    entry.value += by;
+    this.values.set(key, entry);
+  }
+
+  render(): string[] {
+    return [...this.values.values()].map(({ labels, value }) => `${this.name}${labelText(labels)} ${number(value)}`);
+  }
+}
+
+export class Histogram implements Family {
+  readonly type = 'histogram';
+  private readonly series = new Map<string, { labels: Labels; counts: number[]; sum: number; count: number }>();
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    private readonly buckets: readonly number[],
+  ) {}
+
+  observe(value: number, labels: Labels = {}): void {
+    const key = labelText(labels);
+    const entry = this.series.get(key) ?? { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+    this.buckets.forEach((le, i) => {
+      if (value <= le) entry.counts[i]! += 1;
+    });
+    entry.sum += value;
+    entry.count += 1;
+    this.series.set(key, entry);
+  }
+
+  render(): string[] {
+    return [...this.series.values()].flatMap(({ labels, counts, sum, count }) => [
+      ...this.buckets.map((le, i) => `${this.name}_bucket${labelText({ ...labels, le: number(le) })} ${counts[i]}`),
+      `${this.name}_bucket${labelText({ ...labels, le: '+Inf' })} ${count}`,
+      `${this.name}_sum${labelText(labels)} ${number(sum)}`,
+      `${this.name}_count${labelText(labels)} ${count}`,
+    ]);
+  }
+}
+
+/** A value read when the metrics are scraped. */
+export class Gauge implements Family {
+  readonly type = 'gauge';
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    private readonly read: () => { labels?: Labels; value: number }[],
+  ) {}
+
+  render(): string[] {
+    return this.read().map(({ labels = {}, value }) => `${this.name}${labelText(labels)} ${number(value)}`);
+  }
+}
+
+export class Registry {
+  private readonly families: Family[] = [];
+
+  add<F extends Family>(family: F): F {
+    this.families.push(family);
+    return family;
+  }
+
+  /** Every family, in text format 0.0.4. */
+  render(): string {
+    return this.families
+      .flatMap((f) => [
+        `# HELP ${f.name} ${f.help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`,
+        `# TYPE ${f.name} ${f.type}`,
+        ...f.render(),
+      ])
+      .join('\n')
+      .concat('\n');
+  }
+}
+
+/** Seconds, for latencies: from a millisecond to ten seconds. */
+export const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10];
+
+/** What the master counts as it runs; gauges are read from the app when scraped. */
+export class MasterMetrics {
+  readonly registry = new Registry();
+  readonly requests = this.registry.add(
+    new Counter('portplane_http_requests_total', 'HTTP requests answered, by route, method and status.'),
+  );
+  readonly latency = this.registry.add(
+    new Histogram(
+      'portplane_http_request_duration_seconds',
+      'Time to answer an HTTP request, by route and method.',
+      LATENCY_BUCKETS,
+    ),
+  );
+  readonly commits = this.registry.add(
+    new Histogram(
+      'portplane_db_commit_duration_seconds',
+      'Group commits of the database and their fsync, in seconds.',
+      LATENCY_BUCKETS,
+    ),
+  );
+  readonly loginFailures = this.registry.add(
+    new Counter('portplane_login_failures_total', 'Logins refused for a wrong password, user or state.'),
+  );
+}
