@@ -42,6 +42,7 @@ test('real responses of every operation match the OpenAPI document', async (t) =
   await hit('GET', '/api/auth/me', '/api/auth/me');
   await hit('GET', '/api/openapi.json', '/api/openapi.json');
   await hit('GET', '/api/health', '/api/health');
+  await hit('GET', '/api/backup', '/api/backup');
   await hit('GET', '/api/metrics', '/api/metrics');
   await hit('GET', '/api/license', '/api/license');
   await hit('GET', '/api/settings', '/api/settings');

@@ -10,6 +10,8 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { request } from 'node:http';
+import { call, login } from './helpers.ts';
 import { until } from './net.ts';
 
 const PASSWORD = { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' };
@@ -121,5 +123,143 @@ test(
     const started = master(t, ['--data-dir', dataDir], {});
     const line = await until('the password', () => started.output.find((l) => /shown only now/.test(l)));
     assert.match(JSON.parse(line).password, /^[A-Za-z0-9_-]{24}$/);
+  },
+);
+
+const urlOf = async (child: Program) => (JSON.parse(await listening(child)) as { url: string }).url;
+
+async function stop(child: Program): Promise<void> {
+  child.kill('SIGTERM');
+  const [code] = await once(child, 'exit');
+  assert.equal(code, 0);
+}
+
+function command(args: string[], input = '') {
+  return spawnSync(process.execPath, ['dist/master.mjs', ...args], {
+    encoding: 'utf8',
+    input,
+    env: { PATH: process.env.PATH ?? '' },
+    timeout: 30_000,
+  });
+}
+
+/** The status of an agent-link upgrade with `token`: 101 when the master takes it. */
+function linkStatus(base: string, token: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${base}/agent/v1/link`, {
+      headers: { Connection: 'Upgrade', Upgrade: 'portplane-agent/1', Authorization: `Bearer ${token}` },
+    });
+    req.on('upgrade', (res, socket) => (socket.destroy(), resolve(res.statusCode!)));
+    req.on('response', (res) => (res.resume(), resolve(res.statusCode!)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test(
+  'a backup taken while the master writes restores into an empty data dir with every acknowledged write, ' +
+    'and tokens, users and agent tokens still work',
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-backup-'));
+    const first = master(t, ['--data-dir', dataDir]);
+    const url = await urlOf(first);
+    const admin = await login(url, 'admin', PASSWORD.MASTER_ADMIN_PASSWORD);
+    const token = (await call(url, 'POST', '/api/tokens', { token: admin, body: { name: 'cron', scopes: ['*'] } })).body
+      .token as string;
+    const edge = (
+      await call(url, 'POST', '/api/nodes', {
+        token,
+        body: { name: 'edge', host: 'edge.example.net', ssh_password: 'sealed-password' },
+      })
+    ).body;
+
+    // Writes go on while the backup runs; those acknowledged before it started must all be in it.
+    const acknowledged: number[] = [];
+    let writing = true;
+    const writer = (async () => {
+      for (let port = 1; writing; port++) {
+        const made = await call(url, 'POST', '/api/rules', {
+          token,
+          body: { name: `r${port}`, node_id: edge.id, protocol: 'tcp', listen_port: port, targets: ['10.0.0.1:80'] },
+        });
+        assert.equal(made.status, 201);
+        acknowledged.push(made.body.id);
+      }
+    })();
+    await until('some writes', () => acknowledged.length >= 20);
+    const before = [...acknowledged];
+    const file = join(mkdtempSync(join(tmpdir(), 'portplane-file-')), 'master.backup');
+    const backedUp = command(['backup', '--data-dir', dataDir, file]);
+    assert.equal(backedUp.status, 0, backedUp.stderr);
+    writing = false;
+    await writer;
+    const remote = await call(url, 'GET', '/api/backup', { token });
+    assert.equal(remote.status, 200);
+    assert.equal(remote.headers.get('content-type'), 'application/x-tar');
+    const audit = await call(url, 'GET', '/api/audit-logs?action=backup.download', { token });
+    assert.equal(audit.body.items.length, 1, 'a download is audited');
+    await stop(first);
+
+    const target = join(mkdtempSync(join(tmpdir(), 'portplane-restore-')), 'data');
+    assert.equal(command(['restore', '--data-dir', dataDir, file]).status, 1, 'a used data dir is refused');
+    const restored = command(['restore', '--data-dir', target, file]);
+    assert.equal(restored.status, 0, restored.stderr);
+    assert.match(restored.stdout, /restored \d+ files/);
+
+    const second = master(t, ['--data-dir', target]);
+    const again = await urlOf(second);
+    assert.equal((await call(again, 'GET', '/api/auth/me', { token })).status, 200, 'the API token still works');
+    await login(again, 'admin', PASSWORD.MASTER_ADMIN_PASSWORD);
+    const ids = new Set(
+      (await call(again, 'GET', '/api/rules?limit=1000', { token })).body.items.map((r: { id: number }) => r.id),
+    );
+    assert.deepEqual(
+      before.filter((id) => !ids.has(id)),
+      [],
+      'every write acknowledged before the backup is in it',
+    );
+    assert.equal(
+      (await call(again, 'GET', `/api/nodes/${edge.id}`, { token })).body.ssh_auth,
+      'password',
+      'the sealed credential came along',
+    );
+    assert.equal(await linkStatus(again, edge.agent_token), 101, 'the agent reconnects without a reinstall');
+  },
+);
+
+test(
+  "reset-password sets a user's password offline (from stdin, or generated and shown) and ends its sessions; " +
+    'a running master refuses it',
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-reset-'));
+    const first = master(t, ['--data-dir', dataDir]);
+    const url = await urlOf(first);
+    const session = await login(url, 'admin', PASSWORD.MASTER_ADMIN_PASSWORD);
+    const refused = command(['reset-password', '--data-dir', dataDir, 'admin'], 'another-password-1\n');
+    assert.equal(refused.status, 1);
+    assert.match(refused.stderr, new RegExp(`in use by another master \\(pid ${first.pid}\\)`));
+    await stop(first);
+
+    const set = command(['reset-password', '--data-dir', dataDir, 'admin'], 'another-password-1\n');
+    assert.equal(set.status, 0, set.stderr);
+    assert.equal(command(['reset-password', '--data-dir', dataDir, 'nobody'], 'another-password-1\n').status, 1);
+    const generated = command(['reset-password', '--data-dir', dataDir, 'admin']);
+    assert.equal(generated.status, 0, generated.stderr);
+    const password = /shown only now\): (\S+)/.exec(generated.stdout)![1]!;
+
+    const second = master(t, ['--data-dir', dataDir]);
+    const again = await urlOf(second);
+    assert.equal((await call(again, 'GET', '/api/auth/me', { token: session })).status, 401, 'the old session ended');
+    assert.equal(
+      (await call(again, 'POST', '/api/auth/login', { body: { username: 'admin', password: 'another-password-1' } }))
+        .status,
+      401,
+    );
+    const fresh = await login(again, 'admin', password);
+    const audit = await call(again, 'GET', '/api/audit-logs?action=user.reset_password', { token: fresh });
+    assert.deepEqual(
+      audit.body.items.map((e: { actor_type: string }) => e.actor_type),
+      ['system', 'system'],
+    );
   },
 );

@@ -5,6 +5,8 @@ import { createLogger } from '../../internal/log/log.ts';
 import { run } from '../../internal/runtime/cli.ts';
 import { requireNode } from '../../internal/runtime/require-node.ts';
 import { VERSION } from '../../internal/version.ts';
+import { readFileSync } from 'node:fs';
+import { commandUsage, parseCommand, runCommand } from './commands.ts';
 import { parseConfig, usage } from './config.ts';
 import { start, type Master } from './start.ts';
 
@@ -12,11 +14,26 @@ import { start, type Master } from './start.ts';
 requireNode([24, 0, 0]);
 // Whatever the master writes (database, keys, pinned host keys) is for its own user alone.
 process.umask(0o077);
+const command = parseCommand(process.argv.slice(2), process.env);
+if (command && 'error' in command) {
+  process.stderr.write(`master: ${command.error}\n`);
+  process.exit(2);
+}
+if (command) {
+  try {
+    const stdin = () => (process.stdin.isTTY ? '' : readFileSync(0, 'utf8'));
+    process.stdout.write(await runCommand(command, stdin));
+    process.exit(0);
+  } catch (error) {
+    process.stderr.write(`master ${command.name}: ${(error as Error).message}\n`);
+    process.exit(1);
+  }
+}
 const log = createLogger((line) => process.stdout.write(line));
 await run({
   name: 'master',
   version: VERSION,
-  usage,
+  usage: `${usage}\n${commandUsage}`,
   log,
   parsed: parseConfig(process.argv.slice(2), process.env),
   async start(config) {

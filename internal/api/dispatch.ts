@@ -62,8 +62,8 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
 }
 
 function fromReply(reply: Reply): Outgoing {
-  if (reply.text !== undefined)
-    return { status: reply.status, headers: { ...reply.headers }, body: Buffer.from(reply.text) };
+  if (reply.raw !== undefined)
+    return { status: reply.status, headers: { ...reply.headers }, body: Buffer.from(reply.raw) };
   if (reply.json !== undefined)
     return {
       status: reply.status,

@@ -64,7 +64,7 @@ export function addGauges(app: App): void {
 function metrics(ctx: Ctx<undefined, {}>): Reply {
   return {
     status: 200,
-    text: ctx.app.metrics.registry.render(),
+    raw: ctx.app.metrics.registry.render(),
     headers: { 'Content-Type': METRICS_TYPE },
   };
 }

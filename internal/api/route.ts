@@ -20,7 +20,7 @@ export interface Reply {
   /** A body that is JSON text already (built by SQLite), sent as is. */
   json?: string;
   /** A body that is not JSON; `headers` gives its Content-Type. */
-  text?: string;
+  raw?: string | Buffer;
   headers?: Record<string, string>;
 }
 

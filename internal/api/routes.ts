@@ -3,6 +3,7 @@
 // scope check, the OpenAPI document, the API reference and the scope tests all read this list.
 
 import { auditOperations as audit } from './audit.ts';
+import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
@@ -77,6 +78,7 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.traffic),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),
   route('POST',   '/api/import',                  '*',               transfer.importDocument),
+  route('GET',    '/api/backup',                  '*',               backup.downloadBackup),
   route('GET',    '/api/health',                  'public',          health.health),
   route('GET',    '/api/metrics',                 'dashboard:read',  health.metrics),
   route('GET',    '/api/openapi.json',            'public',          openapi),

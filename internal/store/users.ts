@@ -52,6 +52,7 @@ export class UserStore {
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
+  private readonly passwordStmt;
   private readonly countStmt;
   private readonly holdersStmt;
 
@@ -72,6 +73,9 @@ export class UserStore {
       db.prepare(`UPDATE users SET username = :username, password_hash = coalesce(:password_hash, password_hash),
         scopes = :scopes, disabled = :disabled, version = version + 1, updated_at = :at
       WHERE id = :id RETURNING *`);
+    this.passwordStmt = db.prepare(
+      'UPDATE users SET password_hash = ?, version = version + 1, updated_at = ? WHERE id = ?',
+    );
     this.deleteStmt = db.prepare('DELETE FROM users WHERE id = ?');
     this.countStmt = db.prepare('SELECT count(*) AS n, coalesce(sum(disabled), 0) AS disabled FROM users');
     this.holdersStmt = db.prepare(`SELECT count(*) AS n FROM users
@@ -139,6 +143,12 @@ export class UserStore {
         return withoutHash(toUser(row));
       },
     );
+  }
+
+  /** Sets a user's password (its hash). Call inside a write; end the user's sessions with it. */
+  setPassword(id: number, passwordHash: string, at: string): void {
+    this.passwordStmt.run(passwordHash, at, id);
+    this.credentials.bump();
   }
 
   delete(id: number): void {

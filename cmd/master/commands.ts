@@ -1,0 +1,96 @@
+// The master's maintenance commands, run beside (backup) or instead of (restore,
+// reset-password) a serving master: `master backup|restore [--data-dir DIR] FILE` and
+// `master reset-password [--data-dir DIR] USERNAME`.
+
+import { randomBytes } from 'node:crypto';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { hashPassword, MIN_PASSWORD } from '../../internal/auth/secrets.ts';
+import { backupDataDir, restoreDataDir } from '../../internal/backup/backup.ts';
+import { Clock } from '../../internal/runtime/clock.ts';
+import { openStore } from '../../internal/store/store.ts';
+
+export const commandNames = ['backup', 'restore', 'reset-password'] as const;
+export type CommandName = (typeof commandNames)[number];
+
+export interface Command {
+  name: CommandName;
+  dataDir: string;
+  /** The backup file, or the username. */
+  operand: string;
+}
+
+export const commandUsage = `Commands:
+  master backup [--data-dir DIR] FILE          write a backup of the data dir to FILE, while a master may serve from it
+  master restore [--data-dir DIR] FILE         fill an empty data dir from a backup
+  master reset-password [--data-dir DIR] USER  set USER's password (read from stdin, or generated and printed)
+                                               and end its sessions; with no master running on the data dir
+`;
+
+/** Parses `argv` when it starts with a command; null when it does not. */
+export function parseCommand(
+  argv: readonly string[],
+  env: Record<string, string | undefined>,
+): Command | { error: string } | null {
+  const [name, ...rest] = argv;
+  if (!(commandNames as readonly string[]).includes(name ?? '')) return null;
+  let dataDir = env.MASTER_DATA_DIR || './data';
+  const operands: string[] = [];
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i]!;
+    if (arg === '--data-dir') dataDir = rest[++i] ?? '';
+    else if (arg.startsWith('--data-dir=')) dataDir = arg.slice('--data-dir='.length);
+    else if (arg.startsWith('-')) return { error: `unknown option '${arg}' for ${name} (see --help)` };
+    else operands.push(arg);
+  }
+  if (!dataDir) return { error: '--data-dir needs a value' };
+  if (operands.length !== 1) return { error: `${name} takes one ${name === 'reset-password' ? 'USERNAME' : 'FILE'}` };
+  return { name: name as CommandName, dataDir, operand: operands[0]! };
+}
+
+/** Runs a command; resolves to what to print. Throws with a message for the operator. */
+export async function runCommand(command: Command, stdin: () => string): Promise<string> {
+  const { dataDir, operand } = command;
+  if (command.name === 'backup') {
+    const archive = await backupDataDir(dataDir);
+    // Write, then rename: a backup file is whole or absent.
+    writeFileSync(`${operand}.tmp`, archive, { mode: 0o600 });
+    renameSync(`${operand}.tmp`, operand);
+    return `backed up ${dataDir} to ${operand} (${archive.length} bytes); keep it as safe as the data dir itself\n`;
+  }
+  if (command.name === 'restore') {
+    const files = restoreDataDir(dataDir, readFileSync(operand));
+    return `restored ${files.length} files into ${dataDir}\n`;
+  }
+  const given = stdin().replace(/\r?\n$/, '');
+  const password = given || randomBytes(18).toString('base64url');
+  if (password.length < MIN_PASSWORD) throw new Error(`the password must have at least ${MIN_PASSWORD} characters`);
+  const hash = await hashPassword(password);
+  // Opening the store takes the data dir's lock: a running master refuses this, by name.
+  const store = openStore(dataDir);
+  try {
+    const clock = new Clock();
+    store.write(() => {
+      const user = store.users.findWithHash(operand);
+      if (!user) throw new Error(`there is no user ${operand}`);
+      store.users.setPassword(user.id, hash, clock.timestamp());
+      const ended = store.tokens.deleteForUser(user.id, ['session']);
+      store.audit.record(
+        { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
+        {
+          action: 'user.reset_password',
+          resource: 'user',
+          resource_id: user.id,
+          status: 'success',
+          changes: { sessions_ended: ended.length },
+        },
+        clock.timestamp(),
+      );
+    });
+    await store.committed();
+  } finally {
+    store.close();
+  }
+  return given
+    ? `the password of ${operand} is set; its sessions are ended\n`
+    : `the new password of ${operand} (shown only now): ${password}\n`;
+}

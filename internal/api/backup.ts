@@ -1,0 +1,45 @@
+// The backup, over HTTP: the same archive `master backup` writes, for a remote cron job.
+
+import { backupDataDir } from '../backup/backup.ts';
+import { describe } from '../schema/schema.ts';
+import { operation, type Ctx, type Reply } from './route.ts';
+import { transact } from './writes.ts';
+
+async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
+  const { app } = ctx;
+  const archive = await backupDataDir(app.dataDir);
+  // Taking a backup is recorded: it holds everything the data dir does.
+  transact(app, ctx, (effects) =>
+    effects.audit({
+      action: 'backup.download',
+      resource: 'backup',
+      resource_id: null,
+      changes: { bytes: archive.length },
+    }),
+  );
+  const name = `portplane-backup-${app.timestamp().replace(/[-:]/g, '')}.tar`;
+  return {
+    status: 200,
+    raw: archive,
+    headers: { 'Content-Type': 'application/x-tar', 'Content-Disposition': `attachment; filename="${name}"` },
+  };
+}
+
+export const backupOperations = {
+  downloadBackup: operation({
+    summary: 'A backup of the data dir, as `master backup` writes it',
+    description:
+      'A tar archive: the database (a consistent copy through SQLite, taken while the master serves), ' +
+      'the sealing key (unless it lives outside the data dir), the license, the master certificate agents pin, ' +
+      'and pinned SSH host keys. ' +
+      'It is as sensitive as the data dir. Restore it with `master restore`. Audited as backup.download.',
+    responses: {
+      200: {
+        description: 'The archive',
+        mediaType: 'application/x-tar',
+        schema: describe({ type: 'string', format: 'binary' }),
+      },
+    },
+    handler: downloadBackup,
+  }),
+};

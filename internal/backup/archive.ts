@@ -1,0 +1,75 @@
+// A tar (ustar) archive of plain files, written and read in memory: the backup is one file an
+// operator can also list with `tar tvf`.
+
+const BLOCK = 512;
+
+export interface Entry {
+  name: string;
+  mode: number;
+  data: Buffer;
+}
+
+function field(header: Buffer, offset: number, length: number, value: string): void {
+  header.write(value, offset, Math.min(length, Buffer.byteLength(value)), 'ascii');
+}
+
+function octal(value: number, length: number): string {
+  return `${value.toString(8).padStart(length - 1, '0')}\0`;
+}
+
+function headerFor(entry: Entry, mtime: number): Buffer {
+  if (Buffer.byteLength(entry.name) > 100)
+    throw new Error(`${entry.name}: names of more than 100 bytes are not archived`);
+  const header = Buffer.alloc(BLOCK);
+  field(header, 0, 100, entry.name);
+  field(header, 100, 8, octal(entry.mode & 0o7777, 8));
+  field(header, 108, 8, octal(0, 8));
+  field(header, 116, 8, octal(0, 8));
+  field(header, 124, 12, octal(entry.data.length, 12));
+  field(header, 136, 12, octal(Math.floor(mtime / 1000), 12));
+  field(header, 148, 8, '        ');
+  field(header, 156, 1, '0');
+  field(header, 257, 8, 'ustar\u000000');
+  let sum = 0;
+  for (const byte of header) sum += byte;
+  field(header, 148, 8, `${sum.toString(8).padStart(6, '0')}\0 `);
+  return header;
+}
+
+export function writeTar(entries: readonly Entry[], mtime = Date.now()): Buffer {
+  const parts: Buffer[] = [];
+  for (const entry of entries) {
+    parts.push(headerFor(entry, mtime), entry.data, Buffer.alloc((BLOCK - (entry.data.length % BLOCK)) % BLOCK));
+  }
+  parts.push(Buffer.alloc(BLOCK * 2));
+  return Buffer.concat(parts);
+}
+
+/** The regular files of a tar archive. Throws on a damaged one (bad checksum, truncated). */
+export function readTar(archive: Buffer): Entry[] {
+  const entries: Entry[] = [];
+  for (let at = 0; at + BLOCK <= archive.length;) {
+    const header = archive.subarray(at, at + BLOCK);
+    if (header.every((byte) => byte === 0)) break;
+    const text = (offset: number, length: number) =>
+      header
+        .toString('ascii', offset, offset + length)
+        .replace(/\0.*$/s, '')
+        .trim();
+    let sum = 0;
+    header.forEach((byte, i) => (sum += i >= 148 && i < 156 ? 32 : byte));
+    if (parseInt(text(148, 8), 8) !== sum) throw new Error('the backup is damaged (a header checksum does not match)');
+    const size = parseInt(text(124, 12), 8);
+    const start = at + BLOCK;
+    if (start + size > archive.length) throw new Error('the backup is truncated');
+    if (text(156, 1) === '0' || text(156, 1) === '') {
+      entries.push({
+        name: text(0, 100),
+        mode: parseInt(text(100, 8), 8),
+        data: Buffer.from(archive.subarray(start, start + size)),
+      });
+    }
+    at = start + Math.ceil(size / BLOCK) * BLOCK;
+  }
+  return entries;
+}
