@@ -3,7 +3,7 @@
 
 import { build } from 'esbuild';
 
-import { chmodSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 
 // The agent runs on nodes that may carry an older Node.js, so it is built for 20. It is
 // built first: the master carries it inside, to install it on nodes.
@@ -25,12 +25,16 @@ for (const [name, { entry, target, embedAgent }] of Object.entries(programs)) {
     packages: 'bundle',
     legalComments: 'none',
     metafile: true,
+    // Written below, whole: a program started while a build runs never reads half a bundle.
+    write: false,
     logLevel: 'warning',
     define: embedAgent ? { __AGENT_BUNDLE__: JSON.stringify(readFileSync('dist/agent.mjs', 'utf8')) } : {},
   });
   const external = result.metafile.outputs[outfile].imports.filter((i) => i.external && !i.path.startsWith('node:'));
   if (external.length > 0)
     throw new Error(`${outfile} imports non-builtin modules: ${external.map((i) => i.path).join(', ')}`);
-  chmodSync(outfile, 0o755);
+  mkdirSync('dist', { recursive: true });
+  writeFileSync(`${outfile}.tmp`, result.outputFiles[0].contents, { mode: 0o755 });
+  renameSync(`${outfile}.tmp`, outfile);
   console.log(`${outfile} ${(result.metafile.outputs[outfile].bytes / 1024).toFixed(1)} KiB`);
 }

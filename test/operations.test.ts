@@ -263,3 +263,22 @@ test(
     );
   },
 );
+
+test('npm start hands SIGTERM to the master, which drains and stops: no orphan is left', async (t) => {
+  const npm = process.env.npm_execpath;
+  if (!npm) return t.skip('not run through npm (npm_execpath is unset)');
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-npm-'));
+  const child = spawn(process.execPath, [npm, 'start', '--silent'], {
+    env: { ...process.env, ...PASSWORD, MASTER_DATA_DIR: dataDir, MASTER_LISTEN: '127.0.0.1:0' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }) as Program;
+  child.output = [];
+  for (const stream of [child.stdout!, child.stderr!]) {
+    stream.setEncoding('utf8').on('data', (chunk: string) => child.output.push(...chunk.split('\n').filter(Boolean)));
+  }
+  t.after(() => child.exitCode === null && child.kill('SIGKILL'));
+  await until('the master to serve', () => child.output.some((l) => /"msg":"listening"/.test(l)), 60_000);
+  child.kill('SIGTERM');
+  await once(child, 'exit');
+  await until('the master to stop', () => child.output.some((l) => /"msg":"stopped"/.test(l)));
+});
