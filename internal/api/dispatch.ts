@@ -164,10 +164,12 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     };
     res.setHeader('X-Request-Id', x.requestId);
     res.on('finish', () => {
-      const seconds = (performance.now() - started) / 1000;
-      const route = x.route?.path ?? 'unmatched';
-      app.metrics.requests.inc({ route, method: req.method ?? '', status: String(res.statusCode) });
-      app.metrics.latency.observe(seconds, { route, method: req.method ?? '' });
+      app.metrics.request(
+        req.method ?? '',
+        x.route?.path ?? 'unmatched',
+        res.statusCode,
+        (performance.now() - started) / 1000,
+      );
       app.log.info('request', {
         method: req.method,
         path: (req.url ?? '').split('?')[0],

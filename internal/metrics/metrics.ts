@@ -33,10 +33,15 @@ export class Counter implements Family {
   ) {}
 
   inc(labels: Labels = {}, by = 1): void {
+    this.series(labels).value += by;
+  }
+
+  /** The series of `labels`, to count on without finding it again (for hot paths). */
+  series(labels: Labels): { value: number } {
     const key = labelText(labels);
-    const entry = this.values.get(key) ?? { labels, value: 0 };
-    entry.value += by;
-    this.values.set(key, entry);
+    let entry = this.values.get(key);
+    if (!entry) this.values.set(key, (entry = { labels, value: 0 }));
+    return entry;
   }
 
   render(): string[] {
@@ -55,14 +60,20 @@ export class Histogram implements Family {
   ) {}
 
   observe(value: number, labels: Labels = {}): void {
+    this.handle(labels)(value);
+  }
+
+  /** A function observing into the series of `labels`, found once (for hot paths). */
+  handle(labels: Labels): (value: number) => void {
     const key = labelText(labels);
-    const entry = this.series.get(key) ?? { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
-    this.buckets.forEach((le, i) => {
-      if (value <= le) entry.counts[i]! += 1;
-    });
-    entry.sum += value;
-    entry.count += 1;
-    this.series.set(key, entry);
+    let entry = this.series.get(key);
+    if (!entry) this.series.set(key, (entry = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 }));
+    const series = entry;
+    return (value) => {
+      for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) series.counts[i]! += 1;
+      series.sum += value;
+      series.count += 1;
+    };
   }
 
   render(): string[] {
@@ -137,4 +148,19 @@ export class MasterMetrics {
   readonly loginFailures = this.registry.add(
     new Counter('portplane_login_failures_total', 'Logins refused for a wrong password, user or state.'),
   );
+  /** Per method, route and status: the request counter and latency series, found once. */
+  private readonly requestSeries = new Map<string, { count: { value: number }; latency: (seconds: number) => void }>();
+
+  /** Counts one answered request (route: the pattern that matched, so the series stay few). */
+  request(method: string, route: string, status: number, seconds: number): void {
+    const key = `${method} ${route} ${status}`;
+    let series = this.requestSeries.get(key);
+    if (!series) {
+      const count = this.requests.series({ route, method, status: String(status) });
+      series = { count, latency: this.latency.handle({ route, method }) };
+      this.requestSeries.set(key, series);
+    }
+    series.count.value += 1;
+    series.latency(seconds);
+  }
 }
