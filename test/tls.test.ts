@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -363,3 +364,29 @@ test(
     assert.match(await logged(late, /refusing the master/, 'the refusal'), /pin mismatch/);
   },
 );
+
+test('an agent checks what its master sends: a malformed config ends the link and is not applied', async (t) => {
+  const port = await freePort();
+  let links = 0;
+  const stand = createHttpServer();
+  stand.on('upgrade', (_req, socket) => {
+    links += 1;
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: portplane-agent/1\r\nConnection: Upgrade\r\n\r\n');
+    // A listen port out of range: an agent that cast this would try to bind it.
+    const rule = { id: 1, protocol: 'tcp', listen_port: 70_000, targets: ['127.0.0.1:1'], strategy: 'round_robin' };
+    const config = { type: 'config', version: 1, report_interval_seconds: 10, tcp_idle_timeout_seconds: 60 };
+    const rest = { max_connections_per_source: 8, next_master_pin: null };
+    socket.write(`${JSON.stringify({ ...config, ...rest, rules: [{ ...rule, enabled: true, tunnel_id: null }] })}\n`);
+    socket.on('error', () => undefined);
+  });
+  stand.listen(port, '127.0.0.1');
+  await once(stand, 'listening');
+  t.after(() => stand.close());
+  const child = agent(t, `http://127.0.0.1:${port}`, `mat_1_${'a'.repeat(43)}`);
+  assert.match(
+    await logged(child, /malformed config message/, 'the refusal'),
+    /rules\/0\/listen_port must be between 1 and 65535/,
+  );
+  assert.ok(!child.output.some((line) => /applied config/.test(line)), 'nothing was applied');
+  await until('a reconnect', () => links >= 2);
+});
