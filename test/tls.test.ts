@@ -390,3 +390,20 @@ test('an agent checks what its master sends: a malformed config ends the link an
   assert.ok(!child.output.some((line) => /applied config/.test(line)), 'nothing was applied');
   await until('a reconnect', () => links >= 2);
 });
+
+test("a pinned agent also refuses its master's key in a certificate that has expired, and says so", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-cert-'));
+  const stale = selfSigned(['127.0.0.1'], { now: new Date(Date.now() - 3 * 365 * 86_400_000), years: 1 });
+  const files = { certPath: join(dir, 'cert.pem'), keyPath: join(dir, 'key.pem') };
+  writeFileSync(files.certPath, stale.cert);
+  writeFileSync(files.keyPath, stale.key, { mode: 0o600 });
+  const m = await startMaster(t, { tls: files });
+  const n = await node(m, 'edge');
+  const pinned = agent(t, m.url, n.agent_token, ['--master-pin', pinOf(stale.cert)]);
+  assert.match(await logged(pinned, /refusing the master/, 'the refusal'), /certificate expired on/);
+  assert.equal(
+    (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body.status,
+    'new',
+    'it never linked',
+  );
+});
