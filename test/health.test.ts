@@ -88,6 +88,23 @@ test('health: public, with the version, the database and the uptime; 503 while d
   assert.equal(draining.headers.get('retry-after'), '5');
 });
 
+test('health: 503 with a retry hint when the database does not answer', async (t) => {
+  const m = await startMaster(t);
+  // A database that fails under a running master cannot be made on purpose here (closing it
+  // takes the master's own shutdown with it), so its one read fails as SQLite would fail it.
+  const db = m.app.store.db;
+  const schemaVersion = db.schemaVersion;
+  db.schemaVersion = () => {
+    throw Object.assign(new Error('disk I/O error'), { code: 'ERR_SQLITE_ERROR' });
+  };
+  const answer = await call(m.url, 'GET', '/api/health');
+  db.schemaVersion = schemaVersion;
+  assert.equal(answer.status, 503);
+  assert.equal(answer.headers.get('content-type'), 'application/problem+json');
+  assert.equal(answer.headers.get('retry-after'), '5');
+  assert.match(answer.body.detail, /database does not answer/);
+});
+
 test(
   'metrics: the text format 0.0.4, with requests by route and status, ' +
     'commits, agents, rules, traffic, logins, memory',

@@ -20,7 +20,7 @@ const healthSchema = record('Health', {
 function health(ctx: Ctx<undefined, {}>): Reply {
   const { app } = ctx;
   try {
-    app.store.db.prepare('SELECT 1').get();
+    app.store.db.schemaVersion();
   } catch (error) {
     throw new DomainError('unavailable', 'the database does not answer', { retryAfterSeconds: 5 }, error);
   }
