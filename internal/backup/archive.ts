@@ -60,6 +60,7 @@ export function readTar(archive: Buffer): Entry[] {
     header.forEach((byte, i) => (sum += i >= 148 && i < 156 ? 32 : byte));
     if (parseInt(text(148, 8), 8) !== sum) throw new Error('the backup is damaged (a header checksum does not match)');
     const size = parseInt(text(124, 12), 8);
+    if (!Number.isSafeInteger(size) || size < 0) throw new Error('the backup is damaged (a size is not a number)');
     const start = at + BLOCK;
     if (start + size > archive.length) throw new Error('the backup is truncated');
     if (text(156, 1) === '0' || text(156, 1) === '') {

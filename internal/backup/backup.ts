@@ -44,21 +44,40 @@ export async function backupDataDir(dataDir: string): Promise<Buffer> {
   }
 }
 
-/** Fills `dataDir`, which must be empty or missing, from a backup. Throws on a damaged backup or a used dir. */
+/**
+ * Fills `dataDir`, which must be empty or missing, from a backup. Throws on a damaged backup or
+ * a used dir, and then leaves the dir empty again: a half-restored data dir would start.
+ */
 export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   if (readdirSync(dataDir).length > 0) throw new Error(`${dataDir} is not empty; restore only into an empty data dir`);
   const entries = readTar(archive);
   if (!entries.some((e) => e.name === DATABASE)) throw new Error(`the backup holds no ${DATABASE}`);
-  for (const entry of entries) {
+  const paths = entries.map((entry) => {
     const path = normalize(join(dataDir, entry.name));
     if (relative(dataDir, path).startsWith('..') || entry.name.startsWith('/'))
       throw new Error(`the backup names a file outside the data dir: ${entry.name}`);
-    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-    writeFileSync(path, entry.data, { mode: 0o600 });
+    // A lock naming some pid, or a WAL SQLite would replay over the copy, is never in a backup.
+    if (entry.name !== DATABASE && SKIPPED.has(entry.name))
+      throw new Error(`the backup carries ${entry.name}, which no backup holds`);
+    return path;
+  });
+  try {
+    entries.forEach((entry, i) => {
+      mkdirSync(dirname(paths[i]!), { recursive: true, mode: 0o700 });
+      writeFileSync(paths[i]!, entry.data, { mode: 0o600 });
+    });
+    checkIntegrity(join(dataDir, DATABASE));
+  } catch (error) {
+    for (const name of readdirSync(dataDir)) rmSync(join(dataDir, name), { recursive: true, force: true });
+    throw error;
   }
+  return entries.map((e) => e.name);
+}
+
+function checkIntegrity(path: string): void {
   const { DatabaseSync } = sqlite();
-  const restored = new DatabaseSync(join(dataDir, DATABASE));
+  const restored = new DatabaseSync(path);
   try {
     const check = restored.prepare('PRAGMA integrity_check').get() as { integrity_check: string };
     if (check.integrity_check !== 'ok')
@@ -66,5 +85,4 @@ export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
   } finally {
     restored.close();
   }
-  return entries.map((e) => e.name);
 }
