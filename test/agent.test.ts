@@ -2,57 +2,18 @@
 // process from source, echo servers as targets.
 
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { mkdtempSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { nodeOf, startAgent, stopAgent, udpRoundTrip } from './agents.ts';
+import { call, node, rule, startMaster } from './helpers.ts';
 import { freePort, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
-
-function startAgent(t: TestContext, master: string, token: string, stateDir: string): ChildProcess {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', 'cmd/agent/main.ts', '--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'],
-    {
-      env: { ...process.env, AGENT_TOKEN: token },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
-  const lines: string[] = [];
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => lines.push(chunk));
-  (child as ChildProcess & { output: string[] }).output = lines;
-  t.after(() => {
-    if (child.exitCode === null) child.kill('SIGKILL');
-  });
-  return child;
-}
-
-async function stopAgent(child: ChildProcess): Promise<number | null> {
-  child.kill('SIGTERM');
-  const [code] = await once(child, 'exit');
-  return code as number | null;
-}
 
 async function echoServers(t: TestContext): Promise<{ tcp: number; udp: number }> {
   return { tcp: await tcpEcho(t), udp: await udpEcho(t) };
-}
-
-async function udpRoundTrip(port: number, words: string[]): Promise<string[]> {
-  const client = createSocket('udp4');
-  const replies: string[] = [];
-  client.on('message', (m) => replies.push(m.toString()));
-  for (const word of words) client.send(word, port, '127.0.0.1');
-  await until('UDP replies', async () => replies.length >= words.length, 5000);
-  client.close();
-  return replies.sort();
-}
-
-async function nodeOf(m: Running, id: number) {
-  return (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
 }
 
 test(
@@ -64,7 +25,7 @@ test(
     const echo = await echoServers(t);
     const n = await node(m, 'edge');
     const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
-    startAgent(t, m.url, n.agent_token, stateDir);
+    startAgent(t, m.url, n.agent_token, { stateDir });
     const online = await until('the node to come online', async () => {
       const current = await nodeOf(m, n.id);
       return current.status === 'online' && current;
@@ -128,7 +89,7 @@ test("a port in use on the node is a failed sync with the node's own error", asy
   const m = await startMaster(t);
   const echo = await echoServers(t);
   const n = await node(m, 'edge');
-  startAgent(t, m.url, n.agent_token, mkdtempSync(join(tmpdir(), 'portplane-agent-')));
+  startAgent(t, m.url, n.agent_token);
   await until('online', async () => (await nodeOf(m, n.id)).status === 'online');
   const blocker = createServer().listen(0, '127.0.0.1');
   await once(blocker, 'listening');
@@ -152,7 +113,7 @@ test(
     const echo = await echoServers(t);
     const n = await node(first, 'edge');
     const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
-    const agent = startAgent(t, first.url, n.agent_token, stateDir);
+    const agent = startAgent(t, first.url, n.agent_token, { stateDir });
     await until('online', async () => (await nodeOf(first, n.id)).status === 'online');
     const listen = await freePort();
     const created = (await rule(first, { node_id: n.id, listen_port: listen, targets: [`127.0.0.1:${echo.tcp}`] }))
@@ -164,7 +125,7 @@ test(
 
     // The agent restarts while the master is down: it forwards from its saved config.
     assert.equal(await stopAgent(agent), 0);
-    const again = startAgent(t, first.url, n.agent_token, stateDir);
+    const again = startAgent(t, first.url, n.agent_token, { stateDir });
     await until(
       'the restarted agent to listen',
       async () => (await tcpRoundTrip(listen, Buffer.from('x')).catch(() => Buffer.alloc(0))).toString() === 'x',
@@ -187,7 +148,7 @@ test('a wrong agent token is refused and recorded on the node', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');
   const forged = n.agent_token.replace(/_[A-Za-z0-9_-]{43}$/, `_${'A'.repeat(43)}`);
-  startAgent(t, m.url, forged, mkdtempSync(join(tmpdir(), 'portplane-agent-')));
+  startAgent(t, m.url, forged);
   const refused = await until('the refusal to be recorded', async () => {
     const current = await nodeOf(m, n.id);
     return current.status_detail?.startsWith('auth_failed') && current;

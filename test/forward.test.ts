@@ -113,7 +113,7 @@ test(
       [
         [1, 'failed', 'port_in_use'],
         [2, 'failed', 'target_unresolvable'],
-        [3, 'failed', 'tunnel_not_supported'],
+        [3, 'failed', 'tunnel_missing'],
         [4, 'applied', null],
       ],
     );

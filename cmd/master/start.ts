@@ -15,6 +15,7 @@ import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { routes } from '../../internal/api/routes.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
+import { issueTunnelKeys } from '../../internal/tunnel/keys.ts';
 import { listen, type Listening } from '../../internal/http/server.ts';
 import { loadLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
@@ -135,6 +136,14 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       'check --tls-cert and --tls-key (a PEM certificate and its key)',
       () => tlsIdentityFor(config),
     );
+    // Tunnels made before tunnels forwarded have no key pairs yet.
+    store.write(() => {
+      for (const id of store.tunnels.keyless())
+        store.tunnels.setKeys(
+          id,
+          issueTunnelKeys(id, (key) => box.seal(key)),
+        );
+    });
     const clock = new Clock(now);
     const settings = new Settings(store);
     const sync = new SyncHub();
@@ -195,7 +204,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
       }
     }, MAINTENANCE_INTERVAL_MS).unref();
-    const links = new AgentLinks({ store, sync, settings, log, clock });
+    const links = new AgentLinks({ store, sync, settings, log, clock, box });
     http.server.on('upgrade', links.handleUpgrade);
     if (!tls && !isLoopback(config.host))
       log.warn('serving plain HTTP off loopback (--insecure-http): put a TLS-terminating proxy in front');

@@ -16,7 +16,7 @@ import {
   send,
   type Message,
 } from '../agentlink/wire.ts';
-import { Forwarder } from '../forward/forwarder.ts';
+import { Forwarder, type TunnelReport } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
 import { configMessage, trafficAckMessage } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
@@ -73,6 +73,8 @@ function tlsProblem(error: Error & { code?: string }): string {
  * coarser.
  */
 const MAX_PENDING_REPORTS = 500;
+/** Changes to how tunnels stand are gathered this long before they are sent. */
+const TUNNEL_STATUS_DELAY_MS = 1_000;
 
 export class Agent {
   private readonly forwarder: Forwarder;
@@ -85,9 +87,13 @@ export class Agent {
   private applying: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
+  private tunnelTimer: NodeJS.Timeout | undefined;
+  /** What the master last heard of each tunnel end, and when. */
+  private readonly tunnelsSent = new Map<number, { report: TunnelReport; at: number }>();
 
   constructor(private readonly options: AgentOptions) {
     this.forwarder = new Forwarder(options.listenHost);
+    this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     this.state = new AgentState(options.stateDir);
   }
 
@@ -106,6 +112,7 @@ export class Agent {
     this.stopping = true;
     clearInterval(this.reportTimer);
     clearTimeout(this.retryTimer);
+    clearTimeout(this.tunnelTimer);
     this.report();
     this.socket?.destroy();
     await this.applying;
@@ -225,6 +232,7 @@ export class Agent {
     readMessages(socket, (message) => this.receive(message), MASTER_LINE_BYTES);
     this.options.log.info('linked to the master', { url: new URL(this.options.masterUrl).origin });
     for (const report of this.traffic.pending) send(socket, { type: 'traffic', ...report });
+    this.sendTunnelStatus(true);
   }
 
   private receive(message: Message): void {
@@ -250,7 +258,7 @@ export class Agent {
       ...(config.tcp_idle_timeout_seconds ? { tcpIdleMs: config.tcp_idle_timeout_seconds * 1000 } : {}),
       ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
     });
-    const results = await this.forwarder.apply(config.rules);
+    const results = await this.forwarder.apply(config.rules, config.tunnels ?? []);
     this.state.saveConfig(config);
     if (config.report_interval_seconds !== this.config?.report_interval_seconds)
       this.scheduleReports(config.report_interval_seconds);
@@ -268,6 +276,49 @@ export class Agent {
     pieces.forEach((piece, i) =>
       send(this.socket!, { type: 'applied', version: config.version, results: piece, partial: i < pieces.length - 1 }),
     );
+  }
+
+  private tunnelsChanged(): void {
+    if (this.tunnelTimer || this.stopping) return;
+    this.tunnelTimer = setTimeout(() => {
+      this.tunnelTimer = undefined;
+      this.sendTunnelStatus(false);
+    }, TUNNEL_STATUS_DELAY_MS);
+  }
+
+  /**
+   * Tells the master how the node's tunnel ends stand: every end when `all`, otherwise those
+   * whose state or error changed, and round-trip times at most once a report interval.
+   */
+  private sendTunnelStatus(all: boolean): void {
+    const socket = this.socket;
+    if (!socket) return;
+    const now = Date.now();
+    const interval = (this.config?.report_interval_seconds ?? 10) * 1000;
+    const reports = this.forwarder.tunnelReports();
+    const ids = new Set(reports.map((r) => r.id));
+    for (const id of this.tunnelsSent.keys()) if (!ids.has(id)) this.tunnelsSent.delete(id);
+    const due = reports.filter((report) => {
+      const sent = this.tunnelsSent.get(report.id);
+      return (
+        all ||
+        !sent ||
+        sent.report.state !== report.state ||
+        sent.report.error !== report.error ||
+        (sent.report.rtt_us !== report.rtt_us && now - sent.at >= interval)
+      );
+    });
+    if (due.length === 0) return;
+    for (const report of due) this.tunnelsSent.set(report.id, { report, at: now });
+    for (const piece of inPieces(due)) {
+      const tunnels = piece.map(({ id, state, error, rtt_us }) => ({
+        id,
+        state,
+        error: error === null ? null : error.slice(0, 500),
+        rtt_us,
+      }));
+      send(socket, { type: 'tunnel_status', tunnels });
+    }
   }
 
   private scheduleReports(seconds: number): void {

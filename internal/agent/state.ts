@@ -4,6 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { TunnelEnd } from '../domain/link.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
@@ -15,6 +16,8 @@ export interface SavedConfig {
   tcp_idle_timeout_seconds?: number;
   max_connections_per_source?: number;
   rules: ForwardRule[];
+  /** Absent in configs saved by agents older than tunnels. Holds the tunnels' private keys: the file is 0600. */
+  tunnels?: TunnelEnd[];
 }
 
 export interface TrafficReport {

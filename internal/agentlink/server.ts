@@ -14,13 +14,18 @@ import type { SyncHub } from '../sync/hub.ts';
 import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
+import type { SecretBox } from '../crypto/box.ts';
 import {
   appliedMessage,
   trafficMessage,
+  tunnelStatusMessage,
   type AppliedMessage,
   type ConfigMessage,
   type TrafficMessage,
+  type TunnelEnd,
+  type TunnelStatusMessage,
 } from '../domain/link.ts';
+import { pinOf } from '../tls/pin.ts';
 import { forwardRuleOf } from '../domain/rules.ts';
 import {
   AGENT_LINE_BYTES,
@@ -93,6 +98,8 @@ export interface LinkBackend {
   readonly settings: Settings;
   readonly log: Logger;
   readonly clock: Clock;
+  /** Opens the tunnels' private keys, sealed at rest, to hand each node its own. */
+  readonly box: SecretBox;
 }
 
 export class AgentLinks {
@@ -130,8 +137,10 @@ export class AgentLinks {
     this.closing = true;
     const now = this.app.clock.timestamp();
     this.app.store.write(() => {
-      for (const nodeId of this.links.keys())
+      for (const nodeId of this.links.keys()) {
         this.app.store.nodes.setLink(nodeId, 'offline', 'the master shut down', null, now);
+        this.app.store.tunnels.nodeDown(nodeId, 'the master shut down', now);
+      }
     });
     for (const [nodeId, link] of this.links) {
       this.links.delete(nodeId);
@@ -267,14 +276,11 @@ export class AgentLinks {
     this.app.log.info('agent disconnected', { node_id: nodeId });
     try {
       this.app.store.write(() => {
-        if (this.app.store.nodes.find(nodeId))
-          this.app.store.nodes.setLink(
-            nodeId,
-            'offline',
-            link.endedBecause ?? 'the agent link closed',
-            null,
-            this.app.clock.timestamp(),
-          );
+        if (!this.app.store.nodes.find(nodeId)) return;
+        const why = link.endedBecause ?? 'the agent link closed';
+        const now = this.app.clock.timestamp();
+        this.app.store.nodes.setLink(nodeId, 'offline', why, null, now);
+        this.app.store.tunnels.nodeDown(nodeId, `the agent of node ${nodeId} is not linked to the master: ${why}`, now);
       });
     } catch (error) {
       // Called from a socket event: nothing above it would catch this, so it is logged here.
@@ -300,6 +306,7 @@ export class AgentLinks {
         max_connections_per_source: settings.get('max_connections_per_source'),
         next_master_pin: settings.get('tls_next_pin') || null,
         rules: this.app.store.rules.forNode(nodeId).map(forwardRuleOf),
+        tunnels: this.tunnelEnds(nodeId),
       };
       send(link.socket, config);
     } catch (error) {
@@ -311,11 +318,34 @@ export class AgentLinks {
     }
   }
 
+  /** The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules. */
+  private tunnelEnds(nodeId: number): TunnelEnd[] {
+    const { store, box } = this.app;
+    return store.tunnels.endsOf(nodeId).map((row) => {
+      const entry = row.entry_node_id === nodeId;
+      return {
+        id: row.id,
+        role: entry ? 'entry' : 'exit',
+        host: entry ? row.exit_host : null,
+        port: row.listen_port,
+        cert: entry ? row.entry_cert : row.exit_cert,
+        key: box.open(entry ? row.entry_key : row.exit_key),
+        peer_pin: pinOf(entry ? row.exit_cert : row.entry_cert),
+        rules: entry
+          ? []
+          : store.rules
+              .forTunnel(row.id)
+              .map(({ id, protocol, targets, strategy, enabled }) => ({ id, protocol, targets, strategy, enabled })),
+      };
+    });
+  }
+
   private receive(link: Link, message: Message): void {
     if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
     if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
+    if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
     this.app.log.warn('agent sent an unknown message', { node_id: link.nodeId, type: message.type.slice(0, 32) });
   }
 
@@ -333,6 +363,18 @@ export class AgentLinks {
       return true;
     });
     if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
+  }
+
+  /** How the node's ends of its tunnels stand; a tunnel the node is no end of is ignored. */
+  private tunnelStatus(link: Link, message: TunnelStatusMessage): void {
+    const twice = repeated(message.tunnels);
+    if (twice !== undefined) throw new ProtocolError(`tunnel_status names tunnel ${twice} twice`);
+    const { store } = this.app;
+    const at = this.app.clock.timestamp();
+    store.write(() => {
+      for (const { id, state, error, rtt_us } of message.tunnels)
+        store.tunnels.report(id, link.nodeId, { status: state, error, rtt_us }, at);
+    });
   }
 
   private traffic(link: Link, report: TrafficMessage): void {

@@ -302,6 +302,13 @@ function replaceNode(ctx: Ctx<NodeInput, {}>) {
       ]);
     }
     const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
+    // Entry nodes dial their tunnels' exit at its host.
+    if (updated.host !== current.host) {
+      for (const tunnelId of app.store.tunnels.idsOfNode(id)) {
+        const tunnel = app.store.tunnels.find(tunnelId)!;
+        if (tunnel.exit_node_id === id) effects.touchNode(tunnel.entry_node_id);
+      }
+    }
     const changes = diff<Node>(current, updated, ['name', 'host', 'ssh_port', 'ssh_user', 'tags']);
     if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) {
       Object.assign(changes.after, {

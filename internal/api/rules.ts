@@ -113,6 +113,14 @@ export function ruleReferenceErrors(app: App, fields: RuleFields, prefix = '#'):
   return errors;
 }
 
+/** Marks the configs a rule is part of as changed: its node's and, through a tunnel, the exit's (but `except`). */
+function touchRule(app: App, effects: Effects, rule: Pick<RuleFields, 'node_id' | 'tunnel_id'>, except?: number): void {
+  if (rule.node_id !== except) effects.touchNode(rule.node_id);
+  if (rule.tunnel_id === null) return;
+  const exit = app.store.tunnels.find(rule.tunnel_id)?.exit_node_id;
+  if (exit !== undefined && exit !== except) effects.touchNode(exit);
+}
+
 function checkReferences(app: App, fields: RuleFields): void {
   const errors = ruleReferenceErrors(app, fields);
   if (errors.length > 0) throw validationFailed(errors);
@@ -122,7 +130,7 @@ function checkReferences(app: App, fields: RuleFields): void {
 export function insertRule(app: App, effects: Effects, fields: RuleFields): Rule {
   checkReferences(app, fields);
   const rule = app.store.rules.insert(fields, app.timestamp());
-  effects.touchNode(rule.node_id);
+  touchRule(app, effects, rule);
   effects.audit({ action: 'rule.create', resource: 'rule', resource_id: rule.id, changes: { after: fields } });
   return rule;
 }
@@ -134,8 +142,8 @@ export function replaceRule(app: App, effects: Effects, id: number, fields: Rule
   checkIfMatch(ifMatch, current.version);
   checkReferences(app, fields);
   const updated = app.store.rules.update(id, fields, app.timestamp());
-  effects.touchNode(current.node_id);
-  effects.touchNode(updated.node_id);
+  touchRule(app, effects, current);
+  touchRule(app, effects, updated);
   effects.audit({
     action: 'rule.update',
     resource: 'rule',
@@ -159,7 +167,7 @@ export function cascadeRules(
   for (const ruleId of ruleIds) {
     const rule = app.store.rules.find(ruleId)!;
     app.store.rules.delete(ruleId);
-    if (rule.node_id !== goingNode) effects.touchNode(rule.node_id);
+    touchRule(app, effects, rule, goingNode);
     effects.audit({
       action: 'rule.delete',
       resource: 'rule',
@@ -174,8 +182,8 @@ export function removeRule(app: App, effects: Effects, id: number, ifMatch?: str
   const current = app.store.rules.find(id);
   if (!current) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
+  touchRule(app, effects, current);
   app.store.rules.delete(id);
-  effects.touchNode(current.node_id);
   effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: id, changes: { before: current } });
 }
 
@@ -195,7 +203,7 @@ export async function syncRules(app: App, ctx: WriteCtx, ids: number[]): Promise
       const rule = app.store.rules.find(id);
       if (!rule) continue;
       app.store.rules.markPending(id);
-      effects.touchNode(rule.node_id);
+      touchRule(app, effects, rule);
       effects.audit({ action: 'rule.sync', resource: 'rule', resource_id: id });
     }
     for (const nodeId of effects.nodes) byNode.set(nodeId, app.store.nodes.find(nodeId)!.config_version);

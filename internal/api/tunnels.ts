@@ -7,8 +7,9 @@ import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
 import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
+import { issueTunnelKeys } from '../tunnel/keys.ts';
 import type { App } from './app.ts';
-import { pageSchema, paging, record, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
 import { cascadeRules } from './rules.ts';
@@ -51,6 +52,23 @@ export const tunnelInput = object(
 );
 export type TunnelInput = Infer<typeof tunnelInput>;
 
+const endSchema = (which: string) => ({
+  type: 'object',
+  required: ['status', 'last_error', 'reported_at'],
+  properties: {
+    status: {
+      type: 'string',
+      enum: [...tunnelStatuses],
+      description: `How the ${which} sees the tunnel; pending until it reports after the tunnel's last change.`,
+    },
+    last_error: {
+      type: ['string', 'null'],
+      description: `The last thing that went wrong at the ${which}: a refused peer or stream, a failed connect.`,
+    },
+    reported_at: nullableTimestamp,
+  },
+});
+
 export const tunnelSchema = record('Tunnel', {
   id: { type: 'integer' },
   name: { type: 'string' },
@@ -58,7 +76,20 @@ export const tunnelSchema = record('Tunnel', {
   exit_node_id: { type: 'integer' },
   listen_port: { type: 'integer' },
   transport: { type: 'string', enum: [...transports] },
-  status: { type: 'string', enum: [...tunnelStatuses], description: 'pending until both agents report the link.' },
+  status: {
+    type: 'string',
+    enum: [...tunnelStatuses],
+    description: 'up when both ends report the session up, down when either reports it down, pending otherwise.',
+  },
+  rtt_ms: {
+    type: ['number', 'null'],
+    description: "The session's round trip as the entry measures it (HTTP/2 PING); null while it is not up.",
+  },
+  ends: {
+    type: 'object',
+    required: ['entry', 'exit'],
+    properties: { entry: endSchema('entry node'), exit: endSchema('exit node') },
+  },
   version: { type: 'integer' },
   created_at: timestamp,
   updated_at: timestamp,
@@ -104,6 +135,10 @@ export function insertTunnel(app: App, effects: Effects, body: TunnelInput): Tun
     listen_port: resolvePort(app, body.exit_node_id, body.listen_port),
   };
   const tunnel = app.store.tunnels.insert(fields, app.timestamp());
+  app.store.tunnels.setKeys(
+    tunnel.id,
+    issueTunnelKeys(tunnel.id, (key) => app.box.seal(key)),
+  );
   effects.touchNode(tunnel.entry_node_id);
   effects.touchNode(tunnel.exit_node_id);
   effects.audit({ action: 'tunnel.create', resource: 'tunnel', resource_id: tunnel.id, changes: { after: fields } });
@@ -187,7 +222,15 @@ function putTunnel(ctx: Ctx<TunnelInput, {}>) {
       transport: body.transport,
       listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
     };
-    const updated = app.store.tunnels.update(id, fields, app.timestamp());
+    let updated = app.store.tunnels.update(id, fields, app.timestamp());
+    // Keys go with the nodes they were issued to: a tunnel between other nodes gets new ones.
+    if (fields.entry_node_id !== current.entry_node_id || fields.exit_node_id !== current.exit_node_id) {
+      app.store.tunnels.setKeys(
+        id,
+        issueTunnelKeys(id, (key) => app.box.seal(key)),
+      );
+      updated = app.store.tunnels.find(id)!;
+    }
     for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id])
       effects.touchNode(nodeId);
     effects.audit({

@@ -2,7 +2,7 @@
 // receive against these before using it: nothing on either side is cast. The framing (lines
 // of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
 
-import { target } from '../schema/net.ts';
+import { host, target } from '../schema/net.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { protocols, ruleErrorCodes, strategies } from './rules.ts';
 
@@ -12,6 +12,37 @@ export const MAX_ENTRIES = 500;
 const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
 const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
+const PEM = string({
+  min: 1,
+  max: 8192,
+  pattern: /^-----BEGIN [A-Z ]+-----\n[A-Za-z0-9+/=\n]+-----END [A-Z ]+-----\n?$/,
+});
+
+/** How a rule bound to a tunnel reaches the exit node, which dials its targets. */
+const exitRule = object({
+  id: ID,
+  protocol: oneOf(protocols),
+  targets: array(target(), { min: 1, max: 16 }),
+  strategy: oneOf(strategies),
+  enabled: boolean(),
+});
+
+/**
+ * One end of a tunnel this node takes part in, with the key pair the master issued it and
+ * the pin of the other end's key. The entry dials `host:port`; the exit listens on `port`
+ * and serves `rules`.
+ */
+export const tunnelEnd = object({
+  id: ID,
+  role: oneOf(['entry', 'exit']),
+  host: nullable(host("The exit node's address, for the entry.")),
+  port: integer({ min: 1, max: 65535 }),
+  cert: PEM,
+  key: PEM,
+  peer_pin: PIN,
+  rules: array(exitRule, { max: 200_000 }),
+});
+export type TunnelEnd = Infer<typeof tunnelEnd>;
 
 /** Master to agent: the node's whole desired config. */
 export const configMessage = object({
@@ -33,6 +64,8 @@ export const configMessage = object({
     }),
     { max: 200_000 },
   ),
+  /** Absent from masters older than tunnels. */
+  tunnels: optional(array(tunnelEnd, { max: 10_000 }), []),
 });
 export type ConfigMessage = Infer<typeof configMessage>;
 
@@ -65,3 +98,18 @@ export const trafficMessage = object({
   rules: array(object({ id: ID, bytes_in: COUNT, bytes_out: COUNT }), { max: MAX_ENTRIES }),
 });
 export type TrafficMessage = Infer<typeof trafficMessage>;
+
+/** Agent to master: how the node's ends of its tunnels stand. */
+export const tunnelStatusMessage = object({
+  type: oneOf(['tunnel_status']),
+  tunnels: array(
+    object({
+      id: ID,
+      state: oneOf(['up', 'down']),
+      error: nullable(string({ max: 500 })),
+      rtt_us: nullable(integer({ min: 0, max: 600_000_000 })),
+    }),
+    { max: MAX_ENTRIES },
+  ),
+});
+export type TunnelStatusMessage = Infer<typeof tunnelStatusMessage>;

@@ -52,7 +52,10 @@ export const ruleErrorCodes = [
   'port_in_use',
   'bind_denied',
   'target_unresolvable',
+  /** Sent by agents older than tunnels; kept so their acknowledgements still read. */
   'tunnel_not_supported',
+  /** The rule names a tunnel the node's config does not carry. */
+  'tunnel_missing',
   'listen_failed',
 ] as const;
 export type RuleErrorCode = (typeof ruleErrorCodes)[number];

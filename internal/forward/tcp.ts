@@ -1,13 +1,10 @@
-// A TCP listener that relays each connection to a target: half-close passes through (one
-// side's end becomes the other's end), back-pressure is pipe()'s, a refused or unreachable
-// target is skipped for the next, and bytes are read off the sockets' own counters.
+// A TCP listener that relays each connection to what its dial function opens (a rule's
+// targets, or a stream through a tunnel), and reads the bytes off the client sockets' own
+// counters, so what is counted is what crossed the relay.
 
-import { connect, createServer, type Server, type Socket } from 'node:net';
-import type { Strategy } from '../domain/rules.ts';
+import { createServer, type Server, type Socket } from 'node:net';
 import type { Limits } from './forwarder.ts';
-import { TargetPicker, type Target } from './targets.ts';
-
-const CONNECT_TIMEOUT_MS = 5_000;
+import { splice, type TcpDial } from './dial.ts';
 
 export interface Counter {
   bytes_in: number;
@@ -16,7 +13,6 @@ export interface Counter {
 
 export class TcpRelay {
   private readonly server: Server;
-  private readonly picker: TargetPicker;
   private readonly clients = new Set<Socket>();
   /** Bytes of connections that have closed since the last `drain`. */
   private closed: Counter = { bytes_in: 0, bytes_out: 0 };
@@ -26,11 +22,10 @@ export class TcpRelay {
   private readonly perSource = new Map<string, number>();
 
   constructor(
-    targets: Target[],
-    strategy: Strategy,
+    /** Replaced in place when the rule changes, so open connections stay. */
+    public dial: TcpDial,
     private readonly limits: Pick<Limits, 'maxConnectionsPerRule' | 'maxConnectionsPerSource' | 'tcpIdleMs'>,
   ) {
-    this.picker = new TargetPicker(targets, strategy);
     this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(client));
     this.server.maxConnections = limits.maxConnectionsPerRule;
   }
@@ -44,10 +39,6 @@ export class TcpRelay {
         resolve();
       });
     });
-  }
-
-  update(targets: Target[], strategy: Strategy): void {
-    this.picker.update(targets, strategy);
   }
 
   /** Bytes relayed since the previous call: in = client to target, out = target to client. */
@@ -87,39 +78,9 @@ export class TcpRelay {
       if (left > 0) this.perSource.set(source, left);
       else this.perSource.delete(source);
     });
-    this.dial(client, this.picker.order());
-  }
-
-  private dial(client: Socket, remaining: Target[]): void {
-    const target = remaining[0];
-    if (!target || client.destroyed) {
-      client.destroy();
-      return;
-    }
-    const upstream = connect({
-      host: target.host,
-      port: target.port,
-      allowHalfOpen: true,
-      timeout: CONNECT_TIMEOUT_MS,
-    });
-    const failover = () => {
-      upstream.destroy();
-      this.dial(client, remaining.slice(1));
-    };
-    upstream.once('error', failover);
-    upstream.once('timeout', failover);
-    upstream.once('connect', () => {
-      upstream.off('error', failover);
-      upstream.off('timeout', failover);
-      upstream.setTimeout(0);
-      upstream.on('error', () => client.destroy());
-      client.on('close', () => upstream.destroy());
-      upstream.on('close', () => {
-        if (!client.writableEnded) client.destroy();
-      });
-      client.pipe(upstream);
-      upstream.pipe(client);
-      client.resume();
-    });
+    this.dial(
+      (upstream) => splice(client, upstream),
+      () => client.destroy(),
+    );
   }
 }

@@ -8,6 +8,7 @@ import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import type { SecretBox } from '../crypto/box.ts';
+import { issueTunnelKeys } from '../tunnel/keys.ts';
 import type { Logger } from '../log/log.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { Settings } from '../settings/settings.ts';
@@ -201,7 +202,10 @@ export class Installer {
       );
       await this.copy(session, Buffer.from(envFile(agentEnvironment(dial, token))), `${dir}/agent.env`, '0600');
       // From here the old token no longer works: the new agent is about to start with the new one.
-      app.store.write(() => app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token)));
+      app.store.write(() => {
+        app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token));
+        this.rekeyTunnels(nodeId);
+      });
 
       const start = probe.systemd ? this.systemdScript(nodeBinary, dir, service) : this.fallbackScript(nodeBinary, dir);
       this.log(
@@ -235,6 +239,25 @@ export class Installer {
       this.finish(nodeId, mode, `${code}: ${failure.message}`);
     } finally {
       session.close();
+    }
+  }
+
+  /**
+   * A (re)installed node's tunnels get new key pairs, so keys the old installation held open
+   * nothing; the other ends learn the new ones with their next config. Call inside a write.
+   */
+  private rekeyTunnels(nodeId: number): void {
+    const { store, box, sync } = this.app;
+    for (const tunnelId of store.tunnels.idsOfNode(nodeId)) {
+      const tunnel = store.tunnels.find(tunnelId)!;
+      store.tunnels.setKeys(
+        tunnelId,
+        issueTunnelKeys(tunnelId, (key) => box.seal(key)),
+      );
+      for (const end of [tunnel.entry_node_id, tunnel.exit_node_id]) {
+        store.nodes.bumpConfig(end);
+        store.db.afterCommit(() => sync.configChanged(end));
+      }
     }
   }
 

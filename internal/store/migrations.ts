@@ -227,4 +227,20 @@ export const migrations: readonly string[] = [
   -- Re-render every view through the new trigger.
   UPDATE rules SET bytes_in = max(0, min(bytes_in, 9007199254740991)), bytes_out = max(0, min(bytes_out, 9007199254740991));
   `,
+  /* 7: tunnels that forward: each end's key pair, how each end stands; tunnel rules' results at both ends */ `
+  ALTER TABLE tunnels ADD COLUMN exit_cert TEXT;
+  ALTER TABLE tunnels ADD COLUMN exit_key BLOB;
+  ALTER TABLE tunnels ADD COLUMN entry_cert TEXT;
+  ALTER TABLE tunnels ADD COLUMN entry_key BLOB;
+  ALTER TABLE tunnels ADD COLUMN entry_status TEXT NOT NULL DEFAULT 'pending' CHECK (entry_status IN ('pending', 'up', 'down'));
+  ALTER TABLE tunnels ADD COLUMN entry_error TEXT;
+  ALTER TABLE tunnels ADD COLUMN entry_reported_at TEXT;
+  ALTER TABLE tunnels ADD COLUMN exit_status TEXT NOT NULL DEFAULT 'pending' CHECK (exit_status IN ('pending', 'up', 'down'));
+  ALTER TABLE tunnels ADD COLUMN exit_error TEXT;
+  ALTER TABLE tunnels ADD COLUMN exit_reported_at TEXT;
+  ALTER TABLE tunnels ADD COLUMN rtt_us INTEGER;
+  -- What each end reported for a rule through a tunnel, as {"state", "error"}; sync_state combines them.
+  ALTER TABLE rules ADD COLUMN entry_result TEXT;
+  ALTER TABLE rules ADD COLUMN exit_result TEXT;
+  `,
 ];

@@ -1,5 +1,6 @@
 // SQL for forwarding rules. Every insert or update claims the rule's ports (see ports.ts)
-// and resets its sync state to pending: the node has not applied the new version yet.
+// and resets its sync state to pending: the node has not applied the new version yet. A rule
+// through a tunnel is applied only when both its node (the entry) and the exit applied it.
 
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
@@ -59,6 +60,21 @@ export interface RuleFilter {
   q: string | null;
 }
 
+interface SyncError {
+  code: string;
+  detail: string;
+}
+
+/** What one end of a tunnel reported for a rule. */
+interface EndResult {
+  state: SyncState;
+  error: SyncError | null;
+}
+
+function parseResult(text: string | null): EndResult | null {
+  return text === null ? null : (JSON.parse(text) as EndResult);
+}
+
 const RULE_FILTER = `id > :after
         AND (:node_id IS NULL OR node_id = :node_id)
         AND (:tunnel_id IS NULL OR tunnel_id = :tunnel_id)
@@ -96,6 +112,9 @@ export class RuleStore {
   private readonly countsStmt;
   private readonly pendingStmt;
   private readonly syncStmt;
+  private readonly byTunnelStmt;
+  private readonly sidesStmt;
+  private readonly resultsStmt;
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
@@ -116,7 +135,8 @@ export class RuleStore {
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
         listen_port = :listen_port, targets = :targets, strategy = :strategy, enabled = :enabled,
-        sync_state = 'pending', sync_error = NULL, version = version + 1, updated_at = :at
+        sync_state = 'pending', sync_error = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
+        updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM rules WHERE id = ?');
     this.byNodeStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE node_id = ? ORDER BY id`);
@@ -125,7 +145,15 @@ export class RuleStore {
     this.countsStmt = db.prepare(
       'SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state',
     );
-    this.pendingStmt = db.prepare("UPDATE rules SET sync_state = 'pending', sync_error = NULL WHERE id = ?");
+    this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, entry_result = NULL,
+        exit_result = NULL
+      WHERE id = ?`);
+    this.byTunnelStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE tunnel_id = ? ORDER BY id`);
+    this.sidesStmt = db.prepare(`SELECT r.node_id, t.exit_node_id, r.entry_result, r.exit_result
+      FROM rules r LEFT JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?`);
+    this.resultsStmt = db.prepare(`UPDATE rules SET entry_result = :entry, exit_result = :exit, sync_state = :state,
+        sync_error = :error, sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END
+      WHERE id = :id`);
     this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
         sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END
       WHERE id = :id AND node_id = :node_id`);
@@ -171,6 +199,11 @@ export class RuleStore {
     return (this.byNodeStmt.all(nodeId) as unknown as Row[]).map(toRule);
   }
 
+  /** The rules through a tunnel, which its exit serves. */
+  forTunnel(tunnelId: number): Rule[] {
+    return (this.byTunnelStmt.all(tunnelId) as unknown as Row[]).map(toRule);
+  }
+
   /** The claim that would stop `fields` from listening, if any (`except` is the rule being replaced). */
   portHolder(
     fields: Pick<RuleFields, 'node_id' | 'protocol' | 'listen_port'>,
@@ -210,15 +243,41 @@ export class RuleStore {
     this.pendingStmt.run(id);
   }
 
-  /** Records what the rule's node reported for it; a rule of another node is left alone. */
-  setSync(
-    id: number,
-    nodeId: number,
-    state: SyncState,
-    error: { code: string; detail: string } | null,
-    at: string,
-  ): void {
-    this.syncStmt.run({ id, node_id: nodeId, state, error: error === null ? null : JSON.stringify(error), at });
+  /**
+   * Records what a node reported for the rule: its own node, or for a rule through a tunnel
+   * the tunnel's exit. A rule through a tunnel is failed when either end failed it, applied
+   * when both applied it, pending until then. A node that is neither is ignored.
+   */
+  setSync(id: number, nodeId: number, state: SyncState, error: SyncError | null, at: string): void {
+    const row = this.sidesStmt.get(id) as
+      | { node_id: number; exit_node_id: number | null; entry_result: string | null; exit_result: string | null }
+      | undefined;
+    if (!row) return;
+    if (row.exit_node_id === null) {
+      this.syncStmt.run({ id, node_id: nodeId, state, error: error === null ? null : JSON.stringify(error), at });
+      return;
+    }
+    const side = row.node_id === nodeId ? 'entry' : row.exit_node_id === nodeId ? 'exit' : null;
+    if (side === null) return;
+    const result: EndResult = { state, error };
+    const entry = side === 'entry' ? result : parseResult(row.entry_result);
+    const exit = side === 'exit' ? result : parseResult(row.exit_result);
+    let combined: EndResult = { state: 'pending', error: null };
+    if (entry?.state === 'failed') combined = entry;
+    else if (exit?.state === 'failed' && exit.error)
+      combined = {
+        state: 'failed',
+        error: { code: exit.error.code, detail: `at the exit node ${row.exit_node_id}: ${exit.error.detail}` },
+      };
+    else if (entry?.state === 'applied' && exit?.state === 'applied') combined = { state: 'applied', error: null };
+    this.resultsStmt.run({
+      id,
+      entry: entry && JSON.stringify(entry),
+      exit: exit && JSON.stringify(exit),
+      state: combined.state,
+      error: combined.error && JSON.stringify(combined.error),
+      at,
+    });
   }
 
   idsOfNode(nodeId: number): number[] {

@@ -33,6 +33,7 @@ export class TrafficStore {
   private readonly bucketStmt;
   private readonly ruleTotalStmt;
   private readonly nodeTotalStmt;
+  private readonly exitTotalStmt;
   private readonly streamStmt;
   private readonly advanceStmt;
   private readonly trimStreamsStmt;
@@ -63,6 +64,10 @@ export class TrafficStore {
       `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
         `WHERE id = ?3`,
     );
+    this.exitTotalStmt = db.prepare(
+      `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
+        `WHERE id = (SELECT t.exit_node_id FROM rules r JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?3)`,
+    );
     this.streamStmt = db.prepare('SELECT seq FROM traffic_streams WHERE node_id = ? AND stream = ?');
     this.advanceStmt =
       db.prepare(`INSERT INTO traffic_streams (node_id, stream, seq, seen_at) VALUES (:node_id, :stream, :seq, :at)
@@ -74,14 +79,16 @@ export class TrafficStore {
 
   /**
    * Adds bytes counted for a rule on a node at `atSeconds` to its minute bucket and to the
-   * rule's and node's totals, so buckets and totals always agree. Counts nothing (and returns
-   * false) unless the rule exists on that node: an agent reports only its own rules. Call
-   * inside a write.
+   * rule's and node's totals, so buckets and totals always agree; for a rule through a tunnel,
+   * also to the exit node's total, which relayed the same bytes (the entry's count is the one
+   * count: the rule is never counted twice). Counts nothing (and returns false) unless the
+   * rule exists on that node: an agent reports only its own rules. Call inside a write.
    */
   record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number): boolean {
     if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId).changes) === 0) return false;
     this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
+    this.exitTotalStmt.run(bytesIn, bytesOut, ruleId);
     return true;
   }
 

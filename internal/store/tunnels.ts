@@ -1,5 +1,7 @@
 // SQL for tunnels: an encrypted link from an entry node to an exit node, which listens on
-// `listen_port` (claimed like a rule's port on the exit node).
+// `listen_port` (claimed like a rule's port on the exit node). Each end has a key pair the
+// master issued (private keys sealed by the caller) and reports how it stands; the tunnel's
+// status combines the two.
 
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
@@ -19,13 +21,83 @@ export interface TunnelFields {
   transport: TunnelTransport;
 }
 
+/** How one end sees the tunnel: pending until it reports after the tunnel's last change. */
+export interface TunnelEndView {
+  status: TunnelStatus;
+  last_error: string | null;
+  reported_at: string | null;
+}
+
 export interface Tunnel extends TunnelFields {
   id: number;
   status: TunnelStatus;
+  /** The session's round trip as the entry measured it, while the entry reports it up. */
+  rtt_ms: number | null;
+  ends: { entry: TunnelEndView; exit: TunnelEndView };
   version: number;
   created_at: string;
   updated_at: string;
 }
+
+/** Each end's certificate, and its private key as sealed by the caller. */
+export interface TunnelKeys {
+  exit_cert: string;
+  exit_key: Uint8Array;
+  entry_cert: string;
+  entry_key: Uint8Array;
+}
+
+/** What a node needs to run its end of a tunnel. */
+export interface TunnelEndRow extends TunnelKeys {
+  id: number;
+  entry_node_id: number;
+  exit_node_id: number;
+  listen_port: number;
+  exit_host: string;
+}
+
+interface Row extends TunnelFields {
+  id: number;
+  status: TunnelStatus;
+  entry_status: TunnelStatus;
+  entry_error: string | null;
+  entry_reported_at: string | null;
+  exit_status: TunnelStatus;
+  exit_error: string | null;
+  exit_reported_at: string | null;
+  rtt_us: number | null;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+function toTunnel(row: Row): Tunnel {
+  return {
+    id: row.id,
+    name: row.name,
+    entry_node_id: row.entry_node_id,
+    exit_node_id: row.exit_node_id,
+    listen_port: row.listen_port,
+    transport: row.transport,
+    status: row.status,
+    rtt_ms: row.rtt_us === null ? null : Math.round(row.rtt_us / 10) / 100,
+    ends: {
+      entry: { status: row.entry_status, last_error: row.entry_error, reported_at: row.entry_reported_at },
+      exit: { status: row.exit_status, last_error: row.exit_error, reported_at: row.exit_reported_at },
+    },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+const COLUMNS = `id, name, entry_node_id, exit_node_id, listen_port, transport, status, entry_status, entry_error,
+  entry_reported_at, exit_status, exit_error, exit_reported_at, rtt_us, version, created_at, updated_at`;
+/** Both ends up: up; either down: down; otherwise one has not reported since the last change. */
+const COMBINED_STATUS = `CASE WHEN entry_status = 'up' AND exit_status = 'up' THEN 'up'
+  WHEN entry_status = 'down' OR exit_status = 'down' THEN 'down' ELSE 'pending' END`;
+const ENDS_PENDING = `status = 'pending', entry_status = 'pending', entry_error = NULL, entry_reported_at = NULL,
+  exit_status = 'pending', exit_error = NULL, exit_reported_at = NULL, rtt_us = NULL`;
 
 export class TunnelStore {
   private readonly ports: PortStore;
@@ -37,12 +109,18 @@ export class TunnelStore {
   private readonly deleteStmt;
   private readonly idsByNodeStmt;
   private readonly byStatusStmt;
+  private readonly keysStmt;
+  private readonly keylessStmt;
+  private readonly endsStmt;
+  private readonly reportStmts;
+  private readonly nodeDownStmt;
+  private readonly combineStmt;
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
-    this.byId = db.prepare('SELECT * FROM tunnels WHERE id = ?');
-    this.byName = db.prepare('SELECT * FROM tunnels WHERE name = ?');
-    this.listStmt = db.prepare(`SELECT * FROM tunnels
+    this.byId = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE id = ?`);
+    this.byName = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE name = ?`);
+    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM tunnels
       WHERE id > :after
         AND (:node_id IS NULL OR entry_node_id = :node_id OR exit_node_id = :node_id)
         AND (:status IS NULL OR status = :status)
@@ -54,19 +132,85 @@ export class TunnelStore {
       VALUES (:name, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
     this.updateStmt =
       db.prepare(`UPDATE tunnels SET name = :name, entry_node_id = :entry_node_id, exit_node_id = :exit_node_id,
-        listen_port = :listen_port, transport = :transport, status = 'pending', version = version + 1, updated_at = :at
+        listen_port = :listen_port, transport = :transport, ${ENDS_PENDING}, version = version + 1, updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM tunnels WHERE id = ?');
     this.idsByNodeStmt = db.prepare('SELECT id FROM tunnels WHERE entry_node_id = ?1 OR exit_node_id = ?1 ORDER BY id');
     this.byStatusStmt = db.prepare('SELECT status, count(*) AS n FROM tunnels GROUP BY status');
+    this.keysStmt = db.prepare(`UPDATE tunnels SET exit_cert = :exit_cert, exit_key = :exit_key,
+        entry_cert = :entry_cert, entry_key = :entry_key, ${ENDS_PENDING}
+      WHERE id = :id`);
+    this.keylessStmt = db.prepare('SELECT id FROM tunnels WHERE exit_key IS NULL OR entry_key IS NULL ORDER BY id');
+    this.endsStmt = db.prepare(`SELECT t.id, t.entry_node_id, t.exit_node_id, t.listen_port, n.host AS exit_host,
+        t.exit_cert, t.exit_key, t.entry_cert, t.entry_key
+      FROM tunnels t JOIN nodes n ON n.id = t.exit_node_id
+      WHERE (t.entry_node_id = ?1 OR t.exit_node_id = ?1) AND t.exit_key IS NOT NULL AND t.entry_key IS NOT NULL
+      ORDER BY t.id`);
+    this.reportStmts = {
+      entry: db.prepare(`UPDATE tunnels SET entry_status = :status, entry_error = :error, entry_reported_at = :at,
+          rtt_us = CASE WHEN :status = 'up' THEN :rtt_us END
+        WHERE id = :id AND entry_node_id = :node_id`),
+      exit: db.prepare(`UPDATE tunnels SET exit_status = :status, exit_error = :error, exit_reported_at = :at
+        WHERE id = :id AND exit_node_id = :node_id`),
+    };
+    this.nodeDownStmt = db.prepare(`UPDATE tunnels SET
+        entry_status = CASE WHEN entry_node_id = :node_id THEN 'down' ELSE entry_status END,
+        entry_error = CASE WHEN entry_node_id = :node_id THEN :error ELSE entry_error END,
+        entry_reported_at = CASE WHEN entry_node_id = :node_id THEN :at ELSE entry_reported_at END,
+        rtt_us = CASE WHEN entry_node_id = :node_id THEN NULL ELSE rtt_us END,
+        exit_status = CASE WHEN exit_node_id = :node_id THEN 'down' ELSE exit_status END,
+        exit_error = CASE WHEN exit_node_id = :node_id THEN :error ELSE exit_error END,
+        exit_reported_at = CASE WHEN exit_node_id = :node_id THEN :at ELSE exit_reported_at END
+      WHERE entry_node_id = :node_id OR exit_node_id = :node_id`);
+    this.combineStmt = db.prepare(`UPDATE tunnels SET status = ${COMBINED_STATUS}
+      WHERE (:id IS NULL OR id = :id) AND (:node_id IS NULL OR entry_node_id = :node_id OR exit_node_id = :node_id)`);
   }
 
   find(id: number): Tunnel | undefined {
-    return this.byId.get(id) as Tunnel | undefined;
+    const row = this.byId.get(id) as Row | undefined;
+    return row && toTunnel(row);
   }
 
   findByName(name: string): Tunnel | undefined {
-    return this.byName.get(name) as Tunnel | undefined;
+    const row = this.byName.get(name) as Row | undefined;
+    return row && toTunnel(row);
+  }
+
+  /** Gives the tunnel's ends new key pairs; how they stood is forgotten until they report with the new keys. */
+  setKeys(id: number, keys: TunnelKeys): void {
+    this.keysStmt.run({ id, ...keys });
+  }
+
+  /** Tunnels that have no key pairs yet (made before tunnels forwarded). */
+  keyless(): number[] {
+    return (this.keylessStmt.all() as { id: number }[]).map((row) => row.id);
+  }
+
+  /** The tunnels the node is an end of, with what both ends need; the keys still sealed. */
+  endsOf(nodeId: number): TunnelEndRow[] {
+    return this.endsStmt.all(nodeId) as unknown as TunnelEndRow[];
+  }
+
+  /**
+   * Records how the node's end of a tunnel stands; a tunnel the node is no end of is left
+   * alone. The tunnel's status follows. The round trip is the entry's to tell. Call inside a write.
+   */
+  report(
+    id: number,
+    nodeId: number,
+    view: { status: 'up' | 'down'; error: string | null; rtt_us: number | null },
+    at: string,
+  ): void {
+    const params = { id, node_id: nodeId, status: view.status, error: view.error, at };
+    this.reportStmts.entry.run({ ...params, rtt_us: view.rtt_us });
+    this.reportStmts.exit.run(params);
+    this.combineStmt.run({ id, node_id: null });
+  }
+
+  /** Marks the node's ends of all its tunnels down, saying why (its agent is gone). Call inside a write. */
+  nodeDown(nodeId: number, error: string, at: string): void {
+    this.nodeDownStmt.run({ node_id: nodeId, error, at });
+    this.combineStmt.run({ id: null, node_id: nodeId });
   }
 
   list(filter: {
@@ -77,7 +221,7 @@ export class TunnelStore {
     q: string | null;
   }): Tunnel[] {
     const { afterId, ...rest } = filter;
-    return this.listStmt.all({ ...rest, after: afterId }) as unknown as Tunnel[];
+    return (this.listStmt.all({ ...rest, after: afterId }) as unknown as Row[]).map(toTunnel);
   }
 
   /** A free TCP port on the exit node within [min, max], for tunnels created without one. */

@@ -1,0 +1,243 @@
+// The entry end of a tunnel: keeps one HTTP/2 session over TLS to the exit node (pinning the
+// exit's key, presenting its own), reconnecting with backoff, measuring the round trip with
+// HTTP/2 PING, and opening a stream per relayed connection or UDP session.
+
+import { connect as h2Connect, constants, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
+import { connect as tlsConnect } from 'node:tls';
+import type { DatagramDial, DatagramSession, TcpDial } from '../forward/dial.ts';
+import {
+  ALPN,
+  Deframer,
+  frame,
+  h2Settings,
+  MAX_UDP_BACKLOG,
+  MIN_TLS,
+  peerRefusal,
+  SESSION_WINDOW,
+  streamPath,
+  type TunnelView,
+} from './wire.ts';
+
+export interface EntryConfig {
+  id: number;
+  /** The exit node's address and tunnel port. */
+  host: string;
+  port: number;
+  cert: string;
+  key: string;
+  /** The exit's key. */
+  peer_pin: string;
+}
+
+const CONNECT_TIMEOUT_MS = 10_000;
+const PING_INTERVAL_MS = 5_000;
+const MAX_BACKOFF_MS = 10_000;
+const ON_DEMAND_RETRY_MS = 250;
+/** Connections held while the session is being set up; more are refused at once. */
+const MAX_WAITING = 1_024;
+
+export class TunnelEntry {
+  private session: ClientHttp2Session | null = null;
+  /** Streams asked for while a session is being set up; answered when it is up or has failed. */
+  private waiting: ((session: ClientHttp2Session | null) => void)[] = [];
+  private connecting = false;
+  private closed = false;
+  private attempt = 0;
+  private attemptedAt = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private pingTimer: NodeJS.Timeout | undefined;
+  private view: TunnelView = { state: 'down', error: 'connecting to the exit node', rtt_us: null };
+
+  constructor(
+    readonly config: EntryConfig,
+    private readonly onView: (view: TunnelView) => void,
+  ) {
+    this.connect();
+  }
+
+  get current(): TunnelView {
+    return this.view;
+  }
+
+  /** A TCP dial through the tunnel for `ruleId`: a stream the exit answers by dialling the rule's targets. */
+  dialTcp(ruleId: number): TcpDial {
+    return (onOpen, onFail) =>
+      this.withSession((session) => {
+        if (!session) return onFail('the tunnel is down');
+        const stream = this.request(session, streamPath('tcp', ruleId));
+        if (stream) onOpen(stream);
+        else onFail('the tunnel is down');
+      });
+  }
+
+  /** A UDP session through the tunnel for `ruleId`, datagrams framed on one stream. */
+  dialDatagrams(ruleId: number): DatagramDial {
+    return (onReply, onEnd) => {
+      let stream: ClientHttp2Stream | null = null;
+      let closed = false;
+      const early: Buffer[] = [];
+      const deframer = new Deframer();
+      this.withSession((session) => {
+        stream = session && !closed ? this.request(session, streamPath('udp', ruleId)) : null;
+        if (!stream) return onEnd();
+        stream.on('data', (chunk: Buffer) => deframer.push(chunk, onReply));
+        stream.on('close', onEnd);
+        for (const datagram of early.splice(0)) stream.write(frame(datagram));
+      });
+      const session: DatagramSession = {
+        send(datagram) {
+          if (closed) return false;
+          if (!stream) {
+            if (early.length >= 64) return false;
+            early.push(datagram);
+            return true;
+          }
+          if (stream.destroyed || stream.writableLength > MAX_UDP_BACKLOG) return false;
+          stream.write(frame(datagram));
+          return true;
+        },
+        close() {
+          closed = true;
+          stream?.close(constants.NGHTTP2_NO_ERROR);
+        },
+      };
+      return session;
+    };
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    clearInterval(this.pingTimer);
+    this.session?.destroy();
+    this.answer(null);
+  }
+
+  private request(session: ClientHttp2Session, path: string): ClientHttp2Stream | null {
+    try {
+      const stream = session.request({ ':method': 'POST', ':path': path }, { endStream: false });
+      stream.on('response', (headers) => {
+        const status = headers[':status'];
+        if (status === 200) return;
+        if (status === 403) this.report({ error: `the exit refused ${path} (403): it has no such rule` });
+        stream.destroy();
+      });
+      stream.on('error', () => stream.destroy());
+      return stream;
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * Hands `use` the session, waiting for one being set up. While the tunnel is down, a new
+   * connection brings the next attempt forward rather than waiting out the backoff, to at
+   * most one attempt per ON_DEMAND_RETRY_MS, so a flood of clients against a dead exit stays
+   * a trickle of connects.
+   */
+  private withSession(use: (session: ClientHttp2Session | null) => void): void {
+    if (this.session && !this.session.closed && !this.session.destroyed) return use(this.session);
+    if (this.closed || this.waiting.length >= MAX_WAITING) return use(null);
+    if (!this.connecting) {
+      clearTimeout(this.retryTimer);
+      const wait = Math.max(0, this.attemptedAt + ON_DEMAND_RETRY_MS - Date.now());
+      this.retryTimer = setTimeout(() => this.connect(), wait);
+    }
+    this.waiting.push(use);
+  }
+
+  private answer(session: ClientHttp2Session | null): void {
+    for (const use of this.waiting.splice(0)) use(session);
+  }
+
+  private report(change: Partial<TunnelView>): void {
+    this.view = { ...this.view, ...change };
+    this.onView(this.view);
+  }
+
+  private connect(): void {
+    if (this.closed) return;
+    this.connecting = true;
+    this.attemptedAt = Date.now();
+    const { host, port, cert, key, peer_pin } = this.config;
+    const socket = tlsConnect({
+      host,
+      port,
+      cert,
+      key,
+      // The pin is the trust: the exit's certificate is its own, no CA is involved.
+      rejectUnauthorized: false,
+      minVersion: MIN_TLS,
+      ALPNProtocols: ALPN,
+    });
+    socket.setTimeout(CONNECT_TIMEOUT_MS, () => socket.destroy(new Error('timed out connecting')));
+    const failed = (error: Error) => this.lost(`cannot reach the exit node at ${host}:${port}: ${error.message}`);
+    socket.once('error', failed);
+    socket.once('secureConnect', () => {
+      socket.off('error', failed);
+      socket.setTimeout(0);
+      const refusal = peerRefusal(socket, peer_pin);
+      if (refusal) {
+        socket.on('error', () => undefined);
+        socket.destroy();
+        return this.lost(`refusing the exit node at ${host}:${port}: ${refusal}`);
+      }
+      this.open(socket);
+    });
+  }
+
+  private open(socket: ReturnType<typeof tlsConnect>): void {
+    const { host, port } = this.config;
+    const session = h2Connect(`https://${host.includes(':') ? `[${host}]` : host}:${port}`, {
+      createConnection: () => socket,
+      settings: h2Settings,
+    });
+    let why = 'the session to the exit node closed';
+    session.on('error', (error) => (why = `the session to the exit node failed: ${error.message}`));
+    // A session that has not settled yet does not always notice its connection failing: end it here.
+    socket.on('error', (error) => {
+      why = `the session to the exit node failed: ${error.message}`;
+      session.destroy();
+    });
+    socket.on('close', () => session.destroy());
+    session.on('goaway', () => (why = 'the exit node ended the session'));
+    session.once('connect', () => {
+      if (this.closed) return void session.destroy();
+      session.setLocalWindowSize(SESSION_WINDOW);
+      this.session = session;
+      this.connecting = false;
+      this.attempt = 0;
+      this.report({ state: 'up', error: null });
+      this.ping();
+      this.pingTimer = setInterval(() => this.ping(), PING_INTERVAL_MS);
+      this.answer(session);
+    });
+    session.once('close', () => {
+      clearInterval(this.pingTimer);
+      if (this.session === session) this.session = null;
+      this.lost(why);
+    });
+  }
+
+  private ping(): void {
+    const session = this.session;
+    if (!session) return;
+    try {
+      session.ping((error, ms) => {
+        if (!error && this.session === session) this.report({ rtt_us: Math.round(ms * 1000) });
+      });
+    } catch {
+      // a session closing meanwhile: its close event reports it
+    }
+  }
+
+  private lost(reason: string): void {
+    this.connecting = false;
+    this.answer(null);
+    if (this.closed) return;
+    this.report({ state: 'down', error: reason, rtt_us: null });
+    const ceiling = Math.min(MAX_BACKOFF_MS, 250 * 2 ** this.attempt);
+    this.attempt += 1;
+    this.retryTimer = setTimeout(() => this.connect(), ceiling * (0.5 + Math.random() / 2));
+  }
+}

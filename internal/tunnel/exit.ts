@@ -1,0 +1,201 @@
+// The exit end of a tunnel: listens on the tunnel's port, lets in only the peer presenting
+// the entry's key, and answers each stream by dialling the targets of the rule it names:
+// only rules bound to this tunnel, whatever else a peer sends. Everything it refuses is
+// kept as the tunnel's last error, which the agent reports to the master.
+
+import { constants, performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
+import type { IncomingHttpHeaders } from 'node:http2';
+import { createServer, type Server, type TLSSocket } from 'node:tls';
+import { datagramsTo, dialTargets, splice } from '../forward/dial.ts';
+import { TargetPicker, type Target } from '../forward/targets.ts';
+import type { Protocol, Strategy } from '../domain/rules.ts';
+import {
+  ALPN,
+  Deframer,
+  frame,
+  h2Settings,
+  MAX_UDP_BACKLOG,
+  MIN_TLS,
+  parseStreamPath,
+  peerRefusal,
+  SESSION_WINDOW,
+  type TunnelView,
+} from './wire.ts';
+
+export interface ExitConfig {
+  id: number;
+  port: number;
+  cert: string;
+  key: string;
+  /** The entry's key. */
+  peer_pin: string;
+}
+
+export interface ExitRule {
+  id: number;
+  protocol: Protocol;
+  targets: Target[];
+  strategy: Strategy;
+  enabled: boolean;
+}
+
+/** Connections that have not finished the TLS handshake, at most, so a flood of them cannot exhaust the node. */
+const MAX_CONNECTIONS = 256;
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** Authenticated sessions kept at once; the entry keeps one, the rest are leftovers of reconnects. */
+const MAX_SESSIONS = 4;
+
+export class TunnelExit {
+  private readonly server: Server;
+  private readonly rules = new Map<number, { rule: ExitRule; picker: TargetPicker }>();
+  private readonly sessions = new Set<Http2Session>();
+  private view: TunnelView = { state: 'down', error: 'waiting for the entry node to connect', rtt_us: null };
+
+  constructor(
+    readonly config: ExitConfig,
+    private readonly onView: (view: TunnelView) => void,
+  ) {
+    this.server = createServer({
+      cert: config.cert,
+      key: config.key,
+      requestCert: true,
+      // The pin is the trust: the entry's certificate is its own; it is checked before anything is read.
+      rejectUnauthorized: false,
+      minVersion: MIN_TLS,
+      ALPNProtocols: ALPN,
+      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    });
+    this.server.maxConnections = MAX_CONNECTIONS;
+    this.server.on('secureConnection', (socket) => this.accept(socket));
+    this.server.on('tlsClientError', (error, socket) => {
+      this.refuse(`a TLS handshake from ${socket.remoteAddress ?? 'a peer that left'} failed: ${error.message}`);
+      socket.destroy();
+    });
+  }
+
+  get current(): TunnelView {
+    return this.view;
+  }
+
+  /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */
+  listen(host: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen({ host, port: this.config.port, exclusive: true }, () => {
+        this.server.off('error', reject);
+        this.server.on('error', () => undefined);
+        resolve();
+      });
+    });
+  }
+
+  /** The rules bound to this tunnel; open streams keep going, new ones see the new set. */
+  setRules(rules: ExitRule[]): void {
+    const wanted = new Map(rules.map((rule) => [rule.id, rule]));
+    for (const id of this.rules.keys()) if (!wanted.has(id)) this.rules.delete(id);
+    for (const rule of rules) {
+      const existing = this.rules.get(rule.id);
+      if (existing) {
+        existing.rule = rule;
+        existing.picker.update(rule.targets, rule.strategy);
+      } else this.rules.set(rule.id, { rule, picker: new TargetPicker(rule.targets, rule.strategy) });
+    }
+  }
+
+  /** Says why the tunnel cannot be served (its port could not be bound). */
+  fail(why: string): void {
+    this.report({ state: 'down', error: why });
+  }
+
+  close(): Promise<void> {
+    for (const session of this.sessions) session.destroy();
+    return new Promise((resolve) => (this.server.listening ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  private report(change: Partial<TunnelView>): void {
+    this.view = { ...this.view, ...change };
+    this.onView(this.view);
+  }
+
+  private refuse(why: string): void {
+    this.report({ error: `${why} (${new Date().toISOString()})` });
+  }
+
+  private accept(socket: TLSSocket): void {
+    const from = socket.remoteAddress ?? 'unknown';
+    socket.on('error', () => socket.destroy());
+    const refusal = peerRefusal(socket, this.config.peer_pin);
+    if (refusal) {
+      socket.destroy();
+      return this.refuse(`refused a peer from ${from}: ${refusal}`);
+    }
+    const session = performServerHandshake(socket, { settings: h2Settings });
+    this.sessions.add(session);
+    if (this.sessions.size > MAX_SESSIONS) [...this.sessions][0]!.destroy();
+    try {
+      session.setLocalWindowSize(SESSION_WINDOW);
+    } catch {
+      // a session that died at once: its close event reports it
+    }
+    this.report({ state: 'up', error: null });
+    session.on('error', (error) => this.refuse(`the session from ${from} failed: ${error.message}`));
+    session.on('stream', (stream, headers) => this.stream(stream, headers, from));
+    session.on('close', () => {
+      this.sessions.delete(session);
+      if (this.sessions.size === 0)
+        this.report({ state: 'down', error: this.view.error ?? `the session from ${from} closed` });
+    });
+  }
+
+  private stream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, from: string): void {
+    stream.on('error', () => stream.destroy());
+    const asked = parseStreamPath(headers[':path']);
+    const bound = asked ? this.rules.get(asked.ruleId) : undefined;
+    if (
+      headers[':method'] !== 'POST' ||
+      !asked ||
+      !bound ||
+      !bound.rule.enabled ||
+      !carries(bound.rule.protocol, asked.kind)
+    ) {
+      const what = `${String(headers[':method'])} ${String(headers[':path'] ?? headers[':authority'])}`.slice(0, 80);
+      this.refuse(`refused a stream from ${from} for ${JSON.stringify(what)}: not an enabled rule of this tunnel`);
+      return respond(stream, 403, true);
+    }
+    if (asked.kind === 'tcp') {
+      dialTargets(bound.picker)(
+        (upstream) => {
+          if (stream.destroyed) return void upstream.destroy();
+          respond(stream, 200, false);
+          splice(stream, upstream);
+        },
+        () => respond(stream, 502, true),
+      );
+      return;
+    }
+    const session = datagramsTo(bound.picker)(
+      (reply) => {
+        if (!stream.destroyed && stream.writableLength <= MAX_UDP_BACKLOG) stream.write(frame(reply));
+      },
+      () => stream.close(constants.NGHTTP2_NO_ERROR),
+    );
+    if (!session) return respond(stream, 502, true);
+    respond(stream, 200, false);
+    const deframer = new Deframer();
+    stream.on('data', (chunk: Buffer) => deframer.push(chunk, (datagram) => session.send(datagram)));
+    stream.on('close', () => session.close());
+  }
+}
+
+function carries(protocol: Protocol, kind: 'tcp' | 'udp'): boolean {
+  return protocol === kind || protocol === 'tcp+udp';
+}
+
+function respond(stream: ServerHttp2Stream, status: number, end: boolean): void {
+  if (stream.destroyed || stream.headersSent) return;
+  try {
+    stream.respond({ ':status': status }, { endStream: end });
+  } catch {
+    stream.destroy();
+  }
+}

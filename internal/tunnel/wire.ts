@@ -1,0 +1,78 @@
+// The tunnel's wire format, shared by both ends (docs/agent-protocol.md, "Tunnels"): TLS 1.3
+// with a key pair for each end issued by the master and each end pinning the other's key;
+// inside it HTTP/2, one stream per relayed TCP connection or UDP session, named by its rule.
+// HTTP/2 gives each stream its own flow control, so one stalled connection holds only itself.
+
+import { X509Certificate } from 'node:crypto';
+import type { TLSSocket } from 'node:tls';
+import { pinOf } from '../tls/pin.ts';
+
+export const ALPN = ['h2'];
+export const MIN_TLS = 'TLSv1.3';
+
+/** A stream's path names what it carries and for which rule; the exit dials only that rule's targets. */
+export function streamPath(kind: 'tcp' | 'udp', ruleId: number): string {
+  return `/v1/${kind}/${ruleId}`;
+}
+
+export function parseStreamPath(path: unknown): { kind: 'tcp' | 'udp'; ruleId: number } | null {
+  const match = typeof path === 'string' ? /^\/v1\/(tcp|udp)\/([1-9][0-9]{0,14})$/.exec(path) : null;
+  return match ? { kind: match[1] as 'tcp' | 'udp', ruleId: Number(match[2]) } : null;
+}
+
+/**
+ * Per-stream receive window: what one stalled connection can have in flight. The session's
+ * window is larger, and Node returns session credit as data arrives, so a stream that stops
+ * reading closes only its own window.
+ */
+export const STREAM_WINDOW = 1024 * 1024;
+export const SESSION_WINDOW = 32 * 1024 * 1024;
+export const h2Settings = { initialWindowSize: STREAM_WINDOW, maxConcurrentStreams: 10_000 };
+
+/** Why the peer on `socket` is not the one pinned, or null when it is. */
+export function peerRefusal(socket: TLSSocket, pin: string): string | null {
+  let cert: X509Certificate | undefined;
+  try {
+    cert = socket.getPeerX509Certificate();
+  } catch {
+    cert = undefined;
+  }
+  if (!cert) return 'it presented no certificate';
+  const presented = pinOf(cert);
+  return presented === pin ? null : `it presented the key ${presented}, not the tunnel's`;
+}
+
+/** Each datagram on a UDP stream is a 2-byte big-endian length and that many bytes. */
+export function frame(datagram: Buffer): Buffer {
+  const head = Buffer.allocUnsafe(2);
+  head.writeUInt16BE(datagram.length);
+  return Buffer.concat([head, datagram]);
+}
+
+/** Cuts a UDP stream back into datagrams, whatever chunks it arrives in. */
+export class Deframer {
+  private pending: Buffer = Buffer.alloc(0);
+
+  push(chunk: Buffer, onDatagram: (datagram: Buffer) => void): void {
+    let data = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : chunk;
+    while (data.length >= 2) {
+      const size = data.readUInt16BE(0);
+      if (data.length < 2 + size) break;
+      onDatagram(data.subarray(2, 2 + size));
+      data = data.subarray(2 + size);
+    }
+    this.pending = Buffer.from(data);
+  }
+}
+
+/** A stream that has this many bytes waiting to be sent drops further datagrams instead of queueing them. */
+export const MAX_UDP_BACKLOG = 256 * 1024;
+
+/** What an end of a tunnel sees, reported to the master. */
+export interface TunnelView {
+  state: 'up' | 'down';
+  /** The last thing that went wrong at this end (a refused peer, a failed connect), if any. */
+  error: string | null;
+  /** Round-trip time of the tunnel's session in microseconds, measured by the entry; null at the exit. */
+  rtt_us: number | null;
+}

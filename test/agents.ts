@@ -1,0 +1,76 @@
+// Agents as real child processes (from source), for end-to-end tests: started against a
+// master, optionally inside a network namespace, and stopped the way systemd would.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { call, type Running } from './helpers.ts';
+import { until } from './net.ts';
+
+export interface AgentProcess extends ChildProcess {
+  output: string[];
+  stateDir: string;
+}
+
+export interface AgentOptions {
+  stateDir?: string;
+  listenHost?: string;
+  /** A command the agent runs under, e.g. `ip netns exec NAME`. */
+  within?: string[];
+  extraArgs?: string[];
+}
+
+export function startAgent(t: TestContext, master: string, token: string, options: AgentOptions = {}): AgentProcess {
+  const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+  const argv = [
+    process.execPath,
+    '--import',
+    'tsx',
+    'cmd/agent/main.ts',
+    '--master',
+    master,
+    '--state-dir',
+    stateDir,
+    '--listen-host',
+    options.listenHost ?? '127.0.0.1',
+    ...(options.extraArgs ?? []),
+  ];
+  const [command, ...args] = [...(options.within ?? []), ...argv];
+  const child = spawn(command!, args, {
+    env: { ...process.env, AGENT_TOKEN: token },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  }) as AgentProcess;
+  child.output = [];
+  child.stateDir = stateDir;
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => child.output.push(chunk));
+  t.after(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+  return child;
+}
+
+export async function stopAgent(child: ChildProcess): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+  child.kill('SIGTERM');
+  const [code] = await once(child, 'exit');
+  return code as number | null;
+}
+
+/** Sends each word as a datagram to host:port and collects the replies, sorted. */
+export async function udpRoundTrip(port: number, words: string[], host = '127.0.0.1'): Promise<string[]> {
+  const client = createSocket('udp4');
+  const replies: string[] = [];
+  client.on('message', (m) => replies.push(m.toString()));
+  for (const word of words) client.send(word, port, host);
+  await until('UDP replies', async () => replies.length >= words.length, 5000);
+  client.close();
+  return replies.sort();
+}
+
+export async function nodeOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
+}

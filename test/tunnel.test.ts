@@ -1,0 +1,290 @@
+// Tunnels end to end with real processes on loopback: the master in-process, the entry and
+// exit agents as child processes, echo servers as the targets the exit dials. The variant
+// across two network namespaces is in tunnel-netns.test.ts.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { connect as h2Connect, type ClientHttp2Session } from 'node:http2';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { connect as tlsConnect } from 'node:tls';
+import { selfSigned } from '../internal/tls/certificate.ts';
+import { nodeOf, startAgent, stopAgent, udpRoundTrip } from './agents.ts';
+import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { freePort, probe, tcpRoundTrip, udpEcho, until } from './net.ts';
+
+/** A TCP echo server that counts the connections it was dialled for. */
+async function countingEcho(t: TestContext): Promise<{ port: number; connections: () => number }> {
+  let connections = 0;
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
+    connections++;
+    socket.on('error', () => socket.destroy());
+    socket.pipe(socket);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return { port: (server.address() as AddressInfo).port, connections: () => connections };
+}
+
+async function tunnelOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/tunnels/${id}`, { token: m.admin })).body;
+}
+
+async function ruleOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+}
+
+/** A master, an entry and an exit agent, a tunnel between them, and a TCP and a UDP rule through it. */
+async function fleet(t: TestContext) {
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const echo = await countingEcho(t);
+  const udp = await udpEcho(t);
+  const entryNode = await node(m, 'entry', { host: '127.0.0.1' });
+  const exitNode = await node(m, 'exit', { host: '127.0.0.1' });
+  const tunnelPort = await freePort();
+  const created = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't1', entry_node_id: entryNode.id, exit_node_id: exitNode.id, listen_port: tunnelPort },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const tunnel = created.body;
+  const entry = startAgent(t, m.url, entryNode.agent_token);
+  const exit = startAgent(t, m.url, exitNode.agent_token);
+  await until('both agents online', async () =>
+    (await Promise.all([nodeOf(m, entryNode.id), nodeOf(m, exitNode.id)])).every((n) => n.status === 'online'),
+  );
+  const tcpPort = await freePort();
+  const udpPort = await freePort();
+  const through = { node_id: entryNode.id, tunnel_id: tunnel.id };
+  const tcpRule = (await rule(m, { ...through, listen_port: tcpPort, targets: [`127.0.0.1:${echo.port}`] })).body;
+  const udpRule = (await rule(m, { ...through, listen_port: udpPort, protocol: 'udp', targets: [`127.0.0.1:${udp}`] }))
+    .body;
+  return { m, echo, entryNode, exitNode, tunnel, tunnelPort, entry, exit, tcpRule, udpRule, tcpPort, udpPort };
+}
+
+/** The entry's own key pair and the exit's pin, as its agent keeps them: what a thief of the entry would hold. */
+function entryKeys(stateDir: string): { cert: string; key: string; peer_pin: string } {
+  const config = JSON.parse(readFileSync(join(stateDir, 'config.json'), 'utf8'));
+  return config.tunnels.find((end: { role: string }) => end.role === 'entry');
+}
+
+function h2Session(port: number, { cert, key }: { cert: string; key: string }): Promise<ClientHttp2Session> {
+  const socket = tlsConnect({ host: '127.0.0.1', port, cert, key, rejectUnauthorized: false, ALPNProtocols: ['h2'] });
+  const session = h2Connect(`https://127.0.0.1:${port}`, { createConnection: () => socket });
+  session.on('error', () => undefined);
+  // The exit speaks first only once it accepted the peer: TLS 1.3 lets a client finish before its key is checked.
+  return new Promise((resolve, reject) => {
+    session.once('remoteSettings', () => resolve(session));
+    session.once('close', () => reject(new Error('the session closed')));
+    socket.once('close', () => reject(new Error('the connection closed')));
+    socket.once('error', reject);
+  });
+}
+
+async function statusOf(
+  session: ClientHttp2Session,
+  headers: Record<string, string | undefined>,
+): Promise<number | string> {
+  const stream = session.request(headers, { endStream: false });
+  stream.on('error', () => undefined);
+  const outcome = await Promise.race([
+    once(stream, 'response').then(([h]) => h[':status'] as number),
+    once(stream, 'close').then(() => 'closed'),
+  ]);
+  stream.destroy();
+  return outcome;
+}
+
+/** A TCP proxy to `port` that hands each client-to-server chunk to `tamper` and keeps what it forwarded. */
+async function proxy(t: TestContext, port: number, tamper: (chunk: Buffer, index: number) => Buffer = (c) => c) {
+  const forwarded: Buffer[] = [];
+  const server = createServer((client) => {
+    const upstream = connect({ host: '127.0.0.1', port });
+    let index = 0;
+    client.on('data', (chunk) => {
+      const sent = tamper(chunk, index++);
+      forwarded.push(sent);
+      upstream.write(sent);
+    });
+    upstream.pipe(client);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return { port: (server.address() as AddressInfo).port, forwarded };
+}
+
+test(
+  'a rule through a tunnel carries TCP and UDP from entry to exit to target, counted once on the rule and on both ' +
+    'nodes; the tunnel is up with a round trip, and down with the reason when the exit agent stops',
+  async (t) => {
+    const f = await fleet(t);
+    const { m } = f;
+    const batch = await call(m.url, 'POST', '/api/rules/batch-sync', {
+      token: m.admin,
+      body: { ids: [f.tcpRule.id, f.udpRule.id] },
+    });
+    assert.deepEqual(batch.body.results, [
+      { id: f.tcpRule.id, outcome: 'applied' },
+      { id: f.udpRule.id, outcome: 'applied' },
+    ]);
+
+    const payload = Buffer.alloc(512 * 1024, 7);
+    for (let i = 0; i < payload.length; i += 4096) payload.writeUInt32BE(i, i);
+    assert.ok((await tcpRoundTrip(f.tcpPort, payload)).equals(payload));
+    assert.deepEqual(await udpRoundTrip(f.udpPort, ['one', 'two', 'three']), ['one', 'three', 'two']);
+    assert.equal(f.echo.connections(), 1, 'the exit dialled the target once, for the one connection');
+
+    const counted = await until('the traffic to be reported', async () => {
+      const [tcp, udp] = [(await ruleOf(m, f.tcpRule.id)).traffic, (await ruleOf(m, f.udpRule.id)).traffic];
+      return tcp.bytes_in === payload.length && udp.bytes_in === 11 && { tcp, udp };
+    });
+    assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
+    assert.deepEqual(counted.udp, { bytes_in: 11, bytes_out: 11 });
+    const both = { bytes_in: payload.length + 11, bytes_out: payload.length + 11 };
+    assert.deepEqual((await nodeOf(m, f.entryNode.id)).traffic, both);
+    assert.deepEqual((await nodeOf(m, f.exitNode.id)).traffic, both, 'the exit relayed the same bytes');
+
+    const up = await until('the tunnel to be up with a round trip', async () => {
+      const tunnel = await tunnelOf(m, f.tunnel.id);
+      return tunnel.status === 'up' && tunnel.rtt_ms !== null && tunnel;
+    });
+    assert.equal(up.ends.entry.status, 'up');
+    assert.equal(up.ends.exit.status, 'up');
+    assert.ok(up.rtt_ms > 0 && up.rtt_ms < 1000, `round trip ${up.rtt_ms} ms`);
+
+    await stopAgent(f.exit);
+    const down = await until('the tunnel to be down', async () => {
+      const tunnel = await tunnelOf(m, f.tunnel.id);
+      return tunnel.status === 'down' && tunnel.ends.entry.status === 'down' && tunnel;
+    });
+    assert.match(down.ends.exit.last_error, /agent of node \d+ is not linked to the master/);
+    assert.match(down.ends.entry.last_error, /exit node/);
+    assert.equal(down.rtt_ms, null);
+  },
+);
+
+test(
+  'the exit refuses a peer without the keys, a stream for anything but its rules, and a replayed or tampered ' +
+    'record: nothing is dialled, and each refusal shows on the tunnel',
+  async (t) => {
+    const f = await fleet(t);
+    const { m } = f;
+    const direct = (await rule(m, { node_id: f.entryNode.id, listen_port: await freePort(), targets: ['10.9.9.9:1'] }))
+      .body;
+    await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids: [f.tcpRule.id] } });
+    assert.ok((await tcpRoundTrip(f.tcpPort, Buffer.from('through'))).equals(Buffer.from('through')));
+    const dialled = f.echo.connections();
+    const exitError = (pattern: RegExp) =>
+      until(`the exit to report ${pattern}`, async () => {
+        const error = (await tunnelOf(m, f.tunnel.id)).ends.exit.last_error;
+        return typeof error === 'string' && pattern.test(error) && error;
+      });
+
+    // No client certificate at all, then a key the master never issued.
+    const bare = tlsConnect({
+      host: '127.0.0.1',
+      port: f.tunnelPort,
+      rejectUnauthorized: false,
+      ALPNProtocols: ['h2'],
+    });
+    bare.on('error', () => undefined);
+    await once(bare, 'close');
+    await exitError(/refused a peer from 127\.0\.0\.1: it presented no certificate/);
+    await assert.rejects(h2Session(f.tunnelPort, selfSigned([], { commonName: 'impostor' })));
+    await exitError(/refused a peer from 127\.0\.0\.1: it presented the key sha256\/\S+, not the tunnel's/);
+
+    // The entry's own keys, asking for what is not a rule of this tunnel.
+    const keys = entryKeys(f.entry.stateDir);
+    const canary = await countingEcho(t);
+    const session = await h2Session(f.tunnelPort, keys);
+    for (const headers of [
+      { ':method': 'POST', ':path': `/v1/tcp/${direct.id}` },
+      { ':method': 'POST', ':path': '/v1/tcp/999999' },
+      { ':method': 'POST', ':path': `/v1/tcp/${f.udpRule.id}` },
+      { ':method': 'POST', ':path': `/v1/tcp/${f.tcpRule.id}/../../127.0.0.1:${canary.port}` },
+      { ':method': 'CONNECT', ':authority': `127.0.0.1:${canary.port}` },
+    ])
+      assert.equal(await statusOf(session, headers), 403, JSON.stringify(headers));
+    session.destroy();
+    await exitError(/refused a stream from 127\.0\.0\.1 for .*: not an enabled rule of this tunnel/);
+
+    // A genuine session through a recording proxy, then its bytes replayed to the exit.
+    const recorder = await proxy(t, f.tunnelPort);
+    const genuine = await h2Session(recorder.port, keys);
+    const stream = genuine.request({ ':method': 'POST', ':path': `/v1/tcp/${f.tcpRule.id}` }, { endStream: false });
+    stream.end('recorded');
+    const [echoed] = await once(stream, 'data');
+    assert.equal(echoed.toString(), 'recorded');
+    genuine.destroy();
+    assert.equal(f.echo.connections(), dialled + 1);
+    const replay = connect({ host: '127.0.0.1', port: f.tunnelPort });
+    replay.on('error', () => undefined);
+    replay.write(Buffer.concat(recorder.forwarded));
+    await exitError(/a TLS handshake from 127\.0\.0\.1 failed: .*decryption failed or bad record mac/);
+    replay.destroy();
+
+    // A session whose every record after the ClientHello has a flipped bit.
+    const tamperer = await proxy(t, f.tunnelPort, (chunk, index) => {
+      if (index === 0) return chunk;
+      const copy = Buffer.from(chunk);
+      copy[copy.length - 1]! ^= 1;
+      return copy;
+    });
+    const tampered = h2Session(tamperer.port, keys).then(async (s) => {
+      const outcome = await statusOf(s, { ':method': 'POST', ':path': `/v1/tcp/${f.tcpRule.id}` });
+      s.destroy();
+      return outcome;
+    });
+    assert.notEqual(await tampered.catch(() => 'refused'), 200);
+    await exitError(/(handshake|session) from 127\.0\.0\.1 failed: .*(bad record mac|decrypt)/);
+    assert.equal(f.echo.connections(), dialled + 1, 'nothing was dialled for a refused peer, stream or record');
+    assert.equal(canary.connections(), 0);
+
+    // The genuine entry is unaffected by all of it.
+    assert.ok((await tcpRoundTrip(f.tcpPort, Buffer.from('still'))).equals(Buffer.from('still')));
+  },
+);
+
+test('a changed tunnel, or a rule moved out of it, reaches both ends; other connections stay', async (t) => {
+  const f = await fleet(t);
+  const { m } = f;
+  const synced = await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids: [f.tcpRule.id] } });
+  assert.deepEqual(synced.body.results, [{ id: f.tcpRule.id, outcome: 'applied' }]);
+  const open: Socket = connect({ host: '127.0.0.1', port: f.tcpPort });
+  await once(open, 'connect');
+  const echoOnOpen = async (text: string) => {
+    open.write(text);
+    const [data] = await once(open, 'data');
+    return data.toString();
+  };
+  assert.equal(await echoOnOpen('before'), 'before');
+
+  const renamed = await call(m.url, 'PUT', `/api/tunnels/${f.tunnel.id}`, {
+    token: m.admin,
+    body: { name: 't1-renamed', entry_node_id: f.entryNode.id, exit_node_id: f.exitNode.id },
+  });
+  assert.equal(renamed.status, 200, JSON.stringify(renamed.body));
+  const moved = await call(m.url, 'PUT', `/api/rules/${f.udpRule.id}`, {
+    token: m.admin,
+    body: { ...f.udpRule, tunnel_id: null },
+  });
+  assert.equal(moved.status, 200, JSON.stringify(moved.body));
+  const movedSync = await call(m.url, 'POST', `/api/rules/${f.udpRule.id}/sync`, { token: m.admin });
+  assert.equal(movedSync.body.sync.state, 'applied', JSON.stringify(movedSync.body));
+  assert.deepEqual(await udpRoundTrip(f.udpPort, ['direct']), ['direct']);
+  assert.equal(await echoOnOpen('after'), 'after', 'the open connection through the tunnel survived both changes');
+  open.destroy();
+
+  const deleted = await call(m.url, 'DELETE', `/api/tunnels/${f.tunnel.id}?cascade=true`, { token: m.admin });
+  assert.equal(deleted.status, 204);
+  await until('the exit to stop listening on the tunnel port', async () => (await probe(f.tunnelPort)) !== 'open');
+});
