@@ -48,8 +48,8 @@ export async function udpEcho(t: TestContext): Promise<number> {
 }
 
 /** Sends `payload`, half-closes, and collects everything until the far side ends. */
-export async function tcpRoundTrip(port: number, payload: Buffer): Promise<Buffer> {
-  const socket = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
+export async function tcpRoundTrip(port: number, payload: Buffer, host = '127.0.0.1'): Promise<Buffer> {
+  const socket = connect({ host, port, allowHalfOpen: true });
   const chunks: Buffer[] = [];
   socket.on('data', (chunk) => chunks.push(chunk));
   await once(socket, 'connect');

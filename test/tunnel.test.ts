@@ -10,7 +10,9 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { connect as tlsConnect } from 'node:tls';
+import { Forwarder } from '../internal/forward/forwarder.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
+import { pinOf } from '../internal/tls/pin.ts';
 import { nodeOf, startAgent, stopAgent, udpRoundTrip } from './agents.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpRoundTrip, udpEcho, until } from './net.ts';
@@ -287,4 +289,54 @@ test('a changed tunnel, or a rule moved out of it, reaches both ends; other conn
   const deleted = await call(m.url, 'DELETE', `/api/tunnels/${f.tunnel.id}?cascade=true`, { token: m.admin });
   assert.equal(deleted.status, 204);
   await until('the exit to stop listening on the tunnel port', async () => (await probe(f.tunnelPort)) !== 'open');
+});
+
+test('a stalled connection through a tunnel holds only itself: another on the same session flows', async (t) => {
+  // A target that accepts and never reads: its connection's windows fill up and stay full.
+  const stalled = createServer((socket) => socket.pause()).listen(0, '127.0.0.1');
+  await once(stalled, 'listening');
+  t.after(() => stalled.close());
+  const echo = await countingEcho(t);
+  const exitKeys = selfSigned([], { commonName: 'exit' });
+  const entryKeys = selfSigned([], { commonName: 'entry' });
+  const [tunnelPort, stalledPort, flowingPort] = [await freePort(), await freePort(), await freePort()];
+  const exitRule = (id: number, port: number) => ({
+    id,
+    protocol: 'tcp' as const,
+    targets: [`127.0.0.1:${port}`],
+    strategy: 'round_robin' as const,
+    enabled: true,
+  });
+  const exit = new Forwarder('127.0.0.1');
+  const entry = new Forwarder('127.0.0.1');
+  t.after(() => Promise.all([entry.close(), exit.close()]));
+  const rules = [exitRule(1, (stalled.address() as AddressInfo).port), exitRule(2, echo.port)];
+  const end = { id: 7, port: tunnelPort, rules: [] };
+  await exit.apply([], [{ ...end, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules }]);
+  await entry.apply(
+    [
+      { ...rules[0]!, listen_port: stalledPort, tunnel_id: 7 },
+      { ...rules[1]!, listen_port: flowingPort, tunnel_id: 7 },
+    ],
+    [{ ...end, role: 'entry', host: '127.0.0.1', ...entryKeys, peer_pin: pinOf(exitKeys.cert) }],
+  );
+
+  const stuck = connect({ host: '127.0.0.1', port: stalledPort });
+  await once(stuck, 'connect');
+  // Write until the connection stops draining: every buffer and window on its way is full.
+  const chunk = Buffer.alloc(1024 * 1024);
+  let backedUp = false;
+  for (let written = 0; written < 512 && !backedUp; written++) {
+    if (stuck.write(chunk)) continue;
+    const drained = await Promise.race([
+      once(stuck, 'drain').then(() => true),
+      new Promise((resolve) => setTimeout(resolve, 500, false)),
+    ]);
+    backedUp = !drained;
+  }
+  assert.ok(backedUp, 'the stalled connection backed up');
+
+  const payload = Buffer.alloc(4 * 1024 * 1024, 9);
+  assert.ok((await tcpRoundTrip(flowingPort, payload)).equals(payload));
+  stuck.destroy();
 });
