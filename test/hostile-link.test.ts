@@ -277,3 +277,50 @@ test('a node alternating between two report streams is still counted exactly onc
     'a1 b1 a2 b2, once each',
   );
 });
+
+test('an agent speaks only for its own tunnel ends: status and results for others change nothing', async (t) => {
+  const m = await startMaster(t);
+  const [a, b, c] = [await node(m, 'a'), await node(m, 'b'), await node(m, 'c')];
+  const tunnel = (
+    await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'ab', entry_node_id: a.id, exit_node_id: b.id },
+    })
+  ).body;
+  const r = (await rule(m, { node_id: a.id, tunnel_id: tunnel.id, listen_port: 8080 })).body;
+  const state = async () => {
+    const current = (await call(m.url, 'GET', `/api/tunnels/${tunnel.id}`, { token: m.admin })).body;
+    const sync = (await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.sync;
+    return { status: current.status, entry: current.ends.entry.status, exit: current.ends.exit.status, sync };
+  };
+  /** Sends `status` and an `applied` for the rule as the node with `token`, then closes its link. */
+  const speak = async (token: string, view: Record<string, unknown>, result: Record<string, unknown>) => {
+    const raw = (await link(m, token)) as RawLink;
+    const config = await raw.next('config');
+    send(raw.socket, { type: 'tunnel_status', tunnels: [{ id: tunnel.id, error: null, ...view }] });
+    send(raw.socket, { type: 'applied', version: config.version, results: [{ id: r.id, error: null, ...result }] });
+    send(raw.socket, { type: 'ping' });
+    await raw.next('pong');
+    return raw;
+  };
+
+  const stranger = await speak(c.agent_token, { state: 'up', rtt_us: 5 }, { state: 'applied' });
+  assert.deepEqual(await state(), {
+    status: 'pending',
+    entry: 'pending',
+    exit: 'pending',
+    sync: { state: 'pending', error: null, applied_at: null },
+  });
+  stranger.socket.destroy();
+
+  const exit = await speak(b.agent_token, { state: 'up', rtt_us: 5 }, { state: 'applied' });
+  const half = await state();
+  assert.deepEqual([half.status, half.entry, half.exit, half.sync.state], ['pending', 'pending', 'up', 'pending']);
+  assert.equal((await call(m.url, 'GET', `/api/tunnels/${tunnel.id}`, { token: m.admin })).body.rtt_ms, null);
+  const entry = await speak(a.agent_token, { state: 'up', rtt_us: 1500 }, { state: 'applied' });
+  const whole = await state();
+  assert.deepEqual([whole.status, whole.entry, whole.exit, whole.sync.state], ['up', 'up', 'up', 'applied']);
+  assert.equal((await call(m.url, 'GET', `/api/tunnels/${tunnel.id}`, { token: m.admin })).body.rtt_ms, 1.5);
+  entry.socket.destroy();
+  exit.socket.destroy();
+});

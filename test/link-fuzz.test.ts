@@ -89,9 +89,30 @@ test('ten thousand hostile agent messages leave the master up, responsive and it
             error: pick([null, { code: 'port_in_use', detail: 'taken' }]),
           })),
       }),
+    () =>
+      JSON.stringify({
+        type: 'tunnel_status',
+        tunnels: [
+          { id: pick([1, 2, 999_999]), state: pick(['up', 'down']), error: pick([null, 'x']), rtt_us: pick([null, 7]) },
+        ],
+      }),
   ];
   // Hostile: each should end the link (and does nothing else).
   const hostile: ((own: number[]) => string | Buffer)[] = [
+    () =>
+      JSON.stringify({
+        type: 'tunnel_status',
+        tunnels: pick([
+          [{ id: pick([0, -1, 'a']), state: 'up', error: null, rtt_us: null }],
+          [{ id: 1, state: pick(['sideways', 1, null]), error: null, rtt_us: null }],
+          [{ id: 1, state: 'up', error: 'x'.repeat(501), rtt_us: null }],
+          [{ id: 1, state: 'up', error: null, rtt_us: pick([-1, 0.5, 2 ** 40]) }],
+          [
+            { id: 1, state: 'up', error: null, rtt_us: null },
+            { id: 1, state: 'down', error: null, rtt_us: null },
+          ],
+        ]),
+      }),
     (own) =>
       JSON.stringify({
         type: 'traffic',
