@@ -515,7 +515,50 @@ async function dataPlane(): Promise<void> {
     listen_port: 41002,
     targets: [`127.0.0.1:${ports.udp}`],
   });
-  await api(master.url, master.token, 'POST', '/api/rules/batch-sync', { ids: [tcpRule.id, udpRule.id] });
+  // A tunnel for the same loads: the relay agent is its entry, a second agent (on the same
+  // CPU) the exit, which dials the sink. Ports below the ephemeral range, so the load's own
+  // connections never hold them.
+  const exitRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'exit', host: '127.0.0.1' });
+  const exitAgent = start(
+    pinned(0, [
+      node,
+      'dist/agent.mjs',
+      '--master',
+      master.url,
+      '--state-dir',
+      join(work, 'exit-state'),
+      '--listen-host',
+      '127.0.0.1',
+    ]),
+    { AGENT_TOKEN: exitRecord.agent_token },
+  );
+  await exitAgent.waitFor('linked to the master');
+  const tunnel = await api(master.url, master.token, 'POST', '/api/tunnels', {
+    name: 'bench',
+    entry_node_id: nodeRecord.id,
+    exit_node_id: exitRecord.id,
+    listen_port: 31010,
+  });
+  const through = { node_id: nodeRecord.id, tunnel_id: tunnel.id };
+  const tunnelTcp = await api(master.url, master.token, 'POST', '/api/rules', {
+    ...through,
+    name: 'tunnel-tcp',
+    protocol: 'tcp',
+    listen_port: 31004,
+    targets: [`127.0.0.1:${ports.tcp}`],
+  });
+  const tunnelUdp = await api(master.url, master.token, 'POST', '/api/rules', {
+    ...through,
+    name: 'tunnel-udp',
+    protocol: 'udp',
+    listen_port: 31005,
+    targets: [`127.0.0.1:${ports.udp}`],
+  });
+  const synced = await api(master.url, master.token, 'POST', '/api/rules/batch-sync', {
+    ids: [tcpRule.id, udpRule.id, tunnelTcp.id, tunnelUdp.id],
+  });
+  const unsynced = synced.results.filter((r: { outcome: string }) => r.outcome !== 'applied');
+  if (unsynced.length > 0) throw new Error(`rules not applied: ${JSON.stringify(unsynced)}`);
   const socat =
     spawnSync('sh', ['-c', 'command -v socat']).status === 0
       ? start(pinned(0, ['socat', `TCP-LISTEN:41003,fork,reuseaddr,bind=127.0.0.1`, `TCP:127.0.0.1:${ports.tcp}`]))
@@ -585,15 +628,57 @@ async function dataPlane(): Promise<void> {
       `loss ${(udpRelay.loss * 100).toFixed(2)}% via the relay, ${(udpDirect.loss * 100).toFixed(2)}% direct; ` +
       `offered ${Math.round(udpRelay.offered_pps)} pkt/s`,
   });
+  // Each figure through the tunnel is set beside the direct relay's, measured again right before it.
+  const both = () => memory(agent.child.pid!).peak + memory(exitAgent.child.pid!).peak;
+  for (const [label, streams, bytes] of [
+    ['1 stream', 1, oneStream],
+    ['100 streams', 100, manyStreams],
+  ] as const) {
+    const relay = load('tcp', 41001, streams, bytes).mib_per_s;
+    const tunnelled = load('tcp', 31004, streams, bytes).mib_per_s;
+    record({
+      id: label === '1 stream' ? '11a' : '11b',
+      scenario: `TCP through a tunnel (entry agent -> TLS -> exit agent), ${label}`,
+      value: tunnelled,
+      unit: 'MiB/s',
+      peak_rss_mib: both(),
+      ceiling: relay,
+      ratio: tunnelled / relay,
+      target: 'reported beside the direct relay',
+      met: null,
+      note: `direct relay ${Math.round(relay)} MiB/s in the same run; both agents share CPU 0; RSS is both agents'`,
+    });
+  }
+  const relayRateAgain = load('connrate', 41001, 3, 10).per_second;
+  const tunnelConnections = load('connrate', 31004, 3, 10);
+  const tunnelRate = tunnelConnections.per_second;
   record({
-    id: '11',
-    scenario: 'the same through a tunnel (entry agent -> exit agent)',
-    value: NaN,
-    unit: '',
-    target: 'once tunnels exist',
+    id: '11c',
+    scenario: 'TCP connection rate through a tunnel (one HTTP/2 stream each; 10 at a time)',
+    value: tunnelRate,
+    unit: 'conn/s',
+    ceiling: relayRateAgain,
+    ratio: tunnelRate / relayRateAgain,
+    target: 'reported beside the direct relay',
     met: null,
-    note: 'not measured: the tunnel transport is not built yet',
+    note: `direct relay ${Math.round(relayRateAgain)}/s in the same run; ${tunnelConnections.failed} failed`,
   });
+  const udpRelayAgain = load('udp', 41002, 50_000, 2, 64);
+  const udpTunnel = load('udp', 31005, 50_000, 2, 64);
+  record({
+    id: '11d',
+    scenario: 'UDP through a tunnel at 50,000 packets/s offered (64-byte datagrams, echoed)',
+    value: udpTunnel.received / 2,
+    unit: 'pkt/s echoed',
+    ceiling: udpRelayAgain.received / 2,
+    ratio: udpTunnel.received / udpRelayAgain.received,
+    target: 'loss within 1 point of the direct relay',
+    met: udpTunnel.loss - udpRelayAgain.loss <= 0.01,
+    note:
+      `loss ${(udpTunnel.loss * 100).toFixed(2)}% through the tunnel, ` +
+      `${(udpRelayAgain.loss * 100).toFixed(2)}% via the direct relay`,
+  });
+  await exitAgent.stop();
 
   await socat?.stop();
   await agent.stop();

@@ -291,35 +291,42 @@ test('a changed tunnel, or a rule moved out of it, reaches both ends; other conn
   await until('the exit to stop listening on the tunnel port', async () => (await probe(f.tunnelPort)) !== 'open');
 });
 
+/**
+ * An entry and an exit forwarder in this process with a tunnel between them and a TCP rule
+ * through it to each of `targets`; returns the entry's listening ports and the entry itself.
+ */
+async function tunnelPair(t: TestContext, targets: number[]) {
+  const exitKeys = selfSigned([], { commonName: 'exit' });
+  const entryKeys = selfSigned([], { commonName: 'entry' });
+  const tunnelPort = await freePort();
+  const rules = targets.map((port, i) => ({
+    id: i + 1,
+    protocol: 'tcp' as const,
+    targets: [`127.0.0.1:${port}`],
+    strategy: 'round_robin' as const,
+    enabled: true,
+  }));
+  const ports = await Promise.all(targets.map(() => freePort()));
+  const exit = new Forwarder('127.0.0.1');
+  const entry = new Forwarder('127.0.0.1');
+  t.after(() => Promise.all([entry.close(), exit.close()]));
+  const end = { id: 7, port: tunnelPort, rules: [] };
+  await exit.apply([], [{ ...end, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules }]);
+  await entry.apply(
+    rules.map((rule, i) => ({ ...rule, listen_port: ports[i]!, tunnel_id: 7 })),
+    [{ ...end, role: 'entry', host: '127.0.0.1', ...entryKeys, peer_pin: pinOf(exitKeys.cert) }],
+  );
+  return { ports, entry };
+}
+
 test('a stalled connection through a tunnel holds only itself: another on the same session flows', async (t) => {
   // A target that accepts and never reads: its connection's windows fill up and stay full.
   const stalled = createServer((socket) => socket.pause()).listen(0, '127.0.0.1');
   await once(stalled, 'listening');
   t.after(() => stalled.close());
   const echo = await countingEcho(t);
-  const exitKeys = selfSigned([], { commonName: 'exit' });
-  const entryKeys = selfSigned([], { commonName: 'entry' });
-  const [tunnelPort, stalledPort, flowingPort] = [await freePort(), await freePort(), await freePort()];
-  const exitRule = (id: number, port: number) => ({
-    id,
-    protocol: 'tcp' as const,
-    targets: [`127.0.0.1:${port}`],
-    strategy: 'round_robin' as const,
-    enabled: true,
-  });
-  const exit = new Forwarder('127.0.0.1');
-  const entry = new Forwarder('127.0.0.1');
-  t.after(() => Promise.all([entry.close(), exit.close()]));
-  const rules = [exitRule(1, (stalled.address() as AddressInfo).port), exitRule(2, echo.port)];
-  const end = { id: 7, port: tunnelPort, rules: [] };
-  await exit.apply([], [{ ...end, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules }]);
-  await entry.apply(
-    [
-      { ...rules[0]!, listen_port: stalledPort, tunnel_id: 7 },
-      { ...rules[1]!, listen_port: flowingPort, tunnel_id: 7 },
-    ],
-    [{ ...end, role: 'entry', host: '127.0.0.1', ...entryKeys, peer_pin: pinOf(exitKeys.cert) }],
-  );
+  const { ports } = await tunnelPair(t, [(stalled.address() as AddressInfo).port, echo.port]);
+  const [stalledPort, flowingPort] = ports as [number, number];
 
   const stuck = connect({ host: '127.0.0.1', port: stalledPort });
   await once(stuck, 'connect');
@@ -339,4 +346,32 @@ test('a stalled connection through a tunnel holds only itself: another on the sa
   const payload = Buffer.alloc(4 * 1024 * 1024, 9);
   assert.ok((await tcpRoundTrip(flowingPort, payload)).equals(payload));
   stuck.destroy();
+});
+
+test('clients that hang up abruptly, thousands in a row, do not cost the tunnel its session', async (t) => {
+  const echo = await countingEcho(t);
+  const { ports, entry } = await tunnelPair(t, [echo.port]);
+  const wentDown: string[] = [];
+  let wasUp = false;
+  entry.onTunnelChange = () => {
+    const [view] = entry.tunnelReports();
+    if (view?.state === 'up') wasUp = true;
+    else if (wasUp && view) wentDown.push(view.error ?? 'down');
+  };
+  for (let i = 0; i < 1500; i += 10) {
+    await Promise.all(
+      Array.from({ length: 10 }, async () => {
+        const socket = connect({ host: '127.0.0.1', port: ports[0]! });
+        socket.on('error', () => undefined);
+        await once(socket, 'connect');
+        socket.write('x');
+        await once(socket, 'data');
+        socket.resetAndDestroy();
+      }),
+    );
+  }
+  assert.ok(wasUp);
+  assert.deepEqual(wentDown, [], 'the session stayed up');
+  assert.equal(echo.connections(), 1500);
+  assert.ok((await tcpRoundTrip(ports[0]!, Buffer.from('after'))).equals(Buffer.from('after')));
 });

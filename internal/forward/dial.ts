@@ -9,8 +9,14 @@ import type { Target, TargetPicker } from './targets.ts';
 
 const CONNECT_TIMEOUT_MS = 5_000;
 
-/** Opens the far side of one relayed TCP connection: `onOpen` with it, or `onFail` saying why there is none. */
-export type TcpDial = (onOpen: (upstream: Duplex) => void, onFail: (reason: string) => void) => void;
+/** Lets go of an upstream whose client has gone. A socket is destroyed; a tunnel stream has its own way. */
+export type Release = (upstream: Duplex) => void;
+
+/**
+ * Opens the far side of one relayed TCP connection: `onOpen` with it (and how to let go of
+ * it, when not by destroying it), or `onFail` saying why there is none.
+ */
+export type TcpDial = (onOpen: (upstream: Duplex, release?: Release) => void, onFail: (reason: string) => void) => void;
 
 /** One client's UDP session: datagrams out with `send`, replies to the `onReply` it was opened with. */
 export interface DatagramSession {
@@ -54,10 +60,10 @@ function tryTargets(
  * Relays between a client and its upstream until either ends: half-close passes through (one
  * side's end becomes the other's end), back-pressure is pipe()'s, an error on one side ends both.
  */
-export function splice(client: Duplex, upstream: Duplex): void {
-  if (client.destroyed) return void upstream.destroy();
+export function splice(client: Duplex, upstream: Duplex, release: Release = (gone) => gone.destroy()): void {
+  if (client.destroyed) return release(upstream);
   upstream.on('error', () => client.destroy());
-  client.on('close', () => upstream.destroy());
+  client.on('close', () => release(upstream));
   upstream.on('close', () => {
     if (!client.writableEnded) client.destroy();
   });

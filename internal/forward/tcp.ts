@@ -79,7 +79,7 @@ export class TcpRelay {
       else this.perSource.delete(source);
     });
     this.dial(
-      (upstream) => splice(client, upstream),
+      (upstream, release) => splice(client, upstream, release),
       () => client.destroy(),
     );
   }

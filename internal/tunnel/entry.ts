@@ -2,7 +2,8 @@
 // exit's key, presenting its own), reconnecting with backoff, measuring the round trip with
 // HTTP/2 PING, and opening a stream per relayed connection or UDP session.
 
-import { connect as h2Connect, constants, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
+import { connect as h2Connect, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
+import type { Duplex } from 'node:stream';
 import { connect as tlsConnect } from 'node:tls';
 import type { DatagramDial, DatagramSession, TcpDial } from '../forward/dial.ts';
 import {
@@ -36,6 +37,23 @@ const ON_DEMAND_RETRY_MS = 250;
 /** Connections held while the session is being set up; more are refused at once. */
 const MAX_WAITING = 1_024;
 
+/** How long a released stream may take to finish before it is reset after all. */
+const RELEASE_MS = 5_000;
+
+/**
+ * Lets go of a stream whose client has gone by ending it, not resetting it: the exit's
+ * HTTP/2 stack counts the resets it receives (RST_STREAM rate limit, CVE-2023-44487) and ends
+ * a session that sends many, which a busy tunnel whose clients hang up would soon do. What
+ * still arrives is discarded; a stream that does not finish in RELEASE_MS is reset after all.
+ */
+function release(stream: Duplex): void {
+  if (stream.destroyed) return;
+  stream.resume();
+  if (!stream.writableEnded) stream.end();
+  const timer = setTimeout(() => stream.destroy(), RELEASE_MS);
+  stream.once('close', () => clearTimeout(timer));
+}
+
 export class TunnelEntry {
   private session: ClientHttp2Session | null = null;
   /** Streams asked for while a session is being set up; answered when it is up or has failed. */
@@ -65,7 +83,7 @@ export class TunnelEntry {
       this.withSession((session) => {
         if (!session) return onFail('the tunnel is down');
         const stream = this.request(session, streamPath('tcp', ruleId));
-        if (stream) onOpen(stream);
+        if (stream) onOpen(stream, release);
         else onFail('the tunnel is down');
       });
   }
@@ -98,7 +116,7 @@ export class TunnelEntry {
         },
         close() {
           closed = true;
-          stream?.close(constants.NGHTTP2_NO_ERROR);
+          if (stream) release(stream);
         },
       };
       return session;

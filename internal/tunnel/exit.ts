@@ -3,7 +3,7 @@
 // only rules bound to this tunnel, whatever else a peer sends. Everything it refuses is
 // kept as the tunnel's last error, which the agent reports to the master.
 
-import { constants, performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
+import { performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { IncomingHttpHeaders } from 'node:http2';
 import { createServer, type Server, type TLSSocket } from 'node:tls';
 import { datagramsTo, dialTargets, splice } from '../forward/dial.ts';
@@ -177,12 +177,14 @@ export class TunnelExit {
       (reply) => {
         if (!stream.destroyed && stream.writableLength <= MAX_UDP_BACKLOG) stream.write(frame(reply));
       },
-      () => stream.close(constants.NGHTTP2_NO_ERROR),
+      () => stream.end(),
     );
     if (!session) return respond(stream, 502, true);
     respond(stream, 200, false);
     const deframer = new Deframer();
     stream.on('data', (chunk: Buffer) => deframer.push(chunk, (datagram) => session.send(datagram)));
+    // The entry ends a UDP session's stream when the session expires: end ours too.
+    stream.on('end', () => stream.end());
     stream.on('close', () => session.close());
   }
 }
