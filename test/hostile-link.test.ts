@@ -321,6 +321,18 @@ test('an agent speaks only for its own tunnel ends: status and results for other
   const whole = await state();
   assert.deepEqual([whole.status, whole.entry, whole.exit, whole.sync.state], ['up', 'up', 'up', 'applied']);
   assert.equal((await call(m.url, 'GET', `/api/tunnels/${tunnel.id}`, { token: m.admin })).body.rtt_ms, 1.5);
+
+  // A new port for the tunnel: both ends start over, and its rule waits for both again.
+  const moved = await call(m.url, 'PUT', `/api/tunnels/${tunnel.id}`, {
+    token: m.admin,
+    body: { name: 'ab', entry_node_id: a.id, exit_node_id: b.id, listen_port: tunnel.listen_port + 1 },
+  });
+  assert.equal(moved.status, 200, JSON.stringify(moved.body));
+  const again = await state();
+  assert.deepEqual(
+    [again.status, again.entry, again.exit, again.sync.state],
+    ['pending', 'pending', 'pending', 'pending'],
+  );
   entry.socket.destroy();
   exit.socket.destroy();
 });

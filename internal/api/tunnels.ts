@@ -223,14 +223,18 @@ function putTunnel(ctx: Ctx<TunnelInput, {}>) {
       listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
     };
     let updated = app.store.tunnels.update(id, fields, app.timestamp());
+    const moved = fields.entry_node_id !== current.entry_node_id || fields.exit_node_id !== current.exit_node_id;
     // Keys go with the nodes they were issued to: a tunnel between other nodes gets new ones.
-    if (fields.entry_node_id !== current.entry_node_id || fields.exit_node_id !== current.exit_node_id) {
+    if (moved) {
       app.store.tunnels.setKeys(
         id,
         issueTunnelKeys(id, (key) => app.box.seal(key)),
       );
       updated = app.store.tunnels.find(id)!;
     }
+    // Its rules are to be applied again where the tunnel now ends or listens.
+    if (moved || fields.listen_port !== current.listen_port)
+      for (const ruleId of users) app.store.rules.markPending(ruleId);
     for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id])
       effects.touchNode(nodeId);
     effects.audit({
