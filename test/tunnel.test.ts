@@ -375,3 +375,16 @@ test('clients that hang up abruptly, thousands in a row, do not cost the tunnel 
   assert.equal(echo.connections(), 1500);
   assert.ok((await tcpRoundTrip(ports[0]!, Buffer.from('after'))).equals(Buffer.from('after')));
 });
+
+test('a client through a tunnel whose targets all refuse is closed, as a direct relay would close it', async (t) => {
+  const { ports } = await tunnelPair(t, [await freePort()]);
+  const socket = connect({ host: '127.0.0.1', port: ports[0]! });
+  socket.on('error', () => undefined);
+  const received: Buffer[] = [];
+  socket.on('data', (chunk) => received.push(chunk));
+  await once(socket, 'connect');
+  socket.write('anyone?');
+  // Reset, as a direct relay resets it: once() would reject on the error that comes first.
+  await new Promise((resolve) => socket.on('close', resolve));
+  assert.deepEqual(received, []);
+});

@@ -77,14 +77,22 @@ export class TunnelEntry {
     return this.view;
   }
 
-  /** A TCP dial through the tunnel for `ruleId`: a stream the exit answers by dialling the rule's targets. */
+  /**
+   * A TCP dial through the tunnel for `ruleId`: a stream the exit answers once it reached one
+   * of the rule's targets, as a direct relay would; the client's bytes flow from then on.
+   */
   dialTcp(ruleId: number): TcpDial {
     return (onOpen, onFail) =>
       this.withSession((session) => {
-        if (!session) return onFail('the tunnel is down');
-        const stream = this.request(session, streamPath('tcp', ruleId));
-        if (stream) onOpen(stream, release);
-        else onFail('the tunnel is down');
+        const stream = session && this.request(session, streamPath('tcp', ruleId));
+        if (!stream) return onFail('the tunnel is down');
+        const failed = () => onFail('the exit reached no target');
+        stream.once('close', failed);
+        stream.once('response', (headers) => {
+          stream.off('close', failed);
+          if (headers[':status'] === 200) onOpen(stream, release);
+          else onFail(`the exit answered ${headers[':status']}`);
+        });
       });
   }
 
@@ -131,14 +139,14 @@ export class TunnelEntry {
     this.answer(null);
   }
 
+  /** Opens a stream; a refusal by the exit is noted on the tunnel and ends the stream without a reset. */
   private request(session: ClientHttp2Session, path: string): ClientHttp2Stream | null {
     try {
       const stream = session.request({ ':method': 'POST', ':path': path }, { endStream: false });
       stream.on('response', (headers) => {
         const status = headers[':status'];
-        if (status === 200) return;
         if (status === 403) this.report({ error: `the exit refused ${path} (403): it has no such rule` });
-        stream.destroy();
+        if (status !== 200) release(stream);
       });
       stream.on('error', () => stream.destroy());
       return stream;
