@@ -293,6 +293,13 @@ test(
     );
     await call(m.url, 'POST', `/api/nodes/${node.id}/reinstall`, { token: m.admin });
     assert.match((await settled(m, node.id)).status_detail, /^host_key_changed: .*forget_host_key/);
+    // A tunnel ending at the node: reinstalling it gives both ends new key pairs.
+    const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'to-ssh-node', entry_node_id: stranger.id, exit_node_id: node.id },
+    });
+    assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
+    const keysBefore = m.app.store.tunnels.endsOf(node.id)[0]!;
     // A node rebuilt on purpose: forgetting the pin lets the first key seen be pinned again.
     assert.equal(
       (
@@ -305,6 +312,9 @@ test(
     );
     const rebuilt = await settled(m, node.id);
     assert.equal(rebuilt.status_detail, null, rebuilt.install.log_tail);
+    const keysAfter = m.app.store.tunnels.endsOf(node.id)[0]!;
+    assert.notEqual(keysAfter.exit_cert, keysBefore.exit_cert, "the exit's key pair was replaced");
+    assert.notEqual(keysAfter.entry_cert, keysBefore.entry_cert, "the entry's key pair was replaced");
     assert.match(
       readFileSync(join(m.dataDir, 'known_hosts', String(node.id)), 'utf8'),
       new RegExp(`^portplane-node-${node.id} `),
