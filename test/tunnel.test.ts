@@ -171,6 +171,9 @@ test(
     assert.match(down.ends.exit.last_error, /agent of node \d+ is not linked to the master/);
     assert.match(down.ends.entry.last_error, /exit node/);
     assert.equal(down.rtt_ms, null);
+    const log = f.entry.output.join('');
+    assert.match(log, /"msg":"tunnel up","tunnel_id":\d+/);
+    await until('the entry to log the tunnel down', () => /"msg":"tunnel down"/.test(f.entry.output.join('')));
   },
 );
 

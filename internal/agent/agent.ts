@@ -88,6 +88,8 @@ export class Agent {
   private reportTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private tunnelTimer: NodeJS.Timeout | undefined;
+  /** The state of each tunnel end last written to the log. */
+  private readonly tunnelsLogged = new Map<number, TunnelReport['state']>();
   /** What the master last heard of each tunnel end, and when. */
   private readonly tunnelsSent = new Map<number, { report: TunnelReport; at: number }>();
 
@@ -279,6 +281,14 @@ export class Agent {
   }
 
   private tunnelsChanged(): void {
+    for (const report of this.forwarder.tunnelReports()) {
+      const logged = this.tunnelsLogged.get(report.id);
+      if (logged === report.state) continue;
+      this.tunnelsLogged.set(report.id, report.state);
+      if (report.state === 'up') this.options.log.info('tunnel up', { tunnel_id: report.id });
+      else if (logged !== undefined)
+        this.options.log.warn('tunnel down', { tunnel_id: report.id, error: report.error });
+    }
     if (this.tunnelTimer || this.stopping) return;
     this.tunnelTimer = setTimeout(() => {
       this.tunnelTimer = undefined;
