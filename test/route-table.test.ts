@@ -239,3 +239,51 @@ test(
     }
   },
 );
+
+test('routing: another method on a known path is 405 with Allow, before the body is read', async (t) => {
+  const m = await startMaster(t);
+  const methodsOf = new Map<string, Set<string>>();
+  for (const r of routes) methodsOf.set(r.path, (methodsOf.get(r.path) ?? new Set()).add(r.method));
+  for (const [path, methods] of methodsOf) {
+    const allow = [...methods, ...(methods.has('GET') ? ['HEAD'] : [])].sort().join(', ');
+    for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((x) => !methods.has(x))) {
+      const answer = await call(m.url, method, fill(path), {
+        token: m.admin,
+        ...(method === 'GET' ? {} : { body: 'not json at all' }),
+      });
+      assertProblem(answer, 405, 'method_not_allowed');
+      assert.equal(answer.headers.get('allow'), allow, `${method} ${path}`);
+    }
+  }
+});
+
+test('an id that is not a whole number from 1 is 404 before the token or the body is looked at', async (t) => {
+  const m = await startMaster(t);
+  for (const r of routes.filter((x) => x.path.includes('{id}'))) {
+    for (const id of ['0', '-1', 'abc', '1.5', '1e3', '007', '99999999999999999', '%20']) {
+      const answer = await call(m.url, r.method, r.path.replace('{id}', id), {
+        ...(r.method === 'GET' ? {} : { body: 'null' }),
+      });
+      assertProblem(answer, 404, 'not_found');
+    }
+  }
+});
+
+test('a JSON body that is not an object, or none where fields are required, is 422 on every write', async (t) => {
+  const m = await startMaster(t);
+  const before = snapshot(m, ['audit_log', 'tokens']);
+  for (const r of routes.filter((x) => x.method !== 'GET')) {
+    const name = `${r.method} ${r.path}`;
+    for (const raw of ['null', '[]', '7', '"text"', 'true']) {
+      const answer = await call(m.url, r.method, fill(r.path), { token: m.admin, body: raw });
+      assertProblem(answer, 422, 'validation_failed');
+      assert.equal(answer.body.errors[0].pointer, '#', `${name} with ${raw}`);
+    }
+    const required = ((r.body?.json.required as string[] | undefined) ?? []).length > 0;
+    if (required || r.body?.json.minProperties !== undefined) {
+      const answer = await call(m.url, r.method, fill(r.path), { token: m.admin });
+      assertProblem(answer, 422, 'validation_failed');
+    }
+  }
+  assert.equal(snapshot(m, ['audit_log', 'tokens']), before, 'nothing changed');
+});

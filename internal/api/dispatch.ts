@@ -242,6 +242,14 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
         allow: found.allowed,
       });
+    // Ids are positive integers: anything else names nothing, before a token or a body is looked at.
+    for (const [name, value] of Object.entries(found.found.params)) {
+      if (!/^[1-9][0-9]{0,15}$/.test(value) || !Number.isSafeInteger(Number(value)))
+        throw new DomainError(
+          'not_found',
+          `no ${name} ${JSON.stringify(value.slice(0, 32))}: ids are whole numbers >= 1`,
+        );
+    }
     return { ...found.found, url };
   }
 
@@ -361,8 +369,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
       return undefined;
     }
-    // An empty body is an empty object: routes whose fields are all optional need none.
-    const { value, errors } = validate(route.body, parsed ?? {});
+    // No body at all is an empty object (routes whose fields are all optional need none); a
+    // JSON null, array, string or number is not an object and fails validation.
+    const { value, errors } = validate(route.body, parsed === undefined ? {} : parsed);
     if (errors.length > 0) throw validationFailed(errors);
     return value;
   }

@@ -1,6 +1,7 @@
-// Method + path-pattern routing with Go 1.22 ServeMux semantics: `{name}` segments, the
-// most specific pattern wins, conflicting patterns fail at start-up, a known path with a
-// wrong method is told which methods it allows, and GET also serves HEAD.
+// Method + path-pattern routing: `{name}` segments, the most specific pattern for the path
+// wins whatever the method (so /api/rules/batch-sync is never taken for /api/rules/{id}),
+// conflicting patterns fail at start-up, a known path with a wrong method is told which
+// methods it allows, and GET also serves HEAD.
 
 export interface Match<R> {
   route: R;
@@ -56,19 +57,15 @@ export class Router<R> {
     const candidates: { node: Node<R>; params: Record<string, string> }[] = [];
     collect(this.root, segmentsOf(path), 0, {}, candidates);
     if (candidates.length === 0) return null;
-    const wanted = method === 'HEAD' ? ['HEAD', 'GET'] : [method];
-    for (const { node, params } of candidates) {
-      for (const m of wanted) {
-        const route = node.methods.get(m);
-        if (route) return { found: { route, params } };
-      }
+    const { node, params } = candidates[0]!;
+    for (const m of method === 'HEAD' ? ['HEAD', 'GET'] : [method]) {
+      const route = node.methods.get(m);
+      if (route) return { found: { route, params } };
     }
     const allowed = new Set<string>();
-    for (const { node } of candidates) {
-      for (const m of node.methods.keys()) {
-        allowed.add(m);
-        if (m === 'GET') allowed.add('HEAD');
-      }
+    for (const m of node.methods.keys()) {
+      allowed.add(m);
+      if (m === 'GET') allowed.add('HEAD');
     }
     return { allowed: [...allowed].sort() };
   }

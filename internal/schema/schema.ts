@@ -200,6 +200,8 @@ export interface ObjectOptions extends Common {
   ignore?: readonly string[];
   /** Name under components/schemas in the OpenAPI document. */
   name?: string;
+  /** At least this many of the known fields must be given (a patch that changes nothing is a mistake). */
+  minProperties?: number;
 }
 
 export interface ObjectSchema<P extends Properties> extends Schema<ObjectOf<P>> {
@@ -224,6 +226,7 @@ export function object<P extends Properties>(properties: P, options: ObjectOptio
   }
   const json: JsonSchema = { type: 'object', properties: jsonProperties, additionalProperties: false };
   if (required.length > 0) json.required = required;
+  if (options.minProperties !== undefined) json.minProperties = options.minProperties;
   const ignored = new Set(options.ignore ?? []);
   return {
     properties,
@@ -241,6 +244,9 @@ export function object<P extends Properties>(properties: P, options: ObjectOptio
           errors.push({ pointer: pointerChild(pointer, key), detail: 'is not a known field' });
         }
       }
+      const given = fields.filter(({ key }) => Object.hasOwn(input, key) && input[key] !== undefined).length;
+      if (options.minProperties !== undefined && given < options.minProperties)
+        errors.push({ pointer: pointer || '#', detail: `must give at least ${options.minProperties} of its fields` });
       for (const { key, schema, optional, fallback } of fields) {
         const at = pointerChild(pointer, key);
         if (Object.hasOwn(input, key) && input[key] !== undefined) out[key] = schema.check(input[key], at, errors);

@@ -154,7 +154,11 @@ export const settingsPatchSchema = object(
   ) as {
     [K in SettingKey]: ReturnType<typeof optional<SettingValues[K] | null>>;
   },
-  { name: 'SettingsPatch', description: 'A JSON merge patch: keys to change; null resets a key to its default.' },
+  {
+    name: 'SettingsPatch',
+    description: 'A JSON merge patch: keys to change; null resets a key to its default.',
+    minProperties: 1,
+  },
 );
 
 /** Current settings, cached in memory; the store holds only keys that differ from defaults. */
