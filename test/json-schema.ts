@@ -20,6 +20,21 @@ function typeMatches(type: string, value: unknown): boolean {
   }
 }
 
+/** `value` with every local `$ref` (#/components/...) replaced by what it points at, as a checker reads it. */
+export function inlineRefs(value: any, root: any = value): any {
+  if (Array.isArray(value)) return value.map((item) => inlineRefs(item, root));
+  if (typeof value !== 'object' || value === null) return value;
+  if (typeof value.$ref === 'string') {
+    const { $ref, ...rest } = value;
+    const target = $ref
+      .slice(2)
+      .split('/')
+      .reduce((node: any, key: string) => node[key], root);
+    return { ...inlineRefs(target, root), ...rest };
+  }
+  return Object.fromEntries(Object.entries(value).map(([key, inner]) => [key, inlineRefs(inner, root)]));
+}
+
 export function check(schema: Schema, value: unknown, at = '#'): string[] {
   const problems: string[] = [];
   if (schema.type !== undefined) {

@@ -31,8 +31,11 @@ function fill(path: string): string {
   return path.replace(/\{[a-z_]+\}/g, '999999');
 }
 
-test('every route declares its access, and every write an audit action named resource.verb', () => {
+test('every route declares its access, a verbNoun operationId of its own, and every write an audit action', () => {
+  const ids = routes.map((r) => r.operationId);
+  assert.deepEqual(ids, [...new Set(ids)], 'operationIds are unique');
   for (const r of routes) {
+    assert.match(r.operationId ?? '', /^[a-z]+[A-Z][A-Za-z]*$/, `${r.method} ${r.path} needs a verbNoun operationId`);
     const name = `${r.method} ${r.path}`;
     assert.ok(r.scope === 'public' || r.scope === 'authenticated' || scopes.includes(r.scope), name);
     assert.equal(r.scope === 'public', PUBLIC_ROUTES.includes(name), `${name} public?`);

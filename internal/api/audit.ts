@@ -3,7 +3,7 @@
 import { decodeCursor, encodeCursor } from '../http/cursor.ts';
 import { intParam, listQuery, textParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { DEFAULT_LIMIT, pageSchema, record, timestamp } from './common.ts';
-import { ok, operation, type Ctx } from './route.ts';
+import { type Ctx, ok, operation, operations } from './route.ts';
 
 export const auditEntrySchema = record('AuditEntry', {
   id: { type: 'integer' },
@@ -56,8 +56,8 @@ function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
   return ok({ items, next_cursor: rows.length > limit && last ? encodeCursor(last.id) : null });
 }
 
-export const auditOperations = {
-  listAudit: operation({
+export const auditOperations = operations({
+  listAuditLogs: operation({
     summary: 'Read the audit log, newest first',
     description:
       'Every write and every denied write attempt, recorded in the same transaction as the change. Entries older ' +
@@ -66,4 +66,4 @@ export const auditOperations = {
     responses: { 200: { description: 'A page of entries', schema: pageSchema(auditEntrySchema) } },
     handler: listAudit,
   }),
-};
+});

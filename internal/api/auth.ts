@@ -5,7 +5,7 @@ import { decoyHash, hashSecret, newSecret, verifyPassword } from '../auth/secret
 import { DomainError } from '../errors/errors.ts';
 import { object, string, type Infer } from '../schema/schema.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
-import { noContent, ok, operation, type Ctx } from './route.ts';
+import { type Ctx, noContent, ok, operation, operations } from './route.ts';
 import { actingAs, transact } from './writes.ts';
 
 export const loginInput = object(
@@ -141,8 +141,8 @@ function logout(ctx: Ctx<undefined, {}>) {
   return noContent();
 }
 
-export const authOperations = {
-  login: operation({
+export const authOperations = operations({
+  logIn: operation({
     action: 'auth.login',
     summary: 'Log in with a username and password',
     description:
@@ -160,16 +160,16 @@ export const authOperations = {
     },
     handler: login,
   }),
-  whoami: operation({
+  getMe: operation({
     summary: 'Who am I: the calling user, and the token used with its effective scopes and expiry',
     responses: { 200: { description: 'The caller', schema: whoAmI } },
     handler: whoami,
   }),
-  logout: operation({
+  logOut: operation({
     action: 'auth.logout',
     summary: 'End the calling login session',
     description: 'Only for session tokens; API tokens are revoked with DELETE /api/tokens/{id} (409 here).',
     responses: { 204: { description: 'Logged out' }, 409: { description: 'The caller is an API token' } },
     handler: logout,
   }),
-};
+});

@@ -2,7 +2,7 @@
 
 import { backupDataDir } from '../backup/backup.ts';
 import { describe } from '../schema/schema.ts';
-import { operation, type Ctx, type Reply } from './route.ts';
+import { type Ctx, operation, operations, type Reply } from './route.ts';
 import { transact } from './writes.ts';
 
 async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
@@ -25,8 +25,8 @@ async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
   };
 }
 
-export const backupOperations = {
-  downloadBackup: operation({
+export const backupOperations = operations({
+  getBackup: operation({
     summary: 'A backup of the data dir, as `master backup` writes it',
     description:
       'A tar archive: the database (a consistent copy through SQLite, taken while the master serves), ' +
@@ -42,4 +42,4 @@ export const backupOperations = {
     },
     handler: downloadBackup,
   }),
-};
+});

@@ -17,7 +17,7 @@ import {
 } from '../schema/schema.ts';
 import type { App } from './app.ts';
 import { cascadeQuery, removeNode } from './nodes.ts';
-import { created, ok, operation, type Ctx, type Reply } from './route.ts';
+import { created, type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
 import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
@@ -293,7 +293,7 @@ function batchDelete(
   });
 }
 
-export const batchOperations = {
+export const batchOperations = operations({
   deleteNodes: batchDelete(
     'nodes',
     'node.delete',
@@ -311,7 +311,7 @@ export const batchOperations = {
       'cascade needs rules:write).',
     (ctx, effects, id) => removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
   ),
-  batchCreateRules: operation({
+  createRules: operation({
     action: 'rule.create',
     summary: `Create up to ${MAX_BATCH} forwarding rules, all or nothing`,
     description:
@@ -326,7 +326,7 @@ export const batchOperations = {
     },
     handler: batchCreateRules,
   }),
-  batchUpdateRules: operation({
+  updateRules: operation({
     action: 'rule.update',
     summary: 'Enable, disable or move several forwarding rules',
     description:
@@ -337,7 +337,7 @@ export const batchOperations = {
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: batchUpdateRules,
   }),
-  batchSyncRules: operation({
+  syncRules: operation({
     action: 'rule.sync',
     summary: "Push several rules' nodes their config and wait for them to acknowledge",
     description:
@@ -346,4 +346,4 @@ export const batchOperations = {
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: batchSyncRules,
   }),
-};
+});

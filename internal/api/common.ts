@@ -19,6 +19,7 @@ export const nullableTimestamp = { type: ['string', 'null'], format: 'date-time'
 /** A list page of `item`: `{items, next_cursor}`. */
 export function pageSchema(item: Schema<unknown>): Schema<never> {
   return describe({
+    ...(typeof item.json.title === 'string' ? { title: `${item.json.title}Page` } : {}),
     type: 'object',
     required: ['items', 'next_cursor'],
     properties: { items: { type: 'array', items: item.json }, next_cursor: { type: ['string', 'null'] } },

@@ -8,7 +8,7 @@ import { nodeStatuses } from '../store/nodes.ts';
 import { syncStates } from '../domain/rules.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import { record } from './common.ts';
-import { ok, operation, type Ctx } from './route.ts';
+import { type Ctx, ok, operation, operations } from './route.ts';
 
 const MAX_POINTS = 10_000;
 const BUCKET_SECONDS = 60;
@@ -168,13 +168,13 @@ function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
   });
 }
 
-export const dashboardOperations = {
-  dashboard: operation({
+export const dashboardOperations = operations({
+  getDashboard: operation({
     summary: 'Counts by state, traffic totals and license usage',
     responses: { 200: { description: 'The dashboard', schema: dashboardSchema } },
     handler: dashboard,
   }),
-  traffic: operation({
+  getTraffic: operation({
     summary: 'Bytes in and out over time',
     description:
       `Summed from per-minute buckets reported by the agents, per step (aligned to multiples of step since the ` +
@@ -183,4 +183,4 @@ export const dashboardOperations = {
     responses: { 200: { description: 'The series', schema: trafficSchema } },
     handler: traffic,
   }),
-};
+});

@@ -4,7 +4,7 @@ import { DomainError } from '../errors/errors.ts';
 import { Gauge } from '../metrics/metrics.ts';
 import { describe } from '../schema/schema.ts';
 import { record } from './common.ts';
-import { ok, operation, type Ctx, type Reply } from './route.ts';
+import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import type { App } from './app.ts';
 import { syncStates } from '../domain/rules.ts';
 
@@ -69,8 +69,8 @@ function metrics(ctx: Ctx<undefined, {}>): Reply {
   };
 }
 
-export const healthOperations = {
-  health: operation({
+export const healthOperations = operations({
+  getHealth: operation({
     summary: 'Whether the master serves and its database answers',
     description:
       'Public, for a load balancer or monitor: 200 with the version and uptime; ' +
@@ -81,7 +81,7 @@ export const healthOperations = {
     },
     handler: health,
   }),
-  metrics: operation({
+  getMetrics: operation({
     summary: 'Metrics in the Prometheus text format 0.0.4',
     description:
       'Requests and their latency by route, method and status; database commits (with their fsync) ' +
@@ -90,4 +90,4 @@ export const healthOperations = {
     responses: { 200: { description: 'The metrics', mediaType: METRICS_TYPE, schema: describe({ type: 'string' }) } },
     handler: metrics,
   }),
-};
+});

@@ -7,7 +7,7 @@ import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
 import { nodeSchema, nodeView } from './nodes.ts';
-import { idParam, notFound, operation, type Ctx, type Reply } from './route.ts';
+import { type Ctx, idParam, notFound, operation, operations, type Reply } from './route.ts';
 
 const installInput = object(
   {
@@ -60,8 +60,8 @@ const description = (what: string) =>
   `node shows installing, then online, or install_failed with the reason (auth_failed, host_key_changed, ` +
   `unreachable, runtime_missing, start_failed, agent_silent) in status_detail and the log in install.log_tail.`;
 
-export const installOperations = {
-  install: operation({
+export const installOperations = operations({
+  installNode: operation({
     action: 'node.install',
     summary: 'Install the agent on a node over SSH',
     description: description('For a node without an agent (new or install_failed); 409 otherwise.'),
@@ -72,7 +72,7 @@ export const installOperations = {
     },
     handler: installer('install'),
   }),
-  reinstall: operation({
+  reinstallNode: operation({
     action: 'node.reinstall',
     summary: 'Reinstall the agent on a node over SSH, with a fresh agent token',
     description: description(
@@ -86,4 +86,4 @@ export const installOperations = {
     },
     handler: installer('reinstall'),
   }),
-};
+});

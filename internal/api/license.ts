@@ -1,7 +1,7 @@
 // The license, read only: what it allows and whether it is in force.
 
 import { nullableTimestamp, record } from './common.ts';
-import { ok, operation, type Ctx } from './route.ts';
+import { type Ctx, ok, operation, operations } from './route.ts';
 
 const licenseSchema = record('License', {
   status: {
@@ -28,7 +28,7 @@ function getLicense(ctx: Ctx<undefined, {}>) {
   return ok(ctx.app.licenseView());
 }
 
-export const licenseOperations = {
+export const licenseOperations = operations({
   getLicense: operation({
     summary: 'Show the license and the limits in force',
     description:
@@ -36,4 +36,4 @@ export const licenseOperations = {
     responses: { 200: { description: 'The license', schema: licenseSchema } },
     handler: getLicense,
   }),
-};
+});

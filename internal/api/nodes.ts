@@ -14,7 +14,7 @@ import { agentCommand } from '../install/agent-env.ts';
 import type { App } from './app.ts';
 import { masterDial } from './dial.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects } from './writes.ts';
 
@@ -330,7 +330,7 @@ function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
   return noContent();
 }
 
-export const nodeOperations = {
+export const nodeOperations = operations({
   listNodes: operation({
     summary: 'List nodes',
     query: listNodesQuery,
@@ -382,4 +382,4 @@ export const nodeOperations = {
     },
     handler: deleteNode,
   }),
-};
+});

@@ -38,22 +38,6 @@ function problem(description: string) {
   return { description, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
 }
 
-function operationId(route: Route): string {
-  const words = route.path
-    .replace(/^\/api\//, '')
-    .split('/')
-    .filter((part) => !part.startsWith('{'))
-    .flatMap((part) => part.split('-'));
-  const verb = {
-    GET: route.path.endsWith('}') ? 'get' : 'list',
-    POST: 'post',
-    PUT: 'replace',
-    PATCH: 'patch',
-    DELETE: 'delete',
-  }[route.method];
-  return [verb, ...words].map((w, i) => (i === 0 ? w : w[0]!.toUpperCase() + w.slice(1))).join('');
-}
-
 function commonErrors(route: Route): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   if (route.query)
@@ -76,6 +60,25 @@ function commonErrors(route: Route): Record<string, unknown> {
       out[429] = problem("The token's write budget is spent (rate_limited); see Retry-After.");
   }
   return out;
+}
+
+/**
+ * Moves every schema with a title into `components.schemas`, leaving a `$ref` where it was,
+ * so generated clients get a named type per resource and input. A title used for two
+ * different schemas is a programming error.
+ */
+function hoist(value: unknown, components: Record<string, JsonSchema>): unknown {
+  if (Array.isArray(value)) return value.map((item) => hoist(item, components));
+  if (typeof value !== 'object' || value === null) return value;
+  const out = Object.fromEntries(Object.entries(value).map(([key, inner]) => [key, hoist(inner, components)]));
+  if (typeof out.title !== 'string' || out.type !== 'object') return out;
+  const { default: fallback, ...schema } = out;
+  const name = out.title;
+  const known = components[name];
+  if (known && JSON.stringify(known) !== JSON.stringify(schema))
+    throw new Error(`two different schemas are both named ${name}`);
+  components[name] = schema;
+  return { $ref: `#/components/schemas/${name}`, ...(fallback === undefined ? {} : { default: fallback }) };
 }
 
 export function openApiDocument(routes: readonly Route[]): JsonSchema {
@@ -129,7 +132,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
           ? 'Any valid token.'
           : `Scope: \`${route.scope}\`.`;
     (paths[route.path] ??= {})[route.method.toLowerCase()] = {
-      operationId: operationId(route),
+      operationId: route.operationId,
       summary: route.summary,
       description: [route.description, scopeLine, route.action ? `Audit action: \`${route.action}\`.` : undefined]
         .filter(Boolean)
@@ -145,6 +148,8 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       responses,
     };
   }
+  const schemas: Record<string, JsonSchema> = { Problem: problemSchema };
+  const hoisted = hoist(paths, schemas);
   return {
     openapi: '3.1.0',
     info: {
@@ -155,7 +160,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
         'and the dashboard. See docs/api.md for the conventions.',
     },
     servers: [{ url: '/' }],
-    paths,
+    paths: hoisted,
     components: {
       securitySchemes: {
         bearer: {
@@ -164,7 +169,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
           description: 'An API token (mst_...) or a login session token (mss_...).',
         },
       },
-      schemas: { Problem: problemSchema },
+      schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
     },
     'x-error-codes': Object.fromEntries(
       errorCodes.map((code) => [code, { status: statusOf(code), title: titleOf(code) }]),

@@ -74,6 +74,8 @@ export interface ResponseDoc {
  * routes.ts.
  */
 export interface OperationSpec<B, Q extends QuerySpec> {
+  /** Its OpenAPI operationId (verbNoun): the key it has in its module's `operations({...})`. */
+  operationId?: string;
   /** Audit action (`resource.verb`); every route that writes has one. */
   action?: string;
   summary: string;
@@ -87,6 +89,12 @@ export interface OperationSpec<B, Q extends QuerySpec> {
 }
 
 export type Operation = OperationSpec<any, QuerySpec>;
+
+/** Names each operation after its key, which becomes its OpenAPI operationId. */
+export function operations<T extends Record<string, Operation>>(ops: T): T {
+  for (const [id, op] of Object.entries(ops)) op.operationId = id;
+  return ops;
+}
 
 /** Types an operation's handler against its own schemas, then erases them for the table. */
 export function operation<B = undefined, Q extends QuerySpec = {}>(spec: OperationSpec<B, Q>): Operation {

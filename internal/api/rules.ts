@@ -22,7 +22,18 @@ import {
 import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, okJson, operation, type Ctx, type Reply } from './route.ts';
+import {
+  created,
+  type Ctx,
+  idParam,
+  noContent,
+  notFound,
+  ok,
+  okJson,
+  operation,
+  operations,
+  type Reply,
+} from './route.ts';
 import { diff, transact, type Effects, type WriteCtx } from './writes.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
@@ -281,7 +292,7 @@ async function syncRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
   return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
 }
 
-export const ruleOperations = {
+export const ruleOperations = operations({
   listRules: operation({
     summary: 'List forwarding rules',
     query: listRulesQuery,
@@ -306,7 +317,7 @@ export const ruleOperations = {
     responses: { 200: { description: 'The rule', schema: ruleSchema } },
     handler: getRule,
   }),
-  putRule: operation({
+  replaceRule: operation({
     action: 'rule.update',
     summary: 'Replace a forwarding rule',
     description: 'Moving a rule to another node pushes both nodes. Sync state and traffic are read-only and ignored.',
@@ -337,4 +348,4 @@ export const ruleOperations = {
     },
     handler: syncRule,
   }),
-};
+});

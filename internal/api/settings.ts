@@ -5,7 +5,7 @@ import type { Infer } from '../schema/schema.ts';
 import { grants } from '../auth/scopes.ts';
 import { agentKeys, guardedKeys, settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
 import { missingScope, transact } from './writes.ts';
-import { ok, operation, type Ctx } from './route.ts';
+import { type Ctx, ok, operation, operations } from './route.ts';
 
 function getSettings(ctx: Ctx<undefined, {}>) {
   return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
@@ -35,13 +35,13 @@ function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
 /** Changing these settings needs `*` besides settings:write. */
 export const GUARDED_SETTINGS = [{ scope: '*', when: `changing ${guardedKeys.join(', ')}` }] as const;
 
-export const settingsOperations = {
+export const settingsOperations = operations({
   getSettings: operation({
     summary: 'Show every setting',
     responses: { 200: { description: 'The settings', schema: settingsSchema } },
     handler: getSettings,
   }),
-  patchSettings: operation({
+  updateSettings: operation({
     action: 'settings.update',
     summary: 'Change settings with a JSON merge patch',
     description:
@@ -53,4 +53,4 @@ export const settingsOperations = {
     responses: { 200: { description: 'The settings after the change', schema: settingsSchema } },
     handler: patchSettings,
   }),
-};
+});

@@ -10,7 +10,7 @@ import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import type { Token } from '../store/tokens.ts';
 import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
 import { transact } from './writes.ts';
 
 // Tokens never change, so their version is always 1.
@@ -126,7 +126,7 @@ function deleteToken(ctx: Ctx<undefined, {}>) {
   return noContent();
 }
 
-export const tokenOperations = {
+export const tokenOperations = operations({
   listTokens: operation({
     summary: 'List API tokens (never their secrets)',
     query: listTokensQuery,
@@ -163,4 +163,4 @@ export const tokenOperations = {
     },
     handler: deleteToken,
   }),
-};
+});

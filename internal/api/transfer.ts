@@ -20,7 +20,7 @@ import {
 import type { Rule, RuleFields } from '../domain/rules.ts';
 import type { App } from './app.ts';
 import { insertNode, nodeInput } from './nodes.ts';
-import { ok, operation, type Ctx, type Reply } from './route.ts';
+import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { insertRule, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
 import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
@@ -261,7 +261,7 @@ const importResultItem = {
   additionalProperties: false,
 };
 
-export const transferOperations = {
+export const transferOperations = operations({
   exportAll: operation({
     summary: 'Export nodes (without secrets), tunnels and rules as one document',
     description: 'It spans every resource, so it needs *. SSH credentials and agent tokens are never exported.',
@@ -298,4 +298,4 @@ export const transferOperations = {
     },
     handler: importDocument,
   }),
-};
+});

@@ -11,7 +11,7 @@ import { issueTunnelKeys } from '../tunnel/keys.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
-import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects } from './writes.ts';
 
@@ -254,7 +254,7 @@ function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
   return noContent();
 }
 
-export const tunnelOperations = {
+export const tunnelOperations = operations({
   listTunnels: operation({
     summary: 'List tunnels',
     query: listTunnelsQuery,
@@ -276,7 +276,7 @@ export const tunnelOperations = {
     responses: { 200: { description: 'The tunnel', schema: tunnelSchema } },
     handler: getTunnel,
   }),
-  putTunnel: operation({
+  replaceTunnel: operation({
     action: 'tunnel.update',
     summary: 'Replace a tunnel',
     description:
@@ -302,4 +302,4 @@ export const tunnelOperations = {
     },
     handler: deleteTunnel,
   }),
-};
+});

@@ -10,7 +10,7 @@ import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.t
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
 import type { User } from '../store/users.ts';
 import { pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
-import { created, idParam, noContent, notFound, ok, operation, type Ctx } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
 import { diff, transact } from './writes.ts';
 
 const username = string({
@@ -135,7 +135,7 @@ function deleteUser(ctx: Ctx<undefined, {}>) {
   return noContent();
 }
 
-export const userOperations = {
+export const userOperations = operations({
   listUsers: operation({
     summary: 'List users',
     query: listUsersQuery,
@@ -155,7 +155,7 @@ export const userOperations = {
     responses: { 200: { description: 'The user', schema: userSchema } },
     handler: getUser,
   }),
-  updateUser: operation({
+  replaceUser: operation({
     action: 'user.update',
     summary: 'Replace a user',
     description:
@@ -175,4 +175,4 @@ export const userOperations = {
     responses: { 204: { description: 'Deleted' }, 409: { description: 'The last enabled holder of *' } },
     handler: deleteUser,
   }),
-};
+});

@@ -224,7 +224,12 @@ export function object<P extends Properties>(properties: P, options: ObjectOptio
   for (const { key, schema, fallback } of fields) {
     jsonProperties[key] = fallback === undefined ? schema.json : { ...schema.json, default: fallback };
   }
-  const json: JsonSchema = { type: 'object', properties: jsonProperties, additionalProperties: false };
+  const json: JsonSchema = {
+    ...(options.name ? { title: options.name } : {}),
+    type: 'object',
+    properties: jsonProperties,
+    additionalProperties: false,
+  };
   if (required.length > 0) json.required = required;
   if (options.minProperties !== undefined) json.minProperties = options.minProperties;
   const ignored = new Set(options.ignore ?? []);
