@@ -30,6 +30,11 @@ test('real responses of every operation match the OpenAPI document', async (t) =
     } else {
       assert.equal(answer.body, '', `${method} ${path} -> ${answer.status} should have no body`);
     }
+    // Every documented kind of header the server sent is documented for this answer.
+    for (const name of ['ETag', 'Location', 'RateLimit', 'RateLimit-Policy', 'Retry-After', 'Idempotent-Replayed']) {
+      if (answer.headers.get(name) !== null)
+        assert.ok(documented.headers?.[name], `${method} ${path} -> ${answer.status} sent ${name}, undocumented`);
+    }
     seen.add(`${method} ${pattern}`);
     return answer;
   }

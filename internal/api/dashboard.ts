@@ -132,6 +132,7 @@ const trafficQuery = {
   step: intParam({
     min: BUCKET_SECONDS,
     max: 31 * 86_400,
+    multipleOf: BUCKET_SECONDS,
     description: `Seconds per point, a multiple of ${BUCKET_SECONDS}; default 3600.`,
   }),
   node_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: "Only this node's rules." }),
@@ -145,7 +146,6 @@ function badQuery(parameter: string, detail: string): DomainError {
 function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
   const { query, app } = ctx;
   const step = query.step ?? 3600;
-  if (step % BUCKET_SECONDS !== 0) throw badQuery('step', `must be a multiple of ${BUCKET_SECONDS}`);
   const to = Math.floor(Date.parse(query.to ?? app.timestamp()) / 1000);
   const from = query.from === undefined ? to - 86_400 : Math.floor(Date.parse(query.from) / 1000);
   if (from >= to) throw badQuery('from', 'must be before to');

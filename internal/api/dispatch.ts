@@ -17,7 +17,7 @@ import { validate } from '../schema/schema.ts';
 import { redact } from '../store/audit.ts';
 import type { StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
-import type { Ctx, Reply, Route } from './route.ts';
+import { IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
 
 interface Outgoing {
   status: number;
@@ -26,7 +26,6 @@ interface Outgoing {
 }
 
 const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
-const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 /** The largest response kept for replay. */
 const MAX_REPLAY_BYTES = 256 * 1024;
 // Headers a replayed response repeats; pacing headers are computed fresh each time.

@@ -32,6 +32,8 @@ const READ_ONLY = [
   'updated_at',
 ];
 
+const PRIVATE_KEY = /^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n[\s\S]+\r?\n-----END [A-Z0-9 ]*PRIVATE KEY-----\s*$/;
+
 export const nodeInput = object(
   {
     name: string({
@@ -58,10 +60,8 @@ export const nodeInput = object(
           min: 1,
           max: 16384,
           description: 'Write-only. A PEM or OpenSSH private key; absent keeps the stored credential, null removes it.',
-          refine: (v) =>
-            /^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n[\s\S]+\r?\n-----END [A-Z0-9 ]*PRIVATE KEY-----\s*$/.test(v)
-              ? null
-              : 'must be a PEM or OpenSSH private key',
+          pattern: PRIVATE_KEY,
+          patternHint: 'must be a PEM or OpenSSH private key',
         }),
       ),
     ),

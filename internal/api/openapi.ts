@@ -4,7 +4,7 @@
 import { errorCodes, statusOf, titleOf } from '../http/problem.ts';
 import type { JsonSchema } from '../schema/schema.ts';
 import { VERSION } from '../version.ts';
-import type { Route } from './route.ts';
+import { IDEMPOTENCY_KEY, type Route } from './route.ts';
 
 const problemSchema: JsonSchema = {
   type: 'object',
@@ -34,32 +34,89 @@ const problemSchema: JsonSchema = {
   },
 };
 
-function problem(description: string) {
-  return { description, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
+
+/** Response headers, each described once. */
+const headers = {
+  ETag: {
+    description: 'The version of the resource; send it back as If-Match to write it.',
+    schema: { type: 'string' },
+  },
+  Location: { description: 'Where the resource is.', schema: { type: 'string' } },
+  RateLimit: {
+    description: 'What is left of the caller\'s write budget: `"writes";r=<remaining>;t=<seconds to reset>`.',
+    schema: { type: 'string' },
+  },
+  'RateLimit-Policy': {
+    description: 'The write budget: `"writes";q=<writes>;w=<window seconds>` (absent when the budget is off).',
+    schema: { type: 'string' },
+  },
+  'Retry-After': { description: 'Seconds to wait before trying again.', schema: { type: 'integer', minimum: 1 } },
+  'Idempotent-Replayed': {
+    description: 'true when this is the stored answer to an earlier request with the same Idempotency-Key.',
+    schema: { type: 'string', enum: ['true'] },
+  },
+};
+
+function problem(description: string, withHeaders: (keyof typeof headers)[] = []) {
+  return {
+    description,
+    ...(withHeaders.length > 0 ? { headers: Object.fromEntries(withHeaders.map((name) => [name, header(name)])) } : {}),
+    content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+  };
+}
+
+/** The headers a success of `route` with `status` carries (see the handlers: they set ETag and Location). */
+function successHeaders(route: Route, status: number): (keyof typeof headers)[] {
+  const names: (keyof typeof headers)[] = [];
+  const single = route.path.endsWith('}') || route.path.endsWith('/sync') || route.path === '/api/settings';
+  if (status === 201 || (single && (status === 200 || (status === 202 && route.path.endsWith('/sync')))))
+    names.push('ETag');
+  if (status === 201 || (status === 202 && /\/(install-ssh|reinstall)$/.test(route.path))) names.push('Location');
+  if (route.method === 'POST' && route.scope !== 'public') names.push('Idempotent-Replayed');
+  return names;
 }
 
 function commonErrors(route: Route): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  if (route.query)
-    out[400] = problem(
-      'A query parameter is unknown or invalid (invalid_query), or the body is not JSON (invalid_json).',
-    );
+  out[400] = problem(
+    route.method === 'GET'
+      ? 'A query parameter is unknown or invalid (invalid_query), or the request target is malformed (bad_request).'
+      : 'The body is not JSON (invalid_json), a query parameter is unknown or invalid (invalid_query), or the ' +
+          'request target is malformed (bad_request).',
+  );
   if (route.scope !== 'public') {
     out[401] = problem('No valid bearer token (unauthorized).');
     if (route.scope !== 'authenticated')
       out[403] = problem(`The token lacks the scope ${route.scope} (insufficient_scope).`);
   }
-  if (route.path.includes('{')) out[404] = problem('No such resource (not_found).');
+  if (route.path.includes('{')) out[404] = problem('No such resource (not_found); ids are whole numbers from 1.');
   if (route.method === 'PUT' || route.method === 'PATCH' || route.method === 'DELETE')
-    out[412] = problem('If-Match does not match the current ETag (precondition_failed).');
+    out[412] = problem('If-Match does not match the current ETag (precondition_failed); ETag has the current one.', [
+      'ETag',
+    ]);
   if (route.method !== 'GET') {
     out[413] = problem('The body is over 1 MiB (payload_too_large).');
     out[415] = problem('The body is not application/json (unsupported_media_type).');
     out[422] = problem('Fields are missing or invalid (validation_failed); errors lists each one.');
     if (route.scope !== 'public')
-      out[429] = problem("The token's write budget is spent (rate_limited); see Retry-After.");
+      out[429] = problem("The caller's write budget is spent (rate_limited).", ['Retry-After']);
   }
+  out[503] = problem('The master is shutting down or its database does not answer (unavailable).', ['Retry-After']);
   return out;
+}
+
+/** From a create's answer to the operations that take the new id, for clients and stateful fuzzers. */
+function linksOf(route: Route, routes: readonly Route[]): Record<string, unknown> | undefined {
+  if (route.method !== 'POST') return undefined;
+  const targets = routes.filter((other) => other.path.startsWith(`${route.path}/{id}`));
+  if (targets.length === 0) return undefined;
+  return Object.fromEntries(
+    targets.map((other) => [
+      other.operationId,
+      { operationId: other.operationId, parameters: { id: '$response.body#/id' } },
+    ]),
+  );
 }
 
 /**
@@ -108,23 +165,40 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
         name: 'Idempotency-Key',
         in: 'header',
         required: false,
-        schema: { type: 'string', maxLength: 255 },
-        description: 'Makes a retry return the stored response instead of acting twice (kept 24 h).',
+        schema: { type: 'string', pattern: IDEMPOTENCY_KEY.source },
+        description:
+          'Makes a retry return the stored answer instead of acting twice (kept 24 h): 1 to 255 visible ASCII ' +
+          'characters, per token. Only 2xx answers are kept.',
       });
     }
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(route.responses)) {
-      responses[status] =
-        Number(status) >= 400
-          ? problem(doc.description)
-          : doc.schema
-            ? {
-                description: doc.description,
-                content: { [doc.mediaType ?? 'application/json']: { schema: doc.schema.json } },
-              }
-            : { description: doc.description };
+      const code = Number(status);
+      if (code >= 400) {
+        responses[status] = problem(doc.description, code === 429 || code === 503 ? ['Retry-After'] : []);
+        continue;
+      }
+      const names = successHeaders(route, code);
+      const links = code === 201 ? linksOf(route, routes) : undefined;
+      responses[status] = {
+        description: doc.description,
+        ...(names.length > 0 ? { headers: Object.fromEntries(names.map((name) => [name, header(name)])) } : {}),
+        ...(doc.schema ? { content: { [doc.mediaType ?? 'application/json']: { schema: doc.schema.json } } } : {}),
+        ...(links ? { links } : {}),
+      };
     }
     for (const [status, response] of Object.entries(commonErrors(route))) responses[status] ??= response;
+    // Every answer to a known caller says what is left of its write budget.
+    if (route.scope !== 'public') {
+      for (const [status, response] of Object.entries(responses) as [string, { headers?: object }][]) {
+        if (status === '401') continue;
+        response.headers = {
+          ...response.headers,
+          RateLimit: header('RateLimit'),
+          'RateLimit-Policy': header('RateLimit-Policy'),
+        };
+      }
+    }
     const scopeLine =
       route.scope === 'public'
         ? 'Public: no token needed.'
@@ -143,7 +217,17 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       ...(route.action ? { 'x-audit-action': route.action } : {}),
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(route.body
-        ? { requestBody: { required: true, content: { 'application/json': { schema: route.body.json } } } }
+        ? {
+            requestBody: {
+              required: true,
+              content: Object.fromEntries(
+                (route.method === 'PATCH'
+                  ? ['application/merge-patch+json', 'application/json']
+                  : ['application/json']
+                ).map((media) => [media, { schema: route.body!.json }]),
+              ),
+            },
+          }
         : {}),
       responses,
     };
@@ -155,6 +239,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
     info: {
       title: 'portplane master admin API',
       version: VERSION,
+      license: { name: 'Proprietary', identifier: 'LicenseRef-portplane-proprietary' },
       description:
         'Administer nodes, forwarding rules, tunnels, users, settings, API tokens, the audit log, the license ' +
         'and the dashboard. See docs/api.md for the conventions.',
@@ -162,6 +247,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
     servers: [{ url: '/' }],
     paths: hoisted,
     components: {
+      headers,
       securitySchemes: {
         bearer: {
           type: 'http',

@@ -11,6 +11,9 @@ import type { App, Principal } from './app.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
+/** An Idempotency-Key: 1 to 255 visible ASCII characters. */
+export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+
 /** `public`: no token; `authenticated`: any valid token; otherwise the scope it must grant. */
 export type Access = Scope | 'public' | 'authenticated';
 

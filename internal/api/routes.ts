@@ -27,7 +27,16 @@ const openapi = operation({
   responses: {
     200: {
       description: 'The OpenAPI document',
-      schema: describe({ type: 'object', required: ['openapi', 'info', 'paths', 'components'] }),
+      schema: describe({
+        type: 'object',
+        required: ['openapi', 'info', 'paths', 'components'],
+        properties: {
+          openapi: { type: 'string' },
+          info: { type: 'object' },
+          paths: { type: 'object' },
+          components: { type: 'object' },
+        },
+      }),
     },
   },
   handler: () => ok((document ??= openApiDocument(routes))),

@@ -27,13 +27,16 @@ export function host(description: string): Schema<string> {
     min: 1,
     max: 253,
     description,
+    documented: { anyOf: ['hostname', 'ipv4', 'ipv6'].map((format) => ({ type: 'string', format })) },
     refine: (value) => (isHost(value) ? null : 'must be a hostname, an IPv4 address or an IPv6 address'),
   });
 }
 
 /** Splits `host:port` or `[v6]:port`; null when it is not one. */
+const TARGET = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/;
+
 export function parseTarget(value: string): { host: string; port: number } | null {
-  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(value);
+  const match = TARGET.exec(value);
   if (!match) return null;
   const port = Number(match[3]);
   const name = match[1] ?? match[2]!;
@@ -48,6 +51,7 @@ export function target(): Schema<string> {
     max: 261,
     description: 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).',
     example: 'backend.internal:8080',
+    documented: { pattern: TARGET.source },
     refine: (value) => (parseTarget(value) ? null : 'must be host:port with a port from 1 to 65535 (IPv6 in brackets)'),
   });
 }
@@ -76,6 +80,10 @@ export function masterUrl(options: { description: string; allowEmpty?: boolean }
     max: 300,
     description: options.description,
     example: 'https://192.0.2.1:8080',
+    documented: {
+      format: 'uri',
+      pattern: options.allowEmpty ? `^$|${MASTER_URL.source}` : MASTER_URL.source,
+    },
     refine: (value) =>
       (options.allowEmpty && value === '') || masterOrigin(value) !== null
         ? null

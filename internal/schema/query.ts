@@ -20,16 +20,28 @@ function param<T>(json: Record<string, unknown>, parse: (raw: string) => Parsed<
   };
 }
 
-export function intParam(options: { min: number; max: number; description?: string }): Schema<number> {
-  const json = { type: 'integer', minimum: options.min, maximum: options.max, description: options.description };
+export function intParam(options: {
+  min: number;
+  max: number;
+  multipleOf?: number;
+  description?: string;
+}): Schema<number> {
+  const json = {
+    type: 'integer',
+    minimum: options.min,
+    maximum: options.max,
+    ...(options.multipleOf ? { multipleOf: options.multipleOf } : {}),
+    description: options.description,
+  };
   return param<number>(
     json,
     (raw) => {
       if (!/^-?\d{1,16}$/.test(raw)) return { error: 'must be an integer' };
       const n = Number(raw);
-      return n >= options.min && n <= options.max
-        ? { value: n }
-        : { error: `must be between ${options.min} and ${options.max}` };
+      if (n < options.min || n > options.max) return { error: `must be between ${options.min} and ${options.max}` };
+      if (options.multipleOf && n % options.multipleOf !== 0)
+        return { error: `must be a multiple of ${options.multipleOf}` };
+      return { value: n };
     },
     0,
   );

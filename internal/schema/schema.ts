@@ -46,6 +46,8 @@ export interface StringOptions extends Common {
   format?: string;
   /** Extra check beyond the pattern; returns a problem or null. */
   refine?: (value: string) => string | null;
+  /** What the document says `refine` checks, where a format or pattern can say it (JSON Schema keywords). */
+  documented?: JsonSchema;
 }
 
 export function string(options: StringOptions): Schema<string> {
@@ -53,6 +55,7 @@ export function string(options: StringOptions): Schema<string> {
   const json: JsonSchema = { type: 'string', minLength: min, maxLength: options.max };
   if (options.pattern) json.pattern = options.pattern.source;
   if (options.format) json.format = options.format;
+  Object.assign(json, options.documented);
   return {
     json: annotate(json, options),
     check(value, pointer, errors) {
