@@ -17,6 +17,27 @@ const problemSchema: JsonSchema = {
     detail: { type: 'string' },
     code: { type: 'string', enum: errorCodes },
     request_id: { type: 'string' },
+    conflicting_id: { type: 'integer', description: '409 for a name taken: the id of the resource that has it.' },
+    conflicting_rule_id: { type: 'integer', description: '409 for a port taken: the rule that holds it.' },
+    conflicting_tunnel_id: { type: 'integer', description: '409 for a port taken: the tunnel that holds it.' },
+    rule_ids: {
+      type: 'array',
+      items: { type: 'integer' },
+      description: '409 for a delete that rules still block (or a tunnel move they pin): those rules.',
+    },
+    tunnel_ids: {
+      type: 'array',
+      items: { type: 'integer' },
+      description: '409 for a node delete that tunnels still block: those tunnels.',
+    },
+    required_scope: { type: 'string', description: '403 insufficient_scope: the scope the call needs.' },
+    results: {
+      type: ['array', 'object'],
+      description:
+        'A batch (an array) or an import (an object of arrays per resource) refused as a whole: what would have ' +
+        'happened to each item.',
+    },
+    rule: { type: 'object', description: "502 from a sync: the rule as it stands, with the node's error." },
     errors: {
       type: 'array',
       items: {

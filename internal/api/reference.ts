@@ -10,6 +10,8 @@ import { openApiDocument } from './openapi.ts';
 import type { Route } from './route.ts';
 
 function typeOf(schema: JsonSchema): string {
+  const name = schemaName(schema);
+  if (name) return `[${name}](#${name.toLowerCase()})`;
   if (Array.isArray(schema.enum)) return (schema.enum as string[]).map((v) => `\`${v}\``).join(' | ');
   const types = ([] as unknown[]).concat(schema.type ?? 'any') as string[];
   return types
@@ -55,6 +57,24 @@ function fieldTable(schema: JsonSchema): string[] {
   return lines;
 }
 
+interface ResponseObject {
+  description: string;
+  content?: Record<string, { schema: JsonSchema }>;
+}
+
+/** The body of a response as a link to its schema below (or a type), or null when it has none. */
+function bodyOf(response: ResponseObject): string | null {
+  const [media, content] = Object.entries(response.content ?? {})[0] ?? [];
+  if (!media || !content) return null;
+  const name = schemaName(content.schema);
+  return name ? `[\`${name}\`](#${name.toLowerCase()}) (${media})` : `${typeOf(content.schema)} (${media})`;
+}
+
+function schemaName(schema: JsonSchema): string | null {
+  const ref = typeof schema.$ref === 'string' ? schema.$ref : null;
+  return ref ? ref.slice(ref.lastIndexOf('/') + 1) : null;
+}
+
 function anchor(method: string, path: string): string {
   return `${method} ${path}`
     .toLowerCase()
@@ -67,7 +87,10 @@ function accessOf(r: Route): string {
 }
 
 export function renderReference(routes: readonly Route[], intro: string): string {
-  const doc = openApiDocument(routes) as { paths: Record<string, Record<string, any>> };
+  const doc = openApiDocument(routes) as {
+    paths: Record<string, Record<string, any>>;
+    components: { schemas: Record<string, JsonSchema> };
+  };
   const out: string[] = [
     intro.trimEnd(),
     '',
@@ -154,9 +177,18 @@ export function renderReference(routes: readonly Route[], intro: string): string
     }
     if (r.body) out.push('Body:', '', ...fieldTable(r.body.json), '');
     out.push('Responses:', '');
-    for (const [status, response] of Object.entries(op.responses as Record<string, { description: string }>))
-      out.push(`- **${status}** ${response.description}`);
+    for (const [status, response] of Object.entries(op.responses as Record<string, ResponseObject>)) {
+      const body = bodyOf(response);
+      out.push(`- **${status}**${body ? ` ${body}:` : ''} ${response.description}`);
+    }
     out.push('');
+  }
+
+  out.push('## Schemas', '', 'Every body above, as the OpenAPI document names it.', '');
+  for (const [name, schema] of Object.entries(doc.components.schemas)) {
+    out.push(`### ${name}`, '');
+    if (schema.description) out.push(cell(schema.description), '');
+    out.push(...fieldTable(schema), '');
   }
   return `${out.join('\n').trimEnd()}\n`;
 }
