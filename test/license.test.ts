@@ -80,11 +80,18 @@ test('tampered, foreign, expired and garbage licenses are reported and fall back
 });
 
 test('the license tool makes a key pair and issues a license the master accepts', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'portplane-license-tool-'));
+  // Directories that do not exist yet: the tool makes them.
+  const dir = join(mkdtempSync(join(tmpdir(), 'portplane-license-tool-')), 'keys');
   const tool = (...args: string[]) =>
-    execFileSync(process.execPath, ['--import', 'tsx', 'cmd/license/main.ts', ...args], { encoding: 'utf8' });
+    execFileSync(process.execPath, ['--import', 'tsx', 'cmd/license/main.ts', ...args], {
+      encoding: 'utf8',
+      stdio: 'pipe',
+    });
   tool('keygen', dir);
-  const out = join(dir, 'license.json');
+  const firstKey = readFileSync(join(dir, 'license-private.pem'), 'utf8');
+  assert.throws(() => tool('keygen', dir), /exists already/, 'a key pair is never overwritten');
+  assert.equal(readFileSync(join(dir, 'license-private.pem'), 'utf8'), firstKey);
+  const out = join(dir, '..', 'data', 'license.json');
   tool(
     'issue',
     '--key',

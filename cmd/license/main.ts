@@ -4,8 +4,8 @@
 
 import { requireNode } from '../../internal/runtime/require-node.ts';
 import { randomUUID } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { generateLicenseKeys, issueLicense } from '../../internal/license/license.ts';
 import { formatTime } from '../../internal/schema/schema.ts';
 
@@ -40,7 +40,14 @@ const [command, ...rest] = process.argv.slice(2);
 if (command === 'keygen') {
   const dir = rest[0] ?? fail('keygen needs a directory');
   const keys = generateLicenseKeys();
-  writeFileSync(join(dir, 'license-private.pem'), keys.privateKeyPem, { mode: 0o600 });
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // Never over an existing key: the licenses it signed would no longer verify against a new public key.
+  try {
+    writeFileSync(join(dir, 'license-private.pem'), keys.privateKeyPem, { mode: 0o600, flag: 'wx' });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    fail(`${join(dir, 'license-private.pem')} exists already; move it away to make a new key pair`);
+  }
   writeFileSync(join(dir, 'license-public.pem'), keys.publicKeyPem);
   process.stdout.write(`wrote ${join(dir, 'license-private.pem')} and ${join(dir, 'license-public.pem')}\n`);
 } else if (command === 'issue') {
@@ -63,8 +70,10 @@ if (command === 'keygen') {
     readFileSync(keyPath, 'utf8'),
   );
   const out = opts.get('out');
-  if (out) writeFileSync(out, text);
-  else process.stdout.write(text);
+  if (out) {
+    mkdirSync(dirname(out), { recursive: true, mode: 0o700 });
+    writeFileSync(out, text);
+  } else process.stdout.write(text);
 } else {
   process.stdout.write(usage);
   process.exit(command === undefined || command === '--help' ? 0 : 2);
