@@ -242,6 +242,58 @@ async function controlPlane(): Promise<void> {
     met: page.rps >= 2500 && page.non2xx === 0,
   });
 
+  // 2p, 3p. The same reads against the peer a Node developer would write (bench/peer.ts: Fastify and
+  // better-sqlite3 over this master's database, the same token check), ids and pages at random,
+  // master and peer in turn three times; medians.
+  const peer = start(pinned(0, [node, '--import', 'tsx', 'bench/peer.ts', master.dataDir]));
+  const peerUrl = (await peer.waitFor('listening')).url as string;
+  const randomNode = `${bearer(master.token)}request = function()
+  return wrk.format(nil, "/api/nodes/" .. math.random(1, ${NODES}))
+end
+`;
+  const cursors = Array.from({ length: 200 }, () =>
+    Buffer.from(`id:${Math.floor(Math.random() * (NODES * RULES_PER_NODE - 100))}`).toString('base64url'),
+  );
+  const randomPage = `${bearer(master.token)}cursors = { ${cursors.map((c) => `"${c}"`).join(', ')} }
+request = function()
+  return wrk.format(nil, "/api/rules?limit=100&cursor=" .. cursors[math.random(1, #cursors)])
+end
+`;
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  for (const [id, what, lua, goal] of [
+    ['2p', 'GET /api/nodes/{id}, random ids, against the peer', randomNode, 1.3],
+    ['3p', 'GET /api/rules?limit=100, random pages, against the peer', randomPage, 1.25],
+  ] as const) {
+    const ours: number[] = [];
+    const theirs: number[] = [];
+    let failed = 0;
+    for (let rep = 0; rep < 3; rep++) {
+      const a = wrk(`${master.url}/`, { connections: 50, seconds: SECONDS, lua });
+      const b = wrk(`${peerUrl}/`, { connections: 50, seconds: SECONDS, lua });
+      ours.push(a.rps);
+      theirs.push(b.rps);
+      failed += a.non2xx + b.non2xx;
+    }
+    const value = median(ours);
+    const baseline = median(theirs);
+    record({
+      id,
+      scenario: what,
+      value,
+      unit: 'req/s',
+      peak_rss_mib: peak(master),
+      ceiling: baseline,
+      ratio: value / baseline,
+      target: `>= ${goal}x the peer`,
+      met: value / baseline >= goal && failed === 0,
+      note:
+        `master ${ours.map(Math.round).join(', ')}; peer (Fastify + better-sqlite3) ` +
+        `${theirs.map(Math.round).join(', ')} req/s; peer peak RSS ${memory(peer.child.pid!).peak} MiB; ` +
+        `${failed} non-2xx`,
+    });
+  }
+  await peer.stop();
+
   // 4. Creates: every request a new port on a node, durable commit and audit row each.
   const createLua = `${bearer(master.token, 'POST')}wrk.headers["Content-Type"] = "application/json"
 counter = 0

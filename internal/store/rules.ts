@@ -120,12 +120,11 @@ export class RuleStore {
     this.ports = new PortStore(db);
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE id = ?`);
     this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit`);
-    // Pages concatenate the JSON the triggers of migration 6 rendered: no per-row work at read time.
-    this.pageStmt = db.prepare(`WITH page AS (SELECT id FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit + 1),
-        shown AS (SELECT id FROM page ORDER BY id LIMIT :limit)
-      SELECT '[' || coalesce((SELECT group_concat(v.json,
-        ',' ORDER BY v.id) FROM shown JOIN rule_views v ON v.id = shown.id), '') || ']' AS items,
-        (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
+    // Pages are the JSON the triggers of migration 6 rendered, one row past the page to tell whether another
+    // follows: no per-row work at read time but a join. (Concatenating in SQL took twice as long: a
+    // group_concat in id order sorts in a temporary b-tree.)
+    this.pageStmt = db.prepare(`SELECT v.id, v.json FROM rules JOIN rule_views v ON v.id = rules.id
+      WHERE ${RULE_FILTER.replace('id > :after', 'rules.id > :after')} ORDER BY rules.id LIMIT :limit + 1`);
     this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
     this.insertStmt =
       db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled,
@@ -182,12 +181,10 @@ export class RuleStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
-    const row = this.pageStmt.get(this.filterParams(filter)) as {
-      items: string;
-      fetched: number;
-      last_id: number | null;
-    };
-    return { items: row.items, lastId: row.fetched > filter.limit ? row.last_id : null };
+    const rows = this.pageStmt.all(this.filterParams(filter)) as { id: number; json: string }[];
+    const more = rows.length > filter.limit;
+    if (more) rows.pop();
+    return { items: `[${rows.map((row) => row.json).join(',')}]`, lastId: more ? rows[rows.length - 1]!.id : null };
   }
 
   /** One rule as JSON text, with its version for the ETag. */

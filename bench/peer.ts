@@ -1,0 +1,100 @@
+// The peer the control-plane rows are measured against: the same two read endpoints, over the
+// master's own database file and with the same bearer-token check, written the way a Node
+// developer would reach for first (Fastify, better-sqlite3, rows mapped to objects, JSON
+// serialised by the framework). Run pinned like the master; prints {"msg":"listening","url"}.
+//   node --import tsx bench/peer.ts DATA_DIR
+
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import Fastify from 'fastify';
+
+const db = new Database(join(process.argv[2]!, 'master.db'), { readonly: true, fileMustExist: true });
+const tokenStmt = db.prepare(`SELECT t.scopes, t.expires_at, u.scopes AS user_scopes, u.disabled
+  FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.secret_hash = ?`);
+const nodeStmt = db.prepare('SELECT * FROM nodes WHERE id = ?');
+const rulesStmt = db.prepare('SELECT * FROM rules WHERE id > ? ORDER BY id LIMIT ?');
+
+interface TokenRow {
+  scopes: string;
+  expires_at: string | null;
+  user_scopes: string;
+  disabled: number;
+}
+
+function grants(scopes: string[], wanted: string): boolean {
+  return scopes.includes('*') || scopes.includes(wanted) || scopes.includes(wanted.replace(':read', ':write'));
+}
+
+const app = Fastify();
+
+app.addHook('onRequest', async (request, reply) => {
+  const token = /^Bearer (\S+)$/.exec(request.headers.authorization ?? '')?.[1];
+  const row = token ? (tokenStmt.get(createHash('sha256').update(token).digest()) as TokenRow | undefined) : undefined;
+  if (!row || row.disabled || (row.expires_at !== null && Date.parse(row.expires_at) <= Date.now()))
+    return reply.code(401).send({ code: 'unauthorized' });
+  const wanted = request.url.startsWith('/api/nodes') ? 'nodes:read' : 'rules:read';
+  const scopes = JSON.parse(row.scopes) as string[];
+  if (!grants(scopes, wanted) || !grants(JSON.parse(row.user_scopes) as string[], wanted))
+    return reply.code(403).send({ code: 'insufficient_scope' });
+});
+
+app.get<{ Params: { id: string } }>('/api/nodes/:id', async (request, reply) => {
+  const row = nodeStmt.get(Number(request.params.id)) as Record<string, any> | undefined;
+  if (!row) return reply.code(404).send({ code: 'not_found' });
+  reply.header('ETag', `W/"${row.version}"`);
+  return {
+    id: row.id,
+    name: row.name,
+    host: row.host,
+    ssh_port: row.ssh_port,
+    ssh_user: row.ssh_user,
+    ssh_auth: row.ssh_auth,
+    tags: JSON.parse(row.tags),
+    status: row.status,
+    status_detail: row.status_detail,
+    agent_version: row.agent_version,
+    last_seen_at: row.last_seen_at,
+    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
+    install: { started_at: row.install_started_at, finished_at: row.install_finished_at, log_tail: row.install_log },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+});
+
+app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', async (request) => {
+  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
+  const after = request.query.cursor
+    ? Number(Buffer.from(request.query.cursor, 'base64url').toString().slice('id:'.length))
+    : 0;
+  const rows = rulesStmt.all(after, limit + 1) as Record<string, any>[];
+  const items = rows.slice(0, limit).map((row) => ({
+    id: row.id,
+    name: row.name,
+    node_id: row.node_id,
+    tunnel_id: row.tunnel_id,
+    protocol: row.protocol,
+    listen_port: row.listen_port,
+    targets: JSON.parse(row.targets),
+    strategy: row.strategy,
+    enabled: row.enabled === 1,
+    sync: {
+      state: row.sync_state,
+      error: row.sync_error === null ? null : JSON.parse(row.sync_error),
+      applied_at: row.sync_applied_at,
+    },
+    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  }));
+  const last = items[items.length - 1];
+  return {
+    items,
+    next_cursor: rows.length > limit && last ? Buffer.from(`id:${last.id}`).toString('base64url') : null,
+  };
+});
+
+const url = await app.listen({ host: '127.0.0.1', port: 0 });
+console.log(JSON.stringify({ msg: 'listening', url }));
