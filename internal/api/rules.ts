@@ -109,7 +109,7 @@ export const ruleSchema = record('Rule', {
 /** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
 export function ruleReferenceErrors(app: App, fields: RuleFields, prefix = '#'): FieldError[] {
   const errors: FieldError[] = [];
-  if (!app.store.nodes.find(fields.node_id))
+  if (!app.store.nodes.exists(fields.node_id))
     errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
   if (fields.tunnel_id !== null) {
     const tunnel = app.store.tunnels.find(fields.tunnel_id);

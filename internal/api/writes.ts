@@ -74,12 +74,12 @@ export class Effects {
 
   /** Runs `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
   attempt<T>(fn: () => T): T {
-    const nodes = new Set(this.nodes);
+    // Touched nodes only ever grow, in insertion order: what `fn` touched is what came after `before`.
+    const before = this.nodes.size;
     try {
       return this.app.store.db.savepoint(fn);
     } catch (error) {
-      this.nodes.clear();
-      for (const id of nodes) this.nodes.add(id);
+      for (const id of [...this.nodes].slice(before)) this.nodes.delete(id);
       throw error;
     }
   }

@@ -99,6 +99,7 @@ export interface NodeFilter {
 
 export class NodeStore {
   private readonly byId;
+  private readonly existsStmt;
   private readonly byName;
   private readonly listStmt;
   private readonly pageStmt;
@@ -121,6 +122,7 @@ export class NodeStore {
 
   constructor(db: Database) {
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
+    this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
     this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit`);
     this.pageStmt = db.prepare(`WITH page AS (SELECT * FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit + 1),
@@ -160,6 +162,10 @@ export class NodeStore {
     this.installEndStmt = db.prepare(
       'UPDATE nodes SET status = :status, status_detail = :detail, install_finished_at = :at WHERE id = :id',
     );
+  }
+
+  exists(id: number): boolean {
+    return this.existsStmt.get(id) !== undefined;
   }
 
   find(id: number): Node | undefined {

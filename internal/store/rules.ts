@@ -130,7 +130,7 @@ export class RuleStore {
       db.prepare(`INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled,
         created_at, updated_at)
       VALUES (:name, :node_id, :tunnel_id, :protocol, :listen_port, :targets, :strategy, :enabled, :at,
-        :at) RETURNING id`);
+        :at) RETURNING ${COLUMNS}`);
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
         listen_port = :listen_port, targets = :targets, strategy = :strategy, enabled = :enabled,
@@ -218,9 +218,9 @@ export class RuleStore {
   insert(fields: RuleFields, at: string): Rule {
     const holder = this.portHolder(fields);
     if (holder) throw portTaken(holder, fields.listen_port);
-    const { id } = this.insertStmt.get(this.params(fields, at)) as { id: number };
-    this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
-    return this.find(id)!;
+    const rule = toRule(this.insertStmt.get(this.params(fields, at)) as unknown as Row);
+    this.ports.claimForRule(rule.id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
+    return rule;
   }
 
   /** Throws `conflict` naming the holder when the port is taken. */
