@@ -32,6 +32,8 @@ const NODES = 10_000;
 const RULES_PER_NODE = 10;
 const ADMIN_PASSWORD = 'bench-admin-password';
 const node = process.execPath;
+/** How deploy/portplane-master.service and npm start run the master. */
+const MASTER_FLAGS = ['--max-semi-space-size=4'];
 const work = mkdtempSync(join(tmpdir(), 'portplane-bench-'));
 
 function record(row: Row): void {
@@ -119,7 +121,17 @@ async function startMaster(dataDir: string): Promise<Master> {
     ),
   );
   const proc = start(
-    pinned(0, [node, 'dist/master.mjs', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--license-key', publicKey]),
+    pinned(0, [
+      node,
+      ...MASTER_FLAGS,
+      'dist/master.mjs',
+      '--listen',
+      '127.0.0.1:0',
+      '--data-dir',
+      dataDir,
+      '--license-key',
+      publicKey,
+    ]),
     { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
   );
   const url = (await proc.waitFor('listening')).url as string;
@@ -395,6 +407,7 @@ end
   const again = start(
     pinned(0, [
       node,
+      ...MASTER_FLAGS,
       'dist/master.mjs',
       '--listen',
       '127.0.0.1:0',
@@ -437,6 +450,19 @@ end
     met: null,
   });
   const restarted: Master = { ...master, proc: again, url };
+
+  // 8d. Memory under read load, in a master that has done nothing else since it started.
+  wrk(`${url}/`, { connections: 50, seconds: SECONDS, lua: randomNode });
+  wrk(`${url}/`, { connections: 50, seconds: SECONDS, lua: randomPage });
+  const underLoad = memory(again.child.pid!).peak;
+  record({
+    id: '8d',
+    scenario: 'master peak RSS since start, through GET-by-id and list-of-100 loads (random ids and pages)',
+    value: underLoad,
+    unit: 'MiB',
+    target: '<= 150 MiB',
+    met: underLoad <= 150,
+  });
 
   // 5. Live reads while bulk work runs.
   const quiet = wrk(`${url}/api/nodes/42`, { connections: 10, seconds: SECONDS, lua: bearer(master.token) });
