@@ -1,6 +1,8 @@
 // Light clients speaking the real agent protocol, for the sync fan-out benchmark: each links
-// with its node's token and acknowledges every config as applied. Prints one JSON line when
-// all have linked, and one when all have acknowledged a config newer than their first.
+// with its node's token and acknowledges every config as applied, and links again (after a
+// jittered wait, as real agents do) when its link drops. Prints one JSON line when all have
+// linked, one when all have acknowledged a config pushed after their first, and one when all
+// have linked again after losing their link.
 // Usage: node --import tsx bench/fake-agents.ts MASTER_URL TOKENS_FILE
 
 import { request } from 'node:http';
@@ -14,6 +16,9 @@ const firstVersion = new Map<number, number>();
 const updated = new Set<number>();
 let linked = 0;
 let started = 0;
+/** Agents whose link dropped and that have not linked again yet. */
+const lost = new Set<number>();
+let relinking = false;
 
 function link(index: number, token: string): void {
   const req = request(`${masterUrl}${LINK_PATH}`, {
@@ -24,11 +29,24 @@ function link(index: number, token: string): void {
       'X-Agent-Version': 'fake',
     },
     agent: false,
+    // A master going down may take the connection and never answer: give up and try again, as real agents do.
+    timeout: 5_000,
   });
+  req.on('timeout', () => req.destroy(new Error('timed out')));
   req.on('upgrade', (_res, socket: Socket, head: Buffer) => {
     if (head.length > 0) socket.unshift(head);
     linked += 1;
     if (linked === tokens.length) console.log(JSON.stringify({ msg: 'linked', count: linked }));
+    if (lost.delete(index) && relinking && lost.size === 0) {
+      relinking = false;
+      console.log(JSON.stringify({ msg: 'all relinked', at: performance.timeOrigin + performance.now() }));
+    }
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      relinking = true;
+      lost.add(index);
+      setTimeout(() => link(index, token), 500 * (0.5 + Math.random() / 2));
+    });
     readMessages(
       socket,
       (message) => {
@@ -41,8 +59,9 @@ function link(index: number, token: string): void {
           version,
           results: rules.map((r) => ({ id: r.id, state: 'applied', error: null })),
         });
+        // The first config comes with the link; any later one is a change pushed to this agent.
         if (!firstVersion.has(index)) firstVersion.set(index, version);
-        else if (version > firstVersion.get(index)! && !updated.has(index)) {
+        else if (!updated.has(index)) {
           updated.add(index);
           if (updated.size === tokens.length)
             console.log(JSON.stringify({ msg: 'all acknowledged', at: performance.timeOrigin + performance.now() }));
@@ -51,7 +70,14 @@ function link(index: number, token: string): void {
       MASTER_LINE_BYTES,
     );
   });
-  req.on('error', (error) => console.log(JSON.stringify({ msg: 'link failed', error: error.message })));
+  req.on('error', () => {
+    // The master is away (restarting): try again shortly, as a real agent would.
+    if (lost.has(index)) setTimeout(() => link(index, token), 500 * (0.5 + Math.random() / 2));
+    else console.log(JSON.stringify({ msg: 'link failed', index }));
+  });
+  req.on('response', () => {
+    if (lost.has(index)) setTimeout(() => link(index, token), 1000);
+  });
   req.end();
 }
 
