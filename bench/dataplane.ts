@@ -41,13 +41,19 @@ async function tcpStreams(port: number, streams: number, bytes: number): Promise
       const socket = connect({ host: '127.0.0.1', port });
       try {
         await once(socket, 'connect');
+        const closed = once(socket, 'close').then(
+          () => undefined,
+          () => undefined,
+        );
         let sent = 0;
         while (sent < bytes) {
           sent += chunk.length;
-          if (!socket.write(chunk)) await once(socket, 'drain');
+          // A relay that drops the connection mid-write must count as a failure, not hang the run.
+          if (!socket.write(chunk)) await Promise.race([once(socket, 'drain'), closed]);
+          if (socket.destroyed) throw new Error('the relay closed the connection');
         }
         socket.end();
-        await once(socket, 'close');
+        await closed;
         delivered += bytes;
       } catch {
         // A reset stream counts as failed; only delivered bytes count towards throughput.

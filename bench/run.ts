@@ -586,7 +586,7 @@ async function fanOut(): Promise<void> {
     peak_rss_mib: memory(again.child.pid!).peak,
     target: 'information',
     met: null,
-    note: 'from the new process starting; agents retry after a jittered 0.25-0.5 s and give up on a silent attempt after 5 s',
+    note: 'from the new process starting; agents retry after a jittered 0.25-0.5 s, give up on a silent try after 5 s',
   });
   await fleet.stop();
   await again.stop();
@@ -746,7 +746,8 @@ async function dataPlane(): Promise<void> {
     ['100 streams', 100, manyStreams],
   ] as const) {
     const relay = load('tcp', 41001, streams, bytes).mib_per_s;
-    const tunnelled = load('tcp', 31004, streams, bytes).mib_per_s;
+    const through = load('tcp', 31004, streams, bytes);
+    const tunnelled = through.mib_per_s;
     record({
       id: label === '1 stream' ? '11a' : '11b',
       scenario: `TCP through a tunnel (entry agent -> TLS -> exit agent), ${label}`,
@@ -757,7 +758,9 @@ async function dataPlane(): Promise<void> {
       ratio: tunnelled / relay,
       target: 'reported beside the direct relay',
       met: null,
-      note: `direct relay ${Math.round(relay)} MiB/s in the same run; both agents share CPU 0; RSS is both agents'`,
+      note:
+        `direct relay ${Math.round(relay)} MiB/s in the same run; ${through.failed} of ${streams} streams failed; ` +
+        `both agents share CPU 0; RSS is both agents'`,
     });
   }
   const relayRateAgain = load('connrate', 41001, 3, 10).per_second;

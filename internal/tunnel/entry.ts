@@ -14,6 +14,7 @@ import {
   MAX_UDP_BACKLOG,
   MIN_TLS,
   peerRefusal,
+  SESSION_MEMORY_MB,
   SESSION_WINDOW,
   streamPath,
   type TunnelView,
@@ -217,6 +218,7 @@ export class TunnelEntry {
     const session = h2Connect(`https://${host.includes(':') ? `[${host}]` : host}:${port}`, {
       createConnection: () => socket,
       settings: h2Settings,
+      maxSessionMemory: SESSION_MEMORY_MB,
     });
     let why = 'the session to the exit node closed';
     session.on('error', (error) => (why = `the session to the exit node failed: ${error.message}`));

@@ -18,6 +18,7 @@ import {
   MIN_TLS,
   parseStreamPath,
   peerRefusal,
+  SESSION_MEMORY_MB,
   SESSION_WINDOW,
   type TunnelView,
 } from './wire.ts';
@@ -129,7 +130,7 @@ export class TunnelExit {
       socket.destroy();
       return this.refuse(`refused a peer from ${from}: ${refusal}`);
     }
-    const session = performServerHandshake(socket, { settings: h2Settings });
+    const session = performServerHandshake(socket, { settings: h2Settings, maxSessionMemory: SESSION_MEMORY_MB });
     this.sessions.add(session);
     if (this.sessions.size > MAX_SESSIONS) [...this.sessions][0]!.destroy();
     try {

@@ -28,6 +28,12 @@ export function parseStreamPath(path: unknown): { kind: 'tcp' | 'udp'; ruleId: n
 export const STREAM_WINDOW = 1024 * 1024;
 export const SESSION_WINDOW = 32 * 1024 * 1024;
 export const h2Settings = { initialWindowSize: STREAM_WINDOW, maxConcurrentStreams: 10_000 };
+/**
+ * What a session may hold in memory, in MB, before Node refuses new streams: room for a full
+ * session window and then some. At Node's default (10 MB) a busy tunnel whose exit lags
+ * refused new connections while data in flight was within the windows it had granted.
+ */
+export const SESSION_MEMORY_MB = 2 * (SESSION_WINDOW / (1024 * 1024));
 
 /** Why the peer on `socket` is not the one pinned, or null when it is. */
 export function peerRefusal(socket: TLSSocket, pin: string): string | null {
