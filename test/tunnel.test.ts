@@ -391,3 +391,35 @@ test('a client through a tunnel whose targets all refuse is closed, as a direct 
   await new Promise((resolve) => socket.on('close', resolve));
   assert.deepEqual(received, []);
 });
+
+test("the exit's own results: a taken port fails the tunnel's rules, an unresolvable target its rule", async (t) => {
+  const keys = selfSigned([], { commonName: 'exit' });
+  const peer = pinOf(selfSigned([], { commonName: 'entry' }).cert);
+  const rule = (id: number, target: string) => ({
+    id,
+    protocol: 'tcp' as const,
+    targets: [target],
+    strategy: 'round_robin' as const,
+    enabled: true,
+  });
+  const rules = [rule(1, '127.0.0.1:80'), rule(2, 'no-such-host.invalid:80')];
+  const blocker = createServer().listen(0, '127.0.0.1');
+  await once(blocker, 'listening');
+  t.after(() => blocker.close());
+  const end = { id: 3, role: 'exit' as const, host: null, ...keys, peer_pin: peer, rules };
+  const exit = new Forwarder('127.0.0.1');
+  t.after(() => exit.close());
+  const outcome = async (port: number) =>
+    (await exit.apply([], [{ ...end, port }])).map((r) => [r.id, r.state, r.error?.code ?? null]);
+  assert.deepEqual(await outcome((blocker.address() as AddressInfo).port), [
+    [1, 'failed', 'port_in_use'],
+    [2, 'failed', 'port_in_use'],
+  ]);
+  const free = await freePort();
+  for (let i = 0; i < 2; i++) {
+    assert.deepEqual(await outcome(free), [
+      [1, 'applied', null],
+      [2, 'failed', 'target_unresolvable'],
+    ]);
+  }
+});

@@ -137,13 +137,15 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       () => tlsIdentityFor(config),
     );
     // Tunnels made before tunnels forwarded have no key pairs yet.
-    store.write(() => {
-      for (const id of store.tunnels.keyless())
-        store.tunnels.setKeys(
-          id,
-          issueTunnelKeys(id, (key) => box.seal(key)),
-        );
-    });
+    const keyless = store.tunnels.keyless();
+    if (keyless.length > 0)
+      store.write(() => {
+        for (const id of keyless)
+          store.tunnels.setKeys(
+            id,
+            issueTunnelKeys(id, (key) => box.seal(key)),
+          );
+      });
     const clock = new Clock(now);
     const settings = new Settings(store);
     const sync = new SyncHub();

@@ -101,6 +101,8 @@ interface Exit {
   exit: TunnelExit;
   /** Why it does not listen, when it does not. */
   failure: NodeJS.ErrnoException | null;
+  /** Rules whose targets resolved, by id, with the targets they had: resolved again only when those change. */
+  resolved: Map<number, string>;
 }
 
 export class Forwarder {
@@ -145,8 +147,8 @@ export class Forwarder {
         });
       } else results.push(await this.start(rule));
     }
-    for (const { end, failure } of this.exits.values()) {
-      for (const rule of end.rules) results.push(await this.exitResult(end, rule, failure));
+    for (const exit of this.exits.values()) {
+      for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
     }
     return results;
   }
@@ -190,11 +192,13 @@ export class Forwarder {
       if (known) {
         known.end = end;
         known.exit.setRules(rules);
+        const ids = new Set(rules.map((rule) => rule.id));
+        for (const id of known.resolved.keys()) if (!ids.has(id)) known.resolved.delete(id);
         continue;
       }
       const exit = new TunnelExit(end, () => this.onTunnelChange());
       exit.setRules(rules);
-      const opened: Exit = { end, exit, failure: null };
+      const opened: Exit = { end, exit, failure: null, resolved: new Map() };
       this.exits.set(end.id, opened);
       try {
         await exit.listen(this.host);
@@ -206,11 +210,8 @@ export class Forwarder {
     this.onTunnelChange();
   }
 
-  private async exitResult(
-    end: TunnelEnd,
-    rule: TunnelEnd['rules'][number],
-    failure: NodeJS.ErrnoException | null,
-  ): Promise<RuleResult> {
+  /** What the exit does with a rule of its tunnel; like a direct rule's listener, its targets are resolved once. */
+  private async exitResult({ end, failure, resolved }: Exit, rule: TunnelEnd['rules'][number]): Promise<RuleResult> {
     if (failure) {
       return {
         id: rule.id,
@@ -218,12 +219,16 @@ export class Forwarder {
         error: bindError(failure, { listen_port: end.port, protocol: 'tcp' }, `tunnel ${end.id}'s exit `),
       };
     }
-    if (rule.enabled && !(await resolvable(parseTargets(rule.targets)))) {
-      return {
-        id: rule.id,
-        state: 'failed',
-        error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the exit node`),
-      };
+    const targets = rule.targets.join(',');
+    if (rule.enabled && resolved.get(rule.id) !== targets) {
+      if (!(await resolvable(parseTargets(rule.targets)))) {
+        return {
+          id: rule.id,
+          state: 'failed',
+          error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the exit node`),
+        };
+      }
+      resolved.set(rule.id, targets);
     }
     return { id: rule.id, state: 'applied', error: null };
   }
