@@ -104,6 +104,41 @@ const keys = generateLicenseKeys();
 const publicKey = join(work, 'license-public.pem');
 writeFileSync(publicKey, keys.publicKeyPem);
 
+/** The bundled master on CPU 0, run as the systemd unit runs it. */
+function masterProcess(dataDir: string, listen: string, env: NodeJS.ProcessEnv = {}): Running {
+  return start(
+    pinned(0, [
+      node,
+      ...MASTER_FLAGS,
+      'dist/master.mjs',
+      '--listen',
+      listen,
+      '--data-dir',
+      dataDir,
+      '--license-key',
+      publicKey,
+    ]),
+    env,
+  );
+}
+
+/** The bundled agent on CPU 0, with a state dir of its own under the run's work dir. */
+function agentProcess(masterUrl: string, stateDir: string, token: string): Running {
+  return start(
+    pinned(0, [
+      node,
+      'dist/agent.mjs',
+      '--master',
+      masterUrl,
+      '--state-dir',
+      join(work, stateDir),
+      '--listen-host',
+      '127.0.0.1',
+    ]),
+    { AGENT_TOKEN: token },
+  );
+}
+
 async function startMaster(dataDir: string): Promise<Master> {
   mkdirSync(dataDir, { recursive: true });
   writeFileSync(
@@ -120,20 +155,7 @@ async function startMaster(dataDir: string): Promise<Master> {
       keys.privateKeyPem,
     ),
   );
-  const proc = start(
-    pinned(0, [
-      node,
-      ...MASTER_FLAGS,
-      'dist/master.mjs',
-      '--listen',
-      '127.0.0.1:0',
-      '--data-dir',
-      dataDir,
-      '--license-key',
-      publicKey,
-    ]),
-    { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
-  );
+  const proc = masterProcess(dataDir, '127.0.0.1:0', { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD });
   const url = (await proc.waitFor('listening')).url as string;
   const login = await api(url, null, 'POST', '/api/auth/login', { username: 'admin', password: ADMIN_PASSWORD });
   await api(url, login.token, 'PATCH', '/api/settings', { write_budget_per_minute: 0 });
@@ -404,19 +426,7 @@ end
   // 8. Start-up with the seeded data, and idle memory.
   await master.proc.stop();
   const startedAt = performance.now();
-  const again = start(
-    pinned(0, [
-      node,
-      ...MASTER_FLAGS,
-      'dist/master.mjs',
-      '--listen',
-      '127.0.0.1:0',
-      '--data-dir',
-      master.dataDir,
-      '--license-key',
-      publicKey,
-    ]),
-  );
+  const again = masterProcess(master.dataDir, '127.0.0.1:0');
   const url = (await again.waitFor('listening')).url as string;
   await api(url, master.token, 'GET', '/api/nodes/1');
   const startup = performance.now() - startedAt;
@@ -564,19 +574,7 @@ async function fanOut(): Promise<void> {
   const port = new URL(master.url).port;
   await master.proc.stop();
   const restartedAt = performance.timeOrigin + performance.now();
-  const again = start(
-    pinned(0, [
-      node,
-      ...MASTER_FLAGS,
-      'dist/master.mjs',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--data-dir',
-      master.dataDir,
-      '--license-key',
-      publicKey,
-    ]),
-  );
+  const again = masterProcess(master.dataDir, `127.0.0.1:${port}`);
   const relinked = (await fleet.waitFor('all relinked', 120_000)).at as number;
   record({
     id: '7b',
@@ -598,19 +596,7 @@ async function dataPlane(): Promise<void> {
   const nodeRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'relay', host: '127.0.0.1' });
   const sink = start(pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink']));
   const ports = await sink.waitFor('sink');
-  const agent = start(
-    pinned(0, [
-      node,
-      'dist/agent.mjs',
-      '--master',
-      master.url,
-      '--state-dir',
-      join(work, 'agent-state'),
-      '--listen-host',
-      '127.0.0.1',
-    ]),
-    { AGENT_TOKEN: nodeRecord.agent_token },
-  );
+  const agent = agentProcess(master.url, 'agent-state', nodeRecord.agent_token);
   await agent.waitFor('linked to the master');
   const tcpRule = await api(master.url, master.token, 'POST', '/api/rules', {
     name: 'tcp',
@@ -630,19 +616,7 @@ async function dataPlane(): Promise<void> {
   // CPU) the exit, which dials the sink. Ports below the ephemeral range, so the load's own
   // connections never hold them.
   const exitRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'exit', host: '127.0.0.1' });
-  const exitAgent = start(
-    pinned(0, [
-      node,
-      'dist/agent.mjs',
-      '--master',
-      master.url,
-      '--state-dir',
-      join(work, 'exit-state'),
-      '--listen-host',
-      '127.0.0.1',
-    ]),
-    { AGENT_TOKEN: exitRecord.agent_token },
-  );
+  const exitAgent = agentProcess(master.url, 'exit-state', exitRecord.agent_token);
   await exitAgent.waitFor('linked to the master');
   const tunnel = await api(master.url, master.token, 'POST', '/api/tunnels', {
     name: 'bench',
