@@ -336,3 +336,36 @@ test('an agent speaks only for its own tunnel ends: status and results for other
   entry.socket.destroy();
   exit.socket.destroy();
 });
+
+test("a tunnel's keys go with its nodes; a new address for the exit reaches the entry", async (t) => {
+  const m = await startMaster(t);
+  const [a, b, c] = [await node(m, 'a'), await node(m, 'b'), await node(m, 'c')];
+  const body = { name: 'ab', entry_node_id: a.id, exit_node_id: b.id };
+  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body })).body;
+  const keysOf = () => m.app.store.tunnels.endsOf(a.id)[0]!;
+  const versionOf = (id: number) => m.app.store.nodes.find(id)!.config_version;
+  const first = keysOf();
+
+  const renamed = await call(m.url, 'PUT', `/api/tunnels/${tunnel.id}`, {
+    token: m.admin,
+    body: { ...body, name: 'ab2' },
+  });
+  assert.equal(renamed.status, 200);
+  assert.equal(keysOf().exit_cert, first.exit_cert, 'a rename keeps the keys');
+
+  const entryBefore = versionOf(a.id);
+  const moved = await call(m.url, 'PUT', `/api/nodes/${b.id}`, {
+    token: m.admin,
+    body: { name: 'b', host: '198.51.100.7' },
+  });
+  assert.equal(moved.status, 200, JSON.stringify(moved.body));
+  assert.ok(versionOf(a.id) > entryBefore, "the entry is sent the exit node's new address");
+  assert.equal(keysOf().exit_host, '198.51.100.7');
+
+  const toC = { ...body, name: 'ab2', exit_node_id: c.id };
+  assert.equal((await call(m.url, 'PUT', `/api/tunnels/${tunnel.id}`, { token: m.admin, body: toC })).status, 200);
+  const second = keysOf();
+  assert.notEqual(second.exit_cert, first.exit_cert, 'a tunnel moved to another exit gets new key pairs');
+  assert.notEqual(second.entry_cert, first.entry_cert);
+  assert.deepEqual(m.app.store.tunnels.endsOf(b.id), [], 'the old exit holds no end of it any more');
+});
