@@ -67,7 +67,7 @@ export class TunnelExit {
       handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
     });
     this.server.maxConnections = MAX_CONNECTIONS;
-    this.server.on('secureConnection', (socket) => this.accept(socket));
+    this.server.on('secureConnection', (socket) => this.guarded(socket, () => this.accept(socket)));
     this.server.on('tlsClientError', (error, socket) => {
       this.refuse(`a TLS handshake from ${socket.remoteAddress ?? 'a peer that left'} failed: ${error.message}`);
       socket.destroy();
@@ -122,6 +122,19 @@ export class TunnelExit {
     this.report({ error: `${why} (${new Date().toISOString()})` });
   }
 
+  /**
+   * Runs a handler of something a peer opened; whatever it throws ends that connection or
+   * stream and is noted on the tunnel, never the agent.
+   */
+  private guarded(opened: { destroy(): void }, handle: () => void): void {
+    try {
+      handle();
+    } catch (error) {
+      opened.destroy();
+      this.refuse(`dropped a connection that failed: ${(error as Error)?.message ?? String(error)}`);
+    }
+  }
+
   private accept(socket: TLSSocket): void {
     const from = socket.remoteAddress ?? 'unknown';
     socket.on('error', () => socket.destroy());
@@ -140,7 +153,7 @@ export class TunnelExit {
     }
     this.report({ state: 'up', error: null });
     session.on('error', (error) => this.refuse(`the session from ${from} failed: ${error.message}`));
-    session.on('stream', (stream, headers) => this.stream(stream, headers, from));
+    session.on('stream', (stream, headers) => this.guarded(stream, () => this.stream(stream, headers, from)));
     session.on('close', () => {
       this.sessions.delete(session);
       if (this.sessions.size === 0)
