@@ -148,3 +148,37 @@ test('agents receive the data-plane settings with their config, and again when t
   assert.deepEqual([pushed.tcp_idle_timeout_seconds, pushed.max_connections_per_source], [120, 8]);
   raw.socket.destroy();
 });
+
+test('during an import, agents wait their turn: their reports and new links are written after it', async (t) => {
+  const m = await startMaster(t);
+  const a = await node(m, 'edge-a');
+  const b = await node(m, 'edge-b');
+  const r = (await rule(m, { node_id: a.id, listen_port: 80 })).body;
+  const first = (await link(m, a.agent_token)) as RawLink;
+  await first.next('config');
+
+  // A long write that runs till the test ends it, yielding as an import does.
+  let done = false;
+  const holding = m.app.store.db.longWrite(async (step) => {
+    while (!done) await (step() ?? undefined);
+  });
+  const at = Math.floor(Date.now() / 1000);
+  send(first.socket, { type: 'traffic', stream: 's', seq: 1, at, rules: [{ id: r.id, bytes_in: 7, bytes_out: 9 }] });
+  let acknowledged = false;
+  const ack = first.next('traffic_ack').then(() => (acknowledged = true));
+  const linking = link(m, b.agent_token);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.equal(acknowledged, false, 'the report waits');
+  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 0, bytes_out: 0 }, 'reads are answered meanwhile');
+  assert.equal((await call(m.url, 'GET', `/api/nodes/${b.id}`, { token: m.admin })).body.status, 'new');
+
+  done = true;
+  await holding;
+  await ack;
+  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 7, bytes_out: 9 });
+  const second = (await linking) as RawLink;
+  await second.next('config');
+  assert.equal((await call(m.url, 'GET', `/api/nodes/${b.id}`, { token: m.admin })).body.status, 'online');
+  first.socket.destroy();
+  second.socket.destroy();
+});

@@ -119,6 +119,62 @@ test('a write inside a write is a unit of its own: its failure undoes only itsel
   assert.deepEqual(names(), ['after', 'outer']);
 });
 
+test('a long write spans turns; meanwhile reads see the last commit and writes wait for it', async (t) => {
+  const { db, names, put } = open(t);
+  const keys = () => (db.prepare('SELECT key FROM settings ORDER BY key').all() as { key: string }[]).map((r) => r.key);
+  db.write(() => put('before'));
+  const order: string[] = [];
+  let turns = 0;
+  const writing = db.longWrite(async (step) => {
+    assert.deepEqual(names(), ['before'], 'the batch open when it starts is committed first');
+    for (let i = 0; turns < 3; i++) {
+      put(`bulk-${String(i).padStart(5, '0')}`);
+      const turnEnds = step();
+      if (turnEnds) {
+        turns += 1;
+        await turnEnds;
+      }
+    }
+    assert.equal(keys().length > 1, true, 'inside, its own changes are seen');
+    return 'done';
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(db.writesHeld, true);
+  assert.deepEqual(keys(), ['before'], 'outside, nothing of it is seen');
+  assert.throws(() => db.write(() => put('now')), /wait for writable/);
+  db.whenWritable(() => order.push('deferred 1'));
+  db.whenWritable(() => order.push('deferred 2'));
+  const waited = db.writable().then(() => order.push('writable'));
+  assert.deepEqual(order, []);
+  assert.equal(await writing, 'done');
+  await waited;
+  assert.deepEqual(order, ['deferred 1', 'deferred 2', 'writable']);
+  assert.equal(db.writesHeld, false);
+  assert.equal(turns, 3);
+  assert.equal(keys().length, names().length, 'committed: seen everywhere');
+  db.write(() => put('after'));
+  await db.committed();
+  assert.deepEqual(names().slice(0, 2), ['after', 'before'], 'and writes go on as before');
+});
+
+test('a long write that throws, or is a dry run, leaves nothing', async (t) => {
+  const { db, names, put } = open(t);
+  await assert.rejects(
+    db.longWrite(async (step) => {
+      put('a');
+      await (step() ?? Promise.resolve());
+      throw new Error('item 2 is wrong');
+    }),
+    /item 2 is wrong/,
+  );
+  assert.equal(await db.longWrite(async () => (put('b'), 'previewed'), { commit: false }), 'previewed');
+  assert.deepEqual(names(), []);
+  assert.equal(db.writesHeld, false);
+  db.write(() => put('c'));
+  await db.committed();
+  assert.deepEqual(names(), ['c']);
+});
+
 test('migrations are frozen text: none is built from code that could change', async () => {
   const source = (await import('node:fs')).readFileSync('internal/store/migrations.ts', 'utf8');
   assert.doesNotMatch(source, /\$\{/, 'no interpolation in a migration');

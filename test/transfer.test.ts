@@ -170,3 +170,68 @@ test("an import respects the license's node limit: nothing is created past it", 
   assert.match(answer.body.errors[0].detail, /free license allows 5 nodes/);
   assert.equal(snapshot(m), before);
 });
+
+test('during a large import the API answers, sees none of it, and other writes wait their turn', async (t) => {
+  const m = await startMaster(t);
+  const rules = ['bulk-a', 'bulk-b'].flatMap((node) =>
+    Array.from({ length: 2000 }, (_, i) => ({
+      name: `${node}-${i}`,
+      node,
+      tunnel: null,
+      protocol: 'tcp',
+      listen_port: 20_000 + i,
+      targets: [`10.1.${i >> 8}.${i & 255}:80`],
+      strategy: 'round_robin',
+      enabled: true,
+    })),
+  );
+  const doc = {
+    format: 'portplane-export',
+    version: 1,
+    nodes: ['bulk-a', 'bulk-b'].map((name) => ({
+      name,
+      host: `${name}.example.net`,
+      ssh_port: 22,
+      ssh_user: 'root',
+      tags: [],
+    })),
+    tunnels: [],
+    rules,
+  };
+  let imported = false;
+  const importing = call(m.url, 'POST', '/api/import', { token: m.admin, body: doc }).then((answer) => {
+    imported = true;
+    return answer;
+  });
+  // Reads and a write sent while the import is being written.
+  const seen: number[] = [];
+  let writeSent = false;
+  let write: Promise<Awaited<ReturnType<typeof call>>> | undefined;
+  while (!imported) {
+    const dashboard = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
+    if (imported) break;
+    seen.push(dashboard.body.rules.total);
+    if (m.app.store.db.writesHeld && !writeSent) {
+      writeSent = true;
+      write = call(m.url, 'POST', '/api/nodes', {
+        token: m.admin,
+        body: { name: 'during', host: 'during.example.net' },
+      });
+    }
+  }
+  const answer = await importing;
+  assert.equal(answer.status, 200, JSON.stringify(answer.body).slice(0, 300));
+  assert.equal(writeSent, true, 'the import was still being written when a read came back');
+  // A read may come back after the commit and before the import's own answer: then it sees all of it.
+  assert.deepEqual(
+    seen.filter((total) => total !== 0 && total !== 4000),
+    [],
+    'no read saw part of the import',
+  );
+  assert.ok(seen.filter((total) => total === 0).length >= 2, `reads answered during the import: ${seen}`);
+  const created = await write!;
+  assert.equal(created.status, 201, 'a write sent during the import is made after it');
+  const after = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
+  assert.equal(after.rules.total, 4000);
+  assert.equal(after.nodes.total, 3);
+});

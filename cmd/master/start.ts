@@ -200,11 +200,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
     maintain(app);
     const timer = setInterval(() => {
-      try {
-        maintain(app);
-      } catch (error) {
-        log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
-      }
+      store.db.whenWritable(() => {
+        try {
+          maintain(app);
+        } catch (error) {
+          log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
+        }
+      });
     }, MAINTENANCE_INTERVAL_MS).unref();
     const links = new AgentLinks({ store, sync, settings, log, clock, box });
     http.server.on('upgrade', links.handleUpgrade);
@@ -239,6 +241,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         closing ??= (async () => {
           app.draining = true;
           clearInterval(timer);
+          // An import being written finishes first (new requests are refused meanwhile).
+          await store.db.writable();
           links.close();
           await http.close();
           store.close();

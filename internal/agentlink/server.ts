@@ -122,6 +122,13 @@ export class AgentLinks {
   /** For the HTTP server's 'upgrade' event. Whatever the request holds, it ends this connection at worst. */
   readonly handleUpgrade = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
     socket.on('error', () => socket.destroy());
+    // Opening a link writes (the node goes online): while an import is being written, the agent waits its turn.
+    this.app.store.db.whenWritable(() => {
+      if (!socket.destroyed) this.openLink(req, socket, head);
+    });
+  };
+
+  private openLink(req: IncomingMessage, socket: Socket, head: Buffer): void {
     try {
       this.upgrade(req, socket, head);
     } catch (error) {
@@ -130,7 +137,7 @@ export class AgentLinks {
         refuse(socket, new DomainError('internal', 'the link could not be opened; see the master log'));
       socket.destroy();
     }
-  };
+  }
 
   /** Ends every link, recording the nodes as offline first (the store closes right after). */
   close(): void {
@@ -234,7 +241,14 @@ export class AgentLinks {
     app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.clock.timestamp()));
     app.log.info('agent connected', { node_id: nodeId, agent_version: agentVersion, ip });
     keepAlive(socket);
-    readMessages(socket, (message) => this.receive(link, message), AGENT_LINE_BYTES);
+    // What an agent reports is written; while an import is being written, it waits its turn.
+    const { db } = app.store;
+    readMessages(
+      socket,
+      (message) => this.receive(link, message),
+      AGENT_LINE_BYTES,
+      () => (db.writesHeld ? db.writable() : null),
+    );
     socket.on('error', (error) => {
       if (error instanceof ProtocolError) this.violation(link, error.message);
       else if (!link.endedBecause)
@@ -274,21 +288,29 @@ export class AgentLinks {
     this.app.sync.disconnect(nodeId);
     if (this.closing) return;
     this.app.log.info('agent disconnected', { node_id: nodeId });
-    try {
-      this.app.store.write(() => {
-        if (!this.app.store.nodes.find(nodeId)) return;
-        const why = link.endedBecause ?? 'the agent link closed';
-        const now = this.app.clock.timestamp();
-        this.app.store.nodes.setLink(nodeId, 'offline', why, null, now);
-        this.app.store.tunnels.nodeDown(nodeId, `the agent of node ${nodeId} is not linked to the master: ${why}`, now);
-      });
-    } catch (error) {
-      // Called from a socket event: nothing above it would catch this, so it is logged here.
-      this.app.log.error('recording a closed link failed', {
-        node_id: nodeId,
-        error: (error as Error)?.stack ?? String(error),
-      });
-    }
+    const why = link.endedBecause ?? 'the agent link closed';
+    const now = this.app.clock.timestamp();
+    this.app.store.db.whenWritable(() => {
+      // A new link of the node may have opened meanwhile (an import was being written): it is not offline.
+      if (this.links.has(nodeId)) return;
+      try {
+        this.app.store.write(() => {
+          if (!this.app.store.nodes.find(nodeId)) return;
+          this.app.store.nodes.setLink(nodeId, 'offline', why, null, now);
+          this.app.store.tunnels.nodeDown(
+            nodeId,
+            `the agent of node ${nodeId} is not linked to the master: ${why}`,
+            now,
+          );
+        });
+      } catch (error) {
+        // Called from a socket event: nothing above it would catch this, so it is logged here.
+        this.app.log.error('recording a closed link failed', {
+          node_id: nodeId,
+          error: (error as Error)?.stack ?? String(error),
+        });
+      }
+    });
   }
 
   private pushConfig(nodeId: number): void {

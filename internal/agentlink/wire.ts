@@ -64,8 +64,14 @@ export function parseMessage(line: string): Message {
  * Calls `onMessage` for each complete line, a few per event-loop turn so that a flood from
  * one peer cannot hold the process. A line that is too long or not a message, or an
  * exception from `onMessage`, destroys the socket with that error: it ends this link only.
+ * While `wait()` returns a promise, messages wait for it, in order, and the socket stays paused.
  */
-export function readMessages(socket: Socket, onMessage: (message: Message) => void, maxLineBytes: number): void {
+export function readMessages(
+  socket: Socket,
+  onMessage: (message: Message) => void,
+  maxLineBytes: number,
+  wait: () => Promise<void> | null = () => null,
+): void {
   let buffered = '';
   const lines: string[] = [];
   let scheduled = false;
@@ -75,6 +81,12 @@ export function readMessages(socket: Socket, onMessage: (message: Message) => vo
   const drain = () => {
     scheduled = false;
     for (let handled = 0; handled < MESSAGES_PER_TURN && lines.length > 0 && !socket.destroyed; handled++) {
+      const waiting = wait();
+      if (waiting) {
+        scheduled = true;
+        void waiting.then(drain);
+        return;
+      }
       try {
         onMessage(parseMessage(lines.shift()!));
       } catch (error) {

@@ -151,7 +151,8 @@ export class App {
     }
     // Last use is recorded at most once a minute so that reads do not all become writes.
     if (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000) {
-      this.store.write(() => this.store.tokens.touch(entry.principal.tokenId, this.timestamp()));
+      const at = this.timestamp();
+      this.store.db.whenWritable(() => this.store.write(() => this.store.tokens.touch(entry.principal.tokenId, at)));
       entry.lastUsedMs = now;
     }
     return entry.principal;

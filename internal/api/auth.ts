@@ -73,6 +73,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     attempt.abandoned();
     throw error;
   }
+  await app.store.db.writable();
   if (!user || !matches || user.disabled) {
     app.metrics.loginFailures.inc();
     // Recorded as the name that was tried: there is no user to name.

@@ -120,6 +120,7 @@ async function inChunks<T>(
   const results: ItemResult[] = [];
   for (let start = 0; start < items.length; start += CHUNK) {
     if (start > 0) await new Promise((resolve) => setImmediate(resolve));
+    await app.store.db.writable();
     const chunk = items.slice(start, start + CHUNK);
     results.push(...transact(app, ctx, (effects) => chunk.map((item) => each(item, effects)), dryRun));
   }

@@ -224,6 +224,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const raw = routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(x.req, routed.route.maxBodyBytes);
     const idempotency = idempotencyOf(routed.route, x, raw);
     if ('replay' in idempotency) return idempotency.replay;
+    // While an import is being written, other writes wait for it (reads go on, seeing what is committed).
+    if (routed.route.method !== 'GET') await app.store.db.writable();
     pace(routed.route, x);
     return run(routed, x, query, raw, idempotency.slot);
   }
@@ -344,6 +346,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       }
       // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
       if (idempotency && x.principal && out.status >= 200 && out.status < 300) {
+        await app.store.db.writable();
         app.store.write(() =>
           app.store.idempotency.save(
             x.principal!.tokenId,
@@ -424,11 +427,14 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const action = route.action ?? `${route.method} ${route.path}`;
     const id = params.id !== undefined && /^[1-9][0-9]{0,15}$/.test(params.id) ? Number(params.id) : null;
     const actor = actorOf(x.principal, x.ip, x.requestId);
-    app.store.write(() =>
-      app.store.audit.record(
-        actor,
-        { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes },
-        app.timestamp(),
+    const at = app.timestamp();
+    app.store.db.whenWritable(() =>
+      app.store.write(() =>
+        app.store.audit.record(
+          actor,
+          { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes },
+          at,
+        ),
       ),
     );
   }

@@ -23,7 +23,7 @@ import { insertNode, nodeInput } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { insertRule, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
-import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
+import { fieldErrorsUnder, transactInSteps, type Effects } from './writes.ts';
 
 const FORMAT = 'portplane-export';
 const ALL = Number.MAX_SAFE_INTEGER;
@@ -143,7 +143,7 @@ function sameRule(existing: Rule, fields: RuleFields): boolean {
   return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
 }
 
-function importAll(app: App, effects: Effects, doc: ExportDocument) {
+async function importAll(app: App, effects: Effects, doc: ExportDocument, step: () => Promise<void> | null) {
   const errors: FieldError[] = [];
   const nodeIds = new Map<string, number>();
   const tunnelIds = new Map<string, number>();
@@ -163,7 +163,7 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
   const missing = (pointer: string, kind: string, name: string) =>
     errors.push({ pointer, detail: `${kind} '${name}' is neither in this document nor on this master` });
 
-  const nodes: ImportResult[] = doc.nodes.map((input, index) => {
+  const importNode = (input: ExportDocument['nodes'][number], index: number): ImportResult => {
     const existing = app.store.nodes.findByName(input.name);
     if (existing) {
       nodeIds.set(input.name.toLowerCase(), existing.id);
@@ -175,9 +175,9 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
     nodeIds.set(input.name.toLowerCase(), made.node.id);
     return { index, name: input.name, id: made.node.id, outcome: 'created', agent_token: made.agent_token };
-  });
+  };
 
-  const tunnels: ImportResult[] = doc.tunnels.map((input, index) => {
+  const importTunnel = (input: ExportDocument['tunnels'][number], index: number): ImportResult => {
     const existing = app.store.tunnels.findByName(input.name);
     if (existing) {
       tunnelIds.set(input.name.toLowerCase(), existing.id);
@@ -200,9 +200,9 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
     tunnelIds.set(input.name.toLowerCase(), made.id);
     return { index, name: input.name, id: made.id, outcome: 'created' };
-  });
+  };
 
-  const rules: ImportResult[] = doc.rules.map((input, index) => {
+  const importRule = (input: ExportDocument['rules'][number], index: number): ImportResult => {
     const node = nodeId(input.node);
     const tunnel = input.tunnel === null ? null : tunnelId(input.tunnel);
     if (node === undefined) missing(`#/rules/${index}/node`, 'node', input.node);
@@ -224,9 +224,23 @@ function importAll(app: App, effects: Effects, doc: ExportDocument) {
     const made = attempt(`#/rules/${index}`, () => insertRule(app, effects, fields));
     if (!made) return { index, name: input.name, id: null, outcome: holder ? 'conflict' : 'invalid' };
     return { index, name: input.name, id: made.id, outcome: 'created' };
-  });
+  };
 
-  const results = { nodes, tunnels, rules };
+  // Item by item, yielding between them: the API answers while a large document is written.
+  const each = async <T>(items: T[], fn: (item: T, index: number) => ImportResult) => {
+    const results: ImportResult[] = [];
+    for (const [index, item] of items.entries()) {
+      results.push(fn(item, index));
+      const turnEnds = step();
+      if (turnEnds) await turnEnds;
+    }
+    return results;
+  };
+  const results = {
+    nodes: await each(doc.nodes, importNode),
+    tunnels: await each(doc.tunnels, importTunnel),
+    rules: await each(doc.rules, importRule),
+  };
   if (errors.length > 0) {
     const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
     throw new DomainError(failure.code, failure.detail, { errors, data: { results: stripTokens(results) } });
@@ -242,9 +256,14 @@ function stripTokens(results: Record<string, ImportResult[]>) {
 
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
 
-function importDocument(ctx: Ctx<ExportDocument, QueryOf<typeof importQuery>>): Reply {
+async function importDocument(ctx: Ctx<ExportDocument, QueryOf<typeof importQuery>>): Promise<Reply> {
   const dryRun = ctx.query.dry_run ?? false;
-  const results = transact(ctx.app, ctx, (effects) => importAll(ctx.app, effects, ctx.body), dryRun);
+  const results = await transactInSteps(
+    ctx.app,
+    ctx,
+    (effects, step) => importAll(ctx.app, effects, ctx.body, step),
+    dryRun,
+  );
   return ok({ dry_run: dryRun, ...(dryRun ? stripTokens(results) : results) });
 }
 
@@ -276,7 +295,9 @@ export const transferOperations = operations({
       'one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in ' +
       'the results; their SSH credentials must be set afterwards). A rule identical to one already on its node ' +
       'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with every pointer ' +
-      '(#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB.',
+      '(#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB. A large document is ' +
+      'written over many moments, so the API goes on answering meanwhile: reads see the master as it was until ' +
+      "the whole import is committed, and other writes (API calls, agents' reports) wait for it and then proceed.",
     query: importQuery,
     body: exportDocument,
     maxBodyBytes: 64 * 1024 * 1024,

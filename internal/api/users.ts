@@ -75,6 +75,7 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
   const { app, body, caller } = ctx;
   requireHolds(caller, body.scopes, 'cannot create this user');
   const passwordHash = await hashPassword(body.password);
+  await app.store.db.writable();
   const user = transact(app, ctx, (effects) => {
     const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
     effects.audit({
@@ -103,6 +104,7 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
   requireHolds(caller, body.scopes, 'cannot give these scopes');
   // Hashing is slow and async, so it happens before the (synchronous) transaction.
   const passwordHash = body.password === undefined ? null : await hashPassword(body.password);
+  await app.store.db.writable();
   const user = transact(app, ctx, (effects) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);

@@ -120,6 +120,9 @@ class DryRun<T> {
  * rolled back, so a preview fails exactly where the real call would.
  */
 export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T, dryRun = false): T {
+  // Handlers wait for writable() before they write; this is for one that an import overtook after an await.
+  if (app.store.db.writesHeld)
+    throw new DomainError('unavailable', 'an import is being written; try again', { retryAfterSeconds: 1 });
   const effects = new Effects(app, ctx);
   try {
     const result = app.store.write(() => {
@@ -136,6 +139,23 @@ export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T
     if (error instanceof DryRun) return error.result as T;
     throw error;
   }
+}
+
+/**
+ * `transact` for bulk work: one transaction over many event-loop turns (`Database.longWrite`),
+ * so that the API answers meanwhile. `fn` calls `step()` between items and awaits what it returns; nobody sees any of
+ * it until it is all committed, and a dry run rolls it all back.
+ */
+export async function transactInSteps<T>(
+  app: App,
+  ctx: WriteCtx,
+  fn: (effects: Effects, step: () => Promise<void> | null) => Promise<T>,
+  dryRun = false,
+): Promise<T> {
+  const effects = new Effects(app, ctx);
+  const result = await app.store.db.longWrite((step) => fn(effects, step), { commit: !dryRun });
+  if (!dryRun) for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
+  return result;
 }
 
 /**

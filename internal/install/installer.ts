@@ -129,8 +129,9 @@ export class Installer {
 
   private log(nodeId: number, detail: string, line = detail): void {
     if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
-    this.app.store.write(() =>
-      this.app.store.nodes.installProgress(nodeId, detail, `[${this.app.clock.timestamp()}] ${line}\n`),
+    const entry = `[${this.app.clock.timestamp()}] ${line}\n`;
+    this.app.store.db.whenWritable(() =>
+      this.app.store.write(() => this.app.store.nodes.installProgress(nodeId, detail, entry)),
     );
   }
 
@@ -202,6 +203,7 @@ export class Installer {
       );
       await this.copy(session, Buffer.from(envFile(agentEnvironment(dial, token))), `${dir}/agent.env`, '0600');
       // From here the old token no longer works: the new agent is about to start with the new one.
+      await app.store.db.writable();
       app.store.write(() => {
         app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token));
         this.rekeyTunnels(nodeId);
@@ -229,6 +231,7 @@ export class Installer {
             `the node can reach that address (install_master_url)`,
         );
       }
+      await app.store.db.writable();
       this.finish(nodeId, mode, null);
     } catch (error) {
       const failure =
@@ -236,6 +239,7 @@ export class Installer {
           ? error
           : new InstallFailure('install_failed', (error as Error).message);
       const code = failure instanceof SshError ? failure.failure : failure.code;
+      await app.store.db.writable();
       this.finish(nodeId, mode, `${code}: ${failure.message}`);
     } finally {
       session.close();

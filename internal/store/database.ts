@@ -1,7 +1,9 @@
-// The one SQLite connection of a process: pragmas set and checked at open, numbered
-// migrations, and `write(fn)` with group commit: the writes of one event-loop turn share
-// one transaction (each in a savepoint of its own) and one fsync, and whoever answers for
-// a write waits for `committed()` first, so nothing is acknowledged before it is durable.
+// The SQLite connection of a process: pragmas set and checked at open, numbered migrations,
+// and `write(fn)` with group commit: the writes of one event-loop turn share one transaction
+// (each in a savepoint of its own) and one fsync, and whoever answers for a write waits for
+// `committed()` first, so nothing is acknowledged before it is durable. `longWrite` is the
+// one transaction that spans event-loop turns (an import); while it runs, reads go to a
+// second, read-only connection that sees only what is committed, and other writes wait.
 
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { migrations } from './migrations.ts';
@@ -29,18 +31,33 @@ interface Batch {
   after: (() => void)[];
 }
 
+/** A long write in progress: what waits for its end. */
+interface Hold {
+  released: Promise<void>;
+  release: () => void;
+  after: (() => void)[];
+  deferred: (() => void)[];
+}
+
+/** Past this, a long write's step yields the event loop (see `longWrite`). */
+const STEP_MS = 4;
+
 export class Database {
   private readonly db: DatabaseSync;
   private inWrite = false;
   private batch: Batch | null = null;
+  private hold: Hold | null = null;
+  private readOnly: DatabaseSync | null = null;
   private readonly failureListeners: (() => void)[] = [];
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
-  constructor(path: string) {
+  constructor(private readonly path: string) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
-    this.db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;');
+    this.db.exec(
+      'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;',
+    );
     this.expectPragma('journal_mode', path === ':memory:' ? 'memory' : 'wal');
     this.expectPragma('synchronous', 2);
     this.expectPragma('foreign_keys', 1);
@@ -49,11 +66,24 @@ export class Database {
 
   /**
    * A statement of `sql`. If it changes data, running it outside `write()` throws: every
-   * change goes through the one write path, in a transaction, with its audit entry.
+   * change goes through the one write path, in a transaction, with its audit entry. One that
+   * reads runs, while a long write is in progress, on the read-only connection, unless it
+   * is part of a write.
    */
   prepare(sql: string): Statement {
     const statement = this.db.prepare(sql);
-    if (!CHANGES_DATA.test(sql)) return statement as unknown as Statement;
+    if (!CHANGES_DATA.test(sql)) {
+      let committedOnly: Statement | undefined;
+      const pick = (): Statement =>
+        this.hold && !this.inWrite
+          ? (committedOnly ??= this.reader().prepare(sql) as unknown as Statement)
+          : (statement as unknown as Statement);
+      return {
+        run: (...params) => pick().run(...params),
+        get: (...params) => pick().get(...params),
+        all: (...params) => pick().all(...params),
+      };
+    }
     const guard = () => {
       if (!this.inWrite) throw new Error(`a change outside write(): ${sql.trim().slice(0, 60)}`);
     };
@@ -76,6 +106,7 @@ export class Database {
   write<T>(fn: () => T): T {
     // A write inside a write is a unit of its own: its failure undoes only itself.
     if (this.inWrite) return this.savepoint(fn);
+    if (this.hold) throw new Error('a write while a long write is in progress: wait for writable() first');
     if (!this.batch) this.openBatch();
     this.inWrite = true;
     this.db.exec('SAVEPOINT write');
@@ -100,8 +131,103 @@ export class Database {
 
   /** Runs `fn` after the writes made so far are committed (at once if there are none). */
   afterCommit(fn: () => void): void {
-    if (this.batch) this.batch.after.push(fn);
+    if (this.hold && this.inWrite) this.hold.after.push(fn);
+    else if (this.batch) this.batch.after.push(fn);
     else fn();
+  }
+
+  /** True while a long write is in progress: `write()` throws, reads see the last commit. */
+  get writesHeld(): boolean {
+    return this.hold !== null;
+  }
+
+  /** Resolves when `write()` may be called: no long write is in progress. */
+  async writable(): Promise<void> {
+    while (this.hold) await this.hold.released;
+  }
+
+  /** Runs `fn` now, or in order with the others deferred when the long write in progress ends. */
+  whenWritable(fn: () => void): void {
+    if (this.hold) this.hold.deferred.push(fn);
+    else this.runCallback(fn);
+  }
+
+  /**
+   * Runs `fn` as one transaction that spans event-loop turns, for bulk work that would
+   * otherwise hold the process: `fn` calls `step()` between items, which returns a promise
+   * to await (it yields the event loop) once the current turn has run STEP_MS, else null.
+   * Meanwhile other requests are served: reads see the last commit (never part of this
+   * transaction), and writes wait for `writable()`. Committed when `fn` resolves, or with
+   * `commit: false` (a dry run) rolled back; rolled back if it throws. The batch open when
+   * it starts is committed first.
+   */
+  async longWrite<T>(fn: (step: () => Promise<void> | null) => Promise<T>, { commit = true } = {}): Promise<T> {
+    while (this.hold || this.batch) {
+      await this.writable();
+      await this.committed().catch(() => undefined);
+    }
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const hold: Hold = { released, release, after: [], deferred: [] };
+    this.hold = hold;
+    let turnStarted = performance.now();
+    const yieldTurn = async () => {
+      this.inWrite = false;
+      await new Promise((resolve) => setImmediate(resolve));
+      if (!this.db.isOpen || !this.db.isTransaction) throw new Error('the database closed during a long write');
+      this.inWrite = true;
+      turnStarted = performance.now();
+    };
+    const step = () => (performance.now() - turnStarted < STEP_MS ? null : yieldTurn());
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      this.inWrite = true;
+      const result = await fn(step);
+      if (commit) this.commitLong();
+      else this.db.exec('ROLLBACK');
+      this.inWrite = false;
+      this.hold = null;
+      for (const after of hold.after) this.runCallback(after);
+      return result;
+    } catch (error) {
+      if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');
+      throw error;
+    } finally {
+      this.inWrite = false;
+      this.hold = null;
+      release();
+      for (const deferred of hold.deferred) this.whenWritable(deferred);
+    }
+  }
+
+  private commitLong(): void {
+    const started = performance.now();
+    try {
+      this.db.exec('COMMIT');
+    } catch (error) {
+      for (const listener of this.failureListeners) listener();
+      throw error;
+    }
+    this.committedIn((performance.now() - started) / 1000);
+  }
+
+  /** The read-only connection, opened at the first read during a long write. */
+  private reader(): DatabaseSync {
+    if (this.path === ':memory:') return this.db;
+    if (!this.readOnly) {
+      const { DatabaseSync } = sqlite();
+      this.readOnly = new DatabaseSync(this.path, { timeout: 5000 });
+      this.readOnly.exec('PRAGMA query_only = ON; PRAGMA temp_store = MEMORY;');
+    }
+    return this.readOnly;
+  }
+
+  private runCallback(fn: () => void): void {
+    try {
+      fn();
+    } catch (error) {
+      this.callbackFailed(error);
+    }
   }
 
   /** Called with what an afterCommit callback threw: it is reported, and the other callbacks still run. */
@@ -145,13 +271,7 @@ export class Database {
       return;
     }
     batch.resolve();
-    for (const fn of batch.after) {
-      try {
-        fn();
-      } catch (error) {
-        this.callbackFailed(error);
-      }
-    }
+    for (const fn of batch.after) this.runCallback(fn);
   }
 
   /**
@@ -182,7 +302,10 @@ export class Database {
   /** Commits what is pending, then closes. */
   close(): void {
     if (!this.db.isOpen) return;
+    // A long write still in progress is abandoned: all or nothing.
+    if (this.hold && this.db.isTransaction) this.db.exec('ROLLBACK');
     this.commit();
+    this.readOnly?.close();
     this.db.close();
   }
 
