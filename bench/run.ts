@@ -391,14 +391,13 @@ end
     'wrk.headers["Authorization"] = "Bearer "\n',
     '',
   );
-  const logins = wrkInBackground(`${master.url}/api/auth/login`, 4, SECONDS + 1, loginLua);
-  await new Promise((resolve) => setTimeout(resolve, 500));
+  const logins = await wrkInBackground(`${master.url}/api/auth/login`, 4, SECONDS + 1, loginLua);
   const underLogins = wrk(`${master.url}/api/nodes/42`, {
     connections: 10,
     seconds: SECONDS,
     lua: bearer(master.token),
   });
-  const loginResult = await logins;
+  const loginResult = await logins.result;
   record({
     id: '6a',
     scenario: 'POST /api/auth/login (scrypt N=2^15)',
@@ -477,13 +476,13 @@ end
   // 5. Live reads while bulk work runs.
   const quiet = wrk(`${url}/api/nodes/42`, { connections: 10, seconds: SECONDS, lua: bearer(master.token) });
   const ids = Array.from({ length: 50_000 }, (_, i) => i + 1);
-  const deleting = wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
+  const deleting = await wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
   const deleteStarted = performance.now();
   for (let i = 0; i < ids.length; i += 1000)
     await api(url, master.token, 'POST', '/api/rules/batch-delete', { ids: ids.slice(i, i + 1000) });
   const deleteSeconds = (performance.now() - deleteStarted) / 1000;
   spawnSync('pkill', ['-INT', '-x', 'wrk']);
-  const duringDelete = await deleting;
+  const duringDelete = await deleting.result;
   record({
     id: '5a',
     scenario: 'live GET p99 while 50 batch-deletes remove 50,000 rules',
@@ -496,13 +495,13 @@ end
     note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleteSeconds)} rules/s`,
   });
 
-  const importing = wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
+  const importing = await wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
   const doc = seedDocument(1000, 10, 50_000);
   const importStarted = performance.now();
   await api(url, master.token, 'POST', '/api/import', { ...doc, nodes: [] });
   const importSeconds = (performance.now() - importStarted) / 1000;
   spawnSync('pkill', ['-INT', '-x', 'wrk']);
-  const duringImport = await importing;
+  const duringImport = await importing.result;
   record({
     id: '5b',
     scenario: 'live GET p99 while an import adds 10,000 rules',
@@ -517,15 +516,19 @@ end
   await restarted.proc.stop();
 }
 
-function wrkInBackground(
+/**
+ * Starts wrk in the background and resolves once it is sending (so what follows is measured under load from its
+ * start); `result` resolves with its figures after `pkill -INT -x wrk`.
+ */
+async function wrkInBackground(
   url: string,
   connections: number,
   seconds: number,
   lua: string,
-): Promise<ReturnType<typeof wrk>> {
+): Promise<{ result: Promise<ReturnType<typeof wrk>> }> {
   // wrk blocks, so it runs in a process of its own; SIGINT to the wrk binary (pkill -x wrk) ends it early, and it still
   // reports.
-  return new Promise((resolve, reject) => {
+  const result = new Promise<ReturnType<typeof wrk>>((resolve, reject) => {
     const child = start([
       node,
       '--import',
@@ -537,6 +540,9 @@ function wrkInBackground(
     ]);
     child.waitFor('wrk', (seconds + 30) * 1000).then((line) => resolve(line.result as ReturnType<typeof wrk>), reject);
   });
+  while (spawnSync('pgrep', ['-x', 'wrk']).status !== 0) await new Promise((resolve) => setTimeout(resolve, 50));
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  return { result };
 }
 
 async function fanOut(): Promise<void> {
