@@ -1,6 +1,7 @@
 // Batch endpoints. Each answers per item, in request order, never with a bare count;
-// `?dry_run=true` does the same work and rolls it back. Per-item batches run in chunks:
-// one transaction per chunk, a savepoint per item, and a yield to live requests between.
+// `?dry_run=true` does the same work and rolls it back. Per-item batches run in steps: one
+// transaction written over many event-loop turns, so live requests are answered between,
+// a savepoint per item, and one commit (one fsync) for the whole batch.
 
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
@@ -20,11 +21,9 @@ import { cascadeQuery, removeNode } from './nodes.ts';
 import { created, type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
-import { fieldErrorsUnder, transact, type Effects } from './writes.ts';
+import { fieldErrorsUnder, transact, transactInSteps, type Effects } from './writes.ts';
 
 export const MAX_BATCH = 1000;
-// Small enough that a chunk holds the event loop for a few milliseconds at most (measured: bench 5a).
-const CHUNK = 25;
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
 type Outcome =
@@ -110,21 +109,27 @@ function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
   return { ...base, outcome, error: detail };
 }
 
-async function inChunks<T>(
+function inSteps<T>(
   app: App,
   ctx: Ctx<unknown, unknown>,
   items: T[],
   dryRun: boolean,
   each: (item: T, effects: Effects) => ItemResult,
 ): Promise<ItemResult[]> {
-  const results: ItemResult[] = [];
-  for (let start = 0; start < items.length; start += CHUNK) {
-    if (start > 0) await new Promise((resolve) => setImmediate(resolve));
-    await app.store.db.writable();
-    const chunk = items.slice(start, start + CHUNK);
-    results.push(...transact(app, ctx, (effects) => chunk.map((item) => each(item, effects)), dryRun));
-  }
-  return results;
+  return transactInSteps(
+    app,
+    ctx,
+    async (effects, step) => {
+      const results: ItemResult[] = [];
+      for (const item of items) {
+        results.push(each(item, effects));
+        const turnEnds = step();
+        if (turnEnds) await turnEnds;
+      }
+      return results;
+    },
+    dryRun,
+  );
 }
 
 type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>;
@@ -132,7 +137,7 @@ type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boole
 function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, done: Outcome, action: string) {
   return async (ctx: BatchCtx): Promise<Reply> => {
     const dryRun = ctx.query.dry_run ?? false;
-    const results = await inChunks(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
+    const results = await inSteps(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
       try {
         effects.attempt(() => remove(ctx, effects, id));
         return { id, outcome: done };
@@ -244,7 +249,7 @@ async function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf
   if (Object.keys(changes).length === 0)
     throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
   const dryRun = ctx.query.dry_run ?? false;
-  const results = await inChunks(app, ctx, body.ids, dryRun, (id, effects) => {
+  const results = await inSteps(app, ctx, body.ids, dryRun, (id, effects) => {
     try {
       const current = app.store.rules.find(id);
       if (!current)
