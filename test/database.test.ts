@@ -136,6 +136,7 @@ test('a long write spans turns; meanwhile reads see the last commit and writes w
       }
     }
     assert.equal(keys().length > 1, true, 'inside, its own changes are seen');
+    db.afterCommit(() => order.push(`after commit: ${names().length} committed`));
     return 'done';
   });
   await new Promise((resolve) => setImmediate(resolve));
@@ -148,7 +149,9 @@ test('a long write spans turns; meanwhile reads see the last commit and writes w
   assert.deepEqual(order, []);
   assert.equal(await writing, 'done');
   await waited;
-  assert.deepEqual(order, ['deferred 1', 'deferred 2', 'writable']);
+  assert.equal(order.length, 4);
+  assert.match(order[0]!, /^after commit: [1-9][0-9]+ committed$/);
+  assert.deepEqual(order.slice(1), ['deferred 1', 'deferred 2', 'writable']);
   assert.equal(db.writesHeld, false);
   assert.equal(turns, 3);
   assert.equal(keys().length, names().length, 'committed: seen everywhere');
@@ -167,8 +170,18 @@ test('a long write that throws, or is a dry run, leaves nothing', async (t) => {
     }),
     /item 2 is wrong/,
   );
-  assert.equal(await db.longWrite(async () => (put('b'), 'previewed'), { commit: false }), 'previewed');
+  const ran: string[] = [];
+  const preview = db.longWrite(
+    async () => {
+      put('b');
+      db.afterCommit(() => ran.push('after'));
+      return 'previewed';
+    },
+    { commit: false },
+  );
+  assert.equal(await preview, 'previewed');
   assert.deepEqual(names(), []);
+  assert.deepEqual(ran, [], "a dry run's after-commit work does not run");
   assert.equal(db.writesHeld, false);
   db.write(() => put('c'));
   await db.committed();

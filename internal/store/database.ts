@@ -159,7 +159,8 @@ export class Database {
    * Meanwhile other requests are served: reads see the last commit (never part of this
    * transaction), and writes wait for `writable()`. Committed when `fn` resolves, or with
    * `commit: false` (a dry run) rolled back; rolled back if it throws. The batch open when
-   * it starts is committed first.
+   * it starts is committed first. `fn` awaits nothing but what `step()` returns: anything
+   * else would let other code run inside its transaction.
    */
   async longWrite<T>(fn: (step: () => Promise<void> | null) => Promise<T>, { commit = true } = {}): Promise<T> {
     while (this.hold || this.batch) {
@@ -187,7 +188,8 @@ export class Database {
       else this.db.exec('ROLLBACK');
       this.inWrite = false;
       this.hold = null;
-      for (const after of hold.after) this.runCallback(after);
+      // After-commit work of a dry run has nothing to follow.
+      if (commit) for (const after of hold.after) this.runCallback(after);
       return result;
     } catch (error) {
       if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');
