@@ -39,12 +39,15 @@ async function tcpStreams(port: number, streams: number, bytes: number): Promise
   await Promise.all(
     Array.from({ length: streams }, async () => {
       const socket = connect({ host: '127.0.0.1', port });
+      // Listened for from the start: a relay that closes right after accepting could otherwise close the socket
+      // before the listener is there, leaving this stream waiting on nothing. (One run through a tunnel ended with a
+      // stream waiting on nothing; this is the one way found that it could.)
+      const closed = once(socket, 'close').then(
+        () => undefined,
+        () => undefined,
+      );
       try {
         await once(socket, 'connect');
-        const closed = once(socket, 'close').then(
-          () => undefined,
-          () => undefined,
-        );
         let sent = 0;
         while (sent < bytes) {
           sent += chunk.length;
