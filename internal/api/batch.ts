@@ -109,27 +109,14 @@ function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
   return { ...base, outcome, error: detail };
 }
 
-function inSteps<T>(
+function itemByItem<T>(
   app: App,
   ctx: Ctx<unknown, unknown>,
   items: T[],
   dryRun: boolean,
   each: (item: T, effects: Effects) => ItemResult,
 ): Promise<ItemResult[]> {
-  return transactInSteps(
-    app,
-    ctx,
-    async (effects, step) => {
-      const results: ItemResult[] = [];
-      for (const item of items) {
-        results.push(each(item, effects));
-        const turnEnds = step();
-        if (turnEnds) await turnEnds;
-      }
-      return results;
-    },
-    dryRun,
-  );
+  return transactInSteps(app, ctx, (effects, inSteps) => inSteps(items, (item) => each(item, effects)), dryRun);
 }
 
 type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>;
@@ -137,7 +124,7 @@ type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boole
 function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, done: Outcome, action: string) {
   return async (ctx: BatchCtx): Promise<Reply> => {
     const dryRun = ctx.query.dry_run ?? false;
-    const results = await inSteps(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
+    const results = await itemByItem(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
       try {
         effects.attempt(() => remove(ctx, effects, id));
         return { id, outcome: done };
@@ -249,7 +236,7 @@ async function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf
   if (Object.keys(changes).length === 0)
     throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
   const dryRun = ctx.query.dry_run ?? false;
-  const results = await inSteps(app, ctx, body.ids, dryRun, (id, effects) => {
+  const results = await itemByItem(app, ctx, body.ids, dryRun, (id, effects) => {
     try {
       const current = app.store.rules.find(id);
       if (!current)

@@ -23,7 +23,7 @@ import { insertNode, nodeInput } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { insertRule, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
-import { fieldErrorsUnder, transactInSteps, type Effects } from './writes.ts';
+import { fieldErrorsUnder, transactInSteps, type Effects, type InSteps } from './writes.ts';
 
 const FORMAT = 'portplane-export';
 const ALL = Number.MAX_SAFE_INTEGER;
@@ -143,7 +143,7 @@ function sameRule(existing: Rule, fields: RuleFields): boolean {
   return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
 }
 
-async function importAll(app: App, effects: Effects, doc: ExportDocument, step: () => Promise<void> | null) {
+async function importAll(app: App, effects: Effects, doc: ExportDocument, inSteps: InSteps) {
   const errors: FieldError[] = [];
   const nodeIds = new Map<string, number>();
   const tunnelIds = new Map<string, number>();
@@ -226,20 +226,11 @@ async function importAll(app: App, effects: Effects, doc: ExportDocument, step: 
     return { index, name: input.name, id: made.id, outcome: 'created' };
   };
 
-  // Item by item, yielding between them: the API answers while a large document is written.
-  const each = async <T>(items: T[], fn: (item: T, index: number) => ImportResult) => {
-    const results: ImportResult[] = [];
-    for (const [index, item] of items.entries()) {
-      results.push(fn(item, index));
-      const turnEnds = step();
-      if (turnEnds) await turnEnds;
-    }
-    return results;
-  };
+  // Item by item: the API answers between them while a large document is written.
   const results = {
-    nodes: await each(doc.nodes, importNode),
-    tunnels: await each(doc.tunnels, importTunnel),
-    rules: await each(doc.rules, importRule),
+    nodes: await inSteps(doc.nodes, importNode),
+    tunnels: await inSteps(doc.tunnels, importTunnel),
+    rules: await inSteps(doc.rules, importRule),
   };
   if (errors.length > 0) {
     const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
@@ -261,7 +252,7 @@ async function importDocument(ctx: Ctx<ExportDocument, QueryOf<typeof importQuer
   const results = await transactInSteps(
     ctx.app,
     ctx,
-    (effects, step) => importAll(ctx.app, effects, ctx.body, step),
+    (effects, inSteps) => importAll(ctx.app, effects, ctx.body, inSteps),
     dryRun,
   );
   return ok({ dry_run: dryRun, ...(dryRun ? stripTokens(results) : results) });

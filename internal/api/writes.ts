@@ -141,19 +141,34 @@ export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T
   }
 }
 
+/** Maps items one by one, letting the API answer between them once a turn has run long enough. */
+export type InSteps = <T, R>(items: readonly T[], fn: (item: T, index: number) => R) => Promise<R[]>;
+
 /**
  * `transact` for bulk work: one transaction over many event-loop turns (`Database.longWrite`),
- * so that the API answers meanwhile. `fn` calls `step()` between items and awaits what it returns; nobody sees any of
- * it until it is all committed, and a dry run rolls it all back.
+ * so that the API answers meanwhile. `fn` goes through its items with `inSteps` and awaits
+ * nothing else; nobody sees any of it until it is all committed, and a dry run rolls it all back.
  */
 export async function transactInSteps<T>(
   app: App,
   ctx: WriteCtx,
-  fn: (effects: Effects, step: () => Promise<void> | null) => Promise<T>,
+  fn: (effects: Effects, inSteps: InSteps) => Promise<T>,
   dryRun = false,
 ): Promise<T> {
   const effects = new Effects(app, ctx);
-  const result = await app.store.db.longWrite((step) => fn(effects, step), { commit: !dryRun });
+  const result = await app.store.db.longWrite(
+    (step) =>
+      fn(effects, async (items, each) => {
+        const results = [];
+        for (const [index, item] of items.entries()) {
+          results.push(each(item, index));
+          const turnEnds = step();
+          if (turnEnds) await turnEnds;
+        }
+        return results;
+      }),
+    { commit: !dryRun },
+  );
   if (!dryRun) for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
   return result;
 }

@@ -34,7 +34,6 @@ interface Batch {
 /** A long write in progress: what waits for its end. */
 interface Hold {
   released: Promise<void>;
-  release: () => void;
   after: (() => void)[];
   deferred: (() => void)[];
 }
@@ -169,7 +168,7 @@ export class Database {
     }
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
-    const hold: Hold = { released, release, after: [], deferred: [] };
+    const hold: Hold = { released, after: [], deferred: [] };
     this.hold = hold;
     let turnStarted = performance.now();
     const yieldTurn = async () => {
@@ -180,16 +179,15 @@ export class Database {
       turnStarted = performance.now();
     };
     const step = () => (performance.now() - turnStarted < STEP_MS ? null : yieldTurn());
+    let committed = false;
     try {
       this.db.exec('BEGIN IMMEDIATE');
       this.inWrite = true;
       const result = await fn(step);
-      if (commit) this.commitLong();
-      else this.db.exec('ROLLBACK');
-      this.inWrite = false;
-      this.hold = null;
-      // After-commit work of a dry run has nothing to follow.
-      if (commit) for (const after of hold.after) this.runCallback(after);
+      if (commit) {
+        this.commitLong();
+        committed = true;
+      } else this.db.exec('ROLLBACK');
       return result;
     } catch (error) {
       if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');
@@ -198,6 +196,8 @@ export class Database {
       this.inWrite = false;
       this.hold = null;
       release();
+      // After-commit work first (a dry run's has nothing to follow), then what waited, in order.
+      if (committed) for (const after of hold.after) this.runCallback(after);
       for (const deferred of hold.deferred) this.whenWritable(deferred);
     }
   }
