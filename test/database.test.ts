@@ -188,6 +188,22 @@ test('a long write that throws, or is a dry run, leaves nothing', async (t) => {
   assert.deepEqual(names(), ['c']);
 });
 
+test('closing the database during a long write abandons it: nothing of it is kept', async (t) => {
+  const { db, names, put } = open(t);
+  let written = 0;
+  const writing = db.longWrite(async (step) => {
+    for (;;) {
+      put(`bulk-${written++}`);
+      const turnEnds = step();
+      if (turnEnds) await turnEnds;
+    }
+  });
+  while (written < 10) await new Promise((resolve) => setImmediate(resolve));
+  db.close();
+  await assert.rejects(writing, /the database closed during a long write/);
+  assert.deepEqual(names(), []);
+});
+
 test('migrations are frozen text: none is built from code that could change', async () => {
   const source = (await import('node:fs')).readFileSync('internal/store/migrations.ts', 'utf8');
   assert.doesNotMatch(source, /\$\{/, 'no interpolation in a migration');

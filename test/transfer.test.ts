@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { DomainError } from '../internal/errors/errors.ts';
+import { transact } from '../internal/api/writes.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
 async function populate(m: Running) {
@@ -234,4 +236,28 @@ test('during a large import the API answers, sees none of it, and other writes w
   const after = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
   assert.equal(after.rules.total, 4000);
   assert.equal(after.nodes.total, 3);
+});
+
+test('a write that an import overtook after an await is refused with 503, never mixed into the import', async (t) => {
+  const m = await startMaster(t);
+  let done = false;
+  const holding = m.app.store.db.longWrite(async (step) => {
+    while (!done) await (step() ?? undefined);
+  });
+  const ctx = {
+    actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+    action: 'settings.update',
+    caller: undefined as never,
+  } as const;
+  assert.throws(
+    () => transact(m.app, ctx, () => 'written'),
+    (error: unknown) =>
+      error instanceof DomainError && error.code === 'unavailable' && error.facts.retryAfterSeconds === 1,
+  );
+  done = true;
+  await holding;
+  assert.equal(
+    transact(m.app, ctx, () => 'written'),
+    'written',
+  );
 });
