@@ -2,14 +2,14 @@
 // The node agent: parse configuration, start forwarding and the link, stop cleanly on SIGTERM.
 
 import { Agent } from '../../internal/agent/agent.ts';
-import { createLogger } from '../../internal/log/log.ts';
+import { streamLogger } from '../../internal/log/log.ts';
 import { run } from '../../internal/runtime/cli.ts';
 import { requireNode } from '../../internal/runtime/require-node.ts';
 import { VERSION } from '../../internal/version.ts';
 import { agentUsage, parseAgentConfig } from './config.ts';
 
 requireNode([20, 0, 0]);
-const log = createLogger((line) => process.stdout.write(line));
+const log = streamLogger(process.stdout);
 await run({
   name: 'agent',
   version: VERSION,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The master program: parse configuration, start, and drain cleanly on SIGTERM/SIGINT.
 
-import { createLogger } from '../../internal/log/log.ts';
+import { streamLogger } from '../../internal/log/log.ts';
 import { run } from '../../internal/runtime/cli.ts';
 import { requireNode } from '../../internal/runtime/require-node.ts';
 import { VERSION } from '../../internal/version.ts';
@@ -29,7 +29,7 @@ if (command) {
     process.exit(1);
   }
 }
-const log = createLogger((line) => process.stdout.write(line));
+const log = streamLogger(process.stdout);
 await run({
   name: 'master',
   version: VERSION,

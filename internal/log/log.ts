@@ -1,5 +1,7 @@
 // Structured logging: one JSON object per line on a stream (stdout under systemd).
 
+import type { Writable } from 'node:stream';
+
 export type Fields = Record<string, unknown>;
 
 export interface Logger {
@@ -8,13 +10,45 @@ export interface Logger {
   error(msg: string, fields?: Fields): void;
 }
 
-export function createLogger(write: (line: string) => void, now: () => number = Date.now): Logger {
+function createLogger(write: (line: string) => void, now: () => number = Date.now): Logger {
   const emit =
     (level: string) =>
     (msg: string, fields: Fields = {}) => {
       write(`${JSON.stringify({ time: new Date(now()).toISOString(), level, msg, ...fields })}\n`);
     };
   return { info: emit('info'), warn: emit('warn'), error: emit('error') };
+}
+
+/** How much log output may wait for a slow reader before lines are dropped. */
+export const MAX_PENDING_LOG_BYTES = 1024 * 1024;
+
+/**
+ * A logger writing to `stream` that never holds more than `maxPendingBytes` for it. Writes to a pipe
+ * or socket queue in memory while the reader (journald, a supervisor) is not reading, and a request
+ * log line per request would grow that queue without bound under load; past the cap lines are
+ * dropped, and once the stream drains one warning says how many.
+ */
+export function streamLogger(
+  stream: Writable,
+  maxPendingBytes = MAX_PENDING_LOG_BYTES,
+  now: () => number = Date.now,
+): Logger {
+  // At or above the high-water mark a write has returned false, so 'drain' is due once past the cap.
+  const cap = Math.max(maxPendingBytes, stream.writableHighWaterMark);
+  let dropped = 0;
+  const log = createLogger((line) => {
+    if (stream.writableLength <= cap) {
+      stream.write(line);
+      return;
+    }
+    if (dropped++ === 0)
+      stream.once('drain', () => {
+        const count = dropped;
+        dropped = 0;
+        log.warn('log lines dropped', { count, reason: 'the log reader fell behind' });
+      });
+  }, now);
+  return log;
 }
 
 export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
