@@ -33,7 +33,7 @@ const RULES_PER_NODE = 10;
 const ADMIN_PASSWORD = 'bench-admin-password';
 const node = process.execPath;
 /** How deploy/portplane-master.service and npm start run the master. */
-const MASTER_FLAGS = ['--max-semi-space-size=4'];
+const MASTER_FLAGS = ['--max-semi-space-size=4', '--heap-growing-percent=100'];
 const work = mkdtempSync(join(tmpdir(), 'portplane-bench-'));
 
 function record(row: Row): void {
