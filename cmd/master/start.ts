@@ -12,6 +12,7 @@ import { Clock } from '../../internal/runtime/clock.ts';
 import { Settings } from '../../internal/settings/settings.ts';
 import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
+import { consoleHandler } from '../../internal/console/console.ts';
 import { routes } from '../../internal/api/routes.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
@@ -25,6 +26,7 @@ import { isLoopback } from '../../internal/schema/net.ts';
 import { selfSignedFiles, TlsIdentity } from '../../internal/tls/identity.ts';
 import { VERSION } from '../../internal/version.ts';
 import { readFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
 
 export interface Master {
@@ -195,7 +197,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       edition: view.edition,
       problem: view.problem,
     });
-    const http = await listening(config, () => listen(createDispatcher(app, routes), config.host, config.port, tls));
+    const dispatch = createDispatcher(app, routes);
+    const serveConsole = consoleHandler();
+    // The console's few files at the root; everything else, /api/ and what matches nothing, is the API's.
+    const serve = async (req: IncomingMessage, res: ServerResponse) => {
+      if (!serveConsole(req, res)) await dispatch(req, res);
+    };
+    const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     // Only now that it serves: a start that fails earlier never made an admin whose password nobody saw.
     await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
     maintain(app);

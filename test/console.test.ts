@@ -1,0 +1,224 @@
+// The web console in a real browser (Debian's Chromium through playwright-core), against the
+// real master with a real agent: sign in, see live states, issue and revoke a token, edit a rule
+// across a concurrent change, sign out. Screenshots of every page go to test-results/console.
+
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { test } from 'node:test';
+import { chromium, type Browser } from 'playwright-core';
+import { nodeOf, startAgent } from './agents.ts';
+import { ADMIN_PASSWORD, call, node, rule, startMaster } from './helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SHOTS = 'test-results/console';
+const noBrowser = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
+
+test('the console is a few small files, served with a strict policy and no inline script', async (t) => {
+  const files = ['index.html', 'console.js', 'console.css', 'favicon.svg'];
+  const kib = files.reduce((sum, name) => sum + statSync(`dist/console/${name}`).size, 0) / 1024;
+  assert.ok(kib <= 150, `the console is ${kib.toFixed(1)} KiB`);
+
+  const m = await startMaster(t);
+  const page = await fetch(`${m.url}/`);
+  assert.equal(page.status, 200);
+  assert.equal(page.headers.get('content-type'), 'text/html; charset=utf-8');
+  const csp = page.headers.get('content-security-policy') ?? '';
+  for (const directive of ["default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'"])
+    assert.ok(csp.includes(directive), `${directive} in ${csp}`);
+  assert.equal(page.headers.get('x-frame-options'), 'DENY');
+  assert.equal(page.headers.get('referrer-policy'), 'no-referrer');
+  assert.equal(page.headers.get('x-content-type-options'), 'nosniff');
+  const html = await page.text();
+  assert.doesNotMatch(html, /<script(?![^>]*\ssrc=)[^>]*>/, 'no inline script');
+  assert.doesNotMatch(html, /https?:\/\//, 'nothing from another origin');
+
+  const again = await fetch(`${m.url}/console.js`, { headers: { 'If-None-Match': page.headers.get('etag')! } });
+  assert.equal(again.status, 200, 'an ETag of one file does not match another');
+  const cached = await fetch(`${m.url}/console.js`, { headers: { 'If-None-Match': again.headers.get('etag')! } });
+  assert.equal(cached.status, 304);
+  // Only the console's own paths: anything else is still the API's 404, and writes to them are 405 or 404.
+  const other = await fetch(`${m.url}/index.html`);
+  assert.equal(other.status, 404);
+  assert.equal(other.headers.get('content-type'), 'application/problem+json');
+  assert.equal((await fetch(`${m.url}/`, { method: 'POST' })).status, 404);
+});
+
+test('a person runs the fleet from the console in a real browser', { skip: noBrowser, timeout: 120_000 }, async (t) => {
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const edge = await node(m, 'edge-1');
+  startAgent(t, m.url, edge.agent_token);
+  await until('the node to come online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  const web = (await rule(m, { name: 'web', node_id: edge.id, listen_port: port, targets: [`127.0.0.1:${echo}`] }))
+    .body;
+  await until('the rule to be applied', async () => {
+    const current = await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin });
+    return current.body.sync.state === 'applied';
+  });
+  const payload = Buffer.alloc(64 * 1024, 7);
+  assert.ok((await tcpRoundTrip(port, payload)).equals(payload));
+  await until('the traffic to reach the dashboard', async () => {
+    const dashboard = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
+    return dashboard.body.traffic.bytes_in > 0;
+  });
+
+  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  t.after(() => browser.close());
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: m.url });
+  const page = await context.newPage();
+  page.setDefaultTimeout(10_000);
+  const problems: string[] = [];
+  const origin = new URL(m.url).origin;
+  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
+  page.on('console', (message) => {
+    // Chromium logs every 4xx answer; the ones this test provokes (401, 412, 422) are not faults of the page.
+    if (
+      message.type() === 'error' &&
+      !/^Failed to load resource: the server responded with a status of 4\d\d/.test(message.text())
+    )
+      problems.push(`console error: ${message.text()}`);
+  });
+  page.on('request', (request) => {
+    if (new URL(request.url()).origin !== origin) problems.push(`request to another origin: ${request.url()}`);
+  });
+  page.on('dialog', (dialog) => void dialog.accept());
+  mkdirSync(SHOTS, { recursive: true });
+  const shot = (name: string) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+
+  await t.test('signs in, and a wrong password is told next to the form', async () => {
+    await page.goto(m.url);
+    await page.getByLabel('Username').fill('admin');
+    await page.getByLabel('Password').fill('not the password');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').filter({ hasText: /./ }).waitFor();
+    await shot('sign-in');
+    await page.getByLabel('Password').fill(ADMIN_PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
+    assert.equal(await page.evaluate('localStorage.length'), 0, 'nothing in localStorage');
+    assert.equal(await page.evaluate('document.cookie'), '', 'no cookie');
+  });
+
+  await t.test('the dashboard counts by state and draws the traffic that crossed the agent', async () => {
+    await page.getByRole('region', { name: 'Nodes' }).getByText('online').waitFor();
+    const chart = page.getByRole('img', { name: /^Traffic from/ });
+    const label = (await chart.getAttribute('aria-label')) ?? '';
+    assert.doesNotMatch(label, /: 0 B in/, label);
+    assert.ok((await chart.locator('polyline').count()) === 2);
+    await shot('dashboard');
+  });
+
+  await t.test('nodes show their status and last contact', async () => {
+    await page.getByRole('link', { name: 'Nodes' }).click();
+    const row = page.getByRole('row', { name: /edge-1/ });
+    await row.getByText('online').waitFor();
+    assert.match((await row.textContent()) ?? '', /0\.1\.0/);
+    await shot('nodes');
+  });
+
+  await t.test('rules show their sync state, and a bad field is named next to it', async () => {
+    await page.getByRole('link', { name: 'Rules' }).click();
+    await page.getByRole('row', { name: /web/ }).getByText('applied').waitFor();
+    await shot('rules');
+    await page.getByRole('button', { name: 'New rule' }).click();
+    const dialog = page.getByRole('dialog');
+    await dialog.getByLabel('Name').fill('second');
+    await dialog.getByLabel('Listen port').fill('70000');
+    await dialog.getByRole('button', { name: 'Create' }).click();
+    await dialog.getByText('must be between 1 and 65535').waitFor();
+    assert.equal(await dialog.getByLabel('Listen port').getAttribute('aria-invalid'), 'true');
+    assert.match((await dialog.getByLabel('Targets').getAttribute('aria-invalid')) ?? '', /true/);
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+  });
+
+  await t.test('an edit that lost a race is refused with 412 and can be redone on the current version', async () => {
+    await page.getByRole('row', { name: /web/ }).getByRole('button', { name: 'Edit' }).click();
+    const dialog = page.getByRole('dialog');
+    await dialog.getByLabel('Targets').waitFor();
+    const meanwhile = await call(m.url, 'PUT', `/api/rules/${web.id}`, {
+      token: m.admin,
+      body: { ...web, name: 'web-renamed' },
+    });
+    assert.equal(meanwhile.status, 200);
+    await dialog.getByLabel('Targets').fill(`127.0.0.1:${echo}\n127.0.0.1:9`);
+    await dialog.getByRole('button', { name: 'Save' }).click();
+    await dialog.getByText(/Someone changed this rule after you opened it/).waitFor();
+    await shot('rule-412');
+    const unchanged = await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin });
+    assert.deepEqual(unchanged.body.targets, [`127.0.0.1:${echo}`]);
+    await dialog.getByRole('button', { name: 'Load the current version' }).click();
+    await until('the form to show the current version', async () => {
+      return (await dialog.getByLabel('Name').inputValue()) === 'web-renamed';
+    });
+    await dialog.getByLabel('Targets').fill(`127.0.0.1:${echo}\n127.0.0.1:9`);
+    await dialog.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('status').getByText('Saved web-renamed').waitFor();
+    const saved = await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin });
+    assert.deepEqual(saved.body.targets, [`127.0.0.1:${echo}`, '127.0.0.1:9']);
+  });
+
+  await t.test('a token is issued with chosen scopes, its secret works once shown, and revoking ends it', async () => {
+    await page.getByRole('link', { name: 'Tokens' }).click();
+    await page.getByLabel('Name').fill('ci-script');
+    await page.getByRole('checkbox', { name: 'nodes:read' }).check();
+    await page.getByRole('button', { name: 'Issue token' }).click();
+    const secret = await page.getByLabel('Secret').inputValue();
+    assert.match(secret, /^mst_/);
+    await page.getByRole('button', { name: 'Copy secret' }).click();
+    assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret);
+    await shot('tokens');
+    const nodes = await call(m.url, 'GET', '/api/nodes', { token: secret });
+    assert.equal(nodes.status, 200);
+    assert.equal((await call(m.url, 'GET', '/api/rules', { token: secret })).status, 403);
+    await page
+      .getByRole('row', { name: /ci-script/ })
+      .getByRole('button', { name: 'Revoke' })
+      .click();
+    await page.getByRole('status').getByText('Revoked ci-script').waitFor();
+    assert.equal((await call(m.url, 'GET', '/api/nodes', { token: secret })).status, 401);
+  });
+
+  await t.test('tunnels, users, settings and the audit log each show their page', async () => {
+    for (const [link, heading, name] of [
+      ['Tunnels', 'Tunnels', 'tunnels'],
+      ['Users', 'Users', 'users'],
+      ['Settings', 'Settings', 'settings'],
+      ['Audit log', 'Audit log', 'audit'],
+    ] as const) {
+      await page.getByRole('link', { name: link, exact: true }).click();
+      await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
+      if (name === 'users') await page.getByRole('row', { name: /admin/ }).waitFor();
+      if (name === 'settings') assert.equal(await page.getByLabel('sync wait seconds').inputValue(), '5');
+      if (name === 'audit') await page.getByRole('row', { name: /token\.delete/ }).waitFor();
+      await shot(name);
+    }
+  });
+
+  await t.test('works at phone width and in dark mode', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.getByRole('link', { name: 'Rules' }).click();
+    await page.getByRole('row', { name: /web-renamed/ }).waitFor();
+    await shot('rules-phone');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.getByRole('link', { name: 'Dashboard' }).click();
+    await page.getByRole('img', { name: /^Traffic from/ }).waitFor();
+    await shot('dashboard-dark');
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test('signing out ends the session on the master', async () => {
+    const token = await page.evaluate<string | null>("sessionStorage.getItem('portplane.session')");
+    assert.match(token ?? '', /^mss_/);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('heading', { name: 'Sign in to portplane' }).waitFor();
+    assert.equal(await page.evaluate('sessionStorage.length'), 0);
+    assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: token! })).status, 401);
+  });
+
+  assert.deepEqual(problems, []);
+  assert.ok(readFileSync(`${SHOTS}/dashboard.png`).length > 0);
+});

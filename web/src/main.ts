@@ -1,0 +1,160 @@
+// The console's shell: sign-in, the navigation a user's scopes allow, and one page at a time
+// chosen by the URL's hash (#/rules), so the master serves a single document.
+
+import { grants, type Scope } from '../../internal/auth/scopes.ts';
+import { api, ApiError, session, SIGNED_OUT } from './api.ts';
+import { field, form, h, input } from './dom.ts';
+import { auditPage } from './pages/audit.ts';
+import { dashboardPage } from './pages/dashboard.ts';
+import { nodesPage } from './pages/nodes.ts';
+import { rulesPage } from './pages/rules.ts';
+import { settingsPage } from './pages/settings.ts';
+import { tokensPage } from './pages/tokens.ts';
+import { tunnelsPage } from './pages/tunnels.ts';
+import { usersPage } from './pages/users.ts';
+
+export interface Me {
+  user: { id: number; username: string; scopes: string[] };
+  token: { id: number; kind: string; scopes: string[]; expires_at: string | null };
+}
+
+export interface PageCtx {
+  main: HTMLElement;
+  me: Me;
+  can(scope: Scope): boolean;
+  /** Runs `refresh` every `ms` while this page is shown and the tab visible (live node status, sync state). */
+  every(ms: number, refresh: () => Promise<void>): void;
+  /** Says something to the person (and to screen readers) at the top of the page. */
+  say(message: string, kind?: 'ok' | 'error'): void;
+}
+
+interface Page {
+  path: string;
+  title: string;
+  scope: Scope;
+  render(ctx: PageCtx): Promise<void>;
+}
+
+const pages: Page[] = [
+  { path: '/', title: 'Dashboard', scope: 'dashboard:read', render: dashboardPage },
+  { path: '/nodes', title: 'Nodes', scope: 'nodes:read', render: nodesPage },
+  { path: '/rules', title: 'Rules', scope: 'rules:read', render: rulesPage },
+  { path: '/tunnels', title: 'Tunnels', scope: 'tunnels:read', render: tunnelsPage },
+  { path: '/tokens', title: 'Tokens', scope: 'tokens:read', render: tokensPage },
+  { path: '/users', title: 'Users', scope: 'users:read', render: usersPage },
+  { path: '/settings', title: 'Settings', scope: 'settings:read', render: settingsPage },
+  { path: '/audit', title: 'Audit log', scope: 'audit:read', render: auditPage },
+];
+
+const main = document.getElementById('main')!;
+const header = document.querySelector<HTMLElement>('header.top')!;
+let me: Me | null = null;
+let timers: number[] = [];
+let shown = 0;
+
+function stopTimers(): void {
+  for (const timer of timers) clearInterval(timer);
+  timers = [];
+}
+
+function signIn(): void {
+  stopTimers();
+  me = null;
+  header.hidden = true;
+  document.title = 'Sign in · portplane';
+  const username = input('username', { autocomplete: 'username', required: true });
+  const password = input('password', { type: 'password', autocomplete: 'current-password', required: true });
+  main.replaceChildren(
+    h(
+      'section',
+      { class: 'sign-in' },
+      h('h1', {}, 'Sign in to portplane'),
+      form(
+        { 'aria-label': 'Sign in' },
+        [field('Username', username), field('Password', password), h('button', { type: 'submit' }, 'Sign in')],
+        async () => {
+          const { data } = await api<{ token: string }>('POST', '/api/auth/login', {
+            body: { username: username.value, password: password.value },
+          });
+          session.start(data.token);
+          await enter();
+        },
+      ),
+    ),
+  );
+  username.focus();
+}
+
+async function enter(): Promise<void> {
+  try {
+    me = (await api<Me>('GET', '/api/auth/me')).data;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) return signIn();
+    throw error;
+  }
+  header.hidden = false;
+  document.getElementById('who')!.textContent = me.user.username;
+  const nav = document.getElementById('nav')!;
+  nav.replaceChildren(
+    ...pages
+      .filter((page) => grants(me!.token.scopes, page.scope))
+      .map((page) => h('li', {}, h('a', { href: `#${page.path}`, 'data-path': page.path }, page.title))),
+  );
+  await show();
+}
+
+async function show(): Promise<void> {
+  if (!me) return;
+  stopTimers();
+  const run = ++shown;
+  const path = location.hash.replace(/^#/, '') || '/';
+  const allowed = pages.filter((p) => grants(me!.token.scopes, p.scope));
+  const page = allowed.find((p) => p.path === path) ?? allowed[0];
+  for (const link of document.querySelectorAll('#nav a'))
+    if (link.getAttribute('data-path') === page?.path) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  if (!page) {
+    main.replaceChildren(h('h1', {}, 'Nothing to show'), h('p', {}, 'This session holds no scope the console uses.'));
+    return;
+  }
+  document.title = `${page.title} · portplane`;
+  const status = h('div', { class: 'status', role: 'status', 'aria-live': 'polite' });
+  const heading = h('h1', { tabindex: -1 }, page.title);
+  main.replaceChildren(heading, status);
+  const ctx: PageCtx = {
+    main,
+    me,
+    can: (scope) => grants(me!.token.scopes, scope),
+    every(ms, refresh) {
+      timers.push(
+        window.setInterval(() => {
+          if (document.visibilityState === 'visible' && run === shown) refresh().catch(() => {});
+        }, ms),
+      );
+    },
+    say(message, kind = 'ok') {
+      status.className = `status ${kind}`;
+      status.textContent = message;
+    },
+  };
+  try {
+    await page.render(ctx);
+  } catch (error) {
+    if (run === shown) ctx.say(`Could not load this page: ${(error as Error).message}`, 'error');
+  }
+  if (run === shown) heading.focus();
+}
+
+document.getElementById('sign-out')!.addEventListener('click', async () => {
+  try {
+    await api('POST', '/api/auth/logout');
+  } finally {
+    session.end();
+    signIn();
+  }
+});
+window.addEventListener(SIGNED_OUT, signIn);
+window.addEventListener('hashchange', () => void show());
+
+if (session.token) void enter();
+else signIn();

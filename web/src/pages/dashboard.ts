@@ -1,0 +1,73 @@
+// Dashboard: counts by state, license usage, and the last day's traffic.
+
+import { get } from '../api.ts';
+import { trafficChart, type TrafficSeries } from '../chart.ts';
+import { badge, bytes, h } from '../dom.ts';
+import type { PageCtx } from '../main.ts';
+
+interface Dashboard {
+  nodes: { total: number; by_status: Record<string, number> };
+  rules: { total: number; enabled: number; by_sync_state: Record<string, number> };
+  tunnels: { total: number; by_status: Record<string, number> };
+  users: { total: number; disabled: number };
+  tokens: { total: number };
+  traffic: { bytes_in: number; bytes_out: number };
+  license: { edition: string; status: string; max_nodes: number | null; nodes_used: number };
+}
+
+function card(title: string, total: number | string, states?: Record<string, number>, extra?: Node) {
+  return h(
+    'section',
+    { class: 'card', 'aria-label': title },
+    h('h2', {}, title),
+    h('p', { class: 'total' }, String(total)),
+    states &&
+      h(
+        'ul',
+        { class: 'states' },
+        Object.entries(states).map(([state, n]) => h('li', {}, badge(state), ' ', h('strong', {}, String(n)))),
+      ),
+    extra,
+  );
+}
+
+export async function dashboardPage(ctx: PageCtx): Promise<void> {
+  const cards = h('div', { class: 'cards' });
+  const chart = h('div', { class: 'chart-wrap' });
+  ctx.main.append(cards, h('h2', {}, 'Traffic, last 24 hours'), chart);
+  let lastChart = '';
+  const load = async () => {
+    const [d, series] = await Promise.all([
+      get<Dashboard>('/api/dashboard'),
+      get<TrafficSeries>('/api/dashboard/traffic?step=3600'),
+    ]);
+    const { license } = d;
+    const meter =
+      license.max_nodes === null
+        ? h('p', {}, `${license.nodes_used} nodes, no limit`)
+        : h(
+            'p',
+            {},
+            h('label', { for: 'license-use' }, `${license.nodes_used} of ${license.max_nodes} nodes`),
+            h('meter', { id: 'license-use', min: 0, max: license.max_nodes, value: license.nodes_used }),
+          );
+    cards.replaceChildren(
+      card('Nodes', d.nodes.total, d.nodes.by_status),
+      card('Rules', d.rules.total, d.rules.by_sync_state, h('p', {}, `${d.rules.enabled} enabled`)),
+      card('Tunnels', d.tunnels.total, d.tunnels.by_status),
+      card(
+        'Traffic',
+        bytes(d.traffic.bytes_in + d.traffic.bytes_out),
+        undefined,
+        h('p', {}, `${bytes(d.traffic.bytes_in)} in, ${bytes(d.traffic.bytes_out)} out`),
+      ),
+      card('License', license.edition, undefined, h('div', {}, badge(license.status), meter)),
+      card('Users', d.users.total, undefined, h('p', {}, `${d.users.disabled} disabled · ${d.tokens.total} tokens`)),
+    );
+    const text = JSON.stringify(series.points);
+    if (text !== lastChart || !chart.firstChild) chart.replaceChildren(trafficChart(series));
+    lastChart = text;
+  };
+  await load();
+  ctx.every(10_000, load);
+}

@@ -1,0 +1,198 @@
+// Nodes: status and why, last seen, install progress and its log, create (with the agent
+// command, shown once), install over SSH, reinstall, delete.
+
+import { api, get, withQuery, type Page } from '../api.ts';
+import { badge, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
+import type { PageCtx } from '../main.ts';
+import { LiveTable, Pager } from '../table.ts';
+
+export interface NodeItem {
+  id: number;
+  name: string;
+  host: string;
+  ssh_port: number;
+  ssh_user: string;
+  ssh_auth: string;
+  tags: string[];
+  status: string;
+  status_detail: string | null;
+  agent_version: string | null;
+  last_seen_at: string | null;
+  traffic: { bytes_in: number; bytes_out: number };
+  install: { started_at: string | null; finished_at: string | null; log_tail: string | null };
+}
+
+interface NodeCreated extends NodeItem {
+  agent_token: string;
+  agent_command: string | null;
+}
+
+/** The agent command (or token) of a node just created or reinstalled: shown once, with a copy button. */
+function shownOnce(title: string, created: Partial<NodeCreated>): HTMLElement {
+  const text = created.agent_command ?? created.agent_token ?? '';
+  const box = h('textarea', { readonly: true, rows: 3, id: 'agent-command', class: 'secret' }, text);
+  return h(
+    'section',
+    { class: 'once', 'aria-label': title },
+    h('h2', {}, title),
+    h('label', { for: box.id }, created.agent_command ? 'Command that starts its agent' : 'Agent token'),
+    box,
+    h('p', { class: 'hint' }, 'Shown only now: the master keeps no copy of the agent token.'),
+    copyButton('Copy', () => text),
+  );
+}
+
+export async function nodesPage(ctx: PageCtx): Promise<void> {
+  const writable = ctx.can('nodes:write');
+  const q = input('q', { type: 'search' });
+  const pager = new Pager(() => load());
+  const once = h('div');
+  const act = async (label: string, run: () => Promise<unknown>) => {
+    try {
+      await run();
+      ctx.say(label);
+      await load();
+    } catch (error) {
+      ctx.say((error as Error).message, 'error');
+    }
+  };
+  const table = new LiveTable<NodeItem>(
+    'Nodes',
+    ['Name', 'Host', 'Status', 'Agent', 'Last seen', 'Traffic', writable ? 'Actions' : ''],
+    (node) =>
+      h(
+        'tr',
+        {},
+        h(
+          'th',
+          { scope: 'row' },
+          node.name,
+          node.tags.length ? h('span', { class: 'tags' }, node.tags.join(', ')) : null,
+        ),
+        h('td', {}, `${node.ssh_user}@${node.host}:${node.ssh_port}`),
+        h(
+          'td',
+          {},
+          badge(node.status),
+          node.status_detail && h('p', { class: 'detail' }, node.status_detail),
+          node.install.started_at &&
+            h(
+              'details',
+              {},
+              h('summary', {}, node.install.finished_at ? 'Install log' : 'Install log (running)'),
+              h('pre', { class: 'log' }, node.install.log_tail ?? ''),
+            ),
+        ),
+        h('td', {}, node.agent_version ?? '—'),
+        h('td', {}, when(node.last_seen_at)),
+        h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
+        h(
+          'td',
+          { class: 'actions' },
+          writable && [
+            h(
+              'button',
+              {
+                type: 'button',
+                disabled: node.ssh_auth === 'none',
+                title: node.ssh_auth === 'none' ? 'Give the node an SSH key or password first' : null,
+                onclick: () =>
+                  act(`Installing on ${node.name}`, () => api('POST', `/api/nodes/${node.id}/install-ssh`)),
+              },
+              'Install over SSH',
+            ),
+            h(
+              'button',
+              {
+                type: 'button',
+                onclick: () =>
+                  act(`Reinstalling ${node.name}`, async () => {
+                    const { data } = await api<Partial<NodeCreated>>('POST', `/api/nodes/${node.id}/reinstall`);
+                    if (data.agent_token) once.replaceChildren(shownOnce(`${node.name} reinstalled`, data));
+                  }),
+              },
+              'Reinstall',
+            ),
+            h(
+              'button',
+              {
+                type: 'button',
+                class: 'danger',
+                onclick: () =>
+                  confirm(`Delete node ${node.name}?`) &&
+                  act(`Deleted ${node.name}`, () => api('DELETE', `/api/nodes/${node.id}`)),
+              },
+              'Delete',
+            ),
+          ],
+        ),
+      ),
+    'No nodes yet.',
+  );
+
+  async function load(): Promise<void> {
+    const page = await get<Page<NodeItem>>(withQuery('/api/nodes', { limit: 100, cursor: pager.cursor, q: q.value }));
+    table.update(page.items);
+    pager.set(page.next_cursor);
+  }
+
+  const filter = h(
+    'form',
+    { role: 'search', class: 'filters', onsubmit: (e: Event) => (e.preventDefault(), pager.reset(), load()) },
+    field('Name contains', q),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
+  ctx.main.append(
+    writable ? createNode(once, load) : '',
+    once,
+    filter,
+    h('div', { class: 'scroll' }, table.el),
+    pager.el,
+  );
+  await load();
+  ctx.every(3000, load);
+}
+
+function createNode(once: HTMLElement, reload: () => Promise<void>): HTMLElement {
+  const controls = {
+    name: input('name', { required: true, autocomplete: 'off' }),
+    host: input('host', { required: true, autocomplete: 'off' }),
+    ssh_port: input('ssh_port', { type: 'number', min: 1, max: 65535, value: 22 }),
+    ssh_user: input('ssh_user', { value: 'root', autocomplete: 'off' }),
+    ssh_private_key: h('textarea', { name: 'ssh_private_key', rows: 3, spellcheck: 'false' }),
+    ssh_password: input('ssh_password', { type: 'password', autocomplete: 'new-password' }),
+    tags: input('tags', { autocomplete: 'off' }),
+  };
+  const add = form(
+    { 'aria-label': 'Add a node' },
+    [
+      field('Name', controls.name),
+      field('Host', controls.host, 'Where the master reaches the node over SSH'),
+      field('SSH port', controls.ssh_port),
+      field('SSH user', controls.ssh_user),
+      field('SSH private key', controls.ssh_private_key, 'Optional: PEM or OpenSSH, stored sealed'),
+      field('SSH password', controls.ssh_password, 'Optional, instead of a key'),
+      field('Tags', controls.tags, 'Comma-separated'),
+      h('button', { type: 'submit' }, 'Add node'),
+    ],
+    async (el) => {
+      const body: Record<string, unknown> = {
+        name: controls.name.value,
+        host: controls.host.value,
+        ssh_port: Number(controls.ssh_port.value),
+        ssh_user: controls.ssh_user.value,
+        tags: controls.tags.value
+          .split(',')
+          .map((t) => t.trim())
+          .filter(Boolean),
+      };
+      if (controls.ssh_private_key.value) body.ssh_private_key = controls.ssh_private_key.value;
+      if (controls.ssh_password.value) body.ssh_password = controls.ssh_password.value;
+      const { data } = await api<NodeCreated>('POST', '/api/nodes', { body });
+      el.reset();
+      once.replaceChildren(shownOnce(`Node ${data.name} added`, data));
+      await reload();
+    },
+  );
+  return h('details', { class: 'create' }, h('summary', {}, 'Add a node'), add);
+}

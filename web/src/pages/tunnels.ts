@@ -1,0 +1,112 @@
+// Tunnels: status and round-trip time of each, create and delete.
+
+import { api, get, type Page } from '../api.ts';
+import { badge, field, form, h, input } from '../dom.ts';
+import type { PageCtx } from '../main.ts';
+import { LiveTable, Pager } from '../table.ts';
+import type { NodeItem } from './nodes.ts';
+
+interface Tunnel {
+  id: number;
+  name: string;
+  entry_node_id: number;
+  exit_node_id: number;
+  listen_port: number;
+  status: string;
+  rtt_ms: number | null;
+}
+
+export async function tunnelsPage(ctx: PageCtx): Promise<void> {
+  const canWrite = ctx.can('tunnels:write');
+  const nodes = ctx.can('nodes:read') ? await get<Page<NodeItem>>('/api/nodes?limit=1000') : { items: [] };
+  const nodeName = (id: number) => nodes.items.find((n) => n.id === id)?.name ?? `#${id}`;
+  const pager = new Pager(() => load());
+  const table = new LiveTable<Tunnel>(
+    'Tunnels',
+    ['Name', 'Entry', 'Exit', 'Port', 'Status', 'Round trip', canWrite ? 'Actions' : ''],
+    (t) =>
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, t.name),
+        h('td', {}, nodeName(t.entry_node_id)),
+        h('td', {}, nodeName(t.exit_node_id)),
+        h('td', {}, String(t.listen_port)),
+        h('td', {}, badge(t.status)),
+        h('td', {}, t.rtt_ms === null ? '—' : `${t.rtt_ms.toFixed(1)} ms`),
+        h(
+          'td',
+          { class: 'actions' },
+          canWrite &&
+            h(
+              'button',
+              {
+                type: 'button',
+                class: 'danger',
+                onclick: async () => {
+                  if (!confirm(`Delete tunnel ${t.name}?`)) return;
+                  try {
+                    await api('DELETE', `/api/tunnels/${t.id}`);
+                    ctx.say(`Deleted ${t.name}`);
+                  } catch (error) {
+                    ctx.say((error as Error).message, 'error');
+                  }
+                  await load();
+                },
+              },
+              'Delete',
+            ),
+        ),
+      ),
+    'No tunnels yet.',
+  );
+
+  async function load(): Promise<void> {
+    const page = await get<Page<Tunnel>>(`/api/tunnels?limit=100${pager.cursor ? `&cursor=${pager.cursor}` : ''}`);
+    table.update(page.items);
+    pager.set(page.next_cursor);
+  }
+
+  const nodeSelect = (name: string) =>
+    h(
+      'select',
+      { name },
+      nodes.items.map((n) => h('option', { value: n.id }, n.name)),
+    );
+  const c = {
+    name: input('name', { required: true }),
+    entry: nodeSelect('entry_node_id'),
+    exit: nodeSelect('exit_node_id'),
+    port: input('listen_port', { type: 'number', min: 1, max: 65535 }),
+  };
+  const create = form(
+    { 'aria-label': 'Add a tunnel' },
+    [
+      field('Name', c.name),
+      field('Entry node', c.entry, 'Where traffic enters the tunnel'),
+      field('Exit node', c.exit, 'The node that dials the targets'),
+      field('Listen port', c.port, 'Where the exit node listens for the entry; empty: one from 40000-49999'),
+      h('button', { type: 'submit' }, 'Add tunnel'),
+    ],
+    async (el) => {
+      await api('POST', '/api/tunnels', {
+        body: {
+          name: c.name.value,
+          entry_node_id: Number(c.entry.value),
+          exit_node_id: Number(c.exit.value),
+          listen_port: c.port.value === '' ? null : Number(c.port.value),
+        },
+      });
+      ctx.say(`Added ${c.name.value}`);
+      el.reset();
+      await load();
+    },
+  );
+  ctx.main.append(
+    canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '',
+    h('div', { class: 'scroll' }, table.el),
+    pager.el,
+  );
+  await load();
+  ctx.every(5000, load);
+}
