@@ -88,16 +88,21 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
   page.on('dialog', (dialog) => void dialog.accept());
   mkdirSync(SHOTS, { recursive: true });
   const shot = (name: string) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+  const open = async (link: string, heading = link) => {
+    await page.getByRole('link', { name: link, exact: true }).click();
+    await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
+  };
 
-  await t.test('signs in, and a wrong password is told next to the form', async () => {
+  await t.test('signs in with the keyboard alone, and a wrong password is told in the form', async () => {
     await page.goto(m.url);
-    await page.getByLabel('Username').fill('admin');
-    await page.getByLabel('Password').fill('not the password');
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.keyboard.type('admin');
+    await page.keyboard.press('Tab');
+    await page.keyboard.type('not the password');
+    await page.keyboard.press('Enter');
     await page.getByRole('alert').filter({ hasText: /./ }).waitFor();
     await shot('sign-in');
     await page.getByLabel('Password').fill(ADMIN_PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.keyboard.press('Enter');
     await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
     assert.equal(await page.evaluate('localStorage.length'), 0, 'nothing in localStorage');
     assert.equal(await page.evaluate('document.cookie'), '', 'no cookie');
@@ -112,16 +117,32 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await shot('dashboard');
   });
 
-  await t.test('nodes show their status and last contact', async () => {
-    await page.getByRole('link', { name: 'Nodes' }).click();
+  await t.test('nodes show their status and agent, and a new one comes with its agent command once', async () => {
+    await open('Nodes');
     const row = page.getByRole('row', { name: /edge-1/ });
     await row.getByText('online').waitFor();
     assert.match((await row.textContent()) ?? '', /0\.1\.0/);
+    await page.getByText('Add a node', { exact: true }).click();
+    const add = page.getByRole('form', { name: 'Add a node' });
+    await add.getByLabel('Name').fill('edge-2');
+    await add.getByLabel('Host').fill('edge-2.example.net');
+    await add.getByRole('button', { name: 'Add node' }).click();
+    const command = await page.getByLabel('Command that starts its agent').inputValue();
+    assert.match(command, /^AGENT_TOKEN='mat_\d+_[A-Za-z0-9_-]+' node agent\.mjs --master '/);
+    await page
+      .getByRole('row', { name: /edge-2/ })
+      .getByText('new')
+      .waitFor();
     await shot('nodes');
+    const nodes = await call(m.url, 'GET', '/api/nodes', { token: m.admin });
+    assert.deepEqual(
+      nodes.body.items.map((n: { name: string }) => n.name),
+      ['edge-1', 'edge-2'],
+    );
   });
 
   await t.test('rules show their sync state, and a bad field is named next to it', async () => {
-    await page.getByRole('link', { name: 'Rules' }).click();
+    await open('Rules');
     await page.getByRole('row', { name: /web/ }).getByText('applied').waitFor();
     await shot('rules');
     await page.getByRole('button', { name: 'New rule' }).click();
@@ -162,7 +183,7 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
   });
 
   await t.test('a token is issued with chosen scopes, its secret works once shown, and revoking ends it', async () => {
-    await page.getByRole('link', { name: 'Tokens' }).click();
+    await open('Tokens');
     await page.getByLabel('Name').fill('ci-script');
     await page.getByRole('checkbox', { name: 'nodes:read' }).check();
     await page.getByRole('button', { name: 'Issue token' }).click();
@@ -183,14 +204,13 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
   });
 
   await t.test('tunnels, users, settings and the audit log each show their page', async () => {
-    for (const [link, heading, name] of [
-      ['Tunnels', 'Tunnels', 'tunnels'],
-      ['Users', 'Users', 'users'],
-      ['Settings', 'Settings', 'settings'],
-      ['Audit log', 'Audit log', 'audit'],
+    for (const [link, name] of [
+      ['Tunnels', 'tunnels'],
+      ['Users', 'users'],
+      ['Settings', 'settings'],
+      ['Audit log', 'audit'],
     ] as const) {
-      await page.getByRole('link', { name: link, exact: true }).click();
-      await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
+      await open(link);
       if (name === 'users') await page.getByRole('row', { name: /admin/ }).waitFor();
       if (name === 'settings') assert.equal(await page.getByLabel('sync wait seconds').inputValue(), '5');
       if (name === 'audit') await page.getByRole('row', { name: /token\.delete/ }).waitFor();
@@ -200,14 +220,46 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
 
   await t.test('works at phone width and in dark mode', async () => {
     await page.setViewportSize({ width: 390, height: 844 });
-    await page.getByRole('link', { name: 'Rules' }).click();
+    await open('Rules');
     await page.getByRole('row', { name: /web-renamed/ }).waitFor();
     await shot('rules-phone');
     await page.emulateMedia({ colorScheme: 'dark' });
-    await page.getByRole('link', { name: 'Dashboard' }).click();
+    await open('Dashboard');
     await page.getByRole('img', { name: /^Traffic from/ }).waitFor();
     await shot('dashboard-dark');
     await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test('a user sees only the pages, buttons and grantable scopes of their own scopes', async () => {
+    const created = await call(m.url, 'POST', '/api/users', {
+      token: m.admin,
+      body: { username: 'viewer', password: 'viewer-password', scopes: ['nodes:read', 'tokens:write'] },
+    });
+    assert.equal(created.status, 201);
+    const other = await browser.newContext();
+    t.after(() => other.close());
+    const viewer = await other.newPage();
+    viewer.on('pageerror', (error) => problems.push(`script error (viewer): ${error.message}`));
+    await viewer.goto(m.url);
+    await viewer.getByLabel('Username').fill('viewer');
+    await viewer.getByLabel('Password').fill('viewer-password');
+    await viewer.getByRole('button', { name: 'Sign in' }).click();
+    await viewer.getByRole('heading', { name: 'Nodes', level: 1 }).waitFor();
+    assert.deepEqual(await viewer.getByRole('navigation', { name: 'Main' }).getByRole('link').allTextContents(), [
+      'Nodes',
+      'Tokens',
+    ]);
+    await viewer.getByRole('row', { name: /edge-1/ }).waitFor();
+    assert.equal(await viewer.getByRole('button', { name: 'Install over SSH' }).count(), 0);
+    assert.equal(await viewer.getByText('Add a node').count(), 0);
+    await viewer.getByRole('link', { name: 'Tokens' }).click();
+    const scopes = viewer.getByRole('group', { name: 'Scopes' }).getByRole('checkbox');
+    await scopes.first().waitFor();
+    assert.deepEqual(await scopes.evaluateAll((boxes) => boxes.map((box) => box.getAttribute('value'))), [
+      'nodes:read',
+      'tokens:read',
+      'tokens:write',
+    ]);
   });
 
   await t.test('signing out ends the session on the master', async () => {

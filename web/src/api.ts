@@ -65,7 +65,13 @@ export async function api<T = unknown>(
     cache: 'no-store',
   });
   const text = await response.text();
-  const data = text ? JSON.parse(text) : null;
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    // Not the master's JSON (a proxy's error page, say): the status line is all there is to show.
+    if (response.ok) throw new Error(`the answer to ${method} ${path} is not JSON`);
+  }
   if (!response.ok) {
     const problem: Problem =
       data && typeof data.detail === 'string'

@@ -140,8 +140,13 @@ export function showProblem(form: HTMLFormElement, error: unknown): void {
 export function copyButton(label: string, text: () => string): HTMLButtonElement {
   const button = h('button', { type: 'button' }, label);
   button.addEventListener('click', async () => {
-    await navigator.clipboard.writeText(text());
-    button.textContent = 'Copied';
+    try {
+      await navigator.clipboard.writeText(text());
+      button.textContent = 'Copied';
+    } catch {
+      // The clipboard needs a secure context and the person's leave; the text stays selectable.
+      button.textContent = 'Copy it by hand';
+    }
     setTimeout(() => (button.textContent = label), 2000);
   });
   return button;

@@ -19,6 +19,7 @@ export interface Me {
 }
 
 export interface PageCtx {
+  /** Where the page puts what it shows, under its heading. */
   main: HTMLElement;
   me: Me;
   can(scope: Scope): boolean;
@@ -120,9 +121,11 @@ async function show(): Promise<void> {
   document.title = `${page.title} · portplane`;
   const status = h('div', { class: 'status', role: 'status', 'aria-live': 'polite' });
   const heading = h('h1', { tabindex: -1 }, page.title);
-  main.replaceChildren(heading, status);
+  // A page of its own: one left behind by a quick click elsewhere fills a detached element, not this one.
+  const body = h('div');
+  main.replaceChildren(heading, status, body);
   const ctx: PageCtx = {
-    main,
+    main: body,
     me,
     can: (scope) => grants(me!.token.scopes, scope),
     every(ms, refresh) {
@@ -156,5 +159,5 @@ document.getElementById('sign-out')!.addEventListener('click', async () => {
 window.addEventListener(SIGNED_OUT, signIn);
 window.addEventListener('hashchange', () => void show());
 
-if (session.token) void enter();
+if (session.token) enter().catch(signIn);
 else signIn();
