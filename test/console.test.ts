@@ -212,7 +212,19 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     ] as const) {
       await open(link);
       if (name === 'users') await page.getByRole('row', { name: /admin/ }).waitFor();
-      if (name === 'settings') assert.equal(await page.getByLabel('sync wait seconds').inputValue(), '5');
+      if (name === 'settings') {
+        assert.equal(await page.getByLabel('sync wait seconds').inputValue(), '5');
+        await page.getByLabel('sync wait seconds').fill('7');
+        await page.getByLabel('tcp idle timeout seconds').fill('1');
+        await page.getByRole('button', { name: 'Save changes' }).click();
+        const idle = page.locator('.field').filter({ has: page.getByLabel('tcp idle timeout seconds') });
+        await idle.getByText('must be between 10 and 604800').waitFor();
+        assert.equal((await call(m.url, 'GET', '/api/settings', { token: m.admin })).body.sync_wait_seconds, 5);
+        await page.getByLabel('tcp idle timeout seconds').fill('3600');
+        await page.getByRole('button', { name: 'Save changes' }).click();
+        await page.getByRole('status').getByText('Saved sync_wait_seconds').waitFor();
+        assert.equal((await call(m.url, 'GET', '/api/settings', { token: m.admin })).body.sync_wait_seconds, 7);
+      }
       if (name === 'audit') await page.getByRole('row', { name: /token\.delete/ }).waitFor();
       await shot(name);
     }
