@@ -182,6 +182,23 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     assert.deepEqual(saved.body.targets, [`127.0.0.1:${echo}`, '127.0.0.1:9']);
   });
 
+  await t.test('rules are synced and deleted by selection', async () => {
+    const extra = (await rule(m, { name: 'extra', node_id: edge.id, listen_port: await freePort() })).body;
+    const bulk = page.getByRole('group', { name: 'Selected rules' });
+    await page.getByRole('row', { name: /extra/ }).waitFor();
+    await page.getByRole('checkbox', { name: 'Select all rules on this page' }).check();
+    await bulk.getByText('2 selected').waitFor();
+    await page.getByRole('checkbox', { name: 'Select all rules on this page' }).uncheck();
+    await page.getByRole('checkbox', { name: 'Select extra' }).check();
+    await bulk.getByRole('button', { name: 'Sync selected' }).click();
+    await page.getByRole('status').getByText('Synced 1 rule').waitFor();
+    await bulk.getByRole('button', { name: 'Delete selected' }).click();
+    await page.getByRole('status').getByText('Deleted 1 rule').waitFor();
+    await page.getByRole('row', { name: /extra/ }).waitFor({ state: 'detached' });
+    assert.equal((await call(m.url, 'GET', `/api/rules/${extra.id}`, { token: m.admin })).status, 404);
+    assert.equal((await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin })).status, 200);
+  });
+
   await t.test('a token is issued with chosen scopes, its secret works once shown, and revoking ends it', async () => {
     await open('Tokens');
     await page.getByLabel('Name').fill('ci-script');

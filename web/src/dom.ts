@@ -136,6 +136,10 @@ export function showProblem(form: HTMLFormElement, error: unknown): void {
   (first ?? (alert as HTMLElement)).focus?.();
 }
 
+export function button(label: string, onclick: () => unknown, attrs: Attrs = {}): HTMLButtonElement {
+  return h('button', { type: 'button', onclick, ...attrs }, label);
+}
+
 /** A button that copies `text()` to the clipboard and says so. */
 export function copyButton(label: string, text: () => string): HTMLButtonElement {
   const button = h('button', { type: 'button' }, label);

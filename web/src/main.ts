@@ -23,8 +23,15 @@ export interface PageCtx {
   main: HTMLElement;
   me: Me;
   can(scope: Scope): boolean;
-  /** Runs `refresh` every `ms` while this page is shown and the tab visible (live node status, sync state). */
-  every(ms: number, refresh: () => Promise<void>): void;
+  /**
+   * Shows what `load` reads, and keeps it current: again after every action, and every `ms`
+   * (if given) while this page is shown and the tab visible (live node status, sync state).
+   */
+  live(load: () => Promise<void>, ms?: number): Promise<void>;
+  /** Reads the page's data again (what `live` was given). */
+  reload(): Promise<void>;
+  /** Runs what the person asked for (after `question`, if any, is confirmed), says how it went, and reloads. */
+  act(done: string, run: () => Promise<unknown>, question?: string): Promise<void>;
   /** Says something to the person (and to screen readers) at the top of the page. */
   say(message: string, kind?: 'ok' | 'error'): void;
 }
@@ -124,16 +131,31 @@ async function show(): Promise<void> {
   // A page of its own: one left behind by a quick click elsewhere fills a detached element, not this one.
   const body = h('div');
   main.replaceChildren(heading, status, body);
+  let reload = async () => {};
   const ctx: PageCtx = {
     main: body,
     me,
     can: (scope) => grants(me!.token.scopes, scope),
-    every(ms, refresh) {
-      timers.push(
-        window.setInterval(() => {
-          if (document.visibilityState === 'visible' && run === shown) refresh().catch(() => {});
-        }, ms),
-      );
+    async live(load, ms) {
+      reload = load;
+      if (ms)
+        timers.push(
+          window.setInterval(() => {
+            if (document.visibilityState === 'visible' && run === shown) load().catch(() => {});
+          }, ms),
+        );
+      await load();
+    },
+    reload: () => reload(),
+    async act(done, action, question) {
+      if (question && !confirm(question)) return;
+      try {
+        await action();
+        ctx.say(done);
+      } catch (error) {
+        ctx.say(error instanceof Error ? error.message : String(error), 'error');
+      }
+      await reload();
     },
     say(message, kind = 'ok') {
       status.className = `status ${kind}`;

@@ -1,9 +1,13 @@
-// Tables refreshed by polling: a row is rebuilt only when its item changed, and the control that
-// had focus keeps it, so a live page neither flickers nor pulls the keyboard away.
+// Lists as tables refreshed by polling: a row is rebuilt only when its item changed, and the
+// control that had focus keeps it, so a live page neither flickers nor pulls the keyboard away;
+// pages are read by cursor, with previous and next buttons.
 
+import { get, withQuery, type Page } from './api.ts';
 import { h } from './dom.ts';
 
-export class LiveTable<T extends { id: number }> {
+type Query = Record<string, string | number | null | undefined>;
+
+class LiveTable<T extends { id: number }> {
   readonly el: HTMLTableElement;
   private readonly body = h('tbody');
   private rows = new Map<number, { text: string; tr: HTMLTableRowElement }>();
@@ -36,38 +40,63 @@ export class LiveTable<T extends { id: number }> {
   }
 }
 
-/** Previous and next buttons over a cursor-paged list. */
-export class Pager {
-  readonly el = h('nav', { class: 'pager', 'aria-label': 'Pages' });
-  private readonly stack: (string | null)[] = [];
-  cursor: string | null = null;
-  private next: string | null = null;
-  private readonly prevButton = h('button', { type: 'button' }, 'Previous page');
-  private readonly nextButton = h('button', { type: 'button' }, 'Next page');
+export interface PagedTableOptions<T> {
+  caption: string;
+  headings: (string | Node)[];
+  row: (item: T) => HTMLTableRowElement;
+  empty: string;
+  /** The list's path, e.g. /api/rules. */
+  path: string;
+  limit?: number;
+  /** Filters, read at each load. */
+  query?: () => Query;
+}
 
-  constructor(private readonly load: () => Promise<void>) {
+/** One page of a list at a time, as a live table with previous and next buttons. */
+export class PagedTable<T extends { id: number }> {
+  readonly el: HTMLElement;
+  /** The items on screen. */
+  items: T[] = [];
+  private readonly table: LiveTable<T>;
+  private readonly previous: (string | null)[] = [];
+  private cursor: string | null = null;
+  private next: string | null = null;
+  private readonly prevButton = h('button', { type: 'button', disabled: true }, 'Previous page');
+  private readonly nextButton = h('button', { type: 'button', disabled: true }, 'Next page');
+
+  constructor(private readonly options: PagedTableOptions<T>) {
+    this.table = new LiveTable(options.caption, options.headings, options.row, options.empty);
     this.prevButton.addEventListener('click', () => {
-      this.cursor = this.stack.pop() ?? null;
+      this.cursor = this.previous.pop() ?? null;
       void this.load();
     });
     this.nextButton.addEventListener('click', () => {
-      this.stack.push(this.cursor);
+      this.previous.push(this.cursor);
       this.cursor = this.next;
       void this.load();
     });
-    this.el.append(this.prevButton, this.nextButton);
-    this.set(null);
+    this.el = h(
+      'div',
+      {},
+      h('div', { class: 'scroll' }, this.table.el),
+      h('nav', { class: 'pager', 'aria-label': 'Pages' }, this.prevButton, this.nextButton),
+    );
   }
 
-  /** Back to the first page (a new filter). */
-  reset(): void {
-    this.stack.length = 0;
+  async load(): Promise<void> {
+    const { path, limit = 100, query } = this.options;
+    const page = await get<Page<T>>(withQuery(path, { limit, cursor: this.cursor, ...query?.() }));
+    this.items = page.items;
+    this.table.update(page.items);
+    this.next = page.next_cursor;
+    this.prevButton.disabled = this.previous.length === 0;
+    this.nextButton.disabled = this.next === null;
+  }
+
+  /** Back to the first page (the filters changed). */
+  async first(): Promise<void> {
+    this.previous.length = 0;
     this.cursor = null;
-  }
-
-  set(nextCursor: string | null): void {
-    this.next = nextCursor;
-    this.prevButton.disabled = this.stack.length === 0;
-    this.nextButton.disabled = nextCursor === null;
+    await this.load();
   }
 }

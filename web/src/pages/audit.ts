@@ -1,9 +1,8 @@
 // The audit log: every write and denied attempt, newest first, filtered and paged by cursor.
 
-import { get, withQuery, type Page } from '../api.ts';
 import { badge, field, form, h, input, select, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { LiveTable, Pager } from '../table.ts';
+import { PagedTable } from '../table.ts';
 
 interface Entry {
   id: number;
@@ -29,11 +28,22 @@ export async function auditPage(ctx: PageCtx): Promise<void> {
     since: input('since', { type: 'datetime-local' }),
     until: input('until', { type: 'datetime-local' }),
   };
-  const pager = new Pager(() => load());
-  const table = new LiveTable<Entry>(
-    'Audit entries, newest first',
-    ['When', 'Who', 'Action', 'Resource', 'Result', 'Changes'],
-    (e) =>
+  const list = new PagedTable<Entry>({
+    caption: 'Audit entries, newest first',
+    headings: ['When', 'Who', 'Action', 'Resource', 'Result', 'Changes'],
+    path: '/api/audit-logs',
+    limit: 50,
+    query: () => ({
+      action: c.action.value,
+      resource: c.resource.value,
+      actor: c.actor.value,
+      actor_type: c.actor_type.value,
+      status: c.status.value,
+      since: utcFromLocal(c.since.value),
+      until: utcFromLocal(c.until.value),
+    }),
+    empty: 'No entries match.',
+    row: (e) =>
       h(
         'tr',
         {},
@@ -49,26 +59,7 @@ export async function auditPage(ctx: PageCtx): Promise<void> {
             h('details', {}, h('summary', {}, 'Show'), h('pre', { class: 'log' }, JSON.stringify(e.changes, null, 2))),
         ),
       ),
-    'No entries match.',
-  );
-
-  async function load(): Promise<void> {
-    const page = await get<Page<Entry>>(
-      withQuery('/api/audit-logs', {
-        limit: 50,
-        cursor: pager.cursor,
-        action: c.action.value,
-        resource: c.resource.value,
-        actor: c.actor.value,
-        actor_type: c.actor_type.value,
-        status: c.status.value,
-        since: utcFromLocal(c.since.value),
-        until: utcFromLocal(c.until.value),
-      }),
-    );
-    table.update(page.items);
-    pager.set(page.next_cursor);
-  }
+  });
 
   const filters = form(
     { role: 'search', class: 'filters', 'aria-label': 'Filter the audit log' },
@@ -82,11 +73,8 @@ export async function auditPage(ctx: PageCtx): Promise<void> {
       field('Until', c.until),
       h('button', { type: 'submit' }, 'Filter'),
     ],
-    async () => {
-      pager.reset();
-      await load();
-    },
+    () => list.first(),
   );
-  ctx.main.append(filters, h('div', { class: 'scroll' }, table.el), pager.el);
-  await load();
+  ctx.main.append(filters, list.el);
+  await ctx.live(() => list.load());
 }

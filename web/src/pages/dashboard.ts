@@ -68,6 +68,5 @@ export async function dashboardPage(ctx: PageCtx): Promise<void> {
     if (text !== lastChart || !chart.firstChild) chart.replaceChildren(trafficChart(series));
     lastChart = text;
   };
-  await load();
-  ctx.every(10_000, load);
+  await ctx.live(load, 10_000);
 }

@@ -1,10 +1,10 @@
 // Nodes: status and why, last seen, install progress and its log, create (with the agent
 // command, shown once), install over SSH, reinstall, delete.
 
-import { api, get, withQuery, type Page } from '../api.ts';
-import { badge, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
+import { api } from '../api.ts';
+import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { LiveTable, Pager } from '../table.ts';
+import { PagedTable } from '../table.ts';
 
 export interface NodeItem {
   id: number;
@@ -27,10 +27,11 @@ interface NodeCreated extends NodeItem {
   agent_command: string | null;
 }
 
-/** The agent command (or token) of a node just created or reinstalled: shown once, with a copy button. */
-function shownOnce(title: string, created: Partial<NodeCreated>): HTMLElement {
-  const text = created.agent_command ?? created.agent_token ?? '';
+/** The agent command (or token) of a node just created: shown once, with a copy button. */
+function shownOnce(created: NodeCreated): HTMLElement {
+  const text = created.agent_command ?? created.agent_token;
   const box = h('textarea', { readonly: true, rows: 3, id: 'agent-command', class: 'secret' }, text);
+  const title = `Node ${created.name} added`;
   return h(
     'section',
     { class: 'once', 'aria-label': title },
@@ -45,21 +46,32 @@ function shownOnce(title: string, created: Partial<NodeCreated>): HTMLElement {
 export async function nodesPage(ctx: PageCtx): Promise<void> {
   const writable = ctx.can('nodes:write');
   const q = input('q', { type: 'search' });
-  const pager = new Pager(() => load());
   const once = h('div');
-  const act = async (label: string, run: () => Promise<unknown>) => {
-    try {
-      await run();
-      ctx.say(label);
-      await load();
-    } catch (error) {
-      ctx.say((error as Error).message, 'error');
-    }
-  };
-  const table = new LiveTable<NodeItem>(
-    'Nodes',
-    ['Name', 'Host', 'Status', 'Agent', 'Last seen', 'Traffic', writable ? 'Actions' : ''],
-    (node) =>
+  const actions = (node: NodeItem) => [
+    button(
+      'Install over SSH',
+      () => ctx.act(`Installing on ${node.name}`, () => api('POST', `/api/nodes/${node.id}/install-ssh`)),
+      {
+        disabled: node.ssh_auth === 'none',
+        title: node.ssh_auth === 'none' ? 'Give the node an SSH key or password first' : null,
+      },
+    ),
+    button('Reinstall', () =>
+      ctx.act(`Reinstalling ${node.name}`, () => api('POST', `/api/nodes/${node.id}/reinstall`)),
+    ),
+    button(
+      'Delete',
+      () => ctx.act(`Deleted ${node.name}`, () => api('DELETE', `/api/nodes/${node.id}`), `Delete node ${node.name}?`),
+      { class: 'danger' },
+    ),
+  ];
+  const list = new PagedTable<NodeItem>({
+    caption: 'Nodes',
+    headings: ['Name', 'Host', 'Status', 'Agent', 'Last seen', 'Traffic', writable ? 'Actions' : ''],
+    path: '/api/nodes',
+    query: () => ({ q: q.value }),
+    empty: 'No nodes yet.',
+    row: (node) =>
       h(
         'tr',
         {},
@@ -86,74 +98,20 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
         h('td', {}, node.agent_version ?? '—'),
         h('td', {}, when(node.last_seen_at)),
         h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
-        h(
-          'td',
-          { class: 'actions' },
-          writable && [
-            h(
-              'button',
-              {
-                type: 'button',
-                disabled: node.ssh_auth === 'none',
-                title: node.ssh_auth === 'none' ? 'Give the node an SSH key or password first' : null,
-                onclick: () =>
-                  act(`Installing on ${node.name}`, () => api('POST', `/api/nodes/${node.id}/install-ssh`)),
-              },
-              'Install over SSH',
-            ),
-            h(
-              'button',
-              {
-                type: 'button',
-                onclick: () =>
-                  act(`Reinstalling ${node.name}`, async () => {
-                    const { data } = await api<Partial<NodeCreated>>('POST', `/api/nodes/${node.id}/reinstall`);
-                    if (data.agent_token) once.replaceChildren(shownOnce(`${node.name} reinstalled`, data));
-                  }),
-              },
-              'Reinstall',
-            ),
-            h(
-              'button',
-              {
-                type: 'button',
-                class: 'danger',
-                onclick: () =>
-                  confirm(`Delete node ${node.name}?`) &&
-                  act(`Deleted ${node.name}`, () => api('DELETE', `/api/nodes/${node.id}`)),
-              },
-              'Delete',
-            ),
-          ],
-        ),
+        h('td', { class: 'actions' }, writable && actions(node)),
       ),
-    'No nodes yet.',
-  );
+  });
 
-  async function load(): Promise<void> {
-    const page = await get<Page<NodeItem>>(withQuery('/api/nodes', { limit: 100, cursor: pager.cursor, q: q.value }));
-    table.update(page.items);
-    pager.set(page.next_cursor);
-  }
-
-  const filter = h(
-    'form',
-    { role: 'search', class: 'filters', onsubmit: (e: Event) => (e.preventDefault(), pager.reset(), load()) },
-    field('Name contains', q),
-    h('button', { type: 'submit' }, 'Filter'),
+  const filter = form(
+    { role: 'search', class: 'filters', 'aria-label': 'Filter nodes' },
+    [field('Name contains', q), h('button', { type: 'submit' }, 'Filter')],
+    () => list.first(),
   );
-  ctx.main.append(
-    writable ? createNode(once, load) : '',
-    once,
-    filter,
-    h('div', { class: 'scroll' }, table.el),
-    pager.el,
-  );
-  await load();
-  ctx.every(3000, load);
+  ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, list.el);
+  await ctx.live(() => list.load(), 3000);
 }
 
-function createNode(once: HTMLElement, reload: () => Promise<void>): HTMLElement {
+function createNode(ctx: PageCtx, once: HTMLElement): HTMLElement {
   const controls = {
     name: input('name', { required: true, autocomplete: 'off' }),
     host: input('host', { required: true, autocomplete: 'off' }),
@@ -190,8 +148,9 @@ function createNode(once: HTMLElement, reload: () => Promise<void>): HTMLElement
       if (controls.ssh_password.value) body.ssh_password = controls.ssh_password.value;
       const { data } = await api<NodeCreated>('POST', '/api/nodes', { body });
       el.reset();
-      once.replaceChildren(shownOnce(`Node ${data.name} added`, data));
-      await reload();
+      once.replaceChildren(shownOnce(data));
+      ctx.say(`Added ${data.name}`);
+      await ctx.reload();
     },
   );
   return h('details', { class: 'create' }, h('summary', {}, 'Add a node'), add);

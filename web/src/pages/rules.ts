@@ -1,10 +1,10 @@
 // Rules: sync state and error, traffic, create and edit (a lost update is a 412, offered to
 // reload), enable and disable, sync, delete, and the same for many selected at once.
 
-import { api, ApiError, get, withQuery, type Page } from '../api.ts';
-import { badge, bytes, field, form, h, input, select } from '../dom.ts';
+import { api, ApiError, get, type Page } from '../api.ts';
+import { badge, button, bytes, field, form, h, input, select } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { LiveTable, Pager } from '../table.ts';
+import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
 
 interface Rule {
@@ -37,34 +37,76 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
   const nodeName = new Map(nodes.items.map((n) => [n.id, n.name]));
   const selected = new Set<number>();
   const q = input('q', { type: 'search' });
-  const pager = new Pager(() => load());
   const dialog = h('dialog', { class: 'edit', 'aria-labelledby': 'rule-dialog-title' });
-  let shownIds: number[] = [];
 
-  const act = async (label: string, run: () => Promise<unknown>) => {
-    try {
-      await run();
-      ctx.say(label);
-    } catch (error) {
-      ctx.say(error instanceof ApiError ? error.problem.detail : String(error), 'error');
-    }
-    await load();
+  const bulkCount = h('span', { 'aria-live': 'polite' });
+  const bulkState = () => {
+    bulkCount.textContent = `${selected.size} selected`;
+    bulkDelete.disabled = bulkSync.disabled = selected.size === 0;
   };
+  const bulk = async (path: string, verb: string, question?: string) => {
+    const ids = [...selected];
+    await ctx.act(
+      `${verb} ${ids.length} ${ids.length === 1 ? 'rule' : 'rules'}`,
+      async () => {
+        await api('POST', path, { body: { ids } });
+        if (path.endsWith('delete')) selected.clear();
+      },
+      question,
+    );
+    bulkState();
+  };
+  const bulkSync = button('Sync selected', () => bulk('/api/rules/batch-sync', 'Synced'));
+  const bulkDelete = button(
+    'Delete selected',
+    () => bulk('/api/rules/batch-delete', 'Deleted', `Delete the ${selected.size} selected?`),
+    { class: 'danger' },
+  );
 
   const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all rules on this page' });
   selectAll.addEventListener('change', () => {
-    for (const id of shownIds)
-      if (selectAll.checked) selected.add(id);
-      else selected.delete(id);
-    for (const box of table.el.querySelectorAll<HTMLInputElement>('tbody input[type=checkbox]'))
+    for (const rule of list.items)
+      if (selectAll.checked) selected.add(rule.id);
+      else selected.delete(rule.id);
+    for (const box of list.el.querySelectorAll<HTMLInputElement>('tbody input[type=checkbox]'))
       box.checked = selectAll.checked;
     bulkState();
   });
 
-  const table = new LiveTable<Rule>(
-    'Rules',
-    [canWrite ? selectAll : '', 'Name', 'Node', 'Listens', 'Targets', 'Sync', 'Traffic', canWrite ? 'Actions' : ''],
-    (rule) => {
+  const actions = (rule: Rule) => [
+    button('Edit', () => edit(rule.id)),
+    button(rule.enabled ? 'Disable' : 'Enable', () =>
+      ctx.act(`${rule.enabled ? 'Disabled' : 'Enabled'} ${rule.name}`, () =>
+        api('PUT', `/api/rules/${rule.id}`, {
+          body: { ...writable(rule), enabled: !rule.enabled },
+          ifMatch: `"${rule.version}"`,
+        }),
+      ),
+    ),
+    button('Sync', () => ctx.act(`Synced ${rule.name}`, () => api('POST', `/api/rules/${rule.id}/sync`))),
+    button(
+      'Delete',
+      () => ctx.act(`Deleted ${rule.name}`, () => api('DELETE', `/api/rules/${rule.id}`), `Delete rule ${rule.name}?`),
+      { class: 'danger' },
+    ),
+  ];
+
+  const list = new PagedTable<Rule>({
+    caption: 'Rules',
+    headings: [
+      canWrite ? selectAll : '',
+      'Name',
+      'Node',
+      'Listens',
+      'Targets',
+      'Sync',
+      'Traffic',
+      canWrite ? 'Actions' : '',
+    ],
+    path: '/api/rules',
+    query: () => ({ q: q.value }),
+    empty: 'No rules here.',
+    row: (rule) => {
       const box = h('input', { type: 'checkbox', 'aria-label': `Select ${rule.name}`, checked: selected.has(rule.id) });
       box.addEventListener('change', () => {
         if (box.checked) selected.add(rule.id);
@@ -73,7 +115,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       });
       return h(
         'tr',
-        { 'data-rule': rule.id },
+        {},
         h('td', {}, canWrite && box),
         h('th', { scope: 'row' }, rule.name, !rule.enabled && h('span', { class: 'tags' }, 'disabled')),
         h('td', {}, nodeName.get(rule.node_id) ?? `#${rule.node_id}`),
@@ -86,79 +128,11 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         ),
         h('td', {}, badge(rule.sync.state), rule.sync.error && h('p', { class: 'detail' }, rule.sync.error)),
         h('td', {}, `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`),
-        h(
-          'td',
-          { class: 'actions' },
-          canWrite && [
-            h('button', { type: 'button', onclick: () => edit(rule.id) }, 'Edit'),
-            h(
-              'button',
-              {
-                type: 'button',
-                onclick: () =>
-                  act(`${rule.enabled ? 'Disabled' : 'Enabled'} ${rule.name}`, () =>
-                    api('PUT', `/api/rules/${rule.id}`, {
-                      body: { ...writable(rule), enabled: !rule.enabled },
-                      ifMatch: `"${rule.version}"`,
-                    }),
-                  ),
-              },
-              rule.enabled ? 'Disable' : 'Enable',
-            ),
-            h(
-              'button',
-              {
-                type: 'button',
-                onclick: () => act(`Synced ${rule.name}`, () => api('POST', `/api/rules/${rule.id}/sync`)),
-              },
-              'Sync',
-            ),
-            h(
-              'button',
-              {
-                type: 'button',
-                class: 'danger',
-                onclick: () =>
-                  confirm(`Delete rule ${rule.name}?`) &&
-                  act(`Deleted ${rule.name}`, () => api('DELETE', `/api/rules/${rule.id}`)),
-              },
-              'Delete',
-            ),
-          ],
-        ),
+        h('td', { class: 'actions' }, canWrite && actions(rule)),
       );
     },
-    'No rules here.',
-  );
-
-  const bulkCount = h('span', { 'aria-live': 'polite' });
-  const bulkDelete = h('button', { type: 'button', class: 'danger' }, 'Delete selected');
-  const bulkSync = h('button', { type: 'button' }, 'Sync selected');
-  const bulkState = () => {
-    bulkCount.textContent = `${selected.size} selected`;
-    bulkDelete.disabled = bulkSync.disabled = selected.size === 0;
-  };
-  const bulk = async (path: string, verb: string) => {
-    const ids = [...selected];
-    await act(`${verb} ${ids.length} rules`, async () => {
-      await api('POST', path, { body: { ids } });
-      if (path.endsWith('delete')) selected.clear();
-    });
-    bulkState();
-  };
-  bulkDelete.addEventListener(
-    'click',
-    () => confirm(`Delete ${selected.size} rules?`) && bulk('/api/rules/batch-delete', 'Deleted'),
-  );
-  bulkSync.addEventListener('click', () => bulk('/api/rules/batch-sync', 'Synced'));
+  });
   bulkState();
-
-  async function load(): Promise<void> {
-    const page = await get<Page<Rule>>(withQuery('/api/rules', { limit: 100, cursor: pager.cursor, q: q.value }));
-    shownIds = page.items.map((r) => r.id);
-    table.update(page.items);
-    pager.set(page.next_cursor);
-  }
 
   /** The create or edit form in a dialog; editing sends If-Match, so a change made meanwhile is a 412. */
   async function edit(id: number | null): Promise<void> {
@@ -241,7 +215,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         }
         dialog.close();
         ctx.say(rule ? `Saved ${body.name}` : `Created ${body.name}`);
-        await load();
+        await ctx.reload();
       },
     );
     dialog.replaceChildren(h('h2', { id: 'rule-dialog-title' }, title), editor);
@@ -249,25 +223,22 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     c.name.focus();
   }
 
-  const filter = h(
-    'form',
-    { role: 'search', class: 'filters', onsubmit: (e: Event) => (e.preventDefault(), pager.reset(), load()) },
-    field('Name contains', q),
-    h('button', { type: 'submit' }, 'Filter'),
+  const filter = form(
+    { role: 'search', class: 'filters', 'aria-label': 'Filter rules' },
+    [field('Name contains', q), h('button', { type: 'submit' }, 'Filter')],
+    () => list.first(),
   );
   ctx.main.append(
     h(
       'div',
       { class: 'toolbar' },
-      canWrite && h('button', { type: 'button', onclick: () => edit(null) }, 'New rule'),
+      canWrite && button('New rule', () => edit(null)),
       canWrite &&
         h('div', { class: 'bulk', role: 'group', 'aria-label': 'Selected rules' }, bulkCount, bulkSync, bulkDelete),
     ),
     filter,
-    h('div', { class: 'scroll' }, table.el),
-    pager.el,
+    list.el,
     dialog,
   );
-  await load();
-  ctx.every(3000, load);
+  await ctx.live(() => list.load(), 3000);
 }

@@ -2,10 +2,10 @@
 // expiry, see its secret once (with a copy button), revoke.
 
 import { scopes } from '../../../internal/auth/scopes.ts';
-import { api, get, type Page } from '../api.ts';
-import { checkboxes, checkedValues, copyButton, field, form, h, input, utcFromLocal, when } from '../dom.ts';
+import { api } from '../api.ts';
+import { button, checkboxes, checkedValues, copyButton, field, form, h, input, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { LiveTable, Pager } from '../table.ts';
+import { PagedTable } from '../table.ts';
 
 interface Token {
   id: number;
@@ -18,12 +18,13 @@ interface Token {
 
 export async function tokensPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('tokens:write');
-  const pager = new Pager(() => load());
   const secret = h('div');
-  const table = new LiveTable<Token>(
-    'API tokens',
-    ['Name', 'Scopes', 'Expires', 'Last used', 'Created by', canWrite ? 'Actions' : ''],
-    (t) =>
+  const list = new PagedTable<Token>({
+    caption: 'API tokens',
+    headings: ['Name', 'Scopes', 'Expires', 'Last used', 'Created by', canWrite ? 'Actions' : ''],
+    path: '/api/tokens',
+    empty: 'No API tokens yet.',
+    row: (t) =>
       h(
         'tr',
         {},
@@ -36,34 +37,19 @@ export async function tokensPage(ctx: PageCtx): Promise<void> {
           'td',
           { class: 'actions' },
           canWrite &&
-            h(
-              'button',
-              {
-                type: 'button',
-                class: 'danger',
-                onclick: async () => {
-                  if (!confirm(`Revoke token ${t.name}? Scripts using it stop working at once.`)) return;
-                  try {
-                    await api('DELETE', `/api/tokens/${t.id}`);
-                    ctx.say(`Revoked ${t.name}`);
-                  } catch (error) {
-                    ctx.say((error as Error).message, 'error');
-                  }
-                  await load();
-                },
-              },
+            button(
               'Revoke',
+              () =>
+                ctx.act(
+                  `Revoked ${t.name}`,
+                  () => api('DELETE', `/api/tokens/${t.id}`),
+                  `Revoke token ${t.name}? Scripts using it stop working at once.`,
+                ),
+              { class: 'danger' },
             ),
         ),
       ),
-    'No API tokens yet.',
-  );
-
-  async function load(): Promise<void> {
-    const page = await get<Page<Token>>(`/api/tokens?limit=100${pager.cursor ? `&cursor=${pager.cursor}` : ''}`);
-    table.update(page.items);
-    pager.set(page.next_cursor);
-  }
+  });
 
   const held = scopes.filter((scope) => ctx.can(scope));
   const name = input('name', { required: true, autocomplete: 'off' });
@@ -99,14 +85,13 @@ export async function tokensPage(ctx: PageCtx): Promise<void> {
       el.reset();
       box.focus();
       box.select();
-      await load();
+      await ctx.reload();
     },
   );
   ctx.main.append(
     canWrite ? h('details', { class: 'create', open: true }, h('summary', {}, 'Issue a token'), create) : '',
     secret,
-    h('div', { class: 'scroll' }, table.el),
-    pager.el,
+    list.el,
   );
-  await load();
+  await ctx.live(() => list.load());
 }

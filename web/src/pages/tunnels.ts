@@ -1,9 +1,9 @@
 // Tunnels: status and round-trip time of each, create and delete.
 
 import { api, get, type Page } from '../api.ts';
-import { badge, field, form, h, input } from '../dom.ts';
+import { badge, button, field, form, h, input } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { LiveTable, Pager } from '../table.ts';
+import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
 
 interface Tunnel {
@@ -20,11 +20,12 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('tunnels:write');
   const nodes = ctx.can('nodes:read') ? await get<Page<NodeItem>>('/api/nodes?limit=1000') : { items: [] };
   const nodeName = (id: number) => nodes.items.find((n) => n.id === id)?.name ?? `#${id}`;
-  const pager = new Pager(() => load());
-  const table = new LiveTable<Tunnel>(
-    'Tunnels',
-    ['Name', 'Entry', 'Exit', 'Port', 'Status', 'Round trip', canWrite ? 'Actions' : ''],
-    (t) =>
+  const list = new PagedTable<Tunnel>({
+    caption: 'Tunnels',
+    headings: ['Name', 'Entry', 'Exit', 'Port', 'Status', 'Round trip', canWrite ? 'Actions' : ''],
+    path: '/api/tunnels',
+    empty: 'No tunnels yet.',
+    row: (t) =>
       h(
         'tr',
         {},
@@ -38,34 +39,15 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
           'td',
           { class: 'actions' },
           canWrite &&
-            h(
-              'button',
-              {
-                type: 'button',
-                class: 'danger',
-                onclick: async () => {
-                  if (!confirm(`Delete tunnel ${t.name}?`)) return;
-                  try {
-                    await api('DELETE', `/api/tunnels/${t.id}`);
-                    ctx.say(`Deleted ${t.name}`);
-                  } catch (error) {
-                    ctx.say((error as Error).message, 'error');
-                  }
-                  await load();
-                },
-              },
+            button(
               'Delete',
+              () =>
+                ctx.act(`Deleted ${t.name}`, () => api('DELETE', `/api/tunnels/${t.id}`), `Delete tunnel ${t.name}?`),
+              { class: 'danger' },
             ),
         ),
       ),
-    'No tunnels yet.',
-  );
-
-  async function load(): Promise<void> {
-    const page = await get<Page<Tunnel>>(`/api/tunnels?limit=100${pager.cursor ? `&cursor=${pager.cursor}` : ''}`);
-    table.update(page.items);
-    pager.set(page.next_cursor);
-  }
+  });
 
   const nodeSelect = (name: string) =>
     h(
@@ -99,14 +81,9 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
       });
       ctx.say(`Added ${c.name.value}`);
       el.reset();
-      await load();
+      await ctx.reload();
     },
   );
-  ctx.main.append(
-    canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '',
-    h('div', { class: 'scroll' }, table.el),
-    pager.el,
-  );
-  await load();
-  ctx.every(5000, load);
+  ctx.main.append(canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '', list.el);
+  await ctx.live(() => list.load(), 5000);
 }

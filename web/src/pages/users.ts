@@ -1,10 +1,10 @@
 // Users: who may sign in and with which scopes; create, enable or disable, delete.
 
 import { scopes } from '../../../internal/auth/scopes.ts';
-import { api, get, type Page } from '../api.ts';
-import { badge, checkboxes, checkedValues, field, form, h, input, when } from '../dom.ts';
+import { api } from '../api.ts';
+import { badge, button, checkboxes, checkedValues, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { LiveTable, Pager } from '../table.ts';
+import { PagedTable } from '../table.ts';
 
 interface User {
   id: number;
@@ -17,20 +17,27 @@ interface User {
 
 export async function usersPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('users:write');
-  const pager = new Pager(() => load());
-  const act = async (label: string, run: () => Promise<unknown>) => {
-    try {
-      await run();
-      ctx.say(label);
-    } catch (error) {
-      ctx.say((error as Error).message, 'error');
-    }
-    await load();
-  };
-  const table = new LiveTable<User>(
-    'Users',
-    ['Username', 'Scopes', 'State', 'Created', canWrite ? 'Actions' : ''],
-    (u) =>
+  const actions = (u: User) => [
+    button(u.disabled ? 'Enable' : 'Disable', () =>
+      ctx.act(`${u.disabled ? 'Enabled' : 'Disabled'} ${u.username}`, () =>
+        api('PUT', `/api/users/${u.id}`, {
+          body: { username: u.username, scopes: u.scopes, disabled: !u.disabled },
+          ifMatch: `"${u.version}"`,
+        }),
+      ),
+    ),
+    button(
+      'Delete',
+      () => ctx.act(`Deleted ${u.username}`, () => api('DELETE', `/api/users/${u.id}`), `Delete user ${u.username}?`),
+      { class: 'danger' },
+    ),
+  ];
+  const list = new PagedTable<User>({
+    caption: 'Users',
+    headings: ['Username', 'Scopes', 'State', 'Created', canWrite ? 'Actions' : ''],
+    path: '/api/users',
+    empty: 'No users.',
+    row: (u) =>
       h(
         'tr',
         {},
@@ -38,47 +45,9 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
         h('td', {}, u.scopes.join(' ') || '—'),
         h('td', {}, badge(u.disabled ? 'disabled' : 'active')),
         h('td', {}, when(u.created_at)),
-        h(
-          'td',
-          { class: 'actions' },
-          canWrite &&
-            u.id !== ctx.me.user.id && [
-              h(
-                'button',
-                {
-                  type: 'button',
-                  onclick: () =>
-                    act(`${u.disabled ? 'Enabled' : 'Disabled'} ${u.username}`, () =>
-                      api('PUT', `/api/users/${u.id}`, {
-                        body: { username: u.username, scopes: u.scopes, disabled: !u.disabled },
-                        ifMatch: `"${u.version}"`,
-                      }),
-                    ),
-                },
-                u.disabled ? 'Enable' : 'Disable',
-              ),
-              h(
-                'button',
-                {
-                  type: 'button',
-                  class: 'danger',
-                  onclick: () =>
-                    confirm(`Delete user ${u.username}?`) &&
-                    act(`Deleted ${u.username}`, () => api('DELETE', `/api/users/${u.id}`)),
-                },
-                'Delete',
-              ),
-            ],
-        ),
+        h('td', { class: 'actions' }, canWrite && u.id !== ctx.me.user.id && actions(u)),
       ),
-    'No users.',
-  );
-
-  async function load(): Promise<void> {
-    const page = await get<Page<User>>(`/api/users?limit=100${pager.cursor ? `&cursor=${pager.cursor}` : ''}`);
-    table.update(page.items);
-    pager.set(page.next_cursor);
-  }
+  });
 
   const username = input('username', { required: true, autocomplete: 'off' });
   const password = input('password', { type: 'password', autocomplete: 'new-password', required: true });
@@ -100,13 +69,9 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
       });
       ctx.say(`Added ${username.value}`);
       el.reset();
-      await load();
+      await ctx.reload();
     },
   );
-  ctx.main.append(
-    canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a user'), create) : '',
-    h('div', { class: 'scroll' }, table.el),
-    pager.el,
-  );
-  await load();
+  ctx.main.append(canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a user'), create) : '', list.el);
+  await ctx.live(() => list.load());
 }
