@@ -74,3 +74,22 @@ test('schemas describe themselves as JSON Schema with required fields and defaul
   assert.deepEqual(properties.at!.type, ['string', 'null']);
   assert.equal(input.json.additionalProperties, false);
 });
+
+test('string lengths count characters (code points), not UTF-16 units', () => {
+  const pair = string({ min: 2, max: 3 });
+  const cases: [string, string[]][] = [
+    ['ab', []],
+    ['😀😀😀', []],
+    ['é😀', []],
+    ['😀', ['# must be at least 2 characters']],
+    ['😀😀😀😀', ['# must be at most 3 characters']],
+    ['abcd', ['# must be at most 3 characters']],
+    ['', ['# must be at least 2 characters']],
+  ];
+  for (const [value, errors] of cases)
+    assert.deepEqual(
+      validate(pair, value).errors.map((e) => `${e.pointer} ${e.detail}`),
+      errors,
+      value,
+    );
+});

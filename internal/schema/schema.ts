@@ -33,8 +33,21 @@ function typeName(value: unknown): string {
 }
 
 export function pointerChild(pointer: string, key: string | number): string {
-  const escaped = String(key).replace(/~/g, '~0').replace(/\//g, '~1');
-  return `${pointer}/${escaped}`;
+  return `${pointer}/${escapeKey(key)}`;
+}
+
+function escapeKey(key: string | number): string {
+  return typeof key === 'number' ? String(key) : key.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
+/**
+ * The length of `value` in code points, as callers count characters. UTF-16 length bounds it
+ * (between half of it and all of it), so the count is only made when the bounds cannot decide.
+ */
+function lengthWithin(value: string, min: number, max: number): -1 | 0 | 1 {
+  if (value.length <= max && value.length >= 2 * min) return 0;
+  const length = [...value].length;
+  return length < min ? -1 : length > max ? 1 : 0;
 }
 
 export interface StringOptions extends Common {
@@ -63,10 +76,10 @@ export function string(options: StringOptions): Schema<string> {
         errors.push({ pointer, detail: `must be a string, not ${typeName(value)}` });
         return '';
       }
-      const length = [...value].length;
-      if (length < min) {
+      const length = lengthWithin(value, min, options.max);
+      if (length < 0) {
         errors.push({ pointer, detail: min === 1 ? 'must not be empty' : `must be at least ${min} characters` });
-      } else if (length > options.max) {
+      } else if (length > 0) {
         errors.push({ pointer, detail: `must be at most ${options.max} characters` });
       } else if (options.pattern && !options.pattern.test(value)) {
         errors.push({ pointer, detail: options.patternHint ?? `must match ${options.pattern.source}` });
@@ -157,11 +170,11 @@ export function array<T>(
         errors.push({ pointer, detail: `must have at most ${options.max} items` });
         return [];
       }
-      const out = value.map((element, index) => item.check(element, pointerChild(pointer, index), errors));
-      if (options.unique) {
-        const seen = new Set<string>();
+      const out = value.map((element, index) => item.check(element, `${pointer}/${index}`, errors));
+      if (options.unique && out.length > 1) {
+        const seen = new Set<unknown>();
         out.forEach((element, index) => {
-          const key = JSON.stringify(element);
+          const key = typeof element === 'object' ? JSON.stringify(element) : element;
           if (seen.has(key)) errors.push({ pointer: pointerChild(pointer, index), detail: 'is a duplicate' });
           seen.add(key);
         });
@@ -221,7 +234,11 @@ function unpack(property: Property): { schema: Schema<unknown>; optional: boolea
 }
 
 export function object<P extends Properties>(properties: P, options: ObjectOptions = {}): ObjectSchema<P> {
-  const fields = Object.entries(properties).map(([key, property]) => ({ key, ...unpack(property) }));
+  const fields = Object.entries(properties).map(([key, property]) => ({
+    key,
+    escaped: escapeKey(key),
+    ...unpack(property),
+  }));
   const required = fields.filter((field) => !field.optional).map((field) => field.key);
   const jsonProperties: JsonSchema = {};
   for (const { key, schema, fallback } of fields) {
@@ -252,11 +269,13 @@ export function object<P extends Properties>(properties: P, options: ObjectOptio
           errors.push({ pointer: pointerChild(pointer, key), detail: 'is not a known field' });
         }
       }
-      const given = fields.filter(({ key }) => Object.hasOwn(input, key) && input[key] !== undefined).length;
-      if (options.minProperties !== undefined && given < options.minProperties)
+      if (
+        options.minProperties !== undefined &&
+        fields.filter(({ key }) => Object.hasOwn(input, key) && input[key] !== undefined).length < options.minProperties
+      )
         errors.push({ pointer: pointer || '#', detail: `must give at least ${options.minProperties} of its fields` });
-      for (const { key, schema, optional, fallback } of fields) {
-        const at = pointerChild(pointer, key);
+      for (const { key, escaped, schema, optional, fallback } of fields) {
+        const at = `${pointer}/${escaped}`;
         if (Object.hasOwn(input, key) && input[key] !== undefined) out[key] = schema.check(input[key], at, errors);
         else if (optional) out[key] = fallback;
         else errors.push({ pointer: at, detail: 'is required' });
