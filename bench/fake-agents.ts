@@ -2,7 +2,8 @@
 // with its node's token and acknowledges every config as applied, and links again (after a
 // jittered wait, as real agents do) when its link drops. Prints one JSON line when all have
 // linked, one when all have acknowledged a config pushed after their first, and one when all
-// have linked again after losing their link.
+// have linked again after losing their link. A link refused or lost on the way is tried
+// again after the same jittered wait; the retries are counted by reason and reported.
 // Usage: node --import tsx bench/fake-agents.ts MASTER_URL TOKENS_FILE
 
 import { request } from 'node:http';
@@ -14,7 +15,8 @@ const [masterUrl, tokensFile] = process.argv.slice(2);
 const tokens = JSON.parse(readFileSync(tokensFile!, 'utf8')) as string[];
 const firstVersion = new Map<number, number>();
 const updated = new Set<number>();
-let linked = 0;
+const everLinked = new Set<number>();
+const retries: Record<string, number> = {};
 let started = 0;
 /** Agents whose link dropped and that have not linked again yet. */
 const lost = new Set<number>();
@@ -34,9 +36,14 @@ function link(index: number, token: string): void {
   });
   req.on('timeout', () => req.destroy(new Error('timed out')));
   req.on('upgrade', (_res, socket: Socket, head: Buffer) => {
+    // The handshake's time limit ends with it: a linked agent waits for the master's pings.
+    socket.setTimeout(0);
+    req.removeAllListeners('timeout');
     if (head.length > 0) socket.unshift(head);
-    linked += 1;
-    if (linked === tokens.length) console.log(JSON.stringify({ msg: 'linked', count: linked }));
+    if (!everLinked.has(index)) {
+      everLinked.add(index);
+      if (everLinked.size === tokens.length) console.log(JSON.stringify({ msg: 'linked', retries }));
+    }
     if (lost.delete(index) && relinking && lost.size === 0) {
       relinking = false;
       console.log(JSON.stringify({ msg: 'all relinked', at: performance.timeOrigin + performance.now() }));
@@ -45,7 +52,7 @@ function link(index: number, token: string): void {
     socket.on('close', () => {
       relinking = true;
       lost.add(index);
-      setTimeout(() => link(index, token), 500 * (0.5 + Math.random() / 2));
+      later(index, token);
     });
     readMessages(
       socket,
@@ -70,15 +77,18 @@ function link(index: number, token: string): void {
       MASTER_LINE_BYTES,
     );
   });
-  req.on('error', () => {
-    // The master is away (restarting): try again shortly, as a real agent would.
-    if (lost.has(index)) setTimeout(() => link(index, token), 500 * (0.5 + Math.random() / 2));
-    else console.log(JSON.stringify({ msg: 'link failed', index }));
-  });
-  req.on('response', () => {
-    if (lost.has(index)) setTimeout(() => link(index, token), 1000);
+  // The master is away (restarting) or busy: try again shortly, as a real agent would.
+  req.on('error', (error) => later(index, token, error.message));
+  req.on('response', (res) => {
+    res.resume();
+    later(index, token, `HTTP ${res.statusCode}`);
   });
   req.end();
+}
+
+function later(index: number, token: string, reason?: string): void {
+  if (reason !== undefined) retries[reason] = (retries[reason] ?? 0) + 1;
+  setTimeout(() => link(index, token), 500 * (0.5 + Math.random() / 2));
 }
 
 // Open links at a steady pace, like a fleet coming online, not all in the same millisecond.

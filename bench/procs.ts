@@ -21,8 +21,12 @@ export function pinned(cpu: number, argv: string[]): string[] {
 export interface Running {
   child: ChildProcess;
   lines: Record<string, unknown>[];
-  /** Resolves with the first JSON log line whose msg is `msg`. */
-  waitFor(msg: string, timeoutMs?: number): Promise<Record<string, unknown>>;
+  /** Resolves with the first JSON log line whose msg is `msg` and that `accept` takes. */
+  waitFor(
+    msg: string,
+    timeoutMs?: number,
+    accept?: (line: Record<string, unknown>) => boolean,
+  ): Promise<Record<string, unknown>>;
   stop(): Promise<void>;
 }
 
@@ -36,7 +40,7 @@ export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
   children.add(child);
   child.once('exit', () => children.delete(child));
   const lines: Record<string, unknown>[] = [];
-  const waiters: [string, (line: Record<string, unknown>) => void][] = [];
+  const waiters: [string, (line: Record<string, unknown>) => boolean, (line: Record<string, unknown>) => void][] = [];
   createInterface({ input: child.stdout! }).on('line', (text) => {
     if (text.includes('"msg":"request"')) return;
     let line: Record<string, unknown>;
@@ -46,20 +50,20 @@ export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
       return;
     }
     lines.push(line);
-    for (const [msg, resolve] of waiters) if (line.msg === msg) resolve(line);
+    for (const [msg, accept, resolve] of waiters) if (line.msg === msg && accept(line)) resolve(line);
   });
   return {
     child,
     lines,
-    waitFor(msg, timeoutMs = 120_000) {
-      const seen = lines.find((l) => l.msg === msg);
+    waitFor(msg, timeoutMs = 120_000, accept = () => true) {
+      const seen = lines.find((l) => l.msg === msg && accept(l));
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
         const timer = setTimeout(
           () => reject(new Error(`${argv.join(' ')}: no '${msg}' within ${timeoutMs} ms`)),
           timeoutMs,
         );
-        waiters.push([msg, (line) => (clearTimeout(timer), resolve(line))]);
+        waiters.push([msg, accept, (line) => (clearTimeout(timer), resolve(line))]);
       });
     },
     async stop() {
