@@ -342,7 +342,7 @@ end
   const creates = wrk(`${master.url}/api/rules`, { connections: 20, seconds: SECONDS, lua: createLua });
   record({
     id: '4a',
-    scenario: 'POST /api/rules (validate, insert, audit, fdatasync before the answer), budget off',
+    scenario: 'POST /api/rules (validate, insert, audit, synchronous=FULL), budget off',
     value: creates.rps,
     unit: 'creates/s',
     p50_ms: creates.p50,

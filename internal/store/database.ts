@@ -1,14 +1,12 @@
 // The SQLite connection of a process: pragmas set and checked at open, numbered migrations,
 // and `write(fn)` with group commit: the writes of one event-loop turn share one transaction
 // (each in a savepoint of its own) and one fsync, and whoever answers for a write waits for
-// `committed()` first, so nothing is acknowledged before it is durable. The fsync and the
-// checkpoints run off the event loop (see wal.ts). `longWrite` is the one transaction that
-// spans event-loop turns (an import); while it runs, reads go to a second, read-only
-// connection that sees only what is committed, and other writes wait.
+// `committed()` first, so nothing is acknowledged before it is durable. `longWrite` is the
+// one transaction that spans event-loop turns (an import); while it runs, reads go to a
+// second, read-only connection that sees only what is committed, and other writes wait.
 
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { migrations } from './migrations.ts';
-import { Checkpointer, WalSync } from './wal.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
@@ -42,8 +40,6 @@ interface Hold {
 
 /** Past this, a long write's step yields the event loop (see `longWrite`). */
 const STEP_MS = 4;
-/** Past this WAL size, a commit asks for a checkpoint (SQLite's own default is 1000 pages of 4 KiB). */
-const CHECKPOINT_BYTES = 4 * 1024 * 1024;
 
 export class Database {
   private readonly db: DatabaseSync;
@@ -51,12 +47,6 @@ export class Database {
   private batch: Batch | null = null;
   private hold: Hold | null = null;
   private readOnly: DatabaseSync | null = null;
-  /** Resolves when the last commit is durable. */
-  private durable: Promise<void> = Promise.resolve();
-  /** Batches committed and not yet known durable, oldest first. */
-  private unsynced: Batch[] = [];
-  private readonly wal: WalSync | null;
-  private readonly checkpointer: Checkpointer | null;
   private readonly failureListeners: (() => void)[] = [];
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
@@ -64,20 +54,13 @@ export class Database {
   constructor(private readonly path: string) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
-    // NORMAL: COMMIT does not fsync; `wal.sync()` does, before any write is acknowledged. No automatic
-    // checkpoints: the checkpointer runs them on its own thread.
     this.db.exec(
-      'PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; ' +
-        'PRAGMA wal_autocheckpoint = 0;',
+      'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;',
     );
     this.expectPragma('journal_mode', path === ':memory:' ? 'memory' : 'wal');
-    this.expectPragma('synchronous', 1);
+    this.expectPragma('synchronous', 2);
     this.expectPragma('foreign_keys', 1);
     this.migrate();
-    const onDisk = path !== ':memory:';
-    this.wal = onDisk ? new WalSync(path) : null;
-    this.checkpointer = onDisk ? new Checkpointer(path) : null;
-    this.checkpointer?.onFailure((message) => this.callbackFailed(new Error(`a WAL checkpoint failed: ${message}`)));
   }
 
   /**
@@ -140,16 +123,15 @@ export class Database {
     }
   }
 
-  /** Resolves once every write made so far is committed and durable; rejects if their commit failed. */
+  /** Resolves once every write made so far is committed; rejects if their commit failed. */
   committed(): Promise<void> {
-    return this.batch?.done ?? this.durable;
+    return this.batch?.done ?? Promise.resolve();
   }
 
-  /** Runs `fn` after the writes made so far are committed and durable (at once if they are). */
+  /** Runs `fn` after the writes made so far are committed (at once if there are none). */
   afterCommit(fn: () => void): void {
     if (this.hold && this.inWrite) this.hold.after.push(fn);
     else if (this.batch) this.batch.after.push(fn);
-    else if (this.unsynced.length > 0) this.unsynced.at(-1)!.after.push(fn);
     else fn();
   }
 
@@ -203,7 +185,7 @@ export class Database {
       this.inWrite = true;
       const result = await fn(step);
       if (commit) {
-        await this.commitLong();
+        this.commitLong();
         committed = true;
       } else this.db.exec('ROLLBACK');
       return result;
@@ -220,27 +202,15 @@ export class Database {
     }
   }
 
-  /** Commits the long write and resolves once it is durable; other writes still wait meanwhile. */
-  private async commitLong(): Promise<void> {
+  private commitLong(): void {
     const started = performance.now();
     try {
       this.db.exec('COMMIT');
-      this.inWrite = false;
-      const durable = this.madeDurable();
-      this.durable = durable.catch(() => undefined);
-      await durable;
     } catch (error) {
       for (const listener of this.failureListeners) listener();
       throw error;
     }
     this.committedIn((performance.now() - started) / 1000);
-  }
-
-  /** Resolves once what is committed is on disk; then a WAL grown past its bound is checkpointed. */
-  private async madeDurable(): Promise<void> {
-    if (!this.wal) return;
-    await this.wal.sync();
-    if (this.wal.size() > CHECKPOINT_BYTES) this.checkpointer!.request();
   }
 
   /** The read-only connection, opened at the first read during a long write. */
@@ -295,36 +265,15 @@ export class Database {
     const started = performance.now();
     try {
       this.db.exec('COMMIT');
+      this.committedIn((performance.now() - started) / 1000);
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      this.failed([batch], error as Error);
+      for (const listener of this.failureListeners) listener();
+      batch.reject(error as Error);
       return;
     }
-    this.unsynced.push(batch);
-    this.durable = this.madeDurable().then(
-      () => {
-        this.committedIn((performance.now() - started) / 1000);
-        this.settleThrough(batch);
-      },
-      (error: Error) => {
-        const lost = this.unsynced.splice(0, this.unsynced.indexOf(batch) + 1);
-        if (lost.length > 0) this.failed(lost, error);
-      },
-    );
-  }
-
-  /** Syncs resolve in order: once `batch` is durable, so is every batch before it. */
-  private settleThrough(batch: Batch | undefined): void {
-    const count = batch ? this.unsynced.indexOf(batch) + 1 : this.unsynced.length;
-    for (const settled of this.unsynced.splice(0, count)) {
-      settled.resolve();
-      for (const fn of settled.after) this.runCallback(fn);
-    }
-  }
-
-  private failed(batches: Batch[], error: Error): void {
-    for (const listener of this.failureListeners) listener();
-    for (const batch of batches) batch.reject(error);
+    batch.resolve();
+    for (const fn of batch.after) this.runCallback(fn);
   }
 
   /**
@@ -358,11 +307,6 @@ export class Database {
     // A long write still in progress is abandoned: all or nothing.
     if (this.hold && this.db.isTransaction) this.db.exec('ROLLBACK');
     this.commit();
-    // Everything committed is made durable now, and acknowledged, before the connection goes.
-    this.wal?.syncNow();
-    this.settleThrough(undefined);
-    this.wal?.close();
-    this.checkpointer?.close();
     this.readOnly?.close();
     this.db.close();
   }
