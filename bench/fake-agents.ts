@@ -34,8 +34,16 @@ function link(index: number, token: string): void {
     // A master going down may take the connection and never answer: give up and try again, as real agents do.
     timeout: 5_000,
   });
+  // One outcome per attempt: a refusal followed by the connection's error or time-out is one retry, not two links.
+  let ended = false;
+  const retry = (reason: string) => {
+    if (ended) return;
+    ended = true;
+    later(index, token, reason);
+  };
   req.on('timeout', () => req.destroy(new Error('timed out')));
   req.on('upgrade', (_res, socket: Socket, head: Buffer) => {
+    ended = true;
     // The handshake's time limit ends with it: a linked agent waits for the master's pings.
     socket.setTimeout(0);
     req.removeAllListeners('timeout');
@@ -78,10 +86,10 @@ function link(index: number, token: string): void {
     );
   });
   // The master is away (restarting) or busy: try again shortly, as a real agent would.
-  req.on('error', (error) => later(index, token, error.message));
+  req.on('error', (error) => retry(error.message));
   req.on('response', (res) => {
     res.resume();
-    later(index, token, `HTTP ${res.statusCode}`);
+    retry(`HTTP ${res.statusCode}`);
   });
   req.end();
 }

@@ -50,7 +50,12 @@ export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
       return;
     }
     lines.push(line);
-    for (const [msg, accept, resolve] of waiters) if (line.msg === msg && accept(line)) resolve(line);
+    for (const waiter of [...waiters]) {
+      const [msg, accept, resolve] = waiter;
+      if (line.msg !== msg || !accept(line)) continue;
+      waiters.splice(waiters.indexOf(waiter), 1);
+      resolve(line);
+    }
   });
   return {
     child,
