@@ -147,8 +147,17 @@ export function dateTime(common: Common = {}): Schema<string> {
   };
 }
 
+// Writes stamp many rows within one second (an import, 100,000): the text of the last second is kept.
+let lastSecond = NaN;
+let lastText = '';
+
 export function formatTime(ms: number): string {
-  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+  const second = Math.floor(ms / 1000);
+  if (second !== lastSecond) {
+    lastText = new Date(second * 1000).toISOString().replace('.000Z', 'Z');
+    lastSecond = second;
+  }
+  return lastText;
 }
 
 export function array<T>(

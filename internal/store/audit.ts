@@ -45,12 +45,28 @@ const SECRET_KEY = /(^|_)(password|secret|token|private_key|passphrase|credentia
 
 /** Replaces the value of every secret-looking key, at any depth, with "[redacted]". */
 export function redact(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(redact);
+  return holdsSecret(value) ? redacted(value) : value;
+}
+
+// Most entries hold no secret: finding that out copies nothing.
+function holdsSecret(value: unknown): boolean {
+  if (Array.isArray(value)) return value.some(holdsSecret);
+  if (value && typeof value === 'object') {
+    for (const key in value) {
+      const inner = (value as Record<string, unknown>)[key];
+      if ((SECRET_KEY.test(key) && inner != null) || holdsSecret(inner)) return true;
+    }
+  }
+  return false;
+}
+
+function redacted(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redacted);
   if (value && typeof value === 'object') {
     return Object.fromEntries(
       Object.entries(value).map(([key, inner]) => [
         key,
-        SECRET_KEY.test(key) && inner != null ? '[redacted]' : redact(inner),
+        SECRET_KEY.test(key) && inner != null ? '[redacted]' : redacted(inner),
       ]),
     );
   }

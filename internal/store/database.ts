@@ -31,6 +31,13 @@ interface Batch {
   after: (() => void)[];
 }
 
+/** A savepoint's three statements. */
+interface Unit {
+  begin: () => void;
+  release: () => void;
+  undo: () => void;
+}
+
 /** A long write in progress: what waits for its end. */
 interface Hold {
   released: Promise<void>;
@@ -51,6 +58,10 @@ export class Database {
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
+  // Prepared rather than exec'd: a write opens one of each, and an import one item per row.
+  private readonly writeUnit: Unit;
+  private readonly itemUnit: Unit;
+
   constructor(private readonly path: string) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
@@ -61,6 +72,35 @@ export class Database {
     this.expectPragma('synchronous', 2);
     this.expectPragma('foreign_keys', 1);
     this.migrate();
+    this.writeUnit = this.unit('write');
+    this.itemUnit = this.unit('item');
+  }
+
+  private unit(name: string): Unit {
+    const statement = (sql: string) => {
+      const prepared = this.db.prepare(sql);
+      return () => void prepared.run();
+    };
+    return {
+      begin: statement(`SAVEPOINT ${name}`),
+      release: statement(`RELEASE ${name}`),
+      undo: statement(`ROLLBACK TO ${name}`),
+    };
+  }
+
+  /** Runs `fn` within the savepoint `unit`: if it throws, what it did is undone and the error passed on. */
+  private within<T>(unit: Unit, fn: () => T): T {
+    unit.begin();
+    try {
+      const result = fn();
+      if (result instanceof Promise) throw new Error('a write transaction must be synchronous');
+      unit.release();
+      return result;
+    } catch (error) {
+      unit.undo();
+      unit.release();
+      throw error;
+    }
   }
 
   /**
@@ -108,16 +148,8 @@ export class Database {
     if (this.hold) throw new Error('a write while a long write is in progress: wait for writable() first');
     if (!this.batch) this.openBatch();
     this.inWrite = true;
-    this.db.exec('SAVEPOINT write');
     try {
-      const result = fn();
-      if (result instanceof Promise) throw new Error('a write transaction must be synchronous');
-      this.db.exec('RELEASE write');
-      return result;
-    } catch (error) {
-      this.db.exec('ROLLBACK TO write');
-      this.db.exec('RELEASE write');
-      throw error;
+      return this.within(this.writeUnit, fn);
     } finally {
       this.inWrite = false;
     }
@@ -282,16 +314,7 @@ export class Database {
    */
   savepoint<T>(fn: () => T): T {
     if (!this.inWrite) throw new Error('a savepoint needs an open write transaction');
-    this.db.exec('SAVEPOINT item');
-    try {
-      const result = fn();
-      this.db.exec('RELEASE item');
-      return result;
-    } catch (error) {
-      this.db.exec('ROLLBACK TO item');
-      this.db.exec('RELEASE item');
-      throw error;
-    }
+    return this.within(this.itemUnit, fn);
   }
 
   schemaVersion(): number {

@@ -56,9 +56,15 @@ export class PortStore {
     return undefined;
   }
 
+  /** For a rule that holds no port yet. */
+  claim(ruleId: number, nodeId: number, transports: Transport[], port: number): void {
+    for (const transport of transports) this.claimStmt.run(nodeId, transport, port, ruleId, null);
+  }
+
+  /** For a rule that may hold ports already: they are released first. */
   claimForRule(ruleId: number, nodeId: number, transports: Transport[], port: number): void {
     this.releaseRuleStmt.run(ruleId);
-    for (const transport of transports) this.claimStmt.run(nodeId, transport, port, ruleId, null);
+    this.claim(ruleId, nodeId, transports, port);
   }
 
   claimForTunnel(tunnelId: number, nodeId: number, port: number): void {
