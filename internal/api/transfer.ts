@@ -147,8 +147,18 @@ async function importAll(app: App, effects: Effects, doc: ExportDocument, inStep
   const errors: FieldError[] = [];
   const nodeIds = new Map<string, number>();
   const tunnelIds = new Map<string, number>();
-  const nodeId = (name: string) => nodeIds.get(name.toLowerCase()) ?? app.store.nodes.findByName(name)?.id;
-  const tunnelId = (name: string) => tunnelIds.get(name.toLowerCase()) ?? app.store.tunnels.findByName(name)?.id;
+  // Names already on the master are looked up once: a document's rules mostly share a few nodes.
+  const known = (ids: Map<string, number>, find: (name: string) => { id: number } | undefined) => (name: string) => {
+    const key = name.toLowerCase();
+    let id = ids.get(key);
+    if (id === undefined) {
+      id = find(name)?.id;
+      if (id !== undefined) ids.set(key, id);
+    }
+    return id;
+  };
+  const nodeId = known(nodeIds, (name) => app.store.nodes.findByName(name));
+  const tunnelId = known(tunnelIds, (name) => app.store.tunnels.findByName(name));
 
   const attempt = <T>(pointer: string, fn: () => T): T | null => {
     try {
