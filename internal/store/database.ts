@@ -167,6 +167,11 @@ export class Database {
     else fn();
   }
 
+  /** True when the write connection holds no uncommitted change: what a read returns now is committed. */
+  get settled(): boolean {
+    return this.batch === null && this.hold === null;
+  }
+
   /** True while a long write is in progress: `write()` throws, reads see the last commit. */
   get writesHeld(): boolean {
     return this.hold !== null;

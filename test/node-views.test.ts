@@ -1,0 +1,132 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { Database } from '../internal/store/database.ts';
+import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
+import { openStore, type Store } from '../internal/store/store.ts';
+
+const AT = '2026-11-23T10:00:00Z';
+const fields = (name: string): NodeFields => ({
+  name,
+  host: `${name}.example`,
+  ssh_port: 22,
+  ssh_user: 'root',
+  tags: ['a'],
+});
+
+/** A store with two nodes joined by a tunnel and a rule through it; `fresh` reads a node as a new connection would. */
+function setUp(t: { after: (fn: () => void) => void }) {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-views-'));
+  const store = openStore(dir);
+  const other = new Database(join(dir, 'master.db'));
+  t.after(() => {
+    other.close();
+    store.close();
+  });
+  const none = { auth: 'none' as const, sealed: null };
+  const [entry, exit] = store.write(() => [
+    store.nodes.insert(fields('entry'), none, randomBytes(32), AT).id,
+    store.nodes.insert(fields('exit'), none, randomBytes(32), AT).id,
+  ]) as [number, number];
+  const rule = store.write(() => {
+    const tunnel = store.tunnels.insert(
+      { name: 't', entry_node_id: entry, exit_node_id: exit, listen_port: 7000, transport: 'tls' },
+      AT,
+    );
+    return store.rules.insert(
+      {
+        name: 'r',
+        node_id: entry,
+        tunnel_id: tunnel.id,
+        protocol: 'tcp',
+        listen_port: 8000,
+        targets: ['10.0.0.1:80'],
+        strategy: 'round_robin',
+        enabled: true,
+      },
+      AT,
+    ).id;
+  });
+  const fresh = (id: number) => new NodeStore(other).json(id);
+  return { store, entry, exit, rule, fresh };
+}
+
+/** Each change, and whether it shows in the node's JSON (an agent token and the config version do not). */
+function changes(store: Store, entry: number, exit: number, rule: number): [string, () => void, boolean][] {
+  const { nodes } = store;
+  return [
+    ['an update', () => nodes.update(entry, { ...fields('entry'), host: 'moved.example' }, 'keep', AT), true],
+    ['the link going online', () => nodes.setLink(entry, 'online', null, '1.2.3', AT), true],
+    ['a status detail', () => nodes.setStatusDetail(entry, 'applying'), true],
+    ['the agent heard from', () => nodes.seen(entry, '2026-11-23T10:05:00Z'), true],
+    ['an install starting', () => nodes.installStarted(exit, 'connecting', AT), true],
+    ['install progress', () => nodes.installProgress(exit, 'copying', 'copied the agent\n'), true],
+    ['an install ending', () => nodes.installFinished(exit, 'online', null, AT), true],
+    ['a new agent token', () => nodes.setAgentTokenHash(entry, randomBytes(32)), false],
+    ['a config change', () => nodes.bumpConfig(exit), false],
+    [
+      'traffic through the tunnel (both ends count)',
+      () => store.traffic.record(rule, entry, 1_800_000_000, 5, 7),
+      true,
+    ],
+  ];
+}
+
+test("a node's JSON read again after any change to it is what a fresh read of the database shows", async (t) => {
+  const { store, entry, exit, rule, fresh } = setUp(t);
+  for (const [what, change, visible] of changes(store, entry, exit, rule)) {
+    const before = [store.nodes.json(entry), store.nodes.json(exit)];
+    store.write(change);
+    await store.committed();
+    assert.deepEqual(store.nodes.json(entry), fresh(entry), `entry node after ${what}`);
+    assert.deepEqual(store.nodes.json(exit), fresh(exit), `exit node after ${what}`);
+    if (what.startsWith('traffic'))
+      for (const id of [entry, exit]) assert.match(store.nodes.json(id)!.json, /"bytes_in":5,"bytes_out":7/);
+    if (visible) assert.notDeepEqual([store.nodes.json(entry), store.nodes.json(exit)], before, `${what} shows`);
+  }
+  store.nodes.json(entry);
+  store.write(() => {
+    store.rules.delete(rule);
+    store.tunnels.delete(store.tunnels.idsOfNode(entry)[0]!);
+    store.nodes.delete(entry);
+  });
+  await store.committed();
+  assert.equal(store.nodes.json(entry), undefined, 'a deleted node is gone');
+});
+
+test('a change that is rolled back leaves the node as it was read', async (t) => {
+  const { store, entry, fresh } = setUp(t);
+  const before = store.nodes.json(entry);
+  assert.throws(() =>
+    store.write(() => {
+      store.nodes.setLink(entry, 'online', null, '9.9.9', AT);
+      assert.match(store.nodes.json(entry)!.json, /9\.9\.9/, 'the write sees its own change');
+      throw new Error('undo');
+    }),
+  );
+  await store.committed();
+  assert.deepEqual(store.nodes.json(entry), before);
+  assert.deepEqual(store.nodes.json(entry), fresh(entry));
+});
+
+test('during a long write a node reads as last committed, and as changed once the long write commits', async (t) => {
+  const { store, entry, fresh } = setUp(t);
+  const before = store.nodes.json(entry);
+  let changed!: () => void;
+  const inside = new Promise<void>((resolve) => (changed = resolve));
+  const long = store.db.longWrite(async (step) => {
+    store.nodes.update(entry, { ...fields('entry'), host: 'during.example' }, 'keep', AT);
+    changed();
+    let turn: Promise<void> | null = null;
+    while (!turn) turn = step();
+    await turn;
+  });
+  await inside;
+  assert.deepEqual(store.nodes.json(entry), before, 'the long write is not committed yet');
+  await long;
+  assert.match(store.nodes.json(entry)!.json, /during\.example/);
+  assert.deepEqual(store.nodes.json(entry), fresh(entry));
+});
