@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
-import { transact } from '../internal/api/writes.ts';
+import { transact, transactInSteps } from '../internal/api/writes.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
 async function populate(m: Running) {
@@ -260,4 +260,33 @@ test('a write that an import overtook after an await is refused with 503, never 
     transact(m.app, ctx, () => 'written'),
     'written',
   );
+});
+
+test('a bulk write whose item fails after writing is redone item by item: only that item is undone', async (t) => {
+  const m = await startMaster(t);
+  const ctx = {
+    actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+    action: 'settings.update',
+    caller: undefined as never,
+  } as const;
+  const runs: string[] = [];
+  const results = await transactInSteps(m.app, ctx, (effects, inSteps) =>
+    inSteps(['a', 'b', 'c'], (key) => {
+      runs.push(key);
+      try {
+        effects.attempt(() => {
+          m.app.store.settings.put(`bulk_${key}`, true);
+          if (key === 'b') throw new DomainError('conflict', 'b fails after it wrote');
+        });
+        return 'done';
+      } catch (error) {
+        if (!(error instanceof DomainError)) throw error;
+        return 'failed';
+      }
+    }),
+  );
+  assert.deepEqual(results, ['done', 'failed', 'done']);
+  assert.deepEqual(runs, ['a', 'b', 'a', 'b', 'c'], 'stopped at the failure, then redone from the start');
+  const kept = Object.keys(m.app.store.settings.all()).filter((key) => key.startsWith('bulk_'));
+  assert.deepEqual(kept.sort(), ['bulk_a', 'bulk_c']);
 });

@@ -196,9 +196,13 @@ export class Database {
    * transaction), and writes wait for `writable()`. Committed when `fn` resolves, or with
    * `commit: false` (a dry run) rolled back; rolled back if it throws. The batch open when
    * it starts is committed first. `fn` awaits nothing but what `step()` returns: anything
-   * else would let other code run inside its transaction.
+   * else would let other code run inside its transaction. `restart()` undoes all it did so
+   * far and goes on in a new transaction, still holding other writes back.
    */
-  async longWrite<T>(fn: (step: () => Promise<void> | null) => Promise<T>, { commit = true } = {}): Promise<T> {
+  async longWrite<T>(
+    fn: (step: () => Promise<void> | null, restart: () => void) => Promise<T>,
+    { commit = true } = {},
+  ): Promise<T> {
     while (this.hold || this.batch) {
       await this.writable();
       await this.committed().catch(() => undefined);
@@ -216,11 +220,16 @@ export class Database {
       turnStarted = performance.now();
     };
     const step = () => (performance.now() - turnStarted < STEP_MS ? null : yieldTurn());
+    const restart = () => {
+      if (this.hold !== hold || !this.inWrite) throw new Error('restart() outside its long write');
+      this.db.exec('ROLLBACK');
+      this.db.exec('BEGIN IMMEDIATE');
+    };
     let committed = false;
     try {
       this.db.exec('BEGIN IMMEDIATE');
       this.inWrite = true;
-      const result = await fn(step);
+      const result = await fn(step, restart);
       if (commit) {
         this.commitLong();
         committed = true;
