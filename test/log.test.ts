@@ -50,3 +50,35 @@ test('a stalled log reader holds at most the cap in memory, and a warning counts
   log.info('after', {});
   assert.equal(JSON.parse(written.at(-1)!).msg, 'after');
 });
+
+test('a log line is one JSON object: time, level and message, then the fields given (undefined ones left out)', () => {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  let ms = Date.UTC(2026, 10, 23, 10, 0, 0, 250);
+  const log = streamLogger(stream, 4096, () => ms);
+  log.error('no fields');
+  log.info('fields', { path: '/a "quoted"\n path', status: 200, user: null, skipped: undefined });
+  ms += 1;
+  log.warn('a millisecond later', {});
+  assert.ok(lines.every((line) => line.endsWith('}\n') && !line.slice(0, -1).includes('\n')));
+  assert.deepEqual(
+    lines.map((line) => JSON.parse(line)),
+    [
+      { time: '2026-11-23T10:00:00.250Z', level: 'error', msg: 'no fields' },
+      {
+        time: '2026-11-23T10:00:00.250Z',
+        level: 'info',
+        msg: 'fields',
+        path: '/a "quoted"\n path',
+        status: 200,
+        user: null,
+      },
+      { time: '2026-11-23T10:00:00.251Z', level: 'warn', msg: 'a millisecond later' },
+    ],
+  );
+});

@@ -3,7 +3,7 @@
 // response. This is the only code that writes error bodies.
 
 import { createHash } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
@@ -15,6 +15,7 @@ import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
 import { validate } from '../schema/schema.ts';
 import { redact } from '../store/audit.ts';
+import type { Actor } from '../store/audit.ts';
 import type { StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
 import { IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
@@ -105,6 +106,36 @@ function requestUrl(target: string | undefined): URL {
     return new URL(target ?? '/', 'http://localhost');
   } catch {
     throw new DomainError('bad_request', 'the request target is not a valid path');
+  }
+}
+
+/** What a handler gets. A class, so that its getters are not made anew for every request. */
+class RequestCtx implements Ctx<unknown, any> {
+  private actorOnce: Actor | undefined;
+
+  constructor(
+    readonly app: App,
+    private readonly route: Route,
+    private readonly principal: Principal | null,
+    readonly requestId: string,
+    readonly ip: string,
+    readonly params: Record<string, string>,
+    readonly query: any,
+    readonly body: unknown,
+    readonly headers: IncomingHttpHeaders,
+  ) {}
+
+  get action(): string | undefined {
+    return this.route.action;
+  }
+
+  get actor(): Actor {
+    return (this.actorOnce ??= actorOf(this.principal, this.ip, this.requestId));
+  }
+
+  get caller(): Principal {
+    if (!this.principal) throw new Error(`${this.route.method} ${this.route.path} is public and has no caller`);
+    return this.principal;
   }
 }
 
@@ -378,29 +409,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return value;
   }
 
-  function makeCtx(
-    route: Route,
-    x: Exchange,
-    params: Record<string, string>,
-    query: unknown,
-    body: unknown,
-  ): Ctx<unknown, any> {
-    const { principal } = x;
-    return {
-      app,
-      requestId: x.requestId,
-      ip: x.ip,
-      params,
-      query,
-      body,
-      headers: x.req.headers,
-      actor: actorOf(principal, x.ip, x.requestId),
-      action: route.action,
-      get caller(): Principal {
-        if (!principal) throw new Error(`${route.method} ${route.path} is public and has no caller`);
-        return principal;
-      },
-    };
+  function makeCtx(route: Route, x: Exchange, params: Record<string, string>, query: unknown, body: unknown) {
+    return new RequestCtx(app, route, x.principal, x.requestId, x.ip, params, query, body, x.req.headers);
   }
 
   function peekBudget(principal: Principal): BudgetState {
