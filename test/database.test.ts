@@ -188,6 +188,20 @@ test('a long write that throws, or is a dry run, leaves nothing', async (t) => {
   assert.deepEqual(names(), ['c']);
 });
 
+test('a long write that restarts keeps only what it did since, and only that after-commit work runs', async (t) => {
+  const { db, names, put } = open(t);
+  const ran: string[] = [];
+  await db.longWrite(async (_step, restart) => {
+    put('undone');
+    db.afterCommit(() => ran.push('undone'));
+    restart();
+    put('kept');
+    db.afterCommit(() => ran.push('kept'));
+  });
+  assert.deepEqual(names(), ['kept']);
+  assert.deepEqual(ran, ['kept']);
+});
+
 test('closing the database during a long write abandons it: nothing of it is kept', async (t) => {
   const { db, names, put } = open(t);
   let written = 0;

@@ -223,6 +223,7 @@ export class Database {
     const restart = () => {
       if (this.hold !== hold || !this.inWrite) throw new Error('restart() outside its long write');
       this.db.exec('ROLLBACK');
+      hold.after.length = 0;
       this.db.exec('BEGIN IMMEDIATE');
     };
     let committed = false;
