@@ -63,9 +63,14 @@ function ensureTools(): void {
   if (installed.status !== 0) throw new Error(`cannot install ${missing.join(', ')}; install them and run again`);
 }
 
+/** JSON made ahead of a timed call, so that the time is the server's work and not the bench building its body. */
+class Encoded {
+  constructor(readonly text: string) {}
+}
+
 /** One API call on a fresh connection (no keep-alive reuse racing the server's idle time-out). */
 function api(base: string, token: string | null, method: string, path: string, body?: unknown): Promise<any> {
-  const payload = body === undefined ? undefined : JSON.stringify(body);
+  const payload = body === undefined ? undefined : body instanceof Encoded ? body.text : JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const req = request(
       base + path,
@@ -201,16 +206,20 @@ async function controlPlane(): Promise<void> {
       `rules through POST /api/import`,
   );
   const master = await startMaster(join(work, 'control'));
+  const seed = new Encoded(JSON.stringify(seedDocument(NODES, RULES_PER_NODE)));
   const seedStarted = performance.now();
-  await api(master.url, master.token, 'POST', '/api/import', seedDocument(NODES, RULES_PER_NODE));
+  await api(master.url, master.token, 'POST', '/api/import', seed);
   const seedSeconds = (performance.now() - seedStarted) / 1000;
   record({
     id: '0',
     scenario: `seed: import ${NODES} nodes + ${NODES * RULES_PER_NODE} rules in one call`,
     value: seedSeconds,
     unit: 's',
-    target: 'information',
-    met: null,
+    target: '<= 3 s',
+    met: seedSeconds <= 3,
+    note:
+      `a ${(seed.text.length / 2 ** 20).toFixed(1)} MiB document, encoded before the clock starts; ` +
+      'until the answer is read',
   });
 
   // 1. Ceiling.
@@ -495,10 +504,10 @@ end
     note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleteSeconds)} rules/s`,
   });
 
+  const doc = new Encoded(JSON.stringify({ ...seedDocument(1000, 10, 50_000), nodes: [] }));
   const importing = await wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
-  const doc = seedDocument(1000, 10, 50_000);
   const importStarted = performance.now();
-  await api(url, master.token, 'POST', '/api/import', { ...doc, nodes: [] });
+  await api(url, master.token, 'POST', '/api/import', doc);
   const importSeconds = (performance.now() - importStarted) / 1000;
   spawnSync('pkill', ['-INT', '-x', 'wrk']);
   const duringImport = await importing.result;
