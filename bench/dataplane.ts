@@ -47,7 +47,11 @@ async function tcpStreams(port: number, streams: number, bytes: number): Promise
         () => undefined,
       );
       try {
-        await once(socket, 'connect');
+        // A socket closed without an error before it connected would leave this waiting on nothing.
+        await Promise.race([
+          once(socket, 'connect'),
+          closed.then(() => Promise.reject(new Error('closed before it connected'))),
+        ]);
         let sent = 0;
         while (sent < bytes) {
           sent += chunk.length;
