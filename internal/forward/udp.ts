@@ -5,7 +5,7 @@
 
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
-import type { DatagramDial, DatagramSession } from './dial.ts';
+import { DATAGRAM_BUFFER_BYTES, type DatagramDial, type DatagramSession } from './dial.ts';
 import type { Counter } from './tcp.ts';
 
 interface Session {
@@ -30,7 +30,11 @@ export class UdpRelay {
 
   /** Resolves once bound; rejects with the bind error (EADDRINUSE, EACCES, ...). */
   listen(host: string, port: number): Promise<void> {
-    const socket = createSocket({ type: isIPv6(host) ? 'udp6' : 'udp4', reuseAddr: false });
+    const socket = createSocket({
+      type: isIPv6(host) ? 'udp6' : 'udp4',
+      reuseAddr: false,
+      recvBufferSize: DATAGRAM_BUFFER_BYTES,
+    });
     this.socket = socket;
     return new Promise((resolve, reject) => {
       socket.once('error', reject);
