@@ -9,6 +9,9 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo } from 'node:net';
 
+/** The load's own UDP sockets (generator and echo) get room for bursts, so that they are not what drops. */
+const LOAD_BUFFER_BYTES = 4 * 1024 * 1024;
+
 const [mode, ...args] = process.argv.slice(2);
 const print = (value: object) => console.log(JSON.stringify(value));
 
@@ -22,7 +25,7 @@ async function sink(): Promise<void> {
   }).listen(0, '127.0.0.1');
   await once(tcp, 'listening');
   tcp.on('error', (error) => print({ msg: 'sink error', error: error.message }));
-  const udp = createSocket('udp4');
+  const udp = createSocket({ type: 'udp4', recvBufferSize: LOAD_BUFFER_BYTES });
   // A reply to a client that has gone is an ICMP error, not a reason to stop.
   udp.on('error', () => undefined);
   udp.on('message', (message, from) => udp.send(message, from.port, from.address));
@@ -102,7 +105,7 @@ async function connRate(port: number, seconds: number, concurrency: number): Pro
 }
 
 async function udpRate(port: number, rate: number, seconds: number, size: number): Promise<void> {
-  const socket = createSocket('udp4');
+  const socket = createSocket({ type: 'udp4', recvBufferSize: LOAD_BUFFER_BYTES });
   socket.on('error', () => undefined);
   let received = 0;
   socket.on('message', () => (received += 1));
