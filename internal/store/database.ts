@@ -58,7 +58,8 @@ export class Database {
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
-  // Prepared rather than exec'd: a write opens one of each, and an import one item per row.
+  // Savepoints prepared once rather than parsed at each use: every write runs one, and a bulk write
+  // redone item by item one per item.
   private readonly writeUnit: Unit;
   private readonly itemUnit: Unit;
 
