@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
 import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
@@ -51,7 +52,7 @@ function setUp(t: { after: (fn: () => void) => void }) {
     ).id;
   });
   const fresh = (id: number) => new NodeStore(other).json(id);
-  return { store, entry, exit, rule, fresh };
+  return { dir, store, entry, exit, rule, fresh };
 }
 
 /** Each change, and whether it shows in the node's JSON (an agent token and the config version do not). */
@@ -70,6 +71,11 @@ function changes(store: Store, entry: number, exit: number, rule: number): [stri
     [
       'traffic through the tunnel (both ends count)',
       () => store.traffic.record(rule, entry, 1_800_000_000, 5, 7),
+      true,
+    ],
+    [
+      'a statement no store method makes',
+      () => store.db.prepare("UPDATE nodes SET host = 'raw.example' WHERE id = ?").run(exit),
       true,
     ],
   ];
@@ -129,4 +135,20 @@ test('during a long write a node reads as last committed, and as changed once th
   await long;
   assert.match(store.nodes.json(entry)!.json, /during\.example/);
   assert.deepEqual(store.nodes.json(entry), fresh(entry));
+});
+
+test('at most its limit of nodes is kept: the one read longest ago is read again', async (t) => {
+  const { dir, store, entry, exit } = setUp(t);
+  const third = store.write(() =>
+    store.nodes.insert(fields('third'), { auth: 'none', sealed: null }, randomBytes(32), AT),
+  );
+  await store.committed();
+  const nodes = new NodeStore(store.db, 2);
+  for (const id of [entry, exit, third.id]) nodes.json(id);
+  // Another process's write is not seen as it happens: it shows only where nothing was kept.
+  const outside = new DatabaseSync(join(dir, 'master.db'));
+  t.after(() => outside.close());
+  outside.prepare("UPDATE nodes SET host = 'elsewhere.example'").run();
+  assert.match(nodes.json(entry)!.json, /elsewhere\.example/, 'the oldest was dropped, so it is read again');
+  assert.doesNotMatch(nodes.json(third.id)!.json, /elsewhere\.example/, 'the newest is still kept');
 });

@@ -55,6 +55,7 @@ export class Database {
   private hold: Hold | null = null;
   private readOnly: DatabaseSync | null = null;
   private readonly failureListeners: (() => void)[] = [];
+  private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
@@ -166,6 +167,29 @@ export class Database {
     if (this.hold && this.inWrite) this.hold.after.push(fn);
     else if (this.batch) this.batch.after.push(fn);
     else fn();
+  }
+
+  /**
+   * Calls `fn` with the id of each row of `table` that a statement of this connection updates
+   * or deletes, as it happens (so also for a change later rolled back), whichever statement
+   * it is: for caches of rows, which this keeps from missing a change.
+   */
+  onRowChange(table: string, fn: (id: number) => void): void {
+    let listeners = this.rowListeners.get(table);
+    if (!listeners) {
+      if (!/^[a-z_]+$/.test(table)) throw new Error(`not a table name: ${table}`);
+      const all: ((id: number) => void)[] = [];
+      const name = `row_changed_${table}`;
+      this.db.function(name, (id) => {
+        for (const listener of all) listener(Number(id));
+        return null;
+      });
+      this.db.exec(`CREATE TEMP TRIGGER ${name}_update AFTER UPDATE ON main.${table} BEGIN SELECT ${name}(OLD.id); END;
+        CREATE TEMP TRIGGER ${name}_delete AFTER DELETE ON main.${table} BEGIN SELECT ${name}(OLD.id); END;`);
+      this.rowListeners.set(table, all);
+      listeners = all;
+    }
+    listeners.push(fn);
   }
 
   /** True when the write connection holds no uncommitted change: what a read returns now is committed. */

@@ -97,14 +97,15 @@ export interface NodeFilter {
   q: string | null;
 }
 
-/** How many nodes' rendered JSON `NodeStore.json` keeps. */
+/** How many nodes' rendered JSON `NodeStore.json` keeps by default. */
 const RENDERED_NODES = 20_000;
 
 export class NodeStore {
   // The JSON of nodes read lately, as committed. A node is read far more often than it changes, and each read
   // of SQLite costs a read transaction (two fcntl locks) besides the rendering: a GET by id took 40% less time.
-  // Every change to a node drops its entry, and entries are added only while nothing is uncommitted, so none
-  // outlives a rollback or shows a long write's work before its commit.
+  // Every change to a node's row drops its entry (Database.onRowChange: whichever statement made it), and
+  // entries are added only while nothing is uncommitted, so none outlives a rollback or shows a long write's
+  // work before its commit.
   private readonly rendered = new Map<number, { version: number; json: string }>();
   private readonly byId;
   private readonly existsStmt;
@@ -128,7 +129,11 @@ export class NodeStore {
   private readonly installLogStmt;
   private readonly installEndStmt;
 
-  constructor(private readonly db: Database) {
+  constructor(
+    private readonly db: Database,
+    private readonly renderedLimit = RENDERED_NODES,
+  ) {
+    db.onRowChange('nodes', (id) => this.rendered.delete(id));
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
@@ -215,15 +220,10 @@ export class NodeStore {
     if (!row) return undefined;
     const view = { version: row.version, json: row.json };
     if (this.db.settled) {
-      if (this.rendered.size >= RENDERED_NODES) this.rendered.delete(this.rendered.keys().next().value!);
+      if (this.rendered.size >= this.renderedLimit) this.rendered.delete(this.rendered.keys().next().value!);
       this.rendered.set(id, view);
     }
     return view;
-  }
-
-  /** Drops what `json` kept of the node: called by everything that changes a node's row. */
-  changed(id: number): void {
-    this.rendered.delete(id);
   }
 
   /** Throws `conflict` when the name is taken. */
@@ -252,7 +252,6 @@ export class NodeStore {
             at,
           ).lastInsertRowid,
         );
-        this.changed(id);
         // What the table's defaults make of a new row (an import inserts 10,000: reading each back cost a third).
         return {
           id,
@@ -293,7 +292,6 @@ export class NodeStore {
           ssh_secret: keep ? null : secret.sealed,
           at,
         });
-        this.changed(id);
         return this.find(id)!;
       },
     );
@@ -301,7 +299,6 @@ export class NodeStore {
 
   delete(id: number): void {
     this.deleteStmt.run(id);
-    this.changed(id);
   }
 
   count(): number {
@@ -316,7 +313,6 @@ export class NodeStore {
 
   /** Marks the node's desired configuration as changed; returns its new version. */
   bumpConfig(id: number): number {
-    this.changed(id);
     return (this.bumpStmt.get(id) as { config_version: number }).config_version;
   }
 
@@ -326,40 +322,33 @@ export class NodeStore {
 
   setAgentTokenHash(id: number, hash: Buffer): void {
     this.setTokenStmt.run(hash, id);
-    this.changed(id);
   }
 
   /** Records the agent link's state: online with its version, or offline with why. */
   setLink(id: number, status: NodeStatus, detail: string | null, agentVersion: string | null, at: string): void {
     this.linkStmt.run({ id, status, detail, agent_version: agentVersion, at });
-    this.changed(id);
   }
 
   setStatusDetail(id: number, detail: string): void {
     this.detailStmt.run(detail, id);
-    this.changed(id);
   }
 
   /** Records that the node's agent was heard from at `at`. */
   seen(id: number, at: string): void {
     this.seenStmt.run(at, id);
-    this.changed(id);
   }
 
   installStarted(id: number, detail: string, at: string): void {
     this.installStartStmt.run(detail, at, id);
-    this.changed(id);
   }
 
   /** Appends to the install log (keeping its last INSTALL_LOG_BYTES) and shows `detail` as the node's status detail. */
   installProgress(id: number, detail: string, line: string): void {
     this.installLogStmt.run({ id, detail, line });
-    this.changed(id);
   }
 
   installFinished(id: number, status: NodeStatus, detail: string | null, at: string): void {
     this.installEndStmt.run({ id, status, detail, at });
-    this.changed(id);
   }
 
   sealedSecret(id: number): { auth: SshAuth; sealed: Uint8Array | null } | undefined {

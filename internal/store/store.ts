@@ -56,7 +56,7 @@ export class Store {
     this.nodes = new NodeStore(db);
     this.rules = new RuleStore(db);
     this.tunnels = new TunnelStore(db);
-    this.traffic = new TrafficStore(db, (id) => this.nodes.changed(id));
+    this.traffic = new TrafficStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */

@@ -38,11 +38,7 @@ export class TrafficStore {
   private readonly advanceStmt;
   private readonly trimStreamsStmt;
 
-  constructor(
-    db: Database,
-    /** Told of each node whose totals changed. */
-    private readonly nodeChanged: (id: number) => void,
-  ) {
+  constructor(db: Database) {
     this.seriesStmt = db.prepare(`SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
         ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out
       FROM traffic_buckets
@@ -70,8 +66,7 @@ export class TrafficStore {
     );
     this.exitTotalStmt = db.prepare(
       `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
-        `WHERE id = (SELECT t.exit_node_id FROM rules r JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?3) ` +
-        'RETURNING id',
+        `WHERE id = (SELECT t.exit_node_id FROM rules r JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?3)`,
     );
     this.streamStmt = db.prepare('SELECT seq FROM traffic_streams WHERE node_id = ? AND stream = ?');
     this.advanceStmt =
@@ -93,9 +88,7 @@ export class TrafficStore {
     if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId).changes) === 0) return false;
     this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
-    this.nodeChanged(nodeId);
-    const exit = this.exitTotalStmt.get(bytesIn, bytesOut, ruleId) as { id: number } | undefined;
-    if (exit) this.nodeChanged(exit.id);
+    this.exitTotalStmt.run(bytesIn, bytesOut, ruleId);
     return true;
   }
 
