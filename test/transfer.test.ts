@@ -152,6 +152,43 @@ test('an import with problems changes nothing and points at each one', async (t)
   );
 });
 
+test('an import matches names as the database does: any ASCII case, but no other letter folded into one', async (t) => {
+  const m = await startMaster(t);
+  await populate(m);
+  await node(m, 'kept-k');
+  const doc = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
+  const before = snapshot(m);
+  // U+212A, the Kelvin sign, is k to JavaScript's toLowerCase but not to SQLite's NOCASE.
+  const kelvin = '\u212a';
+  const onNode = (name: string, listen_port: number) => ({
+    ...doc.rules[0],
+    name: `on ${name}`,
+    node: name,
+    listen_port,
+  });
+  const answer = await call(m.url, 'POST', '/api/import', {
+    token: m.admin,
+    body: {
+      ...doc,
+      nodes: [...doc.nodes, { name: 'new-k', host: 'new.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }],
+      rules: [
+        ...doc.rules,
+        onNode('NEW-K', 9001),
+        onNode(`new-${kelvin}`, 9002),
+        onNode('KEPT-K', 9003),
+        onNode(`kept-${kelvin}`, 9004),
+      ],
+    },
+  });
+  assertProblem(answer, 422, 'validation_failed');
+  const first = doc.rules.length;
+  assert.deepEqual(
+    answer.body.errors.map((e: { pointer: string }) => e.pointer),
+    [`#/rules/${first + 1}/node`, `#/rules/${first + 3}/node`],
+  );
+  assert.equal(snapshot(m), before);
+});
+
 test("an import respects the license's node limit: nothing is created past it", async (t) => {
   const m = await startMaster(t);
   const nodes = Array.from({ length: 6 }, (_, i) => ({

@@ -129,6 +129,14 @@ interface ImportResult {
   agent_token?: string;
 }
 
+/**
+ * A name as SQLite's NOCASE compares it, which folds ASCII letters only: toLowerCase would
+ * also make the Kelvin sign a k, and so a reference find a node the database would not.
+ */
+function nocase(name: string): string {
+  return name.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
+}
+
 function sameRule(existing: Rule, fields: RuleFields): boolean {
   const keys: (keyof RuleFields)[] = [
     'name',
@@ -149,7 +157,7 @@ async function importAll(app: App, effects: Effects, doc: ExportDocument, inStep
   const tunnelIds = new Map<string, number>();
   // Names already on the master are looked up once: a document's rules mostly share a few nodes.
   const known = (ids: Map<string, number>, find: (name: string) => { id: number } | undefined) => (name: string) => {
-    const key = name.toLowerCase();
+    const key = nocase(name);
     let id = ids.get(key);
     if (id === undefined) {
       id = find(name)?.id;
@@ -176,21 +184,21 @@ async function importAll(app: App, effects: Effects, doc: ExportDocument, inStep
   const importNode = (input: ExportDocument['nodes'][number], index: number): ImportResult => {
     const existing = app.store.nodes.findByName(input.name);
     if (existing) {
-      nodeIds.set(input.name.toLowerCase(), existing.id);
+      nodeIds.set(nocase(input.name), existing.id);
       return { index, name: input.name, id: existing.id, outcome: 'exists' };
     }
     const made = attempt(`#/nodes/${index}`, () =>
       insertNode(app, effects, { ...input, ssh_private_key: undefined, ssh_password: undefined }),
     );
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
-    nodeIds.set(input.name.toLowerCase(), made.node.id);
+    nodeIds.set(nocase(input.name), made.node.id);
     return { index, name: input.name, id: made.node.id, outcome: 'created', agent_token: made.agent_token };
   };
 
   const importTunnel = (input: ExportDocument['tunnels'][number], index: number): ImportResult => {
     const existing = app.store.tunnels.findByName(input.name);
     if (existing) {
-      tunnelIds.set(input.name.toLowerCase(), existing.id);
+      tunnelIds.set(nocase(input.name), existing.id);
       return { index, name: input.name, id: existing.id, outcome: 'exists' };
     }
     const entry = nodeId(input.entry_node);
@@ -208,7 +216,7 @@ async function importAll(app: App, effects: Effects, doc: ExportDocument, inStep
       }),
     );
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };
-    tunnelIds.set(input.name.toLowerCase(), made.id);
+    tunnelIds.set(nocase(input.name), made.id);
     return { index, name: input.name, id: made.id, outcome: 'created' };
   };
 
