@@ -137,18 +137,24 @@ test('during a long write a node reads as last committed, and as changed once th
   assert.deepEqual(store.nodes.json(entry), fresh(entry));
 });
 
-test('at most its limit of nodes is kept: the one read longest ago is read again', async (t) => {
+test('what is kept is bounded by its size: the node read longest ago is read again', async (t) => {
   const { dir, store, entry, exit } = setUp(t);
   const third = store.write(() =>
     store.nodes.insert(fields('third'), { auth: 'none', sealed: null }, randomBytes(32), AT),
-  );
+  ).id;
   await store.committed();
-  const nodes = new NodeStore(store.db, 2);
-  for (const id of [entry, exit, third.id]) nodes.json(id);
+  const size = (id: number) => store.nodes.json(id)!.json.length;
+  // Room for the last two only, and then for no node at all.
+  const nodes = new NodeStore(store.db, size(exit) + size(third));
+  const none = new NodeStore(store.db, size(entry) - 1);
+  for (const id of [entry, exit, third]) nodes.json(id);
+  none.json(entry);
   // Another process's write is not seen as it happens: it shows only where nothing was kept.
   const outside = new DatabaseSync(join(dir, 'master.db'));
   t.after(() => outside.close());
   outside.prepare("UPDATE nodes SET host = 'elsewhere.example'").run();
+  assert.doesNotMatch(nodes.json(exit)!.json, /elsewhere\.example/, 'the two newest are still kept');
+  assert.doesNotMatch(nodes.json(third)!.json, /elsewhere\.example/);
   assert.match(nodes.json(entry)!.json, /elsewhere\.example/, 'the oldest was dropped, so it is read again');
-  assert.doesNotMatch(nodes.json(third.id)!.json, /elsewhere\.example/, 'the newest is still kept');
+  assert.match(none.json(entry)!.json, /elsewhere\.example/, 'a node larger than the bound is never kept');
 });

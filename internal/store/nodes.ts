@@ -97,8 +97,12 @@ export interface NodeFilter {
   q: string | null;
 }
 
-/** How many nodes' rendered JSON `NodeStore.json` keeps by default. */
-const RENDERED_NODES = 20_000;
+/**
+ * How much rendered JSON `NodeStore.json` keeps by default, in characters: by size, not count,
+ * as a node's JSON carries the tail of its install log (up to INSTALL_LOG_BYTES, which a node
+ * fills with its installer's output). 10,000 nodes without logs take about 4 MiB.
+ */
+const RENDERED_CHARS = 16 * 1024 * 1024;
 
 export class NodeStore {
   // The JSON of nodes read lately, as committed. A node is read far more often than it changes, and each read
@@ -107,6 +111,7 @@ export class NodeStore {
   // entries are added only while nothing is uncommitted, so none outlives a rollback or shows a long write's
   // work before its commit.
   private readonly rendered = new Map<number, { version: number; json: string }>();
+  private renderedChars = 0;
   private readonly byId;
   private readonly existsStmt;
   private readonly byName;
@@ -131,9 +136,9 @@ export class NodeStore {
 
   constructor(
     private readonly db: Database,
-    private readonly renderedLimit = RENDERED_NODES,
+    private readonly renderedLimit = RENDERED_CHARS,
   ) {
-    db.onRowChange('nodes', (id) => this.rendered.delete(id));
+    db.onRowChange('nodes', (id) => this.forget(id));
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
@@ -219,11 +224,23 @@ export class NodeStore {
     const row = this.jsonStmt.get(id) as { version: number; json: string } | undefined;
     if (!row) return undefined;
     const view = { version: row.version, json: row.json };
-    if (this.db.settled) {
-      if (this.rendered.size >= this.renderedLimit) this.rendered.delete(this.rendered.keys().next().value!);
+    if (this.db.settled && view.json.length <= this.renderedLimit) {
+      // Oldest first: a Map iterates in insertion order.
+      for (const oldest of this.rendered.keys()) {
+        if (this.renderedChars + view.json.length <= this.renderedLimit) break;
+        this.forget(oldest);
+      }
       this.rendered.set(id, view);
+      this.renderedChars += view.json.length;
     }
     return view;
+  }
+
+  private forget(id: number): void {
+    const view = this.rendered.get(id);
+    if (!view) return;
+    this.rendered.delete(id);
+    this.renderedChars -= view.json.length;
   }
 
   /** Throws `conflict` when the name is taken. */
