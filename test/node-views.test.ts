@@ -52,7 +52,7 @@ function setUp(t: { after: (fn: () => void) => void }) {
     ).id;
   });
   const fresh = (id: number) => new NodeStore(other).json(id);
-  return { dir, store, entry, exit, rule, fresh };
+  return { dir, store, other, entry, exit, rule, fresh };
 }
 
 /** Each change, and whether it shows in the node's JSON (an agent token and the config version do not). */
@@ -135,6 +135,21 @@ test('during a long write a node reads as last committed, and as changed once th
   await long;
   assert.match(store.nodes.json(entry)!.json, /during\.example/);
   assert.deepEqual(store.nodes.json(entry), fresh(entry));
+});
+
+test('once another connection wrote while this one held its writes (an import), nodes read as committed', async (t) => {
+  const { store, other, entry, exit, fresh } = setUp(t);
+  await store.committed();
+  // Kept now, as read while nothing was uncommitted.
+  for (const id of [entry, exit]) store.nodes.json(id);
+  await store.db.holdWrites(async () => {
+    other.write(() => other.prepare("UPDATE nodes SET host = 'imported.example'").run());
+    await other.committed();
+  });
+  for (const id of [entry, exit]) {
+    assert.match(store.nodes.json(id)!.json, /imported\.example/);
+    assert.deepEqual(store.nodes.json(id), fresh(id));
+  }
 });
 
 test('what is kept is bounded by its size: the node read longest ago is read again', async (t) => {

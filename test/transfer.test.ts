@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
 import { transact, transactInSteps } from '../internal/api/writes.ts';
+import { importInWorker } from '../cmd/master/importer.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
 async function populate(m: Running) {
@@ -273,6 +274,42 @@ test('during a large import the API answers, sees none of it, and other writes w
   const after = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
   assert.equal(after.rules.total, 4000);
   assert.equal(after.nodes.total, 3);
+});
+
+test('an import whose worker runs out of memory fails alone: nothing of it is written, and writes go on', async (t) => {
+  const m = await startMaster(t);
+  const importer = importInWorker({ databasePath: m.app.store.db.path, sealingKey: m.app.box.key(), heapMiB: 32 });
+  const rules = Array.from({ length: 100_000 }, (_, i) => ({
+    name: `r-${i}`,
+    node: 'edge',
+    protocol: 'tcp',
+    listen_port: 1 + (i % 65_535),
+    targets: [`10.${i >> 16}.${(i >> 8) & 255}.${i & 255}:80`],
+  }));
+  const nodes = [{ name: 'edge', host: 'edge.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }];
+  const document = Buffer.from(JSON.stringify({ format: 'portplane-export', version: 1, nodes, tunnels: [], rules }));
+  const job = {
+    document,
+    dryRun: false,
+    ctx: {
+      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+      action: 'config.import',
+      caller: undefined as never,
+    },
+    timestamp: m.app.timestamp(),
+    license: m.app.licenseView(),
+  } as const;
+  await assert.rejects(
+    m.app.store.db.holdWrites(() => importer(job)),
+    /out of memory/,
+  );
+  const made = await call(m.url, 'POST', '/api/nodes', {
+    token: m.admin,
+    body: { name: 'after', host: 'after.example' },
+  });
+  assert.equal(made.status, 201, 'writes are not held back any more');
+  const { body } = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
+  assert.deepEqual([body.nodes.total, body.rules.total], [1, 0]);
 });
 
 test('a write that an import overtook after an await is refused with 503, never mixed into the import', async (t) => {

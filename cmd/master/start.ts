@@ -28,6 +28,7 @@ import { VERSION } from '../../internal/version.ts';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
+import { importInWorker } from './importer.ts';
 
 export interface Master {
   url: string;
@@ -189,6 +190,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       installer,
       lifecycle,
       metrics,
+      importer: importInWorker({ databasePath: store.db.path, sealingKey: box.key() }),
     });
     addGauges(app);
     const view = app.licenseView();

@@ -17,6 +17,7 @@ import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
+import type { ImportDone, ImportJob } from './transfer.ts';
 
 export interface Principal {
   tokenId: number;
@@ -60,6 +61,8 @@ export interface AppParts {
   installer: Installer;
   lifecycle: Lifecycle;
   metrics: MasterMetrics;
+  /** Runs an import off the event loop, on a connection of its own (cmd/master starts a worker thread). */
+  importer: (job: ImportJob) => Promise<ImportDone>;
 }
 
 export class App {
@@ -83,6 +86,7 @@ export class App {
   readonly sync: SyncHub;
   readonly installer: Installer;
   readonly metrics: MasterMetrics;
+  readonly importer: (job: ImportJob) => Promise<ImportDone>;
   /** When this master started, for its uptime. */
   readonly startedAt: number;
   private readonly lifecycle: Lifecycle;
@@ -103,6 +107,7 @@ export class App {
       installer: this.installer,
       lifecycle: this.lifecycle,
       metrics: this.metrics,
+      importer: this.importer,
     } = parts);
     this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);

@@ -13,11 +13,10 @@ import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
-import { validate } from '../schema/schema.ts';
 import { redact, type Actor } from '../store/audit.ts';
 import type { StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
-import { IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
+import { decodeBody, IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
 
 interface Outgoing {
   status: number;
@@ -123,6 +122,7 @@ class RequestCtx implements Ctx<unknown, any> {
     readonly params: Record<string, string>,
     readonly query: any,
     readonly body: unknown,
+    readonly rawBody: Buffer,
     readonly headers: IncomingHttpHeaders,
   ) {}
 
@@ -365,7 +365,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     try {
       let out: Outgoing;
       try {
-        const ctx = makeCtx(route, x, params, query, checkBody(route, raw));
+        const ctx = makeCtx(route, x, params, query, raw);
         out = fromReply(await route.handler(ctx));
       } catch (thrown) {
         const error = asDomainError(thrown);
@@ -394,23 +394,18 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   function checkBody(route: Route, raw: Buffer): unknown {
+    if (route.body) return route.decodesBody ? undefined : decodeBody(route.body, raw);
     const parsed = parseJson(raw);
-    if (!route.body) {
-      const empty =
-        parsed === undefined ||
-        (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
-      if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
-      return undefined;
-    }
-    // No body at all is an empty object (routes whose fields are all optional need none); a
-    // JSON null, array, string or number is not an object and fails validation.
-    const { value, errors } = validate(route.body, parsed === undefined ? {} : parsed);
-    if (errors.length > 0) throw validationFailed(errors);
-    return value;
+    const empty =
+      parsed === undefined ||
+      (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
+    if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
+    return undefined;
   }
 
-  function makeCtx(route: Route, x: Exchange, params: Record<string, string>, query: unknown, body: unknown) {
-    return new RequestCtx(app, route, x.principal, x.requestId, x.ip, params, query, body, x.req.headers);
+  function makeCtx(route: Route, x: Exchange, params: Record<string, string>, query: unknown, raw: Buffer) {
+    const body = checkBody(route, raw);
+    return new RequestCtx(app, route, x.principal, x.requestId, x.ip, params, query, body, raw, x.req.headers);
   }
 
   function peekBudget(principal: Principal): BudgetState {

@@ -11,12 +11,11 @@ import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.t
 import { array, integer, nullable, object, optional, string, type Infer } from '../schema/schema.ts';
 import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
-import type { App } from './app.ts';
 import { masterDial } from './dial.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
-import { diff, transact, type Effects } from './writes.ts';
+import { diff, transact, type Effects, type Writer } from './writes.ts';
 
 const READ_ONLY = [
   'id',
@@ -149,7 +148,7 @@ export function nodeView({ config_version: _, ...node }: Node) {
   return node;
 }
 
-function credentials(app: App, body: NodeInput): SshSecret | 'keep' {
+function credentials(app: Writer, body: NodeInput): SshSecret | 'keep' {
   if (typeof body.ssh_private_key === 'string' && typeof body.ssh_password === 'string') {
     throw validationFailed([
       { pointer: '#/ssh_password', detail: 'give either ssh_private_key or ssh_password, not both' },
@@ -166,7 +165,7 @@ function fieldsOf(body: NodeInput) {
 }
 
 /** Creates a node inside a transaction; returns it with its agent token. Throws `license_limit`, `conflict`. */
-export function insertNode(app: App, effects: Effects, body: NodeInput): { node: Node; agent_token: string } {
+export function insertNode(app: Writer, effects: Effects, body: NodeInput): { node: Node; agent_token: string } {
   const license = app.licenseView();
   const limit = license.limits.max_nodes;
   if (limit !== null && app.store.nodes.count() >= limit) {
@@ -198,7 +197,7 @@ export function insertNode(app: App, effects: Effects, body: NodeInput): { node:
  * Deletes a node inside a transaction. Without `cascade`, a node that still has rules or
  * tunnels is a `conflict`; with it, those go first, each with its own audit entry.
  */
-export function removeNode(app: App, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
+export function removeNode(app: Writer, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
   const { store } = app;
   const node = store.nodes.find(id);
   if (!node) throw notFound('node', id);

@@ -3,9 +3,10 @@
 
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Scope } from '../auth/scopes.ts';
-import { DomainError } from '../errors/errors.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
+import { parseJson } from '../http/body.ts';
 import type { QueryOf, QuerySpec } from '../schema/query.ts';
-import type { Schema } from '../schema/schema.ts';
+import { validate, type Schema } from '../schema/schema.ts';
 import type { Actor } from '../store/audit.ts';
 import type { App, Principal } from './app.ts';
 
@@ -51,6 +52,8 @@ export interface Ctx<B, Q> {
   params: Record<string, string>;
   query: Q;
   body: B;
+  /** The body as it came, for a route that decodes it itself (`decodesBody`). */
+  rawBody: Buffer;
   headers: IncomingHttpHeaders;
   /** The authenticated caller; reading it on a public route is a programming error. */
   caller: Principal;
@@ -85,6 +88,11 @@ export interface OperationSpec<B, Q extends QuerySpec> {
   description?: string;
   query?: Q;
   body?: Schema<B>;
+  /**
+   * The handler decodes `rawBody` against `body` itself (`decodeBody`), where it chooses: an
+   * import does so in a worker thread, as parsing a large document would hold every request.
+   */
+  decodesBody?: boolean;
   /** Overrides the 1 MiB body limit, for routes that take whole documents. */
   maxBodyBytes?: number;
   responses: Record<number, ResponseDoc>;
@@ -124,6 +132,18 @@ export function route(
   alsoNeeds?: readonly SideEffect[],
 ): Route {
   return { method, path, scope, ...(alsoNeeds && alsoNeeds.length > 0 ? { alsoNeeds } : {}), ...op };
+}
+
+/**
+ * A request body checked against its route's schema: no body at all is an empty object
+ * (routes whose fields are all optional need none); JSON null, an array, a string or a
+ * number is not an object and fails. Throws `invalid_json`, `validation_failed`.
+ */
+export function decodeBody<T>(schema: Schema<T>, raw: Buffer): T {
+  const parsed = parseJson(raw);
+  const { value, errors } = validate(schema, parsed === undefined ? {} : parsed);
+  if (errors.length > 0) throw validationFailed(errors);
+  return value;
 }
 
 /** The positive integer id in the path, or `not_found`. */

@@ -34,7 +34,7 @@ import {
   operations,
   type Reply,
 } from './route.ts';
-import { diff, transact, type Effects, type WriteCtx } from './writes.ts';
+import { diff, transact, type Effects, type WriteCtx, type Writer } from './writes.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
@@ -107,7 +107,7 @@ export const ruleSchema = record('Rule', {
 });
 
 /** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
-export function ruleReferenceErrors(app: App, fields: RuleFields, prefix = '#'): FieldError[] {
+export function ruleReferenceErrors(app: Writer, fields: RuleFields, prefix = '#'): FieldError[] {
   const errors: FieldError[] = [];
   if (!app.store.nodes.exists(fields.node_id))
     errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
@@ -125,20 +125,25 @@ export function ruleReferenceErrors(app: App, fields: RuleFields, prefix = '#'):
 }
 
 /** Marks the configs a rule is part of as changed: its node's and, through a tunnel, the exit's (but `except`). */
-function touchRule(app: App, effects: Effects, rule: Pick<RuleFields, 'node_id' | 'tunnel_id'>, except?: number): void {
+function touchRule(
+  app: Writer,
+  effects: Effects,
+  rule: Pick<RuleFields, 'node_id' | 'tunnel_id'>,
+  except?: number,
+): void {
   if (rule.node_id !== except) effects.touchNode(rule.node_id);
   if (rule.tunnel_id === null) return;
   const exit = app.store.tunnels.find(rule.tunnel_id)?.exit_node_id;
   if (exit !== undefined && exit !== except) effects.touchNode(exit);
 }
 
-function checkReferences(app: App, fields: RuleFields): void {
+function checkReferences(app: Writer, fields: RuleFields): void {
   const errors = ruleReferenceErrors(app, fields);
   if (errors.length > 0) throw validationFailed(errors);
 }
 
 /** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
-export function insertRule(app: App, effects: Effects, fields: RuleFields): Rule {
+export function insertRule(app: Writer, effects: Effects, fields: RuleFields): Rule {
   checkReferences(app, fields);
   const rule = app.store.rules.insert(fields, app.timestamp());
   touchRule(app, effects, rule);
@@ -147,7 +152,7 @@ export function insertRule(app: App, effects: Effects, fields: RuleFields): Rule
 }
 
 /** Inside a transaction. Throws `not_found`, `precondition_failed`, `validation_failed`, `conflict`. */
-export function replaceRule(app: App, effects: Effects, id: number, fields: RuleFields, ifMatch?: string): Rule {
+export function replaceRule(app: Writer, effects: Effects, id: number, fields: RuleFields, ifMatch?: string): Rule {
   const current = app.store.rules.find(id);
   if (!current) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
@@ -169,7 +174,7 @@ export function replaceRule(app: App, effects: Effects, id: number, fields: Rule
  * it), each with its own audit entry; their nodes get the change, but for `goingNode`.
  */
 export function cascadeRules(
-  app: App,
+  app: Writer,
   effects: Effects,
   ruleIds: readonly number[],
   from: { node: number } | { tunnel: number },
@@ -189,7 +194,7 @@ export function cascadeRules(
 }
 
 /** Inside a transaction. Throws `not_found`, `precondition_failed`. */
-export function removeRule(app: App, effects: Effects, id: number, ifMatch?: string): void {
+export function removeRule(app: Writer, effects: Effects, id: number, ifMatch?: string): void {
   const current = app.store.rules.find(id);
   if (!current) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);

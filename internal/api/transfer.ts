@@ -18,12 +18,12 @@ import {
   type Infer,
 } from '../schema/schema.ts';
 import type { Rule, RuleFields } from '../domain/rules.ts';
-import type { App } from './app.ts';
+import type { LicenseView } from '../license/license.ts';
 import { insertNode, nodeInput } from './nodes.ts';
-import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
+import { type Ctx, decodeBody, ok, okJson, operation, operations, type Reply } from './route.ts';
 import { insertRule, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
-import { fieldErrorsUnder, transactInSteps, type Effects, type InSteps } from './writes.ts';
+import { fieldErrorsUnder, writeInSteps, type Effects, type InSteps, type WriteCtx, type Writer } from './writes.ts';
 
 const FORMAT = 'portplane-export';
 const ALL = Number.MAX_SAFE_INTEGER;
@@ -151,7 +151,7 @@ function sameRule(existing: Rule, fields: RuleFields): boolean {
   return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
 }
 
-async function importAll(app: App, effects: Effects, doc: ExportDocument, inSteps: InSteps) {
+async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inSteps: InSteps) {
   const errors: FieldError[] = [];
   const nodeIds = new Map<string, number>();
   const tunnelIds = new Map<string, number>();
@@ -265,15 +265,57 @@ function stripTokens(results: Record<string, ImportResult[]>) {
 
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
 
-async function importDocument(ctx: Ctx<ExportDocument, QueryOf<typeof importQuery>>): Promise<Reply> {
-  const dryRun = ctx.query.dry_run ?? false;
-  const results = await transactInSteps(
-    ctx.app,
-    ctx,
-    (effects, inSteps) => importAll(ctx.app, effects, ctx.body, inSteps),
-    dryRun,
+/** An import to run where the app's `importer` runs it: the document as sent, and who sends it. */
+export interface ImportJob {
+  document: Uint8Array;
+  dryRun: boolean;
+  ctx: WriteCtx;
+  /** The time every row and audit entry of the import is stamped with: it lands as one. */
+  timestamp: string;
+  license: LicenseView;
+}
+
+/** A finished import: its response body, and the nodes whose config it changed. */
+export interface ImportDone {
+  json: string;
+  nodes: number[];
+}
+
+/**
+ * Decodes, checks and writes a document, all or nothing, on `app`'s own connection: the work
+ * of the importer's worker thread. Throws a DomainError for what the caller got wrong.
+ */
+export async function runImport(app: Writer, job: ImportJob): Promise<ImportDone> {
+  const document = decodeBody(
+    exportDocument,
+    Buffer.from(job.document.buffer, job.document.byteOffset, job.document.length),
   );
-  return ok({ dry_run: dryRun, ...(dryRun ? stripTokens(results) : results) });
+  // The answer is rendered before the commit: what could fail for memory fails while it can still be undone.
+  const { result: json, nodes } = await writeInSteps(
+    app,
+    job.ctx,
+    async (effects, inSteps) => {
+      const results = await importAll(app, effects, document, inSteps);
+      return JSON.stringify({ dry_run: job.dryRun, ...(job.dryRun ? stripTokens(results) : results) });
+    },
+    job.dryRun,
+  );
+  return { json, nodes };
+}
+
+async function importDocument(ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> {
+  const { app } = ctx;
+  const job: ImportJob = {
+    document: ctx.rawBody,
+    dryRun: ctx.query.dry_run ?? false,
+    ctx: { actor: ctx.actor, action: ctx.action, caller: ctx.caller },
+    timestamp: app.timestamp(),
+    license: app.licenseView(),
+  };
+  // Other writes wait meanwhile: the worker's connection holds SQLite's write lock.
+  const done = await app.store.db.holdWrites(() => app.importer(job));
+  for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
+  return okJson(done.json);
 }
 
 const importResultItem = {
@@ -304,11 +346,13 @@ export const transferOperations = operations({
       'one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in ' +
       'the results; their SSH credentials must be set afterwards). A rule identical to one already on its node ' +
       'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with every pointer ' +
-      '(#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB. A large document is ' +
-      'written over many moments, so the API goes on answering meanwhile: reads see the master as it was until ' +
-      "the whole import is committed, and other writes (API calls, agents' reports) wait for it and then proceed.",
+      '(#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB. The document is read, ' +
+      'checked and written beside the API (in a worker thread, on a database connection of its own), so the API ' +
+      'goes on answering meanwhile: reads see the master as it was until the whole import is committed, and ' +
+      "other writes (API calls, agents' reports) wait for it and then proceed.",
     query: importQuery,
     body: exportDocument,
+    decodesBody: true,
     maxBodyBytes: 64 * 1024 * 1024,
     responses: {
       200: {

@@ -8,12 +8,11 @@ import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts
 import { integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
 import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
 import { issueTunnelKeys } from '../tunnel/keys.ts';
-import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
-import { diff, transact, type Effects } from './writes.ts';
+import { diff, transact, type Effects, type Writer } from './writes.ts';
 
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
 export const CASCADE_FROM_TUNNEL = [
@@ -97,7 +96,7 @@ export const tunnelSchema = record('Tunnel', {
 
 /** Problems with the nodes a tunnel names, as field errors under `prefix`. */
 export function tunnelReferenceErrors(
-  app: App,
+  app: Writer,
   body: { entry_node_id: number; exit_node_id: number },
   prefix = '#',
 ): FieldError[] {
@@ -111,7 +110,7 @@ export function tunnelReferenceErrors(
   return errors;
 }
 
-function resolvePort(app: App, exitNodeId: number, requested: number | null, current?: Tunnel): number {
+function resolvePort(app: Writer, exitNodeId: number, requested: number | null, current?: Tunnel): number {
   if (requested !== null) return requested;
   if (current && current.exit_node_id === exitNodeId) return current.listen_port;
   const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
@@ -124,7 +123,7 @@ function resolvePort(app: App, exitNodeId: number, requested: number | null, cur
 }
 
 /** Inside a transaction. Throws `validation_failed`, `conflict`. */
-export function insertTunnel(app: App, effects: Effects, body: TunnelInput): Tunnel {
+export function insertTunnel(app: Writer, effects: Effects, body: TunnelInput): Tunnel {
   const errors = tunnelReferenceErrors(app, body);
   if (errors.length > 0) throw validationFailed(errors);
   const fields: TunnelFields = {
@@ -146,7 +145,7 @@ export function insertTunnel(app: App, effects: Effects, body: TunnelInput): Tun
 }
 
 /** Inside a transaction. Without `cascade`, a tunnel rules still use is a `conflict`. */
-export function removeTunnel(app: App, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
+export function removeTunnel(app: Writer, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
   const tunnel = app.store.tunnels.find(id);
   if (!tunnel) throw notFound('tunnel', id);
   checkIfMatch(ifMatch, tunnel.version);

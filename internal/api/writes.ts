@@ -28,12 +28,18 @@ export function diff<T>(before: T, after: T, keys: readonly (keyof T)[]): { befo
  */
 class RedoItemByItem extends Error {}
 
+/**
+ * What writing handlers use of the app: enough to run them in a worker thread (an import),
+ * on a connection of its own, where there is no API, sync hub or agent link.
+ */
+export type Writer = Pick<App, 'store' | 'box' | 'timestamp' | 'licenseView'>;
+
 /** Collects what a write did: audit entries are written at once, node changes announced after commit. */
 export class Effects {
   readonly nodes = new Set<number>();
 
   constructor(
-    private readonly app: App,
+    private readonly app: Writer,
     private readonly ctx: WriteCtx,
     /** `attempt` runs without a savepoint, and any domain error it meets means RedoItemByItem. */
     private readonly itemsTogether = false,
@@ -174,6 +180,18 @@ export async function transactInSteps<T>(
   fn: (effects: Effects, inSteps: InSteps) => Promise<T>,
   dryRun = false,
 ): Promise<T> {
+  const { result, nodes } = await writeInSteps(app, ctx, fn, dryRun);
+  for (const nodeId of nodes) app.sync.configChanged(nodeId);
+  return result;
+}
+
+/** `transactInSteps` where there is no sync hub: returns the nodes whose config changed, for the caller to announce. */
+export async function writeInSteps<T>(
+  app: Writer,
+  ctx: WriteCtx,
+  fn: (effects: Effects, inSteps: InSteps) => Promise<T>,
+  dryRun = false,
+): Promise<{ result: T; nodes: number[] }> {
   let effects = new Effects(app, ctx, true);
   const result = await app.store.db.longWrite(
     async (step, restart) => {
@@ -197,8 +215,7 @@ export async function transactInSteps<T>(
     },
     { commit: !dryRun },
   );
-  if (!dryRun) for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
-  return result;
+  return { result, nodes: dryRun ? [] : [...effects.nodes] };
 }
 
 /**

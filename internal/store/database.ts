@@ -2,8 +2,9 @@
 // and `write(fn)` with group commit: the writes of one event-loop turn share one transaction
 // (each in a savepoint of its own) and one fsync, and whoever answers for a write waits for
 // `committed()` first, so nothing is acknowledged before it is durable. `longWrite` is the
-// one transaction that spans event-loop turns (an import); while it runs, reads go to a
-// second, read-only connection that sees only what is committed, and other writes wait.
+// one transaction that spans event-loop turns (a batch); while it runs, reads go to a
+// second, read-only connection that sees only what is committed, and other writes wait, as
+// they do during `holdWrites`, while another connection writes (an import's worker thread).
 
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { migrations } from './migrations.ts';
@@ -41,6 +42,7 @@ interface Unit {
 /** A long write in progress: what waits for its end. */
 interface Hold {
   released: Promise<void>;
+  release: () => void;
   after: (() => void)[];
   deferred: (() => void)[];
 }
@@ -56,6 +58,7 @@ export class Database {
   private readOnly: DatabaseSync | null = null;
   private readonly failureListeners: (() => void)[] = [];
   private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
+  private readonly elsewhereListeners: (() => void)[] = [];
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
@@ -64,7 +67,7 @@ export class Database {
   private readonly writeUnit: Unit;
   private readonly itemUnit: Unit;
 
-  constructor(private readonly path: string) {
+  constructor(readonly path: string) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
     this.db.exec(
@@ -116,7 +119,7 @@ export class Database {
     if (!CHANGES_DATA.test(sql)) {
       let committedOnly: Statement | undefined;
       const pick = (): Statement =>
-        this.hold && !this.inWrite
+        this.hold && !this.inWrite && this.db.isTransaction
           ? (committedOnly ??= this.reader().prepare(sql) as unknown as Statement)
           : (statement as unknown as Statement);
       return {
@@ -214,6 +217,49 @@ export class Database {
   }
 
   /**
+   * Holds this connection's writes back while `fn` writes through a connection of its own
+   * (an import in a worker thread), as `longWrite` does, committing the open batch first.
+   * Reads meanwhile see what is committed. When it ends, however it ends, what listens to
+   * `onWrittenElsewhere` is told, since this connection's triggers saw nothing of it.
+   */
+  async holdWrites<T>(fn: () => Promise<T>): Promise<T> {
+    const hold = await this.takeHold();
+    try {
+      return await fn();
+    } finally {
+      for (const listener of this.elsewhereListeners) this.runCallback(listener);
+      this.releaseHold(hold, false);
+    }
+  }
+
+  /** Called after another connection may have changed any row (see `holdWrites`), for caches of rows. */
+  onWrittenElsewhere(fn: () => void): void {
+    this.elsewhereListeners.push(fn);
+  }
+
+  /** Waits for the long write in progress and the open batch to end, then holds writes back. */
+  private async takeHold(): Promise<Hold> {
+    while (this.hold || this.batch) {
+      await this.writable();
+      await this.committed().catch(() => undefined);
+    }
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const hold: Hold = { released, release, after: [], deferred: [] };
+    this.hold = hold;
+    return hold;
+  }
+
+  /** Lets writes go on: after-commit work first (if it committed), then what waited, in order. */
+  private releaseHold(hold: Hold, committed: boolean): void {
+    this.inWrite = false;
+    this.hold = null;
+    hold.release();
+    if (committed) for (const after of hold.after) this.runCallback(after);
+    for (const deferred of hold.deferred) this.whenWritable(deferred);
+  }
+
+  /**
    * Runs `fn` as one transaction that spans event-loop turns, for bulk work that would
    * otherwise hold the process: `fn` calls `step()` between items, which returns a promise
    * to await (it yields the event loop) once the current turn has run STEP_MS, else null.
@@ -228,14 +274,7 @@ export class Database {
     fn: (step: () => Promise<void> | null, restart: () => void) => Promise<T>,
     { commit = true } = {},
   ): Promise<T> {
-    while (this.hold || this.batch) {
-      await this.writable();
-      await this.committed().catch(() => undefined);
-    }
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    const hold: Hold = { released, after: [], deferred: [] };
-    this.hold = hold;
+    const hold = await this.takeHold();
     let turnStarted = performance.now();
     const yieldTurn = async () => {
       this.inWrite = false;
@@ -265,12 +304,8 @@ export class Database {
       if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');
       throw error;
     } finally {
-      this.inWrite = false;
-      this.hold = null;
-      release();
-      // After-commit work first (a dry run's has nothing to follow), then what waited, in order.
-      if (committed) for (const after of hold.after) this.runCallback(after);
-      for (const deferred of hold.deferred) this.whenWritable(deferred);
+      // A dry run's after-commit work has nothing to follow.
+      this.releaseHold(hold, committed);
     }
   }
 

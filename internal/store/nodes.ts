@@ -107,9 +107,9 @@ const RENDERED_CHARS = 16 * 1024 * 1024;
 export class NodeStore {
   // The JSON of nodes read lately, as committed. A node is read far more often than it changes, and each read
   // of SQLite costs a read transaction (two fcntl locks) besides the rendering: a GET by id took 40% less time.
-  // Every change to a node's row drops its entry (Database.onRowChange: whichever statement made it), and
-  // entries are added only while nothing is uncommitted, so none outlives a rollback or shows a long write's
-  // work before its commit.
+  // Every change to a node's row drops its entry (Database.onRowChange: whichever statement made it), a write
+  // through another connection drops them all, and entries are added only while nothing is uncommitted, so
+  // none outlives a rollback or shows a long write's work before its commit.
   private readonly rendered = new Map<number, { version: number; json: string }>();
   private renderedChars = 0;
   private readonly byId;
@@ -139,6 +139,10 @@ export class NodeStore {
     private readonly renderedLimit = RENDERED_CHARS,
   ) {
     db.onRowChange('nodes', (id) => this.forget(id));
+    db.onWrittenElsewhere(() => {
+      this.rendered.clear();
+      this.renderedChars = 0;
+    });
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);

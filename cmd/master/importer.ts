@@ -1,0 +1,80 @@
+// Imports run in a worker thread, on a SQLite connection of their own: decoding, checking
+// and writing a document of 100,000 rules takes seconds of CPU, which on the event loop
+// would hold every other request as long. The worker is this module started again (in the
+// bundle, the master's one file), told by `workerData` which import to run.
+
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { runImport, type ImportDone, type ImportJob } from '../../internal/api/transfer.ts';
+import { SecretBox } from '../../internal/crypto/box.ts';
+import { DomainError } from '../../internal/errors/errors.ts';
+import { Database } from '../../internal/store/database.ts';
+import { Store } from '../../internal/store/store.ts';
+
+const ROLE = 'portplane-import';
+
+/** What the worker writes with: the master's database, and its sealing key (for tunnels' keys). */
+export interface ImportSetup {
+  databasePath: string;
+  sealingKey: Uint8Array;
+  /** The worker's heap, past which it ends and its import fails (the master does not). */
+  heapMiB?: number;
+}
+
+// A document of 200,000 rules (39 MiB) imports in 256 MiB; one at the 64 MiB body limit needs less than half this.
+const HEAP_MIB = 1024;
+
+interface Task {
+  role: typeof ROLE;
+  setup: ImportSetup;
+  job: ImportJob;
+}
+
+/** What the worker answers: the import done, refused for the caller's fault, or failed (a bug, a full disk). */
+type Outcome = { done: ImportDone } | { refused: Pick<DomainError, 'code' | 'detail' | 'facts'> } | { failed: string };
+
+/** Runs each import in a worker thread of its own, which ends with it (its memory with it). */
+export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<ImportDone> {
+  return (job) =>
+    new Promise((resolve, reject) => {
+      const task: Task = { role: ROLE, setup, job };
+      const worker = new Worker(new URL(import.meta.url), {
+        workerData: task,
+        resourceLimits: { maxOldGenerationSizeMb: setup.heapMiB ?? HEAP_MIB },
+      });
+      let answered = false;
+      worker.once('message', (outcome: Outcome) => {
+        answered = true;
+        if ('done' in outcome) resolve(outcome.done);
+        else if ('refused' in outcome)
+          reject(new DomainError(outcome.refused.code, outcome.refused.detail, outcome.refused.facts));
+        else reject(new Error(`the import failed: ${outcome.failed}`));
+      });
+      // An uncaught throw, or its heap exhausted: its connection closes, and SQLite undoes what it had not committed.
+      worker.once('error', (error) => reject(new Error(`the import's worker failed: ${error.stack ?? error}`)));
+      worker.once('exit', (code) => {
+        if (!answered) reject(new Error(`the import's worker exited (code ${code}) before it answered`));
+      });
+    });
+}
+
+async function work({ setup, job }: Task): Promise<Outcome> {
+  const store = new Store(new Database(setup.databasePath));
+  try {
+    const app = {
+      store,
+      box: SecretBox.of(setup.sealingKey),
+      timestamp: () => job.timestamp,
+      licenseView: () => job.license,
+    };
+    return { done: await runImport(app, job) };
+  } catch (error) {
+    if (error instanceof DomainError)
+      return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
+    return { failed: (error as Error)?.stack ?? String(error) };
+  } finally {
+    store.close();
+  }
+}
+
+if (!isMainThread && (workerData as Task | undefined)?.role === ROLE)
+  parentPort!.postMessage(await work(workerData as Task));
