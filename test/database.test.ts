@@ -6,6 +6,8 @@ import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
 
+const AT = '2026-11-23T10:00:00Z';
+
 function open(t: { after: (fn: () => void) => void }) {
   const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
   const db = new Database(path);
@@ -17,7 +19,7 @@ function open(t: { after: (fn: () => void) => void }) {
   const names = () =>
     (reader.prepare('SELECT key FROM settings ORDER BY key').all() as { key: string }[]).map((r) => r.key);
   const put = (key: string) => db.prepare("INSERT INTO settings (key, value) VALUES (?, '1')").run(key);
-  return { db, names, put };
+  return { db, reader, names, put };
 }
 
 test('writes of one turn commit together, and are not visible elsewhere before committed() resolves', async (t) => {
@@ -216,6 +218,32 @@ test('closing the database during a long write abandons it: nothing of it is kep
   db.close();
   await assert.rejects(writing, /the database closed during a long write/);
   assert.deepEqual(names(), []);
+});
+
+test('insertRows inserts rows many to a statement, in order, and returns their ids', async (t) => {
+  const { db, reader } = open(t);
+  const insert = db.insertRows(
+    'INSERT INTO audit_log (at, actor_type, actor_name, action, resource, status) VALUES',
+    6,
+  );
+  const rows = Array.from({ length: 150 }, (_, i) => [AT, 'system', 'test', `a.${i}`, 'rule', 'success']);
+  assert.throws(() => insert(rows), /outside write/);
+  const first = db.write(() => insert(rows.slice(0, 1)));
+  // Over two statements of the most rows one takes, and one of the rest.
+  const rest = db.write(() => insert(rows.slice(1)));
+  await db.committed();
+  const stored = reader.prepare('SELECT id, action FROM audit_log ORDER BY id').all() as {
+    id: number;
+    action: string;
+  }[];
+  assert.deepEqual(
+    stored.map(({ action }) => action),
+    rows.map((row) => row[3]),
+  );
+  assert.deepEqual(
+    [...first, ...rest],
+    stored.map(({ id }) => id),
+  );
 });
 
 test('migrations are frozen text: none is built from code that could change', async () => {

@@ -211,6 +211,54 @@ test("an import respects the license's node limit: nothing is created past it", 
   assert.equal(snapshot(m), before);
 });
 
+test("a document's rules go in together as if one by one: ids in order, with their ports and audits", async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge');
+  const rules = Array.from({ length: 150 }, (_, i) => ({
+    name: `r-${i}`,
+    node: 'edge',
+    protocol: i % 3 === 0 ? 'tcp+udp' : 'tcp',
+    listen_port: 30_000 + i,
+    targets: [`10.0.0.${1 + (i % 200)}:80`],
+  }));
+  const doc = { format: 'portplane-export', version: 1, nodes: [], tunnels: [], rules };
+  const before = snapshot(m);
+  // Two rules of the document on one port: the second conflicts with the first, named by the id it had.
+  const clash = { ...doc, rules: rules.map((r, i) => (i === 40 ? { ...r, listen_port: 30_031 } : r)) };
+  const refused = await call(m.url, 'POST', '/api/import', { token: m.admin, body: clash });
+  assertProblem(refused, 422, 'validation_failed');
+  const firstId = refused.body.results.rules[31].id;
+  assert.deepEqual(refused.body.errors, [
+    {
+      pointer: '#/rules/40/listen_port',
+      detail: `port 30031/tcp on node ${edge.id} is taken by rule ${firstId}`,
+    },
+  ]);
+  assert.equal(snapshot(m), before, 'nothing was written');
+
+  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc });
+  assert.equal(answer.status, 200, JSON.stringify(answer.body).slice(0, 300));
+  const listed = (await call(m.url, 'GET', '/api/rules?limit=200', { token: m.admin })).body.items;
+  assert.deepEqual(
+    answer.body.rules.map((r: { id: number; name: string }) => [r.id, r.name]),
+    listed.map((r: { id: number; name: string }) => [r.id, r.name]),
+  );
+  for (const rule of [listed[0], listed[64], listed[149]])
+    assert.deepEqual((await call(m.url, 'GET', `/api/rules/${rule.id}`, { token: m.admin })).body, rule);
+  // Every port of every rule is claimed: the last rule's UDP port too.
+  const taken = await call(m.url, 'POST', '/api/rules', {
+    token: m.admin,
+    body: { name: 'late', node_id: edge.id, protocol: 'udp', listen_port: 30_147, targets: ['10.0.0.9:53'] },
+  });
+  assertProblem(taken, 409, 'conflict');
+  const audit = (await call(m.url, 'GET', '/api/audit-logs?action=rule.create&limit=200', { token: m.admin })).body
+    .items;
+  assert.deepEqual(
+    audit.map((e: { resource_id: number }) => e.resource_id).reverse(),
+    listed.map((r: { id: number }) => r.id),
+  );
+});
+
 test('during a large import the API answers, sees none of it, and other writes wait their turn', async (t) => {
   const m = await startMaster(t);
   const rules = ['bulk-a', 'bulk-b'].flatMap((node) =>

@@ -144,11 +144,26 @@ function checkReferences(app: Writer, fields: RuleFields): void {
 
 /** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
 export function insertRule(app: Writer, effects: Effects, fields: RuleFields): Rule {
-  checkReferences(app, fields);
-  const rule = app.store.rules.insert(fields, app.timestamp());
-  touchRule(app, effects, rule);
-  effects.audit({ action: 'rule.create', resource: 'rule', resource_id: rule.id, changes: { after: fields } });
-  return rule;
+  return insertRules(app, effects, [fields])[0]!;
+}
+
+/**
+ * Inside a transaction: rules in order, inserted together (see `Database.insertRows`). Throws
+ * for the first problem found, references checked before ports.
+ */
+export function insertRules(app: Writer, effects: Effects, list: readonly RuleFields[]): Rule[] {
+  for (const fields of list) checkReferences(app, fields);
+  const rules = app.store.rules.insertAll(list, app.timestamp());
+  for (const rule of rules) touchRule(app, effects, rule);
+  effects.auditAll(
+    rules.map((rule, i) => ({
+      action: 'rule.create',
+      resource: 'rule',
+      resource_id: rule.id,
+      changes: { after: list[i] },
+    })),
+  );
+  return rules;
 }
 
 /** Inside a transaction. Throws `not_found`, `precondition_failed`, `validation_failed`, `conflict`. */

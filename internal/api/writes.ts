@@ -42,14 +42,19 @@ export class Effects {
     private readonly app: Writer,
     private readonly ctx: WriteCtx,
     /** `attempt` runs without a savepoint, and any domain error it meets means RedoItemByItem. */
-    private readonly itemsTogether = false,
+    readonly itemsTogether = false,
   ) {}
 
   /** Records what was done; the action is the route's unless the entry names another (a cascade's). */
   audit(entry: AuditEntryInput): void {
-    this.app.store.audit.record(
+    this.auditAll([entry]);
+  }
+
+  /** `audit` for many entries, in order. */
+  auditAll(entries: readonly AuditEntryInput[]): void {
+    this.app.store.audit.recordAll(
       this.ctx.actor,
-      { action: this.actionOf(entry), ...entry, status: 'success' },
+      entries.map((entry) => ({ action: this.actionOf(entry), ...entry, status: 'success' })),
       this.app.timestamp(),
     );
   }

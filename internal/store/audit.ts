@@ -78,14 +78,16 @@ interface Row extends Omit<AuditEntry, 'changes'> {
 }
 
 export class AuditStore {
-  private readonly insertStmt;
+  private readonly insertRows;
   private readonly listStmt;
   private readonly pruneStmt;
 
   constructor(db: Database) {
-    this.insertStmt = db.prepare(`INSERT INTO audit_log
-      (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status, request_id, changes)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    this.insertRows = db.insertRows(
+      `INSERT INTO audit_log
+        (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status, request_id, changes) VALUES`,
+      11,
+    );
     this.listStmt = db.prepare(`SELECT * FROM audit_log
       WHERE id < :before
         AND (:action IS NULL OR action = :action)
@@ -101,18 +103,25 @@ export class AuditStore {
   }
 
   record(actor: Actor, entry: AuditInput, at: string): void {
-    this.insertStmt.run(
-      at,
-      actor.actor_type,
-      actor.actor_id,
-      actor.actor_name,
-      actor.ip,
-      entry.action,
-      entry.resource,
-      entry.resource_id,
-      entry.status,
-      actor.request_id,
-      entry.changes === undefined ? null : JSON.stringify(redact(entry.changes)),
+    this.recordAll(actor, [entry], at);
+  }
+
+  /** Records `entries`, in order, as done by `actor` at `at`. */
+  recordAll(actor: Actor, entries: readonly AuditInput[], at: string): void {
+    this.insertRows(
+      entries.map((entry) => [
+        at,
+        actor.actor_type,
+        actor.actor_id,
+        actor.actor_name,
+        actor.ip,
+        entry.action,
+        entry.resource,
+        entry.resource_id,
+        entry.status,
+        actor.request_id,
+        entry.changes === undefined ? null : JSON.stringify(redact(entry.changes)),
+      ]),
     );
   }
 

@@ -47,6 +47,9 @@ interface Hold {
   deferred: (() => void)[];
 }
 
+/** The most rows one statement of `insertRows` inserts. */
+const ROWS_PER_INSERT = 64;
+
 /** Past this, a long write's step yields the event loop (see `longWrite`). */
 const STEP_MS = 4;
 
@@ -138,6 +141,31 @@ export class Database {
         statement.get(...(params as SQLInputValue[])) as Record<string, SQLOutputValue> | undefined
       ),
       all: (...params) => (guard(), statement.all(...(params as SQLInputValue[])) as Record<string, SQLOutputValue>[]),
+    };
+  }
+
+  /**
+   * An INSERT of many rows: `sql` ends in VALUES, and each row has `width` values. Rows go in
+   * statements of up to ROWS_PER_INSERT rows, each size prepared once: an import's 100,000
+   * rules spent half as long in SQLite as with a statement per row, each statement's call
+   * costing more than its row. Returns the rowids in order (consecutive within a statement).
+   */
+  insertRows(sql: string, width: number): (rows: readonly SQLInputValue[][]) => number[] {
+    const bySize = new Map<number, Statement>();
+    const tuple = `(${Array.from({ length: width }, () => '?').join(', ')})`;
+    return (rows) => {
+      const ids: number[] = [];
+      for (let start = 0; start < rows.length; start += ROWS_PER_INSERT) {
+        const chunk = rows.slice(start, start + ROWS_PER_INSERT);
+        let statement = bySize.get(chunk.length);
+        if (!statement) {
+          statement = this.prepare(`${sql} ${Array.from(chunk, () => tuple).join(', ')}`);
+          bySize.set(chunk.length, statement);
+        }
+        const last = Number(statement.run(...chunk.flat()).lastInsertRowid);
+        for (let i = chunk.length - 1; i >= 0; i--) ids.push(last - i);
+      }
+      return ids;
     };
   }
 

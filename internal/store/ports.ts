@@ -13,13 +13,16 @@ export interface Claim {
   tunnel_id: number | null;
 }
 
-export function transportsOf(protocol: 'tcp' | 'udp' | 'tcp+udp'): Transport[] {
+type Protocol = 'tcp' | 'udp' | 'tcp+udp';
+
+export function transportsOf(protocol: Protocol): Transport[] {
   return protocol === 'tcp+udp' ? ['tcp', 'udp'] : [protocol];
 }
 
 export class PortStore {
   private readonly holderStmt;
   private readonly claimStmt;
+  private readonly claimRows;
   private readonly releaseRuleStmt;
   private readonly releaseTunnelStmt;
   private readonly tcpPortsStmt;
@@ -29,6 +32,7 @@ export class PortStore {
     this.claimStmt = db.prepare(
       'INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES (?, ?, ?, ?, ?)',
     );
+    this.claimRows = db.insertRows('INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES', 5);
     this.releaseRuleStmt = db.prepare('DELETE FROM port_claims WHERE rule_id = ?');
     this.releaseTunnelStmt = db.prepare('DELETE FROM port_claims WHERE tunnel_id = ?');
     this.tcpPortsStmt = db.prepare(
@@ -56,15 +60,19 @@ export class PortStore {
     return undefined;
   }
 
-  /** For a rule that holds no port yet. */
-  claim(ruleId: number, nodeId: number, transports: Transport[], port: number): void {
-    for (const transport of transports) this.claimStmt.run(nodeId, transport, port, ruleId, null);
+  /** For rules that hold no port yet, whose ports are free. */
+  claimForNewRules(rules: readonly { id: number; node_id: number; protocol: Protocol; listen_port: number }[]): void {
+    this.claimRows(
+      rules.flatMap((rule) =>
+        transportsOf(rule.protocol).map((transport) => [rule.node_id, transport, rule.listen_port, rule.id, null]),
+      ),
+    );
   }
 
   /** For a rule that may hold ports already: they are released first. */
   claimForRule(ruleId: number, nodeId: number, transports: Transport[], port: number): void {
     this.releaseRuleStmt.run(ruleId);
-    this.claim(ruleId, nodeId, transports, port);
+    for (const transport of transports) this.claimStmt.run(nodeId, transport, port, ruleId, null);
   }
 
   claimForTunnel(tunnelId: number, nodeId: number, port: number): void {
