@@ -325,6 +325,22 @@ test('hostile bodies get clear errors and never crash the server', async (t) => 
   assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).status, 200);
 });
 
+test('a body with more problems than a 422 lists gets the first 1,000 and a detail saying so', async (t) => {
+  const m = await startMaster(t);
+  // Every unknown key is a problem: a whole document of them, in an object and in every item of an array.
+  const unknown = Object.fromEntries(Array.from({ length: 50_000 }, (_, i) => [`k${i}`, 0]));
+  const rules = Array.from({ length: 2000 }, () => ({ x: 1 }));
+  for (const [path, body] of [
+    ['/api/nodes', { name: 'n', host: 'n.example', ...unknown }],
+    ['/api/import', { format: 'portplane-export', version: 1, nodes: [], tunnels: [], rules }],
+  ] as const) {
+    const answer = await call(m.url, 'POST', path, { token: m.admin, body });
+    assertProblem(answer, 422, 'validation_failed');
+    assert.equal(answer.body.errors.length, 1000, path);
+    assert.equal(answer.body.detail, 'more than 1000 fields are invalid; the first 1000 are listed', path);
+  }
+});
+
 test('Idempotency-Key: a response too large to keep replays as 409 saying the request was carried out', async (t) => {
   const m = await startMaster(t);
   const document = {

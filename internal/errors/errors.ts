@@ -69,9 +69,22 @@ export class DomainError extends Error {
   }
 }
 
-/** `validation_failed` listing every bad field; the detail names the one, or counts them. */
+/**
+ * The most problems a 422 lists. A hostile body can hold millions (every unknown key of an
+ * object is one): listing them all cost the master gigabytes and tens of seconds. Checks
+ * stop looking past it (see schema.ts).
+ */
+export const MAX_LISTED_ERRORS = 1000;
+
+/** `validation_failed` listing every bad field, up to MAX_LISTED_ERRORS; the detail names the one, or counts them. */
 export function validationFailed(errors: FieldError[], detail?: string): DomainError {
   const first = errors[0];
+  if (errors.length > MAX_LISTED_ERRORS) {
+    const summary = detail ?? `more than ${MAX_LISTED_ERRORS} fields are invalid`;
+    return new DomainError('validation_failed', `${summary}; the first ${MAX_LISTED_ERRORS} are listed`, {
+      errors: errors.slice(0, MAX_LISTED_ERRORS),
+    });
+  }
   const summary =
     detail ??
     (errors.length === 1 && first

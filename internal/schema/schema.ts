@@ -1,7 +1,7 @@
 // A small validation vocabulary: each schema both checks untrusted input and describes
 // itself as JSON Schema, so the validators and the OpenAPI document cannot disagree.
 
-import type { FieldError } from '../errors/errors.ts';
+import { MAX_LISTED_ERRORS, type FieldError } from '../errors/errors.ts';
 
 export type { FieldError };
 
@@ -179,7 +179,12 @@ export function array<T>(
         errors.push({ pointer, detail: `must have at most ${options.max} items` });
         return [];
       }
-      const out = value.map((element, index) => item.check(element, `${pointer}/${index}`, errors));
+      const out: T[] = [];
+      for (const [index, element] of value.entries()) {
+        // Past what a 422 lists, the value is refused anyway: the rest need not be looked at.
+        if (errors.length > MAX_LISTED_ERRORS) break;
+        out.push(item.check(element, `${pointer}/${index}`, errors));
+      }
       if (options.unique && out.length > 1) {
         const seen = new Set<unknown>();
         out.forEach((element, index) => {
@@ -274,6 +279,7 @@ export function object<P extends Properties>(properties: P, options: ObjectOptio
       }
       const input = value as Record<string, unknown>;
       for (const key of Object.keys(input)) {
+        if (errors.length > MAX_LISTED_ERRORS) break;
         if (!Object.hasOwn(properties, key) && !ignored.has(key)) {
           errors.push({ pointer: pointerChild(pointer, key), detail: 'is not a known field' });
         }
