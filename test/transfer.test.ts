@@ -324,7 +324,7 @@ test('during a large import the API answers, sees none of it, and other writes w
   assert.equal(after.nodes.total, 3);
 });
 
-test('an import whose worker runs out of memory fails alone: nothing of it is written, and writes go on', async (t) => {
+test('an import whose worker runs out of memory is a 413: nothing of it is written, and writes go on', async (t) => {
   const m = await startMaster(t);
   const importer = importInWorker({ databasePath: m.app.store.db.path, sealingKey: m.app.box.key(), heapMiB: 32 });
   const rules = Array.from({ length: 100_000 }, (_, i) => ({
@@ -349,7 +349,10 @@ test('an import whose worker runs out of memory fails alone: nothing of it is wr
   } as const;
   await assert.rejects(
     m.app.store.db.holdWrites(() => importer(job)),
-    /out of memory/,
+    (error: unknown) =>
+      error instanceof DomainError &&
+      error.code === 'payload_too_large' &&
+      /needs more than the 32 MiB an import may use/.test(error.detail),
   );
   const made = await call(m.url, 'POST', '/api/nodes', {
     token: m.admin,

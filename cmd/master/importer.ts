@@ -37,9 +37,10 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
   return (job) =>
     new Promise((resolve, reject) => {
       const task: Task = { role: ROLE, setup, job };
+      const heap = setup.heapMiB ?? HEAP_MIB;
       const worker = new Worker(new URL(import.meta.url), {
         workerData: task,
-        resourceLimits: { maxOldGenerationSizeMb: setup.heapMiB ?? HEAP_MIB },
+        resourceLimits: { maxOldGenerationSizeMb: heap },
       });
       let answered = false;
       worker.once('message', (outcome: Outcome) => {
@@ -50,7 +51,16 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
         else reject(new Error(`the import failed: ${outcome.failed}`));
       });
       // An uncaught throw, or its heap exhausted: its connection closes, and SQLite undoes what it had not committed.
-      worker.once('error', (error) => reject(new Error(`the import's worker failed: ${error.stack ?? error}`)));
+      worker.once('error', (error: NodeJS.ErrnoException) =>
+        reject(
+          error.code === 'ERR_WORKER_OUT_OF_MEMORY'
+            ? new DomainError(
+                'payload_too_large',
+                `importing this document needs more than the ${heap} MiB an import may use; import it in parts`,
+              )
+            : new Error(`the import's worker failed: ${error.stack ?? error}`),
+        ),
+      );
       worker.once('exit', (code) => {
         if (!answered) reject(new Error(`the import's worker exited (code ${code}) before it answered`));
       });

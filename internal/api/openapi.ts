@@ -1,6 +1,7 @@
 // The OpenAPI 3.1 document, generated from the route table and the schemas the validators
 // use, so the reference cannot drift from what the server does.
 
+import { MAX_BODY_BYTES } from '../http/body.ts';
 import { errorCodes, statusOf, titleOf } from '../http/problem.ts';
 import type { JsonSchema } from '../schema/schema.ts';
 import { VERSION } from '../version.ts';
@@ -117,9 +118,14 @@ function commonErrors(route: Route): Record<string, unknown> {
       'ETag',
     ]);
   if (route.method !== 'GET') {
-    out[413] = problem('The body is over 1 MiB (payload_too_large).');
+    const limit = `${(route.maxBodyBytes ?? MAX_BODY_BYTES) / (1024 * 1024)} MiB`;
+    out[413] = problem(
+      route.decodesBody
+        ? `The body is over ${limit}, or decoding it needs more memory than this call may use (payload_too_large).`
+        : `The body is over ${limit} (payload_too_large).`,
+    );
     out[415] = problem('The body is not application/json (unsupported_media_type).');
-    out[422] = problem('Fields are missing or invalid (validation_failed); errors lists each one.');
+    out[422] = problem('Fields are missing or invalid (validation_failed); errors lists each one, up to 1,000.');
     if (route.scope !== 'public')
       out[429] = problem("The caller's write budget is spent (rate_limited).", ['Retry-After']);
   }
