@@ -32,7 +32,7 @@ test('each bundle is one ESM file with a shebang that imports only node: builtin
 
 test(
   'a copy of dist/master.mjs runs alone from an empty folder, prints the first admin ' +
-    'password once, and drains on SIGTERM',
+    'password once, imports in a worker thread of itself, and drains on SIGTERM',
   async () => {
     const dir = mkdtempSync(join(tmpdir(), 'portplane-bundle-'));
     try {
@@ -66,12 +66,20 @@ test(
       const me = await call(url, 'GET', '/api/auth/me', { token });
       assert.equal(me.body.user.username, 'admin');
       assert.ok(existsSync(join(dir, 'state', 'master.db')));
+      // The import's worker is the bundle again, started as a worker: it imports, and starts no second master.
+      const node = { name: 'edge', host: 'edge.example.net', ssh_port: 22, ssh_user: 'root', tags: [] };
+      const rule = { name: 'web', node: 'edge', protocol: 'tcp', listen_port: 80, targets: ['10.0.0.1:80'] };
+      const body = { format: 'portplane-export', version: 1, nodes: [node], tunnels: [], rules: [rule] };
+      const imported = await call(url, 'POST', '/api/import', { token, body });
+      assert.equal(imported.status, 200, JSON.stringify(imported.body));
+      assert.equal(imported.body.rules[0].outcome, 'created');
 
       child.kill('SIGTERM');
       assert.equal(await exited, 0);
       assert.ok(lines.some((l) => l.msg === 'stopped'));
       const requestLines = lines.filter((l) => l.msg === 'request');
-      assert.equal(requestLines.length, 2);
+      assert.equal(requestLines.length, 3);
+      assert.equal(lines.filter((l) => l.msg === 'listening').length, 1);
       assert.ok(!JSON.stringify(requestLines).includes(token), 'bearer secrets are never logged');
       assert.equal(
         lines.filter((l) => JSON.stringify(l).includes(admin.password as string)).length,
