@@ -19,6 +19,7 @@ import {
 } from '../schema/schema.ts';
 import type { Rule, RuleFields } from '../domain/rules.ts';
 import type { LicenseView } from '../license/license.ts';
+import { ROWS_PER_INSERT } from '../store/database.ts';
 import { insertNode, nodeInput } from './nodes.ts';
 import { type Ctx, decodeBody, ok, okJson, operation, operations, type Reply } from './route.ts';
 import { insertRules, ruleInput } from './rules.ts';
@@ -247,7 +248,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
 
   // While items run without savepoints, new rules go in many at a time (a failure means a redo item by item);
   // item by item, one at a time, so that each fails alone.
-  const createTogether = effects.itemsTogether ? 64 : 1;
+  const createTogether = effects.itemsTogether ? ROWS_PER_INSERT : 1;
   const toCreate: { fields: RuleFields; result: ImportResult; held: boolean }[] = [];
   const createPending = () => {
     const batch = toCreate.splice(0);
@@ -265,7 +266,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
     }
   };
 
-  // Item by item: the API answers between them while a large document is written.
+  // Item by item, in steps, as every bulk write (see `writeInSteps`).
   const results = {
     nodes: await inSteps(doc.nodes, importNode),
     tunnels: await inSteps(doc.tunnels, importTunnel),
@@ -367,11 +368,11 @@ export const transferOperations = operations({
       'All or nothing, into an empty or a populated master. Nodes and tunnels are matched by name: an existing ' +
       'one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in ' +
       'the results; their SSH credentials must be set afterwards). A rule identical to one already on its node ' +
-      'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with every pointer ' +
-      '(#/rules/12/node) and the per-item results, nothing changed. Bodies up to 64 MiB. The document is read, ' +
-      'checked and written beside the API (in a worker thread, on a database connection of its own), so the API ' +
-      'goes on answering meanwhile: reads see the master as it was until the whole import is committed, and ' +
-      "other writes (API calls, agents' reports) wait for it and then proceed.",
+      'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with its pointer ' +
+      '(#/rules/12/node; up to 1,000 of them) and the per-item results, nothing changed. Bodies up to 64 MiB. ' +
+      'The document is read, checked and written beside the API (in a worker thread, on a database connection ' +
+      'of its own), so the API goes on answering meanwhile: reads see the master as it was until the whole ' +
+      "import is committed, and other writes (API calls, agents' reports) wait for it and then proceed.",
     query: importQuery,
     body: exportDocument,
     decodesBody: true,

@@ -48,7 +48,7 @@ interface Hold {
 }
 
 /** The most rows one statement of `insertRows` inserts. */
-const ROWS_PER_INSERT = 64;
+export const ROWS_PER_INSERT = 64;
 
 /** Past this, a long write's step yields the event loop (see `longWrite`). */
 const STEP_MS = 4;
