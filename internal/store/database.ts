@@ -156,14 +156,20 @@ export class Database {
     return (rows) => {
       const ids: number[] = [];
       for (let start = 0; start < rows.length; start += ROWS_PER_INSERT) {
-        const chunk = rows.slice(start, start + ROWS_PER_INSERT);
-        let statement = bySize.get(chunk.length);
+        const count = Math.min(ROWS_PER_INSERT, rows.length - start);
+        let statement = bySize.get(count);
         if (!statement) {
-          statement = this.prepare(`${sql} ${Array.from(chunk, () => tuple).join(', ')}`);
-          bySize.set(chunk.length, statement);
+          statement = this.prepare(`${sql} ${Array.from({ length: count }, () => tuple).join(', ')}`);
+          bySize.set(count, statement);
         }
-        const last = Number(statement.run(...chunk.flat()).lastInsertRowid);
-        for (let i = chunk.length - 1; i >= 0; i--) ids.push(last - i);
+        // A single row (every write but a bulk one) is bound as it is.
+        let params = rows[start]!;
+        if (count > 1) {
+          params = [];
+          for (let row = start; row < start + count; row++) for (const value of rows[row]!) params.push(value);
+        }
+        const last = Number(statement.run(...params).lastInsertRowid);
+        for (let i = count - 1; i >= 0; i--) ids.push(last - i);
       }
       return ids;
     };
