@@ -39,7 +39,7 @@ interface Unit {
   undo: () => void;
 }
 
-/** A long write in progress: what waits for its end. */
+/** Writes held back (a long write, or another connection writing): what waits for the end. */
 interface Hold {
   released: Promise<void>;
   release: () => void;
