@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
-import { hasTaskset, memory, pinned, start, type Running } from './procs.ts';
+import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
 import { bearer, wrk } from './wrk.ts';
 
 interface Row {
@@ -832,11 +832,13 @@ function table(): string {
 
 const started = Date.now();
 ensureTools();
-console.error(
-  `CPU pinning: ` + hasTaskset
-    ? 'server on CPU 0, load on CPU 1 (taskset)'
-    : 'not available (no taskset): figures share both CPUs',
-);
+// This process is load too: it sends the documents and parses the answers (an import's is megabytes), which
+// must not take the server's CPU.
+pinSelf(1);
+const pinning = hasTaskset
+  ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
+  : 'not available (no taskset): figures share both CPUs';
+console.error(`CPU pinning: ${pinning}`);
 // BENCH_ONLY=control,fanout,data runs a subset (when working on one part).
 const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data').split(','));
 if (only.has('control')) await controlPlane();
