@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
 import { transact, transactInSteps } from '../internal/api/writes.ts';
@@ -361,6 +362,24 @@ test('an import whose worker runs out of memory is a 413: nothing of it is writt
   assert.equal(made.status, 201, 'writes are not held back any more');
   const { body } = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
   assert.deepEqual([body.nodes.total, body.rules.total], [1, 0]);
+});
+
+test('an import whose worker meets a schema its code does not know is a 503, and migrates nothing', async (t) => {
+  const m = await startMaster(t);
+  // What an upgrade in progress looks like to the worker: the program file on disk and the database disagree.
+  const raw = new DatabaseSync(m.app.store.db.path);
+  t.after(() => raw.close());
+  const { version } = raw.prepare('SELECT max(version) AS version FROM schema_migrations').get() as { version: number };
+  raw
+    .prepare("INSERT INTO schema_migrations (version, applied_at) VALUES (?, '2026-11-23T00:00:00Z')")
+    .run(version + 1);
+  const before = snapshot(m);
+  const node = { name: 'edge', host: 'edge.example.net', ssh_port: 22, ssh_user: 'root', tags: [] };
+  const body = { format: 'portplane-export', version: 1, nodes: [node], tunnels: [], rules: [] };
+  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body });
+  assertProblem(answer, 503, 'unavailable');
+  assert.match(answer.body.detail, /program file changed since it started .*; restart the master/);
+  assert.equal(snapshot(m), before);
 });
 
 test('a write that an import overtook after an await is refused with 503, never mixed into the import', async (t) => {

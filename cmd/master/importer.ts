@@ -7,7 +7,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { runImport, type ImportDone, type ImportJob } from '../../internal/api/transfer.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
-import { Database } from '../../internal/store/database.ts';
+import { Database, SchemaMismatch } from '../../internal/store/database.ts';
 import { Store } from '../../internal/store/store.ts';
 
 const ROLE = 'portplane-import';
@@ -68,7 +68,16 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
 }
 
 async function work({ setup, job }: Task): Promise<Outcome> {
-  const store = new Store(new Database(setup.databasePath));
+  let store: Store;
+  try {
+    // The worker loads the program file anew: after an upgrade copied a newer one over it, its code may expect
+    // another schema, and it must never migrate the database of the master still running.
+    store = new Store(new Database(setup.databasePath, { migrate: false }));
+  } catch (error) {
+    if (!(error instanceof SchemaMismatch)) throw error;
+    const detail = `the master's program file changed since it started (${error.message}); restart the master`;
+    return { refused: { code: 'unavailable', detail, facts: {} } };
+  }
   try {
     const app = {
       store,

@@ -47,6 +47,9 @@ interface Hold {
   deferred: (() => void)[];
 }
 
+/** A connection that may not migrate found a schema other than the one its code knows. */
+export class SchemaMismatch extends Error {}
+
 /** The most rows one statement of `insertRows` inserts. */
 export const ROWS_PER_INSERT = 64;
 
@@ -70,7 +73,15 @@ export class Database {
   private readonly writeUnit: Unit;
   private readonly itemUnit: Unit;
 
-  constructor(readonly path: string) {
+  /**
+   * Opens `path`, bringing its schema up to date; with `migrate: false` (a second connection of
+   * a running master, such as an import's) it only joins, and throws SchemaMismatch unless
+   * the schema is the one this code knows.
+   */
+  constructor(
+    readonly path: string,
+    { migrate = true } = {},
+  ) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
     this.db.exec(
@@ -79,7 +90,11 @@ export class Database {
     this.expectPragma('journal_mode', path === ':memory:' ? 'memory' : 'wal');
     this.expectPragma('synchronous', 2);
     this.expectPragma('foreign_keys', 1);
-    this.migrate();
+    if (migrate) this.migrate();
+    else if (this.schemaVersion() !== migrations.length)
+      throw new SchemaMismatch(
+        `the database is at schema version ${this.schemaVersion()}, and this code knows ${migrations.length}`,
+      );
     this.writeUnit = this.unit('write');
     this.itemUnit = this.unit('item');
   }
