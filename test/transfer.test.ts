@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
 import { transact, transactInSteps } from '../internal/api/writes.ts';
 import { importInWorker } from '../cmd/master/importer.ts';
+import { VERSION } from '../internal/version.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
 async function populate(m: Running) {
@@ -325,9 +326,10 @@ test('during a large import the API answers, sees none of it, and other writes w
   assert.equal(after.nodes.total, 3);
 });
 
-test('an import whose worker runs out of memory is a 413: nothing of it is written, and writes go on', async (t) => {
+test("an import's worker out of memory is a 413, one of another version a 503; neither writes", async (t) => {
   const m = await startMaster(t);
-  const importer = importInWorker({ databasePath: m.app.store.db.path, sealingKey: m.app.box.key(), heapMiB: 32 });
+  const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() };
+  const importer = importInWorker({ ...setup, heapMiB: 32 });
   const rules = Array.from({ length: 100_000 }, (_, i) => ({
     name: `r-${i}`,
     node: 'edge',
@@ -360,6 +362,13 @@ test('an import whose worker runs out of memory is a 413: nothing of it is writt
     body: { name: 'after', host: 'after.example' },
   });
   assert.equal(made.status, 201, 'writes are not held back any more');
+  // A worker of another version (an upgrade copied its file over this master's) refuses, writing nothing.
+  const other = importInWorker({ ...setup, version: `${VERSION}-other` });
+  await assert.rejects(
+    m.app.store.db.holdWrites(() => other(job)),
+    (error: unknown) =>
+      error instanceof DomainError && error.code === 'unavailable' && /program file changed/.test(error.detail),
+  );
   const { body } = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
   assert.deepEqual([body.nodes.total, body.rules.total], [1, 0]);
 });

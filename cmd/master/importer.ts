@@ -9,11 +9,14 @@ import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Database, SchemaMismatch } from '../../internal/store/database.ts';
 import { Store } from '../../internal/store/store.ts';
+import { VERSION } from '../../internal/version.ts';
 
 const ROLE = 'portplane-import';
 
 /** What the worker writes with: the master's database, and its sealing key (for tunnels' keys). */
 export interface ImportSetup {
+  /** The running master's version: a worker of another (an upgrade copied over the file) refuses. */
+  version: string;
   databasePath: string;
   sealingKey: Uint8Array;
   /** The worker's heap, past which it ends and its import fails (the master does not). */
@@ -68,15 +71,22 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
 }
 
 async function work({ setup, job }: Task): Promise<Outcome> {
+  // The worker loads the program file anew: an upgrade may have copied another over it, whose code must not
+  // write for the master still running, let alone migrate its database.
+  const changed = (why: string): Outcome => ({
+    refused: {
+      code: 'unavailable',
+      detail: `the master's program file changed since it started (${why}); restart the master`,
+      facts: {},
+    },
+  });
+  if (setup.version !== VERSION) return changed(`version ${VERSION} on disk, ${setup.version} running`);
   let store: Store;
   try {
-    // The worker loads the program file anew: after an upgrade copied a newer one over it, its code may expect
-    // another schema, and it must never migrate the database of the master still running.
     store = new Store(new Database(setup.databasePath, { migrate: false }));
   } catch (error) {
     if (!(error instanceof SchemaMismatch)) throw error;
-    const detail = `the master's program file changed since it started (${error.message}); restart the master`;
-    return { refused: { code: 'unavailable', detail, facts: {} } };
+    return changed(error.message);
   }
   try {
     const app = {

@@ -190,7 +190,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       installer,
       lifecycle,
       metrics,
-      importer: importInWorker({ databasePath: store.db.path, sealingKey: box.key() }),
+      importer: importInWorker({ version: VERSION, databasePath: store.db.path, sealingKey: box.key() }),
     });
     addGauges(app);
     const view = app.licenseView();
