@@ -155,6 +155,27 @@ test('an import with problems changes nothing and points at each one', async (t)
   );
 });
 
+test("an import's own problems past 1,000: counted, the first 1,000 listed, every item's result kept", async (t) => {
+  const m = await startMaster(t);
+  const rules = Array.from({ length: 1100 }, (_, i) => ({
+    name: `r-${i}`,
+    node: 'nowhere',
+    protocol: 'tcp',
+    listen_port: 1000 + i,
+    targets: ['10.0.0.1:80'],
+  }));
+  const body = { format: 'portplane-export', version: 1, nodes: [], tunnels: [], rules };
+  const answer = await call(m.url, 'POST', '/api/import', { token: m.admin, body });
+  assertProblem(answer, 422, 'validation_failed');
+  assert.equal(answer.body.detail, '1100 problem(s) in the document; nothing was imported; the first 1000 are listed');
+  assert.equal(answer.body.errors.length, 1000);
+  assert.deepEqual(answer.body.errors[999], {
+    pointer: '#/rules/999/node',
+    detail: "node 'nowhere' is neither in this document nor on this master",
+  });
+  assert.equal(answer.body.results.rules.length, 1100);
+});
+
 test('an import matches names as the database does: any ASCII case, but no other letter folded into one', async (t) => {
   const m = await startMaster(t);
   await populate(m);

@@ -275,7 +275,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
   createPending();
   if (errors.length > 0) {
     const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
-    throw new DomainError(failure.code, failure.detail, { errors, data: { results: stripTokens(results) } });
+    throw new DomainError(failure.code, failure.detail, { ...failure.facts, data: { results: stripTokens(results) } });
   }
   return results;
 }
