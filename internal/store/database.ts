@@ -91,10 +91,13 @@ export class Database {
     this.expectPragma('synchronous', 2);
     this.expectPragma('foreign_keys', 1);
     if (migrate) this.migrate();
-    else if (this.schemaVersion() !== migrations.length)
-      throw new SchemaMismatch(
-        `the database is at schema version ${this.schemaVersion()}, and this code knows ${migrations.length}`,
-      );
+    else {
+      const version = this.schemaVersion();
+      if (version !== migrations.length)
+        throw new SchemaMismatch(
+          `the database is at schema version ${version}, and this code knows ${migrations.length}`,
+        );
+    }
     this.writeUnit = this.unit('write');
     this.itemUnit = this.unit('item');
   }
@@ -249,7 +252,7 @@ export class Database {
     return this.batch === null && this.hold === null;
   }
 
-  /** True while a long write is in progress: `write()` throws, reads see the last commit. */
+  /** True while writes are held (a long write, or `holdWrites`): `write()` throws, reads see the last commit. */
   get writesHeld(): boolean {
     return this.hold !== null;
   }

@@ -267,7 +267,7 @@ export class RuleStore {
       );
       const rules = pending.map((fields, i) => created(ids[i]!, fields, at));
       this.ports.claimForNewRules(rules);
-      made.push(...rules);
+      for (const rule of rules) made.push(rule);
       pending.length = 0;
       pendingPorts.clear();
     };
