@@ -21,7 +21,6 @@ export function transportsOf(protocol: Protocol): Transport[] {
 
 export class PortStore {
   private readonly holderStmt;
-  private readonly claimStmt;
   private readonly claimRows;
   private readonly releaseRuleStmt;
   private readonly releaseTunnelStmt;
@@ -29,9 +28,6 @@ export class PortStore {
 
   constructor(db: Database) {
     this.holderStmt = db.prepare('SELECT * FROM port_claims WHERE node_id = ? AND protocol = ? AND port = ?');
-    this.claimStmt = db.prepare(
-      'INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES (?, ?, ?, ?, ?)',
-    );
     this.claimRows = db.insertRows('INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES', 5);
     this.releaseRuleStmt = db.prepare('DELETE FROM port_claims WHERE rule_id = ?');
     this.releaseTunnelStmt = db.prepare('DELETE FROM port_claims WHERE tunnel_id = ?');
@@ -72,12 +68,12 @@ export class PortStore {
   /** For a rule that may hold ports already: they are released first. */
   claimForRule(ruleId: number, nodeId: number, transports: Transport[], port: number): void {
     this.releaseRuleStmt.run(ruleId);
-    for (const transport of transports) this.claimStmt.run(nodeId, transport, port, ruleId, null);
+    this.claimRows(transports.map((transport) => [nodeId, transport, port, ruleId, null]));
   }
 
   claimForTunnel(tunnelId: number, nodeId: number, port: number): void {
     this.releaseTunnelStmt.run(tunnelId);
-    this.claimStmt.run(nodeId, 'tcp', port, null, tunnelId);
+    this.claimRows([[nodeId, 'tcp', port, null, tunnelId]]);
   }
 
   /** The lowest TCP port in [min, max] that nothing on the node claims, or null. */
