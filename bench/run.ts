@@ -504,8 +504,10 @@ end
     note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleteSeconds)} rules/s`,
   });
 
+  // The import yields the core to the reads (its worker thread runs at the lowest priority), so under this load it
+  // takes tens of seconds rather than row 0's one: wrk runs until it ends.
   const doc = new Encoded(JSON.stringify({ ...seedDocument(1000, 10, 50_000), nodes: [] }));
-  const importing = await wrkInBackground(`${url}/api/nodes/42`, 10, 60, bearer(master.token));
+  const importing = await wrkInBackground(`${url}/api/nodes/42`, 10, 600, bearer(master.token));
   const importStarted = performance.now();
   await api(url, master.token, 'POST', '/api/import', doc);
   const importSeconds = (performance.now() - importStarted) / 1000;
@@ -520,7 +522,7 @@ end
     ratio: duringImport.p99 / quiet.p99,
     target: '<= 2x idle p99',
     met: duringImport.p99 / quiet.p99 <= 2,
-    note: `import took ${importSeconds.toFixed(2)} s`,
+    note: `the import took ${importSeconds.toFixed(1)} s beside reads that keep the master's core busy`,
   });
   await restarted.proc.stop();
 }

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { constants } from 'node:os';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
@@ -316,12 +318,14 @@ test('during a large import the API answers, sees none of it, and other writes w
   });
   // Reads and a write sent while the import is being written.
   const seen: number[] = [];
+  const priorities = new Set<number>();
   let writeSent = false;
   let write: Promise<Awaited<ReturnType<typeof call>>> | undefined;
   while (!imported) {
     const dashboard = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
     if (imported) break;
     seen.push(dashboard.body.rules.total);
+    if (m.app.store.db.writesHeld) for (const nice of threadPriorities()) priorities.add(nice);
     if (m.app.store.db.writesHeld && !writeSent) {
       writeSent = true;
       write = call(m.url, 'POST', '/api/nodes', {
@@ -333,6 +337,8 @@ test('during a large import the API answers, sees none of it, and other writes w
   const answer = await importing;
   assert.equal(answer.status, 200, JSON.stringify(answer.body).slice(0, 300));
   assert.equal(writeSent, true, 'the import was still being written when a read came back');
+  if (process.platform === 'linux')
+    assert.ok(priorities.has(constants.priority.PRIORITY_LOW), `the import's thread yields: ${[...priorities]}`);
   // A read may come back after the commit and before the import's own answer: then it sees all of it.
   assert.deepEqual(
     seen.filter((total) => total !== 0 && total !== 4000),
@@ -346,6 +352,20 @@ test('during a large import the API answers, sees none of it, and other writes w
   assert.equal(after.rules.total, 4000);
   assert.equal(after.nodes.total, 3);
 });
+
+/** The nice value of each thread of this process (Linux; elsewhere none). */
+function threadPriorities(): number[] {
+  if (process.platform !== 'linux') return [];
+  return readdirSync('/proc/self/task').flatMap((tid) => {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      // After the name in parentheses: state is field 3, nice field 19.
+      return [Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])];
+    } catch {
+      return []; // a thread that ended between the listing and the read
+    }
+  });
+}
 
 test("an import's worker out of memory is a 413, one of another version a 503; neither writes", async (t) => {
   const m = await startMaster(t);
