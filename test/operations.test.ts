@@ -73,6 +73,16 @@ test(
   },
 );
 
+test('a SIGTERM while the master starts stops it cleanly once it is up, never by the default action', async (t) => {
+  const starting = master(t, ['--data-dir', mkdtempSync(join(tmpdir(), 'portplane-early-'))]);
+  // The license line comes during the start, before the listening line.
+  await until('the license line', () => starting.output.find((l) => /"msg":"license"/.test(l)));
+  starting.kill('SIGTERM');
+  const [code, signal] = await once(starting, 'exit');
+  assert.deepEqual([code, signal], [0, null], starting.output.join('\n'));
+  assert.ok(starting.output.some((l) => /"msg":"stopping"/.test(l)));
+});
+
 test('start-up failures end at once with what could not be used and what to do, on stderr', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-fail-'));
   const file = join(dir, 'a-file');

@@ -25,7 +25,28 @@ export async function run<C>(program: Program<C>): Promise<void> {
     process.stderr.write(`${program.name}: ${parsed.error}\n`);
     process.exit(2);
   }
-  let stop: () => Promise<void>;
+  // Listened for before starting: until a listener is added, SIGTERM takes its default action and ends the process
+  // at once, so one sent right after the listening line (or during a slow start) would kill rather than stop it.
+  let stop: (() => Promise<void>) | undefined;
+  let stopRequested: NodeJS.Signals | undefined;
+  const stopNow = (signal: NodeJS.Signals, stopProgram: () => Promise<void>) => {
+    log.info('stopping', { signal });
+    stopProgram().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        log.error('stop failed', { error: String(error) });
+        process.exit(1);
+      },
+    );
+  };
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (stopRequested) return;
+      stopRequested = signal;
+      // While starting, the start completes first and then stops (below).
+      if (stop) stopNow(signal, stop);
+    });
+  }
   try {
     stop = await program.start(parsed.config);
   } catch (error) {
@@ -35,19 +56,5 @@ export async function run<C>(program: Program<C>): Promise<void> {
     process.stderr.write(`${program.name}: could not start: ${message}\n`);
     process.exit(1);
   }
-  let stopping = false;
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.on(signal, () => {
-      if (stopping) return;
-      stopping = true;
-      log.info('stopping', { signal });
-      stop().then(
-        () => process.exit(0),
-        (error: unknown) => {
-          log.error('stop failed', { error: String(error) });
-          process.exit(1);
-        },
-      );
-    });
-  }
+  if (stopRequested) stopNow(stopRequested, stop);
 }
