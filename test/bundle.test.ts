@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { VERSION } from '../internal/version.ts';
 import { call, login } from './helpers.ts';
+import { until } from './net.ts';
 
 // `npm test` builds dist/ first (see package.json), so this file only reads it.
 
@@ -73,6 +74,20 @@ test(
       const imported = await call(url, 'POST', '/api/import', { token, body });
       assert.equal(imported.status, 200, JSON.stringify(imported.body));
       assert.equal(imported.body.rules[0].outcome, 'created');
+      // The import's thread runs at the lowest priority and ends soon after it answers; no thread left carries that
+      // priority (the main thread above all).
+      if (process.platform === 'linux')
+        await until('every thread of the master back at priority 0', () => {
+          const niceOf = (tid: string) => {
+            try {
+              const stat = readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8');
+              return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+            } catch {
+              return 0; // a thread that ended between the listing and the read
+            }
+          };
+          return readdirSync(`/proc/${child.pid}/task`).every((tid) => niceOf(tid) === 0);
+        });
 
       child.kill('SIGTERM');
       assert.equal(await exited, 0);

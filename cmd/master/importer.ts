@@ -77,6 +77,9 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
  * the same priority takes turns of a scheduler slice (4-5 ms), in which no request is answered; at the lowest
  * priority it gets about 1.5% of a busy core (the import, and writes waiting for it, take longer) and all of an
  * idle one. Linux sets the priority of a thread (its id read from /proc); elsewhere the worker keeps its own.
+ * Threads started from this one would inherit it, so the import must not be the first to use libuv's pool
+ * (asynchronous fs, crypto or zlib): it uses none (SQLite and its hashing are synchronous), and an import run first
+ * thing after a start leaves the master with no pool thread at all.
  */
 function yieldToLiveRequests(): void {
   try {
