@@ -83,6 +83,16 @@ test('a SIGTERM while the master starts stops it cleanly once it is up, never by
   assert.ok(starting.output.some((l) => /"msg":"stopping"/.test(l)));
 });
 
+test('a second signal while the master starts ends it at once, before it listens', async (t) => {
+  const starting = master(t, ['--data-dir', mkdtempSync(join(tmpdir(), 'portplane-early-'))]);
+  await until('the license line', () => starting.output.find((l) => /"msg":"license"/.test(l)));
+  starting.kill('SIGTERM');
+  starting.kill('SIGINT');
+  const [code, signal] = await once(starting, 'exit');
+  assert.deepEqual([code, signal], [1, null], starting.output.join('\n'));
+  assert.ok(!starting.output.some((l) => /"msg":"listening"/.test(l)));
+});
+
 test('start-up failures end at once with what could not be used and what to do, on stderr', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-fail-'));
   const file = join(dir, 'a-file');

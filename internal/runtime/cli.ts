@@ -41,7 +41,11 @@ export async function run<C>(program: Program<C>): Promise<void> {
   };
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.on(signal, () => {
-      if (stopRequested) return;
+      if (stopRequested) {
+        // A second signal while still starting (a start that seems stuck, Ctrl-C twice) ends it at once.
+        if (!stop) process.exit(1);
+        return;
+      }
       stopRequested = signal;
       // While starting, the start completes first and then stops (below).
       if (stop) stopNow(signal, stop);
