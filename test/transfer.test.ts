@@ -456,6 +456,35 @@ test('a write that an import overtook after an await is refused with 503, never 
   );
 });
 
+test('a bulk write whose item is refused before it writes anything is not redone: it fails alone', async (t) => {
+  const m = await startMaster(t);
+  const ctx = {
+    actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+    action: 'settings.update',
+    caller: undefined as never,
+  } as const;
+  const runs: string[] = [];
+  const results = await transactInSteps(m.app, ctx, (effects, inSteps) =>
+    inSteps(['a', 'b', 'c'], (key) => {
+      runs.push(key);
+      try {
+        effects.attempt(() => {
+          if (key === 'b') throw new DomainError('not_found', 'b is refused before it writes');
+          m.app.store.settings.put(`bulk_${key}`, true);
+        });
+        return 'done';
+      } catch (error) {
+        if (!(error instanceof DomainError)) throw error;
+        return 'failed';
+      }
+    }),
+  );
+  assert.deepEqual(results, ['done', 'failed', 'done']);
+  assert.deepEqual(runs, ['a', 'b', 'c'], 'each item ran once');
+  const kept = Object.keys(m.app.store.settings.all()).filter((key) => key.startsWith('bulk_'));
+  assert.deepEqual(kept.sort(), ['bulk_a', 'bulk_c']);
+});
+
 test('a bulk write whose item fails after writing is redone item by item: only that item is undone', async (t) => {
   const m = await startMaster(t);
   const ctx = {

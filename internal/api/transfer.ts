@@ -169,9 +169,9 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
   const nodeId = known(nodeIds, (name) => app.store.nodes.findByName(name));
   const tunnelId = known(tunnelIds, (name) => app.store.tunnels.findByName(name));
 
-  const attempt = <T>(pointer: string, fn: () => T): T | null => {
+  const attempt = <T>(pointer: string, fn: () => T, together = false): T | null => {
     try {
-      return effects.attempt(fn);
+      return together ? effects.attemptTogether(fn) : effects.attempt(fn);
     } catch (error) {
       if (!(error instanceof DomainError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code))
         throw error;
@@ -253,12 +253,17 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
   const createPending = () => {
     const batch = toCreate.splice(0);
     if (batch.length === 0) return;
-    const made = attempt(`#/rules/${batch[0]!.result.index}`, () =>
-      insertRules(
-        app,
-        effects,
-        batch.map((item) => item.fields),
-      ),
+    // Rules put off are judged after the items that followed them: any failure is redone item by item, where each
+    // fails alone and the errors come in the document's order.
+    const made = attempt(
+      `#/rules/${batch[0]!.result.index}`,
+      () =>
+        insertRules(
+          app,
+          effects,
+          batch.map((item) => item.fields),
+        ),
+      true,
     );
     for (const [i, { result, held }] of batch.entries()) {
       if (made) result.id = made[i]!.id;

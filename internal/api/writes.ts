@@ -23,8 +23,8 @@ export function diff<T>(before: T, after: T, keys: readonly (keyof T)[]): { befo
 }
 
 /**
- * Thrown out of an item that failed while a bulk write ran its items without savepoints
- * (`Effects` with `itemsTogether`): the whole work is redone with one savepoint per item.
+ * Thrown out of an item that failed after writing while a bulk write ran its items without
+ * savepoints (`Effects` with `itemsTogether`): the whole work is redone with one savepoint per item.
  */
 class RedoItemByItem extends Error {}
 
@@ -41,7 +41,10 @@ export class Effects {
   constructor(
     private readonly app: Writer,
     private readonly ctx: WriteCtx,
-    /** `attempt` runs without a savepoint, and any domain error it meets means RedoItemByItem. */
+    /**
+     * `attempt` runs without a savepoint: a domain error met after the attempt wrote something means
+     * RedoItemByItem.
+     */
     readonly itemsTogether = false,
   ) {}
 
@@ -59,7 +62,6 @@ export class Effects {
     );
   }
 
-  /** Records an attempt the caller's scopes did not allow (after the attempt's own changes are undone). */
   /** Records an attempt that failed on its own terms (a wrong password). */
   failed(entry: AuditEntryInput): void {
     this.app.store.audit.record(
@@ -69,6 +71,7 @@ export class Effects {
     );
   }
 
+  /** Records an attempt the caller's scopes did not allow (after the attempt's own changes are undone). */
   denied(entry: AuditEntryInput): void {
     this.app.store.audit.record(
       this.ctx.actor,
@@ -91,13 +94,18 @@ export class Effects {
     if (!grants(this.ctx.caller.scopes, scope)) throw missingScope(scope, because);
   }
 
-  /** Runs `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
+  /** Runs one item's `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
   attempt<T>(fn: () => T): T {
     if (this.itemsTogether) {
+      const { db } = this.app.store;
+      const before = db.changeStatementsRun;
       try {
         return fn();
       } catch (error) {
-        throw error instanceof DomainError ? new RedoItemByItem() : error;
+        if (!(error instanceof DomainError)) throw error;
+        // Refused before it wrote anything (a missing id, say): it fails alone, with nothing to undo.
+        if (db.changeStatementsRun === before) throw error;
+        throw new RedoItemByItem();
       }
     }
     // Touched nodes only ever grow, in insertion order: what `fn` touched is what came after `before`.
@@ -107,6 +115,19 @@ export class Effects {
     } catch (error) {
       for (const id of [...this.nodes].slice(before)) this.nodes.delete(id);
       throw error;
+    }
+  }
+
+  /**
+   * `attempt` for the work of several items at once: while items run without savepoints, any domain error means
+   * RedoItemByItem, since only one by one can it be told whose it is.
+   */
+  attemptTogether<T>(fn: () => T): T {
+    if (!this.itemsTogether) return this.attempt(fn);
+    try {
+      return fn();
+    } catch (error) {
+      throw error instanceof DomainError ? new RedoItemByItem() : error;
     }
   }
 
