@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { DatabaseSync } from 'node:sqlite';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
 import { transact, transactInSteps } from '../internal/api/writes.ts';
 import { importInWorker } from '../cmd/master/importer.ts';
@@ -456,7 +456,8 @@ test('a write that an import overtook after an await is refused with 503, never 
   );
 });
 
-test('a bulk write whose item is refused before it writes anything is not redone: it fails alone', async (t) => {
+/** Items a, b and c written as one bulk write, in which b throws a domain error before or after it writes. */
+async function bulkWriteFailingAtB(t: TestContext, when: 'before writing' | 'after writing') {
   const m = await startMaster(t);
   const ctx = {
     actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
@@ -469,35 +470,7 @@ test('a bulk write whose item is refused before it writes anything is not redone
       runs.push(key);
       try {
         effects.attempt(() => {
-          if (key === 'b') throw new DomainError('not_found', 'b is refused before it writes');
-          m.app.store.settings.put(`bulk_${key}`, true);
-        });
-        return 'done';
-      } catch (error) {
-        if (!(error instanceof DomainError)) throw error;
-        return 'failed';
-      }
-    }),
-  );
-  assert.deepEqual(results, ['done', 'failed', 'done']);
-  assert.deepEqual(runs, ['a', 'b', 'c'], 'each item ran once');
-  const kept = Object.keys(m.app.store.settings.all()).filter((key) => key.startsWith('bulk_'));
-  assert.deepEqual(kept.sort(), ['bulk_a', 'bulk_c']);
-});
-
-test('a bulk write whose item fails after writing is redone item by item: only that item is undone', async (t) => {
-  const m = await startMaster(t);
-  const ctx = {
-    actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
-    action: 'settings.update',
-    caller: undefined as never,
-  } as const;
-  const runs: string[] = [];
-  const results = await transactInSteps(m.app, ctx, (effects, inSteps) =>
-    inSteps(['a', 'b', 'c'], (key) => {
-      runs.push(key);
-      try {
-        effects.attempt(() => {
+          if (key === 'b' && when === 'before writing') throw new DomainError('not_found', 'b is refused');
           m.app.store.settings.put(`bulk_${key}`, true);
           if (key === 'b') throw new DomainError('conflict', 'b fails after it wrote');
         });
@@ -508,8 +481,20 @@ test('a bulk write whose item fails after writing is redone item by item: only t
       }
     }),
   );
+  const kept = Object.keys(m.app.store.settings.all()).filter((key) => key.startsWith('bulk_'));
+  return { results, runs, kept: kept.sort() };
+}
+
+test('a bulk write whose item fails after writing is redone item by item: only that item is undone', async (t) => {
+  const { results, runs, kept } = await bulkWriteFailingAtB(t, 'after writing');
   assert.deepEqual(results, ['done', 'failed', 'done']);
   assert.deepEqual(runs, ['a', 'b', 'a', 'b', 'c'], 'stopped at the failure, then redone from the start');
-  const kept = Object.keys(m.app.store.settings.all()).filter((key) => key.startsWith('bulk_'));
-  assert.deepEqual(kept.sort(), ['bulk_a', 'bulk_c']);
+  assert.deepEqual(kept, ['bulk_a', 'bulk_c']);
+});
+
+test('a bulk write whose item is refused before it writes anything is not redone: it fails alone', async (t) => {
+  const { results, runs, kept } = await bulkWriteFailingAtB(t, 'before writing');
+  assert.deepEqual(results, ['done', 'failed', 'done']);
+  assert.deepEqual(runs, ['a', 'b', 'c'], 'each item ran once');
+  assert.deepEqual(kept, ['bulk_a', 'bulk_c']);
 });
