@@ -96,18 +96,18 @@ export class Effects {
 
   /** Runs one item's `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
   attempt<T>(fn: () => T): T {
-    if (this.itemsTogether) {
-      const { db } = this.app.store;
-      const before = db.changeStatementsRun;
-      try {
-        return fn();
-      } catch (error) {
-        if (!(error instanceof DomainError)) throw error;
-        // Refused before it wrote anything (a missing id, say): it fails alone, with nothing to undo.
-        if (db.changeStatementsRun === before) throw error;
-        throw new RedoItemByItem();
-      }
-    }
+    return this.itemsTogether ? this.withoutSavepoint(fn, true) : this.inSavepoint(fn);
+  }
+
+  /**
+   * `attempt` for the work of several items at once: while items run without savepoints, any domain error means
+   * RedoItemByItem, since only one by one can it be told whose it is.
+   */
+  attemptTogether<T>(fn: () => T): T {
+    return this.itemsTogether ? this.withoutSavepoint(fn, false) : this.inSavepoint(fn);
+  }
+
+  private inSavepoint<T>(fn: () => T): T {
     // Touched nodes only ever grow, in insertion order: what `fn` touched is what came after `before`.
     const before = this.nodes.size;
     try {
@@ -118,16 +118,16 @@ export class Effects {
     }
   }
 
-  /**
-   * `attempt` for the work of several items at once: while items run without savepoints, any domain error means
-   * RedoItemByItem, since only one by one can it be told whose it is.
-   */
-  attemptTogether<T>(fn: () => T): T {
-    if (!this.itemsTogether) return this.attempt(fn);
+  private withoutSavepoint<T>(fn: () => T, oneItem: boolean): T {
+    const { db } = this.app.store;
+    const before = db.changeStatementsRun;
     try {
       return fn();
     } catch (error) {
-      throw error instanceof DomainError ? new RedoItemByItem() : error;
+      if (!(error instanceof DomainError)) throw error;
+      // One item refused before it wrote anything (a missing id, say) fails alone, with nothing to undo.
+      if (oneItem && db.changeStatementsRun === before) throw error;
+      throw new RedoItemByItem();
     }
   }
 

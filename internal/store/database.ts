@@ -59,11 +59,7 @@ const STEP_MS = 4;
 export class Database {
   private readonly db: DatabaseSync;
   private inWrite = false;
-  /**
-   * How many times a statement that may change data has run on this connection: unchanged across a piece of
-   * work means it wrote nothing (so a failure in it has nothing to undo).
-   */
-  changeStatementsRun = 0;
+  private changesRun = 0;
   private batch: Batch | null = null;
   private hold: Hold | null = null;
   private readOnly: DatabaseSync | null = null;
@@ -156,7 +152,7 @@ export class Database {
     }
     const guard = () => {
       if (!this.inWrite) throw new Error(`a change outside write(): ${sql.trim().slice(0, 60)}`);
-      this.changeStatementsRun++;
+      this.changesRun++;
     };
     return {
       run: (...params) => (guard(), statement.run(...(params as SQLInputValue[]))),
@@ -251,6 +247,14 @@ export class Database {
       listeners = all;
     }
     listeners.push(fn);
+  }
+
+  /**
+   * How many times a statement that may change data has run on this connection: unchanged across a piece of
+   * work means it wrote nothing (so a failure in it has nothing to undo).
+   */
+  get changeStatementsRun(): number {
+    return this.changesRun;
   }
 
   /** True when the write connection holds no uncommitted change: what a read returns now is committed. */
