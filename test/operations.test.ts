@@ -91,6 +91,7 @@ test('a second signal while the master starts ends it at once, before it listens
   const [code, signal] = await once(starting, 'exit');
   assert.deepEqual([code, signal], [1, null], starting.output.join('\n'));
   assert.ok(!starting.output.some((l) => /"msg":"listening"/.test(l)));
+  assert.ok(starting.output.some((l) => /"msg":"stopped while starting"/.test(l)));
 });
 
 test('start-up failures end at once with what could not be used and what to do, on stderr', async () => {

@@ -43,8 +43,9 @@ export async function run<C>(program: Program<C>): Promise<void> {
     process.on(signal, () => {
       if (stopRequested) {
         // A second signal while still starting (a start that seems stuck, Ctrl-C twice) ends it at once.
-        if (!stop) process.exit(1);
-        return;
+        if (stop) return;
+        log.warn('stopped while starting', { signal });
+        process.exit(1);
       }
       stopRequested = signal;
       // While starting, the start completes first and then stops (below).
