@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -19,7 +19,7 @@ function open(t: { after: (fn: () => void) => void }) {
   const names = () =>
     (reader.prepare('SELECT key FROM settings ORDER BY key').all() as { key: string }[]).map((r) => r.key);
   const put = (key: string) => db.prepare("INSERT INTO settings (key, value) VALUES (?, '1')").run(key);
-  return { db, reader, names, put };
+  return { path, db, reader, names, put };
 }
 
 test('writes of one turn commit together, and are not visible elsewhere before committed() resolves', async (t) => {
@@ -218,6 +218,54 @@ test('closing the database during a long write abandons it: nothing of it is kep
   db.close();
   await assert.rejects(writing, /the database closed during a long write/);
   assert.deepEqual(names(), []);
+});
+
+test('a connection without automatic checkpoints leaves its commits in the log until checkpoint()', async (t) => {
+  const { path, db } = open(t);
+  const other = new Database(path, { migrate: false, autoCheckpoint: false });
+  t.after(() => other.close());
+  const size = () => statSync(path).size;
+  // Past the thousand pages at which a commit would copy them itself.
+  const insert = (on: Database) => () =>
+    on.write(() => {
+      const put = on.prepare('INSERT INTO settings (key, value) VALUES (?, ?)');
+      for (let i = 0; i < 1200; i++) put.run(`${on === db ? 'auto' : 'manual'}-${i}`, 'x'.repeat(4000));
+    });
+  const before = size();
+  insert(other)();
+  await other.committed();
+  assert.equal(size(), before, 'committed, and only in the log');
+  other.checkpoint();
+  const copied = size();
+  assert.ok(copied - before > 4_000_000, `copied into the database file: ${before} -> ${copied}`);
+  insert(db)();
+  await db.committed();
+  assert.ok(size() - copied > 4_000_000, 'a connection opened as usual copies at commit');
+});
+
+test('writes held for another connection wait for `until`; caches of rows are told at its commit', async (t) => {
+  const { path, db, names } = open(t);
+  const other = new Database(path, { migrate: false });
+  t.after(() => other.close());
+  let told = 0;
+  db.onWrittenElsewhere(() => (told += 1));
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const answer = await db.holdWrites(
+    async () => {
+      other.write(() => other.prepare("INSERT INTO settings (key, value) VALUES ('elsewhere', '1')").run());
+      await other.committed();
+      return 'committed';
+    },
+    () => finished,
+  );
+  assert.equal(answer, 'committed');
+  assert.deepEqual([told, names()], [1, ['elsewhere']]);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(db.writesHeld, true, 'held until `until` settles');
+  finish();
+  await db.writable();
+  assert.equal(db.writesHeld, false);
 });
 
 test('insertRows inserts rows many to a statement, in order, and returns their ids', async (t) => {

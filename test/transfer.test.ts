@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { constants } from 'node:os';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
@@ -311,6 +311,8 @@ test('during a large import the API answers, sees none of it, and other writes w
     tunnels: [],
     rules,
   };
+  const fileSize = () => statSync(m.app.store.db.path).size;
+  const sizeBefore = fileSize();
   let imported = false;
   const importing = call(m.url, 'POST', '/api/import', { token: m.admin, body: doc }).then((answer) => {
     imported = true;
@@ -346,6 +348,12 @@ test('during a large import the API answers, sees none of it, and other writes w
     'no read saw part of the import',
   );
   assert.ok(seen.filter((total) => total === 0).length >= 2, `reads answered during the import: ${seen}`);
+  // Until then the import's pages were in the write-ahead log only: the master's connection committed nothing since.
+  await m.app.store.db.writable();
+  assert.ok(
+    fileSize() - sizeBefore > 2 ** 20,
+    'the worker copied its pages into the database file before writes went on',
+  );
   const created = await write!;
   assert.equal(created.status, 201, 'a write sent during the import is made after it');
   const after = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;

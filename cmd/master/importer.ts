@@ -6,7 +6,7 @@
 import { readlinkSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { runImport, type ImportDone, type ImportJob } from '../../internal/api/transfer.ts';
+import { runImport, type ImportCommitted, type ImportDone, type ImportJob } from '../../internal/api/transfer.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Database, SchemaMismatch } from '../../internal/store/database.ts';
@@ -37,8 +37,12 @@ interface Task {
 /** What the worker answers: the import done, refused for the caller's fault, or failed (a bug, a full disk). */
 type Outcome = { done: ImportDone } | { refused: Pick<DomainError, 'code' | 'detail' | 'facts'> } | { failed: string };
 
-/** Runs each import in a worker thread of its own, which ends with it (its memory with it). */
-export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<ImportDone> {
+/**
+ * Runs each import in a worker thread of its own, which ends with it (its memory with it). It answers once the import
+ * is committed; `finished` resolves when the worker has ended, its pages copied into the database file, or rejects
+ * with what failed after the answer (the copy is then left to the master's next commit).
+ */
+export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<ImportCommitted> {
   return (job) =>
     new Promise((resolve, reject) => {
       const task: Task = { role: ROLE, setup, job };
@@ -47,17 +51,24 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
         workerData: task,
         resourceLimits: { maxOldGenerationSizeMb: heap },
       });
+      let failedAfterAnswer: (error: Error) => void = () => undefined;
+      const finished = new Promise<void>((ended, failed) => {
+        worker.once('exit', () => ended());
+        failedAfterAnswer = failed;
+      });
+      // Only a committed import's caller waits for `finished`.
+      finished.catch(() => undefined);
       let answered = false;
       worker.once('message', (outcome: Outcome) => {
         answered = true;
-        if ('done' in outcome) resolve(outcome.done);
+        if ('done' in outcome) resolve({ ...outcome.done, finished });
         else if ('refused' in outcome)
           reject(new DomainError(outcome.refused.code, outcome.refused.detail, outcome.refused.facts));
         else reject(new Error(`the import failed: ${outcome.failed}`));
       });
       // An uncaught throw, or its heap exhausted: its connection closes, and SQLite undoes what it had not committed.
       worker.once('error', (error: NodeJS.ErrnoException) =>
-        reject(
+        (answered ? failedAfterAnswer : reject)(
           error.code === 'ERR_WORKER_OUT_OF_MEMORY'
             ? new DomainError(
                 'payload_too_large',
@@ -90,7 +101,7 @@ function yieldToLiveRequests(): void {
   }
 }
 
-async function work({ setup, job }: Task): Promise<Outcome> {
+async function work({ setup, job }: Task, answer: (outcome: Outcome) => void): Promise<void> {
   yieldToLiveRequests();
   // The worker loads the program file anew: an upgrade may have copied another over it, whose code must not
   // write for the master still running, let alone migrate its database.
@@ -101,13 +112,14 @@ async function work({ setup, job }: Task): Promise<Outcome> {
       facts: {},
     },
   });
-  if (setup.version !== VERSION) return changed(`version ${VERSION} on disk, ${setup.version} running`);
+  if (setup.version !== VERSION) return answer(changed(`version ${VERSION} on disk, ${setup.version} running`));
   let store: Store;
   try {
-    store = new Store(new Database(setup.databasePath, { migrate: false }));
+    // The pages an import writes are copied from the log into the database file after it answers, not in its commit.
+    store = new Store(new Database(setup.databasePath, { migrate: false, autoCheckpoint: false }));
   } catch (error) {
     if (!(error instanceof SchemaMismatch)) throw error;
-    return changed(error.message);
+    return answer(changed(error.message));
   }
   try {
     const app = {
@@ -116,15 +128,22 @@ async function work({ setup, job }: Task): Promise<Outcome> {
       timestamp: () => job.timestamp,
       licenseView: () => job.license,
     };
-    return { done: await runImport(app, job) };
-  } catch (error) {
-    if (error instanceof DomainError)
-      return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
-    return { failed: (error as Error)?.stack ?? String(error) };
+    answer(await outcomeOf(() => runImport(app, job)));
+    store.db.checkpoint();
   } finally {
     store.close();
   }
 }
 
+async function outcomeOf(run: () => Promise<ImportDone>): Promise<Outcome> {
+  try {
+    return { done: await run() };
+  } catch (error) {
+    if (error instanceof DomainError)
+      return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
+    return { failed: (error as Error)?.stack ?? String(error) };
+  }
+}
+
 if (!isMainThread && (workerData as Task | undefined)?.role === ROLE)
-  parentPort!.postMessage(await work(workerData as Task));
+  await work(workerData as Task, (outcome) => parentPort!.postMessage(outcome));

@@ -17,7 +17,7 @@ import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
-import type { ImportDone, ImportJob } from './transfer.ts';
+import type { ImportCommitted, ImportJob } from './transfer.ts';
 
 export interface Principal {
   tokenId: number;
@@ -62,7 +62,7 @@ export interface AppParts {
   lifecycle: Lifecycle;
   metrics: MasterMetrics;
   /** Runs an import off the event loop, on a connection of its own (cmd/master starts a worker thread). */
-  importer: (job: ImportJob) => Promise<ImportDone>;
+  importer: (job: ImportJob) => Promise<ImportCommitted>;
 }
 
 export class App {
@@ -86,7 +86,7 @@ export class App {
   readonly sync: SyncHub;
   readonly installer: Installer;
   readonly metrics: MasterMetrics;
-  readonly importer: (job: ImportJob) => Promise<ImportDone>;
+  readonly importer: (job: ImportJob) => Promise<ImportCommitted>;
   /** When this master started, for its uptime. */
   readonly startedAt: number;
   private readonly lifecycle: Lifecycle;

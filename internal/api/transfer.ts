@@ -309,6 +309,11 @@ export interface ImportDone {
   nodes: number[];
 }
 
+/** An import committed, as the app's importer answers it: `finished` resolves once other writes may go on. */
+export interface ImportCommitted extends ImportDone {
+  finished: Promise<void>;
+}
+
 /**
  * Decodes, checks and writes a document, all or nothing, on `app`'s own connection: the work
  * of the importer's worker thread. Throws a DomainError for what the caller got wrong.
@@ -340,8 +345,11 @@ async function importDocument(ctx: Ctx<unknown, QueryOf<typeof importQuery>>): P
     timestamp: app.timestamp(),
     license: app.licenseView(),
   };
-  // Other writes wait meanwhile: the worker's connection holds SQLite's write lock.
-  const done = await app.store.db.holdWrites(() => app.importer(job));
+  // Other writes wait meanwhile (the worker's connection holds SQLite's write lock), and until its worker has finished.
+  const done = await app.store.db.holdWrites(
+    () => app.importer(job),
+    (committed) => committed.finished,
+  );
   for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
   return okJson(done.json);
 }
@@ -377,7 +385,8 @@ export const transferOperations = operations({
       '(#/rules/12/node; up to 1,000 of them) and the per-item results, nothing changed. Bodies up to 64 MiB. ' +
       'The document is read, checked and written beside the API (in a worker thread, on a database connection ' +
       'of its own), so the API goes on answering meanwhile: reads see the master as it was until the whole ' +
-      "import is committed, and other writes (API calls, agents' reports) wait for it and then proceed.",
+      "import is committed, and other writes (API calls, agents' reports) wait for it and then proceed. It answers " +
+      'once committed; other writes wait a moment longer, while its pages are copied into the database file.',
     query: importQuery,
     body: exportDocument,
     decodesBody: true,

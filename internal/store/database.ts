@@ -77,17 +77,19 @@ export class Database {
   /**
    * Opens `path`, bringing its schema up to date; with `migrate: false` (a second connection of
    * a running master, such as an import's) it only joins, and throws SchemaMismatch unless
-   * the schema is the one this code knows.
+   * the schema is the one this code knows. With `autoCheckpoint: false` its commits leave
+   * what they wrote in the write-ahead log, for `checkpoint()` to copy into the database file.
    */
   constructor(
     readonly path: string,
-    { migrate = true } = {},
+    { migrate = true, autoCheckpoint = true } = {},
   ) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
     this.db.exec(
       'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;',
     );
+    if (!autoCheckpoint) this.db.exec('PRAGMA wal_autocheckpoint = 0');
     this.expectPragma('journal_mode', path === ':memory:' ? 'memory' : 'wal');
     this.expectPragma('synchronous', 2);
     this.expectPragma('foreign_keys', 1);
@@ -282,15 +284,23 @@ export class Database {
    * Holds this connection's writes back while `fn` writes through a connection of its own
    * (an import in a worker thread), as `longWrite` does, committing the open batch first.
    * Reads meanwhile see what is committed. When it ends, however it ends, what listens to
-   * `onWrittenElsewhere` is told, since this connection's triggers saw nothing of it.
+   * `onWrittenElsewhere` is told, since this connection's triggers saw nothing of it. The
+   * hold ends then too, or if `fn` succeeds and `until` is given, once the promise `until`
+   * makes of its result settles: the other connection's work after its commit (an import's
+   * worker copying its pages from the log into the database file) is not taken over by
+   * this connection's next commit, on the event loop.
    */
-  async holdWrites<T>(fn: () => Promise<T>): Promise<T> {
+  async holdWrites<T>(fn: () => Promise<T>, until?: (result: T) => Promise<unknown>): Promise<T> {
     const hold = await this.takeHold();
+    let ended: Promise<unknown> | undefined;
     try {
-      return await fn();
+      const result = await fn();
+      ended = until?.(result);
+      return result;
     } finally {
       for (const listener of this.elsewhereListeners) this.runCallback(listener);
-      this.releaseHold(hold, false);
+      if (ended) void ended.catch((error) => this.callbackFailed(error)).finally(() => this.releaseHold(hold, false));
+      else this.releaseHold(hold, false);
     }
   }
 
@@ -459,6 +469,14 @@ export class Database {
       version: number | null;
     };
     return row.version ?? 0;
+  }
+
+  /**
+   * Copies what the write-ahead log holds into the database file, as far as no reader still needs the log: the work
+   * a commit does itself past a thousand pages in the log, unless the connection opened with `autoCheckpoint: false`.
+   */
+  checkpoint(): void {
+    this.db.exec('PRAGMA wal_checkpoint(PASSIVE)');
   }
 
   /** Commits what is pending, then closes. */
