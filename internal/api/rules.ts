@@ -20,6 +20,7 @@ import {
   type Infer,
 } from '../schema/schema.ts';
 import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../domain/rules.ts';
+import type { Claim } from '../store/ports.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import {
@@ -149,11 +150,24 @@ export function insertRule(app: Writer, effects: Effects, fields: RuleFields): R
 
 /**
  * Inside a transaction: rules in order, inserted together (see `Database.insertRows`). Throws
- * for the first problem found, references checked before ports.
+ * for the first problem found, references checked before ports. `holders` is what the caller
+ * found holding each rule's port (see `RuleStore.insertAll`).
  */
-export function insertRules(app: Writer, effects: Effects, list: readonly RuleFields[]): Rule[] {
-  for (const fields of list) checkReferences(app, fields);
-  const rules = app.store.rules.insertAll(list, app.timestamp());
+export function insertRules(
+  app: Writer,
+  effects: Effects,
+  list: readonly RuleFields[],
+  holders?: readonly (Claim | undefined)[],
+): Rule[] {
+  // A list's rules mostly share a few nodes: each pair of references is looked up once.
+  const checked = new Set<string>();
+  for (const fields of list) {
+    const references = `${fields.node_id}/${fields.tunnel_id}`;
+    if (checked.has(references)) continue;
+    checkReferences(app, fields);
+    checked.add(references);
+  }
+  const rules = app.store.rules.insertAll(list, app.timestamp(), holders);
   for (const rule of rules) touchRule(app, effects, rule);
   effects.auditAll(
     rules.map((rule, i) => ({

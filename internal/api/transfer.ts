@@ -20,6 +20,7 @@ import {
 import type { Rule, RuleFields } from '../domain/rules.ts';
 import type { LicenseView } from '../license/license.ts';
 import { ROWS_PER_INSERT } from '../store/database.ts';
+import type { Claim } from '../store/ports.ts';
 import { insertNode, nodeInput } from './nodes.ts';
 import { type Ctx, decodeBody, ok, okJson, operation, operations, type Reply } from './route.ts';
 import { insertRules, ruleInput } from './rules.ts';
@@ -241,7 +242,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
     const existing = holder?.rule_id != null ? app.store.rules.find(holder.rule_id) : undefined;
     if (existing && sameRule(existing, fields)) return { index, name: input.name, id: existing.id, outcome: 'exists' };
     const result: ImportResult = { index, name: input.name, id: null, outcome: 'created' };
-    toCreate.push({ fields, result, held: holder !== undefined });
+    toCreate.push({ fields, result, holder });
     if (toCreate.length >= createTogether) createPending();
     return result;
   };
@@ -249,7 +250,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
   // While items run without savepoints, new rules go in many at a time (a failure means a redo item by item);
   // item by item, one at a time, so that each fails alone.
   const createTogether = effects.itemsTogether ? ROWS_PER_INSERT : 1;
-  const toCreate: { fields: RuleFields; result: ImportResult; held: boolean }[] = [];
+  const toCreate: { fields: RuleFields; result: ImportResult; holder: Claim | undefined }[] = [];
   const createPending = () => {
     const batch = toCreate.splice(0);
     if (batch.length === 0) return;
@@ -262,12 +263,13 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
           app,
           effects,
           batch.map((item) => item.fields),
+          batch.map((item) => item.holder),
         ),
       true,
     );
-    for (const [i, { result, held }] of batch.entries()) {
+    for (const [i, { result, holder }] of batch.entries()) {
       if (made) result.id = made[i]!.id;
-      else result.outcome = held ? 'conflict' : 'invalid';
+      else result.outcome = holder ? 'conflict' : 'invalid';
     }
   };
 

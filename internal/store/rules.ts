@@ -244,9 +244,11 @@ export class RuleStore {
 
   /**
    * Inserts rules in order, each claiming its ports; throws `conflict` naming the holder at
-   * the first whose port is taken (by a rule or tunnel, or an earlier one of `list`).
+   * the first whose port is taken (by a rule or tunnel, or an earlier one of `list`). Given
+   * `holders`, what `portHolder` found for each rule in this transaction since the last
+   * insert, a rule's port is not looked up again unless an earlier one of `list` claims it.
    */
-  insertAll(list: readonly RuleFields[], at: string): Rule[] {
+  insertAll(list: readonly RuleFields[], at: string, holders?: readonly (Claim | undefined)[]): Rule[] {
     const made: Rule[] = [];
     const pending: RuleFields[] = [];
     const pendingPorts = new Set<string>();
@@ -271,13 +273,17 @@ export class RuleStore {
       pending.length = 0;
       pendingPorts.clear();
     };
-    for (const fields of list) {
+    let inserted = false;
+    for (const [i, fields] of list.entries()) {
       const ports = transportsOf(fields.protocol).map(
         (transport) => `${fields.node_id}/${transport}/${fields.listen_port}`,
       );
       // A port an earlier rule of the list claims: that rule goes in first, to be named as the holder.
-      if (ports.some((port) => pendingPorts.has(port))) flush();
-      const holder = this.portHolder(fields);
+      if (ports.some((port) => pendingPorts.has(port))) {
+        flush();
+        inserted = true;
+      }
+      const holder = holders && !inserted ? holders[i] : this.portHolder(fields);
       if (holder) throw portTaken(holder, fields.listen_port);
       pending.push(fields);
       for (const port of ports) pendingPorts.add(port);
