@@ -6,6 +6,7 @@ import { test, type TestContext } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
 import { transact, transactInSteps } from '../internal/api/writes.ts';
 import { importInWorker } from '../cmd/master/importer.ts';
+import type { ImportJob } from '../internal/api/transfer.ts';
 import { VERSION } from '../internal/version.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 
@@ -387,9 +388,10 @@ test("an import's worker out of memory is a 413, one of another version a 503; n
     targets: [`10.${i >> 16}.${(i >> 8) & 255}.${i & 255}:80`],
   }));
   const nodes = [{ name: 'edge', host: 'edge.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }];
-  const document = Buffer.from(JSON.stringify({ format: 'portplane-export', version: 1, nodes, tunnels: [], rules }));
-  const job = {
-    document,
+  const text = JSON.stringify({ format: 'portplane-export', version: 1, nodes, tunnels: [], rules });
+  // Each call its own document: a worker takes the memory of the one it is given.
+  const job = (): ImportJob => ({
+    document: Buffer.from(text),
     dryRun: false,
     ctx: {
       actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
@@ -398,9 +400,9 @@ test("an import's worker out of memory is a 413, one of another version a 503; n
     },
     timestamp: m.app.timestamp(),
     license: m.app.licenseView(),
-  } as const;
+  });
   await assert.rejects(
-    m.app.store.db.holdWrites(() => importer(job)),
+    m.app.store.db.holdWrites(() => importer(job())),
     (error: unknown) =>
       error instanceof DomainError &&
       error.code === 'payload_too_large' &&
@@ -414,7 +416,7 @@ test("an import's worker out of memory is a 413, one of another version a 503; n
   // A worker of another version (an upgrade copied its file over this master's) refuses, writing nothing.
   const other = importInWorker({ ...setup, version: `${VERSION}-other` });
   await assert.rejects(
-    m.app.store.db.holdWrites(() => other(job)),
+    m.app.store.db.holdWrites(() => other(job())),
     (error: unknown) =>
       error instanceof DomainError && error.code === 'unavailable' && /program file changed/.test(error.detail),
   );

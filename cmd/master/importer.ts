@@ -40,15 +40,20 @@ type Outcome = { done: ImportDone } | { refused: Pick<DomainError, 'code' | 'det
 /**
  * Runs each import in a worker thread of its own, which ends with it (its memory with it). It answers once the import
  * is committed; `finished` resolves when the worker has ended, its pages copied into the database file, or rejects
- * with what failed after the answer (the copy is then left to the master's next commit).
+ * with what failed after the answer (the copy is then left to the master's next commit). A document with memory of
+ * its own moves to the worker (copying 16 MiB took 55 ms), leaving the job's empty.
  */
 export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<ImportCommitted> {
   return (job) =>
     new Promise((resolve, reject) => {
       const task: Task = { role: ROLE, setup, job };
       const heap = setup.heapMiB ?? HEAP_MIB;
+      const { document } = job;
+      // A small one may share its memory with other buffers (Node's pool): it is copied.
+      const ownsMemory = document.byteOffset === 0 && document.byteLength === document.buffer.byteLength;
       const worker = new Worker(new URL(import.meta.url), {
         workerData: task,
+        transferList: ownsMemory ? [document.buffer as ArrayBuffer] : [],
         resourceLimits: { maxOldGenerationSizeMb: heap },
       });
       let failedAfterAnswer: (error: Error) => void = () => undefined;
