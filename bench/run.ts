@@ -74,8 +74,15 @@ class Encoded {
   }
 }
 
+interface Answer {
+  status: number;
+  bytes: Buffer;
+  /** When its last byte arrived (`performance.now()`), before anything of it was decoded. */
+  receivedAt: number;
+}
+
 /** One API call on a fresh connection (no keep-alive reuse racing the server's idle time-out). */
-function api(base: string, token: string | null, method: string, path: string, body?: unknown): Promise<any> {
+function send(base: string, token: string | null, method: string, path: string, body?: unknown): Promise<Answer> {
   const payload = body === undefined ? undefined : body instanceof Encoded ? body.bytes : JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const req = request(
@@ -92,16 +99,22 @@ function api(base: string, token: string | null, method: string, path: string, b
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));
         res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          if ((res.statusCode ?? 500) >= 400)
-            return reject(new Error(`${method} ${path}: ${res.statusCode} ${text.slice(0, 300)}`));
-          resolve(text ? JSON.parse(text) : undefined);
+          const receivedAt = performance.now();
+          resolve({ status: res.statusCode ?? 500, bytes: Buffer.concat(chunks), receivedAt });
         });
       },
     );
     req.on('error', reject);
     req.end(payload);
   });
+}
+
+/** `send`, decoded: an answer of 400 or more rejects. */
+async function api(base: string, token: string | null, method: string, path: string, body?: unknown): Promise<any> {
+  const answer = await send(base, token, method, path, body);
+  const text = answer.bytes.toString('utf8');
+  if (answer.status >= 400) throw new Error(`${method} ${path}: ${answer.status} ${text.slice(0, 300)}`);
+  return text ? JSON.parse(text) : undefined;
 }
 
 interface Master {
@@ -214,8 +227,10 @@ async function controlPlane(): Promise<void> {
   const master = await startMaster(join(work, 'control'));
   const seed = new Encoded(seedDocument(NODES, RULES_PER_NODE));
   const seedStarted = performance.now();
-  await api(master.url, master.token, 'POST', '/api/import', seed);
-  const seedSeconds = (performance.now() - seedStarted) / 1000;
+  // Until the answer's last byte is in: decoding its 7 MiB (180-280 ms here) is the client's work, not the server's.
+  const seeded = await send(master.url, master.token, 'POST', '/api/import', seed);
+  if (seeded.status !== 200) throw new Error(`the seed import failed: ${seeded.status} ${seeded.bytes.toString()}`);
+  const seedSeconds = (seeded.receivedAt - seedStarted) / 1000;
   record({
     id: '0',
     scenario: `seed: import ${NODES} nodes + ${NODES * RULES_PER_NODE} rules in one call`,
@@ -225,7 +240,7 @@ async function controlPlane(): Promise<void> {
     met: seedSeconds <= 3,
     note:
       `a ${(seed.bytes.length / 2 ** 20).toFixed(1)} MiB document, encoded before the clock starts; ` +
-      'until the answer is read',
+      "until the answer's last byte is in",
   });
 
   // 1. Ceiling.
