@@ -40,20 +40,17 @@ type Outcome = { done: ImportDone } | { refused: Pick<DomainError, 'code' | 'det
 /**
  * Runs each import in a worker thread of its own, which ends with it (its memory with it). It answers once the import
  * is committed; `finished` resolves when the worker has ended, its pages copied into the database file, or rejects
- * with what failed after the answer (the copy is then left to the master's next commit). A document with memory of
- * its own moves to the worker (copying 16 MiB took 55 ms), leaving the job's empty.
+ * with what failed after the answer (the copy is then left to the master's next commit). The document moves to the
+ * worker where it can (see `movable`), leaving the job's empty, and the answer's bytes move back.
  */
 export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<ImportCommitted> {
   return (job) =>
     new Promise((resolve, reject) => {
       const task: Task = { role: ROLE, setup, job };
       const heap = setup.heapMiB ?? HEAP_MIB;
-      const { document } = job;
-      // A small one may share its memory with other buffers (Node's pool): it is copied.
-      const ownsMemory = document.byteOffset === 0 && document.byteLength === document.buffer.byteLength;
       const worker = new Worker(new URL(import.meta.url), {
         workerData: task,
-        transferList: ownsMemory ? [document.buffer as ArrayBuffer] : [],
+        transferList: movable(job.document),
         resourceLimits: { maxOldGenerationSizeMb: heap },
       });
       let failedAfterAnswer: (error: Error) => void = () => undefined;
@@ -66,8 +63,11 @@ export function importInWorker(setup: ImportSetup): (job: ImportJob) => Promise<
       let answered = false;
       worker.once('message', (outcome: Outcome) => {
         answered = true;
-        if ('done' in outcome) resolve({ ...outcome.done, finished });
-        else if ('refused' in outcome)
+        if ('done' in outcome) {
+          const { json, nodes } = outcome.done;
+          // Posted, a Buffer arrives as a plain Uint8Array over the same memory.
+          resolve({ json: Buffer.from(json.buffer, json.byteOffset, json.byteLength), nodes, finished });
+        } else if ('refused' in outcome)
           reject(new DomainError(outcome.refused.code, outcome.refused.detail, outcome.refused.facts));
         else reject(new Error(`the import failed: ${outcome.failed}`));
       });
@@ -150,5 +150,16 @@ async function outcomeOf(run: () => Promise<ImportDone>): Promise<Outcome> {
   }
 }
 
+/**
+ * The memory of `bytes` to transfer to another thread rather than copy it there (16 MiB took 55 ms to copy), when it
+ * is all theirs: a small Buffer may share Node's pool with others, and is copied.
+ */
+function movable(bytes: Uint8Array): ArrayBuffer[] {
+  const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
+  return own && bytes.buffer instanceof ArrayBuffer ? [bytes.buffer] : [];
+}
+
 if (!isMainThread && (workerData as Task | undefined)?.role === ROLE)
-  await work(workerData as Task, (outcome) => parentPort!.postMessage(outcome));
+  await work(workerData as Task, (outcome) =>
+    parentPort!.postMessage(outcome, 'done' in outcome ? movable(outcome.done.json) : []),
+  );

@@ -66,7 +66,7 @@ function fromReply(reply: Reply): Outgoing {
     return {
       status: reply.status,
       headers: { 'Content-Type': 'application/json', ...reply.headers },
-      body: Buffer.from(reply.json),
+      body: typeof reply.json === 'string' ? Buffer.from(reply.json) : reply.json,
     };
   if (reply.body === undefined) return { status: reply.status, headers: reply.headers ?? {}, body: null };
   return json(reply.status, reply.body, reply.headers);

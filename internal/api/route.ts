@@ -21,8 +21,8 @@ export type Access = Scope | 'public' | 'authenticated';
 export interface Reply {
   status: number;
   body?: unknown;
-  /** A body that is JSON text already (built by SQLite), sent as is. */
-  json?: string;
+  /** A body that is JSON text already (built by SQLite, or its UTF-8 bytes), sent as is. */
+  json?: string | Buffer;
   /** A body that is not JSON; `headers` gives its Content-Type. */
   raw?: string | Buffer;
   headers?: Record<string, string>;
@@ -33,7 +33,7 @@ export function ok(body: unknown, headers?: Record<string, string>): Reply {
 }
 
 /** 200 with a body that is already JSON text. */
-export function okJson(json: string, headers?: Record<string, string>): Reply {
+export function okJson(json: string | Buffer, headers?: Record<string, string>): Reply {
   return { status: 200, json, headers };
 }
 

@@ -305,9 +305,9 @@ export interface ImportJob {
   license: LicenseView;
 }
 
-/** A finished import: its response body, and the nodes whose config it changed. */
+/** A finished import: its response body (JSON, encoded), and the nodes whose config it changed. */
 export interface ImportDone {
-  json: string;
+  json: Buffer;
   nodes: number[];
 }
 
@@ -325,13 +325,14 @@ export async function runImport(app: Writer, job: ImportJob): Promise<ImportDone
     exportDocument,
     Buffer.from(job.document.buffer, job.document.byteOffset, job.document.length),
   );
-  // The answer is rendered before the commit: what could fail for memory fails while it can still be undone.
+  // The answer is rendered before the commit: what could fail for memory fails while it can still be undone. It is
+  // encoded here too, rather than on the event loop (7 MiB for 10,000 nodes and 100,000 rules).
   const { result: json, nodes } = await writeInSteps(
     app,
     job.ctx,
     async (effects, inSteps) => {
       const results = await importAll(app, effects, document, inSteps);
-      return JSON.stringify({ dry_run: job.dryRun, ...(job.dryRun ? stripTokens(results) : results) });
+      return Buffer.from(JSON.stringify({ dry_run: job.dryRun, ...(job.dryRun ? stripTokens(results) : results) }));
     },
     job.dryRun,
   );
