@@ -29,8 +29,8 @@ function setUp(t: { after: (fn: () => void) => void }) {
   });
   const none = { auth: 'none' as const, sealed: null };
   const [entry, exit] = store.write(() => [
-    store.nodes.insert(fields('entry'), none, randomBytes(32), AT).id,
-    store.nodes.insert(fields('exit'), none, randomBytes(32), AT).id,
+    store.nodes.insert(fields('entry'), none, () => randomBytes(32), AT).id,
+    store.nodes.insert(fields('exit'), none, () => randomBytes(32), AT).id,
   ]) as [number, number];
   const rule = store.write(() => {
     const tunnel = store.tunnels.insert(
@@ -155,7 +155,7 @@ test('once another connection wrote while this one held its writes (an import), 
 test('what is kept is bounded by its size: the node read longest ago is read again', async (t) => {
   const { dir, store, entry, exit } = setUp(t);
   const third = store.write(() =>
-    store.nodes.insert(fields('third'), { auth: 'none', sealed: null }, randomBytes(32), AT),
+    store.nodes.insert(fields('third'), { auth: 'none', sealed: null }, () => randomBytes(32), AT),
   ).id;
   await store.committed();
   const size = (id: number) => store.nodes.json(id)!.json.length;

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { hashSecret } from '../internal/auth/secrets.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster } from './helpers.ts';
 
 const KEY =
@@ -50,6 +51,16 @@ test(
     assert.equal(m.app.box.open(sealed.sealed!), KEY);
   },
 );
+
+test("nodes: a deleted node's id is never given again; a new node's agent token names its id", async (t) => {
+  const m = await startMaster(t);
+  const first = await node(m, 'first');
+  assert.equal((await call(m.url, 'DELETE', `/api/nodes/${first.id}`, { token: m.admin })).status, 204);
+  const second = await node(m, 'second');
+  assert.equal(second.id, first.id + 1);
+  assert.match(second.agent_token, new RegExp(`^mat_${second.id}_`));
+  assert.deepEqual(m.app.store.nodes.agentTokenHash(second.id), new Uint8Array(hashSecret(second.agent_token)));
+});
 
 test('nodes: PUT keeps credentials when absent, clears them with null, and round-trips GET output', async (t) => {
   const m = await startMaster(t);

@@ -1,7 +1,6 @@
 // Nodes: servers that run the agent. SSH credentials are write-only and sealed at rest; the
 // agent token is shown once, at creation. The license caps how many nodes there may be.
 
-import { randomBytes } from 'node:crypto';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
@@ -175,15 +174,13 @@ export function insertNode(app: Writer, effects: Effects, body: NodeInput): { no
     );
   }
   const secret = credentials(app, body);
-  // The token names the node's id, which exists only after the insert; a random hash holds its place till then.
+  let agentToken = '';
   const node = app.store.nodes.insert(
     fieldsOf(body),
     secret === 'keep' ? { auth: 'none', sealed: null } : secret,
-    randomBytes(32),
+    (id) => hashSecret((agentToken = newAgentToken(id))),
     app.timestamp(),
   );
-  const agentToken = newAgentToken(node.id);
-  app.store.nodes.setAgentTokenHash(node.id, hashSecret(agentToken));
   effects.audit({
     action: 'node.create',
     resource: 'node',

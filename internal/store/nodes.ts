@@ -119,6 +119,7 @@ export class NodeStore {
   private readonly pageStmt;
   private readonly jsonStmt;
   private readonly insertStmt;
+  private readonly nextIdStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
   private readonly countStmt;
@@ -152,9 +153,13 @@ export class NodeStore {
       SELECT (SELECT json_group_array(json(${NODE_JSON})) FROM shown) AS items,
         (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
     this.jsonStmt = db.prepare(`SELECT version, ${NODE_JSON} AS json FROM nodes WHERE id = ?`);
-    this.insertStmt = db.prepare(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
+    this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    // AUTOINCREMENT: past every id the table ever held, recorded whenever one is inserted.
+    this.nextIdStmt = db.prepare(
+      `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'nodes'), 0) + 1 AS id`,
+    );
     this.updateStmt =
       db.prepare(`UPDATE nodes SET name = :name, host = :host, ssh_port = :ssh_port, ssh_user = :ssh_user, tags = :tags,
         ssh_auth = CASE WHEN :keep THEN ssh_auth ELSE :ssh_auth END,
@@ -247,11 +252,14 @@ export class NodeStore {
     this.renderedChars -= view.json.length;
   }
 
-  /** Throws `conflict` when the name is taken. */
+  /**
+   * Throws `conflict` when the name is taken. `agentTokenHash` is given the new node's id, which its agent token
+   * names: the row goes in with both at once.
+   */
   insert(
     fields: NodeFields,
     secret: { auth: SshAuth; sealed: Buffer | null },
-    agentTokenHash: Buffer,
+    agentTokenHash: (id: number) => Buffer,
     at: string,
   ): Node {
     return unlessTaken(
@@ -259,19 +267,19 @@ export class NodeStore {
       () => this.findByName(fields.name)?.id,
       () => {
         const { name, host, ssh_port, ssh_user, tags } = fields;
-        const id = Number(
-          this.insertStmt.run(
-            name,
-            host,
-            ssh_port,
-            ssh_user,
-            secret.auth,
-            secret.sealed,
-            JSON.stringify(tags),
-            agentTokenHash,
-            at,
-            at,
-          ).lastInsertRowid,
+        const id = (this.nextIdStmt.get() as { id: number }).id;
+        this.insertStmt.run(
+          id,
+          name,
+          host,
+          ssh_port,
+          ssh_user,
+          secret.auth,
+          secret.sealed,
+          JSON.stringify(tags),
+          agentTokenHash(id),
+          at,
+          at,
         );
         // What the table's defaults make of a new row (an import inserts 10,000: reading each back cost a third).
         return {
