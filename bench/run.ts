@@ -820,8 +820,9 @@ async function dataPlane(): Promise<void> {
       target: 'reported beside the direct relay',
       met: null,
       note:
-        `direct relay ${Math.round(relay)} MiB/s in the same run; ${through.failed} of ${streams} streams failed; ` +
-        `both agents share CPU 0; RSS is both agents'`,
+        `direct relay ${Math.round(relay)} MiB/s in the same run; ${through.failed} of ${streams} streams failed` +
+        (through.stuck.length > 0 ? ` (${through.stuck.length} never settled: ${through.stuck.join(', ')})` : '') +
+        `; both agents share CPU 0; RSS is both agents'`,
     });
   }
   const relayRateAgain = load('connrate', 41001, 3, 10).per_second;
