@@ -149,6 +149,38 @@ test('agents receive the data-plane settings with their config, and again when t
   raw.socket.destroy();
 });
 
+test("a node's second link takes over once its agent speaks on it; one whose agent is gone ends nothing", async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const status = async () => (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body.status;
+  const idleTimeout = (seconds: number) =>
+    call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { tcp_idle_timeout_seconds: seconds } });
+  const first = (await link(m, n.agent_token)) as RawLink;
+  await first.next('config');
+  let firstOpen = true;
+  const firstClosed = once(first.socket, 'close').then(() => (firstOpen = false));
+
+  // A handshake that reached the master after its agent gave up on it: it gets a config, says nothing, and goes.
+  const gone = (await link(m, n.agent_token)) as RawLink;
+  await gone.next('config');
+  gone.socket.destroy();
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(firstOpen, true, 'the working link is kept');
+  assert.equal(await status(), 'online');
+  await idleTimeout(120);
+  assert.equal((await first.next('config')).tcp_idle_timeout_seconds, 120, 'and still gets the changes');
+
+  // An agent that linked again and speaks on its new link: that one takes over, the old one ends.
+  const again = (await link(m, n.agent_token)) as RawLink;
+  const config = await again.next('config');
+  send(again.socket, { type: 'applied', version: config.version, results: [] });
+  await firstClosed;
+  assert.equal(await status(), 'online');
+  await idleTimeout(240);
+  assert.equal((await again.next('config')).tcp_idle_timeout_seconds, 240);
+  again.socket.destroy();
+});
+
 test('during an import, agents wait their turn: their reports and new links are written after it', async (t) => {
   const m = await startMaster(t);
   const a = await node(m, 'edge-a');

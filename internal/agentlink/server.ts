@@ -86,6 +86,8 @@ function repeated(entries: readonly { id: number }[]): number | undefined {
 interface Link {
   nodeId: number;
   socket: Socket;
+  agentVersion: string | null;
+  ip: string;
   allowance: TrafficAllowance;
   /** Why the master ended this link, written on the node when it closes. */
   endedBecause?: string;
@@ -104,6 +106,13 @@ export interface LinkBackend {
 
 export class AgentLinks {
   private readonly links = new Map<number, Link>();
+  /**
+   * A node's second link, kept beside the one it has until its agent is heard on it. A handshake can reach the
+   * master after its agent gave up on it (a master slow to answer, an agent that timed out and linked again): taking
+   * over at once, such a link ended the node's working one, then failed writing to an agent that was gone: the
+   * bench's fleet of 10,000 on a contended host made 15,000 links, 2,700 of them such handshakes.
+   */
+  private readonly pending = new Map<number, Link>();
   private readonly failedByAddress: FailureWindow;
   /** Nodes refused until the given time, after their agent broke the protocol. */
   private readonly cooldown = new Map<number, number>();
@@ -154,6 +163,8 @@ export class AgentLinks {
       this.app.sync.disconnect(nodeId);
       link.socket.destroy();
     }
+    for (const link of this.pending.values()) link.socket.destroy();
+    this.pending.clear();
   }
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
@@ -229,17 +240,18 @@ export class AgentLinks {
 
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${LINK_PROTOCOL}\r\nConnection: Upgrade\r\n\r\n`);
     if (head.length > 0) socket.unshift(head);
-    this.links.get(nodeId)?.socket.destroy();
     const heardAt = Date.parse(node.last_seen_at ?? node.created_at);
     const link: Link = {
       nodeId,
       socket,
+      agentVersion,
+      ip,
       allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')),
     };
-    this.links.set(nodeId, link);
-    app.sync.connect(nodeId);
-    app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, agentVersion, app.clock.timestamp()));
-    app.log.info('agent connected', { node_id: nodeId, agent_version: agentVersion, ip });
+    if (this.links.has(nodeId)) {
+      this.pending.get(nodeId)?.socket.destroy();
+      this.pending.set(nodeId, link);
+    } else this.takeOver(link);
     keepAlive(socket);
     // What an agent reports is written; while an import is being written, it waits its turn.
     const { db } = app.store;
@@ -255,7 +267,20 @@ export class AgentLinks {
         app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
     });
     socket.on('close', () => this.disconnected(link));
-    this.pushConfig(nodeId);
+    this.pushConfigTo(link);
+  }
+
+  /** `link` becomes its node's link: the one it had (if any) ends, and the node is online. */
+  private takeOver(link: Link): void {
+    const { app } = this;
+    const { nodeId } = link;
+    if (this.pending.get(nodeId) === link) this.pending.delete(nodeId);
+    const old = this.links.get(nodeId);
+    this.links.set(nodeId, link);
+    old?.socket.destroy();
+    app.sync.connect(nodeId);
+    app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, app.clock.timestamp()));
+    app.log.info('agent connected', { node_id: nodeId, agent_version: link.agentVersion, ip: link.ip });
   }
 
   /**
@@ -283,6 +308,7 @@ export class AgentLinks {
 
   private disconnected(link: Link): void {
     const { nodeId } = link;
+    if (this.pending.get(nodeId) === link) this.pending.delete(nodeId);
     if (this.links.get(nodeId) !== link) return;
     this.links.delete(nodeId);
     this.app.sync.disconnect(nodeId);
@@ -313,9 +339,13 @@ export class AgentLinks {
     });
   }
 
+  /** To the node's link and to a second one waiting to take over, each of which its agent must apply. */
   private pushConfig(nodeId: number): void {
-    const link = this.links.get(nodeId);
-    if (!link) return;
+    for (const link of [this.links.get(nodeId), this.pending.get(nodeId)]) if (link) this.pushConfigTo(link);
+  }
+
+  private pushConfigTo(link: Link): void {
+    const { nodeId } = link;
     try {
       const node = this.app.store.nodes.find(nodeId);
       if (!node) return void link.socket.destroy();
@@ -363,6 +393,8 @@ export class AgentLinks {
   }
 
   private receive(link: Link, message: Message): void {
+    // Heard on its second link, the agent is there: that link takes over.
+    if (this.pending.get(link.nodeId) === link) this.takeOver(link);
     if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
