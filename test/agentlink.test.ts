@@ -181,6 +181,23 @@ test("a node's second link takes over once its agent speaks on it; one whose age
   again.socket.destroy();
 });
 
+test("when a node's link ends, a newer one its agent has not spoken on yet carries on", async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const first = (await link(m, n.agent_token)) as RawLink;
+  await first.next('config');
+  const newer = (await link(m, n.agent_token)) as RawLink;
+  await newer.next('config');
+  first.socket.destroy();
+  await once(first.socket, 'close');
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const got = (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body;
+  assert.equal(got.status, 'online');
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { tcp_idle_timeout_seconds: 300 } });
+  assert.equal((await newer.next('config')).tcp_idle_timeout_seconds, 300);
+  newer.socket.destroy();
+});
+
 test('during an import, agents wait their turn: their reports and new links are written after it', async (t) => {
   const m = await startMaster(t);
   const a = await node(m, 'edge-a');

@@ -279,7 +279,11 @@ export class AgentLinks {
     this.links.set(nodeId, link);
     old?.socket.destroy();
     app.sync.connect(nodeId);
-    app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, app.clock.timestamp()));
+    const at = app.clock.timestamp();
+    // Taking over when the old link closes may come while an import is being written.
+    app.store.db.whenWritable(() =>
+      app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at)),
+    );
     app.log.info('agent connected', { node_id: nodeId, agent_version: link.agentVersion, ip: link.ip });
   }
 
@@ -311,6 +315,9 @@ export class AgentLinks {
     if (this.pending.get(nodeId) === link) this.pending.delete(nodeId);
     if (this.links.get(nodeId) !== link) return;
     this.links.delete(nodeId);
+    // A newer link not heard on yet carries on: its agent made it last.
+    const newer = this.pending.get(nodeId);
+    if (newer && !this.closing) return this.takeOver(newer);
     this.app.sync.disconnect(nodeId);
     if (this.closing) return;
     this.app.log.info('agent disconnected', { node_id: nodeId });
