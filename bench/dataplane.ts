@@ -62,8 +62,7 @@ async function tcpStreams(port: number, streams: number, bytes: number): Promise
       // tunnel died with this stream waiting for its close.
       socket.resume();
       // Listened for from the start: a relay that closes right after accepting could otherwise close the socket
-      // before the listener is there, leaving this stream waiting on nothing. (One run through a tunnel ended with a
-      // stream waiting on nothing; this is the one way found that it could.)
+      // before the listener is there, leaving this stream waiting on nothing.
       const closed = once(socket, 'close').then(
         () => undefined,
         () => undefined,
