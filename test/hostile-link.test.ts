@@ -127,6 +127,37 @@ test(
   },
 );
 
+test("an agent that breaks the protocol on either of its node's links loses both; the node is refused", async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  for (const breaker of ['the working link', 'the newer link, before it took over'] as const) {
+    m.advance(61_000);
+    const working = (await link(m, n.agent_token)) as RawLink;
+    await working.next('config');
+    const newer = (await link(m, n.agent_token)) as RawLink;
+    await newer.next('config');
+    if (breaker === 'the working link') {
+      const at = Math.floor(Date.now() / 1000);
+      send(working.socket, {
+        type: 'traffic',
+        stream: 's',
+        seq: 1,
+        at,
+        rules: [{ id: 1, bytes_in: -1, bytes_out: 0 }],
+      });
+    } else newer.socket.write('not json\n');
+    await closed(working);
+    await closed(newer);
+    const after = await nodeOf(m, n.id);
+    assert.deepEqual(
+      [after.status, /^protocol_violation: /.test(after.status_detail ?? '')],
+      ['offline', true],
+      breaker,
+    );
+    assert.equal(((await link(m, n.agent_token)) as { status: number }).status, 429, `${breaker}: refused after`);
+  }
+});
+
 test('lines that are too long, too deep, not JSON or not messages end the link and nothing else', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');

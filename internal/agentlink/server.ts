@@ -307,6 +307,13 @@ export class AgentLinks {
     this.app.log.warn('agent broke the link protocol; closing its link', { node_id: link.nodeId, reason: what });
     if (this.cooldown.size > 10_000) this.cooldown.clear();
     this.cooldown.set(link.nodeId, this.app.clock.now() + VIOLATION_COOLDOWN_MS);
+    // A second link the agent opened before must not carry on in its place, past the cool-down.
+    const other = this.links.get(link.nodeId) === link ? this.pending.get(link.nodeId) : this.links.get(link.nodeId);
+    this.pending.delete(link.nodeId);
+    if (other) {
+      other.endedBecause = link.endedBecause;
+      other.socket.destroy();
+    }
     link.socket.destroy();
   }
 
