@@ -268,6 +268,20 @@ test('writes held for another connection wait for `until`; caches of rows are to
   assert.equal(db.writesHeld, false);
 });
 
+test('what fails after another connection committed is reported, and writes are let go', async (t) => {
+  const { db } = open(t);
+  const reported: unknown[] = [];
+  db.onCallbackError((error) => reported.push(error));
+  const answer = await db.holdWrites(
+    async () => 'committed',
+    () => Promise.reject(new Error('the checkpoint failed')),
+  );
+  assert.equal(answer, 'committed');
+  await db.writable();
+  assert.equal(db.writesHeld, false);
+  assert.match(String(reported[0]), /the checkpoint failed/);
+});
+
 test('insertRows inserts rows many to a statement, in order, and returns their ids', async (t) => {
   const { db, reader } = open(t);
   const insert = db.insertRows(
