@@ -514,6 +514,8 @@ end
     return { reads: await reading.result, seconds };
   };
   const quiet = wrk(`${url}/api/nodes/42`, { connections: 10, seconds: SECONDS, lua: bearer(master.token) });
+  // Batches, like imports, are written by a worker thread at the lowest priority: beside reads that keep the core busy
+  // they take far longer than alone (the note gives their rate).
   const ids = Array.from({ length: 50_000 }, (_, i) => i + 1);
   const deleting = await readsBeside(bearer(master.token), async () => {
     for (let i = 0; i < ids.length; i += 1000)
@@ -531,8 +533,7 @@ end
     note: `idle p99 ${quiet.p99.toFixed(2)} ms; deletes ran at ${Math.round(50_000 / deleting.seconds)} rules/s`,
   });
 
-  // The import yields the core to the reads (its worker thread runs at the lowest priority), so beside reads that keep
-  // the core busy it takes far longer than alone; 5c shows it beside lighter reads.
+  // The import yields the core to the reads in the same way; 5c shows it beside lighter reads.
   const importBeside = (lua: string, firstPort: number) => {
     const doc = new Encoded({ ...seedDocument(1000, 10, firstPort), nodes: [] });
     return readsBeside(lua, () => api(url, master.token, 'POST', '/api/import', doc));

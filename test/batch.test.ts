@@ -1,6 +1,11 @@
 import assert from 'node:assert/strict';
+import { constants } from 'node:os';
 import { test } from 'node:test';
-import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { batchesInWorker } from '../cmd/master/workers.ts';
+import type { BatchJob } from '../internal/api/batch.ts';
+import { DomainError } from '../internal/errors/errors.ts';
+import { VERSION } from '../internal/version.ts';
+import { assertProblem, call, node, rule, snapshot, startMaster, threadPriorities, type Running } from './helpers.ts';
 
 function ruleBodies(nodeId: number, count: number, firstPort = 10000) {
   return Array.from({ length: count }, (_, i) => ({
@@ -208,16 +213,77 @@ test('batch-sync reports each rule as the nodes acknowledged it', async (t) => {
   ]);
 });
 
-test('a large batch yields: a request sent while it runs is answered before it finishes', async (t) => {
+test('a batch is written beside the API by a thread at the lowest priority: a request is answered first', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');
   const ids = (await batchCreate(m, ruleBodies(n.id, 1000))).body.results.map((r: { id: number }) => r.id);
   const order: string[] = [];
-  const batch = call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids } }).then((a) =>
-    order.push(`batch ${a.status}`),
-  );
+  const priorities = new Set<number>();
+  let answered = false;
+  const batch = call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body: { ids } }).then((a) => {
+    answered = true;
+    order.push(`batch ${a.status}`);
+  });
   await new Promise((resolve) => setTimeout(resolve, 5));
   const live = call(m.url, 'GET', '/api/auth/me', { token: m.admin }).then((a) => order.push(`live ${a.status}`));
+  while (!answered) {
+    if (m.app.store.db.writesHeld) for (const nice of threadPriorities()) priorities.add(nice);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
   await Promise.all([batch, live]);
   assert.deepEqual(order, ['live 200', 'batch 200']);
+  if (process.platform === 'linux')
+    assert.ok(priorities.has(constants.priority.PRIORITY_LOW), `the batch's thread yields: ${[...priorities]}`);
+  assert.equal((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.rules.total, 0);
+});
+
+test('the batch worker stays for the next batch and ends once idle; one of another version refuses', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const ids = (await batchCreate(m, ruleBodies(n.id, 6))).body.results.map((r: { id: number }) => r.id);
+  const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() };
+  const job = (some: number[]): BatchJob => ({
+    operation: 'deleteRules',
+    ids: some,
+    cascade: false,
+    changes: {},
+    dryRun: false,
+    ctx: {
+      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+      action: 'rule.delete',
+      caller: undefined as never,
+    },
+    timestamp: m.app.timestamp(),
+    license: m.app.licenseView(),
+  });
+  const yielding = () => threadPriorities().filter((nice) => nice === constants.priority.PRIORITY_LOW).length;
+  const idle = yielding();
+  const batches = batchesInWorker(setup, 300);
+  t.after(() => batches.close());
+  const outcomes: string[] = [];
+  const threads: number[] = [];
+  for (const some of [ids.slice(0, 2), ids.slice(2, 4)]) {
+    const done = await m.app.store.db.holdWrites(
+      () => batches.run(job(some)),
+      (committed) => committed.finished,
+    );
+    await done.finished;
+    outcomes.push(...JSON.parse(done.json.toString()).results.map((r: { outcome: string }) => r.outcome));
+    threads.push(yielding() - idle);
+  }
+  assert.deepEqual(outcomes, ['deleted', 'deleted', 'deleted', 'deleted']);
+  if (process.platform === 'linux') {
+    assert.deepEqual(threads, [1, 1], 'one worker, kept between the batches');
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    assert.equal(yielding() - idle, 0, 'the worker ended once idle');
+  }
+  // A worker of another version (an upgrade copied its file over this master's) refuses, writing nothing.
+  const other = batchesInWorker({ ...setup, version: `${VERSION}-other` });
+  t.after(() => other.close());
+  await assert.rejects(
+    m.app.store.db.holdWrites(() => other.run(job(ids.slice(4)))),
+    (error: unknown) =>
+      error instanceof DomainError && error.code === 'unavailable' && /program file changed/.test(error.detail),
+  );
+  assert.equal((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.rules.total, 2);
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 // Test helpers: the real master in-process on port 0 with a temporary data dir, and a
 // small HTTP client that returns status, headers and parsed body.
 
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
@@ -200,5 +200,19 @@ export async function rule(m: Running, body: Record<string, unknown>) {
   return call(m.url, 'POST', '/api/rules', {
     token: m.admin,
     body: { name: 'r', protocol: 'tcp', targets: ['10.0.0.1:80'], ...body },
+  });
+}
+
+/** The nice value of each thread of this process (Linux; elsewhere none). */
+export function threadPriorities(): number[] {
+  if (process.platform !== 'linux') return [];
+  return readdirSync('/proc/self/task').flatMap((tid) => {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      // After the name in parentheses: state is field 3, nice field 19.
+      return [Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])];
+    } catch {
+      return []; // a thread that ended between the listing and the read
+    }
   });
 }

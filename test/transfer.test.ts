@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { constants } from 'node:os';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
-import { transact, transactInSteps } from '../internal/api/writes.ts';
-import { importInWorker } from '../cmd/master/importer.ts';
+import { transact, writeInSteps } from '../internal/api/writes.ts';
+import { importInWorker } from '../cmd/master/workers.ts';
 import type { ImportJob } from '../internal/api/transfer.ts';
 import { VERSION } from '../internal/version.ts';
-import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, node, rule, snapshot, startMaster, threadPriorities, type Running } from './helpers.ts';
 
 async function populate(m: Running) {
   const a = await node(m, 'edge-a', { ssh_password: 'secret-password', tags: ['eu'] });
@@ -362,20 +362,6 @@ test('during a large import the API answers, sees none of it, and other writes w
   assert.equal(after.nodes.total, 3);
 });
 
-/** The nice value of each thread of this process (Linux; elsewhere none). */
-function threadPriorities(): number[] {
-  if (process.platform !== 'linux') return [];
-  return readdirSync('/proc/self/task').flatMap((tid) => {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      // After the name in parentheses: state is field 3, nice field 19.
-      return [Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])];
-    } catch {
-      return []; // a thread that ended between the listing and the read
-    }
-  });
-}
-
 test("an import's worker out of memory is a 413, one of another version a 503; neither writes", async (t) => {
   const m = await startMaster(t);
   const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() };
@@ -406,7 +392,7 @@ test("an import's worker out of memory is a 413, one of another version a 503; n
     (error: unknown) =>
       error instanceof DomainError &&
       error.code === 'payload_too_large' &&
-      /needs more than the 32 MiB an import may use/.test(error.detail),
+      /importing this document needs more than the 32 MiB it may use/.test(error.detail),
   );
   const made = await call(m.url, 'POST', '/api/nodes', {
     token: m.admin,
@@ -475,7 +461,7 @@ async function bulkWriteFailingAtB(t: TestContext, when: 'before writing' | 'aft
     caller: undefined as never,
   } as const;
   const runs: string[] = [];
-  const results = await transactInSteps(m.app, ctx, (effects, inSteps) =>
+  const { result: results } = await writeInSteps(m.app, ctx, (effects, inSteps) =>
     inSteps(['a', 'b', 'c'], (key) => {
       runs.push(key);
       try {

@@ -49,5 +49,5 @@ async function main(): Promise<void> {
   });
 }
 
-// An import's worker thread loads this same file (see importer.ts): it is not a master.
+// The worker threads of imports and batches load this same file (see workers.ts): they are not masters.
 if (isMainThread) await main();

@@ -28,7 +28,7 @@ import { VERSION } from '../../internal/version.ts';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
-import { importInWorker } from './importer.ts';
+import { batchesInWorker, importInWorker } from './workers.ts';
 
 export interface Master {
   url: string;
@@ -163,6 +163,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       settings.reload();
       store.credentials.bump();
     });
+    const workerSetup = { version: VERSION, databasePath: store.db.path, sealingKey: box.key() };
+    const batches = batchesInWorker(workerSetup);
     const installer = new Installer({
       store,
       box,
@@ -190,7 +192,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       installer,
       lifecycle,
       metrics,
-      importer: importInWorker({ version: VERSION, databasePath: store.db.path, sealingKey: box.key() }),
+      importer: importInWorker(workerSetup),
+      batcher: (job) => batches.run(job),
     });
     addGauges(app);
     const view = app.licenseView();
@@ -251,8 +254,9 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         closing ??= (async () => {
           app.draining = true;
           clearInterval(timer);
-          // An import being written finishes first (new requests are refused meanwhile).
+          // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
+          await batches.close();
           links.close();
           await http.close();
           store.close();

@@ -17,7 +17,9 @@ import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
-import type { ImportCommitted, ImportJob } from './transfer.ts';
+import type { BatchJob } from './batch.ts';
+import type { ImportJob } from './transfer.ts';
+import type { JobCommitted } from './writes.ts';
 
 export interface Principal {
   tokenId: number;
@@ -62,7 +64,9 @@ export interface AppParts {
   lifecycle: Lifecycle;
   metrics: MasterMetrics;
   /** Runs an import off the event loop, on a connection of its own (cmd/master starts a worker thread). */
-  importer: (job: ImportJob) => Promise<ImportCommitted>;
+  importer: (job: ImportJob) => Promise<JobCommitted>;
+  /** Runs a batch of deletes or updates the same way (cmd/master keeps a worker thread for them). */
+  batcher: (job: BatchJob) => Promise<JobCommitted>;
 }
 
 export class App {
@@ -86,7 +90,8 @@ export class App {
   readonly sync: SyncHub;
   readonly installer: Installer;
   readonly metrics: MasterMetrics;
-  readonly importer: (job: ImportJob) => Promise<ImportCommitted>;
+  readonly importer: (job: ImportJob) => Promise<JobCommitted>;
+  readonly batcher: (job: BatchJob) => Promise<JobCommitted>;
   /** When this master started, for its uptime. */
   readonly startedAt: number;
   private readonly lifecycle: Lifecycle;
@@ -108,6 +113,7 @@ export class App {
       lifecycle: this.lifecycle,
       metrics: this.metrics,
       importer: this.importer,
+      batcher: this.batcher,
     } = parts);
     this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);

@@ -1,7 +1,8 @@
 // Batch endpoints. Each answers per item, in request order, never with a bare count;
-// `?dry_run=true` does the same work and rolls it back. Per-item batches run in steps: one
-// transaction written over many event-loop turns, so live requests are answered between,
-// a savepoint per item, and one commit (one fsync) for the whole batch.
+// `?dry_run=true` does the same work and rolls it back. Per-item batches (deletes, updates)
+// are jobs for the app's batcher, a worker thread on a connection of its own, so the event
+// loop answers live requests meanwhile: one transaction, and one commit (one fsync) for the
+// whole batch.
 
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
@@ -16,12 +17,22 @@ import {
   type FieldError,
   type Infer,
 } from '../schema/schema.ts';
-import type { App } from './app.ts';
+import type { Rule, RuleFields } from '../domain/rules.ts';
 import { cascadeQuery, removeNode } from './nodes.ts';
 import { created, type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
-import { fieldErrorsUnder, transact, transactInSteps, type Effects } from './writes.ts';
+import {
+  committedElsewhere,
+  fieldErrorsUnder,
+  transact,
+  writeInSteps,
+  writeJobOf,
+  type Effects,
+  type JobDone,
+  type Writer,
+  type WriteJob,
+} from './writes.ts';
 
 export const MAX_BATCH = 1000;
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
@@ -109,41 +120,81 @@ function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
   return { ...base, outcome, error: detail };
 }
 
-function itemByItem<T>(
-  app: App,
-  ctx: Ctx<unknown, unknown>,
-  items: T[],
-  dryRun: boolean,
-  each: (item: T, effects: Effects) => ItemResult,
-): Promise<ItemResult[]> {
-  return transactInSteps(app, ctx, (effects, inSteps) => inSteps(items, (item) => each(item, effects)), dryRun);
+type PerItem = (app: Writer, job: BatchJob, effects: Effects, id: number) => ItemResult;
+
+/** A batch of deletes or updates by id, to run where the app's batcher runs it (`runBatch`). */
+export interface BatchJob extends WriteJob {
+  operation: 'deleteNodes' | 'deleteRules' | 'deleteTunnels' | 'updateRules';
+  ids: number[];
+  /** Deletes: also delete what depends on each item. */
+  cascade: boolean;
+  /** Updates: what to change in each rule. */
+  changes: Partial<RuleFields>;
 }
 
-type BatchCtx = Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>;
-
-function perId(remove: (ctx: BatchCtx, effects: Effects, id: number) => void, done: Outcome, action: string) {
-  return async (ctx: BatchCtx): Promise<Reply> => {
-    const dryRun = ctx.query.dry_run ?? false;
-    const results = await itemByItem(ctx.app, ctx, ctx.body.ids, dryRun, (id, effects) => {
-      try {
-        effects.attempt(() => remove(ctx, effects, id));
-        return { id, outcome: done };
-      } catch (error) {
-        const result = failed({ id }, error);
-        if (result.outcome === 'forbidden') {
-          const scope = (error as DomainError).facts.requiredScope;
-          effects.denied({
-            action,
-            resource: action.split('.')[0]!,
-            resource_id: id,
-            changes: { required_scope: scope },
-          });
-        }
-        return result;
+function deleting(action: string, remove: (app: Writer, job: BatchJob, effects: Effects, id: number) => void): PerItem {
+  return (app, job, effects, id) => {
+    try {
+      effects.attempt(() => remove(app, job, effects, id));
+      return { id, outcome: 'deleted' };
+    } catch (error) {
+      const result = failed({ id }, error);
+      if (result.outcome === 'forbidden') {
+        const scope = (error as DomainError).facts.requiredScope;
+        effects.denied({
+          action,
+          resource: action.split('.')[0]!,
+          resource_id: id,
+          changes: { required_scope: scope },
+        });
       }
-    });
-    return ok({ dry_run: dryRun, results });
+      return result;
+    }
   };
+}
+
+function updating(app: Writer, job: BatchJob, effects: Effects, id: number): ItemResult {
+  try {
+    const current = app.store.rules.find(id);
+    if (!current)
+      return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
+    effects.attempt(() => replaceRule(app, effects, id, { ...fieldsFromRule(current), ...job.changes }));
+    return { id, outcome: 'updated' };
+  } catch (error) {
+    return failed({ id }, error);
+  }
+}
+
+const perItem: Record<BatchJob['operation'], PerItem> = {
+  deleteNodes: deleting('node.delete', (app, job, effects, id) => removeNode(app, effects, id, job.cascade)),
+  deleteRules: deleting('rule.delete', (app, _job, effects, id) => removeRule(app, effects, id)),
+  deleteTunnels: deleting('tunnel.delete', (app, job, effects, id) => removeTunnel(app, effects, id, job.cascade)),
+  updateRules: updating,
+};
+
+/** Runs a batch on `app`'s own connection, item by item in one transaction: the work of the batcher's worker thread. */
+export async function runBatch(app: Writer, job: BatchJob): Promise<JobDone> {
+  const each = perItem[job.operation];
+  const { result, nodes } = await writeInSteps(
+    app,
+    job.ctx,
+    (effects, inSteps) => inSteps(job.ids, (id) => each(app, job, effects, id)),
+    job.dryRun,
+  );
+  return { json: Buffer.from(JSON.stringify({ dry_run: job.dryRun, results: result })), nodes };
+}
+
+function inBatcher(
+  ctx: Ctx<unknown, { dry_run?: boolean; cascade?: boolean }>,
+  fields: Pick<BatchJob, 'operation' | 'ids'> & Partial<Pick<BatchJob, 'changes'>>,
+): Promise<Reply> {
+  const job: BatchJob = {
+    cascade: ctx.query.cascade ?? false,
+    changes: {},
+    ...fields,
+    ...writeJobOf(ctx, ctx.query.dry_run ?? false),
+  };
+  return committedElsewhere(ctx.app, () => ctx.app.batcher(job));
 }
 
 const batchCreateInput = object(
@@ -230,27 +281,14 @@ const batchUpdateInput = object(
   { name: 'RuleBatchUpdate' },
 );
 
-async function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
-  const { app, body } = ctx;
-  const changes = Object.fromEntries(Object.entries(body.changes).filter(([, v]) => v !== undefined));
+function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
+  const changes = Object.fromEntries(Object.entries(ctx.body.changes).filter(([, v]) => v !== undefined));
   if (Object.keys(changes).length === 0)
     throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
-  const dryRun = ctx.query.dry_run ?? false;
-  const results = await itemByItem(app, ctx, body.ids, dryRun, (id, effects) => {
-    try {
-      const current = app.store.rules.find(id);
-      if (!current)
-        return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
-      effects.attempt(() => replaceRule(app, effects, id, { ...fieldsFromRule(current), ...changes }));
-      return { id, outcome: 'updated' };
-    } catch (error) {
-      return failed({ id }, error);
-    }
-  });
-  return ok({ dry_run: dryRun, results });
+  return inBatcher(ctx, { operation: 'updateRules', ids: ctx.body.ids, changes });
 }
 
-function fieldsFromRule(rule: ReturnType<App['store']['rules']['find']> & {}) {
+function fieldsFromRule(rule: Rule): RuleFields {
   const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled } = rule;
   return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled };
 }
@@ -273,7 +311,7 @@ function batchDelete(
   resource: 'nodes' | 'rules' | 'tunnels',
   action: string,
   description: string,
-  remove: (ctx: BatchCtx, effects: Effects, id: number) => void,
+  deletes: BatchJob['operation'],
 ) {
   return operation({
     action,
@@ -282,7 +320,8 @@ function batchDelete(
     query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,
     body: idsInput,
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
-    handler: perId(remove, 'deleted', action),
+    handler: (ctx: Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>) =>
+      inBatcher(ctx, { operation: deletes, ids: ctx.body.ids }),
   });
 }
 
@@ -292,17 +331,15 @@ export const batchOperations = operations({
     'node.delete',
     'Per item: deleted, not_found, conflict (still has rules or tunnels, unless ?cascade=true), or forbidden ' +
       '(the cascade needs a scope the caller lacks; audited as denied).',
-    (ctx, effects, id) => removeNode(ctx.app, effects, id, ctx.query.cascade ?? false),
+    'deleteNodes',
   ),
-  deleteRules: batchDelete('rules', 'rule.delete', 'Per item: deleted or not_found.', (ctx, effects, id) =>
-    removeRule(ctx.app, effects, id),
-  ),
+  deleteRules: batchDelete('rules', 'rule.delete', 'Per item: deleted or not_found.', 'deleteRules'),
   deleteTunnels: batchDelete(
     'tunnels',
     'tunnel.delete',
     'Per item: deleted, not_found, conflict (still used by rules, unless ?cascade=true), or forbidden (the ' +
       'cascade needs rules:write).',
-    (ctx, effects, id) => removeTunnel(ctx.app, effects, id, ctx.query.cascade ?? false),
+    'deleteTunnels',
   ),
   createRules: operation({
     action: 'rule.create',

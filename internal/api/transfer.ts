@@ -18,14 +18,23 @@ import {
   type Infer,
 } from '../schema/schema.ts';
 import type { Rule, RuleFields } from '../domain/rules.ts';
-import type { LicenseView } from '../license/license.ts';
 import { ROWS_PER_INSERT } from '../store/database.ts';
 import type { Claim } from '../store/ports.ts';
 import { insertNode, nodeInput } from './nodes.ts';
-import { type Ctx, decodeBody, ok, okJson, operation, operations, type Reply } from './route.ts';
+import { type Ctx, decodeBody, ok, operation, operations, type Reply } from './route.ts';
 import { insertRules, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
-import { fieldErrorsUnder, writeInSteps, type Effects, type InSteps, type WriteCtx, type Writer } from './writes.ts';
+import {
+  committedElsewhere,
+  fieldErrorsUnder,
+  writeInSteps,
+  writeJobOf,
+  type Effects,
+  type InSteps,
+  type JobDone,
+  type Writer,
+  type WriteJob,
+} from './writes.ts';
 
 const FORMAT = 'portplane-export';
 const ALL = Number.MAX_SAFE_INTEGER;
@@ -296,31 +305,15 @@ function stripTokens(results: Record<string, ImportResult[]>) {
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
 
 /** An import to run where the app's `importer` runs it: the document as sent, and who sends it. */
-export interface ImportJob {
+export interface ImportJob extends WriteJob {
   document: Uint8Array;
-  dryRun: boolean;
-  ctx: WriteCtx;
-  /** The time every row and audit entry of the import is stamped with: it lands as one. */
-  timestamp: string;
-  license: LicenseView;
-}
-
-/** A finished import: its response body (JSON, encoded), and the nodes whose config it changed. */
-export interface ImportDone {
-  json: Buffer;
-  nodes: number[];
-}
-
-/** An import committed, as the app's importer answers it: `finished` resolves once other writes may go on. */
-export interface ImportCommitted extends ImportDone {
-  finished: Promise<void>;
 }
 
 /**
  * Decodes, checks and writes a document, all or nothing, on `app`'s own connection: the work
  * of the importer's worker thread. Throws a DomainError for what the caller got wrong.
  */
-export async function runImport(app: Writer, job: ImportJob): Promise<ImportDone> {
+export async function runImport(app: Writer, job: ImportJob): Promise<JobDone> {
   const document = decodeBody(
     exportDocument,
     Buffer.from(job.document.buffer, job.document.byteOffset, job.document.length),
@@ -339,22 +332,9 @@ export async function runImport(app: Writer, job: ImportJob): Promise<ImportDone
   return { json, nodes };
 }
 
-async function importDocument(ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> {
-  const { app } = ctx;
-  const job: ImportJob = {
-    document: ctx.rawBody,
-    dryRun: ctx.query.dry_run ?? false,
-    ctx: { actor: ctx.actor, action: ctx.action, caller: ctx.caller },
-    timestamp: app.timestamp(),
-    license: app.licenseView(),
-  };
-  // Other writes wait meanwhile (the worker's connection holds SQLite's write lock), and until its worker has finished.
-  const done = await app.store.db.holdWrites(
-    () => app.importer(job),
-    (committed) => committed.finished,
-  );
-  for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
-  return okJson(done.json);
+function importDocument(ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> {
+  const job: ImportJob = { document: ctx.rawBody, ...writeJobOf(ctx, ctx.query.dry_run ?? false) };
+  return committedElsewhere(ctx.app, () => ctx.app.importer(job));
 }
 
 const importResultItem = {

@@ -4,9 +4,10 @@
 import { grants, type Scope } from '../auth/scopes.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { FieldError } from '../schema/schema.ts';
+import type { LicenseView } from '../license/license.ts';
 import type { Actor, AuditInput } from '../store/audit.ts';
 import type { App } from './app.ts';
-import type { Ctx } from './route.ts';
+import { okJson, type Ctx, type Reply } from './route.ts';
 
 type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };
 
@@ -192,26 +193,15 @@ export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T
 export type InSteps = <T, R>(items: readonly T[], fn: (item: T, index: number) => R) => Promise<R[]>;
 
 /**
- * `transact` for bulk work: one transaction over many event-loop turns (`Database.longWrite`),
- * so that the API answers meanwhile. `fn` goes through its items with `inSteps` and awaits
- * nothing else; nobody sees any of it until it is all committed, and a dry run rolls it all back.
+ * `transact` for bulk work, run where nothing waits on the event loop for it (a worker thread's connection): one
+ * transaction (`Database.longWrite`) in which `fn` goes through its items with `inSteps` and awaits nothing else;
+ * nobody sees any of it until it is all committed, and a dry run rolls it all back. Returns `fn`'s result and the
+ * nodes whose config changed, for the caller to announce once committed.
  *
  * Items first run without a savepoint each: in SQLite a savepoint copies every page an item
  * touches, a tenth of an import's time. Should an item fail, which fails the whole call, all
  * is undone and redone item by item, so that every item's outcome is reported as if alone.
  */
-export async function transactInSteps<T>(
-  app: App,
-  ctx: WriteCtx,
-  fn: (effects: Effects, inSteps: InSteps) => Promise<T>,
-  dryRun = false,
-): Promise<T> {
-  const { result, nodes } = await writeInSteps(app, ctx, fn, dryRun);
-  for (const nodeId of nodes) app.sync.configChanged(nodeId);
-  return result;
-}
-
-/** `transactInSteps` where there is no sync hub: returns the nodes whose config changed, for the caller to announce. */
 export async function writeInSteps<T>(
   app: Writer,
   ctx: WriteCtx,
@@ -242,6 +232,46 @@ export async function writeInSteps<T>(
     { commit: !dryRun },
   );
   return { result, nodes: dryRun ? [] : [...effects.nodes] };
+}
+
+/** A write run on another connection, a worker thread's: who asks, and the time and license it runs under. */
+export interface WriteJob {
+  ctx: WriteCtx;
+  dryRun: boolean;
+  /** The time every row and audit entry of the job is stamped with: it lands as one. */
+  timestamp: string;
+  license: LicenseView;
+}
+
+/** The request's part of a `WriteJob`, for a handler that hands its write to another connection. */
+export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJob {
+  return {
+    ctx: { actor: ctx.actor, action: ctx.action, caller: ctx.caller },
+    dryRun,
+    timestamp: ctx.app.timestamp(),
+    license: ctx.app.licenseView(),
+  };
+}
+
+/** A job written: its response body (JSON, encoded), and the nodes whose config it changed. */
+export interface JobDone {
+  json: Buffer;
+  nodes: number[];
+}
+
+/** A job committed, as its worker answers: `finished` resolves once other writes may go on. */
+export interface JobCommitted extends JobDone {
+  finished: Promise<void>;
+}
+
+/**
+ * Answers with what `run` committed on another connection. Other writes wait meanwhile (that connection holds SQLite's
+ * write lock), and until it has finished; then the nodes whose config it changed are told.
+ */
+export async function committedElsewhere(app: App, run: () => Promise<JobCommitted>): Promise<Reply> {
+  const done = await app.store.db.holdWrites(run, (committed) => committed.finished);
+  for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
+  return okJson(done.json);
 }
 
 /**

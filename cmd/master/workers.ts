@@ -1,0 +1,320 @@
+// Imports and per-item batches run in worker threads, on SQLite connections of their own:
+// decoding, checking and writing a document of 100,000 rules takes seconds of CPU, deleting
+// 1,000 rules tens of milliseconds, and on the event loop either would hold every other
+// request as long. A worker is this module started again (in the bundle, the master's one
+// file), told by `workerData` what it is for: one import, or the batches that come.
+
+import { readlinkSync } from 'node:fs';
+import { constants, setPriority } from 'node:os';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { runBatch, type BatchJob } from '../../internal/api/batch.ts';
+import { runImport, type ImportJob } from '../../internal/api/transfer.ts';
+import type { JobCommitted, JobDone, Writer, WriteJob } from '../../internal/api/writes.ts';
+import { SecretBox } from '../../internal/crypto/box.ts';
+import { DomainError } from '../../internal/errors/errors.ts';
+import { Database, SchemaMismatch } from '../../internal/store/database.ts';
+import { Store } from '../../internal/store/store.ts';
+import { VERSION } from '../../internal/version.ts';
+
+const IMPORT = 'portplane-import';
+const BATCHES = 'portplane-batches';
+
+/** What a worker writes with: the master's database, and its sealing key (for tunnels' keys). */
+export interface WorkerSetup {
+  /** The running master's version: a worker of another (an upgrade copied over the file) refuses. */
+  version: string;
+  databasePath: string;
+  sealingKey: Uint8Array;
+  /** The worker's heap, past which it ends and its job fails (the master does not). */
+  heapMiB?: number;
+}
+
+// A document of 200,000 rules (39 MiB) imports in 256 MiB; one at the 64 MiB body limit needs less than half this.
+const HEAP_MIB = 1024;
+
+/** How long the batch worker waits for the next batch before it ends: a script's batches come one after another. */
+const BATCH_WORKER_IDLE_MS = 10_000;
+
+type Task = { role: typeof IMPORT; setup: WorkerSetup; job: ImportJob } | { role: typeof BATCHES; setup: WorkerSetup };
+
+/** What a worker answers: the job done, refused for the caller's fault, or failed (a bug, a full disk). */
+type Outcome = { done: JobDone } | { refused: Pick<DomainError, 'code' | 'detail' | 'facts'> } | { failed: string };
+
+/** What the batch worker says after each outcome: its pages are in the database file, other writes may go on. */
+interface Checkpointed {
+  checkpointed: true;
+}
+
+/** What the batch worker is told besides jobs: to close its connection and end. */
+interface Close {
+  close: true;
+}
+
+/** A job's answer, with `finished` for after it; resolves or rejects what waits for it. */
+function settle(
+  outcome: Outcome,
+  finished: Promise<void>,
+  resolve: (committed: JobCommitted) => void,
+  reject: (error: Error) => void,
+): void {
+  if ('done' in outcome) {
+    const { json, nodes } = outcome.done;
+    // Posted, a Buffer arrives as a plain Uint8Array over the same memory.
+    resolve({ json: Buffer.from(json.buffer, json.byteOffset, json.byteLength), nodes, finished });
+  } else if ('refused' in outcome)
+    reject(new DomainError(outcome.refused.code, outcome.refused.detail, outcome.refused.facts));
+  else reject(new Error(`the job failed: ${outcome.failed}`));
+}
+
+/** A worker's uncaught throw, or its heap exhausted: its connection closes, SQLite undoes what it had not committed. */
+function workerFailure(error: NodeJS.ErrnoException, heap: number, what: string, smaller: string): Error {
+  return error.code === 'ERR_WORKER_OUT_OF_MEMORY'
+    ? new DomainError('payload_too_large', `${what} needs more than the ${heap} MiB it may use; ${smaller}`)
+    : new Error(`the worker of ${what} failed: ${error.stack ?? error}`);
+}
+
+/**
+ * Runs each import in a worker thread of its own, which ends with it (its memory with it). It answers once the import
+ * is committed; `finished` resolves when the worker has ended, its pages copied into the database file, or rejects
+ * with what failed after the answer (the copy is then left to the master's next commit). The document moves to the
+ * worker where it can (see `movable`), leaving the job's empty, and the answer's bytes move back.
+ */
+export function importInWorker(setup: WorkerSetup): (job: ImportJob) => Promise<JobCommitted> {
+  return (job) =>
+    new Promise((resolve, reject) => {
+      const task: Task = { role: IMPORT, setup, job };
+      const heap = setup.heapMiB ?? HEAP_MIB;
+      const worker = new Worker(new URL(import.meta.url), {
+        workerData: task,
+        transferList: movable(job.document),
+        resourceLimits: { maxOldGenerationSizeMb: heap },
+      });
+      let failedAfterAnswer: (error: Error) => void = () => undefined;
+      const finished = new Promise<void>((ended, failed) => {
+        worker.once('exit', () => ended());
+        failedAfterAnswer = failed;
+      });
+      // Only a committed import's caller waits for `finished`.
+      finished.catch(() => undefined);
+      let answered = false;
+      worker.once('message', (outcome: Outcome) => {
+        answered = true;
+        settle(outcome, finished, resolve, reject);
+      });
+      worker.once('error', (error: NodeJS.ErrnoException) =>
+        (answered ? failedAfterAnswer : reject)(
+          workerFailure(error, heap, 'importing this document', 'import it in parts'),
+        ),
+      );
+      worker.once('exit', (code) => {
+        if (!answered) reject(new Error(`the import's worker exited (code ${code}) before it answered`));
+      });
+    });
+}
+
+/** Runs batches one after another in a worker thread kept while they come (see `batchesInWorker`). */
+export interface Batcher {
+  run(job: BatchJob): Promise<JobCommitted>;
+  /** Ends the worker once the batch in progress, if any, has finished. */
+  close(): Promise<void>;
+}
+
+/**
+ * Runs per-item batches in one worker thread, started at the first and ended once none has come for `idleMs`: a
+ * thread's start (160-280 ms here) would otherwise cost more than most batches. Each answers once committed;
+ * `finished` resolves once the worker has copied its pages into the database file, or rejects with what failed after
+ * the answer (the worker is then ended, and the next batch starts another).
+ */
+export function batchesInWorker(setup: WorkerSetup, idleMs = BATCH_WORKER_IDLE_MS): Batcher {
+  const heap = setup.heapMiB ?? HEAP_MIB;
+  let worker: Worker | null = null;
+  let idle: NodeJS.Timeout | undefined;
+  let queue: Promise<unknown> = Promise.resolve();
+
+  const stop = (): Promise<unknown> => {
+    const ending = worker;
+    worker = null;
+    if (!ending) return Promise.resolve();
+    const exited = new Promise((ended) => ending.once('exit', ended));
+    ending.postMessage({ close: true } satisfies Close);
+    return exited;
+  };
+
+  const running = (): Worker => {
+    if (worker) return worker;
+    const started = new Worker(new URL(import.meta.url), {
+      workerData: { role: BATCHES, setup } satisfies Task,
+      resourceLimits: { maxOldGenerationSizeMb: heap },
+    });
+    // Kept between batches, it must not keep the master's process alive.
+    started.unref();
+    started.once('exit', () => {
+      if (worker === started) worker = null;
+    });
+    return (worker = started);
+  };
+
+  const runOne = (job: BatchJob) =>
+    new Promise<JobCommitted>((resolve, reject) => {
+      clearTimeout(idle);
+      const thread = running();
+      let answered = false;
+      let ended!: () => void;
+      let failedAfterAnswer!: (error: Error) => void;
+      const finished = new Promise<void>((resolveFinished, rejectFinished) => {
+        ended = resolveFinished;
+        failedAfterAnswer = rejectFinished;
+      });
+      finished.catch(() => undefined);
+      const fail = (error: Error) => {
+        done();
+        if (worker === thread) void stop();
+        (answered ? failedAfterAnswer : reject)(error);
+      };
+      const onMessage = (message: Outcome | Checkpointed) => {
+        if ('checkpointed' in message) {
+          done();
+          ended();
+          idle = setTimeout(() => void stop(), idleMs).unref();
+          return;
+        }
+        answered = true;
+        settle(message, finished, resolve, reject);
+      };
+      const onError = (error: NodeJS.ErrnoException) =>
+        fail(workerFailure(error, heap, 'this batch', 'send fewer items'));
+      const onExit = (code: number) => fail(new Error(`the batch worker exited (code ${code}) during a batch`));
+      const done = () => {
+        thread.off('message', onMessage);
+        thread.off('error', onError);
+        thread.off('exit', onExit);
+      };
+      thread.on('message', onMessage);
+      thread.once('error', onError);
+      thread.once('exit', onExit);
+      thread.postMessage(job);
+    });
+
+  return {
+    run(job) {
+      const turn = queue.then(() => runOne(job));
+      queue = turn.then((committed) => committed.finished).catch(() => undefined);
+      return turn;
+    },
+    async close() {
+      await queue;
+      clearTimeout(idle);
+      await stop();
+    },
+  };
+}
+
+/**
+ * Live requests first: the worker runs on the CPU they leave. On a core the main thread keeps busy, a worker of
+ * the same priority takes turns of a scheduler slice (4-5 ms), in which no request is answered; at the lowest
+ * priority it gets about 1.5% of a busy core (its jobs, and writes waiting for them, take longer) and all of an
+ * idle one. Linux sets the priority of a thread (its id read from /proc); elsewhere the worker keeps its own.
+ * Threads started from this one would inherit it, so a worker must not be the first to use libuv's pool
+ * (asynchronous fs, crypto or zlib): it uses none (SQLite and its hashing are synchronous), and a job run first
+ * thing after a start leaves the master with no pool thread at all.
+ */
+function yieldToLiveRequests(): void {
+  try {
+    setPriority(Number(readlinkSync('/proc/thread-self').split('/').pop()), constants.priority.PRIORITY_LOW);
+  } catch (error) {
+    // Not Linux (no such file), or a system call filter in the way: the worker runs at normal priority.
+    if (!['ENOENT', 'ERR_SYSTEM_ERROR'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error;
+  }
+}
+
+/**
+ * The worker's connection, or why it refuses to write. It loads the program file anew: an upgrade may have copied
+ * another over it, whose code must not write for the master still running, let alone migrate its database. Its
+ * commits leave what they wrote in the log, copied into the database file after each job has answered.
+ */
+function openStore(setup: WorkerSetup): Store | Outcome {
+  const changed = (why: string): Outcome => ({
+    refused: {
+      code: 'unavailable',
+      detail: `the master's program file changed since it started (${why}); restart the master`,
+      facts: {},
+    },
+  });
+  if (setup.version !== VERSION) return changed(`version ${VERSION} on disk, ${setup.version} running`);
+  try {
+    return new Store(new Database(setup.databasePath, { migrate: false, autoCheckpoint: false }));
+  } catch (error) {
+    if (!(error instanceof SchemaMismatch)) throw error;
+    return changed(error.message);
+  }
+}
+
+/** What the job's code writes with: the worker's connection, at the job's time and under its license. */
+function writerFor(store: Store, setup: WorkerSetup, job: WriteJob): Writer {
+  return {
+    store,
+    box: SecretBox.of(setup.sealingKey),
+    timestamp: () => job.timestamp,
+    licenseView: () => job.license,
+  };
+}
+
+async function outcomeOf(run: () => Promise<JobDone>): Promise<Outcome> {
+  try {
+    return { done: await run() };
+  } catch (error) {
+    if (error instanceof DomainError)
+      return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
+    return { failed: (error as Error)?.stack ?? String(error) };
+  }
+}
+
+function answer(outcome: Outcome): void {
+  parentPort!.postMessage(outcome, 'done' in outcome ? movable(outcome.done.json) : []);
+}
+
+async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
+  const store = openStore(setup);
+  if (!(store instanceof Store)) return answer(store);
+  try {
+    answer(await outcomeOf(() => runImport(writerFor(store, setup, job), job)));
+    store.db.checkpoint();
+  } finally {
+    store.close();
+  }
+}
+
+function serveBatches(setup: WorkerSetup): void {
+  const store = openStore(setup);
+  let queue = Promise.resolve();
+  parentPort!.on('message', (message: BatchJob | Close) => {
+    queue = queue.then(async () => {
+      if ('close' in message) {
+        if (store instanceof Store) store.close();
+        return parentPort!.close();
+      }
+      if (!(store instanceof Store)) answer(store);
+      else {
+        answer(await outcomeOf(() => runBatch(writerFor(store, setup, message), message)));
+        store.db.checkpoint();
+      }
+      parentPort!.postMessage({ checkpointed: true } satisfies Checkpointed);
+    });
+  });
+}
+
+/**
+ * The memory of `bytes` to transfer to another thread rather than copy it there (16 MiB took 55 ms to copy), when it
+ * is all theirs: a small Buffer may share Node's pool with others, and is copied.
+ */
+function movable(bytes: Uint8Array): ArrayBuffer[] {
+  const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
+  return own && bytes.buffer instanceof ArrayBuffer ? [bytes.buffer] : [];
+}
+
+const task = isMainThread ? undefined : (workerData as Task | undefined);
+if (task?.role === IMPORT || task?.role === BATCHES) {
+  yieldToLiveRequests();
+  if (task.role === IMPORT) await importOnce(task.setup, task.job);
+  else serveBatches(task.setup);
+}
