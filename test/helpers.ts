@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { start, type Master } from '../cmd/master/start.ts';
 import type { Scope } from '../internal/auth/scopes.ts';
-import { silentLogger } from '../internal/log/log.ts';
+import { silentLogger, type Logger } from '../internal/log/log.ts';
 
 export const ADMIN_PASSWORD = 'admin-password-for-tests';
 
@@ -34,6 +34,8 @@ export interface StartOptions {
   host?: string;
   tls?: { certPath: string; keyPath: string };
   insecureHttp?: boolean;
+  /** Where the master logs; default nowhere. */
+  log?: Logger;
 }
 
 export async function startMaster(t: TestContext, options: StartOptions = {}): Promise<Running> {
@@ -51,7 +53,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
       tls: options.tls ?? null,
       insecureHttp: options.insecureHttp ?? false,
     },
-    silentLogger,
+    options.log ?? silentLogger,
     () => Date.now() + offset,
   );
   t.after(async () => {

@@ -158,6 +158,22 @@ test("an agent that breaks the protocol on either of its node's links loses both
   }
 });
 
+test("an agent that resets its link is logged as a lost link, not as the master's failure", async (t) => {
+  const logged: { level: string; msg: string }[] = [];
+  const at = (level: string) => (msg: string) => void logged.push({ level, msg });
+  const m = await startMaster(t, { log: { info: at('info'), warn: at('warn'), error: at('error') } });
+  const n = await node(m, 'edge');
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  raw.socket.resetAndDestroy();
+  while (!logged.some(({ msg }) => msg === 'agent disconnected')) await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(
+    logged.filter(({ msg }) => msg.startsWith('agent ')).map(({ level, msg }) => `${level} ${msg}`),
+    ['info agent connected', 'info agent link lost', 'info agent disconnected'],
+  );
+  assert.equal((await nodeOf(m, n.id)).status, 'offline');
+});
+
 test('lines that are too long, too deep, not JSON or not messages end the link and nothing else', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');

@@ -261,10 +261,13 @@ export class AgentLinks {
       AGENT_LINE_BYTES,
       () => (db.writesHeld ? db.writable() : null),
     );
-    socket.on('error', (error) => {
+    socket.on('error', (error: NodeJS.ErrnoException) => {
       if (error instanceof ProtocolError) this.violation(link, error.message);
-      else if (!link.endedBecause)
-        app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
+      else if (link.endedBecause) return;
+      // A system call failing on the socket (the agent reset it, or went before its config was written) is the
+      // network's doing, not the master's: after a restart a whole fleet's stale handshakes end so.
+      else if (error.syscall) app.log.info('agent link lost', { node_id: nodeId, error: error.code ?? error.message });
+      else app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
     });
     socket.on('close', () => this.disconnected(link));
     this.pushConfigTo(link);
