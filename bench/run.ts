@@ -514,8 +514,8 @@ end
     return { reads: await reading.result, seconds };
   };
   const quiet = wrk(`${url}/api/nodes/42`, { connections: 10, seconds: SECONDS, lua: bearer(master.token) });
-  // Batches, like imports, are written by an idle-class worker thread: beside reads that keep the core busy they take
-  // far longer than alone (the note gives their rate; 4 s a batch here), hence ten of them.
+  // Batches, like imports, are written by a worker thread at the lowest priority: beside reads that keep the core busy
+  // they take far longer than alone (the note gives their rate; 1.5-2 s a batch here), hence ten of them.
   const deleted = 10_000;
   const ids = Array.from({ length: deleted }, (_, i) => i + 1);
   const deleting = await readsBeside(bearer(master.token), async () => {

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 // Test helpers: the real master in-process on port 0 with a temporary data dir, and a
 // small HTTP client that returns status, headers and parsed body.
 
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { request as httpsRequest } from 'node:https';
@@ -206,22 +205,14 @@ export async function rule(m: Running, body: Record<string, unknown>) {
   });
 }
 
-const SCHED_IDLE = 5;
-/** Whether util-linux's chrt is here: a master's worker threads then run in the idle class. */
-const hasChrt = spawnSync('chrt', ['--version'], { stdio: 'ignore' }).status === 0;
-
-/**
- * How many threads of this process yield to live requests as a master's worker threads do (Linux; elsewhere none):
- * nice 19, and in the idle class where chrt is.
- */
+/** How many threads of this process run at nice 19, as a master's worker threads do (Linux; elsewhere none). */
 export function yieldingThreads(): number {
   if (process.platform !== 'linux') return 0;
   return readdirSync('/proc/self/task').filter((tid) => {
     try {
       const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      // After the name in parentheses: state is field 3, nice field 19, policy field 41.
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      return Number(fields[16]) === 19 && (!hasChrt || Number(fields[38]) === SCHED_IDLE);
+      // After the name in parentheses: state is field 3, nice field 19.
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]) === 19;
     } catch {
       return false; // a thread that ended between the listing and the read
     }

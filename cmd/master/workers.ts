@@ -4,7 +4,6 @@
 // request as long. A worker is this module started again (in the bundle, the master's one
 // file), told by `workerData` what it is for: one import, or the batches that come.
 
-import { spawnSync } from 'node:child_process';
 import { readlinkSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
@@ -212,29 +211,23 @@ export function batchesInWorker(setup: WorkerSetup, idleMs = BATCH_WORKER_IDLE_M
 
 /**
  * Live requests first: the worker runs on the CPU they leave. On a core the main thread keeps busy, a worker of
- * the same priority takes turns of a scheduler slice (4-5 ms), in which no request is answered. Even at the lowest
- * priority (nice 19), which gets it about 1.5% of a busy core, each turn it gets runs a slice before the main thread
- * may take the core back: live reads beside 50 batches of deletes went from 2.8 to 3.9-4.5 ms p99, and 27% fewer. As
- * an idle-class thread (Linux's SCHED_IDLE, set with util-linux's chrt: Node has no call for it) it is preempted the
- * moment the main thread wakes: 2.7 ms and as many reads. Its work, and writes waiting for it, take longer when
- * requests keep the core busy (160 s for those deletes instead of 90; 1.7 s on an idle core), no longer otherwise.
- * Without chrt, or elsewhere than Linux, it keeps nice 19, or its own priority.
+ * the same priority takes turns of a scheduler slice (4-5 ms), in which no request is answered; at the lowest
+ * priority (nice 19) it gets about 1.5% of a busy core (its jobs, and writes waiting for them, take longer) and all
+ * of an idle one. Linux's idle scheduling class (chrt --idle) did better beside our own requests, preempted the
+ * moment a request wakes the main thread, but it yields to every process on the host as well (a test beside two
+ * busy loops took 70 s instead of 2; 8 s at nice 19), and a process without CAP_SYS_NICE cannot leave it again.
+ * Linux sets the priority of a thread (its id read from /proc); elsewhere the worker keeps its own.
  * Threads started from this one would inherit it, so a worker must not be the first to use libuv's pool
  * (asynchronous fs, crypto or zlib): it uses none (SQLite and its hashing are synchronous), and a job run first
  * thing after a start leaves the master with no pool thread at all.
  */
 function yieldToLiveRequests(): void {
-  let thread: string;
   try {
-    thread = readlinkSync('/proc/thread-self').split('/').pop()!;
-    setPriority(Number(thread), constants.priority.PRIORITY_LOW);
+    setPriority(Number(readlinkSync('/proc/thread-self').split('/').pop()), constants.priority.PRIORITY_LOW);
   } catch (error) {
     // Not Linux (no such file), or a system call filter in the way: the worker runs at normal priority.
     if (!['ENOENT', 'ERR_SYSTEM_ERROR'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error;
-    return;
   }
-  // No shell: the thread's id as read from /proc. Not found or refused, it stays at nice 19.
-  spawnSync('chrt', ['--idle', '--pid', '0', thread], { stdio: 'ignore', timeout: 5000 });
 }
 
 /**
