@@ -245,6 +245,7 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
     ids: some,
     cascade: false,
     changes: {},
+    rules: [],
     dryRun: false,
     ctx: {
       actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },

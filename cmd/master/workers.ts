@@ -58,9 +58,9 @@ function settle(
   reject: (error: Error) => void,
 ): void {
   if ('done' in outcome) {
-    const { json, nodes } = outcome.done;
+    const { status, json, nodes } = outcome.done;
     // Posted, a Buffer arrives as a plain Uint8Array over the same memory.
-    resolve({ json: Buffer.from(json.buffer, json.byteOffset, json.byteLength), nodes, finished });
+    resolve({ status, json: Buffer.from(json.buffer, json.byteOffset, json.byteLength), nodes, finished });
   } else if ('refused' in outcome)
     reject(new DomainError(outcome.refused.code, outcome.refused.detail, outcome.refused.facts));
   else reject(new Error(`the job failed: ${outcome.failed}`));

@@ -1,8 +1,8 @@
 // Batch endpoints. Each answers per item, in request order, never with a bare count;
-// `?dry_run=true` does the same work and rolls it back. Per-item batches (deletes, updates)
-// are jobs for the app's batcher, a worker thread on a connection of its own, so the event
-// loop answers live requests meanwhile: one transaction, and one commit (one fsync) for the
-// whole batch.
+// `?dry_run=true` does the same work and rolls it back. Batches that write (creates, deletes,
+// updates) are jobs for the app's batcher, a worker thread on a connection of its own, so the
+// event loop answers live requests meanwhile: one transaction, and one commit (one fsync) for
+// the whole batch.
 
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
@@ -19,13 +19,12 @@ import {
 } from '../schema/schema.ts';
 import type { Rule, RuleFields } from '../domain/rules.ts';
 import { cascadeQuery, removeNode } from './nodes.ts';
-import { created, type Ctx, ok, operation, operations, type Reply } from './route.ts';
+import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
 import {
   committedElsewhere,
   fieldErrorsUnder,
-  transact,
   writeInSteps,
   writeJobOf,
   type Effects,
@@ -124,12 +123,15 @@ type PerItem = (app: Writer, job: BatchJob, effects: Effects, id: number) => Ite
 
 /** A batch of deletes or updates by id, to run where the app's batcher runs it (`runBatch`). */
 export interface BatchJob extends WriteJob {
-  operation: 'deleteNodes' | 'deleteRules' | 'deleteTunnels' | 'updateRules';
+  operation: 'deleteNodes' | 'deleteRules' | 'deleteTunnels' | 'updateRules' | 'createRules';
+  /** Deletes and updates: the items, by id. */
   ids: number[];
   /** Deletes: also delete what depends on each item. */
   cascade: boolean;
   /** Updates: what to change in each rule. */
   changes: Partial<RuleFields>;
+  /** Creates: the rules, all or none. */
+  rules: RuleFields[];
 }
 
 function deleting(action: string, remove: (app: Writer, job: BatchJob, effects: Effects, id: number) => void): PerItem {
@@ -165,15 +167,20 @@ function updating(app: Writer, job: BatchJob, effects: Effects, id: number): Ite
   }
 }
 
-const perItem: Record<BatchJob['operation'], PerItem> = {
+const perItem: Record<Exclude<BatchJob['operation'], 'createRules'>, PerItem> = {
   deleteNodes: deleting('node.delete', (app, job, effects, id) => removeNode(app, effects, id, job.cascade)),
   deleteRules: deleting('rule.delete', (app, _job, effects, id) => removeRule(app, effects, id)),
   deleteTunnels: deleting('tunnel.delete', (app, job, effects, id) => removeTunnel(app, effects, id, job.cascade)),
   updateRules: updating,
 };
 
+function answer(status: number, body: unknown, nodes: number[]): JobDone {
+  return { status, json: Buffer.from(JSON.stringify(body)), nodes };
+}
+
 /** Runs a batch on `app`'s own connection, item by item in one transaction: the work of the batcher's worker thread. */
 export async function runBatch(app: Writer, job: BatchJob): Promise<JobDone> {
+  if (job.operation === 'createRules') return createAll(app, job);
   const each = perItem[job.operation];
   const { result, nodes } = await writeInSteps(
     app,
@@ -181,16 +188,18 @@ export async function runBatch(app: Writer, job: BatchJob): Promise<JobDone> {
     (effects, inSteps) => inSteps(job.ids, (id) => each(app, job, effects, id)),
     job.dryRun,
   );
-  return { json: Buffer.from(JSON.stringify({ dry_run: job.dryRun, results: result })), nodes };
+  return answer(200, { dry_run: job.dryRun, results: result }, nodes);
 }
 
 function inBatcher(
   ctx: Ctx<unknown, { dry_run?: boolean; cascade?: boolean }>,
-  fields: Pick<BatchJob, 'operation' | 'ids'> & Partial<Pick<BatchJob, 'changes'>>,
+  fields: Pick<BatchJob, 'operation'> & Partial<Pick<BatchJob, 'ids' | 'changes' | 'rules'>>,
 ): Promise<Reply> {
   const job: BatchJob = {
+    ids: [],
     cascade: ctx.query.cascade ?? false,
     changes: {},
+    rules: [],
     ...fields,
     ...writeJobOf(ctx, ctx.query.dry_run ?? false),
   };
@@ -208,19 +217,17 @@ const batchCreateInput = object(
   { name: 'RuleBatchCreate' },
 );
 
-async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
-  const { app, body } = ctx;
-  const dryRun = ctx.query.dry_run ?? false;
-  // All or nothing, so one transaction: it cannot yield, which is why batches are capped.
-  const results = transact(
+/** Creates the job's rules, all or none: any problem is a 422 with every item's result, and nothing is created. */
+async function createAll(app: Writer, job: BatchJob): Promise<JobDone> {
+  const { result: results, nodes } = await writeInSteps(
     app,
-    ctx,
-    (effects) => {
+    job.ctx,
+    async (effects, inSteps) => {
       const errors: FieldError[] = [];
       const batchIndex = new Map<number, number>();
-      const out: ItemResult[] = body.rules.map((input, index) => {
+      const out: ItemResult[] = await inSteps(job.rules, (fields, index) => {
         try {
-          const rule = effects.attempt(() => insertRule(app, effects, fieldsOf(input)));
+          const rule = effects.attempt(() => insertRule(app, effects, fields));
           batchIndex.set(rule.id, index);
           return { index, id: rule.id, outcome: 'created' as const };
         } catch (error) {
@@ -258,10 +265,14 @@ async function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf
       }
       return out;
     },
-    dryRun,
+    job.dryRun,
   );
-  if (dryRun) return ok({ dry_run: true, results: results.map((r) => ({ ...r, id: null })) });
-  return created({ dry_run: false, results });
+  if (job.dryRun) return answer(200, { dry_run: true, results: results.map((r) => ({ ...r, id: null })) }, nodes);
+  return answer(201, { dry_run: false, results }, nodes);
+}
+
+function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
+  return inBatcher(ctx, { operation: 'createRules', rules: ctx.body.rules.map(fieldsOf) });
 }
 
 const batchUpdateInput = object(

@@ -329,7 +329,7 @@ export async function runImport(app: Writer, job: ImportJob): Promise<JobDone> {
     },
     job.dryRun,
   );
-  return { json, nodes };
+  return { status: 200, json, nodes };
 }
 
 function importDocument(ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> {

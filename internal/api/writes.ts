@@ -7,7 +7,7 @@ import type { FieldError } from '../schema/schema.ts';
 import type { LicenseView } from '../license/license.ts';
 import type { Actor, AuditInput } from '../store/audit.ts';
 import type { App } from './app.ts';
-import { okJson, type Ctx, type Reply } from './route.ts';
+import type { Ctx, Reply } from './route.ts';
 
 type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };
 
@@ -253,8 +253,9 @@ export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJo
   };
 }
 
-/** A job written: its response body (JSON, encoded), and the nodes whose config it changed. */
+/** A job written: its response (status, and body as JSON encoded), and the nodes whose config it changed. */
 export interface JobDone {
+  status: number;
   json: Buffer;
   nodes: number[];
 }
@@ -271,7 +272,7 @@ export interface JobCommitted extends JobDone {
 export async function committedElsewhere(app: App, run: () => Promise<JobCommitted>): Promise<Reply> {
   const done = await app.store.db.holdWrites(run, (committed) => committed.finished);
   for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
-  return okJson(done.json);
+  return { status: done.status, json: done.json };
 }
 
 /**
