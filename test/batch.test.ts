@@ -270,6 +270,26 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
     threads.push(yieldingThreads() - idle);
   }
   assert.deepEqual(outcomes, ['deleted', 'deleted', 'deleted', 'deleted']);
+  // A refused batch and the next one sent at once: the next is answered (it once got the first one's last message).
+  const refused = batches.run({
+    ...job([]),
+    operation: 'createRules',
+    rules: [
+      {
+        name: 'nowhere',
+        node_id: 999_999,
+        tunnel_id: null,
+        protocol: 'tcp',
+        listen_port: 10_000,
+        targets: ['10.0.0.1:80'],
+        strategy: 'round_robin',
+        enabled: true,
+      },
+    ],
+  });
+  const next = batches.run(job([ids[4]!]));
+  await assert.rejects(refused, (error: unknown) => error instanceof DomainError && error.code === 'validation_failed');
+  assert.equal(JSON.parse((await next).json.toString()).results[0].outcome, 'deleted');
   if (process.platform === 'linux') {
     assert.deepEqual(threads, [1, 1], 'one worker, kept between the batches');
     await new Promise((resolve) => setTimeout(resolve, 800));
@@ -279,9 +299,9 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
   const other = batchesInWorker({ ...setup, version: `${VERSION}-other` });
   t.after(() => other.close());
   await assert.rejects(
-    m.app.store.db.holdWrites(() => other.run(job(ids.slice(4)))),
+    m.app.store.db.holdWrites(() => other.run(job(ids.slice(5)))),
     (error: unknown) =>
       error instanceof DomainError && error.code === 'unavailable' && /program file changed/.test(error.detail),
   );
-  assert.equal((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.rules.total, 2);
+  assert.equal((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.rules.total, 1);
 });

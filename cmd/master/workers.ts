@@ -154,52 +154,61 @@ export function batchesInWorker(setup: WorkerSetup, idleMs = BATCH_WORKER_IDLE_M
     return (worker = started);
   };
 
-  const runOne = (job: BatchJob) =>
-    new Promise<JobCommitted>((resolve, reject) => {
-      clearTimeout(idle);
-      const thread = running();
-      let answered = false;
-      let ended!: () => void;
-      let failedAfterAnswer!: (error: Error) => void;
-      const finished = new Promise<void>((resolveFinished, rejectFinished) => {
-        ended = resolveFinished;
-        failedAfterAnswer = rejectFinished;
-      });
-      finished.catch(() => undefined);
-      const fail = (error: Error) => {
-        done();
-        if (worker === thread) void stop();
-        (answered ? failedAfterAnswer : reject)(error);
-      };
-      const onMessage = (message: Outcome | Checkpointed) => {
-        if ('checkpointed' in message) {
-          done();
-          ended();
-          idle = setTimeout(() => void stop(), idleMs).unref();
-          return;
-        }
-        answered = true;
-        settle(message, finished, resolve, reject);
-      };
-      const onError = (error: NodeJS.ErrnoException) =>
-        fail(workerFailure(error, heap, 'this batch', 'send fewer items'));
-      const onExit = (code: number) => fail(new Error(`the batch worker exited (code ${code}) during a batch`));
-      const done = () => {
-        thread.off('message', onMessage);
-        thread.off('error', onError);
-        thread.off('exit', onExit);
-      };
-      thread.on('message', onMessage);
-      thread.once('error', onError);
-      thread.once('exit', onExit);
-      thread.postMessage(job);
+  // A job's turn ends when the worker says it has checkpointed, whatever it answered: the next job is posted only
+  // then, so that no message of one job ever reaches the listener of the next.
+  const runOne = (job: BatchJob): { answer: Promise<JobCommitted>; finished: Promise<void> } => {
+    clearTimeout(idle);
+    const thread = running();
+    let answered = false;
+    let resolveAnswer!: (committed: JobCommitted) => void;
+    let rejectAnswer!: (error: Error) => void;
+    const answer = new Promise<JobCommitted>((resolve, reject) => {
+      resolveAnswer = resolve;
+      rejectAnswer = reject;
     });
+    let ended!: () => void;
+    let failedAfterAnswer!: (error: Error) => void;
+    const finished = new Promise<void>((resolve, reject) => {
+      ended = resolve;
+      failedAfterAnswer = reject;
+    });
+    finished.catch(() => undefined);
+    const fail = (error: Error) => {
+      done();
+      if (worker === thread) void stop();
+      if (!answered) rejectAnswer(error);
+      failedAfterAnswer(error);
+    };
+    const onMessage = (message: Outcome | Checkpointed) => {
+      if ('checkpointed' in message) {
+        done();
+        ended();
+        idle = setTimeout(() => void stop(), idleMs).unref();
+        return;
+      }
+      answered = true;
+      settle(message, finished, resolveAnswer, rejectAnswer);
+    };
+    const onError = (error: NodeJS.ErrnoException) =>
+      fail(workerFailure(error, heap, 'this batch', 'send fewer items'));
+    const onExit = (code: number) => fail(new Error(`the batch worker exited (code ${code}) during a batch`));
+    const done = () => {
+      thread.off('message', onMessage);
+      thread.off('error', onError);
+      thread.off('exit', onExit);
+    };
+    thread.on('message', onMessage);
+    thread.once('error', onError);
+    thread.once('exit', onExit);
+    thread.postMessage(job);
+    return { answer, finished };
+  };
 
   return {
     run(job) {
       const turn = queue.then(() => runOne(job));
-      queue = turn.then((committed) => committed.finished).catch(() => undefined);
-      return turn;
+      queue = turn.then((started) => started.finished).catch(() => undefined);
+      return turn.then((started) => started.answer);
     },
     async close() {
       await queue;
