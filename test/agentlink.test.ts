@@ -105,6 +105,24 @@ test(
   },
 );
 
+test("deleting a node ends its agent's link, alone or in a batch, and the agent is refused after", async (t) => {
+  const m = await startMaster(t);
+  for (const how of ['DELETE', 'batch-delete'] as const) {
+    const n = await node(m, `gone-${how}`);
+    const raw = (await link(m, n.agent_token)) as RawLink;
+    await raw.next('config');
+    const closed = new Promise((resolve) => raw.socket.once('close', resolve));
+    const deleted =
+      how === 'DELETE'
+        ? await call(m.url, 'DELETE', `/api/nodes/${n.id}`, { token: m.admin })
+        : await call(m.url, 'POST', '/api/nodes/batch-delete', { token: m.admin, body: { ids: [n.id] } });
+    assert.ok(deleted.status < 300, `${how}: ${deleted.status}`);
+    await closed;
+    const again = (await link(m, n.agent_token)) as { status: number; body: { code: string } };
+    assert.deepEqual([again.status, again.body.code], [401, 'auth_failed'], how);
+  }
+});
+
 test('the link refuses wrong tokens and protocols with a reason, and closes on malformed messages', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');

@@ -226,6 +226,8 @@ export function removeNode(app: Writer, effects: Effects, id: number, cascade: b
       changes: { before: tunnel, cascade_from: { node: id } },
     });
   }
+  // Announced as a change, so that the node's agent link, finding the node gone, ends once this commits.
+  effects.touchNode(id);
   store.nodes.delete(id);
   effects.audit({ action: 'node.delete', resource: 'node', resource_id: id, changes: { before: nodeView(node) } });
 }
@@ -369,7 +371,7 @@ export const nodeOperations = operations({
     summary: 'Delete a node',
     description:
       'A node that still has rules or tunnels is 409 (listing them) unless ?cascade=true, which deletes them ' +
-      'too, each with its own audit entry.',
+      "too, each with its own audit entry. The node's agent link ends, and its token no longer links.",
     query: cascadeQuery,
     responses: {
       204: { description: 'Deleted' },
