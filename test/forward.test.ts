@@ -175,14 +175,16 @@ test('TCP connections over the per-rule limit are refused, and the others go on'
 test('a relayed TCP connection idle past the timeout is closed; one that keeps talking is not', async (t) => {
   const echo = await tcpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { tcpIdleMs: 300 });
+  // An idle time well above the talking connection's 100 ms gaps: a loaded machine stalls a test process for a few
+  // hundred milliseconds now and then (300 ms once closed the talking one in CI).
+  const forwarder = new Forwarder('127.0.0.1', { tcpIdleMs: 800 });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
   const idle = connect({ host: '127.0.0.1', port });
   const busy = connect({ host: '127.0.0.1', port });
   await Promise.all([once(idle, 'connect'), once(busy, 'connect')]);
   const idleClosed = once(idle, 'close');
-  for (let i = 0; i < 8; i++) {
+  for (let i = 0; i < 16; i++) {
     busy.write('.');
     await once(busy, 'data');
     await new Promise((resolve) => setTimeout(resolve, 100));
