@@ -307,3 +307,43 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
   );
   assert.equal((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.rules.total, 1);
 });
+
+test('a batch whose worker runs out of memory is a 413 and writes nothing; the next gets another worker', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key(), heapMiB: 8 };
+  // 8 MiB is less than loading the worker's code takes: each worker runs out before its batch is done.
+  const batches = batchesInWorker(setup, 1000);
+  t.after(() => batches.close());
+  const job: BatchJob = {
+    operation: 'deleteNodes',
+    ids: [n.id],
+    cascade: true,
+    changes: {},
+    rules: [],
+    dryRun: false,
+    ctx: {
+      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+      action: 'node.delete',
+      caller: undefined as never,
+    },
+    timestamp: m.app.timestamp(),
+    license: m.app.licenseView(),
+  };
+  for (const attempt of ['first', 'second']) {
+    await assert.rejects(
+      m.app.store.db.holdWrites(() => batches.run(job)),
+      (error: unknown) =>
+        error instanceof DomainError &&
+        error.code === 'payload_too_large' &&
+        /this batch needs more than the 8 MiB it may use/.test(error.detail),
+      attempt,
+    );
+  }
+  const made = await call(m.url, 'POST', '/api/nodes', {
+    token: m.admin,
+    body: { name: 'after', host: 'after.example' },
+  });
+  assert.equal(made.status, 201, 'writes are not held back any more');
+  assert.equal((await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).status, 200, 'nothing deleted');
+});
