@@ -70,7 +70,7 @@ function settle(
 function workerFailure(error: NodeJS.ErrnoException, heap: number, what: string, smaller: string): Error {
   return error.code === 'ERR_WORKER_OUT_OF_MEMORY'
     ? new DomainError('payload_too_large', `${what} needs more than the ${heap} MiB it may use; ${smaller}`)
-    : new Error(`the worker of ${what} failed: ${error.stack ?? error}`);
+    : new Error(`${what} failed in its worker thread: ${error.stack ?? error}`);
 }
 
 /**
@@ -261,11 +261,11 @@ function openStore(setup: WorkerSetup): Store | Outcome {
   }
 }
 
-/** What the job's code writes with: the worker's connection, at the job's time and under its license. */
-function writerFor(store: Store, setup: WorkerSetup, job: WriteJob): Writer {
+/** What the job's code writes with: the worker's connection and key, at the job's time and under its license. */
+function writerFor(store: Store, box: SecretBox, job: WriteJob): Writer {
   return {
     store,
-    box: SecretBox.of(setup.sealingKey),
+    box,
     timestamp: () => job.timestamp,
     licenseView: () => job.license,
   };
@@ -289,7 +289,7 @@ async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
   const store = openStore(setup);
   if (!(store instanceof Store)) return answer(store);
   try {
-    answer(await outcomeOf(() => runImport(writerFor(store, setup, job), job)));
+    answer(await outcomeOf(() => runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job)));
     store.db.checkpoint();
   } finally {
     store.close();
@@ -298,6 +298,7 @@ async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
 
 function serveBatches(setup: WorkerSetup): void {
   const store = openStore(setup);
+  const box = SecretBox.of(setup.sealingKey);
   let queue = Promise.resolve();
   parentPort!.on('message', (message: BatchJob | Close) => {
     queue = queue.then(async () => {
@@ -307,7 +308,7 @@ function serveBatches(setup: WorkerSetup): void {
       }
       if (!(store instanceof Store)) answer(store);
       else {
-        answer(await outcomeOf(() => runBatch(writerFor(store, setup, message), message)));
+        answer(await outcomeOf(() => runBatch(writerFor(store, box, message), message)));
         store.db.checkpoint();
       }
       parentPort!.postMessage({ checkpointed: true } satisfies Checkpointed);

@@ -131,7 +131,7 @@ export class AgentLinks {
   /** For the HTTP server's 'upgrade' event. Whatever the request holds, it ends this connection at worst. */
   readonly handleUpgrade = (req: IncomingMessage, socket: Socket, head: Buffer): void => {
     socket.on('error', () => socket.destroy());
-    // Opening a link writes (the node goes online): while an import is being written, the agent waits its turn.
+    // Opening a link writes (the node goes online): while an import or batch is being written, the agent waits.
     this.app.store.db.whenWritable(() => {
       if (!socket.destroyed) this.openLink(req, socket, head);
     });
@@ -253,7 +253,7 @@ export class AgentLinks {
       this.pending.set(nodeId, link);
     } else this.takeOver(link);
     keepAlive(socket);
-    // What an agent reports is written; while an import is being written, it waits its turn.
+    // What an agent reports is written; while an import or batch is being written, it waits its turn.
     const { db } = app.store;
     readMessages(
       socket,
@@ -283,7 +283,7 @@ export class AgentLinks {
     old?.socket.destroy();
     app.sync.connect(nodeId);
     const at = app.clock.timestamp();
-    // Taking over when the old link closes may come while an import is being written.
+    // Taking over when the old link closes may come while an import or batch is being written.
     app.store.db.whenWritable(() =>
       app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at)),
     );

@@ -65,7 +65,7 @@ export interface AppParts {
   metrics: MasterMetrics;
   /** Runs an import off the event loop, on a connection of its own (cmd/master starts a worker thread). */
   importer: (job: ImportJob) => Promise<JobCommitted>;
-  /** Runs a batch of deletes or updates the same way (cmd/master keeps a worker thread for them). */
+  /** Runs a batch that creates, updates or deletes the same way (cmd/master keeps a worker thread for them). */
   batcher: (job: BatchJob) => Promise<JobCommitted>;
 }
 

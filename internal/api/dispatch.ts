@@ -255,7 +255,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const raw = routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(x.req, routed.route.maxBodyBytes);
     const idempotency = idempotencyOf(routed.route, x, raw);
     if ('replay' in idempotency) return idempotency.replay;
-    // While an import is being written, other writes wait for it (reads go on, seeing what is committed).
+    // While an import or batch is being written, other writes wait for it (reads go on, seeing what is committed).
     if (routed.route.method !== 'GET') await app.store.db.writable();
     pace(routed.route, x);
     return run(routed, x, query, raw, idempotency.slot);

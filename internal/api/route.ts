@@ -33,7 +33,7 @@ export function ok(body: unknown, headers?: Record<string, string>): Reply {
 }
 
 /** 200 with a body that is already JSON text. */
-export function okJson(json: string | Buffer, headers?: Record<string, string>): Reply {
+export function okJson(json: string, headers?: Record<string, string>): Reply {
   return { status: 200, json, headers };
 }
 

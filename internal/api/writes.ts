@@ -168,9 +168,9 @@ class DryRun<T> {
  * rolled back, so a preview fails exactly where the real call would.
  */
 export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T, dryRun = false): T {
-  // Handlers wait for writable() before they write; this is for one that an import overtook after an await.
+  // Handlers wait for writable() before they write; this is for one that an import or batch overtook after an await.
   if (app.store.db.writesHeld)
-    throw new DomainError('unavailable', 'an import is being written; try again', { retryAfterSeconds: 1 });
+    throw new DomainError('unavailable', 'an import or batch is being written; try again', { retryAfterSeconds: 1 });
   const effects = new Effects(app, ctx);
   try {
     const result = app.store.write(() => {
