@@ -16,6 +16,33 @@ function ruleBodies(nodeId: number, count: number, firstPort = 10000) {
   }));
 }
 
+const ACTIONS = {
+  deleteNodes: 'node.delete',
+  deleteRules: 'rule.delete',
+  deleteTunnels: 'tunnel.delete',
+  updateRules: 'rule.update',
+  createRules: 'rule.create',
+};
+
+/** A batch for a batcher called directly, as the system (no caller: nothing here needs a scope). */
+function batchJob(m: Running, fields: Pick<BatchJob, 'operation'> & Partial<BatchJob>): BatchJob {
+  return {
+    ids: [],
+    cascade: false,
+    changes: {},
+    rules: [],
+    dryRun: false,
+    ctx: {
+      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+      action: ACTIONS[fields.operation],
+      caller: undefined as never,
+    },
+    timestamp: m.app.timestamp(),
+    license: m.app.licenseView(),
+    ...fields,
+  };
+}
+
 async function batchCreate(m: Running, rules: unknown[], query = '') {
   return call(m.url, 'POST', `/api/rules/batch-create${query}`, { token: m.admin, body: { rules } });
 }
@@ -240,21 +267,7 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
   const n = await node(m, 'edge');
   const ids = (await batchCreate(m, ruleBodies(n.id, 6))).body.results.map((r: { id: number }) => r.id);
   const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() };
-  const job = (some: number[]): BatchJob => ({
-    operation: 'deleteRules',
-    ids: some,
-    cascade: false,
-    changes: {},
-    rules: [],
-    dryRun: false,
-    ctx: {
-      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
-      action: 'rule.delete',
-      caller: undefined as never,
-    },
-    timestamp: m.app.timestamp(),
-    license: m.app.licenseView(),
-  });
+  const job = (some: number[]) => batchJob(m, { operation: 'deleteRules', ids: some });
   const idle = yieldingThreads();
   const batches = batchesInWorker(setup, 1000);
   t.after(() => batches.close());
@@ -271,22 +284,23 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
   }
   assert.deepEqual(outcomes, ['deleted', 'deleted', 'deleted', 'deleted']);
   // A refused batch and the next one sent at once: the next is answered (it once got the first one's last message).
-  const refused = batches.run({
-    ...job([]),
-    operation: 'createRules',
-    rules: [
-      {
-        name: 'nowhere',
-        node_id: 999_999,
-        tunnel_id: null,
-        protocol: 'tcp',
-        listen_port: 10_000,
-        targets: ['10.0.0.1:80'],
-        strategy: 'round_robin',
-        enabled: true,
-      },
-    ],
-  });
+  const refused = batches.run(
+    batchJob(m, {
+      operation: 'createRules',
+      rules: [
+        {
+          name: 'nowhere',
+          node_id: 999_999,
+          tunnel_id: null,
+          protocol: 'tcp',
+          listen_port: 10_000,
+          targets: ['10.0.0.1:80'],
+          strategy: 'round_robin',
+          enabled: true,
+        },
+      ],
+    }),
+  );
   const next = batches.run(job([ids[4]!]));
   await assert.rejects(refused, (error: unknown) => error instanceof DomainError && error.code === 'validation_failed');
   assert.equal(JSON.parse((await next).json.toString()).results[0].outcome, 'deleted');
@@ -315,21 +329,7 @@ test('a batch whose worker runs out of memory is a 413 and writes nothing; the n
   // 8 MiB is less than loading the worker's code takes: each worker runs out before its batch is done.
   const batches = batchesInWorker(setup, 1000);
   t.after(() => batches.close());
-  const job: BatchJob = {
-    operation: 'deleteNodes',
-    ids: [n.id],
-    cascade: true,
-    changes: {},
-    rules: [],
-    dryRun: false,
-    ctx: {
-      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
-      action: 'node.delete',
-      caller: undefined as never,
-    },
-    timestamp: m.app.timestamp(),
-    license: m.app.licenseView(),
-  };
+  const job = batchJob(m, { operation: 'deleteNodes', ids: [n.id], cascade: true });
   for (const attempt of ['first', 'second']) {
     await assert.rejects(
       m.app.store.db.holdWrites(() => batches.run(job)),
