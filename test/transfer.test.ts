@@ -360,6 +360,42 @@ test('during a large import the API answers, sees none of it, and other writes w
   assert.equal(after.nodes.total, 3);
 });
 
+/** An import for an importer called directly, as the system (no caller: an import needs no scope here). */
+function importJob(m: Running, text: string): ImportJob {
+  return {
+    document: Buffer.from(text),
+    dryRun: false,
+    ctx: {
+      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
+      action: 'config.import',
+      caller: undefined as never,
+    },
+    timestamp: m.app.timestamp(),
+    license: m.app.licenseView(),
+  };
+}
+
+test("an import's thread yields to requests from its start, before it has loaded the program", async (t) => {
+  const m = await startMaster(t);
+  const importer = importInWorker({ version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() });
+  const node = { name: 'edge', host: 'edge.example.net', ssh_port: 22, ssh_user: 'root', tags: [] };
+  const text = JSON.stringify({ format: 'portplane-export', version: 1, nodes: [node], tunnels: [], rules: [] });
+  const before = yieldingThreads();
+  let atStart = 0;
+  const done = m.app.store.db.holdWrites(
+    () => {
+      const importing = importer(importJob(m, text));
+      // The thread has only just been made: it cannot have loaded the program yet, let alone lowered itself.
+      atStart = yieldingThreads() - before;
+      return importing;
+    },
+    (committed) => committed.finished,
+  );
+  const committed = await done;
+  if (process.platform === 'linux') assert.equal(atStart, 1);
+  assert.equal(JSON.parse(committed.json.toString()).nodes[0].outcome, 'created');
+});
+
 test("an import's worker out of memory is a 413, one of another version a 503; neither writes", async (t) => {
   const m = await startMaster(t);
   const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() };
@@ -374,17 +410,7 @@ test("an import's worker out of memory is a 413, one of another version a 503; n
   const nodes = [{ name: 'edge', host: 'edge.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }];
   const text = JSON.stringify({ format: 'portplane-export', version: 1, nodes, tunnels: [], rules });
   // Each call its own document: a worker takes the memory of the one it is given.
-  const job = (): ImportJob => ({
-    document: Buffer.from(text),
-    dryRun: false,
-    ctx: {
-      actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
-      action: 'config.import',
-      caller: undefined as never,
-    },
-    timestamp: m.app.timestamp(),
-    license: m.app.licenseView(),
-  });
+  const job = () => importJob(m, text);
   await assert.rejects(
     m.app.store.db.holdWrites(() => importer(job())),
     (error: unknown) =>

@@ -4,9 +4,9 @@
 // request as long. A worker is this module started again (in the bundle, the master's one
 // file), told by `workerData` what it is for: one import, or the batches that come.
 
-import { readlinkSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
-import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { isMainThread, parentPort, Worker, workerData, type WorkerOptions } from 'node:worker_threads';
 import { runBatch, type BatchJob } from '../../internal/api/batch.ts';
 import { runImport, type ImportJob } from '../../internal/api/transfer.ts';
 import type { JobCommitted, JobDone, Writer, WriteJob } from '../../internal/api/writes.ts';
@@ -84,8 +84,7 @@ export function importInWorker(setup: WorkerSetup): (job: ImportJob) => Promise<
     new Promise((resolve, reject) => {
       const task: Task = { role: IMPORT, setup, job };
       const heap = setup.heapMiB ?? HEAP_MIB;
-      const worker = new Worker(new URL(import.meta.url), {
-        workerData: task,
+      const worker = startWorker(task, {
         transferList: movable(job.document),
         resourceLimits: { maxOldGenerationSizeMb: heap },
       });
@@ -142,10 +141,7 @@ export function batchesInWorker(setup: WorkerSetup, idleMs = BATCH_WORKER_IDLE_M
 
   const running = (): Worker => {
     if (worker) return worker;
-    const started = new Worker(new URL(import.meta.url), {
-      workerData: { role: BATCHES, setup } satisfies Task,
-      resourceLimits: { maxOldGenerationSizeMb: heap },
-    });
+    const started = startWorker({ role: BATCHES, setup }, { resourceLimits: { maxOldGenerationSizeMb: heap } });
     // Kept between batches, it must not keep the master's process alive.
     started.unref();
     started.once('exit', () => {
@@ -219,23 +215,59 @@ export function batchesInWorker(setup: WorkerSetup, idleMs = BATCH_WORKER_IDLE_M
 }
 
 /**
+ * This file started again as a worker thread for `task`, yielding to live requests from its start: the master lowers
+ * the new thread's priority as soon as it exists, so that loading this file (80-100 ms of CPU here) already yields;
+ * left to the worker, the load ran at the master's priority and was most of an import's cost to live reads (p99
+ * 1.4-1.9x idle during an import, 1.0-1.1x after). Node makes the thread within the constructor, so it is the one
+ * the listing of the process's threads gains; the worker lowers itself again once loaded, in case another thread was
+ * made at the same moment and the master could not tell which.
+ */
+function startWorker(task: Task, options: Omit<WorkerOptions, 'workerData' | 'name'>): Worker {
+  const before = new Set(threadIds());
+  const worker = new Worker(new URL(import.meta.url), { ...options, workerData: task, name: task.role });
+  const made = threadIds().filter((id) => !before.has(id));
+  if (made.length === 1) yieldToLiveRequests(made[0]!);
+  return worker;
+}
+
+/** The ids of this process's threads (Linux; elsewhere none). */
+function threadIds(): number[] {
+  try {
+    return readdirSync('/proc/self/task').map(Number);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw error;
+  }
+}
+
+/**
  * Live requests first: the worker runs on the CPU they leave. On a core the main thread keeps busy, a worker of
  * the same priority takes turns of a scheduler slice (4-5 ms), in which no request is answered; at the lowest
  * priority (nice 19) it gets about 1.5% of a busy core (its jobs, and writes waiting for them, take longer) and all
  * of an idle one. Linux's idle scheduling class (chrt --idle) did better beside our own requests, preempted the
  * moment a request wakes the main thread, but it yields to every process on the host as well (a test beside two
  * busy loops took 70 s instead of 2; 8 s at nice 19), and a process without CAP_SYS_NICE cannot leave it again.
- * Linux sets the priority of a thread (its id read from /proc); elsewhere the worker keeps its own.
+ * Linux sets the priority of a thread (by its id); elsewhere the worker keeps its own.
  * Threads started from this one would inherit it, so a worker must not be the first to use libuv's pool
  * (asynchronous fs, crypto or zlib): it uses none (SQLite and its hashing are synchronous), and a job run first
  * thing after a start leaves the master with no pool thread at all.
  */
-function yieldToLiveRequests(): void {
+function yieldToLiveRequests(threadId: number): void {
   try {
-    setPriority(Number(readlinkSync('/proc/thread-self').split('/').pop()), constants.priority.PRIORITY_LOW);
+    setPriority(threadId, constants.priority.PRIORITY_LOW);
   } catch (error) {
-    // Not Linux (no such file), or a system call filter in the way: the worker runs at normal priority.
-    if (!['ENOENT', 'ERR_SYSTEM_ERROR'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error;
+    // A system call filter in the way, or the thread already gone: it runs at the priority it has.
+    if ((error as NodeJS.ErrnoException).code !== 'ERR_SYSTEM_ERROR') throw error;
+  }
+}
+
+/** This thread's id for `yieldToLiveRequests` (Linux), or null. */
+function ownThreadId(): number | null {
+  try {
+    return Number(readlinkSync('/proc/thread-self').split('/').pop());
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw error;
   }
 }
 
@@ -327,7 +359,8 @@ function movable(bytes: Uint8Array): ArrayBuffer[] {
 
 const task = isMainThread ? undefined : (workerData as Task | undefined);
 if (task?.role === IMPORT || task?.role === BATCHES) {
-  yieldToLiveRequests();
+  const self = ownThreadId();
+  if (self !== null) yieldToLiveRequests(self);
   if (task.role === IMPORT) await importOnce(task.setup, task.job);
   else serveBatches(task.setup);
 }
