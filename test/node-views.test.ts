@@ -152,6 +152,23 @@ test('once another connection wrote while this one held its writes (an import), 
   }
 });
 
+test('while another connection writes (an import) nodes read are kept as committed, and read anew after', async (t) => {
+  const { dir, store, other, entry, fresh } = setUp(t);
+  await store.committed();
+  // A change nothing tells this connection about: a node kept shows none of it, one read from the database does.
+  const outside = new DatabaseSync(join(dir, 'master.db'));
+  t.after(() => outside.close());
+  await store.db.holdWrites(async () => {
+    const during = store.nodes.json(entry);
+    outside.prepare("UPDATE nodes SET host = 'unseen.example'").run();
+    assert.deepEqual(store.nodes.json(entry), during, 'read while writes were held, it was kept');
+    other.write(() => other.prepare("UPDATE nodes SET host = 'imported.example'").run());
+    await other.committed();
+  });
+  assert.match(store.nodes.json(entry)!.json, /imported\.example/);
+  assert.deepEqual(store.nodes.json(entry), fresh(entry));
+});
+
 test('what is kept is bounded by its size: the node read longest ago is read again', async (t) => {
   const { dir, store, entry, exit } = setUp(t);
   const third = store.write(() =>

@@ -259,9 +259,12 @@ export class Database {
     return this.changesRun;
   }
 
-  /** True when the write connection holds no uncommitted change: what a read returns now is committed. */
+  /**
+   * True when this connection holds no uncommitted change: what a read returns now is committed. Writes held for
+   * another connection (`holdWrites`) leave it so: what that one has not committed does not show here.
+   */
   get settled(): boolean {
-    return this.batch === null && this.hold === null;
+    return !this.db.isTransaction;
   }
 
   /** True while writes are held (a long write, or `holdWrites`): `write()` throws, reads see the last commit. */
