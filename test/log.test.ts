@@ -1,8 +1,20 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { streamLogger } from '../internal/log/log.ts';
+
+/** Lines are written once per event-loop turn: this waits for the turn's write. */
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+
+/** The JSON lines in what was written, however the writes cut them. */
+const linesOf = (written: string[]) =>
+  written
+    .join('')
+    .split('\n')
+    .filter(Boolean)
+    .map((text) => JSON.parse(text) as Record<string, unknown>);
 
 /** A stream whose reader is stalled until `release()`: every write stays pending until then. */
 function stalledStream() {
@@ -30,12 +42,14 @@ test('a stalled log reader holds at most the cap in memory, and a warning counts
   const { stream, written, release } = stalledStream();
   const log = streamLogger(stream, 4096, () => 0);
   for (let i = 0; i < 1000; i++) log.info('request', { path: `/api/nodes/${i}` });
+  await nextTurn();
   assert.ok(stream.writableLength <= 4096 + 200, `pending ${stream.writableLength} bytes`);
 
   const drained = once(stream, 'drain');
   release();
   await drained;
-  const lines = written.map((text) => JSON.parse(text) as Record<string, unknown>);
+  await nextTurn();
+  const lines = linesOf(written);
   const kept = lines.filter((line) => line.msg === 'request').length;
   assert.ok(kept > 0 && kept < 1000, `${kept} lines kept`);
   const warning = lines.at(-1)!;
@@ -48,10 +62,11 @@ test('a stalled log reader holds at most the cap in memory, and a warning counts
   });
 
   log.info('after', {});
-  assert.equal(JSON.parse(written.at(-1)!).msg, 'after');
+  await nextTurn();
+  assert.equal(linesOf(written).at(-1)!.msg, 'after');
 });
 
-test('a log line is one JSON object: time, level and message, then the fields given (undefined ones left out)', () => {
+test('a log line is one JSON object: time, level, message, then the fields given (none undefined)', async () => {
   const lines: string[] = [];
   const stream = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -65,20 +80,49 @@ test('a log line is one JSON object: time, level and message, then the fields gi
   log.info('fields', { path: '/a "quoted"\n path', status: 200, user: null, skipped: undefined });
   ms += 1;
   log.warn('a millisecond later', {});
-  assert.ok(lines.every((line) => line.endsWith('}\n') && !line.slice(0, -1).includes('\n')));
+  await nextTurn();
+  assert.ok(lines.join('').endsWith('}\n'));
+  assert.deepEqual(linesOf(lines), [
+    { time: '2026-11-23T10:00:00.250Z', level: 'error', msg: 'no fields' },
+    {
+      time: '2026-11-23T10:00:00.250Z',
+      level: 'info',
+      msg: 'fields',
+      path: '/a "quoted"\n path',
+      status: 200,
+      user: null,
+    },
+    { time: '2026-11-23T10:00:00.251Z', level: 'warn', msg: 'a millisecond later' },
+  ]);
+});
+
+test("the lines of one turn go out in one write, in order; the next turn's in another", async () => {
+  const writes: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      writes.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  const log = streamLogger(stream, 4096, () => 0);
+  for (const msg of ['a', 'b', 'c']) log.info(msg);
+  assert.equal(writes.length, 0, 'nothing is written within the turn');
+  await nextTurn();
+  log.warn('d');
+  await nextTurn();
   assert.deepEqual(
-    lines.map((line) => JSON.parse(line)),
-    [
-      { time: '2026-11-23T10:00:00.250Z', level: 'error', msg: 'no fields' },
-      {
-        time: '2026-11-23T10:00:00.250Z',
-        level: 'info',
-        msg: 'fields',
-        path: '/a "quoted"\n path',
-        status: 200,
-        user: null,
-      },
-      { time: '2026-11-23T10:00:00.251Z', level: 'warn', msg: 'a millisecond later' },
-    ],
+    writes.map((chunk) => linesOf([chunk]).map((line) => line.msg)),
+    [['a', 'b', 'c'], ['d']],
   );
+});
+
+test('a line logged just before the process exits is written', () => {
+  const program =
+    `import(${JSON.stringify(new URL('../internal/log/log.ts', import.meta.url).href)}).then(({ streamLogger }) => {` +
+    "streamLogger(process.stdout).info('last words'); process.exit(3); })";
+  const run = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', program], {
+    encoding: 'utf8',
+  });
+  assert.equal(run.status, 3, run.stderr);
+  assert.equal(linesOf([run.stdout])[0]!.msg, 'last words');
 });

@@ -50,9 +50,22 @@ export function streamLogger(
   // At or above the high-water mark a write has returned false, so 'drain' is due once past the cap.
   const cap = Math.max(maxPendingBytes, stream.writableHighWaterMark);
   let dropped = 0;
+  // The lines of one event-loop turn go out in one write: a write per line, a system call each, took a sixth of
+  // a GET's time under load.
+  let turn = '';
+  const flush = () => {
+    unwritten.delete(flush);
+    const text = turn;
+    turn = '';
+    if (text) stream.write(text);
+  };
   const log = createLogger((line) => {
-    if (stream.writableLength <= cap) {
-      stream.write(line);
+    if (stream.writableLength + turn.length <= cap) {
+      if (turn === '') {
+        setImmediate(flush);
+        writeAtExit(flush);
+      }
+      turn += line;
       return;
     }
     if (dropped++ === 0)
@@ -63,6 +76,18 @@ export function streamLogger(
       });
   }, now);
   return log;
+}
+
+/** Loggers holding lines of this turn. A turn that ends the process (a last line, then process.exit) has no next. */
+const unwritten = new Set<() => void>();
+let writingAtExit = false;
+
+function writeAtExit(flush: () => void): void {
+  if (!writingAtExit) {
+    writingAtExit = true;
+    process.once('exit', () => unwritten.forEach((write) => write()));
+  }
+  unwritten.add(flush);
 }
 
 export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
