@@ -5,6 +5,18 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { streamLogger } from '../internal/log/log.ts';
 
+/** A stream that keeps each write's text, and takes it at once. */
+function recordingStream() {
+  const writes: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      writes.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  return { stream, writes };
+}
+
 /** Lines are written once per event-loop turn: this waits for the turn's write. */
 const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
 
@@ -67,13 +79,7 @@ test('a stalled log reader holds at most the cap in memory, and a warning counts
 });
 
 test('a log line is one JSON object: time, level, message, then the fields given (none undefined)', async () => {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(chunk.toString('utf8'));
-      done();
-    },
-  });
+  const { stream, writes: lines } = recordingStream();
   let ms = Date.UTC(2026, 10, 23, 10, 0, 0, 250);
   const log = streamLogger(stream, 4096, () => ms);
   log.error('no fields');
@@ -97,13 +103,7 @@ test('a log line is one JSON object: time, level, message, then the fields given
 });
 
 test("the lines of one turn go out in one write, in order; the next turn's in another", async () => {
-  const writes: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      writes.push(chunk.toString('utf8'));
-      done();
-    },
-  });
+  const { stream, writes } = recordingStream();
   const log = streamLogger(stream, 4096, () => 0);
   for (const msg of ['a', 'b', 'c']) log.info(msg);
   assert.equal(writes.length, 0, 'nothing is written within the turn');
