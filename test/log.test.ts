@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
@@ -125,4 +125,21 @@ test('a line logged just before the process exits is written', () => {
   });
   assert.equal(run.status, 3, run.stderr);
   assert.equal(linesOf([run.stdout])[0]!.msg, 'last words');
+});
+
+test('a log reader that goes away ends no process: its lines are dropped and the program goes on', async () => {
+  const program =
+    `import(${JSON.stringify(new URL('../internal/log/log.ts', import.meta.url).href)}).then(({ streamLogger }) => {` +
+    "const log = streamLogger(process.stdout); const timer = setInterval(() => log.info('tick'), 5);" +
+    'setTimeout(() => { clearInterval(timer); process.exit(0); }, 1000); })';
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', program], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+  // The reader reads one line and goes away, as `| head -1` does.
+  await once(child.stdout, 'data');
+  child.stdout.destroy();
+  const [code] = await once(child, 'exit');
+  assert.equal(code, 0, stderr);
 });

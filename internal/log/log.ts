@@ -40,7 +40,9 @@ export const MAX_PENDING_LOG_BYTES = 1024 * 1024;
  * A logger writing to `stream` that never holds more than `maxPendingBytes` for it. Writes to a pipe
  * or socket queue in memory while the reader (journald, a supervisor) is not reading, and a request
  * log line per request would grow that queue without bound under load; past the cap lines are
- * dropped, and once the stream drains one warning says how many.
+ * dropped, and once the stream drains one warning says how many. A reader that goes away (`| head`,
+ * a log shipper that ended) leaves nothing to tell: from then on lines are dropped, and the program
+ * goes on, where the stream's error would have ended it.
  */
 export function streamLogger(
   stream: Writable,
@@ -50,6 +52,8 @@ export function streamLogger(
   // At or above the high-water mark a write has returned false, so 'drain' is due once past the cap.
   const cap = Math.max(maxPendingBytes, stream.writableHighWaterMark);
   let dropped = 0;
+  let readerGone = false;
+  stream.on('error', () => (readerGone = true));
   // The lines of one event-loop turn go out in one write: a write per line, a system call each, took a sixth of
   // a GET's time under load.
   let turn = '';
@@ -60,6 +64,7 @@ export function streamLogger(
     if (text) stream.write(text);
   };
   const log = createLogger((line) => {
+    if (readerGone) return;
     if (stream.writableLength + turn.length <= cap) {
       if (turn === '') {
         setImmediate(flush);
