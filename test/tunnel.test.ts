@@ -7,12 +7,14 @@ import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { connect as h2Connect, type ClientHttp2Session } from 'node:http2';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { Writable } from 'node:stream';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { connect as tlsConnect } from 'node:tls';
 import { Forwarder } from '../internal/forward/forwarder.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
 import { pinOf } from '../internal/tls/pin.ts';
+import { Deframer, Framer, MAX_UDP_BACKLOG } from '../internal/tunnel/wire.ts';
 import { nodeOf, startAgent, stopAgent, udpRoundTrip } from './agents.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpRoundTrip, udpEcho, until } from './net.ts';
@@ -422,4 +424,45 @@ test("the exit's own results: a taken port fails the tunnel's rules, an unresolv
       [2, 'failed', 'target_unresolvable'],
     ]);
   }
+});
+
+test('UDP datagrams of a turn go out in one write and come back whole; a full or ended stream takes none', async () => {
+  const writes: Buffer[] = [];
+  let holding = false;
+  const stream = new Writable({
+    highWaterMark: 1,
+    write(chunk: Buffer, _encoding, done) {
+      writes.push(chunk);
+      // A peer that has stopped reading: the write stays pending, as bytes do in a stalled stream.
+      if (!holding) done();
+    },
+  });
+  const framer = new Framer(stream);
+  const sent = [Buffer.from('one'), Buffer.alloc(0), Buffer.alloc(1200, 7)];
+  for (const datagram of sent) assert.equal(framer.send(datagram), true);
+  assert.equal(writes.length, 0, 'nothing is written within the turn');
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(writes.length, 1);
+  // Cut anywhere, the stream comes back as the same datagrams.
+  const received: Buffer[] = [];
+  const deframer = new Deframer();
+  for (let at = 0; at < writes[0]!.length; at += 5)
+    deframer.push(writes[0]!.subarray(at, at + 5), (datagram) => received.push(Buffer.from(datagram)));
+  assert.deepEqual(received, sent);
+
+  holding = true;
+  const big = Buffer.alloc(60_000);
+  let accepted = 0;
+  for (let turn = 0; turn < 10 && framer.send(big); turn++) {
+    accepted++;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  assert.ok(accepted < 10 && accepted * 60_002 > MAX_UDP_BACKLOG, `${accepted} taken before the backlog was full`);
+
+  const ended = new Writable({ write: (_chunk, _encoding, done) => done() });
+  const late = new Framer(ended);
+  assert.equal(late.send(Buffer.from('before the end')), true);
+  ended.end();
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(late.send(Buffer.from('after')), false, 'an ended stream takes no more');
 });

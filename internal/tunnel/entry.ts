@@ -9,9 +9,8 @@ import type { DatagramDial, DatagramSession, TcpDial } from '../forward/dial.ts'
 import {
   ALPN,
   Deframer,
-  frame,
+  Framer,
   h2Settings,
-  MAX_UDP_BACKLOG,
   MIN_TLS,
   peerRefusal,
   SESSION_MEMORY_MB,
@@ -101,6 +100,7 @@ export class TunnelEntry {
   dialDatagrams(ruleId: number): DatagramDial {
     return (onReply, onEnd) => {
       let stream: ClientHttp2Stream | null = null;
+      let framer: Framer | null = null;
       let closed = false;
       const early: Buffer[] = [];
       const deframer = new Deframer();
@@ -109,19 +109,18 @@ export class TunnelEntry {
         if (!stream) return onEnd();
         stream.on('data', (chunk: Buffer) => deframer.push(chunk, onReply));
         stream.on('close', onEnd);
-        for (const datagram of early.splice(0)) stream.write(frame(datagram));
+        framer = new Framer(stream);
+        for (const datagram of early.splice(0)) framer.send(datagram);
       });
       const session: DatagramSession = {
         send(datagram) {
           if (closed) return false;
-          if (!stream) {
+          if (!framer) {
             if (early.length >= 64) return false;
             early.push(datagram);
             return true;
           }
-          if (stream.destroyed || stream.writableLength > MAX_UDP_BACKLOG) return false;
-          stream.write(frame(datagram));
-          return true;
+          return framer.send(datagram);
         },
         close() {
           closed = true;

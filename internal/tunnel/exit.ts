@@ -12,9 +12,8 @@ import type { Protocol, Strategy } from '../domain/rules.ts';
 import {
   ALPN,
   Deframer,
-  frame,
+  Framer,
   h2Settings,
-  MAX_UDP_BACKLOG,
   MIN_TLS,
   parseStreamPath,
   peerRefusal,
@@ -187,10 +186,9 @@ export class TunnelExit {
       );
       return;
     }
+    const framer = new Framer(stream);
     const session = datagramsTo(bound.picker)(
-      (reply) => {
-        if (!stream.destroyed && stream.writableLength <= MAX_UDP_BACKLOG) stream.write(frame(reply));
-      },
+      (reply) => void framer.send(reply),
       () => stream.end(),
     );
     if (!session) return respond(stream, 502, true);

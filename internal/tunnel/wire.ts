@@ -4,6 +4,7 @@
 // HTTP/2 gives each stream its own flow control, so one stalled connection holds only itself.
 
 import { X509Certificate } from 'node:crypto';
+import type { Writable } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { pinOf } from '../tls/pin.ts';
 
@@ -48,16 +49,42 @@ export function peerRefusal(socket: TLSSocket, pin: string): string | null {
   return presented === pin ? null : `it presented the key ${presented}, not the tunnel's`;
 }
 
-/** Each datagram on a UDP stream is a 2-byte big-endian length and that many bytes. */
-export function frame(datagram: Buffer): Buffer {
-  const head = Buffer.allocUnsafe(2);
-  head.writeUInt16BE(datagram.length);
-  return Buffer.concat([head, datagram]);
+/**
+ * Writes datagrams to a UDP stream, each as a 2-byte big-endian length and that many bytes, and those of one
+ * event-loop turn in one write: a write per datagram (an HTTP/2 DATA frame and a TLS record each) kept both ends'
+ * one CPU busy at 50,000 datagrams a second.
+ */
+export class Framer {
+  private queued: Buffer[] = [];
+  private queuedBytes = 0;
+
+  constructor(private readonly stream: Writable) {}
+
+  /** Queues `datagram` for this turn's write; false (dropped) when the stream has MAX_UDP_BACKLOG bytes waiting. */
+  send(datagram: Buffer): boolean {
+    if (!this.stream.writable || this.stream.writableLength + this.queuedBytes > MAX_UDP_BACKLOG) return false;
+    if (this.queuedBytes === 0) setImmediate(this.flush);
+    const head = Buffer.allocUnsafe(2);
+    head.writeUInt16BE(datagram.length);
+    this.queued.push(head, datagram);
+    this.queuedBytes += 2 + datagram.length;
+    return true;
+  }
+
+  private readonly flush = () => {
+    const chunk = Buffer.concat(this.queued, this.queuedBytes);
+    this.queued = [];
+    this.queuedBytes = 0;
+    // A stream ended or reset within the turn takes nothing more.
+    if (this.stream.writable) this.stream.write(chunk);
+  };
 }
+
+const NOTHING = Buffer.alloc(0);
 
 /** Cuts a UDP stream back into datagrams, whatever chunks it arrives in. */
 export class Deframer {
-  private pending: Buffer = Buffer.alloc(0);
+  private pending: Buffer = NOTHING;
 
   push(chunk: Buffer, onDatagram: (datagram: Buffer) => void): void {
     let data = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : chunk;
@@ -67,7 +94,8 @@ export class Deframer {
       onDatagram(data.subarray(2, 2 + size));
       data = data.subarray(2 + size);
     }
-    this.pending = Buffer.from(data);
+    // What is left of the chunk is copied: the chunk's memory is the stream's, not ours to keep.
+    this.pending = data.length === 0 ? NOTHING : Buffer.from(data);
   }
 }
 
