@@ -570,6 +570,7 @@ end
   );
 
   // The import yields the core to the reads in the same way; 5c shows it beside lighter reads.
+  // One document for each of 5b's three rounds and one for 5c, each on ports of its own.
   const imports = [50_000, 50_010, 50_020, 50_030].map(
     (firstPort) => new Encoded({ ...seedDocument(1000, 10, firstPort), nodes: [] }),
   );

@@ -68,7 +68,7 @@ export function streamLogger(
     if (stream.writableLength + turn.length <= cap) {
       if (turn === '') {
         setImmediate(flush);
-        writeAtExit(flush);
+        unwritten.add(flush);
       }
       turn += line;
       return;
@@ -85,14 +85,6 @@ export function streamLogger(
 
 /** Loggers holding lines of this turn. A turn that ends the process (a last line, then process.exit) has no next. */
 const unwritten = new Set<() => void>();
-let writingAtExit = false;
-
-function writeAtExit(flush: () => void): void {
-  if (!writingAtExit) {
-    writingAtExit = true;
-    process.once('exit', () => unwritten.forEach((write) => write()));
-  }
-  unwritten.add(flush);
-}
+process.once('exit', () => unwritten.forEach((write) => write()));
 
 export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
