@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { connect as h2Connect, type ClientHttp2Session } from 'node:http2';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import { Writable } from 'node:stream';
+import { Duplex, Writable } from 'node:stream';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { connect as tlsConnect } from 'node:tls';
@@ -427,6 +427,7 @@ test("the exit's own results: a taken port fails the tunnel's rules, an unresolv
 });
 
 test('UDP datagrams of a turn go out in one write and come back whole; a full or ended stream takes none', async () => {
+  const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
   const writes: Buffer[] = [];
   let holding = false;
   const stream = new Writable({
@@ -441,7 +442,7 @@ test('UDP datagrams of a turn go out in one write and come back whole; a full or
   const sent = [Buffer.from('one'), Buffer.alloc(0), Buffer.alloc(1200, 7)];
   for (const datagram of sent) assert.equal(framer.send(datagram), true);
   assert.equal(writes.length, 0, 'nothing is written within the turn');
-  await new Promise((resolve) => setImmediate(resolve));
+  await nextTurn();
   assert.equal(writes.length, 1);
   // Cut anywhere, the stream comes back as the same datagrams.
   const received: Buffer[] = [];
@@ -450,19 +451,32 @@ test('UDP datagrams of a turn go out in one write and come back whole; a full or
     deframer.push(writes[0]!.subarray(at, at + 5), (datagram) => received.push(Buffer.from(datagram)));
   assert.deepEqual(received, sent);
 
+  // The backlog counts what waits in the stream and what this turn queued: a flood within one turn stops at it too.
   holding = true;
   const big = Buffer.alloc(60_000);
   let accepted = 0;
   for (let turn = 0; turn < 10 && framer.send(big); turn++) {
     accepted++;
-    await new Promise((resolve) => setImmediate(resolve));
+    await nextTurn();
   }
   assert.ok(accepted < 10 && accepted * 60_002 > MAX_UDP_BACKLOG, `${accepted} taken before the backlog was full`);
+  const flooded = new Framer(new Writable({ write: (_chunk, _encoding, done) => done() }));
+  let queued = 0;
+  while (queued < 10 && flooded.send(big)) queued++;
+  assert.ok(queued < 10 && queued * 60_002 > MAX_UDP_BACKLOG, `${queued} queued in one turn`);
 
-  const ended = new Writable({ write: (_chunk, _encoding, done) => done() });
+  // A datagram queued before its stream's sending side ended (as the exit ends it when the entry does, while it still
+  // reads) is dropped, not written after the end.
+  const endedWrites: Buffer[] = [];
+  const ended = new Duplex({ read() {}, write: (chunk: Buffer, _encoding, done) => (endedWrites.push(chunk), done()) });
+  const errors: Error[] = [];
+  ended.on('error', (error) => errors.push(error));
   const late = new Framer(ended);
   assert.equal(late.send(Buffer.from('before the end')), true);
   ended.end();
-  await new Promise((resolve) => setImmediate(resolve));
+  // The turn's write, then the tick in which a write after the end would be reported.
+  await nextTurn();
+  await nextTurn();
+  assert.deepEqual([endedWrites, errors], [[], []]);
   assert.equal(late.send(Buffer.from('after')), false, 'an ended stream takes no more');
 });
