@@ -177,8 +177,8 @@ test('what is kept is bounded by its size: the node read longest ago is read aga
   await store.committed();
   const size = (id: number) => store.nodes.json(id)!.json.length;
   // Room for the last two only, and then for no node at all.
-  const nodes = new NodeStore(store.db, size(exit) + size(third));
-  const none = new NodeStore(store.db, size(entry) - 1);
+  const nodes = new NodeStore(store.db, undefined, size(exit) + size(third));
+  const none = new NodeStore(store.db, undefined, size(entry) - 1);
   for (const id of [entry, exit, third]) nodes.json(id);
   none.json(entry);
   // Another process's write is not seen as it happens: it shows only where nothing was kept.

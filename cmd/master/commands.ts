@@ -1,21 +1,26 @@
-// The master's maintenance commands, run beside (backup) or instead of (restore,
-// reset-password) a serving master: `master backup|restore [--data-dir DIR] FILE` and
-// `master reset-password [--data-dir DIR] USERNAME`.
+// The master's maintenance commands, run beside (backup, verify, wait-ready) or instead of
+// (restore, reset-password) a serving master: `master backup|restore|verify [--data-dir DIR]
+// FILE`, `master reset-password [--data-dir DIR] USERNAME` and `master wait-ready [--data-dir
+// DIR] PID`.
 
 import { randomBytes } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { hashPassword, MIN_PASSWORD } from '../../internal/auth/secrets.ts';
 import { backupDataDir, restoreDataDir } from '../../internal/backup/backup.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
+import { waitReady } from '../../internal/runtime/readiness.ts';
 import { openStore } from '../../internal/store/store.ts';
 
-export const commandNames = ['backup', 'restore', 'reset-password'] as const;
+export const commandNames = ['backup', 'restore', 'reset-password', 'wait-ready'] as const;
+
+/** How long `wait-ready` waits: systemd's own default start time-out. */
+const WAIT_READY_MS = 90_000;
 export type CommandName = (typeof commandNames)[number];
 
 export interface Command {
   name: CommandName;
   dataDir: string;
-  /** The backup file, or the username. */
+  /** The backup file, the username, or the pid. */
   operand: string;
 }
 
@@ -24,6 +29,8 @@ export const commandUsage = `Commands:
   master restore [--data-dir DIR] FILE         fill an empty data dir from a backup
   master reset-password [--data-dir DIR] USER  set USER's password (read from stdin, or generated and printed)
                                                and end its sessions; with no master running on the data dir
+  master wait-ready [--data-dir DIR] PID       wait until the master of process PID serves from the data dir
+                                               (exit 0), or exit 1 if it ends first (systemd: ExecStartPost)
 `;
 
 /** Parses `argv` when it starts with a command; null when it does not. */
@@ -43,7 +50,10 @@ export function parseCommand(
     else operands.push(arg);
   }
   if (!dataDir) return { error: '--data-dir needs a value' };
-  if (operands.length !== 1) return { error: `${name} takes one ${name === 'reset-password' ? 'USERNAME' : 'FILE'}` };
+  const operand = { 'reset-password': 'USERNAME', 'wait-ready': 'PID' }[name as string] ?? 'FILE';
+  if (operands.length !== 1) return { error: `${name} takes one ${operand}` };
+  if (name === 'wait-ready' && !/^[1-9][0-9]{0,9}$/.test(operands[0]!))
+    return { error: `wait-ready takes a process id, not '${operands[0]}'` };
   return { name: name as CommandName, dataDir, operand: operands[0]! };
 }
 
@@ -60,6 +70,10 @@ export async function runCommand(command: Command, stdin: () => string): Promise
   if (command.name === 'restore') {
     const files = restoreDataDir(dataDir, readFileSync(operand));
     return `restored ${files.length} files into ${dataDir}\n`;
+  }
+  if (command.name === 'wait-ready') {
+    const ready = await waitReady(dataDir, Number(operand), WAIT_READY_MS);
+    return `the master (pid ${ready.pid}) serves at ${ready.url}\n`;
   }
   const given = stdin().replace(/\r?\n$/, '');
   const password = given || randomBytes(18).toString('base64url');

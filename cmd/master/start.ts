@@ -1,5 +1,6 @@
-// Wires the master: opens the store, bootstraps the first admin, loads the license, starts
-// the HTTP server and the periodic clean-up. Returns a handle that closes it all in order.
+// Wires the master: opens the store, loads the license, binds the HTTP server (which answers
+// 503 `starting` until the rest is done), bootstraps the first admin, then serves and marks
+// itself ready. Returns a handle that closes it all in order.
 
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
@@ -9,6 +10,8 @@ import { addGauges } from '../../internal/api/health.ts';
 import { MasterMetrics } from '../../internal/metrics/metrics.ts';
 import { Installer } from '../../internal/install/installer.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
+import type { Lifecycle } from '../../internal/runtime/lifecycle.ts';
+import { clearReady, markReady } from '../../internal/runtime/readiness.ts';
 import { Settings } from '../../internal/settings/settings.ts';
 import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
@@ -121,9 +124,23 @@ async function listening(config: MasterConfig, fn: () => Promise<Listening>): Pr
   }
 }
 
+/**
+ * What the last master recorded of agent links and installs is history once this one starts: no agent is linked yet
+ * and no install runs. Nodes it left online are offline, and their tunnels' ends down, until their agents link again;
+ * installs it left running are install_failed.
+ */
+function recordRestart(store: Store, at: string): void {
+  store.write(() => {
+    for (const nodeId of store.nodes.afterRestart(at))
+      store.tunnels.nodeDown(nodeId, `the master restarted; the agent of node ${nodeId} has not linked again yet`, at);
+  });
+}
+
 export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
+  // The agent links' record of which nodes are online, which the store renders their status from.
+  const sync = new SyncHub();
   const store = using(`the data dir ${config.dataDir}`, 'give --data-dir a directory this user can write', () =>
-    openStore(config.dataDir),
+    openStore(config.dataDir, sync),
   );
   try {
     const keyPem = config.licenseKeyPath
@@ -151,8 +168,9 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       });
     const clock = new Clock(now);
     const settings = new Settings(store);
-    const sync = new SyncHub();
-    const lifecycle = { draining: false };
+    const lifecycle: Lifecycle = { starting: true, draining: false };
+    recordRestart(store, clock.timestamp());
+    await store.committed();
     const metrics = new MasterMetrics();
     store.db.onCommitted((seconds) => metrics.commits.observe(seconds));
     store.db.onCallbackError((error) =>
@@ -204,25 +222,34 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     });
     const dispatch = createDispatcher(app, routes);
     const serveConsole = consoleHandler();
-    // The console's few files at the root; everything else, /api/ and what matches nothing, is the API's.
+    // The console's few files at the root; everything else, /api/ and what matches nothing, is the API's (which, while
+    // the master starts, answers 503 for all but health).
     const serve = async (req: IncomingMessage, res: ServerResponse) => {
-      if (!serveConsole(req, res)) await dispatch(req, res);
+      if (app.starting || !serveConsole(req, res)) await dispatch(req, res);
     };
+    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
-    // Only now that it serves: a start that fails earlier never made an admin whose password nobody saw.
-    await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
-    maintain(app);
-    const timer = setInterval(() => {
-      store.db.whenWritable(() => {
-        try {
-          maintain(app);
-        } catch (error) {
-          log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
-        }
-      });
-    }, MAINTENANCE_INTERVAL_MS).unref();
-    const links = new AgentLinks({ store, sync, settings, log, clock, box });
     http.server.on('upgrade', links.handleUpgrade);
+    let timer: NodeJS.Timeout;
+    try {
+      // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
+      await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
+      maintain(app);
+      timer = setInterval(() => {
+        store.db.whenWritable(() => {
+          try {
+            maintain(app);
+          } catch (error) {
+            log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
+          }
+        });
+      }, MAINTENANCE_INTERVAL_MS).unref();
+      lifecycle.starting = false;
+      markReady(config.dataDir, http.url);
+    } catch (error) {
+      await http.close();
+      throw error;
+    }
     if (!tls && !isLoopback(config.host))
       log.warn('serving plain HTTP off loopback (--insecure-http): put a TLS-terminating proxy in front');
     log.info('listening', {
@@ -253,6 +280,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       close() {
         closing ??= (async () => {
           app.draining = true;
+          clearReady(config.dataDir);
           clearInterval(timer);
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();

@@ -8,6 +8,7 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Logger } from '../log/log.ts';
 import type { Clock } from '../runtime/clock.ts';
+import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
@@ -102,6 +103,8 @@ export interface LinkBackend {
   readonly clock: Clock;
   /** Opens the tunnels' private keys, sealed at rest, to hand each node its own. */
   readonly box: SecretBox;
+  /** Links are refused (503, retried by the agent) while the master starts. */
+  readonly lifecycle: Lifecycle;
 }
 
 export class AgentLinks {
@@ -154,7 +157,13 @@ export class AgentLinks {
     const now = this.app.clock.timestamp();
     this.app.store.write(() => {
       for (const nodeId of this.links.keys()) {
-        this.app.store.nodes.setLink(nodeId, 'offline', 'the master shut down', null, now);
+        this.app.store.nodes.setLink(
+          nodeId,
+          'offline',
+          'the master shut down',
+          null,
+          this.app.sync.heardAt(nodeId) ?? now,
+        );
         this.app.store.tunnels.nodeDown(nodeId, 'the master shut down', now);
       }
     });
@@ -175,6 +184,8 @@ export class AgentLinks {
     if (path !== LINK_PATH) return refuse(socket, new DomainError('not_found', 'no upgrade here'));
     if (this.closing)
       return refuse(socket, new DomainError('unavailable', 'the master is shutting down', { retryAfterSeconds: 5 }));
+    if (app.lifecycle.starting)
+      return refuse(socket, new DomainError('unavailable', 'the master is starting', { retryAfterSeconds: 1 }));
     const wait = this.failedByAddress.retryAfterMs(`a:${ip}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
     if (wait > 0) {
       return refuse(
@@ -281,8 +292,8 @@ export class AgentLinks {
     const old = this.links.get(nodeId);
     this.links.set(nodeId, link);
     old?.socket.destroy();
-    app.sync.connect(nodeId);
     const at = app.clock.timestamp();
+    app.sync.connect(nodeId, at);
     // Taking over when the old link closes may come while an import or batch is being written.
     app.store.db.whenWritable(() =>
       app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at)),
@@ -328,6 +339,7 @@ export class AgentLinks {
     // A newer link not heard on yet carries on: its agent made it last.
     const newer = this.pending.get(nodeId);
     if (newer && !this.closing) return this.takeOver(newer);
+    const lastHeard = this.app.sync.heardAt(nodeId) ?? this.app.clock.timestamp();
     this.app.sync.disconnect(nodeId);
     if (this.closing) return;
     this.app.log.info('agent disconnected', { node_id: nodeId });
@@ -338,8 +350,8 @@ export class AgentLinks {
       if (this.links.has(nodeId)) return;
       try {
         this.app.store.write(() => {
-          if (!this.app.store.nodes.find(nodeId)) return;
-          this.app.store.nodes.setLink(nodeId, 'offline', why, null, now);
+          if (!this.app.store.nodes.exists(nodeId)) return;
+          this.app.store.nodes.setLink(nodeId, 'offline', why, null, lastHeard);
           this.app.store.tunnels.nodeDown(
             nodeId,
             `the agent of node ${nodeId} is not linked to the master: ${why}`,
@@ -412,6 +424,7 @@ export class AgentLinks {
   private receive(link: Link, message: Message): void {
     // Heard on its second link, the agent is there: that link takes over.
     if (this.pending.get(link.nodeId) === link) this.takeOver(link);
+    else if (this.links.get(link.nodeId) === link) this.app.sync.heard(link.nodeId, this.app.clock.timestamp());
     if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));

@@ -10,6 +10,8 @@ export const LINK_PATH = '/agent/v1/link';
 export const LINK_PROTOCOL = 'portplane-agent/1';
 /** Either side closes a link that has been silent this long; each pings at a third of it. */
 export const LINK_SILENCE_MS = 45_000;
+/** How often a side looks for silence: a silent link ends at most this long after LINK_SILENCE_MS. */
+export const SILENCE_CHECK_MS = 5_000;
 /** The longest line the master reads from an agent: MAX_ENTRIES results with full error details fit. */
 export const AGENT_LINE_BYTES = 256 * 1024;
 /** The longest line an agent reads from its master: a whole node's config. */
@@ -147,14 +149,25 @@ export function inPieces<T>(items: readonly T[]): T[][] {
   return pieces.length > 0 ? pieces : [[]];
 }
 
-/** Pings the peer and ends the link when it has been silent for LINK_SILENCE_MS. */
-export function keepAlive(socket: Socket): void {
+/**
+ * Pings the peer every third of `silenceMs` and ends the link once it has been silent for `silenceMs`, looked for
+ * every SILENCE_CHECK_MS (every ninth of a shorter `silenceMs`).
+ */
+export function keepAlive(socket: Socket, silenceMs = LINK_SILENCE_MS): void {
   let lastHeard = Date.now();
+  let lastPinged = lastHeard;
   socket.on('data', () => (lastHeard = Date.now()));
-  const timer = setInterval(() => {
-    if (Date.now() - lastHeard > LINK_SILENCE_MS) socket.destroy(new Error('the peer went silent'));
-    else send(socket, { type: 'ping' });
-  }, LINK_SILENCE_MS / 3).unref();
+  const timer = setInterval(
+    () => {
+      const now = Date.now();
+      if (now - lastHeard > silenceMs) socket.destroy(new Error('the peer went silent'));
+      else if (now - lastPinged >= silenceMs / 3) {
+        lastPinged = now;
+        send(socket, { type: 'ping' });
+      }
+    },
+    Math.min(SILENCE_CHECK_MS, silenceMs / 9),
+  ).unref();
   socket.on('close', () => clearInterval(timer));
   // HTTP server sockets allow half-open connections: without this, a peer's FIN would leave
   // the link looking alive until the next ping failed.

@@ -15,6 +15,7 @@ import type { TokenKind } from '../store/tokens.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
+import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
 import type { BatchJob } from './batch.ts';
@@ -39,11 +40,6 @@ interface VerifiedCredential {
 }
 
 const MAX_VERIFIED = 10_000;
-
-/** Whether the master is shutting down, shared by the parts that must stop taking work. */
-export interface Lifecycle {
-  draining: boolean;
-}
 
 /** What the API's handlers may use: assembled by cmd/master. */
 export interface AppParts {
@@ -118,6 +114,10 @@ export class App {
     this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
+  }
+
+  get starting(): boolean {
+    return this.lifecycle.starting;
   }
 
   get draining(): boolean {

@@ -73,11 +73,10 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     attempt.abandoned();
     throw error;
   }
-  await app.store.db.writable();
   if (!user || !matches || user.disabled) {
     app.metrics.loginFailures.inc();
     // Recorded as the name that was tried: there is no user to name.
-    transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) =>
+    await transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) =>
       effects.failed({ resource: 'session', resource_id: null }),
     );
     throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
@@ -93,7 +92,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     ip,
     request_id: ctx.requestId,
   };
-  const session = transact(app, actingAs(ctx, actor), (effects) => {
+  const session = await transact(app, actingAs(ctx, actor), (effects) => {
     const token = app.store.tokens.insert(
       {
         kind: 'session',
@@ -130,12 +129,12 @@ function whoami(ctx: Ctx<undefined, {}>) {
   });
 }
 
-function logout(ctx: Ctx<undefined, {}>) {
+async function logout(ctx: Ctx<undefined, {}>) {
   const { caller, app } = ctx;
   if (caller.kind !== 'session') {
     throw new DomainError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
   }
-  transact(app, ctx, (effects) => {
+  await transact(app, ctx, (effects) => {
     app.store.tokens.delete(caller.tokenId);
     effects.audit({ resource: 'session', resource_id: caller.tokenId });
   });

@@ -8,9 +8,8 @@ import { transact } from './writes.ts';
 async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const { app } = ctx;
   const archive = await backupDataDir(app.dataDir);
-  await app.store.db.writable();
   // Taking a backup is recorded: it holds everything the data dir does.
-  transact(app, ctx, (effects) =>
+  await transact(app, ctx, (effects) =>
     effects.audit({
       action: 'backup.download',
       resource: 'backup',

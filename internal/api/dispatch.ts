@@ -14,7 +14,8 @@ import { requestIdFrom } from '../http/request-id.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
 import { redact, type Actor } from '../store/audit.ts';
-import type { StoredResponse } from '../store/idempotency.ts';
+import { CommitFailed, WritesBusy } from '../store/database.ts';
+import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
 import { decodeBody, IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
 
@@ -97,6 +98,16 @@ function asDomainError(error: unknown): unknown {
       { retryAfterSeconds: 1 },
       error,
     );
+  if (error instanceof WritesBusy)
+    return new DomainError(
+      'unavailable',
+      `an import or batch held writes for the ${Math.round(error.waitedMs / 1000)} s this write waited ` +
+        '(write_wait_seconds); nothing was changed; retry shortly',
+      { retryAfterSeconds: 5 },
+      error,
+    );
+  if (error instanceof CommitFailed)
+    return new DomainError('internal', 'the change could not be saved; nothing was changed', {}, error);
   return error;
 }
 
@@ -124,6 +135,7 @@ class RequestCtx implements Ctx<unknown, any> {
     readonly body: unknown,
     readonly rawBody: Buffer,
     readonly headers: IncomingHttpHeaders,
+    readonly idempotency: IdempotencySlot | undefined,
   ) {}
 
   get action(): string | undefined {
@@ -165,10 +177,9 @@ interface Routed {
 }
 
 /** A POST carrying an Idempotency-Key that has not been answered yet: where its answer will be kept. */
-interface IdempotencySlot {
-  slot: string;
-  key: string;
-  fingerprint: string;
+interface Unanswered extends IdempotencySlot {
+  /** Its entry in `App.idempotencyInFlight`. */
+  inFlight: string;
 }
 
 export function createDispatcher(app: App, routes: readonly Route[]) {
@@ -218,12 +229,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       out = fromThrown(thrown, x.requestId);
     }
     Object.assign(out.headers, x.pacing);
-    // Nothing leaves before the writes it may have seen are durable (group commit).
+    // Nothing leaves before the writes it may have seen are durable (group commit). A write that succeeded waited for
+    // its own commit already (`transact`): what fails here is others' work, and its answer stands.
     try {
       await app.store.committed();
     } catch (error) {
       app.log.error('commit failed', { request_id: x.requestId, error: (error as Error).message });
-      out = fromError(new DomainError('internal', 'the change could not be saved; nothing was changed'), x.requestId);
+      if (req.method === 'GET' || out.status < 200 || out.status >= 300) out = fromThrown(error, x.requestId);
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out, x.requestId);
@@ -231,6 +243,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   /** A thrown value as an answer: a domain error as its problem, anything else as a bland 500 (and a full log line). */
   function fromThrown(thrown: unknown, requestId: string): Outgoing {
+    if (thrown instanceof WritesBusy) app.metrics.writesRefusedBusy.inc();
     const error = asDomainError(thrown);
     if (error instanceof DomainError) {
       // What went wrong underneath is for the operator, never the caller.
@@ -255,8 +268,6 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const raw = routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(x.req, routed.route.maxBodyBytes);
     const idempotency = idempotencyOf(routed.route, x, raw);
     if ('replay' in idempotency) return idempotency.replay;
-    // While an import or batch is being written, other writes wait for it (reads go on, seeing what is committed).
-    if (routed.route.method !== 'GET') await app.store.db.writable();
     pace(routed.route, x);
     return run(routed, x, query, raw, idempotency.slot);
   }
@@ -269,6 +280,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const method = req.method ?? 'GET';
     const url = requestUrl(req.url);
     const found = router.lookup(method, url.pathname);
+    // Nothing but health is served until everything is wired (the console's files included).
+    if (app.starting && !(found && 'found' in found && found.found.route.answersWhileStarting))
+      throw new DomainError('unavailable', 'the master is starting; retry in a moment', { retryAfterSeconds: 1 });
     if (found === null) throw new DomainError('not_found', `no route for ${url.pathname}`);
     if ('allowed' in found)
       throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
@@ -318,23 +332,26 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * Stage: a POST with an Idempotency-Key gets the answer already given to it, or a slot for
    * the answer it is about to get. Throws `validation_failed`, `conflict`, `idempotency_key_reused`.
    */
-  function idempotencyOf(
-    route: Route,
-    x: Exchange,
-    raw: Buffer,
-  ): { replay: Outgoing } | { slot: IdempotencySlot | null } {
+  function idempotencyOf(route: Route, x: Exchange, raw: Buffer): { replay: Outgoing } | { slot: Unanswered | null } {
     const key = x.req.headers['idempotency-key'];
     if (route.method !== 'POST' || x.principal === null || key === undefined) return { slot: null };
     if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))
       throw new DomainError('validation_failed', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
     const fingerprint = createHash('sha256').update(`${route.method} ${x.req.url}\n`).update(raw).digest('base64url');
-    const slot = `${x.principal.tokenId}:${key}`;
-    if (app.idempotencyInFlight.has(slot))
+    const { tokenId } = x.principal;
+    const inFlight = `${tokenId}:${key}`;
+    if (app.idempotencyInFlight.has(inFlight))
       throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
-    const stored = app.store.idempotency.find(x.principal.tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
-    if (!stored) return { slot: { slot, key, fingerprint } };
+    const stored = app.store.idempotency.find(tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
+    if (!stored) return { slot: { tokenId, key, fingerprint, inFlight } };
     if (stored.fingerprint !== fingerprint)
       throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request');
+    if (stored.status === ANSWER_PENDING)
+      throw new DomainError(
+        'conflict',
+        'a request with this Idempotency-Key was carried out, but its answer could not be kept; read the resources ' +
+          'it changed',
+      );
     return {
       replay: {
         status: stored.status,
@@ -359,13 +376,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     x: Exchange,
     query: unknown,
     raw: Buffer,
-    idempotency: IdempotencySlot | null,
+    idempotency: Unanswered | null,
   ): Promise<Outgoing> {
-    if (idempotency) app.idempotencyInFlight.add(idempotency.slot);
+    if (idempotency) app.idempotencyInFlight.add(idempotency.inFlight);
     try {
       let out: Outgoing;
       try {
-        const ctx = makeCtx(route, x, params, query, raw);
+        const ctx = makeCtx(route, x, params, query, raw, idempotency);
         out = fromReply(await route.handler(ctx));
       } catch (thrown) {
         const error = asDomainError(thrown);
@@ -376,20 +393,26 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         out = fromThrown(error, x.requestId);
       }
       // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
-      if (idempotency && x.principal && out.status >= 200 && out.status < 300) {
-        await app.store.db.writable();
-        app.store.write(() =>
-          app.store.idempotency.save(
-            x.principal!.tokenId,
-            idempotency.key,
-            { fingerprint: idempotency.fingerprint, ...replayOf(out, x.requestId) },
-            app.timestamp(),
-          ),
-        );
-      }
+      if (idempotency && out.status >= 200 && out.status < 300) await keepAnswer(idempotency, out, x.requestId);
       return out;
     } finally {
-      if (idempotency) app.idempotencyInFlight.delete(idempotency.slot);
+      if (idempotency) app.idempotencyInFlight.delete(idempotency.inFlight);
+    }
+  }
+
+  /**
+   * Keeps a success for its Idempotency-Key's retries. Its change is committed already, with the key marked as used:
+   * should the answer not be kept, a retry is told that the request was carried out, and this one still answers.
+   */
+  async function keepAnswer(slot: Unanswered, out: Outgoing, requestId: string): Promise<void> {
+    const stored = { fingerprint: slot.fingerprint, ...replayOf(out, requestId) };
+    try {
+      await app.store.db.writeInTurn(() => app.store.idempotency.save(slot.tokenId, slot.key, stored, app.timestamp()));
+    } catch (error) {
+      app.log.error('keeping an answer for its Idempotency-Key failed', {
+        request_id: requestId,
+        error: (error as Error).message,
+      });
     }
   }
 
@@ -403,9 +426,28 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return undefined;
   }
 
-  function makeCtx(route: Route, x: Exchange, params: Record<string, string>, query: unknown, raw: Buffer) {
+  function makeCtx(
+    route: Route,
+    x: Exchange,
+    params: Record<string, string>,
+    query: unknown,
+    raw: Buffer,
+    idempotency: Unanswered | null,
+  ) {
     const body = checkBody(route, raw);
-    return new RequestCtx(app, route, x.principal, x.requestId, x.ip, params, query, body, raw, x.req.headers);
+    return new RequestCtx(
+      app,
+      route,
+      x.principal,
+      x.requestId,
+      x.ip,
+      params,
+      query,
+      body,
+      raw,
+      x.req.headers,
+      idempotency ?? undefined,
+    );
   }
 
   function peekBudget(principal: Principal): BudgetState {

@@ -7,11 +7,18 @@ import { record } from './common.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import type { App } from './app.ts';
 import { syncStates } from '../domain/rules.ts';
+import { nodeStatuses } from '../store/nodes.ts';
 
 const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 const healthSchema = record('Health', {
-  status: { type: 'string', enum: ['ok'], description: 'While the master shuts down, this route answers 503 instead.' },
+  status: {
+    type: 'string',
+    enum: ['ok', 'starting'],
+    description:
+      'starting (with 503) until the master serves everything: its first admin made, the console and the agent ' +
+      'link wired. While it shuts down, this route answers a 503 problem instead.',
+  },
   version: { type: 'string' },
   database: { type: 'string', enum: ['ok'] },
   uptime_seconds: { type: 'integer' },
@@ -25,7 +32,13 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     throw new DomainError('unavailable', 'the database does not answer', { retryAfterSeconds: 5 }, error);
   }
   const uptime = Math.floor((app.now() - app.startedAt) / 1000);
-  return ok({ status: 'ok', version: app.version, database: 'ok', uptime_seconds: uptime });
+  const body = {
+    status: app.starting ? 'starting' : 'ok',
+    version: app.version,
+    database: 'ok',
+    uptime_seconds: uptime,
+  };
+  return app.starting ? { status: 503, body, headers: { 'Retry-After': '1' } } : ok(body);
 }
 
 /** The gauges read from the running master when it is scraped. */
@@ -35,6 +48,12 @@ export function addGauges(app: App): void {
     new Gauge('portplane_agents_connected', 'Nodes whose agent is linked now.', () => [
       { value: app.sync.connectedCount() },
     ]),
+  );
+  registry.add(
+    new Gauge('portplane_nodes', 'Nodes by status, as the API and the dashboard show them.', () => {
+      const by = app.store.nodes.countByStatus();
+      return nodeStatuses.map((status) => ({ labels: { status }, value: by[status] ?? 0 }));
+    }),
   );
   registry.add(
     new Gauge('portplane_rules', 'Forwarding rules by sync state.', () => {
@@ -73,19 +92,24 @@ export const healthOperations = operations({
   getHealth: operation({
     summary: 'Whether the master serves and its database answers',
     description:
-      'Public, for a load balancer or monitor: 200 with the version and uptime; ' +
-      '503 while it shuts down or if the database does not answer.',
+      'Public, for a load balancer, a monitor or a script waiting for a master it started: 200 with the version ' +
+      'and uptime once it serves everything; 503 with status starting (and Retry-After) before that, and 503 ' +
+      'while it shuts down or if the database does not answer. Every other route answers 503 (unavailable) while ' +
+      'the master starts.',
     responses: {
       200: { description: 'Healthy', schema: healthSchema },
-      503: { description: 'Shutting down, or the database does not answer' },
+      503: {
+        description: 'Starting (the health document, status starting), shutting down, or the database does not answer',
+      },
     },
+    answersWhileStarting: true,
     handler: health,
   }),
   getMetrics: operation({
     summary: 'Metrics in the Prometheus text format 0.0.4',
     description:
       'Requests and their latency by route, method and status; database commits (with their fsync) ' +
-      'and their time; agents connected; ' +
+      'and their time; agents connected; nodes by status; live writes refused after waiting behind bulk work; ' +
       'rules by sync state; traffic totals; login failures; process memory.',
     responses: { 200: { description: 'The metrics', mediaType: METRICS_TYPE, schema: describe({ type: 'string' }) } },
     handler: metrics,

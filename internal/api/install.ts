@@ -1,13 +1,13 @@
 // Install and reinstall the agent on a node over SSH. Both answer at once (202) with the
 // node `installing`; progress, the log tail and the outcome show on the node.
 
-import { DomainError } from '../errors/errors.ts';
 import { masterUrl } from '../schema/net.ts';
 import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
 import { nodeSchema, nodeView } from './nodes.ts';
-import { type Ctx, idParam, notFound, operation, operations, type Reply } from './route.ts';
+import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
+import { transact } from './writes.ts';
 
 const installInput = object(
   {
@@ -31,21 +31,22 @@ const installInput = object(
 );
 
 function installer(mode: InstallMode) {
-  return (ctx: Ctx<Infer<typeof installInput>, {}>): Reply => {
+  return async (ctx: Ctx<Infer<typeof installInput>, {}>): Promise<Reply> => {
     const { app } = ctx;
     const id = idParam(ctx);
-    const node = app.store.nodes.find(id);
-    if (!node) throw notFound('node', id);
-    if (app.installer.isRunning(id) || node.status === 'installing')
-      throw new DomainError('conflict', `an install is already running on node ${id}; watch GET /api/nodes/${id}`);
-    if (mode === 'install' && (node.status === 'online' || node.status === 'offline')) {
-      throw new DomainError(
-        'conflict',
-        `node ${id} already has an agent (${node.status}); use POST /api/nodes/${id}/reinstall`,
-      );
-    }
-    app.installer.begin(id, mode, requireMasterDial(ctx, ctx.body.master_url), ctx.body.forget_host_key, ctx.actor);
-    return { status: 202, body: nodeView(app.store.nodes.find(id)!), headers: { Location: `/api/nodes/${id}` } };
+    const dial = requireMasterDial(ctx, ctx.body.master_url);
+    const forgetHostKey = ctx.body.forget_host_key;
+    const node = await transact(app, ctx, (effects) => {
+      app.installer.markStarted(id, mode);
+      effects.audit({
+        resource: 'node',
+        resource_id: id,
+        changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey },
+      });
+      return app.store.nodes.find(id)!;
+    });
+    void app.installer.run(id, mode, dial, forgetHostKey);
+    return { status: 202, body: nodeView(node), headers: { Location: `/api/nodes/${id}` } };
   };
 }
 

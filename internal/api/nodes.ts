@@ -265,8 +265,8 @@ function getNode(ctx: Ctx<undefined, {}>) {
   return okJson(node.json, { ETag: etagOf(node.version) });
 }
 
-function createNode(ctx: Ctx<NodeInput, {}>) {
-  const { node, agent_token } = transact(ctx.app, ctx, (effects) => insertNode(ctx.app, effects, ctx.body));
+async function createNode(ctx: Ctx<NodeInput, {}>) {
+  const { node, agent_token } = await transact(ctx.app, ctx, (effects) => insertNode(ctx.app, effects, ctx.body));
   const dial = masterDial(ctx);
   return created(
     {
@@ -279,10 +279,10 @@ function createNode(ctx: Ctx<NodeInput, {}>) {
   );
 }
 
-function replaceNode(ctx: Ctx<NodeInput, {}>) {
+async function replaceNode(ctx: Ctx<NodeInput, {}>) {
   const { app, body } = ctx;
   const id = idParam(ctx);
-  const node = transact(app, ctx, (effects) => {
+  const node = await transact(app, ctx, (effects) => {
     const current = app.store.nodes.find(id);
     if (!current) throw notFound('node', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
@@ -321,8 +321,8 @@ function replaceNode(ctx: Ctx<NodeInput, {}>) {
   return ok(nodeView(node), { ETag: etagOf(node.version) });
 }
 
-function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  transact(ctx.app, ctx, (effects) =>
+async function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
+  await transact(ctx.app, ctx, (effects) =>
     removeNode(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
   );
   return noContent();

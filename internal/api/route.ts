@@ -8,6 +8,7 @@ import { parseJson } from '../http/body.ts';
 import type { QueryOf, QuerySpec } from '../schema/query.ts';
 import { validate, type Schema } from '../schema/schema.ts';
 import type { Actor } from '../store/audit.ts';
+import type { IdempotencySlot } from '../store/idempotency.ts';
 import type { App, Principal } from './app.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
@@ -61,6 +62,8 @@ export interface Ctx<B, Q> {
   actor: Actor;
   /** The route's audit action, which its writes record unless they name another. */
   action?: string;
+  /** A POST's Idempotency-Key not yet answered: its change marks it used (see `transact`). */
+  idempotency?: IdempotencySlot;
 }
 
 export interface SideEffect {
@@ -95,6 +98,8 @@ export interface OperationSpec<B, Q extends QuerySpec> {
   decodesBody?: boolean;
   /** Overrides the 1 MiB body limit, for routes that take whole documents. */
   maxBodyBytes?: number;
+  /** Called while the master starts (health, which says so), where every other route answers 503 `starting`. */
+  answersWhileStarting?: boolean;
   responses: Record<number, ResponseDoc>;
   handler: (ctx: Ctx<B, QueryOf<Q>>) => Reply | Promise<Reply>;
 }

@@ -242,7 +242,7 @@ export function fieldsOf(body: RuleInput): RuleFields {
  * for each node to acknowledge. Returns the rules as they stand afterwards.
  */
 export async function syncRules(app: App, ctx: WriteCtx, ids: number[]): Promise<Map<number, Rule>> {
-  const versions = transact(app, ctx, (effects) => {
+  const versions = await transact(app, ctx, (effects) => {
     const byNode = new Map<number, number>();
     for (const id of ids) {
       const rule = app.store.rules.find(id);
@@ -294,20 +294,20 @@ function getRule(ctx: Ctx<undefined, {}>) {
   return okJson(rule.json, { ETag: etagOf(rule.version) });
 }
 
-function createRule(ctx: Ctx<RuleInput, {}>) {
-  const rule = transact(ctx.app, ctx, (effects) => insertRule(ctx.app, effects, fieldsOf(ctx.body)));
+async function createRule(ctx: Ctx<RuleInput, {}>) {
+  const rule = await transact(ctx.app, ctx, (effects) => insertRule(ctx.app, effects, fieldsOf(ctx.body)));
   return created(rule, { Location: `/api/rules/${rule.id}`, ETag: etagOf(rule.version) });
 }
 
-function putRule(ctx: Ctx<RuleInput, {}>) {
-  const rule = transact(ctx.app, ctx, (effects) =>
+async function putRule(ctx: Ctx<RuleInput, {}>) {
+  const rule = await transact(ctx.app, ctx, (effects) =>
     replaceRule(ctx.app, effects, idParam(ctx), fieldsOf(ctx.body), ctx.headers['if-match']),
   );
   return ok(rule, { ETag: etagOf(rule.version) });
 }
 
-function deleteRule(ctx: Ctx<undefined, {}>) {
-  transact(ctx.app, ctx, (effects) => removeRule(ctx.app, effects, idParam(ctx), ctx.headers['if-match']));
+async function deleteRule(ctx: Ctx<undefined, {}>) {
+  await transact(ctx.app, ctx, (effects) => removeRule(ctx.app, effects, idParam(ctx), ctx.headers['if-match']));
   return noContent();
 }
 

@@ -11,10 +11,10 @@ function getSettings(ctx: Ctx<undefined, {}>) {
   return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
 }
 
-function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
+async function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
   const { app } = ctx;
   try {
-    transact(app, ctx, (effects) => {
+    await transact(app, ctx, (effects) => {
       checkIfMatchTag(ctx.headers['if-match'], app.settings.etag());
       const changes = app.settings.apply(ctx.body);
       const guarded = guardedKeys.filter((key) => key in changes.after);
@@ -25,6 +25,8 @@ function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
       if (Object.keys(changes.after).length > 0) {
         effects.audit({ resource: 'settings', resource_id: null, changes });
       }
+      // In effect from the commit on (agents get them then); a failed commit reloads them again.
+      app.settings.reload();
     });
   } finally {
     app.settings.reload();

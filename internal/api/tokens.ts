@@ -75,7 +75,7 @@ function getToken(ctx: Ctx<undefined, {}>) {
   return ok(view(token), { ETag: etagOf(TOKEN_VERSION) });
 }
 
-function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
+async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
   const { app, body, caller } = ctx;
   const ungrantable = body.scopes.filter((scope: Scope) => !grants(caller.scopes, scope));
   if (ungrantable.length > 0) {
@@ -85,7 +85,7 @@ function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
     throw validationFailed([{ pointer: '#/expires_at', detail: 'must be in the future' }]);
   }
   const secret = newSecret('api');
-  const token = transact(app, ctx, (effects) => {
+  const token = await transact(app, ctx, (effects) => {
     const inserted = app.store.tokens.insert(
       {
         kind: 'api',
@@ -106,10 +106,10 @@ function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
   );
 }
 
-function deleteToken(ctx: Ctx<undefined, {}>) {
+async function deleteToken(ctx: Ctx<undefined, {}>) {
   const { app } = ctx;
   const id = idParam(ctx);
-  transact(app, ctx, (effects) => {
+  await transact(app, ctx, (effects) => {
     const token = app.store.tokens.find(id);
     if (!token) throw notFound('token', id);
     checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);

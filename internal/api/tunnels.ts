@@ -191,15 +191,15 @@ function getTunnel(ctx: Ctx<undefined, {}>) {
   return ok(tunnel, { ETag: etagOf(tunnel.version) });
 }
 
-function createTunnel(ctx: Ctx<TunnelInput, {}>) {
-  const tunnel = transact(ctx.app, ctx, (effects) => insertTunnel(ctx.app, effects, ctx.body));
+async function createTunnel(ctx: Ctx<TunnelInput, {}>) {
+  const tunnel = await transact(ctx.app, ctx, (effects) => insertTunnel(ctx.app, effects, ctx.body));
   return created(tunnel, { Location: `/api/tunnels/${tunnel.id}`, ETag: etagOf(tunnel.version) });
 }
 
-function putTunnel(ctx: Ctx<TunnelInput, {}>) {
+async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
   const { app, body } = ctx;
   const id = idParam(ctx);
-  const tunnel = transact(app, ctx, (effects) => {
+  const tunnel = await transact(app, ctx, (effects) => {
     const current = app.store.tunnels.find(id);
     if (!current) throw notFound('tunnel', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
@@ -246,8 +246,8 @@ function putTunnel(ctx: Ctx<TunnelInput, {}>) {
   return ok(tunnel, { ETag: etagOf(tunnel.version) });
 }
 
-function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  transact(ctx.app, ctx, (effects) =>
+async function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
+  await transact(ctx.app, ctx, (effects) =>
     removeTunnel(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
   );
   return noContent();

@@ -75,8 +75,7 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
   const { app, body, caller } = ctx;
   requireHolds(caller, body.scopes, 'cannot create this user');
   const passwordHash = await hashPassword(body.password);
-  await app.store.db.writable();
-  const user = transact(app, ctx, (effects) => {
+  const user = await transact(app, ctx, (effects) => {
     const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
     effects.audit({
       resource: 'user',
@@ -104,8 +103,7 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
   requireHolds(caller, body.scopes, 'cannot give these scopes');
   // Hashing is slow and async, so it happens before the (synchronous) transaction.
   const passwordHash = body.password === undefined ? null : await hashPassword(body.password);
-  await app.store.db.writable();
-  const user = transact(app, ctx, (effects) => {
+  const user = await transact(app, ctx, (effects) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
@@ -122,10 +120,10 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
   return ok(user, { ETag: etagOf(user.version) });
 }
 
-function deleteUser(ctx: Ctx<undefined, {}>) {
+async function deleteUser(ctx: Ctx<undefined, {}>) {
   const { app, caller } = ctx;
   const id = idParam(ctx);
-  transact(app, ctx, (effects) => {
+  await transact(app, ctx, (effects) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);
     checkIfMatch(ctx.headers['if-match'], current.version);

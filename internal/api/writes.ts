@@ -140,14 +140,15 @@ export class Effects {
   }
 }
 
-/** What a write needs of its request: who acts, and with which scopes. */
-export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller' | 'action'>;
+/** What a write needs of its request: who acts, with which scopes, and where its answer is kept for retries. */
+export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller' | 'action' | 'idempotency'>;
 
 /** The same request's writes, recorded as done by `actor` (a login, before and after its caller is known). */
 export function actingAs(ctx: WriteCtx, actor: Actor): WriteCtx {
   return {
     actor,
     action: ctx.action,
+    idempotency: ctx.idempotency,
     get caller() {
       return ctx.caller;
     },
@@ -164,29 +165,35 @@ class DryRun<T> {
 }
 
 /**
- * Runs `fn` in one write transaction. With `dryRun`, everything is checked and done, then
- * rolled back, so a preview fails exactly where the real call would.
+ * Runs `fn` in one write transaction, in its turn behind an import or batch being written (for write_wait_seconds at
+ * most: see `Database.writeInTurn`), and resolves once it is committed; then the nodes whose config it changed are
+ * told. The request's Idempotency-Key, if any, is marked as
+ * used in the same transaction, so a retry never does the change twice. With `dryRun`, everything is checked and
+ * done, then rolled back, so a preview fails exactly where the real call would.
  */
-export function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T, dryRun = false): T {
-  // Handlers wait for writable() before they write; this is for one that an import or batch overtook after an await.
-  if (app.store.db.writesHeld)
-    throw new DomainError('unavailable', 'an import or batch is being written; try again', { retryAfterSeconds: 1 });
+export async function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T, dryRun = false): Promise<T> {
   const effects = new Effects(app, ctx);
   try {
-    const result = app.store.write(() => {
-      const value = fn(effects);
-      if (dryRun) throw new DryRun(value);
-      return value;
-    });
-    const nodes = [...effects.nodes];
-    app.store.db.afterCommit(() => {
-      for (const nodeId of nodes) app.sync.configChanged(nodeId);
-    });
+    const result = await app.store.db.writeInTurn(
+      () => {
+        const value = fn(effects);
+        if (dryRun) throw new DryRun(value);
+        reserveReplay(app, ctx);
+        return value;
+      },
+      app.settings.get('write_wait_seconds') * 1000,
+    );
+    for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
     return result;
   } catch (error) {
     if (error instanceof DryRun) return error.result as T;
     throw error;
   }
+}
+
+/** Inside a write: marks the request's Idempotency-Key as used by a committed change (see IdempotencyStore.reserve). */
+function reserveReplay(app: Writer, ctx: WriteCtx): void {
+  if (ctx.idempotency) app.store.idempotency.reserve(ctx.idempotency, app.timestamp());
 }
 
 /** Maps items one by one, letting the API answer between them once a turn has run long enough. */
@@ -220,14 +227,17 @@ export async function writeInSteps<T>(
         }
         return results;
       };
+      let result: T;
       try {
-        return await fn(effects, inSteps);
+        result = await fn(effects, inSteps);
       } catch (error) {
         if (!(error instanceof RedoItemByItem)) throw error;
+        restart();
+        effects = new Effects(app, ctx);
+        result = await fn(effects, inSteps);
       }
-      restart();
-      effects = new Effects(app, ctx);
-      return fn(effects, inSteps);
+      if (!dryRun) reserveReplay(app, ctx);
+      return result;
     },
     { commit: !dryRun },
   );
@@ -246,7 +256,7 @@ export interface WriteJob {
 /** The request's part of a `WriteJob`, for a handler that hands its write to another connection. */
 export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJob {
   return {
-    ctx: { actor: ctx.actor, action: ctx.action, caller: ctx.caller },
+    ctx: { actor: ctx.actor, action: ctx.action, caller: ctx.caller, idempotency: ctx.idempotency },
     dryRun,
     timestamp: ctx.app.timestamp(),
     license: ctx.app.licenseView(),

@@ -15,6 +15,7 @@ import type { Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Actor } from '../store/audit.ts';
+import { DomainError } from '../errors/errors.ts';
 import { agentEnvironment, envFile, type MasterDial } from './agent-env.ts';
 import { agentBundle } from './bundle.ts';
 import { pinUnderAlias, SshError, SshSession, type SshAuth } from './ssh.ts';
@@ -24,6 +25,10 @@ export type InstallMode = 'install' | 'reinstall';
 
 const MIN_AGENT_NODE_MAJOR = 20;
 const CONNECT_WAIT_MS = 30_000;
+/** The longest an install may take, every step included: past it the node is install_failed (timed_out). */
+export const INSTALL_TIMEOUT_MS = 10 * 60_000;
+/** The longest one SSH command may take. */
+const SSH_COMMAND_MS = 120_000;
 
 /** A value in single quotes for a POSIX shell. Values are validated already; this is the second line of defence. */
 export function shellQuote(value: string): string {
@@ -84,6 +89,7 @@ export interface InstallBackend {
 
 export class Installer {
   private readonly running = new Set<number>();
+  private readonly deadlines = new Map<number, Deadline>();
 
   constructor(
     private readonly app: InstallBackend,
@@ -101,46 +107,81 @@ export class Installer {
   }
 
   /**
-   * Marks the node installing and starts the job; the caller has checked it may. With
-   * `forgetHostKey`, the node's pinned host key is dropped first (a node rebuilt on purpose).
+   * Marks the node installing, inside the write of the request that asks for it (with that request's audit entry,
+   * written by the caller). Throws `conflict` unless the node may be (re)installed now: the row is the lock, so two
+   * requests cannot both pass.
    */
-  begin(nodeId: number, mode: InstallMode, dial: MasterDial, forgetHostKey: boolean, actor: Actor): void {
+  markStarted(nodeId: number, mode: InstallMode): void {
     const { store } = this.app;
-    this.running.add(nodeId);
-    if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
-    store.write(() => {
-      store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.clock.timestamp());
-      store.audit.record(
-        actor,
-        {
-          action: `node.${mode}`,
-          resource: 'node',
-          resource_id: nodeId,
-          status: 'success',
-          changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey },
-        },
-        this.app.clock.timestamp(),
+    const node = store.nodes.find(nodeId);
+    if (!node) throw new DomainError('not_found', `node ${nodeId} does not exist`);
+    if (this.running.has(nodeId) || node.status === 'installing')
+      throw new DomainError(
+        'conflict',
+        `an install is already running on node ${nodeId}; watch GET /api/nodes/${nodeId}`,
       );
-    });
-    void this.run(nodeId, mode, dial)
-      .catch((error: Error) => this.app.log.error('install job failed', { node_id: nodeId, error: error.message }))
+    if (mode === 'install' && (node.status === 'online' || node.status === 'offline'))
+      throw new DomainError(
+        'conflict',
+        `node ${nodeId} already has an agent (${node.status}); use POST /api/nodes/${nodeId}/reinstall`,
+      );
+    store.nodes.installStarted(nodeId, `${mode}: connecting over SSH`, this.app.clock.timestamp());
+  }
+
+  /**
+   * Runs the job of an install `markStarted` recorded and its caller committed. It ends, whatever happens, with the
+   * node's outcome written (install_failed with the reason, timed_out past INSTALL_TIMEOUT_MS) and the node no longer
+   * marked running. With `forgetHostKey`, the node's pinned host key is dropped first (a node rebuilt on purpose).
+   */
+  run(nodeId: number, mode: InstallMode, dial: MasterDial, forgetHostKey: boolean): Promise<void> {
+    this.running.add(nodeId);
+    return this.job(nodeId, mode, dial, forgetHostKey)
+      .then((error) => this.finish(nodeId, mode, error))
+      .catch((error: Error) =>
+        this.app.log.error('recording the outcome of an install failed', { node_id: nodeId, error: error.message }),
+      )
       .finally(() => this.running.delete(nodeId));
   }
 
   private log(nodeId: number, detail: string, line = detail): void {
     if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
+    this.deadlines.get(nodeId)?.left();
     const entry = `[${this.app.clock.timestamp()}] ${line}\n`;
     this.app.store.db.whenWritable(() =>
       this.app.store.write(() => this.app.store.nodes.installProgress(nodeId, detail, entry)),
     );
   }
 
-  private async run(nodeId: number, mode: InstallMode, dial: MasterDial): Promise<void> {
+  /** The install's steps; resolves to why it failed (`code: message`), or null once the agent is connected. */
+  private async job(
+    nodeId: number,
+    mode: InstallMode,
+    dial: MasterDial,
+    forgetHostKey: boolean,
+  ): Promise<string | null> {
+    const deadline = new Deadline(INSTALL_TIMEOUT_MS);
+    this.deadlines.set(nodeId, deadline);
+    try {
+      if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
+      await this.steps(nodeId, mode, dial, deadline);
+      return null;
+    } catch (error) {
+      const failure =
+        error instanceof SshError || error instanceof InstallFailure
+          ? error
+          : new InstallFailure('install_failed', (error as Error).message);
+      return `${failure instanceof SshError ? failure.failure : failure.code}: ${failure.message}`;
+    } finally {
+      this.deadlines.delete(nodeId);
+    }
+  }
+
+  private async steps(nodeId: number, mode: InstallMode, dial: MasterDial, deadline: Deadline): Promise<void> {
     const { masterUrl } = dial;
     const { app } = this;
     const node = app.store.nodes.find(nodeId);
     const sealed = app.store.nodes.sealedSecret(nodeId);
-    if (!node || !sealed) return;
+    if (!node || !sealed) throw new InstallFailure('interrupted', 'the node was deleted during the install');
     const auth: SshAuth =
       sealed.auth === 'key' && sealed.sealed
         ? { kind: 'key', privateKey: app.box.open(sealed.sealed) }
@@ -153,6 +194,7 @@ export class Installer {
     const session = new SshSession(
       { host: node.host, port: node.ssh_port, user: node.ssh_user, auth, knownHostsFile, hostKeyAlias },
       this.ssh,
+      () => deadline.left(SSH_COMMAND_MS),
     );
     const dir = app.settings.get('install_dir');
     const service = app.settings.get('install_service_name');
@@ -203,8 +245,7 @@ export class Installer {
       );
       await this.copy(session, Buffer.from(envFile(agentEnvironment(dial, token))), `${dir}/agent.env`, '0600');
       // From here the old token no longer works: the new agent is about to start with the new one.
-      await app.store.db.writable();
-      app.store.write(() => {
+      await app.store.db.writeInTurn(() => {
         app.store.nodes.setAgentTokenHash(nodeId, hashSecret(token));
         this.rekeyTunnels(nodeId);
       });
@@ -224,23 +265,15 @@ export class Installer {
         );
 
       this.log(nodeId, `${mode}: waiting for the agent to connect`, `the agent dials ${masterUrl}`);
-      if (!(await this.connected(nodeId))) {
+      const waitMs = deadline.left(CONNECT_WAIT_MS);
+      if (!(await this.connected(nodeId, waitMs))) {
+        deadline.left();
         throw new InstallFailure(
           'agent_silent',
-          `the agent started but did not connect to ${masterUrl} within ${CONNECT_WAIT_MS / 1000} s; check that ` +
-            `the node can reach that address (install_master_url)`,
+          `the agent started but did not connect to ${masterUrl} within ${Math.round(waitMs / 1000)} s; check ` +
+            `that the node can reach that address (install_master_url)`,
         );
       }
-      await app.store.db.writable();
-      this.finish(nodeId, mode, null);
-    } catch (error) {
-      const failure =
-        error instanceof SshError || error instanceof InstallFailure
-          ? error
-          : new InstallFailure('install_failed', (error as Error).message);
-      const code = failure instanceof SshError ? failure.failure : failure.code;
-      await app.store.db.writable();
-      this.finish(nodeId, mode, `${code}: ${failure.message}`);
     } finally {
       session.close();
     }
@@ -310,8 +343,8 @@ export class Installer {
     ].join('\n');
   }
 
-  private async connected(nodeId: number): Promise<boolean> {
-    const deadline = Date.now() + CONNECT_WAIT_MS;
+  private async connected(nodeId: number, waitMs: number): Promise<boolean> {
+    const deadline = Date.now() + waitMs;
     while (Date.now() < deadline) {
       if (this.app.sync.isConnected(nodeId)) return true;
       await new Promise((resolve) => setTimeout(resolve, 200));
@@ -319,12 +352,13 @@ export class Installer {
     return false;
   }
 
-  private finish(nodeId: number, mode: InstallMode, error: string | null): void {
+  /** Writes the install's outcome, in its turn; a master shutting down leaves it to its next start (afterRestart). */
+  private async finish(nodeId: number, mode: InstallMode, error: string | null): Promise<void> {
     const { store } = this.app;
-    // The master may have shut down (and closed the store) while the job ran.
-    if (this.app.draining || !store.nodes.find(nodeId)) return;
+    if (this.app.draining) return;
     const system: Actor = { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null };
-    store.write(() => {
+    await store.db.writeInTurn(() => {
+      if (!store.nodes.exists(nodeId)) return;
       store.nodes.installProgress(
         nodeId,
         error ?? `${mode}: done`,
@@ -350,5 +384,25 @@ export class Installer {
         this.app.clock.timestamp(),
       );
     });
+  }
+}
+
+/** The time an install has left; past it, every step fails with timed_out. */
+class Deadline {
+  private readonly at: number;
+
+  constructor(ms: number) {
+    this.at = Date.now() + ms;
+  }
+
+  /** The time left, at most `ms`. Throws InstallFailure (timed_out) when none is. */
+  left(ms = Infinity): number {
+    const left = this.at - Date.now();
+    if (left <= 0)
+      throw new InstallFailure(
+        'timed_out',
+        `the install did not finish within ${INSTALL_TIMEOUT_MS / 60_000} minutes; the install log shows its last step`,
+      );
+    return Math.min(ms, left);
   }
 }

@@ -90,6 +90,8 @@ export class SshSession {
   constructor(
     private readonly target: SshTarget,
     private readonly binary = 'ssh',
+    /** How long the next command may take (an install's time left bounds each of its commands). */
+    private readonly commandTimeoutMs: () => number = () => 120_000,
   ) {
     this.dir = mkdtempSync(join(tmpdir(), 'portplane-ssh-'));
     chmodSync(this.dir, 0o700);
@@ -168,7 +170,7 @@ export class SshSession {
    * Runs `command` (a fixed string the installer builds from validated values) with `input`
    * on its stdin. Throws SshError when ssh itself fails (exit 255); returns other exits.
    */
-  run(command: string, input?: Buffer | string, timeoutMs = 120_000): Promise<SshResult> {
+  run(command: string, input?: Buffer | string, timeoutMs = this.commandTimeoutMs()): Promise<SshResult> {
     return new Promise((resolve, reject) => {
       const child = spawn(this.binary, [...this.args, '--', this.target.host, command], {
         env: this.env,

@@ -145,11 +145,22 @@ export class MasterMetrics {
       LATENCY_BUCKETS,
     ),
   );
+  readonly writesRefusedBusy = this.registry.add(
+    new Counter(
+      'portplane_writes_refused_busy_total',
+      'Live writes refused with 503 after waiting their bound behind an import or batch being written.',
+    ),
+  );
   readonly loginFailures = this.registry.add(
     new Counter('portplane_login_failures_total', 'Logins refused for a wrong password, user or state.'),
   );
   /** Per method, route and status: the request counter and latency series, found once. */
   private readonly requestSeries = new Map<string, { count: { value: number }; latency: (seconds: number) => void }>();
+
+  constructor() {
+    // Counters without labels are shown from the start, at 0: a scraper tells none from not exported.
+    for (const counter of [this.writesRefusedBusy, this.loginFailures]) counter.series({});
+  }
 
   /** Counts one answered request (route: the pattern that matched, so the series stay few). */
   request(method: string, route: string, status: number, seconds: number): void {

@@ -59,6 +59,13 @@ export const definitions = {
   audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.', true),
   traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
+  write_wait_seconds: setting(
+    1,
+    300,
+    15,
+    'How long a write waits in line while an import or batch is being written (one at most: writes waiting go ' +
+      'before the next) before it is refused with 503 and Retry-After, having changed nothing, in seconds.',
+  ),
   sync_wait_seconds: setting(
     0,
     60,

@@ -50,6 +50,16 @@ interface Hold {
 /** A connection that may not migrate found a schema other than the one its code knows. */
 export class SchemaMismatch extends Error {}
 
+/** A write's transaction could not be committed (a full disk, an I/O error): none of its writes were kept. */
+export class CommitFailed extends Error {}
+
+/** A write waited its bound for another connection's long write to end, and wrote nothing. */
+export class WritesBusy extends Error {
+  constructor(readonly waitedMs: number) {
+    super(`writes were held by a long write for ${Math.round(waitedMs)} ms`);
+  }
+}
+
 /** The most rows one statement of `insertRows` inserts. */
 export const ROWS_PER_INSERT = 64;
 
@@ -62,9 +72,12 @@ export class Database {
   private changesRun = 0;
   private batch: Batch | null = null;
   private hold: Hold | null = null;
+  /** Writes waiting in line for the hold in progress to end, or let through by its end and not yet made. */
+  private waiting = 0;
   private readOnly: DatabaseSync | null = null;
   private readonly failureListeners: (() => void)[] = [];
   private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
+  private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private committedIn: (seconds: number) => void = () => undefined;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
@@ -216,6 +229,42 @@ export class Database {
     }
   }
 
+  /**
+   * `write(fn)` in its turn, resolving with `fn`'s result once it is committed. While another connection's long write
+   * holds writes back, it waits in line for the end, at most `maxWaitMs` (then it rejects with WritesBusy, having
+   * written nothing); writes in line go before the next long write starts. Rejects with CommitFailed when the
+   * transaction it joined could not be committed.
+   */
+  async writeInTurn<T>(fn: () => T, maxWaitMs = Infinity): Promise<T> {
+    if (this.hold) {
+      this.waiting++;
+      const started = performance.now();
+      try {
+        while (this.hold) {
+          const left = started + maxWaitMs - performance.now();
+          if (left <= 0) throw new WritesBusy(performance.now() - started);
+          await this.endOfHold(left);
+        }
+      } finally {
+        this.waiting--;
+      }
+    }
+    // No await between the last look at the hold and the write: nothing can start one in between.
+    const result = this.write(fn);
+    await this.committed();
+    return result;
+  }
+
+  /** Resolves when the hold in progress ends, or after `ms`, whichever comes first. */
+  private endOfHold(ms: number): Promise<void> {
+    if (ms === Infinity) return this.hold!.released;
+    let timer: NodeJS.Timeout | undefined;
+    return Promise.race([
+      this.hold!.released,
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
+    ]).finally(() => clearTimeout(timer));
+  }
+
   /** Resolves once every write made so far is committed; rejects if their commit failed. */
   committed(): Promise<void> {
     return this.batch?.done ?? Promise.resolve();
@@ -249,6 +298,16 @@ export class Database {
       listeners = all;
     }
     listeners.push(fn);
+  }
+
+  /**
+   * Makes `fn` callable from this connection's SQL as `name` (and from the read-only connection's): for what a row
+   * shows that lives in memory rather than in the database, such as whether a node's agent is linked now.
+   */
+  defineFunction(name: string, fn: (...args: SQLOutputValue[]) => SQLInputValue): void {
+    this.functions.push([name, fn]);
+    this.db.function(name, { directOnly: true }, fn);
+    this.readOnly?.function(name, { directOnly: true }, fn);
   }
 
   /**
@@ -312,11 +371,16 @@ export class Database {
     this.elsewhereListeners.push(fn);
   }
 
-  /** Waits for the long write in progress and the open batch to end, then holds writes back. */
+  /**
+   * Waits for the long write in progress, the writes in line behind it and the open batch to end, then holds writes
+   * back: a live write waits for at most one long write, however many are queued.
+   */
   private async takeHold(): Promise<Hold> {
-    while (this.hold || this.batch) {
-      await this.writable();
-      await this.committed().catch(() => undefined);
+    while (this.hold || this.batch || this.waiting > 0) {
+      if (this.hold) await this.hold.released;
+      else if (this.batch) await this.batch.done.catch(() => undefined);
+      // Writes in line were let through by the hold's end and are about to be made, in this event-loop turn.
+      else await new Promise((resolve) => setImmediate(resolve));
     }
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
@@ -402,6 +466,7 @@ export class Database {
       const { DatabaseSync } = sqlite();
       this.readOnly = new DatabaseSync(this.path, { timeout: 5000 });
       this.readOnly.exec('PRAGMA query_only = ON; PRAGMA temp_store = MEMORY;');
+      for (const [name, fn] of this.functions) this.readOnly.function(name, { directOnly: true }, fn);
     }
     return this.readOnly;
   }
@@ -451,7 +516,7 @@ export class Database {
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
       for (const listener of this.failureListeners) listener();
-      batch.reject(error as Error);
+      batch.reject(new CommitFailed(`the commit failed: ${(error as Error).message}`, { cause: error }));
       return;
     }
     batch.resolve();

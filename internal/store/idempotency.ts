@@ -5,6 +5,18 @@ import type { Database } from './database.ts';
 /** How many stored responses one token keeps: with the write budget, this bounds the table. */
 export const KEYS_PER_TOKEN = 1000;
 
+const EMPTY = Buffer.alloc(0);
+
+/** A POST's Idempotency-Key, where its answer is kept: for the token that sent it, with the request's fingerprint. */
+export interface IdempotencySlot {
+  tokenId: number;
+  key: string;
+  fingerprint: string;
+}
+
+/** The status of a key whose request committed its change and whose answer is not (yet) kept. */
+export const ANSWER_PENDING = 0;
+
 export interface StoredResponse {
   fingerprint: string;
   status: number;
@@ -53,6 +65,19 @@ export class IdempotencyStore {
       at,
     );
     this.trimStmt.run({ token_id: tokenId });
+  }
+
+  /**
+   * Records, inside the transaction of a request's change, that the request with this key committed: a retry finds
+   * the answer saved after it, or this mark if the answer could not be kept.
+   */
+  reserve(slot: IdempotencySlot, at: string): void {
+    this.save(
+      slot.tokenId,
+      slot.key,
+      { fingerprint: slot.fingerprint, status: ANSWER_PENDING, headers: {}, body: EMPTY },
+      at,
+    );
   }
 
   prune(before: string): number {

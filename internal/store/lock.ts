@@ -4,16 +4,7 @@
 
 import { closeSync, linkSync, openSync, readFileSync, rmSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: the process exists but belongs to someone else.
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
+import { isAlive } from '../runtime/pid.ts';
 
 function holderOf(path: string): number | null {
   try {
@@ -46,7 +37,7 @@ export function lockDataDir(dir: string): DataDirLock {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       }
       const holder = holderOf(path);
-      if (holder !== null && holder !== process.pid && alive(holder)) {
+      if (holder !== null && holder !== process.pid && isAlive(holder)) {
         throw new Error(
           `the data dir ${dir} is in use by another master (pid ${holder}); ` +
             'stop it, or give this one another --data-dir',

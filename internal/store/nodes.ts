@@ -8,6 +8,35 @@ import type { JsonPage } from './store.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];
+
+/**
+ * Which nodes' agents are linked now, and when each was last heard: kept in memory by the agent links (SyncHub), never
+ * persisted, so that what a node shows is true whatever the database held before a restart or a restore.
+ */
+export interface Presence {
+  /** When the node's agent was last heard (RFC 3339), while it is linked; undefined otherwise. */
+  heardAt(nodeId: number): string | undefined;
+  /** Calls `fn` with a node whose link opened or closed, or whose agent was heard. */
+  onPresenceChange(fn: (nodeId: number) => void): void;
+}
+
+/** No agent linked: a connection without agent links (a worker thread's, a command's). */
+const NOBODY_LINKED: Presence = { heardAt: () => undefined, onPresenceChange: () => undefined };
+
+/**
+ * A node's status as shown: an install running shows first; otherwise a linked agent makes it online, and a node
+ * recorded online whose agent is not linked now is offline. The stored status is what the installer and the last link
+ * event recorded.
+ */
+function shownStatus(stored: NodeStatus, linked: boolean): NodeStatus {
+  if (stored === 'installing') return stored;
+  if (linked) return 'online';
+  return stored === 'online' ? 'offline' : stored;
+}
+
+// The SQL of what a row shows, by the functions NodeStore defines: the stored columns and the agent links together.
+const STATUS = 'node_status(id, status)';
+const LAST_SEEN = 'node_seen(id, last_seen_at)';
 export type SshAuth = 'none' | 'key' | 'password';
 
 export interface Node {
@@ -50,8 +79,8 @@ interface Row extends Omit<Node, 'tags' | 'traffic' | 'install'> {
   install_log: string | null;
 }
 
-const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, status, status_detail, agent_version,
-  last_seen_at, config_version,
+const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
+  ${LAST_SEEN} AS last_seen_at, config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, version, created_at, updated_at`;
 
@@ -78,14 +107,14 @@ function toNode({
 /** A node as the API shows it, built by SQLite; must match the API's nodeView (tested). */
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user,
   'ssh_auth', ssh_auth,
-  'tags', json(tags), 'status', status, 'status_detail', status_detail, 'agent_version', agent_version,
-    'last_seen_at', last_seen_at,
+  'tags', json(tags), 'status', ${STATUS}, 'status_detail', status_detail, 'agent_version', agent_version,
+    'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
 
 const NODE_FILTER = `id > :after
-        AND (:status IS NULL OR status = :status)
+        AND (:status IS NULL OR ${STATUS} = :status)
         AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag))
         AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)`;
 
@@ -129,6 +158,8 @@ export class NodeStore {
   private readonly tokenStmt;
   private readonly setTokenStmt;
   private readonly linkStmt;
+  private readonly interruptedStmt;
+  private readonly unlinkedStmt;
   private readonly detailStmt;
   private readonly seenStmt;
   private readonly installStartStmt;
@@ -137,8 +168,14 @@ export class NodeStore {
 
   constructor(
     private readonly db: Database,
+    presence: Presence = NOBODY_LINKED,
     private readonly renderedLimit = RENDERED_CHARS,
   ) {
+    db.defineFunction('node_status', (id, stored) =>
+      shownStatus(stored as NodeStatus, presence.heardAt(Number(id)) !== undefined),
+    );
+    db.defineFunction('node_seen', (id, stored) => presence.heardAt(Number(id)) ?? stored);
+    presence.onPresenceChange((id) => this.forget(id));
     db.onRowChange('nodes', (id) => this.forget(id));
     db.onWrittenElsewhere(() => {
       this.rendered.clear();
@@ -168,15 +205,23 @@ export class NodeStore {
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM nodes WHERE id = ?');
     this.countStmt = db.prepare('SELECT count(*) AS n FROM nodes');
-    this.byStatusStmt = db.prepare('SELECT status, count(*) AS n FROM nodes GROUP BY status');
+    this.byStatusStmt = db.prepare(`SELECT ${STATUS} AS status, count(*) AS n FROM nodes GROUP BY 1`);
     this.bumpStmt = db.prepare(
       'UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version',
     );
     this.secretStmt = db.prepare('SELECT ssh_auth, ssh_secret FROM nodes WHERE id = ?');
     this.tokenStmt = db.prepare('SELECT agent_token_hash FROM nodes WHERE id = ?');
     this.setTokenStmt = db.prepare('UPDATE nodes SET agent_token_hash = ? WHERE id = ?');
-    this.linkStmt = db.prepare(`UPDATE nodes SET status = :status, status_detail = :detail, last_seen_at = :at,
-        agent_version = coalesce(:agent_version, agent_version) WHERE id = :id`);
+    // An install running keeps its status and detail: its agent links and unlinks as it is replaced.
+    this.linkStmt = db.prepare(`UPDATE nodes SET
+        status = CASE WHEN status = 'installing' THEN status ELSE :status END,
+        status_detail = CASE WHEN status = 'installing' THEN status_detail ELSE :detail END,
+        last_seen_at = :at, agent_version = coalesce(:agent_version, agent_version) WHERE id = :id`);
+    this.interruptedStmt = db.prepare(`UPDATE nodes SET status = 'install_failed', status_detail = :detail,
+        install_finished_at = :at, install_log = substr(coalesce(install_log, '') || :line, -${INSTALL_LOG_BYTES})
+      WHERE status = 'installing'`);
+    this.unlinkedStmt = db.prepare(`UPDATE nodes SET status = 'offline', status_detail = :detail
+      WHERE status = 'online' RETURNING id`);
     this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
     this.seenStmt = db.prepare('UPDATE nodes SET last_seen_at = ? WHERE id = ?');
     this.installStartStmt =
@@ -356,6 +401,17 @@ export class NodeStore {
   /** Records the agent link's state: online with its version, or offline with why. */
   setLink(id: number, status: NodeStatus, detail: string | null, agentVersion: string | null, at: string): void {
     this.linkStmt.run({ id, status, detail, agent_version: agentVersion, at });
+  }
+
+  /**
+   * For a master starting, before any agent links: nodes recorded online are offline until their agent links again
+   * (returned, for their tunnels), and installs the last master left running are install_failed.
+   */
+  afterRestart(at: string): number[] {
+    const interrupted = 'interrupted: the master stopped during the install; install again';
+    this.interruptedStmt.run({ detail: interrupted, at, line: `[${at}] failed: ${interrupted}\n` });
+    const unlinked = this.unlinkedStmt.all({ detail: 'the master restarted; waiting for the agent to link again' });
+    return unlinked.map((row) => Number(row.id));
   }
 
   setStatusDetail(id: number, detail: string): void {

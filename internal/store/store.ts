@@ -6,7 +6,7 @@ import { AuditStore } from './audit.ts';
 import { Database } from './database.ts';
 import { IdempotencyStore } from './idempotency.ts';
 import { lockDataDir, type DataDirLock } from './lock.ts';
-import { NodeStore } from './nodes.ts';
+import { NodeStore, type Presence } from './nodes.ts';
 import { RuleStore } from './rules.ts';
 import { SettingsStore } from './settings.ts';
 import { TokenStore } from './tokens.ts';
@@ -47,13 +47,15 @@ export class Store {
     readonly db: Database,
     /** The data dir's lock, released when the store closes. */
     private readonly lock: DataDirLock | null = null,
+    /** The agent links, when this is the serving master's store: what nodes' status is rendered from. */
+    presence?: Presence,
   ) {
     this.users = new UserStore(db, this.credentials);
     this.tokens = new TokenStore(db, this.credentials);
     this.audit = new AuditStore(db);
     this.settings = new SettingsStore(db);
     this.idempotency = new IdempotencyStore(db);
-    this.nodes = new NodeStore(db);
+    this.nodes = new NodeStore(db, presence);
     this.rules = new RuleStore(db);
     this.tunnels = new TunnelStore(db);
     this.traffic = new TrafficStore(db);
@@ -108,13 +110,13 @@ export function secureDataDir(dir: string): void {
  * Opens the database in `dataDir`, securing the dir first. SQLite gives its -wal and -shm files the database file's
  * mode.
  */
-export function openStore(dataDir: string): Store {
+export function openStore(dataDir: string, presence?: Presence): Store {
   secureDataDir(dataDir);
   const lock = lockDataDir(dataDir);
   try {
     const path = join(dataDir, 'master.db');
     closeSync(openSync(path, 'a', 0o600));
-    return new Store(new Database(path), lock);
+    return new Store(new Database(path), lock, presence);
   } catch (error) {
     lock.release();
     throw error;

@@ -1,19 +1,23 @@
 // Where desired-config changes meet agents: writes announce that a node's config changed,
 // and sync requests wait, bounded, for the node to acknowledge a version. The agent link
-// registers connected nodes and reports what they applied.
+// registers connected nodes, when each was last heard, and what they applied: the one
+// record of which nodes are online, which the store renders nodes' status from.
 
 import { EventEmitter } from 'node:events';
+import type { Presence } from '../store/nodes.ts';
 
 interface Waiter {
   version: number;
   resolve: (applied: boolean) => void;
 }
 
-export class SyncHub {
+export class SyncHub implements Presence {
   /** Emits 'config' with a node id after a committed change to that node's desired config. */
   readonly changes = new EventEmitter();
-  private readonly connected = new Set<number>();
+  /** When each linked node's agent was last heard, as an RFC 3339 time. */
+  private readonly connected = new Map<number, string>();
   private readonly waiters = new Map<number, Set<Waiter>>();
+  private readonly presenceListeners: ((nodeId: number) => void)[] = [];
 
   configChanged(nodeId: number): void {
     this.changes.emit('config', nodeId);
@@ -21,7 +25,7 @@ export class SyncHub {
 
   /** Announces every connected node's config as changed: for settings every agent receives with it. */
   configChangedEverywhere(): void {
-    for (const nodeId of this.connected) this.changes.emit('config', nodeId);
+    for (const nodeId of this.connected.keys()) this.changes.emit('config', nodeId);
   }
 
   /** How many nodes have an agent linked now. */
@@ -33,15 +37,37 @@ export class SyncHub {
     return this.connected.has(nodeId);
   }
 
-  connect(nodeId: number): void {
-    this.connected.add(nodeId);
+  heardAt(nodeId: number): string | undefined {
+    return this.connected.get(nodeId);
+  }
+
+  onPresenceChange(fn: (nodeId: number) => void): void {
+    this.presenceListeners.push(fn);
+  }
+
+  /** The node's agent linked, heard at `at`. */
+  connect(nodeId: number, at: string): void {
+    this.connected.set(nodeId, at);
+    this.presenceChanged(nodeId);
+  }
+
+  /** The linked node's agent was heard at `at` (any message). */
+  heard(nodeId: number, at: string): void {
+    if (this.connected.get(nodeId) === undefined || this.connected.get(nodeId) === at) return;
+    this.connected.set(nodeId, at);
+    this.presenceChanged(nodeId);
   }
 
   /** The node's link dropped: nobody is going to acknowledge, so waiters stop waiting. */
   disconnect(nodeId: number): void {
     this.connected.delete(nodeId);
+    this.presenceChanged(nodeId);
     for (const waiter of this.waiters.get(nodeId) ?? []) waiter.resolve(false);
     this.waiters.delete(nodeId);
+  }
+
+  private presenceChanged(nodeId: number): void {
+    for (const listener of this.presenceListeners) listener(nodeId);
   }
 
   /** The node acknowledged config `version` (and so every earlier one). */

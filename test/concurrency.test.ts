@@ -1,0 +1,156 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ADMIN_PASSWORD, call, mintToken, node, startMaster, type Answer, type Running } from './helpers.ts';
+import { until } from './net.ts';
+
+const ROUNDS = 6;
+
+/** Rule bodies on `nodeId` named `${prefix}-i`, on ports from `firstPort`. */
+function rules(nodeId: number, prefix: string, count: number, firstPort: number) {
+  return Array.from({ length: count }, (_, i) => ({
+    name: `${prefix}-${i}`,
+    node_id: nodeId,
+    protocol: 'tcp',
+    listen_port: firstPort + i,
+    targets: [`10.2.${i >> 8}.${i & 255}:80`],
+  }));
+}
+
+interface Sent {
+  what: string;
+  single: boolean;
+  path: string;
+  body: unknown;
+  key?: string;
+  answer: Answer;
+}
+
+async function send(m: Running, token: string, what: string, path: string, body: unknown, key?: string) {
+  const headers: Record<string, string> = key ? { 'idempotency-key': key } : {};
+  const single = !path.includes('/batch-');
+  return { what, single, path, body, key, answer: await call(m.url, 'POST', path, { token, body, headers }) };
+}
+
+async function countNamed(m: Running, name: string): Promise<number> {
+  const listed = await call(m.url, 'GET', `/api/rules?q=${encodeURIComponent(name)}&limit=1000`, { token: m.admin });
+  return listed.body.items.filter((r: { name: string }) => r.name === name).length;
+}
+
+test(
+  'under concurrent batches and single writes none answers 5xx, no single write waits into a 503, and every ' +
+    'committed write with an Idempotency-Key replays',
+  { timeout: 60_000 },
+  async (t) => {
+    const m = await startMaster(t);
+    const token = await mintToken(m, ['*']);
+    const edge = await node(m, 'edge');
+    const seeded = await call(m.url, 'POST', '/api/rules/batch-create', {
+      token,
+      body: { rules: rules(edge.id, 'seed', 300, 10_000) },
+    });
+    assert.equal(seeded.status, 201);
+    const ids: number[] = seeded.body.results.map((r: { id: number }) => r.id);
+    const sent: Sent[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      const port = 20_000 + round * 100;
+      const requests = [
+        send(m, token, 'batch-update', '/api/rules/batch-update', {
+          ids: ids.slice(0, 150),
+          changes: { enabled: round % 2 === 0 },
+        }),
+        send(m, token, 'batch-update', '/api/rules/batch-update', {
+          ids: ids.slice(150),
+          changes: { enabled: round % 2 === 1 },
+        }),
+        send(
+          m,
+          token,
+          'batch-create',
+          '/api/rules/batch-create',
+          { rules: rules(edge.id, `b${round}`, 40, port) },
+          `bc-${round}`,
+        ),
+        ...[0, 1, 2, 3].map((i) =>
+          send(m, token, 'rule', '/api/rules', rules(edge.id, `s${round}`, 4, port + 50)[i], `rule-${round}-${i}`),
+        ),
+        send(
+          m,
+          token,
+          'user',
+          '/api/users',
+          { username: `u${round}`, password: 'a-long-enough-password', scopes: ['rules:read'] },
+          `user-${round}`,
+        ),
+        send(m, token, 'token', '/api/tokens', { name: `t${round}`, scopes: ['rules:read'] }, `token-${round}`),
+        send(m, token, 'login', '/api/auth/login', { username: 'admin', password: ADMIN_PASSWORD }),
+      ];
+      sent.push(...(await Promise.all(requests)));
+    }
+    const failures = sent.filter((s) => s.answer.status >= 500 || (s.single && s.answer.status === 503));
+    assert.deepEqual(
+      failures.map((s) => `${s.what}: ${s.answer.status} ${JSON.stringify(s.answer.body)}`),
+      [],
+      'no 5xx, and no single write refused for waiting',
+    );
+    assert.deepEqual(
+      sent
+        .filter((s) => s.answer.status >= 300)
+        .map((s) => `${s.what}: ${s.answer.status} ${JSON.stringify(s.answer.body)}`),
+      [],
+      'every write was carried out',
+    );
+
+    // A retry with the same key gets the answer given, and changes nothing more.
+    for (const s of sent.filter((one) => one.key)) {
+      const again = await call(m.url, 'POST', s.path, { token, body: s.body, headers: { 'idempotency-key': s.key! } });
+      assert.equal(again.status, s.answer.status, `${s.what} ${s.key}: ${JSON.stringify(again.body)}`);
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.equal(again.body.id ?? null, s.answer.body.id ?? null);
+    }
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const name of [`b${round}-0`, `b${round}-39`, `s${round}-0`, `s${round}-3`])
+        assert.equal(await countNamed(m, name), 1, `${name} exists once`);
+    }
+    const metrics = await call(m.url, 'GET', '/api/metrics', { token });
+    assert.match(metrics.body, /^portplane_writes_refused_busy_total 0$/m);
+  },
+);
+
+test(
+  'an install racing batches ends in a final state, and the node takes another install after',
+  { timeout: 60_000 },
+  async (t) => {
+    const m = await startMaster(t);
+    const token = await mintToken(m, ['*']);
+    // Nothing listens on port 1 of loopback: ssh fails at once, so the install's last writes race the batches.
+    const target = await node(m, 'unreachable', { host: '127.0.0.1', ssh_port: 1 });
+    const edge = await node(m, 'edge');
+    for (let round = 0; round < 4; round++) {
+      const batches = Array.from({ length: 3 }, (_, i) =>
+        call(m.url, 'POST', '/api/rules/batch-create', {
+          token,
+          body: { rules: rules(edge.id, `r${round}-${i}`, 30, 30_000 + round * 1000 + i * 100) },
+        }),
+      );
+      const started = await call(
+        m.url,
+        'POST',
+        `/api/nodes/${target.id}/${round === 0 ? 'install-ssh' : 'reinstall'}`,
+        {
+          token,
+          body: { master_url: 'http://127.0.0.1:9' },
+        },
+      );
+      assert.equal(started.status, 202, JSON.stringify(started.body));
+      assert.equal(started.body.status, 'installing');
+      for (const answer of await Promise.all(batches)) assert.equal(answer.status, 201);
+      const ended = await until('the install to end', async () => {
+        const shown = (await call(m.url, 'GET', `/api/nodes/${target.id}`, { token })).body;
+        return shown.status !== 'installing' && !m.app.installer.isRunning(target.id) ? shown : null;
+      });
+      assert.equal(ended.status, 'install_failed');
+      assert.match(ended.status_detail, /^unreachable: /);
+      assert.ok(ended.install.finished_at);
+    }
+  },
+);
