@@ -1,6 +1,16 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ADMIN_PASSWORD, call, mintToken, node, startMaster, type Answer, type Running } from './helpers.ts';
+import {
+  ADMIN_PASSWORD,
+  assertProblem,
+  call,
+  mintToken,
+  node,
+  rule,
+  startMaster,
+  type Answer,
+  type Running,
+} from './helpers.ts';
 import { until } from './net.ts';
 
 const ROUNDS = 6;
@@ -154,3 +164,48 @@ test(
     }
   },
 );
+
+test(
+  'a write that waits past write_wait_seconds behind bulk work is a 503 with Retry-After, ' +
+    'counted, and changes nothing',
+  async (t) => {
+    const m = await startMaster(t);
+    const edge = await node(m, 'edge');
+    const patched = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_wait_seconds: 1 } });
+    assert.equal(patched.status, 200);
+    let over = false;
+    const bulk = m.app.store.db.longWrite(async (step) => {
+      while (!over) await (step() ?? new Promise((resolve) => setTimeout(resolve, 10)));
+    });
+    const started = Date.now();
+    const refused = await rule(m, { node_id: edge.id, listen_port: 8080 });
+    assertProblem(refused, 503, 'unavailable');
+    assert.equal(refused.headers.get('retry-after'), '5');
+    assert.ok(Date.now() - started >= 1000, 'it waited its second first');
+    over = true;
+    await bulk;
+    const metrics = await call(m.url, 'GET', '/api/metrics', { token: m.admin });
+    assert.match(metrics.body, /^portplane_writes_refused_busy_total 1$/m);
+    assert.equal((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items.length, 0);
+    assert.equal((await rule(m, { node_id: edge.id, listen_port: 8080 })).status, 201, 'and goes through after');
+  },
+);
+
+test('a keyed write whose answer could not be kept is not done again: its retry says it was carried out', async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge');
+  const keep = m.app.store.idempotency.save.bind(m.app.store.idempotency);
+  // The answer's own write fails (a full disk, say) after the change and its key's mark were committed.
+  m.app.store.idempotency.save = (tokenId, key, response, at) => {
+    if (response.status !== 0) throw new Error('disk full');
+    keep(tokenId, key, response, at);
+  };
+  const body = { name: 'once', node_id: edge.id, protocol: 'tcp', listen_port: 8080, targets: ['10.0.0.1:80'] };
+  const headers = { 'idempotency-key': 'just-once' };
+  const first = await call(m.url, 'POST', '/api/rules', { token: m.admin, body, headers });
+  assert.equal(first.status, 201, 'the change was committed, so it is answered as such');
+  const retry = await call(m.url, 'POST', '/api/rules', { token: m.admin, body, headers });
+  assertProblem(retry, 409, 'conflict');
+  assert.match(retry.body.detail, /was carried out/);
+  assert.equal(await countNamed(m, 'once'), 1);
+});

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { Database } from '../internal/store/database.ts';
+import { CommitFailed, Database, WritesBusy } from '../internal/store/database.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 
@@ -312,4 +312,80 @@ test('migrations are frozen text: none is built from code that could change', as
   const source = (await import('node:fs')).readFileSync('internal/store/migrations.ts', 'utf8');
   assert.doesNotMatch(source, /\$\{/, 'no interpolation in a migration');
   assert.doesNotMatch(source.split('export const migrations')[0]!, /^import /m, 'migrations import nothing');
+});
+
+/** A long write on `db` that holds writes until the returned `end()` is called. */
+function holding(db: Database, put: (key: string) => void, key: string) {
+  let end!: () => void;
+  const ended = new Promise<void>((resolve) => (end = resolve));
+  let started = false;
+  const done = db.longWrite(async (step) => {
+    started = true;
+    put(key);
+    let over = false;
+    void ended.then(() => (over = true));
+    while (!over) await (step() ?? new Promise((resolve) => setImmediate(resolve)));
+  });
+  return { end, done, started: () => started };
+}
+
+test('a write in its turn waits for the long write in progress, then goes before the next one', async (t) => {
+  const { db, names, put } = open(t);
+  const first = holding(db, put, 'first');
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(db.writesHeld, true);
+  const order: string[] = [];
+  const live = db.writeInTurn(() => {
+    order.push(`live saw ${names().join(',')}`);
+    put('live');
+  }, 10_000);
+  const second = holding(db, put, 'second');
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  assert.deepEqual(order, [], 'the live write waits');
+  assert.equal(second.started(), false);
+  first.end();
+  await first.done;
+  await live;
+  assert.deepEqual(order, ['live saw first'], 'it ran once the first long write had committed');
+  assert.deepEqual(names(), ['first', 'live'], 'and was committed before the second long write began');
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  assert.equal(second.started(), true);
+  second.end();
+  await second.done;
+  assert.deepEqual(names(), ['first', 'live', 'second']);
+});
+
+test('a write that waits past its bound is refused with WritesBusy and writes nothing', async (t) => {
+  const { db, names, put } = open(t);
+  const hold = holding(db, put, 'bulk');
+  await new Promise((resolve) => setImmediate(resolve));
+  const started = performance.now();
+  await assert.rejects(
+    db.writeInTurn(() => put('live'), 100),
+    (error: unknown) => error instanceof WritesBusy && error.waitedMs >= 100,
+  );
+  assert.ok(performance.now() - started < 1000);
+  hold.end();
+  await hold.done;
+  assert.deepEqual(names(), ['bulk']);
+  await db.writeInTurn(() => put('later'), 100);
+  assert.deepEqual(names(), ['bulk', 'later'], 'writes go on once the hold has ended');
+});
+
+test('a write in its turn whose commit fails rejects with CommitFailed', async (t) => {
+  const { db, names, put } = open(t);
+  await db.writeInTurn(() => {
+    db.prepare('CREATE TABLE parent (id INTEGER PRIMARY KEY) STRICT').run();
+    db.prepare(
+      'CREATE TABLE child (parent_id INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED) STRICT',
+    ).run();
+  });
+  await assert.rejects(
+    db.writeInTurn(() => {
+      put('lost');
+      db.prepare('INSERT INTO child (parent_id) VALUES (42)').run();
+    }),
+    (error: unknown) => error instanceof CommitFailed && /FOREIGN KEY/.test(error.message),
+  );
+  assert.deepEqual(names(), []);
 });

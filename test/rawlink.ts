@@ -14,7 +14,7 @@ export interface RawLink {
 
 /** Opens a link as an agent with `token`; returns the link, or the refusal with its status and problem body. */
 export async function link(
-  m: Running,
+  m: Pick<Running, 'url'>,
   token: string,
   protocol = LINK_PROTOCOL,
 ): Promise<RawLink | { status: number; body: any }> {

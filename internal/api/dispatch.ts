@@ -243,7 +243,6 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   /** A thrown value as an answer: a domain error as its problem, anything else as a bland 500 (and a full log line). */
   function fromThrown(thrown: unknown, requestId: string): Outgoing {
-    if (thrown instanceof WritesBusy) app.metrics.writesRefusedBusy.inc();
     const error = asDomainError(thrown);
     if (error instanceof DomainError) {
       // What went wrong underneath is for the operator, never the caller.

@@ -6,6 +6,7 @@ import { DomainError } from '../errors/errors.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { LicenseView } from '../license/license.ts';
 import type { Actor, AuditInput } from '../store/audit.ts';
+import { WritesBusy } from '../store/database.ts';
 import type { App } from './app.ts';
 import type { Ctx, Reply } from './route.ts';
 
@@ -187,6 +188,7 @@ export async function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects
     return result;
   } catch (error) {
     if (error instanceof DryRun) return error.result as T;
+    if (error instanceof WritesBusy) app.metrics.writesRefusedBusy.inc();
     throw error;
   }
 }

@@ -1,0 +1,137 @@
+// Ready means ready: until the master serves everything (its first admin made, the console and
+// the agent link wired), every request is a 503 `starting`, never a 401 for the right password.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { start } from '../cmd/master/start.ts';
+import { silentLogger } from '../internal/log/log.ts';
+import { ADMIN_PASSWORD, call, type Answer } from './helpers.ts';
+import { freePort } from './net.ts';
+import { link } from './rawlink.ts';
+
+/** Sends `send` until the port answers at all; returns the first answer. */
+async function firstAnswer(send: () => Promise<Answer>): Promise<Answer> {
+  for (;;) {
+    try {
+      return await send();
+    } catch {
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+}
+
+const loginBody = { username: 'admin', password: ADMIN_PASSWORD };
+
+test(
+  'while the master starts, every request is a 503 starting with Retry-After and health says ' +
+    'so; then all of it serves',
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-start-'));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const starting = start(
+      {
+        host: '127.0.0.1',
+        port,
+        dataDir,
+        secretKeyPath: null,
+        licenseKeyPath: null,
+        adminPassword: ADMIN_PASSWORD,
+        tls: null,
+        insecureHttp: false,
+      },
+      silentLogger,
+    );
+    // The first admin's password is being hashed (scrypt, on the thread pool) while the port already answers.
+    const health = await firstAnswer(() => call(base, 'GET', '/api/health'));
+    const login = await call(base, 'POST', '/api/auth/login', { body: loginBody });
+    const page = await call(base, 'GET', '/');
+    const agentLink = await link({ url: base }, 'mat_1_whatever');
+    const master = await starting;
+    t.after(() => master.close());
+
+    assert.equal(health.status, 503);
+    assert.equal(health.body.status, 'starting');
+    assert.equal(health.headers.get('retry-after'), '1');
+    for (const answer of [login, page]) {
+      assert.equal(answer.status, 503, JSON.stringify(answer.body));
+      assert.equal(answer.body.code, 'unavailable');
+      assert.match(answer.body.detail, /starting/);
+      assert.equal(answer.headers.get('retry-after'), '1');
+    }
+    assert.deepEqual('status' in agentLink && [agentLink.status, agentLink.body.code], [503, 'unavailable']);
+
+    assert.equal((await call(base, 'GET', '/api/health')).body.status, 'ok');
+    assert.equal((await call(base, 'POST', '/api/auth/login', { body: loginBody })).status, 200);
+    assert.equal((await call(base, 'GET', '/')).status, 200);
+  },
+);
+
+test(
+  'a script that logs in as soon as the port opens never gets a 401; wait-ready returns once ' + 'the master serves',
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-start-'));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const master = spawn(
+      process.execPath,
+      ['dist/master.mjs', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir],
+      {
+        env: { PATH: process.env.PATH ?? '', MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
+        stdio: 'ignore',
+      },
+    );
+    t.after(() => void master.kill('SIGKILL'));
+    const waiting = spawn(
+      process.execPath,
+      ['dist/master.mjs', 'wait-ready', '--data-dir', dataDir, String(master.pid)],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    let said = '';
+    waiting.stdout.setEncoding('utf8').on('data', (chunk: string) => (said += chunk));
+    const waited = once(waiting, 'exit');
+
+    const statuses: number[] = [];
+    let answer = await firstAnswer(() => call(base, 'POST', '/api/auth/login', { body: loginBody }));
+    statuses.push(answer.status);
+    while (answer.status === 503) {
+      answer = await call(base, 'POST', '/api/auth/login', { body: loginBody });
+      statuses.push(answer.status);
+    }
+    assert.equal(answer.status, 200, `logins answered ${statuses.join(', ')}`);
+    assert.ok(
+      statuses.every((status) => status === 503 || status === 200),
+      statuses.join(', '),
+    );
+
+    const [code] = await waited;
+    assert.equal(code, 0);
+    assert.equal(said, `the master (pid ${master.pid}) serves at ${base}\n`);
+    assert.equal((await call(base, 'GET', '/api/health')).body.status, 'ok');
+
+    // Stopped, it withdraws its readiness: waiting again on its pid fails once it has gone.
+    master.kill('SIGTERM');
+    await once(master, 'exit');
+    const again = spawn(
+      process.execPath,
+      ['dist/master.mjs', 'wait-ready', '--data-dir', dataDir, String(master.pid)],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let complaint = '';
+    again.stderr.setEncoding('utf8').on('data', (chunk: string) => (complaint += chunk));
+    const [failed] = await once(again, 'exit');
+    assert.equal(failed, 1);
+    assert.match(complaint, /ended before it was ready/);
+  },
+);
