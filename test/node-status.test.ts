@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { keepAlive } from '../internal/agentlink/wire.ts';
+import { backupDataDir, restoreDataDir } from '../internal/backup/backup.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, startMaster } from './helpers.ts';
 import { freePort, until } from './net.ts';
@@ -152,4 +153,24 @@ test('a link silent for its time-out is ended within the time-out and a check', 
   assert.ok(lasted >= 900 && lasted < 900 + 100 + 200, `ended after ${lasted} ms`);
   assert.ok(pings.length >= 2, 'it pinged every third of the time-out meanwhile');
   assert.deepEqual(ended, ['the peer went silent']);
+});
+
+test('a master restored from a backup taken while agents were linked shows their nodes offline', async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge');
+  const raw = (await link(m, edge.agent_token)) as RawLink;
+  await raw.next('config');
+  await until(
+    'the node to be recorded online',
+    () => m.app.store.db.prepare('SELECT status FROM nodes').get()?.status === 'online',
+  );
+  const archive = await backupDataDir(m.dataDir);
+  const target = join(mkdtempSync(join(tmpdir(), 'portplane-restored-')), 'data');
+  restoreDataDir(target, archive);
+  const restored = await startMaster(t, { dataDir: target });
+  const shown = await nodeOf(restored, edge.id);
+  assert.equal(shown.status, 'offline');
+  assert.match(shown.status_detail, /master restarted/);
+  agreeOn(await views(restored.url, restored.admin), 0);
+  assert.equal((await nodeOf(m, edge.id)).status, 'online', 'the master it came from still has the link');
 });

@@ -214,9 +214,19 @@ test(
     assert.equal(backedUp.status, 0, backedUp.stderr);
     writing = false;
     await writer;
-    const remote = await call(url, 'GET', '/api/backup', { token });
+    const remote = await fetch(`${url}/api/backup`, { headers: { authorization: `Bearer ${token}` } });
     assert.equal(remote.status, 200);
     assert.equal(remote.headers.get('content-type'), 'application/x-tar');
+    const downloaded = `${file}.remote`;
+    writeFileSync(downloaded, Buffer.from(await remote.arrayBuffer()));
+    const checked = command(['verify', downloaded]);
+    assert.equal(checked.status, 0, checked.stderr);
+    assert.match(checked.stdout, /is intact: \d+ files match their SHA-256 in the manifest/);
+    // What a download that failed leaves, saved in its place, is no backup.
+    writeFileSync(downloaded, JSON.stringify((await call(url, 'GET', '/api/backup')).body));
+    const refused = command(['verify', downloaded]);
+    assert.equal(refused.status, 1);
+    assert.match(refused.stderr, /this is not a backup/);
     const audit = await call(url, 'GET', '/api/audit-logs?action=backup.download', { token });
     assert.equal(audit.body.items.length, 1, 'a download is audited');
     await stop(first);
@@ -225,7 +235,7 @@ test(
     assert.equal(command(['restore', '--data-dir', dataDir, file]).status, 1, 'a used data dir is refused');
     const restored = command(['restore', '--data-dir', target, file]);
     assert.equal(restored.status, 0, restored.stderr);
-    assert.match(restored.stdout, /restored \d+ files/);
+    assert.match(restored.stdout, /verified and restored \d+ files/);
 
     const second = master(t, ['--data-dir', target]);
     const again = await urlOf(second);

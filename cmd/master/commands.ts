@@ -6,12 +6,12 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { hashPassword, MIN_PASSWORD } from '../../internal/auth/secrets.ts';
-import { backupDataDir, restoreDataDir } from '../../internal/backup/backup.ts';
+import { backupDataDir, restoreDataDir, verifyBackup } from '../../internal/backup/backup.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
 import { waitReady } from '../../internal/runtime/readiness.ts';
 import { openStore } from '../../internal/store/store.ts';
 
-export const commandNames = ['backup', 'restore', 'reset-password', 'wait-ready'] as const;
+export const commandNames = ['backup', 'verify', 'restore', 'reset-password', 'wait-ready'] as const;
 
 /** How long `wait-ready` waits: systemd's own default start time-out. */
 const WAIT_READY_MS = 90_000;
@@ -26,7 +26,8 @@ export interface Command {
 
 export const commandUsage = `Commands:
   master backup [--data-dir DIR] FILE          write a backup of the data dir to FILE, while a master may serve from it
-  master restore [--data-dir DIR] FILE         fill an empty data dir from a backup
+  master verify FILE                           check a backup whole (every file's SHA-256, the database's integrity)
+  master restore [--data-dir DIR] FILE         fill an empty data dir from a backup, once it is verified
   master reset-password [--data-dir DIR] USER  set USER's password (read from stdin, or generated and printed)
                                                and end its sessions; with no master running on the data dir
   master wait-ready [--data-dir DIR] PID       wait until the master of process PID serves from the data dir
@@ -67,9 +68,17 @@ export async function runCommand(command: Command, stdin: () => string): Promise
     renameSync(`${operand}.tmp`, operand);
     return `backed up ${dataDir} to ${operand} (${archive.length} bytes); keep it as safe as the data dir itself\n`;
   }
+  if (command.name === 'verify') {
+    const { manifest, files } = verifyBackup(readFileSync(operand));
+    return (
+      `${operand} is intact: ${files.length} files match their SHA-256 in the manifest, and the database (schema ` +
+      `version ${manifest.schema_version}) passes integrity_check and foreign_key_check; taken at ` +
+      `${manifest.created_at} by master ${manifest.master_version}\n`
+    );
+  }
   if (command.name === 'restore') {
     const files = restoreDataDir(dataDir, readFileSync(operand));
-    return `restored ${files.length} files into ${dataDir}\n`;
+    return `verified and restored ${files.length} files into ${dataDir}\n`;
   }
   if (command.name === 'wait-ready') {
     const ready = await waitReady(dataDir, Number(operand), WAIT_READY_MS);

@@ -7,7 +7,7 @@ import { transact } from './writes.ts';
 
 async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const { app } = ctx;
-  const archive = await backupDataDir(app.dataDir);
+  const archive = await backupDataDir(app.dataDir, new Date(app.now()));
   // Taking a backup is recorded: it holds everything the data dir does.
   await transact(app, ctx, (effects) =>
     effects.audit({

@@ -45,10 +45,16 @@ export function writeTar(entries: readonly Entry[], mtime = Date.now()): Buffer 
   return Buffer.concat(parts);
 }
 
-/** The regular files of a tar archive. Throws on a damaged one (bad checksum, truncated). */
+/**
+ * The files of an archive `writeTar` wrote, read strictly: any byte not as `writeTar` leaves it (a header field, its
+ * checksum, the padding after a file, the two zero blocks that end it, anything after them) is a damaged archive.
+ * What the headers do not cover, the files' contents, the caller checks (the backup's manifest).
+ */
 export function readTar(archive: Buffer): Entry[] {
   const entries: Entry[] = [];
-  for (let at = 0; at + BLOCK <= archive.length;) {
+  let at = 0;
+  for (;;) {
+    if (at + 2 * BLOCK > archive.length) throw new Error('the backup is truncated');
     const header = archive.subarray(at, at + BLOCK);
     if (header.every((byte) => byte === 0)) break;
     const text = (offset: number, length: number) =>
@@ -58,19 +64,26 @@ export function readTar(archive: Buffer): Entry[] {
         .trim();
     let sum = 0;
     header.forEach((byte, i) => (sum += i >= 148 && i < 156 ? 32 : byte));
-    if (parseInt(text(148, 8), 8) !== sum) throw new Error('the backup is damaged (a header checksum does not match)');
+    const checksum = header.toString('ascii', 148, 156);
+    if (!/^[0-7]{6}\0 $/.test(checksum) || parseInt(checksum, 8) !== sum)
+      throw new Error('the backup is damaged (a header checksum does not match)');
+    if (header.toString('ascii', 257, 265) !== 'ustar\u000000' || header.toString('ascii', 156, 157) !== '0')
+      throw new Error('the backup is damaged (a header is not a plain file of a ustar archive)');
     const size = parseInt(text(124, 12), 8);
     if (!Number.isSafeInteger(size) || size < 0) throw new Error('the backup is damaged (a size is not a number)');
     const start = at + BLOCK;
-    if (start + size > archive.length) throw new Error('the backup is truncated');
-    if (text(156, 1) === '0' || text(156, 1) === '') {
-      entries.push({
-        name: text(0, 100),
-        mode: parseInt(text(100, 8), 8),
-        data: Buffer.from(archive.subarray(start, start + size)),
-      });
-    }
-    at = start + Math.ceil(size / BLOCK) * BLOCK;
+    const end = start + Math.ceil(size / BLOCK) * BLOCK;
+    if (end + 2 * BLOCK > archive.length) throw new Error('the backup is truncated');
+    if (!archive.subarray(start + size, end).every((byte) => byte === 0))
+      throw new Error('the backup is damaged (bytes after a file that should be zero are not)');
+    entries.push({
+      name: text(0, 100),
+      mode: parseInt(text(100, 8), 8),
+      data: Buffer.from(archive.subarray(start, start + size)),
+    });
+    at = end;
   }
+  if (at + 2 * BLOCK !== archive.length || !archive.subarray(at).every((byte) => byte === 0))
+    throw new Error('the backup is damaged (it does not end where its last file does)');
   return entries;
 }

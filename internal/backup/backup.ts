@@ -1,20 +1,48 @@
 // Backups of a data dir, online: the database through SQLite's backup API (a consistent copy
 // while the master writes), with the files a restore needs beside it (the sealing key unless
 // it lives elsewhere, the license, the master's own certificate that agents pin, pinned SSH
-// host keys). Restore fills an empty data dir from one.
+// host keys). Each carries a manifest with the SHA-256 of every file, and the manifest's own
+// beside it: a backup is verified whole (every byte of it) and its database checked before a
+// restore writes anything, and restore fills only an empty data dir.
 
+import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, normalize, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
+import { READY_FILE } from '../runtime/readiness.ts';
+import { migrations } from '../store/migrations.ts';
+import { VERSION } from '../version.ts';
 import { readTar, writeTar, type Entry } from './archive.ts';
 
 const DATABASE = 'master.db';
+export const MANIFEST = 'MANIFEST.json';
+/** The manifest's own SHA-256, in the form `sha256sum -c` reads. */
+export const MANIFEST_SUM = 'MANIFEST.sha256';
 /** Files of a running data dir that a backup never carries: the live database is copied through SQLite instead. */
-const SKIPPED = new Set([DATABASE, `${DATABASE}-wal`, `${DATABASE}-shm`, 'master.lock']);
+const SKIPPED = new Set([DATABASE, `${DATABASE}-wal`, `${DATABASE}-shm`, 'master.lock', READY_FILE]);
+const FORMAT = 'portplane-backup';
+
+export interface Manifest {
+  format: typeof FORMAT;
+  version: 1;
+  created_at: string;
+  master_version: string;
+  schema_version: number;
+  files: { name: string; size: number; sha256: string }[];
+}
+
+/** What a verified backup holds: its manifest, and its files in order. */
+export interface Verified {
+  manifest: Manifest;
+  files: Entry[];
+}
 
 function sqlite(): typeof import('node:sqlite') {
   return process.getBuiltinModule('node:sqlite') as typeof import('node:sqlite');
 }
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+const sumLine = (manifest: Buffer) => `${sha256(manifest)}  ${MANIFEST}\n`;
 
 function filesOf(dir: string, root = dir): Entry[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
@@ -26,10 +54,26 @@ function filesOf(dir: string, root = dir): Entry[] {
   });
 }
 
-/** The backup of `dataDir` as one tar archive, taken while a master may be writing to it. */
-export async function backupDataDir(dataDir: string): Promise<Buffer> {
-  const scratch = mkdtempSync(join(tmpdir(), 'portplane-backup-'));
+/** Runs `fn` with a folder of its own, removed after. */
+function inScratch<T>(fn: (dir: string) => T): T;
+function inScratch<T>(fn: (dir: string) => Promise<T>): Promise<T>;
+function inScratch<T>(fn: (dir: string) => T | Promise<T>): T | Promise<T> {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-backup-'));
+  const clean = () => rmSync(dir, { recursive: true, force: true });
   try {
+    const result = fn(dir);
+    if (result instanceof Promise) return result.finally(clean);
+    clean();
+    return result;
+  } catch (error) {
+    clean();
+    throw error;
+  }
+}
+
+/** The backup of `dataDir` as one tar archive, taken while a master may be writing to it. */
+export function backupDataDir(dataDir: string, now = new Date()): Promise<Buffer> {
+  return inScratch(async (scratch) => {
     const copy = join(scratch, DATABASE);
     const { DatabaseSync, backup } = sqlite();
     const source = new DatabaseSync(join(dataDir, DATABASE), { readOnly: true });
@@ -38,51 +82,174 @@ export async function backupDataDir(dataDir: string): Promise<Buffer> {
     } finally {
       source.close();
     }
-    return writeTar([{ name: DATABASE, mode: 0o600, data: readFileSync(copy) }, ...filesOf(dataDir)]);
+    const files = [{ name: DATABASE, mode: 0o600, data: readFileSync(copy) }, ...filesOf(dataDir)];
+    const manifest: Manifest = {
+      format: FORMAT,
+      version: 1,
+      created_at: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      master_version: VERSION,
+      schema_version: schemaVersionOf(copy),
+      files: files.map(({ name, data }) => ({ name, size: data.length, sha256: sha256(data) })),
+    };
+    const text = Buffer.from(`${JSON.stringify(manifest, null, 2)}\n`);
+    return writeTar([
+      { name: MANIFEST, mode: 0o600, data: text },
+      ...files,
+      { name: MANIFEST_SUM, mode: 0o600, data: Buffer.from(sumLine(text)) },
+    ]);
+  });
+}
+
+function schemaVersionOf(path: string): number {
+  const db = new (sqlite().DatabaseSync)(path, { readOnly: true });
+  try {
+    return (db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as { version: number }).version;
   } finally {
-    rmSync(scratch, { recursive: true, force: true });
+    db.close();
+  }
+}
+
+/** The manifest `text` holds, checked field by field. Throws naming what is wrong. */
+function parseManifest(text: Buffer): Manifest {
+  let parsed: Partial<Manifest>;
+  try {
+    parsed = JSON.parse(text.toString('utf8')) as Partial<Manifest>;
+  } catch {
+    throw new Error(`the backup is damaged (${MANIFEST} is not JSON)`);
+  }
+  const fileOk = (f: Manifest['files'][number]) =>
+    typeof f === 'object' &&
+    f !== null &&
+    typeof f.name === 'string' &&
+    Number.isSafeInteger(f.size) &&
+    typeof f.sha256 === 'string' &&
+    /^[0-9a-f]{64}$/.test(f.sha256);
+  if (
+    parsed.format !== FORMAT ||
+    parsed.version !== 1 ||
+    typeof parsed.created_at !== 'string' ||
+    typeof parsed.master_version !== 'string' ||
+    !Number.isSafeInteger(parsed.schema_version) ||
+    !Array.isArray(parsed.files) ||
+    !parsed.files.every(fileOk)
+  )
+    throw new Error(`the backup is damaged (${MANIFEST} is not a manifest this master reads)`);
+  return parsed as Manifest;
+}
+
+/**
+ * Checks a backup whole before anything is restored from it: the archive's every header and padding byte, the
+ * manifest against its own SHA-256, every file against the manifest (name, size, SHA-256, nothing missing or
+ * added), the file names (inside the data dir; no lock, WAL or readiness file), and the database (a schema this
+ * master knows, PRAGMA integrity_check and foreign_key_check on a scratch copy). Throws with the reason.
+ */
+export function verifyBackup(archive: Buffer): Verified {
+  let entries: Entry[];
+  try {
+    entries = readTar(archive);
+  } catch (error) {
+    // Not even an archive: an error page saved in its place (curl without --fail), or another file.
+    if (archive.length < 1024 || !archive.subarray(257, 262).equals(Buffer.from('ustar'))) {
+      const start = JSON.stringify(archive.subarray(0, 40).toString('latin1'));
+      throw new Error(`this is not a backup (no tar archive: it starts ${start})`);
+    }
+    throw error;
+  }
+  const first = entries[0];
+  const last = entries[entries.length - 1];
+  if (first?.name !== MANIFEST || last?.name !== MANIFEST_SUM || entries.length < 3)
+    throw new Error(
+      entries.some((e) => e.name === DATABASE) && !entries.some((e) => e.name === MANIFEST)
+        ? 'the backup has no manifest (an older master made it): it cannot be verified; restore it with that ' +
+            'master, then take a new backup'
+        : `the backup is damaged (it does not begin with ${MANIFEST} and end with ${MANIFEST_SUM})`,
+    );
+  if (last.data.toString('latin1') !== sumLine(first.data))
+    throw new Error(`the backup is damaged (${MANIFEST} does not match ${MANIFEST_SUM})`);
+  const manifest = parseManifest(first.data);
+  const files = entries.slice(1, -1);
+  if (files.length !== manifest.files.length) throw new Error('the backup is damaged (files missing or added)');
+  files.forEach((file, i) => {
+    const listed = manifest.files[i]!;
+    if (file.name !== listed.name) throw new Error(`the backup is damaged (${file.name} is not in its manifest)`);
+    if (file.data.length !== listed.size || sha256(file.data) !== listed.sha256)
+      throw new Error(`the backup is damaged (${file.name} does not match its SHA-256 in the manifest)`);
+  });
+  const names = new Set<string>();
+  for (const { name } of files) {
+    if (names.has(name)) throw new Error(`the backup names ${name} twice`);
+    names.add(name);
+    if (!name.split('/').every((part) => /^[\w.-]+$/.test(part) && part !== '.' && part !== '..'))
+      throw new Error(`the backup names a file outside the data dir: ${name}`);
+    // A lock naming some pid, or a WAL SQLite would replay over the copy, is never in a backup.
+    if (name !== DATABASE && SKIPPED.has(name)) throw new Error(`the backup carries ${name}, which no backup holds`);
+  }
+  const database = files.find((file) => file.name === DATABASE);
+  if (!database) throw new Error(`the backup holds no ${DATABASE}`);
+  inScratch((scratch) => {
+    const path = join(scratch, DATABASE);
+    writeFileSync(path, database.data, { mode: 0o600 });
+    checkDatabase(path);
+  });
+  return { manifest, files };
+}
+
+/** Refuses a database this master cannot start on, or one SQLite finds damaged or inconsistent. */
+function checkDatabase(path: string): void {
+  const { DatabaseSync } = sqlite();
+  let db: InstanceType<typeof DatabaseSync>;
+  try {
+    db = new DatabaseSync(path, { readOnly: true });
+    db.prepare('SELECT count(*) FROM sqlite_schema').get();
+  } catch (error) {
+    throw new Error(`the backup's database is not a database: ${(error as Error).message}`);
+  }
+  try {
+    const version = (
+      db.prepare("SELECT name FROM sqlite_schema WHERE name = 'schema_migrations'").get()
+        ? db.prepare('SELECT max(version) AS version FROM schema_migrations').get()
+        : undefined
+    ) as { version: number | null } | undefined;
+    if (!version?.version) throw new Error("the backup's database is not a portplane master's");
+    if (version.version > migrations.length)
+      throw new Error(
+        `the backup's database is at schema version ${version.version}, newer than this master ` +
+          `(${migrations.length}); restore it with the master that made it`,
+      );
+    const integrity = db.prepare('PRAGMA integrity_check').all() as { integrity_check: string }[];
+    if (integrity.length !== 1 || integrity[0]!.integrity_check !== 'ok')
+      throw new Error(
+        `the backup's database fails its integrity check: ${integrity.map((r) => r.integrity_check).join('; ')}`,
+      );
+    const orphans = db.prepare('PRAGMA foreign_key_check').all() as { table: string; parent: string }[];
+    if (orphans.length > 0)
+      throw new Error(
+        `the backup's database fails its foreign key check: ${orphans.length} rows refer to rows that are not ` +
+          `there (first: ${orphans[0]!.table} -> ${orphans[0]!.parent})`,
+      );
+  } finally {
+    db.close();
   }
 }
 
 /**
- * Fills `dataDir`, which must be empty or missing, from a backup. Throws on a damaged backup or
- * a used dir, and then leaves the dir empty again: a half-restored data dir would start.
+ * Fills `dataDir`, which must be empty or missing, from a backup, once `verifyBackup` passes: a damaged backup
+ * leaves the dir as it was. Should writing fail midway (a full disk), the dir is emptied again: a half-restored data
+ * dir would start.
  */
 export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   if (readdirSync(dataDir).length > 0) throw new Error(`${dataDir} is not empty; restore only into an empty data dir`);
-  const entries = readTar(archive);
-  if (!entries.some((e) => e.name === DATABASE)) throw new Error(`the backup holds no ${DATABASE}`);
-  const paths = entries.map((entry) => {
-    const path = normalize(join(dataDir, entry.name));
-    if (relative(dataDir, path).startsWith('..') || entry.name.startsWith('/'))
-      throw new Error(`the backup names a file outside the data dir: ${entry.name}`);
-    // A lock naming some pid, or a WAL SQLite would replay over the copy, is never in a backup.
-    if (entry.name !== DATABASE && SKIPPED.has(entry.name))
-      throw new Error(`the backup carries ${entry.name}, which no backup holds`);
-    return path;
-  });
+  const { files } = verifyBackup(archive);
   try {
-    entries.forEach((entry, i) => {
-      mkdirSync(dirname(paths[i]!), { recursive: true, mode: 0o700 });
-      writeFileSync(paths[i]!, entry.data, { mode: 0o600 });
-    });
-    checkIntegrity(join(dataDir, DATABASE));
+    for (const file of files) {
+      const path = join(dataDir, file.name);
+      mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+      writeFileSync(path, file.data, { mode: 0o600 });
+    }
   } catch (error) {
     for (const name of readdirSync(dataDir)) rmSync(join(dataDir, name), { recursive: true, force: true });
     throw error;
   }
-  return entries.map((e) => e.name);
-}
-
-function checkIntegrity(path: string): void {
-  const { DatabaseSync } = sqlite();
-  const restored = new DatabaseSync(path);
-  try {
-    const check = restored.prepare('PRAGMA integrity_check').get() as { integrity_check: string };
-    if (check.integrity_check !== 'ok')
-      throw new Error(`the restored database fails its integrity check: ${check.integrity_check}`);
-  } finally {
-    restored.close();
-  }
+  return files.map((file) => file.name);
 }
