@@ -11,12 +11,13 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
 import { IdempotencyStore, KEYS_PER_TOKEN } from '../internal/store/idempotency.ts';
-import { call, node, startMaster } from './helpers.ts';
+import { ADMIN_PASSWORD, call, node, startMaster } from './helpers.ts';
 
 function modes(dir: string): Record<string, string> {
   const out: Record<string, string> = { '.': (statSync(dir).mode & 0o777).toString(8) };
@@ -92,3 +93,116 @@ test('a token keeps at most its most recent stored replays', () => {
   assert.ok(replays.find(1, 'key-5', ''));
   assert.ok(replays.find(1, `key-${KEYS_PER_TOKEN + 4}`, ''));
 });
+
+/** Every file under `dir`, at any depth. */
+function everyFile(dir: string): { path: string; bytes: Buffer }[] {
+  return (readdirSync(dir, { recursive: true }) as string[])
+    .map((entry) => join(dir, entry))
+    .filter((path) => statSync(path).isFile())
+    .map((path) => ({ path, bytes: readFileSync(path) }));
+}
+
+test(
+  'no secret the API issues or is given is kept anywhere in the data dir or the log, with or without ' +
+    'an Idempotency-Key; replays show it redacted',
+  async (t) => {
+    const logged: string[] = [];
+    const log = {
+      info: (msg: string, fields?: object) => logged.push(JSON.stringify({ msg, ...fields })),
+      warn: (msg: string, fields?: object) => logged.push(JSON.stringify({ msg, ...fields })),
+      error: (msg: string, fields?: object) => logged.push(JSON.stringify({ msg, ...fields })),
+    };
+    const m = await startMaster(t, { log });
+    const given: string[] = [ADMIN_PASSWORD];
+    const issued: string[] = [m.admin];
+    const replayed: unknown[] = [];
+    const post = async (path: string, body: unknown, key?: string) => {
+      const headers: Record<string, string> = key ? { 'idempotency-key': key } : {};
+      const answer = await call(m.url, 'POST', path, { token: m.admin, body, headers });
+      assert.ok(answer.status < 300, `${path}: ${answer.status} ${JSON.stringify(answer.body)}`);
+      if (key) {
+        const again = await call(m.url, 'POST', path, { token: m.admin, body, headers });
+        assert.equal(again.headers.get('idempotent-replayed'), 'true');
+        replayed.push(again.body);
+      }
+      return answer.body;
+    };
+    for (const key of [undefined, 'with-a-key']) {
+      const suffix = key ? 'k' : 'n';
+      // Credentials given: an SSH password and key for nodes, a password for users.
+      const sshPassword = `ssh-password-${suffix}-${randomUUID()}`;
+      const keyLine = `PRIVATEKEYLINE${suffix}${randomUUID().replace(/-/g, '')}`;
+      const sshKey = `-----BEGIN OPENSSH PRIVATE KEY-----\n${keyLine}\n-----END OPENSSH PRIVATE KEY-----\n`;
+      const userPassword = `user-password-${suffix}-${randomUUID()}`;
+      const newPassword = `new-password-${suffix}-${randomUUID()}`;
+      given.push(sshPassword, keyLine, userPassword, newPassword);
+      // Secrets issued: agent tokens (and the commands that carry them), API tokens, sessions.
+      const made = await post(
+        '/api/nodes',
+        { name: `pw-${suffix}`, host: 'a.example.net', ssh_password: sshPassword },
+        key,
+      );
+      assert.ok(made.agent_command.includes(made.agent_token));
+      const rekeyed = await call(m.url, 'PUT', `/api/nodes/${made.id}`, {
+        token: m.admin,
+        body: { name: `pw-${suffix}`, host: 'a.example.net', ssh_private_key: sshKey },
+      });
+      assert.equal(rekeyed.status, 200);
+      const token = await post('/api/tokens', { name: `t-${suffix}`, scopes: ['rules:read'] }, key && `${key}-3`);
+      const user = await post(
+        '/api/users',
+        { username: `u-${suffix}`, password: userPassword, scopes: [] },
+        key && `${key}-4`,
+      );
+      const changed = await call(m.url, 'PUT', `/api/users/${user.id}`, {
+        token: m.admin,
+        body: { username: `u-${suffix}`, password: newPassword, scopes: [] },
+      });
+      assert.equal(changed.status, 200);
+      // A login is public: keys are kept per token, so it has none to replay.
+      const session = await post('/api/auth/login', { username: `u-${suffix}`, password: newPassword });
+      const imported = await post(
+        '/api/import',
+        {
+          format: 'portplane-export',
+          version: 1,
+          nodes: [{ name: `imp-${suffix}`, host: 'c.example.net', ssh_port: 22, ssh_user: 'root', tags: [] }],
+          tunnels: [],
+          rules: [],
+        },
+        key && `${key}-6`,
+      );
+      issued.push(made.agent_token, made.agent_command, token.token, session.token);
+      issued.push(imported.nodes[0].agent_token);
+    }
+    assert.equal(issued.filter((secret) => typeof secret !== 'string' || secret.length < 20).length, 0);
+    await m.app.store.committed();
+    const secrets = [...given, ...issued];
+    const scan = () => {
+      const kept = everyFile(m.dataDir);
+      assert.ok(
+        kept.some((f) => f.path.endsWith('master.db-wal')),
+        'the write-ahead log is scanned too',
+      );
+      for (const secret of secrets)
+        for (const { path, bytes } of kept)
+          assert.ok(!bytes.includes(secret), `${secret.slice(0, 16)}... is in ${path}`);
+    };
+    scan();
+    for (const secret of secrets)
+      assert.ok(!logged.some((line) => line.includes(secret)), `${secret.slice(0, 16)}... is in the log`);
+    // What a retry gets: the answer, with its secrets redacted.
+    const shown = JSON.stringify(replayed);
+    for (const secret of issued.slice(1)) assert.ok(!shown.includes(secret), `${secret.slice(0, 16)}... replayed`);
+    assert.equal(
+      shown.match(/"\[redacted\]"/g)?.length,
+      4,
+      "the node's agent_token and agent_command, the token, the imported node's agent_token",
+    );
+    // The audit log says a credential was set without saying which.
+    const audit = await call(m.url, 'GET', '/api/audit-logs?limit=1000', { token: m.admin });
+    assert.match(JSON.stringify(audit.body), /"ssh_password":"\[redacted\]"/);
+    assert.match(JSON.stringify(audit.body), /"ssh_private_key":"\[redacted\]"/);
+    assert.match(JSON.stringify(audit.body), /"password":"\[redacted\]"/);
+  },
+);

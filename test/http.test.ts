@@ -188,29 +188,33 @@ test('Idempotency-Key: a retry while the first request is still running is 409',
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
 });
 
-test("Idempotency-Key: refusals are not stored, and a node's agent token is redacted in replays", async (t) => {
-  const m = await startMaster(t);
-  const send = (name: string) =>
-    call(m.url, 'POST', '/api/nodes', {
-      token: m.admin,
-      body: { name, host: 'edge.example.net' },
-      headers: { 'idempotency-key': 'node-1' },
-    });
-  assertProblem(
-    await call(m.url, 'POST', '/api/nodes', {
-      token: m.admin,
-      body: { name: 'bad name!', host: 'x' },
-      headers: { 'idempotency-key': 'node-1' },
-    }),
-    422,
-    'validation_failed',
-  );
-  const created = await send('edge');
-  assert.equal(created.status, 201, 'the 422 left no stored answer behind');
-  const replay = await send('edge');
-  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
-  assert.deepEqual(replay.body, { ...created.body, agent_token: '[redacted]' });
-});
+test(
+  "Idempotency-Key: refusals are not stored, and a node's agent token and command are " + 'redacted in replays',
+  async (t) => {
+    const m = await startMaster(t);
+    const send = (name: string) =>
+      call(m.url, 'POST', '/api/nodes', {
+        token: m.admin,
+        body: { name, host: 'edge.example.net' },
+        headers: { 'idempotency-key': 'node-1' },
+      });
+    assertProblem(
+      await call(m.url, 'POST', '/api/nodes', {
+        token: m.admin,
+        body: { name: 'bad name!', host: 'x' },
+        headers: { 'idempotency-key': 'node-1' },
+      }),
+      422,
+      'validation_failed',
+    );
+    const created = await send('edge');
+    assert.equal(created.status, 201, 'the 422 left no stored answer behind');
+    const replay = await send('edge');
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.match(created.body.agent_command, /AGENT_TOKEN='mat_/);
+    assert.deepEqual(replay.body, { ...created.body, agent_token: '[redacted]', agent_command: '[redacted]' });
+  },
+);
 
 test('Idempotency-Key: a 429 is not stored, so the same retry acts once the budget allows', async (t) => {
   const m = await startMaster(t);

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
 import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
 import { openStore, type Store } from '../internal/store/store.ts';
+import { secretFieldNames } from '../internal/api/routes.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 const fields = (name: string): NodeFields => ({
@@ -21,7 +22,7 @@ const fields = (name: string): NodeFields => ({
 /** A store with two nodes joined by a tunnel and a rule through it; `fresh` reads a node as a new connection would. */
 function setUp(t: { after: (fn: () => void) => void }) {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-views-'));
-  const store = openStore(dir);
+  const store = openStore(dir, { secretFields: secretFieldNames });
   const other = new Database(join(dir, 'master.db'));
   t.after(() => {
     other.close();

@@ -1,16 +1,21 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { secretFieldNames } from '../internal/api/routes.ts';
 import {
   array,
   dateTime,
+  describe,
   integer,
   nullable,
   object,
   oneOf,
   optional,
+  secret,
+  secretFields,
   string,
   validate,
 } from '../internal/schema/schema.ts';
+import { redactSecrets } from '../internal/store/audit.ts';
 
 const input = object(
   {
@@ -92,4 +97,42 @@ test('string lengths count characters (code points), not UTF-16 units', () => {
       errors,
       value,
     );
+});
+
+test('a field marked secret is found at any depth, and its value redacted wherever that name is kept', () => {
+  const input = object({
+    name: string({ max: 10 }),
+    credential: optional(nullable(string({ max: 10, secret: true }))),
+    nested: array(object({ passphrase: string({ max: 10, secret: true }) }), { max: 2 }),
+  });
+  const answer = describe({
+    type: 'object',
+    properties: { issued: secret({ type: 'string' }), name: { type: 'string' } },
+  });
+  const names = secretFields([input.json, answer.json]);
+  assert.deepEqual([...names].sort(), ['credential', 'issued', 'passphrase']);
+  assert.equal((input.json.properties as Record<string, Record<string, unknown>>).credential!['x-secret'], true);
+  const kept = redactSecrets(
+    { name: 'n', credential: 'c1', nested: [{ passphrase: 'p1' }], after: { issued: 'i1', credential: null } },
+    names,
+  );
+  assert.deepEqual(kept, {
+    name: 'n',
+    credential: '[redacted]',
+    nested: [{ passphrase: '[redacted]' }],
+    after: { issued: '[redacted]', credential: null },
+  });
+  const plain = { name: 'n' };
+  assert.equal(redactSecrets(plain, names), plain, 'nothing secret: not copied');
+});
+
+test('the API marks every secret it takes or shows: the names audit entries and replays are redacted by', () => {
+  assert.deepEqual([...secretFieldNames].sort(), [
+    'agent_command',
+    'agent_token',
+    'password',
+    'ssh_password',
+    'ssh_private_key',
+    'token',
+  ]);
 });

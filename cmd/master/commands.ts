@@ -10,6 +10,7 @@ import { backupDataDir, restoreDataDir, verifyBackup } from '../../internal/back
 import { Clock } from '../../internal/runtime/clock.ts';
 import { waitReady } from '../../internal/runtime/readiness.ts';
 import { openStore } from '../../internal/store/store.ts';
+import { secretFieldNames } from '../../internal/api/routes.ts';
 
 export const commandNames = ['backup', 'verify', 'restore', 'reset-password', 'wait-ready'] as const;
 
@@ -89,7 +90,7 @@ export async function runCommand(command: Command, stdin: () => string): Promise
   if (password.length < MIN_PASSWORD) throw new Error(`the password must have at least ${MIN_PASSWORD} characters`);
   const hash = await hashPassword(password);
   // Opening the store takes the data dir's lock: a running master refuses this, by name.
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, { secretFields: secretFieldNames });
   try {
     const clock = new Clock();
     store.write(() => {

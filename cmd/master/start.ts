@@ -16,7 +16,7 @@ import { Settings } from '../../internal/settings/settings.ts';
 import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
-import { routes } from '../../internal/api/routes.ts';
+import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { issueTunnelKeys } from '../../internal/tunnel/keys.ts';
@@ -140,7 +140,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
   // The agent links' record of which nodes are online, which the store renders their status from.
   const sync = new SyncHub();
   const store = using(`the data dir ${config.dataDir}`, 'give --data-dir a directory this user can write', () =>
-    openStore(config.dataDir, sync),
+    openStore(config.dataDir, { secretFields: secretFieldNames, presence: sync }),
   );
   try {
     const keyPem = config.licenseKeyPath

@@ -14,6 +14,7 @@ import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Database, SchemaMismatch } from '../../internal/store/database.ts';
 import { Store } from '../../internal/store/store.ts';
+import { secretFieldNames } from '../../internal/api/routes.ts';
 import { VERSION } from '../../internal/version.ts';
 
 const IMPORT = 'portplane-import';
@@ -286,7 +287,9 @@ function openStore(setup: WorkerSetup): Store | Outcome {
   });
   if (setup.version !== VERSION) return changed(`version ${VERSION} on disk, ${setup.version} running`);
   try {
-    return new Store(new Database(setup.databasePath, { migrate: false, autoCheckpoint: false }));
+    return new Store(new Database(setup.databasePath, { migrate: false, autoCheckpoint: false }), {
+      secretFields: secretFieldNames,
+    });
   } catch (error) {
     if (!(error instanceof SchemaMismatch)) throw error;
     return changed(error.message);

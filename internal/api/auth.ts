@@ -3,7 +3,7 @@
 
 import { decoyHash, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
-import { object, string, type Infer } from '../schema/schema.ts';
+import { object, secret, string, type Infer } from '../schema/schema.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
 import { type Ctx, noContent, ok, operation, operations } from './route.ts';
 import { actingAs, transact } from './writes.ts';
@@ -11,7 +11,7 @@ import { actingAs, transact } from './writes.ts';
 export const loginInput = object(
   {
     username: string({ min: 1, max: 64 }),
-    password: string({ min: 1, max: 1024 }),
+    password: string({ min: 1, max: 1024, secret: true }),
   },
   { name: 'LoginInput' },
 );
@@ -24,7 +24,7 @@ const userSummary = {
 };
 
 const loginResult = record('LoginResult', {
-  token: { type: 'string', description: 'The session bearer token (prefix mss_); shown only here.' },
+  token: secret({ type: 'string', description: 'The session bearer token (prefix mss_); shown only here.' }),
   expires_at: timestamp,
   user: userSummary,
 });

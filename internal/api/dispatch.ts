@@ -13,7 +13,7 @@ import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
-import { redact, type Actor } from '../store/audit.ts';
+import { redactSecrets, type Actor } from '../store/audit.ts';
 import { CommitFailed, WritesBusy } from '../store/database.ts';
 import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
@@ -32,16 +32,20 @@ const MAX_REPLAY_BYTES = 256 * 1024;
 const REPLAYED_HEADERS = ['content-type', 'location', 'etag'];
 
 /**
- * What a retry with the same Idempotency-Key gets: the response with every secret in it
- * redacted (a secret is shown once, and never stored), or, for a response too large to keep,
- * a 409 saying the request was carried out.
+ * What a retry with the same Idempotency-Key gets: the response with the value of every field the API marks secret
+ * redacted (a secret is shown once, and never stored), or, for a response too large to keep, a 409 saying the
+ * request was carried out.
  */
-function replayOf(out: Outgoing, requestId: string): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
+function replayOf(
+  out: Outgoing,
+  requestId: string,
+  secretFields: ReadonlySet<string>,
+): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
   if ((out.body?.length ?? 0) > MAX_REPLAY_BYTES) {
     const detail =
       `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to ` +
       `keep, so read the resources it changed`;
-    return replayOf(fromError(new DomainError('conflict', detail), requestId), requestId);
+    return replayOf(fromError(new DomainError('conflict', detail), requestId), requestId, secretFields);
   }
   const headers = Object.fromEntries(
     Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())),
@@ -49,7 +53,8 @@ function replayOf(out: Outgoing, requestId: string): Pick<StoredResponse, 'statu
   const body = out.body ?? Buffer.alloc(0);
   const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1] ?? '';
   if (body.length === 0 || !/json/.test(type)) return { status: out.status, headers, body };
-  return { status: out.status, headers, body: Buffer.from(JSON.stringify(redact(JSON.parse(body.toString('utf8'))))) };
+  const kept = redactSecrets(JSON.parse(body.toString('utf8')), secretFields);
+  return { status: out.status, headers, body: Buffer.from(JSON.stringify(kept)) };
 }
 
 function json(status: number, body: unknown, headers: Record<string, string> = {}): Outgoing {
@@ -404,7 +409,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * should the answer not be kept, a retry is told that the request was carried out, and this one still answers.
    */
   async function keepAnswer(slot: Unanswered, out: Outgoing, requestId: string): Promise<void> {
-    const stored = { fingerprint: slot.fingerprint, ...replayOf(out, requestId) };
+    const stored = { fingerprint: slot.fingerprint, ...replayOf(out, requestId, app.store.secretFields) };
     try {
       await app.store.db.writeInTurn(() => app.store.idempotency.save(slot.tokenId, slot.key, stored, app.timestamp()));
     } catch (error) {

@@ -7,7 +7,7 @@ import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { array, integer, nullable, object, optional, string, type Infer } from '../schema/schema.ts';
+import { array, integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
@@ -57,6 +57,7 @@ export const nodeInput = object(
         string({
           min: 1,
           max: 16384,
+          secret: true,
           description: 'Write-only. A PEM or OpenSSH private key; absent keeps the stored credential, null removes it.',
           pattern: PRIVATE_KEY,
           patternHint: 'must be a PEM or OpenSSH private key',
@@ -65,7 +66,12 @@ export const nodeInput = object(
     ),
     ssh_password: optional(
       nullable(
-        string({ min: 1, max: 1024, description: 'Write-only; absent keeps the stored credential, null removes it.' }),
+        string({
+          min: 1,
+          max: 1024,
+          secret: true,
+          description: 'Write-only; absent keeps the stored credential, null removes it.',
+        }),
       ),
     ),
     tags: optional(
@@ -128,19 +134,22 @@ const nodeProperties = {
 export const nodeSchema = record('Node', nodeProperties);
 const nodeCreatedSchema = record('NodeCreated', {
   ...nodeProperties,
-  agent_token: { type: 'string', description: "The agent's credential (prefix mat_). Shown only in this response." },
+  agent_token: secret({
+    type: 'string',
+    description: "The agent's credential (prefix mat_). Shown only in this response.",
+  }),
   master_pin: {
     type: ['string', 'null'],
     description:
       'The pin of the key this master serves HTTPS with (sha256/<base64>, RFC 7469), which agents check it by; ' +
       'null over plain HTTP.',
   },
-  agent_command: {
+  agent_command: secret({
     type: ['string', 'null'],
     description:
       "The command that starts this node's agent by hand: master URL (install_master_url, else the address this " +
-      'request reached), pin and token. Null when the request does not say where the master is.',
-  },
+      'request reached), pin and token. Null when the request does not say where the master is. Shown only here.',
+  }),
 });
 
 export function nodeView({ config_version: _, ...node }: Node) {

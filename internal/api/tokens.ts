@@ -7,7 +7,7 @@ import { etagOf, checkIfMatch } from '../http/etag.ts';
 import { pageOf } from '../http/cursor.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
-import { array, dateTime, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
 import type { Token } from '../store/tokens.ts';
 import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
@@ -50,7 +50,7 @@ const tokenProperties = {
 export const tokenSchema = record('Token', tokenProperties);
 const tokenCreatedSchema = record('TokenCreated', {
   ...tokenProperties,
-  token: { type: 'string', description: 'The secret (prefix mst_). Shown only in this response.' },
+  token: secret({ type: 'string', description: 'The secret (prefix mst_). Shown only in this response.' }),
 });
 
 function view({ kind: _, ...token }: Token) {

@@ -13,6 +13,7 @@ import {
   object,
   oneOf,
   optional,
+  secret,
   string,
   type FieldError,
   type Infer,
@@ -345,7 +346,7 @@ const importResultItem = {
     name: { type: 'string' },
     id: { type: ['integer', 'null'] },
     outcome: { type: 'string', enum: ['created', 'exists', 'invalid', 'conflict'] },
-    agent_token: { type: 'string', description: 'For a created node: its agent token, shown only here.' },
+    agent_token: secret({ type: 'string', description: 'For a created node: its agent token, shown only here.' }),
   },
   additionalProperties: false,
 };

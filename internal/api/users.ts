@@ -19,7 +19,7 @@ const username = string({
   pattern: /^[A-Za-z0-9][A-Za-z0-9._@-]*$/,
   patternHint: 'must start with a letter or digit and contain only letters, digits and . _ @ -',
 });
-const password = string({ min: MIN_PASSWORD, max: 1024, description: 'Write-only; never returned.' });
+const password = string({ min: MIN_PASSWORD, max: 1024, secret: true, description: 'Write-only; never returned.' });
 
 export const userCreateInput = object(
   { username, password, scopes: optional(scopeList, []), disabled: optional(boolean(), false) },
@@ -30,7 +30,12 @@ export const userUpdateInput = object(
   {
     username,
     password: optional(
-      string({ min: MIN_PASSWORD, max: 1024, description: 'Write-only; absent keeps the current password.' }),
+      string({
+        min: MIN_PASSWORD,
+        max: 1024,
+        secret: true,
+        description: 'Write-only; absent keeps the current password.',
+      }),
     ),
     scopes: optional(scopeList, []),
     disabled: optional(boolean(), false),

@@ -18,11 +18,26 @@ export type Infer<S> = S extends Schema<infer T> ? T : never;
 interface Common {
   description?: string;
   example?: unknown;
+  /** The value is a secret (a password, a key, a bearer token): see `secret`. */
+  secret?: boolean;
+}
+
+/**
+ * The mark of a value that is a secret, in its JSON Schema (and so in the OpenAPI document). Whatever is kept of a
+ * request or an answer (an Idempotency-Key's replay, an audit entry) has such fields redacted: `secretFields` reads
+ * the mark, so a field marked here is redacted everywhere with nothing else to list.
+ */
+export const SECRET = 'x-secret';
+
+/** `json` marked as a secret's schema. */
+export function secret(json: JsonSchema): JsonSchema {
+  return { ...json, [SECRET]: true };
 }
 
 function annotate(json: JsonSchema, common: Common): JsonSchema {
   if (common.description !== undefined) json.description = common.description;
   if (common.example !== undefined) json.examples = [common.example];
+  if (common.secret) json[SECRET] = true;
   return json;
 }
 
@@ -315,4 +330,28 @@ export function validate<T>(schema: Schema<T>, value: unknown): { value: T; erro
   const errors: FieldError[] = [];
   const checked = schema.check(value, '#', errors);
   return { value: checked, errors };
+}
+
+/** The schemas directly inside `json`: of its properties (by name), its items, and the alternatives it lists. */
+function inner(json: JsonSchema): { name?: string; json: JsonSchema }[] {
+  const out: { name?: string; json: JsonSchema }[] = [];
+  const properties = json.properties as Record<string, JsonSchema> | undefined;
+  for (const [name, child] of Object.entries(properties ?? {})) out.push({ name, json: child });
+  if (json.items && typeof json.items === 'object') out.push({ json: json.items as JsonSchema });
+  for (const key of ['allOf', 'anyOf', 'oneOf'])
+    for (const child of (json[key] as JsonSchema[] | undefined) ?? []) out.push({ json: child });
+  return out;
+}
+
+/** The names of every property any of `schemas` marks secret, at any depth. */
+export function secretFields(schemas: readonly JsonSchema[]): Set<string> {
+  const names = new Set<string>();
+  const visit = (json: JsonSchema) => {
+    for (const child of inner(json)) {
+      if (child.name !== undefined && child.json[SECRET] === true) names.add(child.name);
+      visit(child.json);
+    }
+  };
+  for (const json of schemas) visit(json);
+  return names;
 }

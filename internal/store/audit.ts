@@ -41,36 +41,35 @@ export interface AuditFilter {
   until: string | null;
 }
 
-const SECRET_KEY = /(^|_)(password|secret|token|private_key|passphrase|credentials?)$/;
+/** What a secret's value is kept as. */
+export const REDACTED = '[redacted]';
 
-/** Replaces the value of every secret-looking key, at any depth, with "[redacted]". */
-export function redact(value: unknown): unknown {
-  return holdsSecret(value) ? redacted(value) : value;
-}
-
-// Most entries hold no secret: finding that out copies nothing.
-function holdsSecret(value: unknown): boolean {
-  if (Array.isArray(value)) return value.some(holdsSecret);
-  if (value && typeof value === 'object') {
-    for (const key in value) {
-      const inner = (value as Record<string, unknown>)[key];
-      if ((SECRET_KEY.test(key) && inner != null) || holdsSecret(inner)) return true;
+/**
+ * `value` with the value of every field named in `secretFields` (at any depth, unless null) replaced by REDACTED: for
+ * whatever is kept of what a request gave or an answer showed. Most values hold no secret: finding that out copies
+ * nothing.
+ */
+export function redactSecrets(value: unknown, secretFields: ReadonlySet<string>): unknown {
+  const holds = (inner: unknown): boolean => {
+    if (Array.isArray(inner)) return inner.some(holds);
+    if (inner && typeof inner === 'object') {
+      for (const [key, field] of Object.entries(inner))
+        if ((secretFields.has(key) && field != null) || holds(field)) return true;
     }
-  }
-  return false;
-}
-
-function redacted(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(redacted);
-  if (value && typeof value === 'object') {
-    return Object.fromEntries(
-      Object.entries(value).map(([key, inner]) => [
-        key,
-        SECRET_KEY.test(key) && inner != null ? '[redacted]' : redacted(inner),
-      ]),
-    );
-  }
-  return value;
+    return false;
+  };
+  const redacted = (inner: unknown): unknown => {
+    if (Array.isArray(inner)) return inner.map(redacted);
+    if (inner && typeof inner === 'object')
+      return Object.fromEntries(
+        Object.entries(inner).map(([key, field]) => [
+          key,
+          secretFields.has(key) && field != null ? REDACTED : redacted(field),
+        ]),
+      );
+    return inner;
+  };
+  return holds(value) ? redacted(value) : value;
 }
 
 interface Row extends Omit<AuditEntry, 'changes'> {
@@ -82,7 +81,11 @@ export class AuditStore {
   private readonly listStmt;
   private readonly pruneStmt;
 
-  constructor(db: Database) {
+  constructor(
+    db: Database,
+    /** Fields whose values are secrets: recorded as REDACTED (see `redactSecrets`). */
+    private readonly secretFields: ReadonlySet<string>,
+  ) {
     this.insertRows = db.insertRows(
       `INSERT INTO audit_log
         (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status, request_id, changes) VALUES`,
@@ -120,7 +123,7 @@ export class AuditStore {
         entry.resource_id,
         entry.status,
         actor.request_id,
-        entry.changes === undefined ? null : JSON.stringify(redact(entry.changes)),
+        entry.changes === undefined ? null : JSON.stringify(redactSecrets(entry.changes, this.secretFields)),
       ]),
     );
   }

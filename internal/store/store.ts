@@ -31,6 +31,18 @@ export class Generation {
   }
 }
 
+export interface StoreOptions {
+  /**
+   * The names of fields that hold secrets (derived from the API's schemas: see `secretFieldNames`), redacted in
+   * whatever the store keeps of what a request gave: the audit log's changes, an Idempotency-Key's replay.
+   */
+  secretFields: ReadonlySet<string>;
+  /** The data dir's lock, released when the store closes. */
+  lock?: DataDirLock | null;
+  /** The agent links, when this is the serving master's store: what nodes' status is rendered from. */
+  presence?: Presence;
+}
+
 export class Store {
   readonly credentials = new Generation();
   readonly users: UserStore;
@@ -43,19 +55,21 @@ export class Store {
   readonly tunnels: TunnelStore;
   readonly traffic: TrafficStore;
 
+  readonly secretFields: ReadonlySet<string>;
+  private readonly lock: DataDirLock | null;
+
   constructor(
     readonly db: Database,
-    /** The data dir's lock, released when the store closes. */
-    private readonly lock: DataDirLock | null = null,
-    /** The agent links, when this is the serving master's store: what nodes' status is rendered from. */
-    presence?: Presence,
+    options: StoreOptions,
   ) {
+    this.secretFields = options.secretFields;
+    this.lock = options.lock ?? null;
     this.users = new UserStore(db, this.credentials);
     this.tokens = new TokenStore(db, this.credentials);
-    this.audit = new AuditStore(db);
+    this.audit = new AuditStore(db, this.secretFields);
     this.settings = new SettingsStore(db);
     this.idempotency = new IdempotencyStore(db);
-    this.nodes = new NodeStore(db, presence);
+    this.nodes = new NodeStore(db, options.presence);
     this.rules = new RuleStore(db);
     this.tunnels = new TunnelStore(db);
     this.traffic = new TrafficStore(db);
@@ -110,13 +124,13 @@ export function secureDataDir(dir: string): void {
  * Opens the database in `dataDir`, securing the dir first. SQLite gives its -wal and -shm files the database file's
  * mode.
  */
-export function openStore(dataDir: string, presence?: Presence): Store {
+export function openStore(dataDir: string, options: Omit<StoreOptions, 'lock'>): Store {
   secureDataDir(dataDir);
   const lock = lockDataDir(dataDir);
   try {
     const path = join(dataDir, 'master.db');
     closeSync(openSync(path, 'a', 0o600));
-    return new Store(new Database(path), lock, presence);
+    return new Store(new Database(path), { ...options, lock });
   } catch (error) {
     lock.release();
     throw error;
