@@ -99,7 +99,9 @@ export const healthOperations = operations({
     responses: {
       200: { description: 'Healthy', schema: healthSchema },
       503: {
-        description: 'Starting (the health document, status starting), shutting down, or the database does not answer',
+        description:
+          'Starting (this document, status starting), or shutting down or the database does not answer (a problem)',
+        schema: healthSchema,
       },
     },
     answersWhileStarting: true,

@@ -103,13 +103,26 @@ const nodeProperties = {
     description: 'Which SSH credential is stored (never the credential itself).',
   },
   tags: { type: 'array', items: { type: 'string' } },
-  status: { type: 'string', enum: [...nodeStatuses] },
+  status: {
+    type: 'string',
+    enum: [...nodeStatuses],
+    description:
+      'From the live agent link, never from what was recorded before a restart or a restore: online while its ' +
+      'agent is linked (a link silent for 45 s is closed within 5 s more), offline otherwise (every node at a ' +
+      "master's start, until its agent links); installing while an install runs (at most 10 minutes, then " +
+      'install_failed with timed_out; an install a stopped master left is install_failed, interrupted); new ' +
+      'until it first had an agent. The node list, its status filter, the dashboard and the metrics all count ' +
+      'from the same record.',
+  },
   status_detail: {
     type: ['string', 'null'],
     description: 'Why the node is in its status, e.g. the reason its agent link or install failed.',
   },
   agent_version: { type: ['string', 'null'] },
-  last_seen_at: nullableTimestamp,
+  last_seen_at: {
+    ...nullableTimestamp,
+    description: 'When its agent last sent anything (it pings every 15 s); while linked, it moves with every message.',
+  },
   traffic: {
     type: 'object',
     required: ['bytes_in', 'bytes_out'],

@@ -129,7 +129,13 @@ function commonErrors(route: Route): Record<string, unknown> {
     if (route.scope !== 'public')
       out[429] = problem("The caller's write budget is spent (rate_limited).", ['Retry-After']);
   }
-  out[503] = problem('The master is shutting down or its database does not answer (unavailable).', ['Retry-After']);
+  out[503] = problem(
+    route.method === 'GET'
+      ? 'The master is starting or shutting down, or its database does not answer (unavailable).'
+      : 'The master is starting or shutting down, or an import or batch held writes for longer than this write ' +
+          'waits in line (write_wait_seconds); nothing was changed (unavailable).',
+    ['Retry-After'],
+  );
   return out;
 }
 
@@ -202,7 +208,10 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
     for (const [status, doc] of Object.entries(route.responses)) {
       const code = Number(status);
       if (code >= 400) {
-        responses[status] = problem(doc.description, code === 429 || code === 503 ? ['Retry-After'] : []);
+        const answer = problem(doc.description, code === 429 || code === 503 ? ['Retry-After'] : []);
+        // A route may answer an error status with a document of its own too (health, while the master starts).
+        if (doc.schema) Object.assign(answer.content, { 'application/json': { schema: doc.schema.json } });
+        responses[status] = answer;
         continue;
       }
       const names = successHeaders(route, code);
