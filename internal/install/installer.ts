@@ -94,6 +94,7 @@ export class Installer {
   constructor(
     private readonly app: InstallBackend,
     private readonly ssh = 'ssh',
+    private readonly timeoutMs = INSTALL_TIMEOUT_MS,
   ) {}
 
   isRunning(nodeId: number): boolean {
@@ -159,17 +160,19 @@ export class Installer {
     dial: MasterDial,
     forgetHostKey: boolean,
   ): Promise<string | null> {
-    const deadline = new Deadline(INSTALL_TIMEOUT_MS);
+    const deadline = new Deadline(this.timeoutMs);
     this.deadlines.set(nodeId, deadline);
     try {
       if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
       await this.steps(nodeId, mode, dial, deadline);
       return null;
     } catch (error) {
+      // A step cut short by the install's deadline (its SSH command killed) failed for that reason.
       const failure =
-        error instanceof SshError || error instanceof InstallFailure
+        deadline.timedOut() ??
+        (error instanceof SshError || error instanceof InstallFailure
           ? error
-          : new InstallFailure('install_failed', (error as Error).message);
+          : new InstallFailure('install_failed', (error as Error).message));
       return `${failure instanceof SshError ? failure.failure : failure.code}: ${failure.message}`;
     } finally {
       this.deadlines.delete(nodeId);
@@ -391,18 +394,24 @@ export class Installer {
 class Deadline {
   private readonly at: number;
 
-  constructor(ms: number) {
+  constructor(private readonly ms: number) {
     this.at = Date.now() + ms;
   }
 
   /** The time left, at most `ms`. Throws InstallFailure (timed_out) when none is. */
   left(ms = Infinity): number {
-    const left = this.at - Date.now();
-    if (left <= 0)
-      throw new InstallFailure(
-        'timed_out',
-        `the install did not finish within ${INSTALL_TIMEOUT_MS / 60_000} minutes; the install log shows its last step`,
-      );
-    return Math.min(ms, left);
+    const failure = this.timedOut();
+    if (failure) throw failure;
+    return Math.min(ms, this.at - Date.now());
+  }
+
+  /** The failure of an install past its time, or null while it has time left. */
+  timedOut(): InstallFailure | null {
+    if (Date.now() < this.at) return null;
+    const within = this.ms >= 60_000 ? `${this.ms / 60_000} minutes` : `${this.ms / 1000} s`;
+    return new InstallFailure(
+      'timed_out',
+      `the install did not finish within ${within}; the install log shows its last step`,
+    );
   }
 }
