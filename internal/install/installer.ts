@@ -89,7 +89,6 @@ export interface InstallBackend {
 
 export class Installer {
   private readonly running = new Set<number>();
-  private readonly deadlines = new Map<number, Deadline>();
 
   constructor(
     private readonly app: InstallBackend,
@@ -146,7 +145,6 @@ export class Installer {
 
   private log(nodeId: number, detail: string, line = detail): void {
     if (this.app.draining) throw new InstallFailure('interrupted', 'the master shut down during the install');
-    this.deadlines.get(nodeId)?.left();
     const entry = `[${this.app.clock.timestamp()}] ${line}\n`;
     this.app.store.db.whenWritable(() =>
       this.app.store.write(() => this.app.store.nodes.installProgress(nodeId, detail, entry)),
@@ -160,8 +158,8 @@ export class Installer {
     dial: MasterDial,
     forgetHostKey: boolean,
   ): Promise<string | null> {
+    // Each SSH command takes at most the time left, and none starts past it.
     const deadline = new Deadline(this.timeoutMs);
-    this.deadlines.set(nodeId, deadline);
     try {
       if (forgetHostKey) rmSync(this.knownHostsFile(nodeId), { force: true });
       await this.steps(nodeId, mode, dial, deadline);
@@ -174,8 +172,6 @@ export class Installer {
           ? error
           : new InstallFailure('install_failed', (error as Error).message));
       return `${failure instanceof SshError ? failure.failure : failure.code}: ${failure.message}`;
-    } finally {
-      this.deadlines.delete(nodeId);
     }
   }
 
