@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { request } from 'node:http';
+import { DatabaseSync } from 'node:sqlite';
 import { call, login } from './helpers.ts';
 import { until } from './net.ts';
 
@@ -126,6 +127,12 @@ test('start-up failures end at once with what could not be used and what to do, 
     assert.match(result.stderr, message);
   }
   taken.close();
+  // A start that failed made no admin whose generated password nobody saw: the next start makes (and prints) it.
+  for (const failed of ['d1', 'd2']) {
+    const db = new DatabaseSync(join(dir, failed, 'master.db'), { readOnly: true });
+    assert.deepEqual({ ...db.prepare('SELECT count(*) AS n FROM users').get() }, { n: 0 }, failed);
+    db.close();
+  }
 });
 
 test(
