@@ -4,17 +4,17 @@ import { batchesInWorker } from '../cmd/master/workers.ts';
 import type { BatchJob } from '../internal/api/batch.ts';
 import { DomainError } from '../internal/errors/errors.ts';
 import { VERSION } from '../internal/version.ts';
-import { assertProblem, call, node, rule, snapshot, startMaster, yieldingThreads, type Running } from './helpers.ts';
-
-function ruleBodies(nodeId: number, count: number, firstPort = 10000) {
-  return Array.from({ length: count }, (_, i) => ({
-    name: `bulk-${i}`,
-    node_id: nodeId,
-    protocol: 'tcp',
-    listen_port: firstPort + i,
-    targets: [`10.1.${(i >> 8) & 255}.${i & 255}:80`],
-  }));
-}
+import {
+  assertProblem,
+  call,
+  node,
+  rule,
+  ruleBodies,
+  snapshot,
+  startMaster,
+  yieldingThreads,
+  type Running,
+} from './helpers.ts';
 
 const ACTIONS = {
   deleteNodes: 'node.delete',

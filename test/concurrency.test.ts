@@ -10,23 +10,13 @@ import {
   mintToken,
   node,
   rule,
+  ruleBodies,
   startMaster,
   type Answer,
   type Running,
 } from './helpers.ts';
 
 const ROUNDS = 6;
-
-/** Rule bodies on `nodeId` named `${prefix}-i`, on ports from `firstPort`. */
-function rules(nodeId: number, prefix: string, count: number, firstPort: number) {
-  return Array.from({ length: count }, (_, i) => ({
-    name: `${prefix}-${i}`,
-    node_id: nodeId,
-    protocol: 'tcp',
-    listen_port: firstPort + i,
-    targets: [`10.2.${i >> 8}.${i & 255}:80`],
-  }));
-}
 
 interface Sent {
   what: string;
@@ -58,7 +48,7 @@ test(
     const edge = await node(m, 'edge');
     const seeded = await call(m.url, 'POST', '/api/rules/batch-create', {
       token,
-      body: { rules: rules(edge.id, 'seed', 300, 10_000) },
+      body: { rules: ruleBodies(edge.id, 300, 10_000, 'seed') },
     });
     assert.equal(seeded.status, 201);
     const ids: number[] = seeded.body.results.map((r: { id: number }) => r.id);
@@ -79,11 +69,11 @@ test(
           token,
           'batch-create',
           '/api/rules/batch-create',
-          { rules: rules(edge.id, `b${round}`, 40, port) },
+          { rules: ruleBodies(edge.id, 40, port, `b${round}`) },
           `bc-${round}`,
         ),
         ...[0, 1, 2, 3].map((i) =>
-          send(m, token, 'rule', '/api/rules', rules(edge.id, `s${round}`, 4, port + 50)[i], `rule-${round}-${i}`),
+          send(m, token, 'rule', '/api/rules', ruleBodies(edge.id, 4, port + 50, `s${round}`)[i], `rule-${round}-${i}`),
         ),
         send(
           m,

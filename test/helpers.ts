@@ -197,6 +197,17 @@ export async function node(m: Running, name: string, extra: Record<string, unkno
   return answer.body;
 }
 
+/** `count` TCP rule bodies on `nodeId`, named `${prefix}-<i>`, on consecutive ports from `firstPort`. */
+export function ruleBodies(nodeId: number, count: number, firstPort = 10000, prefix = 'bulk') {
+  return Array.from({ length: count }, (_, i) => ({
+    name: `${prefix}-${i}`,
+    node_id: nodeId,
+    protocol: 'tcp',
+    listen_port: firstPort + i,
+    targets: [`10.1.${(i >> 8) & 255}.${i & 255}:80`],
+  }));
+}
+
 /** Creates a TCP rule as the admin with defaults for what `body` leaves out; returns the answer. */
 export async function rule(m: Running, body: Record<string, unknown>) {
   return call(m.url, 'POST', '/api/rules', {

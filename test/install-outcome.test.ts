@@ -9,19 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Installer } from '../internal/install/installer.ts';
-import { call, mintToken, node, startMaster } from './helpers.ts';
+import { call, mintToken, node, ruleBodies, startMaster } from './helpers.ts';
 import { until } from './net.ts';
-
-/** `count` rule bodies on `nodeId` named `${prefix}-i`, on ports from `firstPort`. */
-function rules(nodeId: number, prefix: string, count: number, firstPort: number) {
-  return Array.from({ length: count }, (_, i) => ({
-    name: `${prefix}-${i}`,
-    node_id: nodeId,
-    protocol: 'tcp',
-    listen_port: firstPort + i,
-    targets: ['10.0.0.1:80'],
-  }));
-}
 
 test(
   'an install racing batches ends in a final state, and the node takes another install after',
@@ -36,7 +25,7 @@ test(
       const batches = Array.from({ length: 3 }, (_, i) =>
         call(m.url, 'POST', '/api/rules/batch-create', {
           token,
-          body: { rules: rules(edge.id, `r${round}-${i}`, 30, 30_000 + round * 1000 + i * 100) },
+          body: { rules: ruleBodies(edge.id, 30, 30_000 + round * 1000 + i * 100, `r${round}-${i}`) },
         }),
       );
       const started = await call(

@@ -3,7 +3,6 @@
 // metrics agree at every moment.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +14,7 @@ import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, startMaster } from './helpers.ts';
 import { freePort, until } from './net.ts';
 import { link, type RawLink } from './rawlink.ts';
+import { bundledMaster } from './bundled.ts';
 
 /** How each view of the master counts nodes as online, and how many agents it says are linked. */
 async function views(base: string, token: string) {
@@ -67,18 +67,7 @@ test(
     const dataDir = mkdtempSync(join(tmpdir(), 'portplane-status-'));
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;
-    const spawnMaster = () => {
-      const child = spawn(
-        process.execPath,
-        ['dist/master.mjs', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir],
-        {
-          env: { PATH: process.env.PATH ?? '', MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
-          stdio: 'ignore',
-        },
-      );
-      t.after(() => void child.kill('SIGKILL'));
-      return child;
-    };
+    const spawnMaster = () => bundledMaster(t, dataDir, port);
     const ready = async () =>
       until('the master to serve', async () => {
         const health = await call(base, 'GET', '/api/health').catch(() => null);

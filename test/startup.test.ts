@@ -2,7 +2,6 @@
 // the agent link wired), every request is a 503 `starting`, never a 401 for the right password.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,6 +12,7 @@ import { silentLogger } from '../internal/log/log.ts';
 import { ADMIN_PASSWORD, call, type Answer } from './helpers.ts';
 import { freePort } from './net.ts';
 import { link } from './rawlink.ts';
+import { bundledMaster, masterCommand } from './bundled.ts';
 
 /** Sends `send` until the port answers at all; returns the first answer. */
 async function firstAnswer(send: () => Promise<Answer>): Promise<Answer> {
@@ -80,25 +80,8 @@ test(
     t.after(() => rmSync(dataDir, { recursive: true, force: true }));
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;
-    const master = spawn(
-      process.execPath,
-      ['dist/master.mjs', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir],
-      {
-        env: { PATH: process.env.PATH ?? '', MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
-        stdio: 'ignore',
-      },
-    );
-    t.after(() => void master.kill('SIGKILL'));
-    const waiting = spawn(
-      process.execPath,
-      ['dist/master.mjs', 'wait-ready', '--data-dir', dataDir, String(master.pid)],
-      {
-        stdio: ['ignore', 'pipe', 'inherit'],
-      },
-    );
-    let said = '';
-    waiting.stdout.setEncoding('utf8').on('data', (chunk: string) => (said += chunk));
-    const waited = once(waiting, 'exit');
+    const master = bundledMaster(t, dataDir, port);
+    const waited = masterCommand(['wait-ready', '--data-dir', dataDir, String(master.pid)]);
 
     const statuses: number[] = [];
     let answer = await firstAnswer(() => call(base, 'POST', '/api/auth/login', { body: loginBody }));
@@ -113,25 +96,16 @@ test(
       statuses.join(', '),
     );
 
-    const [code] = await waited;
-    assert.equal(code, 0);
-    assert.equal(said, `the master (pid ${master.pid}) serves at ${base}\n`);
+    const waitedFor = await waited;
+    assert.equal(waitedFor.code, 0, waitedFor.stderr);
+    assert.equal(waitedFor.stdout, `the master (pid ${master.pid}) serves at ${base}\n`);
     assert.equal((await call(base, 'GET', '/api/health')).body.status, 'ok');
 
     // Stopped, it withdraws its readiness: waiting again on its pid fails once it has gone.
     master.kill('SIGTERM');
     await once(master, 'exit');
-    const again = spawn(
-      process.execPath,
-      ['dist/master.mjs', 'wait-ready', '--data-dir', dataDir, String(master.pid)],
-      {
-        stdio: ['ignore', 'ignore', 'pipe'],
-      },
-    );
-    let complaint = '';
-    again.stderr.setEncoding('utf8').on('data', (chunk: string) => (complaint += chunk));
-    const [failed] = await once(again, 'exit');
-    assert.equal(failed, 1);
-    assert.match(complaint, /ended before it was ready/);
+    const again = await masterCommand(['wait-ready', '--data-dir', dataDir, String(master.pid)]);
+    assert.equal(again.code, 1);
+    assert.match(again.stderr, /ended before it was ready/);
   },
 );

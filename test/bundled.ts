@@ -1,0 +1,28 @@
+// The bundled master (dist/master.mjs, which `npm test` builds first) as a child process, for
+// what only a real process shows: a kill -9, a start seen from outside, its commands.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import type { TestContext } from 'node:test';
+import { ADMIN_PASSWORD } from './helpers.ts';
+
+/** The master serving `dataDir` on loopback `port`, its first admin's password ADMIN_PASSWORD; killed after `t`. */
+export function bundledMaster(t: TestContext, dataDir: string, port: number): ChildProcess {
+  const child = spawn(process.execPath, ['dist/master.mjs', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir], {
+    env: { PATH: process.env.PATH ?? '', MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
+    stdio: 'ignore',
+  });
+  t.after(() => void child.kill('SIGKILL'));
+  return child;
+}
+
+/** Runs `master ARGS` (a command: wait-ready, verify, ...) to its end. */
+export async function masterCommand(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['dist/master.mjs', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return { code, stdout, stderr };
+}
