@@ -15,6 +15,8 @@ import {
   type Answer,
   type Running,
 } from './helpers.ts';
+import { link, type RawLink } from './rawlink.ts';
+import { send as sendToMaster } from '../internal/agentlink/wire.ts';
 
 const ROUNDS = 6;
 
@@ -162,3 +164,36 @@ test('a keyed write whose answer could not be kept is not done again: its retry 
   assert.match(retry.body.detail, /was carried out/);
   assert.equal(await countNamed(m, 'once'), 1);
 });
+
+test(
+  'a keyed sync the node could not apply replays its 502: the sync was recorded, so it is ' + 'not done again',
+  async (t) => {
+    const m = await startMaster(t);
+    const edge = await node(m, 'edge');
+    const made = await rule(m, { node_id: edge.id, listen_port: 8080 });
+    const agent = (await link(m, edge.agent_token)) as RawLink;
+    const failEach = async () => {
+      for (;;) {
+        const config = await agent.next('config');
+        sendToMaster(agent.socket, {
+          type: 'applied',
+          version: config.version as number,
+          results: [
+            { id: made.body.id, state: 'failed', error: { code: 'port_in_use', detail: 'port 8080 is in use' } },
+          ],
+        });
+      }
+    };
+    void failEach().catch(() => undefined);
+    const headers = { 'idempotency-key': 'sync-once' };
+    const first = await call(m.url, 'POST', `/api/rules/${made.body.id}/sync`, { token: m.admin, headers });
+    assertProblem(first, 502, 'bad_gateway');
+    const retry = await call(m.url, 'POST', `/api/rules/${made.body.id}/sync`, { token: m.admin, headers });
+    assert.equal(retry.status, 502);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(retry.body, first.body);
+    const audit = await call(m.url, 'GET', `/api/audit-logs?action=rule.sync`, { token: m.admin });
+    assert.equal(audit.body.items.length, 1, 'synced once');
+    agent.socket.destroy();
+  },
+);

@@ -396,16 +396,25 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         }
         out = fromThrown(error, x.requestId);
       }
-      // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again).
-      if (idempotency && out.status >= 200 && out.status < 300) await keepAnswer(idempotency, out, x.requestId);
+      // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again): a success,
+      // or whatever was answered after the change committed, which marked the key used (a sync the node failed, 502).
+      if (idempotency && ((out.status >= 200 && out.status < 300) || markedUsed(idempotency)))
+        await keepAnswer(idempotency, out, x.requestId);
       return out;
     } finally {
       if (idempotency) app.idempotencyInFlight.delete(idempotency.inFlight);
     }
   }
 
+  /** Whether the request with this key committed a change (see `transact`), whatever it answered. */
+  function markedUsed(slot: Unanswered): boolean {
+    return (
+      app.store.idempotency.find(slot.tokenId, slot.key, app.timestamp(-IDEMPOTENCY_TTL_MS))?.status === ANSWER_PENDING
+    );
+  }
+
   /**
-   * Keeps a success for its Idempotency-Key's retries. Its change is committed already, with the key marked as used:
+   * Keeps an answer for its Idempotency-Key's retries. Its change is committed already, with the key marked as used:
    * should the answer not be kept, a retry is told that the request was carried out, and this one still answers.
    */
   async function keepAnswer(slot: Unanswered, out: Outgoing, requestId: string): Promise<void> {
