@@ -234,13 +234,14 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       out = fromThrown(thrown, x.requestId);
     }
     Object.assign(out.headers, x.pacing);
-    // Nothing leaves before the writes it may have seen are durable (group commit). A write that succeeded waited for
-    // its own commit already (`transact`): what fails here is others' work, and its answer stands.
+    // Nothing leaves before the writes it may have seen are durable (group commit). A write waited for its own commit
+    // already (`transact`, which answers a failed one itself): what fails here is others' work, and only a read that
+    // may have shown some of it is answered otherwise.
     try {
       await app.store.committed();
     } catch (error) {
       app.log.error('commit failed', { request_id: x.requestId, error: (error as Error).message });
-      if (req.method === 'GET' || out.status < 200 || out.status >= 300) out = fromThrown(error, x.requestId);
+      if (req.method === 'GET') out = fromThrown(error, x.requestId);
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out, x.requestId);
