@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { test } from 'node:test';
+import type { Logger } from '../internal/log/log.ts';
 import { assertProblem, call, login, mintToken, snapshot, startMaster } from './helpers.ts';
+import { until } from './net.ts';
 
 test('unknown paths are 404 and wrong methods 405 with Allow, as problem+json', async (t) => {
   const m = await startMaster(t);
@@ -378,5 +382,84 @@ test('Idempotency-Key: a response too large to keep replays as 409 saying the re
     (m.app.store.db.prepare('SELECT count(*) AS n FROM rules').get() as { n: number }).n,
     5000,
     'imported once',
+  );
+});
+
+test(
+  'every API answer says no-store and nosniff: successes, secrets shown once, problems, ' + 'health, metrics',
+  async (t) => {
+    const m = await startMaster(t);
+    const answers = [
+      await call(m.url, 'GET', '/api/health'),
+      await call(m.url, 'GET', '/api/metrics', { token: m.admin }),
+      await call(m.url, 'GET', '/api/nodes', { token: m.admin }),
+      await call(m.url, 'POST', '/api/tokens', {
+        token: m.admin,
+        body: { name: 'shown-once', scopes: ['audit:read'] },
+      }),
+      await call(m.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: 'wrong-password' } }),
+      await call(m.url, 'GET', '/api/nowhere'),
+      await call(m.url, 'GET', '/api/openapi.json'),
+    ];
+    for (const answer of answers) {
+      assert.equal(answer.headers.get('cache-control'), 'no-store', String(answer.status));
+      assert.equal(answer.headers.get('x-content-type-options'), 'nosniff', String(answer.status));
+    }
+  },
+);
+
+test(
+  'a body nested deeper than 16 is refused before it is parsed, the public login and an ' + 'import included',
+  async (t) => {
+    const m = await startMaster(t);
+    const deep = '['.repeat(500_000) + ']'.repeat(500_000);
+    for (const [path, token] of [
+      ['/api/auth/login', undefined],
+      ['/api/import', m.admin],
+      ['/api/rules/batch-create', m.admin],
+    ] as const) {
+      const started = performance.now();
+      const answer = await call(m.url, 'POST', path, { token, body: deep });
+      assertProblem(answer, 400, 'invalid_json');
+      assert.match(answer.body.detail, /deeper than 16/, path);
+      assert.ok(
+        performance.now() - started < 2000,
+        `${path} answered in ${Math.round(performance.now() - started)} ms`,
+      );
+    }
+    const nested17 = JSON.stringify({ username: 'admin', password: '['.repeat(15) + ']'.repeat(15) });
+    assert.equal(
+      (await call(m.url, 'POST', '/api/auth/login', { body: nested17 })).status,
+      401,
+      'brackets inside a string are not nesting',
+    );
+  },
+);
+
+test('a client that leaves mid-upload is logged at info, without a stack, and nothing is answered', async (t) => {
+  const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
+  const log = Object.fromEntries(
+    (['info', 'warn', 'error'] as const).map((level) => [
+      level,
+      (msg: string, fields?: Record<string, unknown>) => lines.push({ level, msg, fields }),
+    ]),
+  ) as unknown as Logger;
+  const m = await startMaster(t, { log });
+  const { port } = new URL(m.url);
+  const socket = connect(Number(port), '127.0.0.1');
+  await once(socket, 'connect');
+  socket.write(
+    `POST /api/nodes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${m.admin}\r\n` +
+      'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name": "half',
+  );
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  socket.destroy();
+  await until('the abandoned request to be logged', () => lines.some((l) => l.msg === 'request abandoned'));
+  const abandoned = lines.find((l) => l.msg === 'request abandoned')!;
+  assert.equal(abandoned.level, 'info');
+  assert.doesNotMatch(JSON.stringify(abandoned), /\n\s+at /, 'no stack');
+  assert.deepEqual(
+    lines.filter((l) => l.level !== 'info'),
+    [],
   );
 });

@@ -4,6 +4,7 @@
 import type { Socket } from 'node:net';
 import { StringDecoder } from 'node:string_decoder';
 import { MAX_ENTRIES } from '../domain/link.ts';
+import { withinDepth } from '../schema/json.ts';
 import { validate, type Schema } from '../schema/schema.ts';
 
 export const LINK_PATH = '/agent/v1/link';
@@ -24,23 +25,6 @@ const MESSAGES_PER_TURN = 32;
 export type Message = { type: string } & Record<string, unknown>;
 
 export class ProtocolError extends Error {}
-
-/** True when `line` nests arrays and objects no deeper than `max`, strings aside. */
-export function withinDepth(line: string, max: number): boolean {
-  let depth = 0;
-  let inString = false;
-  for (let i = 0; i < line.length; i++) {
-    const c = line.charCodeAt(i);
-    if (inString) {
-      if (c === 92 /* \ */) i++;
-      else if (c === 34 /* " */) inString = false;
-    } else if (c === 34) inString = true;
-    else if (c === 123 /* { */ || c === 91 /* [ */) {
-      if (++depth > max) return false;
-    } else if (c === 125 /* } */ || c === 93 /* ] */) depth--;
-  }
-  return true;
-}
 
 /** The message a line holds. Throws ProtocolError for anything but a shallow JSON object with a string `type`. */
 export function parseMessage(line: string): Message {

@@ -7,7 +7,7 @@ import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:
 import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
-import { parseJson, readBody } from '../http/body.ts';
+import { ClientGone, parseJson, readBody } from '../http/body.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
@@ -86,8 +86,9 @@ function fromError(error: DomainError, requestId: string): Outgoing {
 }
 
 function write(res: ServerResponse, out: Outgoing, requestId: string): void {
-  // All headers at once, as a list: setHeader one by one keeps a second copy of them for nothing.
-  const headers = ['X-Request-Id', requestId];
+  // All headers at once, as a list: setHeader one by one keeps a second copy of them for nothing. No answer is for a
+  // cache (each is its caller's, some carry a secret shown once), and none is to be sniffed into another type.
+  const headers = ['X-Request-Id', requestId, 'Cache-Control', 'no-store', 'X-Content-Type-Options', 'nosniff'];
   for (const name in out.headers) headers.push(name, out.headers[name]!);
   if (out.body) headers.push('Content-Length', String(out.body.length));
   res.writeHead(out.status, headers);
@@ -231,6 +232,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     try {
       out = await answer(x);
     } catch (thrown) {
+      if (thrown instanceof ClientGone) {
+        app.log.info('request abandoned', { request_id: x.requestId, ip: x.ip, reason: thrown.message });
+        return void res.destroy();
+      }
       out = fromThrown(thrown, x.requestId);
     }
     Object.assign(out.headers, x.pacing);

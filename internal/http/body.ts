@@ -2,8 +2,16 @@
 
 import type { IncomingMessage } from 'node:http';
 import { DomainError } from '../errors/errors.ts';
+import { withinDepth } from '../schema/json.ts';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
+
+/** The client went away (closed or reset its connection) before it had sent its body: nobody is left to answer. */
+export class ClientGone extends Error {
+  constructor() {
+    super('the client closed the connection before it had sent its body');
+  }
+}
 
 function isJsonMediaType(contentType: string | undefined): boolean {
   if (!contentType) return false;
@@ -22,10 +30,15 @@ export async function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Pr
   }
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) throw new DomainError('payload_too_large', `the body must be at most ${limit} bytes`);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) throw new DomainError('payload_too_large', `the body must be at most ${limit} bytes`);
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    if (req.destroyed && !(error instanceof DomainError)) throw new ClientGone();
+    throw error;
   }
   const body = Buffer.concat(chunks);
   if (body.length > 0 && !isJsonMediaType(req.headers['content-type'])) {
@@ -34,11 +47,17 @@ export async function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Pr
   return body;
 }
 
-/** Parses a JSON body; an empty body parses as `undefined`. Throws `invalid_json`. */
+/** Deeper than any body of this API nests (an import document: 4); looked at before parsing. */
+export const MAX_JSON_DEPTH = 16;
+
+/** Parses a JSON body; an empty body parses as `undefined`. Throws `invalid_json`, also for one nested too deep. */
 export function parseJson(body: Buffer): unknown {
   if (body.length === 0) return undefined;
+  const text = body.toString('utf8');
+  if (!withinDepth(text, MAX_JSON_DEPTH))
+    throw new DomainError('invalid_json', `the body nests arrays and objects deeper than ${MAX_JSON_DEPTH}`);
   try {
-    return JSON.parse(body.toString('utf8'));
+    return JSON.parse(text);
   } catch (error) {
     throw new DomainError('invalid_json', `the body is not valid JSON: ${(error as Error).message}`);
   }
