@@ -27,6 +27,7 @@ import {
   type TunnelStatusMessage,
 } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
+import { sourceOf } from '../schema/net.ts';
 import { forwardRuleOf } from '../domain/rules.ts';
 import {
   AGENT_LINE_BYTES,
@@ -186,7 +187,7 @@ export class AgentLinks {
       return refuse(socket, new DomainError('unavailable', 'the master is shutting down', { retryAfterSeconds: 5 }));
     if (app.lifecycle.starting)
       return refuse(socket, new DomainError('unavailable', 'the master is starting', { retryAfterSeconds: 1 }));
-    const wait = this.failedByAddress.retryAfterMs(`a:${ip}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
+    const wait = this.failedByAddress.retryAfterMs(`a:${sourceOf(ip)}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
     if (wait > 0) {
       return refuse(
         socket,
@@ -199,7 +200,7 @@ export class AgentLinks {
     const nodeId = agentTokenNode(token);
     const stored = nodeId === null ? undefined : app.store.nodes.agentTokenHash(nodeId);
     if (nodeId === null || !stored || !sameHash(stored, hashSecret(token))) {
-      this.failedByAddress.record(`a:${ip}`, 60_000);
+      this.failedByAddress.record(`a:${sourceOf(ip)}`, 60_000);
       if (nodeId !== null && stored)
         this.noteRefusal(
           nodeId,

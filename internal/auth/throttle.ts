@@ -7,7 +7,8 @@
 // long as the one before, up to MAX_USER_DELAY_MS. A stranger guessing at `admin` from many
 // addresses so slows those guesses down without ever locking the real admin out for long.
 
-import { FailureWindow } from './failures.ts';
+import { sourceOf } from '../schema/net.ts';
+import { FailureWindow, MAX_KEYS } from './failures.ts';
 
 export interface ThrottleLimits {
   maxPerUser: number;
@@ -40,7 +41,7 @@ export class LoginThrottle {
    */
   begin(username: string, address: string, limits: ThrottleLimits): number | Attempt {
     const user = `u:${username.toLowerCase()}`;
-    const addr = `a:${address}`;
+    const addr = `a:${sourceOf(address)}`;
     const wait = Math.max(
       this.userWait(user, limits),
       this.failures.retryAfterMs(addr, limits.maxPerAddress, limits.windowMs),
@@ -49,7 +50,10 @@ export class LoginThrottle {
     this.failures.record(user, limits.windowMs);
     this.failures.record(addr, limits.windowMs);
     const previous = this.lastFailure.get(user);
+    // In the order of their last failure, as many as the failures kept: the oldest goes first.
+    this.lastFailure.delete(user);
     this.lastFailure.set(user, this.now());
+    if (this.lastFailure.size > MAX_KEYS) this.lastFailure.delete(this.lastFailure.keys().next().value!);
     return {
       succeeded: () => {
         this.failures.clear(user);
@@ -65,11 +69,14 @@ export class LoginThrottle {
     };
   }
 
-  /** Drops what has aged out, so the maps cannot grow without bound. */
+  /** Drops what has aged out (the maps are bounded anyway). */
   sweep(windowMs: number): void {
     this.failures.sweep(windowMs);
     const cutoff = this.now() - windowMs;
-    for (const [key, at] of this.lastFailure) if (at <= cutoff) this.lastFailure.delete(key);
+    for (const [key, at] of this.lastFailure) {
+      if (at > cutoff) break;
+      this.lastFailure.delete(key);
+    }
   }
 
   private userWait(user: string, limits: ThrottleLimits): number {

@@ -91,3 +91,24 @@ export function masterUrl(options: { description: string; allowEmpty?: boolean }
           'and nothing else, e.g. https://192.0.2.1:8080',
   });
 }
+
+/**
+ * Who a peer address counts as, for limits kept per source: an IPv4 address itself (also when it comes IPv4-mapped),
+ * an IPv6 address by its /64, the smallest block a host is given: one host may use every address in it.
+ */
+export function sourceOf(address: string): string {
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  const bare = address.replace(/%.*$/, '');
+  if (!isIPv6(bare)) return address;
+  const groups = (part: string) =>
+    part === '' ? [] : part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g]));
+  const [head = '', tail] = bare.split('::');
+  const front = groups(head);
+  const back = tail === undefined ? [] : groups(tail);
+  const all = [...front, ...Array<string>(Math.max(0, 8 - front.length - back.length)).fill('0'), ...back];
+  return `${all
+    .slice(0, 4)
+    .map((g) => parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
+}
