@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -13,6 +13,7 @@ import { test } from 'node:test';
 import { writeTar, type Entry } from '../internal/backup/archive.ts';
 import { backupDataDir, MANIFEST, MANIFEST_SUM, restoreDataDir, verifyBackup } from '../internal/backup/backup.ts';
 import { Database } from '../internal/store/database.ts';
+import { masterCommand } from './bundled.ts';
 
 function scratch(): string {
   return mkdtempSync(join(tmpdir(), 'portplane-backup-test-'));
@@ -74,6 +75,8 @@ function refused(archive: Buffer, reason: RegExp, what: string): void {
 
 test('a backup restores into an empty data dir: every file as it was, 0600, the database readable', async () => {
   const source = dataDir();
+  // What a data dir may also hold, and a backup never carries.
+  for (const stray of ['notes.txt', 'master.ready', 'secret.key.1234.ab.tmp']) writeFileSync(join(source, stray), 'x');
   const archive = await backupDataDir(source);
   const { manifest } = verifyBackup(archive);
   assert.deepEqual(
@@ -171,6 +174,16 @@ test('a database that hashes right but is inconsistent, foreign, newer or not on
   for (const [what, archive, reason] of cases) refused(archive, reason, what);
 });
 
+/** `archive` with its first header's ustar prefix field set (and its checksum made to match again). */
+function prefixed(archive: Buffer): Buffer {
+  const header = archive.subarray(0, 512);
+  header.write('elsewhere', 345);
+  header.write('        ', 148);
+  const sum = header.reduce((total, byte) => total + byte, 0);
+  header.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148);
+  return archive;
+}
+
 /** A SQLite file with only `sql` in it. */
 function databaseOf(sql: string): Buffer {
   const path = join(scratch(), 'other.db');
@@ -203,8 +216,11 @@ function brokenIndex(): Buffer {
 test('a crafted backup is refused with the reason: paths outside, planted files, no database, no manifest', () => {
   const db = database();
   const cases: [string, Buffer, RegExp][] = [
-    ['a file outside the data dir', signed([file('master.db', db), file('../escaped')]), /outside/],
-    ['an absolute path', signed([file('master.db', db), file('/etc/escaped')]), /outside/],
+    ['a file outside the data dir', signed([file('master.db', db), file('../escaped')]), /no backup holds/],
+    ['an absolute path', signed([file('master.db', db), file('/etc/escaped')]), /no backup holds/],
+    ['a file a data dir does not hold', signed([file('master.db', db), file('notes.txt')]), /no backup holds/],
+    ['a key beside the pins', signed([file('master.db', db), file('known_hosts/1/../../x')]), /no backup holds/],
+    ['a name in the ustar prefix', prefixed(signed([file('master.db', db)])), /name prefix/],
     ['a planted lock', signed([file('master.db', db), file('master.lock', '1')]), /master\.lock/],
     ['a planted WAL', signed([file('master.db', db), file('master.db-wal')]), /master\.db-wal/],
     ['a planted readiness', signed([file('master.db', db), file('master.ready')]), /master\.ready/],
@@ -224,3 +240,23 @@ test('a used data dir is refused and left as it was', async () => {
   assert.equal(readFileSync(join(target, 'master.db'), 'utf8'), 'live');
   assert.deepEqual(readdirSync(target), ['master.db']);
 });
+
+test(
+  'master backup writes through nothing that was there: a planted FILE.tmp symlink and a ' +
+    'loose FILE are left alone',
+  async () => {
+    const source = dataDir();
+    const out = scratch();
+    const file = join(out, 'master.backup');
+    const target = join(out, 'someone-elses');
+    writeFileSync(target, 'untouched');
+    symlinkSync(target, `${file}.tmp`);
+    writeFileSync(file, 'an older backup', { mode: 0o644 });
+    const made = await masterCommand(['backup', '--data-dir', source, file]);
+    assert.equal(made.code, 0, made.stderr);
+    assert.equal(readFileSync(target, 'utf8'), 'untouched');
+    assert.equal(statSync(file).mode & 0o777, 0o600, 'the new file is 0600, not the old one with its mode');
+    assert.deepEqual(readdirSync(out).sort(), ['master.backup', 'master.backup.tmp', 'someone-elses']);
+    assert.equal((await masterCommand(['verify', file])).code, 0);
+  },
+);

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { request } from 'node:http';
 import { DatabaseSync } from 'node:sqlite';
+import { processIdentity } from '../internal/runtime/pid.ts';
 import { call, login } from './helpers.ts';
 import { until } from './net.ts';
 
@@ -73,6 +74,26 @@ test(
     assert.equal(code, 0);
   },
 );
+
+test('a lock naming a pid that now belongs to another process (a reboot, a reused pid) is taken over', async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-lock-'));
+  // A live process that is no master: its pid, as a lock left by a master of another boot or run would name it.
+  const other = spawn('sleep', ['30']);
+  t.after(() => void other.kill());
+  await once(other, 'spawn');
+  const identity = processIdentity(other.pid!);
+  assert.ok(identity, 'this system tells runs of a pid apart (/proc)');
+  writeFileSync(join(dataDir, 'master.lock'), `${other.pid} ${identity.split(':')[0]}:1\n`);
+  const taking = master(t, ['--data-dir', dataDir]);
+  await listening(taking);
+  taking.kill('SIGTERM');
+  await once(taking, 'exit');
+  // The same pid with its own identity is a live holder: refused, named.
+  writeFileSync(join(dataDir, 'master.lock'), `${other.pid} ${identity}\n`);
+  const refused = failedStart(['--listen', '127.0.0.1:0', '--data-dir', dataDir]);
+  assert.equal(refused.status, 1);
+  assert.match(refused.stderr, new RegExp(`in use by another master \\(pid ${other.pid}\\)`));
+});
 
 test('a SIGTERM while the master starts stops it cleanly once it is up, never by the default action', async (t) => {
   const starting = master(t, ['--data-dir', mkdtempSync(join(tmpdir(), 'portplane-early-'))]);

@@ -3,6 +3,7 @@
 // license for the master's data dir with the private key.
 
 import { requireNode } from '../../internal/runtime/require-node.ts';
+import { writeFileAtomic } from '../../internal/runtime/files.ts';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -48,7 +49,7 @@ if (command === 'keygen') {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
     fail(`${join(dir, 'license-private.pem')} exists already; move it away to make a new key pair`);
   }
-  writeFileSync(join(dir, 'license-public.pem'), keys.publicKeyPem);
+  writeFileAtomic(join(dir, 'license-public.pem'), keys.publicKeyPem, 0o644);
   process.stdout.write(`wrote ${join(dir, 'license-private.pem')} and ${join(dir, 'license-public.pem')}\n`);
 } else if (command === 'issue') {
   const opts = options(rest);
@@ -72,7 +73,7 @@ if (command === 'keygen') {
   const out = opts.get('out');
   if (out) {
     mkdirSync(dirname(out), { recursive: true, mode: 0o700 });
-    writeFileSync(out, text);
+    writeFileAtomic(out, text);
   } else process.stdout.write(text);
 } else {
   process.stdout.write(usage);

@@ -4,10 +4,11 @@
 // DIR] PID`.
 
 import { randomBytes } from 'node:crypto';
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { hashPassword, MIN_PASSWORD } from '../../internal/auth/secrets.ts';
 import { backupDataDir, restoreDataDir, verifyBackup } from '../../internal/backup/backup.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
+import { writeFileAtomic } from '../../internal/runtime/files.ts';
 import { waitReady } from '../../internal/runtime/readiness.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
@@ -64,9 +65,8 @@ export async function runCommand(command: Command, stdin: () => string): Promise
   const { dataDir, operand } = command;
   if (command.name === 'backup') {
     const archive = await backupDataDir(dataDir);
-    // Write, then rename: a backup file is whole or absent.
-    writeFileSync(`${operand}.tmp`, archive, { mode: 0o600 });
-    renameSync(`${operand}.tmp`, operand);
+    // A backup file is whole or absent, and written through nothing that was there before.
+    writeFileAtomic(operand, archive);
     return `backed up ${dataDir} to ${operand} (${archive.length} bytes); keep it as safe as the data dir itself\n`;
   }
   if (command.name === 'verify') {

@@ -2,9 +2,10 @@
 // and never counts traffic twice: the last applied config, and the traffic report stream.
 
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TunnelEnd } from '../domain/link.ts';
+import { writeFileAtomic } from '../runtime/files.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
@@ -77,10 +78,9 @@ export class AgentState {
     }
   }
 
-  /** Write-then-rename, so a crash leaves the old file or the new one, never half of one. */
+  /** A crash leaves the old file or the new one, never half of one. */
   private write(name: string, value: unknown): void {
     const path = join(this.dir, name);
-    writeFileSync(`${path}.tmp`, JSON.stringify(value), { mode: 0o600 });
-    renameSync(`${path}.tmp`, path);
+    writeFileAtomic(path, JSON.stringify(value));
   }
 }

@@ -69,6 +69,9 @@ export function readTar(archive: Buffer): Entry[] {
       throw new Error('the backup is damaged (a header checksum does not match)');
     if (header.toString('ascii', 257, 265) !== 'ustar\u000000' || header.toString('ascii', 156, 157) !== '0')
       throw new Error('the backup is damaged (a header is not a plain file of a ustar archive)');
+    // A link target or a name prefix (which tar puts before the name) is never written: what is read is what tar shows.
+    if (!header.subarray(157, 257).every((byte) => byte === 0) || !header.subarray(345, 500).every((b) => b === 0))
+      throw new Error('the backup is damaged (a header names a link or uses the ustar name prefix)');
     const size = parseInt(text(124, 12), 8);
     if (!Number.isSafeInteger(size) || size < 0) throw new Error('the backup is damaged (a size is not a number)');
     const start = at + BLOCK;

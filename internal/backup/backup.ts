@@ -9,7 +9,6 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
-import { READY_FILE } from '../runtime/readiness.ts';
 import { migrations } from '../store/migrations.ts';
 import { VERSION } from '../version.ts';
 import { readTar, writeTar, type Entry } from './archive.ts';
@@ -18,8 +17,12 @@ const DATABASE = 'master.db';
 export const MANIFEST = 'MANIFEST.json';
 /** The manifest's own SHA-256, in the form `sha256sum -c` reads. */
 export const MANIFEST_SUM = 'MANIFEST.sha256';
-/** Files of a running data dir that a backup never carries: the live database is copied through SQLite instead. */
-const SKIPPED = new Set([DATABASE, `${DATABASE}-wal`, `${DATABASE}-shm`, 'master.lock', READY_FILE]);
+/**
+ * The files of a data dir a backup carries besides the database (copied through SQLite): the sealing key, the license,
+ * the master's own certificate, pinned SSH host keys. Nothing else is backed up or restored: not the live database's
+ * log and lock files, not the readiness mark, not whatever else lies in the dir.
+ */
+const KEPT = /^(secret\.key|license\.json|tls\/(cert|key)\.pem|known_hosts\/[1-9][0-9]{0,15})$/;
 const FORMAT = 'portplane-backup';
 
 export interface Manifest {
@@ -49,7 +52,7 @@ function filesOf(dir: string, root = dir): Entry[] {
     const path = join(dir, entry.name);
     const name = relative(root, path);
     if (entry.isDirectory()) return filesOf(path, root);
-    if (!entry.isFile() || SKIPPED.has(name) || name.endsWith('.tmp')) return [];
+    if (!entry.isFile() || !KEPT.test(name)) return [];
     return [{ name, mode: statSync(path).mode & 0o777, data: readFileSync(path) }];
   });
 }
@@ -179,10 +182,8 @@ export function verifyBackup(archive: Buffer): Verified {
   for (const { name } of files) {
     if (names.has(name)) throw new Error(`the backup names ${name} twice`);
     names.add(name);
-    if (!name.split('/').every((part) => /^[\w.-]+$/.test(part) && part !== '.' && part !== '..'))
-      throw new Error(`the backup names a file outside the data dir: ${name}`);
-    // A lock naming some pid, or a WAL SQLite would replay over the copy, is never in a backup.
-    if (name !== DATABASE && SKIPPED.has(name)) throw new Error(`the backup carries ${name}, which no backup holds`);
+    // A lock naming some pid, or a WAL SQLite would replay over the copy, is never in a backup; nor is anything else.
+    if (name !== DATABASE && !KEPT.test(name)) throw new Error(`the backup carries ${name}, which no backup holds`);
   }
   const database = files.find((file) => file.name === DATABASE);
   if (!database) throw new Error(`the backup holds no ${DATABASE}`);
@@ -245,7 +246,8 @@ export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
     for (const file of files) {
       const path = join(dataDir, file.name);
       mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-      writeFileSync(path, file.data, { mode: 0o600 });
+      // Exclusively: never through a file or symlink that appeared in the dir since it was found empty.
+      writeFileSync(path, file.data, { mode: 0o600, flag: 'wx' });
     }
   } catch (error) {
     for (const name of readdirSync(dataDir)) rmSync(join(dataDir, name), { recursive: true, force: true });

@@ -5,6 +5,7 @@
 
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileAtomic } from '../runtime/files.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -35,8 +36,7 @@ export function pinUnderAlias(knownHostsFile: string, alias: string): void {
   }
   const lines = text.split('\n').filter((line) => line.trim() !== '');
   const rewritten = lines.map((line) => line.replace(/^\S+/, alias));
-  if (rewritten.join('\n') !== lines.join('\n'))
-    writeFileSync(knownHostsFile, `${rewritten.join('\n')}\n`, { mode: 0o600 });
+  if (rewritten.join('\n') !== lines.join('\n')) writeFileAtomic(knownHostsFile, `${rewritten.join('\n')}\n`);
 }
 
 export interface SshResult {

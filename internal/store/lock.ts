@@ -1,15 +1,22 @@
-// One master per data dir: a lock file holding the pid of the master that owns the dir. A
-// second master is refused, naming the holder; the lock of a master that was killed (its pid
-// gone) is taken over.
+// One master per data dir: a lock file naming the master that owns the dir (its pid and, where
+// the system tells, its boot and start time). A second master is refused, naming the holder;
+// the lock of a master that is gone (killed, or the machine restarted, even if its pid now
+// belongs to another process) is taken over.
 
 import { closeSync, linkSync, openSync, readFileSync, rmSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { isAlive } from '../runtime/pid.ts';
+import { processIdentity, stillRuns } from '../runtime/pid.ts';
 
-function holderOf(path: string): number | null {
+interface Holder {
+  pid: number;
+  identity: string | null;
+}
+
+function holderOf(path: string): Holder | null {
   try {
-    const pid = Number(readFileSync(path, 'utf8').trim());
-    return Number.isSafeInteger(pid) && pid > 0 ? pid : null;
+    const [pidText = '', identity = null] = readFileSync(path, 'utf8').trim().split(' ');
+    const pid = Number(pidText);
+    return Number.isSafeInteger(pid) && pid > 0 ? { pid, identity } : null;
   } catch {
     return null;
   }
@@ -24,7 +31,8 @@ export function lockDataDir(dir: string): DataDirLock {
   const path = join(dir, 'master.lock');
   const mine = `${path}.${process.pid}`;
   const fd = openSync(mine, 'w', 0o600);
-  writeSync(fd, `${process.pid}\n`);
+  const identity = processIdentity(process.pid);
+  writeSync(fd, `${process.pid}${identity ? ` ${identity}` : ''}\n`);
   closeSync(fd);
   try {
     for (let attempt = 0; attempt < 2; attempt++) {
@@ -32,14 +40,14 @@ export function lockDataDir(dir: string): DataDirLock {
         // A hard link appears whole or not at all: the lock never holds half a pid.
         linkSync(mine, path);
         // Released only while it is still ours: a second close must not free another master's lock.
-        return { release: () => holderOf(path) === process.pid && rmSync(path, { force: true }) };
+        return { release: () => holderOf(path)?.pid === process.pid && rmSync(path, { force: true }) };
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       }
       const holder = holderOf(path);
-      if (holder !== null && holder !== process.pid && isAlive(holder)) {
+      if (holder !== null && holder.pid !== process.pid && stillRuns(holder.pid, holder.identity)) {
         throw new Error(
-          `the data dir ${dir} is in use by another master (pid ${holder}); ` +
+          `the data dir ${dir} is in use by another master (pid ${holder.pid}); ` +
             'stop it, or give this one another --data-dir',
         );
       }

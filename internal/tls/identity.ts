@@ -3,7 +3,8 @@
 // agents check it by.
 
 import { createPrivateKey, X509Certificate } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { writeFileAtomic } from '../runtime/files.ts';
 import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { selfSigned } from './certificate.ts';
@@ -36,8 +37,8 @@ export function selfSignedFiles(dataDir: string, listenHost: string): TlsFiles {
   if (!existsSync(files.certPath) || !existsSync(files.keyPath)) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     const made = selfSigned(namesFor(listenHost));
-    writeFileSync(files.keyPath, made.key, { mode: 0o600 });
-    writeFileSync(files.certPath, made.cert, { mode: 0o600 });
+    writeFileAtomic(files.keyPath, made.key);
+    writeFileAtomic(files.certPath, made.cert);
   }
   return files;
 }
