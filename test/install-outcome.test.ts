@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Installer } from '../internal/install/installer.ts';
-import { call, mintToken, node, ruleBodies, startMaster } from './helpers.ts';
+import { assertProblem, call, mintToken, node, ruleBodies, startMaster } from './helpers.ts';
 import { until } from './net.ts';
 
 test(
@@ -90,3 +90,40 @@ test('an install a stopped master left running is install_failed (interrupted) w
   });
   assert.equal(again.status, 202, 'it may be installed again');
 });
+
+test(
+  'an install goes only where * said: another master_url needs *, and behind a TLS proxy the ' + 'address must be set',
+  async (t) => {
+    const m = await startMaster(t);
+    const narrow = await mintToken(m, ['nodes:write', 'nodes:read']);
+    const target = await node(m, 'target', { host: '127.0.0.1', ssh_port: 1 });
+    const install = (token: string, body: object) =>
+      call(m.url, 'POST', `/api/nodes/${target.id}/install-ssh`, { token, body });
+    const elsewhere = await install(narrow, { master_url: 'https://attacker.example:8443' });
+    assertProblem(elsewhere, 403, 'insufficient_scope');
+    assert.match(elsewhere.body.detail, /needs the scope \*/);
+    assert.equal((await call(m.url, 'GET', `/api/nodes/${target.id}`, { token: narrow })).body.status, 'new');
+    const denied = await call(m.url, 'GET', '/api/audit-logs?action=node.install&status=denied', { token: m.admin });
+    assert.equal(denied.body.items.length, 1, 'the attempt is audited as denied');
+    const set = await call(m.url, 'PATCH', '/api/settings', {
+      token: m.admin,
+      body: { install_master_url: 'http://127.0.0.1:9' },
+    });
+    assert.equal(set.status, 200);
+    assert.equal((await install(narrow, { master_url: 'http://127.0.0.1:9/' })).status, 202, 'the configured address');
+
+    const proxied = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+    const local = proxied.url.replace('0.0.0.0', '127.0.0.1');
+    const made = await call(local, 'POST', '/api/nodes', {
+      token: proxied.admin,
+      body: { name: 'behind', host: '127.0.0.1', ssh_port: 1 },
+    });
+    assert.equal(made.body.agent_command, null, 'no command that would send a token in clear to a guessed address');
+    const refused = await call(local, 'POST', `/api/nodes/${made.body.id}/install-ssh`, {
+      token: proxied.admin,
+      body: {},
+    });
+    assertProblem(refused, 422, 'validation_failed');
+    assert.match(refused.body.errors[0].detail, /set install_master_url to the proxy's https:\/\/ address/);
+  },
+);

@@ -183,7 +183,15 @@ const SIDE_EFFECTS: Record<string, ((m: Running) => Promise<{ path: string; body
       body: { ids: [(await forwardingSetup(m)).tunnelId] },
     }),
   ],
+  'POST /api/nodes/{id}/install-ssh': [async (m) => installElsewhere(m, 'install-ssh')],
+  'POST /api/nodes/{id}/reinstall': [async (m) => installElsewhere(m, 'reinstall')],
 };
+
+/** An install that sends the agent to an address the operator did not set (nothing listens at either). */
+async function installElsewhere(m: Running, verb: string) {
+  const target = await node(m, 'target', { host: '127.0.0.1', ssh_port: 1 });
+  return { path: `/api/nodes/${target.id}/${verb}`, body: { master_url: 'http://127.0.0.1:9' } };
+}
 
 test(
   'side effects: a route that may act beyond its own scope (cascades, guarded settings) is ' +
@@ -229,7 +237,7 @@ test(
 
             const strong = await mintToken(m, [...lacking, effect.scope], `has ${effect.scope}`);
             const allowed = await call(m.url, r.method, made.path, { token: strong, body: made.body });
-            assert.ok([200, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
+            assert.ok([200, 202, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
             if (allowed.status === 200 && allowed.body.results)
               assert.deepEqual(
                 allowed.body.results.map((x: { outcome: string }) => x.outcome),

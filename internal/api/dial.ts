@@ -1,20 +1,38 @@
-// Where agents dial this master, and by which pin they know it: the install body's
-// master_url, else the setting install_master_url, else the address the request reached,
-// with the scheme the master serves.
+// Where agents dial this master, and by which pin they know it: the setting
+// install_master_url (the operator's, which needs `*`), else an install body's master_url
+// (which needs `*` too unless it is that same address), else, where the master answers itself,
+// the address the request reached, with the scheme the master serves. Behind a TLS proxy
+// (--insecure-http) there is no such default: the address is the operator's to set.
 
+import { grants } from '../auth/scopes.ts';
 import { validationFailed } from '../errors/errors.ts';
 import type { MasterDial } from '../install/agent-env.ts';
 import { isLoopback, masterOrigin } from '../schema/net.ts';
 import type { Ctx } from './route.ts';
+import { missingScope } from './writes.ts';
 
-type DialCtx = Pick<Ctx<unknown, unknown>, 'app' | 'headers'>;
+type DialCtx = Pick<Ctx<unknown, unknown>, 'app' | 'headers' | 'caller'>;
 
-/** The dial for agents of this request's master, or why there is none. */
+/** What an install may be told to dial besides install_master_url, and the scope that takes. */
+export const INSTALL_ELSEWHERE = [
+  { scope: '*', when: 'master_url names another address than the setting install_master_url' },
+] as const;
+
+/**
+ * The dial for agents of this request's master, or why there is none. Throws `insufficient_scope` for a `given`
+ * address other than install_master_url from a caller without `*`: the agent would send its token there.
+ */
 function dialOrProblem(ctx: DialCtx, given?: string): MasterDial | string {
   const { app } = ctx;
-  const origin = masterOrigin(
-    given || app.settings.get('install_master_url') || `${app.tls ? 'https' : 'http'}://${ctx.headers.host ?? ''}`,
-  );
+  const configured = app.settings.get('install_master_url');
+  if (given && masterOrigin(given) !== masterOrigin(configured) && !grants(ctx.caller.scopes, '*'))
+    throw missingScope('*', `sending an agent to ${masterOrigin(given) ?? given}, not install_master_url`);
+  if (!given && !configured && app.insecureHttp)
+    return (
+      'this master serves plain HTTP behind a TLS proxy (--insecure-http), so it cannot tell where agents should ' +
+      "dial: set install_master_url to the proxy's https:// address (needs *)"
+    );
+  const origin = masterOrigin(given || configured || `${app.tls ? 'https' : 'http'}://${ctx.headers.host ?? ''}`);
   if (origin === null)
     return 'cannot tell from this request where agents should dial; give master_url or set install_master_url';
   const url = new URL(origin);

@@ -14,8 +14,10 @@ const installInput = object(
     master_url: optional(
       masterUrl({
         description:
-          'The address the agent dials. Default: the setting install_master_url, else the address this request ' +
-          'was sent to.',
+          'The address the agent dials, where it sends its token. Default: the setting install_master_url, else ' +
+          '(when the master answers HTTPS or loopback itself) the address this request was sent to; behind a TLS ' +
+          'proxy (--insecure-http) install_master_url must be set. Another address than install_master_url needs ' +
+          'the scope *.',
       }),
     ),
     forget_host_key: optional(

@@ -8,6 +8,7 @@ import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
 import { healthOperations as health } from './health.ts';
+import { INSTALL_ELSEWHERE } from './dial.ts';
 import { installOperations as install } from './install.ts';
 import { licenseOperations as license } from './license.ts';
 import { CASCADE_FROM_NODE, nodeOperations as nodes } from './nodes.ts';
@@ -65,8 +66,8 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/nodes/{id}',              'nodes:read',      nodes.getNode),
   route('PUT',    '/api/nodes/{id}',              'nodes:write',     nodes.replaceNode),
   route('DELETE', '/api/nodes/{id}',              'nodes:write',     nodes.deleteNode, CASCADE_FROM_NODE),
-  route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.installNode),
-  route('POST',   '/api/nodes/{id}/reinstall',    'nodes:write',     install.reinstallNode),
+  route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.installNode, INSTALL_ELSEWHERE),
+  route('POST',   '/api/nodes/{id}/reinstall',    'nodes:write',     install.reinstallNode, INSTALL_ELSEWHERE),
   route('GET',    '/api/rules',                   'rules:read',      rules.listRules),
   route('POST',   '/api/rules',                   'rules:write',     rules.createRule),
   route('GET',    '/api/rules/{id}',              'rules:read',      rules.getRule),

@@ -121,7 +121,10 @@ export const definitions = {
     '',
     masterUrl({
       allowEmpty: true,
-      description: 'The address installed agents dial; empty: the address the install request was sent to.',
+      description:
+        'The address installed agents dial (an install naming another needs *); empty: the address the install ' +
+        'request was sent to, unless the master serves plain HTTP behind a proxy (--insecure-http), where installs ' +
+        'then refuse until it is set.',
     }),
   ),
 } satisfies Record<string, Definition<number> | Definition<string>>;
