@@ -183,6 +183,15 @@ const SIDE_EFFECTS: Record<string, ((m: Running) => Promise<{ path: string; body
       body: { ids: [(await forwardingSetup(m)).tunnelId] },
     }),
   ],
+  'PUT /api/tunnels/{id}': [
+    async (m) => {
+      const { tunnelId } = await forwardingSetup(m);
+      const tunnel = (await call(m.url, 'GET', `/api/tunnels/${tunnelId}`, { token: m.admin })).body;
+      const elsewhere = await node(m, 'elsewhere');
+      const { name, entry_node_id, transport } = tunnel;
+      return { path: `/api/tunnels/${tunnelId}`, body: { name, entry_node_id, exit_node_id: elsewhere.id, transport } };
+    },
+  ],
   'POST /api/nodes/{id}/install-ssh': [async (m) => installElsewhere(m, 'install-ssh')],
   'POST /api/nodes/{id}/reinstall': [async (m) => installElsewhere(m, 'reinstall')],
 };

@@ -365,6 +365,33 @@ test(
   },
 );
 
+test('a withdrawn next pin is forgotten: the agent then refuses a master with that key', async (t) => {
+  const before = certFiles();
+  const after = certFiles();
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-data-'));
+  const port = await freePort();
+  const first = await startMaster(t, { tls: before, dataDir, port });
+  const n = await node(first, 'edge');
+  const informed = agent(t, first.url, n.agent_token, ['--master-pin', before.pin]);
+  await online(first, n.id);
+  const learned = () => {
+    try {
+      return JSON.parse(readFileSync(join(informed.stateDir, 'pins.json'), 'utf8')) as string[];
+    } catch {
+      return [];
+    }
+  };
+  const announce = (pin: string | null) =>
+    call(first.url, 'PATCH', '/api/settings', { token: first.admin, body: { tls_next_pin: pin } });
+  assert.equal((await announce(after.pin)).status, 200);
+  await until('the agent to keep the announced pin', () => learned().includes(after.pin));
+  assert.equal((await announce(null)).status, 200);
+  await until('the agent to forget the withdrawn pin', () => !learned().includes(after.pin));
+  await first.close();
+  await startMaster(t, { tls: after, dataDir, port });
+  assert.match(await logged(informed, /refusing the master/, 'the refusal'), /pin mismatch/);
+});
+
 test('an agent checks what its master sends: a malformed config ends the link and is not applied', async (t) => {
   const port = await freePort();
   let links = 0;

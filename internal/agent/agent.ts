@@ -84,6 +84,8 @@ export class Agent {
   private socket: Socket | null = null;
   private attempt = 0;
   private stopping = false;
+  /** The pin of the master this agent verified on its current (or last) link; null over plain HTTP. */
+  private linkPin: string | null = null;
   private applying: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
@@ -164,6 +166,8 @@ export class Agent {
         });
         return this.retry();
       }
+      const cert = socket.getPeerX509Certificate();
+      this.linkPin = cert ? pinOf(cert) : null;
       this.upgrade(url, socket);
     });
   }
@@ -241,8 +245,14 @@ export class Agent {
     if (message.type === 'ping') return send(this.socket!, { type: 'pong' });
     if (message.type === 'config') {
       const { type: _, next_master_pin, ...config } = checkMessage(configMessage, message);
-      // Announced by a master this agent verified: the key it will switch to (see docs/agent-protocol.md).
-      if (this.options.masterPin !== null && next_master_pin !== null) this.state.learnPin(next_master_pin);
+      // What a master this agent verified says it will switch to (see docs/agent-protocol.md): that key, besides the
+      // one it presents now. An announcement it withdrew, or replaced, is forgotten.
+      if (this.options.masterPin !== null)
+        this.state.keepPins(
+          [next_master_pin, this.linkPin].filter(
+            (pin): pin is string => pin !== null && pin !== this.options.masterPin,
+          ),
+        );
       this.applying = this.applying
         .then(() => this.apply(config, true))
         .catch((error: Error) => this.options.log.error('applying the config failed', { error: error.message }));

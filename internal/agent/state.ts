@@ -62,11 +62,10 @@ export class AgentState {
     return this.read<string[]>('pins.json') ?? [];
   }
 
-  /** Remembers an announced pin (the last MAX_LEARNED_PINS of them). */
-  learnPin(pin: string): void {
-    const pins = this.loadPins();
-    if (pins[0] === pin) return;
-    this.write('pins.json', [pin, ...pins.filter((p) => p !== pin)].slice(0, MAX_LEARNED_PINS));
+  /** Keeps `pins` (at most MAX_LEARNED_PINS of them) as the ones learned, forgetting any other. */
+  keepPins(pins: readonly string[]): void {
+    const kept = [...new Set(pins)].slice(0, MAX_LEARNED_PINS);
+    if (JSON.stringify(kept) !== JSON.stringify(this.loadPins())) this.write('pins.json', kept);
   }
 
   private read<T>(name: string): T | null {

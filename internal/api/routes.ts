@@ -18,7 +18,7 @@ import { ruleOperations as rules } from './rules.ts';
 import { GUARDED_SETTINGS, settingsOperations as settings } from './settings.ts';
 import { tokenOperations as tokens } from './tokens.ts';
 import { transferOperations as transfer } from './transfer.ts';
-import { CASCADE_FROM_TUNNEL, tunnelOperations as tunnels } from './tunnels.ts';
+import { CASCADE_FROM_TUNNEL, MOVE_TUNNEL_EXIT, tunnelOperations as tunnels } from './tunnels.ts';
 import { userOperations as users } from './users.ts';
 import { describe, secretFields } from '../schema/schema.ts';
 
@@ -77,7 +77,7 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/tunnels',                 'tunnels:read',    tunnels.listTunnels),
   route('POST',   '/api/tunnels',                 'tunnels:write',   tunnels.createTunnel),
   route('GET',    '/api/tunnels/{id}',            'tunnels:read',    tunnels.getTunnel),
-  route('PUT',    '/api/tunnels/{id}',            'tunnels:write',   tunnels.replaceTunnel),
+  route('PUT',    '/api/tunnels/{id}',            'tunnels:write',   tunnels.replaceTunnel, MOVE_TUNNEL_EXIT),
   route('DELETE', '/api/tunnels/{id}',            'tunnels:write',   tunnels.deleteTunnel, CASCADE_FROM_TUNNEL),
   route('POST',   '/api/nodes/batch-delete',      'nodes:write',     batch.deleteNodes, CASCADE_FROM_NODE),
   route('POST',   '/api/rules/batch-delete',      'rules:write',     batch.deleteRules),

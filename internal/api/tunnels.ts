@@ -14,6 +14,11 @@ import { created, type Ctx, idParam, noContent, notFound, ok, operation, operati
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects, type Writer } from './writes.ts';
 
+/** What changing a tunnel needs besides tunnels:write. */
+export const MOVE_TUNNEL_EXIT = [
+  { scope: 'rules:write', when: 'exit_node_id changes while rules run through it' },
+] as const;
+
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
 export const CASCADE_FROM_TUNNEL = [
   { scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' },
@@ -206,6 +211,12 @@ async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
     const errors = tunnelReferenceErrors(app, body);
     if (errors.length > 0) throw validationFailed(errors);
     const users = app.store.rules.idsOfTunnel(id);
+    // Where the rules' connections leave for their targets is theirs to decide: moving it is editing them.
+    if (body.exit_node_id !== current.exit_node_id && users.length > 0)
+      effects.requireScope(
+        'rules:write',
+        `moving the exit of tunnel ${id} changes where its ${users.length} rule(s) reach their targets from`,
+      );
     if (body.entry_node_id !== current.entry_node_id && users.length > 0) {
       throw new DomainError(
         'conflict',

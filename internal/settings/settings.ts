@@ -57,7 +57,7 @@ export const definitions = {
     true,
   ),
   audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.', true),
-  traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.'),
+  traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.', true),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
   write_wait_seconds: setting(
     1,
@@ -65,6 +65,7 @@ export const definitions = {
     15,
     'How long a write waits in line while an import or batch is being written (one at most: writes waiting go ' +
       'before the next) before it is refused with 503 and Retry-After, having changed nothing, in seconds.',
+    true,
   ),
   sync_wait_seconds: setting(
     0,
@@ -77,12 +78,14 @@ export const definitions = {
     604_800,
     3600,
     'Agents close a relayed TCP connection that carried no byte either way for this long, in seconds.',
+    true,
   ),
   max_connections_per_source: setting(
     1,
     100_000,
     256,
     'Open TCP connections one client address may hold on one rule; agents close further ones at once.',
+    true,
   ),
   install_dir: text(
     '/opt/portplane',
