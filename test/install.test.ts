@@ -5,7 +5,16 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { connect, createServer, type AddressInfo } from 'node:net';
@@ -99,13 +108,27 @@ function killAgent(installDir: string): void {
   }
 }
 
+/**
+ * A folder of this host for an agent installed over SSH to it: not under /tmp, a system folder the installer refuses
+ * (another user could have prepared it). Its agent is killed and the folder removed after the test.
+ */
+function installFolder(t: TestContext): string {
+  const parent = mkdtempSync('/opt/portplane-install-test-');
+  chmodSync(parent, 0o755);
+  const installDir = join(parent, 'agent');
+  t.after(() => {
+    killAgent(installDir);
+    rmSync(parent, { recursive: true, force: true });
+  });
+  return installDir;
+}
+
 test(
   'install-ssh puts the agent on a node that then forwards; a wrong key and a changed host key fail clearly',
   { skip: canRun ? false : 'needs root and /usr/sbin/sshd (Debian openssh-server)' },
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'portplane-sshd-'));
-    const installDir = join(dir, 'opt');
-    t.after(() => killAgent(installDir));
+    const installDir = installFolder(t);
     const userKey = keygen(join(dir, 'user_key'));
     const otherKey = keygen(join(dir, 'other_key'));
     keygen(join(dir, 'host_a'));
@@ -202,7 +225,7 @@ test(
     assert.equal(done.status, 'online', `${done.status_detail}\n${done.install.log_tail}`);
     assert.match(done.install.log_tail, /done: the agent is connected/);
     assert.ok(readFileSync(join(installDir, 'agent.mjs')).length > 10_000);
-    const agentEnv = readFileSync(join(dir, 'opt', 'agent.env'), 'utf8');
+    const agentEnv = readFileSync(join(installDir, 'agent.env'), 'utf8');
     assert.equal((agentEnv.match(/AGENT_TOKEN=mat_/g) ?? []).length, 1);
     // The agent pins the master from its first start, and reached it over TLS (it is online).
     assert.match(
@@ -333,7 +356,7 @@ test(
 
     const dir = mkdtempSync(join(tmpdir(), 'portplane-sshd-'));
     chmodSync(dir, 0o755);
-    const installDir = join(dir, 'opt');
+    const installDir = installFolder(t);
     mkdirSync(installDir);
     spawnSync('chown', [user, installDir]);
     // userdel refuses while the user has processes, so the agent goes first.

@@ -82,3 +82,32 @@ test('settings survive a restart', async (t) => {
     77,
   );
 });
+
+test("an install's folder and service are its own: system folders and services are refused", async (t) => {
+  const m = await startMaster(t);
+  const patch = (body: object) => call(m.url, 'PATCH', '/api/settings', { token: m.admin, body });
+  for (const install_dir of [
+    '/etc',
+    '/etc/portplane',
+    '/usr/bin/x',
+    '/tmp/agent',
+    '/var/log/pp',
+    '/opt',
+    '/root',
+    '/a/../etc',
+  ])
+    assertProblem(await patch({ install_dir }), 422, 'validation_failed');
+  for (const install_service_name of [
+    'ssh',
+    'sshd',
+    'systemd-networkd',
+    'dbus',
+    'cron',
+    'networking',
+    'portplane-master',
+  ])
+    assertProblem(await patch({ install_service_name }), 422, 'validation_failed');
+  const kept = await patch({ install_dir: '/srv/portplane/agent', install_service_name: 'portplane-edge' });
+  assert.equal(kept.status, 200, JSON.stringify(kept.body));
+  assert.equal((await patch({ install_dir: '/usr/local/portplane' })).status, 200);
+});

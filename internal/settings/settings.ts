@@ -31,6 +31,38 @@ function text(fallback: string, schema: Schema<string>): Definition<string> {
   };
 }
 
+/**
+ * Services an install must not replace: the system's own (remote access, init, logging, time, the network and its
+ * firewall, containers) and the master's. Installing writes the unit file and restarts the service of that name.
+ */
+// prettier-ignore
+const SYSTEM_UNITS = new RegExp(
+  `^(${[
+    'ssh.*', 'sshd.*', 'systemd-.*', 'dbus.*', 'getty.*', 'user.*', 'cron', 'crond', 'anacron', 'atd', 'rsyslog',
+    'syslog.*', 'journald', 'udev.*', 'polkit.*', 'network.*', 'networking', 'wpa_supplicant', 'ifup.*',
+    'resolvconf', 'nftables', 'iptables', 'ip6tables', 'ufw', 'firewalld', 'apparmor', 'auditd', 'chrony.*', 'ntp.*',
+    'docker.*', 'containerd.*', 'snapd.*', 'cloud-init.*', 'sudo', 'login', 'emergency', 'rescue', 'reboot',
+    'poweroff', 'halt', 'shutdown', 'portplane-master',
+  ].join('|')})$`,
+);
+
+/** System folders, and what is under them, that an install must not write into. */
+// prettier-ignore
+const SYSTEM_DIRS = [
+  '/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/run', '/sbin', '/sys', '/tmp',
+  '/usr/bin', '/usr/sbin', '/usr/lib', '/usr/lib32', '/usr/lib64', '/usr/libexec', '/usr/include', '/usr/share',
+  '/usr/src', '/usr/local/bin', '/usr/local/sbin', '/usr/local/lib', '/usr/local/etc', '/usr/local/share',
+  '/var/tmp', '/var/log', '/var/run', '/var/lock', '/var/spool', '/var/cache', '/var/mail', '/var/backups',
+];
+
+function installDirProblem(dir: string): string | null {
+  const parts = dir.split('/').slice(1);
+  if (parts.includes('..') || parts.includes('.')) return 'must not contain . or ..';
+  if (parts.length < 2) return 'must be a folder of its own, two levels deep at least (as /opt/portplane)';
+  const system = SYSTEM_DIRS.find((root) => dir === root || dir.startsWith(`${root}/`));
+  return system ? `must not be in ${system}, a folder of the system` : null;
+}
+
 export const definitions = {
   session_ttl_seconds: setting(60, 31_536_000, 43_200, 'Lifetime of a login session token, in seconds.', true),
   login_max_failures: setting(
@@ -93,9 +125,11 @@ export const definitions = {
       min: 2,
       max: 200,
       pattern: /^(\/[A-Za-z0-9._-]+)+$/,
-      refine: (v) => (v.split('/').includes('..') ? 'must not contain ..' : null),
+      refine: installDirProblem,
       patternHint: 'must be an absolute path of letters, digits and . _ -',
-      description: 'Where install-ssh puts the agent (and, if the node has no Node.js, a runtime) on a node.',
+      description:
+        'Where install-ssh puts the agent (and, if the node has no Node.js, a runtime) on a node: a folder of its ' +
+        "own, two levels deep at least, in none of the system's folders (/etc, /usr, /var/log, /tmp, ...).",
     }),
   ),
   install_service_name: text(
@@ -104,8 +138,12 @@ export const definitions = {
       min: 1,
       max: 64,
       pattern: /^[a-z0-9][a-z0-9_.-]*$/,
+      refine: (name) =>
+        SYSTEM_UNITS.test(name)
+          ? 'names a service of the system (ssh, systemd-*, dbus, cron, ...): choose another'
+          : null,
       patternHint: 'must be lower-case letters, digits and _ . -',
-      description: 'Name of the systemd service install-ssh creates on a node.',
+      description: "Name of the systemd service install-ssh creates on a node; not one of the system's own.",
     }),
   ),
   tls_next_pin: text(
