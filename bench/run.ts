@@ -697,6 +697,8 @@ async function fanOut(): Promise<void> {
 async function dataPlane(): Promise<void> {
   console.error('data plane: the bundled agent relaying to a sink, against direct loopback and socat');
   const master = await startMaster(join(work, 'data'));
+  // The sink listens on the node's loopback, a target only this setting allows.
+  await api(master.url, master.token, 'PATCH', '/api/settings', { allow_local_targets: 1 });
   const nodeRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'relay', host: '127.0.0.1' });
   const sink = start(pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink']));
   const ports = await sink.waitFor('sink');

@@ -20,7 +20,7 @@ test(
   'a rule created through the API forwards real TCP and UDP traffic on the node, and the ' +
     'bytes reach the dashboard',
   async (t) => {
-    const m = await startMaster(t);
+    const m = await startMaster(t, { localTargets: true });
     await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
     const echo = await echoServers(t);
     const n = await node(m, 'edge');
@@ -86,7 +86,7 @@ test(
 );
 
 test("a port in use on the node is a failed sync with the node's own error", async (t) => {
-  const m = await startMaster(t);
+  const m = await startMaster(t, { localTargets: true });
   const echo = await echoServers(t);
   const n = await node(m, 'edge');
   startAgent(t, m.url, n.agent_token);
@@ -108,7 +108,7 @@ test(
   'forwarding survives the master going away; the agent reconnects when it returns; deleting ' +
     'the rule closes the port',
   async (t) => {
-    const first = await startMaster(t);
+    const first = await startMaster(t, { localTargets: true });
     const port = Number(new URL(first.url).port);
     const echo = await echoServers(t);
     const n = await node(first, 'edge');

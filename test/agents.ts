@@ -66,8 +66,11 @@ export async function udpRoundTrip(port: number, words: string[], host = '127.0.
   const replies: string[] = [];
   client.on('message', (m) => replies.push(m.toString()));
   for (const word of words) client.send(word, port, host);
-  await until('UDP replies', async () => replies.length >= words.length, 5000);
-  client.close();
+  try {
+    await until('UDP replies', async () => replies.length >= words.length, 5000);
+  } finally {
+    client.close();
+  }
   return replies.sort();
 }
 

@@ -45,7 +45,7 @@ test('the console is a few small files, served with a strict policy and no inlin
 });
 
 test('a person runs the fleet from the console in a real browser', { skip: noBrowser, timeout: 120_000 }, async (t) => {
-  const m = await startMaster(t);
+  const m = await startMaster(t, { localTargets: true });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const edge = await node(m, 'edge-1');
   startAgent(t, m.url, edge.agent_token);

@@ -6,6 +6,7 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
+import { udpRoundTrip } from './agents.ts';
 import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
@@ -24,7 +25,7 @@ function rule(id: number, listen_port: number, targets: string[], extra: Partial
 test('TCP: bytes cross the relay both ways through a half-close, and are counted exactly', async (t) => {
   const echo = await tcpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1');
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
   assert.deepEqual(await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]), [
     { id: 1, state: 'applied', error: null },
@@ -42,7 +43,7 @@ test('TCP: a refused target fails over to the next one', async (t) => {
   const echo = await tcpEcho(t);
   const dead = await freePort();
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1');
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${dead}`, `127.0.0.1:${echo}`], { strategy: 'failover' })]);
   for (let i = 0; i < 3; i++) assert.equal((await roundTrip(port, Buffer.from('ping'))).toString(), 'ping');
@@ -51,7 +52,7 @@ test('TCP: a refused target fails over to the next one', async (t) => {
 test('UDP: datagrams are relayed per client and counted', async (t) => {
   const echo = await udpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1');
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`], { protocol: 'udp' })]);
   const client = createSocket('udp4');
@@ -67,7 +68,7 @@ test('UDP: datagrams are relayed per client and counted', async (t) => {
 test('apply is idempotent: an unchanged rule keeps its open connections; a removed rule closes its port', async (t) => {
   const echo = await tcpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1');
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
   const config = [rule(1, port, [`127.0.0.1:${echo}`])];
   await forwarder.apply(config);
@@ -96,7 +97,7 @@ test(
     t.after(() => blocker.close());
     const taken = (blocker.address() as AddressInfo).port;
     const free = await freePort();
-    const forwarder = new Forwarder('127.0.0.1');
+    const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
     t.after(() => forwarder.close());
     const results = await forwarder.apply([
       rule(1, taken, [`127.0.0.1:${echo}`], { protocol: 'tcp+udp' }),
@@ -131,7 +132,12 @@ test(
 test('UDP sessions expire when idle, and the session cap turns away new clients', async (t) => {
   const echo = await udpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { maxConnectionsPerRule: 10, maxUdpSessionsPerRule: 1, udpIdleMs: 200 });
+  const forwarder = new Forwarder('127.0.0.1', {
+    allowLocalTargets: true,
+    maxConnectionsPerRule: 10,
+    maxUdpSessionsPerRule: 1,
+    udpIdleMs: 200,
+  });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`], { protocol: 'udp' })]);
   const first = createSocket('udp4');
@@ -154,6 +160,7 @@ test('TCP connections over the per-rule limit are refused, and the others go on'
   const echo = await tcpEcho(t);
   const port = await freePort();
   const forwarder = new Forwarder('127.0.0.1', {
+    allowLocalTargets: true,
     maxConnectionsPerRule: 1,
     maxUdpSessionsPerRule: 1,
     udpIdleMs: 60_000,
@@ -177,7 +184,7 @@ test('a relayed TCP connection idle past the timeout is closed; one that keeps t
   const port = await freePort();
   // An idle time well above the talking connection's 100 ms gaps: a loaded machine stalls a test process for a few
   // hundred milliseconds now and then (300 ms once closed the talking one in CI).
-  const forwarder = new Forwarder('127.0.0.1', { tcpIdleMs: 800 });
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true, tcpIdleMs: 800 });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
   const idle = connect({ host: '127.0.0.1', port });
@@ -197,7 +204,7 @@ test('a relayed TCP connection idle past the timeout is closed; one that keeps t
 test('one client address may hold only so many connections on a rule; other addresses are not affected', async (t) => {
   const echo = await tcpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { maxConnectionsPerSource: 2 });
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true, maxConnectionsPerSource: 2 });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]);
   const open = async (localAddress: string) => {
@@ -224,7 +231,7 @@ test('one client address may hold only so many connections on a rule; other addr
 test("datagrams that arrive before a UDP session's upstream is connected are held only up to a bound", async (t) => {
   const echo = await udpEcho(t);
   const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1');
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`localhost:${echo}`], { protocol: 'udp' })]);
   // Keep libuv's thread pool busy, so the upstream socket's lookup of "localhost", and so its connect, waits.
@@ -243,3 +250,31 @@ test("datagrams that arrive before a UDP session's upstream is connected are hel
   assert.equal(echoed, 64, 'the first 64 were held and relayed, the rest dropped as a full network would');
   assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: 6400, bytes_out: 6400 }], 'only what was relayed is counted');
 });
+
+test(
+  'by default the node dials nothing local to it: loopback, link-local, its own addresses, ' + 'names resolving so',
+  async (t) => {
+    const echo = await tcpEcho(t);
+    const udp = await udpEcho(t);
+    const forwarder = new Forwarder('127.0.0.1');
+    t.after(() => forwarder.close());
+    const [literal, named, udpPort, allowedLater] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const results = await forwarder.apply([
+      rule(1, literal, [`127.0.0.1:${echo}`]),
+      rule(2, named, [`localhost:${echo}`]),
+      rule(3, udpPort, [`127.0.0.1:${udp}`], { protocol: 'udp' }),
+      rule(4, allowedLater, [`127.0.0.1:${echo}`]),
+    ]);
+    assert.ok(
+      results.every((r) => r.state === 'applied'),
+      'the rules listen: what they may dial is judged per dial',
+    );
+    for (const port of [literal, named]) {
+      const back = await roundTrip(port, Buffer.from('hello')).catch(() => Buffer.alloc(0));
+      assert.equal(back.length, 0, `port ${port}: the client gets nothing from a local target`);
+    }
+    await assert.rejects(udpRoundTrip(udpPort, ['ping']), /timed out/, 'no UDP session to a local target');
+    forwarder.setLimits({ allowLocalTargets: true });
+    assert.equal((await roundTrip(allowedLater, Buffer.from('hello'))).toString(), 'hello', 'allowed, it dials');
+  },
+);

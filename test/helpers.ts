@@ -36,6 +36,8 @@ export interface StartOptions {
   insecureHttp?: boolean;
   /** Where the master logs; default nowhere. */
   log?: Logger;
+  /** Let rules target what is local to a node (allow_local_targets): loopback echo servers, for tests that forward. */
+  localTargets?: boolean;
 }
 
 export async function startMaster(t: TestContext, options: StartOptions = {}): Promise<Running> {
@@ -62,6 +64,13 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
   });
   if (master.app.tls) trusted.set(master.url, master.app.tls.cert);
   const admin = await login(master.url, 'admin', ADMIN_PASSWORD);
+  if (options.localTargets) {
+    const allowed = await call(master.url, 'PATCH', '/api/settings', {
+      token: admin,
+      body: { allow_local_targets: 1 },
+    });
+    if (allowed.status !== 200) throw new Error(`allowing local targets failed: ${allowed.status}`);
+  }
   return { ...master, close: master.close, dataDir, admin, advance: (ms) => (offset += ms) };
 }
 

@@ -142,6 +142,7 @@ test(
     writeFileSync(join(dir, 'master-key.pem'), certificate.key, { mode: 0o600 });
     const m = await startMaster(t, {
       tls: { certPath: join(dir, 'master-cert.pem'), keyPath: join(dir, 'master-key.pem') },
+      localTargets: true,
     });
     assert.equal(
       (

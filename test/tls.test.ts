@@ -173,7 +173,7 @@ test(
 
 test('an agent with the right pin links over TLS and forwards', async (t) => {
   const files = certFiles();
-  const m = await startMaster(t, { tls: files });
+  const m = await startMaster(t, { tls: files, localTargets: true });
   const n = await node(m, 'edge');
   const echo = await tcpEcho(t);
   const port = await freePort();

@@ -83,7 +83,7 @@ test('across two namespaces, TCP and UDP go entry -> tunnel -> exit -> a target 
   if (reason) return t.skip(reason);
   network(t);
   await echoIn(t, EXIT);
-  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true, localTargets: true });
   const port = new URL(m.url).port;
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const entryNode = await node(m, 'entry', { host: '10.213.1.2' });

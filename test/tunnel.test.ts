@@ -42,7 +42,7 @@ async function ruleOf(m: Running, id: number) {
 
 /** A master, an entry and an exit agent, a tunnel between them, and a TCP and a UDP rule through it. */
 async function fleet(t: TestContext) {
-  const m = await startMaster(t);
+  const m = await startMaster(t, { localTargets: true });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const echo = await countingEcho(t);
   const udp = await udpEcho(t);
@@ -312,8 +312,8 @@ async function tunnelPair(t: TestContext, targets: number[]) {
     enabled: true,
   }));
   const ports = await Promise.all(targets.map(() => freePort()));
-  const exit = new Forwarder('127.0.0.1');
-  const entry = new Forwarder('127.0.0.1');
+  const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  const entry = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => Promise.all([entry.close(), exit.close()]));
   const end = { id: 7, port: tunnelPort, rules: [] };
   await exit.apply([], [{ ...end, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules }]);
@@ -409,7 +409,7 @@ test("the exit's own results: a taken port fails the tunnel's rules, an unresolv
   await once(blocker, 'listening');
   t.after(() => blocker.close());
   const end = { id: 3, role: 'exit' as const, host: null, ...keys, peer_pin: peer, rules };
-  const exit = new Forwarder('127.0.0.1');
+  const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => exit.close());
   const outcome = async (port: number) =>
     (await exit.apply([], [{ ...end, port }])).map((r) => [r.id, r.state, r.error?.code ?? null]);

@@ -303,6 +303,7 @@ function writerFor(store: Store, box: SecretBox, job: WriteJob): Writer {
     box,
     timestamp: () => job.timestamp,
     licenseView: () => job.license,
+    targetPolicy: () => job.targets,
   };
 }
 

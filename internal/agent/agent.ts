@@ -267,6 +267,7 @@ export class Agent {
 
   private async apply(config: SavedConfig, acknowledge: boolean): Promise<void> {
     this.forwarder.setLimits({
+      allowLocalTargets: config.allow_local_targets ?? false,
       ...(config.tcp_idle_timeout_seconds ? { tcpIdleMs: config.tcp_idle_timeout_seconds * 1000 } : {}),
       ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
     });

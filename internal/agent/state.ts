@@ -16,6 +16,8 @@ export interface SavedConfig {
   /** Absent in configs saved by older agents: the forwarder's defaults apply. */
   tcp_idle_timeout_seconds?: number;
   max_connections_per_source?: number;
+  /** Absent in configs saved by older agents: local targets are not allowed. */
+  allow_local_targets?: boolean;
   rules: ForwardRule[];
   /** Absent in configs saved by agents older than tunnels. Holds the tunnels' private keys: the file is 0600. */
   tunnels?: TunnelEnd[];

@@ -386,6 +386,7 @@ export class AgentLinks {
         report_interval_seconds: settings.get('agent_report_interval_seconds'),
         tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
         max_connections_per_source: settings.get('max_connections_per_source'),
+        allow_local_targets: settings.get('allow_local_targets') === 1,
         next_master_pin: settings.get('tls_next_pin') || null,
         rules: this.app.store.rules.forNode(nodeId).map(forwardRuleOf),
         tunnels: this.tunnelEnds(nodeId),

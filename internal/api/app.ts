@@ -19,6 +19,7 @@ import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
 import type { BatchJob } from './batch.ts';
+import type { TargetPolicy } from '../domain/rules.ts';
 import type { ImportJob } from './transfer.ts';
 import type { JobCommitted } from './writes.ts';
 
@@ -139,6 +140,15 @@ export class App {
 
   licenseView(): LicenseView {
     return viewLicense(this.license, this.now());
+  }
+
+  /** Which targets rules may have now (the setting allow_local_targets, and where the master is). */
+  targetPolicy(): TargetPolicy {
+    const masterUrl = this.settings.get('install_master_url');
+    return {
+      allowLocal: this.settings.get('allow_local_targets') === 1,
+      masterHosts: masterUrl ? [new URL(masterUrl).hostname.replace(/^\[|\]$/g, '')] : [],
+    };
   }
 
   /**

@@ -5,7 +5,7 @@
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
-import { target } from '../schema/net.ts';
+import { parseTarget, target } from '../schema/net.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import {
   array,
@@ -19,7 +19,15 @@ import {
   type FieldError,
   type Infer,
 } from '../schema/schema.ts';
-import { protocols, strategies, syncStates, type Rule, type RuleFields } from '../domain/rules.ts';
+import {
+  protocols,
+  strategies,
+  syncStates,
+  targetRefusal,
+  type Rule,
+  type RuleFields,
+  type TargetPolicy,
+} from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
@@ -143,6 +151,17 @@ function checkReferences(app: Writer, fields: RuleFields): void {
   if (errors.length > 0) throw validationFailed(errors);
 }
 
+/** Throws `validation_failed` for targets the policy refuses on the rule's node (see `targetRefusal`). */
+function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: TargetPolicy): void {
+  if (nodeHost === undefined || policy.allowLocal) return;
+  const errors: FieldError[] = [];
+  fields.targets.forEach((target, i) => {
+    const refusal = targetRefusal(parseTarget(target)!.host, nodeHost, policy);
+    if (refusal) errors.push({ pointer: `#/targets/${i}`, detail: refusal });
+  });
+  if (errors.length > 0) throw validationFailed(errors);
+}
+
 /** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
 export function insertRule(app: Writer, effects: Effects, fields: RuleFields): Rule {
   return insertRules(app, effects, [fields])[0]!;
@@ -159,13 +178,20 @@ export function insertRules(
   list: readonly RuleFields[],
   holders?: readonly (Claim | undefined)[],
 ): Rule[] {
-  // A list's rules mostly share a few nodes: each pair of references is looked up once.
+  // A list's rules mostly share a few nodes: each pair of references, and each node's host, is looked up once.
   const checked = new Set<string>();
+  const hosts = new Map<number, string | undefined>();
+  const policy = app.targetPolicy();
   for (const fields of list) {
     const references = `${fields.node_id}/${fields.tunnel_id}`;
-    if (checked.has(references)) continue;
-    checkReferences(app, fields);
-    checked.add(references);
+    if (!checked.has(references)) {
+      checkReferences(app, fields);
+      checked.add(references);
+    }
+    if (!policy.allowLocal) {
+      if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
+      checkTargets(fields, hosts.get(fields.node_id), policy);
+    }
   }
   const rules = app.store.rules.insertAll(list, app.timestamp(), holders);
   for (const rule of rules) touchRule(app, effects, rule);
@@ -186,6 +212,7 @@ export function replaceRule(app: Writer, effects: Effects, id: number, fields: R
   if (!current) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
   checkReferences(app, fields);
+  checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
   const updated = app.store.rules.update(id, fields, app.timestamp());
   touchRule(app, effects, current);
   touchRule(app, effects, updated);

@@ -5,6 +5,7 @@ import { grants, type Scope } from '../auth/scopes.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { LicenseView } from '../license/license.ts';
+import type { TargetPolicy } from '../domain/rules.ts';
 import type { Actor, AuditInput } from '../store/audit.ts';
 import { WritesBusy } from '../store/database.ts';
 import type { App } from './app.ts';
@@ -34,7 +35,7 @@ class RedoItemByItem extends Error {}
  * What writing handlers use of the app: enough to run them in a worker thread (an import),
  * on a connection of its own, where there is no API, sync hub or agent link.
  */
-export type Writer = Pick<App, 'store' | 'box' | 'timestamp' | 'licenseView'>;
+export type Writer = Pick<App, 'store' | 'box' | 'timestamp' | 'licenseView' | 'targetPolicy'>;
 
 /** Collects what a write did: audit entries are written at once, node changes announced after commit. */
 export class Effects {
@@ -253,6 +254,7 @@ export interface WriteJob {
   /** The time every row and audit entry of the job is stamped with: it lands as one. */
   timestamp: string;
   license: LicenseView;
+  targets: TargetPolicy;
 }
 
 /** The request's part of a `WriteJob`, for a handler that hands its write to another connection. */
@@ -262,6 +264,7 @@ export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJo
     dryRun,
     timestamp: ctx.app.timestamp(),
     license: ctx.app.licenseView(),
+    targets: ctx.app.targetPolicy(),
   };
 }
 

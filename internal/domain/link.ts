@@ -51,6 +51,8 @@ export const configMessage = object({
   report_interval_seconds: integer({ min: 1, max: 3600 }),
   tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),
   max_connections_per_source: integer({ min: 1, max: 100_000 }),
+  /** Whether rules may reach what is local to the node (the master's allow_local_targets); absent: they may not. */
+  allow_local_targets: optional(boolean(), false),
   next_master_pin: nullable(PIN),
   rules: array(
     object({

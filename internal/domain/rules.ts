@@ -1,6 +1,8 @@
 // What a forwarding rule is, for every part that handles one: the store keeps it, the API
 // shows it, the master sends its forwarding part to a node, the agent applies it.
 
+import { localKind } from '../schema/net.ts';
+
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
 export type Protocol = (typeof protocols)[number];
 export const strategies = ['round_robin', 'random', 'failover'] as const;
@@ -72,4 +74,32 @@ export interface RuleTraffic {
   id: number;
   bytes_in: number;
   bytes_out: number;
+}
+
+/**
+ * Which targets a rule may have besides the network's: by default none that is the node itself (its loopback, its own
+ * host), its link (link-local addresses, where clouds serve instance metadata), no address at all, or the master. The
+ * setting allow_local_targets (which needs *) allows them; agents hold to the same when they dial, after resolving.
+ */
+export interface TargetPolicy {
+  allowLocal: boolean;
+  /** The names and addresses the master is known by (install_master_url's host). */
+  masterHosts: readonly string[];
+}
+
+/** Why a rule on the node at `nodeHost` may not reach `host` under `policy`, or null when it may. */
+export function targetRefusal(host: string, nodeHost: string, policy: TargetPolicy): string | null {
+  if (policy.allowLocal) return null;
+  const name = host.toLowerCase();
+  const reason =
+    name === 'localhost' || name.endsWith('.localhost')
+      ? 'names the node itself'
+      : localKind(host)
+        ? `is a ${localKind(host)} address`
+        : name === nodeHost.toLowerCase()
+          ? 'is the node itself'
+          : policy.masterHosts.some((master) => master.toLowerCase() === name)
+            ? 'is the master'
+            : null;
+  return reason && `${host} ${reason}; rules reach such targets only with the setting allow_local_targets (needs *)`;
 }

@@ -2,12 +2,70 @@
 // that is a rule's targets (dialled here, failing over along the strategy's order) or a
 // tunnel to another node: it is handed a dial function and splices what it gets.
 
-import { createSocket } from 'node:dgram';
-import { connect, isIPv6 } from 'node:net';
+import { lookup, type LookupAddress } from 'node:dns';
+import { createSocket, type SocketOptions } from 'node:dgram';
+import { connect, isIP, isIPv6, type LookupFunction } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
+import { localKind } from '../schema/net.ts';
 import type { Target, TargetPicker } from './targets.ts';
 
 const CONNECT_TIMEOUT_MS = 5_000;
+
+/** What a relay may dial: read at each dial, so a changed config applies to the next connection. */
+export interface DialPolicy {
+  /** Targets local to the node (loopback, link-local, its own addresses): the master's allow_local_targets. */
+  allowLocalTargets: boolean;
+}
+
+/** The node's own addresses, looked up at most once a second. */
+let own: { at: number; addresses: Set<string> } = { at: 0, addresses: new Set() };
+function ownAddresses(): Set<string> {
+  const now = Date.now();
+  if (now - own.at > 1000) {
+    const addresses = Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address));
+    own = { at: now, addresses: new Set(addresses) };
+  }
+  return own.addresses;
+}
+
+/** Why the node may not dial `address` (an IP address), or null. */
+function localRefusal(address: string): string | null {
+  const kind = localKind(address);
+  if (kind) return `${address} is a ${kind} address`;
+  return ownAddresses().has(address.replace(/^::ffff:/i, '')) ? `${address} is this node's own` : null;
+}
+
+/**
+ * Resolves a target's name as the system would, but fails for a name that resolves to an address local to the node
+ * (a name pointed at 127.0.0.1 or at cloud metadata): the check happens on what is dialled, after DNS.
+ */
+const guardedLookup: LookupFunction = (hostname, options, callback) => {
+  lookup(hostname, { ...options, all: true }, (error, found: LookupAddress[]) => {
+    if (error) return callback(error, '', 0);
+    const refused = found.map((a) => localRefusal(a.address)).find((reason) => reason !== null);
+    if (refused) {
+      const denied = Object.assign(new Error(`${hostname} resolves to ${refused}, and local targets are not allowed`), {
+        code: 'ETARGETREFUSED',
+      });
+      return callback(denied, '', 0);
+    }
+    if (options.all) return (callback as unknown as (e: null, all: LookupAddress[]) => void)(null, found);
+    callback(null, found[0]!.address, found[0]!.family);
+  });
+};
+
+/** Where `target` may not be dialled under `policy`, why (for an address; a name is checked as it resolves). */
+function refusalOf(target: Target, policy: DialPolicy): string | null {
+  if (policy.allowLocalTargets || !isIP(target.host)) return null;
+  const refused = localRefusal(target.host);
+  return refused && `${refused}, and local targets are not allowed`;
+}
+
+/** The socket options that enforce `policy` while a target's name resolves. */
+function lookupFor(target: Target, policy: DialPolicy): { lookup?: LookupFunction } {
+  return policy.allowLocalTargets || isIP(target.host) ? {} : { lookup: guardedLookup };
+}
 
 /** Lets go of an upstream whose client has gone. A socket is destroyed; a tunnel stream has its own way. */
 export type Release = (upstream: Duplex) => void;
@@ -28,23 +86,36 @@ export interface DatagramSession {
 /** Opens a session for one client, or null when there is nowhere to send; `onEnd` when the far side fails. */
 export type DatagramDial = (onReply: (datagram: Buffer) => void, onEnd: () => void) => DatagramSession | null;
 
-/** Dials the picker's targets in its order; a refused or unreachable one is skipped for the next. */
-export function dialTargets(picker: TargetPicker): TcpDial {
-  return (onOpen, onFail) => tryTargets(picker.order(), onOpen, onFail, 'the rule has no target');
+/**
+ * Dials the picker's targets in its order; a refused or unreachable one is skipped for the next, and so is one the
+ * policy does not allow.
+ */
+export function dialTargets(picker: TargetPicker, policy: DialPolicy): TcpDial {
+  return (onOpen, onFail) => tryTargets(picker.order(), policy, onOpen, onFail, 'the rule has no target');
 }
 
 function tryTargets(
   remaining: Target[],
+  policy: DialPolicy,
   onOpen: (upstream: Duplex) => void,
   onFail: (reason: string) => void,
   lastError: string,
 ): void {
   const target = remaining[0];
   if (!target) return onFail(lastError);
-  const upstream = connect({ host: target.host, port: target.port, allowHalfOpen: true, timeout: CONNECT_TIMEOUT_MS });
+  const next = (reason: string) => tryTargets(remaining.slice(1), policy, onOpen, onFail, reason);
+  const refused = refusalOf(target, policy);
+  if (refused) return next(`${target.host}:${target.port}: ${refused}`);
+  const upstream = connect({
+    host: target.host,
+    port: target.port,
+    allowHalfOpen: true,
+    timeout: CONNECT_TIMEOUT_MS,
+    ...lookupFor(target, policy),
+  });
   const failover = (error?: Error) => {
     upstream.destroy();
-    tryTargets(remaining.slice(1), onOpen, onFail, `${target.host}:${target.port}: ${error?.message ?? 'timed out'}`);
+    next(`${target.host}:${target.port}: ${error?.message ?? 'timed out'}`);
   };
   upstream.once('error', failover);
   upstream.once('timeout', failover);
@@ -88,14 +159,19 @@ export const DATAGRAM_BUFFER_BYTES = 2 * 1024 * 1024;
 const MAX_QUEUED_DATAGRAMS = 64;
 const MAX_QUEUED_BYTES = 256 * 1024;
 
-/** A UDP session to the first target in the picker's order, over a socket of its own so replies find the client. */
-export function datagramsTo(picker: TargetPicker): DatagramDial {
+/**
+ * A UDP session to the first target in the picker's order, over a socket of its own so replies find the client; none
+ * to a target the policy does not allow.
+ */
+export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramDial {
   return (onReply, onEnd) => {
     const target = picker.order()[0];
-    if (!target) return null;
+    if (!target || refusalOf(target, policy)) return null;
     const upstream = createSocket({
       type: isIPv6(target.host) ? 'udp6' : 'udp4',
       recvBufferSize: DATAGRAM_BUFFER_BYTES,
+      // The same lookup: asked for one address, it answers with one.
+      ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
     });
     let queued: Buffer[] | null = [];
     let queuedBytes = 0;

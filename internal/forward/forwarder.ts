@@ -12,12 +12,12 @@ import type { TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import type { TunnelView } from '../tunnel/wire.ts';
-import { datagramsTo, dialTargets, type DatagramDial, type TcpDial } from './dial.ts';
+import { datagramsTo, dialTargets, type DatagramDial, type DialPolicy, type TcpDial } from './dial.ts';
 import { TargetPicker, type Target } from './targets.ts';
 import { TcpRelay } from './tcp.ts';
 import { UdpRelay } from './udp.ts';
 
-export interface Limits {
+export interface Limits extends DialPolicy {
   maxConnectionsPerRule: number;
   /** Open connections one client address may hold on one rule; more are closed at once. */
   maxConnectionsPerSource: number;
@@ -28,6 +28,7 @@ export interface Limits {
 }
 
 export const DEFAULT_LIMITS: Limits = {
+  allowLocalTargets: false,
   maxConnectionsPerRule: 10_000,
   maxConnectionsPerSource: 256,
   tcpIdleMs: 3_600_000,
@@ -196,7 +197,7 @@ export class Forwarder {
         for (const id of known.resolved.keys()) if (!ids.has(id)) known.resolved.delete(id);
         continue;
       }
-      const exit = new TunnelExit(end, () => this.onTunnelChange());
+      const exit = new TunnelExit(end, () => this.onTunnelChange(), this.limits);
       exit.setRules(rules);
       const opened: Exit = { end, exit, failure: null, resolved: new Map() };
       this.exits.set(end.id, opened);
@@ -236,7 +237,7 @@ export class Forwarder {
   /** The dial functions of a rule: to its targets, or through its tunnel's entry end as it stands when dialling. */
   private dials(rule: ForwardRule, picker: TargetPicker): { tcp: TcpDial; udp: DatagramDial } {
     const tunnelId = rule.tunnel_id;
-    if (tunnelId === null) return { tcp: dialTargets(picker), udp: datagramsTo(picker) };
+    if (tunnelId === null) return { tcp: dialTargets(picker, this.limits), udp: datagramsTo(picker, this.limits) };
     return {
       tcp: (onOpen, onFail) => {
         const entry = this.entries.get(tunnelId)?.entry;

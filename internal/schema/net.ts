@@ -112,3 +112,31 @@ export function sourceOf(address: string): string {
     .map((g) => parseInt(g, 16).toString(16))
     .join(':')}::/64`;
 }
+
+/**
+ * What kind of address only the host itself, its link or nothing at all answers on, for a literal IPv4 or IPv6
+ * address (IPv4-mapped ones as IPv4): loopback, link-local (where clouds serve instance metadata), unspecified,
+ * multicast. Null for any other address, and for a name.
+ */
+export function localKind(address: string): string | null {
+  const v4 = /^(?:::ffff:)?(\d{1,3})\.(\d{1,3})\.\d{1,3}\.\d{1,3}$/i.exec(address);
+  if (v4 && isIPv4(address.replace(/^::ffff:/i, ''))) {
+    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    if (a === 127) return 'loopback';
+    if (a === 169 && b === 254) return 'link-local';
+    if (a === 0) return 'unspecified';
+    if (a >= 224 && a <= 239) return 'multicast';
+    return null;
+  }
+  const bare = address.replace(/%.*$/, '').toLowerCase();
+  if (!isIPv6(bare)) return null;
+  const first = sourceOf(bare).split(':')[0]!;
+  if (bare === '::1' || /^(0:){7}1$/.test(bare)) return 'loopback';
+  if (bare === '::' || /^(0:){7}0$/.test(bare)) return 'unspecified';
+  const head = parseInt(first, 16);
+  if ((head & 0xffc0) === 0xfe80) return 'link-local';
+  // A cloud's instance metadata over IPv6 (AWS): link-local in all but its prefix.
+  if (sourceOf(bare) === 'fd00:ec2:0:0::/64' && /:254$/.test(bare)) return 'metadata';
+  if ((head & 0xff00) === 0xff00) return 'multicast';
+  return null;
+}

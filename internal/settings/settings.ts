@@ -112,6 +112,15 @@ export const definitions = {
     'Agents close a relayed TCP connection that carried no byte either way for this long, in seconds.',
     true,
   ),
+  allow_local_targets: setting(
+    0,
+    1,
+    0,
+    '1 lets rules target what is local to their node (localhost, loopback and link-local addresses such as cloud ' +
+      "metadata, the node's own host) and the master; 0 refuses such targets, and agents refuse to dial any name " +
+      'that resolves to one.',
+    true,
+  ),
   max_connections_per_source: setting(
     1,
     100_000,
@@ -180,6 +189,7 @@ export const agentKeys: readonly SettingKey[] = [
   'agent_report_interval_seconds',
   'tcp_idle_timeout_seconds',
   'max_connections_per_source',
+  'allow_local_targets',
   'tls_next_pin',
 ];
 

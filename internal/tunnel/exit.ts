@@ -6,7 +6,7 @@
 import { performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { IncomingHttpHeaders } from 'node:http2';
 import { createServer, type Server, type TLSSocket } from 'node:tls';
-import { datagramsTo, dialTargets, splice } from '../forward/dial.ts';
+import { datagramsTo, dialTargets, splice, type DialPolicy } from '../forward/dial.ts';
 import { TargetPicker, type Target } from '../forward/targets.ts';
 import type { Protocol, Strategy } from '../domain/rules.ts';
 import {
@@ -54,6 +54,8 @@ export class TunnelExit {
   constructor(
     readonly config: ExitConfig,
     private readonly onView: (view: TunnelView) => void,
+    /** What the exit may dial for its rules (the node's, shared). */
+    private readonly policy: DialPolicy,
   ) {
     this.server = createServer({
       cert: config.cert,
@@ -176,7 +178,7 @@ export class TunnelExit {
       return respond(stream, 403, true);
     }
     if (asked.kind === 'tcp') {
-      dialTargets(bound.picker)(
+      dialTargets(bound.picker, this.policy)(
         (upstream) => {
           if (stream.destroyed) return void upstream.destroy();
           respond(stream, 200, false);
@@ -187,7 +189,7 @@ export class TunnelExit {
       return;
     }
     const framer = new Framer(stream);
-    const session = datagramsTo(bound.picker)(
+    const session = datagramsTo(bound.picker, this.policy)(
       (reply) => void framer.send(reply),
       () => stream.end(),
     );

@@ -1,0 +1,112 @@
+// What a rule may reach: by default nothing local to its node (loopback, link-local such as
+// cloud metadata, its own host) nor the master, on every path a rule is written; the setting
+// allow_local_targets, which needs *, allows them.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { assertProblem, call, mintToken, node, startMaster } from './helpers.ts';
+
+const LOCAL = [
+  '127.0.0.1:22',
+  '127.9.9.9:80',
+  'localhost:8080',
+  'api.localhost:8080',
+  '169.254.169.254:80',
+  '0.0.0.0:80',
+  '[::1]:22',
+  '[fe80::1]:80',
+  '[::ffff:127.0.0.1]:22',
+  '[fd00:ec2::254]:80',
+  'edge.example.net:22',
+  'master.example.net:8443',
+];
+
+test('rules may not target what is local to their node, nor the master, on any path a rule is written', async (t) => {
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { install_master_url: 'https://master.example.net:8443' },
+  });
+  const edge = await node(m, 'edge');
+  const other = await node(m, 'other');
+  const ok = await call(m.url, 'POST', '/api/rules', {
+    token: m.admin,
+    body: { name: 'fine', node_id: edge.id, protocol: 'tcp', listen_port: 1000, targets: ['10.0.0.1:80'] },
+  });
+  assert.equal(ok.status, 201);
+  for (const [i, target] of LOCAL.entries()) {
+    const body = { name: `r${i}`, node_id: edge.id, protocol: 'tcp', listen_port: 2000 + i, targets: [target] };
+    const created = await call(m.url, 'POST', '/api/rules', { token: m.admin, body });
+    assertProblem(created, 422, 'validation_failed');
+    assert.equal(created.body.errors[0].pointer, '#/targets/0', target);
+    assert.match(created.body.errors[0].detail, /allow_local_targets/);
+    const replaced = await call(m.url, 'PUT', `/api/rules/${ok.body.id}`, {
+      token: m.admin,
+      body: { ...body, name: 'fine', listen_port: 1000 },
+    });
+    assertProblem(replaced, 422, 'validation_failed');
+  }
+  // Another node's host is a target like any other; the node's own is not.
+  const elsewhere = {
+    name: 'x',
+    node_id: other.id,
+    protocol: 'tcp',
+    listen_port: 3000,
+    targets: ['edge.example.net:22'],
+  };
+  assert.equal((await call(m.url, 'POST', '/api/rules', { token: m.admin, body: elsewhere })).status, 201);
+  const batch = await call(m.url, 'POST', '/api/rules/batch-create', {
+    token: m.admin,
+    body: { rules: [{ name: 'b', node_id: edge.id, protocol: 'tcp', listen_port: 4000, targets: ['127.0.0.1:22'] }] },
+  });
+  assertProblem(batch, 422, 'validation_failed');
+  assert.equal(batch.body.errors[0].pointer, '#/rules/0/targets/0');
+  const imported = await call(m.url, 'POST', '/api/import', {
+    token: m.admin,
+    body: {
+      format: 'portplane-export',
+      version: 1,
+      nodes: [],
+      tunnels: [],
+      rules: [
+        {
+          name: 'i',
+          node: 'edge',
+          tunnel: null,
+          protocol: 'tcp',
+          listen_port: 4001,
+          targets: ['169.254.169.254:80'],
+          strategy: 'round_robin',
+          enabled: true,
+        },
+      ],
+    },
+  });
+  assertProblem(imported, 422, 'validation_failed');
+  assert.match(JSON.stringify(imported.body.errors), /link-local/);
+  const moved = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: {
+      ids: [(await call(m.url, 'GET', '/api/rules?q=x', { token: m.admin })).body.items[0].id],
+      changes: { node_id: edge.id },
+    },
+  });
+  assert.equal(moved.body.results[0].outcome, 'invalid', 'moved onto the node it targets: refused');
+});
+
+test('allow_local_targets lets rules target the node itself, and needs *', async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge');
+  const settingsWriter = await mintToken(m, ['settings:write', 'settings:read']);
+  const refused = await call(m.url, 'PATCH', '/api/settings', {
+    token: settingsWriter,
+    body: { allow_local_targets: 1 },
+  });
+  assertProblem(refused, 403, 'insufficient_scope');
+  assert.equal(
+    (await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 1 } })).status,
+    200,
+  );
+  const body = { name: 'local', node_id: edge.id, protocol: 'tcp', listen_port: 2000, targets: LOCAL.slice(0, 10) };
+  assert.equal((await call(m.url, 'POST', '/api/rules', { token: m.admin, body })).status, 201);
+});
