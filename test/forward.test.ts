@@ -278,3 +278,32 @@ test(
     assert.equal((await roundTrip(allowedLater, Buffer.from('hello'))).toString(), 'hello', 'allowed, it dials');
   },
 );
+
+test(
+  'one client address may hold only so many UDP sessions on a rule, whatever ports it uses; ' +
+    'others are not affected',
+  async (t) => {
+    const udp = await udpEcho(t);
+    const port = await freePort();
+    const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true, maxConnectionsPerSource: 2 });
+    t.after(() => forwarder.close());
+    await forwarder.apply([rule(1, port, [`127.0.0.1:${udp}`], { protocol: 'udp' })]);
+    /** Sends one datagram from a socket of its own (a port of its own) on `address`; resolves whether a reply came. */
+    const answered = async (address: string) => {
+      const client = createSocket('udp4');
+      await new Promise<void>((resolve) => client.bind(0, address, resolve));
+      const reply = once(client, 'message').then(() => true);
+      client.send('hi', port, '127.0.0.1');
+      const result = await Promise.race([
+        reply,
+        new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 500)),
+      ]);
+      client.close();
+      return result;
+    };
+    const fromOne = [];
+    for (let i = 0; i < 4; i++) fromOne.push(await answered('127.0.0.1'));
+    assert.deepEqual(fromOne, [true, true, false, false]);
+    assert.equal(await answered('127.0.0.2'), true, 'another address has sessions of its own');
+  },
+);

@@ -19,7 +19,7 @@ import { UdpRelay } from './udp.ts';
 
 export interface Limits extends DialPolicy {
   maxConnectionsPerRule: number;
-  /** Open connections one client address may hold on one rule; more are closed at once. */
+  /** Open connections (and UDP sessions) one client address may hold on one rule; more are turned away. */
   maxConnectionsPerSource: number;
   /** A relayed TCP connection with no bytes either way for this long is closed. */
   tcpIdleMs: number;
@@ -295,7 +295,7 @@ export class Forwarder {
         await tcp.listen(this.host, rule.listen_port);
       }
       if (rule.protocol !== 'tcp') {
-        const udp = new UdpRelay(dials.udp, this.limits.maxUdpSessionsPerRule, this.limits.udpIdleMs);
+        const udp = new UdpRelay(dials.udp, this.limits);
         relays.push(udp);
         await udp.listen(this.host, rule.listen_port);
       }

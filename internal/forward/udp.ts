@@ -1,11 +1,13 @@
-// A UDP listener that relays datagrams per client: each client address gets its own session
-// from the dial function (a socket to a target, or a stream through a tunnel), so replies
-// find their way back; sessions expire after a quiet spell, and a cap on them keeps a flood
-// of source addresses from exhausting the node.
+// A UDP listener that relays datagrams per client: each client address and port gets its own
+// session from the dial function (a socket to a target, or a stream through a tunnel), so
+// replies find their way back; sessions expire after a quiet spell, and caps on them (per rule,
+// and per source address as for TCP connections) keep a flood of sources, or one source
+// walking through its ports, from exhausting the node.
 
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import { DATAGRAM_BUFFER_BYTES, type DatagramDial, type DatagramSession } from './dial.ts';
+import type { Limits } from './forwarder.ts';
 import type { Counter } from './tcp.ts';
 
 interface Session {
@@ -16,16 +18,18 @@ interface Session {
 export class UdpRelay {
   private socket: Socket | null = null;
   private readonly sessions = new Map<string, Session>();
+  /** Open sessions per source address. */
+  private readonly perSource = new Map<string, number>();
   private counter: Counter = { bytes_in: 0, bytes_out: 0 };
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
     /** Replaced in place when the rule changes; sessions already open keep theirs. */
     public dial: DatagramDial,
-    private readonly maxSessions: number,
-    private readonly idleMs = 60_000,
+    /** Shared with the forwarder: a change applies to the next session. */
+    private readonly limits: Pick<Limits, 'maxUdpSessionsPerRule' | 'maxConnectionsPerSource' | 'udpIdleMs'>,
   ) {
-    this.sweeper = setInterval(() => this.expire(), Math.min(idleMs, 10_000)).unref();
+    this.sweeper = setInterval(() => this.expire(), Math.min(limits.udpIdleMs, 10_000)).unref();
   }
 
   /** Resolves once bound; rejects with the bind error (EADDRINUSE, EACCES, ...). */
@@ -63,7 +67,8 @@ export class UdpRelay {
     const key = `${from.address}|${from.port}`;
     let session = this.sessions.get(key);
     if (!session) {
-      if (this.sessions.size >= this.maxSessions) return;
+      if (this.sessions.size >= this.limits.maxUdpSessionsPerRule) return;
+      if ((this.perSource.get(from.address) ?? 0) >= this.limits.maxConnectionsPerSource) return;
       const opened = this.open(key, from);
       if (!opened) return;
       session = opened;
@@ -85,6 +90,7 @@ export class UdpRelay {
     if (!upstream) return null;
     session.upstream = upstream;
     this.sessions.set(key, session);
+    this.perSource.set(from.address, (this.perSource.get(from.address) ?? 0) + 1);
     return session;
   }
 
@@ -92,11 +98,15 @@ export class UdpRelay {
     const session = this.sessions.get(key);
     if (!session) return;
     this.sessions.delete(key);
+    const source = key.slice(0, key.lastIndexOf('|'));
+    const left = (this.perSource.get(source) ?? 1) - 1;
+    if (left > 0) this.perSource.set(source, left);
+    else this.perSource.delete(source);
     session.upstream.close();
   }
 
   private expire(): void {
-    const cutoff = Date.now() - this.idleMs;
+    const cutoff = Date.now() - this.limits.udpIdleMs;
     for (const [key, session] of this.sessions) if (session.lastActive < cutoff) this.end(key);
   }
 }

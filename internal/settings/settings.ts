@@ -125,7 +125,8 @@ export const definitions = {
     1,
     100_000,
     256,
-    'Open TCP connections one client address may hold on one rule; agents close further ones at once.',
+    'Open TCP connections, and UDP sessions, one client address may hold on one rule; agents close further ' +
+      'connections at once and drop datagrams that would open further sessions.',
     true,
   ),
   install_dir: text(
