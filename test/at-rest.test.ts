@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
-import { IdempotencyStore, KEYS_PER_TOKEN } from '../internal/store/idempotency.ts';
+import { BYTES_PER_USER, IdempotencyStore, KEYS_IN_TOTAL, KEYS_PER_USER } from '../internal/store/idempotency.ts';
 import { ADMIN_PASSWORD, call, node, startMaster } from './helpers.ts';
 
 function modes(dir: string): Record<string, string> {
@@ -71,27 +71,62 @@ test(
   },
 );
 
-test('a token keeps at most its most recent stored replays', () => {
+test('stored replays are bounded per user, over all its tokens and sessions, in count and bytes, and in total', () => {
   const db = new Database(':memory:');
   db.write(() => {
-    db.prepare(
-      "INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES ('u', 'x', '[]', '', '')",
-    ).run();
-    db.prepare(
-      "INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', 1, '[]', " +
-        "x'00', '')",
-    ).run();
+    for (const user of ['u', 'v'])
+      db.prepare(
+        "INSERT INTO users (username, password_hash, scopes, created_at, updated_at) VALUES (?, 'x', '[]', '', '')",
+      ).run(user);
+    // Three tokens of user 1 (an API token and two logins), one of user 2.
+    for (const [user, secret] of [
+      [1, 'a'],
+      [1, 'b'],
+      [1, 'c'],
+      [2, 'd'],
+    ] as const)
+      db.prepare(
+        "INSERT INTO tokens (kind, name, user_id, scopes, secret_hash, created_at) VALUES ('api', 't', ?, '[]', ?, '')",
+      ).run(user, Buffer.from(secret));
   });
   const replays = new IdempotencyStore(db);
   const at = (i: number) => new Date(Date.UTC(2026, 0, 1) + i * 1000).toISOString();
+  const answer = (bytes = 0) => ({ fingerprint: 'f', status: 201, headers: {}, body: Buffer.alloc(bytes) });
+  const count = (where = '1') =>
+    (db.prepare(`SELECT count(*) AS n FROM idempotency_keys WHERE ${where}`).get() as { n: number }).n;
   db.write(() => {
-    for (let i = 0; i < KEYS_PER_TOKEN + 5; i++)
-      replays.save(1, `key-${i}`, { fingerprint: 'f', status: 201, headers: {}, body: Buffer.alloc(0) }, at(i));
+    for (let i = 0; i < KEYS_PER_USER + 30; i++) replays.save(1 + (i % 3), `key-${i}`, answer(), at(i));
+    replays.save(4, 'other-user', answer(), at(0));
   });
-  assert.equal((db.prepare('SELECT count(*) AS n FROM idempotency_keys').get() as { n: number }).n, KEYS_PER_TOKEN);
-  assert.equal(replays.find(1, 'key-4', ''), undefined, 'the oldest went first');
-  assert.ok(replays.find(1, 'key-5', ''));
-  assert.ok(replays.find(1, `key-${KEYS_PER_TOKEN + 4}`, ''));
+  assert.equal(count('token_id IN (1, 2, 3)'), KEYS_PER_USER, 'however many logins it makes');
+  assert.equal(replays.find(1, 'key-0', ''), undefined, 'the oldest went first');
+  const newest = KEYS_PER_USER + 29;
+  assert.ok(replays.find(1 + (newest % 3), `key-${newest}`, ''), 'the newest stays');
+  assert.ok(replays.find(4, 'other-user', ''), "another user's are its own");
+  db.write(() => {
+    for (let i = 0; i < 5; i++) replays.save(3, `big-${i}`, answer(BYTES_PER_USER / 4), at(10_000 + i));
+  });
+  const bytes = (
+    db.prepare('SELECT sum(length(body)) AS n FROM idempotency_keys WHERE token_id IN (1, 2, 3)').get() as {
+      n: number;
+    }
+  ).n;
+  assert.ok(bytes <= BYTES_PER_USER, `${bytes} bytes kept`);
+  assert.ok(replays.find(3, 'big-4', ''), 'the newest is kept');
+  // In all: fill the table past its bound, then keep one more.
+  db.write(() => {
+    db.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${KEYS_IN_TOTAL})
+      INSERT INTO idempotency_keys (token_id, key, fingerprint, status, headers, body, created_at)
+      SELECT 4, 'bulk-' || i, 'f', 201, '{}', x'', '2025-01-01T00:00:00Z' FROM n`,
+    ).run();
+    const next = (db.prepare('SELECT max(rowid) AS n FROM idempotency_keys').get() as { n: number }).n + 1;
+    // Keys are looked at in total every 100th kept: fill up to the next.
+    for (let id = next; id % 100 !== 0; id++) replays.save(4, `pad-${id}`, answer(), at(20_000));
+    replays.save(4, 'last', answer(), at(20_001));
+  });
+  assert.ok(count() <= KEYS_IN_TOTAL, `${count()} kept in all`);
+  assert.ok(replays.find(4, 'last', ''));
 });
 
 /** Every file under `dir`, at any depth. */

@@ -463,3 +463,20 @@ test('a client that leaves mid-upload is logged at info, without a stack, and no
     [],
   );
 });
+
+test('Idempotency-Key: a dry run changes nothing, so nothing is kept for it; its retry runs again', async (t) => {
+  const m = await startMaster(t);
+  const edge = (await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'e', host: 'e.example.net' } }))
+    .body;
+  const send = () =>
+    call(m.url, 'POST', '/api/rules/batch-create?dry_run=true', {
+      token: m.admin,
+      headers: { 'idempotency-key': 'preview' },
+      body: { rules: [{ name: 'r', node_id: edge.id, protocol: 'tcp', listen_port: 80, targets: ['10.0.0.1:80'] }] },
+    });
+  assert.equal((await send()).status, 200);
+  const again = await send();
+  assert.equal(again.status, 200);
+  assert.equal(again.headers.get('idempotent-replayed'), null);
+  assert.equal((m.app.store.db.prepare('SELECT count(*) AS n FROM idempotency_keys').get() as { n: number }).n, 0);
+});

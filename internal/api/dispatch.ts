@@ -402,10 +402,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         }
         out = fromThrown(error, x.requestId);
       }
-      // Only what changed something is kept (a refusal changed nothing, so its retry may simply run again): a success,
-      // or whatever was answered after the change committed, which marked the key used (a sync the node failed, 502).
-      if (idempotency && ((out.status >= 200 && out.status < 300) || markedUsed(idempotency)))
-        await keepAnswer(idempotency, out, x.requestId);
+      // Only what changed something is kept, whatever it answered (a sync the node failed is a 502): its change marked
+      // the key used. What changed nothing (a refusal, a dry run) is not kept: its retry may simply run again.
+      if (idempotency && markedUsed(idempotency)) await keepAnswer(idempotency, out, x.requestId);
       return out;
     } finally {
       if (idempotency) app.idempotencyInFlight.delete(idempotency.inFlight);

@@ -2,8 +2,15 @@
 
 import type { Database } from './database.ts';
 
-/** How many stored responses one token keeps: with the write budget, this bounds the table. */
-export const KEYS_PER_TOKEN = 1000;
+/**
+ * What is kept of answers for retries, oldest dropped first: per user (over all its tokens and sessions, so logging in
+ * again gives no more room) at most KEYS_PER_USER keys and BYTES_PER_USER of answers, and KEYS_IN_TOTAL keys in all.
+ */
+export const KEYS_PER_USER = 1000;
+export const BYTES_PER_USER = 16 * 1024 * 1024;
+export const KEYS_IN_TOTAL = 100_000;
+/** The total is looked at every this many keys kept: it may run over by as many. */
+const TOTAL_EVERY = 100;
 
 const EMPTY = Buffer.alloc(0);
 
@@ -28,7 +35,8 @@ export class IdempotencyStore {
   private readonly findStmt;
   private readonly saveStmt;
   private readonly pruneStmt;
-  private readonly trimStmt;
+  private readonly trimUserStmt;
+  private readonly trimTotalStmt;
 
   constructor(db: Database) {
     this.findStmt = db.prepare(
@@ -41,9 +49,15 @@ export class IdempotencyStore {
       ON CONFLICT (token_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
         headers = excluded.headers, body = excluded.body, created_at = excluded.created_at`);
     this.pruneStmt = db.prepare('DELETE FROM idempotency_keys WHERE created_at <= ?');
-    this.trimStmt = db.prepare(`DELETE FROM idempotency_keys WHERE token_id = :token_id AND key NOT IN
-      (SELECT key FROM idempotency_keys WHERE token_id = :token_id ORDER BY created_at DESC,
-        rowid DESC LIMIT ${KEYS_PER_TOKEN})`);
+    this.trimUserStmt = db.prepare(`DELETE FROM idempotency_keys WHERE rowid IN (
+      SELECT kept FROM (
+        SELECT k.rowid AS kept, row_number() OVER newest AS n, sum(length(k.body)) OVER newest AS bytes
+        FROM tokens t JOIN idempotency_keys k ON k.token_id = t.id
+        WHERE t.user_id = (SELECT user_id FROM tokens WHERE id = :token_id)
+        WINDOW newest AS (ORDER BY k.created_at DESC, k.rowid DESC))
+      WHERE n > ${KEYS_PER_USER} OR bytes > ${BYTES_PER_USER})`);
+    this.trimTotalStmt = db.prepare(`DELETE FROM idempotency_keys WHERE rowid IN
+      (SELECT rowid FROM idempotency_keys ORDER BY created_at DESC LIMIT -1 OFFSET ${KEYS_IN_TOTAL})`);
   }
 
   /** The stored response for a key, unless it was stored at or before `notBefore`. */
@@ -53,9 +67,9 @@ export class IdempotencyStore {
     return row && { ...row, headers: JSON.parse(row.headers) as Record<string, string>, body: Buffer.from(row.body) };
   }
 
-  /** Stores a response; a token keeps its KEYS_PER_TOKEN most recent ones. */
+  /** Stores a response, within what its user and the table may keep (see KEYS_PER_USER). */
   save(tokenId: number, key: string, response: StoredResponse, at: string): void {
-    this.saveStmt.run(
+    const { lastInsertRowid } = this.saveStmt.run(
       tokenId,
       key,
       response.fingerprint,
@@ -64,7 +78,8 @@ export class IdempotencyStore {
       response.body,
       at,
     );
-    this.trimStmt.run({ token_id: tokenId });
+    this.trimUserStmt.run({ token_id: tokenId });
+    if (Number(lastInsertRowid) % TOTAL_EVERY === 0) this.trimTotalStmt.run();
   }
 
   /**
