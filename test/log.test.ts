@@ -3,7 +3,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { streamLogger } from '../internal/log/log.ts';
+import { streamLogger, throttledBy, type Logger } from '../internal/log/log.ts';
+import { node, startMaster } from './helpers.ts';
+import { link, type RawLink } from './rawlink.ts';
 
 /** A stream that keeps each write's text, and takes it at once. */
 function recordingStream() {
@@ -142,4 +144,43 @@ test('a log reader that goes away ends no process: its lines are dropped and the
   child.stdout.destroy();
   const [code] = await once(child, 'exit');
   assert.equal(code, 0, stderr);
+});
+
+test('a key logs at most 20 lines a minute; the rest are counted and the next window says how many', () => {
+  let now = 0;
+  const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
+  const sink: Logger = {
+    info: (msg, fields) => lines.push({ msg, fields }),
+    warn: (msg, fields) => lines.push({ msg, fields }),
+    error: (msg, fields) => lines.push({ msg, fields }),
+  };
+  const logOf = throttledBy(sink, () => now);
+  for (let i = 0; i < 1000; i++) logOf('node:1').warn('flood', { i });
+  logOf('node:2').info('another key');
+  assert.equal(lines.filter((l) => l.msg === 'flood').length, 20);
+  assert.equal(lines.at(-1)!.msg, 'another key', 'other keys log as before');
+  now += 60_000;
+  logOf('node:1').warn('flood', { i: 1000 });
+  assert.deepEqual(lines.at(-1)!.fields, { i: 1000, lines_dropped_before: 980 });
+});
+
+test('an agent link that floods the master with messages it does not know logs 20 lines a minute', async (t) => {
+  const logged: string[] = [];
+  const log: Logger = {
+    info: (msg) => logged.push(msg),
+    warn: (msg) => logged.push(msg),
+    error: (msg) => logged.push(msg),
+  };
+  const m = await startMaster(t, { log });
+  const edge = await node(m, 'edge');
+  const raw = (await link(m, edge.agent_token)) as RawLink;
+  await raw.next('config');
+  raw.socket.write('{"type":"nonsense"}\n'.repeat(5000) + '{"type":"ping"}\n');
+  await raw.next('pong');
+  // Its link's lines together: 'agent connected', then the unknown messages up to the node's 20.
+  assert.deepEqual(
+    [logged.filter((msg) => msg.startsWith('agent')).length, logged.filter((msg) => msg.includes('unknown')).length],
+    [20, 19],
+  );
+  raw.socket.destroy();
 });

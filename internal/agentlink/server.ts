@@ -6,7 +6,7 @@
 
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Logger } from '../log/log.ts';
+import { throttledBy, type Logger } from '../log/log.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { Settings } from '../settings/settings.ts';
@@ -122,9 +122,12 @@ export class AgentLinks {
   private readonly cooldown = new Map<number, number>();
   private readonly refusalRecorded = new Map<string, number>();
   private closing = false;
+  /** What each node's links, and each source's refused attempts, may log (see `throttledBy`). */
+  private readonly logOf: (key: string) => Logger;
 
   constructor(private readonly app: LinkBackend) {
     this.failedByAddress = new FailureWindow(app.clock.now);
+    this.logOf = throttledBy(app.log, app.clock.now);
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
   }
 
@@ -206,7 +209,7 @@ export class AgentLinks {
           nodeId,
           `auth_failed: an agent from ${ip} presented a wrong token at ${app.clock.timestamp()}`,
         );
-      app.log.warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
+      this.logOf(`a:${sourceOf(ip)}`).warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
       return refuse(
         socket,
         new DomainError(
@@ -237,7 +240,11 @@ export class AgentLinks {
         `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${spoken}, the master ` +
           `${LINK_PROTOCOL}`,
       );
-      app.log.warn('agent link refused', { reason: 'version_mismatch', node_id: nodeId, agent_version: agentVersion });
+      this.logOf(`n:${nodeId}`).warn('agent link refused', {
+        reason: 'version_mismatch',
+        node_id: nodeId,
+        agent_version: agentVersion,
+      });
       return refuse(
         socket,
         new DomainError(
@@ -278,8 +285,10 @@ export class AgentLinks {
       else if (link.endedBecause) return;
       // A system call failing on the socket (the agent reset it, or went before its config was written) is the
       // network's doing, not the master's: after a restart a whole fleet's stale handshakes end so.
-      else if (error.syscall) app.log.info('agent link lost', { node_id: nodeId, error: error.code ?? error.message });
-      else app.log.error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
+      else if (error.syscall)
+        this.logOf(`n:${nodeId}`).info('agent link lost', { node_id: nodeId, error: error.code ?? error.message });
+      else
+        this.logOf(`n:${nodeId}`).error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
     });
     socket.on('close', () => this.disconnected(link));
     this.pushConfigTo(link);
@@ -299,7 +308,11 @@ export class AgentLinks {
     app.store.db.whenWritable(() =>
       app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at)),
     );
-    app.log.info('agent connected', { node_id: nodeId, agent_version: link.agentVersion, ip: link.ip });
+    this.logOf(`n:${nodeId}`).info('agent connected', {
+      node_id: nodeId,
+      agent_version: link.agentVersion,
+      ip: link.ip,
+    });
   }
 
   /**
@@ -319,7 +332,10 @@ export class AgentLinks {
   private violation(link: Link, what: string): void {
     if (link.endedBecause) return;
     link.endedBecause = `protocol_violation: ${what}`;
-    this.app.log.warn('agent broke the link protocol; closing its link', { node_id: link.nodeId, reason: what });
+    this.logOf(`n:${link.nodeId}`).warn('agent broke the link protocol; closing its link', {
+      node_id: link.nodeId,
+      reason: what,
+    });
     if (this.cooldown.size > 10_000) this.cooldown.clear();
     this.cooldown.set(link.nodeId, this.app.clock.now() + VIOLATION_COOLDOWN_MS);
     // A second link the agent opened before must not carry on in its place, past the cool-down.
@@ -343,7 +359,7 @@ export class AgentLinks {
     const lastHeard = this.app.sync.heardAt(nodeId) ?? this.app.clock.timestamp();
     this.app.sync.disconnect(nodeId);
     if (this.closing) return;
-    this.app.log.info('agent disconnected', { node_id: nodeId });
+    this.logOf(`n:${nodeId}`).info('agent disconnected', { node_id: nodeId });
     const why = link.endedBecause ?? 'the agent link closed';
     const now = this.app.clock.timestamp();
     this.app.store.db.whenWritable(() => {
@@ -432,7 +448,10 @@ export class AgentLinks {
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
     if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
-    this.app.log.warn('agent sent an unknown message', { node_id: link.nodeId, type: message.type.slice(0, 32) });
+    this.logOf(`n:${link.nodeId}`).warn('agent sent an unknown message', {
+      node_id: link.nodeId,
+      type: message.type.slice(0, 32),
+    });
   }
 
   private applied(link: Link, ack: AppliedMessage): void {

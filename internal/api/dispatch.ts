@@ -11,6 +11,8 @@ import { ClientGone, parseJson, readBody } from '../http/body.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
+import { throttledBy } from '../log/log.ts';
+import { sourceOf } from '../schema/net.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
 import { redactSecrets, type Actor } from '../store/audit.ts';
@@ -190,6 +192,9 @@ interface Unanswered extends IdempotencySlot {
 
 export function createDispatcher(app: App, routes: readonly Route[]) {
   const router = buildRouter(routes);
+  // What one client may log beyond its request lines (refusals with a cause, failures): see `throttledBy`.
+  const throttled = throttledBy(app.log, app.clock.now);
+  const logOf = (ip: string) => throttled(sourceOf(ip));
 
   /** Answers one request; whatever it holds, the worst it can do is end its own connection. */
   return async function dispatch(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -233,10 +238,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       out = await answer(x);
     } catch (thrown) {
       if (thrown instanceof ClientGone) {
-        app.log.info('request abandoned', { request_id: x.requestId, ip: x.ip, reason: thrown.message });
+        logOf(x.ip).info('request abandoned', { request_id: x.requestId, ip: x.ip, reason: thrown.message });
         return void res.destroy();
       }
-      out = fromThrown(thrown, x.requestId);
+      out = fromThrown(thrown, x.requestId, x.ip);
     }
     Object.assign(out.headers, x.pacing);
     // Nothing leaves before the writes it may have seen are durable (group commit). A write waited for its own commit
@@ -246,22 +251,22 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       await app.store.committed();
     } catch (error) {
       app.log.error('commit failed', { request_id: x.requestId, error: (error as Error).message });
-      if (req.method === 'GET') out = fromThrown(error, x.requestId);
+      if (req.method === 'GET') out = fromThrown(error, x.requestId, x.ip);
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out, x.requestId);
   }
 
   /** A thrown value as an answer: a domain error as its problem, anything else as a bland 500 (and a full log line). */
-  function fromThrown(thrown: unknown, requestId: string): Outgoing {
+  function fromThrown(thrown: unknown, requestId: string, ip: string): Outgoing {
     const error = asDomainError(thrown);
     if (error instanceof DomainError) {
       // What went wrong underneath is for the operator, never the caller.
       if (error.cause !== undefined)
-        app.log.warn('request refused', { request_id: requestId, code: error.code, cause: String(error.cause) });
+        logOf(ip).warn('request refused', { request_id: requestId, code: error.code, cause: String(error.cause) });
       return fromError(error, requestId);
     }
-    app.log.error('unhandled error', { request_id: requestId, error: (error as Error)?.stack ?? String(error) });
+    logOf(ip).error('unhandled error', { request_id: requestId, error: (error as Error)?.stack ?? String(error) });
     return fromError(
       new DomainError('internal', 'an internal error occurred; the request id is in the server log'),
       requestId,
@@ -400,7 +405,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         if (error.code === 'insufficient_scope' && route.method !== 'GET' && x.principal) {
           recordDenied(route, params, x, { required_scope: error.facts.requiredScope ?? null, reason: error.detail });
         }
-        out = fromThrown(error, x.requestId);
+        out = fromThrown(error, x.requestId, x.ip);
       }
       // Only what changed something is kept, whatever it answered (a sync the node failed is a 502): its change marked
       // the key used. What changed nothing (a refusal, a dry run) is not kept: its retry may simply run again.

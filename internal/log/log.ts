@@ -88,3 +88,44 @@ const unwritten = new Set<() => void>();
 process.once('exit', () => unwritten.forEach((write) => write()));
 
 export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
+
+/** Lines one key (an agent's node, a client address) may log per window before the rest are dropped. */
+export const LINES_PER_KEY = 20;
+const KEYS_KEPT = 10_000;
+
+/**
+ * Loggers by key that let at most `lines` lines per key through each `windowMs`, so that one agent link or one client
+ * cannot flood the log: past it, lines are dropped and counted, and the key's first line of its next window says how
+ * many (`lines_dropped_before`). At most 10,000 keys are kept, the one logged longest ago going first.
+ */
+export function throttledBy(
+  log: Logger,
+  now: () => number = Date.now,
+  lines = LINES_PER_KEY,
+  windowMs = 60_000,
+): (key: string) => Logger {
+  const windows = new Map<string, { start: number; lines: number; dropped: number }>();
+  const emit = (key: string, level: keyof Logger, msg: string, fields: Fields = {}) => {
+    const at = now();
+    let window = windows.get(key);
+    if (!window || at - window.start >= windowMs) {
+      const dropped = window?.dropped ?? 0;
+      window = { start: at, lines: 0, dropped: 0 };
+      windows.delete(key);
+      windows.set(key, window);
+      if (windows.size > KEYS_KEPT) windows.delete(windows.keys().next().value!);
+      if (dropped > 0) fields = { ...fields, lines_dropped_before: dropped };
+    }
+    if (window.lines >= lines) {
+      window.dropped += 1;
+      return;
+    }
+    window.lines += 1;
+    log[level](msg, fields);
+  };
+  return (key) => ({
+    info: (msg, fields) => emit(key, 'info', msg, fields),
+    warn: (msg, fields) => emit(key, 'warn', msg, fields),
+    error: (msg, fields) => emit(key, 'error', msg, fields),
+  });
+}
