@@ -31,6 +31,8 @@ function link(index: number, token: string): void {
       'X-Agent-Version': 'fake',
     },
     agent: false,
+    // A fleet's agents come from addresses of their own: 64 agents each of 127.0.0.0/8 stand for its hosts.
+    localAddress: `127.0.${Math.floor(index / 64 / 254)}.${(Math.floor(index / 64) % 254) + 1}`,
     // A master going down may take the connection and never answer: give up and try again, as real agents do.
     timeout: 5_000,
   });

@@ -480,3 +480,34 @@ test('Idempotency-Key: a dry run changes nothing, so nothing is kept for it; its
   assert.equal(again.headers.get('idempotent-replayed'), null);
   assert.equal((m.app.store.db.prepare('SELECT count(*) AS n FROM idempotency_keys').get() as { n: number }).n, 0);
 });
+
+test(
+  'one source address holds at most 512 connections to the master; other addresses are ' + 'served meanwhile',
+  async (t) => {
+    const m = await startMaster(t);
+    const { port } = new URL(m.url);
+    const open = (localAddress: string) => {
+      const socket = connect({ host: '127.0.0.1', port: Number(port), localAddress });
+      socket.on('error', () => undefined);
+      return socket;
+    };
+    const idle = Array.from({ length: 512 }, () => open('127.0.0.3'));
+    t.after(() => idle.forEach((socket) => socket.destroy()));
+    await Promise.all(idle.map((socket) => once(socket, 'connect')));
+    /** Whether a health check from `localAddress` is answered. */
+    const answered = async (localAddress: string) => {
+      const socket = open(localAddress);
+      socket.write(`GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+      let text = '';
+      socket.on('data', (chunk: Buffer) => (text += chunk.toString()));
+      await new Promise((resolve) => socket.on('close', resolve));
+      return text.startsWith('HTTP/1.1 200');
+    };
+    assert.equal(await answered('127.0.0.3'), false, 'the 513th from one address is closed at once');
+    assert.equal(await answered('127.0.0.2'), true);
+    idle.splice(0, 10).forEach((socket) => socket.destroy());
+    await until('room again', () => answered('127.0.0.3'));
+    // Before the master closes, which would wait for them.
+    idle.forEach((socket) => socket.destroy());
+  },
+);

@@ -4,7 +4,15 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
+import { sourceOf } from '../schema/net.ts';
+
+/**
+ * Connections one source address (an IPv6 host by its /64) may hold open at once, agent links aside (a fleet behind
+ * one NAT address holds one each): past it, new ones from there are closed at once, so one source cannot take every
+ * descriptor the master has. Scripts and consoles use a few; a load test, tens.
+ */
+export const CONNECTIONS_PER_SOURCE = 512;
 
 /** TLS 1.3's suites, then TLS 1.2 with ECDHE and AEAD only (Mozilla's "intermediate"). */
 const CIPHERS = [
@@ -53,6 +61,30 @@ export async function listen(
   const server = tls ? createTlsServer({ ...options, ...secureContext(tls) }, serve) : createServer(options, serve);
   server.timeout = 60_000;
   server.maxRequestsPerSocket = 10_000;
+  const perSource = new Map<string, number>();
+  // By peer address and port, which the TCP socket and a TLS socket over it share.
+  const upgraded = new Set<string>();
+  const peer = (socket: Socket) => `${socket.remoteAddress}|${socket.remotePort}`;
+  const release = (source: string) => {
+    const left = (perSource.get(source) ?? 1) - 1;
+    if (left > 0) perSource.set(source, left);
+    else perSource.delete(source);
+  };
+  server.on('connection', (socket: Socket) => {
+    const source = sourceOf(socket.remoteAddress ?? '');
+    const open = perSource.get(source) ?? 0;
+    if (open >= CONNECTIONS_PER_SOURCE) return void socket.destroy();
+    perSource.set(source, open + 1);
+    const key = peer(socket);
+    socket.once('close', () => upgraded.delete(key) || release(source));
+  });
+  // An upgraded connection is an agent's link, counted by the links themselves (one per node).
+  server.prependListener('upgrade', (_req: IncomingMessage, socket: Socket) => {
+    const key = peer(socket);
+    if (upgraded.has(key)) return;
+    upgraded.add(key);
+    release(sourceOf(socket.remoteAddress ?? ''));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

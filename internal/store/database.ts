@@ -540,11 +540,13 @@ export class Database {
   }
 
   /**
-   * Copies what the write-ahead log holds into the database file, as far as no reader still needs the log: the work
-   * a commit does itself past a thousand pages in the log, unless the connection opened with `autoCheckpoint: false`.
+   * Copies all the write-ahead log holds into the database file: the work a commit does itself past a thousand pages in
+   * the log, unless the connection opened with `autoCheckpoint: false`. It waits (up to the busy timeout) for readers
+   * still on an older snapshot, which take a statement's time: a passive checkpoint stopped at the first such reader
+   * and left the rest of an import in the log, for the master's next commit to copy on its event loop.
    */
   checkpoint(): void {
-    this.db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+    this.db.exec('PRAGMA wal_checkpoint(FULL)');
   }
 
   /** Commits what is pending, then closes. */

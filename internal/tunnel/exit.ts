@@ -5,7 +5,9 @@
 
 import { performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { IncomingHttpHeaders } from 'node:http2';
+import type { Socket } from 'node:net';
 import { createServer, type Server, type TLSSocket } from 'node:tls';
+import { sourceOf } from '../schema/net.ts';
 import { datagramsTo, dialTargets, splice, type DialPolicy } from '../forward/dial.ts';
 import { TargetPicker, type Target } from '../forward/targets.ts';
 import type { Protocol, Strategy } from '../domain/rules.ts';
@@ -21,6 +23,11 @@ import {
   SESSION_WINDOW,
   type TunnelView,
 } from './wire.ts';
+
+/** A connection's peer, the same for its TCP socket and the TLS socket over it. */
+function peerKey(socket: Socket): string {
+  return `${socket.remoteAddress}|${socket.remotePort}`;
+}
 
 export interface ExitConfig {
   id: number;
@@ -39,9 +46,16 @@ export interface ExitRule {
   enabled: boolean;
 }
 
-/** Connections that have not finished the TLS handshake, at most, so a flood of them cannot exhaust the node. */
+/** Connections in all, at most: the authenticated few and the handshakes under way, with room to spare. */
 const MAX_CONNECTIONS = 256;
-const HANDSHAKE_TIMEOUT_MS = 10_000;
+/**
+ * Handshakes under way, at most: past it the one that began longest ago is dropped for the new one, so idle
+ * connections cannot keep the entry out (its handshake takes milliseconds); and at most PENDING_PER_SOURCE from one
+ * source address (an IPv6 host by its /64). Each has HANDSHAKE_TIMEOUT_MS to finish.
+ */
+const MAX_PENDING = 64;
+const PENDING_PER_SOURCE = 4;
+const HANDSHAKE_TIMEOUT_MS = 3_000;
 /** Authenticated sessions kept at once; the entry keeps one, the rest are leftovers of reconnects. */
 const MAX_SESSIONS = 4;
 
@@ -49,6 +63,8 @@ export class TunnelExit {
   private readonly server: Server;
   private readonly rules = new Map<number, { rule: ExitRule; picker: TargetPicker }>();
   private readonly sessions = new Set<Http2Session>();
+  /** Connections whose handshake is under way, by address and port, oldest first. */
+  private readonly pending = new Map<string, Socket>();
   private view: TunnelView = { state: 'down', error: 'waiting for the entry node to connect', rtt_us: null };
 
   constructor(
@@ -68,7 +84,11 @@ export class TunnelExit {
       handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
     });
     this.server.maxConnections = MAX_CONNECTIONS;
-    this.server.on('secureConnection', (socket) => this.guarded(socket, () => this.accept(socket)));
+    this.server.on('connection', (socket: Socket) => this.admit(socket));
+    this.server.on('secureConnection', (socket) => {
+      this.pending.delete(peerKey(socket));
+      this.guarded(socket, () => this.accept(socket));
+    });
     this.server.on('tlsClientError', (error, socket) => {
       this.refuse(`a TLS handshake from ${socket.remoteAddress ?? 'a peer that left'} failed: ${error.message}`);
       socket.destroy();
@@ -134,6 +154,18 @@ export class TunnelExit {
       opened.destroy();
       this.refuse(`dropped a connection that failed: ${(error as Error)?.message ?? String(error)}`);
     }
+  }
+
+  /** Lets a new connection start its handshake, within MAX_PENDING and PENDING_PER_SOURCE. */
+  private admit(socket: Socket): void {
+    const source = sourceOf(socket.remoteAddress ?? '');
+    let fromSource = 0;
+    for (const other of this.pending.values()) if (sourceOf(other.remoteAddress ?? '') === source) fromSource += 1;
+    if (fromSource >= PENDING_PER_SOURCE) return void socket.destroy();
+    if (this.pending.size >= MAX_PENDING) this.pending.values().next().value!.destroy();
+    const key = peerKey(socket);
+    this.pending.set(key, socket);
+    socket.once('close', () => this.pending.get(key) === socket && this.pending.delete(key));
   }
 
   private accept(socket: TLSSocket): void {
