@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -154,4 +154,38 @@ test('a wrong agent token is refused and recorded on the node', async (t) => {
     return current.status_detail?.startsWith('auth_failed') && current;
   });
   assert.equal(refused.status, 'new');
+});
+
+test('an agent whose saved state is damaged sets it aside, says so, and rebuilds it from the master', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const echo = await echoServers(t);
+  const n = await node(m, 'edge');
+  const port = await freePort();
+  const made = (await rule(m, { node_id: n.id, listen_port: port, targets: [`127.0.0.1:${echo.tcp}`] })).body;
+  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+  writeFileSync(join(stateDir, 'config.json'), '{"version": 3, "rules": "all of them"');
+  writeFileSync(join(stateDir, 'traffic.json'), '{"stream": 5, "seq": -1}');
+  writeFileSync(join(stateDir, 'pins.json'), '[1, 2, 3]');
+  const agent = startAgent(t, m.url, n.agent_token, { stateDir });
+  await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
+  const payload = Buffer.alloc(64 * 1024, 7);
+  assert.ok((await until('the rule to forward', () => tcpRoundTrip(port, payload).catch(() => null)))!.equals(payload));
+  await until('the bytes reported', async () => {
+    const traffic = (await call(m.url, 'GET', `/api/rules/${made.id}`, { token: m.admin })).body.traffic;
+    return traffic.bytes_in === payload.length && traffic.bytes_out === payload.length;
+  });
+  const warned = agent.output
+    .join('')
+    .split('\n')
+    .filter((line) => line.includes('a saved file was damaged'));
+  assert.deepEqual(warned.map((line) => (JSON.parse(line) as { file: string }).file.split('/').pop()).sort(), [
+    'config.json',
+    'traffic.json',
+  ]);
+  assert.ok(
+    readdirSync(stateDir).some((name) => name.startsWith('config.json.damaged-')),
+    'kept aside, not deleted',
+  );
+  assert.deepEqual(JSON.parse(readFileSync(join(stateDir, 'config.json'), 'utf8')).rules[0].id, made.id, 'rebuilt');
 });

@@ -98,7 +98,9 @@ export class Agent {
   constructor(private readonly options: AgentOptions) {
     this.forwarder = new Forwarder(options.listenHost);
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
-    this.state = new AgentState(options.stateDir);
+    this.state = new AgentState(options.stateDir, (damaged) =>
+      options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
+    );
   }
 
   async start(): Promise<void> {

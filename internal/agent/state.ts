@@ -2,13 +2,30 @@
 // and never counts traffic twice: the last applied config, and the traffic report stream.
 
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TunnelEnd } from '../domain/link.ts';
+import { configMessage, PIN, type TunnelEnd } from '../domain/link.ts';
+import { array, integer, object, string, validate } from '../schema/schema.ts';
 import { writeFileAtomic } from '../runtime/files.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
+
+const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
+const pinList = array(PIN, { max: 64 });
+const trafficState = object({
+  stream: string({ min: 1, max: 64 }),
+  seq: COUNT,
+  pending: array(
+    object({
+      stream: string({ min: 1, max: 64 }),
+      seq: COUNT,
+      at: COUNT,
+      rules: array(object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT }), { max: 1_000_000 }),
+    }),
+    { max: 1_000_000 },
+  ),
+});
 
 export interface SavedConfig {
   version: number;
@@ -37,31 +54,57 @@ export interface TrafficState {
   pending: TrafficReport[];
 }
 
+/** A saved file found damaged and set aside, to be rebuilt from the master. */
+export interface Damaged {
+  file: string;
+  keptAs: string;
+  reason: string;
+}
+
 export class AgentState {
-  constructor(private readonly dir: string) {
+  constructor(
+    private readonly dir: string,
+    private readonly onDamaged: (damaged: Damaged) => void = () => undefined,
+  ) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
 
+  /** The config last applied, or null (none yet, or its file was damaged: the master sends it again). */
   loadConfig(): SavedConfig | null {
-    return this.read<SavedConfig>('config.json');
+    return this.read('config.json', (value) => {
+      const { errors } = validate(configMessage, { next_master_pin: null, ...(value as object), type: 'config' });
+      return errors.length === 0 ? (value as SavedConfig) : `not a config: ${errors[0]!.pointer} ${errors[0]!.detail}`;
+    });
   }
 
   saveConfig(config: SavedConfig): void {
     this.write('config.json', config);
   }
 
-  /** The report stream; a new state dir starts a new stream. */
+  /**
+   * The report stream; a new state dir, or a damaged file, starts a new stream (traffic it had not reported is lost,
+   * never counted twice).
+   */
   loadTraffic(): TrafficState {
-    return this.read<TrafficState>('traffic.json') ?? { stream: randomUUID(), seq: 0, pending: [] };
+    const saved = this.read('traffic.json', (value) => {
+      const { errors } = validate(trafficState, value);
+      return errors.length === 0 ? (value as TrafficState) : `not a report stream: ${errors[0]!.pointer}`;
+    });
+    return saved ?? { stream: randomUUID(), seq: 0, pending: [] };
   }
 
   saveTraffic(state: TrafficState): void {
     this.write('traffic.json', state);
   }
 
-  /** Master key pins learned over a verified link, newest first. */
+  /** Master key pins learned over a verified link, newest first; none if the file was damaged. */
   loadPins(): string[] {
-    return this.read<string[]>('pins.json') ?? [];
+    return (
+      this.read('pins.json', (value) => {
+        const { errors } = validate(pinList, value);
+        return errors.length === 0 ? (value as string[]) : 'not a list of pins';
+      }) ?? []
+    );
   }
 
   /** Keeps `pins` (at most MAX_LEARNED_PINS of them) as the ones learned, forgetting any other. */
@@ -70,13 +113,30 @@ export class AgentState {
     if (JSON.stringify(kept) !== JSON.stringify(this.loadPins())) this.write('pins.json', kept);
   }
 
-  private read<T>(name: string): T | null {
+  /**
+   * The file `name` as `check` takes it, or null when there is none. A file that cannot be read as JSON or that `check`
+   * refuses (it returns why) is renamed aside (`<name>.damaged-<time>`), reported, and is as good as none.
+   */
+  private read<T>(name: string, check: (value: unknown) => T | string): T | null {
+    const path = join(this.dir, name);
+    let text: string;
     try {
-      return JSON.parse(readFileSync(join(this.dir, name), 'utf8')) as T;
+      text = readFileSync(path, 'utf8');
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
-      throw new Error(`${join(this.dir, name)} is unreadable: ${(error as Error).message}`);
+      throw new Error(`${path} is unreadable: ${(error as Error).message}`);
     }
+    let checked: T | string;
+    try {
+      checked = check(JSON.parse(text));
+    } catch (error) {
+      checked = `not JSON: ${(error as Error).message}`;
+    }
+    if (typeof checked !== 'string') return checked;
+    const keptAs = `${path}.damaged-${Date.now()}`;
+    renameSync(path, keptAs);
+    this.onDamaged({ file: path, keptAs, reason: checked });
+    return null;
   }
 
   /** A crash leaves the old file or the new one, never half of one. */

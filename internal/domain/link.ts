@@ -11,7 +11,7 @@ export const MAX_ENTRIES = 500;
 
 const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
-const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
+export const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
 const PEM = string({
   min: 1,
   max: 8192,
