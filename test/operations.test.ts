@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +13,7 @@ import { test, type TestContext } from 'node:test';
 import { request } from 'node:http';
 import { DatabaseSync } from 'node:sqlite';
 import { processIdentity } from '../internal/runtime/pid.ts';
-import { call, login } from './helpers.ts';
+import { call, login, ruleBodies } from './helpers.ts';
 import { until } from './net.ts';
 
 const PASSWORD = { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' };
@@ -94,6 +94,47 @@ test('a lock naming a pid that now belongs to another process (a reboot, a reuse
   assert.equal(refused.status, 1);
   assert.match(refused.stderr, new RegExp(`in use by another master \\(pid ${other.pid}\\)`));
 });
+
+test(
+  'a damaged database stops the start within 2 s, saying so and how to restore, and is left ' + 'as it was',
+  async (t) => {
+    const garbage = mkdtempSync(join(tmpdir(), 'portplane-damaged-'));
+    writeFileSync(join(garbage, 'master.db'), 'not a database at all, '.repeat(500), { mode: 0o600 });
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-damaged-'));
+    const first = master(t, ['--data-dir', dataDir]);
+    await listening(first);
+    const url = JSON.parse(first.output.find((l) => /"msg":"listening"/.test(l))!).url as string;
+    const token = await login(url, 'admin', PASSWORD.MASTER_ADMIN_PASSWORD);
+    const edge = (await call(url, 'POST', '/api/nodes', { token, body: { name: 'edge', host: 'edge.example.net' } }))
+      .body;
+    const made = await call(url, 'POST', '/api/rules/batch-create', {
+      token,
+      body: { rules: ruleBodies(edge.id, 1000) },
+    });
+    assert.equal(made.status, 201);
+    await stop(first);
+    // A run of bytes overwritten in the middle of the file, as a failing disk or a stray write would.
+    const path = join(dataDir, 'master.db');
+    const bytes = readFileSync(path);
+    const middle = Math.floor(bytes.length / 4096 / 2) * 4096;
+    for (let i = middle + 100; i < middle + 4000; i += 3) bytes[i] = bytes[i]! ^ 0x5a;
+    writeFileSync(path, bytes);
+    for (const [dir, found] of [
+      [garbage, /file is not a database/],
+      [dataDir, /quick_check found/],
+    ] as const) {
+      const before = readFileSync(join(dir, 'master.db'));
+      const started = performance.now();
+      const result = failedStart(['--listen', '127.0.0.1:0', '--data-dir', dir]);
+      assert.ok(performance.now() - started < 2000, `it ended after ${Math.round(performance.now() - started)} ms`);
+      assert.equal(result.status, 1);
+      assert.match(result.stderr, /master\.db is damaged: /);
+      assert.match(result.stderr, found);
+      assert.match(result.stderr, /restore the last backup into an empty one: master restore --data-dir NEW-DIR/);
+      assert.ok(readFileSync(join(dir, 'master.db')).equals(before), 'the damaged file is left as it was');
+    }
+  },
+);
 
 test('a SIGTERM while the master starts stops it cleanly once it is up, never by the default action', async (t) => {
   const starting = master(t, ['--data-dir', mkdtempSync(join(tmpdir(), 'portplane-early-'))]);

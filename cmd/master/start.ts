@@ -24,6 +24,7 @@ import { listen, type Listening } from '../../internal/http/server.ts';
 import { loadLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
 import type { Logger } from '../../internal/log/log.ts';
+import { DatabaseDamaged } from '../../internal/store/database.ts';
 import { openStore, type Store } from '../../internal/store/store.ts';
 import { isLoopback } from '../../internal/schema/net.ts';
 import { selfSignedFiles, TlsIdentity } from '../../internal/tls/identity.ts';
@@ -124,6 +125,26 @@ async function listening(config: MasterConfig, fn: () => Promise<Listening>): Pr
   }
 }
 
+/** The store of the data dir, or why it cannot be used and what to do about it. */
+function openData(config: MasterConfig, presence: SyncHub): Store {
+  try {
+    return openStore(config.dataDir, { secretFields: secretFieldNames, presence });
+  } catch (error) {
+    // Not the dir's fault, and nothing another --data-dir would fix: the data itself is what is lost.
+    if (error instanceof DatabaseDamaged)
+      throw new Error(
+        `${error.message}. Keep this data dir as it is, and restore the last backup into an empty one: ` +
+          `master restore --data-dir NEW-DIR BACKUP-FILE, then start with --data-dir NEW-DIR (README, Recovery)`,
+        { cause: error },
+      );
+    throw new Error(
+      `cannot use the data dir ${config.dataDir}: ${(error as Error).message}; give --data-dir a directory this user ` +
+        'can write',
+      { cause: error },
+    );
+  }
+}
+
 /**
  * What the last master recorded of agent links and installs is history once this one starts: no agent is linked yet
  * and no install runs. Nodes it left online are offline, and their tunnels' ends down, until their agents link again;
@@ -139,9 +160,7 @@ function recordRestart(store: Store, at: string): void {
 export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
   // The agent links' record of which nodes are online, which the store renders their status from.
   const sync = new SyncHub();
-  const store = using(`the data dir ${config.dataDir}`, 'give --data-dir a directory this user can write', () =>
-    openStore(config.dataDir, { secretFields: secretFieldNames, presence: sync }),
-  );
+  const store = openData(config, sync);
   try {
     const keyPem = config.licenseKeyPath
       ? using(`the license key ${config.licenseKeyPath}`, 'check --license-key', () =>
