@@ -16,7 +16,7 @@ import { sourceOf } from '../schema/net.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
 import { redactSecrets, type Actor } from '../store/audit.ts';
-import { CommitFailed, WritesBusy } from '../store/database.ts';
+import { CommitFailed, isDiskFull, WritesBusy } from '../store/database.ts';
 import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
 import { decodeBody, IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
@@ -112,6 +112,14 @@ function asDomainError(error: unknown): unknown {
       `an import or batch held writes for the ${Math.round(error.waitedMs / 1000)} s this write waited ` +
         '(write_wait_seconds); nothing was changed; retry shortly',
       { retryAfterSeconds: 5 },
+      error,
+    );
+  if (isDiskFull(error))
+    return new DomainError(
+      'insufficient_storage',
+      "the master's disk is full: nothing was changed; writes go on by themselves once space is freed (reads go on " +
+        'meanwhile)',
+      { retryAfterSeconds: 30 },
       error,
     );
   if (error instanceof CommitFailed)

@@ -25,6 +25,7 @@ export const errorCodes = [
   'internal',
   'bad_gateway',
   'unavailable',
+  'insufficient_storage',
 ] as const;
 
 export type ErrorCode = (typeof errorCodes)[number];

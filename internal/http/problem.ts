@@ -25,6 +25,7 @@ const codes = {
   internal: [500, 'Internal error'],
   bad_gateway: [502, 'Bad gateway'],
   unavailable: [503, 'Service unavailable'],
+  insufficient_storage: [507, 'Insufficient storage'],
 } as const satisfies Record<ErrorCode, readonly [number, string]>;
 
 export { errorCodes, type ErrorCode };

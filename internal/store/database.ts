@@ -62,6 +62,15 @@ function isDamage(error: unknown): boolean {
 /** A write's transaction could not be committed (a full disk, an I/O error): none of its writes were kept. */
 export class CommitFailed extends Error {}
 
+/** Whether `error`, or what it was caused by, is SQLite finding the disk full (SQLITE_FULL, 13). */
+export function isDiskFull(error: unknown): boolean {
+  for (let at = error; at; at = (at as { cause?: unknown }).cause) {
+    const code = (at as { errcode?: number }).errcode;
+    if (code !== undefined && (code & 0xff) === 13) return true;
+  }
+  return false;
+}
+
 /** A write waited its bound for another connection's long write to end, and wrote nothing. */
 export class WritesBusy extends Error {
   constructor(readonly waitedMs: number) {

@@ -1,0 +1,94 @@
+// Faults the master meets on its own machine: a disk that fills up under it.
+
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { assertProblem, call, node, startMaster, type Running } from './helpers.ts';
+
+/** A small file system of its own (tmpfs), or null where this host cannot mount one (not root). */
+function smallDisk(t: TestContext, megabytes: number): string | null {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-disk-'));
+  if (spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${megabytes}m,mode=0700`, 'tmpfs', dir]).status !== 0) return null;
+  t.after(() => {
+    spawnSync('umount', ['-l', dir]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return dir;
+}
+
+/** Fills `dir`'s file system but for `leave` bytes; returns how to free it again. */
+function fill(dir: string, leave: number): () => void {
+  const filler = join(dir, 'filler');
+  const { bavail, bsize } = statfsSync(dir);
+  writeFileSync(filler, Buffer.alloc(Math.max(0, bavail * bsize - leave)));
+  return () => rmSync(filler);
+}
+
+const ruleBody = (nodeId: number, i: number) => ({
+  name: `r${i}`,
+  node_id: nodeId,
+  protocol: 'tcp',
+  listen_port: 1000 + i,
+  targets: ['10.0.0.1:80'],
+});
+
+test(
+  'on a full disk writes answer 507 and change nothing, reads go on, the master stays, and ' +
+    'writes resume once there is room',
+  async (t) => {
+    const dataDir = smallDisk(t, 16);
+    if (!dataDir) return t.skip('cannot mount a tmpfs here (needs root)');
+    let m: Running = await startMaster(t, { dataDir });
+    const edge = await node(m, 'edge');
+    const acknowledged: number[] = [];
+    const write = async (i: number) => {
+      const made = await call(m.url, 'POST', '/api/rules', { token: m.admin, body: ruleBody(edge.id, i) });
+      if (made.status === 201) acknowledged.push(made.body.id);
+      return made;
+    };
+    for (let i = 0; i < 20; i++) assert.equal((await write(i)).status, 201);
+
+    const free = fill(dataDir, 0);
+    const statuses: number[] = [];
+    let refused;
+    for (let i = 20; i < 400 && !refused; i++) {
+      const made = await write(i);
+      statuses.push(made.status);
+      if (made.status !== 201) refused = made;
+    }
+    assert.ok(refused, 'a write is refused once the disk is full');
+    assertProblem(refused, 507, 'insufficient_storage');
+    assert.match(refused.body.detail, /disk is full: nothing was changed/);
+    assert.equal(refused.headers.get('retry-after'), '30');
+    assert.deepEqual(
+      statuses.filter((status) => status !== 201 && status !== 507),
+      [],
+      'nothing but successes and 507s',
+    );
+    const listed = await call(m.url, 'GET', '/api/rules?limit=1000', { token: m.admin });
+    assert.equal(listed.status, 200, 'reads go on');
+    assert.equal((await call(m.url, 'GET', '/api/health')).status, 200, 'the master is still up');
+
+    free();
+    const resumed = await write(1000);
+    assert.equal(resumed.status, 201, `writes resume by themselves: ${JSON.stringify(resumed.body)}`);
+
+    await m.close();
+    m = await startMaster(t, { dataDir });
+    const kept = new Set(
+      (await call(m.url, 'GET', '/api/rules?limit=1000', { token: m.admin })).body.items.map(
+        (r: { id: number }) => r.id,
+      ),
+    );
+    assert.deepEqual(
+      acknowledged.filter((id) => !kept.has(id)),
+      [],
+      'every acknowledged write is still there',
+    );
+    const audited = await call(m.url, 'GET', '/api/audit-logs?action=rule.create&limit=1000', { token: m.admin });
+    assert.equal(audited.body.items.length, acknowledged.length, 'each with its audit entry, and no other');
+  },
+);
