@@ -1,12 +1,16 @@
-// Faults the master meets on its own machine: a disk that fills up under it.
+// Faults the master meets on its own machine: a disk that fills up under it, and being killed
+// again and again while it writes.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { assertProblem, call, node, startMaster, type Running } from './helpers.ts';
+import { bundledMaster } from './bundled.ts';
+import { ADMIN_PASSWORD, assertProblem, call, login, node, startMaster, type Running } from './helpers.ts';
+import { freePort, until } from './net.ts';
 
 /** A small file system of its own (tmpfs), or null where this host cannot mount one (not root). */
 function smallDisk(t: TestContext, megabytes: number): string | null {
@@ -90,5 +94,79 @@ test(
     );
     const audited = await call(m.url, 'GET', '/api/audit-logs?action=rule.create&limit=1000', { token: m.admin });
     assert.equal(audited.body.items.length, acknowledged.length, 'each with its audit entry, and no other');
+  },
+);
+
+test(
+  '50 kills during concurrent writes lose no acknowledged write and leave no write ' + 'unaudited',
+  { timeout: 180_000 },
+  async (t) => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'portplane-crash-'));
+    t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const serving = async () => {
+      const master = bundledMaster(t, dataDir, port);
+      await until(
+        'the master to serve',
+        async () => (await call(base, 'GET', '/api/health').catch(() => null))?.status === 200,
+      );
+      return master;
+    };
+    let master = await serving();
+    const admin = await login(base, 'admin', ADMIN_PASSWORD);
+    const token = (await call(base, 'POST', '/api/tokens', { token: admin, body: { name: 'w', scopes: ['*'] } })).body
+      .token;
+    const edge = (await call(base, 'POST', '/api/nodes', { token, body: { name: 'edge', host: 'edge.example.net' } }))
+      .body;
+    const acknowledged = new Map<number, string>();
+    let next = 0;
+    for (let cycle = 0; cycle < 50; cycle++) {
+      let killed = false;
+      const writer = async () => {
+        while (!killed) {
+          const i = next++;
+          const made = await call(base, 'POST', '/api/rules', { token, body: ruleBody(edge.id, i) }).catch(() => null);
+          if (made?.status === 201) acknowledged.set(made.body.id, made.body.name);
+        }
+      };
+      const writers = [writer(), writer(), writer(), writer()];
+      await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 200));
+      master.kill('SIGKILL');
+      killed = true;
+      await once(master, 'exit');
+      await Promise.all(writers);
+      master = await serving();
+    }
+    /** Every item of a list, page by page. */
+    const all = async <T>(path: string): Promise<T[]> => {
+      const items: T[] = [];
+      for (let cursor: string | null = ''; cursor !== null;) {
+        const query = `${path.includes('?') ? '&' : '?'}limit=1000${cursor ? `&cursor=${cursor}` : ''}`;
+        const page: { items: T[]; next_cursor: string | null } = (await call(base, 'GET', path + query, { token }))
+          .body;
+        items.push(...page.items);
+        cursor = page.next_cursor;
+      }
+      return items;
+    };
+    const rules = await all<{ id: number; name: string }>('/api/rules');
+    const kept = new Map(rules.map((r) => [r.id, r.name]));
+    assert.ok(acknowledged.size > 100, `${acknowledged.size} writes acknowledged`);
+    assert.deepEqual(
+      [...acknowledged].filter(([id, name]) => kept.get(id) !== name),
+      [],
+      'every acknowledged write survived',
+    );
+    const audited = new Set(
+      (await all<{ resource_id: number }>('/api/audit-logs?action=rule.create')).map((entry) => entry.resource_id),
+    );
+    assert.deepEqual(
+      rules.filter((r) => !audited.has(r.id)).map((r) => r.id),
+      [],
+      'every rule that exists was audited',
+    );
+    assert.equal(audited.size, rules.length, 'and no audit entry names a rule that was not kept');
+    t.diagnostic(`${acknowledged.size} writes acknowledged over 50 kills; ${rules.length} rules kept, each audited`);
   },
 );
