@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { request } from 'node:http';
-import { connect } from 'node:net';
+import { Agent, request } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import type { Logger } from '../internal/log/log.ts';
 import { assertProblem, call, login, mintToken, snapshot, startMaster } from './helpers.ts';
@@ -482,7 +482,8 @@ test('Idempotency-Key: a dry run changes nothing, so nothing is kept for it; its
 });
 
 test(
-  'one source address holds at most 512 connections to the master; other addresses are ' + 'served meanwhile',
+  'one source address holds at most 512 connections that carried no authenticated request; other addresses are ' +
+    'served meanwhile',
   async (t) => {
     const m = await startMaster(t);
     const { port } = new URL(m.url);
@@ -508,6 +509,50 @@ test(
     idle.splice(0, 10).forEach((socket) => socket.destroy());
     await until('room again', () => answered('127.0.0.3'));
     // Before the master closes, which would wait for them.
+    idle.forEach((socket) => socket.destroy());
+  },
+);
+
+test(
+  "strangers' idle connections, 4096 at most in all, never crowd out a new client nor a " + "known caller's connection",
+  async (t) => {
+    const m = await startMaster(t);
+    const { port } = new URL(m.url);
+    // A known caller's keep-alive connection: its first request is authenticated.
+    const known = new Agent({ keepAlive: true, maxSockets: 1 });
+    t.after(() => known.destroy());
+    let knownSocket: Socket | undefined;
+    const get = (agent: Agent | undefined, path: string, token?: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = request(`${m.url}${path}`, { agent, headers: token ? { authorization: `Bearer ${token}` } : {} });
+        if (agent) req.on('socket', (socket) => (knownSocket ??= socket));
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode!));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    assert.equal(await get(known, '/api/nodes', m.admin), 200);
+    const first = knownSocket!;
+    const idle: Socket[] = [];
+    for (let host = 10; host < 19; host++) {
+      const batch = Array.from({ length: 480 }, () => {
+        const socket = connect({ host: '127.0.0.1', port: Number(port), localAddress: `127.0.0.${host}` });
+        socket.on('error', () => undefined);
+        return socket;
+      });
+      idle.push(...batch);
+      await Promise.all(batch.map((socket) => once(socket, 'connect').catch(() => undefined)));
+      // Let the master take them off its accept queue (512 deep).
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const open = () => idle.filter((socket) => !socket.destroyed).length;
+    await until('the oldest strangers closed', () => open() <= 4096);
+    assert.ok(open() > 4000, `${open()} of ${idle.length} idle connections still open`);
+    assert.equal(await get(undefined, '/api/health'), 200, 'a new client gets in');
+    assert.equal(first.destroyed, false, "the known caller's connection, the oldest of all, is still open");
+    assert.equal(await get(known, '/api/nodes', m.admin), 200);
     idle.forEach((socket) => socket.destroy());
   },
 );

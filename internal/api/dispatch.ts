@@ -11,6 +11,7 @@ import { ClientGone, parseJson, readBody } from '../http/body.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
+import { proven } from '../http/server.ts';
 import { throttledBy } from '../log/log.ts';
 import { sourceOf } from '../schema/net.ts';
 import { Router } from '../http/router.ts';
@@ -326,6 +327,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   function authenticate(route: Route, x: Exchange): void {
     if (route.scope === 'public') return;
     x.principal = app.authenticate(x.req.headers.authorization);
+    // Its connection is a known caller's from now on, set apart from strangers' (see UNPROVEN_IN_TOTAL).
+    proven(x.req.socket);
     x.pacing = rateLimitHeaders(peekBudget(x.principal));
   }
 

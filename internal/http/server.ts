@@ -8,11 +8,23 @@ import type { AddressInfo, Socket } from 'node:net';
 import { sourceOf } from '../schema/net.ts';
 
 /**
- * Connections one source address (an IPv6 host by its /64) may hold open at once, agent links aside (a fleet behind
- * one NAT address holds one each): past it, new ones from there are closed at once, so one source cannot take every
- * descriptor the master has. Scripts and consoles use a few; a load test, tens.
+ * Connections that have not yet carried an authenticated request (or become an agent's link) are held apart, so that
+ * strangers cannot take the room of those who proved who they are: one source address (an IPv6 host by its /64) may
+ * hold UNPROVEN_PER_SOURCE of them (past it, new ones from there are closed at once), and all sources together
+ * UNPROVEN_IN_TOTAL (past it, the one that came longest ago is closed for the new one: a client that sends its
+ * request within milliseconds gets in whatever idle connections others hold). Proven connections count against
+ * neither. Scripts and consoles use a few connections; a load test, tens.
  */
-export const CONNECTIONS_PER_SOURCE = 512;
+export const UNPROVEN_PER_SOURCE = 512;
+export const UNPROVEN_IN_TOTAL = 4096;
+
+/** What proves each open connection, by socket (its TCP socket, and the TLS socket over it). */
+const provers = new WeakMap<Socket, () => void>();
+
+/** Says that `socket` carried an authenticated request: it no longer counts as a stranger's (see UNPROVEN_IN_TOTAL). */
+export function proven(socket: Socket): void {
+  provers.get(socket)?.();
+}
 
 /** TLS 1.3's suites, then TLS 1.2 with ECDHE and AEAD only (Mozilla's "intermediate"). */
 const CIPHERS = [
@@ -61,30 +73,36 @@ export async function listen(
   const server = tls ? createTlsServer({ ...options, ...secureContext(tls) }, serve) : createServer(options, serve);
   server.timeout = 60_000;
   server.maxRequestsPerSocket = 10_000;
+  // By peer address and port, which a TCP socket and the TLS socket over it share; oldest first.
+  const unproven = new Map<string, { socket: Socket; source: string }>();
   const perSource = new Map<string, number>();
-  // By peer address and port, which the TCP socket and a TLS socket over it share.
-  const upgraded = new Set<string>();
-  const peer = (socket: Socket) => `${socket.remoteAddress}|${socket.remotePort}`;
-  const release = (source: string) => {
-    const left = (perSource.get(source) ?? 1) - 1;
-    if (left > 0) perSource.set(source, left);
-    else perSource.delete(source);
+  const peerOf = (socket: Socket) => `${socket.remoteAddress}|${socket.remotePort}`;
+  const prove = (peer: string) => {
+    const held = unproven.get(peer);
+    if (!held) return;
+    unproven.delete(peer);
+    const left = (perSource.get(held.source) ?? 1) - 1;
+    if (left > 0) perSource.set(held.source, left);
+    else perSource.delete(held.source);
   };
   server.on('connection', (socket: Socket) => {
     const source = sourceOf(socket.remoteAddress ?? '');
     const open = perSource.get(source) ?? 0;
-    if (open >= CONNECTIONS_PER_SOURCE) return void socket.destroy();
+    if (open >= UNPROVEN_PER_SOURCE) return void socket.destroy();
+    if (unproven.size >= UNPROVEN_IN_TOTAL) unproven.values().next().value!.socket.destroy();
+    const peer = peerOf(socket);
+    unproven.set(peer, { socket, source });
     perSource.set(source, open + 1);
-    const key = peer(socket);
-    socket.once('close', () => upgraded.delete(key) || release(source));
+    provers.set(socket, () => prove(peer));
+    socket.once('close', () => prove(peer));
+  });
+  // Over TLS, a request's socket is the TLS one, over the TCP socket counted above.
+  server.on('secureConnection', (socket: Socket) => {
+    const peer = peerOf(socket);
+    provers.set(socket, () => prove(peer));
   });
   // An upgraded connection is an agent's link, counted by the links themselves (one per node).
-  server.prependListener('upgrade', (_req: IncomingMessage, socket: Socket) => {
-    const key = peer(socket);
-    if (upgraded.has(key)) return;
-    upgraded.add(key);
-    release(sourceOf(socket.remoteAddress ?? ''));
-  });
+  server.prependListener('upgrade', (_req: IncomingMessage, socket: Socket) => proven(socket));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
