@@ -22,18 +22,31 @@ interface Weather {
   cuts: number;
 }
 
-/** One direction of a connection: chunks arrive in order, each no earlier than its time. */
+/**
+ * One direction of a connection: chunks arrive in order, each no earlier than its time. One queue drained by one
+ * timer at a time: a timer per chunk let two chunks due in the same millisecond swap, which TCP never does.
+ */
 function delayed(from: Socket, to: Socket, weather: Weather): void {
+  const queue: { at: number; chunk: Buffer }[] = [];
   let last = 0;
+  let timer: NodeJS.Timeout | null = null;
+  const drain = () => {
+    timer = null;
+    while (queue.length > 0 && queue[0]!.at <= Date.now()) {
+      const { chunk } = queue.shift()!;
+      if (!to.destroyed) to.write(chunk);
+    }
+    if (queue.length > 0) timer = setTimeout(drain, queue[0]!.at - Date.now());
+  };
   from.on('data', (chunk: Buffer) => {
-    const now = Date.now();
-    let at = now;
+    let at = Date.now();
     if (weather.bad) {
       at += weather.delayMs;
       if (Math.random() < weather.stallChance) at += Math.random() * weather.stallMs;
     }
     last = Math.max(last, at);
-    setTimeout(() => to.destroyed || to.write(chunk), last - now);
+    queue.push({ at: last, chunk });
+    timer ??= setTimeout(drain, last - Date.now());
   });
 }
 
@@ -56,8 +69,10 @@ async function badNetwork(t: TestContext, port: number, weather: Weather): Promi
     }
   }).listen(0, '127.0.0.1');
   await once(server, 'listening');
+  // Every other tick, not at random: a coin for each left the link uncut through a whole run now and then.
+  let ticks = 0;
   const cutter = setInterval(() => {
-    if (!weather.bad || Math.random() < 0.5) return;
+    if (!weather.bad || ++ticks % 2 === 1) return;
     weather.cuts += 1;
     for (const socket of open) socket.destroy();
   }, 3000);
