@@ -1,7 +1,6 @@
-// The API contract, judged by tools nobody here wrote: the served OpenAPI document passes
-// Redocly's recommended lint with no error and no warning, and a client generated from it
-// by openapi-typescript type-checks against test/contract/client.ts and works against the
-// real master.
+// The API contract, judged by a tool nobody here wrote: a client generated from the served OpenAPI document by
+// openapi-typescript type-checks against test/contract/client.ts and works against the real master. (Spectral and
+// Redocly lint the same document, docs/openapi.json, in npm run check.)
 
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -11,7 +10,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { call, startMaster } from './helpers.ts';
 
-const quiet = { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' };
+const quiet = { ...process.env, NO_COLOR: '1' };
 
 /** Runs a program without blocking this process, whose event loop serves the master the program may call. */
 function run(command: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -25,16 +24,12 @@ function run(command: string, args: string[]): Promise<{ code: number; stdout: s
 
 const bin = (name: string) => join('node_modules', '.bin', name);
 
-test('the served document lints clean, and a client generated from it type-checks and works', async (t) => {
+test('a client generated from the served document type-checks and works', async (t) => {
   const m = await startMaster(t);
   const served = await call(m.url, 'GET', '/api/openapi.json');
   assert.equal(served.status, 200);
   const file = join(mkdtempSync(join(tmpdir(), 'portplane-contract-')), 'openapi.json');
   writeFileSync(file, JSON.stringify(served.body));
-
-  const lint = await run(bin('redocly'), ['lint', file, '--format=json']);
-  const report = JSON.parse(lint.stdout);
-  assert.deepEqual(report.totals, { errors: 0, warnings: 0, ignored: 0 }, JSON.stringify(report.problems, null, 2));
 
   // Fields with a default stay optional: the same component types requests, where they may be left out.
   const generated = await run(bin('openapi-typescript'), [

@@ -57,8 +57,69 @@ test('missing, malformed or unknown bearer tokens are 401 with WWW-Authenticate'
   ]) {
     const answer = await call(m.url, 'GET', '/api/settings', { headers: authorization ? { authorization } : {} });
     assertProblem(answer, 401, 'unauthorized');
-    assert.match(answer.headers.get('www-authenticate')!, /^Bearer/);
+    // RFC 6750: a token that was sent and is not good is named invalid_token; no token at all gets the challenge alone.
+    const sentToken = /^Bearer \S/.test(authorization ?? '');
+    assert.equal(
+      answer.headers.get('www-authenticate'),
+      sentToken ? 'Bearer realm="portplane", error="invalid_token"' : 'Bearer realm="portplane"',
+      String(authorization),
+    );
   }
+});
+
+test('a revoked or expired token is 401 invalid_token', async (t) => {
+  const m = await startMaster(t);
+  const session = await login(m.url, 'admin', 'admin-password-for-tests');
+  assert.equal((await call(m.url, 'POST', '/api/auth/logout', { token: session })).status, 204);
+  const revoked = await call(m.url, 'GET', '/api/auth/me', { token: session });
+  assertProblem(revoked, 401, 'unauthorized');
+  assert.equal(revoked.headers.get('www-authenticate'), 'Bearer realm="portplane", error="invalid_token"');
+  const expiring = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'brief', scopes: ['audit:read'], expires_at: new Date(Date.now() + 1500).toISOString() },
+  });
+  assert.equal(expiring.status, 201, JSON.stringify(expiring.body));
+  await until('the token to expire', async () => {
+    const answer = await call(m.url, 'GET', '/api/auth/me', { token: expiring.body.token });
+    return answer.status === 401 && answer;
+  });
+  const expired = await call(m.url, 'GET', '/api/auth/me', { token: expiring.body.token });
+  assert.match(expired.body.detail, /expired/);
+  assert.equal(expired.headers.get('www-authenticate'), 'Bearer realm="portplane", error="invalid_token"');
+});
+
+/** GET `path` exactly as given: fetch and URL would resolve dot segments before sending. */
+function rawGet(base: string, path: string, token: string): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${base}/`, { path, headers: { authorization: `Bearer ${token}` } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+    });
+    req.on('error', reject).end();
+  });
+}
+
+test('dot segments and encoded slashes in a path are refused, never resolved to another route', async (t) => {
+  const m = await startMaster(t);
+  for (const path of [
+    '/api/nodes/%2e%2e/users',
+    '/api/nodes/%2E%2E/users',
+    '/api/nodes/../users',
+    '/api/nodes/./1',
+    '/api/nodes/.%2e/users',
+    '/api/nodes%2f..%2fusers',
+    '/api/users%2F1',
+    '//api/users',
+    '/api/nodes/..%5cusers',
+  ]) {
+    const answer = await rawGet(m.url, path, m.admin);
+    assert.equal(answer.status, 400, path);
+    assert.equal(answer.body.code, 'bad_request', path);
+  }
+  // What looks like a dot segment but is not one routes as sent.
+  assert.equal((await rawGet(m.url, '/api/users?q=..', m.admin)).status, 200);
+  assert.equal((await rawGet(m.url, '/api/nodes/.x', m.admin)).status, 404);
 });
 
 test('bodies: wrong media type 415, broken JSON 400, too large 413, none of them change anything', async (t) => {

@@ -1,108 +1,183 @@
-// Every operation in the route table is called for real here, and every response is held
-// against the schema the served OpenAPI document gives for its status.
+// The document and the server agree, strictly: every operation in the route table is called for real, for its
+// successes and for every error status a caller can reach without an agent, and every answer is held against what
+// the served OpenAPI document declares for its status: the status itself, the media type, the body (Ajv, JSON
+// Schema 2020-12, formats on), every header it declares as always sent, and no header it does not declare.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
-import { call, type CallOptions } from './helpers.ts';
-import { startMaster } from './helpers.ts';
+import type { Route } from '../internal/api/route.ts';
+import { call, login, startMaster, type Answer, type CallOptions } from './helpers.ts';
 import { check, inlineRefs } from './json-schema.ts';
+import { until } from './net.ts';
 
-test('real responses of every operation match the OpenAPI document', async (t) => {
+/** Headers of the transport, not of the API: HTTP itself describes them. */
+const TRANSPORT = new Set(['content-type', 'content-length', 'date', 'connection', 'keep-alive', 'transfer-encoding']);
+
+/** What the document declares for `answer` is what it got; returns the problems found. */
+function disagreements(doc: any, route: Route, answer: Answer, knownCaller: boolean): string[] {
+  const operation = doc.paths[route.path]?.[route.method.toLowerCase()];
+  if (!operation) return [`${route.method} ${route.path} is not in the document`];
+  const documented = operation.responses[String(answer.status)];
+  if (!documented) return [`answered ${answer.status}, which is not documented: ${JSON.stringify(answer.body)}`];
+  const problems: string[] = [];
+  const content = documented.content ?? {};
+  const type = answer.headers.get('content-type');
+  if (Object.keys(content).length === 0) {
+    if (answer.body !== '') problems.push(`has a body, none documented`);
+  } else if (!type || !content[type]) {
+    problems.push(`content-type ${type}, documented ${Object.keys(content).join(', ')}`);
+  } else if (content[type].schema) {
+    problems.push(...check(content[type].schema, answer.body));
+  }
+  const declared = new Map(Object.entries(documented.headers ?? {}).map(([n, h]) => [n.toLowerCase(), h as any]));
+  for (const [name, header] of declared)
+    if (header.required && answer.headers.get(name) === null) problems.push(`declares ${name} and did not send it`);
+  for (const [name, value] of answer.headers) {
+    if (TRANSPORT.has(name)) continue;
+    const header = declared.get(name);
+    if (!header) problems.push(`sent ${name}, undeclared`);
+    else problems.push(...check(header.schema, header.schema.type === 'integer' ? Number(value) : value));
+  }
+  // The pacing headers go with every answer to a caller whose token is good (the budget is on here).
+  if (knownCaller && answer.status !== 401 && answer.status !== 503 && answer.headers.get('ratelimit') === null)
+    problems.push('a known caller got no RateLimit');
+  if (answer.status === 422 && !(answer.body.errors?.length > 0)) problems.push('a 422 without errors');
+  return problems;
+}
+
+test('every answer of every operation is what the OpenAPI document declares for its status', async (t) => {
   const m = await startMaster(t);
   const doc = inlineRefs((await call(m.url, 'GET', '/api/openapi.json')).body);
-  const seen = new Set<string>();
+  const byName = new Map(routes.map((r) => [`${r.method} ${r.path}`, r]));
+  /** Tokens that authenticate. */
+  const good = new Set([m.admin]);
+  /** Statuses each operation answered, checked. */
+  const seen = new Map<string, Set<number>>();
 
-  async function hit(method: string, pattern: string, path: string, options: CallOptions = {}) {
-    const answer = await call(m.url, method, path, { token: m.admin, ...options });
-    const operation = doc.paths[pattern]?.[method.toLowerCase()];
-    assert.ok(operation, `${method} ${pattern} is not in the document`);
-    const documented = operation.responses[String(answer.status)];
-    assert.ok(
-      documented,
-      `${method} ${path} answered ${answer.status}, which is not documented: ${JSON.stringify(answer.body)}`,
-    );
-    const content = documented.content ?? {};
-    const media = Object.keys(content)[0];
-    if (media) {
-      assert.equal(answer.headers.get('content-type'), media, `${method} ${path}`);
-      assert.deepEqual(check(content[media].schema, answer.body), [], `${method} ${path} -> ${answer.status}`);
-    } else {
-      assert.equal(answer.body, '', `${method} ${path} -> ${answer.status} should have no body`);
-    }
-    // Every documented kind of header the server sent is documented for this answer.
-    for (const name of ['ETag', 'Location', 'RateLimit', 'RateLimit-Policy', 'Retry-After', 'Idempotent-Replayed']) {
-      if (answer.headers.get(name) !== null)
-        assert.ok(documented.headers?.[name], `${method} ${path} -> ${answer.status} sent ${name}, undocumented`);
-    }
-    seen.add(`${method} ${pattern}`);
+  async function hit(name: string, path: string, options: CallOptions = {}): Promise<Answer> {
+    const route = byName.get(name);
+    assert.ok(route, `${name} is not a route`);
+    const answer = await call(m.url, route.method, path, { token: m.admin, ...options });
+    const knownCaller = route.scope !== 'public' && good.has(options.token ?? m.admin);
+    assert.deepEqual(disagreements(doc, route, answer, knownCaller), [], `${route.method} ${path} -> ${answer.status}`);
+    let statuses = seen.get(name);
+    if (!statuses) seen.set(name, (statuses = new Set()));
+    statuses.add(answer.status);
     return answer;
   }
 
-  const login = await hit('POST', '/api/auth/login', '/api/auth/login', {
+  const session = await hit('POST /api/auth/login', '/api/auth/login', {
     body: { username: 'admin', password: 'admin-password-for-tests' },
   });
-  await hit('GET', '/api/auth/me', '/api/auth/me');
-  await hit('GET', '/api/openapi.json', '/api/openapi.json');
-  await hit('GET', '/api/health', '/api/health');
-  await hit('GET', '/api/backup', '/api/backup');
-  await hit('GET', '/api/metrics', '/api/metrics');
-  await hit('GET', '/api/license', '/api/license');
-  await hit('GET', '/api/settings', '/api/settings');
-  await hit('PATCH', '/api/settings', '/api/settings', { body: { sync_wait_seconds: 0 } });
-  await hit('PATCH', '/api/settings', '/api/settings', { body: { sync_wait_seconds: 'x' } });
+  good.add(session.body.token);
+  await hit('POST /api/auth/login', '/api/auth/login', { body: { username: 'admin', password: 'wrong-password' } });
+  await hit('GET /api/auth/me', '/api/auth/me');
+  await hit('GET /api/openapi.json', '/api/openapi.json');
+  await hit('GET /api/health', '/api/health');
+  await hit('GET /api/backup', '/api/backup');
+  await hit('GET /api/metrics', '/api/metrics');
+  await hit('GET /api/license', '/api/license');
+  await hit('GET /api/settings', '/api/settings');
+  const settings = await hit('PATCH /api/settings', '/api/settings', { body: { sync_wait_seconds: 0 } });
 
-  const token = await hit('POST', '/api/tokens', '/api/tokens', {
+  const token = await hit('POST /api/tokens', '/api/tokens', {
     body: { name: 'ci', scopes: ['audit:read'], expires_at: '2099-01-01T00:00:00Z' },
+    headers: { 'idempotency-key': 'contract-token-1' },
   });
-  await hit('GET', '/api/tokens', '/api/tokens');
-  await hit('GET', '/api/tokens/{id}', `/api/tokens/${token.body.id}`);
-  await hit('DELETE', '/api/tokens/{id}', `/api/tokens/${token.body.id}`);
-  await hit('GET', '/api/tokens/{id}', `/api/tokens/${token.body.id}`);
+  // The same key again: the stored answer, replayed.
+  await hit('POST /api/tokens', '/api/tokens', {
+    body: { name: 'ci', scopes: ['audit:read'], expires_at: '2099-01-01T00:00:00Z' },
+    headers: { 'idempotency-key': 'contract-token-1' },
+  });
+  await hit('POST /api/tokens', '/api/tokens', {
+    body: { name: 'ci-2', scopes: ['audit:read'] },
+    headers: { 'idempotency-key': 'contract-token-1' },
+  });
+  await hit('POST /api/tokens', '/api/tokens', {
+    body: { name: 'ci-3', scopes: [] },
+    headers: { 'idempotency-key': '' },
+  });
+  await hit('GET /api/tokens', '/api/tokens');
+  await hit('GET /api/tokens/{id}', `/api/tokens/${token.body.id}`);
 
-  const user = await hit('POST', '/api/users', '/api/users', {
+  const user = await hit('POST /api/users', '/api/users', {
     body: { username: 'ops', password: 'ops-password-1', scopes: ['nodes:read'] },
   });
-  await hit('GET', '/api/users', '/api/users?q=ops');
-  await hit('GET', '/api/users/{id}', `/api/users/${user.body.id}`);
-  await hit('PUT', '/api/users/{id}', `/api/users/${user.body.id}`, { body: { ...user.body, disabled: true } });
-  await hit('DELETE', '/api/users/{id}', `/api/users/${user.body.id}`);
-  await hit('DELETE', '/api/users/{id}', '/api/users/1');
+  await hit('POST /api/users', '/api/users', { body: { username: 'OPS', password: 'ops-password-1', scopes: [] } });
+  await hit('GET /api/users', '/api/users?q=ops');
+  await hit('GET /api/users/{id}', `/api/users/${user.body.id}`);
+  await hit('PUT /api/users/{id}', `/api/users/${user.body.id}`, { body: { ...user.body, disabled: true } });
+  await hit('PUT /api/users/{id}', `/api/users/${user.body.id}`, { body: { ...user.body, username: 'admin' } });
+  await hit('DELETE /api/users/{id}', '/api/users/1');
 
-  const a = await hit('POST', '/api/nodes', '/api/nodes', {
+  const a = await hit('POST /api/nodes', '/api/nodes', {
     body: { name: 'a', host: '192.0.2.10', ssh_password: 'pw-for-node' },
   });
-  const b = await hit('POST', '/api/nodes', '/api/nodes', { body: { name: 'b', host: 'b.example.net' } });
-  await hit('GET', '/api/nodes', '/api/nodes');
-  await hit('GET', '/api/nodes/{id}', `/api/nodes/${a.body.id}`);
-  await hit('PUT', '/api/nodes/{id}', `/api/nodes/${a.body.id}`, { body: { ...a.body, tags: ['x'] } });
+  const b = await hit('POST /api/nodes', '/api/nodes', { body: { name: 'b', host: 'b.example.net' } });
+  await hit('POST /api/nodes', '/api/nodes', { body: { name: 'A', host: 'a2.example.net' } });
+  await hit('GET /api/nodes', '/api/nodes');
+  await hit('GET /api/nodes/{id}', `/api/nodes/${a.body.id}`);
+  const readA = await call(m.url, 'GET', `/api/nodes/${a.body.id}`, { token: m.admin });
+  await hit('PUT /api/nodes/{id}', `/api/nodes/${a.body.id}`, { body: { ...readA.body, tags: ['x'] } });
+  await hit('PUT /api/nodes/{id}', `/api/nodes/${a.body.id}`, { body: { ...readA.body, name: 'b' } });
   // Port 1 on loopback refuses at once: the install is accepted (202), then fails in the background.
-  const c = await hit('POST', '/api/nodes', '/api/nodes', { body: { name: 'c', host: '127.0.0.1', ssh_port: 1 } });
-  await hit('POST', '/api/nodes/{id}/install-ssh', `/api/nodes/${c.body.id}/install-ssh`, {
+  const c = await hit('POST /api/nodes', '/api/nodes', { body: { name: 'c', host: '127.0.0.1', ssh_port: 1 } });
+  await hit('POST /api/nodes/{id}/install-ssh', `/api/nodes/${c.body.id}/install-ssh`, {
     body: { master_url: 'http://127.0.0.1:9' },
   });
-  await hit('POST', '/api/nodes/{id}/reinstall', `/api/nodes/${c.body.id}/reinstall`);
-  await hit('POST', '/api/nodes/{id}/install-ssh', `/api/nodes/${a.body.id}/install-ssh`, {
+  // Still installing: 409. Once the install has failed (at once: nothing listens on port 1), a reinstall starts.
+  await hit('POST /api/nodes/{id}/reinstall', `/api/nodes/${c.body.id}/reinstall`);
+  await until(
+    'the install to fail',
+    async () =>
+      (await call(m.url, 'GET', `/api/nodes/${c.body.id}`, { token: m.admin })).body.status === 'install_failed',
+  );
+  await hit('POST /api/nodes/{id}/reinstall', `/api/nodes/${c.body.id}/reinstall`);
+  await hit('POST /api/nodes/{id}/install-ssh', `/api/nodes/${c.body.id}/install-ssh`, {
+    body: { master_url: 'http://127.0.0.1:9' },
+  });
+  await hit('POST /api/nodes/{id}/install-ssh', `/api/nodes/${a.body.id}/install-ssh`, {
     body: { master_url: 'not a url' },
   });
+  for (let i = 0; i < 2; i++)
+    await hit('POST /api/nodes', '/api/nodes', { body: { name: `n${i}`, host: `n${i}.example` } });
+  // The free license allows five nodes: the sixth, alone or in an import, is 403 license_limit.
+  await hit('POST /api/nodes', '/api/nodes', { body: { name: 'sixth', host: 'sixth.example' } });
 
-  const tunnel = await hit('POST', '/api/tunnels', '/api/tunnels', {
+  const tunnel = await hit('POST /api/tunnels', '/api/tunnels', {
     body: { name: 'a-b', entry_node_id: a.body.id, exit_node_id: b.body.id },
   });
-  await hit('GET', '/api/tunnels', '/api/tunnels');
-  await hit('GET', '/api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`);
-  await hit('PUT', '/api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`, { body: { ...tunnel.body, name: 'a-to-b' } });
+  await hit('GET /api/tunnels', '/api/tunnels');
+  await hit('GET /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`);
+  const readTunnel = await call(m.url, 'GET', `/api/tunnels/${tunnel.body.id}`, { token: m.admin });
+  await hit('PUT /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`, {
+    body: { ...readTunnel.body, name: 'a-to-b' },
+  });
+  await hit('POST /api/tunnels', '/api/tunnels', {
+    body: { name: 'A-TO-B', entry_node_id: a.body.id, exit_node_id: b.body.id },
+  });
+
+  const spareTunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'spare', entry_node_id: b.body.id, exit_node_id: c.body.id },
+  });
+  await hit('DELETE /api/tunnels/{id}', `/api/tunnels/${spareTunnel.body.id}`);
 
   const ruleBody = { name: 'web', node_id: a.body.id, protocol: 'tcp', listen_port: 8080, targets: ['10.0.0.1:80'] };
-  const rule = await hit('POST', '/api/rules', '/api/rules', { body: ruleBody });
-  await hit('POST', '/api/rules', '/api/rules', { body: ruleBody });
-  await hit('GET', '/api/rules', '/api/rules?enabled=true');
-  await hit('GET', '/api/rules/{id}', `/api/rules/${rule.body.id}`);
-  await hit('PUT', '/api/rules/{id}', `/api/rules/${rule.body.id}`, {
-    body: { ...rule.body, tunnel_id: tunnel.body.id },
+  const rule = await hit('POST /api/rules', '/api/rules', { body: ruleBody });
+  await hit('POST /api/rules', '/api/rules', { body: ruleBody });
+  await hit('GET /api/rules', '/api/rules?enabled=true');
+  await hit('GET /api/rules/{id}', `/api/rules/${rule.body.id}`);
+  await hit('PUT /api/rules/{id}', `/api/rules/${rule.body.id}`, { body: { ...rule.body, tunnel_id: tunnel.body.id } });
+  const second = await call(m.url, 'POST', '/api/rules', { token: m.admin, body: { ...ruleBody, listen_port: 8081 } });
+  await hit('PUT /api/rules/{id}', `/api/rules/${second.body.id}`, { body: { ...second.body, listen_port: 8080 } });
+  // The tunnel's rules pin its entry node: moving it is 409.
+  await hit('PUT /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`, {
+    body: { ...readTunnel.body, name: 'a-to-b', entry_node_id: c.body.id, exit_node_id: b.body.id },
   });
-  await hit('POST', '/api/rules/{id}/sync', `/api/rules/${rule.body.id}/sync`);
-  const batch = await hit('POST', '/api/rules/batch-create', '/api/rules/batch-create', {
+  await hit('POST /api/rules/{id}/sync', `/api/rules/${rule.body.id}/sync`);
+  const batch = await hit('POST /api/rules/batch-create', '/api/rules/batch-create', {
     body: {
       rules: [
         { ...ruleBody, listen_port: 9000 },
@@ -110,40 +185,177 @@ test('real responses of every operation match the OpenAPI document', async (t) =
       ],
     },
   });
-  await hit('POST', '/api/rules/batch-create', '/api/rules/batch-create?dry_run=true', {
+  await hit('POST /api/rules/batch-create', '/api/rules/batch-create?dry_run=true', {
     body: { rules: [{ ...ruleBody, listen_port: 9002 }] },
   });
-  await hit('POST', '/api/rules/batch-create', '/api/rules/batch-create', { body: { rules: [ruleBody] } });
+  await hit('POST /api/rules/batch-create', '/api/rules/batch-create', { body: { rules: [ruleBody] } });
+  await hit('POST /api/rules/batch-create', '/api/rules/batch-create', {
+    body: { rules: [{ ...ruleBody, listen_port: 0 }] },
+  });
   const batchIds = batch.body.results.map((r: { id: number }) => r.id);
-  await hit('POST', '/api/rules/batch-update', '/api/rules/batch-update', {
+  await hit('POST /api/rules/batch-update', '/api/rules/batch-update', {
     body: { ids: [...batchIds, 999], changes: { enabled: false } },
   });
-  await hit('POST', '/api/rules/batch-sync', '/api/rules/batch-sync', { body: { ids: batchIds } });
-  await hit('POST', '/api/rules/batch-delete', '/api/rules/batch-delete', { body: { ids: [batchIds[0], 999] } });
+  await hit('POST /api/rules/batch-sync', '/api/rules/batch-sync', { body: { ids: batchIds } });
+  await hit('POST /api/rules/batch-delete', '/api/rules/batch-delete', { body: { ids: [batchIds[0], 999] } });
 
-  await hit('GET', '/api/dashboard', '/api/dashboard');
+  await hit('GET /api/dashboard', '/api/dashboard');
   await hit(
-    'GET',
-    '/api/dashboard/traffic',
+    'GET /api/dashboard/traffic',
     '/api/dashboard/traffic?step=60&from=2026-01-01T00:00:00Z&to=2026-01-01T01:00:00Z',
   );
-  const exported = await hit('GET', '/api/export', '/api/export');
-  await hit('POST', '/api/import', '/api/import?dry_run=true', { body: exported.body });
-  await hit('POST', '/api/import', '/api/import', {
+  const exported = await hit('GET /api/export', '/api/export');
+  await hit('POST /api/import', '/api/import?dry_run=true', { body: exported.body });
+  await hit('POST /api/import', '/api/import', {
     body: { ...exported.body, rules: [{ ...exported.body.rules[0], node: 'ghost' }] },
   });
+  await hit('POST /api/import', '/api/import', {
+    body: { ...exported.body, nodes: [...exported.body.nodes, { ...exported.body.nodes[0], name: 'one-too-many' }] },
+  });
 
-  await hit('DELETE', '/api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`);
-  await hit('POST', '/api/tunnels/batch-delete', '/api/tunnels/batch-delete?cascade=true', {
+  // Every operation, for the error statuses any operation can meet: no token, a bad one, a token without the
+  // scope, an unknown query parameter, an id that names nothing, a stale If-Match, a body of the wrong type, too
+  // large, or invalid.
+  const narrow = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'narrow', scopes: ['audit:read'] },
+  });
+  const other = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'other', scopes: ['nodes:read'] },
+  });
+  good.add(narrow.body.token).add(other.body.token);
+  const ids: Record<string, number> = {
+    tokens: token.body.id,
+    users: user.body.id,
+    nodes: c.body.id,
+    rules: rule.body.id,
+    tunnels: tunnel.body.id,
+  };
+  for (const route of routes) {
+    const name = `${route.method} ${route.path}`;
+    const existing = route.path.replace('{id}', String(ids[route.path.split('/')[2]!] ?? 1));
+    const hasBody = route.method !== 'GET';
+    if (route.scope !== 'public') {
+      await hit(name, existing, { token: '' });
+      await hit(name, existing, { token: 'mst_0000000000000000000000000000000000000000' });
+      const lacking = route.scope === 'audit:read' ? other.body.token : narrow.body.token;
+      if (route.scope !== 'authenticated')
+        await hit(name, existing, { token: lacking, body: hasBody ? {} : undefined });
+    }
+    await hit(name, `${existing}?no_such_parameter=1`, { body: hasBody ? {} : undefined });
+    // A body that passes, where one is needed to get past validation to what is checked next.
+    const valid =
+      route.method === 'PUT'
+        ? (await call(m.url, 'GET', existing, { token: m.admin })).body
+        : route.method === 'PATCH'
+          ? { sync_wait_seconds: 0 }
+          : hasBody
+            ? {}
+            : undefined;
+    if (route.path.includes('{id}')) await hit(name, route.path.replace('{id}', '999999'), { body: valid });
+    if (['PUT', 'PATCH', 'DELETE'].includes(route.method)) {
+      // A weak tag never matches (the comparison is strong), whatever version it names.
+      await hit(name, existing, { body: valid, headers: { 'if-match': `W/"${valid?.version ?? 1}"` } });
+    }
+    if (hasBody) {
+      await hit(name, existing, { body: 'x', headers: { 'content-type': 'text/plain' } });
+      await hit(name, existing, { body: { no_such_field: 1 } });
+      await hit(name, existing, { body: `"${'x'.repeat(route.maxBodyBytes ?? 1024 * 1024)}"` });
+    }
+  }
+
+  // Rules still run through the tunnel and on node a: deletes that would strand them are 409.
+  await hit('DELETE /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`);
+  await hit('DELETE /api/nodes/{id}', `/api/nodes/${a.body.id}`);
+  await hit('POST /api/tunnels/batch-delete', '/api/tunnels/batch-delete?cascade=true', {
     body: { ids: [tunnel.body.id] },
   });
-  await hit('DELETE', '/api/rules/{id}', `/api/rules/${batchIds[1]}`);
-  await hit('POST', '/api/nodes/batch-delete', '/api/nodes/batch-delete', { body: { ids: [a.body.id] } });
-  await hit('DELETE', '/api/nodes/{id}', `/api/nodes/${b.body.id}`);
-  await hit('DELETE', '/api/nodes/{id}', `/api/nodes/${c.body.id}`);
-  await hit('GET', '/api/audit-logs', '/api/audit-logs?limit=200');
-  await hit('POST', '/api/auth/logout', '/api/auth/logout', { token: login.body.token });
+  await hit('DELETE /api/rules/{id}', `/api/rules/${batchIds[1]}`);
+  await hit('POST /api/nodes/batch-delete', '/api/nodes/batch-delete', { body: { ids: [a.body.id] } });
+  await hit('DELETE /api/nodes/{id}', `/api/nodes/${b.body.id}`);
+  const apiToken = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'api', scopes: ['audit:read'] },
+  });
+  good.add(apiToken.body.token);
+  await hit('POST /api/auth/logout', '/api/auth/logout', { token: apiToken.body.token });
+  // Failed logins past the throttle: 429 with Retry-After.
+  for (let i = 0; i < 6; i++)
+    await hit('POST /api/auth/login', '/api/auth/login', { body: { username: 'ops', password: 'not-the-password' } });
+  await hit('GET /api/audit-logs', '/api/audit-logs?limit=200');
+  const spare = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'spare', scopes: ['audit:read'] },
+  });
+  await hit('DELETE /api/tokens/{id}', `/api/tokens/${spare.body.id}`);
+  await hit('DELETE /api/users/{id}', `/api/users/${user.body.id}`);
+  await hit('POST /api/auth/logout', '/api/auth/logout', { token: session.body.token });
+  good.delete(session.body.token);
+
+  // Past the write budget, every write is 429 with Retry-After.
+  await hit('PATCH /api/settings', '/api/settings', {
+    body: { write_budget_per_minute: 1 },
+    headers: { 'if-match': settings.headers.get('etag')! },
+  });
+  for (const route of routes.filter((r) => r.method !== 'GET' && r.scope !== 'public'))
+    await hit(`${route.method} ${route.path}`, route.path.replace('{id}', '1'), { body: {} });
 
   const missing = routes.map((r) => `${r.method} ${r.path}`).filter((name) => !seen.has(name));
   assert.deepEqual(missing, [], 'every operation is exercised');
+  // Every status an operation documents is reached, but those that need what this test has not: an agent (a sync
+  // applied: 200, or refused: 502), a full disk (507), a failing commit (500), a master starting or draining (503)
+  // or a request still in flight beside its retry (409 on POSTs that have no other 409).
+  const unreachable = new Set([500, 502, 503, 507]);
+  const needAgent: Record<string, number[]> = { 'POST /api/rules/{id}/sync': [200] };
+  for (const route of routes) {
+    const name = `${route.method} ${route.path}`;
+    const responses = doc.paths[route.path][route.method.toLowerCase()].responses;
+    const inFlightOnly = (status: number) => status === 409 && !route.responses[409];
+    const notSeen = Object.keys(responses)
+      .map(Number)
+      .filter((status) => !seen.get(name)!.has(status) && !unreachable.has(status) && !inFlightOnly(status));
+    assert.deepEqual(notSeen, needAgent[name] ?? [], `${name} answered ${[...seen.get(name)!].sort()}`);
+  }
+});
+
+test('a caller whose token is good learns its budget on 404, 405 and a malformed path too', async (t) => {
+  const m = await startMaster(t);
+  const token = await login(m.url, 'admin', 'admin-password-for-tests');
+  for (const [method, path, status] of [
+    ['GET', '/api/no-such-thing', 404],
+    ['PATCH', '/api/nodes', 405],
+    ['GET', '/api/nodes/abc', 404],
+  ] as const) {
+    const answer = await call(m.url, method, path, { token });
+    assert.equal(answer.status, status, `${method} ${path}`);
+    assert.match(answer.headers.get('ratelimit') ?? '', /^"writes";r=\d+;t=\d+$/, `${method} ${path}`);
+    assert.ok(answer.headers.get('ratelimit-policy'), `${method} ${path}`);
+    const stranger = await call(m.url, method, path, { token: 'mss_not-a-session' });
+    assert.equal(stranger.status, status);
+    assert.equal(stranger.headers.get('ratelimit'), null, 'a bad token learns nothing of anyone');
+  }
+});
+
+test('every PUT takes back what its GET gave: GET | jq | PUT works for every resource', async (t) => {
+  const m = await startMaster(t);
+  const post = async (path: string, body: unknown) => (await call(m.url, 'POST', path, { token: m.admin, body })).body;
+  const a = await post('/api/nodes', { name: 'a', host: 'a.example' });
+  const b = await post('/api/nodes', { name: 'b', host: 'b.example' });
+  const made: Record<string, number> = {
+    nodes: a.id,
+    users: (await post('/api/users', { username: 'ops', password: 'ops-password-1', scopes: [] })).id,
+    tunnels: (await post('/api/tunnels', { name: 'a-b', entry_node_id: a.id, exit_node_id: b.id })).id,
+    rules: (await post('/api/rules', { name: 'r', node_id: a.id, protocol: 'tcp', listen_port: 80, targets: ['x:1'] }))
+      .id,
+  };
+  const puts = routes.filter((r) => r.method === 'PUT');
+  assert.ok(puts.length >= 4);
+  for (const route of puts) {
+    const path = route.path.replace('{id}', String(made[route.path.split('/')[2]!]));
+    const read = await call(m.url, 'GET', path, { token: m.admin });
+    assert.equal(read.status, 200, path);
+    const written = await call(m.url, 'PUT', path, { token: m.admin, body: read.body });
+    assert.equal(written.status, 200, `${path}: ${JSON.stringify(written.body)}`);
+  }
 });

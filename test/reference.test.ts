@@ -11,6 +11,12 @@ test('docs/api.md is generated from the route table and up to date (npm run docs
   assert.equal(readFileSync('docs/api.md', 'utf8'), want, 'docs/api.md is stale: run npm run docs');
 });
 
+test('docs/openapi.json, which npm run check lints, is the document the master serves (npm run docs)', async (t) => {
+  const m = await startMaster(t);
+  const served = await call(m.url, 'GET', '/api/openapi.json');
+  assert.deepEqual(JSON.parse(readFileSync('docs/openapi.json', 'utf8')), served.body, 'stale: run npm run docs');
+});
+
 test('the OpenAPI document is public and lists every route with its scope and bearer security', async (t) => {
   const m = await startMaster(t);
   const answer = await call(m.url, 'GET', '/api/openapi.json');

@@ -202,11 +202,26 @@ test('rules: bad targets and missing nodes or tunnels are 422 on the right field
   const m = await startMaster(t);
   const n = await node(m, 'edge');
   const before = snapshot(m);
-  const cases = [
-    { body: { node_id: n.id, listen_port: 1, targets: ['10.0.0.1'] }, pointer: '#/targets/0' },
-    { body: { node_id: n.id, listen_port: 1, targets: ['10.0.0.1:0'] }, pointer: '#/targets/0' },
-    { body: { node_id: n.id, listen_port: 1, targets: ['2001:db8::1:80'] }, pointer: '#/targets/0' },
-    { body: { node_id: n.id, listen_port: 1, targets: ['a.net:80', 'b.net:99999'] }, pointer: '#/targets/1' },
+  // Each message names the part of the target at fault: the port, the host, or the brackets.
+  const cases: { body: Record<string, unknown>; pointer: string; says?: RegExp }[] = [
+    { body: { node_id: n.id, listen_port: 1, targets: ['10.0.0.1'] }, pointer: '#/targets/0', says: /:PORT/ },
+    { body: { node_id: n.id, listen_port: 1, targets: ['10.0.0.1:0'] }, pointer: '#/targets/0', says: /port 0/ },
+    {
+      body: { node_id: n.id, listen_port: 1, targets: ['2001:db8::1:80'] },
+      pointer: '#/targets/0',
+      says: /IPv6 address in brackets/,
+    },
+    {
+      body: { node_id: n.id, listen_port: 1, targets: ['a.net:80', 'b.net:99999'] },
+      pointer: '#/targets/1',
+      says: /port 99999/,
+    },
+    {
+      body: { node_id: n.id, listen_port: 1, targets: ['bad_host!:80'] },
+      pointer: '#/targets/0',
+      says: /host "bad_host!", which is not a hostname/,
+    },
+    { body: { node_id: n.id, listen_port: 1, targets: ['[10.0.0.1]:80'] }, pointer: '#/targets/0', says: /host/ },
     { body: { node_id: n.id, listen_port: 1, targets: [] }, pointer: '#/targets' },
     { body: { node_id: n.id, listen_port: 70000 }, pointer: '#/listen_port' },
     { body: { node_id: n.id, listen_port: 1, protocol: 'sctp' }, pointer: '#/protocol' },
@@ -216,10 +231,9 @@ test('rules: bad targets and missing nodes or tunnels are 422 on the right field
   for (const c of cases) {
     const answer = await rule(m, c.body);
     assertProblem(answer, 422, 'validation_failed');
-    assert.ok(
-      answer.body.errors.some((e: { pointer: string }) => e.pointer === c.pointer),
-      `${JSON.stringify(c.body)} -> ${JSON.stringify(answer.body.errors)}`,
-    );
+    const error = answer.body.errors.find((e: { pointer: string }) => e.pointer === c.pointer);
+    assert.ok(error, `${JSON.stringify(c.body)} -> ${JSON.stringify(answer.body.errors)}`);
+    if (c.says) assert.match(error.detail, c.says);
   }
   assert.equal(snapshot(m), before);
 });

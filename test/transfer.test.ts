@@ -229,7 +229,8 @@ test("an import respects the license's node limit: nothing is created past it", 
     token: m.admin,
     body: { format: 'portplane-export', version: 1, nodes, tunnels: [], rules: [] },
   });
-  assertProblem(answer, 422, 'validation_failed');
+  // The same status as a node created past the limit on its own.
+  assertProblem(answer, 403, 'license_limit');
   assert.equal(answer.body.errors.length, 1);
   assert.equal(answer.body.errors[0].pointer, '#/nodes/5');
   assert.match(answer.body.errors[0].detail, /free license allows 5 nodes/);

@@ -168,7 +168,8 @@ export class App {
     const entry = this.verified.get(secret) ?? this.lookup(secret);
     const now = this.now();
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
-      throw new DomainError('unauthorized', `the token expired at ${entry.principal.expiresAt}`);
+      const detail = `the token expired at ${entry.principal.expiresAt}`;
+      throw new DomainError('unauthorized', detail, { invalidToken: true });
     }
     // Last use is recorded at most once a minute so that reads do not all become writes.
     if (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000) {
@@ -181,11 +182,10 @@ export class App {
 
   private lookup(secret: string): VerifiedCredential {
     const kind = secretKind(secret);
-    if (kind !== 'api' && kind !== 'session') throw new DomainError('unauthorized', 'the token is unknown or revoked');
+    const refused = () => new DomainError('unauthorized', 'the token is unknown or revoked', { invalidToken: true });
+    if (kind !== 'api' && kind !== 'session') throw refused();
     const credential = this.store.tokens.findBySecretHash(hashSecret(secret));
-    if (!credential || credential.kind !== kind || credential.user_disabled) {
-      throw new DomainError('unauthorized', 'the token is unknown or revoked');
-    }
+    if (!credential || credential.kind !== kind || credential.user_disabled) throw refused();
     const entry: VerifiedCredential = {
       principal: {
         tokenId: credential.id,

@@ -38,6 +38,12 @@ export const backupOperations = operations({
         description: 'The archive',
         mediaType: 'application/x-tar',
         schema: describe({ type: 'string', format: 'binary' }),
+        headers: {
+          'Content-Disposition': {
+            description: 'attachment; filename="portplane-backup-<UTC time>.tar"',
+            schema: { type: 'string' },
+          },
+        },
       },
     },
     handler: downloadBackup,

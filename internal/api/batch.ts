@@ -10,6 +10,7 @@ import {
   array,
   boolean,
   describe,
+  fieldErrorSchema,
   integer,
   nullable,
   object,
@@ -93,7 +94,11 @@ const resultsSchema = describe({
           error: {
             type: 'object',
             required: ['code', 'detail'],
-            properties: { code: { type: 'string' }, detail: { type: 'string' }, errors: { type: 'array' } },
+            properties: {
+              code: { type: 'string' },
+              detail: { type: 'string' },
+              errors: { type: 'array', items: fieldErrorSchema },
+            },
           },
         },
       },

@@ -128,8 +128,22 @@ function asDomainError(error: unknown): unknown {
   return error;
 }
 
-/** The request target as a URL. Throws `bad_request` for one no URL parser accepts. */
+/**
+ * What a URL parser would resolve rather than route: a dot segment (`..`, `.`, also percent-encoded: `%2e%2e`), an
+ * encoded slash or backslash, or a path starting with `//` (read as a host). The path is routed as sent or not at all,
+ * so `/api/nodes/%2e%2e/users` never reaches `/api/users`.
+ */
+const UNROUTABLE_PATH = /^\/\/|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)|%2f|%5c|\\/i;
+
+/** The request target as a URL. Throws `bad_request` for one no URL parser accepts, or one it would rewrite. */
 function requestUrl(target: string | undefined): URL {
+  const path = (target ?? '/').split('?', 1)[0]!;
+  if (UNROUTABLE_PATH.test(path))
+    throw new DomainError(
+      'bad_request',
+      'the path holds a dot segment, an encoded slash or a leading //, which are not resolved here; send the path ' +
+        'itself',
+    );
   try {
     return new URL(target ?? '/', 'http://localhost');
   } catch {
@@ -284,7 +298,13 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   /** The stages, in order; each throws a DomainError to end the request with it. */
   async function answer(x: Exchange): Promise<Outgoing> {
-    const routed = routeOf(x.req);
+    let routed: Routed;
+    try {
+      routed = routeOf(x.req);
+    } catch (error) {
+      paceIfKnown(x);
+      throw error;
+    }
     x.route = routed.route;
     authenticate(routed.route, x);
     authorise(routed, x);
@@ -333,6 +353,21 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /**
+   * For a request that matched no route (404, 405, a malformed path): a caller whose token is good still learns what
+   * is left of its budget, as on every other answer to it. A bad or missing token changes nothing here: the answer
+   * stays the routing one.
+   */
+  function paceIfKnown(x: Exchange): void {
+    if (app.starting || app.draining || x.req.headers.authorization === undefined) return;
+    try {
+      x.principal = app.authenticate(x.req.headers.authorization);
+      x.pacing = rateLimitHeaders(peekBudget(x.principal));
+    } catch {
+      // Unknown token: answered as routed, without pacing, as any stranger is.
+    }
+  }
+
+  /**
    * Stage: may they. A refused write is audited as denied and spends budget too, so a weak
    * token cannot grow the audit log without bound. Throws `insufficient_scope`, `rate_limited`.
    */
@@ -362,7 +397,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const key = x.req.headers['idempotency-key'];
     if (route.method !== 'POST' || x.principal === null || key === undefined) return { slot: null };
     if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))
-      throw new DomainError('validation_failed', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
+      throw validationFailed(
+        [{ pointer: 'Idempotency-Key', detail: 'must be 1 to 255 visible ASCII characters' }],
+        'Idempotency-Key must be 1 to 255 visible ASCII characters',
+      );
     const fingerprint = createHash('sha256').update(`${route.method} ${x.req.url}\n`).update(raw).digest('base64url');
     const { tokenId } = x.principal;
     const inFlight = `${tokenId}:${key}`;
@@ -371,7 +409,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const stored = app.store.idempotency.find(tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
     if (!stored) return { slot: { tokenId, key, fingerprint, inFlight } };
     if (stored.fingerprint !== fingerprint)
-      throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request');
+      throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request', {
+        errors: [{ pointer: 'Idempotency-Key', detail: 'was used for a different request (another body or path)' }],
+      });
     if (stored.status === ANSWER_PENDING)
       throw new DomainError(
         'conflict',

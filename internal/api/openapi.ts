@@ -3,7 +3,7 @@
 
 import { MAX_BODY_BYTES } from '../http/body.ts';
 import { errorCodes, statusOf, titleOf } from '../http/problem.ts';
-import type { JsonSchema } from '../schema/schema.ts';
+import { fieldErrorSchema, type JsonSchema } from '../schema/schema.ts';
 import { VERSION } from '../version.ts';
 import { IDEMPOTENCY_KEY, type Route } from './route.ts';
 
@@ -12,7 +12,13 @@ const problemSchema: JsonSchema = {
   description: 'RFC 9457 problem details.',
   required: ['type', 'title', 'status', 'detail', 'code', 'request_id'],
   properties: {
-    type: { type: 'string' },
+    type: {
+      type: 'string',
+      format: 'uri',
+      description:
+        'urn:portplane:problem:<code>; every code, its status and what to do about it is in docs/api.md, "Error ' +
+        'codes" (anchor #problem-<code>, also named in x-error-codes of this document).',
+    },
     title: { type: 'string' },
     status: { type: 'integer' },
     detail: { type: 'string' },
@@ -36,107 +42,206 @@ const problemSchema: JsonSchema = {
       type: ['array', 'object'],
       description:
         'A batch (an array) or an import (an object of arrays per resource) refused as a whole: what would have ' +
-        'happened to each item.',
+        "happened to each item, as in the operation's 2xx answer.",
+      items: { type: 'object' },
+      additionalProperties: { type: 'array', items: { type: 'object' } },
     },
     rule: { type: 'object', description: "502 from a sync: the rule as it stands, with the node's error." },
-    errors: {
-      type: 'array',
-      items: {
-        type: 'object',
-        required: ['pointer', 'detail'],
-        properties: {
-          pointer: {
-            type: 'string',
-            description: 'JSON Pointer into the body (#/field), or ?name for a query parameter.',
-          },
-          detail: { type: 'string' },
-        },
-      },
-    },
+    errors: { type: 'array', items: fieldErrorSchema },
   },
 };
 
 const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
 
-/** Response headers, each described once. */
+/**
+ * Response headers, each described once. `required` ones are on every answer that declares them; the others depend
+ * on the caller or the setting named.
+ */
 const headers = {
-  ETag: {
-    description: 'The version of the resource; send it back as If-Match to write it.',
+  'X-Request-Id': {
+    description: "This request's id (the caller's own X-Request-Id when it sent a valid one), as in the server log.",
+    required: true,
     schema: { type: 'string' },
   },
-  Location: { description: 'Where the resource is.', schema: { type: 'string' } },
+  'Cache-Control': {
+    description: "Always `no-store`: every answer is its caller's, and some carry a secret shown once.",
+    required: true,
+    schema: { type: 'string', const: 'no-store' },
+  },
+  'X-Content-Type-Options': {
+    description: 'Always `nosniff`.',
+    required: true,
+    schema: { type: 'string', const: 'nosniff' },
+  },
+  ETag: {
+    description: 'The version of the resource; send it back as If-Match to write it.',
+    required: true,
+    schema: { type: 'string' },
+  },
+  Location: { description: 'Where the resource is.', required: true, schema: { type: 'string' } },
   RateLimit: {
-    description: 'What is left of the caller\'s write budget: `"writes";r=<remaining>;t=<seconds to reset>`.',
+    description:
+      'What is left of the caller\'s write budget: `"writes";r=<remaining>;t=<seconds to reset>`. On every answer ' +
+      'to a caller whose token is good (404 and 405 included), absent when the budget is off ' +
+      '(write_budget_per_minute 0).',
     schema: { type: 'string' },
   },
   'RateLimit-Policy': {
-    description: 'The write budget: `"writes";q=<writes>;w=<window seconds>` (absent when the budget is off).',
+    description: 'The write budget: `"writes";q=<writes>;w=<window seconds>`; present whenever RateLimit is.',
     schema: { type: 'string' },
   },
-  'Retry-After': { description: 'Seconds to wait before trying again.', schema: { type: 'integer', minimum: 1 } },
+  'Retry-After': {
+    description: 'Seconds to wait before trying again.',
+    required: true,
+    schema: { type: 'integer', minimum: 1 },
+  },
   'Idempotent-Replayed': {
     description: 'true when this is the stored answer to an earlier request with the same Idempotency-Key.',
     schema: { type: 'string', enum: ['true'] },
   },
+  'WWW-Authenticate': {
+    description:
+      'RFC 6750: `Bearer realm="portplane"` when no token was sent, with `error="invalid_token"` when the token sent ' +
+      'is unknown, revoked or expired.',
+    required: true,
+    schema: { type: 'string' },
+  },
+  'WWW-Authenticate-Scope': {
+    description: 'For insufficient_scope only: `Bearer error="insufficient_scope", scope="<the scope>"`.',
+    schema: { type: 'string' },
+  },
 };
 
-function problem(description: string, withHeaders: (keyof typeof headers)[] = []) {
+type HeaderName = keyof typeof headers;
+
+/** Sent with every answer, whatever its status. */
+const ALWAYS: HeaderName[] = ['X-Request-Id', 'Cache-Control', 'X-Content-Type-Options'];
+
+/** The header map of a response: each name, and the component that describes it (WWW-Authenticate has two). */
+function headerMap(names: HeaderName[]): Record<string, unknown> {
+  return Object.fromEntries(
+    [...ALWAYS, ...names].map((name) => [name === 'WWW-Authenticate-Scope' ? 'WWW-Authenticate' : name, header(name)]),
+  );
+}
+
+const PROBLEM = { $ref: '#/components/schemas/Problem' };
+
+/** Problem documents that list the fields at fault: `errors` is always there. */
+const withFieldErrors = { allOf: [{ $ref: '#/components/schemas/Problem' }], required: ['errors'] };
+
+function problem(description: string, withHeaders: HeaderName[] = [], schema: unknown = PROBLEM) {
   return {
     description,
-    ...(withHeaders.length > 0 ? { headers: Object.fromEntries(withHeaders.map((name) => [name, header(name)])) } : {}),
-    content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+    headers: headerMap(withHeaders),
+    content: { 'application/problem+json': { schema } },
   };
 }
 
 /** The headers a success of `route` with `status` carries (see the handlers: they set ETag and Location). */
-function successHeaders(route: Route, status: number): (keyof typeof headers)[] {
-  const names: (keyof typeof headers)[] = [];
+function successHeaders(route: Route, status: number): HeaderName[] {
+  const names: HeaderName[] = [];
   const single = route.path.endsWith('}') || route.path.endsWith('/sync') || route.path === '/api/settings';
-  if (status === 201 || (single && (status === 200 || (status === 202 && route.path.endsWith('/sync')))))
-    names.push('ETag');
-  if (status === 201 || (status === 202 && /\/(install-ssh|reinstall)$/.test(route.path))) names.push('Location');
+  // A batch creates many: its 201 names none of them.
+  const creates = status === 201 && !route.path.includes('/batch-');
+  if (creates || (single && (status === 200 || (status === 202 && route.path.endsWith('/sync'))))) names.push('ETag');
+  if (creates || (status === 202 && /\/(install-ssh|reinstall)$/.test(route.path))) names.push('Location');
   if (route.method === 'POST' && route.scope !== 'public') names.push('Idempotent-Replayed');
   return names;
 }
 
+/** The headers an error answer with `status` carries. */
+function errorHeaders(route: Route, status: number): HeaderName[] {
+  if (status === 401) return ['WWW-Authenticate'];
+  if (status === 403) return ['WWW-Authenticate-Scope'];
+  if (status === 412) return ['ETag'];
+  if (status === 429 || status === 503 || status === 507) return ['Retry-After'];
+  return [];
+}
+
 function commonErrors(route: Route): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  out[400] = problem(
+  const error = (status: number, description: string, schema: unknown = PROBLEM) =>
+    (out[status] = problem(description, errorHeaders(route, status), schema));
+  error(
+    400,
     route.method === 'GET'
       ? 'A query parameter is unknown or invalid (invalid_query), or the request target is malformed (bad_request).'
       : 'The body is not JSON (invalid_json), a query parameter is unknown or invalid (invalid_query), or the ' +
           'request target is malformed (bad_request).',
   );
   if (route.scope !== 'public') {
-    out[401] = problem('No valid bearer token (unauthorized).');
-    if (route.scope !== 'authenticated')
-      out[403] = problem(`The token lacks the scope ${route.scope} (insufficient_scope).`);
+    error(401, 'No valid bearer token (unauthorized).');
+    if (route.scope !== 'authenticated') error(403, `The token lacks the scope ${route.scope} (insufficient_scope).`);
   }
-  if (route.path.includes('{')) out[404] = problem('No such resource (not_found); ids are whole numbers from 1.');
+  if (route.path.includes('{')) error(404, 'No such resource (not_found); ids are whole numbers from 1.');
+  if (route.method === 'POST' && route.scope !== 'public') error(409, IN_FLIGHT);
   if (route.method === 'PUT' || route.method === 'PATCH' || route.method === 'DELETE')
-    out[412] = problem('If-Match does not match the current ETag (precondition_failed); ETag has the current one.', [
-      'ETag',
-    ]);
+    error(412, 'If-Match does not match the current ETag (precondition_failed); ETag has the current one.');
   if (route.method !== 'GET') {
     const limit = `${(route.maxBodyBytes ?? MAX_BODY_BYTES) / (1024 * 1024)} MiB`;
-    out[413] = problem(
+    error(
+      413,
       route.decodesBody
         ? `The body is over ${limit}, or decoding it needs more memory than this call may use (payload_too_large).`
         : `The body is over ${limit} (payload_too_large).`,
     );
-    out[415] = problem('The body is not application/json (unsupported_media_type).');
-    out[422] = problem('Fields are missing or invalid (validation_failed); errors lists each one, up to 1,000.');
-    if (route.scope !== 'public')
-      out[429] = problem("The caller's write budget is spent (rate_limited).", ['Retry-After']);
+    error(415, 'The body is not application/json (unsupported_media_type).');
+    error(
+      422,
+      'Fields are missing or invalid (validation_failed), or an Idempotency-Key is malformed or was used for ' +
+        'another request (idempotency_key_reused); errors lists each one, up to 1,000.',
+      withFieldErrors,
+    );
+    if (route.scope !== 'public') error(429, "The caller's write budget is spent (rate_limited).");
   }
-  out[503] = problem(
+  error(500, "Something failed that is not the request's fault (internal); the request id is in the server log.");
+  error(
+    503,
     route.method === 'GET'
       ? 'The master is starting or shutting down, or its database does not answer (unavailable).'
       : 'The master is starting or shutting down, or an import or batch held writes for longer than this write ' +
           'waits in line (write_wait_seconds); nothing was changed (unavailable).',
-    ['Retry-After'],
   );
+  if (route.method !== 'GET')
+    error(507, "The master's disk is full (insufficient_storage); nothing was changed; reads go on.");
   return out;
+}
+
+/** What every write with an Idempotency-Key may meet: its key still busy, or its answer lost. */
+const IN_FLIGHT =
+  'A request with this Idempotency-Key is still being answered, or was carried out but its answer could not be ' +
+  'kept (conflict).';
+
+/**
+ * The tag of each path's first segment after /api/, with what docs/api.md says of it. Every operation has one
+ * (a route under a segment missing here fails the document's generation).
+ */
+const TAGS: Record<string, { name: string; description: string }> = {
+  auth: { name: 'auth', description: 'Logging in and out, and what the calling token is and may do.' },
+  tokens: { name: 'tokens', description: 'API tokens with resource:action scopes; a secret is shown once.' },
+  users: { name: 'users', description: 'Users, their passwords and the scopes their tokens may carry.' },
+  settings: { name: 'settings', description: 'Run-time settings; those marked in docs/api.md need the * scope.' },
+  'audit-logs': { name: 'audit', description: 'Every write, allowed or denied, with who, when and what changed.' },
+  license: { name: 'license', description: 'The license in force (read-only; replaced by a file on the master).' },
+  nodes: { name: 'nodes', description: 'Servers that run an agent: adding, installing over SSH, reinstalling.' },
+  rules: {
+    name: 'rules',
+    description: 'Forwarding rules, pushed to their node and acknowledged per rule (sync), one by one or in batches.',
+  },
+  tunnels: { name: 'tunnels', description: "Encrypted links from an entry node to an exit node for rules' traffic." },
+  dashboard: { name: 'dashboard', description: 'Counts by state, license use and traffic over time.' },
+  export: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
+  import: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
+  backup: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
+  health: { name: 'service', description: 'The master itself: health, metrics and this document.' },
+  metrics: { name: 'service', description: 'The master itself: health, metrics and this document.' },
+  'openapi.json': { name: 'service', description: 'The master itself: health, metrics and this document.' },
+};
+
+function tagOf(route: Route): { name: string; description: string } {
+  const tag = TAGS[route.path.split('/')[2]!];
+  if (!tag) throw new Error(`no tag for ${route.path}: add its first segment to TAGS`);
+  return tag;
 }
 
 /** From a create's answer to the operations that take the new id, for clients and stateful fuzzers. */
@@ -205,10 +310,15 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       });
     }
     const responses: Record<string, unknown> = {};
+    const common = commonErrors(route);
     for (const [status, doc] of Object.entries(route.responses)) {
       const code = Number(status);
       if (code >= 400) {
-        const answer = problem(doc.description, code === 429 || code === 503 ? ['Retry-After'] : []);
+        const description =
+          code === 409 && route.method === 'POST' && route.scope !== 'public'
+            ? `${doc.description}. Also: ${IN_FLIGHT}`
+            : doc.description;
+        const answer = problem(description, errorHeaders(route, code), code === 422 ? withFieldErrors : PROBLEM);
         // A route may answer an error status with a document of its own too (health, while the master starts).
         if (doc.schema) Object.assign(answer.content, { 'application/json': { schema: doc.schema.json } });
         responses[status] = answer;
@@ -218,12 +328,12 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       const links = code === 201 ? linksOf(route, routes) : undefined;
       responses[status] = {
         description: doc.description,
-        ...(names.length > 0 ? { headers: Object.fromEntries(names.map((name) => [name, header(name)])) } : {}),
+        headers: { ...headerMap(names), ...doc.headers },
         ...(doc.schema ? { content: { [doc.mediaType ?? 'application/json']: { schema: doc.schema.json } } } : {}),
         ...(links ? { links } : {}),
       };
     }
-    for (const [status, response] of Object.entries(commonErrors(route))) responses[status] ??= response;
+    for (const [status, response] of Object.entries(common)) responses[status] ??= response;
     // Every answer to a known caller says what is left of its write budget.
     if (route.scope !== 'public') {
       for (const [status, response] of Object.entries(responses) as [string, { headers?: object }][]) {
@@ -247,7 +357,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       description: [route.description, scopeLine, route.action ? `Audit action: \`${route.action}\`.` : undefined]
         .filter(Boolean)
         .join('\n\n'),
-      tags: [route.path.split('/')[2]],
+      tags: [tagOf(route).name],
       security: route.scope === 'public' ? [] : [{ bearer: [] }],
       'x-scope': route.scope,
       ...(route.action ? { 'x-audit-action': route.action } : {}),
@@ -274,6 +384,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
     openapi: '3.1.0',
     info: {
       title: 'portplane master admin API',
+      contact: { name: 'portplane: see README.md and docs/api.md beside the master you run' },
       version: VERSION,
       license: { name: 'Proprietary', identifier: 'LicenseRef-portplane-proprietary' },
       description:
@@ -281,6 +392,7 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
         'and the dashboard. See docs/api.md for the conventions.',
     },
     servers: [{ url: '/' }],
+    tags: [...new Map(routes.map((route) => [tagOf(route).name, tagOf(route)])).values()],
     paths: hoisted,
     components: {
       headers,
@@ -294,7 +406,10 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
       schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
     },
     'x-error-codes': Object.fromEntries(
-      errorCodes.map((code) => [code, { status: statusOf(code), title: titleOf(code) }]),
+      errorCodes.map((code) => [
+        code,
+        { status: statusOf(code), title: titleOf(code), docs: `docs/api.md#problem-${code}` },
+      ]),
     ),
   };
 }

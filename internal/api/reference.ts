@@ -3,7 +3,7 @@
 // settings, so the readable reference says what the code does.
 
 import { scopes } from '../auth/scopes.ts';
-import { errorCodes, statusOf, titleOf } from '../http/problem.ts';
+import { errorCodes, meaningOf, statusOf, titleOf } from '../http/problem.ts';
 import type { JsonSchema } from '../schema/schema.ts';
 import { definitions, settingKeys } from '../settings/settings.ts';
 import { openApiDocument } from './openapi.ts';
@@ -137,8 +137,18 @@ export function renderReference(routes: readonly Route[], intro: string): string
       out.push(`| \`${r.method} ${r.path}\` | \`${effect.scope}\` | ${cell(effect.when)} |`);
   out.push('');
 
-  out.push('## Error codes', '', '| Status | `code` | Title |', '|---|---|---|');
-  for (const code of errorCodes) out.push(`| ${statusOf(code)} | \`${code}\` | ${titleOf(code)} |`);
+  out.push(
+    '## Error codes',
+    '',
+    'Every error is a problem document whose `type` is `urn:portplane:problem:<code>`.',
+    '',
+    '| Status | `code` | Title | Meaning |',
+    '|---|---|---|---|',
+  );
+  for (const code of errorCodes)
+    out.push(
+      `| ${statusOf(code)} | <a id="problem-${code}"></a>\`${code}\` | ${titleOf(code)} | ${cell(meaningOf(code))} |`,
+    );
   out.push('');
 
   out.push(

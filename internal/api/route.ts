@@ -6,7 +6,7 @@ import type { Scope } from '../auth/scopes.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { parseJson } from '../http/body.ts';
 import type { QueryOf, QuerySpec } from '../schema/query.ts';
-import { validate, type Schema } from '../schema/schema.ts';
+import { validate, type JsonSchema, type Schema } from '../schema/schema.ts';
 import type { Actor } from '../store/audit.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
 import type { App, Principal } from './app.ts';
@@ -76,6 +76,8 @@ export interface ResponseDoc {
   schema?: Schema<unknown>;
   /** The body's media type when it is not application/json. */
   mediaType?: string;
+  /** Headers this answer sends besides those every answer (or every answer of its kind) sends. */
+  headers?: Record<string, { description: string; schema: JsonSchema }>;
 }
 
 /**

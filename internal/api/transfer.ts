@@ -165,6 +165,8 @@ function sameRule(existing: Rule, fields: RuleFields): boolean {
 
 async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inSteps: InSteps) {
   const errors: FieldError[] = [];
+  // The license limit is refused as it is everywhere (403 license_limit), not as one more invalid field.
+  let overLicense = false;
   const nodeIds = new Map<string, number>();
   const tunnelIds = new Map<string, number>();
   // Names already on the master are looked up once: a document's rules mostly share a few nodes.
@@ -186,6 +188,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
     } catch (error) {
       if (!(error instanceof DomainError) || !['validation_failed', 'conflict', 'license_limit'].includes(error.code))
         throw error;
+      if (error.code === 'license_limit') overLicense = true;
       errors.push(...fieldErrorsUnder(pointer, error));
       return null;
     }
@@ -292,7 +295,8 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
   createPending();
   if (errors.length > 0) {
     const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
-    throw new DomainError(failure.code, failure.detail, { ...failure.facts, data: { results: stripTokens(results) } });
+    const code = overLicense ? 'license_limit' : failure.code;
+    throw new DomainError(code, failure.detail, { ...failure.facts, data: { results: stripTokens(results) } });
   }
   return results;
 }
@@ -355,7 +359,18 @@ export const transferOperations = operations({
   exportAll: operation({
     summary: 'Export nodes (without secrets), tunnels and rules as one document',
     description: 'It spans every resource, so it needs *. SSH credentials and agent tokens are never exported.',
-    responses: { 200: { description: 'The document', schema: exportDocument } },
+    responses: {
+      200: {
+        description: 'The document',
+        schema: exportDocument,
+        headers: {
+          'Content-Disposition': {
+            description: 'attachment; filename="portplane-export.json"',
+            schema: { type: 'string' },
+          },
+        },
+      },
+    },
     handler: exportAll,
   }),
   importDocument: operation({
@@ -366,7 +381,8 @@ export const transferOperations = operations({
       'one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in ' +
       'the results; their SSH credentials must be set afterwards). A rule identical to one already on its node ' +
       'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with its pointer ' +
-      '(#/rules/12/node; up to 1,000 of them) and the per-item results, nothing changed. Bodies up to 64 MiB. ' +
+      '(#/rules/12/node; up to 1,000 of them) and the per-item results, nothing changed; more nodes than the ' +
+      'license allows: 403 license_limit, likewise. Bodies up to 64 MiB. ' +
       'The document is read, checked and written beside the API (in a worker thread, on a database connection ' +
       'of its own), so the API goes on answering meanwhile: reads see the master as it was until the whole ' +
       "import is committed, and other writes (API calls, agents' reports) wait for it and then proceed. It answers " +
@@ -390,6 +406,7 @@ export const transferOperations = operations({
           additionalProperties: false,
         }),
       },
+      403: { description: 'Lacking *, or the document holds more nodes than the license allows (license_limit)' },
     },
     handler: importDocument,
   }),

@@ -52,7 +52,7 @@ export const tunnelInput = object(
     ),
     transport: optional(oneOf(transports, { description: 'tls: mutually authenticated TLS over TCP.' }), 'tls'),
   },
-  { name: 'TunnelInput', ignore: ['id', 'status', 'version', 'created_at', 'updated_at'] },
+  { name: 'TunnelInput', ignore: ['id', 'status', 'rtt_ms', 'ends', 'version', 'created_at', 'updated_at'] },
 );
 export type TunnelInput = Infer<typeof tunnelInput>;
 

@@ -45,6 +45,8 @@ export interface Facts {
   /** Every bad field. */
   errors?: FieldError[];
   conflict?: Conflict;
+  /** A bearer token was sent, but it is unknown, revoked or expired (RFC 6750 `invalid_token`). */
+  invalidToken?: boolean;
   /** A scope the caller lacks for this request (or part of it). */
   requiredScope?: string;
   /** When a refused request may be tried again. */

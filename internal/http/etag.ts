@@ -9,6 +9,7 @@ export function etagOf(version: number): string {
 /**
  * Passes when there is no If-Match, when it is `*`, or when one of its tags names
  * `version`. Throws `precondition_failed` (carrying the current ETag) otherwise.
+ * The comparison is strong (RFC 9110, 13.1.1): a weak tag (`W/"3"`) never matches.
  */
 export function checkIfMatch(ifMatch: string | undefined, version: number): void {
   checkIfMatchTag(ifMatch, etagOf(version));
@@ -17,7 +18,7 @@ export function checkIfMatch(ifMatch: string | undefined, version: number): void
 /** As `checkIfMatch`, for a resource whose ETag is not a row version. */
 export function checkIfMatchTag(ifMatch: string | undefined, current: string): void {
   if (ifMatch === undefined) return;
-  const tags = ifMatch.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
+  const tags = ifMatch.split(',').map((tag) => tag.trim());
   if (tags.includes('*') || tags.includes(current)) return;
   throw new DomainError('precondition_failed', `the resource has changed; its current ETag is ${current}`, {
     etag: current,

@@ -36,13 +36,27 @@ export function host(description: string): Schema<string> {
 const TARGET = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/;
 
 export function parseTarget(value: string): { host: string; port: number } | null {
+  return targetProblem(value) === null ? splitTarget(value) : null;
+}
+
+function splitTarget(value: string): { host: string; port: number } {
+  const match = TARGET.exec(value)!;
+  return { host: match[1] ?? match[2]!, port: Number(match[3]) };
+}
+
+/** What is wrong with a target, naming its part (the host or the port); null when it is a target. */
+function targetProblem(value: string): string | null {
   const match = TARGET.exec(value);
-  if (!match) return null;
-  const port = Number(match[3]);
-  const name = match[1] ?? match[2]!;
-  if (port < 1 || port > 65535) return null;
-  if (match[1] !== undefined ? !isIPv6(name) : !(isIPv4(name) || isHostname(name))) return null;
-  return { host: name, port };
+  if (!match) {
+    if (!/:\d{1,5}$/.test(value)) return 'must end in :PORT, a port from 1 to 65535 (host:port)';
+    if (/^[^[].*:.*:/.test(value)) return 'must put an IPv6 address in brackets ([2001:db8::1]:443)';
+    return 'must be host:port with a hostname or an IP address (IPv6 in brackets)';
+  }
+  const { host, port } = splitTarget(value);
+  if (port < 1 || port > 65535) return `has port ${match[3]}, which is not from 1 to 65535`;
+  if (match[1] !== undefined ? !isIPv6(host) : !(isIPv4(host) || isHostname(host)))
+    return `has host ${JSON.stringify(host)}, which is not a hostname or an IP address`;
+  return null;
 }
 
 export function target(): Schema<string> {
@@ -52,7 +66,7 @@ export function target(): Schema<string> {
     description: 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).',
     example: 'backend.internal:8080',
     documented: { pattern: TARGET.source },
-    refine: (value) => (parseTarget(value) ? null : 'must be host:port with a port from 1 to 65535 (IPv6 in brackets)'),
+    refine: targetProblem,
   });
 }
 
@@ -80,10 +94,10 @@ export function masterUrl(options: { description: string; allowEmpty?: boolean }
     max: 300,
     description: options.description,
     example: 'https://192.0.2.1:8080',
-    documented: {
-      format: 'uri',
-      pattern: options.allowEmpty ? `^$|${MASTER_URL.source}` : MASTER_URL.source,
-    },
+    // An empty value (none configured) is no URI: documented apart, so that strict validators accept it.
+    documented: options.allowEmpty
+      ? { anyOf: [{ const: '' }, { format: 'uri', pattern: MASTER_URL.source }] }
+      : { format: 'uri', pattern: MASTER_URL.source },
     refine: (value) =>
       (options.allowEmpty && value === '') || masterOrigin(value) !== null
         ? null

@@ -7,6 +7,23 @@ export type { FieldError };
 
 export type JsonSchema = { [key: string]: unknown };
 
+/** A `FieldError` as JSON Schema: what every 422 (and a failed batch item) lists in `errors`. */
+export const fieldErrorSchema: JsonSchema = {
+  title: 'FieldError',
+  type: 'object',
+  required: ['pointer', 'detail'],
+  properties: {
+    pointer: {
+      type: 'string',
+      description:
+        "Where: a JSON Pointer into the body (#/targets/1), ?name for a query parameter, or a header's name " +
+        '(Idempotency-Key).',
+    },
+    detail: { type: 'string', description: 'What is wrong with it, in words.' },
+  },
+  additionalProperties: false,
+};
+
 export interface Schema<T> {
   readonly json: JsonSchema;
   /** Returns the checked (and normalised) value; problems are pushed onto `errors`. */
