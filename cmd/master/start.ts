@@ -134,7 +134,8 @@ function openData(config: MasterConfig, presence: SyncHub): Store {
     if (error instanceof DatabaseDamaged)
       throw new Error(
         `${error.message}. Keep this data dir as it is, and restore the last backup into an empty one: ` +
-          `master restore --data-dir NEW-DIR BACKUP-FILE, then start with --data-dir NEW-DIR (README, Recovery)`,
+          `master restore --data-dir NEW-DIR BACKUP-FILE (npm run master -- restore ... in a clone), then start with ` +
+          '--data-dir NEW-DIR (README, Recovery)',
         { cause: error },
       );
     throw new Error(

@@ -32,7 +32,8 @@ export const backupOperations = operations({
       'A tar archive: the database (a consistent copy through SQLite, taken while the master serves), ' +
       'the sealing key (unless it lives outside the data dir), the license, the master certificate agents pin, ' +
       'and pinned SSH host keys. ' +
-      'It is as sensitive as the data dir. Restore it with `master restore`. Audited as backup.download.',
+      'It is as sensitive as the data dir. Check it with `npm run master -- verify FILE` and restore it with ' +
+      '`npm run master -- restore --data-dir NEW-DIR FILE` (README, Backup and restore). Audited as backup.download.',
     responses: {
       200: {
         description: 'The archive',
