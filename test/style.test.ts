@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 
 const MAX_COLUMNS = 120;
@@ -22,4 +23,51 @@ test(`no source line is longer than ${MAX_COLUMNS} columns`, () => {
       .flatMap((line, i) => (line.length > MAX_COLUMNS ? [`${file}:${i + 1} (${line.length})`] : [])),
   );
   assert.deepEqual(long, []);
+});
+
+/** Which areas of internal/ each area imports (an area is the folder right under internal/). */
+function areaImports(): Map<string, Set<string>> {
+  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', 'internal/*.ts'], {
+    encoding: 'utf8',
+  })
+    .split('\n')
+    .filter(Boolean);
+  const areaOf = (path: string) => (path.split('/').length > 2 ? path.split('/')[1]! : 'root');
+  const edges = new Map<string, Set<string>>();
+  for (const file of files) {
+    const from = areaOf(file);
+    for (const [, spec] of readFileSync(file, 'utf8').matchAll(/from '(\.\.?\/[^']+)'/g)) {
+      const to = areaOf(join(dirname(file), spec!));
+      if (to !== from) (edges.get(from) ?? edges.set(from, new Set()).get(from)!).add(to);
+    }
+  }
+  return edges;
+}
+
+test('dependencies point one way: no cycle between areas, storage and the data plane know no HTTP', () => {
+  const edges = areaImports();
+  assert.ok(edges.size > 10, 'the areas were found');
+  const cycles: string[] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const visit = (area: string, path: string[]) => {
+    state.set(area, 'open');
+    for (const next of edges.get(area) ?? []) {
+      if (state.get(next) === 'open') cycles.push([...path.slice(path.indexOf(next)), next].join(' -> '));
+      else if (!state.has(next)) visit(next, [...path, next]);
+    }
+    state.set(area, 'done');
+  };
+  for (const area of edges.keys()) if (!state.has(area)) visit(area, [area]);
+  assert.deepEqual(cycles, []);
+  const forbidden: [string, string[]][] = [
+    ['store', ['api', 'http', 'agentlink']],
+    ['relay', ['forward', 'tunnel', 'store', 'api', 'http']],
+    ['tunnel', ['forward', 'store', 'api', 'http']],
+    ['forward', ['store', 'api', 'http']],
+    ['agent', ['store', 'api', 'http']],
+  ];
+  for (const [area, never] of forbidden)
+    for (const other of never) assert.ok(!edges.get(area)?.has(other), `internal/${area} imports internal/${other}`);
+  const apiUsers = [...edges].filter(([, to]) => to.has('api')).map(([from]) => from);
+  assert.deepEqual(apiUsers, [], 'nothing but cmd/ imports internal/api');
 });

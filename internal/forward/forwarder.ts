@@ -12,29 +12,11 @@ import type { TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import type { TunnelView } from '../tunnel/wire.ts';
-import { datagramsTo, dialTargets, type DatagramDial, type DialPolicy, type TcpDial } from './dial.ts';
-import { TargetPicker, type Target } from './targets.ts';
-import { TcpRelay } from './tcp.ts';
-import { UdpRelay } from './udp.ts';
-
-export interface Limits extends DialPolicy {
-  maxConnectionsPerRule: number;
-  /** Open connections (and UDP sessions) one client address may hold on one rule; more are turned away. */
-  maxConnectionsPerSource: number;
-  /** A relayed TCP connection with no bytes either way for this long is closed. */
-  tcpIdleMs: number;
-  maxUdpSessionsPerRule: number;
-  udpIdleMs: number;
-}
-
-export const DEFAULT_LIMITS: Limits = {
-  allowLocalTargets: false,
-  maxConnectionsPerRule: 10_000,
-  maxConnectionsPerSource: 256,
-  tcpIdleMs: 3_600_000,
-  maxUdpSessionsPerRule: 10_000,
-  udpIdleMs: 60_000,
-};
+import { datagramsTo, dialTargets, type DatagramDial, type TcpDial } from '../relay/dial.ts';
+import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
+import { TargetPicker, type Target } from '../relay/targets.ts';
+import { TcpRelay } from '../relay/tcp.ts';
+import { UdpRelay } from '../relay/udp.ts';
 
 type Relay = TcpRelay | UdpRelay;
 

@@ -5,7 +5,7 @@
 import { connect as h2Connect, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect } from 'node:tls';
-import type { DatagramDial, DatagramSession, TcpDial } from '../forward/dial.ts';
+import type { DatagramDial, DatagramSession, TcpDial } from '../relay/dial.ts';
 import {
   ALPN,
   Deframer,

@@ -8,8 +8,8 @@ import type { IncomingHttpHeaders } from 'node:http2';
 import type { Socket } from 'node:net';
 import { createServer, type Server, type TLSSocket } from 'node:tls';
 import { sourceOf } from '../schema/net.ts';
-import { datagramsTo, dialTargets, splice, type DialPolicy } from '../forward/dial.ts';
-import { TargetPicker, type Target } from '../forward/targets.ts';
+import { datagramsTo, dialTargets, splice, type DialPolicy } from '../relay/dial.ts';
+import { TargetPicker, type Target } from '../relay/targets.ts';
 import type { Protocol, Strategy } from '../domain/rules.ts';
 import {
   ALPN,

@@ -3,7 +3,7 @@
 // counters, so what is counted is what crossed the relay.
 
 import { createServer, type Server, type Socket } from 'node:net';
-import type { Limits } from './forwarder.ts';
+import type { Limits } from './limits.ts';
 import { splice, type TcpDial } from './dial.ts';
 
 export interface Counter {

@@ -7,7 +7,7 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import { DATAGRAM_BUFFER_BYTES, type DatagramDial, type DatagramSession } from './dial.ts';
-import type { Limits } from './forwarder.ts';
+import type { Limits } from './limits.ts';
 import type { Counter } from './tcp.ts';
 
 interface Session {
