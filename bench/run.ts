@@ -160,6 +160,9 @@ function agentProcess(masterUrl: string, stateDir: string, token: string): Runni
       join(work, stateDir),
       '--listen-host',
       '127.0.0.1',
+      // These rows measure the relay, whatever the host allows.
+      '--forwarding',
+      'relay',
     ]),
     { AGENT_TOKEN: token },
   );

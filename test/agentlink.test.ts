@@ -95,6 +95,7 @@ test(
       state: 'failed',
       error: { code: 'port_in_use', detail: 'taken' },
       applied_at: null,
+      applied_path: null,
     });
     assert.equal(
       (await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state,

@@ -41,7 +41,8 @@ export function startAgent(t: TestContext, master: string, token: string, option
   ];
   const [command, ...args] = [...(options.within ?? []), ...argv];
   const child = spawn(command!, args, {
-    env: { ...process.env, AGENT_TOKEN: token },
+    // The relay unless a test asks for the kernel: agents here share the host's one nftables table otherwise.
+    env: { AGENT_FORWARDING: 'relay', ...process.env, AGENT_TOKEN: token },
     stdio: ['ignore', 'pipe', 'inherit'],
   }) as AgentProcess;
   child.output = [];

@@ -75,7 +75,7 @@ test(
     const { parseAgentConfig } = await import('../cmd/agent/config.ts');
     const token = `mat_7_${'a'.repeat(43)}`;
     const pin = `sha256/${'Q'.repeat(43)}=`;
-    const base = { masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0' };
+    const base = { masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0', forwarding: 'auto' };
     const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
       [
         ['--master', 'https://10.0.0.1:8443/', '--master-pin', pin],
@@ -99,11 +99,22 @@ test(
         { AGENT_TOKEN: token, AGENT_INSECURE_HTTP: 'true' },
         { ...base, masterUrl: 'http://10.0.0.1:8080' },
       ],
+      [
+        ['--master', 'https://m.example', '--forwarding', 'kernel'],
+        { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay' },
+        { ...base, masterUrl: 'https://m.example', forwarding: 'kernel' },
+      ],
+      [
+        ['--master', 'https://m.example'],
+        { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay' },
+        { ...base, masterUrl: 'https://m.example', forwarding: 'relay' },
+      ],
     ];
     for (const [argv, env, want] of cases)
       assert.deepEqual(parseAgentConfig(argv, env), { config: want }, argv.join(' '));
     const errors: [string[], Record<string, string>, RegExp][] = [
       [[], { AGENT_TOKEN: token }, /--master/],
+      [['--master', 'https://m', '--forwarding', 'fast'], { AGENT_TOKEN: token }, /--forwarding must be auto, kernel/],
       [['--master', 'not a url'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
       [['--master', 'http://10.0.0.1:8080/a/path'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
       [['--master', 'http://a$(reboot)b:8080'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
@@ -152,6 +163,7 @@ test(
         token,
         stateDir: './agent-state',
         listenHost: '0.0.0.0',
+        forwarding: 'auto',
       },
     });
     assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
@@ -161,6 +173,7 @@ test(
         token,
         stateDir: './agent-state',
         listenHost: '0.0.0.0',
+        forwarding: 'auto',
       },
     });
     assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
@@ -170,6 +183,7 @@ test(
         token,
         stateDir: './agent-state',
         listenHost: '0.0.0.0',
+        forwarding: 'auto',
       },
     });
     const errors: [string, RegExp][] = [

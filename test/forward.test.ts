@@ -18,6 +18,7 @@ function rule(id: number, listen_port: number, targets: string[], extra: Partial
     strategy: 'round_robin',
     enabled: true,
     tunnel_id: null,
+    forwarding: 'auto',
     ...extra,
   };
 }
@@ -28,7 +29,7 @@ test('TCP: bytes cross the relay both ways through a half-close, and are counted
   const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
   assert.deepEqual(await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`])]), [
-    { id: 1, state: 'applied', error: null },
+    { id: 1, state: 'applied', error: null, path: 'relay' },
   ]);
   const payload = Buffer.alloc(3 * 1024 * 1024, 7);
   const back = await roundTrip(port, payload);

@@ -47,6 +47,7 @@ function setUp(t: { after: (fn: () => void) => void }) {
         listen_port: 8000,
         targets: ['10.0.0.1:80'],
         strategy: 'round_robin',
+        forwarding: 'auto',
         enabled: true,
       },
       AT,

@@ -184,7 +184,7 @@ test(
         strategy: 'round_robin',
         enabled: true,
         tunnel_id: null,
-        sync: { state: 'pending', error: null, applied_at: null },
+        sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
         traffic: { bytes_in: 0, bytes_out: 0 },
       },
     );
@@ -410,6 +410,11 @@ test('what a read shows equals what the write answered, for nodes and rules, alo
   const failed = (await call(m.url, 'GET', '/api/rules/1', { token: m.admin })).body;
   assert.deepEqual(failed, {
     ...m.app.store.rules.find(1),
-    sync: { state: 'failed', error: { code: 'port_in_use', detail: 'taken' }, applied_at: null },
+    sync: {
+      state: 'failed',
+      error: { code: 'port_in_use', detail: 'taken' },
+      applied_at: null,
+      applied_path: null,
+    },
   });
 });

@@ -67,6 +67,7 @@ test('export lists nodes without secrets, tunnels and rules by name', async (t) 
     listen_port: 8443,
     targets: ['[2001:db8::5]:443'],
     strategy: 'round_robin',
+    forwarding: 'auto',
     enabled: true,
   });
   assert.ok(!JSON.stringify(doc).includes('secret-password'));

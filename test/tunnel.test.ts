@@ -309,6 +309,7 @@ async function tunnelPair(t: TestContext, targets: number[]) {
     protocol: 'tcp' as const,
     targets: [`127.0.0.1:${port}`],
     strategy: 'round_robin' as const,
+    forwarding: 'auto' as const,
     enabled: true,
   }));
   const ports = await Promise.all(targets.map(() => freePort()));
@@ -363,6 +364,8 @@ test('clients that hang up abruptly, thousands in a row, do not cost the tunnel 
     if (view?.state === 'up') wasUp = true;
     else if (wasUp && view) wentDown.push(view.error ?? 'down');
   };
+  // The session may be up already: apply can return after it came up.
+  entry.onTunnelChange();
   for (let i = 0; i < 1500; i += 10) {
     await Promise.all(
       Array.from({ length: 10 }, async () => {
@@ -492,6 +495,7 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
       protocol: 'tcp' as const,
       targets: [`127.0.0.1:${echo.port}`],
       strategy: 'round_robin' as const,
+      forwarding: 'auto' as const,
       enabled: true,
     },
   ];

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import type { Parsed } from '../../internal/runtime/cli.ts';
 import { isLoopback, masterOrigin } from '../../internal/schema/net.ts';
 import { PIN } from '../../internal/tls/pin.ts';
+import { forwardingModes, type ForwardingMode } from '../../internal/forward/forwarder.ts';
 
 export interface AgentConfig {
   masterUrl: string;
@@ -14,6 +15,7 @@ export interface AgentConfig {
   token: string;
   stateDir: string;
   listenHost: string;
+  forwarding: ForwardingMode;
 }
 
 export type AgentParse = Parsed<AgentConfig>;
@@ -30,6 +32,10 @@ Options:
   --state-dir DIR      where the last applied config and unsent traffic are kept
                        (env AGENT_STATE_DIR, default ./agent-state)
   --listen-host ADDR   address the forwarding ports listen on (env AGENT_LISTEN_HOST, default 0.0.0.0)
+  --forwarding MODE    auto: direct rules in the kernel (nftables) where the agent can, else the relay;
+                       kernel: the kernel only (rules it cannot carry fail); relay: user space only
+                       (env AGENT_FORWARDING, default auto)
+  --uninstall          remove the agents' nftables tables (inet portplane_<node id>) and exit
   --env-file FILE      read AGENT_* settings from FILE: one KEY=VALUE per line, taken literally
                        (no quotes, no expansion; lines starting with # are comments). Flags
                        win over the file, the file over the environment.
@@ -44,6 +50,7 @@ const FLAGS = {
   '--token': 'AGENT_TOKEN',
   '--state-dir': 'AGENT_STATE_DIR',
   '--listen-host': 'AGENT_LISTEN_HOST',
+  '--forwarding': 'AGENT_FORWARDING',
   '--env-file': 'AGENT_ENV_FILE',
 } as const;
 /** Flags that take no value; their variable is on when it is 1 or true. */
@@ -128,6 +135,9 @@ export function parseAgentConfig(
       };
     }
   }
+  const forwarding = settings.AGENT_FORWARDING ?? 'auto';
+  if (!(forwardingModes as readonly string[]).includes(forwarding))
+    return { error: `--forwarding must be auto, kernel or relay, got '${forwarding}'` };
   const token = settings.AGENT_TOKEN;
   if (!token || !/^mat_[1-9][0-9]*_[A-Za-z0-9_-]{43}$/.test(token))
     return { error: "--token (or AGENT_TOKEN) must be the node's agent token (mat_...)" };
@@ -138,6 +148,7 @@ export function parseAgentConfig(
       token,
       stateDir: settings.AGENT_STATE_DIR ?? './agent-state',
       listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0',
+      forwarding: forwarding as ForwardingMode,
     },
   };
 }

@@ -16,9 +16,11 @@ import {
   send,
   type Message,
 } from '../agentlink/wire.ts';
-import { Forwarder, type TunnelReport } from '../forward/forwarder.ts';
+import { Forwarder, type ForwardingMode, type KernelCounts, type TunnelReport } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
 import { configMessage, trafficAckMessage } from '../domain/link.ts';
+import type { RuleTraffic } from '../domain/rules.ts';
+import { tableOf } from '../kernel/ruleset.ts';
 import { pinOf } from '../tls/pin.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 
@@ -29,6 +31,8 @@ export interface AgentOptions {
   token: string;
   stateDir: string;
   listenHost: string;
+  /** Where rules are carried (see Forwarder); default relay. */
+  forwarding?: ForwardingMode;
   version: string;
   log: Logger;
 }
@@ -75,6 +79,8 @@ function tlsProblem(error: Error & { code?: string }): string {
 const MAX_PENDING_REPORTS = 500;
 /** Changes to how tunnels stand are gathered this long before they are sent. */
 const TUNNEL_STATUS_DELAY_MS = 1_000;
+/** How often the kernel rules' target names are looked up again. */
+const KERNEL_REFRESH_MS = 60_000;
 
 export class Agent {
   private readonly forwarder: Forwarder;
@@ -88,6 +94,9 @@ export class Agent {
   private linkPin: string | null = null;
   private applying: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  /** Reports are made one at a time (reading the kernel's counters takes a moment). */
+  private reporting: Promise<void> = Promise.resolve();
   private retryTimer: NodeJS.Timeout | undefined;
   private tunnelTimer: NodeJS.Timeout | undefined;
   /** The state of each tunnel end last written to the log. */
@@ -96,7 +105,12 @@ export class Agent {
   private readonly tunnelsSent = new Map<number, { report: TunnelReport; at: number }>();
 
   constructor(private readonly options: AgentOptions) {
-    this.forwarder = new Forwarder(options.listenHost);
+    this.forwarder = new Forwarder(
+      options.listenHost,
+      {},
+      options.forwarding ?? 'relay',
+      tableOf(Number(/^mat_([1-9][0-9]*)_/.exec(options.token)?.[1] ?? 0)),
+    );
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     this.state = new AgentState(options.stateDir, (damaged) =>
       options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
@@ -111,17 +125,26 @@ export class Agent {
       await this.apply(saved, false);
     }
     this.scheduleReports(saved?.report_interval_seconds ?? 10);
+    this.refreshTimer = setInterval(() => {
+      this.applying = this.applying
+        .then(() => this.forwarder.refreshKernel())
+        .then((changed) => {
+          if (changed) this.options.log.info("a kernel rule's target address changed: table rewritten");
+        })
+        .catch((error: Error) => this.options.log.warn('rewriting the kernel table failed', { error: error.message }));
+    }, KERNEL_REFRESH_MS);
     this.connect();
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.reportTimer);
+    clearInterval(this.refreshTimer);
     clearTimeout(this.retryTimer);
     clearTimeout(this.tunnelTimer);
-    this.report();
-    this.socket?.destroy();
     await this.applying;
+    await this.report();
+    this.socket?.destroy();
     await this.forwarder.close();
   }
 
@@ -241,6 +264,7 @@ export class Agent {
     this.options.log.info('linked to the master', { url: new URL(this.options.masterUrl).origin });
     for (const report of this.traffic.pending) send(socket, { type: 'traffic', ...report });
     this.sendTunnelStatus(true);
+    this.sendPaths(socket);
   }
 
   private receive(message: Message): void {
@@ -286,6 +310,7 @@ export class Agent {
       errors: failed.slice(0, 5).map((r) => ({ id: r.id, ...r.error })),
     });
     if (!acknowledge || !this.socket) return;
+    this.sendPaths(this.socket);
     // The master reads at most MAX_ENTRIES results a message; all but the last say more follow.
     const pieces = inPieces(results);
     pieces.forEach((piece, i) =>
@@ -344,18 +369,41 @@ export class Agent {
     }
   }
 
+  /** Which ways of forwarding this node can use, and why not, for the node's answer. */
+  private sendPaths(socket: Socket): void {
+    const kernel = this.forwarder.kernelState;
+    send(socket, {
+      type: 'paths',
+      kernel: kernel.available ? { available: true, reason: null } : { available: false, reason: kernel.reason },
+    });
+  }
+
   private scheduleReports(seconds: number): void {
     clearInterval(this.reportTimer);
-    this.reportTimer = setInterval(() => this.report(), seconds * 1000);
+    this.reportTimer = setInterval(() => void this.report(), seconds * 1000);
+  }
+
+  /** Reports are made one after another. */
+  private report(): Promise<void> {
+    this.reporting = this.reporting
+      .then(() => this.reportNow())
+      .catch((error: Error) => this.options.log.error('reporting traffic failed', { error: error.message }));
+    return this.reporting;
   }
 
   /**
-   * Counts what crossed the relays since the last report, keeps it until acknowledged, and
-   * sends it: one report per MAX_ENTRIES rules, each with its own sequence number.
+   * Counts what crossed the relays and the kernel since the last report, keeps it until acknowledged, and sends it:
+   * one report per MAX_ENTRIES rules, each with its own sequence number. The kernel's counters only grow: what was
+   * reported of them is kept with the reports (in the same file, written at once), so a restart neither loses nor
+   * repeats a byte.
    */
-  private report(): void {
-    const drained = this.forwarder.drain();
-    if (drained.length === 0) return;
+  private async reportNow(): Promise<void> {
+    const kernel = await this.forwarder.kernelCounts();
+    const drained = addKernel(this.forwarder.drain(), kernel, this.traffic);
+    if (drained.length === 0) {
+      if (kernel) this.state.saveTraffic(this.traffic);
+      return;
+    }
     const traffic = this.traffic;
     const at = Math.floor(Date.now() / 1000);
     let fresh: TrafficReport[] = inPieces(drained).map((rules) => ({
@@ -384,4 +432,28 @@ export class Agent {
     this.state.saveTraffic(traffic);
     if (this.socket) for (const report of fresh) send(this.socket, { type: 'traffic', ...report });
   }
+}
+
+/**
+ * The relays' traffic with what the kernel counted since it was last reported (`traffic.kernel`, updated here). A
+ * counter below what was reported started over (a new table): all of it is new.
+ */
+function addKernel(relayed: RuleTraffic[], kernel: KernelCounts | null, traffic: TrafficState): RuleTraffic[] {
+  if (!kernel) return relayed;
+  const seen = new Map(kernel.fresh ? [] : (traffic.kernel ?? []).map((r) => [r.id, r]));
+  const totals = new Map(relayed.map((r) => [r.id, { ...r }]));
+  for (const [id, now] of kernel.counts) {
+    const before = seen.get(id) ?? { id, bytes_in: 0, bytes_out: 0 };
+    const bytesIn = now.bytes_in >= before.bytes_in ? now.bytes_in - before.bytes_in : now.bytes_in;
+    const bytesOut = now.bytes_out >= before.bytes_out ? now.bytes_out - before.bytes_out : now.bytes_out;
+    seen.set(id, { id, bytes_in: now.bytes_in, bytes_out: now.bytes_out });
+    if (bytesIn === 0 && bytesOut === 0) continue;
+    const total = totals.get(id) ?? { id, bytes_in: 0, bytes_out: 0 };
+    total.bytes_in += bytesIn;
+    total.bytes_out += bytesOut;
+    totals.set(id, total);
+  }
+  for (const id of kernel.removed) seen.delete(id);
+  traffic.kernel = [...seen.values()];
+  return [...totals.values()];
 }

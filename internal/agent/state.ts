@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { configMessage, PIN, type TunnelEnd } from '../domain/link.ts';
-import { array, integer, object, string, validate } from '../schema/schema.ts';
+import { array, integer, object, optional, string, validate } from '../schema/schema.ts';
 import { writeFileAtomic } from '../runtime/files.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
@@ -25,6 +25,7 @@ const trafficState = object({
     }),
     { max: 1_000_000 },
   ),
+  kernel: optional(array(object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT }), { max: 1_000_000 }), []),
 });
 
 export interface SavedConfig {
@@ -52,6 +53,8 @@ export interface TrafficState {
   seq: number;
   /** Reports not yet acknowledged by the master, oldest first. */
   pending: TrafficReport[];
+  /** The kernel counters' values already counted in a report, per rule (absent: none yet). */
+  kernel?: RuleTraffic[];
 }
 
 /** A saved file found damaged and set aside, to be rebuilt from the master. */

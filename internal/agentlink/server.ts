@@ -18,10 +18,12 @@ import { problemOf } from '../http/problem.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import {
   appliedMessage,
+  pathsMessage,
   trafficMessage,
   tunnelStatusMessage,
   type AppliedMessage,
   type ConfigMessage,
+  type PathsMessage,
   type TrafficMessage,
   type TunnelEnd,
   type TunnelStatusMessage,
@@ -448,10 +450,18 @@ export class AgentLinks {
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
     if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
+    if (message.type === 'paths') return this.paths(link, checkMessage(pathsMessage, message));
     this.logOf(`n:${link.nodeId}`).warn('agent sent an unknown message', {
       node_id: link.nodeId,
       type: message.type.slice(0, 32),
     });
+  }
+
+  /** Which ways of forwarding the node can use, as its agent says. */
+  private paths(link: Link, message: PathsMessage): void {
+    const { store } = this.app;
+    const { available, reason } = message.kernel;
+    store.write(() => store.nodes.setKernelPath(link.nodeId, { available, reason: available ? null : reason }));
   }
 
   private applied(link: Link, ack: AppliedMessage): void {
@@ -464,7 +474,14 @@ export class AgentLinks {
       // An acknowledgement of an older config says nothing about rules changed since: a newer config is on its way.
       if (!node || node.config_version !== ack.version) return false;
       for (const result of ack.results)
-        store.rules.setSync(result.id, nodeId, result.state, result.error, this.app.clock.timestamp());
+        store.rules.setSync(
+          result.id,
+          nodeId,
+          result.state,
+          result.error,
+          this.app.clock.timestamp(),
+          result.path ?? null,
+        );
       return true;
     });
     if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));

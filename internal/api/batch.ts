@@ -305,8 +305,8 @@ function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeo
 }
 
 function fieldsFromRule(rule: Rule): RuleFields {
-  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled } = rule;
-  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled };
+  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled } = rule;
+  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled };
 }
 
 async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Reply> {

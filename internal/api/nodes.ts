@@ -21,6 +21,7 @@ const READ_ONLY = [
   'status',
   'status_detail',
   'agent_version',
+  'kernel_path',
   'last_seen_at',
   'traffic',
   'install',
@@ -119,6 +120,15 @@ const nodeProperties = {
     description: 'Why the node is in its status, e.g. the reason its agent link or install failed.',
   },
   agent_version: { type: ['string', 'null'] },
+  kernel_path: {
+    type: ['object', 'null'],
+    description:
+      "Whether the node's agent can forward rules in the kernel (nftables), and why not: as its agent last said " +
+      '(null until an agent that knows of the kernel path linked). Rules it cannot carry there use the relay.',
+    required: ['available', 'reason'],
+    properties: { available: { type: 'boolean' }, reason: { type: ['string', 'null'] } },
+    additionalProperties: false,
+  },
   last_seen_at: {
     ...nullableTimestamp,
     description: 'When its agent last sent anything (it pings every 15 s); while linked, it moves with every message.',

@@ -23,6 +23,8 @@ import {
   protocols,
   strategies,
   syncStates,
+  forwardings,
+  paths,
   targetRefusal,
   type Rule,
   type RuleFields,
@@ -61,6 +63,14 @@ export const ruleInput = object(
       }),
       'round_robin',
     ),
+    forwarding: optional(
+      oneOf(forwardings, {
+        description:
+          'auto: the node forwards the rule in the kernel (nftables) where it can, else in user space (the relay); ' +
+          'relay: always in user space. sync.applied_path says which the node used.',
+      }),
+      'auto',
+    ),
     tunnel_id: optional(
       nullable(
         integer({
@@ -85,10 +95,11 @@ export const ruleSchema = record('Rule', {
   listen_port: { type: 'integer' },
   targets: { type: 'array', items: { type: 'string' } },
   strategy: { type: 'string', enum: [...strategies] },
+  forwarding: { type: 'string', enum: [...forwardings] },
   enabled: { type: 'boolean' },
   sync: {
     type: 'object',
-    required: ['state', 'error', 'applied_at'],
+    required: ['state', 'error', 'applied_at', 'applied_path'],
     properties: {
       state: {
         type: 'string',
@@ -101,6 +112,13 @@ export const ruleSchema = record('Rule', {
         properties: { code: { type: 'string' }, detail: { type: 'string' } },
       },
       applied_at: nullableTimestamp,
+      applied_path: {
+        type: ['string', 'null'],
+        enum: [...paths, null],
+        description:
+          'How the node carries the rule once applied: kernel (nftables; its traffic counts IP packets, headers ' +
+          'included) or relay (user space; payload bytes). null until applied, or from an older agent.',
+      },
     },
     additionalProperties: false,
   },
@@ -260,8 +278,8 @@ export function removeRule(app: Writer, effects: Effects, id: number, ifMatch?: 
 }
 
 export function fieldsOf(body: RuleInput): RuleFields {
-  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled } = body;
-  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled };
+  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled } = body;
+  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled };
 }
 
 /**

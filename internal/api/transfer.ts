@@ -71,6 +71,7 @@ const exportedRule = object(
     listen_port: ruleInput.properties.listen_port,
     targets: ruleInput.properties.targets,
     strategy: ruleInput.properties.strategy,
+    forwarding: ruleInput.properties.forwarding,
     enabled: ruleInput.properties.enabled,
   },
   { ignore: ['id'] },
@@ -127,6 +128,7 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
       listen_port: r.listen_port,
       targets: r.targets,
       strategy: r.strategy,
+      forwarding: r.forwarding,
       enabled: r.enabled,
     })),
   };
@@ -158,6 +160,7 @@ function sameRule(existing: Rule, fields: RuleFields): boolean {
     'listen_port',
     'targets',
     'strategy',
+    'forwarding',
     'enabled',
   ];
   return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
@@ -249,6 +252,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
       listen_port: input.listen_port,
       targets: input.targets,
       strategy: input.strategy,
+      forwarding: input.forwarding,
       enabled: input.enabled,
     };
     const holder = app.store.rules.portHolder(fields);

@@ -4,7 +4,7 @@
 
 import { host, target } from '../schema/net.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
-import { protocols, ruleErrorCodes, strategies } from './rules.ts';
+import { forwardings, paths, protocols, ruleErrorCodes, strategies } from './rules.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
 export const MAX_ENTRIES = 500;
@@ -63,6 +63,8 @@ export const configMessage = object({
       strategy: oneOf(strategies),
       enabled: boolean(),
       tunnel_id: nullable(ID),
+      /** Absent from masters older than the kernel path. */
+      forwarding: optional(oneOf(forwardings), 'auto'),
     }),
     { max: 200_000 },
   ),
@@ -83,6 +85,8 @@ export const appliedMessage = object({
       id: ID,
       state: oneOf(['applied', 'failed']),
       error: nullable(object({ code: oneOf(ruleErrorCodes), detail: string({ max: 500 }) })),
+      /** How the node carries it; absent from agents older than the kernel path. */
+      path: optional(oneOf(paths)),
     }),
     { max: MAX_ENTRIES },
   ),
@@ -115,3 +119,10 @@ export const tunnelStatusMessage = object({
   ),
 });
 export type TunnelStatusMessage = Infer<typeof tunnelStatusMessage>;
+
+/** Agent to master: which ways of forwarding the node can use, and why not; sent on linking and after each config. */
+export const pathsMessage = object({
+  type: oneOf(['paths']),
+  kernel: object({ available: boolean(), reason: nullable(string({ max: 500 })) }),
+});
+export type PathsMessage = Infer<typeof pathsMessage>;

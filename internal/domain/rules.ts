@@ -9,6 +9,12 @@ export const strategies = ['round_robin', 'random', 'failover'] as const;
 export type Strategy = (typeof strategies)[number];
 export const syncStates = ['pending', 'applied', 'failed'] as const;
 export type SyncState = (typeof syncStates)[number];
+/** How a rule may be carried: `auto` lets the node choose (the kernel where it can), `relay` keeps it in user space. */
+export const forwardings = ['auto', 'relay'] as const;
+export type Forwarding = (typeof forwardings)[number];
+/** How a node carried a rule it applied. */
+export const paths = ['kernel', 'relay'] as const;
+export type Path = (typeof paths)[number];
 
 /** What a rule's writer chooses. */
 export interface RuleFields {
@@ -19,13 +25,21 @@ export interface RuleFields {
   listen_port: number;
   targets: string[];
   strategy: Strategy;
+  /** How the rule may be carried on its node: auto (the kernel where the node can) or relay. */
+  forwarding: Forwarding;
   enabled: boolean;
 }
 
 /** A rule as it stands: its fields, what its node last reported, and the bytes it carried. */
 export interface Rule extends RuleFields {
   id: number;
-  sync: { state: SyncState; error: { code: string; detail: string } | null; applied_at: string | null };
+  sync: {
+    state: SyncState;
+    error: { code: string; detail: string } | null;
+    applied_at: string | null;
+    /** How the node carries it, once applied; null before, or from an agent older than the kernel path. */
+    applied_path: Path | null;
+  };
   traffic: { bytes_in: number; bytes_out: number };
   version: number;
   created_at: string;
@@ -35,7 +49,7 @@ export interface Rule extends RuleFields {
 /** The part of a rule its node needs to forward it. */
 export type ForwardRule = Pick<
   Rule,
-  'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id'
+  'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id' | 'forwarding'
 >;
 
 export function forwardRuleOf({
@@ -46,8 +60,9 @@ export function forwardRuleOf({
   strategy,
   enabled,
   tunnel_id,
+  forwarding,
 }: ForwardRule): ForwardRule {
-  return { id, protocol, listen_port, targets, strategy, enabled, tunnel_id };
+  return { id, protocol, listen_port, targets, strategy, enabled, tunnel_id, forwarding };
 }
 
 export const ruleErrorCodes = [
@@ -59,6 +74,10 @@ export const ruleErrorCodes = [
   /** The rule names a tunnel the node's config does not carry. */
   'tunnel_missing',
   'listen_failed',
+  /** The agent forwards in the kernel only (--forwarding kernel), and this rule cannot be carried there. */
+  'kernel_unsupported',
+  /** nftables refused the table this rule was part of. */
+  'kernel_failed',
 ] as const;
 export type RuleErrorCode = (typeof ruleErrorCodes)[number];
 
@@ -67,6 +86,8 @@ export interface RuleResult {
   id: number;
   state: 'applied' | 'failed';
   error: { code: RuleErrorCode; detail: string } | null;
+  /** How it is carried, once applied (absent from agents older than the kernel path). */
+  path?: Path;
 }
 
 /** Bytes relayed for one rule: in from clients to targets, out back. */

@@ -1,18 +1,23 @@
-// Applies a node's whole rule set and its tunnel ends idempotently: listeners whose port and
-// protocol are unchanged stay up (keeping their connections, with targets or tunnel updated
-// in place), removed or moved ones close, new ones open; a tunnel end whose address or keys
-// are unchanged keeps its session. Each rule's outcome carries a machine code on failure:
-// for a rule this node is the exit of, what the exit did with it.
+// Applies a node's whole rule set and its tunnel ends idempotently, and decides how each rule is carried: by the
+// kernel (nftables, internal/kernel) or by the relay (internal/relay). Listeners whose port and protocol are unchanged
+// stay up (keeping their connections, with targets or tunnel updated in place), removed or moved ones close, new ones
+// open; a tunnel end whose address or keys are unchanged keeps its session. Every enabled rule has its relay
+// listener, kernel rules too: it holds the port (so a port in use is port_in_use either way) and carries what the
+// kernel does not take (loopback, an address family the target lacks), and switching a rule between the paths leaves
+// no moment when the port answers nothing. The kernel table is written whole, in one transaction, after the relays.
+// Each rule's outcome carries a machine code on failure: for a rule this node is the exit of, what the exit did.
 
 import { lookup } from 'node:dns/promises';
-import { isIP } from 'node:net';
+import { isIP, isIPv4 } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
 import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic } from '../domain/rules.ts';
 import type { TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import type { TunnelView } from '../tunnel/wire.ts';
-import { datagramsTo, dialTargets, type DatagramDial, type TcpDial } from '../relay/dial.ts';
+import { applyRuleset, kernelAvailability, readCounters, removeTable, type Counts } from '../kernel/nft.ts';
+import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts';
+import { datagramsTo, dialTargets, localRefusal, type DatagramDial, type TcpDial } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { TcpRelay } from '../relay/tcp.ts';
@@ -24,7 +29,26 @@ interface Listener {
   key: string;
   relays: Relay[];
   picker: TargetPicker;
+  /** The rule's targets as given (names unresolved). */
+  targets: string[];
 }
+
+/** Where the agent may forward: the kernel where it can (auto), the kernel only, or the relay only. */
+export const forwardingModes = ['auto', 'kernel', 'relay'] as const;
+export type ForwardingMode = (typeof forwardingModes)[number];
+
+/** What the kernel counted since the previous read, and whether its counters started over (a new table). */
+export interface KernelCounts {
+  /** Every counter of the table now, with the last value of those of rules taken out since the previous read. */
+  counts: Map<number, Counts>;
+  /** Rules whose counters were taken out since the previous read: their values above are final. */
+  removed: Set<number>;
+  /** The table was made anew since the previous read (a reboot, or someone removed it): earlier values are gone. */
+  fresh: boolean;
+}
+
+/** Whether the kernel path can be used here, as the node reports it. */
+export type KernelState = { available: true } | { available: false; reason: string };
 
 /** How one end of a tunnel stands, as the agent reports it. */
 export interface TunnelReport extends TunnelView {
@@ -90,6 +114,15 @@ interface Exit {
 
 export class Forwarder {
   private readonly listeners = new Map<number, Listener>();
+  /** The rules in the kernel table as last written, by id. */
+  private kernelRules = new Map<number, KernelRule>();
+  /** Final counts of kernel rules taken out, and whether the table was made anew, until the next counter read. */
+  private kernelRemoved = new Map<number, Counts>();
+  private kernelFresh = false;
+  /** Whether a table left by an earlier run was looked for. */
+  private kernelSwept = false;
+  /** Whether the kernel path was usable at the last apply, and why not. */
+  kernelState: KernelState = { available: false, reason: 'not checked yet' };
   private readonly entries = new Map<number, { end: TunnelEnd; entry: TunnelEntry }>();
   private readonly exits = new Map<number, Exit>();
   /** Called whenever how a tunnel end stands changes (state, error, round trip). */
@@ -103,6 +136,9 @@ export class Forwarder {
   constructor(
     private readonly host: string,
     limits: Partial<Limits> = {},
+    private readonly mode: ForwardingMode = 'relay',
+    /** The nftables table this node's kernel rules live in (see kernel/ruleset.ts). */
+    private readonly table = tableOf(0),
   ) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
   }
@@ -118,22 +154,150 @@ export class Forwarder {
       const rule = wanted.get(id);
       if (!rule || listenerKey(rule) !== listener.key) await this.stop(id);
     }
+    const kernel = this.mode === 'relay' ? null : await kernelAvailability();
+    this.kernelState = kernel
+      ? kernel.available
+        ? { available: true }
+        : kernel
+      : { available: false, reason: 'the agent forwards in user space only (--forwarding relay)' };
     const results: RuleResult[] = [];
+    const toKernel: { rule: ForwardRule; result: RuleResult }[] = [];
     for (const rule of rules) {
+      const refusal = this.kernelRefusal(rule, kernel?.available ?? false);
       if (!rule.enabled) results.push({ id: rule.id, state: 'applied', error: null });
-      else if (rule.tunnel_id !== null && !this.entries.has(rule.tunnel_id)) {
+      else if (this.mode === 'kernel' && refusal) {
+        await this.stop(rule.id);
+        results.push({ id: rule.id, state: 'failed', error: ruleError('kernel_unsupported', refusal) });
+      } else if (rule.tunnel_id !== null && !this.entries.has(rule.tunnel_id)) {
         await this.stop(rule.id);
         results.push({
           id: rule.id,
           state: 'failed',
           error: ruleError('tunnel_missing', `tunnel ${rule.tunnel_id} does not start at this node`),
         });
-      } else results.push(await this.start(rule));
+      } else {
+        const result = await this.start(rule);
+        results.push(result);
+        if (result.state !== 'applied') continue;
+        result.path = 'relay';
+        if (!refusal) toKernel.push({ rule, result });
+      }
     }
+    await this.applyKernel(toKernel, kernel?.available ? kernel.ipv6 : false);
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
     }
     return results;
+  }
+
+  /** Why `rule` cannot be carried by the kernel here, or null when it can. */
+  private kernelRefusal(rule: ForwardRule, available: boolean): string | null {
+    if (this.mode === 'relay') return 'the agent forwards in user space only';
+    if (!available) return this.kernelState.available ? 'the kernel path is not available' : this.kernelState.reason;
+    if (rule.tunnel_id !== null) return 'rules through a tunnel are carried by the relay';
+    if (rule.forwarding === 'relay') return 'the rule asks for the relay';
+    if (rule.targets.length !== 1)
+      return 'several targets: only the relay fails over to the next target when one does not answer';
+    return null;
+  }
+
+  /**
+   * Writes the kernel table for `wanted` (rules whose relay listener is up), each with its target's address per
+   * family; results say which path carries each. A table nftables refuses leaves the rules to their relays (auto), or
+   * fails them (kernel only).
+   */
+  private async applyKernel(wanted: { rule: ForwardRule; result: RuleResult }[], ipv6: boolean): Promise<void> {
+    for (const { result } of wanted) result.path = 'relay';
+    const next = new Map<number, KernelRule>();
+    for (const { rule } of wanted) {
+      const target = parseTarget(rule.targets[0]!);
+      const destinations = target && (await this.destinations(target, ipv6));
+      if (destinations && (destinations.v4 || destinations.v6))
+        next.set(rule.id, { id: rule.id, protocol: rule.protocol, listen_port: rule.listen_port, ...destinations });
+    }
+    // Nothing for the kernel, and nothing there from before (this run's, or a previous one's: it is taken out).
+    if (next.size === 0 && this.kernelRules.size === 0 && this.kernelSwept) return;
+    this.kernelSwept = true;
+    try {
+      const before = await readCounters(this.table);
+      if (before === null && next.size === 0) return;
+      if (before === null) this.kernelFresh = true;
+      for (const [id, counts] of before ?? []) if (!next.has(id)) this.kernelRemoved.set(id, counts);
+      if (next.size === 0) await removeTable(this.table);
+      else await applyRuleset(this.table, [...next.values()], before?.keys() ?? []);
+      this.kernelRules = next;
+    } catch (error) {
+      this.kernelState = { available: false, reason: (error as Error).message };
+      this.kernelRules = new Map();
+      if (this.mode !== 'kernel') return;
+      for (const { rule, result } of wanted) {
+        await this.stop(rule.id);
+        Object.assign(result, { state: 'failed', error: ruleError('kernel_failed', (error as Error).message) });
+        delete result.path;
+      }
+      return;
+    }
+    for (const { rule, result } of wanted) if (next.has(rule.id)) result.path = 'kernel';
+  }
+
+  /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
+  private async destinations(target: Target, ipv6: boolean): Promise<Pick<KernelRule, 'v4' | 'v6'>> {
+    let addresses: string[];
+    if (isIP(target.host)) addresses = [target.host];
+    else {
+      try {
+        addresses = (await lookup(target.host, { all: true })).map((found) => found.address);
+      } catch {
+        addresses = [];
+      }
+    }
+    // What is local to the node (loopback above all, which the kernel cannot reach from another host) stays with the
+    // relay, which dials it where allow_local_targets lets it.
+    const allowed = addresses.filter((address) => !localRefusal(address));
+    const pick = (v4: boolean): Destination | null => {
+      const address = allowed.find((a) => isIPv4(a) === v4);
+      return address ? { address, port: target.port } : null;
+    };
+    return { v4: pick(true), v6: ipv6 ? pick(false) : null };
+  }
+
+  /**
+   * The kernel's counts since the previous call, and what to make of them (see KernelCounts); null when the kernel
+   * carries nothing and never did since the previous call.
+   */
+  async kernelCounts(): Promise<KernelCounts | null> {
+    const removed = this.kernelRemoved;
+    const fresh = this.kernelFresh;
+    this.kernelRemoved = new Map();
+    this.kernelFresh = false;
+    if (this.kernelRules.size === 0 && removed.size === 0) return null;
+    const counts =
+      this.kernelRules.size > 0 ? ((await readCounters(this.table)) ?? new Map<number, Counts>()) : new Map();
+    for (const [id, last] of removed) if (!counts.has(id)) counts.set(id, last);
+    return { counts, removed: new Set([...removed.keys()].filter((id) => !this.kernelRules.has(id))), fresh };
+  }
+
+  /** Looks up the kernel rules' target names again and rewrites the table if an address changed. */
+  async refreshKernel(): Promise<boolean> {
+    if (this.kernelRules.size === 0) return false;
+    const ipv6 = [...this.kernelRules.values()].some((rule) => rule.v6 !== null);
+    let changed = false;
+    const next = new Map<number, KernelRule>();
+    for (const [id, rule] of this.kernelRules) {
+      const listener = this.listeners.get(id);
+      const target = listener && parseTarget(listener.targets[0] ?? '');
+      const destinations = target ? await this.destinations(target, ipv6) : { v4: rule.v4, v6: rule.v6 };
+      if (!destinations.v4 && !destinations.v6) {
+        next.set(id, rule);
+        continue;
+      }
+      if (JSON.stringify(destinations) !== JSON.stringify({ v4: rule.v4, v6: rule.v6 })) changed = true;
+      next.set(id, { ...rule, ...destinations });
+    }
+    if (!changed) return false;
+    await applyRuleset(this.table, [...next.values()], next.keys());
+    this.kernelRules = next;
+    return true;
   }
 
   /** How each end of a tunnel on this node stands. */
@@ -254,6 +418,7 @@ export class Forwarder {
     const targets = parseTargets(rule.targets);
     const existing = this.listeners.get(rule.id);
     if (existing) {
+      existing.targets = rule.targets;
       existing.picker.update(targets, rule.strategy);
       const dials = this.dials(rule, existing.picker);
       for (const relay of existing.relays) relay.dial = relay instanceof TcpRelay ? dials.tcp : dials.udp;
@@ -285,7 +450,7 @@ export class Forwarder {
       await Promise.all(relays.map((relay) => relay.close().catch(() => undefined)));
       return { id: rule.id, state: 'failed', error: bindError(error as NodeJS.ErrnoException, rule) };
     }
-    this.listeners.set(rule.id, { key: listenerKey(rule), relays, picker });
+    this.listeners.set(rule.id, { key: listenerKey(rule), relays, picker, targets: rule.targets });
     return { id: rule.id, state: 'applied', error: null };
   }
 

@@ -30,7 +30,7 @@ function ownAddresses(): Set<string> {
 }
 
 /** Why the node may not dial `address` (an IP address), or null. */
-function localRefusal(address: string): string | null {
+export function localRefusal(address: string): string | null {
   const kind = localKind(address);
   if (kind) return `${address} is a ${kind} address`;
   return ownAddresses().has(address.replace(/^::ffff:/i, '')) ? `${address} is this node's own` : null;

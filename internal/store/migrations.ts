@@ -243,4 +243,31 @@ export const migrations: readonly string[] = [
   ALTER TABLE rules ADD COLUMN entry_result TEXT;
   ALTER TABLE rules ADD COLUMN exit_result TEXT;
   `,
+  /* 8: the kernel path: how a rule may be carried, how its node carried it; which paths a node can use */ `
+  ALTER TABLE rules ADD COLUMN forwarding TEXT NOT NULL DEFAULT 'auto' CHECK (forwarding IN ('auto', 'relay'));
+  ALTER TABLE rules ADD COLUMN sync_path TEXT CHECK (sync_path IN ('kernel', 'relay'));
+  -- What the node's agent last said of the kernel path: {"available": bool, "reason": text or null}.
+  ALTER TABLE nodes ADD COLUMN kernel_path TEXT;
+  DROP TRIGGER rule_views_insert;
+  DROP TRIGGER rule_views_update;
+  CREATE TRIGGER rule_views_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_views (id, json) VALUES (NEW.id, json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'forwarding', NEW.forwarding, 'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at, 'applied_path', NEW.sync_path),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at));
+  END;
+  CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
+    UPDATE rule_views SET json = json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'forwarding', NEW.forwarding, 'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at, 'applied_path', NEW.sync_path),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at)
+    WHERE id = NEW.id;
+  END;
+  -- Re-render every view through the new trigger.
+  UPDATE rules SET forwarding = forwarding;
+  `,
 ];

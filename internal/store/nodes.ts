@@ -50,6 +50,8 @@ export interface Node {
   status: NodeStatus;
   status_detail: string | null;
   agent_version: string | null;
+  /** What its agent last said of the kernel path (null until an agent that knows of it linked). */
+  kernel_path: { available: boolean; reason: string | null } | null;
   last_seen_at: string | null;
   config_version: number;
   traffic: { bytes_in: number; bytes_out: number };
@@ -70,8 +72,9 @@ export interface NodeFields {
 /** A sealed SSH credential, or 'keep' to leave the stored one as it is. */
 export type SshSecret = { auth: SshAuth; sealed: Buffer | null } | 'keep';
 
-interface Row extends Omit<Node, 'tags' | 'traffic' | 'install'> {
+interface Row extends Omit<Node, 'tags' | 'traffic' | 'install' | 'kernel_path'> {
   tags: string;
+  kernel_path: string | null;
   bytes_in: number;
   bytes_out: number;
   install_started_at: string | null;
@@ -80,7 +83,7 @@ interface Row extends Omit<Node, 'tags' | 'traffic' | 'install'> {
 }
 
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
-  ${LAST_SEEN} AS last_seen_at, config_version,
+  kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, version, created_at, updated_at`;
 
@@ -89,6 +92,7 @@ export const INSTALL_LOG_BYTES = 8192;
 
 function toNode({
   tags,
+  kernel_path,
   bytes_in,
   bytes_out,
   install_started_at,
@@ -99,6 +103,7 @@ function toNode({
   return {
     ...row,
     tags: JSON.parse(tags) as string[],
+    kernel_path: kernel_path === null ? null : (JSON.parse(kernel_path) as Node['kernel_path']),
     traffic: { bytes_in, bytes_out },
     install: { started_at: install_started_at, finished_at: install_finished_at, log_tail: install_log },
   };
@@ -108,7 +113,7 @@ function toNode({
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user,
   'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', ${STATUS}, 'status_detail', status_detail, 'agent_version', agent_version,
-    'last_seen_at', ${LAST_SEEN},
+    'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
@@ -161,6 +166,7 @@ export class NodeStore {
   private readonly interruptedStmt;
   private readonly unlinkedStmt;
   private readonly detailStmt;
+  private readonly kernelPathStmt;
   private readonly seenStmt;
   private readonly installStartStmt;
   private readonly installLogStmt;
@@ -223,6 +229,7 @@ export class NodeStore {
     this.unlinkedStmt = db.prepare(`UPDATE nodes SET status = 'offline', status_detail = :detail
       WHERE status = 'online' RETURNING id`);
     this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
+    this.kernelPathStmt = db.prepare('UPDATE nodes SET kernel_path = ? WHERE id = ? AND kernel_path IS NOT ?');
     this.seenStmt = db.prepare('UPDATE nodes SET last_seen_at = ? WHERE id = ?');
     this.installStartStmt =
       db.prepare(`UPDATE nodes SET status = 'installing', status_detail = ?, install_started_at = ?,
@@ -338,6 +345,7 @@ export class NodeStore {
           status: 'new',
           status_detail: null,
           agent_version: null,
+          kernel_path: null,
           last_seen_at: null,
           config_version: 1,
           traffic: { bytes_in: 0, bytes_out: 0 },
@@ -416,6 +424,12 @@ export class NodeStore {
 
   setStatusDetail(id: number, detail: string): void {
     this.detailStmt.run(detail, id);
+  }
+
+  /** Records what the node's agent said of the kernel path; the same again writes nothing. */
+  setKernelPath(id: number, kernel: { available: boolean; reason: string | null }): void {
+    const json = JSON.stringify(kernel);
+    this.kernelPathStmt.run(json, id, json);
   }
 
   /** Records that the node's agent was heard from at `at`. */

@@ -7,7 +7,7 @@ import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
-import type { Rule, RuleFields, SyncState } from '../domain/rules.ts';
+import type { Path, Rule, RuleFields, SyncState } from '../domain/rules.ts';
 
 interface Row extends Omit<RuleFields, 'targets' | 'enabled'> {
   id: number;
@@ -16,6 +16,7 @@ interface Row extends Omit<RuleFields, 'targets' | 'enabled'> {
   sync_state: SyncState;
   sync_error: string | null;
   sync_applied_at: string | null;
+  sync_path: Path | null;
   bytes_in: number;
   bytes_out: number;
   version: number;
@@ -33,11 +34,13 @@ function toRule(row: Row): Rule {
     listen_port: row.listen_port,
     targets: JSON.parse(row.targets) as string[],
     strategy: row.strategy,
+    forwarding: row.forwarding,
     enabled: row.enabled === 1,
     sync: {
       state: row.sync_state,
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
       applied_at: row.sync_applied_at,
+      applied_path: row.sync_path,
     },
     traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
     version: row.version,
@@ -46,8 +49,8 @@ function toRule(row: Row): Rule {
   };
 }
 
-const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, sync_state,
-  sync_error, sync_applied_at,
+const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
+  sync_state, sync_error, sync_applied_at, sync_path,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 export interface RuleFilter {
@@ -99,7 +102,7 @@ export function portTaken(claim: Claim, port: number): DomainError {
 
 /** A rule just inserted: what the table's defaults make of a new row. */
 function created(id: number, fields: RuleFields, at: string): Rule {
-  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled } = fields;
+  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled } = fields;
   return {
     id,
     name,
@@ -109,8 +112,9 @@ function created(id: number, fields: RuleFields, at: string): Rule {
     listen_port,
     targets: [...targets],
     strategy,
+    forwarding,
     enabled,
-    sync: { state: 'pending', error: null, applied_at: null },
+    sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
     traffic: { bytes_in: 0, bytes_out: 0 },
     version: 1,
     created_at: at,
@@ -150,14 +154,15 @@ export class RuleStore {
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, created_at,
-        updated_at) VALUES`,
-      10,
+      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
+        created_at, updated_at) VALUES`,
+      11,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
-        listen_port = :listen_port, targets = :targets, strategy = :strategy, enabled = :enabled,
-        sync_state = 'pending', sync_error = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
+        listen_port = :listen_port, targets = :targets, strategy = :strategy, forwarding = :forwarding,
+        enabled = :enabled, sync_state = 'pending', sync_error = NULL, sync_path = NULL, entry_result = NULL,
+        exit_result = NULL, version = version + 1,
         updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM rules WHERE id = ?');
@@ -167,17 +172,19 @@ export class RuleStore {
     this.countsStmt = db.prepare(
       'SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state',
     );
-    this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, entry_result = NULL,
-        exit_result = NULL
+    this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, sync_path = NULL,
+        entry_result = NULL, exit_result = NULL
       WHERE id = ?`);
     this.byTunnelStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE tunnel_id = ? ORDER BY id`);
     this.sidesStmt = db.prepare(`SELECT r.node_id, t.exit_node_id, r.entry_result, r.exit_result
       FROM rules r LEFT JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?`);
     this.resultsStmt = db.prepare(`UPDATE rules SET entry_result = :entry, exit_result = :exit, sync_state = :state,
-        sync_error = :error, sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END
+        sync_error = :error, sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
+        sync_path = CASE WHEN :state = 'applied' THEN 'relay' END
       WHERE id = :id`);
     this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
-        sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END
+        sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
+        sync_path = CASE WHEN :state = 'applied' THEN :path END
       WHERE id = :id AND node_id = :node_id`);
   }
 
@@ -262,6 +269,7 @@ export class RuleStore {
           f.listen_port,
           JSON.stringify(f.targets),
           f.strategy,
+          f.forwarding,
           Number(f.enabled),
           at,
           at,
@@ -312,15 +320,23 @@ export class RuleStore {
   /**
    * Records what a node reported for the rule: its own node, or for a rule through a tunnel
    * the tunnel's exit. A rule through a tunnel is failed when either end failed it, applied
-   * when both applied it, pending until then. A node that is neither is ignored.
+   * when both applied it, pending until then (and carried by the relay, as tunnels are). A node that is neither is
+   * ignored. `path`: how the node carries it (null from an agent older than the kernel path).
    */
-  setSync(id: number, nodeId: number, state: SyncState, error: SyncError | null, at: string): void {
+  setSync(id: number, nodeId: number, state: SyncState, error: SyncError | null, at: string, path: Path | null = null) {
     const row = this.sidesStmt.get(id) as
       | { node_id: number; exit_node_id: number | null; entry_result: string | null; exit_result: string | null }
       | undefined;
     if (!row) return;
     if (row.exit_node_id === null) {
-      this.syncStmt.run({ id, node_id: nodeId, state, error: error === null ? null : JSON.stringify(error), at });
+      this.syncStmt.run({
+        id,
+        node_id: nodeId,
+        state,
+        error: error === null ? null : JSON.stringify(error),
+        at,
+        path,
+      });
       return;
     }
     const side = row.node_id === nodeId ? 'entry' : row.exit_node_id === nodeId ? 'exit' : null;

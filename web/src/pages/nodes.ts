@@ -17,6 +17,7 @@ export interface NodeItem {
   status: string;
   status_detail: string | null;
   agent_version: string | null;
+  kernel_path: { available: boolean; reason: string | null } | null;
   last_seen_at: string | null;
   traffic: { bytes_in: number; bytes_out: number };
   install: { started_at: string | null; finished_at: string | null; log_tail: string | null };
@@ -95,7 +96,17 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
               h('pre', { class: 'log' }, node.install.log_tail ?? ''),
             ),
         ),
-        h('td', {}, node.agent_version ?? '—'),
+        h(
+          'td',
+          {},
+          node.agent_version ?? '—',
+          node.kernel_path &&
+            h(
+              'span',
+              { class: 'tags', title: node.kernel_path.reason ?? '' },
+              node.kernel_path.available ? 'kernel path' : 'relay only',
+            ),
+        ),
         h('td', {}, when(node.last_seen_at)),
         h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
         h('td', { class: 'actions' }, writable && actions(node)),

@@ -16,13 +16,24 @@ interface Rule {
   listen_port: number;
   targets: string[];
   strategy: string;
+  forwarding: string;
   enabled: boolean;
-  sync: { state: string; error: string | null; applied_at: string | null };
+  sync: { state: string; error: string | null; applied_at: string | null; applied_path: string | null };
   traffic: { bytes_in: number; bytes_out: number };
   version: number;
 }
 
-const WRITABLE = ['name', 'node_id', 'tunnel_id', 'protocol', 'listen_port', 'targets', 'strategy', 'enabled'] as const;
+const WRITABLE = [
+  'name',
+  'node_id',
+  'tunnel_id',
+  'protocol',
+  'listen_port',
+  'targets',
+  'strategy',
+  'forwarding',
+  'enabled',
+] as const;
 
 function writable(rule: Rule): Record<string, unknown> {
   return Object.fromEntries(WRITABLE.map((key) => [key, rule[key]]));
@@ -126,7 +137,15 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           rule.targets.join(', '),
           rule.tunnel_id !== null && h('span', { class: 'tags' }, `via tunnel #${rule.tunnel_id}`),
         ),
-        h('td', {}, badge(rule.sync.state), rule.sync.error && h('p', { class: 'detail' }, rule.sync.error)),
+        h(
+          'td',
+          {},
+          badge(rule.sync.state),
+          rule.sync.state === 'applied' &&
+            rule.sync.applied_path &&
+            h('span', { class: 'tags' }, rule.sync.applied_path === 'kernel' ? 'in the kernel' : 'relayed'),
+          rule.sync.error && h('p', { class: 'detail' }, rule.sync.error),
+        ),
         h('td', {}, `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`),
         h('td', { class: 'actions' }, canWrite && actions(rule)),
       );
@@ -154,6 +173,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       listen_port: input('listen_port', { type: 'number', min: 1, max: 65535, value: rule?.listen_port ?? '' }),
       targets: h('textarea', { name: 'targets', rows: 3 }, (rule?.targets ?? []).join('\n')),
       strategy: select('strategy', ['round_robin', 'random', 'failover'], rule?.strategy),
+      forwarding: select('forwarding', ['auto', 'relay'], rule?.forwarding),
       tunnel_id: h(
         'select',
         { name: 'tunnel_id' },
@@ -175,6 +195,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Listen port', c.listen_port),
         field('Targets', c.targets, 'host:port, one per line'),
         field('Strategy', c.strategy),
+        field('Forwarding', c.forwarding, 'auto: in the kernel where the node can; relay: always in user space'),
         field('Tunnel', c.tunnel_id),
         field('Enabled', c.enabled),
         h(
@@ -195,6 +216,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
             .map((t) => t.trim())
             .filter(Boolean),
           strategy: c.strategy.value,
+          forwarding: c.forwarding.value,
           tunnel_id: c.tunnel_id.value === '' ? null : Number(c.tunnel_id.value),
           enabled: c.enabled.checked,
         };

@@ -1,0 +1,121 @@
+// The agent's hands on nftables: whether this node can forward in the kernel (and why not), applying the table as
+// one transaction, reading its counters, removing it. Only the `nft` program is run, with arguments and a script
+// this module writes from checked numbers and addresses; nothing reaches a shell.
+
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { counterOf, isAgentTable, rulesetScript, type KernelRule } from './ruleset.ts';
+
+/** CAP_NET_ADMIN, the capability nftables asks of whoever changes a table. */
+const CAP_NET_ADMIN = 12n;
+const NFT_TIMEOUT_MS = 10_000;
+
+export type KernelAvailability = { available: true; ipv6: boolean } | { available: false; reason: string };
+
+export interface Counts {
+  bytes_in: number;
+  bytes_out: number;
+}
+
+function run(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn('nft', args, { stdio: ['pipe', 'pipe', 'pipe'], timeout: NFT_TIMEOUT_MS });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.on('error', (error: NodeJS.ErrnoException) =>
+      resolve({ code: -1, stdout, stderr: error.code === 'ENOENT' ? 'nft is not installed' : error.message }),
+    );
+    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(input ?? '');
+  });
+}
+
+async function sysctl(path: string): Promise<string | null> {
+  try {
+    return (await readFile(path, 'utf8')).trim();
+  } catch {
+    return null;
+  }
+}
+
+/** Whether this process holds CAP_NET_ADMIN (root has it; so may a service given AmbientCapabilities). */
+async function hasNetAdmin(): Promise<boolean> {
+  const status = await sysctl('/proc/self/status');
+  const effective = status && /^CapEff:\s*([0-9a-f]+)$/m.exec(status)?.[1];
+  return effective ? ((BigInt(`0x${effective}`) >> CAP_NET_ADMIN) & 1n) === 1n : false;
+}
+
+/** Why the kernel path cannot be used here, or that it can (and whether for IPv6 too). */
+export async function kernelAvailability(): Promise<KernelAvailability> {
+  if (process.platform !== 'linux') return { available: false, reason: 'nftables is Linux only' };
+  if (!(await hasNetAdmin()))
+    return { available: false, reason: 'the agent lacks CAP_NET_ADMIN (run it as root, or give it the capability)' };
+  const listed = await run(['list', 'tables']);
+  if (listed.code !== 0) return { available: false, reason: `nft does not answer: ${firstLine(listed.stderr)}` };
+  if ((await sysctl('/proc/sys/net/ipv4/ip_forward')) !== '1')
+    return { available: false, reason: 'IPv4 forwarding is off (sysctl net.ipv4.ip_forward=1)' };
+  return { available: true, ipv6: (await sysctl('/proc/sys/net/ipv6/conf/all/forwarding')) === '1' };
+}
+
+function firstLine(text: string): string {
+  return (
+    text
+      .split('\n')
+      .find((line) => line.trim() !== '')
+      ?.trim()
+      .slice(0, 300) ?? 'no reason given'
+  );
+}
+
+/** The counters of `table` by rule id, or null when there is no such table. */
+export async function readCounters(table: string): Promise<Map<number, Counts> | null> {
+  const listed = await run(['-j', 'list', 'counters', 'table', 'inet', table]);
+  if (listed.code !== 0) return null;
+  const counts = new Map<number, Counts>();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(listed.stdout);
+  } catch {
+    return counts;
+  }
+  const objects = (parsed as { nftables?: unknown[] }).nftables ?? [];
+  for (const object of objects) {
+    const counter = (object as { counter?: { name?: unknown; bytes?: unknown } }).counter;
+    if (!counter || typeof counter.name !== 'string' || typeof counter.bytes !== 'number') continue;
+    const of = counterOf(counter.name);
+    if (!of) continue;
+    const entry = counts.get(of.id) ?? { bytes_in: 0, bytes_out: 0 };
+    if (of.direction === 'in') entry.bytes_in = counter.bytes;
+    else entry.bytes_out = counter.bytes;
+    counts.set(of.id, entry);
+  }
+  return counts;
+}
+
+/** Makes `table` hold exactly `rules`, in one transaction; throws with nft's reason when it refuses. */
+export async function applyRuleset(table: string, rules: readonly KernelRule[], existing: Iterable<number>) {
+  const names = new Set([...existing].flatMap((id) => [`r${id}_in`, `r${id}_out`]));
+  const applied = await run(['-f', '-'], rulesetScript(table, rules, names));
+  if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
+}
+
+/** Removes `table`, and with it every kernel rule in it; none there is fine. */
+export async function removeTable(table: string): Promise<void> {
+  const removed = await run(['delete', 'table', 'inet', table]);
+  if (removed.code !== 0 && !/No such file|does not exist/i.test(removed.stderr))
+    throw new Error(`nft could not remove the table ${table}: ${firstLine(removed.stderr)}`);
+}
+
+/** Removes every table an agent made on this machine (agent --uninstall); returns their names. */
+export async function removeAgentTables(): Promise<string[]> {
+  const listed = await run(['-j', 'list', 'tables', 'inet']);
+  if (listed.code !== 0) throw new Error(`nft does not answer: ${firstLine(listed.stderr)}`);
+  const names = ((JSON.parse(listed.stdout) as { nftables?: { table?: { name?: unknown } }[] }).nftables ?? [])
+    .map((entry) => entry.table?.name)
+    .filter((name): name is string => typeof name === 'string' && isAgentTable(name));
+  for (const name of names) await removeTable(name);
+  return names;
+}

@@ -1,0 +1,133 @@
+// The nftables table an agent owns, `inet portplane_<node id>` (one per node, so that agents of several nodes on one
+// machine, as when trying portplane out, keep apart), written out whole for one transaction: direct rules DNAT'ed by
+// the kernel to their target (and masqueraded, so that replies come back through the node), with a pair of named
+// counters per rule. Nothing outside the table is touched.
+//
+// Which packets: those addressed to one of the node's own addresses (fib daddr type local), from other hosts
+// (prerouting) and from the node itself (output), but not to loopback: loopback stays with the relay, which holds
+// every kernel rule's port as well (so the port is taken, as for any rule, and a client the kernel does not take,
+// such as one of an address family the target lacks, is still forwarded).
+//
+// What the counters count: IP packets of the rule's connections, headers included, in the direction the relay calls
+// in (client to target, counted where the packet enters the node or leaves the node's own sockets) and out (back).
+// Named counters survive a transaction that declares them again, so re-applying never resets them.
+
+/** The table of the node with this id. */
+export function tableOf(nodeId: number): string {
+  return `portplane_${nodeId}`;
+}
+
+/** Whether `name` is a table an agent made (what `agent --uninstall` removes). */
+export function isAgentTable(name: string): boolean {
+  return /^portplane_[1-9][0-9]{0,15}$/.test(name);
+}
+
+export interface Destination {
+  address: string;
+  port: number;
+}
+
+/** A rule as the kernel carries it: its port, and its one target per address family it can reach. */
+export interface KernelRule {
+  id: number;
+  protocol: 'tcp' | 'udp' | 'tcp+udp';
+  listen_port: number;
+  v4: Destination | null;
+  v6: Destination | null;
+}
+
+export type Direction = 'in' | 'out';
+
+export function counterName(id: number, direction: Direction): string {
+  return `r${id}_${direction}`;
+}
+
+/** The rule id and direction a counter of this table is for; null for a name this table never makes. */
+export function counterOf(name: string): { id: number; direction: Direction } | null {
+  const match = /^r([1-9][0-9]{0,15})_(in|out)$/.exec(name);
+  return match ? { id: Number(match[1]), direction: match[2] as Direction } : null;
+}
+
+const L4 = ['tcp', 'udp'] as const;
+
+function carries(rule: KernelRule, l4: (typeof L4)[number]): boolean {
+  return rule.protocol === 'tcp+udp' || rule.protocol === l4;
+}
+
+function elements(entries: string[]): string {
+  return entries.join(', ');
+}
+
+/**
+ * The script that makes the table hold exactly `rules`, as one transaction (`nft -f`): declarations (which keep
+ * whatever of them exists, counters included), every chain, map and set emptied and filled again, and the counters of
+ * rules no longer wanted deleted. `existing` names the counters the table holds now.
+ */
+export function rulesetScript(table: string, rules: readonly KernelRule[], existing: ReadonlySet<string>): string {
+  const FAMILY_TABLE = `inet ${table}`;
+  const wanted = new Set(rules.flatMap((rule) => [counterName(rule.id, 'in'), counterName(rule.id, 'out')]));
+  const lines = [`table ${FAMILY_TABLE} {`];
+  for (const l4 of L4) {
+    lines.push(
+      `  map ${l4}4 { type inet_service : ipv4_addr . inet_service; }`,
+      `  map ${l4}6 { type inet_service : ipv6_addr . inet_service; }`,
+      `  map ${l4}_in { type inet_service : counter; }`,
+      `  map ${l4}_out { type inet_service : counter; }`,
+      `  set ${l4}_ports { type inet_service; }`,
+    );
+  }
+  for (const name of wanted) lines.push(`  counter ${name} { }`);
+  lines.push(
+    '  chain prerouting { type nat hook prerouting priority dstnat; policy accept; }',
+    '  chain output { type nat hook output priority -100; policy accept; }',
+    '  chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
+    '  chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
+    '  chain count_output { type filter hook output priority filter; policy accept; }',
+    '}',
+  );
+  for (const chain of ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output'])
+    lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
+  for (const l4 of L4)
+    for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`]) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
+  for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`);
+
+  for (const l4 of L4) {
+    const rule = (chain: string, body: string) => lines.push(`add rule ${FAMILY_TABLE} ${chain} ${body}`);
+    rule('prerouting', `fib daddr type local meta nfproto ipv4 dnat ip to ${l4} dport map @${l4}4`);
+    rule('prerouting', `fib daddr type local meta nfproto ipv6 dnat ip6 to ${l4} dport map @${l4}6`);
+    rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ${l4} dport map @${l4}4`);
+    rule('output', `fib daddr type local ip6 daddr != ::1 dnat ip6 to ${l4} dport map @${l4}6`);
+    rule('postrouting', `ct status dnat meta l4proto ${l4} ct original proto-dst @${l4}_ports masquerade`);
+    const count = `ct status dnat meta l4proto ${l4}`;
+    rule('count_prerouting', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
+    rule('count_prerouting', `${count} ct direction reply counter name ct original proto-dst map @${l4}_out`);
+    rule('count_output', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
+
+    const mine = rules.filter((r) => carries(r, l4));
+    const fill = (name: string, entries: string[]) => {
+      if (entries.length > 0) lines.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
+    };
+    fill(
+      `${l4}4`,
+      mine.flatMap((r) => (r.v4 ? [`${r.listen_port} : ${r.v4.address} . ${r.v4.port}`] : [])),
+    );
+    fill(
+      `${l4}6`,
+      mine.flatMap((r) => (r.v6 ? [`${r.listen_port} : ${r.v6.address} . ${r.v6.port}`] : [])),
+    );
+    fill(
+      `${l4}_in`,
+      mine.map((r) => `${r.listen_port} : "${counterName(r.id, 'in')}"`),
+    );
+    fill(
+      `${l4}_out`,
+      mine.map((r) => `${r.listen_port} : "${counterName(r.id, 'out')}"`),
+    );
+    fill(
+      `${l4}_ports`,
+      mine.map((r) => String(r.listen_port)),
+    );
+  }
+  for (const name of existing) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
+  return `${lines.join('\n')}\n`;
+}

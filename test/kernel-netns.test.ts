@@ -1,0 +1,305 @@
+// The kernel path across three "hosts": a client, the node (its agent forwarding with nftables) and a target, each a
+// network namespace the test makes, joined by veth pairs; the master is in the test's own namespace. The target has
+// no route back to the client, so a reply that arrives came back through the node (its source NAT). Needs root,
+// `ip netns` and `nft`; skips with the reason otherwise.
+
+import assert from 'node:assert/strict';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { nodeOf, startAgent, type AgentProcess } from './agents.ts';
+import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { until } from './net.ts';
+
+const tag = `${process.pid % 100_000}`;
+const CLIENT = `pk${tag}c`;
+const NODE = `pk${tag}n`;
+const TARGET = `pk${tag}t`;
+const NODE_ADDRESS = '10.214.2.2';
+const TARGET_ADDRESS = '10.214.3.2';
+
+function ip(...args: string[]): string {
+  return execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
+}
+
+function nftIn(ns: string, ...args: string[]): { code: number; out: string } {
+  const run = spawnSync('ip', ['netns', 'exec', ns, 'nft', ...args], { encoding: 'utf8' });
+  return { code: run.status ?? -1, out: `${run.stdout}${run.stderr}` };
+}
+
+/** Why the test cannot run here, or null when it can. */
+function unavailable(): string | null {
+  if (process.getuid?.() !== 0) return 'network namespaces and nftables need root';
+  if (spawnSync('nft', ['--version']).status !== 0) return 'nft is not installed (Debian package nftables)';
+  try {
+    ip('netns', 'add', `${NODE}-probe`);
+    const probe = spawnSync('ip', ['netns', 'exec', `${NODE}-probe`, 'nft', 'list', 'tables'], { encoding: 'utf8' });
+    ip('netns', 'del', `${NODE}-probe`);
+    if (probe.status !== 0) return `nftables does not answer in a namespace: ${probe.stderr.split('\n')[0]}`;
+    return null;
+  } catch (error) {
+    return `ip netns is unavailable: ${(error as Error).message.split('\n')[0]}`;
+  }
+}
+
+/** host <-> node (the agent's link), client <-> node, node <-> target; the node forwards IPv4. */
+function network(t: TestContext): void {
+  t.after(() => {
+    for (const ns of [CLIENT, NODE, TARGET]) spawnSync('ip', ['netns', 'del', ns]);
+  });
+  const inNs = (ns: string | null, ...args: string[]) => (ns ? ip('netns', 'exec', ns, 'ip', ...args) : ip(...args));
+  const link = (a: string, aNs: string | null, aAddr: string, b: string, bNs: string, bAddr: string) => {
+    ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
+    if (aNs) ip('link', 'set', a, 'netns', aNs);
+    ip('link', 'set', b, 'netns', bNs);
+    inNs(aNs, 'addr', 'add', aAddr, 'dev', a);
+    inNs(aNs, 'link', 'set', a, 'up');
+    inNs(bNs, 'addr', 'add', bAddr, 'dev', b);
+    inNs(bNs, 'link', 'set', b, 'up');
+  };
+  for (const ns of [CLIENT, NODE, TARGET]) {
+    ip('netns', 'add', ns);
+    ip('netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
+  }
+  link(`${NODE}h`, null, '10.214.1.1/30', `${NODE}m`, NODE, '10.214.1.2/30');
+  link(`${CLIENT}n`, CLIENT, '10.214.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
+  link(`${NODE}t`, NODE, '10.214.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
+  ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
+  execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+}
+
+/** Runs a Node.js module script in `ns`; resolves with what it printed once it exits. */
+async function runIn(ns: string, script: string, ...args: string[]): Promise<string> {
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
+  const [code] = await once(child, 'exit');
+  if (code !== 0) throw new Error(`script in ${ns} exited ${code}: ${out}`);
+  return out.trim();
+}
+
+/** TCP and UDP echo on port 7007 of the target, on every address: what the client reaches, it reaches through NAT. */
+async function echoIn(t: TestContext, ns: string): Promise<void> {
+  const script = `
+    import { createServer } from 'node:net';
+    import { createSocket } from 'node:dgram';
+    createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(7007, '0.0.0.0');
+    const udp = createSocket('udp4');
+    udp.on('message', (m, from) => udp.send(m, from.port, from.address));
+    udp.bind(7007, '0.0.0.0', () => console.log('ready'));`;
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  await once(child.stdout!, 'data');
+}
+
+/** Sends `bytes` to HOST:PORT over TCP from the client and prints how many came back (all, or it fails). */
+const TCP_ROUND_TRIP = `
+  import { connect } from 'node:net';
+  const [host, port, bytes] = process.argv.slice(1);
+  const payload = Buffer.alloc(Number(bytes), 7);
+  const socket = connect(Number(port), host, () => socket.end(payload));
+  let got = 0;
+  socket.on('data', (chunk) => (got += chunk.length));
+  socket.on('end', () => { console.log(got); process.exit(got === payload.length ? 0 : 1); });
+  socket.on('error', (error) => { console.log(error.message); process.exit(1); });
+  setTimeout(() => { console.log('timed out at', got); process.exit(1); }, 10000);`;
+
+/** Sends datagrams to HOST:PORT from the client and prints how many were echoed. */
+const UDP_ROUND_TRIP = `
+  import { createSocket } from 'node:dgram';
+  const [host, port, count] = process.argv.slice(1);
+  const socket = createSocket('udp4');
+  let got = 0;
+  socket.on('message', () => { if (++got === Number(count)) { console.log(got); process.exit(0); } });
+  for (let i = 0; i < Number(count); i++) socket.send(Buffer.alloc(100, i), Number(port), host);
+  setTimeout(() => { console.log(got); process.exit(1); }, 5000);`;
+
+/** A client connection kept open: each line on stdin is sent, each echo printed; for "an edit keeps it open". */
+function heldConnection(t: TestContext, port: number) {
+  const script = `
+    import { connect } from 'node:net';
+    import { createInterface } from 'node:readline';
+    const socket = connect(${port}, '${NODE_ADDRESS}', () => console.log('open'));
+    socket.setEncoding('utf8').on('data', (text) => process.stdout.write(text));
+    socket.on('close', () => { console.log('closed'); process.exit(0); });
+    createInterface({ input: process.stdin }).on('line', (line) => socket.write(line + '\\n'));`;
+  const child = spawn('ip', ['netns', 'exec', CLIENT, process.execPath, '--input-type=module', '-e', script], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
+  return {
+    opened: () => until('the held connection to open', () => out.includes('open')),
+    echoes: async (line: string) => {
+      child.stdin.write(`${line}\n`);
+      return until(`"${line}" to come back`, () => out.includes(line) && !out.includes('closed'), 5000);
+    },
+  };
+}
+
+async function ruleOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+}
+
+async function sync(m: Running, ids: number[]) {
+  return (await call(m.url, 'POST', '/api/rules/batch-sync', { token: m.admin, body: { ids } })).body.results;
+}
+
+test(
+  'a direct rule forwarded by nftables: TCP and UDP from another host, counted exactly, kept through edits, ' +
+    'an agent kill and a restart; relay where asked; port_in_use; uninstall leaves no table',
+  { timeout: 120_000 },
+  async (t) => {
+    const reason = unavailable();
+    if (reason) return t.skip(reason);
+    network(t);
+    await echoIn(t, TARGET);
+    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+    const port = new URL(m.url).port;
+    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
+    const stateDir = mkdtempSync(join(tmpdir(), 'portplane-kernel-agent-'));
+    const agentOptions = {
+      within: ['ip', 'netns', 'exec', NODE],
+      listenHost: '0.0.0.0',
+      stateDir,
+      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+    };
+    let agent: AgentProcess = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, agentOptions);
+    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+
+    const target = `${TARGET_ADDRESS}:7007`;
+    const tcp = (await rule(m, { node_id: edge.id, listen_port: 15001, targets: [target] })).body;
+    const udp = (await rule(m, { node_id: edge.id, listen_port: 15002, protocol: 'udp', targets: [target] })).body;
+    const other = (await rule(m, { node_id: edge.id, listen_port: 15003, targets: [target] })).body;
+    const relayed = (await rule(m, { node_id: edge.id, listen_port: 15004, targets: [target], forwarding: 'relay' }))
+      .body;
+    assert.deepEqual(
+      (await sync(m, [tcp.id, udp.id, other.id, relayed.id])).map((r: { outcome: string }) => r.outcome),
+      ['applied', 'applied', 'applied', 'applied'],
+    );
+    const paths = await Promise.all([tcp, udp, other, relayed].map(async (r) => (await ruleOf(m, r.id)).sync));
+    assert.deepEqual(
+      paths.map((s) => s.applied_path),
+      ['kernel', 'kernel', 'kernel', 'relay'],
+    );
+    assert.deepEqual((await nodeOf(m, edge.id)).kernel_path, { available: true, reason: null });
+    assert.match(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out, /15001 : 10\.214\.3\.2 \. 7007/);
+
+    // From another host, through the kernel: the target sees the node (it has no route to the client).
+    const payload = 200_000;
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', String(payload)), String(payload));
+    assert.equal(await runIn(CLIENT, UDP_ROUND_TRIP, NODE_ADDRESS, '15002', '20'), '20');
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15004', '1000'), '1000');
+
+    // Counted once, as IP packets: the payload plus its headers, in each direction.
+    const counted = await until('the kernel traffic reported', async () => {
+      const traffic = (await ruleOf(m, tcp.id)).traffic;
+      return traffic.bytes_in >= payload && traffic.bytes_out >= payload && traffic;
+    });
+    for (const bytes of [counted.bytes_in, counted.bytes_out])
+      assert.ok(bytes < payload * 1.05 + 4096, `${bytes} bytes counted for ${payload} sent: headers only on top`);
+    const udpTraffic = await until('the UDP traffic reported', async () => {
+      const traffic = (await ruleOf(m, udp.id)).traffic;
+      return traffic.bytes_in >= 2000 && traffic.bytes_out >= 2000 && traffic;
+    });
+    // 20 datagrams of 100 bytes, each with 28 bytes of IPv4 and UDP headers.
+    assert.deepEqual(udpTraffic, { bytes_in: 20 * 128, bytes_out: 20 * 128 });
+
+    // An edit of another rule is one transaction: this connection stays open and keeps working.
+    const held = heldConnection(t, 15001);
+    await held.opened();
+    await held.echoes('before the edit');
+    const edited = await call(m.url, 'PUT', `/api/rules/${other.id}`, {
+      token: m.admin,
+      body: { ...(await ruleOf(m, other.id)), listen_port: 15013 },
+    });
+    assert.equal(edited.status, 200);
+    assert.deepEqual((await sync(m, [other.id]))[0].outcome, 'applied');
+    assert.match(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out, /15013 : 10\.214\.3\.2 \. 7007/);
+    await held.echoes('after the edit');
+
+    // The agent killed: the kernel forwards on. Meanwhile a rule is deleted; the next start takes it out.
+    agent.kill('SIGKILL');
+    await once(agent, 'exit');
+    await until('the node offline', async () => (await nodeOf(m, edge.id)).status === 'offline');
+    await held.echoes('with no agent');
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', String(payload)), String(payload));
+    assert.equal((await call(m.url, 'DELETE', `/api/rules/${other.id}`, { token: m.admin })).status, 204);
+    agent = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, agentOptions);
+    await until('the agent online again', async () => (await nodeOf(m, edge.id)).status === 'online');
+    await until('the deleted rule gone from the table', () => !/15013/.test(nftIn(NODE, 'list', 'ruleset').out));
+    // Both round trips of rule 15001 counted, the one made while no agent ran included, none twice.
+    const total = await until('the traffic of the agent-less round trip reported', async () => {
+      const traffic = (await ruleOf(m, tcp.id)).traffic;
+      return traffic.bytes_in >= 2 * payload && traffic;
+    });
+    assert.ok(total.bytes_in < 2 * (payload * 1.05 + 4096), `${total.bytes_in}: not counted twice`);
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    assert.deepEqual((await ruleOf(m, tcp.id)).traffic, total, 'nothing more is counted once the traffic stops');
+
+    // A port a program on the node listens on is port_in_use, for a kernel rule as for any.
+    const holder = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        NODE,
+        process.execPath,
+        '-e',
+        "require('net').createServer().listen(15005, () => console.log('up'))",
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    t.after(() => holder.kill('SIGKILL'));
+    await once(holder.stdout, 'data');
+    const taken = (await rule(m, { node_id: edge.id, listen_port: 15005, targets: [target] })).body;
+    const [failed] = await sync(m, [taken.id]);
+    assert.equal(failed.outcome, 'failed');
+    assert.equal((await ruleOf(m, taken.id)).sync.error.code, 'port_in_use');
+
+    // Kernel only: a rule the kernel cannot carry (several targets fail over only in the relay) fails with a code.
+    agent.kill('SIGTERM');
+    await once(agent, 'exit');
+    const kernelOnly = { ...agentOptions, extraArgs: ['--insecure-http', '--forwarding', 'kernel'] };
+    agent = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, kernelOnly);
+    await until('the kernel-only agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const several = (await rule(m, { node_id: edge.id, listen_port: 15006, targets: [target, '10.214.3.9:7007'] }))
+      .body;
+    assert.equal((await sync(m, [several.id]))[0].outcome, 'failed');
+    assert.match(JSON.stringify((await ruleOf(m, several.id)).sync.error), /kernel_unsupported.*several targets/);
+    assert.equal((await ruleOf(m, tcp.id)).sync.applied_path, 'kernel');
+
+    // Uninstall: the agent stopped, its table removed; nothing of it is left in the ruleset.
+    agent.kill('SIGTERM');
+    await once(agent, 'exit');
+    const uninstall = spawnSync('ip', ['netns', 'exec', NODE, process.execPath, 'dist/agent.mjs', '--uninstall'], {
+      encoding: 'utf8',
+    });
+    assert.equal(uninstall.status, 0, uninstall.stderr);
+    assert.doesNotMatch(nftIn(NODE, 'list', 'ruleset').out, /portplane/);
+
+    // An agent without CAP_NET_ADMIN says why it cannot use the kernel, and its rules go through the relay.
+    const capless = {
+      ...agentOptions,
+      within: ['ip', 'netns', 'exec', NODE, 'setpriv', '--inh-caps=-all', '--bounding-set=-all'],
+    };
+    agent = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, capless);
+    const unable = await until('the node to say why the kernel path is out', async () => {
+      const current = await nodeOf(m, edge.id);
+      return current.status === 'online' && current.kernel_path?.available === false && current.kernel_path;
+    });
+    assert.match(unable.reason, /CAP_NET_ADMIN/);
+    assert.equal((await sync(m, [tcp.id]))[0].outcome, 'applied');
+    assert.equal((await ruleOf(m, tcp.id)).sync.applied_path, 'relay');
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', '5000'), '5000');
+  },
+);
