@@ -13,6 +13,7 @@ import { test, type TestContext } from 'node:test';
 import { nodeOf, startAgent, type AgentProcess } from './agents.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
+import { echoIn, ip, namespaces, netnsUnavailable, veth } from './netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const CLIENT = `pk${tag}c`;
@@ -21,10 +22,6 @@ const TARGET = `pk${tag}t`;
 const NODE_ADDRESS = '10.214.2.2';
 const TARGET_ADDRESS = '10.214.3.2';
 
-function ip(...args: string[]): string {
-  return execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
-}
-
 function nftIn(ns: string, ...args: string[]): { code: number; out: string } {
   const run = spawnSync('ip', ['netns', 'exec', ns, 'nft', ...args], { encoding: 'utf8' });
   return { code: run.status ?? -1, out: `${run.stdout}${run.stderr}` };
@@ -32,41 +29,21 @@ function nftIn(ns: string, ...args: string[]): { code: number; out: string } {
 
 /** Why the test cannot run here, or null when it can. */
 function unavailable(): string | null {
-  if (process.getuid?.() !== 0) return 'network namespaces and nftables need root';
+  const namespacesOut = netnsUnavailable(`${NODE}-probe`);
+  if (namespacesOut) return namespacesOut;
   if (spawnSync('nft', ['--version']).status !== 0) return 'nft is not installed (Debian package nftables)';
-  try {
-    ip('netns', 'add', `${NODE}-probe`);
-    const probe = spawnSync('ip', ['netns', 'exec', `${NODE}-probe`, 'nft', 'list', 'tables'], { encoding: 'utf8' });
-    ip('netns', 'del', `${NODE}-probe`);
-    if (probe.status !== 0) return `nftables does not answer in a namespace: ${probe.stderr.split('\n')[0]}`;
-    return null;
-  } catch (error) {
-    return `ip netns is unavailable: ${(error as Error).message.split('\n')[0]}`;
-  }
+  ip('netns', 'add', `${NODE}-probe`);
+  const probe = spawnSync('ip', ['netns', 'exec', `${NODE}-probe`, 'nft', 'list', 'tables'], { encoding: 'utf8' });
+  ip('netns', 'del', `${NODE}-probe`);
+  return probe.status === 0 ? null : `nftables does not answer in a namespace: ${probe.stderr.split('\n')[0]}`;
 }
 
 /** host <-> node (the agent's link), client <-> node, node <-> target; the node forwards IPv4. */
 function network(t: TestContext): void {
-  t.after(() => {
-    for (const ns of [CLIENT, NODE, TARGET]) spawnSync('ip', ['netns', 'del', ns]);
-  });
-  const inNs = (ns: string | null, ...args: string[]) => (ns ? ip('netns', 'exec', ns, 'ip', ...args) : ip(...args));
-  const link = (a: string, aNs: string | null, aAddr: string, b: string, bNs: string, bAddr: string) => {
-    ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
-    if (aNs) ip('link', 'set', a, 'netns', aNs);
-    ip('link', 'set', b, 'netns', bNs);
-    inNs(aNs, 'addr', 'add', aAddr, 'dev', a);
-    inNs(aNs, 'link', 'set', a, 'up');
-    inNs(bNs, 'addr', 'add', bAddr, 'dev', b);
-    inNs(bNs, 'link', 'set', b, 'up');
-  };
-  for (const ns of [CLIENT, NODE, TARGET]) {
-    ip('netns', 'add', ns);
-    ip('netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
-  }
-  link(`${NODE}h`, null, '10.214.1.1/30', `${NODE}m`, NODE, '10.214.1.2/30');
-  link(`${CLIENT}n`, CLIENT, '10.214.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
-  link(`${NODE}t`, NODE, '10.214.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
+  namespaces(t, [CLIENT, NODE, TARGET]);
+  veth(`${NODE}h`, null, '10.214.1.1/30', `${NODE}m`, NODE, '10.214.1.2/30');
+  veth(`${CLIENT}n`, CLIENT, '10.214.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
+  veth(`${NODE}t`, NODE, '10.214.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
   ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
 }
@@ -81,22 +58,6 @@ async function runIn(ns: string, script: string, ...args: string[]): Promise<str
   const [code] = await once(child, 'exit');
   if (code !== 0) throw new Error(`script in ${ns} exited ${code}: ${out}`);
   return out.trim();
-}
-
-/** TCP and UDP echo on port 7007 of the target, on every address: what the client reaches, it reaches through NAT. */
-async function echoIn(t: TestContext, ns: string): Promise<void> {
-  const script = `
-    import { createServer } from 'node:net';
-    import { createSocket } from 'node:dgram';
-    createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(7007, '0.0.0.0');
-    const udp = createSocket('udp4');
-    udp.on('message', (m, from) => udp.send(m, from.port, from.address));
-    udp.bind(7007, '0.0.0.0', () => console.log('ready'));`;
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  t.after(() => child.kill('SIGKILL'));
-  await once(child.stdout!, 'data');
 }
 
 /** Sends `bytes` to HOST:PORT over TCP from the client and prints how many came back (all, or it fails). */
@@ -155,13 +116,14 @@ async function sync(m: Running, ids: number[]) {
 
 test(
   'a direct rule forwarded by nftables: TCP and UDP from another host, counted exactly, kept through edits, ' +
-    'an agent kill and a restart; relay where asked; port_in_use; uninstall leaves no table',
+    'an agent kill and a restart; relay where asked; a switch to the relay and back; port_in_use; uninstall ' +
+    'leaves no table',
   { timeout: 120_000 },
   async (t) => {
     const reason = unavailable();
     if (reason) return t.skip(reason);
     network(t);
-    await echoIn(t, TARGET);
+    await echoIn(t, TARGET, '0.0.0.0');
     const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
     const port = new URL(m.url).port;
     await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
@@ -278,9 +240,25 @@ test(
     assert.match(JSON.stringify((await ruleOf(m, several.id)).sync.error), /kernel_unsupported.*several targets/);
     assert.equal((await ruleOf(m, tcp.id)).sync.applied_path, 'kernel');
 
+    // Switched to the relay: its first config takes the table out, and the rule is relayed from then on.
+    const restart = async (mode: string) => {
+      agent.kill('SIGTERM');
+      await once(agent, 'exit');
+      const options = { ...agentOptions, extraArgs: ['--insecure-http', '--forwarding', mode] };
+      agent = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, options);
+      await until(`the ${mode} agent online`, async () => (await nodeOf(m, edge.id)).status === 'online');
+      assert.equal((await sync(m, [tcp.id]))[0].outcome, 'applied');
+      return (await ruleOf(m, tcp.id)).sync.applied_path;
+    };
+    assert.equal(await restart('relay'), 'relay');
+    await until('the table taken out', () => !/portplane/.test(nftIn(NODE, 'list', 'ruleset').out));
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', '5000'), '5000');
+    assert.equal(await restart('auto'), 'kernel');
+
     // Uninstall: the agent stopped, its table removed; nothing of it is left in the ruleset.
     agent.kill('SIGTERM');
     await once(agent, 'exit');
+    assert.match(nftIn(NODE, 'list', 'ruleset').out, /portplane/, 'the kernel rules outlive the agent');
     const uninstall = spawnSync('ip', ['netns', 'exec', NODE, process.execPath, 'dist/agent.mjs', '--uninstall'], {
       encoding: 'utf8',
     });

@@ -5,84 +5,29 @@
 // with the reason otherwise (tunnel.test.ts is the loopback variant that always runs).
 
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { test, type TestContext } from 'node:test';
 import { nodeOf, startAgent, udpRoundTrip } from './agents.ts';
 import { call, node, rule, startMaster } from './helpers.ts';
 import { tcpRoundTrip, until } from './net.ts';
+import { echoIn, namespaces, netnsUnavailable, veth } from './netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const ENTRY = `pp${tag}e`;
 const EXIT = `pp${tag}x`;
 
-function ip(...args: string[]): void {
-  execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-}
-
-/** Why namespaces cannot be made here, or null when they can. */
-function unavailable(): string | null {
-  if (process.getuid?.() !== 0) return 'network namespaces need root';
-  try {
-    ip('netns', 'add', `${ENTRY}-probe`);
-    ip('netns', 'del', `${ENTRY}-probe`);
-    return null;
-  } catch (error) {
-    return `ip netns is unavailable: ${(error as Error).message.split('\n')[0]}`;
-  }
-}
-
 /** Two namespaces, each linked to this one, and to each other: 10.213.3.1 (entry) <-> 10.213.3.2 (exit). */
 function network(t: TestContext): void {
-  t.after(() => {
-    for (const ns of [ENTRY, EXIT]) {
-      try {
-        ip('netns', 'del', ns);
-      } catch {
-        // already gone
-      }
-    }
-  });
-  const inNs = (ns: string | null, ...args: string[]) => (ns ? ip('netns', 'exec', ns, 'ip', ...args) : ip(...args));
-  const link = (a: string, aNs: string | null, aAddr: string, b: string, bNs: string, bAddr: string) => {
-    ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
-    if (aNs) ip('link', 'set', a, 'netns', aNs);
-    ip('link', 'set', b, 'netns', bNs);
-    inNs(aNs, 'addr', 'add', aAddr, 'dev', a);
-    inNs(aNs, 'link', 'set', a, 'up');
-    inNs(bNs, 'addr', 'add', bAddr, 'dev', b);
-    inNs(bNs, 'link', 'set', b, 'up');
-  };
-  for (const ns of [ENTRY, EXIT]) {
-    ip('netns', 'add', ns);
-    ip('netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
-  }
-  link(`${ENTRY}a`, null, '10.213.1.1/30', `${ENTRY}b`, ENTRY, '10.213.1.2/30');
-  link(`${EXIT}a`, null, '10.213.2.1/30', `${EXIT}b`, EXIT, '10.213.2.2/30');
-  link(`${ENTRY}t`, ENTRY, '10.213.3.1/30', `${EXIT}t`, EXIT, '10.213.3.2/30');
-}
-
-/** TCP and UDP echo on port 7007 of the namespace's loopback: reachable from inside it only. */
-async function echoIn(t: TestContext, ns: string): Promise<void> {
-  const script = `
-    import { createServer } from 'node:net';
-    import { createSocket } from 'node:dgram';
-    createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(7007, '127.0.0.1');
-    const udp = createSocket('udp4');
-    udp.on('message', (m, from) => udp.send(m, from.port, from.address));
-    udp.bind(7007, '127.0.0.1', () => console.log('ready'));`;
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  t.after(() => child.kill('SIGKILL'));
-  await once(child.stdout!, 'data');
+  namespaces(t, [ENTRY, EXIT]);
+  veth(`${ENTRY}a`, null, '10.213.1.1/30', `${ENTRY}b`, ENTRY, '10.213.1.2/30');
+  veth(`${EXIT}a`, null, '10.213.2.1/30', `${EXIT}b`, EXIT, '10.213.2.2/30');
+  veth(`${ENTRY}t`, ENTRY, '10.213.3.1/30', `${EXIT}t`, EXIT, '10.213.3.2/30');
 }
 
 test('across two namespaces, TCP and UDP go entry -> tunnel -> exit -> a target only the exit reaches', async (t) => {
-  const reason = unavailable();
+  const reason = netnsUnavailable(`${ENTRY}-probe`);
   if (reason) return t.skip(reason);
   network(t);
-  await echoIn(t, EXIT);
+  await echoIn(t, EXIT, '127.0.0.1');
   const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true, localTargets: true });
   const port = new URL(m.url).port;
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });

@@ -1,0 +1,66 @@
+// Network namespaces for tests that need "hosts" of their own: made by the test, joined by veth pairs, removed after.
+
+import { execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import type { TestContext } from 'node:test';
+
+export function ip(...args: string[]): string {
+  return execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
+}
+
+/** Why namespaces cannot be made here (not root, no `ip netns`), or null when they can. */
+export function netnsUnavailable(probeName: string): string | null {
+  if (process.getuid?.() !== 0) return 'network namespaces need root';
+  try {
+    ip('netns', 'add', probeName);
+    ip('netns', 'del', probeName);
+    return null;
+  } catch (error) {
+    return `ip netns is unavailable: ${(error as Error).message.split('\n')[0]}`;
+  }
+}
+
+/** Makes namespaces with their loopback up; they are deleted after the test. */
+export function namespaces(t: TestContext, names: string[]): void {
+  t.after(() => {
+    for (const ns of names) {
+      try {
+        ip('netns', 'del', ns);
+      } catch {
+        // already gone
+      }
+    }
+  });
+  for (const ns of names) {
+    ip('netns', 'add', ns);
+    ip('netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
+  }
+}
+
+/** A veth pair from `a` (in namespace `aNs`, or this one when null) to `b` in `bNs`, each with its address, up. */
+export function veth(a: string, aNs: string | null, aAddr: string, b: string, bNs: string, bAddr: string): void {
+  const inNs = (ns: string | null, ...args: string[]) => (ns ? ip('netns', 'exec', ns, 'ip', ...args) : ip(...args));
+  ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
+  if (aNs) ip('link', 'set', a, 'netns', aNs);
+  ip('link', 'set', b, 'netns', bNs);
+  inNs(aNs, 'addr', 'add', aAddr, 'dev', a);
+  inNs(aNs, 'link', 'set', a, 'up');
+  inNs(bNs, 'addr', 'add', bAddr, 'dev', b);
+  inNs(bNs, 'link', 'set', b, 'up');
+}
+
+/** TCP and UDP echo on port 7007 of `address` in namespace `ns`, until the test ends. */
+export async function echoIn(t: TestContext, ns: string, address: string): Promise<void> {
+  const script = `
+    import { createServer } from 'node:net';
+    import { createSocket } from 'node:dgram';
+    createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(7007, '${address}');
+    const udp = createSocket('udp4');
+    udp.on('message', (m, from) => udp.send(m, from.port, from.address));
+    udp.bind(7007, '${address}', () => console.log('ready'));`;
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  await once(child.stdout!, 'data');
+}
