@@ -3,7 +3,8 @@
 //   tcp PORT STREAMS BYTES       STREAMS connections each send BYTES; prints MiB/s
 //   connrate PORT SECONDS CONC   connect, send 1 byte, get it back, close, for SECONDS; prints per second
 //   udp PORT RATE SECONDS SIZE   sends RATE datagrams/s; prints sent and received (the sink echoes)
-// Results are one JSON line on stdout.
+// Results are one JSON line on stdout. BENCH_HOST is where the load goes and the sink listens (default 127.0.0.1; the
+// kernel-path rows run these in namespaces of their own, where the sink listens on every address).
 
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
@@ -13,6 +14,8 @@ import { connect, createServer, type AddressInfo } from 'node:net';
 const LOAD_BUFFER_BYTES = 4 * 1024 * 1024;
 
 const [mode, ...args] = process.argv.slice(2);
+const HOST = process.env.BENCH_HOST ?? '127.0.0.1';
+const LOCAL = HOST === '127.0.0.1' ? '127.0.0.1' : '0.0.0.0';
 const print = (value: object) => console.log(JSON.stringify(value));
 
 async function sink(): Promise<void> {
@@ -22,14 +25,14 @@ async function sink(): Promise<void> {
       if (chunk.length === 1) socket.write(chunk);
     });
     socket.on('error', () => socket.destroy());
-  }).listen(0, '127.0.0.1');
+  }).listen(Number(process.env.BENCH_SINK_PORT ?? 0), LOCAL);
   await once(tcp, 'listening');
   tcp.on('error', (error) => print({ msg: 'sink error', error: error.message }));
   const udp = createSocket({ type: 'udp4', recvBufferSize: LOAD_BUFFER_BYTES });
   // A reply to a client that has gone is an ICMP error, not a reason to stop.
   udp.on('error', () => undefined);
   udp.on('message', (message, from) => udp.send(message, from.port, from.address));
-  udp.bind(0, '127.0.0.1');
+  udp.bind(Number(process.env.BENCH_SINK_PORT ?? 0), LOCAL);
   await once(udp, 'listening');
   print({ msg: 'sink', tcp: (tcp.address() as AddressInfo).port, udp: udp.address().port });
 }
@@ -55,7 +58,7 @@ async function tcpStreams(port: number, streams: number, bytes: number): Promise
     Array.from({ length: streams }, async (_, index) => {
       const stage = (name: string) => stages.set(index, name);
       stage('connecting');
-      const socket = connect({ host: '127.0.0.1', port });
+      const socket = connect({ host: HOST, port });
       // Whatever comes back is read and dropped. The sink echoes a chunk that arrives as one byte (its connection-rate
       // probe), which through a tunnel now and then a chunk of a stream does; left unread, that byte held back the
       // relay's close ('end' waits for buffered data to be read), so the socket never closed and the run through the
@@ -105,7 +108,7 @@ async function connRate(port: number, seconds: number, concurrency: number): Pro
   let failed = 0;
   const one = () =>
     new Promise<void>((resolve) => {
-      const socket = connect({ host: '127.0.0.1', port }, () => socket.write('x'));
+      const socket = connect({ host: HOST, port }, () => socket.write('x'));
       let answered = false;
       socket.once('data', () => {
         answered = true;
@@ -132,7 +135,7 @@ async function udpRate(port: number, rate: number, seconds: number, size: number
   socket.on('error', () => undefined);
   let received = 0;
   socket.on('message', () => (received += 1));
-  socket.bind(0, '127.0.0.1');
+  socket.bind(0, LOCAL);
   await once(socket, 'listening');
   const payload = Buffer.alloc(size, 7);
   const total = rate * seconds;
@@ -142,7 +145,7 @@ async function udpRate(port: number, rate: number, seconds: number, size: number
   while (sent < total) {
     const due = Math.min(total, Math.floor(((performance.now() - started) / 1000) * rate) + perTick);
     while (sent < due) {
-      socket.send(payload, port, '127.0.0.1');
+      socket.send(payload, port, HOST);
       sent += 1;
     }
     await new Promise((resolve) => setTimeout(resolve, 1));

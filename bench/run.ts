@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
 import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
 import { bearer, wrk } from './wrk.ts';
+import { CLIENT, HOST_SIDE, makeLab, NODE, NODE_ADDRESS, removeLab, TARGET, TARGET_ADDRESS, within } from './netns.ts';
 
 interface Row {
   id: string;
@@ -54,7 +55,17 @@ function round(n: number): string {
 }
 
 function ensureTools(): void {
-  const missing = ['wrk', 'socat'].filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0);
+  // Debian packages by the command the bench runs: the kernel path's rows need nftables, iperf3 and HAProxy too.
+  const packages: Record<string, string> = {
+    wrk: 'wrk',
+    socat: 'socat',
+    nft: 'nftables',
+    iperf3: 'iperf3',
+    haproxy: 'haproxy',
+  };
+  const missing = Object.keys(packages)
+    .filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0)
+    .map((tool) => packages[tool]!);
   if (missing.length === 0) return;
   console.error(`installing ${missing.join(', ')} from Debian`);
   spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit' });
@@ -168,7 +179,7 @@ function agentProcess(masterUrl: string, stateDir: string, token: string): Runni
   );
 }
 
-async function startMaster(dataDir: string): Promise<Master> {
+async function startMaster(dataDir: string, listen = '127.0.0.1:0', env: NodeJS.ProcessEnv = {}): Promise<Master> {
   mkdirSync(dataDir, { recursive: true });
   writeFileSync(
     join(dataDir, 'license.json'),
@@ -184,7 +195,7 @@ async function startMaster(dataDir: string): Promise<Master> {
       keys.privateKeyPem,
     ),
   );
-  const proc = masterProcess(dataDir, '127.0.0.1:0', { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD });
+  const proc = masterProcess(dataDir, listen, { MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD, ...env });
   const url = (await proc.waitFor('listening')).url as string;
   const login = await api(url, null, 'POST', '/api/auth/login', { username: 'admin', password: ADMIN_PASSWORD });
   await api(url, login.token, 'PATCH', '/api/settings', { write_budget_per_minute: 0 });
@@ -901,6 +912,188 @@ async function dataPlane(): Promise<void> {
   await master.proc.stop();
 }
 
+/** iperf3 from the client to HOST:PORT (the target's server behind it): bits a second received, and bytes sent. */
+function iperf(port: number, host: string, streams: number): { mib_per_s: number; bytes: number } {
+  const [command, ...args] = within(
+    CLIENT,
+    pinned(1, ['iperf3', '-c', host, '-p', String(port), '-t', String(SECONDS), '-P', String(streams), '-J']),
+  );
+  const run = spawnSync(command!, args, { encoding: 'utf8' });
+  const result = JSON.parse(run.stdout || '{}');
+  if (result.error || !result.end?.sum_received)
+    throw new Error(`iperf3 to ${host}:${port} failed: ${result.error ?? run.stderr.slice(-300)}`);
+  return { mib_per_s: result.end.sum_received.bits_per_second / 8 / 2 ** 20, bytes: result.end.sum_sent.bytes };
+}
+
+/**
+ * The kernel path (nftables) on a node between a client and a target, each a network namespace, beside the node as a
+ * plain router (the ceiling), the agent's relay and HAProxy (TCP mode, one thread) on the node's CPU, to the same
+ * target: bulk with 1 and 8 streams (iperf3), new connections a second, and whether the kernel's counters agree with
+ * what the client sent.
+ */
+async function kernelPath(): Promise<void> {
+  console.error(
+    'kernel path: client -> node -> target in namespaces; the node as a router, nftables, the relay, HAProxy',
+  );
+  const unavailable = makeLab();
+  if (unavailable) {
+    console.error(`  skipped: ${unavailable}`);
+    return;
+  }
+  const master = await startMaster(join(work, 'kernel-data'), `${HOST_SIDE}:0`, { MASTER_INSECURE_HTTP: '1' });
+  await api(master.url, master.token, 'PATCH', '/api/settings', { agent_report_interval_seconds: 1 });
+  const edge = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'edge', host: NODE_ADDRESS });
+  const agent = start(
+    within(
+      NODE,
+      pinned(0, [node, 'dist/agent.mjs', '--master', master.url, '--insecure-http', '--state-dir', join(work, 'ks')]),
+    ),
+    { AGENT_TOKEN: edge.agent_token, AGENT_FORWARDING: 'auto' },
+  );
+  await agent.waitFor('linked to the master');
+  const iperfServer = start(within(TARGET, pinned(1, ['iperf3', '-s', '-p', '5201'])));
+  const sink = start(within(TARGET, pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink'])), {
+    BENCH_HOST: TARGET_ADDRESS,
+    BENCH_SINK_PORT: '7100',
+  });
+  await sink.waitFor('sink');
+  const haproxyConfig = join(work, 'haproxy.cfg');
+  writeFileSync(
+    haproxyConfig,
+    [
+      'global',
+      '  nbthread 1',
+      '  maxconn 4000',
+      'defaults',
+      '  mode tcp',
+      '  timeout connect 5s',
+      '  timeout client 60s',
+      '  timeout server 60s',
+      'listen iperf',
+      `  bind ${NODE_ADDRESS}:15203`,
+      `  server target ${TARGET_ADDRESS}:5201`,
+      'listen echo',
+      `  bind ${NODE_ADDRESS}:15213`,
+      `  server target ${TARGET_ADDRESS}:7100`,
+      '',
+    ].join('\n'),
+  );
+  const haproxy = start(within(NODE, pinned(0, ['haproxy', '-db', '-f', haproxyConfig])));
+  const rule = (name: string, port: number, targetPort: number, forwarding: string, protocol = 'tcp') =>
+    api(master.url, master.token, 'POST', '/api/rules', {
+      name,
+      node_id: edge.id,
+      protocol,
+      listen_port: port,
+      targets: [`${TARGET_ADDRESS}:${targetPort}`],
+      forwarding,
+    });
+  const kernel = await rule('kernel', 15201, 5201, 'auto');
+  const relay = await rule('relay', 15202, 5201, 'relay');
+  const kernelEcho = await rule('kernel-echo', 15211, 7100, 'auto');
+  const relayEcho = await rule('relay-echo', 15212, 7100, 'relay');
+  const kernelUdp = await rule('kernel-udp', 15221, 7100, 'auto', 'udp');
+  const ids = [kernel.id, relay.id, kernelEcho.id, relayEcho.id, kernelUdp.id];
+  await api(master.url, master.token, 'POST', '/api/rules/batch-sync', { ids });
+  const paths = await Promise.all(
+    ids.map(async (id) => (await api(master.url, master.token, 'GET', `/api/rules/${id}`)).sync.applied_path),
+  );
+  if (paths.join() !== 'kernel,relay,kernel,relay,kernel') throw new Error(`unexpected paths: ${paths.join(', ')}`);
+  await new Promise((resolve) => setTimeout(resolve, 500));
+
+  const ways = { router: [TARGET_ADDRESS, 5201], kernel: [NODE_ADDRESS, 15201], relay: [NODE_ADDRESS, 15202] } as const;
+  for (const streams of [1, 8]) {
+    const router = iperf(ways.router[1], ways.router[0], streams).mib_per_s;
+    const before = (await api(master.url, master.token, 'GET', `/api/rules/${kernel.id}`)).traffic;
+    const viaKernel = iperf(ways.kernel[1], ways.kernel[0], streams);
+    const viaRelay = iperf(ways.relay[1], ways.relay[0], streams).mib_per_s;
+    const viaHaproxy = iperf(15203, NODE_ADDRESS, streams).mib_per_s;
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    const after = (await api(master.url, master.token, 'GET', `/api/rules/${kernel.id}`)).traffic;
+    // What the client sent, plus at most the headers of its packets: 52 bytes (20 IPv4, 32 TCP with timestamps) a
+    // 1,448-byte segment, much less where the kernel coalesces segments (GRO) before nftables counts them.
+    const counted = after.bytes_in - before.bytes_in;
+    const off = counted / viaKernel.bytes - 1;
+    const countsRight = off >= -0.01 && off <= 52 / 1448 + 0.01;
+    record({
+      id: streams === 1 ? '12a' : '12b',
+      scenario: `TCP through the kernel path (nftables), ${streams === 1 ? '1 stream' : '8 streams'}, client and target in other namespaces`,
+      value: viaKernel.mib_per_s,
+      unit: 'MiB/s',
+      ceiling: router,
+      ratio: viaKernel.mib_per_s / router,
+      target: '>= 0.9x the node as a router; counters within 1% of sent (+ headers)',
+      met: viaKernel.mib_per_s / router >= 0.9 && countsRight,
+      note:
+        `router ${Math.round(router)} MiB/s, relay ${Math.round(viaRelay)} MiB/s ` +
+        `(${(viaRelay / viaHaproxy).toFixed(2)}x HAProxy), HAProxy ${Math.round(viaHaproxy)} MiB/s; ` +
+        `kernel counted ${counted} bytes in for ${viaKernel.bytes} sent (${(off * 100).toFixed(2)}%; headers add at ` +
+        'most 3.6%)',
+    });
+  }
+  const rate = (port: number, host: string) => {
+    const [command, ...rest] = within(
+      CLIENT,
+      pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'connrate', String(port), '3', '10']),
+    );
+    const out = spawnSync(command!, rest, { encoding: 'utf8', env: { ...process.env, BENCH_HOST: host } });
+    return JSON.parse(out.stdout.trim().split('\n').pop() ?? '{}').per_second as number;
+  };
+  const routerRate = rate(7100, TARGET_ADDRESS);
+  const kernelRate = rate(15211, NODE_ADDRESS);
+  const relayRate = rate(15212, NODE_ADDRESS);
+  const haproxyRate = rate(15213, NODE_ADDRESS);
+  record({
+    id: '12c',
+    scenario: 'TCP connection rate through the kernel path (connect, 1-byte echo, close; 10 at a time)',
+    value: kernelRate,
+    unit: 'conn/s',
+    ceiling: routerRate,
+    ratio: kernelRate / routerRate,
+    target: '>= 0.9x the node as a router',
+    met: kernelRate / routerRate >= 0.9,
+    note:
+      `router ${Math.round(routerRate)}/s, relay ${Math.round(relayRate)}/s ` +
+      `(${(relayRate / haproxyRate).toFixed(2)}x HAProxy), HAProxy ${Math.round(haproxyRate)}/s`,
+  });
+  // UDP at fixed rates, echoed: the loss through the kernel path beside the loss the node adds as a router.
+  const udp = (port: number, host: string, rate: number) => {
+    const [command, ...rest] = within(
+      CLIENT,
+      pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'udp', String(port), String(rate), '2', '64']),
+    );
+    const out = spawnSync(command!, rest, { encoding: 'utf8', env: { ...process.env, BENCH_HOST: host } });
+    return JSON.parse(out.stdout.trim().split('\n').pop() ?? '{}') as { loss: number; received: number };
+  };
+  const udpSweep = [50_000, 100_000].map((rate) => ({
+    rate,
+    router: udp(7100, TARGET_ADDRESS, rate),
+    kernel: udp(15221, NODE_ADDRESS, rate),
+  }));
+  const at50k = udpSweep[0]!;
+  const percent = (loss: number) => `${(loss * 100).toFixed(2)}%`;
+  record({
+    id: '12d',
+    scenario: 'UDP through the kernel path at 50,000 packets/s offered (64-byte datagrams, echoed)',
+    value: at50k.kernel.received / 2,
+    unit: 'pkt/s echoed',
+    ceiling: at50k.router.received / 2,
+    ratio: at50k.kernel.received / at50k.router.received,
+    target: 'loss within 1 point of the node as a router',
+    met: at50k.kernel.loss - at50k.router.loss <= 0.01,
+    note: udpSweep
+      .map((s) => `${s.rate / 1000}k pkt/s: ${percent(s.kernel.loss)} kernel, ${percent(s.router.loss)} router`)
+      .join('; '),
+  });
+  await haproxy.stop();
+  await sink.stop();
+  await iperfServer.stop();
+  await agent.stop();
+  await master.proc.stop();
+  // The node's table goes with its namespace.
+  removeLab();
+}
+
 function table(): string {
   const header = ['#', 'scenario', 'result', 'p50 ms', 'p99 ms', 'peak RSS MiB', 'ceiling', 'ratio', 'target', 'met'];
   const body = rows.map((r) => [
@@ -930,11 +1123,12 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,fanout,data runs a subset (when working on one part).
-const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data').split(','));
+// BENCH_ONLY=control,fanout,data,kernel runs a subset (when working on one part).
+const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel').split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
+if (only.has('kernel')) await kernelPath();
 const machine = {
   cpu: cpus()[0]?.model,
   cores: cpus().length,
