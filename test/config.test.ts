@@ -75,7 +75,14 @@ test(
     const { parseAgentConfig } = await import('../cmd/agent/config.ts');
     const token = `mat_7_${'a'.repeat(43)}`;
     const pin = `sha256/${'Q'.repeat(43)}=`;
-    const base = { masterPin: null, token, stateDir: './agent-state', listenHost: '0.0.0.0', forwarding: 'auto' };
+    const base = {
+      masterPin: null,
+      token,
+      stateDir: './agent-state',
+      listenHost: '0.0.0.0',
+      forwarding: 'auto',
+      resolveSeconds: 60,
+    };
     const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
       [
         ['--master', 'https://10.0.0.1:8443/', '--master-pin', pin],
@@ -115,6 +122,7 @@ test(
     const errors: [string[], Record<string, string>, RegExp][] = [
       [[], { AGENT_TOKEN: token }, /--master/],
       [['--master', 'https://m', '--forwarding', 'fast'], { AGENT_TOKEN: token }, /--forwarding must be auto, kernel/],
+      [['--master', 'https://m', '--resolve-every', '0.5'], { AGENT_TOKEN: token }, /--resolve-every must be whole/],
       [['--master', 'not a url'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
       [['--master', 'http://10.0.0.1:8080/a/path'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
       [['--master', 'http://a$(reboot)b:8080'], { AGENT_TOKEN: token }, /must be http\(s\):\/\/HOST/],
@@ -164,6 +172,7 @@ test(
         stateDir: './agent-state',
         listenHost: '0.0.0.0',
         forwarding: 'auto',
+        resolveSeconds: 60,
       },
     });
     assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
@@ -174,6 +183,7 @@ test(
         stateDir: './agent-state',
         listenHost: '0.0.0.0',
         forwarding: 'auto',
+        resolveSeconds: 60,
       },
     });
     assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
@@ -184,6 +194,7 @@ test(
         stateDir: './agent-state',
         listenHost: '0.0.0.0',
         forwarding: 'auto',
+        resolveSeconds: 60,
       },
     });
     const errors: [string, RegExp][] = [

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
@@ -116,7 +116,8 @@ async function sync(m: Running, ids: number[]) {
 
 test(
   'a direct rule forwarded by nftables: TCP and UDP from another host, counted exactly, kept through edits, ' +
-    'an agent kill and a restart; relay where asked; a switch to the relay and back; port_in_use; uninstall ' +
+    'an agent kill and a restart; a target name followed; relay where asked; a switch to the relay and back; ' +
+    'port_in_use; uninstall ' +
     'leaves no table',
   { timeout: 120_000 },
   async (t) => {
@@ -129,11 +130,18 @@ test(
     await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
     const edge = await node(m, 'edge', { host: NODE_ADDRESS });
     const stateDir = mkdtempSync(join(tmpdir(), 'portplane-kernel-agent-'));
+    // The node's own /etc/hosts (ip netns exec mounts /etc/netns/NAME/hosts over it): a name for the target.
+    const hosts = `/etc/netns/${NODE}`;
+    mkdirSync(hosts, { recursive: true });
+    t.after(() => rmSync(hosts, { recursive: true, force: true }));
+    const nameTarget = (address: string) =>
+      writeFileSync(join(hosts, 'hosts'), `127.0.0.1 localhost\n${address} target.test\n`);
+    nameTarget(TARGET_ADDRESS);
     const agentOptions = {
       within: ['ip', 'netns', 'exec', NODE],
       listenHost: '0.0.0.0',
       stateDir,
-      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+      extraArgs: ['--insecure-http', '--forwarding', 'auto', '--resolve-every', '1'],
     };
     let agent: AgentProcess = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, agentOptions);
     await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
@@ -161,6 +169,18 @@ test(
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', String(payload)), String(payload));
     assert.equal(await runIn(CLIENT, UDP_ROUND_TRIP, NODE_ADDRESS, '15002', '20'), '20');
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15004', '1000'), '1000');
+
+    // A target given by name is looked up by the agent, and followed when its address changes.
+    const named = (await rule(m, { node_id: edge.id, listen_port: 15007, targets: ['target.test:7007'] })).body;
+    assert.equal((await sync(m, [named.id]))[0].outcome, 'applied');
+    assert.equal((await ruleOf(m, named.id)).sync.applied_path, 'kernel');
+    assert.match(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out, /15007 : 10\.214\.3\.2 \. 7007/);
+    ip('netns', 'exec', TARGET, 'ip', 'addr', 'add', '10.214.3.3/24', 'dev', `${TARGET}n`);
+    nameTarget('10.214.3.3');
+    await until('the table to follow the new address', () =>
+      /15007 : 10\.214\.3\.3 \. 7007/.test(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out),
+    );
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15007', '1000'), '1000');
 
     // Counted once, as IP packets: the payload plus its headers, in each direction.
     const counted = await until('the kernel traffic reported', async () => {

@@ -16,6 +16,7 @@ export interface AgentConfig {
   stateDir: string;
   listenHost: string;
   forwarding: ForwardingMode;
+  resolveSeconds: number;
 }
 
 export type AgentParse = Parsed<AgentConfig>;
@@ -35,6 +36,9 @@ Options:
   --forwarding MODE    auto: direct rules in the kernel (nftables) where the agent can, else the relay;
                        kernel: the kernel only (rules it cannot carry fail); relay: user space only
                        (env AGENT_FORWARDING, default auto)
+  --resolve-every SECONDS
+                       how often the kernel path looks up its targets' host names again, and
+                       follows a changed address (env AGENT_RESOLVE_SECONDS, default 60)
   --uninstall          remove the agents' nftables tables (inet portplane_<node id>) and exit
   --env-file FILE      read AGENT_* settings from FILE: one KEY=VALUE per line, taken literally
                        (no quotes, no expansion; lines starting with # are comments). Flags
@@ -51,6 +55,7 @@ const FLAGS = {
   '--state-dir': 'AGENT_STATE_DIR',
   '--listen-host': 'AGENT_LISTEN_HOST',
   '--forwarding': 'AGENT_FORWARDING',
+  '--resolve-every': 'AGENT_RESOLVE_SECONDS',
   '--env-file': 'AGENT_ENV_FILE',
 } as const;
 /** Flags that take no value; their variable is on when it is 1 or true. */
@@ -138,6 +143,9 @@ export function parseAgentConfig(
   const forwarding = settings.AGENT_FORWARDING ?? 'auto';
   if (!(forwardingModes as readonly string[]).includes(forwarding))
     return { error: `--forwarding must be auto, kernel or relay, got '${forwarding}'` };
+  const resolveSeconds = Number(settings.AGENT_RESOLVE_SECONDS ?? 60);
+  if (!Number.isInteger(resolveSeconds) || resolveSeconds < 1 || resolveSeconds > 86_400)
+    return { error: `--resolve-every must be whole seconds from 1 to 86400, got '${settings.AGENT_RESOLVE_SECONDS}'` };
   const token = settings.AGENT_TOKEN;
   if (!token || !/^mat_[1-9][0-9]*_[A-Za-z0-9_-]{43}$/.test(token))
     return { error: "--token (or AGENT_TOKEN) must be the node's agent token (mat_...)" };
@@ -149,6 +157,7 @@ export function parseAgentConfig(
       stateDir: settings.AGENT_STATE_DIR ?? './agent-state',
       listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0',
       forwarding: forwarding as ForwardingMode,
+      resolveSeconds,
     },
   };
 }

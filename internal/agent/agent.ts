@@ -33,6 +33,8 @@ export interface AgentOptions {
   listenHost: string;
   /** Where rules are carried (see Forwarder); default relay. */
   forwarding?: ForwardingMode;
+  /** How often the kernel rules' target names are looked up again, in seconds; default 60. */
+  resolveSeconds?: number;
   version: string;
   log: Logger;
 }
@@ -79,8 +81,6 @@ function tlsProblem(error: Error & { code?: string }): string {
 const MAX_PENDING_REPORTS = 500;
 /** Changes to how tunnels stand are gathered this long before they are sent. */
 const TUNNEL_STATUS_DELAY_MS = 1_000;
-/** How often the kernel rules' target names are looked up again. */
-const KERNEL_REFRESH_MS = 60_000;
 
 export class Agent {
   private readonly forwarder: Forwarder;
@@ -125,14 +125,19 @@ export class Agent {
       await this.apply(saved, false);
     }
     this.scheduleReports(saved?.report_interval_seconds ?? 10);
-    this.refreshTimer = setInterval(() => {
-      this.applying = this.applying
-        .then(() => this.forwarder.refreshKernel())
-        .then((changed) => {
-          if (changed) this.options.log.info("a kernel rule's target address changed: table rewritten");
-        })
-        .catch((error: Error) => this.options.log.warn('rewriting the kernel table failed', { error: error.message }));
-    }, KERNEL_REFRESH_MS);
+    this.refreshTimer = setInterval(
+      () => {
+        this.applying = this.applying
+          .then(() => this.forwarder.refreshKernel())
+          .then((changed) => {
+            if (changed) this.options.log.info("a kernel rule's target address changed: table rewritten");
+          })
+          .catch((error: Error) =>
+            this.options.log.warn('rewriting the kernel table failed', { error: error.message }),
+          );
+      },
+      (this.options.resolveSeconds ?? 60) * 1000,
+    );
     this.connect();
   }
 
