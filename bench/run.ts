@@ -1017,7 +1017,9 @@ async function kernelPath(): Promise<void> {
     const countsRight = off >= -0.01 && off <= 52 / 1448 + 0.01;
     record({
       id: streams === 1 ? '12a' : '12b',
-      scenario: `TCP through the kernel path (nftables), ${streams === 1 ? '1 stream' : '8 streams'}, client and target in other namespaces`,
+      scenario:
+        `TCP through the kernel path (nftables), ${streams === 1 ? '1 stream' : '8 streams'}, ` +
+        'client and target in other namespaces',
       value: viaKernel.mib_per_s,
       unit: 'MiB/s',
       ceiling: router,
