@@ -46,6 +46,16 @@ function network(t: TestContext): void {
   veth(`${NODE}t`, NODE, '10.214.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
   ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+  // IPv6 beside it: client fd14:2::1, node fd14:2::2 and fd14:3::1, target fd14:3::2 (no route back to the client).
+  for (const [ns, address, dev] of [
+    [CLIENT, 'fd14:2::1/64', `${CLIENT}n`],
+    [NODE, 'fd14:2::2/64', `${NODE}c`],
+    [NODE, 'fd14:3::1/64', `${NODE}t`],
+    [TARGET, 'fd14:3::2/64', `${TARGET}n`],
+  ])
+    ip('netns', 'exec', ns!, 'ip', '-6', 'addr', 'add', address!, 'dev', dev!, 'nodad');
+  ip('netns', 'exec', CLIENT, 'ip', '-6', 'route', 'add', 'default', 'via', 'fd14:2::2');
+  execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
 }
 
 /** Runs a Node.js module script in `ns`; resolves with what it printed once it exits. */
@@ -125,6 +135,7 @@ test(
     if (reason) return t.skip(reason);
     network(t);
     await echoIn(t, TARGET, '0.0.0.0');
+    await echoIn(t, TARGET, 'fd14:3::2', 7008);
     const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
     const port = new URL(m.url).port;
     await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
@@ -169,6 +180,17 @@ test(
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', String(payload)), String(payload));
     assert.equal(await runIn(CLIENT, UDP_ROUND_TRIP, NODE_ADDRESS, '15002', '20'), '20');
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15004', '1000'), '1000');
+
+    // IPv6: a client of the node's IPv6 address reaches an IPv6 target through the kernel.
+    const six = (await rule(m, { node_id: edge.id, listen_port: 15008, targets: ['[fd14:3::2]:7008'] })).body;
+    assert.equal((await sync(m, [six.id]))[0].outcome, 'applied');
+    assert.equal((await ruleOf(m, six.id)).sync.applied_path, 'kernel');
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, 'fd14:2::2', '15008', '50000'), '50000');
+    const sixTraffic = await until('the IPv6 traffic reported', async () => {
+      const traffic = (await ruleOf(m, six.id)).traffic;
+      return traffic.bytes_in >= 50_000 && traffic;
+    });
+    assert.ok(sixTraffic.bytes_in < 50_000 * 1.1 + 4096, `${sixTraffic.bytes_in}: IPv6 headers only on top`);
 
     // A target given by name is looked up by the agent, and followed when its address changes.
     const named = (await rule(m, { node_id: edge.id, listen_port: 15007, targets: ['target.test:7007'] })).body;

@@ -49,15 +49,15 @@ export function veth(a: string, aNs: string | null, aAddr: string, b: string, bN
   inNs(bNs, 'link', 'set', b, 'up');
 }
 
-/** TCP and UDP echo on port 7007 of `address` in namespace `ns`, until the test ends. */
-export async function echoIn(t: TestContext, ns: string, address: string): Promise<void> {
+/** TCP and UDP echo on `port` (default 7007) of `address` in namespace `ns`, until the test ends. */
+export async function echoIn(t: TestContext, ns: string, address: string, port = 7007): Promise<void> {
   const script = `
     import { createServer } from 'node:net';
     import { createSocket } from 'node:dgram';
-    createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(7007, '${address}');
-    const udp = createSocket('udp4');
+    createServer({ allowHalfOpen: true }, (s) => s.pipe(s)).listen(${port}, '${address}');
+    const udp = createSocket('${address.includes(':') ? 'udp6' : 'udp4'}');
     udp.on('message', (m, from) => udp.send(m, from.port, from.address));
-    udp.bind(7007, '${address}', () => console.log('ready'));`;
+    udp.bind(${port}, '${address}', () => console.log('ready'));`;
   const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
