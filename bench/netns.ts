@@ -3,6 +3,7 @@
 // the part and removed at its end (and at exit, whatever happens).
 
 import { execFileSync, spawnSync } from 'node:child_process';
+import { veth } from '../test/netns.ts';
 
 const tag = `${process.pid % 10_000}`;
 export const CLIENT = `pb${tag}c`;
@@ -33,9 +34,9 @@ export function makeLab(): string | null {
       ip('netns', 'add', ns);
       ip('netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
     }
-    link(`${NODE}h`, null, `${HOST_SIDE}/30`, `${NODE}m`, NODE, '10.215.1.2/30');
-    link(`${CLIENT}n`, CLIENT, '10.215.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
-    link(`${NODE}t`, NODE, '10.215.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
+    veth(`${NODE}h`, null, `${HOST_SIDE}/30`, `${NODE}m`, NODE, '10.215.1.2/30');
+    veth(`${CLIENT}n`, CLIENT, '10.215.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
+    veth(`${NODE}t`, NODE, '10.215.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
     ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
     // The target routes back through the node too, so that the node can also be measured as a plain router.
     ip('netns', 'exec', TARGET, 'ip', 'route', 'add', 'default', 'via', '10.215.3.1');
@@ -50,17 +51,6 @@ export function makeLab(): string | null {
     removeLab();
     return `could not make the namespaces: ${(error as Error).message.split('\n')[0]}`;
   }
-}
-
-function link(a: string, aNs: string | null, aAddr: string, b: string, bNs: string, bAddr: string): void {
-  const inNs = (ns: string | null, ...args: string[]) => (ns ? ip('netns', 'exec', ns, 'ip', ...args) : ip(...args));
-  ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
-  if (aNs) ip('link', 'set', a, 'netns', aNs);
-  ip('link', 'set', b, 'netns', bNs);
-  inNs(aNs, 'addr', 'add', aAddr, 'dev', a);
-  inNs(aNs, 'link', 'set', a, 'up');
-  inNs(bNs, 'addr', 'add', bAddr, 'dev', b);
-  inNs(bNs, 'link', 'set', b, 'up');
 }
 
 /** argv run inside namespace `ns`. */

@@ -708,6 +708,20 @@ async function fanOut(): Promise<void> {
   await again.stop();
 }
 
+/**
+ * Runs bench/dataplane.ts with `args` on the load's CPU (in namespace `ns`, at `host`, when given) and returns the
+ * JSON line it printed last.
+ */
+function dataplaneLoad(args: unknown[], where: { ns?: string; host?: string } = {}): any {
+  const argv = pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', ...args.map(String)]);
+  const [command, ...rest] = where.ns ? within(where.ns, argv) : argv;
+  const env = where.host ? { ...process.env, BENCH_HOST: where.host } : process.env;
+  const out = spawnSync(command!, rest, { encoding: 'utf8', env });
+  const last = out.stdout.trim().split('\n').pop();
+  if (!last) throw new Error(`bench/dataplane.ts ${args.join(' ')} printed nothing: ${out.stderr.slice(-500)}`);
+  return JSON.parse(last);
+}
+
 async function dataPlane(): Promise<void> {
   console.error('data plane: the bundled agent relaying to a sink, against direct loopback and socat');
   const master = await startMaster(join(work, 'data'));
@@ -770,13 +784,7 @@ async function dataPlane(): Promise<void> {
       : null;
   await new Promise((resolve) => setTimeout(resolve, 500));
 
-  const load = (...args: unknown[]) => {
-    const [command, ...rest] = pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', ...args.map(String)]);
-    const out = spawnSync(command!, rest, { encoding: 'utf8' });
-    const last = out.stdout.trim().split('\n').pop();
-    if (!last) throw new Error(`bench/dataplane.ts ${args.join(' ')} printed nothing: ${out.stderr.slice(-500)}`);
-    return JSON.parse(last);
-  };
+  const load = (...args: unknown[]) => dataplaneLoad(args);
   const oneStream = 512 * 1024 * 1024;
   const manyStreams = 4 * 1024 * 1024;
   for (const [label, streams, bytes] of [
@@ -1033,14 +1041,8 @@ async function kernelPath(): Promise<void> {
         'most 3.6%)',
     });
   }
-  const rate = (port: number, host: string) => {
-    const [command, ...rest] = within(
-      CLIENT,
-      pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'connrate', String(port), '3', '10']),
-    );
-    const out = spawnSync(command!, rest, { encoding: 'utf8', env: { ...process.env, BENCH_HOST: host } });
-    return JSON.parse(out.stdout.trim().split('\n').pop() ?? '{}').per_second as number;
-  };
+  const rate = (port: number, host: string) =>
+    dataplaneLoad(['connrate', port, 3, 10], { ns: CLIENT, host }).per_second as number;
   const routerRate = rate(7100, TARGET_ADDRESS);
   const kernelRate = rate(15211, NODE_ADDRESS);
   const relayRate = rate(15212, NODE_ADDRESS);
@@ -1059,14 +1061,8 @@ async function kernelPath(): Promise<void> {
       `(${(relayRate / haproxyRate).toFixed(2)}x HAProxy), HAProxy ${Math.round(haproxyRate)}/s`,
   });
   // UDP at fixed rates, echoed: the loss through the kernel path beside the loss the node adds as a router.
-  const udp = (port: number, host: string, rate: number) => {
-    const [command, ...rest] = within(
-      CLIENT,
-      pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'udp', String(port), String(rate), '2', '64']),
-    );
-    const out = spawnSync(command!, rest, { encoding: 'utf8', env: { ...process.env, BENCH_HOST: host } });
-    return JSON.parse(out.stdout.trim().split('\n').pop() ?? '{}') as { loss: number; received: number };
-  };
+  const udp = (port: number, host: string, rate: number) =>
+    dataplaneLoad(['udp', port, rate, 2, 64], { ns: CLIENT, host }) as { loss: number; received: number };
   const udpSweep = [50_000, 100_000].map((rate) => ({
     rate,
     router: udp(7100, TARGET_ADDRESS, rate),
