@@ -1,4 +1,4 @@
-// The peer the control-plane rows are measured against: the same two read endpoints, over the
+// The peer the control-plane rows are measured against: the same read endpoints, over the
 // master's own database file and with the same bearer-token check, written the way a Node
 // developer would reach for first (Fastify, better-sqlite3, rows mapped to objects, JSON
 // serialised by the framework). Run pinned like the master; prints {"msg":"listening","url"}.
@@ -13,7 +13,9 @@ const db = new Database(join(process.argv[2]!, 'master.db'), { readonly: true, f
 const tokenStmt = db.prepare(`SELECT t.scopes, t.expires_at, u.scopes AS user_scopes, u.disabled
   FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.secret_hash = ?`);
 const nodeStmt = db.prepare('SELECT * FROM nodes WHERE id = ?');
+const nodesStmt = db.prepare('SELECT * FROM nodes WHERE id > ? ORDER BY id LIMIT ?');
 const rulesStmt = db.prepare('SELECT * FROM rules WHERE id > ? ORDER BY id LIMIT ?');
+const auditStmt = db.prepare('SELECT * FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?');
 
 interface TokenRow {
   scopes: string;
@@ -33,16 +35,17 @@ app.addHook('onRequest', async (request, reply) => {
   const row = token ? (tokenStmt.get(createHash('sha256').update(token).digest()) as TokenRow | undefined) : undefined;
   if (!row || row.disabled || (row.expires_at !== null && Date.parse(row.expires_at) <= Date.now()))
     return reply.code(401).send({ code: 'unauthorized' });
-  const wanted = request.url.startsWith('/api/nodes') ? 'nodes:read' : 'rules:read';
+  const wanted = request.url.startsWith('/api/nodes')
+    ? 'nodes:read'
+    : request.url.startsWith('/api/audit')
+      ? 'audit:read'
+      : 'rules:read';
   const scopes = JSON.parse(row.scopes) as string[];
   if (!grants(scopes, wanted) || !grants(JSON.parse(row.user_scopes) as string[], wanted))
     return reply.code(403).send({ code: 'insufficient_scope' });
 });
 
-app.get<{ Params: { id: string } }>('/api/nodes/:id', async (request, reply) => {
-  const row = nodeStmt.get(Number(request.params.id)) as Record<string, any> | undefined;
-  if (!row) return reply.code(404).send({ code: 'not_found' });
-  reply.header('ETag', `W/"${row.version}"`);
+function nodeOf(row: Record<string, any>) {
   return {
     id: row.id,
     name: row.name,
@@ -61,15 +64,37 @@ app.get<{ Params: { id: string } }>('/api/nodes/:id', async (request, reply) => 
     created_at: row.created_at,
     updated_at: row.updated_at,
   };
+}
+
+function afterOf(cursor: string | undefined): number {
+  return cursor ? Number(Buffer.from(cursor, 'base64url').toString().slice('id:'.length)) : 0;
+}
+
+function pageOf<T extends { id: number }>(rows: Record<string, any>[], limit: number, map: (row: any) => T) {
+  const items = rows.slice(0, limit).map(map);
+  const last = items[items.length - 1];
+  return {
+    items,
+    next_cursor: rows.length > limit && last ? Buffer.from(`id:${last.id}`).toString('base64url') : null,
+  };
+}
+
+app.get<{ Params: { id: string } }>('/api/nodes/:id', async (request, reply) => {
+  const row = nodeStmt.get(Number(request.params.id)) as Record<string, any> | undefined;
+  if (!row) return reply.code(404).send({ code: 'not_found' });
+  reply.header('ETag', `W/"${row.version}"`);
+  return nodeOf(row);
+});
+
+app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/nodes', async (request) => {
+  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
+  return pageOf(nodesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[], limit, nodeOf);
 });
 
 app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', async (request) => {
   const limit = Math.min(Number(request.query.limit ?? 50), 1000);
-  const after = request.query.cursor
-    ? Number(Buffer.from(request.query.cursor, 'base64url').toString().slice('id:'.length))
-    : 0;
-  const rows = rulesStmt.all(after, limit + 1) as Record<string, any>[];
-  const items = rows.slice(0, limit).map((row) => ({
+  const rows = rulesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[];
+  return pageOf(rows, limit, (row) => ({
     id: row.id,
     name: row.name,
     node_id: row.node_id,
@@ -89,11 +114,13 @@ app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', asyn
     created_at: row.created_at,
     updated_at: row.updated_at,
   }));
-  const last = items[items.length - 1];
-  return {
-    items,
-    next_cursor: rows.length > limit && last ? Buffer.from(`id:${last.id}`).toString('base64url') : null,
-  };
+});
+
+app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/audit-logs', async (request) => {
+  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
+  const before = request.query.cursor ? afterOf(request.query.cursor) : Number.MAX_SAFE_INTEGER;
+  const rows = auditStmt.all(before, limit + 1) as Record<string, any>[];
+  return pageOf(rows, limit, (row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
 });
 
 const url = await app.listen({ host: '127.0.0.1', port: 0 });

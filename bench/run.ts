@@ -342,16 +342,40 @@ async function controlPlane(): Promise<void> {
 end
 `;
   const cursors = Array.from({ length: 200 }, () =>
-    Buffer.from(`id:${Math.floor(Math.random() * (NODES * RULES_PER_NODE - 100))}`).toString('base64url'),
+    Buffer.from(`id:${1 + Math.floor(Math.random() * (NODES * RULES_PER_NODE - 100))}`).toString('base64url'),
   );
   const randomPage = `${bearer(master.token)}cursors = { ${cursors.map((c) => `"${c}"`).join(', ')} }
 request = function()
   return wrk.format(nil, "/api/rules?limit=100&cursor=" .. cursors[math.random(1, #cursors)])
 end
 `;
+  const nodeCursors = Array.from({ length: 200 }, () =>
+    Buffer.from(`id:${1 + Math.floor(Math.random() * (NODES - 100))}`).toString('base64url'),
+  );
+  const randomNodePage = `${bearer(master.token)}cursors = { ${nodeCursors.map((c) => `"${c}"`).join(', ')} }
+request = function()
+  return wrk.format(nil, "/api/nodes?limit=100&cursor=" .. cursors[math.random(1, #cursors)])
+end
+`;
+  const auditRows = (await api(master.url, master.token, 'GET', '/api/audit-logs?limit=1')).items[0].id as number;
+  const auditCursors = Array.from({ length: 200 }, () =>
+    Buffer.from(`id:${101 + Math.floor(Math.random() * (auditRows - 100))}`).toString('base64url'),
+  );
+  const randomAuditPage = `${bearer(master.token)}cursors = { ${auditCursors.map((c) => `"${c}"`).join(', ')} }
+request = function()
+  return wrk.format(nil, "/api/audit-logs?limit=100&cursor=" .. cursors[math.random(1, #cursors)])
+end
+`;
   for (const [id, what, lua, goal] of [
     ['2p', 'GET /api/nodes/{id}, random ids, against the peer', randomNode, 1.3],
     ['3p', 'GET /api/rules?limit=100, random pages, against the peer', randomPage, 1.25],
+    ['3n', 'GET /api/nodes?limit=100, random pages, against the peer', randomNodePage, 1.25],
+    [
+      '3a',
+      `GET /api/audit-logs?limit=100, random pages of ${auditRows} entries, against the peer`,
+      randomAuditPage,
+      1.25,
+    ],
   ] as const) {
     const ours: number[] = [];
     const theirs: number[] = [];

@@ -8,6 +8,8 @@ import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
 import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
 import { openStore, type Store } from '../internal/store/store.ts';
+import { RuleStore } from '../internal/store/rules.ts';
+import { AuditStore } from '../internal/store/audit.ts';
 import { secretFieldNames } from '../internal/api/routes.ts';
 
 const AT = '2026-11-23T10:00:00Z';
@@ -171,24 +173,100 @@ test('while another connection writes (an import) nodes read are kept as committ
   assert.deepEqual(store.nodes.json(entry), fresh(entry));
 });
 
-test('what is kept is bounded by its size: the node read longest ago is read again', async (t) => {
+test('what is kept is bounded by its size: the nodes read longest ago go first, the newest is kept', async (t) => {
   const { dir, store, entry, exit } = setUp(t);
-  const third = store.write(() =>
-    store.nodes.insert(fields('third'), { auth: 'none', sealed: null }, () => randomBytes(32), AT),
-  ).id;
+  const [third, fourth] = store.write(() =>
+    ['third', 'fourth'].map(
+      (name) => store.nodes.insert(fields(name), { auth: 'none', sealed: null }, () => randomBytes(32), AT).id,
+    ),
+  ) as [number, number];
   await store.committed();
   const size = (id: number) => store.nodes.json(id)!.json.length;
-  // Room for the last two only, and then for no node at all.
-  const nodes = new NodeStore(store.db, undefined, size(exit) + size(third));
+  // Room for three; reading a fourth drops the oldest (down to three quarters of the room, so that room is not made
+  // anew for every node read).
+  const nodes = new NodeStore(store.db, undefined, 3 * Math.max(...[entry, exit, third, fourth].map(size)));
   const none = new NodeStore(store.db, undefined, size(entry) - 1);
-  for (const id of [entry, exit, third]) nodes.json(id);
+  for (const id of [entry, exit, third, fourth]) nodes.json(id);
   none.json(entry);
   // Another process's write is not seen as it happens: it shows only where nothing was kept.
   const outside = new DatabaseSync(join(dir, 'master.db'));
   t.after(() => outside.close());
   outside.prepare("UPDATE nodes SET host = 'elsewhere.example'").run();
-  assert.doesNotMatch(nodes.json(exit)!.json, /elsewhere\.example/, 'the two newest are still kept');
-  assert.doesNotMatch(nodes.json(third)!.json, /elsewhere\.example/);
+  assert.doesNotMatch(nodes.json(fourth)!.json, /elsewhere\.example/, 'the newest is still kept');
   assert.match(nodes.json(entry)!.json, /elsewhere\.example/, 'the oldest was dropped, so it is read again');
   assert.match(none.json(entry)!.json, /elsewhere\.example/, 'a node larger than the bound is never kept');
 });
+
+test(
+  'rules and audit entries, by id and in pages, read after any change as a fresh read of the database ' + 'shows',
+  async (t) => {
+    const { store, other, entry, rule } = setUp(t);
+    // Made anew for each read, so that nothing they keep could be stale: what the database holds now.
+    const freshRules = () => new RuleStore(other);
+    const freshAudit = () => new AuditStore(other, secretFieldNames);
+    const page = (rules: RuleStore) =>
+      rules.page({ afterId: 0, limit: 50, node_id: null, tunnel_id: null, enabled: null, protocol: null, q: null });
+    const auditPage = (audit: AuditStore) =>
+      audit.page({
+        beforeId: Number.MAX_SAFE_INTEGER,
+        limit: 50,
+        action: null,
+        resource: null,
+        resource_id: null,
+        actor: null,
+        actor_type: null,
+        status: null,
+        since: null,
+        until: null,
+      });
+    const actor = { actor_type: 'system' as const, actor_id: null, actor_name: 'system', ip: null, request_id: null };
+    const { name, node_id, tunnel_id, protocol, targets, strategy, forwarding, enabled } = store.rules.find(rule)!;
+    const ruleFields = {
+      name,
+      node_id,
+      tunnel_id,
+      protocol,
+      listen_port: 8000,
+      targets,
+      strategy,
+      forwarding,
+      enabled,
+    };
+    const changes: [string, () => void][] = [
+      ['an update', () => store.rules.update(rule, { ...ruleFields, name: 'renamed', listen_port: 8001 }, AT)],
+      ['a sync result with its path', () => store.rules.setSync(rule, entry, 'applied', null, AT, 'relay')],
+      ['traffic', () => store.traffic.record(rule, entry, 1_800_000_000, 5, 7)],
+      ['pending again', () => store.rules.markPending(rule)],
+      [
+        'a statement no store method makes',
+        () => store.db.prepare("UPDATE rules SET name = 'raw' WHERE id = ?").run(rule),
+      ],
+      [
+        'an audit entry',
+        () =>
+          store.audit.record(
+            actor,
+            { action: 'x.y', resource: 'x', resource_id: 1, status: 'success', changes: { a: 1 } },
+            AT,
+          ),
+      ],
+      ['audit entries pruned', () => store.audit.prune('2099-01-01T00:00:00Z')],
+    ];
+    for (const [what, change] of changes) {
+      // Read first, so that what is kept is what a change must drop.
+      store.rules.json(rule);
+      page(store.rules);
+      auditPage(store.audit);
+      store.write(change);
+      await store.committed();
+      assert.deepEqual(store.rules.json(rule), freshRules().json(rule), `the rule after ${what}`);
+      assert.deepEqual(page(store.rules), page(freshRules()), `the rules page after ${what}`);
+      assert.deepEqual(auditPage(store.audit), auditPage(freshAudit()), `the audit page after ${what}`);
+    }
+    assert.match(store.rules.json(rule)!.json, /"name":"raw"/);
+    store.write(() => store.rules.delete(rule));
+    await store.committed();
+    assert.equal(store.rules.json(rule), undefined, 'a deleted rule is gone');
+    assert.equal(page(store.rules).items, '[]');
+  },
+);

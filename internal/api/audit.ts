@@ -1,9 +1,9 @@
 // The audit log, newest first, filtered by plain query parameters.
 
-import { decodeCursor, encodeCursor } from '../http/cursor.ts';
+import { decodeCursor, pageJson } from '../http/cursor.ts';
 import { intParam, listQuery, textParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { DEFAULT_LIMIT, pageSchema, record, timestamp } from './common.ts';
-import { type Ctx, ok, operation, operations } from './route.ts';
+import { type Ctx, okJson, operation, operations } from './route.ts';
 
 export const auditEntrySchema = record('AuditEntry', {
   id: { type: 'integer' },
@@ -38,10 +38,9 @@ const auditQuery = {
 
 function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
   const { query } = ctx;
-  const limit = query.limit ?? DEFAULT_LIMIT;
-  const rows = ctx.app.store.audit.list({
+  const page = ctx.app.store.audit.page({
     beforeId: query.cursor === undefined ? Number.MAX_SAFE_INTEGER : decodeCursor(query.cursor),
-    limit: limit + 1,
+    limit: query.limit ?? DEFAULT_LIMIT,
     action: query.action ?? null,
     resource: query.resource ?? null,
     resource_id: query.resource_id ?? null,
@@ -51,9 +50,7 @@ function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
     since: query.since ?? null,
     until: query.until ?? null,
   });
-  const items = rows.slice(0, limit);
-  const last = items[items.length - 1];
-  return ok({ items, next_cursor: rows.length > limit && last ? encodeCursor(last.id) : null });
+  return okJson(pageJson(page));
 }
 
 export const auditOperations = operations({

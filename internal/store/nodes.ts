@@ -5,6 +5,7 @@ import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
+import { Rendered, type View } from './rendered.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];
@@ -139,19 +140,14 @@ export interface NodeFilter {
 const RENDERED_CHARS = 16 * 1024 * 1024;
 
 export class NodeStore {
-  // The JSON of nodes read lately, as committed. A node is read far more often than it changes, and each read
-  // of SQLite costs a read transaction (two fcntl locks) besides the rendering: a GET by id took 40% less time.
-  // Every change to a node's row drops its entry (Database.onRowChange: whichever statement made it), a write
-  // through another connection drops them all, and entries are added only while nothing is uncommitted, so
-  // none outlives a rollback or shows a long write's work before its commit.
-  private readonly rendered = new Map<number, { version: number; json: string }>();
-  private renderedChars = 0;
+  // The JSON of nodes read lately (see rendered.ts), for GETs and pages alike; a node's entry also goes when its
+  // agent links, unlinks or is heard, since its status and last_seen_at show that.
+  private readonly rendered: Rendered;
   private readonly byId;
   private readonly existsStmt;
   private readonly byName;
   private readonly listStmt;
   private readonly pageStmt;
-  private readonly jsonStmt;
   private readonly insertStmt;
   private readonly nextIdStmt;
   private readonly updateStmt;
@@ -172,30 +168,26 @@ export class NodeStore {
   private readonly installLogStmt;
   private readonly installEndStmt;
 
-  constructor(
-    private readonly db: Database,
-    presence: Presence = NOBODY_LINKED,
-    private readonly renderedLimit = RENDERED_CHARS,
-  ) {
+  constructor(db: Database, presence: Presence = NOBODY_LINKED, renderedLimit = RENDERED_CHARS) {
     db.defineFunction('node_status', (id, stored) =>
       shownStatus(stored as NodeStatus, presence.heardAt(Number(id)) !== undefined),
     );
     db.defineFunction('node_seen', (id, stored) => presence.heardAt(Number(id)) ?? stored);
-    presence.onPresenceChange((id) => this.forget(id));
-    db.onRowChange('nodes', (id) => this.forget(id));
-    db.onWrittenElsewhere(() => {
-      this.rendered.clear();
-      this.renderedChars = 0;
+    const renderStmt = db.prepare(
+      `SELECT id, version, ${NODE_JSON} AS json FROM nodes WHERE id IN (SELECT value FROM json_each(?))`,
+    );
+    this.rendered = new Rendered({
+      db,
+      table: 'nodes',
+      renderMany: (ids) => renderStmt.all(ids) as unknown as (View & { id: number })[],
+      limitChars: renderedLimit,
     });
+    presence.onPresenceChange((id) => this.rendered.forget(id));
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
     this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit`);
-    this.pageStmt = db.prepare(`WITH page AS (SELECT * FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit + 1),
-        shown AS (SELECT * FROM page ORDER BY id LIMIT :limit)
-      SELECT (SELECT json_group_array(json(${NODE_JSON})) FROM shown) AS items,
-        (SELECT count(*) FROM page) AS fetched, (SELECT max(id) FROM shown) AS last_id`);
-    this.jsonStmt = db.prepare(`SELECT version, ${NODE_JSON} AS json FROM nodes WHERE id = ?`);
+    this.pageStmt = db.prepare(`SELECT id FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit + 1`);
     this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
@@ -268,40 +260,23 @@ export class NodeStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
-    const row = this.pageStmt.get({
-      after: filter.afterId,
-      limit: filter.limit,
-      status: filter.status,
-      tag: filter.tag,
-      q: filter.q,
-    }) as { items: string; fetched: number; last_id: number | null };
-    return { items: row.items, lastId: row.fetched > filter.limit ? row.last_id : null };
+    const ids = (
+      this.pageStmt.all({
+        after: filter.afterId,
+        limit: filter.limit,
+        status: filter.status,
+        tag: filter.tag,
+        q: filter.q,
+      }) as unknown as { id: number }[]
+    ).map((row) => row.id);
+    const more = ids.length > filter.limit;
+    if (more) ids.pop();
+    return { items: this.rendered.page(ids), lastId: more ? ids[ids.length - 1]! : null };
   }
 
   /** One node as JSON text, with its version for the ETag. */
-  json(id: number): { version: number; json: string } | undefined {
-    const cached = this.rendered.get(id);
-    if (cached) return cached;
-    const row = this.jsonStmt.get(id) as { version: number; json: string } | undefined;
-    if (!row) return undefined;
-    const view = { version: row.version, json: row.json };
-    if (this.db.settled && view.json.length <= this.renderedLimit) {
-      // Oldest first: a Map iterates in insertion order.
-      for (const oldest of this.rendered.keys()) {
-        if (this.renderedChars + view.json.length <= this.renderedLimit) break;
-        this.forget(oldest);
-      }
-      this.rendered.set(id, view);
-      this.renderedChars += view.json.length;
-    }
-    return view;
-  }
-
-  private forget(id: number): void {
-    const view = this.rendered.get(id);
-    if (!view) return;
-    this.rendered.delete(id);
-    this.renderedChars -= view.json.length;
+  json(id: number): View | undefined {
+    return this.rendered.get(id);
   }
 
   /**
