@@ -3,7 +3,9 @@
 // across a concurrent change, sign out. Screenshots of every page go to test-results/console.
 
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { chromium, type Browser } from 'playwright-core';
 import { nodeOf, startAgent } from './agents.ts';
@@ -141,9 +143,21 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     );
   });
 
-  await t.test('rules show their sync state, and a bad field is named next to it', async () => {
+  await t.test('rules show their sync state and why one failed, and a bad field is named next to it', async () => {
+    // A port something on the node already listens on: the node says why it cannot apply the rule.
+    const holder = createServer().listen(0, '127.0.0.1');
+    await once(holder, 'listening');
+    t.after(() => holder.close());
+    const takenPort = (holder.address() as AddressInfo).port;
+    const clash = (await rule(m, { name: 'clash', node_id: edge.id, listen_port: takenPort, targets: ['10.9.9.9:80'] }))
+      .body;
     await open('Rules');
     await page.getByRole('row', { name: /web/ }).getByText('applied').waitFor();
+    const clashRow = page.getByRole('row', { name: /clash/ });
+    await clashRow.getByText('failed').waitFor();
+    await clashRow.getByText(`port ${takenPort}/tcp is already in use on the node (port_in_use)`).waitFor();
+    assert.equal(await clashRow.getByText('[object Object]').count(), 0);
+    assert.equal((await call(m.url, 'DELETE', `/api/rules/${clash.id}`, { token: m.admin })).status, 204);
     await shot('rules');
     await page.getByRole('button', { name: 'New rule' }).click();
     const dialog = page.getByRole('dialog');

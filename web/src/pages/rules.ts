@@ -18,7 +18,12 @@ interface Rule {
   strategy: string;
   forwarding: string;
   enabled: boolean;
-  sync: { state: string; error: string | null; applied_at: string | null; applied_path: string | null };
+  sync: {
+    state: string;
+    error: { code: string; detail: string } | null;
+    applied_at: string | null;
+    applied_path: string | null;
+  };
   traffic: { bytes_in: number; bytes_out: number };
   version: number;
 }
@@ -144,7 +149,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           rule.sync.state === 'applied' &&
             rule.sync.applied_path &&
             h('span', { class: 'tags' }, rule.sync.applied_path === 'kernel' ? 'in the kernel' : 'relayed'),
-          rule.sync.error && h('p', { class: 'detail' }, rule.sync.error),
+          rule.sync.error && h('p', { class: 'detail' }, `${rule.sync.error.detail} (${rule.sync.error.code})`),
         ),
         h('td', {}, `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`),
         h('td', { class: 'actions' }, canWrite && actions(rule)),
