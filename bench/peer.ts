@@ -15,6 +15,7 @@ const tokenStmt = db.prepare(`SELECT t.scopes, t.expires_at, u.scopes AS user_sc
 const nodeStmt = db.prepare('SELECT * FROM nodes WHERE id = ?');
 const nodesStmt = db.prepare('SELECT * FROM nodes WHERE id > ? ORDER BY id LIMIT ?');
 const rulesStmt = db.prepare('SELECT * FROM rules WHERE id > ? ORDER BY id LIMIT ?');
+const ruleStmt = db.prepare('SELECT * FROM rules WHERE id = ?');
 const auditStmt = db.prepare('SELECT * FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?');
 
 interface TokenRow {
@@ -57,6 +58,7 @@ function nodeOf(row: Record<string, any>) {
     status: row.status,
     status_detail: row.status_detail,
     agent_version: row.agent_version,
+    kernel_path: row.kernel_path === null ? null : JSON.parse(row.kernel_path),
     last_seen_at: row.last_seen_at,
     traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
     install: { started_at: row.install_started_at, finished_at: row.install_finished_at, log_tail: row.install_log },
@@ -91,10 +93,8 @@ app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/nodes', asyn
   return pageOf(nodesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[], limit, nodeOf);
 });
 
-app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', async (request) => {
-  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
-  const rows = rulesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[];
-  return pageOf(rows, limit, (row) => ({
+function ruleOf(row: Record<string, any>) {
+  return {
     id: row.id,
     name: row.name,
     node_id: row.node_id,
@@ -103,17 +103,31 @@ app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', asyn
     listen_port: row.listen_port,
     targets: JSON.parse(row.targets),
     strategy: row.strategy,
+    forwarding: row.forwarding,
     enabled: row.enabled === 1,
     sync: {
       state: row.sync_state,
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
       applied_at: row.sync_applied_at,
+      applied_path: row.sync_path,
     },
     traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
     version: row.version,
     created_at: row.created_at,
     updated_at: row.updated_at,
-  }));
+  };
+}
+
+app.get<{ Params: { id: string } }>('/api/rules/:id', async (request, reply) => {
+  const row = ruleStmt.get(Number(request.params.id)) as Record<string, any> | undefined;
+  if (!row) return reply.code(404).send({ code: 'not_found' });
+  reply.header('ETag', `W/"${row.version}"`);
+  return ruleOf(row);
+});
+
+app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', async (request) => {
+  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
+  return pageOf(rulesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[], limit, ruleOf);
 });
 
 app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/audit-logs', async (request) => {

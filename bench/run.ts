@@ -366,8 +366,13 @@ request = function()
   return wrk.format(nil, "/api/audit-logs?limit=100&cursor=" .. cursors[math.random(1, #cursors)])
 end
 `;
+  const randomRule = `${bearer(master.token)}request = function()
+  return wrk.format(nil, "/api/rules/" .. math.random(1, ${NODES * RULES_PER_NODE}))
+end
+`;
   for (const [id, what, lua, goal] of [
     ['2p', 'GET /api/nodes/{id}, random ids, against the peer', randomNode, 1.3],
+    ['2r', 'GET /api/rules/{id}, random ids, against the peer', randomRule, 1.3],
     ['3p', 'GET /api/rules?limit=100, random pages, against the peer', randomPage, 1.25],
     ['3n', 'GET /api/nodes?limit=100, random pages, against the peer', randomNodePage, 1.25],
     [
