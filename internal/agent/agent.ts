@@ -21,6 +21,7 @@ import type { Logger } from '../log/log.ts';
 import { configMessage, trafficAckMessage } from '../domain/link.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
 import { tableOf } from '../kernel/ruleset.ts';
+import { agentTokenNode } from '../auth/secrets.ts';
 import { pinOf } from '../tls/pin.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 
@@ -109,7 +110,7 @@ export class Agent {
       options.listenHost,
       {},
       options.forwarding ?? 'relay',
-      tableOf(Number(/^mat_([1-9][0-9]*)_/.exec(options.token)?.[1] ?? 0)),
+      tableOf(agentTokenNode(options.token) ?? 0),
     );
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     this.state = new AgentState(options.stateDir, (damaged) =>
@@ -443,7 +444,7 @@ export class Agent {
  * The relays' traffic with what the kernel counted since it was last reported (`traffic.kernel`, updated here). A
  * counter below what was reported started over (a new table): all of it is new.
  */
-function addKernel(relayed: RuleTraffic[], kernel: KernelCounts | null, traffic: TrafficState): RuleTraffic[] {
+export function addKernel(relayed: RuleTraffic[], kernel: KernelCounts | null, traffic: TrafficState): RuleTraffic[] {
   if (!kernel) return relayed;
   const seen = new Map(kernel.fresh ? [] : (traffic.kernel ?? []).map((r) => [r.id, r]));
   const totals = new Map(relayed.map((r) => [r.id, { ...r }]));

@@ -121,6 +121,8 @@ export class Forwarder {
   private kernelFresh = false;
   /** Whether a table left by an earlier run was looked for. */
   private kernelSwept = false;
+  /** Whether the node forwards IPv6 (at the last apply), so that targets' IPv6 addresses go to the kernel too. */
+  private kernelIpv6 = false;
   /** Whether the kernel path was usable at the last apply, and why not. */
   kernelState: KernelState = { available: false, reason: 'not checked yet' };
   private readonly entries = new Map<number, { end: TunnelEnd; entry: TunnelEntry }>();
@@ -183,7 +185,8 @@ export class Forwarder {
         if (!refusal) toKernel.push({ rule, result });
       }
     }
-    await this.applyKernel(toKernel, kernel?.available ? kernel.ipv6 : false);
+    this.kernelIpv6 = kernel?.available ? kernel.ipv6 : false;
+    await this.applyKernel(toKernel);
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
     }
@@ -206,12 +209,11 @@ export class Forwarder {
    * family; results say which path carries each. A table nftables refuses leaves the rules to their relays (auto), or
    * fails them (kernel only).
    */
-  private async applyKernel(wanted: { rule: ForwardRule; result: RuleResult }[], ipv6: boolean): Promise<void> {
-    for (const { result } of wanted) result.path = 'relay';
+  private async applyKernel(wanted: { rule: ForwardRule; result: RuleResult }[]): Promise<void> {
     const next = new Map<number, KernelRule>();
     for (const { rule } of wanted) {
       const target = parseTarget(rule.targets[0]!);
-      const destinations = target && (await this.destinations(target, ipv6));
+      const destinations = target && (await this.destinations(target));
       if (destinations && (destinations.v4 || destinations.v6))
         next.set(rule.id, { id: rule.id, protocol: rule.protocol, listen_port: rule.listen_port, ...destinations });
     }
@@ -241,7 +243,7 @@ export class Forwarder {
   }
 
   /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
-  private async destinations(target: Target, ipv6: boolean): Promise<Pick<KernelRule, 'v4' | 'v6'>> {
+  private async destinations(target: Target): Promise<Pick<KernelRule, 'v4' | 'v6'>> {
     let addresses: string[];
     if (isIP(target.host)) addresses = [target.host];
     else {
@@ -258,7 +260,7 @@ export class Forwarder {
       const address = allowed.find((a) => isIPv4(a) === v4);
       return address ? { address, port: target.port } : null;
     };
-    return { v4: pick(true), v6: ipv6 ? pick(false) : null };
+    return { v4: pick(true), v6: this.kernelIpv6 ? pick(false) : null };
   }
 
   /**
@@ -280,13 +282,12 @@ export class Forwarder {
   /** Looks up the kernel rules' target names again and rewrites the table if an address changed. */
   async refreshKernel(): Promise<boolean> {
     if (this.kernelRules.size === 0) return false;
-    const ipv6 = [...this.kernelRules.values()].some((rule) => rule.v6 !== null);
     let changed = false;
     const next = new Map<number, KernelRule>();
     for (const [id, rule] of this.kernelRules) {
       const listener = this.listeners.get(id);
       const target = listener && parseTarget(listener.targets[0] ?? '');
-      const destinations = target ? await this.destinations(target, ipv6) : { v4: rule.v4, v6: rule.v6 };
+      const destinations = target ? await this.destinations(target) : { v4: rule.v4, v6: rule.v6 };
       if (!destinations.v4 && !destinations.v6) {
         next.set(id, rule);
         continue;
