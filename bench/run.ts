@@ -4,10 +4,12 @@
 
 import { spawnSync } from 'node:child_process';
 import { request } from 'node:http';
-import { mkdirSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
+import { selfSigned } from '../internal/tls/certificate.ts';
+import { startHaproxy } from './haproxy.ts';
 import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
 import { bearer, wrk } from './wrk.ts';
 import { CLIENT, HOST_SIDE, makeLab, NODE, NODE_ADDRESS, removeLab, TARGET, TARGET_ADDRESS, within } from './netns.ts';
@@ -31,6 +33,8 @@ const rows: Row[] = [];
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** Seconds of the same load before a read row's figures are taken (see `wrk`). */
 const WARMUP = 2;
+/** Bytes of one bulk run through the data plane, split over its streams. */
+const BULK_BYTES = 1024 * 1024 * 1024;
 const NODES = 10_000;
 const RULES_PER_NODE = 10;
 const ADMIN_PASSWORD = 'bench-admin-password';
@@ -55,10 +59,10 @@ function round(n: number): string {
 }
 
 function ensureTools(): void {
-  // Debian packages by the command the bench runs: the kernel path's rows need nftables, iperf3 and HAProxy too.
+  // Debian packages by the command the bench runs: HAProxy is the data plane's peer, the kernel path's rows need
+  // nftables and iperf3 too.
   const packages: Record<string, string> = {
     wrk: 'wrk',
-    socat: 'socat',
     nft: 'nftables',
     iperf3: 'iperf3',
     haproxy: 'haproxy',
@@ -218,7 +222,7 @@ function seedDocument(nodes: number, rulesPerNode: number, firstPort = 10_000) {
     tunnels: [],
     rules: names.flatMap((name, n) =>
       Array.from({ length: rulesPerNode }, (_, k) => ({
-        name: `r${n}-${k}`,
+        name: `r${n}-${firstPort + k}`,
         node: name,
         tunnel: null,
         protocol: 'tcp',
@@ -752,13 +756,13 @@ function dataplaneLoad(args: unknown[], where: { ns?: string; host?: string } = 
 }
 
 async function dataPlane(): Promise<void> {
-  console.error('data plane: the bundled agent relaying to a sink, against direct loopback and socat');
+  console.error('data plane: the bundled agent relaying to a sink and an HTTP server, against HAProxy and direct');
   const master = await startMaster(join(work, 'data'));
   // The sink listens on the node's loopback, a target only this setting allows.
   await api(master.url, master.token, 'PATCH', '/api/settings', { allow_local_targets: 1 });
   const nodeRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'relay', host: '127.0.0.1' });
   const sink = start(pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink']));
-  const ports = await sink.waitFor('sink');
+  const ports = (await sink.waitFor('sink')) as { tcp: number; udp: number };
   const agent = agentProcess(master.url, 'agent-state', nodeRecord.agent_token);
   await agent.waitFor('linked to the master');
   const tcpRule = await api(master.url, master.token, 'POST', '/api/rules', {
@@ -807,53 +811,77 @@ async function dataPlane(): Promise<void> {
   });
   const unsynced = synced.results.filter((r: { outcome: string }) => r.outcome !== 'applied');
   if (unsynced.length > 0) throw new Error(`rules not applied: ${JSON.stringify(unsynced)}`);
-  const socat =
-    spawnSync('sh', ['-c', 'command -v socat']).status === 0
-      ? start(pinned(0, ['socat', `TCP-LISTEN:41003,fork,reuseaddr,bind=127.0.0.1`, `TCP:127.0.0.1:${ports.tcp}`]))
-      : null;
+  // The peers, on the relay's CPU: HAProxy in front of the same sink and HTTP server, and a chain of two HAProxies
+  // with TLS between them (an ECDSA P-256 certificate, as the agents') in front of the sink, as a tunnel's peer.
+  const hello = start(pinned(1, [node, '--import', 'tsx', 'bench/hello.ts']));
+  const helloUrl = new URL(String((await hello.waitFor('listening')).url));
+  const httpRule = await api(master.url, master.token, 'POST', '/api/rules', {
+    name: 'http',
+    node_id: nodeRecord.id,
+    protocol: 'tcp',
+    listen_port: 41006,
+    targets: [`127.0.0.1:${helloUrl.port}`],
+  });
+  const httpSynced = await api(master.url, master.token, 'POST', '/api/rules/batch-sync', { ids: [httpRule.id] });
+  if (httpSynced.results[0]?.outcome !== 'applied') throw new Error(`rule not applied: ${JSON.stringify(httpSynced)}`);
+  const identity = selfSigned(['127.0.0.1']);
+  const pem = join(work, 'chain.pem');
+  writeFileSync(pem, identity.cert + identity.key, { mode: 0o600 });
+  const haproxy = startHaproxy(join(work, 'haproxy.cfg'), [
+    { name: 'bulk', bind: '127.0.0.1:41003', server: `127.0.0.1:${ports.tcp}` },
+    { name: 'http', bind: '127.0.0.1:41007', server: `127.0.0.1:${helloUrl.port}` },
+  ]);
+  const chainEntry = startHaproxy(join(work, 'chain-entry.cfg'), [
+    { name: 'entry', bind: '127.0.0.1:41008', server: '127.0.0.1:41009', tlsToServer: true },
+  ]);
+  const chainExit = startHaproxy(join(work, 'chain-exit.cfg'), [
+    { name: 'exit', bind: '127.0.0.1:41009', server: `127.0.0.1:${ports.tcp}`, tlsCertificate: pem },
+  ]);
   await new Promise((resolve) => setTimeout(resolve, 500));
 
   const load = (...args: unknown[]) => dataplaneLoad(args);
-  const oneStream = 512 * 1024 * 1024;
-  const manyStreams = 4 * 1024 * 1024;
-  for (const [label, streams, bytes] of [
-    ['1 stream', 1, oneStream],
-    ['100 streams', 100, manyStreams],
-  ] as const) {
-    const direct = load('tcp', ports.tcp, streams, bytes).mib_per_s;
-    const relay = load('tcp', 41001, streams, bytes).mib_per_s;
-    const viaSocat = socat ? load('tcp', 41003, streams, bytes).mib_per_s : NaN;
+  const bulk = (port: number, streams: number) => () => load('tcp', port, streams, BULK_BYTES / streams).mib_per_s;
+  const connections = (port: number) => () => load('connrate', port, 3, 50).per_second;
+  const keepAlive = (port: number) => () =>
+    wrk(`http://127.0.0.1:${port}/`, { connections: 50, seconds: 3, warmup: 1 }).rps;
+  const versus = (relay: number, peer: number, name: string) => `${(relay / peer).toFixed(2)}x ${name}`;
+  const scenarios = [
+    ['9a', 'TCP relay throughput, 1 stream', 'MiB/s', bulk(41001, 1), bulk(41003, 1), bulk(ports.tcp, 1)],
+    ['9b', 'TCP relay throughput, 8 streams', 'MiB/s', bulk(41001, 8), bulk(41003, 8), bulk(ports.tcp, 8)],
+    [
+      '9c',
+      'TCP connection rate through the relay (connect, 1-byte echo, close; 50 at a time)',
+      'conn/s',
+      connections(41001),
+      connections(41003),
+      connections(ports.tcp),
+    ],
+    [
+      '9d',
+      'HTTP keep-alive requests through the relay (wrk, 50 connections, a small JSON answer)',
+      'req/s',
+      keepAlive(41006),
+      keepAlive(41007),
+      keepAlive(Number(helloUrl.port)),
+    ],
+  ] as const;
+  for (const [id, scenario, unit, relay, peer, direct] of scenarios) {
+    const figures = interleaved({ relay, haproxy: peer, direct });
     record({
-      id: label === '1 stream' ? '9a' : '9b',
-      scenario: `TCP relay throughput, ${label}`,
-      value: relay,
-      unit: 'MiB/s',
+      id,
+      scenario,
+      value: figures.relay,
+      unit,
       peak_rss_mib: memory(agent.child.pid!).peak,
-      ceiling: direct,
-      ratio: relay / direct,
-      target: '>= 0.8x socat',
-      met: relay / viaSocat >= 0.8,
+      ceiling: figures.haproxy,
+      ratio: figures.relay / figures.haproxy,
+      target: '>= 1.0x HAProxy (TCP mode, 1 thread, same core)',
+      met: figures.relay >= figures.haproxy,
       note:
-        `direct ${Math.round(direct)} MiB/s, socat ${Math.round(viaSocat)} MiB/s ` +
-        `(${(relay / viaSocat).toFixed(2)}x socat)`,
+        `medians of 3 interleaved runs: HAProxy ${round(figures.haproxy)}, direct ${round(figures.direct)} ` +
+        `(${versus(figures.relay, figures.direct, 'direct')})`,
     });
   }
-  const directRate = load('connrate', ports.tcp, 3, 10).per_second;
-  const relayRate = load('connrate', 41001, 3, 10).per_second;
-  const socatRate = socat ? load('connrate', 41003, 3, 10).per_second : NaN;
-  record({
-    id: '9c',
-    scenario: 'TCP connection rate (connect, 1-byte echo, close; 10 at a time)',
-    value: relayRate,
-    unit: 'conn/s',
-    ceiling: directRate,
-    ratio: relayRate / directRate,
-    target: '>= 0.8x socat',
-    met: relayRate / socatRate >= 0.8,
-    note:
-      `direct ${Math.round(directRate)}/s, socat ${Math.round(socatRate)}/s ` +
-      `(${(relayRate / socatRate).toFixed(2)}x socat)`,
-  });
 
   // Loss against rate: the fixed-rate generator (a process of its own) straight to the echo, and through the relay,
   // at each rate in turn. The relay is judged by what it adds to the loss the generator and echo have on their own.
@@ -885,45 +913,39 @@ async function dataPlane(): Promise<void> {
         })
         .join('; ') + `; within 1 point at ${holds.length > 0 ? holds.map((r) => `${r / 1000}k`).join(', ') : 'none'}`,
   });
-  // Each figure through the tunnel is set beside the direct relay's, measured again right before it.
+
+  // Through a tunnel against the chain of two HAProxies with TLS between them; the direct relay beside both.
   const both = () => memory(agent.child.pid!).peak + memory(exitAgent.child.pid!).peak;
-  for (const [label, streams, bytes] of [
-    ['1 stream', 1, oneStream],
-    ['100 streams', 100, manyStreams],
-  ] as const) {
-    const relay = load('tcp', 41001, streams, bytes).mib_per_s;
-    const through = load('tcp', 31004, streams, bytes);
-    const tunnelled = through.mib_per_s;
+  const tunnelScenarios = [
+    ['11a', '1 stream', 'MiB/s', bulk(31004, 1), bulk(41008, 1), bulk(41001, 1), '>= 1.2x'],
+    ['11b', '8 streams', 'MiB/s', bulk(31004, 8), bulk(41008, 8), bulk(41001, 8), '>= 1.2x'],
+    [
+      '11c',
+      'connection rate (one HTTP/2 stream each; 50 at a time)',
+      'conn/s',
+      connections(31004),
+      connections(41008),
+      connections(41001),
+      '>= 1.0x',
+    ],
+  ] as const;
+  for (const [id, label, unit, tunnelled, chain, relay, goal] of tunnelScenarios) {
+    const figures = interleaved({ tunnelled, chain, relay });
     record({
-      id: label === '1 stream' ? '11a' : '11b',
+      id,
       scenario: `TCP through a tunnel (entry agent -> TLS -> exit agent), ${label}`,
-      value: tunnelled,
-      unit: 'MiB/s',
+      value: figures.tunnelled,
+      unit,
       peak_rss_mib: both(),
-      ceiling: relay,
-      ratio: tunnelled / relay,
-      target: 'reported beside the direct relay',
-      met: null,
+      ceiling: figures.chain,
+      ratio: figures.tunnelled / figures.chain,
+      target: `${goal} HAProxy -> TLS -> HAProxy (both on the agents' core)`,
+      met: figures.tunnelled / figures.chain >= Number(goal.slice(3, -1)),
       note:
-        `direct relay ${Math.round(relay)} MiB/s in the same run; ${through.failed} of ${streams} streams failed` +
-        (through.stuck.length > 0 ? ` (${through.stuck.length} never settled: ${through.stuck.join(', ')})` : '') +
-        `; both agents share CPU 0; RSS is both agents'`,
+        `medians of 3 interleaved runs: the chain ${round(figures.chain)}, the direct relay ${round(figures.relay)} ` +
+        `(${versus(figures.tunnelled, figures.relay, 'the direct relay')}); RSS is both agents'`,
     });
   }
-  const relayRateAgain = load('connrate', 41001, 3, 10).per_second;
-  const tunnelConnections = load('connrate', 31004, 3, 10);
-  const tunnelRate = tunnelConnections.per_second;
-  record({
-    id: '11c',
-    scenario: 'TCP connection rate through a tunnel (one HTTP/2 stream each; 10 at a time)',
-    value: tunnelRate,
-    unit: 'conn/s',
-    ceiling: relayRateAgain,
-    ratio: tunnelRate / relayRateAgain,
-    target: 'reported beside the direct relay',
-    met: null,
-    note: `direct relay ${Math.round(relayRateAgain)}/s in the same run; ${tunnelConnections.failed} failed`,
-  });
   const udpRelayAgain = load('udp', 41002, 50_000, 2, 64);
   const udpTunnel = load('udp', 31005, 50_000, 2, 64);
   record({
@@ -941,12 +963,24 @@ async function dataPlane(): Promise<void> {
   });
   await exitAgent.stop();
 
-  await socat?.stop();
+  for (const peer of [haproxy, chainEntry, chainExit, hello]) await peer.stop();
   await agent.stop();
   if (sink.child.exitCode !== null)
     throw new Error(`the sink died during the data-plane runs (exit ${sink.child.exitCode})`);
   await sink.stop();
   await master.proc.stop();
+}
+
+/**
+ * Medians of three runs of each way, taken in turns (a, b, c, a, b, c, ...), so that what drifts on the host (another
+ * tenant, the CPU's clock) falls on every way alike.
+ */
+function interleaved<K extends string>(ways: Record<K, () => number>, rounds = 3): Record<K, number> {
+  const runs = new Map<K, number[]>();
+  for (let round = 0; round < rounds; round++)
+    for (const [name, run] of Object.entries(ways) as [K, () => number][])
+      runs.set(name, [...(runs.get(name) ?? []), run()]);
+  return Object.fromEntries([...runs].map(([name, values]) => [name, median(values)])) as Record<K, number>;
 }
 
 /** iperf3 from the client to HOST:PORT (the target's server behind it): bits a second received, and bytes sent. */
@@ -994,28 +1028,14 @@ async function kernelPath(): Promise<void> {
     BENCH_SINK_PORT: '7100',
   });
   await sink.waitFor('sink');
-  const haproxyConfig = join(work, 'haproxy.cfg');
-  writeFileSync(
-    haproxyConfig,
+  const haproxy = startHaproxy(
+    join(work, 'kernel-haproxy.cfg'),
     [
-      'global',
-      '  nbthread 1',
-      '  maxconn 4000',
-      'defaults',
-      '  mode tcp',
-      '  timeout connect 5s',
-      '  timeout client 60s',
-      '  timeout server 60s',
-      'listen iperf',
-      `  bind ${NODE_ADDRESS}:15203`,
-      `  server target ${TARGET_ADDRESS}:5201`,
-      'listen echo',
-      `  bind ${NODE_ADDRESS}:15213`,
-      `  server target ${TARGET_ADDRESS}:7100`,
-      '',
-    ].join('\n'),
+      { name: 'iperf', bind: `${NODE_ADDRESS}:15203`, server: `${TARGET_ADDRESS}:5201` },
+      { name: 'echo', bind: `${NODE_ADDRESS}:15213`, server: `${TARGET_ADDRESS}:7100` },
+    ],
+    (argv) => within(NODE, argv),
   );
-  const haproxy = start(within(NODE, pinned(0, ['haproxy', '-db', '-f', haproxyConfig])));
   const rule = (name: string, port: number, targetPort: number, forwarding: string, protocol = 'tcp') =>
     api(master.url, master.token, 'POST', '/api/rules', {
       name,
@@ -1121,6 +1141,102 @@ async function kernelPath(): Promise<void> {
   removeLab();
 }
 
+/** Bytes under `dir`, files of subdirectories included. */
+function bytesUnder(dir: string): number {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .reduce((sum, entry) => sum + statSync(join(entry.parentPath, entry.name)).size, 0);
+}
+
+/** Median milliseconds of `times` calls of GET `path` one after another (until the answer's last byte). */
+async function idleMs(master: Master, path: string, times = 15): Promise<number> {
+  const took: number[] = [];
+  for (let i = 0; i < times; i++) {
+    const started = performance.now();
+    const answer = await send(master.url, master.token, 'GET', path);
+    if (answer.status !== 200)
+      throw new Error(`GET ${path}: ${answer.status} ${answer.bytes.toString().slice(0, 200)}`);
+    took.push(answer.receivedAt - started);
+  }
+  return median(took);
+}
+
+async function scale(): Promise<void> {
+  const imports = 5;
+  const rulesPerNode = 20;
+  console.error(`scale: ${NODES} nodes and ${imports * NODES * rulesPerNode} rules, imported ${imports} times`);
+  const master = await startMaster(join(work, 'scale'));
+  const importSeconds: number[] = [];
+  for (let i = 0; i < imports; i++) {
+    const document = new Encoded(seedDocument(NODES, rulesPerNode, 10_000 + i * rulesPerNode));
+    const started = performance.now();
+    const answer = await send(master.url, master.token, 'POST', '/api/import', document);
+    if (answer.status !== 200) throw new Error(`import ${i + 1}: ${answer.status} ${answer.bytes.toString()}`);
+    importSeconds.push((answer.receivedAt - started) / 1000);
+  }
+  const rules = imports * NODES * rulesPerNode;
+  const imported = importSeconds.reduce((a, b) => a + b, 0);
+  record({
+    id: '13a',
+    scenario: `import ${rules.toLocaleString('en-US')} rules on ${NODES} nodes, in ${imports} imports`,
+    value: imported,
+    unit: 's',
+    target: '<= 15 s',
+    met: imported <= 15,
+    note: `each import: ${importSeconds.map((s) => s.toFixed(1)).join(', ')} s`,
+  });
+  await master.proc.stop();
+  const dataBytes = bytesUnder(master.dataDir);
+  record({
+    id: '13b',
+    scenario: 'data dir per rule at that size (audit entries of the imports included)',
+    value: dataBytes / rules,
+    unit: 'bytes/rule',
+    target: '< 400 bytes/rule',
+    met: dataBytes / rules < 400,
+    note: `${(dataBytes / 2 ** 20).toFixed(0)} MiB in all, after a clean stop`,
+  });
+  const startedAt = performance.now();
+  const proc = masterProcess(master.dataDir, '127.0.0.1:0');
+  const url = (await proc.waitFor('listening')).url as string;
+  const startup = performance.now() - startedAt;
+  const again: Master = { ...master, proc, url };
+  await new Promise((resolve) => setTimeout(resolve, 2000));
+  record({
+    id: '13c',
+    scenario: 'start-up to listening at that size, and RSS idle after 2 s',
+    value: startup,
+    unit: 'ms',
+    target: 'information',
+    met: null,
+    note: `idle RSS ${memory(proc.child.pid!).rss.toFixed(0)} MiB`,
+  });
+  const middle = Math.floor(NODES / 2);
+  const cursor = (id: number) => Buffer.from(`id:${id}`).toString('base64url');
+  const reads = [
+    ['GET /api/dashboard', '/api/dashboard'],
+    ['GET /api/rules?limit=100, first page', '/api/rules?limit=100'],
+    ['GET /api/rules?limit=100, a page in the middle', `/api/rules?limit=100&cursor=${cursor(rules / 2)}`],
+    ["GET /api/rules?node_id=N (one node's 100 rules)", `/api/rules?limit=100&node_id=${middle}`],
+    ['GET /api/rules?q=TEXT (a name in the middle)', `/api/rules?limit=100&q=r${middle}-10045`],
+    ['GET /api/rules?enabled=false (none match)', '/api/rules?limit=100&enabled=false'],
+    ['GET /api/nodes?limit=100, a page in the middle', `/api/nodes?limit=100&cursor=${cursor(middle)}`],
+    ['GET /api/audit-logs?limit=100, first page', '/api/audit-logs?limit=100'],
+  ] as const;
+  for (const [index, [scenario, path]] of reads.entries()) {
+    const ms = await idleMs(again, path);
+    record({
+      id: `13${String.fromCharCode('d'.charCodeAt(0) + index)}`,
+      scenario: `${scenario} at that size, idle`,
+      value: ms,
+      unit: 'ms p50',
+      target: '< 10 ms',
+      met: ms < 10,
+    });
+  }
+  await proc.stop();
+}
+
 function table(): string {
   const header = ['#', 'scenario', 'result', 'p50 ms', 'p99 ms', 'peak RSS MiB', 'ceiling', 'ratio', 'target', 'met'];
   const body = rows.map((r) => [
@@ -1150,12 +1266,13 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,fanout,data,kernel runs a subset (when working on one part).
-const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel').split(','));
+// BENCH_ONLY=control,fanout,data,kernel,scale runs a subset (when working on one part).
+const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel,scale').split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
 if (only.has('kernel')) await kernelPath();
+if (only.has('scale')) await scale();
 const machine = {
   cpu: cpus()[0]?.model,
   cores: cpus().length,

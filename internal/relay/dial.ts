@@ -4,10 +4,11 @@
 
 import { lookup, type LookupAddress } from 'node:dns';
 import { createSocket, type SocketOptions } from 'node:dgram';
-import { connect, isIP, isIPv6, type LookupFunction } from 'node:net';
+import { isIP, isIPv6, type LookupFunction } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { localKind } from '../schema/net.ts';
+import { forward, readingSocket } from './reads.ts';
 import type { Target, TargetPicker } from './targets.ts';
 
 const CONNECT_TIMEOUT_MS = 5_000;
@@ -106,13 +107,9 @@ function tryTargets(
   const next = (reason: string) => tryTargets(remaining.slice(1), policy, onOpen, onFail, reason);
   const refused = refusalOf(target, policy);
   if (refused) return next(`${target.host}:${target.port}: ${refused}`);
-  const upstream = connect({
-    host: target.host,
-    port: target.port,
-    allowHalfOpen: true,
-    timeout: CONNECT_TIMEOUT_MS,
-    ...lookupFor(target, policy),
-  });
+  const upstream = readingSocket({ allowHalfOpen: true });
+  upstream.setTimeout(CONNECT_TIMEOUT_MS);
+  upstream.connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
   const failover = (error?: Error) => {
     upstream.destroy();
     next(`${target.host}:${target.port}: ${error?.message ?? 'timed out'}`);
@@ -129,7 +126,7 @@ function tryTargets(
 
 /**
  * Relays between a client and its upstream until either ends: half-close passes through (one
- * side's end becomes the other's end), back-pressure is pipe()'s, an error on one side ends both.
+ * side's end becomes the other's end), back-pressure pauses the side read, an error on one side ends both.
  */
 export function splice(client: Duplex, upstream: Duplex, release: Release = (gone) => gone.destroy()): void {
   if (client.destroyed) return release(upstream);
@@ -138,8 +135,8 @@ export function splice(client: Duplex, upstream: Duplex, release: Release = (gon
   upstream.on('close', () => {
     if (!client.writableEnded) client.destroy();
   });
-  client.pipe(upstream);
-  upstream.pipe(client);
+  forward(client, upstream);
+  forward(upstream, client);
   client.resume();
 }
 

@@ -5,6 +5,7 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Limits } from './limits.ts';
 import { splice, type TcpDial } from './dial.ts';
+import { adopt } from './reads.ts';
 
 export interface Counter {
   bytes_in: number;
@@ -26,8 +27,7 @@ export class TcpRelay {
     public dial: TcpDial,
     private readonly limits: Pick<Limits, 'maxConnectionsPerRule' | 'maxConnectionsPerSource' | 'tcpIdleMs'>,
   ) {
-    this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(client));
-    this.server.maxConnections = limits.maxConnectionsPerRule;
+    this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(adopt(client)));
   }
 
   /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */
@@ -63,7 +63,8 @@ export class TcpRelay {
   private accept(client: Socket): void {
     const source = client.remoteAddress ?? '';
     const open = this.perSource.get(source) ?? 0;
-    if (open >= this.limits.maxConnectionsPerSource) return void client.destroy();
+    if (this.clients.size >= this.limits.maxConnectionsPerRule || open >= this.limits.maxConnectionsPerSource)
+      return void client.destroy();
     this.perSource.set(source, open + 1);
     this.clients.add(client);
     client.on('error', () => client.destroy());

@@ -1,0 +1,44 @@
+// HAProxy (Debian's package) as the peer of the data plane: TCP mode, one thread, pinned to the relay's CPU, so that
+// the relay and it are measured on the same core against the same targets.
+
+import { writeFileSync } from 'node:fs';
+import { pinned, start, type Running } from './procs.ts';
+
+export interface Listener {
+  name: string;
+  /** host:port */
+  bind: string;
+  /** host:port of what it forwards to */
+  server: string;
+  /** A PEM file (certificate and key): the listener takes TLS. */
+  tlsCertificate?: string;
+  /** The listener's server is spoken to over TLS (certificate not checked: the chain measures cost, not trust). */
+  tlsToServer?: boolean;
+}
+
+/** Writes `file` and starts HAProxy in the foreground with it (in namespace terms, `wrap` the argv). */
+export function startHaproxy(
+  file: string,
+  listeners: Listener[],
+  wrap: (argv: string[]) => string[] = (a) => a,
+): Running {
+  const lines = [
+    'global',
+    '  nbthread 1',
+    '  maxconn 4000',
+    'defaults',
+    '  mode tcp',
+    '  timeout connect 5s',
+    '  timeout client 60s',
+    '  timeout server 60s',
+  ];
+  for (const listener of listeners) {
+    lines.push(
+      `listen ${listener.name}`,
+      `  bind ${listener.bind}${listener.tlsCertificate ? ` ssl crt ${listener.tlsCertificate}` : ''}`,
+      `  server target ${listener.server}${listener.tlsToServer ? ' ssl verify none' : ''}`,
+    );
+  }
+  writeFileSync(file, `${lines.join('\n')}\n`);
+  return start(wrap(pinned(0, ['haproxy', '-db', '-f', file])));
+}
