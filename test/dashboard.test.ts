@@ -112,3 +112,45 @@ test('traffic: bad ranges and steps are 400 naming the parameter; old buckets ar
   const rows = m.app.store.db.prepare('SELECT count(*) AS n FROM traffic_buckets').get() as { n: number };
   assert.equal(rows.n, 1, 'the 40-day-old bucket is gone under the 30-day default');
 });
+
+test("the dashboard's rule counts and traffic, kept as rules change, equal a count of the rules", async (t) => {
+  const m = await startMaster(t);
+  const a = await node(m, 'a');
+  const b = await node(m, 'b');
+  const ids: number[] = [];
+  for (let port = 1; port <= 6; port++)
+    ids.push((await rule(m, { node_id: port <= 3 ? a.id : b.id, listen_port: port })).body.id);
+  const at = new Date().toISOString();
+  m.app.store.write(() => {
+    m.app.store.rules.setSync(ids[0]!, a.id, 'applied', null, at, 'relay');
+    m.app.store.rules.setSync(ids[1]!, a.id, 'failed', { code: 'port_in_use', detail: 'taken' }, at);
+    m.app.store.rules.setSync(ids[3]!, b.id, 'applied', null, at, 'relay');
+    m.app.store.traffic.record(ids[0]!, a.id, Math.floor(Date.now() / 1000), 1000, 2000);
+    m.app.store.traffic.record(ids[3]!, b.id, Math.floor(Date.now() / 1000), 5, 7);
+  });
+  const third = (await call(m.url, 'GET', `/api/rules/${ids[2]}`, { token: m.admin })).body;
+  const { name, node_id, protocol, listen_port, targets } = third;
+  const disabled = await call(m.url, 'PUT', `/api/rules/${ids[2]}`, {
+    token: m.admin,
+    body: { name, node_id, protocol, listen_port, targets, enabled: false },
+  });
+  assert.equal(disabled.status, 200);
+  assert.equal((await call(m.url, 'DELETE', `/api/rules/${ids[5]}`, { token: m.admin })).status, 204);
+  assert.equal((await call(m.url, 'DELETE', `/api/nodes/${b.id}?cascade=true`, { token: m.admin })).status, 204);
+  const counted = m.app.store.db
+    .prepare(
+      `SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, total(bytes_in) AS bytes_in,
+        total(bytes_out) AS bytes_out, sum(sync_state = 'pending') AS pending, sum(sync_state = 'applied') AS applied,
+        sum(sync_state = 'failed') AS failed FROM rules`,
+    )
+    .get() as Record<string, number>;
+  const dashboard = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
+  assert.deepEqual(dashboard.rules, {
+    total: counted.total,
+    enabled: counted.enabled,
+    by_sync_state: { pending: counted.pending, applied: counted.applied, failed: counted.failed },
+  });
+  assert.deepEqual(dashboard.traffic, { bytes_in: counted.bytes_in, bytes_out: counted.bytes_out });
+  assert.deepEqual(dashboard.rules, { total: 3, enabled: 2, by_sync_state: { pending: 1, applied: 1, failed: 1 } });
+  assert.deepEqual(dashboard.traffic, { bytes_in: 1000, bytes_out: 2000 });
+});

@@ -334,6 +334,8 @@ test('TCP: bytes cross intact both ways while either side reads slowly, and are 
   t.after(() => forwarder.close());
   await forwarder.apply([rule(1, port, [`127.0.0.1:${(target.address() as AddressInfo).port}`])]);
   const client = connect({ host: '127.0.0.1', port, allowHalfOpen: true });
+  // Once both ends have ended the socket closes by itself, maybe before the test would listen for it.
+  const closed = once(client, 'close');
   const atClient: Buffer[] = [];
   readSlowly(client, atClient);
   client.end(toTarget);
@@ -342,7 +344,7 @@ test('TCP: bytes cross intact both ways while either side reads slowly, and are 
   assert.ok(Buffer.concat(atTarget).equals(toTarget), 'what the target got is what the client sent');
   assert.ok(Buffer.concat(atClient).equals(toClient), 'what the client got is what the target sent');
   client.destroy();
-  await once(client, 'close');
+  await closed;
   await new Promise((resolve) => setTimeout(resolve, 20));
   assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: toTarget.length, bytes_out: toClient.length }]);
 });

@@ -2,6 +2,7 @@
 // they describe (callers run `record` within `Database.write`), with secrets redacted.
 
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 import type { JsonPage } from './store.ts';
 
 export type ActorType = 'user' | 'token' | 'agent' | 'system' | 'anonymous';
@@ -79,8 +80,8 @@ interface Row extends Omit<AuditEntry, 'changes'> {
 
 export class AuditStore {
   private readonly insertRows;
-  private readonly listStmt;
-  private readonly pageStmt;
+  private readonly listQuery;
+  private readonly pageQuery;
   private readonly pruneStmt;
 
   constructor(
@@ -93,23 +94,32 @@ export class AuditStore {
         (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status, request_id, changes) VALUES`,
       11,
     );
-    const filter = `id < :before
-        AND (:action IS NULL OR action = :action)
-        AND (:resource IS NULL OR resource = :resource)
-        AND (:resource_id IS NULL OR resource_id = :resource_id)
-        AND (:actor IS NULL OR actor_name = :actor)
-        AND (:actor_type IS NULL OR actor_type = :actor_type)
-        AND (:status IS NULL OR status = :status)
-        AND (:since IS NULL OR at >= :since)
-        AND (:until IS NULL OR at < :until)`;
-    this.listStmt = db.prepare(`SELECT * FROM audit_log WHERE ${filter} ORDER BY id DESC LIMIT :limit`);
+    const filters = {
+      action: 'action = :action',
+      resource: 'resource = :resource',
+      resource_id: 'resource_id = :resource_id',
+      actor: 'actor_name = :actor',
+      actor_type: 'actor_type = :actor_type',
+      status: 'status = :status',
+      since: 'at >= :since',
+      until: 'at < :until',
+    };
+    this.listQuery = new FilteredQuery(
+      db,
+      'SELECT * FROM audit_log WHERE id < :before {filters} ORDER BY id DESC LIMIT :limit',
+      filters,
+    );
     // A page is rendered by SQLite, row by row, but for `changes`: JSON this store wrote (JSON.stringify), put in as
     // it is. No object is made of an entry, nor its changes parsed and written again (by JavaScript or by SQLite's
     // json(), which was as costly), which was most of what a page cost.
-    this.pageStmt = db.prepare(`SELECT id, json_object('id', id, 'at', at, 'actor_type', actor_type,
+    this.pageQuery = new FilteredQuery(
+      db,
+      `SELECT id, json_object('id', id, 'at', at, 'actor_type', actor_type,
         'actor_id', actor_id, 'actor_name', actor_name, 'ip', ip, 'action', action, 'resource', resource,
         'resource_id', resource_id, 'status', status, 'request_id', request_id) AS json, changes
-      FROM audit_log WHERE ${filter} ORDER BY id DESC LIMIT :limit`);
+      FROM audit_log WHERE id < :before {filters} ORDER BY id DESC LIMIT :limit`,
+      filters,
+    );
     this.pruneStmt = db.prepare('DELETE FROM audit_log WHERE at < ?');
   }
 
@@ -138,14 +148,14 @@ export class AuditStore {
 
   list(filter: AuditFilter): AuditEntry[] {
     const { beforeId, ...rest } = filter;
-    const rows = this.listStmt.all({ ...rest, before: beforeId }) as unknown as Row[];
+    const rows = this.listQuery.all({ ...rest, before: beforeId }) as unknown as Row[];
     return rows.map((row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
   }
 
   /** The entries of `filter`, newest first, as JSON text, and the last id when more follow. */
   page(filter: AuditFilter): JsonPage {
     const { beforeId, limit, ...rest } = filter;
-    const rows = this.pageStmt.all({ ...rest, before: beforeId, limit: limit + 1 }) as {
+    const rows = this.pageQuery.all({ ...rest, before: beforeId, limit: limit + 1 }) as {
       id: number;
       json: string;
       changes: string | null;

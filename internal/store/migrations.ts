@@ -270,4 +270,44 @@ export const migrations: readonly string[] = [
   -- Re-render every view through the new trigger.
   UPDATE rules SET forwarding = forwarding;
   `,
+  /* 9: rule counts and traffic totals kept as rules change, so the dashboard reads three rows instead of every rule;
+     indexes for the rule list's filters by enabled and protocol */ `
+  CREATE TABLE rule_tallies (
+    sync_state TEXT PRIMARY KEY,
+    rules INTEGER NOT NULL,
+    enabled INTEGER NOT NULL,
+    -- REAL: a sum over a million rules may pass what an INTEGER holds (an overflow would fail the rule's write).
+    bytes_in REAL NOT NULL,
+    bytes_out REAL NOT NULL
+  ) STRICT;
+  INSERT INTO rule_tallies (sync_state, rules, enabled, bytes_in, bytes_out)
+    SELECT s.value, count(r.id), coalesce(sum(r.enabled), 0),
+      total(max(0, min(r.bytes_in, 9007199254740991))), total(max(0, min(r.bytes_out, 9007199254740991)))
+    FROM json_each('["pending", "applied", "failed"]') s LEFT JOIN rules r ON r.sync_state = s.value
+    GROUP BY s.value;
+  CREATE TRIGGER rule_tallies_insert AFTER INSERT ON rules BEGIN
+    UPDATE rule_tallies SET rules = rules + 1, enabled = enabled + NEW.enabled,
+      bytes_in = bytes_in + max(0, min(NEW.bytes_in, 9007199254740991)),
+      bytes_out = bytes_out + max(0, min(NEW.bytes_out, 9007199254740991))
+    WHERE sync_state = NEW.sync_state;
+  END;
+  CREATE TRIGGER rule_tallies_delete AFTER DELETE ON rules BEGIN
+    UPDATE rule_tallies SET rules = rules - 1, enabled = enabled - OLD.enabled,
+      bytes_in = bytes_in - max(0, min(OLD.bytes_in, 9007199254740991)),
+      bytes_out = bytes_out - max(0, min(OLD.bytes_out, 9007199254740991))
+    WHERE sync_state = OLD.sync_state;
+  END;
+  CREATE TRIGGER rule_tallies_update AFTER UPDATE OF sync_state, enabled, bytes_in, bytes_out ON rules BEGIN
+    UPDATE rule_tallies SET rules = rules - 1, enabled = enabled - OLD.enabled,
+      bytes_in = bytes_in - max(0, min(OLD.bytes_in, 9007199254740991)),
+      bytes_out = bytes_out - max(0, min(OLD.bytes_out, 9007199254740991))
+    WHERE sync_state = OLD.sync_state;
+    UPDATE rule_tallies SET rules = rules + 1, enabled = enabled + NEW.enabled,
+      bytes_in = bytes_in + max(0, min(NEW.bytes_in, 9007199254740991)),
+      bytes_out = bytes_out + max(0, min(NEW.bytes_out, 9007199254740991))
+    WHERE sync_state = NEW.sync_state;
+  END;
+  CREATE INDEX rules_enabled ON rules(enabled);
+  CREATE INDEX rules_protocol ON rules(protocol);
+  `,
 ];

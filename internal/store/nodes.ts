@@ -2,6 +2,7 @@
 // this module except to the installer; the agent token is stored as a hash.
 
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
@@ -119,10 +120,12 @@ const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port',
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
 
-const NODE_FILTER = `id > :after
-        AND (:status IS NULL OR ${STATUS} = :status)
-        AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag))
-        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)`;
+/** Each list filter's condition on `nodes` (see FilteredQuery). */
+const NODE_FILTERS = {
+  status: `${STATUS} = :status`,
+  tag: 'EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag)',
+  q: '(instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)',
+};
 
 export interface NodeFilter {
   afterId: number;
@@ -146,8 +149,8 @@ export class NodeStore {
   private readonly byId;
   private readonly existsStmt;
   private readonly byName;
-  private readonly listStmt;
-  private readonly pageStmt;
+  private readonly listQuery;
+  private readonly pageQuery;
   private readonly insertStmt;
   private readonly nextIdStmt;
   private readonly updateStmt;
@@ -186,8 +189,16 @@ export class NodeStore {
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
-    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit`);
-    this.pageStmt = db.prepare(`SELECT id FROM nodes WHERE ${NODE_FILTER} ORDER BY id LIMIT :limit + 1`);
+    this.listQuery = new FilteredQuery(
+      db,
+      `SELECT ${COLUMNS} FROM nodes WHERE id > :after {filters} ORDER BY id LIMIT :limit`,
+      NODE_FILTERS,
+    );
+    this.pageQuery = new FilteredQuery(
+      db,
+      'SELECT id FROM nodes WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
+      NODE_FILTERS,
+    );
     this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
@@ -248,7 +259,7 @@ export class NodeStore {
   }
 
   list(filter: NodeFilter): Node[] {
-    const rows = this.listStmt.all({
+    const rows = this.listQuery.all({
       after: filter.afterId,
       limit: filter.limit,
       status: filter.status,
@@ -261,7 +272,7 @@ export class NodeStore {
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
     const ids = (
-      this.pageStmt.all({
+      this.pageQuery.all({
         after: filter.afterId,
         limit: filter.limit,
         status: filter.status,

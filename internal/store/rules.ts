@@ -5,6 +5,7 @@
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
 import type { Path, Rule, RuleFields, SyncState } from '../domain/rules.ts';
@@ -78,12 +79,14 @@ function parseResult(text: string | null): EndResult | null {
   return text === null ? null : (JSON.parse(text) as EndResult);
 }
 
-const RULE_FILTER = `id > :after
-        AND (:node_id IS NULL OR node_id = :node_id)
-        AND (:tunnel_id IS NULL OR tunnel_id = :tunnel_id)
-        AND (:enabled IS NULL OR enabled = :enabled)
-        AND (:protocol IS NULL OR protocol = :protocol)
-        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)`;
+/** Each list filter's condition on `rules` (see FilteredQuery). */
+const RULE_FILTERS = {
+  node_id: 'rules.node_id = :node_id',
+  tunnel_id: 'rules.tunnel_id = :tunnel_id',
+  enabled: 'rules.enabled = :enabled',
+  protocol: 'rules.protocol = :protocol',
+  q: 'instr(lower(rules.name), lower(:q)) > 0',
+};
 
 /** The 409 for a port someone else holds, naming the holder. */
 export function portTaken(claim: Claim, port: number): DomainError {
@@ -125,8 +128,8 @@ function created(id: number, fields: RuleFields, at: string): Rule {
 export class RuleStore {
   private readonly ports: PortStore;
   private readonly byId;
-  private readonly listStmt;
-  private readonly pageStmt;
+  private readonly listQuery;
+  private readonly pageQuery;
   private readonly jsonStmt;
   private readonly insertRows;
   private readonly updateStmt;
@@ -144,13 +147,21 @@ export class RuleStore {
   constructor(db: Database) {
     this.ports = new PortStore(db);
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE id = ?`);
-    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE ${RULE_FILTER} ORDER BY id LIMIT :limit`);
+    this.listQuery = new FilteredQuery(
+      db,
+      `SELECT ${COLUMNS} FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit`,
+      RULE_FILTERS,
+    );
     // Pages are the JSON the triggers of migrations 6 and 8 rendered, one row past the page to tell whether another
     // follows: no per-row work at read time but a join. (Concatenating in SQL took twice as long: a group_concat in
     // id order sorts in a temporary b-tree. Taking only the ids here and their JSON from a cache, as nodes do, took
     // three times as long where random pages of 100,000 rules mostly miss the cache.)
-    this.pageStmt = db.prepare(`SELECT v.id, v.json FROM rules JOIN rule_views v ON v.id = rules.id
-      WHERE ${RULE_FILTER.replace('id > :after', 'rules.id > :after')} ORDER BY rules.id LIMIT :limit + 1`);
+    this.pageQuery = new FilteredQuery(
+      db,
+      `SELECT v.id, v.json FROM rules JOIN rule_views v ON v.id = rules.id
+        WHERE rules.id > :after {filters} ORDER BY rules.id LIMIT :limit + 1`,
+      RULE_FILTERS,
+    );
     this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
@@ -170,9 +181,8 @@ export class RuleStore {
     this.byNodeStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE node_id = ? ORDER BY id`);
     this.idsByNodeStmt = db.prepare('SELECT id FROM rules WHERE node_id = ? ORDER BY id');
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
-    this.countsStmt = db.prepare(
-      'SELECT count(*) AS total, coalesce(sum(enabled), 0) AS enabled, sync_state FROM rules GROUP BY sync_state',
-    );
+    // Kept by the triggers of migration 9.
+    this.countsStmt = db.prepare('SELECT rules AS total, enabled, sync_state FROM rule_tallies');
     this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, sync_path = NULL,
         entry_result = NULL, exit_result = NULL
       WHERE id = ?`);
@@ -195,7 +205,7 @@ export class RuleStore {
   }
 
   list(filter: RuleFilter): Rule[] {
-    return (this.listStmt.all(this.filterParams(filter)) as unknown as Row[]).map(toRule);
+    return (this.listQuery.all(this.filterParams(filter)) as unknown as Row[]).map(toRule);
   }
 
   private filterParams(filter: RuleFilter) {
@@ -212,7 +222,7 @@ export class RuleStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
-    const rows = this.pageStmt.all(this.filterParams(filter)) as { id: number; json: string }[];
+    const rows = this.pageQuery.all(this.filterParams(filter)) as { id: number; json: string }[];
     const more = rows.length > filter.limit;
     if (more) rows.pop();
     return { items: `[${rows.map((row) => row.json).join(',')}]`, lastId: more ? rows[rows.length - 1]!.id : null };

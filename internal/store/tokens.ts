@@ -3,6 +3,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 import type { Generation } from './store.ts';
 
 export type TokenKind = 'api' | 'session';
@@ -66,7 +67,7 @@ export class TokenStore {
   private readonly insertStmt;
   private readonly bySecret;
   private readonly byId;
-  private readonly listStmt;
+  private readonly listQuery;
   private readonly deleteStmt;
   private readonly deleteForUserStmt;
   private readonly touchStmt;
@@ -81,8 +82,11 @@ export class TokenStore {
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`);
     this.bySecret = db.prepare(`${SELECT} WHERE t.secret_hash = ?`);
     this.byId = db.prepare(`${SELECT} WHERE t.id = ? AND t.kind = ?`);
-    this.listStmt = db.prepare(`${SELECT} WHERE t.kind = 'api' AND t.id > :after
-      AND (:user_id IS NULL OR t.user_id = :user_id) ORDER BY t.id LIMIT :limit`);
+    this.listQuery = new FilteredQuery(
+      db,
+      `${SELECT} WHERE t.kind = 'api' AND t.id > :after {filters} ORDER BY t.id LIMIT :limit`,
+      { user_id: 't.user_id = :user_id' },
+    );
     this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
     this.deleteForUserStmt = db.prepare(
       'DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id',
@@ -126,7 +130,7 @@ export class TokenStore {
   }
 
   list(filter: { afterId: number; limit: number; userId: number | null }): Token[] {
-    const rows = this.listStmt.all({
+    const rows = this.listQuery.all({
       after: filter.afterId,
       limit: filter.limit,
       user_id: filter.userId,

@@ -3,6 +3,7 @@
 // 2^53-1, so whatever an agent reports, it reads back as a safe integer.
 
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 
 /** The largest count stored or shown: Number.MAX_SAFE_INTEGER, as SQL. */
 const MAX_COUNT = '9007199254740991';
@@ -27,7 +28,7 @@ export interface TrafficPoint {
 }
 
 export class TrafficStore {
-  private readonly seriesStmt;
+  private readonly seriesQuery;
   private readonly totalsStmt;
   private readonly pruneStmt;
   private readonly bucketStmt;
@@ -39,16 +40,19 @@ export class TrafficStore {
   private readonly trimStreamsStmt;
 
   constructor(db: Database) {
-    this.seriesStmt = db.prepare(`SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
+    this.seriesQuery = new FilteredQuery(
+      db,
+      `SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
         ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out
       FROM traffic_buckets
-      WHERE bucket_start >= :from AND bucket_start < :to
-        AND (:node_id IS NULL OR node_id = :node_id)
-        AND (:rule_id IS NULL OR rule_id = :rule_id)
-      GROUP BY 1 ORDER BY 1`);
+      WHERE bucket_start >= :from AND bucket_start < :to {filters}
+      GROUP BY 1 ORDER BY 1`,
+      { node_id: 'node_id = :node_id', rule_id: 'rule_id = :rule_id' },
+    );
+    // Kept by the triggers of migration 9, each rule's count cut to a safe integer as it is added.
     this.totalsStmt = db.prepare(
-      `SELECT ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out ` +
-        `FROM rules`,
+      `SELECT ${safeSum('max(0, bytes_in)')} AS bytes_in, ${safeSum('max(0, bytes_out)')} AS bytes_out ` +
+        'FROM rule_tallies',
     );
     this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
     this.bucketStmt =
@@ -114,7 +118,7 @@ export class TrafficStore {
     node_id: number | null;
     rule_id: number | null;
   }): TrafficPoint[] {
-    return this.seriesStmt.all(filter) as unknown as TrafficPoint[];
+    return this.seriesQuery.all(filter) as unknown as TrafficPoint[];
   }
 
   /** Bytes counted on all current rules. */

@@ -4,6 +4,7 @@
 // status combines the two.
 
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
@@ -103,7 +104,7 @@ export class TunnelStore {
   private readonly ports: PortStore;
   private readonly byId;
   private readonly byName;
-  private readonly listStmt;
+  private readonly listQuery;
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
@@ -120,12 +121,15 @@ export class TunnelStore {
     this.ports = new PortStore(db);
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE id = ?`);
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE name = ?`);
-    this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM tunnels
-      WHERE id > :after
-        AND (:node_id IS NULL OR entry_node_id = :node_id OR exit_node_id = :node_id)
-        AND (:status IS NULL OR status = :status)
-        AND (:q IS NULL OR instr(lower(name), lower(:q)) > 0)
-      ORDER BY id LIMIT :limit`);
+    this.listQuery = new FilteredQuery(
+      db,
+      `SELECT ${COLUMNS} FROM tunnels WHERE id > :after {filters} ORDER BY id LIMIT :limit`,
+      {
+        node_id: '(entry_node_id = :node_id OR exit_node_id = :node_id)',
+        status: 'status = :status',
+        q: 'instr(lower(name), lower(:q)) > 0',
+      },
+    );
     this.insertStmt =
       db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
         updated_at)
@@ -221,7 +225,7 @@ export class TunnelStore {
     q: string | null;
   }): Tunnel[] {
     const { afterId, ...rest } = filter;
-    return (this.listStmt.all({ ...rest, after: afterId }) as unknown as Row[]).map(toTunnel);
+    return (this.listQuery.all({ ...rest, after: afterId }) as unknown as Row[]).map(toTunnel);
   }
 
   /** A free TCP port on the exit node within [min, max], for tunnels created without one. */

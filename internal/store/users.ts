@@ -2,6 +2,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
+import { FilteredQuery } from './filters.ts';
 import type { Generation } from './store.ts';
 import { unlessTaken } from './errors.ts';
 
@@ -48,7 +49,7 @@ export interface UserListFilter {
 export class UserStore {
   private readonly byId;
   private readonly byName;
-  private readonly listStmt;
+  private readonly listQuery;
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
@@ -62,11 +63,10 @@ export class UserStore {
   ) {
     this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
     this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
-    this.listStmt = db.prepare(`SELECT * FROM users
-      WHERE id > :after
-        AND (:q IS NULL OR instr(lower(username), lower(:q)) > 0)
-        AND (:disabled IS NULL OR disabled = :disabled)
-      ORDER BY id LIMIT :limit`);
+    this.listQuery = new FilteredQuery(db, 'SELECT * FROM users WHERE id > :after {filters} ORDER BY id LIMIT :limit', {
+      q: 'instr(lower(username), lower(:q)) > 0',
+      disabled: 'disabled = :disabled',
+    });
     this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
     this.updateStmt =
@@ -93,7 +93,7 @@ export class UserStore {
   }
 
   list(filter: UserListFilter): User[] {
-    const rows = this.listStmt.all({
+    const rows = this.listQuery.all({
       after: filter.afterId,
       limit: filter.limit,
       q: filter.q,
