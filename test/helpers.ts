@@ -169,7 +169,11 @@ export function snapshot(master: Master, except: readonly string[] = []): string
   const db = master.app.store.db;
   const tables = (
     db
-      .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+      // Tables of rows only: a full-text index (virtual, and its shadow tables) is derived from them.
+      .prepare(
+        "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' AND name NOT LIKE 'sqlite_%' " +
+          'ORDER BY name',
+      )
       .all() as { name: string }[]
   ).filter(({ name }) => !except.includes(name));
   return JSON.stringify(

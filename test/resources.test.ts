@@ -418,3 +418,48 @@ test('what a read shows equals what the write answered, for nodes and rules, alo
     },
   });
 });
+
+test('rules: a name search finds through the name index what a scan finds, after renames and deletes', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const ids = new Map<string, number>();
+  const names = ['web-Alpha', 'web-beta', 'db_main', 'db-main', '100%', 'ÉCOLE', 'page-1', 'page-2', 'page-3'];
+  for (const [index, name] of names.entries())
+    ids.set(name, (await rule(m, { node_id: n.id, listen_port: 9000 + index, name })).body.id);
+  /** Every page of a search, `limit` at a time: without a node the index answers it, with one the scan does. */
+  const search = async (q: string, scan: boolean, limit = 100) => {
+    const found: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const query = `?q=${encodeURIComponent(q)}&limit=${limit}${scan ? `&node_id=${n.id}` : ''}`;
+      const page = await call(m.url, 'GET', `/api/rules${query}${cursor ? `&cursor=${cursor}` : ''}`, {
+        token: m.admin,
+      });
+      assert.equal(page.status, 200);
+      found.push(...page.body.items.map((r: { name: string }) => r.name));
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    return found;
+  };
+  const expect = async (q: string, names: string[]) => {
+    assert.deepEqual(await search(q, false), names, `?q=${q}`);
+    assert.deepEqual(await search(q, true), names, `?q=${q} with a node`);
+  };
+  await expect('WEB', ['web-Alpha', 'web-beta']);
+  await expect('alp', ['web-Alpha']);
+  await expect('b_m', ['db_main']);
+  await expect('0%', ['100%']);
+  await expect('ÉCOL', ['ÉCOLE']);
+  await expect('écol', []);
+  await expect('page-', ['page-1', 'page-2', 'page-3']);
+  assert.deepEqual(await search('page-', false, 2), ['page-1', 'page-2', 'page-3'], 'pages of the index in id order');
+  const beta = (await call(m.url, 'GET', `/api/rules/${ids.get('web-beta')}`, { token: m.admin })).body;
+  const renamed = await call(m.url, 'PUT', `/api/rules/${beta.id}`, {
+    token: m.admin,
+    body: { ...beta, name: 'api-beta' },
+  });
+  assert.equal(renamed.status, 200);
+  assert.equal((await call(m.url, 'DELETE', `/api/rules/${ids.get('web-Alpha')}`, { token: m.admin })).status, 204);
+  await expect('web', []);
+  await expect('api-b', ['api-beta']);
+});

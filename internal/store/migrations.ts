@@ -310,4 +310,19 @@ export const migrations: readonly string[] = [
   CREATE INDEX rules_enabled ON rules(enabled);
   CREATE INDEX rules_protocol ON rules(protocol);
   `,
+  /* 10: rule names indexed by trigram, so a search of a million names reads only those that can match */ `
+  CREATE VIRTUAL TABLE rule_names USING fts5(name, content='rules', content_rowid='id', tokenize='trigram',
+    detail='none');
+  INSERT INTO rule_names (rule_names) VALUES ('rebuild');
+  CREATE TRIGGER rule_names_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_names (rowid, name) VALUES (NEW.id, NEW.name);
+  END;
+  CREATE TRIGGER rule_names_delete AFTER DELETE ON rules BEGIN
+    INSERT INTO rule_names (rule_names, rowid, name) VALUES ('delete', OLD.id, OLD.name);
+  END;
+  CREATE TRIGGER rule_names_update AFTER UPDATE OF name ON rules BEGIN
+    INSERT INTO rule_names (rule_names, rowid, name) VALUES ('delete', OLD.id, OLD.name);
+    INSERT INTO rule_names (rowid, name) VALUES (NEW.id, NEW.name);
+  END;
+  `,
 ];

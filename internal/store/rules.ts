@@ -88,6 +88,14 @@ const RULE_FILTERS = {
   q: 'instr(lower(rules.name), lower(:q)) > 0',
 };
 
+/**
+ * The LIKE pattern for the trigram index of a name search (migration 10), or null where the index cannot answer it:
+ * fewer than three characters, or a LIKE wildcard in the text (the index takes no ESCAPE).
+ */
+function trigramPattern(q: string | null): string | null {
+  return q !== null && [...q].length >= 3 && !/[%_]/.test(q) ? `%${q}%` : null;
+}
+
 /** The 409 for a port someone else holds, naming the holder. */
 export function portTaken(claim: Claim, port: number): DomainError {
   const by = claim.rule_id !== null ? `rule ${claim.rule_id}` : `tunnel ${claim.tunnel_id}`;
@@ -130,6 +138,7 @@ export class RuleStore {
   private readonly byId;
   private readonly listQuery;
   private readonly pageQuery;
+  private readonly searchQuery;
   private readonly jsonStmt;
   private readonly insertRows;
   private readonly updateStmt;
@@ -160,6 +169,16 @@ export class RuleStore {
       db,
       `SELECT v.id, v.json FROM rules JOIN rule_views v ON v.id = rules.id
         WHERE rules.id > :after {filters} ORDER BY rules.id LIMIT :limit + 1`,
+      RULE_FILTERS,
+    );
+    // A name search alone walks the trigram index in id order and stops at the page's end (scanning a million names
+    // took 80 ms; this, under a millisecond). The filters still apply, instr() included, so what matches is what the
+    // scan would match (the index folds case beyond ASCII, and says only which names hold every trigram). With a node
+    // or tunnel the scan of their rules through its index is the shorter way.
+    this.searchQuery = new FilteredQuery(
+      db,
+      `SELECT v.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.id = n.rowid
+        WHERE n.name LIKE :trigrams AND n.rowid > :after {filters} ORDER BY n.rowid LIMIT :limit + 1`,
       RULE_FILTERS,
     );
     this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
@@ -222,7 +241,12 @@ export class RuleStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
-    const rows = this.pageQuery.all(this.filterParams(filter)) as { id: number; json: string }[];
+    const trigrams = filter.node_id === null && filter.tunnel_id === null ? trigramPattern(filter.q) : null;
+    const params = this.filterParams(filter);
+    const rows = (trigrams ? this.searchQuery.all({ ...params, trigrams }) : this.pageQuery.all(params)) as {
+      id: number;
+      json: string;
+    }[];
     const more = rows.length > filter.limit;
     if (more) rows.pop();
     return { items: `[${rows.map((row) => row.json).join(',')}]`, lastId: more ? rows[rows.length - 1]!.id : null };
