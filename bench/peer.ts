@@ -17,6 +17,14 @@ const nodesStmt = db.prepare('SELECT * FROM nodes WHERE id > ? ORDER BY id LIMIT
 const rulesStmt = db.prepare('SELECT * FROM rules WHERE id > ? ORDER BY id LIMIT ?');
 const ruleStmt = db.prepare('SELECT * FROM rules WHERE id = ?');
 const auditStmt = db.prepare('SELECT * FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?');
+const tunnelStmt = db.prepare('SELECT * FROM tunnels WHERE id = ?');
+const tunnelsStmt = db.prepare('SELECT * FROM tunnels WHERE id > ? ORDER BY id LIMIT ?');
+const userStmt = db.prepare('SELECT * FROM users WHERE id = ?');
+const usersStmt = db.prepare('SELECT * FROM users WHERE id > ? ORDER BY id LIMIT ?');
+const TOKEN = `SELECT t.id, t.name, t.user_id, u.username, t.scopes, t.created_at, t.expires_at, t.last_used_at
+  FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.kind = 'api'`;
+const apiTokenStmt = db.prepare(`${TOKEN} AND t.id = ?`);
+const apiTokensStmt = db.prepare(`${TOKEN} AND t.id > ? ORDER BY t.id LIMIT ?`);
 
 interface TokenRow {
   scopes: string;
@@ -36,11 +44,8 @@ app.addHook('onRequest', async (request, reply) => {
   const row = token ? (tokenStmt.get(createHash('sha256').update(token).digest()) as TokenRow | undefined) : undefined;
   if (!row || row.disabled || (row.expires_at !== null && Date.parse(row.expires_at) <= Date.now()))
     return reply.code(401).send({ code: 'unauthorized' });
-  const wanted = request.url.startsWith('/api/nodes')
-    ? 'nodes:read'
-    : request.url.startsWith('/api/audit')
-      ? 'audit:read'
-      : 'rules:read';
+  const resource = /^\/api\/([a-z-]+)/.exec(request.url)?.[1] ?? '';
+  const wanted = `${resource === 'audit-logs' ? 'audit' : resource}:read`;
   const scopes = JSON.parse(row.scopes) as string[];
   if (!grants(scopes, wanted) || !grants(JSON.parse(row.user_scopes) as string[], wanted))
     return reply.code(403).send({ code: 'insufficient_scope' });
@@ -136,6 +141,51 @@ app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/audit-logs',
   const rows = auditStmt.all(before, limit + 1) as Record<string, any>[];
   return pageOf(rows, limit, (row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
 });
+
+function tunnelOf(row: Record<string, any>) {
+  return {
+    id: row.id,
+    name: row.name,
+    entry_node_id: row.entry_node_id,
+    exit_node_id: row.exit_node_id,
+    listen_port: row.listen_port,
+    transport: row.transport,
+    status: row.status,
+    rtt_ms: row.rtt_us === null ? null : Math.round(row.rtt_us / 10) / 100,
+    ends: {
+      entry: { status: row.entry_status, last_error: row.entry_error, reported_at: row.entry_reported_at },
+      exit: { status: row.exit_status, last_error: row.exit_error, reported_at: row.exit_reported_at },
+    },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+function userOf({ password_hash: _, ...row }: Record<string, any>) {
+  return { ...row, scopes: JSON.parse(row.scopes), disabled: row.disabled === 1 };
+}
+
+function tokenOf(row: Record<string, any>) {
+  return { ...row, scopes: JSON.parse(row.scopes) };
+}
+
+// Tunnels, users and API tokens: a page and one by id each, mapped as above.
+for (const [path, one, many, map] of [
+  ['/api/tunnels', tunnelStmt, tunnelsStmt, tunnelOf],
+  ['/api/users', userStmt, usersStmt, userOf],
+  ['/api/tokens', apiTokenStmt, apiTokensStmt, tokenOf],
+] as [string, typeof tunnelStmt, typeof tunnelsStmt, (row: Record<string, any>) => { id: number }][]) {
+  app.get<{ Params: { id: string } }>(`${path}/:id`, async (request, reply) => {
+    const row = one.get(Number(request.params.id)) as Record<string, any> | undefined;
+    if (!row) return reply.code(404).send({ code: 'not_found' });
+    return map(row);
+  });
+  app.get<{ Querystring: { limit?: string; cursor?: string } }>(path, async (request) => {
+    const limit = Math.min(Number(request.query.limit ?? 50), 1000);
+    return pageOf(many.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[], limit, map);
+  });
+}
 
 const url = await app.listen({ host: '127.0.0.1', port: 0 });
 console.log(JSON.stringify({ msg: 'listening', url }));

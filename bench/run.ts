@@ -207,8 +207,13 @@ async function startMaster(dataDir: string, listen = '127.0.0.1:0', env: NodeJS.
   return { proc, url, token, dataDir };
 }
 
+/** The name of the seed's node at `index` (from 0). */
+function seedNodeName(index: number): string {
+  return `n${String(index + 1).padStart(5, '0')}`;
+}
+
 function seedDocument(nodes: number, rulesPerNode: number, firstPort = 10_000) {
-  const names = Array.from({ length: nodes }, (_, i) => `n${String(i + 1).padStart(5, '0')}`);
+  const names = Array.from({ length: nodes }, (_, i) => seedNodeName(i));
   return {
     format: 'portplane-export',
     version: 1,
@@ -374,6 +379,50 @@ end
   return wrk.format(nil, "/api/rules/" .. math.random(1, ${NODES * RULES_PER_NODE}))
 end
 `;
+  // Tunnels, users and API tokens, for their lists and reads by id: 1,000 tunnels (one import), 100 users (each
+  // password is hashed with scrypt, 80 ms here) and 1,000 tokens.
+  const TUNNELS = 1_000;
+  const USERS = 100;
+  const TOKENS = 1_000;
+  const tunnelDocument = {
+    format: 'portplane-export',
+    version: 1,
+    nodes: [],
+    tunnels: Array.from({ length: TUNNELS }, (_, i) => ({
+      name: `t${i}`,
+      entry_node: seedNodeName(i),
+      exit_node: seedNodeName(i + 1),
+      listen_port: 30_000,
+      transport: 'tls',
+    })),
+    rules: [],
+  };
+  await api(master.url, master.token, 'POST', '/api/import', tunnelDocument);
+  const userIds: number[] = [];
+  for (let i = 0; i < USERS; i++) {
+    const body = { username: `bench-user-${i}`, password: 'bench-password-1', scopes: ['rules:read'] };
+    userIds.push((await api(master.url, master.token, 'POST', '/api/users', body)).id);
+  }
+  const tokenIds: number[] = [];
+  for (let i = 0; i < TOKENS; i++)
+    tokenIds.push((await api(master.url, master.token, 'POST', '/api/tokens', { name: `t${i}`, scopes: ['*'] })).id);
+  const randomOf = (path: string, ids: number[]) => `${bearer(master.token)}ids = { ${ids.join(', ')} }
+request = function()
+  return wrk.format(nil, "${path}/" .. ids[math.random(1, #ids)])
+end
+`;
+  const randomPageOf = (path: string, ids: number[]) => {
+    const pageCursors = Array.from({ length: 200 }, () =>
+      Buffer.from(`id:${ids[Math.floor(Math.random() * Math.max(1, ids.length - 100))]! - 1}`).toString('base64url'),
+    );
+    return `${bearer(master.token)}cursors = { ${pageCursors.map((c) => `"${c}"`).join(', ')} }
+request = function()
+  return wrk.format(nil, "${path}?limit=100&cursor=" .. cursors[math.random(1, #cursors)])
+end
+`;
+  };
+  const tunnelIds = Array.from({ length: TUNNELS }, (_, i) => i + 1);
+
   for (const [id, what, lua, goal] of [
     ['2p', 'GET /api/nodes/{id}, random ids, against the peer', randomNode, 1.3],
     ['2r', 'GET /api/rules/{id}, random ids, against the peer', randomRule, 1.3],
@@ -383,6 +432,37 @@ end
       '3a',
       `GET /api/audit-logs?limit=100, random pages of ${auditRows} entries, against the peer`,
       randomAuditPage,
+      1.25,
+    ],
+    [
+      '2t',
+      `GET /api/tunnels/{id}, random ids of ${TUNNELS}, against the peer`,
+      randomOf('/api/tunnels', tunnelIds),
+      1.3,
+    ],
+    [
+      '3t',
+      `GET /api/tunnels?limit=100, random pages of ${TUNNELS}, against the peer`,
+      randomPageOf('/api/tunnels', tunnelIds),
+      1.25,
+    ],
+    ['2u', `GET /api/users/{id}, random ids of ${USERS + 1}, against the peer`, randomOf('/api/users', userIds), 1.3],
+    [
+      '3u',
+      `GET /api/users?limit=100, the first page of ${USERS + 1}, against the peer`,
+      `${bearer(master.token)}request = function()\n  return wrk.format(nil, "/api/users?limit=100")\nend\n`,
+      1.25,
+    ],
+    [
+      '2k',
+      `GET /api/tokens/{id}, random ids of ${TOKENS + 1}, against the peer`,
+      randomOf('/api/tokens', tokenIds),
+      1.3,
+    ],
+    [
+      '3k',
+      `GET /api/tokens?limit=100, random pages of ${TOKENS + 1}, against the peer`,
+      randomPageOf('/api/tokens', tokenIds),
       1.25,
     ],
   ] as const) {
@@ -765,23 +845,24 @@ async function dataPlane(): Promise<void> {
   const ports = (await sink.waitFor('sink')) as { tcp: number; udp: number };
   const agent = agentProcess(master.url, 'agent-state', nodeRecord.agent_token);
   await agent.waitFor('linked to the master');
+  // Every port the relays, peers and tunnels listen on is below the ephemeral range (32768 up), so that none of the
+  // load's own connections ever holds one when it is bound.
   const tcpRule = await api(master.url, master.token, 'POST', '/api/rules', {
     name: 'tcp',
     node_id: nodeRecord.id,
     protocol: 'tcp',
-    listen_port: 41001,
+    listen_port: 31001,
     targets: [`127.0.0.1:${ports.tcp}`],
   });
   const udpRule = await api(master.url, master.token, 'POST', '/api/rules', {
     name: 'udp',
     node_id: nodeRecord.id,
     protocol: 'udp',
-    listen_port: 41002,
+    listen_port: 31002,
     targets: [`127.0.0.1:${ports.udp}`],
   });
   // A tunnel for the same loads: the relay agent is its entry, a second agent (on the same
-  // CPU) the exit, which dials the sink. Ports below the ephemeral range, so the load's own
-  // connections never hold them.
+  // CPU) the exit, which dials the sink.
   const exitRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'exit', host: '127.0.0.1' });
   const exitAgent = agentProcess(master.url, 'exit-state', exitRecord.agent_token);
   await exitAgent.waitFor('linked to the master');
@@ -819,7 +900,7 @@ async function dataPlane(): Promise<void> {
     name: 'http',
     node_id: nodeRecord.id,
     protocol: 'tcp',
-    listen_port: 41006,
+    listen_port: 31006,
     targets: [`127.0.0.1:${helloUrl.port}`],
   });
   const httpSynced = await api(master.url, master.token, 'POST', '/api/rules/batch-sync', { ids: [httpRule.id] });
@@ -828,14 +909,14 @@ async function dataPlane(): Promise<void> {
   const pem = join(work, 'chain.pem');
   writeFileSync(pem, identity.cert + identity.key, { mode: 0o600 });
   const haproxy = startHaproxy(join(work, 'haproxy.cfg'), [
-    { name: 'bulk', bind: '127.0.0.1:41003', server: `127.0.0.1:${ports.tcp}` },
-    { name: 'http', bind: '127.0.0.1:41007', server: `127.0.0.1:${helloUrl.port}` },
+    { name: 'bulk', bind: '127.0.0.1:31003', server: `127.0.0.1:${ports.tcp}` },
+    { name: 'http', bind: '127.0.0.1:31007', server: `127.0.0.1:${helloUrl.port}` },
   ]);
   const chainEntry = startHaproxy(join(work, 'chain-entry.cfg'), [
-    { name: 'entry', bind: '127.0.0.1:41008', server: '127.0.0.1:41009', tlsToServer: true },
+    { name: 'entry', bind: '127.0.0.1:31008', server: '127.0.0.1:31009', tlsToServer: true },
   ]);
   const chainExit = startHaproxy(join(work, 'chain-exit.cfg'), [
-    { name: 'exit', bind: '127.0.0.1:41009', server: `127.0.0.1:${ports.tcp}`, tlsCertificate: pem },
+    { name: 'exit', bind: '127.0.0.1:31009', server: `127.0.0.1:${ports.tcp}`, tlsCertificate: pem },
   ]);
   await new Promise((resolve) => setTimeout(resolve, 500));
 
@@ -846,22 +927,22 @@ async function dataPlane(): Promise<void> {
     wrk(`http://127.0.0.1:${port}/`, { connections: 50, seconds: 3, warmup: 1 }).rps;
   const versus = (relay: number, peer: number, name: string) => `${(relay / peer).toFixed(2)}x ${name}`;
   const scenarios = [
-    ['9a', 'TCP relay throughput, 1 stream', 'MiB/s', bulk(41001, 1), bulk(41003, 1), bulk(ports.tcp, 1)],
-    ['9b', 'TCP relay throughput, 8 streams', 'MiB/s', bulk(41001, 8), bulk(41003, 8), bulk(ports.tcp, 8)],
+    ['9a', 'TCP relay throughput, 1 stream', 'MiB/s', bulk(31001, 1), bulk(31003, 1), bulk(ports.tcp, 1)],
+    ['9b', 'TCP relay throughput, 8 streams', 'MiB/s', bulk(31001, 8), bulk(31003, 8), bulk(ports.tcp, 8)],
     [
       '9c',
       'TCP connection rate through the relay (connect, 1-byte echo, close; 50 at a time)',
       'conn/s',
-      connections(41001),
-      connections(41003),
+      connections(31001),
+      connections(31003),
       connections(ports.tcp),
     ],
     [
       '9d',
       'HTTP keep-alive requests through the relay (wrk, 50 connections, a small JSON answer)',
       'req/s',
-      keepAlive(41006),
-      keepAlive(41007),
+      keepAlive(31006),
+      keepAlive(31007),
       keepAlive(Number(helloUrl.port)),
     ],
   ] as const;
@@ -887,7 +968,7 @@ async function dataPlane(): Promise<void> {
   // at each rate in turn. The relay is judged by what it adds to the loss the generator and echo have on their own.
   const sweep = [10_000, 25_000, 50_000, 75_000, 100_000, 150_000].map((rate) => {
     const direct = load('udp', ports.udp, rate, 2, 64);
-    const relayed = load('udp', 41002, rate, 2, 64);
+    const relayed = load('udp', 31002, rate, 2, 64);
     return { rate, direct, relayed, added: relayed.loss - direct.loss };
   });
   const at50k = sweep.find((s) => s.rate === 50_000)!;
@@ -917,15 +998,15 @@ async function dataPlane(): Promise<void> {
   // Through a tunnel against the chain of two HAProxies with TLS between them; the direct relay beside both.
   const both = () => memory(agent.child.pid!).peak + memory(exitAgent.child.pid!).peak;
   const tunnelScenarios = [
-    ['11a', '1 stream', 'MiB/s', bulk(31004, 1), bulk(41008, 1), bulk(41001, 1), '>= 1.2x'],
-    ['11b', '8 streams', 'MiB/s', bulk(31004, 8), bulk(41008, 8), bulk(41001, 8), '>= 1.2x'],
+    ['11a', '1 stream', 'MiB/s', bulk(31004, 1), bulk(31008, 1), bulk(31001, 1), '>= 1.2x'],
+    ['11b', '8 streams', 'MiB/s', bulk(31004, 8), bulk(31008, 8), bulk(31001, 8), '>= 1.2x'],
     [
       '11c',
       'connection rate (one HTTP/2 stream each; 50 at a time)',
       'conn/s',
       connections(31004),
-      connections(41008),
-      connections(41001),
+      connections(31008),
+      connections(31001),
       '>= 1.0x',
     ],
   ] as const;
@@ -946,7 +1027,7 @@ async function dataPlane(): Promise<void> {
         `(${versus(figures.tunnelled, figures.relay, 'the direct relay')}); RSS is both agents'`,
     });
   }
-  const udpRelayAgain = load('udp', 41002, 50_000, 2, 64);
+  const udpRelayAgain = load('udp', 31002, 50_000, 2, 64);
   const udpTunnel = load('udp', 31005, 50_000, 2, 64);
   record({
     id: '11d',
