@@ -7,7 +7,9 @@ import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { Database } from '../internal/store/database.ts';
 import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
-import { openStore, type Store } from '../internal/store/store.ts';
+import { Generation, openStore, type Store } from '../internal/store/store.ts';
+import { TokenStore } from '../internal/store/tokens.ts';
+import { TunnelStore } from '../internal/store/tunnels.ts';
 import { RuleStore } from '../internal/store/rules.ts';
 import { AuditStore } from '../internal/store/audit.ts';
 import { secretFieldNames } from '../internal/api/routes.ts';
@@ -270,3 +272,52 @@ test(
     assert.equal(page(store.rules).items, '[]');
   },
 );
+
+test('tunnel and token pages read after any change as a fresh read of the database shows', async (t) => {
+  const { store, other, entry, exit } = setUp(t);
+  const fresh = { tunnels: () => new TunnelStore(other), tokens: () => new TokenStore(other, new Generation()) };
+  const tunnelPage = (tunnels: TunnelStore) =>
+    tunnels.page({ afterId: 0, limit: 50, node_id: null, status: null, q: null });
+  const tokenPage = (tokens: TokenStore) => tokens.page({ afterId: 0, limit: 50, userId: null });
+  const tunnel = store.tunnels.idsOfNode(entry)[0]!;
+  const owner = store.write(() =>
+    store.users.insert({ username: 'ops', password_hash: 'x', scopes: ['*'], disabled: false }, AT),
+  );
+  const token = store.write(
+    () =>
+      store.tokens.insert(
+        { kind: 'api', name: 'ci', user_id: owner.id, scopes: ['*'], secret_hash: randomBytes(32), expires_at: null },
+        AT,
+      ).id,
+  );
+  const changes: [string, () => void][] = [
+    [
+      'a tunnel update',
+      () =>
+        store.tunnels.update(
+          tunnel,
+          { name: 'moved', entry_node_id: entry, exit_node_id: exit, listen_port: 7001, transport: 'tls' },
+          AT,
+        ),
+    ],
+    ['an end reporting up', () => store.tunnels.report(tunnel, entry, { status: 'up', error: null, rtt_us: 1234 }, AT)],
+    ['a raw tunnel statement', () => store.db.prepare("UPDATE tunnels SET name = 'raw' WHERE id = ?").run(tunnel)],
+    ['a token used', () => store.tokens.touch(token, '2026-11-23T11:00:00Z')],
+    [
+      "the owner's new username",
+      () =>
+        store.users.update(owner.id, { username: 'ops-2', password_hash: null, scopes: ['*'], disabled: false }, AT),
+    ],
+    ['a token deleted', () => store.tokens.delete(token)],
+  ];
+  for (const [what, change] of changes) {
+    // Read first, so that what is kept is what a change must drop.
+    tunnelPage(store.tunnels);
+    tokenPage(store.tokens);
+    store.write(change);
+    await store.committed();
+    assert.deepEqual(tunnelPage(store.tunnels), tunnelPage(fresh.tunnels()), `the tunnels page after ${what}`);
+    assert.deepEqual(tokenPage(store.tokens), tokenPage(fresh.tokens()), `the tokens page after ${what}`);
+  }
+  assert.match(tunnelPage(store.tunnels).items, /"name":"raw".*"rtt_ms":1.23/);
+});

@@ -4,13 +4,13 @@
 import { grants, scopes, type Scope } from '../auth/scopes.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { etagOf, checkIfMatch } from '../http/etag.ts';
-import { pageOf } from '../http/cursor.ts';
+import { pageJson } from '../http/cursor.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
-import type { Token } from '../store/tokens.ts';
+import { shownToken } from '../store/tokens.ts';
 import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { transact } from './writes.ts';
 
 // Tokens never change, so their version is always 1.
@@ -53,10 +53,6 @@ const tokenCreatedSchema = record('TokenCreated', {
   token: secret({ type: 'string', description: 'The secret (prefix mst_). Shown only in this response.' }),
 });
 
-function view({ kind: _, ...token }: Token) {
-  return token;
-}
-
 const listTokensQuery = {
   ...listQuery,
   user_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only tokens owned by this user.' }),
@@ -64,15 +60,13 @@ const listTokensQuery = {
 
 function listTokens(ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const rows = ctx.app.store.tokens.list({ afterId: after, limit: limit + 1, userId: ctx.query.user_id ?? null });
-  const page = pageOf(rows, limit);
-  return ok({ ...page, items: page.items.map(view) });
+  return okJson(pageJson(ctx.app.store.tokens.page({ afterId: after, limit, userId: ctx.query.user_id ?? null })));
 }
 
 function getToken(ctx: Ctx<undefined, {}>) {
   const token = ctx.app.store.tokens.find(idParam(ctx));
   if (!token) throw notFound('token', ctx.params.id!);
-  return ok(view(token), { ETag: etagOf(TOKEN_VERSION) });
+  return ok(shownToken(token), { ETag: etagOf(TOKEN_VERSION) });
 }
 
 async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
@@ -97,11 +91,11 @@ async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
       },
       app.timestamp(),
     );
-    effects.audit({ resource: 'token', resource_id: inserted.id, changes: { after: view(inserted) } });
+    effects.audit({ resource: 'token', resource_id: inserted.id, changes: { after: shownToken(inserted) } });
     return inserted;
   });
   return created(
-    { ...view(token), token: secret },
+    { ...shownToken(token), token: secret },
     { Location: `/api/tokens/${token.id}`, ETag: etagOf(TOKEN_VERSION) },
   );
 }
@@ -121,7 +115,7 @@ async function deleteToken(ctx: Ctx<undefined, {}>) {
         `cannot revoke a token of ${token.created_by.username}`,
       );
     app.store.tokens.delete(id);
-    effects.audit({ resource: 'token', resource_id: id, changes: { before: view(token) } });
+    effects.audit({ resource: 'token', resource_id: id, changes: { before: shownToken(token) } });
   });
   return noContent();
 }

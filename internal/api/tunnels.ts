@@ -1,7 +1,7 @@
 // Tunnels: an encrypted link from an entry node to an exit node. Rules on the entry node
 // may relay through one; the exit node listens on listen_port for its peer.
 
-import { pageOf } from '../http/cursor.ts';
+import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
@@ -10,7 +10,7 @@ import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../s
 import { issueTunnelKeys } from '../tunnel/keys.ts';
 import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects, type Writer } from './writes.ts';
 
@@ -180,14 +180,14 @@ const listTunnelsQuery = {
 
 function listTunnels(ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const rows = ctx.app.store.tunnels.list({
+  const page = ctx.app.store.tunnels.page({
     afterId: after,
-    limit: limit + 1,
+    limit,
     node_id: ctx.query.node_id ?? null,
     status: ctx.query.status ?? null,
     q: ctx.query.q ?? null,
   });
-  return ok(pageOf(rows, limit));
+  return okJson(pageJson(page));
 }
 
 function getTunnel(ctx: Ctx<undefined, {}>) {

@@ -31,14 +31,25 @@ export class FilteredQuery<F extends string> {
     return this.statement(used).all(bound);
   }
 
+  /** How SQLite runs the statement with `filters` in use: which index it reads, whether it sorts. */
+  plan(filters: readonly F[]): string[] {
+    return this.db
+      .prepare(`EXPLAIN QUERY PLAN ${this.sqlWith(filters)}`)
+      .all()
+      .map((row) => String(row.detail));
+  }
+
   private statement(used: string[]): Statement {
     const key = used.join();
     let statement = this.statements.get(key);
     if (!statement) {
-      const conditions = used.map((name) => ` AND ${this.conditions[name as F]}`).join('');
-      statement = this.db.prepare(this.sql.replace('{filters}', conditions));
+      statement = this.db.prepare(this.sqlWith(used as F[]));
       this.statements.set(key, statement);
     }
     return statement;
+  }
+
+  private sqlWith(filters: readonly F[]): string {
+    return this.sql.replace('{filters}', filters.map((name) => ` AND ${this.conditions[name]}`).join(''));
   }
 }

@@ -280,9 +280,7 @@ export class NodeStore {
         q: filter.q,
       }) as unknown as { id: number }[]
     ).map((row) => row.id);
-    const more = ids.length > filter.limit;
-    if (more) ids.pop();
-    return { items: this.rendered.page(ids), lastId: more ? ids[ids.length - 1]! : null };
+    return this.rendered.pageOf(ids, filter.limit);
   }
 
   /** One node as JSON text, with its version for the ETag. */

@@ -6,6 +6,7 @@
 // here, and what is missing rendered in one statement.
 
 import type { Database } from './database.ts';
+import type { JsonPage } from './store.ts';
 
 export interface View {
   version: number;
@@ -34,6 +35,13 @@ export class Rendered {
   /** One row's view, or undefined when there is no such row. */
   get(id: number): View | undefined {
     return this.views.get(id) ?? this.render([id]).get(id);
+  }
+
+  /** A page of the rows of `ids`, which holds one id past `limit` when another page follows. */
+  pageOf(ids: number[], limit: number): JsonPage {
+    const more = ids.length > limit;
+    if (more) ids.pop();
+    return { items: this.page(ids), lastId: more ? ids[ids.length - 1]! : null };
   }
 
   /** The JSON array of the rows of `ids`, in that order (ids of rows gone since are left out). */

@@ -4,7 +4,8 @@
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
-import type { Generation } from './store.ts';
+import { Rendered } from './rendered.ts';
+import type { Generation, JsonPage } from './store.ts';
 
 export type TokenKind = 'api' | 'session';
 
@@ -59,15 +60,26 @@ function toToken(row: Row): Token {
   return token;
 }
 
+/** A token as the API shows it: without its kind (the API shows API tokens only). */
+export function shownToken({ kind: _, ...token }: Token): Omit<Token, 'kind'> {
+  return token;
+}
+
+/** How much rendered JSON the API tokens' cache keeps, in characters (a token's is about 200). */
+const RENDERED_CHARS = 4 * 1024 * 1024;
+
 const SELECT = `SELECT t.id, t.kind, t.name, t.user_id, u.username, t.scopes, u.scopes AS user_scopes,
     u.disabled AS user_disabled, t.created_at, t.expires_at, t.last_used_at
   FROM tokens t JOIN users u ON u.id = t.user_id`;
 
 export class TokenStore {
+  // The JSON of API tokens read lately (see rendered.ts), for pages. A token shows its owner's username, so a change
+  // to any user drops them all.
+  private readonly rendered: Rendered;
+  private readonly pageQuery;
   private readonly insertStmt;
   private readonly bySecret;
   private readonly byId;
-  private readonly listQuery;
   private readonly deleteStmt;
   private readonly deleteForUserStmt;
   private readonly touchStmt;
@@ -82,9 +94,25 @@ export class TokenStore {
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`);
     this.bySecret = db.prepare(`${SELECT} WHERE t.secret_hash = ?`);
     this.byId = db.prepare(`${SELECT} WHERE t.id = ? AND t.kind = ?`);
-    this.listQuery = new FilteredQuery(
+    const renderStmt = db.prepare(`${SELECT} WHERE t.id IN (SELECT value FROM json_each(?))`);
+    this.rendered = new Rendered({
       db,
-      `${SELECT} WHERE t.kind = 'api' AND t.id > :after {filters} ORDER BY t.id LIMIT :limit`,
+      table: 'tokens',
+      // Tokens have no version: they are made and deleted, never changed (their ETag is a constant).
+      renderMany: (ids) =>
+        (renderStmt.all(ids) as unknown as Row[]).map((row) => ({
+          id: row.id,
+          version: 1,
+          json: JSON.stringify(shownToken(toToken(row))),
+        })),
+      limitChars: RENDERED_CHARS,
+    });
+    db.onRowChange('users', () => this.rendered.clear());
+    // `+t.kind`: not through the index on kind, which held every API token in expiry order and sorted them all for
+    // each page; in id order, a page reads its own rows (and a session's, skipped).
+    this.pageQuery = new FilteredQuery(
+      db,
+      "SELECT t.id FROM tokens t WHERE +t.kind = 'api' AND t.id > :after {filters} ORDER BY t.id LIMIT :limit + 1",
       { user_id: 't.user_id = :user_id' },
     );
     this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
@@ -129,13 +157,12 @@ export class TokenStore {
     return row && toToken(row);
   }
 
-  list(filter: { afterId: number; limit: number; userId: number | null }): Token[] {
-    const rows = this.listQuery.all({
-      after: filter.afterId,
-      limit: filter.limit,
-      user_id: filter.userId,
-    }) as unknown as Row[];
-    return rows.map(toToken);
+  /** A page of API tokens as JSON text: ids from SQLite, their JSON from the cache. */
+  page(filter: { afterId: number; limit: number; userId: number | null }): JsonPage {
+    const ids = (
+      this.pageQuery.all({ after: filter.afterId, limit: filter.limit, user_id: filter.userId }) as { id: number }[]
+    ).map((row) => row.id);
+    return this.rendered.pageOf(ids, filter.limit);
   }
 
   delete(id: number): void {

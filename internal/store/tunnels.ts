@@ -5,6 +5,7 @@
 
 import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
+import { Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
@@ -100,11 +101,24 @@ const COMBINED_STATUS = `CASE WHEN entry_status = 'up' AND exit_status = 'up' TH
 const ENDS_PENDING = `status = 'pending', entry_status = 'pending', entry_error = NULL, entry_reported_at = NULL,
   exit_status = 'pending', exit_error = NULL, exit_reported_at = NULL, rtt_us = NULL`;
 
+/** Each list filter's condition on `tunnels` (see FilteredQuery). */
+const TUNNEL_FILTERS = {
+  node_id: '(entry_node_id = :node_id OR exit_node_id = :node_id)',
+  status: 'status = :status',
+  q: 'instr(lower(name), lower(:q)) > 0',
+};
+
+/** How much rendered JSON the tunnels' cache keeps, in characters (a tunnel's is about 400). */
+const RENDERED_CHARS = 4 * 1024 * 1024;
+
 export class TunnelStore {
+  // The JSON of tunnels read lately (see rendered.ts), for pages.
+  private readonly rendered: Rendered;
   private readonly ports: PortStore;
   private readonly byId;
   private readonly byName;
   private readonly listQuery;
+  private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
@@ -119,16 +133,29 @@ export class TunnelStore {
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
+    const renderStmt = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE id IN (SELECT value FROM json_each(?))`);
+    this.rendered = new Rendered({
+      db,
+      table: 'tunnels',
+      renderMany: (ids) =>
+        (renderStmt.all(ids) as unknown as Row[]).map((row) => ({
+          id: row.id,
+          version: row.version,
+          json: JSON.stringify(toTunnel(row)),
+        })),
+      limitChars: RENDERED_CHARS,
+    });
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE id = ?`);
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE name = ?`);
     this.listQuery = new FilteredQuery(
       db,
       `SELECT ${COLUMNS} FROM tunnels WHERE id > :after {filters} ORDER BY id LIMIT :limit`,
-      {
-        node_id: '(entry_node_id = :node_id OR exit_node_id = :node_id)',
-        status: 'status = :status',
-        q: 'instr(lower(name), lower(:q)) > 0',
-      },
+      TUNNEL_FILTERS,
+    );
+    this.pageQuery = new FilteredQuery(
+      db,
+      'SELECT id FROM tunnels WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
+      TUNNEL_FILTERS,
     );
     this.insertStmt =
       db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
@@ -226,6 +253,13 @@ export class TunnelStore {
   }): Tunnel[] {
     const { afterId, ...rest } = filter;
     return (this.listQuery.all({ ...rest, after: afterId }) as unknown as Row[]).map(toTunnel);
+  }
+
+  /** The page of `filter` as JSON text: ids from SQLite, their JSON from the cache. */
+  page(filter: { afterId: number; limit: number; node_id: number | null; status: string | null; q: string | null }) {
+    const { afterId, ...rest } = filter;
+    const ids = (this.pageQuery.all({ ...rest, after: afterId }) as unknown as { id: number }[]).map((row) => row.id);
+    return this.rendered.pageOf(ids, filter.limit);
   }
 
   /** A free TCP port on the exit node within [min, max], for tunnels created without one. */
