@@ -15,7 +15,7 @@ test('every list reads its page in id order through its filters, never sorting w
     // A node's tunnels come from both its indexes (entry and exit) and are sorted: those of one node only.
     ['tunnels', store.tunnels!.pageQuery!, [[], ['status'], ['q']]],
     ['tunnels (export)', store.tunnels!.listQuery!, [[]]],
-    ['users', store.users!.listQuery!, [[], ['q'], ['disabled']]],
+    ['users', store.users!.pageQuery!, [[], ['q'], ['disabled']]],
     ['tokens', store.tokens!.pageQuery!, [[], ['user_id']]],
     ['audit log', store.audit!.pageQuery!, [[], ['resource', 'resource_id'], ['action'], ['actor'], ['status']]],
   ];

@@ -10,6 +10,7 @@ import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
 import { Generation, openStore, type Store } from '../internal/store/store.ts';
 import { TokenStore } from '../internal/store/tokens.ts';
 import { TunnelStore } from '../internal/store/tunnels.ts';
+import { UserStore } from '../internal/store/users.ts';
 import { RuleStore } from '../internal/store/rules.ts';
 import { AuditStore } from '../internal/store/audit.ts';
 import { secretFieldNames } from '../internal/api/routes.ts';
@@ -273,9 +274,14 @@ test(
   },
 );
 
-test('tunnel and token pages read after any change as a fresh read of the database shows', async (t) => {
+test('tunnel, token and user pages read after any change as a fresh read of the database shows', async (t) => {
   const { store, other, entry, exit } = setUp(t);
-  const fresh = { tunnels: () => new TunnelStore(other), tokens: () => new TokenStore(other, new Generation()) };
+  const fresh = {
+    tunnels: () => new TunnelStore(other),
+    tokens: () => new TokenStore(other, new Generation()),
+    users: () => new UserStore(other, new Generation()),
+  };
+  const userPage = (users: UserStore) => users.page({ afterId: 0, limit: 50, q: null, disabled: null });
   const tunnelPage = (tunnels: TunnelStore) =>
     tunnels.page({ afterId: 0, limit: 50, node_id: null, status: null, q: null });
   const tokenPage = (tokens: TokenStore) => tokens.page({ afterId: 0, limit: 50, userId: null });
@@ -309,15 +315,19 @@ test('tunnel and token pages read after any change as a fresh read of the databa
         store.users.update(owner.id, { username: 'ops-2', password_hash: null, scopes: ['*'], disabled: false }, AT),
     ],
     ['a token deleted', () => store.tokens.delete(token)],
+    ['a new password', () => store.users.setPassword(owner.id, 'y', AT)],
+    ['a user deleted', () => store.users.delete(owner.id)],
   ];
   for (const [what, change] of changes) {
     // Read first, so that what is kept is what a change must drop.
     tunnelPage(store.tunnels);
     tokenPage(store.tokens);
+    userPage(store.users);
     store.write(change);
     await store.committed();
     assert.deepEqual(tunnelPage(store.tunnels), tunnelPage(fresh.tunnels()), `the tunnels page after ${what}`);
     assert.deepEqual(tokenPage(store.tokens), tokenPage(fresh.tokens()), `the tokens page after ${what}`);
+    assert.deepEqual(userPage(store.users), userPage(fresh.users()), `the users page after ${what}`);
   }
   assert.match(tunnelPage(store.tunnels).items, /"name":"raw".*"rtt_ms":1.23/);
 });

@@ -3,14 +3,14 @@
 // last enabled holder of `*` cannot be removed, disabled or stripped of it.
 
 import { hashPassword, MIN_PASSWORD } from '../auth/secrets.ts';
-import { pageOf } from '../http/cursor.ts';
+import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
 import type { User } from '../store/users.ts';
 import { pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, operation, operations } from './route.ts';
+import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { diff, transact } from './writes.ts';
 
 const username = string({
@@ -61,13 +61,13 @@ const listUsersQuery = {
 
 function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
   const { limit, after } = paging(ctx.query);
-  const rows = ctx.app.store.users.list({
+  const page = ctx.app.store.users.page({
     afterId: after,
-    limit: limit + 1,
+    limit,
     q: ctx.query.q ?? null,
     disabled: ctx.query.disabled ?? null,
   });
-  return ok(pageOf(rows, limit));
+  return okJson(pageJson(page));
 }
 
 function getUser(ctx: Ctx<undefined, {}>) {

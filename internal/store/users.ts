@@ -3,7 +3,8 @@
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
-import type { Generation } from './store.ts';
+import type { Generation, JsonPage } from './store.ts';
+import { Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 
 export interface User {
@@ -46,10 +47,15 @@ export interface UserListFilter {
   disabled: boolean | null;
 }
 
+/** How much rendered JSON the users' cache keeps, in characters (a user's is about 200). */
+const RENDERED_CHARS = 4 * 1024 * 1024;
+
 export class UserStore {
   private readonly byId;
   private readonly byName;
-  private readonly listQuery;
+  // The JSON of users read lately (see rendered.ts), for pages.
+  private readonly rendered: Rendered;
+  private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
@@ -63,10 +69,26 @@ export class UserStore {
   ) {
     this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
     this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
-    this.listQuery = new FilteredQuery(db, 'SELECT * FROM users WHERE id > :after {filters} ORDER BY id LIMIT :limit', {
-      q: 'instr(lower(username), lower(:q)) > 0',
-      disabled: 'disabled = :disabled',
+    const renderStmt = db.prepare('SELECT * FROM users WHERE id IN (SELECT value FROM json_each(?))');
+    this.rendered = new Rendered({
+      db,
+      table: 'users',
+      renderMany: (ids) =>
+        (renderStmt.all(ids) as unknown as Row[]).map((row) => ({
+          id: row.id,
+          version: row.version,
+          json: JSON.stringify(withoutHash(toUser(row))),
+        })),
+      limitChars: RENDERED_CHARS,
     });
+    this.pageQuery = new FilteredQuery(
+      db,
+      'SELECT id FROM users WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
+      {
+        q: 'instr(lower(username), lower(:q)) > 0',
+        disabled: 'disabled = :disabled',
+      },
+    );
     this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
     this.updateStmt =
@@ -92,14 +114,17 @@ export class UserStore {
     return row && toUser(row);
   }
 
-  list(filter: UserListFilter): User[] {
-    const rows = this.listQuery.all({
-      after: filter.afterId,
-      limit: filter.limit,
-      q: filter.q,
-      disabled: filter.disabled === null ? null : Number(filter.disabled),
-    }) as unknown as Row[];
-    return rows.map((row) => withoutHash(toUser(row)));
+  /** A page of users as JSON text: ids from SQLite, their JSON from the cache. */
+  page(filter: UserListFilter): JsonPage {
+    const ids = (
+      this.pageQuery.all({
+        after: filter.afterId,
+        limit: filter.limit,
+        q: filter.q,
+        disabled: filter.disabled === null ? null : Number(filter.disabled),
+      }) as { id: number }[]
+    ).map((row) => row.id);
+    return this.rendered.pageOf(ids, filter.limit);
   }
 
   /** Throws `conflict` when the username is taken. */
