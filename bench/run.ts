@@ -413,7 +413,8 @@ end
 `;
   const randomPageOf = (path: string, ids: number[]) => {
     const pageCursors = Array.from({ length: 200 }, () =>
-      Buffer.from(`id:${ids[Math.floor(Math.random() * Math.max(1, ids.length - 100))]! - 1}`).toString('base64url'),
+      // From the second id on: a cursor must name an id of 1 or more.
+      Buffer.from(`id:${ids[1 + Math.floor(Math.random() * (ids.length - 101))]! - 1}`).toString('base64url'),
     );
     return `${bearer(master.token)}cursors = { ${pageCursors.map((c) => `"${c}"`).join(', ')} }
 request = function()
