@@ -17,7 +17,21 @@ test('every list reads its page in id order through its filters, never sorting w
     ['tunnels (export)', store.tunnels!.listQuery!, [[]]],
     ['users', store.users!.pageQuery!, [[], ['q'], ['disabled']]],
     ['tokens', store.tokens!.pageQuery!, [[], ['user_id']]],
-    ['audit log', store.audit!.pageQuery!, [[], ['resource', 'resource_id'], ['action'], ['actor'], ['status']]],
+    [
+      'audit log',
+      store.audit!.pageQuery!,
+      [
+        [],
+        ['resource'],
+        ['resource', 'resource_id'],
+        ['action'],
+        ['actor'],
+        ['actor_type'],
+        ['status'],
+        ['since'],
+        ['until'],
+      ],
+    ],
   ];
   for (const [name, query, combinations] of lists)
     for (const filters of combinations) {

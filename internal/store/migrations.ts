@@ -325,4 +325,7 @@ export const migrations: readonly string[] = [
     INSERT INTO rule_names (rowid, name) VALUES (NEW.id, NEW.name);
   END;
   `,
+  /* 11: the audit log filtered by resource alone reads in id order (the index by resource and id sorted them) */ `
+  CREATE INDEX audit_resource_order ON audit_log(resource, id);
+  `,
 ];
