@@ -1,8 +1,10 @@
 // Reading a relayed TCP socket into a buffer of its own and writing straight from it, the way a relay in C does,
 // instead of through Node's stream machinery (a fresh 64 KiB chunk per read, pushed, emitted, piped). A connection's
-// buffer starts small and doubles while reads fill it, so an idle or chatty connection holds 16 KiB and a bulk one
-// reads 256 KiB at a time: a quarter of the reads and wakeups of a pipe, and no chunk allocated per read (on loopback
-// 1.1-1.2x HAProxy's rate on one stream where pipe() made 0.75x; docs/performance.md).
+// buffer doubles, from 16 KiB up to 256 KiB, while its reads fill it, and goes back to 16 KiB after a read that does
+// not: only a connection moving bulk data holds a large buffer, and one gone quiet after a burst does not keep it (so
+// many idle connections cost what small ones do). Bulk reads 256 KiB at a time: a quarter of the reads and wakeups of
+// a pipe, and no chunk allocated per read (on loopback 1.15-1.23x HAProxy's rate on one stream where pipe() made
+// 0.75x; docs/performance.md).
 //
 // The buffer is written without a copy, so nothing is read into it while a write holds it: a write the kernel took
 // whole leaves nothing queued on the sink and reading goes on; otherwise the socket stops reading until that write's
@@ -44,7 +46,9 @@ class Reader {
     // Reading starts only once there is a sink (sockets are made paused); one that has gone ends the relay elsewhere.
     if (!sink || sink.destroyed || sink.writableEnded) return false;
     const read = this.buffer;
-    if (bytes === read.length && read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
+    if (bytes === read.length) {
+      if (read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
+    } else if (read.length > FIRST_BYTES) this.buffer = Buffer.allocUnsafeSlow(FIRST_BYTES);
     if (this.copies) {
       // As pipe(): the sink buffers up to its high-water mark.
       if (sink.write(Buffer.from(read.subarray(0, bytes)))) return true;
