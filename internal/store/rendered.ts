@@ -97,3 +97,26 @@ export class Rendered {
     this.chars += view.json.length;
   }
 }
+
+/** How much JSON a cache of small rows keeps by default, in characters (a tunnel's, user's or token's: 200-400). */
+const SMALL_ROWS_CHARS = 4 * 1024 * 1024;
+
+/**
+ * A cache of `table`'s rows rendered by JavaScript: `sql` reads the rows whose ids its one parameter (a JSON array)
+ * names, and `render` makes each one's version and JSON.
+ */
+export function renderedRows<R extends { id: number }>(
+  db: Database,
+  table: string,
+  sql: string,
+  render: (row: R) => View,
+  limitChars = SMALL_ROWS_CHARS,
+): Rendered {
+  const statement = db.prepare(sql);
+  return new Rendered({
+    db,
+    table,
+    renderMany: (ids) => (statement.all(ids) as unknown as R[]).map((row) => ({ id: row.id, ...render(row) })),
+    limitChars,
+  });
+}

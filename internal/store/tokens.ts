@@ -4,7 +4,7 @@
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
-import { Rendered } from './rendered.ts';
+import { renderedRows, type Rendered } from './rendered.ts';
 import type { Generation, JsonPage } from './store.ts';
 
 export type TokenKind = 'api' | 'session';
@@ -65,9 +65,6 @@ export function shownToken({ kind: _, ...token }: Token): Omit<Token, 'kind'> {
   return token;
 }
 
-/** How much rendered JSON the API tokens' cache keeps, in characters (a token's is about 200). */
-const RENDERED_CHARS = 4 * 1024 * 1024;
-
 const SELECT = `SELECT t.id, t.kind, t.name, t.user_id, u.username, t.scopes, u.scopes AS user_scopes,
     u.disabled AS user_disabled, t.created_at, t.expires_at, t.last_used_at
   FROM tokens t JOIN users u ON u.id = t.user_id`;
@@ -94,19 +91,13 @@ export class TokenStore {
       VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`);
     this.bySecret = db.prepare(`${SELECT} WHERE t.secret_hash = ?`);
     this.byId = db.prepare(`${SELECT} WHERE t.id = ? AND t.kind = ?`);
-    const renderStmt = db.prepare(`${SELECT} WHERE t.id IN (SELECT value FROM json_each(?))`);
-    this.rendered = new Rendered({
+    this.rendered = renderedRows<Row>(
       db,
-      table: 'tokens',
+      'tokens',
+      `${SELECT} WHERE t.id IN (SELECT value FROM json_each(?))`,
       // Tokens have no version: they are made and deleted, never changed (their ETag is a constant).
-      renderMany: (ids) =>
-        (renderStmt.all(ids) as unknown as Row[]).map((row) => ({
-          id: row.id,
-          version: 1,
-          json: JSON.stringify(shownToken(toToken(row))),
-        })),
-      limitChars: RENDERED_CHARS,
-    });
+      (row) => ({ version: 1, json: JSON.stringify(shownToken(toToken(row))) }),
+    );
     db.onRowChange('users', () => this.rendered.clear());
     // `+t.kind`: not through the index on kind, which held every API token in expiry order and sorted them all for
     // each page; in id order, a page reads its own rows (and a session's, skipped).

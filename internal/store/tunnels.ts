@@ -5,7 +5,7 @@
 
 import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
-import { Rendered } from './rendered.ts';
+import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
@@ -108,9 +108,6 @@ const TUNNEL_FILTERS = {
   q: 'instr(lower(name), lower(:q)) > 0',
 };
 
-/** How much rendered JSON the tunnels' cache keeps, in characters (a tunnel's is about 400). */
-const RENDERED_CHARS = 4 * 1024 * 1024;
-
 export class TunnelStore {
   // The JSON of tunnels read lately (see rendered.ts), for pages.
   private readonly rendered: Rendered;
@@ -133,18 +130,12 @@ export class TunnelStore {
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
-    const renderStmt = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE id IN (SELECT value FROM json_each(?))`);
-    this.rendered = new Rendered({
+    this.rendered = renderedRows<Row>(
       db,
-      table: 'tunnels',
-      renderMany: (ids) =>
-        (renderStmt.all(ids) as unknown as Row[]).map((row) => ({
-          id: row.id,
-          version: row.version,
-          json: JSON.stringify(toTunnel(row)),
-        })),
-      limitChars: RENDERED_CHARS,
-    });
+      'tunnels',
+      `SELECT ${COLUMNS} FROM tunnels WHERE id IN (SELECT value FROM json_each(?))`,
+      (row) => ({ version: row.version, json: JSON.stringify(toTunnel(row)) }),
+    );
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE id = ?`);
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM tunnels WHERE name = ?`);
     this.listQuery = new FilteredQuery(

@@ -4,7 +4,7 @@ import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
 import type { Generation, JsonPage } from './store.ts';
-import { Rendered } from './rendered.ts';
+import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 
 export interface User {
@@ -47,9 +47,6 @@ export interface UserListFilter {
   disabled: boolean | null;
 }
 
-/** How much rendered JSON the users' cache keeps, in characters (a user's is about 200). */
-const RENDERED_CHARS = 4 * 1024 * 1024;
-
 export class UserStore {
   private readonly byId;
   private readonly byName;
@@ -69,18 +66,12 @@ export class UserStore {
   ) {
     this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
     this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
-    const renderStmt = db.prepare('SELECT * FROM users WHERE id IN (SELECT value FROM json_each(?))');
-    this.rendered = new Rendered({
+    this.rendered = renderedRows<Row>(
       db,
-      table: 'users',
-      renderMany: (ids) =>
-        (renderStmt.all(ids) as unknown as Row[]).map((row) => ({
-          id: row.id,
-          version: row.version,
-          json: JSON.stringify(withoutHash(toUser(row))),
-        })),
-      limitChars: RENDERED_CHARS,
-    });
+      'users',
+      'SELECT * FROM users WHERE id IN (SELECT value FROM json_each(?))',
+      (row) => ({ version: row.version, json: JSON.stringify(withoutHash(toUser(row))) }),
+    );
     this.pageQuery = new FilteredQuery(
       db,
       'SELECT id FROM users WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
