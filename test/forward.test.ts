@@ -6,6 +6,7 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
+import { adopt, forward, readBufferBytes } from '../internal/relay/reads.ts';
 import { udpRoundTrip } from './agents.ts';
 import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
@@ -347,4 +348,41 @@ test('TCP: bytes cross intact both ways while either side reads slowly, and are 
   await closed;
   await new Promise((resolve) => setTimeout(resolve, 20));
   assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: toTarget.length, bytes_out: toClient.length }]);
+});
+
+test("TCP: a socket's read buffer grows while a burst fills it, and is small again after the burst", async (t) => {
+  // What a burst on each of many connections could otherwise make a node keep: a large buffer per quiet connection.
+  const sinkServer = createServer((socket) => socket.resume());
+  sinkServer.listen(0, '127.0.0.1');
+  await once(sinkServer, 'listening');
+  t.after(() => sinkServer.close());
+  const sink = connect({ host: '127.0.0.1', port: (sinkServer.address() as AddressInfo).port });
+  await once(sink, 'connect');
+  t.after(() => sink.destroy());
+  let relayed: Socket | undefined;
+  const relay = createServer({ pauseOnConnect: true, allowHalfOpen: true }, (accepted) => {
+    relayed = adopt(accepted);
+    forward(relayed, sink);
+  });
+  relay.listen(0, '127.0.0.1');
+  await once(relay, 'listening');
+  t.after(() => relay.close());
+  const client = connect({ host: '127.0.0.1', port: (relay.address() as AddressInfo).port });
+  t.after(() => client.destroy());
+  await once(client, 'connect');
+  const relayedBytes = async (bytes: number) => until('the sink to have it', () => sink.bytesWritten >= bytes);
+  // Each read is one write to the sink: its length is what the read took.
+  const reads: number[] = [];
+  const write = sink.write.bind(sink) as (chunk: Buffer, callback: () => void) => boolean;
+  sink.write = ((chunk: Buffer, callback: () => void) => (reads.push(chunk.length), write(chunk, callback))) as never;
+  client.write(Buffer.alloc(16 * 1024 * 1024, 1));
+  await relayedBytes(16 * 1024 * 1024);
+  assert.ok(
+    Math.max(...reads) > 16 * 1024,
+    `reads grew past 16 KiB while they filled the buffer (${Math.max(...reads)})`,
+  );
+  assert.ok(Math.max(...reads) <= 256 * 1024, 'and no further than 256 KiB');
+  client.write('quiet now');
+  await relayedBytes(16 * 1024 * 1024 + 9);
+  assert.equal(readBufferBytes(relayed!), 16 * 1024, 'after a read that did not fill it');
 });

@@ -32,6 +32,11 @@ class Reader {
     callback: (bytes) => this.read(bytes),
   };
 
+  /** What the socket's next read may take. */
+  get bufferBytes(): number {
+    return this.buffer.length;
+  }
+
   sendTo(sink: Writable): void {
     this.sink = sink;
     this.copies = !(sink instanceof Socket) || sink instanceof TLSSocket;
@@ -101,6 +106,11 @@ export function adopt(accepted: Socket): Socket {
   reader.socket = socket;
   readers.set(socket, reader);
   return socket;
+}
+
+/** What the next read of a socket made by `readingSocket` or `adopt` may take, in bytes; undefined for another. */
+export function readBufferBytes(socket: Socket): number | undefined {
+  return readers.get(socket)?.bufferBytes;
 }
 
 /** Sends what `from` reads to `to`, and its end as `to`'s end; back-pressure from `to` pauses `from`. */
