@@ -66,7 +66,7 @@ test(
         udp.bytes_out === 11 && { tcp, udp }
       );
     });
-    assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
+    assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length, refused: 0 });
     const series = (
       await call(
         m.url,

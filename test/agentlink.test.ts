@@ -36,13 +36,17 @@ test('a traffic report resent after a reconnect is counted once; a new stream st
     { type: 'traffic_ack', stream: 'stream-a', seq: 1 },
     'a duplicate is acknowledged',
   );
-  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 100, bytes_out: 1000 }, '... and not counted again');
+  assert.deepEqual(
+    await ruleTraffic(m, r.id),
+    { bytes_in: 100, bytes_out: 1000, refused: 0 },
+    '... and not counted again',
+  );
 
   send(second.socket, { ...report, seq: 2, rules: [{ id: r.id, bytes_in: 5, bytes_out: 5 }] });
   await second.next('traffic_ack');
   send(second.socket, { ...report, stream: 'stream-b', seq: 1, rules: [{ id: r.id, bytes_in: 1, bytes_out: 1 }] });
   await second.next('traffic_ack');
-  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 106, bytes_out: 1006 });
+  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 106, bytes_out: 1006, refused: 0 });
   second.socket.destroy();
 });
 
@@ -69,7 +73,7 @@ test(
       rules: [{ id: foreign.id, bytes_in: 999, bytes_out: 999 }],
     });
     await raw.next('traffic_ack');
-    assert.deepEqual(await ruleTraffic(m, foreign.id), { bytes_in: 0, bytes_out: 0 });
+    assert.deepEqual(await ruleTraffic(m, foreign.id), { bytes_in: 0, bytes_out: 0, refused: 0 });
 
     await call(m.url, 'PUT', `/api/rules/${ours.id}`, { token: m.admin, body: { ...ours, listen_port: 81 } });
     const newer = await raw.next('config');
@@ -237,13 +241,17 @@ test('during an import, agents wait their turn: their reports and new links are 
   const linking = link(m, b.agent_token);
   await new Promise((resolve) => setTimeout(resolve, 150));
   assert.equal(acknowledged, false, 'the report waits');
-  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 0, bytes_out: 0 }, 'reads are answered meanwhile');
+  assert.deepEqual(
+    await ruleTraffic(m, r.id),
+    { bytes_in: 0, bytes_out: 0, refused: 0 },
+    'reads are answered meanwhile',
+  );
   assert.equal((await call(m.url, 'GET', `/api/nodes/${b.id}`, { token: m.admin })).body.status, 'new');
 
   done = true;
   await holding;
   await ack;
-  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 7, bytes_out: 9 });
+  assert.deepEqual(await ruleTraffic(m, r.id), { bytes_in: 7, bytes_out: 9, refused: 0 });
   const second = (await linking) as RawLink;
   await second.next('config');
   assert.equal((await call(m.url, 'GET', `/api/nodes/${b.id}`, { token: m.admin })).body.status, 'online');

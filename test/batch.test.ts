@@ -7,6 +7,7 @@ import { VERSION } from '../internal/version.ts';
 import {
   assertProblem,
   call,
+  NO_CONTROLS,
   node,
   rule,
   ruleBodies,
@@ -299,6 +300,7 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
           strategy: 'round_robin',
           forwarding: 'auto',
           enabled: true,
+          ...NO_CONTROLS,
         },
       ],
     }),

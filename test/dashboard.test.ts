@@ -76,7 +76,7 @@ test(
     assert.deepEqual(byNode.body.points, [{ at: '2026-11-20T10:00:00Z', bytes_in: 7, bytes_out: 7 }]);
 
     const rule1 = (await call(m.url, 'GET', `/api/rules/${r1.id}`, { token: m.admin })).body;
-    assert.deepEqual(rule1.traffic, { bytes_in: 111, bytes_out: 1022 });
+    assert.deepEqual(rule1.traffic, { bytes_in: 111, bytes_out: 1022, refused: 0 });
     assert.deepEqual((await call(m.url, 'GET', `/api/nodes/${a.id}`, { token: m.admin })).body.traffic, {
       bytes_in: 111,
       bytes_out: 1022,

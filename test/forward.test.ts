@@ -8,6 +8,7 @@ import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
 import { adopt, forward, readBufferBytes } from '../internal/relay/reads.ts';
 import { udpRoundTrip } from './agents.ts';
+import { NO_CONTROLS } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
@@ -20,6 +21,7 @@ function rule(id: number, listen_port: number, targets: string[], extra: Partial
     enabled: true,
     tunnel_id: null,
     forwarding: 'auto',
+    ...NO_CONTROLS,
     ...extra,
   };
 }
@@ -37,7 +39,7 @@ test('TCP: bytes cross the relay both ways through a half-close, and are counted
   assert.equal(back.length, payload.length);
   assert.ok(back.equals(payload));
   await new Promise((resolve) => setTimeout(resolve, 20));
-  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: payload.length, bytes_out: payload.length }]);
+  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: payload.length, bytes_out: payload.length, refused: 0 }]);
   assert.deepEqual(forwarder.drain(), [], 'a drain counts each byte once');
 });
 
@@ -64,7 +66,7 @@ test('UDP: datagrams are relayed per client and counted', async (t) => {
   for (const word of ['alpha', 'beta', 'gamma']) client.send(word, port, '127.0.0.1');
   while (replies.length < 3) await once(client, 'message');
   assert.deepEqual(replies.sort(), ['alpha', 'beta', 'gamma']);
-  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: 14, bytes_out: 14 }]);
+  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: 14, bytes_out: 14, refused: 0 }]);
 });
 
 test('apply is idempotent: an unchanged rule keeps its open connections; a removed rule closes its port', async (t) => {
@@ -250,7 +252,11 @@ test("datagrams that arrive before a UDP session's upstream is connected are hel
   await until('the held datagrams to come back', () => echoed >= 64, 5000);
   await new Promise((resolve) => setTimeout(resolve, 200));
   assert.equal(echoed, 64, 'the first 64 were held and relayed, the rest dropped as a full network would');
-  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: 6400, bytes_out: 6400 }], 'only what was relayed is counted');
+  assert.deepEqual(
+    forwarder.drain(),
+    [{ id: 1, bytes_in: 6400, bytes_out: 6400, refused: 0 }],
+    'only what was relayed is counted',
+  );
 });
 
 test(
@@ -347,7 +353,7 @@ test('TCP: bytes cross intact both ways while either side reads slowly, and are 
   client.destroy();
   await closed;
   await new Promise((resolve) => setTimeout(resolve, 20));
-  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: toTarget.length, bytes_out: toClient.length }]);
+  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: toTarget.length, bytes_out: toClient.length, refused: 0 }]);
 });
 
 test("TCP: a socket's read buffer grows while a burst fills it, and is small again after the burst", async (t) => {

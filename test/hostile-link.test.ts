@@ -123,6 +123,7 @@ test(
     assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, {
       bytes_in: 0,
       bytes_out: 0,
+      refused: 0,
     });
   },
 );
@@ -231,7 +232,7 @@ test('totals saturate at 2^53-1 and always read back as safe integers', async (t
   for (const path of [`/api/rules/${r.id}`, `/api/nodes/${n.id}`, '/api/dashboard']) {
     assert.deepEqual(
       (await call(m.url, 'GET', path, { token: admin })).body.traffic,
-      { bytes_in: max, bytes_out: 14 },
+      { bytes_in: max, bytes_out: 14, ...(path.startsWith('/api/rules') ? { refused: 0 } : {}) },
       path,
     );
   }
@@ -258,8 +259,9 @@ test(
     const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
     assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);
     assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token: m.admin })).body.items[0].traffic, safe);
-    assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, safe);
-    assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items[0].traffic, safe);
+    const ruleTraffic = { ...safe, refused: 0 };
+    assert.deepEqual((await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic, ruleTraffic);
+    assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token: m.admin })).body.items[0].traffic, ruleTraffic);
     assert.deepEqual((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.traffic, safe);
     const series = await call(
       m.url,
@@ -320,7 +322,7 @@ test('a node alternating between two report streams is still counted exactly onc
   raw.socket.destroy();
   assert.deepEqual(
     (await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.traffic,
-    { bytes_in: 4, bytes_out: 40 },
+    { bytes_in: 4, bytes_out: 40, refused: 0 },
     'a1 b1 a2 b2, once each',
   );
 });

@@ -216,7 +216,7 @@ test(
       return traffic.bytes_in >= 2000 && traffic.bytes_out >= 2000 && traffic;
     });
     // 20 datagrams of 100 bytes, each with 28 bytes of IPv4 and UDP headers.
-    assert.deepEqual(udpTraffic, { bytes_in: 20 * 128, bytes_out: 20 * 128 });
+    assert.deepEqual(udpTraffic, { bytes_in: 20 * 128, bytes_out: 20 * 128, refused: 0 });
 
     // An edit of another rule is one transaction: this connection stays open and keeps working.
     const held = heldConnection(t, 15001);

@@ -141,7 +141,7 @@ test(
     await new Promise((resolve) => setTimeout(resolve, 3000));
     const { traffic } = (await call(m.url, 'GET', `/api/rules/${made.id}`, { token: m.admin })).body;
     assert.deepEqual(traffic, counted, 'counted once');
-    assert.deepEqual(traffic, { bytes_in: sent, bytes_out: sent });
+    assert.deepEqual(traffic, { bytes_in: sent, bytes_out: sent, refused: 0 });
     t.diagnostic(`${weather.cuts} cuts; online at ${online} of ${looked} looks; ${sent} bytes each way, counted once`);
   },
 );

@@ -14,6 +14,8 @@ import { UserStore } from '../internal/store/users.ts';
 import { RuleStore } from '../internal/store/rules.ts';
 import { AuditStore } from '../internal/store/audit.ts';
 import { secretFieldNames } from '../internal/api/routes.ts';
+import { ruleFieldsOf } from '../internal/domain/rules.ts';
+import { NO_CONTROLS } from './helpers.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 const fields = (name: string): NodeFields => ({
@@ -54,6 +56,7 @@ function setUp(t: { after: (fn: () => void) => void }) {
         strategy: 'round_robin',
         forwarding: 'auto',
         enabled: true,
+        ...NO_CONTROLS,
       },
       AT,
     ).id;
@@ -208,7 +211,16 @@ test(
     const freshRules = () => new RuleStore(other);
     const freshAudit = () => new AuditStore(other, secretFieldNames);
     const page = (rules: RuleStore) =>
-      rules.page({ afterId: 0, limit: 50, node_id: null, tunnel_id: null, enabled: null, protocol: null, q: null });
+      rules.page({
+        afterId: 0,
+        limit: 50,
+        node_id: null,
+        tunnel_id: null,
+        enabled: null,
+        protocol: null,
+        tag: null,
+        q: null,
+      });
     const auditPage = (audit: AuditStore) =>
       audit.page({
         beforeId: Number.MAX_SAFE_INTEGER,
@@ -223,18 +235,7 @@ test(
         until: null,
       });
     const actor = { actor_type: 'system' as const, actor_id: null, actor_name: 'system', ip: null, request_id: null };
-    const { name, node_id, tunnel_id, protocol, targets, strategy, forwarding, enabled } = store.rules.find(rule)!;
-    const ruleFields = {
-      name,
-      node_id,
-      tunnel_id,
-      protocol,
-      listen_port: 8000,
-      targets,
-      strategy,
-      forwarding,
-      enabled,
-    };
+    const ruleFields = { ...ruleFieldsOf(store.rules.find(rule)!), listen_port: 8000 };
     const changes: [string, () => void][] = [
       ['an update', () => store.rules.update(rule, { ...ruleFields, name: 'renamed', listen_port: 8001 }, AT)],
       ['a sync result with its path', () => store.rules.setSync(rule, entry, 'applied', null, AT, 'relay')],

@@ -185,7 +185,7 @@ test(
         enabled: true,
         tunnel_id: null,
         sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
-        traffic: { bytes_in: 0, bytes_out: 0 },
+        traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
       },
     );
     const clash = await rule(m, { node_id: n.id, listen_port: 8080, protocol: 'tcp+udp' });

@@ -7,7 +7,17 @@ import { transact, writeInSteps } from '../internal/api/writes.ts';
 import { importInWorker } from '../cmd/master/workers.ts';
 import type { ImportJob } from '../internal/api/transfer.ts';
 import { VERSION } from '../internal/version.ts';
-import { assertProblem, call, node, rule, snapshot, startMaster, yieldingThreads, type Running } from './helpers.ts';
+import {
+  assertProblem,
+  call,
+  NO_CONTROLS,
+  node,
+  rule,
+  snapshot,
+  startMaster,
+  yieldingThreads,
+  type Running,
+} from './helpers.ts';
 
 async function populate(m: Running) {
   const a = await node(m, 'edge-a', { ssh_password: 'secret-password', tags: ['eu'] });
@@ -69,6 +79,7 @@ test('export lists nodes without secrets, tunnels and rules by name', async (t) 
     strategy: 'round_robin',
     forwarding: 'auto',
     enabled: true,
+    ...NO_CONTROLS,
   });
   assert.ok(!JSON.stringify(doc).includes('secret-password'));
 });

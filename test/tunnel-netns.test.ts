@@ -68,7 +68,7 @@ test('across two namespaces, TCP and UDP go entry -> tunnel -> exit -> a target 
     const traffic = (await call(m.url, 'GET', `/api/rules/${tcp.id}`, { token: m.admin })).body.traffic;
     return traffic.bytes_in === payload.length && traffic;
   });
-  assert.deepEqual(counted, { bytes_in: payload.length, bytes_out: payload.length });
+  assert.deepEqual(counted, { bytes_in: payload.length, bytes_out: payload.length, refused: 0 });
   const up = await until('the tunnel to be up with a round trip', async () => {
     const current = (await call(m.url, 'GET', `/api/tunnels/${tunnel.id}`, { token: m.admin })).body;
     return current.status === 'up' && current.rtt_ms !== null && current;

@@ -16,7 +16,7 @@ import { selfSigned } from '../internal/tls/certificate.ts';
 import { pinOf } from '../internal/tls/pin.ts';
 import { Deframer, Framer, MAX_UDP_BACKLOG } from '../internal/tunnel/wire.ts';
 import { nodeOf, startAgent, stopAgent, udpRoundTrip } from './agents.ts';
-import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { call, NO_CONTROLS, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpRoundTrip, udpEcho, until } from './net.ts';
 
 /** A TCP echo server that counts the connections it was dialled for. */
@@ -151,8 +151,8 @@ test(
       const [tcp, udp] = [(await ruleOf(m, f.tcpRule.id)).traffic, (await ruleOf(m, f.udpRule.id)).traffic];
       return tcp.bytes_in === payload.length && udp.bytes_in === 11 && { tcp, udp };
     });
-    assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length });
-    assert.deepEqual(counted.udp, { bytes_in: 11, bytes_out: 11 });
+    assert.deepEqual(counted.tcp, { bytes_in: payload.length, bytes_out: payload.length, refused: 0 });
+    assert.deepEqual(counted.udp, { bytes_in: 11, bytes_out: 11, refused: 0 });
     const both = { bytes_in: payload.length + 11, bytes_out: payload.length + 11 };
     assert.deepEqual((await nodeOf(m, f.entryNode.id)).traffic, both);
     assert.deepEqual((await nodeOf(m, f.exitNode.id)).traffic, both, 'the exit relayed the same bytes');
@@ -311,6 +311,7 @@ async function tunnelPair(t: TestContext, targets: number[]) {
     strategy: 'round_robin' as const,
     forwarding: 'auto' as const,
     enabled: true,
+    ...NO_CONTROLS,
   }));
   const ports = await Promise.all(targets.map(() => freePort()));
   const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
@@ -497,6 +498,7 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
       strategy: 'round_robin' as const,
       forwarding: 'auto' as const,
       enabled: true,
+      ...NO_CONTROLS,
     },
   ];
   const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });

@@ -17,6 +17,7 @@ import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
+import { expireRules } from '../../internal/api/rules.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { issueTunnelKeys } from '../../internal/tunnel/keys.ts';
@@ -251,6 +252,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     http.server.on('upgrade', links.handleUpgrade);
     let timer: NodeJS.Timeout;
+    let expiryTimer: NodeJS.Timeout;
     try {
       // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
       await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
@@ -264,6 +266,11 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           }
         });
       }, MAINTENANCE_INTERVAL_MS).unref();
+      // Rules whose expires_at has come stop within a second of it.
+      expiryTimer = setInterval(() => {
+        if (app.draining) return;
+        expireRules(app).catch((error: Error) => log.error('expiring rules failed', { error: error.message }));
+      }, 1000).unref();
       lifecycle.starting = false;
       markReady(config.dataDir, http.url);
     } catch (error) {
@@ -302,6 +309,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           app.draining = true;
           clearReady(config.dataDir);
           clearInterval(timer);
+          clearInterval(expiryTimer);
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
           await batches.close();

@@ -16,7 +16,13 @@ import {
   send,
   type Message,
 } from '../agentlink/wire.ts';
-import { Forwarder, type ForwardingMode, type KernelCounts, type TunnelReport } from '../forward/forwarder.ts';
+import {
+  addTraffic,
+  Forwarder,
+  type ForwardingMode,
+  type KernelCounts,
+  type TunnelReport,
+} from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
 import { configMessage, trafficAckMessage } from '../domain/link.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
@@ -113,6 +119,12 @@ export class Agent {
       tableOf(agentTokenNode(options.token) ?? 0),
     );
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
+    // A rule's expiry stops it here at that time, also while the master is away.
+    this.forwarder.onExpiry = () => {
+      this.applying = this.applying
+        .then(() => (this.config ? this.apply(this.config, false) : undefined))
+        .catch((error: Error) => this.options.log.error('stopping an expired rule failed', { error: error.message }));
+    };
     this.state = new AgentState(options.stateDir, (damaged) =>
       options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
     );
@@ -420,13 +432,8 @@ export class Agent {
     }));
     traffic.pending.push(...fresh);
     if (traffic.pending.length > MAX_PENDING_REPORTS) {
-      const merged = new Map<number, { id: number; bytes_in: number; bytes_out: number }>();
-      for (const r of traffic.pending.flatMap((p) => p.rules)) {
-        const m = merged.get(r.id) ?? { id: r.id, bytes_in: 0, bytes_out: 0 };
-        m.bytes_in += r.bytes_in;
-        m.bytes_out += r.bytes_out;
-        merged.set(r.id, m);
-      }
+      const merged = new Map<number, RuleTraffic>();
+      for (const r of traffic.pending.flatMap((p) => p.rules)) addTraffic(merged, r.id, r);
       traffic.pending = inPieces([...merged.values()]).map((rules) => ({
         stream: traffic.stream,
         seq: ++traffic.seq,

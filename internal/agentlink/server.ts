@@ -436,6 +436,7 @@ export class AgentLinks {
           ? []
           : store.rules
               .forTunnel(row.id)
+              .map(forwardRuleOf)
               .map(({ id, protocol, targets, strategy, enabled }) => ({ id, protocol, targets, strategy, enabled })),
       };
     });
@@ -518,7 +519,8 @@ export class AgentLinks {
       }
       // Reports are placed at the time the agent counted them, but never in the future nor before retention.
       const at = Math.max(oldest, Math.min(report.at, nowSeconds));
-      for (const rule of report.rules) store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out);
+      for (const rule of report.rules)
+        store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out, rule.refused);
       store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.clock.timestamp());
       store.nodes.seen(nodeId, this.app.clock.timestamp());
     });

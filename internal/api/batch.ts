@@ -18,10 +18,10 @@ import {
   type FieldError,
   type Infer,
 } from '../schema/schema.ts';
-import type { Rule, RuleFields } from '../domain/rules.ts';
+import { ruleFieldsOf, type RuleFields } from '../domain/rules.ts';
 import { cascadeQuery, removeNode } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
-import { fieldsOf, insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
+import { insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
 import {
   committedElsewhere,
@@ -165,7 +165,7 @@ function updating(app: Writer, job: BatchJob, effects: Effects, id: number): Ite
     const current = app.store.rules.find(id);
     if (!current)
       return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
-    effects.attempt(() => replaceRule(app, effects, id, { ...fieldsFromRule(current), ...job.changes }));
+    effects.attempt(() => replaceRule(app, effects, id, { ...ruleFieldsOf(current), ...job.changes }));
     return { id, outcome: 'updated' };
   } catch (error) {
     return failed({ id }, error);
@@ -277,8 +277,11 @@ async function createAll(app: Writer, job: BatchJob): Promise<JobDone> {
 }
 
 function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
-  return inBatcher(ctx, { operation: 'createRules', rules: ctx.body.rules.map(fieldsOf) });
+  return inBatcher(ctx, { operation: 'createRules', rules: ctx.body.rules.map(ruleFieldsOf) });
 }
+
+/** A rule's controls, as a rule is written: a batch update may set each on every rule. */
+const controls = ruleInput.properties;
 
 const batchUpdateInput = object(
   {
@@ -290,6 +293,13 @@ const batchUpdateInput = object(
         tunnel_id: optional(
           nullable(integer({ ...ID, description: 'Relay through this tunnel, or null for direct.' })),
         ),
+        tags: optional(controls.tags.schema),
+        allow_sources: optional(controls.allow_sources.schema),
+        deny_sources: optional(controls.deny_sources.schema),
+        max_connections: optional(controls.max_connections.schema),
+        bandwidth_limit: optional(controls.bandwidth_limit.schema),
+        expires_at: optional(controls.expires_at.schema),
+        proxy_protocol: optional(controls.proxy_protocol.schema),
       },
       { name: 'RuleChanges' },
     ),
@@ -300,13 +310,13 @@ const batchUpdateInput = object(
 function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
   const changes = Object.fromEntries(Object.entries(ctx.body.changes).filter(([, v]) => v !== undefined));
   if (Object.keys(changes).length === 0)
-    throw validationFailed([{ pointer: '#/changes', detail: 'must name at least one of enabled, node_id, tunnel_id' }]);
+    throw validationFailed([
+      {
+        pointer: '#/changes',
+        detail: `must name at least one of ${Object.keys(batchUpdateInput.properties.changes.properties).join(', ')}`,
+      },
+    ]);
   return inBatcher(ctx, { operation: 'updateRules', ids: ctx.body.ids, changes });
-}
-
-function fieldsFromRule(rule: Rule): RuleFields {
-  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled } = rule;
-  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled };
 }
 
 async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Reply> {
@@ -374,9 +384,10 @@ export const batchOperations = operations({
   }),
   updateRules: operation({
     action: 'rule.update',
-    summary: 'Enable, disable or move several forwarding rules',
+    summary: 'Enable, disable, move or set the controls of several forwarding rules',
     description:
-      'Applies the same changes to every rule. Per item: updated, not_found, conflict (port taken on the new ' +
+      "Applies the same changes to every rule (a list given replaces the rule's list: tags, allow_sources, " +
+      'deny_sources). Per item: updated, not_found, conflict (port taken on the new ' +
       'node) or invalid (e.g. the tunnel does not enter at that node).',
     query: dryRunQuery,
     body: batchUpdateInput,

@@ -3,7 +3,7 @@
 import { grantsAll, scopes, type Scope } from '../auth/scopes.ts';
 import { decodeCursor } from '../http/cursor.ts';
 import { DomainError } from '../errors/errors.ts';
-import { array, describe, oneOf, type JsonSchema, type Schema } from '../schema/schema.ts';
+import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
 
 export const DEFAULT_LIMIT = 50;
 
@@ -12,6 +12,17 @@ export const scopeList = array(oneOf(scopes), {
   unique: true,
   description: 'Scopes of the form resource:action, or * for all.',
 });
+
+/** Labels on a node or a rule, to filter and select by. */
+export const tagList = array(
+  string({
+    min: 1,
+    max: 32,
+    pattern: /^[A-Za-z0-9._:-]+$/,
+    patternHint: 'must contain only letters, digits and . _ : -',
+  }),
+  { max: 32, unique: true },
+);
 
 export const timestamp = { type: 'string', format: 'date-time' } as const;
 export const nullableTimestamp = { type: ['string', 'null'], format: 'date-time' } as const;

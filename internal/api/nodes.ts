@@ -7,11 +7,11 @@ import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { array, integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
+import { integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
-import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects, type Writer } from './writes.ts';
@@ -75,18 +75,7 @@ export const nodeInput = object(
         }),
       ),
     ),
-    tags: optional(
-      array(
-        string({
-          min: 1,
-          max: 32,
-          pattern: /^[A-Za-z0-9._:-]+$/,
-          patternHint: 'must contain only letters, digits and . _ : -',
-        }),
-        { max: 32, unique: true },
-      ),
-      [],
-    ),
+    tags: optional(tagList, []),
   },
   { name: 'NodeInput', ignore: READ_ONLY },
 );

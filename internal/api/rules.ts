@@ -5,11 +5,12 @@
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
-import { parseTarget, target } from '../schema/net.ts';
+import { cidr, parseTarget, target } from '../schema/net.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import {
   array,
   boolean,
+  dateTime,
   integer,
   nullable,
   object,
@@ -25,14 +26,18 @@ import {
   syncStates,
   forwardings,
   paths,
+  proxyProtocols,
+  ruleFieldsOf,
+  ruleStates,
   targetRefusal,
   type Rule,
   type RuleFields,
   type TargetPolicy,
 } from '../domain/rules.ts';
+import { MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
 import type { Claim } from '../store/ports.ts';
 import type { App } from './app.ts';
-import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
 import {
   created,
   type Ctx,
@@ -81,8 +86,71 @@ export const ruleInput = object(
       null,
     ),
     enabled: optional(boolean(), true),
+    tags: optional(tagList, []),
+    allow_sources: optional(
+      array(cidr(), {
+        max: MAX_SOURCES,
+        unique: true,
+        description:
+          'Clients whose address is in one of these blocks may connect; empty: every client. The node closes a ' +
+          'refused TCP connection at once and drops a refused datagram, and counts both in traffic.refused.',
+      }),
+      [],
+    ),
+    deny_sources: optional(
+      array(cidr(), {
+        max: MAX_SOURCES,
+        unique: true,
+        description: 'Clients whose address is in one of these blocks are refused, also when allow_sources has them.',
+      }),
+      [],
+    ),
+    max_connections: optional(
+      nullable(
+        integer({
+          min: 1,
+          max: MAX_RULE_CONNECTIONS,
+          description:
+            'Open TCP connections plus UDP sessions the rule carries at once; one more is refused (counted in ' +
+            "traffic.refused). null: the node's own limit (10,000 a listener).",
+        }),
+      ),
+      null,
+    ),
+    bandwidth_limit: optional(
+      nullable(
+        integer({
+          min: MIN_BANDWIDTH,
+          max: MAX_BANDWIDTH,
+          description:
+            "Bytes a second each way (client to target, and back), shared by all of the rule's connections and " +
+            "sessions; null: unlimited. A token bucket: after a quiet spell up to an eighth of a second's worth " +
+            '(at least 16 KiB) goes at once. TCP waits for it; UDP datagrams beyond it are dropped. Needs the relay.',
+        }),
+      ),
+      null,
+    ),
+    expires_at: optional(
+      nullable(
+        dateTime({
+          description:
+            'When the rule stops forwarding, as if disabled, and shows state expired; null: never. The node ' +
+            'stops it at that time itself, and the master within a second. A later time (or null) starts it again.',
+        }),
+      ),
+      null,
+    ),
+    proxy_protocol: optional(
+      oneOf(proxyProtocols, {
+        description:
+          "v1 or v2: each TCP connection to a target starts with a PROXY protocol header carrying the client's " +
+          'address and port and the address it connected to (the target must expect it). TCP only: UDP is ' +
+          'forwarded without one. Needs the relay: a rule with it is never carried by the kernel.',
+      }),
+      'none',
+    ),
   },
-  { name: 'RuleInput', ignore: ['id', 'sync', 'traffic', 'version', 'created_at', 'updated_at'] },
+  { name: 'RuleInput', ignore: ['id', 'state', 'sync', 'traffic', 'version', 'created_at', 'updated_at'] },
 );
 export type RuleInput = Infer<typeof ruleInput>;
 
@@ -97,6 +165,18 @@ export const ruleSchema = record('Rule', {
   strategy: { type: 'string', enum: [...strategies] },
   forwarding: { type: 'string', enum: [...forwardings] },
   enabled: { type: 'boolean' },
+  tags: { type: 'array', items: { type: 'string' } },
+  allow_sources: { type: 'array', items: { type: 'string' } },
+  deny_sources: { type: 'array', items: { type: 'string' } },
+  max_connections: { type: ['integer', 'null'] },
+  bandwidth_limit: { type: ['integer', 'null'] },
+  expires_at: nullableTimestamp,
+  proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
+  state: {
+    type: 'string',
+    enum: [...ruleStates],
+    description: 'active: forwarding; disabled: enabled is false; expired: past expires_at.',
+  },
   sync: {
     type: 'object',
     required: ['state', 'error', 'applied_at', 'applied_path'],
@@ -124,8 +204,15 @@ export const ruleSchema = record('Rule', {
   },
   traffic: {
     type: 'object',
-    required: ['bytes_in', 'bytes_out'],
-    properties: { bytes_in: { type: 'integer' }, bytes_out: { type: 'integer' } },
+    required: ['bytes_in', 'bytes_out', 'refused'],
+    properties: {
+      bytes_in: { type: 'integer' },
+      bytes_out: { type: 'integer' },
+      refused: {
+        type: 'integer',
+        description: 'TCP connections and UDP datagrams turned away by allow_sources, deny_sources or max_connections.',
+      },
+    },
     additionalProperties: false,
   },
   version: { type: 'integer' },
@@ -277,9 +364,35 @@ export function removeRule(app: Writer, effects: Effects, id: number, ifMatch?: 
   effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: id, changes: { before: current } });
 }
 
-export function fieldsOf(body: RuleInput): RuleFields {
-  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled } = body;
-  return { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled };
+/** The master's own writes: what its clock does to rules, audited as the system. */
+const BY_THE_MASTER: WriteCtx = {
+  actor: { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
+  action: 'rule.expire',
+  get caller(): never {
+    throw new Error('the master acts on its own, for no caller');
+  },
+};
+
+/**
+ * Marks the rules whose expires_at has come expired, each audited, and sends their nodes the change (which stops them;
+ * each node also stops them at that time itself). Returns how many; looks before it writes, so a call with none due
+ * costs one indexed read.
+ */
+export async function expireRules(app: App): Promise<number> {
+  if (!app.store.rules.anyDue(app.timestamp())) return 0;
+  return transact(app, BY_THE_MASTER, (effects) => {
+    const due = app.store.rules.expire(app.timestamp());
+    for (const rule of due) {
+      touchRule(app, effects, rule);
+      effects.audit({
+        action: 'rule.expire',
+        resource: 'rule',
+        resource_id: rule.id,
+        changes: { before: { state: rule.state }, after: { state: 'expired' } },
+      });
+    }
+    return due.length;
+  });
 }
 
 /**
@@ -315,6 +428,7 @@ const listRulesQuery = {
   tunnel_id: intParam(ID),
   enabled: boolParam(),
   protocol: textParam({ max: 8, values: protocols }),
+  tag: textParam({ max: 32, description: 'Only rules carrying this tag.' }),
   q: textParam({ max: 100, description: 'Substring of the name.' }),
 };
 
@@ -328,6 +442,7 @@ function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
     tunnel_id: query.tunnel_id ?? null,
     enabled: query.enabled ?? null,
     protocol: query.protocol ?? null,
+    tag: query.tag ?? null,
     q: query.q ?? null,
   });
   return okJson(pageJson(page));
@@ -340,13 +455,13 @@ function getRule(ctx: Ctx<undefined, {}>) {
 }
 
 async function createRule(ctx: Ctx<RuleInput, {}>) {
-  const rule = await transact(ctx.app, ctx, (effects) => insertRule(ctx.app, effects, fieldsOf(ctx.body)));
+  const rule = await transact(ctx.app, ctx, (effects) => insertRule(ctx.app, effects, ruleFieldsOf(ctx.body)));
   return created(rule, { Location: `/api/rules/${rule.id}`, ETag: etagOf(rule.version) });
 }
 
 async function putRule(ctx: Ctx<RuleInput, {}>) {
   const rule = await transact(ctx.app, ctx, (effects) =>
-    replaceRule(ctx.app, effects, idParam(ctx), fieldsOf(ctx.body), ctx.headers['if-match']),
+    replaceRule(ctx.app, effects, idParam(ctx), ruleFieldsOf(ctx.body), ctx.headers['if-match']),
   );
   return ok(rule, { ETag: etagOf(rule.version) });
 }

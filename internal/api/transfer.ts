@@ -18,7 +18,7 @@ import {
   type FieldError,
   type Infer,
 } from '../schema/schema.ts';
-import type { Rule, RuleFields } from '../domain/rules.ts';
+import { ruleFieldNames, ruleFieldsOf, type Rule, type RuleFields } from '../domain/rules.ts';
 import { ROWS_PER_INSERT } from '../store/database.ts';
 import type { Claim } from '../store/ports.ts';
 import { insertNode, nodeInput } from './nodes.ts';
@@ -62,17 +62,14 @@ const exportedTunnel = object(
   },
   { ignore: ['id'] },
 );
+// A rule as it is written, but for its node and tunnel, which are named.
+const { name: ruleName, node_id: _nodeId, tunnel_id: _tunnelId, ...ruleProperties } = ruleInput.properties;
 const exportedRule = object(
   {
-    name: ruleInput.properties.name,
+    name: ruleName,
     node: string({ min: 1, max: 64, description: 'Name of the node that listens.' }),
     tunnel: optional(nullable(string({ min: 1, max: 64, description: 'Name of the tunnel, or null.' })), null),
-    protocol: ruleInput.properties.protocol,
-    listen_port: ruleInput.properties.listen_port,
-    targets: ruleInput.properties.targets,
-    strategy: ruleInput.properties.strategy,
-    forwarding: ruleInput.properties.forwarding,
-    enabled: ruleInput.properties.enabled,
+    ...ruleProperties,
   },
   { ignore: ['id'] },
 );
@@ -104,6 +101,7 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
     tunnel_id: null,
     enabled: null,
     protocol: null,
+    tag: null,
     q: null,
   });
   const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
@@ -120,17 +118,15 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
       listen_port: t.listen_port,
       transport: t.transport,
     })),
-    rules: rules.map((r) => ({
-      name: r.name,
-      node: nodeNames.get(r.node_id)!,
-      tunnel: r.tunnel_id === null ? null : tunnelNames.get(r.tunnel_id)!,
-      protocol: r.protocol,
-      listen_port: r.listen_port,
-      targets: r.targets,
-      strategy: r.strategy,
-      forwarding: r.forwarding,
-      enabled: r.enabled,
-    })),
+    rules: rules.map((rule) => {
+      const { name, node_id, tunnel_id, ...rest } = ruleFieldsOf(rule);
+      return {
+        name,
+        node: nodeNames.get(node_id)!,
+        tunnel: tunnel_id === null ? null : tunnelNames.get(tunnel_id)!,
+        ...rest,
+      };
+    }),
   };
   return ok(document, { 'Content-Disposition': 'attachment; filename="portplane-export.json"' });
 }
@@ -152,18 +148,7 @@ function nocase(name: string): string {
 }
 
 function sameRule(existing: Rule, fields: RuleFields): boolean {
-  const keys: (keyof RuleFields)[] = [
-    'name',
-    'node_id',
-    'tunnel_id',
-    'protocol',
-    'listen_port',
-    'targets',
-    'strategy',
-    'forwarding',
-    'enabled',
-  ];
-  return keys.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
+  return ruleFieldNames.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
 }
 
 async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inSteps: InSteps) {
@@ -244,17 +229,7 @@ async function importAll(app: Writer, effects: Effects, doc: ExportDocument, inS
     if (node === undefined) missing(`#/rules/${index}/node`, 'node', input.node);
     if (tunnel === undefined) missing(`#/rules/${index}/tunnel`, 'tunnel', input.tunnel!);
     if (node === undefined || tunnel === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
-    const fields: RuleFields = {
-      name: input.name,
-      node_id: node,
-      tunnel_id: tunnel,
-      protocol: input.protocol,
-      listen_port: input.listen_port,
-      targets: input.targets,
-      strategy: input.strategy,
-      forwarding: input.forwarding,
-      enabled: input.enabled,
-    };
+    const fields = ruleFieldsOf({ ...input, node_id: node, tunnel_id: tunnel });
     const holder = app.store.rules.portHolder(fields);
     const existing = holder?.rule_id != null ? app.store.rules.find(holder.rule_id) : undefined;
     if (existing && sameRule(existing, fields)) return { index, name: input.name, id: existing.id, outcome: 'exists' };

@@ -2,13 +2,31 @@
 // receive against these before using it: nothing on either side is cast. The framing (lines
 // of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
 
-import { host, target } from '../schema/net.ts';
-import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
-import { forwardings, paths, protocols, ruleErrorCodes, strategies } from './rules.ts';
+import { cidr, host, target } from '../schema/net.ts';
+import {
+  array,
+  boolean,
+  dateTime,
+  integer,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  string,
+  type Infer,
+} from '../schema/schema.ts';
+import { forwardings, paths, protocols, proxyProtocols, ruleErrorCodes, strategies } from './rules.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
 export const MAX_ENTRIES = 500;
 
+/** Most address blocks in a rule's allow_sources, and in its deny_sources. */
+export const MAX_SOURCES = 256;
+/** The bounds of a rule's bandwidth_limit, in bytes a second: 1 KiB/s to 100 GiB/s. */
+export const MIN_BANDWIDTH = 1024;
+export const MAX_BANDWIDTH = 100 * 2 ** 30;
+/** The highest max_connections a rule may ask for. */
+export const MAX_RULE_CONNECTIONS = 1_000_000;
 const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
 export const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
@@ -65,6 +83,13 @@ export const configMessage = object({
       tunnel_id: nullable(ID),
       /** Absent from masters older than the kernel path. */
       forwarding: optional(oneOf(forwardings), 'auto'),
+      /** These six are absent from masters older than rule controls. */
+      allow_sources: optional(array(cidr(), { max: MAX_SOURCES }), []),
+      deny_sources: optional(array(cidr(), { max: MAX_SOURCES }), []),
+      max_connections: optional(nullable(integer({ min: 1, max: MAX_RULE_CONNECTIONS })), null),
+      bandwidth_limit: optional(nullable(integer({ min: MIN_BANDWIDTH, max: MAX_BANDWIDTH })), null),
+      expires_at: optional(nullable(dateTime()), null),
+      proxy_protocol: optional(oneOf(proxyProtocols), 'none'),
     }),
     { max: 200_000 },
   ),
@@ -101,7 +126,16 @@ export const trafficMessage = object({
   stream: string({ min: 1, max: 64, pattern: /^[A-Za-z0-9_-]+$/ }),
   seq: ID,
   at: COUNT,
-  rules: array(object({ id: ID, bytes_in: COUNT, bytes_out: COUNT }), { max: MAX_ENTRIES }),
+  rules: array(
+    object({
+      id: ID,
+      bytes_in: COUNT,
+      bytes_out: COUNT,
+      /** Absent from agents older than rule controls. */
+      refused: optional(COUNT, 0),
+    }),
+    { max: MAX_ENTRIES },
+  ),
 });
 export type TrafficMessage = Infer<typeof trafficMessage>;
 

@@ -12,6 +12,12 @@ export type SyncState = (typeof syncStates)[number];
 /** How a rule may be carried: `auto` lets the node choose (the kernel where it can), `relay` keeps it in user space. */
 export const forwardings = ['auto', 'relay'] as const;
 export type Forwarding = (typeof forwardings)[number];
+/** What a node sends a rule's target first on each TCP connection: nothing, or the client's address (PROXY v1/v2). */
+export const proxyProtocols = ['none', 'v1', 'v2'] as const;
+export type ProxyProtocol = (typeof proxyProtocols)[number];
+/** Whether a rule forwards: active, disabled by its writer, or stopped by the master (past its expires_at). */
+export const ruleStates = ['active', 'disabled', 'expired'] as const;
+export type RuleState = (typeof ruleStates)[number];
 /** How a node carried a rule it applied. */
 export const paths = ['kernel', 'relay'] as const;
 export type Path = (typeof paths)[number];
@@ -28,11 +34,49 @@ export interface RuleFields {
   /** How the rule may be carried on its node: auto (the kernel where the node can) or relay. */
   forwarding: Forwarding;
   enabled: boolean;
+  tags: string[];
+  /** Client address blocks that may connect; empty: every address (but the denied). */
+  allow_sources: string[];
+  /** Client address blocks refused; these win over allow_sources. */
+  deny_sources: string[];
+  /** Open TCP connections plus UDP sessions the rule carries at once; null: the node's own limit. */
+  max_connections: number | null;
+  /** Bytes a second each way, shared by all of the rule's connections; null: as fast as they go. */
+  bandwidth_limit: number | null;
+  /** When the rule stops forwarding (state expired); null: never. */
+  expires_at: string | null;
+  proxy_protocol: ProxyProtocol;
+}
+
+/** The fields a rule's writer sets, each once: what create, replace, import and batch update copy. */
+export const ruleFieldNames = [
+  'name',
+  'node_id',
+  'tunnel_id',
+  'protocol',
+  'listen_port',
+  'targets',
+  'strategy',
+  'forwarding',
+  'enabled',
+  'tags',
+  'allow_sources',
+  'deny_sources',
+  'max_connections',
+  'bandwidth_limit',
+  'expires_at',
+  'proxy_protocol',
+] as const satisfies readonly (keyof RuleFields)[];
+
+/** The writable fields of `from` (a rule, or input that has them), and nothing else. */
+export function ruleFieldsOf(from: RuleFields): RuleFields {
+  return Object.fromEntries(ruleFieldNames.map((name) => [name, from[name]])) as unknown as RuleFields;
 }
 
 /** A rule as it stands: its fields, what its node last reported, and the bytes it carried. */
 export interface Rule extends RuleFields {
   id: number;
+  state: RuleState;
   sync: {
     state: SyncState;
     error: { code: string; detail: string } | null;
@@ -40,29 +84,50 @@ export interface Rule extends RuleFields {
     /** How the node carries it, once applied; null before, or from an agent older than the kernel path. */
     applied_path: Path | null;
   };
-  traffic: { bytes_in: number; bytes_out: number };
+  /** Bytes relayed, and connections and datagrams turned away by allow_sources, deny_sources or max_connections. */
+  traffic: { bytes_in: number; bytes_out: number; refused: number };
   version: number;
   created_at: string;
   updated_at: string;
 }
 
 /** The part of a rule its node needs to forward it. */
-export type ForwardRule = Pick<
+export interface ForwardRule extends Pick<
   Rule,
-  'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id' | 'forwarding'
->;
+  | 'id'
+  | 'protocol'
+  | 'listen_port'
+  | 'targets'
+  | 'strategy'
+  | 'enabled'
+  | 'tunnel_id'
+  | 'forwarding'
+  | 'allow_sources'
+  | 'deny_sources'
+  | 'max_connections'
+  | 'bandwidth_limit'
+  | 'expires_at'
+  | 'proxy_protocol'
+> {}
 
-export function forwardRuleOf({
-  id,
-  protocol,
-  listen_port,
-  targets,
-  strategy,
-  enabled,
-  tunnel_id,
-  forwarding,
-}: ForwardRule): ForwardRule {
-  return { id, protocol, listen_port, targets, strategy, enabled, tunnel_id, forwarding };
+/** What the node is sent of `rule`: enabled only while the rule is active (not expired). */
+export function forwardRuleOf(rule: Rule): ForwardRule {
+  return {
+    id: rule.id,
+    protocol: rule.protocol,
+    listen_port: rule.listen_port,
+    targets: rule.targets,
+    strategy: rule.strategy,
+    enabled: rule.state === 'active',
+    tunnel_id: rule.tunnel_id,
+    forwarding: rule.forwarding,
+    allow_sources: rule.allow_sources,
+    deny_sources: rule.deny_sources,
+    max_connections: rule.max_connections,
+    bandwidth_limit: rule.bandwidth_limit,
+    expires_at: rule.expires_at,
+    proxy_protocol: rule.proxy_protocol,
+  };
 }
 
 export const ruleErrorCodes = [
@@ -90,11 +155,13 @@ export interface RuleResult {
   path?: Path;
 }
 
-/** Bytes relayed for one rule: in from clients to targets, out back. */
+/** Bytes relayed for one rule: in from clients to targets, out back; and connections or datagrams refused. */
 export interface RuleTraffic {
   id: number;
   bytes_in: number;
   bytes_out: number;
+  /** Absent: none (and from agents older than rule controls). */
+  refused?: number;
 }
 
 /**

@@ -19,6 +19,7 @@ import { applyRuleset, kernelAvailability, readCounters, removeTable, type Count
 import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts';
 import { datagramsTo, dialTargets, localRefusal, type DatagramDial, type TcpDial } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
+import { Gate } from '../relay/gate.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
@@ -28,6 +29,8 @@ type Relay = TcpRelay | UdpRelay;
 interface Listener {
   key: string;
   relays: Relay[];
+  /** The rule's allow and deny lists, max_connections and expiry, shared by its relays. */
+  gate: Gate;
   picker: TargetPicker;
   /** The rule's targets as given (names unresolved). */
   targets: string[];
@@ -74,6 +77,24 @@ function bindError(error: NodeJS.ErrnoException, rule: Pick<ForwardRule, 'listen
   }
   return ruleError('listen_failed', `listening on ${where} failed: ${error.message}`);
 }
+
+/** Whether the rule is past its expires_at: it is carried no more, as if disabled. */
+function expired(rule: ForwardRule, now: number): boolean {
+  return rule.expires_at !== null && Date.parse(rule.expires_at) <= now;
+}
+
+/** The rule's controls only the relay enforces, by name; empty when it has none. */
+function relayOnlyControls(rule: ForwardRule): string[] {
+  return [
+    rule.allow_sources.length > 0 ? 'allow_sources' : '',
+    rule.deny_sources.length > 0 ? 'deny_sources' : '',
+    rule.max_connections !== null ? 'max_connections' : '',
+    rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
+  ].filter(Boolean);
+}
+
+/** setTimeout's longest wait; an expiry further away is looked at again then. */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
 
 function sameEnd(a: TunnelEnd, b: TunnelEnd): boolean {
   return (
@@ -129,6 +150,9 @@ export class Forwarder {
   private readonly exits = new Map<number, Exit>();
   /** Called whenever how a tunnel end stands changes (state, error, round trip). */
   onTunnelChange: () => void = () => undefined;
+  /** Called when a rule's expires_at comes: the config is to be applied again, which stops it. */
+  onExpiry: () => void = () => undefined;
+  private expiryTimer: NodeJS.Timeout | undefined;
   /** Traffic of listeners closed since the last drain, so no byte is lost at a reconfigure. */
   private leftover = new Map<number, RuleTraffic>();
 
@@ -149,8 +173,11 @@ export class Forwarder {
     Object.assign(this.limits, limits);
   }
 
-  async apply(rules: ForwardRule[], tunnels: TunnelEnd[] = []): Promise<RuleResult[]> {
+  async apply(given: ForwardRule[], tunnels: TunnelEnd[] = []): Promise<RuleResult[]> {
     await this.applyTunnels(tunnels);
+    const now = Date.now();
+    const rules = given.map((rule) => (rule.enabled && expired(rule, now) ? { ...rule, enabled: false } : rule));
+    this.scheduleExpiry(rules, now);
     const wanted = new Map(rules.filter((r) => r.enabled).map((r) => [r.id, r]));
     for (const [id, listener] of this.listeners) {
       const rule = wanted.get(id);
@@ -193,12 +220,24 @@ export class Forwarder {
     return results;
   }
 
+  /** Calls onExpiry when the first of the enabled rules' expires_at comes. */
+  private scheduleExpiry(rules: ForwardRule[], now: number): void {
+    clearTimeout(this.expiryTimer);
+    const next = Math.min(
+      ...rules.filter((r) => r.enabled && r.expires_at !== null).map((r) => Date.parse(r.expires_at!)),
+    );
+    if (next === Infinity) return;
+    this.expiryTimer = setTimeout(() => this.onExpiry(), Math.min(next - now, LONGEST_TIMER_MS)).unref();
+  }
+
   /** Why `rule` cannot be carried by the kernel here, or null when it can. */
   private kernelRefusal(rule: ForwardRule, available: boolean): string | null {
     if (this.mode === 'relay') return 'the agent forwards in user space only';
     if (!available) return this.kernelState.available ? 'the kernel path is not available' : this.kernelState.reason;
     if (rule.tunnel_id !== null) return 'rules through a tunnel are carried by the relay';
     if (rule.forwarding === 'relay') return 'the rule asks for the relay';
+    const controls = relayOnlyControls(rule);
+    if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;
     if (rule.targets.length !== 1)
       return 'several targets: only the relay fails over to the next target when one does not answer';
     return null;
@@ -400,9 +439,10 @@ export class Forwarder {
     const totals = this.leftover;
     this.leftover = new Map();
     for (const [id, listener] of this.listeners) {
-      for (const relay of listener.relays) add(totals, id, relay.drain());
+      for (const relay of listener.relays) addTraffic(totals, id, relay.drain());
+      addTraffic(totals, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
     }
-    return [...totals.values()].filter((t) => t.bytes_in > 0 || t.bytes_out > 0);
+    return [...totals.values()].filter((t) => t.bytes_in > 0 || t.bytes_out > 0 || (t.refused ?? 0) > 0);
   }
 
   /** Ports currently listened on, as `protocol:port` per rule id. */
@@ -411,6 +451,7 @@ export class Forwarder {
   }
 
   async close(): Promise<void> {
+    clearTimeout(this.expiryTimer);
     for (const id of [...this.listeners.keys()]) await this.stop(id);
     await this.applyTunnels([]);
   }
@@ -421,8 +462,14 @@ export class Forwarder {
     if (existing) {
       existing.targets = rule.targets;
       existing.picker.update(targets, rule.strategy);
+      existing.gate.update(rule);
       const dials = this.dials(rule, existing.picker);
-      for (const relay of existing.relays) relay.dial = relay instanceof TcpRelay ? dials.tcp : dials.udp;
+      for (const relay of existing.relays) {
+        if (relay instanceof TcpRelay) {
+          relay.dial = dials.tcp;
+          relay.proxyProtocol = rule.proxy_protocol;
+        } else relay.dial = dials.udp;
+      }
       return { id: rule.id, state: 'applied', error: null };
     }
     // Through a tunnel, the exit resolves the targets.
@@ -435,15 +482,16 @@ export class Forwarder {
     }
     const relays: Relay[] = [];
     const picker = new TargetPicker(targets, rule.strategy);
+    const gate = new Gate(rule);
     const dials = this.dials(rule, picker);
     try {
       if (rule.protocol !== 'udp') {
-        const tcp = new TcpRelay(dials.tcp, this.limits);
+        const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
         relays.push(tcp);
         await tcp.listen(this.host, rule.listen_port);
       }
       if (rule.protocol !== 'tcp') {
-        const udp = new UdpRelay(dials.udp, this.limits);
+        const udp = new UdpRelay(dials.udp, this.limits, gate);
         relays.push(udp);
         await udp.listen(this.host, rule.listen_port);
       }
@@ -451,7 +499,7 @@ export class Forwarder {
       await Promise.all(relays.map((relay) => relay.close().catch(() => undefined)));
       return { id: rule.id, state: 'failed', error: bindError(error as NodeJS.ErrnoException, rule) };
     }
-    this.listeners.set(rule.id, { key: listenerKey(rule), relays, picker, targets: rule.targets });
+    this.listeners.set(rule.id, { key: listenerKey(rule), relays, gate, picker, targets: rule.targets });
     return { id: rule.id, state: 'applied', error: null };
   }
 
@@ -459,14 +507,21 @@ export class Forwarder {
     const listener = this.listeners.get(id);
     if (!listener) return;
     this.listeners.delete(id);
-    for (const relay of listener.relays) add(this.leftover, id, relay.drain());
+    for (const relay of listener.relays) addTraffic(this.leftover, id, relay.drain());
+    addTraffic(this.leftover, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
     await Promise.all(listener.relays.map((relay) => relay.close()));
   }
 }
 
-function add(totals: Map<number, RuleTraffic>, id: number, counter: { bytes_in: number; bytes_out: number }): void {
-  const current = totals.get(id) ?? { id, bytes_in: 0, bytes_out: 0 };
+/** Adds `counter` to the rule's entry of `totals`. */
+export function addTraffic(
+  totals: Map<number, RuleTraffic>,
+  id: number,
+  counter: { bytes_in: number; bytes_out: number; refused?: number },
+): void {
+  const current = totals.get(id) ?? { id, bytes_in: 0, bytes_out: 0, refused: 0 };
   current.bytes_in += counter.bytes_in;
   current.bytes_out += counter.bytes_out;
+  current.refused = (current.refused ?? 0) + (counter.refused ?? 0);
   totals.set(id, current);
 }

@@ -9,10 +9,22 @@
 // The buffer is written without a copy, so nothing is read into it while a write holds it: a write the kernel took
 // whole leaves nothing queued on the sink and reading goes on; otherwise the socket stops reading until that write's
 // callback (back-pressure, one write in flight per direction).
+//
+// A rule with a bandwidth_limit has its reads taken from a token bucket (bucket.ts): a read that leaves it in debt
+// stops the socket until the debt is paid, and such a socket reads no more than 16 KiB at a time, which bounds by how
+// much one read can run ahead of the rate.
 
 import { Socket, type OnReadOpts } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import type { Duplex, Writable } from 'node:stream';
+import type { TokenBucket } from './bucket.ts';
+import type { Buckets } from './gate.ts';
+
+/** Where a direction of a relayed connection takes its bandwidth from: the rule's buckets, read at each read. */
+export interface Limit {
+  buckets: Buckets;
+  way: keyof Buckets;
+}
 
 const FIRST_BYTES = 16 * 1024;
 const MOST_BYTES = 256 * 1024;
@@ -32,45 +44,66 @@ class Reader {
     callback: (bytes) => this.read(bytes),
   };
 
+  private limit: Limit | null = null;
+
   /** What the socket's next read may take. */
   get bufferBytes(): number {
     return this.buffer.length;
   }
 
-  sendTo(sink: Writable): void {
+  sendTo(sink: Writable, limit: Limit | null): void {
     this.sink = sink;
     this.copies = !(sink instanceof Socket) || sink instanceof TLSSocket;
+    this.limit = limit;
   }
 
-  /** Set while the socket waits for a write that holds its buffer. */
+  /** Set while the socket waits for the sink to take what it wrote (a write's callback, or 'drain'). */
   private waiting = false;
+  /** Set while the socket waits for its rule's bucket to pay a debt. */
+  private throttled = false;
 
-  /** Writes what was read; false pauses the socket until the sink has taken it. */
+  /** Writes what was read; false pauses the socket until the sink has taken it and the bucket allows more. */
   private read(bytes: number): boolean {
     const sink = this.sink;
     // Reading starts only once there is a sink (sockets are made paused); one that has gone ends the relay elsewhere.
     if (!sink || sink.destroyed || sink.writableEnded) return false;
+    const bucket = this.limit ? this.limit.buckets[this.limit.way] : null;
     const read = this.buffer;
-    if (bytes === read.length) {
+    if (bytes === read.length && !bucket) {
       if (read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
     } else if (read.length > FIRST_BYTES) this.buffer = Buffer.allocUnsafeSlow(FIRST_BYTES);
+    this.throttle(bucket, bytes);
     if (this.copies) {
       // As pipe(): the sink buffers up to its high-water mark.
-      if (sink.write(Buffer.from(read.subarray(0, bytes)))) return true;
-      sink.once('drain', this.resume);
-      return false;
+      if (!sink.write(Buffer.from(read.subarray(0, bytes)))) {
+        this.waiting = true;
+        sink.once('drain', this.written);
+      }
+    } else {
+      sink.write(read.subarray(0, bytes), this.written);
+      if (sink.writableLength > 0) this.waiting = true;
     }
-    sink.write(read.subarray(0, bytes), this.resume);
-    if (sink.writableLength === 0) return true;
-    this.waiting = true;
-    return false;
+    return !this.waiting && !this.throttled;
   }
 
-  /** After a write the socket paused for, or the sink's 'drain', reading goes on. */
-  private readonly resume = (): void => {
-    if (!this.copies && !this.waiting) return;
+  /** Takes `bytes` from the bucket; in debt, the socket waits it out. */
+  private throttle(bucket: TokenBucket | null, bytes: number): void {
+    const wait = bucket ? bucket.take(bytes) : 0;
+    if (wait === 0) return;
+    this.throttled = true;
+    setTimeout(this.paid, wait);
+  }
+
+  /** After a write the socket paused for, or the sink's 'drain'. */
+  private readonly written = (): void => {
+    if (!this.waiting) return;
     this.waiting = false;
-    this.socket?.resume();
+    if (!this.throttled) this.socket?.resume();
+  };
+
+  private readonly paid = (): void => {
+    this.throttled = false;
+    if (!this.waiting) this.socket?.resume();
   };
 }
 
@@ -113,14 +146,37 @@ export function readBufferBytes(socket: Socket): number | undefined {
   return readers.get(socket)?.bufferBytes;
 }
 
-/** Sends what `from` reads to `to`, and its end as `to`'s end; back-pressure from `to` pauses `from`. */
-export function forward(from: Duplex, to: Writable): void {
+/**
+ * Sends what `from` reads to `to`, and its end as `to`'s end; back-pressure from `to` pauses `from`, and so does a
+ * debt to `limit`'s bucket.
+ */
+export function forward(from: Duplex, to: Writable, limit: Limit | null = null): void {
   const reader = from instanceof Socket ? readers.get(from) : undefined;
-  if (!reader) {
-    from.pipe(to);
-    return;
-  }
-  reader.sendTo(to);
+  if (reader) reader.sendTo(to, limit);
+  else if (!limit) return void from.pipe(to);
+  else throttledPipe(from, to, limit);
   from.once('end', () => to.end());
   from.resume();
+}
+
+/** pipe(), but for a stream (a tunnel's) whose rule has a bandwidth limit: paused while `to` is full or in debt. */
+function throttledPipe(from: Duplex, to: Writable, limit: Limit): void {
+  let holds = 0;
+  const hold = () => {
+    if (holds++ === 0) from.pause();
+  };
+  const release = () => {
+    if (--holds === 0) from.resume();
+  };
+  from.on('data', (chunk: Buffer) => {
+    if (!to.write(chunk)) {
+      hold();
+      to.once('drain', release);
+    }
+    const wait = limit.buckets[limit.way]?.take(chunk.length) ?? 0;
+    if (wait > 0) {
+      hold();
+      setTimeout(release, wait);
+    }
+  });
 }

@@ -5,6 +5,9 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Limits } from './limits.ts';
 import { splice, type TcpDial } from './dial.ts';
+import type { ProxyProtocol } from '../domain/rules.ts';
+import type { Gate } from './gate.ts';
+import { proxyHeader } from './proxy-protocol.ts';
 import { adopt } from './reads.ts';
 
 export interface Counter {
@@ -26,6 +29,9 @@ export class TcpRelay {
     /** Replaced in place when the rule changes, so open connections stay. */
     public dial: TcpDial,
     private readonly limits: Pick<Limits, 'maxConnectionsPerRule' | 'maxConnectionsPerSource' | 'tcpIdleMs'>,
+    private readonly gate: Gate,
+    /** Replaced in place when the rule changes: what the next connection's target is sent first. */
+    public proxyProtocol: ProxyProtocol = 'none',
   ) {
     this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(adopt(client)));
   }
@@ -63,8 +69,11 @@ export class TcpRelay {
   private accept(client: Socket): void {
     const source = client.remoteAddress ?? '';
     const open = this.perSource.get(source) ?? 0;
-    if (this.clients.size >= this.limits.maxConnectionsPerRule || open >= this.limits.maxConnectionsPerSource)
+    if (this.clients.size >= this.limits.maxConnectionsPerRule || open >= this.limits.maxConnectionsPerSource) {
+      this.gate.refuse();
       return void client.destroy();
+    }
+    if (!this.gate.admit(source)) return void client.destroy();
     this.perSource.set(source, open + 1);
     this.clients.add(client);
     client.on('error', () => client.destroy());
@@ -78,10 +87,25 @@ export class TcpRelay {
       const left = (this.perSource.get(source) ?? 1) - 1;
       if (left > 0) this.perSource.set(source, left);
       else this.perSource.delete(source);
+      this.gate.release();
     });
+    const header = this.headerFor(client);
     this.dial(
-      (upstream, release) => splice(client, upstream, release),
+      (upstream, release) => {
+        if (header) upstream.write(header);
+        splice(client, upstream, release, this.gate.buckets);
+      },
       () => client.destroy(),
+    );
+  }
+
+  /** The PROXY protocol header the connection's target is sent first, if the rule asks for one. */
+  private headerFor(client: Socket): Buffer | null {
+    if (this.proxyProtocol === 'none') return null;
+    return proxyHeader(
+      this.proxyProtocol,
+      { address: client.remoteAddress ?? '', port: client.remotePort ?? 0 },
+      { address: client.localAddress ?? '', port: client.localPort ?? 0 },
     );
   }
 }

@@ -7,6 +7,7 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
 import { DATAGRAM_BUFFER_BYTES, type DatagramDial, type DatagramSession } from './dial.ts';
+import type { Gate } from './gate.ts';
 import type { Limits } from './limits.ts';
 import type { Counter } from './tcp.ts';
 
@@ -28,6 +29,8 @@ export class UdpRelay {
     public dial: DatagramDial,
     /** Shared with the forwarder: a change applies to the next session. */
     private readonly limits: Pick<Limits, 'maxUdpSessionsPerRule' | 'maxConnectionsPerSource' | 'udpIdleMs'>,
+    /** The rule's allow and deny lists, max_connections and expiry, met by each new session. */
+    private readonly gate: Gate,
   ) {
     this.sweeper = setInterval(() => this.expire(), Math.min(limits.udpIdleMs, 10_000)).unref();
   }
@@ -67,13 +70,19 @@ export class UdpRelay {
     const key = `${from.address}|${from.port}`;
     let session = this.sessions.get(key);
     if (!session) {
-      if (this.sessions.size >= this.limits.maxUdpSessionsPerRule) return;
-      if ((this.perSource.get(from.address) ?? 0) >= this.limits.maxConnectionsPerSource) return;
+      if (
+        this.sessions.size >= this.limits.maxUdpSessionsPerRule ||
+        (this.perSource.get(from.address) ?? 0) >= this.limits.maxConnectionsPerSource
+      )
+        return this.gate.refuse();
+      if (!this.gate.admit(from.address)) return;
       const opened = this.open(key, from);
-      if (!opened) return;
+      if (!opened) return this.gate.release();
       session = opened;
     }
     session.lastActive = Date.now();
+    // Beyond the rule's bandwidth a datagram is dropped, as a policer would.
+    if (this.gate.buckets.in?.tryTake(message.length) === false) return;
     if (session.upstream.send(message)) this.counter.bytes_in += message.length;
   }
 
@@ -82,6 +91,7 @@ export class UdpRelay {
     const upstream = this.dial(
       (reply) => {
         session.lastActive = Date.now();
+        if (this.gate.buckets.out?.tryTake(reply.length) === false) return;
         this.counter.bytes_out += reply.length;
         this.socket?.send(reply, from.port, from.address);
       },
@@ -102,6 +112,7 @@ export class UdpRelay {
     const left = (this.perSource.get(source) ?? 1) - 1;
     if (left > 0) this.perSource.set(source, left);
     else this.perSource.delete(source);
+    this.gate.release();
     session.upstream.close();
   }
 

@@ -113,18 +113,88 @@ export function masterUrl(options: { description: string; allowEmpty?: boolean }
 export function sourceOf(address: string): string {
   const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
   if (mapped) return mapped[1]!;
-  const bare = address.replace(/%.*$/, '');
-  if (!isIPv6(bare)) return address;
+  const groups = ipv6Groups(address.replace(/%.*$/, ''));
+  if (!groups) return address;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.toString(16))
+    .join(':')}::/64`;
+}
+
+/** The eight 16-bit groups of an IPv6 address (an IPv4 tail as two), or null when it is not one. */
+function ipv6Groups(address: string): number[] | null {
+  if (!isIPv6(address)) return null;
   const groups = (part: string) =>
-    part === '' ? [] : part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g]));
-  const [head = '', tail] = bare.split('::');
+    part === ''
+      ? []
+      : part.split(':').flatMap((g) => {
+          if (!g.includes('.')) return [parseInt(g, 16)];
+          const [a, b, c, d] = g.split('.').map(Number) as [number, number, number, number];
+          return [(a << 8) | b, (c << 8) | d];
+        });
+  const [head = '', tail] = address.split('::');
   const front = groups(head);
   const back = tail === undefined ? [] : groups(tail);
-  const all = [...front, ...Array<string>(Math.max(0, 8 - front.length - back.length)).fill('0'), ...back];
-  return `${all
-    .slice(0, 4)
-    .map((g) => parseInt(g, 16).toString(16))
-    .join(':')}::/64`;
+  return [...front, ...Array<number>(Math.max(0, 8 - front.length - back.length)).fill(0), ...back];
+}
+
+/** The bytes of an IP address: 4 for IPv4 (also IPv4-mapped IPv6), 16 for IPv6; null for anything else. */
+export function addressBytes(address: string): Buffer | null {
+  const bare = address.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, '');
+  if (isIPv4(bare)) return Buffer.from(bare.split('.').map(Number));
+  const groups = ipv6Groups(bare.replace(/%.*$/, ''));
+  if (!groups) return null;
+  const bytes = Buffer.alloc(16);
+  groups.forEach((group, i) => bytes.writeUInt16BE(group, i * 2));
+  return bytes;
+}
+
+/** The bits of an IP address, most significant first: 32 for IPv4, 128 for IPv6; null for anything else. */
+function addressBits(address: string): string | null {
+  if (isIPv4(address))
+    return address
+      .split('.')
+      .map((octet) => Number(octet).toString(2).padStart(8, '0'))
+      .join('');
+  return (
+    ipv6Groups(address)
+      ?.map((group) => group.toString(2).padStart(16, '0'))
+      .join('') ?? null
+  );
+}
+
+/** An address block, `address/prefix` (a bare address is one host), split; null when it is not one. */
+export function parseCidr(value: string): { address: string; prefix: number; family: 'ipv4' | 'ipv6' } | null {
+  return cidrProblem(value) === null ? splitCidr(value) : null;
+}
+
+function splitCidr(value: string): { address: string; prefix: number; family: 'ipv4' | 'ipv6' } {
+  const [address = '', prefix] = value.split('/');
+  const family = isIPv4(address) ? 'ipv4' : 'ipv6';
+  return { address, prefix: prefix === undefined ? (family === 'ipv4' ? 32 : 128) : Number(prefix), family };
+}
+
+function cidrProblem(value: string): string | null {
+  const [address = '', prefix, ...rest] = value.split('/');
+  const bits = addressBits(address);
+  if (bits === null || rest.length > 0) return 'must be an IPv4 or IPv6 address, or a block such as 192.0.2.0/24';
+  if (prefix === undefined) return null;
+  if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > bits.length)
+    return `has prefix /${prefix}, which is not from 0 to ${bits.length}`;
+  if (/1/.test(bits.slice(Number(prefix))))
+    return `has bits set past its /${prefix} prefix: name the block by its first address`;
+  return null;
+}
+
+/** An IPv4 or IPv6 address block (or one address), as a client's address is matched against it. */
+export function cidr(): Schema<string> {
+  return string({
+    min: 2,
+    max: 49,
+    description: 'An IPv4 or IPv6 address block (192.0.2.0/24, 2001:db8::/32) or one address.',
+    example: '192.0.2.0/24',
+    refine: cidrProblem,
+  });
 }
 
 /**

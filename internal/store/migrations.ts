@@ -328,4 +328,49 @@ export const migrations: readonly string[] = [
   /* 11: the audit log filtered by resource alone reads in id order (the index by resource and id sorted them) */ `
   CREATE INDEX audit_resource_order ON audit_log(resource, id);
   `,
+  /* 12: rule controls: tags, who may connect, how many at once, how fast, until when, the PROXY protocol; what was
+     refused */ `
+  ALTER TABLE rules ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+  ALTER TABLE rules ADD COLUMN allow_sources TEXT NOT NULL DEFAULT '[]';
+  ALTER TABLE rules ADD COLUMN deny_sources TEXT NOT NULL DEFAULT '[]';
+  ALTER TABLE rules ADD COLUMN max_connections INTEGER CHECK (max_connections > 0);
+  ALTER TABLE rules ADD COLUMN bandwidth_limit INTEGER CHECK (bandwidth_limit > 0);
+  ALTER TABLE rules ADD COLUMN expires_at TEXT;
+  ALTER TABLE rules ADD COLUMN proxy_protocol TEXT NOT NULL DEFAULT 'none' CHECK (proxy_protocol IN ('none', 'v1', 'v2'));
+  -- Set by the master once expires_at has passed; a new expires_at (or none) clears it.
+  ALTER TABLE rules ADD COLUMN expired INTEGER NOT NULL DEFAULT 0 CHECK (expired IN (0, 1));
+  -- Connections and datagrams the node turned away (allow_sources, deny_sources, max_connections).
+  ALTER TABLE rules ADD COLUMN refused INTEGER NOT NULL DEFAULT 0;
+  -- The master's clock looks for rules whose time is up.
+  CREATE INDEX rules_expiry ON rules(expires_at) WHERE expires_at IS NOT NULL AND expired = 0;
+  DROP TRIGGER rule_views_insert;
+  DROP TRIGGER rule_views_update;
+  CREATE TRIGGER rule_views_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_views (id, json) VALUES (NEW.id, json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'forwarding', NEW.forwarding, 'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'tags', json(NEW.tags), 'allow_sources', json(NEW.allow_sources), 'deny_sources', json(NEW.deny_sources),
+      'max_connections', NEW.max_connections, 'bandwidth_limit', NEW.bandwidth_limit, 'expires_at', NEW.expires_at, 'proxy_protocol', NEW.proxy_protocol,
+      'state', CASE WHEN NEW.expired = 1 THEN 'expired' WHEN NEW.enabled = 1 THEN 'active' ELSE 'disabled' END,
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at, 'applied_path', NEW.sync_path),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991)),
+        'refused', max(0, min(NEW.refused, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at));
+  END;
+  CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
+    UPDATE rule_views SET json = json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'forwarding', NEW.forwarding, 'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'tags', json(NEW.tags), 'allow_sources', json(NEW.allow_sources), 'deny_sources', json(NEW.deny_sources),
+      'max_connections', NEW.max_connections, 'bandwidth_limit', NEW.bandwidth_limit, 'expires_at', NEW.expires_at, 'proxy_protocol', NEW.proxy_protocol,
+      'state', CASE WHEN NEW.expired = 1 THEN 'expired' WHEN NEW.enabled = 1 THEN 'active' ELSE 'disabled' END,
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at, 'applied_path', NEW.sync_path),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991)),
+        'refused', max(0, min(NEW.refused, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at)
+    WHERE id = NEW.id;
+  END;
+  -- Re-render every view through the new trigger.
+  UPDATE rules SET tags = tags;
+  `,
 ];

@@ -8,12 +8,24 @@ import type { Database } from './database.ts';
 import { FilteredQuery } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
-import type { Path, Rule, RuleFields, SyncState } from '../domain/rules.ts';
+import {
+  ruleFieldsOf,
+  type Path,
+  type Rule,
+  type RuleFields,
+  type RuleState,
+  type SyncState,
+} from '../domain/rules.ts';
 
-interface Row extends Omit<RuleFields, 'targets' | 'enabled'> {
+interface Row extends Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources'> {
   id: number;
   targets: string;
   enabled: number;
+  tags: string;
+  allow_sources: string;
+  deny_sources: string;
+  expired: number;
+  refused: number;
   sync_state: SyncState;
   sync_error: string | null;
   sync_applied_at: string | null;
@@ -23,6 +35,10 @@ interface Row extends Omit<RuleFields, 'targets' | 'enabled'> {
   version: number;
   created_at: string;
   updated_at: string;
+}
+
+function stateOf(expired: boolean, enabled: boolean): RuleState {
+  return expired ? 'expired' : enabled ? 'active' : 'disabled';
 }
 
 function toRule(row: Row): Rule {
@@ -37,13 +53,21 @@ function toRule(row: Row): Rule {
     strategy: row.strategy,
     forwarding: row.forwarding,
     enabled: row.enabled === 1,
+    tags: JSON.parse(row.tags) as string[],
+    allow_sources: JSON.parse(row.allow_sources) as string[],
+    deny_sources: JSON.parse(row.deny_sources) as string[],
+    max_connections: row.max_connections,
+    bandwidth_limit: row.bandwidth_limit,
+    expires_at: row.expires_at,
+    proxy_protocol: row.proxy_protocol,
+    state: stateOf(row.expired === 1, row.enabled === 1),
     sync: {
       state: row.sync_state,
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
       applied_at: row.sync_applied_at,
       applied_path: row.sync_path,
     },
-    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
+    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out, refused: row.refused },
     version: row.version,
     created_at: row.created_at,
     updated_at: row.updated_at,
@@ -51,7 +75,8 @@ function toRule(row: Row): Rule {
 }
 
 const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
-  sync_state, sync_error, sync_applied_at, sync_path,
+  tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
+  ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 export interface RuleFilter {
@@ -61,6 +86,7 @@ export interface RuleFilter {
   tunnel_id: number | null;
   enabled: boolean | null;
   protocol: string | null;
+  tag: string | null;
   q: string | null;
 }
 
@@ -85,6 +111,7 @@ const RULE_FILTERS = {
   tunnel_id: 'rules.tunnel_id = :tunnel_id',
   enabled: 'rules.enabled = :enabled',
   protocol: 'rules.protocol = :protocol',
+  tag: 'EXISTS (SELECT 1 FROM json_each(rules.tags) WHERE value = :tag)',
   q: 'instr(lower(rules.name), lower(:q)) > 0',
 };
 
@@ -111,22 +138,20 @@ export function portTaken(claim: Claim, port: number): DomainError {
   });
 }
 
+/** Whether a rule with `expiresAt` has stopped at `at` (both timestamps in the same UTC form, which sorts). */
+function expiredAt(expiresAt: string | null, at: string): boolean {
+  return expiresAt !== null && expiresAt <= at;
+}
+
 /** A rule just inserted: what the table's defaults make of a new row. */
 function created(id: number, fields: RuleFields, at: string): Rule {
-  const { name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled } = fields;
   return {
     id,
-    name,
-    node_id,
-    tunnel_id,
-    protocol,
-    listen_port,
-    targets: [...targets],
-    strategy,
-    forwarding,
-    enabled,
+    ...ruleFieldsOf(fields),
+    targets: [...fields.targets],
+    state: stateOf(expiredAt(fields.expires_at, at), fields.enabled),
     sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
-    traffic: { bytes_in: 0, bytes_out: 0 },
+    traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
     version: 1,
     created_at: at,
     updated_at: at,
@@ -152,6 +177,9 @@ export class RuleStore {
   private readonly byTunnelStmt;
   private readonly sidesStmt;
   private readonly resultsStmt;
+  private readonly dueStmt;
+  private readonly anyDueStmt;
+  private readonly expireStmt;
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
@@ -186,14 +214,17 @@ export class RuleStore {
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
       `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
+        tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
         created_at, updated_at) VALUES`,
-      11,
+      19,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
         listen_port = :listen_port, targets = :targets, strategy = :strategy, forwarding = :forwarding,
-        enabled = :enabled, sync_state = 'pending', sync_error = NULL, sync_path = NULL, entry_result = NULL,
-        exit_result = NULL, version = version + 1,
+        enabled = :enabled, tags = :tags, allow_sources = :allow_sources, deny_sources = :deny_sources,
+        max_connections = :max_connections, bandwidth_limit = :bandwidth_limit, expires_at = :expires_at,
+        proxy_protocol = :proxy_protocol, expired = :expired, sync_state = 'pending', sync_error = NULL,
+        sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
         updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM rules WHERE id = ?');
@@ -212,6 +243,11 @@ export class RuleStore {
         sync_error = :error, sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
         sync_path = CASE WHEN :state = 'applied' THEN 'relay' END
       WHERE id = :id`);
+    this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
+    this.anyDueStmt = db.prepare('SELECT 1 FROM rules WHERE expires_at <= ? AND expired = 0 LIMIT 1');
+    this.expireStmt = db.prepare(`UPDATE rules SET expired = 1, sync_state = 'pending', sync_error = NULL,
+        sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1
+      WHERE id = ?`);
     this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
         sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
         sync_path = CASE WHEN :state = 'applied' THEN :path END
@@ -235,6 +271,7 @@ export class RuleStore {
       tunnel_id: filter.tunnel_id,
       enabled: filter.enabled === null ? null : Number(filter.enabled),
       protocol: filter.protocol,
+      tag: filter.tag,
       q: filter.q,
     };
   }
@@ -306,6 +343,14 @@ export class RuleStore {
           f.strategy,
           f.forwarding,
           Number(f.enabled),
+          JSON.stringify(f.tags),
+          JSON.stringify(f.allow_sources),
+          JSON.stringify(f.deny_sources),
+          f.max_connections,
+          f.bandwidth_limit,
+          f.expires_at,
+          f.proxy_protocol,
+          Number(expiredAt(f.expires_at, at)),
           at,
           at,
         ]),
@@ -417,6 +462,27 @@ export class RuleStore {
   }
 
   private params(fields: RuleFields, at: string) {
-    return { ...fields, targets: JSON.stringify(fields.targets), enabled: Number(fields.enabled), at };
+    return {
+      ...ruleFieldsOf(fields),
+      targets: JSON.stringify(fields.targets),
+      enabled: Number(fields.enabled),
+      tags: JSON.stringify(fields.tags),
+      allow_sources: JSON.stringify(fields.allow_sources),
+      deny_sources: JSON.stringify(fields.deny_sources),
+      expired: Number(expiredAt(fields.expires_at, at)),
+      at,
+    };
+  }
+
+  /** Whether a rule's expires_at is at or before `at` and it is not marked expired yet. */
+  anyDue(at: string): boolean {
+    return this.anyDueStmt.get(at) !== undefined;
+  }
+
+  /** Marks the rules whose expires_at is at or before `at` expired; returns them (as they were). */
+  expire(at: string): Rule[] {
+    const due = (this.dueStmt.all(at) as unknown as Row[]).map(toRule);
+    for (const rule of due) this.expireStmt.run(rule.id);
+    return due;
   }
 }

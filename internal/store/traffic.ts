@@ -61,8 +61,8 @@ export class TrafficStore {
       ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')},
         bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
     this.ruleTotalStmt = db.prepare(
-      `UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
-        `WHERE id = ?3 AND node_id = ?4`,
+      `UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')}, ` +
+        `refused = ${safeCount('refused + ?5')} WHERE id = ?3 AND node_id = ?4`,
     );
     this.nodeTotalStmt = db.prepare(
       `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
@@ -86,10 +86,12 @@ export class TrafficStore {
    * rule's and node's totals, so buckets and totals always agree; for a rule through a tunnel,
    * also to the exit node's total, which relayed the same bytes (the entry's count is the one
    * count: the rule is never counted twice). Counts nothing (and returns false) unless the
-   * rule exists on that node: an agent reports only its own rules. Call inside a write.
+   * rule exists on that node: an agent reports only its own rules. `refused` (connections and datagrams the node
+   * turned away) counts on the rule alone. Call inside a write.
    */
-  record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number): boolean {
-    if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId).changes) === 0) return false;
+  record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number, refused = 0): boolean {
+    if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId, refused).changes) === 0) return false;
+    if (bytesIn === 0 && bytesOut === 0) return true;
     this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
     this.exitTotalStmt.run(bytesIn, bytesOut, ruleId);

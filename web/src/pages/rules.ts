@@ -2,7 +2,7 @@
 // reload), enable and disable, sync, delete, and the same for many selected at once.
 
 import { api, ApiError, get, type Page } from '../api.ts';
-import { badge, button, bytes, field, form, h, input, select } from '../dom.ts';
+import { badge, button, bytes, field, form, h, input, select, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
@@ -18,13 +18,20 @@ interface Rule {
   strategy: string;
   forwarding: string;
   enabled: boolean;
+  tags: string[];
+  allow_sources: string[];
+  deny_sources: string[];
+  max_connections: number | null;
+  expires_at: string | null;
+  proxy_protocol: string;
+  state: string;
   sync: {
     state: string;
     error: { code: string; detail: string } | null;
     applied_at: string | null;
     applied_path: string | null;
   };
-  traffic: { bytes_in: number; bytes_out: number };
+  traffic: { bytes_in: number; bytes_out: number; refused: number };
   version: number;
 }
 
@@ -38,7 +45,39 @@ const WRITABLE = [
   'strategy',
   'forwarding',
   'enabled',
+  'tags',
+  'allow_sources',
+  'deny_sources',
+  'max_connections',
+  'expires_at',
+  'proxy_protocol',
 ] as const;
+
+/** Lines (or commas) of a text box as a list, blanks left out. */
+function listOf(text: string): string[] {
+  return text
+    .split(/[\n,]/)
+    .map((item) => item.trim())
+    .filter(Boolean);
+}
+
+/** A UTC time as a datetime-local value in the person's own time zone. */
+function localFromUtc(iso: string | null): string {
+  if (!iso) return '';
+  const at = new Date(iso);
+  return new Date(at.getTime() - at.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+}
+
+/** What limits a rule, in a few words for its row. */
+function controlsOf(rule: Rule): string[] {
+  return [
+    rule.allow_sources.length > 0 && `allows ${rule.allow_sources.join(', ')}`,
+    rule.deny_sources.length > 0 && `denies ${rule.deny_sources.join(', ')}`,
+    rule.max_connections !== null && `at most ${rule.max_connections} at once`,
+    rule.expires_at !== null && `${rule.state === 'expired' ? 'expired' : 'expires'} ${when(rule.expires_at)}`,
+    rule.proxy_protocol !== 'none' && `PROXY ${rule.proxy_protocol}`,
+  ].filter((text): text is string => typeof text === 'string');
+}
 
 function writable(rule: Rule): Record<string, unknown> {
   return Object.fromEntries(WRITABLE.map((key) => [key, rule[key]]));
@@ -133,7 +172,13 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         'tr',
         {},
         h('td', {}, canWrite && box),
-        h('th', { scope: 'row' }, rule.name, !rule.enabled && h('span', { class: 'tags' }, 'disabled')),
+        h(
+          'th',
+          { scope: 'row' },
+          rule.name,
+          rule.state !== 'active' && badge(rule.state),
+          rule.tags.length > 0 && h('span', { class: 'tags' }, rule.tags.join(', ')),
+        ),
         h('td', {}, nodeName.get(rule.node_id) ?? `#${rule.node_id}`),
         h('td', {}, `${rule.protocol} ${rule.listen_port}`),
         h(
@@ -141,6 +186,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           {},
           rule.targets.join(', '),
           rule.tunnel_id !== null && h('span', { class: 'tags' }, `via tunnel #${rule.tunnel_id}`),
+          controlsOf(rule).map((text) => h('span', { class: 'tags' }, text)),
         ),
         h(
           'td',
@@ -151,7 +197,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
             h('span', { class: 'tags' }, rule.sync.applied_path === 'kernel' ? 'in the kernel' : 'relayed'),
           rule.sync.error && h('p', { class: 'detail' }, `${rule.sync.error.detail} (${rule.sync.error.code})`),
         ),
-        h('td', {}, `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`),
+        h(
+          'td',
+          {},
+          `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`,
+          rule.traffic.refused > 0 && h('span', { class: 'tags' }, `${rule.traffic.refused} refused`),
+        ),
         h('td', { class: 'actions' }, canWrite && actions(rule)),
       );
     },
@@ -186,6 +237,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         tunnels.items.map((t) => h('option', { value: t.id, selected: t.id === rule?.tunnel_id }, t.name)),
       ),
       enabled: input('enabled', { type: 'checkbox', checked: rule?.enabled ?? true }),
+      tags: input('tags', { autocomplete: 'off', value: (rule?.tags ?? []).join(', ') }),
+      allow_sources: h('textarea', { name: 'allow_sources', rows: 2 }, (rule?.allow_sources ?? []).join('\n')),
+      deny_sources: h('textarea', { name: 'deny_sources', rows: 2 }, (rule?.deny_sources ?? []).join('\n')),
+      max_connections: input('max_connections', { type: 'number', min: 1, value: rule?.max_connections ?? '' }),
+      expires_at: input('expires_at', { type: 'datetime-local', value: localFromUtc(rule?.expires_at ?? null) }),
+      proxy_protocol: select('proxy_protocol', ['none', 'v1', 'v2'], rule?.proxy_protocol),
     };
     const title = rule ? `Edit rule ${rule.name}` : 'New rule';
     const reload = h('button', { type: 'button', hidden: true }, 'Load the current version');
@@ -203,6 +260,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Forwarding', c.forwarding, 'auto: in the kernel where the node can; relay: always in user space'),
         field('Tunnel', c.tunnel_id),
         field('Enabled', c.enabled),
+        field('Tags', c.tags, 'Comma-separated'),
+        field('Allowed sources', c.allow_sources, 'Address blocks (192.0.2.0/24), one per line; empty: everyone'),
+        field('Denied sources', c.deny_sources, 'Refused even when allowed'),
+        field('Most connections at once', c.max_connections, "Empty: the node's own limit"),
+        field('Expires', c.expires_at, 'Your local time; empty: never'),
+        field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
         h(
           'div',
           { class: 'buttons' },
@@ -224,6 +287,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           forwarding: c.forwarding.value,
           tunnel_id: c.tunnel_id.value === '' ? null : Number(c.tunnel_id.value),
           enabled: c.enabled.checked,
+          tags: listOf(c.tags.value),
+          allow_sources: listOf(c.allow_sources.value),
+          deny_sources: listOf(c.deny_sources.value),
+          max_connections: c.max_connections.value === '' ? null : Number(c.max_connections.value),
+          expires_at: utcFromLocal(c.expires_at.value),
+          proxy_protocol: c.proxy_protocol.value,
         };
         try {
           if (rule) await api('PUT', `/api/rules/${rule.id}`, { body, ifMatch: etag });

@@ -1,0 +1,99 @@
+// Who may use a rule, how many at once and how fast: its allow and deny lists of address blocks, its max_connections,
+// its expiry, and the token buckets of its bandwidth_limit. One gate serves a rule's TCP and UDP relays, so a tcp+udp
+// rule's connections and sessions count (and share the bandwidth) together, and it counts what it turns away (the
+// rule's traffic.refused), the node's own limits' refusals included.
+
+import { BlockList } from 'node:net';
+import { parseCidr } from '../schema/net.ts';
+import type { ForwardRule } from '../domain/rules.ts';
+import { TokenBucket } from './bucket.ts';
+
+export type GateRule = Pick<
+  ForwardRule,
+  'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at'
+>;
+
+/** The buckets a rule's bytes go through: in (client to target) and out (back); null where it has no limit. */
+export interface Buckets {
+  in: TokenBucket | null;
+  out: TokenBucket | null;
+}
+
+function blockList(blocks: readonly string[]): BlockList | null {
+  if (blocks.length === 0) return null;
+  const list = new BlockList();
+  for (const block of blocks) {
+    const parsed = parseCidr(block);
+    if (parsed) list.addSubnet(parsed.address, parsed.prefix, parsed.family);
+  }
+  return list;
+}
+
+/** A client's address as the lists match it: an IPv4-mapped IPv6 address (a dual-stack listener's) as IPv4. */
+function familyOf(address: string): { address: string; family: 'ipv4' | 'ipv6' } {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return { address: mapped[1]!, family: 'ipv4' };
+  return { address, family: address.includes(':') ? 'ipv6' : 'ipv4' };
+}
+
+export class Gate {
+  private allow: BlockList | null = null;
+  private deny: BlockList | null = null;
+  private max = Infinity;
+  private expiresAtMs = Infinity;
+  /** Connections and sessions open now. */
+  private open = 0;
+  private refused = 0;
+  /** Replaced only when the limit comes or goes, so that connections open keep sharing them. */
+  readonly buckets: Buckets = { in: null, out: null };
+
+  constructor(rule: GateRule) {
+    this.update(rule);
+  }
+
+  /** Takes a rule's new controls; what is open stays open, and the next client meets them. */
+  update(rule: GateRule): void {
+    this.allow = blockList(rule.allow_sources);
+    this.deny = blockList(rule.deny_sources);
+    this.max = rule.max_connections ?? Infinity;
+    this.expiresAtMs = rule.expires_at === null ? Infinity : Date.parse(rule.expires_at);
+    const rate = rule.bandwidth_limit;
+    for (const way of ['in', 'out'] as const) {
+      if (rate === null) this.buckets[way] = null;
+      else if (this.buckets[way]) this.buckets[way].setRate(rate);
+      else this.buckets[way] = new TokenBucket(rate);
+    }
+  }
+
+  /** Whether a client at `address` may be carried; one that may counts as open until `release`. */
+  admit(address: string): boolean {
+    if (Date.now() >= this.expiresAtMs || !this.allows(address) || this.open >= this.max) {
+      this.refused++;
+      return false;
+    }
+    this.open++;
+    return true;
+  }
+
+  release(): void {
+    this.open--;
+  }
+
+  /** Counts a client turned away by something besides the gate (the node's own limits). */
+  refuse(): void {
+    this.refused++;
+  }
+
+  /** Clients turned away since the previous call. */
+  drainRefused(): number {
+    const refused = this.refused;
+    this.refused = 0;
+    return refused;
+  }
+
+  private allows(raw: string): boolean {
+    const { address, family } = familyOf(raw);
+    if (this.deny?.check(address, family)) return false;
+    return this.allow === null || this.allow.check(address, family);
+  }
+}

@@ -1,0 +1,375 @@
+// A rule's controls end to end: what the API accepts and shows, and what a real agent enforces with them (who may
+// connect, how many at once, until when, the PROXY protocol header its targets receive).
+
+import assert from 'node:assert/strict';
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { Gate } from '../internal/relay/gate.ts';
+import { proxyHeader } from '../internal/relay/proxy-protocol.ts';
+import { parseCidr } from '../internal/schema/net.ts';
+import { nodeOf, startAgent } from './agents.ts';
+import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { freePort, probe, tcpEcho, udpEcho, until } from './net.ts';
+
+/** Sends a line from `localAddress` and reads until the far side ends: the echo, or '' when the relay closed it. */
+function exchange(port: number, localAddress = '127.0.0.1', line = 'ping'): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port, localAddress, allowHalfOpen: true });
+    let got = '';
+    socket.setEncoding('utf8').on('data', (chunk: string) => (got += chunk));
+    socket.on('connect', () => socket.end(line));
+    socket.on('error', () => undefined);
+    socket.on('close', () => resolve(got));
+  });
+}
+
+/** An open connection through `port` that has carried one echo, to hold a place. */
+async function held(t: TestContext, port: number): Promise<Socket> {
+  const socket = connect({ host: '127.0.0.1', port });
+  t.after(() => socket.destroy());
+  await once(socket, 'connect');
+  socket.write('x');
+  await once(socket, 'data');
+  return socket;
+}
+
+/** A target that keeps what each connection sent first and answers `ok`. */
+async function recordingTarget(t: TestContext): Promise<{ port: number; received: Buffer[] }> {
+  const received: Buffer[] = [];
+  const server = createServer((socket) => {
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk) => {
+      chunks.push(chunk);
+      if (Buffer.concat(chunks).includes('ping')) {
+        received.push(Buffer.concat(chunks));
+        socket.end('ok');
+      }
+    });
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return { port: (server.address() as AddressInfo).port, received };
+}
+
+async function onlineNode(t: TestContext, m: Running) {
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const n = await node(m, 'edge');
+  startAgent(t, m.url, n.agent_token);
+  await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
+  return n;
+}
+
+async function applied(m: Running, id: number) {
+  const synced = await call(m.url, 'POST', `/api/rules/${id}/sync`, { token: m.admin });
+  assert.equal(synced.status, 200, JSON.stringify(synced.body));
+  return synced.body;
+}
+
+async function refusedOf(m: Running, id: number): Promise<number> {
+  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body.traffic.refused;
+}
+
+test('bad controls are 422 with a pointer each, and nothing is written', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const base = { node_id: n.id, listen_port: 9000, targets: ['192.0.2.1:80'] };
+  const before = snapshot(m);
+  for (const [field, value, detail] of [
+    ['allow_sources', ['10.0.0.5/24'], /bits set past its \/24 prefix/],
+    ['allow_sources', ['10.0.0.0/33'], /prefix \/33, which is not from 0 to 32/],
+    ['deny_sources', ['2001:db8::/129'], /not from 0 to 128/],
+    ['deny_sources', ['example.com'], /IPv4 or IPv6 address/],
+    ['deny_sources', ['10.0.0.0/8', '10.0.0.0/8'], /duplicate/],
+    ['max_connections', 0, /between 1 and/],
+    ['expires_at', 'tomorrow', /RFC 3339/],
+    ['proxy_protocol', 'v3', /one of/],
+    ['tags', ['has space'], /letters, digits/],
+  ] as const) {
+    const answer = await call(m.url, 'POST', '/api/rules', { token: m.admin, body: { ...base, [field]: value } });
+    assertProblem(answer, 422, 'validation_failed');
+    const error = answer.body.errors.find((e: { pointer: string }) => e.pointer.startsWith(`#/${field}`));
+    assert.ok(error, `${field}: ${JSON.stringify(answer.body.errors)}`);
+    assert.match(error.detail, detail, field);
+  }
+  assert.equal(snapshot(m), before);
+});
+
+test('controls round-trip through create, read, list by tag, batch update, export and import', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const controls = {
+    tags: ['game', 'eu'],
+    allow_sources: ['198.51.100.0/24', '2001:db8::/32'],
+    deny_sources: ['198.51.100.7'],
+    max_connections: 50,
+    expires_at: '2030-01-02T03:04:05Z',
+    proxy_protocol: 'v2',
+  };
+  const made = await rule(m, { node_id: n.id, listen_port: 9000, targets: ['192.0.2.1:80'], ...controls });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const read = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+  assert.deepEqual(read, made.body, 'the stored view is what the create answered');
+  assert.deepEqual({ ...read, ...controls }, read);
+  assert.equal(read.state, 'active');
+  assert.equal(read.traffic.refused, 0);
+  const other = await rule(m, { node_id: n.id, listen_port: 9001, targets: ['192.0.2.1:80'], tags: ['us'] });
+  const byTag = await call(m.url, 'GET', '/api/rules?tag=eu', { token: m.admin });
+  assert.deepEqual(
+    byTag.body.items.map((r: { id: number }) => r.id),
+    [made.body.id],
+  );
+
+  const batch = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { ids: [other.body.id], changes: { tags: ['eu'], max_connections: 5, proxy_protocol: 'v1' } },
+  });
+  assert.deepEqual(batch.body.results, [{ id: other.body.id, outcome: 'updated' }]);
+  const changed = (await call(m.url, 'GET', `/api/rules/${other.body.id}`, { token: m.admin })).body;
+  assert.deepEqual([changed.tags, changed.max_connections, changed.proxy_protocol], [['eu'], 5, 'v1']);
+
+  const exported = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
+  const m2 = await startMaster(t);
+  const imported = await call(m2.url, 'POST', '/api/import', { token: m2.admin, body: exported });
+  assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  const again = (await call(m2.url, 'GET', '/api/rules', { token: m2.admin })).body.items;
+  const writable = (r: Record<string, unknown>) => {
+    const { id: _id, node_id: _node, state: _state, sync: _sync, traffic: _traffic, version: _version, ...rest } = r;
+    const { created_at: _created, updated_at: _updated, ...fields } = rest;
+    return fields;
+  };
+  assert.deepEqual(again.map(writable), [read, changed].map(writable));
+});
+
+test('a rule from a denied source is refused and counted, an allowed one relays; max_connections holds', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  const echo = await tcpEcho(t);
+  const udp = await udpEcho(t);
+  const [denyPort, allowPort, maxPort] = [await freePort(), await freePort(), await freePort()];
+  const denying = await rule(m, {
+    node_id: n.id,
+    listen_port: denyPort,
+    targets: [`127.0.0.1:${echo}`],
+    allow_sources: ['127.0.0.0/8'],
+    deny_sources: ['127.0.0.2/32'],
+  });
+  const allowing = await rule(m, {
+    node_id: n.id,
+    protocol: 'udp',
+    listen_port: allowPort,
+    targets: [`127.0.0.1:${udp}`],
+    allow_sources: ['127.0.0.1'],
+  });
+  const limited = await rule(m, {
+    node_id: n.id,
+    listen_port: maxPort,
+    targets: [`127.0.0.1:${echo}`],
+    max_connections: 2,
+  });
+  for (const made of [denying, allowing, limited]) assert.equal((await applied(m, made.body.id)).sync.state, 'applied');
+
+  assert.equal(await exchange(denyPort, '127.0.0.1'), 'ping');
+  assert.equal(await exchange(denyPort, '127.0.0.3'), 'ping', 'in allow_sources and not denied');
+  assert.equal(await exchange(denyPort, '127.0.0.2'), '', 'denied: closed at once');
+
+  const datagram = async (from: string) => {
+    const socket = createSocket('udp4');
+    socket.bind(0, from);
+    await once(socket, 'listening');
+    const reply = once(socket, 'message').then(([message]) => String(message));
+    socket.send('hello', allowPort, '127.0.0.1');
+    const answer = await Promise.race([reply, new Promise((resolve) => setTimeout(() => resolve('dropped'), 500))]);
+    socket.close();
+    return answer;
+  };
+  assert.equal(await datagram('127.0.0.1'), 'hello');
+  assert.equal(await datagram('127.0.0.5'), 'dropped');
+
+  const first = await held(t, maxPort);
+  await held(t, maxPort);
+  assert.equal(await exchange(maxPort), '', 'the third connection is refused');
+  let limitedRefusals = 1;
+  first.destroy();
+  await until('a place to free up', async () => {
+    const got = await exchange(maxPort);
+    if (got === '') limitedRefusals++;
+    return got === 'ping';
+  });
+
+  const expected = [1, 1, limitedRefusals];
+  await until(`refusals ${expected} to be reported`, async () => {
+    const counts = await Promise.all([denying, allowing, limited].map((r) => refusedOf(m, r.body.id)));
+    return JSON.stringify(counts) === JSON.stringify(expected);
+  });
+});
+
+test('a 1 MiB/s bandwidth_limit holds within 10% over 5 s, shared by several connections', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  // The target counts what arrives, from the first byte on.
+  let first = 0;
+  const arrivals: [number, number][] = [];
+  const sink = createServer((socket) => {
+    socket.on('data', (chunk) => {
+      first ||= performance.now();
+      arrivals.push([performance.now() - first, chunk.length]);
+    });
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(sink, 'listening');
+  t.after(() => sink.close());
+  const port = await freePort();
+  const made = await rule(m, {
+    node_id: n.id,
+    listen_port: port,
+    targets: [`127.0.0.1:${(sink.address() as AddressInfo).port}`],
+    bandwidth_limit: 1024 * 1024,
+  });
+  await applied(m, made.body.id);
+
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  const senders = Array.from({ length: 3 }, () => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => undefined);
+    const push = () => {
+      while (!socket.destroyed && socket.write(chunk));
+    };
+    socket.on('connect', push).on('drain', push);
+    return socket;
+  });
+  await new Promise((resolve) => setTimeout(resolve, 5600));
+  for (const socket of senders) socket.destroy();
+  const inFive = arrivals.filter(([at]) => at < 5000).reduce((sum, [, bytes]) => sum + bytes, 0);
+  const expected = 5 * 1024 * 1024;
+  t.diagnostic(`${(inFive / 2 ** 20).toFixed(2)} MiB arrived in the first 5 s`);
+  assert.ok(
+    Math.abs(inFive - expected) <= expected * 0.1,
+    `${(inFive / 2 ** 20).toFixed(2)} MiB in 5 s, where 1 MiB/s makes 5 MiB`,
+  );
+});
+
+test('targets receive the PROXY v1 and v2 headers with the client address and port', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  const target = await recordingTarget(t);
+  const [v1Port, v2Port] = [await freePort(), await freePort()];
+  for (const [port, version] of [
+    [v1Port, 'v1'],
+    [v2Port, 'v2'],
+  ] as const) {
+    const made = await rule(m, {
+      node_id: n.id,
+      listen_port: port,
+      targets: [`127.0.0.1:${target.port}`],
+      proxy_protocol: version,
+    });
+    assert.equal((await applied(m, made.body.id)).sync.applied_path, 'relay');
+  }
+
+  const from = async (port: number) => {
+    const socket = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.4' });
+    await once(socket, 'connect');
+    const clientPort = socket.localPort!;
+    socket.setEncoding('utf8');
+    socket.write('ping');
+    const [answer] = await once(socket, 'data');
+    socket.destroy();
+    assert.equal(answer, 'ok');
+    return clientPort;
+  };
+  const v1Client = await from(v1Port);
+  assert.equal(target.received[0]!.toString(), `PROXY TCP4 127.0.0.4 127.0.0.1 ${v1Client} ${v1Port}\r\nping`);
+
+  const v2Client = await from(v2Port);
+  const v2 = target.received[1]!;
+  assert.deepEqual([...v2.subarray(0, 12)], [13, 10, 13, 10, 0, 13, 10, 81, 85, 73, 84, 10], 'the v2 signature');
+  assert.equal(v2[12], 0x21, 'version 2, PROXY');
+  assert.equal(v2[13], 0x11, 'TCP over IPv4');
+  assert.equal(v2.readUInt16BE(14), 12);
+  assert.deepEqual([...v2.subarray(16, 20)], [127, 0, 0, 4]);
+  assert.deepEqual([...v2.subarray(20, 24)], [127, 0, 0, 1]);
+  assert.equal(v2.readUInt16BE(24), v2Client);
+  assert.equal(v2.readUInt16BE(26), v2Port);
+  assert.equal(v2.subarray(28).toString(), 'ping');
+});
+
+test('a rule stops at its expires_at (state expired, audited) and a later expiry starts it again', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  const echo = await tcpEcho(t);
+  const port = await freePort();
+  // Whole seconds (the API keeps seconds), at least two from now.
+  const expiresAt = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000).toISOString().replace('.000Z', 'Z');
+  const made = await rule(m, {
+    node_id: n.id,
+    listen_port: port,
+    targets: [`127.0.0.1:${echo}`],
+    expires_at: expiresAt,
+  });
+  assert.equal(made.body.state, 'active');
+  await applied(m, made.body.id);
+  assert.equal(await exchange(port), 'ping');
+
+  await until('the node to stop the rule', async () => (await probe(port)) === 'ECONNREFUSED');
+  assert.ok(Date.now() >= Date.parse(expiresAt), 'not before its time');
+  const expired = await until('the master to mark it expired', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+    return current.state === 'expired' && current;
+  });
+  assert.equal(expired.enabled, true, "expiry is not the writer's enabled flag");
+  const audit = await call(m.url, 'GET', `/api/audit-logs?resource=rule&resource_id=${made.body.id}`, {
+    token: m.admin,
+  });
+  const entry = audit.body.items.find((e: { action: string }) => e.action === 'rule.expire');
+  assert.equal(entry?.actor_type, 'system');
+
+  const { id: _id, state: _s, sync: _y, traffic: _t, version: _v, created_at: _c, updated_at: _u, ...fields } = expired;
+  const renewed = await call(m.url, 'PUT', `/api/rules/${made.body.id}`, {
+    token: m.admin,
+    body: { ...fields, expires_at: null },
+  });
+  assert.equal(renewed.status, 200, JSON.stringify(renewed.body));
+  assert.equal(renewed.body.state, 'active');
+  await applied(m, made.body.id);
+  assert.equal(await exchange(port), 'ping');
+});
+
+test('the PROXY header of an IPv6 client, and of one whose addresses cannot be told', () => {
+  const v6 = { address: '2001:db8::1', port: 5000 };
+  const to = { address: '2001:db8::a:2', port: 443 };
+  assert.equal(
+    proxyHeader('v1', v6, to).toString(),
+    'PROXY TCP6 2001:db8:0:0:0:0:0:1 2001:db8:0:0:0:0:a:2 5000 443\r\n',
+  );
+  const v2 = proxyHeader('v2', v6, to);
+  assert.deepEqual([v2[12], v2[13], v2.readUInt16BE(14), v2.length], [0x21, 0x21, 36, 16 + 36]);
+  assert.deepEqual([...v2.subarray(16, 32)], [0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 1]);
+  const mapped = proxyHeader('v1', { address: '::ffff:192.0.2.9', port: 1 }, { address: '::ffff:10.0.0.1', port: 2 });
+  assert.equal(mapped.toString(), 'PROXY TCP4 192.0.2.9 10.0.0.1 1 2\r\n', 'IPv4-mapped addresses as IPv4');
+  const mixed = [{ address: '192.0.2.9', port: 1 }, to] as const;
+  assert.equal(proxyHeader('v1', ...mixed).toString(), 'PROXY UNKNOWN\r\n');
+  assert.deepEqual([...proxyHeader('v2', ...mixed).subarray(12)], [0x20, 0, 0, 0], 'v2 LOCAL, no addresses');
+});
+
+test('address blocks: what is a block, and what a client matches', () => {
+  for (const block of ['0.0.0.0/0', '::/0', '192.0.2.0/24', '192.0.2.7', '2001:db8::/32', 'fe80::1/128'])
+    assert.ok(parseCidr(block), block);
+  for (const block of ['192.0.2.1/24', '2001:db8::1/32', '1.2.3.4/', '1.2.3.4/x', '1.2.3.4/8/8', '', '::1/129'])
+    assert.equal(parseCidr(block), null, block);
+  const gate = new Gate({
+    allow_sources: ['192.0.2.0/24', '2001:db8::/32'],
+    deny_sources: ['192.0.2.7'],
+    max_connections: null,
+    bandwidth_limit: null,
+    expires_at: null,
+  });
+  const admitted = ['192.0.2.1', '::ffff:192.0.2.200', '2001:db8:1::5', '192.0.2.7', '198.51.100.1', '2001:db9::1'].map(
+    (address) => gate.admit(address),
+  );
+  assert.deepEqual(admitted, [true, true, true, false, false, false]);
+  assert.equal(gate.drainRefused(), 3);
+  assert.equal(gate.drainRefused(), 0);
+});
