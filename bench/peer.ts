@@ -13,10 +13,7 @@ const db = new Database(join(process.argv[2]!, 'master.db'), { readonly: true, f
 const tokenStmt = db.prepare(`SELECT t.scopes, t.expires_at, u.scopes AS user_scopes, u.disabled
   FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.secret_hash = ?`);
 const nodeStmt = db.prepare('SELECT * FROM nodes WHERE id = ?');
-const nodesStmt = db.prepare('SELECT * FROM nodes WHERE id > ? ORDER BY id LIMIT ?');
-const rulesStmt = db.prepare('SELECT * FROM rules WHERE id > ? ORDER BY id LIMIT ?');
 const ruleStmt = db.prepare('SELECT * FROM rules WHERE id = ?');
-const auditStmt = db.prepare('SELECT * FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?');
 const tunnelStmt = db.prepare('SELECT * FROM tunnels WHERE id = ?');
 const tunnelsStmt = db.prepare('SELECT * FROM tunnels WHERE id > ? ORDER BY id LIMIT ?');
 const userStmt = db.prepare('SELECT * FROM users WHERE id = ?');
@@ -73,6 +70,29 @@ function nodeOf(row: Record<string, any>) {
   };
 }
 
+// A list's filters the way one writes them first: a condition for each query parameter given, the statement
+// prepared once per combination (as the master does; one written for every case would keep SQLite from the indexes).
+type Filters = Record<string, { sql: string; value: (text: string) => unknown }>;
+const filtered = new Map<string, ReturnType<typeof db.prepare>>();
+
+function page(table: string, filters: Filters, query: Record<string, string | undefined>, newestFirst = false) {
+  const used = Object.keys(filters).filter((name) => query[name] !== undefined);
+  const key = `${table}?${used.join()}`;
+  let statement = filtered.get(key);
+  if (!statement) {
+    const where = [newestFirst ? 'id < ?' : 'id > ?', ...used.map((name) => filters[name]!.sql)].join(' AND ');
+    statement = db.prepare(`SELECT * FROM ${table} WHERE ${where} ORDER BY id ${newestFirst ? 'DESC' : ''} LIMIT ?`);
+    filtered.set(key, statement);
+  }
+  const limit = Math.min(Number(query.limit ?? 50), 1000);
+  const start = query.cursor ? afterOf(query.cursor) : newestFirst ? Number.MAX_SAFE_INTEGER : 0;
+  const values = used.map((name) => filters[name]!.value(query[name]!));
+  return { rows: statement.all(start, ...values, limit + 1) as Record<string, any>[], limit };
+}
+
+const asBit = (text: string) => (text === 'true' ? 1 : 0);
+const asIs = (text: string) => text;
+
 function afterOf(cursor: string | undefined): number {
   return cursor ? Number(Buffer.from(cursor, 'base64url').toString().slice('id:'.length)) : 0;
 }
@@ -93,9 +113,15 @@ app.get<{ Params: { id: string } }>('/api/nodes/:id', async (request, reply) => 
   return nodeOf(row);
 });
 
-app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/nodes', async (request) => {
-  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
-  return pageOf(nodesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[], limit, nodeOf);
+const nodeFilters: Filters = {
+  status: { sql: 'status = ?', value: asIs },
+  tag: { sql: 'EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)', value: asIs },
+  q: { sql: "(name LIKE '%' || ? || '%')", value: asIs },
+};
+
+app.get<{ Querystring: Record<string, string | undefined> }>('/api/nodes', async (request) => {
+  const { rows, limit } = page('nodes', nodeFilters, request.query);
+  return pageOf(rows, limit, nodeOf);
 });
 
 function ruleOf(row: Record<string, any>) {
@@ -110,13 +136,21 @@ function ruleOf(row: Record<string, any>) {
     strategy: row.strategy,
     forwarding: row.forwarding,
     enabled: row.enabled === 1,
+    tags: JSON.parse(row.tags),
+    allow_sources: JSON.parse(row.allow_sources),
+    deny_sources: JSON.parse(row.deny_sources),
+    max_connections: row.max_connections,
+    bandwidth_limit: row.bandwidth_limit,
+    expires_at: row.expires_at,
+    proxy_protocol: row.proxy_protocol,
+    state: row.expired === 1 ? 'expired' : row.enabled === 1 ? 'active' : 'disabled',
     sync: {
       state: row.sync_state,
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
       applied_at: row.sync_applied_at,
       applied_path: row.sync_path,
     },
-    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out },
+    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out, refused: row.refused },
     version: row.version,
     created_at: row.created_at,
     updated_at: row.updated_at,
@@ -130,15 +164,27 @@ app.get<{ Params: { id: string } }>('/api/rules/:id', async (request, reply) => 
   return ruleOf(row);
 });
 
-app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/rules', async (request) => {
-  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
-  return pageOf(rulesStmt.all(afterOf(request.query.cursor), limit + 1) as Record<string, any>[], limit, ruleOf);
+const ruleFilters: Filters = {
+  node_id: { sql: 'node_id = ?', value: Number },
+  tunnel_id: { sql: 'tunnel_id = ?', value: Number },
+  enabled: { sql: 'enabled = ?', value: asBit },
+  protocol: { sql: 'protocol = ?', value: asIs },
+  tag: { sql: 'EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?)', value: asIs },
+  q: { sql: "name LIKE '%' || ? || '%'", value: asIs },
+};
+
+app.get<{ Querystring: Record<string, string | undefined> }>('/api/rules', async (request) => {
+  const { rows, limit } = page('rules', ruleFilters, request.query);
+  return pageOf(rows, limit, ruleOf);
 });
 
-app.get<{ Querystring: { limit?: string; cursor?: string } }>('/api/audit-logs', async (request) => {
-  const limit = Math.min(Number(request.query.limit ?? 50), 1000);
-  const before = request.query.cursor ? afterOf(request.query.cursor) : Number.MAX_SAFE_INTEGER;
-  const rows = auditStmt.all(before, limit + 1) as Record<string, any>[];
+const auditFilters: Filters = {
+  resource: { sql: 'resource = ?', value: asIs },
+  action: { sql: 'action = ?', value: asIs },
+};
+
+app.get<{ Querystring: Record<string, string | undefined> }>('/api/audit-logs', async (request) => {
+  const { rows, limit } = page('audit_log', auditFilters, request.query, true);
   return pageOf(rows, limit, (row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
 });
 
