@@ -196,6 +196,45 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     assert.deepEqual(saved.body.targets, [`127.0.0.1:${echo}`, '127.0.0.1:9']);
   });
 
+  await t.test(
+    "a rule's controls are set in its form, shown in its row, and kept through disable and enable",
+    async () => {
+      await page.getByRole('row', { name: /web/ }).getByRole('button', { name: 'Edit' }).click();
+      const dialog = page.getByRole('dialog');
+      await dialog.getByLabel('Allowed sources').fill('127.0.0.0/8');
+      await dialog.getByLabel('Most connections at once').fill('50');
+      await dialog.getByLabel('Bandwidth (bytes/s)').fill(String(100 * 2 ** 20));
+      await dialog.getByLabel('Quota (bytes)').fill(String(2 ** 40));
+      await dialog.getByLabel('Tags').fill('edge, web');
+      await dialog.getByRole('button', { name: 'Save' }).click();
+      await page.getByRole('status').getByText('Saved web-renamed').waitFor();
+      const controls = {
+        tags: ['edge', 'web'],
+        allow_sources: ['127.0.0.0/8'],
+        max_connections: 50,
+        bandwidth_limit: 100 * 2 ** 20,
+        quota: { bytes: 2 ** 40, period: 'month', direction: 'both', reset_day: 1, reset_hour: 0 },
+      };
+      const saved = (await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin })).body;
+      assert.deepEqual({ ...saved, ...controls }, saved);
+      const row = page.getByRole('row', { name: /web/ });
+      await row.getByText('allows 127.0.0.0/8').waitFor();
+      await row.getByText('at most 50 at once').waitFor();
+      await row.getByText(/^quota 0 B of 1\.0 TiB \(both\)/).waitFor();
+      for (const [button, enabled] of [
+        ['Disable', false],
+        ['Enable', true],
+      ] as const) {
+        await row.getByRole('button', { name: button }).click();
+        await until(`the rule ${enabled ? 'enabled' : 'disabled'}`, async () => {
+          const current = (await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin })).body;
+          return current.enabled === enabled && current;
+        }).then((current) => assert.deepEqual({ ...current, ...controls }, current, `${button} keeps the controls`));
+      }
+      await shot('rule-controls');
+    },
+  );
+
   await t.test('rules are synced and deleted by selection', async () => {
     const extra = (await rule(m, { name: 'extra', node_id: edge.id, listen_port: await freePort() })).body;
     const bulk = page.getByRole('group', { name: 'Selected rules' });

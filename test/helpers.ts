@@ -18,7 +18,7 @@ import type { RuleFields } from '../internal/domain/rules.ts';
 export const NO_CONTROLS: Pick<
   RuleFields,
   'tags' | 'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'proxy_protocol'
-> = {
+> & { quota: null } = {
   tags: [],
   allow_sources: [],
   deny_sources: [],
@@ -26,6 +26,7 @@ export const NO_CONTROLS: Pick<
   bandwidth_limit: null,
   expires_at: null,
   proxy_protocol: 'none',
+  quota: null,
 };
 
 export const ADMIN_PASSWORD = 'admin-password-for-tests';

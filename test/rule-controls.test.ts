@@ -6,6 +6,7 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
+import { quotaPeriodAt, type Quota } from '../internal/domain/quota.ts';
 import { Gate } from '../internal/relay/gate.ts';
 import { proxyHeader } from '../internal/relay/proxy-protocol.ts';
 import { parseCidr } from '../internal/schema/net.ts';
@@ -365,6 +366,7 @@ test('address blocks: what is a block, and what a client matches', () => {
     max_connections: null,
     bandwidth_limit: null,
     expires_at: null,
+    quota: null,
   });
   const admitted = ['192.0.2.1', '::ffff:192.0.2.200', '2001:db8:1::5', '192.0.2.7', '198.51.100.1', '2001:db9::1'].map(
     (address) => gate.admit(address),
@@ -372,4 +374,127 @@ test('address blocks: what is a block, and what a client matches', () => {
   assert.deepEqual(admitted, [true, true, true, false, false, false]);
   assert.equal(gate.drainRefused(), 3);
   assert.equal(gate.drainRefused(), 0);
+});
+
+test('quota periods: a day from its hour, a month from its day and hour, in UTC', () => {
+  const at = (iso: string) => Date.parse(iso);
+  const period = (quota: Partial<Quota>, now: string) => {
+    const { start, next } = quotaPeriodAt(
+      { bytes: 1, period: 'month', direction: 'both', reset_day: 1, reset_hour: 0, ...quota },
+      at(now),
+    );
+    return [new Date(start).toISOString(), next === null ? null : new Date(next).toISOString()];
+  };
+  const cases: [Partial<Quota>, string, string, string | null][] = [
+    [{ period: 'day', reset_hour: 6 }, '2026-11-26T05:59:59Z', '2026-11-25T06:00:00.000Z', '2026-11-26T06:00:00.000Z'],
+    [{ period: 'day', reset_hour: 6 }, '2026-11-26T06:00:00Z', '2026-11-26T06:00:00.000Z', '2026-11-27T06:00:00.000Z'],
+    [{ reset_day: 15, reset_hour: 12 }, '2026-11-15T11:00:00Z', '2026-10-15T12:00:00.000Z', '2026-11-15T12:00:00.000Z'],
+    [{ reset_day: 15, reset_hour: 12 }, '2026-11-15T12:00:00Z', '2026-11-15T12:00:00.000Z', '2026-12-15T12:00:00.000Z'],
+    [{ reset_day: 28 }, '2027-01-10T00:00:00Z', '2026-12-28T00:00:00.000Z', '2027-01-28T00:00:00.000Z'],
+    [{ reset_day: 1 }, '2026-12-31T23:59:59Z', '2026-12-01T00:00:00.000Z', '2027-01-01T00:00:00.000Z'],
+    [{ period: 'none' }, '2026-11-26T10:00:00Z', '2026-11-26T10:00:00.000Z', null],
+  ];
+  for (const [quota, now, start, next] of cases)
+    assert.deepEqual(period(quota, now), [start, next], `${JSON.stringify(quota)} at ${now}`);
+});
+
+test('a spent quota stops the rule on its node (quota_exceeded, 409 to re-enable) until a new period', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  // An echo target that counts what reaches it.
+  let received = 0;
+  const target = createServer((socket) => {
+    socket.on('data', (chunk) => (received += chunk.length));
+    socket.pipe(socket);
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(target, 'listening');
+  t.after(() => target.close());
+  const port = await freePort();
+  const QUOTA = 256 * 1024;
+  const made = await rule(m, {
+    node_id: n.id,
+    listen_port: port,
+    targets: [`127.0.0.1:${(target.address() as AddressInfo).port}`],
+    quota: { bytes: QUOTA, period: 'day', direction: 'in' },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  assert.deepEqual(Object.keys(made.body.quota_usage), ['used_bytes', 'period_started_at', 'resets_at']);
+  assert.equal(made.body.quota_usage.used_bytes, 0);
+  const { period_started_at, resets_at } = made.body.quota_usage;
+  assert.equal(Date.parse(resets_at) - Date.parse(period_started_at), 86_400_000);
+  await applied(m, made.body.id);
+
+  // One client sends far more than the quota: the node ends it once the quota is spent.
+  const socket = connect({ host: '127.0.0.1', port });
+  socket.resume();
+  socket.on('error', () => undefined);
+  await once(socket, 'connect');
+  const chunk = Buffer.alloc(16 * 1024, 2);
+  const push = () => {
+    while (!socket.destroyed && socket.write(chunk));
+  };
+  socket.on('drain', push);
+  const closed = new Promise((resolve) => socket.on('close', resolve));
+  push();
+  await closed;
+  assert.ok(received > 0 && received <= QUOTA + 256 * 1024, `${received} bytes reached the target for ${QUOTA}`);
+  assert.equal(await exchange(port), '', 'a new client is refused at once');
+
+  const spent = await until('the master to mark the quota spent', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+    return current.state === 'quota_exceeded' && current;
+  });
+  assert.equal(spent.enabled, false);
+  assert.ok(spent.quota_usage.used_bytes >= QUOTA);
+  const audit = await call(m.url, 'GET', `/api/audit-logs?resource=rule&resource_id=${made.body.id}`, {
+    token: m.admin,
+  });
+  assert.ok(audit.body.items.some((e: { action: string }) => e.action === 'rule.quota_exceeded'));
+  const { id: _i, state: _s, quota_usage: _q, sync: _y, traffic: _t, version: _v, ...writable } = spent;
+  const { created_at: _c, updated_at: _u, ...fields } = writable;
+  const again = await call(m.url, 'PUT', `/api/rules/${made.body.id}`, {
+    token: m.admin,
+    body: { ...fields, enabled: true },
+  });
+  assertProblem(again, 409, 'conflict');
+  assert.match(again.body.detail, /used \d+ of its 262144 bytes this period/);
+
+  // The period ends (brought forward here, rather than waited for): the count starts over and the rule forwards.
+  m.app.store.write(() =>
+    m.app.store.db
+      .prepare('UPDATE rules SET quota_resets_at = ? WHERE id = ?')
+      .run('2020-01-01T00:00:00Z', made.body.id),
+  );
+  const reset = await until('the new period', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+    return current.state === 'active' && current;
+  });
+  assert.equal(reset.enabled, true);
+  assert.equal(reset.quota_usage.used_bytes, 0);
+  await applied(m, made.body.id);
+  assert.equal(await exchange(port), 'ping');
+});
+
+test('a quota is validated as a whole and its fields one by one', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const base = { name: 'q', node_id: n.id, protocol: 'tcp', listen_port: 9000, targets: ['192.0.2.1:80'] };
+  for (const [quota, pointer] of [
+    [{ bytes: 0 }, '#/quota/bytes'],
+    [{ bytes: 10, reset_day: 29 }, '#/quota/reset_day'],
+    [{ bytes: 10, reset_hour: 24 }, '#/quota/reset_hour'],
+    [{ bytes: 10, period: 'week' }, '#/quota/period'],
+    [{ bytes: 10, direction: 'up' }, '#/quota/direction'],
+    [{ period: 'day' }, '#/quota/bytes'],
+  ] as const) {
+    const answer = await call(m.url, 'POST', '/api/rules', { token: m.admin, body: { ...base, quota } });
+    assertProblem(answer, 422, 'validation_failed');
+    assert.deepEqual(
+      answer.body.errors.map((e: { pointer: string }) => e.pointer),
+      [pointer],
+    );
+  }
+  const made = await rule(m, { ...base, quota: { bytes: 1000 } });
+  assert.deepEqual(made.body.quota, { bytes: 1000, period: 'month', direction: 'both', reset_day: 1, reset_hour: 0 });
 });

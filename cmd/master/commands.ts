@@ -3,6 +3,7 @@
 // FILE`, `master reset-password [--data-dir DIR] USERNAME` and `master wait-ready [--data-dir
 // DIR] PID`.
 
+import { SYSTEM_ACTOR } from '../../internal/store/audit.ts';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hashPassword, MIN_PASSWORD } from '../../internal/auth/secrets.ts';
@@ -99,7 +100,7 @@ export async function runCommand(command: Command, stdin: () => string): Promise
       store.users.setPassword(user.id, hash, clock.timestamp());
       const ended = store.tokens.deleteForUser(user.id, ['session']);
       store.audit.record(
-        { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
+        SYSTEM_ACTOR,
         {
           action: 'user.reset_password',
           resource: 'user',

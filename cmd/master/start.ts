@@ -2,6 +2,7 @@
 // 503 `starting` until the rest is done), bootstraps the first admin, then serves and marks
 // itself ready. Returns a handle that closes it all in order.
 
+import { SYSTEM_ACTOR } from '../../internal/store/audit.ts';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AgentLinks } from '../../internal/agentlink/server.ts';
@@ -17,7 +18,7 @@ import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
-import { expireRules } from '../../internal/api/rules.ts';
+import { tickRules } from '../../internal/api/rules.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { issueTunnelKeys } from '../../internal/tunnel/keys.ts';
@@ -63,7 +64,7 @@ async function bootstrapAdmin(store: Store, log: Logger, password: string | null
       now,
     );
     store.audit.record(
-      { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
+      SYSTEM_ACTOR,
       {
         action: 'user.create',
         resource: 'user',
@@ -252,7 +253,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     http.server.on('upgrade', links.handleUpgrade);
     let timer: NodeJS.Timeout;
-    let expiryTimer: NodeJS.Timeout;
+    let ruleClock: NodeJS.Timeout;
     try {
       // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
       await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
@@ -266,10 +267,10 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           }
         });
       }, MAINTENANCE_INTERVAL_MS).unref();
-      // Rules whose expires_at has come stop within a second of it.
-      expiryTimer = setInterval(() => {
+      // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually.
+      ruleClock = setInterval(() => {
         if (app.draining) return;
-        expireRules(app).catch((error: Error) => log.error('expiring rules failed', { error: error.message }));
+        tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
       }, 1000).unref();
       lifecycle.starting = false;
       markReady(config.dataDir, http.url);
@@ -309,7 +310,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           app.draining = true;
           clearReady(config.dataDir);
           clearInterval(timer);
-          clearInterval(expiryTimer);
+          clearInterval(ruleClock);
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
           await batches.close();

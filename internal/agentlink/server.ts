@@ -30,7 +30,8 @@ import {
 } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
 import { sourceOf } from '../schema/net.ts';
-import { forwardRuleOf } from '../domain/rules.ts';
+import { forwardRuleOf, type Rule } from '../domain/rules.ts';
+import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
   AGENT_LINE_BYTES,
   checkMessage,
@@ -500,6 +501,27 @@ export class AgentLinks {
     });
   }
 
+  /** Inside the write that spent it: records that `rule`'s quota stopped it, and sends its nodes the change. */
+  private quotaSpent(rule: Rule): void {
+    const { store } = this.app;
+    store.audit.record(
+      SYSTEM_ACTOR,
+      {
+        action: 'rule.quota_exceeded',
+        resource: 'rule',
+        resource_id: rule.id,
+        status: 'success',
+        changes: { before: { state: 'active' }, after: { state: rule.state, quota_usage: rule.quota_usage } },
+      },
+      this.app.clock.timestamp(),
+    );
+    const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
+    for (const nodeId of exit === undefined ? [rule.node_id] : [rule.node_id, exit]) {
+      store.nodes.bumpConfig(nodeId);
+      store.db.afterCommit(() => this.app.sync.configChanged(nodeId));
+    }
+  }
+
   private traffic(link: Link, report: TrafficMessage): void {
     const { nodeId } = link;
     const twice = repeated(report.rules);
@@ -521,6 +543,7 @@ export class AgentLinks {
       const at = Math.max(oldest, Math.min(report.at, nowSeconds));
       for (const rule of report.rules)
         store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out, rule.refused);
+      for (const rule of store.rules.spendQuotas(report.rules.map((r) => r.id))) this.quotaSpent(rule);
       store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.clock.timestamp());
       store.nodes.seen(nodeId, this.app.clock.timestamp());
     });

@@ -300,6 +300,7 @@ const batchUpdateInput = object(
         bandwidth_limit: optional(controls.bandwidth_limit.schema),
         expires_at: optional(controls.expires_at.schema),
         proxy_protocol: optional(controls.proxy_protocol.schema),
+        quota: optional(controls.quota.schema),
       },
       { name: 'RuleChanges' },
     ),

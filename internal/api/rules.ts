@@ -34,7 +34,9 @@ import {
   type RuleFields,
   type TargetPolicy,
 } from '../domain/rules.ts';
+import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
+import { SYSTEM_ACTOR } from '../store/audit.ts';
 import type { Claim } from '../store/ports.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
@@ -140,6 +142,48 @@ export const ruleInput = object(
       ),
       null,
     ),
+    quota: optional(
+      nullable(
+        object(
+          {
+            bytes: integer({
+              min: 1,
+              max: Number.MAX_SAFE_INTEGER,
+              description: 'Bytes the rule may carry per period, counted as direction says.',
+            }),
+            period: optional(
+              oneOf(quotaPeriods, {
+                description: 'When the count starts over: every day, every month, or never (none).',
+              }),
+              'month',
+            ),
+            direction: optional(
+              oneOf(quotaDirections, {
+                description: 'Which bytes count: in (client to target), out (back to the client), or both.',
+              }),
+              'both',
+            ),
+            reset_day: optional(
+              integer({ min: 1, max: 28, description: 'The day of the month a monthly period starts (UTC).' }),
+              1,
+            ),
+            reset_hour: optional(
+              integer({ min: 0, max: 23, description: 'The hour (UTC) a daily or monthly period starts.' }),
+              0,
+            ),
+          },
+          {
+            name: 'Quota',
+            description:
+              'When the period has used it up, the master disables the rule (state quota_exceeded, audited as ' +
+              'rule.quota_exceeded); setting enabled true again is 409 until the period starts over (which enables ' +
+              'it again) or bytes is raised past quota_usage.used_bytes. The node holds the rule to it by itself ' +
+              'too, ending its connections when spent, so a master away does not let it run over.',
+          },
+        ),
+      ),
+      null,
+    ),
     proxy_protocol: optional(
       oneOf(proxyProtocols, {
         description:
@@ -150,7 +194,10 @@ export const ruleInput = object(
       'none',
     ),
   },
-  { name: 'RuleInput', ignore: ['id', 'state', 'sync', 'traffic', 'version', 'created_at', 'updated_at'] },
+  {
+    name: 'RuleInput',
+    ignore: ['id', 'state', 'quota_usage', 'sync', 'traffic', 'version', 'created_at', 'updated_at'],
+  },
 );
 export type RuleInput = Infer<typeof ruleInput>;
 
@@ -172,10 +219,35 @@ export const ruleSchema = record('Rule', {
   bandwidth_limit: { type: ['integer', 'null'] },
   expires_at: nullableTimestamp,
   proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
+  quota: {
+    type: ['object', 'null'],
+    required: ['bytes', 'period', 'direction', 'reset_day', 'reset_hour'],
+    properties: {
+      bytes: { type: 'integer' },
+      period: { type: 'string', enum: [...quotaPeriods] },
+      direction: { type: 'string', enum: [...quotaDirections] },
+      reset_day: { type: 'integer' },
+      reset_hour: { type: 'integer' },
+    },
+    additionalProperties: false,
+  },
   state: {
     type: 'string',
     enum: [...ruleStates],
-    description: 'active: forwarding; disabled: enabled is false; expired: past expires_at.',
+    description:
+      'active: forwarding; disabled: enabled is false; expired: past expires_at; quota_exceeded: the quota is ' +
+      'spent for this period.',
+  },
+  quota_usage: {
+    type: ['object', 'null'],
+    description: "What the quota's current period has counted; null without a quota.",
+    required: ['used_bytes', 'period_started_at', 'resets_at'],
+    properties: {
+      used_bytes: { type: 'integer' },
+      period_started_at: timestamp,
+      resets_at: { ...nullableTimestamp, description: 'When the period starts over; null for period none.' },
+    },
+    additionalProperties: false,
   },
   sync: {
     type: 'object',
@@ -267,6 +339,19 @@ function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: 
   if (errors.length > 0) throw validationFailed(errors);
 }
 
+/** Throws `conflict` when `fields` would enable `current` while its quota's period has nothing left. */
+function checkQuotaLeft(current: Rule, fields: RuleFields): void {
+  if (!fields.enabled || current.enabled || !fields.quota || !current.quota_usage) return;
+  const { used_bytes, resets_at } = current.quota_usage;
+  if (used_bytes < fields.quota.bytes) return;
+  throw new DomainError(
+    'conflict',
+    `rule ${current.id} has used ${used_bytes} of its ${fields.quota.bytes} bytes this period: it can be enabled ` +
+      `${resets_at ? `after ${resets_at}, when the period starts over, ` : ''}with quota.bytes above ${used_bytes}`,
+    { data: { state: current.state, quota_usage: current.quota_usage } },
+  );
+}
+
 /** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
 export function insertRule(app: Writer, effects: Effects, fields: RuleFields): Rule {
   return insertRules(app, effects, [fields])[0]!;
@@ -318,6 +403,7 @@ export function replaceRule(app: Writer, effects: Effects, id: number, fields: R
   checkIfMatch(ifMatch, current.version);
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
+  checkQuotaLeft(current, fields);
   const updated = app.store.rules.update(id, fields, app.timestamp());
   touchRule(app, effects, current);
   touchRule(app, effects, updated);
@@ -364,23 +450,51 @@ export function removeRule(app: Writer, effects: Effects, id: number, ifMatch?: 
   effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: id, changes: { before: current } });
 }
 
-/** The master's own writes: what its clock does to rules, audited as the system. */
-const BY_THE_MASTER: WriteCtx = {
-  actor: { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null },
-  action: 'rule.expire',
-  get caller(): never {
-    throw new Error('the master acts on its own, for no caller');
-  },
-};
+/** The master's own writes (`action`): what its clock does to rules, audited as the system. */
+function byTheMaster(action: string): WriteCtx {
+  return {
+    actor: SYSTEM_ACTOR,
+    action,
+    get caller(): never {
+      throw new Error('the master acts on its own, for no caller');
+    },
+  };
+}
+
+/** What the master's clock does to rules each second: expiries that have come, quota periods that have ended. */
+export async function tickRules(app: App): Promise<void> {
+  await expireRules(app);
+  await resetQuotas(app);
+}
+
+/**
+ * Starts the next period of each quota whose period has ended: its count starts over and a rule its quota stopped is
+ * enabled again (audited as rule.quota_reset); their nodes get the new period. Looks before it writes.
+ */
+async function resetQuotas(app: App): Promise<void> {
+  if (!app.store.rules.anyQuotaResetDue(app.timestamp())) return;
+  await transact(app, byTheMaster('rule.quota_reset'), (effects) => {
+    for (const rule of app.store.rules.resetQuotas(app.timestamp())) {
+      touchRule(app, effects, rule);
+      if (rule.state !== 'quota_exceeded') continue;
+      effects.audit({
+        action: 'rule.quota_reset',
+        resource: 'rule',
+        resource_id: rule.id,
+        changes: { before: { state: rule.state, quota_usage: rule.quota_usage }, after: { state: 'active' } },
+      });
+    }
+  });
+}
 
 /**
  * Marks the rules whose expires_at has come expired, each audited, and sends their nodes the change (which stops them;
  * each node also stops them at that time itself). Returns how many; looks before it writes, so a call with none due
  * costs one indexed read.
  */
-export async function expireRules(app: App): Promise<number> {
+async function expireRules(app: App): Promise<number> {
   if (!app.store.rules.anyDue(app.timestamp())) return 0;
-  return transact(app, BY_THE_MASTER, (effects) => {
+  return transact(app, byTheMaster('rule.expire'), (effects) => {
     const due = app.store.rules.expire(app.timestamp());
     for (const rule of due) {
       touchRule(app, effects, rule);

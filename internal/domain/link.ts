@@ -15,6 +15,7 @@ import {
   string,
   type Infer,
 } from '../schema/schema.ts';
+import { quotaDirections } from './quota.ts';
 import { forwardings, paths, protocols, proxyProtocols, ruleErrorCodes, strategies } from './rules.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
@@ -90,6 +91,18 @@ export const configMessage = object({
       bandwidth_limit: optional(nullable(integer({ min: MIN_BANDWIDTH, max: MAX_BANDWIDTH })), null),
       expires_at: optional(nullable(dateTime()), null),
       proxy_protocol: optional(oneOf(proxyProtocols), 'none'),
+      /** The rule's quota as the node enforces it (see ForwardQuota); absent from masters older than quotas. */
+      quota: optional(
+        nullable(
+          object({
+            bytes: integer({ min: 1, max: Number.MAX_SAFE_INTEGER }),
+            direction: oneOf(quotaDirections),
+            period_start: dateTime(),
+            used: COUNT,
+          }),
+        ),
+        null,
+      ),
     }),
     { max: 200_000 },
   ),

@@ -2,6 +2,7 @@
 // shows it, the master sends its forwarding part to a node, the agent applies it.
 
 import { localKind } from '../schema/net.ts';
+import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
 export type Protocol = (typeof protocols)[number];
@@ -15,8 +16,11 @@ export type Forwarding = (typeof forwardings)[number];
 /** What a node sends a rule's target first on each TCP connection: nothing, or the client's address (PROXY v1/v2). */
 export const proxyProtocols = ['none', 'v1', 'v2'] as const;
 export type ProxyProtocol = (typeof proxyProtocols)[number];
-/** Whether a rule forwards: active, disabled by its writer, or stopped by the master (past its expires_at). */
-export const ruleStates = ['active', 'disabled', 'expired'] as const;
+/**
+ * Whether a rule forwards: active, disabled by its writer, or stopped by the master: past its expires_at, or its quota
+ * spent for the period (until the period starts over, or the quota is raised).
+ */
+export const ruleStates = ['active', 'disabled', 'expired', 'quota_exceeded'] as const;
 export type RuleState = (typeof ruleStates)[number];
 /** How a node carried a rule it applied. */
 export const paths = ['kernel', 'relay'] as const;
@@ -46,6 +50,8 @@ export interface RuleFields {
   /** When the rule stops forwarding (state expired); null: never. */
   expires_at: string | null;
   proxy_protocol: ProxyProtocol;
+  /** How much the rule may carry per period; null: no limit. */
+  quota: Quota | null;
 }
 
 /** The fields a rule's writer sets, each once: what create, replace, import and batch update copy. */
@@ -66,6 +72,7 @@ export const ruleFieldNames = [
   'bandwidth_limit',
   'expires_at',
   'proxy_protocol',
+  'quota',
 ] as const satisfies readonly (keyof RuleFields)[];
 
 /** The writable fields of `from` (a rule, or input that has them), and nothing else. */
@@ -77,6 +84,8 @@ export function ruleFieldsOf(from: RuleFields): RuleFields {
 export interface Rule extends RuleFields {
   id: number;
   state: RuleState;
+  /** What the quota's period has used; null without a quota. */
+  quota_usage: QuotaUsage | null;
   sync: {
     state: SyncState;
     error: { code: string; detail: string } | null;
@@ -108,9 +117,23 @@ export interface ForwardRule extends Pick<
   | 'bandwidth_limit'
   | 'expires_at'
   | 'proxy_protocol'
-> {}
+> {
+  /** The rule's quota as its node enforces it; null without one. */
+  quota: ForwardQuota | null;
+}
 
-/** What the node is sent of `rule`: enabled only while the rule is active (not expired). */
+/**
+ * What a node needs to hold a rule to its quota: the limit, what counts, which period (a new start means the count
+ * starts over) and what the master had counted of it when it sent this.
+ */
+export interface ForwardQuota {
+  bytes: number;
+  direction: QuotaDirection;
+  period_start: string;
+  used: number;
+}
+
+/** What the node is sent of `rule`: enabled only while the rule is active (not expired, its quota not spent). */
 export function forwardRuleOf(rule: Rule): ForwardRule {
   return {
     id: rule.id,
@@ -127,6 +150,15 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     bandwidth_limit: rule.bandwidth_limit,
     expires_at: rule.expires_at,
     proxy_protocol: rule.proxy_protocol,
+    quota:
+      rule.quota && rule.quota_usage
+        ? {
+            bytes: rule.quota.bytes,
+            direction: rule.quota.direction,
+            period_start: rule.quota_usage.period_started_at,
+            used: rule.quota_usage.used_bytes,
+          }
+        : null,
   };
 }
 

@@ -89,6 +89,8 @@ function relayOnlyControls(rule: ForwardRule): string[] {
     rule.allow_sources.length > 0 ? 'allow_sources' : '',
     rule.deny_sources.length > 0 ? 'deny_sources' : '',
     rule.max_connections !== null ? 'max_connections' : '',
+    rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
+    rule.quota !== null ? 'quota' : '',
     rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
   ].filter(Boolean);
 }
@@ -499,6 +501,10 @@ export class Forwarder {
       await Promise.all(relays.map((relay) => relay.close().catch(() => undefined)));
       return { id: rule.id, state: 'failed', error: bindError(error as NodeJS.ErrnoException, rule) };
     }
+    // A spent quota ends what the rule carries; new clients meet the gate's refusal.
+    gate.onSpent = () => {
+      for (const relay of relays) relay.endAll();
+    };
     this.listeners.set(rule.id, { key: listenerKey(rule), relays, gate, picker, targets: rule.targets });
     return { id: rule.id, state: 'applied', error: null };
   }

@@ -14,7 +14,7 @@ import type { Clock } from '../runtime/clock.ts';
 import type { Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
-import type { Actor } from '../store/audit.ts';
+import { SYSTEM_ACTOR } from '../store/audit.ts';
 import { DomainError } from '../errors/errors.ts';
 import { agentEnvironment, envFile, type MasterDial } from './agent-env.ts';
 import { agentBundle } from './bundle.ts';
@@ -355,7 +355,6 @@ export class Installer {
   private async finish(nodeId: number, mode: InstallMode, error: string | null): Promise<void> {
     const { store } = this.app;
     if (this.app.draining) return;
-    const system: Actor = { actor_type: 'system', actor_id: null, actor_name: 'system', ip: null, request_id: null };
     await store.db.writeInTurn(() => {
       if (!store.nodes.exists(nodeId)) return;
       store.nodes.installProgress(
@@ -372,7 +371,7 @@ export class Installer {
         this.app.clock.timestamp(),
       );
       store.audit.record(
-        system,
+        SYSTEM_ACTOR,
         {
           action: `node.${mode}`,
           resource: 'node',

@@ -8,7 +8,7 @@ import { isIP, isIPv6, type LookupFunction } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { localKind } from '../schema/net.ts';
-import type { Buckets } from './gate.ts';
+import type { Gate } from './gate.ts';
 import { forward, readingSocket } from './reads.ts';
 import type { Target, TargetPicker } from './targets.ts';
 
@@ -128,13 +128,13 @@ function tryTargets(
 /**
  * Relays between a client and its upstream until either ends: half-close passes through (one
  * side's end becomes the other's end), back-pressure pauses the side read, an error on one side ends both. With
- * `buckets` (a rule's bandwidth limit), each way waits for its bucket.
+ * the rule's `gate`, each way is counted against its quota and waits for its bandwidth.
  */
 export function splice(
   client: Duplex,
   upstream: Duplex,
   release: Release = (gone) => gone.destroy(),
-  buckets: Buckets | null = null,
+  gate: Gate | null = null,
 ): void {
   if (client.destroyed) return release(upstream);
   upstream.on('error', () => client.destroy());
@@ -142,8 +142,8 @@ export function splice(
   upstream.on('close', () => {
     if (!client.writableEnded) client.destroy();
   });
-  forward(client, upstream, buckets && { buckets, way: 'in' });
-  forward(upstream, client, buckets && { buckets, way: 'out' });
+  forward(client, upstream, gate && { gate, way: 'in' });
+  forward(upstream, client, gate && { gate, way: 'out' });
   client.resume();
 }
 

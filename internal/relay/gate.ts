@@ -1,17 +1,26 @@
-// Who may use a rule, how many at once and how fast: its allow and deny lists of address blocks, its max_connections,
-// its expiry, and the token buckets of its bandwidth_limit. One gate serves a rule's TCP and UDP relays, so a tcp+udp
-// rule's connections and sessions count (and share the bandwidth) together, and it counts what it turns away (the
-// rule's traffic.refused), the node's own limits' refusals included.
+// Who may use a rule, how many at once, how fast and how much: its allow and deny lists of address blocks, its
+// max_connections, its expiry, the token buckets of its bandwidth_limit and its quota. One gate serves a rule's TCP and
+// UDP relays, so a tcp+udp rule's connections and sessions count (and share the bandwidth and quota) together, and it
+// counts what it turns away (the rule's traffic.refused), the node's own limits' refusals included.
+//
+// The quota is held here, not only by the master: the gate counts the bytes the quota bills as they pass, from the
+// count the master last sent for the period, and once spent refuses new clients and ends the open ones (onSpent). The
+// master's count lags by what the node had not reported yet when it sent its config; the gate's does not, so what
+// the rule carries past its quota is what was in flight (a read, at most 256 KiB a connection), also while the
+// master is away.
 
 import { BlockList } from 'node:net';
 import { parseCidr } from '../schema/net.ts';
-import type { ForwardRule } from '../domain/rules.ts';
+import type { ForwardQuota, ForwardRule } from '../domain/rules.ts';
 import { TokenBucket } from './bucket.ts';
 
 export type GateRule = Pick<
   ForwardRule,
-  'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at'
+  'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'quota'
 >;
+
+/** A direction of a rule's bytes: in (client to target) or out (back). */
+export type Way = keyof Buckets;
 
 /** The buckets a rule's bytes go through: in (client to target) and out (back); null where it has no limit. */
 export interface Buckets {
@@ -45,7 +54,13 @@ export class Gate {
   private open = 0;
   private refused = 0;
   /** Replaced only when the limit comes or goes, so that connections open keep sharing them. */
-  readonly buckets: Buckets = { in: null, out: null };
+  private readonly buckets: Buckets = { in: null, out: null };
+  private quota: ForwardQuota | null = null;
+  /** What this node counted of the quota's period, since it first had it. */
+  private quotaCount = 0;
+  private spent = false;
+  /** Called when the quota is spent: the rule's connections and sessions are to end. */
+  onSpent: () => void = () => undefined;
 
   constructor(rule: GateRule) {
     this.update(rule);
@@ -63,11 +78,46 @@ export class Gate {
       else if (this.buckets[way]) this.buckets[way].setRate(rate);
       else this.buckets[way] = new TokenBucket(rate);
     }
+    if (rule.quota?.period_start !== this.quota?.period_start) this.quotaCount = 0;
+    this.quota = rule.quota;
+    this.spent = false;
+    this.count(0);
+  }
+
+  /** Whether `way` waits for a bucket (its reads are kept small then). */
+  throttles(way: Way): boolean {
+    return this.buckets[way] !== null;
+  }
+
+  /** Counts `bytes` gone `way`; returns how many milliseconds that way is to wait before it moves more. */
+  flowed(way: Way, bytes: number): number {
+    this.bill(way, bytes);
+    return this.buckets[way]?.take(bytes) ?? 0;
+  }
+
+  /** Whether a datagram of `bytes` may go `way` (within the bandwidth and the quota); counts it if so. */
+  datagram(way: Way, bytes: number): boolean {
+    if (this.spent || this.buckets[way]?.tryTake(bytes) === false) return false;
+    this.bill(way, bytes);
+    return true;
+  }
+
+  /** Counts bytes gone `way` against the quota, where its direction bills them. */
+  private bill(way: Way, bytes: number): void {
+    if (this.quota && (this.quota.direction === 'both' || this.quota.direction === way)) this.count(bytes);
+  }
+
+  private count(bytes: number): void {
+    if (!this.quota) return;
+    this.quotaCount += bytes;
+    if (this.spent || Math.max(this.quota.used, this.quotaCount) < this.quota.bytes) return;
+    this.spent = true;
+    this.onSpent();
   }
 
   /** Whether a client at `address` may be carried; one that may counts as open until `release`. */
   admit(address: string): boolean {
-    if (Date.now() >= this.expiresAtMs || !this.allows(address) || this.open >= this.max) {
+    if (this.spent || Date.now() >= this.expiresAtMs || !this.allows(address) || this.open >= this.max) {
       this.refused++;
       return false;
     }

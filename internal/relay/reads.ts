@@ -10,20 +10,19 @@
 // whole leaves nothing queued on the sink and reading goes on; otherwise the socket stops reading until that write's
 // callback (back-pressure, one write in flight per direction).
 //
-// A rule with a bandwidth_limit has its reads taken from a token bucket (bucket.ts): a read that leaves it in debt
-// stops the socket until the debt is paid, and such a socket reads no more than 16 KiB at a time, which bounds by how
-// much one read can run ahead of the rate.
+// Each read is told to the rule's gate (gate.ts), which counts it against the rule's quota and takes it from the
+// token bucket of its bandwidth_limit: a read that leaves the bucket in debt stops the socket until the debt is paid,
+// and such a socket reads no more than 16 KiB at a time, which bounds by how much one read can run ahead of the rate.
 
 import { Socket, type OnReadOpts } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import type { Duplex, Writable } from 'node:stream';
-import type { TokenBucket } from './bucket.ts';
-import type { Buckets } from './gate.ts';
+import type { Gate, Way } from './gate.ts';
 
-/** Where a direction of a relayed connection takes its bandwidth from: the rule's buckets, read at each read. */
+/** The rule a direction of a relayed connection belongs to, and which direction it is. */
 export interface Limit {
-  buckets: Buckets;
-  way: keyof Buckets;
+  gate: Gate;
+  way: Way;
 }
 
 const FIRST_BYTES = 16 * 1024;
@@ -67,12 +66,12 @@ class Reader {
     const sink = this.sink;
     // Reading starts only once there is a sink (sockets are made paused); one that has gone ends the relay elsewhere.
     if (!sink || sink.destroyed || sink.writableEnded) return false;
-    const bucket = this.limit ? this.limit.buckets[this.limit.way] : null;
+    const limit = this.limit;
     const read = this.buffer;
-    if (bytes === read.length && !bucket) {
+    if (bytes === read.length && !limit?.gate.throttles(limit.way)) {
       if (read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
     } else if (read.length > FIRST_BYTES) this.buffer = Buffer.allocUnsafeSlow(FIRST_BYTES);
-    this.throttle(bucket, bytes);
+    if (limit) this.throttle(limit.gate.flowed(limit.way, bytes));
     if (this.copies) {
       // As pipe(): the sink buffers up to its high-water mark.
       if (!sink.write(Buffer.from(read.subarray(0, bytes)))) {
@@ -86,9 +85,8 @@ class Reader {
     return !this.waiting && !this.throttled;
   }
 
-  /** Takes `bytes` from the bucket; in debt, the socket waits it out. */
-  private throttle(bucket: TokenBucket | null, bytes: number): void {
-    const wait = bucket ? bucket.take(bytes) : 0;
+  /** Makes the socket wait `wait` ms (a debt to its rule's bucket) before it reads again. */
+  private throttle(wait: number): void {
     if (wait === 0) return;
     this.throttled = true;
     setTimeout(this.paid, wait);
@@ -148,19 +146,19 @@ export function readBufferBytes(socket: Socket): number | undefined {
 
 /**
  * Sends what `from` reads to `to`, and its end as `to`'s end; back-pressure from `to` pauses `from`, and so does a
- * debt to `limit`'s bucket.
+ * debt to the bucket of `limit`'s rule, which counts what goes through.
  */
 export function forward(from: Duplex, to: Writable, limit: Limit | null = null): void {
   const reader = from instanceof Socket ? readers.get(from) : undefined;
   if (reader) reader.sendTo(to, limit);
   else if (!limit) return void from.pipe(to);
-  else throttledPipe(from, to, limit);
+  else meteredPipe(from, to, limit);
   from.once('end', () => to.end());
   from.resume();
 }
 
-/** pipe(), but for a stream (a tunnel's) whose rule has a bandwidth limit: paused while `to` is full or in debt. */
-function throttledPipe(from: Duplex, to: Writable, limit: Limit): void {
+/** pipe(), for a stream (a tunnel's) the gate counts: paused while `to` is full or the rule's bucket in debt. */
+function meteredPipe(from: Duplex, to: Writable, limit: Limit): void {
   let holds = 0;
   const hold = () => {
     if (holds++ === 0) from.pause();
@@ -173,7 +171,7 @@ function throttledPipe(from: Duplex, to: Writable, limit: Limit): void {
       hold();
       to.once('drain', release);
     }
-    const wait = limit.buckets[limit.way]?.take(chunk.length) ?? 0;
+    const wait = limit.gate.flowed(limit.way, chunk.length);
     if (wait > 0) {
       hold();
       setTimeout(release, wait);

@@ -60,9 +60,14 @@ export class TcpRelay {
     return total;
   }
 
+  /** Ends every relayed connection; the listener stays. */
+  endAll(): void {
+    for (const client of this.clients) client.destroy();
+  }
+
   /** Stops listening and ends every relayed connection. */
   close(): Promise<void> {
-    for (const client of this.clients) client.destroy();
+    this.endAll();
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
 
@@ -93,7 +98,7 @@ export class TcpRelay {
     this.dial(
       (upstream, release) => {
         if (header) upstream.write(header);
-        splice(client, upstream, release, this.gate.buckets);
+        splice(client, upstream, release, this.gate);
       },
       () => client.destroy(),
     );

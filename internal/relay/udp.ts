@@ -60,9 +60,14 @@ export class UdpRelay {
     return out;
   }
 
+  /** Ends every session; the socket stays bound. */
+  endAll(): void {
+    for (const key of [...this.sessions.keys()]) this.end(key);
+  }
+
   close(): Promise<void> {
     clearInterval(this.sweeper);
-    for (const key of [...this.sessions.keys()]) this.end(key);
+    this.endAll();
     return new Promise((resolve) => (this.socket ? this.socket.close(() => resolve()) : resolve()));
   }
 
@@ -81,8 +86,8 @@ export class UdpRelay {
       session = opened;
     }
     session.lastActive = Date.now();
-    // Beyond the rule's bandwidth a datagram is dropped, as a policer would.
-    if (this.gate.buckets.in?.tryTake(message.length) === false) return;
+    // Beyond the rule's bandwidth or quota a datagram is dropped, as a policer would.
+    if (!this.gate.datagram('in', message.length)) return;
     if (session.upstream.send(message)) this.counter.bytes_in += message.length;
   }
 
@@ -91,7 +96,7 @@ export class UdpRelay {
     const upstream = this.dial(
       (reply) => {
         session.lastActive = Date.now();
-        if (this.gate.buckets.out?.tryTake(reply.length) === false) return;
+        if (!this.gate.datagram('out', reply.length)) return;
         this.counter.bytes_out += reply.length;
         this.socket?.send(reply, from.port, from.address);
       },

@@ -16,6 +16,15 @@ export interface Actor {
   request_id: string | null;
 }
 
+/** The master acting on its own: at start, when an install ends, on a rule's expiry or spent quota. */
+export const SYSTEM_ACTOR: Actor = {
+  actor_type: 'system',
+  actor_id: null,
+  actor_name: 'system',
+  ip: null,
+  request_id: null,
+};
+
 export interface AuditInput {
   action: string;
   resource: string;

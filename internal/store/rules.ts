@@ -2,6 +2,9 @@
 // and resets its sync state to pending: the node has not applied the new version yet. A rule
 // through a tunnel is applied only when both its node (the entry) and the exit applied it.
 
+import type { SQLInputValue } from 'node:sqlite';
+import { quotaPeriodAt, type Quota, type QuotaDirection, type QuotaPeriod, type QuotaUsage } from '../domain/quota.ts';
+import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
@@ -17,7 +20,8 @@ import {
   type SyncState,
 } from '../domain/rules.ts';
 
-interface Row extends Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources'> {
+interface Row
+  extends Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources' | 'quota'>, QuotaColumns {
   id: number;
   targets: string;
   enabled: number;
@@ -37,8 +41,83 @@ interface Row extends Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_s
   updated_at: string;
 }
 
-function stateOf(expired: boolean, enabled: boolean): RuleState {
-  return expired ? 'expired' : enabled ? 'active' : 'disabled';
+/** A rule's quota and the count of its period, as the table keeps them. */
+interface QuotaColumns {
+  quota_bytes: number | null;
+  quota_period: QuotaPeriod | null;
+  quota_direction: QuotaDirection | null;
+  quota_reset_day: number | null;
+  quota_reset_hour: number | null;
+  quota_used: number;
+  quota_period_start: string | null;
+  quota_resets_at: string | null;
+  quota_spent: number;
+}
+
+function quotaOf(row: QuotaColumns): Quota | null {
+  return row.quota_bytes === null
+    ? null
+    : {
+        bytes: row.quota_bytes,
+        period: row.quota_period!,
+        direction: row.quota_direction!,
+        reset_day: row.quota_reset_day!,
+        reset_hour: row.quota_reset_hour!,
+      };
+}
+
+function usageOf(row: QuotaColumns): QuotaUsage | null {
+  return row.quota_bytes === null
+    ? null
+    : { used_bytes: row.quota_used, period_started_at: row.quota_period_start!, resets_at: row.quota_resets_at };
+}
+
+/**
+ * The quota columns of a rule written with `quota` at `at`. A quota whose period is unchanged keeps its period and
+ * count (`current`, the row's columns before); a new or changed one starts a period at `at`, keeping the count.
+ */
+function quotaColumns(quota: Quota | null, current: QuotaColumns | null, at: string): QuotaColumns {
+  const samePeriod =
+    quota !== null &&
+    current?.quota_bytes != null &&
+    current.quota_period === quota.period &&
+    current.quota_reset_day === quota.reset_day &&
+    current.quota_reset_hour === quota.reset_hour;
+  const period = quota && !samePeriod ? quotaPeriodAt(quota, Date.parse(at)) : null;
+  return {
+    quota_bytes: quota?.bytes ?? null,
+    quota_period: quota?.period ?? null,
+    quota_direction: quota?.direction ?? null,
+    quota_reset_day: quota?.reset_day ?? null,
+    quota_reset_hour: quota?.reset_hour ?? null,
+    quota_used: quota ? (current?.quota_used ?? 0) : 0,
+    quota_period_start: !quota ? null : samePeriod ? current!.quota_period_start : formatTime(period!.start),
+    quota_resets_at: !quota ? null : samePeriod ? current!.quota_resets_at : nullableTime(period!.next),
+    quota_spent: quota ? (current?.quota_spent ?? 0) : 0,
+  };
+}
+
+/** The columns in the order the insert names them. */
+function quotaValues(c: QuotaColumns): SQLInputValue[] {
+  return [
+    c.quota_bytes,
+    c.quota_period,
+    c.quota_direction,
+    c.quota_reset_day,
+    c.quota_reset_hour,
+    c.quota_used,
+    c.quota_period_start,
+    c.quota_resets_at,
+    c.quota_spent,
+  ];
+}
+
+function nullableTime(ms: number | null): string | null {
+  return ms === null ? null : formatTime(ms);
+}
+
+function stateOf(expired: boolean, quotaSpent: boolean, enabled: boolean): RuleState {
+  return expired ? 'expired' : quotaSpent ? 'quota_exceeded' : enabled ? 'active' : 'disabled';
 }
 
 function toRule(row: Row): Rule {
@@ -60,7 +139,9 @@ function toRule(row: Row): Rule {
     bandwidth_limit: row.bandwidth_limit,
     expires_at: row.expires_at,
     proxy_protocol: row.proxy_protocol,
-    state: stateOf(row.expired === 1, row.enabled === 1),
+    quota: quotaOf(row),
+    state: stateOf(row.expired === 1, row.quota_spent === 1, row.enabled === 1),
+    quota_usage: usageOf(row),
     sync: {
       state: row.sync_state,
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
@@ -74,9 +155,12 @@ function toRule(row: Row): Rule {
   };
 }
 
+const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
+  ${safeCount('quota_used')} AS quota_used, quota_period_start, quota_resets_at, quota_spent`;
+
 const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
   tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-  ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path,
+  ${QUOTA_COLUMNS}, ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 export interface RuleFilter {
@@ -149,7 +233,8 @@ function created(id: number, fields: RuleFields, at: string): Rule {
     id,
     ...ruleFieldsOf(fields),
     targets: [...fields.targets],
-    state: stateOf(expiredAt(fields.expires_at, at), fields.enabled),
+    state: stateOf(expiredAt(fields.expires_at, at), false, fields.enabled),
+    quota_usage: usageOf(quotaColumns(fields.quota, null, at)),
     sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
     traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
     version: 1,
@@ -178,6 +263,11 @@ export class RuleStore {
   private readonly sidesStmt;
   private readonly resultsStmt;
   private readonly dueStmt;
+  private readonly quotaStmt;
+  private readonly spendStmt;
+  private readonly resetsDueStmt;
+  private readonly anyResetDueStmt;
+  private readonly resetStmt;
   private readonly anyDueStmt;
   private readonly expireStmt;
 
@@ -215,15 +305,19 @@ export class RuleStore {
     this.insertRows = db.insertRows(
       `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
         tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-        created_at, updated_at) VALUES`,
-      19,
+        quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start,
+        quota_resets_at, quota_spent, created_at, updated_at) VALUES`,
+      28,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
         listen_port = :listen_port, targets = :targets, strategy = :strategy, forwarding = :forwarding,
         enabled = :enabled, tags = :tags, allow_sources = :allow_sources, deny_sources = :deny_sources,
         max_connections = :max_connections, bandwidth_limit = :bandwidth_limit, expires_at = :expires_at,
-        proxy_protocol = :proxy_protocol, expired = :expired, sync_state = 'pending', sync_error = NULL,
+        proxy_protocol = :proxy_protocol, expired = :expired, quota_bytes = :quota_bytes, quota_period = :quota_period,
+        quota_direction = :quota_direction, quota_reset_day = :quota_reset_day, quota_reset_hour = :quota_reset_hour,
+        quota_used = :quota_used, quota_period_start = :quota_period_start, quota_resets_at = :quota_resets_at,
+        quota_spent = :quota_spent, sync_state = 'pending', sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
         updated_at = :at
       WHERE id = :id`);
@@ -244,6 +338,18 @@ export class RuleStore {
         sync_path = CASE WHEN :state = 'applied' THEN 'relay' END
       WHERE id = :id`);
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
+    this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS} FROM rules WHERE id = ?`);
+    this.spendStmt =
+      db.prepare(`UPDATE rules SET enabled = 0, quota_spent = 1, sync_state = 'pending', sync_error = NULL,
+        sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1
+      WHERE id = ? AND enabled = 1 AND quota_used >= quota_bytes
+      RETURNING ${COLUMNS}`);
+    this.resetsDueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE quota_resets_at <= ?`);
+    this.anyResetDueStmt = db.prepare('SELECT 1 FROM rules WHERE quota_resets_at <= ? LIMIT 1');
+    this.resetStmt = db.prepare(`UPDATE rules SET quota_used = 0, quota_period_start = :start, quota_resets_at = :next,
+        enabled = CASE WHEN quota_spent = 1 THEN 1 ELSE enabled END, quota_spent = 0, sync_state = 'pending',
+        sync_error = NULL, sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1
+      WHERE id = :id`);
     this.anyDueStmt = db.prepare('SELECT 1 FROM rules WHERE expires_at <= ? AND expired = 0 LIMIT 1');
     this.expireStmt = db.prepare(`UPDATE rules SET expired = 1, sync_state = 'pending', sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1
@@ -351,6 +457,7 @@ export class RuleStore {
           f.expires_at,
           f.proxy_protocol,
           Number(expiredAt(f.expires_at, at)),
+          ...quotaValues(quotaColumns(f.quota, null, at)),
           at,
           at,
         ]),
@@ -384,7 +491,16 @@ export class RuleStore {
   update(id: number, fields: RuleFields, at: string): Rule {
     const holder = this.portHolder(fields, id);
     if (holder) throw portTaken(holder, fields.listen_port);
-    this.updateStmt.run({ ...this.params(fields, at), id });
+    const quota = quotaColumns(fields.quota, this.quotaStmt.get(id) as unknown as QuotaColumns, at);
+    let enabled = fields.enabled;
+    if (enabled) quota.quota_spent = 0;
+    // A quota lowered to what the period has used already is spent at once (re-enabling such a rule is refused
+    // before it gets here).
+    if (enabled && quota.quota_bytes !== null && quota.quota_used >= quota.quota_bytes) {
+      enabled = false;
+      quota.quota_spent = 1;
+    }
+    this.updateStmt.run({ ...this.params({ ...fields, enabled }, at), ...quota, id });
     this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
     return this.find(id)!;
   }
@@ -462,8 +578,9 @@ export class RuleStore {
   }
 
   private params(fields: RuleFields, at: string) {
+    const { quota: _quota, ...columns } = ruleFieldsOf(fields);
     return {
-      ...ruleFieldsOf(fields),
+      ...columns,
       targets: JSON.stringify(fields.targets),
       enabled: Number(fields.enabled),
       tags: JSON.stringify(fields.tags),
@@ -472,6 +589,37 @@ export class RuleStore {
       expired: Number(expiredAt(fields.expires_at, at)),
       at,
     };
+  }
+
+  /**
+   * Of `ids` (rules a traffic report just counted), disables those whose quota the period has used up, marking them
+   * spent; returns them as they are now.
+   */
+  spendQuotas(ids: readonly number[]): Rule[] {
+    const spent: Rule[] = [];
+    for (const id of ids) {
+      const row = this.spendStmt.get(id) as Row | undefined;
+      if (row) spent.push(toRule(row));
+    }
+    return spent;
+  }
+
+  /** Whether a quota's period has come to its end at `at`. */
+  anyQuotaResetDue(at: string): boolean {
+    return this.anyResetDueStmt.get(at) !== undefined;
+  }
+
+  /**
+   * Starts the next period of every quota whose period ended at or before `at`: the count starts over, and a rule its
+   * quota stopped is enabled again. Returns the rules as they were.
+   */
+  resetQuotas(at: string): Rule[] {
+    const due = (this.resetsDueStmt.all(at) as unknown as Row[]).map(toRule);
+    for (const rule of due) {
+      const period = quotaPeriodAt(rule.quota!, Date.parse(at));
+      this.resetStmt.run({ id: rule.id, start: formatTime(period.start), next: nullableTime(period.next) });
+    }
+    return due;
   }
 
   /** Whether a rule's expires_at is at or before `at` and it is not marked expired yet. */

@@ -60,9 +60,13 @@ export class TrafficStore {
         ?, ?)
       ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')},
         bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
+    // A rule with a quota counts the bytes its quota bills (migration 13) in the same write.
     this.ruleTotalStmt = db.prepare(
       `UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')}, ` +
-        `refused = ${safeCount('refused + ?5')} WHERE id = ?3 AND node_id = ?4`,
+        `refused = ${safeCount('refused + ?5')}, quota_used = CASE quota_direction ` +
+        `WHEN 'in' THEN ${safeCount('quota_used + ?1')} WHEN 'out' THEN ${safeCount('quota_used + ?2')} ` +
+        `WHEN 'both' THEN ${safeCount('quota_used + ?1 + ?2')} ELSE quota_used END ` +
+        'WHERE id = ?3 AND node_id = ?4',
     );
     this.nodeTotalStmt = db.prepare(
       `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
@@ -87,7 +91,7 @@ export class TrafficStore {
    * also to the exit node's total, which relayed the same bytes (the entry's count is the one
    * count: the rule is never counted twice). Counts nothing (and returns false) unless the
    * rule exists on that node: an agent reports only its own rules. `refused` (connections and datagrams the node
-   * turned away) counts on the rule alone. Call inside a write.
+   * turned away) counts on the rule alone, and so does its quota's count. Call inside a write.
    */
   record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number, refused = 0): boolean {
     if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId, refused).changes) === 0) return false;

@@ -22,8 +22,11 @@ interface Rule {
   allow_sources: string[];
   deny_sources: string[];
   max_connections: number | null;
+  bandwidth_limit: number | null;
   expires_at: string | null;
   proxy_protocol: string;
+  quota: Quota | null;
+  quota_usage: { used_bytes: number; period_started_at: string; resets_at: string | null } | null;
   state: string;
   sync: {
     state: string;
@@ -33,6 +36,14 @@ interface Rule {
   };
   traffic: { bytes_in: number; bytes_out: number; refused: number };
   version: number;
+}
+
+interface Quota {
+  bytes: number;
+  period: string;
+  direction: string;
+  reset_day: number;
+  reset_hour: number;
 }
 
 const WRITABLE = [
@@ -49,8 +60,10 @@ const WRITABLE = [
   'allow_sources',
   'deny_sources',
   'max_connections',
+  'bandwidth_limit',
   'expires_at',
   'proxy_protocol',
+  'quota',
 ] as const;
 
 /** Lines (or commas) of a text box as a list, blanks left out. */
@@ -76,6 +89,11 @@ function controlsOf(rule: Rule): string[] {
     rule.max_connections !== null && `at most ${rule.max_connections} at once`,
     rule.expires_at !== null && `${rule.state === 'expired' ? 'expired' : 'expires'} ${when(rule.expires_at)}`,
     rule.proxy_protocol !== 'none' && `PROXY ${rule.proxy_protocol}`,
+    rule.bandwidth_limit !== null && `${bytes(rule.bandwidth_limit)}/s each way`,
+    rule.quota !== null &&
+      rule.quota_usage !== null &&
+      `quota ${bytes(rule.quota_usage.used_bytes)} of ${bytes(rule.quota.bytes)} (${rule.quota.direction})` +
+        (rule.quota_usage.resets_at ? `, resets ${when(rule.quota_usage.resets_at)}` : ''),
   ].filter((text): text is string => typeof text === 'string');
 }
 
@@ -243,6 +261,22 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       max_connections: input('max_connections', { type: 'number', min: 1, value: rule?.max_connections ?? '' }),
       expires_at: input('expires_at', { type: 'datetime-local', value: localFromUtc(rule?.expires_at ?? null) }),
       proxy_protocol: select('proxy_protocol', ['none', 'v1', 'v2'], rule?.proxy_protocol),
+      bandwidth_limit: input('bandwidth_limit', { type: 'number', min: 1024, value: rule?.bandwidth_limit ?? '' }),
+      quota_bytes: input('quota_bytes', { type: 'number', min: 1, value: rule?.quota?.bytes ?? '' }),
+      quota_period: select('quota_period', ['month', 'day', 'none'], rule?.quota?.period),
+      quota_direction: select('quota_direction', ['both', 'in', 'out'], rule?.quota?.direction),
+      quota_reset_day: input('quota_reset_day', {
+        type: 'number',
+        min: 1,
+        max: 28,
+        value: rule?.quota?.reset_day ?? 1,
+      }),
+      quota_reset_hour: input('quota_reset_hour', {
+        type: 'number',
+        min: 0,
+        max: 23,
+        value: rule?.quota?.reset_hour ?? 0,
+      }),
     };
     const title = rule ? `Edit rule ${rule.name}` : 'New rule';
     const reload = h('button', { type: 'button', hidden: true }, 'Load the current version');
@@ -266,6 +300,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Most connections at once', c.max_connections, "Empty: the node's own limit"),
         field('Expires', c.expires_at, 'Your local time; empty: never'),
         field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
+        field('Bandwidth (bytes/s)', c.bandwidth_limit, 'Each way, shared by all connections; empty: unlimited'),
+        field('Quota (bytes)', c.quota_bytes, 'Per period; empty: none. Spent, the rule stops until the period ends'),
+        field('Quota period', c.quota_period),
+        field('Quota counts', c.quota_direction, 'in: client to target; out: back; both'),
+        field('Quota resets on day', c.quota_reset_day, 'Of the month (UTC)'),
+        field('Quota resets at hour', c.quota_reset_hour, 'UTC'),
         h(
           'div',
           { class: 'buttons' },
@@ -293,6 +333,17 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           max_connections: c.max_connections.value === '' ? null : Number(c.max_connections.value),
           expires_at: utcFromLocal(c.expires_at.value),
           proxy_protocol: c.proxy_protocol.value,
+          bandwidth_limit: c.bandwidth_limit.value === '' ? null : Number(c.bandwidth_limit.value),
+          quota:
+            c.quota_bytes.value === ''
+              ? null
+              : {
+                  bytes: Number(c.quota_bytes.value),
+                  period: c.quota_period.value,
+                  direction: c.quota_direction.value,
+                  reset_day: Number(c.quota_reset_day.value),
+                  reset_hour: Number(c.quota_reset_hour.value),
+                },
         };
         try {
           if (rule) await api('PUT', `/api/rules/${rule.id}`, { body, ifMatch: etag });
