@@ -10,7 +10,10 @@ import { quotaPeriodAt, type Quota } from '../internal/domain/quota.ts';
 import { Gate } from '../internal/relay/gate.ts';
 import { proxyHeader } from '../internal/relay/proxy-protocol.ts';
 import { parseCidr } from '../internal/schema/net.ts';
+import { configMessage } from '../internal/domain/link.ts';
+import { validate } from '../internal/schema/schema.ts';
 import { nodeOf, startAgent } from './agents.ts';
+import { link, type RawLink } from './rawlink.ts';
 import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpEcho, udpEcho, until } from './net.ts';
 
@@ -106,8 +109,10 @@ test('controls round-trip through create, read, list by tag, batch update, expor
     allow_sources: ['198.51.100.0/24', '2001:db8::/32'],
     deny_sources: ['198.51.100.7'],
     max_connections: 50,
+    bandwidth_limit: 10 * 2 ** 20,
     expires_at: '2030-01-02T03:04:05Z',
     proxy_protocol: 'v2',
+    quota: { bytes: 2 ** 40, period: 'day', direction: 'out', reset_day: 1, reset_hour: 4 },
   };
   const made = await rule(m, { node_id: n.id, listen_port: 9000, targets: ['192.0.2.1:80'], ...controls });
   assert.equal(made.status, 201, JSON.stringify(made.body));
@@ -137,7 +142,8 @@ test('controls round-trip through create, read, list by tag, batch update, expor
   assert.equal(imported.status, 200, JSON.stringify(imported.body));
   const again = (await call(m2.url, 'GET', '/api/rules', { token: m2.admin })).body.items;
   const writable = (r: Record<string, unknown>) => {
-    const { id: _id, node_id: _node, state: _state, sync: _sync, traffic: _traffic, version: _version, ...rest } = r;
+    const { id: _id, node_id: _node, state: _state, sync: _sync, traffic: _traffic, version: _v, ...rest } = r;
+    delete rest.quota_usage;
     const { created_at: _created, updated_at: _updated, ...fields } = rest;
     return fields;
   };
@@ -497,4 +503,45 @@ test('a quota is validated as a whole and its fields one by one', async (t) => {
   }
   const made = await rule(m, { ...base, quota: { bytes: 1000 } });
   assert.deepEqual(made.body.quota, { bytes: 1000, period: 'month', direction: 'both', reset_day: 1, reset_hour: 0 });
+});
+
+test('a config carries only the controls a rule uses, each as the agent reads it; one without any, none', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const plain = (await rule(m, { node_id: n.id, listen_port: 9000, targets: ['192.0.2.1:80'] })).body;
+  const limited = (
+    await rule(m, {
+      node_id: n.id,
+      listen_port: 9001,
+      targets: ['192.0.2.1:80'],
+      deny_sources: ['192.0.2.0/24'],
+      quota: { bytes: 5000, direction: 'in' },
+    })
+  ).body;
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  const config = await raw.next('config');
+  raw.socket.destroy();
+  const rules = config.rules as Record<string, unknown>[];
+  const sent = (id: number) => rules.find((r) => r.id === id)!;
+  assert.deepEqual(Object.keys(sent(plain.id)).sort(), [
+    'enabled',
+    'forwarding',
+    'id',
+    'listen_port',
+    'protocol',
+    'strategy',
+    'targets',
+    'tunnel_id',
+  ]);
+  assert.deepEqual(sent(limited.id).deny_sources, ['192.0.2.0/24']);
+  assert.deepEqual(sent(limited.id).quota, {
+    bytes: 5000,
+    direction: 'in',
+    period_start: limited.quota_usage.period_started_at,
+    used: 0,
+  });
+  assert.equal(sent(limited.id).allow_sources, undefined);
+  const { value, errors } = validate(configMessage, config);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(value.rules.find((r) => r.id === plain.id)?.allow_sources, [], 'the agent fills in the default');
 });

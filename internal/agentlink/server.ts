@@ -30,7 +30,7 @@ import {
 } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
 import { sourceOf } from '../schema/net.ts';
-import { forwardRuleOf, type Rule } from '../domain/rules.ts';
+import { forwardRuleOf, type ForwardRule, type Rule } from '../domain/rules.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
   AGENT_LINE_BYTES,
@@ -47,6 +47,29 @@ import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
 /** Failed link attempts one address may make per minute before it is refused without a look. */
+/**
+ * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
+ * rules is that much smaller, and a rule with none of the controls reads as it did to agents older than them.
+ */
+type Control =
+  'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'proxy_protocol' | 'quota';
+type WireRule = Omit<ForwardRule, Control> & Partial<Pick<ForwardRule, Control>>;
+
+function wireRule(rule: ForwardRule): WireRule {
+  const { allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, quota, ...rest } =
+    rule;
+  return {
+    ...rest,
+    ...(allow_sources.length > 0 && { allow_sources }),
+    ...(deny_sources.length > 0 && { deny_sources }),
+    ...(max_connections !== null && { max_connections }),
+    ...(bandwidth_limit !== null && { bandwidth_limit }),
+    ...(expires_at !== null && { expires_at }),
+    ...(proxy_protocol !== 'none' && { proxy_protocol }),
+    ...(quota !== null && { quota }),
+  };
+}
+
 const MAX_FAILED_LINKS_PER_MINUTE = 10;
 /** How long a node whose agent broke the protocol is refused, so a hostile agent cannot loop. */
 const VIOLATION_COOLDOWN_MS = 60_000;
@@ -399,7 +422,7 @@ export class AgentLinks {
       const node = this.app.store.nodes.find(nodeId);
       if (!node) return void link.socket.destroy();
       const { settings } = this.app;
-      const config: ConfigMessage = {
+      const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
         type: 'config',
         version: node.config_version,
         report_interval_seconds: settings.get('agent_report_interval_seconds'),
@@ -407,7 +430,7 @@ export class AgentLinks {
         max_connections_per_source: settings.get('max_connections_per_source'),
         allow_local_targets: settings.get('allow_local_targets') === 1,
         next_master_pin: settings.get('tls_next_pin') || null,
-        rules: this.app.store.rules.forNode(nodeId).map(forwardRuleOf),
+        rules: this.app.store.rules.forNode(nodeId).map((rule) => wireRule(forwardRuleOf(rule))),
         tunnels: this.tunnelEnds(nodeId),
       };
       send(link.socket, config);
