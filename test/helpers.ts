@@ -17,7 +17,14 @@ import type { RuleFields } from '../internal/domain/rules.ts';
 /** What a rule has of each control when none is given (the API's defaults), for tests that write rules directly. */
 export const NO_CONTROLS: Pick<
   RuleFields,
-  'tags' | 'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'proxy_protocol'
+  | 'tags'
+  | 'allow_sources'
+  | 'deny_sources'
+  | 'max_connections'
+  | 'bandwidth_limit'
+  | 'expires_at'
+  | 'proxy_protocol'
+  | 'health_check'
 > & { quota: null } = {
   tags: [],
   allow_sources: [],
@@ -27,6 +34,7 @@ export const NO_CONTROLS: Pick<
   expires_at: null,
   proxy_protocol: 'none',
   quota: null,
+  health_check: null,
 };
 
 export const ADMIN_PASSWORD = 'admin-password-for-tests';

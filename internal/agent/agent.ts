@@ -88,6 +88,8 @@ function tlsProblem(error: Error & { code?: string }): string {
 const MAX_PENDING_REPORTS = 500;
 /** Changes to how tunnels stand are gathered this long before they are sent. */
 const TUNNEL_STATUS_DELAY_MS = 1_000;
+/** How long a target's change of health waits for others to go in the same message. */
+const HEALTH_DELAY_MS = 100;
 
 export class Agent {
   private readonly forwarder: Forwarder;
@@ -106,6 +108,7 @@ export class Agent {
   private reporting: Promise<void> = Promise.resolve();
   private retryTimer: NodeJS.Timeout | undefined;
   private tunnelTimer: NodeJS.Timeout | undefined;
+  private healthTimer: NodeJS.Timeout | undefined;
   /** The state of each tunnel end last written to the log. */
   private readonly tunnelsLogged = new Map<number, TunnelReport['state']>();
   /** What the master last heard of each tunnel end, and when. */
@@ -119,6 +122,14 @@ export class Agent {
       tableOf(agentTokenNode(options.token) ?? 0),
     );
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
+    // A target going up or down is told at once (a few changing together, in one message).
+    this.forwarder.onHealthChange = () => {
+      if (this.healthTimer || this.stopping) return;
+      this.healthTimer = setTimeout(() => {
+        this.healthTimer = undefined;
+        this.sendHealth();
+      }, HEALTH_DELAY_MS);
+    };
     // A rule's expiry stops it here at that time, also while the master is away.
     this.forwarder.onExpiry = () => {
       this.applying = this.applying
@@ -160,6 +171,7 @@ export class Agent {
     clearInterval(this.refreshTimer);
     clearTimeout(this.retryTimer);
     clearTimeout(this.tunnelTimer);
+    clearTimeout(this.healthTimer);
     await this.applying;
     await this.report();
     this.socket?.destroy();
@@ -283,6 +295,7 @@ export class Agent {
     for (const report of this.traffic.pending) send(socket, { type: 'traffic', ...report });
     this.sendTunnelStatus(true);
     this.sendPaths(socket);
+    this.sendHealth();
   }
 
   private receive(message: Message): void {
@@ -329,6 +342,8 @@ export class Agent {
     });
     if (!acknowledge || !this.socket) return;
     this.sendPaths(this.socket);
+    // The master starts a rule whose targets or checks changed over at unknown: it hears where they stand.
+    this.sendHealth();
     // The master reads at most MAX_ENTRIES results a message; all but the last say more follow.
     const pieces = inPieces(results);
     pieces.forEach((piece, i) =>
@@ -385,6 +400,13 @@ export class Agent {
       }));
       send(socket, { type: 'tunnel_status', tunnels });
     }
+  }
+
+  /** How the targets of the node's health-checked rules stand, all of them (at most MAX_ENTRIES rules a message). */
+  private sendHealth(): void {
+    const rules = this.forwarder.healthReports();
+    if (!this.socket || rules.length === 0) return;
+    for (const piece of inPieces(rules)) send(this.socket, { type: 'health', rules: piece });
   }
 
   /** Which ways of forwarding this node can use, and why not, for the node's answer. */

@@ -18,6 +18,7 @@ import { problemOf } from '../http/problem.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import {
   appliedMessage,
+  healthMessage,
   pathsMessage,
   trafficMessage,
   tunnelStatusMessage,
@@ -26,6 +27,7 @@ import {
   type PathsMessage,
   type TrafficMessage,
   type TunnelEnd,
+  type HealthMessage,
   type TunnelStatusMessage,
 } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
@@ -46,18 +48,34 @@ import {
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
-/** Failed link attempts one address may make per minute before it is refused without a look. */
+/** The fields of a rule a config leaves out where they are at their default. */
+type Control =
+  | 'allow_sources'
+  | 'deny_sources'
+  | 'max_connections'
+  | 'bandwidth_limit'
+  | 'expires_at'
+  | 'proxy_protocol'
+  | 'quota'
+  | 'health_check';
+type WireRule = Omit<ForwardRule, Control> & Partial<Pick<ForwardRule, Control>>;
+
 /**
  * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
  * rules is that much smaller, and a rule with none of the controls reads as it did to agents older than them.
  */
-type Control =
-  'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'proxy_protocol' | 'quota';
-type WireRule = Omit<ForwardRule, Control> & Partial<Pick<ForwardRule, Control>>;
-
 function wireRule(rule: ForwardRule): WireRule {
-  const { allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, quota, ...rest } =
-    rule;
+  const {
+    allow_sources,
+    deny_sources,
+    max_connections,
+    bandwidth_limit,
+    expires_at,
+    proxy_protocol,
+    quota,
+    health_check,
+    ...rest
+  } = rule;
   return {
     ...rest,
     ...(allow_sources.length > 0 && { allow_sources }),
@@ -67,9 +85,11 @@ function wireRule(rule: ForwardRule): WireRule {
     ...(expires_at !== null && { expires_at }),
     ...(proxy_protocol !== 'none' && { proxy_protocol }),
     ...(quota !== null && { quota }),
+    ...(health_check !== null && { health_check }),
   };
 }
 
+/** Failed link attempts one address may make per minute before it is refused without a look. */
 const MAX_FAILED_LINKS_PER_MINUTE = 10;
 /** How long a node whose agent broke the protocol is refused, so a hostile agent cannot loop. */
 const VIOLATION_COOLDOWN_MS = 60_000;
@@ -476,6 +496,7 @@ export class AgentLinks {
     if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
     if (message.type === 'paths') return this.paths(link, checkMessage(pathsMessage, message));
+    if (message.type === 'health') return this.health(link, checkMessage(healthMessage, message));
     this.logOf(`n:${link.nodeId}`).warn('agent sent an unknown message', {
       node_id: link.nodeId,
       type: message.type.slice(0, 32),
@@ -521,6 +542,16 @@ export class AgentLinks {
     store.write(() => {
       for (const { id, state, error, rtt_us } of message.tunnels)
         store.tunnels.report(id, link.nodeId, { status: state, error, rtt_us }, at);
+    });
+  }
+
+  /** How the targets of the node's health-checked rules stand; a rule not the node's is ignored. */
+  private health(link: Link, message: HealthMessage): void {
+    const twice = repeated(message.rules);
+    if (twice !== undefined) throw new ProtocolError(`health names rule ${twice} twice`);
+    const { store } = this.app;
+    store.write(() => {
+      for (const { id, targets } of message.rules) store.rules.setHealth(id, link.nodeId, targets);
     });
   }
 

@@ -301,6 +301,7 @@ const batchUpdateInput = object(
         expires_at: optional(controls.expires_at.schema),
         proxy_protocol: optional(controls.proxy_protocol.schema),
         quota: optional(controls.quota.schema),
+        health_check: optional(controls.health_check.schema),
       },
       { name: 'RuleChanges' },
     ),

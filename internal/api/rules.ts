@@ -25,8 +25,10 @@ import {
   strategies,
   syncStates,
   forwardings,
+  healthStates,
   paths,
   proxyProtocols,
+  targetStates,
   ruleFieldsOf,
   ruleStates,
   targetRefusal,
@@ -35,7 +37,7 @@ import {
   type TargetPolicy,
 } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
-import { MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
+import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import type { Claim } from '../store/ports.ts';
 import type { App } from './app.ts';
@@ -184,6 +186,7 @@ export const ruleInput = object(
       ),
       null,
     ),
+    health_check: optional(nullable(healthCheck), null),
     proxy_protocol: optional(
       oneOf(proxyProtocols, {
         description:
@@ -196,7 +199,7 @@ export const ruleInput = object(
   },
   {
     name: 'RuleInput',
-    ignore: ['id', 'state', 'quota_usage', 'sync', 'traffic', 'version', 'created_at', 'updated_at'],
+    ignore: ['id', 'state', 'quota_usage', 'health', 'sync', 'traffic', 'version', 'created_at', 'updated_at'],
   },
 );
 export type RuleInput = Infer<typeof ruleInput>;
@@ -237,6 +240,42 @@ export const ruleSchema = record('Rule', {
     description:
       'active: forwarding; disabled: enabled is false; expired: past expires_at; quota_exceeded: the quota is ' +
       'spent for this period.',
+  },
+  health_check: {
+    type: ['object', 'null'],
+    required: ['interval_seconds', 'timeout_ms', 'fall', 'rise'],
+    properties: {
+      interval_seconds: { type: 'integer' },
+      timeout_ms: { type: 'integer' },
+      fall: { type: 'integer' },
+      rise: { type: 'integer' },
+    },
+    additionalProperties: false,
+  },
+  health: {
+    type: ['object', 'null'],
+    description:
+      "How the targets stand by the node's checks (null without a health_check): up, degraded (some down), down " +
+      '(every target down: clients are refused at once) or unknown (not checked yet, or the node has not said).',
+    required: ['status', 'targets'],
+    properties: {
+      status: { type: 'string', enum: [...healthStates] },
+      targets: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['target', 'status', 'error', 'checked_at'],
+          properties: {
+            target: { type: 'string' },
+            status: { type: 'string', enum: [...targetStates] },
+            error: { type: ['string', 'null'] },
+            checked_at: nullableTimestamp,
+          },
+          additionalProperties: false,
+        },
+      },
+    },
+    additionalProperties: false,
   },
   quota_usage: {
     type: ['object', 'null'],
@@ -297,6 +336,12 @@ export function ruleReferenceErrors(app: Writer, fields: RuleFields, prefix = '#
   const errors: FieldError[] = [];
   if (!app.store.nodes.exists(fields.node_id))
     errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
+  if (fields.tunnel_id !== null && fields.health_check !== null) {
+    errors.push({
+      pointer: `${prefix}/health_check`,
+      detail: 'is for direct rules: through a tunnel, the exit node dials the targets',
+    });
+  }
   if (fields.tunnel_id !== null) {
     const tunnel = app.store.tunnels.find(fields.tunnel_id);
     if (!tunnel) errors.push({ pointer: `${prefix}/tunnel_id`, detail: `tunnel ${fields.tunnel_id} does not exist` });

@@ -16,7 +16,7 @@ import {
   type Infer,
 } from '../schema/schema.ts';
 import { quotaDirections } from './quota.ts';
-import { forwardings, paths, protocols, proxyProtocols, ruleErrorCodes, strategies } from './rules.ts';
+import { forwardings, paths, protocols, proxyProtocols, ruleErrorCodes, strategies, targetStates } from './rules.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
 export const MAX_ENTRIES = 500;
@@ -63,6 +63,20 @@ export const tunnelEnd = object({
 });
 export type TunnelEnd = Infer<typeof tunnelEnd>;
 
+/** How a node checks a rule's targets (see HealthCheck), and its bounds. */
+export const healthCheck = object(
+  {
+    interval_seconds: optional(integer({ min: 1, max: 3600, description: 'Seconds between checks of a target.' }), 5),
+    timeout_ms: optional(
+      integer({ min: 50, max: 60_000, description: 'How long a check waits for the connection.' }),
+      2000,
+    ),
+    fall: optional(integer({ min: 1, max: 10, description: 'Failed checks in a row that mark a target down.' }), 3),
+    rise: optional(integer({ min: 1, max: 10, description: 'Good checks in a row that mark it up again.' }), 2),
+  },
+  { name: 'HealthCheck' },
+);
+
 /** Master to agent: the node's whole desired config. */
 export const configMessage = object({
   type: oneOf(['config']),
@@ -91,6 +105,8 @@ export const configMessage = object({
       bandwidth_limit: optional(nullable(integer({ min: MIN_BANDWIDTH, max: MAX_BANDWIDTH })), null),
       expires_at: optional(nullable(dateTime()), null),
       proxy_protocol: optional(oneOf(proxyProtocols), 'none'),
+      /** How the node checks the rule's targets; absent from masters older than health checks. */
+      health_check: optional(nullable(healthCheck), null),
       /** The rule's quota as the node enforces it (see ForwardQuota); absent from masters older than quotas. */
       quota: optional(
         nullable(
@@ -166,6 +182,27 @@ export const tunnelStatusMessage = object({
   ),
 });
 export type TunnelStatusMessage = Infer<typeof tunnelStatusMessage>;
+
+/** Agent to master: how the targets of the node's health-checked rules stand, after a change or a config. */
+export const healthMessage = object({
+  type: oneOf(['health']),
+  rules: array(
+    object({
+      id: ID,
+      targets: array(
+        object({
+          target: target(),
+          status: oneOf(targetStates),
+          error: nullable(string({ max: 200 })),
+          checked_at: nullable(dateTime()),
+        }),
+        { max: 16 },
+      ),
+    }),
+    { max: MAX_ENTRIES },
+  ),
+});
+export type HealthMessage = Infer<typeof healthMessage>;
 
 /** Agent to master: which ways of forwarding the node can use, and why not; sent on linking and after each config. */
 export const pathsMessage = object({

@@ -22,6 +22,50 @@ export type ProxyProtocol = (typeof proxyProtocols)[number];
  */
 export const ruleStates = ['active', 'disabled', 'expired', 'quota_exceeded'] as const;
 export type RuleState = (typeof ruleStates)[number];
+/** How a node checks a rule's targets: a TCP connect to each, every interval; down after `fall` failures in a row, up
+ * again after `rise` successes. */
+export interface HealthCheck {
+  interval_seconds: number;
+  timeout_ms: number;
+  fall: number;
+  rise: number;
+}
+export const targetStates = ['unknown', 'up', 'down'] as const;
+export type TargetState = (typeof targetStates)[number];
+/** How a target stands by its node's checks. */
+export interface TargetHealth {
+  target: string;
+  status: TargetState;
+  /** Why the last check failed (a code such as ECONNREFUSED, or timeout); null after a success. */
+  error: string | null;
+  checked_at: string | null;
+}
+/**
+ * How a rule's targets stand as a whole: up (every one up), degraded (some down), down (every one down: clients are
+ * refused at once) or unknown (not checked yet).
+ */
+export const healthStates = ['unknown', 'up', 'degraded', 'down'] as const;
+export type HealthState = (typeof healthStates)[number];
+export interface RuleHealth {
+  status: HealthState;
+  targets: TargetHealth[];
+}
+
+/** How a rule's targets stand as a whole. */
+export function healthOf(targets: TargetHealth[]): RuleHealth {
+  const down = targets.filter((t) => t.status === 'down').length;
+  const up = targets.filter((t) => t.status === 'up').length;
+  const status: HealthState =
+    targets.length > 0 && down === targets.length
+      ? 'down'
+      : down > 0
+        ? 'degraded'
+        : up === targets.length
+          ? 'up'
+          : 'unknown';
+  return { status, targets };
+}
+
 /** How a node carried a rule it applied. */
 export const paths = ['kernel', 'relay'] as const;
 export type Path = (typeof paths)[number];
@@ -52,6 +96,8 @@ export interface RuleFields {
   proxy_protocol: ProxyProtocol;
   /** How much the rule may carry per period; null: no limit. */
   quota: Quota | null;
+  /** Checks of the targets, which skip those down; null: none (a target that refuses is failed over at once). */
+  health_check: HealthCheck | null;
 }
 
 /** The fields a rule's writer sets, each once: what create, replace, import and batch update copy. */
@@ -73,6 +119,7 @@ export const ruleFieldNames = [
   'expires_at',
   'proxy_protocol',
   'quota',
+  'health_check',
 ] as const satisfies readonly (keyof RuleFields)[];
 
 /** The writable fields of `from` (a rule, or input that has them), and nothing else. */
@@ -86,6 +133,8 @@ export interface Rule extends RuleFields {
   state: RuleState;
   /** What the quota's period has used; null without a quota. */
   quota_usage: QuotaUsage | null;
+  /** How the targets stand by the node's checks; null without a health_check. */
+  health: RuleHealth | null;
   sync: {
     state: SyncState;
     error: { code: string; detail: string } | null;
@@ -117,6 +166,7 @@ export interface ForwardRule extends Pick<
   | 'bandwidth_limit'
   | 'expires_at'
   | 'proxy_protocol'
+  | 'health_check'
 > {
   /** The rule's quota as its node enforces it; null without one. */
   quota: ForwardQuota | null;
@@ -150,6 +200,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     bandwidth_limit: rule.bandwidth_limit,
     expires_at: rule.expires_at,
     proxy_protocol: rule.proxy_protocol,
+    health_check: rule.health_check,
     quota:
       rule.quota && rule.quota_usage
         ? {

@@ -10,7 +10,7 @@
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
-import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic } from '../domain/rules.ts';
+import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic, TargetHealth } from '../domain/rules.ts';
 import type { TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
@@ -20,6 +20,7 @@ import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts
 import { datagramsTo, dialTargets, localRefusal, type DatagramDial, type TcpDial } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { Gate } from '../relay/gate.ts';
+import { HealthChecker } from '../relay/health.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
@@ -29,9 +30,11 @@ type Relay = TcpRelay | UdpRelay;
 interface Listener {
   key: string;
   relays: Relay[];
-  /** The rule's allow and deny lists, max_connections and expiry, shared by its relays. */
+  /** The rule's allow and deny lists, max_connections, bandwidth, quota and expiry, shared by its relays. */
   gate: Gate;
   picker: TargetPicker;
+  /** The checks of its targets, with a health_check (direct rules only: through a tunnel the exit dials). */
+  health: HealthChecker | null;
   /** The rule's targets as given (names unresolved). */
   targets: string[];
 }
@@ -92,6 +95,7 @@ function relayOnlyControls(rule: ForwardRule): string[] {
     rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
     rule.quota !== null ? 'quota' : '',
     rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
+    rule.health_check !== null ? 'health_check' : '',
   ].filter(Boolean);
 }
 
@@ -152,6 +156,8 @@ export class Forwarder {
   private readonly exits = new Map<number, Exit>();
   /** Called whenever how a tunnel end stands changes (state, error, round trip). */
   onTunnelChange: () => void = () => undefined;
+  /** Called when a health-checked target goes up or down. */
+  onHealthChange: () => void = () => undefined;
   /** Called when a rule's expires_at comes: the config is to be applied again, which stops it. */
   onExpiry: () => void = () => undefined;
   private expiryTimer: NodeJS.Timeout | undefined;
@@ -447,6 +453,13 @@ export class Forwarder {
     return [...totals.values()].filter((t) => t.bytes_in > 0 || t.bytes_out > 0 || (t.refused ?? 0) > 0);
   }
 
+  /** How the targets of each health-checked rule stand. */
+  healthReports(): { id: number; targets: TargetHealth[] }[] {
+    return [...this.listeners]
+      .filter(([, listener]) => listener.health !== null)
+      .map(([id, listener]) => ({ id, targets: listener.health!.report() }));
+  }
+
   /** Ports currently listened on, as `protocol:port` per rule id. */
   listening(): Map<number, string> {
     return new Map([...this.listeners].map(([id, l]) => [id, l.key]));
@@ -465,6 +478,7 @@ export class Forwarder {
       existing.targets = rule.targets;
       existing.picker.update(targets, rule.strategy);
       existing.gate.update(rule);
+      this.checkHealth(existing, rule, targets);
       const dials = this.dials(rule, existing.picker);
       for (const relay of existing.relays) {
         if (relay instanceof TcpRelay) {
@@ -483,8 +497,15 @@ export class Forwarder {
       };
     }
     const relays: Relay[] = [];
-    const picker = new TargetPicker(targets, rule.strategy);
-    const gate = new Gate(rule);
+    const listener: Listener = {
+      key: listenerKey(rule),
+      relays,
+      gate: new Gate(rule),
+      picker: new TargetPicker(targets, rule.strategy, (index) => listener.health?.isDownAt(index) ?? false),
+      health: null,
+      targets: rule.targets,
+    };
+    const { gate, picker } = listener;
     const dials = this.dials(rule, picker);
     try {
       if (rule.protocol !== 'udp') {
@@ -505,14 +526,26 @@ export class Forwarder {
     gate.onSpent = () => {
       for (const relay of relays) relay.endAll();
     };
-    this.listeners.set(rule.id, { key: listenerKey(rule), relays, gate, picker, targets: rule.targets });
+    this.checkHealth(listener, rule, targets);
+    this.listeners.set(rule.id, listener);
     return { id: rule.id, state: 'applied', error: null };
+  }
+
+  /** Starts, changes or stops the checks of a listener's targets as its rule says. */
+  private checkHealth(listener: Listener, rule: ForwardRule, targets: Target[]): void {
+    const check = rule.tunnel_id === null ? rule.health_check : null;
+    if (!check) {
+      listener.health?.close();
+      listener.health = null;
+    } else if (listener.health) listener.health.update(check, rule.targets, targets);
+    else listener.health = new HealthChecker(check, rule.targets, targets, this.limits, () => this.onHealthChange());
   }
 
   private async stop(id: number): Promise<void> {
     const listener = this.listeners.get(id);
     if (!listener) return;
     this.listeners.delete(id);
+    listener.health?.close();
     for (const relay of listener.relays) addTraffic(this.leftover, id, relay.drain());
     addTraffic(this.leftover, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
     await Promise.all(listener.relays.map((relay) => relay.close()));

@@ -4,7 +4,7 @@
 
 import { lookup, type LookupAddress } from 'node:dns';
 import { createSocket, type SocketOptions } from 'node:dgram';
-import { isIP, isIPv6, type LookupFunction } from 'node:net';
+import { connect, isIP, isIPv6, type LookupFunction } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
 import { localKind } from '../schema/net.ts';
@@ -67,6 +67,26 @@ function refusalOf(target: Target, policy: DialPolicy): string | null {
 /** The socket options that enforce `policy` while a target's name resolves. */
 function lookupFor(target: Target, policy: DialPolicy): { lookup?: LookupFunction } {
   return policy.allowLocalTargets || isIP(target.host) ? {} : { lookup: guardedLookup };
+}
+
+/**
+ * Connects to `target` as a relay would (the same policy, the same guarded lookup) and hangs up: null when it answered
+ * within `timeoutMs`, otherwise why not (an error code such as ECONNREFUSED, or timeout).
+ */
+export function probeTarget(target: Target, policy: DialPolicy, timeoutMs: number): Promise<string | null> {
+  const refused = refusalOf(target, policy);
+  if (refused) return Promise.resolve(refused);
+  return new Promise((resolve) => {
+    const socket = connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
+    socket.setTimeout(timeoutMs);
+    const done = (why: string | null) => {
+      socket.destroy();
+      resolve(why);
+    };
+    socket.once('connect', () => done(null));
+    socket.once('timeout', () => done('timeout'));
+    socket.once('error', (error: NodeJS.ErrnoException) => done(error.code ?? error.message));
+  });
 }
 
 /** Lets go of an upstream whose client has gone. A socket is destroyed; a tunnel stream has its own way. */

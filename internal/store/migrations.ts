@@ -433,4 +433,58 @@ export const migrations: readonly string[] = [
   -- Re-render every view through the new trigger.
   UPDATE rules SET quota_used = quota_used;
   `,
+  /* 14: health-checked targets: how a rule's node checks them, and how they stood at its last report */ `
+  ALTER TABLE rules ADD COLUMN health_check TEXT;
+  -- {"status", "targets": [{"target", "status", "error", "checked_at"}]}, kept by the master from its node's reports.
+  ALTER TABLE rules ADD COLUMN health TEXT;
+  DROP TRIGGER rule_views_insert;
+  DROP TRIGGER rule_views_update;
+  CREATE TRIGGER rule_views_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_views (id, json) VALUES (NEW.id, json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'forwarding', NEW.forwarding, 'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'tags', json(NEW.tags), 'allow_sources', json(NEW.allow_sources), 'deny_sources', json(NEW.deny_sources),
+      'max_connections', NEW.max_connections, 'bandwidth_limit', NEW.bandwidth_limit, 'expires_at', NEW.expires_at,
+      'proxy_protocol', NEW.proxy_protocol,
+      'quota', json(CASE WHEN NEW.quota_bytes IS NULL THEN 'null' ELSE json_object('bytes', NEW.quota_bytes,
+        'period', NEW.quota_period, 'direction', NEW.quota_direction, 'reset_day', NEW.quota_reset_day,
+        'reset_hour', NEW.quota_reset_hour) END),
+      'health_check', json(NEW.health_check),
+      'state', CASE WHEN NEW.expired = 1 THEN 'expired' WHEN NEW.quota_spent = 1 THEN 'quota_exceeded'
+        WHEN NEW.enabled = 1 THEN 'active' ELSE 'disabled' END,
+      'quota_usage', json(CASE WHEN NEW.quota_bytes IS NULL THEN 'null' ELSE json_object('used_bytes',
+        max(0, min(NEW.quota_used, 9007199254740991)), 'period_started_at', NEW.quota_period_start,
+        'resets_at', NEW.quota_resets_at) END),
+      'health', json(NEW.health),
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at, 'applied_path', NEW.sync_path),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991)),
+        'refused', max(0, min(NEW.refused, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at));
+  END;
+  CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
+    UPDATE rule_views SET json = json_object('id', NEW.id, 'name', NEW.name, 'node_id', NEW.node_id, 'tunnel_id', NEW.tunnel_id,
+      'protocol', NEW.protocol, 'listen_port', NEW.listen_port, 'targets', json(NEW.targets), 'strategy', NEW.strategy,
+      'forwarding', NEW.forwarding, 'enabled', json(CASE NEW.enabled WHEN 1 THEN 'true' ELSE 'false' END),
+      'tags', json(NEW.tags), 'allow_sources', json(NEW.allow_sources), 'deny_sources', json(NEW.deny_sources),
+      'max_connections', NEW.max_connections, 'bandwidth_limit', NEW.bandwidth_limit, 'expires_at', NEW.expires_at,
+      'proxy_protocol', NEW.proxy_protocol,
+      'quota', json(CASE WHEN NEW.quota_bytes IS NULL THEN 'null' ELSE json_object('bytes', NEW.quota_bytes,
+        'period', NEW.quota_period, 'direction', NEW.quota_direction, 'reset_day', NEW.quota_reset_day,
+        'reset_hour', NEW.quota_reset_hour) END),
+      'health_check', json(NEW.health_check),
+      'state', CASE WHEN NEW.expired = 1 THEN 'expired' WHEN NEW.quota_spent = 1 THEN 'quota_exceeded'
+        WHEN NEW.enabled = 1 THEN 'active' ELSE 'disabled' END,
+      'quota_usage', json(CASE WHEN NEW.quota_bytes IS NULL THEN 'null' ELSE json_object('used_bytes',
+        max(0, min(NEW.quota_used, 9007199254740991)), 'period_started_at', NEW.quota_period_start,
+        'resets_at', NEW.quota_resets_at) END),
+      'health', json(NEW.health),
+      'sync', json_object('state', NEW.sync_state, 'error', json(NEW.sync_error), 'applied_at', NEW.sync_applied_at, 'applied_path', NEW.sync_path),
+      'traffic', json_object('bytes_in', max(0, min(NEW.bytes_in, 9007199254740991)), 'bytes_out', max(0, min(NEW.bytes_out, 9007199254740991)),
+        'refused', max(0, min(NEW.refused, 9007199254740991))),
+      'version', NEW.version, 'created_at', NEW.created_at, 'updated_at', NEW.updated_at)
+    WHERE id = NEW.id;
+  END;
+  -- Re-render every view through the new trigger.
+  UPDATE rules SET health = health;
+  `,
 ];

@@ -12,7 +12,11 @@ import { FilteredQuery } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
 import {
+  healthOf,
   ruleFieldsOf,
+  type HealthCheck,
+  type RuleHealth,
+  type TargetHealth,
   type Path,
   type Rule,
   type RuleFields,
@@ -21,7 +25,11 @@ import {
 } from '../domain/rules.ts';
 
 interface Row
-  extends Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources' | 'quota'>, QuotaColumns {
+  extends
+    Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources' | 'quota' | 'health_check'>,
+    QuotaColumns {
+  health_check: string | null;
+  health: string | null;
   id: number;
   targets: string;
   enabled: number;
@@ -112,6 +120,12 @@ function quotaValues(c: QuotaColumns): SQLInputValue[] {
   ];
 }
 
+/** How a rule's targets stand before its node has checked them: unknown, each; null without a health_check. */
+function freshHealth(fields: Pick<RuleFields, 'health_check' | 'targets'>): RuleHealth | null {
+  if (!fields.health_check) return null;
+  return healthOf(fields.targets.map((target) => ({ target, status: 'unknown', error: null, checked_at: null })));
+}
+
 function nullableTime(ms: number | null): string | null {
   return ms === null ? null : formatTime(ms);
 }
@@ -140,8 +154,10 @@ function toRule(row: Row): Rule {
     expires_at: row.expires_at,
     proxy_protocol: row.proxy_protocol,
     quota: quotaOf(row),
+    health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
     state: stateOf(row.expired === 1, row.quota_spent === 1, row.enabled === 1),
     quota_usage: usageOf(row),
+    health: row.health === null ? null : (JSON.parse(row.health) as RuleHealth),
     sync: {
       state: row.sync_state,
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
@@ -160,7 +176,8 @@ const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_reset_d
 
 const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
   tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-  ${QUOTA_COLUMNS}, ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path,
+  ${QUOTA_COLUMNS}, health_check, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
+  sync_applied_at, sync_path,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 export interface RuleFilter {
@@ -235,6 +252,7 @@ function created(id: number, fields: RuleFields, at: string): Rule {
     targets: [...fields.targets],
     state: stateOf(expiredAt(fields.expires_at, at), false, fields.enabled),
     quota_usage: usageOf(quotaColumns(fields.quota, null, at)),
+    health: freshHealth(fields),
     sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
     traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
     version: 1,
@@ -264,6 +282,7 @@ export class RuleStore {
   private readonly resultsStmt;
   private readonly dueStmt;
   private readonly quotaStmt;
+  private readonly healthStmt;
   private readonly spendStmt;
   private readonly resetsDueStmt;
   private readonly anyResetDueStmt;
@@ -306,8 +325,8 @@ export class RuleStore {
       `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
         tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
         quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start,
-        quota_resets_at, quota_spent, created_at, updated_at) VALUES`,
-      28,
+        quota_resets_at, quota_spent, health_check, health, created_at, updated_at) VALUES`,
+      30,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
@@ -317,7 +336,8 @@ export class RuleStore {
         proxy_protocol = :proxy_protocol, expired = :expired, quota_bytes = :quota_bytes, quota_period = :quota_period,
         quota_direction = :quota_direction, quota_reset_day = :quota_reset_day, quota_reset_hour = :quota_reset_hour,
         quota_used = :quota_used, quota_period_start = :quota_period_start, quota_resets_at = :quota_resets_at,
-        quota_spent = :quota_spent, sync_state = 'pending', sync_error = NULL,
+        quota_spent = :quota_spent, health_check = :health_check, health = :health, sync_state = 'pending',
+        sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
         updated_at = :at
       WHERE id = :id`);
@@ -338,7 +358,10 @@ export class RuleStore {
         sync_path = CASE WHEN :state = 'applied' THEN 'relay' END
       WHERE id = :id`);
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
-    this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS} FROM rules WHERE id = ?`);
+    this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS}, targets, health_check, health FROM rules WHERE id = ?`);
+    this.healthStmt = db.prepare(
+      'UPDATE rules SET health = ? WHERE id = ? AND node_id = ? AND health_check IS NOT NULL',
+    );
     this.spendStmt =
       db.prepare(`UPDATE rules SET enabled = 0, quota_spent = 1, sync_state = 'pending', sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1
@@ -458,6 +481,8 @@ export class RuleStore {
           f.proxy_protocol,
           Number(expiredAt(f.expires_at, at)),
           ...quotaValues(quotaColumns(f.quota, null, at)),
+          f.health_check && JSON.stringify(f.health_check),
+          f.health_check && JSON.stringify(freshHealth(f)),
           at,
           at,
         ]),
@@ -491,7 +516,13 @@ export class RuleStore {
   update(id: number, fields: RuleFields, at: string): Rule {
     const holder = this.portHolder(fields, id);
     if (holder) throw portTaken(holder, fields.listen_port);
-    const quota = quotaColumns(fields.quota, this.quotaStmt.get(id) as unknown as QuotaColumns, at);
+    const current = this.quotaStmt.get(id) as unknown as QuotaColumns &
+      Pick<Row, 'targets' | 'health_check' | 'health'>;
+    const quota = quotaColumns(fields.quota, current, at);
+    // What the node reported of the targets stands until the targets or their check change.
+    const healthCheck = fields.health_check && JSON.stringify(fields.health_check);
+    const sameChecks = healthCheck === current.health_check && JSON.stringify(fields.targets) === current.targets;
+    const health = sameChecks ? current.health : healthCheck && JSON.stringify(freshHealth(fields));
     let enabled = fields.enabled;
     if (enabled) quota.quota_spent = 0;
     // A quota lowered to what the period has used already is spent at once (re-enabling such a rule is refused
@@ -500,7 +531,13 @@ export class RuleStore {
       enabled = false;
       quota.quota_spent = 1;
     }
-    this.updateStmt.run({ ...this.params({ ...fields, enabled }, at), ...quota, id });
+    this.updateStmt.run({
+      ...this.params({ ...fields, enabled }, at),
+      ...quota,
+      health_check: healthCheck,
+      health,
+      id,
+    });
     this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
     return this.find(id)!;
   }
@@ -578,7 +615,7 @@ export class RuleStore {
   }
 
   private params(fields: RuleFields, at: string) {
-    const { quota: _quota, ...columns } = ruleFieldsOf(fields);
+    const { quota: _quota, health_check: _check, ...columns } = ruleFieldsOf(fields);
     return {
       ...columns,
       targets: JSON.stringify(fields.targets),
@@ -602,6 +639,20 @@ export class RuleStore {
       if (row) spent.push(toRule(row));
     }
     return spent;
+  }
+
+  /**
+   * Records how the node `nodeId` says the targets of its rule `id` stand: only targets the rule has, each as its
+   * latest report says (one not in the report stays as it was). Ignored for a rule that is not the node's, or has
+   * no health_check.
+   */
+  setHealth(id: number, nodeId: number, reported: readonly TargetHealth[]): void {
+    const rule = this.find(id);
+    if (!rule || rule.node_id !== nodeId || !rule.health) return;
+    const byTarget = new Map(reported.map((t) => [t.target, t]));
+    const targets = rule.health.targets.map((t) => byTarget.get(t.target) ?? t);
+    const health = JSON.stringify(healthOf(targets));
+    if (health !== JSON.stringify(rule.health)) this.healthStmt.run(health, id, nodeId);
   }
 
   /** Whether a quota's period has come to its end at `at`. */

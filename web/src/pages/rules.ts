@@ -26,6 +26,11 @@ interface Rule {
   expires_at: string | null;
   proxy_protocol: string;
   quota: Quota | null;
+  health_check: { interval_seconds: number; timeout_ms: number; fall: number; rise: number } | null;
+  health: {
+    status: string;
+    targets: { target: string; status: string; error: string | null; checked_at: string | null }[];
+  } | null;
   quota_usage: { used_bytes: number; period_started_at: string; resets_at: string | null } | null;
   state: string;
   sync: {
@@ -64,6 +69,7 @@ const WRITABLE = [
   'expires_at',
   'proxy_protocol',
   'quota',
+  'health_check',
 ] as const;
 
 /** Lines (or commas) of a text box as a list, blanks left out. */
@@ -209,6 +215,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         h(
           'td',
           {},
+          rule.health && h('span', { class: 'tags' }, 'targets ', badge(rule.health.status)),
+          rule.health?.targets
+            .filter((target) => target.status === 'down')
+            .map((target) =>
+              h('p', { class: 'detail' }, `${target.target} down${target.error ? ` (${target.error})` : ''}`),
+            ),
           badge(rule.sync.state),
           rule.sync.state === 'applied' &&
             rule.sync.applied_path &&
@@ -271,6 +283,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         max: 28,
         value: rule?.quota?.reset_day ?? 1,
       }),
+      health_interval: input('health_interval', {
+        type: 'number',
+        min: 1,
+        max: 3600,
+        value: rule?.health_check?.interval_seconds ?? '',
+      }),
       quota_reset_hour: input('quota_reset_hour', {
         type: 'number',
         min: 0,
@@ -301,6 +319,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Expires', c.expires_at, 'Your local time; empty: never'),
         field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
         field('Bandwidth (bytes/s)', c.bandwidth_limit, 'Each way, shared by all connections; empty: unlimited'),
+        field('Health check every (s)', c.health_interval, 'A TCP connect; targets down are skipped. Empty: none'),
         field('Quota (bytes)', c.quota_bytes, 'Per period; empty: none. Spent, the rule stops until the period ends'),
         field('Quota period', c.quota_period),
         field('Quota counts', c.quota_direction, 'in: client to target; out: back; both'),
@@ -334,6 +353,11 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           expires_at: utcFromLocal(c.expires_at.value),
           proxy_protocol: c.proxy_protocol.value,
           bandwidth_limit: c.bandwidth_limit.value === '' ? null : Number(c.bandwidth_limit.value),
+          // The check's other settings are kept as they are (or their defaults).
+          health_check:
+            c.health_interval.value === ''
+              ? null
+              : { ...rule?.health_check, interval_seconds: Number(c.health_interval.value) },
           quota:
             c.quota_bytes.value === ''
               ? null
