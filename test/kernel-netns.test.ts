@@ -163,15 +163,22 @@ test(
     const other = (await rule(m, { node_id: edge.id, listen_port: 15003, targets: [target] })).body;
     const relayed = (await rule(m, { node_id: edge.id, listen_port: 15004, targets: [target], forwarding: 'relay' }))
       .body;
+    // A control only the relay enforces keeps an auto rule off the kernel.
+    const controlled = (
+      await rule(m, { node_id: edge.id, listen_port: 15010, targets: [target], allow_sources: ['10.214.0.0/16'] })
+    ).body;
     assert.deepEqual(
-      (await sync(m, [tcp.id, udp.id, other.id, relayed.id])).map((r: { outcome: string }) => r.outcome),
-      ['applied', 'applied', 'applied', 'applied'],
+      (await sync(m, [tcp.id, udp.id, other.id, relayed.id, controlled.id])).map((r: { outcome: string }) => r.outcome),
+      ['applied', 'applied', 'applied', 'applied', 'applied'],
     );
-    const paths = await Promise.all([tcp, udp, other, relayed].map(async (r) => (await ruleOf(m, r.id)).sync));
+    const paths = await Promise.all(
+      [tcp, udp, other, relayed, controlled].map(async (r) => (await ruleOf(m, r.id)).sync),
+    );
     assert.deepEqual(
       paths.map((s) => s.applied_path),
-      ['kernel', 'kernel', 'kernel', 'relay'],
+      ['kernel', 'kernel', 'kernel', 'relay', 'relay'],
     );
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15010', '1000'), '1000', 'the client is allowed');
     assert.deepEqual((await nodeOf(m, edge.id)).kernel_path, { available: true, reason: null });
     assert.match(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out, /15001 : 10\.214\.3\.2 \. 7007/);
 

@@ -114,6 +114,7 @@ test('controls round-trip through create, read, list by tag, batch update, expor
     expires_at: '2030-01-02T03:04:05Z',
     proxy_protocol: 'v2',
     quota: { bytes: 2 ** 40, period: 'day', direction: 'out', reset_day: 1, reset_hour: 4 },
+    health_check: { interval_seconds: 30, timeout_ms: 1000, fall: 2, rise: 3 },
   };
   const made = await rule(m, { node_id: n.id, listen_port: 9000, targets: ['192.0.2.1:80'], ...controls });
   assert.equal(made.status, 201, JSON.stringify(made.body));
@@ -145,6 +146,7 @@ test('controls round-trip through create, read, list by tag, batch update, expor
   const writable = (r: Record<string, unknown>) => {
     const { id: _id, node_id: _node, state: _state, sync: _sync, traffic: _traffic, version: _v, ...rest } = r;
     delete rest.quota_usage;
+    delete rest.health;
     const { created_at: _created, updated_at: _updated, ...fields } = rest;
     return fields;
   };

@@ -300,7 +300,7 @@ test('a changed tunnel, or a rule moved out of it, reaches both ends; other conn
  * An entry and an exit forwarder in this process with a tunnel between them and a TCP rule
  * through it to each of `targets`; returns the entry's listening ports and the entry itself.
  */
-async function tunnelPair(t: TestContext, targets: number[]) {
+async function tunnelPair(t: TestContext, targets: number[], controls: Partial<typeof NO_CONTROLS> = {}) {
   const exitKeys = selfSigned([], { commonName: 'exit' });
   const entryKeys = selfSigned([], { commonName: 'entry' });
   const tunnelPort = await freePort();
@@ -312,6 +312,7 @@ async function tunnelPair(t: TestContext, targets: number[]) {
     forwarding: 'auto' as const,
     enabled: true,
     ...NO_CONTROLS,
+    ...controls,
   }));
   const ports = await Promise.all(targets.map(() => freePort()));
   const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
@@ -325,6 +326,27 @@ async function tunnelPair(t: TestContext, targets: number[]) {
   );
   return { ports, entry };
 }
+
+test("through a tunnel, the target receives the PROXY header with the entry's client address", async (t) => {
+  let first = Buffer.alloc(0);
+  const target = createServer((socket) => {
+    socket.once('data', (chunk) => {
+      first = chunk;
+      socket.end('ok');
+    });
+  }).listen(0, '127.0.0.1');
+  await once(target, 'listening');
+  // Not awaited: the forwarders, closed after, end the connection it would wait for.
+  t.after(() => void target.close());
+  const { ports, entry } = await tunnelPair(t, [(target.address() as AddressInfo).port], { proxy_protocol: 'v1' });
+  await until('the tunnel up', () => entry.tunnelReports().find((r) => r.id === 7)?.state === 'up');
+  const client = connect({ host: '127.0.0.1', port: ports[0]!, localAddress: '127.0.0.6' });
+  await once(client, 'connect');
+  const clientPort = client.localPort;
+  client.resume().end('ping');
+  await once(client, 'end');
+  assert.equal(first.toString().split('\r\n')[0], `PROXY TCP4 127.0.0.6 127.0.0.1 ${clientPort} ${ports[0]}`);
+});
 
 test('a stalled connection through a tunnel holds only itself: another on the same session flows', async (t) => {
   // A target that accepts and never reads: its connection's windows fill up and stay full.
