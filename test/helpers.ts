@@ -12,30 +12,10 @@ import type { TestContext } from 'node:test';
 import { start, type Master } from '../cmd/master/start.ts';
 import type { Scope } from '../internal/auth/scopes.ts';
 import { silentLogger, type Logger } from '../internal/log/log.ts';
-import type { RuleFields } from '../internal/domain/rules.ts';
+import { controlDefaults } from '../internal/domain/rules.ts';
 
 /** What a rule has of each control when none is given (the API's defaults), for tests that write rules directly. */
-export const NO_CONTROLS: Pick<
-  RuleFields,
-  | 'tags'
-  | 'allow_sources'
-  | 'deny_sources'
-  | 'max_connections'
-  | 'bandwidth_limit'
-  | 'expires_at'
-  | 'proxy_protocol'
-  | 'health_check'
-> & { quota: null } = {
-  tags: [],
-  allow_sources: [],
-  deny_sources: [],
-  max_connections: null,
-  bandwidth_limit: null,
-  expires_at: null,
-  proxy_protocol: 'none',
-  quota: null,
-  health_check: null,
-};
+export const NO_CONTROLS = controlDefaults;
 
 export const ADMIN_PASSWORD = 'admin-password-for-tests';
 

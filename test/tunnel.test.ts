@@ -11,6 +11,7 @@ import { Duplex, Writable } from 'node:stream';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { connect as tlsConnect } from 'node:tls';
+import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
 import { pinOf } from '../internal/tls/pin.ts';
@@ -300,7 +301,7 @@ test('a changed tunnel, or a rule moved out of it, reaches both ends; other conn
  * An entry and an exit forwarder in this process with a tunnel between them and a TCP rule
  * through it to each of `targets`; returns the entry's listening ports and the entry itself.
  */
-async function tunnelPair(t: TestContext, targets: number[], controls: Partial<typeof NO_CONTROLS> = {}) {
+async function tunnelPair(t: TestContext, targets: number[], controls: Partial<ForwardRule> = {}) {
   const exitKeys = selfSigned([], { commonName: 'exit' });
   const entryKeys = selfSigned([], { commonName: 'entry' });
   const tunnelPort = await freePort();

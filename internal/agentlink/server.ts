@@ -32,7 +32,7 @@ import {
 } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
 import { sourceOf } from '../schema/net.ts';
-import { forwardRuleOf, type ForwardRule, type Rule } from '../domain/rules.ts';
+import { controlDefaults, forwardRuleOf, type Control, type ForwardRule, type Rule } from '../domain/rules.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
   AGENT_LINE_BYTES,
@@ -48,45 +48,21 @@ import {
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
-/** The fields of a rule a config leaves out where they are at their default. */
-type Control =
-  | 'allow_sources'
-  | 'deny_sources'
-  | 'max_connections'
-  | 'bandwidth_limit'
-  | 'expires_at'
-  | 'proxy_protocol'
-  | 'quota'
-  | 'health_check';
-type WireRule = Omit<ForwardRule, Control> & Partial<Pick<ForwardRule, Control>>;
+/** The controls a config carries (tags are the master's own). */
+type WireControl = Exclude<Control, 'tags'>;
+type WireRule = Omit<ForwardRule, WireControl> & Partial<Pick<ForwardRule, WireControl>>;
 
 /**
  * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
  * rules is that much smaller, and a rule with none of the controls reads as it did to agents older than them.
  */
 function wireRule(rule: ForwardRule): WireRule {
-  const {
-    allow_sources,
-    deny_sources,
-    max_connections,
-    bandwidth_limit,
-    expires_at,
-    proxy_protocol,
-    quota,
-    health_check,
-    ...rest
-  } = rule;
-  return {
-    ...rest,
-    ...(allow_sources.length > 0 && { allow_sources }),
-    ...(deny_sources.length > 0 && { deny_sources }),
-    ...(max_connections !== null && { max_connections }),
-    ...(bandwidth_limit !== null && { bandwidth_limit }),
-    ...(expires_at !== null && { expires_at }),
-    ...(proxy_protocol !== 'none' && { proxy_protocol }),
-    ...(quota !== null && { quota }),
-    ...(health_check !== null && { health_check }),
-  };
+  const wire: WireRule = { ...rule };
+  for (const [name, fallback] of Object.entries(controlDefaults)) {
+    const key = name as WireControl;
+    if (key in wire && JSON.stringify(wire[key]) === JSON.stringify(fallback)) delete wire[key];
+  }
+  return wire;
 }
 
 /** Failed link attempts one address may make per minute before it is refused without a look. */

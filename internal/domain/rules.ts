@@ -100,6 +100,32 @@ export interface RuleFields {
   health_check: HealthCheck | null;
 }
 
+/** A rule's controls as a rule without them has them: what the API fills in, and what a node's config leaves out. */
+export const controlDefaults: {
+  tags: string[];
+  allow_sources: string[];
+  deny_sources: string[];
+  max_connections: null;
+  bandwidth_limit: null;
+  expires_at: null;
+  proxy_protocol: 'none';
+  quota: null;
+  health_check: null;
+} = {
+  tags: [],
+  allow_sources: [],
+  deny_sources: [],
+  max_connections: null,
+  bandwidth_limit: null,
+  expires_at: null,
+  proxy_protocol: 'none',
+  quota: null,
+  health_check: null,
+} satisfies Partial<RuleFields>;
+
+/** The controls of a rule (what limits it, beyond where it listens and sends). */
+export type Control = keyof typeof controlDefaults;
+
 /** The fields a rule's writer sets, each once: what create, replace, import and batch update copy. */
 export const ruleFieldNames = [
   'name',
@@ -111,15 +137,7 @@ export const ruleFieldNames = [
   'strategy',
   'forwarding',
   'enabled',
-  'tags',
-  'allow_sources',
-  'deny_sources',
-  'max_connections',
-  'bandwidth_limit',
-  'expires_at',
-  'proxy_protocol',
-  'quota',
-  'health_check',
+  ...(Object.keys(controlDefaults) as Control[]),
 ] as const satisfies readonly (keyof RuleFields)[];
 
 /** The writable fields of `from` (a rule, or input that has them), and nothing else. */
@@ -150,24 +168,10 @@ export interface Rule extends RuleFields {
 }
 
 /** The part of a rule its node needs to forward it. */
-export interface ForwardRule extends Pick<
-  Rule,
-  | 'id'
-  | 'protocol'
-  | 'listen_port'
-  | 'targets'
-  | 'strategy'
-  | 'enabled'
-  | 'tunnel_id'
-  | 'forwarding'
-  | 'allow_sources'
-  | 'deny_sources'
-  | 'max_connections'
-  | 'bandwidth_limit'
-  | 'expires_at'
-  | 'proxy_protocol'
-  | 'health_check'
-> {
+export interface ForwardRule
+  extends
+    Pick<Rule, 'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id' | 'forwarding'>,
+    Pick<Rule, Exclude<Control, 'tags' | 'quota'>> {
   /** The rule's quota as its node enforces it; null without one. */
   quota: ForwardQuota | null;
 }
