@@ -117,7 +117,13 @@ export class Gate {
 
   /** Whether a client at `address` may be carried; one that may counts as open until `release`. */
   admit(address: string): boolean {
-    if (this.spent || Date.now() >= this.expiresAtMs || !this.allows(address) || this.open >= this.max) {
+    // What a rule without controls needs costs nothing per client: no clock read, no address parsed.
+    if (
+      this.spent ||
+      this.open >= this.max ||
+      (this.expiresAtMs !== Infinity && Date.now() >= this.expiresAtMs) ||
+      ((this.allow !== null || this.deny !== null) && !this.allows(address))
+    ) {
       this.refused++;
       return false;
     }

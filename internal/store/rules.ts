@@ -244,14 +244,29 @@ function expiredAt(expiresAt: string | null, at: string): boolean {
   return expiresAt !== null && expiresAt <= at;
 }
 
-/** A rule just inserted: what the table's defaults make of a new row. */
+/** Whether every control of `fields` is at its default (see controlDefaults). */
+function withoutControls(f: RuleFields): boolean {
+  return (
+    f.tags.length === 0 &&
+    f.allow_sources.length === 0 &&
+    f.deny_sources.length === 0 &&
+    f.max_connections === null &&
+    f.bandwidth_limit === null &&
+    f.expires_at === null &&
+    f.proxy_protocol === 'none' &&
+    f.quota === null &&
+    f.health_check === null
+  );
+}
+
+/** A rule just inserted (`fields` are its writable fields alone): what the table's defaults make of a new row. */
 function created(id: number, fields: RuleFields, at: string): Rule {
   return {
     id,
-    ...ruleFieldsOf(fields),
+    ...fields,
     targets: [...fields.targets],
     state: stateOf(expiredAt(fields.expires_at, at), false, fields.enabled),
-    quota_usage: usageOf(quotaColumns(fields.quota, null, at)),
+    quota_usage: fields.quota && usageOf(quotaColumns(fields.quota, null, at)),
     health: freshHealth(fields),
     sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
     traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
@@ -269,6 +284,7 @@ export class RuleStore {
   private readonly searchQuery;
   private readonly jsonStmt;
   private readonly insertRows;
+  private readonly insertPlainRows;
   private readonly updateStmt;
   private readonly deleteStmt;
   private readonly byNodeStmt;
@@ -327,6 +343,11 @@ export class RuleStore {
         quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start,
         quota_resets_at, quota_spent, health_check, health, created_at, updated_at) VALUES`,
       30,
+    );
+    this.insertPlainRows = db.insertRows(
+      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
+        created_at, updated_at) VALUES`,
+      11,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
@@ -461,32 +482,50 @@ export class RuleStore {
     const pending: RuleFields[] = [];
     const pendingPorts = new Set<string>();
     const flush = () => {
-      const ids = this.insertRows(
-        pending.map((f) => [
-          f.name,
-          f.node_id,
-          f.tunnel_id,
-          f.protocol,
-          f.listen_port,
-          JSON.stringify(f.targets),
-          f.strategy,
-          f.forwarding,
-          Number(f.enabled),
-          JSON.stringify(f.tags),
-          JSON.stringify(f.allow_sources),
-          JSON.stringify(f.deny_sources),
-          f.max_connections,
-          f.bandwidth_limit,
-          f.expires_at,
-          f.proxy_protocol,
-          Number(expiredAt(f.expires_at, at)),
-          ...quotaValues(quotaColumns(f.quota, null, at)),
-          f.health_check && JSON.stringify(f.health_check),
-          f.health_check && JSON.stringify(freshHealth(f)),
-          at,
-          at,
-        ]),
-      );
+      // Rules with every control at its default (what an import mostly holds) leave those columns to the table's
+      // defaults: a third of the values to bind.
+      const ids = pending.every(withoutControls)
+        ? this.insertPlainRows(
+            pending.map((f) => [
+              f.name,
+              f.node_id,
+              f.tunnel_id,
+              f.protocol,
+              f.listen_port,
+              JSON.stringify(f.targets),
+              f.strategy,
+              f.forwarding,
+              Number(f.enabled),
+              at,
+              at,
+            ]),
+          )
+        : this.insertRows(
+            pending.map((f) => [
+              f.name,
+              f.node_id,
+              f.tunnel_id,
+              f.protocol,
+              f.listen_port,
+              JSON.stringify(f.targets),
+              f.strategy,
+              f.forwarding,
+              Number(f.enabled),
+              JSON.stringify(f.tags),
+              JSON.stringify(f.allow_sources),
+              JSON.stringify(f.deny_sources),
+              f.max_connections,
+              f.bandwidth_limit,
+              f.expires_at,
+              f.proxy_protocol,
+              Number(expiredAt(f.expires_at, at)),
+              ...quotaValues(quotaColumns(f.quota, null, at)),
+              f.health_check && JSON.stringify(f.health_check),
+              f.health_check && JSON.stringify(freshHealth(f)),
+              at,
+              at,
+            ]),
+          );
       const rules = pending.map((fields, i) => created(ids[i]!, fields, at));
       this.ports.claimForNewRules(rules);
       for (const rule of rules) made.push(rule);
