@@ -11,6 +11,7 @@ import { Gate } from '../internal/relay/gate.ts';
 import { proxyHeader } from '../internal/relay/proxy-protocol.ts';
 import { parseCidr } from '../internal/schema/net.ts';
 import { TargetPicker } from '../internal/relay/targets.ts';
+import { send } from '../internal/agentlink/wire.ts';
 import { configMessage } from '../internal/domain/link.ts';
 import { validate } from '../internal/schema/schema.ts';
 import { nodeOf, startAgent } from './agents.ts';
@@ -669,4 +670,50 @@ test('a health check is for direct rules only, and is bounded', async (t) => {
   }
   const made = await rule(m, { ...base, health_check: {} });
   assert.deepEqual(made.body.health_check, { interval_seconds: 5, timeout_ms: 2000, fall: 3, rise: 2 });
+});
+
+test("an agent's health reports reach only its own health-checked rules and their own targets", async (t) => {
+  const m = await startMaster(t);
+  const mine = await node(m, 'mine');
+  const theirs = await node(m, 'theirs');
+  const check = { interval_seconds: 5 };
+  const base = { listen_port: 9000, targets: ['192.0.2.1:80', '192.0.2.2:80'], health_check: check };
+  const own = (await rule(m, { ...base, node_id: mine.id })).body;
+  const unchecked = (await rule(m, { node_id: mine.id, listen_port: 9001, targets: ['192.0.2.1:80'] })).body;
+  const foreign = (await rule(m, { ...base, node_id: theirs.id })).body;
+  const raw = (await link(m, mine.agent_token)) as RawLink;
+  await raw.next('config');
+  const down = (target: string) => ({
+    target,
+    status: 'down',
+    error: 'ECONNREFUSED',
+    checked_at: '2026-11-26T10:00:00Z',
+  });
+  send(raw.socket, {
+    type: 'health',
+    rules: [
+      { id: own.id, targets: [down('192.0.2.2:80'), down('203.0.113.9:80')] },
+      { id: unchecked.id, targets: [down('192.0.2.1:80')] },
+      { id: foreign.id, targets: [down('192.0.2.1:80')] },
+    ],
+  });
+  const healthOf = async (id: number) => (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body.health;
+  const now = await until('the report stored', async () => {
+    const health = await healthOf(own.id);
+    return health.status === 'degraded' && health;
+  });
+  assert.deepEqual(
+    now.targets.map((target: { target: string; status: string }) => [target.target, target.status]),
+    [
+      ['192.0.2.1:80', 'unknown'],
+      ['192.0.2.2:80', 'down'],
+    ],
+    'a target the rule does not have is not added',
+  );
+  assert.equal(await healthOf(unchecked.id), null, 'a rule without checks has no health');
+  assert.equal((await healthOf(foreign.id)).status, 'unknown', "another node's rule is untouched");
+
+  // A malformed report ends the link, as any malformed message does.
+  send(raw.socket, { type: 'health', rules: [{ id: own.id, targets: [{ target: 'x', status: 'sideways' }] }] });
+  await once(raw.socket, 'close');
 });
