@@ -265,6 +265,9 @@ test('every answer of every operation is what the OpenAPI document declares for 
     }
   }
 
+  // A probe's body is checked before its node is looked for.
+  await hit('POST /api/nodes/{id}/probe', '/api/nodes/999999/probe', { body: { target: '192.0.2.1:80' } });
+
   // Rules still run through the tunnel and on node a: deletes that would strand them are 409.
   await hit('DELETE /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`);
   await hit('DELETE /api/nodes/{id}', `/api/nodes/${a.body.id}`);
@@ -307,7 +310,11 @@ test('every answer of every operation is what the OpenAPI document declares for 
   // applied: 200, or refused: 502), a full disk (507), a failing commit (500), a master starting or draining (503)
   // or a request still in flight beside its retry (409 on POSTs that have no other 409).
   const unreachable = new Set([500, 502, 503, 507]);
-  const needAgent: Record<string, number[]> = { 'POST /api/rules/{id}/sync': [200] };
+  const needAgent: Record<string, number[]> = {
+    'POST /api/rules/{id}/sync': [200],
+    'POST /api/rules/{id}/check': [200],
+    'POST /api/nodes/{id}/probe': [200],
+  };
   for (const route of routes) {
     const name = `${route.method} ${route.path}`;
     const responses = doc.paths[route.path][route.method.toLowerCase()].responses;

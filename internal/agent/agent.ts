@@ -24,7 +24,7 @@ import {
   type TunnelReport,
 } from '../forward/forwarder.ts';
 import type { Logger } from '../log/log.ts';
-import { configMessage, trafficAckMessage } from '../domain/link.ts';
+import { configMessage, probeMessage, trafficAckMessage } from '../domain/link.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
 import { tableOf } from '../kernel/ruleset.ts';
 import { agentTokenNode } from '../auth/secrets.ts';
@@ -313,6 +313,13 @@ export class Agent {
       this.applying = this.applying
         .then(() => this.apply(config, true))
         .catch((error: Error) => this.options.log.error('applying the config failed', { error: error.message }));
+      return;
+    }
+    if (message.type === 'probe') {
+      const { id, protocol, targets, timeout_ms } = checkMessage(probeMessage, message);
+      void this.forwarder.probe(protocol, targets, timeout_ms).then((results) => {
+        if (this.socket) send(this.socket, { type: 'probe_result', id, results });
+      });
       return;
     }
     if (message.type === 'traffic_ack') {

@@ -20,6 +20,7 @@ import {
   appliedMessage,
   healthMessage,
   pathsMessage,
+  probeResultMessage,
   trafficMessage,
   tunnelStatusMessage,
   type AppliedMessage,
@@ -28,6 +29,7 @@ import {
   type TrafficMessage,
   type TunnelEnd,
   type HealthMessage,
+  type ProbeMessage,
   type TunnelStatusMessage,
 } from '../domain/link.ts';
 import { pinOf } from '../tls/pin.ts';
@@ -151,6 +153,10 @@ export class AgentLinks {
     this.failedByAddress = new FailureWindow(app.clock.now);
     this.logOf = throttledBy(app.log, app.clock.now);
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
+    app.sync.probes.on('probe', (nodeId: number, message: ProbeMessage) => {
+      const link = this.links.get(nodeId);
+      if (link) send(link.socket, message);
+    });
   }
 
   get connected(): number {
@@ -473,6 +479,12 @@ export class AgentLinks {
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
     if (message.type === 'paths') return this.paths(link, checkMessage(pathsMessage, message));
     if (message.type === 'health') return this.health(link, checkMessage(healthMessage, message));
+    if (message.type === 'probe_result') {
+      const { id, results } = checkMessage(probeResultMessage, message);
+      if (this.app.sync.probed(link.nodeId, id, results) === 'mismatched')
+        throw new ProtocolError(`probe_result ${id} does not answer each target asked, in order`);
+      return;
+    }
     this.logOf(`n:${link.nodeId}`).warn('agent sent an unknown message', {
       node_id: link.nodeId,
       type: message.type.slice(0, 32),

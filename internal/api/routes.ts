@@ -14,6 +14,7 @@ import { licenseOperations as license } from './license.ts';
 import { CASCADE_FROM_NODE, nodeOperations as nodes } from './nodes.ts';
 import { openApiDocument } from './openapi.ts';
 import { operation, ok, route, type Route } from './route.ts';
+import { probeOperations as probe } from './probe.ts';
 import { ruleOperations as rules } from './rules.ts';
 import { GUARDED_SETTINGS, settingsOperations as settings } from './settings.ts';
 import { tokenOperations as tokens } from './tokens.ts';
@@ -68,12 +69,14 @@ export const routes: readonly Route[] = [
   route('DELETE', '/api/nodes/{id}',              'nodes:write',     nodes.deleteNode, CASCADE_FROM_NODE),
   route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.installNode, INSTALL_ELSEWHERE),
   route('POST',   '/api/nodes/{id}/reinstall',    'nodes:write',     install.reinstallNode, INSTALL_ELSEWHERE),
+  route('POST',   '/api/nodes/{id}/probe',        'nodes:write',     probe.probeNode),
   route('GET',    '/api/rules',                   'rules:read',      rules.listRules),
   route('POST',   '/api/rules',                   'rules:write',     rules.createRule),
   route('GET',    '/api/rules/{id}',              'rules:read',      rules.getRule),
   route('PUT',    '/api/rules/{id}',              'rules:write',     rules.replaceRule),
   route('DELETE', '/api/rules/{id}',              'rules:write',     rules.deleteRule),
   route('POST',   '/api/rules/{id}/sync',         'rules:write',     rules.syncRule),
+  route('POST',   '/api/rules/{id}/check',        'rules:write',     probe.checkRule),
   route('GET',    '/api/tunnels',                 'tunnels:read',    tunnels.listTunnels),
   route('POST',   '/api/tunnels',                 'tunnels:write',   tunnels.createTunnel),
   route('GET',    '/api/tunnels/{id}',            'tunnels:read',    tunnels.getTunnel),

@@ -204,6 +204,37 @@ export const healthMessage = object({
 });
 export type HealthMessage = Infer<typeof healthMessage>;
 
+/** Most targets one probe asks a node to try. */
+export const MAX_PROBE_TARGETS = 16;
+export const probeProtocols = ['tcp', 'udp'] as const;
+
+/** Master to agent: try to reach these targets from the node, now, each at most `timeout_ms`, and say how it went. */
+export const probeMessage = object({
+  type: oneOf(['probe']),
+  id: ID,
+  protocol: oneOf(probeProtocols),
+  targets: array(target(), { min: 1, max: MAX_PROBE_TARGETS }),
+  timeout_ms: integer({ min: 50, max: 10_000 }),
+});
+export type ProbeMessage = Infer<typeof probeMessage>;
+
+/** How one target of a probe answered: reachable (null: a UDP target that said nothing), the time, why not. */
+export const probeResult = object({
+  target: target(),
+  reachable: nullable(boolean()),
+  ms: nullable(integer({ min: 0, max: 60_000 })),
+  error: nullable(string({ max: 200 })),
+});
+export type ProbeResult = Infer<typeof probeResult>;
+
+/** Agent to master: the results of probe `id`, a result per target in the order asked. */
+export const probeResultMessage = object({
+  type: oneOf(['probe_result']),
+  id: ID,
+  results: array(probeResult, { max: MAX_PROBE_TARGETS }),
+});
+export type ProbeResultMessage = Infer<typeof probeResultMessage>;
+
 /** Agent to master: which ways of forwarding the node can use, and why not; sent on linking and after each config. */
 export const pathsMessage = object({
   type: oneOf(['paths']),

@@ -11,13 +11,21 @@ import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
 import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic, TargetHealth } from '../domain/rules.ts';
-import type { TunnelEnd } from '../domain/link.ts';
+import type { ProbeResult, TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import type { TunnelView } from '../tunnel/wire.ts';
 import { applyRuleset, kernelAvailability, readCounters, removeTable, type Counts } from '../kernel/nft.ts';
 import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts';
-import { datagramsTo, dialTargets, localRefusal, type DatagramDial, type TcpDial } from '../relay/dial.ts';
+import {
+  datagramsTo,
+  dialTargets,
+  localRefusal,
+  probeDatagram,
+  probeTarget,
+  type DatagramDial,
+  type TcpDial,
+} from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { Gate } from '../relay/gate.ts';
 import { HealthChecker } from '../relay/health.ts';
@@ -451,6 +459,26 @@ export class Forwarder {
       addTraffic(totals, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
     }
     return [...totals.values()].filter((t) => t.bytes_in > 0 || t.bytes_out > 0 || (t.refused ?? 0) > 0);
+  }
+
+  /**
+   * Tries each of `targets` from this node, as its relays would reach them (the same policy), all at once: how each
+   * answered and how long it took.
+   */
+  async probe(protocol: 'tcp' | 'udp', targets: string[], timeoutMs: number): Promise<ProbeResult[]> {
+    return Promise.all(
+      targets.map(async (given) => {
+        const target = parseTarget(given);
+        if (!target) return { target: given, reachable: false, ms: null, error: 'not a target' };
+        const started = performance.now();
+        const outcome =
+          protocol === 'tcp'
+            ? await probeTarget(target, this.limits, timeoutMs).then((error) => ({ reachable: error === null, error }))
+            : await probeDatagram(target, this.limits, timeoutMs);
+        const ms = outcome.reachable ? Math.round(performance.now() - started) : null;
+        return { target: given, ...outcome, ms };
+      }),
+    );
   }
 
   /** How the targets of each health-checked rule stand. */

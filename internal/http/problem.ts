@@ -42,8 +42,9 @@ const codes = {
   conflict: [
     409,
     'Conflict',
-    'A name or port is taken (conflicting_*), other resources still refer to this one (rule_ids, tunnel_ids), or an ' +
-      'Idempotency-Key is still being answered.',
+    'A name or port is taken (conflicting_*), other resources still refer to this one (rule_ids, tunnel_ids), a ' +
+      'rule is enabled with its quota spent, a node asked to try a target is offline, or an Idempotency-Key is ' +
+      'still being answered.',
   ],
   precondition_failed: [
     412,

@@ -89,6 +89,37 @@ export function probeTarget(target: Target, policy: DialPolicy, timeoutMs: numbe
   });
 }
 
+/**
+ * Sends `target` one datagram from a socket of its own, as a relay would (the same policy): true when anything comes
+ * back within `timeoutMs`, false with the error when the target's host says no one listens (an ICMP port unreachable,
+ * ECONNREFUSED), null when nothing comes back (UDP cannot tell a silent service from a lost datagram).
+ */
+export function probeDatagram(
+  target: Target,
+  policy: DialPolicy,
+  timeoutMs: number,
+): Promise<{ reachable: boolean | null; error: string | null }> {
+  const refused = refusalOf(target, policy);
+  if (refused) return Promise.resolve({ reachable: false, error: refused });
+  return new Promise((resolve) => {
+    const socket = createSocket({
+      type: isIPv6(target.host) ? 'udp6' : 'udp4',
+      ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
+    });
+    const timer = setTimeout(() => done({ reachable: null, error: 'no answer' }), timeoutMs);
+    const done = (outcome: { reachable: boolean | null; error: string | null }) => {
+      clearTimeout(timer);
+      socket.close();
+      resolve(outcome);
+    };
+    socket.on('message', () => done({ reachable: true, error: null }));
+    socket.on('error', (error: NodeJS.ErrnoException) =>
+      done({ reachable: false, error: error.code ?? error.message }),
+    );
+    socket.connect(target.port, target.host, () => socket.send('portplane probe'));
+  });
+}
+
 /** Lets go of an upstream whose client has gone. A socket is destroyed; a tunnel stream has its own way. */
 export type Release = (upstream: Duplex) => void;
 

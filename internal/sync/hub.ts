@@ -4,7 +4,14 @@
 // record of which nodes are online, which the store renders nodes' status from.
 
 import { EventEmitter } from 'node:events';
+import type { ProbeMessage, ProbeResult } from '../domain/link.ts';
 import type { Presence } from '../store/nodes.ts';
+
+interface PendingProbe {
+  nodeId: number;
+  targets: string[];
+  resolve: (results: ProbeResult[] | null) => void;
+}
 
 interface Waiter {
   version: number;
@@ -18,6 +25,10 @@ export class SyncHub implements Presence {
   private readonly connected = new Map<number, string>();
   private readonly waiters = new Map<number, Set<Waiter>>();
   private readonly presenceListeners: ((nodeId: number) => void)[] = [];
+  /** Emits 'probe' with a node id and the message for its agent (the agent link sends it). */
+  readonly probes = new EventEmitter();
+  private readonly pendingProbes = new Map<number, PendingProbe>();
+  private nextProbe = 1;
 
   configChanged(nodeId: number): void {
     this.changes.emit('config', nodeId);
@@ -80,6 +91,38 @@ export class SyncHub implements Presence {
         waiter.resolve(true);
       }
     }
+  }
+
+  /**
+   * Asks the node's agent to try `targets` and resolves with a result per target, in order; null when the node is not
+   * linked or its agent did not answer within `waitMs`.
+   */
+  probe(nodeId: number, request: Omit<ProbeMessage, 'type' | 'id'>, waitMs: number): Promise<ProbeResult[] | null> {
+    if (!this.connected.has(nodeId)) return Promise.resolve(null);
+    const id = this.nextProbe++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => done(null), waitMs);
+      const done = (results: ProbeResult[] | null) => {
+        clearTimeout(timer);
+        this.pendingProbes.delete(id);
+        resolve(results);
+      };
+      this.pendingProbes.set(id, { nodeId, targets: request.targets, resolve: done });
+      this.probes.emit('probe', nodeId, { type: 'probe', id, ...request } satisfies ProbeMessage);
+    });
+  }
+
+  /**
+   * The node's agent answered probe `id`: `taken`, or `unknown` when the master waits for no such answer from this node
+   * (none asked, or no longer waited for), or `mismatched` when the results are not one per target asked, in order.
+   */
+  probed(nodeId: number, id: number, results: ProbeResult[]): 'taken' | 'unknown' | 'mismatched' {
+    const pending = this.pendingProbes.get(id);
+    if (!pending || pending.nodeId !== nodeId) return 'unknown';
+    if (results.length !== pending.targets.length || results.some((r, i) => r.target !== pending.targets[i]))
+      return 'mismatched';
+    pending.resolve(results);
+    return 'taken';
   }
 
   /**
