@@ -259,6 +259,38 @@ function withoutControls(f: RuleFields): boolean {
   );
 }
 
+/** What an insert binds of where a rule listens and sends, in the order both inserts name the columns. */
+function placeValues(f: RuleFields): SQLInputValue[] {
+  return [
+    f.name,
+    f.node_id,
+    f.tunnel_id,
+    f.protocol,
+    f.listen_port,
+    JSON.stringify(f.targets),
+    f.strategy,
+    f.forwarding,
+    Number(f.enabled),
+  ];
+}
+
+/** What the full insert binds of a rule's controls (and what they start as), in the order it names the columns. */
+function controlValues(f: RuleFields, at: string): SQLInputValue[] {
+  return [
+    JSON.stringify(f.tags),
+    JSON.stringify(f.allow_sources),
+    JSON.stringify(f.deny_sources),
+    f.max_connections,
+    f.bandwidth_limit,
+    f.expires_at,
+    f.proxy_protocol,
+    Number(expiredAt(f.expires_at, at)),
+    ...quotaValues(quotaColumns(f.quota, null, at)),
+    f.health_check && JSON.stringify(f.health_check),
+    f.health_check && JSON.stringify(freshHealth(f)),
+  ];
+}
+
 /** A rule just inserted (`fields` are its writable fields alone): what the table's defaults make of a new row. */
 function created(id: number, fields: RuleFields, at: string): Rule {
   return {
@@ -485,47 +517,8 @@ export class RuleStore {
       // Rules with every control at its default (what an import mostly holds) leave those columns to the table's
       // defaults: a third of the values to bind.
       const ids = pending.every(withoutControls)
-        ? this.insertPlainRows(
-            pending.map((f) => [
-              f.name,
-              f.node_id,
-              f.tunnel_id,
-              f.protocol,
-              f.listen_port,
-              JSON.stringify(f.targets),
-              f.strategy,
-              f.forwarding,
-              Number(f.enabled),
-              at,
-              at,
-            ]),
-          )
-        : this.insertRows(
-            pending.map((f) => [
-              f.name,
-              f.node_id,
-              f.tunnel_id,
-              f.protocol,
-              f.listen_port,
-              JSON.stringify(f.targets),
-              f.strategy,
-              f.forwarding,
-              Number(f.enabled),
-              JSON.stringify(f.tags),
-              JSON.stringify(f.allow_sources),
-              JSON.stringify(f.deny_sources),
-              f.max_connections,
-              f.bandwidth_limit,
-              f.expires_at,
-              f.proxy_protocol,
-              Number(expiredAt(f.expires_at, at)),
-              ...quotaValues(quotaColumns(f.quota, null, at)),
-              f.health_check && JSON.stringify(f.health_check),
-              f.health_check && JSON.stringify(freshHealth(f)),
-              at,
-              at,
-            ]),
-          );
+        ? this.insertPlainRows(pending.map((f) => [...placeValues(f), at, at]))
+        : this.insertRows(pending.map((f) => [...placeValues(f), ...controlValues(f, at), at, at]));
       const rules = pending.map((fields, i) => created(ids[i]!, fields, at));
       this.ports.claimForNewRules(rules);
       for (const rule of rules) made.push(rule);
