@@ -368,8 +368,8 @@ test('the PROXY header of an IPv6 client, and of one whose addresses cannot be t
 test('address blocks: what is a block, and what a client matches', () => {
   for (const block of ['0.0.0.0/0', '::/0', '192.0.2.0/24', '192.0.2.7', '2001:db8::/32', 'fe80::1/128'])
     assert.ok(parseCidr(block), block);
-  for (const block of ['192.0.2.1/24', '2001:db8::1/32', '1.2.3.4/', '1.2.3.4/x', '1.2.3.4/8/8', '', '::1/129'])
-    assert.equal(parseCidr(block), null, block);
+  const notBlocks = ['192.0.2.1/24', '2001:db8::1/32', '1.2.3.4/', '1.2.3.4/x', '1.2.3.4/8/8', '', '::1/129'];
+  for (const block of [...notBlocks, 'fe80::1%eth0', 'fe80::1%eth0/128']) assert.equal(parseCidr(block), null, block);
   const gate = new Gate({
     allow_sources: ['192.0.2.0/24', '2001:db8::/32'],
     deny_sources: ['192.0.2.7'],

@@ -233,7 +233,6 @@ export const probeResultMessage = object({
   id: ID,
   results: array(probeResult, { max: MAX_PROBE_TARGETS }),
 });
-export type ProbeResultMessage = Infer<typeof probeResultMessage>;
 
 /** Agent to master: which ways of forwarding the node can use, and why not; sent on linking and after each config. */
 export const pathsMessage = object({

@@ -43,8 +43,3 @@ export function quotaPeriodAt(quota: Quota, nowMs: number): { start: number; nex
   const from = new Date(start);
   return { start, next: startIn(from.getUTCFullYear(), from.getUTCMonth() + 1) };
 }
-
-/** The bytes of a report that count against a quota billed in `direction`. */
-export function countedBytes(direction: QuotaDirection, bytesIn: number, bytesOut: number): number {
-  return direction === 'in' ? bytesIn : direction === 'out' ? bytesOut : bytesIn + bytesOut;
-}

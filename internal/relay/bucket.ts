@@ -4,9 +4,9 @@
 // burst + rate x span + one read of each reader sharing it.
 
 /** How many seconds of the rate a bucket holds when full: the burst a rule may send after a quiet spell. */
-export const BURST_SECONDS = 0.125;
+const BURST_SECONDS = 0.125;
 /** The smallest burst: one read of a reader, so that a slow rate still moves whole reads. */
-export const MIN_BURST_BYTES = 16 * 1024;
+const MIN_BURST_BYTES = 16 * 1024;
 
 function burstOf(rate: number): number {
   return Math.max(MIN_BURST_BYTES, rate * BURST_SECONDS);

@@ -176,7 +176,8 @@ function splitCidr(value: string): { address: string; prefix: number; family: 'i
 
 function cidrProblem(value: string): string | null {
   const [address = '', prefix, ...rest] = value.split('/');
-  const bits = addressBits(address);
+  // A zone (fe80::1%eth0) names an interface, not addresses a client can come from.
+  const bits = address.includes('%') ? null : addressBits(address);
   if (bits === null || rest.length > 0) return 'must be an IPv4 or IPv6 address, or a block such as 192.0.2.0/24';
   if (prefix === undefined) return null;
   if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > bits.length)
