@@ -7,6 +7,7 @@ import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { quotaPeriodAt, type Quota } from '../internal/domain/quota.ts';
+import { ruleFieldsOf } from '../internal/domain/rules.ts';
 import { Gate } from '../internal/relay/gate.ts';
 import { proxyHeader } from '../internal/relay/proxy-protocol.ts';
 import { parseCidr } from '../internal/schema/net.ts';
@@ -16,7 +17,7 @@ import { configMessage } from '../internal/domain/link.ts';
 import { validate } from '../internal/schema/schema.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { link, type RawLink } from './rawlink.ts';
-import { assertProblem, call, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, NO_CONTROLS, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpEcho, udpEcho, until } from './net.ts';
 
 /** Sends a line from `localAddress` and reads until the far side ends: the echo, or '' when the relay closed it. */
@@ -386,6 +387,17 @@ test('address blocks: what is a block, and what a client matches', () => {
   assert.equal(gate.drainRefused(), 0);
 });
 
+test("a rule's gate counts its TCP connections and UDP sessions together, and refuses all once it expires", () => {
+  const controls = { ...NO_CONTROLS, max_connections: 2, quota: null };
+  const gate = new Gate(controls);
+  assert.deepEqual([gate.admit('192.0.2.1'), gate.admit('192.0.2.2'), gate.admit('192.0.2.3')], [true, true, false]);
+  gate.release();
+  assert.equal(gate.admit('192.0.2.3'), true, 'a place freed is taken');
+  gate.update({ ...controls, max_connections: null, expires_at: '2020-01-01T00:00:00Z' });
+  assert.equal(gate.admit('192.0.2.4'), false, 'past its expiry');
+  assert.equal(gate.drainRefused(), 2);
+});
+
 test('quota periods: a day from its hour, a month from its day and hour, in UTC', () => {
   const at = (iso: string) => Date.parse(iso);
   const period = (quota: Partial<Quota>, now: string) => {
@@ -470,6 +482,15 @@ test('a spent quota stops the rule on its node (quota_exceeded, 409 to re-enable
   });
   assertProblem(again, 409, 'conflict');
   assert.match(again.body.detail, /used \d+ of its 262144 bytes this period/);
+  const batch = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { ids: [made.body.id], changes: { enabled: true } },
+  });
+  assert.deepEqual(
+    batch.body.results.map((r: { outcome: string }) => r.outcome),
+    ['conflict'],
+    'a batch enables it no more than a PUT does',
+  );
 
   // The period ends (brought forward here, rather than waited for): the count starts over and the rule forwards.
   m.app.store.write(() =>
@@ -716,4 +737,49 @@ test("an agent's health reports reach only its own health-checked rules and thei
   // A malformed report ends the link, as any malformed message does.
   send(raw.socket, { type: 'health', rules: [{ id: own.id, targets: [{ target: 'x', status: 'sideways' }] }] });
   await once(raw.socket, 'close');
+});
+
+test('what GET and lists answer of a rule is what its writes answer, through every change of its state', async (t) => {
+  // The view is rendered by SQLite's triggers (migrations 12-14), the answer to a write by the store's mapping.
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const { store } = m.app;
+  const made = await rule(m, {
+    node_id: n.id,
+    listen_port: 9000,
+    targets: ['192.0.2.1:80', '192.0.2.2:80'],
+    tags: ['a'],
+    allow_sources: ['192.0.2.0/24'],
+    deny_sources: ['192.0.2.9'],
+    max_connections: 5,
+    bandwidth_limit: 4096,
+    expires_at: '2099-01-01T00:00:00Z',
+    proxy_protocol: 'v1',
+    quota: { bytes: 1000, period: 'day', direction: 'in' },
+    health_check: { interval_seconds: 5 },
+  });
+  const id = made.body.id as number;
+  const at = '2026-11-26T10:00:00Z';
+  const fields = ruleFieldsOf(store.rules.find(id)!);
+  const down = { target: '192.0.2.2:80', status: 'down' as const, error: 'ECONNREFUSED', checked_at: at };
+  const changes: [string, () => unknown][] = [
+    ['a sync result', () => store.rules.setSync(id, n.id, 'applied', null, at, 'relay')],
+    ['traffic with refusals', () => store.traffic.record(id, n.id, 1_800_000_000, 600, 50, 3)],
+    ['a health report', () => store.rules.setHealth(id, n.id, [down])],
+    ['the quota used up', () => store.traffic.record(id, n.id, 1_800_000_000, 600, 0)],
+    ['the quota spent', () => assert.equal(store.rules.spendQuotas([id]).length, 1)],
+    ['a new period', () => store.rules.resetQuotas('2099-12-31T00:00:00Z')],
+    ['expiry', () => store.rules.expire('2099-12-31T00:00:00Z')],
+    ['an update', () => store.rules.update(id, { ...fields, name: 'renamed', expires_at: null }, at)],
+    ['pending again', () => store.rules.markPending(id)],
+    ['every control off', () => store.rules.update(id, { ...fields, ...NO_CONTROLS }, at)],
+  ];
+  const states: string[] = [];
+  for (const [what, change] of changes) {
+    store.write(change);
+    const rule = store.rules.find(id)!;
+    states.push(rule.state);
+    assert.deepEqual(JSON.parse(store.rules.json(id)!.json), rule, `after ${what}`);
+  }
+  assert.deepEqual(new Set(states), new Set(['active', 'quota_exceeded', 'expired']), 'the states were all met');
 });
