@@ -392,3 +392,15 @@ test("TCP: a socket's read buffer grows while a burst fills it, and is small aga
   await relayedBytes(16 * 1024 * 1024 + 9);
   assert.equal(readBufferBytes(relayed!), 16 * 1024, 'after a read that did not fill it');
 });
+
+test('a config of 150,000 rules that expire one day is applied (not one call of as many arguments)', async (t) => {
+  const forwarder = new Forwarder('127.0.0.1');
+  t.after(() => forwarder.close());
+  // Through a tunnel this node is not the entry of: each fails at once, without a socket.
+  const rules = Array.from({ length: 150_000 }, (_, i) =>
+    rule(i + 1, 10_000, ['192.0.2.1:80'], { tunnel_id: 99, expires_at: '2099-01-01T00:00:00Z' }),
+  );
+  const results = await forwarder.apply(rules);
+  assert.equal(results.length, rules.length);
+  assert.ok(results.every((r) => r.error?.code === 'tunnel_missing'));
+});

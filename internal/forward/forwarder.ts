@@ -239,9 +239,10 @@ export class Forwarder {
   /** Calls onExpiry when the first of the enabled rules' expires_at comes. */
   private scheduleExpiry(rules: ForwardRule[], now: number): void {
     clearTimeout(this.expiryTimer);
-    const next = Math.min(
-      ...rules.filter((r) => r.enabled && r.expires_at !== null).map((r) => Date.parse(r.expires_at!)),
-    );
+    // A loop, not Math.min(...): a config may hold 200,000 rules, more arguments than a call takes.
+    let next = Infinity;
+    for (const rule of rules)
+      if (rule.enabled && rule.expires_at !== null) next = Math.min(next, Date.parse(rule.expires_at));
     if (next === Infinity) return;
     this.expiryTimer = setTimeout(() => this.onExpiry(), Math.min(next - now, LONGEST_TIMER_MS)).unref();
   }
