@@ -62,7 +62,9 @@ function wireRule(rule: ForwardRule): WireRule {
   const wire: WireRule = { ...rule };
   for (const [name, fallback] of Object.entries(controlDefaults)) {
     const key = name as WireControl;
-    if (key in wire && JSON.stringify(wire[key]) === JSON.stringify(fallback)) delete wire[key];
+    // Every default is an empty list or a single value: no need to serialise each of 200,000 rules' controls.
+    const value = wire[key];
+    if (Array.isArray(fallback) ? Array.isArray(value) && value.length === 0 : value === fallback) delete wire[key];
   }
   return wire;
 }
