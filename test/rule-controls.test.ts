@@ -493,6 +493,8 @@ test('a spent quota stops the rule on its node (quota_exceeded, 409 to re-enable
   );
 
   // The period ends (brought forward here, rather than waited for): the count starts over and the rule forwards.
+  // (The batch's writer hands the database back a moment after its answer.)
+  await m.app.store.db.writable();
   m.app.store.write(() =>
     m.app.store.db
       .prepare('UPDATE rules SET quota_resets_at = ? WHERE id = ?')
