@@ -175,16 +175,17 @@ export function snapshot(master: Master, except: readonly string[] = []): string
     db
       // Tables of rows only: a full-text index (virtual, and its shadow tables) is derived from them.
       .prepare(
-        "SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' AND name NOT LIKE 'sqlite_%' " +
-          'ORDER BY name',
+        "SELECT name, wr FROM pragma_table_list WHERE schema = 'main' AND type = 'table' " +
+          "AND name NOT LIKE 'sqlite_%' ORDER BY name",
       )
-      .all() as { name: string }[]
+      .all() as { name: string; wr: number }[]
   ).filter(({ name }) => !except.includes(name));
   return JSON.stringify(
-    tables.map(({ name }) => [
+    tables.map(({ name, wr }) => [
       name,
       db
-        .prepare(`SELECT * FROM "${name}" ORDER BY rowid`)
+        // A table without rowid is read in its primary key's order.
+        .prepare(`SELECT * FROM "${name}"${wr ? '' : ' ORDER BY rowid'}`)
         .all()
         .map((row) =>
           JSON.stringify(row, (k, v) =>

@@ -27,6 +27,7 @@ import { pinOf } from '../internal/tls/pin.ts';
 import { agentUnit } from '../internal/install/unit.ts';
 import { assertProblem, call, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, until } from './net.ts';
+import { openEvents } from './sse.ts';
 
 const SSHD = '/usr/sbin/sshd';
 const canRun = existsSync(SSHD) && process.getuid?.() === 0;
@@ -218,12 +219,29 @@ test(
       'nothing was started',
     );
 
+    // An event stream follows it all: the status, each step of the log, the outcome.
+    const watch = (query: string) => openEvents(m.url, m.admin, query, {}, certificate.cert);
+    const everything = await watch(`?types=node&node_id=${node.id}`);
+    t.after(() => everything.close());
     const started = await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin });
     assert.equal(started.status, 202, JSON.stringify(started.body));
     assert.equal(started.body.status, 'installing');
+    // The README's watch: the next change of status after the 202 is the outcome.
+    const outcome = await watch(`?types=node.status&node_id=${node.id}&limit=1&timeout_seconds=60`);
     assertConflict(await call(m.url, 'POST', `/api/nodes/${node.id}/install-ssh`, { token: m.admin }));
     const done = await settled(m, node.id);
     assert.equal(done.status, 'online', `${done.status_detail}\n${done.install.log_tail}`);
+    await outcome.ended;
+    assert.deepEqual(
+      outcome.events.map((e) => [e.event, e.data.data?.status]),
+      [
+        ['ready', undefined],
+        ['node.status', 'online'],
+      ],
+    );
+    const statuses = everything.events.filter((e) => e.event === 'node.status').map((e) => e.data.resource_id);
+    assert.deepEqual(statuses, [node.id, node.id], 'installing, then online');
+    assert.ok(everything.events.filter((e) => e.event === 'node.install').length >= 3, 'each step of the log');
     assert.match(done.install.log_tail, /done: the agent is connected/);
     assert.ok(readFileSync(join(installDir, 'agent.mjs')).length > 10_000);
     const agentEnv = readFileSync(join(installDir, 'agent.env'), 'utf8');

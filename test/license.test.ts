@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { generateLicenseKeys, issueLicense, type LicenseFields } from '../internal/license/license.ts';
 import { call, mintToken, startMaster } from './helpers.ts';
+import { openEvents } from './sse.ts';
 
 const keys = generateLicenseKeys();
 const keyDir = mkdtempSync(join(tmpdir(), 'portplane-license-'));
@@ -122,4 +123,25 @@ test('a license for another key is invalid under the built-in vendor key', async
   });
   const view = (await call(m.url, 'GET', '/api/license', { token: m.admin })).body;
   assert.equal(view.status, 'invalid');
+});
+
+test('a license that expires while the master runs is told to event streams that may read it', async (t) => {
+  const expiresAt = new Date(Date.now() + 3_600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+  const m = await startMaster(t, {
+    licenseKeyPath: publicKeyPath,
+    prepare: (dir) =>
+      writeFileSync(join(dir, 'license.json'), issueLicense({ ...fields, expires_at: expiresAt }, keys.privateKeyPem)),
+  });
+  const reader = await openEvents(m.url, await mintToken(m, ['license:read']), '?types=license');
+  const blind = await openEvents(m.url, await mintToken(m, ['rules:read']));
+  t.after(() => (reader.close(), blind.close()));
+  await Promise.all([reader.next((e) => e.event === 'ready'), blind.next((e) => e.event === 'ready')]);
+  m.advance(2 * 3_600_000);
+  const changed = await reader.next((e) => e.event === 'license.changed', 3000);
+  assert.deepEqual(changed.data.detail, { before: 'valid', after: 'expired' });
+  assert.equal(changed.data.data.status, 'expired');
+  assert.deepEqual(
+    blind.events.map((e) => e.event),
+    ['ready'],
+  );
 });

@@ -10,6 +10,7 @@ import type { Route } from '../internal/api/route.ts';
 import { call, login, startMaster, type Answer, type CallOptions } from './helpers.ts';
 import { check, inlineRefs } from './json-schema.ts';
 import { until } from './net.ts';
+import { openEvents, parseFrames } from './sse.ts';
 
 /** Headers of the transport, not of the API: HTTP itself describes them. */
 const TRANSPORT = new Set(['content-type', 'content-length', 'date', 'connection', 'keep-alive', 'transfer-encoding']);
@@ -27,6 +28,11 @@ function disagreements(doc: any, route: Route, answer: Answer, knownCaller: bool
     if (answer.body !== '') problems.push(`has a body, none documented`);
   } else if (!type || !content[type]) {
     problems.push(`content-type ${type}, documented ${Object.keys(content).join(', ')}`);
+  } else if (type === 'text/event-stream') {
+    // A stream's schema is that of each event's data.
+    const { frames, rest } = parseFrames(answer.body);
+    if (rest !== '') problems.push(`the stream ends inside a frame: ${rest.slice(0, 80)}`);
+    for (const frame of frames) problems.push(...check(content[type].schema, frame.data));
   } else if (content[type].schema) {
     problems.push(...check(content[type].schema, answer.body));
   }
@@ -118,6 +124,11 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('POST /api/nodes', '/api/nodes', { body: { name: 'A', host: 'a2.example.net' } });
   await hit('GET /api/nodes', '/api/nodes');
   await hit('GET /api/nodes/{id}', `/api/nodes/${a.body.id}`);
+  await hit('GET /api/nodes/{id}/vitals', `/api/nodes/${a.body.id}/vitals`);
+  await hit(
+    'GET /api/nodes/{id}/vitals',
+    `/api/nodes/${a.body.id}/vitals?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z`,
+  );
   const readA = await call(m.url, 'GET', `/api/nodes/${a.body.id}`, { token: m.admin });
   await hit('PUT /api/nodes/{id}', `/api/nodes/${a.body.id}`, { body: { ...readA.body, tags: ['x'] } });
   await hit('PUT /api/nodes/{id}', `/api/nodes/${a.body.id}`, { body: { ...readA.body, name: 'b' } });
@@ -303,6 +314,12 @@ test('every answer of every operation is what the OpenAPI document declares for 
   });
   for (const route of routes.filter((r) => r.method !== 'GET' && r.scope !== 'public'))
     await hit(`${route.method} ${route.path}`, route.path.replace('{id}', '1'), { body: {} });
+
+  // A stream, ended by its timeout, whose every event is what the document declares; a user's 17th stream is 429.
+  await hit('GET /api/events', '/api/events?after=0&timeout_seconds=1');
+  const held = await Promise.all(Array.from({ length: 16 }, () => openEvents(m.url, m.admin)));
+  await hit('GET /api/events', '/api/events');
+  for (const stream of held) stream.close();
 
   const missing = routes.map((r) => `${r.method} ${r.path}`).filter((name) => !seen.has(name));
   assert.deepEqual(missing, [], 'every operation is exercised');

@@ -157,6 +157,7 @@ test(
     }
     assert.match(output, /"applied": 500/, 'the sync reached the agent the README started');
     assert.match(output, /"status": "up"/, 'the tunnel came up between the two agents');
+    assert.match(output, /"type": "rule.sync",\n\s*"state": "applied"/, "the event stream told of the rule's sync");
   },
 );
 

@@ -19,6 +19,7 @@ import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/api/rules.ts';
+import { licenseWatch } from '../../internal/api/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { issueTunnelKeys } from '../../internal/tunnel/keys.ts';
@@ -83,20 +84,26 @@ async function bootstrapAdmin(store: Store, log: Logger, password: string | null
   }
 }
 
-/** Prunes what has aged out: audit entries, expired credentials, idempotency records, traffic buckets. */
+/**
+ * Prunes what has aged out: audit entries and events, expired credentials, idempotency records, traffic buckets and
+ * vitals.
+ */
 export function maintain(app: App): void {
   const { store, settings } = app;
   const day = 24 * 60 * 60 * 1000;
-  const { audit, credentials, idempotency, traffic } = store.write(() => ({
+  const { audit, events, credentials, idempotency, traffic, vitals } = store.write(() => ({
     audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * day)),
+    // An event stream resumes for as long as the audit log remembers the changes it tells of.
+    events: store.events.prune(app.timestamp(-settings.get('audit_retention_days') * day)),
     credentials: store.tokens.pruneExpired(app.timestamp()).length,
     idempotency: store.idempotency.prune(app.timestamp(-day)),
     traffic: store.traffic.prune(Math.floor((app.now() - settings.get('traffic_retention_days') * day) / 1000)),
+    vitals: store.vitals.prune(Math.floor((app.now() - settings.get('traffic_retention_days') * day) / 1000)),
   }));
   app.throttle.sweep(settings.get('login_window_seconds') * 1000);
   app.budget.sweep(60);
-  if (audit + credentials + idempotency + traffic > 0)
-    app.log.info('pruned', { audit, credentials, idempotency, traffic });
+  if (audit + events + credentials + idempotency + traffic + vitals > 0)
+    app.log.info('pruned', { audit, events, credentials, idempotency, traffic, vitals });
 }
 
 /** Runs `fn`; a failure becomes one that says what could not be used and what to do about it. */
@@ -243,6 +250,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       problem: view.problem,
     });
     const dispatch = createDispatcher(app, routes);
+    app.events.useRoutes(routes);
     const serveConsole = consoleHandler();
     // The console's few files at the root; everything else, /api/ and what matches nothing, is the API's (which, while
     // the master starts, answers 503 for all but health).
@@ -267,10 +275,17 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           }
         });
       }, MAINTENANCE_INTERVAL_MS).unref();
-      // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually.
+      // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually; a license
+      // that expires says so as soon.
+      const licenseTick = licenseWatch(app);
       ruleClock = setInterval(() => {
         if (app.draining) return;
         tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
+        try {
+          licenseTick();
+        } catch (error) {
+          log.error('recording a change of the license failed', { error: (error as Error).message });
+        }
       }, 1000).unref();
       lifecycle.starting = false;
       markReady(config.dataDir, http.url);
@@ -314,6 +329,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
           await batches.close();
+          app.events.close();
           links.close();
           await http.close();
           store.close();

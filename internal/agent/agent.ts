@@ -26,6 +26,7 @@ import {
 import type { Logger } from '../log/log.ts';
 import { configMessage, probeMessage, trafficAckMessage } from '../domain/link.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
+import { VitalsMeter } from './vitals.ts';
 import { tableOf } from '../kernel/ruleset.ts';
 import { agentTokenNode } from '../auth/secrets.ts';
 import { pinOf } from '../tls/pin.ts';
@@ -103,6 +104,7 @@ export class Agent {
   private linkPin: string | null = null;
   private applying: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
+  private readonly vitals = new VitalsMeter();
   private refreshTimer: NodeJS.Timeout | undefined;
   /** Reports are made one at a time (reading the kernel's counters takes a moment). */
   private reporting: Promise<void> = Promise.resolve();
@@ -296,6 +298,8 @@ export class Agent {
     this.sendTunnelStatus(true);
     this.sendPaths(socket);
     this.sendHealth();
+    // A node shows how it is doing as soon as it links, not a report interval later.
+    send(socket, this.vitals.read());
   }
 
   private receive(message: Message): void {
@@ -430,10 +434,13 @@ export class Agent {
     this.reportTimer = setInterval(() => void this.report(), seconds * 1000);
   }
 
-  /** Reports are made one after another. */
+  /** Reports are made one after another; vitals go with each (and on linking), the master keeps the latest. */
   private report(): Promise<void> {
     this.reporting = this.reporting
-      .then(() => this.reportNow())
+      .then(() => {
+        if (this.socket) send(this.socket, this.vitals.read());
+        return this.reportNow();
+      })
       .catch((error: Error) => this.options.log.error('reporting traffic failed', { error: error.message }));
     return this.reporting;
   }

@@ -23,6 +23,7 @@ import {
   probeResultMessage,
   trafficMessage,
   tunnelStatusMessage,
+  vitalsMessage,
   type AppliedMessage,
   type ConfigMessage,
   type PathsMessage,
@@ -31,7 +32,9 @@ import {
   type HealthMessage,
   type ProbeMessage,
   type TunnelStatusMessage,
+  type VitalsMessage,
 } from '../domain/link.ts';
+import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { pinOf } from '../tls/pin.ts';
 import { sourceOf } from '../schema/net.ts';
 import { controlDefaults, forwardRuleOf, type Control, type ForwardRule, type Rule } from '../domain/rules.ts';
@@ -49,6 +52,9 @@ import {
 } from './wire.ts';
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
+
+/** The least time between two vitals of a node that are kept (an agent sends one a report interval). */
+const VITALS_SPACING_MS = 1000;
 
 /** The controls a config carries (tags are the master's own). */
 type WireControl = Exclude<Control, 'tags'>;
@@ -119,6 +125,8 @@ interface Link {
   allowance: TrafficAllowance;
   /** Why the master ended this link, written on the node when it closes. */
   endedBecause?: string;
+  /** The network totals of the last vitals kept, which the next one's rates are counted from. */
+  vitals?: NetworkTotals;
 }
 
 /** What the agent links use of the master. */
@@ -481,6 +489,7 @@ export class AgentLinks {
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
     if (message.type === 'paths') return this.paths(link, checkMessage(pathsMessage, message));
     if (message.type === 'health') return this.health(link, checkMessage(healthMessage, message));
+    if (message.type === 'vitals') return this.vitals(link, checkMessage(vitalsMessage, message));
     if (message.type === 'probe_result') {
       const { id, results } = checkMessage(probeResultMessage, message);
       if (this.app.sync.probed(link.nodeId, id, results) === 'mismatched')
@@ -545,6 +554,28 @@ export class AgentLinks {
     });
   }
 
+  /**
+   * How the node is doing: kept as its latest vitals and its chart's point for the minute, then told to event streams.
+   * An agent sends them once a report interval; any faster are ignored, so a hostile one cannot make a write of each.
+   */
+  private vitals(link: Link, message: VitalsMessage): void {
+    const now = this.app.clock.now();
+    if (link.vitals && now - link.vitals.atMs < VITALS_SPACING_MS) return;
+    const { vitals, totals } = vitalsOf(message, link.vitals ?? null, now, link.agentVersion);
+    link.vitals = totals;
+    const { store } = this.app;
+    store.write(() =>
+      store.vitals.record(link.nodeId, JSON.stringify(vitals), Math.floor(now / 1000), {
+        cpu_percent: vitals.cpu_percent,
+        load1: vitals.load[0]!,
+        memory_used_bytes: Math.max(0, vitals.memory.total_bytes - vitals.memory.available_bytes),
+        rx_bytes_per_second: vitals.network.rx_bytes_per_second,
+        tx_bytes_per_second: vitals.network.tx_bytes_per_second,
+      }),
+    );
+    store.db.afterCommit(() => this.app.sync.reports.emit('vitals', link.nodeId, vitals));
+  }
+
   /** Inside the write that spent it: records that `rule`'s quota stopped it, and sends its nodes the change. */
   private quotaSpent(rule: Rule): void {
     const { store } = this.app;
@@ -574,9 +605,9 @@ export class AgentLinks {
     const { store } = this.app;
     const nowSeconds = Math.floor(this.app.clock.now() / 1000);
     const oldest = nowSeconds - this.app.settings.get('traffic_retention_days') * 86_400;
-    store.write(() => {
+    const fresh = store.write(() => {
       const counted = store.traffic.streamSeq(nodeId, report.stream);
-      if (report.seq <= counted) return;
+      if (report.seq <= counted) return false;
       if (!link.allowance.take(bytes)) {
         throw new ProtocolError(
           `traffic report ${report.seq} claims ${bytes} bytes, more than the node could have relayed since it ` +
@@ -590,10 +621,14 @@ export class AgentLinks {
       for (const rule of store.rules.spendQuotas(report.rules.map((r) => r.id))) this.quotaSpent(rule);
       store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.clock.timestamp());
       store.nodes.seen(nodeId, this.app.clock.timestamp());
+      return true;
     });
     // The agent forgets a report once acknowledged, so the ack waits until the counts are durable.
     store.committed().then(
-      () => send(link.socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq }),
+      () => {
+        send(link.socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq });
+        if (fresh) this.app.sync.reports.emit('traffic', nodeId, report.rules);
+      },
       () => undefined,
     );
   }

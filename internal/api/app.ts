@@ -19,6 +19,7 @@ import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
 import type { BatchJob } from './batch.ts';
+import { EventStreams } from './events.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { ImportJob } from './transfer.ts';
 import type { JobCommitted } from './writes.ts';
@@ -91,6 +92,8 @@ export class App {
   readonly batcher: (job: BatchJob) => Promise<JobCommitted>;
   /** When this master started, for its uptime. */
   readonly startedAt: number;
+  /** The open GET /api/events streams. */
+  readonly events: EventStreams;
   private readonly lifecycle: Lifecycle;
 
   constructor(parts: AppParts) {
@@ -115,6 +118,7 @@ export class App {
     this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
+    this.events = new EventStreams(this);
   }
 
   get starting(): boolean {

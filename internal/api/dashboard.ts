@@ -126,15 +126,37 @@ function dashboard(ctx: Ctx<undefined, {}>) {
   });
 }
 
+/** The query of a time series over per-minute points: its window and step, by default the last `span` seconds. */
+export function seriesQuery(defaults: { step: number; span: string }) {
+  return {
+    from: timeParam(`Start (inclusive); default ${defaults.span} before \`to\`.`),
+    to: timeParam('End (exclusive); default now.'),
+    step: intParam({
+      min: BUCKET_SECONDS,
+      max: 31 * 86_400,
+      multipleOf: BUCKET_SECONDS,
+      description: `Seconds per point, a multiple of ${BUCKET_SECONDS}; default ${defaults.step}.`,
+    }),
+  };
+}
+
+/** A series' window in Unix seconds. Throws `invalid_query` for one that ends before it starts, or too many points. */
+export function seriesWindow(
+  query: { from?: string; to?: string; step?: number },
+  now: string,
+  defaults: { step: number; spanSeconds: number },
+): { from: number; to: number; step: number } {
+  const step = query.step ?? defaults.step;
+  const to = Math.floor(Date.parse(query.to ?? now) / 1000);
+  const from = query.from === undefined ? to - defaults.spanSeconds : Math.floor(Date.parse(query.from) / 1000);
+  if (from >= to) throw badQuery('from', 'must be before to');
+  if ((to - from) / step > MAX_POINTS)
+    throw badQuery('step', `gives more than ${MAX_POINTS} points for this range; use a larger step`);
+  return { from, to, step };
+}
+
 const trafficQuery = {
-  from: timeParam('Start (inclusive); default 24 hours before `to`.'),
-  to: timeParam('End (exclusive); default now.'),
-  step: intParam({
-    min: BUCKET_SECONDS,
-    max: 31 * 86_400,
-    multipleOf: BUCKET_SECONDS,
-    description: `Seconds per point, a multiple of ${BUCKET_SECONDS}; default 3600.`,
-  }),
+  ...seriesQuery({ step: 3600, span: '24 hours' }),
   node_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: "Only this node's rules." }),
   rule_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this rule.' }),
 };
@@ -145,12 +167,7 @@ function badQuery(parameter: string, detail: string): DomainError {
 
 function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
   const { query, app } = ctx;
-  const step = query.step ?? 3600;
-  const to = Math.floor(Date.parse(query.to ?? app.timestamp()) / 1000);
-  const from = query.from === undefined ? to - 86_400 : Math.floor(Date.parse(query.from) / 1000);
-  if (from >= to) throw badQuery('from', 'must be before to');
-  if ((to - from) / step > MAX_POINTS)
-    throw badQuery('step', `gives more than ${MAX_POINTS} points for this range; use a larger step`);
+  const { from, to, step } = seriesWindow(query, app.timestamp(), { step: 3600, spanSeconds: 86_400 });
   const points = app.store.traffic.series({
     from,
     to,

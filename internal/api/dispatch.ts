@@ -26,6 +26,8 @@ interface Outgoing {
   status: number;
   headers: Record<string, string>;
   body: Buffer | null;
+  /** See `Reply.stream`. */
+  stream?: (res: ServerResponse) => void;
 }
 
 const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
@@ -69,6 +71,14 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
 }
 
 function fromReply(reply: Reply): Outgoing {
+  if (reply.stream)
+    return {
+      status: reply.status,
+      // A proxy that buffers (nginx) is told not to hold the stream back.
+      headers: { 'Content-Type': 'text/event-stream', 'X-Accel-Buffering': 'no', ...reply.headers },
+      body: null,
+      stream: reply.stream,
+    };
   if (reply.raw !== undefined)
     return { status: reply.status, headers: { ...reply.headers }, body: Buffer.from(reply.raw) };
   if (reply.json !== undefined)
@@ -95,6 +105,7 @@ function write(res: ServerResponse, out: Outgoing, requestId: string): void {
   for (const name in out.headers) headers.push(name, out.headers[name]!);
   if (out.body) headers.push('Content-Length', String(out.body.length));
   res.writeHead(out.status, headers);
+  if (out.stream) return out.stream(res);
   res.end(out.body ?? undefined);
 }
 

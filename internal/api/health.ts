@@ -6,6 +6,7 @@ import { describe } from '../schema/schema.ts';
 import { record } from './common.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import type { App } from './app.ts';
+import type { Vitals } from '../domain/vitals.ts';
 import { syncStates } from '../domain/rules.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 
@@ -71,6 +72,18 @@ export function addGauges(app: App): void {
     }),
   );
   registry.add(
+    new Gauge('portplane_event_streams', 'GET /api/events streams open now.', () => [
+      { value: app.events.gauges().streams },
+    ]),
+  );
+  registry.add(
+    new Gauge(
+      'portplane_event_stream_buffered_bytes',
+      'Bytes written to event streams that their clients have not read.',
+      () => [{ value: app.events.gauges().bufferedBytes }],
+    ),
+  );
+  registry.add(
     new Gauge('process_resident_memory_bytes', 'Resident memory of the master process.', () => [
       { value: process.memoryUsage().rss },
     ]),
@@ -78,6 +91,42 @@ export function addGauges(app: App): void {
   registry.add(
     new Gauge('process_heap_used_bytes', 'JavaScript heap in use.', () => [{ value: process.memoryUsage().heapUsed }]),
   );
+  addVitalsGauges(app);
+}
+
+/** Each node's vitals at its agent's last report, labelled with the node's id and name. */
+function addVitalsGauges(app: App): void {
+  const perNode = (read: (vitals: Vitals) => { labels?: Record<string, string>; value: number | null }[]) => () =>
+    app.store.vitals.latest().flatMap(({ id, name, vitals }) =>
+      read(JSON.parse(vitals) as Vitals)
+        .filter((sample): sample is { labels?: Record<string, string>; value: number } => sample.value !== null)
+        .map(({ labels, value }) => ({ labels: { node_id: String(id), node: name, ...labels }, value })),
+    );
+  const gauges: [string, string, (vitals: Vitals) => { labels?: Record<string, string>; value: number | null }[]][] = [
+    ['portplane_node_cpu_percent', 'CPU in use on the node, of all its CPUs.', (v) => [{ value: v.cpu_percent }]],
+    ['portplane_node_load1', "The node's 1 minute load average.", (v) => [{ value: v.load[0] ?? null }]],
+    ['portplane_node_memory_total_bytes', "The node's memory.", (v) => [{ value: v.memory.total_bytes }]],
+    [
+      'portplane_node_memory_available_bytes',
+      "The node's memory available to programs.",
+      (v) => [{ value: v.memory.available_bytes }],
+    ],
+    [
+      'portplane_node_network_bytes',
+      "Bytes through each of the node's interfaces since it booted, by direction.",
+      (v) =>
+        v.interfaces.flatMap((i) => [
+          { labels: { interface: i.name, direction: 'rx' }, value: i.rx_bytes },
+          { labels: { interface: i.name, direction: 'tx' }, value: i.tx_bytes },
+        ]),
+    ],
+    [
+      'portplane_node_agent_uptime_seconds',
+      "How long the node's agent has run.",
+      (v) => [{ value: v.agent.uptime_seconds }],
+    ],
+  ];
+  for (const [name, help, read] of gauges) app.metrics.registry.add(new Gauge(name, help, perNode(read)));
 }
 
 function metrics(ctx: Ctx<undefined, {}>): Reply {

@@ -7,10 +7,11 @@ import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
+import { formatTime, integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
+import { seriesQuery, seriesWindow } from './dashboard.ts';
 import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
@@ -25,6 +26,7 @@ const READ_ONLY = [
   'last_seen_at',
   'traffic',
   'install',
+  'vitals',
   'ssh_auth',
   'version',
   'created_at',
@@ -136,6 +138,51 @@ const nodeProperties = {
       started_at: nullableTimestamp,
       finished_at: nullableTimestamp,
       log_tail: { type: ['string', 'null'], description: 'The last 8 KiB of the install log.' },
+    },
+    additionalProperties: false,
+  },
+  vitals: {
+    type: ['object', 'null'],
+    description:
+      "How the node was doing at its agent's last report (every agent_report_interval_seconds); null until one " +
+      'reported. History: GET /api/nodes/{id}/vitals.',
+    required: ['at', 'cpu_percent', 'load', 'memory', 'interfaces', 'network', 'agent'],
+    properties: {
+      at: timestamp,
+      cpu_percent: { type: ['number', 'null'], description: 'Of all CPUs since the previous report.' },
+      load: { type: 'array', items: { type: 'number' }, description: 'The 1, 5 and 15 minute load averages.' },
+      memory: {
+        type: 'object',
+        required: ['total_bytes', 'available_bytes'],
+        properties: { total_bytes: { type: 'integer' }, available_bytes: { type: 'integer' } },
+        additionalProperties: false,
+      },
+      interfaces: {
+        type: 'array',
+        description: 'Bytes received and sent by each network interface since the node booted.',
+        items: {
+          type: 'object',
+          required: ['name', 'rx_bytes', 'tx_bytes'],
+          properties: { name: { type: 'string' }, rx_bytes: { type: 'integer' }, tx_bytes: { type: 'integer' } },
+          additionalProperties: false,
+        },
+      },
+      network: {
+        type: 'object',
+        description: 'Bytes a second over every interface but lo since the previous report (null for the first).',
+        required: ['rx_bytes_per_second', 'tx_bytes_per_second'],
+        properties: {
+          rx_bytes_per_second: { type: ['number', 'null'] },
+          tx_bytes_per_second: { type: ['number', 'null'] },
+        },
+        additionalProperties: false,
+      },
+      agent: {
+        type: 'object',
+        required: ['version', 'uptime_seconds'],
+        properties: { version: { type: ['string', 'null'] }, uptime_seconds: { type: 'integer' } },
+        additionalProperties: false,
+      },
     },
     additionalProperties: false,
   },
@@ -280,6 +327,48 @@ function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
   return okJson(pageJson(page));
 }
 
+const vitalsQuery = seriesQuery({ step: 60, span: 'an hour' });
+
+/** A node's vitals over time, a point per step that had reports (averaged), oldest first. */
+function getNodeVitals(ctx: Ctx<undefined, QueryOf<typeof vitalsQuery>>) {
+  const { app } = ctx;
+  const id = idParam(ctx);
+  if (!app.store.nodes.exists(id)) throw notFound('node', id);
+  const { from, to, step } = seriesWindow(ctx.query, app.timestamp(), { step: 60, spanSeconds: 3600 });
+  const points = app.store.vitals.series(id, from, to, step);
+  return ok({
+    node_id: id,
+    from: formatTime(from * 1000),
+    to: formatTime(to * 1000),
+    step,
+    points: points.map(({ at, ...point }) => ({ at: formatTime(at * 1000), ...point })),
+  });
+}
+
+const vitalsSeriesSchema = record('NodeVitalsSeries', {
+  node_id: { type: 'integer' },
+  from: timestamp,
+  to: timestamp,
+  step: { type: 'integer' },
+  points: {
+    type: 'array',
+    description: 'One point per step that had reports, oldest first: averages of the minutes in it.',
+    items: {
+      type: 'object',
+      required: ['at', 'cpu_percent', 'load1', 'memory_used_bytes', 'rx_bytes_per_second', 'tx_bytes_per_second'],
+      properties: {
+        at: timestamp,
+        cpu_percent: { type: ['number', 'null'] },
+        load1: { type: 'number', description: 'The 1 minute load average.' },
+        memory_used_bytes: { type: 'integer', description: 'Total less available memory.' },
+        rx_bytes_per_second: { type: ['number', 'null'], description: 'Over every interface but lo.' },
+        tx_bytes_per_second: { type: ['number', 'null'] },
+      },
+      additionalProperties: false,
+    },
+  },
+});
+
 function getNode(ctx: Ctx<undefined, {}>) {
   const node = ctx.app.store.nodes.json(idParam(ctx));
   if (!node) throw notFound('node', ctx.params.id!);
@@ -369,6 +458,15 @@ export const nodeOperations = operations({
       409: { description: 'The name is taken' },
     },
     handler: createNode,
+  }),
+  getNodeVitals: operation({
+    summary: "A node's vitals over time",
+    description:
+      'CPU, load, memory in use and network bytes a second, from the reports of its agent (a point a minute, kept ' +
+      'for traffic_retention_days), averaged per step.',
+    query: vitalsQuery,
+    responses: { 200: { description: 'The series', schema: vitalsSeriesSchema } },
+    handler: getNodeVitals,
   }),
   getNode: operation({
     summary: 'Show a node',

@@ -222,6 +222,7 @@ const TAGS: Record<string, { name: string; description: string }> = {
   users: { name: 'users', description: 'Users, their passwords and the scopes their tokens may carry.' },
   settings: { name: 'settings', description: 'Run-time settings; those marked in docs/api.md need the * scope.' },
   'audit-logs': { name: 'audit', description: 'Every write, allowed or denied, with who, when and what changed.' },
+  events: { name: 'events', description: 'Every change as it happens, as server-sent events, resumable by id.' },
   license: { name: 'license', description: 'The license in force (read-only; replaced by a file on the master).' },
   nodes: { name: 'nodes', description: 'Servers that run an agent: adding, installing over SSH, reinstalling.' },
   rules: {

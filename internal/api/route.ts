@@ -1,7 +1,7 @@
 // What a route is: method, path pattern, required scope, audit action, schemas and the
 // handler. The route table, the router, the scope check and the API reference share it.
 
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Scope } from '../auth/scopes.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { parseJson } from '../http/body.ts';
@@ -27,6 +27,8 @@ export interface Reply {
   /** A body that is not JSON; `headers` gives its Content-Type. */
   raw?: string | Buffer;
   headers?: Record<string, string>;
+  /** A body that goes on (server-sent events): called with the response once its headers are sent. */
+  stream?: (res: ServerResponse) => void;
 }
 
 export function ok(body: unknown, headers?: Record<string, string>): Reply {

@@ -7,6 +7,7 @@ import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
+import { eventOperations as events } from './events.ts';
 import { healthOperations as health } from './health.ts';
 import { INSTALL_ELSEWHERE } from './dial.ts';
 import { installOperations as install } from './install.ts';
@@ -61,10 +62,12 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/settings',                'settings:read',   settings.getSettings),
   route('PATCH',  '/api/settings',                'settings:write',  settings.updateSettings, GUARDED_SETTINGS),
   route('GET',    '/api/audit-logs',              'audit:read',      audit.listAuditLogs),
+  route('GET',    '/api/events',                  'authenticated',   events.watchEvents),
   route('GET',    '/api/license',                 'license:read',    license.getLicense),
   route('GET',    '/api/nodes',                   'nodes:read',      nodes.listNodes),
   route('POST',   '/api/nodes',                   'nodes:write',     nodes.createNode),
   route('GET',    '/api/nodes/{id}',              'nodes:read',      nodes.getNode),
+  route('GET',    '/api/nodes/{id}/vitals',       'nodes:read',      nodes.getNodeVitals),
   route('PUT',    '/api/nodes/{id}',              'nodes:write',     nodes.replaceNode),
   route('DELETE', '/api/nodes/{id}',              'nodes:write',     nodes.deleteNode, CASCADE_FROM_NODE),
   route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.installNode, INSTALL_ELSEWHERE),

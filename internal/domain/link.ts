@@ -9,6 +9,7 @@ import {
   dateTime,
   integer,
   nullable,
+  number,
   object,
   oneOf,
   optional,
@@ -233,6 +234,31 @@ export const probeResultMessage = object({
   id: ID,
   results: array(probeResult, { max: MAX_PROBE_TARGETS }),
 });
+
+/** Most network interfaces a node reports the bytes of. */
+export const MAX_INTERFACES = 64;
+
+/** Agent to master, with each report interval: how the node is doing, and how long its agent has run. */
+export const vitalsMessage = object({
+  type: oneOf(['vitals']),
+  /** Of all CPUs, since the previous vitals; null in the first. */
+  cpu_percent: nullable(number({ min: 0, max: 100 })),
+  /** The 1, 5 and 15 minute load averages. */
+  load: array(number({ min: 0, max: 1_000_000 }), { min: 3, max: 3 }),
+  memory_total_bytes: COUNT,
+  memory_available_bytes: COUNT,
+  /** Bytes received and sent by each interface since the node booted (Linux's /proc/net/dev). */
+  interfaces: array(
+    object({
+      name: string({ min: 1, max: 15, pattern: /^[A-Za-z0-9_.:@-]+$/ }),
+      rx_bytes: COUNT,
+      tx_bytes: COUNT,
+    }),
+    { max: MAX_INTERFACES },
+  ),
+  uptime_seconds: COUNT,
+});
+export type VitalsMessage = Infer<typeof vitalsMessage>;
 
 /** Agent to master: which ways of forwarding the node can use, and why not; sent on linking and after each config. */
 export const pathsMessage = object({

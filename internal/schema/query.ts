@@ -84,6 +84,28 @@ export function textParam(options: { max: number; values?: readonly string[]; de
   );
 }
 
+/** A comma-separated list of distinct values out of `values` (at least one). */
+export function listParam(options: { values: readonly string[]; description?: string }): Schema<string[]> {
+  const json = {
+    type: 'string',
+    description: `${options.description ?? ''} Comma-separated, each one of: ${options.values.join(', ')}.`.trim(),
+  };
+  return param<string[]>(
+    json,
+    (raw) => {
+      const items = raw.split(',');
+      const unknown = items.find((item) => !options.values.includes(item));
+      if (unknown !== undefined)
+        return {
+          error: `holds ${JSON.stringify(unknown.slice(0, 40))}; each must be one of ${options.values.join(', ')}`,
+        };
+      if (new Set(items).size !== items.length) return { error: 'names a value twice' };
+      return { value: items };
+    },
+    [],
+  );
+}
+
 export type QuerySpec = Record<string, Schema<unknown>>;
 export type QueryOf<Q extends QuerySpec> = { [K in keyof Q]?: Q[K] extends Schema<infer T> ? T : never };
 

@@ -140,6 +140,23 @@ export function integer(options: Common & { min: number; max: number }): Schema<
   };
 }
 
+/** A finite number between `min` and `max`, fractions allowed. */
+export function number(options: Common & { min: number; max: number }): Schema<number> {
+  return {
+    json: annotate({ type: 'number', minimum: options.min, maximum: options.max }, options),
+    check(value, pointer, errors) {
+      if (typeof value !== 'number' || !Number.isFinite(value)) {
+        errors.push({ pointer, detail: `must be a number, not ${typeName(value)}` });
+        return 0;
+      }
+      if (value < options.min || value > options.max) {
+        errors.push({ pointer, detail: `must be between ${options.min} and ${options.max}` });
+      }
+      return value;
+    },
+  };
+}
+
 export function boolean(common: Common = {}): Schema<boolean> {
   return {
     json: annotate({ type: 'boolean' }, common),

@@ -97,7 +97,7 @@ export class Database {
   private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
-  private committedIn: (seconds: number) => void = () => undefined;
+  private readonly commitListeners: ((seconds: number) => void)[] = [];
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
   // Savepoints prepared once rather than parsed at each use: every write runs one, and a bulk write
@@ -487,6 +487,10 @@ export class Database {
     this.committedIn((performance.now() - started) / 1000);
   }
 
+  private committedIn(seconds: number): void {
+    for (const listener of this.commitListeners) this.runCallback(() => listener(seconds));
+  }
+
   /** The read-only connection, opened at the first read during a long write. */
   private reader(): DatabaseSync {
     if (this.path === ':memory:') return this.db;
@@ -512,9 +516,9 @@ export class Database {
     this.callbackFailed = fn;
   }
 
-  /** Called with how long each commit (and its fsync) took, in seconds. */
+  /** Called after each commit of this connection with how long it (and its fsync) took, in seconds. */
   onCommitted(fn: (seconds: number) => void): void {
-    this.committedIn = fn;
+    this.commitListeners.push(fn);
   }
 
   /** Called when a commit fails, so in-memory copies of the data can be reloaded. */

@@ -487,4 +487,142 @@ export const migrations: readonly string[] = [
   -- Re-render every view through the new trigger.
   UPDATE rules SET health = health;
   `,
+  /* 15: the event journal: what changed, in order, for GET /api/events (resources are rendered when sent) */ `
+  -- AUTOINCREMENT: an id is never given twice, even once pruned, so a resume point always means one place.
+  CREATE TABLE events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    type TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    resource_id INTEGER,
+    -- The nodes it concerns: a rule's node (and a tunnelled rule's exit node), a tunnel's two ends.
+    node_id INTEGER,
+    other_node_id INTEGER,
+    -- A change's facts beyond the resource itself (a license's status before and after).
+    detail TEXT
+  ) STRICT;
+
+  CREATE TRIGGER events_rule_insert AFTER INSERT ON rules BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id, other_node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'rule.created', 'rule', NEW.id, NEW.node_id,
+      (SELECT exit_node_id FROM tunnels WHERE id = NEW.tunnel_id));
+  END;
+  CREATE TRIGGER events_rule_delete AFTER DELETE ON rules BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id, other_node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'rule.deleted', 'rule', OLD.id, OLD.node_id,
+      (SELECT exit_node_id FROM tunnels WHERE id = OLD.tunnel_id));
+  END;
+  -- Traffic counts change every report and are not events of their own (the stream's traffic ticks carry them); a
+  -- node applying a config again with the same outcome changes nothing worth telling either.
+  CREATE TRIGGER events_rule_update AFTER UPDATE ON rules
+  WHEN NEW.version IS NOT OLD.version OR NEW.sync_state IS NOT OLD.sync_state OR NEW.sync_error IS NOT OLD.sync_error
+    OR NEW.sync_path IS NOT OLD.sync_path OR NEW.health IS NOT OLD.health
+  BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id, other_node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'),
+      CASE WHEN NEW.version IS NOT OLD.version THEN 'rule.updated'
+        WHEN NEW.health IS NOT OLD.health AND NEW.sync_state IS OLD.sync_state AND NEW.sync_error IS OLD.sync_error
+          AND NEW.sync_path IS OLD.sync_path THEN 'rule.health'
+        ELSE 'rule.sync' END,
+      'rule', NEW.id, NEW.node_id, (SELECT exit_node_id FROM tunnels WHERE id = NEW.tunnel_id));
+  END;
+
+  CREATE TRIGGER events_node_insert AFTER INSERT ON nodes BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'node.created', 'node', NEW.id, NEW.id);
+  END;
+  CREATE TRIGGER events_node_delete AFTER DELETE ON nodes BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'node.deleted', 'node', OLD.id, OLD.id);
+  END;
+  -- Not when it was last heard, its traffic, its config version or its agent's token: these change all the time or
+  -- are never shown.
+  CREATE TRIGGER events_node_update AFTER UPDATE ON nodes
+  WHEN NEW.version IS NOT OLD.version OR NEW.status IS NOT OLD.status OR NEW.status_detail IS NOT OLD.status_detail
+    OR NEW.agent_version IS NOT OLD.agent_version OR NEW.kernel_path IS NOT OLD.kernel_path
+    OR NEW.install_log IS NOT OLD.install_log OR NEW.install_started_at IS NOT OLD.install_started_at
+    OR NEW.install_finished_at IS NOT OLD.install_finished_at
+  BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'),
+      CASE WHEN NEW.version IS NOT OLD.version THEN 'node.updated'
+        WHEN NEW.status IS NOT OLD.status THEN 'node.status'
+        WHEN NEW.install_log IS NOT OLD.install_log OR NEW.install_started_at IS NOT OLD.install_started_at
+          OR NEW.install_finished_at IS NOT OLD.install_finished_at THEN 'node.install'
+        ELSE 'node.agent' END,
+      'node', NEW.id, NEW.id);
+  END;
+
+  CREATE TRIGGER events_tunnel_insert AFTER INSERT ON tunnels BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id, other_node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'tunnel.created', 'tunnel', NEW.id, NEW.entry_node_id,
+      NEW.exit_node_id);
+  END;
+  CREATE TRIGGER events_tunnel_delete AFTER DELETE ON tunnels BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id, other_node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'tunnel.deleted', 'tunnel', OLD.id, OLD.entry_node_id,
+      OLD.exit_node_id);
+  END;
+  -- Not its round trip or when its ends last reported, which change with every report.
+  CREATE TRIGGER events_tunnel_update AFTER UPDATE ON tunnels
+  WHEN NEW.version IS NOT OLD.version OR NEW.status IS NOT OLD.status OR NEW.entry_status IS NOT OLD.entry_status
+    OR NEW.entry_error IS NOT OLD.entry_error OR NEW.exit_status IS NOT OLD.exit_status
+    OR NEW.exit_error IS NOT OLD.exit_error
+  BEGIN
+    INSERT INTO events (at, type, resource, resource_id, node_id, other_node_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'),
+      CASE WHEN NEW.version IS NOT OLD.version THEN 'tunnel.updated' ELSE 'tunnel.status' END,
+      'tunnel', NEW.id, NEW.entry_node_id, NEW.exit_node_id);
+  END;
+
+  CREATE TRIGGER events_user_insert AFTER INSERT ON users BEGIN
+    INSERT INTO events (at, type, resource, resource_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'user.created', 'user', NEW.id);
+  END;
+  CREATE TRIGGER events_user_delete AFTER DELETE ON users BEGIN
+    INSERT INTO events (at, type, resource, resource_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'user.deleted', 'user', OLD.id);
+  END;
+  CREATE TRIGGER events_user_update AFTER UPDATE ON users WHEN NEW.version IS NOT OLD.version BEGIN
+    INSERT INTO events (at, type, resource, resource_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'user.updated', 'user', NEW.id);
+  END;
+
+  -- API tokens only: logins' sessions are not tokens the API shows.
+  CREATE TRIGGER events_token_insert AFTER INSERT ON tokens WHEN NEW.kind = 'api' BEGIN
+    INSERT INTO events (at, type, resource, resource_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'token.created', 'token', NEW.id);
+  END;
+  CREATE TRIGGER events_token_delete AFTER DELETE ON tokens WHEN OLD.kind = 'api' BEGIN
+    INSERT INTO events (at, type, resource, resource_id)
+    VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'token.deleted', 'token', OLD.id);
+  END;
+
+  CREATE TRIGGER events_settings_insert AFTER INSERT ON settings BEGIN
+    INSERT INTO events (at, type, resource) VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'settings.updated', 'settings');
+  END;
+  CREATE TRIGGER events_settings_update AFTER UPDATE ON settings WHEN NEW.value IS NOT OLD.value BEGIN
+    INSERT INTO events (at, type, resource) VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'settings.updated', 'settings');
+  END;
+  CREATE TRIGGER events_settings_delete AFTER DELETE ON settings BEGIN
+    INSERT INTO events (at, type, resource) VALUES (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'), 'settings.updated', 'settings');
+  END;
+  `,
+  /* 16: node vitals: the latest as the node shows them, and a point a minute for charts (kept as traffic is) */ `
+  -- JSON as the API shows it, written by the master from its agent's report; not an event of its own (see 15).
+  ALTER TABLE nodes ADD COLUMN vitals TEXT;
+  CREATE TABLE node_vitals (
+    node_id INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    cpu_percent REAL,
+    load1 REAL NOT NULL,
+    memory_used_bytes INTEGER NOT NULL,
+    rx_bytes_per_second REAL,
+    tx_bytes_per_second REAL,
+    PRIMARY KEY (node_id, minute)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TRIGGER node_vitals_delete AFTER DELETE ON nodes BEGIN
+    DELETE FROM node_vitals WHERE node_id = OLD.id;
+  END;
+  `,
 ];

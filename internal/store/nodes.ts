@@ -7,6 +7,7 @@ import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
 import { Rendered, type View } from './rendered.ts';
+import type { Vitals } from '../domain/vitals.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
 export type NodeStatus = (typeof nodeStatuses)[number];
@@ -58,6 +59,8 @@ export interface Node {
   config_version: number;
   traffic: { bytes_in: number; bytes_out: number };
   install: { started_at: string | null; finished_at: string | null; log_tail: string | null };
+  /** How the node was doing at its agent's last report (null until one reported). */
+  vitals: Vitals | null;
   version: number;
   created_at: string;
   updated_at: string;
@@ -74,9 +77,10 @@ export interface NodeFields {
 /** A sealed SSH credential, or 'keep' to leave the stored one as it is. */
 export type SshSecret = { auth: SshAuth; sealed: Buffer | null } | 'keep';
 
-interface Row extends Omit<Node, 'tags' | 'traffic' | 'install' | 'kernel_path'> {
+interface Row extends Omit<Node, 'tags' | 'traffic' | 'install' | 'kernel_path' | 'vitals'> {
   tags: string;
   kernel_path: string | null;
+  vitals: string | null;
   bytes_in: number;
   bytes_out: number;
   install_started_at: string | null;
@@ -87,7 +91,7 @@ interface Row extends Omit<Node, 'tags' | 'traffic' | 'install' | 'kernel_path'>
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
   kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
-    install_finished_at, install_log, version, created_at, updated_at`;
+    install_finished_at, install_log, vitals, version, created_at, updated_at`;
 
 /** How much of an install's log a node keeps: the end, where the outcome is. */
 export const INSTALL_LOG_BYTES = 8192;
@@ -95,6 +99,7 @@ export const INSTALL_LOG_BYTES = 8192;
 function toNode({
   tags,
   kernel_path,
+  vitals,
   bytes_in,
   bytes_out,
   install_started_at,
@@ -108,6 +113,7 @@ function toNode({
     kernel_path: kernel_path === null ? null : (JSON.parse(kernel_path) as Node['kernel_path']),
     traffic: { bytes_in, bytes_out },
     install: { started_at: install_started_at, finished_at: install_finished_at, log_tail: install_log },
+    vitals: vitals === null ? null : (JSON.parse(vitals) as Vitals),
   };
 }
 
@@ -118,7 +124,7 @@ const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port',
     'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
-  'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
+  'vitals', json(vitals), 'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
 
 /** Each list filter's condition on `nodes` (see FilteredQuery). */
 const NODE_FILTERS = {
@@ -334,6 +340,7 @@ export class NodeStore {
           config_version: 1,
           traffic: { bytes_in: 0, bytes_out: 0 },
           install: { started_at: null, finished_at: null, log_tail: null },
+          vitals: null,
           version: 1,
           created_at: at,
           updated_at: at,

@@ -4,6 +4,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, sta
 import { dirname, join } from 'node:path';
 import { AuditStore } from './audit.ts';
 import { Database } from './database.ts';
+import { EventStore } from './events.ts';
 import { IdempotencyStore } from './idempotency.ts';
 import { lockDataDir, type DataDirLock } from './lock.ts';
 import { NodeStore, type Presence } from './nodes.ts';
@@ -13,6 +14,7 @@ import { TokenStore } from './tokens.ts';
 import { TrafficStore } from './traffic.ts';
 import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
+import { VitalsStore } from './vitals.ts';
 
 /** A page as JSON text (built by SQLite): the items array, and the last id on it when another page follows. */
 export interface JsonPage {
@@ -54,6 +56,8 @@ export class Store {
   readonly rules: RuleStore;
   readonly tunnels: TunnelStore;
   readonly traffic: TrafficStore;
+  readonly events: EventStore;
+  readonly vitals: VitalsStore;
 
   readonly secretFields: ReadonlySet<string>;
   private readonly lock: DataDirLock | null;
@@ -73,6 +77,8 @@ export class Store {
     this.rules = new RuleStore(db);
     this.tunnels = new TunnelStore(db);
     this.traffic = new TrafficStore(db);
+    this.events = new EventStore(db);
+    this.vitals = new VitalsStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */

@@ -25,6 +25,11 @@ export class SyncHub implements Presence {
   private readonly connected = new Map<number, string>();
   private readonly waiters = new Map<number, Set<Waiter>>();
   private readonly presenceListeners: ((nodeId: number) => void)[] = [];
+  /**
+   * Emits 'traffic' with a node id and its report's counts per rule once they are committed, and 'vitals' with a node
+   * id and its agent's vitals: for live event streams.
+   */
+  readonly reports = new EventEmitter();
   /** Emits 'probe' with a node id and the message for its agent (the agent link sends it). */
   readonly probes = new EventEmitter();
   private readonly pendingProbes = new Map<number, PendingProbe>();

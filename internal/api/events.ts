@@ -1,0 +1,530 @@
+// GET /api/events: the event journal (store/events.ts) as server-sent events, from a resume point on. Each event's
+// resource is rendered by the route that GETs it, for the stream's caller, when the event is sent: a stream shows what
+// its caller's GETs would, and only the resources those routes let it read. Traffic ticks and node vitals are live
+// only: they carry no id and are not replayed.
+//
+// A stream never queues events in memory: it reads the journal from its own cursor while what it wrote is below
+// BUFFER_BYTES, pauses until the client drains it, and is dropped if it stays full for `stallMs`.
+
+import type { ServerResponse } from 'node:http';
+import { grants } from '../auth/scopes.ts';
+import { DomainError } from '../errors/errors.ts';
+import { eventFrame, HEARTBEAT, retryFrame } from '../http/sse.ts';
+import { boolParam, intParam, listParam, type QueryOf } from '../schema/query.ts';
+import { describe, type JsonSchema } from '../schema/schema.ts';
+import type { EventRow } from '../store/events.ts';
+import type { App, Principal } from './app.ts';
+import { record, timestamp } from './common.ts';
+import { type Ctx, operation, operations, type Reply, type Route } from './route.ts';
+
+/** Each journal event's type, by the resource it tells of (see migration 15). */
+const JOURNAL_TYPES = {
+  rule: ['rule.created', 'rule.updated', 'rule.deleted', 'rule.sync', 'rule.health'],
+  node: ['node.created', 'node.updated', 'node.deleted', 'node.status', 'node.install', 'node.agent'],
+  tunnel: ['tunnel.created', 'tunnel.updated', 'tunnel.deleted', 'tunnel.status'],
+  user: ['user.created', 'user.updated', 'user.deleted'],
+  token: ['token.created', 'token.deleted'],
+  settings: ['settings.updated'],
+  license: ['license.changed'],
+} as const;
+
+/** Live events, by the resource whose read they need: sent to streams that are caught up, never stored. */
+const LIVE_TYPES = { traffic: 'traffic', 'node.vitals': 'node' } as const;
+
+type Resource = keyof typeof JOURNAL_TYPES | 'traffic';
+
+/** The route whose scope lets a caller see a resource's events, and whose answer (for an id) is an event's data. */
+const READERS: Record<Resource, string> = {
+  rule: '/api/rules/{id}',
+  node: '/api/nodes/{id}',
+  tunnel: '/api/tunnels/{id}',
+  user: '/api/users/{id}',
+  token: '/api/tokens/{id}',
+  settings: '/api/settings',
+  license: '/api/license',
+  traffic: '/api/dashboard/traffic',
+};
+
+export const EVENT_TYPES: readonly string[] = [...Object.values(JOURNAL_TYPES).flat(), ...Object.keys(LIVE_TYPES)];
+const RESOURCES = Object.keys(READERS) as Resource[];
+/** What the stream itself says: where it starts, that it starts over, and why it ends. */
+const CONTROL_TYPES = ['ready', 'reset', 'dropped', 'shutdown'];
+
+/** What a stream writes at most ahead of its client before it pauses reading the journal. */
+const BUFFER_BYTES = 256 * 1024;
+const PAGE = 200;
+const MAX_STREAMS_PER_USER = 16;
+const MAX_STREAMS = 512;
+/** At most this many rules in a traffic tick (the busiest); `rules_left` says how many more moved bytes. */
+const TICK_RULES = 1000;
+
+const eventsQuery = {
+  types: listParam({
+    values: [...new Set([...RESOURCES, ...EVENT_TYPES])],
+    description: 'Only these event types, or all of a resource (rule, node.status).',
+  }),
+  node_id: intParam({
+    min: 1,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Only events concerning this node: itself, its rules, its tunnels (either end), its traffic.',
+  }),
+  resource_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only events of this resource id.' }),
+  after: intParam({
+    min: 0,
+    max: Number.MAX_SAFE_INTEGER,
+    description: 'Resume after this event id (as Last-Event-ID does; this wins if both are given). Default: now.',
+  }),
+  data: boolParam('Whether events carry their resource (default true); false for clients that re-read what they show.'),
+  limit: intParam({ min: 1, max: 100_000, description: 'End the stream after this many events.' }),
+  timeout_seconds: intParam({ min: 1, max: 86_400, description: 'End the stream after this long.' }),
+};
+
+type EventsQuery = QueryOf<typeof eventsQuery>;
+
+interface Stream {
+  res: ServerResponse;
+  principal: Principal;
+  /** The resources its caller may read, as a JSON array (for the journal's query). */
+  resources: string;
+  readable: ReadonlySet<string>;
+  types: ReadonlySet<string> | null;
+  typesJson: string | null;
+  nodeId: number | null;
+  resourceId: number | null;
+  data: boolean;
+  /** The id of the last journal event it was sent (or skipped past). */
+  cursor: number;
+  left: number;
+  busy: boolean;
+  paused: boolean;
+  ended: boolean;
+  timers: NodeJS.Timeout[];
+}
+
+/** Bytes moved by a node's rules since the last tick. */
+interface NodeTick {
+  bytes_in: number;
+  bytes_out: number;
+  rules: Map<number, { bytes_in: number; bytes_out: number; refused: number }>;
+}
+
+interface RuleCounts {
+  id: number;
+  bytes_in: number;
+  bytes_out: number;
+  refused: number;
+}
+
+export class EventStreams {
+  private readonly streams = new Set<Stream>();
+  private readonly perUser = new Map<number, number>();
+  private readers = new Map<Resource, Route>();
+  private ticks = new Map<number, NodeTick>();
+  private timer: NodeJS.Timeout | null = null;
+  private beats = 0;
+  /** The journal's head when the streams were last woken. */
+  private head = 0;
+  /** How long a full stream may stay full before it is dropped (tests shorten it). */
+  stallMs = 30_000;
+  heartbeatMs = 15_000;
+  tickMs = 2_000;
+
+  constructor(private readonly app: App) {
+    app.store.db.onCommitted(() => this.wake());
+    app.store.db.onWrittenElsewhere(() => this.wake());
+    app.sync.reports.on('traffic', (nodeId: number, rules: readonly RuleCounts[]) => this.traffic(nodeId, rules));
+    app.sync.reports.on('vitals', (nodeId: number, vitals: unknown) => this.live('node.vitals', nodeId, vitals));
+  }
+
+  /** Finds each resource's reader in the route table (cmd/master hands it over, as to the dispatcher). */
+  useRoutes(routes: readonly Route[]): void {
+    for (const resource of RESOURCES) {
+      const reader = routes.find((r) => r.method === 'GET' && r.path === READERS[resource]);
+      if (!reader) throw new Error(`no GET ${READERS[resource]} to render ${resource} events with`);
+      this.readers.set(resource, reader);
+    }
+  }
+
+  /** How many streams are open, and what they hold unsent: for the metrics. */
+  gauges(): { streams: number; bufferedBytes: number } {
+    let bufferedBytes = 0;
+    for (const stream of this.streams) bufferedBytes += stream.res.writableLength;
+    return { streams: this.streams.size, bufferedBytes };
+  }
+
+  /** Counts a committed traffic report of a node, for the next tick. */
+  private traffic(nodeId: number, rules: readonly RuleCounts[]): void {
+    if (this.streams.size === 0) return;
+    let tick = this.ticks.get(nodeId);
+    if (!tick) this.ticks.set(nodeId, (tick = { bytes_in: 0, bytes_out: 0, rules: new Map() }));
+    for (const rule of rules) {
+      if (rule.bytes_in + rule.bytes_out + rule.refused === 0) continue;
+      tick.bytes_in += rule.bytes_in;
+      tick.bytes_out += rule.bytes_out;
+      const counts = tick.rules.get(rule.id);
+      if (counts) {
+        counts.bytes_in += rule.bytes_in;
+        counts.bytes_out += rule.bytes_out;
+        counts.refused += rule.refused;
+      } else tick.rules.set(rule.id, { bytes_in: rule.bytes_in, bytes_out: rule.bytes_out, refused: rule.refused });
+    }
+  }
+
+  /** Sends a live event about one node (its vitals) to the streams that are caught up and may read it. */
+  private live(type: 'node.vitals', nodeId: number, data: unknown): void {
+    const json = JSON.stringify({ type, at: this.app.timestamp(), node_ids: [nodeId], data });
+    for (const stream of this.streams)
+      if (this.wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId)) this.deliver(stream, eventFrame(type, json));
+  }
+
+  /** Opens a stream for `ctx`'s caller. Throws `invalid_query`, `validation_failed`, `rate_limited`. */
+  open(ctx: Ctx<undefined, EventsQuery>): Reply {
+    const { caller: principal, query } = ctx;
+    const resumeAt = query.after ?? lastEventId(ctx.headers['last-event-id']);
+    if (this.streams.size >= MAX_STREAMS)
+      throw new DomainError('rate_limited', `${MAX_STREAMS} event streams are open on this master`, {
+        retryAfterSeconds: 30,
+      });
+    if ((this.perUser.get(principal.userId) ?? 0) >= MAX_STREAMS_PER_USER)
+      throw new DomainError('rate_limited', `this user has ${MAX_STREAMS_PER_USER} event streams open; close one`, {
+        retryAfterSeconds: 30,
+      });
+    const readable = RESOURCES.filter((resource) => {
+      const scope = this.readers.get(resource)!.scope;
+      return scope === 'public' || scope === 'authenticated' || grants(principal.scopes, scope);
+    });
+    return {
+      status: 200,
+      stream: (res) => this.attach(res, principal, query, readable, resumeAt),
+    };
+  }
+
+  /** Ends every stream, telling each that the master is stopping (with where to resume). */
+  close(): void {
+    for (const stream of this.streams) {
+      this.send(stream, eventFrame('shutdown', JSON.stringify({ type: 'shutdown', resume_after: stream.cursor })));
+      this.end(stream);
+    }
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private attach(
+    res: ServerResponse,
+    principal: Principal,
+    query: EventsQuery,
+    readable: Resource[],
+    resumeAt: number | null,
+  ): void {
+    const types = query.types && query.types.length > 0 ? query.types : null;
+    const head = this.app.store.events.head();
+    const stream: Stream = {
+      res,
+      principal,
+      resources: JSON.stringify(readable.filter((r) => r in JOURNAL_TYPES)),
+      readable: new Set(readable),
+      types: types && new Set(types),
+      typesJson: types && JSON.stringify(types),
+      nodeId: query.node_id ?? null,
+      resourceId: query.resource_id ?? null,
+      data: query.data ?? true,
+      cursor: resumeAt ?? head,
+      left: query.limit ?? Infinity,
+      busy: false,
+      paused: false,
+      ended: false,
+      timers: [],
+    };
+    this.streams.add(stream);
+    this.perUser.set(principal.userId, (this.perUser.get(principal.userId) ?? 0) + 1);
+    res.socket?.setNoDelay(true);
+    res.once('close', () => this.forget(stream));
+    if (query.timeout_seconds !== undefined)
+      stream.timers.push(setTimeout(() => this.end(stream), query.timeout_seconds * 1000));
+    this.timer ??= setInterval(() => this.everySecond(), 1000);
+    res.write(retryFrame(2000));
+    const first = this.app.store.events.first();
+    const pruned = stream.cursor < head && stream.cursor < (first ?? head + 1) - 1;
+    if (pruned || stream.cursor > head) {
+      const detail = pruned
+        ? `events after ${stream.cursor} were pruned (they are kept for audit_retention_days); list what you show ` +
+          'again, then follow this stream'
+        : `no event ${stream.cursor} was ever written here (a restored backup?); list what you show again, then ` +
+          'follow this stream';
+      this.send(stream, eventFrame('reset', JSON.stringify({ type: 'reset', detail, resume_after: head }), head));
+      stream.cursor = head;
+    }
+    this.send(
+      stream,
+      eventFrame('ready', JSON.stringify({ type: 'ready', resume_after: stream.cursor }), stream.cursor),
+    );
+    this.pump(stream);
+  }
+
+  /** After a commit (here or elsewhere): streams behind the journal's head read on. */
+  private wake(): void {
+    if (this.streams.size === 0) return;
+    const { db, events } = this.app.store;
+    if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.wake());
+    const head = events.head();
+    if (head === this.head) return;
+    this.head = head;
+    for (const stream of this.streams) if (stream.cursor < head) this.pump(stream);
+  }
+
+  /**
+   * Sends `stream` what the journal holds past its cursor, a page at a time, while its client keeps up. Reads only
+   * what is committed: while a write is open on this connection it waits for the commit.
+   */
+  private pump(stream: Stream): void {
+    if (stream.busy || stream.paused || stream.ended) return;
+    const { db, events } = this.app.store;
+    if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.pump(stream));
+    const head = events.head();
+    if (stream.cursor >= head) return;
+    stream.busy = true;
+    try {
+      const rows = events.page({
+        after: stream.cursor,
+        limit: PAGE,
+        resources: stream.resources,
+        types: stream.typesJson,
+        node_id: stream.nodeId,
+        resource_id: stream.resourceId,
+      });
+      for (const row of rows) {
+        stream.cursor = row.id;
+        this.deliver(stream, eventFrame(row.type, this.envelope(stream, row), row.id));
+        if (stream.ended || stream.paused) return;
+      }
+      // A short page is all there is up to `head`: what the filters left out need not be read again.
+      if (rows.length < PAGE) stream.cursor = Math.max(stream.cursor, head);
+    } finally {
+      stream.busy = false;
+    }
+    if (stream.cursor < events.head()) setImmediate(() => this.pump(stream));
+  }
+
+  private envelope(stream: Stream, row: EventRow): string {
+    const nodeIds = [row.node_id, row.other_node_id].filter((id) => id !== null);
+    const head = JSON.stringify({
+      id: row.id,
+      type: row.type,
+      at: row.at,
+      resource: row.resource,
+      resource_id: row.resource_id,
+      node_ids: nodeIds,
+    });
+    const detail = row.detail ?? 'null';
+    const data = stream.data && !row.type.endsWith('.deleted') ? this.render(stream, row) : 'null';
+    return `${head.slice(0, -1)},"detail":${detail},"data":${data}}`;
+  }
+
+  /** The resource as its GET route answers the stream's caller now; null when it is gone. */
+  private render(stream: Stream, row: EventRow): string {
+    const route = this.readers.get(row.resource as Resource)!;
+    const ctx: Ctx<undefined, {}> = {
+      app: this.app,
+      requestId: `event-${row.id}`,
+      ip: '',
+      params: row.resource_id === null ? {} : { id: String(row.resource_id) },
+      query: {},
+      body: undefined,
+      rawBody: Buffer.alloc(0),
+      headers: {},
+      caller: stream.principal,
+      get actor(): never {
+        throw new Error('a route that reads records nothing');
+      },
+    };
+    let reply: Reply;
+    try {
+      const answer = route.handler(ctx);
+      if (answer instanceof Promise) throw new Error(`GET ${route.path} answers later; events need it at once`);
+      reply = answer;
+    } catch (error) {
+      if (error instanceof DomainError && error.code === 'not_found') return 'null';
+      throw error;
+    }
+    if (reply.json !== undefined) return typeof reply.json === 'string' ? reply.json : reply.json.toString('utf8');
+    return JSON.stringify(reply.body ?? null);
+  }
+
+  private wants(stream: Stream, resource: Resource, type: string, nodeIds: number[], id: number | null): boolean {
+    return (
+      !stream.paused &&
+      !stream.ended &&
+      stream.readable.has(resource) &&
+      (stream.types === null || stream.types.has(type) || stream.types.has(resource)) &&
+      (stream.nodeId === null || nodeIds.includes(stream.nodeId)) &&
+      (stream.resourceId === null || stream.resourceId === id)
+    );
+  }
+
+  /** Sends one of the events the client asked for: the stream ends after its `limit`th. */
+  private deliver(stream: Stream, frame: string): void {
+    this.send(stream, frame);
+    if (--stream.left <= 0) this.end(stream);
+  }
+
+  /** Writes a frame; pauses the stream once its client is BUFFER_BYTES behind. */
+  private send(stream: Stream, frame: string): void {
+    if (stream.ended) return;
+    stream.res.write(frame);
+    if (stream.res.writableLength >= BUFFER_BYTES && !stream.paused) this.pause(stream);
+  }
+
+  private pause(stream: Stream): void {
+    stream.paused = true;
+    const stalled = setTimeout(() => {
+      // Past the buffer, one small frame more: the client learns where to resume, if it ever reads again.
+      const frame = eventFrame('dropped', JSON.stringify({ type: 'dropped', resume_after: stream.cursor }));
+      stream.res.write(frame);
+      this.end(stream);
+      setTimeout(() => stream.res.destroy(), 5000).unref();
+    }, this.stallMs);
+    stream.timers.push(stalled);
+    stream.res.once('drain', () => {
+      clearTimeout(stalled);
+      stream.paused = false;
+      this.pump(stream);
+    });
+  }
+
+  private end(stream: Stream): void {
+    if (stream.ended) return;
+    stream.ended = true;
+    stream.res.end();
+    this.forget(stream);
+  }
+
+  private forget(stream: Stream): void {
+    stream.ended = true;
+    for (const timer of stream.timers) clearTimeout(timer);
+    if (!this.streams.delete(stream)) return;
+    const left = (this.perUser.get(stream.principal.userId) ?? 1) - 1;
+    if (left > 0) this.perUser.set(stream.principal.userId, left);
+    else this.perUser.delete(stream.principal.userId);
+    if (this.streams.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = null;
+      this.ticks.clear();
+    }
+  }
+
+  /** The journal's other writers (a CLI), heartbeats and traffic ticks. */
+  private everySecond(): void {
+    this.beats++;
+    this.wake();
+    if (this.beats % Math.max(1, Math.round(this.heartbeatMs / 1000)) === 0)
+      for (const stream of this.streams) if (!stream.paused) stream.res.write(HEARTBEAT);
+    if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) this.flushTicks();
+  }
+
+  private flushTicks(): void {
+    if (this.ticks.size === 0) return;
+    const ticks = this.ticks;
+    this.ticks = new Map();
+    const at = this.app.timestamp();
+    for (const stream of this.streams) {
+      const nodes = [...ticks].filter(([nodeId]) => this.wants(stream, 'traffic', 'traffic', [nodeId], null));
+      if (nodes.length === 0) continue;
+      const rules = nodes
+        .flatMap(([nodeId, tick]) => [...tick.rules].map(([id, counts]) => ({ id, node_id: nodeId, ...counts })))
+        .sort((a, b) => b.bytes_in + b.bytes_out - (a.bytes_in + a.bytes_out));
+      const data = {
+        nodes: nodes.map(([id, tick]) => ({ id, bytes_in: tick.bytes_in, bytes_out: tick.bytes_out })),
+        rules: rules.slice(0, TICK_RULES),
+        rules_left: Math.max(0, rules.length - TICK_RULES),
+      };
+      const nodeIds = nodes.map(([id]) => id);
+      this.deliver(stream, eventFrame('traffic', JSON.stringify({ type: 'traffic', at, node_ids: nodeIds, data })));
+    }
+  }
+}
+
+/** The Last-Event-ID header as a resume point (null when absent). Throws `validation_failed` for one we never sent. */
+function lastEventId(header: string | string[] | undefined): number | null {
+  if (header === undefined) return null;
+  const value = Array.isArray(header) ? header[0]! : header;
+  if (!/^\d{1,16}$/.test(value) || !Number.isSafeInteger(Number(value)))
+    throw new DomainError('validation_failed', 'Last-Event-ID must be an event id this stream sent', {
+      errors: [{ pointer: 'Last-Event-ID', detail: 'must be a whole number, an event id' }],
+    });
+  return Number(value);
+}
+
+const envelopeProperties: Record<string, JsonSchema> = {
+  id: {
+    type: 'integer',
+    description: "The event's place in the journal; live events (traffic, node.vitals) have none.",
+  },
+  type: { type: 'string', enum: [...EVENT_TYPES] },
+  at: timestamp,
+  resource: { type: 'string', enum: Object.keys(JOURNAL_TYPES) },
+  resource_id: { type: ['integer', 'null'] },
+  node_ids: { type: 'array', items: { type: 'integer' }, description: 'The nodes it concerns.' },
+  detail: { description: "Facts beyond the resource: a license's status before and after." },
+  data: {
+    description:
+      'The resource as its GET answers this caller when the event is sent (null once deleted, or with data=false).',
+  },
+};
+
+const eventSchema = record('Event', envelopeProperties);
+
+const liveEventSchema = record('LiveEvent', {
+  type: { type: 'string', enum: Object.keys(LIVE_TYPES) },
+  at: timestamp,
+  node_ids: { type: 'array', items: { type: 'integer' } },
+  data: {
+    type: 'object',
+    description:
+      `traffic: {nodes: [{id, bytes_in, bytes_out}], rules: [{id, node_id, bytes_in, bytes_out, refused}], ` +
+      `rules_left}, counted since the last tick, the busiest ${TICK_RULES} rules first. node.vitals: the node's ` +
+      'vitals as its GET shows them.',
+  },
+});
+
+const controlEventSchema = describe({
+  title: 'StreamControl',
+  type: 'object',
+  required: ['type', 'resume_after'],
+  properties: {
+    type: { type: 'string', enum: CONTROL_TYPES },
+    resume_after: { type: 'integer', description: 'The event id to resume after (Last-Event-ID or ?after=).' },
+    detail: { type: 'string', description: 'reset only: why, and what to do.' },
+  },
+  additionalProperties: false,
+});
+
+export const eventOperations = operations({
+  watchEvents: operation({
+    summary: 'Follow changes as server-sent events',
+    description:
+      'A text/event-stream of every change: resources created, updated and deleted, rule sync results and target ' +
+      'health, node status and install progress, tunnel status, license changes; live traffic ticks (every 2 s) and ' +
+      'node vitals. Each journal event has an id; reconnecting with Last-Event-ID (or ?after=) resumes exactly after ' +
+      'it for audit_retention_days, else a `reset` event says to list again. A caller sees only the events of ' +
+      'resources its scopes can GET, rendered as those GETs answer. `ready` opens the stream; a comment line every ' +
+      `15 s keeps proxies from closing it; a client that leaves ${BUFFER_BYTES / 1024} KiB unread for 30 s gets ` +
+      '`dropped` with the id to resume after. At most ' +
+      `${MAX_STREAMS_PER_USER} streams per user (429 beyond).`,
+    query: eventsQuery,
+    responses: {
+      200: {
+        description: 'The stream: `id:`, `event:` (the type) and `data:` (the JSON event) per event',
+        mediaType: 'text/event-stream',
+        headers: {
+          'X-Accel-Buffering': {
+            description: 'no: a proxy that buffers answers (nginx) passes each event on at once.',
+            schema: { type: 'string', enum: ['no'] },
+          },
+        },
+        schema: describe({ oneOf: [eventSchema.json, liveEventSchema.json, controlEventSchema.json] }),
+      },
+      429: { description: 'Too many streams open' },
+    },
+    handler: (ctx: Ctx<undefined, EventsQuery>) => ctx.app.events.open(ctx),
+  }),
+});

@@ -1,0 +1,197 @@
+// GET /api/events: every change as a server-sent event, in order, resumable, as far as the caller's scopes reach.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { nodeOf, startAgent } from './agents.ts';
+import { assertProblem, call, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
+import { freePort, tcpEcho, until } from './net.ts';
+import { openEvents, type StreamEvent } from './sse.ts';
+
+const of = (type: string, id: number) => (e: StreamEvent) => e.event === type && e.data.resource_id === id;
+
+test("a stream sees a rule's create, its sync result and its delete, in order, each within a second", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await node(m, 'edge');
+  startAgent(t, m.url, n.agent_token);
+  await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
+  const stream = await openEvents(m.url, m.admin, `?node_id=${n.id}`);
+  t.after(() => stream.close());
+  const ready = await stream.next((e) => e.event === 'ready');
+
+  const target = await tcpEcho(t);
+  let started = Date.now();
+  const made = await rule(m, { node_id: n.id, listen_port: await freePort(), targets: [`127.0.0.1:${target}`] });
+  const id = made.body.id;
+  const created = await stream.next(of('rule.created', id), 1000);
+  assert.ok(Date.now() - started < 1000);
+  const synced = await stream.next((e) => of('rule.sync', id)(e) && e.data.data?.sync.state === 'applied', 1000);
+  assert.ok(Date.now() - started < 2000);
+  started = Date.now();
+  assert.equal((await call(m.url, 'DELETE', `/api/rules/${id}`, { token: m.admin })).status, 204);
+  const deleted = await stream.next(of('rule.deleted', id), 1000);
+  assert.ok(Date.now() - started < 1000);
+
+  assert.ok(ready.id! < created.id! && created.id! < synced.id! && synced.id! < deleted.id!);
+  assert.deepEqual(
+    { ...created.data, at: undefined, data: undefined, id: undefined },
+    {
+      type: 'rule.created',
+      resource: 'rule',
+      resource_id: id,
+      node_ids: [n.id],
+      detail: null,
+      at: undefined,
+      data: undefined,
+      id: undefined,
+    },
+  );
+  assert.equal(created.data.data.name, made.body.name);
+  assert.equal(deleted.data.data, null);
+  // The frame's id is the event's; nothing in between was of another node.
+  assert.equal(created.id, created.data.id);
+  assert.ok(stream.events.every((e) => e.event === 'ready' || e.event === 'traffic' || e.data.node_ids.includes(n.id)));
+});
+
+test("a narrow token's stream carries nothing it cannot read", async (t) => {
+  const m = await startMaster(t);
+  const rulesOnly = await mintToken(m, ['rules:read']);
+  const narrow = await openEvents(m.url, rulesOnly);
+  const wide = await openEvents(m.url, m.admin);
+  t.after(() => (narrow.close(), wide.close()));
+  await Promise.all([narrow.next((e) => e.event === 'ready'), wide.next((e) => e.event === 'ready')]);
+
+  const n = await node(m, 'hidden');
+  const r = await rule(m, { node_id: n.id, listen_port: 7000 });
+  await call(m.url, 'POST', '/api/users', { token: m.admin, body: { username: 'eve', password: 'a-long-password' } });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { tcp_idle_timeout_seconds: 900 } });
+  await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'x', scopes: ['nodes:read'] } });
+  await wide.next((e) => e.event === 'token.created');
+  await narrow.next(of('rule.created', r.body.id));
+
+  const kinds = (s: { events: StreamEvent[] }) => new Set(s.events.map((e) => e.event));
+  assert.deepEqual([...kinds(narrow)].sort(), ['ready', 'rule.created']);
+  for (const type of ['node.created', 'rule.created', 'user.created', 'settings.updated', 'token.created'])
+    assert.ok(kinds(wide).has(type), `the admin sees ${type}`);
+  // What a GET answers, no more: the token's event holds no secret.
+  const token = wide.events.find((e) => e.event === 'token.created')!;
+  assert.equal(token.data.data.name, 'x');
+  assert.equal(JSON.stringify(token.data).includes('pp_'), false);
+});
+
+test('a reconnect with the last id gets exactly the events it missed; a pruned resume point is a reset', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const first = await openEvents(m.url, m.admin, '?types=rule');
+  const made = await call(m.url, 'POST', '/api/rules/batch-create', {
+    token: m.admin,
+    body: { rules: ruleBodies(n.id, 3, 20000, 'a') },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const last = await first.next((e) => e.event === 'rule.created' && e.data.data?.name === 'a-2');
+  first.close();
+
+  // Missed while away: three more rules, a rename, a delete, and a node's change the filter leaves out.
+  const more = await call(m.url, 'POST', '/api/rules/batch-create', {
+    token: m.admin,
+    body: { rules: ruleBodies(n.id, 3, 21000, 'b') },
+  });
+  const ids: number[] = more.body.results.map((item: { id: number }) => item.id);
+  await call(m.url, 'DELETE', `/api/rules/${ids[0]}`, { token: m.admin });
+  await call(m.url, 'PUT', `/api/nodes/${n.id}`, {
+    token: m.admin,
+    body: { name: 'renamed', host: 'edge.example.net' },
+  });
+
+  const resumed = await openEvents(m.url, m.admin, '?types=rule', { 'last-event-id': String(last.id) });
+  t.after(() => resumed.close());
+  await resumed.next(of('rule.deleted', ids[0]!));
+  const missed = resumed.events.filter((e) => e.id !== null && e.event !== 'ready');
+  assert.deepEqual(
+    missed.map((e) => [e.event, e.data.resource_id]),
+    [...ids.map((id) => ['rule.created', id]), ['rule.deleted', ids[0]]],
+  );
+  assert.equal(resumed.events[0]!.event, 'ready');
+  assert.equal(resumed.events[0]!.id, last.id);
+
+  // ?after= says the same; an id never sent, or one whose events were pruned, is a reset to now.
+  const after = await openEvents(m.url, m.admin, `?types=rule&after=${last.id}&limit=4`);
+  await after.ended;
+  assert.deepEqual(
+    after.events.filter((e) => e.event !== 'ready').map((e) => e.id),
+    missed.map((e) => e.id),
+  );
+  const future = await openEvents(m.url, m.admin, '?after=999999&limit=1');
+  t.after(() => future.close());
+  const reset = await future.next((e) => e.event === 'reset');
+  assert.match(reset.data.detail, /list what you show again/);
+  await m.app.store.db.writable();
+  m.app.store.write(() => m.app.store.events.prune('9999-01-01T00:00:00Z'));
+  await m.app.store.committed();
+  const pruned = await openEvents(m.url, m.admin, '?after=1');
+  t.after(() => pruned.close());
+  const gone = await pruned.next((e) => e.event === 'reset');
+  assert.match(gone.data.detail, /were pruned/);
+  assert.equal(gone.id, m.app.store.events.head());
+
+  assertProblem(await call(m.url, 'GET', '/api/events?types=rule,bogus', { token: m.admin }), 400, 'invalid_query');
+  const badId = await call(m.url, 'GET', '/api/events', { token: m.admin, headers: { 'last-event-id': 'x' } });
+  assertProblem(badId, 422, 'validation_failed');
+});
+
+test("a stalled consumer holds at most the stream's buffer, then is dropped with where to resume", async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  m.app.events.stallMs = 1500;
+  const stalled = await openEvents(m.url, m.admin);
+  t.after(() => stalled.close());
+  await stalled.next((e) => e.event === 'ready');
+  stalled.res.pause();
+
+  // 10,000 rules' events with their data: more than the kernel's socket buffers hold, and the client reads none.
+  for (let batch = 0; batch < 10; batch++) {
+    const made = await call(m.url, 'POST', '/api/rules/batch-create', {
+      token: m.admin,
+      body: { rules: ruleBodies(n.id, 1000, 20000 + batch * 1000, `s${batch}`) },
+    });
+    assert.equal(made.status, 201);
+  }
+  let most = 0;
+  await until(
+    'the stream to be dropped',
+    async () => {
+      most = Math.max(most, m.app.events.gauges().bufferedBytes);
+      return m.app.events.gauges().streams === 0;
+    },
+    30_000,
+  );
+  assert.ok(most > 0, 'the stream did fill');
+  assert.ok(most < 400 * 1024, `at most the buffer and a page's frame held: ${most} bytes`);
+  stalled.res.resume();
+  await stalled.ended;
+  const dropped = stalled.events.at(-1)!;
+  assert.equal(dropped.event, 'dropped');
+  const before = stalled.events.at(-2)!;
+  assert.equal(dropped.data.resume_after, before.id, 'it resumes after the last event it was sent');
+});
+
+test('a stream ends after its limit or its timeout, and a user may hold only so many', async (t) => {
+  const m = await startMaster(t);
+  const limited = await openEvents(m.url, m.admin, '?types=node&limit=2');
+  await node(m, 'a');
+  await node(m, 'b');
+  await node(m, 'c');
+  await limited.ended;
+  assert.deepEqual(
+    limited.events.map((e) => e.event),
+    ['ready', 'node.created', 'node.created'],
+  );
+  const started = Date.now();
+  const timed = await openEvents(m.url, m.admin, '?timeout_seconds=1');
+  await timed.ended;
+  assert.ok(Date.now() - started >= 900);
+
+  const open = await Promise.all(Array.from({ length: 16 }, () => openEvents(m.url, m.admin)));
+  t.after(() => open.forEach((s) => s.close()));
+  await assert.rejects(openEvents(m.url, m.admin), { status: 429 });
+  assert.equal(m.app.events.gauges().streams, 16);
+});
