@@ -124,6 +124,9 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     const row = page.getByRole('row', { name: /edge-1/ });
     await row.getByText('online').waitFor();
     assert.match((await row.textContent()) ?? '', /0\.1\.0/);
+    // Its vitals, as its agent reports them, with its CPU over the last hour.
+    await row.getByText(/^CPU [\d.]+% · load [\d.]+ [\d.]+ [\d.]+ · .* free · in .*\/s, out .*\/s$/).waitFor();
+    await row.getByRole('img', { name: /^CPU over the last hour, now [\d.]+%$/ }).waitFor();
     await page.getByText('Add a node', { exact: true }).click();
     const add = page.getByRole('form', { name: 'Add a node' });
     await add.getByLabel('Name').fill('edge-2');
@@ -250,6 +253,39 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await page.getByRole('row', { name: /extra/ }).waitFor({ state: 'detached' });
     assert.equal((await call(m.url, 'GET', `/api/rules/${extra.id}`, { token: m.admin })).status, 404);
     assert.equal((await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin })).status, 200);
+  });
+
+  await t.test('pages follow the event stream instead of polling, and poll when it cannot be opened', async () => {
+    // The rules page is open, following the stream: a quiet master means no reads, a change made elsewhere shows.
+    // (First the reload that the last test's own change was told by the stream.)
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const reads: string[] = [];
+    const count = (request: { url(): string }) => {
+      if (new URL(request.url()).pathname === '/api/rules') reads.push(request.url());
+    };
+    page.on('request', count);
+    await new Promise((resolve) => setTimeout(resolve, 4000));
+    assert.deepEqual(reads, [], 'no polling while the stream is open (the page polled every 3 s before)');
+    const made = Date.now();
+    const elsewhere = (await rule(m, { name: 'from-a-script', node_id: edge.id, listen_port: await freePort() })).body;
+    await page.getByRole('row', { name: /from-a-script/ }).waitFor({ timeout: 2000 });
+    assert.ok(Date.now() - made < 2000);
+    page.off('request', count);
+
+    // Without the stream (a proxy that refuses it), the page polls: the next change shows within a poll.
+    const cut = await browser.newContext();
+    t.after(() => cut.close());
+    await cut.route('**/api/events*', (route) => route.abort());
+    const polled = await cut.newPage();
+    polled.on('pageerror', (error) => problems.push(`script error (no stream): ${error.message}`));
+    await polled.goto(`${m.url}/#/rules`);
+    await polled.getByLabel('Username').fill('admin');
+    await polled.getByLabel('Password').fill(ADMIN_PASSWORD);
+    await polled.getByRole('button', { name: 'Sign in' }).click();
+    await polled.getByRole('row', { name: /from-a-script/ }).waitFor();
+    await call(m.url, 'DELETE', `/api/rules/${elsewhere.id}`, { token: m.admin });
+    await polled.getByRole('row', { name: /from-a-script/ }).waitFor({ state: 'detached', timeout: 5000 });
+    await page.getByRole('row', { name: /from-a-script/ }).waitFor({ state: 'detached', timeout: 2000 });
   });
 
   await t.test('a token is issued with chosen scopes, its secret works once shown, and revoking ends it', async () => {

@@ -3,6 +3,7 @@
 
 import { grants, type Scope } from '../../internal/auth/scopes.ts';
 import { api, ApiError, session, SIGNED_OUT } from './api.ts';
+import { changes } from './events.ts';
 import { field, form, h, input } from './dom.ts';
 import { auditPage } from './pages/audit.ts';
 import { dashboardPage } from './pages/dashboard.ts';
@@ -24,10 +25,11 @@ export interface PageCtx {
   me: Me;
   can(scope: Scope): boolean;
   /**
-   * Shows what `load` reads, and keeps it current: again after every action, and every `ms`
-   * (if given) while this page is shown and the tab visible (live node status, sync state).
+   * Shows what `load` reads, and keeps it current: again after every action, and when the master's event stream tells
+   * of a change to one of `resources` (`*`: any). While the stream is down it polls instead, every `ms` (if given)
+   * while this page is shown and the tab visible.
    */
-  live(load: () => Promise<void>, ms?: number): Promise<void>;
+  live(load: () => Promise<void>, resources: readonly string[], ms?: number): Promise<void>;
   /** Reads the page's data again (what `live` was given). */
   reload(): Promise<void>;
   /** Runs what the person asked for (after `question`, if any, is confirmed), says how it went, and reloads. */
@@ -58,15 +60,49 @@ const main = document.getElementById('main')!;
 const header = document.querySelector<HTMLElement>('header.top')!;
 let me: Me | null = null;
 let timers: number[] = [];
+let unsubscribe: (() => void)[] = [];
 let shown = 0;
 
 function stopTimers(): void {
   for (const timer of timers) clearInterval(timer);
   timers = [];
+  for (const stop of unsubscribe) stop();
+  unsubscribe = [];
+}
+
+/**
+ * `load`, run at most once at a time and soon after it is asked for: a burst of events (a batch of 1,000 rules) is one
+ * reload, and a change told while one runs gets another after it.
+ */
+function coalesced(load: () => Promise<void>): () => void {
+  let timer: number | null = null;
+  let running = false;
+  let again = false;
+  const run = async (): Promise<void> => {
+    timer = null;
+    if (running) return void (again = true);
+    running = true;
+    try {
+      await load();
+    } catch {
+      // The page says what failed when it is next read by hand; a background reload has no one to tell.
+    } finally {
+      running = false;
+    }
+    if (again) {
+      again = false;
+      schedule();
+    }
+  };
+  const schedule = () => {
+    timer ??= window.setTimeout(() => void run(), 500);
+  };
+  return schedule;
 }
 
 function signIn(): void {
   stopTimers();
+  changes.stop();
   me = null;
   header.hidden = true;
   document.title = 'Sign in · portplane';
@@ -102,6 +138,7 @@ async function enter(): Promise<void> {
   }
   header.hidden = false;
   document.getElementById('who')!.textContent = me.user.username;
+  changes.start();
   const nav = document.getElementById('nav')!;
   nav.replaceChildren(
     ...pages
@@ -136,12 +173,21 @@ async function show(): Promise<void> {
     main: body,
     me,
     can: (scope) => grants(me!.token.scopes, scope),
-    async live(load, ms) {
+    async live(load, resources, ms) {
       reload = load;
+      const refresh = coalesced(load);
+      unsubscribe.push(
+        changes.on((resource) => {
+          // `*` in `resources` is every change that is written (the audit log): not traffic or vitals.
+          const written = resource !== 'traffic' && resource !== 'vitals';
+          const wanted = resource === '*' || (written && resources.includes('*')) || resources.includes(resource);
+          if (run === shown && wanted) refresh();
+        }),
+      );
       if (ms)
         timers.push(
           window.setInterval(() => {
-            if (document.visibilityState === 'visible' && run === shown) load().catch(() => {});
+            if (!changes.connected && document.visibilityState === 'visible' && run === shown) load().catch(() => {});
           }, ms),
         );
       await load();

@@ -76,5 +76,5 @@ export async function auditPage(ctx: PageCtx): Promise<void> {
     () => list.first(),
   );
   ctx.main.append(filters, list.el);
-  await ctx.live(() => list.load());
+  await ctx.live(() => list.load(), ['*']);
 }

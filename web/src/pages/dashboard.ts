@@ -68,5 +68,5 @@ export async function dashboardPage(ctx: PageCtx): Promise<void> {
     if (text !== lastChart || !chart.firstChild) chart.replaceChildren(trafficChart(series));
     lastChart = text;
   };
-  await ctx.live(load, 10_000);
+  await ctx.live(load, ['node', 'rule', 'tunnel', 'user', 'token', 'license', 'traffic'], 10_000);
 }

@@ -1,9 +1,10 @@
 // Nodes: status and why, last seen, install progress and its log, create (with the agent
 // command, shown once), install over SSH, reinstall, delete.
 
-import { api } from '../api.ts';
+import { api, get } from '../api.ts';
 import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { sparkline } from '../spark.ts';
 import { PagedTable } from '../table.ts';
 
 export interface NodeItem {
@@ -21,6 +22,62 @@ export interface NodeItem {
   last_seen_at: string | null;
   traffic: { bytes_in: number; bytes_out: number };
   install: { started_at: string | null; finished_at: string | null; log_tail: string | null };
+  vitals: Vitals | null;
+}
+
+interface Vitals {
+  cpu_percent: number | null;
+  load: number[];
+  memory: { total_bytes: number; available_bytes: number };
+  network: { rx_bytes_per_second: number | null; tx_bytes_per_second: number | null };
+}
+
+interface VitalsSeries {
+  points: { at: string; cpu_percent: number | null }[];
+}
+
+/** How long a node's CPU chart is kept before it is read again: its points come a minute apart. */
+const CHART_MS = 60_000;
+
+/**
+ * Each node's CPU over the last hour, as a sparkline read once a minute at most: rows are rebuilt whenever a node
+ * reports, and a page of nodes must not read fifty histories each time.
+ */
+class CpuCharts {
+  private readonly charts = new Map<number, { readAt: number; chart: SVGElement | null }>();
+
+  cell(nodeId: number): HTMLElement {
+    const cell = h('span', { class: 'spark-cell' });
+    const known = this.charts.get(nodeId);
+    if (known?.chart) cell.append(known.chart.cloneNode(true));
+    if (!known || Date.now() - known.readAt > CHART_MS) void this.read(nodeId, cell);
+    return cell;
+  }
+
+  private async read(nodeId: number, cell: HTMLElement): Promise<void> {
+    const entry = { readAt: Date.now(), chart: this.charts.get(nodeId)?.chart ?? null };
+    this.charts.set(nodeId, entry);
+    try {
+      const series = await get<VitalsSeries>(`/api/nodes/${nodeId}/vitals`);
+      const values = series.points.map((p) => p.cpu_percent);
+      if (values.length === 0) return;
+      const last = values.at(-1);
+      entry.chart = sparkline(values, `CPU over the last hour, now ${last === null ? 'unknown' : `${last}%`}`, 100);
+      cell.replaceChildren(entry.chart.cloneNode(true));
+    } catch {
+      // No chart: the numbers beside it still say how the node is doing.
+    }
+  }
+}
+
+function vitalsText(vitals: Vitals): string {
+  const { cpu_percent: cpu, load, memory, network } = vitals;
+  const rate = (n: number | null) => (n === null ? '—' : `${bytes(n)}/s`);
+  return (
+    `CPU ${cpu === null ? '—' : `${cpu}%`} · load ${load.map((l) => l.toFixed(2)).join(' ')} · ` +
+    `${bytes(memory.available_bytes)} of ${bytes(memory.total_bytes)} free · ` +
+    `in ${rate(network.rx_bytes_per_second)}, out ${rate(network.tx_bytes_per_second)}`
+  );
 }
 
 interface NodeCreated extends NodeItem {
@@ -48,6 +105,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
   const writable = ctx.can('nodes:write');
   const q = input('q', { type: 'search' });
   const once = h('div');
+  const charts = new CpuCharts();
   const actions = (node: NodeItem) => [
     button(
       'Install over SSH',
@@ -68,7 +126,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
   ];
   const list = new PagedTable<NodeItem>({
     caption: 'Nodes',
-    headings: ['Name', 'Host', 'Status', 'Agent', 'Last seen', 'Traffic', writable ? 'Actions' : ''],
+    headings: ['Name', 'Host', 'Status', 'Agent', 'Vitals', 'Last seen', 'Traffic', writable ? 'Actions' : ''],
     path: '/api/nodes',
     query: () => ({ q: q.value }),
     empty: 'No nodes yet.',
@@ -107,6 +165,11 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
               node.kernel_path.available ? 'kernel path' : 'relay only',
             ),
         ),
+        h(
+          'td',
+          { class: 'vitals' },
+          node.vitals ? [h('span', {}, vitalsText(node.vitals)), charts.cell(node.id)] : '—',
+        ),
         h('td', {}, when(node.last_seen_at)),
         h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
         h('td', { class: 'actions' }, writable && actions(node)),
@@ -119,7 +182,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
     () => list.first(),
   );
   ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, list.el);
-  await ctx.live(() => list.load(), 3000);
+  await ctx.live(() => list.load(), ['node', 'vitals', 'traffic'], 3000);
 }
 
 function createNode(ctx: PageCtx, once: HTMLElement): HTMLElement {

@@ -411,5 +411,5 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     list.el,
     dialog,
   );
-  await ctx.live(() => list.load(), 3000);
+  await ctx.live(() => list.load(), ['rule', 'traffic'], 3000);
 }

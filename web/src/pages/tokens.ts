@@ -93,5 +93,5 @@ export async function tokensPage(ctx: PageCtx): Promise<void> {
     secret,
     list.el,
   );
-  await ctx.live(() => list.load());
+  await ctx.live(() => list.load(), ['token']);
 }

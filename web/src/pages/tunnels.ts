@@ -85,5 +85,5 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
     },
   );
   ctx.main.append(canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '', list.el);
-  await ctx.live(() => list.load(), 5000);
+  await ctx.live(() => list.load(), ['tunnel'], 5000);
 }

@@ -73,5 +73,5 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
     },
   );
   ctx.main.append(canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a user'), create) : '', list.el);
-  await ctx.live(() => list.load());
+  await ctx.live(() => list.load(), ['user']);
 }
