@@ -95,6 +95,8 @@ interface Stream {
   /** The id of the last journal event it was sent (or skipped past). */
   cursor: number;
   left: number;
+  /** Its `ready` was sent: from then on it is sent what happens. */
+  started: boolean;
   busy: boolean;
   paused: boolean;
   ended: boolean;
@@ -217,7 +219,6 @@ export class EventStreams {
     resumeAt: number | null,
   ): void {
     const types = query.types && query.types.length > 0 ? query.types : null;
-    const head = this.app.store.events.head();
     const stream: Stream = {
       res,
       principal,
@@ -228,8 +229,9 @@ export class EventStreams {
       nodeId: query.node_id ?? null,
       resourceId: query.resource_id ?? null,
       data: query.data ?? true,
-      cursor: resumeAt ?? head,
+      cursor: 0,
       left: query.limit ?? Infinity,
+      started: false,
       busy: false,
       paused: false,
       ended: false,
@@ -243,6 +245,21 @@ export class EventStreams {
       stream.timers.push(setTimeout(() => this.end(stream), query.timeout_seconds * 1000));
     this.timer ??= setInterval(() => this.everySecond(), 1000);
     res.write(retryFrame(2000));
+    this.whenCommitted(() => this.start(stream, resumeAt));
+  }
+
+  /** Runs `fn` when what this connection reads is committed: at once, or after the write open now. */
+  private whenCommitted(fn: () => void): void {
+    const { db } = this.app.store;
+    if (db.settled || db.writesHeld) fn();
+    else db.afterCommit(fn);
+  }
+
+  /** Places the stream in the journal (its resume point, or now) and sends what follows. */
+  private start(stream: Stream, resumeAt: number | null): void {
+    if (stream.ended) return;
+    const head = this.app.store.events.head();
+    stream.cursor = resumeAt ?? head;
     const first = this.app.store.events.first();
     const pruned = stream.cursor < head && stream.cursor < (first ?? head + 1) - 1;
     if (pruned || stream.cursor > head) {
@@ -258,6 +275,7 @@ export class EventStreams {
       stream,
       eventFrame('ready', JSON.stringify({ type: 'ready', resume_after: stream.cursor }), stream.cursor),
     );
+    stream.started = true;
     this.pump(stream);
   }
 
@@ -269,7 +287,7 @@ export class EventStreams {
     const head = events.head();
     if (head === this.head) return;
     this.head = head;
-    for (const stream of this.streams) if (stream.cursor < head) this.pump(stream);
+    for (const stream of this.streams) if (stream.started && stream.cursor < head) this.pump(stream);
   }
 
   /**
@@ -277,7 +295,7 @@ export class EventStreams {
    * what is committed: while a write is open on this connection it waits for the commit.
    */
   private pump(stream: Stream): void {
-    if (stream.busy || stream.paused || stream.ended) return;
+    if (stream.busy || stream.paused || stream.ended || !stream.started) return;
     const { db, events } = this.app.store;
     if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.pump(stream));
     const head = events.head();
@@ -352,6 +370,7 @@ export class EventStreams {
 
   private wants(stream: Stream, resource: Resource, type: string, nodeIds: number[], id: number | null): boolean {
     return (
+      stream.started &&
       !stream.paused &&
       !stream.ended &&
       stream.readable.has(resource) &&
