@@ -124,12 +124,19 @@ export function string(options: StringOptions): Schema<string> {
   };
 }
 
-export function integer(options: Common & { min: number; max: number }): Schema<number> {
+type Bounds = Common & { min: number; max: number };
+
+/** A JSON number of `type` between `min` and `max`: an integer, or any finite number. */
+function bounded(type: 'integer' | 'number', options: Bounds): Schema<number> {
+  const accepts = type === 'integer' ? Number.isInteger : Number.isFinite;
   return {
-    json: annotate({ type: 'integer', minimum: options.min, maximum: options.max }, options),
+    json: annotate({ type, minimum: options.min, maximum: options.max }, options),
     check(value, pointer, errors) {
-      if (typeof value !== 'number' || !Number.isInteger(value)) {
-        errors.push({ pointer, detail: `must be an integer, not ${typeName(value)}` });
+      if (typeof value !== 'number' || !accepts(value)) {
+        errors.push({
+          pointer,
+          detail: `must be ${type === 'integer' ? 'an integer' : 'a number'}, not ${typeName(value)}`,
+        });
         return 0;
       }
       if (value < options.min || value > options.max) {
@@ -140,21 +147,13 @@ export function integer(options: Common & { min: number; max: number }): Schema<
   };
 }
 
+export function integer(options: Bounds): Schema<number> {
+  return bounded('integer', options);
+}
+
 /** A finite number between `min` and `max`, fractions allowed. */
-export function number(options: Common & { min: number; max: number }): Schema<number> {
-  return {
-    json: annotate({ type: 'number', minimum: options.min, maximum: options.max }, options),
-    check(value, pointer, errors) {
-      if (typeof value !== 'number' || !Number.isFinite(value)) {
-        errors.push({ pointer, detail: `must be a number, not ${typeName(value)}` });
-        return 0;
-      }
-      if (value < options.min || value > options.max) {
-        errors.push({ pointer, detail: `must be between ${options.min} and ${options.max}` });
-      }
-      return value;
-    },
-  };
+export function number(options: Bounds): Schema<number> {
+  return bounded('number', options);
 }
 
 export function boolean(common: Common = {}): Schema<boolean> {
