@@ -246,10 +246,15 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await bulk.getByText('2 selected').waitFor();
     await page.getByRole('checkbox', { name: 'Select all rules on this page' }).uncheck();
     await page.getByRole('checkbox', { name: 'Select extra' }).check();
+    const dialog = page.getByRole('dialog');
     await bulk.getByRole('button', { name: 'Sync selected' }).click();
-    await page.getByRole('status').getByText('Synced 1 rule').waitFor();
+    await dialog.getByText('1 rule will be pushed to their nodes.').waitFor();
+    await dialog.getByRole('button', { name: 'Run' }).click();
+    await page.getByRole('status').getByText('Sync selected: 1 applied').waitFor();
     await bulk.getByRole('button', { name: 'Delete selected' }).click();
-    await page.getByRole('status').getByText('Deleted 1 rule').waitFor();
+    await dialog.getByText('Preview of 1 rule: 1 deleted.').waitFor();
+    await dialog.getByRole('button', { name: 'Run' }).click();
+    await page.getByRole('status').getByText('Delete selected: 1 deleted').waitFor();
     await page.getByRole('row', { name: /extra/ }).waitFor({ state: 'detached' });
     assert.equal((await call(m.url, 'GET', `/api/rules/${extra.id}`, { token: m.admin })).status, 404);
     assert.equal((await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin })).status, 200);
@@ -366,6 +371,7 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     assert.deepEqual(await viewer.getByRole('navigation', { name: 'Main' }).getByRole('link').allTextContents(), [
       'Nodes',
       'Tokens',
+      'Account',
     ]);
     await viewer.getByRole('row', { name: /edge-1/ }).waitFor();
     assert.equal(await viewer.getByRole('button', { name: 'Install over SSH' }).count(), 0);

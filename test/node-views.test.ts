@@ -11,7 +11,7 @@ import { Generation, openStore, type Store } from '../internal/store/store.ts';
 import { TokenStore } from '../internal/store/tokens.ts';
 import { TunnelStore } from '../internal/store/tunnels.ts';
 import { UserStore } from '../internal/store/users.ts';
-import { RuleStore } from '../internal/store/rules.ts';
+import { EVERY_RULE, RuleStore } from '../internal/store/rules.ts';
 import { AuditStore } from '../internal/store/audit.ts';
 import { secretFieldNames } from '../internal/api/routes.ts';
 import { ruleFieldsOf } from '../internal/domain/rules.ts';
@@ -210,17 +210,7 @@ test(
     // Made anew for each read, so that nothing they keep could be stale: what the database holds now.
     const freshRules = () => new RuleStore(other);
     const freshAudit = () => new AuditStore(other, secretFieldNames);
-    const page = (rules: RuleStore) =>
-      rules.page({
-        afterId: 0,
-        limit: 50,
-        node_id: null,
-        tunnel_id: null,
-        enabled: null,
-        protocol: null,
-        tag: null,
-        q: null,
-      });
+    const page = (rules: RuleStore) => rules.page({ afterId: 0, limit: 50, ...EVERY_RULE });
     const auditPage = (audit: AuditStore) =>
       audit.page({
         beforeId: Number.MAX_SAFE_INTEGER,

@@ -304,8 +304,23 @@ test('every answer of every operation is what the OpenAPI document declares for 
   });
   await hit('DELETE /api/tokens/{id}', `/api/tokens/${spare.body.id}`);
   await hit('DELETE /api/users/{id}', `/api/users/${user.body.id}`);
-  await hit('POST /api/auth/logout', '/api/auth/logout', { token: session.body.token });
-  good.delete(session.body.token);
+  // (The calls above ended the admin's other sessions: POST /api/auth/logout-others.)
+  const last = await login(m.url, 'admin', 'admin-password-for-tests');
+  good.add(last);
+  await hit('POST /api/auth/password', '/api/auth/password', {
+    token: last,
+    body: { current_password: 'wrong-password', new_password: 'admin-password-for-tests' },
+  });
+  await hit('POST /api/auth/password', '/api/auth/password', {
+    token: last,
+    body: { current_password: 'admin-password-for-tests', new_password: 'admin-password-for-tests' },
+  });
+  await hit('POST /api/auth/logout-others', '/api/auth/logout-others', { token: last });
+  // That ended the admin's session the rest of the calls use: a new one.
+  m.admin = await login(m.url, 'admin', 'admin-password-for-tests');
+  good.add(m.admin);
+  await hit('POST /api/auth/logout', '/api/auth/logout', { token: last });
+  good.delete(last);
 
   // Past the write budget, every write is 429 with Retry-After.
   await hit('PATCH /api/settings', '/api/settings', {
@@ -316,9 +331,11 @@ test('every answer of every operation is what the OpenAPI document declares for 
     await hit(`${route.method} ${route.path}`, route.path.replace('{id}', '1'), { body: {} });
 
   // A stream, ended by its timeout, whose every event is what the document declares; a user's 17th stream is 429.
-  await hit('GET /api/events', '/api/events?after=0&timeout_seconds=1');
-  const held = await Promise.all(Array.from({ length: 16 }, () => openEvents(m.url, m.admin)));
-  await hit('GET /api/events', '/api/events');
+  const watcher = await login(m.url, 'admin', 'admin-password-for-tests');
+  good.add(watcher);
+  await hit('GET /api/events', '/api/events?after=0&timeout_seconds=1', { token: watcher });
+  const held = await Promise.all(Array.from({ length: 16 }, () => openEvents(m.url, watcher)));
+  await hit('GET /api/events', '/api/events', { token: watcher });
   for (const stream of held) stream.close();
 
   const missing = routes.map((r) => `${r.method} ${r.path}`).filter((name) => !seen.has(name));

@@ -8,7 +8,18 @@ import type { Route } from '../internal/api/route.ts';
 import { grants, grantsAll, scopes, type Scope } from '../internal/auth/scopes.ts';
 import type { JsonSchema, ObjectSchema } from '../internal/schema/schema.ts';
 import { definitions, guardedKeys, type SettingKey } from '../internal/settings/settings.ts';
-import { assertProblem, call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import {
+  ADMIN_PASSWORD,
+  assertProblem,
+  call,
+  login,
+  mintToken,
+  node,
+  rule,
+  snapshot,
+  startMaster,
+  type Running,
+} from './helpers.ts';
 
 const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/health', 'GET /api/openapi.json'];
 
@@ -86,6 +97,9 @@ test(
           ![401, 403].includes(allowed.status),
           `allowed call got ${allowed.status} ${JSON.stringify(allowed.body)}`,
         );
+        // A route may end the admin's login sessions (POST /api/auth/logout-others): sign in again for the next one.
+        if ((await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).status === 401)
+          m.admin = await login(m.url, 'admin', ADMIN_PASSWORD);
       });
     }
   },

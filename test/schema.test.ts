@@ -130,6 +130,8 @@ test('the API marks every secret it takes or shows: the names audit entries and 
   assert.deepEqual([...secretFieldNames].sort(), [
     'agent_command',
     'agent_token',
+    'current_password',
+    'new_password',
     'password',
     'ssh_password',
     'ssh_private_key',

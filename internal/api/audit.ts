@@ -41,6 +41,7 @@ function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
   const page = ctx.app.store.audit.page({
     beforeId: query.cursor === undefined ? Number.MAX_SAFE_INTEGER : decodeCursor(query.cursor),
     limit: query.limit ?? DEFAULT_LIMIT,
+    count: query.count ?? false,
     action: query.action ?? null,
     resource: query.resource ?? null,
     resource_id: query.resource_id ?? null,

@@ -1,8 +1,8 @@
 // Login sessions: log in with a password for a bearer token of limited life, ask who you
-// are, log out.
+// are, change your own password, end your other sessions, log out.
 
-import { decoyHash, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
-import { DomainError } from '../errors/errors.ts';
+import { decoyHash, hashPassword, hashSecret, MIN_PASSWORD, newSecret, verifyPassword } from '../auth/secrets.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import { object, secret, string, type Infer } from '../schema/schema.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
 import { type Ctx, noContent, ok, operation, operations } from './route.ts';
@@ -129,6 +129,71 @@ function whoami(ctx: Ctx<undefined, {}>) {
   });
 }
 
+export const passwordChangeInput = object(
+  {
+    current_password: string({ min: 1, max: 1024, secret: true, description: 'The password in use now.' }),
+    new_password: string({ min: MIN_PASSWORD, max: 1024, secret: true, description: 'Write-only; never returned.' }),
+  },
+  { name: 'PasswordChange' },
+);
+
+/**
+ * The caller's own password, changed with the current one: a stolen session alone cannot lock its user out. Wrong
+ * guesses count as failed logins of the user (and are throttled as they are). The user's other login sessions end.
+ */
+async function changePassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
+  const { app, body, caller, ip } = ctx;
+  const user = app.store.users.findWithHash(caller.username);
+  if (!user) throw new DomainError('unauthorized', 'the user of this token no longer exists');
+  const attempt = app.throttle.begin(user.username, ip, {
+    maxPerUser: app.settings.get('login_max_failures'),
+    maxPerAddress: app.settings.get('login_max_failures_per_address'),
+    windowMs: app.settings.get('login_window_seconds') * 1000,
+  });
+  if (typeof attempt === 'number')
+    throw new DomainError('rate_limited', 'too many wrong passwords; wait before trying again', {
+      retryAfterSeconds: attempt / 1000,
+    });
+  let matches: boolean;
+  try {
+    matches = await verifyPassword(body.current_password, user.password_hash);
+  } catch (error) {
+    attempt.abandoned();
+    throw error;
+  }
+  if (!matches) {
+    await transact(app, ctx, (effects) => effects.failed({ resource: 'user', resource_id: user.id }));
+    throw validationFailed([{ pointer: '#/current_password', detail: 'is not the password of this user' }]);
+  }
+  attempt.succeeded();
+  const passwordHash = await hashPassword(body.new_password);
+  const ended = await transact(app, ctx, (effects) => {
+    app.store.users.setPassword(user.id, passwordHash, app.timestamp());
+    const sessions = app.store.tokens.endSessionsExcept(user.id, caller.kind === 'session' ? caller.tokenId : null);
+    effects.audit({ resource: 'user', resource_id: user.id, changes: { after: { password: body.new_password } } });
+    return sessions.length;
+  });
+  return ok({ sessions_ended: ended });
+}
+
+/** Ends the caller's user's login sessions but the calling one: a lost laptop, a shared screen. */
+async function endOtherSessions(ctx: Ctx<undefined, {}>) {
+  const { app, caller } = ctx;
+  const ended = await transact(app, ctx, (effects) => {
+    const sessions = app.store.tokens.endSessionsExcept(
+      caller.userId,
+      caller.kind === 'session' ? caller.tokenId : null,
+    );
+    effects.audit({ resource: 'user', resource_id: caller.userId, changes: { after: { sessions_ended: sessions } } });
+    return sessions.length;
+  });
+  return ok({ sessions_ended: ended });
+}
+
+const sessionsEnded = record('SessionsEnded', {
+  sessions_ended: { type: 'integer', description: "How many of the user's other login sessions ended." },
+});
+
 async function logout(ctx: Ctx<undefined, {}>) {
   const { caller, app } = ctx;
   if (caller.kind !== 'session') {
@@ -164,6 +229,25 @@ export const authOperations = operations({
     summary: 'Who am I: the calling user, and the token used with its effective scopes and expiry',
     responses: { 200: { description: 'The caller', schema: whoAmI } },
     handler: whoami,
+  }),
+  changePassword: operation({
+    action: 'auth.password',
+    summary: "Change the caller's own password",
+    description:
+      `Needs the current password (422 naming current_password when wrong; wrong guesses count as failed logins ` +
+      `and are throttled as they are, 429). The new one needs at least ${MIN_PASSWORD} characters. Ends the ` +
+      "user's other login sessions (the calling one stays); API tokens stay.",
+    body: passwordChangeInput,
+    responses: { 200: { description: 'Changed', schema: sessionsEnded }, 429: { description: 'Too many wrong' } },
+    handler: changePassword,
+  }),
+  endOtherSessions: operation({
+    action: 'auth.logout_others',
+    summary: "End the caller's other login sessions",
+    description:
+      'Every login session of the calling user but the one calling (all of them, when called with an API token).',
+    responses: { 200: { description: 'Ended', schema: sessionsEnded } },
+    handler: endOtherSessions,
   }),
   logOut: operation({
     action: 'auth.logout',

@@ -14,14 +14,20 @@ import {
   integer,
   nullable,
   object,
+  oneOf,
   optional,
+  string,
   type FieldError,
   type Infer,
+  type Schema,
 } from '../schema/schema.ts';
-import { ruleFieldsOf, type RuleFields } from '../domain/rules.ts';
+import { protocols, ruleFieldsOf, ruleStates, syncStates, type RuleFields } from '../domain/rules.ts';
+import { nodeStatuses } from '../store/nodes.ts';
+import { tunnelStatuses } from '../store/tunnels.ts';
+import type { App } from './app.ts';
 import { cascadeQuery, removeNode } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
-import { insertRule, removeRule, replaceRule, ruleInput, syncRules } from './rules.ts';
+import { insertRule, removeRule, replaceRule, ruleFilterOf, ruleFilterQuery, ruleInput, syncRules } from './rules.ts';
 import { removeTunnel } from './tunnels.ts';
 import {
   committedElsewhere,
@@ -56,10 +62,103 @@ interface ItemResult {
   error?: { code: string; detail: string; errors?: FieldError[] };
 }
 
-const idsInput = object(
-  { ids: array(integer(ID), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` }) },
-  { name: 'BatchIds' },
+/** At most this many items a filter selects for one batch. */
+export const MAX_SELECTED = 10_000;
+
+const ids = array(integer(ID), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` });
+
+/** The items a batch acts on: its ids, or what a resource's list shows with `filter`'s filters. */
+function selection<F>(filter: Schema<F>) {
+  return {
+    ids: optional(ids),
+    filter: optional({
+      ...filter,
+      json: {
+        ...filter.json,
+        description: `Instead of ids: every item the list shows with these filters (at most ${MAX_SELECTED}).`,
+      },
+    }),
+  };
+}
+
+const ruleSelectionInput = object(
+  selection(
+    object(
+      {
+        node_id: optional(integer(ID)),
+        tunnel_id: optional(integer(ID)),
+        enabled: optional(boolean()),
+        protocol: optional(oneOf(protocols)),
+        tag: optional(string({ max: 32 })),
+        q: optional(string({ max: 100 })),
+        sync_state: optional(oneOf(syncStates)),
+        state: optional(oneOf(ruleStates)),
+      },
+      { name: 'RuleSelection' },
+    ),
+  ),
+  { name: 'RuleBatchIds' },
 );
+const nodeSelectionInput = object(
+  selection(
+    object(
+      { status: optional(oneOf(nodeStatuses)), tag: optional(string({ max: 32 })), q: optional(string({ max: 64 })) },
+      { name: 'NodeSelection' },
+    ),
+  ),
+  { name: 'NodeBatchIds' },
+);
+const tunnelSelectionInput = object(
+  selection(
+    object(
+      { node_id: optional(integer(ID)), status: optional(oneOf(tunnelStatuses)), q: optional(string({ max: 64 })) },
+      { name: 'TunnelSelection' },
+    ),
+  ),
+  { name: 'TunnelBatchIds' },
+);
+
+/** A selection's filter, as the store takes it. */
+type Filter = Record<string, string | number | boolean | undefined>;
+
+/**
+ * The ids a batch acts on: those given, or those `matching` finds for its filter. Throws `validation_failed` for both
+ * or neither, or a filter that selects more than MAX_SELECTED.
+ */
+function selected(app: App, resource: Resource, body: { ids?: number[]; filter?: Filter }): number[] {
+  if ((body.ids === undefined) === (body.filter === undefined))
+    throw validationFailed([{ pointer: '#', detail: 'give either ids or filter' }]);
+  if (body.ids) return body.ids;
+  const found = matching[resource](app, body.filter!, MAX_SELECTED + 1);
+  if (found.length > MAX_SELECTED)
+    throw validationFailed([
+      { pointer: '#/filter', detail: `selects more than ${MAX_SELECTED} ${resource}: narrow it, or act in parts` },
+    ]);
+  return found;
+}
+
+type Resource = 'nodes' | 'rules' | 'tunnels';
+
+const matching: Record<Resource, (app: App, filter: Filter, limit: number) => number[]> = {
+  rules: (app, filter, limit) =>
+    app.store.rules.idsMatching({ afterId: 0, limit, ...ruleFilterOf(filter as QueryOf<typeof ruleFilterQuery>) }),
+  nodes: (app, filter, limit) =>
+    app.store.nodes.idsMatching({
+      limit,
+      status: (filter.status as string) ?? null,
+      tag: (filter.tag as string) ?? null,
+      q: (filter.q as string) ?? null,
+    }),
+  tunnels: (app, filter, limit) =>
+    app.store.tunnels.idsMatching({
+      limit,
+      node_id: (filter.node_id as number) ?? null,
+      status: (filter.status as string) ?? null,
+      q: (filter.q as string) ?? null,
+    }),
+};
+
+const selectionInputs = { rules: ruleSelectionInput, nodes: nodeSelectionInput, tunnels: tunnelSelectionInput };
 const dryRunQuery = { dry_run: boolParam('Check and report every item, change nothing.') };
 
 const resultsSchema = describe({
@@ -285,7 +384,7 @@ const controls = ruleInput.properties;
 
 const batchUpdateInput = object(
   {
-    ids: idsInput.properties.ids,
+    ...ruleSelectionInput.properties,
     changes: object(
       {
         enabled: optional(boolean({ description: 'Enable or disable.' })),
@@ -318,12 +417,13 @@ function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeo
         detail: `must name at least one of ${Object.keys(batchUpdateInput.properties.changes.properties).join(', ')}`,
       },
     ]);
-  return inBatcher(ctx, { operation: 'updateRules', ids: ctx.body.ids, changes });
+  return inBatcher(ctx, { operation: 'updateRules', ids: selected(ctx.app, 'rules', ctx.body), changes });
 }
 
-async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Reply> {
-  const synced = await syncRules(ctx.app, ctx, ctx.body.ids);
-  const results: ItemResult[] = ctx.body.ids.map((id) => {
+async function batchSyncRules(ctx: Ctx<Infer<typeof ruleSelectionInput>, {}>): Promise<Reply> {
+  const ids = selected(ctx.app, 'rules', ctx.body);
+  const synced = await syncRules(ctx.app, ctx, ids);
+  const results: ItemResult[] = ids.map((id) => {
     const rule = synced.get(id);
     if (!rule) return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
     if (rule.sync.state === 'failed')
@@ -335,21 +435,16 @@ async function batchSyncRules(ctx: Ctx<Infer<typeof idsInput>, {}>): Promise<Rep
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 
-function batchDelete(
-  resource: 'nodes' | 'rules' | 'tunnels',
-  action: string,
-  description: string,
-  deletes: BatchJob['operation'],
-) {
+function batchDelete(resource: Resource, action: string, description: string, deletes: BatchJob['operation']) {
   return operation({
     action,
     summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
     description,
     query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,
-    body: idsInput,
+    body: selectionInputs[resource],
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
-    handler: (ctx: Ctx<Infer<typeof idsInput>, { dry_run?: boolean; cascade?: boolean }>) =>
-      inBatcher(ctx, { operation: deletes, ids: ctx.body.ids }),
+    handler: (ctx: Ctx<{ ids?: number[]; filter?: Filter }, { dry_run?: boolean; cascade?: boolean }>) =>
+      inBatcher(ctx, { operation: deletes, ids: selected(ctx.app, resource, ctx.body) }),
   });
 }
 
@@ -401,7 +496,7 @@ export const batchOperations = operations({
     summary: "Push several rules' nodes their config and wait for them to acknowledge",
     description:
       "Waits up to sync_wait_seconds in all. Per item: applied, pending, failed (with the node's error) or not_found.",
-    body: idsInput,
+    body: ruleSelectionInput,
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: batchSyncRules,
   }),

@@ -27,13 +27,17 @@ export const tagList = array(
 export const timestamp = { type: 'string', format: 'date-time' } as const;
 export const nullableTimestamp = { type: ['string', 'null'], format: 'date-time' } as const;
 
-/** A list page of `item`: `{items, next_cursor}`. */
+/** A list page of `item`: `{items, next_cursor}`, and `total` when asked for (`?count=true`). */
 export function pageSchema(item: Schema<unknown>): Schema<never> {
   return describe({
     ...(typeof item.json.title === 'string' ? { title: `${item.json.title}Page` } : {}),
     type: 'object',
     required: ['items', 'next_cursor'],
-    properties: { items: { type: 'array', items: item.json }, next_cursor: { type: ['string', 'null'] } },
+    properties: {
+      items: { type: 'array', items: item.json },
+      next_cursor: { type: ['string', 'null'] },
+      total: { type: 'integer', description: 'How many items match in all: with ?count=true only.' },
+    },
     additionalProperties: false,
   });
 }
@@ -50,9 +54,17 @@ export function record(name: string, properties: Record<string, JsonSchema>, des
   });
 }
 
-/** The paging window a list query asks for. */
-export function paging(query: { limit?: number; cursor?: string }): { limit: number; after: number } {
-  return { limit: query.limit ?? DEFAULT_LIMIT, after: query.cursor === undefined ? 0 : decodeCursor(query.cursor) };
+/** The paging window a list query asks for, and whether it wants every match counted. */
+export function paging(query: { limit?: number; cursor?: string; count?: boolean }): {
+  limit: number;
+  after: number;
+  count: boolean;
+} {
+  return {
+    limit: query.limit ?? DEFAULT_LIMIT,
+    after: query.cursor === undefined ? 0 : decodeCursor(query.cursor),
+    count: query.count ?? false,
+  };
 }
 
 /**

@@ -316,10 +316,11 @@ export const CASCADE_FROM_NODE = [
 ] as const;
 
 function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
-  const { limit, after } = paging(ctx.query);
+  const { limit, after, count } = paging(ctx.query);
   const page = ctx.app.store.nodes.page({
     afterId: after,
     limit,
+    count,
     status: ctx.query.status ?? null,
     tag: ctx.query.tag ?? null,
     q: ctx.query.q ?? null,

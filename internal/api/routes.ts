@@ -50,6 +50,8 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/auth/login',              'public',          auth.logIn),
   route('GET',    '/api/auth/me',                 'authenticated',   auth.getMe),
   route('POST',   '/api/auth/logout',             'authenticated',   auth.logOut),
+  route('POST',   '/api/auth/password',           'authenticated',   auth.changePassword),
+  route('POST',   '/api/auth/logout-others',      'authenticated',   auth.endOtherSessions),
   route('GET',    '/api/tokens',                  'tokens:read',     tokens.listTokens),
   route('POST',   '/api/tokens',                  'tokens:write',    tokens.createToken),
   route('GET',    '/api/tokens/{id}',             'tokens:read',     tokens.getToken),

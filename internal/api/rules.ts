@@ -40,6 +40,7 @@ import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import type { Claim } from '../store/ports.ts';
+import type { RuleFilter } from '../store/rules.ts';
 import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
 import {
@@ -581,29 +582,38 @@ export async function syncRules(app: App, ctx: WriteCtx, ids: number[]): Promise
   return out;
 }
 
-const listRulesQuery = {
-  ...listQuery,
+/** What lists of rules select by; a batch's `filter` takes the same. */
+export const ruleFilterQuery = {
   node_id: intParam(ID),
   tunnel_id: intParam(ID),
   enabled: boolParam(),
   protocol: textParam({ max: 8, values: protocols }),
   tag: textParam({ max: 32, description: 'Only rules carrying this tag.' }),
   q: textParam({ max: 100, description: 'Substring of the name.' }),
+  sync_state: textParam({ max: 16, values: syncStates, description: 'What its node last made of it.' }),
+  state: textParam({ max: 16, values: ruleStates }),
 };
 
-function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
-  const { query } = ctx;
-  const { limit, after } = paging(query);
-  const page = ctx.app.store.rules.page({
-    afterId: after,
-    limit,
+/** The store's filter of a list query's (or a batch filter's) values. */
+export function ruleFilterOf(query: QueryOf<typeof ruleFilterQuery>): Omit<RuleFilter, 'afterId' | 'limit'> {
+  return {
     node_id: query.node_id ?? null,
     tunnel_id: query.tunnel_id ?? null,
     enabled: query.enabled ?? null,
     protocol: query.protocol ?? null,
     tag: query.tag ?? null,
     q: query.q ?? null,
-  });
+    sync_state: query.sync_state ?? null,
+    state: query.state ?? null,
+  };
+}
+
+const listRulesQuery = { ...listQuery, ...ruleFilterQuery };
+
+function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
+  const { query } = ctx;
+  const { limit, after, count } = paging(query);
+  const page = ctx.app.store.rules.page({ afterId: after, limit, count, ...ruleFilterOf(query) });
   return okJson(pageJson(page));
 }
 

@@ -59,8 +59,10 @@ const listTokensQuery = {
 };
 
 function listTokens(ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) {
-  const { limit, after } = paging(ctx.query);
-  return okJson(pageJson(ctx.app.store.tokens.page({ afterId: after, limit, userId: ctx.query.user_id ?? null })));
+  const { limit, after, count } = paging(ctx.query);
+  return okJson(
+    pageJson(ctx.app.store.tokens.page({ afterId: after, limit, count, userId: ctx.query.user_id ?? null })),
+  );
 }
 
 function getToken(ctx: Ctx<undefined, {}>) {

@@ -21,6 +21,7 @@ import {
 import { ruleFieldNames, ruleFieldsOf, type Rule, type RuleFields } from '../domain/rules.ts';
 import { ROWS_PER_INSERT } from '../store/database.ts';
 import type { Claim } from '../store/ports.ts';
+import { EVERY_RULE } from '../store/rules.ts';
 import { insertNode, nodeInput } from './nodes.ts';
 import { type Ctx, decodeBody, ok, operation, operations, type Reply } from './route.ts';
 import { insertRules, ruleInput } from './rules.ts';
@@ -94,16 +95,7 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
   const { store } = ctx.app;
   const nodes = store.nodes.list({ afterId: 0, limit: ALL, status: null, tag: null, q: null });
   const tunnels = store.tunnels.list({ afterId: 0, limit: ALL, node_id: null, status: null, q: null });
-  const rules = store.rules.list({
-    afterId: 0,
-    limit: ALL,
-    node_id: null,
-    tunnel_id: null,
-    enabled: null,
-    protocol: null,
-    tag: null,
-    q: null,
-  });
+  const rules = store.rules.list({ afterId: 0, limit: ALL, ...EVERY_RULE });
   const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
   const tunnelNames = new Map(tunnels.map((t) => [t.id, t.name]));
   const document: ExportDocument = {

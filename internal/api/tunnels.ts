@@ -179,10 +179,11 @@ const listTunnelsQuery = {
 };
 
 function listTunnels(ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) {
-  const { limit, after } = paging(ctx.query);
+  const { limit, after, count } = paging(ctx.query);
   const page = ctx.app.store.tunnels.page({
     afterId: after,
     limit,
+    count,
     node_id: ctx.query.node_id ?? null,
     status: ctx.query.status ?? null,
     q: ctx.query.q ?? null,

@@ -60,10 +60,11 @@ const listUsersQuery = {
 };
 
 function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
-  const { limit, after } = paging(ctx.query);
+  const { limit, after, count } = paging(ctx.query);
   const page = ctx.app.store.users.page({
     afterId: after,
     limit,
+    count,
     q: ctx.query.q ?? null,
     disabled: ctx.query.disabled ?? null,
   });

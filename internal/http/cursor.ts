@@ -32,7 +32,8 @@ export function pageOf<T extends { id: number }>(rows: T[], limit: number): Page
  * The `{items, next_cursor}` body of a page whose items are JSON text already (with the last id when another page
  * follows).
  */
-export function pageJson(page: { items: string; lastId: number | null }): string {
+export function pageJson(page: { items: string; lastId: number | null; total?: number }): string {
   const next = page.lastId === null ? 'null' : JSON.stringify(encodeCursor(page.lastId));
-  return `{"items":${page.items},"next_cursor":${next}}`;
+  const total = page.total === undefined ? '' : `,"total":${page.total}`;
+  return `{"items":${page.items},"next_cursor":${next}${total}}`;
 }

@@ -142,4 +142,5 @@ export function parseQuery<Q extends QuerySpec>(spec: Q, search: URLSearchParams
 export const listQuery = {
   limit: intParam({ min: 1, max: 1000, description: 'Items per page (default 50).' }),
   cursor: textParam({ max: 200, description: 'The next_cursor of the previous page.' }),
+  count: boolParam('Also answer `total`: how many items match in all (a count of every match: slower on long lists).'),
 };

@@ -2,7 +2,7 @@
 // they describe (callers run `record` within `Database.write`), with secrets redacted.
 
 import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery } from './filters.ts';
 import type { JsonPage } from './store.ts';
 
 export type ActorType = 'user' | 'token' | 'agent' | 'system' | 'anonymous';
@@ -50,6 +50,8 @@ export interface AuditFilter {
   status: string | null;
   since: string | null;
   until: string | null;
+  /** Also count every match (JsonPage.total). */
+  count?: boolean;
 }
 
 /** What a secret's value is kept as. */
@@ -91,6 +93,7 @@ export class AuditStore {
   private readonly insertRows;
   private readonly listQuery;
   private readonly pageQuery;
+  private readonly countQuery;
   private readonly pruneStmt;
 
   constructor(
@@ -129,6 +132,7 @@ export class AuditStore {
       FROM audit_log WHERE id < :before {filters} ORDER BY id DESC LIMIT :limit`,
       filters,
     );
+    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM audit_log WHERE 1 {filters}', filters);
     this.pruneStmt = db.prepare('DELETE FROM audit_log WHERE at < ?');
   }
 
@@ -156,14 +160,14 @@ export class AuditStore {
   }
 
   list(filter: AuditFilter): AuditEntry[] {
-    const { beforeId, ...rest } = filter;
+    const { beforeId, count: _, ...rest } = filter;
     const rows = this.listQuery.all({ ...rest, before: beforeId }) as unknown as Row[];
     return rows.map((row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
   }
 
   /** The entries of `filter`, newest first, as JSON text, and the last id when more follow. */
   page(filter: AuditFilter): JsonPage {
-    const { beforeId, limit, ...rest } = filter;
+    const { beforeId, limit, count, ...rest } = filter;
     const rows = this.pageQuery.all({ ...rest, before: beforeId, limit: limit + 1 }) as {
       id: number;
       json: string;
@@ -172,7 +176,11 @@ export class AuditStore {
     const more = rows.length > limit;
     if (more) rows.pop();
     const items = rows.map((row) => `${row.json.slice(0, -1)},"changes":${row.changes ?? 'null'}}`);
-    return { items: `[${items.join(',')}]`, lastId: more ? rows[rows.length - 1]!.id : null };
+    return {
+      items: `[${items.join(',')}]`,
+      lastId: more ? rows[rows.length - 1]!.id : null,
+      total: count ? this.countQuery.total(rest) : undefined,
+    };
   }
 
   /** Deletes entries older than `before`; returns how many. */

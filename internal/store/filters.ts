@@ -53,3 +53,16 @@ export class FilteredQuery<F extends string> {
     return this.sql.replace('{filters}', filters.map((name) => ` AND ${this.conditions[name]}`).join(''));
   }
 }
+
+/** A count of the rows a list's filters match: `sql` is `SELECT count(*) AS n FROM ... WHERE ... {filters}`. */
+export class FilteredCount<F extends string> {
+  private readonly query: FilteredQuery<F>;
+
+  constructor(db: Database, sql: string, conditions: Record<F, string>) {
+    this.query = new FilteredQuery(db, sql, conditions);
+  }
+
+  total(params: Params & Record<F, SQLInputValue>): number {
+    return Number(this.query.all(params)[0]!.n);
+  }
+}

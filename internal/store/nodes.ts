@@ -2,7 +2,7 @@
 // this module except to the installer; the agent token is stored as a hash.
 
 import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery } from './filters.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
@@ -139,6 +139,8 @@ export interface NodeFilter {
   status: string | null;
   tag: string | null;
   q: string | null;
+  /** Also count every match (JsonPage.total). */
+  count?: boolean;
 }
 
 /**
@@ -156,6 +158,7 @@ export class NodeStore {
   private readonly existsStmt;
   private readonly byName;
   private readonly listQuery;
+  private readonly countQuery;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly nextIdStmt;
@@ -205,6 +208,7 @@ export class NodeStore {
       'SELECT id FROM nodes WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
       NODE_FILTERS,
     );
+    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM nodes WHERE 1 {filters}', NODE_FILTERS);
     this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
@@ -275,18 +279,20 @@ export class NodeStore {
     return rows.map(toNode);
   }
 
+  /** The ids of the nodes `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
+  idsMatching(filter: Omit<NodeFilter, 'afterId' | 'count'>): number[] {
+    const rows = this.pageQuery.all({ after: 0, ...filter }) as unknown as { id: number }[];
+    return rows.map((row) => row.id);
+  }
+
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
+    const conditions = { status: filter.status, tag: filter.tag, q: filter.q };
     const ids = (
-      this.pageQuery.all({
-        after: filter.afterId,
-        limit: filter.limit,
-        status: filter.status,
-        tag: filter.tag,
-        q: filter.q,
-      }) as unknown as { id: number }[]
+      this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as unknown as { id: number }[]
     ).map((row) => row.id);
-    return this.rendered.pageOf(ids, filter.limit);
+    const total = filter.count ? this.countQuery.total(conditions) : undefined;
+    return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 
   /** One node as JSON text, with its version for the ETag. */

@@ -8,7 +8,7 @@ import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
 import {
@@ -189,7 +189,27 @@ export interface RuleFilter {
   protocol: string | null;
   tag: string | null;
   q: string | null;
+  sync_state: string | null;
+  state: string | null;
+  /** Also count every match (JsonPage.total). */
+  count?: boolean;
 }
+
+/** A filter that selects every rule. */
+export const EVERY_RULE = {
+  node_id: null,
+  tunnel_id: null,
+  enabled: null,
+  protocol: null,
+  tag: null,
+  q: null,
+  sync_state: null,
+  state: null,
+} as const satisfies Omit<RuleFilter, 'afterId' | 'limit'>;
+
+/** A rule's state as its JSON shows it (migration 12's triggers), for filtering on it. */
+const STATE = `CASE WHEN rules.expired = 1 THEN 'expired' WHEN rules.quota_spent = 1 THEN 'quota_exceeded'
+  WHEN rules.enabled = 1 THEN 'active' ELSE 'disabled' END`;
 
 interface SyncError {
   code: string;
@@ -214,6 +234,8 @@ const RULE_FILTERS = {
   protocol: 'rules.protocol = :protocol',
   tag: 'EXISTS (SELECT 1 FROM json_each(rules.tags) WHERE value = :tag)',
   q: 'instr(lower(rules.name), lower(:q)) > 0',
+  sync_state: 'rules.sync_state = :sync_state',
+  state: `(${STATE}) = :state`,
 };
 
 /**
@@ -337,6 +359,8 @@ export class RuleStore {
   private readonly resetStmt;
   private readonly anyDueStmt;
   private readonly expireStmt;
+  private readonly countQuery;
+  private readonly idsQuery;
 
   constructor(db: Database) {
     this.ports = new PortStore(db);
@@ -364,6 +388,12 @@ export class RuleStore {
       db,
       `SELECT v.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.id = n.rowid
         WHERE n.name LIKE :trigrams AND n.rowid > :after {filters} ORDER BY n.rowid LIMIT :limit + 1`,
+      RULE_FILTERS,
+    );
+    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM rules WHERE 1 {filters}', RULE_FILTERS);
+    this.idsQuery = new FilteredQuery(
+      db,
+      'SELECT id FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit',
       RULE_FILTERS,
     );
     this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
@@ -446,16 +476,26 @@ export class RuleStore {
   }
 
   private filterParams(filter: RuleFilter) {
+    return { after: filter.afterId, limit: filter.limit, ...this.conditions(filter) };
+  }
+
+  /** The values of the filters' conditions. */
+  private conditions(filter: RuleFilter) {
     return {
-      after: filter.afterId,
-      limit: filter.limit,
       node_id: filter.node_id,
       tunnel_id: filter.tunnel_id,
       enabled: filter.enabled === null ? null : Number(filter.enabled),
       protocol: filter.protocol,
       tag: filter.tag,
       q: filter.q,
+      sync_state: filter.sync_state,
+      state: filter.state,
     };
+  }
+
+  /** The ids of the rules `filter` matches, in order, up to its limit: what a batch selects by filter. */
+  idsMatching(filter: RuleFilter): number[] {
+    return (this.idsQuery.all(this.filterParams(filter)) as { id: number }[]).map((row) => row.id);
   }
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
@@ -468,7 +508,11 @@ export class RuleStore {
     }[];
     const more = rows.length > filter.limit;
     if (more) rows.pop();
-    return { items: `[${rows.map((row) => row.json).join(',')}]`, lastId: more ? rows[rows.length - 1]!.id : null };
+    return {
+      items: `[${rows.map((row) => row.json).join(',')}]`,
+      lastId: more ? rows[rows.length - 1]!.id : null,
+      total: filter.count ? this.countQuery.total(this.conditions(filter)) : undefined,
+    };
   }
 
   /** One rule as JSON text, with its version for the ETag. */

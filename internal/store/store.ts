@@ -20,6 +20,8 @@ import { VitalsStore } from './vitals.ts';
 export interface JsonPage {
   items: string;
   lastId: number | null;
+  /** How many items match in all, when asked for (`count`). */
+  total?: number;
 }
 
 /**

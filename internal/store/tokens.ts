@@ -3,7 +3,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery } from './filters.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import type { Generation, JsonPage } from './store.ts';
 
@@ -73,12 +73,14 @@ export class TokenStore {
   // The JSON of API tokens read lately (see rendered.ts), for pages. A token shows its owner's username, so a change
   // to any user drops them all.
   private readonly rendered: Rendered;
+  private readonly countQuery;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly bySecret;
   private readonly byId;
   private readonly deleteStmt;
   private readonly deleteForUserStmt;
+  private readonly deleteOtherSessionsStmt;
   private readonly touchStmt;
   private readonly pruneStmt;
   private readonly countStmt;
@@ -106,9 +108,15 @@ export class TokenStore {
       "SELECT t.id FROM tokens t WHERE +t.kind = 'api' AND t.id > :after {filters} ORDER BY t.id LIMIT :limit + 1",
       { user_id: 't.user_id = :user_id' },
     );
+    this.countQuery = new FilteredCount(db, "SELECT count(*) AS n FROM tokens t WHERE +t.kind = 'api' {filters}", {
+      user_id: 't.user_id = :user_id',
+    });
     this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
     this.deleteForUserStmt = db.prepare(
       'DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id',
+    );
+    this.deleteOtherSessionsStmt = db.prepare(
+      "DELETE FROM tokens WHERE user_id = ? AND kind = 'session' AND id IS NOT ? RETURNING id",
     );
     this.touchStmt = db.prepare('UPDATE tokens SET last_used_at = ? WHERE id = ?');
     this.countStmt = db.prepare("SELECT count(*) AS n FROM tokens WHERE kind = 'api'");
@@ -149,11 +157,12 @@ export class TokenStore {
   }
 
   /** A page of API tokens as JSON text: ids from SQLite, their JSON from the cache. */
-  page(filter: { afterId: number; limit: number; userId: number | null }): JsonPage {
+  page(filter: { afterId: number; limit: number; userId: number | null; count?: boolean }): JsonPage {
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, user_id: filter.userId }) as { id: number }[]
     ).map((row) => row.id);
-    return this.rendered.pageOf(ids, filter.limit);
+    const total = filter.count ? this.countQuery.total({ user_id: filter.userId }) : undefined;
+    return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 
   delete(id: number): void {
@@ -165,6 +174,12 @@ export class TokenStore {
   deleteForUser(userId: number, kinds: TokenKind[]): number[] {
     this.credentials.bump();
     return (this.deleteForUserStmt.all(userId, JSON.stringify(kinds)) as { id: number }[]).map((row) => row.id);
+  }
+
+  /** Ends a user's login sessions but `keepId` (the caller's own, if it is one); returns their ids. */
+  endSessionsExcept(userId: number, keepId: number | null): number[] {
+    this.credentials.bump();
+    return (this.deleteOtherSessionsStmt.all(userId, keepId) as { id: number }[]).map((row) => row.id);
   }
 
   touch(id: number, at: string): void {

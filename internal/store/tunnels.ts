@@ -4,11 +4,12 @@
 // status combines the two.
 
 import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery } from './filters.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
+import type { JsonPage } from './store.ts';
 
 export const tunnelStatuses = ['pending', 'up', 'down'] as const;
 export type TunnelStatus = (typeof tunnelStatuses)[number];
@@ -115,6 +116,7 @@ export class TunnelStore {
   private readonly byId;
   private readonly byName;
   private readonly listQuery;
+  private readonly countQuery;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
@@ -148,6 +150,7 @@ export class TunnelStore {
       'SELECT id FROM tunnels WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
       TUNNEL_FILTERS,
     );
+    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM tunnels WHERE 1 {filters}', TUNNEL_FILTERS);
     this.insertStmt =
       db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
         updated_at)
@@ -246,11 +249,27 @@ export class TunnelStore {
     return (this.listQuery.all({ ...rest, after: afterId }) as unknown as Row[]).map(toTunnel);
   }
 
+  /** The ids of the tunnels `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
+  idsMatching(filter: { limit: number; node_id: number | null; status: string | null; q: string | null }): number[] {
+    const rows = this.pageQuery.all({ after: 0, ...filter }) as unknown as { id: number }[];
+    return rows.map((row) => row.id);
+  }
+
   /** The page of `filter` as JSON text: ids from SQLite, their JSON from the cache. */
-  page(filter: { afterId: number; limit: number; node_id: number | null; status: string | null; q: string | null }) {
-    const { afterId, ...rest } = filter;
-    const ids = (this.pageQuery.all({ ...rest, after: afterId }) as unknown as { id: number }[]).map((row) => row.id);
-    return this.rendered.pageOf(ids, filter.limit);
+  page(filter: {
+    afterId: number;
+    limit: number;
+    node_id: number | null;
+    status: string | null;
+    q: string | null;
+    count?: boolean;
+  }): JsonPage {
+    const { afterId, limit, count, ...conditions } = filter;
+    const ids = (this.pageQuery.all({ ...conditions, limit, after: afterId }) as unknown as { id: number }[]).map(
+      (row) => row.id,
+    );
+    const total = count ? this.countQuery.total(conditions) : undefined;
+    return { ...this.rendered.pageOf(ids, limit), total };
   }
 
   /** A free TCP port on the exit node within [min, max], for tunnels created without one. */

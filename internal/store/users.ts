@@ -2,7 +2,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery } from './filters.ts';
 import type { Generation, JsonPage } from './store.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
@@ -45,13 +45,21 @@ export interface UserListFilter {
   limit: number;
   q: string | null;
   disabled: boolean | null;
+  /** Also count every match (JsonPage.total). */
+  count?: boolean;
 }
+
+const USER_FILTERS = {
+  q: 'instr(lower(username), lower(:q)) > 0',
+  disabled: 'disabled = :disabled',
+};
 
 export class UserStore {
   private readonly byId;
   private readonly byName;
   // The JSON of users read lately (see rendered.ts), for pages.
   private readonly rendered: Rendered;
+  private readonly countQuery;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
@@ -75,11 +83,9 @@ export class UserStore {
     this.pageQuery = new FilteredQuery(
       db,
       'SELECT id FROM users WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
-      {
-        q: 'instr(lower(username), lower(:q)) > 0',
-        disabled: 'disabled = :disabled',
-      },
+      USER_FILTERS,
     );
+    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM users WHERE 1 {filters}', USER_FILTERS);
     this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
     this.updateStmt =
@@ -107,15 +113,12 @@ export class UserStore {
 
   /** A page of users as JSON text: ids from SQLite, their JSON from the cache. */
   page(filter: UserListFilter): JsonPage {
+    const conditions = { q: filter.q, disabled: filter.disabled === null ? null : Number(filter.disabled) };
     const ids = (
-      this.pageQuery.all({
-        after: filter.afterId,
-        limit: filter.limit,
-        q: filter.q,
-        disabled: filter.disabled === null ? null : Number(filter.disabled),
-      }) as { id: number }[]
+      this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as { id: number }[]
     ).map((row) => row.id);
-    return this.rendered.pageOf(ids, filter.limit);
+    const total = filter.count ? this.countQuery.total(conditions) : undefined;
+    return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 
   /** Throws `conflict` when the username is taken. */

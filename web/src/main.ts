@@ -5,6 +5,7 @@ import { grants, type Scope } from '../../internal/auth/scopes.ts';
 import { api, ApiError, session, SIGNED_OUT } from './api.ts';
 import { changes } from './events.ts';
 import { field, form, h, input } from './dom.ts';
+import { accountPage } from './pages/account.ts';
 import { auditPage } from './pages/audit.ts';
 import { dashboardPage } from './pages/dashboard.ts';
 import { nodesPage } from './pages/nodes.ts';
@@ -23,6 +24,10 @@ export interface PageCtx {
   /** Where the page puts what it shows, under its heading. */
   main: HTMLElement;
   me: Me;
+  /** The page's query in the URL (#/rules?node_id=2): its filters, shareable and kept over a reload. */
+  params: URLSearchParams;
+  /** Puts `params` in the URL, in place of the page's query (not a new history entry). */
+  setParams(params: Record<string, string | null | undefined>): void;
   can(scope: Scope): boolean;
   /**
    * Shows what `load` reads, and keeps it current: again after every action, and when the master's event stream tells
@@ -41,7 +46,8 @@ export interface PageCtx {
 interface Page {
   path: string;
   title: string;
-  scope: Scope;
+  /** What the page needs; null: any signed-in user (their own account). */
+  scope: Scope | null;
   render(ctx: PageCtx): Promise<void>;
 }
 
@@ -54,7 +60,10 @@ const pages: Page[] = [
   { path: '/users', title: 'Users', scope: 'users:read', render: usersPage },
   { path: '/settings', title: 'Settings', scope: 'settings:read', render: settingsPage },
   { path: '/audit', title: 'Audit log', scope: 'audit:read', render: auditPage },
+  { path: '/account', title: 'Account', scope: null, render: accountPage },
 ];
+
+const allowedTo = (page: Page, scopes: readonly string[]) => page.scope === null || grants(scopes, page.scope);
 
 const main = document.getElementById('main')!;
 const header = document.querySelector<HTMLElement>('header.top')!;
@@ -142,7 +151,7 @@ async function enter(): Promise<void> {
   const nav = document.getElementById('nav')!;
   nav.replaceChildren(
     ...pages
-      .filter((page) => grants(me!.token.scopes, page.scope))
+      .filter((page) => allowedTo(page, me!.token.scopes))
       .map((page) => h('li', {}, h('a', { href: `#${page.path}`, 'data-path': page.path }, page.title))),
   );
   await show();
@@ -152,8 +161,8 @@ async function show(): Promise<void> {
   if (!me) return;
   stopTimers();
   const run = ++shown;
-  const path = location.hash.replace(/^#/, '') || '/';
-  const allowed = pages.filter((p) => grants(me!.token.scopes, p.scope));
+  const [path = '/', query = ''] = (location.hash.replace(/^#/, '') || '/').split('?', 2);
+  const allowed = pages.filter((p) => allowedTo(p, me!.token.scopes));
   const page = allowed.find((p) => p.path === path) ?? allowed[0];
   for (const link of document.querySelectorAll('#nav a'))
     if (link.getAttribute('data-path') === page?.path) link.setAttribute('aria-current', 'page');
@@ -172,6 +181,14 @@ async function show(): Promise<void> {
   const ctx: PageCtx = {
     main: body,
     me,
+    params: new URLSearchParams(query),
+    setParams(params) {
+      const kept = new URLSearchParams();
+      for (const [name, value] of Object.entries(params)) if (value) kept.set(name, value);
+      ctx.params = kept;
+      const text = kept.toString();
+      history.replaceState(null, '', `#${page.path}${text ? `?${text}` : ''}`);
+    },
     can: (scope) => grants(me!.token.scopes, scope),
     async live(load, resources, ms) {
       reload = load;

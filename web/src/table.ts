@@ -50,6 +50,8 @@ export interface PagedTableOptions<T> {
   limit?: number;
   /** Filters, read at each load. */
   query?: () => Query;
+  /** Called after each load with the items on screen and how many match in all (the list counts them). */
+  loaded?: (items: T[], total: number) => void;
 }
 
 /** One page of a list at a time, as a live table with previous and next buttons. */
@@ -85,9 +87,13 @@ export class PagedTable<T extends { id: number }> {
 
   async load(): Promise<void> {
     const { path, limit = 100, query } = this.options;
-    const page = await get<Page<T>>(withQuery(path, { limit, cursor: this.cursor, ...query?.() }));
+    const counted = this.options.loaded ? { count: 'true' } : {};
+    const page = await get<Page<T> & { total?: number }>(
+      withQuery(path, { limit, cursor: this.cursor, ...query?.(), ...counted }),
+    );
     this.items = page.items;
     this.table.update(page.items);
+    this.options.loaded?.(page.items, page.total ?? page.items.length);
     this.next = page.next_cursor;
     this.prevButton.disabled = this.previous.length === 0;
     this.nextButton.disabled = this.next === null;

@@ -106,6 +106,19 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
   const q = input('q', { type: 'search' });
   const once = h('div');
   const charts = new CpuCharts();
+  // An install's log in a panel of its own: opened in the table it pushed the row (and the table) out of shape.
+  const logPanel = h('dialog', { class: 'edit log-panel', 'aria-labelledby': 'log-title' });
+  const showLog = (node: NodeItem) => {
+    const close = h('button', { type: 'button', onclick: () => logPanel.close() }, 'Close');
+    logPanel.replaceChildren(
+      h('h2', { id: 'log-title' }, `Install log of ${node.name}`),
+      h('p', {}, node.status_detail ?? node.status),
+      h('pre', { class: 'log', tabindex: 0 }, node.install.log_tail ?? ''),
+      h('div', { class: 'buttons' }, close),
+    );
+    logPanel.showModal();
+    close.focus();
+  };
   const actions = (node: NodeItem) => [
     button(
       'Install over SSH',
@@ -147,12 +160,9 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
           badge(node.status),
           node.status_detail && h('p', { class: 'detail' }, node.status_detail),
           node.install.started_at &&
-            h(
-              'details',
-              {},
-              h('summary', {}, node.install.finished_at ? 'Install log' : 'Install log (running)'),
-              h('pre', { class: 'log' }, node.install.log_tail ?? ''),
-            ),
+            button(node.install.finished_at ? 'Install log' : 'Install log (running)', () => showLog(node), {
+              class: 'link',
+            }),
         ),
         h(
           'td',
@@ -181,7 +191,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
     [field('Name contains', q), h('button', { type: 'submit' }, 'Filter')],
     () => list.first(),
   );
-  ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, list.el);
+  ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, list.el, logPanel);
   await ctx.live(() => list.load(), ['node', 'vitals', 'traffic'], 3000);
 }
 

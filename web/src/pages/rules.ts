@@ -2,6 +2,7 @@
 // reload), enable and disable, sync, delete, and the same for many selected at once.
 
 import { api, ApiError, get, type Page } from '../api.ts';
+import { trafficChart, type TrafficSeries } from '../chart.ts';
 import { badge, button, bytes, field, form, h, input, select, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
@@ -41,6 +42,13 @@ interface Rule {
   };
   traffic: { bytes_in: number; bytes_out: number; refused: number };
   version: number;
+}
+
+const rules = (n: number) => `${n} ${n === 1 ? 'rule' : 'rules'}`;
+
+/** What a batch answers: each item's outcome, and why not where it did not. */
+interface BatchAnswer {
+  results: { id: number; outcome: string; error?: { detail: string } }[];
 }
 
 interface Quota {
@@ -115,32 +123,163 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
   ]);
   const nodeName = new Map(nodes.items.map((n) => [n.id, n.name]));
   const selected = new Set<number>();
-  const q = input('q', { type: 'search' });
   const dialog = h('dialog', { class: 'edit', 'aria-labelledby': 'rule-dialog-title' });
 
-  const bulkCount = h('span', { 'aria-live': 'polite' });
-  const bulkState = () => {
-    bulkCount.textContent = `${selected.size} selected`;
-    bulkDelete.disabled = bulkSync.disabled = selected.size === 0;
-  };
-  const bulk = async (path: string, verb: string, question?: string) => {
-    const ids = [...selected];
-    await ctx.act(
-      `${verb} ${ids.length} ${ids.length === 1 ? 'rule' : 'rules'}`,
-      async () => {
-        await api('POST', path, { body: { ids } });
-        if (path.endsWith('delete')) selected.clear();
-      },
-      question,
+  // The filters, from the URL and back into it: a view of the fleet is a link to share, and survives a reload.
+  const { params } = ctx;
+  const any = (label: string, values: readonly string[], value: string | null) =>
+    h(
+      'select',
+      { name: label },
+      h('option', { value: '' }, 'any'),
+      values.map((v) => h('option', { value: v, selected: v === value }, v)),
     );
+  const f = {
+    node_id: h(
+      'select',
+      { name: 'node_id' },
+      h('option', { value: '' }, 'any'),
+      nodes.items.map((n) => h('option', { value: n.id, selected: String(n.id) === params.get('node_id') }, n.name)),
+    ),
+    state: any('state', ['active', 'disabled', 'expired', 'quota_exceeded'], params.get('state')),
+    sync_state: any('sync_state', ['pending', 'applied', 'failed'], params.get('sync_state')),
+    protocol: any('protocol', ['tcp', 'udp', 'tcp+udp'], params.get('protocol')),
+    tag: input('tag', { value: params.get('tag') ?? '' }),
+    q: input('q', { type: 'search', value: params.get('q') ?? '' }),
+  };
+  const filters = () => Object.fromEntries(Object.entries(f).map(([name, control]) => [name, control.value || null]));
+  /** The filters as a batch's `filter` takes them (numbers as numbers). */
+  const batchFilter = () => {
+    const chosen = Object.entries(filters()).filter(([, value]) => value !== null);
+    return Object.fromEntries(chosen.map(([name, value]) => [name, name === 'node_id' ? Number(value) : value]));
+  };
+
+  // What is selected: rules ticked on the pages seen, or every rule the filters match (however many pages).
+  let allMatching = false;
+  let matching = 0;
+  const summary = h('p', { class: 'summary', 'aria-live': 'polite' });
+  const bulkCount = h('span', { 'aria-live': 'polite' });
+  const selectMatching = button('Select all matching', () => {
+    allMatching = true;
+    for (const box of list.el.querySelectorAll<HTMLInputElement>('input[type=checkbox]')) box.checked = true;
+    bulkState();
+  });
+  const selection = () => (allMatching ? { filter: batchFilter() } : { ids: [...selected] });
+  const selectionSize = () => (allMatching ? matching : selected.size);
+  const bulkState = () => {
+    bulkCount.textContent = allMatching ? `All ${matching} matching selected` : `${selected.size} selected`;
+    const none = selectionSize() === 0;
+    for (const b of bulkButtons) b.disabled = none;
+    selectMatching.hidden = allMatching || matching === 0;
+    selectMatching.textContent = `Select all ${matching} matching`;
+  };
+  const clearSelection = () => {
+    allMatching = false;
+    selected.clear();
+    for (const box of list.el.querySelectorAll<HTMLInputElement>('input[type=checkbox]')) box.checked = false;
     bulkState();
   };
-  const bulkSync = button('Sync selected', () => bulk('/api/rules/batch-sync', 'Synced'));
-  const bulkDelete = button(
-    'Delete selected',
-    () => bulk('/api/rules/batch-delete', 'Deleted', `Delete the ${selected.size} selected?`),
-    { class: 'danger' },
+
+  /**
+   * A batch over the selection: first its preview (a dry run, item by item, where the API has one), then, once
+   * confirmed, the run, and what became of each.
+   */
+  const bulk = async (title: string, path: string, extra: Record<string, unknown> = {}, preview = true) => {
+    const body = { ...selection(), ...extra };
+    const outcomes = (results: BatchAnswer['results']) => {
+      const counts = new Map<string, number>();
+      for (const r of results) counts.set(r.outcome, (counts.get(r.outcome) ?? 0) + 1);
+      return [...counts].map(([outcome, n]) => `${n} ${outcome.replace('_', ' ')}`).join(', ') || 'nothing';
+    };
+    let first: BatchAnswer | null = null;
+    try {
+      if (preview) first = (await api<BatchAnswer>('POST', `${path}?dry_run=true`, { body })).data;
+    } catch (error) {
+      return ctx.say(error instanceof Error ? error.message : String(error), 'error');
+    }
+    const problems = (first?.results ?? []).filter((r) => r.error).slice(0, 50);
+    const run = h('button', { type: 'button' }, 'Run');
+    dialog.replaceChildren(
+      h('h2', { id: 'rule-dialog-title' }, title),
+      h(
+        'p',
+        { role: 'status' },
+        first
+          ? `Preview of ${rules(first.results.length)}: ${outcomes(first.results)}.`
+          : `${rules(selectionSize())} will be pushed to their nodes.`,
+      ),
+      problems.length > 0
+        ? h(
+            'ul',
+            { class: 'outcomes', 'aria-label': 'Items that would not change' },
+            problems.map((r) => h('li', {}, `Rule ${r.id}: ${r.outcome} (${r.error!.detail})`)),
+          )
+        : '',
+      h('div', { class: 'buttons' }, run, h('button', { type: 'button', onclick: () => dialog.close() }, 'Cancel')),
+    );
+    run.addEventListener('click', async () => {
+      dialog.close();
+      try {
+        const done = (await api<BatchAnswer>('POST', path, { body })).data;
+        ctx.say(`${title}: ${outcomes(done.results)}`);
+        if (path.endsWith('delete')) clearSelection();
+      } catch (error) {
+        ctx.say(error instanceof Error ? error.message : String(error), 'error');
+      }
+      await ctx.reload();
+    });
+    if (!dialog.open) dialog.showModal();
+    run.focus();
+  };
+  const update = (changes: Record<string, unknown>) => ({ changes });
+  const tagsBox = input('bulk_tags', { placeholder: 'tags, comma-separated', 'aria-label': 'Tags to set' });
+  const moveTo = h(
+    'select',
+    { name: 'bulk_node', 'aria-label': 'Node to move to' },
+    nodes.items.map((n) => h('option', { value: n.id }, n.name)),
   );
+  const bulkButtons = [
+    button('Enable', () => bulk('Enable selected', '/api/rules/batch-update', update({ enabled: true }))),
+    button('Disable', () => bulk('Disable selected', '/api/rules/batch-update', update({ enabled: false }))),
+    button('Sync selected', () => bulk('Sync selected', '/api/rules/batch-sync', {}, false)),
+    button('Set tags', () =>
+      bulk('Set tags of selected', '/api/rules/batch-update', update({ tags: listOf(tagsBox.value) })),
+    ),
+    button('Move', () => bulk('Move selected', '/api/rules/batch-update', update({ node_id: Number(moveTo.value) }))),
+    button('Delete selected', () => bulk('Delete selected', '/api/rules/batch-delete'), { class: 'danger' }),
+  ];
+
+  /** A rule's traffic over a window the person picks. */
+  const chartOf = async (rule: Rule) => {
+    const windows = {
+      'Last hour': [3600, 60],
+      'Last day': [86_400, 1800],
+      'Last week': [604_800, 10_800],
+      'Last 30 days': [2_592_000, 43_200],
+    } as const;
+    const pick = h(
+      'select',
+      { name: 'window', 'aria-label': 'Window' },
+      Object.keys(windows).map((label) => h('option', { value: label }, label)),
+    );
+    const place = h('div', { class: 'chart-wrap' });
+    const draw = async () => {
+      const [span, step] = windows[pick.value as keyof typeof windows];
+      const from = new Date(Date.now() - span * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+      const series = await get<TrafficSeries>(`/api/dashboard/traffic?rule_id=${rule.id}&from=${from}&step=${step}`);
+      place.replaceChildren(trafficChart(series));
+    };
+    pick.addEventListener('change', () => void draw());
+    dialog.replaceChildren(
+      h('h2', { id: 'rule-dialog-title' }, `Traffic of ${rule.name}`),
+      field('Window', pick),
+      place,
+      h('div', { class: 'buttons' }, h('button', { type: 'button', onclick: () => dialog.close() }, 'Close')),
+    );
+    if (!dialog.open) dialog.showModal();
+    await draw();
+    pick.focus();
+  };
 
   const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all rules on this page' });
   selectAll.addEventListener('change', () => {
@@ -163,6 +302,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       ),
     ),
     button('Sync', () => ctx.act(`Synced ${rule.name}`, () => api('POST', `/api/rules/${rule.id}/sync`))),
+    button('Traffic', () => chartOf(rule)),
     button(
       'Delete',
       () => ctx.act(`Deleted ${rule.name}`, () => api('DELETE', `/api/rules/${rule.id}`), `Delete rule ${rule.name}?`),
@@ -183,11 +323,26 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       canWrite ? 'Actions' : '',
     ],
     path: '/api/rules',
-    query: () => ({ q: q.value }),
+    query: filters,
+    loaded: (items, total) => {
+      matching = total;
+      const into = items.reduce((sum, r) => sum + r.traffic.bytes_in, 0);
+      const back = items.reduce((sum, r) => sum + r.traffic.bytes_out, 0);
+      summary.textContent =
+        `${total} ${total === 1 ? 'rule matches' : 'rules match'}; the ${items.length} shown moved ` +
+        `${bytes(into)} in, ${bytes(back)} out.`;
+      bulkState();
+    },
     empty: 'No rules here.',
     row: (rule) => {
       const box = h('input', { type: 'checkbox', 'aria-label': `Select ${rule.name}`, checked: selected.has(rule.id) });
+      box.checked ||= allMatching;
       box.addEventListener('change', () => {
+        // Unticking one of all matching leaves the rest of this page ticked: back to picking by hand.
+        if (allMatching) {
+          allMatching = false;
+          for (const item of list.items) selected.add(item.id);
+        }
         if (box.checked) selected.add(rule.id);
         else selected.delete(rule.id);
         bulkState();
@@ -396,8 +551,20 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
 
   const filter = form(
     { role: 'search', class: 'filters', 'aria-label': 'Filter rules' },
-    [field('Name contains', q), h('button', { type: 'submit' }, 'Filter')],
-    () => list.first(),
+    [
+      field('Node', f.node_id),
+      field('State', f.state),
+      field('Sync', f.sync_state),
+      field('Protocol', f.protocol),
+      field('Tag', f.tag),
+      field('Name contains', f.q),
+      h('button', { type: 'submit' }, 'Filter'),
+    ],
+    async () => {
+      ctx.setParams(filters());
+      clearSelection();
+      await list.first();
+    },
   );
   ctx.main.append(
     h(
@@ -405,9 +572,18 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       { class: 'toolbar' },
       canWrite && button('New rule', () => edit(null)),
       canWrite &&
-        h('div', { class: 'bulk', role: 'group', 'aria-label': 'Selected rules' }, bulkCount, bulkSync, bulkDelete),
+        h(
+          'div',
+          { class: 'bulk', role: 'group', 'aria-label': 'Selected rules' },
+          bulkCount,
+          selectMatching,
+          bulkButtons,
+          tagsBox,
+          moveTo,
+        ),
     ),
     filter,
+    summary,
     list.el,
     dialog,
   );

@@ -14,6 +14,20 @@ interface Tunnel {
   listen_port: number;
   status: string;
   rtt_ms: number | null;
+  ends: Record<'entry' | 'exit', { status: string; last_error: string | null; reported_at: string | null }>;
+}
+
+/** Why a tunnel is not up, as each end says (the API keeps the last error of each). */
+function reasons(t: Tunnel): HTMLElement[] {
+  return (['entry', 'exit'] as const)
+    .filter((end) => t.ends[end].status !== 'up' || t.ends[end].last_error)
+    .map((end) =>
+      h(
+        'p',
+        { class: 'detail' },
+        `${end}: ${t.ends[end].status}${t.ends[end].last_error ? `: ${t.ends[end].last_error}` : ''}`,
+      ),
+    );
 }
 
 export async function tunnelsPage(ctx: PageCtx): Promise<void> {
@@ -33,7 +47,7 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
         h('td', {}, nodeName(t.entry_node_id)),
         h('td', {}, nodeName(t.exit_node_id)),
         h('td', {}, String(t.listen_port)),
-        h('td', {}, badge(t.status)),
+        h('td', {}, badge(t.status), t.status !== 'up' && reasons(t)),
         h('td', {}, t.rtt_ms === null ? '—' : `${t.rtt_ms.toFixed(1)} ms`),
         h(
           'td',

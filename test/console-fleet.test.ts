@@ -1,0 +1,192 @@
+// The console for a fleet, in a real browser against a real master with 2,000 rules on three nodes (one with a real
+// agent): find through filters in the URL, count, select every match, preview and run a batch, read a rule's chart,
+// change one's own password; every page at desktop and phone width.
+
+import assert from 'node:assert/strict';
+import { mkdirSync, statSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { test } from 'node:test';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { nodeOf, startAgent } from './agents.ts';
+import { ADMIN_PASSWORD, call, login, node, rule, ruleBodies, startMaster } from './helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SHOTS = 'test-results/console';
+let noBrowser: string | false = false;
+try {
+  statSync(CHROMIUM);
+} catch {
+  noBrowser = `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
+}
+
+/** Holds `count` free TCP ports on 127.0.0.1, so that rules listening on them fail on the node as port_in_use. */
+async function holdPorts(count: number): Promise<{ ports: number[]; servers: Server[] }> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<Server>((resolve) => {
+          const server = createServer().listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
+  );
+  return { servers, ports: servers.map((s) => (s.address() as { port: number }).port) };
+}
+
+const options = { skip: noBrowser, timeout: 180_000 };
+
+test('an operator finds, selects and fixes rules among thousands from the console', options, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const [a, b, c] = [await node(m, 'edge-a'), await node(m, 'edge-b'), await node(m, 'edge-c')];
+  startAgent(t, m.url, a.agent_token);
+  await until('edge-a to come online', async () => (await nodeOf(m, a.id)).status === 'online');
+
+  // On edge-a: a rule with real traffic, and twelve on ports something else holds there, which its agent fails.
+  const echo = await tcpEcho(t);
+  const listen = await freePort();
+  const web = (await rule(m, { name: 'web', node_id: a.id, listen_port: listen, targets: [`127.0.0.1:${echo}`] })).body;
+  const held = await holdPorts(12);
+  t.after(() => held.servers.forEach((server) => server.close()));
+  for (const [i, port] of held.ports.entries())
+    await rule(m, { name: `clash-${i}`, node_id: a.id, listen_port: port, targets: ['10.0.0.1:80'] });
+  // And 2,000 on edge-b and edge-c, whose agents are not running.
+  for (const [n, count] of [
+    [b, 1000],
+    [c, 1000],
+  ] as const) {
+    const made = await call(m.url, 'POST', '/api/rules/batch-create', {
+      token: m.admin,
+      body: { rules: ruleBodies(n.id, count, 20000, n.name) },
+    });
+    assert.equal(made.status, 201);
+  }
+  await until('the twelve to fail on edge-a', async () => {
+    const failed = await call(m.url, 'GET', `/api/rules?node_id=${a.id}&sync_state=failed&count=true`, {
+      token: m.admin,
+    });
+    return failed.body.total === 12;
+  });
+  const payload = Buffer.alloc(48 * 1024, 3);
+  assert.ok((await tcpRoundTrip(web.listen_port, payload)).equals(payload));
+  await until('the traffic to be counted', async () => {
+    const counted = await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin });
+    return counted.body.traffic.bytes_in > 0;
+  });
+
+  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  t.after(() => browser.close());
+  const page: Page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  page.setDefaultTimeout(15_000);
+  const problems: string[] = [];
+  const origin = new URL(m.url).origin;
+  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error' && !/status of 4\d\d/.test(message.text()))
+      problems.push(`console error: ${message.text()}`);
+  });
+  page.on('request', (request) => {
+    if (new URL(request.url()).origin !== origin) problems.push(`request to another origin: ${request.url()}`);
+  });
+  mkdirSync(SHOTS, { recursive: true });
+
+  // A link that names a node and a sync state opens the rules page filtered so: shareable, kept over a reload.
+  await page.goto(`${m.url}/#/rules?node_id=${a.id}&sync_state=failed`);
+  await page.getByLabel('Username').fill('admin');
+  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByText('12 rules match').waitFor();
+  assert.equal(await page.getByLabel('Node', { exact: true }).inputValue(), String(a.id));
+  assert.equal(await page.getByLabel('Sync', { exact: true }).inputValue(), 'failed');
+  await page
+    .getByRole('row', { name: /clash-0/ })
+    .getByText(/is already in use on the node \(port_in_use\)/)
+    .waitFor();
+  await page.reload();
+  await page.getByText('12 rules match').waitFor();
+
+  // Select every match, preview a batch that tags them, run it.
+  const bulk = page.getByRole('group', { name: 'Selected rules' });
+  await bulk.getByRole('button', { name: 'Select all 12 matching' }).click();
+  await bulk.getByText('All 12 matching selected').waitFor();
+  await bulk.getByLabel('Tags to set').fill('to-fix');
+  await bulk.getByRole('button', { name: 'Set tags' }).click();
+  const dialog = page.getByRole('dialog');
+  await dialog.getByText('Preview of 12 rules: 12 updated.').waitFor();
+  await page.screenshot({ path: `${SHOTS}/fleet-batch-preview.png` });
+  await dialog.getByRole('button', { name: 'Run' }).click();
+  await page.getByRole('status').getByText('Set tags of selected: 12 updated').waitFor();
+  const tagged = await call(m.url, 'GET', '/api/rules?tag=to-fix&count=true', { token: m.admin });
+  assert.equal(tagged.body.total, 12);
+
+  // A thousand on edge-c, disabled at once through the filter (not a page of a hundred), after a preview.
+  await page.goto(`${m.url}/#/rules?node_id=${c.id}`);
+  await page.getByText('1000 rules match').waitFor();
+  await bulk.getByRole('button', { name: 'Select all 1000 matching' }).click();
+  await bulk.getByRole('button', { name: 'Disable' }).click();
+  await dialog.getByText('Preview of 1000 rules: 1000 updated.').waitFor();
+  await dialog.getByRole('button', { name: 'Run' }).click();
+  await page.getByRole('status').getByText('Disable selected: 1000 updated').waitFor();
+  const disabled = await call(m.url, 'GET', `/api/rules?node_id=${c.id}&state=disabled&count=true`, {
+    token: m.admin,
+  });
+  assert.equal(disabled.body.total, 1000);
+  await page.goto(`${m.url}/#/rules?state=disabled`);
+  await page.getByText('1000 rules match').waitFor();
+
+  // A rule's own traffic, over a window of one's choosing.
+  await page.goto(`${m.url}/#/rules?q=web`);
+  await page.getByRole('row', { name: /web/ }).getByRole('button', { name: 'Traffic' }).click();
+  const chart = dialog.getByRole('img', { name: /^Traffic from/ });
+  await chart.waitFor();
+  assert.doesNotMatch((await chart.getAttribute('aria-label')) ?? '', /: 0 B in/);
+  await dialog.getByLabel('Window').selectOption('Last day');
+  await dialog.getByRole('img', { name: /^Traffic from/ }).waitFor();
+  await page.screenshot({ path: `${SHOTS}/fleet-rule-chart.png` });
+  await dialog.getByRole('button', { name: 'Close' }).click();
+
+  // Every page, at desktop and at phone width.
+  for (const [width, height] of [
+    [1280, 800],
+    [390, 844],
+  ] as const) {
+    await page.setViewportSize({ width, height });
+    for (const [title, path] of [
+      ['Dashboard', '/'],
+      ['Nodes', '/nodes'],
+      ['Rules', '/rules'],
+      ['Tunnels', '/tunnels'],
+      ['Tokens', '/tokens'],
+      ['Users', '/users'],
+      ['Settings', '/settings'],
+      ['Audit log', '/audit'],
+      ['Account', '/account'],
+    ] as const) {
+      await page.goto(`${m.url}/#${path}`);
+      await page.getByRole('heading', { name: title, level: 1 }).waitFor();
+      await page.screenshot({ path: `${SHOTS}/fleet-${path.slice(1) || 'dashboard'}-${width}.png`, fullPage: true });
+    }
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  // One's own password, changed with the current one.
+  await page.goto(`${m.url}/#/account`);
+  const account = page.getByRole('form', { name: 'Change your password' });
+  await account.getByLabel('Current password').fill('not the password');
+  await account.getByLabel('New password', { exact: true }).fill('a-new-admin-password');
+  await account.getByLabel('New password again').fill('a-new-admin-password');
+  await account.getByRole('button', { name: 'Change password' }).click();
+  await account.getByText('is not the password of this user', { exact: true }).waitFor();
+  await account.getByLabel('Current password').fill(ADMIN_PASSWORD);
+  await account.getByLabel('New password', { exact: true }).fill('a-new-admin-password');
+  await account.getByLabel('New password again').fill('a-new-admin-password');
+  await account.getByRole('button', { name: 'Change password' }).click();
+  await page
+    .getByRole('status')
+    .getByText(/^Password changed/)
+    .waitFor();
+  await login(m.url, 'admin', 'a-new-admin-password');
+
+  assert.deepEqual(problems, []);
+});

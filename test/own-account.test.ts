@@ -1,0 +1,91 @@
+// A user's own account: change the password with the current one, end the other sessions.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ADMIN_PASSWORD, assertProblem, call, login, mintToken, snapshot, startMaster } from './helpers.ts';
+
+test('a user changes their own password with the current one; their other sessions end, this one stays', async (t) => {
+  const m = await startMaster(t);
+  await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'ops', password: 'first-password', scopes: ['nodes:read'] },
+  });
+  const here = await login(m.url, 'ops', 'first-password');
+  const laptop = await login(m.url, 'ops', 'first-password');
+  const script = await mintToken(m, ['nodes:read'], 'admin script');
+
+  const before = snapshot(m, ['audit_log', 'tokens']);
+  const wrong = await call(m.url, 'POST', '/api/auth/password', {
+    token: here,
+    body: { current_password: 'not-it', new_password: 'second-password' },
+  });
+  assertProblem(wrong, 422, 'validation_failed');
+  assert.equal(wrong.body.errors[0].pointer, '#/current_password');
+  assert.equal(snapshot(m, ['audit_log', 'tokens']), before, 'a wrong current password changes nothing');
+  assertProblem(
+    await call(m.url, 'POST', '/api/auth/password', {
+      token: here,
+      body: { current_password: 'first-password', new_password: 'short' },
+    }),
+    422,
+    'validation_failed',
+  );
+
+  const changed = await call(m.url, 'POST', '/api/auth/password', {
+    token: here,
+    body: { current_password: 'first-password', new_password: 'second-password' },
+  });
+  assert.equal(changed.status, 200, JSON.stringify(changed.body));
+  assert.deepEqual(changed.body, { sessions_ended: 1 });
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: here })).status, 200, 'this session stays');
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: laptop })).status, 401, 'the other one ended');
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: script })).status, 200, "others' tokens stay");
+  assert.equal(
+    (await call(m.url, 'POST', '/api/auth/login', { body: { username: 'ops', password: 'first-password' } })).status,
+    401,
+  );
+  await login(m.url, 'ops', 'second-password');
+
+  const audit = await call(m.url, 'GET', '/api/audit-logs?action=auth.password', { token: m.admin });
+  assert.deepEqual(
+    audit.body.items.map((e: { status: string }) => e.status),
+    ['success', 'failed'],
+  );
+  assert.equal(JSON.stringify(audit.body).includes('second-password'), false, 'the new password is not in the log');
+
+  // Wrong guesses are throttled as failed logins are.
+  for (let i = 0; i < 6; i++)
+    await call(m.url, 'POST', '/api/auth/password', {
+      token: here,
+      body: { current_password: `guess-${i}`, new_password: 'third-password' },
+    });
+  assertProblem(
+    await call(m.url, 'POST', '/api/auth/password', {
+      token: here,
+      body: { current_password: 'second-password', new_password: 'third-password' },
+    }),
+    429,
+    'rate_limited',
+  );
+});
+
+test("a user ends every other login session of theirs; an API token's call ends them all", async (t) => {
+  const m = await startMaster(t);
+  const [a, b, c] = [await login(m.url, 'admin', ADMIN_PASSWORD), await login(m.url, 'admin', ADMIN_PASSWORD), m.admin];
+  const ended = await call(m.url, 'POST', '/api/auth/logout-others', { token: a });
+  assert.deepEqual(ended.body, { sessions_ended: 2 });
+  assert.deepEqual(
+    await Promise.all([a, b, c].map(async (token) => (await call(m.url, 'GET', '/api/auth/me', { token })).status)),
+    [200, 401, 401],
+  );
+  const minted = await call(m.url, 'POST', '/api/tokens', {
+    token: a,
+    body: { name: 'script', scopes: ['audit:read'] },
+  });
+  const script = minted.body.token;
+  await login(m.url, 'admin', ADMIN_PASSWORD);
+  assert.deepEqual((await call(m.url, 'POST', '/api/auth/logout-others', { token: script })).body, {
+    sessions_ended: 2,
+  });
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: script })).status, 200);
+});

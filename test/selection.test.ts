@@ -1,0 +1,160 @@
+// Finding and acting on many: list filters by sync and rule state, counts of every match, and batches that select
+// what a filter matches rather than a page's ids.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MAX_SELECTED } from '../internal/api/batch.ts';
+import { assertProblem, call, mintToken, node, ruleBodies, snapshot, startMaster, type Running } from './helpers.ts';
+
+async function createRules(m: Running, rules: ReturnType<typeof ruleBodies>): Promise<number[]> {
+  const ids: number[] = [];
+  for (let i = 0; i < rules.length; i += 1000) {
+    const made = await call(m.url, 'POST', '/api/rules/batch-create', {
+      token: m.admin,
+      body: { rules: rules.slice(i, i + 1000) },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body).slice(0, 300));
+    ids.push(...made.body.results.map((r: { id: number }) => r.id));
+  }
+  return ids;
+}
+
+test('rules filter by sync state and state, and every list counts its matches when asked', async (t) => {
+  const m = await startMaster(t);
+  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+  const onA = await createRules(m, ruleBodies(a.id, 30, 10000, 'a'));
+  await createRules(m, ruleBodies(b.id, 20, 10000, 'b'));
+  // Twelve of node a's rules failed on it; three are disabled.
+  await m.app.store.db.writable();
+  m.app.store.write(() => {
+    for (const id of onA.slice(0, 12))
+      m.app.store.rules.setSync(id, a.id, 'failed', { code: 'port_in_use', detail: 'taken' }, m.app.timestamp());
+  });
+  await m.app.store.committed();
+  const disabled = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { ids: onA.slice(20, 23), changes: { enabled: false } },
+  });
+  assert.equal(disabled.status, 200);
+
+  const list = async (query: string) => (await call(m.url, 'GET', `/api/rules?${query}`, { token: m.admin })).body;
+  const failed = await list(`node_id=${a.id}&sync_state=failed&count=true&limit=5`);
+  assert.equal(failed.total, 12);
+  assert.equal(failed.items.length, 5);
+  assert.ok(failed.items.every((r: any) => r.node_id === a.id && r.sync.state === 'failed'));
+  assert.equal((await list('state=disabled&count=true')).total, 3);
+  assert.equal((await list('state=active&count=true')).total, 47);
+  assert.equal((await list(`node_id=${b.id}&sync_state=failed&count=true`)).total, 0);
+  assert.equal((await list('limit=5')).total, undefined, 'no count unless asked');
+
+  // Every list answers total with count=true: the class, not the example.
+  for (const path of ['/api/nodes', '/api/tunnels', '/api/users', '/api/tokens', '/api/audit-logs', '/api/rules']) {
+    const answer = await call(m.url, 'GET', `${path}?count=true&limit=1`, { token: m.admin });
+    assert.equal(answer.status, 200, path);
+    assert.equal(typeof answer.body.total, 'number', path);
+    assert.ok(answer.body.total >= answer.body.items.length, path);
+  }
+  assert.equal((await call(m.url, 'GET', '/api/nodes?count=true&q=b', { token: m.admin })).body.total, 1);
+  assertProblem(await call(m.url, 'GET', '/api/rules?state=broken', { token: m.admin }), 400, 'invalid_query');
+});
+
+test('a batch selects by filter: a preview says what each would do, the run does it, nothing else', async (t) => {
+  const m = await startMaster(t);
+  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+  const onA = await createRules(m, ruleBodies(a.id, 40, 10000, 'a'));
+  const onB = await createRules(m, ruleBodies(b.id, 10, 10000, 'b'));
+  await m.app.store.db.writable();
+  m.app.store.write(() => {
+    for (const id of onA.slice(0, 12))
+      m.app.store.rules.setSync(id, a.id, 'failed', { code: 'port_in_use', detail: 'taken' }, m.app.timestamp());
+  });
+  await m.app.store.committed();
+  const failedOnA = { node_id: a.id, sync_state: 'failed' };
+
+  const before = snapshot(m);
+  const preview = await call(m.url, 'POST', '/api/rules/batch-update?dry_run=true', {
+    token: m.admin,
+    body: { filter: failedOnA, changes: { tags: ['to-fix'] } },
+  });
+  assert.equal(preview.status, 200);
+  assert.equal(preview.body.dry_run, true);
+  assert.deepEqual(
+    preview.body.results.map((r: { id: number; outcome: string }) => [r.id, r.outcome]),
+    onA.slice(0, 12).map((id) => [id, 'updated']),
+  );
+  assert.equal(snapshot(m), before, 'a preview changes nothing');
+
+  const run = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { filter: failedOnA, changes: { tags: ['to-fix'] } },
+  });
+  assert.equal(run.body.results.length, 12);
+  const tagged = await call(m.url, 'GET', '/api/rules?tag=to-fix&count=true', { token: m.admin });
+  assert.equal(tagged.body.total, 12);
+
+  // Move every rule of node b to node a (other ports there: b's ports are a's too, so each is a conflict).
+  const moved = await call(m.url, 'POST', '/api/rules/batch-update?dry_run=true', {
+    token: m.admin,
+    body: { filter: { node_id: b.id }, changes: { node_id: a.id } },
+  });
+  assert.deepEqual(
+    [...new Set(moved.body.results.map((r: { outcome: string }) => r.outcome))],
+    ['conflict'],
+    'the preview names the clash of each',
+  );
+
+  const deleted = await call(m.url, 'POST', '/api/rules/batch-delete', {
+    token: m.admin,
+    body: { filter: { tag: 'to-fix' } },
+  });
+  assert.equal(deleted.body.results.length, 12);
+  assert.equal((await call(m.url, 'GET', '/api/rules?count=true', { token: m.admin })).body.total, 38);
+  const none = await call(m.url, 'POST', '/api/rules/batch-sync', {
+    token: m.admin,
+    body: { filter: { tag: 'gone' } },
+  });
+  assert.deepEqual(none.body, { dry_run: false, results: [] }, 'a filter that matches nothing acts on nothing');
+  assert.equal(onB.length, 10);
+
+  for (const body of [{}, { ids: [onA[20]], filter: { node_id: a.id } }])
+    assertProblem(
+      await call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body }),
+      422,
+      'validation_failed',
+    );
+  assertProblem(
+    await call(m.url, 'POST', '/api/nodes/batch-delete', { token: m.admin, body: { filter: { status: 'sideways' } } }),
+    422,
+    'validation_failed',
+  );
+  // Nodes and tunnels select by their own lists' filters.
+  const nodes = await call(m.url, 'POST', '/api/nodes/batch-delete?dry_run=true', {
+    token: m.admin,
+    body: { filter: { q: 'b' } },
+  });
+  assert.deepEqual(
+    nodes.body.results.map((r: { id: number; outcome: string }) => [r.id, r.outcome]),
+    [[b.id, 'conflict']],
+  );
+  // A narrow token selects only what its scope allows it to act on: the route's scope holds as for ids.
+  const reader = await mintToken(m, ['rules:read']);
+  assertProblem(
+    await call(m.url, 'POST', '/api/rules/batch-delete', { token: reader, body: { filter: { node_id: a.id } } }),
+    403,
+    'insufficient_scope',
+  );
+});
+
+test(`a filter that selects more than ${MAX_SELECTED} items is refused, and nothing is done`, async (t) => {
+  const m = await startMaster(t);
+  const a = await node(m, 'a');
+  await createRules(m, ruleBodies(a.id, MAX_SELECTED + 1, 10000, 'r'));
+  const before = snapshot(m);
+  const refused = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { filter: { node_id: a.id }, changes: { enabled: false } },
+  });
+  assertProblem(refused, 422, 'validation_failed');
+  assert.match(refused.body.errors[0].detail, /more than 10000 rules/);
+  assert.equal(snapshot(m), before);
+});
