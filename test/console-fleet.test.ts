@@ -135,6 +135,25 @@ test('an operator finds, selects and fixes rules among thousands from the consol
   await page.goto(`${m.url}/#/rules?state=disabled`);
   await page.getByText('1000 rules match').waitFor();
 
+  // Sorted by a column, both ways: the order is the API's (over every match, not the page), and in the URL.
+  await page.goto(`${m.url}/#/rules?node_id=${b.id}`);
+  await page.getByText('1000 rules match').waitFor();
+  const listens = page.getByRole('columnheader', { name: 'Listens' });
+  await listens.getByRole('button').click();
+  await page.waitForFunction("location.hash.includes('sort=listen_port')");
+  assert.equal(await listens.getAttribute('aria-sort'), 'ascending');
+  await page.getByRole('row').nth(1).getByText('tcp 20000').waitFor();
+  await listens.getByRole('button').click();
+  await page.waitForFunction("location.hash.includes('sort=-listen_port')");
+  assert.equal(await listens.getAttribute('aria-sort'), 'descending');
+  await page.getByRole('row').nth(1).getByText('tcp 20999').waitFor();
+  await page.reload();
+  await page.getByRole('row').nth(1).getByText('tcp 20999').waitFor();
+  // Nodes filter by status through the URL too.
+  await page.goto(`${m.url}/#/nodes?status=online`);
+  await page.getByText('1 node matches.').waitFor();
+  await page.getByRole('row', { name: /edge-a/ }).waitFor();
+
   // A rule's own traffic, over a window of one's choosing.
   await page.goto(`${m.url}/#/rules?q=web`);
   await page.getByRole('row', { name: /web/ }).getByRole('button', { name: 'Traffic' }).click();
@@ -145,6 +164,28 @@ test('an operator finds, selects and fixes rules among thousands from the consol
   await dialog.getByRole('img', { name: /^Traffic from/ }).waitFor();
   await page.screenshot({ path: `${SHOTS}/fleet-rule-chart.png` });
   await dialog.getByRole('button', { name: 'Close' }).click();
+
+  // A node's traffic too; a user's scopes and state edited in place.
+  await page.goto(`${m.url}/#/nodes`);
+  await page
+    .getByRole('row', { name: /edge-a/ })
+    .getByRole('button', { name: 'Traffic' })
+    .click();
+  await dialog.getByRole('img', { name: /^Traffic from/ }).waitFor();
+  await dialog.getByRole('button', { name: 'Close' }).click();
+  const ops = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'ops', password: 'ops-password-1', scopes: ['nodes:read'] },
+  });
+  await page.goto(`${m.url}/#/users`);
+  await page.getByRole('row', { name: /ops/ }).getByRole('button', { name: 'Edit' }).click();
+  const editUser = page.getByRole('form', { name: 'Edit ops' });
+  await editUser.getByRole('checkbox', { name: 'rules:read' }).check();
+  await editUser.getByRole('checkbox', { name: 'Disabled' }).check();
+  await editUser.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('status').getByText('Saved ops').waitFor();
+  const edited = await call(m.url, 'GET', `/api/users/${ops.body.id}`, { token: m.admin });
+  assert.deepEqual([edited.body.scopes, edited.body.disabled], [['nodes:read', 'rules:read'], true]);
 
   // Every page, at desktop and at phone width.
   for (const [width, height] of [

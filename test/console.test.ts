@@ -19,7 +19,7 @@ const noBrowser = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (ap
 test('the console is a few small files, served with a strict policy and no inline script', async (t) => {
   const files = ['index.html', 'console.js', 'console.css', 'favicon.svg'];
   const kib = files.reduce((sum, name) => sum + statSync(`dist/console/${name}`).size, 0) / 1024;
-  assert.ok(kib <= 150, `the console is ${kib.toFixed(1)} KiB`);
+  assert.ok(kib <= 80, `the console is ${kib.toFixed(1)} KiB`);
 
   const m = await startMaster(t);
   const page = await fetch(`${m.url}/`);

@@ -1,7 +1,9 @@
 // Schemas and helpers shared by several resources.
 
 import { grantsAll, scopes, type Scope } from '../auth/scopes.ts';
-import { decodeCursor } from '../http/cursor.ts';
+import { decodeCursor, decodeSortedCursor, sortOf } from '../http/cursor.ts';
+import { textParam } from '../schema/query.ts';
+import type { SortedPage } from '../store/filters.ts';
 import { DomainError } from '../errors/errors.ts';
 import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
 
@@ -54,16 +56,42 @@ export function record(name: string, properties: Record<string, JsonSchema>, des
   });
 }
 
+/** The `sort` parameter of a list whose sort keys are `keys`: a key, or -key for descending. */
+export function sortParam(keys: readonly string[]) {
+  return textParam({
+    max: 32,
+    values: [...keys, ...keys.map((key) => `-${key}`)],
+    description:
+      'Order by this key, ascending (-key: descending), ties by id; default id. The next_cursor of a sorted page ' +
+      'belongs to its sort.',
+  });
+}
+
+/**
+ * A sorted list's order and where its page starts (null when the list is in its default order, by id: then `paging`
+ * alone says where). Throws `invalid_query` for a cursor of another sort.
+ */
+export function sortedPaging(query: { cursor?: string; sort?: string }): SortedPage | undefined {
+  if (query.sort === undefined || query.sort === 'id') return undefined;
+  return {
+    sort: sortOf(query.sort),
+    position: query.cursor === undefined ? null : decodeSortedCursor(query.cursor, query.sort),
+  };
+}
+
 /** The paging window a list query asks for, and whether it wants every match counted. */
-export function paging(query: { limit?: number; cursor?: string; count?: boolean }): {
+export function paging(query: { limit?: number; cursor?: string; count?: boolean; sort?: string }): {
   limit: number;
   after: number;
   count: boolean;
+  sorted?: SortedPage;
 } {
+  const sorted = sortedPaging(query);
   return {
     limit: query.limit ?? DEFAULT_LIMIT,
-    after: query.cursor === undefined ? 0 : decodeCursor(query.cursor),
+    after: query.cursor === undefined || sorted ? 0 : decodeCursor(query.cursor),
     count: query.count ?? false,
+    ...(sorted ? { sorted } : {}),
   };
 }
 

@@ -8,11 +8,11 @@ import { DomainError, validationFailed } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { formatTime, integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
-import { nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
+import { NODE_SORTS, nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
 import { seriesQuery, seriesWindow } from './dashboard.ts';
-import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
 import { diff, transact, type Effects, type Writer } from './writes.ts';
@@ -305,6 +305,7 @@ const listNodesQuery = {
   status: textParam({ max: 16, values: nodeStatuses }),
   tag: textParam({ max: 32, description: 'Only nodes carrying this tag.' }),
   q: textParam({ max: 64, description: 'Substring of the name or host.' }),
+  sort: sortParam(Object.keys(NODE_SORTS)),
 };
 
 export const cascadeQuery = { cascade: boolParam('Also delete what still refers to it.') };
@@ -316,16 +317,17 @@ export const CASCADE_FROM_NODE = [
 ] as const;
 
 function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
-  const { limit, after, count } = paging(ctx.query);
+  const { limit, after, count, sorted } = paging(ctx.query);
   const page = ctx.app.store.nodes.page({
     afterId: after,
     limit,
     count,
+    sorted,
     status: ctx.query.status ?? null,
     tag: ctx.query.tag ?? null,
     q: ctx.query.q ?? null,
   });
-  return okJson(pageJson(page));
+  return okJson(pageJson(page, sorted && ctx.query.sort));
 }
 
 const vitalsQuery = seriesQuery({ step: 60, span: 'an hour' });

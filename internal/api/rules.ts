@@ -40,9 +40,9 @@ import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import type { Claim } from '../store/ports.ts';
-import type { RuleFilter } from '../store/rules.ts';
+import { RULE_SORTS, type RuleFilter } from '../store/rules.ts';
 import type { App } from './app.ts';
-import { nullableTimestamp, pageSchema, paging, record, tagList, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
 import {
   created,
   type Ctx,
@@ -608,13 +608,13 @@ export function ruleFilterOf(query: QueryOf<typeof ruleFilterQuery>): Omit<RuleF
   };
 }
 
-const listRulesQuery = { ...listQuery, ...ruleFilterQuery };
+const listRulesQuery = { ...listQuery, ...ruleFilterQuery, sort: sortParam(Object.keys(RULE_SORTS)) };
 
 function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
   const { query } = ctx;
-  const { limit, after, count } = paging(query);
-  const page = ctx.app.store.rules.page({ afterId: after, limit, count, ...ruleFilterOf(query) });
-  return okJson(pageJson(page));
+  const { limit, after, count, sorted } = paging(query);
+  const page = ctx.app.store.rules.page({ afterId: after, limit, count, sorted, ...ruleFilterOf(query) });
+  return okJson(pageJson(page, sorted && query.sort));
 }
 
 function getRule(ctx: Ctx<undefined, {}>) {

@@ -8,8 +8,17 @@ import { pageJson } from '../http/cursor.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
-import { shownToken } from '../store/tokens.ts';
-import { nullableTimestamp, pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
+import { shownToken, TOKEN_SORTS } from '../store/tokens.ts';
+import {
+  nullableTimestamp,
+  pageSchema,
+  paging,
+  record,
+  requireHolds,
+  scopeList,
+  sortParam,
+  timestamp,
+} from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { transact } from './writes.ts';
 
@@ -56,13 +65,13 @@ const tokenCreatedSchema = record('TokenCreated', {
 const listTokensQuery = {
   ...listQuery,
   user_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only tokens owned by this user.' }),
+  sort: sortParam(Object.keys(TOKEN_SORTS)),
 };
 
 function listTokens(ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) {
-  const { limit, after, count } = paging(ctx.query);
-  return okJson(
-    pageJson(ctx.app.store.tokens.page({ afterId: after, limit, count, userId: ctx.query.user_id ?? null })),
-  );
+  const { limit, after, count, sorted } = paging(ctx.query);
+  const page = ctx.app.store.tokens.page({ afterId: after, limit, count, sorted, userId: ctx.query.user_id ?? null });
+  return okJson(pageJson(page, sorted && ctx.query.sort));
 }
 
 function getToken(ctx: Ctx<undefined, {}>) {

@@ -6,9 +6,9 @@ import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
-import { transports, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
+import { transports, TUNNEL_SORTS, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
 import { issueTunnelKeys } from '../tunnel/keys.ts';
-import { nullableTimestamp, pageSchema, paging, record, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, sortParam, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { cascadeRules } from './rules.ts';
@@ -176,19 +176,21 @@ const listTunnelsQuery = {
   node_id: intParam({ ...ID, description: 'Tunnels entering or leaving at this node.' }),
   status: textParam({ max: 16, values: tunnelStatuses }),
   q: textParam({ max: 64, description: 'Substring of the name.' }),
+  sort: sortParam(Object.keys(TUNNEL_SORTS)),
 };
 
 function listTunnels(ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) {
-  const { limit, after, count } = paging(ctx.query);
+  const { limit, after, count, sorted } = paging(ctx.query);
   const page = ctx.app.store.tunnels.page({
     afterId: after,
     limit,
     count,
+    sorted,
     node_id: ctx.query.node_id ?? null,
     status: ctx.query.status ?? null,
     q: ctx.query.q ?? null,
   });
-  return okJson(pageJson(page));
+  return okJson(pageJson(page, sorted && ctx.query.sort));
 }
 
 function getTunnel(ctx: Ctx<undefined, {}>) {

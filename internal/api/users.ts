@@ -8,8 +8,8 @@ import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
-import type { User } from '../store/users.ts';
-import { pageSchema, paging, record, requireHolds, scopeList, timestamp } from './common.ts';
+import { USER_SORTS, type User } from '../store/users.ts';
+import { pageSchema, paging, record, requireHolds, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
 import { diff, transact } from './writes.ts';
 
@@ -57,18 +57,20 @@ const listUsersQuery = {
   ...listQuery,
   q: textParam({ max: 64, description: 'Substring of the username.' }),
   disabled: boolParam('Only disabled (true) or enabled (false) users.'),
+  sort: sortParam(Object.keys(USER_SORTS)),
 };
 
 function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
-  const { limit, after, count } = paging(ctx.query);
+  const { limit, after, count, sorted } = paging(ctx.query);
   const page = ctx.app.store.users.page({
     afterId: after,
     limit,
     count,
+    sorted,
     q: ctx.query.q ?? null,
     disabled: ctx.query.disabled ?? null,
   });
-  return okJson(pageJson(page));
+  return okJson(pageJson(page, sorted && ctx.query.sort));
 }
 
 function getUser(ctx: Ctx<undefined, {}>) {

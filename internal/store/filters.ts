@@ -66,3 +66,94 @@ export class FilteredCount<F extends string> {
     return Number(this.query.all(params)[0]!.n);
   }
 }
+
+/** Where a page in a sort order ended: its last row's sort key and id. */
+export interface KeysetPosition {
+  key: SQLInputValue;
+  id: number;
+}
+
+/**
+ * Pages of a list in the order of a key, ties broken by id (so the order is total and paging stable however rows
+ * change), each read from where the last one ended: `(key, id) > (:key, :after)`, not an offset, so a late page costs
+ * what the first does wherever an index has the key in order.
+ */
+export class KeysetQuery<F extends string> {
+  private readonly first: FilteredQuery<F>;
+  private readonly next: FilteredQuery<F>;
+
+  constructor(
+    db: Database,
+    shape: {
+      /** The columns to read; `sort_key` is added. */
+      select: string;
+      /** FROM and any JOIN. */
+      from: string;
+      id: string;
+      key: string;
+      descending: boolean;
+    },
+    conditions: Record<F, string>,
+  ) {
+    const { select, from, id, key, descending } = shape;
+    const direction = descending ? 'DESC' : 'ASC';
+    const head = `SELECT ${select}, ${key} AS sort_key FROM ${from} WHERE`;
+    const tail = `{filters} ORDER BY ${key} ${direction}, ${id} ${direction} LIMIT :limit + 1`;
+    this.first = new FilteredQuery(db, `${head} 1 ${tail}`, conditions);
+    this.next = new FilteredQuery(
+      db,
+      `${head} (${key}, ${id}) ${descending ? '<' : '>'} (:key, :after) ${tail}`,
+      conditions,
+    );
+  }
+
+  /** Up to `limit + 1` rows after `position` (from the start when null), with their `sort_key`. */
+  rows(
+    position: KeysetPosition | null,
+    limit: number,
+    conditions: Record<F, SQLInputValue>,
+  ): Record<string, unknown>[] {
+    return position === null
+      ? this.first.all({ ...conditions, limit })
+      : this.next.all({ ...conditions, limit, key: position.key, after: position.id });
+  }
+}
+
+/** A list's order: by `name` (a key of the store's sorts), ascending or not, from `position` (null: the start). */
+export interface SortedPage {
+  sort: { name: string; descending: boolean };
+  position: KeysetPosition | null;
+}
+
+/**
+ * The KeysetQuery of each sort of a list, made when first asked for: `keys` maps a sort's name to its SQL key.
+ */
+export class KeysetQueries<F extends string> {
+  private readonly queries = new Map<string, KeysetQuery<F>>();
+
+  constructor(
+    private readonly db: Database,
+    private readonly shape: { select: string; from: string; id: string },
+    private readonly keys: Record<string, string>,
+    private readonly conditions: Record<F, string>,
+  ) {}
+
+  /** Up to `limit + 1` rows of `page`'s order, and the sort key of the page's last row when another follows. */
+  rows<R extends { id: number }>(
+    page: SortedPage,
+    limit: number,
+    conditions: Record<F, SQLInputValue>,
+  ): { rows: R[]; lastKey: unknown } {
+    const { name, descending } = page.sort;
+    const id = `${name}:${descending}`;
+    let query = this.queries.get(id);
+    if (!query) {
+      const key = this.keys[name];
+      if (key === undefined) throw new Error(`no sort ${name} here`);
+      query = new KeysetQuery(this.db, { ...this.shape, key, descending }, this.conditions);
+      this.queries.set(id, query);
+    }
+    const rows = query.rows(page.position, limit, conditions) as unknown as (R & { sort_key: unknown })[];
+    return { rows, lastKey: rows.length > limit ? rows[limit - 1]!.sort_key : undefined };
+  }
+}

@@ -2,7 +2,7 @@
 // this module except to the installer; the agent token is stored as a hash.
 
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
@@ -141,7 +141,17 @@ export interface NodeFilter {
   q: string | null;
   /** Also count every match (JsonPage.total). */
   count?: boolean;
+  /** Another order than by id (then afterId is not used). */
+  sorted?: SortedPage;
 }
+
+/** What lists of nodes sort by, as SQL: each key then id. */
+export const NODE_SORTS = {
+  id: 'id',
+  name: 'name COLLATE NOCASE',
+  status: STATUS,
+  traffic: '(bytes_in + bytes_out)',
+};
 
 /**
  * How much rendered JSON `NodeStore.json` keeps by default, in characters: by size, not count,
@@ -159,6 +169,7 @@ export class NodeStore {
   private readonly byName;
   private readonly listQuery;
   private readonly countQuery;
+  private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly nextIdStmt;
@@ -209,6 +220,7 @@ export class NodeStore {
       NODE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM nodes WHERE 1 {filters}', NODE_FILTERS);
+    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'nodes', id: 'id' }, NODE_SORTS, NODE_FILTERS);
     this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
@@ -280,7 +292,7 @@ export class NodeStore {
   }
 
   /** The ids of the nodes `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
-  idsMatching(filter: Omit<NodeFilter, 'afterId' | 'count'>): number[] {
+  idsMatching(filter: Omit<NodeFilter, 'afterId' | 'count' | 'sorted'>): number[] {
     const rows = this.pageQuery.all({ after: 0, ...filter }) as unknown as { id: number }[];
     return rows.map((row) => row.id);
   }
@@ -288,10 +300,21 @@ export class NodeStore {
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
     const conditions = { status: filter.status, tag: filter.tag, q: filter.q };
+    const total = filter.count ? this.countQuery.total(conditions) : undefined;
+    if (filter.sorted) {
+      const { rows, lastKey } = this.sortedQueries.rows(filter.sorted, filter.limit, conditions);
+      return {
+        ...this.rendered.pageOf(
+          rows.map((row) => row.id),
+          filter.limit,
+        ),
+        lastKey,
+        total,
+      };
+    }
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as unknown as { id: number }[]
     ).map((row) => row.id);
-    const total = filter.count ? this.countQuery.total(conditions) : undefined;
     return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 

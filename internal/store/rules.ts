@@ -8,7 +8,7 @@ import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import { safeCount } from './traffic.ts';
 import {
@@ -193,7 +193,19 @@ export interface RuleFilter {
   state: string | null;
   /** Also count every match (JsonPage.total). */
   count?: boolean;
+  /** Another order than by id (then afterId is not used). */
+  sorted?: SortedPage;
 }
+
+/** What lists of rules sort by, as SQL: each key then id. */
+export const RULE_SORTS = {
+  id: 'rules.id',
+  name: 'rules.name COLLATE NOCASE',
+  listen_port: 'rules.listen_port',
+  traffic: '(rules.bytes_in + rules.bytes_out)',
+  sync_state: 'rules.sync_state',
+  node_id: 'rules.node_id',
+};
 
 /** A filter that selects every rule. */
 export const EVERY_RULE = {
@@ -360,6 +372,7 @@ export class RuleStore {
   private readonly anyDueStmt;
   private readonly expireStmt;
   private readonly countQuery;
+  private readonly sortedQueries;
   private readonly idsQuery;
 
   constructor(db: Database) {
@@ -391,6 +404,12 @@ export class RuleStore {
       RULE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM rules WHERE 1 {filters}', RULE_FILTERS);
+    this.sortedQueries = new KeysetQueries(
+      db,
+      { select: 'v.id, v.json', from: 'rules JOIN rule_views v ON v.id = rules.id', id: 'rules.id' },
+      RULE_SORTS,
+      RULE_FILTERS,
+    );
     this.idsQuery = new FilteredQuery(
       db,
       'SELECT id FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit',
@@ -500,6 +519,7 @@ export class RuleStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
+    if (filter.sorted) return this.sortedPage(filter, filter.sorted);
     const trigrams = filter.node_id === null && filter.tunnel_id === null ? trigramPattern(filter.q) : null;
     const params = this.filterParams(filter);
     const rows = (trigrams ? this.searchQuery.all({ ...params, trigrams }) : this.pageQuery.all(params)) as {
@@ -511,6 +531,22 @@ export class RuleStore {
     return {
       items: `[${rows.map((row) => row.json).join(',')}]`,
       lastId: more ? rows[rows.length - 1]!.id : null,
+      total: filter.count ? this.countQuery.total(this.conditions(filter)) : undefined,
+    };
+  }
+
+  private sortedPage(filter: RuleFilter, sorted: SortedPage): JsonPage {
+    const { rows, lastKey } = this.sortedQueries.rows<{ id: number; json: string }>(
+      sorted,
+      filter.limit,
+      this.conditions(filter),
+    );
+    const more = rows.length > filter.limit;
+    if (more) rows.pop();
+    return {
+      items: `[${rows.map((row) => row.json).join(',')}]`,
+      lastId: more ? rows[rows.length - 1]!.id : null,
+      lastKey,
       total: filter.count ? this.countQuery.total(this.conditions(filter)) : undefined,
     };
   }

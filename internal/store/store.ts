@@ -22,6 +22,8 @@ export interface JsonPage {
   lastId: number | null;
   /** How many items match in all, when asked for (`count`). */
   total?: number;
+  /** In a sorted list, the last item's sort key (with lastId, where the next page starts). */
+  lastKey?: unknown;
 }
 
 /**

@@ -3,7 +3,10 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+
+/** What lists of API tokens sort by, as SQL: each key then id. */
+export const TOKEN_SORTS = { id: 't.id', name: 't.name COLLATE NOCASE', created_at: 't.created_at' };
 import { renderedRows, type Rendered } from './rendered.ts';
 import type { Generation, JsonPage } from './store.ts';
 
@@ -74,6 +77,7 @@ export class TokenStore {
   // to any user drops them all.
   private readonly rendered: Rendered;
   private readonly countQuery;
+  private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly bySecret;
@@ -106,6 +110,12 @@ export class TokenStore {
     this.pageQuery = new FilteredQuery(
       db,
       "SELECT t.id FROM tokens t WHERE +t.kind = 'api' AND t.id > :after {filters} ORDER BY t.id LIMIT :limit + 1",
+      { user_id: 't.user_id = :user_id' },
+    );
+    this.sortedQueries = new KeysetQueries(
+      db,
+      { select: 't.id', from: "(SELECT * FROM tokens WHERE kind = 'api') t", id: 't.id' },
+      TOKEN_SORTS,
       { user_id: 't.user_id = :user_id' },
     );
     this.countQuery = new FilteredCount(db, "SELECT count(*) AS n FROM tokens t WHERE +t.kind = 'api' {filters}", {
@@ -157,11 +167,28 @@ export class TokenStore {
   }
 
   /** A page of API tokens as JSON text: ids from SQLite, their JSON from the cache. */
-  page(filter: { afterId: number; limit: number; userId: number | null; count?: boolean }): JsonPage {
+  page(filter: {
+    afterId: number;
+    limit: number;
+    userId: number | null;
+    count?: boolean;
+    sorted?: SortedPage;
+  }): JsonPage {
+    const total = filter.count ? this.countQuery.total({ user_id: filter.userId }) : undefined;
+    if (filter.sorted) {
+      const { rows, lastKey } = this.sortedQueries.rows(filter.sorted, filter.limit, { user_id: filter.userId });
+      return {
+        ...this.rendered.pageOf(
+          rows.map((row) => row.id),
+          filter.limit,
+        ),
+        lastKey,
+        total,
+      };
+    }
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, user_id: filter.userId }) as { id: number }[]
     ).map((row) => row.id);
-    const total = filter.count ? this.countQuery.total({ user_id: filter.userId }) : undefined;
     return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 

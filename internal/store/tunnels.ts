@@ -4,7 +4,7 @@
 // status combines the two.
 
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
@@ -103,6 +103,9 @@ const ENDS_PENDING = `status = 'pending', entry_status = 'pending', entry_error 
   exit_status = 'pending', exit_error = NULL, exit_reported_at = NULL, rtt_us = NULL`;
 
 /** Each list filter's condition on `tunnels` (see FilteredQuery). */
+/** What lists of tunnels sort by, as SQL: each key then id. */
+export const TUNNEL_SORTS = { id: 'id', name: 'name COLLATE NOCASE', status: 'status', listen_port: 'listen_port' };
+
 const TUNNEL_FILTERS = {
   node_id: '(entry_node_id = :node_id OR exit_node_id = :node_id)',
   status: 'status = :status',
@@ -117,6 +120,7 @@ export class TunnelStore {
   private readonly byName;
   private readonly listQuery;
   private readonly countQuery;
+  private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
@@ -151,6 +155,12 @@ export class TunnelStore {
       TUNNEL_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM tunnels WHERE 1 {filters}', TUNNEL_FILTERS);
+    this.sortedQueries = new KeysetQueries(
+      db,
+      { select: 'id', from: 'tunnels', id: 'id' },
+      TUNNEL_SORTS,
+      TUNNEL_FILTERS,
+    );
     this.insertStmt =
       db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
         updated_at)
@@ -263,8 +273,21 @@ export class TunnelStore {
     status: string | null;
     q: string | null;
     count?: boolean;
+    sorted?: SortedPage;
   }): JsonPage {
-    const { afterId, limit, count, ...conditions } = filter;
+    const { afterId, limit, count, sorted, ...conditions } = filter;
+    if (sorted) {
+      const { rows, lastKey } = this.sortedQueries.rows(sorted, limit, conditions);
+      const total = count ? this.countQuery.total(conditions) : undefined;
+      return {
+        ...this.rendered.pageOf(
+          rows.map((row) => row.id),
+          limit,
+        ),
+        lastKey,
+        total,
+      };
+    }
     const ids = (this.pageQuery.all({ ...conditions, limit, after: afterId }) as unknown as { id: number }[]).map(
       (row) => row.id,
     );

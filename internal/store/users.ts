@@ -2,7 +2,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery } from './filters.ts';
+import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import type { Generation, JsonPage } from './store.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
@@ -47,7 +47,12 @@ export interface UserListFilter {
   disabled: boolean | null;
   /** Also count every match (JsonPage.total). */
   count?: boolean;
+  /** Another order than by id (then afterId is not used). */
+  sorted?: SortedPage;
 }
+
+/** What lists of users sort by, as SQL: each key then id. */
+export const USER_SORTS = { id: 'id', username: 'username COLLATE NOCASE', created_at: 'created_at' };
 
 const USER_FILTERS = {
   q: 'instr(lower(username), lower(:q)) > 0',
@@ -60,6 +65,7 @@ export class UserStore {
   // The JSON of users read lately (see rendered.ts), for pages.
   private readonly rendered: Rendered;
   private readonly countQuery;
+  private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
@@ -86,6 +92,7 @@ export class UserStore {
       USER_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM users WHERE 1 {filters}', USER_FILTERS);
+    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'users', id: 'id' }, USER_SORTS, USER_FILTERS);
     this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
     this.updateStmt =
@@ -114,6 +121,18 @@ export class UserStore {
   /** A page of users as JSON text: ids from SQLite, their JSON from the cache. */
   page(filter: UserListFilter): JsonPage {
     const conditions = { q: filter.q, disabled: filter.disabled === null ? null : Number(filter.disabled) };
+    if (filter.sorted) {
+      const { rows, lastKey } = this.sortedQueries.rows(filter.sorted, filter.limit, conditions);
+      const total = filter.count ? this.countQuery.total(conditions) : undefined;
+      return {
+        ...this.rendered.pageOf(
+          rows.map((row) => row.id),
+          filter.limit,
+        ),
+        lastKey,
+        total,
+      };
+    }
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as { id: number }[]
     ).map((row) => row.id);

@@ -1,7 +1,8 @@
 // The traffic chart: bytes in and out per step as two lines in an SVG, steps without traffic
 // drawn as zero, with a text summary for those who do not see it.
 
-import { bytes, h, svg } from './dom.ts';
+import { get, withQuery } from './api.ts';
+import { bytes, field, h, svg } from './dom.ts';
 
 export interface TrafficSeries {
   from: string;
@@ -66,4 +67,46 @@ export function trafficChart(series: TrafficSeries): HTMLElement {
       ` over the last ${Math.round((Date.parse(series.to) - Date.parse(series.from)) / 3_600_000)} hours`,
     ),
   );
+}
+
+/** The windows a chart of traffic can show, and the step of each (a multiple of the buckets' minute). */
+const WINDOWS = {
+  'Last hour': [3600, 60],
+  'Last day': [86_400, 1800],
+  'Last week': [604_800, 10_800],
+  'Last 30 days': [2_592_000, 43_200],
+} as const;
+
+/** Shows in `dialog` the traffic of what `filter` names (a rule or a node) over a window the person picks. */
+export async function showTraffic(
+  dialog: HTMLDialogElement,
+  title: string,
+  filter: { rule_id?: number; node_id?: number },
+): Promise<void> {
+  const pick = h(
+    'select',
+    { name: 'window', 'aria-label': 'Window' },
+    Object.keys(WINDOWS).map((label) => h('option', { value: label }, label)),
+  );
+  const place = h('div', { class: 'chart-wrap' });
+  const draw = async () => {
+    const [span, step] = WINDOWS[pick.value as keyof typeof WINDOWS];
+    const from = new Date(Date.now() - span * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+    place.replaceChildren(
+      trafficChart(await get<TrafficSeries>(withQuery('/api/dashboard/traffic', { ...filter, from, step }))),
+    );
+  };
+  pick.addEventListener('change', () => void draw());
+  // The dialog is named by its heading, whatever else it shows at other times.
+  const heading = h('h2', { id: dialog.getAttribute('aria-labelledby') ?? 'traffic-title' }, title);
+  dialog.setAttribute('aria-labelledby', heading.id);
+  dialog.replaceChildren(
+    heading,
+    field('Window', pick),
+    place,
+    h('div', { class: 'buttons' }, h('button', { type: 'button', onclick: () => dialog.close() }, 'Close')),
+  );
+  if (!dialog.open) dialog.showModal();
+  await draw();
+  pick.focus();
 }

@@ -12,14 +12,16 @@ class LiveTable<T extends { id: number }> {
   private readonly body = h('tbody');
   private rows = new Map<number, { text: string; tr: HTMLTableRowElement }>();
 
+  readonly heads: HTMLTableCellElement[];
+
   constructor(
     caption: string,
     headings: (string | Node)[],
     private readonly row: (item: T) => HTMLTableRowElement,
     private readonly empty: string,
   ) {
-    const heads = headings.map((heading) => h('th', { scope: 'col' }, heading));
-    this.el = h('table', {}, h('caption', {}, caption), h('thead', {}, h('tr', {}, heads)), this.body);
+    this.heads = headings.map((heading) => h('th', { scope: 'col' }, heading));
+    this.el = h('table', {}, h('caption', {}, caption), h('thead', {}, h('tr', {}, this.heads)), this.body);
   }
 
   update(items: T[]): void {
@@ -52,6 +54,11 @@ export interface PagedTableOptions<T> {
   query?: () => Query;
   /** Called after each load with the items on screen and how many match in all (the list counts them). */
   loaded?: (items: T[], total: number) => void;
+  /** The sort key of each heading the list can sort by (by position; null: not sortable). */
+  sortKeys?: (string | null)[];
+  /** The sort to start with (`key` or `-key`), and what hears of a new one (to put it in the URL). */
+  sort?: string | null;
+  sorted?: (sort: string | null) => void;
 }
 
 /** One page of a list at a time, as a live table with previous and next buttons. */
@@ -67,7 +74,24 @@ export class PagedTable<T extends { id: number }> {
   private readonly nextButton = h('button', { type: 'button', disabled: true }, 'Next page');
 
   constructor(private readonly options: PagedTableOptions<T>) {
+    this.sort = options.sort ?? null;
     this.table = new LiveTable(options.caption, options.headings, options.row, options.empty);
+    for (const [i, key] of (options.sortKeys ?? []).entries()) {
+      const th = this.table.heads[i];
+      if (!key || !th) continue;
+      // The heading becomes a button that sorts by it, ascending then descending; aria-sort says which.
+      const label = th.textContent ?? key;
+      const toggle = h('button', { type: 'button', class: 'sort' }, label);
+      toggle.addEventListener('click', () => {
+        this.sort = this.sort === key ? `-${key}` : key;
+        options.sorted?.(this.sort);
+        this.showSort();
+        void this.first();
+      });
+      th.replaceChildren(toggle);
+      th.dataset.key = key;
+    }
+    this.showSort();
     this.prevButton.addEventListener('click', () => {
       this.cursor = this.previous.pop() ?? null;
       void this.load();
@@ -85,11 +109,24 @@ export class PagedTable<T extends { id: number }> {
     );
   }
 
+  /** The order of the list: a sort key, or -key descending; null: by id. */
+  private sort: string | null;
+
+  private showSort(): void {
+    for (const th of this.table.heads) {
+      const key = th.dataset.key;
+      if (!key) continue;
+      const state = this.sort === key ? 'ascending' : this.sort === `-${key}` ? 'descending' : null;
+      if (state) th.setAttribute('aria-sort', state);
+      else th.removeAttribute('aria-sort');
+    }
+  }
+
   async load(): Promise<void> {
     const { path, limit = 100, query } = this.options;
     const counted = this.options.loaded ? { count: 'true' } : {};
     const page = await get<Page<T> & { total?: number }>(
-      withQuery(path, { limit, cursor: this.cursor, ...query?.(), ...counted }),
+      withQuery(path, { limit, cursor: this.cursor, ...query?.(), ...counted, sort: this.sort }),
     );
     this.items = page.items;
     this.table.update(page.items);

@@ -4,6 +4,7 @@
 import { api, get } from '../api.ts';
 import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { showTraffic } from '../chart.ts';
 import { sparkline } from '../spark.ts';
 import { PagedTable } from '../table.ts';
 
@@ -103,7 +104,23 @@ function shownOnce(created: NodeCreated): HTMLElement {
 
 export async function nodesPage(ctx: PageCtx): Promise<void> {
   const writable = ctx.can('nodes:write');
-  const q = input('q', { type: 'search' });
+  // The filters and the order, from the URL and back into it.
+  const { params } = ctx;
+  const f = {
+    status: h(
+      'select',
+      { name: 'status' },
+      h('option', { value: '' }, 'any'),
+      ['new', 'installing', 'online', 'offline', 'install_failed'].map((v) =>
+        h('option', { value: v, selected: v === params.get('status') }, v),
+      ),
+    ),
+    tag: input('tag', { value: params.get('tag') ?? '' }),
+    q: input('q', { type: 'search', value: params.get('q') ?? '' }),
+  };
+  const filters = () => Object.fromEntries(Object.entries(f).map(([name, control]) => [name, control.value || null]));
+  let sort = params.get('sort');
+  const summary = h('p', { class: 'summary', 'aria-live': 'polite' });
   const once = h('div');
   const charts = new CpuCharts();
   // An install's log in a panel of its own: opened in the table it pushed the row (and the table) out of shape.
@@ -139,9 +156,18 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
   ];
   const list = new PagedTable<NodeItem>({
     caption: 'Nodes',
-    headings: ['Name', 'Host', 'Status', 'Agent', 'Vitals', 'Last seen', 'Traffic', writable ? 'Actions' : ''],
+    headings: ['Name', 'Host', 'Status', 'Agent', 'Vitals', 'Last seen', 'Traffic', 'Actions'],
     path: '/api/nodes',
-    query: () => ({ q: q.value }),
+    query: filters,
+    sortKeys: ['name', null, 'status', null, null, null, 'traffic', null],
+    sort,
+    sorted: (next) => {
+      sort = next;
+      ctx.setParams({ ...filters(), sort });
+    },
+    loaded: (items, total) => {
+      summary.textContent = `${total} ${total === 1 ? 'node matches' : 'nodes match'}.`;
+    },
     empty: 'No nodes yet.',
     row: (node) =>
       h(
@@ -182,16 +208,29 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
         ),
         h('td', {}, when(node.last_seen_at)),
         h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
-        h('td', { class: 'actions' }, writable && actions(node)),
+        h(
+          'td',
+          { class: 'actions' },
+          button('Traffic', () => showTraffic(logPanel, `Traffic of ${node.name}`, { node_id: node.id })),
+          writable && actions(node),
+        ),
       ),
   });
 
   const filter = form(
     { role: 'search', class: 'filters', 'aria-label': 'Filter nodes' },
-    [field('Name contains', q), h('button', { type: 'submit' }, 'Filter')],
-    () => list.first(),
+    [
+      field('Status', f.status),
+      field('Tag', f.tag),
+      field('Name or host contains', f.q),
+      h('button', { type: 'submit' }, 'Filter'),
+    ],
+    async () => {
+      ctx.setParams({ ...filters(), sort });
+      await list.first();
+    },
   );
-  ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, list.el, logPanel);
+  ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, summary, list.el, logPanel);
   await ctx.live(() => list.load(), ['node', 'vitals', 'traffic'], 3000);
 }
 

@@ -2,7 +2,7 @@
 // reload), enable and disable, sync, delete, and the same for many selected at once.
 
 import { api, ApiError, get, type Page } from '../api.ts';
-import { trafficChart, type TrafficSeries } from '../chart.ts';
+import { showTraffic } from '../chart.ts';
 import { badge, button, bytes, field, form, h, input, select, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
@@ -154,6 +154,8 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     return Object.fromEntries(chosen.map(([name, value]) => [name, name === 'node_id' ? Number(value) : value]));
   };
 
+  let sort = params.get('sort');
+
   // What is selected: rules ticked on the pages seen, or every rule the filters match (however many pages).
   let allMatching = false;
   let matching = 0;
@@ -250,36 +252,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
   ];
 
   /** A rule's traffic over a window the person picks. */
-  const chartOf = async (rule: Rule) => {
-    const windows = {
-      'Last hour': [3600, 60],
-      'Last day': [86_400, 1800],
-      'Last week': [604_800, 10_800],
-      'Last 30 days': [2_592_000, 43_200],
-    } as const;
-    const pick = h(
-      'select',
-      { name: 'window', 'aria-label': 'Window' },
-      Object.keys(windows).map((label) => h('option', { value: label }, label)),
-    );
-    const place = h('div', { class: 'chart-wrap' });
-    const draw = async () => {
-      const [span, step] = windows[pick.value as keyof typeof windows];
-      const from = new Date(Date.now() - span * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
-      const series = await get<TrafficSeries>(`/api/dashboard/traffic?rule_id=${rule.id}&from=${from}&step=${step}`);
-      place.replaceChildren(trafficChart(series));
-    };
-    pick.addEventListener('change', () => void draw());
-    dialog.replaceChildren(
-      h('h2', { id: 'rule-dialog-title' }, `Traffic of ${rule.name}`),
-      field('Window', pick),
-      place,
-      h('div', { class: 'buttons' }, h('button', { type: 'button', onclick: () => dialog.close() }, 'Close')),
-    );
-    if (!dialog.open) dialog.showModal();
-    await draw();
-    pick.focus();
-  };
+  const chartOf = (rule: Rule) => showTraffic(dialog, `Traffic of ${rule.name}`, { rule_id: rule.id });
 
   const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all rules on this page' });
   selectAll.addEventListener('change', () => {
@@ -302,7 +275,6 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       ),
     ),
     button('Sync', () => ctx.act(`Synced ${rule.name}`, () => api('POST', `/api/rules/${rule.id}/sync`))),
-    button('Traffic', () => chartOf(rule)),
     button(
       'Delete',
       () => ctx.act(`Deleted ${rule.name}`, () => api('DELETE', `/api/rules/${rule.id}`), `Delete rule ${rule.name}?`),
@@ -312,18 +284,15 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
 
   const list = new PagedTable<Rule>({
     caption: 'Rules',
-    headings: [
-      canWrite ? selectAll : '',
-      'Name',
-      'Node',
-      'Listens',
-      'Targets',
-      'Sync',
-      'Traffic',
-      canWrite ? 'Actions' : '',
-    ],
+    headings: [canWrite ? selectAll : '', 'Name', 'Node', 'Listens', 'Targets', 'Sync', 'Traffic', 'Actions'],
     path: '/api/rules',
     query: filters,
+    sortKeys: [null, 'name', 'node_id', 'listen_port', null, 'sync_state', 'traffic', null],
+    sort: params.get('sort'),
+    sorted: (next) => {
+      sort = next;
+      ctx.setParams({ ...filters(), sort });
+    },
     loaded: (items, total) => {
       matching = total;
       const into = items.reduce((sum, r) => sum + r.traffic.bytes_in, 0);
@@ -388,7 +357,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`,
           rule.traffic.refused > 0 && h('span', { class: 'tags' }, `${rule.traffic.refused} refused`),
         ),
-        h('td', { class: 'actions' }, canWrite && actions(rule)),
+        h(
+          'td',
+          { class: 'actions' },
+          button('Traffic', () => chartOf(rule)),
+          canWrite && actions(rule),
+        ),
       );
     },
   });
@@ -561,7 +535,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       h('button', { type: 'submit' }, 'Filter'),
     ],
     async () => {
-      ctx.setParams(filters());
+      ctx.setParams({ ...filters(), sort });
       clearSelection();
       await list.first();
     },

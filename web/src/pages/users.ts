@@ -17,7 +17,42 @@ interface User {
 
 export async function usersPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('users:write');
+  const dialog = h('dialog', { class: 'edit', 'aria-labelledby': 'user-dialog-title' });
+  /** A user's scopes and state, changed in a form (only scopes the caller holds can be given). */
+  const edit = (u: User) => {
+    const disabled = h('input', { type: 'checkbox', name: 'disabled', checked: u.disabled });
+    const editor = form(
+      { 'aria-label': `Edit ${u.username}` },
+      [
+        checkboxes(
+          'Scopes',
+          'scopes',
+          scopes.filter((scope) => ctx.can(scope) || u.scopes.includes(scope)),
+          u.scopes,
+        ),
+        field('Disabled', disabled, 'A disabled user cannot sign in; their sessions and tokens end'),
+        h(
+          'div',
+          { class: 'buttons' },
+          h('button', { type: 'submit' }, 'Save'),
+          h('button', { type: 'button', onclick: () => dialog.close() }, 'Cancel'),
+        ),
+      ],
+      async (el) => {
+        await api('PUT', `/api/users/${u.id}`, {
+          body: { username: u.username, scopes: checkedValues(el, 'scopes'), disabled: disabled.checked },
+          ifMatch: `"${u.version}"`,
+        });
+        dialog.close();
+        ctx.say(`Saved ${u.username}`);
+        await ctx.reload();
+      },
+    );
+    dialog.replaceChildren(h('h2', { id: 'user-dialog-title' }, `Edit ${u.username}`), editor);
+    dialog.showModal();
+  };
   const actions = (u: User) => [
+    button('Edit', () => edit(u)),
     button(u.disabled ? 'Enable' : 'Disable', () =>
       ctx.act(`${u.disabled ? 'Enabled' : 'Disabled'} ${u.username}`, () =>
         api('PUT', `/api/users/${u.id}`, {
@@ -72,6 +107,10 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
       await ctx.reload();
     },
   );
-  ctx.main.append(canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a user'), create) : '', list.el);
+  ctx.main.append(
+    canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a user'), create) : '',
+    list.el,
+    dialog,
+  );
   await ctx.live(() => list.load(), ['user']);
 }
