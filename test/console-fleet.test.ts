@@ -154,6 +154,17 @@ test('an operator finds, selects and fixes rules among thousands from the consol
   await page.getByText('1 node matches.').waitFor();
   await page.getByRole('row', { name: /edge-a/ }).waitFor();
 
+  // Every list keeps its filters in the URL: the audit log of the batches above, say.
+  await page.goto(`${m.url}/#/audit?action=rule.update&status=success`);
+  assert.equal(await page.getByLabel('Action', { exact: true }).inputValue(), 'rule.update');
+  await page
+    .getByRole('row', { name: /rule\.update/ })
+    .first()
+    .waitFor();
+  assert.equal(await page.getByRole('row', { name: /rule\.create/ }).count(), 0);
+  await page.goto(`${m.url}/#/users?disabled=false&sort=-username`);
+  assert.equal(await page.getByRole('columnheader', { name: 'Username' }).getAttribute('aria-sort'), 'descending');
+
   // A rule's own traffic, over a window of one's choosing.
   await page.goto(`${m.url}/#/rules?q=web`);
   await page.getByRole('row', { name: /web/ }).getByRole('button', { name: 'Traffic' }).click();

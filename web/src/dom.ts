@@ -166,6 +166,13 @@ export function utcFromLocal(local: string): string | null {
   return local ? new Date(local).toISOString().replace(/\.\d{3}Z$/, 'Z') : null;
 }
 
+/** A UTC time as a datetime-local value in the person's own time zone. */
+export function localFromUtc(iso: string | null): string {
+  if (!iso) return '';
+  const at = new Date(iso);
+  return new Date(at.getTime() - at.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+}
+
 export function bytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
   let i = 0;

@@ -1,6 +1,7 @@
 // The audit log: every write and denied attempt, newest first, filtered and paged by cursor.
 
-import { badge, field, form, h, input, select, utcFromLocal, when } from '../dom.ts';
+import { badge, h, when } from '../dom.ts';
+import { urlFilters } from '../filters.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
 
@@ -19,29 +20,26 @@ interface Entry {
 }
 
 export async function auditPage(ctx: PageCtx): Promise<void> {
-  const c = {
-    action: input('action', { placeholder: 'rule.create' }),
-    resource: input('resource', { placeholder: 'rule' }),
-    actor: input('actor'),
-    actor_type: select('actor_type', ['', 'user', 'token', 'agent', 'system', 'anonymous']),
-    status: select('status', ['', 'success', 'denied', 'failed']),
-    since: input('since', { type: 'datetime-local' }),
-    until: input('until', { type: 'datetime-local' }),
-  };
+  const url = urlFilters(
+    ctx,
+    'the audit log',
+    [
+      { name: 'action', label: 'Action', placeholder: 'rule.create' },
+      { name: 'resource', label: 'Resource', placeholder: 'rule' },
+      { name: 'actor', label: 'Actor' },
+      { name: 'actor_type', label: 'Actor type', choices: ['user', 'token', 'agent', 'system', 'anonymous'] },
+      { name: 'status', label: 'Status', choices: ['success', 'denied', 'failed'] },
+      { name: 'since', label: 'Since', time: true },
+      { name: 'until', label: 'Until', time: true },
+    ],
+    () => list.first(),
+  );
   const list = new PagedTable<Entry>({
     caption: 'Audit entries, newest first',
     headings: ['When', 'Who', 'Action', 'Resource', 'Result', 'Changes'],
     path: '/api/audit-logs',
     limit: 50,
-    query: () => ({
-      action: c.action.value,
-      resource: c.resource.value,
-      actor: c.actor.value,
-      actor_type: c.actor_type.value,
-      status: c.status.value,
-      since: utcFromLocal(c.since.value),
-      until: utcFromLocal(c.until.value),
-    }),
+    query: url.values,
     empty: 'No entries match.',
     row: (e) =>
       h(
@@ -61,20 +59,6 @@ export async function auditPage(ctx: PageCtx): Promise<void> {
       ),
   });
 
-  const filters = form(
-    { role: 'search', class: 'filters', 'aria-label': 'Filter the audit log' },
-    [
-      field('Action', c.action),
-      field('Resource', c.resource),
-      field('Actor', c.actor),
-      field('Actor type', c.actor_type),
-      field('Status', c.status),
-      field('Since', c.since),
-      field('Until', c.until),
-      h('button', { type: 'submit' }, 'Filter'),
-    ],
-    () => list.first(),
-  );
-  ctx.main.append(filters, list.el);
+  ctx.main.append(url.form, list.el);
   await ctx.live(() => list.load(), ['*']);
 }

@@ -6,6 +6,7 @@ import { badge, button, bytes, copyButton, field, form, h, input, when } from '.
 import type { PageCtx } from '../main.ts';
 import { showTraffic } from '../chart.ts';
 import { sparkline } from '../spark.ts';
+import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
 export interface NodeItem {
@@ -104,22 +105,16 @@ function shownOnce(created: NodeCreated): HTMLElement {
 
 export async function nodesPage(ctx: PageCtx): Promise<void> {
   const writable = ctx.can('nodes:write');
-  // The filters and the order, from the URL and back into it.
-  const { params } = ctx;
-  const f = {
-    status: h(
-      'select',
-      { name: 'status' },
-      h('option', { value: '' }, 'any'),
-      ['new', 'installing', 'online', 'offline', 'install_failed'].map((v) =>
-        h('option', { value: v, selected: v === params.get('status') }, v),
-      ),
-    ),
-    tag: input('tag', { value: params.get('tag') ?? '' }),
-    q: input('q', { type: 'search', value: params.get('q') ?? '' }),
-  };
-  const filters = () => Object.fromEntries(Object.entries(f).map(([name, control]) => [name, control.value || null]));
-  let sort = params.get('sort');
+  const url = urlFilters(
+    ctx,
+    'nodes',
+    [
+      { name: 'status', label: 'Status', choices: ['new', 'installing', 'online', 'offline', 'install_failed'] },
+      { name: 'tag', label: 'Tag' },
+      { name: 'q', label: 'Name or host contains' },
+    ],
+    () => list.first(),
+  );
   const summary = h('p', { class: 'summary', 'aria-live': 'polite' });
   const once = h('div');
   const charts = new CpuCharts();
@@ -158,13 +153,10 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
     caption: 'Nodes',
     headings: ['Name', 'Host', 'Status', 'Agent', 'Vitals', 'Last seen', 'Traffic', 'Actions'],
     path: '/api/nodes',
-    query: filters,
+    query: url.values,
     sortKeys: ['name', null, 'status', null, null, null, 'traffic', null],
-    sort,
-    sorted: (next) => {
-      sort = next;
-      ctx.setParams({ ...filters(), sort });
-    },
+    sort: url.sort,
+    sorted: url.sorted,
     loaded: (items, total) => {
       summary.textContent = `${total} ${total === 1 ? 'node matches' : 'nodes match'}.`;
     },
@@ -217,20 +209,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
       ),
   });
 
-  const filter = form(
-    { role: 'search', class: 'filters', 'aria-label': 'Filter nodes' },
-    [
-      field('Status', f.status),
-      field('Tag', f.tag),
-      field('Name or host contains', f.q),
-      h('button', { type: 'submit' }, 'Filter'),
-    ],
-    async () => {
-      ctx.setParams({ ...filters(), sort });
-      await list.first();
-    },
-  );
-  ctx.main.append(writable ? createNode(ctx, once) : '', once, filter, summary, list.el, logPanel);
+  ctx.main.append(writable ? createNode(ctx, once) : '', once, url.form, summary, list.el, logPanel);
   await ctx.live(() => list.load(), ['node', 'vitals', 'traffic'], 3000);
 }
 

@@ -3,8 +3,9 @@
 
 import { api, ApiError, get, type Page } from '../api.ts';
 import { showTraffic } from '../chart.ts';
-import { badge, button, bytes, field, form, h, input, select, utcFromLocal, when } from '../dom.ts';
+import { badge, button, bytes, field, form, h, input, localFromUtc, select, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
 
@@ -88,13 +89,6 @@ function listOf(text: string): string[] {
     .filter(Boolean);
 }
 
-/** A UTC time as a datetime-local value in the person's own time zone. */
-function localFromUtc(iso: string | null): string {
-  if (!iso) return '';
-  const at = new Date(iso);
-  return new Date(at.getTime() - at.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
-}
-
 /** What limits a rule, in a few words for its row. */
 function controlsOf(rule: Rule): string[] {
   return [
@@ -126,35 +120,28 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
   const dialog = h('dialog', { class: 'edit', 'aria-labelledby': 'rule-dialog-title' });
 
   // The filters, from the URL and back into it: a view of the fleet is a link to share, and survives a reload.
-  const { params } = ctx;
-  const any = (label: string, values: readonly string[], value: string | null) =>
-    h(
-      'select',
-      { name: label },
-      h('option', { value: '' }, 'any'),
-      values.map((v) => h('option', { value: v, selected: v === value }, v)),
-    );
-  const f = {
-    node_id: h(
-      'select',
-      { name: 'node_id' },
-      h('option', { value: '' }, 'any'),
-      nodes.items.map((n) => h('option', { value: n.id, selected: String(n.id) === params.get('node_id') }, n.name)),
-    ),
-    state: any('state', ['active', 'disabled', 'expired', 'quota_exceeded'], params.get('state')),
-    sync_state: any('sync_state', ['pending', 'applied', 'failed'], params.get('sync_state')),
-    protocol: any('protocol', ['tcp', 'udp', 'tcp+udp'], params.get('protocol')),
-    tag: input('tag', { value: params.get('tag') ?? '' }),
-    q: input('q', { type: 'search', value: params.get('q') ?? '' }),
-  };
-  const filters = () => Object.fromEntries(Object.entries(f).map(([name, control]) => [name, control.value || null]));
+  const url = urlFilters(
+    ctx,
+    'rules',
+    [
+      { name: 'node_id', label: 'Node', choices: nodes.items.map((n) => [String(n.id), n.name] as const) },
+      { name: 'state', label: 'State', choices: ['active', 'disabled', 'expired', 'quota_exceeded'] },
+      { name: 'sync_state', label: 'Sync', choices: ['pending', 'applied', 'failed'] },
+      { name: 'protocol', label: 'Protocol', choices: ['tcp', 'udp', 'tcp+udp'] },
+      { name: 'tag', label: 'Tag' },
+      { name: 'q', label: 'Name contains' },
+    ],
+    async () => {
+      clearSelection();
+      await list.first();
+    },
+  );
+  const filters = url.values;
   /** The filters as a batch's `filter` takes them (numbers as numbers). */
   const batchFilter = () => {
     const chosen = Object.entries(filters()).filter(([, value]) => value !== null);
     return Object.fromEntries(chosen.map(([name, value]) => [name, name === 'node_id' ? Number(value) : value]));
   };
-
-  let sort = params.get('sort');
 
   // What is selected: rules ticked on the pages seen, or every rule the filters match (however many pages).
   let allMatching = false;
@@ -288,11 +275,8 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     path: '/api/rules',
     query: filters,
     sortKeys: [null, 'name', 'node_id', 'listen_port', null, 'sync_state', 'traffic', null],
-    sort: params.get('sort'),
-    sorted: (next) => {
-      sort = next;
-      ctx.setParams({ ...filters(), sort });
-    },
+    sort: url.sort,
+    sorted: url.sorted,
     loaded: (items, total) => {
       matching = total;
       const into = items.reduce((sum, r) => sum + r.traffic.bytes_in, 0);
@@ -523,23 +507,6 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     c.name.focus();
   }
 
-  const filter = form(
-    { role: 'search', class: 'filters', 'aria-label': 'Filter rules' },
-    [
-      field('Node', f.node_id),
-      field('State', f.state),
-      field('Sync', f.sync_state),
-      field('Protocol', f.protocol),
-      field('Tag', f.tag),
-      field('Name contains', f.q),
-      h('button', { type: 'submit' }, 'Filter'),
-    ],
-    async () => {
-      ctx.setParams({ ...filters(), sort });
-      clearSelection();
-      await list.first();
-    },
-  );
   ctx.main.append(
     h(
       'div',
@@ -556,7 +523,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           moveTo,
         ),
     ),
-    filter,
+    url.form,
     summary,
     list.el,
     dialog,

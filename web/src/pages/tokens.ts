@@ -2,9 +2,10 @@
 // expiry, see its secret once (with a copy button), revoke.
 
 import { scopes } from '../../../internal/auth/scopes.ts';
-import { api } from '../api.ts';
+import { api, get, type Page } from '../api.ts';
 import { button, checkboxes, checkedValues, copyButton, field, form, h, input, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
 interface Token {
@@ -19,10 +20,26 @@ interface Token {
 export async function tokensPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('tokens:write');
   const secret = h('div');
+  // Tokens by owner: the users to choose from, where the caller may read them.
+  const users = ctx.can('users:read')
+    ? await get<Page<{ id: number; username: string }>>('/api/users?limit=1000')
+    : { items: [] };
+  const url = urlFilters(
+    ctx,
+    'tokens',
+    users.items.length > 0
+      ? [{ name: 'user_id', label: 'Owner', choices: users.items.map((u) => [String(u.id), u.username] as const) }]
+      : [],
+    () => list.first(),
+  );
   const list = new PagedTable<Token>({
     caption: 'API tokens',
     headings: ['Name', 'Scopes', 'Expires', 'Last used', 'Created by', canWrite ? 'Actions' : ''],
     path: '/api/tokens',
+    query: url.values,
+    sortKeys: ['name', null, null, null, null, null],
+    sort: url.sort,
+    sorted: url.sorted,
     empty: 'No API tokens yet.',
     row: (t) =>
       h(
@@ -91,6 +108,7 @@ export async function tokensPage(ctx: PageCtx): Promise<void> {
   ctx.main.append(
     canWrite ? h('details', { class: 'create', open: true }, h('summary', {}, 'Issue a token'), create) : '',
     secret,
+    users.items.length > 0 ? url.form : '',
     list.el,
   );
   await ctx.live(() => list.load(), ['token']);

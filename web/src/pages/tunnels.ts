@@ -3,6 +3,7 @@
 import { api, get, type Page } from '../api.ts';
 import { badge, button, field, form, h, input } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
 
@@ -34,10 +35,24 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('tunnels:write');
   const nodes = ctx.can('nodes:read') ? await get<Page<NodeItem>>('/api/nodes?limit=1000') : { items: [] };
   const nodeName = (id: number) => nodes.items.find((n) => n.id === id)?.name ?? `#${id}`;
+  const url = urlFilters(
+    ctx,
+    'tunnels',
+    [
+      { name: 'node_id', label: 'Node', choices: nodes.items.map((n) => [String(n.id), n.name] as const) },
+      { name: 'status', label: 'Status', choices: ['pending', 'up', 'down'] },
+      { name: 'q', label: 'Name contains' },
+    ],
+    () => list.first(),
+  );
   const list = new PagedTable<Tunnel>({
     caption: 'Tunnels',
     headings: ['Name', 'Entry', 'Exit', 'Port', 'Status', 'Round trip', canWrite ? 'Actions' : ''],
     path: '/api/tunnels',
+    query: url.values,
+    sortKeys: ['name', null, null, 'listen_port', 'status', null, null],
+    sort: url.sort,
+    sorted: url.sorted,
     empty: 'No tunnels yet.',
     row: (t) =>
       h(
@@ -98,6 +113,10 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
       await ctx.reload();
     },
   );
-  ctx.main.append(canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '', list.el);
+  ctx.main.append(
+    canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '',
+    url.form,
+    list.el,
+  );
   await ctx.live(() => list.load(), ['tunnel'], 5000);
 }

@@ -4,6 +4,7 @@ import { scopes } from '../../../internal/auth/scopes.ts';
 import { api } from '../api.ts';
 import { badge, button, checkboxes, checkedValues, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
 interface User {
@@ -67,10 +68,30 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
       { class: 'danger' },
     ),
   ];
+  const url = urlFilters(
+    ctx,
+    'users',
+    [
+      { name: 'q', label: 'Username contains' },
+      {
+        name: 'disabled',
+        label: 'State',
+        choices: [
+          ['false', 'active'],
+          ['true', 'disabled'],
+        ],
+      },
+    ],
+    () => list.first(),
+  );
   const list = new PagedTable<User>({
     caption: 'Users',
     headings: ['Username', 'Scopes', 'State', 'Created', canWrite ? 'Actions' : ''],
     path: '/api/users',
+    query: url.values,
+    sortKeys: ['username', null, null, 'created_at', null],
+    sort: url.sort,
+    sorted: url.sorted,
     empty: 'No users.',
     row: (u) =>
       h(
@@ -109,6 +130,7 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
   );
   ctx.main.append(
     canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a user'), create) : '',
+    url.form,
     list.el,
     dialog,
   );
