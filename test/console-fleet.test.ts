@@ -135,6 +135,23 @@ test('an operator finds, selects and fixes rules among thousands from the consol
   await page.goto(`${m.url}/#/rules?state=disabled`);
   await page.getByText('1000 rules match').waitFor();
 
+  // A batch that cannot do all it is asked: the preview names each clash, and so does the run's outcome.
+  await page.goto(`${m.url}/#/rules?node_id=${b.id}`);
+  await page.getByRole('checkbox', { name: 'Select edge-b-0', exact: true }).check();
+  await page.getByRole('checkbox', { name: 'Select edge-b-1', exact: true }).check();
+  await bulk.getByLabel('Node to move to').selectOption({ label: 'edge-c' });
+  await bulk.getByRole('button', { name: 'Move' }).click();
+  await dialog.getByText('Preview of 2 rules: 2 conflict.').waitFor();
+  await dialog
+    .getByRole('list', { name: 'Items that would not change' })
+    .getByText(/port 20000\/tcp/)
+    .waitFor();
+  await dialog.getByRole('button', { name: 'Run' }).click();
+  const outcome = page.getByRole('list', { name: 'Items that did not change' });
+  await outcome.getByText(/port 20001\/tcp/).waitFor();
+  await page.screenshot({ path: `${SHOTS}/fleet-batch-outcome.png` });
+  await dialog.getByRole('button', { name: 'Close' }).click();
+
   // Sorted by a column, both ways: the order is the API's (over every match, not the page), and in the URL.
   await page.goto(`${m.url}/#/rules?node_id=${b.id}`);
   await page.getByText('1000 rules match').waitFor();

@@ -13,28 +13,20 @@ test('a user changes their own password with the current one; their other sessio
   const here = await login(m.url, 'ops', 'first-password');
   const laptop = await login(m.url, 'ops', 'first-password');
   const script = await mintToken(m, ['nodes:read'], 'admin script');
+  const change = (current: string, next: string) =>
+    call(m.url, 'POST', '/api/auth/password', {
+      token: here,
+      body: { current_password: current, new_password: next },
+    });
 
   const before = snapshot(m, ['audit_log', 'tokens']);
-  const wrong = await call(m.url, 'POST', '/api/auth/password', {
-    token: here,
-    body: { current_password: 'not-it', new_password: 'second-password' },
-  });
+  const wrong = await change('not-it', 'second-password');
   assertProblem(wrong, 422, 'validation_failed');
   assert.equal(wrong.body.errors[0].pointer, '#/current_password');
   assert.equal(snapshot(m, ['audit_log', 'tokens']), before, 'a wrong current password changes nothing');
-  assertProblem(
-    await call(m.url, 'POST', '/api/auth/password', {
-      token: here,
-      body: { current_password: 'first-password', new_password: 'short' },
-    }),
-    422,
-    'validation_failed',
-  );
+  assertProblem(await change('first-password', 'short'), 422, 'validation_failed');
 
-  const changed = await call(m.url, 'POST', '/api/auth/password', {
-    token: here,
-    body: { current_password: 'first-password', new_password: 'second-password' },
-  });
+  const changed = await change('first-password', 'second-password');
   assert.equal(changed.status, 200, JSON.stringify(changed.body));
   assert.deepEqual(changed.body, { sessions_ended: 1 });
   assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: here })).status, 200, 'this session stays');
@@ -54,19 +46,8 @@ test('a user changes their own password with the current one; their other sessio
   assert.equal(JSON.stringify(audit.body).includes('second-password'), false, 'the new password is not in the log');
 
   // Wrong guesses are throttled as failed logins are.
-  for (let i = 0; i < 6; i++)
-    await call(m.url, 'POST', '/api/auth/password', {
-      token: here,
-      body: { current_password: `guess-${i}`, new_password: 'third-password' },
-    });
-  assertProblem(
-    await call(m.url, 'POST', '/api/auth/password', {
-      token: here,
-      body: { current_password: 'second-password', new_password: 'third-password' },
-    }),
-    429,
-    'rate_limited',
-  );
+  for (let i = 0; i < 6; i++) await change(`guess-${i}`, 'third-password');
+  assertProblem(await change('second-password', 'third-password'), 429, 'rate_limited');
 });
 
 test("a user ends every other login session of theirs; an API token's call ends them all", async (t) => {

@@ -156,4 +156,10 @@ export class KeysetQueries<F extends string> {
     const rows = query.rows(page.position, limit, conditions) as unknown as (R & { sort_key: unknown })[];
     return { rows, lastKey: rows.length > limit ? rows[limit - 1]!.sort_key : undefined };
   }
+
+  /** `rows` for a list whose JSON is cached by id (Rendered): the ids of the page, one past it if another follows. */
+  ids(page: SortedPage, limit: number, conditions: Record<F, SQLInputValue>): { ids: number[]; lastKey: unknown } {
+    const { rows, lastKey } = this.rows(page, limit, conditions);
+    return { ids: rows.map((row) => row.id), lastKey };
+  }
 }

@@ -302,15 +302,8 @@ export class NodeStore {
     const conditions = { status: filter.status, tag: filter.tag, q: filter.q };
     const total = filter.count ? this.countQuery.total(conditions) : undefined;
     if (filter.sorted) {
-      const { rows, lastKey } = this.sortedQueries.rows(filter.sorted, filter.limit, conditions);
-      return {
-        ...this.rendered.pageOf(
-          rows.map((row) => row.id),
-          filter.limit,
-        ),
-        lastKey,
-        total,
-      };
+      const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);
+      return { ...this.rendered.pageOf(ids, filter.limit), lastKey, total };
     }
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as unknown as { id: number }[]

@@ -176,15 +176,8 @@ export class TokenStore {
   }): JsonPage {
     const total = filter.count ? this.countQuery.total({ user_id: filter.userId }) : undefined;
     if (filter.sorted) {
-      const { rows, lastKey } = this.sortedQueries.rows(filter.sorted, filter.limit, { user_id: filter.userId });
-      return {
-        ...this.rendered.pageOf(
-          rows.map((row) => row.id),
-          filter.limit,
-        ),
-        lastKey,
-        total,
-      };
+      const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, { user_id: filter.userId });
+      return { ...this.rendered.pageOf(ids, filter.limit), lastKey, total };
     }
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, user_id: filter.userId }) as { id: number }[]

@@ -277,16 +277,9 @@ export class TunnelStore {
   }): JsonPage {
     const { afterId, limit, count, sorted, ...conditions } = filter;
     if (sorted) {
-      const { rows, lastKey } = this.sortedQueries.rows(sorted, limit, conditions);
+      const { ids, lastKey } = this.sortedQueries.ids(sorted, limit, conditions);
       const total = count ? this.countQuery.total(conditions) : undefined;
-      return {
-        ...this.rendered.pageOf(
-          rows.map((row) => row.id),
-          limit,
-        ),
-        lastKey,
-        total,
-      };
+      return { ...this.rendered.pageOf(ids, limit), lastKey, total };
     }
     const ids = (this.pageQuery.all({ ...conditions, limit, after: afterId }) as unknown as { id: number }[]).map(
       (row) => row.id,

@@ -122,16 +122,9 @@ export class UserStore {
   page(filter: UserListFilter): JsonPage {
     const conditions = { q: filter.q, disabled: filter.disabled === null ? null : Number(filter.disabled) };
     if (filter.sorted) {
-      const { rows, lastKey } = this.sortedQueries.rows(filter.sorted, filter.limit, conditions);
+      const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);
       const total = filter.count ? this.countQuery.total(conditions) : undefined;
-      return {
-        ...this.rendered.pageOf(
-          rows.map((row) => row.id),
-          filter.limit,
-        ),
-        lastKey,
-        total,
-      };
+      return { ...this.rendered.pageOf(ids, filter.limit), lastKey, total };
     }
     const ids = (
       this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as { id: number }[]

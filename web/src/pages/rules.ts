@@ -186,7 +186,17 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     } catch (error) {
       return ctx.say(error instanceof Error ? error.message : String(error), 'error');
     }
-    const problems = (first?.results ?? []).filter((r) => r.error).slice(0, 50);
+    /** The items that did not go as asked, each with why (the first 50). */
+    const problems = (answer: BatchAnswer | null, label: string) => {
+      const failed = (answer?.results ?? []).filter((r) => r.error).slice(0, 50);
+      return failed.length === 0
+        ? ''
+        : h(
+            'ul',
+            { class: 'outcomes', 'aria-label': label },
+            failed.map((r) => h('li', {}, `Rule ${r.id}: ${r.outcome} (${r.error!.detail})`)),
+          );
+    };
     const run = h('button', { type: 'button' }, 'Run');
     dialog.replaceChildren(
       h('h2', { id: 'rule-dialog-title' }, title),
@@ -197,13 +207,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           ? `Preview of ${rules(first.results.length)}: ${outcomes(first.results)}.`
           : `${rules(selectionSize())} will be pushed to their nodes.`,
       ),
-      problems.length > 0
-        ? h(
-            'ul',
-            { class: 'outcomes', 'aria-label': 'Items that would not change' },
-            problems.map((r) => h('li', {}, `Rule ${r.id}: ${r.outcome} (${r.error!.detail})`)),
-          )
-        : '',
+      problems(first, 'Items that would not change'),
       h('div', { class: 'buttons' }, run, h('button', { type: 'button', onclick: () => dialog.close() }, 'Cancel')),
     );
     run.addEventListener('click', async () => {
@@ -212,6 +216,18 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         const done = (await api<BatchAnswer>('POST', path, { body })).data;
         ctx.say(`${title}: ${outcomes(done.results)}`);
         if (path.endsWith('delete')) clearSelection();
+        // What did not go as asked stays on screen, item by item, until read.
+        const failed = problems(done, 'Items that did not change');
+        if (failed) {
+          const close = h('button', { type: 'button', onclick: () => dialog.close() }, 'Close');
+          dialog.replaceChildren(
+            h('h2', { id: 'rule-dialog-title' }, `${title}: ${outcomes(done.results)}`),
+            failed,
+            h('div', { class: 'buttons' }, close),
+          );
+          dialog.showModal();
+          close.focus();
+        }
       } catch (error) {
         ctx.say(error instanceof Error ? error.message : String(error), 'error');
       }
