@@ -1322,6 +1322,8 @@ async function scale(): Promise<void> {
   });
   const middle = Math.floor(NODES / 2);
   const cursor = (id: number) => Buffer.from(`id:${id}`).toString('base64url');
+  // A sorted list's cursor: its sort, and the key and id of the last row of the page before.
+  const byName = Buffer.from(JSON.stringify({ s: 'name', k: `r${middle}-10045`, i: rules / 2 })).toString('base64url');
   const reads = [
     ['GET /api/dashboard', '/api/dashboard'],
     ['GET /api/rules?limit=100, first page', '/api/rules?limit=100'],
@@ -1331,6 +1333,16 @@ async function scale(): Promise<void> {
     ['GET /api/rules?enabled=false (none match)', '/api/rules?limit=100&enabled=false'],
     ['GET /api/nodes?limit=100, a page in the middle', `/api/nodes?limit=100&cursor=${cursor(middle)}`],
     ['GET /api/audit-logs?limit=100, first page', '/api/audit-logs?limit=100'],
+    ['GET /api/rules?sort=name, a page in the middle', `/api/rules?limit=100&sort=name&cursor=${byName}`],
+    [
+      "GET /api/rules?node_id=N&sort=-traffic (one node's, busiest first)",
+      `/api/rules?node_id=${middle}&sort=-traffic`,
+    ],
+    [
+      'GET /api/rules?node_id=N&sync_state=pending&count=true',
+      `/api/rules?node_id=${middle}&sync_state=pending&count=true`,
+    ],
+    ['GET /api/rules?count=true (every rule counted)', '/api/rules?limit=100&count=true'],
   ] as const;
   for (const [index, [scenario, path]] of reads.entries()) {
     const ms = await idleMs(again, path);
@@ -1343,6 +1355,16 @@ async function scale(): Promise<void> {
       met: ms < 10,
     });
   }
+  // A sort no index serves orders every match: what that costs unfiltered, at this size.
+  const unindexed = await idleMs(again, '/api/rules?limit=100&sort=-traffic', 5);
+  record({
+    id: `13${String.fromCharCode('d'.charCodeAt(0) + reads.length)}`,
+    scenario: 'GET /api/rules?sort=-traffic, first page (every rule sorted: no index) at that size, idle',
+    value: unindexed,
+    unit: 'ms p50',
+    target: 'information',
+    met: null,
+  });
   await proc.stop();
 }
 

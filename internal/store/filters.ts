@@ -75,8 +75,8 @@ export interface KeysetPosition {
 
 /**
  * Pages of a list in the order of a key, ties broken by id (so the order is total and paging stable however rows
- * change), each read from where the last one ended: `(key, id) > (:key, :after)`, not an offset, so a late page costs
- * what the first does wherever an index has the key in order.
+ * change), each read from where the last one ended, past (key, id), not at an offset: a late page costs what the first
+ * does wherever an index has the key in order.
  */
 export class KeysetQuery<F extends string> {
   private readonly first: FilteredQuery<F>;
@@ -100,9 +100,13 @@ export class KeysetQuery<F extends string> {
     const head = `SELECT ${select}, ${key} AS sort_key FROM ${from} WHERE`;
     const tail = `{filters} ORDER BY ${key} ${direction}, ${id} ${direction} LIMIT :limit + 1`;
     this.first = new FilteredQuery(db, `${head} 1 ${tail}`, conditions);
+    // Written out rather than as a row value, (key, id) > (:key, :after): SQLite seeks an index on the key for
+    // `key >= :key`, where it scanned the index from its start for the row value (17 ms for a page in the middle of a
+    // million rules, against under one).
+    const [past, reached] = descending ? ['<', '<='] : ['>', '>='];
     this.next = new FilteredQuery(
       db,
-      `${head} (${key}, ${id}) ${descending ? '<' : '>'} (:key, :after) ${tail}`,
+      `${head} ${key} ${reached} :key AND (${key} ${past} :key OR ${id} ${past} :after) ${tail}`,
       conditions,
     );
   }

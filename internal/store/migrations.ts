@@ -625,4 +625,7 @@ export const migrations: readonly string[] = [
     DELETE FROM node_vitals WHERE node_id = OLD.id;
   END;
   `,
+  /* 17: lists of rules sorted by name read an index in that order, not every rule */ `
+  CREATE INDEX rules_by_name ON rules(name COLLATE NOCASE, id);
+  `,
 ];
