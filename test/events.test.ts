@@ -1,11 +1,12 @@
 // GET /api/events: every change as a server-sent event, in order, resumable, as far as the caller's scopes reach.
 
 import assert from 'node:assert/strict';
+import { request, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { openEvents, type StreamEvent } from './sse.ts';
+import { openEvents, parseFrames, type StreamEvent } from './sse.ts';
 
 const of = (type: string, id: number) => (e: StreamEvent) => e.event === type && e.data.resource_id === id;
 
@@ -206,6 +207,16 @@ test('a stream ends after its limit or its timeout, and a user may hold only so 
     limited.events.map((e) => e.event),
     ['ready', 'node.created', 'node.created'],
   );
+  // Without data, for clients that re-read what they show: the event, not the resource.
+  const bare = await openEvents(m.url, m.admin, '?types=node&after=0&limit=1&data=false');
+  await bare.ended;
+  assert.deepEqual(
+    bare.events.map((e) => [e.event, e.data.resource_id, e.data.data]),
+    [
+      ['ready', undefined, undefined],
+      ['node.created', 1, null],
+    ],
+  );
   const started = Date.now();
   const timed = await openEvents(m.url, m.admin, '?timeout_seconds=1');
   await timed.ended;
@@ -215,4 +226,25 @@ test('a stream ends after its limit or its timeout, and a user may hold only so 
   t.after(() => open.forEach((s) => s.close()));
   await assert.rejects(openEvents(m.url, m.admin), { status: 429 });
   assert.equal(m.app.events.gauges().streams, 16);
+});
+
+test('a quiet stream gets heartbeats, and a stopping master tells each stream where to resume', async (t) => {
+  const m = await startMaster(t);
+  m.app.events.heartbeatMs = 1000;
+  const res = await new Promise<IncomingMessage>((resolve, reject) =>
+    request(`${m.url}/api/events`, { headers: { authorization: `Bearer ${m.admin}` } }, resolve)
+      .on('error', reject)
+      .end(),
+  );
+  let text = '';
+  res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+  await until('two heartbeats', () => (text.match(/^: keep-alive$/gm) ?? []).length >= 2, 5000);
+  await node(m, 'edge');
+  await until('the node event', () => text.includes('event: node.created'));
+  const lastId = Number([...text.matchAll(/^id: (\d+)$/gm)].at(-1)![1]);
+  const ended = new Promise((resolve) => res.on('end', resolve));
+  await m.close();
+  await ended;
+  const frames = parseFrames(text).frames;
+  assert.deepEqual(frames.at(-1), { id: null, event: 'shutdown', data: { type: 'shutdown', resume_after: lastId } });
 });
