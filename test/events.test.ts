@@ -248,3 +248,26 @@ test('a quiet stream gets heartbeats, and a stopping master tells each stream wh
   const frames = parseFrames(text).frames;
   assert.deepEqual(frames.at(-1), { id: null, event: 'shutdown', data: { type: 'shutdown', resume_after: lastId } });
 });
+
+test('a stream that fails to render an event ends alone; the master and the other streams go on', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const failing = await openEvents(m.url, m.admin, '?types=rule');
+  const bare = await openEvents(m.url, m.admin, '?types=rule&data=false');
+  t.after(() => bare.close());
+  await Promise.all([failing.next((e) => e.event === 'ready'), bare.next((e) => e.event === 'ready')]);
+  const { rules } = m.app.store;
+  const json = rules.json.bind(rules);
+  rules.json = () => {
+    throw new Error('the disk went away');
+  };
+  try {
+    const made = await rule(m, { node_id: n.id, listen_port: 7100 });
+    await failing.ended;
+    await bare.next(of('rule.created', made.body.id));
+  } finally {
+    rules.json = json;
+  }
+  assert.equal((await call(m.url, 'GET', '/api/health')).status, 200);
+  assert.equal(m.app.events.gauges().streams, 1);
+});

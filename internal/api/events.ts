@@ -295,6 +295,17 @@ export class EventStreams {
    * what is committed: while a write is open on this connection it waits for the commit.
    */
   private pump(stream: Stream): void {
+    // It runs from timers, drains and commits, where nothing above would catch a throw: a failure ends its stream.
+    try {
+      this.readOn(stream);
+    } catch (error) {
+      this.app.log.error('an event stream failed and was ended', { error: (error as Error)?.stack ?? String(error) });
+      stream.busy = false;
+      this.end(stream);
+    }
+  }
+
+  private readOn(stream: Stream): void {
     if (stream.busy || stream.paused || stream.ended || !stream.started) return;
     const { db, events } = this.app.store;
     if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.pump(stream));
@@ -434,7 +445,11 @@ export class EventStreams {
   /** The journal's other writers (a CLI), heartbeats and traffic ticks. */
   private everySecond(): void {
     this.beats++;
-    this.wake();
+    try {
+      this.wake();
+    } catch (error) {
+      this.app.log.error('reading the event journal failed', { error: (error as Error)?.message ?? String(error) });
+    }
     if (this.beats % Math.max(1, Math.round(this.heartbeatMs / 1000)) === 0)
       for (const stream of this.streams) if (!stream.paused) stream.res.write(HEARTBEAT);
     if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) this.flushTicks();
