@@ -53,7 +53,14 @@ test("a node's vitals appear within two report intervals, with its history, metr
   assert.ok(history.body.points.length >= 1);
   assert.ok(history.body.points.at(-1).memory_used_bytes > 0);
 
+  // Six gauges from one read of every node's vitals per scrape.
+  const { vitals: store } = m.app.store;
+  const latest = store.latest.bind(store);
+  let reads = 0;
+  store.latest = () => (reads++, latest());
   const metrics = await call(m.url, 'GET', '/api/metrics', { token: m.admin });
+  store.latest = latest;
+  assert.equal(reads, 1);
   assert.match(metrics.body, new RegExp(`portplane_node_memory_total_bytes\\{node_id="${n.id}",node="edge"\\} \\d+`));
   assert.match(metrics.body, /portplane_node_network_bytes\{node_id="\d+",node="edge",interface="lo",direction="rx"\}/);
 

@@ -129,7 +129,7 @@ function whoami(ctx: Ctx<undefined, {}>) {
   });
 }
 
-export const passwordChangeInput = object(
+const passwordChangeInput = object(
   {
     current_password: string({ min: 1, max: 1024, secret: true, description: 'The password in use now.' }),
     new_password: string({ min: MIN_PASSWORD, max: 1024, secret: true, description: 'Write-only; never returned.' }),

@@ -71,7 +71,7 @@ export function sortParam(keys: readonly string[]) {
  * A sorted list's order and where its page starts (null when the list is in its default order, by id: then `paging`
  * alone says where). Throws `invalid_query` for a cursor of another sort.
  */
-export function sortedPaging(query: { cursor?: string; sort?: string }): SortedPage | undefined {
+function sortedPaging(query: { cursor?: string; sort?: string }): SortedPage | undefined {
   if (query.sort === undefined || query.sort === 'id') return undefined;
   return {
     sort: sortOf(query.sort),

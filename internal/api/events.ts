@@ -45,7 +45,7 @@ const READERS: Record<Resource, string> = {
   traffic: '/api/dashboard/traffic',
 };
 
-export const EVENT_TYPES: readonly string[] = [...Object.values(JOURNAL_TYPES).flat(), ...Object.keys(LIVE_TYPES)];
+const EVENT_TYPES: readonly string[] = [...Object.values(JOURNAL_TYPES).flat(), ...Object.keys(LIVE_TYPES)];
 const RESOURCES = Object.keys(READERS) as Resource[];
 /** What the stream itself says: where it starts, that it starts over, and why it ends. */
 const CONTROL_TYPES = ['ready', 'reset', 'dropped', 'shutdown'];

@@ -96,9 +96,18 @@ export function addGauges(app: App): void {
 
 /** Each node's vitals at its agent's last report, labelled with the node's id and name. */
 function addVitalsGauges(app: App): void {
+  // Every node's vitals, read and parsed once per scrape: the six gauges are rendered one after another, in one turn.
+  let scrape: { id: number; name: string; vitals: Vitals }[] | null = null;
+  const latest = () => {
+    if (!scrape) {
+      scrape = app.store.vitals.latest().map((row) => ({ ...row, vitals: JSON.parse(row.vitals) as Vitals }));
+      queueMicrotask(() => (scrape = null));
+    }
+    return scrape;
+  };
   const perNode = (read: (vitals: Vitals) => { labels?: Record<string, string>; value: number | null }[]) => () =>
-    app.store.vitals.latest().flatMap(({ id, name, vitals }) =>
-      read(JSON.parse(vitals) as Vitals)
+    latest().flatMap(({ id, name, vitals }) =>
+      read(vitals)
         .filter((sample): sample is { labels?: Record<string, string>; value: number } => sample.value !== null)
         .map(({ labels, value }) => ({ labels: { node_id: String(id), node: name, ...labels }, value })),
     );
