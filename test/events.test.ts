@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { request, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
+import { maintain } from '../cmd/master/start.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
@@ -270,4 +271,64 @@ test('a stream that fails to render an event ends alone; the master and the othe
   }
   assert.equal((await call(m.url, 'GET', '/api/health')).status, 200);
   assert.equal(m.app.events.gauges().streams, 1);
+});
+
+test("each read scope's stream carries its own resource's events and no other's", async (t) => {
+  const m = await startMaster(t);
+  const mark = m.app.store.events.head();
+  // One change of every resource the journal tells of (but the license, which changes only by expiring).
+  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+  await rule(m, { node_id: a.id, listen_port: 7200 });
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't', entry_node_id: a.id, exit_node_id: b.id },
+  });
+  assert.equal(tunnel.status, 201);
+  await call(m.url, 'POST', '/api/users', { token: m.admin, body: { username: 'u', password: 'a-long-password' } });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { tcp_idle_timeout_seconds: 900 } });
+  const cases = [
+    ['nodes:read', 'node'],
+    ['rules:read', 'rule'],
+    ['tunnels:read', 'tunnel'],
+    ['users:read', 'user'],
+    ['tokens:read', 'token'],
+    ['settings:read', 'settings'],
+    ['dashboard:read', null],
+    ['audit:read', null],
+  ] as const;
+  // (Minting the narrow tokens is itself a token event, seen by tokens:read.)
+  const tokens = await Promise.all(cases.map(([scope]) => mintToken(m, [scope], scope)));
+  const head = m.app.store.events.head();
+  const replays = await Promise.all(
+    tokens.map((token) => openEvents(m.url, token, `?after=${mark}&timeout_seconds=1`)),
+  );
+  await Promise.all(replays.map((replay) => replay.ended));
+  for (const [i, [scope, resource]] of cases.entries()) {
+    const events = replays[i]!.events.filter((e) => e.id !== null && e.id > mark && e.id <= head);
+    const seen = new Set(events.map((e) => e.data.resource));
+    assert.deepEqual([...seen], resource ? [resource] : [], `${scope} sees ${[...seen]}`);
+  }
+});
+
+test('events older than audit_retention_days are pruned with the audit log; resuming there is a reset', async (t) => {
+  const m = await startMaster(t);
+  await node(m, 'old');
+  // An API token without expiry: the admin's session does not outlive the clock moved past the window.
+  const [reader, writer] = [await mintToken(m, ['nodes:read']), await mintToken(m, ['nodes:write'], 'writer')];
+  const before = m.app.store.events.head();
+  assert.ok(m.app.store.events.first() !== null);
+  m.advance((m.app.settings.get('audit_retention_days') + 1) * 86_400_000);
+  await m.app.store.db.writable();
+  maintain(m.app);
+  await m.app.store.committed();
+  assert.equal(m.app.store.events.first(), null, 'every event is older than the window');
+  assert.equal(m.app.store.events.head(), before, 'ids are never given again');
+  const late = await openEvents(m.url, reader, '?after=0');
+  t.after(() => late.close());
+  const reset = await late.next((e) => e.event === 'reset');
+  assert.equal(reset.data.resume_after, before);
+  const made = await call(m.url, 'POST', '/api/nodes', { token: writer, body: { name: 'new', host: 'new.example' } });
+  assert.equal(made.status, 201);
+  const next = await late.next((e) => e.event === 'node.created');
+  assert.equal(next.id, before + 1);
 });

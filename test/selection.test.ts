@@ -136,6 +136,19 @@ test('a batch selects by filter: a preview says what each would do, the run does
     nodes.body.results.map((r: { id: number; outcome: string }) => [r.id, r.outcome]),
     [[b.id, 'conflict']],
   );
+  // Tunnels too, by theirs: every tunnel at node a, previewed, then deleted.
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'via-b', entry_node_id: a.id, exit_node_id: b.id },
+  });
+  const tunnels = await call(m.url, 'POST', '/api/tunnels/batch-delete', {
+    token: m.admin,
+    body: { filter: { node_id: a.id, q: 'via' } },
+  });
+  assert.deepEqual(
+    tunnels.body.results.map((r: { id: number; outcome: string }) => [r.id, r.outcome]),
+    [[tunnel.body.id, 'deleted']],
+  );
   // A narrow token selects only what its scope allows it to act on: the route's scope holds as for ids.
   const reader = await mintToken(m, ['rules:read']);
   assertProblem(
