@@ -1324,6 +1324,9 @@ async function scale(): Promise<void> {
   const cursor = (id: number) => Buffer.from(`id:${id}`).toString('base64url');
   // A sorted list's cursor: its sort, and the key and id of the last row of the page before.
   const byName = Buffer.from(JSON.stringify({ s: 'name', k: `r${middle}-10045`, i: rules / 2 })).toString('base64url');
+  const nodesByName = Buffer.from(JSON.stringify({ s: 'name', k: seedNodeName(middle), i: middle })).toString(
+    'base64url',
+  );
   const reads = [
     ['GET /api/dashboard', '/api/dashboard'],
     ['GET /api/rules?limit=100, first page', '/api/rules?limit=100'],
@@ -1344,10 +1347,22 @@ async function scale(): Promise<void> {
     ],
     ['GET /api/rules?count=true (every rule counted)', '/api/rules?limit=100&count=true'],
   ] as const;
-  for (const [index, [scenario, path]] of reads.entries()) {
+  // The neighbours of the sort the index serves (13l): the other way, and nodes, whose sorts no index serves.
+  const neighbours = [
+    ['GET /api/rules?sort=-name, first page', '/api/rules?limit=100&sort=-name'],
+    ['GET /api/nodes?sort=name, a page in the middle', `/api/nodes?limit=100&sort=name&cursor=${nodesByName}`],
+    ['GET /api/nodes?sort=-traffic, first page', '/api/nodes?limit=100&sort=-traffic'],
+  ] as const;
+  // Ids in the order rows were added: the neighbours came after the unindexed sort (13p).
+  const measured = [...reads, ...neighbours].map(([scenario, path], index) => ({
+    scenario,
+    path,
+    id: `13${String.fromCharCode('d'.charCodeAt(0) + index + (index >= reads.length ? 1 : 0))}`,
+  }));
+  for (const { id, scenario, path } of measured) {
     const ms = await idleMs(again, path);
     record({
-      id: `13${String.fromCharCode('d'.charCodeAt(0) + index)}`,
+      id,
       scenario: `${scenario} at that size, idle`,
       value: ms,
       unit: 'ms p50',
