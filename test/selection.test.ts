@@ -116,7 +116,8 @@ test('a batch selects by filter: a preview says what each would do, the run does
   assert.deepEqual(none.body, { dry_run: false, results: [] }, 'a filter that matches nothing acts on nothing');
   assert.equal(onB.length, 10);
 
-  for (const body of [{}, { ids: [onA[20]], filter: { node_id: a.id } }])
+  // A filter's misspelt key is refused, never read as no filter (which would select every rule).
+  for (const body of [{}, { ids: [onA[20]], filter: { node_id: a.id } }, { filter: { nodeid: a.id } }])
     assertProblem(
       await call(m.url, 'POST', '/api/rules/batch-delete', { token: m.admin, body }),
       422,
