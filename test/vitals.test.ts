@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
+import { maintain } from '../cmd/master/start.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { parseNetDev } from '../internal/agent/vitals.ts';
 import { nodeOf, startAgent } from './agents.ts';
@@ -104,6 +105,14 @@ test('hostile vitals are bounded: out-of-range values end the link, a flood is a
   await once(again.socket, 'close');
   assert.equal((await nodeOf(m, other.id)).vitals, null, 'nothing of a refused message was kept');
   assert.equal((await nodeOf(m, n.id)).vitals.cpu_percent, 12.3, 'nothing of a refused message was kept');
+  // The history is kept as traffic is: past traffic_retention_days, the maintenance prunes it (last: the admin's
+  // session does not outlive the clock moved so far).
+  const history = () => m.app.store.vitals.series(n.id, 0, 2 ** 40, 60).length;
+  assert.equal(history(), 1);
+  m.advance((m.app.settings.get('traffic_retention_days') + 1) * 86_400_000);
+  maintain(m.app);
+  await m.app.store.committed();
+  assert.equal(history(), 0);
 });
 
 test('/proc/net/dev is read per interface, and a line that is not one is skipped', () => {
