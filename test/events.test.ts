@@ -5,7 +5,7 @@ import { request, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
 import { maintain } from '../cmd/master/start.ts';
 import { nodeOf, startAgent } from './agents.ts';
-import { assertProblem, call, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
+import { assertProblem, call, login, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { openEvents, parseFrames, type StreamEvent } from './sse.ts';
 
@@ -227,6 +227,17 @@ test('a stream ends after its limit or its timeout, and a user may hold only so 
   t.after(() => open.forEach((s) => s.close()));
   await assert.rejects(openEvents(m.url, m.admin), { status: 429 });
   assert.equal(m.app.events.gauges().streams, 16);
+  // A burst of opens at once, while writes keep the answers waiting for their commit: still 16.
+  await call(m.url, 'POST', '/api/users', { token: m.admin, body: { username: 'ops', password: 'a-long-password' } });
+  const other = await login(m.url, 'ops', 'a-long-password');
+  const writes = Array.from({ length: 5 }, (_, i) => rule(m, { node_id: 1, listen_port: 7300 + i }));
+  const burst = await Promise.allSettled(Array.from({ length: 40 }, () => openEvents(m.url, other)));
+  await Promise.all(writes);
+  const opened = burst.filter((r) => r.status === 'fulfilled').map((r) => (r as PromiseFulfilledResult<any>).value);
+  t.after(() => opened.forEach((s) => s.close()));
+  assert.equal(opened.length, 16);
+  assert.ok(burst.every((r) => r.status === 'fulfilled' || (r.reason as { status: number }).status === 429));
+  assert.equal(m.app.events.gauges().streams, 32);
 });
 
 test('a quiet stream gets heartbeats, and a stopping master tells each stream where to resume', async (t) => {

@@ -27,7 +27,7 @@ interface Outgoing {
   headers: Record<string, string>;
   body: Buffer | null;
   /** See `Reply.stream`. */
-  stream?: (res: ServerResponse) => void;
+  stream?: (res: ServerResponse | null) => void;
 }
 
 const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
@@ -285,7 +285,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       await app.store.committed();
     } catch (error) {
       app.log.error('commit failed', { request_id: x.requestId, error: (error as Error).message });
-      if (req.method === 'GET') out = fromThrown(error, x.requestId, x.ip);
+      if (req.method === 'GET') {
+        out.stream?.(null);
+        out = fromThrown(error, x.requestId, x.ip);
+      }
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
     write(res, out, x.requestId);

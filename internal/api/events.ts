@@ -119,7 +119,10 @@ interface RuleCounts {
 
 export class EventStreams {
   private readonly streams = new Set<Stream>();
+  /** Streams, open and answered but not yet started, of each user. */
   private readonly perUser = new Map<number, number>();
+  /** Streams answered but not yet started (see `open`). */
+  private opening = 0;
   private readers = new Map<Resource, Route>();
   private ticks = new Map<number, NodeTick>();
   private timer: NodeJS.Timeout | null = null;
@@ -183,7 +186,9 @@ export class EventStreams {
   open(ctx: Ctx<undefined, EventsQuery>): Reply {
     const { caller: principal, query } = ctx;
     const resumeAt = query.after ?? lastEventId(ctx.headers['last-event-id']);
-    if (this.streams.size >= MAX_STREAMS)
+    // Counted from here, not once the stream starts: answers wait for a commit in between, and a burst of requests
+    // would all pass a count of the streams started.
+    if (this.streams.size + this.opening >= MAX_STREAMS)
       throw new DomainError('rate_limited', `${MAX_STREAMS} event streams are open on this master`, {
         retryAfterSeconds: 30,
       });
@@ -195,9 +200,15 @@ export class EventStreams {
       const scope = this.readers.get(resource)!.scope;
       return scope === 'public' || scope === 'authenticated' || grants(principal.scopes, scope);
     });
+    this.opening++;
+    this.perUser.set(principal.userId, (this.perUser.get(principal.userId) ?? 0) + 1);
     return {
       status: 200,
-      stream: (res) => this.attach(res, principal, query, readable, resumeAt),
+      stream: (res) => {
+        this.opening--;
+        if (res) this.attach(res, principal, query, readable, resumeAt);
+        else this.release(principal.userId);
+      },
     };
   }
 
@@ -238,9 +249,10 @@ export class EventStreams {
       timers: [],
     };
     this.streams.add(stream);
-    this.perUser.set(principal.userId, (this.perUser.get(principal.userId) ?? 0) + 1);
     res.socket?.setNoDelay(true);
     res.once('close', () => this.forget(stream));
+    // A client gone before its answer was written has closed already: nothing would tell of it again.
+    if (res.destroyed) return this.forget(stream);
     if (query.timeout_seconds !== undefined)
       stream.timers.push(setTimeout(() => this.end(stream), query.timeout_seconds * 1000));
     this.timer ??= setInterval(() => this.everySecond(), 1000);
@@ -432,14 +444,19 @@ export class EventStreams {
     stream.ended = true;
     for (const timer of stream.timers) clearTimeout(timer);
     if (!this.streams.delete(stream)) return;
-    const left = (this.perUser.get(stream.principal.userId) ?? 1) - 1;
-    if (left > 0) this.perUser.set(stream.principal.userId, left);
-    else this.perUser.delete(stream.principal.userId);
+    this.release(stream.principal.userId);
     if (this.streams.size === 0 && this.timer) {
       clearInterval(this.timer);
       this.timer = null;
       this.ticks.clear();
     }
+  }
+
+  /** A user's stream (or one about to be) is no more. */
+  private release(userId: number): void {
+    const left = (this.perUser.get(userId) ?? 1) - 1;
+    if (left > 0) this.perUser.set(userId, left);
+    else this.perUser.delete(userId);
   }
 
   /** The journal's other writers (a CLI), heartbeats and traffic ticks. */

@@ -27,8 +27,11 @@ export interface Reply {
   /** A body that is not JSON; `headers` gives its Content-Type. */
   raw?: string | Buffer;
   headers?: Record<string, string>;
-  /** A body that goes on (server-sent events): called with the response once its headers are sent. */
-  stream?: (res: ServerResponse) => void;
+  /**
+   * A body that goes on (server-sent events): called once, with the response once its headers are sent, or with null
+   * when another answer replaced this one (a failed commit).
+   */
+  stream?: (res: ServerResponse | null) => void;
 }
 
 export function ok(body: unknown, headers?: Record<string, string>): Reply {
