@@ -31,7 +31,11 @@ export async function freePort(): Promise<number> {
 
 /** A TCP echo server on loopback that honours half-close; returns its port. */
 export async function tcpEcho(t: TestContext): Promise<number> {
-  const server = createServer({ allowHalfOpen: true }, (socket) => socket.pipe(socket)).listen(0, '127.0.0.1');
+  // A relay that hangs up on it may reset the connection: that ends the connection, not the test.
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
+    socket.on('error', () => socket.destroy());
+    socket.pipe(socket);
+  }).listen(0, '127.0.0.1');
   await once(server, 'listening');
   t.after(() => server.close());
   return (server.address() as AddressInfo).port;

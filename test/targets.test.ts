@@ -1,6 +1,7 @@
 // What a rule may reach: by default nothing local to its node (loopback, link-local such as
 // cloud metadata, its own host) nor the master, on every path a rule is written; the setting
-// allow_local_targets, which needs *, allows them.
+// allow_local_targets, which needs *, allows them. Addresses that are no host at all (broadcast, multicast, none) are
+// refused whatever the setting, and an address is the same in each of its spellings.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -12,11 +13,15 @@ const LOCAL = [
   'localhost:8080',
   'api.localhost:8080',
   '169.254.169.254:80',
-  '0.0.0.0:80',
   '[::1]:22',
   '[fe80::1]:80',
   '[::ffff:127.0.0.1]:22',
   '[fd00:ec2::254]:80',
+  // The same addresses spelt otherwise: IPv4-mapped in hex, IPv4-compatible, through NAT64's well-known prefix.
+  '[::ffff:7f00:1]:22',
+  '[::127.0.0.1]:22',
+  '[64:ff9b::a9fe:a9fe]:80',
+  '[0:0:0:0:0:0:0:1]:22',
   'edge.example.net:22',
   'master.example.net:8443',
 ];
@@ -92,6 +97,62 @@ test('rules may not target what is local to their node, nor the master, on any p
     },
   });
   assert.equal(moved.body.results[0].outcome, 'invalid', 'moved onto the node it targets: refused');
+});
+
+const UNROUTABLE = [
+  '255.255.255.255:9',
+  '[::ffff:255.255.255.255]:9',
+  '0.0.0.0:80',
+  '[::]:80',
+  '224.0.0.1:9',
+  '239.255.255.250:1900',
+  '[ff02::1]:9',
+  '240.0.0.1:9',
+];
+
+test('no setting lets a rule target what is no host: broadcast, multicast, unspecified, reserved', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const edge = await node(m, 'edge');
+  for (const [i, target] of UNROUTABLE.entries()) {
+    const body = { name: `u${i}`, node_id: edge.id, protocol: 'udp', listen_port: 2000 + i, targets: [target] };
+    const created = await call(m.url, 'POST', '/api/rules', { token: m.admin, body });
+    assertProblem(created, 422, 'validation_failed');
+    assert.match(created.body.errors[0].detail, /no host to forward to/, target);
+    const probed = await call(m.url, 'POST', `/api/nodes/${edge.id}/probe`, { token: m.admin, body: { target } });
+    assertProblem(probed, 422, 'validation_failed');
+  }
+});
+
+test('the node and the master are known in every spelling of their addresses, and a number is no name', async (t) => {
+  const m = await startMaster(t);
+  await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { install_master_url: 'https://198.51.100.7:8443' },
+  });
+  const edge = await node(m, 'edge', { host: '198.51.100.20' });
+  const refused = {
+    '[::ffff:198.51.100.7]:8443': /is the master/,
+    '[::ffff:c633:6407]:8443': /is the master/,
+    '[64:ff9b::c633:6407]:8443': /is the master/,
+    '[::ffff:198.51.100.20]:22': /is the node itself/,
+    '0x7f000001:80': /not a hostname or an IP address/,
+    '0x7f.1:80': /not a hostname or an IP address/,
+    '0300.0250.0.1:80': /not a hostname or an IP address/,
+  };
+  for (const [i, [target, why]] of Object.entries(refused).entries()) {
+    const body = { name: `s${i}`, node_id: edge.id, protocol: 'tcp', listen_port: 2000 + i, targets: [target] };
+    const created = await call(m.url, 'POST', '/api/rules', { token: m.admin, body });
+    assertProblem(created, 422, 'validation_failed');
+    assert.match(created.body.errors[0].detail, why, target);
+  }
+  const body = {
+    name: 'named',
+    node_id: edge.id,
+    protocol: 'tcp',
+    listen_port: 3000,
+    targets: ['0x7f-backend.example:80'],
+  };
+  assert.equal((await call(m.url, 'POST', '/api/rules', { token: m.admin, body })).status, 201, 'a name with a number');
 });
 
 test('allow_local_targets lets rules target the node itself, and needs *', async (t) => {

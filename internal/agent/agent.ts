@@ -23,7 +23,8 @@ import {
   type KernelCounts,
   type TunnelReport,
 } from '../forward/forwarder.ts';
-import type { Logger } from '../log/log.ts';
+import { throttledBy, type Logger } from '../log/log.ts';
+import { faults } from '../relay/faults.ts';
 import { configMessage, probeMessage, trafficAckMessage } from '../domain/link.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
 import { VitalsMeter } from './vitals.ts';
@@ -123,6 +124,11 @@ export class Agent {
       options.forwarding ?? 'relay',
       tableOf(agentTokenNode(options.token) ?? 0),
     );
+    // A fault contained in one flow is logged (at most LINES_PER_KEY a minute: a flood of them is one client's doing)
+    // and counted in the node's vitals.
+    const faultLog = throttledBy(options.log)('faults');
+    faults.onFault = (site, error) =>
+      faultLog.warn('a fault ended one flow; the agent goes on', { site, error: error.stack ?? error.message });
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     // A target going up or down is told at once (a few changing together, in one message).
     this.forwarder.onHealthChange = () => {

@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { MAX_INTERFACES, type VitalsMessage } from '../domain/link.ts';
+import { faults } from '../relay/faults.ts';
 
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
 
@@ -66,6 +67,7 @@ export class VitalsMeter {
       memory_available_bytes: Math.min(total, freemem()),
       interfaces: networkInterfaces(),
       uptime_seconds: Math.floor((performance.now() - this.startedAt) / 1000),
+      faults: faults.totals(),
     };
   }
 }

@@ -180,7 +180,18 @@ const nodeProperties = {
       agent: {
         type: 'object',
         required: ['version', 'uptime_seconds'],
-        properties: { version: { type: ['string', 'null'] }, uptime_seconds: { type: 'integer' } },
+        properties: {
+          version: { type: ['string', 'null'] },
+          uptime_seconds: { type: 'integer' },
+          faults: {
+            type: 'object',
+            description:
+              "Faults the agent's data plane contained since it started, by where (tcp_relay, udp_relay, probe, " +
+              'health_check, tunnel_entry, tunnel_exit): each ended only its own connection, session, probe or ' +
+              "check, and is in the agent's log. Absent from masters and agents older than it.",
+            additionalProperties: { type: 'integer' },
+          },
+        },
         additionalProperties: false,
       },
     },

@@ -376,7 +376,7 @@ function checkReferences(app: Writer, fields: RuleFields): void {
 
 /** Throws `validation_failed` for targets the policy refuses on the rule's node (see `targetRefusal`). */
 function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: TargetPolicy): void {
-  if (nodeHost === undefined || policy.allowLocal) return;
+  if (nodeHost === undefined) return;
   const errors: FieldError[] = [];
   fields.targets.forEach((target, i) => {
     const refusal = targetRefusal(parseTarget(target)!.host, nodeHost, policy);
@@ -424,10 +424,8 @@ export function insertRules(
       checkReferences(app, fields);
       checked.add(references);
     }
-    if (!policy.allowLocal) {
-      if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
-      checkTargets(fields, hosts.get(fields.node_id), policy);
-    }
+    if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
+    checkTargets(fields, hosts.get(fields.node_id), policy);
   }
   const rules = app.store.rules.insertAll(list, app.timestamp(), holders);
   for (const rule of rules) touchRule(app, effects, rule);

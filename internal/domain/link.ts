@@ -235,6 +235,13 @@ export const probeResultMessage = object({
   results: array(probeResult, { max: MAX_PROBE_TARGETS }),
 });
 
+/**
+ * Where in an agent's data plane a fault can be contained (see relay/faults.ts): a relayed TCP connection, a UDP
+ * session, a probe, a health check, a tunnel's entry or exit.
+ */
+export const faultSites = ['tcp_relay', 'udp_relay', 'probe', 'health_check', 'tunnel_entry', 'tunnel_exit'] as const;
+export type FaultSite = (typeof faultSites)[number];
+
 /** Most network interfaces a node reports the bytes of. */
 export const MAX_INTERFACES = 64;
 
@@ -257,6 +264,8 @@ export const vitalsMessage = object({
     { max: MAX_INTERFACES },
   ),
   uptime_seconds: COUNT,
+  /** Faults the agent's data plane contained since it started (each ended its own flow), by where; absent: none. */
+  faults: optional(array(object({ site: oneOf(faultSites), count: COUNT }), { max: faultSites.length }), []),
 });
 export type VitalsMessage = Infer<typeof vitalsMessage>;
 

@@ -1,7 +1,7 @@
 // What a forwarding rule is, for every part that handles one: the store keeps it, the API
 // shows it, the master sends its forwarding part to a node, the agent applies it.
 
-import { localKind } from '../schema/net.ts';
+import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
 import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
@@ -264,16 +264,21 @@ export interface TargetPolicy {
 
 /** Why a rule on the node at `nodeHost` may not reach `host` under `policy`, or null when it may. */
 export function targetRefusal(host: string, nodeHost: string, policy: TargetPolicy): string | null {
+  const kind = localKind(host);
+  if (isUnroutable(kind)) return `${host} is a ${kind} address, which is no host to forward to`;
   if (policy.allowLocal) return null;
+  // Addresses are compared in one spelling each ([::ffff:10.0.0.1] is 10.0.0.1), names without case.
+  const same = (a: string, b: string) =>
+    (canonicalAddress(a) ?? a.toLowerCase()) === (canonicalAddress(b) ?? b.toLowerCase());
   const name = host.toLowerCase();
   const reason =
     name === 'localhost' || name.endsWith('.localhost')
       ? 'names the node itself'
-      : localKind(host)
-        ? `is a ${localKind(host)} address`
-        : name === nodeHost.toLowerCase()
+      : kind
+        ? `is a ${kind} address`
+        : same(host, nodeHost)
           ? 'is the node itself'
-          : policy.masterHosts.some((master) => master.toLowerCase() === name)
+          : policy.masterHosts.some((master) => same(master, host))
             ? 'is the master'
             : null;
   return reason && `${host} ${reason}; rules reach such targets only with the setting allow_local_targets (needs *)`;

@@ -1,7 +1,7 @@
 // A node's vitals as the API shows them, from its agent's report and the one before it.
 
 import { formatTime } from '../schema/schema.ts';
-import type { VitalsMessage } from './link.ts';
+import type { FaultSite, VitalsMessage } from './link.ts';
 
 /** Network bytes of a node at a moment: what rates are counted from. */
 export interface NetworkTotals {
@@ -18,7 +18,7 @@ export interface Vitals {
   interfaces: { name: string; rx_bytes: number; tx_bytes: number }[];
   /** Bytes a second over every interface but loopback, since the previous report; null for the first. */
   network: { rx_bytes_per_second: number | null; tx_bytes_per_second: number | null };
-  agent: { version: string | null; uptime_seconds: number };
+  agent: { version: string | null; uptime_seconds: number; faults: Partial<Record<FaultSite, number>> };
 }
 
 const round = (value: number, places: number) => Math.round(value * 10 ** places) / 10 ** places;
@@ -49,7 +49,11 @@ export function vitalsOf(
       memory: { total_bytes: message.memory_total_bytes, available_bytes: message.memory_available_bytes },
       interfaces: message.interfaces,
       network: { rx_bytes_per_second: rate(totals.rx, before?.rx), tx_bytes_per_second: rate(totals.tx, before?.tx) },
-      agent: { version: agentVersion, uptime_seconds: message.uptime_seconds },
+      agent: {
+        version: agentVersion,
+        uptime_seconds: message.uptime_seconds,
+        faults: Object.fromEntries(message.faults.map(({ site, count }) => [site, count])),
+      },
     },
   };
 }

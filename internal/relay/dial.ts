@@ -3,11 +3,12 @@
 // tunnel to another node: it is handed a dial function and splices what it gets.
 
 import { lookup, type LookupAddress } from 'node:dns';
-import { createSocket, type SocketOptions } from 'node:dgram';
-import { connect, isIP, isIPv6, type LookupFunction } from 'node:net';
+import { createSocket, type Socket, type SocketOptions } from 'node:dgram';
+import { connect, isIP, isIPv6, type LookupFunction, type Socket as NetSocket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
-import { localKind } from '../schema/net.ts';
+import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
+import { contained } from './faults.ts';
 import type { Gate } from './gate.ts';
 import { forward, readingSocket } from './reads.ts';
 import type { Target, TargetPicker } from './targets.ts';
@@ -20,53 +21,72 @@ export interface DialPolicy {
   allowLocalTargets: boolean;
 }
 
-/** The node's own addresses, looked up at most once a second. */
+/** The node's own addresses (canonical, see canonicalAddress), looked up at most once a second. */
 let own: { at: number; addresses: Set<string> } = { at: 0, addresses: new Set() };
 function ownAddresses(): Set<string> {
   const now = Date.now();
   if (now - own.at > 1000) {
     const addresses = Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address));
-    own = { at: now, addresses: new Set(addresses) };
+    own = { at: now, addresses: new Set(addresses.map((a) => canonicalAddress(a) ?? a)) };
   }
   return own.addresses;
 }
 
-/** Why the node may not dial `address` (an IP address), or null. */
+/** Why the node may not dial `address` (an IP address in any spelling) as a local target, or null. */
 export function localRefusal(address: string): string | null {
   const kind = localKind(address);
   if (kind) return `${address} is a ${kind} address`;
-  return ownAddresses().has(address.replace(/^::ffff:/i, '')) ? `${address} is this node's own` : null;
+  return ownAddresses().has(canonicalAddress(address) ?? address) ? `${address} is this node's own` : null;
+}
+
+/** Why `address` may not be dialled under `policy`: never one that is no host (broadcast...), local ones by policy. */
+function addressRefusal(address: string, policy: DialPolicy): string | null {
+  const kind = localKind(address);
+  if (isUnroutable(kind)) return `${address} is a ${kind} address, which is no host to forward to`;
+  if (policy.allowLocalTargets) return null;
+  const refused = localRefusal(address);
+  return refused && `${refused}, and local targets are not allowed`;
 }
 
 /**
- * Resolves a target's name as the system would, but fails for a name that resolves to an address local to the node
- * (a name pointed at 127.0.0.1 or at cloud metadata): the check happens on what is dialled, after DNS.
+ * Resolves a target's name as the system would, but fails for a name that resolves to an address the policy refuses
+ * (a name pointed at 127.0.0.1, at cloud metadata or at a broadcast address): the check happens on what is dialled,
+ * after DNS. Only the target's name is checked: a UDP socket looks up its own wildcard address through it too, to bind.
  */
-const guardedLookup: LookupFunction = (hostname, options, callback) => {
-  lookup(hostname, { ...options, all: true }, (error, found: LookupAddress[]) => {
-    if (error) return callback(error, '', 0);
-    const refused = found.map((a) => localRefusal(a.address)).find((reason) => reason !== null);
-    if (refused) {
-      const denied = Object.assign(new Error(`${hostname} resolves to ${refused}, and local targets are not allowed`), {
-        code: 'ETARGETREFUSED',
-      });
-      return callback(denied, '', 0);
-    }
-    if (options.all) return (callback as unknown as (e: null, all: LookupAddress[]) => void)(null, found);
-    callback(null, found[0]!.address, found[0]!.family);
-  });
-};
+function guardedLookup(name: string, policy: DialPolicy): LookupFunction {
+  return (hostname, given, callback) => {
+    // dgram asks with the socket's family as a number (4 or 6), net with an options object.
+    const options = typeof given === 'number' ? { family: given } : given;
+    if (hostname !== name) return lookup(hostname, options, callback);
+    lookup(hostname, { ...options, all: true }, (error, found: LookupAddress[]) => {
+      if (error) return callback(error, '', 0);
+      if (found.length === 0)
+        return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0);
+      const refused = found.map((a) => addressRefusal(a.address, policy)).find((reason) => reason !== null);
+      if (refused) {
+        const denied = Object.assign(new Error(`${hostname} resolves to ${refused}`), { code: 'ETARGETREFUSED' });
+        return callback(denied, '', 0);
+      }
+      if (options.all) return (callback as unknown as (e: null, all: LookupAddress[]) => void)(null, found);
+      callback(null, found[0]!.address, found[0]!.family);
+    });
+  };
+}
 
 /** Where `target` may not be dialled under `policy`, why (for an address; a name is checked as it resolves). */
 function refusalOf(target: Target, policy: DialPolicy): string | null {
-  if (policy.allowLocalTargets || !isIP(target.host)) return null;
-  const refused = localRefusal(target.host);
-  return refused && `${refused}, and local targets are not allowed`;
+  return isIP(target.host) ? addressRefusal(target.host, policy) : null;
 }
 
 /** The socket options that enforce `policy` while a target's name resolves. */
 function lookupFor(target: Target, policy: DialPolicy): { lookup?: LookupFunction } {
-  return policy.allowLocalTargets || isIP(target.host) ? {} : { lookup: guardedLookup };
+  return isIP(target.host) ? {} : { lookup: guardedLookup(target.host, policy) };
+}
+
+/** Node's UDP connect callback: it is also called, with the error, when the connect fails (and nothing is emitted). */
+type ConnectCallback = (error?: Error | null) => void;
+function connectDatagrams(socket: Socket, target: Target, callback: ConnectCallback): void {
+  socket.connect(target.port, target.host, callback as () => void);
 }
 
 /**
@@ -77,22 +97,42 @@ export function probeTarget(target: Target, policy: DialPolicy, timeoutMs: numbe
   const refused = refusalOf(target, policy);
   if (refused) return Promise.resolve(refused);
   return new Promise((resolve) => {
-    const socket = connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
-    socket.setTimeout(timeoutMs);
+    let socket: NetSocket | undefined;
     const done = (why: string | null) => {
-      socket.destroy();
+      socket?.destroy();
       resolve(why);
     };
-    socket.once('connect', () => done(null));
-    socket.once('timeout', () => done('timeout'));
-    socket.once('error', (error: NodeJS.ErrnoException) => done(error.code ?? error.message));
+    const fail = (error: unknown) => done(codeOf(error));
+    contained(
+      'probe',
+      () => {
+        socket = connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
+        socket.setTimeout(timeoutMs);
+        socket.once(
+          'connect',
+          contained('probe', () => done(null), fail),
+        );
+        socket.once(
+          'timeout',
+          contained('probe', () => done('timeout'), fail),
+        );
+        socket.once('error', contained('probe', fail, fail));
+      },
+      fail,
+    )();
   });
+}
+
+/** An error's code (ECONNREFUSED...), or its message. */
+function codeOf(error: unknown): string {
+  return (error as NodeJS.ErrnoException)?.code ?? (error as Error)?.message ?? String(error);
 }
 
 /**
  * Sends `target` one datagram from a socket of its own, as a relay would (the same policy): true when anything comes
  * back within `timeoutMs`, false with the error when the target's host says no one listens (an ICMP port unreachable,
- * ECONNREFUSED), null when nothing comes back (UDP cannot tell a silent service from a lost datagram).
+ * ECONNREFUSED) or the datagram cannot go (no route, a name that resolves nowhere), null when nothing comes back (UDP
+ * cannot tell a silent service from a lost datagram).
  */
 export function probeDatagram(
   target: Target,
@@ -102,21 +142,47 @@ export function probeDatagram(
   const refused = refusalOf(target, policy);
   if (refused) return Promise.resolve({ reachable: false, error: refused });
   return new Promise((resolve) => {
-    const socket = createSocket({
-      type: isIPv6(target.host) ? 'udp6' : 'udp4',
-      ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
-    });
+    let socket: Socket | undefined;
+    let settled = false;
     const timer = setTimeout(() => done({ reachable: null, error: 'no answer' }), timeoutMs);
     const done = (outcome: { reachable: boolean | null; error: string | null }) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
-      socket.close();
+      socket?.close();
       resolve(outcome);
     };
-    socket.on('message', () => done({ reachable: true, error: null }));
-    socket.on('error', (error: NodeJS.ErrnoException) =>
-      done({ reachable: false, error: error.code ?? error.message }),
-    );
-    socket.connect(target.port, target.host, () => socket.send('portplane probe'));
+    const fail = (error: unknown) => done({ reachable: false, error: codeOf(error) });
+    contained(
+      'probe',
+      () => {
+        socket = createSocket({
+          type: isIPv6(target.host) ? 'udp6' : 'udp4',
+          ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
+        });
+        socket.on(
+          'message',
+          contained('probe', () => done({ reachable: true, error: null }), fail),
+        );
+        socket.on('error', contained('probe', fail, fail));
+        connectDatagrams(
+          socket,
+          target,
+          contained(
+            'probe',
+            (error?: Error | null) => {
+              if (error) return fail(error);
+              socket!.send(
+                'portplane probe',
+                contained('probe', (sent?: Error | null) => sent && fail(sent), fail),
+              );
+            },
+            fail,
+          ),
+        );
+      },
+      fail,
+    )();
   });
 }
 
@@ -160,20 +226,38 @@ function tryTargets(
   const refused = refusalOf(target, policy);
   if (refused) return next(`${target.host}:${target.port}: ${refused}`);
   const upstream = readingSocket({ allowHalfOpen: true });
-  upstream.setTimeout(CONNECT_TIMEOUT_MS);
-  upstream.connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
-  const failover = (error?: Error) => {
+  let failed = false;
+  const failover = (error?: unknown) => {
     upstream.destroy();
-    next(`${target.host}:${target.port}: ${error?.message ?? 'timed out'}`);
+    if (failed) return;
+    failed = true;
+    next(`${target.host}:${target.port}: ${error === undefined ? 'timed out' : codeOf(error)}`);
   };
-  upstream.once('error', failover);
-  upstream.once('timeout', failover);
-  upstream.once('connect', () => {
-    upstream.off('error', failover);
-    upstream.off('timeout', failover);
-    upstream.setTimeout(0);
-    onOpen(upstream);
-  });
+  contained(
+    'tcp_relay',
+    () => {
+      upstream.setTimeout(CONNECT_TIMEOUT_MS);
+      upstream.connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
+      upstream.once('error', contained('tcp_relay', failover, failover));
+      upstream.once(
+        'timeout',
+        contained('tcp_relay', () => failover(), failover),
+      );
+      upstream.once(
+        'connect',
+        contained(
+          'tcp_relay',
+          () => {
+            upstream.removeAllListeners('timeout');
+            upstream.setTimeout(0);
+            onOpen(upstream);
+          },
+          () => upstream.destroy(),
+        ),
+      );
+    },
+    failover,
+  )();
 }
 
 /**
@@ -215,36 +299,23 @@ const MAX_QUEUED_DATAGRAMS = 64;
 const MAX_QUEUED_BYTES = 256 * 1024;
 
 /**
- * A UDP session to the first target in the picker's order, over a socket of its own so replies find the client; none
- * to a target the policy does not allow.
+ * A UDP session to the first target in the picker's order that the socket can be connected to (a name that resolves
+ * nowhere, or an address with no route, is passed over for the next), over a socket of its own so replies find the
+ * client; none when the policy allows no target.
  */
 export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramDial {
   return (onReply, onEnd) => {
-    const target = picker.order()[0];
-    if (!target || refusalOf(target, policy)) return null;
-    const upstream = createSocket({
-      type: isIPv6(target.host) ? 'udp6' : 'udp4',
-      recvBufferSize: DATAGRAM_BUFFER_BYTES,
-      // The same lookup: asked for one address, it answers with one.
-      ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
-    });
+    const targets = picker.order().filter((target) => !refusalOf(target, policy));
+    if (targets.length === 0) return null;
     let queued: Buffer[] | null = [];
     let queuedBytes = 0;
     let closed = false;
-    upstream.on('error', () => {
-      session.close();
-      onEnd();
-    });
-    upstream.on('message', onReply);
-    upstream.connect(target.port, target.host, () => {
-      for (const datagram of queued ?? []) upstream.send(datagram);
-      queued = null;
-    });
+    let upstream: Socket | undefined;
     const session: DatagramSession = {
       send(datagram) {
         if (closed) return false;
         if (!queued) {
-          upstream.send(datagram);
+          upstream!.send(datagram);
           return true;
         }
         if (queued.length >= MAX_QUEUED_DATAGRAMS || queuedBytes + datagram.length > MAX_QUEUED_BYTES) return false;
@@ -255,9 +326,40 @@ export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramD
       close() {
         if (closed) return;
         closed = true;
-        upstream.close();
+        queued = null;
+        upstream?.close();
       },
     };
-    return session;
+    // The session's end, whatever ended it: a socket error, no target connected, a throw in one of its callbacks.
+    const end = () => {
+      if (closed) return;
+      session.close();
+      onEnd();
+    };
+    const open = (index: number) => {
+      const target = targets[index]!;
+      const socket = createSocket({
+        type: isIPv6(target.host) ? 'udp6' : 'udp4',
+        recvBufferSize: DATAGRAM_BUFFER_BYTES,
+        // The same lookup: asked for one address, it answers with one.
+        ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
+      });
+      upstream = socket;
+      socket.on('error', contained('udp_relay', end, end));
+      socket.on('message', contained('udp_relay', onReply, end));
+      const connected = (error?: Error | null) => {
+        if (closed) return;
+        if (error) {
+          if (index + 1 >= targets.length) return end();
+          socket.close();
+          return open(index + 1);
+        }
+        for (const datagram of queued ?? []) socket.send(datagram);
+        queued = null;
+      };
+      connectDatagrams(socket, target, contained('udp_relay', connected, end));
+    };
+    contained('udp_relay', open, end)(0);
+    return closed ? null : session;
   };
 }

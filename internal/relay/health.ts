@@ -7,6 +7,7 @@ import type { HealthCheck, TargetHealth } from '../domain/rules.ts';
 import { formatTime } from '../schema/schema.ts';
 import { probeTarget, type DialPolicy } from './dial.ts';
 import type { Target } from './targets.ts';
+import { contained } from './faults.ts';
 
 interface Checked extends TargetHealth {
   successes: number;
@@ -56,7 +57,14 @@ export class HealthChecker {
         },
     );
     clearInterval(this.timer);
-    this.timer = setInterval(() => this.round(), check.interval_seconds * 1000).unref();
+    this.timer = setInterval(
+      contained(
+        'health_check',
+        () => this.round(),
+        () => undefined,
+      ),
+      check.interval_seconds * 1000,
+    ).unref();
     this.round();
   }
 
@@ -78,10 +86,13 @@ export class HealthChecker {
       const target = this.targets[i];
       if (checked.busy || !target) return;
       checked.busy = true;
-      void probeTarget(target, this.policy, this.check.timeout_ms).then((why) => {
+      const settle = (why: string | null) => {
         checked.busy = false;
         if (!this.closed) this.record(checked, why);
-      });
+      };
+      void probeTarget(target, this.policy, this.check.timeout_ms).then(
+        contained('health_check', settle, () => (checked.busy = false)),
+      );
     });
   }
 

@@ -9,6 +9,7 @@ import type { ProxyProtocol } from '../domain/rules.ts';
 import type { Gate } from './gate.ts';
 import { proxyHeader } from './proxy-protocol.ts';
 import { adopt } from './reads.ts';
+import { contained } from './faults.ts';
 
 export interface Counter {
   bytes_in: number;
@@ -33,7 +34,14 @@ export class TcpRelay {
     /** Replaced in place when the rule changes: what the next connection's target is sent first. */
     public proxyProtocol: ProxyProtocol = 'none',
   ) {
-    this.server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => this.accept(adopt(client)));
+    this.server = createServer(
+      { allowHalfOpen: true, pauseOnConnect: true },
+      contained(
+        'tcp_relay',
+        (client) => this.accept(adopt(client)),
+        (_, client) => client.destroy(),
+      ),
+    );
   }
 
   /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */

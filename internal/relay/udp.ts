@@ -10,6 +10,7 @@ import { DATAGRAM_BUFFER_BYTES, type DatagramDial, type DatagramSession } from '
 import type { Gate } from './gate.ts';
 import type { Limits } from './limits.ts';
 import type { Counter } from './tcp.ts';
+import { contained } from './faults.ts';
 
 interface Session {
   upstream: DatagramSession;
@@ -32,7 +33,14 @@ export class UdpRelay {
     /** The rule's allow and deny lists, max_connections and expiry, met by each new session. */
     private readonly gate: Gate,
   ) {
-    this.sweeper = setInterval(() => this.expire(), Math.min(limits.udpIdleMs, 10_000)).unref();
+    this.sweeper = setInterval(
+      contained(
+        'udp_relay',
+        () => this.expire(),
+        () => undefined,
+      ),
+      Math.min(limits.udpIdleMs, 10_000),
+    ).unref();
   }
 
   /** Resolves once bound; rejects with the bind error (EADDRINUSE, EACCES, ...). */
@@ -48,7 +56,15 @@ export class UdpRelay {
       socket.bind({ address: host, port, exclusive: true }, () => {
         socket.off('error', reject);
         socket.on('error', () => {});
-        socket.on('message', (message, from) => this.forward(message, from));
+        // A fault in one client's datagram ends that client's session, not the listener.
+        socket.on(
+          'message',
+          contained(
+            'udp_relay',
+            (message, from) => this.forward(message, from),
+            (_, _message, from) => this.end(`${from.address}|${from.port}`),
+          ),
+        );
         resolve();
       });
     });
@@ -100,6 +116,7 @@ export class UdpRelay {
         this.counter.bytes_out += reply.length;
         this.socket?.send(reply, from.port, from.address);
       },
+      // Called from the session's own callbacks, which contain what it throws.
       () => this.end(key),
     );
     if (!upstream) return null;

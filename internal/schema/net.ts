@@ -5,12 +5,21 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { string, type Schema } from './schema.ts';
 
 const LABEL = /^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$/;
+/**
+ * A number as the system's resolver reads an IPv4 address's parts (inet_aton): decimal, 0x hex or 0-led octal. A
+ * "name" of one to four such labels is an address to it (0x7f000001 and 0x7f.1 are 127.0.0.1), so it is no name here.
+ */
+const NUMERIC_LABEL = /^(?:0x[0-9a-f]*|\d+)$/i;
 
 export function isHostname(value: string): boolean {
   if (value.length > 253 || value.endsWith('.')) return false;
   const labels = value.split('.');
   // An all-numeric last label would be a malformed IPv4 address, not a name.
-  return labels.every((label) => LABEL.test(label)) && !/^\d+$/.test(labels[labels.length - 1]!);
+  return (
+    labels.every((label) => LABEL.test(label)) &&
+    !/^\d+$/.test(labels[labels.length - 1]!) &&
+    !(labels.length <= 4 && labels.every((label) => NUMERIC_LABEL.test(label)))
+  );
 }
 
 /** True for addresses only this machine can reach: there, plain HTTP exposes nothing. */
@@ -199,29 +208,61 @@ export function cidr(): Schema<string> {
 }
 
 /**
+ * An IP address in one spelling per address, for comparing: an IPv4 address as a.b.c.d, also where it comes inside an
+ * IPv6 one the way hosts and networks carry it (mapped ::ffff:a.b.c.d, compatible ::a.b.c.d, NAT64's well-known prefix
+ * 64:ff9b::/96, which a NAT64 gateway turns back into that IPv4 address); any other IPv6 address as its eight groups in
+ * lower-case hex, zeros compressed nowhere. Null for anything that is not an address (a name).
+ */
+export function canonicalAddress(address: string): string | null {
+  if (isIPv4(address)) return address.split('.').map(Number).join('.');
+  const groups = ipv6Groups(address.replace(/%.*$/, ''));
+  if (!groups) return null;
+  const zeros = (from: number, to: number) => groups.slice(from, to).every((g) => g === 0);
+  const embedsIPv4 =
+    (zeros(0, 5) && groups[5] === 0xffff) ||
+    (zeros(0, 6) && groups[6]! !== 0) ||
+    (groups[0] === 0x64 && groups[1] === 0xff9b && zeros(2, 6));
+  if (embedsIPv4) return [groups[6]! >> 8, groups[6]! & 255, groups[7]! >> 8, groups[7]! & 255].join('.');
+  return groups.map((g) => g.toString(16)).join(':');
+}
+
+/**
+ * Kinds of address that are no host to forward to, anywhere: no address at all (unspecified), a group (multicast),
+ * everyone on a link (broadcast), space IANA reserves (240.0.0.0/4). Neither the master nor an agent takes one as a
+ * target, whatever the settings.
+ */
+export const unroutableKinds = ['unspecified', 'multicast', 'broadcast', 'reserved'] as const;
+
+/**
  * What kind of address only the host itself, its link or nothing at all answers on, for a literal IPv4 or IPv6
- * address (IPv4-mapped ones as IPv4): loopback, link-local (where clouds serve instance metadata), unspecified,
- * multicast. Null for any other address, and for a name.
+ * address in any of its spellings (see canonicalAddress): loopback, link-local (where clouds serve instance metadata),
+ * metadata, or one of the unroutable kinds. Null for any other address, and for a name.
  */
 export function localKind(address: string): string | null {
-  const v4 = /^(?:::ffff:)?(\d{1,3})\.(\d{1,3})\.\d{1,3}\.\d{1,3}$/i.exec(address);
-  if (v4 && isIPv4(address.replace(/^::ffff:/i, ''))) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
+  const canonical = canonicalAddress(address);
+  if (canonical === null) return null;
+  if (isIPv4(canonical)) {
+    const [a, b] = canonical.split('.').map(Number) as [number, number];
+    if (canonical === '255.255.255.255') return 'broadcast';
     if (a === 127) return 'loopback';
     if (a === 169 && b === 254) return 'link-local';
     if (a === 0) return 'unspecified';
     if (a >= 224 && a <= 239) return 'multicast';
+    if (a >= 240) return 'reserved';
     return null;
   }
-  const bare = address.replace(/%.*$/, '').toLowerCase();
-  if (!isIPv6(bare)) return null;
-  const first = sourceOf(bare).split(':')[0]!;
-  if (bare === '::1' || /^(0:){7}1$/.test(bare)) return 'loopback';
-  if (bare === '::' || /^(0:){7}0$/.test(bare)) return 'unspecified';
-  const head = parseInt(first, 16);
+  const groups = canonical.split(':').map((g) => parseInt(g, 16));
+  const head = groups[0]!;
+  if (canonical === '0:0:0:0:0:0:0:1') return 'loopback';
+  if (canonical === '0:0:0:0:0:0:0:0') return 'unspecified';
   if ((head & 0xffc0) === 0xfe80) return 'link-local';
   // A cloud's instance metadata over IPv6 (AWS): link-local in all but its prefix.
-  if (sourceOf(bare) === 'fd00:ec2:0:0::/64' && /:254$/.test(bare)) return 'metadata';
+  if (canonical === 'fd00:ec2:0:0:0:0:0:254') return 'metadata';
   if ((head & 0xff00) === 0xff00) return 'multicast';
   return null;
+}
+
+/** Whether `kind` (of localKind) is one no setting allows as a target. */
+export function isUnroutable(kind: string | null): boolean {
+  return (unroutableKinds as readonly string[]).includes(kind ?? '');
 }

@@ -2,10 +2,17 @@
 // exit's key, presenting its own), reconnecting with backoff, measuring the round trip with
 // HTTP/2 PING, and opening a stream per relayed connection or UDP session.
 
-import { connect as h2Connect, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
+import {
+  connect as h2Connect,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type IncomingHttpStatusHeader,
+} from 'node:http2';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect } from 'node:tls';
 import type { DatagramDial, DatagramSession, TcpDial } from '../relay/dial.ts';
+import { contained } from '../relay/faults.ts';
 import {
   ALPN,
   Deframer,
@@ -88,11 +95,18 @@ export class TunnelEntry {
         if (!stream) return onFail('the tunnel is down');
         const failed = () => onFail('the exit reached no target');
         stream.once('close', failed);
-        stream.once('response', (headers) => {
-          stream.off('close', failed);
-          if (headers[':status'] === 200) onOpen(stream, release);
-          else onFail(`the exit answered ${headers[':status']}`);
-        });
+        stream.once(
+          'response',
+          contained(
+            'tunnel_entry',
+            (headers: IncomingHttpHeaders & IncomingHttpStatusHeader) => {
+              stream.off('close', failed);
+              if (headers[':status'] === 200) onOpen(stream, release);
+              else onFail(`the exit answered ${headers[':status']}`);
+            },
+            () => stream.destroy(),
+          ),
+        );
       });
   }
 
@@ -107,7 +121,14 @@ export class TunnelEntry {
       this.withSession((session) => {
         stream = session && !closed ? this.request(session, streamPath('udp', ruleId)) : null;
         if (!stream) return onEnd();
-        stream.on('data', (chunk: Buffer) => deframer.push(chunk, onReply));
+        stream.on(
+          'data',
+          contained(
+            'tunnel_entry',
+            (chunk: Buffer) => deframer.push(chunk, onReply),
+            () => stream?.destroy(),
+          ),
+        );
         stream.on('close', onEnd);
         framer = new Framer(stream);
         for (const datagram of early.splice(0)) framer.send(datagram);
@@ -172,8 +193,9 @@ export class TunnelEntry {
     this.waiting.push(use);
   }
 
+  /** Hands the session to each waiting dial; one that fails fails alone (its flow ends as it would without one). */
   private answer(session: ClientHttp2Session | null): void {
-    for (const use of this.waiting.splice(0)) use(session);
+    for (const use of this.waiting.splice(0)) contained('tunnel_entry', use, () => undefined)(session);
   }
 
   private report(change: Partial<TunnelView>): void {

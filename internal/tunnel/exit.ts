@@ -10,6 +10,7 @@ import { createServer, type Server, type TLSSocket } from 'node:tls';
 import { sourceOf } from '../schema/net.ts';
 import { datagramsTo, dialTargets, splice, type DialPolicy } from '../relay/dial.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
+import { contained } from '../relay/faults.ts';
 import type { Protocol, Strategy } from '../domain/rules.ts';
 import {
   ALPN,
@@ -85,10 +86,17 @@ export class TunnelExit {
     });
     this.server.maxConnections = MAX_CONNECTIONS;
     this.server.on('connection', (socket: Socket) => this.admit(socket));
-    this.server.on('secureConnection', (socket) => {
-      this.pending.delete(peerKey(socket));
-      this.guarded(socket, () => this.accept(socket));
-    });
+    this.server.on(
+      'secureConnection',
+      contained(
+        'tunnel_exit',
+        (socket: TLSSocket) => {
+          this.pending.delete(peerKey(socket));
+          this.accept(socket);
+        },
+        (error, socket) => this.dropped(socket, error),
+      ),
+    );
     this.server.on('tlsClientError', (error, socket) => {
       this.refuse(`a TLS handshake from ${socket.remoteAddress ?? 'a peer that left'} failed: ${error.message}`);
       socket.destroy();
@@ -143,17 +151,10 @@ export class TunnelExit {
     this.report({ error: `${why} (${new Date().toISOString()})` });
   }
 
-  /**
-   * Runs a handler of something a peer opened; whatever it throws ends that connection or
-   * stream and is noted on the tunnel, never the agent.
-   */
-  private guarded(opened: { destroy(): void }, handle: () => void): void {
-    try {
-      handle();
-    } catch (error) {
-      opened.destroy();
-      this.refuse(`dropped a connection that failed: ${(error as Error)?.message ?? String(error)}`);
-    }
+  /** Ends a connection or stream whose handler failed, noting it on the tunnel (the fault is counted). */
+  private dropped(opened: { destroy(): void }, error: unknown): void {
+    opened.destroy();
+    this.refuse(`dropped a connection that failed: ${(error as Error)?.message ?? String(error)}`);
   }
 
   /** Lets a new connection start its handshake, within MAX_PENDING and PENDING_PER_SOURCE. */
@@ -186,7 +187,14 @@ export class TunnelExit {
     }
     this.report({ state: 'up', error: null });
     session.on('error', (error) => this.refuse(`the session from ${from} failed: ${error.message}`));
-    session.on('stream', (stream, headers) => this.guarded(stream, () => this.stream(stream, headers, from)));
+    session.on(
+      'stream',
+      contained(
+        'tunnel_exit',
+        (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => this.stream(stream, headers, from),
+        (error, stream) => this.dropped(stream, error),
+      ),
+    );
     session.on('close', () => {
       this.sessions.delete(session);
       if (this.sessions.size === 0)
@@ -228,7 +236,14 @@ export class TunnelExit {
     if (!session) return respond(stream, 502, true);
     respond(stream, 200, false);
     const deframer = new Deframer();
-    stream.on('data', (chunk: Buffer) => deframer.push(chunk, (datagram) => session.send(datagram)));
+    stream.on(
+      'data',
+      contained(
+        'tunnel_exit',
+        (chunk: Buffer) => deframer.push(chunk, (datagram) => session.send(datagram)),
+        (error) => this.dropped(stream, error),
+      ),
+    );
     // The entry ends a UDP session's stream when the session expires: end ours too.
     stream.on('end', () => stream.end());
     stream.on('close', () => session.close());
