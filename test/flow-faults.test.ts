@@ -57,7 +57,9 @@ function alive(agent: AgentProcess): void {
   assert.equal(agent.signalCode, null);
 }
 
-test('every failing kind of target, through relay, probe, check, health check and tunnel, fails only its own flow', async (t) => {
+const EVERY_KIND =
+  'every failing kind of target, through relay, probe, check, health check and tunnel, fails only its own flow';
+test(EVERY_KIND, async (t) => {
   const m = await startMaster(t, { localTargets: true });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const [udp, tcp, closed, reset] = [await udpEcho(t), await tcpEcho(t), await freePort(), await resetter(t)];

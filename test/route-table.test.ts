@@ -48,7 +48,7 @@ test('every route declares its access, a verbNoun operationId of its own, and ev
   for (const r of routes) {
     assert.match(r.operationId ?? '', /^[a-z]+[A-Z][A-Za-z]*$/, `${r.method} ${r.path} needs a verbNoun operationId`);
     const name = `${r.method} ${r.path}`;
-    assert.ok(r.scope === 'public' || r.scope === 'authenticated' || scopes.includes(r.scope), name);
+    assert.ok(['public', 'authenticated', 'session'].includes(r.scope) || scopes.includes(r.scope as Scope), name);
     assert.equal(r.scope === 'public', PUBLIC_ROUTES.includes(name), `${name} public?`);
     if (r.method !== 'GET') assert.match(r.action ?? '', /^[a-z_]+\.[a-z_]+$/, `${name} needs an audit action`);
     assert.ok(r.summary.length > 0, `${name} needs a summary`);
@@ -69,13 +69,18 @@ test(
 
         if (r.scope !== 'authenticated') {
           const wanted = r.scope as Scope;
-          const lacking = scopes.filter((s) => s !== '*' && !grants([s], wanted));
+          // A route for login sessions refuses every API token, even one with every scope.
+          const lacking =
+            r.scope === 'session' ? ['*' as const] : scopes.filter((s) => s !== '*' && !grants([s], wanted));
           const weak = await mintToken(m, lacking, `lacks ${wanted}`);
           const before = snapshot(m, ['audit_log']);
           const lastAudit = newestAudit(m, 1)[0]!.id;
           const denied = await call(m.url, r.method, path, { token: weak, body });
           assertProblem(denied, 403, 'insufficient_scope');
-          assert.match(denied.body.detail, new RegExp(wanted.replace('*', '\\*')));
+          assert.match(
+            denied.body.detail,
+            r.scope === 'session' ? /login session/ : new RegExp(wanted.replace('*', '\\*')),
+          );
           assert.equal(snapshot(m, ['audit_log']), before);
           const entries = newestAudit(m, 10).filter((e) => e.id > lastAudit);
           if (r.method === 'GET') {
@@ -87,11 +92,10 @@ test(
           }
         }
 
-        const enough = await mintToken(
-          m,
-          r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope],
-          `has ${r.scope}`,
-        );
+        const enough =
+          r.scope === 'session'
+            ? await login(m.url, 'admin', ADMIN_PASSWORD)
+            : await mintToken(m, r.scope === 'authenticated' ? ['license:read'] : [r.scope as Scope], `has ${r.scope}`);
         const allowed = await call(m.url, r.method, path, { token: enough, body });
         assert.ok(
           ![401, 403].includes(allowed.status),

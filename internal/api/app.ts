@@ -184,6 +184,22 @@ export class App {
     return entry.principal;
   }
 
+  /**
+   * The caller `principal` as it stands now, for what outlives the request that authenticated it (an event stream):
+   * null once its token is revoked, expired or logged out, or its user disabled or deleted; else with the scopes it
+   * holds now (its user's may have narrowed).
+   */
+  reauthorize(principal: Principal): Principal | null {
+    const credential = this.store.tokens.findCredential(principal.tokenId, principal.kind);
+    if (!credential || credential.user_disabled || credential.created_by.id !== principal.userId) return null;
+    if (credential.expires_at !== null && Date.parse(credential.expires_at) <= this.now()) return null;
+    return {
+      ...principal,
+      scopes: intersect(credential.user_scopes, credential.scopes),
+      expiresAt: credential.expires_at,
+    };
+  }
+
   private lookup(secret: string): VerifiedCredential {
     const kind = secretKind(secret);
     const refused = () => new DomainError('unauthorized', 'the token is unknown or revoked', { invalidToken: true });

@@ -169,7 +169,7 @@ async function changePassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
   const passwordHash = await hashPassword(body.new_password);
   const ended = await transact(app, ctx, (effects) => {
     app.store.users.setPassword(user.id, passwordHash, app.timestamp());
-    const sessions = app.store.tokens.endSessionsExcept(user.id, caller.kind === 'session' ? caller.tokenId : null);
+    const sessions = app.store.tokens.endSessionsExcept(user.id, caller.tokenId);
     effects.audit({ resource: 'user', resource_id: user.id, changes: { after: { password: body.new_password } } });
     return sessions.length;
   });
@@ -180,10 +180,7 @@ async function changePassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
 async function endOtherSessions(ctx: Ctx<undefined, {}>) {
   const { app, caller } = ctx;
   const ended = await transact(app, ctx, (effects) => {
-    const sessions = app.store.tokens.endSessionsExcept(
-      caller.userId,
-      caller.kind === 'session' ? caller.tokenId : null,
-    );
+    const sessions = app.store.tokens.endSessionsExcept(caller.userId, caller.tokenId);
     effects.audit({ resource: 'user', resource_id: caller.userId, changes: { after: { sessions_ended: sessions } } });
     return sessions.length;
   });
@@ -236,7 +233,8 @@ export const authOperations = operations({
     description:
       `Needs the current password (422 naming current_password when wrong; wrong guesses count as failed logins ` +
       `and are throttled as they are, 429). The new one needs at least ${MIN_PASSWORD} characters. Ends the ` +
-      "user's other login sessions (the calling one stays); API tokens stay.",
+      "user's other login sessions (the calling one stays); API tokens stay. A login session only: an API token " +
+      "cannot change, nor by guessing wrong lock, its owner's password (403).",
     body: passwordChangeInput,
     responses: { 200: { description: 'Changed', schema: sessionsEnded }, 429: { description: 'Too many wrong' } },
     handler: changePassword,
@@ -245,7 +243,8 @@ export const authOperations = operations({
     action: 'auth.logout_others',
     summary: "End the caller's other login sessions",
     description:
-      'Every login session of the calling user but the one calling (all of them, when called with an API token).',
+      'Every login session of the calling user but the one calling. A login session only: an API token (a ' +
+      "script's, perhaps leaked) cannot sign its owner out (403).",
     responses: { 200: { description: 'Ended', schema: sessionsEnded } },
     handler: endOtherSessions,
   }),

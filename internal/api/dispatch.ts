@@ -391,13 +391,18 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       !principal ||
       route.scope === 'authenticated' ||
       route.scope === 'public' ||
-      grants(principal.scopes, route.scope)
+      (route.scope === 'session' ? principal.kind === 'session' : grants(principal.scopes, route.scope))
     )
       return;
     if (route.method !== 'GET') {
       spend(principal, x);
       recordDenied(route, params, x, { required_scope: route.scope });
     }
+    if (route.scope === 'session')
+      throw new DomainError(
+        'insufficient_scope',
+        'this call needs a login session (POST /api/auth/login), not an API token',
+      );
     throw new DomainError('insufficient_scope', `this call needs the scope ${route.scope}`, {
       requiredScope: route.scope,
     });

@@ -48,13 +48,15 @@ const READERS: Record<Resource, string> = {
 const EVENT_TYPES: readonly string[] = [...Object.values(JOURNAL_TYPES).flat(), ...Object.keys(LIVE_TYPES)];
 const RESOURCES = Object.keys(READERS) as Resource[];
 /** What the stream itself says: where it starts, that it starts over, and why it ends. */
-const CONTROL_TYPES = ['ready', 'reset', 'dropped', 'shutdown'];
+const CONTROL_TYPES = ['ready', 'reset', 'dropped', 'shutdown', 'revoked'];
 
 /** What a stream writes at most ahead of its client before it pauses reading the journal. */
 const BUFFER_BYTES = 256 * 1024;
 const PAGE = 200;
 const MAX_STREAMS_PER_USER = 16;
 const MAX_STREAMS = 512;
+/** Of MAX_STREAMS, the places only callers holding `*` may take: others filling the master keep no admin out. */
+const KEPT_FOR_ADMINS = 32;
 /** At most this many rules in a traffic tick (the busiest); `rules_left` says how many more moved bytes. */
 const TICK_RULES = 1000;
 
@@ -83,7 +85,9 @@ type EventsQuery = QueryOf<typeof eventsQuery>;
 
 interface Stream {
   res: ServerResponse;
+  /** Its caller, checked again whenever credentials change and when its token expires (see `reauthorize`). */
   principal: Principal;
+  expiresAtMs: number;
   /** The resources its caller may read, as a JSON array (for the journal's query). */
   resources: string;
   readable: ReadonlySet<string>;
@@ -129,6 +133,10 @@ export class EventStreams {
   private beats = 0;
   /** The journal's head when the streams were last woken. */
   private head = 0;
+  /** The credentials' generation when the streams' callers were last checked. */
+  private credentials = -1;
+  /** Streams open at once, at most (tests lower it). */
+  maxStreams = MAX_STREAMS;
   /** How long a full stream may stay full before it is dropped (tests shorten it). */
   stallMs = 30_000;
   heartbeatMs = 15_000;
@@ -188,8 +196,9 @@ export class EventStreams {
     const resumeAt = query.after ?? lastEventId(ctx.headers['last-event-id']);
     // Counted from here, not once the stream starts: answers wait for a commit in between, and a burst of requests
     // would all pass a count of the streams started.
-    if (this.streams.size + this.opening >= MAX_STREAMS)
-      throw new DomainError('rate_limited', `${MAX_STREAMS} event streams are open on this master`, {
+    const room = grants(principal.scopes, '*') ? this.maxStreams : this.maxStreams - KEPT_FOR_ADMINS;
+    if (this.streams.size + this.opening >= room)
+      throw new DomainError('rate_limited', `${room} event streams are open on this master`, {
         retryAfterSeconds: 30,
       });
     if ((this.perUser.get(principal.userId) ?? 0) >= MAX_STREAMS_PER_USER)
@@ -198,7 +207,9 @@ export class EventStreams {
       });
     const readable = RESOURCES.filter((resource) => {
       const scope = this.readers.get(resource)!.scope;
-      return scope === 'public' || scope === 'authenticated' || grants(principal.scopes, scope);
+      return (
+        scope === 'public' || scope === 'authenticated' || (scope !== 'session' && grants(principal.scopes, scope))
+      );
     });
     this.opening++;
     this.perUser.set(principal.userId, (this.perUser.get(principal.userId) ?? 0) + 1);
@@ -233,6 +244,7 @@ export class EventStreams {
     const stream: Stream = {
       res,
       principal,
+      expiresAtMs: principal.expiresAt === null ? Infinity : Date.parse(principal.expiresAt),
       resources: JSON.stringify(readable.filter((r) => r in JOURNAL_TYPES)),
       readable: new Set(readable),
       types: types && new Set(types),
@@ -459,9 +471,42 @@ export class EventStreams {
     else this.perUser.delete(userId);
   }
 
-  /** The journal's other writers (a CLI), heartbeats and traffic ticks. */
+  /**
+   * Ends, within a second, each stream whose caller no longer holds what it opened with: its token revoked, expired or
+   * logged out, its user disabled or deleted, or its scopes changed (a stream shows what its scopes could read when
+   * it opened: reconnecting shows what they read now). Streams are looked at again only when credentials changed
+   * (Store.credentials) or a token's expiry came, so a quiet second costs nothing.
+   */
+  private reauthorize(): void {
+    const generation = this.app.store.credentials.value;
+    const changed = generation !== this.credentials;
+    this.credentials = generation;
+    const now = this.app.now();
+    for (const stream of this.streams) {
+      if (!changed && stream.expiresAtMs > now) continue;
+      const current = this.app.reauthorize(stream.principal);
+      if (current && current.scopes.join() === stream.principal.scopes.join()) continue;
+      const detail = current
+        ? "the caller's scopes changed: reconnect to follow what they read now"
+        : 'the credential was revoked or expired, or its user disabled or deleted';
+      this.send(
+        stream,
+        eventFrame('revoked', JSON.stringify({ type: 'revoked', detail, resume_after: stream.cursor })),
+      );
+      this.end(stream);
+    }
+  }
+
+  /** The journal's other writers (a CLI), heartbeats, traffic ticks, and callers checked again. */
   private everySecond(): void {
     this.beats++;
+    try {
+      this.reauthorize();
+    } catch (error) {
+      this.app.log.error("checking event streams' callers failed", {
+        error: (error as Error)?.message ?? String(error),
+      });
+    }
     try {
       this.wake();
     } catch (error) {
@@ -544,7 +589,7 @@ const controlEventSchema = describe({
   properties: {
     type: { type: 'string', enum: CONTROL_TYPES },
     resume_after: { type: 'integer', description: 'The event id to resume after (Last-Event-ID or ?after=).' },
-    detail: { type: 'string', description: 'reset only: why, and what to do.' },
+    detail: { type: 'string', description: 'reset and revoked: why, and what to do.' },
   },
   additionalProperties: false,
 });
@@ -559,8 +604,11 @@ export const eventOperations = operations({
       'it for audit_retention_days, else a `reset` event says to list again. A caller sees only the events of ' +
       'resources its scopes can GET, rendered as those GETs answer. `ready` opens the stream; a comment line every ' +
       `15 s keeps proxies from closing it; a client that leaves ${BUFFER_BYTES / 1024} KiB unread for 30 s gets ` +
-      '`dropped` with the id to resume after. At most ' +
-      `${MAX_STREAMS_PER_USER} streams per user (429 beyond).`,
+      '`dropped` with the id to resume after. A stream lasts only as long as what opened it: within a second of ' +
+      'its token being revoked, expiring or logged out, its user disabled or deleted, or its scopes changed, it ' +
+      'gets `revoked` (with why and the id to resume after) and ends. At most ' +
+      `${MAX_STREAMS_PER_USER} streams per user and ${MAX_STREAMS} in all, of which the last ${KEPT_FOR_ADMINS} ` +
+      'only for callers holding `*` (429 beyond).',
     query: eventsQuery,
     responses: {
       200: {

@@ -171,7 +171,10 @@ function commonErrors(route: Route): Record<string, unknown> {
   );
   if (route.scope !== 'public') {
     error(401, 'No valid bearer token (unauthorized).');
-    if (route.scope !== 'authenticated') error(403, `The token lacks the scope ${route.scope} (insufficient_scope).`);
+    if (route.scope === 'session')
+      error(403, 'An API token cannot do this: it needs a login session (insufficient_scope).');
+    else if (route.scope !== 'authenticated')
+      error(403, `The token lacks the scope ${route.scope} (insufficient_scope).`);
   }
   if (route.path.includes('{')) error(404, 'No such resource (not_found); ids are whole numbers from 1.');
   if (route.method === 'POST' && route.scope !== 'public') error(409, IN_FLIGHT);
@@ -351,7 +354,9 @@ export function openApiDocument(routes: readonly Route[]): JsonSchema {
         ? 'Public: no token needed.'
         : route.scope === 'authenticated'
           ? 'Any valid token.'
-          : `Scope: \`${route.scope}\`.`;
+          : route.scope === 'session'
+            ? 'A login session (an API token is refused).'
+            : `Scope: \`${route.scope}\`.`;
     (paths[route.path] ??= {})[route.method.toLowerCase()] = {
       operationId: route.operationId,
       summary: route.summary,

@@ -83,7 +83,9 @@ function anchor(method: string, path: string): string {
 }
 
 function accessOf(r: Route): string {
-  return r.scope === 'public' ? 'public' : r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``;
+  if (r.scope === 'public') return 'public';
+  if (r.scope === 'session') return 'a login session';
+  return r.scope === 'authenticated' ? 'any valid token' : `\`${r.scope}\``;
 }
 
 export function renderReference(routes: readonly Route[], intro: string): string {
@@ -120,6 +122,11 @@ export function renderReference(routes: readonly Route[], intro: string): string
       '. Any valid token: ' +
       routes
         .filter((r) => r.scope === 'authenticated')
+        .map((r) => `\`${r.method} ${r.path}\``)
+        .join(', ') +
+      '. A login session, not an API token: ' +
+      routes
+        .filter((r) => r.scope === 'session')
         .map((r) => `\`${r.method} ${r.path}\``)
         .join(', ') +
       '.',

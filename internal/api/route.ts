@@ -16,8 +16,12 @@ export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 /** An Idempotency-Key: 1 to 255 visible ASCII characters. */
 export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
-/** `public`: no token; `authenticated`: any valid token; otherwise the scope it must grant. */
-export type Access = Scope | 'public' | 'authenticated';
+/**
+ * `public`: no token; `authenticated`: any valid token; `session`: a login session, not an API token (what a person
+ * does to their own account: a leaked script's token must not lock or sign out its owner); otherwise the scope it
+ * must grant.
+ */
+export type Access = Scope | 'public' | 'authenticated' | 'session';
 
 export interface Reply {
   status: number;

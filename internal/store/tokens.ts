@@ -161,6 +161,12 @@ export class TokenStore {
     return row && toCredential(row);
   }
 
+  /** A credential by id, with its owner's scopes and state: for re-checking one already verified. */
+  findCredential(id: number, kind: TokenKind): Credential | undefined {
+    const row = this.byId.get(id, kind) as Row | undefined;
+    return row && toCredential(row);
+  }
+
   find(id: number, kind: TokenKind = 'api'): Token | undefined {
     const row = this.byId.get(id, kind) as Row | undefined;
     return row && toToken(row);
