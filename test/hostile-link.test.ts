@@ -418,3 +418,62 @@ test("a tunnel's keys go with its nodes; a new address for the exit reaches the 
   assert.notEqual(second.entry_cert, first.entry_cert);
   assert.deepEqual(m.app.store.tunnels.endsOf(b.id), [], 'the old exit holds no end of it any more');
 });
+
+test('an agent flapping every state it reports writes a row per window, not per message, and the master keeps up', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'flapper', { host: '192.0.2.10' });
+  const other = await node(m, 'exit', { host: '192.0.2.11' });
+  const checked = (
+    await rule(m, {
+      node_id: n.id,
+      listen_port: 9000,
+      targets: ['192.0.2.1:80'],
+      health_check: { interval_seconds: 1 },
+    })
+  ).body;
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't', entry_node_id: n.id, exit_node_id: other.id, listen_port: 40_100 },
+  });
+  assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  const events = () => (m.app.store.db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n;
+  const before = events();
+  const cpuBefore = process.cpuUsage();
+  const started = performance.now();
+  let sent = 0;
+  let last = '';
+  // Three seconds of flapping, as fast as the socket takes it: each message flips every state the agent reports.
+  while (performance.now() - started < 3000) {
+    const flip = sent % 2 === 0;
+    const status = flip ? 'down' : 'up';
+    last = status;
+    send(raw.socket, {
+      type: 'health',
+      rules: [{ id: checked.id, targets: [{ target: '192.0.2.1:80', status, error: null, checked_at: null }] }],
+    });
+    send(raw.socket, {
+      type: 'tunnel_status',
+      tunnels: [{ id: tunnel.body.id, state: flip ? 'down' : 'up', error: flip ? 'flap' : null, rtt_us: null }],
+    });
+    send(raw.socket, { type: 'paths', kernel: { available: flip, reason: flip ? null : 'flap' } });
+    sent += 3;
+    if (sent % 300 === 0) await new Promise((resolve) => setImmediate(resolve));
+  }
+  // Messages are taken in order: once the master answers a ping, it has taken every one before; then a window passes.
+  send(raw.socket, { type: 'ping' });
+  await raw.next('pong');
+  await new Promise((resolve) => setTimeout(resolve, 2500));
+  const written = events() - before;
+  const seconds = (performance.now() - started) / 1000;
+  // Each of the three states may write once per 2 s window (plus the first at once): about 3 x 4 rows here.
+  assert.ok(sent > 3000, `the flood was a flood (${sent} messages)`);
+  assert.ok(written <= 3 * (Math.ceil(seconds / 2) + 2), `${written} events for ${sent} flapping messages`);
+  const cpu = process.cpuUsage(cpuBefore);
+  assert.ok((cpu.user + cpu.system) / 1e6 / seconds < 1.5, 'the master spent at most about a core on it');
+  // The last state reported wins.
+  const health = (await call(m.url, 'GET', `/api/rules/${checked.id}`, { token: m.admin })).body.health;
+  assert.equal(health.targets[0].status, last);
+  assert.equal((await call(m.url, 'GET', '/api/health', { token: m.admin })).status, 200);
+});

@@ -37,7 +37,15 @@ import {
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { pinOf } from '../tls/pin.ts';
 import { sourceOf } from '../schema/net.ts';
-import { controlDefaults, forwardRuleOf, type Control, type ForwardRule, type Rule } from '../domain/rules.ts';
+import {
+  controlDefaults,
+  forwardRuleOf,
+  type Control,
+  type ForwardRule,
+  type Rule,
+  type TargetHealth,
+} from '../domain/rules.ts';
+import { Coalescer } from './coalesce.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
   AGENT_LINE_BYTES,
@@ -127,7 +135,19 @@ interface Link {
   endedBecause?: string;
   /** The network totals of the last vitals kept, which the next one's rates are counted from. */
   vitals?: NetworkTotals;
+  /** What it reports as state, written at most once a STATE_WINDOW_MS per rule, tunnel or node (see coalesce.ts). */
+  health: Coalescer<TargetHealth[]>;
+  tunnels: Coalescer<TunnelState>;
+  paths: Coalescer<PathsMessage['kernel']>;
 }
+
+type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
+
+/**
+ * How often one rule's health, one tunnel end's status or the node's paths may be written: a flapping value costs a
+ * row (and an event) per window, however fast its agent reports it.
+ */
+export const STATE_WINDOW_MS = 2_000;
 
 /** What the agent links use of the master. */
 export interface LinkBackend {
@@ -304,6 +324,7 @@ export class AgentLinks {
       agentVersion,
       ip,
       allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')),
+      ...this.stateWriters(nodeId),
     };
     if (this.links.has(nodeId)) {
       this.pending.get(nodeId)?.socket.destroy();
@@ -328,8 +349,57 @@ export class AgentLinks {
       else
         this.logOf(`n:${nodeId}`).error('agent link failed', { node_id: nodeId, error: error.stack ?? error.message });
     });
-    socket.on('close', () => this.disconnected(link));
+    socket.on('close', () => {
+      for (const reports of [link.health, link.tunnels, link.paths]) reports.close();
+      this.disconnected(link);
+    });
     this.pushConfigTo(link);
+  }
+
+  /**
+   * The writers of what a node's agent reports as state, each coalesced (see Coalescer). They run from timers too:
+   * a write that fails (a full disk) is logged and dropped, the agent reports again.
+   */
+  private stateWriters(nodeId: number): Pick<Link, 'health' | 'tunnels' | 'paths'> {
+    const { store, clock } = this.app;
+    const writer =
+      <V>(what: string, write: (changes: [number, V][]) => void) =>
+      (changes: [number, V][]) => {
+        try {
+          store.write(() => write(changes));
+        } catch (error) {
+          this.logOf(`n:${nodeId}`).warn(`writing a node's ${what} failed`, {
+            node_id: nodeId,
+            error: (error as Error)?.message ?? String(error),
+          });
+        }
+      };
+    return {
+      health: new Coalescer(
+        STATE_WINDOW_MS,
+        clock.now,
+        writer('health', (changes: [number, TargetHealth[]][]) => {
+          for (const [id, targets] of changes) store.rules.setHealth(id, nodeId, targets);
+        }),
+      ),
+      tunnels: new Coalescer(
+        STATE_WINDOW_MS,
+        clock.now,
+        writer('tunnel status', (changes: [number, TunnelState][]) => {
+          const at = clock.timestamp();
+          for (const [id, { state, error, rtt_us }] of changes)
+            store.tunnels.report(id, nodeId, { status: state, error, rtt_us }, at);
+        }),
+      ),
+      paths: new Coalescer(
+        STATE_WINDOW_MS,
+        clock.now,
+        writer('paths', (changes: [number, PathsMessage['kernel']][]) => {
+          for (const [, { available, reason }] of changes)
+            store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason });
+        }),
+      ),
+    };
   }
 
   /** `link` becomes its node's link: the one it had (if any) ends, and the node is online. */
@@ -504,9 +574,7 @@ export class AgentLinks {
 
   /** Which ways of forwarding the node can use, as its agent says. */
   private paths(link: Link, message: PathsMessage): void {
-    const { store } = this.app;
-    const { available, reason } = message.kernel;
-    store.write(() => store.nodes.setKernelPath(link.nodeId, { available, reason: available ? null : reason }));
+    link.paths.offer([[link.nodeId, message.kernel]]);
   }
 
   private applied(link: Link, ack: AppliedMessage): void {
@@ -536,22 +604,14 @@ export class AgentLinks {
   private tunnelStatus(link: Link, message: TunnelStatusMessage): void {
     const twice = repeated(message.tunnels);
     if (twice !== undefined) throw new ProtocolError(`tunnel_status names tunnel ${twice} twice`);
-    const { store } = this.app;
-    const at = this.app.clock.timestamp();
-    store.write(() => {
-      for (const { id, state, error, rtt_us } of message.tunnels)
-        store.tunnels.report(id, link.nodeId, { status: state, error, rtt_us }, at);
-    });
+    link.tunnels.offer(message.tunnels.map(({ id, state, error, rtt_us }) => [id, { state, error, rtt_us }]));
   }
 
   /** How the targets of the node's health-checked rules stand; a rule not the node's is ignored. */
   private health(link: Link, message: HealthMessage): void {
     const twice = repeated(message.rules);
     if (twice !== undefined) throw new ProtocolError(`health names rule ${twice} twice`);
-    const { store } = this.app;
-    store.write(() => {
-      for (const { id, targets } of message.rules) store.rules.setHealth(id, link.nodeId, targets);
-    });
+    link.health.offer(message.rules.map(({ id, targets }) => [id, targets]));
   }
 
   /**
