@@ -53,12 +53,13 @@ export class VitalsMeter {
   private readonly startedAt = performance.now();
 
   /** The node's vitals now; CPU is counted since the previous reading (or since the meter was made). */
-  read(): VitalsMessage {
+  read(): Omit<VitalsMessage, 'faults'> & Partial<Pick<VitalsMessage, 'faults'>> {
     const cpu = cpuTimes();
     const spent = cpu.total - this.lastCpu.total;
     const cpuPercent = spent > 0 ? Math.min(100, Math.max(0, ((cpu.busy - this.lastCpu.busy) / spent) * 100)) : null;
     this.lastCpu = cpu;
     const total = totalmem();
+    const contained = faults.totals();
     return {
       type: 'vitals',
       cpu_percent: cpuPercent,
@@ -67,7 +68,8 @@ export class VitalsMeter {
       memory_available_bytes: Math.min(total, freemem()),
       interfaces: networkInterfaces(),
       uptime_seconds: Math.floor((performance.now() - this.startedAt) / 1000),
-      faults: faults.totals(),
+      // Only when there were any: a master older than faults would end the link on a field it does not know.
+      ...(contained.length > 0 ? { faults: contained } : {}),
     };
   }
 }
