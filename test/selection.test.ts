@@ -171,6 +171,22 @@ test(`a filter that selects more than ${MAX_SELECTED} items is refused, and noth
   assertProblem(refused, 422, 'validation_failed');
   assert.match(refused.body.errors[0].detail, /more than 10000 rules/);
   assert.equal(snapshot(m), before);
+
+  // A list no index orders is sorted by SQLite match by match: past 10,000 matches it is refused with what to do,
+  // whichever key and way; a key read in order, or filters that narrow it, answer.
+  for (const sort of ['traffic', '-traffic', 'sync_state', '-listen_port']) {
+    const sorted = await call(m.url, 'GET', `/api/rules?sort=${sort}&limit=5`, { token: m.admin });
+    assertProblem(sorted, 400, 'invalid_query');
+    assert.match(sorted.body.detail, /more than 10000 match: narrow the list/, sort);
+  }
+  for (const path of [
+    '/api/rules?sort=-name&limit=5',
+    '/api/rules?sort=node_id&limit=5',
+    '/api/rules?sort=-traffic&q=r-1000',
+  ]) {
+    const answered = await call(m.url, 'GET', path, { token: m.admin });
+    assert.equal(answered.status, 200, `${path}: ${JSON.stringify(answered.body)}`);
+  }
 });
 
 test('every list sorts by its keys, both ways, and its cursors walk every match once in that order', async (t) => {

@@ -135,7 +135,7 @@ interface Link {
   endedBecause?: string;
   /** The network totals of the last vitals kept, which the next one's rates are counted from. */
   vitals?: NetworkTotals;
-  /** What it reports as state, written at most once a STATE_WINDOW_MS per rule, tunnel or node (see coalesce.ts). */
+  /** What it reports as state, written within a budget per rule, tunnel or node (see STATE_BURST, coalesce.ts). */
   health: Coalescer<TargetHealth[]>;
   tunnels: Coalescer<TunnelState>;
   paths: Coalescer<PathsMessage['kernel']>;
@@ -144,10 +144,12 @@ interface Link {
 type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
 
 /**
- * How often one rule's health, one tunnel end's status or the node's paths may be written: a flapping value costs a
- * row (and an event) per window, however fast its agent reports it.
+ * How often one rule's health, one tunnel end's status or the node's paths may be written: STATE_BURST changes at
+ * once, then one each STATE_REFILL_MS, so a flapping value costs a row (and an event) per interval however fast its
+ * agent reports it, and the changes of a steady one are written as they come.
  */
-export const STATE_WINDOW_MS = 2_000;
+export const STATE_BURST = 4;
+export const STATE_REFILL_MS = 2_000;
 
 /** What the agent links use of the master. */
 export interface LinkBackend {
@@ -376,14 +378,16 @@ export class AgentLinks {
       };
     return {
       health: new Coalescer(
-        STATE_WINDOW_MS,
+        STATE_BURST,
+        STATE_REFILL_MS,
         clock.now,
         writer('health', (changes: [number, TargetHealth[]][]) => {
           for (const [id, targets] of changes) store.rules.setHealth(id, nodeId, targets);
         }),
       ),
       tunnels: new Coalescer(
-        STATE_WINDOW_MS,
+        STATE_BURST,
+        STATE_REFILL_MS,
         clock.now,
         writer('tunnel status', (changes: [number, TunnelState][]) => {
           const at = clock.timestamp();
@@ -392,7 +396,8 @@ export class AgentLinks {
         }),
       ),
       paths: new Coalescer(
-        STATE_WINDOW_MS,
+        STATE_BURST,
+        STATE_REFILL_MS,
         clock.now,
         writer('paths', (changes: [number, PathsMessage['kernel']][]) => {
           for (const [, { available, reason }] of changes)
