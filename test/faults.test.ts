@@ -74,11 +74,17 @@ test(
     );
     const listed = await call(m.url, 'GET', '/api/rules?limit=1000', { token: m.admin });
     assert.equal(listed.status, 200, 'reads go on');
-    assert.equal((await call(m.url, 'GET', '/api/health')).status, 200, 'the master is still up');
+    const health = await call(m.url, 'GET', '/api/health');
+    assert.equal(health.status, 503, 'health says writes are refused');
+    assert.equal(health.body.status, 'ok', 'the master is still up');
+    assert.equal(health.body.database, 'refusing_writes');
+    assert.match(health.body.database_detail, /disk is full/);
 
     free();
     const resumed = await write(1000);
     assert.equal(resumed.status, 201, `writes resume by themselves: ${JSON.stringify(resumed.body)}`);
+    const healthy = await call(m.url, 'GET', '/api/health');
+    assert.deepEqual([healthy.status, healthy.body.database], [200, 'ok'], 'and health says so');
 
     await m.close();
     m = await startMaster(t, { dataDir });

@@ -419,7 +419,9 @@ test("a tunnel's keys go with its nodes; a new address for the exit reaches the 
   assert.deepEqual(m.app.store.tunnels.endsOf(b.id), [], 'the old exit holds no end of it any more');
 });
 
-test('an agent flapping every state it reports writes a row per interval, not per message, and the master keeps up', async (t) => {
+const FLAPPING =
+  'an agent flapping every state it reports writes a row per interval, not per message, and the master keeps up';
+test(FLAPPING, async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'flapper', { host: '192.0.2.10' });
   const other = await node(m, 'exit', { host: '192.0.2.11' });

@@ -10,6 +10,7 @@ import {
   object,
   oneOf,
   optional,
+  parseDateTime,
   secret,
   secretFields,
   string,
@@ -55,7 +56,7 @@ test('object checks report every bad field with a JSON pointer', () => {
     { value: { name: 'x', port: 1, tags: ['a', 'a'] }, errors: ['#/tags/1 is a duplicate'] },
     {
       value: { name: 'x', port: 1, at: 'tomorrow' },
-      errors: ['#/at must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z'],
+      errors: ['#/at must be an RFC 3339 date-time of a real calendar date such as 2026-11-21T10:00:00Z'],
     },
     { value: { 'a/b': 1, name: 'x', port: 1 }, errors: ['#/a~1b is not a known field'] },
     { value: null, errors: ['# must be an object, not null'] },
@@ -68,6 +69,28 @@ test('object checks report every bad field with a JSON pointer', () => {
       JSON.stringify(c.value),
     );
     if (c.out) assert.deepEqual(value, c.out);
+  }
+});
+
+test('a date-time names a real calendar date and time, in the body and in the query, or is refused', () => {
+  const real = ['2028-02-29T00:00:00Z', '2026-12-31T23:59:59Z', '2026-11-21T10:00:00.5-23:59', '2026-11-21t10:00:00z'];
+  const unreal = [
+    '2026-02-29T00:00:00Z',
+    '2026-02-30T00:00:00Z',
+    '2026-04-31T00:00:00Z',
+    '2026-13-01T00:00:00Z',
+    '2026-00-10T00:00:00Z',
+    '2026-01-00T00:00:00Z',
+    '2026-01-01T24:00:00Z',
+    '2026-01-01T10:60:00Z',
+    '2026-01-01T10:00:60Z',
+    '2026-01-01T10:00:00+24:00',
+    '2026-01-01T10:00:00+01:60',
+  ];
+  for (const at of real) assert.deepEqual(validate(input, { name: 'x', port: 1, at }).errors, [], at);
+  for (const at of unreal) {
+    assert.equal(validate(input, { name: 'x', port: 1, at }).errors.length, 1, at);
+    assert.equal(Number.isNaN(parseDateTime(at)), true, at);
   }
 });
 

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { generateLicenseKeys, issueLicense } from '../../internal/license/license.ts';
-import { formatTime } from '../../internal/schema/schema.ts';
+import { formatTime, parseDateTime } from '../../internal/schema/schema.ts';
 
 requireNode([24, 0, 0]);
 
@@ -58,7 +58,8 @@ if (command === 'keygen') {
   const maxNodes = opts.has('max-nodes') ? Number(opts.get('max-nodes')) : null;
   if (maxNodes !== null && !(Number.isInteger(maxNodes) && maxNodes >= 0)) fail('--max-nodes must be a whole number');
   const expires = opts.get('expires');
-  if (expires !== undefined && Number.isNaN(Date.parse(expires))) fail('--expires must be an RFC 3339 date-time');
+  if (expires !== undefined && Number.isNaN(parseDateTime(expires)))
+    fail('--expires must be an RFC 3339 date-time of a real calendar date');
   const text = issueLicense(
     {
       license_id: randomUUID(),
@@ -66,7 +67,7 @@ if (command === 'keygen') {
       licensee,
       limits: { max_nodes: maxNodes },
       issued_at: formatTime(Date.now()),
-      expires_at: expires === undefined ? null : formatTime(Date.parse(expires)),
+      expires_at: expires === undefined ? null : formatTime(parseDateTime(expires)),
     },
     readFileSync(keyPath, 'utf8'),
   );

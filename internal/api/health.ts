@@ -2,7 +2,7 @@
 
 import { DomainError } from '../errors/errors.ts';
 import { Gauge } from '../metrics/metrics.ts';
-import { describe } from '../schema/schema.ts';
+import { describe, formatTime } from '../schema/schema.ts';
 import { record } from './common.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import type { App } from './app.ts';
@@ -21,7 +21,17 @@ const healthSchema = record('Health', {
       'link wired. While it shuts down, this route answers a 503 problem instead.',
   },
   version: { type: 'string' },
-  database: { type: 'string', enum: ['ok'] },
+  database: {
+    type: 'string',
+    enum: ['ok', 'refusing_writes'],
+    description:
+      'refusing_writes (with 503 and Retry-After) while the disk is full: reads go on, every write answers 507, ' +
+      'until a write commits again.',
+  },
+  database_detail: {
+    type: ['string', 'null'],
+    description: 'Why writes are refused, and since when; null while the database is ok.',
+  },
   uptime_seconds: { type: 'integer' },
 });
 
@@ -33,13 +43,16 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     throw new DomainError('unavailable', 'the database does not answer', { retryAfterSeconds: 5 }, error);
   }
   const uptime = Math.floor((app.now() - app.startedAt) / 1000);
+  const refused = app.store.db.writesRefused;
   const body = {
     status: app.starting ? 'starting' : 'ok',
     version: app.version,
-    database: 'ok',
+    database: refused ? 'refusing_writes' : 'ok',
+    database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,
     uptime_seconds: uptime,
   };
-  return app.starting ? { status: 503, body, headers: { 'Retry-After': '1' } } : ok(body);
+  if (app.starting) return { status: 503, body, headers: { 'Retry-After': '1' } };
+  return refused ? { status: 503, body, headers: { 'Retry-After': '30' } } : ok(body);
 }
 
 /** The gauges read from the running master when it is scraped. */
@@ -151,14 +164,16 @@ export const healthOperations = operations({
     summary: 'Whether the master serves and its database answers',
     description:
       'Public, for a load balancer, a monitor or a script waiting for a master it started: 200 with the version ' +
-      'and uptime once it serves everything; 503 with status starting (and Retry-After) before that, and 503 ' +
-      'while it shuts down or if the database does not answer. Every other route answers 503 (unavailable) while ' +
-      'the master starts.',
+      'and uptime once it serves everything; 503 with status starting (and Retry-After) before that, 503 with ' +
+      'database refusing_writes while the disk is full (reads go on, writes answer 507), and 503 while it shuts ' +
+      'down or if the database does not answer. Every other route answers 503 (unavailable) while the master ' +
+      'starts.',
     responses: {
       200: { description: 'Healthy', schema: healthSchema },
       503: {
         description:
-          'Starting (this document, status starting), or shutting down or the database does not answer (a problem)',
+          'Starting (this document, status starting), writes refused on a full disk (this document, database ' +
+          'refusing_writes), or shutting down or the database does not answer (a problem)',
         schema: healthSchema,
       },
     },

@@ -2,7 +2,7 @@
 // values. Unknown or repeated parameters are refused, so a typo in a filter is caught.
 
 import { DomainError } from '../errors/errors.ts';
-import { formatTime, RFC3339, type FieldError, type Schema } from './schema.ts';
+import { formatTime, parseDateTime, type FieldError, type Schema } from './schema.ts';
 
 type Parsed<T> = { value: T } | { error: string };
 
@@ -60,9 +60,9 @@ export function timeParam(description?: string): Schema<string> {
   return param<string>(
     { type: 'string', format: 'date-time', description },
     (raw) => {
-      const ms = RFC3339.test(raw) ? Date.parse(raw) : NaN;
+      const ms = parseDateTime(raw);
       return Number.isNaN(ms)
-        ? { error: 'must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z' }
+        ? { error: 'must be an RFC 3339 date-time of a real calendar date such as 2026-11-21T10:00:00Z' }
         : { value: formatTime(ms) };
     },
     '',

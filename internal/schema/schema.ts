@@ -178,16 +178,34 @@ export function oneOf<const V extends string>(values: readonly V[], common: Comm
   };
 }
 
-export const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-](\d{2}):(\d{2}))$/i;
+
+/**
+ * The time an RFC 3339 date-time names, in ms since the epoch; NaN for anything else, a date that is on no calendar
+ * included: JavaScript's Date.parse takes 2026-02-30 as March 2, and 24:00 as the next day.
+ */
+export function parseDateTime(text: string): number {
+  const match = RFC3339.exec(text);
+  if (!match) return NaN;
+  const [year, month, day, hour, minute, second] = match.slice(1, 7).map(Number) as [number, ...number[]];
+  const daysInMonth = new Date(Date.UTC(year, month!, 0)).getUTCDate();
+  const offsetOk = match[9] === undefined || (Number(match[9]) <= 23 && Number(match[10]) <= 59);
+  if (month! < 1 || month! > 12 || day! < 1 || day! > daysInMonth || hour! > 23 || minute! > 59 || second! > 59)
+    return NaN;
+  return offsetOk ? Date.parse(text) : NaN;
+}
 
 /** An RFC 3339 date-time; returned normalised to UTC with second precision. */
 export function dateTime(common: Common = {}): Schema<string> {
   return {
     json: annotate({ type: 'string', format: 'date-time' }, common),
     check(value, pointer, errors) {
-      const ms = typeof value === 'string' && RFC3339.test(value) ? Date.parse(value) : NaN;
+      const ms = typeof value === 'string' ? parseDateTime(value) : NaN;
       if (Number.isNaN(ms)) {
-        errors.push({ pointer, detail: 'must be an RFC 3339 date-time such as 2026-11-21T10:00:00Z' });
+        errors.push({
+          pointer,
+          detail: 'must be an RFC 3339 date-time of a real calendar date such as 2026-11-21T10:00:00Z',
+        });
         return '';
       }
       return formatTime(ms);

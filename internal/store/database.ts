@@ -169,8 +169,19 @@ export class Database {
     } catch (error) {
       unit.undo();
       unit.release();
+      if (isDiskFull(error)) this.refusedWrite(error);
       throw error;
     }
+  }
+
+  /**
+   * Why the last write was refused by the disk (SQLITE_FULL), until a write commits again; null while writes go
+   * through. Health says so: reads go on, every write answers 507.
+   */
+  writesRefused: { since: number; reason: string } | null = null;
+
+  private refusedWrite(error: unknown): void {
+    this.writesRefused ??= { since: Date.now(), reason: `the disk is full: ${(error as Error).message}` };
   }
 
   /**
@@ -488,6 +499,7 @@ export class Database {
   }
 
   private committedIn(seconds: number): void {
+    this.writesRefused = null;
     for (const listener of this.commitListeners) this.runCallback(() => listener(seconds));
   }
 
@@ -547,6 +559,7 @@ export class Database {
       this.committedIn((performance.now() - started) / 1000);
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      if (isDiskFull(error)) this.refusedWrite(error);
       for (const listener of this.failureListeners) listener();
       batch.reject(new CommitFailed(`the commit failed: ${(error as Error).message}`, { cause: error }));
       return;
