@@ -482,3 +482,40 @@ test(FLAPPING, async (t) => {
   assert.equal(health.targets[0].status, last);
   assert.equal((await call(m.url, 'GET', '/api/health', { token: m.admin })).status, 200);
 });
+
+test("a link's traffic allowance follows the time since its node's last counted report, not a setting", async (t) => {
+  const m = await startMaster(t);
+  // settings:write may set an hour between reports; that must not let a new link claim an hour at line rate.
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 3600 } });
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const report = (raw: RawLink, seq: number, bytes: number) =>
+    send(raw.socket, {
+      type: 'traffic',
+      stream: 's',
+      seq,
+      at: Math.floor(Date.now() / 1000),
+      rules: [{ id: r.id, bytes_in: bytes, bytes_out: 0 }],
+    });
+  const ten = 25e9 * 600; // ten minutes at the line rate the allowance assumes
+  let raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  report(raw, 1, ten);
+  await closed(raw);
+  assert.match((await nodeOf(m, n.id)).status_detail, /more than the node could have relayed/);
+
+  // Ten minutes after a counted report, ten minutes of bytes fit (and twenty do not).
+  m.advance(61_000);
+  raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  report(raw, 1, 1000);
+  await raw.next('traffic_ack');
+  raw.socket.destroy();
+  m.advance(600_000);
+  raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  report(raw, 2, ten);
+  assert.deepEqual(await raw.next('traffic_ack'), { type: 'traffic_ack', stream: 's', seq: 2 });
+  report(raw, 3, ten);
+  await closed(raw);
+});

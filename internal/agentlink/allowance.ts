@@ -1,26 +1,28 @@
 // How many bytes an agent can plausibly have relayed: a bucket that fills at a line rate no
-// node exceeds, from the last time the master heard from the node. A report that claims more
-// is not traffic but a lie, and ends the link before anything is counted.
+// node exceeds, from the last report of the node's that was counted. A report that claims more
+// is not traffic but a lie, and ends the link before anything is counted. Nothing an operator
+// sets moves it: a longer report interval only means the bytes since the last report are more.
 
 /** 2 x 100 Gbit/s: a node's relays in both directions at full line rate. */
 export const LINE_RATE_BYTES_PER_SECOND = 25e9;
+
+/** Time for the bytes counted by an agent just before the report the master counted last, and for clocks. */
+const SLACK_SECONDS = 60;
+/** The longest span a link starts with credit for: a week at line rate is more than any node moves. */
+const MAX_CREDIT_SECONDS = 7 * 86_400;
 
 export class TrafficAllowance {
   private available: number;
   private updatedMs: number;
 
-  /**
-   * `heardAtMs`: when the master last heard from the node, so reports held through an outage
-   * fit; `intervalSeconds`: the report interval, whose bytes may have been counted before that.
-   */
+  /** `countedAtMs`: when the master counted the node's last report (or first knew the node), so a backlog fits. */
   constructor(
     private readonly now: () => number,
-    heardAtMs: number,
-    intervalSeconds: number,
+    countedAtMs: number,
   ) {
     this.updatedMs = now();
-    const since = Number.isFinite(heardAtMs) ? Math.max(0, this.updatedMs - heardAtMs) / 1000 : 0;
-    this.available = LINE_RATE_BYTES_PER_SECOND * (since + 2 * intervalSeconds);
+    const since = Number.isFinite(countedAtMs) ? Math.max(0, this.updatedMs - countedAtMs) / 1000 : 0;
+    this.available = LINE_RATE_BYTES_PER_SECOND * Math.min(MAX_CREDIT_SECONDS, since + SLACK_SECONDS);
   }
 
   /** Spends `bytes` if the node could have relayed that much; false (spending nothing) otherwise. */

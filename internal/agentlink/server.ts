@@ -319,13 +319,13 @@ export class AgentLinks {
 
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${LINK_PROTOCOL}\r\nConnection: Upgrade\r\n\r\n`);
     if (head.length > 0) socket.unshift(head);
-    const heardAt = Date.parse(node.last_seen_at ?? node.created_at);
+    const countedAt = Date.parse(app.store.traffic.countedAt(nodeId) ?? node.created_at);
     const link: Link = {
       nodeId,
       socket,
       agentVersion,
       ip,
-      allowance: new TrafficAllowance(app.clock.now, heardAt, app.settings.get('agent_report_interval_seconds')),
+      allowance: new TrafficAllowance(app.clock.now, countedAt),
       ...this.stateWriters(nodeId),
     };
     if (this.links.has(nodeId)) {

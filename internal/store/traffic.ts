@@ -36,6 +36,7 @@ export class TrafficStore {
   private readonly nodeTotalStmt;
   private readonly exitTotalStmt;
   private readonly streamStmt;
+  private readonly countedAtStmt;
   private readonly advanceStmt;
   private readonly trimStreamsStmt;
 
@@ -77,6 +78,7 @@ export class TrafficStore {
         `WHERE id = (SELECT t.exit_node_id FROM rules r JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?3)`,
     );
     this.streamStmt = db.prepare('SELECT seq FROM traffic_streams WHERE node_id = ? AND stream = ?');
+    this.countedAtStmt = db.prepare('SELECT max(seen_at) AS at FROM traffic_streams WHERE node_id = ?');
     this.advanceStmt =
       db.prepare(`INSERT INTO traffic_streams (node_id, stream, seq, seen_at) VALUES (:node_id, :stream, :seq, :at)
       ON CONFLICT (node_id, stream) DO UPDATE SET seq = excluded.seq, seen_at = excluded.seen_at`);
@@ -100,6 +102,11 @@ export class TrafficStore {
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
     this.exitTotalStmt.run(bytesIn, bytesOut, ruleId);
     return true;
+  }
+
+  /** When the node's last report was counted (RFC 3339), or null when none was. */
+  countedAt(nodeId: number): string | null {
+    return (this.countedAtStmt.get(nodeId) as { at: string | null }).at;
   }
 
   /** The highest report `seq` counted on the node's `stream`, or 0 for a stream not seen (or long forgotten). */
