@@ -404,3 +404,37 @@ test('a config of 150,000 rules that expire one day is applied (not one call of 
   assert.equal(results.length, rules.length);
   assert.ok(results.every((r) => r.error?.code === 'tunnel_missing'));
 });
+
+test("a PROXY protocol rule's health checks send a header saying there is no client, then hang up", async (t) => {
+  // What each connection to the target began with, and whether it ended cleanly (not reset).
+  const seen: { first: Buffer; reset: boolean }[] = [];
+  const target = createServer((socket) => {
+    const chunks: Buffer[] = [];
+    let reset = false;
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', () => (reset = true));
+    socket.on('close', () => seen.push({ first: Buffer.concat(chunks), reset }));
+  }).listen(0, '127.0.0.1');
+  await once(target, 'listening');
+  t.after(() => target.close());
+  const at = `127.0.0.1:${(target.address() as AddressInfo).port}`;
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  const check = { interval_seconds: 1, timeout_ms: 500, fall: 1, rise: 1 };
+  for (const version of ['v1', 'v2'] as const) {
+    seen.length = 0;
+    await forwarder.apply([rule(1, await freePort(), [at], { proxy_protocol: version, health_check: check })]);
+    await until(`a ${version} check to reach the target`, async () => seen.length > 0);
+    const expected =
+      version === 'v1'
+        ? Buffer.from('PROXY UNKNOWN\r\n')
+        : Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x20, 0x00, 0x00, 0x00]);
+    assert.deepEqual(seen[0], { first: expected, reset: false }, version);
+    assert.equal(forwarder.healthReports()[0]!.targets[0]!.status, 'up');
+  }
+  // Without the protocol a check sends nothing.
+  seen.length = 0;
+  await forwarder.apply([rule(1, await freePort(), [at], { health_check: check })]);
+  await until('a plain check to reach the target', async () => seen.length > 0);
+  assert.equal(seen[0]!.first.length, 0);
+});

@@ -32,6 +32,7 @@ import { HealthChecker } from '../relay/health.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
+import { proxyHeader } from '../relay/proxy-protocol.ts';
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -566,8 +567,21 @@ export class Forwarder {
     if (!check) {
       listener.health?.close();
       listener.health = null;
-    } else if (listener.health) listener.health.update(check, rule.targets, targets);
-    else listener.health = new HealthChecker(check, rule.targets, targets, this.limits, () => this.onHealthChange());
+      return;
+    }
+    // A target that expects a PROXY header is checked with one, saying there is no client (LOCAL, UNKNOWN).
+    const none = { address: '', port: 0 };
+    const greeting = rule.proxy_protocol === 'none' ? null : proxyHeader(rule.proxy_protocol, none, none);
+    if (listener.health) listener.health.update(check, rule.targets, targets, greeting);
+    else
+      listener.health = new HealthChecker(
+        check,
+        rule.targets,
+        targets,
+        this.limits,
+        () => this.onHealthChange(),
+        greeting,
+      );
   }
 
   private async stop(id: number): Promise<void> {

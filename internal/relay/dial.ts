@@ -89,17 +89,33 @@ function connectDatagrams(socket: Socket, target: Target, callback: ConnectCallb
   socket.connect(target.port, target.host, callback as () => void);
 }
 
+/** How long a check that greeted its target (a PROXY header) waits for it to hang up before resetting. */
+const GREETED_CLOSE_MS = 1_000;
+
 /**
  * Connects to `target` as a relay would (the same policy, the same guarded lookup) and hangs up: null when it answered
- * within `timeoutMs`, otherwise why not (an error code such as ECONNREFUSED, or timeout).
+ * within `timeoutMs`, otherwise why not (an error code such as ECONNREFUSED, or timeout). With `greeting` (a rule's
+ * PROXY header, which its target expects first), that is sent and the connection ended rather than reset, as
+ * HAProxy's `check send-proxy` does, so the target does not log every check as a broken client.
  */
-export function probeTarget(target: Target, policy: DialPolicy, timeoutMs: number): Promise<string | null> {
+export function probeTarget(
+  target: Target,
+  policy: DialPolicy,
+  timeoutMs: number,
+  greeting: Buffer | null = null,
+): Promise<string | null> {
   const refused = refusalOf(target, policy);
   if (refused) return Promise.resolve(refused);
   return new Promise((resolve) => {
     let socket: NetSocket | undefined;
     const done = (why: string | null) => {
-      socket?.destroy();
+      if (why === null && greeting && socket) {
+        const open = socket;
+        open.setTimeout(0);
+        open.on('error', () => open.destroy());
+        open.end(greeting);
+        setTimeout(() => open.destroy(), GREETED_CLOSE_MS).unref();
+      } else socket?.destroy();
       resolve(why);
     };
     const fail = (error: unknown) => done(codeOf(error));

@@ -21,6 +21,7 @@ export class HealthChecker {
   private targets: Target[] = [];
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
+  private greeting: Buffer | null = null;
 
   constructor(
     private check: HealthCheck,
@@ -30,12 +31,15 @@ export class HealthChecker {
     private readonly policy: DialPolicy,
     /** Called when a target's status changes. */
     private readonly onChange: () => void,
+    /** What each check sends its target first: the rule's PROXY header with no client (LOCAL, UNKNOWN), or null. */
+    greeting: Buffer | null = null,
   ) {
-    this.update(check, given, parsed);
+    this.update(check, given, parsed, greeting);
   }
 
   /** New targets or checks: a target kept keeps its status; the checks start over at the new interval. */
-  update(check: HealthCheck, given: string[], parsed: Target[]): void {
+  update(check: HealthCheck, given: string[], parsed: Target[], greeting: Buffer | null = null): void {
+    this.greeting = greeting;
     const same =
       this.timer !== undefined &&
       JSON.stringify(check) === JSON.stringify(this.check) &&
@@ -90,7 +94,7 @@ export class HealthChecker {
         checked.busy = false;
         if (!this.closed) this.record(checked, why);
       };
-      void probeTarget(target, this.policy, this.check.timeout_ms).then(
+      void probeTarget(target, this.policy, this.check.timeout_ms, this.greeting).then(
         contained('health_check', settle, () => (checked.busy = false)),
       );
     });
