@@ -549,3 +549,67 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
   assert.ok(Date.now() - started < 2500, 'well before the idle ones would time out');
   assert.equal((await tcpRoundTrip(port, Buffer.from('through'))).toString(), 'through');
 });
+
+/** Holds `port` on loopback for the test, if nothing else does yet: the exit will find it taken either way. */
+async function hold(t: TestContext, port: number): Promise<void> {
+  const server = createServer().on('error', () => undefined);
+  server.listen(port, '127.0.0.1');
+  await new Promise((resolve) => {
+    server.once('listening', resolve);
+    server.once('error', resolve);
+  });
+  t.after(() => server.close());
+}
+
+const MOVED = 'a tunnel whose picked port is taken on its exit node moves to another by itself; a given one stays';
+test(MOVED, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const echo = await countingEcho(t);
+  const entryNode = await node(m, 'entry', { host: '127.0.0.1' });
+  const exitNode = await node(m, 'exit', { host: '127.0.0.1' });
+  // The master picks the first port of 40000-49999 free in its books: a fresh master's 40000, held here.
+  await hold(t, 40_000);
+  const picked = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'picked', entry_node_id: entryNode.id, exit_node_id: exitNode.id },
+  });
+  assert.equal(picked.body.listen_port, 40_000);
+  const given = await freePort();
+  await hold(t, given);
+  const kept = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 'given', entry_node_id: entryNode.id, exit_node_id: exitNode.id, listen_port: given },
+  });
+  startAgent(t, m.url, entryNode.agent_token);
+  startAgent(t, m.url, exitNode.agent_token);
+  const port = await freePort();
+  const through = await rule(m, {
+    node_id: entryNode.id,
+    tunnel_id: picked.body.id,
+    listen_port: port,
+    targets: [`127.0.0.1:${echo.port}`],
+  });
+  const moved = await until(
+    'the picked tunnel to move and come up',
+    async () => {
+      const now = await tunnelOf(m, picked.body.id);
+      return now.status === 'up' && now;
+    },
+    15_000,
+  );
+  assert.notEqual(moved.listen_port, 40_000);
+  assert.ok(moved.listen_port > 40_000 && moved.listen_port <= 49_999);
+  assert.deepEqual(await tcpRoundTrip(port, Buffer.from('through')), Buffer.from('through'));
+  assert.equal((await ruleOf(m, through.body.id)).sync.state, 'applied');
+  const audit = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${picked.body.id}`, {
+    token: m.admin,
+  });
+  assert.equal(audit.body.items[0].changes.before.listen_port, 40_000);
+  assert.equal(audit.body.items.at(-1).changes.after.listen_port, moved.listen_port);
+
+  const stays = await until('the given tunnel to say why it is down', async () => {
+    const now = await tunnelOf(m, kept.body.id);
+    return /EADDRINUSE/.test(now.ends.exit.last_error ?? '') && now;
+  });
+  assert.deepEqual([stays.listen_port, stays.status], [given, 'down']);
+});

@@ -33,6 +33,7 @@ import {
   type ProbeMessage,
   type TunnelStatusMessage,
   type VitalsMessage,
+  TUNNEL_PORTS,
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { pinOf } from '../tls/pin.ts';
@@ -46,6 +47,7 @@ import {
   type TargetHealth,
 } from '../domain/rules.ts';
 import { Coalescer } from './coalesce.ts';
+import { exitPortTaken } from '../tunnel/wire.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
   AGENT_LINE_BYTES,
@@ -391,8 +393,11 @@ export class AgentLinks {
         clock.now,
         writer('tunnel status', (changes: [number, TunnelState][]) => {
           const at = clock.timestamp();
-          for (const [id, { state, error, rtt_us }] of changes)
+          for (const [id, { state, error, rtt_us }] of changes) {
             store.tunnels.report(id, nodeId, { status: state, error, rtt_us }, at);
+            const taken = exitPortTaken(error);
+            if (state === 'down' && taken !== null) this.movePickedPort(id, nodeId, taken);
+          }
         }),
       ),
       paths: new Coalescer(
@@ -639,6 +644,43 @@ export class AgentLinks {
       }),
     );
     store.db.afterCommit(() => this.app.sync.reports.emit('vitals', link.nodeId, vitals));
+  }
+
+  /**
+   * Inside a write: the exit node `nodeId` of tunnel `id` cannot listen on `taken`, which something else holds there.
+   * A port the master picked is moved to the next one free in its books (audited as tunnel.port_moved) and both ends
+   * are sent the change; a port someone gave stays, and the tunnel shows why it is down.
+   */
+  private movePickedPort(id: number, nodeId: number, taken: number): void {
+    const { store, clock } = this.app;
+    const tunnel = store.tunnels.find(id);
+    if (!tunnel || tunnel.exit_node_id !== nodeId || tunnel.listen_port !== taken) return;
+    const { min, max } = TUNNEL_PORTS;
+    const port =
+      store.tunnels.freePort(nodeId, Math.min(taken + 1, max), max) ?? store.tunnels.freePort(nodeId, min, max);
+    if (port === null || port === taken || !store.tunnels.movePort(id, port, clock.timestamp())) return;
+    for (const ruleId of store.rules.idsOfTunnel(id)) store.rules.markPending(ruleId);
+    store.audit.record(
+      SYSTEM_ACTOR,
+      {
+        action: 'tunnel.port_moved',
+        resource: 'tunnel',
+        resource_id: id,
+        status: 'success',
+        changes: { before: { listen_port: taken }, after: { listen_port: port } },
+      },
+      clock.timestamp(),
+    );
+    for (const end of [tunnel.entry_node_id, tunnel.exit_node_id]) {
+      store.nodes.bumpConfig(end);
+      store.db.afterCommit(() => this.app.sync.configChanged(end));
+    }
+    this.logOf(`n:${nodeId}`).warn("a tunnel's exit port was taken on its node: moved", {
+      tunnel_id: id,
+      node_id: nodeId,
+      from: taken,
+      to: port,
+    });
   }
 
   /** Inside the write that spent it: records that `rule`'s quota stopped it, and sends its nodes the change. */

@@ -1,6 +1,7 @@
 // Tunnels: an encrypted link from an entry node to an exit node. Rules on the entry node
 // may relay through one; the exit node listens on listen_port for its peer.
 
+import { TUNNEL_PORTS } from '../domain/link.ts';
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
@@ -24,8 +25,6 @@ export const CASCADE_FROM_TUNNEL = [
   { scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' },
 ] as const;
 
-/** Where the master picks a tunnel's port on the exit node when none is given. */
-export const TUNNEL_PORTS = { min: 40000, max: 49999 };
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
 export const tunnelInput = object(
@@ -139,6 +138,7 @@ export function insertTunnel(app: Writer, effects: Effects, body: TunnelInput): 
     listen_port: resolvePort(app, body.exit_node_id, body.listen_port),
   };
   const tunnel = app.store.tunnels.insert(fields, app.timestamp());
+  app.store.tunnels.setPortPicked(tunnel.id, body.listen_port === null);
   app.store.tunnels.setKeys(
     tunnel.id,
     issueTunnelKeys(tunnel.id, (key) => app.box.seal(key)),
@@ -236,6 +236,9 @@ async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
       listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
     };
     let updated = app.store.tunnels.update(id, fields, app.timestamp());
+    // A port given is the giver's to keep; one picked (now, or before and kept) the master may move if it is taken.
+    if (body.listen_port !== null || fields.listen_port !== current.listen_port)
+      app.store.tunnels.setPortPicked(id, body.listen_port === null);
     const moved = fields.entry_node_id !== current.entry_node_id || fields.exit_node_id !== current.exit_node_id;
     // Keys go with the nodes they were issued to: a tunnel between other nodes gets new ones.
     if (moved) {
@@ -279,7 +282,10 @@ export const tunnelOperations = operations({
     summary: 'Create a tunnel between two nodes',
     description:
       `Without listen_port the master picks a free port on the exit node from ` +
-      `${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}. A port the exit node already uses is 409 naming the holder.`,
+      `${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; if the exit then finds it held by another program, the master ` +
+      'moves the tunnel to the next free one by itself (audited as tunnel.port_moved, both ends sent the change). ' +
+      'A port given stays (the tunnel shows why it is down). A port the exit node already uses for a rule or ' +
+      'tunnel is 409 naming the holder.',
     body: tunnelInput,
     responses: { 201: { description: 'Created', schema: tunnelSchema }, 409: { description: 'Name or port taken' } },
     handler: createTunnel,

@@ -242,6 +242,9 @@ export const probeResultMessage = object({
 export const faultSites = ['tcp_relay', 'udp_relay', 'probe', 'health_check', 'tunnel_entry', 'tunnel_exit'] as const;
 export type FaultSite = (typeof faultSites)[number];
 
+/** Where the master picks a tunnel's port on the exit node when none is given. */
+export const TUNNEL_PORTS = { min: 40000, max: 49999 };
+
 /** Most network interfaces a node reports the bytes of. */
 export const MAX_INTERFACES = 64;
 

@@ -14,7 +14,7 @@ import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic, TargetHealth 
 import type { ProbeResult, TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
-import type { TunnelView } from '../tunnel/wire.ts';
+import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
 import { applyRuleset, kernelAvailability, readCounters, removeTable, type Counts } from '../kernel/nft.ts';
 import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts';
 import {
@@ -409,7 +409,7 @@ export class Forwarder {
         await exit.listen(this.host);
       } catch (error) {
         opened.failure = error as NodeJS.ErrnoException;
-        exit.fail(`cannot listen on port ${end.port}/tcp: ${opened.failure.code ?? opened.failure.message}`);
+        exit.fail(exitCannotListen(end.port, opened.failure.code ?? opened.failure.message));
       }
     }
     this.onTunnelChange();

@@ -628,4 +628,7 @@ export const migrations: readonly string[] = [
   /* 17: lists of rules sorted by name read an index in that order, not every rule */ `
   CREATE INDEX rules_by_name ON rules(name COLLATE NOCASE, id);
   `,
+  /* 18: a tunnel whose port the master picked (none was given) may be moved by it when the exit finds it taken */ `
+  ALTER TABLE tunnels ADD COLUMN port_picked INTEGER NOT NULL DEFAULT 0 CHECK (port_picked IN (0, 1));
+  `,
 ];

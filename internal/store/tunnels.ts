@@ -124,6 +124,8 @@ export class TunnelStore {
   private readonly pageQuery;
   private readonly insertStmt;
   private readonly updateStmt;
+  private readonly pickedStmt;
+  private readonly movePortStmt;
   private readonly deleteStmt;
   private readonly idsByNodeStmt;
   private readonly byStatusStmt;
@@ -165,6 +167,9 @@ export class TunnelStore {
       db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
         updated_at)
       VALUES (:name, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
+    this.pickedStmt = db.prepare('UPDATE tunnels SET port_picked = ? WHERE id = ?');
+    this.movePortStmt = db.prepare(`UPDATE tunnels SET listen_port = :port, ${ENDS_PENDING}, version = version + 1,
+      updated_at = :at WHERE id = :id AND port_picked = 1 RETURNING exit_node_id`);
     this.updateStmt =
       db.prepare(`UPDATE tunnels SET name = :name, entry_node_id = :entry_node_id, exit_node_id = :exit_node_id,
         listen_port = :listen_port, transport = :transport, ${ENDS_PENDING}, version = version + 1, updated_at = :at
@@ -317,6 +322,21 @@ export class TunnelStore {
     );
     this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
+  }
+
+  /** Records whether the master picked the tunnel's port (none was given). Call inside a write. */
+  setPortPicked(id: number, picked: boolean): void {
+    this.pickedStmt.run(Number(picked), id);
+  }
+
+  /**
+   * Moves a tunnel whose port the master picked to `port`, its ends pending again; false for a tunnel whose port was
+   * given (it stays: whoever gave it decides). Call inside a write; the port must be free in the master's books.
+   */
+  movePort(id: number, port: number, at: string): boolean {
+    const moved = this.movePortStmt.get({ id, port, at }) as { exit_node_id: number } | undefined;
+    if (moved) this.ports.claimForTunnel(id, moved.exit_node_id, port);
+    return moved !== undefined;
   }
 
   delete(id: number): void {

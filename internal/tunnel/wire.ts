@@ -100,6 +100,20 @@ export class Deframer {
 }
 
 /** A stream that has this many bytes waiting to be sent drops further datagrams instead of queueing them. */
+/**
+ * What an exit reports when it cannot listen on its tunnel's port, in words the master reads back (see exitPortTaken):
+ * a port another program holds on the node is one the master did not know of.
+ */
+export function exitCannotListen(port: number, code: string): string {
+  return `cannot listen on port ${port}/tcp: ${code}`;
+}
+
+/** The port an exit's error says is held by something else on its node (EADDRINUSE), or null. */
+export function exitPortTaken(error: string | null): number | null {
+  const match = error === null ? null : /^cannot listen on port (\d{1,5})\/tcp: EADDRINUSE$/.exec(error);
+  return match ? Number(match[1]) : null;
+}
+
 export const MAX_UDP_BACKLOG = 256 * 1024;
 
 /** What an end of a tunnel sees, reported to the master. */
