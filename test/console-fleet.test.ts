@@ -235,8 +235,51 @@ test('an operator finds, selects and fixes rules among thousands from the consol
       await page.goto(`${m.url}/#${path}`);
       await page.getByRole('heading', { name: title, level: 1 }).waitFor();
       await page.screenshot({ path: `${SHOTS}/fleet-${path.slice(1) || 'dashboard'}-${width}.png`, fullPage: true });
+      const wide = (await page.evaluate('document.documentElement.scrollWidth')) as number;
+      assert.ok(wide <= width, `${title} at ${width} px is ${wide} px wide`);
     }
   }
+
+  // At phone width every dialog opens inside the screen, nothing in it past the edge, its buttons in reach.
+  const inside = async (what: string, open: () => Promise<unknown>) => {
+    await open();
+    const box = (await dialog.boundingBox())!;
+    assert.ok(box.x >= 0 && box.y >= 0 && box.x + box.width <= 390 && box.y + box.height <= 844, `${what}: ${box}`);
+    const overflow = await dialog.evaluate((d) => d.scrollWidth - d.clientWidth);
+    assert.ok(overflow <= 0, `${what} is ${overflow} px wider than itself`);
+    for (const button of await dialog.getByRole('button').all()) {
+      await button.scrollIntoViewIfNeeded();
+      const at = (await button.boundingBox())!;
+      assert.ok(at.x >= 0 && at.x + at.width <= 390, `${what}: a button past the edge`);
+    }
+    await page.screenshot({ path: `${SHOTS}/fleet-dialog-${what.replace(/ /g, '-')}-390.png` });
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'hidden' });
+  };
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${m.url}/#/rules?node_id=${a.id}`);
+  await page.getByRole('heading', { name: 'Rules', level: 1 }).waitFor();
+  await inside('new rule', () => page.getByRole('button', { name: 'New rule' }).click());
+  await inside('rule edit', () => page.getByRole('row').nth(1).getByRole('button', { name: 'Edit' }).click());
+  await inside('batch preview', async () => {
+    await bulk.getByRole('button', { name: /^Select all \d+ matching$/ }).click();
+    await bulk.getByRole('button', { name: 'Enable' }).click();
+    await dialog.getByText(/^Preview of/).waitFor();
+  });
+  await inside('rule traffic', async () => {
+    await page.getByRole('row').nth(1).getByRole('button', { name: 'Traffic' }).click();
+    await dialog.getByRole('img', { name: /^Traffic from/ }).waitFor();
+  });
+  await page.goto(`${m.url}/#/nodes`);
+  await inside('node traffic', async () => {
+    await page
+      .getByRole('row', { name: /edge-a/ })
+      .getByRole('button', { name: 'Traffic' })
+      .click();
+    await dialog.getByRole('img', { name: /^Traffic from/ }).waitFor();
+  });
+  await page.goto(`${m.url}/#/users`);
+  await inside('user edit', () => page.getByRole('row', { name: /ops/ }).getByRole('button', { name: 'Edit' }).click());
   await page.setViewportSize({ width: 1280, height: 800 });
 
   // One's own password, changed with the current one.

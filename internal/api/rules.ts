@@ -308,8 +308,10 @@ export const ruleSchema = record('Rule', {
         type: ['string', 'null'],
         enum: [...paths, null],
         description:
-          'How the node carries the rule once applied: kernel (nftables; its traffic counts IP packets, headers ' +
-          'included) or relay (user space; payload bytes). null until applied, or from an older agent.',
+          'How the node carries the rule once applied: kernel (nftables DNAT, masqueraded: the target sees the ' +
+          "node's address, never the client's, and traffic counts IP packets, headers included) or relay (user " +
+          "space: the target sees the node's address, the client's only in a PROXY header, and traffic counts " +
+          'payload bytes). null until applied, or from an older agent.',
       },
     },
     additionalProperties: false,

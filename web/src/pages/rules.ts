@@ -237,22 +237,29 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     run.focus();
   };
   const update = (changes: Record<string, unknown>) => ({ changes });
-  const tagsBox = input('bulk_tags', { placeholder: 'tags, comma-separated', 'aria-label': 'Tags to set' });
+  const tagsBox = input('bulk_tags', { placeholder: 'comma-separated' });
   const moveTo = h(
     'select',
-    { name: 'bulk_node', 'aria-label': 'Node to move to' },
+    { name: 'bulk_node' },
     nodes.items.map((n) => h('option', { value: n.id }, n.name)),
+  );
+  const setTags = button('Set tags', () =>
+    bulk('Set tags of selected', '/api/rules/batch-update', update({ tags: listOf(tagsBox.value) })),
+  );
+  const move = button('Move', () =>
+    bulk('Move selected', '/api/rules/batch-update', update({ node_id: Number(moveTo.value) })),
   );
   const bulkButtons = [
     button('Enable', () => bulk('Enable selected', '/api/rules/batch-update', update({ enabled: true }))),
     button('Disable', () => bulk('Disable selected', '/api/rules/batch-update', update({ enabled: false }))),
     button('Sync selected', () => bulk('Sync selected', '/api/rules/batch-sync', {}, false)),
-    button('Set tags', () =>
-      bulk('Set tags of selected', '/api/rules/batch-update', update({ tags: listOf(tagsBox.value) })),
-    ),
-    button('Move', () => bulk('Move selected', '/api/rules/batch-update', update({ node_id: Number(moveTo.value) }))),
+    setTags,
+    move,
     button('Delete selected', () => bulk('Delete selected', '/api/rules/batch-delete'), { class: 'danger' }),
   ];
+  // Each value a bulk action takes stands labelled beside its button (a placeholder is no label).
+  const labelled = (text: string, control: HTMLElement, action: HTMLElement) =>
+    h('span', { class: 'with' }, h('label', {}, text, ' ', control), action);
 
   /** A rule's traffic over a window the person picks. */
   const chartOf = (rule: Rule) => showTraffic(dialog, `Traffic of ${rule.name}`, { rule_id: rule.id });
@@ -534,9 +541,9 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           { class: 'bulk', role: 'group', 'aria-label': 'Selected rules' },
           bulkCount,
           selectMatching,
-          bulkButtons,
-          tagsBox,
-          moveTo,
+          bulkButtons.filter((b) => b !== setTags && b !== move),
+          labelled('Tags to set', tagsBox, setTags),
+          labelled('Node to move to', moveTo, move),
         ),
     ),
     url.form,
