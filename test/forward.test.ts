@@ -438,3 +438,46 @@ test("a PROXY protocol rule's health checks send a header saying there is no cli
   await until('a plain check to reach the target', async () => seen.length > 0);
   assert.equal(seen[0]!.first.length, 0);
 });
+
+const TURNS =
+  'connections opening while a bandwidth_limit is in use wait their turn: together they never pass the rate';
+test(TURNS, async (t) => {
+  let arrived = 0;
+  const sink = createServer((socket) => {
+    socket.on('data', (chunk) => (arrived += chunk.length));
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(sink, 'listening');
+  t.after(() => sink.close());
+  const rate = 64 * 1024;
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  await forwarder.apply([
+    rule(1, port, [`127.0.0.1:${(sink.address() as AddressInfo).port}`], { bandwidth_limit: rate }),
+  ]);
+  const open = async () => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => undefined);
+    t.after(() => socket.destroy());
+    await once(socket, 'connect');
+    return socket;
+  };
+  // One connection keeps the rule at its rate...
+  const busy = await open();
+  const push = () => {
+    while (!busy.destroyed && busy.write(Buffer.alloc(64 * 1024)));
+  };
+  busy.on('drain', push);
+  push();
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  // ...when fifty more open and each sends at once.
+  const late = await Promise.all(Array.from({ length: 50 }, open));
+  const before = arrived;
+  for (const socket of late) socket.write(Buffer.alloc(32 * 1024));
+  await new Promise((resolve) => setTimeout(resolve, 2000));
+  const moved = arrived - before;
+  // Two seconds at the rate, and a burst (16 KiB); a read of each newcomer past the rate would be 800 KiB more.
+  t.diagnostic(`${(moved / 1024).toFixed(0)} KiB in 2 s at ${rate / 1024} KiB/s`);
+  assert.ok(moved <= 2 * rate + 16 * 1024 + 16 * 1024, `${moved} bytes in 2 s`);
+});

@@ -1,7 +1,8 @@
 // A token bucket: how fast a rule's connections together may move bytes one way. It fills at `rate` bytes a second up
-// to `burst`; a read takes what it read, and may leave the bucket in debt (a read cannot be made smaller after the
-// fact), which the reader then waits out before its next read. Over any span the bytes taken are at most
-// burst + rate x span + one read of each reader sharing it.
+// to `burst`. A relayed socket reserves a read's worth before it reads (and gets back what it did not read), so however
+// many connections share the bucket, new ones included, over any span the bytes read are at most burst + rate x span.
+// A stream read in chunks it does not choose (a tunnel's) takes what it got and may leave the bucket in debt, which it
+// waits out before reading on.
 
 /** How many seconds of the rate a bucket holds when full: the burst a rule may send after a quiet spell. */
 const BURST_SECONDS = 0.125;
@@ -35,6 +36,25 @@ export class TokenBucket {
     this.refill();
     this.tokens -= bytes;
     return this.tokens >= 0 ? 0 : Math.ceil((-this.tokens * 1000) / this.rate);
+  }
+
+  /**
+   * Reserves `bytes` (at most the burst) for a read about to be made: 0 when reserved, otherwise how many milliseconds
+   * to wait before asking again (nothing is taken then).
+   */
+  reserve(bytes: number): number {
+    this.refill();
+    if (this.tokens >= bytes) {
+      this.tokens -= bytes;
+      return 0;
+    }
+    return Math.max(1, Math.ceil(((bytes - this.tokens) * 1000) / this.rate));
+  }
+
+  /** Gives back `bytes` reserved and not used. */
+  refund(bytes: number): void {
+    this.refill();
+    this.tokens = Math.min(this.burst, this.tokens + bytes);
   }
 
   /** Takes `bytes` if the bucket holds them (a datagram is sent whole or dropped); false when it does not. */

@@ -293,9 +293,9 @@ export function splice(
   upstream.on('close', () => {
     if (!client.writableEnded) client.destroy();
   });
+  // Each side starts reading when forward says: at once, or once its rule's bandwidth has room for it.
   forward(client, upstream, gate && { gate, way: 'in' });
   forward(upstream, client, gate && { gate, way: 'out' });
-  client.resume();
 }
 
 /**

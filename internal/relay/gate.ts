@@ -89,6 +89,23 @@ export class Gate {
     return this.buckets[way] !== null;
   }
 
+  /**
+   * Reserves `bytes` of `way`'s bandwidth for a read about to be made: 0 when reserved (or unlimited), otherwise how
+   * many milliseconds to wait before asking again.
+   */
+  reserve(way: Way, bytes: number): number {
+    return this.buckets[way]?.reserve(bytes) ?? 0;
+  }
+
+  /** Counts a read of `bytes` gone `way` that had `reserved` of the bandwidth: what it did not use goes back. */
+  read(way: Way, reserved: number, bytes: number): void {
+    this.bill(way, bytes);
+    const bucket = this.buckets[way];
+    if (!bucket) return;
+    if (bytes < reserved) bucket.refund(reserved - bytes);
+    else if (bytes > reserved) bucket.take(bytes - reserved);
+  }
+
   /** Counts `bytes` gone `way`; returns how many milliseconds that way is to wait before it moves more. */
   flowed(way: Way, bytes: number): number {
     this.bill(way, bytes);

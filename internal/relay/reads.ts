@@ -10,9 +10,10 @@
 // whole leaves nothing queued on the sink and reading goes on; otherwise the socket stops reading until that write's
 // callback (back-pressure, one write in flight per direction).
 //
-// Each read is told to the rule's gate (gate.ts), which counts it against the rule's quota and takes it from the
-// token bucket of its bandwidth_limit: a read that leaves the bucket in debt stops the socket until the debt is paid,
-// and such a socket reads no more than 16 KiB at a time, which bounds by how much one read can run ahead of the rate.
+// Each read is told to the rule's gate (gate.ts), which counts it against the rule's quota. Where the rule has a
+// bandwidth_limit, a socket reads at most 16 KiB at a time and only with that much reserved in the rule's token
+// bucket beforehand (what it did not read goes back): without a reservation it stays paused until the bucket can
+// make one, so connections opening while others use the bandwidth wait their turn rather than each taking a read.
 
 import { Socket, type OnReadOpts } from 'node:net';
 import { TLSSocket } from 'node:tls';
@@ -50,16 +51,48 @@ class Reader {
     return this.buffer.length;
   }
 
-  sendTo(sink: Writable, limit: Limit | null): void {
+  /** Reads into `sink` from now on: at once, or once a read's worth of its rule's bandwidth is reserved. */
+  start(sink: Writable, limit: Limit | null): void {
     this.sink = sink;
     this.copies = !(sink instanceof Socket) || sink instanceof TLSSocket;
     this.limit = limit;
+    // What a connection reserved and never read goes back to the bucket when it closes.
+    this.socket?.once('close', () => {
+      if (this.reserved > 0) this.limit?.gate.read(this.limit.way, this.reserved, 0);
+      this.reserved = 0;
+    });
+    if (this.acquire()) this.socket?.resume();
   }
 
   /** Set while the socket waits for the sink to take what it wrote (a write's callback, or 'drain'). */
   private waiting = false;
-  /** Set while the socket waits for its rule's bucket to pay a debt. */
+  /** Set while the socket waits for its rule's bucket to hold a read's worth. */
   private throttled = false;
+  /** What the socket's rule's bucket holds for its next read (a throttled socket reads at most FIRST_BYTES). */
+  private reserved = 0;
+
+  /**
+   * Where the way is limited, reserves the next read's worth of bandwidth: true when the socket may read now;
+   * otherwise false, and it is resumed once the reservation is made. A new connection waits its turn like the others,
+   * so many opening at once cannot each take a read past the rate.
+   */
+  private acquire(): boolean {
+    const limit = this.limit;
+    if (!limit || !limit.gate.throttles(limit.way) || this.reserved > 0) return true;
+    const wait = limit.gate.reserve(limit.way, FIRST_BYTES);
+    if (wait === 0) {
+      this.reserved = FIRST_BYTES;
+      return true;
+    }
+    this.throttled = true;
+    setTimeout(this.retry, wait);
+    return false;
+  }
+
+  private readonly retry = (): void => {
+    this.throttled = false;
+    if (this.acquire() && !this.waiting) this.socket?.resume();
+  };
 
   /** Writes what was read; false pauses the socket until the sink has taken it and the bucket allows more. */
   private read(bytes: number): boolean {
@@ -71,7 +104,10 @@ class Reader {
     if (bytes === read.length && !limit?.gate.throttles(limit.way)) {
       if (read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
     } else if (read.length > FIRST_BYTES) this.buffer = Buffer.allocUnsafeSlow(FIRST_BYTES);
-    if (limit) this.throttle(limit.gate.flowed(limit.way, bytes));
+    if (limit) {
+      limit.gate.read(limit.way, this.reserved, bytes);
+      this.reserved = 0;
+    }
     if (this.copies) {
       // As pipe(): the sink buffers up to its high-water mark.
       if (!sink.write(Buffer.from(read.subarray(0, bytes)))) {
@@ -82,26 +118,14 @@ class Reader {
       sink.write(read.subarray(0, bytes), this.written);
       if (sink.writableLength > 0) this.waiting = true;
     }
-    return !this.waiting && !this.throttled;
-  }
-
-  /** Makes the socket wait `wait` ms (a debt to its rule's bucket) before it reads again. */
-  private throttle(wait: number): void {
-    if (wait === 0) return;
-    this.throttled = true;
-    setTimeout(this.paid, wait);
+    return !this.waiting && !this.throttled && this.acquire();
   }
 
   /** After a write the socket paused for, or the sink's 'drain'. */
   private readonly written = (): void => {
     if (!this.waiting) return;
     this.waiting = false;
-    if (!this.throttled) this.socket?.resume();
-  };
-
-  private readonly paid = (): void => {
-    this.throttled = false;
-    if (!this.waiting) this.socket?.resume();
+    if (!this.throttled && this.acquire()) this.socket?.resume();
   };
 }
 
@@ -150,11 +174,10 @@ export function readBufferBytes(socket: Socket): number | undefined {
  */
 export function forward(from: Duplex, to: Writable, limit: Limit | null = null): void {
   const reader = from instanceof Socket ? readers.get(from) : undefined;
-  if (reader) reader.sendTo(to, limit);
-  else if (!limit) return void from.pipe(to);
-  else meteredPipe(from, to, limit);
+  if (!reader && !limit) return void from.pipe(to);
   from.once('end', () => to.end());
-  from.resume();
+  if (reader) reader.start(to, limit);
+  else meteredPipe(from, to, limit!);
 }
 
 /** pipe(), for a stream (a tunnel's) the gate counts: paused while `to` is full or the rule's bucket in debt. */
@@ -177,4 +200,11 @@ function meteredPipe(from: Duplex, to: Writable, limit: Limit): void {
       setTimeout(release, wait);
     }
   });
+  from.resume();
+  // A stream opened while the bucket is in debt waits it out before its first read.
+  const owed = limit.gate.flowed(limit.way, 0);
+  if (owed > 0) {
+    hold();
+    setTimeout(release, owed);
+  }
 }
