@@ -1383,6 +1383,80 @@ async function scale(): Promise<void> {
   await proc.stop();
 }
 
+/**
+ * One reader must not stall everyone: eight clients loop the heaviest reads a rules:read token may make at 200,000
+ * rules (every rule counted, a state counted, a search, an unindexed sort the master refuses past 10,000, a middle page
+ * by name, the dashboard, nodes by traffic) while /api/health is timed, against /api/health with nothing else running.
+ */
+async function readers(): Promise<void> {
+  const nodes = 200;
+  const perNode = 1_000;
+  console.error(`readers: ${nodes * perNode} rules, 8 clients looping the heaviest reads`);
+  const master = await startMaster(join(work, 'readers'));
+  const imported = await send(
+    master.url,
+    master.token,
+    'POST',
+    '/api/import',
+    new Encoded(seedDocument(nodes, perNode)),
+  );
+  if (imported.status !== 200) throw new Error(`import: ${imported.status} ${imported.bytes.toString().slice(0, 200)}`);
+  const reader = (
+    await api(master.url, master.token, 'POST', '/api/tokens', {
+      name: 'reader',
+      scopes: ['rules:read', 'nodes:read', 'dashboard:read'],
+    })
+  ).token as string;
+  const heavy = [
+    '/api/rules?limit=100&count=true',
+    '/api/rules?limit=100&sync_state=pending&count=true',
+    `/api/rules?limit=100&q=r${nodes / 2}-10500`,
+    '/api/rules?limit=100&sort=-traffic',
+    '/api/rules?limit=100&sort=name',
+    '/api/dashboard',
+    '/api/nodes?limit=100&sort=-traffic',
+  ];
+  const healthMs = async (seconds: number): Promise<number[]> => {
+    const took: number[] = [];
+    const until = performance.now() + seconds * 1000;
+    while (performance.now() < until) {
+      const sent = performance.now();
+      const answer = await send(master.url, null, 'GET', '/api/health');
+      if (answer.status !== 200) throw new Error(`health: ${answer.status}`);
+      took.push(answer.receivedAt - sent);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    return took.sort((a, b) => a - b);
+  };
+  const p = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))]!;
+  const idle = await healthMs(5);
+  let stop = false;
+  let reads = 0;
+  const loops = Array.from({ length: 8 }, async (_, i) => {
+    while (!stop) {
+      const answer = await send(master.url, reader, 'GET', heavy[(i + reads) % heavy.length]!);
+      if (answer.status !== 200 && answer.status !== 400) throw new Error(`read: ${answer.status}`);
+      reads++;
+    }
+  });
+  const loaded = await healthMs(SECONDS);
+  stop = true;
+  await Promise.all(loops);
+  record({
+    id: '14a',
+    scenario: 'GET /api/health while 8 clients loop the heaviest reads at 200,000 rules (ceiling: health idle)',
+    value: p(loaded, 0.99),
+    unit: 'ms p99',
+    p50_ms: p(loaded, 0.5),
+    p99_ms: p(loaded, 0.99),
+    ceiling: p(idle, 0.99),
+    target: '< 50 ms p99',
+    met: p(loaded, 0.99) < 50,
+    note: `${reads} heavy reads in ${SECONDS} s`,
+  });
+  await master.proc.stop();
+}
+
 function table(): string {
   const header = ['#', 'scenario', 'result', 'p50 ms', 'p99 ms', 'peak RSS MiB', 'ceiling', 'ratio', 'target', 'met'];
   const body = rows.map((r) => [
@@ -1412,13 +1486,14 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,fanout,data,kernel,scale runs a subset (when working on one part).
-const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel,scale').split(','));
+// BENCH_ONLY=control,fanout,data,kernel,scale,readers runs a subset (when working on one part).
+const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel,scale,readers').split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
 if (only.has('kernel')) await kernelPath();
 if (only.has('scale')) await scale();
+if (only.has('readers')) await readers();
 const machine = {
   cpu: cpus()[0]?.model,
   cores: cpus().length,

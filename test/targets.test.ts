@@ -5,7 +5,10 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, mintToken, node, startMaster } from './helpers.ts';
+import { until } from './net.ts';
+import { namespaces, netnsUnavailable, veth } from './netns.ts';
 
 const LOCAL = [
   '127.0.0.1:22',
@@ -170,4 +173,30 @@ test('allow_local_targets lets rules target the node itself, and needs *', async
   );
   const body = { name: 'local', node_id: edge.id, protocol: 'tcp', listen_port: 2000, targets: LOCAL.slice(0, 10) };
   assert.equal((await call(m.url, 'POST', '/api/rules', { token: m.admin, body })).status, 201);
+});
+
+const MASTER_ANY_WAY =
+  "a node's agent refuses the master as a target however written, though the master could not tell";
+test(MASTER_ANY_WAY, async (t) => {
+  const unavailable = netnsUnavailable('pp-master-probe');
+  if (unavailable) return t.skip(unavailable);
+  const ns = `pp-mt-${process.pid % 10_000}`;
+  namespaces(t, [ns]);
+  veth(`${ns}h`, null, '10.215.1.1/30', `${ns}n`, ns, '10.215.1.2/30');
+  // The master listens on the node's side of the link; nothing tells it that 10.215.1.1 is itself.
+  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+  const port = Number(new URL(m.url).port);
+  const edge = await node(m, 'edge', { host: '10.215.1.2' });
+  startAgent(t, `http://10.215.1.1:${port}`, edge.agent_token, {
+    within: ['ip', 'netns', 'exec', ns],
+    listenHost: '10.215.1.2',
+    extraArgs: ['--insecure-http'],
+  });
+  await until('the node online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  for (const target of [`10.215.1.1:${port}`, `[::ffff:10.215.1.1]:${port}`, `[::ffff:ad7:101]:${port}`]) {
+    const probed = await call(m.url, 'POST', `/api/nodes/${edge.id}/probe`, { token: m.admin, body: { target } });
+    assert.equal(probed.status, 200, JSON.stringify(probed.body));
+    assert.equal(probed.body.results[0].reachable, false, target);
+    assert.match(probed.body.results[0].error, /is the master, and local targets are not allowed/, target);
+  }
 });

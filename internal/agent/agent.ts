@@ -3,6 +3,7 @@
 // as sequence-numbered deltas kept until the master confirms them.
 
 import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { lookup } from 'node:dns/promises';
 import { isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import {
@@ -31,6 +32,7 @@ import { VitalsMeter } from './vitals.ts';
 import { tableOf } from '../kernel/ruleset.ts';
 import { agentTokenNode } from '../auth/secrets.ts';
 import { pinOf } from '../tls/pin.ts';
+import { canonicalAddress } from '../schema/net.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 
 export interface AgentOptions {
@@ -300,12 +302,29 @@ export class Agent {
     keepAlive(socket);
     readMessages(socket, (message) => this.receive(message), MASTER_LINE_BYTES);
     this.options.log.info('linked to the master', { url: new URL(this.options.masterUrl).origin });
+    void this.learnMasterAddresses(socket);
     for (const report of this.traffic.pending) send(socket, { type: 'traffic', ...report });
     this.sendTunnelStatus(true);
     this.sendPaths(socket);
     this.sendHealth();
     // A node shows how it is doing as soon as it links, not a report interval later.
     send(socket, this.vitals.read());
+  }
+
+  /**
+   * The master's addresses, which rules may not reach (unless local targets are allowed): the one this link reached
+   * and those its name resolves to here, so that a target naming the master any other way is refused after DNS.
+   */
+  private async learnMasterAddresses(socket: Socket): Promise<void> {
+    const host = new URL(this.options.masterUrl).hostname.replace(/^\[|\]$/g, '');
+    const found = isIP(host)
+      ? [host]
+      : await lookup(host, { all: true }).then(
+          (all) => all.map((a) => a.address),
+          () => [],
+        );
+    const addresses = [socket.remoteAddress, ...found].filter((a): a is string => !!a);
+    this.forwarder.setLimits({ masterAddresses: new Set(addresses.map((a) => canonicalAddress(a) ?? a)) });
   }
 
   private receive(message: Message): void {

@@ -21,6 +21,7 @@ import {
   datagramsTo,
   dialTargets,
   localRefusal,
+  addressRefusal as refusal,
   probeDatagram,
   probeTarget,
   type DatagramDial,
@@ -311,8 +312,8 @@ export class Forwarder {
       }
     }
     // What is local to the node (loopback above all, which the kernel cannot reach from another host) stays with the
-    // relay, which dials it where allow_local_targets lets it.
-    const allowed = addresses.filter((address) => !localRefusal(address));
+    // relay, which dials it where allow_local_targets lets it; so does what the relay would refuse (the master).
+    const allowed = addresses.filter((address) => !localRefusal(address) && !refusal(address, this.limits));
     const pick = (v4: boolean): Destination | null => {
       const address = allowed.find((a) => isIPv4(a) === v4);
       return address ? { address, port: target.port } : null;

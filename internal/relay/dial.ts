@@ -19,6 +19,11 @@ const CONNECT_TIMEOUT_MS = 5_000;
 export interface DialPolicy {
   /** Targets local to the node (loopback, link-local, its own addresses): the master's allow_local_targets. */
   allowLocalTargets: boolean;
+  /**
+   * The master's addresses as the agent reaches it (canonical, see canonicalAddress): no target either, unless local
+   * targets are allowed, whatever name a rule reaches them by.
+   */
+  masterAddresses?: ReadonlySet<string>;
 }
 
 /** The node's own addresses (canonical, see canonicalAddress), looked up at most once a second. */
@@ -40,11 +45,13 @@ export function localRefusal(address: string): string | null {
 }
 
 /** Why `address` may not be dialled under `policy`: never one that is no host (broadcast...), local ones by policy. */
-function addressRefusal(address: string, policy: DialPolicy): string | null {
+export function addressRefusal(address: string, policy: DialPolicy): string | null {
   const kind = localKind(address);
   if (isUnroutable(kind)) return `${address} is a ${kind} address, which is no host to forward to`;
   if (policy.allowLocalTargets) return null;
-  const refused = localRefusal(address);
+  const refused =
+    localRefusal(address) ??
+    (policy.masterAddresses?.has(canonicalAddress(address) ?? address) ? `${address} is the master` : null);
   return refused && `${refused}, and local targets are not allowed`;
 }
 
