@@ -1389,8 +1389,8 @@ async function scale(): Promise<void> {
  * by name, the dashboard, nodes by traffic) while /api/health is timed, against /api/health with nothing else running.
  */
 async function readers(): Promise<void> {
-  const nodes = 200;
-  const perNode = 1_000;
+  const nodes = 1_000;
+  const perNode = 200;
   console.error(`readers: ${nodes * perNode} rules, 8 clients looping the heaviest reads`);
   const master = await startMaster(join(work, 'readers'));
   const imported = await send(

@@ -537,3 +537,41 @@ test('a bulk write whose item is refused before it writes anything is not redone
   assert.deepEqual(runs, ['a', 'b', 'c'], 'each item ran once');
   assert.deepEqual(kept, ['bulk_a', 'bulk_c']);
 });
+
+test('an export is made off the event loop: the API answers while it is read and encoded', async (t) => {
+  const m = await startMaster(t);
+  const names = ['exp-a', 'exp-b', 'exp-c', 'exp-d'];
+  const doc = {
+    format: 'portplane-export',
+    version: 1,
+    nodes: names.map((name) => ({ name, host: `${name}.example.net`, ssh_port: 22, ssh_user: 'root', tags: [] })),
+    tunnels: [],
+    rules: names.flatMap((node) =>
+      Array.from({ length: 10_000 }, (_, i) => ({
+        name: `${node}-${i}`,
+        node,
+        tunnel: null,
+        protocol: 'tcp',
+        listen_port: 10_000 + i,
+        targets: [`10.2.${i >> 8}.${i & 255}:80`],
+        strategy: 'round_robin',
+        enabled: true,
+      })),
+    ),
+  };
+  assert.equal((await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc })).status, 200);
+  const order: string[] = [];
+  const exported = call(m.url, 'GET', '/api/export', { token: m.admin }).then((answer) => {
+    order.push('export');
+    return answer;
+  });
+  // Asked for after the export started: on the event loop, it would wait for all 40,000 rules to be read and encoded.
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  const health = await call(m.url, 'GET', '/api/health');
+  order.push('health');
+  assert.equal(health.status, 200);
+  const answer = await exported;
+  assert.equal(answer.status, 200);
+  assert.equal(answer.body.rules.length, 40_000);
+  assert.deepEqual(order, ['health', 'export']);
+});

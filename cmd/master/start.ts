@@ -35,7 +35,7 @@ import { VERSION } from '../../internal/version.ts';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
-import { batchesInWorker, importInWorker } from './workers.ts';
+import { batchesInWorker, exportInWorker, importInWorker } from './workers.ts';
 
 export interface Master {
   url: string;
@@ -241,6 +241,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       metrics,
       importer: importInWorker(workerSetup),
       batcher: (job) => batches.run(job),
+      exporter: exportInWorker(workerSetup),
     });
     addGauges(app);
     const view = app.licenseView();

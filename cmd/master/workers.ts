@@ -8,7 +8,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
 import { isMainThread, parentPort, Worker, workerData, type WorkerOptions } from 'node:worker_threads';
 import { runBatch, type BatchJob } from '../../internal/api/batch.ts';
-import { runImport, type ImportJob } from '../../internal/api/transfer.ts';
+import { exportJson, runImport, type ImportJob } from '../../internal/api/transfer.ts';
 import type { JobCommitted, JobDone, Writer, WriteJob } from '../../internal/api/writes.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
@@ -19,6 +19,7 @@ import { VERSION } from '../../internal/version.ts';
 
 const IMPORT = 'portplane-import';
 const BATCHES = 'portplane-batches';
+const EXPORT = 'portplane-export';
 
 /** What a worker writes with: the master's database, and its sealing key (for tunnels' keys). */
 export interface WorkerSetup {
@@ -36,7 +37,10 @@ const HEAP_MIB = 1024;
 /** How long the batch worker waits for the next batch before it ends: a script's batches come one after another. */
 const BATCH_WORKER_IDLE_MS = 10_000;
 
-type Task = { role: typeof IMPORT; setup: WorkerSetup; job: ImportJob } | { role: typeof BATCHES; setup: WorkerSetup };
+type Task =
+  | { role: typeof IMPORT; setup: WorkerSetup; job: ImportJob }
+  | { role: typeof BATCHES; setup: WorkerSetup }
+  | { role: typeof EXPORT; setup: WorkerSetup; exportedAt: string };
 
 /** What a worker answers: the job done, refused for the caller's fault, or failed (a bug, a full disk). */
 type Outcome = { done: JobDone } | { refused: Pick<DomainError, 'code' | 'detail' | 'facts'> } | { failed: string };
@@ -110,6 +114,44 @@ export function importInWorker(setup: WorkerSetup): (job: ImportJob) => Promise<
         if (!answered) reject(new Error(`the import's worker exited (code ${code}) before it answered`));
       });
     });
+}
+
+/**
+ * Makes each export in a worker thread of its own, on a connection of its own, in one read snapshot: reading and
+ * encoding every rule takes time that grows with them, which on the event loop every request would wait out.
+ */
+export function exportInWorker(setup: WorkerSetup): (exportedAt: string) => Promise<Uint8Array> {
+  return (exportedAt) =>
+    new Promise((resolve, reject) => {
+      const heap = setup.heapMiB ?? HEAP_MIB;
+      const worker = startWorker(
+        { role: EXPORT, setup, exportedAt },
+        { resourceLimits: { maxOldGenerationSizeMb: heap } },
+      );
+      let answered = false;
+      worker.once('message', (outcome: Outcome) => {
+        answered = true;
+        if ('done' in outcome) resolve(outcome.done.json);
+        else settle(outcome, Promise.resolve(), () => undefined, reject);
+      });
+      worker.once('error', (error: NodeJS.ErrnoException) => {
+        if (!answered) reject(workerFailure(error, heap, 'exporting', 'export less (delete what is not needed)'));
+      });
+      worker.once('exit', (code) => {
+        if (!answered) reject(new Error(`the export's worker exited (code ${code}) before it answered`));
+      });
+    });
+}
+
+/** Reads the export in this worker and answers it. */
+async function exportOnce(setup: WorkerSetup, exportedAt: string): Promise<void> {
+  const store = openStore(setup);
+  if (!(store instanceof Store)) return answer(store);
+  try {
+    answer(await outcomeOf(async () => ({ status: 200, json: exportJson(store, exportedAt), nodes: [] })));
+  } finally {
+    store.close();
+  }
 }
 
 /** Runs batches one after another in a worker thread kept while they come (see `batchesInWorker`). */
@@ -362,9 +404,10 @@ function movable(bytes: Uint8Array): ArrayBuffer[] {
 }
 
 const task = isMainThread ? undefined : (workerData as Task | undefined);
-if (task?.role === IMPORT || task?.role === BATCHES) {
+if (task?.role === IMPORT || task?.role === BATCHES || task?.role === EXPORT) {
   const self = ownThreadId();
   if (self !== null) yieldToLiveRequests(self);
   if (task.role === IMPORT) await importOnce(task.setup, task.job);
+  else if (task.role === EXPORT) await exportOnce(task.setup, task.exportedAt);
   else serveBatches(task.setup);
 }

@@ -65,6 +65,8 @@ export interface AppParts {
   importer: (job: ImportJob) => Promise<JobCommitted>;
   /** Runs a batch that creates, updates or deletes the same way (cmd/master keeps a worker thread for them). */
   batcher: (job: BatchJob) => Promise<JobCommitted>;
+  /** The export document as JSON (see transfer.exportJson), made off the event loop (cmd/master: a worker thread). */
+  exporter: (exportedAt: string) => Promise<Uint8Array>;
 }
 
 export class App {
@@ -90,6 +92,7 @@ export class App {
   readonly metrics: MasterMetrics;
   readonly importer: (job: ImportJob) => Promise<JobCommitted>;
   readonly batcher: (job: BatchJob) => Promise<JobCommitted>;
+  readonly exporter: (exportedAt: string) => Promise<Uint8Array>;
   /** When this master started, for its uptime. */
   readonly startedAt: number;
   /** The open GET /api/events streams. */
@@ -114,6 +117,7 @@ export class App {
       metrics: this.metrics,
       importer: this.importer,
       batcher: this.batcher,
+      exporter: this.exporter,
     } = parts);
     this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);

@@ -22,8 +22,9 @@ import { ruleFieldNames, ruleFieldsOf, type Rule, type RuleFields } from '../dom
 import { ROWS_PER_INSERT } from '../store/database.ts';
 import type { Claim } from '../store/ports.ts';
 import { EVERY_RULE } from '../store/rules.ts';
+import type { Store } from '../store/store.ts';
 import { insertNode, nodeInput } from './nodes.ts';
-import { type Ctx, decodeBody, ok, operation, operations, type Reply } from './route.ts';
+import { type Ctx, decodeBody, operation, operations, type Reply } from './route.ts';
 import { insertRules, ruleInput } from './rules.ts';
 import { insertTunnel, tunnelInput } from './tunnels.ts';
 import {
@@ -91,17 +92,25 @@ export const exportDocument = object(
 );
 type ExportDocument = Infer<typeof exportDocument>;
 
-function exportAll(ctx: Ctx<undefined, {}>): Reply {
-  const { store } = ctx.app;
+/**
+ * Everything as one export document in JSON, read in one snapshot of `store`. It grows with the data (200,000 rules
+ * make tens of megabytes): cmd/master runs it in a worker thread on a connection of its own, so no request waits for
+ * it.
+ */
+export function exportJson(store: Store, exportedAt: string): Buffer {
+  return store.db.snapshot(() => Buffer.from(JSON.stringify(exportOf(store, exportedAt))));
+}
+
+function exportOf(store: Store, exportedAt: string): ExportDocument {
   const nodes = store.nodes.list({ afterId: 0, limit: ALL, status: null, tag: null, q: null });
   const tunnels = store.tunnels.list({ afterId: 0, limit: ALL, node_id: null, status: null, q: null });
   const rules = store.rules.list({ afterId: 0, limit: ALL, ...EVERY_RULE });
   const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
   const tunnelNames = new Map(tunnels.map((t) => [t.id, t.name]));
-  const document: ExportDocument = {
+  return {
     format: FORMAT,
     version: 1,
-    exported_at: ctx.app.timestamp(),
+    exported_at: exportedAt,
     nodes: nodes.map(({ name, host, ssh_port, ssh_user, tags }) => ({ name, host, ssh_port, ssh_user, tags })),
     tunnels: tunnels.map((t) => ({
       name: t.name,
@@ -120,7 +129,15 @@ function exportAll(ctx: Ctx<undefined, {}>): Reply {
       };
     }),
   };
-  return ok(document, { 'Content-Disposition': 'attachment; filename="portplane-export.json"' });
+}
+
+async function exportAll(ctx: Ctx<undefined, {}>): Promise<Reply> {
+  const json = await ctx.app.exporter(ctx.app.timestamp());
+  return {
+    status: 200,
+    json: Buffer.from(json.buffer, json.byteOffset, json.byteLength),
+    headers: { 'Content-Disposition': 'attachment; filename="portplane-export.json"' },
+  };
 }
 
 interface ImportResult {
@@ -329,7 +346,10 @@ const importResultItem = {
 export const transferOperations = operations({
   exportAll: operation({
     summary: 'Export nodes (without secrets), tunnels and rules as one document',
-    description: 'It spans every resource, so it needs *. SSH credentials and agent tokens are never exported.',
+    description:
+      'It spans every resource, so it needs *. SSH credentials and agent tokens are never exported. It is read in ' +
+      'one snapshot (what is written meanwhile is in the next one) and made in a worker thread, so other requests ' +
+      'are answered while it is.',
     responses: {
       200: {
         description: 'The document',

@@ -577,6 +577,20 @@ export class Database {
     return this.within(this.itemUnit, fn);
   }
 
+  /**
+   * Runs `fn`'s reads in one read transaction, so that they see one moment however long they take (what others commit
+   * meanwhile is not seen). For a connection of its own (a worker's): it throws while a write is open on this one.
+   */
+  snapshot<T>(fn: () => T): T {
+    if (this.inWrite || this.batch || this.hold) throw new Error('a snapshot on a connection with a write open');
+    this.db.exec('BEGIN DEFERRED');
+    try {
+      return fn();
+    } finally {
+      this.db.exec('COMMIT');
+    }
+  }
+
   schemaVersion(): number {
     const row = this.db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as {
       version: number | null;
