@@ -10,6 +10,7 @@ import { LINK_PATH, LINK_PROTOCOL, send } from '../internal/agentlink/wire.ts';
 import { MAX_ENTRIES } from '../internal/domain/link.ts';
 import { call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
+import { until } from './net.ts';
 
 /** Sends raw bytes to the master and returns everything it answers until it closes. */
 async function rawExchange(m: Running, bytes: string): Promise<string> {
@@ -420,7 +421,7 @@ test("a tunnel's keys go with its nodes; a new address for the exit reaches the 
 });
 
 const FLAPPING =
-  'an agent flapping every state it reports writes a row per interval, not per message, and the master keeps up';
+  'an agent flapping every state it reports writes a row per interval, not per message; past its budget it is told';
 test(FLAPPING, async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'flapper', { host: '192.0.2.10' });
@@ -439,7 +440,7 @@ test(FLAPPING, async (t) => {
   });
   assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
   const raw = (await link(m, n.agent_token)) as RawLink;
-  await raw.next('config');
+  const { version } = (await raw.next('config')) as unknown as { version: number };
   const events = () => (m.app.store.db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n;
   const before = events();
   const cpuBefore = process.cpuUsage();
@@ -461,9 +462,15 @@ test(FLAPPING, async (t) => {
       tunnels: [{ id: tunnel.body.id, state: flip ? 'down' : 'up', error: flip ? 'flap' : null, rtt_us: null }],
     });
     send(raw.socket, { type: 'paths', kernel: { available: flip, reason: flip ? null : 'flap' } });
-    sent += 3;
+    const error = flip ? { code: 'port_in_use', detail: 'flap' } : null;
+    send(raw.socket, {
+      type: 'applied',
+      version,
+      results: [{ id: checked.id, state: flip ? 'failed' : 'applied', error }],
+    });
+    sent += 4;
     if (raw.socket.writableLength > 1024 * 1024) await once(raw.socket, 'drain');
-    else if (sent % 300 === 0) await new Promise((resolve) => setImmediate(resolve));
+    else if (sent % 400 === 0) await new Promise((resolve) => setImmediate(resolve));
   }
   assert.ok(!raw.socket.destroyed, 'the master kept the link: flapping is no protocol violation');
   // Messages are taken in order: once the master answers a ping, it has taken every one before; then a window passes.
@@ -472,14 +479,26 @@ test(FLAPPING, async (t) => {
   await new Promise((resolve) => setTimeout(resolve, 2500));
   const written = events() - before;
   const seconds = (performance.now() - started) / 1000;
-  // Each of the three states may write 4 changes at once, then one every 2 s: about 3 x 8 rows here.
+  // Each of the three states may write 4 changes at once, then one every 2 s, and a config's result once: about
+  // 3 x 8 + 1 rows here.
   assert.ok(sent > 3000, `the flood was a flood (${sent} messages)`);
-  assert.ok(written <= 3 * (4 + Math.ceil(seconds / 2) + 1), `${written} events for ${sent} flapping messages`);
+  assert.ok(written <= 3 * (4 + Math.ceil(seconds / 2) + 1) + 1, `${written} events for ${sent} flapping messages`);
   const cpu = process.cpuUsage(cpuBefore);
   assert.ok((cpu.user + cpu.system) / 1e6 / seconds < 1.5, 'the master spent at most about a core on it');
-  // The last state reported wins.
-  const health = (await call(m.url, 'GET', `/api/rules/${checked.id}`, { token: m.admin })).body.health;
-  assert.equal(health.targets[0].status, last);
+  // Past its budget of writes the link was told so, and what it sent then was dropped.
+  const told = (await raw.next('over_budget')) as unknown as { detail: string };
+  assert.match(told.detail, /dropped since the last notice and not acted on/);
+  assert.equal((await call(m.url, 'GET', `/api/rules/${checked.id}`, { token: m.admin })).body.sync.state, 'failed');
+  // A minute on, the link writes again, and its word is taken.
+  m.advance(60_000);
+  send(raw.socket, {
+    type: 'health',
+    rules: [{ id: checked.id, targets: [{ target: '192.0.2.1:80', status: last, error: null, checked_at: null }] }],
+  });
+  await until('the last word taken', async () => {
+    const health = (await call(m.url, 'GET', `/api/rules/${checked.id}`, { token: m.admin })).body.health;
+    return health.targets[0].status === last;
+  });
   assert.equal((await call(m.url, 'GET', '/api/health', { token: m.admin })).status, 200);
 });
 

@@ -26,7 +26,7 @@ import {
 } from '../forward/forwarder.ts';
 import { throttledBy, type Logger } from '../log/log.ts';
 import { faults } from '../relay/faults.ts';
-import { configMessage, probeMessage, trafficAckMessage } from '../domain/link.ts';
+import { configMessage, overBudgetMessage, probeMessage, trafficAckMessage } from '../domain/link.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
 import { VitalsMeter } from './vitals.ts';
 import { tableOf } from '../kernel/ruleset.ts';
@@ -349,6 +349,12 @@ export class Agent {
       void this.forwarder.probe(protocol, targets, timeout_ms).then((results) => {
         if (this.socket) send(this.socket, { type: 'probe_result', id, results });
       });
+      return;
+    }
+    if (message.type === 'over_budget') {
+      // A master this agent verified says it writes too much: what it sent past that was dropped (see budget.ts).
+      const { detail } = checkMessage(overBudgetMessage, message);
+      this.options.log.warn('the master dropped messages of this agent: over its write budget', { detail });
       return;
     }
     if (message.type === 'traffic_ack') {

@@ -47,6 +47,7 @@ import {
   type TargetHealth,
 } from '../domain/rules.ts';
 import { Coalescer } from './coalesce.ts';
+import { WRITES_BURST, WRITES_PER_MINUTE, WriteBudget } from './budget.ts';
 import { exitPortTaken } from '../tunnel/wire.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
@@ -141,7 +142,22 @@ interface Link {
   health: Coalescer<TargetHealth[]>;
   tunnels: Coalescer<TunnelState>;
   paths: Coalescer<PathsMessage['kernel']>;
+  /** The messages that write it may still send (see budget.ts), and when it was last told it ran out. */
+  writes: WriteBudget;
+  toldOverBudgetAt?: number;
+  /** The rules whose result for config `version` this link has given (see `applied`). */
+  acknowledged?: { version: number; ids: Set<number> };
 }
+
+/**
+ * The agent's messages that write state to the database, which its link's WriteBudget counts. Traffic reports are not
+ * dropped (a report dropped while a later one is counted would be lost): each writes a few rows in place, no event,
+ * and claims no more bytes than its allowance. Nor are acknowledgements (a config of 200,000 rules is acknowledged in
+ * 400 pieces): each rule's result is taken once per config version.
+ */
+const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals']);
+/** How often a link over its budget is told so (and the log says how many were dropped meanwhile). */
+const OVER_BUDGET_NOTICE_MS = 10_000;
 
 type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
 
@@ -329,6 +345,7 @@ export class AgentLinks {
       ip,
       allowance: new TrafficAllowance(app.clock.now, countedAt),
       ...this.stateWriters(nodeId),
+      writes: new WriteBudget(app.clock.now),
     };
     if (this.links.has(nodeId)) {
       this.pending.get(nodeId)?.socket.destroy();
@@ -564,6 +581,7 @@ export class AgentLinks {
     else if (this.links.get(link.nodeId) === link) this.app.sync.heard(link.nodeId, this.app.clock.timestamp());
     if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
+    if (WRITING.has(message.type) && !link.writes.take()) return this.overBudget(link);
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
     if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
@@ -582,6 +600,25 @@ export class AgentLinks {
     });
   }
 
+  /**
+   * A message dropped because its link wrote too much: the agent is told (at most every OVER_BUDGET_NOTICE_MS, which
+   * also goes in the log with how many were dropped), and nothing it asked is done.
+   */
+  private overBudget(link: Link): void {
+    const now = this.app.clock.now();
+    if (link.toldOverBudgetAt !== undefined && now - link.toldOverBudgetAt < OVER_BUDGET_NOTICE_MS) return;
+    link.toldOverBudgetAt = now;
+    const dropped = link.writes.takeDropped();
+    const detail =
+      `this link sent more than ${WRITES_PER_MINUTE} messages that write in a minute (a burst of ` +
+      `${WRITES_BURST}): ${dropped} dropped since the last notice and not acted on; send less`;
+    send(link.socket, { type: 'over_budget', detail });
+    this.logOf(`n:${link.nodeId}`).warn('agent over its write budget: messages dropped', {
+      node_id: link.nodeId,
+      dropped,
+    });
+  }
+
   /** Which ways of forwarding the node can use, as its agent says. */
   private paths(link: Link, message: PathsMessage): void {
     link.paths.offer([[link.nodeId, message.kernel]]);
@@ -592,11 +629,17 @@ export class AgentLinks {
     const twice = repeated(ack.results);
     if (twice !== undefined) throw new ProtocolError(`applied message names rule ${twice} twice`);
     const { store } = this.app;
+    // A config's result for a rule is taken once per link: an agent repeating its acknowledgement with states that
+    // flip cannot make a write (and an event) of each; a large config's pieces name each rule once.
+    if (link.acknowledged?.version !== ack.version) link.acknowledged = { version: ack.version, ids: new Set() };
+    const acknowledged = link.acknowledged.ids;
+    const results = ack.results.filter((result) => !acknowledged.has(result.id));
     const current = store.write(() => {
       const node = store.nodes.find(nodeId);
       // An acknowledgement of an older config says nothing about rules changed since: a newer config is on its way.
       if (!node || node.config_version !== ack.version) return false;
-      for (const result of ack.results)
+      for (const result of results) acknowledged.add(result.id);
+      for (const result of results)
         store.rules.setSync(
           result.id,
           nodeId,

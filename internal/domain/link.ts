@@ -128,6 +128,9 @@ export const configMessage = object({
 });
 export type ConfigMessage = Infer<typeof configMessage>;
 
+/** Master to agent: messages of the link that write were dropped, past its budget (agentlink/budget.ts). */
+export const overBudgetMessage = object({ type: oneOf(['over_budget']), detail: string({ max: 500 }) });
+
 /** Master to agent: traffic reports up to `seq` of `stream` are stored. */
 export const trafficAckMessage = object({ type: oneOf(['traffic_ack']), stream: string({ min: 1, max: 64 }), seq: ID });
 
