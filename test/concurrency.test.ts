@@ -146,7 +146,7 @@ test(
   },
 );
 
-test('a keyed write whose answer could not be kept is not done again: its retry says it was carried out', async (t) => {
+test('a keyed write whose answer could not be kept is not done again: its retry learns what it did', async (t) => {
   const m = await startMaster(t);
   const edge = await node(m, 'edge');
   const keep = m.app.store.idempotency.save.bind(m.app.store.idempotency);
@@ -159,10 +159,27 @@ test('a keyed write whose answer could not be kept is not done again: its retry 
   const headers = { 'idempotency-key': 'just-once' };
   const first = await call(m.url, 'POST', '/api/rules', { token: m.admin, body, headers });
   assert.equal(first.status, 201, 'the change was committed, so it is answered as such');
+  // A create is answered as it was: 201, the rule (as it is now) and where it lives.
   const retry = await call(m.url, 'POST', '/api/rules', { token: m.admin, body, headers });
-  assertProblem(retry, 409, 'conflict');
-  assert.match(retry.body.detail, /was carried out/);
+  assert.equal(retry.status, 201, JSON.stringify(retry.body));
+  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  assert.equal(retry.headers.get('location'), `/api/rules/${first.body.id}`);
+  assert.deepEqual([retry.body.id, retry.body.name], [first.body.id, 'once']);
   assert.equal(await countNamed(m, 'once'), 1);
+  // Another kind of answer cannot be rebuilt: the retry is told what was done, ids included.
+  const deleted = await call(m.url, 'POST', '/api/rules/batch-delete', {
+    token: m.admin,
+    body: { ids: [first.body.id] },
+    headers: { 'idempotency-key': 'delete-once' },
+  });
+  assert.equal(deleted.status, 200);
+  const again = await call(m.url, 'POST', '/api/rules/batch-delete', {
+    token: m.admin,
+    body: { ids: [first.body.id] },
+    headers: { 'idempotency-key': 'delete-once' },
+  });
+  assertProblem(again, 409, 'conflict');
+  assert.match(again.body.detail, new RegExp(`was carried out.*it did: rule\\.delete rule ${first.body.id}`));
 });
 
 test(

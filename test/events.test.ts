@@ -343,3 +343,38 @@ test('events older than audit_retention_days are pruned with the audit log; resu
   const next = await late.next((e) => e.event === 'node.created');
   assert.equal(next.id, before + 1);
 });
+
+const NEWEST = 'a resource keeps its newest 1,000 events of what agents report, however often it flips; the rest stay';
+test(NEWEST, async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge');
+  const checked = await rule(m, {
+    node_id: edge.id,
+    listen_port: 9000,
+    targets: ['192.0.2.1:80'],
+    health_check: { interval_seconds: 1 },
+  });
+  const other = await rule(m, { node_id: edge.id, listen_port: 9001, health_check: { interval_seconds: 1 } });
+  const { store } = m.app;
+  const flip = (id: number, target: string, i: number) =>
+    store.write(() =>
+      store.rules.setHealth(id, edge.id, [{ target, status: i % 2 ? 'up' : 'down', error: null, checked_at: null }]),
+    );
+  for (let i = 0; i < 1_500; i++) flip(checked.body.id, '192.0.2.1:80', i);
+  for (let i = 0; i < 10; i++) flip(other.body.id, other.body.targets[0], i);
+  await store.committed();
+  const count = (id: number, type: string) =>
+    (
+      store.db
+        .prepare('SELECT count(*) AS n FROM events WHERE resource = ? AND resource_id = ? AND type = ?')
+        .get('rule', id, type) as { n: number }
+    ).n;
+  assert.equal(count(checked.body.id, 'rule.health'), 1_000, 'the newest 1,000 of the flapping rule');
+  assert.equal(count(other.body.id, 'rule.health'), 10, "another rule's are its own");
+  assert.equal(count(checked.body.id, 'rule.created'), 1, 'events of writes through the API are not bounded so');
+  // The newest are the ones kept: the oldest left is the 501st flip, every one after it is there.
+  const kept = store.db
+    .prepare("SELECT min(id) AS first, max(id) AS last FROM events WHERE resource_id = ? AND type = 'rule.health'")
+    .get(checked.body.id) as { first: number; last: number };
+  assert.ok(kept.last - kept.first >= 999);
+});

@@ -21,6 +21,8 @@ import { CommitFailed, isDiskFull, WritesBusy } from '../store/database.ts';
 import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
 import { decodeBody, IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
+import { resourcePath } from './events.ts';
+import type { Changed } from './writes.ts';
 
 interface Outgoing {
   status: number;
@@ -431,12 +433,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request', {
         errors: [{ pointer: 'Idempotency-Key', detail: 'was used for a different request (another body or path)' }],
       });
-    if (stored.status === ANSWER_PENDING)
-      throw new DomainError(
-        'conflict',
-        'a request with this Idempotency-Key was carried out, but its answer could not be kept; read the resources ' +
-          'it changed',
-      );
+    if (stored.status === ANSWER_PENDING) return { replay: answerLost(x, stored.body) };
     return {
       replay: {
         status: stored.status,
@@ -444,6 +441,46 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         body: stored.body,
       },
     };
+  }
+
+  /**
+   * The answer to a retry of a request that committed but whose answer was not kept (the master stopped in between):
+   * rebuilt from what the request changed, which its mark holds (see writes.reserveReplay). A create of one resource
+   * is answered as the create was, 201 with its Location and the resource as its GET shows it now; anything else (an
+   * action, a batch) is a `conflict` that names what was done, ids included, since its answer had another shape.
+   * Throws `conflict`.
+   */
+  function answerLost(x: Exchange, kept: Buffer): Outgoing {
+    const changed = (kept.length > 0 ? JSON.parse(kept.toString('utf8')) : []) as Changed[];
+    const named = changed.map((c) => `${c.action} ${c.resource}${c.resource_id === null ? '' : ` ${c.resource_id}`}`);
+    const lost = () =>
+      new DomainError(
+        'conflict',
+        'a request with this Idempotency-Key was carried out, but its answer could not be kept' +
+          (named.length > 0 ? ` (it did: ${named.join(', ')})` : '') +
+          '; read the resources it changed',
+      );
+    const [only] = changed;
+    if (changed.length !== 1 || only!.resource_id === null || !only!.action.endsWith('.create')) throw lost();
+    const path = resourcePath(only!.resource, only!.resource_id);
+    const found = path === null ? null : router.lookup('GET', path);
+    if (!found || !('found' in found)) throw lost();
+    const { route, params } = found.found;
+    // The retry's caller is the one that made the change, and reads it only where its scopes let it.
+    const scope = route.scope;
+    const open = scope === 'public' || scope === 'authenticated';
+    if (!open && (scope === 'session' || !grants(x.principal!.scopes, scope))) throw lost();
+    let reply: Reply;
+    try {
+      const answered = route.handler(makeCtx(route, x, params, {}, Buffer.alloc(0), null));
+      if (answered instanceof Promise) throw lost();
+      reply = answered;
+    } catch (error) {
+      if (error instanceof DomainError && error.code === 'not_found') throw lost();
+      throw error;
+    }
+    const out = fromReply(reply);
+    return { ...out, status: 201, headers: { ...out.headers, 'Idempotent-Replayed': 'true', Location: path! } };
   }
 
   /** Stage: a write spends one of its user's budget. Throws `rate_limited`. */

@@ -45,6 +45,12 @@ const READERS: Record<Resource, string> = {
   traffic: '/api/dashboard/traffic',
 };
 
+/** The path that GETs one resource, by the resource's name in the audit log and the journal; null for another. */
+export function resourcePath(resource: string, id: number): string | null {
+  const template = (READERS as Record<string, string | undefined>)[resource];
+  return template?.includes('{id}') ? template.replace('{id}', String(id)) : null;
+}
+
 const EVENT_TYPES: readonly string[] = [...Object.values(JOURNAL_TYPES).flat(), ...Object.keys(LIVE_TYPES)];
 const RESOURCES = Object.keys(READERS) as Resource[];
 /** What the stream itself says: where it starts, that it starts over, and why it ends. */

@@ -37,9 +37,21 @@ class RedoItemByItem extends Error {}
  */
 export type Writer = Pick<App, 'store' | 'box' | 'timestamp' | 'licenseView' | 'targetPolicy'>;
 
+/** One change a write made, as audited. */
+export interface Changed {
+  action: string;
+  resource: string;
+  resource_id: number | null;
+}
+
+/** What a write's mark keeps of what it changed, at most. */
+const MAX_CHANGED = 100;
+
 /** Collects what a write did: audit entries are written at once, node changes announced after commit. */
 export class Effects {
   readonly nodes = new Set<number>();
+  /** What was done, as audited: what a retry with the request's Idempotency-Key is told if its answer was lost. */
+  readonly done: Changed[] = [];
 
   constructor(
     private readonly app: Writer,
@@ -58,11 +70,10 @@ export class Effects {
 
   /** `audit` for many entries, in order. */
   auditAll(entries: readonly AuditEntryInput[]): void {
-    this.app.store.audit.recordAll(
-      this.ctx.actor,
-      entries.map((entry) => ({ action: this.actionOf(entry), ...entry, status: 'success' })),
-      this.app.timestamp(),
-    );
+    const done = entries.map((entry) => ({ action: this.actionOf(entry), ...entry, status: 'success' as const }));
+    this.app.store.audit.recordAll(this.ctx.actor, done, this.app.timestamp());
+    for (const { action, resource, resource_id } of done.slice(0, MAX_CHANGED - this.done.length))
+      this.done.push({ action, resource, resource_id: resource_id ?? null });
   }
 
   /** Records an attempt that failed on its own terms (a wrong password). */
@@ -180,7 +191,7 @@ export async function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects
       () => {
         const value = fn(effects);
         if (dryRun) throw new DryRun(value);
-        reserveReplay(app, ctx);
+        reserveReplay(app, ctx, effects.done);
         return value;
       },
       app.settings.get('write_wait_seconds') * 1000,
@@ -194,9 +205,12 @@ export async function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects
   }
 }
 
-/** Inside a write: marks the request's Idempotency-Key as used by a committed change (see IdempotencyStore.reserve). */
-function reserveReplay(app: Writer, ctx: WriteCtx): void {
-  if (ctx.idempotency) app.store.idempotency.reserve(ctx.idempotency, app.timestamp());
+/**
+ * Inside a write: marks the request's Idempotency-Key as used by a committed change, with what it changed, in the
+ * change's own transaction (see IdempotencyStore.reserve): a master that stops before it keeps the answer still knows.
+ */
+function reserveReplay(app: Writer, ctx: WriteCtx, done: readonly Changed[]): void {
+  if (ctx.idempotency) app.store.idempotency.reserve(ctx.idempotency, app.timestamp(), done);
 }
 
 /** Maps items one by one, letting the API answer between them once a turn has run long enough. */
@@ -239,7 +253,7 @@ export async function writeInSteps<T>(
         effects = new Effects(app, ctx);
         result = await fn(effects, inSteps);
       }
-      if (!dryRun) reserveReplay(app, ctx);
+      if (!dryRun) reserveReplay(app, ctx, effects.done);
       return result;
     },
     { commit: !dryRun },

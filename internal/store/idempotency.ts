@@ -86,13 +86,9 @@ export class IdempotencyStore {
    * Records, inside the transaction of a request's change, that the request with this key committed: a retry finds
    * the answer saved after it, or this mark if the answer could not be kept.
    */
-  reserve(slot: IdempotencySlot, at: string): void {
-    this.save(
-      slot.tokenId,
-      slot.key,
-      { fingerprint: slot.fingerprint, status: ANSWER_PENDING, headers: {}, body: EMPTY },
-      at,
-    );
+  reserve(slot: IdempotencySlot, at: string, changed: readonly unknown[] = []): void {
+    const body = changed.length > 0 ? Buffer.from(JSON.stringify(changed)) : EMPTY;
+    this.save(slot.tokenId, slot.key, { fingerprint: slot.fingerprint, status: ANSWER_PENDING, headers: {}, body }, at);
   }
 
   prune(before: string): number {

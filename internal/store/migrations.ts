@@ -631,4 +631,22 @@ export const migrations: readonly string[] = [
   /* 18: a tunnel whose port the master picked (none was given) may be moved by it when the exit finds it taken */ `
   ALTER TABLE tunnels ADD COLUMN port_picked INTEGER NOT NULL DEFAULT 0 CHECK (port_picked IN (0, 1));
   `,
+  /* 19: the journal keeps at most the newest 1,000 events an agent's reports caused per resource */ `
+  -- What agents report (a rule's sync and health, a tunnel's status, a node's status and paths) is journalled as it
+  -- changes; however fast a hostile or broken agent makes it change, a resource keeps its newest 1,000 such events
+  -- (a client resuming from before the older ones misses states its resource has left since, and is sent the newer
+  -- ones). The index is partial: the events of writes through the API cost nothing more.
+  CREATE INDEX events_reported ON events(resource, resource_id, id)
+    WHERE type IN ('rule.sync', 'rule.health', 'tunnel.status', 'node.status', 'node.agent');
+  CREATE TRIGGER events_reported_bound AFTER INSERT ON events
+    WHEN NEW.type IN ('rule.sync', 'rule.health', 'tunnel.status', 'node.status', 'node.agent') BEGIN
+    DELETE FROM events
+      WHERE type IN ('rule.sync', 'rule.health', 'tunnel.status', 'node.status', 'node.agent')
+        AND resource = NEW.resource AND resource_id IS NEW.resource_id
+        AND id <= (SELECT id FROM events
+          WHERE type IN ('rule.sync', 'rule.health', 'tunnel.status', 'node.status', 'node.agent')
+            AND resource = NEW.resource AND resource_id IS NEW.resource_id
+          ORDER BY id DESC LIMIT 1 OFFSET 1000);
+  END;
+  `,
 ];
