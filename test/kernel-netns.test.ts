@@ -330,3 +330,81 @@ test(
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', '5000'), '5000');
   },
 );
+
+/**
+ * Opens COUNT connections to HOST:PORT from the client, each echoing a byte or not ('ok' or 'refused'); keeps them,
+ * waits IDLE seconds without a byte, then tries the first again ('ok' or 'ended'). Prints the list as JSON.
+ */
+const HELD_THEN_IDLE = `
+  import { connect } from 'node:net';
+  const [host, port, count, idle] = process.argv.slice(1);
+  const echo = (socket) => new Promise((resolve) => {
+    const done = (what) => { clearTimeout(timer); resolve(what); };
+    const timer = setTimeout(() => done('refused'), 3000);
+    socket.once('data', () => done('ok'));
+    socket.once('error', () => done('refused'));
+    socket.once('close', () => done('refused'));
+    socket.write('x');
+  });
+  const held = [];
+  const outcomes = [];
+  for (let i = 0; i < Number(count); i++) {
+    const socket = connect(Number(port), host);
+    socket.on('error', () => {});
+    held.push(socket);
+    outcomes.push(await echo(socket));
+  }
+  await new Promise((resolve) => setTimeout(resolve, Number(idle) * 1000));
+  outcomes.push((await echo(held[0])) === 'ok' ? 'ok' : 'ended');
+  console.log(JSON.stringify(outcomes));
+  process.exit(0);`;
+
+test(
+  "the kernel path holds the node's limits as the relay does: connections per source and the TCP idle timeout",
+  { timeout: 60_000 },
+  async (t) => {
+    const reason = unavailable();
+    if (reason) return t.skip(reason);
+    network(t);
+    await echoIn(t, TARGET, '0.0.0.0');
+    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+    const port = new URL(m.url).port;
+    const settings = { max_connections_per_source: 2, tcp_idle_timeout_seconds: 10 };
+    assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings })).status, 200);
+    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
+    startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
+      within: ['ip', 'netns', 'exec', NODE],
+      listenHost: '0.0.0.0',
+      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+    });
+    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const both = [
+      (await rule(m, { node_id: edge.id, listen_port: 15101, targets: [`${TARGET_ADDRESS}:7007`] })).body,
+      (
+        await rule(m, {
+          node_id: edge.id,
+          listen_port: 15102,
+          targets: [`${TARGET_ADDRESS}:7007`],
+          forwarding: 'relay',
+        })
+      ).body,
+    ];
+    await sync(
+      m,
+      both.map((r) => r.id),
+    );
+    assert.deepEqual(await Promise.all(both.map(async (r) => (await ruleOf(m, r.id)).sync.applied_path)), [
+      'kernel',
+      'relay',
+    ]);
+    // The same on either path: two connections from one address, the third refused; the first, idle past 10 s, ended.
+    for (const r of both) {
+      const outcomes = JSON.parse(await runIn(CLIENT, HELD_THEN_IDLE, NODE_ADDRESS, String(r.listen_port), '3', '12'));
+      assert.deepEqual(
+        outcomes,
+        ['ok', 'ok', 'refused', 'ended'],
+        `${r.listen_port}: ${(await ruleOf(m, r.id)).sync.applied_path}`,
+      );
+    }
+  },
+);

@@ -15,7 +15,14 @@ import type { ProbeResult, TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
-import { applyRuleset, kernelAvailability, readCounters, removeTable, type Counts } from '../kernel/nft.ts';
+import {
+  applyRuleset,
+  kernelAvailability,
+  readCounters,
+  removeIdleTimeouts,
+  removeTable,
+  type Counts,
+} from '../kernel/nft.ts';
 import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts';
 import {
   datagramsTo,
@@ -284,7 +291,7 @@ export class Forwarder {
       if (before === null) this.kernelFresh = true;
       for (const [id, counts] of before ?? []) if (!next.has(id)) this.kernelRemoved.set(id, counts);
       if (next.size === 0) await removeTable(this.table);
-      else await applyRuleset(this.table, [...next.values()], before?.keys() ?? []);
+      else await this.writeTable([...next.values()], before?.keys() ?? []);
       this.kernelRules = next;
     } catch (error) {
       this.kernelState = { available: false, reason: (error as Error).message };
@@ -298,6 +305,21 @@ export class Forwarder {
       return;
     }
     for (const { rule, result } of wanted) if (next.has(rule.id)) result.path = 'kernel';
+  }
+
+  /** The idle timeout last written into the kernel table (its policy objects go when it changes), if any. */
+  private kernelIdleSeconds: number | null = null;
+
+  /** Writes the kernel table with `rules`, held to the node's limits as the relay holds its own. */
+  private async writeTable(rules: KernelRule[], existing: Iterable<number>): Promise<void> {
+    const limits = {
+      perSource: this.limits.maxConnectionsPerSource,
+      tcpIdleSeconds: Math.max(1, Math.round(this.limits.tcpIdleMs / 1000)),
+    };
+    await applyRuleset(this.table, rules, existing, limits);
+    const previous = this.kernelIdleSeconds;
+    this.kernelIdleSeconds = limits.tcpIdleSeconds;
+    if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
   }
 
   /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
@@ -354,7 +376,7 @@ export class Forwarder {
       next.set(id, { ...rule, ...destinations });
     }
     if (!changed) return false;
-    await applyRuleset(this.table, [...next.values()], next.keys());
+    await this.writeTable([...next.values()], next.keys());
     this.kernelRules = next;
     return true;
   }

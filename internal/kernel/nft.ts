@@ -4,7 +4,14 @@
 
 import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import { counterOf, isAgentTable, rulesetScript, type KernelRule } from './ruleset.ts';
+import {
+  counterOf,
+  idleTimeoutName,
+  isAgentTable,
+  rulesetScript,
+  type KernelLimits,
+  type KernelRule,
+} from './ruleset.ts';
 
 /** CAP_NET_ADMIN, the capability nftables asks of whoever changes a table. */
 const CAP_NET_ADMIN = 12n;
@@ -96,10 +103,21 @@ export async function readCounters(table: string): Promise<Map<number, Counts> |
 }
 
 /** Makes `table` hold exactly `rules`, in one transaction; throws with nft's reason when it refuses. */
-export async function applyRuleset(table: string, rules: readonly KernelRule[], existing: Iterable<number>) {
+export async function applyRuleset(
+  table: string,
+  rules: readonly KernelRule[],
+  existing: Iterable<number>,
+  limits: KernelLimits,
+) {
   const names = new Set([...existing].flatMap((id) => [`r${id}_in`, `r${id}_out`]));
-  const applied = await run(['-f', '-'], rulesetScript(table, rules, names));
+  const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits));
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
+}
+
+/** Removes the idle timeout policies of `seconds` from `table` once no rule uses them; gone already is fine. */
+export async function removeIdleTimeouts(table: string, seconds: number): Promise<void> {
+  for (const family of [4, 6] as const)
+    await run(['delete', 'ct', 'timeout', 'inet', table, idleTimeoutName(family, seconds)]);
 }
 
 /** Removes `table`, and with it every kernel rule in it; none there is fine. */

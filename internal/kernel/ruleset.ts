@@ -11,6 +11,12 @@
 // What the counters count: IP packets of the rule's connections, headers included, in the direction the relay calls
 // in (client to target, counted where the packet enters the node or leaves the node's own sockets) and out (back).
 // Named counters survive a transaction that declares them again, so re-applying never resets them.
+//
+// The node's own limits hold in the kernel as in the relay: a client address may hold at most `perSource` connections
+// (and UDP flows) on a rule's port at once, conntrack counting them (a set of address and port with `ct count`), more
+// are refused (TCP reset, UDP dropped); and a TCP connection idle for `tcpIdleSeconds` is forgotten by conntrack (a
+// timeout policy set on each new connection), and its next packet, which is no new connection's SYN, is reset. A
+// timeout object is named by its value, since one declared again keeps the value it had.
 
 /** The table of the node with this id. */
 export function tableOf(nodeId: number): string {
@@ -58,12 +64,28 @@ function elements(entries: string[]): string {
   return entries.join(', ');
 }
 
+/** The node's limits the kernel holds its rules to (the agent's config: max_connections_per_source and its like). */
+export interface KernelLimits {
+  perSource: number;
+  tcpIdleSeconds: number;
+}
+
+/** The timeout policy of TCP connections for an address family, by its value (see above). */
+export function idleTimeoutName(family: 4 | 6, seconds: number): string {
+  return `tcp_idle${family}_${seconds}`;
+}
+
 /**
  * The script that makes the table hold exactly `rules`, as one transaction (`nft -f`): declarations (which keep
  * whatever of them exists, counters included), every chain, map and set emptied and filled again, and the counters of
  * rules no longer wanted deleted. `existing` names the counters the table holds now.
  */
-export function rulesetScript(table: string, rules: readonly KernelRule[], existing: ReadonlySet<string>): string {
+export function rulesetScript(
+  table: string,
+  rules: readonly KernelRule[],
+  existing: ReadonlySet<string>,
+  limits: KernelLimits,
+): string {
   const FAMILY_TABLE = `inet ${table}`;
   const wanted = new Set(rules.flatMap((rule) => [counterName(rule.id, 'in'), counterName(rule.id, 'out')]));
   const lines = [`table ${FAMILY_TABLE} {`];
@@ -74,6 +96,18 @@ export function rulesetScript(table: string, rules: readonly KernelRule[], exist
       `  map ${l4}_in { type inet_service : counter; }`,
       `  map ${l4}_out { type inet_service : counter; }`,
       `  set ${l4}_ports { type inet_service; }`,
+      `  set ${l4}4_sources { type ipv4_addr . inet_service; flags dynamic; }`,
+      `  set ${l4}6_sources { type ipv6_addr . inet_service; flags dynamic; }`,
+    );
+  }
+  for (const [family, l3] of [
+    [4, 'ip'],
+    [6, 'ip6'],
+  ] as const) {
+    lines.push(
+      `  ct timeout ${idleTimeoutName(family, limits.tcpIdleSeconds)} {`,
+      `    protocol tcp; l3proto ${l3}; policy = { established: ${limits.tcpIdleSeconds} };`,
+      '  }',
     );
   }
   for (const name of wanted) lines.push(`  counter ${name} { }`);
@@ -83,9 +117,11 @@ export function rulesetScript(table: string, rules: readonly KernelRule[], exist
     '  chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
     '  chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
     '  chain count_output { type filter hook output priority filter; policy accept; }',
+    // Before the DNAT, where the port is still the rule's.
+    '  chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
     '}',
   );
-  for (const chain of ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output'])
+  for (const chain of ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output', 'conn_limits'])
     lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const l4 of L4)
     for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`]) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
@@ -102,6 +138,17 @@ export function rulesetScript(table: string, rules: readonly KernelRule[], exist
     rule('count_prerouting', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
     rule('count_prerouting', `${count} ct direction reply counter name ct original proto-dst map @${l4}_out`);
     rule('count_output', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
+    const refuse = l4 === 'tcp' ? 'reject with tcp reset' : 'drop';
+    const fresh = `fib daddr type local ct state new ${l4} dport @${l4}_ports`;
+    // A connection conntrack forgot (idle past the timeout) is not picked up again mid-stream, as conntrack would.
+    if (l4 === 'tcp') rule('conn_limits', `${fresh} tcp flags & (syn | ack) != syn reject with tcp reset`);
+    const over = `${l4} dport ct count over ${limits.perSource} } ${refuse}`;
+    rule('conn_limits', `meta nfproto ipv4 ${fresh} add @${l4}4_sources { ip saddr . ${over}`);
+    rule('conn_limits', `meta nfproto ipv6 ${fresh} add @${l4}6_sources { ip6 saddr . ${over}`);
+    if (l4 === 'tcp') {
+      rule('conn_limits', `meta nfproto ipv4 ${fresh} ct timeout set "${idleTimeoutName(4, limits.tcpIdleSeconds)}"`);
+      rule('conn_limits', `meta nfproto ipv6 ${fresh} ct timeout set "${idleTimeoutName(6, limits.tcpIdleSeconds)}"`);
+    }
 
     const mine = rules.filter((r) => carries(r, l4));
     const fill = (name: string, entries: string[]) => {

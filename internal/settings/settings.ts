@@ -109,7 +109,8 @@ export const definitions = {
     10,
     604_800,
     3600,
-    'Agents close a relayed TCP connection that carried no byte either way for this long, in seconds.',
+    'Agents end a TCP connection that carried no byte either way for this long, in seconds (the relay closes it, ' +
+      'the kernel path forgets it).',
     true,
   ),
   allow_local_targets: setting(
@@ -126,7 +127,7 @@ export const definitions = {
     100_000,
     256,
     'Open TCP connections, and UDP sessions, one client address may hold on one rule; agents close further ' +
-      'connections at once and drop datagrams that would open further sessions.',
+      'connections at once and drop datagrams that would open further sessions, on the relay and in the kernel.',
     true,
   ),
   install_dir: text(
