@@ -41,6 +41,12 @@ function unavailable(): string | null {
 /** host <-> node (the agent's link), client <-> node, node <-> target; the node forwards IPv4. */
 function network(t: TestContext): void {
   namespaces(t, [CLIENT, NODE, TARGET]);
+  // The host's end of the previous test's link goes some time after its namespace: take it now.
+  try {
+    ip('link', 'del', `${NODE}h`);
+  } catch {
+    // there was none
+  }
   veth(`${NODE}h`, null, '10.214.1.1/30', `${NODE}m`, NODE, '10.214.1.2/30');
   veth(`${CLIENT}n`, CLIENT, '10.214.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
   veth(`${NODE}t`, NODE, '10.214.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
