@@ -1,4 +1,5 @@
-// The README is a tested document: its shell blocks run here, in order, in one bash, in a fresh directory laid out
+// The README and the guide it leads to (docs/guide.md) are tested documents: their shell blocks run here, the README's
+// then the guide's, in order, in one bash, in a fresh directory laid out
 // like a clone, beside a master started as the README starts it (npm start), with the Node.js the machine has on
 // PATH (not the pinned one), and the suite fails at the first block that fails.
 //
@@ -22,7 +23,10 @@ interface Block {
   marker: { kind: 'skip'; why: string } | { kind: 'fails' } | null;
 }
 
-/** The README's `sh` blocks, with the marker on the line above each, if any. */
+/** The documents whose blocks run, in this order: the guide goes on from the README's session. */
+const DOCUMENTS = ['README.md', 'docs/guide.md'];
+
+/** A document's `sh` blocks, with the marker on the line above each, if any. */
 function shellBlocks(markdown: string): Block[] {
   const lines = markdown.split('\n');
   const blocks: Block[] = [];
@@ -67,7 +71,7 @@ function usersPath(): string {
 const missing = ['bash', 'curl', 'jq'].filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0);
 
 test(
-  "every shell block of the README runs as pasted, in order, against a real master and the blocks' own agents",
+  'every shell block of the README and the guide runs as pasted, in order, against a real master and its agents',
   { skip: missing.length > 0 ? `needs ${missing.join(', ')} (.ci/run installs them)` : false, timeout: 240_000 },
   async (t) => {
     const root = resolve('.');
@@ -84,7 +88,9 @@ test(
         .replaceAll('203.0.113.11', '127.0.0.1')
         .replaceAll(':8443', `:${tlsPort}`);
 
-    const blocks = shellBlocks(readFileSync('README.md', 'utf8'));
+    const blocks = DOCUMENTS.flatMap((file) =>
+      shellBlocks(readFileSync(file, 'utf8')).map((block) => ({ ...block, where: `${file}:${block.line}` })),
+    );
     const script = [
       'set -euo pipefail',
       // The README's first block: the master, as npm start runs it (npm install is done: node_modules is linked).
@@ -92,14 +98,14 @@ test(
     ];
     for (const block of blocks) {
       if (block.marker?.kind === 'skip') {
-        t.diagnostic(`README.md:${block.line} skipped: ${block.marker.why}`);
+        t.diagnostic(`${block.where} skipped: ${block.marker.why}`);
         continue;
       }
-      script.push(`echo "=== README.md:${block.line}"`);
+      script.push(`echo "=== ${block.where}"`);
       const text = substitute(block.text);
       script.push(
         block.marker?.kind === 'fails'
-          ? `if (\n${text}\n); then echo "README.md:${block.line} was to fail, and did not" >&2; exit 1; fi`
+          ? `if (\n${text}\n); then echo "${block.where} was to fail, and did not" >&2; exit 1; fi`
           : text,
       );
     }
@@ -132,7 +138,7 @@ test(
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
     const code = await new Promise<number | null>((done) => child.on('close', done));
 
-    const ran = [...output.matchAll(/^=== (README\.md:\d+)$/gm)].map((m) => m[1]);
+    const ran = [...output.matchAll(/^=== ((?:README|docs\/guide)\.md:\d+)$/gm)].map((m) => m[1]);
     const log = () => `${output.slice(-6000)}\n--- master.log:\n${safeRead(join(dir, 'master.log')).slice(-3000)}`;
     assert.equal(code, 0, `the README failed in the block at ${ran.at(-1) ?? 'the start'}:\n${log()}`);
     assert.match(output, /=== every block ran/);
