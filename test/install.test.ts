@@ -338,7 +338,7 @@ test(
     // A tunnel ending at the node: reinstalling it gives both ends new key pairs.
     const tunnel = await call(m.url, 'POST', '/api/tunnels', {
       token: m.admin,
-      // A free port: the node's agent runs on this host, where the README's tunnel takes the default, 40000.
+      // A free port: the node's agent runs on this host, where the guide's tunnel takes the default, 40000.
       body: { name: 'to-ssh-node', entry_node_id: stranger.id, exit_node_id: node.id, listen_port: await freePort() },
     });
     assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));

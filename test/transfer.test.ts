@@ -19,6 +19,28 @@ import {
   type Running,
 } from './helpers.ts';
 
+/** An export document of `names` as nodes, each with `perNode` TCP rules on ports from `firstPort`. */
+function bulkDocument(names: string[], perNode: number, firstPort: number) {
+  return {
+    format: 'portplane-export',
+    version: 1,
+    nodes: names.map((name) => ({ name, host: `${name}.example.net`, ssh_port: 22, ssh_user: 'root', tags: [] })),
+    tunnels: [],
+    rules: names.flatMap((node) =>
+      Array.from({ length: perNode }, (_, i) => ({
+        name: `${node}-${i}`,
+        node,
+        tunnel: null,
+        protocol: 'tcp',
+        listen_port: firstPort + i,
+        targets: [`10.1.${i >> 8}.${i & 255}:80`],
+        strategy: 'round_robin',
+        enabled: true,
+      })),
+    ),
+  };
+}
+
 async function populate(m: Running) {
   const a = await node(m, 'edge-a', { ssh_password: 'secret-password', tags: ['eu'] });
   const b = await node(m, 'edge-b');
@@ -301,31 +323,7 @@ test('during a large import the API answers, sees none of it, and other writes w
   const m = await startMaster(t);
   // However long the import takes on a busy machine, the write below waits for it rather than being refused.
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { write_wait_seconds: 300 } });
-  const rules = ['bulk-a', 'bulk-b'].flatMap((node) =>
-    Array.from({ length: 2000 }, (_, i) => ({
-      name: `${node}-${i}`,
-      node,
-      tunnel: null,
-      protocol: 'tcp',
-      listen_port: 20_000 + i,
-      targets: [`10.1.${i >> 8}.${i & 255}:80`],
-      strategy: 'round_robin',
-      enabled: true,
-    })),
-  );
-  const doc = {
-    format: 'portplane-export',
-    version: 1,
-    nodes: ['bulk-a', 'bulk-b'].map((name) => ({
-      name,
-      host: `${name}.example.net`,
-      ssh_port: 22,
-      ssh_user: 'root',
-      tags: [],
-    })),
-    tunnels: [],
-    rules,
-  };
+  const doc = bulkDocument(['bulk-a', 'bulk-b'], 2000, 20_000);
   const fileSize = () => statSync(m.app.store.db.path).size;
   const sizeBefore = fileSize();
   let imported = false;
@@ -540,25 +538,7 @@ test('a bulk write whose item is refused before it writes anything is not redone
 
 test('an export is made off the event loop: the API answers while it is read and encoded', async (t) => {
   const m = await startMaster(t);
-  const names = ['exp-a', 'exp-b', 'exp-c', 'exp-d'];
-  const doc = {
-    format: 'portplane-export',
-    version: 1,
-    nodes: names.map((name) => ({ name, host: `${name}.example.net`, ssh_port: 22, ssh_user: 'root', tags: [] })),
-    tunnels: [],
-    rules: names.flatMap((node) =>
-      Array.from({ length: 10_000 }, (_, i) => ({
-        name: `${node}-${i}`,
-        node,
-        tunnel: null,
-        protocol: 'tcp',
-        listen_port: 10_000 + i,
-        targets: [`10.2.${i >> 8}.${i & 255}:80`],
-        strategy: 'round_robin',
-        enabled: true,
-      })),
-    ),
-  };
+  const doc = bulkDocument(['exp-a', 'exp-b', 'exp-c', 'exp-d'], 10_000, 10_000);
   assert.equal((await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc })).status, 200);
   const order: string[] = [];
   const exported = call(m.url, 'GET', '/api/export', { token: m.admin }).then((answer) => {
