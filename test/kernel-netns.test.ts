@@ -76,6 +76,14 @@ async function runIn(ns: string, script: string, ...args: string[]): Promise<str
   return out.trim();
 }
 
+/**
+ * What the kernel counts of a payload at most: the payload and its packets' headers, the client's pure ACKs of the
+ * echo included (one way holds both). How many packets carry it depends on the load of the machine (a busy one sends
+ * smaller segments and acknowledges more of them: 13.5% on top was seen in a CI run), never near twice the payload,
+ * which a double count would be.
+ */
+const HEADERS = 1.25;
+
 /** Sends `bytes` to HOST:PORT over TCP from the client and prints how many came back (all, or it fails). */
 const TCP_ROUND_TRIP = `
   import { connect } from 'node:net';
@@ -203,7 +211,7 @@ test(
       const traffic = (await ruleOf(m, six.id)).traffic;
       return traffic.bytes_in >= 50_000 && traffic;
     });
-    assert.ok(sixTraffic.bytes_in < 50_000 * 1.1 + 4096, `${sixTraffic.bytes_in}: IPv6 headers only on top`);
+    assert.ok(sixTraffic.bytes_in < 50_000 * HEADERS + 4096, `${sixTraffic.bytes_in}: IPv6 headers only on top`);
 
     // A target given by name is looked up by the agent, and followed when its address changes.
     const named = (await rule(m, { node_id: edge.id, listen_port: 15007, targets: ['target.test:7007'] })).body;
@@ -223,7 +231,7 @@ test(
       return traffic.bytes_in >= payload && traffic.bytes_out >= payload && traffic;
     });
     for (const bytes of [counted.bytes_in, counted.bytes_out])
-      assert.ok(bytes < payload * 1.05 + 4096, `${bytes} bytes counted for ${payload} sent: headers only on top`);
+      assert.ok(bytes < payload * HEADERS + 4096, `${bytes} bytes counted for ${payload} sent: headers only on top`);
     const udpTraffic = await until('the UDP traffic reported', async () => {
       const traffic = (await ruleOf(m, udp.id)).traffic;
       return traffic.bytes_in >= 2000 && traffic.bytes_out >= 2000 && traffic;
@@ -259,7 +267,7 @@ test(
       const traffic = (await ruleOf(m, tcp.id)).traffic;
       return traffic.bytes_in >= 2 * payload && traffic;
     });
-    assert.ok(total.bytes_in < 2 * (payload * 1.05 + 4096), `${total.bytes_in}: not counted twice`);
+    assert.ok(total.bytes_in < 2 * (payload * HEADERS + 4096), `${total.bytes_in}: not counted twice`);
     await new Promise((resolve) => setTimeout(resolve, 2500));
     assert.deepEqual((await ruleOf(m, tcp.id)).traffic, total, 'nothing more is counted once the traffic stops');
 

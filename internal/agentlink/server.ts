@@ -379,22 +379,24 @@ export class AgentLinks {
 
   /**
    * The writers of what a node's agent reports as state, each coalesced (see Coalescer). They run from timers too:
-   * a write that fails (a full disk) is logged and dropped, the agent reports again.
+   * while an import or batch holds writes they wait their turn, and a write that fails (a full disk) is logged and
+   * dropped: the agent reports again.
    */
   private stateWriters(nodeId: number): Pick<Link, 'health' | 'tunnels' | 'paths'> {
     const { store, clock } = this.app;
     const writer =
       <V>(what: string, write: (changes: [number, V][]) => void) =>
-      (changes: [number, V][]) => {
-        try {
-          store.write(() => write(changes));
-        } catch (error) {
-          this.logOf(`n:${nodeId}`).warn(`writing a node's ${what} failed`, {
-            node_id: nodeId,
-            error: (error as Error)?.message ?? String(error),
-          });
-        }
-      };
+      (changes: [number, V][]) =>
+        store.db.whenWritable(() => {
+          try {
+            store.write(() => write(changes));
+          } catch (error) {
+            this.logOf(`n:${nodeId}`).warn(`writing a node's ${what} failed`, {
+              node_id: nodeId,
+              error: (error as Error)?.message ?? String(error),
+            });
+          }
+        });
     return {
       health: new Coalescer(
         STATE_BURST,
