@@ -2,10 +2,10 @@
 // budget per key: a few changes in a row go at once (an agent says "not checked yet" then "available" within a second
 // of linking), past that one change per refill interval, the rest held and the last one written when the budget
 // allows. A value that flaps as fast as a link can carry it writes (and journals) a row per interval, not per
-// message; a steady agent sees no delay. Keys held are bounded too: past MAX_KEYS a link's new keys are dropped and
-// counted, never held.
+// message; a steady agent sees no delay. Keys held are bounded too: past MAX_KEYS a link's new keys are dropped,
+// never held.
 
-export const MAX_KEYS = 200_000;
+const MAX_KEYS = 200_000;
 
 interface Budget<V> {
   /** Writes the key may make now; refills by one each refill interval, up to the burst. */
@@ -18,7 +18,6 @@ interface Budget<V> {
 export class Coalescer<V> {
   private readonly keys = new Map<number, Budget<V>>();
   private timer: NodeJS.Timeout | null = null;
-  private dropped = 0;
   /** When keys were last looked through to forget: at most once a refill interval (it walks them all). */
   private forgotAt = -Infinity;
 
@@ -38,10 +37,7 @@ export class Coalescer<V> {
       let budget = this.keys.get(key);
       if (!budget) {
         if (this.keys.size >= MAX_KEYS) this.forget(now);
-        if (this.keys.size >= MAX_KEYS) {
-          this.dropped++;
-          continue;
-        }
+        if (this.keys.size >= MAX_KEYS) continue;
         budget = { tokens: this.burst, at: now };
         this.keys.set(key, budget);
       }
@@ -56,13 +52,6 @@ export class Coalescer<V> {
       }
     }
     if (due.length > 0) this.write(due);
-  }
-
-  /** How many values were dropped past MAX_KEYS since the previous call. */
-  takeDropped(): number {
-    const dropped = this.dropped;
-    this.dropped = 0;
-    return dropped;
   }
 
   close(): void {

@@ -166,8 +166,8 @@ type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error
  * once, then one each STATE_REFILL_MS, so a flapping value costs a row (and an event) per interval however fast its
  * agent reports it, and the changes of a steady one are written as they come.
  */
-export const STATE_BURST = 4;
-export const STATE_REFILL_MS = 2_000;
+const STATE_BURST = 4;
+const STATE_REFILL_MS = 2_000;
 
 /** What the agent links use of the master. */
 export interface LinkBackend {

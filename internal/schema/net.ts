@@ -231,7 +231,7 @@ export function canonicalAddress(address: string): string | null {
  * everyone on a link (broadcast), space IANA reserves (240.0.0.0/4). Neither the master nor an agent takes one as a
  * target, whatever the settings.
  */
-export const unroutableKinds = ['unspecified', 'multicast', 'broadcast', 'reserved'] as const;
+const unroutableKinds = ['unspecified', 'multicast', 'broadcast', 'reserved'] as const;
 
 /**
  * What kind of address only the host itself, its link or nothing at all answers on, for a literal IPv4 or IPv6

@@ -140,7 +140,7 @@ export interface SortedPage {
  * main thread for each page (every rule by traffic at 210,000 rules took 0.3-0.45 s a page, and eight clients held
  * every other request for seconds). Past it the list is refused with what to narrow it by.
  */
-export const MAX_SORTED_MATCHES = 10_000;
+const MAX_SORTED_MATCHES = 10_000;
 
 /**
  * The KeysetQuery of each sort of a list, made when first asked for: `keys` maps a sort's name to its SQL key. A sort
