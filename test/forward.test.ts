@@ -481,3 +481,27 @@ test(TURNS, async (t) => {
   t.diagnostic(`${(moved / 1024).toFixed(0)} KiB in 2 s at ${rate / 1024} KiB/s`);
   assert.ok(moved <= 2 * rate + 16 * 1024 + 16 * 1024, `${moved} bytes in 2 s`);
 });
+
+test('an upstream that fails after it connected ends its connection; the next target is not dialled for it', async (t) => {
+  const resetter = createServer((socket) => socket.once('data', () => socket.resetAndDestroy())).listen(0, '127.0.0.1');
+  let dialled = 0;
+  const spare = createServer((socket) => {
+    dialled++;
+    socket.destroy();
+  }).listen(0, '127.0.0.1');
+  await Promise.all([once(resetter, 'listening'), once(spare, 'listening')]);
+  t.after(() => resetter.close());
+  t.after(() => spare.close());
+  const at = (server: typeof spare) => `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [at(resetter), at(spare)], { strategy: 'failover' })]);
+  const client = connect({ host: '127.0.0.1', port });
+  client.on('error', () => undefined);
+  await once(client, 'connect');
+  client.write('x');
+  await once(client, 'close');
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(dialled, 0);
+});

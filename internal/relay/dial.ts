@@ -249,35 +249,34 @@ function tryTargets(
   const refused = refusalOf(target, policy);
   if (refused) return next(`${target.host}:${target.port}: ${refused}`);
   const upstream = readingSocket({ allowHalfOpen: true });
-  let failed = false;
+  let movedOn = false;
   const failover = (error?: unknown) => {
     upstream.destroy();
-    if (failed) return;
-    failed = true;
+    if (movedOn) return;
+    movedOn = true;
     next(`${target.host}:${target.port}: ${error === undefined ? 'timed out' : codeOf(error)}`);
   };
+  // Until it connects, a failure moves on to the next target; once connected, the relay handles what comes.
+  const onError = contained('tcp_relay', failover, failover);
+  const timedOut = contained('tcp_relay', () => failover(), failover);
+  const connected = contained(
+    'tcp_relay',
+    () => {
+      upstream.off('error', onError);
+      upstream.off('timeout', timedOut);
+      upstream.setTimeout(0);
+      onOpen(upstream);
+    },
+    () => upstream.destroy(),
+  );
   contained(
     'tcp_relay',
     () => {
       upstream.setTimeout(CONNECT_TIMEOUT_MS);
       upstream.connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
-      upstream.once('error', contained('tcp_relay', failover, failover));
-      upstream.once(
-        'timeout',
-        contained('tcp_relay', () => failover(), failover),
-      );
-      upstream.once(
-        'connect',
-        contained(
-          'tcp_relay',
-          () => {
-            upstream.removeAllListeners('timeout');
-            upstream.setTimeout(0);
-            onOpen(upstream);
-          },
-          () => upstream.destroy(),
-        ),
-      );
+      upstream.once('error', onError);
+      upstream.once('timeout', timedOut);
+      upstream.once('connect', connected);
     },
     failover,
   )();

@@ -56,13 +56,16 @@ class Reader {
     this.sink = sink;
     this.copies = !(sink instanceof Socket) || sink instanceof TLSSocket;
     this.limit = limit;
-    // What a connection reserved and never read goes back to the bucket when it closes.
-    this.socket?.once('close', () => {
-      if (this.reserved > 0) this.limit?.gate.read(this.limit.way, this.reserved, 0);
-      this.reserved = 0;
-    });
     if (this.acquire()) this.socket?.resume();
   }
+
+  /** Whether the socket gives back, when it closes, what it reserved and did not read (set at its first reservation). */
+  private refunds = false;
+
+  private readonly refund = (): void => {
+    if (this.reserved > 0) this.limit?.gate.read(this.limit.way, this.reserved, 0);
+    this.reserved = 0;
+  };
 
   /** Set while the socket waits for the sink to take what it wrote (a write's callback, or 'drain'). */
   private waiting = false;
@@ -82,6 +85,10 @@ class Reader {
     const wait = limit.gate.reserve(limit.way, FIRST_BYTES);
     if (wait === 0) {
       this.reserved = FIRST_BYTES;
+      if (!this.refunds) {
+        this.refunds = true;
+        this.socket?.once('close', this.refund);
+      }
       return true;
     }
     this.throttled = true;

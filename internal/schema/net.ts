@@ -239,6 +239,20 @@ const unroutableKinds = ['unspecified', 'multicast', 'broadcast', 'reserved'] as
  * metadata, or one of the unroutable kinds. Null for any other address, and for a name.
  */
 export function localKind(address: string): string | null {
+  // A relay asks for each connection it dials, of the few addresses its rules name: the answer is kept.
+  let kind = kinds.get(address);
+  if (kind === undefined) {
+    kind = kindOf(address);
+    if (kinds.size >= KINDS_KEPT) kinds.clear();
+    kinds.set(address, kind);
+  }
+  return kind;
+}
+
+const KINDS_KEPT = 4096;
+const kinds = new Map<string, string | null>();
+
+function kindOf(address: string): string | null {
   const canonical = canonicalAddress(address);
   if (canonical === null) return null;
   if (isIPv4(canonical)) {
