@@ -482,7 +482,9 @@ test(TURNS, async (t) => {
   assert.ok(moved <= 2 * rate + 16 * 1024 + 16 * 1024, `${moved} bytes in 2 s`);
 });
 
-test('an upstream that fails after it connected ends its connection; the next target is not dialled for it', async (t) => {
+const FAILED_LATE =
+  'an upstream that fails after it connected ends its connection; the next target is not dialled for it';
+test(FAILED_LATE, async (t) => {
   const resetter = createServer((socket) => socket.once('data', () => socket.resetAndDestroy())).listen(0, '127.0.0.1');
   let dialled = 0;
   const spare = createServer((socket) => {

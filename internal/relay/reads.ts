@@ -59,7 +59,7 @@ class Reader {
     if (this.acquire()) this.socket?.resume();
   }
 
-  /** Whether the socket gives back, when it closes, what it reserved and did not read (set at its first reservation). */
+  /** Whether the socket gives back, when it closes, what it reserved and did not read (from its first reservation). */
   private refunds = false;
 
   private readonly refund = (): void => {
