@@ -538,3 +538,32 @@ test("a link's traffic allowance follows the time since its node's last counted 
   report(raw, 3, ten);
   await closed(raw);
 });
+
+const ONCE_PER_CONFIG =
+  "a rule's result is taken once per config sent: repeats change nothing, a config sent again is heard";
+test(ONCE_PER_CONFIG, async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const r = (await rule(m, { node_id: n.id, listen_port: 9000 })).body;
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  const { version } = (await raw.next('config')) as unknown as { version: number };
+  const ack = (state: 'applied' | 'failed') => {
+    const error = state === 'failed' ? { code: 'port_in_use', detail: 'port 9000/tcp is in use' } : null;
+    send(raw.socket, { type: 'applied', version, results: [{ id: r.id, state, error }] });
+    send(raw.socket, { type: 'ping' });
+    return raw.next('pong');
+  };
+  const syncOf = async () => (await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body.sync.state;
+  await ack('failed');
+  await ack('applied');
+  assert.equal(await syncOf(), 'failed', 'a repeat for the same config sent writes nothing');
+  // A setting agents get sends the same version again: its result is heard.
+  const changed = await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: { tcp_idle_timeout_seconds: 600 },
+  });
+  assert.equal(changed.status, 200);
+  assert.equal(((await raw.next('config')) as unknown as { version: number }).version, version);
+  await ack('applied');
+  assert.equal(await syncOf(), 'applied');
+});

@@ -145,7 +145,7 @@ interface Link {
   /** The messages that write it may still send (see budget.ts), and when it was last told it ran out. */
   writes: WriteBudget;
   toldOverBudgetAt?: number;
-  /** The rules whose result for config `version` this link has given (see `applied`). */
+  /** The rules whose result for config `version` this link has given since it was last sent one (see `applied`). */
   acknowledged?: { version: number; ids: Set<number> };
 }
 
@@ -545,6 +545,8 @@ export class AgentLinks {
         tunnels: this.tunnelEnds(nodeId),
       };
       send(link.socket, config);
+      // Each config sent invites one result per rule (a settings change sends the same version again).
+      link.acknowledged = undefined;
     } catch (error) {
       this.app.log.error('pushing a config failed; closing the link', {
         node_id: nodeId,
@@ -631,8 +633,8 @@ export class AgentLinks {
     const twice = repeated(ack.results);
     if (twice !== undefined) throw new ProtocolError(`applied message names rule ${twice} twice`);
     const { store } = this.app;
-    // A config's result for a rule is taken once per link: an agent repeating its acknowledgement with states that
-    // flip cannot make a write (and an event) of each; a large config's pieces name each rule once.
+    // A config's result for a rule is taken once per config sent: an agent repeating its acknowledgement with states
+    // that flip cannot make a write (and an event) of each; a large config's pieces name each rule once.
     if (link.acknowledged?.version !== ack.version) link.acknowledged = { version: ack.version, ids: new Set() };
     const acknowledged = link.acknowledged.ids;
     const results = ack.results.filter((result) => !acknowledged.has(result.id));
