@@ -122,12 +122,14 @@ export class Effects {
   }
 
   private inSavepoint<T>(fn: () => T): T {
-    // Touched nodes only ever grow, in insertion order: what `fn` touched is what came after `before`.
+    // Touched nodes and what was done only ever grow, in order: what `fn` added is what came after `before`.
     const before = this.nodes.size;
+    const done = this.done.length;
     try {
       return this.app.store.db.savepoint(fn);
     } catch (error) {
       for (const id of [...this.nodes].slice(before)) this.nodes.delete(id);
+      this.done.length = done;
       throw error;
     }
   }

@@ -169,7 +169,7 @@ export class Database {
     } catch (error) {
       unit.undo();
       unit.release();
-      if (isDiskFull(error)) this.refusedWrite(error);
+      if (isDiskFull(error)) this.refusedWrite();
       throw error;
     }
   }
@@ -180,8 +180,9 @@ export class Database {
    */
   writesRefused: { since: number; reason: string } | null = null;
 
-  private refusedWrite(error: unknown): void {
-    this.writesRefused ??= { since: Date.now(), reason: `the disk is full: ${(error as Error).message}` };
+  /** SQLite's words stay in the log: health is public, and says only what an operator acts on. */
+  private refusedWrite(): void {
+    this.writesRefused ??= { since: Date.now(), reason: 'the disk is full' };
   }
 
   /**
@@ -559,7 +560,7 @@ export class Database {
       this.committedIn((performance.now() - started) / 1000);
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      if (isDiskFull(error)) this.refusedWrite(error);
+      if (isDiskFull(error)) this.refusedWrite();
       for (const listener of this.failureListeners) listener();
       batch.reject(new CommitFailed(`the commit failed: ${(error as Error).message}`, { cause: error }));
       return;
