@@ -352,7 +352,7 @@ export class Agent {
       return;
     }
     if (message.type === 'over_budget') {
-      // A master this agent verified says it writes too much: what it sent past that was dropped (see budget.ts).
+      // A master this agent verified says it writes too much: what it sent past its budget was dropped.
       const { detail } = checkMessage(overBudgetMessage, message);
       this.options.log.warn('the master dropped messages of this agent: over its write budget', { detail });
       return;

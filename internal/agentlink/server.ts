@@ -47,7 +47,7 @@ import {
   type TargetHealth,
 } from '../domain/rules.ts';
 import { Coalescer } from './coalesce.ts';
-import { WRITES_BURST, WRITES_PER_MINUTE, WriteBudget } from './budget.ts';
+import { TokenBucket } from '../relay/bucket.ts';
 import { exitPortTaken } from '../tunnel/wire.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import {
@@ -142,21 +142,29 @@ interface Link {
   health: Coalescer<TargetHealth[]>;
   tunnels: Coalescer<TunnelState>;
   paths: Coalescer<PathsMessage['kernel']>;
-  /** The messages that write it may still send (see budget.ts), and when it was last told it ran out. */
-  writes: WriteBudget;
+  /** The messages that write state it may still send (see WRITING), those dropped since it was last told, and when. */
+  writes: TokenBucket;
+  dropped: number;
   toldOverBudgetAt?: number;
   /** The rules whose result for config `version` this link has given since it was last sent one (see `applied`). */
   acknowledged?: { version: number; ids: Set<number> };
 }
 
 /**
- * The agent's messages that write state to the database, which its link's WriteBudget counts. Traffic reports are not
+ * The agent's messages that write state to the database, which its link's budget counts. Traffic reports are not
  * dropped (a report dropped while a later one is counted would be lost): each writes a few rows in place, no event,
  * and claims no more bytes than its allowance. Nor are acknowledgements (a config of 200,000 rules is acknowledged in
  * 400 pieces): each rule's result is taken once per config version.
  */
 const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals']);
-/** How often a link over its budget is told so (and the log says how many were dropped meanwhile). */
+/**
+ * How many messages that write state one agent link may send: WRITES_BURST at once, WRITES_PER_MINUTE after. A
+ * well-behaved agent sends its vitals each report interval and its health and tunnel changes (a few, coalesced): far
+ * below. Past it a message is dropped, not obeyed, and the link is told (at most every OVER_BUDGET_NOTICE_MS, which
+ * the log says too, with how many were dropped meanwhile).
+ */
+const WRITES_PER_MINUTE = 600;
+const WRITES_BURST = 300;
 const OVER_BUDGET_NOTICE_MS = 10_000;
 
 type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
@@ -345,7 +353,8 @@ export class AgentLinks {
       ip,
       allowance: new TrafficAllowance(app.clock.now, countedAt),
       ...this.stateWriters(nodeId),
-      writes: new WriteBudget(app.clock.now),
+      writes: new TokenBucket(WRITES_PER_MINUTE / 60, WRITES_BURST, app.clock.now),
+      dropped: 0,
     };
     if (this.links.has(nodeId)) {
       this.pending.get(nodeId)?.socket.destroy();
@@ -585,7 +594,7 @@ export class AgentLinks {
     else if (this.links.get(link.nodeId) === link) this.app.sync.heard(link.nodeId, this.app.clock.timestamp());
     if (message.type === 'ping') return send(link.socket, { type: 'pong' });
     if (message.type === 'pong') return;
-    if (WRITING.has(message.type) && !link.writes.take()) return this.overBudget(link);
+    if (WRITING.has(message.type) && !link.writes.tryTake(1)) return this.overBudget(link);
     if (message.type === 'applied') return this.applied(link, checkMessage(appliedMessage, message));
     if (message.type === 'traffic') return this.traffic(link, checkMessage(trafficMessage, message));
     if (message.type === 'tunnel_status') return this.tunnelStatus(link, checkMessage(tunnelStatusMessage, message));
@@ -604,15 +613,14 @@ export class AgentLinks {
     });
   }
 
-  /**
-   * A message dropped because its link wrote too much: the agent is told (at most every OVER_BUDGET_NOTICE_MS, which
-   * also goes in the log with how many were dropped), and nothing it asked is done.
-   */
+  /** A message dropped because its link wrote too much (see WRITES_PER_MINUTE): nothing it asked is done. */
   private overBudget(link: Link): void {
+    link.dropped++;
     const now = this.app.clock.now();
     if (link.toldOverBudgetAt !== undefined && now - link.toldOverBudgetAt < OVER_BUDGET_NOTICE_MS) return;
     link.toldOverBudgetAt = now;
-    const dropped = link.writes.takeDropped();
+    const { dropped } = link;
+    link.dropped = 0;
     const detail =
       `this link sent more than ${WRITES_PER_MINUTE} messages that write in a minute (a burst of ` +
       `${WRITES_BURST}): ${dropped} dropped since the last notice and not acted on; send less`;

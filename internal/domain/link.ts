@@ -128,7 +128,7 @@ export const configMessage = object({
 });
 export type ConfigMessage = Infer<typeof configMessage>;
 
-/** Master to agent: messages of the link that write were dropped, past its budget (agentlink/budget.ts). */
+/** Master to agent: messages of the link that write were dropped, past its budget (agentlink/server.ts). */
 export const overBudgetMessage = object({ type: oneOf(['over_budget']), detail: string({ max: 500 }) });
 
 /** Master to agent: traffic reports up to `seq` of `stream` are stored. */

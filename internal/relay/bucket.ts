@@ -1,6 +1,7 @@
-// A token bucket: how fast a rule's connections together may move bytes one way. It fills at `rate` bytes a second up
-// to `burst`. A relayed socket reserves a read's worth before it reads (and gets back what it did not read), so however
-// many connections share the bucket, new ones included, over any span the bytes read are at most burst + rate x span.
+// A token bucket: how fast a rule's connections together may move bytes one way (and, in tokens of one, how often an
+// agent link may write: agentlink/). It fills at `rate` a second up to `burst`. A relayed socket reserves a read's
+// worth before it reads (and gets back what it did not read), so however many connections share the bucket, new ones
+// included, over any span the bytes read are at most burst + rate x span.
 // A stream read in chunks it does not choose (a tunnel's) takes what it got and may leave the bucket in debt, which it
 // waits out before reading on.
 
@@ -14,16 +15,27 @@ function burstOf(rate: number): number {
 }
 
 export class TokenBucket {
-  private at = performance.now();
-  private burst: number;
+  private at: number;
   private tokens: number;
 
-  constructor(private rate: number) {
-    this.burst = burstOf(rate);
-    this.tokens = this.burst;
+  constructor(
+    private rate: number,
+    /** What it holds when full: by default, a bandwidth's (see burstOf). */
+    private burst = burstOf(rate),
+    /** Milliseconds, monotonic: the master's clock for what tests move in time. */
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.at = now();
+    this.tokens = burst;
   }
 
-  /** A new rate applies from now; what the bucket holds is kept (within the new burst). */
+  /** Whether it is full again: nothing taken that the rate has not given back. */
+  full(): boolean {
+    this.refill();
+    return this.tokens >= this.burst;
+  }
+
+  /** A new bandwidth applies from now; what the bucket holds is kept (within the new burst). */
   setRate(rate: number): void {
     this.refill();
     this.rate = rate;
@@ -66,7 +78,7 @@ export class TokenBucket {
   }
 
   private refill(): void {
-    const now = performance.now();
+    const now = this.now();
     this.tokens = Math.min(this.burst, this.tokens + ((now - this.at) * this.rate) / 1000);
     this.at = now;
   }
