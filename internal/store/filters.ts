@@ -149,9 +149,14 @@ const MAX_SORTED_MATCHES = 10_000;
  */
 export class KeysetQueries<F extends string> {
   private readonly queries = new Map<string, KeysetQuery<F>>();
-  /** Per sort and set of filters in use: whether SQLite sorts the matches (no index has them in order). */
-  private readonly sorts = new Map<string, boolean>();
+  /**
+   * Per sort and set of filters in use: whether SQLite sorts the matches (no index has them in order), and whether it
+   * finds them by reading every row (no index serves the filters: a name search, say).
+   */
+  private readonly plans = new Map<string, { sorts: boolean; scans: boolean }>();
   private readonly bounded: FilteredCount<F>;
+  /** Whether the list holds more than MAX_SORTED_MATCHES at all, read no further than that. */
+  private readonly large: Statement;
 
   constructor(
     private readonly db: Database,
@@ -164,25 +169,39 @@ export class KeysetQueries<F extends string> {
       `SELECT count(*) AS n FROM (SELECT 1 FROM ${shape.from} WHERE 1 {filters} LIMIT ${MAX_SORTED_MATCHES + 1})`,
       conditions,
     );
+    const first = `SELECT 1 FROM ${shape.from} LIMIT ${MAX_SORTED_MATCHES + 1}`;
+    this.large = db.prepare(`SELECT count(*) > ${MAX_SORTED_MATCHES} AS large FROM (${first})`);
   }
 
-  /** Throws `invalid_query` when `page`'s sort orders more than MAX_SORTED_MATCHES matches by sorting them. */
+  /**
+   * Throws `invalid_query` when `page`'s sort would order more than MAX_SORTED_MATCHES matches by sorting them, or,
+   * where no index serves its filters, would read more rows than that to find them: counting the matches would then
+   * read every row as well.
+   */
   private checkBounded(page: SortedPage, query: KeysetQuery<F>, conditions: Record<F, SQLInputValue>): void {
     const used = (Object.keys(conditions) as F[]).filter(
       (name) => conditions[name] !== null && conditions[name] !== undefined,
     );
     const id = `${page.sort.name}:${page.sort.descending}:${used.sort().join()}`;
-    let sorts = this.sorts.get(id);
-    if (sorts === undefined) {
-      sorts = query.plan(used).some((step) => /TEMP B-TREE FOR (RIGHT PART OF )?ORDER BY/.test(step));
-      this.sorts.set(id, sorts);
+    let plan = this.plans.get(id);
+    if (plan === undefined) {
+      const steps = query.plan(used);
+      plan = {
+        sorts: steps.some((step) => /TEMP B-TREE FOR (RIGHT PART OF )?ORDER BY/.test(step)),
+        scans: used.length > 0 && steps.some((step) => /^SCAN /.test(step)),
+      };
+      this.plans.set(id, plan);
     }
-    if (!sorts || this.bounded.total(conditions) <= MAX_SORTED_MATCHES) return;
+    if (!plan.sorts) return;
+    const tooMany = plan.scans
+      ? Number((this.large.get() as { large: number }).large) === 1
+      : this.bounded.total(conditions) > MAX_SORTED_MATCHES;
+    if (!tooMany) return;
     throw new DomainError(
       'invalid_query',
       `sort=${page.sort.descending ? '-' : ''}${page.sort.name} orders every match, and more than ` +
-        `${MAX_SORTED_MATCHES} match: narrow the list with its filters (a node, a tag, a state...) or sort by a key ` +
-        'read in order (id, name)',
+        `${MAX_SORTED_MATCHES} ${plan.scans ? 'would be read to find them' : 'match'}: narrow the list with a filter ` +
+        'an index serves (a node, a tag, a state...) or sort by a key read in order (id, name)',
     );
   }
 
