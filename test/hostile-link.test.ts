@@ -8,6 +8,7 @@ import { connect } from 'node:net';
 import { test } from 'node:test';
 import { LINK_PATH, LINK_PROTOCOL, send } from '../internal/agentlink/wire.ts';
 import { MAX_ENTRIES } from '../internal/domain/link.ts';
+import { exitCannotListen } from '../internal/tunnel/wire.ts';
 import { call, mintToken, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { until } from './net.ts';
@@ -566,4 +567,37 @@ test(ONCE_PER_CONFIG, async (t) => {
   assert.equal(((await raw.next('config')) as unknown as { version: number }).version, version);
   await ack('applied');
   assert.equal(await syncOf(), 'applied');
+});
+
+test("an exit that keeps saying its tunnel's picked port is taken moves it at most once every 10 s", async (t) => {
+  const m = await startMaster(t);
+  const entry = await node(m, 'entry');
+  const exit = await node(m, 'exit');
+  const made = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
+  });
+  const raw = (await link(m, exit.agent_token)) as RawLink;
+  await raw.next('config');
+  const portOf = async () => (await call(m.url, 'GET', `/api/tunnels/${made.body.id}`, { token: m.admin })).body;
+  const taken = async () => {
+    const { listen_port } = await portOf();
+    const error = exitCannotListen(listen_port, 'EADDRINUSE');
+    send(raw.socket, { type: 'tunnel_status', tunnels: [{ id: made.body.id, state: 'down', error, rtt_us: null }] });
+    send(raw.socket, { type: 'ping' });
+    await raw.next('pong');
+    await m.app.store.committed();
+    return listen_port;
+  };
+  const first = await taken();
+  assert.equal((await portOf()).listen_port, first + 1, 'moved to the next free port');
+  for (let i = 0; i < 3; i++) await taken();
+  assert.equal((await portOf()).listen_port, first + 1, 'not again within 10 s');
+  m.advance(10_000);
+  await taken();
+  assert.equal((await portOf()).listen_port, first + 2, 'and again after');
+  const moves = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${made.body.id}`, {
+    token: m.admin,
+  });
+  assert.equal(moves.body.items.length, 2);
 });

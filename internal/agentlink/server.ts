@@ -166,6 +166,8 @@ const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals']);
 const WRITES_PER_MINUTE = 600;
 const WRITES_BURST = 300;
 const OVER_BUDGET_NOTICE_MS = 10_000;
+/** How soon a tunnel's picked port may be moved again after its exit said it was taken (see movePickedPort). */
+const PORT_MOVE_SPACING_MS = 10_000;
 
 type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
 
@@ -202,6 +204,11 @@ export class AgentLinks {
   private readonly failedByAddress: FailureWindow;
   /** Nodes refused until the given time, after their agent broke the protocol. */
   private readonly cooldown = new Map<number, number>();
+  /**
+   * When each tunnel's picked port was last moved (see movePickedPort): at most once every PORT_MOVE_SPACING_MS, so an
+   * exit that keeps saying its port is taken cannot keep both its tunnel's ends reconfiguring.
+   */
+  private readonly portMoved = new Map<number, number>();
   private readonly refusalRecorded = new Map<string, number>();
   private closing = false;
   /** What each node's links, and each source's refused attempts, may log (see `throttledBy`). */
@@ -710,6 +717,10 @@ export class AgentLinks {
     const { store, clock } = this.app;
     const tunnel = store.tunnels.find(id);
     if (!tunnel || tunnel.exit_node_id !== nodeId || tunnel.listen_port !== taken) return;
+    const now = clock.now();
+    if (now - (this.portMoved.get(id) ?? -Infinity) < PORT_MOVE_SPACING_MS) return;
+    for (const [other, at] of this.portMoved) if (now - at >= PORT_MOVE_SPACING_MS) this.portMoved.delete(other);
+    this.portMoved.set(id, now);
     const { min, max } = TUNNEL_PORTS;
     const port =
       store.tunnels.freePort(nodeId, Math.min(taken + 1, max), max) ?? store.tunnels.freePort(nodeId, min, max);
