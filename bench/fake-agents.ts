@@ -4,7 +4,8 @@
 // linked, one when all have acknowledged a config pushed after their first, and one when all
 // have linked again after losing their link. A link refused or lost on the way is tried
 // again after the same jittered wait; the retries are counted by reason and reported.
-// Usage: node --import tsx bench/fake-agents.ts MASTER_URL TOKENS_FILE
+// With REPORT_SECONDS set, each also reports traffic on every rule of its config that often, as busy agents do.
+// Usage: [REPORT_SECONDS=10] node --import tsx bench/fake-agents.ts MASTER_URL TOKENS_FILE
 
 import { request } from 'node:http';
 import { readFileSync } from 'node:fs';
@@ -12,6 +13,7 @@ import type { Socket } from 'node:net';
 import { LINK_PATH, LINK_PROTOCOL, MASTER_LINE_BYTES, readMessages, send } from '../internal/agentlink/wire.ts';
 
 const [masterUrl, tokensFile] = process.argv.slice(2);
+const reportSeconds = Number(process.env.REPORT_SECONDS ?? 0);
 const tokens = JSON.parse(readFileSync(tokensFile!, 'utf8')) as string[];
 const firstVersion = new Map<number, number>();
 const updated = new Set<number>();
@@ -77,6 +79,7 @@ function link(index: number, token: string): void {
           results: rules.map((r) => ({ id: r.id, state: 'applied', error: null })),
         });
         // The first config comes with the link; any later one is a change pushed to this agent.
+        if (reportSeconds > 0) reportTraffic(socket, index, rules);
         if (!firstVersion.has(index)) firstVersion.set(index, version);
         else if (!updated.has(index)) {
           updated.add(index);
@@ -95,6 +98,40 @@ function link(index: number, token: string): void {
   });
   req.end();
 }
+
+const reporters = new Map<number, NodeJS.Timeout>();
+let reports = 0;
+
+/** Every REPORT_SECONDS (the first after a random part of it), a report of up to 2 MB each way on each rule. */
+function reportTraffic(socket: Socket, index: number, rules: { id: number }[]): void {
+  clearInterval(reporters.get(index));
+  const stream = `fake-${index}-${Date.now()}`;
+  let seq = 0;
+  const report = () => {
+    if (socket.destroyed) return clearInterval(reporters.get(index));
+    send(socket, {
+      type: 'traffic',
+      stream,
+      seq: ++seq,
+      at: Math.floor(Date.now() / 1000),
+      rules: rules.map((r) => ({
+        id: r.id,
+        bytes_in: Math.floor(Math.random() * 2e6),
+        bytes_out: Math.floor(Math.random() * 2e6),
+      })),
+    });
+    reports++;
+  };
+  setTimeout(
+    () => {
+      report();
+      reporters.set(index, setInterval(report, reportSeconds * 1000));
+    },
+    Math.random() * reportSeconds * 1000,
+  );
+}
+
+if (reportSeconds > 0) setInterval(() => console.log(JSON.stringify({ msg: 'reported', reports })), 5_000).unref();
 
 function later(index: number, token: string, reason?: string): void {
   if (reason !== undefined) retries[reason] = (retries[reason] ?? 0) + 1;

@@ -7,7 +7,9 @@ import { request } from 'node:http';
 import { mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, release, totalmem, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
+import { migrations } from '../internal/store/migrations.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
 import { startHaproxy } from './haproxy.ts';
 import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
@@ -1457,6 +1459,254 @@ async function readers(): Promise<void> {
   await master.proc.stop();
 }
 
+const HOUR = 3600;
+const DAY = 86_400;
+
+/** `value` rounded down to a multiple of `step`. */
+function floorTo(value: number, step: number): number {
+  return Math.floor(value / step) * step;
+}
+
+/**
+ * Writes a month of traffic and vitals for every rule and node of `dataDir` as the master keeps it (history of
+ * migration 20): a row an hour up to `minutesFrom`, then a row a minute up to `now`. Rows go in the order the master
+ * writes them (a time at a time across every rule: each report, each hourly fold appends its rows), so pages fill as
+ * they would; a minute carries six reports' worth of bytes (up to 2 MB each way each). The roll-ups' bounds are left
+ * where the master would have left them, so that what is due when it starts is the fold from `minutesFrom`.
+ */
+function seedMonth(dataDir: string, now: number, minutesFrom: number): { rows: number } {
+  const db = new DatabaseSync(join(dataDir, 'master.db'));
+  const rules = db.prepare('SELECT id, node_id FROM rules ORDER BY id').all() as { id: number; node_id: number }[];
+  const nodeIds = [...new Set(rules.map((r) => r.node_id))];
+  const insert = (table: string) =>
+    db.prepare(`INSERT INTO ${table} (id, start, bytes_in, bytes_out) VALUES (?, ?, ?, ?)`);
+  const [byRule, byNode, total] = [insert('traffic_by_rule'), insert('traffic_by_node'), insert('traffic_total')];
+  const vitals = db.prepare(`INSERT INTO node_vitals (node_id, minute, cpu_percent, load1, memory_used_bytes,
+    rx_bytes_per_second, tx_bytes_per_second, points) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`);
+  const minuteBytes = () => Math.floor(Math.random() * 12e6);
+  let rows = 0;
+  const write = (start: number, minutes: number) => {
+    const nodeSums = new Map<number, [number, number]>();
+    let [allIn, allOut] = [0, 0];
+    for (const rule of rules) {
+      let [bytesIn, bytesOut] = [0, 0];
+      for (let m = 0; m < minutes; m++) [bytesIn, bytesOut] = [bytesIn + minuteBytes(), bytesOut + minuteBytes()];
+      byRule.run(rule.id, start, bytesIn, bytesOut);
+      const sum = nodeSums.get(rule.node_id) ?? [0, 0];
+      nodeSums.set(rule.node_id, [sum[0] + bytesIn, sum[1] + bytesOut]);
+      [allIn, allOut] = [allIn + bytesIn, allOut + bytesOut];
+    }
+    for (const [id, [bytesIn, bytesOut]] of nodeSums) byNode.run(id, start, bytesIn, bytesOut);
+    total.run(0, start, allIn, allOut);
+    for (const id of nodeIds) vitals.run(id, start / 60, 12.5, 0.4, 2e9, 1.5e6, 1.4e6, minutes);
+    rows += rules.length + nodeSums.size + 1 + nodeIds.length;
+  };
+  const monthFrom = floorTo(now - 30 * DAY, HOUR);
+  db.exec('BEGIN');
+  for (let at = monthFrom; at < minutesFrom; at += HOUR) {
+    write(at, 60);
+    if ((at - monthFrom) % DAY === 0) db.exec('COMMIT; BEGIN');
+  }
+  for (let at = minutesFrom; at < floorTo(now, 60); at += 60) {
+    write(at, 1);
+    if ((at - minutesFrom) % HOUR === 0) db.exec('COMMIT; BEGIN');
+  }
+  const bounds = db.prepare(`INSERT OR REPLACE INTO history_rollups (series, hours_until, days_until, pruned_until,
+    pass) VALUES (?, ?, ?, ?, NULL)`);
+  for (const series of ['traffic_by_rule', 'traffic_by_node', 'traffic_total', 'node_vitals'])
+    bounds.run(series, minutesFrom, floorTo(now - 35 * DAY, DAY), floorTo(now - 730 * DAY, DAY));
+  db.exec('COMMIT');
+  db.close();
+  return { rows };
+}
+
+/** Latencies (ms, sorted) of GET `path`, one after another every 10 ms, until `done()`; and writes made meanwhile. */
+async function whileTiming(
+  master: Master,
+  path: string,
+  done: () => boolean,
+  write?: () => Promise<number>,
+): Promise<{ took: number[]; writes: number; refused: number }> {
+  const took: number[] = [];
+  let [writes, refused, stop] = [0, 0, false];
+  const writer = (async () => {
+    while (write && !stop) {
+      const status = await write();
+      writes++;
+      if (status >= 300) refused++;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  })();
+  while (!done()) {
+    const sent = performance.now();
+    const answer = await send(master.url, master.token, 'GET', path);
+    if (answer.status !== 200) throw new Error(`GET ${path}: ${answer.status}`);
+    took.push(answer.receivedAt - sent);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  stop = true;
+  await writer;
+  return { took: took.sort((a, b) => a - b), writes, refused };
+}
+
+const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))]!;
+
+/**
+ * A month of traffic on 10,000 busy rules on 1,000 nodes, reporting every 10 s: the data dir's size, 30-day series,
+ * and live reads and writes while the master's roll-up folds the hours that came due (three of them: the master was
+ * stopped for that long), against the same reads once it is done. Then a data dir of before the history, holding a
+ * day of minute buckets of 1,000 rules, upgraded: how long moving them takes, and the reads meanwhile.
+ */
+async function historyScale(): Promise<void> {
+  const nodes = 1_000;
+  const perNode = 10;
+  console.error(`history: a month of traffic on ${nodes * perNode} busy rules on ${nodes} nodes`);
+  const first = await startMaster(join(work, 'history'));
+  const imported = await api(first.url, first.token, 'POST', '/api/import', seedDocument(nodes, perNode));
+  const tokensFile = join(work, 'history-tokens.json');
+  writeFileSync(tokensFile, JSON.stringify(imported.nodes.map((n: { agent_token: string }) => n.agent_token)));
+  await first.proc.stop();
+  const now = Math.floor(Date.now() / 1000);
+  const minutesFrom = floorTo(now - DAY, HOUR) - 3 * HOUR;
+  const seeding = performance.now();
+  const { rows: seeded } = seedMonth(first.dataDir, now, minutesFrom);
+  console.error(
+    `  seeded ${seeded.toLocaleString('en-US')} rows in ${((performance.now() - seeding) / 1000).toFixed(0)} s`,
+  );
+  const proc = masterProcess(first.dataDir, '127.0.0.1:0');
+  const master: Master = { ...first, proc, url: (await proc.waitFor('listening')).url as string };
+  const fleet = start(pinned(1, [node, '--import', 'tsx', 'bench/fake-agents.ts', master.url, tokensFile]), {
+    REPORT_SECONDS: '10',
+  });
+  let rolled: Record<string, unknown> | null = null;
+  proc.waitFor('rolled up the history', 600_000).then((line) => (rolled = line));
+  const ruleId = (await api(master.url, master.token, 'GET', '/api/rules?limit=1&node_id=500')).items[0].id as number;
+  const rulePath = `/api/rules/${ruleId}`;
+  const body = await api(master.url, master.token, 'GET', rulePath);
+  const { name, node_id, protocol, listen_port, targets } = body;
+  let flip = false;
+  const write = async () =>
+    (
+      await send(master.url, master.token, 'PUT', rulePath, {
+        name,
+        node_id,
+        protocol,
+        listen_port,
+        targets,
+        enabled: (flip = !flip),
+      })
+    ).status;
+  const during = await whileTiming(master, '/api/nodes/500', () => rolled !== null, write);
+  const idleUntil = performance.now() + 15_000;
+  const idle = await whileTiming(master, '/api/nodes/500', () => performance.now() > idleUntil, write);
+  const reported = fleet.lines.filter((l) => l.msg === 'reported').at(-1)?.reports ?? 0;
+  const ratio = quantile(during.took, 0.99) / quantile(idle.took, 0.99);
+  const rolledUp = rolled as unknown as { seconds: number; steps: number };
+  record({
+    id: '15a',
+    scenario: `GET /api/nodes/{id} while the roll-up folds 3 hours of ${nodes * perNode} rules' minutes (ceiling idle)`,
+    value: quantile(during.took, 0.99),
+    unit: 'ms p99',
+    p50_ms: quantile(during.took, 0.5),
+    p99_ms: quantile(during.took, 0.99),
+    ceiling: quantile(idle.took, 0.99),
+    ratio,
+    target: '<= 2x idle p99',
+    met: ratio <= 2,
+    note:
+      `roll-up ${rolledUp.seconds} s in ${rolledUp.steps} ` +
+      `steps; ${during.took.length} reads; ${during.writes + idle.writes} writes (PUT a rule), ` +
+      `${during.refused + idle.refused} refused; agents' traffic reports meanwhile: ${reported}`,
+  });
+  record({
+    id: '15b',
+    scenario: 'writes refused while the roll-up runs',
+    value: during.refused,
+    unit: 'writes',
+    target: '0',
+    met: during.refused === 0,
+    note: `of ${during.writes}`,
+  });
+  const from = new Date((now - 30 * DAY) * 1000).toISOString();
+  const series = [
+    ['the dashboard', '/api/dashboard'],
+    ["the master's traffic over 30 days, hourly", `/api/dashboard/traffic?from=${from}&step=3600`],
+    ["a node's traffic over 30 days, hourly", `/api/dashboard/traffic?from=${from}&step=3600&node_id=500`],
+    ["a rule's traffic over 30 days, hourly", `/api/dashboard/traffic?from=${from}&step=3600&rule_id=${ruleId}`],
+    ["a node's vitals over 30 days, hourly", `/api/nodes/500/vitals?from=${from}&step=3600`],
+  ] as const;
+  for (const [index, [what, path]] of series.entries()) {
+    const ms = await idleMs(master, path, 30);
+    record({
+      id: `15${'cdefg'[index]}`,
+      scenario: `GET ${what}`,
+      value: ms,
+      unit: 'ms p50',
+      target: '< 10 ms',
+      met: ms < 10,
+    });
+  }
+  await fleet.stop();
+  await proc.stop();
+  const size = bytesUnder(master.dataDir) / 2 ** 20;
+  record({
+    id: '15h',
+    scenario: `data dir after a month of ${nodes * perNode} busy rules on ${nodes} nodes`,
+    value: size,
+    unit: 'MiB',
+    target: '< 1,024 MiB',
+    met: size < 1024,
+    note: `${seeded.toLocaleString('en-US')} history rows written, then rolled up by the master; after a clean stop`,
+  });
+  await upgradeScale();
+}
+
+/** A data dir of schema 19 with a day of minute buckets for 1,000 busy rules on 100 nodes, upgraded by the master. */
+async function upgradeScale(): Promise<void> {
+  const rules = 1_000;
+  const dataDir = join(work, 'upgrade');
+  mkdirSync(dataDir, { recursive: true });
+  const db = new DatabaseSync(join(dataDir, 'master.db'));
+  db.exec('PRAGMA journal_mode = WAL');
+  db.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+  for (let version = 1; version <= 19; version++) {
+    db.exec(migrations[version - 1]!);
+    db.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, new Date().toISOString());
+  }
+  const insert = db.prepare('INSERT INTO traffic_buckets VALUES (?, ?, ?, ?, ?)');
+  const now = floorTo(Math.floor(Date.now() / 1000), 60);
+  db.exec('BEGIN');
+  for (let at = now - DAY; at < now; at += 60)
+    for (let rule = 1; rule <= rules; rule++) insert.run(rule, 1 + (rule % 100), at, 6e6, 5e6);
+  db.exec('COMMIT');
+  db.close();
+  const before = bytesUnder(dataDir) / 2 ** 20;
+  const master = await startMaster(dataDir);
+  let moved: Record<string, unknown> | null = null;
+  master.proc.waitFor('rolled up the history', 600_000).then((line) => (moved = line));
+  await api(master.url, master.token, 'POST', '/api/nodes', { name: 'probe', host: 'probe.example' });
+  const path = '/api/nodes?limit=1';
+  const during = await whileTiming(master, path, () => moved !== null);
+  const idleUntil = performance.now() + 10_000;
+  const idle = await whileTiming(master, path, () => performance.now() > idleUntil);
+  const ratio = quantile(during.took, 0.99) / quantile(idle.took, 0.99);
+  await master.proc.stop();
+  const after = bytesUnder(dataDir) / 2 ** 20;
+  record({
+    id: '15i',
+    scenario: `upgrade: a day of minute buckets of ${rules} busy rules (${rules * 1440} rows) moved into the history`,
+    value: (moved as unknown as { seconds: number }).seconds,
+    unit: 's',
+    p50_ms: quantile(during.took, 0.5),
+    p99_ms: quantile(during.took, 0.99),
+    ceiling: quantile(idle.took, 0.99),
+    ratio,
+    target: 'minutes; reads <= 2x idle p99',
+    met: ratio <= 2,
+    note: `GET /api/nodes meanwhile; data dir ${before.toFixed(0)} MiB before, ${after.toFixed(0)} MiB after`,
+  });
+}
+
 function table(): string {
   const header = ['#', 'scenario', 'result', 'p50 ms', 'p99 ms', 'peak RSS MiB', 'ceiling', 'ratio', 'target', 'met'];
   const body = rows.map((r) => [
@@ -1486,14 +1736,15 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,fanout,data,kernel,scale,readers runs a subset (when working on one part).
-const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel,scale,readers').split(','));
+// BENCH_ONLY=control,fanout,data,kernel,scale,readers,history runs a subset (when working on one part).
+const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel,scale,readers,history').split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
 if (only.has('kernel')) await kernelPath();
 if (only.has('scale')) await scale();
 if (only.has('readers')) await readers();
+if (only.has('history')) await historyScale();
 const machine = {
   cpu: cpus()[0]?.model,
   cores: cpus().length,

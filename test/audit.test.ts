@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/start.ts';
+import { maintain } from '../cmd/master/maintenance.ts';
 import { assertProblem, call, mintToken, startMaster } from './helpers.ts';
 
 test('audit entries carry who, what, where and the request id, newest first', async (t) => {
@@ -107,7 +107,7 @@ test('entries older than audit_retention_days are pruned', async (t) => {
   const before = (await call(m.url, 'GET', '/api/audit-logs', { token: m.admin })).body.items.length;
   assert.ok(before >= 3);
   m.advance(2 * 24 * 3600 * 1000);
-  maintain(m.app);
+  await maintain(m.app);
   const fresh = await call(m.url, 'POST', '/api/auth/login', {
     body: { username: 'admin', password: 'admin-password-for-tests' },
   });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/start.ts';
+import { maintain } from '../cmd/master/maintenance.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster } from './helpers.ts';
 
 test('the dashboard counts every resource by state and shows license usage', async (t) => {
@@ -108,9 +108,11 @@ test('traffic: bad ranges and steps are 400 naming the parameter; old buckets ar
     m.app.store.traffic.record(r.id, n.id, now - 40 * 86_400, 5, 5);
     m.app.store.traffic.record(r.id, n.id, now - 60, 1, 1);
   });
-  maintain(m.app);
-  const rows = m.app.store.db.prepare('SELECT count(*) AS n FROM traffic_buckets').get() as { n: number };
-  assert.equal(rows.n, 1, 'the 40-day-old bucket is gone under the 30-day default');
+  const patched = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { traffic_retention_days: 30 } });
+  assert.equal(patched.status, 200);
+  await maintain(m.app);
+  const rows = m.app.store.db.prepare('SELECT count(*) AS n FROM traffic_by_rule').get() as { n: number };
+  assert.equal(rows.n, 1, 'the 40-day-old minute is gone under a 30-day retention');
 });
 
 test("the dashboard's rule counts and traffic, kept as rules change, equal a count of the rules", async (t) => {

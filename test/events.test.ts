@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { request, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/start.ts';
+import { maintain } from '../cmd/master/maintenance.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, login, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
@@ -330,7 +330,7 @@ test('events older than audit_retention_days are pruned with the audit log; resu
   assert.ok(m.app.store.events.first() !== null);
   m.advance((m.app.settings.get('audit_retention_days') + 1) * 86_400_000);
   await m.app.store.db.writable();
-  maintain(m.app);
+  await maintain(m.app);
   await m.app.store.committed();
   assert.equal(m.app.store.events.first(), null, 'every event is older than the window');
   assert.equal(m.app.store.events.head(), before, 'ids are never given again');

@@ -253,10 +253,14 @@ test(
     db.write(() => {
       db.prepare('UPDATE nodes SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, n.id);
       db.prepare('UPDATE rules SET bytes_in = ?, bytes_out = ? WHERE id = ?').run(huge, huge, r.id);
-      db.prepare(
-        'INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?, ?, ?), ' +
-          '(?, ?, ?, ?, ?)',
-      ).run(r.id, n.id, 0, huge, huge, r.id, n.id, 60, huge, huge);
+      db.prepare('INSERT INTO traffic_total (id, start, bytes_in, bytes_out) VALUES (0, ?, ?, ?), (0, ?, ?, ?)').run(
+        0,
+        huge,
+        huge,
+        60,
+        huge,
+        huge,
+      );
     });
     const safe = { bytes_in: Number.MAX_SAFE_INTEGER, bytes_out: Number.MAX_SAFE_INTEGER };
     assert.deepEqual((await nodeOf(m, n.id)).traffic, safe);

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/start.ts';
+import { maintain } from '../cmd/master/maintenance.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { parseNetDev } from '../internal/agent/vitals.ts';
 import { nodeOf, startAgent } from './agents.ts';
@@ -110,7 +110,7 @@ test('hostile vitals are bounded: out-of-range values end the link, a flood is a
   const history = () => m.app.store.vitals.series(n.id, 0, 2 ** 40, 60).length;
   assert.equal(history(), 1);
   m.advance((m.app.settings.get('traffic_retention_days') + 1) * 86_400_000);
-  maintain(m.app);
+  await maintain(m.app);
   await m.app.store.committed();
   assert.equal(history(), 0);
 });

@@ -36,6 +36,7 @@ import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
 import { batchesInWorker, exportInWorker, importInWorker } from './workers.ts';
+import { maintain, rolledUp } from './maintenance.ts';
 
 export interface Master {
   url: string;
@@ -82,28 +83,6 @@ async function bootstrapAdmin(store: Store, log: Logger, password: string | null
   } else {
     log.info('created the first admin with MASTER_ADMIN_PASSWORD', { username: 'admin' });
   }
-}
-
-/**
- * Prunes what has aged out: audit entries and events, expired credentials, idempotency records, traffic buckets and
- * vitals.
- */
-export function maintain(app: App): void {
-  const { store, settings } = app;
-  const day = 24 * 60 * 60 * 1000;
-  const { audit, events, credentials, idempotency, traffic, vitals } = store.write(() => ({
-    audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * day)),
-    // An event stream resumes for as long as the audit log remembers the changes it tells of.
-    events: store.events.prune(app.timestamp(-settings.get('audit_retention_days') * day)),
-    credentials: store.tokens.pruneExpired(app.timestamp()).length,
-    idempotency: store.idempotency.prune(app.timestamp(-day)),
-    traffic: store.traffic.prune(Math.floor((app.now() - settings.get('traffic_retention_days') * day) / 1000)),
-    vitals: store.vitals.prune(Math.floor((app.now() - settings.get('traffic_retention_days') * day) / 1000)),
-  }));
-  app.throttle.sweep(settings.get('login_window_seconds') * 1000);
-  app.budget.sweep(60);
-  if (audit + events + credentials + idempotency + traffic + vitals > 0)
-    app.log.info('pruned', { audit, events, credentials, idempotency, traffic, vitals });
 }
 
 /** Runs `fn`; a failure becomes one that says what could not be used and what to do about it. */
@@ -266,16 +245,18 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     try {
       // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
       await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
-      maintain(app);
-      timer = setInterval(() => {
+      const housekeeping = () =>
         store.db.whenWritable(() => {
-          try {
-            maintain(app);
-          } catch (error) {
+          const failed = (error: unknown) =>
             log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
+          try {
+            maintain(app).catch(failed);
+          } catch (error) {
+            failed(error);
           }
         });
-      }, MAINTENANCE_INTERVAL_MS).unref();
+      housekeeping();
+      timer = setInterval(housekeeping, MAINTENANCE_INTERVAL_MS).unref();
       // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually; a license
       // that expires says so as soon.
       const licenseTick = licenseWatch(app);
@@ -329,6 +310,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           clearInterval(ruleClock);
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
+          await rolledUp(app);
           await batches.close();
           app.events.close();
           links.close();

@@ -194,8 +194,9 @@ export const dashboardOperations = operations({
   getTraffic: operation({
     summary: 'Bytes in and out over time',
     description:
-      `Summed from per-minute buckets reported by the agents, per step (aligned to multiples of step since the ` +
-      `Unix epoch). At most ${MAX_POINTS} points; buckets older than traffic_retention_days are pruned.`,
+      `Summed from the history of what the agents reported (a row a minute, then an hour, then a day: see ` +
+      `"Traffic and vitals history"), per step (aligned to multiples of step since the Unix epoch); a row counts at ` +
+      `its start. At most ${MAX_POINTS} points.`,
     query: trafficQuery,
     responses: { 200: { description: 'The series', schema: trafficSchema } },
     handler: traffic,

@@ -476,8 +476,8 @@ export const nodeOperations = operations({
   getNodeVitals: operation({
     summary: "A node's vitals over time",
     description:
-      'CPU, load, memory in use and network bytes a second, from the reports of its agent (a point a minute, kept ' +
-      'for traffic_retention_days), averaged per step.',
+      'CPU, load, memory in use and network bytes a second, from the reports of its agent (a point a minute, then ' +
+      'an hour, then a day, kept as traffic is: see "Traffic and vitals history"), averaged per step.',
     query: vitalsQuery,
     responses: { 200: { description: 'The series', schema: vitalsSeriesSchema } },
     handler: getNodeVitals,

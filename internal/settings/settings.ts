@@ -89,7 +89,28 @@ export const definitions = {
     true,
   ),
   audit_retention_days: setting(1, 36_500, 90, 'Audit entries older than this are pruned, in days.', true),
-  traffic_retention_days: setting(1, 36_500, 30, 'Traffic buckets older than this are pruned, in days.', true),
+  traffic_retention_days: setting(
+    1,
+    36_500,
+    730,
+    'Traffic and node vitals older than this are deleted, whatever their resolution, in days.',
+    true,
+  ),
+  history_minutes_hours: setting(
+    1,
+    8760,
+    24,
+    'Traffic and node vitals are kept a point a minute for this long, then an hour at a time, in hours.',
+    true,
+  ),
+  history_hours_days: setting(
+    1,
+    3650,
+    35,
+    'Traffic and node vitals are kept a point an hour for this long, then a day at a time (until ' +
+      'traffic_retention_days), in days.',
+    true,
+  ),
   agent_report_interval_seconds: setting(1, 3600, 10, 'How often agents report traffic, in seconds.'),
   write_wait_seconds: setting(
     1,

@@ -649,4 +649,47 @@ export const migrations: readonly string[] = [
           ORDER BY id DESC LIMIT 1 OFFSET 1000);
   END;
   `,
+  /* 20: traffic and vitals at falling resolution: minutes, then hours, then days (store/history.ts) */ `
+  -- A rule's, a node's and the whole master's traffic, each a row per minute, hour or day that had any: the maintenance
+  -- folds minutes into hours and hours into days as they age. A node's and the master's rows are their rules' sums,
+  -- kept as reports are counted, so no series reads more rows than it shows points. Like the buckets they replace they
+  -- outlive the rule or node they count, until traffic_retention_days.
+  CREATE TABLE traffic_by_rule (
+    id INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    PRIMARY KEY (id, start)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE traffic_by_node (
+    id INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    PRIMARY KEY (id, start)
+  ) STRICT, WITHOUT ROWID;
+  -- The id is always 0: the same shape as the others, so one roll-up serves all three.
+  CREATE TABLE traffic_total (
+    id INTEGER NOT NULL CHECK (id = 0),
+    start INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    PRIMARY KEY (id, start)
+  ) STRICT, WITHOUT ROWID;
+  -- The minute buckets of before: the maintenance moves them into the tables above in small steps, then drops this.
+  ALTER TABLE traffic_buckets RENAME TO traffic_buckets_before_20;
+
+  -- A vitals point is the average of this many minutes' points.
+  ALTER TABLE node_vitals ADD COLUMN points INTEGER NOT NULL DEFAULT 1 CHECK (points >= 1);
+
+  -- Where each series' roll-up stands. Before hours_until a series holds hours or days, before days_until only days,
+  -- before pruned_until nothing (Unix seconds); pass is the roll-up under way (JSON), null between them.
+  CREATE TABLE history_rollups (
+    series TEXT PRIMARY KEY,
+    hours_until INTEGER NOT NULL DEFAULT 0,
+    days_until INTEGER NOT NULL DEFAULT 0,
+    pruned_until INTEGER NOT NULL DEFAULT 0,
+    pass TEXT
+  ) STRICT;
+  `,
 ];

@@ -1,9 +1,9 @@
-// SQL for traffic: per-rule minute buckets, read back as a time series at any step, and the
-// report streams of each node that make a resent report count once. Every count saturates at
-// 2^53-1, so whatever an agent reports, it reads back as a safe integer.
+// SQL for traffic: each rule's, each node's and the master's history (minutes, hours, days: history.ts), read back
+// as a time series at any step, and the report streams of each node that make a resent report count once. Every count
+// saturates at 2^53-1, so whatever an agent reports, it reads back as a safe integer.
 
-import type { Database } from './database.ts';
-import { FilteredQuery } from './filters.ts';
+import type { Database, Statement } from './database.ts';
+import { HistorySeries, STEP_ROWS, type Retention } from './history.ts';
 
 /** The largest count stored or shown: Number.MAX_SAFE_INTEGER, as SQL. */
 const MAX_COUNT = '9007199254740991';
@@ -27,11 +27,21 @@ export interface TrafficPoint {
   bytes_out: number;
 }
 
+/** The minute buckets of before migration 20, moved into the history by the maintenance. */
+const LEGACY = 'traffic_buckets_before_20';
+
+type Subject = 'rule' | 'node' | 'total';
+
+const TABLES: Record<Subject, string> = { rule: 'traffic_by_rule', node: 'traffic_by_node', total: 'traffic_total' };
+
 export class TrafficStore {
-  private readonly seriesQuery;
+  readonly history: Record<Subject, HistorySeries>;
+  private readonly db: Database;
+  private seriesStmts!: Record<Subject, Statement>;
+  private legacy: { first: Statement; rows: Statement; remove: Statement } | null = null;
+  private readonly addStmts: Record<Subject, Statement>;
+  private readonly ruleOnNodeStmt;
   private readonly totalsStmt;
-  private readonly pruneStmt;
-  private readonly bucketStmt;
   private readonly ruleTotalStmt;
   private readonly nodeTotalStmt;
   private readonly exitTotalStmt;
@@ -41,26 +51,31 @@ export class TrafficStore {
   private readonly trimStreamsStmt;
 
   constructor(db: Database) {
-    this.seriesQuery = new FilteredQuery(
-      db,
-      `SELECT (bucket_start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
-        ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out
-      FROM traffic_buckets
-      WHERE bucket_start >= :from AND bucket_start < :to {filters}
-      GROUP BY 1 ORDER BY 1`,
-      { node_id: 'node_id = :node_id', rule_id: 'rule_id = :rule_id' },
-    );
+    this.db = db;
+    const fold = { bytes_in: safeSum('bytes_in'), bytes_out: safeSum('bytes_out') };
+    const series = (table: string) =>
+      new HistorySeries(db, { table, subject: 'id', time: 'start', unit: 1, values: fold });
+    this.history = { rule: series(TABLES.rule), node: series(TABLES.node), total: series(TABLES.total) };
+    const add = (table: string) =>
+      db.prepare(`INSERT INTO ${table} (id, start, bytes_in, bytes_out) VALUES (?, ?, ?, ?)
+        ON CONFLICT (id, start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')},
+          bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
+    this.addStmts = { rule: add(TABLES.rule), node: add(TABLES.node), total: add(TABLES.total) };
+    this.ruleOnNodeStmt = db.prepare('SELECT 1 AS yes FROM rules WHERE id = ? AND node_id = ?');
+    const legacy = db.prepare("SELECT 1 AS yes FROM sqlite_schema WHERE type = 'table' AND name = ?").get(LEGACY);
+    if (legacy)
+      this.legacy = {
+        first: db.prepare(`SELECT rule_id, bucket_start FROM ${LEGACY} ORDER BY rule_id, bucket_start LIMIT 1`),
+        rows: db.prepare(`SELECT node_id, bucket_start, bytes_in, bytes_out FROM ${LEGACY}
+          WHERE rule_id = ? AND bucket_start >= ? ORDER BY bucket_start LIMIT ${STEP_ROWS}`),
+        remove: db.prepare(`DELETE FROM ${LEGACY} WHERE rule_id = ? AND bucket_start >= ? AND bucket_start <= ?`),
+      };
+    this.prepareSeries();
     // Kept by the triggers of migration 9, each rule's count cut to a safe integer as it is added.
     this.totalsStmt = db.prepare(
       `SELECT ${safeSum('max(0, bytes_in)')} AS bytes_in, ${safeSum('max(0, bytes_out)')} AS bytes_out ` +
         'FROM rule_tallies',
     );
-    this.pruneStmt = db.prepare('DELETE FROM traffic_buckets WHERE bucket_start < ?');
-    this.bucketStmt =
-      db.prepare(`INSERT INTO traffic_buckets (rule_id, node_id, bucket_start, bytes_in, bytes_out) VALUES (?, ?, ?,
-        ?, ?)
-      ON CONFLICT (rule_id, bucket_start) DO UPDATE SET bytes_in = ${safeCount('bytes_in + excluded.bytes_in')},
-        bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
     // A rule with a quota counts the bytes its quota bills (migration 13) in the same write.
     this.ruleTotalStmt = db.prepare(
       `UPDATE rules SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')}, ` +
@@ -87,9 +102,28 @@ export class TrafficStore {
         rowid DESC LIMIT ${STREAMS_PER_NODE})`);
   }
 
+  /** A series' statement: its rows in [from, to) summed per step, with the buckets of before while they are moved. */
+  private prepareSeries(): void {
+    const legacyWhere: Record<Subject, string> = { rule: 'rule_id = :id', node: 'node_id = :id', total: '1' };
+    const statement = (subject: Subject) =>
+      this.db.prepare(`SELECT (start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
+          ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out
+        FROM (SELECT start, bytes_in, bytes_out FROM ${TABLES[subject]} WHERE id = :id AND start >= :from
+          AND start < :to
+        ${
+          this.legacy
+            ? `UNION ALL SELECT bucket_start, bytes_in, bytes_out FROM ${LEGACY} WHERE ${legacyWhere[subject]}
+          AND bucket_start >= :from AND bucket_start < :to`
+            : ''
+        })
+        GROUP BY 1 ORDER BY 1`);
+    this.seriesStmts = { rule: statement('rule'), node: statement('node'), total: statement('total') };
+  }
+
   /**
-   * Adds bytes counted for a rule on a node at `atSeconds` to its minute bucket and to the
-   * rule's and node's totals, so buckets and totals always agree; for a rule through a tunnel,
+   * Adds bytes counted for a rule on a node at `atSeconds` to the rule's, the node's and the master's history (in the
+   * minute, hour or day that holds it) and to the rule's and node's totals, so history and totals always agree; for
+   * a rule through a tunnel,
    * also to the exit node's total, which relayed the same bytes (the entry's count is the one
    * count: the rule is never counted twice). Counts nothing (and returns false) unless the
    * rule exists on that node: an agent reports only its own rules. `refused` (connections and datagrams the node
@@ -98,10 +132,16 @@ export class TrafficStore {
   record(ruleId: number, nodeId: number, atSeconds: number, bytesIn: number, bytesOut: number, refused = 0): boolean {
     if (Number(this.ruleTotalStmt.run(bytesIn, bytesOut, ruleId, nodeId, refused).changes) === 0) return false;
     if (bytesIn === 0 && bytesOut === 0) return true;
-    this.bucketStmt.run(ruleId, nodeId, atSeconds - (atSeconds % 60), bytesIn, bytesOut);
+    this.add('rule', ruleId, atSeconds, bytesIn, bytesOut);
+    this.add('node', nodeId, atSeconds, bytesIn, bytesOut);
+    this.add('total', 0, atSeconds, bytesIn, bytesOut);
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
     this.exitTotalStmt.run(bytesIn, bytesOut, ruleId);
     return true;
+  }
+
+  private add(subject: Subject, id: number, atSeconds: number, bytesIn: number, bytesOut: number): void {
+    this.addStmts[subject].run(id, this.history[subject].align(atSeconds), bytesIn, bytesOut);
   }
 
   /** When the node's last report was counted (RFC 3339), or null when none was. */
@@ -123,7 +163,11 @@ export class TrafficStore {
     if (previous === 0) this.trimStreamsStmt.run({ node_id: nodeId });
   }
 
-  /** Buckets in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. */
+  /**
+   * Traffic in [from, to) (Unix seconds) summed per `step` seconds; only steps with traffic. A rule's (and with a node
+   * too, none unless the rule is on that node), a node's (what its rules counted), or the master's. Each row is at
+   * the start of its minute, hour or day, so a step finer than the rows of its time has points only where they start.
+   */
   series(filter: {
     from: number;
     to: number;
@@ -131,7 +175,11 @@ export class TrafficStore {
     node_id: number | null;
     rule_id: number | null;
   }): TrafficPoint[] {
-    return this.seriesQuery.all(filter) as unknown as TrafficPoint[];
+    const { from, to, step, node_id, rule_id } = filter;
+    if (rule_id !== null && node_id !== null && !this.ruleOnNodeStmt.get(rule_id, node_id)) return [];
+    const [subject, id]: [Subject, number] =
+      rule_id !== null ? ['rule', rule_id] : node_id !== null ? ['node', node_id] : ['total', 0];
+    return this.seriesStmts[subject].all({ from, to, step, id }) as unknown as TrafficPoint[];
   }
 
   /** Bytes counted on all current rules. */
@@ -139,7 +187,56 @@ export class TrafficStore {
     return this.totalsStmt.get() as { bytes_in: number; bytes_out: number };
   }
 
-  prune(beforeUnixSeconds: number): number {
-    return Number(this.pruneStmt.run(beforeUnixSeconds).changes);
+  /**
+   * Inside a write: about STEP_ROWS rows' worth of rolling the history up (history.ts), then of moving the buckets of
+   * before into it.
+   * Returns whether there is more to do.
+   */
+  rollUp(now: number, keep: Retention): boolean {
+    // The history's bounds first (cheap while its tables are young), so old buckets move straight into hours and days.
+    if (this.history.rule.step(now, keep) || this.history.node.step(now, keep) || this.history.total.step(now, keep))
+      return true;
+    if (!this.legacy) return false;
+    this.moveLegacy();
+    return true;
   }
+
+  /** Moves the oldest STEP_ROWS buckets of a rule from before migration 20; drops the table when empty. */
+  private moveLegacy(): void {
+    const legacy = this.legacy!;
+    const first = legacy.first.get() as { rule_id: number; bucket_start: number } | undefined;
+    if (!first) {
+      this.db.prepare(`DROP TABLE ${LEGACY}`).run();
+      this.legacy = null;
+      this.prepareSeries();
+      return;
+    }
+    const rows = legacy.rows.all(first.rule_id, first.bucket_start) as unknown as {
+      node_id: number;
+      bucket_start: number;
+      bytes_in: number;
+      bytes_out: number;
+    }[];
+    // Summed here first: old buckets fall into the same hour or day, each written once.
+    const sums = new Map<string, [Subject, number, number, number, number]>();
+    const sum = (subject: Subject, id: number, at: number, bytesIn: number, bytesOut: number) => {
+      const start = this.history[subject].align(at);
+      const key = `${subject} ${id} ${start}`;
+      const was = sums.get(key);
+      sums.set(key, [subject, id, start, clamp((was?.[3] ?? 0) + bytesIn), clamp((was?.[4] ?? 0) + bytesOut)]);
+    };
+    for (const row of rows) {
+      const [bytesIn, bytesOut] = [clamp(row.bytes_in), clamp(row.bytes_out)];
+      sum('rule', first.rule_id, row.bucket_start, bytesIn, bytesOut);
+      sum('node', row.node_id, row.bucket_start, bytesIn, bytesOut);
+      sum('total', 0, row.bucket_start, bytesIn, bytesOut);
+    }
+    for (const [subject, id, start, bytesIn, bytesOut] of sums.values())
+      this.addStmts[subject].run(id, start, bytesIn, bytesOut);
+    legacy.remove.run(first.rule_id, first.bucket_start, rows.at(-1)!.bucket_start);
+  }
+}
+
+function clamp(count: number): number {
+  return Math.max(0, Math.min(count, Number.MAX_SAFE_INTEGER));
 }

@@ -1,6 +1,13 @@
-// SQL for node vitals: the latest on the node's row (rendered into its JSON), a point a minute for its chart.
+// SQL for node vitals: the latest on the node's row (rendered into its JSON), a point a minute for its chart, folded
+// into hours and days as it ages (history.ts): an hour's point is the average of its minutes', weighted by `points`.
 
 import type { Database } from './database.ts';
+import { HistorySeries, type Retention } from './history.ts';
+
+/** The average of `column` over a group of points, each weighing the minutes it stands for; null if none has it. */
+function weighted(column: string): string {
+  return `total(${column} * 1.0 * points) / nullif(total(CASE WHEN ${column} IS NULL THEN 0 ELSE points END), 0)`;
+}
 
 /** One minute of a node's vitals. */
 export interface VitalsPoint {
@@ -17,13 +24,27 @@ export interface VitalsSeriesPoint extends VitalsPoint {
 }
 
 export class VitalsStore {
+  readonly history: HistorySeries;
   private readonly latestStmt;
   private readonly pointStmt;
   private readonly seriesStmt;
-  private readonly pruneStmt;
   private readonly allStmt;
 
   constructor(db: Database) {
+    this.history = new HistorySeries(db, {
+      table: 'node_vitals',
+      subject: 'node_id',
+      time: 'minute',
+      unit: 60,
+      values: {
+        cpu_percent: weighted('cpu_percent'),
+        load1: weighted('load1'),
+        memory_used_bytes: `CAST(${weighted('memory_used_bytes')} AS INTEGER)`,
+        rx_bytes_per_second: weighted('rx_bytes_per_second'),
+        tx_bytes_per_second: weighted('tx_bytes_per_second'),
+        points: 'CAST(total(points) AS INTEGER)',
+      },
+    });
     this.latestStmt = db.prepare('UPDATE nodes SET vitals = ? WHERE id = ?');
     // A second report within a minute replaces the first: a point is the minute's last word.
     this.pointStmt = db.prepare(`INSERT INTO node_vitals (node_id, minute, cpu_percent, load1, memory_used_bytes,
@@ -33,12 +54,13 @@ export class VitalsStore {
       ON CONFLICT (node_id, minute) DO UPDATE SET cpu_percent = excluded.cpu_percent, load1 = excluded.load1,
         memory_used_bytes = excluded.memory_used_bytes, rx_bytes_per_second = excluded.rx_bytes_per_second,
         tx_bytes_per_second = excluded.tx_bytes_per_second`);
-    this.seriesStmt = db.prepare(`SELECT (minute * 60 / :step) * :step AS at, avg(cpu_percent) AS cpu_percent,
-        avg(load1) AS load1, CAST(avg(memory_used_bytes) AS INTEGER) AS memory_used_bytes,
-        avg(rx_bytes_per_second) AS rx_bytes_per_second, avg(tx_bytes_per_second) AS tx_bytes_per_second
+    this.seriesStmt = db.prepare(`SELECT (minute * 60 / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
+        ${weighted('cpu_percent')} AS cpu_percent,
+        ${weighted('load1')} AS load1, CAST(${weighted('memory_used_bytes')} AS INTEGER) AS memory_used_bytes,
+        ${weighted('rx_bytes_per_second')} AS rx_bytes_per_second,
+        ${weighted('tx_bytes_per_second')} AS tx_bytes_per_second
       FROM node_vitals WHERE node_id = :node_id AND minute >= :from / 60 AND minute < :to / 60
       GROUP BY 1 ORDER BY 1`);
-    this.pruneStmt = db.prepare('DELETE FROM node_vitals WHERE minute < ?');
     this.allStmt = db.prepare('SELECT id, name, vitals FROM nodes WHERE vitals IS NOT NULL ORDER BY id');
   }
 
@@ -66,8 +88,8 @@ export class VitalsStore {
     return this.allStmt.all() as unknown as { id: number; name: string; vitals: string }[];
   }
 
-  /** Deletes the points before `beforeSeconds`; returns how many. */
-  prune(beforeSeconds: number): number {
-    return Number(this.pruneStmt.run(Math.floor(beforeSeconds / 60)).changes);
+  /** Inside a write: a step of rolling the points up (history.ts). Returns whether there is more to do. */
+  rollUp(now: number, keep: Retention): boolean {
+    return this.history.step(now, keep);
   }
 }

@@ -1,0 +1,86 @@
+// The master's housekeeping: what has aged out is pruned, traffic and vitals are rolled up into coarser history
+// (internal/store/history.ts), and the space this frees is given back to the file system.
+
+import type { App } from '../../internal/api/app.ts';
+import type { Retention } from '../../internal/store/history.ts';
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+/** Free pages given back per step: a page moved is a few microseconds, so a step stays within a millisecond or two. */
+const PAGES_PER_STEP = 256;
+
+/** The roll-up under way, per master: one at a time. */
+const rollUps = new WeakMap<App, Promise<void>>();
+
+/**
+ * Prunes what has aged out (audit entries and events, expired credentials, idempotency records) and starts rolling
+ * traffic and vitals up, unless a roll-up is already under way. Resolves when the roll-up is done.
+ */
+export function maintain(app: App): Promise<void> {
+  const { store, settings } = app;
+  const { audit, events, credentials, idempotency } = store.write(() => ({
+    audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
+    // An event stream resumes for as long as the audit log remembers the changes it tells of.
+    events: store.events.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
+    credentials: store.tokens.pruneExpired(app.timestamp()).length,
+    idempotency: store.idempotency.prune(app.timestamp(-DAY_MS)),
+  }));
+  app.throttle.sweep(settings.get('login_window_seconds') * 1000);
+  app.budget.sweep(60);
+  if (audit + events + credentials + idempotency > 0)
+    app.log.info('pruned', { audit, events, credentials, idempotency });
+  let running = rollUps.get(app);
+  if (!running) {
+    running = rollUp(app).finally(() => rollUps.delete(app));
+    rollUps.set(app, running);
+  }
+  return running;
+}
+
+/** Resolves once the roll-up under way, if any, has stopped (it stops between steps while the master drains). */
+export function rolledUp(app: App): Promise<void> {
+  return rollUps.get(app)?.catch(() => undefined) ?? Promise.resolve();
+}
+
+/** How long traffic and vitals keep each resolution, from the settings. */
+export function historyRetention(app: App): Retention {
+  return {
+    minutes: app.settings.get('history_minutes_hours') * 3600,
+    hours: app.settings.get('history_hours_days') * 86_400,
+    all: app.settings.get('traffic_retention_days') * 86_400,
+  };
+}
+
+/**
+ * Steps of a few hundred rows, each its own commit, with the event loop free between them: a request waits behind one
+ * step at most, and writes (which queue with the steps) are never refused for it. Then the freed pages, in steps too.
+ */
+async function rollUp(app: App): Promise<void> {
+  const { store } = app;
+  const started = performance.now();
+  let steps = 0;
+  for (;;) {
+    if (app.draining) return;
+    const now = Math.floor(app.now() / 1000);
+    const keep = historyRetention(app);
+    const more = await store.db.writeInTurn(() => store.traffic.rollUp(now, keep) || store.vitals.rollUp(now, keep));
+    await turn();
+    if (!more) break;
+    steps++;
+  }
+  let reclaimed = 0;
+  for (let left = Infinity; left > 0 && !app.draining; reclaimed++) {
+    left = await store.db.writeInTurn(() => store.db.reclaim(PAGES_PER_STEP));
+    await turn();
+  }
+  if (steps > 0)
+    app.log.info('rolled up the history', {
+      steps,
+      seconds: Math.round(performance.now() - started) / 1000,
+      pages_given_back: reclaimed * PAGES_PER_STEP,
+    });
+}
+
+function turn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
