@@ -83,7 +83,8 @@ test(exact, async (t) => {
   // Past history_hours_days, the hours are a day; still the same sums.
   m.advance(40 * DAY * 1000);
   await maintain(m.app);
-  assert.equal(rows(m, 'traffic_by_rule'), 2, 'a row a day per rule');
+  const days = new Set([start, start + 2 * HOUR].map((at) => Math.floor(at / DAY))).size;
+  assert.equal(rows(m, 'traffic_by_rule'), 2 * days, 'a row a day per rule');
   assert.deepEqual(await read(DAY), byDay);
   const sum = (points: Series) => points.reduce((s, p) => saturating(s, p.bytes_in), 0);
   assert.equal(sum(byDay[0]!), saturating(sum(byHour[3]!), sum(byHour[4]!)));
@@ -127,7 +128,8 @@ test("vitals fold into hours as their minutes' average, weighted by the minutes 
   const m = await startMaster(t);
   const n = await node(m, 'a');
   const now = Math.floor(m.app.now() / 1000);
-  const start = Math.floor(now / HOUR) * HOUR - 2 * HOUR;
+  // Two hours that are one step of two hours (steps start at multiples of the step since the epoch).
+  const start = Math.floor(now / (2 * HOUR)) * 2 * HOUR - 2 * HOUR;
   m.app.store.write(() => {
     for (let i = 0; i < 120; i++)
       m.app.store.vitals.record(n.id, '{}', start + i * 60, {
@@ -160,6 +162,7 @@ test(upgrade, async (t) => {
   const now = Math.floor(Date.now() / 1000);
   const start = Math.floor(now / 60) * 60 - minutes * 60;
   const m = await startMaster(t, {
+    duringMaintenance: true,
     prepare(dataDir) {
       // The database as the last master without history left it (schema 19), with three days of minutes.
       const db = new DatabaseSync(join(dataDir, 'master.db'));
@@ -251,4 +254,25 @@ test('space a roll-up frees is given back to the file system, in steps, while th
   assert.ok(after < before / 2, `the file went from ${before} to ${after} bytes`);
   const free = m.app.store.db.prepare('PRAGMA freelist_count').get() as { freelist_count: number };
   assert.equal(free.freelist_count, 0);
+});
+
+test("a master's log is copied into its database file by a thread of its own, not by its commits", async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'a');
+  const r = (await rule(m, { node_id: n.id, listen_port: 1 })).body;
+  const pages = m.app.store.db.prepare('PRAGMA wal_autocheckpoint').get() as { wal_autocheckpoint: number };
+  assert.equal(pages.wal_autocheckpoint, 16_384, 'commits copy the log only past 64 MiB of it');
+  const file = join(m.dataDir, 'master.db');
+  const before = statSync(file).size;
+  const now = Math.floor(m.app.now() / 1000);
+  m.app.store.write(() => {
+    for (let i = 0; i < 20_000; i++) m.app.store.traffic.record(r.id, n.id, now - i * 60, 1, 1);
+  });
+  await m.app.store.committed();
+  const wal = statSync(`${file}-wal`).size;
+  assert.ok(wal > 500_000, `the commit went to the log (${wal} bytes)`);
+  for (let waited = 0; statSync(file).size < before + 50_000; waited += 50) {
+    assert.ok(waited < 5000, 'the log was copied within 5 s');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
 });

@@ -6,8 +6,8 @@ import type { Retention } from '../../internal/store/history.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
-/** Free pages given back per step: a page moved is a few microseconds, so a step stays within a millisecond or two. */
-const PAGES_PER_STEP = 256;
+/** Free pages given back per step: a page moved took 8-60 µs here (256 a step: 2-15 ms), so a step stays near 1 ms. */
+const PAGES_PER_STEP = 32;
 
 /** The roll-up under way, per master: one at a time. */
 const rollUps = new WeakMap<App, Promise<void>>();
@@ -54,6 +54,9 @@ export function historyRetention(app: App): Retention {
 /**
  * Steps of a few hundred rows, each its own commit, with the event loop free between them: a request waits behind one
  * step at most, and writes (which queue with the steps) are never refused for it. Then the freed pages, in steps too.
+ * A step lost to a power cut is a step done again: its commit does not wait for the disk. The next one waits instead
+ * for the checkpoint thread to have put it on disk (copied and synced), so that no live write's commit, which syncs
+ * the log, pays for the roll-up's pages (reads' p99 during a roll-up: 4.5 ms against 3.4 idle, 34 ms without).
  */
 async function rollUp(app: App): Promise<void> {
   const { store } = app;
@@ -63,15 +66,17 @@ async function rollUp(app: App): Promise<void> {
     if (app.draining) return;
     const now = Math.floor(app.now() / 1000);
     const keep = historyRetention(app);
-    const more = await store.db.writeInTurn(() => store.traffic.rollUp(now, keep) || store.vitals.rollUp(now, keep));
+    const more = await store.db.writeRedoable(() => store.traffic.rollUp(now, keep) || store.vitals.rollUp(now, keep));
     await turn();
     if (!more) break;
+    await store.db.logCopied();
     steps++;
   }
   let reclaimed = 0;
   for (let left = Infinity; left > 0 && !app.draining; reclaimed++) {
-    left = await store.db.writeInTurn(() => store.db.reclaim(PAGES_PER_STEP));
+    left = await store.db.writeRedoable(() => store.db.reclaim(PAGES_PER_STEP));
     await turn();
+    await store.db.logCopied();
   }
   if (steps > 0)
     app.log.info('rolled up the history', {

@@ -35,7 +35,7 @@ import { VERSION } from '../../internal/version.ts';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
-import { batchesInWorker, exportInWorker, importInWorker } from './workers.ts';
+import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker } from './workers.ts';
 import { maintain, rolledUp } from './maintenance.ts';
 
 export interface Master {
@@ -285,6 +285,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       version: VERSION,
       schema_version: store.db.schemaVersion(),
     });
+    const checkpoints = checkpointInWorker(store.db.path, store.db, log);
     let closing: Promise<void> | undefined;
     return {
       url: http.url,
@@ -315,6 +316,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           app.events.close();
           links.close();
           await http.close();
+          await checkpoints.close();
           store.close();
           log.info('stopped');
         })();

@@ -81,6 +81,9 @@ export class WritesBusy extends Error {
 /** The most rows one statement of `insertRows` inserts. */
 export const ROWS_PER_INSERT = 64;
 
+/** Pages in the log (64 MiB) past which a connection whose checkpoints are done elsewhere does one itself. */
+const LOG_PAGES_ALONE = 16_384;
+
 /** PRAGMA auto_vacuum's value for incremental. */
 const INCREMENTAL = 2;
 
@@ -101,6 +104,7 @@ export class Database {
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private readonly commitListeners: ((seconds: number) => void)[] = [];
+  private logCopier: (() => Promise<void>) | null = null;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
   // Savepoints prepared once rather than parsed at each use: every write runs one, and a bulk write
@@ -122,7 +126,9 @@ export class Database {
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
     try {
       this.db.exec(
-        'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;',
+        'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; ' +
+          // A log that grew (a long import, a roll-up) is cut back to this when it starts over.
+          'PRAGMA journal_size_limit = 67108864;',
       );
       // The connection that migrates is the one a master opens first: it looks at every page before serving from them
       // (a 60 MB database in 60 ms here), so a damaged file stops the start rather than failing requests later.
@@ -298,6 +304,33 @@ export class Database {
     const result = this.write(fn);
     await this.committed();
     return result;
+  }
+
+  /**
+   * Runs `fn` as a transaction of its own, committed at once without waiting for the disk: a power cut may lose it
+   * (whole, never half of it), and it costs the event loop no fsync. For work the master redoes by itself when it is
+   * lost (the history's roll-ups), never for a write anyone is told of: it waits for the open batch's commit first,
+   * and nothing else can join it. The next durable commit makes it durable too (one log, synced in order).
+   */
+  async writeRedoable<T>(fn: () => T): Promise<T> {
+    while (this.hold || this.batch) {
+      if (this.hold) await this.writable();
+      else await this.batch!.done.catch(() => undefined);
+    }
+    this.db.exec('PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE');
+    this.inWrite = true;
+    try {
+      const result = this.within(this.writeUnit, fn);
+      this.db.exec('COMMIT');
+      return result;
+    } catch (error) {
+      if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      if (isDiskFull(error)) this.refusedWrite();
+      throw error;
+    } finally {
+      this.inWrite = false;
+      this.db.exec('PRAGMA synchronous = FULL');
+    }
   }
 
   /** Resolves when the hold in progress ends, or after `ms`, whichever comes first. */
@@ -612,6 +645,38 @@ export class Database {
    */
   checkpoint(): void {
     this.db.exec('PRAGMA wal_checkpoint(FULL)');
+  }
+
+  /**
+   * Copies what the log holds into the database file as far as no reader's snapshot needs it, waiting for nothing and
+   * holding no writer back: for a connection whose only work this is (the master's checkpoint thread).
+   */
+  copyLog(): void {
+    this.db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+  }
+
+  /**
+   * Hands copying the log into the database file to `copy` (another connection's `copyLog`, resolving once done), or
+   * with null back to this connection's commits. While another copies it, this connection's commits do it only once
+   * the log is past LOG_PAGES_ALONE pages, as a safety valve should the other fall behind.
+   */
+  copyLogWith(copy: (() => Promise<void>) | null): void {
+    this.logCopier = copy;
+    this.db.exec(`PRAGMA wal_autocheckpoint = ${copy ? LOG_PAGES_ALONE : 1000}`);
+  }
+
+  /**
+   * Resolves once the log has been copied into the database file as far as it can be. The log starts over only when
+   * a write begins with all of it copied: a writer that writes much and never pauses (the roll-up) waits on this now
+   * and then, or the log grows for as long as it writes (857 MiB in a roll-up of 12,000 steps).
+   */
+  async logCopied(): Promise<void> {
+    if (this.logCopier) await this.logCopier();
+    else this.copyLog();
+  }
+
+  get isOpen(): boolean {
+    return this.db.isOpen;
   }
 
   /** Commits what is pending, then closes. */

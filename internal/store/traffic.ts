@@ -30,6 +30,9 @@ export interface TrafficPoint {
 /** The minute buckets of before migration 20, moved into the history by the maintenance. */
 const LEGACY = 'traffic_buckets_before_20';
 
+/** Buckets moved a step: each is deleted from three indexes and added to three series, five times a fold's work. */
+const LEGACY_STEP_ROWS = STEP_ROWS / 5;
+
 type Subject = 'rule' | 'node' | 'total';
 
 const TABLES: Record<Subject, string> = { rule: 'traffic_by_rule', node: 'traffic_by_node', total: 'traffic_total' };
@@ -67,7 +70,7 @@ export class TrafficStore {
       this.legacy = {
         first: db.prepare(`SELECT rule_id, bucket_start FROM ${LEGACY} ORDER BY rule_id, bucket_start LIMIT 1`),
         rows: db.prepare(`SELECT node_id, bucket_start, bytes_in, bytes_out FROM ${LEGACY}
-          WHERE rule_id = ? AND bucket_start >= ? ORDER BY bucket_start LIMIT ${STEP_ROWS}`),
+          WHERE rule_id = ? AND bucket_start >= ? ORDER BY bucket_start LIMIT ${LEGACY_STEP_ROWS}`),
         remove: db.prepare(`DELETE FROM ${LEGACY} WHERE rule_id = ? AND bucket_start >= ? AND bucket_start <= ?`),
       };
     this.prepareSeries();
@@ -201,7 +204,7 @@ export class TrafficStore {
     return true;
   }
 
-  /** Moves the oldest STEP_ROWS buckets of a rule from before migration 20; drops the table when empty. */
+  /** Moves the oldest LEGACY_STEP_ROWS buckets of a rule from before migration 20; drops the table when empty. */
   private moveLegacy(): void {
     const legacy = this.legacy!;
     const first = legacy.first.get() as { rule_id: number; bucket_start: number } | undefined;
