@@ -1,7 +1,7 @@
 // Processes for benchmarks: start a program pinned to a CPU, read its peak memory, stop it.
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 export const hasTaskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0;
@@ -36,17 +36,22 @@ export interface Running {
 }
 
 /**
- * Starts a program that logs JSON lines on stdout. Request log lines are skipped unparsed:
- * reading thousands a second would take CPU from the process being measured.
+ * Starts a program that logs JSON lines on stdout: into a pipe, or with `logFile` appended to that file as a service
+ * writes its log (read back from it every 100 ms). Request log lines are skipped unparsed: reading thousands a second
+ * would take CPU from the process being measured.
  */
-export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
+export function start(argv: string[], env: NodeJS.ProcessEnv = {}, logFile?: string): Running {
   const [command, ...args] = argv;
-  const child = spawn(command!, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const out = logFile ? openSync(logFile, 'a', 0o600) : 'pipe';
+  // What an earlier run left in the file is not this one's.
+  const from = typeof out === 'number' ? fstatSync(out).size : 0;
+  const child = spawn(command!, args, { env: { ...process.env, ...env }, stdio: ['ignore', out, 'inherit'] });
+  if (typeof out === 'number') closeSync(out);
   children.add(child);
   child.once('exit', () => children.delete(child));
   const lines: Record<string, unknown>[] = [];
   const waiters: [string, (line: Record<string, unknown>) => boolean, (line: Record<string, unknown>) => void][] = [];
-  createInterface({ input: child.stdout! }).on('line', (text) => {
+  const onLine = (text: string) => {
     if (text.includes('"msg":"request"')) return;
     let line: Record<string, unknown>;
     try {
@@ -61,7 +66,9 @@ export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
       waiters.splice(waiters.indexOf(waiter), 1);
       resolve(line);
     }
-  });
+  };
+  if (logFile) follow(logFile, from, child, onLine);
+  else createInterface({ input: child.stdout! }).on('line', onLine);
   return {
     child,
     lines,
@@ -82,6 +89,28 @@ export function start(argv: string[], env: NodeJS.ProcessEnv = {}): Running {
       await new Promise((resolve) => child.once('exit', resolve));
     },
   };
+}
+
+/** Calls `onLine` with each line of `file` from byte `from` on, as they are appended, until `child` has exited. */
+function follow(file: string, from: number, child: ChildProcess, onLine: (text: string) => void): void {
+  const fd = openSync(file, 'r');
+  const chunk = Buffer.alloc(1 << 20);
+  let position = from;
+  let partial = '';
+  const read = () => {
+    for (let n; (n = readSync(fd, chunk, 0, chunk.length, position)) > 0; position += n) {
+      const text = partial + chunk.toString('utf8', 0, n);
+      const lines = text.split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) onLine(line);
+    }
+  };
+  const timer = setInterval(read, 100);
+  child.once('exit', () => {
+    clearInterval(timer);
+    read();
+    closeSync(fd);
+  });
 }
 
 /** Resident and peak resident memory of a process, in MiB (Linux). */

@@ -128,6 +128,41 @@ function send(base: string, token: string | null, method: string, path: string, 
   });
 }
 
+interface Captured {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** A small JSON answer, for the data plane's HTTP target. */
+const SMALL_JSON = JSON.stringify({ id: 1, name: 'hello', status: 'online' });
+
+/** What the master answers GET `path` with: status, headers (but those of the connection and the date), body. */
+function capture(base: string, token: string, path: string): Promise<Captured> {
+  return new Promise((resolve, reject) => {
+    const req = request(base + path, { agent: false, headers: { authorization: `Bearer ${token}` } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => {
+        const skip = new Set(['date', 'connection', 'keep-alive', 'transfer-encoding']);
+        const headers = Object.fromEntries(
+          Object.entries(res.headers).filter(([name]) => !skip.has(name)) as [string, string][],
+        );
+        resolve({ status: res.statusCode ?? 500, headers, body: Buffer.concat(chunks).toString('utf8') });
+      });
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** `answer` in a file of the run's work dir, for bench/hello.ts. */
+function answerFile(name: string, answer: Captured): string {
+  const file = join(work, `answer-${name}.json`);
+  writeFileSync(file, JSON.stringify(answer));
+  return file;
+}
+
 /** `send`, decoded: an answer of 400 or more rejects. */
 async function api(base: string, token: string | null, method: string, path: string, body?: unknown): Promise<any> {
   const answer = await send(base, token, method, path, body);
@@ -147,7 +182,10 @@ const keys = generateLicenseKeys();
 const publicKey = join(work, 'license-public.pem');
 writeFileSync(publicKey, keys.publicKeyPem);
 
-/** The bundled master on CPU 0, run as the systemd unit runs it. */
+/**
+ * The bundled master on CPU 0, run as the systemd unit runs it, its log (a line a request) appended to a file in its
+ * data dir's folder, as journald or a log file would take it: into a pipe the bench reads, it cost the master less.
+ */
 function masterProcess(dataDir: string, listen: string, env: NodeJS.ProcessEnv = {}): Running {
   return start(
     pinned(0, [
@@ -162,6 +200,7 @@ function masterProcess(dataDir: string, listen: string, env: NodeJS.ProcessEnv =
       publicKey,
     ]),
     env,
+    `${dataDir}.log`,
   );
 }
 
@@ -288,15 +327,16 @@ async function controlPlane(): Promise<void> {
       "until the answer's last byte is in",
   });
 
-  // 1. Ceiling.
-  const hello = start(pinned(0, [node, '--import', 'tsx', 'bench/hello.ts']));
+  // 1. Ceiling: a bare server answering with the bytes the master answers GET /api/nodes/{id} with.
+  const sample = await capture(master.url, master.token, '/api/nodes/5000');
+  const hello = start(pinned(0, [node, '--import', 'tsx', 'bench/hello.ts', answerFile('node', sample)]));
   const helloUrl = (await hello.waitFor('listening')).url as string;
   const ceiling = wrk(`${helloUrl}/`, { connections: 50, seconds: SECONDS, warmup: WARMUP });
   const helloPeak = memory(hello.child.pid!).peak;
   await hello.stop();
   record({
     id: '1',
-    scenario: 'ceiling: bare node:http JSON',
+    scenario: `ceiling: bare node:http answering GET /api/nodes/{id}'s bytes (${sample.body.length} B of JSON)`,
     value: ceiling.rps,
     unit: 'req/s',
     p50_ms: ceiling.p50,
@@ -306,16 +346,15 @@ async function controlPlane(): Promise<void> {
     met: null,
   });
 
-  // 2. A single node by id.
-  const one = wrk(`${master.url}/api/nodes/5000`, {
-    connections: 50,
-    seconds: SECONDS,
-    lua: bearer(master.token),
-    warmup: WARMUP,
-  });
+  // 2. A node by id, ids at random.
+  const randomNode = `${bearer(master.token)}request = function()
+  return wrk.format(nil, "/api/nodes/" .. math.random(1, ${NODES}))
+end
+`;
+  const one = wrk(`${master.url}/`, { connections: 50, seconds: SECONDS, lua: randomNode, warmup: WARMUP });
   record({
     id: '2',
-    scenario: 'GET /api/nodes/{id} with a bearer token',
+    scenario: 'GET /api/nodes/{id} with an API token, random ids',
     value: one.rps,
     unit: 'req/s',
     p50_ms: one.p50,
@@ -323,8 +362,8 @@ async function controlPlane(): Promise<void> {
     peak_rss_mib: peak(master),
     ceiling: ceiling.rps,
     ratio: one.rps / ceiling.rps,
-    target: '>= 0.35x ceiling',
-    met: one.rps / ceiling.rps >= 0.35 && one.non2xx === 0,
+    target: '>= 0.6x ceiling',
+    met: one.rps / ceiling.rps >= 0.6 && one.non2xx === 0,
   });
 
   // 3. A full page of rules, from the middle of the table.
@@ -362,10 +401,6 @@ async function controlPlane(): Promise<void> {
   // master and peer in turn three times; medians.
   const peer = start(pinned(0, [node, '--import', 'tsx', 'bench/peer.ts', master.dataDir]));
   const peerUrl = (await peer.waitFor('listening')).url as string;
-  const randomNode = `${bearer(master.token)}request = function()
-  return wrk.format(nil, "/api/nodes/" .. math.random(1, ${NODES}))
-end
-`;
   const rulePages = (query = '') =>
     randomPages(master.token, '/api/rules', query, () => 1 + randomBelow(NODES * RULES_PER_NODE - 100));
   const nodePages = (query = '') => randomPages(master.token, '/api/nodes', query, () => 1 + randomBelow(NODES - 100));
@@ -924,7 +959,8 @@ async function dataPlane(): Promise<void> {
   if (unsynced.length > 0) throw new Error(`rules not applied: ${JSON.stringify(unsynced)}`);
   // The peers, on the relay's CPU: HAProxy in front of the same sink and HTTP server, and a chain of two HAProxies
   // with TLS between them (an ECDSA P-256 certificate, as the agents') in front of the sink, as a tunnel's peer.
-  const hello = start(pinned(1, [node, '--import', 'tsx', 'bench/hello.ts']));
+  const small = { status: 200, headers: { 'content-type': 'application/json' }, body: SMALL_JSON };
+  const hello = start(pinned(1, [node, '--import', 'tsx', 'bench/hello.ts', answerFile('small', small)]));
   const helloUrl = new URL(String((await hello.waitFor('listening')).url));
   const httpRule = await api(master.url, master.token, 'POST', '/api/rules', {
     name: 'http',
@@ -1549,6 +1585,7 @@ async function whileTiming(
   return { took: took.sort((a, b) => a - b), writes, refused };
 }
 
+/** The `q` quantile of `sorted`. */
 const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))]!;
 
 /**
@@ -1567,7 +1604,8 @@ async function historyScale(): Promise<void> {
   writeFileSync(tokensFile, JSON.stringify(imported.nodes.map((n: { agent_token: string }) => n.agent_token)));
   await first.proc.stop();
   const now = Math.floor(Date.now() / 1000);
-  const minutesFrom = floorTo(now - DAY, HOUR) - 3 * HOUR;
+  // Twelve hours due: the roll-up outlasts the fleet's linking, which is timed apart.
+  const minutesFrom = floorTo(now - DAY, HOUR) - 12 * HOUR;
   const seeding = performance.now();
   const { rows: seeded } = seedMonth(first.dataDir, now, minutesFrom);
   console.error(
@@ -1580,6 +1618,8 @@ async function historyScale(): Promise<void> {
   });
   let rolled: Record<string, unknown> | null = null;
   proc.waitFor('rolled up the history', 600_000).then((line) => (rolled = line));
+  await fleet.waitFor('linked', 120_000);
+  if (rolled) throw new Error('the roll-up was over before the fleet had linked: make more of it due');
   const ruleId = (await api(master.url, master.token, 'GET', '/api/rules?limit=1&node_id=500')).items[0].id as number;
   const rulePath = `/api/rules/${ruleId}`;
   const body = await api(master.url, master.token, 'GET', rulePath);
@@ -1604,7 +1644,7 @@ async function historyScale(): Promise<void> {
   const rolledUp = rolled as unknown as { seconds: number; steps: number };
   record({
     id: '15a',
-    scenario: `GET /api/nodes/{id} while the roll-up folds 3 hours of ${nodes * perNode} rules' minutes (ceiling idle)`,
+    scenario: `GET /api/nodes/{id} while the roll-up folds 12 h of ${nodes * perNode} rules' minutes (ceiling: idle)`,
     value: quantile(during.took, 0.99),
     unit: 'ms p99',
     p50_ms: quantile(during.took, 0.5),
