@@ -5,9 +5,10 @@
 //   node --import tsx bench/peer.ts DATA_DIR
 
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import Fastify from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 
 const db = new Database(join(process.argv[2]!, 'master.db'), { readonly: true, fileMustExist: true });
 const tokenStmt = db.prepare(`SELECT t.scopes, t.expires_at, u.scopes AS user_scopes, u.disabled
@@ -34,7 +35,13 @@ function grants(scopes: string[], wanted: string): boolean {
   return scopes.includes('*') || scopes.includes(wanted) || scopes.includes(wanted.replace(':read', ':write'));
 }
 
-const app = Fastify();
+// With PEER_TLS_CERT and PEER_TLS_KEY (PEM files), over HTTPS, as the master serves off loopback.
+const tls =
+  process.env.PEER_TLS_CERT && process.env.PEER_TLS_KEY
+    ? { cert: readFileSync(process.env.PEER_TLS_CERT), key: readFileSync(process.env.PEER_TLS_KEY) }
+    : null;
+// Its routes are the same either way: typed as over HTTP.
+const app = (tls ? Fastify({ https: tls }) : Fastify()) as unknown as FastifyInstance;
 
 app.addHook('onRequest', async (request, reply) => {
   const token = /^Bearer (\S+)$/.exec(request.headers.authorization ?? '')?.[1];

@@ -1495,6 +1495,74 @@ async function readers(): Promise<void> {
   await master.proc.stop();
 }
 
+/**
+ * GET /api/nodes/{id} as users reach a master off loopback: over HTTPS, with the certificate it made for itself at its
+ * first start on a non-loopback address; against a bare node:https server answering the very same bytes with the
+ * same certificate, and against the peer over HTTPS. Random ids of 10,000 nodes, wrk keeping its 50 connections.
+ */
+async function overTls(): Promise<void> {
+  console.error(`https: GET /api/nodes/{id} over TLS, ${NODES} nodes`);
+  const first = await startMaster(join(work, 'https'));
+  await api(first.url, first.token, 'POST', '/api/import', seedDocument(NODES, 1));
+  const sample = await capture(first.url, first.token, '/api/nodes/5000');
+  await first.proc.stop();
+  const proc = masterProcess(first.dataDir, '0.0.0.0:0');
+  const url = `https://127.0.0.1:${new URL(String((await proc.waitFor('listening')).url)).port}`;
+  const cert = join(first.dataDir, 'tls', 'cert.pem');
+  const key = join(first.dataDir, 'tls', 'key.pem');
+  const hello = start(
+    pinned(0, [node, '--import', 'tsx', 'bench/hello.ts', answerFile('node-tls', sample), cert, key]),
+  );
+  const ceiling = wrk(`${(await hello.waitFor('listening')).url}/`, {
+    connections: 50,
+    seconds: SECONDS,
+    warmup: WARMUP,
+  });
+  await hello.stop();
+  const randomNode = `${bearer(first.token)}request = function()
+  return wrk.format(nil, "/api/nodes/" .. math.random(1, ${NODES}))
+end
+`;
+  const peer = start(pinned(0, [node, '--import', 'tsx', 'bench/peer.ts', first.dataDir]), {
+    PEER_TLS_CERT: cert,
+    PEER_TLS_KEY: key,
+  });
+  const peerUrl = String((await peer.waitFor('listening')).url);
+  const ours: WrkResult[] = [];
+  const theirs: number[] = [];
+  for (let rep = 0; rep < 3; rep++) {
+    const warmup = rep === 0 ? WARMUP : 0;
+    ours.push(wrk(`${url}/`, { connections: 50, seconds: SECONDS, lua: randomNode, warmup }));
+    theirs.push(wrk(`${peerUrl}/`, { connections: 50, seconds: SECONDS, lua: randomNode, warmup }).rps);
+  }
+  await peer.stop();
+  await proc.stop();
+  const value = median(ours.map((r) => r.rps));
+  const failed = ours.reduce((sum, r) => sum + r.non2xx, 0);
+  record({
+    id: '16a',
+    scenario: 'GET /api/nodes/{id} over HTTPS, random ids (ceiling: bare node:https, the same bytes and certificate)',
+    value,
+    unit: 'req/s',
+    p50_ms: median(ours.map((r) => r.p50)),
+    p99_ms: median(ours.map((r) => r.p99)),
+    ceiling: ceiling.rps,
+    ratio: value / ceiling.rps,
+    target: '>= 0.6x ceiling',
+    met: value / ceiling.rps >= 0.6 && failed === 0,
+  });
+  record({
+    id: '16b',
+    scenario: 'GET /api/nodes/{id} over HTTPS, random ids, against the peer over HTTPS (medians of 3, in turn)',
+    value,
+    unit: 'req/s',
+    ceiling: median(theirs),
+    ratio: value / median(theirs),
+    target: '>= 1.3x the peer',
+    met: value / median(theirs) >= 1.3 && failed === 0,
+  });
+}
+
 const HOUR = 3600;
 const DAY = 86_400;
 
@@ -1776,9 +1844,10 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,fanout,data,kernel,scale,readers,history runs a subset (when working on one part).
-const only = new Set((process.env.BENCH_ONLY ?? 'control,fanout,data,kernel,scale,readers,history').split(','));
+// BENCH_ONLY=control,https,fanout,data,kernel,scale,readers,history runs a subset (when working on one part).
+const only = new Set((process.env.BENCH_ONLY ?? 'control,https,fanout,data,kernel,scale,readers,history').split(','));
 if (only.has('control')) await controlPlane();
+if (only.has('https')) await overTls();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
 if (only.has('kernel')) await kernelPath();
