@@ -267,19 +267,34 @@ export function targetRefusal(host: string, nodeHost: string, policy: TargetPoli
   const kind = localKind(host);
   if (isUnroutable(kind)) return `${host} is a ${kind} address, which is no host to forward to`;
   if (policy.allowLocal) return null;
-  // Addresses are compared in one spelling each ([::ffff:10.0.0.1] is 10.0.0.1), names without case.
-  const same = (a: string, b: string) =>
-    (canonicalAddress(a) ?? a.toLowerCase()) === (canonicalAddress(b) ?? b.toLowerCase());
   const name = host.toLowerCase();
+  const spelt = spelling(host);
   const reason =
     name === 'localhost' || name.endsWith('.localhost')
       ? 'names the node itself'
       : kind
         ? `is a ${kind} address`
-        : same(host, nodeHost)
+        : spelt === spelling(nodeHost)
           ? 'is the node itself'
-          : policy.masterHosts.some((master) => same(master, host))
+          : policy.masterHosts.some((master) => spelling(master) === spelt)
             ? 'is the master'
             : null;
   return reason && `${host} ${reason}; rules reach such targets only with the setting allow_local_targets (needs *)`;
 }
+
+/**
+ * How a host is compared: an address in its one spelling ([::ffff:10.0.0.1] is 10.0.0.1), a name without case. Kept
+ * for the hosts asked most (a node's and the master's, once per rule of an import of a million).
+ */
+function spelling(host: string): string {
+  let spelt = spellings.get(host);
+  if (spelt === undefined) {
+    spelt = canonicalAddress(host) ?? host.toLowerCase();
+    if (spellings.size >= SPELLINGS_KEPT) spellings.clear();
+    spellings.set(host, spelt);
+  }
+  return spelt;
+}
+
+const SPELLINGS_KEPT = 4096;
+const spellings = new Map<string, string>();
