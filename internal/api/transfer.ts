@@ -321,6 +321,7 @@ export async function runImport(app: Writer, job: ImportJob): Promise<JobDone> {
       return Buffer.from(JSON.stringify({ dry_run: job.dryRun, ...(job.dryRun ? stripTokens(results) : results) }));
     },
     job.dryRun,
+    true,
   );
   return { status: 200, json, nodes };
 }

@@ -47,11 +47,24 @@ export interface Changed {
 /** What a write's mark keeps of what it changed, at most. */
 const MAX_CHANGED = 100;
 
+/** Ids in order as spans of consecutive ones, [first, last]. */
+export function spansOf(ids: readonly number[]): [number, number][] {
+  const spans: [number, number][] = [];
+  for (const id of ids) {
+    const last = spans.at(-1);
+    if (last && id === last[1] + 1) last[1] = id;
+    else spans.push([id, id]);
+  }
+  return spans;
+}
+
 /** Collects what a write did: audit entries are written at once, node changes announced after commit. */
 export class Effects {
   readonly nodes = new Set<number>();
   /** What was done, as audited: what a retry with the request's Idempotency-Key is told if its answer was lost. */
   readonly done: Changed[] = [];
+  /** With `createsAsOne`: what was created, kept for `auditCreates`, in order. */
+  private readonly created: { action: string; resource: string; id: number }[] = [];
 
   constructor(
     private readonly app: Writer,
@@ -61,7 +74,33 @@ export class Effects {
      * RedoItemByItem.
      */
     readonly itemsTogether = false,
+    /** Creations are not audited one by one but, by `auditCreates`, as one entry per kind (an import's). */
+    private readonly createsAsOne = false,
   ) {}
+
+  /**
+   * With `createsAsOne`: audits what was created as one entry per kind of resource (its action, resource_id null, the
+   * count and spans of ids in `changes`), which the audit log lists for each id it names.
+   */
+  auditCreates(): void {
+    const kinds = new Map<string, { action: string; ids: number[] }>();
+    for (const { action, resource, id } of this.created) {
+      const kind = kinds.get(resource) ?? { action, ids: [] };
+      kind.ids.push(id);
+      kinds.set(resource, kind);
+    }
+    for (const [resource, { action, ids }] of kinds) {
+      const spans = spansOf(ids);
+      const changes = { created: ids.length, ids: spans };
+      this.app.store.audit.recordSpanning(
+        this.ctx.actor,
+        { action, resource, resource_id: null, status: 'success', changes },
+        spans,
+        this.app.timestamp(),
+      );
+    }
+    this.created.length = 0;
+  }
 
   /** Records what was done; the action is the route's unless the entry names another (a cascade's). */
   audit(entry: AuditEntryInput): void {
@@ -71,7 +110,12 @@ export class Effects {
   /** `audit` for many entries, in order. */
   auditAll(entries: readonly AuditEntryInput[]): void {
     const done = entries.map((entry) => ({ action: this.actionOf(entry), ...entry, status: 'success' as const }));
-    this.app.store.audit.recordAll(this.ctx.actor, done, this.app.timestamp());
+    const one = (entry: (typeof done)[number]) =>
+      this.createsAsOne && entry.action.endsWith('.create') && typeof entry.resource_id === 'number';
+    for (const { action, resource, resource_id } of done.filter(one))
+      this.created.push({ action, resource, id: resource_id! });
+    const alone = this.createsAsOne ? done.filter((entry) => !one(entry)) : done;
+    if (alone.length > 0) this.app.store.audit.recordAll(this.ctx.actor, alone, this.app.timestamp());
     for (const { action, resource, resource_id } of done.slice(0, MAX_CHANGED - this.done.length))
       this.done.push({ action, resource, resource_id: resource_id ?? null });
   }
@@ -125,11 +169,13 @@ export class Effects {
     // Touched nodes and what was done only ever grow, in order: what `fn` added is what came after `before`.
     const before = this.nodes.size;
     const done = this.done.length;
+    const created = this.created.length;
     try {
       return this.app.store.db.savepoint(fn);
     } catch (error) {
       for (const id of [...this.nodes].slice(before)) this.nodes.delete(id);
       this.done.length = done;
+      this.created.length = created;
       throw error;
     }
   }
@@ -233,8 +279,9 @@ export async function writeInSteps<T>(
   ctx: WriteCtx,
   fn: (effects: Effects, inSteps: InSteps) => Promise<T>,
   dryRun = false,
+  createsAsOne = false,
 ): Promise<{ result: T; nodes: number[] }> {
-  let effects = new Effects(app, ctx, true);
+  let effects = new Effects(app, ctx, true, createsAsOne);
   const result = await app.store.db.longWrite(
     async (step, restart) => {
       const inSteps: InSteps = async (items, each) => {
@@ -252,9 +299,10 @@ export async function writeInSteps<T>(
       } catch (error) {
         if (!(error instanceof RedoItemByItem)) throw error;
         restart();
-        effects = new Effects(app, ctx);
+        effects = new Effects(app, ctx, false, createsAsOne);
         result = await fn(effects, inSteps);
       }
+      effects.auditCreates();
       if (!dryRun) reserveReplay(app, ctx, effects.done);
       return result;
     },

@@ -95,6 +95,7 @@ export class AuditStore {
   private readonly pageQuery;
   private readonly countQuery;
   private readonly pruneStmt;
+  private readonly spanStmt;
 
   constructor(
     db: Database,
@@ -109,7 +110,9 @@ export class AuditStore {
     const filters = {
       action: 'action = :action',
       resource: 'resource = :resource',
-      resource_id: 'resource_id = :resource_id',
+      // An entry about many (an import's) names them in spans (migration 21).
+      resource_id: `(resource_id = :resource_id OR (resource_id IS NULL AND id IN
+        (SELECT audit_id FROM audit_spans WHERE last_id >= :resource_id AND first_id <= :resource_id)))`,
       actor: 'actor_name = :actor',
       actor_type: 'actor_type = :actor_type',
       status: 'status = :status',
@@ -134,15 +137,25 @@ export class AuditStore {
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM audit_log WHERE 1 {filters}', filters);
     this.pruneStmt = db.prepare('DELETE FROM audit_log WHERE at < ?');
+    this.spanStmt = db.prepare('INSERT INTO audit_spans (audit_id, first_id, last_id) VALUES (?, ?, ?)');
+  }
+
+  /**
+   * Records one entry about many of `entry.resource` (its resource_id null), naming their ids in `spans` ([first,
+   * last], in order): listed by resource_id, it is found for each of them.
+   */
+  recordSpanning(actor: Actor, entry: AuditInput, spans: readonly [number, number][], at: string): void {
+    const [id] = this.recordAll(actor, [{ ...entry, resource_id: null }], at);
+    for (const [first, last] of spans) this.spanStmt.run(id!, first, last);
   }
 
   record(actor: Actor, entry: AuditInput, at: string): void {
     this.recordAll(actor, [entry], at);
   }
 
-  /** Records `entries`, in order, as done by `actor` at `at`. */
-  recordAll(actor: Actor, entries: readonly AuditInput[], at: string): void {
-    this.insertRows(
+  /** Records `entries`, in order, as done by `actor` at `at`; returns their ids. */
+  recordAll(actor: Actor, entries: readonly AuditInput[], at: string): number[] {
+    return this.insertRows(
       entries.map((entry) => [
         at,
         actor.actor_type,

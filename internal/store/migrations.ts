@@ -692,4 +692,16 @@ export const migrations: readonly string[] = [
     pass TEXT
   ) STRICT;
   `,
+  /* 21: what an import made is audited as one entry per kind, naming the spans of ids it made */
+  `
+  -- An entry whose resource_id is null may name spans of its resource's ids (first to last, both in): an entry that
+  -- names an id's span is about that id as much as one whose resource_id it is.
+  CREATE TABLE audit_spans (
+    audit_id INTEGER NOT NULL REFERENCES audit_log(id) ON DELETE CASCADE,
+    first_id INTEGER NOT NULL,
+    last_id INTEGER NOT NULL CHECK (last_id >= first_id),
+    PRIMARY KEY (audit_id, first_id)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX audit_spans_by_id ON audit_spans(last_id, first_id);
+  `,
 ];
