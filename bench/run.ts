@@ -327,6 +327,13 @@ async function controlPlane(): Promise<void> {
       "until the answer's last byte is in",
   });
 
+  // The audit log as a fleet's writes leave it: an import is one entry per kind it made, so each rule is changed once
+  // more, a thousand a batch, each change an entry of its own (100,000 of them).
+  for (let first = 1; first <= NODES * RULES_PER_NODE; first += 1000) {
+    const ids = Array.from({ length: 1000 }, (_, i) => first + i);
+    await api(master.url, master.token, 'POST', '/api/rules/batch-update', { ids, changes: { tags: ['audited'] } });
+  }
+
   // 1. Ceiling: a bare server answering with the bytes the master answers GET /api/nodes/{id} with.
   const sample = await capture(master.url, master.token, '/api/nodes/5000');
   const hello = start(pinned(0, [node, '--import', 'tsx', 'bench/hello.ts', answerFile('node', sample)]));

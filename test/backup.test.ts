@@ -260,3 +260,30 @@ test(
     assert.equal((await masterCommand(['verify', file])).code, 0);
   },
 );
+
+const compacted =
+  "a restored database has no free pages and gives pages freed later back: an old data dir's way to its size";
+
+test(compacted, async () => {
+  const source = dataDir();
+  // As a master before incremental vacuum left a large data dir: a file that kept the size of rows long deleted.
+  const path = join(source, 'master.db');
+  const db = new DatabaseSync(path);
+  db.exec('PRAGMA auto_vacuum = NONE; VACUUM; CREATE TABLE filler (x TEXT)');
+  const insert = db.prepare('INSERT INTO filler VALUES (?)');
+  for (let i = 0; i < 5000; i++) insert.run('x'.repeat(1000));
+  db.exec('DROP TABLE filler; PRAGMA wal_checkpoint(TRUNCATE)');
+  const pragma = (name: string) => (db.prepare(`PRAGMA ${name}`).get() as Record<string, number>)[name]!;
+  assert.equal(pragma('auto_vacuum'), 0);
+  assert.ok(pragma('freelist_count') > 1000);
+  db.close();
+  const target = join(scratch(), 'data');
+  restoreDataDir(target, await backupDataDir(source));
+  assert.ok(statSync(join(target, 'master.db')).size < statSync(path).size / 4);
+  const restored = new DatabaseSync(join(target, 'master.db'));
+  const restoredPragma = (name: string) => (restored.prepare(`PRAGMA ${name}`).get() as Record<string, number>)[name]!;
+  assert.equal(restoredPragma('auto_vacuum'), 2, 'incremental');
+  assert.equal(restoredPragma('freelist_count'), 0);
+  assert.deepEqual({ ...restored.prepare('SELECT name FROM nodes').get()! }, { name: 'edge' });
+  restored.close();
+});

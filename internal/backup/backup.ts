@@ -238,6 +238,20 @@ function checkDatabase(path: string): void {
  * leaves the dir as it was. Should writing fail midway (a full disk), the dir is emptied again: a half-restored data
  * dir would start.
  */
+/**
+ * Rewrites a restored database without its free pages, and so that it gives pages freed later back in steps (see
+ * Database.useIncrementalVacuum): for a data dir made before the history kept at falling resolution, whose file kept
+ * the size of every minute it once held, a restore is the way to its size. The master is stopped meanwhile.
+ */
+function compact(path: string): void {
+  const db = new (sqlite().DatabaseSync)(path);
+  try {
+    db.exec('PRAGMA auto_vacuum = INCREMENTAL; VACUUM');
+  } finally {
+    db.close();
+  }
+}
+
 export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   if (readdirSync(dataDir).length > 0) throw new Error(`${dataDir} is not empty; restore only into an empty data dir`);
@@ -249,6 +263,7 @@ export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
       // Exclusively: never through a file or symlink that appeared in the dir since it was found empty.
       writeFileSync(path, file.data, { mode: 0o600, flag: 'wx' });
     }
+    compact(join(dataDir, DATABASE));
   } catch (error) {
     for (const name of readdirSync(dataDir)) rmSync(join(dataDir, name), { recursive: true, force: true });
     throw error;
