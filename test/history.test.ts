@@ -122,6 +122,11 @@ test(boundary, async (t) => {
     hourly.reduce((s, p) => s + p.bytes_in, 0),
     60 + 1060 + 30,
   );
+  // A rule and a node together: the rule's series on its own node, none on another.
+  const other = await node(m, 'b');
+  const window = `from=${iso(old)}&to=${iso(now)}&step=${HOUR}&rule_id=${r.id}`;
+  assert.deepEqual(await series(m, `${window}&node_id=${n.id}`), await series(m, window));
+  assert.deepEqual(await series(m, `${window}&node_id=${other.id}`), []);
 });
 
 test("vitals fold into hours as their minutes' average, weighted by the minutes each stands for", async (t) => {

@@ -322,6 +322,8 @@ export class Database {
     try {
       const result = this.within(this.writeUnit, fn);
       this.db.exec('COMMIT');
+      // A commit went through: the disk has room again (see writesRefused).
+      this.writesRefused = null;
       return result;
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
