@@ -7,9 +7,9 @@
 
 import type { Database, Statement } from './database.ts';
 
-export const MINUTE = 60;
-export const HOUR = 3600;
-export const DAY = 86_400;
+const MINUTE = 60;
+const HOUR = 3600;
+const DAY = 86_400;
 
 /** Rows one roll-up step reads or writes, give or take a bucket's: a few milliseconds of the write lock. */
 export const STEP_ROWS = 500;
@@ -66,7 +66,7 @@ export class HistorySeries {
 
   constructor(
     db: Database,
-    readonly shape: SeriesShape,
+    private readonly shape: SeriesShape,
   ) {
     const { table, subject, time, values } = shape;
     this.unit = shape.unit;
@@ -99,11 +99,6 @@ export class HistorySeries {
   align(seconds: number): number {
     const resolution = seconds < this.bounds.days_until ? DAY : seconds < this.bounds.hours_until ? HOUR : MINUTE;
     return seconds - (((seconds % resolution) + resolution) % resolution);
-  }
-
-  /** Where the roll-up stands, for the metrics and tests: the bounds in Unix seconds, and whether a pass is open. */
-  state(): Bounds & { rolling_up: boolean } {
-    return { ...this.bounds, rolling_up: this.pass !== null };
   }
 
   /**

@@ -38,7 +38,7 @@ type Subject = 'rule' | 'node' | 'total';
 const TABLES: Record<Subject, string> = { rule: 'traffic_by_rule', node: 'traffic_by_node', total: 'traffic_total' };
 
 export class TrafficStore {
-  readonly history: Record<Subject, HistorySeries>;
+  private readonly history: Record<Subject, HistorySeries>;
   private readonly db: Database;
   private seriesStmts!: Record<Subject, Statement>;
   private legacy: { first: Statement; rows: Statement; remove: Statement } | null = null;

@@ -24,7 +24,7 @@ export interface VitalsSeriesPoint extends VitalsPoint {
 }
 
 export class VitalsStore {
-  readonly history: HistorySeries;
+  private readonly history: HistorySeries;
   private readonly latestStmt;
   private readonly pointStmt;
   private readonly seriesStmt;
