@@ -136,3 +136,40 @@ test('a change and its audit entry commit together or not at all', async (t) => 
   assert.equal(store.users.count(), users);
   assert.throws(() => store.write(() => Promise.resolve()), /synchronous/);
 });
+
+const MOVED_CLOCK =
+  'a moved clock moves the audit log and the event journal alike, on the API path and the import worker';
+test(MOVED_CLOCK, async (t) => {
+  const m = await startMaster(t);
+  const token = await mintToken(m, ['*']);
+  const years = 5 * 365 * 24 * 3600 * 1000;
+  m.advance(years);
+  const node = { name: 'moved', host: 'moved.example.net', ssh_port: 22, ssh_user: 'root', tags: [] };
+  const created = await call(m.url, 'POST', '/api/nodes', { token, body: node });
+  assert.equal(created.status, 201);
+  const rule = { name: 'web', node: 'moved', protocol: 'tcp', listen_port: 80, targets: ['192.0.2.1:80'] };
+  const doc = { format: 'portplane-export', version: 1, nodes: [{ ...node, name: 'edge' }], tunnels: [], rules: [] };
+  const imported = await call(m.url, 'POST', '/api/import', { token, body: { ...doc, rules: [rule] } });
+  assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  const audited = (await call(m.url, 'GET', '/api/audit-logs?resource=node', { token })).body.items;
+  const journal = m.app.store.events.page({
+    after: 0,
+    limit: 100,
+    resources: '["node", "rule"]',
+    types: null,
+    node_id: null,
+    resource_id: null,
+  });
+  const auditAt = (action: string, id: number) =>
+    audited.find((e: { action: string; resource_id: number }) => e.action === action && e.resource_id === id)?.at;
+  const journalAt = (type: string, id: number) => journal.find((e) => e.type === type && e.resource_id === id)?.at;
+  const now = Date.now() + years;
+  for (const at of [auditAt('node.create', created.body.id), journalAt('node.created', created.body.id)])
+    assert.ok(Math.abs(Date.parse(at) - now) < 60_000, `${at} is the master's time, ${new Date(now).toISOString()}`);
+  // The worker's write is one job at one time: its rows, its audit entry and its journal entries alike.
+  const importEntry = (await call(m.url, 'GET', '/api/audit-logs?action=rule.create', { token })).body.items[0];
+  const ruleId = imported.body.rules[0].id;
+  assert.equal(journalAt('rule.created', ruleId), importEntry.at);
+  assert.equal(journalAt('node.created', imported.body.nodes[0].id), importEntry.at);
+  assert.equal((await call(m.url, 'GET', `/api/rules/${ruleId}`, { token })).body.created_at, importEntry.at);
+});

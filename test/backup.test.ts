@@ -53,11 +53,19 @@ function signed(files: Entry[], schemaVersion = 1): Buffer {
   return writeTar([file(MANIFEST, manifest), ...files, file(MANIFEST_SUM, `${sha256(manifest)}  ${MANIFEST}\n`)]);
 }
 
+/** A connection of another program to `path`, foreign keys off, that writes as the master's connections do. */
+function writer(path: string): DatabaseSync {
+  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false });
+  // The journal's triggers stamp with the master's clock, which every writing connection defines.
+  db.function('app_time', () => '2026-11-23T10:00:00Z');
+  return db;
+}
+
 /** The database of a fresh master, with `sql` run on it with foreign keys off. */
 function database(sql = ''): Buffer {
   const path = join(scratch(), 'master.db');
   new Database(path).close();
-  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false });
+  const db = writer(path);
   db.exec(sql);
   db.close();
   return readFileSync(path);
@@ -197,7 +205,7 @@ function databaseOf(sql: string): Buffer {
 function brokenIndex(): Buffer {
   const path = join(scratch(), 'master.db');
   new Database(path).close();
-  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false });
+  const db = writer(path);
   db.exec(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, tags, agent_token_hash, created_at, updated_at)
     VALUES ('edge-node', 'h', 22, 'root', 'none', '[]', x'01', 'now', 'now')`);
   const { rootpage } = db

@@ -26,6 +26,13 @@ const fields = (name: string): NodeFields => ({
   tags: ['a'],
 });
 
+/** Another process's connection: like every writer of these tables it gives the journal's triggers a clock. */
+function outsideConnection(dir: string): DatabaseSync {
+  const outside = new DatabaseSync(join(dir, 'master.db'));
+  outside.function('app_time', () => AT);
+  return outside;
+}
+
 /** A store with two nodes joined by a tunnel and a rule through it; `fresh` reads a node as a new connection would. */
 function setUp(t: { after: (fn: () => void) => void }) {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-views-'));
@@ -166,7 +173,7 @@ test('while another connection writes (an import) nodes read are kept as committ
   const { dir, store, other, entry, fresh } = setUp(t);
   await store.committed();
   // A change nothing tells this connection about: a node kept shows none of it, one read from the database does.
-  const outside = new DatabaseSync(join(dir, 'master.db'));
+  const outside = outsideConnection(dir);
   t.after(() => outside.close());
   await store.db.holdWrites(async () => {
     const during = store.nodes.json(entry);
@@ -195,7 +202,7 @@ test('what is kept is bounded by its size: the nodes read longest ago go first, 
   for (const id of [entry, exit, third, fourth]) nodes.json(id);
   none.json(entry);
   // Another process's write is not seen as it happens: it shows only where nothing was kept.
-  const outside = new DatabaseSync(join(dir, 'master.db'));
+  const outside = outsideConnection(dir);
   t.after(() => outside.close());
   outside.prepare("UPDATE nodes SET host = 'elsewhere.example'").run();
   assert.doesNotMatch(nodes.json(fourth)!.json, /elsewhere\.example/, 'the newest is still kept');

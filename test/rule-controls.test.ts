@@ -742,7 +742,7 @@ test("an agent's health reports reach only its own health-checked rules and thei
 });
 
 test('what GET and lists answer of a rule is what its writes answer, through every change of its state', async (t) => {
-  // The view is rendered by SQLite's triggers (migrations 12-14), the answer to a write by the store's mapping.
+  // The view is rendered by SQLite's triggers (ruleJsonSql), the answer to a write by the store's mapping (toRule).
   const m = await startMaster(t);
   const n = await node(m, 'edge');
   const { store } = m.app;

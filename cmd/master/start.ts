@@ -114,9 +114,9 @@ async function listening(config: MasterConfig, fn: () => Promise<Listening>): Pr
 }
 
 /** The store of the data dir, or why it cannot be used and what to do about it. */
-function openData(config: MasterConfig, presence: SyncHub): Store {
+function openData(config: MasterConfig, presence: SyncHub, clock: Clock): Store {
   try {
-    return openStore(config.dataDir, { secretFields: secretFieldNames, presence });
+    return openStore(config.dataDir, { secretFields: secretFieldNames, presence, time: () => clock.timestamp() });
   } catch (error) {
     // Not the dir's fault, and nothing another --data-dir would fix: the data itself is what is lost.
     if (error instanceof DatabaseDamaged)
@@ -149,7 +149,8 @@ function recordRestart(store: Store, at: string): void {
 export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
   // The agent links' record of which nodes are online, which the store renders their status from.
   const sync = new SyncHub();
-  const store = openData(config, sync);
+  const clock = new Clock(now);
+  const store = openData(config, sync, clock);
   try {
     const keyPem = config.licenseKeyPath
       ? using(`the license key ${config.licenseKeyPath}`, 'check --license-key', () =>
@@ -174,7 +175,6 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
             issueTunnelKeys(id, (key) => box.seal(key)),
           );
       });
-    const clock = new Clock(now);
     const settings = new Settings(store);
     const lifecycle: Lifecycle = { starting: true, draining: false };
     recordRestart(store, clock.timestamp());

@@ -17,6 +17,7 @@ import { Store } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 import { VERSION } from '../../internal/version.ts';
 import type { Logger } from '../../internal/log/log.ts';
+import { formatTime } from '../../internal/schema/schema.ts';
 
 const IMPORT = 'portplane-import';
 const BATCHES = 'portplane-batches';
@@ -403,6 +404,9 @@ function ownThreadId(): number | null {
  * another over it, whose code must not write for the master still running, let alone migrate its database. Its
  * commits leave what they wrote in the log, copied into the database file after each job has answered.
  */
+/** The time of the job this thread writes now (see writerFor). */
+let jobTime = formatTime(Date.now());
+
 function openStore(setup: WorkerSetup): Store | Outcome {
   const changed = (why: string): Outcome => ({
     refused: {
@@ -413,9 +417,17 @@ function openStore(setup: WorkerSetup): Store | Outcome {
   });
   if (setup.version !== VERSION) return changed(`version ${VERSION} on disk, ${setup.version} running`);
   try {
-    return new Store(new Database(setup.databasePath, { migrate: false, autoCheckpoint: false }), {
-      secretFields: secretFieldNames,
-    });
+    return new Store(
+      new Database(setup.databasePath, {
+        migrate: false,
+        autoCheckpoint: false,
+        // What triggers write lands at the time of the job they are part of, as every row and audit entry does.
+        time: () => jobTime,
+      }),
+      {
+        secretFields: secretFieldNames,
+      },
+    );
   } catch (error) {
     if (!(error instanceof SchemaMismatch)) throw error;
     return changed(error.message);
@@ -424,6 +436,7 @@ function openStore(setup: WorkerSetup): Store | Outcome {
 
 /** What the job's code writes with: the worker's connection and key, at the job's time and under its license. */
 function writerFor(store: Store, box: SecretBox, job: WriteJob): Writer {
+  jobTime = job.timestamp;
   return {
     store,
     box,

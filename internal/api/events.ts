@@ -17,7 +17,7 @@ import type { App, Principal } from './app.ts';
 import { record, timestamp } from './common.ts';
 import { type Ctx, operation, operations, type Reply, type Route } from './route.ts';
 
-/** Each journal event's type, by the resource it tells of (see migration 15). */
+/** Each journal event's type, by the resource it tells of (see eventDerivations in store/events.ts). */
 const JOURNAL_TYPES = {
   rule: ['rule.created', 'rule.updated', 'rule.deleted', 'rule.sync', 'rule.health'],
   node: ['node.created', 'node.updated', 'node.deleted', 'node.status', 'node.install', 'node.agent'],

@@ -7,6 +7,8 @@
 // they do during `holdWrites`, while another connection writes (an import's worker thread).
 
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
+import { formatTime } from '../schema/schema.ts';
+import { installDerived } from './derived.ts';
 import { migrations } from './migrations.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
@@ -116,14 +118,20 @@ export class Database {
    * Opens `path`, bringing its schema up to date; with `migrate: false` (a second connection of
    * a running master, such as an import's) it only joins, and throws SchemaMismatch unless
    * the schema is the one this code knows. With `autoCheckpoint: false` its commits leave
-   * what they wrote in the write-ahead log, for `checkpoint()` to copy into the database file.
+   * what they wrote in the write-ahead log, for `checkpoint()` to copy into the database file. `time` is the
+   * master's clock as stored (RFC 3339, seconds), which triggers stamp what they write with (see derived.ts).
    */
   constructor(
     readonly path: string,
-    { migrate = true, autoCheckpoint = true } = {},
+    {
+      migrate = true,
+      autoCheckpoint = true,
+      time = () => formatTime(Date.now()),
+    }: { migrate?: boolean; autoCheckpoint?: boolean; time?: () => string } = {},
   ) {
     const { DatabaseSync } = sqlite();
     this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
+    this.db.function('app_time', time);
     try {
       this.db.exec(
         'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; ' +
@@ -755,6 +763,14 @@ export class Database {
         this.db.exec('ROLLBACK');
         throw error;
       }
+    }
+    this.db.exec('BEGIN IMMEDIATE');
+    try {
+      installDerived(this.db);
+      this.db.exec('COMMIT');
+    } catch (error) {
+      this.db.exec('ROLLBACK');
+      throw error;
     }
   }
 }

@@ -3,82 +3,33 @@
 // through a tunnel is applied only when both its node (the entry) and the exit applied it.
 
 import type { SQLInputValue } from 'node:sqlite';
-import { quotaPeriodAt, type Quota, type QuotaDirection, type QuotaPeriod, type QuotaUsage } from '../domain/quota.ts';
+import { quotaPeriodAt, type Quota } from '../domain/quota.ts';
 import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Database } from './database.ts';
 import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
-import { safeCount } from './traffic.ts';
+import {
+  COLUMNS,
+  QUOTA_COLUMNS,
+  STATE,
+  stateOf,
+  toRule,
+  usageOf,
+  type QuotaColumns,
+  type RuleRow,
+} from './rule-view.ts';
 import {
   healthOf,
   ruleFieldsOf,
-  type HealthCheck,
   type RuleHealth,
   type TargetHealth,
   type Path,
   type Rule,
   type RuleFields,
-  type RuleState,
   type SyncState,
 } from '../domain/rules.ts';
-
-interface Row
-  extends
-    Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources' | 'quota' | 'health_check'>,
-    QuotaColumns {
-  health_check: string | null;
-  health: string | null;
-  id: number;
-  targets: string;
-  enabled: number;
-  tags: string;
-  allow_sources: string;
-  deny_sources: string;
-  expired: number;
-  refused: number;
-  sync_state: SyncState;
-  sync_error: string | null;
-  sync_applied_at: string | null;
-  sync_path: Path | null;
-  bytes_in: number;
-  bytes_out: number;
-  version: number;
-  created_at: string;
-  updated_at: string;
-}
-
-/** A rule's quota and the count of its period, as the table keeps them. */
-interface QuotaColumns {
-  quota_bytes: number | null;
-  quota_period: QuotaPeriod | null;
-  quota_direction: QuotaDirection | null;
-  quota_reset_day: number | null;
-  quota_reset_hour: number | null;
-  quota_used: number;
-  quota_period_start: string | null;
-  quota_resets_at: string | null;
-  quota_spent: number;
-}
-
-function quotaOf(row: QuotaColumns): Quota | null {
-  return row.quota_bytes === null
-    ? null
-    : {
-        bytes: row.quota_bytes,
-        period: row.quota_period!,
-        direction: row.quota_direction!,
-        reset_day: row.quota_reset_day!,
-        reset_hour: row.quota_reset_hour!,
-      };
-}
-
-function usageOf(row: QuotaColumns): QuotaUsage | null {
-  return row.quota_bytes === null
-    ? null
-    : { used_bytes: row.quota_used, period_started_at: row.quota_period_start!, resets_at: row.quota_resets_at };
-}
 
 /**
  * The quota columns of a rule written with `quota` at `at`. A quota whose period is unchanged keeps its period and
@@ -130,56 +81,6 @@ function nullableTime(ms: number | null): string | null {
   return ms === null ? null : formatTime(ms);
 }
 
-function stateOf(expired: boolean, quotaSpent: boolean, enabled: boolean): RuleState {
-  return expired ? 'expired' : quotaSpent ? 'quota_exceeded' : enabled ? 'active' : 'disabled';
-}
-
-function toRule(row: Row): Rule {
-  return {
-    id: row.id,
-    name: row.name,
-    node_id: row.node_id,
-    tunnel_id: row.tunnel_id,
-    protocol: row.protocol,
-    listen_port: row.listen_port,
-    targets: JSON.parse(row.targets) as string[],
-    strategy: row.strategy,
-    forwarding: row.forwarding,
-    enabled: row.enabled === 1,
-    tags: JSON.parse(row.tags) as string[],
-    allow_sources: JSON.parse(row.allow_sources) as string[],
-    deny_sources: JSON.parse(row.deny_sources) as string[],
-    max_connections: row.max_connections,
-    bandwidth_limit: row.bandwidth_limit,
-    expires_at: row.expires_at,
-    proxy_protocol: row.proxy_protocol,
-    quota: quotaOf(row),
-    health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
-    state: stateOf(row.expired === 1, row.quota_spent === 1, row.enabled === 1),
-    quota_usage: usageOf(row),
-    health: row.health === null ? null : (JSON.parse(row.health) as RuleHealth),
-    sync: {
-      state: row.sync_state,
-      error: row.sync_error === null ? null : JSON.parse(row.sync_error),
-      applied_at: row.sync_applied_at,
-      applied_path: row.sync_path,
-    },
-    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out, refused: row.refused },
-    version: row.version,
-    created_at: row.created_at,
-    updated_at: row.updated_at,
-  };
-}
-
-const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
-  ${safeCount('quota_used')} AS quota_used, quota_period_start, quota_resets_at, quota_spent`;
-
-const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
-  tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-  ${QUOTA_COLUMNS}, health_check, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
-  sync_applied_at, sync_path,
-  ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
-
 export interface RuleFilter {
   afterId: number;
   limit: number;
@@ -219,10 +120,6 @@ export const EVERY_RULE = {
   state: null,
 } as const satisfies Omit<RuleFilter, 'afterId' | 'limit'>;
 
-/** A rule's state as its JSON shows it (migration 12's triggers), for filtering on it. */
-const STATE = `CASE WHEN rules.expired = 1 THEN 'expired' WHEN rules.quota_spent = 1 THEN 'quota_exceeded'
-  WHEN rules.enabled = 1 THEN 'active' ELSE 'disabled' END`;
-
 interface SyncError {
   code: string;
   detail: string;
@@ -251,7 +148,7 @@ const RULE_FILTERS = {
 };
 
 /**
- * The LIKE pattern for the trigram index of a name search (migration 10), or null where the index cannot answer it:
+ * The LIKE pattern for the trigram index of a name search (rule_names), or null where the index cannot answer it:
  * fewer than three characters, or a LIKE wildcard in the text (the index takes no ESCAPE).
  */
 function trigramPattern(q: string | null): string | null {
@@ -383,7 +280,7 @@ export class RuleStore {
       `SELECT ${COLUMNS} FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit`,
       RULE_FILTERS,
     );
-    // Pages are the JSON the triggers of migrations 6 and 8 rendered, one row past the page to tell whether another
+    // Pages are the JSON the view's triggers rendered (rule-view.ts), one row past the page to tell whether another
     // follows: no per-row work at read time but a join. (Concatenating in SQL took twice as long: a group_concat in
     // id order sorts in a temporary b-tree. Taking only the ids here and their JSON from a cache, as nodes do, took
     // three times as long where random pages of 100,000 rules mostly miss the cache.)
@@ -447,7 +344,7 @@ export class RuleStore {
     this.byNodeStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE node_id = ? ORDER BY id`);
     this.idsByNodeStmt = db.prepare('SELECT id FROM rules WHERE node_id = ? ORDER BY id');
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
-    // Kept by the triggers of migration 9.
+    // Kept by the tallies' triggers (rule-view.ts).
     this.countsStmt = db.prepare('SELECT rules AS total, enabled, sync_state FROM rule_tallies');
     this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, sync_path = NULL,
         entry_result = NULL, exit_result = NULL
@@ -486,12 +383,12 @@ export class RuleStore {
   }
 
   find(id: number): Rule | undefined {
-    const row = this.byId.get(id) as Row | undefined;
+    const row = this.byId.get(id) as RuleRow | undefined;
     return row && toRule(row);
   }
 
   list(filter: RuleFilter): Rule[] {
-    return (this.listQuery.all(this.filterParams(filter)) as unknown as Row[]).map(toRule);
+    return (this.listQuery.all(this.filterParams(filter)) as unknown as RuleRow[]).map(toRule);
   }
 
   private filterParams(filter: RuleFilter) {
@@ -557,12 +454,12 @@ export class RuleStore {
   }
 
   forNode(nodeId: number): Rule[] {
-    return (this.byNodeStmt.all(nodeId) as unknown as Row[]).map(toRule);
+    return (this.byNodeStmt.all(nodeId) as unknown as RuleRow[]).map(toRule);
   }
 
   /** The rules through a tunnel, which its exit serves. */
   forTunnel(tunnelId: number): Rule[] {
-    return (this.byTunnelStmt.all(tunnelId) as unknown as Row[]).map(toRule);
+    return (this.byTunnelStmt.all(tunnelId) as unknown as RuleRow[]).map(toRule);
   }
 
   /** The claim that would stop `fields` from listening, if any (`except` is the rule being replaced). */
@@ -629,7 +526,7 @@ export class RuleStore {
     const holder = this.portHolder(fields, id);
     if (holder) throw portTaken(holder, fields.listen_port);
     const current = this.quotaStmt.get(id) as unknown as QuotaColumns &
-      Pick<Row, 'targets' | 'health_check' | 'health'>;
+      Pick<RuleRow, 'targets' | 'health_check' | 'health'>;
     const quota = quotaColumns(fields.quota, current, at);
     // What the node reported of the targets stands until the targets or their check change.
     const healthCheck = fields.health_check && JSON.stringify(fields.health_check);
@@ -746,7 +643,7 @@ export class RuleStore {
    */
   spendQuotas(ids: readonly number[]): Rule[] {
     // One statement for a report's rules: most have no quota, and each would otherwise cost a statement of its own.
-    return (this.spendStmt.all(JSON.stringify(ids)) as unknown as Row[]).map(toRule);
+    return (this.spendStmt.all(JSON.stringify(ids)) as unknown as RuleRow[]).map(toRule);
   }
 
   /**
@@ -773,7 +670,7 @@ export class RuleStore {
    * quota stopped is enabled again. Returns the rules as they were.
    */
   resetQuotas(at: string): Rule[] {
-    const due = (this.resetsDueStmt.all(at) as unknown as Row[]).map(toRule);
+    const due = (this.resetsDueStmt.all(at) as unknown as RuleRow[]).map(toRule);
     for (const rule of due) {
       const period = quotaPeriodAt(rule.quota!, Date.parse(at));
       this.resetStmt.run({ id: rule.id, start: formatTime(period.start), next: nullableTime(period.next) });
@@ -788,7 +685,7 @@ export class RuleStore {
 
   /** Marks the rules whose expires_at is at or before `at` expired; returns them (as they were). */
   expire(at: string): Rule[] {
-    const due = (this.dueStmt.all(at) as unknown as Row[]).map(toRule);
+    const due = (this.dueStmt.all(at) as unknown as RuleRow[]).map(toRule);
     for (const rule of due) this.expireStmt.run(rule.id);
     return due;
   }

@@ -47,6 +47,8 @@ export interface StoreOptions {
   lock?: DataDirLock | null;
   /** The agent links, when this is the serving master's store: what nodes' status is rendered from. */
   presence?: Presence;
+  /** The master's clock, as stored, for what triggers write (see Database); by default the system's. */
+  time?: () => string;
 }
 
 export class Store {
@@ -140,7 +142,7 @@ export function openStore(dataDir: string, options: Omit<StoreOptions, 'lock'>):
   try {
     const path = join(dataDir, 'master.db');
     closeSync(openSync(path, 'a', 0o600));
-    return new Store(new Database(path), { ...options, lock });
+    return new Store(new Database(path, { time: options.time }), { ...options, lock });
   } catch (error) {
     lock.release();
     throw error;

@@ -74,7 +74,7 @@ export class TrafficStore {
         remove: db.prepare(`DELETE FROM ${LEGACY} WHERE rule_id = ? AND bucket_start >= ? AND bucket_start <= ?`),
       };
     this.prepareSeries();
-    // Kept by the triggers of migration 9, each rule's count cut to a safe integer as it is added.
+    // Kept by the tallies' triggers (store/rule-view.ts), each rule's count cut to a safe integer as it is added.
     this.totalsStmt = db.prepare(
       `SELECT ${safeSum('max(0, bytes_in)')} AS bytes_in, ${safeSum('max(0, bytes_out)')} AS bytes_out ` +
         'FROM rule_tallies',

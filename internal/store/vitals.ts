@@ -2,6 +2,7 @@
 // into hours and days as it ages (history.ts): an hour's point is the average of its minutes', weighted by `points`.
 
 import type { Database } from './database.ts';
+import { trigger, type Derivation } from './trigger.ts';
 import { HistorySeries, type Retention } from './history.ts';
 
 /** The average of `column` over a group of points, each weighing the minutes it stands for; null if none has it. */
@@ -93,3 +94,19 @@ export class VitalsStore {
     return this.history.step(now, keep);
   }
 }
+
+/** A node's vitals go with it (traffic history outlives what it counts; vitals describe a machine no longer ours). */
+export const vitalsDerivations: readonly Derivation[] = [
+  {
+    name: 'node_vitals',
+    triggers: [
+      trigger(
+        'node_vitals_delete',
+        `AFTER DELETE ON nodes BEGIN
+    DELETE FROM node_vitals WHERE node_id = OLD.id;
+  END`,
+      ),
+    ],
+    rebuild: 'DELETE FROM node_vitals WHERE node_id NOT IN (SELECT id FROM nodes)',
+  },
+];

@@ -1,0 +1,247 @@
+// A rule's row as the API shows it, in the two languages the master speaks, side by side: `toRule` in TypeScript, for
+// what the store reads to work with, and `ruleJsonSql` in SQL, for the view that triggers keep (rule_views) so that
+// lists concatenate text; the same for its state. What else triggers keep of rules (the tallies the dashboard reads,
+// the index of names) is defined here too. All of it is installed when the database opens (see derived.ts).
+
+import type { Quota, QuotaDirection, QuotaPeriod, QuotaUsage } from '../domain/quota.ts';
+import type { HealthCheck, Path, Rule, RuleFields, RuleHealth, RuleState, SyncState } from '../domain/rules.ts';
+import { trigger, type Derivation } from './trigger.ts';
+import { safeCount } from './traffic.ts';
+
+export interface RuleRow
+  extends
+    Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources' | 'quota' | 'health_check'>,
+    QuotaColumns {
+  health_check: string | null;
+  health: string | null;
+  id: number;
+  targets: string;
+  enabled: number;
+  tags: string;
+  allow_sources: string;
+  deny_sources: string;
+  expired: number;
+  refused: number;
+  sync_state: SyncState;
+  sync_error: string | null;
+  sync_applied_at: string | null;
+  sync_path: Path | null;
+  bytes_in: number;
+  bytes_out: number;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A rule's quota and the count of its period, as the table keeps them. */
+export interface QuotaColumns {
+  quota_bytes: number | null;
+  quota_period: QuotaPeriod | null;
+  quota_direction: QuotaDirection | null;
+  quota_reset_day: number | null;
+  quota_reset_hour: number | null;
+  quota_used: number;
+  quota_period_start: string | null;
+  quota_resets_at: string | null;
+  quota_spent: number;
+}
+
+function quotaOf(row: QuotaColumns): Quota | null {
+  return row.quota_bytes === null
+    ? null
+    : {
+        bytes: row.quota_bytes,
+        period: row.quota_period!,
+        direction: row.quota_direction!,
+        reset_day: row.quota_reset_day!,
+        reset_hour: row.quota_reset_hour!,
+      };
+}
+
+export function usageOf(row: QuotaColumns): QuotaUsage | null {
+  return row.quota_bytes === null
+    ? null
+    : { used_bytes: row.quota_used, period_started_at: row.quota_period_start!, resets_at: row.quota_resets_at };
+}
+
+/** A rule's state from its columns; `ruleStateSql` is the same in SQL. */
+export function stateOf(expired: boolean, quotaSpent: boolean, enabled: boolean): RuleState {
+  return expired ? 'expired' : quotaSpent ? 'quota_exceeded' : enabled ? 'active' : 'disabled';
+}
+
+/** A rule from its row (COLUMNS); `ruleJsonSql` is the same in SQL, for the view the triggers keep. */
+export function toRule(row: RuleRow): Rule {
+  return {
+    id: row.id,
+    name: row.name,
+    node_id: row.node_id,
+    tunnel_id: row.tunnel_id,
+    protocol: row.protocol,
+    listen_port: row.listen_port,
+    targets: JSON.parse(row.targets) as string[],
+    strategy: row.strategy,
+    forwarding: row.forwarding,
+    enabled: row.enabled === 1,
+    tags: JSON.parse(row.tags) as string[],
+    allow_sources: JSON.parse(row.allow_sources) as string[],
+    deny_sources: JSON.parse(row.deny_sources) as string[],
+    max_connections: row.max_connections,
+    bandwidth_limit: row.bandwidth_limit,
+    expires_at: row.expires_at,
+    proxy_protocol: row.proxy_protocol,
+    quota: quotaOf(row),
+    health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
+    state: stateOf(row.expired === 1, row.quota_spent === 1, row.enabled === 1),
+    quota_usage: usageOf(row),
+    health: row.health === null ? null : (JSON.parse(row.health) as RuleHealth),
+    sync: {
+      state: row.sync_state,
+      error: row.sync_error === null ? null : JSON.parse(row.sync_error),
+      applied_at: row.sync_applied_at,
+      applied_path: row.sync_path,
+    },
+    traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out, refused: row.refused },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+/** A rule's state in SQL, over the columns of `row` (`NEW`, or a table's name): `stateOf`'s twin. */
+export function ruleStateSql(row: string): string {
+  return `CASE WHEN ${row}.expired = 1 THEN 'expired' WHEN ${row}.quota_spent = 1 THEN 'quota_exceeded'
+    WHEN ${row}.enabled = 1 THEN 'active' ELSE 'disabled' END`;
+}
+
+/** A rule's API JSON in SQL, over the columns of `row`: `toRule`'s twin. */
+export function ruleJsonSql(row: string): string {
+  const r = (column: string) => `${row}.${column}`;
+  const count = (column: string) => safeCount(r(column));
+  return `json_object('id', ${r('id')}, 'name', ${r('name')}, 'node_id', ${r('node_id')},
+    'tunnel_id', ${r('tunnel_id')}, 'protocol', ${r('protocol')}, 'listen_port', ${r('listen_port')},
+    'targets', json(${r('targets')}), 'strategy', ${r('strategy')}, 'forwarding', ${r('forwarding')},
+    'enabled', json(CASE ${r('enabled')} WHEN 1 THEN 'true' ELSE 'false' END),
+    'tags', json(${r('tags')}), 'allow_sources', json(${r('allow_sources')}),
+    'deny_sources', json(${r('deny_sources')}),
+    'max_connections', ${r('max_connections')}, 'bandwidth_limit', ${r('bandwidth_limit')},
+    'expires_at', ${r('expires_at')}, 'proxy_protocol', ${r('proxy_protocol')},
+    'quota', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object('bytes', ${r('quota_bytes')},
+      'period', ${r('quota_period')}, 'direction', ${r('quota_direction')}, 'reset_day', ${r('quota_reset_day')},
+      'reset_hour', ${r('quota_reset_hour')}) END),
+    'health_check', json(${r('health_check')}),
+    'state', ${ruleStateSql(row)},
+    'quota_usage', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object(
+      'used_bytes', ${count('quota_used')}, 'period_started_at', ${r('quota_period_start')},
+      'resets_at', ${r('quota_resets_at')}) END),
+    'health', json(${r('health')}),
+    'sync', json_object('state', ${r('sync_state')}, 'error', json(${r('sync_error')}),
+      'applied_at', ${r('sync_applied_at')}, 'applied_path', ${r('sync_path')}),
+    'traffic', json_object('bytes_in', ${count('bytes_in')}, 'bytes_out', ${count('bytes_out')},
+      'refused', ${count('refused')}),
+    'version', ${r('version')}, 'created_at', ${r('created_at')}, 'updated_at', ${r('updated_at')})`;
+}
+
+export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
+  ${safeCount('quota_used')} AS quota_used, quota_period_start, quota_resets_at, quota_spent`;
+
+/** What `toRule` reads of a rule's row. */
+export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
+  tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
+  ${QUOTA_COLUMNS}, health_check, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
+  sync_applied_at, sync_path,
+  ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
+
+/** A rule's state as its JSON shows it, for filtering on it. */
+export const STATE = ruleStateSql('rules');
+
+/** Each rule's API JSON, as `ruleJsonSql` renders it, written as the rule is. */
+const ruleViews: Derivation = {
+  name: 'rule_views',
+  triggers: [
+    trigger(
+      'rule_views_insert',
+      `AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_views (id, json) VALUES (NEW.id, ${ruleJsonSql('NEW')});
+  END`,
+    ),
+    trigger(
+      'rule_views_update',
+      `AFTER UPDATE ON rules BEGIN
+    UPDATE rule_views SET json = ${ruleJsonSql('NEW')} WHERE id = NEW.id;
+  END`,
+    ),
+  ],
+  rebuild: `DELETE FROM rule_views;
+    INSERT INTO rule_views (id, json) SELECT id, ${ruleJsonSql('rules')} FROM rules`,
+};
+
+/** A rule's row counted in the tallies as it comes (NEW) or taken out as it goes (OLD). */
+function tally(row: 'NEW' | 'OLD'): string {
+  const sign = row === 'NEW' ? '+' : '-';
+  return `UPDATE rule_tallies SET rules = rules ${sign} 1, enabled = enabled ${sign} ${row}.enabled,
+      bytes_in = bytes_in ${sign} ${safeCount(`${row}.bytes_in`)},
+      bytes_out = bytes_out ${sign} ${safeCount(`${row}.bytes_out`)}
+    WHERE sync_state = ${row}.sync_state;`;
+}
+
+/** Rules and their traffic counted by sync state, so the dashboard reads three rows instead of every rule. */
+const ruleTallies: Derivation = {
+  name: 'rule_tallies',
+  triggers: [
+    trigger(
+      'rule_tallies_insert',
+      `AFTER INSERT ON rules BEGIN
+    ${tally('NEW')}
+  END`,
+    ),
+    trigger(
+      'rule_tallies_delete',
+      `AFTER DELETE ON rules BEGIN
+    ${tally('OLD')}
+  END`,
+    ),
+    trigger(
+      'rule_tallies_update',
+      `AFTER UPDATE OF sync_state, enabled, bytes_in, bytes_out ON rules BEGIN
+    ${tally('OLD')}
+    ${tally('NEW')}
+  END`,
+    ),
+  ],
+  rebuild: `DELETE FROM rule_tallies;
+    INSERT INTO rule_tallies (sync_state, rules, enabled, bytes_in, bytes_out)
+    SELECT s.value, count(r.id), coalesce(sum(r.enabled), 0), total(${safeCount('r.bytes_in')}),
+      total(${safeCount('r.bytes_out')})
+    FROM json_each('["pending", "applied", "failed"]') s LEFT JOIN rules r ON r.sync_state = s.value
+    GROUP BY s.value`,
+};
+
+/** Rule names indexed by trigram (an FTS5 table over rules), so a search reads only the names that can match. */
+const ruleNames: Derivation = {
+  name: 'rule_names',
+  triggers: [
+    trigger(
+      'rule_names_insert',
+      `AFTER INSERT ON rules BEGIN
+    INSERT INTO rule_names (rowid, name) VALUES (NEW.id, NEW.name);
+  END`,
+    ),
+    trigger(
+      'rule_names_delete',
+      `AFTER DELETE ON rules BEGIN
+    INSERT INTO rule_names (rule_names, rowid, name) VALUES ('delete', OLD.id, OLD.name);
+  END`,
+    ),
+    trigger(
+      'rule_names_update',
+      `AFTER UPDATE OF name ON rules BEGIN
+    INSERT INTO rule_names (rule_names, rowid, name) VALUES ('delete', OLD.id, OLD.name);
+    INSERT INTO rule_names (rowid, name) VALUES (NEW.id, NEW.name);
+  END`,
+    ),
+  ],
+  rebuild: "INSERT INTO rule_names (rule_names) VALUES ('rebuild')",
+};
+
+/** What triggers keep of rules. */
+export const ruleDerivations: readonly Derivation[] = [ruleViews, ruleTallies, ruleNames];

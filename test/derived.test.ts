@@ -1,0 +1,129 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { test } from 'node:test';
+import { ruleFieldsOf, type RuleFields } from '../internal/domain/rules.ts';
+import { derivations, installDerived } from '../internal/store/derived.ts';
+import { openStore } from '../internal/store/store.ts';
+import { trigger, type Derivation } from '../internal/store/trigger.ts';
+import { NO_CONTROLS } from './helpers.ts';
+
+const AT = '2026-11-23T10:00:00Z';
+const MOVED = '2031-02-03T04:05:06Z';
+
+function installedTriggers(path: string): Map<string, string> {
+  const raw = new DatabaseSync(path, { readOnly: true });
+  try {
+    const rows = raw.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").all() as {
+      name: string;
+      sql: string;
+    }[];
+    return new Map(rows.map((row) => [row.name, row.sql]));
+  } finally {
+    raw.close();
+  }
+}
+
+function definedTriggers(wanted: readonly Derivation[] = derivations()): Map<string, string> {
+  return new Map(wanted.flatMap((d) => d.triggers.map((t) => [t.name, t.sql] as const)));
+}
+
+/** A data dir with a node and two rules (one with a quota), its store open; `time` is the store's clock. */
+function withRules(t: { after: (fn: () => void) => void }, time?: () => string) {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-derived-'));
+  const store = openStore(dir, { secretFields: new Set(), time });
+  t.after(() => store.close());
+  const none = { auth: 'none' as const, sealed: null };
+  const node = { name: 'n', host: 'n.example', ssh_port: 22, ssh_user: 'root', tags: [] };
+  const ids = store.write(() => {
+    const nodeId = store.nodes.insert(node, none, () => randomBytes(32), AT).id;
+    const rule = (name: string, port: number, quota: RuleFields['quota']) =>
+      ruleFieldsOf({
+        ...NO_CONTROLS,
+        name,
+        node_id: nodeId,
+        tunnel_id: null,
+        protocol: 'tcp',
+        listen_port: port,
+        targets: ['192.0.2.1:80'],
+        strategy: 'round_robin',
+        forwarding: 'auto',
+        enabled: true,
+        quota,
+      });
+    const quota = { bytes: 1000, period: 'day' as const, direction: 'both' as const, reset_day: 1, reset_hour: 0 };
+    return store.rules.insertAll([rule('plain', 1000, null), rule('metered', 1001, quota)], AT).map((r) => r.id);
+  });
+  return { dir, store, ids, path: join(dir, 'master.db') };
+}
+
+test('the triggers a database opens with are exactly their one definition, whatever it held before', async (t) => {
+  const { store, path, ids } = withRules(t);
+  await store.committed();
+  assert.deepEqual(installedTriggers(path), definedTriggers());
+  // What an older master left: a view trigger of another text, a trigger nobody defines any more, a stale view.
+  const raw = new DatabaseSync(path);
+  raw.exec(`DROP TRIGGER rule_views_update;
+    CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
+      UPDATE rule_views SET json = json_object('id', NEW.id) WHERE id = NEW.id;
+    END;
+    CREATE TRIGGER gone_long_ago AFTER DELETE ON users BEGIN SELECT 1; END;`);
+  raw.prepare("UPDATE rule_views SET json = '{}' WHERE id = ?").run(ids[0]!);
+  raw.close();
+  store.close();
+  const reopened = openStore(join(path, '..'), { secretFields: new Set() });
+  t.after(() => reopened.close());
+  assert.deepEqual(installedTriggers(path), definedTriggers());
+  for (const id of ids)
+    assert.deepEqual(JSON.parse(reopened.rules.json(id)!.json), reopened.rules.find(id), `rule ${id} rendered anew`);
+});
+
+test('a changed definition replaces its triggers and re-renders the rows it keeps, in one transaction', async (t) => {
+  const { store, ids, path } = withRules(t);
+  const rendered = new Map(ids.map((id) => [id, store.rules.json(id)!.json]));
+  store.close();
+  const changed = derivations().map((d) =>
+    d.name !== 'rule_views'
+      ? d
+      : {
+          ...d,
+          triggers: [trigger('rule_views_insert', 'AFTER INSERT ON rules BEGIN SELECT 1; END')],
+          rebuild: 'DELETE FROM rule_views; INSERT INTO rule_views (id, json) SELECT id, \'{"v":2}\' FROM rules',
+        },
+  );
+  const raw = new DatabaseSync(path);
+  t.after(() => raw.close());
+  const views = () =>
+    raw.prepare('SELECT id, json FROM rule_views ORDER BY id').all() as { id: number; json: string }[];
+  const install = (wanted?: readonly Derivation[]) => {
+    raw.exec('BEGIN IMMEDIATE');
+    const installed = installDerived(raw, wanted);
+    raw.exec('COMMIT');
+    return installed;
+  };
+  assert.deepEqual(install(changed), { replaced: ['rule_views'], dropped: ['rule_views_update'] });
+  assert.deepEqual(
+    views().map((v) => v.json),
+    ids.map(() => '{"v":2}'),
+  );
+  assert.deepEqual(install(changed), { replaced: [], dropped: [] }, 'an installed definition is left alone');
+  assert.deepEqual(install(), { replaced: ['rule_views'], dropped: [] });
+  assert.deepEqual(new Map(views().map((v) => [v.id, v.json])), rendered, 'rendered by the one definition again');
+});
+
+test('what triggers journal is stamped with the clock the store was given, not SQLite’s', async (t) => {
+  const { store, ids } = withRules(t, () => MOVED);
+  const [first] = store.events.page({
+    after: 0,
+    limit: 10,
+    resources: '["rule", "node"]',
+    types: null,
+    node_id: null,
+    resource_id: null,
+  });
+  assert.equal(first?.at, MOVED);
+  assert.ok(ids.length > 0);
+});
