@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { batchesInWorker } from '../cmd/master/workers.ts';
-import type { BatchJob } from '../internal/api/batch.ts';
+import type { BatchJob } from '../internal/service/batch.ts';
 import { DomainError } from '../internal/errors/errors.ts';
 import { VERSION } from '../internal/version.ts';
 import {
@@ -33,7 +33,7 @@ function batchJob(m: Running, fields: Pick<BatchJob, 'operation'> & Partial<Batc
     changes: {},
     rules: [],
     dryRun: false,
-    ctx: {
+    requester: {
       actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
       action: ACTIONS[fields.operation],
       caller: undefined as never,

@@ -3,9 +3,9 @@ import { statSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import { test, type TestContext } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
-import { transact, writeInSteps } from '../internal/api/writes.ts';
+import { transact, writeInSteps } from '../internal/service/write.ts';
 import { importInWorker } from '../cmd/master/workers.ts';
-import type { ImportJob } from '../internal/api/transfer.ts';
+import type { ImportJob } from '../internal/service/transfer.ts';
 import { VERSION } from '../internal/version.ts';
 import {
   assertProblem,
@@ -389,7 +389,7 @@ function importJob(m: Running, text: string): ImportJob {
   return {
     document: Buffer.from(text),
     dryRun: false,
-    ctx: {
+    requester: {
       actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
       action: 'config.import',
       caller: undefined as never,

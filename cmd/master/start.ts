@@ -18,7 +18,7 @@ import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
-import { tickRules } from '../../internal/api/rules.ts';
+import { tickRules } from '../../internal/service/rules.ts';
 import { licenseWatch } from '../../internal/api/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';

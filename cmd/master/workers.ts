@@ -7,9 +7,10 @@
 import { readdirSync, readlinkSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
 import { isMainThread, parentPort, Worker, workerData, type WorkerOptions } from 'node:worker_threads';
-import { runBatch, type BatchJob } from '../../internal/api/batch.ts';
-import { exportJson, runImport, type ImportJob } from '../../internal/api/transfer.ts';
-import type { JobCommitted, JobDone, Writer, WriteJob } from '../../internal/api/writes.ts';
+import { decodeExportDocument } from '../../internal/api/transfer.ts';
+import { runBatch, type BatchJob } from '../../internal/service/batch.ts';
+import { exportJson, runImport, type ImportJob } from '../../internal/service/transfer.ts';
+import type { JobCommitted, JobDone, WriteDeps, WriteJob } from '../../internal/service/write.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Database, SchemaMismatch } from '../../internal/store/database.ts';
@@ -435,7 +436,7 @@ function openStore(setup: WorkerSetup): Store | Outcome {
 }
 
 /** What the job's code writes with: the worker's connection and key, at the job's time and under its license. */
-function writerFor(store: Store, box: SecretBox, job: WriteJob): Writer {
+function writerFor(store: Store, box: SecretBox, job: WriteJob): WriteDeps {
   jobTime = job.timestamp;
   return {
     store,
@@ -464,7 +465,11 @@ async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
   const store = openStore(setup);
   if (!(store instanceof Store)) return answer(store);
   try {
-    answer(await outcomeOf(() => runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job)));
+    answer(
+      await outcomeOf(() =>
+        runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job, decodeExportDocument),
+      ),
+    );
     store.db.checkpoint();
   } finally {
     store.close();

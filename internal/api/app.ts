@@ -18,11 +18,11 @@ import type { Clock } from '../runtime/clock.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
-import type { BatchJob } from './batch.ts';
+import type { BatchJob } from '../service/batch.ts';
 import { EventStreams } from './events.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
-import type { ImportJob } from './transfer.ts';
-import type { JobCommitted } from './writes.ts';
+import type { ImportJob } from '../service/transfer.ts';
+import type { JobCommitted } from '../service/write.ts';
 
 export interface Principal {
   tokenId: number;

@@ -6,7 +6,7 @@ import { DomainError, validationFailed } from '../errors/errors.ts';
 import { object, secret, string, type Infer } from '../schema/schema.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
 import { type Ctx, noContent, ok, operation, operations } from './route.ts';
-import { actingAs, transact } from './writes.ts';
+import { actingAs, transact } from '../service/write.ts';
 
 export const loginInput = object(
   {
@@ -76,8 +76,8 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   if (!user || !matches || user.disabled) {
     app.metrics.loginFailures.inc();
     // Recorded as the name that was tried: there is no user to name.
-    await transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (effects) =>
-      effects.failed({ resource: 'session', resource_id: null }),
+    await transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (change) =>
+      change.failed({ resource: 'session', resource_id: null }),
     );
     throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
   }
@@ -92,7 +92,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
     ip,
     request_id: ctx.requestId,
   };
-  const session = await transact(app, actingAs(ctx, actor), (effects) => {
+  const session = await transact(app, actingAs(ctx, actor), (change) => {
     const token = app.store.tokens.insert(
       {
         kind: 'session',
@@ -104,7 +104,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
       },
       app.timestamp(),
     );
-    effects.audit({ resource: 'session', resource_id: token.id });
+    change.audit({ resource: 'session', resource_id: token.id });
     return token;
   });
   return ok({
@@ -162,15 +162,15 @@ async function changePassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
     throw error;
   }
   if (!matches) {
-    await transact(app, ctx, (effects) => effects.failed({ resource: 'user', resource_id: user.id }));
+    await transact(app, ctx, (change) => change.failed({ resource: 'user', resource_id: user.id }));
     throw validationFailed([{ pointer: '#/current_password', detail: 'is not the password of this user' }]);
   }
   attempt.succeeded();
   const passwordHash = await hashPassword(body.new_password);
-  const ended = await transact(app, ctx, (effects) => {
+  const ended = await transact(app, ctx, (change) => {
     app.store.users.setPassword(user.id, passwordHash, app.timestamp());
     const sessions = app.store.tokens.endSessionsExcept(user.id, caller.tokenId);
-    effects.audit({ resource: 'user', resource_id: user.id, changes: { after: { password: body.new_password } } });
+    change.audit({ resource: 'user', resource_id: user.id, changes: { after: { password: body.new_password } } });
     return sessions.length;
   });
   return ok({ sessions_ended: ended });
@@ -179,9 +179,9 @@ async function changePassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
 /** Ends the caller's user's login sessions but the calling one: a lost laptop, a shared screen. */
 async function endOtherSessions(ctx: Ctx<undefined, {}>) {
   const { app, caller } = ctx;
-  const ended = await transact(app, ctx, (effects) => {
+  const ended = await transact(app, ctx, (change) => {
     const sessions = app.store.tokens.endSessionsExcept(caller.userId, caller.tokenId);
-    effects.audit({ resource: 'user', resource_id: caller.userId, changes: { after: { sessions_ended: sessions } } });
+    change.audit({ resource: 'user', resource_id: caller.userId, changes: { after: { sessions_ended: sessions } } });
     return sessions.length;
   });
   return ok({ sessions_ended: ended });
@@ -196,9 +196,9 @@ async function logout(ctx: Ctx<undefined, {}>) {
   if (caller.kind !== 'session') {
     throw new DomainError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
   }
-  await transact(app, ctx, (effects) => {
+  await transact(app, ctx, (change) => {
     app.store.tokens.delete(caller.tokenId);
-    effects.audit({ resource: 'session', resource_id: caller.tokenId });
+    change.audit({ resource: 'session', resource_id: caller.tokenId });
   });
   return noContent();
 }

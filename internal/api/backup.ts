@@ -3,14 +3,14 @@
 import { backupDataDir } from '../backup/backup.ts';
 import { describe } from '../schema/schema.ts';
 import { type Ctx, operation, operations, type Reply } from './route.ts';
-import { transact } from './writes.ts';
+import { transact } from '../service/write.ts';
 
 async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const { app } = ctx;
   const archive = await backupDataDir(app.dataDir, new Date(app.now()));
   // Taking a backup is recorded: it holds everything the data dir does.
-  await transact(app, ctx, (effects) =>
-    effects.audit({
+  await transact(app, ctx, (change) =>
+    change.audit({
       action: 'backup.download',
       resource: 'backup',
       resource_id: null,

@@ -1,10 +1,8 @@
-// Batch endpoints. Each answers per item, in request order, never with a bare count;
-// `?dry_run=true` does the same work and rolls it back. Batches that write (creates, deletes,
-// updates) are jobs for the app's batcher, a worker thread on a connection of its own, so the
-// event loop answers live requests meanwhile: one transaction, and one commit (one fsync) for
-// the whole batch.
+// Batch endpoints on the wire: what selects the items (ids or a list's filter), what each answers, and the handlers
+// that hand the work to the app's batcher (service/batch.ts runs it there). Each answers per item, in request order;
+// `?dry_run=true` does the same work and rolls it back.
 
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { validationFailed } from '../errors/errors.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import {
   array,
@@ -17,50 +15,22 @@ import {
   oneOf,
   optional,
   string,
-  type FieldError,
   type Infer,
   type Schema,
 } from '../schema/schema.ts';
-import { protocols, ruleFieldsOf, ruleStates, syncStates, type RuleFields } from '../domain/rules.ts';
+import { protocols, ruleFieldsOf, ruleStates, syncStates } from '../domain/rules.ts';
+import { syncEach, type BatchJob } from '../service/batch.ts';
+import { committedElsewhere } from '../service/write.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import type { App } from './app.ts';
-import { cascadeQuery, removeNode } from './nodes.ts';
+import { writeJobOf } from './common.ts';
+import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
-import { insertRule, removeRule, replaceRule, ruleFilterOf, ruleFilterQuery, ruleInput, syncRules } from './rules.ts';
-import { removeTunnel } from './tunnels.ts';
-import {
-  committedElsewhere,
-  fieldErrorsUnder,
-  writeInSteps,
-  writeJobOf,
-  type Effects,
-  type JobDone,
-  type Writer,
-  type WriteJob,
-} from './writes.ts';
+import { ruleFilterOf, ruleFilterQuery, ruleInput } from './rules.ts';
 
 export const MAX_BATCH = 1000;
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
-
-type Outcome =
-  | 'deleted'
-  | 'created'
-  | 'updated'
-  | 'applied'
-  | 'pending'
-  | 'failed'
-  | 'not_found'
-  | 'conflict'
-  | 'invalid'
-  | 'forbidden';
-
-interface ItemResult {
-  id?: number | null;
-  index?: number;
-  outcome: Outcome;
-  error?: { code: string; detail: string; errors?: FieldError[] };
-}
 
 /** At most this many items a filter selects for one batch. */
 export const MAX_SELECTED = 10_000;
@@ -205,96 +175,6 @@ const resultsSchema = describe({
   },
 });
 
-const OUTCOME_OF: Partial<Record<string, Outcome>> = {
-  not_found: 'not_found',
-  conflict: 'conflict',
-  precondition_failed: 'conflict',
-  validation_failed: 'invalid',
-  license_limit: 'invalid',
-  insufficient_scope: 'forbidden',
-};
-
-/** An item's failure as its result; anything unexpected is not an item's fault and propagates. */
-function failed(base: Omit<ItemResult, 'outcome'>, error: unknown): ItemResult {
-  const outcome = error instanceof DomainError ? OUTCOME_OF[error.code] : undefined;
-  if (!(error instanceof DomainError) || !outcome) throw error;
-  const detail: ItemResult['error'] = { code: error.code, detail: error.detail };
-  if (error.facts.errors) detail.errors = error.facts.errors;
-  return { ...base, outcome, error: detail };
-}
-
-type PerItem = (app: Writer, job: BatchJob, effects: Effects, id: number) => ItemResult;
-
-/** A batch of deletes or updates by id, to run where the app's batcher runs it (`runBatch`). */
-export interface BatchJob extends WriteJob {
-  operation: 'deleteNodes' | 'deleteRules' | 'deleteTunnels' | 'updateRules' | 'createRules';
-  /** Deletes and updates: the items, by id. */
-  ids: number[];
-  /** Deletes: also delete what depends on each item. */
-  cascade: boolean;
-  /** Updates: what to change in each rule. */
-  changes: Partial<RuleFields>;
-  /** Creates: the rules, all or none. */
-  rules: RuleFields[];
-}
-
-function deleting(action: string, remove: (app: Writer, job: BatchJob, effects: Effects, id: number) => void): PerItem {
-  return (app, job, effects, id) => {
-    try {
-      effects.attempt(() => remove(app, job, effects, id));
-      return { id, outcome: 'deleted' };
-    } catch (error) {
-      const result = failed({ id }, error);
-      if (result.outcome === 'forbidden') {
-        const scope = (error as DomainError).facts.requiredScope;
-        effects.denied({
-          action,
-          resource: action.split('.')[0]!,
-          resource_id: id,
-          changes: { required_scope: scope },
-        });
-      }
-      return result;
-    }
-  };
-}
-
-function updating(app: Writer, job: BatchJob, effects: Effects, id: number): ItemResult {
-  try {
-    const current = app.store.rules.find(id);
-    if (!current)
-      return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
-    effects.attempt(() => replaceRule(app, effects, id, { ...ruleFieldsOf(current), ...job.changes }));
-    return { id, outcome: 'updated' };
-  } catch (error) {
-    return failed({ id }, error);
-  }
-}
-
-const perItem: Record<Exclude<BatchJob['operation'], 'createRules'>, PerItem> = {
-  deleteNodes: deleting('node.delete', (app, job, effects, id) => removeNode(app, effects, id, job.cascade)),
-  deleteRules: deleting('rule.delete', (app, _job, effects, id) => removeRule(app, effects, id)),
-  deleteTunnels: deleting('tunnel.delete', (app, job, effects, id) => removeTunnel(app, effects, id, job.cascade)),
-  updateRules: updating,
-};
-
-function answer(status: number, body: unknown, nodes: number[]): JobDone {
-  return { status, json: Buffer.from(JSON.stringify(body)), nodes };
-}
-
-/** Runs a batch on `app`'s own connection, item by item in one transaction: the work of the batcher's worker thread. */
-export async function runBatch(app: Writer, job: BatchJob): Promise<JobDone> {
-  if (job.operation === 'createRules') return createAll(app, job);
-  const each = perItem[job.operation];
-  const { result, nodes } = await writeInSteps(
-    app,
-    job.ctx,
-    (effects, inSteps) => inSteps(job.ids, (id) => each(app, job, effects, id)),
-    job.dryRun,
-  );
-  return answer(200, { dry_run: job.dryRun, results: result }, nodes);
-}
-
 function inBatcher(
   ctx: Ctx<unknown, { dry_run?: boolean; cascade?: boolean }>,
   fields: Pick<BatchJob, 'operation'> & Partial<Pick<BatchJob, 'ids' | 'changes' | 'rules'>>,
@@ -320,60 +200,6 @@ const batchCreateInput = object(
   },
   { name: 'RuleBatchCreate' },
 );
-
-/** Creates the job's rules, all or none: any problem is a 422 with every item's result, and nothing is created. */
-async function createAll(app: Writer, job: BatchJob): Promise<JobDone> {
-  const { result: results, nodes } = await writeInSteps(
-    app,
-    job.ctx,
-    async (effects, inSteps) => {
-      const errors: FieldError[] = [];
-      const batchIndex = new Map<number, number>();
-      const out: ItemResult[] = await inSteps(job.rules, (fields, index) => {
-        try {
-          const rule = effects.attempt(() => insertRule(app, effects, fields));
-          batchIndex.set(rule.id, index);
-          return { index, id: rule.id, outcome: 'created' as const };
-        } catch (error) {
-          const result = failed({ index, id: null }, error);
-          if (error instanceof DomainError) {
-            // A port taken by an earlier rule of this batch is named by its place here: it has no id for the caller.
-            const held = error.facts.conflict?.kind === 'port' ? error.facts.conflict : undefined;
-            const earlier = held?.ruleId != null ? batchIndex.get(held.ruleId) : undefined;
-            const detail =
-              held && earlier !== undefined
-                ? `port ${held.port}/${held.protocol} on node ${held.nodeId} is taken by #/rules/${earlier}`
-                : undefined;
-            errors.push(...fieldErrorsUnder(`#/rules/${index}`, error).map((e) => (detail ? { ...e, detail } : e)));
-          }
-          return result;
-        }
-      });
-      if (errors.length > 0) {
-        const invalid = out.filter((r) => r.outcome !== 'created').length;
-        const aborted = out.map((r) =>
-          r.outcome === 'created'
-            ? {
-                index: r.index,
-                id: null,
-                outcome: 'invalid' as const,
-                error: { code: 'aborted', detail: 'not created: other items failed' },
-              }
-            : r,
-        );
-        const failure = validationFailed(
-          errors,
-          `${invalid} of ${out.length} rules cannot be created; nothing was created`,
-        );
-        throw new DomainError(failure.code, failure.detail, { errors, data: { results: aborted } });
-      }
-      return out;
-    },
-    job.dryRun,
-  );
-  if (job.dryRun) return answer(200, { dry_run: true, results: results.map((r) => ({ ...r, id: null })) }, nodes);
-  return answer(201, { dry_run: false, results }, nodes);
-}
 
 function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
   return inBatcher(ctx, { operation: 'createRules', rules: ctx.body.rules.map(ruleFieldsOf) });
@@ -421,16 +247,7 @@ function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeo
 }
 
 async function batchSyncRules(ctx: Ctx<Infer<typeof ruleSelectionInput>, {}>): Promise<Reply> {
-  const ids = selected(ctx.app, 'rules', ctx.body);
-  const synced = await syncRules(ctx.app, ctx, ids);
-  const results: ItemResult[] = ids.map((id) => {
-    const rule = synced.get(id);
-    if (!rule) return { id, outcome: 'not_found', error: { code: 'not_found', detail: `rule ${id} does not exist` } };
-    if (rule.sync.state === 'failed')
-      return { id, outcome: 'failed', error: rule.sync.error ?? { code: 'failed', detail: 'the node gave no reason' } };
-    return { id, outcome: rule.sync.state };
-  });
-  return ok({ dry_run: false, results });
+  return ok({ dry_run: false, results: await syncEach(ctx.app, ctx, selected(ctx.app, 'rules', ctx.body)) });
 }
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };

@@ -6,6 +6,8 @@ import { textParam } from '../schema/query.ts';
 import type { SortedPage } from '../store/filters.ts';
 import { DomainError } from '../errors/errors.ts';
 import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
+import type { WriteJob } from '../service/write.ts';
+import type { Ctx } from './route.ts';
 
 export const DEFAULT_LIMIT = 50;
 
@@ -103,4 +105,15 @@ export function requireHolds(caller: { scopes: readonly Scope[] }, scopes: reado
   if (!grantsAll(caller.scopes, scopes)) {
     throw new DomainError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
   }
+}
+
+/** The request's part of a `WriteJob`, for a handler that hands its write to another connection (a worker's). */
+export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJob {
+  return {
+    requester: { actor: ctx.actor, action: ctx.action, caller: ctx.caller, idempotency: ctx.idempotency },
+    dryRun,
+    timestamp: ctx.app.timestamp(),
+    license: ctx.app.licenseView(),
+    targets: ctx.app.targetPolicy(),
+  };
 }

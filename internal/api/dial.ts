@@ -9,7 +9,7 @@ import { validationFailed } from '../errors/errors.ts';
 import type { MasterDial } from '../install/agent-env.ts';
 import { isLoopback, masterOrigin } from '../schema/net.ts';
 import type { Ctx } from './route.ts';
-import { missingScope } from './writes.ts';
+import { missingScope } from '../service/write.ts';
 
 type DialCtx = Pick<Ctx<unknown, unknown>, 'app' | 'headers' | 'caller'>;
 

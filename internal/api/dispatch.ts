@@ -22,7 +22,7 @@ import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../st
 import { actorOf, type App, type Principal } from './app.ts';
 import { decodeBody, IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
 import { resourcePath } from './events.ts';
-import type { Changed } from './writes.ts';
+import type { Changed } from '../service/write.ts';
 
 interface Outgoing {
   status: number;

@@ -5,9 +5,10 @@ import { masterUrl } from '../schema/net.ts';
 import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
-import { nodeSchema, nodeView } from './nodes.ts';
+import { nodeView } from '../service/nodes.ts';
+import { nodeSchema } from './nodes.ts';
 import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
-import { transact } from './writes.ts';
+import { transact } from '../service/write.ts';
 
 const installInput = object(
   {
@@ -38,9 +39,9 @@ function installer(mode: InstallMode) {
     const id = idParam(ctx);
     const dial = requireMasterDial(ctx, ctx.body.master_url);
     const forgetHostKey = ctx.body.forget_host_key;
-    const node = await transact(app, ctx, (effects) => {
+    const node = await transact(app, ctx, (change) => {
       app.installer.markStarted(id, mode);
-      effects.audit({
+      change.audit({
         resource: 'node',
         resource_id: id,
         changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey },

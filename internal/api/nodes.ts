@@ -1,21 +1,20 @@
-// Nodes: servers that run the agent. SSH credentials are write-only and sealed at rest; the
-// agent token is shown once, at creation. The license caps how many nodes there may be.
+// Nodes on the wire: servers that run the agent, as written and read, and their handlers (the operations are in
+// service/nodes.ts). SSH credentials are write-only; the agent token is shown once, at creation.
 
-import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
-import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { etagOf } from '../http/etag.ts';
+import { notFound } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { formatTime, integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
-import { NODE_SORTS, nodeStatuses, type Node, type SshSecret } from '../store/nodes.ts';
+import { insertNode, nodeView, removeNode, updateNode } from '../service/nodes.ts';
+import { transact } from '../service/write.ts';
+import { NODE_SORTS, nodeStatuses } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
 import { seriesQuery, seriesWindow } from './dashboard.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
-import { cascadeRules } from './rules.ts';
-import { diff, transact, type Effects, type Writer } from './writes.ts';
+import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 
 const READ_ONLY = [
   'id',
@@ -222,95 +221,6 @@ const nodeCreatedSchema = record('NodeCreated', {
   }),
 });
 
-export function nodeView({ config_version: _, ...node }: Node) {
-  return node;
-}
-
-function credentials(app: Writer, body: NodeInput): SshSecret | 'keep' {
-  if (typeof body.ssh_private_key === 'string' && typeof body.ssh_password === 'string') {
-    throw validationFailed([
-      { pointer: '#/ssh_password', detail: 'give either ssh_private_key or ssh_password, not both' },
-    ]);
-  }
-  if (body.ssh_private_key === undefined && body.ssh_password === undefined) return 'keep';
-  if (typeof body.ssh_private_key === 'string') return { auth: 'key', sealed: app.box.seal(body.ssh_private_key) };
-  if (typeof body.ssh_password === 'string') return { auth: 'password', sealed: app.box.seal(body.ssh_password) };
-  return { auth: 'none', sealed: null };
-}
-
-function fieldsOf(body: NodeInput) {
-  return { name: body.name, host: body.host, ssh_port: body.ssh_port, ssh_user: body.ssh_user, tags: body.tags };
-}
-
-/** Creates a node inside a transaction; returns it with its agent token. Throws `license_limit`, `conflict`. */
-export function insertNode(app: Writer, effects: Effects, body: NodeInput): { node: Node; agent_token: string } {
-  const license = app.licenseView();
-  const limit = license.limits.max_nodes;
-  if (limit !== null && app.store.nodes.count() >= limit) {
-    throw new DomainError(
-      'license_limit',
-      `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`,
-    );
-  }
-  const secret = credentials(app, body);
-  let agentToken = '';
-  const node = app.store.nodes.insert(
-    fieldsOf(body),
-    secret === 'keep' ? { auth: 'none', sealed: null } : secret,
-    (id) => hashSecret((agentToken = newAgentToken(id))),
-    app.timestamp(),
-  );
-  effects.audit({
-    action: 'node.create',
-    resource: 'node',
-    resource_id: node.id,
-    changes: { after: { ...nodeView(node), ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password } },
-  });
-  return { node, agent_token: agentToken };
-}
-
-/**
- * Deletes a node inside a transaction. Without `cascade`, a node that still has rules or
- * tunnels is a `conflict`; with it, those go first, each with its own audit entry.
- */
-export function removeNode(app: Writer, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
-  const { store } = app;
-  const node = store.nodes.find(id);
-  if (!node) throw notFound('node', id);
-  checkIfMatch(ifMatch, node.version);
-  const tunnelIds = store.tunnels.idsOfNode(id);
-  const ruleIds = [...new Set([...store.rules.idsOfNode(id), ...tunnelIds.flatMap((t) => store.rules.idsOfTunnel(t))])];
-  if (!cascade && (ruleIds.length > 0 || tunnelIds.length > 0)) {
-    throw new DomainError(
-      'conflict',
-      `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or ` +
-        `pass ?cascade=true`,
-      {
-        data: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
-      },
-    );
-  }
-  if (ruleIds.length > 0) effects.requireScope('rules:write', `deleting node ${id} deletes ${ruleIds.length} rule(s)`);
-  if (tunnelIds.length > 0)
-    effects.requireScope('tunnels:write', `deleting node ${id} deletes ${tunnelIds.length} tunnel(s)`);
-  cascadeRules(app, effects, ruleIds, { node: id }, id);
-  for (const tunnelId of tunnelIds) {
-    const tunnel = store.tunnels.find(tunnelId)!;
-    store.tunnels.delete(tunnelId);
-    for (const other of [tunnel.entry_node_id, tunnel.exit_node_id]) if (other !== id) effects.touchNode(other);
-    effects.audit({
-      action: 'tunnel.delete',
-      resource: 'tunnel',
-      resource_id: tunnelId,
-      changes: { before: tunnel, cascade_from: { node: id } },
-    });
-  }
-  // Announced as a change, so that the node's agent link, finding the node gone, ends once this commits.
-  effects.touchNode(id);
-  store.nodes.delete(id);
-  effects.audit({ action: 'node.delete', resource: 'node', resource_id: id, changes: { before: nodeView(node) } });
-}
-
 const listNodesQuery = {
   ...listQuery,
   status: textParam({ max: 16, values: nodeStatuses }),
@@ -390,7 +300,7 @@ function getNode(ctx: Ctx<undefined, {}>) {
 }
 
 async function createNode(ctx: Ctx<NodeInput, {}>) {
-  const { node, agent_token } = await transact(ctx.app, ctx, (effects) => insertNode(ctx.app, effects, ctx.body));
+  const { node, agent_token } = await transact(ctx.app, ctx, (change) => insertNode(ctx.app, change, ctx.body));
   const dial = masterDial(ctx);
   return created(
     {
@@ -404,50 +314,15 @@ async function createNode(ctx: Ctx<NodeInput, {}>) {
 }
 
 async function replaceNode(ctx: Ctx<NodeInput, {}>) {
-  const { app, body } = ctx;
-  const id = idParam(ctx);
-  const node = await transact(app, ctx, (effects) => {
-    const current = app.store.nodes.find(id);
-    if (!current) throw notFound('node', id);
-    checkIfMatch(ctx.headers['if-match'], current.version);
-    const secret = credentials(app, body);
-    // A credential was given for one host, port and user: it never follows the node elsewhere unless given again.
-    const moved = (['host', 'ssh_port', 'ssh_user'] as const).filter((k) => body[k] !== current[k]);
-    if (moved.length > 0 && current.ssh_auth !== 'none' && secret === 'keep') {
-      throw validationFailed([
-        {
-          pointer: '#/ssh_private_key',
-          detail:
-            `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null ` +
-            `for none): the stored one was given for the old ${moved.join(', ')}`,
-        },
-      ]);
-    }
-    const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
-    // Entry nodes dial their tunnels' exit at its host.
-    if (updated.host !== current.host) {
-      for (const tunnelId of app.store.tunnels.idsOfNode(id)) {
-        const tunnel = app.store.tunnels.find(tunnelId)!;
-        if (tunnel.exit_node_id === id) effects.touchNode(tunnel.entry_node_id);
-      }
-    }
-    const changes = diff<Node>(current, updated, ['name', 'host', 'ssh_port', 'ssh_user', 'tags']);
-    if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) {
-      Object.assign(changes.after, {
-        ssh_auth: updated.ssh_auth,
-        ssh_private_key: body.ssh_private_key,
-        ssh_password: body.ssh_password,
-      });
-    }
-    effects.audit({ resource: 'node', resource_id: id, changes });
-    return updated;
-  });
+  const node = await transact(ctx.app, ctx, (change) =>
+    updateNode(ctx.app, change, idParam(ctx), ctx.body, ctx.headers['if-match']),
+  );
   return ok(nodeView(node), { ETag: etagOf(node.version) });
 }
 
 async function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  await transact(ctx.app, ctx, (effects) =>
-    removeNode(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
+  await transact(ctx.app, ctx, (change) =>
+    removeNode(ctx.app, change, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
   );
   return noContent();
 }

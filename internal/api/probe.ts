@@ -3,15 +3,15 @@
 // under the same target restrictions as rules, and the master answers what it said. Bounded in count and time, and
 // audited with what was found.
 
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { DomainError, validationFailed, notFound } from '../errors/errors.ts';
 import { MAX_PROBE_TARGETS, probeProtocols, type ProbeResult } from '../domain/link.ts';
 import { targetRefusal } from '../domain/rules.ts';
 import { parseTarget, target } from '../schema/net.ts';
 import { object, oneOf, optional } from '../schema/schema.ts';
 import type { App } from './app.ts';
 import { record } from './common.ts';
-import { type Ctx, idParam, notFound, ok, operation, operations, type Reply } from './route.ts';
-import { transact } from './writes.ts';
+import { type Ctx, idParam, ok, operation, operations, type Reply } from './route.ts';
+import { transact } from '../service/write.ts';
 
 /** How long a node tries each target (all at once). */
 const PROBE_TIMEOUT_MS = 3000;
@@ -70,8 +70,8 @@ async function checkRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const nodeId =
     rule.tunnel_id === null ? rule.node_id : (ctx.app.store.tunnels.find(rule.tunnel_id)?.exit_node_id ?? rule.node_id);
   const answer = await probeFrom(ctx.app, nodeId, rule.protocol === 'udp' ? 'udp' : 'tcp', rule.targets);
-  await transact(ctx.app, ctx, (effects) =>
-    effects.audit({ action: 'rule.check', resource: 'rule', resource_id: id, changes: { after: answer } }),
+  await transact(ctx.app, ctx, (change) =>
+    change.audit({ action: 'rule.check', resource: 'rule', resource_id: id, changes: { after: answer } }),
   );
   return ok({ rule_id: id, ...answer });
 }
@@ -91,8 +91,8 @@ async function probeNode(ctx: Ctx<{ target: string; protocol: 'tcp' | 'udp' }, {
   const refusal = targetRefusal(parseTarget(ctx.body.target)!.host, node.host, ctx.app.targetPolicy());
   if (refusal) throw validationFailed([{ pointer: '#/target', detail: refusal }]);
   const answer = await probeFrom(ctx.app, id, ctx.body.protocol, [ctx.body.target]);
-  await transact(ctx.app, ctx, (effects) =>
-    effects.audit({ action: 'node.probe', resource: 'node', resource_id: id, changes: { after: answer } }),
+  await transact(ctx.app, ctx, (change) =>
+    change.audit({ action: 'node.probe', resource: 'node', resource_id: id, changes: { after: answer } }),
   );
   return ok(answer);
 }

@@ -3,7 +3,7 @@
 
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Scope } from '../auth/scopes.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { notFound, validationFailed } from '../errors/errors.ts';
 import { parseJson } from '../http/body.ts';
 import type { QueryOf, QuerySpec } from '../schema/query.ts';
 import { validate, type JsonSchema, type Schema } from '../schema/schema.ts';
@@ -168,8 +168,4 @@ export function idParam(ctx: { params: Record<string, string> }, name = 'id'): n
   const id = /^[1-9][0-9]{0,15}$/.test(raw) ? Number(raw) : NaN;
   if (!Number.isSafeInteger(id)) throw notFound(name === 'id' ? 'resource' : name, raw);
   return id;
-}
-
-export function notFound(what: string, id: number | string): DomainError {
-  return new DomainError('not_found', `${what} ${id} does not exist`);
 }

@@ -1,11 +1,11 @@
-// Forwarding rules: a listening port on a node relayed to one or more targets, directly or
-// through a tunnel. Every write marks the rule pending and the node's config as changed;
-// sync reports what the node acknowledged, never that a command was sent.
+// Forwarding rules on the wire: what a rule is written as and read as, and the handlers that decode a request, call
+// the operation (service/rules.ts) and shape its answer. A rule is a listening port on a node relayed to one or more
+// targets, directly or through a tunnel.
 
 import { pageJson } from '../http/cursor.ts';
-import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
-import { cidr, parseTarget, target } from '../schema/net.ts';
+import { etagOf } from '../http/etag.ts';
+import { notFound } from '../errors/errors.ts';
+import { cidr, target } from '../schema/net.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import {
   array,
@@ -17,7 +17,6 @@ import {
   oneOf,
   optional,
   string,
-  type FieldError,
   type Infer,
 } from '../schema/schema.ts';
 import {
@@ -31,31 +30,14 @@ import {
   targetStates,
   ruleFieldsOf,
   ruleStates,
-  targetRefusal,
-  type Rule,
-  type RuleFields,
-  type TargetPolicy,
 } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
-import { SYSTEM_ACTOR } from '../store/audit.ts';
-import type { Claim } from '../store/ports.ts';
+import { insertRule, removeRule, syncRule, updateRule } from '../service/rules.ts';
+import { transact } from '../service/write.ts';
 import { RULE_SORTS, type RuleFilter } from '../store/rules.ts';
-import type { App } from './app.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
-import {
-  created,
-  type Ctx,
-  idParam,
-  noContent,
-  notFound,
-  ok,
-  okJson,
-  operation,
-  operations,
-  type Reply,
-} from './route.ts';
-import { diff, transact, type Effects, type WriteCtx, type Writer } from './writes.ts';
+import { created, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 
 const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
@@ -334,254 +316,6 @@ export const ruleSchema = record('Rule', {
   updated_at: timestamp,
 });
 
-/** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
-export function ruleReferenceErrors(app: Writer, fields: RuleFields, prefix = '#'): FieldError[] {
-  const errors: FieldError[] = [];
-  if (!app.store.nodes.exists(fields.node_id))
-    errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
-  if (fields.tunnel_id !== null && fields.health_check !== null) {
-    errors.push({
-      pointer: `${prefix}/health_check`,
-      detail: 'is for direct rules: through a tunnel, the exit node dials the targets',
-    });
-  }
-  if (fields.tunnel_id !== null) {
-    const tunnel = app.store.tunnels.find(fields.tunnel_id);
-    if (!tunnel) errors.push({ pointer: `${prefix}/tunnel_id`, detail: `tunnel ${fields.tunnel_id} does not exist` });
-    else if (tunnel.entry_node_id !== fields.node_id) {
-      errors.push({
-        pointer: `${prefix}/node_id`,
-        detail: `must be ${tunnel.entry_node_id}, the entry node of tunnel ${tunnel.id}`,
-      });
-    }
-  }
-  return errors;
-}
-
-/** Marks the configs a rule is part of as changed: its node's and, through a tunnel, the exit's (but `except`). */
-function touchRule(
-  app: Writer,
-  effects: Effects,
-  rule: Pick<RuleFields, 'node_id' | 'tunnel_id'>,
-  except?: number,
-): void {
-  if (rule.node_id !== except) effects.touchNode(rule.node_id);
-  if (rule.tunnel_id === null) return;
-  const exit = app.store.tunnels.find(rule.tunnel_id)?.exit_node_id;
-  if (exit !== undefined && exit !== except) effects.touchNode(exit);
-}
-
-function checkReferences(app: Writer, fields: RuleFields): void {
-  const errors = ruleReferenceErrors(app, fields);
-  if (errors.length > 0) throw validationFailed(errors);
-}
-
-/** Throws `validation_failed` for targets the policy refuses on the rule's node (see `targetRefusal`). */
-function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: TargetPolicy): void {
-  if (nodeHost === undefined) return;
-  const errors: FieldError[] = [];
-  fields.targets.forEach((target, i) => {
-    const refusal = targetRefusal(parseTarget(target)!.host, nodeHost, policy);
-    if (refusal) errors.push({ pointer: `#/targets/${i}`, detail: refusal });
-  });
-  if (errors.length > 0) throw validationFailed(errors);
-}
-
-/** Throws `conflict` when `fields` would enable `current` while its quota's period has nothing left. */
-function checkQuotaLeft(current: Rule, fields: RuleFields): void {
-  if (!fields.enabled || current.enabled || !fields.quota || !current.quota_usage) return;
-  const { used_bytes, resets_at } = current.quota_usage;
-  if (used_bytes < fields.quota.bytes) return;
-  throw new DomainError(
-    'conflict',
-    `rule ${current.id} has used ${used_bytes} of its ${fields.quota.bytes} bytes this period: it can be enabled ` +
-      `${resets_at ? `after ${resets_at}, when the period starts over, ` : ''}with quota.bytes above ${used_bytes}`,
-    { data: { state: current.state, quota_usage: current.quota_usage } },
-  );
-}
-
-/** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
-export function insertRule(app: Writer, effects: Effects, fields: RuleFields): Rule {
-  return insertRules(app, effects, [fields])[0]!;
-}
-
-/**
- * Inside a transaction: rules in order, inserted together (see `Database.insertRows`). Throws
- * for the first problem found, references checked before ports. `holders` is what the caller
- * found holding each rule's port (see `RuleStore.insertAll`).
- */
-export function insertRules(
-  app: Writer,
-  effects: Effects,
-  list: readonly RuleFields[],
-  holders?: readonly (Claim | undefined)[],
-): Rule[] {
-  // A list's rules mostly share a few nodes: each pair of references, and each node's host, is looked up once.
-  const checked = new Set<string>();
-  const hosts = new Map<number, string | undefined>();
-  const policy = app.targetPolicy();
-  for (const fields of list) {
-    const references = `${fields.node_id}/${fields.tunnel_id}`;
-    if (!checked.has(references)) {
-      checkReferences(app, fields);
-      checked.add(references);
-    }
-    if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
-    checkTargets(fields, hosts.get(fields.node_id), policy);
-  }
-  const rules = app.store.rules.insertAll(list, app.timestamp(), holders);
-  for (const rule of rules) touchRule(app, effects, rule);
-  effects.auditAll(
-    rules.map((rule, i) => ({
-      action: 'rule.create',
-      resource: 'rule',
-      resource_id: rule.id,
-      changes: { after: list[i] },
-    })),
-  );
-  return rules;
-}
-
-/** Inside a transaction. Throws `not_found`, `precondition_failed`, `validation_failed`, `conflict`. */
-export function replaceRule(app: Writer, effects: Effects, id: number, fields: RuleFields, ifMatch?: string): Rule {
-  const current = app.store.rules.find(id);
-  if (!current) throw notFound('rule', id);
-  checkIfMatch(ifMatch, current.version);
-  checkReferences(app, fields);
-  checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
-  checkQuotaLeft(current, fields);
-  const updated = app.store.rules.update(id, fields, app.timestamp());
-  touchRule(app, effects, current);
-  touchRule(app, effects, updated);
-  effects.audit({
-    action: 'rule.update',
-    resource: 'rule',
-    resource_id: id,
-    changes: diff<RuleFields>(current, fields, Object.keys(fields) as (keyof RuleFields)[]),
-  });
-  return updated;
-}
-
-/**
- * Inside a transaction: deletes rules because something they depend on goes (`from` names
- * it), each with its own audit entry; their nodes get the change, but for `goingNode`.
- */
-export function cascadeRules(
-  app: Writer,
-  effects: Effects,
-  ruleIds: readonly number[],
-  from: { node: number } | { tunnel: number },
-  goingNode?: number,
-): void {
-  for (const ruleId of ruleIds) {
-    const rule = app.store.rules.find(ruleId)!;
-    app.store.rules.delete(ruleId);
-    touchRule(app, effects, rule, goingNode);
-    effects.audit({
-      action: 'rule.delete',
-      resource: 'rule',
-      resource_id: ruleId,
-      changes: { before: rule, cascade_from: from },
-    });
-  }
-}
-
-/** Inside a transaction. Throws `not_found`, `precondition_failed`. */
-export function removeRule(app: Writer, effects: Effects, id: number, ifMatch?: string): void {
-  const current = app.store.rules.find(id);
-  if (!current) throw notFound('rule', id);
-  checkIfMatch(ifMatch, current.version);
-  touchRule(app, effects, current);
-  app.store.rules.delete(id);
-  effects.audit({ action: 'rule.delete', resource: 'rule', resource_id: id, changes: { before: current } });
-}
-
-/** The master's own writes (`action`): what its clock does to rules, audited as the system. */
-function byTheMaster(action: string): WriteCtx {
-  return {
-    actor: SYSTEM_ACTOR,
-    action,
-    get caller(): never {
-      throw new Error('the master acts on its own, for no caller');
-    },
-  };
-}
-
-/** What the master's clock does to rules each second: expiries that have come, quota periods that have ended. */
-export async function tickRules(app: App): Promise<void> {
-  await expireRules(app);
-  await resetQuotas(app);
-}
-
-/**
- * Starts the next period of each quota whose period has ended: its count starts over and a rule its quota stopped is
- * enabled again (audited as rule.quota_reset); their nodes get the new period. Looks before it writes.
- */
-async function resetQuotas(app: App): Promise<void> {
-  if (!app.store.rules.anyQuotaResetDue(app.timestamp())) return;
-  await transact(app, byTheMaster('rule.quota_reset'), (effects) => {
-    for (const rule of app.store.rules.resetQuotas(app.timestamp())) {
-      touchRule(app, effects, rule);
-      if (rule.state !== 'quota_exceeded') continue;
-      effects.audit({
-        action: 'rule.quota_reset',
-        resource: 'rule',
-        resource_id: rule.id,
-        changes: { before: { state: rule.state, quota_usage: rule.quota_usage }, after: { state: 'active' } },
-      });
-    }
-  });
-}
-
-/**
- * Marks the rules whose expires_at has come expired, each audited, and sends their nodes the change (which stops them;
- * each node also stops them at that time itself). Returns how many; looks before it writes, so a call with none due
- * costs one indexed read.
- */
-async function expireRules(app: App): Promise<number> {
-  if (!app.store.rules.anyDue(app.timestamp())) return 0;
-  return transact(app, byTheMaster('rule.expire'), (effects) => {
-    const due = app.store.rules.expire(app.timestamp());
-    for (const rule of due) {
-      touchRule(app, effects, rule);
-      effects.audit({
-        action: 'rule.expire',
-        resource: 'rule',
-        resource_id: rule.id,
-        changes: { before: { state: rule.state }, after: { state: 'expired' } },
-      });
-    }
-    return due.length;
-  });
-}
-
-/**
- * Asks the rules' nodes to apply their current config and waits, up to sync_wait_seconds,
- * for each node to acknowledge. Returns the rules as they stand afterwards.
- */
-export async function syncRules(app: App, ctx: WriteCtx, ids: number[]): Promise<Map<number, Rule>> {
-  const versions = await transact(app, ctx, (effects) => {
-    const byNode = new Map<number, number>();
-    for (const id of ids) {
-      const rule = app.store.rules.find(id);
-      if (!rule) continue;
-      app.store.rules.markPending(id);
-      touchRule(app, effects, rule);
-      effects.audit({ action: 'rule.sync', resource: 'rule', resource_id: id });
-    }
-    for (const nodeId of effects.nodes) byNode.set(nodeId, app.store.nodes.find(nodeId)!.config_version);
-    return byNode;
-  });
-  const waitMs = app.settings.get('sync_wait_seconds') * 1000;
-  await Promise.all([...versions].map(([nodeId, version]) => app.sync.waitApplied(nodeId, version, waitMs)));
-  const out = new Map<number, Rule>();
-  for (const id of ids) {
-    const rule = app.store.rules.find(id);
-    if (rule) out.set(id, rule);
-  }
-  return out;
-}
-
 /** What lists of rules select by; a batch's `filter` takes the same. */
 export const ruleFilterQuery = {
   node_id: intParam(ID),
@@ -610,57 +344,16 @@ export function ruleFilterOf(query: QueryOf<typeof ruleFilterQuery>): Omit<RuleF
 
 const listRulesQuery = { ...listQuery, ...ruleFilterQuery, sort: sortParam(Object.keys(RULE_SORTS)) };
 
-function listRules(ctx: Ctx<undefined, QueryOf<typeof listRulesQuery>>) {
-  const { query } = ctx;
-  const { limit, after, count, sorted } = paging(query);
-  const page = ctx.app.store.rules.page({ afterId: after, limit, count, sorted, ...ruleFilterOf(query) });
-  return okJson(pageJson(page, sorted && query.sort));
-}
-
-function getRule(ctx: Ctx<undefined, {}>) {
-  const rule = ctx.app.store.rules.json(idParam(ctx));
-  if (!rule) throw notFound('rule', ctx.params.id!);
-  return okJson(rule.json, { ETag: etagOf(rule.version) });
-}
-
-async function createRule(ctx: Ctx<RuleInput, {}>) {
-  const rule = await transact(ctx.app, ctx, (effects) => insertRule(ctx.app, effects, ruleFieldsOf(ctx.body)));
-  return created(rule, { Location: `/api/rules/${rule.id}`, ETag: etagOf(rule.version) });
-}
-
-async function putRule(ctx: Ctx<RuleInput, {}>) {
-  const rule = await transact(ctx.app, ctx, (effects) =>
-    replaceRule(ctx.app, effects, idParam(ctx), ruleFieldsOf(ctx.body), ctx.headers['if-match']),
-  );
-  return ok(rule, { ETag: etagOf(rule.version) });
-}
-
-async function deleteRule(ctx: Ctx<undefined, {}>) {
-  await transact(ctx.app, ctx, (effects) => removeRule(ctx.app, effects, idParam(ctx), ctx.headers['if-match']));
-  return noContent();
-}
-
-async function syncRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
-  const id = idParam(ctx);
-  if (!ctx.app.store.rules.find(id)) throw notFound('rule', id);
-  const rule = (await syncRules(ctx.app, ctx, [id])).get(id);
-  if (!rule) throw notFound('rule', id);
-  if (rule.sync.state === 'failed') {
-    throw new DomainError(
-      'bad_gateway',
-      `node ${rule.node_id} could not apply rule ${id}: ${rule.sync.error?.detail ?? 'no reason given'}`,
-      { data: { rule } },
-    );
-  }
-  return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
-}
-
 export const ruleOperations = operations({
   listRules: operation({
     summary: 'List forwarding rules',
     query: listRulesQuery,
     responses: { 200: { description: 'A page of rules', schema: pageSchema(ruleSchema) } },
-    handler: listRules,
+    handler: (ctx) => {
+      const { limit, after, count, sorted } = paging(ctx.query);
+      const page = ctx.app.store.rules.page({ afterId: after, limit, count, sorted, ...ruleFilterOf(ctx.query) });
+      return okJson(pageJson(page, sorted && ctx.query.sort));
+    },
   }),
   createRule: operation({
     action: 'rule.create',
@@ -673,12 +366,19 @@ export const ruleOperations = operations({
       201: { description: 'Created', schema: ruleSchema },
       409: { description: 'The port is taken on that node' },
     },
-    handler: createRule,
+    handler: async (ctx) => {
+      const rule = await transact(ctx.app, ctx, (change) => insertRule(ctx.app, change, ruleFieldsOf(ctx.body)));
+      return created(rule, { Location: `/api/rules/${rule.id}`, ETag: etagOf(rule.version) });
+    },
   }),
   getRule: operation({
     summary: 'Show a forwarding rule',
     responses: { 200: { description: 'The rule', schema: ruleSchema } },
-    handler: getRule,
+    handler: (ctx) => {
+      const rule = ctx.app.store.rules.json(idParam(ctx));
+      if (!rule) throw notFound('rule', ctx.params.id!);
+      return okJson(rule.json, { ETag: etagOf(rule.version) });
+    },
   }),
   replaceRule: operation({
     action: 'rule.update',
@@ -689,13 +389,21 @@ export const ruleOperations = operations({
       200: { description: 'Updated', schema: ruleSchema },
       409: { description: 'The port is taken on that node' },
     },
-    handler: putRule,
+    handler: async (ctx) => {
+      const rule = await transact(ctx.app, ctx, (change) =>
+        updateRule(ctx.app, change, idParam(ctx), ruleFieldsOf(ctx.body), ctx.headers['if-match']),
+      );
+      return ok(rule, { ETag: etagOf(rule.version) });
+    },
   }),
   deleteRule: operation({
     action: 'rule.delete',
     summary: 'Delete a forwarding rule; its node closes the port',
     responses: { 204: { description: 'Deleted' } },
-    handler: deleteRule,
+    handler: async (ctx) => {
+      await transact(ctx.app, ctx, (change) => removeRule(ctx.app, change, idParam(ctx), ctx.headers['if-match']));
+      return noContent();
+    },
   }),
   syncRule: operation({
     action: 'rule.sync',
@@ -709,6 +417,9 @@ export const ruleOperations = operations({
       202: { description: 'Still pending', schema: ruleSchema },
       502: { description: 'The node could not apply it' },
     },
-    handler: syncRule,
+    handler: async (ctx) => {
+      const rule = await syncRule(ctx.app, ctx, idParam(ctx));
+      return { status: rule.sync.state === 'applied' ? 200 : 202, body: rule, headers: { ETag: etagOf(rule.version) } };
+    },
   }),
 });

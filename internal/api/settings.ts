@@ -4,7 +4,7 @@ import { checkIfMatchTag } from '../http/etag.ts';
 import type { Infer } from '../schema/schema.ts';
 import { grants } from '../auth/scopes.ts';
 import { agentKeys, guardedKeys, settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
-import { missingScope, transact } from './writes.ts';
+import { missingScope, transact } from '../service/write.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
 
 function getSettings(ctx: Ctx<undefined, {}>) {
@@ -14,7 +14,7 @@ function getSettings(ctx: Ctx<undefined, {}>) {
 async function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
   const { app } = ctx;
   try {
-    await transact(app, ctx, (effects) => {
+    await transact(app, ctx, (change) => {
       checkIfMatchTag(ctx.headers['if-match'], app.settings.etag());
       const changes = app.settings.apply(ctx.body);
       const guarded = guardedKeys.filter((key) => key in changes.after);
@@ -23,7 +23,7 @@ async function patchSettings(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
       if (agentKeys.some((key) => key in changes.after))
         app.store.db.afterCommit(() => app.sync.configChangedEverywhere());
       if (Object.keys(changes.after).length > 0) {
-        effects.audit({ resource: 'settings', resource_id: null, changes });
+        change.audit({ resource: 'settings', resource_id: null, changes });
       }
       // In effect from the commit on (agents get them then); a failed commit reloads them again.
       app.settings.reload();

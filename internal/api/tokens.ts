@@ -5,7 +5,7 @@ import { grants, scopes, type Scope } from '../auth/scopes.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { etagOf, checkIfMatch } from '../http/etag.ts';
 import { pageJson } from '../http/cursor.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { DomainError, validationFailed, notFound } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { shownToken, TOKEN_SORTS } from '../store/tokens.ts';
@@ -19,8 +19,8 @@ import {
   sortParam,
   timestamp,
 } from './common.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
-import { transact } from './writes.ts';
+import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
+import { transact } from '../service/write.ts';
 
 // Tokens never change, so their version is always 1.
 const TOKEN_VERSION = 1;
@@ -90,7 +90,7 @@ async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
     throw validationFailed([{ pointer: '#/expires_at', detail: 'must be in the future' }]);
   }
   const secret = newSecret('api');
-  const token = await transact(app, ctx, (effects) => {
+  const token = await transact(app, ctx, (change) => {
     const inserted = app.store.tokens.insert(
       {
         kind: 'api',
@@ -102,7 +102,7 @@ async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
       },
       app.timestamp(),
     );
-    effects.audit({ resource: 'token', resource_id: inserted.id, changes: { after: shownToken(inserted) } });
+    change.audit({ resource: 'token', resource_id: inserted.id, changes: { after: shownToken(inserted) } });
     return inserted;
   });
   return created(
@@ -114,7 +114,7 @@ async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
 async function deleteToken(ctx: Ctx<undefined, {}>) {
   const { app } = ctx;
   const id = idParam(ctx);
-  await transact(app, ctx, (effects) => {
+  await transact(app, ctx, (change) => {
     const token = app.store.tokens.find(id);
     if (!token) throw notFound('token', id);
     checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);
@@ -126,7 +126,7 @@ async function deleteToken(ctx: Ctx<undefined, {}>) {
         `cannot revoke a token of ${token.created_by.username}`,
       );
     app.store.tokens.delete(id);
-    effects.audit({ resource: 'token', resource_id: id, changes: { before: shownToken(token) } });
+    change.audit({ resource: 'token', resource_id: id, changes: { before: shownToken(token) } });
   });
   return noContent();
 }

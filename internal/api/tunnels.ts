@@ -1,19 +1,18 @@
-// Tunnels: an encrypted link from an entry node to an exit node. Rules on the entry node
-// may relay through one; the exit node listens on listen_port for its peer.
+// Tunnels on the wire, and their handlers (the operations are in service/tunnels.ts): an encrypted link from an entry
+// node to an exit node. Rules on the entry node may relay through one; the exit node listens on listen_port.
 
 import { TUNNEL_PORTS } from '../domain/link.ts';
 import { pageJson } from '../http/cursor.ts';
-import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { etagOf } from '../http/etag.ts';
+import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { integer, nullable, object, oneOf, optional, string, type FieldError, type Infer } from '../schema/schema.ts';
-import { transports, TUNNEL_SORTS, tunnelStatuses, type Tunnel, type TunnelFields } from '../store/tunnels.ts';
-import { issueTunnelKeys } from '../tunnel/keys.ts';
+import { integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
+import { transact } from '../service/write.ts';
+import { transports, TUNNEL_SORTS, tunnelStatuses } from '../store/tunnels.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
-import { cascadeRules } from './rules.ts';
-import { diff, transact, type Effects, type Writer } from './writes.ts';
+import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 
 /** What changing a tunnel needs besides tunnels:write. */
 export const MOVE_TUNNEL_EXIT = [
@@ -98,79 +97,6 @@ export const tunnelSchema = record('Tunnel', {
   updated_at: timestamp,
 });
 
-/** Problems with the nodes a tunnel names, as field errors under `prefix`. */
-export function tunnelReferenceErrors(
-  app: Writer,
-  body: { entry_node_id: number; exit_node_id: number },
-  prefix = '#',
-): FieldError[] {
-  const errors: FieldError[] = [];
-  for (const key of ['entry_node_id', 'exit_node_id'] as const) {
-    if (!app.store.nodes.find(body[key]))
-      errors.push({ pointer: `${prefix}/${key}`, detail: `node ${body[key]} does not exist` });
-  }
-  if (body.entry_node_id === body.exit_node_id)
-    errors.push({ pointer: `${prefix}/exit_node_id`, detail: 'must differ from entry_node_id' });
-  return errors;
-}
-
-function resolvePort(app: Writer, exitNodeId: number, requested: number | null, current?: Tunnel): number {
-  if (requested !== null) return requested;
-  if (current && current.exit_node_id === exitNodeId) return current.listen_port;
-  const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
-  if (port === null)
-    throw new DomainError(
-      'conflict',
-      `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`,
-    );
-  return port;
-}
-
-/** Inside a transaction. Throws `validation_failed`, `conflict`. */
-export function insertTunnel(app: Writer, effects: Effects, body: TunnelInput): Tunnel {
-  const errors = tunnelReferenceErrors(app, body);
-  if (errors.length > 0) throw validationFailed(errors);
-  const fields: TunnelFields = {
-    name: body.name,
-    entry_node_id: body.entry_node_id,
-    exit_node_id: body.exit_node_id,
-    transport: body.transport,
-    listen_port: resolvePort(app, body.exit_node_id, body.listen_port),
-  };
-  const tunnel = app.store.tunnels.insert(fields, app.timestamp());
-  app.store.tunnels.setPortPicked(tunnel.id, body.listen_port === null);
-  app.store.tunnels.setKeys(
-    tunnel.id,
-    issueTunnelKeys(tunnel.id, (key) => app.box.seal(key)),
-  );
-  effects.touchNode(tunnel.entry_node_id);
-  effects.touchNode(tunnel.exit_node_id);
-  effects.audit({ action: 'tunnel.create', resource: 'tunnel', resource_id: tunnel.id, changes: { after: fields } });
-  return tunnel;
-}
-
-/** Inside a transaction. Without `cascade`, a tunnel rules still use is a `conflict`. */
-export function removeTunnel(app: Writer, effects: Effects, id: number, cascade: boolean, ifMatch?: string): void {
-  const tunnel = app.store.tunnels.find(id);
-  if (!tunnel) throw notFound('tunnel', id);
-  checkIfMatch(ifMatch, tunnel.version);
-  const ruleIds = app.store.rules.idsOfTunnel(id);
-  if (ruleIds.length > 0 && !cascade) {
-    throw new DomainError(
-      'conflict',
-      `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`,
-      { data: { rule_ids: ruleIds } },
-    );
-  }
-  if (ruleIds.length > 0)
-    effects.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
-  cascadeRules(app, effects, ruleIds, { tunnel: id });
-  app.store.tunnels.delete(id);
-  effects.touchNode(tunnel.entry_node_id);
-  effects.touchNode(tunnel.exit_node_id);
-  effects.audit({ action: 'tunnel.delete', resource: 'tunnel', resource_id: id, changes: { before: tunnel } });
-}
-
 const listTunnelsQuery = {
   ...listQuery,
   node_id: intParam({ ...ID, description: 'Tunnels entering or leaving at this node.' }),
@@ -200,72 +126,20 @@ function getTunnel(ctx: Ctx<undefined, {}>) {
 }
 
 async function createTunnel(ctx: Ctx<TunnelInput, {}>) {
-  const tunnel = await transact(ctx.app, ctx, (effects) => insertTunnel(ctx.app, effects, ctx.body));
+  const tunnel = await transact(ctx.app, ctx, (change) => insertTunnel(ctx.app, change, ctx.body));
   return created(tunnel, { Location: `/api/tunnels/${tunnel.id}`, ETag: etagOf(tunnel.version) });
 }
 
 async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
-  const { app, body } = ctx;
-  const id = idParam(ctx);
-  const tunnel = await transact(app, ctx, (effects) => {
-    const current = app.store.tunnels.find(id);
-    if (!current) throw notFound('tunnel', id);
-    checkIfMatch(ctx.headers['if-match'], current.version);
-    const errors = tunnelReferenceErrors(app, body);
-    if (errors.length > 0) throw validationFailed(errors);
-    const users = app.store.rules.idsOfTunnel(id);
-    // Where the rules' connections leave for their targets is theirs to decide: moving it is editing them.
-    if (body.exit_node_id !== current.exit_node_id && users.length > 0)
-      effects.requireScope(
-        'rules:write',
-        `moving the exit of tunnel ${id} changes where its ${users.length} rule(s) reach their targets from`,
-      );
-    if (body.entry_node_id !== current.entry_node_id && users.length > 0) {
-      throw new DomainError(
-        'conflict',
-        `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its ` +
-          `entry node`,
-        { data: { rule_ids: users } },
-      );
-    }
-    const fields: TunnelFields = {
-      name: body.name,
-      entry_node_id: body.entry_node_id,
-      exit_node_id: body.exit_node_id,
-      transport: body.transport,
-      listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
-    };
-    let updated = app.store.tunnels.update(id, fields, app.timestamp());
-    // A port given is the giver's to keep; one picked (now, or before and kept) the master may move if it is taken.
-    if (body.listen_port !== null || fields.listen_port !== current.listen_port)
-      app.store.tunnels.setPortPicked(id, body.listen_port === null);
-    const moved = fields.entry_node_id !== current.entry_node_id || fields.exit_node_id !== current.exit_node_id;
-    // Keys go with the nodes they were issued to: a tunnel between other nodes gets new ones.
-    if (moved) {
-      app.store.tunnels.setKeys(
-        id,
-        issueTunnelKeys(id, (key) => app.box.seal(key)),
-      );
-      updated = app.store.tunnels.find(id)!;
-    }
-    // Its rules are to be applied again where the tunnel now ends or listens.
-    if (moved || fields.listen_port !== current.listen_port)
-      for (const ruleId of users) app.store.rules.markPending(ruleId);
-    for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id])
-      effects.touchNode(nodeId);
-    effects.audit({
-      resource: 'tunnel',
-      resource_id: id,
-      changes: diff<TunnelFields>(current, fields, Object.keys(fields) as (keyof TunnelFields)[]),
-    });
-    return updated;
-  });
+  const tunnel = await transact(ctx.app, ctx, (change) =>
+    updateTunnel(ctx.app, change, idParam(ctx), ctx.body, ctx.headers['if-match']),
+  );
   return ok(tunnel, { ETag: etagOf(tunnel.version) });
 }
 
 async function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  await transact(ctx.app, ctx, (effects) =>
-    removeTunnel(ctx.app, effects, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
+  await transact(ctx.app, ctx, (change) =>
+    removeTunnel(ctx.app, change, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
   );
   return noContent();
 }

@@ -5,13 +5,13 @@
 import { hashPassword, MIN_PASSWORD } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
 import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { DomainError } from '../errors/errors.ts';
+import { DomainError, notFound } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
 import { USER_SORTS, type User } from '../store/users.ts';
 import { pageSchema, paging, record, requireHolds, scopeList, sortParam, timestamp } from './common.ts';
-import { created, type Ctx, idParam, noContent, notFound, ok, okJson, operation, operations } from './route.ts';
-import { diff, transact } from './writes.ts';
+import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
+import { diff, transact } from '../service/write.ts';
 
 const username = string({
   min: 1,
@@ -83,9 +83,9 @@ async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
   const { app, body, caller } = ctx;
   requireHolds(caller, body.scopes, 'cannot create this user');
   const passwordHash = await hashPassword(body.password);
-  const user = await transact(app, ctx, (effects) => {
+  const user = await transact(app, ctx, (change) => {
     const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
-    effects.audit({
+    change.audit({
       resource: 'user',
       resource_id: inserted.id,
       changes: { after: { ...inserted, password: body.password } },
@@ -111,7 +111,7 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
   requireHolds(caller, body.scopes, 'cannot give these scopes');
   // Hashing is slow and async, so it happens before the (synchronous) transaction.
   const passwordHash = body.password === undefined ? null : await hashPassword(body.password);
-  const user = await transact(app, ctx, (effects) => {
+  const user = await transact(app, ctx, (change) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
@@ -122,7 +122,7 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
     else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
     const changes = diff(current, updated, ['username', 'scopes', 'disabled']);
     if (passwordHash !== null) Object.assign(changes.after, { password: body.password });
-    effects.audit({ resource: 'user', resource_id: id, changes });
+    change.audit({ resource: 'user', resource_id: id, changes });
     return updated;
   });
   return ok(user, { ETag: etagOf(user.version) });
@@ -131,14 +131,14 @@ async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
 async function deleteUser(ctx: Ctx<undefined, {}>) {
   const { app, caller } = ctx;
   const id = idParam(ctx);
-  await transact(app, ctx, (effects) => {
+  await transact(app, ctx, (change) => {
     const current = app.store.users.find(id);
     if (!current) throw notFound('user', id);
     checkIfMatch(ctx.headers['if-match'], current.version);
     requireHolds(caller, current.scopes, `cannot delete ${current.username}`);
     keepASuperuser(ctx, current, false);
     app.store.users.delete(id);
-    effects.audit({ resource: 'user', resource_id: id, changes: { before: current } });
+    change.audit({ resource: 'user', resource_id: id, changes: { before: current } });
   });
   return noContent();
 }

@@ -95,3 +95,8 @@ export function validationFailed(errors: FieldError[], detail?: string): DomainE
       : `${errors.length} fields are invalid`);
   return new DomainError('validation_failed', summary, { errors });
 }
+
+/** The 404 for `what` (a resource's name) `id`, which does not exist. */
+export function notFound(what: string, id: number | string): DomainError {
+  return new DomainError('not_found', `${what} ${id} does not exist`);
+}

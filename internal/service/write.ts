@@ -1,15 +1,21 @@
-// Helpers for handlers that write: one transaction with its audit entries, notifying the
-// sync hub only after the commit, and dry runs that do the same work and roll it back.
+// The write path: one transaction with its audit entries (and a request's Idempotency-Key marked used), the nodes
+// whose config it changed told only after the commit, and dry runs that do the same work and roll it back. Every
+// operation of the service layer writes through here, whoever asks: a request, a worker thread's job, the master's
+// own clock.
 
 import { grants, type Scope } from '../auth/scopes.ts';
-import { DomainError } from '../errors/errors.ts';
-import type { FieldError } from '../schema/schema.ts';
-import type { LicenseView } from '../license/license.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
+import { DomainError } from '../errors/errors.ts';
+import type { LicenseView } from '../license/license.ts';
+import type { MasterMetrics } from '../metrics/metrics.ts';
+import type { FieldError } from '../schema/schema.ts';
+import type { Settings } from '../settings/settings.ts';
 import type { Actor, AuditInput } from '../store/audit.ts';
+import type { SecretBox } from '../crypto/box.ts';
 import { WritesBusy } from '../store/database.ts';
-import type { App } from './app.ts';
-import type { Ctx, Reply } from './route.ts';
+import type { IdempotencySlot } from '../store/idempotency.ts';
+import type { Store } from '../store/store.ts';
+import type { SyncHub } from '../sync/hub.ts';
 
 type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };
 
@@ -27,15 +33,30 @@ export function diff<T>(before: T, after: T, keys: readonly (keyof T)[]): { befo
 
 /**
  * Thrown out of an item that failed after writing while a bulk write ran its items without
- * savepoints (`Effects` with `itemsTogether`): the whole work is redone with one savepoint per item.
+ * savepoints (`Change` with `itemsTogether`): the whole work is redone with one savepoint per item.
  */
 class RedoItemByItem extends Error {}
 
 /**
- * What writing handlers use of the app: enough to run them in a worker thread (an import),
- * on a connection of its own, where there is no API, sync hub or agent link.
+ * What an operation writes with: the store, the key that seals secrets, the master's clock and the policies in force.
+ * Enough to run in a worker thread (an import), on a connection of its own, where there is no sync hub or agent link.
  */
-export type Writer = Pick<App, 'store' | 'box' | 'timestamp' | 'licenseView' | 'targetPolicy'>;
+export interface WriteDeps {
+  store: Store;
+  box: SecretBox;
+  /** The master's clock as stored (RFC 3339, seconds): what every row and audit entry of the write is stamped with. */
+  timestamp(): string;
+  licenseView(): LicenseView;
+  /** Which targets rules may have now. */
+  targetPolicy(): TargetPolicy;
+}
+
+/** What the master adds to commit writes itself: how long a write may wait its turn, whom to tell, what to count. */
+export interface Committer extends WriteDeps {
+  settings: Settings;
+  sync: SyncHub;
+  metrics: MasterMetrics;
+}
 
 /** One change a write made, as audited. */
 export interface Changed {
@@ -59,7 +80,7 @@ export function spansOf(ids: readonly number[]): [number, number][] {
 }
 
 /** Collects what a write did: audit entries are written at once, node changes announced after commit. */
-export class Effects {
+export class Change {
   readonly nodes = new Set<number>();
   /** What was done, as audited: what a retry with the request's Idempotency-Key is told if its answer was lost. */
   readonly done: Changed[] = [];
@@ -67,8 +88,8 @@ export class Effects {
   private readonly created: { action: string; resource: string; id: number }[] = [];
 
   constructor(
-    private readonly app: Writer,
-    private readonly ctx: WriteCtx,
+    private readonly app: WriteDeps,
+    private readonly requester: Requester,
     /**
      * `attempt` runs without a savepoint: a domain error met after the attempt wrote something means
      * RedoItemByItem.
@@ -93,7 +114,7 @@ export class Effects {
       const spans = spansOf(ids);
       const changes = { created: ids.length, ids: spans };
       this.app.store.audit.recordSpanning(
-        this.ctx.actor,
+        this.requester.actor,
         { action, resource, resource_id: null, status: 'success', changes },
         spans,
         this.app.timestamp(),
@@ -115,7 +136,7 @@ export class Effects {
     for (const { action, resource, resource_id } of done.filter(one))
       this.created.push({ action, resource, id: resource_id! });
     const alone = this.createsAsOne ? done.filter((entry) => !one(entry)) : done;
-    if (alone.length > 0) this.app.store.audit.recordAll(this.ctx.actor, alone, this.app.timestamp());
+    if (alone.length > 0) this.app.store.audit.recordAll(this.requester.actor, alone, this.app.timestamp());
     for (const { action, resource, resource_id } of done.slice(0, MAX_CHANGED - this.done.length))
       this.done.push({ action, resource, resource_id: resource_id ?? null });
   }
@@ -123,7 +144,7 @@ export class Effects {
   /** Records an attempt that failed on its own terms (a wrong password). */
   failed(entry: AuditEntryInput): void {
     this.app.store.audit.record(
-      this.ctx.actor,
+      this.requester.actor,
       { action: this.actionOf(entry), ...entry, status: 'failed' },
       this.app.timestamp(),
     );
@@ -132,14 +153,14 @@ export class Effects {
   /** Records an attempt the caller's scopes did not allow (after the attempt's own changes are undone). */
   denied(entry: AuditEntryInput): void {
     this.app.store.audit.record(
-      this.ctx.actor,
+      this.requester.actor,
       { action: this.actionOf(entry), ...entry, status: 'denied' },
       this.app.timestamp(),
     );
   }
 
   private actionOf(entry: AuditEntryInput): string {
-    const action = entry.action ?? this.ctx.action;
+    const action = entry.action ?? this.requester.action;
     if (!action) throw new Error('an audit entry needs an action, and this route declares none');
     return action;
   }
@@ -149,7 +170,7 @@ export class Effects {
    * `insufficient_scope` naming `scope` unless the caller holds it.
    */
   requireScope(scope: Scope, because: string): void {
-    if (!grants(this.ctx.caller.scopes, scope)) throw missingScope(scope, because);
+    if (!grants(this.requester.caller.scopes, scope)) throw missingScope(scope, because);
   }
 
   /** Runs one item's `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
@@ -201,17 +222,24 @@ export class Effects {
   }
 }
 
-/** What a write needs of its request: who acts, with which scopes, and where its answer is kept for retries. */
-export type WriteCtx = Pick<Ctx<unknown, unknown>, 'actor' | 'caller' | 'action' | 'idempotency'>;
+/** Who asks for a write: who acts, with which scopes, the audit action, and the Idempotency-Key it marks used. */
+export interface Requester {
+  actor: Actor;
+  /** Whose scopes side change are checked against; the master acting on its own has none to read. */
+  readonly caller: { readonly scopes: readonly Scope[] };
+  /** The audit action entries record unless they name another. */
+  action?: string;
+  idempotency?: IdempotencySlot;
+}
 
 /** The same request's writes, recorded as done by `actor` (a login, before and after its caller is known). */
-export function actingAs(ctx: WriteCtx, actor: Actor): WriteCtx {
+export function actingAs(requester: Requester, actor: Actor): Requester {
   return {
     actor,
-    action: ctx.action,
-    idempotency: ctx.idempotency,
+    action: requester.action,
+    idempotency: requester.idempotency,
     get caller() {
-      return ctx.caller;
+      return requester.caller;
     },
   };
 }
@@ -232,19 +260,24 @@ class DryRun<T> {
  * used in the same transaction, so a retry never does the change twice. With `dryRun`, everything is checked and
  * done, then rolled back, so a preview fails exactly where the real call would.
  */
-export async function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects) => T, dryRun = false): Promise<T> {
-  const effects = new Effects(app, ctx);
+export async function transact<T>(
+  app: Committer,
+  requester: Requester,
+  fn: (change: Change) => T,
+  dryRun = false,
+): Promise<T> {
+  const change = new Change(app, requester);
   try {
     const result = await app.store.db.writeInTurn(
       () => {
-        const value = fn(effects);
+        const value = fn(change);
         if (dryRun) throw new DryRun(value);
-        reserveReplay(app, ctx, effects.done);
+        reserveReplay(app, requester, change.done);
         return value;
       },
       app.settings.get('write_wait_seconds') * 1000,
     );
-    for (const nodeId of effects.nodes) app.sync.configChanged(nodeId);
+    for (const nodeId of change.nodes) app.sync.configChanged(nodeId);
     return result;
   } catch (error) {
     if (error instanceof DryRun) return error.result as T;
@@ -257,8 +290,8 @@ export async function transact<T>(app: App, ctx: WriteCtx, fn: (effects: Effects
  * Inside a write: marks the request's Idempotency-Key as used by a committed change, with what it changed, in the
  * change's own transaction (see IdempotencyStore.reserve): a master that stops before it keeps the answer still knows.
  */
-function reserveReplay(app: Writer, ctx: WriteCtx, done: readonly Changed[]): void {
-  if (ctx.idempotency) app.store.idempotency.reserve(ctx.idempotency, app.timestamp(), done);
+function reserveReplay(app: WriteDeps, requester: Requester, done: readonly Changed[]): void {
+  if (requester.idempotency) app.store.idempotency.reserve(requester.idempotency, app.timestamp(), done);
 }
 
 /** Maps items one by one, letting the API answer between them once a turn has run long enough. */
@@ -275,13 +308,13 @@ export type InSteps = <T, R>(items: readonly T[], fn: (item: T, index: number) =
  * is undone and redone item by item, so that every item's outcome is reported as if alone.
  */
 export async function writeInSteps<T>(
-  app: Writer,
-  ctx: WriteCtx,
-  fn: (effects: Effects, inSteps: InSteps) => Promise<T>,
+  app: WriteDeps,
+  requester: Requester,
+  fn: (change: Change, inSteps: InSteps) => Promise<T>,
   dryRun = false,
   createsAsOne = false,
 ): Promise<{ result: T; nodes: number[] }> {
-  let effects = new Effects(app, ctx, true, createsAsOne);
+  let change = new Change(app, requester, true, createsAsOne);
   const result = await app.store.db.longWrite(
     async (step, restart) => {
       const inSteps: InSteps = async (items, each) => {
@@ -295,41 +328,30 @@ export async function writeInSteps<T>(
       };
       let result: T;
       try {
-        result = await fn(effects, inSteps);
+        result = await fn(change, inSteps);
       } catch (error) {
         if (!(error instanceof RedoItemByItem)) throw error;
         restart();
-        effects = new Effects(app, ctx, false, createsAsOne);
-        result = await fn(effects, inSteps);
+        change = new Change(app, requester, false, createsAsOne);
+        result = await fn(change, inSteps);
       }
-      effects.auditCreates();
-      if (!dryRun) reserveReplay(app, ctx, effects.done);
+      change.auditCreates();
+      if (!dryRun) reserveReplay(app, requester, change.done);
       return result;
     },
     { commit: !dryRun },
   );
-  return { result, nodes: dryRun ? [] : [...effects.nodes] };
+  return { result, nodes: dryRun ? [] : [...change.nodes] };
 }
 
 /** A write run on another connection, a worker thread's: who asks, and the time and license it runs under. */
 export interface WriteJob {
-  ctx: WriteCtx;
+  requester: Requester;
   dryRun: boolean;
   /** The time every row and audit entry of the job is stamped with: it lands as one. */
   timestamp: string;
   license: LicenseView;
   targets: TargetPolicy;
-}
-
-/** The request's part of a `WriteJob`, for a handler that hands its write to another connection. */
-export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJob {
-  return {
-    ctx: { actor: ctx.actor, action: ctx.action, caller: ctx.caller, idempotency: ctx.idempotency },
-    dryRun,
-    timestamp: ctx.app.timestamp(),
-    license: ctx.app.licenseView(),
-    targets: ctx.app.targetPolicy(),
-  };
 }
 
 /** A job written: its response (status, and body as JSON encoded), and the nodes whose config it changed. */
@@ -348,7 +370,10 @@ export interface JobCommitted extends JobDone {
  * Answers with what `run` committed on another connection. Other writes wait meanwhile (that connection holds SQLite's
  * write lock), and until it has finished; then the nodes whose config it changed are told.
  */
-export async function committedElsewhere(app: App, run: () => Promise<JobCommitted>): Promise<Reply> {
+export async function committedElsewhere(
+  app: Committer,
+  run: () => Promise<JobCommitted>,
+): Promise<{ status: number; json: Buffer }> {
   const done = await app.store.db.holdWrites(run, (committed) => committed.finished);
   for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
   return { status: done.status, json: done.json };

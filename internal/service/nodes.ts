@@ -1,0 +1,146 @@
+// Nodes' operations: create (with its agent token, shown once), replace, and remove with what depends on them. SSH
+// credentials are write-only and sealed at rest; the license caps how many nodes there may be.
+
+import { hashSecret, newAgentToken } from '../auth/secrets.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
+import { checkIfMatch } from '../http/etag.ts';
+import type { Node, NodeFields, SshSecret } from '../store/nodes.ts';
+import { cascadeRules } from './rules.ts';
+import { diff, type Change, type WriteDeps } from './write.ts';
+
+/** A node as written: its fields, and an SSH credential (absent: keep the stored one; null: remove it). */
+export interface NodeInput extends NodeFields {
+  ssh_private_key?: string | null;
+  ssh_password?: string | null;
+}
+
+/** A node as the API shows it: all but its config version, which is the agent link's business. */
+export function nodeView({ config_version: _, ...node }: Node) {
+  return node;
+}
+
+function credentials(app: WriteDeps, body: NodeInput): SshSecret | 'keep' {
+  if (typeof body.ssh_private_key === 'string' && typeof body.ssh_password === 'string') {
+    throw validationFailed([
+      { pointer: '#/ssh_password', detail: 'give either ssh_private_key or ssh_password, not both' },
+    ]);
+  }
+  if (body.ssh_private_key === undefined && body.ssh_password === undefined) return 'keep';
+  if (typeof body.ssh_private_key === 'string') return { auth: 'key', sealed: app.box.seal(body.ssh_private_key) };
+  if (typeof body.ssh_password === 'string') return { auth: 'password', sealed: app.box.seal(body.ssh_password) };
+  return { auth: 'none', sealed: null };
+}
+
+function fieldsOf(body: NodeInput) {
+  return { name: body.name, host: body.host, ssh_port: body.ssh_port, ssh_user: body.ssh_user, tags: body.tags };
+}
+
+/** Creates a node inside a transaction; returns it with its agent token. Throws `license_limit`, `conflict`. */
+export function insertNode(app: WriteDeps, change: Change, body: NodeInput): { node: Node; agent_token: string } {
+  const license = app.licenseView();
+  const limit = license.limits.max_nodes;
+  if (limit !== null && app.store.nodes.count() >= limit) {
+    throw new DomainError(
+      'license_limit',
+      `the ${license.edition} license allows ${limit} nodes; remove a node or install a license with a higher limit`,
+    );
+  }
+  const secret = credentials(app, body);
+  let agentToken = '';
+  const node = app.store.nodes.insert(
+    fieldsOf(body),
+    secret === 'keep' ? { auth: 'none', sealed: null } : secret,
+    (id) => hashSecret((agentToken = newAgentToken(id))),
+    app.timestamp(),
+  );
+  change.audit({
+    action: 'node.create',
+    resource: 'node',
+    resource_id: node.id,
+    changes: { after: { ...nodeView(node), ssh_private_key: body.ssh_private_key, ssh_password: body.ssh_password } },
+  });
+  return { node, agent_token: agentToken };
+}
+
+/**
+ * Inside a transaction: replaces node `id`'s fields, and its SSH credential when one is given. Throws `not_found`,
+ * `precondition_failed`, `validation_failed` (a credential left behind by a move), `conflict` (the name).
+ */
+export function updateNode(app: WriteDeps, change: Change, id: number, body: NodeInput, ifMatch?: string): Node {
+  const current = app.store.nodes.find(id);
+  if (!current) throw notFound('node', id);
+  checkIfMatch(ifMatch, current.version);
+  const secret = credentials(app, body);
+  // A credential was given for one host, port and user: it never follows the node elsewhere unless given again.
+  const moved = (['host', 'ssh_port', 'ssh_user'] as const).filter((k) => body[k] !== current[k]);
+  if (moved.length > 0 && current.ssh_auth !== 'none' && secret === 'keep') {
+    throw validationFailed([
+      {
+        pointer: '#/ssh_private_key',
+        detail:
+          `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null ` +
+          `for none): the stored one was given for the old ${moved.join(', ')}`,
+      },
+    ]);
+  }
+  const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
+  // Entry nodes dial their tunnels' exit at its host.
+  if (updated.host !== current.host) {
+    for (const tunnelId of app.store.tunnels.idsOfNode(id)) {
+      const tunnel = app.store.tunnels.find(tunnelId)!;
+      if (tunnel.exit_node_id === id) change.touchNode(tunnel.entry_node_id);
+    }
+  }
+  const changes = diff<Node>(current, updated, ['name', 'host', 'ssh_port', 'ssh_user', 'tags']);
+  if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) {
+    Object.assign(changes.after, {
+      ssh_auth: updated.ssh_auth,
+      ssh_private_key: body.ssh_private_key,
+      ssh_password: body.ssh_password,
+    });
+  }
+  change.audit({ resource: 'node', resource_id: id, changes });
+  return updated;
+}
+
+/**
+ * Deletes a node inside a transaction. Without `cascade`, a node that still has rules or
+ * tunnels is a `conflict`; with it, those go first, each with its own audit entry.
+ */
+export function removeNode(app: WriteDeps, change: Change, id: number, cascade: boolean, ifMatch?: string): void {
+  const { store } = app;
+  const node = store.nodes.find(id);
+  if (!node) throw notFound('node', id);
+  checkIfMatch(ifMatch, node.version);
+  const tunnelIds = store.tunnels.idsOfNode(id);
+  const ruleIds = [...new Set([...store.rules.idsOfNode(id), ...tunnelIds.flatMap((t) => store.rules.idsOfTunnel(t))])];
+  if (!cascade && (ruleIds.length > 0 || tunnelIds.length > 0)) {
+    throw new DomainError(
+      'conflict',
+      `node ${id} still has ${ruleIds.length} rule(s) and ${tunnelIds.length} tunnel(s); delete them first or ` +
+        `pass ?cascade=true`,
+      {
+        data: { rule_ids: ruleIds, tunnel_ids: tunnelIds },
+      },
+    );
+  }
+  if (ruleIds.length > 0) change.requireScope('rules:write', `deleting node ${id} deletes ${ruleIds.length} rule(s)`);
+  if (tunnelIds.length > 0)
+    change.requireScope('tunnels:write', `deleting node ${id} deletes ${tunnelIds.length} tunnel(s)`);
+  cascadeRules(app, change, ruleIds, { node: id }, id);
+  for (const tunnelId of tunnelIds) {
+    const tunnel = store.tunnels.find(tunnelId)!;
+    store.tunnels.delete(tunnelId);
+    for (const other of [tunnel.entry_node_id, tunnel.exit_node_id]) if (other !== id) change.touchNode(other);
+    change.audit({
+      action: 'tunnel.delete',
+      resource: 'tunnel',
+      resource_id: tunnelId,
+      changes: { before: tunnel, cascade_from: { node: id } },
+    });
+  }
+  // Announced as a change, so that the node's agent link, finding the node gone, ends once this commits.
+  change.touchNode(id);
+  store.nodes.delete(id);
+  change.audit({ action: 'node.delete', resource: 'node', resource_id: id, changes: { before: nodeView(node) } });
+}

@@ -1,0 +1,151 @@
+// Tunnels' operations: an encrypted link from an entry node to an exit node, which rules on the entry node may relay
+// through. Each end gets a key pair of its own; a tunnel moved to other nodes gets new ones.
+
+import { TUNNEL_PORTS } from '../domain/link.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
+import { checkIfMatch } from '../http/etag.ts';
+import type { FieldError } from '../schema/schema.ts';
+import type { Tunnel, TunnelFields, TunnelTransport } from '../store/tunnels.ts';
+import { issueTunnelKeys } from '../tunnel/keys.ts';
+import { cascadeRules } from './rules.ts';
+import { diff, type Change, type WriteDeps } from './write.ts';
+
+/** A tunnel as written: `listen_port` null lets the master pick a free one on the exit node. */
+export interface TunnelInput {
+  name: string;
+  entry_node_id: number;
+  exit_node_id: number;
+  transport: TunnelTransport;
+  listen_port: number | null;
+}
+
+/** Problems with the nodes a tunnel names, as field errors under `prefix`. */
+export function tunnelReferenceErrors(
+  app: WriteDeps,
+  body: { entry_node_id: number; exit_node_id: number },
+  prefix = '#',
+): FieldError[] {
+  const errors: FieldError[] = [];
+  for (const key of ['entry_node_id', 'exit_node_id'] as const) {
+    if (!app.store.nodes.find(body[key]))
+      errors.push({ pointer: `${prefix}/${key}`, detail: `node ${body[key]} does not exist` });
+  }
+  if (body.entry_node_id === body.exit_node_id)
+    errors.push({ pointer: `${prefix}/exit_node_id`, detail: 'must differ from entry_node_id' });
+  return errors;
+}
+
+function resolvePort(app: WriteDeps, exitNodeId: number, requested: number | null, current?: Tunnel): number {
+  if (requested !== null) return requested;
+  if (current && current.exit_node_id === exitNodeId) return current.listen_port;
+  const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
+  if (port === null)
+    throw new DomainError(
+      'conflict',
+      `node ${exitNodeId} has no free port in ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}; give listen_port`,
+    );
+  return port;
+}
+
+/** Inside a transaction. Throws `validation_failed`, `conflict`. */
+export function insertTunnel(app: WriteDeps, change: Change, body: TunnelInput): Tunnel {
+  const errors = tunnelReferenceErrors(app, body);
+  if (errors.length > 0) throw validationFailed(errors);
+  const fields: TunnelFields = {
+    name: body.name,
+    entry_node_id: body.entry_node_id,
+    exit_node_id: body.exit_node_id,
+    transport: body.transport,
+    listen_port: resolvePort(app, body.exit_node_id, body.listen_port),
+  };
+  const tunnel = app.store.tunnels.insert(fields, app.timestamp());
+  app.store.tunnels.setPortPicked(tunnel.id, body.listen_port === null);
+  app.store.tunnels.setKeys(
+    tunnel.id,
+    issueTunnelKeys(tunnel.id, (key) => app.box.seal(key)),
+  );
+  change.touchNode(tunnel.entry_node_id);
+  change.touchNode(tunnel.exit_node_id);
+  change.audit({ action: 'tunnel.create', resource: 'tunnel', resource_id: tunnel.id, changes: { after: fields } });
+  return tunnel;
+}
+
+/**
+ * Inside a transaction: replaces tunnel `id`. Moving its exit while rules use it needs rules:write; moving its entry
+ * while it carries rules is a `conflict`. Throws `not_found`, `precondition_failed`, `validation_failed`,
+ * `insufficient_scope`, `conflict` (the port, or the name).
+ */
+export function updateTunnel(app: WriteDeps, change: Change, id: number, body: TunnelInput, ifMatch?: string): Tunnel {
+  const current = app.store.tunnels.find(id);
+  if (!current) throw notFound('tunnel', id);
+  checkIfMatch(ifMatch, current.version);
+  const errors = tunnelReferenceErrors(app, body);
+  if (errors.length > 0) throw validationFailed(errors);
+  const users = app.store.rules.idsOfTunnel(id);
+  // Where the rules' connections leave for their targets is theirs to decide: moving it is editing them.
+  if (body.exit_node_id !== current.exit_node_id && users.length > 0)
+    change.requireScope(
+      'rules:write',
+      `moving the exit of tunnel ${id} changes where its ${users.length} rule(s) reach their targets from`,
+    );
+  if (body.entry_node_id !== current.entry_node_id && users.length > 0) {
+    throw new DomainError(
+      'conflict',
+      `tunnel ${id} carries rules on node ${current.entry_node_id}; move or delete them before changing its ` +
+        `entry node`,
+      { data: { rule_ids: users } },
+    );
+  }
+  const fields: TunnelFields = {
+    name: body.name,
+    entry_node_id: body.entry_node_id,
+    exit_node_id: body.exit_node_id,
+    transport: body.transport,
+    listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
+  };
+  let updated = app.store.tunnels.update(id, fields, app.timestamp());
+  // A port given is the giver's to keep; one picked (now, or before and kept) the master may move if it is taken.
+  if (body.listen_port !== null || fields.listen_port !== current.listen_port)
+    app.store.tunnels.setPortPicked(id, body.listen_port === null);
+  const moved = fields.entry_node_id !== current.entry_node_id || fields.exit_node_id !== current.exit_node_id;
+  // Keys go with the nodes they were issued to: a tunnel between other nodes gets new ones.
+  if (moved) {
+    app.store.tunnels.setKeys(
+      id,
+      issueTunnelKeys(id, (key) => app.box.seal(key)),
+    );
+    updated = app.store.tunnels.find(id)!;
+  }
+  // Its rules are to be applied again where the tunnel now ends or listens.
+  if (moved || fields.listen_port !== current.listen_port)
+    for (const ruleId of users) app.store.rules.markPending(ruleId);
+  for (const nodeId of [current.entry_node_id, current.exit_node_id, updated.entry_node_id, updated.exit_node_id])
+    change.touchNode(nodeId);
+  change.audit({
+    resource: 'tunnel',
+    resource_id: id,
+    changes: diff<TunnelFields>(current, fields, Object.keys(fields) as (keyof TunnelFields)[]),
+  });
+  return updated;
+}
+
+/** Inside a transaction. Without `cascade`, a tunnel rules still use is a `conflict`. */
+export function removeTunnel(app: WriteDeps, change: Change, id: number, cascade: boolean, ifMatch?: string): void {
+  const tunnel = app.store.tunnels.find(id);
+  if (!tunnel) throw notFound('tunnel', id);
+  checkIfMatch(ifMatch, tunnel.version);
+  const ruleIds = app.store.rules.idsOfTunnel(id);
+  if (ruleIds.length > 0 && !cascade) {
+    throw new DomainError(
+      'conflict',
+      `tunnel ${id} is used by ${ruleIds.length} rule(s); delete them first or pass ?cascade=true`,
+      { data: { rule_ids: ruleIds } },
+    );
+  }
+  if (ruleIds.length > 0) change.requireScope('rules:write', `deleting tunnel ${id} deletes ${ruleIds.length} rule(s)`);
+  cascadeRules(app, change, ruleIds, { tunnel: id });
+  app.store.tunnels.delete(id);
+  change.touchNode(tunnel.entry_node_id);
+  change.touchNode(tunnel.exit_node_id);
+  change.audit({ action: 'tunnel.delete', resource: 'tunnel', resource_id: id, changes: { before: tunnel } });
+}
