@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/maintenance.ts';
+import { maintain } from '../internal/service/maintenance.ts';
 import { assertProblem, call, mintToken, startMaster } from './helpers.ts';
 
 test('audit entries carry who, what, where and the request id, newest first', async (t) => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/maintenance.ts';
+import { maintain } from '../internal/service/maintenance.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster } from './helpers.ts';
 
 test('the dashboard counts every resource by state and shows license usage', async (t) => {

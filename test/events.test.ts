@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { request, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/maintenance.ts';
+import { maintain } from '../internal/service/maintenance.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, login, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { start, type Master } from '../cmd/master/start.ts';
-import { rolledUp } from '../cmd/master/maintenance.ts';
+import { rolledUp } from '../internal/service/maintenance.ts';
 import type { Scope } from '../internal/auth/scopes.ts';
 import { silentLogger, type Logger } from '../internal/log/log.ts';
 import { controlDefaults } from '../internal/domain/rules.ts';

@@ -3,7 +3,7 @@ import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/maintenance.ts';
+import { maintain } from '../internal/service/maintenance.ts';
 import { migrations } from '../internal/store/migrations.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
-import { maintain } from '../cmd/master/maintenance.ts';
+import { maintain } from '../internal/service/maintenance.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { parseNetDev } from '../internal/agent/vitals.ts';
 import { nodeOf, startAgent } from './agents.ts';

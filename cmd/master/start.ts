@@ -19,7 +19,7 @@ import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/service/rules.ts';
-import { licenseWatch } from '../../internal/api/license.ts';
+import { licenseWatch } from '../../internal/service/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { issueTunnelKeys } from '../../internal/tunnel/keys.ts';
@@ -36,7 +36,7 @@ import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
 import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker } from './workers.ts';
-import { maintain, rolledUp } from './maintenance.ts';
+import { maintain, rolledUp } from '../../internal/service/maintenance.ts';
 
 export interface Master {
   url: string;

@@ -1,12 +1,12 @@
 // Login sessions: log in with a password for a bearer token of limited life, ask who you
 // are, change your own password, end your other sessions, log out.
 
-import { decoyHash, hashPassword, hashSecret, MIN_PASSWORD, newSecret, verifyPassword } from '../auth/secrets.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { MIN_PASSWORD } from '../auth/secrets.ts';
+import { DomainError } from '../errors/errors.ts';
 import { object, secret, string, type Infer } from '../schema/schema.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
 import { type Ctx, noContent, ok, operation, operations } from './route.ts';
-import { actingAs, transact } from '../service/write.ts';
+import { closeSession, endSessionsBut, openSession, replacePassword } from '../service/sessions.ts';
 
 export const loginInput = object(
   {
@@ -48,65 +48,8 @@ const whoAmI = record('WhoAmI', {
   },
 });
 
-function sanitizeName(name: string): string {
-  return name.replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
-}
-
 async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
-  const { app, body, ip } = ctx;
-  const limits = {
-    maxPerUser: app.settings.get('login_max_failures'),
-    maxPerAddress: app.settings.get('login_max_failures_per_address'),
-    windowMs: app.settings.get('login_window_seconds') * 1000,
-  };
-  const attempt = app.throttle.begin(body.username, ip, limits);
-  if (typeof attempt === 'number') {
-    throw new DomainError('rate_limited', 'too many failed logins; wait before trying again', {
-      retryAfterSeconds: attempt / 1000,
-    });
-  }
-  const user = app.store.users.findWithHash(body.username);
-  let matches: boolean;
-  try {
-    matches = await verifyPassword(body.password, user?.password_hash ?? (await decoyHash()));
-  } catch (error) {
-    attempt.abandoned();
-    throw error;
-  }
-  if (!user || !matches || user.disabled) {
-    app.metrics.loginFailures.inc();
-    // Recorded as the name that was tried: there is no user to name.
-    await transact(app, actingAs(ctx, { ...ctx.actor, actor_name: sanitizeName(body.username) }), (change) =>
-      change.failed({ resource: 'session', resource_id: null }),
-    );
-    throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
-  }
-  attempt.succeeded();
-  const secret = newSecret('session');
-  const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
-  // From here the caller is known: the user who logged in.
-  const actor = {
-    actor_type: 'user' as const,
-    actor_id: user.id,
-    actor_name: user.username,
-    ip,
-    request_id: ctx.requestId,
-  };
-  const session = await transact(app, actingAs(ctx, actor), (change) => {
-    const token = app.store.tokens.insert(
-      {
-        kind: 'session',
-        name: 'login',
-        user_id: user.id,
-        scopes: user.scopes,
-        secret_hash: hashSecret(secret),
-        expires_at: expiresAt,
-      },
-      app.timestamp(),
-    );
-    change.audit({ resource: 'session', resource_id: token.id });
-    return token;
-  });
+  const { secret, session, user } = await openSession(ctx.app, ctx, ctx.body, ctx.ip);
   return ok({
     token: secret,
     expires_at: session.expires_at,
@@ -137,54 +80,13 @@ const passwordChangeInput = object(
   { name: 'PasswordChange' },
 );
 
-/**
- * The caller's own password, changed with the current one: a stolen session alone cannot lock its user out. Wrong
- * guesses count as failed logins of the user (and are throttled as they are). The user's other login sessions end.
- */
-async function changePassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
-  const { app, body, caller, ip } = ctx;
-  const user = app.store.users.findWithHash(caller.username);
-  if (!user) throw new DomainError('unauthorized', 'the user of this token no longer exists');
-  const attempt = app.throttle.begin(user.username, ip, {
-    maxPerUser: app.settings.get('login_max_failures'),
-    maxPerAddress: app.settings.get('login_max_failures_per_address'),
-    windowMs: app.settings.get('login_window_seconds') * 1000,
-  });
-  if (typeof attempt === 'number')
-    throw new DomainError('rate_limited', 'too many wrong passwords; wait before trying again', {
-      retryAfterSeconds: attempt / 1000,
-    });
-  let matches: boolean;
-  try {
-    matches = await verifyPassword(body.current_password, user.password_hash);
-  } catch (error) {
-    attempt.abandoned();
-    throw error;
-  }
-  if (!matches) {
-    await transact(app, ctx, (change) => change.failed({ resource: 'user', resource_id: user.id }));
-    throw validationFailed([{ pointer: '#/current_password', detail: 'is not the password of this user' }]);
-  }
-  attempt.succeeded();
-  const passwordHash = await hashPassword(body.new_password);
-  const ended = await transact(app, ctx, (change) => {
-    app.store.users.setPassword(user.id, passwordHash, app.timestamp());
-    const sessions = app.store.tokens.endSessionsExcept(user.id, caller.tokenId);
-    change.audit({ resource: 'user', resource_id: user.id, changes: { after: { password: body.new_password } } });
-    return sessions.length;
-  });
-  return ok({ sessions_ended: ended });
+async function putPassword(ctx: Ctx<Infer<typeof passwordChangeInput>, {}>) {
+  const passwords = { current: ctx.body.current_password, next: ctx.body.new_password };
+  return ok({ sessions_ended: await replacePassword(ctx.app, ctx, ctx.caller, ctx.ip, passwords) });
 }
 
-/** Ends the caller's user's login sessions but the calling one: a lost laptop, a shared screen. */
-async function endOtherSessions(ctx: Ctx<undefined, {}>) {
-  const { app, caller } = ctx;
-  const ended = await transact(app, ctx, (change) => {
-    const sessions = app.store.tokens.endSessionsExcept(caller.userId, caller.tokenId);
-    change.audit({ resource: 'user', resource_id: caller.userId, changes: { after: { sessions_ended: sessions } } });
-    return sessions.length;
-  });
-  return ok({ sessions_ended: ended });
+async function endOthers(ctx: Ctx<undefined, {}>) {
+  return ok({ sessions_ended: await endSessionsBut(ctx.app, ctx, ctx.caller) });
 }
 
 const sessionsEnded = record('SessionsEnded', {
@@ -192,14 +94,9 @@ const sessionsEnded = record('SessionsEnded', {
 });
 
 async function logout(ctx: Ctx<undefined, {}>) {
-  const { caller, app } = ctx;
-  if (caller.kind !== 'session') {
+  if (ctx.caller.kind !== 'session')
     throw new DomainError('conflict', 'logout ends login sessions; revoke an API token with DELETE /api/tokens/{id}');
-  }
-  await transact(app, ctx, (change) => {
-    app.store.tokens.delete(caller.tokenId);
-    change.audit({ resource: 'session', resource_id: caller.tokenId });
-  });
+  await closeSession(ctx.app, ctx, ctx.caller);
   return noContent();
 }
 
@@ -237,7 +134,7 @@ export const authOperations = operations({
       "cannot change, nor by guessing wrong lock, its owner's password (403).",
     body: passwordChangeInput,
     responses: { 200: { description: 'Changed', schema: sessionsEnded }, 429: { description: 'Too many wrong' } },
-    handler: changePassword,
+    handler: putPassword,
   }),
   endOtherSessions: operation({
     action: 'auth.logout_others',
@@ -246,7 +143,7 @@ export const authOperations = operations({
       'Every login session of the calling user but the one calling. A login session only: an API token (a ' +
       "script's, perhaps leaked) cannot sign its owner out (403).",
     responses: { 200: { description: 'Ended', schema: sessionsEnded } },
-    handler: endOtherSessions,
+    handler: endOthers,
   }),
   logOut: operation({
     action: 'auth.logout',

@@ -1,22 +1,12 @@
 // The backup, over HTTP: the same archive `master backup` writes, for a remote cron job.
 
-import { backupDataDir } from '../backup/backup.ts';
 import { describe } from '../schema/schema.ts';
 import { type Ctx, operation, operations, type Reply } from './route.ts';
-import { transact } from '../service/write.ts';
+import { takeBackup } from '../service/backup.ts';
 
 async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const { app } = ctx;
-  const archive = await backupDataDir(app.dataDir, new Date(app.now()));
-  // Taking a backup is recorded: it holds everything the data dir does.
-  await transact(app, ctx, (change) =>
-    change.audit({
-      action: 'backup.download',
-      resource: 'backup',
-      resource_id: null,
-      changes: { bytes: archive.length },
-    }),
-  );
+  const archive = await takeBackup(app, ctx);
   const name = `portplane-backup-${app.timestamp().replace(/[-:]/g, '')}.tar`;
   return {
     status: 200,

@@ -1,10 +1,9 @@
 // Schemas and helpers shared by several resources.
 
-import { grantsAll, scopes, type Scope } from '../auth/scopes.ts';
+import { scopes } from '../auth/scopes.ts';
 import { decodeCursor, decodeSortedCursor, sortOf } from '../http/cursor.ts';
 import { textParam } from '../schema/query.ts';
 import type { SortedPage } from '../store/filters.ts';
-import { DomainError } from '../errors/errors.ts';
 import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
 import type { WriteJob } from '../service/write.ts';
 import type { Ctx } from './route.ts';
@@ -95,16 +94,6 @@ export function paging(query: { limit?: number; cursor?: string; count?: boolean
     count: query.count ?? false,
     ...(sorted ? { sorted } : {}),
   };
-}
-
-/**
- * Throws `insufficient_scope` unless the caller holds every one of `scopes`: nobody grants,
- * or manages a user (or that user's tokens) holding, scopes it lacks itself.
- */
-export function requireHolds(caller: { scopes: readonly Scope[] }, scopes: readonly Scope[], what: string): void {
-  if (!grantsAll(caller.scopes, scopes)) {
-    throw new DomainError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
-  }
 }
 
 /** The request's part of a `WriteJob`, for a handler that hands its write to another connection (a worker's). */

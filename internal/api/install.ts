@@ -5,10 +5,9 @@ import { masterUrl } from '../schema/net.ts';
 import { requireMasterDial } from './dial.ts';
 import { boolean, object, optional, type Infer } from '../schema/schema.ts';
 import type { InstallMode } from '../install/installer.ts';
-import { nodeView } from '../service/nodes.ts';
+import { beginInstall, nodeView } from '../service/nodes.ts';
 import { nodeSchema } from './nodes.ts';
 import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
-import { transact } from '../service/write.ts';
 
 const installInput = object(
   {
@@ -38,17 +37,7 @@ function installer(mode: InstallMode) {
     const { app } = ctx;
     const id = idParam(ctx);
     const dial = requireMasterDial(ctx, ctx.body.master_url);
-    const forgetHostKey = ctx.body.forget_host_key;
-    const node = await transact(app, ctx, (change) => {
-      app.installer.markStarted(id, mode);
-      change.audit({
-        resource: 'node',
-        resource_id: id,
-        changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey },
-      });
-      return app.store.nodes.find(id)!;
-    });
-    void app.installer.run(id, mode, dial, forgetHostKey);
+    const node = await beginInstall(app, ctx, id, mode, dial, ctx.body.forget_host_key);
     return { status: 202, body: nodeView(node), headers: { Location: `/api/nodes/${id}` } };
   };
 }

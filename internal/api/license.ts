@@ -1,6 +1,5 @@
 // The license, read only: what it allows and whether it is in force.
 
-import type { App } from './app.ts';
 import { nullableTimestamp, record } from './common.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
 
@@ -24,23 +23,6 @@ const licenseSchema = record('License', {
   issued_at: nullableTimestamp,
   expires_at: nullableTimestamp,
 });
-
-/**
- * A clock's check of the license: once its status changes (it expires, or its not_before comes), a license.changed
- * event tells event streams, with the status before and after. The first call only notes the status.
- */
-export function licenseWatch(app: App): () => void {
-  let last = app.licenseView().status;
-  return () => {
-    const now = app.licenseView().status;
-    if (now === last || app.store.db.writesHeld) return;
-    const before = last;
-    last = now;
-    app.store.write(() =>
-      app.store.events.append('license.changed', 'license', null, { before, after: now }, app.timestamp()),
-    );
-  };
-}
 
 function getLicense(ctx: Ctx<undefined, {}>) {
   return ok(ctx.app.licenseView());

@@ -3,20 +3,12 @@
 // under the same target restrictions as rules, and the master answers what it said. Bounded in count and time, and
 // audited with what was found.
 
-import { DomainError, validationFailed, notFound } from '../errors/errors.ts';
-import { MAX_PROBE_TARGETS, probeProtocols, type ProbeResult } from '../domain/link.ts';
-import { targetRefusal } from '../domain/rules.ts';
-import { parseTarget, target } from '../schema/net.ts';
+import { MAX_PROBE_TARGETS, probeProtocols } from '../domain/link.ts';
+import { target } from '../schema/net.ts';
 import { object, oneOf, optional } from '../schema/schema.ts';
-import type { App } from './app.ts';
+import { checkTargets, PROBE_TIMEOUT_MS, probeTarget } from '../service/probe.ts';
 import { record } from './common.ts';
 import { type Ctx, idParam, ok, operation, operations, type Reply } from './route.ts';
-import { transact } from '../service/write.ts';
-
-/** How long a node tries each target (all at once). */
-const PROBE_TIMEOUT_MS = 3000;
-/** How long the master waits for the node's answer beyond that. */
-const ANSWER_GRACE_MS = 2000;
 
 const probeSchema = record(
   'ProbeAnswer',
@@ -49,33 +41,6 @@ const probeSchema = record(
   'What the node found, a result per target in order.',
 );
 
-/** Asks `nodeId` to try `targets`; throws `conflict` when the node is offline, `bad_gateway` when it did not answer. */
-async function probeFrom(app: App, nodeId: number, protocol: 'tcp' | 'udp', targets: string[]) {
-  const results: ProbeResult[] | null = await app.sync.probe(
-    nodeId,
-    { protocol, targets, timeout_ms: PROBE_TIMEOUT_MS },
-    PROBE_TIMEOUT_MS + ANSWER_GRACE_MS,
-  );
-  if (results) return { node_id: nodeId, protocol, checked_at: app.timestamp(), results };
-  if (!app.sync.isConnected(nodeId))
-    throw new DomainError('conflict', `node ${nodeId} is offline: its agent must be linked to try anything`);
-  throw new DomainError('bad_gateway', `node ${nodeId} did not answer within ${PROBE_TIMEOUT_MS + ANSWER_GRACE_MS} ms`);
-}
-
-async function checkRule(ctx: Ctx<undefined, {}>): Promise<Reply> {
-  const id = idParam(ctx);
-  const rule = ctx.app.store.rules.find(id);
-  if (!rule) throw notFound('rule', id);
-  // Through a tunnel, the exit node dials the targets.
-  const nodeId =
-    rule.tunnel_id === null ? rule.node_id : (ctx.app.store.tunnels.find(rule.tunnel_id)?.exit_node_id ?? rule.node_id);
-  const answer = await probeFrom(ctx.app, nodeId, rule.protocol === 'udp' ? 'udp' : 'tcp', rule.targets);
-  await transact(ctx.app, ctx, (change) =>
-    change.audit({ action: 'rule.check', resource: 'rule', resource_id: id, changes: { after: answer } }),
-  );
-  return ok({ rule_id: id, ...answer });
-}
-
 const probeInput = object(
   {
     target: target(),
@@ -84,17 +49,13 @@ const probeInput = object(
   { name: 'ProbeInput' },
 );
 
-async function probeNode(ctx: Ctx<{ target: string; protocol: 'tcp' | 'udp' }, {}>): Promise<Reply> {
+async function checkRuleAnswer(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const id = idParam(ctx);
-  const node = ctx.app.store.nodes.find(id);
-  if (!node) throw notFound('node', id);
-  const refusal = targetRefusal(parseTarget(ctx.body.target)!.host, node.host, ctx.app.targetPolicy());
-  if (refusal) throw validationFailed([{ pointer: '#/target', detail: refusal }]);
-  const answer = await probeFrom(ctx.app, id, ctx.body.protocol, [ctx.body.target]);
-  await transact(ctx.app, ctx, (change) =>
-    change.audit({ action: 'node.probe', resource: 'node', resource_id: id, changes: { after: answer } }),
-  );
-  return ok(answer);
+  return ok({ rule_id: id, ...(await checkTargets(ctx.app, ctx, id)) });
+}
+
+async function probeNodeAnswer(ctx: Ctx<{ target: string; protocol: 'tcp' | 'udp' }, {}>): Promise<Reply> {
+  return ok(await probeTarget(ctx.app, ctx, idParam(ctx), ctx.body.target, ctx.body.protocol));
 }
 
 export const probeOperations = operations({
@@ -106,7 +67,7 @@ export const probeOperations = operations({
       `target restrictions: a TCP connect, or for a UDP rule a datagram and whether anything (or an ICMP error) ` +
       `comes back; each within ${PROBE_TIMEOUT_MS} ms. 409 when the node is offline, 502 when it does not answer.`,
     responses: { 200: { description: 'What the node found', schema: probeSchema } },
-    handler: checkRule,
+    handler: checkRuleAnswer,
   }),
   probeNode: operation({
     action: 'node.probe',
@@ -116,6 +77,6 @@ export const probeOperations = operations({
       '(422 otherwise: the node itself, its link, the master, unless allow_local_targets).',
     body: probeInput,
     responses: { 200: { description: 'What the node found', schema: probeSchema } },
-    handler: probeNode,
+    handler: probeNodeAnswer,
   }),
 });

@@ -1,29 +1,16 @@
 // API tokens: named bearer secrets with chosen scopes and an optional expiry, owned by the
 // user who made them. The secret is shown once; only its hash is kept.
 
-import { grants, scopes, type Scope } from '../auth/scopes.ts';
-import { hashSecret, newSecret } from '../auth/secrets.ts';
-import { etagOf, checkIfMatch } from '../http/etag.ts';
+import { scopes } from '../auth/scopes.ts';
+import { etagOf } from '../http/etag.ts';
 import { pageJson } from '../http/cursor.ts';
-import { DomainError, validationFailed, notFound } from '../errors/errors.ts';
+import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
+import { issueToken, revokeToken, TOKEN_VERSION } from '../service/tokens.ts';
 import { shownToken, TOKEN_SORTS } from '../store/tokens.ts';
-import {
-  nullableTimestamp,
-  pageSchema,
-  paging,
-  record,
-  requireHolds,
-  scopeList,
-  sortParam,
-  timestamp,
-} from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
-import { transact } from '../service/write.ts';
-
-// Tokens never change, so their version is always 1.
-const TOKEN_VERSION = 1;
 
 export const tokenInput = object(
   {
@@ -80,54 +67,16 @@ function getToken(ctx: Ctx<undefined, {}>) {
   return ok(shownToken(token), { ETag: etagOf(TOKEN_VERSION) });
 }
 
-async function createToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
-  const { app, body, caller } = ctx;
-  const ungrantable = body.scopes.filter((scope: Scope) => !grants(caller.scopes, scope));
-  if (ungrantable.length > 0) {
-    throw new DomainError('insufficient_scope', `you cannot grant scopes you do not hold: ${ungrantable.join(', ')}`);
-  }
-  if (body.expires_at !== null && body.expires_at <= app.timestamp()) {
-    throw validationFailed([{ pointer: '#/expires_at', detail: 'must be in the future' }]);
-  }
-  const secret = newSecret('api');
-  const token = await transact(app, ctx, (change) => {
-    const inserted = app.store.tokens.insert(
-      {
-        kind: 'api',
-        name: body.name,
-        user_id: caller.userId,
-        scopes: body.scopes,
-        secret_hash: hashSecret(secret),
-        expires_at: body.expires_at,
-      },
-      app.timestamp(),
-    );
-    change.audit({ resource: 'token', resource_id: inserted.id, changes: { after: shownToken(inserted) } });
-    return inserted;
-  });
+async function postToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
+  const { token, secret } = await issueToken(ctx.app, ctx, ctx.caller.userId, ctx.body);
   return created(
     { ...shownToken(token), token: secret },
     { Location: `/api/tokens/${token.id}`, ETag: etagOf(TOKEN_VERSION) },
   );
 }
 
-async function deleteToken(ctx: Ctx<undefined, {}>) {
-  const { app } = ctx;
-  const id = idParam(ctx);
-  await transact(app, ctx, (change) => {
-    const token = app.store.tokens.find(id);
-    if (!token) throw notFound('token', id);
-    checkIfMatch(ctx.headers['if-match'], TOKEN_VERSION);
-    // A token may always revoke itself; any other only if the caller holds every scope of its owner.
-    if (id !== ctx.caller.tokenId)
-      requireHolds(
-        ctx.caller,
-        app.store.users.find(token.created_by.id)?.scopes ?? [],
-        `cannot revoke a token of ${token.created_by.username}`,
-      );
-    app.store.tokens.delete(id);
-    change.audit({ resource: 'token', resource_id: id, changes: { before: shownToken(token) } });
-  });
+async function deleteTokenById(ctx: Ctx<undefined, {}>) {
+  await revokeToken(ctx.app, ctx, ctx.caller.tokenId, idParam(ctx), ctx.headers['if-match']);
   return noContent();
 }
 
@@ -149,7 +98,7 @@ export const tokenOperations = operations({
       201: { description: 'Issued', schema: tokenCreatedSchema },
       403: { description: 'A requested scope is not held by the caller' },
     },
-    handler: createToken,
+    handler: postToken,
   }),
   getToken: operation({
     summary: 'Show one API token',
@@ -166,6 +115,6 @@ export const tokenOperations = operations({
       204: { description: 'Revoked' },
       403: { description: "The token's owner holds scopes the caller lacks" },
     },
-    handler: deleteToken,
+    handler: deleteTokenById,
   }),
 });

@@ -2,16 +2,16 @@
 // can only change users whose scopes it holds, so users:write never escalates to `*`; the
 // last enabled holder of `*` cannot be removed, disabled or stripped of it.
 
-import { hashPassword, MIN_PASSWORD } from '../auth/secrets.ts';
+import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
-import { checkIfMatch, etagOf } from '../http/etag.ts';
-import { DomainError, notFound } from '../errors/errors.ts';
+import { etagOf } from '../http/etag.ts';
+import { notFound } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
-import { USER_SORTS, type User } from '../store/users.ts';
-import { pageSchema, paging, record, requireHolds, scopeList, sortParam, timestamp } from './common.ts';
+import { USER_SORTS } from '../store/users.ts';
+import { pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
-import { diff, transact } from '../service/write.ts';
+import { createUser, removeUser, updateUser } from '../service/users.ts';
 
 const username = string({
   min: 1,
@@ -79,67 +79,18 @@ function getUser(ctx: Ctx<undefined, {}>) {
   return ok(user, { ETag: etagOf(user.version) });
 }
 
-async function createUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
-  const { app, body, caller } = ctx;
-  requireHolds(caller, body.scopes, 'cannot create this user');
-  const passwordHash = await hashPassword(body.password);
-  const user = await transact(app, ctx, (change) => {
-    const inserted = app.store.users.insert({ ...body, password_hash: passwordHash }, app.timestamp());
-    change.audit({
-      resource: 'user',
-      resource_id: inserted.id,
-      changes: { after: { ...inserted, password: body.password } },
-    });
-    return inserted;
-  });
+async function postUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
+  const user = await createUser(ctx.app, ctx, ctx.body);
   return created(user, { Location: `/api/users/${user.id}`, ETag: etagOf(user.version) });
 }
 
-/** Refuses a change that would leave no enabled user holding `*`. */
-function keepASuperuser(ctx: Ctx<unknown, unknown>, user: User, remains: boolean): void {
-  if (user.scopes.includes('*') && !user.disabled && !remains && ctx.app.store.users.otherSuperusers(user.id) === 0) {
-    throw new DomainError(
-      'conflict',
-      `${user.username} is the last enabled user holding *; give * to another user first`,
-    );
-  }
-}
-
-async function updateUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
-  const { app, body, caller } = ctx;
-  const id = idParam(ctx);
-  requireHolds(caller, body.scopes, 'cannot give these scopes');
-  // Hashing is slow and async, so it happens before the (synchronous) transaction.
-  const passwordHash = body.password === undefined ? null : await hashPassword(body.password);
-  const user = await transact(app, ctx, (change) => {
-    const current = app.store.users.find(id);
-    if (!current) throw notFound('user', id);
-    checkIfMatch(ctx.headers['if-match'], current.version);
-    requireHolds(caller, current.scopes, `cannot change ${current.username}`);
-    keepASuperuser(ctx, current, body.scopes.includes('*') && !body.disabled);
-    const updated = app.store.users.update(id, { ...body, password_hash: passwordHash }, app.timestamp());
-    if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
-    else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
-    const changes = diff(current, updated, ['username', 'scopes', 'disabled']);
-    if (passwordHash !== null) Object.assign(changes.after, { password: body.password });
-    change.audit({ resource: 'user', resource_id: id, changes });
-    return updated;
-  });
+async function putUser(ctx: Ctx<Infer<typeof userUpdateInput>, {}>) {
+  const user = await updateUser(ctx.app, ctx, idParam(ctx), ctx.body, ctx.headers['if-match']);
   return ok(user, { ETag: etagOf(user.version) });
 }
 
-async function deleteUser(ctx: Ctx<undefined, {}>) {
-  const { app, caller } = ctx;
-  const id = idParam(ctx);
-  await transact(app, ctx, (change) => {
-    const current = app.store.users.find(id);
-    if (!current) throw notFound('user', id);
-    checkIfMatch(ctx.headers['if-match'], current.version);
-    requireHolds(caller, current.scopes, `cannot delete ${current.username}`);
-    keepASuperuser(ctx, current, false);
-    app.store.users.delete(id);
-    change.audit({ resource: 'user', resource_id: id, changes: { before: current } });
-  });
+async function deleteUserById(ctx: Ctx<undefined, {}>) {
+  await removeUser(ctx.app, ctx, idParam(ctx), ctx.headers['if-match']);
   return noContent();
 }
 
@@ -156,7 +107,7 @@ export const userOperations = operations({
     description: `Passwords need at least ${MIN_PASSWORD} characters. The caller can only give scopes it holds (403).`,
     body: userCreateInput,
     responses: { 201: { description: 'Created', schema: userSchema }, 409: { description: 'The username is taken' } },
-    handler: createUser,
+    handler: postUser,
   }),
   getUser: operation({
     summary: 'Show a user',
@@ -175,12 +126,12 @@ export const userOperations = operations({
       200: { description: 'Updated', schema: userSchema },
       409: { description: 'Username taken, or last holder of *' },
     },
-    handler: updateUser,
+    handler: putUser,
   }),
   deleteUser: operation({
     action: 'user.delete',
     summary: 'Delete a user, its sessions and its API tokens',
     responses: { 204: { description: 'Deleted' }, 409: { description: 'The last enabled holder of *' } },
-    handler: deleteUser,
+    handler: deleteUserById,
   }),
 });

@@ -4,9 +4,11 @@
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
+import type { MasterDial } from '../install/agent-env.ts';
+import type { Installer, InstallMode } from '../install/installer.ts';
 import type { Node, NodeFields, SshSecret } from '../store/nodes.ts';
 import { cascadeRules } from './rules.ts';
-import { diff, type Change, type WriteDeps } from './write.ts';
+import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** A node as written: its fields, and an SSH credential (absent: keep the stored one; null: remove it). */
 export interface NodeInput extends NodeFields {
@@ -143,4 +145,30 @@ export function removeNode(app: WriteDeps, change: Change, id: number, cascade: 
   change.touchNode(id);
   store.nodes.delete(id);
   change.audit({ action: 'node.delete', resource: 'node', resource_id: id, changes: { before: nodeView(node) } });
+}
+
+/**
+ * Starts an install (or reinstall) of node `id`'s agent over SSH, audited with where its agent will dial: marks the
+ * node installing once committed, then runs it in the background. Returns the node as it is then. Throws `not_found`,
+ * `conflict` (an install already running, or an agent already installed for an install).
+ */
+export async function beginInstall(
+  app: Committer & { installer: Installer },
+  requester: Requester,
+  id: number,
+  mode: InstallMode,
+  dial: MasterDial,
+  forgetHostKey: boolean,
+): Promise<Node> {
+  const node = await transact(app, requester, (change) => {
+    app.installer.markStarted(id, mode);
+    change.audit({
+      resource: 'node',
+      resource_id: id,
+      changes: { master_url: dial.masterUrl, master_pin: dial.pin, forget_host_key: forgetHostKey },
+    });
+    return app.store.nodes.find(id)!;
+  });
+  void app.installer.run(id, mode, dial, forgetHostKey);
+  return node;
 }

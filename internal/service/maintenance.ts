@@ -1,8 +1,24 @@
 // The master's housekeeping: what has aged out is pruned, traffic and vitals are rolled up into coarser history
 // (internal/store/history.ts), and the space this frees is given back to the file system.
 
-import type { App } from '../../internal/api/app.ts';
-import type { Retention } from '../../internal/store/history.ts';
+import type { Logger } from '../log/log.ts';
+import type { Settings } from '../settings/settings.ts';
+import type { Retention } from '../store/history.ts';
+import type { Store } from '../store/store.ts';
+
+/** What housekeeping needs of the master: its data, settings, log and clock, and what it keeps in memory. */
+export interface Housekeeping {
+  store: Store;
+  settings: Settings;
+  log: Logger;
+  now(): number;
+  timestamp(offsetMs?: number): string;
+  /** Stops a roll-up between its steps. */
+  readonly draining: boolean;
+  /** In-memory records that age out: failed logins, write budgets. */
+  throttle: { sweep(windowMs: number): void };
+  budget: { sweep(seconds: number): void };
+}
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -10,13 +26,13 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 const PAGES_PER_STEP = 32;
 
 /** The roll-up under way, per master: one at a time. */
-const rollUps = new WeakMap<App, Promise<void>>();
+const rollUps = new WeakMap<Housekeeping, Promise<void>>();
 
 /**
  * Prunes what has aged out (audit entries and events, expired credentials, idempotency records) and starts rolling
  * traffic and vitals up, unless a roll-up is already under way. Resolves when the roll-up is done.
  */
-export function maintain(app: App): Promise<void> {
+export function maintain(app: Housekeeping): Promise<void> {
   const { store, settings } = app;
   const { audit, events, credentials, idempotency } = store.write(() => ({
     audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
@@ -38,12 +54,12 @@ export function maintain(app: App): Promise<void> {
 }
 
 /** Resolves once the roll-up under way, if any, has stopped (it stops between steps while the master drains). */
-export function rolledUp(app: App): Promise<void> {
+export function rolledUp(app: Housekeeping): Promise<void> {
   return rollUps.get(app)?.catch(() => undefined) ?? Promise.resolve();
 }
 
 /** How long traffic and vitals keep each resolution, from the settings. */
-export function historyRetention(app: App): Retention {
+export function historyRetention(app: Housekeeping): Retention {
   return {
     minutes: app.settings.get('history_minutes_hours') * 3600,
     hours: app.settings.get('history_hours_days') * 86_400,
@@ -58,7 +74,7 @@ export function historyRetention(app: App): Retention {
  * for the checkpoint thread to have put it on disk (copied and synced), so that no live write's commit, which syncs
  * the log, pays for the roll-up's pages (reads' p99 during a roll-up: 4.5 ms against 3.4 idle, 34 ms without).
  */
-async function rollUp(app: App): Promise<void> {
+async function rollUp(app: Housekeeping): Promise<void> {
   const { store } = app;
   const started = performance.now();
   let steps = 0;

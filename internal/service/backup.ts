@@ -1,0 +1,22 @@
+// A backup taken for a caller: the same archive `master backup` writes, recorded in the audit log, since it holds
+// everything the data dir does.
+
+import { backupDataDir } from '../backup/backup.ts';
+import { transact, type Committer, type Requester } from './write.ts';
+
+/** The backup of the master's data dir, as a tar archive, audited with its size. */
+export async function takeBackup(
+  app: Committer & { dataDir: string; now(): number },
+  requester: Requester,
+): Promise<Buffer> {
+  const archive = await backupDataDir(app.dataDir, new Date(app.now()));
+  await transact(app, requester, (change) =>
+    change.audit({
+      action: 'backup.download',
+      resource: 'backup',
+      resource_id: null,
+      changes: { bytes: archive.length },
+    }),
+  );
+  return archive;
+}

@@ -1,0 +1,147 @@
+// Login sessions' operations: open one with a password, change one's own password, end one's other sessions, close
+// one. Failed passwords are throttled per user and per address, and audited as failed.
+
+import { decoyHash, hashPassword, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
+import type { LoginThrottle } from '../auth/throttle.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
+import type { Actor } from '../store/audit.ts';
+import type { Token } from '../store/tokens.ts';
+import type { User } from '../store/users.ts';
+import { actingAs, transact, type Committer, type Requester } from './write.ts';
+
+/** What sessions need besides the write path: the record of failed logins. */
+export interface SessionDeps extends Committer {
+  throttle: LoginThrottle;
+  /** The clock, `offsetMs` ahead: when a session opened now expires. */
+  timestamp(offsetMs?: number): string;
+}
+
+/** The caller whose own account is changed: its user and the session it calls with. */
+export interface Own {
+  userId: number;
+  username: string;
+  tokenId: number;
+}
+
+function sanitizeName(name: string): string {
+  return name.replace(/[^\x20-\x7e]/g, '?').slice(0, 64);
+}
+
+/** Throws `rate_limited` (`what` says for what) while `username` or `ip` has failed too often lately. */
+function beginAttempt(app: SessionDeps, username: string, ip: string, what: string) {
+  const attempt = app.throttle.begin(username, ip, {
+    maxPerUser: app.settings.get('login_max_failures'),
+    maxPerAddress: app.settings.get('login_max_failures_per_address'),
+    windowMs: app.settings.get('login_window_seconds') * 1000,
+  });
+  if (typeof attempt === 'number')
+    throw new DomainError('rate_limited', `too many ${what}; wait before trying again`, {
+      retryAfterSeconds: attempt / 1000,
+    });
+  return attempt;
+}
+
+/**
+ * Opens a login session for `username` with `password`, from `ip`: its secret (which nothing keeps), the session and
+ * its user. A failure is audited as the name tried, and throws `unauthorized`; too many, `rate_limited`.
+ */
+export async function openSession(
+  app: SessionDeps,
+  requester: Requester,
+  credentials: { username: string; password: string },
+  ip: string,
+): Promise<{ secret: string; session: Token; user: User }> {
+  const attempt = beginAttempt(app, credentials.username, ip, 'failed logins');
+  const user = app.store.users.findWithHash(credentials.username);
+  let matches: boolean;
+  try {
+    matches = await verifyPassword(credentials.password, user?.password_hash ?? (await decoyHash()));
+  } catch (error) {
+    attempt.abandoned();
+    throw error;
+  }
+  if (!user || !matches || user.disabled) {
+    app.metrics.loginFailures.inc();
+    // Recorded as the name that was tried: there is no user to name.
+    const tried = { ...requester.actor, actor_name: sanitizeName(credentials.username) };
+    await transact(app, actingAs(requester, tried), (change) =>
+      change.failed({ resource: 'session', resource_id: null }),
+    );
+    throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
+  }
+  attempt.succeeded();
+  const secret = newSecret('session');
+  const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
+  // From here the caller is known: the user who logged in.
+  const actor: Actor = { ...requester.actor, actor_type: 'user', actor_id: user.id, actor_name: user.username };
+  const session = await transact(app, actingAs(requester, actor), (change) => {
+    const token = app.store.tokens.insert(
+      {
+        kind: 'session',
+        name: 'login',
+        user_id: user.id,
+        scopes: user.scopes,
+        secret_hash: hashSecret(secret),
+        expires_at: expiresAt,
+      },
+      app.timestamp(),
+    );
+    change.audit({ resource: 'session', resource_id: token.id });
+    return token;
+  });
+  const { password_hash: _, ...shown } = user;
+  return { secret, session, user: shown };
+}
+
+/**
+ * The caller's own password, changed with the current one: a stolen session alone cannot lock its user out. Wrong
+ * guesses count as failed logins of the user (throttled as they are), and throw `validation_failed`. The user's other
+ * login sessions end; returns how many.
+ */
+export async function replacePassword(
+  app: SessionDeps,
+  requester: Requester,
+  own: Own,
+  ip: string,
+  passwords: { current: string; next: string },
+): Promise<number> {
+  const user = app.store.users.findWithHash(own.username);
+  if (!user) throw new DomainError('unauthorized', 'the user of this token no longer exists');
+  const attempt = beginAttempt(app, user.username, ip, 'wrong passwords');
+  let matches: boolean;
+  try {
+    matches = await verifyPassword(passwords.current, user.password_hash);
+  } catch (error) {
+    attempt.abandoned();
+    throw error;
+  }
+  if (!matches) {
+    await transact(app, requester, (change) => change.failed({ resource: 'user', resource_id: user.id }));
+    throw validationFailed([{ pointer: '#/current_password', detail: 'is not the password of this user' }]);
+  }
+  attempt.succeeded();
+  const passwordHash = await hashPassword(passwords.next);
+  return transact(app, requester, (change) => {
+    app.store.users.setPassword(user.id, passwordHash, app.timestamp());
+    const sessions = app.store.tokens.endSessionsExcept(user.id, own.tokenId);
+    change.audit({ resource: 'user', resource_id: user.id, changes: { after: { password: passwords.next } } });
+    return sessions.length;
+  });
+}
+
+/** Ends the caller's user's login sessions but the calling one (a lost laptop, a shared screen); returns how many. */
+export function endSessionsBut(app: Committer, requester: Requester, own: Own): Promise<number> {
+  return transact(app, requester, (change) => {
+    const sessions = app.store.tokens.endSessionsExcept(own.userId, own.tokenId);
+    change.audit({ resource: 'user', resource_id: own.userId, changes: { after: { sessions_ended: sessions } } });
+    return sessions.length;
+  });
+}
+
+/** Ends the calling login session. */
+export async function closeSession(app: Committer, requester: Requester, own: Own): Promise<void> {
+  await transact(app, requester, (change) => {
+    app.store.tokens.delete(own.tokenId);
+    change.audit({ resource: 'session', resource_id: own.tokenId });
+  });
+}

@@ -1,0 +1,97 @@
+// Users' operations. A caller manages only users whose scopes it holds itself, and gives only scopes it holds; the
+// last enabled holder of * stays one. Disabling a user ends its sessions and revokes its API tokens; a new password
+// ends its sessions.
+
+import { grantsAll, type Scope } from '../auth/scopes.ts';
+import { hashPassword } from '../auth/secrets.ts';
+import { DomainError, notFound } from '../errors/errors.ts';
+import { checkIfMatch } from '../http/etag.ts';
+import type { User } from '../store/users.ts';
+import { diff, transact, type Committer, type Requester, type WriteDeps } from './write.ts';
+
+/** A user as written: `password` absent on an update keeps the current one. */
+export interface UserInput {
+  username: string;
+  password?: string;
+  scopes: Scope[];
+  disabled: boolean;
+}
+
+/** Throws `insufficient_scope` (`what` says for what) unless `caller` holds every one of `scopes`. */
+export function requireHolds(caller: { scopes: readonly Scope[] }, scopes: readonly Scope[], what: string): void {
+  if (!grantsAll(caller.scopes, scopes))
+    throw new DomainError('insufficient_scope', `${what}: you can only grant or manage scopes you hold yourself`);
+}
+
+/** Throws `conflict` for a change that would leave no enabled user holding `*` (`remains`: `user` still would). */
+function keepASuperuser(app: WriteDeps, user: User, remains: boolean): void {
+  if (user.scopes.includes('*') && !user.disabled && !remains && app.store.users.otherSuperusers(user.id) === 0) {
+    throw new DomainError(
+      'conflict',
+      `${user.username} is the last enabled user holding *; give * to another user first`,
+    );
+  }
+}
+
+/** Creates a user with a password. Throws `insufficient_scope`, `conflict` (the username). */
+export async function createUser(
+  app: Committer,
+  requester: Requester,
+  input: UserInput & { password: string },
+): Promise<User> {
+  requireHolds(requester.caller, input.scopes, 'cannot create this user');
+  const passwordHash = await hashPassword(input.password);
+  return transact(app, requester, (change) => {
+    const inserted = app.store.users.insert({ ...input, password_hash: passwordHash }, app.timestamp());
+    change.audit({
+      resource: 'user',
+      resource_id: inserted.id,
+      changes: { after: { ...inserted, password: input.password } },
+    });
+    return inserted;
+  });
+}
+
+/**
+ * Replaces user `id`. Throws `not_found`, `precondition_failed`, `insufficient_scope` (its scopes or the new ones),
+ * `conflict` (the username, or the last holder of *).
+ */
+export async function updateUser(
+  app: Committer,
+  requester: Requester,
+  id: number,
+  input: UserInput,
+  ifMatch?: string,
+): Promise<User> {
+  requireHolds(requester.caller, input.scopes, 'cannot give these scopes');
+  // Hashing is slow and async, so it happens before the (synchronous) transaction.
+  const passwordHash = input.password === undefined ? null : await hashPassword(input.password);
+  return transact(app, requester, (change) => {
+    const current = app.store.users.find(id);
+    if (!current) throw notFound('user', id);
+    checkIfMatch(ifMatch, current.version);
+    requireHolds(requester.caller, current.scopes, `cannot change ${current.username}`);
+    keepASuperuser(app, current, input.scopes.includes('*') && !input.disabled);
+    const updated = app.store.users.update(id, { ...input, password_hash: passwordHash }, app.timestamp());
+    if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
+    else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
+    const changes = diff(current, updated, ['username', 'scopes', 'disabled']);
+    if (passwordHash !== null) Object.assign(changes.after, { password: input.password });
+    change.audit({ resource: 'user', resource_id: id, changes });
+    return updated;
+  });
+}
+
+/** Deletes user `id` with its sessions and tokens. Throws `not_found`, `precondition_failed`, `insufficient_scope`,
+ * `conflict` (the last holder of *). */
+export async function removeUser(app: Committer, requester: Requester, id: number, ifMatch?: string): Promise<void> {
+  await transact(app, requester, (change) => {
+    const current = app.store.users.find(id);
+    if (!current) throw notFound('user', id);
+    checkIfMatch(ifMatch, current.version);
+    requireHolds(requester.caller, current.scopes, `cannot delete ${current.username}`);
+    keepASuperuser(app, current, false);
+    app.store.users.delete(id);
+    change.audit({ resource: 'user', resource_id: id, changes: { before: current } });
+  });
+}
