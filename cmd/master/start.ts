@@ -16,6 +16,7 @@ import { clearReady, markReady } from '../../internal/runtime/readiness.ts';
 import { Settings } from '../../internal/settings/settings.ts';
 import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
+import { EventStreams } from '../../internal/api/streams.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/service/rules.ts';
@@ -203,6 +204,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         return lifecycle.draining;
       },
     });
+    const events = new EventStreams({ store, sync, log, clock, routes });
     const app = new App({
       store,
       log,
@@ -221,6 +223,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       importer: importInWorker(workerSetup),
       batcher: (job) => batches.run(job),
       exporter: exportInWorker(workerSetup),
+      events,
     });
     addGauges(app);
     const view = app.licenseView();
@@ -230,7 +233,6 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       problem: view.problem,
     });
     const dispatch = createDispatcher(app, routes);
-    app.events.useRoutes(routes);
     const serveConsole = consoleHandler();
     // The console's few files at the root; everything else, /api/ and what matches nothing, is the API's (which, while
     // the master starts, answers 503 for all but health).

@@ -19,7 +19,7 @@ import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
 import type { BatchJob } from '../service/batch.ts';
-import { EventStreams } from './events.ts';
+import type { EventStreams } from './streams.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { ImportJob } from '../service/transfer.ts';
 import type { JobCommitted } from '../service/write.ts';
@@ -67,6 +67,8 @@ export interface AppParts {
   batcher: (job: BatchJob) => Promise<JobCommitted>;
   /** The export document as JSON (see transfer.exportJson), made off the event loop (cmd/master: a worker thread). */
   exporter: (exportedAt: string) => Promise<Uint8Array>;
+  /** The open GET /api/events streams. */
+  events: EventStreams;
 }
 
 export class App {
@@ -118,11 +120,11 @@ export class App {
       importer: this.importer,
       batcher: this.batcher,
       exporter: this.exporter,
+      events: this.events,
     } = parts);
     this.startedAt = this.clock.now();
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
-    this.events = new EventStreams(this);
   }
 
   get starting(): boolean {

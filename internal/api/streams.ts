@@ -1,0 +1,515 @@
+// The open GET /api/events streams. A stream never queues events in memory: it reads the journal from its own cursor
+// while what it wrote is below BUFFER_BYTES, pauses until the client drains it, and is dropped if it stays full for
+// `stallMs`. Each event's resource is rendered by the route that GETs it, for the stream's caller, when it is sent;
+// the caller is checked again whenever credentials change and when its token expires.
+
+import type { ServerResponse } from 'node:http';
+import { grants } from '../auth/scopes.ts';
+import { DomainError } from '../errors/errors.ts';
+import { eventFrame, HEARTBEAT, retryFrame } from '../http/sse.ts';
+import type { Logger } from '../log/log.ts';
+import type { Clock } from '../runtime/clock.ts';
+import type { EventRow } from '../store/events.ts';
+import type { Store } from '../store/store.ts';
+import type { SyncHub } from '../sync/hub.ts';
+import type { App, Principal } from './app.ts';
+import {
+  BUFFER_BYTES,
+  JOURNAL_TYPES,
+  KEPT_FOR_ADMINS,
+  LIVE_TYPES,
+  MAX_STREAMS,
+  MAX_STREAMS_PER_USER,
+  PAGE,
+  READERS,
+  RESOURCES,
+  TICK_RULES,
+  type EventsQuery,
+  type Resource,
+} from './events.ts';
+import type { Ctx, Reply, Route } from './route.ts';
+
+/** What the streams are built from: the journal's store, the agents' reports, the log, the clock, the routes. */
+export interface StreamDeps {
+  store: Store;
+  sync: SyncHub;
+  log: Logger;
+  clock: Clock;
+  /** The route table, whose GETs render the events. */
+  routes: readonly Route[];
+}
+
+interface Stream {
+  res: ServerResponse;
+  /** The master it was opened on: what renders its events, and checks its caller again. */
+  app: App;
+  /** Its caller, checked again whenever credentials change and when its token expires (see `reauthorize`). */
+  principal: Principal;
+  expiresAtMs: number;
+  /** The resources its caller may read, as a JSON array (for the journal's query). */
+  resources: string;
+  readable: ReadonlySet<string>;
+  types: ReadonlySet<string> | null;
+  typesJson: string | null;
+  nodeId: number | null;
+  resourceId: number | null;
+  data: boolean;
+  /** The id of the last journal event it was sent (or skipped past). */
+  cursor: number;
+  left: number;
+  /** Its `ready` was sent: from then on it is sent what happens. */
+  started: boolean;
+  busy: boolean;
+  paused: boolean;
+  ended: boolean;
+  timers: NodeJS.Timeout[];
+}
+
+/** Bytes moved by a node's rules since the last tick. */
+interface NodeTick {
+  bytes_in: number;
+  bytes_out: number;
+  rules: Map<number, { bytes_in: number; bytes_out: number; refused: number }>;
+}
+
+interface RuleCounts {
+  id: number;
+  bytes_in: number;
+  bytes_out: number;
+  refused: number;
+}
+
+export class EventStreams {
+  private readonly streams = new Set<Stream>();
+  /** Streams, open and answered but not yet started, of each user. */
+  private readonly perUser = new Map<number, number>();
+  /** Streams answered but not yet started (see `open`). */
+  private opening = 0;
+  private readonly readers = new Map<Resource, Route>();
+  private ticks = new Map<number, NodeTick>();
+  private timer: NodeJS.Timeout | null = null;
+  private beats = 0;
+  /** The journal's head when the streams were last woken. */
+  private head = 0;
+  /** The credentials' generation when the streams' callers were last checked. */
+  private credentials = -1;
+  /** Streams open at once, at most (tests lower it). */
+  maxStreams = MAX_STREAMS;
+  /** How long a full stream may stay full before it is dropped (tests shorten it). */
+  stallMs = 30_000;
+  heartbeatMs = 15_000;
+  tickMs = 2_000;
+
+  private readonly store: Store;
+  private readonly log: Logger;
+  private readonly clock: Clock;
+
+  /** Streams of the journal of `store`, whose events `routes` render, and of the reports `sync` passes on. */
+  constructor({ store, sync, log, clock, routes }: StreamDeps) {
+    this.store = store;
+    this.log = log;
+    this.clock = clock;
+    for (const resource of RESOURCES) {
+      const reader = routes.find((r) => r.method === 'GET' && r.path === READERS[resource]);
+      if (!reader) throw new Error(`no GET ${READERS[resource]} to render ${resource} events with`);
+      this.readers.set(resource, reader);
+    }
+    store.db.onCommitted(() => this.wake());
+    store.db.onWrittenElsewhere(() => this.wake());
+    sync.reports.on('traffic', (nodeId: number, rules: readonly RuleCounts[]) => this.traffic(nodeId, rules));
+    sync.reports.on('vitals', (nodeId: number, vitals: unknown) => this.live('node.vitals', nodeId, vitals));
+  }
+
+  /** How many streams are open, and what they hold unsent: for the metrics. */
+  gauges(): { streams: number; bufferedBytes: number } {
+    let bufferedBytes = 0;
+    for (const stream of this.streams) bufferedBytes += stream.res.writableLength;
+    return { streams: this.streams.size, bufferedBytes };
+  }
+
+  /** Counts a committed traffic report of a node, for the next tick. */
+  private traffic(nodeId: number, rules: readonly RuleCounts[]): void {
+    if (this.streams.size === 0) return;
+    let tick = this.ticks.get(nodeId);
+    if (!tick) this.ticks.set(nodeId, (tick = { bytes_in: 0, bytes_out: 0, rules: new Map() }));
+    for (const rule of rules) {
+      if (rule.bytes_in + rule.bytes_out + rule.refused === 0) continue;
+      tick.bytes_in += rule.bytes_in;
+      tick.bytes_out += rule.bytes_out;
+      const counts = tick.rules.get(rule.id);
+      if (counts) {
+        counts.bytes_in += rule.bytes_in;
+        counts.bytes_out += rule.bytes_out;
+        counts.refused += rule.refused;
+      } else tick.rules.set(rule.id, { bytes_in: rule.bytes_in, bytes_out: rule.bytes_out, refused: rule.refused });
+    }
+  }
+
+  /** Sends a live event about one node (its vitals) to the streams that are caught up and may read it. */
+  private live(type: 'node.vitals', nodeId: number, data: unknown): void {
+    const json = JSON.stringify({ type, at: this.clock.timestamp(), node_ids: [nodeId], data });
+    for (const stream of this.streams)
+      if (this.wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId)) this.deliver(stream, eventFrame(type, json));
+  }
+
+  /** Opens a stream for `ctx`'s caller. Throws `invalid_query`, `validation_failed`, `rate_limited`. */
+  open(ctx: Ctx<undefined, EventsQuery>): Reply {
+    const { caller: principal, query } = ctx;
+    const resumeAt = query.after ?? lastEventId(ctx.headers['last-event-id']);
+    // Counted from here, not once the stream starts: answers wait for a commit in between, and a burst of requests
+    // would all pass a count of the streams started.
+    const room = grants(principal.scopes, '*') ? this.maxStreams : this.maxStreams - KEPT_FOR_ADMINS;
+    if (this.streams.size + this.opening >= room)
+      throw new DomainError('rate_limited', `${room} event streams are open on this master`, {
+        retryAfterSeconds: 30,
+      });
+    if ((this.perUser.get(principal.userId) ?? 0) >= MAX_STREAMS_PER_USER)
+      throw new DomainError('rate_limited', `this user has ${MAX_STREAMS_PER_USER} event streams open; close one`, {
+        retryAfterSeconds: 30,
+      });
+    const readable = RESOURCES.filter((resource) => {
+      const scope = this.readers.get(resource)!.scope;
+      return (
+        scope === 'public' || scope === 'authenticated' || (scope !== 'session' && grants(principal.scopes, scope))
+      );
+    });
+    this.opening++;
+    this.perUser.set(principal.userId, (this.perUser.get(principal.userId) ?? 0) + 1);
+    return {
+      status: 200,
+      stream: (res) => {
+        this.opening--;
+        if (res) this.attach(res, ctx.app, principal, query, readable, resumeAt);
+        else this.release(principal.userId);
+      },
+    };
+  }
+
+  /** Ends every stream, telling each that the master is stopping (with where to resume). */
+  close(): void {
+    for (const stream of this.streams) {
+      this.send(stream, eventFrame('shutdown', JSON.stringify({ type: 'shutdown', resume_after: stream.cursor })));
+      this.end(stream);
+    }
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private attach(
+    res: ServerResponse,
+    app: App,
+    principal: Principal,
+    query: EventsQuery,
+    readable: Resource[],
+    resumeAt: number | null,
+  ): void {
+    const types = query.types && query.types.length > 0 ? query.types : null;
+    const stream: Stream = {
+      res,
+      app,
+      principal,
+      expiresAtMs: principal.expiresAt === null ? Infinity : Date.parse(principal.expiresAt),
+      resources: JSON.stringify(readable.filter((r) => r in JOURNAL_TYPES)),
+      readable: new Set(readable),
+      types: types && new Set(types),
+      typesJson: types && JSON.stringify(types),
+      nodeId: query.node_id ?? null,
+      resourceId: query.resource_id ?? null,
+      data: query.data ?? true,
+      cursor: 0,
+      left: query.limit ?? Infinity,
+      started: false,
+      busy: false,
+      paused: false,
+      ended: false,
+      timers: [],
+    };
+    this.streams.add(stream);
+    res.socket?.setNoDelay(true);
+    res.once('close', () => this.forget(stream));
+    // A client gone before its answer was written has closed already: nothing would tell of it again.
+    if (res.destroyed) return this.forget(stream);
+    if (query.timeout_seconds !== undefined)
+      stream.timers.push(setTimeout(() => this.end(stream), query.timeout_seconds * 1000));
+    this.timer ??= setInterval(() => this.everySecond(), 1000);
+    res.write(retryFrame(2000));
+    this.whenCommitted(() => this.start(stream, resumeAt));
+  }
+
+  /** Runs `fn` when what this connection reads is committed: at once, or after the write open now. */
+  private whenCommitted(fn: () => void): void {
+    const { db } = this.store;
+    if (db.settled || db.writesHeld) fn();
+    else db.afterCommit(fn);
+  }
+
+  /** Places the stream in the journal (its resume point, or now) and sends what follows. */
+  private start(stream: Stream, resumeAt: number | null): void {
+    if (stream.ended) return;
+    const head = this.store.events.head();
+    stream.cursor = resumeAt ?? head;
+    const first = this.store.events.first();
+    const pruned = stream.cursor < head && stream.cursor < (first ?? head + 1) - 1;
+    if (pruned || stream.cursor > head) {
+      const detail = pruned
+        ? `events after ${stream.cursor} were pruned (they are kept for audit_retention_days); list what you show ` +
+          'again, then follow this stream'
+        : `no event ${stream.cursor} was ever written here (a restored backup?); list what you show again, then ` +
+          'follow this stream';
+      this.send(stream, eventFrame('reset', JSON.stringify({ type: 'reset', detail, resume_after: head }), head));
+      stream.cursor = head;
+    }
+    this.send(
+      stream,
+      eventFrame('ready', JSON.stringify({ type: 'ready', resume_after: stream.cursor }), stream.cursor),
+    );
+    stream.started = true;
+    this.pump(stream);
+  }
+
+  /** After a commit (here or elsewhere): streams behind the journal's head read on. */
+  private wake(): void {
+    if (this.streams.size === 0) return;
+    const { db, events } = this.store;
+    if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.wake());
+    const head = events.head();
+    if (head === this.head) return;
+    this.head = head;
+    for (const stream of this.streams) if (stream.started && stream.cursor < head) this.pump(stream);
+  }
+
+  /**
+   * Sends `stream` what the journal holds past its cursor, a page at a time, while its client keeps up. Reads only
+   * what is committed: while a write is open on this connection it waits for the commit.
+   */
+  private pump(stream: Stream): void {
+    // It runs from timers, drains and commits, where nothing above would catch a throw: a failure ends its stream.
+    try {
+      this.readOn(stream);
+    } catch (error) {
+      this.log.error('an event stream failed and was ended', { error: (error as Error)?.stack ?? String(error) });
+      stream.busy = false;
+      this.end(stream);
+    }
+  }
+
+  private readOn(stream: Stream): void {
+    if (stream.busy || stream.paused || stream.ended || !stream.started) return;
+    const { db, events } = this.store;
+    if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.pump(stream));
+    const head = events.head();
+    if (stream.cursor >= head) return;
+    stream.busy = true;
+    try {
+      const rows = events.page({
+        after: stream.cursor,
+        limit: PAGE,
+        resources: stream.resources,
+        types: stream.typesJson,
+        node_id: stream.nodeId,
+        resource_id: stream.resourceId,
+      });
+      for (const row of rows) {
+        stream.cursor = row.id;
+        this.deliver(stream, eventFrame(row.type, this.envelope(stream, row), row.id));
+        if (stream.ended || stream.paused) return;
+      }
+      // A short page is all there is up to `head`: what the filters left out need not be read again.
+      if (rows.length < PAGE) stream.cursor = Math.max(stream.cursor, head);
+    } finally {
+      stream.busy = false;
+    }
+    if (stream.cursor < events.head()) setImmediate(() => this.pump(stream));
+  }
+
+  private envelope(stream: Stream, row: EventRow): string {
+    const nodeIds = [row.node_id, row.other_node_id].filter((id) => id !== null);
+    const head = JSON.stringify({
+      id: row.id,
+      type: row.type,
+      at: row.at,
+      resource: row.resource,
+      resource_id: row.resource_id,
+      node_ids: nodeIds,
+    });
+    const detail = row.detail ?? 'null';
+    const data = stream.data && !row.type.endsWith('.deleted') ? this.render(stream, row) : 'null';
+    return `${head.slice(0, -1)},"detail":${detail},"data":${data}}`;
+  }
+
+  /** The resource as its GET route answers the stream's caller now; null when it is gone. */
+  private render(stream: Stream, row: EventRow): string {
+    const route = this.readers.get(row.resource as Resource)!;
+    const ctx: Ctx<undefined, {}> = {
+      app: stream.app,
+      requestId: `event-${row.id}`,
+      ip: '',
+      params: row.resource_id === null ? {} : { id: String(row.resource_id) },
+      query: {},
+      body: undefined,
+      rawBody: Buffer.alloc(0),
+      headers: {},
+      caller: stream.principal,
+      get actor(): never {
+        throw new Error('a route that reads records nothing');
+      },
+    };
+    let reply: Reply;
+    try {
+      const answer = route.handler(ctx);
+      if (answer instanceof Promise) throw new Error(`GET ${route.path} answers later; events need it at once`);
+      reply = answer;
+    } catch (error) {
+      if (error instanceof DomainError && error.code === 'not_found') return 'null';
+      throw error;
+    }
+    if (reply.json !== undefined) return typeof reply.json === 'string' ? reply.json : reply.json.toString('utf8');
+    return JSON.stringify(reply.body ?? null);
+  }
+
+  private wants(stream: Stream, resource: Resource, type: string, nodeIds: number[], id: number | null): boolean {
+    return (
+      stream.started &&
+      !stream.paused &&
+      !stream.ended &&
+      stream.readable.has(resource) &&
+      (stream.types === null || stream.types.has(type) || stream.types.has(resource)) &&
+      (stream.nodeId === null || nodeIds.includes(stream.nodeId)) &&
+      (stream.resourceId === null || stream.resourceId === id)
+    );
+  }
+
+  /** Sends one of the events the client asked for: the stream ends after its `limit`th. */
+  private deliver(stream: Stream, frame: string): void {
+    this.send(stream, frame);
+    if (--stream.left <= 0) this.end(stream);
+  }
+
+  /** Writes a frame; pauses the stream once its client is BUFFER_BYTES behind. */
+  private send(stream: Stream, frame: string): void {
+    if (stream.ended) return;
+    stream.res.write(frame);
+    if (stream.res.writableLength >= BUFFER_BYTES && !stream.paused) this.pause(stream);
+  }
+
+  private pause(stream: Stream): void {
+    stream.paused = true;
+    const stalled = setTimeout(() => {
+      // Past the buffer, one small frame more: the client learns where to resume, if it ever reads again.
+      const frame = eventFrame('dropped', JSON.stringify({ type: 'dropped', resume_after: stream.cursor }));
+      stream.res.write(frame);
+      this.end(stream);
+      setTimeout(() => stream.res.destroy(), 5000).unref();
+    }, this.stallMs);
+    stream.timers.push(stalled);
+    stream.res.once('drain', () => {
+      clearTimeout(stalled);
+      stream.paused = false;
+      this.pump(stream);
+    });
+  }
+
+  private end(stream: Stream): void {
+    if (stream.ended) return;
+    stream.ended = true;
+    stream.res.end();
+    this.forget(stream);
+  }
+
+  private forget(stream: Stream): void {
+    stream.ended = true;
+    for (const timer of stream.timers) clearTimeout(timer);
+    if (!this.streams.delete(stream)) return;
+    this.release(stream.principal.userId);
+    if (this.streams.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = null;
+      this.ticks.clear();
+    }
+  }
+
+  /** A user's stream (or one about to be) is no more. */
+  private release(userId: number): void {
+    const left = (this.perUser.get(userId) ?? 1) - 1;
+    if (left > 0) this.perUser.set(userId, left);
+    else this.perUser.delete(userId);
+  }
+
+  /**
+   * Ends, within a second, each stream whose caller no longer holds what it opened with: its token revoked, expired or
+   * logged out, its user disabled or deleted, or its scopes changed (a stream shows what its scopes could read when
+   * it opened: reconnecting shows what they read now). Streams are looked at again only when credentials changed
+   * (Store.credentials) or a token's expiry came, so a quiet second costs nothing.
+   */
+  private reauthorize(): void {
+    const generation = this.store.credentials.value;
+    const changed = generation !== this.credentials;
+    this.credentials = generation;
+    const now = this.clock.now();
+    for (const stream of this.streams) {
+      if (!changed && stream.expiresAtMs > now) continue;
+      const current = stream.app.reauthorize(stream.principal);
+      if (current && current.scopes.join() === stream.principal.scopes.join()) continue;
+      const detail = current
+        ? "the caller's scopes changed: reconnect to follow what they read now"
+        : 'the credential was revoked or expired, or its user disabled or deleted';
+      this.send(
+        stream,
+        eventFrame('revoked', JSON.stringify({ type: 'revoked', detail, resume_after: stream.cursor })),
+      );
+      this.end(stream);
+    }
+  }
+
+  /** The journal's other writers (a CLI), heartbeats, traffic ticks, and callers checked again. */
+  private everySecond(): void {
+    this.beats++;
+    try {
+      this.reauthorize();
+    } catch (error) {
+      this.log.error("checking event streams' callers failed", {
+        error: (error as Error)?.message ?? String(error),
+      });
+    }
+    try {
+      this.wake();
+    } catch (error) {
+      this.log.error('reading the event journal failed', { error: (error as Error)?.message ?? String(error) });
+    }
+    if (this.beats % Math.max(1, Math.round(this.heartbeatMs / 1000)) === 0)
+      for (const stream of this.streams) if (!stream.paused) stream.res.write(HEARTBEAT);
+    if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) this.flushTicks();
+  }
+
+  private flushTicks(): void {
+    if (this.ticks.size === 0) return;
+    const ticks = this.ticks;
+    this.ticks = new Map();
+    const at = this.clock.timestamp();
+    for (const stream of this.streams) {
+      const nodes = [...ticks].filter(([nodeId]) => this.wants(stream, 'traffic', 'traffic', [nodeId], null));
+      if (nodes.length === 0) continue;
+      const rules = nodes
+        .flatMap(([nodeId, tick]) => [...tick.rules].map(([id, counts]) => ({ id, node_id: nodeId, ...counts })))
+        .sort((a, b) => b.bytes_in + b.bytes_out - (a.bytes_in + a.bytes_out));
+      const data = {
+        nodes: nodes.map(([id, tick]) => ({ id, bytes_in: tick.bytes_in, bytes_out: tick.bytes_out })),
+        rules: rules.slice(0, TICK_RULES),
+        rules_left: Math.max(0, rules.length - TICK_RULES),
+      };
+      const nodeIds = nodes.map(([id]) => id);
+      this.deliver(stream, eventFrame('traffic', JSON.stringify({ type: 'traffic', at, node_ids: nodeIds, data })));
+    }
+  }
+}
+
+/** The Last-Event-ID header as a resume point (null when absent). Throws `validation_failed` for one we never sent. */
+function lastEventId(header: string | string[] | undefined): number | null {
+  if (header === undefined) return null;
+  const value = Array.isArray(header) ? header[0]! : header;
+  if (!/^\d{1,16}$/.test(value) || !Number.isSafeInteger(Number(value)))
+    throw new DomainError('validation_failed', 'Last-Event-ID must be an event id this stream sent', {
+      errors: [{ pointer: 'Last-Event-ID', detail: 'must be a whole number, an event id' }],
+    });
+  return Number(value);
+}
