@@ -3,198 +3,25 @@
 // response. This is the only code that writes error bodies.
 
 import { createHash } from 'node:crypto';
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { grants } from '../auth/scopes.ts';
-import { PasswordWorkBusy } from '../auth/secrets.ts';
-import { ClientGone, parseJson, readBody } from '../http/body.ts';
+import { ClientGone, readBody } from '../http/body.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
-import { problemOf } from '../http/problem.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { proven } from '../http/server.ts';
 import { throttledBy } from '../log/log.ts';
 import { sourceOf } from '../schema/net.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
-import { redactSecrets, type Actor } from '../store/audit.ts';
-import { CommitFailed, isDiskFull, WritesBusy } from '../store/database.ts';
-import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
+import { ANSWER_PENDING } from '../store/idempotency.ts';
 import { actorOf, type App, type Principal } from './app.ts';
-import { decodeBody, IDEMPOTENCY_KEY, type Ctx, type Reply, type Route } from './route.ts';
+import { IDEMPOTENCY_KEY, type Reply, type Route } from './route.ts';
 import { resourcePath } from './events.ts';
-import type { Changed } from '../service/write.ts';
-
-interface Outgoing {
-  status: number;
-  headers: Record<string, string>;
-  body: Buffer | null;
-  /** See `Reply.stream`. */
-  stream?: (res: ServerResponse | null) => void;
-}
-
-const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
-/** The largest response kept for replay. */
-const MAX_REPLAY_BYTES = 256 * 1024;
-// Headers a replayed response repeats; pacing headers are computed fresh each time.
-const REPLAYED_HEADERS = ['content-type', 'location', 'etag'];
-
-/**
- * What a retry with the same Idempotency-Key gets: the response with the value of every field the API marks secret
- * redacted (a secret is shown once, and never stored), or, for a response too large to keep, a 409 saying the
- * request was carried out.
- */
-function replayOf(
-  out: Outgoing,
-  requestId: string,
-  secretFields: ReadonlySet<string>,
-): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
-  if ((out.body?.length ?? 0) > MAX_REPLAY_BYTES) {
-    const detail =
-      `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to ` +
-      `keep, so read the resources it changed`;
-    return replayOf(fromError(new DomainError('conflict', detail), requestId), requestId, secretFields);
-  }
-  const headers = Object.fromEntries(
-    Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())),
-  );
-  const body = out.body ?? Buffer.alloc(0);
-  const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1] ?? '';
-  if (body.length === 0 || !/json/.test(type)) return { status: out.status, headers, body };
-  const kept = redactSecrets(JSON.parse(body.toString('utf8')), secretFields);
-  return { status: out.status, headers, body: Buffer.from(JSON.stringify(kept)) };
-}
-
-function json(status: number, body: unknown, headers: Record<string, string> = {}): Outgoing {
-  return {
-    status,
-    headers: { 'Content-Type': 'application/json', ...headers },
-    body: Buffer.from(JSON.stringify(body)),
-  };
-}
-
-function fromReply(reply: Reply): Outgoing {
-  if (reply.stream)
-    return {
-      status: reply.status,
-      // A proxy that buffers (nginx) is told not to hold the stream back.
-      headers: { 'Content-Type': 'text/event-stream', 'X-Accel-Buffering': 'no', ...reply.headers },
-      body: null,
-      stream: reply.stream,
-    };
-  if (reply.raw !== undefined)
-    return { status: reply.status, headers: { ...reply.headers }, body: Buffer.from(reply.raw) };
-  if (reply.json !== undefined)
-    return {
-      status: reply.status,
-      headers: { 'Content-Type': 'application/json', ...reply.headers },
-      body: typeof reply.json === 'string' ? Buffer.from(reply.json) : reply.json,
-    };
-  if (reply.body === undefined) return { status: reply.status, headers: reply.headers ?? {}, body: null };
-  return json(reply.status, reply.body, reply.headers);
-}
-
-function fromError(error: DomainError, requestId: string): Outgoing {
-  const problem = problemOf(error, requestId);
-  const out = json(problem.status, problem.body, problem.headers);
-  out.headers['Content-Type'] = 'application/problem+json';
-  return out;
-}
-
-function write(res: ServerResponse, out: Outgoing, requestId: string): void {
-  // All headers at once, as a list: setHeader one by one keeps a second copy of them for nothing. No answer is for a
-  // cache (each is its caller's, some carry a secret shown once), and none is to be sniffed into another type.
-  const headers = ['X-Request-Id', requestId, 'Cache-Control', 'no-store', 'X-Content-Type-Options', 'nosniff'];
-  for (const name in out.headers) headers.push(name, out.headers[name]!);
-  if (out.body) headers.push('Content-Length', String(out.body.length));
-  res.writeHead(out.status, headers);
-  if (out.stream) return out.stream(res);
-  res.end(out.body ?? undefined);
-}
-
-/** Errors from below the API that have a meaning for the caller, as that meaning; anything else as it is. */
-function asDomainError(error: unknown): unknown {
-  if (error instanceof PasswordWorkBusy)
-    return new DomainError(
-      'rate_limited',
-      'the server is checking too many passwords at once; retry shortly',
-      { retryAfterSeconds: 1 },
-      error,
-    );
-  if (error instanceof WritesBusy)
-    return new DomainError(
-      'unavailable',
-      `an import or batch held writes for the ${Math.round(error.waitedMs / 1000)} s this write waited ` +
-        '(write_wait_seconds); nothing was changed; retry shortly',
-      { retryAfterSeconds: 5 },
-      error,
-    );
-  if (isDiskFull(error))
-    return new DomainError(
-      'insufficient_storage',
-      "the master's disk is full: nothing was changed; writes go on by themselves once space is freed (reads go on " +
-        'meanwhile)',
-      { retryAfterSeconds: 30 },
-      error,
-    );
-  if (error instanceof CommitFailed)
-    return new DomainError('internal', 'the change could not be saved; nothing was changed', {}, error);
-  return error;
-}
-
-/**
- * What a URL parser would resolve rather than route: a dot segment (`..`, `.`, also percent-encoded: `%2e%2e`), an
- * encoded slash or backslash, or a path starting with `//` (read as a host). The path is routed as sent or not at all,
- * so `/api/nodes/%2e%2e/users` never reaches `/api/users`.
- */
-const UNROUTABLE_PATH = /^\/\/|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)|%2f|%5c|\\/i;
-
-/** The request target as a URL. Throws `bad_request` for one no URL parser accepts, or one it would rewrite. */
-function requestUrl(target: string | undefined): URL {
-  const path = (target ?? '/').split('?', 1)[0]!;
-  if (UNROUTABLE_PATH.test(path))
-    throw new DomainError(
-      'bad_request',
-      'the path holds a dot segment, an encoded slash or a leading //, which are not resolved here; send the path ' +
-        'itself',
-    );
-  try {
-    return new URL(target ?? '/', 'http://localhost');
-  } catch {
-    throw new DomainError('bad_request', 'the request target is not a valid path');
-  }
-}
-
-/** What a handler gets. A class, so that its getters are not made anew for every request. */
-class RequestCtx implements Ctx<unknown, any> {
-  private actorOnce: Actor | undefined;
-
-  constructor(
-    readonly app: App,
-    private readonly route: Route,
-    private readonly principal: Principal | null,
-    readonly requestId: string,
-    readonly ip: string,
-    readonly params: Record<string, string>,
-    readonly query: any,
-    readonly body: unknown,
-    readonly rawBody: Buffer,
-    readonly headers: IncomingHttpHeaders,
-    readonly idempotency: IdempotencySlot | undefined,
-  ) {}
-
-  get action(): string | undefined {
-    return this.route.action;
-  }
-
-  get actor(): Actor {
-    return (this.actorOnce ??= actorOf(this.principal, this.ip, this.requestId));
-  }
-
-  get caller(): Principal {
-    if (!this.principal) throw new Error(`${this.route.method} ${this.route.path} is public and has no caller`);
-    return this.principal;
-  }
-}
+import { asDomainError, fromError, fromReply, write, type Outgoing } from './outgoing.ts';
+import { IDEMPOTENCY_TTL_MS, keepAnswer, markedUsed, type Unanswered } from './replay.ts';
+import { checkBody, RequestCtx, requestUrl } from './request.ts';
+import { auditDenied, type Changed } from '../service/write.ts';
 
 export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();
@@ -218,12 +45,6 @@ interface Routed {
   route: Route;
   params: Record<string, string>;
   url: URL;
-}
-
-/** A POST carrying an Idempotency-Key that has not been answered yet: where its answer will be kept. */
-interface Unanswered extends IdempotencySlot {
-  /** Its entry in `App.idempotencyInFlight`. */
-  inFlight: string;
 }
 
 export function createDispatcher(app: App, routes: readonly Route[]) {
@@ -516,44 +337,11 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       }
       // Only what changed something is kept, whatever it answered (a sync the node failed is a 502): its change marked
       // the key used. What changed nothing (a refusal, a dry run) is not kept: its retry may simply run again.
-      if (idempotency && markedUsed(idempotency)) await keepAnswer(idempotency, out, x.requestId);
+      if (idempotency && markedUsed(app, idempotency)) await keepAnswer(app, idempotency, out, x.requestId);
       return out;
     } finally {
       if (idempotency) app.idempotencyInFlight.delete(idempotency.inFlight);
     }
-  }
-
-  /** Whether the request with this key committed a change (see `transact`), whatever it answered. */
-  function markedUsed(slot: Unanswered): boolean {
-    return (
-      app.store.idempotency.find(slot.tokenId, slot.key, app.timestamp(-IDEMPOTENCY_TTL_MS))?.status === ANSWER_PENDING
-    );
-  }
-
-  /**
-   * Keeps an answer for its Idempotency-Key's retries. Its change is committed already, with the key marked as used:
-   * should the answer not be kept, a retry is told that the request was carried out, and this one still answers.
-   */
-  async function keepAnswer(slot: Unanswered, out: Outgoing, requestId: string): Promise<void> {
-    const stored = { fingerprint: slot.fingerprint, ...replayOf(out, requestId, app.store.secretFields) };
-    try {
-      await app.store.db.writeInTurn(() => app.store.idempotency.save(slot.tokenId, slot.key, stored, app.timestamp()));
-    } catch (error) {
-      app.log.error('keeping an answer for its Idempotency-Key failed', {
-        request_id: requestId,
-        error: (error as Error).message,
-      });
-    }
-  }
-
-  function checkBody(route: Route, raw: Buffer): unknown {
-    if (route.body) return route.decodesBody ? undefined : decodeBody(route.body, raw);
-    const parsed = parseJson(raw);
-    const empty =
-      parsed === undefined ||
-      (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
-    if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
-    return undefined;
   }
 
   function makeCtx(
@@ -595,6 +383,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     }
   }
 
+  /** Audits an attempt the caller's scopes did not allow, in the next write's turn. */
   function recordDenied(
     route: Route,
     params: Record<string, string>,
@@ -603,16 +392,6 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   ): void {
     const action = route.action ?? `${route.method} ${route.path}`;
     const id = params.id !== undefined && /^[1-9][0-9]{0,15}$/.test(params.id) ? Number(params.id) : null;
-    const actor = actorOf(x.principal, x.ip, x.requestId);
-    const at = app.timestamp();
-    app.store.db.whenWritable(() =>
-      app.store.write(() =>
-        app.store.audit.record(
-          actor,
-          { action, resource: action.split('.')[0]!, resource_id: id, status: 'denied', changes },
-          at,
-        ),
-      ),
-    );
+    auditDenied(app, actorOf(x.principal, x.ip, x.requestId), action, id, changes);
   }
 }

@@ -15,7 +15,6 @@ import type { SyncHub } from '../sync/hub.ts';
 import type { App, Principal } from './app.ts';
 import {
   BUFFER_BYTES,
-  JOURNAL_TYPES,
   KEPT_FOR_ADMINS,
   LIVE_TYPES,
   MAX_STREAMS,
@@ -23,11 +22,13 @@ import {
   PAGE,
   READERS,
   RESOURCES,
-  TICK_RULES,
   type EventsQuery,
   type Resource,
 } from './events.ts';
 import type { Ctx, Reply, Route } from './route.ts';
+import { envelopeOf, lastEventId, renderFor } from './event-data.ts';
+import { newStream, wants, type Stream } from './stream.ts';
+import { tickJson, TrafficTicks, type RuleCounts } from './ticks.ts';
 
 /** What the streams are built from: the journal's store, the agents' reports, the log, the clock, the routes. */
 export interface StreamDeps {
@@ -39,46 +40,6 @@ export interface StreamDeps {
   routes: readonly Route[];
 }
 
-interface Stream {
-  res: ServerResponse;
-  /** The master it was opened on: what renders its events, and checks its caller again. */
-  app: App;
-  /** Its caller, checked again whenever credentials change and when its token expires (see `reauthorize`). */
-  principal: Principal;
-  expiresAtMs: number;
-  /** The resources its caller may read, as a JSON array (for the journal's query). */
-  resources: string;
-  readable: ReadonlySet<string>;
-  types: ReadonlySet<string> | null;
-  typesJson: string | null;
-  nodeId: number | null;
-  resourceId: number | null;
-  data: boolean;
-  /** The id of the last journal event it was sent (or skipped past). */
-  cursor: number;
-  left: number;
-  /** Its `ready` was sent: from then on it is sent what happens. */
-  started: boolean;
-  busy: boolean;
-  paused: boolean;
-  ended: boolean;
-  timers: NodeJS.Timeout[];
-}
-
-/** Bytes moved by a node's rules since the last tick. */
-interface NodeTick {
-  bytes_in: number;
-  bytes_out: number;
-  rules: Map<number, { bytes_in: number; bytes_out: number; refused: number }>;
-}
-
-interface RuleCounts {
-  id: number;
-  bytes_in: number;
-  bytes_out: number;
-  refused: number;
-}
-
 export class EventStreams {
   private readonly streams = new Set<Stream>();
   /** Streams, open and answered but not yet started, of each user. */
@@ -86,7 +47,7 @@ export class EventStreams {
   /** Streams answered but not yet started (see `open`). */
   private opening = 0;
   private readonly readers = new Map<Resource, Route>();
-  private ticks = new Map<number, NodeTick>();
+  private readonly ticks = new TrafficTicks();
   private timer: NodeJS.Timeout | null = null;
   private beats = 0;
   /** The journal's head when the streams were last woken. */
@@ -116,7 +77,9 @@ export class EventStreams {
     }
     store.db.onCommitted(() => this.wake());
     store.db.onWrittenElsewhere(() => this.wake());
-    sync.reports.on('traffic', (nodeId: number, rules: readonly RuleCounts[]) => this.traffic(nodeId, rules));
+    sync.reports.on('traffic', (nodeId: number, rules: readonly RuleCounts[]) => {
+      if (this.streams.size > 0) this.ticks.add(nodeId, rules);
+    });
     sync.reports.on('vitals', (nodeId: number, vitals: unknown) => this.live('node.vitals', nodeId, vitals));
   }
 
@@ -127,29 +90,11 @@ export class EventStreams {
     return { streams: this.streams.size, bufferedBytes };
   }
 
-  /** Counts a committed traffic report of a node, for the next tick. */
-  private traffic(nodeId: number, rules: readonly RuleCounts[]): void {
-    if (this.streams.size === 0) return;
-    let tick = this.ticks.get(nodeId);
-    if (!tick) this.ticks.set(nodeId, (tick = { bytes_in: 0, bytes_out: 0, rules: new Map() }));
-    for (const rule of rules) {
-      if (rule.bytes_in + rule.bytes_out + rule.refused === 0) continue;
-      tick.bytes_in += rule.bytes_in;
-      tick.bytes_out += rule.bytes_out;
-      const counts = tick.rules.get(rule.id);
-      if (counts) {
-        counts.bytes_in += rule.bytes_in;
-        counts.bytes_out += rule.bytes_out;
-        counts.refused += rule.refused;
-      } else tick.rules.set(rule.id, { bytes_in: rule.bytes_in, bytes_out: rule.bytes_out, refused: rule.refused });
-    }
-  }
-
   /** Sends a live event about one node (its vitals) to the streams that are caught up and may read it. */
   private live(type: 'node.vitals', nodeId: number, data: unknown): void {
     const json = JSON.stringify({ type, at: this.clock.timestamp(), node_ids: [nodeId], data });
     for (const stream of this.streams)
-      if (this.wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId)) this.deliver(stream, eventFrame(type, json));
+      if (wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId)) this.deliver(stream, eventFrame(type, json));
   }
 
   /** Opens a stream for `ctx`'s caller. Throws `invalid_query`, `validation_failed`, `rate_limited`. */
@@ -203,27 +148,7 @@ export class EventStreams {
     readable: Resource[],
     resumeAt: number | null,
   ): void {
-    const types = query.types && query.types.length > 0 ? query.types : null;
-    const stream: Stream = {
-      res,
-      app,
-      principal,
-      expiresAtMs: principal.expiresAt === null ? Infinity : Date.parse(principal.expiresAt),
-      resources: JSON.stringify(readable.filter((r) => r in JOURNAL_TYPES)),
-      readable: new Set(readable),
-      types: types && new Set(types),
-      typesJson: types && JSON.stringify(types),
-      nodeId: query.node_id ?? null,
-      resourceId: query.resource_id ?? null,
-      data: query.data ?? true,
-      cursor: 0,
-      left: query.limit ?? Infinity,
-      started: false,
-      busy: false,
-      paused: false,
-      ended: false,
-      timers: [],
-    };
+    const stream = newStream(res, app, principal, query, readable);
     this.streams.add(stream);
     res.socket?.setNoDelay(true);
     res.once('close', () => this.forget(stream));
@@ -320,63 +245,6 @@ export class EventStreams {
       stream.busy = false;
     }
     if (stream.cursor < events.head()) setImmediate(() => this.pump(stream));
-  }
-
-  private envelope(stream: Stream, row: EventRow): string {
-    const nodeIds = [row.node_id, row.other_node_id].filter((id) => id !== null);
-    const head = JSON.stringify({
-      id: row.id,
-      type: row.type,
-      at: row.at,
-      resource: row.resource,
-      resource_id: row.resource_id,
-      node_ids: nodeIds,
-    });
-    const detail = row.detail ?? 'null';
-    const data = stream.data && !row.type.endsWith('.deleted') ? this.render(stream, row) : 'null';
-    return `${head.slice(0, -1)},"detail":${detail},"data":${data}}`;
-  }
-
-  /** The resource as its GET route answers the stream's caller now; null when it is gone. */
-  private render(stream: Stream, row: EventRow): string {
-    const route = this.readers.get(row.resource as Resource)!;
-    const ctx: Ctx<undefined, {}> = {
-      app: stream.app,
-      requestId: `event-${row.id}`,
-      ip: '',
-      params: row.resource_id === null ? {} : { id: String(row.resource_id) },
-      query: {},
-      body: undefined,
-      rawBody: Buffer.alloc(0),
-      headers: {},
-      caller: stream.principal,
-      get actor(): never {
-        throw new Error('a route that reads records nothing');
-      },
-    };
-    let reply: Reply;
-    try {
-      const answer = route.handler(ctx);
-      if (answer instanceof Promise) throw new Error(`GET ${route.path} answers later; events need it at once`);
-      reply = answer;
-    } catch (error) {
-      if (error instanceof DomainError && error.code === 'not_found') return 'null';
-      throw error;
-    }
-    if (reply.json !== undefined) return typeof reply.json === 'string' ? reply.json : reply.json.toString('utf8');
-    return JSON.stringify(reply.body ?? null);
-  }
-
-  private wants(stream: Stream, resource: Resource, type: string, nodeIds: number[], id: number | null): boolean {
-    return (
-      stream.started &&
-      !stream.paused &&
-      !stream.ended &&
-      stream.readable.has(resource) &&
-      (stream.types === null || stream.types.has(type) || stream.types.has(resource)) &&
-      (stream.nodeId === null || nodeIds.includes(stream.nodeId)) &&
-      (stream.resourceId === null || stream.resourceId === id)
-    );
   }
 
   /** Sends one of the events the client asked for: the stream ends after its `limit`th. */
@@ -481,35 +349,21 @@ export class EventStreams {
     if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) this.flushTicks();
   }
 
+  /** The event of `row` for `stream`: with its resource as the caller reads it now, unless it asked for none. */
+  private envelope(stream: Stream, row: EventRow): string {
+    const reader = this.readers.get(row.resource as Resource)!;
+    const withData = stream.data && !row.type.endsWith('.deleted');
+    return envelopeOf(row, withData ? renderFor(reader, stream.app, stream.principal, row) : 'null');
+  }
+
+  /** Sends each stream the traffic of the nodes it follows since the last tick. */
   private flushTicks(): void {
-    if (this.ticks.size === 0) return;
-    const ticks = this.ticks;
-    this.ticks = new Map();
+    const ticks = this.ticks.take();
+    if (!ticks) return;
     const at = this.clock.timestamp();
     for (const stream of this.streams) {
-      const nodes = [...ticks].filter(([nodeId]) => this.wants(stream, 'traffic', 'traffic', [nodeId], null));
-      if (nodes.length === 0) continue;
-      const rules = nodes
-        .flatMap(([nodeId, tick]) => [...tick.rules].map(([id, counts]) => ({ id, node_id: nodeId, ...counts })))
-        .sort((a, b) => b.bytes_in + b.bytes_out - (a.bytes_in + a.bytes_out));
-      const data = {
-        nodes: nodes.map(([id, tick]) => ({ id, bytes_in: tick.bytes_in, bytes_out: tick.bytes_out })),
-        rules: rules.slice(0, TICK_RULES),
-        rules_left: Math.max(0, rules.length - TICK_RULES),
-      };
-      const nodeIds = nodes.map(([id]) => id);
-      this.deliver(stream, eventFrame('traffic', JSON.stringify({ type: 'traffic', at, node_ids: nodeIds, data })));
+      const nodes = [...ticks].filter(([nodeId]) => wants(stream, 'traffic', 'traffic', [nodeId], null));
+      if (nodes.length > 0) this.deliver(stream, eventFrame('traffic', tickJson(nodes, at)));
     }
   }
-}
-
-/** The Last-Event-ID header as a resume point (null when absent). Throws `validation_failed` for one we never sent. */
-function lastEventId(header: string | string[] | undefined): number | null {
-  if (header === undefined) return null;
-  const value = Array.isArray(header) ? header[0]! : header;
-  if (!/^\d{1,16}$/.test(value) || !Number.isSafeInteger(Number(value)))
-    throw new DomainError('validation_failed', 'Last-Event-ID must be an event id this stream sent', {
-      errors: [{ pointer: 'Last-Event-ID', detail: 'must be a whole number, an event id' }],
-    });
-  return Number(value);
 }

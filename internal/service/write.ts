@@ -389,3 +389,26 @@ export function fieldErrorsUnder(prefix: string, error: DomainError): FieldError
   const field = { port: '/listen_port', name: '/name', none: '' }[error.facts.conflict?.kind ?? 'none'];
   return [{ pointer: prefix + field, detail: error.detail }];
 }
+
+/**
+ * Audits, in the next write's turn, an attempt `actor` was refused for its scopes (`changes` says which): outside any
+ * transaction of the attempt's own, which wrote nothing.
+ */
+export function auditDenied(
+  app: WriteDeps,
+  actor: Actor,
+  action: string,
+  resourceId: number | null,
+  changes: Record<string, unknown>,
+): void {
+  const at = app.timestamp();
+  app.store.db.whenWritable(() =>
+    app.store.write(() =>
+      app.store.audit.record(
+        actor,
+        { action, resource: action.split('.')[0]!, resource_id: resourceId, status: 'denied', changes },
+        at,
+      ),
+    ),
+  );
+}

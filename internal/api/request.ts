@@ -1,0 +1,76 @@
+// A request's target, and what a handler gets of the request.
+
+import type { IncomingHttpHeaders } from 'node:http';
+import { DomainError } from '../errors/errors.ts';
+import type { Actor } from '../store/audit.ts';
+import type { IdempotencySlot } from '../store/idempotency.ts';
+import { actorOf, type App, type Principal } from './app.ts';
+import { decodeBody, type Ctx, type Route } from './route.ts';
+import { parseJson } from '../http/body.ts';
+import { validationFailed } from '../errors/errors.ts';
+
+/**
+ * What a URL parser would resolve rather than route: a dot segment (`..`, `.`, also percent-encoded: `%2e%2e`), an
+ * encoded slash or backslash, or a path starting with `//` (read as a host). The path is routed as sent or not at all,
+ * so `/api/nodes/%2e%2e/users` never reaches `/api/users`.
+ */
+const UNROUTABLE_PATH = /^\/\/|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)|%2f|%5c|\\/i;
+
+/** The request target as a URL. Throws `bad_request` for one no URL parser accepts, or one it would rewrite. */
+export function requestUrl(target: string | undefined): URL {
+  const path = (target ?? '/').split('?', 1)[0]!;
+  if (UNROUTABLE_PATH.test(path))
+    throw new DomainError(
+      'bad_request',
+      'the path holds a dot segment, an encoded slash or a leading //, which are not resolved here; send the path ' +
+        'itself',
+    );
+  try {
+    return new URL(target ?? '/', 'http://localhost');
+  } catch {
+    throw new DomainError('bad_request', 'the request target is not a valid path');
+  }
+}
+
+/** What a handler gets. A class, so that its getters are not made anew for every request. */
+export class RequestCtx implements Ctx<unknown, any> {
+  private actorOnce: Actor | undefined;
+
+  constructor(
+    readonly app: App,
+    private readonly route: Route,
+    private readonly principal: Principal | null,
+    readonly requestId: string,
+    readonly ip: string,
+    readonly params: Record<string, string>,
+    readonly query: any,
+    readonly body: unknown,
+    readonly rawBody: Buffer,
+    readonly headers: IncomingHttpHeaders,
+    readonly idempotency: IdempotencySlot | undefined,
+  ) {}
+
+  get action(): string | undefined {
+    return this.route.action;
+  }
+
+  get actor(): Actor {
+    return (this.actorOnce ??= actorOf(this.principal, this.ip, this.requestId));
+  }
+
+  get caller(): Principal {
+    if (!this.principal) throw new Error(`${this.route.method} ${this.route.path} is public and has no caller`);
+    return this.principal;
+  }
+}
+
+/** The body a route takes, decoded and checked; a route that takes none gets none. Throws `validation_failed`. */
+export function checkBody(route: Route, raw: Buffer): unknown {
+  if (route.body) return route.decodesBody ? undefined : decodeBody(route.body, raw);
+  const parsed = parseJson(raw);
+  const empty =
+    parsed === undefined ||
+    (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
+  if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
+  return undefined;
+}
