@@ -4,6 +4,7 @@ import { decodeCursor, pageJson } from '../http/cursor.ts';
 import { intParam, listQuery, textParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { DEFAULT_LIMIT, pageSchema, record, timestamp } from './common.ts';
 import { type Ctx, okJson, operation, operations } from './route.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 export const auditEntrySchema = record('AuditEntry', {
   id: { type: 'integer' },
@@ -28,7 +29,7 @@ const auditQuery = {
   ...listQuery,
   action: textParam({ max: 64, description: 'Exact action, e.g. rule.create.' }),
   resource: textParam({ max: 64, description: 'Exact resource type, e.g. rule.' }),
-  resource_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER }),
+  resource_id: intParam(ID_RANGE),
   actor: textParam({ max: 64, description: 'Exact actor name (username).' }),
   actor_type: textParam({ max: 16, values: ['user', 'token', 'agent', 'system', 'anonymous'] }),
   status: textParam({ max: 16, values: ['success', 'denied', 'failed'] }),

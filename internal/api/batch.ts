@@ -28,14 +28,14 @@ import { writeJobOf } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { ruleFilterOf, ruleFilterQuery, ruleInput } from './rules.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 export const MAX_BATCH = 1000;
-const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
 
 /** At most this many items a filter selects for one batch. */
 export const MAX_SELECTED = 10_000;
 
-const ids = array(integer(ID), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` });
+const ids = array(integer(ID_RANGE), { min: 1, max: MAX_BATCH, unique: true, description: `1 to ${MAX_BATCH} ids.` });
 
 /** The items a batch acts on: its ids, or what a resource's list shows with `filter`'s filters. */
 function selection<F>(filter: Schema<F>) {
@@ -55,8 +55,8 @@ const ruleSelectionInput = object(
   selection(
     object(
       {
-        node_id: optional(integer(ID)),
-        tunnel_id: optional(integer(ID)),
+        node_id: optional(integer(ID_RANGE)),
+        tunnel_id: optional(integer(ID_RANGE)),
         enabled: optional(boolean()),
         protocol: optional(oneOf(protocols)),
         tag: optional(string({ max: 32 })),
@@ -81,7 +81,11 @@ const nodeSelectionInput = object(
 const tunnelSelectionInput = object(
   selection(
     object(
-      { node_id: optional(integer(ID)), status: optional(oneOf(tunnelStatuses)), q: optional(string({ max: 64 })) },
+      {
+        node_id: optional(integer(ID_RANGE)),
+        status: optional(oneOf(tunnelStatuses)),
+        q: optional(string({ max: 64 })),
+      },
       { name: 'TunnelSelection' },
     ),
   ),
@@ -214,9 +218,9 @@ const batchUpdateInput = object(
     changes: object(
       {
         enabled: optional(boolean({ description: 'Enable or disable.' })),
-        node_id: optional(integer({ ...ID, description: 'Move to this node (same port).' })),
+        node_id: optional(integer({ ...ID_RANGE, description: 'Move to this node (same port).' })),
         tunnel_id: optional(
-          nullable(integer({ ...ID, description: 'Relay through this tunnel, or null for direct.' })),
+          nullable(integer({ ...ID_RANGE, description: 'Relay through this tunnel, or null for direct.' })),
         ),
         tags: optional(controls.tags.schema),
         allow_sources: optional(controls.allow_sources.schema),

@@ -9,6 +9,7 @@ import { syncStates } from '../domain/rules.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import { record } from './common.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 const MAX_POINTS = 10_000;
 const BUCKET_SECONDS = 60;
@@ -157,8 +158,8 @@ export function seriesWindow(
 
 const trafficQuery = {
   ...seriesQuery({ step: 3600, span: '24 hours' }),
-  node_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: "Only this node's rules." }),
-  rule_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only this rule.' }),
+  node_id: intParam({ ...ID_RANGE, description: "Only this node's rules." }),
+  rule_id: intParam({ ...ID_RANGE, description: 'Only this rule.' }),
 };
 
 function badQuery(parameter: string, detail: string): DomainError {

@@ -22,6 +22,7 @@ import { asDomainError, fromError, fromReply, write, type Outgoing } from './out
 import { IDEMPOTENCY_TTL_MS, keepAnswer, markedUsed, type Unanswered } from './replay.ts';
 import { checkBody, RequestCtx, requestUrl } from './request.ts';
 import { auditDenied, type Changed } from '../service/write.ts';
+import { idOf } from '../schema/ids.ts';
 
 export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();
@@ -171,7 +172,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       });
     // Ids are positive integers: anything else names nothing, before a token or a body is looked at.
     for (const [name, value] of Object.entries(found.found.params)) {
-      if (!/^[1-9][0-9]{0,15}$/.test(value) || !Number.isSafeInteger(Number(value)))
+      if (idOf(value) === null)
         throw new DomainError(
           'not_found',
           `no ${name} ${JSON.stringify(value.slice(0, 32))}: ids are whole numbers >= 1`,
@@ -369,12 +370,12 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   function peekBudget(principal: Principal): BudgetState {
-    return app.budget.peek(principal.userId, app.settings.get('write_budget_per_minute'), 60);
+    return app.budget.peek(principal.userId, app.settings.get('write_budget_per_minute'));
   }
 
   /** Spends one write of the caller's user, updating the pacing headers. Throws `rate_limited` past the budget. */
   function spend(principal: Principal, x: Exchange): void {
-    const budget = app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'), 60);
+    const budget = app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'));
     x.pacing = rateLimitHeaders(budget);
     if (!budget.allowed) {
       throw new DomainError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, {
@@ -391,7 +392,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     changes: Record<string, unknown>,
   ): void {
     const action = route.action ?? `${route.method} ${route.path}`;
-    const id = params.id !== undefined && /^[1-9][0-9]{0,15}$/.test(params.id) ? Number(params.id) : null;
+    const id = params.id === undefined ? null : idOf(params.id);
     auditDenied(app, actorOf(x.principal, x.ip, x.requestId), action, id, changes);
   }
 }

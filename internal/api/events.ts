@@ -7,6 +7,7 @@ import { boolParam, intParam, listParam, type QueryOf } from '../schema/query.ts
 import { describe, type JsonSchema } from '../schema/schema.ts';
 import { record, timestamp } from './common.ts';
 import { type Ctx, operation, operations } from './route.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 /** Each journal event's type, by the resource it tells of (see eventDerivations in store/events.ts). */
 export const JOURNAL_TYPES = {
@@ -63,11 +64,10 @@ const eventsQuery = {
     description: 'Only these event types, or all of a resource (rule, node.status).',
   }),
   node_id: intParam({
-    min: 1,
-    max: Number.MAX_SAFE_INTEGER,
+    ...ID_RANGE,
     description: 'Only events concerning this node: itself, its rules, its tunnels (either end), its traffic.',
   }),
-  resource_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only events of this resource id.' }),
+  resource_id: intParam({ ...ID_RANGE, description: 'Only events of this resource id.' }),
   after: intParam({
     min: 0,
     max: Number.MAX_SAFE_INTEGER,

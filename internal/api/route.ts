@@ -10,6 +10,7 @@ import { validate, type JsonSchema, type Schema } from '../schema/schema.ts';
 import type { Actor } from '../store/audit.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
 import type { App, Principal } from './app.ts';
+import { idOf } from '../schema/ids.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
@@ -165,7 +166,7 @@ export function decodeBody<T>(schema: Schema<T>, raw: Buffer): T {
 /** The positive integer id in the path, or `not_found`. */
 export function idParam(ctx: { params: Record<string, string> }, name = 'id'): number {
   const raw = ctx.params[name] ?? '';
-  const id = /^[1-9][0-9]{0,15}$/.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(id)) throw notFound(name === 'id' ? 'resource' : name, raw);
+  const id = idOf(raw);
+  if (id === null) throw notFound(name === 'id' ? 'resource' : name, raw);
   return id;
 }

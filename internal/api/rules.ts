@@ -38,13 +38,12 @@ import { transact } from '../service/write.ts';
 import { RULE_SORTS, type RuleFilter } from '../store/rules.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
 import { created, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
-
-const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
+import { ID_RANGE } from '../schema/ids.ts';
 
 export const ruleInput = object(
   {
     name: string({ min: 1, max: 100 }),
-    node_id: integer({ ...ID, description: 'The node that listens.' }),
+    node_id: integer({ ...ID_RANGE, description: 'The node that listens.' }),
     protocol: oneOf(protocols, { description: 'tcp+udp listens on the port for both.' }),
     listen_port: integer({ min: 1, max: 65535, description: 'Unique per node and protocol.' }),
     targets: array(target(), { min: 1, max: 16, unique: true }),
@@ -66,7 +65,7 @@ export const ruleInput = object(
     tunnel_id: optional(
       nullable(
         integer({
-          ...ID,
+          ...ID_RANGE,
           description: 'Relay through this tunnel; node_id must be its entry node. The exit node dials the targets.',
         }),
       ),
@@ -318,8 +317,8 @@ export const ruleSchema = record('Rule', {
 
 /** What lists of rules select by; a batch's `filter` takes the same. */
 export const ruleFilterQuery = {
-  node_id: intParam(ID),
-  tunnel_id: intParam(ID),
+  node_id: intParam(ID_RANGE),
+  tunnel_id: intParam(ID_RANGE),
   enabled: boolParam(),
   protocol: textParam({ max: 8, values: protocols }),
   tag: textParam({ max: 32, description: 'Only rules carrying this tag.' }),

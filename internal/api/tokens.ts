@@ -11,6 +11,7 @@ import { issueToken, revokeToken, TOKEN_VERSION } from '../service/tokens.ts';
 import { shownToken, TOKEN_SORTS } from '../store/tokens.ts';
 import { nullableTimestamp, pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 export const tokenInput = object(
   {
@@ -51,7 +52,7 @@ const tokenCreatedSchema = record('TokenCreated', {
 
 const listTokensQuery = {
   ...listQuery,
-  user_id: intParam({ min: 1, max: Number.MAX_SAFE_INTEGER, description: 'Only tokens owned by this user.' }),
+  user_id: intParam({ ...ID_RANGE, description: 'Only tokens owned by this user.' }),
   sort: sortParam(Object.keys(TOKEN_SORTS)),
 };
 

@@ -13,6 +13,7 @@ import { transports, TUNNEL_SORTS, tunnelStatuses } from '../store/tunnels.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, timestamp } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 /** What changing a tunnel needs besides tunnels:write. */
 export const MOVE_TUNNEL_EXIT = [
@@ -24,8 +25,6 @@ export const CASCADE_FROM_TUNNEL = [
   { scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' },
 ] as const;
 
-const ID = { min: 1, max: Number.MAX_SAFE_INTEGER };
-
 export const tunnelInput = object(
   {
     name: string({
@@ -34,8 +33,11 @@ export const tunnelInput = object(
       pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
       patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -',
     }),
-    entry_node_id: integer({ ...ID, description: 'The node where traffic enters the tunnel.' }),
-    exit_node_id: integer({ ...ID, description: 'The node that dials the targets; must differ from the entry node.' }),
+    entry_node_id: integer({ ...ID_RANGE, description: 'The node where traffic enters the tunnel.' }),
+    exit_node_id: integer({
+      ...ID_RANGE,
+      description: 'The node that dials the targets; must differ from the entry node.',
+    }),
     listen_port: optional(
       nullable(
         integer({
@@ -99,7 +101,7 @@ export const tunnelSchema = record('Tunnel', {
 
 const listTunnelsQuery = {
   ...listQuery,
-  node_id: intParam({ ...ID, description: 'Tunnels entering or leaving at this node.' }),
+  node_id: intParam({ ...ID_RANGE, description: 'Tunnels entering or leaving at this node.' }),
   status: textParam({ max: 16, values: tunnelStatuses }),
   q: textParam({ max: 64, description: 'Substring of the name.' }),
   sort: sortParam(Object.keys(TUNNEL_SORTS)),

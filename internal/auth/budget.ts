@@ -1,6 +1,10 @@
 // Per-user write budget, shared by all of a user's tokens and sessions (so logging in again
-// does not renew it): a fixed window of `limit` writes per `windowSeconds`, reported with the
-// IETF RateLimit header fields so scripts can pace themselves.
+// does not renew it): a fixed window of `limit` writes a minute (the setting
+// write_budget_per_minute), reported with the IETF RateLimit header fields so scripts can pace
+// themselves.
+
+/** The budget's window: a minute, as the setting that sizes it says. */
+const WINDOW_SECONDS = 60;
 
 export interface BudgetState {
   allowed: boolean;
@@ -16,17 +20,18 @@ export class WriteBudget {
   constructor(private readonly now: () => number = Date.now) {}
 
   /** Looks without spending. A `limit` of 0 means unlimited. */
-  peek(userId: number, limit: number, windowSeconds: number): BudgetState {
-    return this.state(userId, limit, windowSeconds, false);
+  peek(userId: number, limit: number): BudgetState {
+    return this.state(userId, limit, WINDOW_SECONDS, false);
   }
 
   /** Spends one write if any is left. */
-  spend(userId: number, limit: number, windowSeconds: number): BudgetState {
-    return this.state(userId, limit, windowSeconds, true);
+  spend(userId: number, limit: number): BudgetState {
+    return this.state(userId, limit, WINDOW_SECONDS, true);
   }
 
-  sweep(windowSeconds: number): void {
-    const cutoff = this.now() - windowSeconds * 1000;
+  /** Forgets the windows that have ended. */
+  sweep(): void {
+    const cutoff = this.now() - WINDOW_SECONDS * 1000;
     for (const [id, window] of this.windows) if (window.start <= cutoff) this.windows.delete(id);
   }
 

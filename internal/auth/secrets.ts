@@ -2,6 +2,9 @@
 // randomness and are stored only as SHA-256; passwords use scrypt with a per-hash salt.
 
 import { createHash, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { ID_DIGITS } from '../schema/ids.ts';
+
+const AGENT_TOKEN = new RegExp(`^mat_(${ID_DIGITS})_[A-Za-z0-9_-]{43}$`);
 
 export const SECRET_PREFIXES = { api: 'mst_', session: 'mss_', agent: 'mat_' } as const;
 export type SecretKind = keyof typeof SECRET_PREFIXES;
@@ -29,7 +32,7 @@ export function newAgentToken(nodeId: number): string {
 
 /** The node id an agent token claims, or null when it is not of that shape. */
 export function agentTokenNode(token: string): number | null {
-  const match = /^mat_([1-9][0-9]{0,15})_[A-Za-z0-9_-]{43}$/.exec(token);
+  const match = AGENT_TOKEN.exec(token);
   return match ? Number(match[1]) : null;
 }
 

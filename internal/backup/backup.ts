@@ -12,6 +12,7 @@ import { dirname, join, relative } from 'node:path';
 import { migrations } from '../store/migrations.ts';
 import { VERSION } from '../version.ts';
 import { readTar, writeTar, type Entry } from './archive.ts';
+import { ID_DIGITS } from '../schema/ids.ts';
 
 const DATABASE = 'master.db';
 export const MANIFEST = 'MANIFEST.json';
@@ -22,7 +23,7 @@ export const MANIFEST_SUM = 'MANIFEST.sha256';
  * the master's own certificate, pinned SSH host keys. Nothing else is backed up or restored: not the live database's
  * log and lock files, not the readiness mark, not whatever else lies in the dir.
  */
-const KEPT = /^(secret\.key|license\.json|tls\/(cert|key)\.pem|known_hosts\/[1-9][0-9]{0,15})$/;
+const KEPT = new RegExp(`^(secret\\.key|license\\.json|tls/(cert|key)\\.pem|known_hosts/${ID_DIGITS})$`);
 const FORMAT = 'portplane-backup';
 
 export interface Manifest {

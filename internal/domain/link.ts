@@ -18,6 +18,7 @@ import {
 } from '../schema/schema.ts';
 import { quotaDirections } from './quota.ts';
 import { forwardings, paths, protocols, proxyProtocols, ruleErrorCodes, strategies, targetStates } from './rules.ts';
+import { ID_RANGE } from '../schema/ids.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
 export const MAX_ENTRIES = 500;
@@ -30,7 +31,7 @@ export const MAX_BANDWIDTH = 100 * 2 ** 30;
 /** The highest max_connections a rule may ask for. */
 export const MAX_RULE_CONNECTIONS = 1_000_000;
 const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
-const ID = integer({ min: 1, max: Number.MAX_SAFE_INTEGER });
+const ID = integer(ID_RANGE);
 export const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
 const PEM = string({
   min: 1,

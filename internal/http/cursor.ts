@@ -1,6 +1,9 @@
 // Opaque list cursors: the caller sees a token, the store sees the last key it returned.
 
 import { DomainError } from '../errors/errors.ts';
+import { ID_DIGITS } from '../schema/ids.ts';
+
+const CURSOR = new RegExp(`^id:(${ID_DIGITS})$`);
 
 export function encodeCursor(lastId: number): string {
   return Buffer.from(`id:${lastId}`).toString('base64url');
@@ -8,7 +11,7 @@ export function encodeCursor(lastId: number): string {
 
 /** Returns the id encoded in `cursor`. Throws `invalid_query` for anything we did not issue. */
 export function decodeCursor(cursor: string): number {
-  const match = /^id:([1-9][0-9]{0,15})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
+  const match = CURSOR.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
   if (!match)
     throw new DomainError('invalid_query', 'cursor is not one this server issued', {
       errors: [{ pointer: '?cursor', detail: 'is not valid' }],

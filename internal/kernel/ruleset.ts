@@ -18,6 +18,11 @@
 // timeout policy set on each new connection), and its next packet, which is no new connection's SYN, is reset. A
 // timeout object is named by its value, since one declared again keeps the value it had.
 
+import { ID_DIGITS } from '../schema/ids.ts';
+
+const AGENT_TABLE = new RegExp(`^portplane_${ID_DIGITS}$`);
+const COUNTER = new RegExp(`^r(${ID_DIGITS})_(in|out)$`);
+
 /** The table of the node with this id. */
 export function tableOf(nodeId: number): string {
   return `portplane_${nodeId}`;
@@ -25,7 +30,7 @@ export function tableOf(nodeId: number): string {
 
 /** Whether `name` is a table an agent made (what `agent --uninstall` removes). */
 export function isAgentTable(name: string): boolean {
-  return /^portplane_[1-9][0-9]{0,15}$/.test(name);
+  return AGENT_TABLE.test(name);
 }
 
 export interface Destination {
@@ -50,7 +55,7 @@ export function counterName(id: number, direction: Direction): string {
 
 /** The rule id and direction a counter of this table is for; null for a name this table never makes. */
 export function counterOf(name: string): { id: number; direction: Direction } | null {
-  const match = /^r([1-9][0-9]{0,15})_(in|out)$/.exec(name);
+  const match = COUNTER.exec(name);
   return match ? { id: Number(match[1]), direction: match[2] as Direction } : null;
 }
 

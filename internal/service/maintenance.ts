@@ -17,7 +17,7 @@ export interface Housekeeping {
   readonly draining: boolean;
   /** In-memory records that age out: failed logins, write budgets. */
   throttle: { sweep(windowMs: number): void };
-  budget: { sweep(seconds: number): void };
+  budget: { sweep(): void };
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -42,7 +42,7 @@ export function maintain(app: Housekeeping): Promise<void> {
     idempotency: store.idempotency.prune(app.timestamp(-DAY_MS)),
   }));
   app.throttle.sweep(settings.get('login_window_seconds') * 1000);
-  app.budget.sweep(60);
+  app.budget.sweep();
   if (audit + events + credentials + idempotency > 0)
     app.log.info('pruned', { audit, events, credentials, idempotency });
   let running = rollUps.get(app);
