@@ -27,7 +27,8 @@ import type { App } from './app.ts';
 import { writeJobOf } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
-import { ruleFilterOf, ruleFilterQuery, ruleInput } from './rules.ts';
+import { ruleInput } from './rule-schema.ts';
+import { ruleFilterOf, ruleFilterQuery } from './rules.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 export const MAX_BATCH = 1000;

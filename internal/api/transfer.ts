@@ -19,7 +19,7 @@ import { committedElsewhere } from '../service/write.ts';
 import { writeJobOf } from './common.ts';
 import { nodeInput } from './nodes.ts';
 import { type Ctx, decodeBody, operation, operations, type Reply } from './route.ts';
-import { ruleInput } from './rules.ts';
+import { ruleInput } from './rule-schema.ts';
 import { tunnelInput } from './tunnels.ts';
 
 const nodeName = nodeInput.properties.name;

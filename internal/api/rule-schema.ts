@@ -1,0 +1,307 @@
+// A forwarding rule on the wire: what it is written as (RuleInput, every field validated, with the defaults a field
+// left out takes) and what it is read as (Rule). Its JSON is rendered by the store (store/rule-view.ts); the
+// contract tests hold every answer to this schema.
+
+import { cidr, target } from '../schema/net.ts';
+import {
+  array,
+  boolean,
+  dateTime,
+  integer,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  string,
+  type Infer,
+} from '../schema/schema.ts';
+import {
+  protocols,
+  strategies,
+  syncStates,
+  forwardings,
+  healthStates,
+  paths,
+  proxyProtocols,
+  targetStates,
+  ruleStates,
+} from '../domain/rules.ts';
+import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
+import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
+import { nullableTimestamp, record, tagList, timestamp } from './common.ts';
+import { ID_RANGE } from '../schema/ids.ts';
+
+export const ruleInput = object(
+  {
+    name: string({ min: 1, max: 100 }),
+    node_id: integer({ ...ID_RANGE, description: 'The node that listens.' }),
+    protocol: oneOf(protocols, { description: 'tcp+udp listens on the port for both.' }),
+    listen_port: integer({ min: 1, max: 65535, description: 'Unique per node and protocol.' }),
+    targets: array(target(), { min: 1, max: 16, unique: true }),
+    strategy: optional(
+      oneOf(strategies, {
+        description:
+          'How connections spread over several targets; each strategy fails over to the next target when one refuses.',
+      }),
+      'round_robin',
+    ),
+    forwarding: optional(
+      oneOf(forwardings, {
+        description:
+          'auto: the node forwards the rule in the kernel (nftables) where it can, else in user space (the relay); ' +
+          'relay: always in user space. sync.applied_path says which the node used.',
+      }),
+      'auto',
+    ),
+    tunnel_id: optional(
+      nullable(
+        integer({
+          ...ID_RANGE,
+          description: 'Relay through this tunnel; node_id must be its entry node. The exit node dials the targets.',
+        }),
+      ),
+      null,
+    ),
+    enabled: optional(boolean(), true),
+    tags: optional(tagList, []),
+    allow_sources: optional(
+      array(cidr(), {
+        max: MAX_SOURCES,
+        unique: true,
+        description:
+          'Clients whose address is in one of these blocks may connect; empty: every client. The node closes a ' +
+          'refused TCP connection at once and drops a refused datagram, and counts both in traffic.refused.',
+      }),
+      [],
+    ),
+    deny_sources: optional(
+      array(cidr(), {
+        max: MAX_SOURCES,
+        unique: true,
+        description: 'Clients whose address is in one of these blocks are refused, also when allow_sources has them.',
+      }),
+      [],
+    ),
+    max_connections: optional(
+      nullable(
+        integer({
+          min: 1,
+          max: MAX_RULE_CONNECTIONS,
+          description:
+            'Open TCP connections plus UDP sessions the rule carries at once; one more is refused (counted in ' +
+            "traffic.refused). null: the node's own limit (10,000 a listener).",
+        }),
+      ),
+      null,
+    ),
+    bandwidth_limit: optional(
+      nullable(
+        integer({
+          min: MIN_BANDWIDTH,
+          max: MAX_BANDWIDTH,
+          description:
+            "Bytes a second each way (client to target, and back), shared by all of the rule's connections and " +
+            "sessions; null: unlimited. A token bucket: after a quiet spell up to an eighth of a second's worth " +
+            '(at least 16 KiB) goes at once. TCP waits for it; UDP datagrams beyond it are dropped. Needs the relay.',
+        }),
+      ),
+      null,
+    ),
+    expires_at: optional(
+      nullable(
+        dateTime({
+          description:
+            'When the rule stops forwarding, as if disabled, and shows state expired; null: never. The node ' +
+            'stops it at that time itself, and the master within a second. A later time (or null) starts it again.',
+        }),
+      ),
+      null,
+    ),
+    quota: optional(
+      nullable(
+        object(
+          {
+            bytes: integer({
+              min: 1,
+              max: Number.MAX_SAFE_INTEGER,
+              description: 'Bytes the rule may carry per period, counted as direction says.',
+            }),
+            period: optional(
+              oneOf(quotaPeriods, {
+                description: 'When the count starts over: every day, every month, or never (none).',
+              }),
+              'month',
+            ),
+            direction: optional(
+              oneOf(quotaDirections, {
+                description: 'Which bytes count: in (client to target), out (back to the client), or both.',
+              }),
+              'both',
+            ),
+            reset_day: optional(
+              integer({ min: 1, max: 28, description: 'The day of the month a monthly period starts (UTC).' }),
+              1,
+            ),
+            reset_hour: optional(
+              integer({ min: 0, max: 23, description: 'The hour (UTC) a daily or monthly period starts.' }),
+              0,
+            ),
+          },
+          {
+            name: 'Quota',
+            description:
+              'When the period has used it up, the master disables the rule (state quota_exceeded, audited as ' +
+              'rule.quota_exceeded); setting enabled true again is 409 until the period starts over (which enables ' +
+              'it again) or bytes is raised past quota_usage.used_bytes. The node holds the rule to it by itself ' +
+              'too, ending its connections when spent, so a master away does not let it run over.',
+          },
+        ),
+      ),
+      null,
+    ),
+    health_check: optional(nullable(healthCheck), null),
+    proxy_protocol: optional(
+      oneOf(proxyProtocols, {
+        description:
+          "v1 or v2: each TCP connection to a target starts with a PROXY protocol header carrying the client's " +
+          'address and port and the address it connected to (the target must expect it). TCP only: UDP is ' +
+          'forwarded without one. Needs the relay: a rule with it is never carried by the kernel.',
+      }),
+      'none',
+    ),
+  },
+  {
+    name: 'RuleInput',
+    ignore: ['id', 'state', 'quota_usage', 'health', 'sync', 'traffic', 'version', 'created_at', 'updated_at'],
+  },
+);
+export type RuleInput = Infer<typeof ruleInput>;
+
+export const ruleSchema = record('Rule', {
+  id: { type: 'integer' },
+  name: { type: 'string' },
+  node_id: { type: 'integer' },
+  tunnel_id: { type: ['integer', 'null'] },
+  protocol: { type: 'string', enum: [...protocols] },
+  listen_port: { type: 'integer' },
+  targets: { type: 'array', items: { type: 'string' } },
+  strategy: { type: 'string', enum: [...strategies] },
+  forwarding: { type: 'string', enum: [...forwardings] },
+  enabled: { type: 'boolean' },
+  tags: { type: 'array', items: { type: 'string' } },
+  allow_sources: { type: 'array', items: { type: 'string' } },
+  deny_sources: { type: 'array', items: { type: 'string' } },
+  max_connections: { type: ['integer', 'null'] },
+  bandwidth_limit: { type: ['integer', 'null'] },
+  expires_at: nullableTimestamp,
+  proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
+  quota: {
+    type: ['object', 'null'],
+    required: ['bytes', 'period', 'direction', 'reset_day', 'reset_hour'],
+    properties: {
+      bytes: { type: 'integer' },
+      period: { type: 'string', enum: [...quotaPeriods] },
+      direction: { type: 'string', enum: [...quotaDirections] },
+      reset_day: { type: 'integer' },
+      reset_hour: { type: 'integer' },
+    },
+    additionalProperties: false,
+  },
+  state: {
+    type: 'string',
+    enum: [...ruleStates],
+    description:
+      'active: forwarding; disabled: enabled is false; expired: past expires_at; quota_exceeded: the quota is ' +
+      'spent for this period.',
+  },
+  health_check: {
+    type: ['object', 'null'],
+    required: ['interval_seconds', 'timeout_ms', 'fall', 'rise'],
+    properties: {
+      interval_seconds: { type: 'integer' },
+      timeout_ms: { type: 'integer' },
+      fall: { type: 'integer' },
+      rise: { type: 'integer' },
+    },
+    additionalProperties: false,
+  },
+  health: {
+    type: ['object', 'null'],
+    description:
+      "How the targets stand by the node's checks (null without a health_check): up, degraded (some down), down " +
+      '(every target down: clients are refused at once) or unknown (not checked yet, or the node has not said).',
+    required: ['status', 'targets'],
+    properties: {
+      status: { type: 'string', enum: [...healthStates] },
+      targets: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['target', 'status', 'error', 'checked_at'],
+          properties: {
+            target: { type: 'string' },
+            status: { type: 'string', enum: [...targetStates] },
+            error: { type: ['string', 'null'] },
+            checked_at: nullableTimestamp,
+          },
+          additionalProperties: false,
+        },
+      },
+    },
+    additionalProperties: false,
+  },
+  quota_usage: {
+    type: ['object', 'null'],
+    description: "What the quota's current period has counted; null without a quota.",
+    required: ['used_bytes', 'period_started_at', 'resets_at'],
+    properties: {
+      used_bytes: { type: 'integer' },
+      period_started_at: timestamp,
+      resets_at: { ...nullableTimestamp, description: 'When the period starts over; null for period none.' },
+    },
+    additionalProperties: false,
+  },
+  sync: {
+    type: 'object',
+    required: ['state', 'error', 'applied_at', 'applied_path'],
+    properties: {
+      state: {
+        type: 'string',
+        enum: [...syncStates],
+        description: 'applied: the node listens as configured; failed: the node said why in error.',
+      },
+      error: {
+        type: ['object', 'null'],
+        required: ['code', 'detail'],
+        properties: { code: { type: 'string' }, detail: { type: 'string' } },
+      },
+      applied_at: nullableTimestamp,
+      applied_path: {
+        type: ['string', 'null'],
+        enum: [...paths, null],
+        description:
+          'How the node carries the rule once applied: kernel (nftables DNAT, masqueraded: the target sees the ' +
+          "node's address, never the client's, and traffic counts IP packets, headers included) or relay (user " +
+          "space: the target sees the node's address, the client's only in a PROXY header, and traffic counts " +
+          'payload bytes). null until applied, or from an older agent.',
+      },
+    },
+    additionalProperties: false,
+  },
+  traffic: {
+    type: 'object',
+    required: ['bytes_in', 'bytes_out', 'refused'],
+    properties: {
+      bytes_in: { type: 'integer' },
+      bytes_out: { type: 'integer' },
+      refused: {
+        type: 'integer',
+        description: 'TCP connections and UDP datagrams turned away by allow_sources, deny_sources or max_connections.',
+      },
+    },
+    additionalProperties: false,
+  },
+  version: { type: 'integer' },
+  created_at: timestamp,
+  updated_at: timestamp,
+});
