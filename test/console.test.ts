@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, rule, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
@@ -261,36 +261,77 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
   });
 
   await t.test('pages follow the event stream instead of polling, and poll when it cannot be opened', async () => {
-    // The rules page is open, following the stream: a quiet master means no reads, a change made elsewhere shows.
-    // (First the reload that the last test's own change was told by the stream.)
-    await new Promise((resolve) => setTimeout(resolve, 1500));
-    const reads: string[] = [];
-    const count = (request: { url(): string }) => {
-      if (new URL(request.url()).pathname === '/api/rules') reads.push(request.url());
+    // Pages of their own whose clocks the test moves: no timer of theirs fires unless the test says so, so what they
+    // read in a stretch of time is counted exactly, without waiting it out.
+    const signedIn = async (contextOf: typeof context, streamCut: boolean) => {
+      const other = streamCut ? await browser.newContext() : contextOf;
+      if (streamCut) {
+        t.after(() => other.close());
+        await other.route('**/api/events*', (route) => route.abort());
+      }
+      const shown = await other.newPage();
+      shown.on('pageerror', (error) => problems.push(`script error (own clock): ${error.message}`));
+      // Each read of the rules list, counted in the page as it is asked for.
+      await shown.addInitScript(() => {
+        const scope = globalThis as unknown as { rulesRead: number; fetch: typeof fetch; location: { href: string } };
+        const original = scope.fetch.bind(globalThis);
+        scope.rulesRead = 0;
+        scope.fetch = (input, init) => {
+          const url = new URL(
+            typeof input === 'string' ? input : 'url' in input ? input.url : String(input),
+            scope.location.href,
+          );
+          if (url.pathname === '/api/rules') scope.rulesRead++;
+          return original(input, init);
+        };
+      });
+      await shown.clock.install();
+      await shown.goto(`${m.url}/#/rules`);
+      await shown.getByLabel('Username').fill('admin');
+      await shown.getByLabel('Password').fill(ADMIN_PASSWORD);
+      await shown.getByRole('button', { name: 'Sign in' }).click();
+      await shown
+        .getByRole('row', { name: /extra|web/ })
+        .first()
+        .waitFor();
+      await shown.getByText(streamCut ? 'Polling' : 'Live', { exact: true }).waitFor();
+      return shown;
     };
-    page.on('request', count);
-    await new Promise((resolve) => setTimeout(resolve, 4000));
-    assert.deepEqual(reads, [], 'no polling while the stream is open (the page polled every 3 s before)');
-    const made = Date.now();
+    const reads = (shown: Page) => shown.evaluate(() => (globalThis as unknown as { rulesRead: number }).rulesRead);
+    /** Stops the page's clock, letting what is due by then (a reload the stream's opening asked for) run first. */
+    const settle = async (shown: Page) => {
+      await shown.clock.pauseAt((await shown.evaluate(() => Date.now())) + 1000);
+      await shown.clock.runFor(1000);
+    };
+
+    const followed = await signedIn(context, false);
+    await settle(followed);
+    const before = await reads(followed);
+    await followed.clock.runFor(30_000);
+    assert.equal(await reads(followed), before, 'no polling while the stream is open (the page polled every 3 s)');
     const elsewhere = (await rule(m, { name: 'from-a-script', node_id: edge.id, listen_port: await freePort() })).body;
-    await page.getByRole('row', { name: /from-a-script/ }).waitFor({ timeout: 2000 });
-    assert.ok(Date.now() - made < 2000);
-    page.off('request', count);
+    // The stream tells of it at once; the page reads again half a second later (changes close together, read once).
+    await until('the page to be told of the change', async () => {
+      await followed.clock.runFor(100);
+      return (await reads(followed)) > before;
+    });
+    await followed.getByRole('row', { name: /from-a-script/ }).waitFor();
 
     // Without the stream (a proxy that refuses it), the page polls: the next change shows within a poll.
-    const cut = await browser.newContext();
-    t.after(() => cut.close());
-    await cut.route('**/api/events*', (route) => route.abort());
-    const polled = await cut.newPage();
-    polled.on('pageerror', (error) => problems.push(`script error (no stream): ${error.message}`));
-    await polled.goto(`${m.url}/#/rules`);
-    await polled.getByLabel('Username').fill('admin');
-    await polled.getByLabel('Password').fill(ADMIN_PASSWORD);
-    await polled.getByRole('button', { name: 'Sign in' }).click();
+    const polled = await signedIn(context, true);
     await polled.getByRole('row', { name: /from-a-script/ }).waitFor();
+    await settle(polled);
     await call(m.url, 'DELETE', `/api/rules/${elsewhere.id}`, { token: m.admin });
-    await polled.getByRole('row', { name: /from-a-script/ }).waitFor({ state: 'detached', timeout: 5000 });
-    await page.getByRole('row', { name: /from-a-script/ }).waitFor({ state: 'detached', timeout: 2000 });
+    const polledBefore = await reads(polled);
+    await polled.clock.runFor(3000);
+    assert.equal(await reads(polled), polledBefore + 1, 'one read in a poll interval');
+    await polled.getByRole('row', { name: /from-a-script/ }).waitFor({ state: 'detached' });
+    await until('the following page to drop it as the stream tells', async () => {
+      await followed.clock.runFor(100);
+      return (await followed.getByRole('row', { name: /from-a-script/ }).count()) === 0;
+    });
+    await followed.close();
+    await polled.close();
   });
 
   await t.test('a token is issued with chosen scopes, its secret works once shown, and revoking ends it', async () => {

@@ -14,11 +14,16 @@ const RETRY_MS = [1000, 2000, 5000, 10_000, 30_000];
 
 export class Changes {
   private readonly listeners = new Set<Listener>();
+  private readonly watchers = new Set<(connected: boolean) => void>();
   private controller: AbortController | null = null;
   private lastId: string | null = null;
   private failures = 0;
+  private open = false;
+
   /** True while the stream is open: pages need not poll. */
-  connected = false;
+  get connected(): boolean {
+    return this.open;
+  }
 
   /** Follows the stream until `stop`, reconnecting after a pause whenever it ends or cannot be opened. */
   start(): void {
@@ -31,8 +36,20 @@ export class Changes {
   stop(): void {
     this.controller?.abort();
     this.controller = null;
-    this.connected = false;
+    this.setConnected(false);
     this.lastId = null;
+  }
+
+  /** Calls `fn` with whether the stream is open, now and whenever that changes. */
+  onConnection(fn: (connected: boolean) => void): void {
+    this.watchers.add(fn);
+    fn(this.connected);
+  }
+
+  private setConnected(connected: boolean): void {
+    if (connected === this.open) return;
+    this.open = connected;
+    for (const watcher of this.watchers) watcher(connected);
   }
 
   /** Calls `fn` with the resource of each event; returns what stops it. */
@@ -54,7 +71,7 @@ export class Changes {
         this.failures++;
       }
       if (this.connected) {
-        this.connected = false;
+        this.setConnected(false);
         this.tell('*');
       }
       const pause = RETRY_MS[Math.min(this.failures, RETRY_MS.length - 1)]!;
@@ -89,7 +106,7 @@ export class Changes {
     }
     if (type === 'ready') {
       // Opened (again): what changed while it was down is unknown unless it resumed, so pages re-read once.
-      this.connected = true;
+      this.setConnected(true);
       this.tell('*');
     } else if (type === 'reset') this.tell('*');
     // A node's vitals come with every report of every node: only pages that show them follow them.

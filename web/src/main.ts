@@ -67,6 +67,17 @@ const allowedTo = (page: Page, scopes: readonly string[]) => page.scope === null
 
 const main = document.getElementById('main')!;
 const header = document.querySelector<HTMLElement>('header.top')!;
+
+// Whether what the pages show follows the master as it changes, or is read again every few seconds: the stream can be
+// refused on the way (a proxy), and the person should know which.
+const updates = document.getElementById('updates')!;
+changes.onConnection((connected) => {
+  updates.textContent = connected ? 'Live' : 'Polling';
+  updates.dataset.state = connected ? 'live' : 'polling';
+  updates.title = connected
+    ? 'Changes show as they happen (the event stream is open)'
+    : 'The event stream is not open: pages read again every few seconds';
+});
 let me: Me | null = null;
 let timers: number[] = [];
 let unsubscribe: (() => void)[] = [];
