@@ -6,12 +6,7 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { quotaPeriodAt, type Quota } from '../internal/domain/quota.ts';
 import { ruleFieldsOf } from '../internal/domain/rules.ts';
-import { Gate } from '../internal/relay/gate.ts';
-import { proxyHeader } from '../internal/relay/proxy-protocol.ts';
-import { parseCidr } from '../internal/schema/net.ts';
-import { TargetPicker } from '../internal/relay/targets.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { configMessage } from '../internal/domain/link.ts';
 import { validate } from '../internal/schema/schema.ts';
@@ -349,77 +344,6 @@ test('a rule stops at its expires_at (state expired, audited) and a later expiry
   assert.equal(await exchange(port), 'ping');
 });
 
-test('the PROXY header of an IPv6 client, and of one whose addresses cannot be told', () => {
-  const v6 = { address: '2001:db8::1', port: 5000 };
-  const to = { address: '2001:db8::a:2', port: 443 };
-  assert.equal(
-    proxyHeader('v1', v6, to).toString(),
-    'PROXY TCP6 2001:db8:0:0:0:0:0:1 2001:db8:0:0:0:0:a:2 5000 443\r\n',
-  );
-  const v2 = proxyHeader('v2', v6, to);
-  assert.deepEqual([v2[12], v2[13], v2.readUInt16BE(14), v2.length], [0x21, 0x21, 36, 16 + 36]);
-  assert.deepEqual([...v2.subarray(16, 32)], [0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 1]);
-  const mapped = proxyHeader('v1', { address: '::ffff:192.0.2.9', port: 1 }, { address: '::ffff:10.0.0.1', port: 2 });
-  assert.equal(mapped.toString(), 'PROXY TCP4 192.0.2.9 10.0.0.1 1 2\r\n', 'IPv4-mapped addresses as IPv4');
-  const mixed = [{ address: '192.0.2.9', port: 1 }, to] as const;
-  assert.equal(proxyHeader('v1', ...mixed).toString(), 'PROXY UNKNOWN\r\n');
-  assert.deepEqual([...proxyHeader('v2', ...mixed).subarray(12)], [0x20, 0, 0, 0], 'v2 LOCAL, no addresses');
-});
-
-test('address blocks: what is a block, and what a client matches', () => {
-  for (const block of ['0.0.0.0/0', '::/0', '192.0.2.0/24', '192.0.2.7', '2001:db8::/32', 'fe80::1/128'])
-    assert.ok(parseCidr(block), block);
-  const notBlocks = ['192.0.2.1/24', '2001:db8::1/32', '1.2.3.4/', '1.2.3.4/x', '1.2.3.4/8/8', '', '::1/129'];
-  for (const block of [...notBlocks, 'fe80::1%eth0', 'fe80::1%eth0/128']) assert.equal(parseCidr(block), null, block);
-  const gate = new Gate({
-    allow_sources: ['192.0.2.0/24', '2001:db8::/32'],
-    deny_sources: ['192.0.2.7'],
-    max_connections: null,
-    bandwidth_limit: null,
-    expires_at: null,
-    quota: null,
-  });
-  const admitted = ['192.0.2.1', '::ffff:192.0.2.200', '2001:db8:1::5', '192.0.2.7', '198.51.100.1', '2001:db9::1'].map(
-    (address) => gate.admit(address),
-  );
-  assert.deepEqual(admitted, [true, true, true, false, false, false]);
-  assert.equal(gate.drainRefused(), 3);
-  assert.equal(gate.drainRefused(), 0);
-});
-
-test("a rule's gate counts its TCP connections and UDP sessions together, and refuses all once it expires", () => {
-  const controls = { ...NO_CONTROLS, max_connections: 2, quota: null };
-  const gate = new Gate(controls);
-  assert.deepEqual([gate.admit('192.0.2.1'), gate.admit('192.0.2.2'), gate.admit('192.0.2.3')], [true, true, false]);
-  gate.release();
-  assert.equal(gate.admit('192.0.2.3'), true, 'a place freed is taken');
-  gate.update({ ...controls, max_connections: null, expires_at: '2020-01-01T00:00:00Z' });
-  assert.equal(gate.admit('192.0.2.4'), false, 'past its expiry');
-  assert.equal(gate.drainRefused(), 2);
-});
-
-test('quota periods: a day from its hour, a month from its day and hour, in UTC', () => {
-  const at = (iso: string) => Date.parse(iso);
-  const period = (quota: Partial<Quota>, now: string) => {
-    const { start, next } = quotaPeriodAt(
-      { bytes: 1, period: 'month', direction: 'both', reset_day: 1, reset_hour: 0, ...quota },
-      at(now),
-    );
-    return [new Date(start).toISOString(), next === null ? null : new Date(next).toISOString()];
-  };
-  const cases: [Partial<Quota>, string, string, string | null][] = [
-    [{ period: 'day', reset_hour: 6 }, '2026-11-26T05:59:59Z', '2026-11-25T06:00:00.000Z', '2026-11-26T06:00:00.000Z'],
-    [{ period: 'day', reset_hour: 6 }, '2026-11-26T06:00:00Z', '2026-11-26T06:00:00.000Z', '2026-11-27T06:00:00.000Z'],
-    [{ reset_day: 15, reset_hour: 12 }, '2026-11-15T11:00:00Z', '2026-10-15T12:00:00.000Z', '2026-11-15T12:00:00.000Z'],
-    [{ reset_day: 15, reset_hour: 12 }, '2026-11-15T12:00:00Z', '2026-11-15T12:00:00.000Z', '2026-12-15T12:00:00.000Z'],
-    [{ reset_day: 28 }, '2027-01-10T00:00:00Z', '2026-12-28T00:00:00.000Z', '2027-01-28T00:00:00.000Z'],
-    [{ reset_day: 1 }, '2026-12-31T23:59:59Z', '2026-12-01T00:00:00.000Z', '2027-01-01T00:00:00.000Z'],
-    [{ period: 'none' }, '2026-11-26T10:00:00Z', '2026-11-26T10:00:00.000Z', null],
-  ];
-  for (const [quota, now, start, next] of cases)
-    assert.deepEqual(period(quota, now), [start, next], `${JSON.stringify(quota)} at ${now}`);
-});
-
 test('a spent quota stops the rule on its node (quota_exceeded, 409 to re-enable) until a new period', async (t) => {
   const m = await startMaster(t, { localTargets: true });
   const n = await onlineNode(t, m);
@@ -634,32 +558,6 @@ test('health checks mark a target down when it stops answering and up when it an
   b = await namedTarget(t, 'B', b.port);
   await healthIs('degraded', ['down', 'up']);
   assert.deepEqual([...new Set(await answers(4))], ['B'], 'back up, it is used again');
-});
-
-test('a picker leaves out the targets its checks found down, in the order of its strategy', () => {
-  const down = new Set<number>();
-  const targets = [1, 2, 3].map((port) => ({ host: '192.0.2.1', port }));
-  const picker = new TargetPicker(targets, 'round_robin', (index) => down.has(index));
-  const ports = () => picker.order().map((target) => target.port);
-  assert.deepEqual(
-    [ports(), ports(), ports()],
-    [
-      [1, 2, 3],
-      [2, 3, 1],
-      [3, 1, 2],
-    ],
-  );
-  down.add(1);
-  assert.deepEqual(
-    [ports(), ports(), ports()],
-    [
-      [1, 3],
-      [3, 1],
-      [3, 1],
-    ],
-  );
-  down.add(0).add(2);
-  assert.deepEqual(ports(), []);
 });
 
 test('a health check is for direct rules only, and is bounded', async (t) => {

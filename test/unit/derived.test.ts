@@ -5,11 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { ruleFieldsOf, type RuleFields } from '../internal/domain/rules.ts';
-import { derivations, installDerived } from '../internal/store/derived.ts';
-import { openStore } from '../internal/store/store.ts';
-import { trigger, type Derivation } from '../internal/store/trigger.ts';
-import { NO_CONTROLS } from './helpers.ts';
+import { ruleFieldsOf, type RuleFields } from '../../internal/domain/rules.ts';
+import { derivations, installDerived } from '../../internal/store/derived.ts';
+import { openStore } from '../../internal/store/store.ts';
+import { trigger, type Derivation } from '../../internal/store/trigger.ts';
+import { NO_CONTROLS } from '../helpers.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 const MOVED = '2031-02-03T04:05:06Z';

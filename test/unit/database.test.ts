@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { CommitFailed, Database, WritesBusy } from '../internal/store/database.ts';
+import { CommitFailed, Database, WritesBusy } from '../../internal/store/database.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 

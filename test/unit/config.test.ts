@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseConfig } from '../cmd/master/config.ts';
+import { parseConfig } from '../../cmd/master/config.ts';
 
 test('configuration: flags override MASTER_* environment, which overrides defaults', () => {
   const base = {
@@ -72,7 +72,7 @@ test(
   'agent configuration: flags over AGENT_* environment; the token, URL and pin are checked; ' +
     'plain HTTP only on this machine unless told',
   async () => {
-    const { parseAgentConfig } = await import('../cmd/agent/config.ts');
+    const { parseAgentConfig } = await import('../../cmd/agent/config.ts');
     const token = `mat_7_${'a'.repeat(43)}`;
     const pin = `sha256/${'Q'.repeat(43)}=`;
     const base = {
@@ -152,7 +152,7 @@ test(
   'agent env files are data: each line KEY=VALUE taken literally, never through a shell; ' +
     'flags win over the file, the file over the environment',
   async () => {
-    const { parseAgentConfig, parseEnvFile } = await import('../cmd/agent/config.ts');
+    const { parseAgentConfig, parseEnvFile } = await import('../../cmd/agent/config.ts');
     const token = `mat_7_${'a'.repeat(43)}`;
     const files: Record<string, string> = {
       '/etc/good.env': `# written by install-ssh\nAGENT_MASTER_URL=https://m.example:8443\nAGENT_TOKEN=${token}\n\n`,
@@ -215,7 +215,7 @@ test(
   'master URLs are http(s), a hostname or IP address, and an optional port: nothing a shell ' +
     'or parser could read as syntax',
   async () => {
-    const { masterOrigin } = await import('../internal/schema/net.ts');
+    const { masterOrigin } = await import('../../internal/schema/net.ts');
     const good: [string, string][] = [
       ['http://192.0.2.1:8080', 'http://192.0.2.1:8080'],
       ['https://Master.Example.net/', 'https://master.example.net'],

@@ -5,17 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { Database } from '../internal/store/database.ts';
-import { NodeStore, type NodeFields } from '../internal/store/nodes.ts';
-import { Generation, openStore, type Store } from '../internal/store/store.ts';
-import { TokenStore } from '../internal/store/tokens.ts';
-import { TunnelStore } from '../internal/store/tunnels.ts';
-import { UserStore } from '../internal/store/users.ts';
-import { EVERY_RULE, RuleStore } from '../internal/store/rules.ts';
-import { AuditStore } from '../internal/store/audit.ts';
-import { secretFieldNames } from '../internal/api/routes.ts';
-import { ruleFieldsOf } from '../internal/domain/rules.ts';
-import { NO_CONTROLS } from './helpers.ts';
+import { Database } from '../../internal/store/database.ts';
+import { NodeStore, type NodeFields } from '../../internal/store/nodes.ts';
+import { Generation, openStore, type Store } from '../../internal/store/store.ts';
+import { TokenStore } from '../../internal/store/tokens.ts';
+import { TunnelStore } from '../../internal/store/tunnels.ts';
+import { UserStore } from '../../internal/store/users.ts';
+import { EVERY_RULE, RuleStore } from '../../internal/store/rules.ts';
+import { AuditStore } from '../../internal/store/audit.ts';
+import { secretFieldNames } from '../../internal/api/routes.ts';
+import { ruleFieldsOf } from '../../internal/domain/rules.ts';
+import { NO_CONTROLS } from '../helpers.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 const fields = (name: string): NodeFields => ({

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Router } from '../internal/http/router.ts';
+import { Router } from '../../internal/http/router.ts';
 
 function router(): Router<string> {
   const r = new Router<string>();

@@ -3,8 +3,8 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { addKernel } from '../internal/agent/agent.ts';
-import type { TrafficState } from '../internal/agent/state.ts';
+import { addKernel } from '../../internal/agent/agent.ts';
+import type { TrafficState } from '../../internal/agent/state.ts';
 
 const counts = (entries: [number, number, number][]) =>
   new Map(entries.map(([id, bytes_in, bytes_out]) => [id, { bytes_in, bytes_out }]));

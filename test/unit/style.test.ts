@@ -60,7 +60,9 @@ test('dependencies point one way: no cycle between areas, storage and the data p
   for (const area of edges.keys()) if (!state.has(area)) visit(area, [area]);
   assert.deepEqual(cycles, []);
   const forbidden: [string, string[]][] = [
-    ['store', ['api', 'http', 'agentlink']],
+    ['store', ['api', 'service', 'http', 'agentlink']],
+    ['service', ['api', 'agentlink']],
+    ['domain', ['store', 'service', 'api', 'http']],
     ['relay', ['forward', 'tunnel', 'store', 'api', 'http']],
     ['tunnel', ['forward', 'store', 'api', 'http']],
     ['forward', ['store', 'api', 'http']],
@@ -70,4 +72,27 @@ test('dependencies point one way: no cycle between areas, storage and the data p
     for (const other of never) assert.ok(!edges.get(area)?.has(other), `internal/${area} imports internal/${other}`);
   const apiUsers = [...edges].filter(([, to]) => to.has('api')).map(([from]) => from);
   assert.deepEqual(apiUsers, [], 'nothing but cmd/ imports internal/api');
+  // And in cmd/, only what wires the server: the operations are reached through internal/service.
+  const cmdFiles = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', 'cmd/*.ts'], {
+    encoding: 'utf8',
+  })
+    .split('\n')
+    .filter(Boolean);
+  const wiringApi = cmdFiles.filter((file) => /from '[./]*internal\/api\//.test(readFileSync(file, 'utf8')));
+  assert.deepEqual(wiringApi.sort(), ['cmd/master/commands.ts', 'cmd/master/start.ts', 'cmd/master/workers.ts']);
+});
+
+const MAX_API_LINES = 400;
+
+test(`no file of the API layer is over ${MAX_API_LINES} lines: schemas and handlers, the rest in the service`, () => {
+  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', 'internal/api/'], {
+    encoding: 'utf8',
+  })
+    .split('\n')
+    .filter(Boolean);
+  const long = files.flatMap((file) => {
+    const lines = readFileSync(file, 'utf8').split('\n').length - 1;
+    return lines > MAX_API_LINES ? [`${file} (${lines})`] : [];
+  });
+  assert.deepEqual(long, []);
 });

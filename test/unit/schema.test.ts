@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { secretFieldNames } from '../internal/api/routes.ts';
+import { secretFieldNames } from '../../internal/api/routes.ts';
 import {
   array,
   dateTime,
@@ -15,8 +15,8 @@ import {
   secretFields,
   string,
   validate,
-} from '../internal/schema/schema.ts';
-import { redactSecrets } from '../internal/store/audit.ts';
+} from '../../internal/schema/schema.ts';
+import { redactSecrets } from '../../internal/store/audit.ts';
 
 const input = object(
   {

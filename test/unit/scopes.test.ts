@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { grants, intersect, isScope } from '../internal/auth/scopes.ts';
+import { grants, intersect, isScope } from '../../internal/auth/scopes.ts';
 
 test('grants: exact scope, write implies read of the same resource, * grants all', () => {
   const cases = [
