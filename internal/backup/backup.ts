@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
-import { migrations } from '../store/migrations.ts';
+import { checkDatabaseFile, compactDatabaseFile, copyDatabaseFile, schemaVersionOfFile } from '../store/files.ts';
 import { VERSION } from '../version.ts';
 import { readTar, writeTar, type Entry } from './archive.ts';
 import { ID_DIGITS } from '../schema/ids.ts';
@@ -39,10 +39,6 @@ export interface Manifest {
 export interface Verified {
   manifest: Manifest;
   files: Entry[];
-}
-
-function sqlite(): typeof import('node:sqlite') {
-  return process.getBuiltinModule('node:sqlite') as typeof import('node:sqlite');
 }
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -79,20 +75,14 @@ function inScratch<T>(fn: (dir: string) => T | Promise<T>): T | Promise<T> {
 export function backupDataDir(dataDir: string, now = new Date()): Promise<Buffer> {
   return inScratch(async (scratch) => {
     const copy = join(scratch, DATABASE);
-    const { DatabaseSync, backup } = sqlite();
-    const source = new DatabaseSync(join(dataDir, DATABASE), { readOnly: true });
-    try {
-      await backup(source, copy);
-    } finally {
-      source.close();
-    }
+    await copyDatabaseFile(join(dataDir, DATABASE), copy);
     const files = [{ name: DATABASE, mode: 0o600, data: readFileSync(copy) }, ...filesOf(dataDir)];
     const manifest: Manifest = {
       format: FORMAT,
       version: 1,
       created_at: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
       master_version: VERSION,
-      schema_version: schemaVersionOf(copy),
+      schema_version: schemaVersionOfFile(copy),
       files: files.map(({ name, data }) => ({ name, size: data.length, sha256: sha256(data) })),
     };
     const text = Buffer.from(`${JSON.stringify(manifest, null, 2)}\n`);
@@ -102,15 +92,6 @@ export function backupDataDir(dataDir: string, now = new Date()): Promise<Buffer
       { name: MANIFEST_SUM, mode: 0o600, data: Buffer.from(sumLine(text)) },
     ]);
   });
-}
-
-function schemaVersionOf(path: string): number {
-  const db = new (sqlite().DatabaseSync)(path, { readOnly: true });
-  try {
-    return (db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as { version: number }).version;
-  } finally {
-    db.close();
-  }
 }
 
 /** The manifest `text` holds, checked field by field. Throws naming what is wrong. */
@@ -145,7 +126,7 @@ function parseManifest(text: Buffer): Manifest {
  * Checks a backup whole before anything is restored from it: the archive's every header and padding byte, the
  * manifest against its own SHA-256, every file against the manifest (name, size, SHA-256, nothing missing or
  * added), the file names (inside the data dir; no lock, WAL or readiness file), and the database (a schema this
- * master knows, PRAGMA integrity_check and foreign_key_check on a scratch copy). Throws with the reason.
+ * master knows, SQLite's integrity and foreign key checks on a scratch copy: store/files.ts). Throws with the reason.
  */
 export function verifyBackup(archive: Buffer): Verified {
   let entries: Entry[];
@@ -191,47 +172,9 @@ export function verifyBackup(archive: Buffer): Verified {
   inScratch((scratch) => {
     const path = join(scratch, DATABASE);
     writeFileSync(path, database.data, { mode: 0o600 });
-    checkDatabase(path);
+    checkDatabaseFile(path);
   });
   return { manifest, files };
-}
-
-/** Refuses a database this master cannot start on, or one SQLite finds damaged or inconsistent. */
-function checkDatabase(path: string): void {
-  const { DatabaseSync } = sqlite();
-  let db: InstanceType<typeof DatabaseSync>;
-  try {
-    db = new DatabaseSync(path, { readOnly: true });
-    db.prepare('SELECT count(*) FROM sqlite_schema').get();
-  } catch (error) {
-    throw new Error(`the backup's database is not a database: ${(error as Error).message}`);
-  }
-  try {
-    const version = (
-      db.prepare("SELECT name FROM sqlite_schema WHERE name = 'schema_migrations'").get()
-        ? db.prepare('SELECT max(version) AS version FROM schema_migrations').get()
-        : undefined
-    ) as { version: number | null } | undefined;
-    if (!version?.version) throw new Error("the backup's database is not a portplane master's");
-    if (version.version > migrations.length)
-      throw new Error(
-        `the backup's database is at schema version ${version.version}, newer than this master ` +
-          `(${migrations.length}); restore it with the master that made it`,
-      );
-    const integrity = db.prepare('PRAGMA integrity_check').all() as { integrity_check: string }[];
-    if (integrity.length !== 1 || integrity[0]!.integrity_check !== 'ok')
-      throw new Error(
-        `the backup's database fails its integrity check: ${integrity.map((r) => r.integrity_check).join('; ')}`,
-      );
-    const orphans = db.prepare('PRAGMA foreign_key_check').all() as { table: string; parent: string }[];
-    if (orphans.length > 0)
-      throw new Error(
-        `the backup's database fails its foreign key check: ${orphans.length} rows refer to rows that are not ` +
-          `there (first: ${orphans[0]!.table} -> ${orphans[0]!.parent})`,
-      );
-  } finally {
-    db.close();
-  }
 }
 
 /**
@@ -239,20 +182,6 @@ function checkDatabase(path: string): void {
  * leaves the dir as it was. Should writing fail midway (a full disk), the dir is emptied again: a half-restored data
  * dir would start.
  */
-/**
- * Rewrites a restored database without its free pages, and so that it gives pages freed later back in steps (see
- * Database.useIncrementalVacuum): for a data dir made before the history kept at falling resolution, whose file kept
- * the size of every minute it once held, a restore is the way to its size. The master is stopped meanwhile.
- */
-function compact(path: string): void {
-  const db = new (sqlite().DatabaseSync)(path);
-  try {
-    db.exec('PRAGMA auto_vacuum = INCREMENTAL; VACUUM');
-  } finally {
-    db.close();
-  }
-}
-
 export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   if (readdirSync(dataDir).length > 0) throw new Error(`${dataDir} is not empty; restore only into an empty data dir`);
@@ -264,7 +193,7 @@ export function restoreDataDir(dataDir: string, archive: Buffer): string[] {
       // Exclusively: never through a file or symlink that appeared in the dir since it was found empty.
       writeFileSync(path, file.data, { mode: 0o600, flag: 'wx' });
     }
-    compact(join(dataDir, DATABASE));
+    compactDatabaseFile(join(dataDir, DATABASE));
   } catch (error) {
     for (const name of readdirSync(dataDir)) rmSync(join(dataDir, name), { recursive: true, force: true });
     throw error;

@@ -13,7 +13,7 @@ import { migrations } from './migrations.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
-function sqlite(): typeof import('node:sqlite') {
+export function sqlite(): typeof import('node:sqlite') {
   return process.getBuiltinModule('node:sqlite') as typeof import('node:sqlite');
 }
 

@@ -82,6 +82,18 @@ test('dependencies point one way: no cycle between areas, storage and the data p
   assert.deepEqual(wiringApi.sort(), ['cmd/master/commands.ts', 'cmd/master/start.ts', 'cmd/master/workers.ts']);
 });
 
+test("SQL is the store's alone: no other area of internal/ opens SQLite or prepares a statement", () => {
+  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', 'internal/*.ts'], {
+    encoding: 'utf8',
+  })
+    .split('\n')
+    .filter((file) => file && !file.startsWith('internal/store/'));
+  const sql = files.filter((file) =>
+    /node:sqlite|DatabaseSync|\.prepare\(|\bPRAGMA\b/.test(readFileSync(file, 'utf8')),
+  );
+  assert.deepEqual(sql, []);
+});
+
 const MAX_API_LINES = 400;
 
 test(`no file of the API layer is over ${MAX_API_LINES} lines: schemas and handlers, the rest in the service`, () => {
