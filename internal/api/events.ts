@@ -86,7 +86,11 @@ const envelopeProperties: Record<string, JsonSchema> = {
     description: "The event's place in the journal; live events (traffic, node.vitals) have none.",
   },
   type: { type: 'string', enum: [...EVENT_TYPES] },
-  at: timestamp,
+  at: {
+    ...timestamp,
+    description:
+      "When the change was made, by the master's clock (as its audit entry says); for an import, the import's time.",
+  },
   resource: { type: 'string', enum: Object.keys(JOURNAL_TYPES) },
   resource_id: { type: ['integer', 'null'] },
   node_ids: { type: 'array', items: { type: 'integer' }, description: 'The nodes it concerns.' },
