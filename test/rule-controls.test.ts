@@ -434,6 +434,24 @@ test('a spent quota stops the rule on its node (quota_exceeded, 409 to re-enable
   assert.equal(await exchange(port), 'ping');
 });
 
+test('a quota lowered to what its period has used stops the rule at once; raised past it, the rule goes on', async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const base = { name: 'metered', node_id: n.id, protocol: 'tcp', listen_port: 9000, targets: ['192.0.2.1:80'] };
+  const made = (await rule(m, { ...base, quota: { bytes: 1000 } })).body;
+  // What the node would have reported: 600 bytes of the period used.
+  m.app.store.write(() => m.app.store.db.prepare('UPDATE rules SET quota_used = 600 WHERE id = ?').run(made.id));
+  const put = (bytes: number, enabled = true) =>
+    call(m.url, 'PUT', `/api/rules/${made.id}`, { token: m.admin, body: { ...base, enabled, quota: { bytes } } });
+  const lowered = await put(500);
+  assert.equal(lowered.status, 200);
+  assert.deepEqual([lowered.body.state, lowered.body.enabled], ['quota_exceeded', false]);
+  assertProblem(await put(600), 409, 'conflict');
+  const raised = await put(2000);
+  assert.equal(raised.status, 200);
+  assert.deepEqual([raised.body.state, raised.body.enabled, raised.body.quota_usage.used_bytes], ['active', true, 600]);
+});
+
 test('a quota is validated as a whole and its fields one by one', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');

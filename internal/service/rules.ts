@@ -64,6 +64,10 @@ function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: 
   if (errors.length > 0) throw validationFailed(errors);
 }
 
+// A quota's rules on writes, in one place: enabling a rule the quota stopped is refused while its period has nothing
+// left (`checkQuotaLeft`), and a quota lowered to what the period has used already stops the rule at once
+// (`spendsQuota`). The clock's side (a period ending, bytes reported) is resetQuotas here and the agent link's.
+
 /** Throws `conflict` when `fields` would enable `current` while its quota's period has nothing left. */
 function checkQuotaLeft(current: Rule, fields: RuleFields): void {
   if (!fields.enabled || current.enabled || !fields.quota || !current.quota_usage) return;
@@ -75,6 +79,11 @@ function checkQuotaLeft(current: Rule, fields: RuleFields): void {
       `${resets_at ? `after ${resets_at}, when the period starts over, ` : ''}with quota.bytes above ${used_bytes}`,
     { data: { state: current.state, quota_usage: current.quota_usage } },
   );
+}
+
+/** Whether `current` written as `fields` is to stop at once: enabled, with a quota its period has used up already. */
+function spendsQuota(current: Rule, fields: RuleFields): boolean {
+  return fields.enabled && fields.quota !== null && (current.quota_usage?.used_bytes ?? 0) >= fields.quota.bytes;
 }
 
 /** Inside a transaction. Throws `validation_failed` (references), `conflict` (port). */
@@ -127,7 +136,7 @@ export function updateRule(app: WriteDeps, change: Change, id: number, fields: R
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
   checkQuotaLeft(current, fields);
-  const updated = app.store.rules.update(id, fields, app.timestamp());
+  const updated = app.store.rules.update(id, fields, app.timestamp(), spendsQuota(current, fields));
   touchRule(app, change, current);
   touchRule(app, change, updated);
   change.audit({

@@ -521,8 +521,11 @@ export class RuleStore {
     return made;
   }
 
-  /** Throws `conflict` naming the holder when the port is taken. */
-  update(id: number, fields: RuleFields, at: string): Rule {
+  /**
+   * Writes rule `id` as `fields`; with `quotaSpent` it is stopped by its quota (disabled, state quota_exceeded), as
+   * the service decides. Throws `conflict` naming the holder when the port is taken.
+   */
+  update(id: number, fields: RuleFields, at: string, quotaSpent = false): Rule {
     const holder = this.portHolder(fields, id);
     if (holder) throw portTaken(holder, fields.listen_port);
     const current = this.quotaStmt.get(id) as unknown as QuotaColumns &
@@ -534,9 +537,7 @@ export class RuleStore {
     const health = sameChecks ? current.health : healthCheck && JSON.stringify(freshHealth(fields));
     let enabled = fields.enabled;
     if (enabled) quota.quota_spent = 0;
-    // A quota lowered to what the period has used already is spent at once (re-enabling such a rule is refused
-    // before it gets here).
-    if (enabled && quota.quota_bytes !== null && quota.quota_used >= quota.quota_bytes) {
+    if (quotaSpent) {
       enabled = false;
       quota.quota_spent = 1;
     }
