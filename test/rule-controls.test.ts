@@ -434,7 +434,8 @@ test('a spent quota stops the rule on its node (quota_exceeded, 409 to re-enable
   assert.equal(await exchange(port), 'ping');
 });
 
-test('a quota lowered to what its period has used stops the rule at once; raised past it, the rule goes on', async (t) => {
+const QUOTA_LOWERED = 'a quota lowered to what its period has used stops the rule at once; raised past it, it goes on';
+test(QUOTA_LOWERED, async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge');
   const base = { name: 'metered', node_id: n.id, protocol: 'tcp', listen_port: 9000, targets: ['192.0.2.1:80'] };
