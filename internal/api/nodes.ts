@@ -237,37 +237,7 @@ export const CASCADE_FROM_NODE = [
   { scope: 'tunnels:write', when: '?cascade=true deletes the tunnels that enter or leave at the node' },
 ] as const;
 
-function listNodes(ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) {
-  const { limit, after, count, sorted } = paging(ctx.query);
-  const page = ctx.app.store.nodes.page({
-    afterId: after,
-    limit,
-    count,
-    sorted,
-    status: ctx.query.status ?? null,
-    tag: ctx.query.tag ?? null,
-    q: ctx.query.q ?? null,
-  });
-  return okJson(pageJson(page, sorted && ctx.query.sort));
-}
-
 const vitalsQuery = seriesQuery({ step: 60, span: 'an hour' });
-
-/** A node's vitals over time, a point per step that had reports (averaged), oldest first. */
-function getNodeVitals(ctx: Ctx<undefined, QueryOf<typeof vitalsQuery>>) {
-  const { app } = ctx;
-  const id = idParam(ctx);
-  if (!app.store.nodes.exists(id)) throw notFound('node', id);
-  const { from, to, step } = seriesWindow(ctx.query, app.timestamp(), { step: 60, spanSeconds: 3600 });
-  const points = app.store.vitals.series(id, from, to, step);
-  return ok({
-    node_id: id,
-    from: formatTime(from * 1000),
-    to: formatTime(to * 1000),
-    step,
-    points: points.map(({ at, ...point }) => ({ at: formatTime(at * 1000), ...point })),
-  });
-}
 
 const vitalsSeriesSchema = record('NodeVitalsSeries', {
   node_id: { type: 'integer' },
@@ -293,46 +263,24 @@ const vitalsSeriesSchema = record('NodeVitalsSeries', {
   },
 });
 
-function getNode(ctx: Ctx<undefined, {}>) {
-  const node = ctx.app.store.nodes.json(idParam(ctx));
-  if (!node) throw notFound('node', ctx.params.id!);
-  return okJson(node.json, { ETag: etagOf(node.version) });
-}
-
-async function createNode(ctx: Ctx<NodeInput, {}>) {
-  const { node, agent_token } = await transact(ctx.app, ctx, (change) => insertNode(ctx.app, change, ctx.body));
-  const dial = masterDial(ctx);
-  return created(
-    {
-      ...nodeView(node),
-      agent_token,
-      master_pin: ctx.app.tls?.pin ?? null,
-      agent_command: dial && agentCommand(dial, agent_token),
-    },
-    { Location: `/api/nodes/${node.id}`, ETag: etagOf(node.version) },
-  );
-}
-
-async function replaceNode(ctx: Ctx<NodeInput, {}>) {
-  const node = await transact(ctx.app, ctx, (change) =>
-    updateNode(ctx.app, change, idParam(ctx), ctx.body, ctx.headers['if-match']),
-  );
-  return ok(nodeView(node), { ETag: etagOf(node.version) });
-}
-
-async function deleteNode(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  await transact(ctx.app, ctx, (change) =>
-    removeNode(ctx.app, change, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
-  );
-  return noContent();
-}
-
 export const nodeOperations = operations({
   listNodes: operation({
     summary: 'List nodes',
     query: listNodesQuery,
     responses: { 200: { description: 'A page of nodes', schema: pageSchema(nodeSchema) } },
-    handler: listNodes,
+    handler: (ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) => {
+      const { limit, after, count, sorted } = paging(ctx.query);
+      const page = ctx.app.store.nodes.page({
+        afterId: after,
+        limit,
+        count,
+        sorted,
+        status: ctx.query.status ?? null,
+        tag: ctx.query.tag ?? null,
+        q: ctx.query.q ?? null,
+      });
+      return okJson(pageJson(page, sorted && ctx.query.sort));
+    },
   }),
   createNode: operation({
     action: 'node.create',
@@ -346,7 +294,19 @@ export const nodeOperations = operations({
       403: { description: 'Lacking nodes:write, or the license allows no more nodes (license_limit)' },
       409: { description: 'The name is taken' },
     },
-    handler: createNode,
+    handler: async (ctx: Ctx<NodeInput, {}>) => {
+      const { node, agent_token } = await transact(ctx.app, ctx, (change) => insertNode(ctx.app, change, ctx.body));
+      const dial = masterDial(ctx);
+      return created(
+        {
+          ...nodeView(node),
+          agent_token,
+          master_pin: ctx.app.tls?.pin ?? null,
+          agent_command: dial && agentCommand(dial, agent_token),
+        },
+        { Location: `/api/nodes/${node.id}`, ETag: etagOf(node.version) },
+      );
+    },
   }),
   getNodeVitals: operation({
     summary: "A node's vitals over time",
@@ -355,12 +315,30 @@ export const nodeOperations = operations({
       'an hour, then a day, kept as traffic is: see "Traffic and vitals history"), averaged per step.',
     query: vitalsQuery,
     responses: { 200: { description: 'The series', schema: vitalsSeriesSchema } },
-    handler: getNodeVitals,
+    // A node's vitals over time, a point per step that had reports (averaged), oldest first.
+    handler: (ctx: Ctx<undefined, QueryOf<typeof vitalsQuery>>) => {
+      const { app } = ctx;
+      const id = idParam(ctx);
+      if (!app.store.nodes.exists(id)) throw notFound('node', id);
+      const { from, to, step } = seriesWindow(ctx.query, app.timestamp(), { step: 60, spanSeconds: 3600 });
+      const points = app.store.vitals.series(id, from, to, step);
+      return ok({
+        node_id: id,
+        from: formatTime(from * 1000),
+        to: formatTime(to * 1000),
+        step,
+        points: points.map(({ at, ...point }) => ({ at: formatTime(at * 1000), ...point })),
+      });
+    },
   }),
   getNode: operation({
     summary: 'Show a node',
     responses: { 200: { description: 'The node', schema: nodeSchema } },
-    handler: getNode,
+    handler: (ctx: Ctx<undefined, {}>) => {
+      const node = ctx.app.store.nodes.json(idParam(ctx));
+      if (!node) throw notFound('node', ctx.params.id!);
+      return okJson(node.json, { ETag: etagOf(node.version) });
+    },
   }),
   replaceNode: operation({
     action: 'node.update',
@@ -372,7 +350,12 @@ export const nodeOperations = operations({
       'ignored.',
     body: nodeInput,
     responses: { 200: { description: 'Updated', schema: nodeSchema }, 409: { description: 'The name is taken' } },
-    handler: replaceNode,
+    handler: async (ctx: Ctx<NodeInput, {}>) => {
+      const node = await transact(ctx.app, ctx, (change) =>
+        updateNode(ctx.app, change, idParam(ctx), ctx.body, ctx.headers['if-match']),
+      );
+      return ok(nodeView(node), { ETag: etagOf(node.version) });
+    },
   }),
   deleteNode: operation({
     action: 'node.delete',
@@ -386,6 +369,11 @@ export const nodeOperations = operations({
       403: { description: 'Lacking nodes:write, or a scope the cascade needs' },
       409: { description: 'Still has rules or tunnels' },
     },
-    handler: deleteNode,
+    handler: async (ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) => {
+      await transact(ctx.app, ctx, (change) =>
+        removeNode(ctx.app, change, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
+      );
+      return noContent();
+    },
   }),
 });

@@ -5,10 +5,6 @@ import { patchSettings } from '../service/settings.ts';
 import { guardedKeys, settingsPatchSchema, settingsSchema } from '../settings/settings.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
 
-function getSettings(ctx: Ctx<undefined, {}>) {
-  return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
-}
-
 async function patchSettingsAnswer(ctx: Ctx<Infer<typeof settingsPatchSchema>, {}>) {
   await patchSettings(ctx.app, ctx, ctx.body, ctx.headers['if-match']);
   return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
@@ -21,7 +17,9 @@ export const settingsOperations = operations({
   getSettings: operation({
     summary: 'Show every setting',
     responses: { 200: { description: 'The settings', schema: settingsSchema } },
-    handler: getSettings,
+    handler: (ctx: Ctx<undefined, {}>) => {
+      return ok(ctx.app.settings.values, { ETag: ctx.app.settings.etag() });
+    },
   }),
   updateSettings: operation({
     action: 'settings.update',

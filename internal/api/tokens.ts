@@ -56,18 +56,6 @@ const listTokensQuery = {
   sort: sortParam(Object.keys(TOKEN_SORTS)),
 };
 
-function listTokens(ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) {
-  const { limit, after, count, sorted } = paging(ctx.query);
-  const page = ctx.app.store.tokens.page({ afterId: after, limit, count, sorted, userId: ctx.query.user_id ?? null });
-  return okJson(pageJson(page, sorted && ctx.query.sort));
-}
-
-function getToken(ctx: Ctx<undefined, {}>) {
-  const token = ctx.app.store.tokens.find(idParam(ctx));
-  if (!token) throw notFound('token', ctx.params.id!);
-  return ok(shownToken(token), { ETag: etagOf(TOKEN_VERSION) });
-}
-
 async function postToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {
   const { token, secret } = await issueToken(ctx.app, ctx, ctx.caller.userId, ctx.body);
   return created(
@@ -86,7 +74,17 @@ export const tokenOperations = operations({
     summary: 'List API tokens (never their secrets)',
     query: listTokensQuery,
     responses: { 200: { description: 'A page of tokens', schema: pageSchema(tokenSchema) } },
-    handler: listTokens,
+    handler: (ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) => {
+      const { limit, after, count, sorted } = paging(ctx.query);
+      const page = ctx.app.store.tokens.page({
+        afterId: after,
+        limit,
+        count,
+        sorted,
+        userId: ctx.query.user_id ?? null,
+      });
+      return okJson(pageJson(page, sorted && ctx.query.sort));
+    },
   }),
   createToken: operation({
     action: 'token.create',
@@ -104,7 +102,11 @@ export const tokenOperations = operations({
   getToken: operation({
     summary: 'Show one API token',
     responses: { 200: { description: 'The token', schema: tokenSchema } },
-    handler: getToken,
+    handler: (ctx: Ctx<undefined, {}>) => {
+      const token = ctx.app.store.tokens.find(idParam(ctx));
+      if (!token) throw notFound('token', ctx.params.id!);
+      return ok(shownToken(token), { ETag: etagOf(TOKEN_VERSION) });
+    },
   }),
   deleteToken: operation({
     action: 'token.delete',

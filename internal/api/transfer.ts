@@ -77,21 +77,7 @@ export function decodeExportDocument(raw: Buffer): ExportDocument {
   return decodeBody(exportDocument, raw);
 }
 
-async function exportAll(ctx: Ctx<undefined, {}>): Promise<Reply> {
-  const json = await ctx.app.exporter(ctx.app.timestamp());
-  return {
-    status: 200,
-    json: Buffer.from(json.buffer, json.byteOffset, json.byteLength),
-    headers: { 'Content-Disposition': 'attachment; filename="portplane-export.json"' },
-  };
-}
-
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
-
-function importDocument(ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> {
-  const job: ImportJob = { document: ctx.rawBody, ...writeJobOf(ctx, ctx.query.dry_run ?? false) };
-  return committedElsewhere(ctx.app, () => ctx.app.importer(job));
-}
 
 const importResultItem = {
   type: 'object',
@@ -125,7 +111,14 @@ export const transferOperations = operations({
         },
       },
     },
-    handler: exportAll,
+    handler: async (ctx: Ctx<undefined, {}>): Promise<Reply> => {
+      const json = await ctx.app.exporter(ctx.app.timestamp());
+      return {
+        status: 200,
+        json: Buffer.from(json.buffer, json.byteOffset, json.byteLength),
+        headers: { 'Content-Disposition': 'attachment; filename="portplane-export.json"' },
+      };
+    },
   }),
   importDocument: operation({
     action: 'config.import',
@@ -162,6 +155,9 @@ export const transferOperations = operations({
       },
       403: { description: 'Lacking *, or the document holds more nodes than the license allows (license_limit)' },
     },
-    handler: importDocument,
+    handler: (ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> => {
+      const job: ImportJob = { document: ctx.rawBody, ...writeJobOf(ctx, ctx.query.dry_run ?? false) };
+      return committedElsewhere(ctx.app, () => ctx.app.importer(job));
+    },
   }),
 });

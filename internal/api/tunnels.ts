@@ -107,31 +107,6 @@ const listTunnelsQuery = {
   sort: sortParam(Object.keys(TUNNEL_SORTS)),
 };
 
-function listTunnels(ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) {
-  const { limit, after, count, sorted } = paging(ctx.query);
-  const page = ctx.app.store.tunnels.page({
-    afterId: after,
-    limit,
-    count,
-    sorted,
-    node_id: ctx.query.node_id ?? null,
-    status: ctx.query.status ?? null,
-    q: ctx.query.q ?? null,
-  });
-  return okJson(pageJson(page, sorted && ctx.query.sort));
-}
-
-function getTunnel(ctx: Ctx<undefined, {}>) {
-  const tunnel = ctx.app.store.tunnels.find(idParam(ctx));
-  if (!tunnel) throw notFound('tunnel', ctx.params.id!);
-  return ok(tunnel, { ETag: etagOf(tunnel.version) });
-}
-
-async function createTunnel(ctx: Ctx<TunnelInput, {}>) {
-  const tunnel = await transact(ctx.app, ctx, (change) => insertTunnel(ctx.app, change, ctx.body));
-  return created(tunnel, { Location: `/api/tunnels/${tunnel.id}`, ETag: etagOf(tunnel.version) });
-}
-
 async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
   const tunnel = await transact(ctx.app, ctx, (change) =>
     updateTunnel(ctx.app, change, idParam(ctx), ctx.body, ctx.headers['if-match']),
@@ -139,19 +114,24 @@ async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
   return ok(tunnel, { ETag: etagOf(tunnel.version) });
 }
 
-async function deleteTunnel(ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) {
-  await transact(ctx.app, ctx, (change) =>
-    removeTunnel(ctx.app, change, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
-  );
-  return noContent();
-}
-
 export const tunnelOperations = operations({
   listTunnels: operation({
     summary: 'List tunnels',
     query: listTunnelsQuery,
     responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } },
-    handler: listTunnels,
+    handler: (ctx: Ctx<undefined, QueryOf<typeof listTunnelsQuery>>) => {
+      const { limit, after, count, sorted } = paging(ctx.query);
+      const page = ctx.app.store.tunnels.page({
+        afterId: after,
+        limit,
+        count,
+        sorted,
+        node_id: ctx.query.node_id ?? null,
+        status: ctx.query.status ?? null,
+        q: ctx.query.q ?? null,
+      });
+      return okJson(pageJson(page, sorted && ctx.query.sort));
+    },
   }),
   createTunnel: operation({
     action: 'tunnel.create',
@@ -164,12 +144,19 @@ export const tunnelOperations = operations({
       'tunnel is 409 naming the holder.',
     body: tunnelInput,
     responses: { 201: { description: 'Created', schema: tunnelSchema }, 409: { description: 'Name or port taken' } },
-    handler: createTunnel,
+    handler: async (ctx: Ctx<TunnelInput, {}>) => {
+      const tunnel = await transact(ctx.app, ctx, (change) => insertTunnel(ctx.app, change, ctx.body));
+      return created(tunnel, { Location: `/api/tunnels/${tunnel.id}`, ETag: etagOf(tunnel.version) });
+    },
   }),
   getTunnel: operation({
     summary: 'Show a tunnel',
     responses: { 200: { description: 'The tunnel', schema: tunnelSchema } },
-    handler: getTunnel,
+    handler: (ctx: Ctx<undefined, {}>) => {
+      const tunnel = ctx.app.store.tunnels.find(idParam(ctx));
+      if (!tunnel) throw notFound('tunnel', ctx.params.id!);
+      return ok(tunnel, { ETag: etagOf(tunnel.version) });
+    },
   }),
   replaceTunnel: operation({
     action: 'tunnel.update',
@@ -195,6 +182,11 @@ export const tunnelOperations = operations({
       403: { description: 'Lacking tunnels:write, or rules:write for the cascade' },
       409: { description: 'Still used by rules' },
     },
-    handler: deleteTunnel,
+    handler: async (ctx: Ctx<undefined, QueryOf<typeof cascadeQuery>>) => {
+      await transact(ctx.app, ctx, (change) =>
+        removeTunnel(ctx.app, change, idParam(ctx), ctx.query.cascade ?? false, ctx.headers['if-match']),
+      );
+      return noContent();
+    },
   }),
 });

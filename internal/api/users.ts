@@ -60,25 +60,6 @@ const listUsersQuery = {
   sort: sortParam(Object.keys(USER_SORTS)),
 };
 
-function listUsers(ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) {
-  const { limit, after, count, sorted } = paging(ctx.query);
-  const page = ctx.app.store.users.page({
-    afterId: after,
-    limit,
-    count,
-    sorted,
-    q: ctx.query.q ?? null,
-    disabled: ctx.query.disabled ?? null,
-  });
-  return okJson(pageJson(page, sorted && ctx.query.sort));
-}
-
-function getUser(ctx: Ctx<undefined, {}>) {
-  const user = ctx.app.store.users.find(idParam(ctx));
-  if (!user) throw notFound('user', ctx.params.id!);
-  return ok(user, { ETag: etagOf(user.version) });
-}
-
 async function postUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {
   const user = await createUser(ctx.app, ctx, ctx.body);
   return created(user, { Location: `/api/users/${user.id}`, ETag: etagOf(user.version) });
@@ -99,7 +80,18 @@ export const userOperations = operations({
     summary: 'List users',
     query: listUsersQuery,
     responses: { 200: { description: 'A page of users', schema: pageSchema(userSchema) } },
-    handler: listUsers,
+    handler: (ctx: Ctx<undefined, QueryOf<typeof listUsersQuery>>) => {
+      const { limit, after, count, sorted } = paging(ctx.query);
+      const page = ctx.app.store.users.page({
+        afterId: after,
+        limit,
+        count,
+        sorted,
+        q: ctx.query.q ?? null,
+        disabled: ctx.query.disabled ?? null,
+      });
+      return okJson(pageJson(page, sorted && ctx.query.sort));
+    },
   }),
   createUser: operation({
     action: 'user.create',
@@ -112,7 +104,11 @@ export const userOperations = operations({
   getUser: operation({
     summary: 'Show a user',
     responses: { 200: { description: 'The user', schema: userSchema } },
-    handler: getUser,
+    handler: (ctx: Ctx<undefined, {}>) => {
+      const user = ctx.app.store.users.find(idParam(ctx));
+      if (!user) throw notFound('user', ctx.params.id!);
+      return ok(user, { ETag: etagOf(user.version) });
+    },
   }),
   replaceUser: operation({
     action: 'user.update',
