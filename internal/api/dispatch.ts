@@ -20,7 +20,7 @@ import { IDEMPOTENCY_KEY, type Reply, type Route } from './route.ts';
 import { resourcePath } from './events.ts';
 import { asDomainError, fromError, fromReply, write, type Outgoing } from './outgoing.ts';
 import { IDEMPOTENCY_TTL_MS, keepAnswer, markedUsed, type Unanswered } from './replay.ts';
-import { checkBody, RequestCtx, requestUrl } from './request.ts';
+import { checkBody, RequestCtx, requestUrl, type Exchange, type Routed } from './request.ts';
 import { auditDenied, type Changed } from '../service/write.ts';
 import { idOf } from '../schema/ids.ts';
 
@@ -28,24 +28,6 @@ export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();
   for (const r of routes) router.add(r.method, r.path, r);
   return router;
-}
-
-/** One request on its way through the pipeline: who asks, and the pacing headers every answer to them carries. */
-interface Exchange {
-  req: IncomingMessage;
-  /** The route, once found: what metrics count the request under. */
-  route?: Route;
-  requestId: string;
-  ip: string;
-  principal: Principal | null;
-  pacing: Record<string, string>;
-}
-
-/** What the route stage found: the route, its path parameters and the parsed URL. */
-interface Routed {
-  route: Route;
-  params: Record<string, string>;
-  url: URL;
 }
 
 export function createDispatcher(app: App, routes: readonly Route[]) {
@@ -66,7 +48,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
-    const x: Exchange = {
+    const exchange: Exchange = {
       req,
       requestId: requestIdFrom(req.headers['x-request-id']),
       ip: req.socket.remoteAddress ?? 'unknown',
@@ -76,7 +58,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     res.on('finish', () => {
       app.metrics.request(
         req.method ?? '',
-        x.route?.path ?? 'unmatched',
+        exchange.route?.path ?? 'unmatched',
         res.statusCode,
         (performance.now() - started) / 1000,
       );
@@ -85,37 +67,41 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         path: (req.url ?? '').split('?')[0],
         status: res.statusCode,
         duration_ms: Math.round((performance.now() - started) * 10) / 10,
-        request_id: x.requestId,
-        ip: x.ip,
-        user: x.principal?.username ?? null,
+        request_id: exchange.requestId,
+        ip: exchange.ip,
+        user: exchange.principal?.username ?? null,
       });
     });
 
     let out: Outgoing;
     try {
-      out = await answer(x);
+      out = await answer(exchange);
     } catch (thrown) {
       if (thrown instanceof ClientGone) {
-        logOf(x.ip).info('request abandoned', { request_id: x.requestId, ip: x.ip, reason: thrown.message });
+        logOf(exchange.ip).info('request abandoned', {
+          request_id: exchange.requestId,
+          ip: exchange.ip,
+          reason: thrown.message,
+        });
         return void res.destroy();
       }
-      out = fromThrown(thrown, x.requestId, x.ip);
+      out = fromThrown(thrown, exchange.requestId, exchange.ip);
     }
-    Object.assign(out.headers, x.pacing);
+    Object.assign(out.headers, exchange.pacing);
     // Nothing leaves before the writes it may have seen are durable (group commit). A write waited for its own commit
     // already (`transact`, which answers a failed one itself): what fails here is others' work, and only a read that
     // may have shown some of it is answered otherwise.
     try {
       await app.store.committed();
     } catch (error) {
-      app.log.error('commit failed', { request_id: x.requestId, error: (error as Error).message });
+      app.log.error('commit failed', { request_id: exchange.requestId, error: (error as Error).message });
       if (req.method === 'GET') {
         out.stream?.(null);
-        out = fromThrown(error, x.requestId, x.ip);
+        out = fromThrown(error, exchange.requestId, exchange.ip);
       }
     }
     if (out.status === 413 || app.draining) out.headers.Connection = 'close';
-    write(res, out, x.requestId);
+    write(res, out, exchange.requestId);
   }
 
   /** A thrown value as an answer: a domain error as its problem, anything else as a bland 500 (and a full log line). */
@@ -135,23 +121,24 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /** The stages, in order; each throws a DomainError to end the request with it. */
-  async function answer(x: Exchange): Promise<Outgoing> {
+  async function answer(exchange: Exchange): Promise<Outgoing> {
     let routed: Routed;
     try {
-      routed = routeOf(x.req);
+      routed = routeOf(exchange.req);
     } catch (error) {
-      paceIfKnown(x);
+      paceIfKnown(exchange);
       throw error;
     }
-    x.route = routed.route;
-    authenticate(routed.route, x);
-    authorise(routed, x);
+    exchange.route = routed.route;
+    authenticate(routed.route, exchange);
+    authorise(routed, exchange);
     const query = parseQuery(routed.route.query ?? {}, routed.url.searchParams);
-    const raw = routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(x.req, routed.route.maxBodyBytes);
-    const idempotency = idempotencyOf(routed.route, x, raw);
+    const raw =
+      routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(exchange.req, routed.route.maxBodyBytes);
+    const idempotency = idempotencyOf(routed.route, exchange, raw);
     if ('replay' in idempotency) return idempotency.replay;
-    pace(routed.route, x);
-    return run(routed, x, query, raw, idempotency.slot);
+    pace(routed.route, exchange);
+    return run(routed, exchange, query, raw, idempotency.slot);
   }
 
   /**
@@ -182,12 +169,12 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /** Stage: who is asking, for any route but a public one. Throws `unauthorized`. */
-  function authenticate(route: Route, x: Exchange): void {
+  function authenticate(route: Route, exchange: Exchange): void {
     if (route.scope === 'public') return;
-    x.principal = app.authenticate(x.req.headers.authorization);
+    exchange.principal = app.authenticate(exchange.req.headers.authorization);
     // Its connection is a known caller's from now on, set apart from strangers' (see UNPROVEN_IN_TOTAL).
-    proven(x.req.socket);
-    x.pacing = rateLimitHeaders(peekBudget(x.principal));
+    proven(exchange.req.socket);
+    exchange.pacing = rateLimitHeaders(peekBudget(exchange.principal));
   }
 
   /**
@@ -195,11 +182,11 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * is left of its budget, as on every other answer to it. A bad or missing token changes nothing here: the answer
    * stays the routing one.
    */
-  function paceIfKnown(x: Exchange): void {
-    if (app.starting || app.draining || x.req.headers.authorization === undefined) return;
+  function paceIfKnown(exchange: Exchange): void {
+    if (app.starting || app.draining || exchange.req.headers.authorization === undefined) return;
     try {
-      x.principal = app.authenticate(x.req.headers.authorization);
-      x.pacing = rateLimitHeaders(peekBudget(x.principal));
+      exchange.principal = app.authenticate(exchange.req.headers.authorization);
+      exchange.pacing = rateLimitHeaders(peekBudget(exchange.principal));
     } catch {
       // Unknown token: answered as routed, without pacing, as any stranger is.
     }
@@ -209,8 +196,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * Stage: may they. A refused write is audited as denied and spends budget too, so a weak
    * token cannot grow the audit log without bound. Throws `insufficient_scope`, `rate_limited`.
    */
-  function authorise({ route, params }: Routed, x: Exchange): void {
-    const { principal } = x;
+  function authorise({ route, params }: Routed, exchange: Exchange): void {
+    const { principal } = exchange;
     if (
       !principal ||
       route.scope === 'authenticated' ||
@@ -219,8 +206,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     )
       return;
     if (route.method !== 'GET') {
-      spend(principal, x);
-      recordDenied(route, params, x, { required_scope: route.scope });
+      spend(principal, exchange);
+      recordDenied(route, params, exchange, { required_scope: route.scope });
     }
     if (route.scope === 'session')
       throw new DomainError(
@@ -236,16 +223,23 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * Stage: a POST with an Idempotency-Key gets the answer already given to it, or a slot for
    * the answer it is about to get. Throws `validation_failed`, `conflict`, `idempotency_key_reused`.
    */
-  function idempotencyOf(route: Route, x: Exchange, raw: Buffer): { replay: Outgoing } | { slot: Unanswered | null } {
-    const key = x.req.headers['idempotency-key'];
-    if (route.method !== 'POST' || x.principal === null || key === undefined) return { slot: null };
+  function idempotencyOf(
+    route: Route,
+    exchange: Exchange,
+    raw: Buffer,
+  ): { replay: Outgoing } | { slot: Unanswered | null } {
+    const key = exchange.req.headers['idempotency-key'];
+    if (route.method !== 'POST' || exchange.principal === null || key === undefined) return { slot: null };
     if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))
       throw validationFailed(
         [{ pointer: 'Idempotency-Key', detail: 'must be 1 to 255 visible ASCII characters' }],
         'Idempotency-Key must be 1 to 255 visible ASCII characters',
       );
-    const fingerprint = createHash('sha256').update(`${route.method} ${x.req.url}\n`).update(raw).digest('base64url');
-    const { tokenId } = x.principal;
+    const fingerprint = createHash('sha256')
+      .update(`${route.method} ${exchange.req.url}\n`)
+      .update(raw)
+      .digest('base64url');
+    const { tokenId } = exchange.principal;
     const inFlight = `${tokenId}:${key}`;
     if (app.idempotencyInFlight.has(inFlight))
       throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
@@ -255,7 +249,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request', {
         errors: [{ pointer: 'Idempotency-Key', detail: 'was used for a different request (another body or path)' }],
       });
-    if (stored.status === ANSWER_PENDING) return { replay: answerLost(x, stored.body) };
+    if (stored.status === ANSWER_PENDING) return { replay: answerLost(exchange, stored.body) };
     return {
       replay: {
         status: stored.status,
@@ -272,7 +266,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    * action, a batch) is a `conflict` that names what was done, ids included, since its answer had another shape.
    * Throws `conflict`.
    */
-  function answerLost(x: Exchange, kept: Buffer): Outgoing {
+  function answerLost(exchange: Exchange, kept: Buffer): Outgoing {
     const changed = (kept.length > 0 ? JSON.parse(kept.toString('utf8')) : []) as Changed[];
     const named = changed.map((c) => `${c.action} ${c.resource}${c.resource_id === null ? '' : ` ${c.resource_id}`}`);
     const lost = () =>
@@ -291,10 +285,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     // The retry's caller is the one that made the change, and reads it only where its scopes let it.
     const scope = route.scope;
     const open = scope === 'public' || scope === 'authenticated';
-    if (!open && (scope === 'session' || !grants(x.principal!.scopes, scope))) throw lost();
+    if (!open && (scope === 'session' || !grants(exchange.principal!.scopes, scope))) throw lost();
     let reply: Reply;
     try {
-      const answered = route.handler(makeCtx(route, x, params, {}, Buffer.alloc(0), null));
+      const answered = route.handler(makeCtx(route, exchange, params, {}, Buffer.alloc(0), null));
       if (answered instanceof Promise) throw lost();
       reply = answered;
     } catch (error) {
@@ -306,8 +300,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /** Stage: a write spends one of its user's budget. Throws `rate_limited`. */
-  function pace(route: Route, x: Exchange): void {
-    if (route.method !== 'GET' && x.principal) spend(x.principal, x);
+  function pace(route: Route, exchange: Exchange): void {
+    if (route.method !== 'GET' && exchange.principal) spend(exchange.principal, exchange);
   }
 
   /**
@@ -317,7 +311,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
    */
   async function run(
     { route, params }: Routed,
-    x: Exchange,
+    exchange: Exchange,
     query: unknown,
     raw: Buffer,
     idempotency: Unanswered | null,
@@ -326,19 +320,22 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     try {
       let out: Outgoing;
       try {
-        const ctx = makeCtx(route, x, params, query, raw, idempotency);
+        const ctx = makeCtx(route, exchange, params, query, raw, idempotency);
         out = fromReply(await route.handler(ctx));
       } catch (thrown) {
         const error = asDomainError(thrown);
         if (!(error instanceof DomainError)) throw error;
-        if (error.code === 'insufficient_scope' && route.method !== 'GET' && x.principal) {
-          recordDenied(route, params, x, { required_scope: error.facts.requiredScope ?? null, reason: error.detail });
+        if (error.code === 'insufficient_scope' && route.method !== 'GET' && exchange.principal) {
+          recordDenied(route, params, exchange, {
+            required_scope: error.facts.requiredScope ?? null,
+            reason: error.detail,
+          });
         }
-        out = fromThrown(error, x.requestId, x.ip);
+        out = fromThrown(error, exchange.requestId, exchange.ip);
       }
       // Only what changed something is kept, whatever it answered (a sync the node failed is a 502): its change marked
       // the key used. What changed nothing (a refusal, a dry run) is not kept: its retry may simply run again.
-      if (idempotency && markedUsed(app, idempotency)) await keepAnswer(app, idempotency, out, x.requestId);
+      if (idempotency && markedUsed(app, idempotency)) await keepAnswer(app, idempotency, out, exchange.requestId);
       return out;
     } finally {
       if (idempotency) app.idempotencyInFlight.delete(idempotency.inFlight);
@@ -347,7 +344,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   function makeCtx(
     route: Route,
-    x: Exchange,
+    exchange: Exchange,
     params: Record<string, string>,
     query: unknown,
     raw: Buffer,
@@ -357,14 +354,14 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     return new RequestCtx(
       app,
       route,
-      x.principal,
-      x.requestId,
-      x.ip,
+      exchange.principal,
+      exchange.requestId,
+      exchange.ip,
       params,
       query,
       body,
       raw,
-      x.req.headers,
+      exchange.req.headers,
       idempotency ?? undefined,
     );
   }
@@ -374,9 +371,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /** Spends one write of the caller's user, updating the pacing headers. Throws `rate_limited` past the budget. */
-  function spend(principal: Principal, x: Exchange): void {
+  function spend(principal: Principal, exchange: Exchange): void {
     const budget = app.budget.spend(principal.userId, app.settings.get('write_budget_per_minute'));
-    x.pacing = rateLimitHeaders(budget);
+    exchange.pacing = rateLimitHeaders(budget);
     if (!budget.allowed) {
       throw new DomainError('rate_limited', `this user's write budget of ${budget.limit} per minute is spent`, {
         retryAfterSeconds: budget.resetSeconds,
@@ -388,11 +385,11 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   function recordDenied(
     route: Route,
     params: Record<string, string>,
-    x: Exchange,
+    exchange: Exchange,
     changes: Record<string, unknown>,
   ): void {
     const action = route.action ?? `${route.method} ${route.path}`;
     const id = params.id === undefined ? null : idOf(params.id);
-    auditDenied(app, actorOf(x.principal, x.ip, x.requestId), action, id, changes);
+    auditDenied(app, actorOf(exchange.principal, exchange.ip, exchange.requestId), action, id, changes);
   }
 }

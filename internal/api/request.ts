@@ -1,6 +1,6 @@
-// A request's target, and what a handler gets of the request.
+// A request on its way through the pipeline: its target, what the route stage found, and what a handler gets.
 
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { DomainError } from '../errors/errors.ts';
 import type { Actor } from '../store/audit.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
@@ -73,4 +73,22 @@ export function checkBody(route: Route, raw: Buffer): unknown {
     (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) && Object.keys(parsed).length === 0);
   if (!empty) throw validationFailed([{ pointer: '#', detail: 'this call takes no body' }]);
   return undefined;
+}
+
+/** One request on its way through the pipeline: who asks, and the pacing headers every answer to them carries. */
+export interface Exchange {
+  req: IncomingMessage;
+  /** The route, once found: what metrics count the request under. */
+  route?: Route;
+  requestId: string;
+  ip: string;
+  principal: Principal | null;
+  pacing: Record<string, string>;
+}
+
+/** What the route stage found: the route, its path parameters and the parsed URL. */
+export interface Routed {
+  route: Route;
+  params: Record<string, string>;
+  url: URL;
 }
