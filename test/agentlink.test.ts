@@ -93,7 +93,10 @@ test(
         { id: foreign.id, state: 'applied', error: null },
       ],
     });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Messages are taken in order: once the master answers a ping, it has taken both results; then they are durable.
+    send(raw.socket, { type: 'ping' });
+    await raw.next('pong');
+    await m.app.store.committed();
     const after = (await call(m.url, 'GET', `/api/rules/${ours.id}`, { token: m.admin })).body;
     assert.deepEqual(after.sync, {
       state: 'failed',

@@ -11,6 +11,25 @@ import { udpRoundTrip } from './agents.ts';
 import { NO_CONTROLS } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
+/**
+ * What `forwarder` counted for one rule, drained until it holds `bytes_in` and `bytes_out` at least: a connection's
+ * last bytes are counted as the relay's sockets close, a moment after the client's does.
+ */
+async function countedOnce(forwarder: Forwarder, want: { bytes_in: number; bytes_out: number }) {
+  const counted = { id: 0, bytes_in: 0, bytes_out: 0, refused: 0 };
+  await until('the bytes to be counted', () => {
+    for (const { id, bytes_in, bytes_out, refused } of forwarder.drain())
+      Object.assign(counted, {
+        id,
+        bytes_in: counted.bytes_in + bytes_in,
+        bytes_out: counted.bytes_out + bytes_out,
+        refused: counted.refused + (refused ?? 0),
+      });
+    return counted.bytes_in >= want.bytes_in && counted.bytes_out >= want.bytes_out;
+  });
+  return counted;
+}
+
 function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
   return {
     id,
@@ -38,8 +57,8 @@ test('TCP: bytes cross the relay both ways through a half-close, and are counted
   const back = await roundTrip(port, payload);
   assert.equal(back.length, payload.length);
   assert.ok(back.equals(payload));
-  await new Promise((resolve) => setTimeout(resolve, 20));
-  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: payload.length, bytes_out: payload.length, refused: 0 }]);
+  const counted = await countedOnce(forwarder, { bytes_in: payload.length, bytes_out: payload.length });
+  assert.deepEqual(counted, { id: 1, bytes_in: payload.length, bytes_out: payload.length, refused: 0 });
   assert.deepEqual(forwarder.drain(), [], 'a drain counts each byte once');
 });
 
@@ -352,8 +371,8 @@ test('TCP: bytes cross intact both ways while either side reads slowly, and are 
   assert.ok(Buffer.concat(atClient).equals(toClient), 'what the client got is what the target sent');
   client.destroy();
   await closed;
-  await new Promise((resolve) => setTimeout(resolve, 20));
-  assert.deepEqual(forwarder.drain(), [{ id: 1, bytes_in: toTarget.length, bytes_out: toClient.length, refused: 0 }]);
+  const counted = await countedOnce(forwarder, { bytes_in: toTarget.length, bytes_out: toClient.length });
+  assert.deepEqual(counted, { id: 1, bytes_in: toTarget.length, bytes_out: toClient.length, refused: 0 });
 });
 
 test("TCP: a socket's read buffer grows while a burst fills it, and is small again after the burst", async (t) => {
