@@ -3,7 +3,7 @@
 // change (a license expiring) is appended here.
 
 import type { Database } from './database.ts';
-import { trigger, type Derivation } from './trigger.ts';
+import { trigger, type Derivation, type Trigger } from './trigger.ts';
 import { FilteredQuery } from './filters.ts';
 
 export interface EventRow {
@@ -108,6 +108,37 @@ const ruleNodes = (row: string) => ({
 });
 const tunnelNodes = (row: string) => ({ node: `${row}.entry_node_id`, other: `${row}.exit_node_id` });
 
+/** The trigger `events_<name>` that journals `entry` after each `on` (`INSERT ON rules`), when `when` holds. */
+function journalling(name: string, on: string, entry: string, when?: string): Trigger {
+  return trigger(`events_${name}`, `AFTER ${on}${when ? ` WHEN ${when}` : ''} BEGIN\n    ${entry}\n  END`);
+}
+
+/** A resource's created and deleted events, from its rows of `table` (`when` they are the resource's). */
+function createdAndDeleted(
+  resource: string,
+  table: string,
+  nodes?: (row: string) => { node: string; other?: string },
+  when?: (row: string) => string,
+): Trigger[] {
+  return [
+    journalling(
+      `${resource}_insert`,
+      `INSERT ON ${table}`,
+      journal(resource, `'${resource}.created'`, 'NEW', nodes?.('NEW')),
+      when?.('NEW'),
+    ),
+    journalling(
+      `${resource}_delete`,
+      `DELETE ON ${table}`,
+      journal(resource, `'${resource}.deleted'`, 'OLD', nodes?.('OLD')),
+      when?.('OLD'),
+    ),
+  ];
+}
+
+/** Whether any of `columns` differs between OLD and NEW. */
+const changed = (...columns: string[]) => columns.map((c) => `NEW.${c} IS NOT OLD.${c}`).join(' OR ');
+
 /**
  * Resources' changes as the journal tells them. Traffic counts change every report and are not events of their own
  * (the stream's traffic ticks carry them); nor are a node's last-heard time, config version or agent token, or a
@@ -116,142 +147,68 @@ const tunnelNodes = (row: string) => ({ node: `${row}.entry_node_id`, other: `${
 const journalTriggers: Derivation = {
   name: 'events',
   triggers: [
-    trigger(
-      'events_rule_insert',
-      `AFTER INSERT ON rules BEGIN
-    ${journal('rule', "'rule.created'", 'NEW', ruleNodes('NEW'))}
-  END`,
-    ),
-    trigger(
-      'events_rule_delete',
-      `AFTER DELETE ON rules BEGIN
-    ${journal('rule', "'rule.deleted'", 'OLD', ruleNodes('OLD'))}
-  END`,
-    ),
-    trigger(
-      'events_rule_update',
-      `AFTER UPDATE ON rules
-  WHEN NEW.version IS NOT OLD.version OR NEW.sync_state IS NOT OLD.sync_state OR NEW.sync_error IS NOT OLD.sync_error
-    OR NEW.sync_path IS NOT OLD.sync_path OR NEW.health IS NOT OLD.health
-  BEGIN
-    ${journal(
-      'rule',
-      `CASE WHEN NEW.version IS NOT OLD.version THEN 'rule.updated'
+    ...createdAndDeleted('rule', 'rules', ruleNodes),
+    journalling(
+      'rule_update',
+      'UPDATE ON rules',
+      journal(
+        'rule',
+        `CASE WHEN NEW.version IS NOT OLD.version THEN 'rule.updated'
         WHEN NEW.health IS NOT OLD.health AND NEW.sync_state IS OLD.sync_state AND NEW.sync_error IS OLD.sync_error
           AND NEW.sync_path IS OLD.sync_path THEN 'rule.health'
         ELSE 'rule.sync' END`,
-      'NEW',
-      ruleNodes('NEW'),
-    )}
-  END`,
+        'NEW',
+        ruleNodes('NEW'),
+      ),
+      changed('version', 'sync_state', 'sync_error', 'sync_path', 'health'),
     ),
-    trigger(
-      'events_node_insert',
-      `AFTER INSERT ON nodes BEGIN
-    ${journal('node', "'node.created'", 'NEW', { node: 'NEW.id' })}
-  END`,
-    ),
-    trigger(
-      'events_node_delete',
-      `AFTER DELETE ON nodes BEGIN
-    ${journal('node', "'node.deleted'", 'OLD', { node: 'OLD.id' })}
-  END`,
-    ),
-    trigger(
-      'events_node_update',
-      `AFTER UPDATE ON nodes
-  WHEN NEW.version IS NOT OLD.version OR NEW.status IS NOT OLD.status OR NEW.status_detail IS NOT OLD.status_detail
-    OR NEW.agent_version IS NOT OLD.agent_version OR NEW.kernel_path IS NOT OLD.kernel_path
-    OR NEW.install_log IS NOT OLD.install_log OR NEW.install_started_at IS NOT OLD.install_started_at
-    OR NEW.install_finished_at IS NOT OLD.install_finished_at
-  BEGIN
-    ${journal(
-      'node',
-      `CASE WHEN NEW.version IS NOT OLD.version THEN 'node.updated'
+    ...createdAndDeleted('node', 'nodes', (row) => ({ node: `${row}.id` })),
+    journalling(
+      'node_update',
+      'UPDATE ON nodes',
+      journal(
+        'node',
+        `CASE WHEN NEW.version IS NOT OLD.version THEN 'node.updated'
         WHEN NEW.status IS NOT OLD.status THEN 'node.status'
-        WHEN NEW.install_log IS NOT OLD.install_log OR NEW.install_started_at IS NOT OLD.install_started_at
-          OR NEW.install_finished_at IS NOT OLD.install_finished_at THEN 'node.install'
+        WHEN ${changed('install_log', 'install_started_at', 'install_finished_at')} THEN 'node.install'
         ELSE 'node.agent' END`,
-      'NEW',
-      { node: 'NEW.id' },
-    )}
-  END`,
+        'NEW',
+        { node: 'NEW.id' },
+      ),
+      changed(
+        'version',
+        'status',
+        'status_detail',
+        'agent_version',
+        'kernel_path',
+        'install_log',
+        'install_started_at',
+        'install_finished_at',
+      ),
     ),
-    trigger(
-      'events_tunnel_insert',
-      `AFTER INSERT ON tunnels BEGIN
-    ${journal('tunnel', "'tunnel.created'", 'NEW', tunnelNodes('NEW'))}
-  END`,
+    ...createdAndDeleted('tunnel', 'tunnels', tunnelNodes),
+    journalling(
+      'tunnel_update',
+      'UPDATE ON tunnels',
+      journal(
+        'tunnel',
+        "CASE WHEN NEW.version IS NOT OLD.version THEN 'tunnel.updated' ELSE 'tunnel.status' END",
+        'NEW',
+        tunnelNodes('NEW'),
+      ),
+      changed('version', 'status', 'entry_status', 'entry_error', 'exit_status', 'exit_error'),
     ),
-    trigger(
-      'events_tunnel_delete',
-      `AFTER DELETE ON tunnels BEGIN
-    ${journal('tunnel', "'tunnel.deleted'", 'OLD', tunnelNodes('OLD'))}
-  END`,
-    ),
-    trigger(
-      'events_tunnel_update',
-      `AFTER UPDATE ON tunnels
-  WHEN NEW.version IS NOT OLD.version OR NEW.status IS NOT OLD.status OR NEW.entry_status IS NOT OLD.entry_status
-    OR NEW.entry_error IS NOT OLD.entry_error OR NEW.exit_status IS NOT OLD.exit_status
-    OR NEW.exit_error IS NOT OLD.exit_error
-  BEGIN
-    ${journal(
-      'tunnel',
-      "CASE WHEN NEW.version IS NOT OLD.version THEN 'tunnel.updated' ELSE 'tunnel.status' END",
-      'NEW',
-      tunnelNodes('NEW'),
-    )}
-  END`,
-    ),
-    trigger(
-      'events_user_insert',
-      `AFTER INSERT ON users BEGIN
-    ${journal('user', "'user.created'", 'NEW')}
-  END`,
-    ),
-    trigger(
-      'events_user_delete',
-      `AFTER DELETE ON users BEGIN
-    ${journal('user', "'user.deleted'", 'OLD')}
-  END`,
-    ),
-    trigger(
-      'events_user_update',
-      `AFTER UPDATE ON users WHEN NEW.version IS NOT OLD.version BEGIN
-    ${journal('user', "'user.updated'", 'NEW')}
-  END`,
-    ),
+    ...createdAndDeleted('user', 'users'),
+    journalling('user_update', 'UPDATE ON users', journal('user', "'user.updated'", 'NEW'), changed('version')),
     // API tokens only: logins' sessions are not tokens the API shows.
-    trigger(
-      'events_token_insert',
-      `AFTER INSERT ON tokens WHEN NEW.kind = 'api' BEGIN
-    ${journal('token', "'token.created'", 'NEW')}
-  END`,
-    ),
-    trigger(
-      'events_token_delete',
-      `AFTER DELETE ON tokens WHEN OLD.kind = 'api' BEGIN
-    ${journal('token', "'token.deleted'", 'OLD')}
-  END`,
-    ),
-    trigger(
-      'events_settings_insert',
-      `AFTER INSERT ON settings BEGIN
-    ${journal('settings', "'settings.updated'", '')}
-  END`,
-    ),
-    trigger(
-      'events_settings_update',
-      `AFTER UPDATE ON settings WHEN NEW.value IS NOT OLD.value BEGIN
-    ${journal('settings', "'settings.updated'", '')}
-  END`,
-    ),
-    trigger(
-      'events_settings_delete',
-      `AFTER DELETE ON settings BEGIN
-    ${journal('settings', "'settings.updated'", '')}
-  END`,
+    ...createdAndDeleted('token', 'tokens', undefined, (row) => `${row}.kind = 'api'`),
+    ...['INSERT', 'UPDATE', 'DELETE'].map((on) =>
+      journalling(
+        `settings_${on.toLowerCase()}`,
+        `${on} ON settings`,
+        journal('settings', "'settings.updated'", ''),
+        on === 'UPDATE' ? changed('value') : undefined,
+      ),
     ),
   ],
 };
