@@ -193,7 +193,12 @@ test(
       ['kernel', 'kernel', 'kernel', 'relay', 'relay'],
     );
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15010', '1000'), '1000', 'the client is allowed');
-    assert.deepEqual((await nodeOf(m, edge.id)).kernel_path, { available: true, reason: null });
+    assert.deepEqual((await nodeOf(m, edge.id)).kernel_path, {
+      available: true,
+      reason: null,
+      drifts: 0,
+      last_drift_at: null,
+    });
     assert.match(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out, /15001 : 10\.214\.3\.2 \. 7007/);
 
     // From another host, through the kernel: the target sees the node (it has no route to the client).
@@ -422,3 +427,53 @@ test(
     }
   },
 );
+
+const DRIFT =
+  'something else flushing the ruleset on the node: the table is back within 2 s, forwarding, and the node, an event ' +
+  'and a metric say so; a change inside the table is put right too';
+test(DRIFT, { timeout: 60_000 }, async (t) => {
+  const reason = unavailable();
+  if (reason) return t.skip(reason);
+  network(t);
+  await echoIn(t, TARGET, '0.0.0.0');
+  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+  const port = new URL(m.url).port;
+  const edge = await node(m, 'edge', { host: NODE_ADDRESS });
+  startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
+    within: ['ip', 'netns', 'exec', NODE],
+    listenHost: '0.0.0.0',
+    extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+  });
+  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  const made = (await rule(m, { node_id: edge.id, listen_port: 15201, targets: [`${TARGET_ADDRESS}:7007`] })).body;
+  await sync(m, [made.id]);
+  assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
+  const table = `portplane_${edge.id}`;
+  const listed = () => nftIn(NODE, 'list', 'table', 'inet', table);
+  const before = m.app.store.events.head();
+
+  // What an `nft -f /etc/nftables.conf` that starts with `flush ruleset` does, or a firewall's reload.
+  assert.equal(nftIn(NODE, 'flush', 'ruleset').code, 0);
+  assert.notEqual(listed().code, 0, 'the table is gone');
+  await until('the table written back', () => listed().code === 0 && /15201/.test(listed().out), 2000);
+  assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000', 'it forwards again');
+  const path = await until('the node to say so', async () => {
+    const current = (await nodeOf(m, edge.id)).kernel_path;
+    return current?.drifts === 1 && current;
+  });
+  assert.equal(path.available, true);
+  assert.ok(Date.parse(path.last_drift_at) > Date.now() - 60_000, path.last_drift_at);
+  const told = m.app.store.events
+    .page({ after: before, limit: 100, resources: '["node"]', types: null, node_id: edge.id, resource_id: null })
+    .map((e) => e.type);
+  assert.ok(told.includes('node.agent'), `events: ${told.join(', ')}`);
+  const metrics = (await call(m.url, 'GET', '/api/metrics', { token: m.admin })).body as string;
+  assert.match(String(metrics), /^portplane_kernel_drifts_total 1$/m);
+  assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel', 'the kernel carries it, as it says');
+
+  // Not only a removed table: a rule someone else adds to one of its chains is put right as well.
+  assert.equal(nftIn(NODE, 'add', 'rule', 'inet', table, 'prerouting', 'tcp', 'dport', '9', 'drop').code, 0);
+  await until('the added rule gone', () => !/dport 9 drop/.test(listed().out), 2000);
+  await until('the second drift told', async () => (await nodeOf(m, edge.id)).kernel_path?.drifts === 2);
+  assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000');
+});

@@ -239,7 +239,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const serve = async (req: IncomingMessage, res: ServerResponse) => {
       if (app.starting || !serveConsole(req, res)) await dispatch(req, res);
     };
-    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle });
+    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     http.server.on('upgrade', links.handleUpgrade);
     let timer: NodeJS.Timeout;

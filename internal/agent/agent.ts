@@ -34,6 +34,7 @@ import { agentTokenNode } from '../auth/secrets.ts';
 import { pinOf } from '../tls/pin.ts';
 import { canonicalAddress } from '../schema/net.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
+import { watchRuleset, type RulesetWatch } from '../kernel/nft.ts';
 
 export interface AgentOptions {
   masterUrl: string;
@@ -46,6 +47,11 @@ export interface AgentOptions {
   forwarding?: ForwardingMode;
   /** How often the kernel rules' target names are looked up again, in seconds; default 60. */
   resolveSeconds?: number;
+  /**
+   * How often the kernel table is compared with what the agent wrote besides after every change to the ruleset (which
+   * `nft monitor` tells at once), in milliseconds; default 30,000.
+   */
+  driftCheckMs?: number;
   version: string;
   log: Logger;
 }
@@ -109,6 +115,10 @@ export class Agent {
   private reportTimer: NodeJS.Timeout | undefined;
   private readonly vitals = new VitalsMeter();
   private refreshTimer: NodeJS.Timeout | undefined;
+  private driftTimer: NodeJS.Timeout | undefined;
+  /** Tells of changes to the ruleset while the kernel carries rules (see checkDrift). */
+  private rulesetWatch: RulesetWatch | null = null;
+  private driftCheckQueued = false;
   /** Reports are made one at a time (reading the kernel's counters takes a moment). */
   private reporting: Promise<void> = Promise.resolve();
   private retryTimer: NodeJS.Timeout | undefined;
@@ -172,6 +182,7 @@ export class Agent {
       },
       (this.options.resolveSeconds ?? 60) * 1000,
     );
+    this.driftTimer = setInterval(() => this.queueDriftCheck(), this.options.driftCheckMs ?? 30_000);
     this.connect();
   }
 
@@ -179,6 +190,8 @@ export class Agent {
     this.stopping = true;
     clearInterval(this.reportTimer);
     clearInterval(this.refreshTimer);
+    clearInterval(this.driftTimer);
+    this.rulesetWatch?.close();
     clearTimeout(this.retryTimer);
     clearTimeout(this.tunnelTimer);
     clearTimeout(this.healthTimer);
@@ -371,6 +384,7 @@ export class Agent {
       ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
     });
     const results = await this.forwarder.apply(config.rules, config.tunnels ?? []);
+    this.watchKernel();
     this.state.saveConfig(config);
     if (config.report_interval_seconds !== this.config?.report_interval_seconds)
       this.scheduleReports(config.report_interval_seconds);
@@ -451,12 +465,57 @@ export class Agent {
     for (const piece of inPieces(rules)) send(this.socket, { type: 'health', rules: piece });
   }
 
-  /** Which ways of forwarding this node can use, and why not, for the node's answer. */
+  /** Checks the kernel table soon, once for a burst of ruleset changes, in turn with applying configs. */
+  private queueDriftCheck(): void {
+    if (this.driftCheckQueued || this.stopping) return;
+    this.driftCheckQueued = true;
+    setTimeout(() => {
+      this.driftCheckQueued = false;
+      this.applying = this.applying
+        .then(() => this.checkDrift())
+        .catch((error: Error) => this.options.log.warn('checking the kernel table failed', { error: error.message }));
+    }, 100).unref();
+  }
+
+  /** Watches the ruleset while the kernel path is in use here, and not otherwise. */
+  private watchKernel(): void {
+    const inUse = this.forwarder.kernelState.available;
+    if (inUse && !this.rulesetWatch) this.rulesetWatch = watchRuleset(() => this.queueDriftCheck());
+    if (!inUse && this.rulesetWatch) {
+      this.rulesetWatch.close();
+      this.rulesetWatch = null;
+    }
+  }
+
+  /**
+   * Puts the kernel table back when something else removed or changed it, and tells the master; when it cannot,
+   * applies the config again, so that every rule says the relay carries it (never a kernel that does not).
+   */
+  private async checkDrift(): Promise<void> {
+    const outcome = await this.forwarder.checkKernel();
+    if (outcome === 'restored') {
+      this.options.log.warn('the kernel table was removed or changed by something else: written back', {
+        drifts: this.forwarder.kernelDrift.count,
+      });
+      if (this.socket) this.sendPaths(this.socket);
+    } else if (outcome === 'failed' && this.config) {
+      this.options.log.warn('the kernel table could not be written back: the relay carries its rules', {
+        reason: this.forwarder.kernelState.available ? null : this.forwarder.kernelState.reason,
+      });
+      await this.apply(this.config, true);
+    }
+  }
+
+  /** Which ways of forwarding this node can use, and why not, and the kernel table's drifts, for the node's answer. */
   private sendPaths(socket: Socket): void {
     const kernel = this.forwarder.kernelState;
+    const { count, lastAt } = this.forwarder.kernelDrift;
+    const drift = { drifts: count, last_drift_at: lastAt };
     send(socket, {
       type: 'paths',
-      kernel: kernel.available ? { available: true, reason: null } : { available: false, reason: kernel.reason },
+      kernel: kernel.available
+        ? { available: true, reason: null, ...drift }
+        : { available: false, reason: kernel.reason, ...drift },
     });
   }
 

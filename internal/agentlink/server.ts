@@ -50,6 +50,7 @@ import { Coalescer } from './coalesce.ts';
 import { TokenBucket } from '../relay/bucket.ts';
 import { exitPortTaken } from '../tunnel/wire.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
+import type { MasterMetrics } from '../metrics/metrics.ts';
 import {
   AGENT_LINE_BYTES,
   checkMessage,
@@ -190,6 +191,8 @@ export interface LinkBackend {
   readonly box: SecretBox;
   /** Links are refused (503, retried by the agent) while the master starts. */
   readonly lifecycle: Lifecycle;
+  /** Counts what agents report that an operator watches for: kernel tables written back after a drift. */
+  readonly metrics: Pick<MasterMetrics, 'kernelDrifts'>;
 }
 
 export class AgentLinks {
@@ -440,8 +443,16 @@ export class AgentLinks {
         STATE_REFILL_MS,
         clock.now,
         writer('paths', (changes: [number, PathsMessage['kernel']][]) => {
-          for (const [, { available, reason }] of changes)
-            store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason });
+          for (const [, { available, reason, drifts, last_drift_at }] of changes) {
+            // The agent counts since it started: more than the master last heard is new; fewer, a restarted agent's. An
+            // agent reports each drift it put right, and a write is at most every STATE_REFILL_MS: a node's agent adds
+            // at most STATE_BURST a write to the metric, however large the number it sends.
+            const heard = store.nodes.find(nodeId)?.kernel_path?.drifts ?? 0;
+            if (drifts !== undefined && drifts !== heard)
+              this.app.metrics.kernelDrifts.inc({}, Math.min(STATE_BURST, drifts > heard ? drifts - heard : drifts));
+            const drift = drifts === undefined ? {} : { drifts, last_drift_at: last_drift_at ?? null };
+            store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason, ...drift });
+          }
         }),
       ),
     };

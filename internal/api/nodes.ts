@@ -116,7 +116,18 @@ const nodeProperties = {
       "Whether the node's agent can forward rules in the kernel (nftables), and why not: as its agent last said " +
       '(null until an agent that knows of the kernel path linked). Rules it cannot carry there use the relay.',
     required: ['available', 'reason'],
-    properties: { available: { type: 'boolean' }, reason: { type: ['string', 'null'] } },
+    properties: {
+      available: { type: 'boolean' },
+      reason: { type: ['string', 'null'] },
+      drifts: {
+        type: 'integer',
+        description:
+          "Since the agent started: how often something else removed or changed the node's kernel table (a `flush " +
+          'ruleset` in nftables.conf, a firewalld or Docker reload), each noticed within 2 s and written back (the ' +
+          'bytes the kernel counted since its last report are lost with a removed table). Absent from older agents.',
+      },
+      last_drift_at: { ...nullableTimestamp, description: 'When the last drift was noticed, by the agent.' },
+    },
     additionalProperties: false,
   },
   last_seen_at: {

@@ -279,6 +279,13 @@ export type VitalsMessage = Infer<typeof vitalsMessage>;
 /** Agent to master: which ways of forwarding the node can use, and why not; sent on linking and after each config. */
 export const pathsMessage = object({
   type: oneOf(['paths']),
-  kernel: object({ available: boolean(), reason: nullable(string({ max: 500 })) }),
+  kernel: object({
+    available: boolean(),
+    reason: nullable(string({ max: 500 })),
+    // Since the agent started: how often something else removed or changed its table, which it wrote back; when last.
+    // Absent from agents older than drift detection.
+    drifts: optional(COUNT),
+    last_drift_at: optional(nullable(dateTime())),
+  }),
 });
 export type PathsMessage = Infer<typeof pathsMessage>;

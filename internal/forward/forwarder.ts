@@ -18,6 +18,7 @@ import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
 import {
   applyRuleset,
   kernelAvailability,
+  tableShape,
   readCounters,
   removeIdleTimeouts,
   removeTable,
@@ -41,6 +42,7 @@ import { TargetPicker, type Target } from '../relay/targets.ts';
 import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
 import { proxyHeader } from '../relay/proxy-protocol.ts';
+import { formatTime } from '../schema/schema.ts';
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -169,6 +171,10 @@ export class Forwarder {
   private kernelIpv6 = false;
   /** Whether the kernel path was usable at the last apply, and why not. */
   kernelState: KernelState = { available: false, reason: 'not checked yet' };
+  /** What the kernel table held when this agent last wrote it (see tableShape); null while it wrote none. */
+  private kernelShape: string | null = null;
+  /** How often something else changed or removed the table since the agent started, and when it last did. */
+  kernelDrift: { count: number; lastAt: string | null } = { count: 0, lastAt: null };
   private readonly entries = new Map<number, { end: TunnelEnd; entry: TunnelEntry }>();
   private readonly exits = new Map<number, Exit>();
   /** Called whenever how a tunnel end stands changes (state, error, round trip). */
@@ -296,6 +302,7 @@ export class Forwarder {
     } catch (error) {
       this.kernelState = { available: false, reason: (error as Error).message };
       this.kernelRules = new Map();
+      this.kernelShape = null;
       if (this.mode !== 'kernel') return;
       for (const { rule, result } of wanted) {
         await this.stop(rule.id);
@@ -320,6 +327,42 @@ export class Forwarder {
     const previous = this.kernelIdleSeconds;
     this.kernelIdleSeconds = limits.tcpIdleSeconds;
     if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
+    this.kernelShape = await tableShape(this.table);
+  }
+
+  /**
+   * Whether the kernel table is still what this agent wrote. When something else removed or changed it (a `flush
+   * ruleset` in nftables.conf, a firewall's or Docker's reload), it is written back and counted as a drift:
+   * 'restored'. 'failed' when it could not be written back (kernelState says why, and the kernel carries nothing: the
+   * agent applies its config again, so that each rule says the relay carries it); 'intact'; null while there is no
+   * table to watch. The bytes the kernel counted since the last report are lost with a removed table.
+   */
+  async checkKernel(): Promise<'intact' | 'restored' | 'failed' | null> {
+    if (this.kernelRules.size === 0 || this.kernelShape === null) return null;
+    const wrote = this.kernelShape;
+    const shape = await tableShape(this.table);
+    if (shape === wrote) return 'intact';
+    this.kernelDrift = { count: this.kernelDrift.count + 1, lastAt: formatTime(Date.now()) };
+    try {
+      const counters = shape === null ? null : await readCounters(this.table);
+      if (counters === null) this.kernelFresh = true;
+      await this.writeTable([...this.kernelRules.values()], counters?.keys() ?? []);
+      // What was added to the table beside the agent's own (a chain, say) is not flushed by a rewrite: anew, then.
+      if (this.kernelShape !== wrote) {
+        await removeTable(this.table);
+        this.kernelFresh = true;
+        await this.writeTable([...this.kernelRules.values()], []);
+      }
+      return 'restored';
+    } catch (error) {
+      this.kernelState = {
+        available: false,
+        reason: `the kernel table could not be written back: ${(error as Error).message}`,
+      };
+      this.kernelRules = new Map();
+      this.kernelShape = null;
+      return 'failed';
+    }
   }
 
   /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */

@@ -69,6 +69,11 @@ function elements(entries: string[]): string {
   return entries.join(', ');
 }
 
+/** Whether `name` is one of the sets the kernel fills by itself, with the sources of new connections (ct count). */
+export function isLearnedSet(name: string): boolean {
+  return /^(tcp|udp)[46]_sources$/.test(name);
+}
+
 /** The node's limits the kernel holds its rules to (the agent's config: max_connections_per_source and its like). */
 export interface KernelLimits {
   perSource: number;

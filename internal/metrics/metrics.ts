@@ -154,12 +154,18 @@ export class MasterMetrics {
   readonly loginFailures = this.registry.add(
     new Counter('portplane_login_failures_total', 'Logins refused for a wrong password, user or state.'),
   );
+  readonly kernelDrifts = this.registry.add(
+    new Counter(
+      'portplane_kernel_drifts_total',
+      "Times something else removed or changed a node's kernel table, which its agent wrote back.",
+    ),
+  );
   /** Per method, route and status: the request counter and latency series, found once. */
   private readonly requestSeries = new Map<string, { count: { value: number }; latency: (seconds: number) => void }>();
 
   constructor() {
     // Counters without labels are shown from the start, at 0: a scraper tells none from not exported.
-    for (const counter of [this.writesRefusedBusy, this.loginFailures]) counter.series({});
+    for (const counter of [this.writesRefusedBusy, this.loginFailures, this.kernelDrifts]) counter.series({});
   }
 
   /** Counts one answered request (route: the pattern that matched, so the series stay few). */

@@ -42,6 +42,15 @@ const STATUS = 'node_status(id, status)';
 const LAST_SEEN = 'node_seen(id, last_seen_at)';
 export type SshAuth = 'none' | 'key' | 'password';
 
+/** What a node's agent last said of the kernel path. */
+export interface KernelPath {
+  available: boolean;
+  reason: string | null;
+  /** Since the agent started: how often something else removed or changed its table (which it wrote back). */
+  drifts?: number;
+  last_drift_at?: string | null;
+}
+
 export interface Node {
   id: number;
   name: string;
@@ -54,7 +63,7 @@ export interface Node {
   status_detail: string | null;
   agent_version: string | null;
   /** What its agent last said of the kernel path (null until an agent that knows of it linked). */
-  kernel_path: { available: boolean; reason: string | null } | null;
+  kernel_path: KernelPath | null;
   last_seen_at: string | null;
   config_version: number;
   traffic: { bytes_in: number; bytes_out: number };
@@ -440,7 +449,7 @@ export class NodeStore {
   }
 
   /** Records what the node's agent said of the kernel path; the same again writes nothing. */
-  setKernelPath(id: number, kernel: { available: boolean; reason: string | null }): void {
+  setKernelPath(id: number, kernel: KernelPath): void {
     const json = JSON.stringify(kernel);
     this.kernelPathStmt.run(json, id, json);
   }
