@@ -430,11 +430,13 @@ test(
 
 const DRIFT =
   'something else flushing the ruleset on the node: the table is back within 2 s, forwarding, and the node, an event ' +
-  'and a metric say so; a change inside the table is put right too';
+  'and a metric say so; a change inside the table is put right too; IPv6 router advertisements stay accepted';
 test(DRIFT, { timeout: 60_000 }, async (t) => {
   const reason = unavailable();
   if (reason) return t.skip(reason);
   network(t);
+  execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}c.accept_ra=1`]);
+  execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}t.accept_ra=0`]);
   await echoIn(t, TARGET, '0.0.0.0');
   const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
   const port = new URL(m.url).port;
@@ -448,6 +450,13 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   const made = (await rule(m, { node_id: edge.id, listen_port: 15201, targets: [`${TARGET_ADDRESS}:7007`] })).body;
   await sync(m, [made.id]);
   assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
+  // The node forwards IPv6: an interface that took router advertisements (accept_ra 1, which forwarding turns deaf)
+  // takes them still (2), so that a node configured by them keeps its route; one that never did (0) is left so.
+  const acceptRa = (dev: string) =>
+    execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-n', `net.ipv6.conf.${dev}.accept_ra`], {
+      encoding: 'utf8',
+    }).trim();
+  assert.deepEqual([acceptRa(`${NODE}c`), acceptRa(`${NODE}t`)], ['2', '0']);
   const table = `portplane_${edge.id}`;
   const listed = () => nftIn(NODE, 'list', 'table', 'inet', table);
   const before = m.app.store.events.head();

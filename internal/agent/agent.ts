@@ -384,6 +384,11 @@ export class Agent {
       ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
     });
     const results = await this.forwarder.apply(config.rules, config.tunnels ?? []);
+    const raKept = this.forwarder.raKept.splice(0);
+    if (raKept.length > 0)
+      this.options.log.info('IPv6 forwarding is on: router advertisements stay accepted (accept_ra=2)', {
+        interfaces: raKept,
+      });
     this.watchKernel();
     this.state.saveConfig(config);
     if (config.report_interval_seconds !== this.config?.report_interval_seconds)

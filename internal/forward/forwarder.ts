@@ -18,6 +18,7 @@ import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
 import {
   applyRuleset,
   kernelAvailability,
+  keepRouterAdvertisements,
   tableShape,
   readCounters,
   removeIdleTimeouts,
@@ -173,6 +174,8 @@ export class Forwarder {
   kernelState: KernelState = { available: false, reason: 'not checked yet' };
   /** What the kernel table held when this agent last wrote it (see tableShape); null while it wrote none. */
   private kernelShape: string | null = null;
+  /** Interfaces whose accept_ra this agent set to 2, so that forwarding IPv6 costs them no route (for the log). */
+  raKept: string[] = [];
   /** How often something else changed or removed the table since the agent started, and when it last did. */
   kernelDrift: { count: number; lastAt: string | null } = { count: 0, lastAt: null };
   private readonly entries = new Map<number, { end: TunnelEnd; entry: TunnelEntry }>();
@@ -244,6 +247,7 @@ export class Forwarder {
       }
     }
     this.kernelIpv6 = kernel?.available ? kernel.ipv6 : false;
+    if (this.kernelIpv6) this.raKept = [...this.raKept, ...(await keepRouterAdvertisements())];
     await this.applyKernel(toKernel);
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));

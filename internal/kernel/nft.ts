@@ -3,7 +3,7 @@
 // this module writes from checked numbers and addresses; nothing reaches a shell.
 
 import { spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import {
   counterOf,
   idleTimeoutName,
@@ -66,6 +66,35 @@ export async function kernelAvailability(): Promise<KernelAvailability> {
   if ((await sysctl('/proc/sys/net/ipv4/ip_forward')) !== '1')
     return { available: false, reason: 'IPv4 forwarding is off (sysctl net.ipv4.ip_forward=1)' };
   return { available: true, ipv6: (await sysctl('/proc/sys/net/ipv6/conf/all/forwarding')) === '1' };
+}
+
+/**
+ * With IPv6 forwarding on, Linux ignores router advertisements on an interface whose accept_ra is 1, so a node that
+ * takes its IPv6 address and default route from them (SLAAC, as cloud VMs do) loses its route when the router's
+ * lifetime runs out. Such interfaces are set to 2, which accepts them while forwarding; 0 (never) is left as it is.
+ * Returns the interfaces changed. What cannot be read or written is left alone.
+ */
+export async function keepRouterAdvertisements(): Promise<string[]> {
+  if ((await sysctl('/proc/sys/net/ipv6/conf/all/forwarding')) !== '1') return [];
+  let names: string[];
+  try {
+    names = await readdir('/proc/sys/net/ipv6/conf');
+  } catch {
+    return [];
+  }
+  const changed: string[] = [];
+  for (const name of names) {
+    if (name === 'all' || name === 'lo') continue;
+    const path = `/proc/sys/net/ipv6/conf/${name}/accept_ra`;
+    if ((await sysctl(path)) !== '1') continue;
+    try {
+      await writeFile(path, '2');
+      changed.push(name);
+    } catch {
+      // Not ours to change here (a read-only /proc/sys in a container): the operator's to set.
+    }
+  }
+  return changed;
 }
 
 function firstLine(text: string): string {
