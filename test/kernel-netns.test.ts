@@ -198,6 +198,7 @@ test(
       reason: null,
       drifts: 0,
       last_drift_at: null,
+      flow_offload: [],
     });
     assert.match(nftIn(NODE, 'list', 'table', 'inet', `portplane_${edge.id}`).out, /15001 : 10\.214\.3\.2 \. 7007/);
 
@@ -485,4 +486,16 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   await until('the added rule gone', () => !/dport 9 drop/.test(listed().out), 2000);
   await until('the second drift told', async () => (await nodeOf(m, edge.id)).kernel_path?.drifts === 2);
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000');
+
+  // Flow offload set up by something else on the node: its counters would miss what is offloaded, and it says so.
+  assert.deepEqual((await nodeOf(m, edge.id)).kernel_path.flow_offload, []);
+  assert.equal(nftIn(NODE, 'add', 'table', 'inet', 'router').code, 0);
+  const offload = spawnSync('ip', ['netns', 'exec', NODE, 'nft', '-f', '-'], {
+    input: `add flowtable inet router ft { hook ingress priority 0; devices = { ${NODE}c }; }`,
+    encoding: 'utf8',
+  });
+  if (offload.status !== 0)
+    return t.diagnostic(`flow offload not checked: this kernel has no flowtables (${offload.stderr.split('\n')[0]})`);
+  await until('the node to say so', async () => (await nodeOf(m, edge.id)).kernel_path.flow_offload?.length === 1);
+  assert.deepEqual((await nodeOf(m, edge.id)).kernel_path.flow_offload, [`${NODE}c`]);
 });

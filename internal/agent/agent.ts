@@ -498,6 +498,13 @@ export class Agent {
    */
   private async checkDrift(): Promise<void> {
     const outcome = await this.forwarder.checkKernel();
+    const offload = this.forwarder.kernelState.available && (await this.forwarder.checkFlowOffload());
+    if (offload) {
+      this.options.log.warn('flow offload on this node: the kernel counts no traffic it offloads', {
+        devices: this.forwarder.flowOffload,
+      });
+      if (this.socket && outcome !== 'restored') this.sendPaths(this.socket);
+    }
     if (outcome === 'restored') {
       this.options.log.warn('the kernel table was removed or changed by something else: written back', {
         drifts: this.forwarder.kernelDrift.count,
@@ -515,7 +522,7 @@ export class Agent {
   private sendPaths(socket: Socket): void {
     const kernel = this.forwarder.kernelState;
     const { count, lastAt } = this.forwarder.kernelDrift;
-    const drift = { drifts: count, last_drift_at: lastAt };
+    const drift = { drifts: count, last_drift_at: lastAt, flow_offload: this.forwarder.flowOffload };
     send(socket, {
       type: 'paths',
       kernel: kernel.available

@@ -443,7 +443,7 @@ export class AgentLinks {
         STATE_REFILL_MS,
         clock.now,
         writer('paths', (changes: [number, PathsMessage['kernel']][]) => {
-          for (const [, { available, reason, drifts, last_drift_at }] of changes) {
+          for (const [, { available, reason, drifts, last_drift_at, flow_offload }] of changes) {
             // The agent counts since it started: more than the master last heard is new; fewer, a restarted agent's. An
             // agent reports each drift it put right, and a write is at most every STATE_REFILL_MS: a node's agent adds
             // at most STATE_BURST a write to the metric, however large the number it sends.
@@ -451,7 +451,8 @@ export class AgentLinks {
             if (drifts !== undefined && drifts !== heard)
               this.app.metrics.kernelDrifts.inc({}, Math.min(STATE_BURST, drifts > heard ? drifts - heard : drifts));
             const drift = drifts === undefined ? {} : { drifts, last_drift_at: last_drift_at ?? null };
-            store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason, ...drift });
+            const offload = flow_offload === undefined ? {} : { flow_offload };
+            store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason, ...drift, ...offload });
           }
         }),
       ),

@@ -127,6 +127,14 @@ const nodeProperties = {
           'bytes the kernel counted since its last report are lost with a removed table). Absent from older agents.',
       },
       last_drift_at: { ...nullableTimestamp, description: 'When the last drift was noticed, by the agent.' },
+      flow_offload: {
+        type: 'array',
+        items: { type: 'string' },
+        description:
+          "Devices nftables flowtables offload connections on (flow offload): those connections bypass the node's " +
+          'kernel table, whose counters then miss their bytes (traffic undercounts). Empty: none. Absent from older ' +
+          'agents.',
+      },
     },
     additionalProperties: false,
   },

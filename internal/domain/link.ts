@@ -286,6 +286,8 @@ export const pathsMessage = object({
     // Absent from agents older than drift detection.
     drifts: optional(COUNT),
     last_drift_at: optional(nullable(dateTime())),
+    // The devices flowtables offload connections on (the kernel's counters miss those); absent from older agents.
+    flow_offload: optional(array(string({ min: 1, max: 64 }), { max: 64 })),
   }),
 });
 export type PathsMessage = Infer<typeof pathsMessage>;

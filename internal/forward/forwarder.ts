@@ -18,6 +18,7 @@ import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
 import {
   applyRuleset,
   kernelAvailability,
+  flowOffloadDevices,
   keepRouterAdvertisements,
   tableShape,
   readCounters,
@@ -174,6 +175,8 @@ export class Forwarder {
   kernelState: KernelState = { available: false, reason: 'not checked yet' };
   /** What the kernel table held when this agent last wrote it (see tableShape); null while it wrote none. */
   private kernelShape: string | null = null;
+  /** The devices flowtables offload connections on (the kernel's counters miss what is offloaded); see nft.ts. */
+  flowOffload: string[] = [];
   /** Interfaces whose accept_ra this agent set to 2, so that forwarding IPv6 costs them no route (for the log). */
   raKept: string[] = [];
   /** How often something else changed or removed the table since the agent started, and when it last did. */
@@ -248,6 +251,7 @@ export class Forwarder {
     }
     this.kernelIpv6 = kernel?.available ? kernel.ipv6 : false;
     if (this.kernelIpv6) this.raKept = [...this.raKept, ...(await keepRouterAdvertisements())];
+    if (kernel?.available) await this.checkFlowOffload();
     await this.applyKernel(toKernel);
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
@@ -332,6 +336,14 @@ export class Forwarder {
     this.kernelIdleSeconds = limits.tcpIdleSeconds;
     if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
     this.kernelShape = await tableShape(this.table);
+  }
+
+  /** Looks for flowtables again; returns whether their devices changed. */
+  async checkFlowOffload(): Promise<boolean> {
+    const devices = await flowOffloadDevices();
+    const changed = devices.join() !== this.flowOffload.join();
+    this.flowOffload = devices;
+    return changed;
   }
 
   /**

@@ -6,6 +6,7 @@ import { spawn } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import {
   counterOf,
+  flowtableDevices,
   idleTimeoutName,
   isAgentTable,
   isLearnedSet,
@@ -105,6 +106,12 @@ function firstLine(text: string): string {
       ?.trim()
       .slice(0, 300) ?? 'no reason given'
   );
+}
+
+/** The devices flowtables offload connections on, whoever's they are (see flowtableDevices); none when nft fails. */
+export async function flowOffloadDevices(): Promise<string[]> {
+  const listed = await run(['-j', 'list', 'flowtables']);
+  return listed.code === 0 ? flowtableDevices(listed.stdout) : [];
 }
 
 /** The counters of `table` by rule id, or null when there is no such table. */

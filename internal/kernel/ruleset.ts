@@ -188,3 +188,22 @@ export function rulesetScript(
   for (const name of existing) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
   return `${lines.join('\n')}\n`;
 }
+
+/**
+ * The devices of the flowtables in an `nft -j list flowtables` listing: connections offloaded there (flow offload, in
+ * software or the NIC) bypass the rest of the ruleset, this agent's counters included.
+ */
+export function flowtableDevices(listing: string): string[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(listing);
+  } catch {
+    return [];
+  }
+  const devices = new Set<string>();
+  for (const object of (parsed as { nftables?: unknown[] }).nftables ?? []) {
+    const dev = (object as { flowtable?: { dev?: unknown } }).flowtable?.dev;
+    for (const name of Array.isArray(dev) ? dev : [dev]) if (typeof name === 'string') devices.add(name.slice(0, 64));
+  }
+  return [...devices].sort().slice(0, 64);
+}

@@ -49,6 +49,8 @@ export interface KernelPath {
   /** Since the agent started: how often something else removed or changed its table (which it wrote back). */
   drifts?: number;
   last_drift_at?: string | null;
+  /** The devices flowtables offload connections on: what is offloaded is not counted. */
+  flow_offload?: string[];
 }
 
 export interface Node {
