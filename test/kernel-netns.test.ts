@@ -487,6 +487,25 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   await until('the second drift told', async () => (await nodeOf(m, edge.id)).kernel_path?.drifts === 2);
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000');
 
+  // A table in the way that the agent cannot write over (a set where its map goes): the relay carries the rule, and
+  // the rule says so; once it is out of the way, the next config the node applies puts the kernel back.
+  const hostile = spawnSync('ip', ['netns', 'exec', NODE, 'nft', '-f', '-'], {
+    input: `flush ruleset\nadd table inet ${table}\nadd set inet ${table} tcp4 { type ipv4_addr; }\n`,
+    encoding: 'utf8',
+  });
+  assert.equal(hostile.status, 0, hostile.stderr);
+  await until(
+    'the rule to say the relay carries it',
+    async () => (await ruleOf(m, made.id)).sync.applied_path === 'relay',
+  );
+  const refused = (await nodeOf(m, edge.id)).kernel_path;
+  assert.equal(refused.available, false);
+  assert.match(refused.reason, /could not be written back|refused/);
+  assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000', 'the relay forwards');
+  assert.equal(nftIn(NODE, 'delete', 'table', 'inet', table).code, 0);
+  assert.equal((await sync(m, [made.id]))[0].outcome, 'applied');
+  assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
+
   // Flow offload set up by something else on the node: its counters would miss what is offloaded, and it says so.
   assert.deepEqual((await nodeOf(m, edge.id)).kernel_path.flow_offload, []);
   assert.equal(nftIn(NODE, 'add', 'table', 'inet', 'router').code, 0);

@@ -447,12 +447,15 @@ export class AgentLinks {
             // The agent counts since it started: more than the master last heard is new; fewer, a restarted agent's. An
             // agent reports each drift it put right, and a write is at most every STATE_REFILL_MS: a node's agent adds
             // at most STATE_BURST a write to the metric, however large the number it sends.
-            const heard = store.nodes.find(nodeId)?.kernel_path?.drifts ?? 0;
+            const before = store.nodes.find(nodeId)?.kernel_path;
+            const heard = before?.drifts ?? 0;
             if (drifts !== undefined && drifts !== heard)
               this.app.metrics.kernelDrifts.inc({}, Math.min(STATE_BURST, drifts > heard ? drifts - heard : drifts));
             const drift = drifts === undefined ? {} : { drifts, last_drift_at: last_drift_at ?? null };
             const offload = flow_offload === undefined ? {} : { flow_offload };
             store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason, ...drift, ...offload });
+            // Without its kernel path, the node's relay carries every rule the kernel did: no answer says otherwise.
+            if (!available && before?.available !== false) store.rules.relayedByNode(nodeId);
           }
         }),
       ),

@@ -255,6 +255,7 @@ export class RuleStore {
   private readonly idsByTunnelStmt;
   private readonly countsStmt;
   private readonly pendingStmt;
+  private readonly relayedStmt;
   private readonly syncStmt;
   private readonly byTunnelStmt;
   private readonly sidesStmt;
@@ -346,6 +347,7 @@ export class RuleStore {
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
     // Kept by the tallies' triggers (rule-view.ts).
     this.countsStmt = db.prepare('SELECT rules AS total, enabled, sync_state FROM rule_tallies');
+    this.relayedStmt = db.prepare("UPDATE rules SET sync_path = 'relay' WHERE node_id = ? AND sync_path = 'kernel'");
     this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, sync_path = NULL,
         entry_result = NULL, exit_result = NULL
       WHERE id = ?`);
@@ -554,6 +556,14 @@ export class RuleStore {
 
   delete(id: number): void {
     this.deleteStmt.run(id);
+  }
+
+  /**
+   * The rules of node `nodeId` the kernel carried are carried by the relay now, which holds every kernel rule's port:
+   * the node's kernel path went (its table could not be written back). Returns how many.
+   */
+  relayedByNode(nodeId: number): number {
+    return Number(this.relayedStmt.run(nodeId).changes);
   }
 
   markPending(id: number): void {
