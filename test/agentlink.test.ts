@@ -103,6 +103,7 @@ test(
       error: { code: 'port_in_use', detail: 'taken' },
       applied_at: null,
       applied_path: null,
+      relayed_because: null,
     });
     assert.equal(
       (await call(m.url, 'GET', `/api/rules/${foreign.id}`, { token: m.admin })).body.sync.state,

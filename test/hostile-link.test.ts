@@ -364,7 +364,7 @@ test('an agent speaks only for its own tunnel ends: status and results for other
     status: 'pending',
     entry: 'pending',
     exit: 'pending',
-    sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
+    sync: { state: 'pending', error: null, applied_at: null, applied_path: null, relayed_because: null },
   });
   stranger.socket.destroy();
 

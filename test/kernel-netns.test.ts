@@ -192,6 +192,11 @@ test(
       paths.map((s) => s.applied_path),
       ['kernel', 'kernel', 'kernel', 'relay', 'relay'],
     );
+    assert.deepEqual(
+      paths.map((s) => s.relayed_because),
+      [null, null, null, 'the rule asks for the relay', "the relay enforces the rule's allow_sources"],
+      'a rule the relay carries says why',
+    );
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15010', '1000'), '1000', 'the client is allowed');
     assert.deepEqual((await nodeOf(m, edge.id)).kernel_path, {
       available: true,

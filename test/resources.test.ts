@@ -184,7 +184,7 @@ test(
         strategy: 'round_robin',
         enabled: true,
         tunnel_id: null,
-        sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
+        sync: { state: 'pending', error: null, applied_at: null, applied_path: null, relayed_because: null },
         traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
       },
     );
@@ -415,6 +415,7 @@ test('what a read shows equals what the write answered, for nodes and rules, alo
       error: { code: 'port_in_use', detail: 'taken' },
       applied_at: null,
       applied_path: null,
+      relayed_because: null,
     },
   });
 });

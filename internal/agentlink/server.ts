@@ -455,7 +455,7 @@ export class AgentLinks {
             const offload = flow_offload === undefined ? {} : { flow_offload };
             store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason, ...drift, ...offload });
             // Without its kernel path, the node's relay carries every rule the kernel did: no answer says otherwise.
-            if (!available && before?.available !== false) store.rules.relayedByNode(nodeId);
+            if (!available && before?.available !== false) store.rules.relayedByNode(nodeId, reason);
           }
         }),
       ),
@@ -681,6 +681,7 @@ export class AgentLinks {
           result.error,
           this.app.clock.timestamp(),
           result.path ?? null,
+          result.reason ?? null,
         );
       return true;
     });

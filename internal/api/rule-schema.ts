@@ -263,7 +263,7 @@ export const ruleSchema = record('Rule', {
   },
   sync: {
     type: 'object',
-    required: ['state', 'error', 'applied_at', 'applied_path'],
+    required: ['state', 'error', 'applied_at', 'applied_path', 'relayed_because'],
     properties: {
       state: {
         type: 'string',
@@ -284,6 +284,13 @@ export const ruleSchema = record('Rule', {
           "node's address, never the client's, and traffic counts IP packets, headers included) or relay (user " +
           "space: the target sees the node's address, the client's only in a PROXY header, and traffic counts " +
           'payload bytes). null until applied, or from an older agent.',
+      },
+      relayed_because: {
+        type: ['string', 'null'],
+        description:
+          'While the relay carries the rule: why not the kernel, as the node said (a control only the relay ' +
+          "enforces, several targets, the rule's or the agent's forwarding, a tunnel, the node's kernel path " +
+          'gone); null otherwise, or from an older agent.',
       },
     },
     additionalProperties: false,

@@ -146,6 +146,8 @@ export const appliedMessage = object({
       error: nullable(object({ code: oneOf(ruleErrorCodes), detail: string({ max: 500 }) })),
       /** How the node carries it; absent from agents older than the kernel path. */
       path: optional(oneOf(paths)),
+      /** Carried by the relay: why not by the kernel; absent from older agents. */
+      reason: optional(string({ max: 300 })),
     }),
     { max: MAX_ENTRIES },
   ),

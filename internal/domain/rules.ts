@@ -159,6 +159,8 @@ export interface Rule extends RuleFields {
     applied_at: string | null;
     /** How the node carries it, once applied; null before, or from an agent older than the kernel path. */
     applied_path: Path | null;
+    /** Why the relay carries it rather than the kernel, as the node said; null otherwise. */
+    relayed_because: string | null;
   };
   /** Bytes relayed, and connections and datagrams turned away by allow_sources, deny_sources or max_connections. */
   traffic: { bytes_in: number; bytes_out: number; refused: number };
@@ -240,6 +242,8 @@ export interface RuleResult {
   error: { code: RuleErrorCode; detail: string } | null;
   /** How it is carried, once applied (absent from agents older than the kernel path). */
   path?: Path;
+  /** Carried by the relay: why not by the kernel (absent from older agents). */
+  reason?: string;
 }
 
 /** Bytes relayed for one rule: in from clients to targets, out back; and connections or datagrams refused. */

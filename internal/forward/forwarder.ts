@@ -120,6 +120,11 @@ function relayOnlyControls(rule: ForwardRule): string[] {
   ].filter(Boolean);
 }
 
+/** Why the relay carries a rule the kernel could have: no address of its target is one the kernel can send to. */
+const NO_KERNEL_DESTINATION =
+  'the kernel has no address of the target to send its clients to (a name that resolves to none, or one local to ' +
+  'the node)';
+
 /** setTimeout's longest wait; an expiry further away is looked at again then. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;
 
@@ -247,6 +252,7 @@ export class Forwarder {
         if (result.state !== 'applied') continue;
         result.path = 'relay';
         if (!refusal) toKernel.push({ rule, result });
+        else result.reason = refusal;
       }
     }
     this.kernelIpv6 = kernel?.available ? kernel.ipv6 : false;
@@ -311,7 +317,10 @@ export class Forwarder {
       this.kernelState = { available: false, reason: (error as Error).message };
       this.kernelRules = new Map();
       this.kernelShape = null;
-      if (this.mode !== 'kernel') return;
+      if (this.mode !== 'kernel') {
+        for (const { result } of wanted) result.reason = (error as Error).message;
+        return;
+      }
       for (const { rule, result } of wanted) {
         await this.stop(rule.id);
         Object.assign(result, { state: 'failed', error: ruleError('kernel_failed', (error as Error).message) });
@@ -319,7 +328,10 @@ export class Forwarder {
       }
       return;
     }
-    for (const { rule, result } of wanted) if (next.has(rule.id)) result.path = 'kernel';
+    for (const { rule, result } of wanted) {
+      if (next.has(rule.id)) result.path = 'kernel';
+      else result.reason = NO_KERNEL_DESTINATION;
+    }
   }
 
   /** The idle timeout last written into the kernel table (its policy objects go when it changes), if any. */

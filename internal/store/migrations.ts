@@ -358,4 +358,8 @@ export const migrations: readonly string[] = [
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX audit_spans_by_id ON audit_spans(last_id, first_id);
   `,
+  /* 22: why the relay carries a rule (the node said: its controls, its targets, the agent's mode) */ `
+  -- Shown as sync.relayed_because while sync_path is 'relay'; what an older agent leaves null.
+  ALTER TABLE rules ADD COLUMN relay_reason TEXT;
+  `,
 ];

@@ -26,6 +26,7 @@ export interface RuleRow
   sync_error: string | null;
   sync_applied_at: string | null;
   sync_path: Path | null;
+  relay_reason: string | null;
   bytes_in: number;
   bytes_out: number;
   version: number;
@@ -99,6 +100,7 @@ export function toRule(row: RuleRow): Rule {
       error: row.sync_error === null ? null : JSON.parse(row.sync_error),
       applied_at: row.sync_applied_at,
       applied_path: row.sync_path,
+      relayed_because: row.sync_path === 'relay' ? row.relay_reason : null,
     },
     traffic: { bytes_in: row.bytes_in, bytes_out: row.bytes_out, refused: row.refused },
     version: row.version,
@@ -135,7 +137,8 @@ export function ruleJsonSql(row: string): string {
       'resets_at', ${r('quota_resets_at')}) END),
     'health', json(${r('health')}),
     'sync', json_object('state', ${r('sync_state')}, 'error', json(${r('sync_error')}),
-      'applied_at', ${r('sync_applied_at')}, 'applied_path', ${r('sync_path')}),
+      'applied_at', ${r('sync_applied_at')}, 'applied_path', ${r('sync_path')},
+      'relayed_because', CASE WHEN ${r('sync_path')} = 'relay' THEN ${r('relay_reason')} END),
     'traffic', json_object('bytes_in', ${count('bytes_in')}, 'bytes_out', ${count('bytes_out')},
       'refused', ${count('refused')}),
     'version', ${r('version')}, 'created_at', ${r('created_at')}, 'updated_at', ${r('updated_at')})`;
@@ -148,7 +151,7 @@ export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_
 export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
   tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
   ${QUOTA_COLUMNS}, health_check, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
-  sync_applied_at, sync_path,
+  sync_applied_at, sync_path, relay_reason,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 /** A rule's state as its JSON shows it, for filtering on it. */

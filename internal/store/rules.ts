@@ -231,7 +231,7 @@ function created(id: number, fields: RuleFields, at: string): Rule {
     state: stateOf(expiredAt(fields.expires_at, at), false, fields.enabled),
     quota_usage: fields.quota && usageOf(quotaColumns(fields.quota, null, at)),
     health: freshHealth(fields),
-    sync: { state: 'pending', error: null, applied_at: null, applied_path: null },
+    sync: { state: 'pending', error: null, applied_at: null, applied_path: null, relayed_because: null },
     traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
     version: 1,
     created_at: at,
@@ -347,7 +347,9 @@ export class RuleStore {
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
     // Kept by the tallies' triggers (rule-view.ts).
     this.countsStmt = db.prepare('SELECT rules AS total, enabled, sync_state FROM rule_tallies');
-    this.relayedStmt = db.prepare("UPDATE rules SET sync_path = 'relay' WHERE node_id = ? AND sync_path = 'kernel'");
+    this.relayedStmt = db.prepare(
+      "UPDATE rules SET sync_path = 'relay', relay_reason = ? WHERE node_id = ? AND sync_path = 'kernel'",
+    );
     this.pendingStmt = db.prepare(`UPDATE rules SET sync_state = 'pending', sync_error = NULL, sync_path = NULL,
         entry_result = NULL, exit_result = NULL
       WHERE id = ?`);
@@ -356,7 +358,8 @@ export class RuleStore {
       FROM rules r LEFT JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?`);
     this.resultsStmt = db.prepare(`UPDATE rules SET entry_result = :entry, exit_result = :exit, sync_state = :state,
         sync_error = :error, sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
-        sync_path = CASE WHEN :state = 'applied' THEN 'relay' END
+        sync_path = CASE WHEN :state = 'applied' THEN 'relay' END,
+        relay_reason = 'rules through a tunnel are carried by the relay'
       WHERE id = :id`);
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
     this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS}, targets, health_check, health FROM rules WHERE id = ?`);
@@ -380,7 +383,7 @@ export class RuleStore {
       WHERE id = ?`);
     this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
         sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
-        sync_path = CASE WHEN :state = 'applied' THEN :path END
+        sync_path = CASE WHEN :state = 'applied' THEN :path END, relay_reason = :reason
       WHERE id = :id AND node_id = :node_id`);
   }
 
@@ -562,8 +565,8 @@ export class RuleStore {
    * The rules of node `nodeId` the kernel carried are carried by the relay now, which holds every kernel rule's port:
    * the node's kernel path went (its table could not be written back). Returns how many.
    */
-  relayedByNode(nodeId: number): number {
-    return Number(this.relayedStmt.run(nodeId).changes);
+  relayedByNode(nodeId: number, reason: string | null): number {
+    return Number(this.relayedStmt.run(reason, nodeId).changes);
   }
 
   markPending(id: number): void {
@@ -576,7 +579,15 @@ export class RuleStore {
    * when both applied it, pending until then (and carried by the relay, as tunnels are). A node that is neither is
    * ignored. `path`: how the node carries it (null from an agent older than the kernel path).
    */
-  setSync(id: number, nodeId: number, state: SyncState, error: SyncError | null, at: string, path: Path | null = null) {
+  setSync(
+    id: number,
+    nodeId: number,
+    state: SyncState,
+    error: SyncError | null,
+    at: string,
+    path: Path | null = null,
+    relayReason: string | null = null,
+  ) {
     const row = this.sidesStmt.get(id) as
       | { node_id: number; exit_node_id: number | null; entry_result: string | null; exit_result: string | null }
       | undefined;
@@ -589,6 +600,7 @@ export class RuleStore {
         error: error === null ? null : JSON.stringify(error),
         at,
         path,
+        reason: relayReason,
       });
       return;
     }
