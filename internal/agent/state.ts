@@ -13,6 +13,8 @@ const MAX_LEARNED_PINS = 4;
 
 const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const pinList = array(PIN, { max: 64 });
+/** A rule's counts as reported: refused too, which the controls count (absent: none). */
+const reported = object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT, refused: optional(COUNT) });
 const trafficState = object({
   stream: string({ min: 1, max: 64 }),
   seq: COUNT,
@@ -21,11 +23,11 @@ const trafficState = object({
       stream: string({ min: 1, max: 64 }),
       seq: COUNT,
       at: COUNT,
-      rules: array(object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT }), { max: 1_000_000 }),
+      rules: array(reported, { max: 1_000_000 }),
     }),
     { max: 1_000_000 },
   ),
-  kernel: optional(array(object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT }), { max: 1_000_000 }), []),
+  kernel: optional(array(reported, { max: 1_000_000 }), []),
 });
 
 export interface SavedConfig {
