@@ -179,7 +179,7 @@ test(
       .body;
     // A control only the relay enforces keeps an auto rule off the kernel.
     const controlled = (
-      await rule(m, { node_id: edge.id, listen_port: 15010, targets: [target], allow_sources: ['10.214.0.0/16'] })
+      await rule(m, { node_id: edge.id, listen_port: 15010, targets: [target], bandwidth_limit: 100 * 1024 * 1024 })
     ).body;
     assert.deepEqual(
       (await sync(m, [tcp.id, udp.id, other.id, relayed.id, controlled.id])).map((r: { outcome: string }) => r.outcome),
@@ -194,7 +194,7 @@ test(
     );
     assert.deepEqual(
       paths.map((s) => s.relayed_because),
-      [null, null, null, 'the rule asks for the relay', "the relay enforces the rule's allow_sources"],
+      [null, null, null, 'the rule asks for the relay', "the relay enforces the rule's bandwidth_limit"],
       'a rule the relay carries says why',
     );
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15010', '1000'), '1000', 'the client is allowed');
@@ -523,3 +523,70 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   await until('the node to say so', async () => (await nodeOf(m, edge.id)).kernel_path.flow_offload?.length === 1);
   assert.deepEqual((await nodeOf(m, edge.id)).kernel_path.flow_offload, [`${NODE}c`]);
 });
+
+/** Connects to HOST:PORT from the client: prints 'ok' when a byte comes back, else 'refused'. */
+const ONE_BYTE = `
+  import { connect } from 'node:net';
+  const [host, port] = process.argv.slice(1);
+  const socket = connect(Number(port), host, () => socket.write('x'));
+  const done = (what) => { console.log(what); process.exit(0); };
+  socket.once('data', () => done('ok'));
+  socket.once('error', () => done('refused'));
+  socket.once('close', () => done('refused'));
+  setTimeout(() => done('refused'), 3000);`;
+
+test(
+  'allow_sources and deny_sources are held by the kernel: a refused client is reset at once and counted',
+  { timeout: 60_000 },
+  async (t) => {
+    const reason = unavailable();
+    if (reason) return t.skip(reason);
+    network(t);
+    await echoIn(t, TARGET, '0.0.0.0');
+    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+    const port = new URL(m.url).port;
+    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
+    startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
+      within: ['ip', 'netns', 'exec', NODE],
+      listenHost: '0.0.0.0',
+      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+    });
+    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const target = `${TARGET_ADDRESS}:7007`;
+    // The client is 10.214.2.1.
+    const cases = [
+      { listen_port: 15301, allow_sources: ['10.214.2.0/24'], want: 'ok' },
+      { listen_port: 15302, deny_sources: ['10.214.2.1'], want: 'refused' },
+      { listen_port: 15303, allow_sources: ['192.0.2.0/24', '2001:db8::/32'], want: 'refused' },
+      { listen_port: 15304, allow_sources: ['10.214.0.0/16'], deny_sources: ['10.214.2.0/28'], want: 'refused' },
+      { listen_port: 15305, allow_sources: ['2001:db8::/32'], want: 'refused' },
+    ];
+    const made = [];
+    for (const { want: _, ...fields } of cases)
+      made.push((await rule(m, { node_id: edge.id, targets: [target], ...fields })).body);
+    await sync(
+      m,
+      made.map((r) => r.id),
+    );
+    for (const r of made) assert.equal((await ruleOf(m, r.id)).sync.applied_path, 'kernel', `${r.listen_port}`);
+    const outcomes = [];
+    for (const r of made) outcomes.push(await runIn(CLIENT, ONE_BYTE, NODE_ADDRESS, String(r.listen_port)));
+    assert.deepEqual(
+      outcomes,
+      cases.map((c) => c.want),
+    );
+    // Refused by the kernel, not by the relay behind it: the table counted them, and the rules' traffic says so.
+    for (const [i, r] of made.entries()) {
+      const refused = cases[i]!.want === 'refused';
+      await until(`rule ${r.listen_port}'s refusals counted`, async () => {
+        const traffic = (await ruleOf(m, r.id)).traffic;
+        return refused ? traffic.refused >= 1 : traffic.bytes_in > 0 && traffic.refused === 0;
+      });
+    }
+    const table = `portplane_${edge.id}`;
+    assert.match(nftIn(NODE, 'list', 'chain', 'inet', table, 'sources').out, /15302 ip saddr 10\.214\.2\.1/);
+    const kernelRefused = nftIn(NODE, 'list', 'counter', 'inet', table, `r${made[1]!.id}_refused`).out;
+    assert.match(kernelRefused, /packets [1-9]/, 'the kernel refused it, not the relay behind it');
+  },
+);

@@ -593,15 +593,24 @@ export function addKernel(relayed: RuleTraffic[], kernel: KernelCounts | null, t
   if (!kernel) return relayed;
   const seen = new Map(kernel.fresh ? [] : (traffic.kernel ?? []).map((r) => [r.id, r]));
   const totals = new Map(relayed.map((r) => [r.id, { ...r }]));
+  // What grew since it was last reported; a counter below that started over (a new table): all of it is new.
+  const grown = (now: number, before: number) => (now >= before ? now - before : now);
   for (const [id, now] of kernel.counts) {
     const before = seen.get(id) ?? { id, bytes_in: 0, bytes_out: 0 };
-    const bytesIn = now.bytes_in >= before.bytes_in ? now.bytes_in - before.bytes_in : now.bytes_in;
-    const bytesOut = now.bytes_out >= before.bytes_out ? now.bytes_out - before.bytes_out : now.bytes_out;
-    seen.set(id, { id, bytes_in: now.bytes_in, bytes_out: now.bytes_out });
-    if (bytesIn === 0 && bytesOut === 0) continue;
+    const bytesIn = grown(now.bytes_in, before.bytes_in);
+    const bytesOut = grown(now.bytes_out, before.bytes_out);
+    const refused = grown(now.refused ?? 0, before.refused ?? 0);
+    seen.set(id, {
+      id,
+      bytes_in: now.bytes_in,
+      bytes_out: now.bytes_out,
+      ...(now.refused === undefined ? {} : { refused: now.refused }),
+    });
+    if (bytesIn === 0 && bytesOut === 0 && refused === 0) continue;
     const total = totals.get(id) ?? { id, bytes_in: 0, bytes_out: 0 };
     total.bytes_in += bytesIn;
     total.bytes_out += bytesOut;
+    if (refused > 0) total.refused = (total.refused ?? 0) + refused;
     totals.set(id, total);
   }
   for (const id of kernel.removed) seen.delete(id);

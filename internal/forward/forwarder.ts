@@ -26,7 +26,7 @@ import {
   removeTable,
   type Counts,
 } from '../kernel/nft.ts';
-import { tableOf, type Destination, type KernelRule } from '../kernel/ruleset.ts';
+import { tableOf, type Destination, type KernelRule, type Sources } from '../kernel/ruleset.ts';
 import {
   datagramsTo,
   dialTargets,
@@ -110,8 +110,6 @@ function expired(rule: ForwardRule, now: number): boolean {
 /** The rule's controls only the relay enforces, by name; empty when it has none. */
 function relayOnlyControls(rule: ForwardRule): string[] {
   return [
-    rule.allow_sources.length > 0 ? 'allow_sources' : '',
-    rule.deny_sources.length > 0 ? 'deny_sources' : '',
     rule.max_connections !== null ? 'max_connections' : '',
     rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
     rule.quota !== null ? 'quota' : '',
@@ -124,6 +122,12 @@ function relayOnlyControls(rule: ForwardRule): string[] {
 const NO_KERNEL_DESTINATION =
   'the kernel has no address of the target to send its clients to (a name that resolves to none, or one local to ' +
   'the node)';
+
+/** Who may use `rule`, as the kernel holds it; null when everyone may. */
+function sourcesOf(rule: ForwardRule): Sources | null {
+  if (rule.allow_sources.length === 0 && rule.deny_sources.length === 0) return null;
+  return { allow: rule.allow_sources.length > 0 ? rule.allow_sources : null, deny: rule.deny_sources };
+}
 
 /** setTimeout's longest wait; an expiry further away is looked at again then. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;
@@ -300,7 +304,13 @@ export class Forwarder {
       const target = parseTarget(rule.targets[0]!);
       const destinations = target && (await this.destinations(target));
       if (destinations && (destinations.v4 || destinations.v6))
-        next.set(rule.id, { id: rule.id, protocol: rule.protocol, listen_port: rule.listen_port, ...destinations });
+        next.set(rule.id, {
+          id: rule.id,
+          protocol: rule.protocol,
+          listen_port: rule.listen_port,
+          ...destinations,
+          sources: sourcesOf(rule),
+        });
     }
     // Nothing for the kernel, and nothing there from before (this run's, or a previous one's: it is taken out).
     if (next.size === 0 && this.kernelRules.size === 0 && this.kernelSwept) return;
@@ -311,7 +321,7 @@ export class Forwarder {
       if (before === null) this.kernelFresh = true;
       for (const [id, counts] of before ?? []) if (!next.has(id)) this.kernelRemoved.set(id, counts);
       if (next.size === 0) await removeTable(this.table);
-      else await this.writeTable([...next.values()], before?.keys() ?? []);
+      else await this.writeTable([...next.values()], before ?? new Map());
       this.kernelRules = next;
     } catch (error) {
       this.kernelState = { available: false, reason: (error as Error).message };
@@ -338,7 +348,7 @@ export class Forwarder {
   private kernelIdleSeconds: number | null = null;
 
   /** Writes the kernel table with `rules`, held to the node's limits as the relay holds its own. */
-  private async writeTable(rules: KernelRule[], existing: Iterable<number>): Promise<void> {
+  private async writeTable(rules: KernelRule[], existing: ReadonlyMap<number, Counts>): Promise<void> {
     const limits = {
       perSource: this.limits.maxConnectionsPerSource,
       tcpIdleSeconds: Math.max(1, Math.round(this.limits.tcpIdleMs / 1000)),
@@ -374,12 +384,12 @@ export class Forwarder {
     try {
       const counters = shape === null ? null : await readCounters(this.table);
       if (counters === null) this.kernelFresh = true;
-      await this.writeTable([...this.kernelRules.values()], counters?.keys() ?? []);
+      await this.writeTable([...this.kernelRules.values()], counters ?? new Map());
       // What was added to the table beside the agent's own (a chain, say) is not flushed by a rewrite: anew, then.
       if (this.kernelShape !== wrote) {
         await removeTable(this.table);
         this.kernelFresh = true;
-        await this.writeTable([...this.kernelRules.values()], []);
+        await this.writeTable([...this.kernelRules.values()], new Map());
       }
       return 'restored';
     } catch (error) {
@@ -447,7 +457,7 @@ export class Forwarder {
       next.set(id, { ...rule, ...destinations });
     }
     if (!changed) return false;
-    await this.writeTable([...next.values()], next.keys());
+    await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
     this.kernelRules = next;
     return true;
   }

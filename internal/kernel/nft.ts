@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import {
+  counterName,
   counterOf,
   flowtableDevices,
   idleTimeoutName,
@@ -24,6 +25,8 @@ export type KernelAvailability = { available: true; ipv6: boolean } | { availabl
 export interface Counts {
   bytes_in: number;
   bytes_out: number;
+  /** Clients refused by the rule's sources (packets: TCP connections, UDP datagrams); absent without the counter. */
+  refused?: number;
 }
 
 function run(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -127,13 +130,14 @@ export async function readCounters(table: string): Promise<Map<number, Counts> |
   }
   const objects = (parsed as { nftables?: unknown[] }).nftables ?? [];
   for (const object of objects) {
-    const counter = (object as { counter?: { name?: unknown; bytes?: unknown } }).counter;
+    const counter = (object as { counter?: { name?: unknown; bytes?: unknown; packets?: unknown } }).counter;
     if (!counter || typeof counter.name !== 'string' || typeof counter.bytes !== 'number') continue;
     const of = counterOf(counter.name);
     if (!of) continue;
-    const entry = counts.get(of.id) ?? { bytes_in: 0, bytes_out: 0 };
+    const entry: Counts = counts.get(of.id) ?? { bytes_in: 0, bytes_out: 0 };
     if (of.direction === 'in') entry.bytes_in = counter.bytes;
-    else entry.bytes_out = counter.bytes;
+    else if (of.direction === 'out') entry.bytes_out = counter.bytes;
+    else entry.refused = typeof counter.packets === 'number' ? counter.packets : 0;
     counts.set(of.id, entry);
   }
   return counts;
@@ -214,10 +218,17 @@ export function watchRuleset(onChange: () => void): RulesetWatch {
 export async function applyRuleset(
   table: string,
   rules: readonly KernelRule[],
-  existing: Iterable<number>,
+  existing: ReadonlyMap<number, Counts>,
   limits: KernelLimits,
 ) {
-  const names = new Set([...existing].flatMap((id) => [`r${id}_in`, `r${id}_out`]));
+  // The counters the table holds now, by name: those of rules no longer wanted are deleted, and only those.
+  const names = new Set(
+    [...existing].flatMap(([id, counts]) => [
+      counterName(id, 'in'),
+      counterName(id, 'out'),
+      ...(counts.refused === undefined ? [] : [counterName(id, 'refused')]),
+    ]),
+  );
   const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits));
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
 }

@@ -21,7 +21,7 @@
 import { ID_DIGITS } from '../schema/ids.ts';
 
 const AGENT_TABLE = new RegExp(`^portplane_${ID_DIGITS}$`);
-const COUNTER = new RegExp(`^r(${ID_DIGITS})_(in|out)$`);
+const COUNTER = new RegExp(`^r(${ID_DIGITS})_(in|out|refused)$`);
 
 /** The table of the node with this id. */
 export function tableOf(nodeId: number): string {
@@ -38,16 +38,25 @@ export interface Destination {
   port: number;
 }
 
-/** A rule as the kernel carries it: its port, and its one target per address family it can reach. */
+/** Who may use a rule: `allow` (null: everyone) but `deny`, each a list of blocks (`10.0.0.0/8`, `2001:db8::1`). */
+export interface Sources {
+  allow: readonly string[] | null;
+  deny: readonly string[];
+}
+
+/** A rule as the kernel carries it: its port, its one target per address family it can reach, who may use it. */
 export interface KernelRule {
   id: number;
   protocol: 'tcp' | 'udp' | 'tcp+udp';
   listen_port: number;
   v4: Destination | null;
   v6: Destination | null;
+  /** Null: every client (and no counter of refusals). */
+  sources?: Sources | null;
 }
 
-export type Direction = 'in' | 'out';
+/** What a counter counts: a rule's bytes in (client to target) or out, or the clients it refused (packets). */
+export type Direction = 'in' | 'out' | 'refused';
 
 export function counterName(id: number, direction: Direction): string {
   return `r${id}_${direction}`;
@@ -57,6 +66,31 @@ export function counterName(id: number, direction: Direction): string {
 export function counterOf(name: string): { id: number; direction: Direction } | null {
   const match = COUNTER.exec(name);
   return match ? { id: Number(match[1]), direction: match[2] as Direction } : null;
+}
+
+/**
+ * The rules of the `sources` chain for `rule` on `l4`: per address family, new connections (or a UDP client's first
+ * datagram of a flow; a refused one starts none, so each is counted) from a denied block, or from outside the allowed
+ * ones (all of a family the allow list has no block of), are refused and counted.
+ */
+function sourceRules(rule: KernelRule, l4: 'tcp' | 'udp', refuse: string): string[] {
+  const sources = rule.sources;
+  if (!sources) return [];
+  const count = `counter name "${counterName(rule.id, 'refused')}" ${refuse}`;
+  const rules: string[] = [];
+  for (const [nfproto, saddr, v6] of [
+    ['ipv4', 'ip saddr', false],
+    ['ipv6', 'ip6 saddr', true],
+  ] as const) {
+    const fresh = `meta nfproto ${nfproto} ct state new fib daddr type local ${l4} dport ${rule.listen_port}`;
+    const ofFamily = (blocks: readonly string[]) => blocks.filter((block) => block.includes(':') === v6);
+    const denied = ofFamily(sources.deny);
+    if (denied.length > 0) rules.push(`${fresh} ${saddr} { ${elements(denied)} } ${count}`);
+    if (sources.allow === null) continue;
+    const allowed = ofFamily(sources.allow);
+    rules.push(allowed.length > 0 ? `${fresh} ${saddr} != { ${elements(allowed)} } ${count}` : `${fresh} ${count}`);
+  }
+  return rules;
 }
 
 const L4 = ['tcp', 'udp'] as const;
@@ -97,7 +131,13 @@ export function rulesetScript(
   limits: KernelLimits,
 ): string {
   const FAMILY_TABLE = `inet ${table}`;
-  const wanted = new Set(rules.flatMap((rule) => [counterName(rule.id, 'in'), counterName(rule.id, 'out')]));
+  const wanted = new Set(
+    rules.flatMap((rule) => [
+      counterName(rule.id, 'in'),
+      counterName(rule.id, 'out'),
+      ...(rule.sources ? [counterName(rule.id, 'refused')] : []),
+    ]),
+  );
   const lines = [`table ${FAMILY_TABLE} {`];
   for (const l4 of L4) {
     lines.push(
@@ -127,11 +167,13 @@ export function rulesetScript(
     '  chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
     '  chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
     '  chain count_output { type filter hook output priority filter; policy accept; }',
-    // Before the DNAT, where the port is still the rule's.
+    // Before the DNAT, where the port is still the rule's; who may use a rule before how many connections they hold.
     '  chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
+    '  chain sources { type filter hook prerouting priority dstnat - 20; policy accept; }',
     '}',
   );
-  for (const chain of ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output', 'conn_limits'])
+  const chains = ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output', 'conn_limits', 'sources'];
+  for (const chain of chains)
     lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const l4 of L4)
     for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`]) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
@@ -161,6 +203,7 @@ export function rulesetScript(
     }
 
     const mine = rules.filter((r) => carries(r, l4));
+    for (const r of mine) for (const body of sourceRules(r, l4, refuse)) rule('sources', body);
     const fill = (name: string, entries: string[]) => {
       if (entries.length > 0) lines.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
     };

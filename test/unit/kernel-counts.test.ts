@@ -116,3 +116,19 @@ test('kernel counters are reported by what grew, whole when they started over, o
     { id: 3, bytes_in: 1, bytes_out: 1 },
   ]);
 });
+
+test("the clients a rule's sources refused in the kernel are reported as they grow, beside its bytes", () => {
+  const traffic: TrafficState = { stream: 's', seq: 0, pending: [] };
+  const none = new Set<number>();
+  const read = (refused: number, bytes: number) => ({
+    counts: new Map([[7, { bytes_in: bytes, bytes_out: bytes, refused }]]),
+    removed: none,
+    fresh: false,
+  });
+  assert.deepEqual(addKernel([{ id: 7, bytes_in: 0, bytes_out: 0, refused: 1 }], read(3, 10), traffic), [
+    { id: 7, bytes_in: 10, bytes_out: 10, refused: 4 },
+  ]);
+  assert.deepEqual(addKernel([], read(5, 10), traffic), [{ id: 7, bytes_in: 0, bytes_out: 0, refused: 2 }]);
+  assert.deepEqual(addKernel([], read(5, 10), traffic), [], 'nothing grew');
+  assert.deepEqual(traffic.kernel, [{ id: 7, bytes_in: 10, bytes_out: 10, refused: 5 }]);
+});
