@@ -173,8 +173,7 @@ export function rulesetScript(
     '}',
   );
   const chains = ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output', 'conn_limits', 'sources'];
-  for (const chain of chains)
-    lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
+  for (const chain of chains) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const l4 of L4)
     for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`]) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
   for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`);
