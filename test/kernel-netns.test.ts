@@ -536,7 +536,8 @@ const ONE_BYTE = `
   setTimeout(() => done('refused'), 3000);`;
 
 test(
-  'allow_sources and deny_sources are held by the kernel: a refused client is reset at once and counted',
+  'allow_sources, deny_sources and max_connections are held by the kernel: a refused client is reset at once and ' +
+    'counted',
   { timeout: 60_000 },
   async (t) => {
     const reason = unavailable();
@@ -588,5 +589,15 @@ test(
     assert.match(nftIn(NODE, 'list', 'chain', 'inet', table, 'sources').out, /15302 ip saddr 10\.214\.2\.1/);
     const kernelRefused = nftIn(NODE, 'list', 'counter', 'inet', table, `r${made[1]!.id}_refused`).out;
     assert.match(kernelRefused, /packets [1-9]/, 'the kernel refused it, not the relay behind it');
+
+    // max_connections in the kernel: two held, the third refused at once (and counted), the first still open.
+    const capped = (await rule(m, { node_id: edge.id, listen_port: 15306, targets: [target], max_connections: 2 }))
+      .body;
+    await sync(m, [capped.id]);
+    assert.equal((await ruleOf(m, capped.id)).sync.applied_path, 'kernel');
+    const held = JSON.parse(await runIn(CLIENT, HELD_THEN_IDLE, NODE_ADDRESS, '15306', '3', '1'));
+    assert.deepEqual(held, ['ok', 'ok', 'refused', 'ok']);
+    assert.match(nftIn(NODE, 'list', 'counter', 'inet', table, `r${capped.id}_refused`).out, /packets [1-9]/);
+    await until('the refusal counted', async () => (await ruleOf(m, capped.id)).traffic.refused >= 1);
   },
 );

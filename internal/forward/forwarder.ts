@@ -110,7 +110,6 @@ function expired(rule: ForwardRule, now: number): boolean {
 /** The rule's controls only the relay enforces, by name; empty when it has none. */
 function relayOnlyControls(rule: ForwardRule): string[] {
   return [
-    rule.max_connections !== null ? 'max_connections' : '',
     rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
     rule.quota !== null ? 'quota' : '',
     rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
@@ -310,6 +309,7 @@ export class Forwarder {
           listen_port: rule.listen_port,
           ...destinations,
           sources: sourcesOf(rule),
+          maxConnections: rule.max_connections,
         });
     }
     // Nothing for the kernel, and nothing there from before (this run's, or a previous one's: it is taken out).

@@ -51,8 +51,15 @@ export interface KernelRule {
   listen_port: number;
   v4: Destination | null;
   v6: Destination | null;
-  /** Null: every client (and no counter of refusals). */
+  /** Null: every client. */
   sources?: Sources | null;
+  /** Connections (TCP) and flows (UDP) the rule carries at once, both counted together; null: the node's limits. */
+  maxConnections?: number | null;
+}
+
+/** Whether the kernel refuses some of `rule`'s clients itself, counting them (in a `refused` counter of the rule). */
+function refuses(rule: KernelRule): boolean {
+  return Boolean(rule.sources) || (rule.maxConnections ?? null) !== null;
 }
 
 /** What a counter counts: a rule's bytes in (client to target) or out, or the clients it refused (packets). */
@@ -105,7 +112,7 @@ function elements(entries: string[]): string {
 
 /** Whether `name` is one of the sets the kernel fills by itself, with the sources of new connections (ct count). */
 export function isLearnedSet(name: string): boolean {
-  return /^(tcp|udp)[46]_sources$/.test(name);
+  return /^(tcp|udp)[46]_sources$/.test(name) || name === 'rule_flows';
 }
 
 /** The node's limits the kernel holds its rules to (the agent's config: max_connections_per_source and its like). */
@@ -135,10 +142,12 @@ export function rulesetScript(
     rules.flatMap((rule) => [
       counterName(rule.id, 'in'),
       counterName(rule.id, 'out'),
-      ...(rule.sources ? [counterName(rule.id, 'refused')] : []),
+      ...(refuses(rule) ? [counterName(rule.id, 'refused')] : []),
     ]),
   );
   const lines = [`table ${FAMILY_TABLE} {`];
+  // A rule's connections and flows at once, by its port: TCP and UDP counted together, as the relay counts them.
+  lines.push('  set rule_flows { type inet_service; flags dynamic; }');
   for (const l4 of L4) {
     lines.push(
       `  map ${l4}4 { type inet_service : ipv4_addr . inet_service; }`,
@@ -203,6 +212,13 @@ export function rulesetScript(
 
     const mine = rules.filter((r) => carries(r, l4));
     for (const r of mine) for (const body of sourceRules(r, l4, refuse)) rule('sources', body);
+    // After the sources (a refused client takes no place), before the DNAT; one more than the rule's most is refused.
+    for (const r of mine.filter((r) => (r.maxConnections ?? null) !== null))
+      rule(
+        'conn_limits',
+        `ct state new fib daddr type local ${l4} dport ${r.listen_port} add @rule_flows { th dport ct count over ` +
+          `${r.maxConnections} } counter name "${counterName(r.id, 'refused')}" ${refuse}`,
+      );
     const fill = (name: string, entries: string[]) => {
       if (entries.length > 0) lines.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
     };
