@@ -601,3 +601,68 @@ test(
     await until('the refusal counted', async () => (await ruleOf(m, capped.id)).traffic.refused >= 1);
   },
 );
+
+test(
+  'a health-checked rule stays on the kernel: a target down gets no new client, and comes back when up',
+  { timeout: 60_000 },
+  async (t) => {
+    const reason = unavailable();
+    if (reason) return t.skip(reason);
+    network(t);
+    // A target the test stops and starts again.
+    const startTarget = () => {
+      const child = spawn(
+        'ip',
+        [
+          'netns',
+          'exec',
+          TARGET,
+          process.execPath,
+          '--input-type=module',
+          '-e',
+          `
+      import { createServer } from 'node:net';
+      createServer((s) => s.pipe(s)).listen(7009, '${TARGET_ADDRESS}', () => console.log('ready'));`,
+        ],
+        {
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      );
+      t.after(() => child.kill('SIGKILL'));
+      return once(child.stdout!, 'data').then(() => child);
+    };
+    let target = await startTarget();
+    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+    const port = new URL(m.url).port;
+    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
+    startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
+      within: ['ip', 'netns', 'exec', NODE],
+      listenHost: '0.0.0.0',
+      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+    });
+    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const checked = (
+      await rule(m, {
+        node_id: edge.id,
+        listen_port: 15401,
+        targets: [`${TARGET_ADDRESS}:7009`],
+        health_check: { interval_seconds: 1, timeout_ms: 500, fall: 1, rise: 1 },
+      })
+    ).body;
+    await sync(m, [checked.id]);
+    assert.equal((await ruleOf(m, checked.id)).sync.applied_path, 'kernel');
+    const table = `portplane_${edge.id}`;
+    const mapped = () => /15401 : 10\.214\.3\.2 \. 7009/.test(nftIn(NODE, 'list', 'map', 'inet', table, 'tcp4').out);
+    await until('the target up', async () => (await ruleOf(m, checked.id)).health?.status === 'up');
+    assert.ok(mapped());
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15401', '1000'), '1000');
+
+    target.kill('SIGKILL');
+    await until('the kernel to send it no new client', () => !mapped(), 5000);
+    assert.equal(await runIn(CLIENT, ONE_BYTE, NODE_ADDRESS, '15401'), 'refused', 'a client is closed at once');
+    assert.equal((await ruleOf(m, checked.id)).sync.applied_path, 'kernel');
+    target = await startTarget();
+    await until('the target back in the kernel', () => mapped(), 5000);
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15401', '1000'), '1000');
+  },
+);

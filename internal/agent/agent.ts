@@ -144,6 +144,12 @@ export class Agent {
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     // A target going up or down is told at once (a few changing together, in one message).
     this.forwarder.onHealthChange = () => {
+      // The kernel sends no new client to a target down, at once; the master hears of it with the next few changes.
+      this.applying = this.applying
+        .then(async () => void (await this.forwarder.refreshKernelHealth()))
+        .catch((error: Error) =>
+          this.options.log.warn('rewriting the kernel table for a target up or down failed', { error: error.message }),
+        );
       if (this.healthTimer || this.stopping) return;
       this.healthTimer = setTimeout(() => {
         this.healthTimer = undefined;

@@ -113,7 +113,6 @@ function relayOnlyControls(rule: ForwardRule): string[] {
     rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
     rule.quota !== null ? 'quota' : '',
     rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
-    rule.health_check !== null ? 'health_check' : '',
   ].filter(Boolean);
 }
 
@@ -310,6 +309,7 @@ export class Forwarder {
           ...destinations,
           sources: sourcesOf(rule),
           maxConnections: rule.max_connections,
+          targetDown: this.targetDown(rule.id),
         });
     }
     // Nothing for the kernel, and nothing there from before (this run's, or a previous one's: it is taken out).
@@ -438,6 +438,30 @@ export class Forwarder {
       this.kernelRules.size > 0 ? ((await readCounters(this.table)) ?? new Map<number, Counts>()) : new Map();
     for (const [id, last] of removed) if (!counts.has(id)) counts.set(id, last);
     return { counts, removed: new Set([...removed.keys()].filter((id) => !this.kernelRules.has(id))), fresh };
+  }
+
+  /** Whether rule `id`'s one target is down by its health checks (none: not checked, so up). */
+  private targetDown(id: number): boolean {
+    return this.listeners.get(id)?.health?.isDownAt(0) ?? false;
+  }
+
+  /**
+   * Rewrites the kernel table when a kernel rule's target went down or came up by its health checks: a target down
+   * gets no new client from the kernel (the relay closes them at once), established connections go on. Returns
+   * whether it rewrote.
+   */
+  async refreshKernelHealth(): Promise<boolean> {
+    let changed = false;
+    const next = new Map<number, KernelRule>();
+    for (const [id, rule] of this.kernelRules) {
+      const targetDown = this.targetDown(id);
+      if (targetDown !== (rule.targetDown ?? false)) changed = true;
+      next.set(id, { ...rule, targetDown });
+    }
+    if (!changed) return false;
+    await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
+    this.kernelRules = next;
+    return true;
   }
 
   /** Looks up the kernel rules' target names again and rewrites the table if an address changed. */

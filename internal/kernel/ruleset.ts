@@ -55,6 +55,11 @@ export interface KernelRule {
   sources?: Sources | null;
   /** Connections (TCP) and flows (UDP) the rule carries at once, both counted together; null: the node's limits. */
   maxConnections?: number | null;
+  /**
+   * Its health checks found its target down: the kernel sends it no new client (they reach the relay, which closes
+   * them at once, as with every target down); established connections go on.
+   */
+  targetDown?: boolean;
 }
 
 /** Whether the kernel refuses some of `rule`'s clients itself, counting them (in a `refused` counter of the rule). */
@@ -224,11 +229,11 @@ export function rulesetScript(
     };
     fill(
       `${l4}4`,
-      mine.flatMap((r) => (r.v4 ? [`${r.listen_port} : ${r.v4.address} . ${r.v4.port}`] : [])),
+      mine.flatMap((r) => (r.v4 && !r.targetDown ? [`${r.listen_port} : ${r.v4.address} . ${r.v4.port}`] : [])),
     );
     fill(
       `${l4}6`,
-      mine.flatMap((r) => (r.v6 ? [`${r.listen_port} : ${r.v6.address} . ${r.v6.port}`] : [])),
+      mine.flatMap((r) => (r.v6 && !r.targetDown ? [`${r.listen_port} : ${r.v6.address} . ${r.v6.port}`] : [])),
     );
     fill(
       `${l4}_in`,
