@@ -81,6 +81,14 @@ export function counterOf(name: string): { id: number; direction: Direction } | 
 }
 
 /**
+ * What picks out a new connection (or a UDP flow's first datagram) of `rule` on `l4` once the kernel DNAT'ed it: the
+ * port its client asked for, kept by conntrack. No route lookup: the DNAT made it already.
+ */
+function newToRule(rule: KernelRule, l4: 'tcp' | 'udp'): string {
+  return `ct state new ct status dnat meta l4proto ${l4} ct original proto-dst ${rule.listen_port}`;
+}
+
+/**
  * The rules of the `sources` chain for `rule` on `l4`: per address family, new connections (or a UDP client's first
  * datagram of a flow; a refused one starts none, so each is counted) from a denied block, or from outside the allowed
  * ones (all of a family the allow list has no block of), are refused and counted.
@@ -94,7 +102,7 @@ function sourceRules(rule: KernelRule, l4: 'tcp' | 'udp', refuse: string): strin
     ['ipv4', 'ip saddr', false],
     ['ipv6', 'ip6 saddr', true],
   ] as const) {
-    const fresh = `meta nfproto ${nfproto} ct state new fib daddr type local ${l4} dport ${rule.listen_port}`;
+    const fresh = `${newToRule(rule, l4)} meta nfproto ${nfproto}`;
     const ofFamily = (blocks: readonly string[]) => blocks.filter((block) => block.includes(':') === v6);
     const denied = ofFamily(sources.deny);
     if (denied.length > 0) rules.push(`${fresh} ${saddr} { ${elements(denied)} } ${count}`);
@@ -181,9 +189,10 @@ export function rulesetScript(
     '  chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
     '  chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
     '  chain count_output { type filter hook output priority filter; policy accept; }',
-    // Before the DNAT, where the port is still the rule's; who may use a rule before how many connections they hold.
+    // Before the DNAT, where the port is still the rule's.
     '  chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
-    '  chain sources { type filter hook prerouting priority dstnat - 20; policy accept; }',
+    // A rule's own controls, after its DNAT (which marks its connections): nothing else is looked at twice.
+    '  chain sources { type filter hook forward priority filter - 10; policy accept; }',
     '}',
   );
   const chains = ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output', 'conn_limits', 'sources'];
@@ -217,12 +226,12 @@ export function rulesetScript(
 
     const mine = rules.filter((r) => carries(r, l4));
     for (const r of mine) for (const body of sourceRules(r, l4, refuse)) rule('sources', body);
-    // After the sources (a refused client takes no place), before the DNAT; one more than the rule's most is refused.
+    // After the sources (a refused client takes no place); one more than the rule's most is refused.
     for (const r of mine.filter((r) => (r.maxConnections ?? null) !== null))
       rule(
-        'conn_limits',
-        `ct state new fib daddr type local ${l4} dport ${r.listen_port} add @rule_flows { th dport ct count over ` +
-          `${r.maxConnections} } counter name "${counterName(r.id, 'refused')}" ${refuse}`,
+        'sources',
+        `${newToRule(r, l4)} add @rule_flows { ct original proto-dst ct count over ${r.maxConnections} } ` +
+          `counter name "${counterName(r.id, 'refused')}" ${refuse}`,
       );
     const fill = (name: string, entries: string[]) => {
       if (entries.length > 0) lines.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
