@@ -130,6 +130,24 @@ function heldConnection(t: TestContext, port: number) {
   };
 }
 
+/**
+ * A master in the test's namespace with `settings` set, the node "edge" at NODE_ADDRESS, and its agent forwarding
+ * where it can in the kernel (`--forwarding auto`), online.
+ */
+async function kernelNode(t: TestContext, settings: Record<string, unknown> = {}) {
+  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+  if (Object.keys(settings).length > 0)
+    assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings })).status, 200);
+  const edge = await node(m, 'edge', { host: NODE_ADDRESS });
+  startAgent(t, `http://10.214.1.1:${new URL(m.url).port}`, edge.agent_token, {
+    within: ['ip', 'netns', 'exec', NODE],
+    listenHost: '0.0.0.0',
+    extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+  });
+  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  return { m, edge };
+}
+
 async function ruleOf(m: Running, id: number) {
   return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
 }
@@ -392,17 +410,7 @@ test(
     if (reason) return t.skip(reason);
     network(t);
     await echoIn(t, TARGET, '0.0.0.0');
-    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-    const port = new URL(m.url).port;
-    const settings = { max_connections_per_source: 2, tcp_idle_timeout_seconds: 10 };
-    assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings })).status, 200);
-    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
-    startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
-      within: ['ip', 'netns', 'exec', NODE],
-      listenHost: '0.0.0.0',
-      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
-    });
-    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const { m, edge } = await kernelNode(t, { max_connections_per_source: 2, tcp_idle_timeout_seconds: 10 });
     const both = [
       (await rule(m, { node_id: edge.id, listen_port: 15101, targets: [`${TARGET_ADDRESS}:7007`] })).body,
       (
@@ -444,15 +452,7 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}c.accept_ra=1`]);
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}t.accept_ra=0`]);
   await echoIn(t, TARGET, '0.0.0.0');
-  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-  const port = new URL(m.url).port;
-  const edge = await node(m, 'edge', { host: NODE_ADDRESS });
-  startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
-    within: ['ip', 'netns', 'exec', NODE],
-    listenHost: '0.0.0.0',
-    extraArgs: ['--insecure-http', '--forwarding', 'auto'],
-  });
-  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  const { m, edge } = await kernelNode(t);
   const made = (await rule(m, { node_id: edge.id, listen_port: 15201, targets: [`${TARGET_ADDRESS}:7007`] })).body;
   await sync(m, [made.id]);
   assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
@@ -544,16 +544,7 @@ test(
     if (reason) return t.skip(reason);
     network(t);
     await echoIn(t, TARGET, '0.0.0.0');
-    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-    const port = new URL(m.url).port;
-    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
-    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
-    startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
-      within: ['ip', 'netns', 'exec', NODE],
-      listenHost: '0.0.0.0',
-      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
-    });
-    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
     const target = `${TARGET_ADDRESS}:7007`;
     // The client is 10.214.2.1.
     const cases = [
@@ -632,15 +623,7 @@ test(
       return once(child.stdout!, 'data').then(() => child);
     };
     let target = await startTarget();
-    const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-    const port = new URL(m.url).port;
-    const edge = await node(m, 'edge', { host: NODE_ADDRESS });
-    startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, {
-      within: ['ip', 'netns', 'exec', NODE],
-      listenHost: '0.0.0.0',
-      extraArgs: ['--insecure-http', '--forwarding', 'auto'],
-    });
-    await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+    const { m, edge } = await kernelNode(t);
     const checked = (
       await rule(m, {
         node_id: edge.id,
