@@ -5,7 +5,7 @@
 export const ID_DIGITS = '[1-9][0-9]{0,15}';
 
 /** Text that is an id and nothing else (still to be checked to be a safe integer: see `idOf`). */
-export const ID_TEXT = new RegExp(`^${ID_DIGITS}$`);
+const ID_TEXT = new RegExp(`^${ID_DIGITS}$`);
 
 /** An id's range, for an integer schema or query parameter. */
 export const ID_RANGE = { min: 1, max: Number.MAX_SAFE_INTEGER } as const;

@@ -59,7 +59,7 @@ export function rolledUp(app: Housekeeping): Promise<void> {
 }
 
 /** How long traffic and vitals keep each resolution, from the settings. */
-export function historyRetention(app: Housekeeping): Retention {
+function historyRetention(app: Housekeeping): Retention {
   return {
     minutes: app.settings.get('history_minutes_hours') * 3600,
     hours: app.settings.get('history_hours_days') * 86_400,

@@ -12,7 +12,7 @@ import { theMaster } from './master.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
-export function ruleReferenceErrors(app: WriteDeps, fields: RuleFields, prefix = '#'): FieldError[] {
+function ruleReferenceErrors(app: WriteDeps, fields: RuleFields, prefix = '#'): FieldError[] {
   const errors: FieldError[] = [];
   if (!app.store.nodes.exists(fields.node_id))
     errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });

@@ -20,7 +20,7 @@ export interface TunnelInput {
 }
 
 /** Problems with the nodes a tunnel names, as field errors under `prefix`. */
-export function tunnelReferenceErrors(
+function tunnelReferenceErrors(
   app: WriteDeps,
   body: { entry_node_id: number; exit_node_id: number },
   prefix = '#',

@@ -110,7 +110,7 @@ export function toRule(row: RuleRow): Rule {
 }
 
 /** A rule's state in SQL, over the columns of `row` (`NEW`, or a table's name): `stateOf`'s twin. */
-export function ruleStateSql(row: string): string {
+function ruleStateSql(row: string): string {
   return `CASE WHEN ${row}.expired = 1 THEN 'expired' WHEN ${row}.quota_spent = 1 THEN 'quota_exceeded'
     WHEN ${row}.enabled = 1 THEN 'active' ELSE 'disabled' END`;
 }
