@@ -156,6 +156,9 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
       .body;
     await open('Rules');
     await page.getByRole('row', { name: /web/ }).getByText('applied').waitFor();
+    // The agent here forwards in user space only: the rule says it is relayed, and why, in the node's words.
+    const relayed = page.getByRole('row', { name: /web/ }).getByText('relayed', { exact: true });
+    assert.equal(await relayed.getAttribute('title'), 'the agent forwards in user space only');
     const clashRow = page.getByRole('row', { name: /clash/ });
     await clashRow.getByText('failed').waitFor();
     await clashRow.getByText(`port ${takenPort}/tcp is already in use on the node (port_in_use)`).waitFor();

@@ -40,6 +40,8 @@ interface Rule {
     error: { code: string; detail: string } | null;
     applied_at: string | null;
     applied_path: string | null;
+    /** Why the relay carries it rather than the kernel, in the node's words; absent from older masters. */
+    relayed_because?: string | null;
   };
   traffic: { bytes_in: number; bytes_out: number; refused: number };
   version: number;
@@ -355,7 +357,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           badge(rule.sync.state),
           rule.sync.state === 'applied' &&
             rule.sync.applied_path &&
-            h('span', { class: 'tags' }, rule.sync.applied_path === 'kernel' ? 'in the kernel' : 'relayed'),
+            h(
+              'span',
+              // Why not the kernel, on hover and for screen readers: the rule's control, its targets, the node's mode.
+              { class: 'tags', ...(rule.sync.relayed_because ? { title: rule.sync.relayed_because } : {}) },
+              rule.sync.applied_path === 'kernel' ? 'in the kernel' : 'relayed',
+            ),
           rule.sync.error && h('p', { class: 'detail' }, `${rule.sync.error.detail} (${rule.sync.error.code})`),
         ),
         h(
