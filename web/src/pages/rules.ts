@@ -359,7 +359,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
             rule.sync.applied_path &&
             h(
               'span',
-              // Why not the kernel, on hover and for screen readers: the rule's control, its targets, the node's mode.
+              // Why not the kernel, on hover: the rule's control, its targets, the node's mode.
               { class: 'tags', ...(rule.sync.relayed_because ? { title: rule.sync.relayed_because } : {}) },
               rule.sync.applied_path === 'kernel' ? 'in the kernel' : 'relayed',
             ),
