@@ -553,6 +553,8 @@ test(
       { listen_port: 15303, allow_sources: ['192.0.2.0/24', '2001:db8::/32'], want: 'refused' },
       { listen_port: 15304, allow_sources: ['10.214.0.0/16'], deny_sources: ['10.214.2.0/28'], want: 'refused' },
       { listen_port: 15305, allow_sources: ['2001:db8::/32'], want: 'refused' },
+      // Denies the node's own address: a client on the node itself (DNAT'ed in output, not forwarded) is held too.
+      { listen_port: 15307, deny_sources: [NODE_ADDRESS], want: 'ok' },
     ];
     const made = [];
     for (const { want: _, ...fields } of cases)
@@ -577,6 +579,8 @@ test(
       });
     }
     const table = `portplane_${edge.id}`;
+    assert.equal(await runIn(NODE, ONE_BYTE, NODE_ADDRESS, '15307'), 'refused', "the node's own client, denied");
+    assert.equal(await runIn(NODE, ONE_BYTE, NODE_ADDRESS, '15303'), 'refused', 'and one not in the allowed blocks');
     assert.match(nftIn(NODE, 'list', 'chain', 'inet', table, 'sources').out, /15302 ip saddr 10\.214\.2\.1/);
     const kernelRefused = nftIn(NODE, 'list', 'counter', 'inet', table, `r${made[1]!.id}_refused`).out;
     assert.match(kernelRefused, /packets [1-9]/, 'the kernel refused it, not the relay behind it');

@@ -191,11 +191,22 @@ export function rulesetScript(
     '  chain count_output { type filter hook output priority filter; policy accept; }',
     // Before the DNAT, where the port is still the rule's.
     '  chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
-    // A rule's own controls, after its DNAT (which marks its connections): nothing else is looked at twice.
+    // A rule's own controls, after its DNAT (which marks its connections): nothing else is looked at twice. Clients
+    // from other hosts pass the forward hook; the node's own (DNAT'ed in `output`) the output hook: both are held.
     '  chain sources { type filter hook forward priority filter - 10; policy accept; }',
+    '  chain sources_local { type filter hook output priority filter - 10; policy accept; }',
     '}',
   );
-  const chains = ['prerouting', 'output', 'postrouting', 'count_prerouting', 'count_output', 'conn_limits', 'sources'];
+  const chains = [
+    'prerouting',
+    'output',
+    'postrouting',
+    'count_prerouting',
+    'count_output',
+    'conn_limits',
+    'sources',
+    'sources_local',
+  ];
   for (const chain of chains) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const l4 of L4)
     for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`]) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
@@ -225,11 +236,11 @@ export function rulesetScript(
     }
 
     const mine = rules.filter((r) => carries(r, l4));
-    for (const r of mine) for (const body of sourceRules(r, l4, refuse)) rule('sources', body);
+    const held = (body: string) => ['sources', 'sources_local'].forEach((chain) => rule(chain, body));
+    for (const r of mine) sourceRules(r, l4, refuse).forEach(held);
     // After the sources (a refused client takes no place); one more than the rule's most is refused.
     for (const r of mine.filter((r) => (r.maxConnections ?? null) !== null))
-      rule(
-        'sources',
+      held(
         `${newToRule(r, l4)} add @rule_flows { ct original proto-dst ct count over ${r.maxConnections} } ` +
           `counter name "${counterName(r.id, 'refused')}" ${refuse}`,
       );
