@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
+import { until } from './net.ts';
 
 async function ruleTraffic(m: Running, id: number) {
   return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body.traffic;
@@ -261,4 +262,35 @@ test('during an import, agents wait their turn: their reports and new links are 
   assert.equal((await call(m.url, 'GET', `/api/nodes/${b.id}`, { token: m.admin })).body.status, 'online');
   first.socket.destroy();
   second.socket.destroy();
+});
+
+const DRIFT_BOUND =
+  "an agent's drift count reaches the node as said, but the metric grows by at most 4 a write, however large the " +
+  "number; a restarted agent's count is counted anew";
+test(DRIFT_BOUND, async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  const drifts = () => m.app.metrics.kernelDrifts.series({}).value;
+  const say = async (count: number) => {
+    send(raw.socket, {
+      type: 'paths',
+      kernel: { available: true, reason: null, drifts: count, last_drift_at: '2026-11-27T06:00:00Z' },
+    });
+    await until(`the node to say ${count}`, async () => {
+      const got = (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body;
+      return got.kernel_path?.drifts === count;
+    });
+  };
+  await say(Number.MAX_SAFE_INTEGER);
+  assert.equal(drifts(), 4, 'a hostile number adds the bound, not itself');
+  await say(Number.MAX_SAFE_INTEGER);
+  assert.equal(drifts(), 4, 'the same count again adds nothing');
+  await say(2);
+  assert.equal(drifts(), 6, "a restarted agent's count is new");
+  await say(3);
+  assert.equal(drifts(), 7);
+  const shown = (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body;
+  assert.equal(shown.kernel_path.last_drift_at, '2026-11-27T06:00:00Z');
 });

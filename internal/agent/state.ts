@@ -4,14 +4,13 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
-import { configMessage, PIN, type TunnelEnd } from '../domain/link.ts';
-import { array, integer, object, optional, string, validate } from '../schema/schema.ts';
+import { configMessage, COUNT, PIN, type TunnelEnd } from '../domain/link.ts';
+import { array, object, optional, string, validate } from '../schema/schema.ts';
 import { writeFileAtomic } from '../runtime/files.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
 
-const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const pinList = array(PIN, { max: 64 });
 /** A rule's counts as reported: refused too, which the controls count (absent: none). */
 const reported = object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT, refused: optional(COUNT) });

@@ -30,7 +30,8 @@ export const MIN_BANDWIDTH = 1024;
 export const MAX_BANDWIDTH = 100 * 2 ** 30;
 /** The highest max_connections a rule may ask for. */
 export const MAX_RULE_CONNECTIONS = 1_000_000;
-const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
+/** A count: a whole number from 0 that JavaScript holds exactly. */
+export const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer(ID_RANGE);
 export const PIN = string({ min: 51, max: 51, pattern: /^sha256\/[A-Za-z0-9+/]{43}=$/ });
 const PEM = string({
