@@ -300,6 +300,7 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
           listen_port: 10_000,
           targets: ['10.0.0.1:80'],
           strategy: 'round_robin',
+          weights: null,
           forwarding: 'auto',
           enabled: true,
           ...NO_CONTROLS,

@@ -233,6 +233,7 @@ test("a throw inside a flow's callback ends that flow, is counted at its site, a
       throw new Error('a reply handler that fails');
     },
     () => (ended += 1),
+    '127.0.0.1',
   );
   assert.ok(session);
   session.send(Buffer.from('x'));

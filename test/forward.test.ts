@@ -37,6 +37,7 @@ function rule(id: number, listen_port: number, targets: string[], extra: Partial
     listen_port,
     targets,
     strategy: 'round_robin',
+    weights: null,
     enabled: true,
     tunnel_id: null,
     forwarding: 'auto',

@@ -13,7 +13,7 @@ import { test, type TestContext } from 'node:test';
 import { nodeOf, startAgent, type AgentProcess } from './agents.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
-import { echoIn, ip, namespaces, netnsUnavailable, veth } from './netns.ts';
+import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from './netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const CLIENT = `pk${tag}c`;
@@ -21,22 +21,6 @@ const NODE = `pk${tag}n`;
 const TARGET = `pk${tag}t`;
 const NODE_ADDRESS = '10.214.2.2';
 const TARGET_ADDRESS = '10.214.3.2';
-
-function nftIn(ns: string, ...args: string[]): { code: number; out: string } {
-  const run = spawnSync('ip', ['netns', 'exec', ns, 'nft', ...args], { encoding: 'utf8' });
-  return { code: run.status ?? -1, out: `${run.stdout}${run.stderr}` };
-}
-
-/** Why the test cannot run here, or null when it can. */
-function unavailable(): string | null {
-  const namespacesOut = netnsUnavailable(`${NODE}-probe`);
-  if (namespacesOut) return namespacesOut;
-  if (spawnSync('nft', ['--version']).status !== 0) return 'nft is not installed (Debian package nftables)';
-  ip('netns', 'add', `${NODE}-probe`);
-  const probe = spawnSync('ip', ['netns', 'exec', `${NODE}-probe`, 'nft', 'list', 'tables'], { encoding: 'utf8' });
-  ip('netns', 'del', `${NODE}-probe`);
-  return probe.status === 0 ? null : `nftables does not answer in a namespace: ${probe.stderr.split('\n')[0]}`;
-}
 
 /** host <-> node (the agent's link), client <-> node, node <-> target; the node forwards IPv4. */
 function network(t: TestContext): void {
@@ -62,18 +46,6 @@ function network(t: TestContext): void {
     ip('netns', 'exec', ns!, 'ip', '-6', 'addr', 'add', address!, 'dev', dev!, 'nodad');
   ip('netns', 'exec', CLIENT, 'ip', '-6', 'route', 'add', 'default', 'via', 'fd14:2::2');
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
-}
-
-/** Runs a Node.js module script in `ns`; resolves with what it printed once it exits. */
-async function runIn(ns: string, script: string, ...args: string[]): Promise<string> {
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script, ...args], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let out = '';
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
-  const [code] = await once(child, 'exit');
-  if (code !== 0) throw new Error(`script in ${ns} exited ${code}: ${out}`);
-  return out.trim();
 }
 
 /**
@@ -163,7 +135,7 @@ test(
     'leaves no table',
   { timeout: 120_000 },
   async (t) => {
-    const reason = unavailable();
+    const reason = nftUnavailable(`${NODE}-probe`);
     if (reason) return t.skip(reason);
     network(t);
     await echoIn(t, TARGET, '0.0.0.0');
@@ -406,7 +378,7 @@ test(
   "the kernel path holds the node's limits as the relay does: connections per source and the TCP idle timeout",
   { timeout: 60_000 },
   async (t) => {
-    const reason = unavailable();
+    const reason = nftUnavailable(`${NODE}-probe`);
     if (reason) return t.skip(reason);
     network(t);
     await echoIn(t, TARGET, '0.0.0.0');
@@ -446,7 +418,7 @@ const DRIFT =
   'something else flushing the ruleset on the node: the table is back within 2 s, forwarding, and the node, an event ' +
   'and a metric say so; a change inside the table is put right too; IPv6 router advertisements stay accepted';
 test(DRIFT, { timeout: 60_000 }, async (t) => {
-  const reason = unavailable();
+  const reason = nftUnavailable(`${NODE}-probe`);
   if (reason) return t.skip(reason);
   network(t);
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}c.accept_ra=1`]);
@@ -540,7 +512,7 @@ test(
     'counted',
   { timeout: 60_000 },
   async (t) => {
-    const reason = unavailable();
+    const reason = nftUnavailable(`${NODE}-probe`);
     if (reason) return t.skip(reason);
     network(t);
     await echoIn(t, TARGET, '0.0.0.0');
@@ -601,7 +573,7 @@ test(
   'a health-checked rule stays on the kernel: a target down gets no new client, and comes back when up',
   { timeout: 60_000 },
   async (t) => {
-    const reason = unavailable();
+    const reason = nftUnavailable(`${NODE}-probe`);
     if (reason) return t.skip(reason);
     network(t);
     // A target the test stops and starts again.

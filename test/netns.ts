@@ -1,6 +1,6 @@
 // Network namespaces for tests that need "hosts" of their own: made by the test, joined by veth pairs, removed after.
 
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import type { TestContext } from 'node:test';
 
@@ -63,4 +63,33 @@ export async function echoIn(t: TestContext, ns: string, address: string, port =
   });
   t.after(() => child.kill('SIGKILL'));
   await once(child.stdout!, 'data');
+}
+
+/** Runs nft in namespace `ns`: its exit code and what it printed. */
+export function nftIn(ns: string, ...args: string[]): { code: number; out: string } {
+  const run = spawnSync('ip', ['netns', 'exec', ns, 'nft', ...args], { encoding: 'utf8' });
+  return { code: run.status ?? -1, out: `${run.stdout}${run.stderr}` };
+}
+
+/** Runs a Node.js module script in `ns`; resolves with what it printed once it exits. */
+export async function runIn(ns: string, script: string, ...args: string[]): Promise<string> {
+  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
+  const [code] = await once(child, 'exit');
+  if (code !== 0) throw new Error(`script in ${ns} exited ${code}: ${out}`);
+  return out.trim();
+}
+
+/** Why nftables cannot be used in a namespace here (see netnsUnavailable; nft missing or refused), or null. */
+export function nftUnavailable(probeName: string): string | null {
+  const namespacesOut = netnsUnavailable(probeName);
+  if (namespacesOut) return namespacesOut;
+  if (spawnSync('nft', ['--version']).status !== 0) return 'nft is not installed (Debian package nftables)';
+  ip('netns', 'add', probeName);
+  const probe = spawnSync('ip', ['netns', 'exec', probeName, 'nft', 'list', 'tables'], { encoding: 'utf8' });
+  ip('netns', 'del', probeName);
+  return probe.status === 0 ? null : `nftables does not answer in a namespace: ${probe.stderr.split('\n')[0]}`;
 }

@@ -612,6 +612,66 @@ test('a health check is for direct rules only, and is bounded', async (t) => {
   assert.deepEqual(made.body.health_check, { interval_seconds: 5, timeout_ms: 2000, fall: 3, rise: 2 });
 });
 
+const COMBINATIONS =
+  'fields that do not go together are 422 naming the field, on create, replace, batch create, batch update and ' +
+  'import alike, and nothing is written';
+
+test(COMBINATIONS, async (t) => {
+  const m = await startMaster(t);
+  const entry = await node(m, 'entry');
+  const exit = await node(m, 'exit');
+  const tunnel = (
+    await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
+    })
+  ).body;
+  const targets = ['192.0.2.1:80', '192.0.2.2:80'];
+  const base = { name: 'c', node_id: entry.id, protocol: 'tcp', listen_port: 9000, targets };
+  const checked = { strategy: 'lowest_latency', health_check: {} };
+  const existing = (await rule(m, { ...base, ...checked, listen_port: 9001 })).body;
+  const cases = [
+    [{ weights: [1] }, '#/weights', /2 targets: one per target/],
+    [{ weights: [3, 1], strategy: 'failover' }, '#/weights', /round_robin, random, source_hash/],
+    [{ weights: [3, 1], strategy: 'least_conn' }, '#/weights', /not least_conn/],
+    [{ weights: [0, 1] }, '#/weights/0', /between 1 and 100/],
+    [{ strategy: 'lowest_latency' }, '#/strategy', /needs a health_check/],
+    [{ preserve_source: true, forwarding: 'relay' }, '#/preserve_source', /needs the kernel path/],
+    [{ preserve_source: true, tunnel_id: tunnel.id }, '#/preserve_source', /through a tunnel/],
+  ] as const;
+  const before = snapshot(m);
+  for (const [fields, pointer, detail] of cases) {
+    const body = { ...base, ...fields };
+    const writes = [
+      await call(m.url, 'POST', '/api/rules', { token: m.admin, body }),
+      await call(m.url, 'PUT', `/api/rules/${existing.id}`, {
+        token: m.admin,
+        body: { ...checked, ...body, health_check: null, listen_port: 9001 },
+      }),
+    ];
+    for (const answer of writes) {
+      assertProblem(answer, 422, 'validation_failed');
+      const error = answer.body.errors.find((e: { pointer: string }) => e.pointer === pointer);
+      assert.ok(error, `${JSON.stringify(fields)}: ${JSON.stringify(answer.body.errors)}`);
+      assert.match(error.detail, detail);
+    }
+    const batch = await call(m.url, 'POST', '/api/rules/batch-create', { token: m.admin, body: { rules: [body] } });
+    assert.notEqual(batch.body.results?.[0]?.outcome ?? batch.status, 'created', JSON.stringify(batch.body));
+  }
+  const changed = await call(m.url, 'POST', '/api/rules/batch-update', {
+    token: m.admin,
+    body: { ids: [existing.id], changes: { health_check: null } },
+  });
+  assert.equal(changed.body.results[0].outcome, 'invalid', JSON.stringify(changed.body));
+  const doc = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
+  doc.rules[0] = { ...doc.rules[0], weights: [1, 2, 3] };
+  const imported = await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc });
+  assert.equal(imported.status, 422, JSON.stringify(imported.body));
+  assert.equal(snapshot(m), before);
+  const kept = await rule(m, { ...base, weights: [3, 1], strategy: 'source_hash', preserve_source: true });
+  assert.deepEqual([kept.body.weights, kept.body.strategy, kept.body.preserve_source], [[3, 1], 'source_hash', true]);
+});
+
 test("an agent's health reports reach only its own health-checked rules and their own targets", async (t) => {
   const m = await startMaster(t);
   const mine = await node(m, 'mine');

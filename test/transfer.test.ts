@@ -99,6 +99,7 @@ test('export lists nodes without secrets, tunnels and rules by name', async (t) 
     listen_port: 8443,
     targets: ['[2001:db8::5]:443'],
     strategy: 'round_robin',
+    weights: null,
     forwarding: 'auto',
     enabled: true,
     ...NO_CONTROLS,

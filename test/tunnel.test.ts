@@ -310,6 +310,7 @@ async function tunnelPair(t: TestContext, targets: number[], controls: Partial<F
     protocol: 'tcp' as const,
     targets: [`127.0.0.1:${port}`],
     strategy: 'round_robin' as const,
+    weights: null,
     forwarding: 'auto' as const,
     enabled: true,
     ...NO_CONTROLS,
@@ -429,6 +430,7 @@ test("the exit's own results: a taken port fails the tunnel's rules, an unresolv
     protocol: 'tcp' as const,
     targets: [target],
     strategy: 'round_robin' as const,
+    weights: null,
     enabled: true,
   });
   const rules = [rule(1, '127.0.0.1:80'), rule(2, 'no-such-host.invalid:80')];
@@ -519,6 +521,7 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
       protocol: 'tcp' as const,
       targets: [`127.0.0.1:${echo.port}`],
       strategy: 'round_robin' as const,
+      weights: null,
       forwarding: 'auto' as const,
       enabled: true,
       ...NO_CONTROLS,

@@ -70,7 +70,7 @@ const VITALS_SPACING_MS = 1000;
 
 /** The controls a config carries (tags are the master's own). */
 type WireControl = Exclude<Control, 'tags'>;
-type WireRule = Omit<ForwardRule, WireControl> & Partial<Pick<ForwardRule, WireControl>>;
+type WireRule = Omit<ForwardRule, WireControl | 'weights'> & Partial<Pick<ForwardRule, WireControl | 'weights'>>;
 
 /**
  * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
@@ -84,6 +84,8 @@ function wireRule(rule: ForwardRule): WireRule {
     const value = wire[key];
     if (Array.isArray(fallback) ? Array.isArray(value) && value.length === 0 : value === fallback) delete wire[key];
   }
+  // Targets all alike, as for agents older than weights.
+  if (wire.weights === null) delete wire.weights;
   return wire;
 }
 
@@ -605,7 +607,14 @@ export class AgentLinks {
           : store.rules
               .forTunnel(row.id)
               .map(forwardRuleOf)
-              .map(({ id, protocol, targets, strategy, enabled }) => ({ id, protocol, targets, strategy, enabled })),
+              .map(({ id, protocol, targets, strategy, weights, enabled }) => ({
+                id,
+                protocol,
+                targets,
+                strategy,
+                weights,
+                enabled,
+              })),
       };
     });
   }

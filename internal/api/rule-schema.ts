@@ -25,6 +25,7 @@ import {
   proxyProtocols,
   targetStates,
   ruleStates,
+  MAX_WEIGHT,
 } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
@@ -41,9 +42,25 @@ export const ruleInput = object(
     strategy: optional(
       oneOf(strategies, {
         description:
-          'How connections spread over several targets; each strategy fails over to the next target when one refuses.',
+          'How connections spread over several targets: round_robin (in turn), random, failover (the first that is ' +
+          "up), source_hash (by the client's address: a client keeps its target while that target is up), " +
+          'least_conn (the fewest open connections; relay only) or lowest_latency (the fastest by the health ' +
+          'checks, which it needs). Every strategy fails over to the next target when one refuses, on the relay.',
       }),
       'round_robin',
+    ),
+    weights: optional(
+      nullable(
+        array(integer({ min: 1, max: MAX_WEIGHT }), {
+          min: 1,
+          max: 16,
+          description:
+            "Each target's share of new connections (or of client addresses, with source_hash), parallel to " +
+            'targets: [3, 1] sends three of every four to the first. For round_robin, random and source_hash; ' +
+            'null: all alike.',
+        }),
+      ),
+      null,
     ),
     forwarding: optional(
       oneOf(forwardings, {
@@ -160,6 +177,16 @@ export const ruleInput = object(
       null,
     ),
     health_check: optional(nullable(healthCheck), null),
+    preserve_source: optional(
+      boolean({
+        description:
+          "Targets see the client's own address: the node rewrites the destination only, never the source. Their " +
+          'replies must then route back through the node (the node is their gateway, or a route to the clients ' +
+          'goes through it). Needs the kernel path: a node that cannot carry the rule there fails it ' +
+          '(kernel_unsupported); not with a tunnel or forwarding relay.',
+      }),
+      false,
+    ),
     proxy_protocol: optional(
       oneOf(proxyProtocols, {
         description:
@@ -186,6 +213,7 @@ export const ruleSchema = record('Rule', {
   listen_port: { type: 'integer' },
   targets: { type: 'array', items: { type: 'string' } },
   strategy: { type: 'string', enum: [...strategies] },
+  weights: { type: ['array', 'null'], items: { type: 'integer' } },
   forwarding: { type: 'string', enum: [...forwardings] },
   enabled: { type: 'boolean' },
   tags: { type: 'array', items: { type: 'string' } },
@@ -195,6 +223,7 @@ export const ruleSchema = record('Rule', {
   bandwidth_limit: { type: ['integer', 'null'] },
   expires_at: nullableTimestamp,
   proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
+  preserve_source: { type: 'boolean' },
   quota: {
     type: ['object', 'null'],
     required: ['bytes', 'period', 'direction', 'reset_day', 'reset_hour'],

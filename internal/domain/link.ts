@@ -17,7 +17,16 @@ import {
   type Infer,
 } from '../schema/schema.ts';
 import { quotaDirections } from './quota.ts';
-import { forwardings, paths, protocols, proxyProtocols, ruleErrorCodes, strategies, targetStates } from './rules.ts';
+import {
+  forwardings,
+  MAX_WEIGHT,
+  paths,
+  protocols,
+  proxyProtocols,
+  ruleErrorCodes,
+  strategies,
+  targetStates,
+} from './rules.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
@@ -46,6 +55,8 @@ const exitRule = object({
   protocol: oneOf(protocols),
   targets: array(target(), { min: 1, max: 16 }),
   strategy: oneOf(strategies),
+  /** Absent from masters older than weights. */
+  weights: optional(nullable(array(integer({ min: 1, max: MAX_WEIGHT }), { min: 1, max: 16 })), null),
   enabled: boolean(),
 });
 
@@ -97,6 +108,8 @@ export const configMessage = object({
       listen_port: integer({ min: 1, max: 65535 }),
       targets: array(target(), { min: 1, max: 16 }),
       strategy: oneOf(strategies),
+      /** Absent from masters older than weights. */
+      weights: optional(nullable(array(integer({ min: 1, max: MAX_WEIGHT }), { min: 1, max: 16 })), null),
       enabled: boolean(),
       tunnel_id: nullable(ID),
       /** Absent from masters older than the kernel path. */
@@ -110,6 +123,8 @@ export const configMessage = object({
       proxy_protocol: optional(oneOf(proxyProtocols), 'none'),
       /** How the node checks the rule's targets; absent from masters older than health checks. */
       health_check: optional(nullable(healthCheck), null),
+      /** Absent from masters older than preserve_source. */
+      preserve_source: optional(boolean(), false),
       /** The rule's quota as the node enforces it (see ForwardQuota); absent from masters older than quotas. */
       quota: optional(
         nullable(

@@ -2,12 +2,22 @@
 // shows it, the master sends its forwarding part to a node, the agent applies it.
 
 import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
+import type { FieldError } from '../schema/schema.ts';
 import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
 export type Protocol = (typeof protocols)[number];
-export const strategies = ['round_robin', 'random', 'failover'] as const;
+/**
+ * How a rule's connections spread over its targets: in turn, at random, to the first up (failover), by the client's
+ * address (source_hash: a client keeps its target while that target is up), to the target with the fewest open
+ * connections (least_conn), or to the one its health checks reached fastest (lowest_latency).
+ */
+export const strategies = ['round_robin', 'random', 'failover', 'source_hash', 'least_conn', 'lowest_latency'] as const;
 export type Strategy = (typeof strategies)[number];
+/** The strategies that honour per-target weights. */
+export const weighted: readonly Strategy[] = ['round_robin', 'random', 'source_hash'];
+/** The largest weight a target may have. */
+export const MAX_WEIGHT = 100;
 export const syncStates = ['pending', 'applied', 'failed'] as const;
 export type SyncState = (typeof syncStates)[number];
 /** How a rule may be carried: `auto` lets the node choose (the kernel where it can), `relay` keeps it in user space. */
@@ -79,6 +89,8 @@ export interface RuleFields {
   listen_port: number;
   targets: string[];
   strategy: Strategy;
+  /** Each target's share of new connections, parallel to targets; null: all alike. */
+  weights: number[] | null;
   /** How the rule may be carried on its node: auto (the kernel where the node can) or relay. */
   forwarding: Forwarding;
   enabled: boolean;
@@ -98,6 +110,8 @@ export interface RuleFields {
   quota: Quota | null;
   /** Checks of the targets, which skip those down; null: none (a target that refuses is failed over at once). */
   health_check: HealthCheck | null;
+  /** Whether targets see the client's own address (no source NAT: their replies must route back through the node). */
+  preserve_source: boolean;
 }
 
 /** A rule's controls as a rule without them has them: what the API fills in, and what a node's config leaves out. */
@@ -111,6 +125,7 @@ export const controlDefaults: {
   proxy_protocol: 'none';
   quota: null;
   health_check: null;
+  preserve_source: false;
 } = {
   tags: [],
   allow_sources: [],
@@ -121,6 +136,7 @@ export const controlDefaults: {
   proxy_protocol: 'none',
   quota: null,
   health_check: null,
+  preserve_source: false,
 } satisfies Partial<RuleFields>;
 
 /** The controls of a rule (what limits it, beyond where it listens and sends). */
@@ -135,6 +151,7 @@ export const ruleFieldNames = [
   'listen_port',
   'targets',
   'strategy',
+  'weights',
   'forwarding',
   'enabled',
   ...(Object.keys(controlDefaults) as Control[]),
@@ -169,10 +186,36 @@ export interface Rule extends RuleFields {
   updated_at: string;
 }
 
+/**
+ * Problems with how a rule's fields go together (each alone is valid), as field errors under `prefix` (`#/rules/3`).
+ */
+export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[] {
+  const errors: FieldError[] = [];
+  const at = (field: keyof RuleFields, detail: string) => errors.push({ pointer: `${prefix}/${field}`, detail });
+  if (fields.tunnel_id !== null && fields.health_check !== null)
+    at('health_check', 'is for direct rules: through a tunnel, the exit node dials the targets');
+  if (fields.weights !== null) {
+    if (fields.weights.length !== fields.targets.length)
+      at('weights', `has ${fields.weights.length} weights for ${fields.targets.length} targets: one per target`);
+    else if (!weighted.includes(fields.strategy))
+      at('weights', `are for the strategies ${weighted.join(', ')}, not ${fields.strategy}`);
+  }
+  if (fields.strategy === 'lowest_latency' && fields.health_check === null)
+    at('strategy', 'lowest_latency needs a health_check: its connect times are what it goes by');
+  if (fields.preserve_source && fields.tunnel_id !== null)
+    at('preserve_source', "through a tunnel the exit dials the targets, from its own address, not the client's");
+  else if (fields.preserve_source && fields.forwarding === 'relay')
+    at('preserve_source', "needs the kernel path: the relay connects to targets from the node's own address");
+  return errors;
+}
+
 /** The part of a rule its node needs to forward it. */
 export interface ForwardRule
   extends
-    Pick<Rule, 'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'enabled' | 'tunnel_id' | 'forwarding'>,
+    Pick<
+      Rule,
+      'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'weights' | 'enabled' | 'tunnel_id' | 'forwarding'
+    >,
     Pick<Rule, Exclude<Control, 'tags' | 'quota'>> {
   /** The rule's quota as its node enforces it; null without one. */
   quota: ForwardQuota | null;
@@ -197,6 +240,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     listen_port: rule.listen_port,
     targets: rule.targets,
     strategy: rule.strategy,
+    weights: rule.weights,
     enabled: rule.state === 'active',
     tunnel_id: rule.tunnel_id,
     forwarding: rule.forwarding,
@@ -207,6 +251,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     expires_at: rule.expires_at,
     proxy_protocol: rule.proxy_protocol,
     health_check: rule.health_check,
+    preserve_source: rule.preserve_source,
     quota:
       rule.quota && rule.quota_usage
         ? {

@@ -26,7 +26,7 @@ import {
   removeTable,
   type Counts,
 } from '../kernel/nft.ts';
-import { tableOf, type Destination, type KernelRule, type Sources } from '../kernel/ruleset.ts';
+import { tableOf, type Destination, type KernelRule, type KernelTarget, type Sources } from '../kernel/ruleset.ts';
 import {
   datagramsTo,
   dialTargets,
@@ -158,6 +158,15 @@ async function resolvable(targets: Target[]): Promise<boolean> {
   return false;
 }
 
+/** The addresses the kernel sends a target's clients to, per address family (null: none of that family). */
+type Destinations = Pick<KernelTarget, 'v4' | 'v6'>;
+
+/** A rule the kernel carries, with what its targets resolved to when it was applied. */
+interface KernelEntry {
+  rule: ForwardRule;
+  resolved: Destinations[];
+}
+
 interface Exit {
   end: TunnelEnd;
   exit: TunnelExit;
@@ -171,6 +180,8 @@ export class Forwarder {
   private readonly listeners = new Map<number, Listener>();
   /** The rules in the kernel table as last written, by id. */
   private kernelRules = new Map<number, KernelRule>();
+  /** What those were made of: each rule with its targets' addresses, looked up when it was applied. */
+  private kernelEntries = new Map<number, KernelEntry>();
   /** Final counts of kernel rules taken out, and whether the table was made anew, until the next counter read. */
   private kernelRemoved = new Map<number, Counts>();
   private kernelFresh = false;
@@ -238,7 +249,7 @@ export class Forwarder {
     for (const rule of rules) {
       const refusal = this.kernelRefusal(rule, kernel?.available ?? false);
       if (!rule.enabled) results.push({ id: rule.id, state: 'applied', error: null });
-      else if (this.mode === 'kernel' && refusal) {
+      else if (this.kernelOnly(rule) && refusal) {
         await this.stop(rule.id);
         results.push({ id: rule.id, state: 'failed', error: ruleError('kernel_unsupported', refusal) });
       } else if (rule.tunnel_id !== null && !this.entries.has(rule.tunnel_id)) {
@@ -278,6 +289,14 @@ export class Forwarder {
     this.expiryTimer = setTimeout(() => this.onExpiry(), Math.min(next - now, LONGEST_TIMER_MS)).unref();
   }
 
+  /**
+   * Whether `rule` fails where the kernel cannot carry it, rather than going to the relay: on an agent that forwards
+   * in the kernel only, and for a rule that keeps the client's address, which the relay cannot.
+   */
+  private kernelOnly(rule: ForwardRule): boolean {
+    return this.mode === 'kernel' || rule.preserve_source;
+  }
+
   /** Why `rule` cannot be carried by the kernel here, or null when it can. */
   private kernelRefusal(rule: ForwardRule, available: boolean): string | null {
     if (this.mode === 'relay') return 'the agent forwards in user space only';
@@ -286,8 +305,12 @@ export class Forwarder {
     if (rule.forwarding === 'relay') return 'the rule asks for the relay';
     const controls = relayOnlyControls(rule);
     if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;
-    if (rule.targets.length !== 1)
-      return 'several targets: only the relay fails over to the next target when one does not answer';
+    if (rule.strategy === 'least_conn') return "least_conn: the kernel keeps no count of each target's connections";
+    if (rule.targets.length > 1 && rule.health_check === null)
+      return (
+        'several targets without a health_check: only the relay moves on to the next target when one does not ' +
+        "answer (with a health_check, a target down leaves the kernel's map)"
+      );
     return null;
   }
 
@@ -297,21 +320,19 @@ export class Forwarder {
    * fails them (kernel only).
    */
   private async applyKernel(wanted: { rule: ForwardRule; result: RuleResult }[]): Promise<void> {
-    const next = new Map<number, KernelRule>();
+    const entries = new Map<number, KernelEntry>();
     for (const { rule } of wanted) {
-      const target = parseTarget(rule.targets[0]!);
-      const destinations = target && (await this.destinations(target));
-      if (destinations && (destinations.v4 || destinations.v6))
-        next.set(rule.id, {
-          id: rule.id,
-          protocol: rule.protocol,
-          listen_port: rule.listen_port,
-          ...destinations,
-          sources: sourcesOf(rule),
-          maxConnections: rule.max_connections,
-          targetDown: this.targetDown(rule.id),
-        });
+      const resolved = await Promise.all(
+        rule.targets.map(async (given) => {
+          const target = parseTarget(given);
+          return target ? this.destinations(target) : { v4: null, v6: null };
+        }),
+      );
+      // Every target, or none: a target the kernel cannot send to would lose its share of the clients.
+      if (resolved.every((destinations) => destinations.v4 || destinations.v6))
+        entries.set(rule.id, { rule, resolved });
     }
+    const next = new Map([...entries].map(([id, entry]) => [id, this.kernelRuleOf(entry)]));
     // Nothing for the kernel, and nothing there from before (this run's, or a previous one's: it is taken out).
     if (next.size === 0 && this.kernelRules.size === 0 && this.kernelSwept) return;
     this.kernelSwept = true;
@@ -323,25 +344,67 @@ export class Forwarder {
       if (next.size === 0) await removeTable(this.table);
       else await this.writeTable([...next.values()], before ?? new Map());
       this.kernelRules = next;
+      this.kernelEntries = entries;
     } catch (error) {
       this.kernelState = { available: false, reason: (error as Error).message };
       this.kernelRules = new Map();
+      this.kernelEntries = new Map();
       this.kernelShape = null;
-      if (this.mode !== 'kernel') {
-        for (const { result } of wanted) result.reason = (error as Error).message;
-        return;
-      }
       for (const { rule, result } of wanted) {
-        await this.stop(rule.id);
-        Object.assign(result, { state: 'failed', error: ruleError('kernel_failed', (error as Error).message) });
-        delete result.path;
+        if (this.kernelOnly(rule)) await this.failKernelOnly(rule, result, 'kernel_failed', (error as Error).message);
+        else result.reason = (error as Error).message;
       }
       return;
     }
     for (const { rule, result } of wanted) {
       if (next.has(rule.id)) result.path = 'kernel';
+      else if (this.kernelOnly(rule))
+        await this.failKernelOnly(rule, result, 'kernel_unsupported', NO_KERNEL_DESTINATION);
       else result.reason = NO_KERNEL_DESTINATION;
     }
+  }
+
+  /** Fails a rule that only the kernel may carry (see kernelOnly), which it does not: its relay listener closes. */
+  private async failKernelOnly(
+    rule: ForwardRule,
+    result: RuleResult,
+    code: 'kernel_failed' | 'kernel_unsupported',
+    why: string,
+  ): Promise<void> {
+    await this.stop(rule.id);
+    Object.assign(result, { state: 'failed', error: ruleError(code, why) });
+    delete result.path;
+    delete result.reason;
+  }
+
+  /**
+   * The rule as the kernel is to carry it now: the targets its strategy sends new clients to among those up (all of
+   * them, weighted, for round_robin, random and source_hash; the first up for failover; the fastest for
+   * lowest_latency).
+   */
+  private kernelRuleOf({ rule, resolved }: KernelEntry): KernelRule {
+    const health = this.listeners.get(rule.id)?.health ?? null;
+    const up: KernelTarget[] = [];
+    resolved.forEach((destinations, index) => {
+      if (!health?.isDownAt(index)) up.push({ index, weight: rule.weights?.[index] ?? 1, ...destinations });
+    });
+    const fastest = health?.fastest() ?? null;
+    const targets =
+      rule.strategy === 'failover'
+        ? up.slice(0, 1)
+        : rule.strategy === 'lowest_latency'
+          ? [up.find((target) => target.index === fastest) ?? up[0]].filter((target) => target !== undefined)
+          : up;
+    return {
+      id: rule.id,
+      protocol: rule.protocol,
+      listen_port: rule.listen_port,
+      targets,
+      spread: rule.strategy === 'random' || rule.strategy === 'source_hash' ? rule.strategy : 'round_robin',
+      sources: sourcesOf(rule),
+      maxConnections: rule.max_connections,
+      preserveSource: rule.preserve_source,
+    };
   }
 
   /** The idle timeout last written into the kernel table (its policy objects go when it changes), if any. */
@@ -404,7 +467,7 @@ export class Forwarder {
   }
 
   /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
-  private async destinations(target: Target): Promise<Pick<KernelRule, 'v4' | 'v6'>> {
+  private async destinations(target: Target): Promise<Destinations> {
     let addresses: string[];
     if (isIP(target.host)) addresses = [target.host];
     else {
@@ -440,46 +503,38 @@ export class Forwarder {
     return { counts, removed: new Set([...removed.keys()].filter((id) => !this.kernelRules.has(id))), fresh };
   }
 
-  /** Whether rule `id`'s one target is down by its health checks (none: not checked, so up). */
-  private targetDown(id: number): boolean {
-    return this.listeners.get(id)?.health?.isDownAt(0) ?? false;
-  }
-
   /**
-   * Rewrites the kernel table when a kernel rule's target went down or came up by its health checks: a target down
-   * gets no new client from the kernel (the relay closes them at once), established connections go on. Returns
-   * whether it rewrote.
+   * Rewrites the kernel table when the targets a kernel rule sends new clients to changed by its health checks (one
+   * went down or came up, or lowest_latency found another faster): established connections go on, only new clients
+   * see the change. Returns whether it rewrote.
    */
   async refreshKernelHealth(): Promise<boolean> {
-    let changed = false;
-    const next = new Map<number, KernelRule>();
-    for (const [id, rule] of this.kernelRules) {
-      const targetDown = this.targetDown(id);
-      if (targetDown !== (rule.targetDown ?? false)) changed = true;
-      next.set(id, { ...rule, targetDown });
-    }
-    if (!changed) return false;
-    await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
-    this.kernelRules = next;
-    return true;
+    return this.rewriteKernel(this.kernelEntries);
   }
 
   /** Looks up the kernel rules' target names again and rewrites the table if an address changed. */
   async refreshKernel(): Promise<boolean> {
-    if (this.kernelRules.size === 0) return false;
-    let changed = false;
-    const next = new Map<number, KernelRule>();
-    for (const [id, rule] of this.kernelRules) {
-      const listener = this.listeners.get(id);
-      const target = listener && parseTarget(listener.targets[0] ?? '');
-      const destinations = target ? await this.destinations(target) : { v4: rule.v4, v6: rule.v6 };
-      if (!destinations.v4 && !destinations.v6) {
-        next.set(id, rule);
-        continue;
-      }
-      if (JSON.stringify(destinations) !== JSON.stringify({ v4: rule.v4, v6: rule.v6 })) changed = true;
-      next.set(id, { ...rule, ...destinations });
+    if (this.kernelEntries.size === 0) return false;
+    const entries = new Map<number, KernelEntry>();
+    for (const [id, entry] of this.kernelEntries) {
+      const resolved = await Promise.all(
+        entry.rule.targets.map(async (given, index) => {
+          const target = parseTarget(given);
+          const found = target ? await this.destinations(target) : { v4: null, v6: null };
+          // A name that resolves to nothing now keeps the address it had.
+          return found.v4 || found.v6 ? found : entry.resolved[index]!;
+        }),
+      );
+      entries.set(id, { rule: entry.rule, resolved });
     }
+    return this.rewriteKernel(entries);
+  }
+
+  /** Writes the kernel table for `entries` if that changes what it carries; returns whether it did. */
+  private async rewriteKernel(entries: Map<number, KernelEntry>): Promise<boolean> {
+    const next = new Map([...entries].map(([id, entry]) => [id, this.kernelRuleOf(entry)]));
+    const changed = [...next].some(([id, rule]) => JSON.stringify(rule) !== JSON.stringify(this.kernelRules.get(id)));
+    this.kernelEntries = entries;
     if (!changed) return false;
     await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
     this.kernelRules = next;
@@ -571,12 +626,13 @@ export class Forwarder {
     const tunnelId = rule.tunnel_id;
     if (tunnelId === null) return { tcp: dialTargets(picker, this.limits), udp: datagramsTo(picker, this.limits) };
     return {
-      tcp: (onOpen, onFail) => {
+      tcp: (onOpen, onFail, client) => {
         const entry = this.entries.get(tunnelId)?.entry;
-        if (entry) entry.dialTcp(rule.id)(onOpen, onFail);
+        if (entry) entry.dialTcp(rule.id)(onOpen, onFail, client);
         else onFail(`tunnel ${tunnelId} is gone`);
       },
-      udp: (onReply, onEnd) => this.entries.get(tunnelId)?.entry.dialDatagrams(rule.id)(onReply, onEnd) ?? null,
+      udp: (onReply, onEnd, client) =>
+        this.entries.get(tunnelId)?.entry.dialDatagrams(rule.id)(onReply, onEnd, client) ?? null,
     };
   }
 
@@ -634,7 +690,7 @@ export class Forwarder {
     const existing = this.listeners.get(rule.id);
     if (existing) {
       existing.targets = rule.targets;
-      existing.picker.update(targets, rule.strategy);
+      existing.picker.update(targets, rule.strategy, rule.weights);
       existing.gate.update(rule);
       this.checkHealth(existing, rule, targets);
       const dials = this.dials(rule, existing.picker);
@@ -659,7 +715,7 @@ export class Forwarder {
       key: listenerKey(rule),
       relays,
       gate: new Gate(rule),
-      picker: new TargetPicker(targets, rule.strategy, (index) => listener.health?.isDownAt(index) ?? false),
+      picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health),
       health: null,
       targets: rule.targets,
     };

@@ -11,6 +11,7 @@ import {
   idleTimeoutName,
   isAgentTable,
   isLearnedSet,
+  isSpreadChain,
   rulesetScript,
   type KernelLimits,
   type KernelRule,
@@ -229,8 +230,24 @@ export async function applyRuleset(
       ...(counts.refused === undefined ? [] : [counterName(id, 'refused')]),
     ]),
   );
-  const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits));
+  const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits, await spreadChains(table)));
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
+}
+
+/** The spread chains `table` holds now (see spreadChainName); none when nft cannot say. */
+async function spreadChains(table: string): Promise<Set<string>> {
+  const listed = await run(['-j', 'list', 'chains', 'inet']);
+  const chains = new Set<string>();
+  if (listed.code !== 0) return chains;
+  try {
+    for (const object of (JSON.parse(listed.stdout) as { nftables?: Listed[] }).nftables ?? []) {
+      const chain = object.chain;
+      if (chain?.table === table && typeof chain.name === 'string' && isSpreadChain(chain.name)) chains.add(chain.name);
+    }
+  } catch {
+    // A listing nft garbled: no chain is deleted, and a left-over one stays, unreferenced.
+  }
+  return chains;
 }
 
 /** Removes the idle timeout policies of `seconds` from `table` once no rule uses them; gone already is fine. */

@@ -19,6 +19,7 @@
 // timeout object is named by its value, since one declared again keeps the value it had.
 
 import { ID_DIGITS } from '../schema/ids.ts';
+import { bucketOwners, SOURCE_BUCKETS } from '../domain/spread.ts';
 
 const AGENT_TABLE = new RegExp(`^portplane_${ID_DIGITS}$`);
 const COUNTER = new RegExp(`^r(${ID_DIGITS})_(in|out|refused)$`);
@@ -44,22 +45,35 @@ export interface Sources {
   deny: readonly string[];
 }
 
-/** A rule as the kernel carries it: its port, its one target per address family it can reach, who may use it. */
+/** One of a rule's targets the kernel sends new clients to: its place among the rule's targets, its weight. */
+export interface KernelTarget {
+  index: number;
+  weight: number;
+  v4: Destination | null;
+  v6: Destination | null;
+}
+
+/** How the kernel spreads new clients over several targets (one target takes them all). */
+export const kernelSpreads = ['round_robin', 'random', 'source_hash'] as const;
+export type Spread = (typeof kernelSpreads)[number];
+
+/**
+ * A rule as the kernel carries it: its port, the targets it sends new clients to (those up; none: every client goes
+ * to the relay, which refuses them at once, as with every target down; established connections go on), how it
+ * spreads them, who may use it.
+ */
 export interface KernelRule {
   id: number;
   protocol: 'tcp' | 'udp' | 'tcp+udp';
   listen_port: number;
-  v4: Destination | null;
-  v6: Destination | null;
+  targets: KernelTarget[];
+  spread: Spread;
   /** Null: every client. */
   sources?: Sources | null;
   /** Connections (TCP) and flows (UDP) the rule carries at once, both counted together; null: the node's limits. */
   maxConnections?: number | null;
-  /**
-   * Its health checks found its target down: the kernel sends it no new client (they reach the relay, which closes
-   * them at once, as with every target down); established connections go on.
-   */
-  targetDown?: boolean;
+  /** No source NAT: targets see the client's address (and route their replies back through the node). */
+  preserveSource?: boolean;
 }
 
 /** Whether the kernel refuses some of `rule`'s clients itself, counting them (in a `refused` counter of the rule). */
@@ -78,6 +92,48 @@ export function counterName(id: number, direction: Direction): string {
 export function counterOf(name: string): { id: number; direction: Direction } | null {
   const match = COUNTER.exec(name);
   return match ? { id: Number(match[1]), direction: match[2] as Direction } : null;
+}
+
+/** The chain that spreads `rule`'s new clients of one transport and address family over its targets. */
+export function spreadChainName(id: number, l4: 'tcp' | 'udp', family: 4 | 6): string {
+  return `r${id}_${l4}${family}`;
+}
+
+const SPREAD_CHAIN = new RegExp(`^r${ID_DIGITS}_(tcp|udp)[46]$`);
+
+/** Whether `name` is a chain this table makes per spread rule (see spreadChainName). */
+export function isSpreadChain(name: string): boolean {
+  return SPREAD_CHAIN.test(name);
+}
+
+/**
+ * What a spread chain's DNAT sends a new client to, as an nftables expression: a map from a number the kernel draws
+ * per connection (numgen: in turn or at random over the weighted cycle; jhash of the client's address over
+ * SOURCE_BUCKETS) to a target. Weights are spans of the cycle (`slotOwner`), source hashing the relay's own buckets
+ * (`bucketOwners`), so both paths spread a rule alike.
+ */
+function spreadExpression(rule: KernelRule, members: KernelTarget[], family: 4 | 6, dest: (t: KernelTarget) => string) {
+  const byIndex = new Map(members.map((member) => [member.index, member]));
+  const spans: string[] = [];
+  const addSpan = (from: number, to: number, index: number) =>
+    spans.push(`${from === to ? from : `${from}-${to}`} : ${dest(byIndex.get(index)!)}`);
+  if (rule.spread === 'source_hash') {
+    const owners = bucketOwners(members);
+    let from = 0;
+    for (let bucket = 1; bucket <= owners.length; bucket++)
+      if (bucket === owners.length || owners[bucket] !== owners[from]) {
+        addSpan(from, bucket - 1, owners[from]!);
+        from = bucket;
+      }
+    const saddr = family === 4 ? 'ip saddr' : 'ip6 saddr';
+    return `jhash ${saddr} mod ${SOURCE_BUCKETS} map { ${spans.join(', ')} }`;
+  }
+  let slot = 0;
+  for (const member of members) {
+    addSpan(slot, slot + member.weight - 1, member.index);
+    slot += member.weight;
+  }
+  return `numgen ${rule.spread === 'random' ? 'random' : 'inc'} mod ${slot} map { ${spans.join(', ')} }`;
 }
 
 /**
@@ -141,14 +197,16 @@ export function idleTimeoutName(family: 4 | 6, seconds: number): string {
 
 /**
  * The script that makes the table hold exactly `rules`, as one transaction (`nft -f`): declarations (which keep
- * whatever of them exists, counters included), every chain, map and set emptied and filled again, and the counters of
- * rules no longer wanted deleted. `existing` names the counters the table holds now.
+ * whatever of them exists, counters included), every chain, map and set emptied and filled again, and the counters and
+ * spread chains of rules no longer wanted deleted. `existing` names the counters the table holds now, `existingChains`
+ * its spread chains.
  */
 export function rulesetScript(
   table: string,
   rules: readonly KernelRule[],
   existing: ReadonlySet<string>,
   limits: KernelLimits,
+  existingChains: ReadonlySet<string> = new Set(),
 ): string {
   const FAMILY_TABLE = `inet ${table}`;
   const wanted = new Set(
@@ -168,6 +226,10 @@ export function rulesetScript(
       `  map ${l4}_in { type inet_service : counter; }`,
       `  map ${l4}_out { type inet_service : counter; }`,
       `  set ${l4}_ports { type inet_service; }`,
+      // The ports whose connections are source-NATed: all but those of rules that keep the client's address.
+      `  set ${l4}_snat { type inet_service; }`,
+      `  map ${l4}4_spread { type inet_service : verdict; }`,
+      `  map ${l4}6_spread { type inet_service : verdict; }`,
       `  set ${l4}4_sources { type ipv4_addr . inet_service; flags dynamic; }`,
       `  set ${l4}6_sources { type ipv6_addr . inet_service; flags dynamic; }`,
     );
@@ -183,6 +245,19 @@ export function rulesetScript(
     );
   }
   for (const name of wanted) lines.push(`  counter ${name} { }`);
+  const spreadChains = new Map<
+    string,
+    { rule: KernelRule; l4: 'tcp' | 'udp'; family: 4 | 6; members: KernelTarget[] }
+  >();
+  for (const rule of rules)
+    for (const l4 of L4) {
+      if (!carries(rule, l4)) continue;
+      for (const family of [4, 6] as const) {
+        const members = rule.targets.filter((target) => (family === 4 ? target.v4 : target.v6));
+        if (members.length > 1) spreadChains.set(spreadChainName(rule.id, l4, family), { rule, l4, family, members });
+      }
+    }
+  for (const name of spreadChains.keys()) lines.push(`  chain ${name} { }`);
   lines.push(
     '  chain prerouting { type nat hook prerouting priority dstnat; policy accept; }',
     '  chain output { type nat hook output priority -100; policy accept; }',
@@ -208,9 +283,22 @@ export function rulesetScript(
     'sources_local',
   ];
   for (const chain of chains) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
+  for (const chain of spreadChains.keys()) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const l4 of L4)
-    for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`]) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
-  for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`);
+    for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`, `${l4}4_spread`, `${l4}6_spread`])
+      lines.push(`flush map ${FAMILY_TABLE} ${name}`);
+  for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`, `flush set ${FAMILY_TABLE} ${l4}_snat`);
+  for (const [name, { rule, l4, family, members }] of spreadChains) {
+    const [nfproto, ip] = family === 4 ? ['ipv4', 'ip'] : ['ipv6', 'ip6'];
+    const dest = (target: KernelTarget) => {
+      const to = (family === 4 ? target.v4 : target.v6)!;
+      return `${to.address} . ${to.port}`;
+    };
+    const expression = spreadExpression(rule, members, family, dest);
+    lines.push(
+      `add rule ${FAMILY_TABLE} ${name} meta nfproto ${nfproto} meta l4proto ${l4} dnat ${ip} to ${expression}`,
+    );
+  }
 
   for (const l4 of L4) {
     const rule = (chain: string, body: string) => lines.push(`add rule ${FAMILY_TABLE} ${chain} ${body}`);
@@ -218,7 +306,11 @@ export function rulesetScript(
     rule('prerouting', `fib daddr type local meta nfproto ipv6 dnat ip6 to ${l4} dport map @${l4}6`);
     rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ${l4} dport map @${l4}4`);
     rule('output', `fib daddr type local ip6 daddr != ::1 dnat ip6 to ${l4} dport map @${l4}6`);
-    rule('postrouting', `ct status dnat meta l4proto ${l4} ct original proto-dst @${l4}_ports masquerade`);
+    rule('prerouting', `fib daddr type local meta nfproto ipv4 ${l4} dport vmap @${l4}4_spread`);
+    rule('prerouting', `fib daddr type local meta nfproto ipv6 ${l4} dport vmap @${l4}6_spread`);
+    rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 ${l4} dport vmap @${l4}4_spread`);
+    rule('output', `fib daddr type local ip6 daddr != ::1 ${l4} dport vmap @${l4}6_spread`);
+    rule('postrouting', `ct status dnat meta l4proto ${l4} ct original proto-dst @${l4}_snat masquerade`);
     const count = `ct status dnat meta l4proto ${l4}`;
     rule('count_prerouting', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
     rule('count_prerouting', `${count} ct direction reply counter name ct original proto-dst map @${l4}_out`);
@@ -247,14 +339,20 @@ export function rulesetScript(
     const fill = (name: string, entries: string[]) => {
       if (entries.length > 0) lines.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
     };
-    fill(
-      `${l4}4`,
-      mine.flatMap((r) => (r.v4 && !r.targetDown ? [`${r.listen_port} : ${r.v4.address} . ${r.v4.port}`] : [])),
-    );
-    fill(
-      `${l4}6`,
-      mine.flatMap((r) => (r.v6 && !r.targetDown ? [`${r.listen_port} : ${r.v6.address} . ${r.v6.port}`] : [])),
-    );
+    // A rule with one target up for a family goes in that family's map; with more, its port jumps to its chain.
+    for (const family of [4, 6] as const) {
+      const of = (target: KernelTarget) => (family === 4 ? target.v4 : target.v6);
+      const single: string[] = [];
+      const spread: string[] = [];
+      for (const r of mine) {
+        const members = r.targets.filter(of);
+        if (members.length === 1)
+          single.push(`${r.listen_port} : ${of(members[0]!)!.address} . ${of(members[0]!)!.port}`);
+        else if (members.length > 1) spread.push(`${r.listen_port} : goto ${spreadChainName(r.id, l4, family)}`);
+      }
+      fill(`${l4}${family}`, single);
+      fill(`${l4}${family}_spread`, spread);
+    }
     fill(
       `${l4}_in`,
       mine.map((r) => `${r.listen_port} : "${counterName(r.id, 'in')}"`),
@@ -267,8 +365,13 @@ export function rulesetScript(
       `${l4}_ports`,
       mine.map((r) => String(r.listen_port)),
     );
+    fill(
+      `${l4}_snat`,
+      mine.filter((r) => !r.preserveSource).map((r) => String(r.listen_port)),
+    );
   }
   for (const name of existing) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
+  for (const name of existingChains) if (!spreadChains.has(name)) lines.push(`delete chain ${FAMILY_TABLE} ${name}`);
   return `${lines.join('\n')}\n`;
 }
 

@@ -216,7 +216,12 @@ export type Release = (upstream: Duplex) => void;
  * Opens the far side of one relayed TCP connection: `onOpen` with it (and how to let go of
  * it, when not by destroying it), or `onFail` saying why there is none.
  */
-export type TcpDial = (onOpen: (upstream: Duplex, release?: Release) => void, onFail: (reason: string) => void) => void;
+export type TcpDial = (
+  onOpen: (upstream: Duplex, release?: Release) => void,
+  onFail: (reason: string) => void,
+  /** The client's address (what source_hash goes by); empty where it is not known. */
+  client: string,
+) => void;
 
 /** One client's UDP session: datagrams out with `send`, replies to the `onReply` it was opened with. */
 export interface DatagramSession {
@@ -226,17 +231,24 @@ export interface DatagramSession {
 }
 
 /** Opens a session for one client, or null when there is nowhere to send; `onEnd` when the far side fails. */
-export type DatagramDial = (onReply: (datagram: Buffer) => void, onEnd: () => void) => DatagramSession | null;
+export type DatagramDial = (
+  onReply: (datagram: Buffer) => void,
+  onEnd: () => void,
+  /** The client's address, as for TcpDial. */
+  client: string,
+) => DatagramSession | null;
 
 /**
  * Dials the picker's targets in its order; a refused or unreachable one is skipped for the next, and so is one the
  * policy does not allow.
  */
 export function dialTargets(picker: TargetPicker, policy: DialPolicy): TcpDial {
-  return (onOpen, onFail) => tryTargets(picker.order(), policy, onOpen, onFail, 'the rule has no target');
+  return (onOpen, onFail, client) =>
+    tryTargets(picker, picker.order(client), policy, onOpen, onFail, 'the rule has no target');
 }
 
 function tryTargets(
+  picker: TargetPicker,
   remaining: Target[],
   policy: DialPolicy,
   onOpen: (upstream: Duplex) => void,
@@ -245,7 +257,7 @@ function tryTargets(
 ): void {
   const target = remaining[0];
   if (!target) return onFail(lastError);
-  const next = (reason: string) => tryTargets(remaining.slice(1), policy, onOpen, onFail, reason);
+  const next = (reason: string) => tryTargets(picker, remaining.slice(1), policy, onOpen, onFail, reason);
   const refused = refusalOf(target, policy);
   if (refused) return next(`${target.host}:${target.port}: ${refused}`);
   const upstream = readingSocket({ allowHalfOpen: true });
@@ -265,6 +277,7 @@ function tryTargets(
       upstream.off('error', onError);
       upstream.off('timeout', timedOut);
       upstream.setTimeout(0);
+      upstream.once('close', picker.hold(target));
       onOpen(upstream);
     },
     () => upstream.destroy(),
@@ -326,13 +339,14 @@ const MAX_QUEUED_BYTES = 256 * 1024;
  * client; none when the policy allows no target.
  */
 export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramDial {
-  return (onReply, onEnd) => {
-    const targets = picker.order().filter((target) => !refusalOf(target, policy));
+  return (onReply, onEnd, client) => {
+    const targets = picker.order(client).filter((target) => !refusalOf(target, policy));
     if (targets.length === 0) return null;
     let queued: Buffer[] | null = [];
     let queuedBytes = 0;
     let closed = false;
     let upstream: Socket | undefined;
+    let letGo = () => undefined as void;
     const session: DatagramSession = {
       send(datagram) {
         if (closed) return false;
@@ -349,6 +363,7 @@ export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramD
         if (closed) return;
         closed = true;
         queued = null;
+        letGo();
         upstream?.close();
       },
     };
@@ -360,6 +375,8 @@ export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramD
     };
     const open = (index: number) => {
       const target = targets[index]!;
+      letGo();
+      letGo = picker.hold(target);
       const socket = createSocket({
         type: isIPv6(target.host) ? 'udp6' : 'udp4',
         recvBufferSize: DATAGRAM_BUFFER_BYTES,

@@ -1,42 +1,104 @@
-// Choosing a target for a new connection or UDP session: the rule's strategy decides the
-// order, and the caller fails over along it when a target refuses. A target its health checks
-// found down is left out until it is up again.
+// Choosing a target for a new connection or UDP session: the rule's strategy picks the first, and the caller fails
+// over along the rest when a target refuses. A target its health checks found down is left out until it is up again.
+// Weights and source hashing are the arithmetic the kernel's maps are filled by (domain/spread.ts), so a rule spreads
+// alike on either path.
 
 import type { Strategy } from '../domain/rules.ts';
+import { rendezvousOwner, slotOwner, totalWeight } from '../domain/spread.ts';
 
 export interface Target {
   host: string;
   port: number;
 }
 
+/** What a rule's health checks say of its targets, by index; without checks none is down and none is fastest. */
+export interface TargetHealthView {
+  isDownAt(index: number): boolean;
+  /** The target lowest_latency goes to: the one the checks reached fastest (with hysteresis); null before any. */
+  fastest(): number | null;
+}
+
+const UNCHECKED: TargetHealthView = { isDownAt: () => false, fastest: () => null };
+
 export class TargetPicker {
   private next = 0;
+  /** Open connections and sessions per target index (least_conn). */
+  private open: number[];
 
   constructor(
     private targets: Target[],
     private strategy: Strategy,
-    /** Whether the target at an index is down (health_check); none is, without checks. */
-    private readonly isDown: (index: number) => boolean = () => false,
-  ) {}
+    private weights: readonly number[] | null = null,
+    /** How its targets stand; null without checks. */
+    private readonly health: () => TargetHealthView | null = () => null,
+  ) {
+    this.open = targets.map(() => 0);
+  }
 
-  update(targets: Target[], strategy: Strategy): void {
+  update(targets: Target[], strategy: Strategy, weights: readonly number[] | null): void {
+    const same = (a: Target[], b: Target[]) =>
+      a.length === b.length && a.every((t, i) => t.host === b[i]!.host && t.port === b[i]!.port);
+    // Connections held stay counted while the targets stay the same; other targets start from none.
+    if (!same(targets, this.targets)) this.open = targets.map(() => 0);
     this.targets = targets;
     this.strategy = strategy;
+    this.weights = weights;
     this.next = 0;
   }
 
-  /** Every target not down once, in the order to try them for one connection. */
-  order(): Target[] {
-    const n = this.targets.length;
-    if (n === 0) return [];
-    let first = 0;
-    if (this.strategy === 'round_robin') first = this.next++ % n;
-    else if (this.strategy === 'random') first = Math.floor(Math.random() * n);
-    const order: Target[] = [];
-    for (let i = 0; i < n; i++) {
-      const index = (first + i) % n;
-      if (!this.isDown(index)) order.push(this.targets[index]!);
+  /** The targets up, each with its weight (1 without weights). */
+  private candidates(): { index: number; weight: number }[] {
+    const health = this.health() ?? UNCHECKED;
+    const up: { index: number; weight: number }[] = [];
+    for (let index = 0; index < this.targets.length; index++)
+      if (!health.isDownAt(index)) up.push({ index, weight: this.weights?.[index] ?? 1 });
+    return up;
+  }
+
+  /** Every target not down once, in the order to try them for one connection of `client` (its address). */
+  order(client = ''): Target[] {
+    const up = this.candidates();
+    if (up.length === 0) return [];
+    const first = this.first(up, client);
+    const start = up.findIndex((candidate) => candidate.index === first);
+    return up.map((_, i) => this.targets[up[(start + i) % up.length]!.index]!);
+  }
+
+  /** The index of the target the strategy picks first among `up` (none empty). */
+  private first(up: { index: number; weight: number }[], client: string): number {
+    switch (this.strategy) {
+      case 'round_robin':
+        return slotOwner(up, this.next++);
+      case 'random':
+        return slotOwner(up, Math.floor(Math.random() * totalWeight(up)));
+      case 'source_hash':
+        return rendezvousOwner(client, up)!;
+      case 'least_conn': {
+        // Among the least loaded, in turn, so that a quiet rule spreads too.
+        const least = Math.min(...up.map(({ index }) => this.open[index] ?? 0));
+        const tied = up.filter(({ index }) => (this.open[index] ?? 0) === least);
+        return tied[this.next++ % tied.length]!.index;
+      }
+      case 'lowest_latency': {
+        const fastest = this.health()?.fastest() ?? null;
+        return up.some(({ index }) => index === fastest) ? fastest! : up[0]!.index;
+      }
+      case 'failover':
+        return up[0]!.index;
     }
-    return order;
+  }
+
+  /** Counts a connection or session open to `target` (one of order's) until the returned function is called. */
+  hold(target: Target): () => void {
+    const index = this.targets.indexOf(target);
+    const counts = this.open;
+    if (index < 0) return () => undefined;
+    counts[index] = (counts[index] ?? 0) + 1;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      counts[index] = Math.max(0, (counts[index] ?? 0) - 1);
+    };
   }
 }

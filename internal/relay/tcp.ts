@@ -109,6 +109,7 @@ export class TcpRelay {
         splice(client, upstream, release, this.gate);
       },
       () => client.destroy(),
+      source,
     );
   }
 

@@ -118,6 +118,7 @@ export class UdpRelay {
       },
       // Called from the session's own callbacks, which contain what it throws.
       () => this.end(key),
+      from.address,
     );
     if (!upstream) return null;
     session.upstream = upstream;

@@ -6,7 +6,7 @@ import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import { parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
-import { targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
+import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
 import { theMaster } from './master.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
@@ -16,12 +16,6 @@ function ruleReferenceErrors(app: WriteDeps, fields: RuleFields, prefix = '#'): 
   const errors: FieldError[] = [];
   if (!app.store.nodes.exists(fields.node_id))
     errors.push({ pointer: `${prefix}/node_id`, detail: `node ${fields.node_id} does not exist` });
-  if (fields.tunnel_id !== null && fields.health_check !== null) {
-    errors.push({
-      pointer: `${prefix}/health_check`,
-      detail: 'is for direct rules: through a tunnel, the exit node dials the targets',
-    });
-  }
   if (fields.tunnel_id !== null) {
     const tunnel = app.store.tunnels.find(fields.tunnel_id);
     if (!tunnel) errors.push({ pointer: `${prefix}/tunnel_id`, detail: `tunnel ${fields.tunnel_id} does not exist` });
@@ -50,6 +44,11 @@ function touchRule(
 
 function checkReferences(app: WriteDeps, fields: RuleFields): void {
   const errors = ruleReferenceErrors(app, fields);
+  if (errors.length > 0) throw validationFailed(errors);
+}
+
+function checkCombination(fields: RuleFields): void {
+  const errors = combinationErrors(fields);
   if (errors.length > 0) throw validationFailed(errors);
 }
 
@@ -108,6 +107,7 @@ export function insertRules(
   const policy = app.targetPolicy();
   for (const fields of list) {
     const references = `${fields.node_id}/${fields.tunnel_id}`;
+    checkCombination(fields);
     if (!checked.has(references)) {
       checkReferences(app, fields);
       checked.add(references);
@@ -133,6 +133,7 @@ export function updateRule(app: WriteDeps, change: Change, id: number, fields: R
   const current = app.store.rules.find(id);
   if (!current) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
+  checkCombination(fields);
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
   checkQuotaLeft(current, fields);

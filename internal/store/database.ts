@@ -8,8 +8,8 @@
 
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { formatTime } from '../schema/schema.ts';
-import { installDerived } from './derived.ts';
-import { migrations } from './migrations.ts';
+import { dropTriggers, installDerived } from './derived.ts';
+import { migrations, tableRebuilds } from './migrations.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
@@ -740,6 +740,15 @@ export class Database {
     return row[name]!;
   }
 
+  /** Throws when a rebuild left a row referring to one that is not there (migration `version` is then rolled back). */
+  private expectNoDanglingKeys(version: number): void {
+    const dangling = this.db.prepare('PRAGMA foreign_key_check').all() as { table: string; parent: string }[];
+    if (dangling.length > 0) {
+      const { table, parent } = dangling[0]!;
+      throw new Error(`migration ${version} left rows of ${table} referring to missing rows of ${parent}`);
+    }
+  }
+
   private migrate(): void {
     this.db.exec(
       'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT',
@@ -754,14 +763,21 @@ export class Database {
     const record = this.db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)');
     // Each migration commits on its own, at once: the schema must be in place before anything runs.
     for (let version = current + 1; version <= latest; version++) {
+      const rebuild = tableRebuilds.has(version);
+      // Outside a transaction, where the pragma takes effect (see migrations.ts).
+      if (rebuild) this.db.exec('PRAGMA foreign_keys = OFF');
       this.db.exec('BEGIN IMMEDIATE');
       try {
+        if (rebuild) dropTriggers(this.db);
         this.db.exec(migrations[version - 1]!);
+        if (rebuild) this.expectNoDanglingKeys(version);
         record.run(version, new Date().toISOString());
         this.db.exec('COMMIT');
       } catch (error) {
         this.db.exec('ROLLBACK');
         throw error;
+      } finally {
+        if (rebuild) this.db.exec('PRAGMA foreign_keys = ON');
       }
     }
     this.db.exec('BEGIN IMMEDIATE');

@@ -29,6 +29,12 @@ interface Connection {
   prepare(sql: string): { all(...params: never[]): unknown[] };
 }
 
+/** Inside a write transaction on `db`: drops every trigger (a migration that rebuilds a table runs without them). */
+export function dropTriggers(db: Connection): void {
+  const rows = db.prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'").all() as { name: string }[];
+  for (const { name } of rows) db.exec(`DROP TRIGGER ${name}`);
+}
+
 /**
  * Inside a write transaction on `db`: makes the database's triggers exactly `wanted`, replacing any whose text differs
  * (and rebuilding what it keeps), creating those missing, dropping those no definition names.

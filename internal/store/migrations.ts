@@ -3,6 +3,14 @@
 // append a new one. Tables and data moves only: what triggers keep is defined once beside
 // the code it mirrors and installed at every open (derived.ts), so the trigger bodies the
 // entries up to 19 once carried were taken out of them.
+//
+// A column's constraint changes the way SQLite says (sqlite.org/lang_altertable.html#otheralter): a new table, the
+// rows copied, the old one dropped, the new one renamed. Such an entry is listed in `tableRebuilds`: it runs with
+// foreign keys off (so that dropping the old table cascades to nothing) and with no trigger installed (they are
+// installed again after, with what they keep rebuilt), and commits only when foreign_key_check finds nothing.
+
+/** The entries that rebuild a table (see above). */
+export const tableRebuilds: ReadonlySet<number> = new Set([23]);
 
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
@@ -361,5 +369,83 @@ export const migrations: readonly string[] = [
   /* 22: why the relay carries a rule (the node said: its controls, its targets, the agent's mode) */ `
   -- Shown as sync.relayed_because while sync_path is 'relay'; what an older agent leaves null.
   ALTER TABLE rules ADD COLUMN relay_reason TEXT;
+  `,
+  /* 23: the rules table rebuilt: more strategies, per-target weights, port ranges, the client's address kept */ `
+  CREATE TABLE rules_23 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    node_id INTEGER NOT NULL REFERENCES nodes(id),
+    tunnel_id INTEGER REFERENCES tunnels(id),
+    protocol TEXT NOT NULL CHECK (protocol IN ('tcp', 'udp', 'tcp+udp')),
+    listen_port INTEGER NOT NULL CHECK (listen_port BETWEEN 1 AND 65535),
+    -- A range's last port (inclusive); null: the one port.
+    listen_port_end INTEGER CHECK (listen_port_end BETWEEN listen_port AND 65535),
+    targets TEXT NOT NULL,
+    strategy TEXT NOT NULL
+      CHECK (strategy IN ('round_robin', 'random', 'failover', 'source_hash', 'least_conn', 'lowest_latency')),
+    -- A JSON array of integers, one per target; null: all alike.
+    weights TEXT,
+    -- 1: the node does not rewrite the client's address (its targets route their replies back through it).
+    preserve_source INTEGER NOT NULL DEFAULT 0 CHECK (preserve_source IN (0, 1)),
+    enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+    sync_state TEXT NOT NULL DEFAULT 'pending' CHECK (sync_state IN ('pending', 'applied', 'failed')),
+    sync_error TEXT,
+    sync_applied_at TEXT,
+    bytes_in INTEGER NOT NULL DEFAULT 0,
+    bytes_out INTEGER NOT NULL DEFAULT 0,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    entry_result TEXT,
+    exit_result TEXT,
+    forwarding TEXT NOT NULL DEFAULT 'auto' CHECK (forwarding IN ('auto', 'relay')),
+    sync_path TEXT CHECK (sync_path IN ('kernel', 'relay')),
+    tags TEXT NOT NULL DEFAULT '[]',
+    allow_sources TEXT NOT NULL DEFAULT '[]',
+    deny_sources TEXT NOT NULL DEFAULT '[]',
+    max_connections INTEGER CHECK (max_connections > 0),
+    bandwidth_limit INTEGER CHECK (bandwidth_limit > 0),
+    expires_at TEXT,
+    proxy_protocol TEXT NOT NULL DEFAULT 'none' CHECK (proxy_protocol IN ('none', 'v1', 'v2')),
+    expired INTEGER NOT NULL DEFAULT 0 CHECK (expired IN (0, 1)),
+    refused INTEGER NOT NULL DEFAULT 0,
+    quota_bytes INTEGER CHECK (quota_bytes > 0),
+    quota_period TEXT CHECK (quota_period IN ('none', 'day', 'month')),
+    quota_direction TEXT CHECK (quota_direction IN ('in', 'out', 'both')),
+    quota_reset_day INTEGER CHECK (quota_reset_day BETWEEN 1 AND 28),
+    quota_reset_hour INTEGER CHECK (quota_reset_hour BETWEEN 0 AND 23),
+    quota_used INTEGER NOT NULL DEFAULT 0,
+    quota_period_start TEXT,
+    quota_resets_at TEXT,
+    quota_spent INTEGER NOT NULL DEFAULT 0 CHECK (quota_spent IN (0, 1)),
+    health_check TEXT,
+    health TEXT,
+    relay_reason TEXT
+  ) STRICT;
+  INSERT INTO rules_23 (id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, sync_state,
+    sync_error, sync_applied_at, bytes_in, bytes_out, version, created_at, updated_at, entry_result, exit_result,
+    forwarding, sync_path, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at,
+    proxy_protocol, expired, refused, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
+    quota_used, quota_period_start, quota_resets_at, quota_spent, health_check, health, relay_reason)
+  SELECT id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, enabled, sync_state,
+    sync_error, sync_applied_at, bytes_in, bytes_out, version, created_at, updated_at, entry_result, exit_result,
+    forwarding, sync_path, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at,
+    proxy_protocol, expired, refused, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
+    quota_used, quota_period_start, quota_resets_at, quota_spent, health_check, health, relay_reason
+  FROM rules;
+  -- AUTOINCREMENT: no id a deleted rule had is given again, so the sequence outlives the old table.
+  CREATE TEMP TABLE rules_sequence_23 AS SELECT seq FROM sqlite_sequence WHERE name = 'rules';
+  DROP TABLE rules;
+  ALTER TABLE rules_23 RENAME TO rules;
+  DELETE FROM sqlite_sequence WHERE name = 'rules';
+  INSERT INTO sqlite_sequence (name, seq) SELECT 'rules', seq FROM temp.rules_sequence_23;
+  DROP TABLE temp.rules_sequence_23;
+  CREATE INDEX rules_node ON rules(node_id);
+  CREATE INDEX rules_tunnel ON rules(tunnel_id);
+  CREATE INDEX rules_enabled ON rules(enabled);
+  CREATE INDEX rules_protocol ON rules(protocol);
+  CREATE INDEX rules_expiry ON rules(expires_at) WHERE expires_at IS NOT NULL AND expired = 0;
+  CREATE INDEX rules_quota_reset ON rules(quota_resets_at) WHERE quota_resets_at IS NOT NULL;
+  CREATE INDEX rules_by_name ON rules(name COLLATE NOCASE, id);
   `,
 ];

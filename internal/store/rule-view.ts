@@ -10,8 +10,21 @@ import { safeCount } from './traffic.ts';
 
 export interface RuleRow
   extends
-    Omit<RuleFields, 'targets' | 'enabled' | 'tags' | 'allow_sources' | 'deny_sources' | 'quota' | 'health_check'>,
+    Omit<
+      RuleFields,
+      | 'targets'
+      | 'weights'
+      | 'enabled'
+      | 'tags'
+      | 'allow_sources'
+      | 'deny_sources'
+      | 'quota'
+      | 'health_check'
+      | 'preserve_source'
+    >,
     QuotaColumns {
+  weights: string | null;
+  preserve_source: number;
   health_check: string | null;
   health: string | null;
   id: number;
@@ -81,6 +94,7 @@ export function toRule(row: RuleRow): Rule {
     listen_port: row.listen_port,
     targets: JSON.parse(row.targets) as string[],
     strategy: row.strategy,
+    weights: row.weights === null ? null : (JSON.parse(row.weights) as number[]),
     forwarding: row.forwarding,
     enabled: row.enabled === 1,
     tags: JSON.parse(row.tags) as string[],
@@ -92,6 +106,7 @@ export function toRule(row: RuleRow): Rule {
     proxy_protocol: row.proxy_protocol,
     quota: quotaOf(row),
     health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
+    preserve_source: row.preserve_source === 1,
     state: stateOf(row.expired === 1, row.quota_spent === 1, row.enabled === 1),
     quota_usage: usageOf(row),
     health: row.health === null ? null : (JSON.parse(row.health) as RuleHealth),
@@ -121,7 +136,8 @@ export function ruleJsonSql(row: string): string {
   const count = (column: string) => safeCount(r(column));
   return `json_object('id', ${r('id')}, 'name', ${r('name')}, 'node_id', ${r('node_id')},
     'tunnel_id', ${r('tunnel_id')}, 'protocol', ${r('protocol')}, 'listen_port', ${r('listen_port')},
-    'targets', json(${r('targets')}), 'strategy', ${r('strategy')}, 'forwarding', ${r('forwarding')},
+    'targets', json(${r('targets')}), 'strategy', ${r('strategy')}, 'weights', json(${r('weights')}),
+    'forwarding', ${r('forwarding')},
     'enabled', json(CASE ${r('enabled')} WHEN 1 THEN 'true' ELSE 'false' END),
     'tags', json(${r('tags')}), 'allow_sources', json(${r('allow_sources')}),
     'deny_sources', json(${r('deny_sources')}),
@@ -131,6 +147,7 @@ export function ruleJsonSql(row: string): string {
       'period', ${r('quota_period')}, 'direction', ${r('quota_direction')}, 'reset_day', ${r('quota_reset_day')},
       'reset_hour', ${r('quota_reset_hour')}) END),
     'health_check', json(${r('health_check')}),
+    'preserve_source', json(CASE ${r('preserve_source')} WHEN 1 THEN 'true' ELSE 'false' END),
     'state', ${ruleStateSql(row)},
     'quota_usage', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object(
       'used_bytes', ${count('quota_used')}, 'period_started_at', ${r('quota_period_start')},
@@ -148,9 +165,9 @@ export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_
   ${safeCount('quota_used')} AS quota_used, quota_period_start, quota_resets_at, quota_spent`;
 
 /** What `toRule` reads of a rule's row. */
-export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
-  tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-  ${QUOTA_COLUMNS}, health_check, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
+export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, weights, forwarding,
+  enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
+  ${QUOTA_COLUMNS}, health_check, preserve_source, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
   sync_applied_at, sync_path, relay_reason,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 

@@ -186,7 +186,8 @@ function withoutControls(f: RuleFields): boolean {
     f.expires_at === null &&
     f.proxy_protocol === 'none' &&
     f.quota === null &&
-    f.health_check === null
+    f.health_check === null &&
+    !f.preserve_source
   );
 }
 
@@ -200,6 +201,7 @@ function placeValues(f: RuleFields): SQLInputValue[] {
     f.listen_port,
     JSON.stringify(f.targets),
     f.strategy,
+    f.weights && JSON.stringify(f.weights),
     f.forwarding,
     Number(f.enabled),
   ];
@@ -219,6 +221,7 @@ function controlValues(f: RuleFields, at: string): SQLInputValue[] {
     ...quotaValues(quotaColumns(f.quota, null, at)),
     f.health_check && JSON.stringify(f.health_check),
     f.health_check && JSON.stringify(freshHealth(f)),
+    Number(f.preserve_source),
   ];
 }
 
@@ -317,26 +320,29 @@ export class RuleStore {
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
-        tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-        quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start,
-        quota_resets_at, quota_spent, health_check, health, created_at, updated_at) VALUES`,
-      30,
+      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, weights, forwarding,
+        enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol,
+        expired, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour, quota_used,
+        quota_period_start, quota_resets_at, quota_spent, health_check, health, preserve_source, created_at,
+        updated_at) VALUES`,
+      32,
     );
     this.insertPlainRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, forwarding, enabled,
-        created_at, updated_at) VALUES`,
-      11,
+      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, weights, forwarding,
+        enabled, created_at, updated_at) VALUES`,
+      12,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
-        listen_port = :listen_port, targets = :targets, strategy = :strategy, forwarding = :forwarding,
+        listen_port = :listen_port, targets = :targets, strategy = :strategy, weights = :weights,
+        forwarding = :forwarding,
         enabled = :enabled, tags = :tags, allow_sources = :allow_sources, deny_sources = :deny_sources,
         max_connections = :max_connections, bandwidth_limit = :bandwidth_limit, expires_at = :expires_at,
         proxy_protocol = :proxy_protocol, expired = :expired, quota_bytes = :quota_bytes, quota_period = :quota_period,
         quota_direction = :quota_direction, quota_reset_day = :quota_reset_day, quota_reset_hour = :quota_reset_hour,
         quota_used = :quota_used, quota_period_start = :quota_period_start, quota_resets_at = :quota_resets_at,
-        quota_spent = :quota_spent, health_check = :health_check, health = :health, sync_state = 'pending',
+        quota_spent = :quota_spent, health_check = :health_check, health = :health,
+        preserve_source = :preserve_source, sync_state = 'pending',
         sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
         updated_at = :at
@@ -651,7 +657,9 @@ export class RuleStore {
     return {
       ...columns,
       targets: JSON.stringify(fields.targets),
+      weights: fields.weights && JSON.stringify(fields.weights),
       enabled: Number(fields.enabled),
+      preserve_source: Number(fields.preserve_source),
       tags: JSON.stringify(fields.tags),
       allow_sources: JSON.stringify(fields.allow_sources),
       deny_sources: JSON.stringify(fields.deny_sources),

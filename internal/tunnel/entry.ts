@@ -23,6 +23,7 @@ import {
   SESSION_MEMORY_MB,
   SESSION_WINDOW,
   streamPath,
+  CLIENT_HEADER,
   type TunnelView,
 } from './wire.ts';
 
@@ -89,9 +90,9 @@ export class TunnelEntry {
    * of the rule's targets, as a direct relay would; the client's bytes flow from then on.
    */
   dialTcp(ruleId: number): TcpDial {
-    return (onOpen, onFail) =>
+    return (onOpen, onFail, client) =>
       this.withSession((session) => {
-        const stream = session && this.request(session, streamPath('tcp', ruleId));
+        const stream = session && this.request(session, streamPath('tcp', ruleId), client);
         if (!stream) return onFail('the tunnel is down');
         const failed = () => onFail('the exit reached no target');
         stream.once('close', failed);
@@ -112,14 +113,14 @@ export class TunnelEntry {
 
   /** A UDP session through the tunnel for `ruleId`, datagrams framed on one stream. */
   dialDatagrams(ruleId: number): DatagramDial {
-    return (onReply, onEnd) => {
+    return (onReply, onEnd, client) => {
       let stream: ClientHttp2Stream | null = null;
       let framer: Framer | null = null;
       let closed = false;
       const early: Buffer[] = [];
       const deframer = new Deframer();
       this.withSession((session) => {
-        stream = session && !closed ? this.request(session, streamPath('udp', ruleId)) : null;
+        stream = session && !closed ? this.request(session, streamPath('udp', ruleId), client) : null;
         if (!stream) return onEnd();
         stream.on(
           'data',
@@ -161,9 +162,11 @@ export class TunnelEntry {
   }
 
   /** Opens a stream; a refusal by the exit is noted on the tunnel and ends the stream without a reset. */
-  private request(session: ClientHttp2Session, path: string): ClientHttp2Stream | null {
+  /** A stream for `path`, telling the exit the client's address (what its source_hash goes by). */
+  private request(session: ClientHttp2Session, path: string, client: string): ClientHttp2Stream | null {
     try {
-      const stream = session.request({ ':method': 'POST', ':path': path }, { endStream: false });
+      const headers = { ':method': 'POST', ':path': path, [CLIENT_HEADER]: client };
+      const stream = session.request(headers, { endStream: false });
       stream.on('response', (headers) => {
         const status = headers[':status'];
         if (status === 403) this.report({ error: `the exit refused ${path} (403): it has no such rule` });

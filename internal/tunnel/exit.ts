@@ -5,7 +5,7 @@
 
 import { performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { IncomingHttpHeaders } from 'node:http2';
-import type { Socket } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { createServer, type Server, type TLSSocket } from 'node:tls';
 import { sourceOf } from '../schema/net.ts';
 import { datagramsTo, dialTargets, splice, type DialPolicy } from '../relay/dial.ts';
@@ -23,6 +23,7 @@ import {
   SESSION_MEMORY_MB,
   SESSION_WINDOW,
   type TunnelView,
+  CLIENT_HEADER,
 } from './wire.ts';
 
 /** A connection's peer, the same for its TCP socket and the TLS socket over it. */
@@ -44,6 +45,7 @@ export interface ExitRule {
   protocol: Protocol;
   targets: Target[];
   strategy: Strategy;
+  weights: number[] | null;
   enabled: boolean;
 }
 
@@ -127,8 +129,8 @@ export class TunnelExit {
       const existing = this.rules.get(rule.id);
       if (existing) {
         existing.rule = rule;
-        existing.picker.update(rule.targets, rule.strategy);
-      } else this.rules.set(rule.id, { rule, picker: new TargetPicker(rule.targets, rule.strategy) });
+        existing.picker.update(rule.targets, rule.strategy, rule.weights);
+      } else this.rules.set(rule.id, { rule, picker: new TargetPicker(rule.targets, rule.strategy, rule.weights) });
     }
   }
 
@@ -217,6 +219,9 @@ export class TunnelExit {
       this.refuse(`refused a stream from ${from} for ${JSON.stringify(what)}: not an enabled rule of this tunnel`);
       return respond(stream, 403, true);
     }
+    // The entry's word for who the client is: hashed for source_hash, nothing more, and only if it is an address.
+    const claimed = headers[CLIENT_HEADER];
+    const client = typeof claimed === 'string' && isIP(claimed) ? claimed : '';
     if (asked.kind === 'tcp') {
       dialTargets(bound.picker, this.policy)(
         (upstream) => {
@@ -225,6 +230,7 @@ export class TunnelExit {
           splice(stream, upstream);
         },
         () => respond(stream, 502, true),
+        client,
       );
       return;
     }
@@ -232,6 +238,7 @@ export class TunnelExit {
     const session = datagramsTo(bound.picker, this.policy)(
       (reply) => void framer.send(reply),
       () => stream.end(),
+      client,
     );
     if (!session) return respond(stream, 502, true);
     respond(stream, 200, false);

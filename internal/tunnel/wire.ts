@@ -12,6 +12,9 @@ export const ALPN = ['h2'];
 export const MIN_TLS = 'TLSv1.3';
 
 /** A stream's path names what it carries and for which rule; the exit dials only that rule's targets. */
+/** The header a stream carries the client's address in, from the entry to the exit (which checks it is one). */
+export const CLIENT_HEADER = 'portplane-client';
+
 export function streamPath(kind: 'tcp' | 'udp', ruleId: number): string {
   return `/v1/${kind}/${ruleId}`;
 }

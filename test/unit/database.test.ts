@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { CommitFailed, Database, WritesBusy } from '../../internal/store/database.ts';
+import { migrations } from '../../internal/store/migrations.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 
@@ -388,4 +389,60 @@ test('a write in its turn whose commit fails rejects with CommitFailed', async (
     (error: unknown) => error instanceof CommitFailed && /FOREIGN KEY/.test(error.message),
   );
   assert.deepEqual(names(), []);
+});
+
+const REBUILD =
+  'a migration that rebuilds the rules table keeps every rule, its port claims and the ids deleted rules had, and ' +
+  'the views the triggers keep are made again';
+
+test(REBUILD, () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
+  const old = new DatabaseSync(path);
+  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+  for (let version = 1; version < 23; version++) {
+    old.exec(migrations[version - 1]!);
+    old.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, '2026-01-01T00:00:00Z');
+  }
+  const at = '2026-01-01T00:00:00Z';
+  old
+    .prepare(
+      `INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, tags, agent_token_hash, created_at, updated_at)
+       VALUES (1, 'edge', 'edge.example', 22, 'root', 'none', '[]', x'01', ?, ?)`,
+    )
+    .run(at, at);
+  const insertRule = old.prepare(
+    `INSERT INTO rules (id, name, node_id, protocol, listen_port, targets, strategy, enabled, created_at, updated_at,
+       max_connections, sync_path, relay_reason)
+     VALUES (?, ?, 1, 'tcp', ?, '["192.0.2.1:80"]', 'failover', 1, ?, ?, 50, 'relay', 'the rule asks for the relay')`,
+  );
+  for (const id of [1, 2, 3]) {
+    insertRule.run(id, `r${id}`, 9000 + id, at, at);
+    old
+      .prepare("INSERT INTO port_claims (node_id, protocol, port, rule_id) VALUES (1, 'tcp', ?, ?)")
+      .run(9000 + id, id);
+  }
+  // Rule 9 was the last made, and deleted: no rule is to be given its id again.
+  old.prepare("UPDATE sqlite_sequence SET seq = 9 WHERE name = 'rules'").run();
+  old.close();
+
+  const db = new Database(path, { time: () => at });
+  const raw = db;
+  const rows = raw.prepare('SELECT id, strategy, weights, preserve_source, max_connections FROM rules').all();
+  assert.deepEqual(
+    rows.map((row) => ({ ...row })),
+    [1, 2, 3].map((id) => ({ id, strategy: 'failover', weights: null, preserve_source: 0, max_connections: 50 })),
+  );
+  assert.equal((raw.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'rules'").get() as { seq: number }).seq, 9);
+  const view = JSON.parse((raw.prepare('SELECT json FROM rule_views WHERE id = 2').get() as { json: string }).json);
+  assert.deepEqual(
+    [view.weights, view.preserve_source, view.sync.relayed_because],
+    [null, false, 'the rule asks for the relay'],
+  );
+  assert.equal((raw.prepare('SELECT count(*) AS n FROM port_claims').get() as { n: number }).n, 3);
+  assert.equal((raw.prepare('PRAGMA foreign_keys').get() as { foreign_keys: number }).foreign_keys, 1);
+  assert.deepEqual(raw.prepare('PRAGMA foreign_key_check').all(), []);
+  // The claims still follow their rule.
+  db.write(() => raw.prepare('DELETE FROM rules WHERE id = 1').run());
+  assert.equal((raw.prepare('SELECT count(*) AS n FROM port_claims').get() as { n: number }).n, 2);
+  db.close();
 });

@@ -50,6 +50,7 @@ function withRules(t: { after: (fn: () => void) => void }, time?: () => string) 
         listen_port: port,
         targets: ['192.0.2.1:80'],
         strategy: 'round_robin',
+        weights: null,
         forwarding: 'auto',
         enabled: true,
         quota,

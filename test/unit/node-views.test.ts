@@ -61,6 +61,7 @@ function setUp(t: { after: (fn: () => void) => void }) {
         listen_port: 8000,
         targets: ['10.0.0.1:80'],
         strategy: 'round_robin',
+        weights: null,
         forwarding: 'auto',
         enabled: true,
         ...NO_CONTROLS,

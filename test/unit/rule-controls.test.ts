@@ -84,7 +84,8 @@ test('quota periods: a day from its hour, a month from its day and hour, in UTC'
 test('a picker leaves out the targets its checks found down, in the order of its strategy', () => {
   const down = new Set<number>();
   const targets = [1, 2, 3].map((port) => ({ host: '192.0.2.1', port }));
-  const picker = new TargetPicker(targets, 'round_robin', (index) => down.has(index));
+  const health = { isDownAt: (index: number) => down.has(index), fastest: () => null };
+  const picker = new TargetPicker(targets, 'round_robin', null, () => health);
   const ports = () => picker.order().map((target) => target.port);
   assert.deepEqual(
     [ports(), ports(), ports()],
@@ -98,11 +99,70 @@ test('a picker leaves out the targets its checks found down, in the order of its
   assert.deepEqual(
     [ports(), ports(), ports()],
     [
-      [1, 3],
       [3, 1],
+      [1, 3],
       [3, 1],
     ],
   );
   down.add(0).add(2);
   assert.deepEqual(ports(), []);
+});
+
+const targetsAt = (...ports: number[]) => ports.map((port) => ({ host: '192.0.2.1', port }));
+
+test('least_conn picks the target with the fewest open connections, in turn among the least', () => {
+  const picker = new TargetPicker(targetsAt(1, 2, 3), 'least_conn');
+  const first = () => picker.order()[0]!;
+  const held = [first(), first(), first()].map((target) => ({ port: target.port, release: picker.hold(target) }));
+  assert.deepEqual(
+    held.map((h) => h.port),
+    [1, 2, 3],
+    'each held in turn: every one was among the least',
+  );
+  const extra = picker.hold(picker.order()[0]!);
+  held[1]!.release();
+  assert.equal(first().port, 2, 'the one let go of has the fewest');
+  held[1]!.release();
+  extra();
+  assert.equal(picker.order().length, 3, 'failover order still holds every target');
+});
+
+test('lowest_latency goes to the fastest target up, the first up when it knows none', () => {
+  const down = new Set<number>();
+  let fastest: number | null = null;
+  const health = { isDownAt: (index: number) => down.has(index), fastest: () => fastest };
+  const picker = new TargetPicker(targetsAt(1, 2, 3), 'lowest_latency', null, () => health);
+  const ports = () => picker.order().map((target) => target.port);
+  assert.deepEqual(ports(), [1, 2, 3]);
+  fastest = 2;
+  assert.deepEqual(ports(), [3, 1, 2]);
+  down.add(2);
+  assert.deepEqual(ports(), [1, 2], 'the fastest down: the first up');
+});
+
+test("source_hash keeps a client's target while it is up; a target down moves only its own clients", () => {
+  const down = new Set<number>();
+  const health = { isDownAt: (index: number) => down.has(index), fastest: () => null };
+  const picker = new TargetPicker(targetsAt(1, 2, 3), 'source_hash', [2, 1, 1], () => health);
+  const clients = Array.from({ length: 400 }, (_, i) => `198.51.100.${i % 250}.${i}`);
+  const before = new Map(clients.map((client) => [client, picker.order(client)[0]!.port]));
+  assert.ok(
+    clients.every((client) => picker.order(client)[0]!.port === before.get(client)),
+    'the same every time',
+  );
+  const share = [...before.values()].filter((port) => port === 1).length / clients.length;
+  assert.ok(share > 0.4 && share < 0.6, `weight 2 of 4 takes about half: ${share}`);
+  down.add(1);
+  const moved = clients.filter((client) => picker.order(client)[0]!.port !== before.get(client));
+  assert.ok(
+    moved.every((client) => before.get(client) === 2),
+    'only the clients of the target down move',
+  );
+  assert.equal(moved.length, [...before.values()].filter((port) => port === 2).length);
+});
+
+test('weights are spans of the round-robin cycle: 3:1 sends three of every four to the first', () => {
+  const picker = new TargetPicker(targetsAt(1, 2), 'round_robin', [3, 1]);
+  const firsts = Array.from({ length: 8 }, () => picker.order()[0]!.port);
+  assert.deepEqual(firsts, [1, 1, 1, 2, 1, 1, 1, 2]);
 });

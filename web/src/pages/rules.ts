@@ -18,6 +18,8 @@ interface Rule {
   listen_port: number;
   targets: string[];
   strategy: string;
+  weights: number[] | null;
+  preserve_source: boolean;
   forwarding: string;
   enabled: boolean;
   tags: string[];
@@ -70,6 +72,7 @@ const WRITABLE = [
   'listen_port',
   'targets',
   'strategy',
+  'weights',
   'forwarding',
   'enabled',
   'tags',
@@ -81,6 +84,7 @@ const WRITABLE = [
   'proxy_protocol',
   'quota',
   'health_check',
+  'preserve_source',
 ] as const;
 
 /** Lines (or commas) of a text box as a list, blanks left out. */
@@ -99,6 +103,8 @@ function controlsOf(rule: Rule): string[] {
     rule.max_connections !== null && `at most ${rule.max_connections} at once`,
     rule.expires_at !== null && `${rule.state === 'expired' ? 'expired' : 'expires'} ${when(rule.expires_at)}`,
     rule.proxy_protocol !== 'none' && `PROXY ${rule.proxy_protocol}`,
+    rule.preserve_source && "keeps the client's address",
+    rule.weights !== null && `weights ${rule.weights.join(':')}`,
     rule.bandwidth_limit !== null && `${bytes(rule.bandwidth_limit)}/s each way`,
     rule.quota !== null &&
       rule.quota_usage !== null &&
@@ -401,7 +407,13 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       protocol: select('protocol', ['tcp', 'udp', 'tcp+udp'], rule?.protocol),
       listen_port: input('listen_port', { type: 'number', min: 1, max: 65535, value: rule?.listen_port ?? '' }),
       targets: h('textarea', { name: 'targets', rows: 3 }, (rule?.targets ?? []).join('\n')),
-      strategy: select('strategy', ['round_robin', 'random', 'failover'], rule?.strategy),
+      strategy: select(
+        'strategy',
+        ['round_robin', 'random', 'failover', 'source_hash', 'least_conn', 'lowest_latency'],
+        rule?.strategy,
+      ),
+      weights: input('weights', { autocomplete: 'off', value: (rule?.weights ?? []).join(', ') }),
+      preserve_source: input('preserve_source', { type: 'checkbox', checked: rule?.preserve_source ?? false }),
       forwarding: select('forwarding', ['auto', 'relay'], rule?.forwarding),
       tunnel_id: h(
         'select',
@@ -451,7 +463,8 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Protocol', c.protocol),
         field('Listen port', c.listen_port),
         field('Targets', c.targets, 'host:port, one per line'),
-        field('Strategy', c.strategy),
+        field('Strategy', c.strategy, 'lowest_latency needs a health check'),
+        field('Weights', c.weights, 'One per target, comma-separated (3, 1); empty: all alike'),
         field('Forwarding', c.forwarding, 'auto: in the kernel where the node can; relay: always in user space'),
         field('Tunnel', c.tunnel_id),
         field('Enabled', c.enabled),
@@ -461,6 +474,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Most connections at once', c.max_connections, "Empty: the node's own limit"),
         field('Expires', c.expires_at, 'Your local time; empty: never'),
         field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
+        field('Keep the client address', c.preserve_source, 'Kernel only: targets must route replies via the node'),
         field('Bandwidth (bytes/s)', c.bandwidth_limit, 'Each way, shared by all connections; empty: unlimited'),
         field('Health check every (s)', c.health_interval, 'A TCP connect; targets down are skipped. Empty: none'),
         field('Quota (bytes)', c.quota_bytes, 'Per period; empty: none. Spent, the rule stops until the period ends'),
@@ -486,6 +500,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
             .map((t) => t.trim())
             .filter(Boolean),
           strategy: c.strategy.value,
+          weights: c.weights.value.trim() === '' ? null : listOf(c.weights.value).map(Number),
           forwarding: c.forwarding.value,
           tunnel_id: c.tunnel_id.value === '' ? null : Number(c.tunnel_id.value),
           enabled: c.enabled.checked,
@@ -495,6 +510,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           max_connections: c.max_connections.value === '' ? null : Number(c.max_connections.value),
           expires_at: utcFromLocal(c.expires_at.value),
           proxy_protocol: c.proxy_protocol.value,
+          preserve_source: c.preserve_source.checked,
           bandwidth_limit: c.bandwidth_limit.value === '' ? null : Number(c.bandwidth_limit.value),
           // The check's other settings are kept as they are (or their defaults).
           health_check:
