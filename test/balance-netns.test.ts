@@ -208,3 +208,32 @@ async function holdOn(t: TestContext, address: string) {
     },
   };
 }
+
+const PRESERVED =
+  "preserve_source in the kernel: a target routing its replies through the node sees the client's own address, and " +
+  "one that does not is never reached from the node's; a node that cannot carry it in the kernel fails the rule";
+
+test(PRESERVED, { timeout: 60_000 }, async (t) => {
+  const reason = nftUnavailable(`${NODE}-probe`);
+  if (reason) return t.skip(reason);
+  network(t);
+  // The target's replies to the client's network go back through the node, as behind a gateway.
+  ip('netns', 'exec', TARGET, 'ip', 'route', 'add', '10.216.2.0/24', 'via', '10.216.3.1');
+  const script = `
+    import { createServer } from 'node:net';
+    createServer((s) => { s.on('error', () => s.destroy()); s.end(s.remoteAddress + '\\n'); })
+      .listen(${PORT}, '0.0.0.0', () => console.log('ready'));`;
+  const child = spawn('ip', ['netns', 'exec', TARGET, process.execPath, '--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  await once(child.stdout!, 'data');
+  const { m, edge } = await edgeNode(t);
+  const made = await rule(m, { node_id: edge.id, listen_port: PORT, targets: ALL.slice(0, 1), preserve_source: true });
+  await until('the rule applied', async () => (await ruleOf(m, made.body.id)).sync.state === 'applied', 10_000);
+  assert.equal((await ruleOf(m, made.body.id)).sync.applied_path, 'kernel');
+  assert.deepEqual(await tally(3, CLIENTS[2]), { [CLIENTS[2]!]: 3 }, "the target saw the client's address");
+  // The same rule without it: the node's address.
+  assert.equal(await place(m, made.body.id, { targets: ALL.slice(0, 1), preserve_source: false }), 'kernel');
+  assert.deepEqual(await tally(3, CLIENTS[2]), { '10.216.3.1': 3 }, "the target saw the node's address");
+});

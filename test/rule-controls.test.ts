@@ -672,6 +672,19 @@ test(COMBINATIONS, async (t) => {
   assert.deepEqual([kept.body.weights, kept.body.strategy, kept.body.preserve_source], [[3, 1], 'source_hash', true]);
 });
 
+const PRESERVE_ON_RELAY = "a rule that keeps the client's address fails on a node that forwards in user space only";
+
+test(PRESERVE_ON_RELAY, async (t) => {
+  const m = await startMaster(t);
+  const n = await onlineNode(t, m);
+  const made = (await rule(m, { node_id: n.id, listen_port: await freePort(), preserve_source: true })).body;
+  const synced = await call(m.url, 'POST', `/api/rules/${made.id}/sync`, { token: m.admin });
+  assertProblem(synced, 502, 'bad_gateway');
+  const { sync } = synced.body.rule;
+  assert.deepEqual([sync.state, sync.error.code, sync.applied_path], ['failed', 'kernel_unsupported', null]);
+  assert.match(sync.error.detail, /user space only/);
+});
+
 test("an agent's health reports reach only its own health-checked rules and their own targets", async (t) => {
   const m = await startMaster(t);
   const mine = await node(m, 'mine');

@@ -1,7 +1,11 @@
 // The nftables table an agent owns, `inet portplane_<node id>` (one per node, so that agents of several nodes on one
 // machine, as when trying portplane out, keep apart), written out whole for one transaction: direct rules DNAT'ed by
-// the kernel to their target (and masqueraded, so that replies come back through the node), with a pair of named
-// counters per rule. Nothing outside the table is touched.
+// the kernel to their target (and masqueraded, so that replies come back through the node, unless the rule keeps
+// the client's address), with a pair of named counters per rule. Nothing outside the table is touched.
+//
+// A rule with one target up is an element of the port map; with several, its port jumps (a verdict map) to a chain
+// of its own whose DNAT draws the target from an anonymous map: numgen over the weighted cycle, or jhash of the
+// client's address over the source buckets (domain/spread.ts). The agent fills these with the targets up.
 //
 // Which packets: those addressed to one of the node's own addresses (fib daddr type local), from other hosts
 // (prerouting) and from the node itself (output), but not to loopback: loopback stays with the relay, which holds
