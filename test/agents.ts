@@ -8,7 +8,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
-import { call, type Running } from './helpers.ts';
+import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
 
 export interface AgentProcess extends ChildProcess {
@@ -77,4 +77,33 @@ export async function udpRoundTrip(port: number, words: string[], host = '127.0.
 
 export async function nodeOf(m: Running, id: number) {
   return (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body;
+}
+
+export async function ruleOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+}
+
+/**
+ * A master in the test's namespace with `settings` set, the node "edge" at `nodeAddress`, and its agent in namespace
+ * `namespace` (linked to the master at `hostAddress`) forwarding where it can in the kernel (`--forwarding auto`),
+ * online.
+ */
+export async function kernelEdge(
+  t: TestContext,
+  where: { namespace: string; nodeAddress: string; hostAddress: string },
+  settings: Record<string, unknown> = {},
+) {
+  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+  if (Object.keys(settings).length > 0) {
+    const patched = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings });
+    if (patched.status !== 200) throw new Error(`settings refused: ${JSON.stringify(patched.body)}`);
+  }
+  const edge = await node(m, 'edge', { host: where.nodeAddress });
+  startAgent(t, `http://${where.hostAddress}:${new URL(m.url).port}`, edge.agent_token, {
+    within: ['ip', 'netns', 'exec', where.namespace],
+    listenHost: '0.0.0.0',
+    extraArgs: ['--insecure-http', '--forwarding', 'auto'],
+  });
+  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  return { m, edge };
 }

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { test, type TestContext } from 'node:test';
-import { nodeOf, startAgent } from './agents.ts';
-import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { kernelEdge, ruleOf } from './agents.ts';
+import { call, rule, type Running } from './helpers.ts';
 import { until } from './net.ts';
 import { ip, namespaces, nftUnavailable, runIn, veth } from './netns.ts';
 
@@ -85,21 +85,8 @@ async function tally(count: number, from = CLIENTS[0]!): Promise<Record<string, 
   return JSON.parse(await runIn(CLIENT, TALLY, NODE_ADDRESS, String(PORT), String(count), from));
 }
 
-/** A master, the node "edge" at NODE_ADDRESS and its agent forwarding in the kernel where it can, online. */
-async function edgeNode(t: TestContext) {
-  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-  const edge = await node(m, 'edge', { host: NODE_ADDRESS });
-  startAgent(t, `http://10.216.1.1:${new URL(m.url).port}`, edge.agent_token, {
-    within: ['ip', 'netns', 'exec', NODE],
-    listenHost: '0.0.0.0',
-    extraArgs: ['--insecure-http', '--forwarding', 'auto'],
-  });
-  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
-  return { m, edge };
-}
-
-async function ruleOf(m: Running, id: number) {
-  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+function edgeNode(t: TestContext) {
+  return kernelEdge(t, { namespace: NODE, nodeAddress: NODE_ADDRESS, hostAddress: '10.216.1.1' });
 }
 
 /** Writes rule `id` (PUT, all of `fields`), waits for its node to apply it, and says which path carries it. */

@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { nodeOf, startAgent, type AgentProcess } from './agents.ts';
+import { kernelEdge, nodeOf, ruleOf, startAgent, type AgentProcess } from './agents.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
 import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from './netns.ts';
@@ -102,26 +102,9 @@ function heldConnection(t: TestContext, port: number) {
   };
 }
 
-/**
- * A master in the test's namespace with `settings` set, the node "edge" at NODE_ADDRESS, and its agent forwarding
- * where it can in the kernel (`--forwarding auto`), online.
- */
-async function kernelNode(t: TestContext, settings: Record<string, unknown> = {}) {
-  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
-  if (Object.keys(settings).length > 0)
-    assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings })).status, 200);
-  const edge = await node(m, 'edge', { host: NODE_ADDRESS });
-  startAgent(t, `http://10.214.1.1:${new URL(m.url).port}`, edge.agent_token, {
-    within: ['ip', 'netns', 'exec', NODE],
-    listenHost: '0.0.0.0',
-    extraArgs: ['--insecure-http', '--forwarding', 'auto'],
-  });
-  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
-  return { m, edge };
-}
-
-async function ruleOf(m: Running, id: number) {
-  return (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+/** The node "edge" at NODE_ADDRESS, its agent forwarding where it can in the kernel (see kernelEdge). */
+function kernelNode(t: TestContext, settings: Record<string, unknown> = {}) {
+  return kernelEdge(t, { namespace: NODE, nodeAddress: NODE_ADDRESS, hostAddress: '10.214.1.1' }, settings);
 }
 
 async function sync(m: Running, ids: number[]) {

@@ -579,16 +579,18 @@ test('health checks mark a target down when it stops answering and up when it an
   assert.deepEqual([...new Set(await answers(4))], ['B'], 'back up, it is used again');
 });
 
-test('a health check is for direct rules only, and is bounded', async (t) => {
-  const m = await startMaster(t);
+/** Nodes "entry" and "exit", and a tunnel between them. */
+async function tunnelOf(m: Running) {
   const entry = await node(m, 'entry');
   const exit = await node(m, 'exit');
-  const tunnel = (
-    await call(m.url, 'POST', '/api/tunnels', {
-      token: m.admin,
-      body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
-    })
-  ).body;
+  const body = { name: 't', entry_node_id: entry.id, exit_node_id: exit.id };
+  const tunnel = (await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body })).body;
+  return { entry, tunnel };
+}
+
+test('a health check is for direct rules only, and is bounded', async (t) => {
+  const m = await startMaster(t);
+  const { entry, tunnel } = await tunnelOf(m);
   const base = { name: 'h', node_id: entry.id, protocol: 'tcp', listen_port: 9000, targets: ['192.0.2.1:80'] };
   const through = await call(m.url, 'POST', '/api/rules', {
     token: m.admin,
@@ -618,14 +620,7 @@ const COMBINATIONS =
 
 test(COMBINATIONS, async (t) => {
   const m = await startMaster(t);
-  const entry = await node(m, 'entry');
-  const exit = await node(m, 'exit');
-  const tunnel = (
-    await call(m.url, 'POST', '/api/tunnels', {
-      token: m.admin,
-      body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
-    })
-  ).body;
+  const { entry, tunnel } = await tunnelOf(m);
   const targets = ['192.0.2.1:80', '192.0.2.2:80'];
   const base = { name: 'c', node_id: entry.id, protocol: 'tcp', listen_port: 9000, targets };
   const checked = { strategy: 'lowest_latency', health_check: {} };
