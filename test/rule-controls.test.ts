@@ -633,6 +633,12 @@ test(COMBINATIONS, async (t) => {
     [{ strategy: 'lowest_latency' }, '#/strategy', /needs a health_check/],
     [{ preserve_source: true, forwarding: 'relay' }, '#/preserve_source', /needs the kernel path/],
     [{ preserve_source: true, tunnel_id: tunnel.id }, '#/preserve_source', /through a tunnel/],
+    // Every other reason a rule is the relay's alone: a rule that keeps the client's address could never be applied.
+    [{ preserve_source: true, health_check: {}, proxy_protocol: 'v1' }, '#/preserve_source', /proxy_protocol/],
+    [{ preserve_source: true, health_check: {}, bandwidth_limit: 65536 }, '#/preserve_source', /bandwidth_limit/],
+    [{ preserve_source: true, health_check: {}, quota: { bytes: 1000 } }, '#/preserve_source', /quota/],
+    [{ preserve_source: true, health_check: {}, strategy: 'least_conn' }, '#/preserve_source', /least_conn/],
+    [{ preserve_source: true }, '#/preserve_source', /several targets without a health_check/],
   ] as const;
   const before = snapshot(m);
   for (const [fields, pointer, detail] of cases) {
@@ -663,7 +669,13 @@ test(COMBINATIONS, async (t) => {
   const imported = await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc });
   assert.equal(imported.status, 422, JSON.stringify(imported.body));
   assert.equal(snapshot(m), before);
-  const kept = await rule(m, { ...base, weights: [3, 1], strategy: 'source_hash', preserve_source: true });
+  const kept = await rule(m, {
+    ...base,
+    weights: [3, 1],
+    strategy: 'source_hash',
+    preserve_source: true,
+    health_check: {},
+  });
   assert.deepEqual([kept.body.weights, kept.body.strategy, kept.body.preserve_source], [[3, 1], 'source_hash', true]);
 });
 

@@ -183,7 +183,8 @@ export const ruleInput = object(
           "Targets see the client's own address: the node rewrites the destination only, never the source. Their " +
           'replies must then route back through the node (the node is their gateway, or a route to the clients ' +
           'goes through it). Needs the kernel path: a node that cannot carry the rule there fails it ' +
-          '(kernel_unsupported); not with a tunnel or forwarding relay.',
+          '(kernel_unsupported). Refused (422) with whatever keeps a rule on the relay: a tunnel, forwarding relay, ' +
+          'bandwidth_limit, quota, proxy_protocol, least_conn, several targets without a health_check.',
       }),
       false,
     ),

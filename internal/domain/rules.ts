@@ -202,11 +202,38 @@ export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[
   }
   if (fields.strategy === 'lowest_latency' && fields.health_check === null)
     at('strategy', 'lowest_latency needs a health_check: its connect times are what it goes by');
-  if (fields.preserve_source && fields.tunnel_id !== null)
-    at('preserve_source', "through a tunnel the exit dials the targets, from its own address, not the client's");
-  else if (fields.preserve_source && fields.forwarding === 'relay')
-    at('preserve_source', "needs the kernel path: the relay connects to targets from the node's own address");
+  const relayed = fields.preserve_source && relayOnlyReason(fields);
+  if (relayed)
+    at('preserve_source', `needs the kernel path (the relay connects from the node's own address), but ${relayed}`);
   return errors;
+}
+
+/**
+ * Why a node's relay must carry `rule` whatever the node is, or null when the kernel could: what the master can
+ * tell before any node tries (preserve_source is refused with any of these), and what an agent says in
+ * sync.relayed_because.
+ */
+export function relayOnlyReason(
+  rule: Pick<
+    RuleFields,
+    'tunnel_id' | 'forwarding' | 'bandwidth_limit' | 'proxy_protocol' | 'strategy' | 'targets' | 'health_check'
+  > & { quota: object | null },
+): string | null {
+  if (rule.tunnel_id !== null) return 'rules through a tunnel are carried by the relay';
+  if (rule.forwarding === 'relay') return 'the rule asks for the relay';
+  const controls = [
+    rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
+    rule.quota !== null ? 'quota' : '',
+    rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
+  ].filter(Boolean);
+  if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;
+  if (rule.strategy === 'least_conn') return "least_conn: the kernel keeps no count of each target's connections";
+  if (rule.targets.length > 1 && rule.health_check === null)
+    return (
+      'several targets without a health_check: only the relay moves on to the next target when one does not ' +
+      "answer (with a health_check, a target down leaves the kernel's map)"
+    );
+  return null;
 }
 
 /** The part of a rule its node needs to forward it. */

@@ -10,7 +10,14 @@
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
-import type { ForwardRule, RuleErrorCode, RuleResult, RuleTraffic, TargetHealth } from '../domain/rules.ts';
+import {
+  relayOnlyReason,
+  type ForwardRule,
+  type RuleErrorCode,
+  type RuleResult,
+  type RuleTraffic,
+  type TargetHealth,
+} from '../domain/rules.ts';
 import type { ProbeResult, TunnelEnd } from '../domain/link.ts';
 import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
@@ -105,15 +112,6 @@ function bindError(error: NodeJS.ErrnoException, rule: Pick<ForwardRule, 'listen
 /** Whether the rule is past its expires_at: it is carried no more, as if disabled. */
 function expired(rule: ForwardRule, now: number): boolean {
   return rule.expires_at !== null && Date.parse(rule.expires_at) <= now;
-}
-
-/** The rule's controls only the relay enforces, by name; empty when it has none. */
-function relayOnlyControls(rule: ForwardRule): string[] {
-  return [
-    rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
-    rule.quota !== null ? 'quota' : '',
-    rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
-  ].filter(Boolean);
 }
 
 /** Why the relay carries a rule the kernel could have: no address of its target is one the kernel can send to. */
@@ -301,17 +299,7 @@ export class Forwarder {
   private kernelRefusal(rule: ForwardRule, available: boolean): string | null {
     if (this.mode === 'relay') return 'the agent forwards in user space only';
     if (!available) return this.kernelState.available ? 'the kernel path is not available' : this.kernelState.reason;
-    if (rule.tunnel_id !== null) return 'rules through a tunnel are carried by the relay';
-    if (rule.forwarding === 'relay') return 'the rule asks for the relay';
-    const controls = relayOnlyControls(rule);
-    if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;
-    if (rule.strategy === 'least_conn') return "least_conn: the kernel keeps no count of each target's connections";
-    if (rule.targets.length > 1 && rule.health_check === null)
-      return (
-        'several targets without a health_check: only the relay moves on to the next target when one does not ' +
-        "answer (with a health_check, a target down leaves the kernel's map)"
-      );
-    return null;
+    return relayOnlyReason(rule);
   }
 
   /**
