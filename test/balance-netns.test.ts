@@ -85,8 +85,8 @@ async function tally(count: number, from = CLIENTS[0]!): Promise<Record<string, 
   return JSON.parse(await runIn(CLIENT, TALLY, NODE_ADDRESS, String(PORT), String(count), from));
 }
 
-function edgeNode(t: TestContext) {
-  return kernelEdge(t, { namespace: NODE, nodeAddress: NODE_ADDRESS, hostAddress: '10.216.1.1' });
+function edgeNode(t: TestContext, settings: Record<string, unknown> = {}) {
+  return kernelEdge(t, { namespace: NODE, nodeAddress: NODE_ADDRESS, hostAddress: '10.216.1.1' }, settings);
 }
 
 /** Writes rule `id` (PUT, all of `fields`), waits for its node to apply it, and says which path carries it. */
@@ -197,8 +197,8 @@ async function holdOn(t: TestContext, address: string) {
 }
 
 const PRESERVED =
-  "preserve_source in the kernel: a target routing its replies through the node sees the client's own address, and " +
-  "one that does not is never reached from the node's; a node that cannot carry it in the kernel fails the rule";
+  "preserve_source in the kernel: a target routing its replies through the node sees the client's own address (the " +
+  "node's without it); a rule whose target the kernel cannot send to fails rather than going to the relay";
 
 test(PRESERVED, { timeout: 60_000 }, async (t) => {
   const reason = nftUnavailable(`${NODE}-probe`);
@@ -215,7 +215,7 @@ test(PRESERVED, { timeout: 60_000 }, async (t) => {
   });
   t.after(() => child.kill('SIGKILL'));
   await once(child.stdout!, 'data');
-  const { m, edge } = await edgeNode(t);
+  const { m, edge } = await edgeNode(t, { allow_local_targets: 1 });
   const made = await rule(m, { node_id: edge.id, listen_port: PORT, targets: ALL.slice(0, 1), preserve_source: true });
   await until('the rule applied', async () => (await ruleOf(m, made.body.id)).sync.state === 'applied', 10_000);
   assert.equal((await ruleOf(m, made.body.id)).sync.applied_path, 'kernel');
@@ -223,4 +223,15 @@ test(PRESERVED, { timeout: 60_000 }, async (t) => {
   // The same rule without it: the node's address.
   assert.equal(await place(m, made.body.id, { targets: ALL.slice(0, 1), preserve_source: false }), 'kernel');
   assert.deepEqual(await tally(3, CLIENTS[2]), { '10.216.3.1': 3 }, "the target saw the node's address");
+  // A target the kernel cannot send to (the node's own loopback): the rule fails rather than go to the relay.
+  const local = await rule(m, {
+    node_id: edge.id,
+    listen_port: PORT + 1,
+    targets: ['127.0.0.1:9'],
+    preserve_source: true,
+  });
+  await until('the rule failed', async () => (await ruleOf(m, local.body.id)).sync.state === 'failed', 10_000);
+  const { sync } = await ruleOf(m, local.body.id);
+  assert.deepEqual([sync.error.code, sync.applied_path], ['kernel_unsupported', null]);
+  assert.match(sync.error.detail, /no address of the target/);
 });

@@ -124,6 +124,8 @@ export class Agent {
   private retryTimer: NodeJS.Timeout | undefined;
   private tunnelTimer: NodeJS.Timeout | undefined;
   private healthTimer: NodeJS.Timeout | undefined;
+  /** Rules whose health checks changed since the kernel table was last brought in line with them. */
+  private readonly healthChanged = new Set<number>();
   /** The state of each tunnel end last written to the log. */
   private readonly tunnelsLogged = new Map<number, TunnelReport['state']>();
   /** What the master last heard of each tunnel end, and when. */
@@ -143,14 +145,24 @@ export class Agent {
       faultLog.warn('a fault ended one flow; the agent goes on', { site, error: error.stack ?? error.message });
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     // A target going up or down is told at once (a few changing together, in one message).
-    this.forwarder.onHealthChange = () => {
-      // The kernel sends no new client to a target down, at once; the master hears of it with the next few changes.
-      this.applying = this.applying
-        .then(async () => void (await this.forwarder.refreshKernelHealth()))
-        .catch((error: Error) =>
-          this.options.log.warn('rewriting the kernel table for a target up or down failed', { error: error.message }),
-        );
-      if (this.healthTimer || this.stopping) return;
+    this.forwarder.onHealthChange = (id, change) => {
+      // The kernel sends no new client to a target down, at once: one rewrite for the rules whose checks changed
+      // meanwhile (a target many rules share goes down in all of them together). The master hears of it with the
+      // next few changes; of a new fastest target it need not hear.
+      this.healthChanged.add(id);
+      if (this.healthChanged.size === 1)
+        this.applying = this.applying
+          .then(async () => {
+            const ids = [...this.healthChanged];
+            this.healthChanged.clear();
+            await this.forwarder.refreshKernelHealth(ids);
+          })
+          .catch((error: Error) =>
+            this.options.log.warn('rewriting the kernel table for a target up or down failed', {
+              error: error.message,
+            }),
+          );
+      if (change === 'lead' || this.healthTimer || this.stopping) return;
       this.healthTimer = setTimeout(() => {
         this.healthTimer = undefined;
         this.sendHealth();

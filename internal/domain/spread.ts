@@ -48,10 +48,24 @@ export function rendezvousOwner(key: string, candidates: readonly Candidate[]): 
 /** How many buckets the kernel hashes client addresses into for source_hash (see bucketOwners). */
 export const SOURCE_BUCKETS = 256;
 
-/** The target each source_hash bucket sends its clients to, over the targets up: the kernel's map, bucket by bucket. */
-export function bucketOwners(candidates: readonly Candidate[]): number[] {
-  return Array.from({ length: SOURCE_BUCKETS }, (_, bucket) => rendezvousOwner(`bucket${bucket}`, candidates)!);
+/**
+ * The target each source_hash bucket sends its clients to, over the targets up: the kernel's map, bucket by bucket.
+ * Kept by the candidates it was worked out for: every table write needs it for every source_hash rule, and rules
+ * share few sets of candidates (indexes and weights, not addresses).
+ */
+export function bucketOwners(candidates: readonly Candidate[]): readonly number[] {
+  const key = candidates.map(({ index, weight }) => `${index}:${weight}`).join(',');
+  let owners = ownersBySet.get(key);
+  if (!owners) {
+    owners = Array.from({ length: SOURCE_BUCKETS }, (_, bucket) => rendezvousOwner(`bucket${bucket}`, candidates)!);
+    if (ownersBySet.size >= OWNER_SETS_KEPT) ownersBySet.clear();
+    ownersBySet.set(key, owners);
+  }
+  return owners;
 }
+
+const OWNER_SETS_KEPT = 1024;
+const ownersBySet = new Map<string, readonly number[]>();
 
 export function totalWeight(up: readonly { weight: number }[]): number {
   return up.reduce((sum, { weight }) => sum + weight, 0);

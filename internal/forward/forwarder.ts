@@ -5,6 +5,7 @@
 // listener, kernel rules too: it holds the port (so a port in use is port_in_use either way) and carries what the
 // kernel does not take (loopback, an address family the target lacks), and switching a rule between the paths leaves
 // no moment when the port answers nothing. The kernel table is written whole, in one transaction, after the relays.
+// A rule that keeps the client's address (preserve_source) is the kernel's or fails: the relay cannot keep it.
 // Each rule's outcome carries a machine code on failure: for a rule this node is the exit of, what the exit did.
 
 import { lookup } from 'node:dns/promises';
@@ -31,6 +32,7 @@ import {
   readCounters,
   removeIdleTimeouts,
   removeTable,
+  spreadChainsIn,
   type Counts,
 } from '../kernel/nft.ts';
 import { tableOf, type Destination, type KernelRule, type KernelTarget, type Sources } from '../kernel/ruleset.ts';
@@ -46,7 +48,7 @@ import {
 } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { Gate } from '../relay/gate.ts';
-import { HealthChecker } from '../relay/health.ts';
+import { HealthChecker, type HealthChange } from '../relay/health.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
@@ -201,8 +203,11 @@ export class Forwarder {
   private readonly exits = new Map<number, Exit>();
   /** Called whenever how a tunnel end stands changes (state, error, round trip). */
   onTunnelChange: () => void = () => undefined;
-  /** Called when a health-checked target goes up or down. */
-  onHealthChange: () => void = () => undefined;
+  /**
+   * Called when a health-checked target of rule `id` goes up or down ('status'), or its fastest target changes
+   * ('lead': what lowest_latency goes by, which the kernel's map follows but the master is not told).
+   */
+  onHealthChange: (id: number, change: HealthChange) => void = () => undefined;
   /** Called when a rule's expires_at comes: the config is to be applied again, which stops it. */
   onExpiry: () => void = () => undefined;
   private expiryTimer: NodeJS.Timeout | undefined;
@@ -334,10 +339,7 @@ export class Forwarder {
       this.kernelRules = next;
       this.kernelEntries = entries;
     } catch (error) {
-      this.kernelState = { available: false, reason: (error as Error).message };
-      this.kernelRules = new Map();
-      this.kernelEntries = new Map();
-      this.kernelShape = null;
+      this.forgetKernel((error as Error).message);
       for (const { rule, result } of wanted) {
         if (this.kernelOnly(rule)) await this.failKernelOnly(rule, result, 'kernel_failed', (error as Error).message);
         else result.reason = (error as Error).message;
@@ -404,7 +406,9 @@ export class Forwarder {
       perSource: this.limits.maxConnectionsPerSource,
       tcpIdleSeconds: Math.max(1, Math.round(this.limits.tcpIdleMs / 1000)),
     };
-    await applyRuleset(this.table, rules, existing, limits);
+    // The spread chains the table holds, as this agent last listed it (once, before its first write of a run).
+    const chains = spreadChainsIn(this.kernelShape ?? (await tableShape(this.table)));
+    await applyRuleset(this.table, rules, existing, limits, chains);
     const previous = this.kernelIdleSeconds;
     this.kernelIdleSeconds = limits.tcpIdleSeconds;
     if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
@@ -444,14 +448,17 @@ export class Forwarder {
       }
       return 'restored';
     } catch (error) {
-      this.kernelState = {
-        available: false,
-        reason: `the kernel table could not be written back: ${(error as Error).message}`,
-      };
-      this.kernelRules = new Map();
-      this.kernelShape = null;
+      this.forgetKernel(`the kernel table could not be written back: ${(error as Error).message}`);
       return 'failed';
     }
+  }
+
+  /** The kernel path failed (`reason`): it carries nothing now, and nothing is written to it until the next apply. */
+  private forgetKernel(reason: string): void {
+    this.kernelState = { available: false, reason };
+    this.kernelRules = new Map();
+    this.kernelEntries = new Map();
+    this.kernelShape = null;
   }
 
   /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
@@ -492,12 +499,25 @@ export class Forwarder {
   }
 
   /**
-   * Rewrites the kernel table when the targets a kernel rule sends new clients to changed by its health checks (one
-   * went down or came up, or lowest_latency found another faster): established connections go on, only new clients
-   * see the change. Returns whether it rewrote.
+   * Rewrites the kernel table when the targets the kernel rules `ids` send new clients to changed by their health
+   * checks (one went down or came up, or lowest_latency found another faster): established connections go on, only
+   * new clients see the change. Only those rules are looked at again. Returns whether it rewrote.
    */
-  async refreshKernelHealth(): Promise<boolean> {
-    return this.rewriteKernel(this.kernelEntries);
+  async refreshKernelHealth(ids: Iterable<number>): Promise<boolean> {
+    const next = new Map(this.kernelRules);
+    let changed = false;
+    for (const id of ids) {
+      const entry = this.kernelEntries.get(id);
+      if (!entry) continue;
+      const rule = this.kernelRuleOf(entry);
+      if (JSON.stringify(rule) === JSON.stringify(next.get(id))) continue;
+      next.set(id, rule);
+      changed = true;
+    }
+    if (!changed) return false;
+    await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
+    this.kernelRules = next;
+    return true;
   }
 
   /** Looks up the kernel rules' target names again and rewrites the table if an address changed. */
@@ -751,7 +771,7 @@ export class Forwarder {
         rule.targets,
         targets,
         this.limits,
-        () => this.onHealthChange(),
+        (change) => this.onHealthChange(rule.id, change),
         greeting,
       );
   }

@@ -221,6 +221,8 @@ export async function applyRuleset(
   rules: readonly KernelRule[],
   existing: ReadonlyMap<number, Counts>,
   limits: KernelLimits,
+  /** The spread chains the table holds now: those no rule needs are deleted. */
+  chains: ReadonlySet<string>,
 ) {
   // The counters the table holds now, by name: those of rules no longer wanted are deleted, and only those.
   const names = new Set(
@@ -230,22 +232,17 @@ export async function applyRuleset(
       ...(counts.refused === undefined ? [] : [counterName(id, 'refused')]),
     ]),
   );
-  const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits, await spreadChains(table)));
+  const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits, chains));
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
 }
 
-/** The spread chains `table` holds now (see spreadChainName); none when nft cannot say. */
-async function spreadChains(table: string): Promise<Set<string>> {
-  const listed = await run(['-j', 'list', 'chains', 'inet']);
+/** The spread chains (see spreadChainName) in a table's shape as tableShape gives it; none without a table. */
+export function spreadChainsIn(shape: string | null): Set<string> {
   const chains = new Set<string>();
-  if (listed.code !== 0) return chains;
-  try {
-    for (const object of (JSON.parse(listed.stdout) as { nftables?: Listed[] }).nftables ?? []) {
-      const chain = object.chain;
-      if (chain?.table === table && typeof chain.name === 'string' && isSpreadChain(chain.name)) chains.add(chain.name);
-    }
-  } catch {
-    // A listing nft garbled: no chain is deleted, and a left-over one stays, unreferenced.
+  if (!shape) return chains;
+  for (const object of JSON.parse(shape) as Listed[]) {
+    const name = object.chain?.name;
+    if (typeof name === 'string' && isSpreadChain(name)) chains.add(name);
   }
   return chains;
 }

@@ -22,6 +22,9 @@ interface Checked extends TargetHealth {
   busy: boolean;
 }
 
+/** What changed: a target's status (up, down), or only which target is fastest. */
+export type HealthChange = 'status' | 'lead';
+
 /** How much faster another target must be for lowest_latency to move to it: by this ratio and by MIN_GAIN_MS. */
 const SWITCH_RATIO = 0.8;
 const MIN_GAIN_MS = 1;
@@ -41,8 +44,8 @@ export class HealthChecker implements TargetHealthView {
     given: string[],
     parsed: Target[],
     private readonly policy: DialPolicy,
-    /** Called when a target's status changes. */
-    private readonly onChange: () => void,
+    /** Called when a target's status changes, or which is fastest. */
+    private readonly onChange: (change: HealthChange) => void,
     /** What each check sends its target first: the rule's PROXY header with no client (LOCAL, UNKNOWN), or null. */
     greeting: Buffer | null = null,
   ) {
@@ -135,7 +138,8 @@ export class HealthChecker implements TargetHealthView {
     else if (why !== null && checked.failures >= this.check.fall) checked.status = 'down';
     const leader = this.leader;
     this.lead();
-    if (checked.status !== was || this.leader !== leader) this.onChange();
+    if (checked.status !== was) this.onChange('status');
+    else if (this.leader !== leader) this.onChange('lead');
   }
 
   /** Moves the lead to the fastest target not down when the one leading is down or clearly slower. */

@@ -90,7 +90,8 @@ export class TargetPicker {
 
   /** Counts a connection or session open to `target` (one of order's) until the returned function is called. */
   hold(target: Target): () => void {
-    const index = this.targets.indexOf(target);
+    // By address, not identity: an apply that keeps the targets hands the picker new objects for them.
+    const index = this.targets.findIndex((t) => t.host === target.host && t.port === target.port);
     const counts = this.open;
     if (index < 0) return () => undefined;
     counts[index] = (counts[index] ?? 0) + 1;

@@ -125,6 +125,12 @@ test('least_conn picks the target with the fewest open connections, in turn amon
   held[1]!.release();
   extra();
   assert.equal(picker.order().length, 3, 'failover order still holds every target');
+  // A target handed over by an apply that keeps the targets (new objects, the same addresses) is counted all the same.
+  const kept = new TargetPicker(targetsAt(1, 2), 'least_conn');
+  kept.update(targetsAt(1, 2), 'least_conn', null);
+  const release = kept.hold(targetsAt(1)[0]!);
+  assert.equal(kept.order()[0]!.port, 2, 'target 1 holds one, target 2 none');
+  release();
 });
 
 test('lowest_latency goes to the fastest target up, the first up when it knows none', () => {
