@@ -436,6 +436,8 @@ export class Forwarder {
     const shape = await tableShape(this.table);
     if (shape === wrote) return 'intact';
     this.kernelDrift = { count: this.kernelDrift.count + 1, lastAt: formatTime(Date.now()) };
+    // What the table holds now, not what this agent wrote: its spread chains are what the rewrite may delete.
+    this.kernelShape = shape;
     try {
       const counters = shape === null ? null : await readCounters(this.table);
       if (counters === null) this.kernelFresh = true;
