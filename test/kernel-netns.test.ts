@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { kernelEdge, nodeOf, ruleOf, startAgent, type AgentProcess } from './agents.ts';
 import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { QUOTA_SLACK } from '../internal/kernel/ruleset.ts';
 import { until } from './net.ts';
 import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from './netns.ts';
 
@@ -85,6 +86,7 @@ function heldConnection(t: TestContext, port: number) {
     import { createInterface } from 'node:readline';
     const socket = connect(${port}, '${NODE_ADDRESS}', () => console.log('open'));
     socket.setEncoding('utf8').on('data', (text) => process.stdout.write(text));
+    socket.on('error', () => {});
     socket.on('close', () => { console.log('closed'); process.exit(0); });
     createInterface({ input: process.stdin }).on('line', (line) => socket.write(line + '\\n'));`;
   const child = spawn('ip', ['netns', 'exec', CLIENT, process.execPath, '--input-type=module', '-e', script], {
@@ -98,6 +100,12 @@ function heldConnection(t: TestContext, port: number) {
     echoes: async (line: string) => {
       child.stdin.write(`${line}\n`);
       return until(`"${line}" to come back`, () => out.includes(line) && !out.includes('closed'), 5000);
+    },
+    /** Sends `line` and waits for the connection to end instead of echoing it. */
+    endsAt: async (line: string) => {
+      child.stdin.write(`${line}\n`);
+      await until(`the connection ended at "${line}"`, () => out.includes('closed'), 5000);
+      assert.ok(!out.includes(line), `"${line}" came back`);
     },
   };
 }
@@ -245,7 +253,11 @@ test(
     assert.equal((await call(m.url, 'DELETE', `/api/rules/${other.id}`, { token: m.admin })).status, 204);
     agent = startAgent(t, `http://10.214.1.1:${port}`, edge.agent_token, agentOptions);
     await until('the agent online again', async () => (await nodeOf(m, edge.id)).status === 'online');
-    await until('the deleted rule gone from the table', () => !/15013/.test(nftIn(NODE, 'list', 'ruleset').out));
+    // Its port closed for a while (a connection of it the kernel still knew would be reset), and in no map or set else.
+    await until('the deleted rule gone from the table', () => {
+      const listed = nftIn(NODE, 'list', 'ruleset').out;
+      return /15013 timeout/.test(listed) && !/15013(?! timeout)/.test(listed);
+    });
     // Both round trips of rule 15001 counted, the one made while no agent ran included, none twice.
     const total = await until('the traffic of the agent-less round trip reported', async () => {
       const traffic = (await ruleOf(m, tcp.id)).traffic;
@@ -606,5 +618,63 @@ test(
     target = await startTarget();
     await until('the target back in the kernel', () => mapped(), 5000);
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15401', '1000'), '1000');
+  },
+);
+
+/** Sends BYTES to HOST:PORT from the client, and prints how much came back and how the connection ended. */
+const SEND_UNTIL_ENDED = `
+  import { connect } from 'node:net';
+  const [host, port, bytes] = process.argv.slice(1);
+  const socket = connect(Number(port), host, () => socket.end(Buffer.alloc(Number(bytes), 7)));
+  let got = 0;
+  const done = (how) => { console.log(JSON.stringify({ got, how })); process.exit(0); };
+  socket.on('data', (chunk) => (got += chunk.length));
+  socket.on('end', () => done('end'));
+  socket.on('error', (error) => done(error.code));
+  setTimeout(() => done('timeout'), 10000);`;
+
+test(
+  "a TCP rule's quota is held by the kernel: spent, its connections are reset, and once the master stops the " +
+    'rule an idle one is reset at its next packet',
+  { timeout: 60_000 },
+  async (t) => {
+    const reason = nftUnavailable(`${NODE}-probe`);
+    if (reason) return t.skip(reason);
+    network(t);
+    await echoIn(t, TARGET, '0.0.0.0');
+    const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
+    const QUOTA = 256 * 1024;
+    const metered = (
+      await rule(m, {
+        node_id: edge.id,
+        listen_port: 15501,
+        targets: [`${TARGET_ADDRESS}:7007`],
+        quota: { bytes: QUOTA, period: 'none', direction: 'in' },
+      })
+    ).body;
+    await sync(m, [metered.id]);
+    assert.equal((await ruleOf(m, metered.id)).sync.applied_path, 'kernel');
+    const held = heldConnection(t, 15501);
+    await held.opened();
+    await held.echoes('before');
+
+    const sent = JSON.parse(await runIn(CLIENT, SEND_UNTIL_ENDED, NODE_ADDRESS, '15501', String(4 * QUOTA)));
+    assert.equal(sent.how, 'ECONNRESET', JSON.stringify(sent));
+    assert.ok(sent.got < QUOTA + QUOTA_SLACK, `${sent.got} bytes came back`);
+    const table = `portplane_${edge.id}`;
+    const counted = /bytes (\d+)/.exec(nftIn(NODE, 'list', 'counter', 'inet', table, `r${metered.id}_in`).out);
+    const carried = Number(counted?.[1]);
+    assert.ok(carried >= QUOTA && carried <= QUOTA + QUOTA_SLACK, `the kernel carried ${carried} bytes in`);
+
+    // The master counts it spent and stops the rule: the rule leaves the table, and its port is closed.
+    await until('the rule stopped', async () => (await ruleOf(m, metered.id)).state === 'quota_exceeded');
+    const usage = (await ruleOf(m, metered.id)).quota_usage;
+    assert.ok(usage.used_bytes >= QUOTA && usage.used_bytes <= QUOTA + QUOTA_SLACK, JSON.stringify(usage));
+    await until(
+      'the rule out of the table',
+      () => !/15501 :/.test(nftIn(NODE, 'list', 'map', 'inet', table, 'tcp4').out),
+    );
+    assert.match(nftIn(NODE, 'list', 'set', 'inet', table, 'tcp_closed').out, /15501 timeout/);
+    await held.endsAt('after');
   },
 );

@@ -636,7 +636,11 @@ test(COMBINATIONS, async (t) => {
     // Every other reason a rule is the relay's alone: a rule that keeps the client's address could never be applied.
     [{ preserve_source: true, health_check: {}, proxy_protocol: 'v1' }, '#/preserve_source', /proxy_protocol/],
     [{ preserve_source: true, health_check: {}, bandwidth_limit: 65536 }, '#/preserve_source', /bandwidth_limit/],
-    [{ preserve_source: true, health_check: {}, quota: { bytes: 1000 } }, '#/preserve_source', /quota/],
+    [
+      { preserve_source: true, health_check: {}, quota: { bytes: 1000 }, protocol: 'udp' },
+      '#/preserve_source',
+      /quota/,
+    ],
     [{ preserve_source: true, health_check: {}, strategy: 'least_conn' }, '#/preserve_source', /least_conn/],
     [{ preserve_source: true }, '#/preserve_source', /several targets without a health_check/],
   ] as const;

@@ -216,14 +216,22 @@ export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[
 export function relayOnlyReason(
   rule: Pick<
     RuleFields,
-    'tunnel_id' | 'forwarding' | 'bandwidth_limit' | 'proxy_protocol' | 'strategy' | 'targets' | 'health_check'
+    | 'tunnel_id'
+    | 'forwarding'
+    | 'protocol'
+    | 'bandwidth_limit'
+    | 'proxy_protocol'
+    | 'strategy'
+    | 'targets'
+    | 'health_check'
   > & { quota: object | null },
 ): string | null {
   if (rule.tunnel_id !== null) return 'rules through a tunnel are carried by the relay';
   if (rule.forwarding === 'relay') return 'the rule asks for the relay';
   const controls = [
     rule.bandwidth_limit !== null ? 'bandwidth_limit' : '',
-    rule.quota !== null ? 'quota' : '',
+    // The kernel ends a TCP connection past the quota with a reset; it has no way to end a UDP flow it translates.
+    rule.quota !== null && rule.protocol !== 'tcp' ? 'quota on UDP' : '',
     rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
   ].filter(Boolean);
   if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;

@@ -32,10 +32,17 @@ import {
   readCounters,
   removeIdleTimeouts,
   removeTable,
-  spreadChainsIn,
   type Counts,
 } from '../kernel/nft.ts';
-import { tableOf, type Destination, type KernelRule, type KernelTarget, type Sources } from '../kernel/ruleset.ts';
+import {
+  tableOf,
+  type ClosedPort,
+  type Destination,
+  type KernelQuota,
+  type KernelRule,
+  type KernelTarget,
+  type Sources,
+} from '../kernel/ruleset.ts';
 import {
   datagramsTo,
   dialTargets,
@@ -126,6 +133,25 @@ function sourcesOf(rule: ForwardRule): Sources | null {
   if (rule.allow_sources.length === 0 && rule.deny_sources.length === 0) return null;
   return { allow: rule.allow_sources.length > 0 ? rule.allow_sources : null, deny: rule.deny_sources };
 }
+
+/** The rule's quota as the kernel holds it; null without one. */
+function kernelQuotaOf(rule: ForwardRule): KernelQuota | null {
+  const quota = rule.quota;
+  if (!quota) return null;
+  const started = Date.parse(quota.period_start);
+  return {
+    bytes: quota.bytes,
+    used: quota.used,
+    direction: quota.direction,
+    periodStart: Number.isFinite(started) ? Math.floor(started / 1000) : 0,
+  };
+}
+
+/**
+ * How long past its idle timeout a TCP connection may still be known to conntrack (its closing states, FIN_WAIT and
+ * TIME_WAIT, last up to 120 s by default): a closed port stays closed for the idle timeout and this.
+ */
+const CONNTRACK_CLOSING_SECONDS = 120;
 
 /** setTimeout's longest wait; an expiry further away is looked at again then. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;
@@ -334,7 +360,9 @@ export class Forwarder {
       if (before === null && next.size === 0) return;
       if (before === null) this.kernelFresh = true;
       for (const [id, counts] of before ?? []) if (!next.has(id)) this.kernelRemoved.set(id, counts);
-      if (next.size === 0) await removeTable(this.table);
+      this.closeLeaving(next);
+      // A table with no rule stays while it closes ports: their connections are reset rather than go on untracked.
+      if (next.size === 0 && this.closedPorts().length === 0) await removeTable(this.table);
       else await this.writeTable([...next.values()], before ?? new Map());
       this.kernelRules = next;
       this.kernelEntries = entries;
@@ -394,7 +422,34 @@ export class Forwarder {
       sources: sourcesOf(rule),
       maxConnections: rule.max_connections,
       preserveSource: rule.preserve_source,
+      quota: kernelQuotaOf(rule),
     };
+  }
+
+  /** TCP ports the kernel carried until lately, by port, and until when their connections are reset (ms). */
+  private closedTcp = new Map<number, number>();
+
+  /** Closes the TCP ports the kernel carries now and will not once `next` is written (see ruleset.ts quotaRules). */
+  private closeLeaving(next: ReadonlyMap<number, KernelRule>): void {
+    const tcp = (rule: KernelRule) => rule.protocol !== 'udp';
+    const staying = new Set([...next.values()].filter(tcp).map((rule) => rule.listen_port));
+    const until = Date.now() + (this.idleSeconds() + CONNTRACK_CLOSING_SECONDS) * 1000;
+    for (const rule of this.kernelRules.values())
+      if (tcp(rule) && !staying.has(rule.listen_port)) this.closedTcp.set(rule.listen_port, until);
+  }
+
+  /** The closed ports still closed, with the seconds left; the others forgotten. */
+  private closedPorts(): ClosedPort[] {
+    const now = Date.now();
+    const closed: ClosedPort[] = [];
+    for (const [port, until] of this.closedTcp)
+      if (until <= now) this.closedTcp.delete(port);
+      else closed.push({ port, seconds: Math.ceil((until - now) / 1000) });
+    return closed;
+  }
+
+  private idleSeconds(): number {
+    return Math.max(1, Math.round(this.limits.tcpIdleMs / 1000));
   }
 
   /** The idle timeout last written into the kernel table (its policy objects go when it changes), if any. */
@@ -402,13 +457,10 @@ export class Forwarder {
 
   /** Writes the kernel table with `rules`, held to the node's limits as the relay holds its own. */
   private async writeTable(rules: KernelRule[], existing: ReadonlyMap<number, Counts>): Promise<void> {
-    const limits = {
-      perSource: this.limits.maxConnectionsPerSource,
-      tcpIdleSeconds: Math.max(1, Math.round(this.limits.tcpIdleMs / 1000)),
-    };
-    // The spread chains the table holds, as this agent last listed it (once, before its first write of a run).
-    const chains = spreadChainsIn(this.kernelShape ?? (await tableShape(this.table)));
-    await applyRuleset(this.table, rules, existing, limits, chains);
+    const limits = { perSource: this.limits.maxConnectionsPerSource, tcpIdleSeconds: this.idleSeconds() };
+    // What the table holds, as this agent last listed it (once, before its first write of a run).
+    const shape = this.kernelShape ?? (await tableShape(this.table));
+    await applyRuleset(this.table, rules, existing, limits, shape, this.closedPorts());
     const previous = this.kernelIdleSeconds;
     this.kernelIdleSeconds = limits.tcpIdleSeconds;
     if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);

@@ -11,8 +11,10 @@ import {
   idleTimeoutName,
   isAgentTable,
   isLearnedSet,
+  isQuotaName,
   isSpreadChain,
   rulesetScript,
+  type ClosedPort,
   type KernelLimits,
   type KernelRule,
 } from './ruleset.ts';
@@ -148,7 +150,8 @@ export async function readCounters(table: string): Promise<Map<number, Counts> |
 type Listed = Record<string, Record<string, unknown>>;
 
 /**
- * What `table` holds, but for what changes by itself (counters' counts, the sources its dynamic sets learn, handles),
+ * What `table` holds, but for what changes by itself (counters' counts and quotas' (a quota's bytes are in its name),
+ * the sources its dynamic sets learn, closed ports timing out, handles),
  * as text to compare: the table as its agent wrote it, until something else changes it. Null when there is none.
  */
 export async function tableShape(table: string): Promise<string | null> {
@@ -165,7 +168,7 @@ export async function tableShape(table: string): Promise<string | null> {
   return JSON.stringify(
     objects.map((object) => {
       const [kind, body] = Object.entries(object)[0] ?? ['', {}];
-      const { handle: _handle, packets: _packets, bytes: _bytes, ...kept } = body;
+      const { handle: _handle, packets: _packets, bytes: _bytes, used: _used, ...kept } = body;
       if (kind === 'set' && typeof kept.name === 'string' && isLearnedSet(kept.name)) {
         delete kept.elem;
         delete kept.flags;
@@ -221,30 +224,34 @@ export async function applyRuleset(
   rules: readonly KernelRule[],
   existing: ReadonlyMap<number, Counts>,
   limits: KernelLimits,
-  /** The spread chains the table holds now: those no rule needs are deleted. */
-  chains: ReadonlySet<string>,
+  /** The table's shape as last listed (see tableShape): its chains and quotas no rule needs are deleted. */
+  shape: string | null,
+  closed: readonly ClosedPort[],
 ) {
   // The counters the table holds now, by name: those of rules no longer wanted are deleted, and only those.
-  const names = new Set(
+  const counters = new Set(
     [...existing].flatMap(([id, counts]) => [
       counterName(id, 'in'),
       counterName(id, 'out'),
       ...(counts.refused === undefined ? [] : [counterName(id, 'refused')]),
     ]),
   );
-  const applied = await run(['-f', '-'], rulesetScript(table, rules, names, limits, chains));
+  const script = rulesetScript(table, rules, { counters, ...objectsIn(shape) }, limits, closed);
+  const applied = await run(['-f', '-'], script);
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
 }
 
-/** The spread chains (see spreadChainName) in a table's shape as tableShape gives it; none without a table. */
-export function spreadChainsIn(shape: string | null): Set<string> {
+/** The spread chains and quota objects (see ruleset.ts) in a table's shape as tableShape gives it. */
+function objectsIn(shape: string | null): { chains: Set<string>; quotas: Set<string> } {
   const chains = new Set<string>();
-  if (!shape) return chains;
-  for (const object of JSON.parse(shape) as Listed[]) {
-    const name = object.chain?.name;
-    if (typeof name === 'string' && isSpreadChain(name)) chains.add(name);
+  const quotas = new Set<string>();
+  for (const object of shape ? (JSON.parse(shape) as Listed[]) : []) {
+    const chain = object.chain?.name;
+    if (typeof chain === 'string' && isSpreadChain(chain)) chains.add(chain);
+    const quota = object.quota?.name;
+    if (typeof quota === 'string' && isQuotaName(quota)) quotas.add(quota);
   }
-  return chains;
+  return { chains, quotas };
 }
 
 /** Removes the idle timeout policies of `seconds` from `table` once no rule uses them; gone already is fine. */

@@ -78,6 +78,60 @@ export interface KernelRule {
   maxConnections?: number | null;
   /** No source NAT: targets see the client's address (and route their replies back through the node). */
   preserveSource?: boolean;
+  /** TCP rules only (see relayOnlyReason): what the kernel lets through before it resets the rule's connections. */
+  quota?: KernelQuota | null;
+}
+
+/**
+ * A rule's quota as the kernel holds it: a quota object declared with the bytes of the period and what the master
+ * had counted of it (`used`), named by the period and the bytes, so that each config's declaration keeps the object
+ * (and what the kernel counted into it) until the period starts over or the bytes change, which make a new one.
+ */
+export interface KernelQuota {
+  bytes: number;
+  used: number;
+  /** Which way of a connection is billed: client to target (in), back (out) or both. */
+  direction: 'in' | 'out' | 'both';
+  /** When the period started, in seconds since the epoch (0: a quota without periods). */
+  periodStart: number;
+}
+
+/**
+ * How far past its quota the kernel carries a rule: what the master, counting the same bytes, needs to see the quota
+ * spent (and stop the rule) before the kernel refuses a packet, whatever the size of the packet that crosses it (a
+ * GRO'ed segment is up to 64 KiB). It is the relay's bound too (one read of 256 KiB), but for the rule, not each
+ * connection.
+ */
+export const QUOTA_SLACK = 256 * 1024;
+
+/** The quota object of rule `id` for `quota`'s period and bytes. */
+export function quotaName(id: number, quota: Pick<KernelQuota, 'bytes' | 'periodStart'>): string {
+  return `r${id}_quota_${quota.periodStart}_${quota.bytes}`;
+}
+
+const QUOTA = new RegExp(`^r${ID_DIGITS}_quota_\\d+_\\d+$`);
+
+/** Whether `name` is a quota object this table makes (see quotaName). */
+export function isQuotaName(name: string): boolean {
+  return QUOTA.test(name);
+}
+
+/** What a table holds that a rewrite deletes when no rule needs it any more: by name, counters, chains, quotas. */
+export interface Held {
+  counters: ReadonlySet<string>;
+  chains: ReadonlySet<string>;
+  quotas: ReadonlySet<string>;
+}
+
+export const NOTHING_HELD: Held = { counters: new Set(), chains: new Set(), quotas: new Set() };
+
+/**
+ * A TCP port the kernel carried until lately, and how many seconds more its connections are reset at their next
+ * packet: long enough that each has either sent one or been forgotten by conntrack (the rule's idle timeout policy).
+ */
+export interface ClosedPort {
+  port: number;
+  seconds: number;
 }
 
 /** Whether the kernel refuses some of `rule`'s clients itself, counting them (in a `refused` counter of the rule). */
@@ -183,9 +237,12 @@ function elements(entries: string[]): string {
   return entries.join(', ');
 }
 
-/** Whether `name` is one of the sets the kernel fills by itself, with the sources of new connections (ct count). */
+/**
+ * Whether `name` is one of the sets whose elements change by themselves: those the kernel fills with the sources of
+ * new connections (ct count), and closed ports, which time out.
+ */
 export function isLearnedSet(name: string): boolean {
-  return /^(tcp|udp)[46]_sources$/.test(name) || name === 'rule_flows';
+  return /^(tcp|udp)[46]_sources$/.test(name) || name === 'rule_flows' || name === 'tcp_closed';
 }
 
 /** The node's limits the kernel holds its rules to (the agent's config: max_connections_per_source and its like). */
@@ -201,16 +258,15 @@ export function idleTimeoutName(family: 4 | 6, seconds: number): string {
 
 /**
  * The script that makes the table hold exactly `rules`, as one transaction (`nft -f`): declarations (which keep
- * whatever of them exists, counters included), every chain, map and set emptied and filled again, and the counters and
- * spread chains of rules no longer wanted deleted. `existing` names the counters the table holds now, `existingChains`
- * its spread chains.
+ * whatever of them exists, counters and quotas included), every chain, map and set emptied and filled again, and what
+ * `held` names that no rule needs any more deleted. `closed` are TCP ports whose connections are to be reset.
  */
 export function rulesetScript(
   table: string,
   rules: readonly KernelRule[],
-  existing: ReadonlySet<string>,
+  held: Held,
   limits: KernelLimits,
-  existingChains: ReadonlySet<string> = new Set(),
+  closed: readonly ClosedPort[] = [],
 ): string {
   const FAMILY_TABLE = `inet ${table}`;
   const wanted = new Set(
@@ -249,6 +305,18 @@ export function rulesetScript(
     );
   }
   for (const name of wanted) lines.push(`  counter ${name} { }`);
+  // Declared with what the master counted; declared again (same period, same bytes), an object keeps its own count.
+  const quotas = new Map<string, KernelQuota>();
+  for (const rule of rules) if (rule.quota) quotas.set(quotaName(rule.id, rule.quota), rule.quota);
+  for (const [name, quota] of quotas)
+    lines.push(
+      `  quota ${name} { over ${quota.bytes + QUOTA_SLACK} bytes used ${Math.min(quota.used, quota.bytes)} bytes; }`,
+    );
+  lines.push(
+    '  map tcp_quota_in { type inet_service : quota; }',
+    '  map tcp_quota_out { type inet_service : quota; }',
+    '  set tcp_closed { type inet_service; flags timeout; }',
+  );
   const spreadChains = new Map<
     string,
     { rule: KernelRule; l4: 'tcp' | 'udp'; family: 4 | 6; members: KernelTarget[] }
@@ -274,6 +342,10 @@ export function rulesetScript(
     // from other hosts pass the forward hook; the node's own (DNAT'ed in `output`) the output hook: both are held.
     '  chain sources { type filter hook forward priority filter - 10; policy accept; }',
     '  chain sources_local { type filter hook output priority filter - 10; policy accept; }',
+    // Quotas and closed ports, before the DNAT (and the undoing of the source NAT), where a reset carries the
+    // addresses the client and the target know the connection by.
+    '  chain stop_prerouting { type filter hook prerouting priority dstnat - 5; policy accept; }',
+    '  chain stop_output { type filter hook output priority -150; policy accept; }',
     '}',
   );
   const chains = [
@@ -285,6 +357,8 @@ export function rulesetScript(
     'conn_limits',
     'sources',
     'sources_local',
+    'stop_prerouting',
+    'stop_output',
   ];
   for (const chain of chains) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const chain of spreadChains.keys()) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
@@ -292,6 +366,9 @@ export function rulesetScript(
     for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`, `${l4}4_spread`, `${l4}6_spread`])
       lines.push(`flush map ${FAMILY_TABLE} ${name}`);
   for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`, `flush set ${FAMILY_TABLE} ${l4}_snat`);
+  for (const name of ['tcp_quota_in', 'tcp_quota_out']) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
+  lines.push(`flush set ${FAMILY_TABLE} tcp_closed`);
+  quotaRules(FAMILY_TABLE, rules, closed).forEach((line) => lines.push(line));
   for (const [name, { rule, l4, family, members }] of spreadChains) {
     const [nfproto, ip] = family === 4 ? ['ipv4', 'ip'] : ['ipv6', 'ip6'];
     const dest = (target: KernelTarget) => {
@@ -374,9 +451,47 @@ export function rulesetScript(
       mine.filter((r) => !r.preserveSource).map((r) => String(r.listen_port)),
     );
   }
-  for (const name of existing) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
-  for (const name of existingChains) if (!spreadChains.has(name)) lines.push(`delete chain ${FAMILY_TABLE} ${name}`);
+  for (const name of held.counters) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
+  for (const name of held.chains) if (!spreadChains.has(name)) lines.push(`delete chain ${FAMILY_TABLE} ${name}`);
+  // After the maps that named them are flushed (an object still referred to cannot be deleted).
+  for (const name of held.quotas) if (!quotas.has(name)) lines.push(`delete quota ${FAMILY_TABLE} ${name}`);
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * The rules that hold TCP rules to their quotas and close ports, in the stop chains: before the counters, so that
+ * what they reset is not counted as carried. Past its quota and QUOTA_SLACK, each packet of a rule's connections,
+ * either way it is billed, is answered with a TCP reset (its sender's side closes; the other side's at its own next
+ * packet). A closed port's DNAT'ed connections are reset alike: a rule taken out of the table (stopped, its quota
+ * spent, deleted, moved to the relay) ends the kernel's connections of it, which the kernel would go on translating.
+ */
+function quotaRules(table: string, rules: readonly KernelRule[], closed: readonly ClosedPort[]): string[] {
+  const lines: string[] = [];
+  // Not a reset: the kernel's own resets (which carry the connection's conntrack entry) pass here on their way out.
+  const ours = 'ct status dnat meta l4proto tcp tcp flags & rst == 0';
+  const spent = (way: 'original' | 'reply', map: string) =>
+    `${ours} ct direction ${way} quota name ct original proto-dst map @${map} reject with tcp reset`;
+  for (const chain of ['stop_prerouting', 'stop_output']) {
+    lines.push(`add rule ${table} ${chain} ${ours} ct original proto-dst @tcp_closed reject with tcp reset`);
+    lines.push(`add rule ${table} ${chain} ${spent('original', 'tcp_quota_in')}`);
+  }
+  lines.push(`add rule ${table} stop_prerouting ${spent('reply', 'tcp_quota_out')}`);
+  const fill = (name: string, entries: string[]) => {
+    if (entries.length > 0) lines.push(`add element ${table} ${name} { ${elements(entries)} }`);
+  };
+  for (const way of ['in', 'out'] as const)
+    fill(
+      `tcp_quota_${way}`,
+      rules
+        .filter((rule) => rule.quota && (rule.quota.direction === 'both' || rule.quota.direction === way))
+        .map((rule) => `${rule.listen_port} : "${quotaName(rule.id, rule.quota!)}"`),
+    );
+  const carried = new Set(rules.filter((rule) => carries(rule, 'tcp')).map((rule) => rule.listen_port));
+  fill(
+    'tcp_closed',
+    closed.filter((entry) => !carried.has(entry.port)).map((entry) => `${entry.port} timeout ${entry.seconds}s`),
+  );
+  return lines;
 }
 
 /**

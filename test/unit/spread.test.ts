@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { bucketOwners, SOURCE_BUCKETS } from '../../internal/domain/spread.ts';
-import { rulesetScript, type KernelRule, type KernelTarget } from '../../internal/kernel/ruleset.ts';
+import { NOTHING_HELD, rulesetScript, type KernelRule, type KernelTarget } from '../../internal/kernel/ruleset.ts';
 
 const LIMITS = { perSource: 100, tcpIdleSeconds: 300 };
 
@@ -14,7 +14,7 @@ function target(index: number, weight = 1): KernelTarget {
 }
 
 function script(rules: KernelRule[], chains: string[] = []): string {
-  return rulesetScript('portplane_1', rules, new Set(), LIMITS, new Set(chains));
+  return rulesetScript('portplane_1', rules, { ...NOTHING_HELD, chains: new Set(chains) }, LIMITS);
 }
 
 const base = { protocol: 'tcp' as const, spread: 'round_robin' as const };
