@@ -8,8 +8,8 @@ export interface Listener {
   name: string;
   /** host:port */
   bind: string;
-  /** host:port of what it forwards to */
-  server: string;
+  /** host:port of what it forwards to; several: balanced round robin */
+  server: string | string[];
   /** A PEM file (certificate and key): the listener takes TLS. */
   tlsCertificate?: string;
   /** The listener's server is spoken to over TLS (certificate not checked: the chain measures cost, not trust). */
@@ -36,7 +36,9 @@ export function startHaproxy(
     lines.push(
       `listen ${listener.name}`,
       `  bind ${listener.bind}${listener.tlsCertificate ? ` ssl crt ${listener.tlsCertificate}` : ''}`,
-      `  server target ${listener.server}${listener.tlsToServer ? ' ssl verify none' : ''}`,
+      ...(Array.isArray(listener.server)
+        ? ['  balance roundrobin', ...listener.server.map((server, i) => `  server target${i} ${server}`)]
+        : [`  server target ${listener.server}${listener.tlsToServer ? ' ssl verify none' : ''}`]),
     );
   }
   writeFileSync(file, `${lines.join('\n')}\n`);

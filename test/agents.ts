@@ -99,11 +99,11 @@ export async function kernelEdge(
     if (patched.status !== 200) throw new Error(`settings refused: ${JSON.stringify(patched.body)}`);
   }
   const edge = await node(m, 'edge', { host: where.nodeAddress });
-  startAgent(t, `http://${where.hostAddress}:${new URL(m.url).port}`, edge.agent_token, {
+  const agent = startAgent(t, `http://${where.hostAddress}:${new URL(m.url).port}`, edge.agent_token, {
     within: ['ip', 'netns', 'exec', where.namespace],
     listenHost: '0.0.0.0',
     extraArgs: ['--insecure-http', '--forwarding', 'auto'],
   });
   await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
-  return { m, edge };
+  return { m, edge, agent };
 }

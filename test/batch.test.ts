@@ -298,6 +298,7 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
           tunnel_id: null,
           protocol: 'tcp',
           listen_port: 10_000,
+          listen_port_end: null,
           targets: ['10.0.0.1:80'],
           strategy: 'round_robin',
           weights: null,

@@ -3,7 +3,7 @@ import { randomBytes, scrypt } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
 import { adopt, forward, readBufferBytes } from '../internal/relay/reads.ts';
@@ -35,6 +35,7 @@ function rule(id: number, listen_port: number, targets: string[], extra: Partial
     id,
     protocol: 'tcp',
     listen_port,
+    listen_port_end: null,
     targets,
     strategy: 'round_robin',
     weights: null,
@@ -526,4 +527,84 @@ test(FAILED_LATE, async (t) => {
   await once(client, 'close');
   await new Promise((resolve) => setTimeout(resolve, 200));
   assert.equal(dialled, 0);
+});
+
+/** `count` consecutive TCP ports free on loopback, from a random start; the first of them. */
+async function freeSpan(count: number): Promise<number> {
+  for (;;) {
+    const first = 20_000 + Math.floor(Math.random() * 30_000);
+    const held: ReturnType<typeof createServer>[] = [];
+    try {
+      for (let port = first; port < first + count; port++) {
+        const server = createServer().listen(port, '127.0.0.1');
+        held.push(server);
+        await once(server, 'listening');
+      }
+      return first;
+    } catch {
+      // one of them is taken: another start
+    } finally {
+      await Promise.all(held.map((server) => new Promise((resolve) => server.close(resolve))));
+    }
+  }
+}
+
+/** Servers on `count` consecutive ports from `first` that each answer with their own port and hang up. */
+async function tellingPorts(t: TestContext, first: number, count: number): Promise<void> {
+  for (let port = first; port < first + count; port++) {
+    const server = createServer((socket) => socket.end(String(port))).listen(port, '127.0.0.1');
+    await once(server, 'listening');
+    t.after(() => server.close());
+  }
+}
+
+const RANGED =
+  'a range on the relay: each port to the port at the same place of a range target, or all to a one-port target; ' +
+  'counted into the one rule';
+
+test(RANGED, async (t) => {
+  const targets = await freeSpan(3);
+  await tellingPorts(t, targets, 3);
+  const shifted = await freeSpan(3);
+  const gathered = await freeSpan(3);
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  const results = await forwarder.apply([
+    rule(1, shifted, [`127.0.0.1:${targets}-${targets + 2}`], { listen_port_end: shifted + 2 }),
+    rule(2, gathered, [`127.0.0.1:${targets + 1}`], { listen_port_end: gathered + 2 }),
+  ]);
+  assert.deepEqual(
+    results.map((r) => r.state),
+    ['applied', 'applied'],
+  );
+  const answers = [];
+  for (const port of [shifted, shifted + 1, shifted + 2, gathered, gathered + 2])
+    answers.push((await roundTrip(port, Buffer.alloc(0))).toString());
+  assert.deepEqual(answers, [targets, targets + 1, targets + 2, targets + 1, targets + 1].map(String));
+  // Five answers of five digits: three through rule 1's ports, two through rule 2's.
+  const out = new Map<number, number>();
+  await until('the answers counted', () => {
+    for (const { id, bytes_out } of forwarder.drain()) out.set(id, (out.get(id) ?? 0) + bytes_out);
+    return out.get(1) === 15 && out.get(2) === 10;
+  });
+});
+
+const CLASHING =
+  "a config whose ranges overlap fails the later rule (port_in_use), and a range wider than the relay's fails " +
+  'where the kernel cannot carry it';
+
+test(CLASHING, async (t) => {
+  const first = await freeSpan(10);
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  const results = await forwarder.apply([
+    rule(1, first, ['127.0.0.1:9'], { listen_port_end: first + 5 }),
+    rule(2, first + 5, ['127.0.0.1:9'], { listen_port_end: first + 9 }),
+    rule(3, 40_000, ['127.0.0.1:9'], { listen_port_end: 41_000 }),
+  ]);
+  assert.equal(results[0]!.state, 'applied');
+  assert.equal(results[1]!.error?.code, 'port_in_use');
+  assert.match(results[1]!.error!.detail, new RegExp(`overlap rule 1's \\(${first}-${first + 5}\\)`));
+  assert.equal(results[2]!.error?.code, 'kernel_unsupported');
+  assert.match(results[2]!.error!.detail, /1,001 ports are the kernel's alone .* user space only/);
 });

@@ -411,7 +411,8 @@ test(
 
 const DRIFT =
   'something else flushing the ruleset on the node: the table is back within 2 s, forwarding, and the node, an event ' +
-  'and a metric say so; a change inside the table is put right too; IPv6 router advertisements stay accepted';
+  'and a metric say so; a change inside the table is put right too, a table declared otherwise made anew, and with ' +
+  'nft refusing writes the relay carries the rule and it says so; IPv6 router advertisements stay accepted';
 test(DRIFT, { timeout: 60_000 }, async (t) => {
   const reason = nftUnavailable(`${NODE}-probe`);
   if (reason) return t.skip(reason);
@@ -419,7 +420,7 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}c.accept_ra=1`]);
   execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', `net.ipv6.conf.${NODE}t.accept_ra=0`]);
   await echoIn(t, TARGET, '0.0.0.0');
-  const { m, edge } = await kernelNode(t);
+  const { m, edge, agent } = await kernelNode(t);
   const made = (await rule(m, { node_id: edge.id, listen_port: 15201, targets: [`${TARGET_ADDRESS}:7007`] })).body;
   await sync(m, [made.id]);
   assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
@@ -459,13 +460,29 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   await until('the second drift told', async () => (await nodeOf(m, edge.id)).kernel_path?.drifts === 2);
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000');
 
-  // A table in the way that the agent cannot write over (a set where its map goes): the relay carries the rule, and
-  // the rule says so; once it is out of the way, the next config the node applies puts the kernel back.
+  // A table under its name declared otherwise (a set where its map goes, as an older agent's maps without intervals):
+  // not written over, but made anew.
   const hostile = spawnSync('ip', ['netns', 'exec', NODE, 'nft', '-f', '-'], {
     input: `flush ruleset\nadd table inet ${table}\nadd set inet ${table} tcp4 { type ipv4_addr; }\n`,
     encoding: 'utf8',
   });
   assert.equal(hostile.status, 0, hostile.stderr);
+  await until('the table made anew', () => /tcp4 \{\s+type inet_service : ipv4_addr/.test(listed().out), 2000);
+  assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000');
+  assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
+
+  // nft refusing the agent's writes (here: a wrapper bound over it in the agent's own mount namespace, which `ip
+  // netns exec` gave it): the table cannot be written back, the relay carries the rule, and the rule says so; once
+  // nft takes writes again, the next config the node applies puts the kernel back.
+  const nft = execFileSync('sh', ['-c', 'command -v nft'], { encoding: 'utf8' }).trim();
+  const shim = mkdtempSync(join(tmpdir(), 'portplane-nft-'));
+  t.after(() => rmSync(shim, { recursive: true, force: true }));
+  writeFileSync(join(shim, 'real'), '');
+  writeFileSync(join(shim, 'nft'), `#!/bin/sh\n[ "$1" = "-f" ] && exit 1\nexec ${shim}/real "$@"\n`, { mode: 0o755 });
+  const inAgent = (...args: string[]) => execFileSync('nsenter', ['-t', String(agent.pid), '-m', ...args]);
+  inAgent('mount', '--bind', nft, join(shim, 'real'));
+  inAgent('mount', '--bind', join(shim, 'nft'), nft);
+  assert.equal(nftIn(NODE, 'flush', 'ruleset').code, 0);
   await until(
     'the rule to say the relay carries it',
     async () => (await ruleOf(m, made.id)).sync.applied_path === 'relay',
@@ -474,7 +491,7 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   assert.equal(refused.available, false);
   assert.match(refused.reason, /could not be written back|refused/);
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000', 'the relay forwards');
-  assert.equal(nftIn(NODE, 'delete', 'table', 'inet', table).code, 0);
+  inAgent('umount', nft);
   assert.equal((await sync(m, [made.id]))[0].outcome, 'applied');
   assert.equal((await ruleOf(m, made.id)).sync.applied_path, 'kernel');
 
@@ -678,3 +695,92 @@ test(
     await held.endsAt('after');
   },
 );
+
+/** In the target, servers on each of PORTS (comma-separated) that answer with their own port and hang up. */
+const TELLING = `
+  import { createServer } from 'node:net';
+  const ports = process.argv[1].split(',').map(Number);
+  let ready = 0;
+  for (const port of ports)
+    createServer((s) => s.end(String(port)))
+      .listen(port, '0.0.0.0', () => ++ready === ports.length && console.log('ready'));`;
+
+/** Connects to HOST:PORT from where it runs and prints what the far side said before hanging up. */
+const ANSWER = `
+  import { connect } from 'node:net';
+  const [host, port] = process.argv.slice(1);
+  const socket = connect(Number(port), host);
+  let said = '';
+  socket.setEncoding('utf8').on('data', (text) => (said += text));
+  socket.on('close', () => { console.log(said || 'nothing'); process.exit(0); });
+  socket.on('error', () => {});
+  setTimeout(() => { console.log('timeout'); process.exit(0); }, 3000);`;
+
+const RANGES =
+  'port ranges in the kernel: 1,000 ports to one target port and 2,000 to the same ports (each one element), 10 ' +
+  'shifted to another range (an element per port); sampled ports forward and count into their rule; a range over a ' +
+  "port the node's programs listen on is port_in_use";
+
+test(RANGES, { timeout: 60_000 }, async (t) => {
+  const reason = nftUnavailable(`${NODE}-probe`);
+  if (reason) return t.skip(reason);
+  network(t);
+  await echoIn(t, TARGET, '0.0.0.0');
+  const telling = spawn(
+    'ip',
+    ['netns', 'exec', TARGET, process.execPath, '--input-type=module', '-e', TELLING, '40000,41000,41999,60003'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  t.after(() => telling.kill('SIGKILL'));
+  await once(telling.stdout!, 'data');
+  const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
+  const ranges = [
+    { listen_port: 20000, listen_port_end: 20999, targets: [`${TARGET_ADDRESS}:7007`] },
+    { listen_port: 40000, listen_port_end: 41999, targets: [`${TARGET_ADDRESS}:40000-41999`] },
+    { listen_port: 50000, listen_port_end: 50009, targets: [`${TARGET_ADDRESS}:60000-60009`] },
+  ];
+  const made: { id: number; listen_port: number }[] = [];
+  for (const fields of ranges) made.push((await rule(m, { node_id: edge.id, ...fields })).body);
+  await sync(
+    m,
+    made.map((r) => r.id),
+  );
+  for (const r of made) assert.equal((await ruleOf(m, r.id)).sync.applied_path, 'kernel', `${r.listen_port}`);
+
+  for (const port of ['20000', '20500', '20999'])
+    assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, port, '1000'), '1000', port);
+  const answers = [];
+  for (const port of ['40000', '41000', '41999', '50003'])
+    answers.push(await runIn(CLIENT, ANSWER, NODE_ADDRESS, port));
+  assert.deepEqual(answers, ['40000', '41000', '41999', '60003']);
+  const table = `portplane_${edge.id}`;
+  assert.match(nftIn(NODE, 'list', 'map', 'inet', table, 'tcp4').out, /20000-20999 : 10\.214\.3\.2 \. 7007/);
+  assert.match(nftIn(NODE, 'list', 'map', 'inet', table, 'tcp4_kept').out, /40000-41999 : 10\.214\.3\.2/);
+  await until('the sampled round trips counted into the 1,000-port rule', async () => {
+    const traffic = (await ruleOf(m, made[0]!.id)).traffic;
+    return traffic.bytes_in >= 3000 && traffic.bytes_out >= 3000;
+  });
+
+  // A program of the node listens in the range: the kernel would take its clients, so the rule fails.
+  const listener = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      NODE,
+      process.execPath,
+      '-e',
+      "require('net').createServer().listen(45000, () => console.log(1))",
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  t.after(() => listener.kill('SIGKILL'));
+  await once(listener.stdout!, 'data');
+  const over = (
+    await rule(m, { node_id: edge.id, listen_port: 44000, listen_port_end: 45999, targets: ['10.214.3.2:7007'] })
+  ).body;
+  await sync(m, [over.id]);
+  const failed = (await ruleOf(m, over.id)).sync;
+  assert.equal(failed.error?.code, 'port_in_use', JSON.stringify(failed));
+  assert.match(failed.error.detail, /port 45000\/tcp is already in use/);
+});

@@ -55,7 +55,8 @@ export async function echoIn(t: TestContext, ns: string, address: string, port =
     import { createServer } from 'node:net';
     import { createSocket } from 'node:dgram';
     // A connection reset (a quota spent, a port closed) ends that connection, not the echo.
-    createServer({ allowHalfOpen: true }, (s) => s.on('error', () => s.destroy()).pipe(s)).listen(${port}, '${address}');
+    const echo = (s) => s.on('error', () => s.destroy()).pipe(s);
+    createServer({ allowHalfOpen: true }, echo).listen(${port}, '${address}');
     const udp = createSocket('${address.includes(':') ? 'udp6' : 'udp4'}');
     udp.on('message', (m, from) => udp.send(m, from.port, from.address));
     udp.bind(${port}, '${address}', () => console.log('ready'));`;

@@ -97,6 +97,7 @@ test('export lists nodes without secrets, tunnels and rules by name', async (t) 
     tunnel: 'a-to-b',
     protocol: 'tcp',
     listen_port: 8443,
+    listen_port_end: null,
     targets: ['[2001:db8::5]:443'],
     strategy: 'round_robin',
     weights: null,

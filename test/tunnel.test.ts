@@ -315,6 +315,7 @@ async function tunnelPair(t: TestContext, targets: number[], controls: Partial<F
     enabled: true,
     ...NO_CONTROLS,
     ...controls,
+    listen_port_end: null,
   }));
   const ports = await Promise.all(targets.map(() => freePort()));
   const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
@@ -545,7 +546,7 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
   const port = await freePort();
   const started = Date.now();
   await entry.apply(
-    [{ ...rules[0]!, listen_port: port, tunnel_id: 7 }],
+    [{ ...rules[0]!, listen_port: port, listen_port_end: null, tunnel_id: 7 }],
     [{ ...end, role: 'entry', host: '127.0.0.1', ...entryKeys, peer_pin: pinOf(exitKeys.cert) }],
   );
   await until('the tunnel up', () => entry.tunnelReports().find((r) => r.id === 7)?.state === 'up', 2500);

@@ -70,7 +70,8 @@ const VITALS_SPACING_MS = 1000;
 
 /** The controls a config carries (tags are the master's own). */
 type WireControl = Exclude<Control, 'tags'>;
-type WireRule = Omit<ForwardRule, WireControl | 'weights'> & Partial<Pick<ForwardRule, WireControl | 'weights'>>;
+type WireRule = Omit<ForwardRule, WireControl | 'weights' | 'listen_port_end'> &
+  Partial<Pick<ForwardRule, WireControl | 'weights' | 'listen_port_end'>>;
 
 /**
  * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
@@ -84,8 +85,9 @@ function wireRule(rule: ForwardRule): WireRule {
     const value = wire[key];
     if (Array.isArray(fallback) ? Array.isArray(value) && value.length === 0 : value === fallback) delete wire[key];
   }
-  // Targets all alike, as for agents older than weights.
+  // Targets all alike, as for agents older than weights; one port, as for agents older than ranges.
   if (wire.weights === null) delete wire.weights;
+  if (wire.listen_port_end === null) delete wire.listen_port_end;
   return wire;
 }
 

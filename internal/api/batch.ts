@@ -19,6 +19,7 @@ import {
   type Schema,
 } from '../schema/schema.ts';
 import { protocols, ruleFieldsOf, ruleStates, syncStates } from '../domain/rules.ts';
+import { portBudgetProblem } from '../domain/ranges.ts';
 import { syncEach, type BatchJob } from '../service/batch.ts';
 import { committedElsewhere } from '../service/write.ts';
 import { nodeStatuses } from '../store/nodes.ts';
@@ -64,6 +65,7 @@ const ruleSelectionInput = object(
         q: optional(string({ max: 100 })),
         sync_state: optional(oneOf(syncStates)),
         state: optional(oneOf(ruleStates)),
+        port: optional(integer({ min: 1, max: 65535 })),
       },
       { name: 'RuleSelection' },
     ),
@@ -207,6 +209,8 @@ const batchCreateInput = object(
 );
 
 function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
+  const tooMany = portBudgetProblem(ctx.body.rules);
+  if (tooMany) throw validationFailed([{ pointer: '#/rules', detail: `the rules ${tooMany}` }]);
   return inBatcher(ctx, { operation: 'createRules', rules: ctx.body.rules.map(ruleFieldsOf) });
 }
 

@@ -37,8 +37,25 @@ export const ruleInput = object(
     name: string({ min: 1, max: 100 }),
     node_id: integer({ ...ID_RANGE, description: 'The node that listens.' }),
     protocol: oneOf(protocols, { description: 'tcp+udp listens on the port for both.' }),
-    listen_port: integer({ min: 1, max: 65535, description: 'Unique per node and protocol.' }),
-    targets: array(target(), { min: 1, max: 16, unique: true }),
+    listen_port: integer({
+      min: 1,
+      max: 65535,
+      description: 'Unique per node and protocol; the first port of a range with listen_port_end.',
+    }),
+    listen_port_end: optional(
+      nullable(
+        integer({
+          min: 1,
+          max: 65535,
+          description:
+            'The last port of a range from listen_port, inclusive (at most 10,000 ports): each port is forwarded ' +
+            "to the target's port, or with a target host:lo-hi to the port at the same place of that range. " +
+            'null: listen_port alone.',
+        }),
+      ),
+      null,
+    ),
+    targets: array(target({ ranges: true }), { min: 1, max: 16, unique: true }),
     strategy: optional(
       oneOf(strategies, {
         description:
@@ -212,6 +229,7 @@ export const ruleSchema = record('Rule', {
   tunnel_id: { type: ['integer', 'null'] },
   protocol: { type: 'string', enum: [...protocols] },
   listen_port: { type: 'integer' },
+  listen_port_end: { type: ['integer', 'null'] },
   targets: { type: 'array', items: { type: 'string' } },
   strategy: { type: 'string', enum: [...strategies] },
   weights: { type: ['array', 'null'], items: { type: 'integer' } },

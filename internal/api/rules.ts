@@ -25,6 +25,7 @@ export const ruleFilterQuery = {
   q: textParam({ max: 100, description: 'Substring of the name.' }),
   sync_state: textParam({ max: 16, values: syncStates, description: 'What its node last made of it.' }),
   state: textParam({ max: 16, values: ruleStates }),
+  port: intParam({ min: 1, max: 65535, description: 'Only rules listening on this port (in their range).' }),
 };
 
 /** The store's filter of a list query's (or a batch filter's) values. */
@@ -38,6 +39,7 @@ export function ruleFilterOf(query: QueryOf<typeof ruleFilterQuery>): Omit<RuleF
     q: query.q ?? null,
     sync_state: query.sync_state ?? null,
     state: query.state ?? null,
+    port: query.port ?? null,
   };
 }
 

@@ -14,6 +14,8 @@ import {
   secret,
   string,
 } from '../schema/schema.ts';
+import { validationFailed } from '../errors/errors.ts';
+import { portBudgetProblem } from '../domain/ranges.ts';
 import { EXPORT_FORMAT, type ExportDocument, type ImportJob } from '../service/transfer.ts';
 import { committedElsewhere } from '../service/write.ts';
 import { writeJobOf } from './common.ts';
@@ -74,7 +76,10 @@ export const exportDocument = object(
 
 /** A document decoded and checked against `exportDocument`. Throws `invalid_json`, `validation_failed`. */
 export function decodeExportDocument(raw: Buffer): ExportDocument {
-  return decodeBody(exportDocument, raw);
+  const document = decodeBody(exportDocument, raw);
+  const tooMany = portBudgetProblem(document.rules);
+  if (tooMany) throw validationFailed([{ pointer: '#/rules', detail: `the rules ${tooMany}` }]);
+  return document;
 }
 
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };

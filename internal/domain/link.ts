@@ -106,7 +106,9 @@ export const configMessage = object({
       id: ID,
       protocol: oneOf(protocols),
       listen_port: integer({ min: 1, max: 65535 }),
-      targets: array(target(), { min: 1, max: 16 }),
+      /** Absent from masters older than port ranges. */
+      listen_port_end: optional(nullable(integer({ min: 1, max: 65535 })), null),
+      targets: array(target({ ranges: true }), { min: 1, max: 16 }),
       strategy: oneOf(strategies),
       /** Absent from masters older than weights. */
       weights: optional(nullable(array(integer({ min: 1, max: MAX_WEIGHT }), { min: 1, max: 16 })), null),
@@ -214,7 +216,7 @@ export const healthMessage = object({
       id: ID,
       targets: array(
         object({
-          target: target(),
+          target: target({ ranges: true }),
           status: oneOf(targetStates),
           error: nullable(string({ max: 200 })),
           checked_at: nullable(dateTime()),

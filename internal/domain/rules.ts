@@ -4,6 +4,7 @@
 import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
+import { counted, kernelPorts, portCount, rangeErrors, RELAY_RANGE_PORTS } from './ranges.ts';
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
 export type Protocol = (typeof protocols)[number];
@@ -87,6 +88,8 @@ export interface RuleFields {
   tunnel_id: number | null;
   protocol: Protocol;
   listen_port: number;
+  /** The last port of a range from listen_port (inclusive); null: listen_port alone. */
+  listen_port_end: number | null;
   targets: string[];
   strategy: Strategy;
   /** Each target's share of new connections, parallel to targets; null: all alike. */
@@ -149,6 +152,7 @@ export const ruleFieldNames = [
   'tunnel_id',
   'protocol',
   'listen_port',
+  'listen_port_end',
   'targets',
   'strategy',
   'weights',
@@ -205,6 +209,18 @@ export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[
   const relayed = fields.preserve_source && relayOnlyReason(fields);
   if (relayed)
     at('preserve_source', `needs the kernel path (the relay connects from the node's own address), but ${relayed}`);
+  for (const error of rangeErrors(fields))
+    errors.push({
+      pointer: `${prefix}/${error.field}${error.index === undefined ? '' : `/${error.index}`}`,
+      detail: error.detail,
+    });
+  const wide = portCount(fields) > RELAY_RANGE_PORTS && errors.length === 0 && relayOnlyReason(fields);
+  if (wide)
+    at(
+      'listen_port_end',
+      `makes a range of ${counted(portCount(fields))} ports, which only the kernel carries (the relay listens on ` +
+        `at most ${counted(RELAY_RANGE_PORTS)} ports of a rule), but ${wide}`,
+    );
   return errors;
 }
 
@@ -219,6 +235,8 @@ export function relayOnlyReason(
     | 'tunnel_id'
     | 'forwarding'
     | 'protocol'
+    | 'listen_port'
+    | 'listen_port_end'
     | 'bandwidth_limit'
     | 'proxy_protocol'
     | 'strategy'
@@ -236,6 +254,11 @@ export function relayOnlyReason(
   ].filter(Boolean);
   if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;
   if (rule.strategy === 'least_conn') return "least_conn: the kernel keeps no count of each target's connections";
+  if (kernelPorts(rule) === null)
+    return (
+      "several targets whose ranges start elsewhere than the rule's, or targets of both forms: nftables' DNAT adds " +
+      'no offset to a port'
+    );
   if (rule.targets.length > 1 && rule.health_check === null)
     return (
       'several targets without a health_check: only the relay moves on to the next target when one does not ' +
@@ -249,7 +272,16 @@ export interface ForwardRule
   extends
     Pick<
       Rule,
-      'id' | 'protocol' | 'listen_port' | 'targets' | 'strategy' | 'weights' | 'enabled' | 'tunnel_id' | 'forwarding'
+      | 'id'
+      | 'protocol'
+      | 'listen_port'
+      | 'listen_port_end'
+      | 'targets'
+      | 'strategy'
+      | 'weights'
+      | 'enabled'
+      | 'tunnel_id'
+      | 'forwarding'
     >,
     Pick<Rule, Exclude<Control, 'tags' | 'quota'>> {
   /** The rule's quota as its node enforces it; null without one. */
@@ -273,6 +305,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     id: rule.id,
     protocol: rule.protocol,
     listen_port: rule.listen_port,
+    listen_port_end: rule.listen_port_end,
     targets: rule.targets,
     strategy: rule.strategy,
     weights: rule.weights,

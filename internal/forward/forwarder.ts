@@ -11,6 +11,8 @@
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
+import { counted, kernelPorts, lastPort, portCount, portsText, RELAY_RANGE_PORTS } from '../domain/ranges.ts';
+import { listeningPorts } from './listening.ts';
 import {
   relayOnlyReason,
   type ForwardRule,
@@ -67,6 +69,8 @@ type Relay = TcpRelay | UdpRelay;
 interface Listener {
   key: string;
   relays: Relay[];
+  /** Each relay's port as its distance from the rule's listen_port (a range has a relay per port and transport). */
+  offsets: number[];
   /** The rule's allow and deny lists, max_connections, bandwidth, quota and expiry, shared by its relays. */
   gate: Gate;
   picker: TargetPicker;
@@ -99,7 +103,7 @@ export interface TunnelReport extends TunnelView {
 }
 
 function listenerKey(rule: ForwardRule): string {
-  return `${rule.protocol}:${rule.listen_port}`;
+  return `${rule.protocol}:${portsText(rule)}`;
 }
 
 /** The master reads details of at most 500 characters; a long list of targets is cut short. */
@@ -152,6 +156,36 @@ function kernelQuotaOf(rule: ForwardRule): KernelQuota | null {
  * TIME_WAIT, last up to 120 s by default): a closed port stays closed for the idle timeout and this.
  */
 const CONNTRACK_CLOSING_SECONDS = 120;
+
+/**
+ * Why some of `rules` cannot have their ports, by rule id: a port another rule of the config has too (the master
+ * claims ports so that this never happens; a config is checked all the same, since nftables refuses a table whose
+ * intervals overlap, and with it every rule), or, for a range wider than the relay listens on, a port some program of
+ * the node listens on (the kernel would take its clients from other hosts; a narrower rule's relay finds the port
+ * taken when it listens).
+ */
+async function portClashes(rules: readonly ForwardRule[]): Promise<Map<number, string>> {
+  const clashes = new Map<number, string>();
+  for (const transport of ['tcp', 'udp'] as const) {
+    const spans = rules
+      .filter((rule) => rule.protocol === transport || rule.protocol === 'tcp+udp')
+      .sort((a, b) => a.listen_port - b.listen_port);
+    let reach: ForwardRule | null = null;
+    for (const rule of spans) {
+      if (reach && rule.listen_port <= lastPort(reach))
+        clashes.set(rule.id, `ports ${portsText(rule)}/${transport} overlap rule ${reach.id}'s (${portsText(reach)})`);
+      if (!reach || lastPort(rule) > lastPort(reach)) reach = rule;
+    }
+    const wide = spans.filter((rule) => portCount(rule) > RELAY_RANGE_PORTS && !clashes.has(rule.id));
+    if (wide.length === 0) continue;
+    const listening = await listeningPorts(transport);
+    for (const rule of wide) {
+      const taken = listening.find((port) => port >= rule.listen_port && port <= lastPort(rule));
+      if (taken !== undefined) clashes.set(rule.id, `port ${taken}/${transport} is already in use on the node`);
+    }
+  }
+  return clashes;
+}
 
 /** setTimeout's longest wait; an expiry further away is looked at again then. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;
@@ -275,12 +309,19 @@ export class Forwarder {
       : { available: false, reason: 'the agent forwards in user space only (--forwarding relay)' };
     const results: RuleResult[] = [];
     const toKernel: { rule: ForwardRule; result: RuleResult }[] = [];
+    const clashes = await portClashes(rules.filter((rule) => rule.enabled));
     for (const rule of rules) {
       const refusal = this.kernelRefusal(rule, kernel?.available ?? false);
+      const clash = clashes.get(rule.id);
       if (!rule.enabled) results.push({ id: rule.id, state: 'applied', error: null });
       else if (this.kernelOnly(rule) && refusal) {
         await this.stop(rule.id);
-        results.push({ id: rule.id, state: 'failed', error: ruleError('kernel_unsupported', refusal) });
+        const wide =
+          portCount(rule) > RELAY_RANGE_PORTS
+            ? `its ${counted(portCount(rule))} ports are the kernel's alone (the relay listens on at most ` +
+              `${counted(RELAY_RANGE_PORTS)} ports of a rule), and `
+            : '';
+        results.push({ id: rule.id, state: 'failed', error: ruleError('kernel_unsupported', wide + refusal) });
       } else if (rule.tunnel_id !== null && !this.entries.has(rule.tunnel_id)) {
         await this.stop(rule.id);
         results.push({
@@ -288,6 +329,9 @@ export class Forwarder {
           state: 'failed',
           error: ruleError('tunnel_missing', `tunnel ${rule.tunnel_id} does not start at this node`),
         });
+      } else if (clash) {
+        await this.stop(rule.id);
+        results.push({ id: rule.id, state: 'failed', error: ruleError('port_in_use', clash) });
       } else {
         const result = await this.start(rule);
         results.push(result);
@@ -323,7 +367,7 @@ export class Forwarder {
    * in the kernel only, and for a rule that keeps the client's address, which the relay cannot.
    */
   private kernelOnly(rule: ForwardRule): boolean {
-    return this.mode === 'kernel' || rule.preserve_source;
+    return this.mode === 'kernel' || rule.preserve_source || portCount(rule) > RELAY_RANGE_PORTS;
   }
 
   /** Why `rule` cannot be carried by the kernel here, or null when it can. */
@@ -423,28 +467,35 @@ export class Forwarder {
       maxConnections: rule.max_connections,
       preserveSource: rule.preserve_source,
       quota: kernelQuotaOf(rule),
+      lastPort: lastPort(rule),
+      ports: kernelPorts(rule) ?? 'fixed',
     };
   }
 
-  /** TCP ports the kernel carried until lately, by port, and until when their connections are reset (ms). */
-  private closedTcp = new Map<number, number>();
+  /** TCP ports the kernel carried until lately, by span (`first-last`), and until when (ms) they are closed. */
+  private closedTcp = new Map<string, { port: number; last: number; until: number }>();
 
-  /** Closes the TCP ports the kernel carries now and will not once `next` is written (see ruleset.ts quotaRules). */
+  /**
+   * Closes the TCP ports of the kernel's rules that `next` drops or moves (see ruleset.ts quotaRules); what `next`
+   * still carries is left out when the table is written.
+   */
   private closeLeaving(next: ReadonlyMap<number, KernelRule>): void {
-    const tcp = (rule: KernelRule) => rule.protocol !== 'udp';
-    const staying = new Set([...next.values()].filter(tcp).map((rule) => rule.listen_port));
+    const span = (rule: KernelRule) => `${rule.listen_port}-${rule.lastPort ?? rule.listen_port}`;
     const until = Date.now() + (this.idleSeconds() + CONNTRACK_CLOSING_SECONDS) * 1000;
-    for (const rule of this.kernelRules.values())
-      if (tcp(rule) && !staying.has(rule.listen_port)) this.closedTcp.set(rule.listen_port, until);
+    for (const rule of this.kernelRules.values()) {
+      const staying = next.get(rule.id);
+      if (rule.protocol === 'udp' || (staying && staying.protocol !== 'udp' && span(staying) === span(rule))) continue;
+      this.closedTcp.set(span(rule), { port: rule.listen_port, last: rule.lastPort ?? rule.listen_port, until });
+    }
   }
 
   /** The closed ports still closed, with the seconds left; the others forgotten. */
   private closedPorts(): ClosedPort[] {
     const now = Date.now();
     const closed: ClosedPort[] = [];
-    for (const [port, until] of this.closedTcp)
-      if (until <= now) this.closedTcp.delete(port);
-      else closed.push({ port, seconds: Math.ceil((until - now) / 1000) });
+    for (const [key, { port, last, until }] of this.closedTcp)
+      if (until <= now) this.closedTcp.delete(key);
+      else closed.push({ port, last, seconds: Math.ceil((until - now) / 1000) });
     return closed;
   }
 
@@ -460,7 +511,16 @@ export class Forwarder {
     const limits = { perSource: this.limits.maxConnectionsPerSource, tcpIdleSeconds: this.idleSeconds() };
     // What the table holds, as this agent last listed it (once, before its first write of a run).
     const shape = this.kernelShape ?? (await tableShape(this.table));
-    await applyRuleset(this.table, rules, existing, limits, shape, this.closedPorts());
+    try {
+      await applyRuleset(this.table, rules, existing, limits, shape, this.closedPorts());
+    } catch (error) {
+      if (shape === null) throw error;
+      // A table declared otherwise (a map without intervals, by an agent older than port ranges) is not declared
+      // over: it is made anew, its counts since the last report lost, as when something else removes it.
+      await removeTable(this.table);
+      this.kernelFresh = true;
+      await applyRuleset(this.table, rules, new Map(), limits, null, this.closedPorts());
+    }
     const previous = this.kernelIdleSeconds;
     this.kernelIdleSeconds = limits.tcpIdleSeconds;
     if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
@@ -684,9 +744,10 @@ export class Forwarder {
   }
 
   /** The dial functions of a rule: to its targets, or through its tunnel's entry end as it stands when dialling. */
-  private dials(rule: ForwardRule, picker: TargetPicker): { tcp: TcpDial; udp: DatagramDial } {
+  private dials(rule: ForwardRule, picker: TargetPicker, offset = 0): { tcp: TcpDial; udp: DatagramDial } {
     const tunnelId = rule.tunnel_id;
-    if (tunnelId === null) return { tcp: dialTargets(picker, this.limits), udp: datagramsTo(picker, this.limits) };
+    if (tunnelId === null)
+      return { tcp: dialTargets(picker, this.limits, offset), udp: datagramsTo(picker, this.limits, offset) };
     return {
       tcp: (onOpen, onFail, client) => {
         const entry = this.entries.get(tunnelId)?.entry;
@@ -755,13 +816,13 @@ export class Forwarder {
       existing.picker.update(targets, rule.strategy, rule.weights);
       existing.gate.update(rule);
       this.checkHealth(existing, rule, targets);
-      const dials = this.dials(rule, existing.picker);
-      for (const relay of existing.relays) {
+      existing.relays.forEach((relay, i) => {
+        const dials = this.dials(rule, existing.picker, existing.offsets[i]);
         if (relay instanceof TcpRelay) {
           relay.dial = dials.tcp;
           relay.proxyProtocol = rule.proxy_protocol;
         } else relay.dial = dials.udp;
-      }
+      });
       return { id: rule.id, state: 'applied', error: null };
     }
     // Through a tunnel, the exit resolves the targets.
@@ -773,30 +834,41 @@ export class Forwarder {
       };
     }
     const relays: Relay[] = [];
+    const offsets: number[] = [];
     const listener: Listener = {
       key: listenerKey(rule),
       relays,
+      offsets,
       gate: new Gate(rule),
       picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health),
       health: null,
       targets: rule.targets,
     };
     const { gate, picker } = listener;
-    const dials = this.dials(rule, picker);
+    // A range wider than the relay takes is the kernel's alone (see kernelOnly): nothing listens on its ports here.
+    const offsetsHeld = portCount(rule) > RELAY_RANGE_PORTS ? 0 : portCount(rule);
+    let port = rule.listen_port;
     try {
-      if (rule.protocol !== 'udp') {
-        const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
-        relays.push(tcp);
-        await tcp.listen(this.host, rule.listen_port);
-      }
-      if (rule.protocol !== 'tcp') {
-        const udp = new UdpRelay(dials.udp, this.limits, gate);
-        relays.push(udp);
-        await udp.listen(this.host, rule.listen_port);
+      for (let offset = 0; offset < offsetsHeld; offset++) {
+        port = rule.listen_port + offset;
+        const dials = this.dials(rule, picker, offset);
+        if (rule.protocol !== 'udp') {
+          const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
+          relays.push(tcp);
+          offsets.push(offset);
+          await tcp.listen(this.host, port);
+        }
+        if (rule.protocol !== 'tcp') {
+          const udp = new UdpRelay(dials.udp, this.limits, gate);
+          relays.push(udp);
+          offsets.push(offset);
+          await udp.listen(this.host, port);
+        }
       }
     } catch (error) {
       await Promise.all(relays.map((relay) => relay.close().catch(() => undefined)));
-      return { id: rule.id, state: 'failed', error: bindError(error as NodeJS.ErrnoException, rule) };
+      const where = { protocol: rule.protocol, listen_port: port };
+      return { id: rule.id, state: 'failed', error: bindError(error as NodeJS.ErrnoException, where) };
     }
     // A spent quota ends what the rule carries; new clients meet the gate's refusal.
     gate.onSpent = () => {

@@ -186,7 +186,8 @@ export interface RulesetWatch {
 /**
  * Calls `onChange` whenever the ruleset changes, whoever changes it (this agent too), as `nft monitor` tells: a watch
  * that costs nothing while nothing changes, where comparing the table every second cost 300 ms a check at 10,000
- * rules. Started again a second after nft ends; `close` ends it.
+ * rules. Started again a second after nft ends (calling `onChange` then: it may have missed something); `close`
+ * ends it.
  */
 export function watchRuleset(onChange: () => void): RulesetWatch {
   let closed = false;
@@ -194,8 +195,11 @@ export function watchRuleset(onChange: () => void): RulesetWatch {
   // Through setpriv (util-linux), so that the kernel ends the watch with the agent, however the agent ends: a killed
   // agent would leave an `nft monitor` waiting for ever. Without setpriv, nft alone.
   let direct = false;
-  const start = () => {
+  // A second after it ends; longer (up to half a minute) while it keeps ending at once, as a broken nft would.
+  let delay = 500;
+  const start = (again: boolean) => {
     if (closed) return;
+    const started = Date.now();
     const command = direct
       ? ['nft', 'monitor', 'ruleset']
       : ['setpriv', '--pdeathsig', 'KILL', '--', 'nft', 'monitor', 'ruleset'];
@@ -205,11 +209,15 @@ export function watchRuleset(onChange: () => void): RulesetWatch {
     watcher.on('error', (error: NodeJS.ErrnoException) => {
       if (error.code === 'ENOENT' && !direct) direct = true;
     });
+    // nft 1.0.6's monitor dies (SIGSEGV) printing the deletion of a ct timeout object, as a `flush ruleset` makes:
+    // what changed while it was down is looked at once it is back.
     watcher.on('close', () => {
-      if (!closed) setTimeout(start, 1000).unref();
+      delay = Date.now() - started < 10_000 ? Math.min(delay * 2, 30_000) : 1000;
+      if (!closed) setTimeout(() => start(true), delay).unref();
     });
+    if (again) onChange();
   };
-  start();
+  start(false);
   return {
     close() {
       closed = true;

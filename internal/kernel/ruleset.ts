@@ -24,6 +24,7 @@
 
 import { ID_DIGITS } from '../schema/ids.ts';
 import { bucketOwners, SOURCE_BUCKETS } from '../domain/spread.ts';
+import type { KernelPorts } from '../domain/ranges.ts';
 
 const AGENT_TABLE = new RegExp(`^portplane_${ID_DIGITS}$`);
 const COUNTER = new RegExp(`^r(${ID_DIGITS})_(in|out|refused)$`);
@@ -70,6 +71,10 @@ export interface KernelRule {
   id: number;
   protocol: 'tcp' | 'udp' | 'tcp+udp';
   listen_port: number;
+  /** The last port of its range (listen_port without one). */
+  lastPort?: number;
+  /** How its ports map to its targets' (see domain/ranges.ts); absent: fixed, each target's one port. */
+  ports?: KernelPorts;
   targets: KernelTarget[];
   spread: Spread;
   /** Null: every client. */
@@ -131,6 +136,7 @@ export const NOTHING_HELD: Held = { counters: new Set(), chains: new Set(), quot
  */
 export interface ClosedPort {
   port: number;
+  last: number;
   seconds: number;
 }
 
@@ -199,7 +205,7 @@ function spreadExpression(rule: KernelRule, members: KernelTarget[], family: 4 |
  * port its client asked for, kept by conntrack. No route lookup: the DNAT made it already.
  */
 function newToRule(rule: KernelRule, l4: 'tcp' | 'udp'): string {
-  return `ct state new ct status dnat meta l4proto ${l4} ct original proto-dst ${rule.listen_port}`;
+  return `ct state new ct status dnat meta l4proto ${l4} ct original proto-dst ${portKey(rule)}`;
 }
 
 /**
@@ -231,6 +237,30 @@ const L4 = ['tcp', 'udp'] as const;
 
 function carries(rule: KernelRule, l4: (typeof L4)[number]): boolean {
   return rule.protocol === 'tcp+udp' || rule.protocol === l4;
+}
+
+/** The rule's ports as a key of the table's maps and sets (all intervals): `8080`, or `30000-30999`. */
+function portKey(rule: KernelRule): string {
+  const last = rule.lastPort ?? rule.listen_port;
+  return last === rule.listen_port ? String(rule.listen_port) : `${rule.listen_port}-${last}`;
+}
+
+/** What a rule's connections are counted under, together (rule_flows): its id, in the set's 32 bits. */
+function flowKey(rule: KernelRule): number {
+  return rule.id % 2 ** 32;
+}
+
+/**
+ * The port map's elements for one of a rule's targets, of one family: its ports to the target's one port (fixed), or
+ * each port to the one at the same place of the target's range (shifted: an element per port, since nftables' DNAT
+ * adds no offset to a port).
+ */
+function portElements(rule: KernelRule, to: Destination): string[] {
+  if (rule.ports !== 'shifted') return [`${portKey(rule)} : ${to.address} . ${to.port}`];
+  const elements: string[] = [];
+  for (let port = rule.listen_port; port <= (rule.lastPort ?? rule.listen_port); port++)
+    elements.push(`${port} : ${to.address} . ${to.port + port - rule.listen_port}`);
+  return elements;
 }
 
 function elements(entries: string[]): string {
@@ -277,19 +307,24 @@ export function rulesetScript(
     ]),
   );
   const lines = [`table ${FAMILY_TABLE} {`];
-  // A rule's connections and flows at once, by its port: TCP and UDP counted together, as the relay counts them.
-  lines.push('  set rule_flows { type inet_service; flags dynamic; }');
+  // A rule's connections and flows at once, by its id (flowKey): TCP and UDP, every port of its range, together, as
+  // the relay counts them.
+  lines.push('  set rule_flows { type mark; flags dynamic; }');
+  // Every map and set keyed by port takes intervals: a rule's range is one element.
   for (const l4 of L4) {
     lines.push(
-      `  map ${l4}4 { type inet_service : ipv4_addr . inet_service; }`,
-      `  map ${l4}6 { type inet_service : ipv6_addr . inet_service; }`,
-      `  map ${l4}_in { type inet_service : counter; }`,
-      `  map ${l4}_out { type inet_service : counter; }`,
-      `  set ${l4}_ports { type inet_service; }`,
+      `  map ${l4}4 { type inet_service : ipv4_addr . inet_service; flags interval; }`,
+      `  map ${l4}6 { type inet_service : ipv6_addr . inet_service; flags interval; }`,
+      // Ranges whose targets keep the port: the DNAT names the address alone.
+      `  map ${l4}4_kept { type inet_service : ipv4_addr; flags interval; }`,
+      `  map ${l4}6_kept { type inet_service : ipv6_addr; flags interval; }`,
+      `  map ${l4}_in { type inet_service : counter; flags interval; }`,
+      `  map ${l4}_out { type inet_service : counter; flags interval; }`,
+      `  set ${l4}_ports { type inet_service; flags interval; }`,
       // The ports whose connections are source-NATed: all but those of rules that keep the client's address.
-      `  set ${l4}_snat { type inet_service; }`,
-      `  map ${l4}4_spread { type inet_service : verdict; }`,
-      `  map ${l4}6_spread { type inet_service : verdict; }`,
+      `  set ${l4}_snat { type inet_service; flags interval; }`,
+      `  map ${l4}4_spread { type inet_service : verdict; flags interval; }`,
+      `  map ${l4}6_spread { type inet_service : verdict; flags interval; }`,
       `  set ${l4}4_sources { type ipv4_addr . inet_service; flags dynamic; }`,
       `  set ${l4}6_sources { type ipv6_addr . inet_service; flags dynamic; }`,
     );
@@ -313,9 +348,9 @@ export function rulesetScript(
       `  quota ${name} { over ${quota.bytes + QUOTA_SLACK} bytes used ${Math.min(quota.used, quota.bytes)} bytes; }`,
     );
   lines.push(
-    '  map tcp_quota_in { type inet_service : quota; }',
-    '  map tcp_quota_out { type inet_service : quota; }',
-    '  set tcp_closed { type inet_service; flags timeout; }',
+    '  map tcp_quota_in { type inet_service : quota; flags interval; }',
+    '  map tcp_quota_out { type inet_service : quota; flags interval; }',
+    '  set tcp_closed { type inet_service; flags interval, timeout; }',
   );
   const spreadChains = new Map<
     string,
@@ -363,7 +398,16 @@ export function rulesetScript(
   for (const chain of chains) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const chain of spreadChains.keys()) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
   for (const l4 of L4)
-    for (const name of [`${l4}4`, `${l4}6`, `${l4}_in`, `${l4}_out`, `${l4}4_spread`, `${l4}6_spread`])
+    for (const name of [
+      `${l4}4`,
+      `${l4}6`,
+      `${l4}4_kept`,
+      `${l4}6_kept`,
+      `${l4}_in`,
+      `${l4}_out`,
+      `${l4}4_spread`,
+      `${l4}6_spread`,
+    ])
       lines.push(`flush map ${FAMILY_TABLE} ${name}`);
   for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`, `flush set ${FAMILY_TABLE} ${l4}_snat`);
   for (const name of ['tcp_quota_in', 'tcp_quota_out']) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
@@ -371,9 +415,10 @@ export function rulesetScript(
   quotaRules(FAMILY_TABLE, rules, closed).forEach((line) => lines.push(line));
   for (const [name, { rule, l4, family, members }] of spreadChains) {
     const [nfproto, ip] = family === 4 ? ['ipv4', 'ip'] : ['ipv6', 'ip6'];
+    // Targets that keep the port are named by their address alone (the DNAT leaves the port as it is).
     const dest = (target: KernelTarget) => {
       const to = (family === 4 ? target.v4 : target.v6)!;
-      return `${to.address} . ${to.port}`;
+      return rule.ports === 'kept' ? to.address : `${to.address} . ${to.port}`;
     };
     const expression = spreadExpression(rule, members, family, dest);
     lines.push(
@@ -383,10 +428,14 @@ export function rulesetScript(
 
   for (const l4 of L4) {
     const rule = (chain: string, body: string) => lines.push(`add rule ${FAMILY_TABLE} ${chain} ${body}`);
-    rule('prerouting', `fib daddr type local meta nfproto ipv4 dnat ip to ${l4} dport map @${l4}4`);
-    rule('prerouting', `fib daddr type local meta nfproto ipv6 dnat ip6 to ${l4} dport map @${l4}6`);
-    rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ${l4} dport map @${l4}4`);
-    rule('output', `fib daddr type local ip6 daddr != ::1 dnat ip6 to ${l4} dport map @${l4}6`);
+    for (const map of [`${l4}4`, `${l4}4_kept`]) {
+      rule('prerouting', `fib daddr type local meta nfproto ipv4 dnat ip to ${l4} dport map @${map}`);
+      rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ${l4} dport map @${map}`);
+    }
+    for (const map of [`${l4}6`, `${l4}6_kept`]) {
+      rule('prerouting', `fib daddr type local meta nfproto ipv6 dnat ip6 to ${l4} dport map @${map}`);
+      rule('output', `fib daddr type local ip6 daddr != ::1 dnat ip6 to ${l4} dport map @${map}`);
+    }
     rule('prerouting', `fib daddr type local meta nfproto ipv4 ${l4} dport vmap @${l4}4_spread`);
     rule('prerouting', `fib daddr type local meta nfproto ipv6 ${l4} dport vmap @${l4}6_spread`);
     rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 ${l4} dport vmap @${l4}4_spread`);
@@ -414,7 +463,7 @@ export function rulesetScript(
     // After the sources (a refused client takes no place); one more than the rule's most is refused.
     for (const r of mine.filter((r) => (r.maxConnections ?? null) !== null))
       held(
-        `${newToRule(r, l4)} add @rule_flows { ct original proto-dst ct count over ${r.maxConnections} } ` +
+        `${newToRule(r, l4)} add @rule_flows { ${flowKey(r)} ct count over ${r.maxConnections} } ` +
           `counter name "${counterName(r.id, 'refused')}" ${refuse}`,
       );
     const fill = (name: string, entries: string[]) => {
@@ -424,32 +473,29 @@ export function rulesetScript(
     for (const family of [4, 6] as const) {
       const of = (target: KernelTarget) => (family === 4 ? target.v4 : target.v6);
       const single: string[] = [];
+      const kept: string[] = [];
       const spread: string[] = [];
       for (const r of mine) {
         const members = r.targets.filter(of);
-        if (members.length === 1)
-          single.push(`${r.listen_port} : ${of(members[0]!)!.address} . ${of(members[0]!)!.port}`);
-        else if (members.length > 1) spread.push(`${r.listen_port} : goto ${spreadChainName(r.id, l4, family)}`);
+        if (members.length > 1) spread.push(`${portKey(r)} : goto ${spreadChainName(r.id, l4, family)}`);
+        else if (members.length === 0) continue;
+        else if (r.ports === 'kept') kept.push(`${portKey(r)} : ${of(members[0]!)!.address}`);
+        else single.push(...portElements(r, of(members[0]!)!));
       }
       fill(`${l4}${family}`, single);
+      fill(`${l4}${family}_kept`, kept);
       fill(`${l4}${family}_spread`, spread);
     }
     fill(
       `${l4}_in`,
-      mine.map((r) => `${r.listen_port} : "${counterName(r.id, 'in')}"`),
+      mine.map((r) => `${portKey(r)} : "${counterName(r.id, 'in')}"`),
     );
     fill(
       `${l4}_out`,
-      mine.map((r) => `${r.listen_port} : "${counterName(r.id, 'out')}"`),
+      mine.map((r) => `${portKey(r)} : "${counterName(r.id, 'out')}"`),
     );
-    fill(
-      `${l4}_ports`,
-      mine.map((r) => String(r.listen_port)),
-    );
-    fill(
-      `${l4}_snat`,
-      mine.filter((r) => !r.preserveSource).map((r) => String(r.listen_port)),
-    );
+    fill(`${l4}_ports`, mine.map(portKey));
+    fill(`${l4}_snat`, mine.filter((r) => !r.preserveSource).map(portKey));
   }
   for (const name of held.counters) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
   for (const name of held.chains) if (!spreadChains.has(name)) lines.push(`delete chain ${FAMILY_TABLE} ${name}`);
@@ -484,14 +530,51 @@ function quotaRules(table: string, rules: readonly KernelRule[], closed: readonl
       `tcp_quota_${way}`,
       rules
         .filter((rule) => rule.quota && (rule.quota.direction === 'both' || rule.quota.direction === way))
-        .map((rule) => `${rule.listen_port} : "${quotaName(rule.id, rule.quota!)}"`),
+        .map((rule) => `${portKey(rule)} : "${quotaName(rule.id, rule.quota!)}"`),
     );
-  const carried = new Set(rules.filter((rule) => carries(rule, 'tcp')).map((rule) => rule.listen_port));
+  const carried = rules
+    .filter((rule) => carries(rule, 'tcp'))
+    .map((rule) => ({ port: rule.listen_port, last: rule.lastPort ?? rule.listen_port }));
   fill(
     'tcp_closed',
-    closed.filter((entry) => !carried.has(entry.port)).map((entry) => `${entry.port} timeout ${entry.seconds}s`),
+    uncovered(closed, carried).map((entry) => {
+      const key = entry.last === entry.port ? String(entry.port) : `${entry.port}-${entry.last}`;
+      return `${key} timeout ${entry.seconds}s`;
+    }),
   );
   return lines;
+}
+
+/**
+ * The parts of the closed spans no carried span covers, none overlapping another (an interval set refuses overlaps):
+ * overlapping closed spans are one, closed as long as the longest. Sorted walks, so that a node's ten thousand rules
+ * and as many just taken out cost no more than sorting them.
+ */
+export function uncovered(
+  closed: readonly ClosedPort[],
+  carried: readonly { port: number; last: number }[],
+): ClosedPort[] {
+  const merged: ClosedPort[] = [];
+  for (const span of [...closed].sort((a, b) => a.port - b.port)) {
+    const previous = merged[merged.length - 1];
+    if (previous && span.port <= previous.last + 1) {
+      previous.last = Math.max(previous.last, span.last);
+      previous.seconds = Math.max(previous.seconds, span.seconds);
+    } else merged.push({ ...span });
+  }
+  const taken = [...carried].sort((a, b) => a.port - b.port);
+  const out: ClosedPort[] = [];
+  let next = 0;
+  for (const span of merged) {
+    while (next < taken.length && taken[next]!.last < span.port) next++;
+    let from = span.port;
+    for (let i = next; i < taken.length && taken[i]!.port <= span.last && from <= span.last; i++) {
+      if (taken[i]!.port > from) out.push({ port: from, last: taken[i]!.port - 1, seconds: span.seconds });
+      from = Math.max(from, taken[i]!.last + 1);
+    }
+    if (from <= span.last) out.push({ port: from, last: span.last, seconds: span.seconds });
+  }
+  return out;
 }
 
 /**

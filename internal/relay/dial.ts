@@ -7,6 +7,7 @@ import { createSocket, type Socket, type SocketOptions } from 'node:dgram';
 import { connect, isIP, isIPv6, type LookupFunction, type Socket as NetSocket } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { Duplex } from 'node:stream';
+import { portAt } from '../domain/ranges.ts';
 import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
 import { contained } from './faults.ts';
 import type { Gate } from './gate.ts';
@@ -242,22 +243,24 @@ export type DatagramDial = (
  * Dials the picker's targets in its order; a refused or unreachable one is skipped for the next, and so is one the
  * policy does not allow.
  */
-export function dialTargets(picker: TargetPicker, policy: DialPolicy): TcpDial {
+export function dialTargets(picker: TargetPicker, policy: DialPolicy, offset = 0): TcpDial {
   return (onOpen, onFail, client) =>
-    tryTargets(picker, picker.order(client), policy, onOpen, onFail, 'the rule has no target');
+    tryTargets(picker, picker.order(client), policy, offset, onOpen, onFail, 'the rule has no target');
 }
 
 function tryTargets(
   picker: TargetPicker,
   remaining: Target[],
   policy: DialPolicy,
+  /** How far past its listen_port the client's port is: a range target is dialled that far past its first port. */
+  offset: number,
   onOpen: (upstream: Duplex) => void,
   onFail: (reason: string) => void,
   lastError: string,
 ): void {
   const target = remaining[0];
   if (!target) return onFail(lastError);
-  const next = (reason: string) => tryTargets(picker, remaining.slice(1), policy, onOpen, onFail, reason);
+  const next = (reason: string) => tryTargets(picker, remaining.slice(1), policy, offset, onOpen, onFail, reason);
   const refused = refusalOf(target, policy);
   if (refused) return next(`${target.host}:${target.port}: ${refused}`);
   const upstream = readingSocket({ allowHalfOpen: true });
@@ -286,7 +289,7 @@ function tryTargets(
     'tcp_relay',
     () => {
       upstream.setTimeout(CONNECT_TIMEOUT_MS);
-      upstream.connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
+      upstream.connect({ host: target.host, port: portAt(target, offset), ...lookupFor(target, policy) });
       upstream.once('error', onError);
       upstream.once('timeout', timedOut);
       upstream.once('connect', connected);
@@ -338,7 +341,7 @@ const MAX_QUEUED_BYTES = 256 * 1024;
  * nowhere, or an address with no route, is passed over for the next), over a socket of its own so replies find the
  * client; none when the policy allows no target.
  */
-export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramDial {
+export function datagramsTo(picker: TargetPicker, policy: DialPolicy, offset = 0): DatagramDial {
   return (onReply, onEnd, client) => {
     const targets = picker.order(client).filter((target) => !refusalOf(target, policy));
     if (targets.length === 0) return null;
@@ -396,7 +399,11 @@ export function datagramsTo(picker: TargetPicker, policy: DialPolicy): DatagramD
         for (const datagram of queued ?? []) socket.send(datagram);
         queued = null;
       };
-      connectDatagrams(socket, target, contained('udp_relay', connected, end));
+      connectDatagrams(
+        socket,
+        { host: target.host, port: portAt(target, offset) },
+        contained('udp_relay', connected, end),
+      );
     };
     contained('udp_relay', open, end)(0);
     return closed ? null : session;

@@ -9,6 +9,8 @@ import { rendezvousOwner, slotOwner, totalWeight } from '../domain/spread.ts';
 export interface Target {
   host: string;
   port: number;
+  /** A range's last port (see domain/ranges.ts portAt). */
+  lastPort?: number;
 }
 
 /** What a rule's health checks say of its targets, by index; without checks none is down and none is fastest. */

@@ -41,41 +41,64 @@ export function host(description: string): Schema<string> {
   });
 }
 
-/** Splits `host:port` or `[v6]:port`; null when it is not one. */
-const TARGET = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/;
+/** Splits `host:port` or `[v6]:port`, the port possibly a range (`host:lo-hi`); null when it is not one. */
+const TARGET = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})(?:-(\d{1,5}))?$/;
 
-export function parseTarget(value: string): { host: string; port: number } | null {
-  return targetProblem(value) === null ? splitTarget(value) : null;
+/**
+ * A target: where a rule sends its clients. `lastPort` only for a range (`host:lo-hi`, a rule covering as many ports
+ * sends each of its ports to the one at the same place in it).
+ */
+export interface TargetAddress {
+  host: string;
+  port: number;
+  lastPort?: number;
 }
 
-function splitTarget(value: string): { host: string; port: number } {
+export function parseTarget(value: string): TargetAddress | null {
+  return targetProblem(value, true) === null ? splitTarget(value) : null;
+}
+
+function splitTarget(value: string): TargetAddress {
   const match = TARGET.exec(value)!;
-  return { host: match[1] ?? match[2]!, port: Number(match[3]) };
+  const target: TargetAddress = { host: match[1] ?? match[2]!, port: Number(match[3]) };
+  if (match[4] !== undefined) target.lastPort = Number(match[4]);
+  return target;
 }
 
 /** What is wrong with a target, naming its part (the host or the port); null when it is a target. */
-function targetProblem(value: string): string | null {
+function targetProblem(value: string, ranges: boolean): string | null {
   const match = TARGET.exec(value);
   if (!match) {
-    if (!/:\d{1,5}$/.test(value)) return 'must end in :PORT, a port from 1 to 65535 (host:port)';
+    if (!/:\d{1,5}(-\d{1,5})?$/.test(value)) return 'must end in :PORT, a port from 1 to 65535 (host:port)';
     if (/^[^[].*:.*:/.test(value)) return 'must put an IPv6 address in brackets ([2001:db8::1]:443)';
     return 'must be host:port with a hostname or an IP address (IPv6 in brackets)';
   }
-  const { host, port } = splitTarget(value);
-  if (port < 1 || port > 65535) return `has port ${match[3]}, which is not from 1 to 65535`;
+  const { host, port, lastPort } = splitTarget(value);
+  if (lastPort !== undefined && !ranges) return 'must be one port (host:port), not a range';
+  for (const [given, number] of [
+    [match[3], port],
+    [match[4], lastPort],
+  ] as const)
+    if (number !== undefined && (number < 1 || number > 65535))
+      return `has port ${given}, which is not from 1 to 65535`;
+  if (lastPort !== undefined && lastPort <= port) return `has the range ${port}-${lastPort}, which does not go up`;
   if (match[1] !== undefined ? !isIPv6(host) : !(isIPv4(host) || isHostname(host)))
     return `has host ${JSON.stringify(host)}, which is not a hostname or an IP address`;
   return null;
 }
 
-export function target(): Schema<string> {
+/** A target, `host:port`; with `ranges`, also `host:lo-hi` (the ports of a rule's range, see TargetAddress). */
+export function target({ ranges = false } = {}): Schema<string> {
   return string({
     min: 3,
-    max: 261,
-    description: 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).',
+    max: 267,
+    description: ranges
+      ? 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443); for a rule with listen_port_end, also ' +
+        'host:lo-hi, as many ports as the rule covers (each port to the one at the same place).'
+      : 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).',
     example: 'backend.internal:8080',
     documented: { pattern: TARGET.source },
-    refine: targetProblem,
+    refine: (value) => targetProblem(value, ranges),
   });
 }
 

@@ -448,4 +448,7 @@ export const migrations: readonly string[] = [
   CREATE INDEX rules_quota_reset ON rules(quota_resets_at) WHERE quota_resets_at IS NOT NULL;
   CREATE INDEX rules_by_name ON rules(name COLLATE NOCASE, id);
   `,
+  /* 24: claims by port, for the rules list's ?port= */ `
+  CREATE INDEX port_claims_port ON port_claims(port);
+  `,
 ];

@@ -1,6 +1,8 @@
-// SQL for port claims: which rule or tunnel listens on which port of a node. The primary
+// SQL for port claims: which rule or tunnel listens on which port of a node, a row per port (a rule's range claims
+// each of its ports: a clash is then one look-up of the primary key, or a walk of it over the range). The primary
 // key makes a second claim of the same node, protocol and port impossible.
 
+import { lastPort, type PortSpan } from '../domain/ranges.ts';
 import type { Database } from './database.ts';
 
 export type Transport = 'tcp' | 'udp';
@@ -19,6 +21,12 @@ export function transportsOf(protocol: Protocol): Transport[] {
   return protocol === 'tcp+udp' ? ['tcp', 'udp'] : [protocol];
 }
 
+function portsOf(span: PortSpan): number[] {
+  const ports: number[] = [];
+  for (let port = span.listen_port; port <= lastPort(span); port++) ports.push(port);
+  return ports;
+}
+
 export class PortStore {
   private readonly holderStmt;
   private readonly claimRows;
@@ -27,7 +35,10 @@ export class PortStore {
   private readonly tcpPortsStmt;
 
   constructor(db: Database) {
-    this.holderStmt = db.prepare('SELECT * FROM port_claims WHERE node_id = ? AND protocol = ? AND port = ?');
+    this.holderStmt = db.prepare(`SELECT * FROM port_claims
+      WHERE node_id = :node AND protocol = :protocol AND port BETWEEN :first AND :last
+        AND (rule_id IS NULL OR rule_id <> :rule) AND (tunnel_id IS NULL OR tunnel_id <> :tunnel)
+      ORDER BY port LIMIT 1`);
     this.claimRows = db.insertRows('INSERT INTO port_claims (node_id, protocol, port, rule_id, tunnel_id) VALUES', 5);
     this.releaseRuleStmt = db.prepare('DELETE FROM port_claims WHERE rule_id = ?');
     this.releaseTunnelStmt = db.prepare('DELETE FROM port_claims WHERE tunnel_id = ?');
@@ -36,39 +47,45 @@ export class PortStore {
     );
   }
 
-  /** The claim that holds `port` on the node for one of `transports`, other than `except`. */
+  /** The claim that holds a port of `first`-`last` on the node for one of `transports`, other than `except`'s. */
   holder(
     nodeId: number,
     transports: Transport[],
-    port: number,
+    first: number,
+    last = first,
     except: { rule_id?: number; tunnel_id?: number } = {},
   ): Claim | undefined {
-    for (const transport of transports) {
-      const claim = this.holderStmt.get(nodeId, transport, port) as Claim | undefined;
-      if (
-        claim &&
-        !(except.rule_id !== undefined && claim.rule_id === except.rule_id) &&
-        !(except.tunnel_id !== undefined && claim.tunnel_id === except.tunnel_id)
-      ) {
-        return claim;
-      }
+    for (const protocol of transports) {
+      const claim = this.holderStmt.get({
+        node: nodeId,
+        protocol,
+        first,
+        last,
+        rule: except.rule_id ?? 0,
+        tunnel: except.tunnel_id ?? 0,
+      }) as Claim | undefined;
+      if (claim) return claim;
     }
     return undefined;
   }
 
   /** For rules that hold no port yet, whose ports are free. */
-  claimForNewRules(rules: readonly { id: number; node_id: number; protocol: Protocol; listen_port: number }[]): void {
+  claimForNewRules(rules: readonly ({ id: number; node_id: number; protocol: Protocol } & PortSpan)[]): void {
     this.claimRows(
       rules.flatMap((rule) =>
-        transportsOf(rule.protocol).map((transport) => [rule.node_id, transport, rule.listen_port, rule.id, null]),
+        transportsOf(rule.protocol).flatMap((transport) =>
+          portsOf(rule).map((port) => [rule.node_id, transport, port, rule.id, null]),
+        ),
       ),
     );
   }
 
   /** For a rule that may hold ports already: they are released first. */
-  claimForRule(ruleId: number, nodeId: number, transports: Transport[], port: number): void {
+  claimForRule(ruleId: number, nodeId: number, transports: Transport[], span: PortSpan): void {
     this.releaseRuleStmt.run(ruleId);
-    this.claimRows(transports.map((transport) => [nodeId, transport, port, ruleId, null]));
+    this.claimRows(
+      transports.flatMap((transport) => portsOf(span).map((port) => [nodeId, transport, port, ruleId, null])),
+    );
   }
 
   claimForTunnel(tunnelId: number, nodeId: number, port: number): void {

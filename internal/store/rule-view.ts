@@ -92,6 +92,7 @@ export function toRule(row: RuleRow): Rule {
     tunnel_id: row.tunnel_id,
     protocol: row.protocol,
     listen_port: row.listen_port,
+    listen_port_end: row.listen_port_end,
     targets: JSON.parse(row.targets) as string[],
     strategy: row.strategy,
     weights: row.weights === null ? null : (JSON.parse(row.weights) as number[]),
@@ -136,7 +137,8 @@ export function ruleJsonSql(row: string): string {
   const count = (column: string) => safeCount(r(column));
   return `json_object('id', ${r('id')}, 'name', ${r('name')}, 'node_id', ${r('node_id')},
     'tunnel_id', ${r('tunnel_id')}, 'protocol', ${r('protocol')}, 'listen_port', ${r('listen_port')},
-    'targets', json(${r('targets')}), 'strategy', ${r('strategy')}, 'weights', json(${r('weights')}),
+    'listen_port_end', ${r('listen_port_end')}, 'targets', json(${r('targets')}), 'strategy', ${r('strategy')},
+    'weights', json(${r('weights')}),
     'forwarding', ${r('forwarding')},
     'enabled', json(CASE ${r('enabled')} WHEN 1 THEN 'true' ELSE 'false' END),
     'tags', json(${r('tags')}), 'allow_sources', json(${r('allow_sources')}),
@@ -165,7 +167,8 @@ export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_
   ${safeCount('quota_used')} AS quota_used, quota_period_start, quota_resets_at, quota_spent`;
 
 /** What `toRule` reads of a rule's row. */
-export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, targets, strategy, weights, forwarding,
+export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
+  weights, forwarding,
   enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
   ${QUOTA_COLUMNS}, health_check, preserve_source, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
   sync_applied_at, sync_path, relay_reason,

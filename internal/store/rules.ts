@@ -7,6 +7,7 @@ import { quotaPeriodAt, type Quota } from '../domain/quota.ts';
 import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
+import { lastPort } from '../domain/ranges.ts';
 import type { Database } from './database.ts';
 import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
@@ -92,6 +93,8 @@ export interface RuleFilter {
   q: string | null;
   sync_state: string | null;
   state: string | null;
+  /** A port the rule listens on (its listen_port, or one of its range). */
+  port: number | null;
   /** Also count every match (JsonPage.total). */
   count?: boolean;
   /** Another order than by id (then afterId is not used). */
@@ -118,6 +121,7 @@ export const EVERY_RULE = {
   q: null,
   sync_state: null,
   state: null,
+  port: null,
 } as const satisfies Omit<RuleFilter, 'afterId' | 'limit'>;
 
 interface SyncError {
@@ -145,6 +149,8 @@ const RULE_FILTERS = {
   q: 'instr(lower(rules.name), lower(:q)) > 0',
   sync_state: 'rules.sync_state = :sync_state',
   state: `(${STATE}) = :state`,
+  // Through the claims, a row per port (an index of ports): a rule's range holds the port if it claims it.
+  port: 'rules.id IN (SELECT rule_id FROM port_claims WHERE port = :port AND rule_id IS NOT NULL)',
 };
 
 /**
@@ -155,8 +161,8 @@ function trigramPattern(q: string | null): string | null {
   return q !== null && [...q].length >= 3 && !/[%_]/.test(q) ? `%${q}%` : null;
 }
 
-/** The 409 for a port someone else holds, naming the holder. */
-export function portTaken(claim: Claim, port: number): DomainError {
+/** The 409 for a port someone else holds, naming the port and its holder. */
+export function portTaken(claim: Claim, port = claim.port): DomainError {
   const by = claim.rule_id !== null ? `rule ${claim.rule_id}` : `tunnel ${claim.tunnel_id}`;
   return new DomainError('conflict', `port ${port}/${claim.protocol} on node ${claim.node_id} is taken by ${by}`, {
     conflict: {
@@ -199,6 +205,7 @@ function placeValues(f: RuleFields): SQLInputValue[] {
     f.tunnel_id,
     f.protocol,
     f.listen_port,
+    f.listen_port_end,
     JSON.stringify(f.targets),
     f.strategy,
     f.weights && JSON.stringify(f.weights),
@@ -320,21 +327,22 @@ export class RuleStore {
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, weights, forwarding,
-        enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol,
-        expired, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour, quota_used,
-        quota_period_start, quota_resets_at, quota_spent, health_check, health, preserve_source, created_at,
-        updated_at) VALUES`,
-      32,
+      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy, weights,
+        forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at,
+        proxy_protocol, expired, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
+        quota_used, quota_period_start, quota_resets_at, quota_spent, health_check, health, preserve_source,
+        created_at, updated_at) VALUES`,
+      33,
     );
     this.insertPlainRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, targets, strategy, weights, forwarding,
-        enabled, created_at, updated_at) VALUES`,
-      12,
+      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy, weights,
+        forwarding, enabled, created_at, updated_at) VALUES`,
+      13,
     );
     this.updateStmt =
       db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
-        listen_port = :listen_port, targets = :targets, strategy = :strategy, weights = :weights,
+        listen_port = :listen_port, listen_port_end = :listen_port_end, targets = :targets, strategy = :strategy,
+        weights = :weights,
         forwarding = :forwarding,
         enabled = :enabled, tags = :tags, allow_sources = :allow_sources, deny_sources = :deny_sources,
         max_connections = :max_connections, bandwidth_limit = :bandwidth_limit, expires_at = :expires_at,
@@ -417,6 +425,7 @@ export class RuleStore {
       q: filter.q,
       sync_state: filter.sync_state,
       state: filter.state,
+      port: filter.port,
     };
   }
 
@@ -475,13 +484,14 @@ export class RuleStore {
 
   /** The claim that would stop `fields` from listening, if any (`except` is the rule being replaced). */
   portHolder(
-    fields: Pick<RuleFields, 'node_id' | 'protocol' | 'listen_port'>,
+    fields: Pick<RuleFields, 'node_id' | 'protocol' | 'listen_port' | 'listen_port_end'>,
     exceptRuleId?: number,
   ): Claim | undefined {
     return this.ports.holder(
       fields.node_id,
       transportsOf(fields.protocol),
       fields.listen_port,
+      lastPort(fields),
       exceptRuleId === undefined ? {} : { rule_id: exceptRuleId },
     );
   }
@@ -515,16 +525,19 @@ export class RuleStore {
     };
     let inserted = false;
     for (const [i, fields] of list.entries()) {
-      const ports = transportsOf(fields.protocol).map(
-        (transport) => `${fields.node_id}/${transport}/${fields.listen_port}`,
-      );
+      const ports = transportsOf(fields.protocol).flatMap((transport) => {
+        const keys: string[] = [];
+        for (let port = fields.listen_port; port <= lastPort(fields); port++)
+          keys.push(`${fields.node_id}/${transport}/${port}`);
+        return keys;
+      });
       // A port an earlier rule of the list claims: that rule goes in first, to be named as the holder.
       if (ports.some((port) => pendingPorts.has(port))) {
         flush();
         inserted = true;
       }
       const holder = holders && !inserted ? holders[i] : this.portHolder(fields);
-      if (holder) throw portTaken(holder, fields.listen_port);
+      if (holder) throw portTaken(holder);
       pending.push(fields);
       for (const port of ports) pendingPorts.add(port);
     }
@@ -538,7 +551,7 @@ export class RuleStore {
    */
   update(id: number, fields: RuleFields, at: string, quotaSpent = false): Rule {
     const holder = this.portHolder(fields, id);
-    if (holder) throw portTaken(holder, fields.listen_port);
+    if (holder) throw portTaken(holder);
     const current = this.quotaStmt.get(id) as unknown as QuotaColumns &
       Pick<RuleRow, 'targets' | 'health_check' | 'health'>;
     const quota = quotaColumns(fields.quota, current, at);
@@ -559,7 +572,7 @@ export class RuleStore {
       health,
       id,
     });
-    this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields.listen_port);
+    this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields);
     return this.find(id)!;
   }
 

@@ -313,7 +313,9 @@ export class TunnelStore {
 
   /** Throws `conflict` when the name or the exit node's port is taken. */
   update(id: number, fields: TunnelFields, at: string): Tunnel {
-    const holder = this.ports.holder(fields.exit_node_id, ['tcp'], fields.listen_port, { tunnel_id: id });
+    const holder = this.ports.holder(fields.exit_node_id, ['tcp'], fields.listen_port, fields.listen_port, {
+      tunnel_id: id,
+    });
     if (holder) throw portTaken(holder, fields.listen_port);
     unlessTaken(
       `the tunnel name '${fields.name}'`,

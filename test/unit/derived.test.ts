@@ -48,6 +48,7 @@ function withRules(t: { after: (fn: () => void) => void }, time?: () => string) 
         tunnel_id: null,
         protocol: 'tcp',
         listen_port: port,
+        listen_port_end: null,
         targets: ['192.0.2.1:80'],
         strategy: 'round_robin',
         weights: null,

@@ -37,8 +37,8 @@ test('a quota object no rule names any more is deleted, after the maps that name
 
 test('a closed port is reset for the seconds it has left, unless a rule carries it again', () => {
   const closed = [
-    { port: 8001, seconds: 3600 },
-    { port: 8009, seconds: 42 },
+    { port: 8001, last: 8001, seconds: 3600 },
+    { port: 8009, last: 8009, seconds: 42 },
   ];
   const text = rulesetScript('portplane_1', [quoted(1, 8001, 'in')], NOTHING_HELD, LIMITS, closed);
   assert.match(text, /add element inet portplane_1 tcp_closed \{ 8009 timeout 42s \}/);

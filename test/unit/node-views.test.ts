@@ -59,6 +59,7 @@ function setUp(t: { after: (fn: () => void) => void }) {
         tunnel_id: tunnel.id,
         protocol: 'tcp',
         listen_port: 8000,
+        listen_port_end: null,
         targets: ['10.0.0.1:80'],
         strategy: 'round_robin',
         weights: null,

@@ -16,6 +16,7 @@ interface Rule {
   tunnel_id: number | null;
   protocol: string;
   listen_port: number;
+  listen_port_end: number | null;
   targets: string[];
   strategy: string;
   weights: number[] | null;
@@ -70,6 +71,7 @@ const WRITABLE = [
   'tunnel_id',
   'protocol',
   'listen_port',
+  'listen_port_end',
   'targets',
   'strategy',
   'weights',
@@ -137,6 +139,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       { name: 'sync_state', label: 'Sync', choices: ['pending', 'applied', 'failed'] },
       { name: 'protocol', label: 'Protocol', choices: ['tcp', 'udp', 'tcp+udp'] },
       { name: 'tag', label: 'Tag' },
+      { name: 'port', label: 'Port' },
       { name: 'q', label: 'Name contains' },
     ],
     async () => {
@@ -148,7 +151,8 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
   /** The filters as a batch's `filter` takes them (numbers as numbers). */
   const batchFilter = () => {
     const chosen = Object.entries(filters()).filter(([, value]) => value !== null);
-    return Object.fromEntries(chosen.map(([name, value]) => [name, name === 'node_id' ? Number(value) : value]));
+    const numeric = (name: string) => name === 'node_id' || name === 'port';
+    return Object.fromEntries(chosen.map(([name, value]) => [name, numeric(name) ? Number(value) : value]));
   };
 
   // What is selected: rules ticked on the pages seen, or every rule the filters match (however many pages).
@@ -343,7 +347,11 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           rule.tags.length > 0 && h('span', { class: 'tags' }, rule.tags.join(', ')),
         ),
         h('td', {}, nodeName.get(rule.node_id) ?? `#${rule.node_id}`),
-        h('td', {}, `${rule.protocol} ${rule.listen_port}`),
+        h(
+          'td',
+          {},
+          `${rule.protocol} ${rule.listen_port}${rule.listen_port_end === null ? '' : `-${rule.listen_port_end}`}`,
+        ),
         h(
           'td',
           {},
@@ -406,6 +414,12 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       ),
       protocol: select('protocol', ['tcp', 'udp', 'tcp+udp'], rule?.protocol),
       listen_port: input('listen_port', { type: 'number', min: 1, max: 65535, value: rule?.listen_port ?? '' }),
+      listen_port_end: input('listen_port_end', {
+        type: 'number',
+        min: 1,
+        max: 65535,
+        value: rule?.listen_port_end ?? '',
+      }),
       targets: h('textarea', { name: 'targets', rows: 3 }, (rule?.targets ?? []).join('\n')),
       strategy: select(
         'strategy',
@@ -462,7 +476,8 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
         field('Node', c.node_id),
         field('Protocol', c.protocol),
         field('Listen port', c.listen_port),
-        field('Targets', c.targets, 'host:port, one per line'),
+        field('Last port of a range', c.listen_port_end, 'Up to 10,000 ports; empty: the listen port alone'),
+        field('Targets', c.targets, 'host:port, one per line; for a range also host:first-last, as many ports'),
         field('Strategy', c.strategy, 'lowest_latency needs a health check'),
         field('Weights', c.weights, 'One per target, comma-separated (3, 1); empty: all alike'),
         field('Forwarding', c.forwarding, 'auto: in the kernel where the node can; relay: always in user space'),
@@ -495,6 +510,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           node_id: Number(c.node_id.value),
           protocol: c.protocol.value,
           listen_port: c.listen_port.value === '' ? null : Number(c.listen_port.value),
+          listen_port_end: c.listen_port_end.value === '' ? null : Number(c.listen_port_end.value),
           targets: c.targets.value
             .split('\n')
             .map((t) => t.trim())
