@@ -1418,7 +1418,7 @@ async function applyTenThousand(master: Master, nodeId: number): Promise<void> {
     }
     return performance.now() - started;
   };
-  /** Milliseconds from replacing rule `id` (its target's port moved) to the node's acknowledgement. */
+  /** Milliseconds from replacing rule `id` (its target's port moved) to the node's acknowledgement of it. */
   const change = async (id: number, port: number) => {
     const current = await api(master.url, master.token, 'GET', `/api/rules/${id}`);
     const started = performance.now();
@@ -1426,8 +1426,11 @@ async function applyTenThousand(master: Master, nodeId: number): Promise<void> {
       ...Object.fromEntries(ruleFieldNames.map((field) => [field, current[field]])),
       targets: [`${TARGET_ADDRESS}:${port}`],
     });
-    const synced = await api(master.url, master.token, 'POST', `/api/rules/${id}/sync`);
-    if (synced.sync.state !== 'applied') throw new Error(`the change was not applied: ${JSON.stringify(synced.sync)}`);
+    // Looked at every 10 ms: the replace pushed the node its config, whose acknowledgement marks the rule applied.
+    while ((await api(master.url, master.token, 'GET', `/api/rules/${id}`)).sync.state !== 'applied') {
+      if (performance.now() - started > 30_000) throw new Error('the change was not applied within 30 s');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
     return performance.now() - started;
   };
   const ids: number[] = [];

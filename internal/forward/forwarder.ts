@@ -26,19 +26,27 @@ import { TunnelEntry } from '../tunnel/entry.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
 import {
-  applyRuleset,
+  applyPlan,
   kernelAvailability,
   flowOffloadDevices,
+  heldIn,
+  tableOutline,
   keepRouterAdvertisements,
-  tableShape,
   readCounters,
   removeIdleTimeouts,
   removeTable,
   type Counts,
 } from '../kernel/nft.ts';
 import {
+  heldBy,
+  NOTHING_HELD,
   tableOf,
+  outlineOf,
+  sameOutline,
+  tablePlan,
+  type TablePlan,
   type ClosedPort,
+  type Held,
   type Destination,
   type KernelQuota,
   type KernelRule,
@@ -251,8 +259,13 @@ export class Forwarder {
   private kernelIpv6 = false;
   /** Whether the kernel path was usable at the last apply, and why not. */
   kernelState: KernelState = { available: false, reason: 'not checked yet' };
-  /** What the kernel table held when this agent last wrote it (see tableShape); null while it wrote none. */
-  private kernelShape: string | null = null;
+  /** What the table holds of this agent's making, as it last wrote it; null when not known (read it first). */
+  private kernelHeld: Held | null = null;
+  /**
+   * The plan last written, which the table holds as long as kernelHeld is known (the next write is the difference,
+   * and a look at the table compares it with this); null while this agent wrote none.
+   */
+  private kernelPlan: TablePlan | null = null;
   /** The devices flowtables offload connections on (the kernel's counters miss what is offloaded); see nft.ts. */
   flowOffload: string[] = [];
   /** Interfaces whose accept_ra this agent set to 2, so that forwarding IPv6 costs them no route (for the log). */
@@ -400,14 +413,20 @@ export class Forwarder {
     if (next.size === 0 && this.kernelRules.size === 0 && this.kernelSwept) return;
     this.kernelSwept = true;
     try {
-      const before = await readCounters(this.table);
+      // The counters are read (a listing of the whole table) only for the final counts of rules leaving it, or where
+      // this run has not written it yet: a change to one rule of 10,000 is a write, not three listings and a write.
+      const leaving = [...this.kernelRules.keys()].some((id) => !next.has(id));
+      const before = leaving || this.kernelHeld === null ? await readCounters(this.table) : undefined;
       if (before === null && next.size === 0) return;
       if (before === null) this.kernelFresh = true;
       for (const [id, counts] of before ?? []) if (!next.has(id)) this.kernelRemoved.set(id, counts);
       this.closeLeaving(next);
       // A table with no rule stays while it closes ports: their connections are reset rather than go on untracked.
-      if (next.size === 0 && this.closedPorts().length === 0) await removeTable(this.table);
-      else await this.writeTable([...next.values()], before ?? new Map());
+      if (next.size === 0 && this.closedPorts().length === 0) {
+        await removeTable(this.table);
+        this.kernelHeld = null;
+        this.kernelPlan = null;
+      } else await this.writeTable([...next.values()]);
       this.kernelRules = next;
       this.kernelEntries = entries;
     } catch (error) {
@@ -506,25 +525,33 @@ export class Forwarder {
   /** The idle timeout last written into the kernel table (its policy objects go when it changes), if any. */
   private kernelIdleSeconds: number | null = null;
 
-  /** Writes the kernel table with `rules`, held to the node's limits as the relay holds its own. */
-  private async writeTable(rules: KernelRule[], existing: ReadonlyMap<number, Counts>): Promise<void> {
+  /**
+   * Writes the kernel table with `rules`, held to the node's limits as the relay holds its own: the difference from
+   * what it last wrote, or, where that is not known, the whole table, over what a look finds there.
+   */
+  private async writeTable(rules: KernelRule[]): Promise<void> {
     const limits = { perSource: this.limits.maxConnectionsPerSource, tcpIdleSeconds: this.idleSeconds() };
-    // What the table holds, as this agent last listed it (once, before its first write of a run).
-    const shape = this.kernelShape ?? (await tableShape(this.table));
+    const written = this.kernelHeld ? this.kernelPlan : null;
+    const held = this.kernelHeld ?? heldIn(await tableOutline(this.table));
+    // Not known again until written.
+    this.kernelHeld = null;
+    this.kernelPlan = null;
+    const plan = tablePlan(rules, limits, this.closedPorts());
     try {
-      await applyRuleset(this.table, rules, existing, limits, shape, this.closedPorts());
-    } catch (error) {
-      if (shape === null) throw error;
+      await applyPlan(this.table, plan, held, written);
+    } catch {
       // A table declared otherwise (a map without intervals, by an agent older than port ranges) is not declared
-      // over: it is made anew, its counts since the last report lost, as when something else removes it.
+      // over, and one changed under the difference (an element gone) refuses it: it is made anew, its counts since
+      // the last report lost, as when something else removes it.
       await removeTable(this.table);
       this.kernelFresh = true;
-      await applyRuleset(this.table, rules, new Map(), limits, null, this.closedPorts());
+      await applyPlan(this.table, plan, NOTHING_HELD, null);
     }
+    this.kernelHeld = heldBy(rules);
+    this.kernelPlan = plan;
     const previous = this.kernelIdleSeconds;
     this.kernelIdleSeconds = limits.tcpIdleSeconds;
     if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
-    this.kernelShape = await tableShape(this.table);
   }
 
   /** Looks for flowtables again; returns whether their devices changed. */
@@ -543,22 +570,25 @@ export class Forwarder {
    * table to watch. The bytes the kernel counted since the last report are lost with a removed table.
    */
   async checkKernel(): Promise<'intact' | 'restored' | 'failed' | null> {
-    if (this.kernelRules.size === 0 || this.kernelShape === null) return null;
-    const wrote = this.kernelShape;
-    const shape = await tableShape(this.table);
-    if (shape === wrote) return 'intact';
+    const written = this.kernelPlan;
+    if (this.kernelRules.size === 0 || !written) return null;
+    const outline = await tableOutline(this.table);
+    if (outline && sameOutline(outline, outlineOf(written))) return 'intact';
     this.kernelDrift = { count: this.kernelDrift.count + 1, lastAt: formatTime(Date.now()) };
-    // What the table holds now, not what this agent wrote: its spread chains are what the rewrite may delete.
-    this.kernelShape = shape;
+    // What the table holds now, not what this agent wrote: what a rewrite may delete is read from it.
+    this.kernelHeld = heldIn(outline);
+    this.kernelPlan = null;
     try {
-      const counters = shape === null ? null : await readCounters(this.table);
-      if (counters === null) this.kernelFresh = true;
-      await this.writeTable([...this.kernelRules.values()], counters ?? new Map());
+      if (outline === null) this.kernelFresh = true;
+      await this.writeTable([...this.kernelRules.values()]);
       // What was added to the table beside the agent's own (a chain, say) is not flushed by a rewrite: anew, then.
-      if (this.kernelShape !== wrote) {
+      const rewritten = await tableOutline(this.table);
+      if (!rewritten || !sameOutline(rewritten, outlineOf(this.kernelPlan!))) {
         await removeTable(this.table);
         this.kernelFresh = true;
-        await this.writeTable([...this.kernelRules.values()], new Map());
+        this.kernelHeld = NOTHING_HELD;
+        this.kernelPlan = null;
+        await this.writeTable([...this.kernelRules.values()]);
       }
       return 'restored';
     } catch (error) {
@@ -572,7 +602,8 @@ export class Forwarder {
     this.kernelState = { available: false, reason };
     this.kernelRules = new Map();
     this.kernelEntries = new Map();
-    this.kernelShape = null;
+    this.kernelHeld = null;
+    this.kernelPlan = null;
   }
 
   /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
@@ -629,7 +660,7 @@ export class Forwarder {
       changed = true;
     }
     if (!changed) return false;
-    await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
+    await this.writeTable([...next.values()]);
     this.kernelRules = next;
     return true;
   }
@@ -658,7 +689,7 @@ export class Forwarder {
     const changed = [...next].some(([id, rule]) => JSON.stringify(rule) !== JSON.stringify(this.kernelRules.get(id)));
     this.kernelEntries = entries;
     if (!changed) return false;
-    await this.writeTable([...next.values()], (await readCounters(this.table)) ?? new Map());
+    await this.writeTable([...next.values()]);
     this.kernelRules = next;
     return true;
   }

@@ -5,18 +5,16 @@
 import { spawn } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import {
-  counterName,
   counterOf,
   flowtableDevices,
   idleTimeoutName,
   isAgentTable,
-  isLearnedSet,
   isQuotaName,
   isSpreadChain,
-  rulesetScript,
-  type ClosedPort,
-  type KernelLimits,
-  type KernelRule,
+  planScript,
+  type Held,
+  type Outline,
+  type TablePlan,
 } from './ruleset.ts';
 
 /** CAP_NET_ADMIN, the capability nftables asks of whoever changes a table. */
@@ -68,7 +66,10 @@ export async function kernelAvailability(): Promise<KernelAvailability> {
   if (process.platform !== 'linux') return { available: false, reason: 'nftables is Linux only' };
   if (!(await hasNetAdmin()))
     return { available: false, reason: 'the agent lacks CAP_NET_ADMIN (run it as root, or give it the capability)' };
-  const listed = await run(['list', 'tables']);
+  // A listing of flowtables: as much a sign that nft answers as any, and cheap where a table holds 10,000 rules (a
+  // `list tables` reads the whole ruleset, 180 ms); the tables where a kernel would not list flowtables.
+  let listed = await run(['-j', 'list', 'flowtables']);
+  if (listed.code !== 0) listed = await run(['list', 'tables']);
   if (listed.code !== 0) return { available: false, reason: `nft does not answer: ${firstLine(listed.stderr)}` };
   if ((await sysctl('/proc/sys/net/ipv4/ip_forward')) !== '1')
     return { available: false, reason: 'IPv4 forwarding is off (sysctl net.ipv4.ip_forward=1)' };
@@ -150,32 +151,46 @@ export async function readCounters(table: string): Promise<Map<number, Counts> |
 type Listed = Record<string, Record<string, unknown>>;
 
 /**
- * What `table` holds, but for what changes by itself (counters' counts and quotas' (a quota's bytes are in its name),
- * the sources its dynamic sets learn, closed ports timing out, handles),
- * as text to compare: the table as its agent wrote it, until something else changes it. Null when there is none.
+ * What `table` holds, as its objects (`counter r5_in`, `map tcp4`, `chain prerouting`, ...) and each chain's number
+ * of rules, from a listing without set elements (`-t`): what something else changes when it removes or changes the
+ * table (a flush, a firewall's or Docker's reload, a rule added to a chain). Elements alone changed are not seen here
+ * (the next write that needs them fails and writes the table anew). Null when there is no such table.
  */
-export async function tableShape(table: string): Promise<string | null> {
-  const listed = await run(['-j', 'list', 'table', 'inet', table]);
+export async function tableOutline(table: string): Promise<Outline | null> {
+  const listed = await run(['-j', '-t', 'list', 'table', 'inet', table]);
   if (listed.code !== 0) return null;
+  const outline: Outline = { objects: new Set(), rules: new Map() };
   let objects: Listed[];
   try {
-    objects = ((JSON.parse(listed.stdout) as { nftables?: Listed[] }).nftables ?? []).filter(
-      (object) => !('metainfo' in object),
-    );
+    objects = (JSON.parse(listed.stdout) as { nftables?: Listed[] }).nftables ?? [];
   } catch {
-    return '';
+    return outline;
   }
-  return JSON.stringify(
-    objects.map((object) => {
-      const [kind, body] = Object.entries(object)[0] ?? ['', {}];
-      const { handle: _handle, packets: _packets, bytes: _bytes, used: _used, ...kept } = body;
-      if (kind === 'set' && typeof kept.name === 'string' && isLearnedSet(kept.name)) {
-        delete kept.elem;
-        delete kept.flags;
-      }
-      return { [kind]: kept };
-    }),
-  );
+  for (const object of objects) {
+    const [kind, body] = Object.entries(object)[0] ?? ['', {}];
+    if (kind === 'rule') {
+      const chain = String(body.chain);
+      outline.rules.set(chain, (outline.rules.get(chain) ?? 0) + 1);
+    } else if (typeof body.name === 'string' && kind !== 'table') {
+      outline.objects.add(`${kind} ${body.name}`);
+      if (kind === 'chain' && !outline.rules.has(body.name)) outline.rules.set(body.name, 0);
+    }
+  }
+  return outline;
+}
+
+/** What of `outline` a rewrite may delete when no rule needs it: the objects of this agent's making. */
+export function heldIn(outline: Outline | null): Held {
+  const counters = new Set<string>();
+  const chains = new Set<string>();
+  const quotas = new Set<string>();
+  for (const object of outline?.objects ?? []) {
+    const [kind, name] = object.split(' ') as [string, string];
+    if (kind === 'counter' && counterOf(name)) counters.add(name);
+    else if (kind === 'chain' && isSpreadChain(name)) chains.add(name);
+    else if (kind === 'quota' && isQuotaName(name)) quotas.add(name);
+  }
+  return { counters, chains, quotas };
 }
 
 /** A watch of the ruleset, until closed. */
@@ -200,9 +215,12 @@ export function watchRuleset(onChange: () => void): RulesetWatch {
   const start = (again: boolean) => {
     if (closed) return;
     const started = Date.now();
+    // Rules only: a removed table, chain or rule, an added rule, all show as rules; every element of a map rewritten
+    // would be a line too (nft's own cost of printing them was 0.6 s of CPU a write at 10,000 rules). What changes
+    // elements alone is found by the periodic look.
     const command = direct
-      ? ['nft', 'monitor', 'ruleset']
-      : ['setpriv', '--pdeathsig', 'KILL', '--', 'nft', 'monitor', 'ruleset'];
+      ? ['nft', 'monitor', 'rules']
+      : ['setpriv', '--pdeathsig', 'KILL', '--', 'nft', 'monitor', 'rules'];
     const watcher = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
     child = watcher;
     watcher.stdout!.on('data', () => onChange());
@@ -226,40 +244,13 @@ export function watchRuleset(onChange: () => void): RulesetWatch {
   };
 }
 
-/** Makes `table` hold exactly `rules`, in one transaction; throws with nft's reason when it refuses. */
-export async function applyRuleset(
-  table: string,
-  rules: readonly KernelRule[],
-  existing: ReadonlyMap<number, Counts>,
-  limits: KernelLimits,
-  /** The table's shape as last listed (see tableShape): its chains and quotas no rule needs are deleted. */
-  shape: string | null,
-  closed: readonly ClosedPort[],
-) {
-  // The counters the table holds now, by name: those of rules no longer wanted are deleted, and only those.
-  const counters = new Set(
-    [...existing].flatMap(([id, counts]) => [
-      counterName(id, 'in'),
-      counterName(id, 'out'),
-      ...(counts.refused === undefined ? [] : [counterName(id, 'refused')]),
-    ]),
-  );
-  const script = rulesetScript(table, rules, { counters, ...objectsIn(shape) }, limits, closed);
-  const applied = await run(['-f', '-'], script);
+/**
+ * Makes `table` hold `plan`, deleting what of `held` it no longer needs, in one transaction (only what changed since
+ * `previous`, the plan last written, where the table still holds it); throws with nft's reason when it refuses.
+ */
+export async function applyPlan(table: string, plan: TablePlan, held: Held, previous: TablePlan | null) {
+  const applied = await run(['-f', '-'], planScript(table, plan, held, previous));
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
-}
-
-/** The spread chains and quota objects (see ruleset.ts) in a table's shape as tableShape gives it. */
-function objectsIn(shape: string | null): { chains: Set<string>; quotas: Set<string> } {
-  const chains = new Set<string>();
-  const quotas = new Set<string>();
-  for (const object of shape ? (JSON.parse(shape) as Listed[]) : []) {
-    const chain = object.chain?.name;
-    if (typeof chain === 'string' && isSpreadChain(chain)) chains.add(chain);
-    const quota = object.quota?.name;
-    if (typeof quota === 'string' && isQuotaName(quota)) quotas.add(quota);
-  }
-  return { chains, quotas };
 }
 
 /** Removes the idle timeout policies of `seconds` from `table` once no rule uses them; gone already is fine. */

@@ -130,6 +130,25 @@ export interface Held {
 
 export const NOTHING_HELD: Held = { counters: new Set(), chains: new Set(), quotas: new Set() };
 
+/** What the table holds once written with `rules` (see rulesetScript). */
+export function heldBy(rules: readonly KernelRule[]): Held {
+  const counters = new Set<string>();
+  const chains = new Set<string>();
+  const quotas = new Set<string>();
+  for (const rule of rules) {
+    counters.add(counterName(rule.id, 'in')).add(counterName(rule.id, 'out'));
+    if (refuses(rule)) counters.add(counterName(rule.id, 'refused'));
+    if (rule.quota) quotas.add(quotaName(rule.id, rule.quota));
+    for (const l4 of L4) {
+      if (!carries(rule, l4)) continue;
+      for (const family of [4, 6] as const)
+        if (rule.targets.filter((target) => (family === 4 ? target.v4 : target.v6)).length > 1)
+          chains.add(spreadChainName(rule.id, l4, family));
+    }
+  }
+  return { counters, chains, quotas };
+}
+
 /**
  * A TCP port the kernel carried until lately, and how many seconds more its connections are reset at their next
  * packet: long enough that each has either sent one or been forgotten by conntrack (the rule's idle timeout policy).
@@ -267,14 +286,6 @@ function elements(entries: string[]): string {
   return entries.join(', ');
 }
 
-/**
- * Whether `name` is one of the sets whose elements change by themselves: those the kernel fills with the sources of
- * new connections (ct count), and closed ports, which time out.
- */
-export function isLearnedSet(name: string): boolean {
-  return /^(tcp|udp)[46]_sources$/.test(name) || name === 'rule_flows' || name === 'tcp_closed';
-}
-
 /** The node's limits the kernel holds its rules to (the agent's config: max_connections_per_source and its like). */
 export interface KernelLimits {
   perSource: number;
@@ -287,147 +298,134 @@ export function idleTimeoutName(family: 4 | 6, seconds: number): string {
 }
 
 /**
- * The script that makes the table hold exactly `rules`, as one transaction (`nft -f`): declarations (which keep
- * whatever of them exists, counters and quotas included), every chain, map and set emptied and filled again, and what
- * `held` names that no rule needs any more deleted. `closed` are TCP ports whose connections are to be reset.
+ * What the table is to hold, in parts a later write can compare: its declarations (sets, maps, objects, chains: each
+ * declared again keeps what it has), each chain's rules in order, and each map's and set's elements (the sets the
+ * kernel fills itself are none of these).
  */
-export function rulesetScript(
-  table: string,
+export interface TablePlan {
+  declarations: string[];
+  chains: Map<string, string[]>;
+  elements: Map<string, string[]>;
+}
+
+/** The base chains, each written whole by every plan (spread chains come and go with their rules). */
+const BASE_CHAINS = [
+  'prerouting',
+  'output',
+  'postrouting',
+  'count_prerouting',
+  'count_output',
+  'conn_limits',
+  'sources',
+  'sources_local',
+  'stop_prerouting',
+  'stop_output',
+];
+
+/** Elements that time out by themselves: written whole every time, never compared. */
+const VOLATILE = new Set(['tcp_closed']);
+
+export function tablePlan(
   rules: readonly KernelRule[],
-  held: Held,
   limits: KernelLimits,
   closed: readonly ClosedPort[] = [],
-): string {
-  const FAMILY_TABLE = `inet ${table}`;
-  const wanted = new Set(
-    rules.flatMap((rule) => [
-      counterName(rule.id, 'in'),
-      counterName(rule.id, 'out'),
-      ...(refuses(rule) ? [counterName(rule.id, 'refused')] : []),
-    ]),
-  );
-  const lines = [`table ${FAMILY_TABLE} {`];
+): TablePlan {
+  const declarations: string[] = [];
+  const chains = new Map<string, string[]>(BASE_CHAINS.map((name) => [name, []]));
+  const elements = new Map<string, string[]>();
+  const rule = (chain: string, body: string) => chains.get(chain)!.push(body);
+  const fill = (name: string, entries: string[]) => {
+    const list = elements.get(name);
+    if (!list) elements.set(name, [...entries]);
+    else for (const entry of entries) list.push(entry);
+  };
   // A rule's connections and flows at once, by its id (flowKey): TCP and UDP, every port of its range, together, as
   // the relay counts them.
-  lines.push('  set rule_flows { type mark; flags dynamic; }');
+  declarations.push('set rule_flows { type mark; flags dynamic; }');
   // Every map and set keyed by port takes intervals: a rule's range is one element.
   for (const l4 of L4) {
-    lines.push(
-      `  map ${l4}4 { type inet_service : ipv4_addr . inet_service; flags interval; }`,
-      `  map ${l4}6 { type inet_service : ipv6_addr . inet_service; flags interval; }`,
+    declarations.push(
+      `map ${l4}4 { type inet_service : ipv4_addr . inet_service; flags interval; }`,
+      `map ${l4}6 { type inet_service : ipv6_addr . inet_service; flags interval; }`,
       // Ranges whose targets keep the port: the DNAT names the address alone.
-      `  map ${l4}4_kept { type inet_service : ipv4_addr; flags interval; }`,
-      `  map ${l4}6_kept { type inet_service : ipv6_addr; flags interval; }`,
-      `  map ${l4}_in { type inet_service : counter; flags interval; }`,
-      `  map ${l4}_out { type inet_service : counter; flags interval; }`,
-      `  set ${l4}_ports { type inet_service; flags interval; }`,
+      `map ${l4}4_kept { type inet_service : ipv4_addr; flags interval; }`,
+      `map ${l4}6_kept { type inet_service : ipv6_addr; flags interval; }`,
+      `map ${l4}_in { type inet_service : counter; flags interval; }`,
+      `map ${l4}_out { type inet_service : counter; flags interval; }`,
+      `set ${l4}_ports { type inet_service; flags interval; }`,
       // The ports whose connections are source-NATed: all but those of rules that keep the client's address.
-      `  set ${l4}_snat { type inet_service; flags interval; }`,
-      `  map ${l4}4_spread { type inet_service : verdict; flags interval; }`,
-      `  map ${l4}6_spread { type inet_service : verdict; flags interval; }`,
-      `  set ${l4}4_sources { type ipv4_addr . inet_service; flags dynamic; }`,
-      `  set ${l4}6_sources { type ipv6_addr . inet_service; flags dynamic; }`,
+      `set ${l4}_snat { type inet_service; flags interval; }`,
+      `map ${l4}4_spread { type inet_service : verdict; flags interval; }`,
+      `map ${l4}6_spread { type inet_service : verdict; flags interval; }`,
+      `set ${l4}4_sources { type ipv4_addr . inet_service; flags dynamic; }`,
+      `set ${l4}6_sources { type ipv6_addr . inet_service; flags dynamic; }`,
     );
+    for (const name of [`${l4}4`, `${l4}6`, `${l4}4_kept`, `${l4}6_kept`, `${l4}_in`, `${l4}_out`])
+      elements.set(name, []);
+    for (const name of [`${l4}_ports`, `${l4}_snat`, `${l4}4_spread`, `${l4}6_spread`]) elements.set(name, []);
   }
   for (const [family, l3] of [
     [4, 'ip'],
     [6, 'ip6'],
   ] as const) {
-    lines.push(
-      `  ct timeout ${idleTimeoutName(family, limits.tcpIdleSeconds)} {`,
-      `    protocol tcp; l3proto ${l3}; policy = { established: ${limits.tcpIdleSeconds} };`,
-      '  }',
+    declarations.push(
+      `ct timeout ${idleTimeoutName(family, limits.tcpIdleSeconds)} { protocol tcp; l3proto ${l3}; ` +
+        `policy = { established: ${limits.tcpIdleSeconds} }; }`,
     );
   }
-  for (const name of wanted) lines.push(`  counter ${name} { }`);
+  const held = heldBy(rules);
+  for (const name of held.counters) declarations.push(`counter ${name} { }`);
   // Declared with what the master counted; declared again (same period, same bytes), an object keeps its own count.
-  const quotas = new Map<string, KernelQuota>();
-  for (const rule of rules) if (rule.quota) quotas.set(quotaName(rule.id, rule.quota), rule.quota);
-  for (const [name, quota] of quotas)
-    lines.push(
-      `  quota ${name} { over ${quota.bytes + QUOTA_SLACK} bytes used ${Math.min(quota.used, quota.bytes)} bytes; }`,
-    );
-  lines.push(
-    '  map tcp_quota_in { type inet_service : quota; flags interval; }',
-    '  map tcp_quota_out { type inet_service : quota; flags interval; }',
-    '  set tcp_closed { type inet_service; flags interval, timeout; }',
+  for (const r of rules)
+    if (r.quota)
+      declarations.push(
+        `quota ${quotaName(r.id, r.quota)} { over ${r.quota.bytes + QUOTA_SLACK} bytes ` +
+          `used ${Math.min(r.quota.used, r.quota.bytes)} bytes; }`,
+      );
+  declarations.push(
+    'map tcp_quota_in { type inet_service : quota; flags interval; }',
+    'map tcp_quota_out { type inet_service : quota; flags interval; }',
+    'set tcp_closed { type inet_service; flags interval, timeout; }',
   );
-  const spreadChains = new Map<
-    string,
-    { rule: KernelRule; l4: 'tcp' | 'udp'; family: 4 | 6; members: KernelTarget[] }
-  >();
-  for (const rule of rules)
+  for (const name of ['tcp_quota_in', 'tcp_quota_out', 'tcp_closed']) elements.set(name, []);
+  for (const r of rules)
     for (const l4 of L4) {
-      if (!carries(rule, l4)) continue;
+      if (!carries(r, l4)) continue;
       for (const family of [4, 6] as const) {
-        const members = rule.targets.filter((target) => (family === 4 ? target.v4 : target.v6));
-        if (members.length > 1) spreadChains.set(spreadChainName(rule.id, l4, family), { rule, l4, family, members });
+        const members = r.targets.filter((target) => (family === 4 ? target.v4 : target.v6));
+        if (members.length <= 1) continue;
+        const name = spreadChainName(r.id, l4, family);
+        const [nfproto, ip] = family === 4 ? ['ipv4', 'ip'] : ['ipv6', 'ip6'];
+        // Targets that keep the port are named by their address alone (the DNAT leaves the port as it is).
+        const dest = (target: KernelTarget) => {
+          const to = (family === 4 ? target.v4 : target.v6)!;
+          return r.ports === 'kept' ? to.address : `${to.address} . ${to.port}`;
+        };
+        const expression = spreadExpression(r, members, family, dest);
+        declarations.push(`chain ${name} { }`);
+        chains.set(name, [`meta nfproto ${nfproto} meta l4proto ${l4} dnat ${ip} to ${expression}`]);
       }
     }
-  for (const name of spreadChains.keys()) lines.push(`  chain ${name} { }`);
-  lines.push(
-    '  chain prerouting { type nat hook prerouting priority dstnat; policy accept; }',
-    '  chain output { type nat hook output priority -100; policy accept; }',
-    '  chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
-    '  chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
-    '  chain count_output { type filter hook output priority filter; policy accept; }',
+  declarations.push(
+    'chain prerouting { type nat hook prerouting priority dstnat; policy accept; }',
+    'chain output { type nat hook output priority -100; policy accept; }',
+    'chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
+    'chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
+    'chain count_output { type filter hook output priority filter; policy accept; }',
     // Before the DNAT, where the port is still the rule's.
-    '  chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
+    'chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
     // A rule's own controls, after its DNAT (which marks its connections): nothing else is looked at twice. Clients
     // from other hosts pass the forward hook; the node's own (DNAT'ed in `output`) the output hook: both are held.
-    '  chain sources { type filter hook forward priority filter - 10; policy accept; }',
-    '  chain sources_local { type filter hook output priority filter - 10; policy accept; }',
+    'chain sources { type filter hook forward priority filter - 10; policy accept; }',
+    'chain sources_local { type filter hook output priority filter - 10; policy accept; }',
     // Quotas and closed ports, before the DNAT (and the undoing of the source NAT), where a reset carries the
     // addresses the client and the target know the connection by.
-    '  chain stop_prerouting { type filter hook prerouting priority dstnat - 5; policy accept; }',
-    '  chain stop_output { type filter hook output priority -150; policy accept; }',
-    '}',
+    'chain stop_prerouting { type filter hook prerouting priority dstnat - 5; policy accept; }',
+    'chain stop_output { type filter hook output priority -150; policy accept; }',
   );
-  const chains = [
-    'prerouting',
-    'output',
-    'postrouting',
-    'count_prerouting',
-    'count_output',
-    'conn_limits',
-    'sources',
-    'sources_local',
-    'stop_prerouting',
-    'stop_output',
-  ];
-  for (const chain of chains) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
-  for (const chain of spreadChains.keys()) lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
-  for (const l4 of L4)
-    for (const name of [
-      `${l4}4`,
-      `${l4}6`,
-      `${l4}4_kept`,
-      `${l4}6_kept`,
-      `${l4}_in`,
-      `${l4}_out`,
-      `${l4}4_spread`,
-      `${l4}6_spread`,
-    ])
-      lines.push(`flush map ${FAMILY_TABLE} ${name}`);
-  for (const l4 of L4) lines.push(`flush set ${FAMILY_TABLE} ${l4}_ports`, `flush set ${FAMILY_TABLE} ${l4}_snat`);
-  for (const name of ['tcp_quota_in', 'tcp_quota_out']) lines.push(`flush map ${FAMILY_TABLE} ${name}`);
-  lines.push(`flush set ${FAMILY_TABLE} tcp_closed`);
-  quotaRules(FAMILY_TABLE, rules, closed).forEach((line) => lines.push(line));
-  for (const [name, { rule, l4, family, members }] of spreadChains) {
-    const [nfproto, ip] = family === 4 ? ['ipv4', 'ip'] : ['ipv6', 'ip6'];
-    // Targets that keep the port are named by their address alone (the DNAT leaves the port as it is).
-    const dest = (target: KernelTarget) => {
-      const to = (family === 4 ? target.v4 : target.v6)!;
-      return rule.ports === 'kept' ? to.address : `${to.address} . ${to.port}`;
-    };
-    const expression = spreadExpression(rule, members, family, dest);
-    lines.push(
-      `add rule ${FAMILY_TABLE} ${name} meta nfproto ${nfproto} meta l4proto ${l4} dnat ${ip} to ${expression}`,
-    );
-  }
+  quotaRules(rules, closed, rule, fill);
 
   for (const l4 of L4) {
-    const rule = (chain: string, body: string) => lines.push(`add rule ${FAMILY_TABLE} ${chain} ${body}`);
     for (const map of [`${l4}4`, `${l4}4_kept`]) {
       rule('prerouting', `fib daddr type local meta nfproto ipv4 dnat ip to ${l4} dport map @${map}`);
       rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ${l4} dport map @${map}`);
@@ -458,33 +456,25 @@ export function rulesetScript(
     }
 
     const mine = rules.filter((r) => carries(r, l4));
-    const held = (body: string) => ['sources', 'sources_local'].forEach((chain) => rule(chain, body));
-    for (const r of mine) sourceRules(r, l4, refuse).forEach(held);
+    const controlled = (body: string) => ['sources', 'sources_local'].forEach((chain) => rule(chain, body));
+    for (const r of mine) sourceRules(r, l4, refuse).forEach(controlled);
     // After the sources (a refused client takes no place); one more than the rule's most is refused.
     for (const r of mine.filter((r) => (r.maxConnections ?? null) !== null))
-      held(
+      controlled(
         `${newToRule(r, l4)} add @rule_flows { ${flowKey(r)} ct count over ${r.maxConnections} } ` +
           `counter name "${counterName(r.id, 'refused')}" ${refuse}`,
       );
-    const fill = (name: string, entries: string[]) => {
-      if (entries.length > 0) lines.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
-    };
     // A rule with one target up for a family goes in that family's map; with more, its port jumps to its chain.
     for (const family of [4, 6] as const) {
       const of = (target: KernelTarget) => (family === 4 ? target.v4 : target.v6);
-      const single: string[] = [];
-      const kept: string[] = [];
-      const spread: string[] = [];
       for (const r of mine) {
         const members = r.targets.filter(of);
-        if (members.length > 1) spread.push(`${portKey(r)} : goto ${spreadChainName(r.id, l4, family)}`);
+        if (members.length > 1)
+          fill(`${l4}${family}_spread`, [`${portKey(r)} : goto ${spreadChainName(r.id, l4, family)}`]);
         else if (members.length === 0) continue;
-        else if (r.ports === 'kept') kept.push(`${portKey(r)} : ${of(members[0]!)!.address}`);
-        else single.push(...portElements(r, of(members[0]!)!));
+        else if (r.ports === 'kept') fill(`${l4}${family}_kept`, [`${portKey(r)} : ${of(members[0]!)!.address}`]);
+        else fill(`${l4}${family}`, portElements(r, of(members[0]!)!));
       }
-      fill(`${l4}${family}`, single);
-      fill(`${l4}${family}_kept`, kept);
-      fill(`${l4}${family}_spread`, spread);
     }
     fill(
       `${l4}_in`,
@@ -497,11 +487,103 @@ export function rulesetScript(
     fill(`${l4}_ports`, mine.map(portKey));
     fill(`${l4}_snat`, mine.filter((r) => !r.preserveSource).map(portKey));
   }
-  for (const name of held.counters) if (!wanted.has(name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
-  for (const name of held.chains) if (!spreadChains.has(name)) lines.push(`delete chain ${FAMILY_TABLE} ${name}`);
-  // After the maps that named them are flushed (an object still referred to cannot be deleted).
+  return { declarations, chains, elements };
+}
+
+/** What a table holds, as tableOutline (nft.ts) lists it: its objects by kind and name, and each chain's rules. */
+export interface Outline {
+  objects: Set<string>;
+  rules: Map<string, number>;
+}
+
+/** The outline of a table written with `plan`. */
+export function outlineOf(plan: TablePlan): Outline {
+  const objects = new Set<string>();
+  for (const line of plan.declarations) {
+    const match = /^(ct timeout|set|map|counter|quota|chain) (\S+)/.exec(line);
+    if (match) objects.add(`${match[1]} ${match[2]}`);
+  }
+  return { objects, rules: new Map([...plan.chains].map(([chain, rules]) => [chain, rules.length])) };
+}
+
+/** Whether two outlines are of the same table. */
+export function sameOutline(a: Outline, b: Outline): boolean {
+  return (
+    a.objects.size === b.objects.size &&
+    [...a.objects].every((object) => b.objects.has(object)) &&
+    a.rules.size === b.rules.size &&
+    [...a.rules].every(([chain, count]) => b.rules.get(chain) === count)
+  );
+}
+
+/** An element's key: what a map maps from (`8080 : ...`), or the element itself. */
+function keyOf(element: string): string {
+  const at = element.indexOf(' : ');
+  return at === -1 ? element : element.slice(0, at);
+}
+
+/**
+ * The script that makes the table hold `plan`, as one transaction (`nft -f`), deleting what of `held` it no longer
+ * needs. With `previous` (the plan last written, which the table still holds), only the difference: declarations
+ * not made before, chains whose rules changed, elements gone or new; a change to one rule of 10,000 is a few lines,
+ * where the whole table was half a second of nft's. Without it, everything is emptied and filled again.
+ */
+export function planScript(table: string, plan: TablePlan, held: Held, previous: TablePlan | null = null): string {
+  const FAMILY_TABLE = `inet ${table}`;
+  const lines: string[] = [];
+  const declaredBefore = new Set(previous?.declarations ?? []);
+  const declarations = plan.declarations.filter((line) => !declaredBefore.has(line));
+  if (declarations.length > 0 || !previous)
+    lines.push(`table ${FAMILY_TABLE} {`, ...declarations.map((line) => `  ${line}`), '}');
+  for (const [chain, rules] of plan.chains) {
+    const before = previous?.chains.get(chain);
+    if (before && before.length === rules.length && before.every((body, i) => body === rules[i])) continue;
+    lines.push(`flush chain ${FAMILY_TABLE} ${chain}`);
+    for (const body of rules) lines.push(`add rule ${FAMILY_TABLE} ${chain} ${body}`);
+  }
+  const additions: string[] = [];
+  for (const [name, entries] of plan.elements) {
+    const before = VOLATILE.has(name) ? undefined : previous?.elements.get(name);
+    const kind = name.endsWith('_ports') || name.endsWith('_snat') || name === 'tcp_closed' ? 'set' : 'map';
+    if (!before) {
+      lines.push(`flush ${kind} ${FAMILY_TABLE} ${name}`);
+      if (entries.length > 0) additions.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
+      continue;
+    }
+    const now = new Set(entries);
+    const gone = before.filter((entry) => !now.has(entry)).map(keyOf);
+    const was = new Set(before);
+    const fresh = entries.filter((entry) => !was.has(entry));
+    if (gone.length > 0) lines.push(`delete element ${FAMILY_TABLE} ${name} { ${elements(gone)} }`);
+    if (fresh.length > 0) additions.push(`add element ${FAMILY_TABLE} ${name} { ${elements(fresh)} }`);
+  }
+  // Every element gone before any new one: a new interval may overlap one being taken out.
+  lines.push(...additions);
+  const wanted = new Set(plan.declarations);
+  const declared = (kind: string, name: string) =>
+    wanted.has(kind === 'chain' ? `chain ${name} { }` : `${kind} ${name} { }`);
+  for (const name of held.counters)
+    if (!declared('counter', name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
+  for (const name of held.chains)
+    if (!declared('chain', name))
+      lines.push(`flush chain ${FAMILY_TABLE} ${name}`, `delete chain ${FAMILY_TABLE} ${name}`);
+  // After the maps that named them are emptied (an object still referred to cannot be deleted).
+  const quotas = new Set(
+    plan.declarations.filter((line) => line.startsWith('quota ')).map((line) => line.split(' ')[1]),
+  );
   for (const name of held.quotas) if (!quotas.has(name)) lines.push(`delete quota ${FAMILY_TABLE} ${name}`);
   return `${lines.join('\n')}\n`;
+}
+
+/** The whole script for `rules` (see tablePlan, planScript): what tests and a first write use. */
+export function rulesetScript(
+  table: string,
+  rules: readonly KernelRule[],
+  held: Held,
+  limits: KernelLimits,
+  closed: readonly ClosedPort[] = [],
+): string {
+  return planScript(table, tablePlan(rules, limits, closed), held);
 }
 
 /**
@@ -511,30 +593,31 @@ export function rulesetScript(
  * packet). A closed port's DNAT'ed connections are reset alike: a rule taken out of the table (stopped, its quota
  * spent, deleted, moved to the relay) ends the kernel's connections of it, which the kernel would go on translating.
  */
-function quotaRules(table: string, rules: readonly KernelRule[], closed: readonly ClosedPort[]): string[] {
-  const lines: string[] = [];
+function quotaRules(
+  rules: readonly KernelRule[],
+  closed: readonly ClosedPort[],
+  rule: (chain: string, body: string) => void,
+  fill: (name: string, entries: string[]) => void,
+): void {
   // Not a reset: the kernel's own resets (which carry the connection's conntrack entry) pass here on their way out.
   const ours = 'ct status dnat meta l4proto tcp tcp flags & rst == 0';
   const spent = (way: 'original' | 'reply', map: string) =>
     `${ours} ct direction ${way} quota name ct original proto-dst map @${map} reject with tcp reset`;
   for (const chain of ['stop_prerouting', 'stop_output']) {
-    lines.push(`add rule ${table} ${chain} ${ours} ct original proto-dst @tcp_closed reject with tcp reset`);
-    lines.push(`add rule ${table} ${chain} ${spent('original', 'tcp_quota_in')}`);
+    rule(chain, `${ours} ct original proto-dst @tcp_closed reject with tcp reset`);
+    rule(chain, spent('original', 'tcp_quota_in'));
   }
-  lines.push(`add rule ${table} stop_prerouting ${spent('reply', 'tcp_quota_out')}`);
-  const fill = (name: string, entries: string[]) => {
-    if (entries.length > 0) lines.push(`add element ${table} ${name} { ${elements(entries)} }`);
-  };
+  rule('stop_prerouting', spent('reply', 'tcp_quota_out'));
   for (const way of ['in', 'out'] as const)
     fill(
       `tcp_quota_${way}`,
       rules
-        .filter((rule) => rule.quota && (rule.quota.direction === 'both' || rule.quota.direction === way))
-        .map((rule) => `${portKey(rule)} : "${quotaName(rule.id, rule.quota!)}"`),
+        .filter((r) => r.quota && (r.quota.direction === 'both' || r.quota.direction === way))
+        .map((r) => `${portKey(r)} : "${quotaName(r.id, r.quota!)}"`),
     );
   const carried = rules
-    .filter((rule) => carries(rule, 'tcp'))
-    .map((rule) => ({ port: rule.listen_port, last: rule.lastPort ?? rule.listen_port }));
+    .filter((r) => carries(r, 'tcp'))
+    .map((r) => ({ port: r.listen_port, last: r.lastPort ?? r.listen_port }));
   fill(
     'tcp_closed',
     uncovered(closed, carried).map((entry) => {
@@ -542,7 +625,6 @@ function quotaRules(table: string, rules: readonly KernelRule[], closed: readonl
       return `${key} timeout ${entry.seconds}s`;
     }),
   );
-  return lines;
 }
 
 /**

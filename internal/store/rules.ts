@@ -395,10 +395,14 @@ export class RuleStore {
     this.expireStmt = db.prepare(`UPDATE rules SET expired = 1, sync_state = 'pending', sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1
       WHERE id = ?`);
+    // A result the rule has already (a rule a config carried unchanged) writes nothing: a node of 10,000 rules
+    // acknowledges each config with all of them, and each written row is rendered again by the view's triggers.
     this.syncStmt = db.prepare(`UPDATE rules SET sync_state = :state, sync_error = :error,
         sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
         sync_path = CASE WHEN :state = 'applied' THEN :path END, relay_reason = :reason
-      WHERE id = :id AND node_id = :node_id`);
+      WHERE id = :id AND node_id = :node_id
+        AND NOT (sync_state = :state AND sync_error IS :error AND relay_reason IS :reason
+          AND sync_path IS CASE WHEN :state = 'applied' THEN :path END)`);
   }
 
   find(id: number): Rule | undefined {
