@@ -8,7 +8,7 @@
 
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
-import { connect, createServer, type AddressInfo } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 
 /** The load's own UDP sockets (generator and echo) get room for bursts, so that they are not what drops. */
 const LOAD_BUFFER_BYTES = 4 * 1024 * 1024;
@@ -19,20 +19,28 @@ const LOCAL = HOST === '127.0.0.1' ? '127.0.0.1' : '0.0.0.0';
 const print = (value: object) => console.log(JSON.stringify(value));
 
 async function sink(): Promise<void> {
-  const tcp = createServer((socket) => {
+  const handle = (socket: Socket) => {
     socket.on('data', (chunk) => {
       // One-byte messages are echoed (connection-rate probes); bulk data is discarded.
       if (chunk.length === 1) socket.write(chunk);
     });
     socket.on('error', () => socket.destroy());
-  }).listen(Number(process.env.BENCH_SINK_PORT ?? 0), LOCAL);
+  };
+  // BENCH_SINK_PORT: the port (0: any), or several, comma-separated: one process behind them all, so that a load
+  // spread over them costs the target what the same load to one of them does.
+  const [first, ...more] = (process.env.BENCH_SINK_PORT ?? '0').split(',').map(Number);
+  const tcp = createServer(handle).listen(first, LOCAL);
   await once(tcp, 'listening');
   tcp.on('error', (error) => print({ msg: 'sink error', error: error.message }));
+  for (const port of more) {
+    const extra = createServer(handle).listen(port, LOCAL);
+    await once(extra, 'listening');
+  }
   const udp = createSocket({ type: 'udp4', recvBufferSize: LOAD_BUFFER_BYTES });
   // A reply to a client that has gone is an ICMP error, not a reason to stop.
   udp.on('error', () => undefined);
   udp.on('message', (message, from) => udp.send(message, from.port, from.address));
-  udp.bind(Number(process.env.BENCH_SINK_PORT ?? 0), LOCAL);
+  udp.bind(first, LOCAL);
   await once(udp, 'listening');
   print({ msg: 'sink', tcp: (tcp.address() as AddressInfo).port, udp: udp.address().port });
 }

@@ -1178,14 +1178,12 @@ async function kernelPath(): Promise<void> {
   );
   await agent.waitFor('linked to the master');
   const iperfServer = start(within(TARGET, pinned(1, ['iperf3', '-s', '-p', '5201'])));
-  // Three sinks, the targets of the balanced rules (7100 alone is the target of the others).
-  const sinks = [7100, 7101, 7102].map((port) =>
-    start(within(TARGET, pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink'])), {
-      BENCH_HOST: TARGET_ADDRESS,
-      BENCH_SINK_PORT: String(port),
-    }),
-  );
-  for (const sink of sinks) await sink.waitFor('sink');
+  // One sink on three ports: 7100 the target of the plain rules, all three of the balanced ones.
+  const sink = start(within(TARGET, pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink'])), {
+    BENCH_HOST: TARGET_ADDRESS,
+    BENCH_SINK_PORT: '7100,7101,7102',
+  });
+  await sink.waitFor('sink');
   const balancedTargets = [7100, 7101, 7102].map((port) => `${TARGET_ADDRESS}:${port}`);
   const haproxy = startHaproxy(
     join(work, 'kernel-haproxy.cfg'),
@@ -1255,6 +1253,9 @@ async function kernelPath(): Promise<void> {
   );
   if (paths.join() !== 'kernel,relay,kernel,relay,kernel,kernel,kernel,relay')
     throw new Error(`unexpected paths: ${paths.join(', ')}`);
+  // First, while the node's own connections (the relay's, HAProxy's, with the lab's wide port range) have left no
+  // port in TIME_WAIT where the 10,000 rules listen.
+  await applyTenThousand(master, edge.id);
   await new Promise((resolve) => setTimeout(resolve, 500));
 
   const ways = { router: [TARGET_ADDRESS, 5201], kernel: [NODE_ADDRESS, 15201], relay: [NODE_ADDRESS, 15202] } as const;
@@ -1327,8 +1328,16 @@ async function kernelPath(): Promise<void> {
   });
   // Balanced over three targets: new connections and bulk through the kernel's spread chain, against the node as a
   // router to one target; the relay's round robin against HAProxy's over the same three.
-  const balancedRate = rate(15231, NODE_ADDRESS);
-  const routerAgain = rate(7100, TARGET_ADDRESS);
+  // In turn, twice each: what one run leaves in conntrack weighs on the next, whichever way it goes.
+  const routerRates: number[] = [];
+  const balancedRates: number[] = [];
+  for (let round = 0; round < 2; round++) {
+    routerRates.push(rate(7100, TARGET_ADDRESS));
+    balancedRates.push(rate(15231, NODE_ADDRESS));
+  }
+  const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
+  const balancedRate = mean(balancedRates);
+  const routerAgain = mean(routerRates);
   const bulk = (port: number, host: string) =>
     dataplaneLoad(['tcp', port, 8, 256 * 2 ** 20], { ns: CLIENT, host }).mib_per_s as number;
   const routerBulk = bulk(7100, TARGET_ADDRESS);
@@ -1342,7 +1351,9 @@ async function kernelPath(): Promise<void> {
     ratio: balancedRate / routerAgain,
     target: '>= 0.9x the node as a router to one target',
     met: balancedRate / routerAgain >= 0.9,
-    note: `router to one target ${Math.round(routerAgain)}/s (${Math.round(routerRate)}/s earlier)`,
+    note:
+      `router to one target ${Math.round(routerAgain)}/s; means of two runs each, in turn ` +
+      `(balanced ${balancedRates.map(Math.round).join(', ')}; router ${routerRates.map(Math.round).join(', ')})`,
   });
   record({
     id: '12g',
@@ -1391,9 +1402,8 @@ async function kernelPath(): Promise<void> {
       .map((s) => `${s.rate / 1000}k pkt/s: ${percent(s.kernel.loss)} kernel, ${percent(s.router.loss)} router`)
       .join('; '),
   });
-  await applyTenThousand(master, edge.id);
   await haproxy.stop();
-  for (const sink of sinks) await sink.stop();
+  await sink.stop();
   await iperfServer.stop();
   await agent.stop();
   await master.proc.stop();
@@ -1427,8 +1437,11 @@ async function applyTenThousand(master: Master, nodeId: number): Promise<void> {
       targets: [`${TARGET_ADDRESS}:${port}`],
     });
     // Looked at every 10 ms: the replace pushed the node its config, whose acknowledgement marks the rule applied.
-    while ((await api(master.url, master.token, 'GET', `/api/rules/${id}`)).sync.state !== 'applied') {
-      if (performance.now() - started > 30_000) throw new Error('the change was not applied within 30 s');
+    for (;;) {
+      const { sync } = await api(master.url, master.token, 'GET', `/api/rules/${id}`);
+      if (sync.state === 'applied') break;
+      if (performance.now() - started > 30_000)
+        throw new Error(`the change was not applied within 30 s: ${JSON.stringify(sync)}`);
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
     return performance.now() - started;
@@ -1467,14 +1480,23 @@ async function applyTenThousand(master: Master, nodeId: number): Promise<void> {
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
   record({
     id: '12i',
-    scenario: 'Applying a change on a node forwarding 10,000 ports in the kernel (10,000 one-port rules)',
+    scenario: 'Applying a change on a node forwarding 10,000 ports in the kernel as one rule of a 10,000-port range',
+    value: median(ranged),
+    unit: 'ms',
+    target: '<= 1,000 ms from the write to the node acknowledging it',
+    met: median(ranged) <= 1000,
+    note: 'median of 5 (a target moved each time)',
+  });
+  record({
+    id: '12j',
+    scenario: 'Applying a change on a node forwarding 10,000 ports in the kernel as 10,000 one-port rules',
     value: median(singles),
     unit: 'ms',
     target: '<= 1,000 ms from the write to the node acknowledging it',
     met: median(singles) <= 1000,
     note:
-      `median of 5; as one 10,000-port range ${Math.round(median(ranged))} ms; the 10,000 rules' first apply ` +
-      `${Math.round(firstApply)} ms`,
+      `median of 5; the 10,000 rules' first apply ${Math.round(firstApply)} ms; each change sends and acknowledges ` +
+      'the whole config of 10,000 rules',
   });
   await api(master.url, master.token, 'DELETE', `/api/rules/${range.id}`);
 }

@@ -312,6 +312,7 @@ export interface TablePlan {
 const BASE_CHAINS = [
   'prerouting',
   'output',
+  'to_rules',
   'postrouting',
   'count_prerouting',
   'count_output',
@@ -409,6 +410,8 @@ export function tablePlan(
   declarations.push(
     'chain prerouting { type nat hook prerouting priority dstnat; policy accept; }',
     'chain output { type nat hook output priority -100; policy accept; }',
+    // What both go to for a packet to one of the node's own addresses: the rules' maps, each looked at once.
+    'chain to_rules { }',
     'chain postrouting { type nat hook postrouting priority srcnat; policy accept; }',
     'chain count_prerouting { type filter hook prerouting priority filter; policy accept; }',
     'chain count_output { type filter hook output priority filter; policy accept; }',
@@ -424,20 +427,19 @@ export function tablePlan(
     'chain stop_output { type filter hook output priority -150; policy accept; }',
   );
   quotaRules(rules, closed, rule, fill);
+  // One route lookup a new connection (the costliest test here), not one for each map looked at.
+  rule('prerouting', 'fib daddr type local goto to_rules');
+  rule('output', 'ip daddr 127.0.0.0/8 return');
+  rule('output', 'ip6 daddr ::1 return');
+  rule('output', 'fib daddr type local goto to_rules');
 
   for (const l4 of L4) {
-    for (const map of [`${l4}4`, `${l4}4_kept`]) {
-      rule('prerouting', `fib daddr type local meta nfproto ipv4 dnat ip to ${l4} dport map @${map}`);
-      rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ${l4} dport map @${map}`);
-    }
-    for (const map of [`${l4}6`, `${l4}6_kept`]) {
-      rule('prerouting', `fib daddr type local meta nfproto ipv6 dnat ip6 to ${l4} dport map @${map}`);
-      rule('output', `fib daddr type local ip6 daddr != ::1 dnat ip6 to ${l4} dport map @${map}`);
-    }
-    rule('prerouting', `fib daddr type local meta nfproto ipv4 ${l4} dport vmap @${l4}4_spread`);
-    rule('prerouting', `fib daddr type local meta nfproto ipv6 ${l4} dport vmap @${l4}6_spread`);
-    rule('output', `fib daddr type local ip daddr != 127.0.0.0/8 ${l4} dport vmap @${l4}4_spread`);
-    rule('output', `fib daddr type local ip6 daddr != ::1 ${l4} dport vmap @${l4}6_spread`);
+    for (const map of [`${l4}4`, `${l4}4_kept`])
+      rule('to_rules', `meta nfproto ipv4 dnat ip to ${l4} dport map @${map}`);
+    for (const map of [`${l4}6`, `${l4}6_kept`])
+      rule('to_rules', `meta nfproto ipv6 dnat ip6 to ${l4} dport map @${map}`);
+    rule('to_rules', `meta nfproto ipv4 ${l4} dport vmap @${l4}4_spread`);
+    rule('to_rules', `meta nfproto ipv6 ${l4} dport vmap @${l4}6_spread`);
     rule('postrouting', `ct status dnat meta l4proto ${l4} ct original proto-dst @${l4}_snat masquerade`);
     const count = `ct status dnat meta l4proto ${l4}`;
     rule('count_prerouting', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
