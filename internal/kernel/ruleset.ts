@@ -446,7 +446,8 @@ export function tablePlan(
     rule('count_prerouting', `${count} ct direction reply counter name ct original proto-dst map @${l4}_out`);
     rule('count_output', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
     const refuse = l4 === 'tcp' ? 'reject with tcp reset' : 'drop';
-    const fresh = `ct state new fib daddr type local ${l4} dport @${l4}_ports`;
+    // The port first: the route lookup, the costliest test, only for what is to a rule's port.
+    const fresh = `ct state new ${l4} dport @${l4}_ports fib daddr type local`;
     // A connection conntrack forgot (idle past the timeout) is not picked up again mid-stream, as conntrack would.
     if (l4 === 'tcp') rule('conn_limits', `${fresh} tcp flags & (syn | ack) != syn reject with tcp reset`);
     const over = `${l4} dport ct count over ${limits.perSource} } ${refuse}`;
