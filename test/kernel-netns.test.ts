@@ -110,6 +110,16 @@ function heldConnection(t: TestContext, port: number) {
   };
 }
 
+/** A program of the node listening on TCP `port` (not the agent), until the test ends. */
+async function listenOnNode(t: TestContext, port: number): Promise<void> {
+  const script = `require('net').createServer().listen(${port}, () => console.log('up'))`;
+  const program = spawn('ip', ['netns', 'exec', NODE, process.execPath, '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => program.kill('SIGKILL'));
+  await once(program.stdout, 'data');
+}
+
 /** The node "edge" at NODE_ADDRESS, its agent forwarding where it can in the kernel (see kernelEdge). */
 function kernelNode(t: TestContext, settings: Record<string, unknown> = {}) {
   return kernelEdge(t, { namespace: NODE, nodeAddress: NODE_ADDRESS, hostAddress: '10.214.1.1' }, settings);
@@ -268,20 +278,7 @@ test(
     assert.deepEqual((await ruleOf(m, tcp.id)).traffic, total, 'nothing more is counted once the traffic stops');
 
     // A port a program on the node listens on is port_in_use, for a kernel rule as for any.
-    const holder = spawn(
-      'ip',
-      [
-        'netns',
-        'exec',
-        NODE,
-        process.execPath,
-        '-e',
-        "require('net').createServer().listen(15005, () => console.log('up'))",
-      ],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    t.after(() => holder.kill('SIGKILL'));
-    await once(holder.stdout, 'data');
+    await listenOnNode(t, 15005);
     const taken = (await rule(m, { node_id: edge.id, listen_port: 15005, targets: [target] })).body;
     const [failed] = await sync(m, [taken.id]);
     assert.equal(failed.outcome, 'failed');
@@ -762,20 +759,7 @@ test(RANGES, { timeout: 60_000 }, async (t) => {
   });
 
   // A program of the node listens in the range: the kernel would take its clients, so the rule fails.
-  const listener = spawn(
-    'ip',
-    [
-      'netns',
-      'exec',
-      NODE,
-      process.execPath,
-      '-e',
-      "require('net').createServer().listen(45000, () => console.log(1))",
-    ],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  t.after(() => listener.kill('SIGKILL'));
-  await once(listener.stdout!, 'data');
+  await listenOnNode(t, 45000);
   const over = (
     await rule(m, { node_id: edge.id, listen_port: 44000, listen_port_end: 45999, targets: ['10.214.3.2:7007'] })
   ).body;
