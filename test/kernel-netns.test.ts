@@ -110,6 +110,21 @@ function heldConnection(t: TestContext, port: number) {
   };
 }
 
+/**
+ * The three hosts, an echo on the target and the node with its agent (see kernelNode); null where nftables cannot run
+ * here (the test is skipped, saying why).
+ */
+async function kernelLab(t: TestContext, settings: Record<string, unknown> = {}) {
+  const reason = nftUnavailable(`${NODE}-probe`);
+  if (reason) {
+    t.skip(reason);
+    return null;
+  }
+  network(t);
+  await echoIn(t, TARGET, '0.0.0.0');
+  return kernelNode(t, settings);
+}
+
 /** A program of the node listening on TCP `port` (not the agent), until the test ends. */
 async function listenOnNode(t: TestContext, port: number): Promise<void> {
   const script = `require('net').createServer().listen(${port}, () => console.log('up'))`;
@@ -370,11 +385,9 @@ test(
   "the kernel path holds the node's limits as the relay does: connections per source and the TCP idle timeout",
   { timeout: 60_000 },
   async (t) => {
-    const reason = nftUnavailable(`${NODE}-probe`);
-    if (reason) return t.skip(reason);
-    network(t);
-    await echoIn(t, TARGET, '0.0.0.0');
-    const { m, edge } = await kernelNode(t, { max_connections_per_source: 2, tcp_idle_timeout_seconds: 10 });
+    const lab = await kernelLab(t, { max_connections_per_source: 2, tcp_idle_timeout_seconds: 10 });
+    if (!lab) return;
+    const { m, edge } = lab;
     const both = [
       (await rule(m, { node_id: edge.id, listen_port: 15101, targets: [`${TARGET_ADDRESS}:7007`] })).body,
       (
@@ -521,11 +534,9 @@ test(
     'counted',
   { timeout: 60_000 },
   async (t) => {
-    const reason = nftUnavailable(`${NODE}-probe`);
-    if (reason) return t.skip(reason);
-    network(t);
-    await echoIn(t, TARGET, '0.0.0.0');
-    const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
+    const lab = await kernelLab(t, { agent_report_interval_seconds: 1 });
+    if (!lab) return;
+    const { m, edge } = lab;
     const target = `${TARGET_ADDRESS}:7007`;
     // The client is 10.214.2.1.
     const cases = [
@@ -652,11 +663,9 @@ test(
     'rule an idle one is reset at its next packet',
   { timeout: 60_000 },
   async (t) => {
-    const reason = nftUnavailable(`${NODE}-probe`);
-    if (reason) return t.skip(reason);
-    network(t);
-    await echoIn(t, TARGET, '0.0.0.0');
-    const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
+    const lab = await kernelLab(t, { agent_report_interval_seconds: 1 });
+    if (!lab) return;
+    const { m, edge } = lab;
     const QUOTA = 256 * 1024;
     const metered = (
       await rule(m, {
