@@ -590,8 +590,8 @@ test(RANGED, async (t) => {
 });
 
 const CLASHING =
-  "a config whose ranges overlap fails the later rule (port_in_use), and a range wider than the relay's fails " +
-  'where the kernel cannot carry it';
+  "a config whose ranges overlap fails the later rule (port_in_use), a range wider than the relay's fails where " +
+  'the kernel cannot carry it, and a range no master would send fails alone';
 
 test(CLASHING, async (t) => {
   const first = await freeSpan(10);
@@ -601,7 +601,17 @@ test(CLASHING, async (t) => {
     rule(1, first, ['127.0.0.1:9'], { listen_port_end: first + 5 }),
     rule(2, first + 5, ['127.0.0.1:9'], { listen_port_end: first + 9 }),
     rule(3, 40_000, ['127.0.0.1:9'], { listen_port_end: 41_000 }),
+    // What the master refuses, from a master that sent it all the same: that rule fails, and it alone.
+    rule(4, 42_010, ['127.0.0.1:9'], { listen_port_end: 42_000 }),
+    rule(5, 42_020, ['127.0.0.1:9-10'], { listen_port_end: 42_029 }),
   ]);
+  assert.deepEqual(
+    results.slice(3).map((r) => [r.error?.code, r.error?.detail]),
+    [
+      ['listen_failed', 'listen_port_end is below listen_port'],
+      ['listen_failed', "targets covers 2 ports and the rule 10: a range target has one port for each of the rule's"],
+    ],
+  );
   assert.equal(results[0]!.state, 'applied');
   assert.equal(results[1]!.error?.code, 'port_in_use');
   assert.match(results[1]!.error!.detail, new RegExp(`overlap rule 1's \\(${first}-${first + 5}\\)`));

@@ -11,7 +11,15 @@
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
 import { parseTarget } from '../schema/net.ts';
-import { counted, kernelPorts, lastPort, portCount, portsText, RELAY_RANGE_PORTS } from '../domain/ranges.ts';
+import {
+  counted,
+  kernelPorts,
+  lastPort,
+  portCount,
+  portsText,
+  rangeErrors,
+  RELAY_RANGE_PORTS,
+} from '../domain/ranges.ts';
 import { listeningPorts } from './listening.ts';
 import {
   relayOnlyReason,
@@ -172,8 +180,15 @@ const CONNTRACK_CLOSING_SECONDS = 120;
  * the node listens on (the kernel would take its clients from other hosts; a narrower rule's relay finds the port
  * taken when it listens).
  */
-async function portClashes(rules: readonly ForwardRule[]): Promise<Map<number, string>> {
-  const clashes = new Map<number, string>();
+async function portClashes(rules: readonly ForwardRule[]): Promise<Map<number, NonNullable<RuleResult['error']>>> {
+  const clashes = new Map<number, NonNullable<RuleResult['error']>>();
+  // What the master refuses (a range backwards or too wide, a target's range of another length) fails here alone
+  // rather than in the kernel's table, where one bad element would fail every rule.
+  for (const rule of rules) {
+    const problem = rangeErrors(rule)[0];
+    if (problem) clashes.set(rule.id, ruleError('listen_failed', `${problem.field} ${problem.detail}`));
+  }
+  rules = rules.filter((rule) => !clashes.has(rule.id));
   for (const transport of ['tcp', 'udp'] as const) {
     const spans = rules
       .filter((rule) => rule.protocol === transport || rule.protocol === 'tcp+udp')
@@ -181,7 +196,13 @@ async function portClashes(rules: readonly ForwardRule[]): Promise<Map<number, s
     let reach: ForwardRule | null = null;
     for (const rule of spans) {
       if (reach && rule.listen_port <= lastPort(reach))
-        clashes.set(rule.id, `ports ${portsText(rule)}/${transport} overlap rule ${reach.id}'s (${portsText(reach)})`);
+        clashes.set(
+          rule.id,
+          ruleError(
+            'port_in_use',
+            `ports ${portsText(rule)}/${transport} overlap rule ${reach.id}'s (${portsText(reach)})`,
+          ),
+        );
       if (!reach || lastPort(rule) > lastPort(reach)) reach = rule;
     }
     const wide = spans.filter((rule) => portCount(rule) > RELAY_RANGE_PORTS && !clashes.has(rule.id));
@@ -189,7 +210,8 @@ async function portClashes(rules: readonly ForwardRule[]): Promise<Map<number, s
     const listening = await listeningPorts(transport);
     for (const rule of wide) {
       const taken = listening.find((port) => port >= rule.listen_port && port <= lastPort(rule));
-      if (taken !== undefined) clashes.set(rule.id, `port ${taken}/${transport} is already in use on the node`);
+      if (taken !== undefined)
+        clashes.set(rule.id, ruleError('port_in_use', `port ${taken}/${transport} is already in use on the node`));
     }
   }
   return clashes;
@@ -344,7 +366,7 @@ export class Forwarder {
         });
       } else if (clash) {
         await this.stop(rule.id);
-        results.push({ id: rule.id, state: 'failed', error: ruleError('port_in_use', clash) });
+        results.push({ id: rule.id, state: 'failed', error: clash });
       } else {
         const result = await this.start(rule);
         results.push(result);
