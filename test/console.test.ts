@@ -176,6 +176,41 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await dialog.getByRole('button', { name: 'Cancel' }).click();
   });
 
+  await t.test(
+    'a port range is written in the rule form, shown in its row, and found by any of its ports',
+    async () => {
+      await page.getByRole('button', { name: 'New rule' }).click();
+      const dialog = page.getByRole('dialog');
+      await dialog.getByLabel('Name').fill('games');
+      await dialog.getByLabel('Listen port', { exact: true }).fill('30100');
+      await dialog.getByLabel('Last port of a range').fill('30109');
+      await dialog.getByLabel('Targets').fill('10.9.9.9:40100-40109');
+      await dialog.getByRole('button', { name: 'Create' }).click();
+      const row = page.getByRole('row', { name: /games/ });
+      await row.getByText('tcp 30100-30109').waitFor();
+      const made = (await call(m.url, 'GET', '/api/rules?port=30105', { token: m.admin })).body.items;
+      assert.deepEqual(
+        made.map((r: { name: string; listen_port_end: number; targets: string[] }) => [
+          r.name,
+          r.listen_port_end,
+          r.targets,
+        ]),
+        [['games', 30109, ['10.9.9.9:40100-40109']]],
+      );
+      await page.getByLabel('Port', { exact: true }).fill('30105');
+      await page.getByLabel('Port', { exact: true }).press('Enter');
+      await until(
+        'only the range to be listed',
+        async () => (await page.getByRole('row', { name: /web/ }).count()) === 0,
+      );
+      await row.waitFor();
+      await page.getByLabel('Port', { exact: true }).fill('');
+      await page.getByLabel('Port', { exact: true }).press('Enter');
+      await page.getByRole('row', { name: /web/ }).waitFor();
+      assert.equal((await call(m.url, 'DELETE', `/api/rules/${made[0].id}`, { token: m.admin })).status, 204);
+    },
+  );
+
   await t.test('an edit that lost a race is refused with 412 and can be redone on the current version', async () => {
     await page.getByRole('row', { name: /web/ }).getByRole('button', { name: 'Edit' }).click();
     const dialog = page.getByRole('dialog');
