@@ -1254,8 +1254,11 @@ async function kernelPath(): Promise<void> {
   if (paths.join() !== 'kernel,relay,kernel,relay,kernel,kernel,kernel,relay')
     throw new Error(`unexpected paths: ${paths.join(', ')}`);
   // First, while the node's own connections (the relay's, HAProxy's, with the lab's wide port range) have left no
-  // port in TIME_WAIT where the 10,000 rules listen.
+  // port in TIME_WAIT where the 10,000 rules listen; with reports at the default 10 s (each reads and saves the
+  // counts of 10,000 rules), not the 1 s the counters' rows below take.
+  await api(master.url, master.token, 'PATCH', '/api/settings', { agent_report_interval_seconds: 10 });
   await applyTenThousand(master, edge.id);
+  await api(master.url, master.token, 'PATCH', '/api/settings', { agent_report_interval_seconds: 1 });
   await new Promise((resolve) => setTimeout(resolve, 500));
 
   const ways = { router: [TARGET_ADDRESS, 5201], kernel: [NODE_ADDRESS, 15201], relay: [NODE_ADDRESS, 15202] } as const;

@@ -606,11 +606,17 @@ function quotaRules(
   const ours = 'ct status dnat meta l4proto tcp tcp flags & rst == 0';
   const spent = (way: 'original' | 'reply', map: string) =>
     `${ours} ct direction ${way} quota name ct original proto-dst map @${map} reject with tcp reset`;
+  // Only where there is something to stop: every packet of every connection the kernel carries passes here.
+  const carried = rules
+    .filter((r) => carries(r, 'tcp'))
+    .map((r) => ({ port: r.listen_port, last: r.lastPort ?? r.listen_port }));
+  const closing = uncovered(closed, carried);
+  const metered = rules.some((r) => r.quota);
   for (const chain of ['stop_prerouting', 'stop_output']) {
-    rule(chain, `${ours} ct original proto-dst @tcp_closed reject with tcp reset`);
-    rule(chain, spent('original', 'tcp_quota_in'));
+    if (closing.length > 0) rule(chain, `${ours} ct original proto-dst @tcp_closed reject with tcp reset`);
+    if (metered) rule(chain, spent('original', 'tcp_quota_in'));
   }
-  rule('stop_prerouting', spent('reply', 'tcp_quota_out'));
+  if (metered) rule('stop_prerouting', spent('reply', 'tcp_quota_out'));
   for (const way of ['in', 'out'] as const)
     fill(
       `tcp_quota_${way}`,
@@ -618,12 +624,9 @@ function quotaRules(
         .filter((r) => r.quota && (r.quota.direction === 'both' || r.quota.direction === way))
         .map((r) => `${portKey(r)} : "${quotaName(r.id, r.quota!)}"`),
     );
-  const carried = rules
-    .filter((r) => carries(r, 'tcp'))
-    .map((r) => ({ port: r.listen_port, last: r.lastPort ?? r.listen_port }));
   fill(
     'tcp_closed',
-    uncovered(closed, carried).map((entry) => {
+    closing.map((entry) => {
       const key = entry.last === entry.port ? String(entry.port) : `${entry.port}-${entry.last}`;
       return `${key} timeout ${entry.seconds}s`;
     }),
