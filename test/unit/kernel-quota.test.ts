@@ -47,3 +47,10 @@ test('a closed port is reset for the seconds it has left, unless a rule carries 
     /stop_prerouting ct status dnat meta l4proto tcp tcp flags & rst == 0 ct original proto-dst @tcp_closed reject/,
   );
 });
+
+test('with no quota and no port closed, the stop chains are empty: nothing for each packet to pass', () => {
+  const plain: KernelRule = { ...quoted(1, 8001, 'in'), quota: null };
+  const text = rulesetScript('portplane_1', [plain], NOTHING_HELD, LIMITS);
+  assert.doesNotMatch(text, /add rule inet portplane_1 stop_(prerouting|output)/);
+  assert.match(text, /flush chain inet portplane_1 stop_prerouting/);
+});
