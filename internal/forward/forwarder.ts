@@ -37,16 +37,14 @@ import {
   applyPlan,
   kernelAvailability,
   flowOffloadDevices,
-  heldIn,
   tableOutline,
   keepRouterAdvertisements,
   readCounters,
-  removeIdleTimeouts,
   removeTable,
   type Counts,
 } from '../kernel/nft.ts';
 import {
-  heldBy,
+  heldIn,
   NOTHING_HELD,
   tableOf,
   outlineOf,
@@ -281,11 +279,9 @@ export class Forwarder {
   private kernelIpv6 = false;
   /** Whether the kernel path was usable at the last apply, and why not. */
   kernelState: KernelState = { available: false, reason: 'not checked yet' };
-  /** What the table holds of this agent's making, as it last wrote it; null when not known (read it first). */
-  private kernelHeld: Held | null = null;
   /**
-   * The plan last written, which the table holds as long as kernelHeld is known (the next write is the difference,
-   * and a look at the table compares it with this); null while this agent wrote none.
+   * The plan last written, which the table holds (the next write is the difference, and a look at the table compares
+   * it with this); null while not known: before this run's first write, after a drift or a failure.
    */
   private kernelPlan: TablePlan | null = null;
   /** The devices flowtables offload connections on (the kernel's counters miss what is offloaded); see nft.ts. */
@@ -378,7 +374,7 @@ export class Forwarder {
     }
     this.kernelIpv6 = kernel?.available ? kernel.ipv6 : false;
     if (this.kernelIpv6) this.raKept = [...this.raKept, ...(await keepRouterAdvertisements())];
-    if (kernel?.available) await this.checkFlowOffload();
+    if (kernel?.available) this.flowOffload = kernel.flowOffload;
     await this.applyKernel(toKernel);
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
@@ -438,7 +434,7 @@ export class Forwarder {
       // The counters are read (a listing of the whole table) only for the final counts of rules leaving it, or where
       // this run has not written it yet: a change to one rule of 10,000 is a write, not three listings and a write.
       const leaving = [...this.kernelRules.keys()].some((id) => !next.has(id));
-      const before = leaving || this.kernelHeld === null ? await readCounters(this.table) : undefined;
+      const before = leaving || this.kernelPlan === null ? await readCounters(this.table) : undefined;
       if (before === null && next.size === 0) return;
       if (before === null) this.kernelFresh = true;
       for (const [id, counts] of before ?? []) if (!next.has(id)) this.kernelRemoved.set(id, counts);
@@ -446,7 +442,6 @@ export class Forwarder {
       // A table with no rule stays while it closes ports: their connections are reset rather than go on untracked.
       if (next.size === 0 && this.closedPorts().length === 0) {
         await removeTable(this.table);
-        this.kernelHeld = null;
         this.kernelPlan = null;
       } else await this.writeTable([...next.values()]);
       this.kernelRules = next;
@@ -544,19 +539,16 @@ export class Forwarder {
     return Math.max(1, Math.round(this.limits.tcpIdleMs / 1000));
   }
 
-  /** The idle timeout last written into the kernel table (its policy objects go when it changes), if any. */
-  private kernelIdleSeconds: number | null = null;
-
   /**
    * Writes the kernel table with `rules`, held to the node's limits as the relay holds its own: the difference from
-   * what it last wrote, or, where that is not known, the whole table, over what a look finds there.
+   * the plan last written, or, where that is not known, the whole table, over what it holds (`found`, or what a look
+   * at it finds).
    */
-  private async writeTable(rules: KernelRule[]): Promise<void> {
+  private async writeTable(rules: KernelRule[], found?: Held): Promise<void> {
     const limits = { perSource: this.limits.maxConnectionsPerSource, tcpIdleSeconds: this.idleSeconds() };
-    const written = this.kernelHeld ? this.kernelPlan : null;
-    const held = this.kernelHeld ?? heldIn(await tableOutline(this.table));
+    const written = this.kernelPlan;
+    const held = written ? heldIn(outlineOf(written)) : (found ?? heldIn(await tableOutline(this.table)));
     // Not known again until written.
-    this.kernelHeld = null;
     this.kernelPlan = null;
     const plan = tablePlan(rules, limits, this.closedPorts());
     try {
@@ -569,11 +561,7 @@ export class Forwarder {
       this.kernelFresh = true;
       await applyPlan(this.table, plan, NOTHING_HELD, null);
     }
-    this.kernelHeld = heldBy(rules);
     this.kernelPlan = plan;
-    const previous = this.kernelIdleSeconds;
-    this.kernelIdleSeconds = limits.tcpIdleSeconds;
-    if (previous !== null && previous !== limits.tcpIdleSeconds) await removeIdleTimeouts(this.table, previous);
   }
 
   /** Looks for flowtables again; returns whether their devices changed. */
@@ -598,19 +586,17 @@ export class Forwarder {
     if (outline && sameOutline(outline, outlineOf(written))) return 'intact';
     this.kernelDrift = { count: this.kernelDrift.count + 1, lastAt: formatTime(Date.now()) };
     // What the table holds now, not what this agent wrote: what a rewrite may delete is read from it.
-    this.kernelHeld = heldIn(outline);
     this.kernelPlan = null;
     try {
       if (outline === null) this.kernelFresh = true;
-      await this.writeTable([...this.kernelRules.values()]);
+      await this.writeTable([...this.kernelRules.values()], heldIn(outline));
       // What was added to the table beside the agent's own (a chain, say) is not flushed by a rewrite: anew, then.
       const rewritten = await tableOutline(this.table);
       if (!rewritten || !sameOutline(rewritten, outlineOf(this.kernelPlan!))) {
         await removeTable(this.table);
         this.kernelFresh = true;
-        this.kernelHeld = NOTHING_HELD;
         this.kernelPlan = null;
-        await this.writeTable([...this.kernelRules.values()]);
+        await this.writeTable([...this.kernelRules.values()], NOTHING_HELD);
       }
       return 'restored';
     } catch (error) {
@@ -624,7 +610,6 @@ export class Forwarder {
     this.kernelState = { available: false, reason };
     this.kernelRules = new Map();
     this.kernelEntries = new Map();
-    this.kernelHeld = null;
     this.kernelPlan = null;
   }
 

@@ -7,10 +7,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import {
   counterOf,
   flowtableDevices,
-  idleTimeoutName,
   isAgentTable,
-  isQuotaName,
-  isSpreadChain,
   planScript,
   type Held,
   type Outline,
@@ -21,7 +18,9 @@ import {
 const CAP_NET_ADMIN = 12n;
 const NFT_TIMEOUT_MS = 10_000;
 
-export type KernelAvailability = { available: true; ipv6: boolean } | { available: false; reason: string };
+export type KernelAvailability =
+  | { available: true; ipv6: boolean; /** See flowtableDevices. */ flowOffload: string[] }
+  | { available: false; reason: string };
 
 export interface Counts {
   bytes_in: number;
@@ -68,12 +67,16 @@ export async function kernelAvailability(): Promise<KernelAvailability> {
     return { available: false, reason: 'the agent lacks CAP_NET_ADMIN (run it as root, or give it the capability)' };
   // A listing of flowtables: as much a sign that nft answers as any, and cheap where a table holds 10,000 rules (a
   // `list tables` reads the whole ruleset, 180 ms); the tables where a kernel would not list flowtables.
-  let listed = await run(['-j', 'list', 'flowtables']);
-  if (listed.code !== 0) listed = await run(['list', 'tables']);
+  const flowtables = await run(['-j', 'list', 'flowtables']);
+  const listed = flowtables.code === 0 ? flowtables : await run(['list', 'tables']);
   if (listed.code !== 0) return { available: false, reason: `nft does not answer: ${firstLine(listed.stderr)}` };
   if ((await sysctl('/proc/sys/net/ipv4/ip_forward')) !== '1')
     return { available: false, reason: 'IPv4 forwarding is off (sysctl net.ipv4.ip_forward=1)' };
-  return { available: true, ipv6: (await sysctl('/proc/sys/net/ipv6/conf/all/forwarding')) === '1' };
+  return {
+    available: true,
+    ipv6: (await sysctl('/proc/sys/net/ipv6/conf/all/forwarding')) === '1',
+    flowOffload: flowtables.code === 0 ? flowtableDevices(flowtables.stdout) : [],
+  };
 }
 
 /**
@@ -179,20 +182,6 @@ export async function tableOutline(table: string): Promise<Outline | null> {
   return outline;
 }
 
-/** What of `outline` a rewrite may delete when no rule needs it: the objects of this agent's making. */
-export function heldIn(outline: Outline | null): Held {
-  const counters = new Set<string>();
-  const chains = new Set<string>();
-  const quotas = new Set<string>();
-  for (const object of outline?.objects ?? []) {
-    const [kind, name] = object.split(' ') as [string, string];
-    if (kind === 'counter' && counterOf(name)) counters.add(name);
-    else if (kind === 'chain' && isSpreadChain(name)) chains.add(name);
-    else if (kind === 'quota' && isQuotaName(name)) quotas.add(name);
-  }
-  return { counters, chains, quotas };
-}
-
 /** A watch of the ruleset, until closed. */
 export interface RulesetWatch {
   close(): void;
@@ -251,12 +240,6 @@ export function watchRuleset(onChange: () => void): RulesetWatch {
 export async function applyPlan(table: string, plan: TablePlan, held: Held, previous: TablePlan | null) {
   const applied = await run(['-f', '-'], planScript(table, plan, held, previous));
   if (applied.code !== 0) throw new Error(`nft refused the table: ${firstLine(applied.stderr)}`);
-}
-
-/** Removes the idle timeout policies of `seconds` from `table` once no rule uses them; gone already is fine. */
-export async function removeIdleTimeouts(table: string, seconds: number): Promise<void> {
-  for (const family of [4, 6] as const)
-    await run(['delete', 'ct', 'timeout', 'inet', table, idleTimeoutName(family, seconds)]);
 }
 
 /** Removes `table`, and with it every kernel rule in it; none there is fine. */

@@ -121,32 +121,38 @@ export function isQuotaName(name: string): boolean {
   return QUOTA.test(name);
 }
 
-/** What a table holds that a rewrite deletes when no rule needs it any more: by name, counters, chains, quotas. */
+/**
+ * What a table holds that a rewrite deletes when no rule needs it any more: by name, counters, chains, quotas and idle
+ * timeout policies.
+ */
 export interface Held {
   counters: ReadonlySet<string>;
   chains: ReadonlySet<string>;
   quotas: ReadonlySet<string>;
+  timeouts: ReadonlySet<string>;
 }
 
-export const NOTHING_HELD: Held = { counters: new Set(), chains: new Set(), quotas: new Set() };
+export const NOTHING_HELD: Held = { counters: new Set(), chains: new Set(), quotas: new Set(), timeouts: new Set() };
 
-/** What the table holds once written with `rules` (see rulesetScript). */
-export function heldBy(rules: readonly KernelRule[]): Held {
+const IDLE_TIMEOUT = /^tcp_idle[46]_\d+$/;
+
+/**
+ * What of a table outlined (see Outline) a rewrite may delete when no rule needs it: the objects of this agent's
+ * making. Of a table it wrote, `heldIn(outlineOf(plan))`.
+ */
+export function heldIn(outline: Outline | null): Held {
   const counters = new Set<string>();
   const chains = new Set<string>();
   const quotas = new Set<string>();
-  for (const rule of rules) {
-    counters.add(counterName(rule.id, 'in')).add(counterName(rule.id, 'out'));
-    if (refuses(rule)) counters.add(counterName(rule.id, 'refused'));
-    if (rule.quota) quotas.add(quotaName(rule.id, rule.quota));
-    for (const l4 of L4) {
-      if (!carries(rule, l4)) continue;
-      for (const family of [4, 6] as const)
-        if (rule.targets.filter((target) => (family === 4 ? target.v4 : target.v6)).length > 1)
-          chains.add(spreadChainName(rule.id, l4, family));
-    }
+  const timeouts = new Set<string>();
+  for (const object of outline?.objects ?? []) {
+    const name = object.slice(object.lastIndexOf(' ') + 1);
+    if (object.startsWith('counter ') && counterOf(name)) counters.add(name);
+    else if (object.startsWith('chain ') && isSpreadChain(name)) chains.add(name);
+    else if (object.startsWith('quota ') && isQuotaName(name)) quotas.add(name);
+    else if (object.startsWith('ct timeout ') && IDLE_TIMEOUT.test(name)) timeouts.add(name);
   }
-  return { counters, chains, quotas };
+  return { counters, chains, quotas, timeouts };
 }
 
 /**
@@ -374,8 +380,9 @@ export function tablePlan(
         `policy = { established: ${limits.tcpIdleSeconds} }; }`,
     );
   }
-  const held = heldBy(rules);
-  for (const name of held.counters) declarations.push(`counter ${name} { }`);
+  for (const r of rules)
+    for (const direction of ['in', 'out', ...(refuses(r) ? ['refused' as const] : [])] as const)
+      declarations.push(`counter ${counterName(r.id, direction)} { }`);
   // Declared with what the master counted; declared again (same period, same bytes), an object keeps its own count.
   for (const r of rules)
     if (r.quota)
@@ -533,6 +540,7 @@ function keyOf(element: string): string {
  */
 export function planScript(table: string, plan: TablePlan, held: Held, previous: TablePlan | null = null): string {
   const FAMILY_TABLE = `inet ${table}`;
+  const { objects } = outlineOf(plan);
   const lines: string[] = [];
   const declaredBefore = new Set(previous?.declarations ?? []);
   const declarations = plan.declarations.filter((line) => !declaredBefore.has(line));
@@ -547,7 +555,7 @@ export function planScript(table: string, plan: TablePlan, held: Held, previous:
   const additions: string[] = [];
   for (const [name, entries] of plan.elements) {
     const before = VOLATILE.has(name) ? undefined : previous?.elements.get(name);
-    const kind = name.endsWith('_ports') || name.endsWith('_snat') || name === 'tcp_closed' ? 'set' : 'map';
+    const kind = objects.has(`set ${name}`) ? 'set' : 'map';
     if (!before) {
       lines.push(`flush ${kind} ${FAMILY_TABLE} ${name}`);
       if (entries.length > 0) additions.push(`add element ${FAMILY_TABLE} ${name} { ${elements(entries)} }`);
@@ -562,19 +570,18 @@ export function planScript(table: string, plan: TablePlan, held: Held, previous:
   }
   // Every element gone before any new one: a new interval may overlap one being taken out.
   lines.push(...additions);
-  const wanted = new Set(plan.declarations);
-  const declared = (kind: string, name: string) =>
-    wanted.has(kind === 'chain' ? `chain ${name} { }` : `${kind} ${name} { }`);
-  for (const name of held.counters)
-    if (!declared('counter', name)) lines.push(`delete counter ${FAMILY_TABLE} ${name}`);
-  for (const name of held.chains)
-    if (!declared('chain', name))
-      lines.push(`flush chain ${FAMILY_TABLE} ${name}`, `delete chain ${FAMILY_TABLE} ${name}`);
-  // After the maps that named them are emptied (an object still referred to cannot be deleted).
-  const quotas = new Set(
-    plan.declarations.filter((line) => line.startsWith('quota ')).map((line) => line.split(' ')[1]),
-  );
-  for (const name of held.quotas) if (!quotas.has(name)) lines.push(`delete quota ${FAMILY_TABLE} ${name}`);
+  // Last, once nothing refers to them: the maps that named them are emptied, the chains that used them rewritten.
+  for (const [kind, names] of [
+    ['counter', held.counters],
+    ['chain', held.chains],
+    ['quota', held.quotas],
+    ['ct timeout', held.timeouts],
+  ] as const)
+    for (const name of names) {
+      if (objects.has(`${kind} ${name}`)) continue;
+      if (kind === 'chain') lines.push(`flush chain ${FAMILY_TABLE} ${name}`);
+      lines.push(`delete ${kind} ${FAMILY_TABLE} ${name}`);
+    }
   return `${lines.join('\n')}\n`;
 }
 

@@ -4,7 +4,14 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { heldBy, NOTHING_HELD, planScript, tablePlan, type KernelRule } from '../../internal/kernel/ruleset.ts';
+import {
+  heldIn,
+  NOTHING_HELD,
+  outlineOf,
+  planScript,
+  tablePlan,
+  type KernelRule,
+} from '../../internal/kernel/ruleset.ts';
 
 const LIMITS = { perSource: 100, tcpIdleSeconds: 300 };
 
@@ -21,7 +28,9 @@ test(DIFFERENCE, () => {
   const before = [plain(1, 8001), plain(2, 8002), plain(3, 8003)];
   const after = [plain(1, 8001, '192.0.2.9'), plain(2, 8002), plain(4, 8004)];
   const written = tablePlan(before, LIMITS);
-  const script = planScript('portplane_1', tablePlan(after, LIMITS), heldBy(before), written).trim().split('\n');
+  const script = planScript('portplane_1', tablePlan(after, LIMITS), heldIn(outlineOf(written)), written)
+    .trim()
+    .split('\n');
   assert.ok(!script.some((line) => line.startsWith('flush chain')), script.join('\n'));
   const declared = script.filter((line) => line.startsWith('  '));
   assert.deepEqual(declared, ['  counter r4_in { }', '  counter r4_out { }'], 'only what the new rule declares');
@@ -37,7 +46,7 @@ test('a rule whose chain rules change rewrites that chain alone; without what wa
   const script = planScript(
     'portplane_1',
     tablePlan([plain(1, 8001), sourced], LIMITS),
-    heldBy([plain(1, 8001)]),
+    heldIn(outlineOf(written)),
     written,
   );
   const flushed = script.split('\n').filter((line) => line.startsWith('flush chain'));
@@ -45,4 +54,23 @@ test('a rule whose chain rules change rewrites that chain alone; without what wa
   const whole = planScript('portplane_1', tablePlan([plain(1, 8001)], LIMITS), NOTHING_HELD);
   assert.match(whole, /flush chain inet portplane_1 prerouting/);
   assert.match(whole, /flush map inet portplane_1 tcp4\n/);
+});
+
+test('an idle timeout of another value is deleted once the limits chain no longer names it, in the same write', () => {
+  const written = tablePlan([plain(1, 8001)], LIMITS);
+  const script = planScript(
+    'portplane_1',
+    tablePlan([plain(1, 8001)], { ...LIMITS, tcpIdleSeconds: 60 }),
+    heldIn(outlineOf(written)),
+    written,
+  );
+  const lines = script.trim().split('\n');
+  const rewritten = lines.indexOf('flush chain inet portplane_1 conn_limits');
+  assert.ok(rewritten >= 0, script);
+  for (const family of [4, 6])
+    assert.ok(lines.indexOf(`delete ct timeout inet portplane_1 tcp_idle${family}_300`) > rewritten, script);
+  assert.ok(
+    lines.some((line) => line.includes('ct timeout tcp_idle4_60 {')),
+    'the new one declared',
+  );
 });
