@@ -294,3 +294,36 @@ test(DRIFT_BOUND, async (t) => {
   const shown = (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body;
   assert.equal(shown.kernel_path.last_drift_at, '2026-11-27T06:00:00Z');
 });
+
+const UNCHANGED =
+  'an acknowledgement that says of a rule what the master holds already writes nothing of it: its version, ' +
+  'applied_at and event journal stay as they were';
+
+test(UNCHANGED, async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const kept = (await rule(m, { node_id: n.id, listen_port: 80 })).body;
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  const acknowledge = async (version: unknown, ids: number[]) => {
+    const results = ids.map((id) => ({ id, state: 'applied', error: null, path: 'relay', reason: 'r' }));
+    send(raw.socket, { type: 'applied', version, results });
+    send(raw.socket, { type: 'ping' });
+    await raw.next('pong');
+    await m.app.store.committed();
+  };
+  await acknowledge((await raw.next('config')).version, [kept.id]);
+  const before = (await call(m.url, 'GET', `/api/rules/${kept.id}`, { token: m.admin })).body;
+  assert.equal(before.sync.state, 'applied');
+  const head = m.app.store.events.head();
+  // A second later (applied_at has seconds), another rule's change sends the node a config carrying both.
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  const added = (await rule(m, { node_id: n.id, listen_port: 81 })).body;
+  await acknowledge((await raw.next('config')).version, [kept.id, added.id]);
+  const after = (await call(m.url, 'GET', `/api/rules/${kept.id}`, { token: m.admin })).body;
+  assert.deepEqual([after.version, after.sync], [before.version, before.sync]);
+  const page = { after: head, limit: 100, resources: '["rule"]', types: null, node_id: null, resource_id: null };
+  const told = m.app.store.events.page(page).map((e) => e.resource_id);
+  assert.ok(!told.includes(kept.id), `events of the unchanged rule: ${JSON.stringify(told)}`);
+  assert.ok(told.includes(added.id), 'the new one is told');
+  raw.socket.destroy();
+});

@@ -728,10 +728,9 @@ const RANGES =
   "port the node's programs listen on is port_in_use";
 
 test(RANGES, { timeout: 60_000 }, async (t) => {
-  const reason = nftUnavailable(`${NODE}-probe`);
-  if (reason) return t.skip(reason);
-  network(t);
-  await echoIn(t, TARGET, '0.0.0.0');
+  const lab = await kernelLab(t, { agent_report_interval_seconds: 1 });
+  if (!lab) return;
+  const { m, edge } = lab;
   const telling = spawn(
     'ip',
     ['netns', 'exec', TARGET, process.execPath, '--input-type=module', '-e', TELLING, '40000,41000,41999,60003'],
@@ -739,7 +738,6 @@ test(RANGES, { timeout: 60_000 }, async (t) => {
   );
   t.after(() => telling.kill('SIGKILL'));
   await once(telling.stdout!, 'data');
-  const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
   const ranges = [
     { listen_port: 20000, listen_port_end: 20999, targets: [`${TARGET_ADDRESS}:7007`] },
     { listen_port: 40000, listen_port_end: 41999, targets: [`${TARGET_ADDRESS}:40000-41999`] },

@@ -323,7 +323,11 @@ export const ruleSchema = record('Rule', {
         required: ['code', 'detail'],
         properties: { code: { type: 'string' }, detail: { type: 'string' } },
       },
-      applied_at: nullableTimestamp,
+      applied_at: {
+        ...nullableTimestamp,
+        description:
+          'When its node applied the rule as it stands: a later config that carries it unchanged does not move it.',
+      },
       applied_path: {
         type: ['string', 'null'],
         enum: [...paths, null],

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { NOTHING_HELD, quotaName, rulesetScript, type KernelRule } from '../../internal/kernel/ruleset.ts';
+import { NOTHING_HELD, quotaName, rulesetScript, uncovered, type KernelRule } from '../../internal/kernel/ruleset.ts';
 
 const LIMITS = { perSource: 100, tcpIdleSeconds: 300 };
 const target = { index: 0, weight: 1, v4: { address: '192.0.2.1', port: 80 }, v6: null };
@@ -53,4 +53,21 @@ test('with no quota and no port closed, the stop chains are empty: nothing for e
   const text = rulesetScript('portplane_1', [plain], NOTHING_HELD, LIMITS);
   assert.doesNotMatch(text, /add rule inet portplane_1 stop_(prerouting|output)/);
   assert.match(text, /flush chain inet portplane_1 stop_prerouting/);
+});
+
+test('closed spans: overlapping ones merged and closed as long as the longest, what a rule carries left out', () => {
+  const closed = [
+    { port: 30000, last: 30999, seconds: 100 },
+    { port: 30500, last: 31499, seconds: 300 },
+    { port: 40000, last: 40000, seconds: 50 },
+  ];
+  const carried = [
+    { port: 30100, last: 30199 },
+    { port: 31400, last: 32000 },
+    { port: 40000, last: 40000 },
+  ];
+  assert.deepEqual(uncovered(closed, carried), [
+    { port: 30000, last: 30099, seconds: 300 },
+    { port: 30200, last: 31399, seconds: 300 },
+  ]);
 });
