@@ -323,6 +323,8 @@ const BASE_CHAINS = [
   'count_prerouting',
   'count_output',
   'conn_limits',
+  'fresh_tcp',
+  'fresh_udp',
   'sources',
   'sources_local',
   'stop_prerouting',
@@ -424,6 +426,8 @@ export function tablePlan(
     'chain count_output { type filter hook output priority filter; policy accept; }',
     // Before the DNAT, where the port is still the rule's.
     'chain conn_limits { type filter hook prerouting priority dstnat - 10; policy accept; }',
+    'chain fresh_tcp { }',
+    'chain fresh_udp { }',
     // A rule's own controls, after its DNAT (which marks its connections): nothing else is looked at twice. Clients
     // from other hosts pass the forward hook; the node's own (DNAT'ed in `output`) the output hook: both are held.
     'chain sources { type filter hook forward priority filter - 10; policy accept; }',
@@ -453,16 +457,18 @@ export function tablePlan(
     rule('count_prerouting', `${count} ct direction reply counter name ct original proto-dst map @${l4}_out`);
     rule('count_output', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
     const refuse = l4 === 'tcp' ? 'reject with tcp reset' : 'drop';
-    // The port first: the route lookup, the costliest test, only for what is to a rule's port.
-    const fresh = `ct state new ${l4} dport @${l4}_ports fib daddr type local`;
+    // The port first, then the route lookup (the costliest test) once: what a new connection to a rule's port meets
+    // is in a chain of its own rather than repeated in front of each rule.
+    const fresh = `fresh_${l4}`;
+    rule('conn_limits', `ct state new ${l4} dport @${l4}_ports fib daddr type local jump ${fresh}`);
     // A connection conntrack forgot (idle past the timeout) is not picked up again mid-stream, as conntrack would.
-    if (l4 === 'tcp') rule('conn_limits', `${fresh} tcp flags & (syn | ack) != syn reject with tcp reset`);
+    if (l4 === 'tcp') rule(fresh, 'tcp flags & (syn | ack) != syn reject with tcp reset');
     const over = `${l4} dport ct count over ${limits.perSource} } ${refuse}`;
-    rule('conn_limits', `meta nfproto ipv4 ${fresh} add @${l4}4_sources { ip saddr . ${over}`);
-    rule('conn_limits', `meta nfproto ipv6 ${fresh} add @${l4}6_sources { ip6 saddr . ${over}`);
+    rule(fresh, `meta nfproto ipv4 add @${l4}4_sources { ip saddr . ${over}`);
+    rule(fresh, `meta nfproto ipv6 add @${l4}6_sources { ip6 saddr . ${over}`);
     if (l4 === 'tcp') {
-      rule('conn_limits', `meta nfproto ipv4 ${fresh} ct timeout set "${idleTimeoutName(4, limits.tcpIdleSeconds)}"`);
-      rule('conn_limits', `meta nfproto ipv6 ${fresh} ct timeout set "${idleTimeoutName(6, limits.tcpIdleSeconds)}"`);
+      rule(fresh, `meta nfproto ipv4 ct timeout set "${idleTimeoutName(4, limits.tcpIdleSeconds)}"`);
+      rule(fresh, `meta nfproto ipv6 ct timeout set "${idleTimeoutName(6, limits.tcpIdleSeconds)}"`);
     }
 
     const mine = rules.filter((r) => carries(r, l4));

@@ -56,7 +56,10 @@ test('a rule whose chain rules change rewrites that chain alone; without what wa
   assert.match(whole, /flush map inet portplane_1 tcp4\n/);
 });
 
-test('an idle timeout of another value is deleted once the limits chain no longer names it, in the same write', () => {
+const IDLE_TIMEOUT_REPLACED =
+  'an idle timeout of another value is deleted once the chain of new connections no longer names it, in the same write';
+
+test(IDLE_TIMEOUT_REPLACED, () => {
   const written = tablePlan([plain(1, 8001)], LIMITS);
   const script = planScript(
     'portplane_1',
@@ -65,7 +68,7 @@ test('an idle timeout of another value is deleted once the limits chain no longe
     written,
   );
   const lines = script.trim().split('\n');
-  const rewritten = lines.indexOf('flush chain inet portplane_1 conn_limits');
+  const rewritten = lines.indexOf('flush chain inet portplane_1 fresh_tcp');
   assert.ok(rewritten >= 0, script);
   for (const family of [4, 6])
     assert.ok(lines.indexOf(`delete ct timeout inet portplane_1 tcp_idle${family}_300`) > rewritten, script);
