@@ -85,7 +85,10 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/metrics', '/api/metrics');
   await hit('GET /api/license', '/api/license');
   await hit('GET /api/settings', '/api/settings');
-  const settings = await hit('PATCH /api/settings', '/api/settings', { body: { sync_wait_seconds: 0 } });
+  // Local targets allowed: the alert channel below is to a closed port on loopback, so its test fails at once.
+  const settings = await hit('PATCH /api/settings', '/api/settings', {
+    body: { sync_wait_seconds: 0, allow_local_targets: 1 },
+  });
 
   const token = await hit('POST /api/tokens', '/api/tokens', {
     body: { name: 'ci', scopes: ['audit:read'], expires_at: '2099-01-01T00:00:00Z' },
@@ -224,6 +227,29 @@ test('every answer of every operation is what the OpenAPI document declares for 
     body: { ...exported.body, nodes: [...exported.body.nodes, { ...exported.body.nodes[0], name: 'one-too-many' }] },
   });
 
+  // Alerting: a channel (its test fails, and says so) and a rule that notifies it.
+  const hook = { type: 'webhook', url: 'http://127.0.0.1:1/hook' };
+  const channel = await hit('POST /api/channels', '/api/channels', { body: { name: 'ops', ...hook } });
+  const spareChannel = await hit('POST /api/channels', '/api/channels', { body: { name: 'spare', ...hook } });
+  await hit('POST /api/channels', '/api/channels', { body: { name: 'OPS', ...hook } });
+  await hit('PUT /api/channels/{id}', `/api/channels/${spareChannel.body.id}`, { body: { name: 'ops', ...hook } });
+  await hit('PUT /api/channels/{id}', `/api/channels/${spareChannel.body.id}`, { body: { name: 'spare', ...hook } });
+  await hit('GET /api/channels', '/api/channels?count=true');
+  await hit('GET /api/channels/{id}', `/api/channels/${channel.body.id}`);
+  await hit('POST /api/channels/{id}/test', `/api/channels/${channel.body.id}/test`);
+  const alertRule = { condition: 'node_offline', channel_ids: [channel.body.id] };
+  const watching = await hit('POST /api/alert-rules', '/api/alert-rules', { body: { name: 'down', ...alertRule } });
+  const spareRule = await hit('POST /api/alert-rules', '/api/alert-rules', { body: { name: 'spare', ...alertRule } });
+  await hit('POST /api/alert-rules', '/api/alert-rules', { body: { name: 'DOWN', ...alertRule } });
+  for (const name of ['down', 'still spare'])
+    await hit('PUT /api/alert-rules/{id}', `/api/alert-rules/${spareRule.body.id}`, { body: { name, ...alertRule } });
+  await hit('GET /api/alert-rules', '/api/alert-rules?count=true');
+  await hit('GET /api/alert-rules/{id}', `/api/alert-rules/${watching.body.id}`);
+  await hit('GET /api/alerts', '/api/alerts?count=true');
+  await hit('GET /api/deliveries', '/api/deliveries');
+  await hit('DELETE /api/alert-rules/{id}', `/api/alert-rules/${spareRule.body.id}`);
+  await hit('DELETE /api/channels/{id}', `/api/channels/${spareChannel.body.id}`);
+
   // Every operation, for the error statuses any operation can meet: no token, a bad one, a token without the
   // scope, an unknown query parameter, an id that names nothing, a stale If-Match, a body of the wrong type, too
   // large, or invalid.
@@ -242,6 +268,8 @@ test('every answer of every operation is what the OpenAPI document declares for 
     nodes: c.body.id,
     rules: rule.body.id,
     tunnels: tunnel.body.id,
+    channels: channel.body.id,
+    'alert-rules': watching.body.id,
   };
   for (const route of routes) {
     const name = `${route.method} ${route.path}`;
@@ -387,9 +415,13 @@ test('every PUT takes back what its GET gave: GET | jq | PUT works for every res
     nodes: a.id,
     users: (await post('/api/users', { username: 'ops', password: 'ops-password-1', scopes: [] })).id,
     tunnels: (await post('/api/tunnels', { name: 'a-b', entry_node_id: a.id, exit_node_id: b.id })).id,
+    channels: (await post('/api/channels', { name: 'ops', type: 'webhook', url: 'https://hooks.example.com/a' })).id,
     rules: (await post('/api/rules', { name: 'r', node_id: a.id, protocol: 'tcp', listen_port: 80, targets: ['x:1'] }))
       .id,
   };
+  made['alert-rules'] = (
+    await post('/api/alert-rules', { name: 'down', condition: 'node_offline', channel_ids: [made.channels] })
+  ).id;
   const puts = routes.filter((r) => r.method === 'PUT');
   assert.ok(puts.length >= 4);
   for (const route of puts) {

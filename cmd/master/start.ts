@@ -20,6 +20,7 @@ import { EventStreams } from '../../internal/api/streams.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/service/rules.ts';
+import { evaluateAlerts } from '../../internal/service/alerting.ts';
 import { licenseWatch } from '../../internal/service/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
@@ -265,6 +266,9 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       ruleClock = setInterval(() => {
         if (app.draining) return;
         tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
+        evaluateAlerts(app)
+          .then(() => app.outbox.kick())
+          .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));
         try {
           licenseTick();
         } catch (error) {
@@ -314,6 +318,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
           await rolledUp(app);
+          await app.outbox.close();
           await batches.close();
           app.events.close();
           links.close();

@@ -15,6 +15,7 @@ import type { TokenKind } from '../store/tokens.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
+import { Outbox } from '../service/outbox.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
@@ -99,6 +100,8 @@ export class App {
   readonly startedAt: number;
   /** The open GET /api/events streams. */
   readonly events: EventStreams;
+  /** Where notifications are sent from. */
+  readonly outbox: Outbox;
   private readonly lifecycle: Lifecycle;
 
   constructor(parts: AppParts) {
@@ -123,6 +126,7 @@ export class App {
       events: this.events,
     } = parts);
     this.startedAt = this.clock.now();
+    this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
   }

@@ -1,8 +1,8 @@
 // Schemas and helpers shared by several resources.
 
 import { scopes } from '../auth/scopes.ts';
-import { decodeCursor, decodeSortedCursor, sortOf } from '../http/cursor.ts';
-import { textParam } from '../schema/query.ts';
+import { decodeCursor, decodeSortedCursor, pageOf, sortOf } from '../http/cursor.ts';
+import { listQuery, textParam } from '../schema/query.ts';
 import type { SortedPage } from '../store/filters.ts';
 import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
 import type { WriteJob } from '../service/write.ts';
@@ -105,4 +105,20 @@ export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJo
     license: ctx.app.licenseView(),
     targets: ctx.app.targetPolicy(),
   };
+}
+
+/** The name of an alert rule or channel. */
+export const ALERTING_NAME = {
+  min: 1,
+  max: 64,
+  pattern: /^[A-Za-z0-9][A-Za-z0-9 ._-]*$/,
+  patternHint: 'must start with a letter or digit and contain only letters, digits, spaces and . _ -',
+};
+
+/** The query of a list in id order with no filter. */
+export const pagingQuery = { limit: listQuery.limit, cursor: listQuery.cursor, count: listQuery.count };
+
+/** A page in id order of `rows` (fetched one past the limit), with the count when asked. */
+export function idPage<T extends { id: number }>(rows: T[], limit: number, total: (() => number) | false) {
+  return { ...pageOf(rows, limit), ...(total ? { total: total() } : {}) };
 }

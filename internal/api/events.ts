@@ -18,6 +18,7 @@ export const JOURNAL_TYPES = {
   token: ['token.created', 'token.deleted'],
   settings: ['settings.updated'],
   license: ['license.changed'],
+  alert_rule: ['alert.firing', 'alert.resolved'],
 } as const;
 
 /** Live events, by the resource whose read they need: sent to streams that are caught up, never stored. */
@@ -34,6 +35,7 @@ export const READERS: Record<Resource, string> = {
   token: '/api/tokens/{id}',
   settings: '/api/settings',
   license: '/api/license',
+  alert_rule: '/api/alert-rules/{id}',
   traffic: '/api/dashboard/traffic',
 };
 

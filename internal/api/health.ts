@@ -85,6 +85,11 @@ export function addGauges(app: App): void {
     }),
   );
   registry.add(
+    new Gauge('portplane_alerts_firing', 'Alerts firing now (clearing ones included, not yet resolved).', () => [
+      { value: app.store.alerts.firing() },
+    ]),
+  );
+  registry.add(
     new Gauge('portplane_event_streams', 'GET /api/events streams open now.', () => [
       { value: app.events.gauges().streams },
     ]),

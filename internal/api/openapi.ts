@@ -103,6 +103,11 @@ const IN_FLIGHT =
  * The tag of each path's first segment after /api/, with what docs/api.md says of it. Every operation has one
  * (a route under a segment missing here fails the document's generation).
  */
+const ALERTS = {
+  name: 'alerts',
+  description: 'Alert rules over nodes, rules and tunnels; channels that hear them (webhook, Telegram); deliveries.',
+};
+
 const TAGS: Record<string, { name: string; description: string }> = {
   auth: { name: 'auth', description: 'Logging in and out, and what the calling token is and may do.' },
   tokens: { name: 'tokens', description: 'API tokens with resource:action scopes; a secret is shown once.' },
@@ -117,6 +122,10 @@ const TAGS: Record<string, { name: string; description: string }> = {
     description: 'Forwarding rules, pushed to their node and acknowledged per rule (sync), one by one or in batches.',
   },
   tunnels: { name: 'tunnels', description: "Encrypted links from an entry node to an exit node for rules' traffic." },
+  channels: ALERTS,
+  'alert-rules': ALERTS,
+  alerts: ALERTS,
+  deliveries: ALERTS,
   dashboard: { name: 'dashboard', description: 'Counts by state, license use and traffic over time.' },
   export: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
   import: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },

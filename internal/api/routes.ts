@@ -2,6 +2,8 @@
 // any it needs besides, for side effects) and the operation that answers it. The router, the
 // scope check, the OpenAPI document, the API reference and the scope tests all read this list.
 
+import { alertRuleOperations as alerts } from './alert-rules.ts';
+import { channelOperations as channels } from './channels.ts';
 import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
@@ -93,6 +95,19 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/rules/batch-create',      'rules:write',     batch.createRules),
   route('POST',   '/api/rules/batch-update',      'rules:write',     batch.updateRules),
   route('POST',   '/api/rules/batch-sync',        'rules:write',     batch.syncRules),
+  route('GET',    '/api/channels',                'alerts:read',     channels.listChannels),
+  route('POST',   '/api/channels',                'alerts:write',    channels.createChannel),
+  route('GET',    '/api/channels/{id}',           'alerts:read',     channels.getChannel),
+  route('PUT',    '/api/channels/{id}',           'alerts:write',    channels.replaceChannel),
+  route('DELETE', '/api/channels/{id}',           'alerts:write',    channels.deleteChannel),
+  route('POST',   '/api/channels/{id}/test',      'alerts:write',    channels.testChannel),
+  route('GET',    '/api/alert-rules',             'alerts:read',     alerts.listAlertRules),
+  route('POST',   '/api/alert-rules',             'alerts:write',    alerts.createAlertRule),
+  route('GET',    '/api/alert-rules/{id}',        'alerts:read',     alerts.getAlertRule),
+  route('PUT',    '/api/alert-rules/{id}',        'alerts:write',    alerts.replaceAlertRule),
+  route('DELETE', '/api/alert-rules/{id}',        'alerts:write',    alerts.deleteAlertRule),
+  route('GET',    '/api/alerts',                  'alerts:read',     alerts.listAlerts),
+  route('GET',    '/api/deliveries',              'alerts:read',     channels.listDeliveries),
   route('GET',    '/api/dashboard',               'dashboard:read',  dashboard.getDashboard),
   route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.getTraffic),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),

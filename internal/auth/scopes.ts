@@ -1,7 +1,7 @@
 // The scope vocabulary (`resource:action`) and the one check that decides whether a set of
 // held scopes grants a wanted one. `write` implies `read` of the same resource; `*` is all.
 
-export const resources = ['nodes', 'rules', 'tunnels', 'users', 'tokens', 'settings'] as const;
+export const resources = ['nodes', 'rules', 'tunnels', 'users', 'tokens', 'settings', 'alerts'] as const;
 
 export const scopes = [
   ...resources.flatMap((resource) => [`${resource}:read`, `${resource}:write`] as const),

@@ -383,20 +383,28 @@ export interface TargetPolicy {
 export function targetRefusal(host: string, nodeHost: string, policy: TargetPolicy): string | null {
   const kind = localKind(host);
   if (isUnroutable(kind)) return `${host} is a ${kind} address, which is no host to forward to`;
+  const reason = localReason(host, nodeHost, policy);
+  return reason && `${host} ${reason}; rules reach such targets only with the setting allow_local_targets (needs *)`;
+}
+
+/**
+ * Why `host` is local to the node at `nodeHost` (null: to no node) or the master, which `policy` does not allow, or
+ * null when it is not or the policy allows it: what a rule's target and an alert channel's address are held to.
+ */
+export function localReason(host: string, nodeHost: string | null, policy: TargetPolicy): string | null {
   if (policy.allowLocal) return null;
+  const kind = localKind(host);
   const name = host.toLowerCase();
   const spelt = spelling(host);
-  const reason =
-    name === 'localhost' || name.endsWith('.localhost')
-      ? 'names the node itself'
-      : kind
-        ? `is a ${kind} address`
-        : spelt === spelling(nodeHost)
-          ? 'is the node itself'
-          : policy.masterHosts.some((master) => spelling(master) === spelt)
-            ? 'is the master'
-            : null;
-  return reason && `${host} ${reason}; rules reach such targets only with the setting allow_local_targets (needs *)`;
+  return name === 'localhost' || name.endsWith('.localhost')
+    ? `names ${nodeHost === null ? 'the master' : 'the node'} itself`
+    : kind
+      ? `is a ${kind} address`
+      : nodeHost !== null && spelt === spelling(nodeHost)
+        ? 'is the node itself'
+        : policy.masterHosts.some((master) => spelling(master) === spelt)
+          ? 'is the master'
+          : null;
 }
 
 /**

@@ -160,6 +160,12 @@ export class MasterMetrics {
       "Times something else removed or changed a node's kernel table, which its agent wrote back.",
     ),
   );
+  readonly deliveries = this.registry.add(
+    new Counter(
+      'portplane_notification_deliveries_total',
+      'Attempts to deliver a notification to an alert channel, by outcome (sent, retry, failed).',
+    ),
+  );
   /** Per method, route and status: the request counter and latency series, found once. */
   private readonly requestSeries = new Map<string, { count: { value: number }; latency: (seconds: number) => void }>();
 

@@ -34,17 +34,19 @@ const rollUps = new WeakMap<Housekeeping, Promise<void>>();
  */
 export function maintain(app: Housekeeping): Promise<void> {
   const { store, settings } = app;
-  const { audit, events, credentials, idempotency } = store.write(() => ({
+  const { audit, events, credentials, idempotency, deliveries } = store.write(() => ({
     audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
     // An event stream resumes for as long as the audit log remembers the changes it tells of.
     events: store.events.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
     credentials: store.tokens.pruneExpired(app.timestamp()).length,
     idempotency: store.idempotency.prune(app.timestamp(-DAY_MS)),
+    // The delivery log is kept as the audit log is; what is still pending stays until it is done.
+    deliveries: store.deliveries.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
   }));
   app.throttle.sweep(settings.get('login_window_seconds') * 1000);
   app.budget.sweep();
-  if (audit + events + credentials + idempotency > 0)
-    app.log.info('pruned', { audit, events, credentials, idempotency });
+  if (audit + events + credentials + idempotency + deliveries > 0)
+    app.log.info('pruned', { audit, events, credentials, idempotency, deliveries });
   let running = rollUps.get(app);
   if (!running) {
     running = rollUp(app).finally(() => rollUps.delete(app));

@@ -451,4 +451,65 @@ export const migrations: readonly string[] = [
   /* 24: claims by port, for the rules list's ?port= */ `
   CREATE INDEX port_claims_port ON port_claims(port);
   `,
+  /* 25: alerts: channels, alert rules, what each rule finds, the outbox of notifications and its delivery log */ `
+  CREATE TABLE channels (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    type TEXT NOT NULL CHECK (type IN ('webhook', 'email', 'telegram')),
+    config TEXT NOT NULL,
+    secret BLOB,
+    failing_since TEXT,
+    last_error TEXT,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  CREATE TABLE alert_rules (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    condition TEXT NOT NULL,
+    threshold INTEGER,
+    selector TEXT NOT NULL DEFAULT '{}',
+    for_seconds INTEGER NOT NULL CHECK (for_seconds >= 0),
+    repeat_seconds INTEGER CHECK (repeat_seconds > 0),
+    damping_seconds INTEGER NOT NULL DEFAULT 0 CHECK (damping_seconds >= 0),
+    channel_ids TEXT NOT NULL DEFAULT '[]',
+    enabled INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  CREATE TABLE alerts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    alert_rule_id INTEGER NOT NULL REFERENCES alert_rules(id) ON DELETE CASCADE,
+    resource TEXT NOT NULL,
+    resource_id INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'firing', 'clearing')),
+    summary TEXT NOT NULL,
+    since TEXT NOT NULL,
+    fired_at TEXT,
+    notified_at TEXT,
+    cleared_at TEXT,
+    UNIQUE (alert_rule_id, resource, resource_id)
+  ) STRICT;
+  CREATE TABLE deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id TEXT NOT NULL UNIQUE,
+    channel_id INTEGER NOT NULL REFERENCES channels(id) ON DELETE CASCADE,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT,
+    last_error TEXT,
+    created_at TEXT NOT NULL,
+    finished_at TEXT
+  ) STRICT;
+  CREATE INDEX deliveries_due ON deliveries(next_attempt_at) WHERE state = 'pending';
+  CREATE INDEX deliveries_channel ON deliveries(channel_id, id);
+  CREATE INDEX deliveries_created ON deliveries(created_at);
+  CREATE INDEX rules_sync_failed ON rules(id) WHERE sync_state = 'failed';
+  CREATE INDEX rules_unhealthy ON rules(id) WHERE json_extract(health, '$.status') IN ('degraded', 'down');
+  CREATE INDEX rules_quota ON rules(id) WHERE quota_bytes IS NOT NULL;
+  CREATE INDEX tunnels_down ON tunnels(id) WHERE status = 'down';
+  `,
 ];

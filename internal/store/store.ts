@@ -2,7 +2,9 @@
 
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore } from './alerts.ts';
 import { AuditStore } from './audit.ts';
+import { ConditionStore } from './conditions.ts';
 import { Database } from './database.ts';
 import { EventStore } from './events.ts';
 import { IdempotencyStore } from './idempotency.ts';
@@ -64,6 +66,11 @@ export class Store {
   readonly traffic: TrafficStore;
   readonly events: EventStore;
   readonly vitals: VitalsStore;
+  readonly channels: ChannelStore;
+  readonly alertRules: AlertRuleStore;
+  readonly alerts: AlertStore;
+  readonly deliveries: DeliveryStore;
+  readonly conditions: ConditionStore;
 
   readonly secretFields: ReadonlySet<string>;
   private readonly lock: DataDirLock | null;
@@ -85,6 +92,11 @@ export class Store {
     this.traffic = new TrafficStore(db);
     this.events = new EventStore(db);
     this.vitals = new VitalsStore(db);
+    this.channels = new ChannelStore(db);
+    this.alertRules = new AlertRuleStore(db);
+    this.alerts = new AlertStore(db);
+    this.deliveries = new DeliveryStore(db);
+    this.conditions = new ConditionStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */

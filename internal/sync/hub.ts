@@ -23,6 +23,8 @@ export class SyncHub implements Presence {
   readonly changes = new EventEmitter();
   /** When each linked node's agent was last heard, as an RFC 3339 time. */
   private readonly connected = new Map<number, string>();
+  /** The nodes whose agent has linked since this master started. */
+  private readonly linkedThisRun = new Set<number>();
   private readonly waiters = new Map<number, Set<Waiter>>();
   private readonly presenceListeners: ((nodeId: number) => void)[] = [];
   /**
@@ -61,9 +63,15 @@ export class SyncHub implements Presence {
     this.presenceListeners.push(fn);
   }
 
+  /** Whether the node's agent has linked since this master started (one offline since then has been seen to go). */
+  linkedSinceStart(nodeId: number): boolean {
+    return this.linkedThisRun.has(nodeId);
+  }
+
   /** The node's agent linked, heard at `at`. */
   connect(nodeId: number, at: string): void {
     this.connected.set(nodeId, at);
+    this.linkedThisRun.add(nodeId);
     this.presenceChanged(nodeId);
   }
 

@@ -153,9 +153,11 @@ test('the API marks every secret it takes or shows: the names audit entries and 
   assert.deepEqual([...secretFieldNames].sort(), [
     'agent_command',
     'agent_token',
+    'bot_token',
     'current_password',
     'new_password',
     'password',
+    'secret',
     'ssh_password',
     'ssh_private_key',
     'token',

@@ -1,0 +1,43 @@
+// What a notification says: the JSON every channel is sent (a webhook as is, a chat as text made from it), for
+// alerts that fire or resolve, several at once to one channel in one message, and for a channel's test.
+
+/** One alert's turn, as notified. */
+export interface AlertNotice {
+  status: 'firing' | 'resolved';
+  alert_rule: { id: number; name: string };
+  condition: string;
+  resource: string;
+  resource_id: number;
+  summary: string;
+  /** Since when the condition has held (firing) or held (resolved). */
+  since: string;
+  /** A firing alert notified again while it holds (the rule's repeat_seconds). */
+  repeat: boolean;
+  resolved_at: string | null;
+}
+
+/** The body of every notification (Standard Webhooks' recommended shape: type, timestamp, data). */
+export interface NotificationPayload {
+  type: 'alert.notification' | 'channel.test';
+  timestamp: string;
+  data: { alerts: AlertNotice[] } | { channel: { id: number; name: string }; message: string };
+}
+
+export function alertPayload(notices: AlertNotice[], at: string): NotificationPayload {
+  return { type: 'alert.notification', timestamp: at, data: { alerts: notices } };
+}
+
+export function testPayload(channel: { id: number; name: string }, at: string): NotificationPayload {
+  const message = `a test of channel ${channel.name} from portplane`;
+  return { type: 'channel.test', timestamp: at, data: { channel, message } };
+}
+
+/** A notification as plain text, for a chat or a mail: one line per alert. */
+export function payloadText(payload: NotificationPayload): string {
+  if (!('alerts' in payload.data)) return `portplane: ${payload.data.message}`;
+  const lines = payload.data.alerts.map((notice) => {
+    const mark = notice.status === 'resolved' ? 'RESOLVED' : notice.repeat ? 'STILL FIRING' : 'FIRING';
+    return `${mark} [${notice.alert_rule.name}] ${notice.summary}`;
+  });
+  return ['portplane alerts:', ...lines].join('\n');
+}

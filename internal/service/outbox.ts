@@ -1,0 +1,154 @@
+// The outbox at work: notifications written by the alerts' evaluation (or a channel's test) are sent from here, each
+// at least once under its message id, until they go through or their attempts run out. Each channel has one delivery
+// in flight at a time (its notifications arrive in order) and all channels at most MAX_IN_FLIGHT together, so a
+// channel that hangs or fails holds up only itself. A failed attempt waits twice as long as the one before, from 5 s
+// to an hour, and the channel shows since when it has failed. Pending deliveries outlive the master: the next one
+// sends them.
+
+import { randomUUID } from 'node:crypto';
+import { payloadText, testPayload, type NotificationPayload } from '../domain/alerts.ts';
+import type { TargetPolicy } from '../domain/rules.ts';
+import type { SecretBox } from '../crypto/box.ts';
+import type { Logger } from '../log/log.ts';
+import { NotSent, postJson } from '../notify/post.ts';
+import { sendTelegram } from '../notify/telegram.ts';
+import { webhookHeaders } from '../notify/webhook.ts';
+import { formatTime } from '../schema/schema.ts';
+import type { Channel, Delivery, DueDelivery } from '../store/alerts.ts';
+import type { Store } from '../store/store.ts';
+
+/** How many attempts a delivery gets: the last about 3.4 hours after the first. */
+export const MAX_ATTEMPTS = 12;
+const FIRST_RETRY_MS = 5_000;
+const LONGEST_WAIT_MS = 60 * 60 * 1000;
+/** Deliveries in flight at once, over every channel. */
+const MAX_IN_FLIGHT = 16;
+
+/** How long a delivery waits after its `attempts`-th attempt failed. */
+export function retryDelayMs(attempts: number): number {
+  return Math.min(FIRST_RETRY_MS * 2 ** (attempts - 1), LONGEST_WAIT_MS);
+}
+
+export interface OutboxDeps {
+  store: Store;
+  box: SecretBox;
+  log: Logger;
+  clock: { now(): number };
+  targetPolicy(): TargetPolicy;
+}
+
+/** Counts what became of each attempt (the metrics' deliveries by outcome). */
+export type DeliveryOutcome = 'sent' | 'retry' | 'failed';
+
+export class Outbox {
+  /** Channels with a delivery in flight. */
+  private readonly busy = new Set<number>();
+  private closed = false;
+  private readonly settled = new Set<Promise<void>>();
+  /** Ends what is in flight when the master stops: it stays pending, and the next start sends it again. */
+  private readonly stopping = new AbortController();
+
+  constructor(
+    private readonly deps: OutboxDeps,
+    private readonly counted: (outcome: DeliveryOutcome) => void = () => undefined,
+  ) {}
+
+  /** Starts what is due and fits; cheap when nothing is (one indexed read). */
+  kick(): void {
+    if (this.closed || this.busy.size >= MAX_IN_FLIGHT) return;
+    const at = formatTime(this.deps.clock.now());
+    const due = this.deps.store.deliveries.due(at, MAX_IN_FLIGHT * 4);
+    for (const delivery of due) {
+      if (this.busy.size >= MAX_IN_FLIGHT) break;
+      if (this.busy.has(delivery.channel_id)) continue;
+      this.busy.add(delivery.channel_id);
+      const sending = this.send(delivery).finally(() => {
+        this.busy.delete(delivery.channel_id);
+        this.settled.delete(sending);
+      });
+      this.settled.add(sending);
+    }
+  }
+
+  /** Stops starting deliveries and ends those in flight, unrecorded: they stay due for the next start. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.stopping.abort();
+    await Promise.all([...this.settled]);
+  }
+
+  /**
+   * Sends `channel` a test notification now, once, and records it in the delivery log as sent or failed (no retry:
+   * its caller is waiting to know).
+   */
+  async test(channel: Channel): Promise<Delivery> {
+    const at = formatTime(this.deps.clock.now());
+    const messageId = `msg_${randomUUID()}`;
+    const payload = testPayload({ id: channel.id, name: channel.name }, at);
+    let error: string | null = null;
+    try {
+      await this.post(channel, messageId, JSON.stringify(payload));
+    } catch (thrown) {
+      error = (thrown as Error).message;
+    }
+    const { store } = this.deps;
+    const delivery = store.write(() => {
+      store.channels.recordOutcome(channel.id, error, at);
+      return store.deliveries.recordFinished(messageId, channel.id, payload, error, at);
+    });
+    this.counted(error === null ? 'sent' : 'failed');
+    return delivery;
+  }
+
+  private async send(delivery: DueDelivery): Promise<void> {
+    const { store, log } = this.deps;
+    const channel = store.channels.find(delivery.channel_id);
+    if (!channel) return;
+    let error: NotSent | null = null;
+    try {
+      await this.post(channel, delivery.message_id, delivery.payload);
+    } catch (thrown) {
+      error = thrown instanceof NotSent ? thrown : new NotSent((thrown as Error).message);
+    }
+    if (this.stopping.signal.aborted) return;
+    const at = formatTime(this.deps.clock.now());
+    const attempts = delivery.attempts + 1;
+    const outcome: DeliveryOutcome =
+      error === null ? 'sent' : !error.retryable || attempts >= MAX_ATTEMPTS ? 'failed' : 'retry';
+    try {
+      store.write(() => {
+        if (outcome === 'sent') store.deliveries.sent(delivery.id, at);
+        else if (outcome === 'failed') store.deliveries.failed(delivery.id, error!.message, at);
+        else
+          store.deliveries.retry(
+            delivery.id,
+            error!.message,
+            formatTime(this.deps.clock.now() + retryDelayMs(attempts)),
+          );
+        store.channels.recordOutcome(channel.id, error?.message ?? null, at);
+      });
+    } catch (thrown) {
+      // Not recorded: it stays due, and is sent again (a repeat under the same message id).
+      log.error('recording a delivery failed', { delivery: delivery.id, error: (thrown as Error).message });
+      return;
+    }
+    this.counted(outcome);
+    if (error)
+      log.warn('a notification was not delivered', { channel: channel.id, attempts, outcome, error: error.message });
+  }
+
+  private post(channel: Channel, messageId: string, payload: string): Promise<void> {
+    const sealed = this.deps.store.channels.sealedSecret(channel.id);
+    if (!sealed) throw new NotSent('the channel has no secret', false);
+    const secret = this.deps.box.open(sealed);
+    const policy = this.deps.targetPolicy();
+    if (channel.type === 'webhook') {
+      const seconds = Math.floor(this.deps.clock.now() / 1000);
+      const headers = webhookHeaders(secret, messageId, seconds, payload);
+      return postJson(String(channel.config.url), payload, headers, policy, this.stopping.signal);
+    }
+    const text = payloadText(JSON.parse(payload) as NotificationPayload);
+    const { api_base, chat_id } = channel.config;
+    return sendTelegram(String(api_base), secret, String(chat_id), text, policy, this.stopping.signal);
+  }
+}

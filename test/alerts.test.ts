@@ -1,0 +1,383 @@
+// Alerts end to end: channels held to what rules' targets are, notifications signed as Standard Webhooks has it and
+// verified with its own library, real agents going away and coming back, flapping damped, a failing channel beside a
+// working one, Telegram's Bot API through a stand-in, and an outbox that outlives a master killed with -9.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import test, { type TestContext } from 'node:test';
+import { Webhook } from 'standardwebhooks';
+import { startAgent } from './agents.ts';
+import { bundledMaster } from './bundled.ts';
+import { ADMIN_PASSWORD, assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
+import { freePort, until } from './net.ts';
+
+interface Received {
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** An HTTP receiver on loopback: records each POST, and answers as `answer` says (null: never). */
+async function receiver(t: TestContext, answer: () => number | null = () => 204) {
+  const received: Received[] = [];
+  const held: ServerResponse[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (chunk: string) => (body += chunk));
+    req.on('end', () => {
+      received.push({ path: req.url ?? '', headers: req.headers as Record<string, string>, body });
+      const status = answer();
+      if (status === null) held.push(res);
+      else res.writeHead(status).end();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, received, held };
+}
+
+async function created(m: Running, path: string, body: unknown) {
+  const answer = await call(m.url, 'POST', path, { token: m.admin, body });
+  assert.equal(answer.status, 201, JSON.stringify(answer.body));
+  return answer.body;
+}
+
+/** The alerts of webhook messages verified with `secret`, in order; throws on a signature that does not verify. */
+function verified(secret: string, received: Received[]) {
+  const webhook = new Webhook(secret);
+  return received.map((message) => {
+    const payload = webhook.verify(message.body, message.headers) as { type: string; data: { alerts: any[] } };
+    return { id: message.headers['webhook-id']!, payload };
+  });
+}
+
+test("a channel's address is held as rules' targets are; its secret is shown once, redacted, and sealed", async (t) => {
+  const m = await startMaster(t);
+  const hook = await receiver(t);
+  const refused = await call(m.url, 'POST', '/api/channels', {
+    token: m.admin,
+    body: { name: 'ops', type: 'webhook', url: hook.url },
+  });
+  assertProblem(refused, 422, 'validation_failed');
+  assert.match(JSON.stringify(refused.body.errors), /loopback address; channels reach such addresses only with/);
+  const cases: [string, Record<string, unknown>, string][] = [
+    ['a link-local address', { type: 'webhook', url: 'http://169.254.169.254/latest' }, '/url'],
+    ['not http', { type: 'webhook', url: 'ftp://hooks.example.com/x' }, '/url'],
+    ['credentials in the URL', { type: 'webhook', url: 'https://u:p@hooks.example.com/x' }, '/url'],
+    [
+      'a malformed secret',
+      { type: 'webhook', url: 'https://hooks.example.com/x', secret: 'whsec_' + '%'.repeat(40) },
+      '/secret',
+    ],
+    ["another type's field", { type: 'webhook', url: 'https://hooks.example.com/x', chat_id: '1' }, '/chat_id'],
+    ['a bot without its token', { type: 'telegram', chat_id: '42' }, '/bot_token'],
+  ];
+  for (const [what, body, pointer] of cases) {
+    const answer = await call(m.url, 'POST', '/api/channels', { token: m.admin, body: { name: 'x', ...body } });
+    assertProblem(answer, 422, 'validation_failed');
+    assert.ok(
+      answer.body.errors.some((e: { pointer: string }) => e.pointer === `#${pointer}`),
+      `${what}: ${JSON.stringify(answer.body.errors)}`,
+    );
+  }
+  const listed = await call(m.url, 'GET', '/api/channels?count=true', { token: m.admin });
+  assert.equal(listed.body.total, 0, 'nothing refused was written');
+
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 1 } });
+  const channel = await created(m, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
+  assert.match(channel.secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
+  const botToken = '123456:' + 'B'.repeat(35);
+  const bot = await created(m, '/api/channels', { name: 'chat', type: 'telegram', chat_id: '42', bot_token: botToken });
+  assert.equal(bot.secret, null, 'a given secret is not shown back');
+  for (const id of [channel.id, bot.id]) {
+    const shown = await call(m.url, 'GET', `/api/channels/${id}`, { token: m.admin });
+    assert.equal(shown.status, 200);
+    assert.ok(!('secret' in shown.body) && !('bot_token' in shown.body), JSON.stringify(shown.body));
+  }
+  const audit = await call(m.url, 'GET', '/api/audit-logs?resource=channel', { token: m.admin });
+  assert.doesNotMatch(JSON.stringify(audit.body), /whsec_|BBBBBBBB/);
+  const test = await call(m.url, 'POST', `/api/channels/${channel.id}/test`, { token: m.admin });
+  assert.equal(test.status, 200);
+  assert.equal(test.body.state, 'sent');
+  const [message] = verified(channel.secret, hook.received);
+  assert.equal(message!.payload.type, 'channel.test');
+  assert.equal(message!.id, test.body.message_id);
+
+  await m.close();
+  for (const file of readdirSync(m.dataDir)) {
+    const bytes = readFileSync(join(m.dataDir, file));
+    for (const secret of [channel.secret, botToken, channel.secret.slice(6, 30)])
+      assert.equal(bytes.indexOf(secret), -1, `${file} holds a channel secret`);
+  }
+});
+
+const OFFLINE_NOTIFIED =
+  'node_offline reaches a webhook within for_seconds + 5 s of an agent killed, verified, and resolves';
+
+test(OFFLINE_NOTIFIED, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const hook = await receiver(t);
+  const edge = await node(m, 'edge');
+  let agent = startAgent(t, m.url, edge.agent_token);
+  const status = async () => (await call(m.url, 'GET', `/api/nodes/${edge.id}`, { token: m.admin })).body.status;
+  await until('the agent to link', async () => (await status()) === 'online');
+  const channel = await created(m, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
+  const alertRule = await created(m, '/api/alert-rules', {
+    name: 'edge down',
+    condition: 'node_offline',
+    node_ids: [edge.id],
+    for_seconds: 2,
+    channel_ids: [channel.id],
+  });
+
+  agent.kill('SIGKILL');
+  const killed = Date.now();
+  await until('the firing notification', () => hook.received.length >= 1, 15_000);
+  const firedAfter = Date.now() - killed;
+  assert.ok(firedAfter >= 2000 && firedAfter <= 7000, `notified ${firedAfter} ms after the kill`);
+  const [firing] = verified(channel.secret, hook.received);
+  assert.equal(firing!.payload.type, 'alert.notification');
+  assert.deepEqual(
+    firing!.payload.data.alerts.map((a) => [a.status, a.alert_rule.id, a.resource, a.resource_id, a.summary]),
+    [['firing', alertRule.id, 'node', edge.id, 'node edge is offline']],
+  );
+  const alerts = await call(m.url, 'GET', '/api/alerts', { token: m.admin });
+  assert.deepEqual(
+    alerts.body.items.map((a: { state: string; resource_id: number }) => [a.state, a.resource_id]),
+    [['firing', edge.id]],
+  );
+
+  agent = startAgent(t, m.url, edge.agent_token, { stateDir: agent.stateDir });
+  await until('the resolved notification', () => hook.received.length >= 2, 15_000);
+  const [, resolved] = verified(channel.secret, hook.received);
+  assert.equal(resolved!.payload.data.alerts[0].status, 'resolved');
+  assert.notEqual(resolved!.id, firing!.id);
+  const events = await call(m.url, 'GET', '/api/audit-logs?resource=alert_rule', { token: m.admin });
+  assert.equal(events.status, 200);
+  const deliveries = await call(m.url, 'GET', `/api/deliveries?channel_id=${channel.id}`, { token: m.admin });
+  assert.deepEqual(
+    deliveries.body.items.map((d: { state: string; attempts: number }) => [d.state, d.attempts]),
+    [
+      ['sent', 1],
+      ['sent', 1],
+    ],
+  );
+  const metrics = await call(m.url, 'GET', '/api/metrics', { token: m.admin });
+  assert.match(metrics.body as string, /portplane_notification_deliveries_total\{outcome="sent"\} 2/);
+});
+
+const RESTART_QUIET =
+  "a master's restart alerts nobody: a node is taken for offline only once its agent had time to link";
+
+test(RESTART_QUIET, async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-relink-'));
+  const port = await freePort();
+  const first = await startMaster(t, { dataDir, port, localTargets: true });
+  const hook = await receiver(t);
+  const [edge, lost] = [await node(first, 'edge'), await node(first, 'lost')];
+  const agents = [startAgent(t, first.url, edge.agent_token), startAgent(t, first.url, lost.agent_token)];
+  const online = async (m: Running, id: number) =>
+    (await call(m.url, 'GET', `/api/nodes/${id}`, { token: m.admin })).body.status === 'online';
+  for (const id of [edge.id, lost.id]) await until('the agents to link', () => online(first, id));
+  const channel = await created(first, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
+  await created(first, '/api/alert-rules', {
+    name: 'down',
+    condition: 'node_offline',
+    for_seconds: 0,
+    channel_ids: [channel.id],
+  });
+  await first.close();
+  agents[1]!.kill('SIGKILL');
+
+  const second = await startMaster(t, { dataDir, port });
+  await until('the agent to link again', () => online(second, edge.id));
+  await new Promise((resolve) => setTimeout(resolve, 2500));
+  assert.equal(hook.received.length, 0, 'nothing was notified while agents had time to link');
+  second.advance(36_000);
+  await until('the node that stayed away notified', () => hook.received.length === 1);
+  const [message] = verified(channel.secret, hook.received);
+  assert.deepEqual(
+    message!.payload.data.alerts.map((a) => [a.status, a.resource_id]),
+    [['firing', lost.id]],
+  );
+});
+
+test('an agent dropped three times within the damping window gives one firing and one resolved', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const hook = await receiver(t);
+  const edge = await node(m, 'flappy');
+  const status = async () => (await call(m.url, 'GET', `/api/nodes/${edge.id}`, { token: m.admin })).body.status;
+  let agent = startAgent(t, m.url, edge.agent_token);
+  await until('the agent to link', async () => (await status()) === 'online');
+  const channel = await created(m, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
+  await created(m, '/api/alert-rules', {
+    name: 'flapping',
+    condition: 'node_offline',
+    for_seconds: 0,
+    damping_seconds: 60,
+    channel_ids: [channel.id],
+  });
+  for (let drop = 0; drop < 3; drop++) {
+    agent.kill('SIGKILL');
+    await until('the node offline', async () => (await status()) === 'offline');
+    await until('the alert firing', async () => {
+      const alerts = await call(m.url, 'GET', '/api/alerts', { token: m.admin });
+      return alerts.body.items[0]?.state === 'firing';
+    });
+    agent = startAgent(t, m.url, edge.agent_token, { stateDir: agent.stateDir });
+    await until('the node online', async () => (await status()) === 'online');
+    await until('the alert clearing', async () => {
+      const alerts = await call(m.url, 'GET', '/api/alerts', { token: m.admin });
+      return alerts.body.items[0]?.state === 'clearing';
+    });
+  }
+  assert.equal(hook.received.length, 1, 'only the first drop was notified');
+  m.advance(61_000);
+  await until('the resolved notification', () => hook.received.length >= 2);
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  const statuses = verified(channel.secret, hook.received).map((m) => m.payload.data.alerts[0].status);
+  assert.deepEqual(statuses, ['firing', 'resolved']);
+});
+
+test('a channel that hangs or fails delays no other; it shows since when it fails, and retries back off', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const hanging = await receiver(t, () => null);
+  const failing = await receiver(t, () => 500);
+  const working = await receiver(t);
+  const ids: number[] = [];
+  for (const [name, hook] of [
+    ['hanging', hanging],
+    ['failing', failing],
+    ['working', working],
+  ] as const)
+    ids.push((await created(m, '/api/channels', { name, type: 'webhook', url: hook.url })).id);
+  const edge = await node(m, 'edge');
+  await rule(m, { name: 'soon', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(3600_000) });
+  const started = Date.now();
+  await created(m, '/api/alert-rules', {
+    name: 'expiring',
+    condition: 'rule_expiring',
+    threshold: 1,
+    for_seconds: 0,
+    channel_ids: ids,
+  });
+  await until('the working channel notified', () => working.received.length === 1);
+  assert.ok(Date.now() - started < 3000, `the working channel waited ${Date.now() - started} ms`);
+  assert.equal(hanging.received.length, 1, 'the hanging one was asked too, and is still waiting');
+  await until('the failing channel marked', async () => {
+    const shown = await call(m.url, 'GET', `/api/channels/${ids[1]}`, { token: m.admin });
+    return shown.body.failing_since !== null && shown.body;
+  });
+  const shown = await call(m.url, 'GET', `/api/channels/${ids[1]}`, { token: m.admin });
+  assert.equal(shown.body.last_error, 'answered 500');
+  const [delivery] = (await call(m.url, 'GET', `/api/deliveries?channel_id=${ids[1]}`, { token: m.admin })).body.items;
+  assert.equal(delivery.state, 'pending');
+  assert.equal(delivery.attempts, 1);
+  assert.equal(Date.parse(delivery.next_attempt_at) - Date.parse(delivery.created_at), 5000);
+  m.advance(5000);
+  await until('the second attempt', () => failing.received.length === 2);
+  assert.equal(failing.received[1]!.headers['webhook-id'], failing.received[0]!.headers['webhook-id']);
+});
+
+test("Telegram: a bot's message reaches the Bot API stand-in with its chat and the alert's text", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const api = await receiver(t, () => 200);
+  const token = '987654:' + 'T'.repeat(35);
+  const bot = await created(m, '/api/channels', {
+    name: 'chat',
+    type: 'telegram',
+    chat_id: '-100123',
+    bot_token: token,
+    api_base: api.url.replace(/\/hook$/, ''),
+  });
+  const test = await call(m.url, 'POST', `/api/channels/${bot.id}/test`, { token: m.admin });
+  assert.equal(test.body.state, 'sent', JSON.stringify(test.body));
+  const edge = await node(m, 'edge');
+  await rule(m, { name: 'soon', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(3600_000) });
+  await created(m, '/api/alert-rules', {
+    name: 'expiring',
+    condition: 'rule_expiring',
+    threshold: 2,
+    for_seconds: 0,
+    channel_ids: [bot.id],
+  });
+  await until('the alert sent', () => api.received.length === 2);
+  for (const message of api.received) assert.equal(message.path, `/bot${token}/sendMessage`);
+  const sent = JSON.parse(api.received[1]!.body);
+  assert.equal(sent.chat_id, '-100123');
+  assert.match(sent.text, /^portplane alerts:\nFIRING \[expiring\] rule soon expires at /);
+});
+
+const OUTBOX_SURVIVES =
+  'a master killed with -9 while deliveries are pending sends them all after it starts, repeats with one id';
+
+test(OUTBOX_SURVIVES, async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-outbox-'));
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  let answering = false;
+  const hook = await receiver(t, () => (answering ? 204 : null));
+  const ready = () =>
+    until(
+      'the master to serve',
+      async () => (await call(base, 'GET', '/api/health').catch(() => null))?.status === 200,
+    );
+  const login = async () =>
+    (await call(base, 'POST', '/api/auth/login', { body: { username: 'admin', password: ADMIN_PASSWORD } })).body
+      .token as string;
+  const first = bundledMaster(t, dataDir, port);
+  await ready();
+  const token = await login();
+  const as = (path: string, body: unknown) => call(base, 'POST', path, { token, body });
+  await call(base, 'PATCH', '/api/settings', { token, body: { allow_local_targets: 1 } });
+  const channel = (await as('/api/channels', { name: 'ops', type: 'webhook', url: hook.url })).body;
+  const edge = (await as('/api/nodes', { name: 'edge', host: 'edge.example.net' })).body;
+  const soon = new Date(Date.now() + 3600_000).toISOString();
+  const expiring = { node_id: edge.id, protocol: 'tcp', targets: ['10.0.0.1:80'], expires_at: soon };
+  assert.equal((await as('/api/rules', { name: 'soon', listen_port: 9000, ...expiring })).status, 201);
+  // Three notifications, one after another: the receiver holds the first, the others wait behind it.
+  for (const days of [1, 2, 3]) {
+    const made = await as('/api/alert-rules', {
+      name: `expiring within ${days}`,
+      condition: 'rule_expiring',
+      threshold: days,
+      for_seconds: 0,
+      channel_ids: [channel.id],
+    });
+    assert.equal(made.status, 201);
+    await until('its notification written', async () => {
+      const log = await call(base, 'GET', '/api/deliveries', { token });
+      return log.body.items.length === days;
+    });
+  }
+  await until('the first delivery in flight', () => hook.received.length === 1);
+  first.kill('SIGKILL');
+  await once(first, 'exit');
+  answering = true;
+  for (const res of hook.held) res.destroy();
+
+  bundledMaster(t, dataDir, port);
+  await ready();
+  await until(
+    'every delivery sent',
+    async () => {
+      const log = await call(base, 'GET', '/api/deliveries', { token: await login() });
+      return log.body.items.every((d: { state: string }) => d.state === 'sent') && log.body.items.length === 3;
+    },
+    20_000,
+  );
+  const ids = hook.received.map((message) => message.headers['webhook-id']);
+  assert.equal(new Set(ids).size, 3, `three notifications, each under one id: ${ids.join(', ')}`);
+  assert.ok(ids.length <= 4, 'only the one in flight at the kill was sent again');
+  assert.equal(ids[0], ids[1], 'the one in flight came again first, under its id');
+  verified(channel.secret, hook.received);
+});
