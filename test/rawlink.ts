@@ -17,13 +17,14 @@ export async function link(
   m: Pick<Running, 'url'>,
   token: string,
   protocol = LINK_PROTOCOL,
+  version = 'raw-test',
 ): Promise<RawLink | { status: number; body: any }> {
   const req = request(`${m.url}${LINK_PATH}`, {
     headers: {
       Connection: 'Upgrade',
       Upgrade: protocol,
       Authorization: `Bearer ${token}`,
-      'X-Agent-Version': 'raw-test',
+      'X-Agent-Version': version,
     },
   });
   req.end();

@@ -32,13 +32,16 @@ export const alertRuleInput = object(
     name: string(ALERTING_NAME),
     condition: oneOf(alertConditions, {
       description:
-        'node_offline: a node whose agent is not linked; rule_sync_failed: a rule its node failed to apply; ' +
-        'rule_degraded: a rule whose health checks find a target down; tunnel_down: a tunnel either end reports ' +
-        'down; quota_percent: a rule that used threshold % of its quota; quota_spent: a rule whose quota is spent; ' +
-        'rule_expiring: a rule that expires within threshold days.',
+        'node_offline: a node whose agent is not linked; agent_outdated: a node whose agent is older than the ' +
+        'master; kernel_drift: a node whose kernel table something else changed within threshold minutes; ' +
+        'rule_sync_failed: a rule its node failed to apply; rule_degraded: a rule whose health checks find a target ' +
+        'down; tunnel_down: a tunnel either end reports down; quota_percent: a rule that used threshold % of its ' +
+        'quota; quota_spent: a rule whose quota is spent; rule_expiring: a rule that expires within threshold ' +
+        "days; license_expiring, certificate_expiring: the license, the master's TLS certificate, within " +
+        'threshold days (or past).',
     }),
     threshold: optional(
-      nullable(integer({ min: 1, max: 365, description: `For the conditions that take one: ${thresholdHelp}.` })),
+      nullable(integer({ min: 1, max: 1440, description: `For the conditions that take one: ${thresholdHelp}.` })),
       null,
     ),
     node_ids: optional(
@@ -151,8 +154,8 @@ function shownAlertRule({ selector, ...rule }: AlertRule) {
 const alertSchema = record('Alert', {
   id: { type: 'integer' },
   alert_rule_id: { type: 'integer' },
-  resource: { type: 'string', enum: ['node', 'rule', 'tunnel'] },
-  resource_id: { type: 'integer' },
+  resource: { type: 'string', enum: ['node', 'rule', 'tunnel', 'license', 'certificate'] },
+  resource_id: { type: 'integer', description: 'The node, rule or tunnel; 0 for the license and the certificate.' },
   state: {
     type: 'string',
     enum: [...alertStates],

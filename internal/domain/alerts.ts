@@ -41,3 +41,12 @@ export function payloadText(payload: NotificationPayload): string {
   });
   return ['portplane alerts:', ...lines].join('\n');
 }
+
+/** Whether version `a` (major.minor.patch, any suffix ignored) is older than `b`; false when either is not one. */
+export function olderVersion(a: string, b: string): boolean {
+  const parts = (version: string) => /^v?(\d+)\.(\d+)\.(\d+)/.exec(version)?.slice(1).map(Number);
+  const [x, y] = [parts(a), parts(b)];
+  if (!x || !y) return false;
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i]! < y[i]!;
+  return false;
+}

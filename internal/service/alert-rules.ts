@@ -12,7 +12,13 @@ import { diff, type Change, type WriteDeps } from './write.ts';
 export const THRESHOLDS: Partial<Record<AlertCondition, { what: string; min: number; max: number }>> = {
   quota_percent: { what: 'the percentage of the quota used', min: 1, max: 100 },
   rule_expiring: { what: 'the days before the expiry', min: 1, max: 365 },
+  license_expiring: { what: 'the days before the expiry', min: 1, max: 365 },
+  certificate_expiring: { what: 'the days before the expiry', min: 1, max: 365 },
+  kernel_drift: { what: 'the minutes a drift counts as recent', min: 1, max: 1440 },
 };
+
+/** The conditions of the master itself (its license, its certificate), which no selector narrows. */
+const MASTER_CONDITIONS: ReadonlySet<AlertCondition> = new Set(['license_expiring', 'certificate_expiring']);
 
 const KEYS: readonly (keyof AlertRuleFields)[] = [
   'name',
@@ -35,6 +41,13 @@ function check(app: WriteDeps, fields: AlertRuleFields): void {
     errors.push({ pointer: '#/threshold', detail: `must be ${threshold.min} to ${threshold.max} (${threshold.what})` });
   else if (!threshold && fields.threshold !== null)
     errors.push({ pointer: '#/threshold', detail: `${fields.condition} takes no threshold` });
+  if (MASTER_CONDITIONS.has(fields.condition))
+    for (const part of ['node_ids', 'resource_ids', 'tags'] as const)
+      if (fields.selector[part].length > 0)
+        errors.push({
+          pointer: `#/${part}`,
+          detail: `${fields.condition} watches the master itself: nothing narrows it`,
+        });
   const channels = app.store.channels.existing(fields.channel_ids);
   fields.channel_ids.forEach((id, index) => {
     if (!channels.has(id)) errors.push({ pointer: `#/channel_ids/${index}`, detail: `channel ${id} does not exist` });

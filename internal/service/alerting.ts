@@ -17,6 +17,10 @@ import { transact, type Committer } from './write.ts';
 export interface Alerting extends Committer {
   clock: { now(): number };
   startedAt: number;
+  /** The master's own version, which agents are compared with. */
+  version: string;
+  /** The certificate the master serves, if it serves HTTPS itself. */
+  tls: { notAfter: string } | null;
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -32,6 +36,26 @@ type Step =
   | { kind: 'update'; rule: AlertRule; alert: Alert; notice: AlertNotice['status'] | null; repeat: boolean }
   | { kind: 'delete'; rule: AlertRule; alert: Alert; notify: boolean };
 
+/** What `rule`'s condition holds for at `now`: rows the store finds, or the master's own license and certificate. */
+function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
+  const days = (rule.threshold ?? 0) * DAY_MS;
+  if (rule.condition === 'license_expiring' || rule.condition === 'certificate_expiring') {
+    const [what, resource, at] =
+      rule.condition === 'license_expiring'
+        ? ['the license', 'license', app.licenseView().expires_at]
+        : ["the master's TLS certificate", 'certificate', app.tls?.notAfter ?? null];
+    if (at === null || Date.parse(at) > now + days) return [];
+    const when = Date.parse(at) <= now ? 'expired' : 'expires';
+    return [{ resource, resource_id: 0, summary: `${what} ${when} at ${formatTime(Date.parse(at))}` }];
+  }
+  return app.store.conditions.findings(rule.condition, rule.selector, {
+    threshold: rule.threshold,
+    horizon: formatTime(now + days),
+    since: formatTime(now - (rule.threshold ?? 0) * 60_000),
+    version: app.version,
+  });
+}
+
 /** Evaluates every enabled alert rule once; writes (and notifies) only what changed. */
 export async function evaluateAlerts(app: Alerting): Promise<void> {
   if (app.store.db.writesHeld) return;
@@ -46,8 +70,7 @@ function plan(app: Alerting, now: number): Step[] {
   const steps: Step[] = [];
   const at = formatTime(now);
   for (const rule of app.store.alertRules.enabled()) {
-    const horizon = formatTime(now + (rule.threshold ?? 0) * DAY_MS);
-    const findings = app.store.conditions.findings(rule.condition, rule.selector, rule.threshold, horizon);
+    const findings = findingsOf(app, rule, now);
     const found = new Map(findings.map((finding) => [`${finding.resource}/${finding.resource_id}`, finding]));
     // Nodes not heard from yet since the master started are neither offline nor back: their alerts stay as they are.
     const relinking = (finding: Finding | undefined) =>

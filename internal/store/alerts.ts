@@ -136,12 +136,16 @@ export class ChannelStore {
 
 export const alertConditions = [
   'node_offline',
+  'agent_outdated',
+  'kernel_drift',
   'rule_sync_failed',
   'rule_degraded',
   'tunnel_down',
   'quota_percent',
   'quota_spent',
   'rule_expiring',
+  'license_expiring',
+  'certificate_expiring',
 ] as const;
 export type AlertCondition = (typeof alertConditions)[number];
 
@@ -155,7 +159,7 @@ export interface AlertSelector {
 export interface AlertRuleFields {
   name: string;
   condition: AlertCondition;
-  /** quota_percent's percentage, rule_expiring's days; null for the other conditions. */
+  /** A percentage, days or minutes, for the conditions that take one (service/alert-rules.ts); else null. */
   threshold: number | null;
   selector: AlertSelector;
   for_seconds: number;

@@ -2,6 +2,7 @@
 // Each reads only what is in the condition (partial indexes on failed syncs, unhealthy rules, quotas, down tunnels
 // and expiring rules; nodes are read whole, as their status is their agents' links), and at most a bound of them.
 
+import { olderVersion } from '../domain/alerts.ts';
 import type { Database, Statement } from './database.ts';
 import type { AlertCondition, AlertSelector } from './alerts.ts';
 
@@ -18,13 +19,25 @@ export const MAX_FINDINGS = 1000;
 /** What an agent said, as far as a notification repeats it. */
 const SAID = (column: string) => `substr(coalesce(${column}, ''), 1, 200)`;
 
+/** The conditions of the master itself, not of a row: the alerts' evaluation finds them (service/alerting.ts). */
+export type MasterCondition = 'license_expiring' | 'certificate_expiring';
+export type RowCondition = Exclude<AlertCondition, MasterCondition>;
+
 /**
  * Each condition's resources, as `resource, resource_id, node_id, other_node_id, tags, summary`; `:threshold` is the
- * rule's, `:horizon` the time an expiry is near from.
+ * rule's, `:horizon` the time an expiry is near from (and `:since` the time a drift is recent from), `:version` the
+ * master's.
  */
-const CONDITIONS: Record<AlertCondition, string> = {
+const CONDITIONS: Record<RowCondition, string> = {
   node_offline: `SELECT 'node' AS resource, id AS resource_id, id AS node_id, NULL AS other_node_id, tags,
     'node ' || name || ' is offline' AS summary FROM nodes WHERE node_status(id, status) = 'offline'`,
+  agent_outdated: `SELECT 'node' AS resource, id AS resource_id, id AS node_id, NULL AS other_node_id, tags,
+    'node ' || name || ' runs agent ' || agent_version || ', older than the master (' || :version || ')' AS summary
+    FROM nodes WHERE agent_version IS NOT NULL AND version_older(agent_version, :version)`,
+  kernel_drift: `SELECT 'node' AS resource, id AS resource_id, id AS node_id, NULL AS other_node_id, tags,
+    'node ' || name || ': something else changed its kernel table at ' ||
+    json_extract(kernel_path, '$.last_drift_at') || ' (written back)' AS summary
+    FROM nodes WHERE json_extract(kernel_path, '$.last_drift_at') >= :since`,
   rule_sync_failed: `SELECT 'rule' AS resource, r.id AS resource_id, r.node_id, NULL AS other_node_id, r.tags,
     'rule ' || r.name || ' failed to apply on node ' || n.name || ': ' || ${SAID('r.sync_error')} AS summary
     FROM rules r JOIN nodes n ON n.id = r.node_id WHERE r.sync_state = 'failed' AND r.enabled = 1`,
@@ -53,13 +66,26 @@ const SELECTED = `(json_array_length(:node_ids) = 0 OR node_id IN (SELECT value 
   AND (json_array_length(:tags) = 0 OR EXISTS (SELECT 1 FROM json_each(found.tags) AS t
     WHERE t.value IN (SELECT value FROM json_each(:tags))))`;
 
-export class ConditionStore {
-  private readonly statements = new Map<AlertCondition, Statement>();
+/** What a condition's query is given besides the selector. */
+export interface ConditionParams {
+  threshold: number | null;
+  /** Expiries before it are near. */
+  horizon: string;
+  /** Drifts after it are recent. */
+  since: string;
+  /** The master's version. */
+  version: string;
+}
 
-  constructor(private readonly db: Database) {}
+export class ConditionStore {
+  private readonly statements = new Map<RowCondition, Statement>();
+
+  constructor(private readonly db: Database) {
+    db.defineFunction('version_older', (a, b) => (olderVersion(String(a), String(b)) ? 1 : 0));
+  }
 
   /** The resources `condition` holds for now under `selector`, by id, at most MAX_FINDINGS. */
-  findings(condition: AlertCondition, selector: AlertSelector, threshold: number | null, horizon: string): Finding[] {
+  findings(condition: RowCondition, selector: AlertSelector, given: ConditionParams): Finding[] {
     let statement = this.statements.get(condition);
     if (!statement) {
       statement = this.db.prepare(`SELECT resource, resource_id, summary FROM (${CONDITIONS[condition]}) AS found
@@ -71,8 +97,9 @@ export class ConditionStore {
       resource_ids: JSON.stringify(selector.resource_ids),
       tags: JSON.stringify(selector.tags),
     };
-    if (CONDITIONS[condition].includes(':threshold')) params.threshold = threshold ?? 0;
-    if (CONDITIONS[condition].includes(':horizon')) params.horizon = horizon;
+    if (CONDITIONS[condition].includes(':threshold')) params.threshold = given.threshold ?? 0;
+    for (const name of ['horizon', 'since', 'version'] as const)
+      if (CONDITIONS[condition].includes(`:${name}`)) params[name] = given[name];
     return statement.all(params) as unknown as Finding[];
   }
 }
