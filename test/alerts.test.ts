@@ -288,6 +288,51 @@ test('a channel that hangs or fails delays no other; it shows since when it fail
   assert.equal(failing.received[1]!.headers['webhook-id'], failing.received[0]!.headers['webhook-id']);
 });
 
+test('a silence mutes what it matches, by tag: shown muted, not notified, and notified once it ends', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const hook = await receiver(t);
+  const channel = await created(m, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
+  const edge = await node(m, 'edge');
+  const soon = m.app.timestamp(3600_000);
+  const [quiet, loud] = [
+    (await rule(m, { name: 'quiet', node_id: edge.id, listen_port: 9001, tags: ['maint'], expires_at: soon })).body,
+    (await rule(m, { name: 'loud', node_id: edge.id, listen_port: 9002, expires_at: soon })).body,
+  ];
+  const silence = await created(m, '/api/silences', {
+    comment: 'moving the quiet service',
+    tags: ['maint'],
+    ends_at: m.app.timestamp(7200_000),
+  });
+  await created(m, '/api/alert-rules', {
+    name: 'expiring',
+    condition: 'rule_expiring',
+    threshold: 1,
+    for_seconds: 0,
+    channel_ids: [channel.id],
+  });
+  await until('the first notification', () => hook.received.length === 1);
+  const told = (index: number) =>
+    verified(channel.secret, hook.received)[index]!.payload.data.alerts.map((a) => [a.status, a.resource_id]);
+  assert.deepEqual(told(0), [['firing', loud.id]]);
+  const alerts = (await call(m.url, 'GET', '/api/alerts', { token: m.admin })).body.items;
+  assert.deepEqual(
+    alerts.map((a: { resource_id: number; muted: boolean; tags: string[] }) => [a.resource_id, a.muted, a.tags]),
+    [
+      [quiet.id, true, ['maint']],
+      [loud.id, false, []],
+    ],
+  );
+  const ended = await call(m.url, 'DELETE', `/api/silences/${silence.id}`, { token: m.admin });
+  assert.equal(ended.status, 204);
+  await until('the muted alert told', () => hook.received.length === 2);
+  assert.deepEqual(told(1), [['firing', quiet.id]]);
+  const audit = await call(m.url, 'GET', '/api/audit-logs?resource=silence', { token: m.admin });
+  assert.deepEqual(
+    audit.body.items.map((e: { action: string }) => e.action),
+    ['silence.delete', 'silence.create'],
+  );
+});
+
 test("Telegram: a bot's message reaches the Bot API stand-in with its chat and the alert's text", async (t) => {
   const m = await startMaster(t, { localTargets: true });
   const api = await receiver(t, () => 200);

@@ -247,6 +247,14 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/alert-rules/{id}', `/api/alert-rules/${watching.body.id}`);
   await hit('GET /api/alerts', '/api/alerts?count=true');
   await hit('GET /api/deliveries', '/api/deliveries');
+  const window = { comment: 'maintenance', ends_at: m.app.timestamp(86_400_000) };
+  const silence = await hit('POST /api/silences', '/api/silences', { body: { ...window, node_ids: [b.body.id] } });
+  await hit('POST /api/silences', '/api/silences', { body: { ...window, ends_at: '2000-01-01T00:00:00Z' } });
+  await hit('PUT /api/silences/{id}', `/api/silences/${silence.body.id}`, { body: { ...window, comment: 'longer' } });
+  await hit('GET /api/silences', '/api/silences?count=true');
+  await hit('GET /api/silences/{id}', `/api/silences/${silence.body.id}`);
+  const spareSilence = await hit('POST /api/silences', '/api/silences', { body: window });
+  await hit('DELETE /api/silences/{id}', `/api/silences/${spareSilence.body.id}`);
   await hit('DELETE /api/alert-rules/{id}', `/api/alert-rules/${spareRule.body.id}`);
   await hit('DELETE /api/channels/{id}', `/api/channels/${spareChannel.body.id}`);
 
@@ -270,6 +278,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
     tunnels: tunnel.body.id,
     channels: channel.body.id,
     'alert-rules': watching.body.id,
+    silences: silence.body.id,
   };
   for (const route of routes) {
     const name = `${route.method} ${route.path}`;
@@ -419,6 +428,7 @@ test('every PUT takes back what its GET gave: GET | jq | PUT works for every res
     rules: (await post('/api/rules', { name: 'r', node_id: a.id, protocol: 'tcp', listen_port: 80, targets: ['x:1'] }))
       .id,
   };
+  made.silences = (await post('/api/silences', { comment: 'maintenance', ends_at: m.app.timestamp(86_400_000) })).id;
   made['alert-rules'] = (
     await post('/api/alert-rules', { name: 'down', condition: 'node_offline', channel_ids: [made.channels] })
   ).id;

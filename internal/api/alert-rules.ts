@@ -156,12 +156,16 @@ const alertSchema = record('Alert', {
   alert_rule_id: { type: 'integer' },
   resource: { type: 'string', enum: ['node', 'rule', 'tunnel', 'license', 'certificate'] },
   resource_id: { type: 'integer', description: 'The node, rule or tunnel; 0 for the license and the certificate.' },
+  node_id: { type: ['integer', 'null'], description: "The node it is on (a tunnel's entry); null for the master's." },
+  other_node_id: { type: ['integer', 'null'], description: "A tunnel's exit node." },
+  tags: { type: 'array', items: { type: 'string' } },
   state: {
     type: 'string',
     enum: [...alertStates],
     description:
       'pending: holding for less than for_seconds; firing: notified; clearing: gone for less than damping_seconds.',
   },
+  muted: { type: 'boolean', description: 'A turn of it fell in a silence and was not notified.' },
   summary: { type: 'string' },
   since: timestamp,
   fired_at: nullableTimestamp,

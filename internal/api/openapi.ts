@@ -105,7 +105,8 @@ const IN_FLIGHT =
  */
 const ALERTS = {
   name: 'alerts',
-  description: 'Alert rules over nodes, rules and tunnels; channels that hear them (webhook, Telegram); deliveries.',
+  description:
+    'Alert rules over nodes, rules and tunnels; channels that hear them (webhook, Telegram); silences; deliveries.',
 };
 
 const TAGS: Record<string, { name: string; description: string }> = {
@@ -126,6 +127,7 @@ const TAGS: Record<string, { name: string; description: string }> = {
   'alert-rules': ALERTS,
   alerts: ALERTS,
   deliveries: ALERTS,
+  silences: ALERTS,
   dashboard: { name: 'dashboard', description: 'Counts by state, license use and traffic over time.' },
   export: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
   import: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },

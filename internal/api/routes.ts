@@ -4,6 +4,7 @@
 
 import { alertRuleOperations as alerts } from './alert-rules.ts';
 import { channelOperations as channels } from './channels.ts';
+import { silenceOperations as silences } from './silences.ts';
 import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
@@ -108,6 +109,11 @@ export const routes: readonly Route[] = [
   route('DELETE', '/api/alert-rules/{id}',        'alerts:write',    alerts.deleteAlertRule),
   route('GET',    '/api/alerts',                  'alerts:read',     alerts.listAlerts),
   route('GET',    '/api/deliveries',              'alerts:read',     channels.listDeliveries),
+  route('GET',    '/api/silences',                'alerts:read',     silences.listSilences),
+  route('POST',   '/api/silences',                'alerts:write',    silences.createSilence),
+  route('GET',    '/api/silences/{id}',           'alerts:read',     silences.getSilence),
+  route('PUT',    '/api/silences/{id}',           'alerts:write',    silences.replaceSilence),
+  route('DELETE', '/api/silences/{id}',           'alerts:write',    silences.deleteSilence),
   route('GET',    '/api/dashboard',               'dashboard:read',  dashboard.getDashboard),
   route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.getTraffic),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),

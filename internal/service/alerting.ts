@@ -1,14 +1,16 @@
 // The alert rules at work, on the master's clock: each second every enabled rule's condition is read, and what it
 // holds for moves through pending (for less than for_seconds), firing (notified), clearing (gone, for less than
-// damping_seconds: back within it, nothing is notified again) and resolved (notified, forgotten). What is due to a
-// channel in one evaluation goes as one notification, written to the outbox in the same transaction as the alerts'
-// new states, so a master stopped between the two neither loses nor repeats a turn. Nothing is written while nothing
-// changes.
+// damping_seconds: back within it, nothing is notified again) and resolved (notified, forgotten). A turn that falls
+// in a silence is not notified (the alert is marked muted), and an alert still firing when its silence ends is
+// notified then. What is due to a channel in one evaluation goes as one notification, written to the outbox in the
+// same transaction as the alerts' new states, so a master stopped between the two neither loses nor repeats a turn.
+// Nothing is written while nothing changes.
 
 import { randomUUID } from 'node:crypto';
 import { alertPayload, type AlertNotice } from '../domain/alerts.ts';
+import type { Logger } from '../log/log.ts';
 import { formatTime } from '../schema/schema.ts';
-import type { Alert, AlertRule } from '../store/alerts.ts';
+import type { Alert, AlertRule, Silence } from '../store/alerts.ts';
 import type { Finding } from '../store/conditions.ts';
 import { theMaster } from './master.ts';
 import { transact, type Committer } from './write.ts';
@@ -21,6 +23,7 @@ export interface Alerting extends Committer {
   version: string;
   /** The certificate the master serves, if it serves HTTPS itself. */
   tls: { notAfter: string } | null;
+  log: Logger;
 }
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -31,10 +34,16 @@ const DAY_MS = 24 * 60 * 60 * 1000;
  */
 export const RELINK_GRACE_MS = 35_000;
 
-type Step =
-  | { kind: 'insert'; rule: AlertRule; finding: Finding; state: 'pending' | 'firing' }
-  | { kind: 'update'; rule: AlertRule; alert: Alert; notice: AlertNotice['status'] | null; repeat: boolean }
-  | { kind: 'delete'; rule: AlertRule; alert: Alert; notify: boolean };
+/** An alert as it is to be written: new ones have no id yet. */
+type Written = Omit<Alert, 'id'> & { id?: number };
+
+/** One alert's change: written (or deleted), and the turn it tells, if one is told. */
+interface Step {
+  rule: AlertRule;
+  alert: Written;
+  deleted: boolean;
+  notice: { status: AlertNotice['status']; repeat: boolean } | null;
+}
 
 /** What `rule`'s condition holds for at `now`: rows the store finds, or the master's own license and certificate. */
 function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
@@ -46,7 +55,8 @@ function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
         : ["the master's TLS certificate", 'certificate', app.tls?.notAfter ?? null];
     if (at === null || Date.parse(at) > now + days) return [];
     const when = Date.parse(at) <= now ? 'expired' : 'expires';
-    return [{ resource, resource_id: 0, summary: `${what} ${when} at ${formatTime(Date.parse(at))}` }];
+    const summary = `${what} ${when} at ${formatTime(Date.parse(at))}`;
+    return [{ resource, resource_id: 0, summary, node_id: null, other_node_id: null, tags: '[]' }];
   }
   return app.store.conditions.findings(rule.condition, rule.selector, {
     threshold: rule.threshold,
@@ -65,114 +75,149 @@ export async function evaluateAlerts(app: Alerting): Promise<void> {
 
 const since = (time: string | null) => (time === null ? 0 : Date.parse(time));
 
+/** Whether `silence` mutes `alert` of `rule`: each of its matchers in use matches. */
+function mutes(silence: Silence, rule: AlertRule, alert: Written): boolean {
+  const nodes = [alert.node_id, alert.other_node_id];
+  return (
+    (silence.alert_rule_ids.length === 0 || silence.alert_rule_ids.includes(rule.id)) &&
+    (silence.node_ids.length === 0 || nodes.some((id) => id !== null && silence.node_ids.includes(id))) &&
+    (silence.tags.length === 0 || alert.tags.some((tag) => silence.tags.includes(tag)))
+  );
+}
+
 /** What evaluating every enabled rule at `now` would change. */
 function plan(app: Alerting, now: number): Step[] {
   const steps: Step[] = [];
   const at = formatTime(now);
+  const silences = app.store.silences.active(at);
+  const silenced = (rule: AlertRule, alert: Written) => silences.some((silence) => mutes(silence, rule, alert));
   for (const rule of app.store.alertRules.enabled()) {
-    const findings = findingsOf(app, rule, now);
-    const found = new Map(findings.map((finding) => [`${finding.resource}/${finding.resource_id}`, finding]));
-    // Nodes not heard from yet since the master started are neither offline nor back: their alerts stay as they are.
-    const relinking = (finding: Finding | undefined) =>
-      finding?.resource === 'node' &&
-      now - app.startedAt < RELINK_GRACE_MS &&
-      !app.sync.linkedSinceStart(finding.resource_id);
-    for (const [key, finding] of found) if (relinking(finding)) found.delete(key);
-    for (const alert of app.store.alerts.ofRule(rule.id)) {
-      const key = `${alert.resource}/${alert.resource_id}`;
-      const finding = found.get(key);
-      found.delete(key);
-      if (!finding && alert.resource === 'node' && relinking({ ...alert })) continue;
-      if (finding) {
-        steps.push(
-          ...holding(rule, { ...alert, summary: finding.summary }, now, at, finding.summary !== alert.summary),
-        );
-      } else steps.push(...gone(rule, alert, now, at));
+    try {
+      steps.push(...planRule(app, rule, now, at, silenced));
+    } catch (error) {
+      // One rule that cannot be evaluated (what it reads is broken) holds up no other.
+      app.log.error('evaluating an alert rule failed', { alert_rule: rule.id, error: (error as Error).message });
     }
-    for (const finding of found.values())
-      steps.push({ kind: 'insert', rule, finding, state: rule.for_seconds === 0 ? 'firing' : 'pending' });
   }
   return steps;
 }
 
-/** An alert whose condition still holds: it fires once held long enough, repeats if asked, or comes back. */
-function holding(rule: AlertRule, alert: Alert, now: number, at: string, changed: boolean): Step[] {
-  if (alert.state === 'pending') {
-    if (now - since(alert.since) < rule.for_seconds * 1000)
-      return changed ? [{ kind: 'update', rule, alert, notice: null, repeat: false }] : [];
-    return [
-      {
-        kind: 'update',
-        rule,
-        alert: { ...alert, state: 'firing', fired_at: at, notified_at: at },
-        notice: 'firing',
-        repeat: false,
-      },
-    ];
+/** What evaluating `rule` at `now` would change. */
+function planRule(
+  app: Alerting,
+  rule: AlertRule,
+  now: number,
+  at: string,
+  silenced: (rule: AlertRule, alert: Written) => boolean,
+): Step[] {
+  const found = new Map(
+    findingsOf(app, rule, now).map((finding) => [`${finding.resource}/${finding.resource_id}`, finding]),
+  );
+  // Nodes not heard from yet since the master started are neither offline nor back: their alerts stay as they are.
+  const relinking = (resource: string, id: number) =>
+    resource === 'node' && now - app.startedAt < RELINK_GRACE_MS && !app.sync.linkedSinceStart(id);
+  for (const [key, finding] of found) if (relinking(finding.resource, finding.resource_id)) found.delete(key);
+  const turns: Step[] = [];
+  for (const alert of app.store.alerts.ofRule(rule.id)) {
+    const key = `${alert.resource}/${alert.resource_id}`;
+    const finding = found.get(key);
+    found.delete(key);
+    if (finding) turns.push(...holding(rule, alert, finding, now, at, silenced(rule, alert)));
+    else if (!relinking(alert.resource, alert.resource_id)) turns.push(...gone(rule, alert, now, at));
   }
-  if (alert.state === 'clearing')
-    return [
-      { kind: 'update', rule, alert: { ...alert, state: 'firing', cleared_at: null }, notice: null, repeat: false },
-    ];
+  for (const finding of found.values()) {
+    const firing = rule.for_seconds === 0;
+    const alert: Written = {
+      ...placeOf(finding),
+      alert_rule_id: rule.id,
+      resource: finding.resource,
+      resource_id: finding.resource_id,
+      summary: finding.summary,
+      state: firing ? 'firing' : 'pending',
+      muted: false,
+      since: at,
+      fired_at: firing ? at : null,
+      notified_at: firing ? at : null,
+      cleared_at: null,
+    };
+    turns.push({ rule, alert, deleted: false, notice: firing ? { status: 'firing', repeat: false } : null });
+  }
+  // A turn in a silence is not told: the alert keeps that it was muted (a resolution of one never told, neither).
+  for (const step of turns) {
+    if (step.notice === null) continue;
+    if (
+      step.notice.status === 'resolved' ? step.alert.muted || silenced(rule, step.alert) : silenced(rule, step.alert)
+    ) {
+      step.alert = { ...step.alert, muted: true };
+      step.notice = null;
+    }
+  }
+  return turns;
+}
+
+/** Where a finding is, as an alert keeps it for silences. */
+function placeOf(finding: Finding): Pick<Alert, 'node_id' | 'other_node_id' | 'tags'> {
+  return { node_id: finding.node_id, other_node_id: finding.other_node_id, tags: JSON.parse(finding.tags) as string[] };
+}
+
+/**
+ * An alert whose condition still holds: it fires once held long enough, repeats if asked, comes back from clearing,
+ * or is told at last once a silence that muted it is over.
+ */
+function holding(
+  rule: AlertRule,
+  current: Alert,
+  finding: Finding,
+  now: number,
+  at: string,
+  silenced: boolean,
+): Step[] {
+  const alert: Alert = { ...current, ...placeOf(finding), summary: finding.summary };
+  const changed = JSON.stringify(alert) !== JSON.stringify(current);
+  const step = (written: Written, notice: Step['notice']): Step[] => [{ rule, alert: written, deleted: false, notice }];
+  if (alert.state === 'pending') {
+    if (now - since(alert.since) < rule.for_seconds * 1000) return changed ? step(alert, null) : [];
+    return step({ ...alert, state: 'firing', fired_at: at, notified_at: at }, { status: 'firing', repeat: false });
+  }
+  if (alert.state === 'clearing') return step({ ...alert, state: 'firing', cleared_at: null }, null);
+  if (alert.muted && !silenced)
+    return step({ ...alert, muted: false, notified_at: at }, { status: 'firing', repeat: false });
   if (rule.repeat_seconds !== null && now - since(alert.notified_at) >= rule.repeat_seconds * 1000)
-    return [{ kind: 'update', rule, alert: { ...alert, notified_at: at }, notice: 'firing', repeat: true }];
-  return changed ? [{ kind: 'update', rule, alert, notice: null, repeat: false }] : [];
+    return step({ ...alert, notified_at: at }, { status: 'firing', repeat: true });
+  return changed ? step(alert, null) : [];
 }
 
 /** An alert whose condition is gone: forgotten if it never fired, resolved once clear for the damping window. */
 function gone(rule: AlertRule, alert: Alert, now: number, at: string): Step[] {
-  if (alert.state === 'pending') return [{ kind: 'delete', rule, alert, notify: false }];
+  if (alert.state === 'pending') return [{ rule, alert, deleted: true, notice: null }];
   if (alert.state === 'firing' && rule.damping_seconds > 0)
-    return [
-      { kind: 'update', rule, alert: { ...alert, state: 'clearing', cleared_at: at }, notice: null, repeat: false },
-    ];
+    return [{ rule, alert: { ...alert, state: 'clearing', cleared_at: at }, deleted: false, notice: null }];
   if (alert.state === 'clearing' && now - since(alert.cleared_at) < rule.damping_seconds * 1000) return [];
-  return [{ kind: 'delete', rule, alert, notify: true }];
+  return [{ rule, alert, deleted: true, notice: { status: 'resolved', repeat: false } }];
 }
 
 /** Inside the write: the steps, their events, and one outbox entry per channel for what they notify. */
 function apply(app: Alerting, steps: Step[]): void {
   const at = app.timestamp();
   const byChannel = new Map<number, AlertNotice[]>();
-  const notify = (rule: AlertRule, notice: AlertNotice) => {
-    for (const channelId of rule.channel_ids) byChannel.set(channelId, [...(byChannel.get(channelId) ?? []), notice]);
-    const event = notice.status === 'firing' ? 'alert.firing' : 'alert.resolved';
-    app.store.events.append(event, 'alert_rule', rule.id, notice, at);
-  };
-  const noticeOf = (rule: AlertRule, alert: Pick<Alert, 'resource' | 'resource_id' | 'summary' | 'since'>) => ({
-    alert_rule: { id: rule.id, name: rule.name },
-    condition: rule.condition,
-    resource: alert.resource,
-    resource_id: alert.resource_id,
-    summary: alert.summary,
-    since: alert.since,
-  });
-  for (const step of steps) {
-    if (step.kind === 'insert') {
-      const firing = step.state === 'firing';
-      const alert = { ...step.finding, alert_rule_id: step.rule.id, state: step.state, since: at };
-      app.store.alerts.insert({ ...alert, fired_at: firing ? at : null, notified_at: firing ? at : null });
-      if (firing)
-        notify(step.rule, { status: 'firing', ...noticeOf(step.rule, alert), repeat: false, resolved_at: null });
-    } else if (step.kind === 'update') {
-      app.store.alerts.update(step.alert);
-      if (step.notice)
-        notify(step.rule, {
-          status: 'firing',
-          ...noticeOf(step.rule, step.alert),
-          repeat: step.repeat,
-          resolved_at: null,
-        });
-    } else {
-      app.store.alerts.delete(step.alert.id);
-      if (step.notify)
-        notify(step.rule, {
-          status: 'resolved',
-          ...noticeOf(step.rule, step.alert),
-          repeat: false,
-          resolved_at: step.alert.cleared_at ?? at,
-        });
-    }
+  for (const { rule, alert, deleted, notice } of steps) {
+    if (deleted) app.store.alerts.delete(alert.id!);
+    else if (alert.id === undefined) app.store.alerts.insert(alert);
+    else app.store.alerts.update(alert as Alert);
+    if (!notice) continue;
+    const told: AlertNotice = {
+      status: notice.status,
+      alert_rule: { id: rule.id, name: rule.name },
+      condition: rule.condition,
+      resource: alert.resource,
+      resource_id: alert.resource_id,
+      summary: alert.summary,
+      since: alert.since,
+      repeat: notice.repeat,
+      resolved_at: notice.status === 'resolved' ? (alert.cleared_at ?? at) : null,
+    };
+    for (const channelId of rule.channel_ids) byChannel.set(channelId, [...(byChannel.get(channelId) ?? []), told]);
+    app.store.events.append(`alert.${notice.status}`, 'alert_rule', rule.id, told, at);
   }
   const existing = app.store.channels.existing([...byChannel.keys()]);
   for (const [channelId, notices] of byChannel)

@@ -301,7 +301,13 @@ export interface Alert {
   alert_rule_id: number;
   resource: string;
   resource_id: number;
+  /** Where it is, for silences: its node (a tunnel's entry, and other_node_id its exit), its tags. */
+  node_id: number | null;
+  other_node_id: number | null;
+  tags: string[];
   state: AlertState;
+  /** A turn of it fell in a silence and was not notified. */
+  muted: boolean;
   summary: string;
   since: string;
   fired_at: string | null;
@@ -309,8 +315,15 @@ export interface Alert {
   cleared_at: string | null;
 }
 
-const ALERT_COLUMNS = `id, alert_rule_id, resource, resource_id, state, summary, since, fired_at, notified_at,
-  cleared_at`;
+interface AlertRow extends Omit<Alert, 'tags' | 'muted'> {
+  tags: string;
+  muted: number;
+}
+
+const toAlert = (row: AlertRow): Alert => ({ ...row, tags: JSON.parse(row.tags) as string[], muted: row.muted === 1 });
+
+const ALERT_COLUMNS = `id, alert_rule_id, resource, resource_id, node_id, other_node_id, tags, state, muted, summary,
+  since, fired_at, notified_at, cleared_at`;
 
 export class AlertStore {
   private readonly ofRuleStmt;
@@ -327,22 +340,22 @@ export class AlertStore {
     this.countStmt = db.prepare('SELECT count(*) AS n FROM alerts');
     this.ofRuleStmt = db.prepare(`SELECT ${ALERT_COLUMNS} FROM alerts WHERE alert_rule_id = ?`);
     this.pageStmt = db.prepare(`SELECT ${ALERT_COLUMNS} FROM alerts WHERE id > ? ORDER BY id LIMIT ?`);
-    this.insertStmt = db.prepare(`INSERT INTO alerts (alert_rule_id, resource, resource_id, state, summary, since,
-      fired_at, notified_at) VALUES (:alert_rule_id, :resource, :resource_id, :state, :summary, :since, :fired_at,
-      :notified_at)`);
-    this.updateStmt = db.prepare(`UPDATE alerts SET state = :state, summary = :summary, fired_at = :fired_at,
-      notified_at = :notified_at, cleared_at = :cleared_at WHERE id = :id`);
+    this.insertStmt = db.prepare(`INSERT INTO alerts (alert_rule_id, resource, resource_id, node_id, other_node_id,
+      tags, state, muted, summary, since, fired_at, notified_at) VALUES (:alert_rule_id, :resource, :resource_id,
+      :node_id, :other_node_id, :tags, :state, :muted, :summary, :since, :fired_at, :notified_at)`);
+    this.updateStmt = db.prepare(`UPDATE alerts SET state = :state, muted = :muted, summary = :summary,
+      fired_at = :fired_at, notified_at = :notified_at, cleared_at = :cleared_at WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM alerts WHERE id = ?');
     this.firingStmt = db.prepare("SELECT count(*) AS n FROM alerts WHERE state IN ('firing', 'clearing')");
   }
 
   /** What rule `ruleId` found last. */
   ofRule(ruleId: number): Alert[] {
-    return this.ofRuleStmt.all(ruleId) as unknown as Alert[];
+    return (this.ofRuleStmt.all(ruleId) as unknown as AlertRow[]).map(toAlert);
   }
 
   page(afterId: number, limit: number): Alert[] {
-    return this.pageStmt.all(afterId, limit + 1) as unknown as Alert[];
+    return (this.pageStmt.all(afterId, limit + 1) as unknown as AlertRow[]).map(toAlert);
   }
 
   count(): number {
@@ -355,13 +368,27 @@ export class AlertStore {
   }
 
   insert(alert: Omit<Alert, 'id' | 'cleared_at'>): void {
-    this.insertStmt.run({ ...alert });
+    this.insertStmt.run({
+      alert_rule_id: alert.alert_rule_id,
+      resource: alert.resource,
+      resource_id: alert.resource_id,
+      node_id: alert.node_id,
+      other_node_id: alert.other_node_id,
+      tags: JSON.stringify(alert.tags),
+      state: alert.state,
+      muted: alert.muted ? 1 : 0,
+      summary: alert.summary,
+      since: alert.since,
+      fired_at: alert.fired_at,
+      notified_at: alert.notified_at,
+    });
   }
 
   update(alert: Alert): void {
     this.updateStmt.run({
       id: alert.id,
       state: alert.state,
+      muted: alert.muted ? 1 : 0,
       summary: alert.summary,
       fired_at: alert.fired_at,
       notified_at: alert.notified_at,
@@ -489,4 +516,113 @@ export class DeliveryStore {
   prune(before: string): number {
     return Number(this.pruneStmt.run(before).changes);
   }
+}
+
+export interface SilenceFields {
+  comment: string;
+  /** What it mutes: alerts of these alert rules, on these nodes, of resources with these tags (each empty: any). */
+  alert_rule_ids: number[];
+  node_ids: number[];
+  tags: string[];
+  starts_at: string;
+  ends_at: string;
+}
+
+export interface Silence extends SilenceFields {
+  id: number;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+interface SilenceRow extends Omit<Silence, 'alert_rule_ids' | 'node_ids' | 'tags'> {
+  alert_rule_ids: string;
+  node_ids: string;
+  tags: string;
+}
+
+const toSilence = (row: SilenceRow): Silence => ({
+  ...row,
+  alert_rule_ids: JSON.parse(row.alert_rule_ids) as number[],
+  node_ids: JSON.parse(row.node_ids) as number[],
+  tags: JSON.parse(row.tags) as string[],
+});
+
+const SILENCE_COLUMNS =
+  'id, comment, alert_rule_ids, node_ids, tags, starts_at, ends_at, version, created_at, updated_at';
+
+export class SilenceStore {
+  private readonly byId;
+  private readonly pageStmt;
+  private readonly countStmt;
+  private readonly activeStmt;
+  private readonly insertStmt;
+  private readonly updateStmt;
+  private readonly deleteStmt;
+  private readonly pruneStmt;
+
+  constructor(db: Database) {
+    this.byId = db.prepare(`SELECT ${SILENCE_COLUMNS} FROM silences WHERE id = ?`);
+    this.pageStmt = db.prepare(`SELECT ${SILENCE_COLUMNS} FROM silences WHERE id > ? ORDER BY id LIMIT ?`);
+    this.countStmt = db.prepare('SELECT count(*) AS n FROM silences');
+    this.activeStmt = db.prepare(`SELECT ${SILENCE_COLUMNS} FROM silences WHERE ends_at > :at AND starts_at <= :at
+      ORDER BY id LIMIT ${MAX_ACTIVE_SILENCES}`);
+    this.insertStmt = db.prepare(`INSERT INTO silences (comment, alert_rule_ids, node_ids, tags, starts_at, ends_at,
+      created_at, updated_at) VALUES (:comment, :alert_rule_ids, :node_ids, :tags, :starts_at, :ends_at, :at, :at)
+      RETURNING ${SILENCE_COLUMNS}`);
+    this.updateStmt = db.prepare(`UPDATE silences SET comment = :comment, alert_rule_ids = :alert_rule_ids,
+      node_ids = :node_ids, tags = :tags, starts_at = :starts_at, ends_at = :ends_at, version = version + 1,
+      updated_at = :at WHERE id = :id RETURNING ${SILENCE_COLUMNS}`);
+    this.deleteStmt = db.prepare('DELETE FROM silences WHERE id = ?');
+    this.pruneStmt = db.prepare('DELETE FROM silences WHERE ends_at < ?');
+  }
+
+  find(id: number): Silence | undefined {
+    const row = this.byId.get(id) as SilenceRow | undefined;
+    return row && toSilence(row);
+  }
+
+  page(afterId: number, limit: number): Silence[] {
+    return (this.pageStmt.all(afterId, limit + 1) as unknown as SilenceRow[]).map(toSilence);
+  }
+
+  count(): number {
+    return Number((this.countStmt.get() as { n: number }).n);
+  }
+
+  /** The silences in force at `at` (at most MAX_ACTIVE_SILENCES, the first made). */
+  active(at: string): Silence[] {
+    return (this.activeStmt.all({ at }) as unknown as SilenceRow[]).map(toSilence);
+  }
+
+  insert(fields: SilenceFields, at: string): Silence {
+    return toSilence(this.insertStmt.get({ ...silenceParams(fields), at }) as unknown as SilenceRow);
+  }
+
+  update(id: number, fields: SilenceFields, at: string): Silence {
+    return toSilence(this.updateStmt.get({ ...silenceParams(fields), at, id }) as unknown as SilenceRow);
+  }
+
+  delete(id: number): void {
+    this.deleteStmt.run(id);
+  }
+
+  /** Silences that ended before `before`; returns how many were deleted. */
+  prune(before: string): number {
+    return Number(this.pruneStmt.run(before).changes);
+  }
+}
+
+/** How many silences are in force at once, at most (the API refuses more). */
+export const MAX_ACTIVE_SILENCES = 1000;
+
+function silenceParams(fields: SilenceFields) {
+  return {
+    comment: fields.comment,
+    alert_rule_ids: JSON.stringify(fields.alert_rule_ids),
+    node_ids: JSON.stringify(fields.node_ids),
+    tags: JSON.stringify(fields.tags),
+    starts_at: fields.starts_at,
+    ends_at: fields.ends_at,
+  };
 }

@@ -6,11 +6,16 @@ import { olderVersion } from '../domain/alerts.ts';
 import type { Database, Statement } from './database.ts';
 import type { AlertCondition, AlertSelector } from './alerts.ts';
 
-/** A resource an alert rule's condition holds for. */
+/** A resource an alert rule's condition holds for, with what silences match it by. */
 export interface Finding {
   resource: string;
   resource_id: number;
   summary: string;
+  /** The node it is on (a tunnel: its entry; other_node_id its exit); null for the master's own. */
+  node_id: number | null;
+  other_node_id: number | null;
+  /** Its tags, as JSON. */
+  tags: string;
 }
 
 /** How many resources one rule follows at once: the first by id; the rest wait for these to clear. */
@@ -88,7 +93,8 @@ export class ConditionStore {
   findings(condition: RowCondition, selector: AlertSelector, given: ConditionParams): Finding[] {
     let statement = this.statements.get(condition);
     if (!statement) {
-      statement = this.db.prepare(`SELECT resource, resource_id, summary FROM (${CONDITIONS[condition]}) AS found
+      statement = this.db.prepare(`SELECT resource, resource_id, summary, node_id, other_node_id, tags
+        FROM (${CONDITIONS[condition]}) AS found
         WHERE ${SELECTED} ORDER BY resource_id LIMIT ${MAX_FINDINGS}`);
       this.statements.set(condition, statement);
     }

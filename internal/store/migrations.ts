@@ -451,7 +451,7 @@ export const migrations: readonly string[] = [
   /* 24: claims by port, for the rules list's ?port= */ `
   CREATE INDEX port_claims_port ON port_claims(port);
   `,
-  /* 25: alerts: channels, alert rules, what each rule finds, the outbox of notifications and its delivery log */ `
+  /* 25: alerts: channels, alert rules, what each rule finds, silences, the outbox of notifications and its log */ `
   CREATE TABLE channels (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE COLLATE NOCASE,
@@ -484,7 +484,11 @@ export const migrations: readonly string[] = [
     alert_rule_id INTEGER NOT NULL REFERENCES alert_rules(id) ON DELETE CASCADE,
     resource TEXT NOT NULL,
     resource_id INTEGER NOT NULL,
+    node_id INTEGER,
+    other_node_id INTEGER,
+    tags TEXT NOT NULL DEFAULT '[]',
     state TEXT NOT NULL CHECK (state IN ('pending', 'firing', 'clearing')),
+    muted INTEGER NOT NULL DEFAULT 0 CHECK (muted IN (0, 1)),
     summary TEXT NOT NULL,
     since TEXT NOT NULL,
     fired_at TEXT,
@@ -504,6 +508,19 @@ export const migrations: readonly string[] = [
     created_at TEXT NOT NULL,
     finished_at TEXT
   ) STRICT;
+  CREATE TABLE silences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    comment TEXT NOT NULL,
+    alert_rule_ids TEXT NOT NULL DEFAULT '[]',
+    node_ids TEXT NOT NULL DEFAULT '[]',
+    tags TEXT NOT NULL DEFAULT '[]',
+    starts_at TEXT NOT NULL,
+    ends_at TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX silences_end ON silences(ends_at);
   CREATE INDEX deliveries_due ON deliveries(next_attempt_at) WHERE state = 'pending';
   CREATE INDEX deliveries_channel ON deliveries(channel_id, id);
   CREATE INDEX deliveries_created ON deliveries(created_at);

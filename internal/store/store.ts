@@ -2,7 +2,7 @@
 
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore } from './alerts.ts';
+import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore, SilenceStore } from './alerts.ts';
 import { AuditStore } from './audit.ts';
 import { ConditionStore } from './conditions.ts';
 import { Database } from './database.ts';
@@ -70,6 +70,7 @@ export class Store {
   readonly alertRules: AlertRuleStore;
   readonly alerts: AlertStore;
   readonly deliveries: DeliveryStore;
+  readonly silences: SilenceStore;
   readonly conditions: ConditionStore;
 
   readonly secretFields: ReadonlySet<string>;
@@ -96,6 +97,7 @@ export class Store {
     this.alertRules = new AlertRuleStore(db);
     this.alerts = new AlertStore(db);
     this.deliveries = new DeliveryStore(db);
+    this.silences = new SilenceStore(db);
     this.conditions = new ConditionStore(db);
   }
 
