@@ -4,7 +4,8 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -14,7 +15,7 @@ import { Webhook } from 'standardwebhooks';
 import { startAgent } from './agents.ts';
 import { bundledMaster } from './bundled.ts';
 import { ADMIN_PASSWORD, assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, until } from './net.ts';
+import { freePort, probe, until } from './net.ts';
 
 interface Received {
   path: string;
@@ -332,6 +333,134 @@ test('a silence mutes what it matches, by tag: shown muted, not notified, and no
     ['silence.delete', 'silence.create'],
   );
 });
+
+/** Exim (Debian's exim4) as the mail server: STARTTLS with its own certificate, AUTH PLAIN, mail kept in a file. */
+async function mailServer(t: TestContext) {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-exim-'));
+  const port = await freePort();
+  for (const sub of ['spool', 'log']) mkdirSync(join(dir, sub));
+  execFileSync(
+    'openssl',
+    [
+      ...['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2'],
+      ...['-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1'],
+      ...['-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')],
+    ],
+    { stdio: 'ignore' },
+  );
+  const config = `primary_hostname = mail.test
+spool_directory = ${dir}/spool
+log_file_path = ${dir}/log/%slog
+pid_file_path = ${dir}/exim.pid
+local_interfaces = 127.0.0.1
+tls_advertise_hosts = *
+tls_certificate = ${dir}/cert.pem
+tls_privatekey = ${dir}/key.pem
+auth_advertise_hosts = \${if eq{$tls_in_cipher}{}{}{*}}
+exim_user = nobody
+exim_group = nogroup
+acl_smtp_rcpt = acl_rcpt
+begin acl
+acl_rcpt:
+  accept authenticated = *
+  deny message = authentication required
+begin routers
+everything:
+  driver = accept
+  transport = to_file
+begin transports
+to_file:
+  driver = appendfile
+  file = ${dir}/mail
+  user = nobody
+  group = nogroup
+  mode = 0666
+begin authenticators
+plain:
+  driver = plaintext
+  public_name = PLAIN
+  server_prompts = :
+  server_condition = \${if and {{eq{$auth2}{alerts}}{eq{$auth3}{smtp-pass}}}}
+  server_set_id = $auth2
+`;
+  writeFileSync(join(dir, 'exim.conf'), config);
+  chmodSync(dir, 0o755);
+  for (const file of ['key.pem', 'cert.pem']) chmodSync(join(dir, file), 0o644);
+  execFileSync('chown', ['-R', 'nobody:nogroup', join(dir, 'spool'), join(dir, 'log')]);
+  chmodSync(dir, 0o777);
+  const exim = spawn('exim4', ['-C', join(dir, 'exim.conf'), '-bdf', '-oX', String(port)], { stdio: 'ignore' });
+  t.after(() => void exim.kill('SIGKILL'));
+  await until('exim to listen', () => probe(port).then((state) => state === 'open'));
+  return { port, ca: readFileSync(join(dir, 'cert.pem'), 'utf8'), mail: () => readIfThere(join(dir, 'mail')) };
+}
+
+function readIfThere(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+const EXIM_MISSING =
+  process.getuid?.() !== 0
+    ? 'needs root: exim runs its own configuration only for root'
+    : spawnSync('sh', ['-c', 'command -v exim4']).status !== 0
+      ? "needs Debian's exim4-daemon-light (.ci/run installs it)"
+      : false;
+
+test(
+  'email: an alert reaches a real mail server (exim) over STARTTLS with a login',
+  { skip: EXIM_MISSING },
+  async (t) => {
+    const m = await startMaster(t, { localTargets: true });
+    const server = await mailServer(t);
+    const email = {
+      type: 'email',
+      smtp_host: '127.0.0.1',
+      smtp_port: server.port,
+      smtp_username: 'alerts',
+      smtp_ca: server.ca,
+      from: 'portplane@example.com',
+      to: ['ops@example.com', 'oncall@example.com'],
+    };
+    const wrong = await created(m, '/api/channels', { name: 'wrong', ...email, smtp_password: 'not-it' });
+    const failed = await call(m.url, 'POST', `/api/channels/${wrong.id}/test`, { token: m.admin });
+    assert.equal(failed.body.state, 'failed');
+    assert.match(failed.body.last_error, /^the mail server refused the login: 535/);
+    const untrusted = await created(m, '/api/channels', {
+      name: 'untrusted',
+      ...email,
+      smtp_ca: null,
+      smtp_password: 'smtp-pass',
+    });
+    const unverified = await call(m.url, 'POST', `/api/channels/${untrusted.id}/test`, { token: m.admin });
+    assert.match(unverified.body.last_error, /^TLS with the mail server failed: .*certificate/);
+
+    const mail = await created(m, '/api/channels', { name: 'mail', ...email, smtp_password: 'smtp-pass' });
+    const shown = await call(m.url, 'GET', `/api/channels/${mail.id}`, { token: m.admin });
+    assert.ok(!('smtp_password' in shown.body));
+    const edge = await node(m, 'edge');
+    await rule(m, { name: 'soon', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(3600_000) });
+    await created(m, '/api/alert-rules', {
+      name: 'expiring',
+      condition: 'rule_expiring',
+      threshold: 1,
+      for_seconds: 0,
+      channel_ids: [mail.id],
+    });
+    await until('the mail delivered', () => server.mail().includes('rule soon expires at'));
+    const text = server.mail();
+    assert.match(text, /with esmtpsa .*TLS1\.3/, 'over TLS, logged in');
+    assert.match(text, /^To: ops@example\.com, oncall@example\.com$/m);
+    assert.match(text, /Subject: =\?UTF-8\?B\?/);
+    assert.match(text, /Message-ID: <msg_[0-9a-f-]+@portplane>/);
+    assert.match(text, /^FIRING \[expiring\] rule soon expires at /m);
+    const [delivery] = (await call(m.url, 'GET', `/api/deliveries?channel_id=${mail.id}`, { token: m.admin })).body
+      .items;
+    assert.equal(delivery.state, 'sent');
+  },
+);
 
 test("Telegram: a bot's message reaches the Bot API stand-in with its chat and the alert's text", async (t) => {
   const m = await startMaster(t, { localTargets: true });

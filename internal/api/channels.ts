@@ -5,7 +5,8 @@ import { decodeCursor, pageOf } from '../http/cursor.ts';
 import { etagOf } from '../http/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
-import { nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { array, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { smtpSecurities } from '../notify/smtp.ts';
 import { insertChannel, removeChannel, updateChannel } from '../service/channels.ts';
 import { MAX_ATTEMPTS } from '../service/outbox.ts';
 import { transact } from '../service/write.ts';
@@ -14,10 +15,20 @@ import { ID_RANGE } from '../schema/ids.ts';
 import { ALERTING_NAME, idPage, nullableTimestamp, pageSchema, pagingQuery, record, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, operation, operations } from './route.ts';
 
+/** A mail address, as a channel's sender or recipient: one line, no brackets. */
+const MAILBOX = {
+  min: 3,
+  max: 254,
+  pattern: /^[^\s@<>,;"]+@[^\s@<>,;"]+$/,
+  patternHint: 'must be a mail address (name@domain)',
+};
+
 export const channelInput = object(
   {
     name: string(ALERTING_NAME),
-    type: oneOf(channelTypes, { description: 'webhook: a signed POST of JSON; telegram: a message from a bot.' }),
+    type: oneOf(channelTypes, {
+      description: 'webhook: a signed POST of JSON; telegram: a message from a bot; email: a mail over SMTP.',
+    }),
     url: optional(
       nullable(
         string({
@@ -57,6 +68,63 @@ export const channelInput = object(
         }),
       ),
     ),
+    smtp_host: optional(
+      nullable(
+        string({
+          min: 1,
+          max: 253,
+          pattern: /^[A-Za-z0-9.:-]+$/,
+          patternHint: 'must be a host name or an address',
+          description: 'email: the mail server (a submission server: STARTTLS on 587, or TLS on 465).',
+        }),
+      ),
+    ),
+    smtp_port: optional(
+      nullable(integer({ min: 1, max: 65535, description: 'email: default 587 (starttls), 465 (tls).' })),
+    ),
+    smtp_security: optional(
+      nullable(
+        oneOf(smtpSecurities, {
+          description: 'email: starttls (default; refused if the server does not offer it) or tls from the start.',
+        }),
+      ),
+    ),
+    smtp_username: optional(
+      nullable(
+        string({
+          min: 1,
+          max: 254,
+          pattern: /^[^\r\n\0]+$/,
+          patternHint: 'must be one line',
+          description: 'email: the login, if the server wants one.',
+        }),
+      ),
+    ),
+    smtp_password: optional(
+      string({
+        min: 1,
+        max: 256,
+        pattern: /^[^\0]+$/,
+        patternHint: 'must not hold a NUL',
+        secret: true,
+        description: "email: the login's password. Required with smtp_username on create; absent on update: kept.",
+      }),
+    ),
+    smtp_ca: optional(
+      nullable(
+        string({
+          min: 1,
+          max: 16_384,
+          pattern: /-----BEGIN CERTIFICATE-----/,
+          patternHint: 'must be PEM certificates',
+          description: "email: the CA (PEM) to verify the server with instead of the system's, for a private server.",
+        }),
+      ),
+    ),
+    from: optional(nullable(string({ ...MAILBOX, description: 'email: the sender.' }))),
+    to: optional(
+      nullable(array(string(MAILBOX), { min: 1, max: 10, unique: true, description: 'email: the recipients.' })),
+    ),
   },
   { name: 'ChannelInput', ignore: ['id', 'failing_since', 'last_error', 'version', 'created_at', 'updated_at'] },
 );
@@ -68,6 +136,13 @@ const channelProperties = {
   url: { type: ['string', 'null'], description: 'webhook: where notifications are POSTed.' },
   chat_id: { type: ['string', 'null'] },
   api_base: { type: ['string', 'null'] },
+  smtp_host: { type: ['string', 'null'] },
+  smtp_port: { type: ['integer', 'null'] },
+  smtp_security: { type: ['string', 'null'], enum: [...smtpSecurities, null] },
+  smtp_username: { type: ['string', 'null'] },
+  smtp_ca: { type: ['string', 'null'] },
+  from: { type: ['string', 'null'] },
+  to: { type: ['array', 'null'], items: { type: 'string' } },
   failing_since: { ...nullableTimestamp, description: 'Since when its deliveries fail; null while they go through.' },
   last_error: { type: ['string', 'null'], description: 'Why its last delivery failed; null after a success.' },
   version: { type: 'integer' },
@@ -94,6 +169,13 @@ function shownChannel(channel: Channel) {
     url: (config.url as string | undefined) ?? null,
     chat_id: (config.chat_id as string | undefined) ?? null,
     api_base: (config.api_base as string | undefined) ?? null,
+    smtp_host: (config.smtp_host as string | undefined) ?? null,
+    smtp_port: (config.smtp_port as number | undefined) ?? null,
+    smtp_security: (config.smtp_security as string | undefined) ?? null,
+    smtp_username: (config.smtp_username as string | undefined) ?? null,
+    smtp_ca: (config.smtp_ca as string | undefined) ?? null,
+    from: (config.from as string | undefined) ?? null,
+    to: (config.to as string[] | undefined) ?? null,
     failing_since: rest.failing_since,
     last_error: rest.last_error,
     version: rest.version,

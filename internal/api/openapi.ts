@@ -106,7 +106,7 @@ const IN_FLIGHT =
 const ALERTS = {
   name: 'alerts',
   description:
-    'Alert rules over nodes, rules and tunnels; channels that hear them (webhook, Telegram); silences; deliveries.',
+    'Alert rules over nodes, rules and tunnels; the channels (webhook, Telegram, email) that hear them; silences.',
 };
 
 const TAGS: Record<string, { name: string; description: string }> = {

@@ -32,6 +32,14 @@ export function testPayload(channel: { id: number; name: string }, at: string): 
   return { type: 'channel.test', timestamp: at, data: { channel, message } };
 }
 
+/** A notification's subject, for a mail: its first alert, and how many more it tells. */
+export function payloadSubject(payload: NotificationPayload): string {
+  if (!('alerts' in payload.data)) return `[portplane] ${payload.data.message}`;
+  const [first, ...rest] = payload.data.alerts;
+  const status = first!.status === 'resolved' ? 'resolved' : 'FIRING';
+  return `[portplane] ${status}: ${first!.summary}${rest.length > 0 ? ` (and ${rest.length} more)` : ''}`;
+}
+
 /** A notification as plain text, for a chat or a mail: one line per alert. */
 export function payloadText(payload: NotificationPayload): string {
   if (!('alerts' in payload.data)) return `portplane: ${payload.data.message}`;

@@ -36,12 +36,17 @@ export function urlRefusal(url: string, policy: TargetPolicy): string | null {
   }
   if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') return 'must be http: or https:';
   if (parsed.username || parsed.password) return 'must not carry credentials (put them in the channel secret)';
-  const reason = localReason(parsed.hostname.replace(/^\[|\]$/g, ''), null, policy);
-  return reason && `${parsed.hostname} ${reason}; channels reach such addresses only with allow_local_targets`;
+  return hostRefusal(parsed.hostname.replace(/^\[|\]$/g, ''), policy);
+}
+
+/** Why a channel may not reach `host` under `policy`, or null when it may. */
+export function hostRefusal(host: string, policy: TargetPolicy): string | null {
+  const reason = localReason(host, null, policy);
+  return reason && `${host} ${reason}; channels reach such addresses only with allow_local_targets`;
 }
 
 /** A lookup that refuses what resolves to an address `policy` does not allow. */
-function guardedLookup(policy: TargetPolicy): LookupFunction {
+export function guardedLookup(policy: TargetPolicy): LookupFunction {
   return (hostname, options, callback) => {
     dnsLookup(hostname, { ...options, all: true }, (error, addresses: LookupAddress[]) => {
       if (error) return callback(error, '', 0);

@@ -1,11 +1,14 @@
-// Alert channels' operations: where notifications go (a webhook, a Telegram chat). A channel's secret (the webhook's
-// signing secret, the bot's token) is sealed at rest and never shown again once written; a webhook given none gets
-// one the master makes, shown in the creation answer only. A channel's addresses are held to what rules' targets are
-// (no loopback, link-local or master address without allow_local_targets), as named here and as resolved when sent.
+// Alert channels' operations: where notifications go (a webhook, a Telegram chat, mail). A channel's secret (the
+// webhook's signing secret, the bot's token, the mail server's password) is sealed at rest and never shown again once
+// written; a webhook given none gets one the master makes, shown in the creation answer only. A channel's addresses
+// are held to what rules' targets are (no loopback, link-local or master address without allow_local_targets), as
+// named here and as resolved when sent.
 
 import { notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
-import { urlRefusal } from '../notify/post.ts';
+import type { TargetPolicy } from '../domain/rules.ts';
+import { hostRefusal, urlRefusal } from '../notify/post.ts';
+import type { SmtpSecurity } from '../notify/smtp.ts';
 import { TELEGRAM_API } from '../notify/telegram.ts';
 import { newWebhookSecret, webhookSecretProblem } from '../notify/webhook.ts';
 import type { FieldError } from '../schema/schema.ts';
@@ -22,61 +25,101 @@ export interface ChannelInput {
   chat_id?: string | null;
   bot_token?: string;
   api_base?: string | null;
+  smtp_host?: string | null;
+  smtp_port?: number | null;
+  smtp_security?: SmtpSecurity | null;
+  smtp_username?: string | null;
+  smtp_password?: string;
+  smtp_ca?: string | null;
+  from?: string | null;
+  to?: string[] | null;
 }
+
+/** The fields given, without those null (a GET's fields of other types). */
+type Given = { [K in keyof ChannelInput]?: Exclude<ChannelInput[K], null> };
 
 /** Each type's fields besides its secret, and the field that holds its secret. */
 const TYPES: Record<ChannelType, { fields: readonly (keyof ChannelInput)[]; secret: keyof ChannelInput }> = {
   webhook: { fields: ['url'], secret: 'secret' },
   telegram: { fields: ['chat_id', 'api_base'], secret: 'bot_token' },
+  email: {
+    fields: ['smtp_host', 'smtp_port', 'smtp_security', 'smtp_username', 'smtp_ca', 'from', 'to'],
+    secret: 'smtp_password',
+  },
 };
-const TYPED_FIELDS = ['url', 'secret', 'chat_id', 'bot_token', 'api_base'] as const;
+const TYPED_FIELDS = [...new Set(Object.values(TYPES).flatMap((type) => [...type.fields, type.secret]))];
 
-/** The channel's fields to store and its secret to seal (null: none given), or its field errors. */
-function parse(
-  app: WriteDeps,
-  given: ChannelInput,
-  creating: boolean,
-): { fields: ChannelFields; secret: string | null; made: boolean } {
-  const body = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== null)) as ChannelInput & {
-    url?: string;
-    chat_id?: string;
-    api_base?: string;
-  };
-  const errors: FieldError[] = [];
-  const own = TYPES[body.type];
-  for (const key of TYPED_FIELDS)
-    if (body[key] !== undefined && key !== own.secret && !own.fields.includes(key))
-      errors.push({ pointer: `#/${key}`, detail: `is not a field of a ${body.type} channel` });
-  const policy = app.targetPolicy();
-  const config: ChannelConfig = {};
-  let secret = (body[own.secret] as string | undefined) ?? null;
-  let made = false;
-  if (body.type === 'webhook') {
-    if (body.url === undefined) errors.push({ pointer: '#/url', detail: 'is required for a webhook channel' });
+/** What a type's fields make: the config to store, the secret to seal (null: none, or the one kept), and whether the
+ * master made it. */
+interface Parsed {
+  config: ChannelConfig;
+  secret: string | null;
+  made: boolean;
+}
+
+type TypeParser = (body: Given, creating: boolean, policy: TargetPolicy, errors: FieldError[]) => Parsed;
+
+const required = (errors: FieldError[], type: string, field: string) =>
+  errors.push({ pointer: `#/${field}`, detail: `is required for a ${type} channel` });
+
+const parsers: Record<ChannelType, TypeParser> = {
+  webhook(body, creating, policy, errors) {
+    const config: ChannelConfig = {};
+    if (body.url === undefined) required(errors, 'webhook', 'url');
     else {
       const refused = urlRefusal(body.url, policy);
       if (refused) errors.push({ pointer: '#/url', detail: refused });
       config.url = body.url;
     }
-    if (secret !== null) {
-      const problem = webhookSecretProblem(secret);
+    if (body.secret !== undefined) {
+      const problem = webhookSecretProblem(body.secret);
       if (problem) errors.push({ pointer: '#/secret', detail: problem });
-    } else if (creating) {
-      secret = newWebhookSecret();
-      made = true;
+      return { config, secret: body.secret, made: false };
     }
-  } else {
-    if (body.chat_id === undefined) errors.push({ pointer: '#/chat_id', detail: 'is required for a telegram channel' });
-    if (secret === null && creating)
-      errors.push({ pointer: '#/bot_token', detail: 'is required for a telegram channel' });
+    return creating ? { config, secret: newWebhookSecret(), made: true } : { config, secret: null, made: false };
+  },
+  telegram(body, creating, policy, errors) {
+    if (body.chat_id === undefined) required(errors, 'telegram', 'chat_id');
+    if (body.bot_token === undefined && creating) required(errors, 'telegram', 'bot_token');
     const base = body.api_base ?? TELEGRAM_API;
     const refused = urlRefusal(base, policy);
     if (refused) errors.push({ pointer: '#/api_base', detail: refused });
-    config.chat_id = body.chat_id ?? null;
-    config.api_base = base;
-  }
+    return { config: { chat_id: body.chat_id ?? null, api_base: base }, secret: body.bot_token ?? null, made: false };
+  },
+  email(body, creating, policy, errors) {
+    for (const field of ['smtp_host', 'from', 'to'] as const)
+      if (body[field] === undefined) required(errors, 'email', field);
+    const refused = body.smtp_host === undefined ? null : hostRefusal(body.smtp_host, policy);
+    if (refused) errors.push({ pointer: '#/smtp_host', detail: refused });
+    const username = body.smtp_username ?? null;
+    if (username === null && body.smtp_password !== undefined)
+      errors.push({ pointer: '#/smtp_password', detail: 'is for a login: give smtp_username too' });
+    if (username !== null && body.smtp_password === undefined && creating) required(errors, 'email', 'smtp_password');
+    const security = body.smtp_security ?? 'starttls';
+    const config: ChannelConfig = {
+      smtp_host: body.smtp_host ?? null,
+      smtp_port: body.smtp_port ?? (security === 'tls' ? 465 : 587),
+      smtp_security: security,
+      smtp_username: username,
+      smtp_ca: body.smtp_ca ?? null,
+      from: body.from ?? null,
+      to: body.to ?? [],
+    };
+    return { config, secret: body.smtp_password ?? null, made: false };
+  },
+};
+
+/** The channel's fields to store and its secret to seal (null: none given), or its field errors. */
+function parse(app: WriteDeps, given: ChannelInput, creating: boolean): Parsed & { fields: ChannelFields } {
+  const body = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== null)) as Given;
+  const errors: FieldError[] = [];
+  const own = TYPES[given.type];
+  for (const key of TYPED_FIELDS)
+    if (body[key] !== undefined && key !== own.secret && !own.fields.includes(key))
+      errors.push({ pointer: `#/${key}`, detail: `is not a field of a ${given.type} channel` });
+  const parsed = parsers[given.type](body, creating, app.targetPolicy(), errors);
   if (errors.length > 0) throw validationFailed(errors);
-  return { fields: { name: body.name, type: body.type, config }, secret, made };
+  return { ...parsed, fields: { name: given.name, type: given.type, config: parsed.config } };
 }
 
 /** Inside a transaction. Returns the channel and the secret the master made for it, if it made one. */

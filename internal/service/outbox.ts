@@ -6,11 +6,12 @@
 // sends them.
 
 import { randomUUID } from 'node:crypto';
-import { payloadText, testPayload, type NotificationPayload } from '../domain/alerts.ts';
+import { payloadSubject, payloadText, testPayload, type NotificationPayload } from '../domain/alerts.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import type { Logger } from '../log/log.ts';
 import { NotSent, postJson } from '../notify/post.ts';
+import { sendMail, type MailServer, type SmtpSecurity } from '../notify/smtp.ts';
 import { sendTelegram } from '../notify/telegram.ts';
 import { webhookHeaders } from '../notify/webhook.ts';
 import { formatTime } from '../schema/schema.ts';
@@ -139,16 +140,36 @@ export class Outbox {
 
   private post(channel: Channel, messageId: string, payload: string): Promise<void> {
     const sealed = this.deps.store.channels.sealedSecret(channel.id);
-    if (!sealed) throw new NotSent('the channel has no secret', false);
-    const secret = this.deps.box.open(sealed);
+    const secret = sealed ? this.deps.box.open(sealed) : null;
     const policy = this.deps.targetPolicy();
+    const { config } = channel;
+    const signal = this.stopping.signal;
+    if (channel.type === 'email') {
+      const notification = JSON.parse(payload) as NotificationPayload;
+      const server: MailServer = {
+        host: String(config.smtp_host),
+        port: Number(config.smtp_port),
+        security: config.smtp_security as SmtpSecurity,
+        username: (config.smtp_username as string | null) ?? null,
+        ca: (config.smtp_ca as string | null) ?? null,
+      };
+      const mail = {
+        from: String(config.from),
+        to: config.to as string[],
+        subject: payloadSubject(notification),
+        text: payloadText(notification),
+        id: messageId,
+        date: new Date(this.deps.clock.now()),
+      };
+      return sendMail(server, secret, mail, policy, signal);
+    }
+    if (secret === null) throw new NotSent('the channel has no secret', false);
     if (channel.type === 'webhook') {
       const seconds = Math.floor(this.deps.clock.now() / 1000);
       const headers = webhookHeaders(secret, messageId, seconds, payload);
-      return postJson(String(channel.config.url), payload, headers, policy, this.stopping.signal);
+      return postJson(String(config.url), payload, headers, policy, signal);
     }
     const text = payloadText(JSON.parse(payload) as NotificationPayload);
-    const { api_base, chat_id } = channel.config;
-    return sendTelegram(String(api_base), secret, String(chat_id), text, policy, this.stopping.signal);
+    return sendTelegram(String(config.api_base), secret, String(config.chat_id), text, policy, signal);
   }
 }

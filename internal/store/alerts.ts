@@ -5,11 +5,11 @@
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
 
-export const channelTypes = ['webhook', 'telegram'] as const;
+export const channelTypes = ['webhook', 'telegram', 'email'] as const;
 export type ChannelType = (typeof channelTypes)[number];
 
-/** What a channel is, but its secret: the fields of its type (a webhook's url, a bot's chat). */
-export type ChannelConfig = Record<string, string | number | boolean | null>;
+/** What a channel is, but its secret: the fields of its type (a webhook's url, a bot's chat, a mail server). */
+export type ChannelConfig = Record<string, string | number | boolean | string[] | null>;
 
 export interface ChannelFields {
   name: string;

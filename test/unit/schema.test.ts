@@ -158,6 +158,7 @@ test('the API marks every secret it takes or shows: the names audit entries and 
     'new_password',
     'password',
     'secret',
+    'smtp_password',
     'ssh_password',
     'ssh_private_key',
     'token',
