@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
-import { alertConditions } from '../internal/store/alerts.ts';
+import { alertConditions } from '../internal/domain/alerts.ts';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
 import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';

@@ -16,6 +16,7 @@ import { startAgent } from './agents.ts';
 import { bundledMaster } from './bundled.ts';
 import { ADMIN_PASSWORD, assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, until } from './net.ts';
+import { fill, smallDisk } from './disk.ts';
 
 interface Received {
   path: string;
@@ -461,6 +462,126 @@ test(
     assert.equal(delivery.state, 'sent');
   },
 );
+
+const TRANSFERRED =
+  'alert channels and rules go through export and import by name, never with a secret; a webhook gets a new one';
+
+test(TRANSFERRED, async (t) => {
+  const source = await startMaster(t);
+  const edge = await node(source, 'edge');
+  const exit = await node(source, 'exit');
+  const web = (await rule(source, { name: 'web', node_id: edge.id, listen_port: 8080 })).body;
+  const tunnel = await created(source, '/api/tunnels', { name: 'e-x', entry_node_id: edge.id, exit_node_id: exit.id });
+  const botToken = '123456:' + 'S'.repeat(35);
+  const hook = await created(source, '/api/channels', {
+    name: 'hook',
+    type: 'webhook',
+    url: 'https://hooks.example.com/a',
+  });
+  const chat = await created(source, '/api/channels', {
+    name: 'chat',
+    type: 'telegram',
+    chat_id: '7',
+    bot_token: botToken,
+  });
+  const mail = await created(source, '/api/channels', {
+    name: 'mail',
+    type: 'email',
+    smtp_host: 'smtp.example.com',
+    smtp_username: 'alerts',
+    smtp_password: 'mail-secret-1',
+    from: 'portplane@example.com',
+    to: ['ops@example.com'],
+  });
+  const watching = [
+    { name: 'edge down', condition: 'node_offline', node_ids: [edge.id], channel_ids: [hook.id, chat.id] },
+    { name: 'web failed', condition: 'rule_sync_failed', resource_ids: [web.id], channel_ids: [mail.id] },
+    { name: 'tunnel down', condition: 'tunnel_down', resource_ids: [tunnel.id], tags: [], channel_ids: [hook.id] },
+  ];
+  for (const body of watching) await created(source, '/api/alert-rules', { ...body, for_seconds: 30 });
+  const doc = (await call(source.url, 'GET', '/api/export', { token: source.admin })).body;
+  const text = JSON.stringify(doc);
+  for (const secret of [hook.secret, botToken, 'mail-secret-1'])
+    assert.ok(!text.includes(secret), 'no secret exported');
+  assert.deepEqual(
+    doc.alert_rules.map((r: { name: string; nodes: string[]; resources: string[]; channels: string[] }) => [
+      r.name,
+      r.nodes,
+      r.resources,
+      r.channels,
+    ]),
+    [
+      ['edge down', ['edge'], [], ['hook', 'chat']],
+      ['web failed', [], ['edge/tcp/8080'], ['mail']],
+      ['tunnel down', [], ['e-x'], ['hook']],
+    ],
+  );
+
+  const target = await startMaster(t);
+  const imported = await call(target.url, 'POST', '/api/import', { token: target.admin, body: doc });
+  assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  assert.match(imported.body.channels[0].secret, /^whsec_/);
+  assert.notEqual(imported.body.channels[0].secret, hook.secret);
+  assert.deepEqual(
+    imported.body.channels.map((c: { outcome: string; secret?: string }) => [c.outcome, 'secret' in c]),
+    [
+      ['created', true],
+      ['created', false],
+      ['created', false],
+    ],
+  );
+  const channels = (await call(target.url, 'GET', '/api/channels', { token: target.admin })).body.items;
+  assert.deepEqual(
+    channels.map((c: { name: string; has_secret: boolean }) => [c.name, c.has_secret]),
+    [
+      ['hook', true],
+      ['chat', false],
+      ['mail', false],
+    ],
+  );
+  const again = (await call(target.url, 'GET', '/api/export', { token: target.admin })).body;
+  assert.deepEqual({ ...again, exported_at: null }, { ...doc, exported_at: null });
+  const repeat = await call(target.url, 'POST', '/api/import', { token: target.admin, body: doc });
+  assert.deepEqual(
+    [...repeat.body.channels, ...repeat.body.alert_rules].map((r: { outcome: string }) => r.outcome),
+    Array(6).fill('exists'),
+  );
+});
+
+const REFUSED_TOLD =
+  'a master whose disk is full tells writes_refused straight to its channels (the outbox cannot be written), and ' +
+  'the resolution through the outbox once writes go through';
+
+test(REFUSED_TOLD, async (t) => {
+  const dataDir = smallDisk(t, 16);
+  if (!dataDir) return t.skip('cannot mount a tmpfs here (needs root)');
+  const m = await startMaster(t, { dataDir, localTargets: true });
+  const hook = await receiver(t);
+  const channel = await created(m, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
+  await created(m, '/api/alert-rules', {
+    name: 'disk',
+    condition: 'writes_refused',
+    for_seconds: 0,
+    channel_ids: [channel.id],
+  });
+  const edge = await node(m, 'edge');
+  const free = fill(dataDir);
+  let port = 9000;
+  await until('a write refused', async () => (await rule(m, { node_id: edge.id, listen_port: port++ })).status === 507);
+  await until('the refusal told', () => hook.received.length === 1);
+  const [firing] = verified(channel.secret, hook.received);
+  assert.deepEqual(
+    firing!.payload.data.alerts.map((a) => [a.status, a.condition, a.summary]),
+    [['firing', 'writes_refused', 'the master refuses writes: the disk is full']],
+  );
+  free();
+  await until(
+    'writes to go through',
+    async () => (await rule(m, { name: 'y', node_id: edge.id, listen_port: 9100 })).status === 201,
+  );
+  await until('the resolution told', () => hook.received.length === 2);
+  assert.equal(verified(channel.secret, hook.received)[1]!.payload.data.alerts[0].status, 'resolved');
+});
 
 test("Telegram: a bot's message reaches the Bot API stand-in with its chat and the alert's text", async (t) => {
   const m = await startMaster(t, { localTargets: true });

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { createServer as httpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -45,6 +46,10 @@ test('the console is a few small files, served with a strict policy and no inlin
   assert.equal(other.headers.get('content-type'), 'application/problem+json');
   assert.equal((await fetch(`${m.url}/`, { method: 'POST' })).status, 404);
 });
+
+const ALERTS_PAGE =
+  'alerts: a webhook channel is added (its secret shown once) and tested, an alert rule fires on it, and what fires ' +
+  'and what was sent show';
 
 test('a person runs the fleet from the console in a real browser', { skip: noBrowser, timeout: 120_000 }, async (t) => {
   const m = await startMaster(t, { localTargets: true });
@@ -370,6 +375,8 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     });
     await followed.close();
     await polled.close();
+    // The clock is the context's, the main page's too: time goes on again for the tests after this one.
+    await context.clock.resume();
   });
 
   await t.test('a token is issued with chosen scopes, its secret works once shown, and revoking ends it', async () => {
@@ -418,6 +425,47 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
       if (name === 'audit') await page.getByRole('row', { name: /token\.delete/ }).waitFor();
       await shot(name);
     }
+  });
+
+  await t.test(ALERTS_PAGE, async () => {
+    const received: string[] = [];
+    const hook = httpServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        received.push(body);
+        res.writeHead(204).end();
+      });
+    }).listen(0, '127.0.0.1');
+    await once(hook, 'listening');
+    t.after(() => hook.close());
+    await open('Alerts');
+    await page.getByText('Add a webhook channel').click();
+    await page.getByLabel('Name').nth(1).fill('ops');
+    await page.getByLabel('URL').fill(`http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`);
+    await page.getByRole('button', { name: 'Add channel' }).click();
+    assert.match(await page.getByLabel('Signing secret').inputValue(), /^whsec_/);
+    const channelRow = page.getByRole('row', { name: /ops/ });
+    await channelRow.getByRole('button', { name: 'Send a test' }).click();
+    await page.getByRole('status').getByText('Test sent to ops').waitFor();
+    assert.match(received[0]!, /"type":"channel.test"/);
+
+    const soon = m.app.timestamp(3600_000);
+    const expiring = await rule(m, { name: 'soon', node_id: edge.id, listen_port: await freePort(), expires_at: soon });
+    await page.getByText('Add an alert rule').click();
+    await page.getByLabel('Name').first().fill('expiring');
+    await page.getByLabel('Condition').selectOption('rule_expiring');
+    await page.getByLabel('Threshold').fill('1');
+    await page.getByLabel('For seconds').fill('0');
+    await page.getByRole('group', { name: 'Channels' }).getByRole('checkbox', { name: 'ops' }).check();
+    await page.getByRole('button', { name: 'Add alert rule' }).click();
+    await page
+      .getByRole('table', { name: 'Alerts now' })
+      .getByRole('row', { name: /rule soon expires at/ })
+      .waitFor();
+    await page.getByRole('table', { name: 'Deliveries' }).getByRole('row', { name: /sent/ }).nth(1).waitFor();
+    await shot('alerts');
+    assert.equal((await call(m.url, 'DELETE', `/api/rules/${expiring.body.id}`, { token: m.admin })).status, 204);
   });
 
   await t.test('works at phone width and in dark mode', async () => {

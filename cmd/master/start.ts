@@ -21,6 +21,7 @@ import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/service/rules.ts';
 import { evaluateAlerts } from '../../internal/service/alerting.ts';
+import { refusedWritesWatch } from '../../internal/service/refused-alerts.ts';
 import { licenseWatch } from '../../internal/service/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
@@ -263,12 +264,14 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually; a license
       // that expires says so as soon.
       const licenseTick = licenseWatch(app);
+      const refusedTick = refusedWritesWatch(app);
       ruleClock = setInterval(() => {
         if (app.draining) return;
         tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
         evaluateAlerts(app)
           .then(() => app.outbox.kick())
           .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));
+        refusedTick().catch((error: Error) => log.error('alerting on refused writes failed', { error: error.message }));
         try {
           licenseTick();
         } catch (error) {

@@ -8,7 +8,8 @@ import type { QueryOf } from '../schema/query.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { insertAlertRule, removeAlertRule, THRESHOLDS, updateAlertRule } from '../service/alert-rules.ts';
 import { transact } from '../service/write.ts';
-import { alertConditions, alertStates, type AlertRule, type AlertRuleFields } from '../store/alerts.ts';
+import { alertConditions } from '../domain/alerts.ts';
+import { alertStates, type AlertRule, type AlertRuleFields } from '../store/alerts.ts';
 import { MAX_FINDINGS } from '../store/conditions.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import {
@@ -38,7 +39,7 @@ export const alertRuleInput = object(
         'down; tunnel_down: a tunnel either end reports down; quota_percent: a rule that used threshold % of its ' +
         'quota; quota_spent: a rule whose quota is spent; rule_expiring: a rule that expires within threshold ' +
         "days; license_expiring, certificate_expiring: the license, the master's TLS certificate, within " +
-        'threshold days (or past).',
+        'threshold days (or past); writes_refused: the master refusing writes (a full disk).',
     }),
     threshold: optional(
       nullable(integer({ min: 1, max: 1440, description: `For the conditions that take one: ${thresholdHelp}.` })),

@@ -126,7 +126,10 @@ export const channelInput = object(
       nullable(array(string(MAILBOX), { min: 1, max: 10, unique: true, description: 'email: the recipients.' })),
     ),
   },
-  { name: 'ChannelInput', ignore: ['id', 'failing_since', 'last_error', 'version', 'created_at', 'updated_at'] },
+  {
+    name: 'ChannelInput',
+    ignore: ['id', 'has_secret', 'failing_since', 'last_error', 'version', 'created_at', 'updated_at'],
+  },
 );
 
 const channelProperties = {
@@ -143,6 +146,7 @@ const channelProperties = {
   smtp_ca: { type: ['string', 'null'] },
   from: { type: ['string', 'null'] },
   to: { type: ['array', 'null'], items: { type: 'string' } },
+  has_secret: { type: 'boolean', description: 'Whether its secret is set (an imported bot or login has none yet).' },
   failing_since: { ...nullableTimestamp, description: 'Since when its deliveries fail; null while they go through.' },
   last_error: { type: ['string', 'null'], description: 'Why its last delivery failed; null after a success.' },
   version: { type: 'integer' },
@@ -176,6 +180,7 @@ function shownChannel(channel: Channel) {
     smtp_ca: (config.smtp_ca as string | undefined) ?? null,
     from: (config.from as string | undefined) ?? null,
     to: (config.to as string[] | undefined) ?? null,
+    has_secret: rest.has_secret,
     failing_since: rest.failing_since,
     last_error: rest.last_error,
     version: rest.version,

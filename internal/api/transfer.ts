@@ -23,6 +23,8 @@ import { nodeInput } from './nodes.ts';
 import { type Ctx, decodeBody, operation, operations, type Reply } from './route.ts';
 import { ruleInput } from './rule-schema.ts';
 import { tunnelInput } from './tunnels.ts';
+import { channelInput } from './channels.ts';
+import { alertRuleInput } from './alert-rules.ts';
 
 const nodeName = nodeInput.properties.name;
 const tunnelName = tunnelInput.properties.name;
@@ -59,6 +61,32 @@ const exportedRule = object(
   { ignore: ['id'] },
 );
 
+// A channel as written, but for its secret (never exported).
+const {
+  secret: _secret,
+  bot_token: _botToken,
+  smtp_password: _smtpPassword,
+  ...channelProperties
+} = channelInput.properties;
+const exportedChannel = object(channelProperties, { ignore: ['id'] });
+const names = (description: string) =>
+  optional(array(string({ min: 1, max: 200 }), { max: 100, description }), [] as string[]);
+const {
+  node_ids: _nodeIds,
+  resource_ids: _resourceIds,
+  channel_ids: _channelIds,
+  ...alertRuleProperties
+} = alertRuleInput.properties;
+const exportedAlertRule = object(
+  {
+    ...alertRuleProperties,
+    nodes: names('Nodes by name.'),
+    resources: names('What it watches: nodes and tunnels by name, rules as node/protocol/port (edge-1/tcp/8080).'),
+    channels: array(string({ min: 1, max: 64 }), { min: 1, max: 20, description: 'Channels by name.' }),
+  },
+  { ignore: ['id'] },
+);
+
 export const exportDocument = object(
   {
     format: oneOf([EXPORT_FORMAT]),
@@ -67,10 +95,14 @@ export const exportDocument = object(
     nodes: array(exportedNode, { max: 10_000 }),
     tunnels: array(exportedTunnel, { max: 10_000 }),
     rules: array(exportedRule, { max: 200_000 }),
+    channels: optional(array(exportedChannel, { max: 1000, description: 'Alert channels, without secrets.' })),
+    alert_rules: optional(array(exportedAlertRule, { max: 10_000, description: 'Alert rules.' })),
   },
   {
     name: 'ExportDocument',
-    description: 'Nodes (without SSH credentials or agent tokens), tunnels and rules; references are by name.',
+    description:
+      'Nodes (without SSH credentials or agent tokens), tunnels, rules, alert channels (without secrets) and ' +
+      'alert rules; references are by name.',
   },
 );
 
@@ -93,6 +125,10 @@ const importResultItem = {
     id: { type: ['integer', 'null'] },
     outcome: { type: 'string', enum: ['created', 'exists', 'invalid', 'conflict'] },
     agent_token: secret({ type: 'string', description: 'For a created node: its agent token, shown only here.' }),
+    secret: secret({
+      type: 'string',
+      description: 'For a created webhook channel: the signing secret the master made, shown only here.',
+    }),
   },
   additionalProperties: false,
 };
@@ -131,7 +167,9 @@ export const transferOperations = operations({
     description:
       'All or nothing, into an empty or a populated master. Nodes and tunnels are matched by name: an existing ' +
       'one is kept as it is (exists), a missing one is created (new nodes get new agent tokens, shown once in ' +
-      'the results; their SSH credentials must be set afterwards). A rule identical to one already on its node ' +
+      'the results; their SSH credentials must be set afterwards). Alert channels and rules likewise by name; a ' +
+      'new webhook channel gets a new signing secret (in the results, once), a new bot or mail login none until ' +
+      'one is set (has_secret). A rule identical to one already on its node ' +
       'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with its pointer ' +
       '(#/rules/12/node; up to 1,000 of them) and the per-item results, nothing changed; more nodes than the ' +
       'license allows: 403 license_limit, likewise. Bodies up to 64 MiB. ' +
@@ -148,12 +186,14 @@ export const transferOperations = operations({
         description: 'Per item, in document order',
         schema: describe({
           type: 'object',
-          required: ['dry_run', 'nodes', 'tunnels', 'rules'],
+          required: ['dry_run', 'nodes', 'tunnels', 'rules', 'channels', 'alert_rules'],
           properties: {
             dry_run: { type: 'boolean' },
             nodes: { type: 'array', items: importResultItem },
             tunnels: { type: 'array', items: importResultItem },
             rules: { type: 'array', items: importResultItem },
+            channels: { type: 'array', items: importResultItem },
+            alert_rules: { type: 'array', items: importResultItem },
           },
           additionalProperties: false,
         }),

@@ -1,6 +1,23 @@
 // What a notification says: the JSON every channel is sent (a webhook as is, a chat as text made from it), for
 // alerts that fire or resolve, several at once to one channel in one message, and for a channel's test.
 
+/** What an alert rule can watch (see the API reference, "Alerts"). */
+export const alertConditions = [
+  'node_offline',
+  'agent_outdated',
+  'kernel_drift',
+  'rule_sync_failed',
+  'rule_degraded',
+  'tunnel_down',
+  'quota_percent',
+  'quota_spent',
+  'rule_expiring',
+  'license_expiring',
+  'certificate_expiring',
+  'writes_refused',
+] as const;
+export type AlertCondition = (typeof alertConditions)[number];
+
 /** One alert's turn, as notified. */
 export interface AlertNotice {
   status: 'firing' | 'resolved';

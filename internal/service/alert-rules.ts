@@ -5,7 +5,8 @@
 import { notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { FieldError } from '../schema/schema.ts';
-import type { AlertCondition, AlertRule, AlertRuleFields } from '../store/alerts.ts';
+import type { AlertCondition } from '../domain/alerts.ts';
+import type { AlertRule, AlertRuleFields } from '../store/alerts.ts';
 import { diff, type Change, type WriteDeps } from './write.ts';
 
 /** What a condition's threshold is, for the conditions that take one. */
@@ -18,7 +19,11 @@ export const THRESHOLDS: Partial<Record<AlertCondition, { what: string; min: num
 };
 
 /** The conditions of the master itself (its license, its certificate), which no selector narrows. */
-const MASTER_CONDITIONS: ReadonlySet<AlertCondition> = new Set(['license_expiring', 'certificate_expiring']);
+const MASTER_CONDITIONS: ReadonlySet<AlertCondition> = new Set([
+  'license_expiring',
+  'certificate_expiring',
+  'writes_refused',
+]);
 
 const KEYS: readonly (keyof AlertRuleFields)[] = [
   'name',

@@ -48,6 +48,8 @@ interface Step {
 /** What `rule`'s condition holds for at `now`: rows the store finds, or the master's own license and certificate. */
 function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
   const days = (rule.threshold ?? 0) * DAY_MS;
+  // Nothing can be written while writes are refused: that condition is watched apart (refused-alerts.ts).
+  if (rule.condition === 'writes_refused') return [];
   if (rule.condition === 'license_expiring' || rule.condition === 'certificate_expiring') {
     const [what, resource, at] =
       rule.condition === 'license_expiring'
@@ -68,7 +70,8 @@ function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
 
 /** Evaluates every enabled alert rule once; writes (and notifies) only what changed. */
 export async function evaluateAlerts(app: Alerting): Promise<void> {
-  if (app.store.db.writesHeld) return;
+  // Nothing could be written: what changes meanwhile is found at the first evaluation after.
+  if (app.store.db.writesHeld || app.store.db.writesRefused) return;
   if (plan(app, app.clock.now()).length === 0) return;
   await transact(app, theMaster('alert.evaluate'), () => apply(app, plan(app, app.clock.now())));
 }

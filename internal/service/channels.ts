@@ -57,13 +57,20 @@ interface Parsed {
   made: boolean;
 }
 
-type TypeParser = (body: Given, creating: boolean, policy: TargetPolicy, errors: FieldError[]) => Parsed;
+/** `creating`: a new channel (a webhook gets a secret made); `secretNeeded`: one must be given (not on an import). */
+type TypeParser = (
+  body: Given,
+  creating: boolean,
+  secretNeeded: boolean,
+  policy: TargetPolicy,
+  errors: FieldError[],
+) => Parsed;
 
 const required = (errors: FieldError[], type: string, field: string) =>
   errors.push({ pointer: `#/${field}`, detail: `is required for a ${type} channel` });
 
 const parsers: Record<ChannelType, TypeParser> = {
-  webhook(body, creating, policy, errors) {
+  webhook(body, creating, _secretNeeded, policy, errors) {
     const config: ChannelConfig = {};
     if (body.url === undefined) required(errors, 'webhook', 'url');
     else {
@@ -78,15 +85,15 @@ const parsers: Record<ChannelType, TypeParser> = {
     }
     return creating ? { config, secret: newWebhookSecret(), made: true } : { config, secret: null, made: false };
   },
-  telegram(body, creating, policy, errors) {
+  telegram(body, _creating, secretNeeded, policy, errors) {
     if (body.chat_id === undefined) required(errors, 'telegram', 'chat_id');
-    if (body.bot_token === undefined && creating) required(errors, 'telegram', 'bot_token');
+    if (body.bot_token === undefined && secretNeeded) required(errors, 'telegram', 'bot_token');
     const base = body.api_base ?? TELEGRAM_API;
     const refused = urlRefusal(base, policy);
     if (refused) errors.push({ pointer: '#/api_base', detail: refused });
     return { config: { chat_id: body.chat_id ?? null, api_base: base }, secret: body.bot_token ?? null, made: false };
   },
-  email(body, creating, policy, errors) {
+  email(body, _creating, secretNeeded, policy, errors) {
     for (const field of ['smtp_host', 'from', 'to'] as const)
       if (body[field] === undefined) required(errors, 'email', field);
     const refused = body.smtp_host === undefined ? null : hostRefusal(body.smtp_host, policy);
@@ -94,7 +101,8 @@ const parsers: Record<ChannelType, TypeParser> = {
     const username = body.smtp_username ?? null;
     if (username === null && body.smtp_password !== undefined)
       errors.push({ pointer: '#/smtp_password', detail: 'is for a login: give smtp_username too' });
-    if (username !== null && body.smtp_password === undefined && creating) required(errors, 'email', 'smtp_password');
+    if (username !== null && body.smtp_password === undefined && secretNeeded)
+      required(errors, 'email', 'smtp_password');
     const security = body.smtp_security ?? 'starttls';
     const config: ChannelConfig = {
       smtp_host: body.smtp_host ?? null,
@@ -110,25 +118,35 @@ const parsers: Record<ChannelType, TypeParser> = {
 };
 
 /** The channel's fields to store and its secret to seal (null: none given), or its field errors. */
-function parse(app: WriteDeps, given: ChannelInput, creating: boolean): Parsed & { fields: ChannelFields } {
+function parse(
+  app: WriteDeps,
+  given: ChannelInput,
+  creating: boolean,
+  secretNeeded = creating,
+): Parsed & { fields: ChannelFields } {
   const body = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== null)) as Given;
   const errors: FieldError[] = [];
   const own = TYPES[given.type];
   for (const key of TYPED_FIELDS)
     if (body[key] !== undefined && key !== own.secret && !own.fields.includes(key))
       errors.push({ pointer: `#/${key}`, detail: `is not a field of a ${given.type} channel` });
-  const parsed = parsers[given.type](body, creating, app.targetPolicy(), errors);
+  const parsed = parsers[given.type](body, creating, secretNeeded, app.targetPolicy(), errors);
   if (errors.length > 0) throw validationFailed(errors);
   return { ...parsed, fields: { name: given.name, type: given.type, config: parsed.config } };
 }
 
-/** Inside a transaction. Returns the channel and the secret the master made for it, if it made one. */
+/**
+ * Inside a transaction. Returns the channel and the secret the master made for it, if it made one. An imported
+ * channel comes without its secret (exports leave them out): a webhook gets one made, a bot or a mail login waits
+ * for one to be set.
+ */
 export function insertChannel(
   app: WriteDeps,
   change: Change,
   body: ChannelInput,
+  imported = false,
 ): { channel: Channel; madeSecret: string | null } {
-  const { fields, secret, made } = parse(app, body, true);
+  const { fields, secret, made } = parse(app, body, true, !imported);
   const channel = app.store.channels.insert(fields, secret === null ? null : app.box.seal(secret), app.timestamp());
   change.audit({ action: 'channel.create', resource: 'channel', resource_id: channel.id, changes: { after: fields } });
   return { channel, madeSecret: made ? secret : null };

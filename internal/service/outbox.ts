@@ -101,6 +101,22 @@ export class Outbox {
     return delivery;
   }
 
+  /**
+   * Sends `payload` to `channel` now, once, recording nothing: for what cannot be written, the database refusing
+   * writes. Resolves with whether it went through.
+   */
+  async direct(channel: Channel, messageId: string, payload: unknown): Promise<boolean> {
+    try {
+      await this.post(channel, messageId, JSON.stringify(payload));
+      this.counted('sent');
+      return true;
+    } catch (error) {
+      this.counted('retry');
+      this.deps.log.warn('a notification was not delivered', { channel: channel.id, error: (error as Error).message });
+      return false;
+    }
+  }
+
   private async send(delivery: DueDelivery): Promise<void> {
     const { store, log } = this.deps;
     const channel = store.channels.find(delivery.channel_id);

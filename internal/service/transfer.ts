@@ -15,6 +15,7 @@ import type { TunnelTransport } from '../store/tunnels.ts';
 import { insertNode } from './nodes.ts';
 import { insertRules } from './rules.ts';
 import { insertTunnel } from './tunnels.ts';
+import { exportAlerting, importAlerting, type ExportedAlertRule, type ExportedChannel } from './transfer-alerts.ts';
 import {
   fieldErrorsUnder,
   writeInSteps,
@@ -29,7 +30,10 @@ import {
 export const EXPORT_FORMAT = 'portplane-export';
 const ALL = Number.MAX_SAFE_INTEGER;
 
-/** An export document: nodes (without secrets), tunnels and rules, which refer to nodes and tunnels by name. */
+/**
+ * An export document: nodes (without secrets), tunnels and rules, which refer to nodes and tunnels by name; alert
+ * channels (without secrets) and alert rules (see transfer-alerts.ts), absent from documents made before alerts.
+ */
 export interface ExportDocument {
   format: string;
   version: number;
@@ -37,6 +41,8 @@ export interface ExportDocument {
   nodes: NodeFields[];
   tunnels: { name: string; entry_node: string; exit_node: string; listen_port: number; transport: TunnelTransport }[];
   rules: (Omit<RuleFields, 'node_id' | 'tunnel_id'> & { node: string; tunnel: string | null })[];
+  channels?: ExportedChannel[];
+  alert_rules?: ExportedAlertRule[];
 }
 
 /**
@@ -54,6 +60,7 @@ function exportOf(store: Store, exportedAt: string): ExportDocument {
   const rules = store.rules.list({ afterId: 0, limit: ALL, ...EVERY_RULE });
   const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
   const tunnelNames = new Map(tunnels.map((t) => [t.id, t.name]));
+  const alerting = exportAlerting(store, { node: (id) => nodeNames.get(id), tunnel: (id) => tunnelNames.get(id) });
   return {
     format: EXPORT_FORMAT,
     version: 1,
@@ -75,6 +82,7 @@ function exportOf(store: Store, exportedAt: string): ExportDocument {
         ...rest,
       };
     }),
+    ...alerting,
   };
 }
 
@@ -84,6 +92,7 @@ interface ImportResult {
   id: number | null;
   outcome: 'created' | 'exists' | 'invalid' | 'conflict';
   agent_token?: string;
+  secret?: string;
 }
 
 /**
@@ -219,6 +228,16 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
     rules: await inSteps(doc.rules, importRule),
   };
   createPending();
+  const alerting = importAlerting(
+    app,
+    change,
+    doc.channels ?? [],
+    doc.alert_rules ?? [],
+    { node: nodeId, tunnel: tunnelId },
+    attempt,
+    errors,
+  );
+  Object.assign(results, alerting);
   if (errors.length > 0) {
     const failure = validationFailed(errors, `${errors.length} problem(s) in the document; nothing was imported`);
     const code = overLicense ? 'license_limit' : failure.code;
@@ -227,9 +246,10 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
   return results;
 }
 
+/** The results without the secrets made for created items (agent tokens, webhook secrets): a dry run or a failure. */
 function stripTokens(results: Record<string, ImportResult[]>) {
   return Object.fromEntries(
-    Object.entries(results).map(([key, items]) => [key, items.map(({ agent_token: _, ...item }) => item)]),
+    Object.entries(results).map(([key, items]) => [key, items.map(({ agent_token: _, secret: __, ...item }) => item)]),
   );
 }
 

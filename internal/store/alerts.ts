@@ -2,6 +2,7 @@
 // watch), alerts (what a rule finds now, from pending to firing to clearing), and deliveries (the outbox: each
 // notification to a channel, with its stable message id, attempts and outcome, kept as the delivery log).
 
+import type { AlertCondition } from '../domain/alerts.ts';
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
 
@@ -19,6 +20,8 @@ export interface ChannelFields {
 
 export interface Channel extends ChannelFields {
   id: number;
+  /** Whether its secret is set (an imported bot or mail login has none until it is). */
+  has_secret: boolean;
   /** Since when its deliveries have been failing; null while they go through. */
   failing_since: string | null;
   last_error: string | null;
@@ -29,6 +32,7 @@ export interface Channel extends ChannelFields {
 
 interface ChannelRow {
   id: number;
+  has_secret: number;
   name: string;
   type: ChannelType;
   config: string;
@@ -39,9 +43,14 @@ interface ChannelRow {
   updated_at: string;
 }
 
-const toChannel = (row: ChannelRow): Channel => ({ ...row, config: JSON.parse(row.config) as ChannelConfig });
+const toChannel = (row: ChannelRow): Channel => ({
+  ...row,
+  has_secret: row.has_secret === 1,
+  config: JSON.parse(row.config) as ChannelConfig,
+});
 
-const CHANNEL_COLUMNS = 'id, name, type, config, failing_since, last_error, version, created_at, updated_at';
+const CHANNEL_COLUMNS = `id, name, type, config, secret IS NOT NULL AS has_secret, failing_since, last_error, version,
+  created_at, updated_at`;
 
 export class ChannelStore {
   private readonly byId;
@@ -57,7 +66,7 @@ export class ChannelStore {
 
   constructor(db: Database) {
     this.byId = db.prepare(`SELECT ${CHANNEL_COLUMNS} FROM channels WHERE id = ?`);
-    this.byName = db.prepare('SELECT id FROM channels WHERE name = ?');
+    this.byName = db.prepare(`SELECT ${CHANNEL_COLUMNS} FROM channels WHERE name = ?`);
     this.pageStmt = db.prepare(`SELECT ${CHANNEL_COLUMNS} FROM channels WHERE id > ? ORDER BY id LIMIT ?`);
     this.countStmt = db.prepare('SELECT count(*) AS n FROM channels');
     this.manyStmt = db.prepare(`SELECT id FROM channels WHERE id IN (SELECT value FROM json_each(?))`);
@@ -86,6 +95,11 @@ export class ChannelStore {
     return Number((this.countStmt.get() as { n: number }).n);
   }
 
+  findByName(name: string): Channel | undefined {
+    const row = this.byName.get(name) as ChannelRow | undefined;
+    return row && toChannel(row);
+  }
+
   /** Which of `ids` are channels. */
   existing(ids: readonly number[]): Set<number> {
     return new Set((this.manyStmt.all(JSON.stringify(ids)) as { id: number }[]).map((row) => Number(row.id)));
@@ -95,7 +109,7 @@ export class ChannelStore {
   insert(fields: ChannelFields, secret: Uint8Array | null, at: string): Channel {
     return unlessTaken(
       `the channel name ${fields.name}`,
-      () => this.idByName(fields.name),
+      () => this.findByName(fields.name)?.id,
       () => toChannel(this.insertStmt.get({ ...this.params(fields), secret, at }) as unknown as ChannelRow),
     );
   }
@@ -104,7 +118,7 @@ export class ChannelStore {
   update(id: number, fields: ChannelFields, secret: Uint8Array | null, at: string): Channel {
     return unlessTaken(
       `the channel name ${fields.name}`,
-      () => this.idByName(fields.name),
+      () => this.findByName(fields.name)?.id,
       () => toChannel(this.updateStmt.get({ ...this.params(fields), secret, at, id }) as unknown as ChannelRow),
     );
   }
@@ -124,30 +138,10 @@ export class ChannelStore {
     this.outcomeStmt.run({ id, error, at });
   }
 
-  private idByName(name: string): number | undefined {
-    const row = this.byName.get(name) as { id: number } | undefined;
-    return row && Number(row.id);
-  }
-
   private params(fields: ChannelFields) {
     return { name: fields.name, type: fields.type, config: JSON.stringify(fields.config) };
   }
 }
-
-export const alertConditions = [
-  'node_offline',
-  'agent_outdated',
-  'kernel_drift',
-  'rule_sync_failed',
-  'rule_degraded',
-  'tunnel_down',
-  'quota_percent',
-  'quota_spent',
-  'rule_expiring',
-  'license_expiring',
-  'certificate_expiring',
-] as const;
-export type AlertCondition = (typeof alertConditions)[number];
 
 /** Which resources an alert rule watches: all of its condition's kind, or those named, on the nodes or tags named. */
 export interface AlertSelector {
@@ -205,7 +199,7 @@ export class AlertRuleStore {
 
   constructor(db: Database) {
     this.byId = db.prepare(`SELECT ${RULE_COLUMNS} FROM alert_rules WHERE id = ?`);
-    this.byName = db.prepare('SELECT id FROM alert_rules WHERE name = ?');
+    this.byName = db.prepare(`SELECT ${RULE_COLUMNS} FROM alert_rules WHERE name = ?`);
     this.pageStmt = db.prepare(`SELECT ${RULE_COLUMNS} FROM alert_rules WHERE id > ? ORDER BY id LIMIT ?`);
     this.countStmt = db.prepare('SELECT count(*) AS n FROM alert_rules');
     this.enabledStmt = db.prepare(`SELECT ${RULE_COLUMNS} FROM alert_rules WHERE enabled = 1 ORDER BY id`);
@@ -236,6 +230,11 @@ export class AlertRuleStore {
     return Number((this.countStmt.get() as { n: number }).n);
   }
 
+  findByName(name: string): AlertRule | undefined {
+    const row = this.byName.get(name) as AlertRuleRow | undefined;
+    return row && toAlertRule(row);
+  }
+
   /** Every enabled rule, for an evaluation (their number is the operators' to keep: each is one row). */
   enabled(): AlertRule[] {
     return (this.enabledStmt.all() as unknown as AlertRuleRow[]).map(toAlertRule);
@@ -250,7 +249,7 @@ export class AlertRuleStore {
   insert(fields: AlertRuleFields, at: string): AlertRule {
     return unlessTaken(
       `the alert rule name ${fields.name}`,
-      () => this.idByName(fields.name),
+      () => this.findByName(fields.name)?.id,
       () => toAlertRule(this.insertStmt.get({ ...params(fields), at }) as unknown as AlertRuleRow),
     );
   }
@@ -259,7 +258,7 @@ export class AlertRuleStore {
   update(id: number, fields: AlertRuleFields, at: string): AlertRule {
     return unlessTaken(
       `the alert rule name ${fields.name}`,
-      () => this.idByName(fields.name),
+      () => this.findByName(fields.name)?.id,
       () => toAlertRule(this.updateStmt.get({ ...params(fields), at, id }) as unknown as AlertRuleRow),
     );
   }
@@ -267,11 +266,6 @@ export class AlertRuleStore {
   /** Inside a write; its alerts go with it. */
   delete(id: number): void {
     this.deleteStmt.run(id);
-  }
-
-  private idByName(name: string): number | undefined {
-    const row = this.byName.get(name) as { id: number } | undefined;
-    return row && Number(row.id);
   }
 }
 

@@ -2,9 +2,9 @@
 // Each reads only what is in the condition (partial indexes on failed syncs, unhealthy rules, quotas, down tunnels
 // and expiring rules; nodes are read whole, as their status is their agents' links), and at most a bound of them.
 
-import { olderVersion } from '../domain/alerts.ts';
+import { olderVersion, type AlertCondition } from '../domain/alerts.ts';
 import type { Database, Statement } from './database.ts';
-import type { AlertCondition, AlertSelector } from './alerts.ts';
+import type { AlertSelector } from './alerts.ts';
 
 /** A resource an alert rule's condition holds for, with what silences match it by. */
 export interface Finding {
@@ -25,7 +25,7 @@ export const MAX_FINDINGS = 1000;
 const SAID = (column: string) => `substr(coalesce(${column}, ''), 1, 200)`;
 
 /** The conditions of the master itself, not of a row: the alerts' evaluation finds them (service/alerting.ts). */
-export type MasterCondition = 'license_expiring' | 'certificate_expiring';
+export type MasterCondition = 'license_expiring' | 'certificate_expiring' | 'writes_refused';
 export type RowCondition = Exclude<AlertCondition, MasterCondition>;
 
 /**

@@ -1,0 +1,288 @@
+// Alerts: what fires now, the alert rules and the channels they notify (a webhook made here shows its secret once;
+// any channel can be sent a test), silences for maintenance, and the delivery log.
+
+import { alertConditions } from '../../../internal/domain/alerts.ts';
+import { api } from '../api.ts';
+import { badge, button, checkboxes, checkedValues, copyButton, field, form, h, input, select, when } from '../dom.ts';
+import type { PageCtx } from '../main.ts';
+import { PagedTable } from '../table.ts';
+
+interface Channel {
+  id: number;
+  name: string;
+  type: string;
+  url: string | null;
+  chat_id: string | null;
+  smtp_host: string | null;
+  to: string[] | null;
+  failing_since: string | null;
+  last_error: string | null;
+}
+
+interface AlertRule {
+  id: number;
+  name: string;
+  condition: string;
+  threshold: number | null;
+  for_seconds: number;
+  channel_ids: number[];
+  enabled: boolean;
+}
+
+interface Alert {
+  id: number;
+  alert_rule_id: number;
+  resource: string;
+  resource_id: number;
+  state: string;
+  muted: boolean;
+  summary: string;
+  since: string;
+}
+
+interface Delivery {
+  id: number;
+  channel_id: number;
+  state: string;
+  attempts: number;
+  last_error: string | null;
+  created_at: string;
+  finished_at: string | null;
+}
+
+interface Silence {
+  id: number;
+  comment: string;
+  ends_at: string;
+}
+
+/** Where a channel sends, in a few words. */
+function address(c: Channel): string {
+  if (c.type === 'webhook') return c.url ?? '';
+  if (c.type === 'telegram') return `chat ${c.chat_id}`;
+  return `${(c.to ?? []).join(', ')} via ${c.smtp_host}`;
+}
+
+export async function alertsPage(ctx: PageCtx): Promise<void> {
+  const canWrite = ctx.can('alerts:write');
+  let channels: Channel[] = [];
+  let rules: AlertRule[] = [];
+  const channelName = (id: number) => channels.find((c) => c.id === id)?.name ?? `#${id}`;
+  const ruleName = (id: number) => rules.find((r) => r.id === id)?.name ?? `#${id}`;
+  const remove = (what: string, path: string) =>
+    button('Delete', () => ctx.act(`Deleted ${what}`, () => api('DELETE', path), `Delete ${what}?`), {
+      class: 'danger',
+    });
+
+  const firing = new PagedTable<Alert>({
+    caption: 'Alerts now',
+    headings: ['Alert rule', 'State', 'What', 'Since'],
+    path: '/api/alerts',
+    empty: 'Nothing is firing.',
+    row: (a) =>
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, ruleName(a.alert_rule_id)),
+        h('td', {}, badge(a.state), a.muted ? ' (silenced)' : ''),
+        h('td', {}, a.summary),
+        h('td', {}, when(a.since)),
+      ),
+  });
+  const ruleList = new PagedTable<AlertRule>({
+    caption: 'Alert rules',
+    headings: ['Name', 'Condition', 'For', 'Channels', 'Enabled', canWrite ? 'Actions' : ''],
+    path: '/api/alert-rules',
+    empty: 'No alert rules yet.',
+    loaded: (items) => void (rules = items),
+    row: (r) =>
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, r.name),
+        h('td', {}, r.threshold === null ? r.condition : `${r.condition} (${r.threshold})`),
+        h('td', {}, `${r.for_seconds} s`),
+        h('td', {}, r.channel_ids.map(channelName).join(', ')),
+        h('td', {}, r.enabled ? 'yes' : 'no'),
+        h('td', { class: 'actions' }, canWrite && remove(`alert rule ${r.name}`, `/api/alert-rules/${r.id}`)),
+      ),
+  });
+  const channelList = new PagedTable<Channel>({
+    caption: 'Channels',
+    headings: ['Name', 'Type', 'Sends to', 'Failing', canWrite ? 'Actions' : ''],
+    path: '/api/channels',
+    empty: 'No channels yet.',
+    loaded: (items) => {
+      channels = items;
+      // The rule form's choice of channels follows the list, keeping what was ticked.
+      const ticked = channelChecks.querySelector('fieldset') ? checkedValues(ruleForm, 'channel_ids') : [];
+      channelChecks.replaceChildren(
+        checkboxes(
+          'Channels',
+          'channel_ids',
+          items.map((c) => c.name),
+          ticked,
+        ),
+      );
+    },
+    row: (c) =>
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, c.name),
+        h('td', {}, c.type),
+        h('td', {}, address(c)),
+        h('td', {}, c.failing_since ? `since ${when(c.failing_since)}: ${c.last_error}` : 'no'),
+        h(
+          'td',
+          { class: 'actions' },
+          canWrite &&
+            button('Send a test', async () => {
+              const { data } = await api<Delivery>('POST', `/api/channels/${c.id}/test`);
+              ctx.say(
+                data.state === 'sent' ? `Test sent to ${c.name}` : `Test to ${c.name} failed: ${data.last_error}`,
+                data.state === 'sent' ? 'ok' : 'error',
+              );
+              await ctx.reload();
+            }),
+          canWrite && remove(`channel ${c.name}`, `/api/channels/${c.id}`),
+        ),
+      ),
+  });
+  const silenceList = new PagedTable<Silence>({
+    caption: 'Silences',
+    headings: ['Why', 'Until', canWrite ? 'Actions' : ''],
+    path: '/api/silences',
+    empty: 'No silences.',
+    row: (s) =>
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, s.comment),
+        h('td', {}, when(s.ends_at)),
+        h('td', { class: 'actions' }, canWrite && remove(`silence ${s.comment}`, `/api/silences/${s.id}`)),
+      ),
+  });
+  const deliveries = new PagedTable<Delivery>({
+    caption: 'Deliveries',
+    headings: ['When', 'Channel', 'Outcome', 'Attempts', 'Last error'],
+    path: '/api/deliveries',
+    empty: 'Nothing sent yet.',
+    row: (d) =>
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'row' }, when(d.created_at)),
+        h('td', {}, channelName(d.channel_id)),
+        h('td', {}, badge(d.state)),
+        h('td', {}, String(d.attempts)),
+        h('td', {}, d.last_error ?? ''),
+      ),
+  });
+
+  const secret = h('div');
+  const channel = { name: input('name', { required: true }), url: input('url', { type: 'url', required: true }) };
+  const channelForm = form(
+    { 'aria-label': 'Add a webhook channel' },
+    [
+      field('Name', channel.name),
+      field('URL', channel.url, 'Where notifications are POSTed, signed (Standard Webhooks)'),
+      h('button', { type: 'submit' }, 'Add channel'),
+    ],
+    async (el) => {
+      const { data } = await api<Channel & { secret: string }>('POST', '/api/channels', {
+        body: { name: channel.name.value, type: 'webhook', url: channel.url.value },
+      });
+      const box = h('input', { id: 'channel-secret', readonly: true, value: data.secret, class: 'secret' });
+      secret.replaceChildren(
+        h(
+          'section',
+          { class: 'once', 'aria-label': `Channel ${data.name} added` },
+          h('h2', {}, `Channel ${data.name} added`),
+          h('label', { for: box.id }, 'Signing secret'),
+          box,
+          h('p', { class: 'hint' }, 'Shown only now: the receiver verifies signatures with it.'),
+          copyButton('Copy secret', () => data.secret),
+        ),
+      );
+      el.reset();
+      await ctx.reload();
+    },
+  );
+
+  const channelChecks = h('div');
+  const rule = {
+    name: input('name', { required: true }),
+    condition: select('condition', alertConditions, 'node_offline'),
+    threshold: input('threshold', { type: 'number', min: 1, max: 1440 }),
+    forSeconds: input('for_seconds', { type: 'number', min: 0, max: 86400, value: '60' }),
+  };
+  const ruleForm = form(
+    { 'aria-label': 'Add an alert rule' },
+    [
+      field('Name', rule.name),
+      field('Condition', rule.condition),
+      field('Threshold', rule.threshold, 'A percentage, days or minutes, for the conditions that take one'),
+      field('For seconds', rule.forSeconds, 'How long the condition must hold before it fires'),
+      channelChecks,
+      h('button', { type: 'submit' }, 'Add alert rule'),
+    ],
+    async (el) => {
+      const chosen = checkedValues(el, 'channel_ids');
+      await api('POST', '/api/alert-rules', {
+        body: {
+          name: rule.name.value,
+          condition: rule.condition.value,
+          threshold: rule.threshold.value === '' ? null : Number(rule.threshold.value),
+          for_seconds: Number(rule.forSeconds.value),
+          channel_ids: channels.filter((c) => chosen.includes(c.name)).map((c) => c.id),
+        },
+      });
+      ctx.say(`Added ${rule.name.value}`);
+      el.reset();
+      await ctx.reload();
+    },
+  );
+
+  const silence = { comment: input('comment', { required: true }), hours: input('hours', { type: 'number', min: 1 }) };
+  const silenceForm = form(
+    { 'aria-label': 'Silence every alert' },
+    [
+      field('Why', silence.comment),
+      field('Hours', silence.hours, 'Every alert is kept from notifying for this long (narrower ones: the API)'),
+      h('button', { type: 'submit' }, 'Silence'),
+    ],
+    async (el) => {
+      const endsAt = new Date(Date.now() + Number(silence.hours.value) * 3_600_000).toISOString();
+      await api('POST', '/api/silences', { body: { comment: silence.comment.value, ends_at: endsAt } });
+      ctx.say('Silenced');
+      el.reset();
+      await ctx.reload();
+    },
+  );
+
+  const adding = (summary: string, content: HTMLElement) =>
+    canWrite ? h('details', { class: 'create' }, h('summary', {}, summary), content) : '';
+  ctx.main.append(
+    firing.el,
+    adding('Add an alert rule', ruleForm),
+    ruleList.el,
+    adding('Add a webhook channel', channelForm),
+    secret,
+    channelList.el,
+    adding('Silence alerts', silenceForm),
+    silenceList.el,
+    deliveries.el,
+  );
+  // Channels and rules first: the other lists name them.
+  await ctx.live(
+    async () => {
+      await channelList.load();
+      await ruleList.load();
+      await Promise.all([firing.load(), silenceList.load(), deliveries.load()]);
+    },
+    // What the journal tells of alerts: alert.firing and alert.resolved (the console goes by the type's first word).
+    ['alert'],
+    5000,
+  );
+}
