@@ -12,6 +12,8 @@ import { alertConditions } from '../internal/domain/alerts.ts';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
 import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
+import { MAX_ALERT_RULES } from '../internal/service/alert-rules.ts';
+import { MAX_CHANNELS } from '../internal/service/channels.ts';
 import { link, type RawLink } from './rawlink.ts';
 
 /** A channel nothing listens at, on loopback: deliveries fail at once, and no test reaches past the machine. */
@@ -219,4 +221,22 @@ test(REFUSED, async (t) => {
     );
   }
   assert.equal((await call(m.url, 'GET', '/api/alert-rules?count=true', { token: m.admin })).body.total, 0);
+});
+
+test('the master keeps at most 100 channels and 1,000 alert rules: one more is 409, nothing written', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const post = (path: string, body: unknown) => call(m.url, 'POST', path, { token: m.admin, body });
+  const channel = (i: number) => ({ ...CLOSED_PORT, name: `ops-${i}` });
+  const alertRule = (i: number) => ({ name: `down-${i}`, condition: 'node_offline', channel_ids: [1] });
+  for (const [path, body, most] of [
+    ['/api/channels', channel, MAX_CHANNELS],
+    ['/api/alert-rules', alertRule, MAX_ALERT_RULES],
+  ] as const) {
+    for (let i = 0; i < most; i += 50)
+      await Promise.all(Array.from({ length: Math.min(50, most - i) }, (_, j) => post(path, body(i + j))));
+    const refused = await post(path, body(most));
+    assert.equal(refused.status, 409, JSON.stringify(refused.body));
+    assert.match(refused.body.detail, /keeps at most/);
+    assert.equal((await call(m.url, 'GET', `${path}?count=true&limit=1`, { token: m.admin })).body.total, most);
+  }
 });

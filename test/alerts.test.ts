@@ -53,6 +53,18 @@ async function created(m: Running, path: string, body: unknown) {
   return answer.body;
 }
 
+/** An alert rule telling `channelIds` at once of every rule that expires within `days`. */
+function watchExpiring(m: Running, channelIds: number[], days: number) {
+  const body = {
+    name: 'expiring',
+    condition: 'rule_expiring',
+    threshold: days,
+    for_seconds: 0,
+    channel_ids: channelIds,
+  };
+  return created(m, '/api/alert-rules', body);
+}
+
 /** The alerts of webhook messages verified with `secret`, in order; throws on a signature that does not verify. */
 function verified(secret: string, received: Received[]) {
   const webhook = new Webhook(secret);
@@ -265,13 +277,7 @@ test('a channel that hangs or fails delays no other; it shows since when it fail
   const edge = await node(m, 'edge');
   await rule(m, { name: 'soon', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(3600_000) });
   const started = Date.now();
-  await created(m, '/api/alert-rules', {
-    name: 'expiring',
-    condition: 'rule_expiring',
-    threshold: 1,
-    for_seconds: 0,
-    channel_ids: ids,
-  });
+  await watchExpiring(m, ids, 1);
   await until('the working channel notified', () => working.received.length === 1);
   assert.ok(Date.now() - started < 3000, `the working channel waited ${Date.now() - started} ms`);
   assert.equal(hanging.received.length, 1, 'the hanging one was asked too, and is still waiting');
@@ -305,13 +311,7 @@ test('a silence mutes what it matches, by tag: shown muted, not notified, and no
     tags: ['maint'],
     ends_at: m.app.timestamp(7200_000),
   });
-  await created(m, '/api/alert-rules', {
-    name: 'expiring',
-    condition: 'rule_expiring',
-    threshold: 1,
-    for_seconds: 0,
-    channel_ids: [channel.id],
-  });
+  await watchExpiring(m, [channel.id], 1);
   await until('the first notification', () => hook.received.length === 1);
   const told = (index: number) =>
     verified(channel.secret, hook.received)[index]!.payload.data.alerts.map((a) => [a.status, a.resource_id]);
@@ -443,13 +443,7 @@ test(
     assert.ok(!('smtp_password' in shown.body));
     const edge = await node(m, 'edge');
     await rule(m, { name: 'soon', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(3600_000) });
-    await created(m, '/api/alert-rules', {
-      name: 'expiring',
-      condition: 'rule_expiring',
-      threshold: 1,
-      for_seconds: 0,
-      channel_ids: [mail.id],
-    });
+    await watchExpiring(m, [mail.id], 1);
     await until('the mail delivered', () => server.mail().includes('rule soon expires at'));
     const text = server.mail();
     assert.match(text, /with esmtpsa .*TLS1\.3/, 'over TLS, logged in');
@@ -598,13 +592,7 @@ test("Telegram: a bot's message reaches the Bot API stand-in with its chat and t
   assert.equal(test.body.state, 'sent', JSON.stringify(test.body));
   const edge = await node(m, 'edge');
   await rule(m, { name: 'soon', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(3600_000) });
-  await created(m, '/api/alert-rules', {
-    name: 'expiring',
-    condition: 'rule_expiring',
-    threshold: 2,
-    for_seconds: 0,
-    channel_ids: [bot.id],
-  });
+  await watchExpiring(m, [bot.id], 2);
   await until('the alert sent', () => api.received.length === 2);
   for (const message of api.received) assert.equal(message.path, `/bot${token}/sendMessage`);
   const sent = JSON.parse(api.received[1]!.body);

@@ -56,13 +56,24 @@ test(
         headers: { 'idempotency-key': 'k1' },
       })
     ).body.token;
+    // Every secret an alert channel holds: a webhook's signing secret, a bot's token, a mail server's password.
+    const channelSecrets = ['whsec_' + Buffer.alloc(32, 7).toString('base64'), '424242:' + 'Q'.repeat(35), 'mail-pw-7'];
+    for (const body of [
+      { name: 'hook', type: 'webhook', url: 'https://hooks.example.com/a', secret: channelSecrets[0] },
+      { name: 'chat', type: 'telegram', chat_id: '1', bot_token: channelSecrets[1] },
+      {
+        ...{ name: 'mail', type: 'email', smtp_host: 'smtp.example.com', smtp_username: 'alerts' },
+        ...{ smtp_password: channelSecrets[2], from: 'a@example.com', to: ['b@example.com'] },
+      },
+    ])
+      assert.equal((await call(m.url, 'POST', '/api/channels', { token: m.admin, body })).status, 201);
     await m.app.store.committed();
     assert.equal(statSync(secretKeyPath).mode & 0o777, 0o600);
     assert.ok(!existsSync(join(m.dataDir, 'secret.key')), 'no key in the data dir');
     const files = readdirSync(m.dataDir)
       .filter((f) => f.startsWith('master.db'))
       .map((f) => readFileSync(join(m.dataDir, f)));
-    for (const secret of ['hunter2-for-the-node', created.agent_token, token, m.admin]) {
+    for (const secret of ['hunter2-for-the-node', created.agent_token, token, m.admin, ...channelSecrets]) {
       assert.ok(
         files.every((bytes) => !bytes.includes(secret)),
         `${secret.slice(0, 8)}... is not on disk in the clear`,

@@ -25,6 +25,8 @@ import { ruleInput } from './rule-schema.ts';
 import { tunnelInput } from './tunnels.ts';
 import { channelInput } from './channels.ts';
 import { alertRuleInput } from './alert-rules.ts';
+import { MAX_ALERT_RULES } from '../service/alert-rules.ts';
+import { MAX_CHANNELS } from '../service/channels.ts';
 
 const nodeName = nodeInput.properties.name;
 const tunnelName = tunnelInput.properties.name;
@@ -95,8 +97,8 @@ export const exportDocument = object(
     nodes: array(exportedNode, { max: 10_000 }),
     tunnels: array(exportedTunnel, { max: 10_000 }),
     rules: array(exportedRule, { max: 200_000 }),
-    channels: optional(array(exportedChannel, { max: 1000, description: 'Alert channels, without secrets.' })),
-    alert_rules: optional(array(exportedAlertRule, { max: 10_000, description: 'Alert rules.' })),
+    channels: optional(array(exportedChannel, { max: MAX_CHANNELS, description: 'Alert channels, without secrets.' })),
+    alert_rules: optional(array(exportedAlertRule, { max: MAX_ALERT_RULES, description: 'Alert rules.' })),
   },
   {
     name: 'ExportDocument',

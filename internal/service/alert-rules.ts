@@ -2,7 +2,7 @@
 // before it fires, how often it repeats, how long it must stay clear before it resolves, and which channels hear it.
 // A rule changed in what it watches, disabled or deleted forgets its alerts at once, without notifying them.
 
-import { notFound, validationFailed } from '../errors/errors.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { AlertCondition } from '../domain/alerts.ts';
@@ -63,9 +63,17 @@ function check(app: WriteDeps, fields: AlertRuleFields): void {
   if (errors.length > 0) throw validationFailed(errors);
 }
 
-/** Inside a transaction. Throws `validation_failed`, `conflict` (the name). */
+/**
+ * How many alert rules the master keeps: each is evaluated every second on the event loop, so their number is
+ * bounded, like every list the master walks on its own.
+ */
+export const MAX_ALERT_RULES = 1000;
+
+/** Inside a transaction. Throws `validation_failed`, `conflict` (the name, or MAX_ALERT_RULES reached). */
 export function insertAlertRule(app: WriteDeps, change: Change, fields: AlertRuleFields): AlertRule {
   check(app, fields);
+  if (app.store.alertRules.count() >= MAX_ALERT_RULES)
+    throw new DomainError('conflict', `the master keeps at most ${MAX_ALERT_RULES} alert rules: delete one first`);
   const rule = app.store.alertRules.insert(fields, app.timestamp());
   change.audit({
     action: 'alert_rule.create',

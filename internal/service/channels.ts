@@ -4,7 +4,7 @@
 // are held to what rules' targets are (no loopback, link-local or master address without allow_local_targets), as
 // named here and as resolved when sent.
 
-import { notFound, validationFailed } from '../errors/errors.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import { hostRefusal, urlRefusal } from '../notify/post.ts';
@@ -135,6 +135,9 @@ function parse(
   return { ...parsed, fields: { name: given.name, type: given.type, config: parsed.config } };
 }
 
+/** How many channels the master keeps (a delivery in flight each, at most, and each evaluation may write to each). */
+export const MAX_CHANNELS = 100;
+
 /**
  * Inside a transaction. Returns the channel and the secret the master made for it, if it made one. An imported
  * channel comes without its secret (exports leave them out): a webhook gets one made, a bot or a mail login waits
@@ -147,6 +150,8 @@ export function insertChannel(
   imported = false,
 ): { channel: Channel; madeSecret: string | null } {
   const { fields, secret, made } = parse(app, body, true, !imported);
+  if (app.store.channels.count() >= MAX_CHANNELS)
+    throw new DomainError('conflict', `the master keeps at most ${MAX_CHANNELS} channels: delete one first`);
   const channel = app.store.channels.insert(fields, secret === null ? null : app.box.seal(secret), app.timestamp());
   change.audit({ action: 'channel.create', resource: 'channel', resource_id: channel.id, changes: { after: fields } });
   return { channel, madeSecret: made ? secret : null };

@@ -68,7 +68,6 @@ export function refusedWritesWatch(app: RefusalWatched): () => Promise<void> {
     }
     if (told.size === 0) return;
     const resolved = [...told.values()];
-    told.clear();
     const at = formatTime(now);
     await transact(app, theMaster('alert.evaluate'), () => {
       const byChannel = new Map<number, AlertNotice[]>();
@@ -81,6 +80,8 @@ export function refusedWritesWatch(app: RefusalWatched): () => Promise<void> {
       for (const [id, notices] of byChannel)
         if (existing.has(id)) app.store.deliveries.enqueue(`msg_${randomUUID()}`, id, alertPayload(notices, at), at);
     });
+    // Forgotten once the resolution is written: a write that fails again tries again at the next tick.
+    for (const { rule } of resolved) told.delete(rule.id);
   };
 }
 
