@@ -29,6 +29,8 @@ export interface Running extends Master {
 
 export interface StartOptions {
   licenseKeyPath?: string;
+  /** Release keys' public halves (PEM files) agent bundles must be signed with. */
+  releaseKeyPaths?: string[];
   secretKeyPath?: string;
   dataDir?: string;
   /** Called with the data dir before the master starts (e.g. to place a license). */
@@ -58,6 +60,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
       dataDir,
       secretKeyPath: options.secretKeyPath ?? null,
       licenseKeyPath: options.licenseKeyPath ?? null,
+      releaseKeyPaths: options.releaseKeyPaths ?? [],
       adminPassword: ADMIN_PASSWORD,
       tls: options.tls ?? null,
       insecureHttp: options.insecureHttp ?? false,

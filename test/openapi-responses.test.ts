@@ -9,6 +9,11 @@ import { routes } from '../internal/api/routes.ts';
 import type { Route } from '../internal/api/route.ts';
 import { call, login, startMaster, type Answer, type CallOptions } from './helpers.ts';
 import { check, inlineRefs } from './json-schema.ts';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generateLicenseKeys } from '../internal/license/license.ts';
+import { signBundle } from '../internal/release/signature.ts';
 import { until } from './net.ts';
 import { openEvents, parseFrames } from './sse.ts';
 
@@ -52,8 +57,21 @@ function disagreements(doc: any, route: Route, answer: Answer, knownCaller: bool
   return problems;
 }
 
+/** A release key, its public half in a file of its own; `sign` makes a bundle signed with it as `version`. */
+function releaseKey() {
+  const keys = generateLicenseKeys();
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-release-')), 'release-public.pem');
+  writeFileSync(path, keys.publicKeyPem);
+  const sign = (version: string) => {
+    const bundle = Buffer.from(`console.log('agent ${version}');\n`);
+    return { bundle: bundle.toString('base64'), signature: signBundle(bundle, version, keys.privateKeyPem) };
+  };
+  return { path, sign };
+}
+
 test('every answer of every operation is what the OpenAPI document declares for its status', async (t) => {
-  const m = await startMaster(t);
+  const release = releaseKey();
+  const m = await startMaster(t, { releaseKeyPaths: [release.path] });
   const doc = inlineRefs((await call(m.url, 'GET', '/api/openapi.json')).body);
   const byName = new Map(routes.map((r) => [`${r.method} ${r.path}`, r]));
   /** Tokens that authenticate. */
@@ -227,6 +245,19 @@ test('every answer of every operation is what the OpenAPI document declares for 
     body: { ...exported.body, nodes: [...exported.body.nodes, { ...exported.body.nodes[0], name: 'one-too-many' }] },
   });
 
+  // An agent bundle the master's release key signed, again (409), and with bytes that are not the signed ones (422).
+  const { bundle, signature } = release.sign('0.2.0');
+  const kept = await hit('POST /api/agent-bundles', '/api/agent-bundles', { body: { bundle, signature } });
+  await hit('POST /api/agent-bundles', '/api/agent-bundles', { body: { bundle, signature } });
+  await hit('POST /api/agent-bundles', '/api/agent-bundles', { body: { bundle: `${bundle}AAAA`, signature } });
+  await hit('GET /api/agent-bundles', '/api/agent-bundles');
+  const claimed = await hit('POST /api/agent-bundles', '/api/agent-bundles', {
+    body: { bundle, signature: { ...signature, version: '0.3.0' } },
+  });
+  assert.equal(claimed.status, 422, 'the version is among the signed facts');
+  const spareBundle = await hit('POST /api/agent-bundles', '/api/agent-bundles', { body: release.sign('0.2.1') });
+  await hit('DELETE /api/agent-bundles/{id}', `/api/agent-bundles/${spareBundle.body.id}`);
+
   // Alerting: a channel (its test fails, and says so) and a rule that notifies it.
   const hook = { type: 'webhook', url: 'http://127.0.0.1:1/hook' };
   const channel = await hit('POST /api/channels', '/api/channels', { body: { name: 'ops', ...hook } });
@@ -279,6 +310,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
     channels: channel.body.id,
     'alert-rules': watching.body.id,
     silences: silence.body.id,
+    'agent-bundles': kept.body.id,
   };
   for (const route of routes) {
     const name = `${route.method} ${route.path}`;

@@ -42,6 +42,7 @@ test(
         dataDir,
         secretKeyPath: null,
         licenseKeyPath: null,
+        releaseKeyPaths: [],
         adminPassword: ADMIN_PASSWORD,
         tls: null,
         insecureHttp: false,

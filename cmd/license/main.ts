@@ -5,9 +5,10 @@
 import { requireNode } from '../../internal/runtime/require-node.ts';
 import { writeFileAtomic } from '../../internal/runtime/files.ts';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { generateLicenseKeys, issueLicense } from '../../internal/license/license.ts';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { issueLicense } from '../../internal/license/license.ts';
+import { writeKeyPair } from '../../internal/runtime/key-pair.ts';
 import { formatTime, parseDateTime } from '../../internal/schema/schema.ts';
 
 requireNode([24, 0, 0]);
@@ -40,17 +41,13 @@ function options(args: string[]): Map<string, string> {
 const [command, ...rest] = process.argv.slice(2);
 if (command === 'keygen') {
   const dir = rest[0] ?? fail('keygen needs a directory');
-  const keys = generateLicenseKeys();
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  // Never over an existing key: the licenses it signed would no longer verify against a new public key.
+  let written: { privatePath: string; publicPath: string };
   try {
-    writeFileSync(join(dir, 'license-private.pem'), keys.privateKeyPem, { mode: 0o600, flag: 'wx' });
+    written = writeKeyPair(dir, 'license');
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    fail(`${join(dir, 'license-private.pem')} exists already; move it away to make a new key pair`);
+    fail((error as Error).message);
   }
-  writeFileAtomic(join(dir, 'license-public.pem'), keys.publicKeyPem, 0o644);
-  process.stdout.write(`wrote ${join(dir, 'license-private.pem')} and ${join(dir, 'license-public.pem')}\n`);
+  process.stdout.write(`wrote ${written.privatePath} and ${written.publicPath}\n`);
 } else if (command === 'issue') {
   const opts = options(rest);
   const keyPath = opts.get('key') ?? fail('issue needs --key');

@@ -11,6 +11,8 @@ export interface MasterConfig {
   secretKeyPath: string | null;
   /** Path to the PEM public key that signs licenses; null: the built-in vendor key. */
   licenseKeyPath: string | null;
+  /** Paths to the PEM public keys of the release keys agent bundles are signed with (more than one: a rotation). */
+  releaseKeyPaths: string[];
   /** Password for the first admin; null: generate one and print it once. */
   adminPassword: string | null;
   /** The certificate and key to serve HTTPS with; null: the master's own off loopback, plain HTTP on it. */
@@ -30,6 +32,8 @@ Options:
                          MASTER_SECRET_KEY, default DATA_DIR/secret.key); keep it outside the
                          data dir so that a copy of the data dir alone cannot unseal them
   --license-key FILE     PEM public key that signs licenses (env MASTER_LICENSE_KEY, default: built-in)
+  --release-key FILE     PEM public key of the release key agent bundles are signed with (npm run release --
+                         keygen); several, comma-separated, while a key is replaced (env MASTER_RELEASE_KEY)
   --tls-cert FILE        serve HTTPS with this PEM certificate (chain) ... (env MASTER_TLS_CERT)
   --tls-key FILE         ... and its PEM private key (env MASTER_TLS_KEY); reloaded on SIGHUP.
                          Without them the master serves plain HTTP on a loopback address and,
@@ -48,6 +52,7 @@ const FLAGS = {
   '--data-dir': 'MASTER_DATA_DIR',
   '--secret-key': 'MASTER_SECRET_KEY',
   '--license-key': 'MASTER_LICENSE_KEY',
+  '--release-key': 'MASTER_RELEASE_KEY',
   '--tls-cert': 'MASTER_TLS_CERT',
   '--tls-key': 'MASTER_TLS_KEY',
 } as const;
@@ -99,6 +104,7 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
       dataDir: values['--data-dir'] ?? './data',
       secretKeyPath: values['--secret-key'] ?? null,
       licenseKeyPath: values['--license-key'] ?? null,
+      releaseKeyPaths: (values['--release-key'] ?? '').split(',').filter((path) => path !== ''),
       adminPassword,
       tls: certPath && keyPath ? { certPath, keyPath } : null,
       insecureHttp,

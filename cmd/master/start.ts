@@ -3,7 +3,7 @@
 // itself ready. Returns a handle that closes it all in order.
 
 import { SYSTEM_ACTOR } from '../../internal/store/audit.ts';
-import { randomBytes } from 'node:crypto';
+import { createPublicKey, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AgentLinks } from '../../internal/agentlink/server.ts';
 import { App } from '../../internal/api/app.ts';
@@ -163,6 +163,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const license = loadLicense(join(config.dataDir, 'license.json'), keyPem);
     const secretKey = config.secretKeyPath ?? join(config.dataDir, 'secret.key');
     const box = using(`the sealing key ${secretKey}`, 'check --secret-key', () => SecretBox.open(secretKey));
+    const releaseKeys = config.releaseKeyPaths.map((path) =>
+      using(`the release key ${path}`, 'check --release-key (Ed25519 PEM public keys, comma-separated)', () => {
+        const key = createPublicKey(readFileSync(path, 'utf8'));
+        if (key.asymmetricKeyType !== 'ed25519') throw new Error(`it is an ${key.asymmetricKeyType} key, not Ed25519`);
+        return key;
+      }),
+    );
     const tls = using(
       'the TLS certificate and key',
       'check --tls-cert and --tls-key (a PEM certificate and its key)',
@@ -226,6 +233,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       batcher: (job) => batches.run(job),
       exporter: exportInWorker(workerSetup),
       events,
+      releaseKeys,
     });
     addGauges(app);
     const view = app.licenseView();

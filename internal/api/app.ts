@@ -16,6 +16,7 @@ import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { Outbox } from '../service/outbox.ts';
+import type { KeyObject } from 'node:crypto';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
@@ -70,6 +71,8 @@ export interface AppParts {
   exporter: (exportedAt: string) => Promise<Uint8Array>;
   /** The open GET /api/events streams. */
   events: EventStreams;
+  /** The release keys (public halves) agent bundles must be signed with; none: bundles are refused. */
+  releaseKeys: KeyObject[];
 }
 
 export class App {
@@ -102,6 +105,7 @@ export class App {
   readonly events: EventStreams;
   /** Where notifications are sent from. */
   readonly outbox: Outbox;
+  readonly releaseKeys: KeyObject[];
   private readonly lifecycle: Lifecycle;
 
   constructor(parts: AppParts) {
@@ -124,6 +128,7 @@ export class App {
       batcher: this.batcher,
       exporter: this.exporter,
       events: this.events,
+      releaseKeys: this.releaseKeys,
     } = parts);
     this.startedAt = this.clock.now();
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));

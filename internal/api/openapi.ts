@@ -118,6 +118,10 @@ const TAGS: Record<string, { name: string; description: string }> = {
   events: { name: 'events', description: 'Every change as it happens, as server-sent events, resumable by id.' },
   license: { name: 'license', description: 'The license in force (read-only; replaced by a file on the master).' },
   nodes: { name: 'nodes', description: 'Servers that run an agent: adding, installing over SSH, reinstalling.' },
+  'agent-bundles': {
+    name: 'nodes',
+    description: 'Servers that run an agent: adding, installing over SSH, reinstalling.',
+  },
   rules: {
     name: 'rules',
     description: 'Forwarding rules, pushed to their node and acknowledged per rule (sync), one by one or in batches.',

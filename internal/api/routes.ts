@@ -9,6 +9,7 @@ import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
+import { bundleOperations as bundles } from './bundles.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
 import { eventOperations as events } from './events.ts';
 import { healthOperations as health } from './health.ts';
@@ -116,6 +117,9 @@ export const routes: readonly Route[] = [
   route('DELETE', '/api/silences/{id}',           'alerts:write',    silences.deleteSilence),
   route('GET',    '/api/dashboard',               'dashboard:read',  dashboard.getDashboard),
   route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.getTraffic),
+  route('GET',    '/api/agent-bundles',           'nodes:read',      bundles.listBundles),
+  route('POST',   '/api/agent-bundles',           '*',               bundles.createBundle),
+  route('DELETE', '/api/agent-bundles/{id}',      '*',               bundles.deleteBundle),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),
   route('POST',   '/api/import',                  '*',               transfer.importDocument),
   route('GET',    '/api/backup',                  '*',               backup.getBackup),

@@ -529,4 +529,16 @@ export const migrations: readonly string[] = [
   CREATE INDEX rules_quota ON rules(id) WHERE quota_bytes IS NOT NULL;
   CREATE INDEX tunnels_down ON tunnels(id) WHERE status = 'down';
   `,
+  /* 26: agent bundles the master carries, each with the signature of a release key */ `
+  CREATE TABLE agent_bundles (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    version TEXT NOT NULL UNIQUE,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    key_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    body BLOB NOT NULL,
+    created_at TEXT NOT NULL
+  ) STRICT;
+  `,
 ];

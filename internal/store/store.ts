@@ -4,6 +4,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, sta
 import { dirname, join } from 'node:path';
 import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore, SilenceStore } from './alerts.ts';
 import { AuditStore } from './audit.ts';
+import { BundleStore } from './bundles.ts';
 import { ConditionStore } from './conditions.ts';
 import { Database } from './database.ts';
 import { EventStore } from './events.ts';
@@ -72,6 +73,7 @@ export class Store {
   readonly deliveries: DeliveryStore;
   readonly silences: SilenceStore;
   readonly conditions: ConditionStore;
+  readonly bundles: BundleStore;
 
   readonly secretFields: ReadonlySet<string>;
   private readonly lock: DataDirLock | null;
@@ -99,6 +101,7 @@ export class Store {
     this.deliveries = new DeliveryStore(db);
     this.silences = new SilenceStore(db);
     this.conditions = new ConditionStore(db);
+    this.bundles = new BundleStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */

@@ -9,6 +9,7 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
     dataDir: './data',
     secretKeyPath: null,
     licenseKeyPath: null,
+    releaseKeyPaths: [],
     adminPassword: null,
     tls: null,
     insecureHttp: false,
@@ -29,6 +30,11 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
       argv: ['--listen', ':8081', '--license-key', 'k.pem'],
       env: { MASTER_ADMIN_PASSWORD: 'long-enough-pass' },
       want: { ...base, host: '0.0.0.0', port: 8081, licenseKeyPath: 'k.pem', adminPassword: 'long-enough-pass' },
+    },
+    {
+      argv: ['--release-key', 'old.pem,new.pem'],
+      env: { MASTER_RELEASE_KEY: 'elsewhere.pem' },
+      want: { ...base, releaseKeyPaths: ['old.pem', 'new.pem'] },
     },
     {
       argv: ['--secret-key', '/etc/portplane/secret.key'],
