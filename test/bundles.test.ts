@@ -7,9 +7,12 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'node:test';
-import { signBundle } from '../internal/release/signature.ts';
+import { createPublicKey } from 'node:crypto';
+import { keyIdOf, releaseKeyText, signBundle } from '../internal/release/signature.ts';
 import { MAX_BUNDLES } from '../internal/service/bundles.ts';
-import { assertProblem, call, startMaster } from './helpers.ts';
+import { startAgent } from './agents.ts';
+import { assertProblem, call, node, startMaster } from './helpers.ts';
+import { until } from './net.ts';
 
 /** The release tool, as `npm run release -- ARGS` runs it. */
 function release(...args: string[]) {
@@ -114,4 +117,33 @@ test('a master keeps a bundle only if a release key it was given signed exactly 
   });
   assertProblem(refused, 409, 'conflict');
   assert.match(refused.body.detail, /no release key .* --release-key/);
+});
+
+const TRUST_GIVEN =
+  "an agent is given the master's release keys with its command, and says which it trusts when it links; one " +
+  'given a key that is not one does not start';
+
+test(TRUST_GIVEN, async (t) => {
+  const [first, second] = [signed('0.2.0'), signed('0.3.0')];
+  const m = await startMaster(t, { releaseKeyPaths: [first.publicKey, second.publicKey] });
+  const keys = [first, second].map((made) => createPublicKey(readFileSync(made.publicKey, 'utf8')));
+  const edge = await node(m, 'edge');
+  const given = keys.map(releaseKeyText).join(',');
+  assert.ok(edge.agent_command.includes(` --release-key '${given}'`), edge.agent_command);
+  assert.deepEqual(edge.agent_release_keys, []);
+
+  startAgent(t, m.url, edge.agent_token, { extraArgs: ['--release-key', given] });
+  const shown = await until('the agent to link', async () => {
+    const got = (await call(m.url, 'GET', `/api/nodes/${edge.id}`, { token: m.admin })).body;
+    return got.status === 'online' && got;
+  });
+  assert.deepEqual(shown.agent_release_keys, keys.map(keyIdOf));
+
+  const refused = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', 'cmd/agent/main.ts', '--master', m.url, '--release-key', 'not-a-key'],
+    { encoding: 'utf8', env: { ...process.env, AGENT_TOKEN: edge.agent_token }, timeout: 10_000 },
+  );
+  assert.equal(refused.status, 2, refused.stderr);
+  assert.match(refused.stderr, /--release-key: 'not-a-key' is not a release key/);
 });

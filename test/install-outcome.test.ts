@@ -61,7 +61,7 @@ test('an install past its time ends install_failed (timed_out), its SSH command 
   const installer = new Installer(m.app, 'ssh', 1000);
   await m.app.store.db.writeInTurn(() => installer.markStarted(target.id, 'install'));
   const started = Date.now();
-  await installer.run(target.id, 'install', { masterUrl: 'http://127.0.0.1:9', pin: null }, false);
+  await installer.run(target.id, 'install', { masterUrl: 'http://127.0.0.1:9', pin: null, releaseKeys: [] }, false);
   assert.ok(Date.now() - started < 5000, `it ended after ${Date.now() - started} ms`);
   const ended = (await call(m.url, 'GET', `/api/nodes/${target.id}`, { token: m.admin })).body;
   assert.equal(ended.status, 'install_failed');

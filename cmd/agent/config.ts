@@ -6,6 +6,8 @@ import { readFileSync } from 'node:fs';
 import type { Parsed } from '../../internal/runtime/cli.ts';
 import { isLoopback, masterOrigin } from '../../internal/schema/net.ts';
 import { PIN } from '../../internal/tls/pin.ts';
+import type { KeyObject } from 'node:crypto';
+import { parseReleaseKeys } from '../../internal/release/signature.ts';
 import { forwardingModes, type ForwardingMode } from '../../internal/forward/forwarder.ts';
 
 export interface AgentConfig {
@@ -17,6 +19,8 @@ export interface AgentConfig {
   listenHost: string;
   forwarding: ForwardingMode;
   resolveSeconds: number;
+  /** The release keys whose signed bundles this agent will run (what POST /api/nodes gives); none: no upgrades. */
+  releaseKeys: KeyObject[];
 }
 
 export type AgentParse = Parsed<AgentConfig>;
@@ -30,6 +34,8 @@ Options:
                        the system trusts. The agent sends nothing to a master it cannot verify.
   --token TOKEN        the node's agent token from POST /api/nodes (env AGENT_TOKEN; prefer the
                        environment, since arguments are visible to every user of the machine)
+  --release-key KEYS   the release keys (comma-separated) whose signed agent bundles this agent will run,
+                       as POST /api/nodes gives them (env AGENT_RELEASE_KEY); none: it runs no other bundle
   --state-dir DIR      where the last applied config and unsent traffic are kept
                        (env AGENT_STATE_DIR, default ./agent-state)
   --listen-host ADDR   address the forwarding ports listen on (env AGENT_LISTEN_HOST, default 0.0.0.0)
@@ -56,6 +62,7 @@ const FLAGS = {
   '--listen-host': 'AGENT_LISTEN_HOST',
   '--forwarding': 'AGENT_FORWARDING',
   '--resolve-every': 'AGENT_RESOLVE_SECONDS',
+  '--release-key': 'AGENT_RELEASE_KEY',
   '--env-file': 'AGENT_ENV_FILE',
 } as const;
 /** Flags that take no value; their variable is on when it is 1 or true. */
@@ -149,6 +156,8 @@ export function parseAgentConfig(
   const token = settings.AGENT_TOKEN;
   if (!token || !/^mat_[1-9][0-9]*_[A-Za-z0-9_-]{43}$/.test(token))
     return { error: "--token (or AGENT_TOKEN) must be the node's agent token (mat_...)" };
+  const releaseKeys = parseReleaseKeys(settings.AGENT_RELEASE_KEY ?? '');
+  if (typeof releaseKeys === 'string') return { error: `--release-key: ${releaseKeys}` };
   return {
     config: {
       masterUrl: origin,
@@ -158,6 +167,7 @@ export function parseAgentConfig(
       listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0',
       forwarding: forwarding as ForwardingMode,
       resolveSeconds,
+      releaseKeys,
     },
   };
 }

@@ -32,6 +32,8 @@ import { VitalsMeter } from './vitals.ts';
 import { tableOf } from '../kernel/ruleset.ts';
 import { agentTokenNode } from '../auth/secrets.ts';
 import { pinOf } from '../tls/pin.ts';
+import { keyIdOf } from '../release/signature.ts';
+import type { KeyObject } from 'node:crypto';
 import { canonicalAddress } from '../schema/net.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 import { watchRuleset, type RulesetWatch } from '../kernel/nft.ts';
@@ -52,6 +54,8 @@ export interface AgentOptions {
    * `nft monitor` tells at once), in milliseconds; default 30,000.
    */
   driftCheckMs?: number;
+  /** The release keys whose signed bundles this agent runs; what it trusts is told the master (their ids). */
+  releaseKeys?: KeyObject[];
   version: string;
   log: Logger;
 }
@@ -114,6 +118,8 @@ export class Agent {
   private applying: Promise<void> = Promise.resolve();
   private reportTimer: NodeJS.Timeout | undefined;
   private readonly vitals = new VitalsMeter();
+  /** The ids of the release keys this agent trusts, as it tells the master when it links; empty: none. */
+  private readonly releaseKeyIds: string;
   private refreshTimer: NodeJS.Timeout | undefined;
   private driftTimer: NodeJS.Timeout | undefined;
   /** Tells of changes to the ruleset while the kernel carries rules (see checkDrift). */
@@ -132,6 +138,7 @@ export class Agent {
   private readonly tunnelsSent = new Map<number, { report: TunnelReport; at: number }>();
 
   constructor(private readonly options: AgentOptions) {
+    this.releaseKeyIds = (options.releaseKeys ?? []).map(keyIdOf).join(',');
     this.forwarder = new Forwarder(
       options.listenHost,
       {},
@@ -282,6 +289,7 @@ export class Agent {
         Upgrade: LINK_PROTOCOL,
         Authorization: `Bearer ${this.options.token}`,
         'X-Agent-Version': this.options.version,
+        ...(this.releaseKeyIds ? { 'X-Agent-Release-Keys': this.releaseKeyIds } : {}),
       },
       ...(socket ? { createConnection: () => socket } : {}),
     });

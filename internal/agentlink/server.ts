@@ -62,6 +62,7 @@ import {
   send,
   type Message,
 } from './wire.ts';
+import { KEY_ID, MAX_RELEASE_KEYS } from '../release/signature.ts';
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
@@ -137,6 +138,8 @@ interface Link {
   nodeId: number;
   socket: Socket;
   agentVersion: string | null;
+  /** The ids of the release keys its agent trusts (X-Agent-Release-Keys). */
+  releaseKeys: string[];
   ip: string;
   allowance: TrafficAllowance;
   /** Why the master ended this link, written on the node when it closes. */
@@ -331,6 +334,11 @@ export class AgentLinks {
       String(req.headers['x-agent-version'] ?? '')
         .replace(/[^\x20-\x7e]/g, '?')
         .slice(0, 32) || null;
+    // Ids only, and a few: what is not one is left out, never stored.
+    const releaseKeys = String(req.headers['x-agent-release-keys'] ?? '')
+      .split(',')
+      .filter((id) => KEY_ID.test(id))
+      .slice(0, MAX_RELEASE_KEYS);
     if (req.headers.upgrade !== LINK_PROTOCOL) {
       const spoken = String(req.headers.upgrade ?? 'nothing')
         .replace(/[^\x20-\x7e]/g, '?')
@@ -364,6 +372,7 @@ export class AgentLinks {
       nodeId,
       socket,
       agentVersion,
+      releaseKeys,
       ip,
       allowance: new TrafficAllowance(app.clock.now, countedAt),
       ...this.stateWriters(nodeId),
@@ -478,7 +487,7 @@ export class AgentLinks {
     app.sync.connect(nodeId, at);
     // Taking over when the old link closes may come while an import or batch is being written.
     app.store.db.whenWritable(() =>
-      app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at)),
+      app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at, link.releaseKeys)),
     );
     this.logOf(`n:${nodeId}`).info('agent connected', {
       node_id: nodeId,

@@ -8,6 +8,7 @@ import { grants } from '../auth/scopes.ts';
 import { validationFailed } from '../errors/errors.ts';
 import type { MasterDial } from '../install/agent-env.ts';
 import { isLoopback, masterOrigin } from '../schema/net.ts';
+import { releaseKeyText } from '../release/signature.ts';
 import type { Ctx } from './route.ts';
 import { missingScope } from '../service/write.ts';
 
@@ -45,7 +46,8 @@ function dialOrProblem(ctx: DialCtx, given?: string): MasterDial | string {
     );
   }
   // The pin names the master's own key: it holds only where the master itself answers TLS.
-  return { masterUrl: origin, pin: app.tls && url.protocol === 'https:' ? app.tls.pin : null };
+  const pin = app.tls && url.protocol === 'https:' ? app.tls.pin : null;
+  return { masterUrl: origin, pin, releaseKeys: app.releaseKeys.map(releaseKeyText) };
 }
 
 /** The dial for agents of this request's master, or null when there is none to give. */

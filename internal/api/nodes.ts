@@ -21,6 +21,7 @@ const READ_ONLY = [
   'status',
   'status_detail',
   'agent_version',
+  'agent_release_keys',
   'kernel_path',
   'last_seen_at',
   'traffic',
@@ -110,6 +111,7 @@ const nodeProperties = {
     description: 'Why the node is in its status, e.g. the reason its agent link or install failed.',
   },
   agent_version: { type: ['string', 'null'] },
+  agent_release_keys: { type: 'array', items: { type: 'string' }, description: 'The release keys its agent trusts.' },
   kernel_path: {
     type: ['object', 'null'],
     description:

@@ -1,5 +1,5 @@
-// What an agent needs to reach its master, written once: the environment install-ssh puts
-// in agent.env, and the same as a command line a person can paste on a node.
+// What an agent needs to reach its master and to trust what it is given to run, written once: the environment
+// install-ssh puts in agent.env, and the same as a command line a person can paste on a node.
 
 import { isLoopback } from '../schema/net.ts';
 
@@ -8,6 +8,8 @@ export interface MasterDial {
   masterUrl: string;
   /** The master's key pin, for an https URL the master itself answers; null otherwise (system CAs). */
   pin: string | null;
+  /** The release keys (base64, as releaseKeyText writes them) whose signed bundles the agent is to run. */
+  releaseKeys: readonly string[];
 }
 
 function insecure(masterUrl: string): boolean {
@@ -20,6 +22,7 @@ export function agentEnvironment(dial: MasterDial, token: string): Record<string
   return {
     AGENT_MASTER_URL: dial.masterUrl,
     ...(dial.pin ? { AGENT_MASTER_PIN: dial.pin } : {}),
+    ...(dial.releaseKeys.length > 0 ? { AGENT_RELEASE_KEY: dial.releaseKeys.join(',') } : {}),
     // The master was told to speak plain HTTP off loopback (--insecure-http); its agents must be too.
     ...(insecure(dial.masterUrl) ? { AGENT_INSECURE_HTTP: '1' } : {}),
     AGENT_TOKEN: token,
@@ -38,6 +41,7 @@ export function agentCommand(dial: MasterDial, token: string): string {
   return [
     `AGENT_TOKEN='${token}' node agent.mjs --master '${dial.masterUrl}'`,
     ...(dial.pin ? [`--master-pin '${dial.pin}'`] : []),
+    ...(dial.releaseKeys.length > 0 ? [`--release-key '${dial.releaseKeys.join(',')}'`] : []),
     ...(insecure(dial.masterUrl) ? ['--insecure-http'] : []),
   ].join(' ');
 }

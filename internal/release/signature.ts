@@ -80,3 +80,33 @@ export function verifyBundle(bundle: Buffer, signature: unknown, trusted: readon
     throw new BundleRefused('the bundle is not the one signed (its size or SHA-256 differ)');
   return s.version;
 }
+
+/** A release key's public half as agents are given it: the base64 of its SubjectPublicKeyInfo (60 characters). */
+export function releaseKeyText(key: KeyObject): string {
+  return key.export({ type: 'spki', format: 'der' }).toString('base64');
+}
+
+/** The most release keys an agent is given (two while one replaces another, and room for a mistake). */
+export const MAX_RELEASE_KEYS = 4;
+
+/** Release keys from their comma-separated text (`releaseKeyText`), or why the text is not that. */
+export function parseReleaseKeys(text: string): KeyObject[] | string {
+  const parts = text.split(',').filter((part) => part !== '');
+  if (parts.length > MAX_RELEASE_KEYS) return `at most ${MAX_RELEASE_KEYS} release keys`;
+  const keys: KeyObject[] = [];
+  for (const part of parts) {
+    let key: KeyObject;
+    try {
+      if (!/^[A-Za-z0-9+/]{59}=$/.test(part)) throw new Error('not base64 of a key');
+      key = createPublicKey({ key: Buffer.from(part, 'base64'), format: 'der', type: 'spki' });
+    } catch {
+      return `'${part.slice(0, 80)}' is not a release key (an Ed25519 public key in base64, as the master gives it)`;
+    }
+    if (key.asymmetricKeyType !== 'ed25519') return `'${part.slice(0, 80)}' is not an Ed25519 key`;
+    keys.push(key);
+  }
+  return keys;
+}
+
+/** What a key id looks like (see keyIdOf), for what agents say they trust. */
+export const KEY_ID = /^sha256\/[A-Za-z0-9+/]{43}=$/;

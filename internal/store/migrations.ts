@@ -529,7 +529,7 @@ export const migrations: readonly string[] = [
   CREATE INDEX rules_quota ON rules(id) WHERE quota_bytes IS NOT NULL;
   CREATE INDEX tunnels_down ON tunnels(id) WHERE status = 'down';
   `,
-  /* 26: agent bundles the master carries, each with the signature of a release key */ `
+  /* 26: agent bundles the master carries, each with the signature of a release key; the keys each agent trusts */ `
   CREATE TABLE agent_bundles (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     version TEXT NOT NULL UNIQUE,
@@ -540,5 +540,6 @@ export const migrations: readonly string[] = [
     body BLOB NOT NULL,
     created_at TEXT NOT NULL
   ) STRICT;
+  ALTER TABLE nodes ADD COLUMN agent_release_keys TEXT NOT NULL DEFAULT '[]';
   `,
 ];

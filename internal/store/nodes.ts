@@ -64,6 +64,8 @@ export interface Node {
   status: NodeStatus;
   status_detail: string | null;
   agent_version: string | null;
+  /** The ids of the release keys its agent said it trusts when it last linked (sha256/...); empty: none. */
+  agent_release_keys: string[];
   /** What its agent last said of the kernel path (null until an agent that knows of it linked). */
   kernel_path: KernelPath | null;
   last_seen_at: string | null;
@@ -88,8 +90,9 @@ export interface NodeFields {
 /** A sealed SSH credential, or 'keep' to leave the stored one as it is. */
 export type SshSecret = { auth: SshAuth; sealed: Buffer | null } | 'keep';
 
-interface Row extends Omit<Node, 'tags' | 'traffic' | 'install' | 'kernel_path' | 'vitals'> {
+interface Row extends Omit<Node, 'tags' | 'agent_release_keys' | 'traffic' | 'install' | 'kernel_path' | 'vitals'> {
   tags: string;
+  agent_release_keys: string;
   kernel_path: string | null;
   vitals: string | null;
   bytes_in: number;
@@ -100,7 +103,7 @@ interface Row extends Omit<Node, 'tags' | 'traffic' | 'install' | 'kernel_path' 
 }
 
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
-  kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
+  agent_release_keys, kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, vitals, version, created_at, updated_at`;
 
@@ -109,6 +112,7 @@ export const INSTALL_LOG_BYTES = 8192;
 
 function toNode({
   tags,
+  agent_release_keys,
   kernel_path,
   vitals,
   bytes_in,
@@ -121,6 +125,7 @@ function toNode({
   return {
     ...row,
     tags: JSON.parse(tags) as string[],
+    agent_release_keys: JSON.parse(agent_release_keys) as string[],
     kernel_path: kernel_path === null ? null : (JSON.parse(kernel_path) as Node['kernel_path']),
     traffic: { bytes_in, bytes_out },
     install: { started_at: install_started_at, finished_at: install_finished_at, log_tail: install_log },
@@ -132,7 +137,7 @@ function toNode({
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user,
   'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', ${STATUS}, 'status_detail', status_detail, 'agent_version', agent_version,
-    'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
+    'agent_release_keys', json(agent_release_keys), 'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'vitals', json(vitals), 'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
@@ -258,7 +263,8 @@ export class NodeStore {
     this.linkStmt = db.prepare(`UPDATE nodes SET
         status = CASE WHEN status = 'installing' THEN status ELSE :status END,
         status_detail = CASE WHEN status = 'installing' THEN status_detail ELSE :detail END,
-        last_seen_at = :at, agent_version = coalesce(:agent_version, agent_version) WHERE id = :id`);
+        last_seen_at = :at, agent_version = coalesce(:agent_version, agent_version),
+        agent_release_keys = coalesce(:release_keys, agent_release_keys) WHERE id = :id`);
     this.interruptedStmt = db.prepare(`UPDATE nodes SET status = 'install_failed', status_detail = :detail,
         install_finished_at = :at, install_log = substr(coalesce(install_log, '') || :line, -${INSTALL_LOG_BYTES})
       WHERE status = 'installing'`);
@@ -368,6 +374,7 @@ export class NodeStore {
           status: 'new',
           status_detail: null,
           agent_version: null,
+          agent_release_keys: [],
           kernel_path: null,
           last_seen_at: null,
           config_version: 1,
@@ -430,9 +437,20 @@ export class NodeStore {
     this.setTokenStmt.run(hash, id);
   }
 
-  /** Records the agent link's state: online with its version, or offline with why. */
-  setLink(id: number, status: NodeStatus, detail: string | null, agentVersion: string | null, at: string): void {
-    this.linkStmt.run({ id, status, detail, agent_version: agentVersion, at });
+  /**
+   * Records the agent link's state: online with its version and the ids of the release keys it trusts (null: as
+   * before), or offline with why.
+   */
+  setLink(
+    id: number,
+    status: NodeStatus,
+    detail: string | null,
+    agentVersion: string | null,
+    at: string,
+    releaseKeys: readonly string[] | null = null,
+  ): void {
+    const release_keys = releaseKeys && JSON.stringify(releaseKeys);
+    this.linkStmt.run({ id, status, detail, agent_version: agentVersion, release_keys, at });
   }
 
   /**

@@ -88,6 +88,7 @@ test(
       listenHost: '0.0.0.0',
       forwarding: 'auto',
       resolveSeconds: 60,
+      releaseKeys: [],
     };
     const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
       [
@@ -179,6 +180,7 @@ test(
         listenHost: '0.0.0.0',
         forwarding: 'auto',
         resolveSeconds: 60,
+        releaseKeys: [],
       },
     });
     assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
@@ -190,6 +192,7 @@ test(
         listenHost: '0.0.0.0',
         forwarding: 'auto',
         resolveSeconds: 60,
+        releaseKeys: [],
       },
     });
     assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
@@ -201,6 +204,7 @@ test(
         listenHost: '0.0.0.0',
         forwarding: 'auto',
         resolveSeconds: 60,
+        releaseKeys: [],
       },
     });
     const errors: [string, RegExp][] = [
