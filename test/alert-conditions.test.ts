@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import test from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
 import { alertConditions } from '../internal/domain/alerts.ts';
+import { DELIVERIES_KEPT } from '../internal/store/alerts.ts';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
 import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
@@ -239,4 +240,32 @@ test('the master keeps at most 100 channels and 1,000 alert rules: one more is 4
     assert.match(refused.body.detail, /keeps at most/);
     assert.equal((await call(m.url, 'GET', `${path}?count=true&limit=1`, { token: m.admin })).body.total, most);
   }
+});
+
+const BOUNDED =
+  "what agents can make alerts write stays bounded: an alert rule's newest 1,000 events, a channel's newest " +
+  '10,000 finished deliveries (pending ones all kept)';
+
+test(BOUNDED, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const channel = await made(m, '/api/channels', CLOSED_PORT);
+  const { store } = m.app;
+  const at = m.app.timestamp();
+  store.write(() => {
+    for (let i = 0; i < 1_500; i++)
+      store.events.append(i % 2 ? 'alert.resolved' : 'alert.firing', 'alert_rule', 1, {}, at);
+    for (let i = 0; i < 10; i++) store.events.append('alert.firing', 'alert_rule', 2, {}, at);
+    for (let i = 0; i < DELIVERIES_KEPT + 50; i++)
+      store.deliveries.recordFinished(`msg_${i}`, channel.id, {}, null, at);
+  });
+  await store.committed();
+  const count = (sql: string, ...params: number[]) => (store.db.prepare(sql).get(...params) as { n: number }).n;
+  const events = "SELECT count(*) AS n FROM events WHERE resource = 'alert_rule' AND resource_id = ?";
+  assert.equal(count(events, 1), 1_000, 'the newest 1,000 of the flapping alert rule');
+  assert.equal(count(events, 2), 10, "another rule's are its own");
+  assert.equal(count("SELECT count(*) AS n FROM deliveries WHERE state = 'sent'"), DELIVERIES_KEPT);
+  assert.equal(
+    store.deliveries.page(Number.MAX_SAFE_INTEGER, 1, channel.id)[0]!.message_id,
+    `msg_${DELIVERIES_KEPT + 49}`,
+  );
 });

@@ -47,8 +47,9 @@ class Conversation {
     this.listen(socket);
   }
 
-  /** Goes on on `socket` (the same connection, after STARTTLS). */
+  /** Goes on on `socket` (the same connection, after STARTTLS): the plain socket's bytes are TLS's from now on. */
   upgrade(socket: TLSSocket): void {
+    this.socket.removeAllListeners('data');
     this.socket = socket;
     this.buffer = '';
     this.listen(socket);

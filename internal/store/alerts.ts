@@ -400,6 +400,9 @@ export class AlertStore {
   }
 }
 
+/** How many deliveries a channel's log keeps at most (besides those still pending). */
+export const DELIVERIES_KEPT = 10_000;
+
 export const deliveryStates = ['pending', 'sent', 'failed'] as const;
 export type DeliveryState = (typeof deliveryStates)[number];
 
@@ -426,6 +429,7 @@ const DELIVERY_COLUMNS = `id, message_id, channel_id, state, attempts, next_atte
 
 export class DeliveryStore {
   private readonly insertStmt;
+  private readonly boundStmt;
   private readonly finishedStmt;
   private readonly dueStmt;
   private readonly pageStmt;
@@ -438,6 +442,9 @@ export class DeliveryStore {
   constructor(db: Database) {
     this.insertStmt = db.prepare(`INSERT INTO deliveries (message_id, channel_id, payload, state, next_attempt_at,
       created_at) VALUES (?, ?, ?, 'pending', ?, ?)`);
+    this.boundStmt = db.prepare(`DELETE FROM deliveries WHERE channel_id = :channel AND state <> 'pending'
+      AND id <= (SELECT id FROM deliveries WHERE channel_id = :channel ORDER BY channel_id, id DESC
+        LIMIT 1 OFFSET ${DELIVERIES_KEPT})`);
     this.finishedStmt = db.prepare(`INSERT INTO deliveries (message_id, channel_id, payload, state, attempts,
       last_error, created_at, finished_at) VALUES (:message_id, :channel_id, :payload, :state, 1, :error, :at, :at)
       RETURNING ${DELIVERY_COLUMNS}`);
@@ -463,16 +470,22 @@ export class DeliveryStore {
     this.pruneStmt = db.prepare("DELETE FROM deliveries WHERE created_at < ? AND state <> 'pending'");
   }
 
-  /** Inside a write: a notification for channel `channelId`, due at once. */
+  /**
+   * Inside a write: a notification for channel `channelId`, due at once. The channel's log keeps its newest
+   * DELIVERIES_KEPT finished deliveries: what alerts fire, agents can make fire as fast as they drop their links.
+   */
   enqueue(messageId: string, channelId: number, payload: unknown, at: string): void {
     this.insertStmt.run(messageId, channelId, JSON.stringify(payload), at, at);
+    this.boundStmt.run({ channel: channelId });
   }
 
   /** Inside a write: a delivery made in one attempt, done (`error` null) or failed. */
   recordFinished(messageId: string, channelId: number, payload: unknown, error: string | null, at: string): Delivery {
     const state = error === null ? 'sent' : 'failed';
     const params = { message_id: messageId, channel_id: channelId, payload: JSON.stringify(payload), state, error, at };
-    return this.finishedStmt.get(params) as unknown as Delivery;
+    const delivery = this.finishedStmt.get(params) as unknown as Delivery;
+    this.boundStmt.run({ channel: channelId });
+    return delivery;
   }
 
   /** The pending deliveries due at `at`, oldest first, at most `limit`. */

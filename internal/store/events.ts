@@ -235,4 +235,28 @@ const reportedBound: Derivation = {
 };
 
 /** What triggers keep of the journal. */
-export const eventDerivations: readonly Derivation[] = [journalTriggers, reportedBound];
+/** The journal's alert events (service/alerting.ts), which agents cause too: a node's link dropped and back. */
+const ALERT_TYPES = "('alert.firing', 'alert.resolved')";
+
+/**
+ * An alert rule keeps its newest REPORTED_KEPT alert events, as a resource does what agents report: an agent that
+ * drops its link and comes back, again and again, fires and resolves its node's alerts as often (damping is the
+ * operator's to set). Migration 26's partial index keeps the bound cheap.
+ */
+const alertBound: Derivation = {
+  name: 'events_alert_bound',
+  triggers: [
+    trigger(
+      'events_alert_bound',
+      `AFTER INSERT ON events WHEN NEW.type IN ${ALERT_TYPES} BEGIN
+    DELETE FROM events
+      WHERE type IN ${ALERT_TYPES} AND resource = NEW.resource AND resource_id IS NEW.resource_id
+        AND id <= (SELECT id FROM events
+          WHERE type IN ${ALERT_TYPES} AND resource = NEW.resource AND resource_id IS NEW.resource_id
+          ORDER BY id DESC LIMIT 1 OFFSET ${REPORTED_KEPT});
+  END`,
+    ),
+  ],
+};
+
+export const eventDerivations: readonly Derivation[] = [journalTriggers, reportedBound, alertBound];

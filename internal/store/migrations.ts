@@ -541,5 +541,7 @@ export const migrations: readonly string[] = [
     created_at TEXT NOT NULL
   ) STRICT;
   ALTER TABLE nodes ADD COLUMN agent_release_keys TEXT NOT NULL DEFAULT '[]';
+  -- For the bound on alert events (events_alert_bound in store/events.ts), as events_reported is for reports.
+  CREATE INDEX events_alerts ON events(resource, resource_id, id) WHERE type IN ('alert.firing', 'alert.resolved');
   `,
 ];
