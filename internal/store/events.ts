@@ -214,49 +214,39 @@ const journalTriggers: Derivation = {
 };
 
 /**
- * What agents report is journalled as it changes; however fast a hostile or broken agent makes it change, a resource
- * keeps its newest REPORTED_KEPT such events (a client resuming from before the older ones misses states its resource
- * has left since, and is sent the newer ones). Migration 19's partial index makes the bound cost API writes nothing.
+ * A trigger that keeps, of the events of `types` (an SQL list), a resource's newest REPORTED_KEPT: what agents cause
+ * however fast they cause it. A partial index on those types (a migration's) makes the bound cost other writes
+ * nothing.
  */
-const reportedBound: Derivation = {
-  name: 'events_reported_bound',
-  triggers: [
-    trigger(
-      'events_reported_bound',
-      `AFTER INSERT ON events WHEN NEW.type IN ${REPORTED} BEGIN
+function newestKept(name: string, types: string): Derivation {
+  return {
+    name,
+    triggers: [
+      trigger(
+        name,
+        `AFTER INSERT ON events WHEN NEW.type IN ${types} BEGIN
     DELETE FROM events
-      WHERE type IN ${REPORTED} AND resource = NEW.resource AND resource_id IS NEW.resource_id
+      WHERE type IN ${types} AND resource = NEW.resource AND resource_id IS NEW.resource_id
         AND id <= (SELECT id FROM events
-          WHERE type IN ${REPORTED} AND resource = NEW.resource AND resource_id IS NEW.resource_id
+          WHERE type IN ${types} AND resource = NEW.resource AND resource_id IS NEW.resource_id
           ORDER BY id DESC LIMIT 1 OFFSET ${REPORTED_KEPT});
   END`,
-    ),
-  ],
-};
+      ),
+    ],
+  };
+}
 
-/** What triggers keep of the journal. */
 /** The journal's alert events (service/alerting.ts), which agents cause too: a node's link dropped and back. */
 const ALERT_TYPES = "('alert.firing', 'alert.resolved')";
 
 /**
- * An alert rule keeps its newest REPORTED_KEPT alert events, as a resource does what agents report: an agent that
- * drops its link and comes back, again and again, fires and resolves its node's alerts as often (damping is the
- * operator's to set). Migration 26's partial index keeps the bound cheap.
+ * What agents report is journalled as it changes, and kept as `newestKept` says (a client resuming from before the
+ * older ones misses states its resource has left since, and is sent the newer ones; migration 19's index). So are an
+ * alert rule's alert events: an agent that drops its link and comes back, again and again, fires and resolves its
+ * node's alerts as often, unless the rule damps them (migration 26's index).
  */
-const alertBound: Derivation = {
-  name: 'events_alert_bound',
-  triggers: [
-    trigger(
-      'events_alert_bound',
-      `AFTER INSERT ON events WHEN NEW.type IN ${ALERT_TYPES} BEGIN
-    DELETE FROM events
-      WHERE type IN ${ALERT_TYPES} AND resource = NEW.resource AND resource_id IS NEW.resource_id
-        AND id <= (SELECT id FROM events
-          WHERE type IN ${ALERT_TYPES} AND resource = NEW.resource AND resource_id IS NEW.resource_id
-          ORDER BY id DESC LIMIT 1 OFFSET ${REPORTED_KEPT});
-  END`,
-    ),
-  ],
-};
-
-export const eventDerivations: readonly Derivation[] = [journalTriggers, reportedBound, alertBound];
+export const eventDerivations: readonly Derivation[] = [
+  journalTriggers,
+  newestKept('events_reported_bound', REPORTED),
+  newestKept('events_alert_bound', ALERT_TYPES),
+];
