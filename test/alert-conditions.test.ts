@@ -10,6 +10,7 @@ import test from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
 import { alertConditions } from '../internal/domain/alerts.ts';
 import { DELIVERIES_KEPT } from '../internal/store/alerts.ts';
+import { evaluateAlerts } from '../internal/service/alerting.ts';
 import { generateLicenseKeys, issueLicense } from '../internal/license/license.ts';
 import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
@@ -268,4 +269,24 @@ test(BOUNDED, async (t) => {
     store.deliveries.page(Number.MAX_SAFE_INTEGER, 1, channel.id)[0]!.message_id,
     `msg_${DELIVERIES_KEPT + 49}`,
   );
+});
+
+test('an evaluation reads each condition once, however many rules use it', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const channel = await made(m, '/api/channels', CLOSED_PORT);
+  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+  for (let i = 0; i < 50; i++)
+    await made(m, '/api/alert-rules', {
+      name: `down-${i}`,
+      condition: 'node_offline',
+      node_ids: [i % 2 ? a.id : b.id],
+      channel_ids: [channel.id],
+    });
+  await made(m, '/api/alert-rules', { name: 'failed', condition: 'rule_sync_failed', channel_ids: [channel.id] });
+  const { conditions } = m.app.store;
+  const read: string[] = [];
+  const findings = conditions.findings.bind(conditions);
+  conditions.findings = (condition, given) => (read.push(condition), findings(condition, given));
+  await evaluateAlerts(m.app);
+  assert.deepEqual(read.sort(), ['node_offline', 'rule_sync_failed']);
 });

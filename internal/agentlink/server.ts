@@ -36,7 +36,7 @@ import {
   TUNNEL_PORTS,
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
-import { pinOf } from '../tls/pin.ts';
+import { PIN, pinOf } from '../tls/pin.ts';
 import { sourceOf } from '../schema/net.ts';
 import {
   controlDefaults,
@@ -62,7 +62,7 @@ import {
   send,
   type Message,
 } from './wire.ts';
-import { KEY_ID, MAX_RELEASE_KEYS } from '../release/signature.ts';
+import { MAX_RELEASE_KEYS } from '../release/signature.ts';
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
@@ -337,7 +337,7 @@ export class AgentLinks {
     // Ids only, and a few: what is not one is left out, never stored.
     const releaseKeys = String(req.headers['x-agent-release-keys'] ?? '')
       .split(',')
-      .filter((id) => KEY_ID.test(id))
+      .filter((id) => PIN.test(id))
       .slice(0, MAX_RELEASE_KEYS);
     if (req.headers.upgrade !== LINK_PROTOCOL) {
       const spoken = String(req.headers.upgrade ?? 'nothing')

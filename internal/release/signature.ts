@@ -6,6 +6,7 @@
 
 import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
 import { canonicalJson } from '../license/license.ts';
+import { keyPinOf } from '../tls/pin.ts';
 
 export const SIGNATURE_FORMAT = 'portplane-agent-signature';
 
@@ -26,11 +27,8 @@ export interface BundleSignature {
 /** Why a bundle is not to be run. */
 export class BundleRefused extends Error {}
 
-/** A public key's id: `sha256/` and the base64 SHA-256 of its SubjectPublicKeyInfo. */
-export function keyIdOf(key: KeyObject): string {
-  const der = (key.type === 'private' ? createPublicKey(key) : key).export({ type: 'spki', format: 'der' });
-  return `sha256/${createHash('sha256').update(der).digest('base64')}`;
-}
+/** A release key's id: its pin, as a TLS key's is written (`sha256/` and the base64 SHA-256 of its public key). */
+export const keyIdOf = keyPinOf;
 
 const signedFacts = (s: Pick<BundleSignature, 'version' | 'sha256' | 'size'>) =>
   Buffer.from(canonicalJson({ format: SIGNATURE_FORMAT, version: s.version, sha256: s.sha256, size: s.size }));
@@ -107,6 +105,3 @@ export function parseReleaseKeys(text: string): KeyObject[] | string {
   }
   return keys;
 }
-
-/** What a key id looks like (see keyIdOf), for what agents say they trust. */
-export const KEY_ID = /^sha256\/[A-Za-z0-9+/]{43}=$/;

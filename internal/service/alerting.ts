@@ -10,8 +10,8 @@ import { randomUUID } from 'node:crypto';
 import { alertPayload, type AlertNotice } from '../domain/alerts.ts';
 import type { Logger } from '../log/log.ts';
 import { formatTime } from '../schema/schema.ts';
-import type { Alert, AlertRule, Silence } from '../store/alerts.ts';
-import type { Finding } from '../store/conditions.ts';
+import type { Alert, AlertRule, AlertSelector, Silence } from '../store/alerts.ts';
+import { MAX_FINDINGS, type Finding } from '../store/conditions.ts';
 import { theMaster } from './master.ts';
 import { transact, type Committer } from './write.ts';
 
@@ -45,8 +45,25 @@ interface Step {
   notice: { status: AlertNotice['status']; repeat: boolean } | null;
 }
 
-/** What `rule`'s condition holds for at `now`: rows the store finds, or the master's own license and certificate. */
-function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
+/** What a condition holds for, read once an evaluation for every rule of that condition and threshold. */
+type Holding = (rule: AlertRule) => Finding[];
+
+/**
+ * What each rule's condition holds for at `now`: rows the store finds, or the master's own license and certificate.
+ * A condition is read once for all its rules, and each rule's selector narrows what was read: the evaluation's cost
+ * follows the conditions in use and what they find, not the number of rules.
+ */
+function holdingAt(app: Alerting, now: number): Holding {
+  const read = new Map<string, Finding[]>();
+  return (rule) => {
+    const key = `${rule.condition}/${rule.threshold}`;
+    let findings = read.get(key);
+    if (!findings) read.set(key, (findings = conditionAt(app, rule, now)));
+    return findings.filter((finding) => selects(rule.selector, finding)).slice(0, MAX_FINDINGS);
+  };
+}
+
+function conditionAt(app: Alerting, rule: AlertRule, now: number): Finding[] {
   const days = (rule.threshold ?? 0) * DAY_MS;
   // Nothing can be written while writes are refused: that condition is watched apart (refused-alerts.ts).
   if (rule.condition === 'writes_refused') return [];
@@ -58,14 +75,24 @@ function findingsOf(app: Alerting, rule: AlertRule, now: number): Finding[] {
     if (at === null || Date.parse(at) > now + days) return [];
     const when = Date.parse(at) <= now ? 'expired' : 'expires';
     const summary = `${what} ${when} at ${formatTime(Date.parse(at))}`;
-    return [{ resource, resource_id: 0, summary, node_id: null, other_node_id: null, tags: '[]' }];
+    return [{ resource, resource_id: 0, summary, node_id: null, other_node_id: null, tags: [] }];
   }
-  return app.store.conditions.findings(rule.condition, rule.selector, {
+  return app.store.conditions.findings(rule.condition, {
     threshold: rule.threshold,
     horizon: formatTime(now + days),
     since: formatTime(now - (rule.threshold ?? 0) * 60_000),
     version: app.version,
   });
+}
+
+/** Whether a rule's selector takes `finding`: each part in use matches (a tunnel's node at either end). */
+function selects(selector: AlertSelector, finding: Finding): boolean {
+  const nodes = [finding.node_id, finding.other_node_id];
+  return (
+    (selector.node_ids.length === 0 || nodes.some((id) => id !== null && selector.node_ids.includes(id))) &&
+    (selector.resource_ids.length === 0 || selector.resource_ids.includes(finding.resource_id)) &&
+    (selector.tags.length === 0 || finding.tags.some((tag) => selector.tags.includes(tag)))
+  );
 }
 
 /** Evaluates every enabled alert rule once; writes (and notifies) only what changed. */
@@ -94,9 +121,10 @@ function plan(app: Alerting, now: number): Step[] {
   const at = formatTime(now);
   const silences = app.store.silences.active(at);
   const silenced = (rule: AlertRule, alert: Written) => silences.some((silence) => mutes(silence, rule, alert));
+  const holding = holdingAt(app, now);
   for (const rule of app.store.alertRules.enabled()) {
     try {
-      steps.push(...planRule(app, rule, now, at, silenced));
+      steps.push(...planRule(app, rule, holding(rule), now, at, silenced));
     } catch (error) {
       // One rule that cannot be evaluated (what it reads is broken) holds up no other.
       app.log.error('evaluating an alert rule failed', { alert_rule: rule.id, error: (error as Error).message });
@@ -109,13 +137,12 @@ function plan(app: Alerting, now: number): Step[] {
 function planRule(
   app: Alerting,
   rule: AlertRule,
+  findings: Finding[],
   now: number,
   at: string,
   silenced: (rule: AlertRule, alert: Written) => boolean,
 ): Step[] {
-  const found = new Map(
-    findingsOf(app, rule, now).map((finding) => [`${finding.resource}/${finding.resource_id}`, finding]),
-  );
+  const found = new Map(findings.map((finding) => [`${finding.resource}/${finding.resource_id}`, finding]));
   // Nodes not heard from yet since the master started are neither offline nor back: their alerts stay as they are.
   const relinking = (resource: string, id: number) =>
     resource === 'node' && now - app.startedAt < RELINK_GRACE_MS && !app.sync.linkedSinceStart(id);
@@ -160,7 +187,7 @@ function planRule(
 
 /** Where a finding is, as an alert keeps it for silences. */
 function placeOf(finding: Finding): Pick<Alert, 'node_id' | 'other_node_id' | 'tags'> {
-  return { node_id: finding.node_id, other_node_id: finding.other_node_id, tags: JSON.parse(finding.tags) as string[] };
+  return { node_id: finding.node_id, other_node_id: finding.other_node_id, tags: finding.tags };
 }
 
 /**
@@ -222,6 +249,14 @@ function apply(app: Alerting, steps: Step[]): void {
     for (const channelId of rule.channel_ids) byChannel.set(channelId, [...(byChannel.get(channelId) ?? []), told]);
     app.store.events.append(`alert.${notice.status}`, 'alert_rule', rule.id, told, at);
   }
+  enqueueNotices(app, byChannel, at);
+}
+
+/**
+ * Inside a write: one outbox entry per channel with the notices due to it (a channel deleted meanwhile is skipped),
+ * each under a message id of its own.
+ */
+export function enqueueNotices(app: Committer, byChannel: ReadonlyMap<number, AlertNotice[]>, at: string): void {
   const existing = app.store.channels.existing([...byChannel.keys()]);
   for (const [channelId, notices] of byChannel)
     if (existing.has(channelId))

@@ -63,10 +63,15 @@ export class Outbox {
       if (this.busy.size >= MAX_IN_FLIGHT) break;
       if (this.busy.has(delivery.channel_id)) continue;
       this.busy.add(delivery.channel_id);
-      const sending = this.send(delivery).finally(() => {
-        this.busy.delete(delivery.channel_id);
-        this.settled.delete(sending);
-      });
+      // Whatever one delivery throws ends that delivery's attempt (it stays due), never the master.
+      const sending = this.send(delivery)
+        .catch((error: Error) =>
+          this.deps.log.error('a delivery failed', { delivery: delivery.id, error: error.message }),
+        )
+        .finally(() => {
+          this.busy.delete(delivery.channel_id);
+          this.settled.delete(sending);
+        });
       this.settled.add(sending);
     }
   }

@@ -11,6 +11,7 @@ import type { AlertRule } from '../store/alerts.ts';
 import type { Outbox } from './outbox.ts';
 import { theMaster } from './master.ts';
 import { transact, type Committer } from './write.ts';
+import { enqueueNotices } from './alerting.ts';
 
 /** What the watch needs of the master: to write, its clock in milliseconds, its outbox. */
 export interface RefusalWatched extends Committer {
@@ -76,9 +77,7 @@ export function refusedWritesWatch(app: RefusalWatched): () => Promise<void> {
         app.store.events.append('alert.resolved', 'alert_rule', rule.id, done, at);
         for (const id of rule.channel_ids) byChannel.set(id, [...(byChannel.get(id) ?? []), done]);
       }
-      const existing = app.store.channels.existing([...byChannel.keys()]);
-      for (const [id, notices] of byChannel)
-        if (existing.has(id)) app.store.deliveries.enqueue(`msg_${randomUUID()}`, id, alertPayload(notices, at), at);
+      enqueueNotices(app, byChannel, at);
     });
     // Forgotten once the resolution is written: a write that fails again tries again at the next tick.
     for (const { rule } of resolved) told.delete(rule.id);

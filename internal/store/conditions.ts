@@ -1,10 +1,9 @@
-// SQL for what alert rules watch: for each condition, the resources it holds for now, narrowed by a rule's selector.
+// SQL for what alert rules watch: for each condition, the resources it holds for now.
 // Each reads only what is in the condition (partial indexes on failed syncs, unhealthy rules, quotas, down tunnels
 // and expiring rules; nodes are read whole, as their status is their agents' links), and at most a bound of them.
 
 import { olderVersion, type AlertCondition } from '../domain/alerts.ts';
 import type { Database, Statement } from './database.ts';
-import type { AlertSelector } from './alerts.ts';
 
 /** A resource an alert rule's condition holds for, with what silences match it by. */
 export interface Finding {
@@ -14,12 +13,14 @@ export interface Finding {
   /** The node it is on (a tunnel: its entry; other_node_id its exit); null for the master's own. */
   node_id: number | null;
   other_node_id: number | null;
-  /** Its tags, as JSON. */
-  tags: string;
+  tags: string[];
 }
 
 /** How many resources one rule follows at once: the first by id; the rest wait for these to clear. */
 export const MAX_FINDINGS = 1000;
+
+/** How many resources a condition's query reads at most, for every rule of that condition at once. */
+export const MAX_HOLDING = 10_000;
 
 /** What an agent said, as far as a notification repeats it. */
 const SAID = (column: string) => `substr(coalesce(${column}, ''), 1, 200)`;
@@ -64,14 +65,7 @@ const CONDITIONS: Record<RowCondition, string> = {
     FROM rules WHERE expires_at IS NOT NULL AND expired = 0 AND expires_at <= :horizon`,
 };
 
-/** A rule's selector in SQL: each part in use narrows, an empty one does not. */
-const SELECTED = `(json_array_length(:node_ids) = 0 OR node_id IN (SELECT value FROM json_each(:node_ids))
-    OR other_node_id IN (SELECT value FROM json_each(:node_ids)))
-  AND (json_array_length(:resource_ids) = 0 OR resource_id IN (SELECT value FROM json_each(:resource_ids)))
-  AND (json_array_length(:tags) = 0 OR EXISTS (SELECT 1 FROM json_each(found.tags) AS t
-    WHERE t.value IN (SELECT value FROM json_each(:tags))))`;
-
-/** What a condition's query is given besides the selector. */
+/** What a condition's query is given. */
 export interface ConditionParams {
   threshold: number | null;
   /** Expiries before it are near. */
@@ -89,23 +83,22 @@ export class ConditionStore {
     db.defineFunction('version_older', (a, b) => (olderVersion(String(a), String(b)) ? 1 : 0));
   }
 
-  /** The resources `condition` holds for now under `selector`, by id, at most MAX_FINDINGS. */
-  findings(condition: RowCondition, selector: AlertSelector, given: ConditionParams): Finding[] {
+  /**
+   * The resources `condition` holds for now, by id, at most MAX_HOLDING: read once an evaluation for all the rules
+   * of that condition (and threshold), each narrowing them by its selector (service/alerting.ts).
+   */
+  findings(condition: RowCondition, given: ConditionParams): Finding[] {
     let statement = this.statements.get(condition);
     if (!statement) {
       statement = this.db.prepare(`SELECT resource, resource_id, summary, node_id, other_node_id, tags
-        FROM (${CONDITIONS[condition]}) AS found
-        WHERE ${SELECTED} ORDER BY resource_id LIMIT ${MAX_FINDINGS}`);
+        FROM (${CONDITIONS[condition]}) ORDER BY resource_id LIMIT ${MAX_HOLDING}`);
       this.statements.set(condition, statement);
     }
-    const params: Record<string, string | number | null> = {
-      node_ids: JSON.stringify(selector.node_ids),
-      resource_ids: JSON.stringify(selector.resource_ids),
-      tags: JSON.stringify(selector.tags),
-    };
+    const params: Record<string, string | number | null> = {};
     if (CONDITIONS[condition].includes(':threshold')) params.threshold = given.threshold ?? 0;
     for (const name of ['horizon', 'since', 'version'] as const)
       if (CONDITIONS[condition].includes(`:${name}`)) params[name] = given[name];
-    return statement.all(params) as unknown as Finding[];
+    const rows = statement.all(params) as unknown as (Omit<Finding, 'tags'> & { tags: string })[];
+    return rows.map((row) => ({ ...row, tags: JSON.parse(row.tags) as string[] }));
   }
 }

@@ -2,12 +2,17 @@
 // `sha256/<base64>` (RFC 7469). It names the key, not the certificate, so a certificate
 // renewed for the same key keeps its pin.
 
-import { createHash, X509Certificate } from 'node:crypto';
+import { createHash, createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 
 export const PIN = /^sha256\/[A-Za-z0-9+/]{43}=$/;
 
 export function pinOf(certificate: X509Certificate | string | Buffer): string {
   const x509 = certificate instanceof X509Certificate ? certificate : new X509Certificate(certificate);
-  const spki = x509.publicKey.export({ type: 'spki', format: 'der' });
+  return keyPinOf(x509.publicKey);
+}
+
+/** The pin of a key (a private one: of its public half), as `pinOf` writes a certificate's. */
+export function keyPinOf(key: KeyObject): string {
+  const spki = (key.type === 'private' ? createPublicKey(key) : key).export({ type: 'spki', format: 'der' });
   return `sha256/${createHash('sha256').update(spki).digest('base64')}`;
 }
