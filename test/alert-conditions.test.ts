@@ -290,3 +290,20 @@ test('an evaluation reads each condition once, however many rules use it', async
   await evaluateAlerts(m.app);
   assert.deepEqual(read.sort(), ['node_offline', 'rule_sync_failed']);
 });
+
+test('a silence is refused, naming the field, for a window ending first, over 30 days long or past', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const at = (hours: number) => m.app.timestamp(hours * 3_600_000);
+  for (const [body, pointer] of [
+    [{ starts_at: at(2), ends_at: at(1) }, '/ends_at'],
+    [{ starts_at: at(0), ends_at: at(31 * 24) }, '/ends_at'],
+    [{ starts_at: at(-3), ends_at: at(-1) }, '/ends_at'],
+    [{ ends_at: at(1), alert_rule_ids: [999] }, '/alert_rule_ids/0'],
+    [{ ends_at: at(1), node_ids: [999] }, '/node_ids/0'],
+  ] as const) {
+    const answer = await call(m.url, 'POST', '/api/silences', { token: m.admin, body: { comment: 'x', ...body } });
+    assert.equal(answer.status, 422, JSON.stringify(body));
+    assert.equal(answer.body.errors[0].pointer, `#${pointer}`, JSON.stringify(answer.body));
+  }
+  assert.equal((await call(m.url, 'GET', '/api/silences?count=true', { token: m.admin })).body.total, 0);
+});

@@ -17,6 +17,7 @@ import { bundledMaster } from './bundled.ts';
 import { ADMIN_PASSWORD, assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, until } from './net.ts';
 import { fill, smallDisk } from './disk.ts';
+import { MAX_ATTEMPTS, retryDelayMs } from '../internal/service/outbox.ts';
 
 interface Received {
   path: string;
@@ -132,6 +133,68 @@ test("a channel's address is held as rules' targets are; its secret is shown onc
     for (const secret of [channel.secret, botToken, channel.secret.slice(6, 30)])
       assert.equal(bytes.indexOf(secret), -1, `${file} holds a channel secret`);
   }
+});
+
+test("a channel changing type takes the new type's secret, never keeps the old one; a kept one stays", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const hook = await receiver(t);
+  const botToken = '123456:' + 'R'.repeat(35);
+  const chat = await created(m, '/api/channels', { name: 'ops', type: 'telegram', chat_id: '7', bot_token: botToken });
+  const put = (body: Record<string, unknown>) =>
+    call(m.url, 'PUT', `/api/channels/${chat.id}`, { token: m.admin, body: { name: 'ops', ...body } });
+  const webhook = { type: 'webhook', url: hook.url };
+  const refused = await put(webhook);
+  assertProblem(refused, 422, 'validation_failed');
+  assert.deepEqual(refused.body.errors, [{ pointer: '#/secret', detail: 'is required for a webhook channel' }]);
+  const secret = 'whsec_' + Buffer.alloc(32, 9).toString('base64');
+  assert.equal((await put({ ...webhook, secret })).status, 200);
+  assert.equal((await put({ ...webhook, url: `${hook.url}?v=2` })).status, 200, 'the same type keeps its secret');
+  const test = await call(m.url, 'POST', `/api/channels/${chat.id}/test`, { token: m.admin });
+  assert.equal(test.body.state, 'sent');
+  assert.equal(verified(secret, hook.received)[0]!.payload.type, 'channel.test', 'signed with the secret given');
+  const mail = { type: 'email', smtp_host: 'smtp.example.com', from: 'a@example.com', to: ['b@example.com'] };
+  const emailed = await put(mail);
+  assert.equal(emailed.status, 200, JSON.stringify(emailed.body));
+  assert.equal(emailed.body.has_secret, false, "a webhook's secret is no mail password");
+});
+
+const POLICY_AT_SEND =
+  "a channel's address is held to the policy when each delivery is sent: allow_local_targets turned off fails a " +
+  'loopback channel at once, and a failing one gives up after its last attempt';
+
+test(POLICY_AT_SEND, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const hook = await receiver(t);
+  const failing = await receiver(t, () => 503);
+  const local = await created(m, '/api/channels', { name: 'local', type: 'webhook', url: hook.url });
+  const down = await created(m, '/api/channels', { name: 'down', type: 'webhook', url: failing.url });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 0 } });
+  const refused = await call(m.url, 'POST', `/api/channels/${local.id}/test`, { token: m.admin });
+  assert.equal(refused.body.state, 'failed');
+  assert.match(
+    refused.body.last_error,
+    /loopback address; channels reach such addresses only with allow_local_targets/,
+  );
+  assert.equal(hook.received.length, 0, 'nothing reached it');
+
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 1 } });
+  const edge = await node(m, 'edge');
+  // An expiry further off than the ~3.4 hours of attempts the clock is moved through.
+  await rule(m, { name: 'later', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(20 * 86_400_000) });
+  await watchExpiring(m, [down.id], 30);
+  const delivery = async () =>
+    (await call(m.url, 'GET', `/api/deliveries?channel_id=${down.id}`, { token: m.admin })).body.items.at(-1);
+  for (let attempt = 1; attempt < MAX_ATTEMPTS; attempt++) {
+    await until(`attempt ${attempt}`, async () => (await delivery())?.attempts === attempt);
+    m.advance(retryDelayMs(attempt));
+  }
+  const last = await until('the last attempt', async () => {
+    const got = await delivery();
+    return got?.attempts === MAX_ATTEMPTS && got;
+  });
+  assert.equal(last.state, 'failed');
+  assert.equal(last.last_error, 'answered 503');
+  assert.equal(failing.received.length, MAX_ATTEMPTS, 'no attempt past the last');
 });
 
 const OFFLINE_NOTIFIED =

@@ -57,7 +57,10 @@ interface Parsed {
   made: boolean;
 }
 
-/** `creating`: a new channel (a webhook gets a secret made); `secretNeeded`: one must be given (not on an import). */
+/**
+ * `creating`: a new channel (a webhook given none gets a secret made, shown in the creation answer); `secretNeeded`:
+ * one must be given (a channel changing type: the old type's secret is no secret of the new; not on an import).
+ */
 type TypeParser = (
   body: Given,
   creating: boolean,
@@ -70,7 +73,7 @@ const required = (errors: FieldError[], type: string, field: string) =>
   errors.push({ pointer: `#/${field}`, detail: `is required for a ${type} channel` });
 
 const parsers: Record<ChannelType, TypeParser> = {
-  webhook(body, creating, _secretNeeded, policy, errors) {
+  webhook(body, creating, secretNeeded, policy, errors) {
     const config: ChannelConfig = {};
     if (body.url === undefined) required(errors, 'webhook', 'url');
     else {
@@ -83,7 +86,9 @@ const parsers: Record<ChannelType, TypeParser> = {
       if (problem) errors.push({ pointer: '#/secret', detail: problem });
       return { config, secret: body.secret, made: false };
     }
-    return creating ? { config, secret: newWebhookSecret(), made: true } : { config, secret: null, made: false };
+    if (creating) return { config, secret: newWebhookSecret(), made: true };
+    if (secretNeeded) required(errors, 'webhook', 'secret');
+    return { config, secret: null, made: false };
   },
   telegram(body, _creating, secretNeeded, policy, errors) {
     if (body.chat_id === undefined) required(errors, 'telegram', 'chat_id');
@@ -168,8 +173,11 @@ export function updateChannel(
   const current = app.store.channels.find(id);
   if (!current) throw notFound('channel', id);
   checkIfMatch(ifMatch, current.version);
-  const { fields, secret } = parse(app, body, body.type !== current.type);
-  const channel = app.store.channels.update(id, fields, secret === null ? null : app.box.seal(secret), app.timestamp());
+  const retyped = body.type !== current.type;
+  const { fields, secret } = parse(app, body, false, retyped);
+  // A new type's secret replaces the old one, even with none (a mail server without a login): never kept across.
+  const sealed = secret === null ? null : app.box.seal(secret);
+  const channel = app.store.channels.update(id, fields, sealed, retyped, app.timestamp());
   const changes = diff<ChannelFields>(current, fields, ['name', 'type', 'config']);
   if (secret !== null) (changes.after as Record<string, unknown>).secret = 'replaced';
   change.audit({ action: 'channel.update', resource: 'channel', resource_id: id, changes });

@@ -73,7 +73,8 @@ export class ChannelStore {
     this.insertStmt = db.prepare(`INSERT INTO channels (name, type, config, secret, created_at, updated_at)
       VALUES (:name, :type, :config, :secret, :at, :at) RETURNING ${CHANNEL_COLUMNS}`);
     this.updateStmt = db.prepare(`UPDATE channels SET name = :name, type = :type, config = :config,
-      secret = coalesce(:secret, secret), version = version + 1, updated_at = :at WHERE id = :id
+      secret = CASE WHEN :replace THEN :secret ELSE coalesce(:secret, secret) END, version = version + 1,
+      updated_at = :at WHERE id = :id
       RETURNING ${CHANNEL_COLUMNS}`);
     this.deleteStmt = db.prepare('DELETE FROM channels WHERE id = ?');
     this.secretStmt = db.prepare('SELECT secret FROM channels WHERE id = ?');
@@ -114,12 +115,13 @@ export class ChannelStore {
     );
   }
 
-  /** Inside a write; a null secret keeps the one it has. Throws `conflict` for a name in use. */
-  update(id: number, fields: ChannelFields, secret: Uint8Array | null, at: string): Channel {
+  /** Inside a write; a null secret keeps the one it has unless `replace`. Throws `conflict` for a name in use. */
+  update(id: number, fields: ChannelFields, secret: Uint8Array | null, replace: boolean, at: string): Channel {
+    const params = { ...this.params(fields), secret, replace: replace ? 1 : 0, at, id };
     return unlessTaken(
       `the channel name ${fields.name}`,
       () => this.findByName(fields.name)?.id,
-      () => toChannel(this.updateStmt.get({ ...this.params(fields), secret, at, id }) as unknown as ChannelRow),
+      () => toChannel(this.updateStmt.get(params) as unknown as ChannelRow),
     );
   }
 
