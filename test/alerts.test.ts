@@ -166,15 +166,21 @@ test(POLICY_AT_SEND, async (t) => {
   const m = await startMaster(t, { localTargets: true });
   const hook = await receiver(t);
   const failing = await receiver(t, () => 503);
-  const local = await created(m, '/api/channels', { name: 'local', type: 'webhook', url: hook.url });
+  // Every kind of address a channel has: a webhook's URL, a Bot API's base, a mail server.
+  const locals = [
+    { name: 'hook', type: 'webhook', url: hook.url },
+    { name: 'bot', type: 'telegram', chat_id: '1', bot_token: '123456:' + 'P'.repeat(35), api_base: hook.url },
+    { name: 'mail', type: 'email', smtp_host: '127.0.0.1', from: 'a@example.com', to: ['b@example.com'] },
+  ];
+  const made = [];
+  for (const body of locals) made.push(await created(m, '/api/channels', body));
   const down = await created(m, '/api/channels', { name: 'down', type: 'webhook', url: failing.url });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 0 } });
-  const refused = await call(m.url, 'POST', `/api/channels/${local.id}/test`, { token: m.admin });
-  assert.equal(refused.body.state, 'failed');
-  assert.match(
-    refused.body.last_error,
-    /loopback address; channels reach such addresses only with allow_local_targets/,
-  );
+  for (const channel of made) {
+    const refused = await call(m.url, 'POST', `/api/channels/${channel.id}/test`, { token: m.admin });
+    assert.equal(refused.body.state, 'failed', channel.name);
+    assert.match(refused.body.last_error, /loopback address; channels reach such addresses only with allow_local/);
+  }
   assert.equal(hook.received.length, 0, 'nothing reached it');
 
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 1 } });
