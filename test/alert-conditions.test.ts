@@ -307,3 +307,19 @@ test('a silence is refused, naming the field, for a window ending first, over 30
   }
   assert.equal((await call(m.url, 'GET', '/api/silences?count=true', { token: m.admin })).body.total, 0);
 });
+
+test("during an import a channel's test waits its turn to record its delivery, rather than failing", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const channel = await made(m, '/api/channels', CLOSED_PORT);
+  let done = false;
+  const holding = m.app.store.db.longWrite(async (step) => {
+    while (!done) await (step() ?? undefined);
+  });
+  const testing = call(m.url, 'POST', `/api/channels/${channel.id}/test`, { token: m.admin });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  done = true;
+  await holding;
+  const answer = await testing;
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  assert.equal(answer.body.state, 'failed', 'the closed port, recorded once writes were free again');
+});

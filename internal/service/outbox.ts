@@ -98,7 +98,8 @@ export class Outbox {
       error = (thrown as Error).message;
     }
     const { store } = this.deps;
-    const delivery = store.write(() => {
+    // In its turn: behind an import or a batch being written, as every write (then committed).
+    const delivery = await store.db.writeInTurn(() => {
       store.channels.recordOutcome(channel.id, error, at);
       return store.deliveries.recordFinished(messageId, channel.id, payload, error, at);
     });
@@ -138,7 +139,7 @@ export class Outbox {
     const outcome: DeliveryOutcome =
       error === null ? 'sent' : !error.retryable || attempts >= MAX_ATTEMPTS ? 'failed' : 'retry';
     try {
-      store.write(() => {
+      await store.db.writeInTurn(() => {
         if (outcome === 'sent') store.deliveries.sent(delivery.id, at);
         else if (outcome === 'failed') store.deliveries.failed(delivery.id, error!.message, at);
         else
