@@ -22,15 +22,15 @@ export interface AgentOptions {
   /** A command the agent runs under, e.g. `ip netns exec NAME`. */
   within?: string[];
   extraArgs?: string[];
+  /** Run the built bundle (dist/agent.mjs, which `npm test` builds first) rather than the source. */
+  built?: boolean;
 }
 
 export function startAgent(t: TestContext, master: string, token: string, options: AgentOptions = {}): AgentProcess {
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), 'portplane-agent-'));
   const argv = [
     process.execPath,
-    '--import',
-    'tsx',
-    'cmd/agent/main.ts',
+    ...(options.built ? ['dist/agent.mjs'] : ['--import', 'tsx', 'cmd/agent/main.ts']),
     '--master',
     master,
     '--state-dir',

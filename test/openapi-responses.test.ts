@@ -258,6 +258,18 @@ test('every answer of every operation is what the OpenAPI document declares for 
   const spareBundle = await hit('POST /api/agent-bundles', '/api/agent-bundles', { body: release.sign('0.2.1') });
   await hit('DELETE /api/agent-bundles/{id}', `/api/agent-bundles/${spareBundle.body.id}`);
 
+  // A rollout of it to a node without an agent: it waits for the node a gate's time, and is steered meanwhile.
+  const plan = { version: '0.2.0', ids: [c.body.id], waves: ['100%'], gate_seconds: 600 };
+  const rollout = await hit('POST /api/rollouts', '/api/rollouts', { body: plan });
+  await hit('POST /api/rollouts', '/api/rollouts', { body: plan });
+  await hit('POST /api/rollouts', '/api/rollouts', { body: { ...plan, waves: [0] } });
+  await hit('DELETE /api/agent-bundles/{id}', `/api/agent-bundles/${kept.body.id}`);
+  await hit('GET /api/rollouts', '/api/rollouts');
+  await hit('GET /api/rollouts/{id}', `/api/rollouts/${rollout.body.id}`);
+  await hit('GET /api/rollouts/{id}/nodes', `/api/rollouts/${rollout.body.id}/nodes`);
+  for (const steer of ['pause', 'pause', 'resume', 'resume', 'abort', 'abort'])
+    await hit(`POST /api/rollouts/{id}/${steer}`, `/api/rollouts/${rollout.body.id}/${steer}`);
+
   // Alerting: a channel (its test fails, and says so) and a rule that notifies it.
   const hook = { type: 'webhook', url: 'http://127.0.0.1:1/hook' };
   const channel = await hit('POST /api/channels', '/api/channels', { body: { name: 'ops', ...hook } });
@@ -311,6 +323,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
     'alert-rules': watching.body.id,
     silences: silence.body.id,
     'agent-bundles': kept.body.id,
+    rollouts: rollout.body.id,
   };
   for (const route of routes) {
     const name = `${route.method} ${route.path}`;

@@ -21,6 +21,8 @@ export interface AgentConfig {
   resolveSeconds: number;
   /** The release keys whose signed bundles this agent will run (what POST /api/nodes gives); none: no upgrades. */
   releaseKeys: KeyObject[];
+  /** How long an agent that an upgrade replaced carries its open connections. */
+  drainSeconds: number;
 }
 
 export type AgentParse = Parsed<AgentConfig>;
@@ -35,7 +37,10 @@ Options:
   --token TOKEN        the node's agent token from POST /api/nodes (env AGENT_TOKEN; prefer the
                        environment, since arguments are visible to every user of the machine)
   --release-key KEYS   the release keys (comma-separated) whose signed agent bundles this agent will run,
-                       as POST /api/nodes gives them (env AGENT_RELEASE_KEY); none: it runs no other bundle
+                       as POST /api/nodes gives them (env AGENT_RELEASE_KEY); none: it runs no other bundle.
+                       With keys the agent runs under a supervisor that carries out upgrades
+  --drain-seconds N    after an upgrade, how long the old agent carries its open relayed connections
+                       (env AGENT_DRAIN_SECONDS, default 60)
   --state-dir DIR      where the last applied config and unsent traffic are kept
                        (env AGENT_STATE_DIR, default ./agent-state)
   --listen-host ADDR   address the forwarding ports listen on (env AGENT_LISTEN_HOST, default 0.0.0.0)
@@ -63,6 +68,7 @@ const FLAGS = {
   '--forwarding': 'AGENT_FORWARDING',
   '--resolve-every': 'AGENT_RESOLVE_SECONDS',
   '--release-key': 'AGENT_RELEASE_KEY',
+  '--drain-seconds': 'AGENT_DRAIN_SECONDS',
   '--env-file': 'AGENT_ENV_FILE',
 } as const;
 /** Flags that take no value; their variable is on when it is 1 or true. */
@@ -158,6 +164,9 @@ export function parseAgentConfig(
     return { error: "--token (or AGENT_TOKEN) must be the node's agent token (mat_...)" };
   const releaseKeys = parseReleaseKeys(settings.AGENT_RELEASE_KEY ?? '');
   if (typeof releaseKeys === 'string') return { error: `--release-key: ${releaseKeys}` };
+  const drainSeconds = Number(settings.AGENT_DRAIN_SECONDS ?? 60);
+  if (!Number.isInteger(drainSeconds) || drainSeconds < 0 || drainSeconds > 86_400)
+    return { error: `--drain-seconds must be whole seconds from 0 to 86400, got '${settings.AGENT_DRAIN_SECONDS}'` };
   return {
     config: {
       masterUrl: origin,
@@ -168,6 +177,7 @@ export function parseAgentConfig(
       forwarding: forwarding as ForwardingMode,
       resolveSeconds,
       releaseKeys,
+      drainSeconds,
     },
   };
 }

@@ -21,6 +21,7 @@ import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/service/rules.ts';
 import { evaluateAlerts } from '../../internal/service/alerting.ts';
+import { advanceRollouts } from '../../internal/service/rollouts.ts';
 import { refusedWritesWatch } from '../../internal/service/refused-alerts.ts';
 import { licenseWatch } from '../../internal/service/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
@@ -280,6 +281,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           .then(() => app.outbox.kick())
           .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));
         refusedTick().catch((error: Error) => log.error('alerting on refused writes failed', { error: error.message }));
+        advanceRollouts(app).catch((error: Error) => log.error('the rollout failed a turn', { error: error.message }));
         try {
           licenseTick();
         } catch (error) {

@@ -26,7 +26,17 @@ import {
 } from '../forward/forwarder.ts';
 import { throttledBy, type Logger } from '../log/log.ts';
 import { faults } from '../relay/faults.ts';
-import { configMessage, overBudgetMessage, probeMessage, trafficAckMessage } from '../domain/link.ts';
+import {
+  configMessage,
+  overBudgetMessage,
+  probeMessage,
+  trafficAckMessage,
+  upgradeMessage,
+  type UpgradeMessage,
+  type UpgradeStatusMessage,
+} from '../domain/link.ts';
+import { keepBundle, type KeptBundle } from './bundles.ts';
+import { BundleRefused } from '../release/signature.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
 import { VitalsMeter } from './vitals.ts';
 import { tableOf } from '../kernel/ruleset.ts';
@@ -56,11 +66,26 @@ export interface AgentOptions {
   driftCheckMs?: number;
   /** The release keys whose signed bundles this agent runs; what it trusts is told the master (their ids). */
   releaseKeys?: KeyObject[];
+  /** The supervisor it runs under (see supervisor.ts); absent: it runs alone, and takes no upgrade. */
+  supervisor?: SupervisorChannel;
+  /** Listening sockets an agent handed over to this one, by `transport:port` (see Forwarder.inherit). */
+  inherited?: Map<string, { close(): unknown }>;
   version: string;
   log: Logger;
 }
 
 const MAX_BACKOFF_MS = 30_000;
+
+/** What an agent tells its supervisor. */
+export interface SupervisorChannel {
+  /** Run this kept bundle (verified) in my place, on trial for `gate_seconds`. */
+  upgrade(order: { bundle: KeptBundle; gate_seconds: number; rollout_id: number }): void;
+  /** Linked and applied a config of the master: what a new bundle on trial must do to stay. */
+  ready(): void;
+}
+
+/** How often a draining agent hands what it relayed to the one that took over. */
+const DRAIN_HAND_MS = 2_000;
 
 /** Why a master that presented this certificate is not the one the agent pins, or null when it is. */
 function pinRefusal(socket: TLSSocket, pins: readonly string[]): string | null {
@@ -136,6 +161,16 @@ export class Agent {
   private readonly tunnelsLogged = new Map<number, TunnelReport['state']>();
   /** What the master last heard of each tunnel end, and when. */
   private readonly tunnelsSent = new Map<number, { report: TunnelReport; at: number }>();
+  /**
+   * Another agent took over (see handOver): this one forwards what it has but no longer links, reports or writes the
+   * kernel table, until it drains or is told to resume.
+   */
+  private handedOver = false;
+  /** The rollout whose upgrade this agent started, while it is under way. */
+  private upgrading: number | null = null;
+  /** What the master is to hear when this agent links again: an upgrade that was rolled back. */
+  private untold: UpgradeStatusMessage | null = null;
+  private toldReady = false;
 
   constructor(private readonly options: AgentOptions) {
     this.releaseKeyIds = (options.releaseKeys ?? []).map(keyIdOf).join(',');
@@ -150,12 +185,14 @@ export class Agent {
     const faultLog = throttledBy(options.log)('faults');
     faults.onFault = (site, error) =>
       faultLog.warn('a fault ended one flow; the agent goes on', { site, error: error.stack ?? error.message });
+    if (options.inherited) this.forwarder.inherit(options.inherited);
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     // A target going up or down is told at once (a few changing together, in one message).
     this.forwarder.onHealthChange = (id, change) => {
       // The kernel sends no new client to a target down, at once: one rewrite for the rules whose checks changed
       // meanwhile (a target many rules share goes down in all of them together). The master hears of it with the
       // next few changes; of a new fastest target it need not hear.
+      if (this.handedOver) return;
       this.healthChanged.add(id);
       if (this.healthChanged.size === 1)
         this.applying = this.applying
@@ -177,6 +214,7 @@ export class Agent {
     };
     // A rule's expiry stops it here at that time, also while the master is away.
     this.forwarder.onExpiry = () => {
+      if (this.handedOver) return;
       this.applying = this.applying
         .then(() => (this.config ? this.apply(this.config, false) : undefined))
         .catch((error: Error) => this.options.log.error('stopping an expired rule failed', { error: error.message }));
@@ -193,7 +231,12 @@ export class Agent {
       this.options.log.info('applying the saved config', { version: saved.version, rules: saved.rules.length });
       await this.apply(saved, false);
     }
-    this.scheduleReports(saved?.report_interval_seconds ?? 10);
+    this.startTimers(saved?.report_interval_seconds ?? 10);
+    this.connect();
+  }
+
+  private startTimers(reportSeconds: number): void {
+    this.scheduleReports(reportSeconds);
     this.refreshTimer = setInterval(
       () => {
         this.applying = this.applying
@@ -208,22 +251,81 @@ export class Agent {
       (this.options.resolveSeconds ?? 60) * 1000,
     );
     this.driftTimer = setInterval(() => this.queueDriftCheck(), this.options.driftCheckMs ?? 30_000);
-    this.connect();
   }
 
-  async stop(): Promise<void> {
-    this.stopping = true;
+  private stopTimers(): void {
     clearInterval(this.reportTimer);
     clearInterval(this.refreshTimer);
     clearInterval(this.driftTimer);
     this.rulesetWatch?.close();
+    this.rulesetWatch = null;
     clearTimeout(this.retryTimer);
     clearTimeout(this.tunnelTimer);
     clearTimeout(this.healthTimer);
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.stopTimers();
+    await this.applying;
+    // A worker that handed over leaves the reports to the one that took over.
+    if (!this.handedOver) await this.report();
+    this.socket?.destroy();
+    await this.forwarder.close();
+  }
+
+  /**
+   * Another agent takes over: this one stops linking, reporting and writing the kernel table, saves what it counted
+   * (which the new one reads), and gives its listening sockets, which it keeps accepting on meanwhile.
+   */
+  async handOver(): Promise<{ key: string; handle: object }[]> {
+    this.handedOver = true;
+    this.stopTimers();
     await this.applying;
     await this.report();
     this.socket?.destroy();
+    this.socket = null;
+    return this.forwarder.listeningHandles();
+  }
+
+  /** The agent that was to take over did not: this one carries on, links again and tells the master why. */
+  async resume(rolloutId: number, reason: string): Promise<void> {
+    this.handedOver = false;
+    this.upgrading = null;
+    this.untold = { type: 'upgrade_status', rollout_id: rolloutId, state: 'rolled_back', detail: reason.slice(0, 500) };
+    // What the other one counted and was given is on disk: carried on from there.
+    this.traffic = this.state.loadTraffic();
+    const saved = this.state.loadConfig();
+    if (saved) await (this.applying = this.applying.then(() => this.apply(saved, false)).catch(() => undefined));
+    this.startTimers(saved?.report_interval_seconds ?? 10);
+    this.queueDriftCheck();
+    this.connect();
+  }
+
+  /**
+   * After handing over: takes no new connection, carries those open until they end or `seconds` pass, then closes,
+   * handing what it relayed meanwhile to `hand` (every DRAIN_HAND_MS and at the end).
+   */
+  async drainOut(seconds: number, hand: (traffic: RuleTraffic[]) => Promise<void>): Promise<void> {
+    this.forwarder.stopAccepting();
+    const deadline = Date.now() + seconds * 1000;
+    let handedAt = Date.now();
+    while (this.forwarder.openConnections > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      if (Date.now() - handedAt >= DRAIN_HAND_MS) {
+        void hand(this.forwarder.drain());
+        handedAt = Date.now();
+      }
+    }
+    this.stopping = true;
+    this.options.log.info('drained: the old agent exits', { open: this.forwarder.openConnections });
     await this.forwarder.close();
+    await hand(this.forwarder.drain());
+  }
+
+  /** Adds what an agent that handed over relayed to what this one reports next. */
+  absorb(traffic: RuleTraffic[]): void {
+    this.forwarder.absorb(traffic);
   }
 
   /** The pins the master may present: the configured one, and the next ones a verified master announced. */
@@ -318,7 +420,7 @@ export class Agent {
   }
 
   private retry(): void {
-    if (this.stopping) return;
+    if (this.stopping || this.handedOver) return;
     const ceiling = Math.min(MAX_BACKOFF_MS, 500 * 2 ** this.attempt);
     this.attempt += 1;
     // Jitter spreads a fleet's reconnects after a master restart.
@@ -326,14 +428,14 @@ export class Agent {
   }
 
   private linked(socket: Socket, head: Buffer): void {
-    if (this.stopping) return void socket.destroy();
+    if (this.stopping || this.handedOver) return void socket.destroy();
     this.attempt = 0;
     this.socket = socket;
     if (head.length > 0) socket.unshift(head);
     socket.on('error', (error) => this.options.log.warn('the link failed', { error: error.message }));
     socket.on('close', () => {
       if (this.socket === socket) this.socket = null;
-      if (!this.stopping) {
+      if (!this.stopping && !this.handedOver) {
         this.options.log.warn('the link to the master closed; forwarding goes on, reconnecting');
         this.retry();
       }
@@ -348,6 +450,8 @@ export class Agent {
     this.sendHealth();
     // A node shows how it is doing as soon as it links, not a report interval later.
     send(socket, this.vitals.read());
+    if (this.untold) send(socket, this.untold);
+    this.untold = null;
   }
 
   /**
@@ -390,6 +494,7 @@ export class Agent {
       });
       return;
     }
+    if (message.type === 'upgrade') return this.runBundle(checkMessage(upgradeMessage, message));
     if (message.type === 'over_budget') {
       // A master this agent verified says it writes too much: what it sent past its budget was dropped.
       const { detail } = checkMessage(overBudgetMessage, message);
@@ -401,6 +506,39 @@ export class Agent {
       this.traffic.pending = this.traffic.pending.filter((r) => r.stream !== stream || r.seq > seq);
       this.state.saveTraffic(this.traffic);
     }
+  }
+
+  /**
+   * A rollout's order to run another bundle: kept once its signature verifies against this agent's release keys, then
+   * run by the supervisor in this one's place (see supervisor.ts). The master hears of a refusal at once, and of a
+   * success from the new agent linking.
+   */
+  private runBundle(order: UpgradeMessage): void {
+    const status = (state: UpgradeStatusMessage['state'], detail: string) => {
+      if (this.socket) send(this.socket, { type: 'upgrade_status', rollout_id: order.rollout_id, state, detail });
+    };
+    const { supervisor, releaseKeys = [], stateDir, log } = this.options;
+    if (!supervisor || releaseKeys.length === 0)
+      return status('refused', 'this agent trusts no release key (--release-key): it runs no other bundle');
+    if (this.upgrading !== null) return status('refused', `the upgrade of rollout ${this.upgrading} is under way`);
+    let kept: KeptBundle;
+    try {
+      kept = keepBundle(stateDir, releaseKeys, Buffer.from(order.bundle, 'base64'), order.signature);
+    } catch (error) {
+      if (!(error instanceof BundleRefused)) throw error;
+      log.warn('refused an agent bundle', { version: order.version, reason: error.message });
+      return status('refused', `the bundle is refused: ${error.message}`);
+    }
+    if (kept.version !== order.version)
+      return status('refused', `the bundle is signed as ${kept.version}, not ${order.version}`);
+    this.upgrading = order.rollout_id;
+    log.info('upgrading', { from: this.options.version, to: kept.version, gate_seconds: order.gate_seconds });
+    status(
+      'restarting',
+      `${kept.version} starts; ${this.options.version} comes back unless it links and applies within ` +
+        `${order.gate_seconds} s`,
+    );
+    supervisor.upgrade({ bundle: kept, gate_seconds: order.gate_seconds, rollout_id: order.rollout_id });
   }
 
   private async apply(config: SavedConfig, acknowledge: boolean): Promise<void> {
@@ -436,6 +574,8 @@ export class Agent {
     pieces.forEach((piece, i) =>
       send(this.socket!, { type: 'applied', version: config.version, results: piece, partial: i < pieces.length - 1 }),
     );
+    if (!this.toldReady) this.options.supervisor?.ready();
+    this.toldReady = true;
   }
 
   private tunnelsChanged(): void {

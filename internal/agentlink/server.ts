@@ -21,6 +21,9 @@ import {
   healthMessage,
   pathsMessage,
   probeResultMessage,
+  upgradeStatusMessage,
+  type UpgradeMessage,
+  type UpgradeStatusMessage,
   trafficMessage,
   tunnelStatusMessage,
   vitalsMessage,
@@ -164,7 +167,7 @@ interface Link {
  * and claims no more bytes than its allowance. Nor are acknowledgements (a config of 200,000 rules is acknowledged in
  * 400 pieces): each rule's result is taken once per config version.
  */
-const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals']);
+const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_status']);
 /**
  * How many messages that write state one agent link may send: WRITES_BURST at once, WRITES_PER_MINUTE after. A
  * well-behaved agent sends its vitals each report interval and its health and tunnel changes (a few, coalesced): far
@@ -229,6 +232,10 @@ export class AgentLinks {
     this.logOf = throttledBy(app.log, app.clock.now);
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
     app.sync.probes.on('probe', (nodeId: number, message: ProbeMessage) => {
+      const link = this.links.get(nodeId);
+      if (link) send(link.socket, message);
+    });
+    app.sync.upgrades.on('upgrade', (nodeId: number, message: UpgradeMessage) => {
       const link = this.links.get(nodeId);
       if (link) send(link.socket, message);
     });
@@ -643,6 +650,7 @@ export class AgentLinks {
     if (message.type === 'paths') return this.paths(link, checkMessage(pathsMessage, message));
     if (message.type === 'health') return this.health(link, checkMessage(healthMessage, message));
     if (message.type === 'vitals') return this.vitals(link, checkMessage(vitalsMessage, message));
+    if (message.type === 'upgrade_status') return this.upgradeStatus(link, checkMessage(upgradeStatusMessage, message));
     if (message.type === 'probe_result') {
       const { id, results } = checkMessage(probeResultMessage, message);
       if (this.app.sync.probed(link.nodeId, id, results) === 'mismatched')
@@ -671,6 +679,22 @@ export class AgentLinks {
       node_id: link.nodeId,
       dropped,
     });
+  }
+
+  /**
+   * What the agent says of an upgrade: taken only from a node upgrading in that rollout (the rollout reads it on its
+   * next turn, one per node), so no agent can make a write of it otherwise.
+   */
+  private upgradeStatus(link: Link, message: UpgradeStatusMessage): void {
+    const { nodeId } = link;
+    this.logOf(`n:${nodeId}`).info('agent upgrade', {
+      node_id: nodeId,
+      rollout_id: message.rollout_id,
+      state: message.state,
+      detail: message.detail,
+    });
+    if (message.state !== 'restarting' && this.app.store.rollouts.isUpgrading(nodeId, message.rollout_id))
+      this.app.sync.upgradeReported(nodeId, message);
   }
 
   /** Which ways of forwarding the node can use, as its agent says. */

@@ -72,15 +72,14 @@ const ruleSelectionInput = object(
   ),
   { name: 'RuleBatchIds' },
 );
-const nodeSelectionInput = object(
-  selection(
-    object(
-      { status: optional(oneOf(nodeStatuses)), tag: optional(string({ max: 32 })), q: optional(string({ max: 64 })) },
-      { name: 'NodeSelection' },
-    ),
+/** Nodes by ids, or by the nodes list's filters: what a batch, or a rollout, acts on. */
+export const nodeSelection = selection(
+  object(
+    { status: optional(oneOf(nodeStatuses)), tag: optional(string({ max: 32 })), q: optional(string({ max: 64 })) },
+    { name: 'NodeSelection' },
   ),
-  { name: 'NodeBatchIds' },
 );
+const nodeSelectionInput = object(nodeSelection, { name: 'NodeBatchIds' });
 const tunnelSelectionInput = object(
   selection(
     object(
@@ -102,7 +101,7 @@ type Filter = Record<string, string | number | boolean | undefined>;
  * The ids a batch acts on: those given, or those `matching` finds for its filter. Throws `validation_failed` for both
  * or neither, or a filter that selects more than MAX_SELECTED.
  */
-function selected(app: App, resource: Resource, body: { ids?: number[]; filter?: Filter }): number[] {
+export function selected(app: App, resource: Resource, body: { ids?: number[]; filter?: Filter }): number[] {
   if ((body.ids === undefined) === (body.filter === undefined))
     throw validationFailed([{ pointer: '#', detail: 'give either ids or filter' }]);
   if (body.ids) return body.ids;

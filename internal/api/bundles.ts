@@ -4,7 +4,8 @@
 import { etagOf } from '../http/etag.ts';
 import { BUNDLE_VERSION, SIGNATURE_FORMAT, type BundleSignature } from '../release/signature.ts';
 import { integer, object, oneOf, string, type Infer } from '../schema/schema.ts';
-import { addBundle, MAX_BUNDLE_BYTES, MAX_BUNDLES, removeBundle } from '../service/bundles.ts';
+import { addBundle, MAX_BUNDLES, removeBundle } from '../service/bundles.ts';
+import { MAX_BUNDLE_BYTES } from '../domain/link.ts';
 import { transact } from '../service/write.ts';
 import { pageSchema, record, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, operation, operations } from './route.ts';
@@ -76,7 +77,7 @@ export const bundleOperations = operations({
   deleteBundle: operation({
     action: 'bundle.delete',
     summary: 'Delete an agent bundle',
-    responses: { 204: { description: 'Deleted' } },
+    responses: { 204: { description: 'Deleted' }, 409: { description: 'A rollout under way is taking it to nodes' } },
     handler: async (ctx: Ctx<undefined, {}>) => {
       await transact(ctx.app, ctx, (change) => removeBundle(ctx.app, change, idParam(ctx), ctx.headers['if-match']));
       return noContent();

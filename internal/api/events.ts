@@ -19,6 +19,7 @@ export const JOURNAL_TYPES = {
   settings: ['settings.updated'],
   license: ['license.changed'],
   alert_rule: ['alert.firing', 'alert.resolved'],
+  rollout: ['rollout.created', 'rollout.updated', 'rollout.deleted', 'rollout.node'],
 } as const;
 
 /** Live events, by the resource whose read they need: sent to streams that are caught up, never stored. */
@@ -36,6 +37,7 @@ export const READERS: Record<Resource, string> = {
   settings: '/api/settings',
   license: '/api/license',
   alert_rule: '/api/alert-rules/{id}',
+  rollout: '/api/rollouts/{id}',
   traffic: '/api/dashboard/traffic',
 };
 

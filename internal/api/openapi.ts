@@ -119,8 +119,12 @@ const TAGS: Record<string, { name: string; description: string }> = {
   license: { name: 'license', description: 'The license in force (read-only; replaced by a file on the master).' },
   nodes: { name: 'nodes', description: 'Servers that run an agent: adding, installing over SSH, reinstalling.' },
   'agent-bundles': {
-    name: 'nodes',
-    description: 'Servers that run an agent: adding, installing over SSH, reinstalling.',
+    name: 'rollouts',
+    description: 'Signed agent bundles, and rollouts that take one to nodes in gated waves.',
+  },
+  rollouts: {
+    name: 'rollouts',
+    description: 'Signed agent bundles, and rollouts that take one to nodes in gated waves.',
   },
   rules: {
     name: 'rules',

@@ -10,6 +10,7 @@ import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
 import { bundleOperations as bundles } from './bundles.ts';
+import { rolloutOperations as rollouts } from './rollouts.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
 import { eventOperations as events } from './events.ts';
 import { healthOperations as health } from './health.ts';
@@ -120,6 +121,13 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/agent-bundles',           'nodes:read',      bundles.listBundles),
   route('POST',   '/api/agent-bundles',           '*',               bundles.createBundle),
   route('DELETE', '/api/agent-bundles/{id}',      '*',               bundles.deleteBundle),
+  route('GET',    '/api/rollouts',                'nodes:read',      rollouts.listRollouts),
+  route('POST',   '/api/rollouts',                'nodes:write',     rollouts.createRollout),
+  route('GET',    '/api/rollouts/{id}',           'nodes:read',      rollouts.getRollout),
+  route('GET',    '/api/rollouts/{id}/nodes',     'nodes:read',      rollouts.listRolloutNodes),
+  route('POST',   '/api/rollouts/{id}/pause',     'nodes:write',     rollouts.pauseRollout),
+  route('POST',   '/api/rollouts/{id}/resume',    'nodes:write',     rollouts.resumeRollout),
+  route('POST',   '/api/rollouts/{id}/abort',     'nodes:write',     rollouts.abortRollout),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),
   route('POST',   '/api/import',                  '*',               transfer.importDocument),
   route('GET',    '/api/backup',                  '*',               backup.getBackup),

@@ -150,6 +150,37 @@ export type ConfigMessage = Infer<typeof configMessage>;
 /** Master to agent: messages of the link that write were dropped, past its budget (agentlink/server.ts). */
 export const overBudgetMessage = object({ type: oneOf(['over_budget']), detail: string({ max: 500 }) });
 
+/** The largest agent bundle a master hands its agents, and its base64 length on the link. */
+export const MAX_BUNDLE_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Master to agent: run this bundle (a rollout's order). The agent runs it only if `signature` (a `.sig` file's JSON)
+ * verifies against a release key of its own, and goes back to the bundle it runs now unless the new one links and
+ * applies within `gate_seconds`.
+ */
+export const upgradeMessage = object({
+  type: oneOf(['upgrade']),
+  rollout_id: ID,
+  version: string({ min: 5, max: 48 }),
+  gate_seconds: integer({ min: 5, max: 3600 }),
+  bundle: string({ min: 4, max: Math.ceil(MAX_BUNDLE_BYTES / 3) * 4 }),
+  signature: string({ min: 2, max: 2000 }),
+});
+export type UpgradeMessage = Infer<typeof upgradeMessage>;
+
+/**
+ * Agent to master: how an upgrade order went: refused (nothing was run), restarting (the new bundle starts), or
+ * rolled_back (it did not link and apply in time: the previous one runs again). Success is the new agent linking.
+ */
+export const upgradeStates = ['refused', 'restarting', 'rolled_back'] as const;
+export const upgradeStatusMessage = object({
+  type: oneOf(['upgrade_status']),
+  rollout_id: ID,
+  state: oneOf(upgradeStates),
+  detail: string({ max: 500 }),
+});
+export type UpgradeStatusMessage = Infer<typeof upgradeStatusMessage>;
+
 /** Master to agent: traffic reports up to `seq` of `stream` are stored. */
 export const trafficAckMessage = object({ type: oneOf(['traffic_ack']), stream: string({ min: 1, max: 64 }), seq: ID });
 

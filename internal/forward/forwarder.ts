@@ -10,6 +10,7 @@
 
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
+import type { Socket as UdpSocket } from 'node:dgram';
 import { parseTarget } from '../schema/net.ts';
 import {
   counted,
@@ -92,6 +93,8 @@ interface Listener {
   health: HealthChecker | null;
   /** The rule's targets as given (names unresolved). */
   targets: string[];
+  /** The rule's listen_port. */
+  firstPort: number;
 }
 
 /** Where the agent may forward: the kernel where it can (auto), the kernel only, or the relay only. */
@@ -304,6 +307,8 @@ export class Forwarder {
   private expiryTimer: NodeJS.Timeout | undefined;
   /** Traffic of listeners closed since the last drain, so no byte is lost at a reconfigure. */
   private leftover = new Map<number, RuleTraffic>();
+  /** Listening sockets an agent handed over (see agent/handover.ts), by `transport:port`, until a rule takes each. */
+  private inherited = new Map<string, { close(): unknown }>();
 
   /** Shared with every relay, so a change applies to their next connection. */
   private readonly limits: Limits;
@@ -379,7 +384,50 @@ export class Forwarder {
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
     }
+    // A socket handed over for a rule no longer here is not kept listening.
+    for (const handle of this.inherited.values()) handle.close();
+    this.inherited.clear();
     return results;
+  }
+
+  /** Takes over these listening sockets (by `transport:port`) for the rules of the next apply. */
+  inherit(handles: Map<string, { close(): unknown }>): void {
+    this.inherited = handles;
+  }
+
+  /** Every relay's listening socket, by `transport:port`, for the agent taking over. */
+  listeningHandles(): { key: string; handle: object }[] {
+    const handles: { key: string; handle: object }[] = [];
+    for (const listener of this.listeners.values())
+      listener.relays.forEach((relay, i) => {
+        const handle = relay.listeningHandle;
+        const transport = relay instanceof TcpRelay ? 'tcp' : 'udp';
+        if (handle) handles.push({ key: `${transport}:${listener.firstPort + listener.offsets[i]!}`, handle });
+      });
+    for (const { end, exit } of this.exits.values()) {
+      const handle = exit.listeningHandle;
+      if (handle) handles.push({ key: `tunnel:${end.port}`, handle });
+    }
+    return handles;
+  }
+
+  /** The relays take no more connections (another agent took their sockets over); those open go on. */
+  stopAccepting(): void {
+    for (const listener of this.listeners.values()) for (const relay of listener.relays) relay.stopAccepting();
+    for (const { exit } of this.exits.values()) exit.stopAccepting();
+  }
+
+  /** How many connections the relays carry now. */
+  get openConnections(): number {
+    let open = 0;
+    for (const listener of this.listeners.values()) for (const relay of listener.relays) open += relay.carrying;
+    for (const { exit } of this.exits.values()) open += exit.carrying;
+    return open;
+  }
+
+  /** Adds what another agent relayed (one handing over) to what the next drain reports. */
+  absorb(traffic: readonly RuleTraffic[]): void {
+    for (const counted of traffic) addTraffic(this.leftover, counted.id, counted);
   }
 
   /** Calls onExpiry when the first of the enabled rules' expires_at comes. */
@@ -749,7 +797,7 @@ export class Forwarder {
       const opened: Exit = { end, exit, failure: null, resolved: new Map() };
       this.exits.set(end.id, opened);
       try {
-        await exit.listen(this.host);
+        await exit.listen(this.host, this.takeInherited(`tunnel:${end.port}`));
       } catch (error) {
         opened.failure = error as NodeJS.ErrnoException;
         exit.fail(exitCannotListen(end.port, opened.failure.code ?? opened.failure.message));
@@ -881,6 +929,7 @@ export class Forwarder {
       picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health),
       health: null,
       targets: rule.targets,
+      firstPort: rule.listen_port,
     };
     const { gate, picker } = listener;
     // A range wider than the relay takes is the kernel's alone (see kernelOnly): nothing listens on its ports here.
@@ -894,13 +943,13 @@ export class Forwarder {
           const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
           relays.push(tcp);
           offsets.push(offset);
-          await tcp.listen(this.host, port);
+          await tcp.listen(this.host, port, this.takeInherited(`tcp:${port}`));
         }
         if (rule.protocol !== 'tcp') {
           const udp = new UdpRelay(dials.udp, this.limits, gate);
           relays.push(udp);
           offsets.push(offset);
-          await udp.listen(this.host, port);
+          await udp.listen(this.host, port, this.takeInherited(`udp:${port}`) as UdpSocket | undefined);
         }
       }
     } catch (error) {
@@ -915,6 +964,12 @@ export class Forwarder {
     this.checkHealth(listener, rule, targets);
     this.listeners.set(rule.id, listener);
     return { id: rule.id, state: 'applied', error: null };
+  }
+
+  private takeInherited(key: string): object | undefined {
+    const handle = this.inherited.get(key);
+    this.inherited.delete(key);
+    return handle;
   }
 
   /** Starts, changes or stops the checks of a listener's targets as its rule says. */

@@ -44,15 +44,39 @@ export class TcpRelay {
     );
   }
 
-  /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */
-  listen(host: string, port: number): Promise<void> {
+  /**
+   * Resolves once listening on `port`, or on `inherited`: the listening socket an agent handed over (see
+   * agent/handover.ts), which the kernel shares between both until the old one stops accepting. Rejects with the bind
+   * error (EADDRINUSE, EACCES, ...).
+   */
+  listen(host: string, port: number, inherited?: object): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen({ host, port, exclusive: true }, () => {
+      const listening = () => {
         this.server.off('error', reject);
         resolve();
-      });
+      };
+      this.server.once('error', reject);
+      if (inherited) this.server.listen(inherited, listening);
+      else this.server.listen({ host, port, exclusive: true }, listening);
     });
+  }
+
+  /**
+   * The listening socket's handle, to hand to the agent that takes over. The bare handle, not the server: a process
+   * that passes a server on listens on it meanwhile, and would take connections it cannot relay.
+   */
+  get listeningHandle(): object | undefined {
+    return (this.server as unknown as { _handle?: object })._handle;
+  }
+
+  /** Takes no more connections; those open go on. */
+  stopAccepting(): void {
+    this.server.close();
+  }
+
+  /** How many connections it relays now. */
+  get carrying(): number {
+    return this.clients.size;
   }
 
   /** Bytes relayed since the previous call: in = client to target, out = target to client. */

@@ -43,31 +43,66 @@ export class UdpRelay {
     ).unref();
   }
 
-  /** Resolves once bound; rejects with the bind error (EADDRINUSE, EACCES, ...). */
-  listen(host: string, port: number): Promise<void> {
+  /**
+   * Resolves once bound to `port`, or at once with `inherited`: the bound socket an agent handed over (see
+   * agent/handover.ts). Rejects with the bind error (EADDRINUSE, EACCES, ...).
+   */
+  listen(host: string, port: number, inherited?: Socket): Promise<void> {
+    if (inherited) {
+      this.receive(inherited);
+      return Promise.resolve();
+    }
     const socket = createSocket({
       type: isIPv6(host) ? 'udp6' : 'udp4',
       reuseAddr: false,
       recvBufferSize: DATAGRAM_BUFFER_BYTES,
     });
-    this.socket = socket;
     return new Promise((resolve, reject) => {
-      socket.once('error', reject);
+      const failed = (error: Error) => {
+        socket.close();
+        reject(error);
+      };
+      socket.once('error', failed);
       socket.bind({ address: host, port, exclusive: true }, () => {
-        socket.off('error', reject);
-        socket.on('error', () => {});
-        // A fault in one client's datagram ends that client's session, not the listener.
-        socket.on(
-          'message',
-          contained(
-            'udp_relay',
-            (message, from) => this.forward(message, from),
-            (_, _message, from) => this.end(`${from.address}|${from.port}`),
-          ),
-        );
+        socket.off('error', failed);
+        this.receive(socket);
         resolve();
       });
     });
+  }
+
+  private receive(socket: Socket): void {
+    this.socket = socket;
+    socket.on('error', () => {});
+    // A fault in one client's datagram ends that client's session, not the listener.
+    socket.on(
+      'message',
+      contained(
+        'udp_relay',
+        (message, from) => this.forward(message, from),
+        (_, _message, from) => this.end(`${from.address}|${from.port}`),
+      ),
+    );
+  }
+
+  /** The bound socket, to hand to the agent that takes over. */
+  get listeningHandle(): Socket | null {
+    return this.socket;
+  }
+
+  /**
+   * Takes no more datagrams, and ends its sessions: UDP has no connection to wait for, and a socket shared with the
+   * agent taking over would hand that one part of a session's datagrams.
+   */
+  stopAccepting(): void {
+    this.endAll();
+    this.socket?.close();
+    this.socket = null;
+  }
+
+  /** Sessions are not waited for (see stopAccepting). */
+  get carrying(): number {
+    return 0;
   }
 
   drain(): Counter {

@@ -10,8 +10,6 @@ import type { Change, WriteDeps } from './write.ts';
 
 /** How many bundles the master keeps (each is a few hundred KiB in the database, and in every backup). */
 export const MAX_BUNDLES = 10;
-/** The largest bundle taken. */
-export const MAX_BUNDLE_BYTES = 16 * 1024 * 1024;
 
 /** Inside a transaction: keeps `bundle` once its signature verifies. Throws `conflict`, `validation_failed`. */
 export function addBundle(
@@ -46,6 +44,9 @@ export function removeBundle(app: WriteDeps, change: Change, id: number, ifMatch
   const current = app.store.bundles.find(id);
   if (!current) throw notFound('bundle', id);
   checkIfMatch(ifMatch, 1);
+  const underWay = app.store.rollouts.underWay();
+  if (underWay?.version === current.version)
+    throw new DomainError('conflict', `rollout ${underWay.id} is taking ${current.version} to nodes: abort it first`);
   app.store.bundles.delete(id);
   change.audit({ action: 'bundle.delete', resource: 'bundle', resource_id: id, changes: { before: current } });
 }

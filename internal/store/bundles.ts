@@ -26,7 +26,7 @@ export class BundleStore {
   constructor(db: Database) {
     this.listStmt = db.prepare(`SELECT ${COLUMNS} FROM agent_bundles ORDER BY id`);
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM agent_bundles WHERE id = ?`);
-    this.byVersion = db.prepare('SELECT id FROM agent_bundles WHERE version = ?');
+    this.byVersion = db.prepare(`SELECT ${COLUMNS} FROM agent_bundles WHERE version = ?`);
     this.insertStmt = db.prepare(`INSERT INTO agent_bundles (version, sha256, size, key_id, signature, body,
       created_at) VALUES (:version, :sha256, :size, :key_id, :signature, :body, :at) RETURNING ${COLUMNS}`);
     this.deleteStmt = db.prepare('DELETE FROM agent_bundles WHERE id = ?');
@@ -42,6 +42,10 @@ export class BundleStore {
     return this.byId.get(id) as AgentBundle | undefined;
   }
 
+  findVersion(version: string): AgentBundle | undefined {
+    return this.byVersion.get(version) as AgentBundle | undefined;
+  }
+
   /** A bundle's bytes and its signature (JSON), for an agent to fetch. */
   contents(id: number): { body: Uint8Array; signature: string } | undefined {
     return this.bodyStmt.get(id) as { body: Uint8Array; signature: string } | undefined;
@@ -51,7 +55,7 @@ export class BundleStore {
   insert(bundle: Omit<AgentBundle, 'id' | 'created_at'>, signature: string, body: Buffer, at: string): AgentBundle {
     return unlessTaken(
       `version ${bundle.version}`,
-      () => (this.byVersion.get(bundle.version) as { id: number } | undefined)?.id,
+      () => this.findVersion(bundle.version)?.id,
       () => this.insertStmt.get({ ...bundle, signature, body, at }) as unknown as AgentBundle,
     );
   }

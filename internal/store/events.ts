@@ -198,6 +198,21 @@ const journalTriggers: Derivation = {
       ),
       changed('version', 'status', 'entry_status', 'entry_error', 'exit_status', 'exit_error'),
     ),
+    ...createdAndDeleted('rollout', 'rollouts'),
+    journalling(
+      'rollout_update',
+      'UPDATE ON rollouts',
+      journal('rollout', "'rollout.updated'", 'NEW'),
+      changed('state', 'reason', 'wave', 'wave_passed_at'),
+    ),
+    // Each node of a rollout moving on (to upgrading, passed or failed): the rollout's event, about that node.
+    journalling(
+      'rollout_node_update',
+      'UPDATE ON rollout_nodes',
+      `INSERT INTO events (at, type, resource, resource_id, node_id, detail) VALUES (app_time(), 'rollout.node',
+      'rollout', NEW.rollout_id, NEW.node_id, json_object('state', NEW.state, 'detail', NEW.detail));`,
+      changed('state'),
+    ),
     ...createdAndDeleted('user', 'users'),
     journalling('user_update', 'UPDATE ON users', journal('user', "'user.updated'", 'NEW'), changed('version')),
     // API tokens only: logins' sessions are not tokens the API shows.

@@ -544,4 +544,38 @@ export const migrations: readonly string[] = [
   -- For the bound on alert events (events_alert_bound in store/events.ts), as events_reported is for reports.
   CREATE INDEX events_alerts ON events(resource, resource_id, id) WHERE type IN ('alert.firing', 'alert.resolved');
   `,
+  /* 27: rollouts of agent bundles to nodes in waves, and where each node of one stands */ `
+  CREATE TABLE rollouts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    version TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'halted', 'aborted', 'done')),
+    reason TEXT,
+    waves TEXT NOT NULL,
+    gate_seconds INTEGER NOT NULL,
+    pause_seconds INTEGER NOT NULL,
+    wave INTEGER NOT NULL DEFAULT 0,
+    wave_started_at TEXT NOT NULL,
+    wave_passed_at TEXT,
+    revision INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  -- One rollout under way at a time.
+  CREATE UNIQUE INDEX rollouts_under_way ON rollouts(state = 'running' OR state = 'paused')
+    WHERE state IN ('running', 'paused');
+  CREATE TABLE rollout_nodes (
+    rollout_id INTEGER NOT NULL REFERENCES rollouts(id) ON DELETE CASCADE,
+    node_id INTEGER NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    wave INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('waiting', 'upgrading', 'passed', 'failed')),
+    from_version TEXT,
+    detail TEXT,
+    unhealthy_before INTEGER,
+    started_at TEXT,
+    finished_at TEXT,
+    PRIMARY KEY (rollout_id, node_id)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX rollout_nodes_node ON rollout_nodes(node_id);
+  CREATE INDEX rollout_nodes_wave ON rollout_nodes(rollout_id, wave, state);
+  `,
 ];

@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore, SilenceStore } from './alerts.ts';
 import { AuditStore } from './audit.ts';
 import { BundleStore } from './bundles.ts';
+import { RolloutStore } from './rollouts.ts';
 import { ConditionStore } from './conditions.ts';
 import { Database } from './database.ts';
 import { EventStore } from './events.ts';
@@ -74,6 +75,7 @@ export class Store {
   readonly silences: SilenceStore;
   readonly conditions: ConditionStore;
   readonly bundles: BundleStore;
+  readonly rollouts: RolloutStore;
 
   readonly secretFields: ReadonlySet<string>;
   private readonly lock: DataDirLock | null;
@@ -102,6 +104,7 @@ export class Store {
     this.silences = new SilenceStore(db);
     this.conditions = new ConditionStore(db);
     this.bundles = new BundleStore(db);
+    this.rollouts = new RolloutStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */

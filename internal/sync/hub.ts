@@ -4,7 +4,7 @@
 // record of which nodes are online, which the store renders nodes' status from.
 
 import { EventEmitter } from 'node:events';
-import type { ProbeMessage, ProbeResult } from '../domain/link.ts';
+import type { ProbeMessage, ProbeResult, UpgradeStatusMessage } from '../domain/link.ts';
 import type { Presence } from '../store/nodes.ts';
 
 interface PendingProbe {
@@ -34,6 +34,12 @@ export class SyncHub implements Presence {
   readonly reports = new EventEmitter();
   /** Emits 'probe' with a node id and the message for its agent (the agent link sends it). */
   readonly probes = new EventEmitter();
+  /** Emits 'upgrade' with a node id and a rollout's order for its agent (the agent link sends it). */
+  readonly upgrades = new EventEmitter();
+  /** The config version each node's agent acknowledged on the link it has now. */
+  private readonly appliedOnLink = new Map<number, number>();
+  /** What agents said of an upgrade they were told to make, until the rollouts read it (one per node, the last). */
+  private readonly upgradeReports = new Map<number, UpgradeStatusMessage>();
   private readonly pendingProbes = new Map<number, PendingProbe>();
   private nextProbe = 1;
 
@@ -71,6 +77,7 @@ export class SyncHub implements Presence {
   /** The node's agent linked, heard at `at`. */
   connect(nodeId: number, at: string): void {
     this.connected.set(nodeId, at);
+    this.appliedOnLink.delete(nodeId);
     this.linkedThisRun.add(nodeId);
     this.presenceChanged(nodeId);
   }
@@ -85,6 +92,7 @@ export class SyncHub implements Presence {
   /** The node's link dropped: nobody is going to acknowledge, so waiters stop waiting. */
   disconnect(nodeId: number): void {
     this.connected.delete(nodeId);
+    this.appliedOnLink.delete(nodeId);
     this.presenceChanged(nodeId);
     for (const waiter of this.waiters.get(nodeId) ?? []) waiter.resolve(false);
     this.waiters.delete(nodeId);
@@ -96,6 +104,7 @@ export class SyncHub implements Presence {
 
   /** The node acknowledged config `version` (and so every earlier one). */
   applied(nodeId: number, version: number): void {
+    if (this.connected.has(nodeId)) this.appliedOnLink.set(nodeId, version);
     const waiting = this.waiters.get(nodeId);
     if (!waiting) return;
     for (const waiter of [...waiting]) {
@@ -104,6 +113,23 @@ export class SyncHub implements Presence {
         waiter.resolve(true);
       }
     }
+  }
+
+  /** The config version the node's agent acknowledged since it linked last; undefined: none yet, or not linked. */
+  appliedSinceLink(nodeId: number): number | undefined {
+    return this.appliedOnLink.get(nodeId);
+  }
+
+  /** What the node's agent said of the upgrade it was told to make (the agent link checked it was told). */
+  upgradeReported(nodeId: number, report: UpgradeStatusMessage): void {
+    this.upgradeReports.set(nodeId, report);
+  }
+
+  /** What the node's agent said of its upgrade since this was last asked, if anything. */
+  takeUpgradeReport(nodeId: number): UpgradeStatusMessage | undefined {
+    const report = this.upgradeReports.get(nodeId);
+    this.upgradeReports.delete(nodeId);
+    return report;
   }
 
   /**

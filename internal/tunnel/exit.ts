@@ -109,16 +109,36 @@ export class TunnelExit {
     return this.view;
   }
 
-  /** Resolves once listening; rejects with the bind error (EADDRINUSE, EACCES, ...). */
-  listen(host: string): Promise<void> {
+  /**
+   * Resolves once listening, on the tunnel's port or on `inherited` (a listening socket an agent handed over, see
+   * TcpRelay.listen); rejects with the bind error (EADDRINUSE, EACCES, ...).
+   */
+  listen(host: string, inherited?: object): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen({ host, port: this.config.port, exclusive: true }, () => {
+      const listening = () => {
         this.server.off('error', reject);
         this.server.on('error', () => undefined);
         resolve();
-      });
+      };
+      this.server.once('error', reject);
+      if (inherited) this.server.listen(inherited, listening);
+      else this.server.listen({ host, port: this.config.port, exclusive: true }, listening);
     });
+  }
+
+  /** The listening socket's handle, for the agent taking over (see TcpRelay.listeningHandle). */
+  get listeningHandle(): object | undefined {
+    return (this.server as unknown as { _handle?: object })._handle;
+  }
+
+  /** Takes no more tunnel connections; those open go on. */
+  stopAccepting(): void {
+    if (this.server.listening) this.server.close();
+  }
+
+  /** How many tunnel connections it carries now. */
+  get carrying(): number {
+    return this.sessions.size;
   }
 
   /** The rules bound to this tunnel; open streams keep going, new ones see the new set. */

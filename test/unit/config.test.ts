@@ -89,6 +89,7 @@ test(
       forwarding: 'auto',
       resolveSeconds: 60,
       releaseKeys: [],
+      drainSeconds: 60,
     };
     const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
       [
@@ -181,6 +182,7 @@ test(
         forwarding: 'auto',
         resolveSeconds: 60,
         releaseKeys: [],
+        drainSeconds: 60,
       },
     });
     assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
@@ -193,6 +195,7 @@ test(
         forwarding: 'auto',
         resolveSeconds: 60,
         releaseKeys: [],
+        drainSeconds: 60,
       },
     });
     assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
@@ -205,6 +208,7 @@ test(
         forwarding: 'auto',
         resolveSeconds: 60,
         releaseKeys: [],
+        drainSeconds: 60,
       },
     });
     const errors: [string, RegExp][] = [

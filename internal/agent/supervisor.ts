@@ -1,0 +1,226 @@
+// The agent's supervisor: the process its service starts when it trusts release keys. It runs the agent itself as a
+// child (the worker) from the bundle to run (see bundles.ts), starts it again if it dies, and carries out upgrades:
+// the worker verifies and keeps a new bundle, the supervisor takes the worker's listening sockets, starts the new
+// bundle with them (both accept meanwhile: no connection is refused), and gives it `gate_seconds` to link and apply.
+// Then the old worker stops accepting and drains; otherwise the new one is stopped, the switch undone, and the old
+// one, which never stopped forwarding, links again and says so. The watchdog is here, not in the new bundle, which
+// may be unable to run at all, nor at the master, which the new bundle may be unable to reach.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import type { KeyObject } from 'node:crypto';
+import type { Logger } from '../log/log.ts';
+import { BundleShelf, type KeptBundle } from './bundles.ts';
+import type { RuleTraffic } from '../domain/rules.ts';
+
+/** How a worker knows its part: the variable's value. */
+export const ROLE_ENV = 'PORTPLANE_AGENT_ROLE';
+export type WorkerRole = 'worker' | 'takeover';
+
+/** Worker to supervisor. */
+export type ToSupervisor =
+  | { type: 'upgrade'; bundle: KeptBundle; gate_seconds: number; rollout_id: number }
+  | { type: 'ready' }
+  | { type: 'listener'; key: string }
+  | { type: 'handed_over' }
+  | { type: 'traffic'; rules: RuleTraffic[] };
+
+/** Supervisor to worker. */
+export type ToWorker =
+  | { type: 'handover' }
+  | { type: 'listener'; key: string }
+  | { type: 'listeners_done' }
+  | { type: 'drain'; seconds: number }
+  | { type: 'resume'; rollout_id: number; reason: string }
+  | { type: 'traffic'; rules: RuleTraffic[] };
+
+export interface SupervisorOptions {
+  /** The file the service starts (this program), run when no kept bundle is to be. */
+  launcher: string;
+  /** How Node runs the launcher (a development run's loader); kept bundles need none. */
+  execArgv: string[];
+  /** The agent's arguments, which every worker is given. */
+  args: string[];
+  stateDir: string;
+  releaseKeys: readonly KeyObject[];
+  /** How long an old worker carries its open connections after the new one took over. */
+  drainSeconds: number;
+  log: Logger;
+}
+
+/** An upgrade under way. */
+interface Trial {
+  order: Extract<ToSupervisor, { type: 'upgrade' }>;
+  old: ChildProcess;
+  handles: { key: string; handle: { close(): unknown } }[];
+  handedOver: () => void;
+  next: ChildProcess | null;
+  ready: () => void;
+}
+
+/** The longest a worker told to stop is waited for before it is killed. */
+const STOP_WAIT_MS = 30_000;
+const MAX_RESTART_DELAY_MS = 30_000;
+
+export class Supervisor {
+  private readonly shelf: BundleShelf;
+  private worker: ChildProcess | null = null;
+  /** Workers handed over and draining, waited for on stop. */
+  private readonly draining = new Set<ChildProcess>();
+  private trial: Trial | null = null;
+  private stopping = false;
+  private restarts = 0;
+  private restartTimer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly options: SupervisorOptions) {
+    this.shelf = new BundleShelf(options.stateDir, options.releaseKeys, options.launcher);
+  }
+
+  start(): void {
+    this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearTimeout(this.restartTimer);
+    const children = [this.worker, this.trial?.next ?? null, ...this.draining].filter(
+      (child): child is ChildProcess => child !== null,
+    );
+    await Promise.all(children.map((child) => stopChild(child)));
+  }
+
+  /** The kept bundle to run now, verified; null: the launcher (none kept, or the kept one does not verify). */
+  private bundleToRun(): { file: string; version: string } | null {
+    try {
+      return this.shelf.toRun();
+    } catch (error) {
+      this.options.log.error('the kept agent bundle does not verify: running the installed one', {
+        error: (error as Error).message,
+      });
+      return null;
+    }
+  }
+
+  private spawnWorker(bundle: { file: string } | null, role: WorkerRole): ChildProcess {
+    const { options } = this;
+    const argv = bundle ? [bundle.file] : [...options.execArgv, options.launcher];
+    const child = spawn(process.execPath, [...argv, ...options.args], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: { ...process.env, [ROLE_ENV]: role },
+    });
+    child.on('message', (message: ToSupervisor, handle: unknown) => this.fromWorker(child, message, handle));
+    child.on('exit', (code, signal) => this.exited(child, code, signal));
+    // A worker that went cannot be written to; what was on its way to it is lost with it.
+    child.on('error', (error) => options.log.warn('agent worker error', { error: error.message }));
+    return child;
+  }
+
+  private fromWorker(child: ChildProcess, message: ToSupervisor, handle: unknown): void {
+    const { trial } = this;
+    switch (message.type) {
+      case 'upgrade':
+        if (child === this.worker && !trial) void this.upgrade(child, message);
+        return;
+      case 'listener':
+        if (trial?.old === child && handle)
+          trial.handles.push({ key: message.key, handle: handle as Trial['handles'][0]['handle'] });
+        return;
+      case 'handed_over':
+        if (trial?.old === child) trial.handedOver();
+        return;
+      case 'ready':
+        if (trial?.next === child) trial.ready();
+        else if (child === this.worker) this.restarts = 0;
+        return;
+      case 'traffic':
+        // What a draining worker still relayed, for the worker that reports now.
+        if (this.draining.has(child) && this.worker) tell(this.worker, { type: 'traffic', rules: message.rules });
+        return;
+    }
+  }
+
+  private exited(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
+    this.draining.delete(child);
+    // An old worker gone before it handed its sockets over: the new one starts without them.
+    if (this.trial?.old === child && !this.trial.next) this.trial.handedOver();
+    if (this.stopping || child !== this.worker || this.trial?.old === child) return;
+    // The worker died: started again, from the bundle to run, a little later each time it dies again soon.
+    const delay = Math.min(MAX_RESTART_DELAY_MS, 1000 * 2 ** this.restarts);
+    this.restarts += 1;
+    this.options.log.error('the agent worker exited: starting it again', { code, signal, in_ms: delay });
+    this.worker = null;
+    this.restartTimer = setTimeout(() => {
+      if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+    }, delay);
+  }
+
+  private async upgrade(old: ChildProcess, order: Trial['order']): Promise<void> {
+    const { log } = this.options;
+    let file: string;
+    try {
+      file = this.shelf.verified(order.bundle);
+    } catch (error) {
+      return tell(old, { type: 'resume', rollout_id: order.rollout_id, reason: (error as Error).message });
+    }
+    const trial: Trial = { order, old, handles: [], handedOver: () => undefined, next: null, ready: () => undefined };
+    this.trial = trial;
+    const handedOver = new Promise<void>((resolve) => (trial.handedOver = resolve));
+    tell(old, { type: 'handover' });
+    await handedOver;
+    this.shelf.switchTo(order.bundle);
+    const next = this.spawnWorker({ file }, 'takeover');
+    trial.next = next;
+    const ready = new Promise<'ready'>((resolve) => (trial.ready = () => resolve('ready')));
+    // This process holds a copy of each socket only while passing it on.
+    for (const { key, handle } of trial.handles)
+      next.send({ type: 'listener', key }, handle as never, () => handle.close());
+    tell(next, { type: 'listeners_done' });
+    log.info('a new agent bundle starts', { version: order.bundle.version, sockets: trial.handles.length });
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      ready,
+      once(next, 'exit').then(([code]) => `it exited (code ${code})`),
+      new Promise<string>((resolve) => {
+        timer = setTimeout(
+          () => resolve(`it did not link and apply within ${order.gate_seconds} s`),
+          order.gate_seconds * 1000,
+        );
+      }),
+    ]);
+    clearTimeout(timer);
+    this.trial = null;
+    if (outcome === 'ready') {
+      this.shelf.confirm();
+      this.worker = next;
+      this.draining.add(old);
+      tell(old, { type: 'drain', seconds: this.options.drainSeconds });
+      log.info('upgraded: the new agent took over; the old one drains', {
+        version: order.bundle.version,
+        drain_seconds: this.options.drainSeconds,
+      });
+      return;
+    }
+    const reason = `agent ${order.bundle.version} was rolled back: ${outcome}`;
+    log.error('the new agent bundle failed: back to the one before', { version: order.bundle.version, reason });
+    await stopChild(next);
+    this.shelf.undo();
+    if (old.exitCode === null && old.signalCode === null)
+      tell(old, { type: 'resume', rollout_id: order.rollout_id, reason });
+    else if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+  }
+}
+
+/** Sends to a worker, if it is there to hear it. */
+function tell(child: ChildProcess, message: ToWorker): void {
+  if (child.connected) child.send(message);
+}
+
+/** Asks a worker to stop (SIGTERM), and kills it if it has not within STOP_WAIT_MS. */
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_WAIT_MS);
+  await exited;
+  clearTimeout(timer);
+}

@@ -1,0 +1,70 @@
+// The agent as its supervisor's worker (see supervisor.ts): the supervisor's orders over the IPC channel, and what
+// the agent tells it.
+
+import type { Logger } from '../log/log.ts';
+import type { Agent, SupervisorChannel } from './agent.ts';
+import type { ToSupervisor, ToWorker } from './supervisor.ts';
+
+type Handle = { close(): unknown };
+
+function tell(message: ToSupervisor, handle?: object): Promise<void> {
+  return new Promise((resolve) => {
+    if (!process.connected) return resolve();
+    process.send!(message, handle as never, undefined, () => resolve());
+  });
+}
+
+/** What the agent tells its supervisor. */
+export const supervisorChannel: SupervisorChannel = {
+  upgrade: (order) => void tell({ type: 'upgrade', ...order }),
+  ready: () => void tell({ type: 'ready' }),
+};
+
+/** The listening sockets handed to a worker started to take over, by `transport:port`, once all have come. */
+export function inheritedSockets(): Promise<Map<string, Handle>> {
+  const sockets = new Map<string, Handle>();
+  return new Promise((resolve) => {
+    const take = (message: ToWorker, handle: unknown) => {
+      if (message.type === 'listener' && handle) sockets.set(message.key, handle as Handle);
+      if (message.type !== 'listeners_done') return;
+      process.off('message', take);
+      resolve(sockets);
+    };
+    process.on('message', take);
+  });
+}
+
+/**
+ * Carries out the supervisor's orders; `exit` ends the process once a drained worker is done. A worker whose
+ * supervisor is gone (killed) stops too: nothing would start it again, or stop it.
+ */
+export function obeySupervisor(agent: Agent, log: Logger, exit: (code: number) => void): void {
+  process.on('message', (message: ToWorker) => {
+    switch (message.type) {
+      case 'handover':
+        void agent.handOver().then(async (handles) => {
+          for (const { key, handle } of handles) await tell({ type: 'listener', key }, handle);
+          await tell({ type: 'handed_over' });
+        });
+        return;
+      case 'drain':
+        void agent
+          .drainOut(message.seconds, (rules) =>
+            rules.length > 0 ? tell({ type: 'traffic', rules }) : Promise.resolve(),
+          )
+          .then(() => exit(0));
+        return;
+      case 'resume':
+        log.warn('the upgrade was rolled back: this agent carries on', { reason: message.reason });
+        void agent.resume(message.rollout_id, message.reason);
+        return;
+      case 'traffic':
+        agent.absorb(message.rules);
+        return;
+    }
+  });
+  process.on('disconnect', () => {
+    log.warn('the agent supervisor is gone: stopping');
+    void agent.stop().finally(() => exit(0));
+  });
+}

@@ -1,0 +1,265 @@
+// Rollouts with real agents, each under its supervisor: a second agent bundle built by the test (the built agent with
+// another version, or broken on purpose) and signed by the test's release key is taken to the nodes in waves, and the
+// agents verify it, hand their listening sockets over, and go back by themselves when the new one does not link.
+
+import assert from 'node:assert/strict';
+import { generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { once } from 'node:events';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import test, { type TestContext } from 'node:test';
+import { releaseKeyText, signBundle } from '../internal/release/signature.ts';
+import { VERSION } from '../internal/version.ts';
+import { nodeOf, startAgent, type AgentProcess } from './agents.ts';
+import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+
+const keys = generateKeyPairSync('ed25519');
+const privatePem = keys.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+
+/** The built agent as `version`, changed by `edit` (to break it): what a release would be. */
+function agentAs(version: string, edit: (text: string) => string = (text) => text): Buffer {
+  const text = readFileSync('dist/agent.mjs', 'utf8');
+  const versioned = text.replace(`var VERSION = "${VERSION}";`, `var VERSION = "${version}";`);
+  assert.notEqual(versioned, text, 'the built agent names its version');
+  return Buffer.from(edit(versioned));
+}
+
+async function upload(m: Running, version: string, bundle: Buffer): Promise<void> {
+  const signature = signBundle(bundle, version, privatePem);
+  const body = { bundle: bundle.toString('base64'), signature };
+  const answer = await call(m.url, 'POST', '/api/agent-bundles', { token: m.admin, body });
+  assert.equal(answer.status, 201, JSON.stringify(answer.body));
+}
+
+interface Fleet {
+  m: Running;
+  nodes: { id: number; agent: AgentProcess; port: number }[];
+}
+
+/** A master trusting the test's release key, and `count` nodes whose agents trust it too, each with a relayed rule. */
+async function fleet(t: TestContext, count: number): Promise<Fleet> {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-rollout-'));
+  const publicPath = join(dir, 'release-public.pem');
+  writeFileSync(publicPath, keys.publicKey.export({ type: 'spki', format: 'pem' }));
+  const m = await startMaster(t, { releaseKeyPaths: [publicPath], localTargets: true });
+  const echo = await tcpEcho(t);
+  const nodes: Fleet['nodes'] = [];
+  for (let i = 0; i < count; i++) {
+    const made = await node(m, `edge-${i}`);
+    const port = await freePort();
+    await rule(m, { node_id: made.id, protocol: 'tcp', listen_port: port, targets: [`127.0.0.1:${echo}`] });
+    const agent = startAgent(t, m.url, made.agent_token, {
+      built: true,
+      extraArgs: ['--release-key', releaseKeyText(keys.publicKey), '--drain-seconds', '3'],
+    });
+    nodes.push({ id: made.id, agent, port });
+  }
+  for (const { id, port } of nodes) {
+    await until(`node ${id} applied its rule`, async () => (await nodeOf(m, id)).status === 'online');
+    await until(`port ${port} forwards`, async () =>
+      (await tcpRoundTrip(port, Buffer.from('hi')).catch(() => Buffer.alloc(0))).toString() === 'hi' ? true : false,
+    );
+  }
+  return { m, nodes };
+}
+
+async function rolloutOf(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/rollouts/${id}`, { token: m.admin })).body;
+}
+
+async function rolloutNodes(m: Running, id: number) {
+  return (await call(m.url, 'GET', `/api/rollouts/${id}/nodes?limit=100`, { token: m.admin })).body.items as {
+    node_id: number;
+    state: string;
+    detail: string | null;
+  }[];
+}
+
+async function startRollout(m: Running, body: Record<string, unknown>) {
+  const answer = await call(m.url, 'POST', '/api/rollouts', { token: m.admin, body });
+  assert.equal(answer.status, 201, JSON.stringify(answer.body));
+  return answer.body as { id: number };
+}
+
+/** Opens a connection through `port` every 20 ms, each echoing a word, until stopped (or the test ends). */
+function steadyClients(t: TestContext, port: number) {
+  let opened = 0;
+  const failures: string[] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const word = `w${opened++}`;
+      await tcpRoundTrip(port, Buffer.from(word)).then(
+        (echoed) => (echoed.toString() === word ? undefined : failures.push(`${word}: echoed '${echoed}'`)),
+        (error: Error) => failures.push(`${word}: ${error.message}`),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  })();
+  t.after(() => (running = false));
+  return {
+    failures,
+    opened: () => opened,
+    stop: async () => {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+/** A connection through `port` held open: each `ask` sends a word and waits for its echo. */
+async function heldConnection(port: number) {
+  const socket: Socket = connect({ host: '127.0.0.1', port });
+  await once(socket, 'connect');
+  let received = '';
+  socket.on('data', (chunk) => (received += chunk.toString()));
+  socket.on('error', () => undefined);
+  return {
+    socket,
+    ask: async (word: string) => {
+      received = '';
+      socket.write(word);
+      await until(`'${word}' echoed on the held connection`, () => received === word, 5000);
+    },
+  };
+}
+
+test('a rollout takes 5 nodes to a new agent in a canary wave then the rest, refusing no connection', async (t) => {
+  const { m, nodes } = await fleet(t, 5);
+  await upload(m, '0.2.0', agentAs('0.2.0'));
+  const watched = nodes[0]!;
+  const clients = steadyClients(t, watched.port);
+  const held = await heldConnection(watched.port);
+  await held.ask('before');
+
+  const { id } = await startRollout(m, { version: '0.2.0', ids: nodes.map((n) => n.id), waves: [1, '100%'] });
+  await until('the canary upgraded', async () => (await nodeOf(m, watched.id)).agent_version === '0.2.0', 30_000);
+  // The old agent drains for 3 s: the connection it holds works on meanwhile.
+  await held.ask('during');
+  const done = await until(
+    'the rollout done',
+    async () => {
+      const rollout = await rolloutOf(m, id);
+      assert.notEqual(rollout.state, 'halted', rollout.reason);
+      return rollout.state === 'done' && rollout;
+    },
+    60_000,
+  );
+  assert.deepEqual(done.nodes, { waiting: 0, upgrading: 0, passed: 5, failed: 0 });
+  await clients.stop();
+  assert.deepEqual(clients.failures, [], `of ${clients.opened()} connections`);
+  assert.ok(clients.opened() > 50);
+
+  for (const { id: nodeId, port, agent } of nodes) {
+    const shown = await nodeOf(m, nodeId);
+    assert.equal(shown.agent_version, '0.2.0');
+    const rules = await call(m.url, 'GET', `/api/rules?node_id=${nodeId}`, { token: m.admin });
+    assert.equal(rules.body.items[0].sync.state, 'applied');
+    assert.equal((await tcpRoundTrip(port, Buffer.from('after'))).toString(), 'after');
+    assert.match(agent.output.join(''), /upgraded: the new agent took over; the old one drains/);
+  }
+  // Past the drain time the old agent closed what it still carried.
+  await until('the held connection closed by the old agent', () => held.socket.destroyed || held.socket.readableEnded);
+  const states = (await rolloutNodes(m, id)).map((n) => n.state);
+  assert.deepEqual(states, ['passed', 'passed', 'passed', 'passed', 'passed']);
+  const audit = await call(m.url, 'GET', `/api/audit-logs?resource=rollout&limit=100`, { token: m.admin });
+  const actions = new Set(audit.body.items.map((entry: { action: string }) => entry.action));
+  for (const action of ['rollout.create', 'rollout.node', 'rollout.wave', 'rollout.done'])
+    assert.ok(actions.has(action));
+});
+
+test('a tampered bundle is refused by every agent, and the rollout halts saying so', async (t) => {
+  const { m, nodes } = await fleet(t, 3);
+  await upload(m, '0.3.0', agentAs('0.3.0'));
+  // What a master taken over could do: change the bytes it hands out.
+  const tampered = Buffer.concat([agentAs('0.3.0'), Buffer.from('\nprocess.exit(0);\n')]);
+  m.app.store.write(() =>
+    m.app.store.db.prepare("UPDATE agent_bundles SET body = ? WHERE version = '0.3.0'").run(tampered),
+  );
+  const { id } = await startRollout(m, { version: '0.3.0', ids: nodes.map((n) => n.id), waves: ['100%'] });
+  const halted = await until('the rollout halted', async () => {
+    const rollout = await rolloutOf(m, id);
+    return rollout.state === 'halted' && rollout;
+  });
+  assert.match(halted.reason, /refused the bundle: the bundle is refused: the bundle is not the one signed/);
+  for (const { agent, id: nodeId } of nodes) {
+    await until(`node ${nodeId}'s agent refused it`, () => /refused an agent bundle/.test(agent.output.join('')));
+    assert.equal((await nodeOf(m, nodeId)).agent_version, VERSION);
+  }
+});
+
+test("a bundle that cannot link goes back by the agent's own watchdog, halting the rollout", async (t) => {
+  const { m, nodes } = await fleet(t, 3);
+  // It asks the master for a link where there is none: it runs, and never links.
+  const broken = agentAs('0.4.0', (text) => text.replace('"/agent/v1/link"', '"/agent/v1/nowhere"'));
+  await upload(m, '0.4.0', broken);
+  const canary = nodes[0]!;
+  const started = Date.now();
+  const { id } = await startRollout(m, {
+    version: '0.4.0',
+    ids: nodes.map((n) => n.id),
+    waves: [1, '100%'],
+    gate_seconds: 10,
+  });
+  const halted = await until(
+    'the rollout halted',
+    async () => {
+      const rollout = await rolloutOf(m, id);
+      return rollout.state === 'halted' && rollout;
+    },
+    40_000,
+  );
+  assert.match(halted.reason, new RegExp(`node ${canary.id}: its agent went back to the bundle before`));
+  assert.match(halted.reason, /did not link and apply within 10 s/);
+  assert.ok(Date.now() - started < 10_000 + 15_000, 'back within the gate and its grace');
+  assert.equal((await nodeOf(m, canary.id)).agent_version, VERSION);
+  assert.equal((await tcpRoundTrip(canary.port, Buffer.from('back'))).toString(), 'back');
+  const others = (await rolloutNodes(m, id)).filter((n) => n.node_id !== canary.id);
+  assert.deepEqual(
+    others.map((n) => n.state),
+    ['waiting', 'waiting'],
+  );
+  for (const other of nodes.slice(1)) assert.equal((await nodeOf(m, other.id)).agent_version, VERSION);
+});
+
+test('a rollout pauses, resumes and aborts; what it is given is checked first', async (t) => {
+  const { m, nodes } = await fleet(t, 2);
+  await upload(m, '0.5.0', agentAs('0.5.0'));
+  const ids = nodes.map((n) => n.id);
+  assertProblem(
+    await call(m.url, 'POST', '/api/rollouts', { token: m.admin, body: { version: '9.9.9', ids, waves: ['100%'] } }),
+    422,
+    'validation_failed',
+  );
+  const short = await call(m.url, 'POST', '/api/rollouts', {
+    token: m.admin,
+    body: { version: '0.5.0', ids, waves: [1] },
+  });
+  assertProblem(short, 422, 'validation_failed');
+  assert.match(JSON.stringify(short.body), /the waves take 1 of the 2 nodes/);
+
+  const { id } = await startRollout(m, { version: '0.5.0', ids, waves: [1, '100%'], pause_seconds: 3600 });
+  assertProblem(
+    await call(m.url, 'POST', '/api/rollouts', { token: m.admin, body: { version: '0.5.0', ids, waves: ['100%'] } }),
+    409,
+    'conflict',
+  );
+  await until('the canary wave passed', async () => (await rolloutOf(m, id)).wave_passed_at !== null, 30_000);
+  const paused = await call(m.url, 'POST', `/api/rollouts/${id}/pause`, { token: m.admin });
+  assert.equal(paused.body.state, 'paused');
+  assertProblem(await call(m.url, 'POST', `/api/rollouts/${id}/pause`, { token: m.admin }), 409, 'conflict');
+  assert.equal((await call(m.url, 'POST', `/api/rollouts/${id}/resume`, { token: m.admin })).body.state, 'running');
+  const aborted = await call(m.url, 'POST', `/api/rollouts/${id}/abort`, { token: m.admin });
+  assert.equal(aborted.body.state, 'aborted');
+  assert.equal(aborted.body.reason, 'aborted by an operator');
+  // The second wave never started: its node runs what it ran.
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  assert.equal((await nodeOf(m, nodes[1]!.id)).agent_version, VERSION);
+  assert.deepEqual(
+    (await rolloutNodes(m, id)).map((n) => n.state),
+    ['passed', 'waiting'],
+  );
+});
