@@ -327,3 +327,39 @@ test(UNCHANGED, async (t) => {
   assert.ok(told.includes(added.id), 'the new one is told');
   raw.socket.destroy();
 });
+
+const SKEW =
+  'an agent older than what a rule asks is not sent that rule: it fails saying what the agent lacks, and an agent ' +
+  'that names no features is taken for one that has them all';
+
+test(SKEW, async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const range = (await rule(m, { node_id: n.id, listen_port: 30000, listen_port_end: 30009 })).body;
+  const weighted = (
+    await rule(m, { node_id: n.id, listen_port: 80, targets: ['10.0.0.1:80', '10.0.0.2:80'], weights: [3, 1] })
+  ).body;
+  const older = (await link(m, n.agent_token, undefined, '0.0.9', {
+    'X-Agent-Features': 'weights,unheard_of',
+  })) as RawLink;
+  const config = await older.next('config');
+  assert.deepEqual(
+    (config.rules as { id: number }[]).map((r) => r.id),
+    [weighted.id],
+  );
+  const refused = await until('the range rule marked', async () => {
+    const shown = (await call(m.url, 'GET', `/api/rules/${range.id}`, { token: m.admin })).body;
+    return shown.sync.state === 'failed' && shown;
+  });
+  assert.equal(refused.sync.error.code, 'agent_outdated');
+  assert.equal(
+    refused.sync.error.detail,
+    'the agent (0.0.9) cannot apply a port range (listen_port_end): upgrade it (POST /api/rollouts)',
+  );
+  older.socket.destroy();
+
+  const current = (await link(m, n.agent_token)) as RawLink;
+  const full = await current.next('config');
+  assert.deepEqual((full.rules as { id: number }[]).map((r) => r.id).sort(), [range.id, weighted.id].sort());
+  current.socket.destroy();
+});

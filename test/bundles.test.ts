@@ -13,6 +13,7 @@ import { MAX_BUNDLES } from '../internal/service/bundles.ts';
 import { startAgent } from './agents.ts';
 import { assertProblem, call, node, startMaster } from './helpers.ts';
 import { until } from './net.ts';
+import { VERSION } from '../internal/version.ts';
 
 /** The release tool, as `npm run release -- ARGS` runs it. */
 function release(...args: string[]) {
@@ -146,4 +147,33 @@ test(TRUST_GIVEN, async (t) => {
   );
   assert.equal(refused.status, 2, refused.stderr);
   assert.match(refused.stderr, /--release-key: 'not-a-key' is not a release key/);
+});
+
+const OWN_AGENT =
+  "a master given the release's signature of the agent it carries keeps that agent among its bundles, and does " +
+  'not start with one that does not verify';
+
+test(OWN_AGENT, async (t) => {
+  const made = signed('0.2.0');
+  const key = readFileSync(join(made.dir, 'release-private.pem'), 'utf8');
+  const own = readFileSync('dist/agent.mjs');
+  const signaturePath = join(made.dir, 'agent.mjs.sig');
+  writeFileSync(signaturePath, JSON.stringify(signBundle(own, VERSION, key)));
+  const m = await startMaster(t, { releaseKeyPaths: [made.publicKey], agentSignaturePath: signaturePath });
+  const listed = await call(m.url, 'GET', '/api/agent-bundles', { token: m.admin });
+  assert.deepEqual(
+    listed.body.items.map((b: { version: string; size: number }) => [b.version, b.size]),
+    [[VERSION, own.length]],
+  );
+
+  writeFileSync(signaturePath, JSON.stringify(signBundle(own, '9.0.0', key)));
+  await assert.rejects(
+    startMaster(t, { releaseKeyPaths: [made.publicKey], agentSignaturePath: signaturePath }),
+    new RegExp(`cannot use the agent signature .*it signs agent 9\\.0\\.0, and this master carries ${VERSION}`),
+  );
+  writeFileSync(signaturePath, JSON.stringify(signBundle(Buffer.from('another agent'), VERSION, key)));
+  await assert.rejects(
+    startMaster(t, { releaseKeyPaths: [made.publicKey], agentSignaturePath: signaturePath }),
+    /not the one signed/,
+  );
 });

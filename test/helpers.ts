@@ -31,6 +31,8 @@ export interface StartOptions {
   licenseKeyPath?: string;
   /** Release keys' public halves (PEM files) agent bundles must be signed with. */
   releaseKeyPaths?: string[];
+  /** The release's signature of the agent the master carries (--agent-signature). */
+  agentSignaturePath?: string;
   secretKeyPath?: string;
   dataDir?: string;
   /** Called with the data dir before the master starts (e.g. to place a license). */
@@ -61,6 +63,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
       secretKeyPath: options.secretKeyPath ?? null,
       licenseKeyPath: options.licenseKeyPath ?? null,
       releaseKeyPaths: options.releaseKeyPaths ?? [],
+      agentSignaturePath: options.agentSignaturePath ?? null,
       adminPassword: ADMIN_PASSWORD,
       tls: options.tls ?? null,
       insecureHttp: options.insecureHttp ?? false,

@@ -18,6 +18,7 @@ export async function link(
   token: string,
   protocol = LINK_PROTOCOL,
   version = 'raw-test',
+  headers: Record<string, string> = {},
 ): Promise<RawLink | { status: number; body: any }> {
   const req = request(`${m.url}${LINK_PATH}`, {
     headers: {
@@ -25,6 +26,7 @@ export async function link(
       Upgrade: protocol,
       Authorization: `Bearer ${token}`,
       'X-Agent-Version': version,
+      ...headers,
     },
   });
   req.end();

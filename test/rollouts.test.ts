@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
@@ -130,6 +130,7 @@ async function heldConnection(port: number) {
 test('a rollout takes 5 nodes to a new agent in a canary wave then the rest, refusing no connection', async (t) => {
   const { m, nodes } = await fleet(t, 5);
   await upload(m, '0.2.0', agentAs('0.2.0'));
+  for (const { id } of nodes) assert.equal((await nodeOf(m, id)).upgrade_available, '0.2.0');
   const watched = nodes[0]!;
   const clients = steadyClients(t, watched.port);
   const held = await heldConnection(watched.port);
@@ -156,6 +157,7 @@ test('a rollout takes 5 nodes to a new agent in a canary wave then the rest, ref
   for (const { id: nodeId, port, agent } of nodes) {
     const shown = await nodeOf(m, nodeId);
     assert.equal(shown.agent_version, '0.2.0');
+    assert.equal(shown.upgrade_available, null);
     const rules = await call(m.url, 'GET', `/api/rules?node_id=${nodeId}`, { token: m.admin });
     assert.equal(rules.body.items[0].sync.state, 'applied');
     assert.equal((await tcpRoundTrip(port, Buffer.from('after'))).toString(), 'after');
@@ -262,4 +264,42 @@ test('a rollout pauses, resumes and aborts; what it is given is checked first', 
     (await rolloutNodes(m, id)).map((n) => n.state),
     ['passed', 'waiting'],
   );
+});
+
+/** The processes whose parent is `pid`. */
+function childrenOf(pid: number): number[] {
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((name) => {
+      try {
+        // comm may hold spaces and parentheses: the fields after its closing one.
+        const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+test('the supervisor starts a worker that died again; a worker whose supervisor was killed stops', async (t) => {
+  const { m, nodes } = await fleet(t, 1);
+  const [{ id, agent, port }] = nodes as [Fleet['nodes'][0]];
+  const [worker] = childrenOf(agent.pid!);
+  assert.ok(worker, 'the supervisor runs its worker as a child');
+  process.kill(worker, 'SIGKILL');
+  await until('the worker started again', () =>
+    /the agent worker exited: starting it again/.test(agent.output.join('')),
+  );
+  const [again] = await until('a new worker', () => {
+    const found = childrenOf(agent.pid!);
+    return found.length === 1 && found[0] !== worker && found;
+  });
+  await until('the node online again', async () => (await nodeOf(m, id)).status === 'online');
+  await until(
+    `port ${port} forwards again`,
+    async () => (await tcpRoundTrip(port, Buffer.from('hi')).catch(() => Buffer.alloc(0))).toString() === 'hi',
+  );
+  agent.kill('SIGKILL');
+  await until('the orphaned worker gone', () => !existsSync(`/proc/${again}`), 10_000);
 });

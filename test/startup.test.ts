@@ -43,6 +43,7 @@ test(
         secretKeyPath: null,
         licenseKeyPath: null,
         releaseKeyPaths: [],
+        agentSignaturePath: null,
         adminPassword: ADMIN_PASSWORD,
         tls: null,
         insecureHttp: false,

@@ -13,6 +13,8 @@ export interface MasterConfig {
   licenseKeyPath: string | null;
   /** Paths to the PEM public keys of the release keys agent bundles are signed with (more than one: a rotation). */
   releaseKeyPaths: string[];
+  /** The `.sig` of the agent bundle this master carries, by a release key: the master then offers that bundle too. */
+  agentSignaturePath: string | null;
   /** Password for the first admin; null: generate one and print it once. */
   adminPassword: string | null;
   /** The certificate and key to serve HTTPS with; null: the master's own off loopback, plain HTTP on it. */
@@ -34,6 +36,9 @@ Options:
   --license-key FILE     PEM public key that signs licenses (env MASTER_LICENSE_KEY, default: built-in)
   --release-key FILE     PEM public key of the release key agent bundles are signed with (npm run release --
                          keygen); several, comma-separated, while a key is replaced (env MASTER_RELEASE_KEY)
+  --agent-signature FILE the release's signature of the agent this master carries (npm run release -- sign
+                         dist/agent.mjs): checked at start, and that agent is then kept among the bundles
+                         rollouts take to nodes (env MASTER_AGENT_SIGNATURE)
   --tls-cert FILE        serve HTTPS with this PEM certificate (chain) ... (env MASTER_TLS_CERT)
   --tls-key FILE         ... and its PEM private key (env MASTER_TLS_KEY); reloaded on SIGHUP.
                          Without them the master serves plain HTTP on a loopback address and,
@@ -53,6 +58,7 @@ const FLAGS = {
   '--secret-key': 'MASTER_SECRET_KEY',
   '--license-key': 'MASTER_LICENSE_KEY',
   '--release-key': 'MASTER_RELEASE_KEY',
+  '--agent-signature': 'MASTER_AGENT_SIGNATURE',
   '--tls-cert': 'MASTER_TLS_CERT',
   '--tls-key': 'MASTER_TLS_KEY',
 } as const;
@@ -105,6 +111,7 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
       secretKeyPath: values['--secret-key'] ?? null,
       licenseKeyPath: values['--license-key'] ?? null,
       releaseKeyPaths: (values['--release-key'] ?? '').split(',').filter((path) => path !== ''),
+      agentSignaturePath: values['--agent-signature'] ?? null,
       adminPassword,
       tls: certPath && keyPath ? { certPath, keyPath } : null,
       insecureHttp,

@@ -3,7 +3,12 @@
 // itself ready. Returns a handle that closes it all in order.
 
 import { SYSTEM_ACTOR } from '../../internal/store/audit.ts';
-import { createPublicKey, randomBytes } from 'node:crypto';
+import { createPublicKey, randomBytes, type KeyObject } from 'node:crypto';
+import { agentBundle } from '../../internal/install/bundle.ts';
+import { verifyBundle, type BundleSignature } from '../../internal/release/signature.ts';
+import { addBundle } from '../../internal/service/bundles.ts';
+import { theMaster } from '../../internal/service/master.ts';
+import { transact } from '../../internal/service/write.ts';
 import { join } from 'node:path';
 import { AgentLinks } from '../../internal/agentlink/server.ts';
 import { App } from '../../internal/api/app.ts';
@@ -90,6 +95,15 @@ async function bootstrapAdmin(store: Store, log: Logger, password: string | null
 }
 
 /** Runs `fn`; a failure becomes one that says what could not be used and what to do about it. */
+/** The agent bundle this master carries and the release's signature of it, once that verifies as this version. */
+function signedOwnAgent(path: string, keys: readonly KeyObject[]): { bundle: Buffer; signature: BundleSignature } {
+  const signature = JSON.parse(readFileSync(path, 'utf8')) as BundleSignature;
+  const bundle = agentBundle();
+  const version = verifyBundle(bundle, signature, keys);
+  if (version !== VERSION) throw new Error(`it signs agent ${version}, and this master carries ${VERSION}`);
+  return { bundle, signature };
+}
+
 function using<T>(what: string, remedy: string, fn: () => T): T {
   try {
     return fn();
@@ -171,6 +185,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         return key;
       }),
     );
+    const ownAgent = config.agentSignaturePath
+      ? using(
+          `the agent signature ${config.agentSignaturePath}`,
+          "check --agent-signature (npm run release -- sign, of this master's own dist/agent.mjs) and --release-key",
+          () => signedOwnAgent(config.agentSignaturePath!, releaseKeys),
+        )
+      : null;
     const tls = using(
       'the TLS certificate and key',
       'check --tls-cert and --tls-key (a PEM certificate and its key)',
@@ -258,6 +279,10 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     try {
       // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
       await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
+      if (ownAgent && !store.bundles.findVersion(VERSION))
+        await transact(app, theMaster('bundle.create'), (change) =>
+          addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
+        );
       const housekeeping = () =>
         store.db.whenWritable(() => {
           const failed = (error: unknown) =>

@@ -27,6 +27,7 @@ import {
 import { throttledBy, type Logger } from '../log/log.ts';
 import { faults } from '../relay/faults.ts';
 import {
+  AGENT_FEATURES,
   configMessage,
   overBudgetMessage,
   probeMessage,
@@ -391,6 +392,7 @@ export class Agent {
         Upgrade: LINK_PROTOCOL,
         Authorization: `Bearer ${this.options.token}`,
         'X-Agent-Version': this.options.version,
+        'X-Agent-Features': AGENT_FEATURES.join(','),
         ...(this.releaseKeyIds ? { 'X-Agent-Release-Keys': this.releaseKeyIds } : {}),
       },
       ...(socket ? { createConnection: () => socket } : {}),

@@ -22,6 +22,8 @@ import {
   pathsMessage,
   probeResultMessage,
   upgradeStatusMessage,
+  AGENT_FEATURES,
+  beyondAgent,
   type UpgradeMessage,
   type UpgradeStatusMessage,
   trafficMessage,
@@ -143,6 +145,8 @@ interface Link {
   agentVersion: string | null;
   /** The ids of the release keys its agent trusts (X-Agent-Release-Keys). */
   releaseKeys: string[];
+  /** What its agent can do of what rules may ask (X-Agent-Features; see agentFeatures). */
+  features: ReadonlySet<string>;
   ip: string;
   allowance: TrafficAllowance;
   /** Why the master ended this link, written on the node when it closes. */
@@ -346,6 +350,15 @@ export class AgentLinks {
       .split(',')
       .filter((id) => PIN.test(id))
       .slice(0, MAX_RELEASE_KEYS);
+    // Names only, of features this master knows; an agent that names none is older than the list (see agentFeatures).
+    const named = req.headers['x-agent-features'];
+    const features = new Set(
+      named === undefined
+        ? AGENT_FEATURES
+        : String(named)
+            .split(',')
+            .filter((name) => AGENT_FEATURES.includes(name)),
+    );
     if (req.headers.upgrade !== LINK_PROTOCOL) {
       const spoken = String(req.headers.upgrade ?? 'nothing')
         .replace(/[^\x20-\x7e]/g, '?')
@@ -380,6 +393,7 @@ export class AgentLinks {
       socket,
       agentVersion,
       releaseKeys,
+      features,
       ip,
       allowance: new TrafficAllowance(app.clock.now, countedAt),
       ...this.stateWriters(nodeId),
@@ -592,10 +606,18 @@ export class AgentLinks {
         max_connections_per_source: settings.get('max_connections_per_source'),
         allow_local_targets: settings.get('allow_local_targets') === 1,
         next_master_pin: settings.get('tls_next_pin') || null,
-        rules: this.app.store.rules.forNode(nodeId).map((rule) => wireRule(forwardRuleOf(rule))),
+        rules: [],
         tunnels: this.tunnelEnds(nodeId),
       };
+      const beyond: [number, string][] = [];
+      for (const rule of this.app.store.rules.forNode(nodeId)) {
+        const forward = forwardRuleOf(rule);
+        const needs = beyondAgent(forward, link.features);
+        if (needs === null) config.rules.push(wireRule(forward));
+        else beyond.push([rule.id, needs]);
+      }
       send(link.socket, config);
+      if (beyond.length > 0) this.tooOld(link, beyond);
       // Each config sent invites one result per rule (a settings change sends the same version again).
       link.acknowledged = undefined;
     } catch (error) {
@@ -605,6 +627,29 @@ export class AgentLinks {
       });
       link.socket.destroy();
     }
+  }
+
+  /** Rules not sent to the link's agent, too old for what each needs: each fails, saying what and what to do. */
+  private tooOld(link: Link, beyond: [number, string][]): void {
+    const { store, clock } = this.app;
+    const agent = link.agentVersion ?? 'of unknown version';
+    const at = clock.timestamp();
+    store.db.whenWritable(() => {
+      try {
+        store.write(() => {
+          for (const [id, needs] of beyond) {
+            const detail = `the agent (${agent}) cannot apply ${needs}: upgrade it (POST /api/rollouts)`;
+            store.rules.setSync(id, link.nodeId, 'failed', { code: 'agent_outdated', detail }, at, null, null);
+          }
+        });
+      } catch (error) {
+        // Called when writes are let through again, with nothing above it: logged here; the next config tries again.
+        this.app.log.error('recording rules an agent is too old for failed', {
+          node_id: link.nodeId,
+          error: (error as Error)?.stack ?? String(error),
+        });
+      }
+    });
   }
 
   /** The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules. */

@@ -21,6 +21,7 @@ const READ_ONLY = [
   'status',
   'status_detail',
   'agent_version',
+  'upgrade_available',
   'agent_release_keys',
   'kernel_path',
   'last_seen_at',
@@ -111,6 +112,12 @@ const nodeProperties = {
     description: 'Why the node is in its status, e.g. the reason its agent link or install failed.',
   },
   agent_version: { type: ['string', 'null'] },
+  upgrade_available: {
+    type: ['string', 'null'],
+    description:
+      'The newest agent version the master carries a signed bundle of (GET /api/agent-bundles), when it is newer ' +
+      "than this node's agent: what a rollout would take it to. Null otherwise, or while no agent linked.",
+  },
   agent_release_keys: { type: 'array', items: { type: 'string' }, description: 'The release keys its agent trusts.' },
   kernel_path: {
     type: ['object', 'null'],

@@ -26,6 +26,7 @@ import {
   ruleErrorCodes,
   strategies,
   targetStates,
+  type ForwardRule,
 } from './rules.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
@@ -149,6 +150,30 @@ export type ConfigMessage = Infer<typeof configMessage>;
 
 /** Master to agent: messages of the link that write were dropped, past its budget (agentlink/server.ts). */
 export const overBudgetMessage = object({ type: oneOf(['over_budget']), detail: string({ max: 500 }) });
+
+/**
+ * What a rule may ask of its agent beyond what every agent can do, and what asks it. An agent names those it can do
+ * when it links (X-Agent-Features); one that names none is older than the list and can do every one listed here,
+ * which came with 0.1.0. A feature added later is listed here, and an agent older than it is not sent a rule that
+ * needs it: the rule fails with `agent_outdated` (never a config the agent would refuse whole, or misread).
+ */
+export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => boolean; what: string }> = {
+  port_ranges: { needed: (rule) => rule.listen_port_end !== null, what: 'a port range (listen_port_end)' },
+  weights: { needed: (rule) => rule.weights !== null, what: 'weighted targets (weights)' },
+  preserve_source: { needed: (rule) => rule.preserve_source, what: "the client's address kept (preserve_source)" },
+  balancing: {
+    needed: (rule) => ['source_hash', 'least_conn', 'lowest_latency'].includes(rule.strategy),
+    what: 'source_hash, least_conn and lowest_latency balancing',
+  },
+};
+export const AGENT_FEATURES = Object.keys(agentFeatures);
+
+/** What `rule` needs of an agent that can do only `features`, or null when it can apply it. */
+export function beyondAgent(rule: ForwardRule, features: ReadonlySet<string>): string | null {
+  for (const [name, feature] of Object.entries(agentFeatures))
+    if (!features.has(name) && feature.needed(rule)) return feature.what;
+  return null;
+}
 
 /** The largest agent bundle a master hands its agents, and its base64 length on the link. */
 export const MAX_BUNDLE_BYTES = 16 * 1024 * 1024;

@@ -345,6 +345,8 @@ export const ruleErrorCodes = [
   'kernel_unsupported',
   /** nftables refused the table this rule was part of. */
   'kernel_failed',
+  /** The master did not send it: the node's agent is too old for what it asks (see agentFeatures in link.ts). */
+  'agent_outdated',
 ] as const;
 export type RuleErrorCode = (typeof ruleErrorCodes)[number];
 

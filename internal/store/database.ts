@@ -103,6 +103,8 @@ export class Database {
   private readOnly: DatabaseSync | null = null;
   private readonly failureListeners: (() => void)[] = [];
   private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
+  /** How many onTableChange listeners there are, which name their triggers. */
+  private tableListeners = 0;
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private readonly commitListeners: ((seconds: number) => void)[] = [];
@@ -386,6 +388,28 @@ export class Database {
       listeners = all;
     }
     listeners.push(fn);
+  }
+
+  /**
+   * Calls `fn` after any row of `table` is inserted, updated or deleted by this connection (or the connection is
+   * written elsewhere): for what a cache renders from a small table as a whole.
+   */
+  onTableChange(table: string, fn: () => void): void {
+    if (!/^[a-z_]+$/.test(table)) throw new Error(`not a table name: ${table}`);
+    const name = `table_changed_${table}_${this.tableListeners++}`;
+    this.db.function(name, () => {
+      fn();
+      return null;
+    });
+    this.db.exec(
+      ['INSERT', 'UPDATE', 'DELETE']
+        .map(
+          (on) =>
+            `CREATE TEMP TRIGGER ${name}_${on.toLowerCase()} AFTER ${on} ON main.${table} BEGIN SELECT ${name}(); END;`,
+        )
+        .join('\n'),
+    );
+    this.onWrittenElsewhere(fn);
   }
 
   /**

@@ -64,6 +64,8 @@ export interface Node {
   status: NodeStatus;
   status_detail: string | null;
   agent_version: string | null;
+  /** The newest agent version the master carries a signed bundle of, if newer than its agent's. */
+  upgrade_available: string | null;
   /** The ids of the release keys its agent said it trusts when it last linked (sha256/...); empty: none. */
   agent_release_keys: string[];
   /** What its agent last said of the kernel path (null until an agent that knows of it linked). */
@@ -102,10 +104,28 @@ interface Row extends Omit<Node, 'tags' | 'agent_release_keys' | 'traffic' | 'in
   install_log: string | null;
 }
 
+/**
+ * The newest agent version the master carries a bundle of, when it is newer than the node's agent (ten bundles at
+ * most; version_order makes versions comparable as text).
+ */
+const UPGRADE = `(SELECT version FROM agent_bundles WHERE version_order(version) > version_order(nodes.agent_version)
+  ORDER BY version_order(version) DESC LIMIT 1)`;
+
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
-  agent_release_keys, kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
+  ${UPGRADE} AS upgrade_available, agent_release_keys, kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, vitals, version, created_at, updated_at`;
+
+/**
+ * A version as text that sorts as versions do (null for what is not one): each number zero-padded, and a release
+ * after its pre-releases.
+ */
+export function versionOrder(version: string): string | null {
+  const parts = /^([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})(?:-([0-9A-Za-z.-]+))?/.exec(version);
+  if (!parts) return null;
+  const numbers = parts.slice(1, 4).map((n) => n.padStart(4, '0'));
+  return `${numbers.join('.')}${parts[4] === undefined ? '~' : `-${parts[4]}`}`;
+}
 
 /** How much of an install's log a node keeps: the end, where the outcome is. */
 export const INSTALL_LOG_BYTES = 8192;
@@ -137,7 +157,7 @@ function toNode({
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user,
   'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', ${STATUS}, 'status_detail', status_detail, 'agent_version', agent_version,
-    'agent_release_keys', json(agent_release_keys), 'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
+    'upgrade_available', ${UPGRADE}, 'agent_release_keys', json(agent_release_keys), 'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'vitals', json(vitals), 'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
@@ -212,6 +232,7 @@ export class NodeStore {
       shownStatus(stored as NodeStatus, presence.heardAt(Number(id)) !== undefined),
     );
     db.defineFunction('node_seen', (id, stored) => presence.heardAt(Number(id)) ?? stored);
+    db.defineFunction('version_order', (version) => (typeof version === 'string' ? versionOrder(version) : null));
     const renderStmt = db.prepare(
       `SELECT id, version, ${NODE_JSON} AS json FROM nodes WHERE id IN (SELECT value FROM json_each(?))`,
     );
@@ -222,6 +243,8 @@ export class NodeStore {
       limitChars: renderedLimit,
     });
     presence.onPresenceChange((id) => this.rendered.forget(id));
+    // Every node shows whether the bundles the master carries hold a newer agent.
+    db.onTableChange('agent_bundles', () => this.rendered.clear());
     this.byId = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE id = ?`);
     this.existsStmt = db.prepare('SELECT 1 FROM nodes WHERE id = ?');
     this.byName = db.prepare(`SELECT ${COLUMNS} FROM nodes WHERE name = ?`);
@@ -374,6 +397,7 @@ export class NodeStore {
           status: 'new',
           status_detail: null,
           agent_version: null,
+          upgrade_available: null,
           agent_release_keys: [],
           kernel_path: null,
           last_seen_at: null,

@@ -10,6 +10,7 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
     secretKeyPath: null,
     licenseKeyPath: null,
     releaseKeyPaths: [],
+    agentSignaturePath: null,
     adminPassword: null,
     tls: null,
     insecureHttp: false,
@@ -35,6 +36,11 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
       argv: ['--release-key', 'old.pem,new.pem'],
       env: { MASTER_RELEASE_KEY: 'elsewhere.pem' },
       want: { ...base, releaseKeyPaths: ['old.pem', 'new.pem'] },
+    },
+    {
+      argv: ['--agent-signature', 'dist/agent.mjs.sig'],
+      env: {},
+      want: { ...base, agentSignaturePath: 'dist/agent.mjs.sig' },
     },
     {
       argv: ['--secret-key', '/etc/portplane/secret.key'],
