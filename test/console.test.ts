@@ -4,11 +4,15 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { generateKeyPairSync } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createServer as httpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { signBundle } from '../internal/release/signature.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, rule, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
@@ -52,7 +56,11 @@ const ALERTS_PAGE =
   'and what was sent show';
 
 test('a person runs the fleet from the console in a real browser', { skip: noBrowser, timeout: 120_000 }, async (t) => {
-  const m = await startMaster(t, { localTargets: true });
+  // A release key the master trusts, for the rollouts page; the agent here trusts none.
+  const release = generateKeyPairSync('ed25519');
+  const releasePath = join(mkdtempSync(join(tmpdir(), 'portplane-console-')), 'release-public.pem');
+  writeFileSync(releasePath, release.publicKey.export({ type: 'spki', format: 'pem' }));
+  const m = await startMaster(t, { localTargets: true, releaseKeyPaths: [releasePath] });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const edge = await node(m, 'edge-1');
   startAgent(t, m.url, edge.agent_token);
@@ -468,6 +476,28 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     assert.equal((await call(m.url, 'DELETE', `/api/rules/${expiring.body.id}`, { token: m.admin })).status, 204);
   });
 
+  await t.test('a rollout is started from the console, halts saying why, and is aborted', async () => {
+    const bundle = Buffer.from('// an agent 0.9.0\n');
+    const privatePem = release.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const signature = signBundle(bundle, '0.9.0', privatePem);
+    const body = { bundle: bundle.toString('base64'), signature };
+    assert.equal((await call(m.url, 'POST', '/api/agent-bundles', { token: m.admin, body })).status, 201);
+    await open('Rollouts');
+    await page
+      .getByRole('table', { name: 'Agent bundles' })
+      .getByRole('row', { name: /0\.9\.0/ })
+      .waitFor();
+    await page.getByText('Start a rollout').click();
+    await page.getByLabel('Version').selectOption('0.9.0');
+    await page.getByRole('button', { name: 'Start rollout' }).click();
+    const rollouts = page.getByRole('table', { name: 'Rollouts' });
+    const halted = rollouts.getByRole('row', { name: /halted/ });
+    await halted.getByText(/its agent does not trust release key/).waitFor();
+    await halted.getByRole('button', { name: 'Abort' }).click();
+    await rollouts.getByRole('row', { name: /aborted/ }).waitFor();
+    await shot('rollouts');
+  });
+
   await t.test('works at phone width and in dark mode', async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await open('Rules');
@@ -497,6 +527,7 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await viewer.getByRole('heading', { name: 'Nodes', level: 1 }).waitFor();
     assert.deepEqual(await viewer.getByRole('navigation', { name: 'Main' }).getByRole('link').allTextContents(), [
       'Nodes',
+      'Rollouts',
       'Tokens',
       'Account',
     ]);

@@ -4,7 +4,7 @@
 // PATH (not the pinned one), and the suite fails at the first block that fails.
 //
 // The only substitutions are the ones the README itself names: the master's address and port, the admin password,
-// the example node addresses (203.0.113.10 and .11: both nodes are this machine here) and the second master's port.
+// the example node addresses (203.0.113.10 and .11: both nodes are this machine here) and the other masters' ports.
 // A block may say what the test does with it in a comment on the line above its fence:
 //   <!-- readme-test: skip: <why> -->   not run (a remote node, systemd, the suite itself), with the reason
 //   <!-- readme-test: fails -->         run, and must exit non-zero (a refusal shown on purpose)
@@ -78,7 +78,7 @@ test(
     const dir = mkdtempSync(join(tmpdir(), 'portplane-readme-'));
     for (const name of CLONE) symlinkSync(join(root, name), join(dir, name));
     mkdirSync(join(dir, 'home'));
-    const [port, tlsPort] = [await freePort(), await freePort()];
+    const [port, tlsPort, rolloutPort] = [await freePort(), await freePort(), await freePort()];
     const base = `http://127.0.0.1:${port}`;
     const substitute = (text: string) =>
       text
@@ -86,7 +86,8 @@ test(
         .replaceAll("'the password printed at first start'", `'${PASSWORD}'`)
         .replaceAll('203.0.113.10', '127.0.0.1')
         .replaceAll('203.0.113.11', '127.0.0.1')
-        .replaceAll(':8443', `:${tlsPort}`);
+        .replaceAll(':8443', `:${tlsPort}`)
+        .replaceAll(':8444', `:${rolloutPort}`);
 
     const blocks = DOCUMENTS.flatMap((file) =>
       shellBlocks(readFileSync(file, 'utf8')).map((block) => ({ ...block, where: `${file}:${block.line}` })),

@@ -193,6 +193,21 @@ test('a tampered bundle is refused by every agent, and the rollout halts saying 
   }
 });
 
+test('an agent refuses an older bundle, however signed, whatever its master believes', async (t) => {
+  const { m, nodes } = await fleet(t, 1);
+  const [{ id, agent }] = nodes as [Fleet['nodes'][0]];
+  await upload(m, '0.0.5', agentAs('0.0.5'));
+  // A master taken over, or mistaken, takes the node for older than the bundle: the agent knows better.
+  m.app.store.write(() => m.app.store.db.prepare('UPDATE nodes SET agent_version = ? WHERE id = ?').run('0.0.1', id));
+  const { id: rollout } = await startRollout(m, { version: '0.0.5', ids: [id], waves: ['100%'] });
+  const halted = await until('the rollout halted', async () => {
+    const shown = await rolloutOf(m, rollout);
+    return shown.state === 'halted' && shown;
+  });
+  assert.ok(halted.reason.includes(`0.0.5 is older than this agent (${VERSION}): an upgrade never goes back`));
+  assert.doesNotMatch(agent.output.join(''), /a new agent bundle starts/);
+});
+
 test("a bundle that cannot link goes back by the agent's own watchdog, halting the rollout", async (t) => {
   const { m, nodes } = await fleet(t, 3);
   // It asks the master for a link where there is none: it runs, and never links.

@@ -37,7 +37,7 @@ import {
   type UpgradeStatusMessage,
 } from '../domain/link.ts';
 import { keepBundle, type KeptBundle } from './bundles.ts';
-import { BundleRefused } from '../release/signature.ts';
+import { BundleRefused, versionOrder } from '../release/signature.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
 import { VitalsMeter } from './vitals.ts';
 import { tableOf } from '../kernel/ruleset.ts';
@@ -533,6 +533,13 @@ export class Agent {
     }
     if (kept.version !== order.version)
       return status('refused', `the bundle is signed as ${kept.version}, not ${order.version}`);
+    // A master may only move an agent on: an older signed bundle may hold what a newer one fixed.
+    if ((versionOrder(kept.version) ?? '') < (versionOrder(this.options.version) ?? ''))
+      return status(
+        'refused',
+        `${kept.version} is older than this agent (${this.options.version}): an upgrade never goes back; a ` +
+          'reinstall puts the agent the master carries',
+      );
     this.upgrading = order.rollout_id;
     log.info('upgrading', { from: this.options.version, to: kept.version, gate_seconds: order.gate_seconds });
     status(

@@ -7,7 +7,7 @@ import { formatTime } from '../schema/schema.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import { syncStates } from '../domain/rules.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
-import { record } from './common.ts';
+import { record, timestamp } from './common.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
@@ -202,4 +202,31 @@ export const dashboardOperations = operations({
     responses: { 200: { description: 'The series', schema: trafficSchema } },
     handler: traffic,
   }),
+});
+
+/** A node's vitals over time (GET /api/nodes/{id}/vitals). */
+export const vitalsQuery = seriesQuery({ step: 60, span: 'an hour' });
+
+export const vitalsSeriesSchema = record('NodeVitalsSeries', {
+  node_id: { type: 'integer' },
+  from: timestamp,
+  to: timestamp,
+  step: { type: 'integer' },
+  points: {
+    type: 'array',
+    description: 'One point per step that had reports, oldest first: averages of the minutes in it.',
+    items: {
+      type: 'object',
+      required: ['at', 'cpu_percent', 'load1', 'memory_used_bytes', 'rx_bytes_per_second', 'tx_bytes_per_second'],
+      properties: {
+        at: timestamp,
+        cpu_percent: { type: ['number', 'null'] },
+        load1: { type: 'number', description: 'The 1 minute load average.' },
+        memory_used_bytes: { type: 'integer', description: 'Total less available memory.' },
+        rx_bytes_per_second: { type: ['number', 'null'], description: 'Over every interface but lo.' },
+        tx_bytes_per_second: { type: ['number', 'null'] },
+      },
+      additionalProperties: false,
+    },
+  },
 });

@@ -12,7 +12,7 @@ import { transact } from '../service/write.ts';
 import { NODE_SORTS, nodeStatuses } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
-import { seriesQuery, seriesWindow } from './dashboard.ts';
+import { seriesWindow, vitalsQuery, vitalsSeriesSchema } from './dashboard.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 
@@ -114,9 +114,7 @@ const nodeProperties = {
   agent_version: { type: ['string', 'null'] },
   upgrade_available: {
     type: ['string', 'null'],
-    description:
-      'The newest agent version the master carries a signed bundle of (GET /api/agent-bundles), when it is newer ' +
-      "than this node's agent: what a rollout would take it to. Null otherwise, or while no agent linked.",
+    description: "The newest agent bundle's version (GET /api/agent-bundles) when newer than this node's agent.",
   },
   agent_release_keys: { type: 'array', items: { type: 'string' }, description: 'The release keys its agent trusts.' },
   kernel_path: {
@@ -264,32 +262,6 @@ export const CASCADE_FROM_NODE = [
   { scope: 'rules:write', when: "?cascade=true deletes the node's rules (and those of tunnels through it)" },
   { scope: 'tunnels:write', when: '?cascade=true deletes the tunnels that enter or leave at the node' },
 ] as const;
-
-const vitalsQuery = seriesQuery({ step: 60, span: 'an hour' });
-
-const vitalsSeriesSchema = record('NodeVitalsSeries', {
-  node_id: { type: 'integer' },
-  from: timestamp,
-  to: timestamp,
-  step: { type: 'integer' },
-  points: {
-    type: 'array',
-    description: 'One point per step that had reports, oldest first: averages of the minutes in it.',
-    items: {
-      type: 'object',
-      required: ['at', 'cpu_percent', 'load1', 'memory_used_bytes', 'rx_bytes_per_second', 'tx_bytes_per_second'],
-      properties: {
-        at: timestamp,
-        cpu_percent: { type: ['number', 'null'] },
-        load1: { type: 'number', description: 'The 1 minute load average.' },
-        memory_used_bytes: { type: 'integer', description: 'Total less available memory.' },
-        rx_bytes_per_second: { type: ['number', 'null'], description: 'Over every interface but lo.' },
-        tx_bytes_per_second: { type: ['number', 'null'] },
-      },
-      additionalProperties: false,
-    },
-  },
-});
 
 export const nodeOperations = operations({
   listNodes: operation({

@@ -120,7 +120,7 @@ const STEERS: Record<Steer, string> = {
   resume: 'Goes on from where it stood; a halted rollout tries its failed nodes again.',
   abort:
     'It ends: no node is told to upgrade; nodes upgrading finish (or go back) on their own. Nodes that upgraded ' +
-    'stay upgraded: a rollout of the version before takes them back.',
+    'stay upgraded: agents refuse an older bundle, and a reinstall puts back the agent the master carries.',
 };
 
 function steering(steer: Steer) {

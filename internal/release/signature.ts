@@ -13,6 +13,17 @@ export const SIGNATURE_FORMAT = 'portplane-agent-signature';
 /** A version as bundles carry it: major.minor.patch, with an optional pre-release or build suffix. */
 export const BUNDLE_VERSION = /^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}(?:[-+][0-9A-Za-z.-]{1,32})?$/;
 
+/**
+ * A version as text that sorts as versions do (null for what is not one): each number zero-padded, and a release
+ * after its pre-releases.
+ */
+export function versionOrder(version: string): string | null {
+  const parts = /^([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})(?:-([0-9A-Za-z.-]+))?/.exec(version);
+  if (!parts) return null;
+  const numbers = parts.slice(1, 4).map((n) => n.padStart(4, '0'));
+  return `${numbers.join('.')}${parts[4] === undefined ? '~' : `-${parts[4]}`}`;
+}
+
 /** What a `.sig` file holds: the signed facts, the signing key's id, and the signature over the facts. */
 export interface BundleSignature {
   format: typeof SIGNATURE_FORMAT;

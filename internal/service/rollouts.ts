@@ -10,6 +10,7 @@ import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import type { UpgradeMessage } from '../domain/link.ts';
 import type { Rollout, RolloutNode, RolloutState, WaveSize } from '../store/rollouts.ts';
 import { theMaster } from './master.ts';
+import { versionOrder } from '../release/signature.ts';
 import { transact, type Change, type Committer, type WriteDeps } from './write.ts';
 
 /** Finished rollouts kept (with where each of their nodes stood); older ones go when a rollout is made. */
@@ -106,7 +107,8 @@ export function steerRollout(app: WriteDeps, change: Change, id: number, steer: 
       throw new DomainError('conflict', `rollout ${underWay.id} is ${underWay.state}: one rollout at a time`);
     store.rollouts.retryFailed(id);
   }
-  const reason = steer === 'abort' ? 'aborted by an operator' : steer === 'resume' ? null : rollout.reason;
+  const halted = rollout.state === 'halted' ? `; it had halted: ${rollout.reason}` : '';
+  const reason = steer === 'abort' ? `aborted by an operator${halted}` : steer === 'resume' ? null : rollout.reason;
   store.rollouts.setState(id, to, reason, app.timestamp());
   change.audit({
     action: `rollout.${steer}`,
@@ -170,6 +172,8 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
         if (now > Date.parse(rollout.wave_started_at) + rollout.gate_seconds * 1000)
           settle(node, 'failed', `offline since its wave began, over ${rollout.gate_seconds} s ago`);
       } else if (found.agent_version === rollout.version) settle(node, 'passed', `runs ${rollout.version} already`);
+      else if ((versionOrder(found.agent_version ?? '') ?? '') > (versionOrder(rollout.version) ?? ''))
+        settle(node, 'failed', `runs ${found.agent_version}, newer: a rollout never goes back (reinstall does)`);
       else if (!bundle) settle(node, 'failed', `the master no longer carries a bundle of ${rollout.version}`);
       else if (!found.agent_release_keys.includes(bundle.key_id))
         settle(

@@ -7,6 +7,7 @@ import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
 import { Rendered, type View } from './rendered.ts';
+import { versionOrder } from '../release/signature.ts';
 import type { Vitals } from '../domain/vitals.ts';
 
 export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
@@ -116,17 +117,6 @@ const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} A
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, vitals, version, created_at, updated_at`;
 
-/**
- * A version as text that sorts as versions do (null for what is not one): each number zero-padded, and a release
- * after its pre-releases.
- */
-export function versionOrder(version: string): string | null {
-  const parts = /^([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})(?:-([0-9A-Za-z.-]+))?/.exec(version);
-  if (!parts) return null;
-  const numbers = parts.slice(1, 4).map((n) => n.padStart(4, '0'));
-  return `${numbers.join('.')}${parts[4] === undefined ? '~' : `-${parts[4]}`}`;
-}
-
 /** How much of an install's log a node keeps: the end, where the outcome is. */
 export const INSTALL_LOG_BYTES = 8192;
 
@@ -157,7 +147,8 @@ function toNode({
 const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port', ssh_port, 'ssh_user', ssh_user,
   'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', ${STATUS}, 'status_detail', status_detail, 'agent_version', agent_version,
-    'upgrade_available', ${UPGRADE}, 'agent_release_keys', json(agent_release_keys), 'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
+    'upgrade_available', ${UPGRADE}, 'agent_release_keys', json(agent_release_keys),
+    'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'vitals', json(vitals), 'version', version, 'created_at', created_at, 'updated_at', updated_at)`;

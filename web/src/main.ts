@@ -7,6 +7,7 @@ import { changes } from './events.ts';
 import { field, form, h, input } from './dom.ts';
 import { accountPage } from './pages/account.ts';
 import { alertsPage } from './pages/alerts.ts';
+import { rolloutsPage } from './pages/rollouts.ts';
 import { auditPage } from './pages/audit.ts';
 import { dashboardPage } from './pages/dashboard.ts';
 import { nodesPage } from './pages/nodes.ts';
@@ -57,6 +58,7 @@ const pages: Page[] = [
   { path: '/nodes', title: 'Nodes', scope: 'nodes:read', render: nodesPage },
   { path: '/rules', title: 'Rules', scope: 'rules:read', render: rulesPage },
   { path: '/tunnels', title: 'Tunnels', scope: 'tunnels:read', render: tunnelsPage },
+  { path: '/rollouts', title: 'Rollouts', scope: 'nodes:read', render: rolloutsPage },
   { path: '/alerts', title: 'Alerts', scope: 'alerts:read', render: alertsPage },
   { path: '/tokens', title: 'Tokens', scope: 'tokens:read', render: tokensPage },
   { path: '/users', title: 'Users', scope: 'users:read', render: usersPage },

@@ -20,6 +20,7 @@ export interface NodeItem {
   status: string;
   status_detail: string | null;
   agent_version: string | null;
+  upgrade_available: string | null;
   kernel_path: { available: boolean; reason: string | null } | null;
   last_seen_at: string | null;
   traffic: { bytes_in: number; bytes_out: number };
@@ -186,6 +187,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
           'td',
           {},
           node.agent_version ?? '—',
+          node.upgrade_available ? ` (${node.upgrade_available} available)` : '',
           node.kernel_path &&
             h(
               'span',
