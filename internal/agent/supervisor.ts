@@ -60,6 +60,8 @@ interface Trial {
 
 /** The longest a worker told to stop is waited for before it is killed. */
 const STOP_WAIT_MS = 30_000;
+/** The longest a worker is waited for to hand its sockets over; past it, the upgrade is given up. */
+const HANDOVER_WAIT_MS = 30_000;
 const MAX_RESTART_DELAY_MS = 30_000;
 
 export class Supervisor {
@@ -164,9 +166,21 @@ export class Supervisor {
     }
     const trial: Trial = { order, old, handles: [], handedOver: () => undefined, next: null, ready: () => undefined };
     this.trial = trial;
-    const handedOver = new Promise<void>((resolve) => (trial.handedOver = resolve));
+    const handedOver = new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), HANDOVER_WAIT_MS);
+      trial.handedOver = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+    });
     tell(old, { type: 'handover' });
-    await handedOver;
+    if (!(await handedOver)) {
+      this.trial = null;
+      for (const { handle } of trial.handles) handle.close();
+      const reason = `the running agent did not hand its sockets over within ${HANDOVER_WAIT_MS / 1000} s`;
+      log.error('an upgrade was given up', { version: order.bundle.version, reason });
+      return tell(old, { type: 'resume', rollout_id: order.rollout_id, reason });
+    }
     this.shelf.switchTo(order.bundle);
     const next = this.spawnWorker({ file }, 'takeover');
     trial.next = next;

@@ -154,10 +154,10 @@ export const rolloutOperations = operations({
     summary: 'Take an agent version to nodes, in waves',
     description:
       "The nodes are given by ids, or by the nodes list's filters. Each wave's nodes are told to upgrade (at most " +
-      `${MAX_UPGRADING} at once), each sent the signed bundle over its link; its agent runs it only if a release ` +
-      'key it trusts signed it. A node passes its gate once it linked again with the new version, applied its ' +
-      'config and has no more rules with a target down than before. A node failing its gate (refused, rolled ' +
-      'back by its own watchdog, not heard of within gate_seconds + ' +
+      `${MAX_UPGRADING} at once, fewer for a large bundle), each sent the signed bundle over its link; its agent ` +
+      'runs it only if a release key it trusts signed it. A node passes its gate once it linked again with the ' +
+      'new version, applied its config and has no more rules with a target down than before. A node failing its ' +
+      'gate (refused, rolled back by its own watchdog, not heard of within gate_seconds + ' +
       `${GATE_GRACE_SECONDS} s, offline for gate_seconds after its wave began) halts the rollout with the reason. ` +
       'One rollout at a time.',
     body: rolloutInput,

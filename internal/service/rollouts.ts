@@ -18,6 +18,8 @@ export const MAX_ROLLOUTS_KEPT = 100;
 export const MAX_WAVES = 20;
 /** Nodes of a wave told to upgrade at once, at most: each is sent the bundle. */
 export const MAX_UPGRADING = 50;
+/** ... and at most this much bundle on its way to them at once (four of the largest bundles, 50 of today's). */
+const UPGRADING_BYTES = 64 * 1024 * 1024;
 /**
  * Past a node's gate, how long the master waits to hear from it (its watchdog rolled it back and it linked again to
  * say so) before it calls the node failed itself.
@@ -141,6 +143,7 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
   const bundle = store.bundles.findVersion(rollout.version);
   const nodes = store.rollouts.unfinished(rollout.id, rollout.wave, MAX_UPGRADING * 2);
   let upgrading = nodes.filter((node) => node.state === 'upgrading').length;
+  const atOnce = bundle ? Math.max(1, Math.min(MAX_UPGRADING, Math.floor(UPGRADING_BYTES / bundle.size))) : 1;
   const ordered: number[] = [];
   let failure: string | null = null;
   const settle = (node: RolloutNode, state: 'passed' | 'failed' | 'upgrading', detail: string | null) => {
@@ -165,7 +168,7 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
     else if (node.state === 'upgrading') {
       const outcome = gate(app, rollout, node, now);
       if (outcome) settle(node, outcome.state, outcome.detail);
-    } else if (upgrading < MAX_UPGRADING) {
+    } else if (upgrading < atOnce) {
       const found = store.nodes.find(node.node_id);
       if (!found || !sync.isConnected(node.node_id)) {
         // A node whose link is down a moment (a restart, the network) is waited for, up to a gate.
