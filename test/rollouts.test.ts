@@ -12,9 +12,9 @@ import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
 import { releaseKeyText, signBundle } from '../internal/release/signature.ts';
 import { VERSION } from '../internal/version.ts';
-import { nodeOf, startAgent, type AgentProcess } from './agents.ts';
+import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
 import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 
 const keys = generateKeyPairSync('ed25519');
 const privatePem = keys.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
@@ -132,6 +132,10 @@ test('a rollout takes 5 nodes to a new agent in a canary wave then the rest, ref
   await upload(m, '0.2.0', agentAs('0.2.0'));
   for (const { id } of nodes) assert.equal((await nodeOf(m, id)).upgrade_available, '0.2.0');
   const watched = nodes[0]!;
+  // A UDP rule too: its bound socket is handed over as well.
+  const [udpTarget, udpPort] = [await udpEcho(t), await freePort()];
+  await rule(m, { node_id: watched.id, protocol: 'udp', listen_port: udpPort, targets: [`127.0.0.1:${udpTarget}`] });
+  await until('the UDP rule forwards', async () => (await udpRoundTrip(udpPort, ['one']).catch(() => [])).length === 1);
   const clients = steadyClients(t, watched.port);
   const held = await heldConnection(watched.port);
   await held.ask('before');
@@ -154,6 +158,7 @@ test('a rollout takes 5 nodes to a new agent in a canary wave then the rest, ref
   assert.deepEqual(clients.failures, [], `of ${clients.opened()} connections`);
   assert.ok(clients.opened() > 50);
 
+  assert.deepEqual(await udpRoundTrip(udpPort, ['a', 'b', 'c']), ['a', 'b', 'c']);
   for (const { id: nodeId, port, agent } of nodes) {
     const shown = await nodeOf(m, nodeId);
     assert.equal(shown.agent_version, '0.2.0');
