@@ -4,18 +4,15 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { generateKeyPairSync } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { createServer as httpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { signBundle } from '../internal/release/signature.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, rule, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { releaseKey, upload } from './releases.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
@@ -57,10 +54,7 @@ const ALERTS_PAGE =
 
 test('a person runs the fleet from the console in a real browser', { skip: noBrowser, timeout: 120_000 }, async (t) => {
   // A release key the master trusts, for the rollouts page; the agent here trusts none.
-  const release = generateKeyPairSync('ed25519');
-  const releasePath = join(mkdtempSync(join(tmpdir(), 'portplane-console-')), 'release-public.pem');
-  writeFileSync(releasePath, release.publicKey.export({ type: 'spki', format: 'pem' }));
-  const m = await startMaster(t, { localTargets: true, releaseKeyPaths: [releasePath] });
+  const m = await startMaster(t, { localTargets: true, releaseKeyPaths: [releaseKey().path] });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const edge = await node(m, 'edge-1');
   startAgent(t, m.url, edge.agent_token);
@@ -477,11 +471,7 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
   });
 
   await t.test('a rollout is started from the console, halts saying why, and is aborted', async () => {
-    const bundle = Buffer.from('// an agent 0.9.0\n');
-    const privatePem = release.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
-    const signature = signBundle(bundle, '0.9.0', privatePem);
-    const body = { bundle: bundle.toString('base64'), signature };
-    assert.equal((await call(m.url, 'POST', '/api/agent-bundles', { token: m.admin, body })).status, 201);
+    await upload(m, '0.9.0', Buffer.from('// an agent 0.9.0\n'));
     await open('Rollouts');
     await page
       .getByRole('table', { name: 'Agent bundles' })

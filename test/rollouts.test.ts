@@ -3,36 +3,15 @@
 // agents verify it, hand their listening sockets over, and go back by themselves when the new one does not link.
 
 import assert from 'node:assert/strict';
-import { generateKeyPairSync } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
-import { releaseKeyText, signBundle } from '../internal/release/signature.ts';
 import { VERSION } from '../internal/version.ts';
 import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
 import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
-
-const keys = generateKeyPairSync('ed25519');
-const privatePem = keys.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
-
-/** The built agent as `version`, changed by `edit` (to break it): what a release would be. */
-function agentAs(version: string, edit: (text: string) => string = (text) => text): Buffer {
-  const text = readFileSync('dist/agent.mjs', 'utf8');
-  const versioned = text.replace(`var VERSION = "${VERSION}";`, `var VERSION = "${version}";`);
-  assert.notEqual(versioned, text, 'the built agent names its version');
-  return Buffer.from(edit(versioned));
-}
-
-async function upload(m: Running, version: string, bundle: Buffer): Promise<void> {
-  const signature = signBundle(bundle, version, privatePem);
-  const body = { bundle: bundle.toString('base64'), signature };
-  const answer = await call(m.url, 'POST', '/api/agent-bundles', { token: m.admin, body });
-  assert.equal(answer.status, 201, JSON.stringify(answer.body));
-}
+import { agentAs, releaseKey, rolloutOf, startRollout, upload } from './releases.ts';
 
 interface Fleet {
   m: Running;
@@ -41,10 +20,8 @@ interface Fleet {
 
 /** A master trusting the test's release key, and `count` nodes whose agents trust it too, each with a relayed rule. */
 async function fleet(t: TestContext, count: number): Promise<Fleet> {
-  const dir = mkdtempSync(join(tmpdir(), 'portplane-rollout-'));
-  const publicPath = join(dir, 'release-public.pem');
-  writeFileSync(publicPath, keys.publicKey.export({ type: 'spki', format: 'pem' }));
-  const m = await startMaster(t, { releaseKeyPaths: [publicPath], localTargets: true });
+  const key = releaseKey();
+  const m = await startMaster(t, { releaseKeyPaths: [key.path], localTargets: true });
   const echo = await tcpEcho(t);
   const nodes: Fleet['nodes'] = [];
   for (let i = 0; i < count; i++) {
@@ -53,7 +30,7 @@ async function fleet(t: TestContext, count: number): Promise<Fleet> {
     await rule(m, { node_id: made.id, protocol: 'tcp', listen_port: port, targets: [`127.0.0.1:${echo}`] });
     const agent = startAgent(t, m.url, made.agent_token, {
       built: true,
-      extraArgs: ['--release-key', releaseKeyText(keys.publicKey), '--drain-seconds', '3'],
+      extraArgs: ['--release-key', key.text, '--drain-seconds', '3'],
     });
     nodes.push({ id: made.id, agent, port });
   }
@@ -66,22 +43,12 @@ async function fleet(t: TestContext, count: number): Promise<Fleet> {
   return { m, nodes };
 }
 
-async function rolloutOf(m: Running, id: number) {
-  return (await call(m.url, 'GET', `/api/rollouts/${id}`, { token: m.admin })).body;
-}
-
 async function rolloutNodes(m: Running, id: number) {
   return (await call(m.url, 'GET', `/api/rollouts/${id}/nodes?limit=100`, { token: m.admin })).body.items as {
     node_id: number;
     state: string;
     detail: string | null;
   }[];
-}
-
-async function startRollout(m: Running, body: Record<string, unknown>) {
-  const answer = await call(m.url, 'POST', '/api/rollouts', { token: m.admin, body });
-  assert.equal(answer.status, 201, JSON.stringify(answer.body));
-  return answer.body as { id: number };
 }
 
 /** Opens a connection through `port` every 20 ms, each echoing a word, until stopped (or the test ends). */
