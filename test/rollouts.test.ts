@@ -186,6 +186,8 @@ test("a bundle that cannot link goes back by the agent's own watchdog, halting t
   const broken = agentAs('0.4.0', (text) => text.replace('"/agent/v1/link"', '"/agent/v1/nowhere"'));
   await upload(m, '0.4.0', broken);
   const canary = nodes[0]!;
+  // Going back takes the same path: the agent before never stopped accepting, and no connection is refused.
+  const clients = steadyClients(t, canary.port);
   const started = Date.now();
   const { id } = await startRollout(m, {
     version: '0.4.0',
@@ -206,6 +208,8 @@ test("a bundle that cannot link goes back by the agent's own watchdog, halting t
   assert.ok(Date.now() - started < 10_000 + 15_000, 'back within the gate and its grace');
   assert.equal((await nodeOf(m, canary.id)).agent_version, VERSION);
   assert.equal((await tcpRoundTrip(canary.port, Buffer.from('back'))).toString(), 'back');
+  await clients.stop();
+  assert.deepEqual(clients.failures, [], `of ${clients.opened()} connections`);
   const others = (await rolloutNodes(m, id)).filter((n) => n.node_id !== canary.id);
   assert.deepEqual(
     others.map((n) => n.state),
