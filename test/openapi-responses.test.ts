@@ -258,6 +258,23 @@ test('every answer of every operation is what the OpenAPI document declares for 
   const spareBundle = await hit('POST /api/agent-bundles', '/api/agent-bundles', { body: release.sign('0.2.1') });
   await hit('DELETE /api/agent-bundles/{id}', `/api/agent-bundles/${spareBundle.body.id}`);
 
+  // What a standby reads: a snapshot, then the changes after it (none yet, or reseed for a position of elsewhere).
+  const standby = await call(m.url, 'POST', '/api/tokens', {
+    token: m.admin,
+    body: { name: 'standby', scopes: ['replication'] },
+  });
+  good.add(standby.body.token);
+  const seeded = await hit('GET /api/replication/snapshot', '/api/replication/snapshot', {
+    token: standby.body.token,
+  });
+  const [generation, seq] = String(seeded.headers.get('x-replication-position')).split('/');
+  await hit('GET /api/replication/changes', `/api/replication/changes?generation=${generation}&after=${seq}`, {
+    token: standby.body.token,
+  });
+  await hit('GET /api/replication/changes', '/api/replication/changes?generation=elsewhere&after=1', {
+    token: standby.body.token,
+  });
+
   // A rollout of it to a node without an agent: it waits for the node a gate's time, and is steered meanwhile.
   const plan = { version: '0.2.0', ids: [c.body.id], waves: ['100%'], gate_seconds: 600 };
   const rollout = await hit('POST /api/rollouts', '/api/rollouts', { body: plan });

@@ -17,6 +17,7 @@ import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { Outbox } from '../service/outbox.ts';
 import type { KeyObject } from 'node:crypto';
+import { ReplicationFeed } from '../replication/feed.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
@@ -107,6 +108,7 @@ export class App {
   readonly outbox: Outbox;
   readonly releaseKeys: KeyObject[];
   private readonly lifecycle: Lifecycle;
+  private feed: ReplicationFeed | null = null;
 
   constructor(parts: AppParts) {
     ({
@@ -134,6 +136,18 @@ export class App {
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
+  }
+
+  /** The record of changes standby masters follow, started by the first of them to ask. */
+  replication(): ReplicationFeed {
+    // Changes are told after a commit, never during the call that starts the record.
+    this.feed ??= new ReplicationFeed(
+      this.store.db.recordChanges(
+        (change) => this.feed!.add(change),
+        (start) => this.feed!.restart(start),
+      ),
+    );
+    return this.feed;
   }
 
   get starting(): boolean {

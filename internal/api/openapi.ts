@@ -137,6 +137,10 @@ const TAGS: Record<string, { name: string; description: string }> = {
   deliveries: ALERTS,
   silences: ALERTS,
   dashboard: { name: 'dashboard', description: 'Counts by state, license use and traffic over time.' },
+  replication: {
+    name: 'replication',
+    description: 'What a standby master follows: a copy of the database, then every change to it.',
+  },
   export: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
   import: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },
   backup: { name: 'transfer', description: 'Backups, and the whole configuration as one document.' },

@@ -11,6 +11,7 @@ import { authOperations as auth } from './auth.ts';
 import { batchOperations as batch } from './batch.ts';
 import { bundleOperations as bundles } from './bundles.ts';
 import { rolloutOperations as rollouts } from './rollouts.ts';
+import { replicationOperations as replication } from './replication.ts';
 import { dashboardOperations as dashboard } from './dashboard.ts';
 import { eventOperations as events } from './events.ts';
 import { healthOperations as health } from './health.ts';
@@ -128,6 +129,8 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/rollouts/{id}/pause',     'nodes:write',     rollouts.pauseRollout),
   route('POST',   '/api/rollouts/{id}/resume',    'nodes:write',     rollouts.resumeRollout),
   route('POST',   '/api/rollouts/{id}/abort',     'nodes:write',     rollouts.abortRollout),
+  route('GET',    '/api/replication/snapshot',    'replication',     replication.getSnapshot),
+  route('GET',    '/api/replication/changes',     'replication',     replication.listChanges),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),
   route('POST',   '/api/import',                  '*',               transfer.importDocument),
   route('GET',    '/api/backup',                  '*',               backup.getBackup),

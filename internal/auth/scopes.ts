@@ -8,6 +8,8 @@ export const scopes = [
   'audit:read',
   'license:read',
   'dashboard:read',
+  /** A standby master's: a copy of the whole database and every change to it (it reads all, secrets sealed). */
+  'replication',
   '*',
 ] as const;
 

@@ -10,6 +10,7 @@ import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'nod
 import { formatTime } from '../schema/schema.ts';
 import { dropTriggers, installDerived } from './derived.ts';
 import { migrations, tableRebuilds } from './migrations.ts';
+import { ChangeRecorder, type Position, type RecordedChange } from './replication.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
@@ -105,6 +106,8 @@ export class Database {
   private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
   /** How many onTableChange listeners there are, which name their triggers. */
   private tableListeners = 0;
+  /** What records each commit's changes for a standby master, once one asked (see recordChanges). */
+  private recorder: ChangeRecorder | null = null;
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private readonly commitListeners: ((seconds: number) => void)[] = [];
@@ -331,12 +334,15 @@ export class Database {
     this.inWrite = true;
     try {
       const result = this.within(this.writeUnit, fn);
+      this.recorder?.seal();
       this.db.exec('COMMIT');
+      this.recorder?.committed();
       // A commit went through: the disk has room again (see writesRefused).
       this.writesRefused = null;
       return result;
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      this.recorder?.rolledBack();
       if (isDiskFull(error)) this.refusedWrite();
       throw error;
     } finally {
@@ -388,6 +394,34 @@ export class Database {
       listeners = all;
     }
     listeners.push(fn);
+  }
+
+  /**
+   * Records the changes of each transaction this connection commits from now on, for a standby master (see
+   * replication.ts), and calls `onChange` with each once committed; returns where the record starts. Writes through
+   * another connection start a new generation, told to `onGeneration` at once (its first change follows).
+   */
+  recordChanges(onChange: (change: RecordedChange) => void, onGeneration: (start: Position) => void): Position {
+    if (!this.recorder) {
+      const recorder = new ChangeRecorder(this.db, onChange);
+      this.recorder = recorder;
+      const mark = () =>
+        this.whenWritable(() => {
+          try {
+            this.write(() => recorder.touch());
+          } catch (error) {
+            // The next write marks the generation; until then a copy seeded now asks again.
+            this.callbackFailed(error);
+          }
+        });
+      mark();
+      this.onWrittenElsewhere(() => {
+        recorder.newGeneration();
+        onGeneration(recorder.current);
+        mark();
+      });
+    }
+    return this.recorder.current;
   }
 
   /**
@@ -549,10 +583,14 @@ export class Database {
       if (commit) {
         this.commitLong();
         committed = true;
-      } else this.db.exec('ROLLBACK');
+      } else {
+        this.db.exec('ROLLBACK');
+        this.recorder?.rolledBack();
+      }
       return result;
     } catch (error) {
       if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');
+      if (this.db.isOpen) this.recorder?.rolledBack();
       throw error;
     } finally {
       // A dry run's after-commit work has nothing to follow.
@@ -563,8 +601,11 @@ export class Database {
   private commitLong(): void {
     const started = performance.now();
     try {
+      this.recorder?.seal();
       this.db.exec('COMMIT');
+      this.recorder?.committed();
     } catch (error) {
+      this.recorder?.rolledBack();
       for (const listener of this.failureListeners) listener();
       throw error;
     }
@@ -628,10 +669,13 @@ export class Database {
     this.batch = null;
     const started = performance.now();
     try {
+      this.recorder?.seal();
       this.db.exec('COMMIT');
+      this.recorder?.committed();
       this.committedIn((performance.now() - started) / 1000);
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      this.recorder?.rolledBack();
       if (isDiskFull(error)) this.refusedWrite();
       for (const listener of this.failureListeners) listener();
       batch.reject(new CommitFailed(`the commit failed: ${(error as Error).message}`, { cause: error }));
@@ -719,6 +763,7 @@ export class Database {
     // A long write still in progress is abandoned: all or nothing.
     if (this.hold && this.db.isTransaction) this.db.exec('ROLLBACK');
     this.commit();
+    this.recorder?.close();
     this.readOnly?.close();
     this.db.close();
   }

@@ -578,4 +578,11 @@ export const migrations: readonly string[] = [
   CREATE INDEX rollout_nodes_node ON rollout_nodes(node_id);
   CREATE INDEX rollout_nodes_wave ON rollout_nodes(rollout_id, wave, state);
   `,
+  /* 28: where a copy of the database stands in the primary's record of its changes (see store/replication.ts) */ `
+  CREATE TABLE replication_position (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    generation TEXT NOT NULL,
+    seq INTEGER NOT NULL
+  ) STRICT;
+  `,
 ];

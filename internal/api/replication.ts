@@ -1,0 +1,110 @@
+// What a standby master reads of its primary (store/replication.ts, replication/feed.ts): a consistent copy of the
+// database, then every change committed after it, in order. Scope `replication`: the whole database, secrets sealed.
+
+import { DomainError } from '../errors/errors.ts';
+import { intParam, textParam, type QueryOf } from '../schema/query.ts';
+import { describe } from '../schema/schema.ts';
+import { snapshotOf } from '../store/replication.ts';
+import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
+
+/** The header that says where a snapshot stands in the primary's record: `generation/seq`. */
+export const POSITION_HEADER = 'X-Replication-Position';
+
+const changesQuery = {
+  generation: textParam({ max: 64, description: "The generation of the follower's position." }),
+  after: intParam({ min: 0, max: Number.MAX_SAFE_INTEGER, description: 'The last change the follower applied.' }),
+  wait_seconds: intParam({ min: 0, max: 30, description: 'Wait this long for a change when there is none yet.' }),
+};
+
+const changesSchema = describe({
+  title: 'ReplicationChanges',
+  type: 'object',
+  required: ['reseed', 'changes'],
+  properties: {
+    reseed: {
+      type: 'boolean',
+      description: 'The changes after that position are not all kept (or it is not of this generation): seed anew.',
+    },
+    changes: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['generation', 'seq', 'at', 'sha256', 'changeset'],
+        properties: {
+          generation: { type: 'string' },
+          seq: { type: 'integer' },
+          at: { type: 'integer', description: 'When the primary committed it (ms since the epoch).' },
+          sha256: { type: 'string' },
+          changeset: { type: 'string', description: "SQLite's changeset of the transaction, base64." },
+        },
+        additionalProperties: false,
+      },
+    },
+  },
+  additionalProperties: false,
+});
+
+export const replicationOperations = operations({
+  getSnapshot: operation({
+    summary: "A consistent copy of the primary's database, to seed a standby master",
+    description:
+      `Taken while the master writes (SQLite's online backup); ${POSITION_HEADER} says which change follows it ` +
+      '(GET /api/replication/changes). As sensitive as the data dir, though what it holds sealed stays sealed.',
+    responses: {
+      200: {
+        description: 'The database file',
+        mediaType: 'application/vnd.sqlite3',
+        schema: describe({ type: 'string', format: 'binary' }),
+        headers: { [POSITION_HEADER]: { description: 'generation/seq', schema: { type: 'string' } } },
+      },
+    },
+    handler: async (ctx: Ctx<undefined, {}>): Promise<Reply> => {
+      const feed = ctx.app.replication();
+      // A generation's first change (its mark) may be on its way: a copy from before it is of no use to follow.
+      let copy = await snapshotOf(ctx.app.store.db.path);
+      for (let tries = 0; tries < 50 && copy.position?.generation !== feed.position.generation; tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        copy = await snapshotOf(ctx.app.store.db.path);
+      }
+      const { bytes, position } = copy;
+      return {
+        status: 200,
+        raw: bytes,
+        headers: {
+          'Content-Type': 'application/vnd.sqlite3',
+          [POSITION_HEADER]: position ? `${position.generation}/${position.seq}` : '',
+        },
+      };
+    },
+  }),
+  listChanges: operation({
+    summary: 'The changes committed after a position, in order',
+    description:
+      'At most 500 changes (8 MiB) an answer; with none yet, waits up to wait_seconds for one. `reseed` when ' +
+      'the master no longer keeps them all (it keeps the newest 10,000, 64 MiB) or the position is of another ' +
+      'generation (the master restarted, or was written by an import): take a snapshot again.',
+    query: changesQuery,
+    responses: { 200: { description: 'The changes, or reseed', schema: changesSchema } },
+    handler: async (ctx: Ctx<undefined, QueryOf<typeof changesQuery>>) => {
+      const { generation, after } = ctx.query;
+      if (generation === undefined || after === undefined) {
+        const detail = 'is required: generation and after say where the follower stands';
+        throw new DomainError('invalid_query', `generation ${detail}`, {
+          errors: [{ pointer: generation === undefined ? '?generation' : '?after', detail }],
+        });
+      }
+      const feed = ctx.app.replication();
+      let found = feed.after({ generation, seq: after });
+      if (Array.isArray(found) && found.length === 0 && (ctx.query.wait_seconds ?? 0) > 0) {
+        await feed.next(ctx.query.wait_seconds! * 1000);
+        found = feed.after({ generation, seq: after });
+      }
+      if (found === 'reseed') return ok({ reseed: true, changes: [] });
+      const changes = found.map((change) => ({
+        ...change,
+        changeset: Buffer.from(change.changeset).toString('base64'),
+      }));
+      return ok({ reseed: false, changes });
+    },
+  }),
+});

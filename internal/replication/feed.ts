@@ -1,0 +1,74 @@
+// The primary's latest changes (store/replication.ts), for standby masters to follow: kept in memory, the newest
+// MAX_CHANGES or MAX_BYTES of them. A follower further behind, or of another generation, is told to seed anew.
+
+import type { Position, RecordedChange } from '../store/replication.ts';
+
+export const MAX_CHANGES = 10_000;
+export const MAX_BYTES = 64 * 1024 * 1024;
+/** The most one answer carries. */
+export const PAGE_CHANGES = 500;
+export const PAGE_BYTES = 8 * 1024 * 1024;
+
+export class ReplicationFeed {
+  private readonly changes: RecordedChange[] = [];
+  private bytes = 0;
+  private readonly waiting = new Set<() => void>();
+
+  constructor(
+    /** Where the primary's record stands now: where it started, then its last change. */
+    private current: Position,
+  ) {}
+
+  /** Where the record stands. */
+  get position(): Position {
+    return { ...this.current };
+  }
+
+  /** The record starts a new generation at `start`: followers of the one before are to seed anew. */
+  restart(start: Position): void {
+    this.current = { ...start };
+    for (const wake of [...this.waiting]) wake();
+  }
+
+  add(change: RecordedChange): void {
+    this.current = { generation: change.generation, seq: change.seq };
+    this.changes.push(change);
+    this.bytes += change.changeset.length;
+    while (this.changes.length > MAX_CHANGES || this.bytes > MAX_BYTES) {
+      this.bytes -= this.changes.shift()!.changeset.length;
+    }
+    for (const wake of [...this.waiting]) wake();
+  }
+
+  /**
+   * The changes that follow `position`, oldest first (a page at most); 'reseed' when they are not all here (another
+   * generation, or older than what is kept).
+   */
+  after(position: Position): RecordedChange[] | 'reseed' {
+    const now = this.current;
+    if (position.generation !== now.generation || position.seq > now.seq) return 'reseed';
+    if (position.seq === now.seq) return [];
+    const first = this.changes.findIndex((c) => c.generation === now.generation && c.seq === position.seq + 1);
+    if (first < 0) return 'reseed';
+    const page: RecordedChange[] = [];
+    let bytes = 0;
+    for (let i = first; i < this.changes.length && page.length < PAGE_CHANGES && bytes < PAGE_BYTES; i++) {
+      page.push(this.changes[i]!);
+      bytes += this.changes[i]!.changeset.length;
+    }
+    return page;
+  }
+
+  /** Resolves at the next change, or after `ms`. */
+  next(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.waiting.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.waiting.add(wake);
+    });
+  }
+}

@@ -1,0 +1,158 @@
+// A standby master's follower: keeps a copy of its primary's database (store/replication.ts) at a path, seeded from a
+// snapshot and then changed by every change the primary commits, in order. A change that does not follow, does not
+// match or does not apply makes it seed anew by itself; so does the primary saying it no longer keeps what follows.
+
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { PeerCertificate } from 'node:tls';
+import type { Logger } from '../log/log.ts';
+import { Replica, ReplicaDiverged, type Position, type RecordedChange } from '../store/replication.ts';
+import { pinOf } from '../tls/pin.ts';
+
+export interface FollowerOptions {
+  /** The primary's address, http(s)://host:port. */
+  url: string;
+  /** The primary's key pin, for a primary with its own certificate; null: the system CAs (or plain HTTP). */
+  pin: string | null;
+  /** A token of the primary holding the `replication` scope. */
+  token: string;
+  /** Where the copy is kept. */
+  path: string;
+  log: Logger;
+}
+
+/** The longest answer read from the primary: a snapshot (the database) or a page of changes. */
+const MAX_ANSWER_BYTES = 4 * 1024 * 1024 * 1024;
+/** How long a request for changes waits for one at the primary. */
+const WAIT_SECONDS = 10;
+
+interface Answer {
+  status: number;
+  headers: IncomingMessage['headers'];
+  body: Buffer;
+}
+
+/** What a page of changes must be, checked before any of it is used. */
+function changesOf(body: Buffer): { reseed: boolean; changes: RecordedChange[] } {
+  const value = JSON.parse(body.toString('utf8')) as { reseed?: unknown; changes?: unknown };
+  if (typeof value.reseed !== 'boolean' || !Array.isArray(value.changes)) throw new Error('not a page of changes');
+  const changes = value.changes.map((c: Record<string, unknown>) => {
+    if (
+      typeof c.generation !== 'string' ||
+      !Number.isSafeInteger(c.seq) ||
+      !Number.isSafeInteger(c.at) ||
+      typeof c.sha256 !== 'string' ||
+      typeof c.changeset !== 'string'
+    )
+      throw new Error('a change is not one');
+    return { ...(c as Omit<RecordedChange, 'changeset'>), changeset: Buffer.from(c.changeset, 'base64') };
+  });
+  return { reseed: value.reseed, changes };
+}
+
+export class Follower {
+  private replica: Replica | null;
+  private stopped = false;
+  /** When the primary committed the last change applied here (ms); null before the first. */
+  lastChangeAt: number | null = null;
+  /** How many times the copy was seeded. */
+  seeds = 0;
+
+  constructor(private readonly options: FollowerOptions) {
+    this.replica = Replica.open(options.path);
+  }
+
+  /** Where the copy stands; null before it is seeded. */
+  position(): Position | null {
+    return this.replica?.position() ?? null;
+  }
+
+  /** Follows until stopped; a failed step is logged and tried again a second later. */
+  async run(): Promise<void> {
+    while (!this.stopped) {
+      try {
+        await this.step();
+      } catch (error) {
+        this.options.log.warn('following the primary failed; trying again', { error: (error as Error).message });
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.replica?.close();
+    this.replica = null;
+  }
+
+  /** Seeds the copy if it has none, otherwise takes the changes that follow it (waiting a while for one). */
+  async step(): Promise<void> {
+    const at = this.replica?.position();
+    if (!this.replica || !at) return this.seed();
+    const query = `generation=${encodeURIComponent(at.generation)}&after=${at.seq}&wait_seconds=${WAIT_SECONDS}`;
+    const answer = await this.get(`/api/replication/changes?${query}`);
+    if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
+    const { reseed, changes } = changesOf(answer.body);
+    if (reseed || this.stopped) return reseed ? this.seed() : undefined;
+    try {
+      this.replica.apply(changes);
+    } catch (error) {
+      if (!(error instanceof ReplicaDiverged)) throw error;
+      this.options.log.warn('a change did not follow or apply: seeding the copy anew', { reason: error.message });
+      return this.seed();
+    }
+    if (changes.length > 0) this.lastChangeAt = changes.at(-1)!.at;
+  }
+
+  private async seed(): Promise<void> {
+    const answer = await this.get('/api/replication/snapshot');
+    if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for a snapshot`);
+    if (this.stopped) return;
+    this.replica?.close();
+    this.replica = null;
+    this.replica = Replica.seed(this.options.path, answer.body);
+    this.seeds++;
+    this.options.log.info('seeded from the primary', { position: String(answer.headers['x-replication-position']) });
+  }
+
+  private get(path: string): Promise<Answer> {
+    const url = new URL(path, this.options.url);
+    const { pin } = this.options;
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise((resolve, reject) => {
+      const req = request(
+        url,
+        {
+          headers: { Authorization: `Bearer ${this.options.token}` },
+          timeout: (WAIT_SECONDS + 20) * 1000,
+          // With a pin, the pin is the trust: the certificate may be the primary's own.
+          ...(pin
+            ? {
+                rejectUnauthorized: false,
+                checkServerIdentity: (_host: string, cert: PeerCertificate) => {
+                  const presented = pinOf(cert.raw);
+                  return presented === pin ? undefined : new Error(`the primary presented ${presented}, not ${pin}`);
+                },
+              }
+            : {}),
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (chunk: Buffer) => {
+            size += chunk.length;
+            if (size > MAX_ANSWER_BYTES) return req.destroy(new Error('the primary answered too much'));
+            chunks.push(chunk);
+          });
+          res.on('end', () =>
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+          );
+          res.on('error', reject);
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error('the primary did not answer in time')));
+      req.on('error', reject);
+      req.end();
+    });
+  }
+}

@@ -1,0 +1,152 @@
+// A standby master's copy of its primary's database (store/replication.ts, replication/follower.ts) against a real
+// primary: seeded from a snapshot taken while it writes, then changed by every change it commits, in order, and
+// compared with it table by table; a change corrupted or out of order on the way, and a write through another
+// connection (an import), make the copy seed itself anew and end equal.
+
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { DatabaseSync } from 'node:sqlite';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import test, { type TestContext } from 'node:test';
+import { silentLogger, streamLogger } from '../internal/log/log.ts';
+import { Follower } from '../internal/replication/follower.ts';
+import { notReplicated } from '../internal/store/replication.ts';
+import { assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
+
+/** Every replicated table's rows, in key order, of the database at `path`. */
+function tables(path: string): Record<string, unknown[]> {
+  const db = new DatabaseSync(path, { readOnly: true });
+  try {
+    const names = db
+      .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+      .all()
+      .map((row) => String(row.name))
+      .filter((name) => !notReplicated(name));
+    return Object.fromEntries(names.map((name) => [name, db.prepare(`SELECT * FROM "${name}" ORDER BY 1, 2`).all()]));
+  } finally {
+    db.close();
+  }
+}
+
+async function follower(t: TestContext, m: Running, url = m.url) {
+  const token = await mintToken(m, ['replication'], `standby-${Math.random()}`);
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-replica-')), 'master.db');
+  const f = new Follower({
+    url,
+    pin: null,
+    token,
+    path,
+    log: process.env.DEBUG_FOLLOWER ? streamLogger(process.stderr) : silentLogger,
+  });
+  t.after(() => f.stop());
+  return { f, path };
+}
+
+/** Steps the follower until its copy stands where the primary's record does, then compares them. */
+async function caughtUp(m: Running, f: Follower, path: string): Promise<void> {
+  await m.app.store.db.committed();
+  for (let i = 0; i < 20; i++) {
+    const at = f.position();
+    if (at && JSON.stringify(m.app.replication().after(at)) === '[]') break;
+    await f.step();
+  }
+  assert.deepEqual(tables(path), tables(m.app.store.db.path));
+}
+
+async function writeSome(m: Running, name: string) {
+  const made = await node(m, name, { tags: ['eu'] });
+  await rule(m, { node_id: made.id, listen_port: 20000 + Math.floor(Math.random() * 1000), name: `web-${name}` });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { sync_wait_seconds: 3 } });
+  assert.equal((await call(m.url, 'DELETE', `/api/nodes/${made.id}?cascade=true`, { token: m.admin })).status, 204);
+  await node(m, `${name}-kept`);
+}
+
+test('a copy seeded while the primary writes takes every change after, and ends equal table by table', async (t) => {
+  const m = await startMaster(t);
+  await writeSome(m, 'before');
+  const { f, path } = await follower(t, m);
+  await f.step();
+  assert.equal(f.seeds, 1);
+  await caughtUp(m, f, path);
+  for (const name of ['one', 'two', 'three']) await writeSome(m, name);
+  await caughtUp(m, f, path);
+  assert.equal(f.seeds, 1, 'followed, not seeded again');
+  assert.ok(f.lastChangeAt !== null);
+});
+
+test('a change corrupted or out of order on the way makes the copy seed itself anew, and it ends equal', async (t) => {
+  const m = await startMaster(t);
+  await writeSome(m, 'before');
+  // Between the follower and the primary: spoils the next page of changes as told.
+  let spoil: ((page: { changes: { seq: number; changeset: string }[] }) => void) | null = null;
+  const proxy = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const upstream = request(new URL(req.url!, m.url), { headers: req.headers }, (answer) => {
+      const chunks: Buffer[] = [];
+      answer.on('data', (chunk: Buffer) => chunks.push(chunk));
+      answer.on('end', () => {
+        let body = Buffer.concat(chunks);
+        if (spoil && req.url!.startsWith('/api/replication/changes')) {
+          const page = JSON.parse(body.toString());
+          if (page.changes.length > 0) {
+            spoil(page);
+            spoil = null;
+            body = Buffer.from(JSON.stringify(page));
+          }
+        }
+        res.writeHead(answer.statusCode!, { ...answer.headers, 'content-length': body.length }).end(body);
+      });
+    });
+    req.pipe(upstream);
+  }).listen(0, '127.0.0.1');
+  await once(proxy, 'listening');
+  t.after(() => proxy.close());
+  const { f, path } = await follower(t, m, `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`);
+  await f.step();
+
+  const cases: [string, (page: { changes: { seq: number; changeset: string }[] }) => void][] = [
+    [
+      'a byte of a change flipped',
+      (page) => {
+        const bytes = Buffer.from(page.changes[0]!.changeset, 'base64');
+        bytes[bytes.length - 1]! ^= 0xff;
+        page.changes[0]!.changeset = bytes.toString('base64');
+      },
+    ],
+    ['a change numbered out of order', (page) => (page.changes[0]!.seq += 1)],
+    ['a change left out', (page) => page.changes.shift()],
+  ];
+  for (const [what, how] of cases) {
+    const seeds = f.seeds;
+    spoil = how;
+    await writeSome(m, what.replaceAll(' ', '-'));
+    await caughtUp(m, f, path);
+    assert.equal(f.seeds, seeds + 1, `${what}: seeded anew`);
+  }
+});
+
+test('an import, written through another connection, starts a new generation: the copy seeds anew', async (t) => {
+  const m = await startMaster(t);
+  await writeSome(m, 'before');
+  const { f, path } = await follower(t, m);
+  await f.step();
+  const exported = await call(m.url, 'GET', '/api/export', { token: m.admin });
+  const doc = { ...exported.body, nodes: [...exported.body.nodes, { ...exported.body.nodes[0], name: 'imported' }] };
+  const imported = await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc });
+  assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  await caughtUp(m, f, path);
+  assert.equal(f.seeds, 2);
+});
+
+test('the replication routes need the replication scope, and say where a follower stands', async (t) => {
+  const m = await startMaster(t);
+  const reader = await mintToken(m, ['nodes:read']);
+  assertProblem(await call(m.url, 'GET', '/api/replication/snapshot', { token: reader }), 403, 'insufficient_scope');
+  const token = await mintToken(m, ['replication'], 'standby');
+  assertProblem(await call(m.url, 'GET', '/api/replication/changes', { token }), 400, 'invalid_query');
+  const elsewhere = await call(m.url, 'GET', '/api/replication/changes?generation=other&after=3', { token });
+  assert.deepEqual(elsewhere.body, { reseed: true, changes: [] });
+});
