@@ -60,12 +60,10 @@ export const replicationOperations = operations({
     },
     handler: async (ctx: Ctx<undefined, {}>): Promise<Reply> => {
       const feed = ctx.app.replication();
-      // A generation's first change (its mark) may be on its way: a copy from before it is of no use to follow.
-      let copy = await snapshotOf(ctx.app.store.db.path);
-      for (let tries = 0; tries < 50 && copy.position?.generation !== feed.position.generation; tries++) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        copy = await snapshotOf(ctx.app.store.db.path);
-      }
+      // A generation's first change (its mark, committed just after the record starts or restarts) says where a copy
+      // stands: one taken before it would only be seeded again.
+      for (let tries = 0; feed.position.seq === 0 && tries < 50; tries++) await feed.next(100);
+      const copy = await snapshotOf(ctx.app.store.db.path);
       const { bytes, position } = copy;
       return {
         status: 200,
