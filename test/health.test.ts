@@ -79,7 +79,16 @@ test('health: public, with the version, the database and the uptime; 503 while d
   const m = await startMaster(t);
   const answer = await call(m.url, 'GET', '/api/health');
   assert.equal(answer.status, 200);
-  assert.deepEqual(Object.keys(answer.body), ['status', 'version', 'database', 'database_detail', 'uptime_seconds']);
+  assert.deepEqual(Object.keys(answer.body), [
+    'status',
+    'version',
+    'database',
+    'database_detail',
+    'uptime_seconds',
+    'role',
+    'replication',
+  ]);
+  assert.deepEqual([answer.body.role, answer.body.replication], ['primary', null]);
   assert.deepEqual([answer.body.status, answer.body.database], ['ok', 'ok']);
   m.app.draining = true;
   const draining = await call(m.url, 'GET', '/api/health');

@@ -33,6 +33,8 @@ export interface StartOptions {
   releaseKeyPaths?: string[];
   /** The release's signature of the agent the master carries (--agent-signature). */
   agentSignaturePath?: string;
+  /** Run as a standby of this primary (--follow). */
+  follow?: { url: string; pin?: string; token: string };
   secretKeyPath?: string;
   dataDir?: string;
   /** Called with the data dir before the master starts (e.g. to place a license). */
@@ -64,6 +66,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
       licenseKeyPath: options.licenseKeyPath ?? null,
       releaseKeyPaths: options.releaseKeyPaths ?? [],
       agentSignaturePath: options.agentSignaturePath ?? null,
+      follow: options.follow ? { pin: null, ...options.follow } : null,
       adminPassword: ADMIN_PASSWORD,
       tls: options.tls ?? null,
       insecureHttp: options.insecureHttp ?? false,
@@ -76,6 +79,8 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
     if (!options.dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
   if (master.app.tls) trusted.set(master.url, master.app.tls.cert);
+  // A standby serves no login (it writes nothing): its caller brings a token of its primary.
+  if (options.follow) return { ...master, close: master.close, dataDir, admin: '', advance: (ms) => (offset += ms) };
   // The maintenance a start begins has written what it writes before a test looks at the database.
   if (!options.duringMaintenance) await rolledUp(master.app);
   const admin = await login(master.url, 'admin', ADMIN_PASSWORD);

@@ -16,6 +16,8 @@ import { silentLogger, streamLogger } from '../internal/log/log.ts';
 import { Follower } from '../internal/replication/follower.ts';
 import { notReplicated } from '../internal/store/replication.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
+import { until } from './net.ts';
+import { link as rawLink } from './rawlink.ts';
 
 /** Every replicated table's rows, in key order, of the database at `path`. */
 function tables(path: string): Record<string, unknown[]> {
@@ -149,4 +151,62 @@ test('the replication routes need the replication scope, and say where a followe
   assertProblem(await call(m.url, 'GET', '/api/replication/changes', { token }), 400, 'invalid_query');
   const elsewhere = await call(m.url, 'GET', '/api/replication/changes?generation=other&after=3', { token });
   assert.deepEqual(elsewhere.body, { reseed: true, changes: [] });
+});
+
+const STANDBY =
+  'a master started with --follow serves reads of its copy as its primary changes, refuses writes and agent links ' +
+  'naming the primary, and says where it stands';
+
+test(STANDBY, async (t) => {
+  const primary = await startMaster(t);
+  await writeSome(primary, 'before');
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  // The primary's admin session, which the standby's copy holds as the primary does.
+  const read = (path: string) => call(standby.url, 'GET', path, { token: primary.admin });
+  await until('the node made before on the standby', async () => (await read('/api/nodes?q=before-kept')).body.items);
+
+  const made = await node(primary, 'after', { tags: ['late'] });
+  const shown = await until('the new node on the standby', async () => {
+    const answer = await read(`/api/nodes/${made.id}`);
+    return answer.status === 200 && answer.body;
+  });
+  assert.equal(shown.name, 'after');
+  await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: { sync_wait_seconds: 9 } });
+  await until('the setting on the standby', async () => (await read('/api/settings')).body.sync_wait_seconds === 9);
+  // A token revoked at the primary stops working at the standby too.
+  const reader = await mintToken(primary, ['nodes:read'], 'reader');
+  await until('the token works at the standby', async () => {
+    const answer = await call(standby.url, 'GET', '/api/nodes', { token: reader });
+    return answer.status === 200;
+  });
+  const tokens = await call(primary.url, 'GET', '/api/tokens?limit=100', { token: primary.admin });
+  const readerId = tokens.body.items.find((item: { name: string }) => item.name === 'reader').id;
+  await call(primary.url, 'DELETE', `/api/tokens/${readerId}`, { token: primary.admin });
+  await until('the revoked token refused at the standby', async () => {
+    const answer = await call(standby.url, 'GET', '/api/nodes', { token: reader });
+    return answer.status === 401;
+  });
+
+  const refused = await call(standby.url, 'POST', '/api/nodes', {
+    token: primary.admin,
+    body: { name: 'nope', host: '192.0.2.9' },
+  });
+  assertProblem(refused, 503, 'read_only');
+  assert.equal(refused.body.primary, primary.url);
+  assertProblem(
+    await call(standby.url, 'POST', '/api/auth/login', { body: { username: 'admin', password: 'x'.repeat(12) } }),
+    503,
+    'read_only',
+  );
+  assertProblem(await read('/api/replication/snapshot'), 503, 'read_only');
+  const link = await rawLink({ url: standby.url }, 'mat_1_' + 'a'.repeat(43));
+  assert.equal((link as { status: number }).status, 503);
+
+  const health = (await call(standby.url, 'GET', '/api/health')).body;
+  assert.equal(health.role, 'standby');
+  assert.equal(health.replication.primary, primary.url);
+  assert.equal(health.replication.seeds, 1);
+  assert.match(health.replication.position, /^[0-9a-f-]{36}\/\d+$/);
+  assert.equal((await call(primary.url, 'GET', '/api/health')).body.role, 'primary');
 });

@@ -44,6 +44,7 @@ test(
         licenseKeyPath: null,
         releaseKeyPaths: [],
         agentSignaturePath: null,
+        follow: null,
         adminPassword: ADMIN_PASSWORD,
         tls: null,
         insecureHttp: false,

@@ -2,6 +2,8 @@
 
 import { MIN_PASSWORD } from '../../internal/auth/secrets.ts';
 import type { Parsed } from '../../internal/runtime/cli.ts';
+import { masterOrigin } from '../../internal/schema/net.ts';
+import { PIN } from '../../internal/tls/pin.ts';
 
 export interface MasterConfig {
   host: string;
@@ -21,6 +23,8 @@ export interface MasterConfig {
   tls: { certPath: string; keyPath: string } | null;
   /** Serve plain HTTP off loopback (behind a TLS-terminating proxy). */
   insecureHttp: boolean;
+  /** The primary this master is a standby of (its address, key pin, and a token with the replication scope). */
+  follow: { url: string; pin: string | null; token: string } | null;
 }
 
 export type ParseResult = Parsed<MasterConfig>;
@@ -45,11 +49,17 @@ Options:
                          on any other, HTTPS with a certificate it makes once in DATA_DIR/tls
   --insecure-http        serve plain HTTP on a non-loopback address, for a TLS-terminating
                          proxy in front (env MASTER_INSECURE_HTTP=1)
+  --follow URL           run as a standby of the primary at URL: keep a copy of its database, serve
+                         reads of it, refuse writes (env MASTER_FOLLOW; MASTER_FOLLOW_TOKEN, a token of
+                         the primary with the replication scope, and MASTER_FOLLOW_PIN, its key pin, if it
+                         serves its own certificate)
   --help                 show this help
   --version              show the version
 
 Environment only:
   MASTER_ADMIN_PASSWORD  password of the first admin, created on first start (default: generated and printed once)
+  MASTER_FOLLOW_TOKEN    with --follow: the primary's token with the replication scope
+  MASTER_FOLLOW_PIN      with --follow: the primary's key pin (sha256/...), for its own certificate
 `;
 
 const FLAGS = {
@@ -61,6 +71,7 @@ const FLAGS = {
   '--agent-signature': 'MASTER_AGENT_SIGNATURE',
   '--tls-cert': 'MASTER_TLS_CERT',
   '--tls-key': 'MASTER_TLS_KEY',
+  '--follow': 'MASTER_FOLLOW',
 } as const;
 /** Flags that take no value; their environment variable is on when it is 1 or true. */
 const SWITCHES = { '--insecure-http': 'MASTER_INSECURE_HTTP' } as const;
@@ -104,6 +115,8 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
   if (Boolean(certPath) !== Boolean(keyPath)) return { error: '--tls-cert and --tls-key go together' };
   const insecureHttp = switches['--insecure-http']!;
   if (certPath && insecureHttp) return { error: '--insecure-http and --tls-cert contradict each other: choose one' };
+  const follow = followOf(values['--follow'], env);
+  if (typeof follow === 'string') return { error: follow };
   return {
     config: {
       ...listen,
@@ -115,6 +128,22 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
       adminPassword,
       tls: certPath && keyPath ? { certPath, keyPath } : null,
       insecureHttp,
+      follow,
     },
   };
+}
+
+/** The primary a standby follows, from --follow and the environment, or why they are not one. */
+function followOf(url: string | undefined, env: Record<string, string | undefined>): MasterConfig['follow'] | string {
+  if (!url) return null;
+  const origin = masterOrigin(url);
+  if (!origin) return `--follow must be http(s)://HOST[:PORT], the primary's address, got '${url}'`;
+  const token = env.MASTER_FOLLOW_TOKEN ?? '';
+  if (!/^mst_[A-Za-z0-9_-]{20,200}$/.test(token))
+    return '--follow needs MASTER_FOLLOW_TOKEN: a token of the primary with the replication scope (mst_...)';
+  const pin = env.MASTER_FOLLOW_PIN || null;
+  if (pin !== null && !PIN.test(pin)) return `MASTER_FOLLOW_PIN must be sha256/<base64 of 32 bytes>, got '${pin}'`;
+  if (pin !== null && !origin.startsWith('https:'))
+    return 'MASTER_FOLLOW_PIN pins a TLS key: give --follow as https://';
+  return { url: origin, pin, token };
 }

@@ -10,7 +10,9 @@ import { addBundle } from '../../internal/service/bundles.ts';
 import { theMaster } from '../../internal/service/master.ts';
 import { transact } from '../../internal/service/write.ts';
 import { join } from 'node:path';
-import { AgentLinks } from '../../internal/agentlink/server.ts';
+import { AgentLinks, refuse } from '../../internal/agentlink/server.ts';
+import { DomainError } from '../../internal/errors/errors.ts';
+import { Follower } from '../../internal/replication/follower.ts';
 import { App } from '../../internal/api/app.ts';
 import { addGauges } from '../../internal/api/health.ts';
 import { MasterMetrics } from '../../internal/metrics/metrics.ts';
@@ -41,7 +43,8 @@ import { openStore, type Store } from '../../internal/store/store.ts';
 import { isLoopback } from '../../internal/schema/net.ts';
 import { selfSignedFiles, TlsIdentity } from '../../internal/tls/identity.ts';
 import { VERSION } from '../../internal/version.ts';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
 import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker } from './workers.ts';
@@ -134,7 +137,8 @@ async function listening(config: MasterConfig, fn: () => Promise<Listening>): Pr
 /** The store of the data dir, or why it cannot be used and what to do about it. */
 function openData(config: MasterConfig, presence: SyncHub, clock: Clock): Store {
   try {
-    return openStore(config.dataDir, { secretFields: secretFieldNames, presence, time: () => clock.timestamp() });
+    const time = () => clock.timestamp();
+    return openStore(config.dataDir, { secretFields: secretFieldNames, presence, time, copy: config.follow !== null });
   } catch (error) {
     // Not the dir's fault, and nothing another --data-dir would fix: the data itself is what is lost.
     if (error instanceof DatabaseDamaged)
@@ -164,10 +168,35 @@ function recordRestart(store: Store, at: string): void {
   });
 }
 
+/**
+ * A standby's follower, its copy seeded before anything opens it: a start waits for the primary (saying so), since
+ * there is nothing to serve without a copy.
+ */
+async function seededFollower(config: MasterConfig, log: Logger, changed: () => void): Promise<Follower> {
+  const { url, pin, token } = config.follow!;
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  const follower = new Follower({ url, pin, token, path: join(config.dataDir, 'master.db'), log, changed });
+  while (!follower.position()) {
+    try {
+      await follower.step();
+    } catch (error) {
+      log.warn('cannot seed a copy from the primary yet; trying again', {
+        primary: url,
+        error: (error as Error).message,
+      });
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
+  }
+  return follower;
+}
+
 export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
   // The agent links' record of which nodes are online, which the store renders their status from.
   const sync = new SyncHub();
   const clock = new Clock(now);
+  // What reads the copy is told when the follower changed it (once it is there to be told).
+  let copyChanged = () => {};
+  const standby = config.follow ? await seededFollower(config, log, () => copyChanged()) : null;
   const store = openData(config, sync, clock);
   try {
     const keyPem = config.licenseKeyPath
@@ -198,7 +227,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       () => tlsIdentityFor(config),
     );
     // Tunnels made before tunnels forwarded have no key pairs yet.
-    const keyless = store.tunnels.keyless();
+    const keyless = standby ? [] : store.tunnels.keyless();
     if (keyless.length > 0)
       store.write(() => {
         for (const id of keyless)
@@ -209,7 +238,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       });
     const settings = new Settings(store);
     const lifecycle: Lifecycle = { starting: true, draining: false };
-    recordRestart(store, clock.timestamp());
+    if (!standby) recordRestart(store, clock.timestamp());
     await store.committed();
     const metrics = new MasterMetrics();
     store.db.onCommitted((seconds) => metrics.commits.observe(seconds));
@@ -256,7 +285,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       exporter: exportInWorker(workerSetup),
       events,
       releaseKeys,
+      standby,
     });
+    copyChanged = () => {
+      store.db.changedElsewhere();
+      settings.reload();
+      store.credentials.bump();
+    };
     addGauges(app);
     const view = app.licenseView();
     (view.problem ? log.warn : log.info)('license', {
@@ -273,46 +308,61 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     };
     const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
-    http.server.on('upgrade', links.handleUpgrade);
-    let timer: NodeJS.Timeout;
-    let ruleClock: NodeJS.Timeout;
+    // Agents link to the primary; a standby refuses them, naming it.
+    http.server.on(
+      'upgrade',
+      standby
+        ? (_req: IncomingMessage, socket: Socket) =>
+            refuse(socket, new DomainError('read_only', `this master is a standby of ${standby.primary}: link there`))
+        : links.handleUpgrade,
+    );
+    let timer: NodeJS.Timeout | undefined;
+    let ruleClock: NodeJS.Timeout | undefined;
     try {
-      // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
-      await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
-      if (ownAgent && !store.bundles.findVersion(VERSION))
-        await transact(app, theMaster('bundle.create'), (change) =>
-          addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
-        );
-      const housekeeping = () =>
-        store.db.whenWritable(() => {
-          const failed = (error: unknown) =>
-            log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
+      // A standby writes nothing of its own: its copy changes by its primary's changes alone.
+      if (standby) void standby.run();
+      else {
+        // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
+        await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
+        if (ownAgent && !store.bundles.findVersion(VERSION))
+          await transact(app, theMaster('bundle.create'), (change) =>
+            addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
+          );
+        const housekeeping = () =>
+          store.db.whenWritable(() => {
+            const failed = (error: unknown) =>
+              log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
+            try {
+              maintain(app).catch(failed);
+            } catch (error) {
+              failed(error);
+            }
+          });
+        housekeeping();
+        timer = setInterval(housekeeping, MAINTENANCE_INTERVAL_MS).unref();
+        // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually; a license
+        // that expires says so as soon.
+        const licenseTick = licenseWatch(app);
+        const refusedTick = refusedWritesWatch(app);
+        ruleClock = setInterval(() => {
+          if (app.draining) return;
+          tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
+          evaluateAlerts(app)
+            .then(() => app.outbox.kick())
+            .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));
+          refusedTick().catch((error: Error) =>
+            log.error('alerting on refused writes failed', { error: error.message }),
+          );
+          advanceRollouts(app).catch((error: Error) =>
+            log.error('the rollout failed a turn', { error: error.message }),
+          );
           try {
-            maintain(app).catch(failed);
+            licenseTick();
           } catch (error) {
-            failed(error);
+            log.error('recording a change of the license failed', { error: (error as Error).message });
           }
-        });
-      housekeeping();
-      timer = setInterval(housekeeping, MAINTENANCE_INTERVAL_MS).unref();
-      // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually; a license
-      // that expires says so as soon.
-      const licenseTick = licenseWatch(app);
-      const refusedTick = refusedWritesWatch(app);
-      ruleClock = setInterval(() => {
-        if (app.draining) return;
-        tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
-        evaluateAlerts(app)
-          .then(() => app.outbox.kick())
-          .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));
-        refusedTick().catch((error: Error) => log.error('alerting on refused writes failed', { error: error.message }));
-        advanceRollouts(app).catch((error: Error) => log.error('the rollout failed a turn', { error: error.message }));
-        try {
-          licenseTick();
-        } catch (error) {
-          log.error('recording a change of the license failed', { error: (error as Error).message });
-        }
-      }, 1000).unref();
+        }, 1000).unref();
+      }
       lifecycle.starting = false;
       markReady(config.dataDir, http.url);
     } catch (error) {
@@ -359,6 +409,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           await app.outbox.close();
           await batches.close();
           app.events.close();
+          app.stopReplication();
+          standby?.stop();
           links.close();
           await http.close();
           await checkpoints.close();

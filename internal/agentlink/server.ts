@@ -104,8 +104,8 @@ const VIOLATION_COOLDOWN_MS = 60_000;
 /** A refused link is written on its node at most this often. */
 const REFUSAL_RECORD_MS = 60_000;
 
-/** Answers an upgrade request with the problem for `error` and closes the connection. */
-function refuse(socket: Socket, error: DomainError, headers: Record<string, string> = {}): void {
+/** Answers an upgrade request (an agent's link) with the problem for `error` and closes the connection. */
+export function refuse(socket: Socket, error: DomainError, headers: Record<string, string> = {}): void {
   const problem = problemOf(error, null);
   const body = JSON.stringify(problem.body);
   const lines = Object.entries({

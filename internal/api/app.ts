@@ -18,6 +18,7 @@ import type { Clock } from '../runtime/clock.ts';
 import { Outbox } from '../service/outbox.ts';
 import type { KeyObject } from 'node:crypto';
 import { ReplicationFeed } from '../replication/feed.ts';
+import type { Follower } from '../replication/follower.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
@@ -74,6 +75,8 @@ export interface AppParts {
   events: EventStreams;
   /** The release keys (public halves) agent bundles must be signed with; none: bundles are refused. */
   releaseKeys: KeyObject[];
+  /** The follower of the primary this master is a standby of; null for a primary. */
+  standby: Follower | null;
 }
 
 export class App {
@@ -107,6 +110,7 @@ export class App {
   /** Where notifications are sent from. */
   readonly outbox: Outbox;
   readonly releaseKeys: KeyObject[];
+  readonly standby: Follower | null;
   private readonly lifecycle: Lifecycle;
   private feed: ReplicationFeed | null = null;
 
@@ -131,11 +135,17 @@ export class App {
       exporter: this.exporter,
       events: this.events,
       releaseKeys: this.releaseKeys,
+      standby: this.standby,
     } = parts);
     this.startedAt = this.clock.now();
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
+  }
+
+  /** Answers standbys waiting for a change at once: the master is stopping. */
+  stopReplication(): void {
+    this.feed?.close();
   }
 
   /** The record of changes standby masters follow, started by the first of them to ask. */
@@ -204,8 +214,8 @@ export class App {
       const detail = `the token expired at ${entry.principal.expiresAt}`;
       throw new DomainError('unauthorized', detail, { invalidToken: true });
     }
-    // Last use is recorded at most once a minute so that reads do not all become writes.
-    if (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000) {
+    // Last use is recorded at most once a minute so that reads do not all become writes; a standby writes nothing.
+    if (!this.standby && (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000)) {
       const at = this.timestamp();
       this.store.db.whenWritable(() => this.store.write(() => this.store.tokens.touch(entry.principal.tokenId, at)));
       entry.lastUsedMs = now;

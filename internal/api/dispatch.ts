@@ -153,6 +153,10 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     if (app.starting && !(found && 'found' in found && found.found.route.answersWhileStarting))
       throw new DomainError('unavailable', 'the master is starting; retry in a moment', { retryAfterSeconds: 1 });
     if (found === null) throw new DomainError('not_found', `no route for ${url.pathname}`);
+    // A standby serves reads of its copy; what writes (or follows it) is for its primary.
+    const primary = app.standby?.primary;
+    if (primary && (method !== 'GET' || url.pathname.startsWith('/api/replication/')))
+      throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
     if ('allowed' in found)
       throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
         allow: found.allowed,

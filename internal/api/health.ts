@@ -9,6 +9,7 @@ import type { App } from './app.ts';
 import type { Vitals } from '../domain/vitals.ts';
 import { syncStates } from '../domain/rules.ts';
 import { nodeStatuses } from '../store/nodes.ts';
+import type { Follower } from '../replication/follower.ts';
 
 const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
@@ -33,6 +34,27 @@ const healthSchema = record('Health', {
     description: 'Why writes are refused, and since when; null while the database is ok.',
   },
   uptime_seconds: { type: 'integer' },
+  role: {
+    type: 'string',
+    enum: ['primary', 'standby'],
+    description: 'standby: it serves reads of its copy of the primary named below, and refuses writes.',
+  },
+  replication: {
+    type: ['object', 'null'],
+    description:
+      "A standby's copy: its primary, where it stands in the primary's record (generation/seq), how far behind it " +
+      'may be (0 while in step; null before its first change), when the primary last answered, and how often the ' +
+      'copy was seeded. Null on a primary.',
+    required: ['primary', 'position', 'lag_seconds', 'last_heard_at', 'seeds'],
+    properties: {
+      primary: { type: 'string' },
+      position: { type: ['string', 'null'] },
+      lag_seconds: { type: ['integer', 'null'] },
+      last_heard_at: { type: ['string', 'null'], format: 'date-time' },
+      seeds: { type: 'integer' },
+    },
+    additionalProperties: false,
+  },
 });
 
 function health(ctx: Ctx<undefined, {}>): Reply {
@@ -50,9 +72,23 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     database: refused ? 'refusing_writes' : 'ok',
     database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,
     uptime_seconds: uptime,
+    role: app.standby ? 'standby' : 'primary',
+    replication: app.standby && replicationOf(app.standby, app.now()),
   };
   if (app.starting) return { status: 503, body, headers: { 'Retry-After': '1' } };
   return refused ? { status: 503, body, headers: { 'Retry-After': '30' } } : ok(body);
+}
+
+/** How a standby's copy stands, as health shows it. */
+function replicationOf(standby: Follower, now: number) {
+  const position = standby.position();
+  return {
+    primary: standby.primary,
+    position: position && `${position.generation}/${position.seq}`,
+    lag_seconds: standby.lagSeconds(now),
+    last_heard_at: standby.lastHeardAt === null ? null : formatTime(standby.lastHeardAt),
+    seeds: standby.seeds,
+  };
 }
 
 /** The gauges read from the running master when it is scraped. */

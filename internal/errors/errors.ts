@@ -25,6 +25,7 @@ export const errorCodes = [
   'internal',
   'bad_gateway',
   'unavailable',
+  'read_only',
   'insufficient_storage',
 ] as const;
 

@@ -75,6 +75,11 @@ const codes = {
     'The node refused or failed what was asked of it; the problem says what it reported.',
   ],
   unavailable: [503, 'Service unavailable', 'Starting, shutting down or held behind an import; wait Retry-After.'],
+  read_only: [
+    503,
+    'Read only',
+    'This master is a standby: it serves reads of its copy; writes go to the primary, which `primary` names.',
+  ],
   insufficient_storage: [507, 'Insufficient storage', "The master's disk is full; nothing changed; reads go on."],
 } as const satisfies Record<ErrorCode, readonly [number, string, string]>;
 

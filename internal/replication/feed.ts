@@ -13,6 +13,7 @@ export class ReplicationFeed {
   private readonly changes: RecordedChange[] = [];
   private bytes = 0;
   private readonly waiting = new Set<() => void>();
+  private closed = false;
 
   constructor(
     /** Where the primary's record stands now: where it started, then its last change. */
@@ -59,8 +60,15 @@ export class ReplicationFeed {
     return page;
   }
 
+  /** Ends every wait for a change at once (the master is stopping), and those asked for later. */
+  close(): void {
+    this.closed = true;
+    for (const wake of [...this.waiting]) wake();
+  }
+
   /** Resolves at the next change, or after `ms`. */
   next(ms: number): Promise<void> {
+    if (this.closed) return Promise.resolve();
     return new Promise((resolve) => {
       const wake = () => {
         clearTimeout(timer);

@@ -2,12 +2,13 @@
 // snapshot and then changed by every change the primary commits, in order. A change that does not follow, does not
 // match or does not apply makes it seed anew by itself; so does the primary saying it no longer keeps what follows.
 
-import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/log.ts';
 import { Replica, ReplicaDiverged, type Position, type RecordedChange } from '../store/replication.ts';
 import { pinOf } from '../tls/pin.ts';
+import { PAGE_CHANGES } from './feed.ts';
 
 export interface FollowerOptions {
   /** The primary's address, http(s)://host:port. */
@@ -19,6 +20,8 @@ export interface FollowerOptions {
   /** Where the copy is kept. */
   path: string;
   log: Logger;
+  /** Called after the copy changed (a change applied, or seeded anew): for what reads it through other connections. */
+  changed?: () => void;
 }
 
 /** The longest answer read from the primary: a snapshot (the database) or a page of changes. */
@@ -53,13 +56,30 @@ function changesOf(body: Buffer): { reseed: boolean; changes: RecordedChange[] }
 export class Follower {
   private replica: Replica | null;
   private stopped = false;
+  /** The request to the primary under way, ended by `stop`. */
+  private asking: ClientRequest | null = null;
   /** When the primary committed the last change applied here (ms); null before the first. */
   lastChangeAt: number | null = null;
   /** How many times the copy was seeded. */
   seeds = 0;
+  /** When the primary last answered (ms); null before it first did. */
+  lastHeardAt: number | null = null;
+  /** Whether the primary's last answer left nothing after it: the copy stood where the primary did. */
+  inStep = false;
 
   constructor(private readonly options: FollowerOptions) {
     this.replica = Replica.open(options.path);
+  }
+
+  /** The primary's address. */
+  get primary(): string {
+    return this.options.url;
+  }
+
+  /** How far behind the primary the copy may be, in seconds: 0 while in step. */
+  lagSeconds(now = Date.now()): number | null {
+    if (this.inStep) return 0;
+    return this.lastChangeAt === null ? null : Math.max(0, Math.round((now - this.lastChangeAt) / 1000));
   }
 
   /** Where the copy stands; null before it is seeded. */
@@ -81,6 +101,7 @@ export class Follower {
 
   stop(): void {
     this.stopped = true;
+    this.asking?.destroy(new Error('the follower stopped'));
     this.replica?.close();
     this.replica = null;
   }
@@ -93,7 +114,9 @@ export class Follower {
     const answer = await this.get(`/api/replication/changes?${query}`);
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
     const { reseed, changes } = changesOf(answer.body);
+    this.lastHeardAt = Date.now();
     if (reseed || this.stopped) return reseed ? this.seed() : undefined;
+    this.inStep = changes.length < PAGE_CHANGES;
     try {
       this.replica.apply(changes);
     } catch (error) {
@@ -101,17 +124,20 @@ export class Follower {
       this.options.log.warn('a change did not follow or apply: seeding the copy anew', { reason: error.message });
       return this.seed();
     }
-    if (changes.length > 0) this.lastChangeAt = changes.at(-1)!.at;
+    if (changes.length === 0) return;
+    this.lastChangeAt = changes.at(-1)!.at;
+    this.options.changed?.();
   }
 
   private async seed(): Promise<void> {
     const answer = await this.get('/api/replication/snapshot');
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for a snapshot`);
     if (this.stopped) return;
-    this.replica?.close();
+    const current = this.replica;
     this.replica = null;
-    this.replica = Replica.seed(this.options.path, answer.body);
+    this.replica = await Replica.seed(this.options.path, answer.body, current);
     this.seeds++;
+    this.options.changed?.();
     this.options.log.info('seeded from the primary', { position: String(answer.headers['x-replication-position']) });
   }
 
@@ -152,6 +178,10 @@ export class Follower {
       );
       req.on('timeout', () => req.destroy(new Error('the primary did not answer in time')));
       req.on('error', reject);
+      req.on('close', () => {
+        if (this.asking === req) this.asking = null;
+      });
+      this.asking = req;
       req.end();
     });
   }

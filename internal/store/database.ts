@@ -506,10 +506,15 @@ export class Database {
       ended = until?.(result);
       return result;
     } finally {
-      for (const listener of this.elsewhereListeners) this.runCallback(listener);
+      this.changedElsewhere();
       if (ended) void ended.catch((error) => this.callbackFailed(error)).finally(() => this.releaseHold(hold, false));
       else this.releaseHold(hold, false);
     }
+  }
+
+  /** Tells what listens to `onWrittenElsewhere` that another connection changed rows (a standby's copy applying). */
+  changedElsewhere(): void {
+    for (const listener of this.elsewhereListeners) this.runCallback(listener);
   }
 
   /** Called after another connection may have changed any row (see `holdWrites`), for caches of rows. */

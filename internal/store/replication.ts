@@ -6,7 +6,7 @@
 // that does not follow, does not match or does not apply cleanly is refused whole, and the copy is seeded anew.
 
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { DatabaseSync, Session } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -216,22 +216,31 @@ export class Replica {
     return null;
   }
 
-  /** Replaces the copy at `path` with `snapshot` (a database file's bytes), made ready to take changes. */
-  static seed(path: string, snapshot: Buffer): Replica {
-    const next = `${path}.seed`;
-    for (const suffix of ['', '-wal', '-shm']) rmSync(`${next}${suffix}`, { force: true });
-    writeFileSync(next, snapshot, { mode: 0o600 });
-    const db = openCopy(next);
+  /**
+   * Replaces the copy at `path` with `snapshot` (a database file's bytes), made ready to take changes, through SQLite's
+   * backup into the file in place: other connections to it (a standby serving reads) see the new copy, never a file
+   * replaced under them. `current` is closed first.
+   */
+  static async seed(path: string, snapshot: Buffer, current: Replica | null): Promise<Replica> {
+    const dir = mkdtempSync(join(tmpdir(), 'portplane-seed-'));
     try {
-      db.exec('PRAGMA journal_mode = WAL');
-      if (!positionOf(db)) throw new ReplicaDiverged("the snapshot says nowhere in its primary's record");
-      prepareCopy(db);
+      const next = join(dir, 'master.db');
+      writeFileSync(next, snapshot, { mode: 0o600 });
+      const db = openCopy(next);
+      try {
+        if (!positionOf(db)) throw new ReplicaDiverged("the snapshot says nowhere in its primary's record");
+        prepareCopy(db);
+        current?.close();
+        await sqlite().backup(db, path);
+      } finally {
+        db.close();
+      }
     } finally {
-      db.close();
+      rmSync(dir, { recursive: true, force: true });
     }
-    for (const suffix of ['-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
-    renameSync(next, path);
-    return new Replica(openCopy(path));
+    const replica = new Replica(openCopy(path));
+    replica.db.exec('PRAGMA journal_mode = WAL');
+    return replica;
   }
 
   position(): Position | null {

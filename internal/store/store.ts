@@ -53,6 +53,8 @@ export interface StoreOptions {
   presence?: Presence;
   /** The master's clock, as stored, for what triggers write (see Database); by default the system's. */
   time?: () => string;
+  /** A standby's copy (see replication.ts): opened as it is, never migrated; its schema must be this master's. */
+  copy?: boolean;
 }
 
 export class Store {
@@ -162,7 +164,7 @@ export function openStore(dataDir: string, options: Omit<StoreOptions, 'lock'>):
   try {
     const path = join(dataDir, 'master.db');
     closeSync(openSync(path, 'a', 0o600));
-    return new Store(new Database(path, { time: options.time }), { ...options, lock });
+    return new Store(new Database(path, { time: options.time, migrate: !options.copy }), { ...options, lock });
   } catch (error) {
     lock.release();
     throw error;

@@ -12,6 +12,7 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
     releaseKeyPaths: [],
     agentSignaturePath: null,
     adminPassword: null,
+    follow: null,
     tls: null,
     insecureHttp: false,
   };
