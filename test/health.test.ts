@@ -86,9 +86,10 @@ test('health: public, with the version, the database and the uptime; 503 while d
     'database_detail',
     'uptime_seconds',
     'role',
+    'epoch',
     'replication',
   ]);
-  assert.deepEqual([answer.body.role, answer.body.replication], ['primary', null]);
+  assert.deepEqual([answer.body.role, answer.body.epoch, answer.body.replication], ['primary', 1, null]);
   assert.deepEqual([answer.body.status, answer.body.database], ['ok', 'ok']);
   m.app.draining = true;
   const draining = await call(m.url, 'GET', '/api/health');

@@ -274,6 +274,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/replication/changes', '/api/replication/changes?generation=elsewhere&after=1', {
     token: standby.body.token,
   });
+  await hit('POST /api/replication/promote', '/api/replication/promote');
 
   // A rollout of it to a node without an agent: it waits for the node a gate's time, and is steered meanwhile.
   const plan = { version: '0.2.0', ids: [c.body.id], waves: ['100%'], gate_seconds: 600 };
@@ -447,6 +448,8 @@ test('every answer of every operation is what the OpenAPI document declares for 
     'POST /api/rules/{id}/sync': [200],
     'POST /api/rules/{id}/check': [200],
     'POST /api/nodes/{id}/probe': [200],
+    // A standby's promotion (test/replication.test.ts promotes one).
+    'POST /api/replication/promote': [200],
   };
   for (const route of routes) {
     const name = `${route.method} ${route.path}`;

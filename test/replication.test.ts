@@ -210,3 +210,38 @@ test(STANDBY, async (t) => {
   assert.match(health.replication.position, /^[0-9a-f-]{36}\/\d+$/);
   assert.equal((await call(primary.url, 'GET', '/api/health')).body.role, 'primary');
 });
+
+test('a standby promoted serves writes as the primary of the next epoch, its copy whole again', async (t) => {
+  const primary = await startMaster(t);
+  const before = await node(primary, 'before');
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const at = (path: string, method = 'GET', body?: unknown) =>
+    call(standby.url, method, path, { token: primary.admin, body });
+  await until('the standby caught up', async () => (await at(`/api/nodes/${before.id}`)).status === 200);
+  await primary.close();
+
+  const promoted = await at('/api/replication/promote', 'POST');
+  assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
+  assert.deepEqual(promoted.body, { role: 'primary', epoch: 2 });
+  assertProblem(await at('/api/replication/promote', 'POST'), 409, 'conflict');
+  const health = (await call(standby.url, 'GET', '/api/health')).body;
+  assert.deepEqual([health.role, health.epoch, health.replication], ['primary', 2, null]);
+
+  // Writes, and what triggers derive from them (a rule's view, the journal), work again; ids go on from the copy's.
+  const after = await at('/api/nodes', 'POST', { name: 'after', host: '192.0.2.20' });
+  assert.equal(after.status, 201, JSON.stringify(after.body));
+  assert.ok(after.body.id > before.id);
+  const made = await at('/api/rules', 'POST', {
+    name: 'web',
+    protocol: 'tcp',
+    node_id: after.body.id,
+    listen_port: 8080,
+    targets: ['192.0.2.30:80'],
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  assert.equal((await at(`/api/rules/${made.body.id}`)).body.listen_port, 8080);
+  assert.equal((await at('/api/rules?q=')).status, 200);
+  const audit = await at('/api/audit-logs?action=replication.promote');
+  assert.equal(audit.body.items[0].changes.after.epoch, 2);
+});

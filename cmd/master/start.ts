@@ -196,6 +196,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
   const clock = new Clock(now);
   // What reads the copy is told when the follower changed it (once it is there to be told).
   let copyChanged = () => {};
+  // What only a primary does (defined once the server is wired): at start, or when a standby is promoted.
+  let servePrimary = () => {};
   const standby = config.follow ? await seededFollower(config, log, () => copyChanged()) : null;
   const store = openData(config, sync, clock);
   try {
@@ -286,6 +288,14 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       events,
       releaseKeys,
       standby,
+      // A standby becomes the primary: it stops following, its copy gets back what it went without, and it serves.
+      becomePrimary() {
+        standby?.stop();
+        store.db.takeOver();
+        settings.reload();
+        store.credentials.bump();
+        servePrimary();
+      },
     });
     copyChanged = () => {
       store.db.changedElsewhere();
@@ -309,25 +319,16 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     // Agents link to the primary; a standby refuses them, naming it.
-    http.server.on(
-      'upgrade',
-      standby
-        ? (_req: IncomingMessage, socket: Socket) =>
-            refuse(socket, new DomainError('read_only', `this master is a standby of ${standby.primary}: link there`))
-        : links.handleUpgrade,
+    http.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) =>
+      app.standby
+        ? refuse(socket, new DomainError('read_only', `this master is a standby of ${app.standby.primary}: link there`))
+        : links.handleUpgrade(req, socket, head),
     );
     let timer: NodeJS.Timeout | undefined;
     let ruleClock: NodeJS.Timeout | undefined;
     try {
-      // A standby writes nothing of its own: its copy changes by its primary's changes alone.
-      if (standby) void standby.run();
-      else {
-        // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
-        await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
-        if (ownAgent && !store.bundles.findVersion(VERSION))
-          await transact(app, theMaster('bundle.create'), (change) =>
-            addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
-          );
+      // What only a primary does: maintenance, and the clock of rules, alerts and rollouts.
+      servePrimary = () => {
         const housekeeping = () =>
           store.db.whenWritable(() => {
             const failed = (error: unknown) =>
@@ -362,6 +363,17 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
             log.error('recording a change of the license failed', { error: (error as Error).message });
           }
         }, 1000).unref();
+      };
+      // A standby writes nothing of its own: its copy changes by its primary's changes alone.
+      if (standby) void standby.run();
+      else {
+        // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
+        await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
+        if (ownAgent && !store.bundles.findVersion(VERSION))
+          await transact(app, theMaster('bundle.create'), (change) =>
+            addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
+          );
+        servePrimary();
       }
       lifecycle.starting = false;
       markReady(config.dataDir, http.url);

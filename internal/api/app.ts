@@ -19,6 +19,7 @@ import { Outbox } from '../service/outbox.ts';
 import type { KeyObject } from 'node:crypto';
 import { ReplicationFeed } from '../replication/feed.ts';
 import type { Follower } from '../replication/follower.ts';
+import { PROMOTE } from './replication.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
@@ -77,6 +78,8 @@ export interface AppParts {
   releaseKeys: KeyObject[];
   /** The follower of the primary this master is a standby of; null for a primary. */
   standby: Follower | null;
+  /** Makes a standby serve as the primary (its follower stopped, its copy whole again, its clocks started). */
+  becomePrimary: () => void;
 }
 
 export class App {
@@ -110,7 +113,9 @@ export class App {
   /** Where notifications are sent from. */
   readonly outbox: Outbox;
   readonly releaseKeys: KeyObject[];
-  readonly standby: Follower | null;
+  /** The follower of the primary this master is a standby of; null for a primary (and once promoted). */
+  standby: Follower | null;
+  private readonly becomePrimary: () => void;
   private readonly lifecycle: Lifecycle;
   private feed: ReplicationFeed | null = null;
 
@@ -136,11 +141,26 @@ export class App {
       events: this.events,
       releaseKeys: this.releaseKeys,
       standby: this.standby,
+      becomePrimary: this.becomePrimary,
     } = parts);
     this.startedAt = this.clock.now();
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
+  }
+
+  /** Throws `read_only` for what a standby leaves to its primary: writes (but its promotion), and following it. */
+  refuseOnStandby(method: string, path: string): void {
+    const primary = this.standby?.primary;
+    if (primary && path !== PROMOTE && (method !== 'GET' || path.startsWith('/api/replication/')))
+      throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
+  }
+
+  /** A standby becomes the primary; its writes are the caller's to make. Throws `conflict` on a primary. */
+  promote(): void {
+    if (!this.standby) throw new DomainError('conflict', 'this master is the primary already');
+    this.becomePrimary();
+    this.standby = null;
   }
 
   /** Answers standbys waiting for a change at once: the master is stopping. */

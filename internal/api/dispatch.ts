@@ -153,10 +153,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     if (app.starting && !(found && 'found' in found && found.found.route.answersWhileStarting))
       throw new DomainError('unavailable', 'the master is starting; retry in a moment', { retryAfterSeconds: 1 });
     if (found === null) throw new DomainError('not_found', `no route for ${url.pathname}`);
-    // A standby serves reads of its copy; what writes (or follows it) is for its primary.
-    const primary = app.standby?.primary;
-    if (primary && (method !== 'GET' || url.pathname.startsWith('/api/replication/')))
-      throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
+    app.refuseOnStandby(method, url.pathname);
     if ('allowed' in found)
       throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
         allow: found.allowed,
@@ -209,7 +206,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
       (route.scope === 'session' ? principal.kind === 'session' : grants(principal.scopes, route.scope))
     )
       return;
-    if (route.method !== 'GET') {
+    // A standby writes nothing of its own, a denial's record included.
+    if (route.method !== 'GET' && !app.standby) {
       spend(principal, exchange);
       recordDenied(route, params, exchange, { required_scope: route.scope });
     }

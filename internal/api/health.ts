@@ -39,6 +39,7 @@ const healthSchema = record('Health', {
     enum: ['primary', 'standby'],
     description: 'standby: it serves reads of its copy of the primary named below, and refuses writes.',
   },
+  epoch: { type: 'integer', description: 'Raised by each promotion of a standby (1 before the first).' },
   replication: {
     type: ['object', 'null'],
     description:
@@ -73,6 +74,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,
     uptime_seconds: uptime,
     role: app.standby ? 'standby' : 'primary',
+    epoch: app.store.epoch.current(),
     replication: app.standby && replicationOf(app.standby, app.now()),
   };
   if (app.starting) return { status: 503, body, headers: { 'Retry-After': '1' } };

@@ -6,6 +6,11 @@ import { intParam, textParam, type QueryOf } from '../schema/query.ts';
 import { describe } from '../schema/schema.ts';
 import { snapshotOf } from '../store/replication.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
+import { transact } from '../service/write.ts';
+import { record } from './common.ts';
+
+/** The one write a standby takes: its promotion. */
+export const PROMOTE = '/api/replication/promote';
 
 /** The header that says where a snapshot stands in the primary's record: `generation/seq`. */
 export const POSITION_HEADER = 'X-Replication-Position';
@@ -44,7 +49,32 @@ const changesSchema = describe({
   additionalProperties: false,
 });
 
+const promotedSchema = record('Promoted', {
+  role: { type: 'string', enum: ['primary'] },
+  epoch: { type: 'integer', description: 'The epoch this master is the primary of: one more than any before.' },
+});
+
 export const replicationOperations = operations({
+  promoteStandby: operation({
+    action: 'replication.promote',
+    summary: 'Make this standby the primary',
+    description:
+      'It stops following, gets back what its copy went without (the triggers and what they keep), raises the ' +
+      'epoch and serves writes, agents and its clocks from now on. What its primary committed and it had not ' +
+      'applied is not on it. Promote only once the primary is gone or fenced: nothing here asks the primary. ' +
+      '409 on a primary.',
+    responses: { 200: { description: 'Promoted', schema: promotedSchema }, 409: { description: 'A primary already' } },
+    handler: async (ctx: Ctx<undefined, {}>) => {
+      ctx.app.promote();
+      const epoch = await transact(ctx.app, ctx, (change) => {
+        const raised = ctx.app.store.epoch.raise(ctx.app.timestamp());
+        change.audit({ resource: 'master', resource_id: null, changes: { after: { role: 'primary', epoch: raised } } });
+        return raised;
+      });
+      ctx.app.log.warn('promoted: this master is the primary now', { epoch });
+      return ok({ role: 'primary', epoch });
+    },
+  }),
   getSnapshot: operation({
     summary: "A consistent copy of the primary's database, to seed a standby master",
     description:

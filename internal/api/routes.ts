@@ -131,6 +131,7 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/rollouts/{id}/abort',     'nodes:write',     rollouts.abortRollout),
   route('GET',    '/api/replication/snapshot',    'replication',     replication.getSnapshot),
   route('GET',    '/api/replication/changes',     'replication',     replication.listChanges),
+  route('POST',   '/api/replication/promote',     '*',               replication.promoteStandby),
   route('GET',    '/api/export',                  '*',               transfer.exportAll),
   route('POST',   '/api/import',                  '*',               transfer.importDocument),
   route('GET',    '/api/backup',                  '*',               backup.getBackup),

@@ -512,6 +512,22 @@ export class Database {
     }
   }
 
+  /**
+   * A standby's copy becomes the primary's database: the triggers its copy went without are installed again, and
+   * what they keep rebuilt from the tables, in one transaction.
+   */
+  takeOver(): void {
+    this.db.exec('BEGIN IMMEDIATE');
+    try {
+      installDerived(this.db);
+      this.db.exec('COMMIT');
+    } catch (error) {
+      this.db.exec('ROLLBACK');
+      throw error;
+    }
+    this.changedElsewhere();
+  }
+
   /** Tells what listens to `onWrittenElsewhere` that another connection changed rows (a standby's copy applying). */
   changedElsewhere(): void {
     for (const listener of this.elsewhereListeners) this.runCallback(listener);

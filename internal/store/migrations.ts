@@ -578,11 +578,17 @@ export const migrations: readonly string[] = [
   CREATE INDEX rollout_nodes_node ON rollout_nodes(node_id);
   CREATE INDEX rollout_nodes_wave ON rollout_nodes(rollout_id, wave, state);
   `,
-  /* 28: where a copy of the database stands in the primary's record of its changes (see store/replication.ts) */ `
+  /* 28: where a copy of the database stands in the primary's record of its changes, and the primaries' epoch */ `
   CREATE TABLE replication_position (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     generation TEXT NOT NULL,
     seq INTEGER NOT NULL
+  ) STRICT;
+  -- Raised by each promotion of a standby: what agents and a former primary fence by.
+  CREATE TABLE master_epoch (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch INTEGER NOT NULL,
+    promoted_at TEXT NOT NULL
   ) STRICT;
   `,
 ];

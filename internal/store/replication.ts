@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { DatabaseSync, Session } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sqlite } from './database.ts';
+import { sqlite, type Database } from './database.ts';
 import { copyDatabaseFile } from './files.ts';
 
 /** One committed transaction of the primary. */
@@ -254,5 +254,26 @@ export class Replica {
 
   close(): void {
     this.db.close();
+  }
+}
+
+/** The primaries' epoch, which each promotion raises (1 before the first). */
+export class EpochStore {
+  private readonly getStmt;
+  private readonly raiseStmt;
+
+  constructor(db: Database) {
+    this.getStmt = db.prepare('SELECT epoch FROM master_epoch WHERE id = 1');
+    this.raiseStmt = db.prepare(`INSERT INTO master_epoch (id, epoch, promoted_at) VALUES (1, 2, :at)
+      ON CONFLICT (id) DO UPDATE SET epoch = epoch + 1, promoted_at = :at RETURNING epoch`);
+  }
+
+  current(): number {
+    return Number((this.getStmt.get() as { epoch: number } | undefined)?.epoch ?? 1);
+  }
+
+  /** Inside a write: this master becomes the primary of the next epoch; returns it. */
+  raise(at: string): number {
+    return Number((this.raiseStmt.get({ at }) as { epoch: number }).epoch);
   }
 }

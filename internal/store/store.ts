@@ -6,6 +6,7 @@ import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore, SilenceStore }
 import { AuditStore } from './audit.ts';
 import { BundleStore } from './bundles.ts';
 import { RolloutStore } from './rollouts.ts';
+import { EpochStore } from './replication.ts';
 import { ConditionStore } from './conditions.ts';
 import { Database } from './database.ts';
 import { EventStore } from './events.ts';
@@ -78,6 +79,7 @@ export class Store {
   readonly conditions: ConditionStore;
   readonly bundles: BundleStore;
   readonly rollouts: RolloutStore;
+  readonly epoch: EpochStore;
 
   readonly secretFields: ReadonlySet<string>;
   private readonly lock: DataDirLock | null;
@@ -107,6 +109,7 @@ export class Store {
     this.conditions = new ConditionStore(db);
     this.bundles = new BundleStore(db);
     this.rollouts = new RolloutStore(db);
+    this.epoch = new EpochStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */
