@@ -16,7 +16,8 @@ import { silentLogger, streamLogger } from '../internal/log/log.ts';
 import { Follower } from '../internal/replication/follower.ts';
 import { notReplicated } from '../internal/store/replication.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
-import { until } from './net.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { nodeOf, startAgent } from './agents.ts';
 import { link as rawLink } from './rawlink.ts';
 
 /** Every replicated table's rows, in key order, of the database at `path`. */
@@ -244,4 +245,56 @@ test('a standby promoted serves writes as the primary of the next epoch, its cop
   assert.equal((await at('/api/rules?q=')).status, 200);
   const audit = await at('/api/audit-logs?action=replication.promote');
   assert.equal(audit.body.items[0].changes.after.epoch, 2);
+});
+
+const FAIL_OVER =
+  'an agent given both masters links to the primary, follows a promoted standby within 15 s forwarding all along, ' +
+  'and fences the old primary when it comes back';
+
+test(FAIL_OVER, async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-old-primary-'));
+  const port = await freePort();
+  const primary = await startMaster(t, { dataDir, port, localTargets: true });
+  const edge = await node(primary, 'edge');
+  const echo = await tcpEcho(t);
+  const listen = await freePort();
+  await rule(primary, { node_id: edge.id, listen_port: listen, targets: [`127.0.0.1:${echo}`] });
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  // The standby first: it refuses the link, naming the primary, which the agent tries next.
+  const agent = startAgent(t, `${standby.url},${primary.url}`, edge.agent_token);
+  await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
+  assert.equal((await tcpRoundTrip(listen, Buffer.from('one'))).toString(), 'one');
+
+  await primary.close();
+  const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
+  assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
+  const failedOver = Date.now();
+  await until(
+    'the agent linked to the promoted standby',
+    async () => {
+      const shown = await call(standby.url, 'GET', `/api/nodes/${edge.id}`, { token: primary.admin });
+      return shown.body.status === 'online';
+    },
+    15_000,
+  );
+  t.diagnostic(`the agent linked to the new primary ${Date.now() - failedOver} ms after the promotion`);
+  assert.equal((await tcpRoundTrip(listen, Buffer.from('two'))).toString(), 'two', 'forwarding never stopped');
+  const sameRule = await call(standby.url, 'POST', '/api/rules', {
+    token: primary.admin,
+    body: { name: 'new', protocol: 'tcp', node_id: edge.id, listen_port: await freePort(), targets: ['192.0.2.1:80'] },
+  });
+  assert.equal(sameRule.status, 201);
+
+  // The old primary comes back, of the epoch before; the agent, when it tries it, says which it heard.
+  const old = await startMaster(t, { dataDir, port });
+  await standby.close();
+  await until('the old primary fenced', async () => (await call(old.url, 'GET', '/api/health')).body.role === 'fenced');
+  const refused = await call(old.url, 'POST', '/api/nodes', {
+    token: old.admin,
+    body: { name: 'late', host: '192.0.2.40' },
+  });
+  assertProblem(refused, 503, 'read_only');
+  assert.match(refused.body.detail, /epoch 2 took over from this master/);
+  assert.match(agent.output.join(''), /linked to the master/);
 });

@@ -14,6 +14,8 @@ export interface AgentConfig {
   masterUrl: string;
   /** The master's key pin (sha256/<base64>); null: verify its certificate against the system CAs. */
   masterPin: string | null;
+  /** The masters after the first (its standbys), each with its pin, in the order the agent tries them. */
+  otherMasters: { url: string; pin: string | null }[];
   token: string;
   stateDir: string;
   listenHost: string;
@@ -30,10 +32,12 @@ export type AgentParse = Parsed<AgentConfig>;
 export const agentUsage = `Usage: agent --master URL --token TOKEN [options]
 
 Options:
-  --master URL         the master's address, e.g. https://192.0.2.1:8080 (env AGENT_MASTER_URL)
+  --master URL         the master's address, e.g. https://192.0.2.1:8080 (env AGENT_MASTER_URL); with
+                       standbys, each one (given again, or comma-separated): tried in order
   --master-pin PIN     the master's key pin, sha256/<base64> as POST /api/nodes shows it (env
-                       AGENT_MASTER_PIN). Without it an https master must have a certificate
-                       the system trusts. The agent sends nothing to a master it cannot verify.
+                       AGENT_MASTER_PIN); with standbys, one for each master, in their order. Without it an
+                       https master must have a certificate the system trusts. The agent sends nothing to a
+                       master it cannot verify.
   --token TOKEN        the node's agent token from POST /api/nodes (env AGENT_TOKEN; prefer the
                        environment, since arguments are visible to every user of the machine)
   --release-key KEYS   the release keys (comma-separated) whose signed agent bundles this agent will run,
@@ -96,6 +100,31 @@ export function parseEnvFile(text: string): Record<string, string> | string {
 
 const on = (value: string | undefined) => /^(1|true)$/i.test(value ?? '');
 
+/** The most masters an agent is given: a primary and its standbys. */
+const MAX_MASTERS = 8;
+
+/** A master as given (its address, and its pin or none), or why an agent must not talk to it. */
+function checkMaster(
+  master: string,
+  pin: string | null,
+  insecureHttp: boolean,
+): { url: string; pin: string | null } | string {
+  const origin = masterOrigin(master);
+  if (origin === null) return `--master must be http(s)://HOST[:PORT], such as https://192.0.2.1:8080, got '${master}'`;
+  const url = new URL(origin);
+  if (pin !== null && !PIN.test(pin))
+    return `--master-pin must be sha256/<base64 of 32 bytes>, as POST /api/nodes shows it, got '${pin}'`;
+  if (url.protocol === 'http:') {
+    if (pin !== null) return '--master-pin pins a TLS key: give the master as https://';
+    if (!isLoopback(url.hostname.replace(/^\[|\]$/g, '')) && !insecureHttp)
+      return (
+        `--master ${origin} would send the agent token in clear across the network: use https:// (with ` +
+        `--master-pin for a master's own certificate), or pass --insecure-http`
+      );
+  }
+  return { url: origin, pin };
+}
+
 export function parseAgentConfig(
   argv: readonly string[],
   env: Record<string, string | undefined>,
@@ -118,7 +147,10 @@ export function parseAgentConfig(
     if (!Object.hasOwn(FLAGS, flag)) return { error: `unknown option '${arg}' (see --help)` };
     const value = eq > 0 ? arg.slice(eq + 1) : argv[++i];
     if (!value) return { error: `${flag} needs a value` };
-    flags[FLAGS[flag as keyof typeof FLAGS]] = value;
+    const name = FLAGS[flag as keyof typeof FLAGS];
+    // A primary and its standbys: --master (and --master-pin) given once each, in order, or comma-separated.
+    const listed = (name === 'AGENT_MASTER_URL' || name === 'AGENT_MASTER_PIN') && flags[name] !== undefined;
+    flags[name] = listed ? `${flags[name]},${value}` : value;
   }
   const envFile = flags.AGENT_ENV_FILE ?? settings.AGENT_ENV_FILE;
   if (envFile) {
@@ -134,24 +166,18 @@ export function parseAgentConfig(
   }
   Object.assign(settings, flags);
 
-  const master = settings.AGENT_MASTER_URL;
-  if (!master) return { error: '--master (or AGENT_MASTER_URL) is required' };
-  const origin = masterOrigin(master);
-  if (origin === null)
-    return { error: `--master must be http(s)://HOST[:PORT], such as https://192.0.2.1:8080, got '${master}'` };
-  const url = new URL(origin);
-  const pin = settings.AGENT_MASTER_PIN ?? null;
-  if (pin !== null && !PIN.test(pin))
-    return { error: `--master-pin must be sha256/<base64 of 32 bytes>, as POST /api/nodes shows it, got '${pin}'` };
-  if (url.protocol === 'http:') {
-    if (pin !== null) return { error: '--master-pin pins a TLS key: give the master as https://' };
-    if (!isLoopback(url.hostname.replace(/^\[|\]$/g, '')) && !on(settings.AGENT_INSECURE_HTTP)) {
-      return {
-        error:
-          `--master ${origin} would send the agent token in clear across the network: use https:// (with ` +
-          `--master-pin for a master's own certificate), or pass --insecure-http`,
-      };
-    }
+  const given = (settings.AGENT_MASTER_URL ?? '').split(',').filter((part) => part !== '');
+  if (given.length === 0) return { error: '--master (or AGENT_MASTER_URL) is required' };
+  if (given.length > MAX_MASTERS) return { error: `at most ${MAX_MASTERS} masters` };
+  // Pins in the masters' order; one for each, or none at all.
+  const pins = (settings.AGENT_MASTER_PIN ?? '').split(',').filter((part) => part !== '');
+  if (pins.length > 0 && pins.length !== given.length)
+    return { error: `--master-pin gives ${pins.length} pins for ${given.length} masters: one each, in their order` };
+  const masters: { url: string; pin: string | null }[] = [];
+  for (const [i, master] of given.entries()) {
+    const checked = checkMaster(master, pins[i] ?? null, on(settings.AGENT_INSECURE_HTTP));
+    if (typeof checked === 'string') return { error: checked };
+    masters.push(checked);
   }
   const forwarding = settings.AGENT_FORWARDING ?? 'auto';
   if (!(forwardingModes as readonly string[]).includes(forwarding))
@@ -169,8 +195,9 @@ export function parseAgentConfig(
     return { error: `--drain-seconds must be whole seconds from 0 to 86400, got '${settings.AGENT_DRAIN_SECONDS}'` };
   return {
     config: {
-      masterUrl: origin,
-      masterPin: pin,
+      masterUrl: masters[0]!.url,
+      masterPin: masters[0]!.pin,
+      otherMasters: masters.slice(1),
       token,
       stateDir: settings.AGENT_STATE_DIR ?? './agent-state',
       listenHost: settings.AGENT_LISTEN_HOST ?? '0.0.0.0',

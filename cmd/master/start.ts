@@ -316,7 +316,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const serve = async (req: IncomingMessage, res: ServerResponse) => {
       if (app.starting || !serveConsole(req, res)) await dispatch(req, res);
     };
-    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics });
+    const fence = (epoch: number) => app.fence(epoch);
+    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics, fence });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     // Agents link to the primary; a standby refuses them, naming it.
     http.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) =>
@@ -331,6 +332,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       servePrimary = () => {
         const housekeeping = () =>
           store.db.whenWritable(() => {
+            // A primary another took over from writes nothing more.
+            if (app.fencedBy !== null) return;
             const failed = (error: unknown) =>
               log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
             try {
@@ -346,7 +349,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         const licenseTick = licenseWatch(app);
         const refusedTick = refusedWritesWatch(app);
         ruleClock = setInterval(() => {
-          if (app.draining) return;
+          if (app.draining || app.fencedBy !== null) return;
           tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
           evaluateAlerts(app)
             .then(() => app.outbox.kick())

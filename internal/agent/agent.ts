@@ -53,6 +53,8 @@ export interface AgentOptions {
   masterUrl: string;
   /** The master's key pin; null: an https master is verified against the system CAs. */
   masterPin: string | null;
+  /** Its standbys, each with its pin: tried in turn when the master cannot be reached or refuses the link. */
+  otherMasters?: { url: string; pin: string | null }[];
   token: string;
   stateDir: string;
   listenHost: string;
@@ -172,8 +174,14 @@ export class Agent {
   /** What the master is to hear when this agent links again: an upgrade that was rolled back. */
   private untold: UpgradeStatusMessage | null = null;
   private toldReady = false;
+  /** Every master, the primary first, and which one the agent links to (or tries) now. */
+  private readonly masters: { url: string; pin: string | null }[];
+  private current = 0;
+  /** The highest epoch of a master this agent has heard (see receive): it takes no config of a lower one. */
+  private epoch: number;
 
   constructor(private readonly options: AgentOptions) {
+    this.masters = [{ url: options.masterUrl, pin: options.masterPin }, ...(options.otherMasters ?? [])];
     this.releaseKeyIds = (options.releaseKeys ?? []).map(keyIdOf).join(',');
     this.forwarder = new Forwarder(
       options.listenHost,
@@ -223,6 +231,7 @@ export class Agent {
     this.state = new AgentState(options.stateDir, (damaged) =>
       options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
     );
+    this.epoch = this.state.loadEpoch();
   }
 
   async start(): Promise<void> {
@@ -329,9 +338,14 @@ export class Agent {
     this.forwarder.absorb(traffic);
   }
 
+  /** The master this agent links to, or tries, now. */
+  private get master(): { url: string; pin: string | null } {
+    return this.masters[this.current]!;
+  }
+
   /** The pins the master may present: the configured one, and the next ones a verified master announced. */
   private acceptedPins(): string[] {
-    return this.options.masterPin === null ? [] : [this.options.masterPin, ...this.state.loadPins()];
+    return this.master.pin === null ? [] : [this.master.pin, ...this.state.loadPins()];
   }
 
   /**
@@ -340,7 +354,7 @@ export class Agent {
    */
   private connect(): void {
     const { log } = this.options;
-    const url = new URL(this.options.masterUrl);
+    const url = new URL(this.master.url);
     if (url.protocol === 'http:') return this.upgrade(url, null);
     const host = url.hostname.replace(/^\[|\]$/g, '');
     const pins = this.acceptedPins();
@@ -393,6 +407,7 @@ export class Agent {
         Authorization: `Bearer ${this.options.token}`,
         'X-Agent-Version': this.options.version,
         'X-Agent-Features': AGENT_FEATURES.join(','),
+        'X-Agent-Epoch': String(this.epoch),
         ...(this.releaseKeyIds ? { 'X-Agent-Release-Keys': this.releaseKeyIds } : {}),
       },
       ...(socket ? { createConnection: () => socket } : {}),
@@ -404,13 +419,16 @@ export class Agent {
       res.on('data', (chunk: string) => (body += chunk.slice(0, 2000)));
       res.on('end', () => {
         let detail = body;
+        let primary: unknown;
         try {
-          detail = JSON.parse(body).detail ?? body;
+          ({ detail = body, primary } = JSON.parse(body));
         } catch {
           // not a problem document; log it as it came
         }
         log.warn('the master refused the link', { status: res.statusCode, detail });
-        this.retry();
+        // A standby names its primary: that is the master to try next, if it is one of this agent's.
+        const named = this.masters.findIndex((m) => m.url === primary);
+        this.retry(named >= 0 ? named : undefined);
       });
     });
     req.on('timeout', () => req.destroy(new Error('timed out connecting to the master')));
@@ -421,8 +439,10 @@ export class Agent {
     req.end();
   }
 
-  private retry(): void {
+  /** Tries again after a while: the master `next` (by index) if given, otherwise the next master in turn. */
+  private retry(next?: number): void {
     if (this.stopping || this.handedOver) return;
+    this.current = next ?? (this.current + 1) % this.masters.length;
     const ceiling = Math.min(MAX_BACKOFF_MS, 500 * 2 ** this.attempt);
     this.attempt += 1;
     // Jitter spreads a fleet's reconnects after a master restart.
@@ -444,7 +464,7 @@ export class Agent {
     });
     keepAlive(socket);
     readMessages(socket, (message) => this.receive(message), MASTER_LINE_BYTES);
-    this.options.log.info('linked to the master', { url: new URL(this.options.masterUrl).origin });
+    this.options.log.info('linked to the master', { url: this.master.url });
     void this.learnMasterAddresses(socket);
     for (const report of this.traffic.pending) send(socket, { type: 'traffic', ...report });
     this.sendTunnelStatus(true);
@@ -461,28 +481,47 @@ export class Agent {
    * and those its name resolves to here, so that a target naming the master any other way is refused after DNS.
    */
   private async learnMasterAddresses(socket: Socket): Promise<void> {
-    const host = new URL(this.options.masterUrl).hostname.replace(/^\[|\]$/g, '');
-    const found = isIP(host)
-      ? [host]
-      : await lookup(host, { all: true }).then(
-          (all) => all.map((a) => a.address),
-          () => [],
-        );
-    const addresses = [socket.remoteAddress, ...found].filter((a): a is string => !!a);
+    // Every master's: a rule reaches none of them, its standbys included.
+    const found = await Promise.all(
+      this.masters.map(({ url }) => {
+        const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+        return isIP(host)
+          ? [host]
+          : lookup(host, { all: true }).then(
+              (all) => all.map((a) => a.address),
+              () => [],
+            );
+      }),
+    );
+    const addresses = [socket.remoteAddress, ...found.flat()].filter((a): a is string => !!a);
     this.forwarder.setLimits({ masterAddresses: new Set(addresses.map((a) => canonicalAddress(a) ?? a)) });
   }
 
   private receive(message: Message): void {
     if (message.type === 'ping') return send(this.socket!, { type: 'pong' });
     if (message.type === 'config') {
-      const { type: _, next_master_pin, ...config } = checkMessage(configMessage, message);
+      const { type: _, next_master_pin, epoch, ...config } = checkMessage(configMessage, message);
+      // A master of an epoch before the highest this agent heard was the primary once, and no longer is (a standby
+      // was promoted since): what it says is not applied, and the agent tries its other masters.
+      if (epoch !== undefined && epoch < this.epoch) {
+        this.options.log.warn('refusing the config of a master of an older epoch: a newer primary serves', {
+          url: this.master.url,
+          epoch,
+          highest_seen: this.epoch,
+        });
+        this.socket?.destroy();
+        return;
+      }
+      if (epoch !== undefined && epoch > this.epoch) {
+        this.epoch = epoch;
+        this.state.saveEpoch(epoch);
+      }
       // What a master this agent verified says it will switch to (see docs/agent-protocol.md): that key, besides the
       // one it presents now. An announcement it withdrew, or replaced, is forgotten.
-      if (this.options.masterPin !== null)
+      const { pin: current } = this.master;
+      if (current !== null)
         this.state.keepPins(
-          [next_master_pin, this.linkPin].filter(
-            (pin): pin is string => pin !== null && pin !== this.options.masterPin,
-          ),
+          [next_master_pin, this.linkPin].filter((pin): pin is string => pin !== null && pin !== current),
         );
       this.applying = this.applying
         .then(() => this.apply(config, true))

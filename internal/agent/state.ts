@@ -111,6 +111,19 @@ export class AgentState {
     );
   }
 
+  /** The highest epoch of a master this agent has heard (1 before any told it one). */
+  loadEpoch(): number {
+    return (
+      this.read('epoch.json', (value) =>
+        Number.isSafeInteger(value) && (value as number) >= 1 ? (value as number) : 'not an epoch',
+      ) ?? 1
+    );
+  }
+
+  saveEpoch(epoch: number): void {
+    this.write('epoch.json', epoch);
+  }
+
   /** Keeps `pins` (at most MAX_LEARNED_PINS of them) as the ones learned, forgetting any other. */
   keepPins(pins: readonly string[]): void {
     const kept = [...new Set(pins)].slice(0, MAX_LEARNED_PINS);

@@ -207,6 +207,8 @@ export interface LinkBackend {
   readonly lifecycle: Lifecycle;
   /** Counts what agents report that an operator watches for: kernel tables written back after a drift. */
   readonly metrics: Pick<MasterMetrics, 'kernelDrifts'>;
+  /** An agent has heard of a newer epoch than this master's: a standby was promoted, this master no longer serves. */
+  readonly fence: (epoch: number) => void;
 }
 
 export class AgentLinks {
@@ -227,6 +229,8 @@ export class AgentLinks {
    */
   private readonly portMoved = new Map<number, number>();
   private readonly refusalRecorded = new Map<string, number>();
+  /** The newer epochs agents said they heard, by node (see upgrade). */
+  private readonly newerEpochs = new Map<number, number>();
   private closing = false;
   /** What each node's links, and each source's refused attempts, may log (see `throttledBy`). */
   private readonly logOf: (key: string) => Logger;
@@ -359,6 +363,20 @@ export class AgentLinks {
             .split(',')
             .filter((name) => AGENT_FEATURES.includes(name)),
     );
+    // An agent that heard a newer epoch than this master's knows a standby was promoted since: this master stands
+    // fenced once agents of two nodes say so (of its one node, if it has one), so that no single node, compromised,
+    // can stop a primary. Its link is refused either way: it follows the newer primary.
+    const heard = Number(req.headers['x-agent-epoch']);
+    const epoch = app.store.epoch.current();
+    if (Number.isSafeInteger(heard) && heard > epoch && heard < 2 ** 31) {
+      if (this.newerEpochs.size < 10_000) this.newerEpochs.set(nodeId, heard);
+      if (this.newerEpochs.size >= Math.min(2, app.store.nodes.count()))
+        app.fence(Math.min(...this.newerEpochs.values()));
+      return refuse(
+        socket,
+        new DomainError('read_only', `this master is of epoch ${epoch}; a primary of epoch ${heard} took over`),
+      );
+    }
     if (req.headers.upgrade !== LINK_PROTOCOL) {
       const spoken = String(req.headers.upgrade ?? 'nothing')
         .replace(/[^\x20-\x7e]/g, '?')
@@ -600,6 +618,7 @@ export class AgentLinks {
       const { settings } = this.app;
       const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
         type: 'config',
+        epoch: this.app.store.epoch.current(),
         version: node.config_version,
         report_interval_seconds: settings.get('agent_report_interval_seconds'),
         tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),

@@ -116,6 +116,8 @@ export class App {
   /** The follower of the primary this master is a standby of; null for a primary (and once promoted). */
   standby: Follower | null;
   private readonly becomePrimary: () => void;
+  /** The epoch of a primary that took over from this one (its agents said so), or null: this master serves writes. */
+  fencedBy: number | null = null;
   private readonly lifecycle: Lifecycle;
   private feed: ReplicationFeed | null = null;
 
@@ -149,11 +151,27 @@ export class App {
     this.budget = new WriteBudget(this.clock.now);
   }
 
-  /** Throws `read_only` for what a standby leaves to its primary: writes (but its promotion), and following it. */
+  /**
+   * Throws `read_only` for what a standby leaves to its primary (writes but its promotion, and following it), and for
+   * every write of a primary that another took over from.
+   */
   refuseOnStandby(method: string, path: string): void {
     const primary = this.standby?.primary;
     if (primary && path !== PROMOTE && (method !== 'GET' || path.startsWith('/api/replication/')))
       throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
+    if (this.fencedBy !== null && method !== 'GET')
+      throw new DomainError(
+        'read_only',
+        `a standby promoted to the primary of epoch ${this.fencedBy} took over from this master: write there, and ` +
+          'make this one its standby (--follow)',
+      );
+  }
+
+  /** Another primary took over from this one (see AgentLinks): it writes nothing more. */
+  fence(epoch: number): void {
+    if (this.fencedBy === null)
+      this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch });
+    this.fencedBy = epoch;
   }
 
   /** A standby becomes the primary; its writes are the caller's to make. Throws `conflict` on a primary. */

@@ -36,8 +36,10 @@ const healthSchema = record('Health', {
   uptime_seconds: { type: 'integer' },
   role: {
     type: 'string',
-    enum: ['primary', 'standby'],
-    description: 'standby: it serves reads of its copy of the primary named below, and refuses writes.',
+    enum: ['primary', 'standby', 'fenced'],
+    description:
+      'standby: it serves reads of its copy of the primary named below, and refuses writes. fenced: a primary ' +
+      'that agents of two nodes said a newer one took over from (a standby promoted): it refuses writes.',
   },
   epoch: { type: 'integer', description: 'Raised by each promotion of a standby (1 before the first).' },
   replication: {
@@ -73,7 +75,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     database: refused ? 'refusing_writes' : 'ok',
     database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,
     uptime_seconds: uptime,
-    role: app.standby ? 'standby' : 'primary',
+    role: app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary',
     epoch: app.store.epoch.current(),
     replication: app.standby && replicationOf(app.standby, app.now()),
   };

@@ -95,6 +95,8 @@ export const healthCheck = object(
 /** Master to agent: the node's whole desired config. */
 export const configMessage = object({
   type: oneOf(['config']),
+  /** The master's epoch (see master_epoch): absent from masters older than standbys. */
+  epoch: optional(integer({ min: 1, max: 2 ** 31 })),
   version: COUNT,
   report_interval_seconds: integer({ min: 1, max: 3600 }),
   tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),

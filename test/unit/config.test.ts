@@ -97,6 +97,7 @@ test(
       resolveSeconds: 60,
       releaseKeys: [],
       drainSeconds: 60,
+      otherMasters: [],
     };
     const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
       [
@@ -190,6 +191,7 @@ test(
         resolveSeconds: 60,
         releaseKeys: [],
         drainSeconds: 60,
+        otherMasters: [],
       },
     });
     assert.deepEqual(parseAgentConfig(['--env-file', '/etc/good.env', '--master', 'http://localhost'], {}, read), {
@@ -203,6 +205,7 @@ test(
         resolveSeconds: 60,
         releaseKeys: [],
         drainSeconds: 60,
+        otherMasters: [],
       },
     });
     assert.deepEqual(parseAgentConfig([], { AGENT_ENV_FILE: '/etc/good.env' }, read), {
@@ -216,6 +219,7 @@ test(
         resolveSeconds: 60,
         releaseKeys: [],
         drainSeconds: 60,
+        otherMasters: [],
       },
     });
     const errors: [string, RegExp][] = [
