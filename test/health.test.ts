@@ -87,6 +87,7 @@ test('health: public, with the version, the database and the uptime; 503 while d
     'uptime_seconds',
     'role',
     'epoch',
+    'sync_lapsed_since',
     'replication',
   ]);
   assert.deepEqual([answer.body.role, answer.body.epoch, answer.body.replication], ['primary', 1, null]);

@@ -298,3 +298,29 @@ test(FAIL_OVER, async (t) => {
   assert.match(refused.body.detail, /epoch 2 took over from this master/);
   assert.match(agent.output.join(''), /linked to the master/);
 });
+
+const SYNC_MODE =
+  'in sync mode a write is answered once a standby holds it; with none holding it in time, the primary goes on ' +
+  'alone and says so';
+
+test(SYNC_MODE, async (t) => {
+  const primary = await startMaster(t);
+  const sync = { replication_mode: 'sync', replication_sync_timeout_seconds: 1 };
+  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: sync })).status, 200);
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const edge = await node(primary, 'edge');
+  for (let i = 0; i < 20; i++) {
+    const made = (await rule(primary, { node_id: edge.id, listen_port: 20000 + i })).body;
+    // Answered, so held: on the standby at once, not eventually.
+    const seen = await call(standby.url, 'GET', `/api/rules/${made.id}`, { token: primary.admin });
+    assert.equal(seen.status, 200, `rule ${i} answered before the standby held it`);
+  }
+  assert.equal((await call(primary.url, 'GET', '/api/health')).body.sync_lapsed_since, null);
+
+  await standby.close();
+  const started = Date.now();
+  await rule(primary, { node_id: edge.id, listen_port: 21000 });
+  assert.ok(Date.now() - started >= 1000, 'the write waited for the standby as long as the timeout');
+  assert.ok((await call(primary.url, 'GET', '/api/health')).body.sync_lapsed_since);
+});

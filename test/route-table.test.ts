@@ -180,6 +180,7 @@ function anotherValue(key: SettingKey): unknown {
     install_service_name: 'other-agent',
     install_master_url: 'https://192.0.2.1:8443',
     tls_next_pin: `sha256/${'A'.repeat(43)}=`,
+    replication_mode: 'sync',
   }[key as string];
 }
 

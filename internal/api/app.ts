@@ -181,6 +181,29 @@ export class App {
     this.standby = null;
   }
 
+  /** Since when a write was answered without a standby holding it, in sync mode (see awaitStandby); null: in step. */
+  syncLapsedSince: number | null = null;
+
+  /**
+   * In sync mode, once a standby follows: resolves once it holds what was committed so far, or after
+   * replication_sync_timeout_seconds, after which writes go on without waiting until it is in step again.
+   */
+  async awaitStandby(): Promise<void> {
+    const feed = this.feed;
+    if (!feed || this.settings.get('replication_mode') !== 'sync') return;
+    const target = feed.position;
+    if (this.syncLapsedSince !== null) {
+      if (feed.holds(target)) this.syncLapsedSince = null;
+      return;
+    }
+    const timeout = this.settings.get('replication_sync_timeout_seconds');
+    if (await feed.held(target, timeout * 1000)) return;
+    this.syncLapsedSince = this.now();
+    this.log.error('no standby held a write within the sync timeout: the primary goes on alone', {
+      timeout_seconds: timeout,
+    });
+  }
+
   /** Answers standbys waiting for a change at once: the master is stopping. */
   stopReplication(): void {
     this.feed?.close();

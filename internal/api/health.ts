@@ -42,6 +42,13 @@ const healthSchema = record('Health', {
       'that agents of two nodes said a newer one took over from (a standby promoted): it refuses writes.',
   },
   epoch: { type: 'integer', description: 'Raised by each promotion of a standby (1 before the first).' },
+  sync_lapsed_since: {
+    type: ['string', 'null'],
+    format: 'date-time',
+    description:
+      'In sync mode (replication_mode), since when writes are answered without a standby holding them (none did ' +
+      'within replication_sync_timeout_seconds); null while one is in step, or in async mode.',
+  },
   replication: {
     type: ['object', 'null'],
     description:
@@ -77,6 +84,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     uptime_seconds: uptime,
     role: app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary',
     epoch: app.store.epoch.current(),
+    sync_lapsed_since: app.syncLapsedSince === null ? null : formatTime(app.syncLapsedSince),
     replication: app.standby && replicationOf(app.standby, app.now()),
   };
   if (app.starting) return { status: 503, body, headers: { 'Retry-After': '1' } };

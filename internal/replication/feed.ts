@@ -14,6 +14,9 @@ export class ReplicationFeed {
   private bytes = 0;
   private readonly waiting = new Set<() => void>();
   private closed = false;
+  /** The furthest a standby said it stands (the position it asked after), and who waits for it to reach further. */
+  private acknowledged: Position | null = null;
+  private readonly holding = new Set<() => void>();
 
   constructor(
     /** Where the primary's record stands now: where it started, then its last change. */
@@ -47,6 +50,10 @@ export class ReplicationFeed {
    */
   after(position: Position): RecordedChange[] | 'reseed' {
     const now = this.current;
+    if (position.generation === now.generation && position.seq <= now.seq && !this.holds(position)) {
+      this.acknowledged = { ...position };
+      for (const wake of [...this.holding]) wake();
+    }
     if (position.generation !== now.generation || position.seq > now.seq) return 'reseed';
     if (position.seq === now.seq) return [];
     const first = this.changes.findIndex((c) => c.generation === now.generation && c.seq === position.seq + 1);
@@ -60,10 +67,36 @@ export class ReplicationFeed {
     return page;
   }
 
+  /** Whether a standby has said it holds `position` (or a later one of its generation). */
+  holds(position: Position): boolean {
+    const at = this.acknowledged;
+    return at !== null && at.generation === position.generation && at.seq >= position.seq;
+  }
+
+  /** Resolves true once a standby holds `position`, false after `ms` (or at once, when the master stops). */
+  held(position: Position, ms: number): Promise<boolean> {
+    if (this.holds(position)) return Promise.resolve(true);
+    if (this.closed) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = (held: boolean) => {
+        clearTimeout(timer);
+        this.holding.delete(check);
+        resolve(held);
+      };
+      const check = () => {
+        if (this.holds(position)) done(true);
+        else if (this.closed) done(false);
+      };
+      const timer = setTimeout(() => done(false), ms);
+      this.holding.add(check);
+    });
+  }
+
   /** Ends every wait for a change at once (the master is stopping), and those asked for later. */
   close(): void {
     this.closed = true;
     for (const wake of [...this.waiting]) wake();
+    for (const check of [...this.holding]) check();
   }
 
   /** Resolves at the next change, or after `ms`. */

@@ -190,6 +190,27 @@ export const definitions = {
         "key after the switch (see Rotating the master's key). Empty: none.",
     }),
   ),
+  replication_mode: text(
+    'async',
+    string({
+      min: 4,
+      max: 5,
+      pattern: /^(async|sync)$/,
+      patternHint: 'must be async or sync',
+      description:
+        'async: a write is answered once committed here, and a standby takes it within moments (its lag says how ' +
+        'far behind it may be). sync: a write is answered only once a standby holds it too, so a promotion loses no ' +
+        'write that was answered, unless the standby did not answer within replication_sync_timeout_seconds: then ' +
+        'the primary goes on alone, and says so (health), until the standby is in step again.',
+    }),
+  ),
+  replication_sync_timeout_seconds: setting(
+    1,
+    3600,
+    10,
+    'In sync mode, how long a write waits for a standby to hold it before the primary goes on alone.',
+    true,
+  ),
   install_master_url: text(
     '',
     masterUrl({
