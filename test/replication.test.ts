@@ -212,11 +212,16 @@ test(STANDBY, async (t) => {
   assert.equal((await call(primary.url, 'GET', '/api/health')).body.role, 'primary');
 });
 
-test('a standby promoted serves writes as the primary of the next epoch, its copy whole again', async (t) => {
+const PROMOTED =
+  'a standby promoted serves writes as the primary of the next epoch, its copy whole again, and never follows a ' +
+  'master of an older epoch after';
+
+test(PROMOTED, async (t) => {
   const primary = await startMaster(t);
   const before = await node(primary, 'before');
   const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-standby-'));
+  const standby = await startMaster(t, { follow: { url: primary.url, token }, dataDir });
   const at = (path: string, method = 'GET', body?: unknown) =>
     call(standby.url, method, path, { token: primary.admin, body });
   await until('the standby caught up', async () => (await at(`/api/nodes/${before.id}`)).status === 200);
@@ -245,6 +250,19 @@ test('a standby promoted serves writes as the primary of the next epoch, its cop
   assert.equal((await at('/api/rules?q=')).status, 200);
   const audit = await at('/api/audit-logs?action=replication.promote');
   assert.equal(audit.body.items[0].changes.after.epoch, 2);
+
+  // Started again with --follow, toward a master of epoch 1: it does not follow it, and loses nothing.
+  await standby.close();
+  const elsewhere = await startMaster(t);
+  const other = await mintToken(elsewhere, ['replication'], 'standby');
+  const again = await startMaster(t, { follow: { url: elsewhere.url, token: other }, dataDir });
+  const halted = await until('the follower halted', async () => {
+    const health = (await call(again.url, 'GET', '/api/health')).body;
+    return health.replication.halted;
+  });
+  assert.match(halted, /this copy was promoted to epoch 2, and .* is of epoch 1/);
+  const kept = await call(again.url, 'GET', `/api/nodes/${after.body.id}`, { token: primary.admin });
+  assert.equal(kept.body.name, 'after');
 });
 
 const FAIL_OVER =

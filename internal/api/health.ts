@@ -55,9 +55,13 @@ const healthSchema = record('Health', {
       "A standby's copy: its primary, where it stands in the primary's record (generation/seq), how far behind it " +
       'may be (0 while in step; null before its first change), when the primary last answered, and how often the ' +
       'copy was seeded. Null on a primary.',
-    required: ['primary', 'position', 'lag_seconds', 'last_heard_at', 'seeds'],
+    required: ['primary', 'position', 'lag_seconds', 'last_heard_at', 'seeds', 'halted'],
     properties: {
       primary: { type: 'string' },
+      halted: {
+        type: ['string', 'null'],
+        description: 'Why it stopped following by itself (its copy was promoted since); null while it follows.',
+      },
       position: { type: ['string', 'null'] },
       lag_seconds: { type: ['integer', 'null'] },
       last_heard_at: { type: ['string', 'null'], format: 'date-time' },
@@ -100,6 +104,7 @@ function replicationOf(standby: Follower, now: number) {
     lag_seconds: standby.lagSeconds(now),
     last_heard_at: standby.lastHeardAt === null ? null : formatTime(standby.lastHeardAt),
     seeds: standby.seeds,
+    halted: standby.halted,
   };
 }
 

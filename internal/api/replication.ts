@@ -12,6 +12,9 @@ import { record } from './common.ts';
 /** The one write a standby takes: its promotion. */
 export const PROMOTE = '/api/replication/promote';
 
+/** The header that says the primary's epoch: a standby of a later one does not follow it. */
+export const EPOCH_HEADER = 'X-Master-Epoch';
+
 /** The header that says where a snapshot stands in the primary's record: `generation/seq`. */
 export const POSITION_HEADER = 'X-Replication-Position';
 
@@ -85,7 +88,10 @@ export const replicationOperations = operations({
         description: 'The database file',
         mediaType: 'application/vnd.sqlite3',
         schema: describe({ type: 'string', format: 'binary' }),
-        headers: { [POSITION_HEADER]: { description: 'generation/seq', schema: { type: 'string' } } },
+        headers: {
+          [POSITION_HEADER]: { description: 'generation/seq', schema: { type: 'string' } },
+          [EPOCH_HEADER]: { description: "The primary's epoch", schema: { type: 'string' } },
+        },
       },
     },
     handler: async (ctx: Ctx<undefined, {}>): Promise<Reply> => {
@@ -101,6 +107,7 @@ export const replicationOperations = operations({
         headers: {
           'Content-Type': 'application/vnd.sqlite3',
           [POSITION_HEADER]: position ? `${position.generation}/${position.seq}` : '',
+          [EPOCH_HEADER]: String(ctx.app.store.epoch.current()),
         },
       };
     },
@@ -112,7 +119,13 @@ export const replicationOperations = operations({
       'the master no longer keeps them all (it keeps the newest 10,000, 64 MiB) or the position is of another ' +
       'generation (the master restarted, or was written by an import): take a snapshot again.',
     query: changesQuery,
-    responses: { 200: { description: 'The changes, or reseed', schema: changesSchema } },
+    responses: {
+      200: {
+        description: 'The changes, or reseed',
+        schema: changesSchema,
+        headers: { [EPOCH_HEADER]: { description: "The primary's epoch", schema: { type: 'string' } } },
+      },
+    },
     handler: async (ctx: Ctx<undefined, QueryOf<typeof changesQuery>>) => {
       const { generation, after } = ctx.query;
       if (generation === undefined || after === undefined) {
@@ -127,12 +140,13 @@ export const replicationOperations = operations({
         await feed.next(ctx.query.wait_seconds! * 1000);
         found = feed.after({ generation, seq: after });
       }
-      if (found === 'reseed') return ok({ reseed: true, changes: [] });
+      const epoch = { [EPOCH_HEADER]: String(ctx.app.store.epoch.current()) };
+      if (found === 'reseed') return ok({ reseed: true, changes: [] }, epoch);
       const changes = found.map((change) => ({
         ...change,
         changeset: Buffer.from(change.changeset).toString('base64'),
       }));
-      return ok({ reseed: false, changes });
+      return ok({ reseed: false, changes }, epoch);
     },
   }),
 });

@@ -53,6 +53,12 @@ function changesOf(body: Buffer): { reseed: boolean; changes: RecordedChange[] }
   return { reseed: value.reseed, changes };
 }
 
+/**
+ * The copy is of a later epoch than the master it was told to follow: it was promoted since, and that master is no
+ * primary of it. Following it would discard what was written here: the follower stops.
+ */
+export class PromotedAlready extends Error {}
+
 export class Follower {
   private replica: Replica | null;
   private stopped = false;
@@ -66,6 +72,8 @@ export class Follower {
   lastHeardAt: number | null = null;
   /** Whether the primary's last answer left nothing after it: the copy stood where the primary did. */
   inStep = false;
+  /** Why the follower stopped by itself (see PromotedAlready); null while it follows. */
+  halted: string | null = null;
 
   constructor(private readonly options: FollowerOptions) {
     this.replica = Replica.open(options.path);
@@ -93,6 +101,11 @@ export class Follower {
       try {
         await this.step();
       } catch (error) {
+        if (error instanceof PromotedAlready) {
+          this.halted = error.message;
+          this.options.log.error('not following: this copy was promoted since', { reason: error.message });
+          return;
+        }
         this.options.log.warn('following the primary failed; trying again', { error: (error as Error).message });
         await new Promise((resolve) => setTimeout(resolve, 1000));
       }
@@ -113,6 +126,7 @@ export class Follower {
     const query = `generation=${encodeURIComponent(at.generation)}&after=${at.seq}&wait_seconds=${WAIT_SECONDS}`;
     const answer = await this.get(`/api/replication/changes?${query}`);
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
+    this.checkEpoch(answer);
     const { reseed, changes } = changesOf(answer.body);
     this.lastHeardAt = Date.now();
     if (reseed || this.stopped) return reseed ? this.seed() : undefined;
@@ -132,6 +146,7 @@ export class Follower {
   private async seed(): Promise<void> {
     const answer = await this.get('/api/replication/snapshot');
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for a snapshot`);
+    this.checkEpoch(answer);
     if (this.stopped) return;
     const current = this.replica;
     this.replica = null;
@@ -139,6 +154,17 @@ export class Follower {
     this.seeds++;
     this.options.changed?.();
     this.options.log.info('seeded from the primary', { position: String(answer.headers['x-replication-position']) });
+  }
+
+  /** Throws PromotedAlready when the copy is of a later epoch than the master that answered. */
+  private checkEpoch(answer: Answer): void {
+    const theirs = Number(answer.headers['x-master-epoch'] ?? 1);
+    const ours = this.replica?.epoch() ?? 1;
+    if (ours > theirs)
+      throw new PromotedAlready(
+        `this copy was promoted to epoch ${ours}, and ${this.options.url} is of epoch ${theirs}: start this master ` +
+          'without --follow to serve as the primary, or follow the primary of the newest epoch',
+      );
   }
 
   private get(path: string): Promise<Answer> {

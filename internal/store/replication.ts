@@ -247,6 +247,12 @@ export class Replica {
     return positionOf(this.db);
   }
 
+  /** The epoch the copy holds: its primary's, or its own once it was promoted (1 before any promotion). */
+  epoch(): number {
+    const row = this.db.prepare('SELECT epoch FROM master_epoch WHERE id = 1').get() as { epoch: number } | undefined;
+    return Number(row?.epoch ?? 1);
+  }
+
   /** See applyChanges. Throws ReplicaDiverged. */
   apply(changes: readonly RecordedChange[]): void {
     applyChanges(this.db, changes);
