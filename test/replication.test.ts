@@ -210,6 +210,10 @@ test(STANDBY, async (t) => {
   assert.equal(health.replication.seeds, 1);
   assert.match(health.replication.position, /^[0-9a-f-]{36}\/\d+$/);
   assert.equal((await call(primary.url, 'GET', '/api/health')).body.role, 'primary');
+  const metrics = String((await read('/api/metrics')).body);
+  assert.match(metrics, /^portplane_role\{role="standby"\} 1$/m);
+  assert.match(metrics, /^portplane_epoch 1$/m);
+  assert.match(metrics, /^portplane_replication_lag_seconds \d+$/m);
 });
 
 const PROMOTED =

@@ -95,6 +95,33 @@ function health(ctx: Ctx<undefined, {}>): Reply {
   return refused ? { status: 503, body, headers: { 'Retry-After': '30' } } : ok(body);
 }
 
+/** The master's role and epoch, and a standby's lag: what a watcher that promotes standbys goes by. */
+function addReplicationGauges(app: App): void {
+  const { registry } = app.metrics;
+  const roles = ['primary', 'standby', 'fenced'] as const;
+  const role = () => (app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary');
+  registry.add(
+    new Gauge('portplane_role', "This master's role: 1 for the one it has (as health says).", () =>
+      roles.map((name) => ({ labels: { role: name }, value: role() === name ? 1 : 0 })),
+    ),
+  );
+  registry.add(
+    new Gauge('portplane_epoch', 'The epoch this master holds: raised by each promotion of a standby.', () => [
+      { value: app.store.epoch.current() },
+    ]),
+  );
+  registry.add(
+    new Gauge(
+      'portplane_replication_lag_seconds',
+      "A standby's: how far behind its primary its copy may be (0 while in step); none on a primary.",
+      () => {
+        const lag = app.standby?.lagSeconds(app.now());
+        return lag === undefined || lag === null ? [] : [{ value: lag }];
+      },
+    ),
+  );
+}
+
 /** How a standby's copy stands, as health shows it. */
 function replicationOf(standby: Follower, now: number) {
   const position = standby.position();
@@ -111,6 +138,7 @@ function replicationOf(standby: Follower, now: number) {
 /** The gauges read from the running master when it is scraped. */
 export function addGauges(app: App): void {
   const { registry } = app.metrics;
+  addReplicationGauges(app);
   registry.add(
     new Gauge('portplane_agents_connected', 'Nodes whose agent is linked now.', () => [
       { value: app.sync.connectedCount() },
@@ -242,8 +270,9 @@ export const healthOperations = operations({
     summary: 'Metrics in the Prometheus text format 0.0.4',
     description:
       'Requests and their latency by route, method and status; database commits (with their fsync) ' +
-      'and their time; agents connected; nodes by status; live writes refused after waiting behind bulk work; ' +
-      'rules by sync state; traffic totals; login failures; process memory.',
+      "and their time; the master's role and epoch, and a standby's lag; agents connected; nodes by status; live " +
+      'writes refused after waiting behind bulk work; rules by sync state; traffic totals; login failures; process ' +
+      'memory.',
     responses: { 200: { description: 'The metrics', mediaType: METRICS_TYPE, schema: describe({ type: 'string' }) } },
     handler: metrics,
   }),
