@@ -78,7 +78,12 @@ test(
     const dir = mkdtempSync(join(tmpdir(), 'portplane-readme-'));
     for (const name of CLONE) symlinkSync(join(root, name), join(dir, name));
     mkdirSync(join(dir, 'home'));
-    const [port, tlsPort, rolloutPort] = [await freePort(), await freePort(), await freePort()];
+    const [port, tlsPort, rolloutPort, standbyPort] = [
+      await freePort(),
+      await freePort(),
+      await freePort(),
+      await freePort(),
+    ];
     const base = `http://127.0.0.1:${port}`;
     const substitute = (text: string) =>
       text
@@ -87,7 +92,8 @@ test(
         .replaceAll('203.0.113.10', '127.0.0.1')
         .replaceAll('203.0.113.11', '127.0.0.1')
         .replaceAll(':8443', `:${tlsPort}`)
-        .replaceAll(':8444', `:${rolloutPort}`);
+        .replaceAll(':8444', `:${rolloutPort}`)
+        .replaceAll(':8445', `:${standbyPort}`);
 
     const blocks = DOCUMENTS.flatMap((file) =>
       shellBlocks(readFileSync(file, 'utf8')).map((block) => ({ ...block, where: `${file}:${block.line}` })),
