@@ -19,6 +19,7 @@ import { assertProblem, call, mintToken, node, rule, startMaster, type Running }
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { link as rawLink } from './rawlink.ts';
+import { masterCommand } from './bundled.ts';
 
 /** Every replicated table's rows, in key order, of the database at `path`. */
 function tables(path: string): Record<string, unknown[]> {
@@ -345,4 +346,29 @@ test(SYNC_MODE, async (t) => {
   await rule(primary, { node_id: edge.id, listen_port: 21000 });
   assert.ok(Date.now() - started >= 1000, 'the write waited for the standby as long as the timeout');
   assert.ok((await call(primary.url, 'GET', '/api/health')).body.sync_lapsed_since);
+});
+
+test('master promote makes a stopped standby the primary of the next epoch', async (t) => {
+  const primary = await startMaster(t);
+  const before = await node(primary, 'before');
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-standby-'));
+  const standby = await startMaster(t, { follow: { url: primary.url, token }, dataDir });
+  const seen = async () =>
+    (await call(standby.url, 'GET', `/api/nodes/${before.id}`, { token: primary.admin })).status === 200;
+  await until('the standby caught up', seen);
+  await standby.close();
+  await primary.close();
+
+  const promoted = await masterCommand(['promote', '--data-dir', dataDir]);
+  assert.equal(promoted.code, 0, promoted.stderr);
+  assert.match(promoted.stdout, /the primary of epoch 2; start its master without --follow/);
+  const serving = await startMaster(t, { dataDir });
+  const health = (await call(serving.url, 'GET', '/api/health')).body;
+  assert.deepEqual([health.role, health.epoch], ['primary', 2]);
+  const after = await call(serving.url, 'POST', '/api/nodes', {
+    token: serving.admin,
+    body: { name: 'after', host: '192.0.2.21' },
+  });
+  assert.equal(after.status, 201);
 });

@@ -14,7 +14,7 @@ import { waitReady } from '../../internal/runtime/readiness.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 
-export const commandNames = ['backup', 'verify', 'restore', 'reset-password', 'wait-ready'] as const;
+export const commandNames = ['backup', 'verify', 'restore', 'reset-password', 'wait-ready', 'promote'] as const;
 
 /** How long `wait-ready` waits: systemd's own default start time-out. */
 const WAIT_READY_MS = 90_000;
@@ -35,6 +35,8 @@ export const commandUsage = `Commands:
                                                and end its sessions; with no master running on the data dir
   master wait-ready [--data-dir DIR] PID       wait until the master of process PID serves from the data dir
                                                (exit 0), or exit 1 if it ends first (systemd: ExecStartPost)
+  master promote [--data-dir DIR]              make a stopped standby's copy the primary of the next epoch; then
+                                               start it without --follow
 `;
 
 /** Parses `argv` when it starts with a command; null when it does not. */
@@ -54,6 +56,8 @@ export function parseCommand(
     else operands.push(arg);
   }
   if (!dataDir) return { error: '--data-dir needs a value' };
+  if (name === 'promote')
+    return operands.length === 0 ? { name, dataDir, operand: '' } : { error: 'promote takes no operand' };
   const operand = { 'reset-password': 'USERNAME', 'wait-ready': 'PID' }[name as string] ?? 'FILE';
   if (operands.length !== 1) return { error: `${name} takes one ${operand}` };
   if (name === 'wait-ready' && !/^[1-9][0-9]{0,9}$/.test(operands[0]!))
@@ -86,6 +90,7 @@ export async function runCommand(command: Command, stdin: () => string): Promise
     const ready = await waitReady(dataDir, Number(operand), WAIT_READY_MS);
     return `the master (pid ${ready.pid}) serves at ${ready.url}\n`;
   }
+  if (command.name === 'promote') return promote(dataDir);
   const given = stdin().replace(/\r?\n$/, '');
   const password = given || randomBytes(18).toString('base64url');
   if (password.length < MIN_PASSWORD) throw new Error(`the password must have at least ${MIN_PASSWORD} characters`);
@@ -118,4 +123,36 @@ export async function runCommand(command: Command, stdin: () => string): Promise
   return given
     ? `the password of ${operand} is set; its sessions are ended\n`
     : `the new password of ${operand} (shown only now): ${password}\n`;
+}
+
+/**
+ * A standby's copy, its master stopped, becomes the primary's database: what its copy went without installed again,
+ * the epoch raised (as POST /api/replication/promote does on a running standby), audited.
+ */
+async function promote(dataDir: string): Promise<string> {
+  // Opened as a copy is (never migrated); the data dir's lock refuses a master still running on it.
+  const store = openStore(dataDir, { secretFields: secretFieldNames, copy: true });
+  try {
+    store.db.takeOver();
+    const clock = new Clock();
+    const epoch = store.write(() => {
+      const raised = store.epoch.raise(clock.timestamp());
+      store.audit.record(
+        SYSTEM_ACTOR,
+        {
+          action: 'replication.promote',
+          resource: 'master',
+          resource_id: null,
+          status: 'success',
+          changes: { after: { role: 'primary', epoch: raised } },
+        },
+        clock.timestamp(),
+      );
+      return raised;
+    });
+    await store.committed();
+    return `promoted ${dataDir}: the primary of epoch ${epoch}; start its master without --follow\n`;
+  } finally {
+    store.close();
+  }
 }
