@@ -318,7 +318,8 @@ test(FAIL_OVER, async (t) => {
     body: { name: 'late', host: '192.0.2.40' },
   });
   assertProblem(refused, 503, 'read_only');
-  assert.match(refused.body.detail, /epoch 2 took over from this master/);
+  assert.match(refused.body.detail, new RegExp(`epoch 2 at ${standby.url} took over from this master`));
+  assert.equal(refused.body.primary, standby.url);
   assert.match(agent.output.join(''), /linked to the master/);
 });
 

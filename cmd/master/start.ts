@@ -316,7 +316,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     const serve = async (req: IncomingMessage, res: ServerResponse) => {
       if (app.starting || !serveConsole(req, res)) await dispatch(req, res);
     };
-    const fence = (epoch: number) => app.fence(epoch);
+    const fence = (epoch: number, primary: string | null) => app.fence(epoch, primary);
     const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics, fence });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     // Agents link to the primary; a standby refuses them, naming it.

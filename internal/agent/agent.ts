@@ -179,6 +179,8 @@ export class Agent {
   private current = 0;
   /** The highest epoch of a master this agent has heard (see receive): it takes no config of a lower one. */
   private epoch: number;
+  /** The master that said that epoch, this run: what the agent names to a master of an older one. */
+  private epochMaster: string | null = null;
 
   constructor(private readonly options: AgentOptions) {
     this.masters = [{ url: options.masterUrl, pin: options.masterPin }, ...(options.otherMasters ?? [])];
@@ -408,6 +410,7 @@ export class Agent {
         'X-Agent-Version': this.options.version,
         'X-Agent-Features': AGENT_FEATURES.join(','),
         'X-Agent-Epoch': String(this.epoch),
+        ...(this.epochMaster ? { 'X-Agent-Primary': this.epochMaster } : {}),
         ...(this.releaseKeyIds ? { 'X-Agent-Release-Keys': this.releaseKeyIds } : {}),
       },
       ...(socket ? { createConnection: () => socket } : {}),
@@ -516,6 +519,7 @@ export class Agent {
         this.epoch = epoch;
         this.state.saveEpoch(epoch);
       }
+      if (epoch === undefined || epoch === this.epoch) this.epochMaster = this.master.url;
       // What a master this agent verified says it will switch to (see docs/agent-protocol.md): that key, besides the
       // one it presents now. An announcement it withdrew, or replaced, is forgotten.
       const { pin: current } = this.master;

@@ -42,7 +42,7 @@ import {
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { PIN, pinOf } from '../tls/pin.ts';
-import { sourceOf } from '../schema/net.ts';
+import { masterOrigin, sourceOf } from '../schema/net.ts';
 import {
   controlDefaults,
   forwardRuleOf,
@@ -208,7 +208,7 @@ export interface LinkBackend {
   /** Counts what agents report that an operator watches for: kernel tables written back after a drift. */
   readonly metrics: Pick<MasterMetrics, 'kernelDrifts'>;
   /** An agent has heard of a newer epoch than this master's: a standby was promoted, this master no longer serves. */
-  readonly fence: (epoch: number) => void;
+  readonly fence: (epoch: number, primary: string | null) => void;
 }
 
 export class AgentLinks {
@@ -229,8 +229,8 @@ export class AgentLinks {
    */
   private readonly portMoved = new Map<number, number>();
   private readonly refusalRecorded = new Map<string, number>();
-  /** The newer epochs agents said they heard, by node (see upgrade). */
-  private readonly newerEpochs = new Map<number, number>();
+  /** The newer epochs agents said they heard, and from which master, by node (see upgrade). */
+  private readonly newerEpochs = new Map<number, { epoch: number; primary: string | null }>();
   private closing = false;
   /** What each node's links, and each source's refused attempts, may log (see `throttledBy`). */
   private readonly logOf: (key: string) => Logger;
@@ -369,9 +369,13 @@ export class AgentLinks {
     const heard = Number(req.headers['x-agent-epoch']);
     const epoch = app.store.epoch.current();
     if (Number.isSafeInteger(heard) && heard > epoch && heard < 2 ** 31) {
-      if (this.newerEpochs.size < 10_000) this.newerEpochs.set(nodeId, heard);
-      if (this.newerEpochs.size >= Math.min(2, app.store.nodes.count()))
-        app.fence(Math.min(...this.newerEpochs.values()));
+      // Where the agent heard it: the new primary, which a fenced master names (an address, checked, or nothing).
+      const primary = masterOrigin(String(req.headers['x-agent-primary'] ?? ''));
+      if (this.newerEpochs.size < 10_000) this.newerEpochs.set(nodeId, { epoch: heard, primary });
+      if (this.newerEpochs.size >= Math.min(2, app.store.nodes.count())) {
+        const claims = [...this.newerEpochs.values()].sort((a, b) => a.epoch - b.epoch);
+        app.fence(claims[0]!.epoch, claims.find((claim) => claim.primary !== null)?.primary ?? null);
+      }
       return refuse(
         socket,
         new DomainError('read_only', `this master is of epoch ${epoch}; a primary of epoch ${heard} took over`),

@@ -118,6 +118,8 @@ export class App {
   private readonly becomePrimary: () => void;
   /** The epoch of a primary that took over from this one (its agents said so), or null: this master serves writes. */
   fencedBy: number | null = null;
+  /** That primary's address, as agents named it, if they did. */
+  fencedPrimary: string | null = null;
   private readonly lifecycle: Lifecycle;
   private feed: ReplicationFeed | null = null;
 
@@ -159,19 +161,23 @@ export class App {
     const primary = this.standby?.primary;
     if (primary && path !== PROMOTE && (method !== 'GET' || path.startsWith('/api/replication/')))
       throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
-    if (this.fencedBy !== null && method !== 'GET')
+    if (this.fencedBy !== null && method !== 'GET') {
+      const where = this.fencedPrimary ? ` at ${this.fencedPrimary}` : '';
       throw new DomainError(
         'read_only',
-        `a standby promoted to the primary of epoch ${this.fencedBy} took over from this master: write there, and ` +
-          'make this one its standby (--follow)',
+        `a standby promoted to the primary of epoch ${this.fencedBy}${where} took over from this master: write ` +
+          'there, and make this one its standby (--follow)',
+        this.fencedPrimary ? { data: { primary: this.fencedPrimary } } : {},
       );
+    }
   }
 
   /** Another primary took over from this one (see AgentLinks): it writes nothing more. */
-  fence(epoch: number): void {
+  fence(epoch: number, primary: string | null): void {
     if (this.fencedBy === null)
-      this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch });
+      this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
     this.fencedBy = epoch;
+    this.fencedPrimary = primary;
   }
 
   /** A standby becomes the primary; its writes are the caller's to make. Throws `conflict` on a primary. */
