@@ -517,6 +517,12 @@ export class Database {
    * what they keep rebuilt from the tables, in one transaction.
    */
   takeOver(): void {
+    this.installDerivations();
+    this.changedElsewhere();
+  }
+
+  /** Installs what triggers keep (see derived.ts), in a transaction of its own. */
+  private installDerivations(): void {
     this.db.exec('BEGIN IMMEDIATE');
     try {
       installDerived(this.db);
@@ -525,7 +531,6 @@ export class Database {
       this.db.exec('ROLLBACK');
       throw error;
     }
-    this.changedElsewhere();
   }
 
   /** Tells what listens to `onWrittenElsewhere` that another connection changed rows (a standby's copy applying). */
@@ -870,13 +875,6 @@ export class Database {
         if (rebuild) this.db.exec('PRAGMA foreign_keys = ON');
       }
     }
-    this.db.exec('BEGIN IMMEDIATE');
-    try {
-      installDerived(this.db);
-      this.db.exec('COMMIT');
-    } catch (error) {
-      this.db.exec('ROLLBACK');
-      throw error;
-    }
+    this.installDerivations();
   }
 }
