@@ -255,6 +255,8 @@ test(PROMOTED, async (t) => {
   assert.equal((await at('/api/rules?q=')).status, 200);
   const audit = await at('/api/audit-logs?action=replication.promote');
   assert.equal(audit.body.items[0].changes.after.epoch, 2);
+  const events = await at('/api/events?after=0&types=master&limit=1&timeout_seconds=5');
+  assert.match(String(events.body), /event: master\.promoted[\s\S]*"role":"primary","epoch":2/);
 
   // Started again with --follow, toward a master of epoch 1: it does not follow it, and loses nothing.
   await standby.close();

@@ -20,6 +20,7 @@ export const JOURNAL_TYPES = {
   license: ['license.changed'],
   alert_rule: ['alert.firing', 'alert.resolved'],
   rollout: ['rollout.created', 'rollout.updated', 'rollout.deleted', 'rollout.node'],
+  master: ['master.promoted'],
 } as const;
 
 /** Live events, by the resource whose read they need: sent to streams that are caught up, never stored. */
@@ -38,6 +39,7 @@ export const READERS: Record<Resource, string> = {
   license: '/api/license',
   alert_rule: '/api/alert-rules/{id}',
   rollout: '/api/rollouts/{id}',
+  master: '/api/health',
   traffic: '/api/dashboard/traffic',
 };
 

@@ -213,6 +213,10 @@ const journalTriggers: Derivation = {
       'rollout', NEW.rollout_id, NEW.node_id, json_object('state', NEW.state, 'detail', NEW.detail));`,
       changed('state'),
     ),
+    // A standby promoted: the epoch it raised.
+    ...['INSERT', 'UPDATE'].map((on) =>
+      journalling(`master_${on.toLowerCase()}`, `${on} ON master_epoch`, journal('master', "'master.promoted'", '')),
+    ),
     ...createdAndDeleted('user', 'users'),
     journalling('user_update', 'UPDATE ON users', journal('user', "'user.updated'", 'NEW'), changed('version')),
     // API tokens only: logins' sessions are not tokens the API shows.
