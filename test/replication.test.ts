@@ -4,7 +4,7 @@
 // connection (an import), make the copy seed itself anew and end equal.
 
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
@@ -374,4 +374,42 @@ test('master promote makes a stopped standby the primary of the next epoch', asy
     body: { name: 'after', host: '192.0.2.21' },
   });
   assert.equal(after.status, 201);
+});
+
+const LEARNED =
+  'an agent given only the primary learns the standbys from its config (standby_masters), and follows one ' +
+  'promoted';
+
+test(LEARNED, async (t) => {
+  const primary = await startMaster(t, { localTargets: true });
+  const edge = await node(primary, 'edge');
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const set = await call(primary.url, 'PATCH', '/api/settings', {
+    token: primary.admin,
+    body: { standby_masters: standby.url },
+  });
+  assert.equal(set.status, 200, JSON.stringify(set.body));
+  const bad = await call(primary.url, 'PATCH', '/api/settings', {
+    token: primary.admin,
+    body: { standby_masters: 'ftp://nowhere, https://192.0.2.9:8443 not-a-pin' },
+  });
+  assertProblem(bad, 422, 'validation_failed');
+  const agent = startAgent(t, primary.url, edge.agent_token);
+  await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
+  await until(
+    'the agent kept the standby it was told of',
+    () =>
+      existsSync(join(agent.stateDir, 'masters.json')) &&
+      readFileSync(join(agent.stateDir, 'masters.json'), 'utf8').includes(standby.url),
+  );
+
+  await primary.close();
+  assert.equal((await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin })).status, 200);
+  await until(
+    'the agent linked to the promoted standby',
+    async () =>
+      (await call(standby.url, 'GET', `/api/nodes/${edge.id}`, { token: primary.admin })).body.status === 'online',
+    15_000,
+  );
 });

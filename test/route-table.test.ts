@@ -181,6 +181,7 @@ function anotherValue(key: SettingKey): unknown {
     install_master_url: 'https://192.0.2.1:8443',
     tls_next_pin: `sha256/${'A'.repeat(43)}=`,
     replication_mode: 'sync',
+    standby_masters: 'https://192.0.2.2:8443',
   }[key as string];
 }
 

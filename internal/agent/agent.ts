@@ -45,7 +45,7 @@ import { agentTokenNode } from '../auth/secrets.ts';
 import { pinOf } from '../tls/pin.ts';
 import { keyIdOf } from '../release/signature.ts';
 import type { KeyObject } from 'node:crypto';
-import { canonicalAddress } from '../schema/net.ts';
+import { canonicalAddress, isLoopback, masterOrigin } from '../schema/net.ts';
 import { AgentState, type SavedConfig, type TrafficReport, type TrafficState } from './state.ts';
 import { watchRuleset, type RulesetWatch } from '../kernel/nft.ts';
 
@@ -174,8 +174,12 @@ export class Agent {
   /** What the master is to hear when this agent links again: an upgrade that was rolled back. */
   private untold: UpgradeStatusMessage | null = null;
   private toldReady = false;
-  /** Every master, the primary first, and which one the agent links to (or tries) now. */
-  private readonly masters: { url: string; pin: string | null }[];
+  /**
+   * Every master, the primary first: those it was given, then the standbys its masters told it of (see learnMasters),
+   * and which one the agent links to (or tries) now.
+   */
+  private masters: { url: string; pin: string | null }[];
+  private readonly given: { url: string; pin: string | null }[];
   private current = 0;
   /** The highest epoch of a master this agent has heard (see receive): it takes no config of a lower one. */
   private epoch: number;
@@ -183,7 +187,8 @@ export class Agent {
   private epochMaster: string | null = null;
 
   constructor(private readonly options: AgentOptions) {
-    this.masters = [{ url: options.masterUrl, pin: options.masterPin }, ...(options.otherMasters ?? [])];
+    this.given = [{ url: options.masterUrl, pin: options.masterPin }, ...(options.otherMasters ?? [])];
+    this.masters = this.given;
     this.releaseKeyIds = (options.releaseKeys ?? []).map(keyIdOf).join(',');
     this.forwarder = new Forwarder(
       options.listenHost,
@@ -234,6 +239,7 @@ export class Agent {
       options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
     );
     this.epoch = this.state.loadEpoch();
+    this.learnMasters(this.state.loadMasters());
   }
 
   async start(): Promise<void> {
@@ -338,6 +344,31 @@ export class Agent {
   /** Adds what an agent that handed over relayed to what this one reports next. */
   absorb(traffic: RuleTraffic[]): void {
     this.forwarder.absorb(traffic);
+  }
+
+  /**
+   * The standbys a master this agent verified told it of, after those it was given: kept (they outlive a restart),
+   * each held to what a master it is given must be (http only on this machine, unless it was told otherwise).
+   */
+  private learnMasters(told: readonly { url: string; pin: string | null }[]): void {
+    const hostOf = (url: string) => new URL(url).hostname.replace(/^\[|\]$/g, '');
+    // Plain HTTP off this machine only if it was given such a master (it was started with --insecure-http).
+    const insecure = this.given.some(({ url }) => url.startsWith('http:') && !isLoopback(hostOf(url)));
+    const fine = told.filter(({ url, pin }) => {
+      if (masterOrigin(url) !== url) return false;
+      return url.startsWith('https:') || (pin === null && (isLoopback(hostOf(url)) || insecure));
+    });
+    const known = new Set(this.given.map((m) => m.url));
+    const learned = fine.filter((m) => !known.has(m.url)).slice(0, 8);
+    const next = [...this.given, ...learned];
+    if (JSON.stringify(next) === JSON.stringify(this.masters)) return;
+    const now = this.master.url;
+    this.masters = next;
+    this.current = Math.max(
+      0,
+      next.findIndex((m) => m.url === now),
+    );
+    this.state.saveMasters(learned);
   }
 
   /** The master this agent links to, or tries, now. */
@@ -520,6 +551,7 @@ export class Agent {
         this.state.saveEpoch(epoch);
       }
       if (epoch === undefined || epoch === this.epoch) this.epochMaster = this.master.url;
+      this.learnMasters(config.masters ?? []);
       // What a master this agent verified says it will switch to (see docs/agent-protocol.md): that key, besides the
       // one it presents now. An announcement it withdrew, or replaced, is forgotten.
       const { pin: current } = this.master;

@@ -5,13 +5,14 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { configMessage, COUNT, PIN, type TunnelEnd } from '../domain/link.ts';
-import { array, object, optional, string, validate } from '../schema/schema.ts';
+import { array, nullable, object, optional, string, validate } from '../schema/schema.ts';
 import { writeFileAtomic } from '../runtime/files.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
 
 const pinList = array(PIN, { max: 64 });
+const masterList = array(object({ url: string({ min: 8, max: 300 }), pin: nullable(PIN) }), { max: 8 });
 /** A rule's counts as reported: refused too, which the controls count (absent: none). */
 const reported = object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT, refused: optional(COUNT) });
 const trafficState = object({
@@ -109,6 +110,20 @@ export class AgentState {
         return errors.length === 0 ? (value as string[]) : 'not a list of pins';
       }) ?? []
     );
+  }
+
+  /** The standby masters its masters told it of (see Agent.learnMasters). */
+  loadMasters(): { url: string; pin: string | null }[] {
+    return (
+      this.read('masters.json', (value) => {
+        const { errors } = validate(masterList, value);
+        return errors.length === 0 ? (value as { url: string; pin: string | null }[]) : 'not a list of masters';
+      }) ?? []
+    );
+  }
+
+  saveMasters(masters: readonly { url: string; pin: string | null }[]): void {
+    this.write('masters.json', masters);
   }
 
   /** The highest epoch of a master this agent has heard (1 before any told it one). */

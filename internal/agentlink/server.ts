@@ -68,6 +68,7 @@ import {
   type Message,
 } from './wire.ts';
 import { MAX_RELEASE_KEYS } from '../release/signature.ts';
+import { standbysOf } from '../settings/settings.ts';
 import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
@@ -629,6 +630,7 @@ export class AgentLinks {
         max_connections_per_source: settings.get('max_connections_per_source'),
         allow_local_targets: settings.get('allow_local_targets') === 1,
         next_master_pin: settings.get('tls_next_pin') || null,
+        masters: standbysOf(settings.get('standby_masters')),
         rules: [],
         tunnels: this.tunnelEnds(nodeId),
       };

@@ -104,6 +104,8 @@ export const configMessage = object({
   /** Whether rules may reach what is local to the node (the master's allow_local_targets); absent: they may not. */
   allow_local_targets: optional(boolean(), false),
   next_master_pin: nullable(PIN),
+  /** The standby masters agents are to try when they lose theirs; absent from masters older than standbys. */
+  masters: optional(array(object({ url: string({ min: 8, max: 300 }), pin: nullable(PIN) }), { max: 8 }), []),
   rules: array(
     object({
       id: ID,

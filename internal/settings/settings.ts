@@ -2,7 +2,7 @@
 // against this table, GET shows every key, and the API reference is generated from it.
 
 import { createHash } from 'node:crypto';
-import { masterUrl } from '../schema/net.ts';
+import { masterOrigin, masterUrl } from '../schema/net.ts';
 import { integer, nullable, object, optional, string, type FieldError, type Schema } from '../schema/schema.ts';
 import type { Store } from '../store/store.ts';
 
@@ -61,6 +61,33 @@ function installDirProblem(dir: string): string | null {
   if (parts.length < 2) return 'must be a folder of its own, two levels deep at least (as /opt/portplane)';
   const system = SYSTEM_DIRS.find((root) => dir === root || dir.startsWith(`${root}/`));
   return system ? `must not be in ${system}, a folder of the system` : null;
+}
+
+/** The most standbys agents are told of. */
+export const MAX_STANDBYS = 7;
+
+/** The standby masters a setting lists (see standby_masters), each an address and a pin or none. */
+export function standbysOf(value: string): { url: string; pin: string | null }[] {
+  return value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '')
+    .map((entry) => {
+      const [url = '', pin = null] = entry.split(/\s+/);
+      return { url: masterOrigin(url) ?? url, pin };
+    });
+}
+
+/** Why a standby_masters value is not one, or null. */
+function standbysProblem(value: string): string | null {
+  const standbys = standbysOf(value);
+  if (standbys.length > MAX_STANDBYS) return `must list at most ${MAX_STANDBYS} standbys`;
+  for (const { url, pin } of standbys) {
+    if (masterOrigin(url) === null) return `'${url.slice(0, 80)}' is not http(s)://HOST[:PORT]`;
+    if (pin !== null && !/^sha256\/[A-Za-z0-9+/]{43}=$/.test(pin)) return `'${pin.slice(0, 60)}' is not a key pin`;
+    if (pin !== null && !url.startsWith('https:')) return `${url} has a pin: give it as https://`;
+  }
+  return null;
 }
 
 export const definitions = {
@@ -190,6 +217,18 @@ export const definitions = {
         "key after the switch (see Rotating the master's key). Empty: none.",
     }),
   ),
+  standby_masters: text(
+    '',
+    string({
+      min: 0,
+      max: 2000,
+      refine: (value) => standbysProblem(value),
+      description:
+        "The standby masters' addresses, comma-separated, each with its key pin after a space where it serves its " +
+        'own certificate (`https://192.0.2.2:8443 sha256/...`). Every agent is told them with its config and tries ' +
+        'them when it loses its master, so an install or reinstall need not list them. Empty: none.',
+    }),
+  ),
   replication_mode: text(
     'async',
     string({
@@ -235,6 +274,7 @@ export const agentKeys: readonly SettingKey[] = [
   'max_connections_per_source',
   'allow_local_targets',
   'tls_next_pin',
+  'standby_masters',
 ];
 
 /** The settings that only a holder of `*` may change. */
