@@ -325,6 +325,10 @@ export class Agent {
    * handing what it relayed meanwhile to `hand` (every DRAIN_HAND_MS and at the end).
    */
   async drainOut(seconds: number, hand: (traffic: RuleTraffic[]) => Promise<void>): Promise<void> {
+    // An agent going back drains too (see Supervisor.upgrade): it stops linking and reporting first.
+    this.handedOver = true;
+    this.stopTimers();
+    this.socket?.destroy();
     this.forwarder.stopAccepting();
     const deadline = Date.now() + seconds * 1000;
     let handedAt = Date.now();

@@ -216,7 +216,11 @@ export class Supervisor {
     }
     const reason = `agent ${order.bundle.version} was rolled back: ${outcome}`;
     log.error('the new agent bundle failed: back to the one before', { version: order.bundle.version, reason });
-    await stopChild(next);
+    // Going back takes the same path: the new agent stops accepting and drains what it took meanwhile (if it can
+    // still hear; it is killed past the drain time), while the old one, which never stopped, carries on.
+    this.draining.add(next);
+    tell(next, { type: 'drain', seconds: this.options.drainSeconds });
+    void stopChild(next, (this.options.drainSeconds + 5) * 1000, null);
     this.shelf.undo();
     if (old.exitCode === null && old.signalCode === null)
       tell(old, { type: 'resume', rollout_id: order.rollout_id, reason });
@@ -229,12 +233,19 @@ function tell(child: ChildProcess, message: ToWorker): void {
   if (child.connected) child.send(message);
 }
 
-/** Asks a worker to stop (SIGTERM), and kills it if it has not within STOP_WAIT_MS. */
-async function stopChild(child: ChildProcess): Promise<void> {
+/**
+ * Asks a worker to stop (SIGTERM; or, with `ask` null, leaves it to stop by itself), and kills it if it has not
+ * within `ms`.
+ */
+async function stopChild(
+  child: ChildProcess,
+  ms = STOP_WAIT_MS,
+  ask: NodeJS.Signals | null = 'SIGTERM',
+): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = once(child, 'exit');
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_WAIT_MS);
+  if (ask) child.kill(ask);
+  const timer = setTimeout(() => child.kill('SIGKILL'), ms);
   await exited;
   clearTimeout(timer);
 }
