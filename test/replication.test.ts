@@ -153,6 +153,15 @@ test('the replication routes need the replication scope, and say where a followe
   assertProblem(await call(m.url, 'GET', '/api/replication/changes', { token }), 400, 'invalid_query');
   const elsewhere = await call(m.url, 'GET', '/api/replication/changes?generation=other&after=3', { token });
   assert.deepEqual(elsewhere.body, { reseed: true, changes: [] });
+
+  // A wait for changes outlives no revocation: the token deleted meanwhile gets 401, and no change.
+  const position = m.app.replication().position;
+  const query = `generation=${position.generation}&after=${position.seq}&wait_seconds=30`;
+  const waiting = call(m.url, 'GET', `/api/replication/changes?${query}`, { token });
+  const tokens = await call(m.url, 'GET', '/api/tokens?limit=100', { token: m.admin });
+  const id = tokens.body.items.find((item: { name: string }) => item.name === 'standby').id;
+  assert.equal((await call(m.url, 'DELETE', `/api/tokens/${id}`, { token: m.admin })).status, 204);
+  assertProblem(await waiting, 401, 'unauthorized');
 });
 
 const STANDBY =

@@ -2,6 +2,7 @@
 // database, then every change committed after it, in order. Scope `replication`: the whole database, secrets sealed.
 
 import { DomainError } from '../errors/errors.ts';
+import { grants } from '../auth/scopes.ts';
 import { intParam, textParam, type QueryOf } from '../schema/query.ts';
 import { describe } from '../schema/schema.ts';
 import { snapshotOf } from '../store/replication.ts';
@@ -138,6 +139,16 @@ export const replicationOperations = operations({
       let found = feed.after({ generation, seq: after });
       if (Array.isArray(found) && found.length === 0 && (ctx.query.wait_seconds ?? 0) > 0) {
         await feed.next(ctx.query.wait_seconds! * 1000);
+        // Authority holds for as long as it is used: a token revoked (or narrowed) while it waited gets nothing.
+        const current = ctx.app.reauthorize(ctx.caller);
+        if (!current || !grants(current.scopes, 'replication'))
+          throw new DomainError(
+            'unauthorized',
+            'the token was revoked, or lost the replication scope, while it waited',
+            {
+              invalidToken: !current,
+            },
+          );
         found = feed.after({ generation, seq: after });
       }
       const epoch = { [EPOCH_HEADER]: String(ctx.app.store.epoch.current()) };
