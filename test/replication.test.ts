@@ -214,6 +214,14 @@ test(STANDBY, async (t) => {
   const link = await rawLink({ url: standby.url }, 'mat_1_' + 'a'.repeat(43));
   assert.equal((link as { status: number }).status, 503);
 
+  // Backups work on a standby too, and write nothing there (its store refuses any write but its follower's).
+  const backup = await read('/api/backup');
+  assert.equal(backup.status, 200);
+  assert.equal(backup.headers.get('content-type'), 'application/x-tar');
+  assert.throws(
+    () => standby.app.store.write(() => undefined),
+    (error: Error & { code?: string }) => error.code === 'read_only',
+  );
   const health = (await call(standby.url, 'GET', '/api/health')).body;
   assert.equal(health.role, 'standby');
   assert.equal(health.replication.primary, primary.url);

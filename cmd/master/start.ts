@@ -200,6 +200,8 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
   let servePrimary = () => {};
   const standby = config.follow ? await seededFollower(config, log, () => copyChanged()) : null;
   const store = openData(config, sync, clock);
+  // Its follower alone changes a standby's copy: nothing else writes through the store.
+  if (standby) store.db.readCopyOf(standby.primary);
   try {
     const keyPem = config.licenseKeyPath
       ? using(`the license key ${config.licenseKeyPath}`, 'check --license-key', () =>
@@ -291,6 +293,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       // A standby becomes the primary: it stops following, its copy gets back what it went without, and it serves.
       becomePrimary() {
         standby?.stop();
+        store.db.readCopyOf(null);
         store.db.takeOver();
         settings.reload();
         store.credentials.bump();

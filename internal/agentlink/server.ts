@@ -278,18 +278,20 @@ export class AgentLinks {
   close(): void {
     this.closing = true;
     const now = this.app.clock.timestamp();
-    this.app.store.write(() => {
-      for (const nodeId of this.links.keys()) {
-        this.app.store.nodes.setLink(
-          nodeId,
-          'offline',
-          'the master shut down',
-          null,
-          this.app.sync.heardAt(nodeId) ?? now,
-        );
-        this.app.store.tunnels.nodeDown(nodeId, 'the master shut down', now);
-      }
-    });
+    // Nothing to record without links (a standby has none, and writes nothing).
+    if (this.links.size > 0)
+      this.app.store.write(() => {
+        for (const nodeId of this.links.keys()) {
+          this.app.store.nodes.setLink(
+            nodeId,
+            'offline',
+            'the master shut down',
+            null,
+            this.app.sync.heardAt(nodeId) ?? now,
+          );
+          this.app.store.tunnels.nodeDown(nodeId, 'the master shut down', now);
+        }
+      });
     for (const [nodeId, link] of this.links) {
       this.links.delete(nodeId);
       this.app.sync.disconnect(nodeId);

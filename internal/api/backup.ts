@@ -6,7 +6,7 @@ import { takeBackup } from '../service/backup.ts';
 
 async function downloadBackup(ctx: Ctx<undefined, {}>): Promise<Reply> {
   const { app } = ctx;
-  const archive = await takeBackup(app, ctx);
+  const archive = await takeBackup(app, ctx, app.standby === null);
   const name = `portplane-backup-${app.timestamp().replace(/[-:]/g, '')}.tar`;
   return {
     status: 200,
@@ -23,7 +23,8 @@ export const backupOperations = operations({
       'the sealing key (unless it lives outside the data dir), the license, the master certificate agents pin, ' +
       'and pinned SSH host keys. ' +
       'It is as sensitive as the data dir. Check it with `npm run master -- verify FILE` and restore it with ' +
-      '`npm run master -- restore --data-dir NEW-DIR FILE` (README, Backup and restore). Audited as backup.download.',
+      '`npm run master -- restore --data-dir NEW-DIR FILE` (README, Backup and restore). Audited as backup.download ' +
+      '(but on a standby, which writes nothing of its own).',
     responses: {
       200: {
         description: 'The archive',

@@ -4,12 +4,17 @@
 import { backupDataDir } from '../backup/backup.ts';
 import { transact, type Committer, type Requester } from './write.ts';
 
-/** The backup of the master's data dir, as a tar archive, audited with its size. */
+/**
+ * The backup of the master's data dir, as a tar archive, audited with its size (but on a standby, which writes nothing
+ * of its own: `audited` false).
+ */
 export async function takeBackup(
   app: Committer & { dataDir: string; now(): number },
   requester: Requester,
+  audited = true,
 ): Promise<Buffer> {
   const archive = await backupDataDir(app.dataDir, new Date(app.now()));
+  if (!audited) return archive;
   await transact(app, requester, (change) =>
     change.audit({
       action: 'backup.download',

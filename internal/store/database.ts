@@ -8,6 +8,7 @@
 
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { formatTime } from '../schema/schema.ts';
+import { DomainError } from '../errors/errors.ts';
 import { dropTriggers, installDerived } from './derived.ts';
 import { migrations, tableRebuilds } from './migrations.ts';
 import { ChangeRecorder, type Position, type RecordedChange } from './replication.ts';
@@ -104,6 +105,8 @@ export class Database {
   private readOnly: DatabaseSync | null = null;
   private readonly failureListeners: (() => void)[] = [];
   private readonly rowListeners = new Map<string, ((id: number) => void)[]>();
+  /** Why this connection writes nothing: it reads a standby's copy, which its follower alone changes (see copyOf). */
+  private copyOf: string | null = null;
   /** How many onTableChange listeners there are, which name their triggers. */
   private tableListeners = 0;
   /** What records each commit's changes for a standby master, once one asked (see recordChanges). */
@@ -283,6 +286,7 @@ export class Database {
   write<T>(fn: () => T): T {
     // A write inside a write is a unit of its own: its failure undoes only itself.
     if (this.inWrite) return this.savepoint(fn);
+    this.refuseOnCopy();
     if (this.hold) throw new Error('a write while a long write is in progress: wait for writable() first');
     if (!this.batch) this.openBatch();
     this.inWrite = true;
@@ -326,6 +330,7 @@ export class Database {
    * and nothing else can join it. The next durable commit makes it durable too (one log, synced in order).
    */
   async writeRedoable<T>(fn: () => T): Promise<T> {
+    this.refuseOnCopy();
     while (this.hold || this.batch) {
       if (this.hold) await this.writable();
       else await this.batch!.done.catch(() => undefined);
@@ -499,6 +504,7 @@ export class Database {
    * this connection's next commit, on the event loop.
    */
   async holdWrites<T>(fn: () => Promise<T>, until?: (result: T) => Promise<unknown>): Promise<T> {
+    this.refuseOnCopy();
     const hold = await this.takeHold();
     let ended: Promise<unknown> | undefined;
     try {
@@ -510,6 +516,21 @@ export class Database {
       if (ended) void ended.catch((error) => this.callbackFailed(error)).finally(() => this.releaseHold(hold, false));
       else this.releaseHold(hold, false);
     }
+  }
+
+  /**
+   * Makes this connection a reader of a standby's copy of `primary`'s database (null: a writer again): every write
+   * through it is refused, whoever asks, so that nothing but the primary's changes reaches the copy.
+   */
+  readCopyOf(primary: string | null): void {
+    this.copyOf = primary;
+  }
+
+  private refuseOnCopy(): void {
+    if (this.copyOf !== null)
+      throw new DomainError('read_only', `this master is a standby of ${this.copyOf}: it writes nothing`, {
+        data: { primary: this.copyOf },
+      });
   }
 
   /**
@@ -585,6 +606,7 @@ export class Database {
     fn: (step: () => Promise<void> | null, restart: () => void) => Promise<T>,
     { commit = true } = {},
   ): Promise<T> {
+    this.refuseOnCopy();
     const hold = await this.takeHold();
     let turnStarted = performance.now();
     const yieldTurn = async () => {
