@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
-import { call, node, rule, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { until } from './net.ts';
 
@@ -362,4 +362,25 @@ test(SKEW, async (t) => {
   const full = await current.next('config');
   assert.deepEqual((full.rules as { id: number }[]).map((r) => r.id).sort(), [range.id, weighted.id].sort());
   current.socket.destroy();
+});
+
+test('no single node fences its master: a newer epoch is believed once agents of two nodes say it', async (t) => {
+  const m = await startMaster(t);
+  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+  const claim = { 'X-Agent-Epoch': '7', 'X-Agent-Primary': 'https://192.0.2.7:8443' };
+  const first = (await link(m, a.agent_token, undefined, undefined, claim)) as { status: number };
+  assert.equal(first.status, 503, 'a link claiming a newer epoch is refused');
+  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary', 'one node is not believed');
+  assert.equal((await node(m, 'c')).name, 'c');
+  // Again from the same node: still one node.
+  await link(m, a.agent_token, undefined, undefined, claim);
+  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary');
+  await link(m, b.agent_token, undefined, undefined, claim);
+  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'fenced');
+  const refused = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'd', host: '192.0.2.4' } });
+  assertProblem(refused, 503, 'read_only');
+  assert.equal(refused.body.primary, 'https://192.0.2.7:8443');
+  // A claim from a wrong token counts for nothing.
+  const stranger = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, claim)) as { status: number };
+  assert.equal(stranger.status, 401);
 });
