@@ -87,10 +87,12 @@ test('health: public, with the version, the database and the uptime; 503 while d
     'uptime_seconds',
     'role',
     'epoch',
+    'fenced_by',
     'sync_lapsed_since',
     'replication',
   ]);
-  assert.deepEqual([answer.body.role, answer.body.epoch, answer.body.replication], ['primary', 1, null]);
+  const { role, epoch, fenced_by, replication } = answer.body;
+  assert.deepEqual([role, epoch, fenced_by, replication], ['primary', 1, null, null]);
   assert.deepEqual([answer.body.status, answer.body.database], ['ok', 'ok']);
   m.app.draining = true;
   const draining = await call(m.url, 'GET', '/api/health');

@@ -4,8 +4,10 @@ import { WriteBudget } from '../auth/budget.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import { intersect, type Scope } from '../auth/scopes.ts';
 import { hashSecret, secretKind } from '../auth/secrets.ts';
+import { StandbySessions } from '../auth/standby-sessions.ts';
 import { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError } from '../errors/errors.ts';
+import { formatTime } from '../schema/schema.ts';
 import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
 import type { Logger } from '../log/log.ts';
 import type { Settings } from '../settings/settings.ts';
@@ -89,6 +91,8 @@ export class App {
   readonly idempotencyInFlight = new Set<string>();
   private readonly verified = new Map<string, VerifiedCredential>();
   private verifiedGeneration = -1;
+  /** A standby's own login sessions (its copy takes no write); none on a primary. */
+  readonly standbySessions = new StandbySessions();
 
   readonly store: Store;
   readonly log: Logger;
@@ -159,7 +163,7 @@ export class App {
    */
   refuseOnStandby(method: string, path: string): void {
     const primary = this.standby?.primary;
-    if (primary && path !== PROMOTE && (method !== 'GET' || path.startsWith('/api/replication/')))
+    if (primary && !STANDBY_WRITES.has(path) && (method !== 'GET' || path.startsWith('/api/replication/')))
       throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
     if (this.fencedBy !== null && method !== 'GET') {
       const where = this.fencedPrimary ? ` at ${this.fencedPrimary}` : '';
@@ -185,6 +189,7 @@ export class App {
     if (!this.standby) throw new DomainError('conflict', 'this master is the primary already');
     this.becomePrimary();
     this.standby = null;
+    this.standbySessions.clear();
   }
 
   /** Since when a write was answered without a standby holding it, in sync mode (see awaitStandby); null: in step. */
@@ -276,6 +281,7 @@ export class App {
       this.verifiedGeneration = generation;
     }
     const entry = this.verified.get(secret) ?? this.lookup(secret);
+    if (entry === null) return this.standbySession(secret);
     const now = this.now();
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
       const detail = `the token expired at ${entry.principal.expiresAt}`;
@@ -296,6 +302,7 @@ export class App {
    * holds now (its user's may have narrowed).
    */
   reauthorize(principal: Principal): Principal | null {
+    if (principal.tokenId < 0) return this.standbyPrincipal(principal.tokenId);
     const credential = this.store.tokens.findCredential(principal.tokenId, principal.kind);
     if (!credential || credential.user_disabled || credential.created_by.id !== principal.userId) return null;
     if (credential.expires_at !== null && Date.parse(credential.expires_at) <= this.now()) return null;
@@ -306,11 +313,12 @@ export class App {
     };
   }
 
-  private lookup(secret: string): VerifiedCredential {
+  /** The credential `secret` is, cached; null for a session a standby may hold (see standbySession). */
+  private lookup(secret: string): VerifiedCredential | null {
     const kind = secretKind(secret);
-    const refused = () => new DomainError('unauthorized', 'the token is unknown or revoked', { invalidToken: true });
     if (kind !== 'api' && kind !== 'session') throw refused();
     const credential = this.store.tokens.findBySecretHash(hashSecret(secret));
+    if (!credential && kind === 'session' && this.standby) return null;
     if (!credential || credential.kind !== kind || credential.user_disabled) throw refused();
     const entry: VerifiedCredential = {
       principal: {
@@ -329,7 +337,39 @@ export class App {
     this.verified.set(secret, entry);
     return entry;
   }
+
+  /**
+   * The caller of a standby's own login session (see StandbySessions), looked up at each request rather than cached:
+   * one logged out, or whose user the primary disabled, is refused at once. Throws `unauthorized`.
+   */
+  private standbySession(secret: string): Principal {
+    const session = this.standbySessions.find(secret);
+    const principal = session && this.standbyPrincipal(session.id);
+    if (!principal) throw refused();
+    return principal;
+  }
+
+  private standbyPrincipal(id: number): Principal | null {
+    const session = this.standbySessions.get(id);
+    if (!session || session.expiresAtMs <= this.now()) return null;
+    const user = this.store.users.find(session.userId);
+    if (!user || user.disabled) return null;
+    return {
+      tokenId: session.id,
+      kind: 'session',
+      tokenName: 'login',
+      userId: user.id,
+      username: user.username,
+      scopes: user.scopes,
+      expiresAt: formatTime(session.expiresAtMs),
+    };
+  }
 }
+
+/** What a standby does though it writes nothing: its promotion, and its own login sessions (see StandbySessions). */
+const STANDBY_WRITES = new Set([PROMOTE, '/api/auth/login', '/api/auth/logout']);
+
+const refused = () => new DomainError('unauthorized', 'the token is unknown or revoked', { invalidToken: true });
 
 export function actorOf(principal: Principal | null, ip: string, requestId: string): Actor {
   if (!principal)

@@ -49,10 +49,10 @@ const whoAmI = record('WhoAmI', {
 });
 
 async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
-  const { secret, session, user } = await openSession(ctx.app, ctx, ctx.body, ctx.ip);
+  const { secret, expiresAt, user } = await openSession(ctx.app, ctx, ctx.body, ctx.ip);
   return ok({
     token: secret,
-    expires_at: session.expires_at,
+    expires_at: expiresAt,
     user: { id: user.id, username: user.username, scopes: user.scopes },
   });
 }

@@ -42,6 +42,14 @@ const healthSchema = record('Health', {
       'that agents of two nodes said a newer one took over from (a standby promoted): it refuses writes.',
   },
   epoch: { type: 'integer', description: 'Raised by each promotion of a standby (1 before the first).' },
+  fenced_by: {
+    type: ['object', 'null'],
+    description:
+      "A fenced primary's: the newer primary's epoch, and its address where agents named it. Null unless fenced.",
+    required: ['epoch', 'primary'],
+    properties: { epoch: { type: 'integer' }, primary: { type: ['string', 'null'] } },
+    additionalProperties: false,
+  },
   sync_lapsed_since: {
     type: ['string', 'null'],
     format: 'date-time',
@@ -53,7 +61,8 @@ const healthSchema = record('Health', {
     type: ['object', 'null'],
     description:
       "A standby's copy: its primary, where it stands in the primary's record (generation/seq), how far behind it " +
-      'may be (0 while in step; null before its first change), when the primary last answered, and how often the ' +
+      'may be (0 while in step; once the primary is silent past a wait for changes, the seconds since it answered; ' +
+      'null before the copy is seeded), when the primary last answered, and how often the ' +
       'copy was seeded. Null on a primary.',
     required: ['primary', 'position', 'lag_seconds', 'last_heard_at', 'seeds', 'halted'],
     properties: {
@@ -88,6 +97,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     uptime_seconds: uptime,
     role: app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary',
     epoch: app.store.epoch.current(),
+    fenced_by: app.fencedBy === null ? null : { epoch: app.fencedBy, primary: app.fencedPrimary },
     sync_lapsed_since: app.syncLapsedSince === null ? null : formatTime(app.syncLapsedSince),
     replication: app.standby && replicationOf(app.standby, app.now()),
   };

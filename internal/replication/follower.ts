@@ -84,9 +84,15 @@ export class Follower {
     return this.options.url;
   }
 
-  /** How far behind the primary the copy may be, in seconds: 0 while in step. */
+  /**
+   * How far behind the primary the copy may be, in seconds: 0 while in step (the primary's last answer, within a wait
+   * for changes, left nothing after it); once the primary is silent for longer than a wait, the time since it spoke.
+   */
   lagSeconds(now = Date.now()): number | null {
-    if (this.inStep) return 0;
+    if (this.inStep && this.lastHeardAt !== null) {
+      const silentMs = now - this.lastHeardAt;
+      return silentMs <= (WAIT_SECONDS + 5) * 1000 ? 0 : Math.round(silentMs / 1000);
+    }
     return this.lastChangeAt === null ? null : Math.max(0, Math.round((now - this.lastChangeAt) / 1000));
   }
 
@@ -152,6 +158,9 @@ export class Follower {
     this.replica = null;
     this.replica = await Replica.seed(this.options.path, answer.body, current);
     this.seeds++;
+    // The snapshot stood where the primary did when it answered.
+    this.lastHeardAt = Date.now();
+    this.inStep = true;
     this.options.changed?.();
     this.options.log.info('seeded from the primary', { position: String(answer.headers['x-replication-position']) });
   }

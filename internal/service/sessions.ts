@@ -2,10 +2,10 @@
 // one. Failed passwords are throttled per user and per address, and audited as failed.
 
 import { decoyHash, hashPassword, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
+import type { StandbySessions } from '../auth/standby-sessions.ts';
 import type { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import type { Actor } from '../store/audit.ts';
-import type { Token } from '../store/tokens.ts';
 import type { User } from '../store/users.ts';
 import { actingAs, transact, type Committer, type Requester } from './write.ts';
 
@@ -14,6 +14,10 @@ export interface SessionDeps extends Committer {
   throttle: LoginThrottle;
   /** The clock, `offsetMs` ahead: when a session opened now expires. */
   timestamp(offsetMs?: number): string;
+  now(): number;
+  /** What a standby's sessions are held in, its copy taking no write; null on a primary. */
+  standby: { primary: string } | null;
+  standbySessions: StandbySessions;
 }
 
 /** The caller whose own account is changed: its user and the session it calls with. */
@@ -42,15 +46,16 @@ function beginAttempt(app: SessionDeps, username: string, ip: string, what: stri
 }
 
 /**
- * Opens a login session for `username` with `password`, from `ip`: its secret (which nothing keeps), the session and
- * its user. A failure is audited as the name tried, and throws `unauthorized`; too many, `rate_limited`.
+ * Opens a login session for `username` with `password`, from `ip`: its secret (which nothing keeps), when it expires
+ * and its user. A failure is audited as the name tried (but on a standby, which writes nothing), and throws
+ * `unauthorized`; too many, `rate_limited`. A standby holds the session itself (see StandbySessions).
  */
 export async function openSession(
   app: SessionDeps,
   requester: Requester,
   credentials: { username: string; password: string },
   ip: string,
-): Promise<{ secret: string; session: Token; user: User }> {
+): Promise<{ secret: string; expiresAt: string; user: User }> {
   const attempt = beginAttempt(app, credentials.username, ip, 'failed logins');
   const user = app.store.users.findWithHash(credentials.username);
   let matches: boolean;
@@ -64,17 +69,24 @@ export async function openSession(
     app.metrics.loginFailures.inc();
     // Recorded as the name that was tried: there is no user to name.
     const tried = { ...requester.actor, actor_name: sanitizeName(credentials.username) };
-    await transact(app, actingAs(requester, tried), (change) =>
-      change.failed({ resource: 'session', resource_id: null }),
-    );
+    if (!app.standby)
+      await transact(app, actingAs(requester, tried), (change) =>
+        change.failed({ resource: 'session', resource_id: null }),
+      );
     throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
   }
   attempt.succeeded();
+  const { password_hash: _, ...shown } = user;
+  const lifeMs = app.settings.get('session_ttl_seconds') * 1000;
+  const expiresAt = app.timestamp(lifeMs);
+  if (app.standby) {
+    const { secret } = app.standbySessions.open(user.id, app.now() + lifeMs);
+    return { secret, expiresAt, user: shown };
+  }
   const secret = newSecret('session');
-  const expiresAt = app.timestamp(app.settings.get('session_ttl_seconds') * 1000);
   // From here the caller is known: the user who logged in.
   const actor: Actor = { ...requester.actor, actor_type: 'user', actor_id: user.id, actor_name: user.username };
-  const session = await transact(app, actingAs(requester, actor), (change) => {
+  await transact(app, actingAs(requester, actor), (change) => {
     const token = app.store.tokens.insert(
       {
         kind: 'session',
@@ -87,10 +99,8 @@ export async function openSession(
       app.timestamp(),
     );
     change.audit({ resource: 'session', resource_id: token.id });
-    return token;
   });
-  const { password_hash: _, ...shown } = user;
-  return { secret, session, user: shown };
+  return { secret, expiresAt, user: shown };
 }
 
 /**
@@ -138,8 +148,13 @@ export function endSessionsBut(app: Committer, requester: Requester, own: Own): 
   });
 }
 
-/** Ends the calling login session. */
-export async function closeSession(app: Committer, requester: Requester, own: Own): Promise<void> {
+/** Ends the calling login session: a standby's own, or one the primary keeps (refused on a standby: `read_only`). */
+export async function closeSession(app: SessionDeps, requester: Requester, own: Own): Promise<void> {
+  if (own.tokenId < 0) return app.standbySessions.close(own.tokenId);
+  if (app.standby)
+    throw new DomainError('read_only', `a session opened on the primary ends there: ${app.standby.primary}`, {
+      data: { primary: app.standby.primary },
+    });
   await transact(app, requester, (change) => {
     app.store.tokens.delete(own.tokenId);
     change.audit({ resource: 'session', resource_id: own.tokenId });

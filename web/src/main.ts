@@ -16,6 +16,7 @@ import { settingsPage } from './pages/settings.ts';
 import { tokensPage } from './pages/tokens.ts';
 import { tunnelsPage } from './pages/tunnels.ts';
 import { usersPage } from './pages/users.ts';
+import { watchRole } from './role.ts';
 
 export interface Me {
   user: { id: number; username: string; scopes: string[] };
@@ -259,5 +260,6 @@ document.getElementById('sign-out')!.addEventListener('click', async () => {
 window.addEventListener(SIGNED_OUT, signIn);
 window.addEventListener('hashchange', () => void show());
 
+watchRole(document.getElementById('role')!);
 if (session.token) enter().catch(signIn);
 else signIn();

@@ -1,0 +1,55 @@
+// Login sessions a standby master opens. Its copy of the primary's database takes no write of its own, yet a person
+// must be able to sign in to it (the console, read-only, while the primary is away), so the session is held here, in
+// the standby's memory: it ends with the process or the promotion (sign in again), and there are at most
+// MAX_STANDBY_SESSIONS (the oldest goes first). Ids are negative, so none is ever taken for a row of the tokens table.
+
+import { hashSecret, newSecret } from './secrets.ts';
+
+export const MAX_STANDBY_SESSIONS = 1_000;
+
+export interface StandbySession {
+  id: number;
+  userId: number;
+  expiresAtMs: number;
+}
+
+export class StandbySessions {
+  /** By the secret's hash (hex), oldest first. */
+  private readonly bySecret = new Map<string, StandbySession>();
+  private readonly byId = new Map<number, string>();
+  private opened = 0;
+
+  /** A new session of `userId` until `expiresAtMs`, and its secret (which nothing keeps). */
+  open(userId: number, expiresAtMs: number): { secret: string; session: StandbySession } {
+    while (this.bySecret.size >= MAX_STANDBY_SESSIONS) this.close(this.bySecret.values().next().value!.id);
+    const secret = newSecret('session');
+    const session = { id: -++this.opened, userId, expiresAtMs };
+    const key = hashSecret(secret).toString('hex');
+    this.bySecret.set(key, session);
+    this.byId.set(session.id, key);
+    return { secret, session };
+  }
+
+  /** The session `secret` opened, if it is still open (expired or not: the caller says which it refuses). */
+  find(secret: string): StandbySession | undefined {
+    return this.bySecret.get(hashSecret(secret).toString('hex'));
+  }
+
+  get(id: number): StandbySession | undefined {
+    const key = this.byId.get(id);
+    return key === undefined ? undefined : this.bySecret.get(key);
+  }
+
+  close(id: number): void {
+    const key = this.byId.get(id);
+    if (key === undefined) return;
+    this.byId.delete(id);
+    this.bySecret.delete(key);
+  }
+
+  /** Ends every one: what a promotion does, since the primary's sessions are rows of its database. */
+  clear(): void {
+    this.bySecret.clear();
+    this.byId.clear();
+  }
+}

@@ -1,0 +1,68 @@
+// The console on a standby master, in a real browser: a banner names the primary before and after sign-in, the
+// primary's nodes show, a change is refused naming the primary, and a promotion ends the banner and the standby's
+// session (sign in again). Screenshots go to test-results/console.
+
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { test } from 'node:test';
+import { chromium, type Browser } from 'playwright-core';
+import { ADMIN_PASSWORD, call, mintToken, node, startMaster } from './helpers.ts';
+import { until } from './net.ts';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SHOTS = 'test-results/console';
+const noBrowser = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
+
+const STANDBY_CONSOLE =
+  'on a standby the console reads the primary’s copy under a banner naming it, refuses changes, and drops both ' +
+  'once promoted';
+
+test(STANDBY_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
+  const primary = await startMaster(t);
+  await node(primary, 'edge-primary');
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  await until('the node on the standby', async () => {
+    const nodes = await call(standby.url, 'GET', '/api/nodes', { token: primary.admin });
+    return nodes.body.items?.length === 1;
+  });
+
+  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  t.after(() => browser.close());
+  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  page.setDefaultTimeout(10_000);
+  const problems: string[] = [];
+  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
+  mkdirSync(SHOTS, { recursive: true });
+
+  await page.goto(standby.url);
+  const banner = page.getByRole('status').filter({ hasText: /^Standby of/ });
+  await banner.waitFor();
+  assert.match((await banner.textContent()) ?? '', new RegExp(`^Standby of ${primary.url}: read-only`));
+  await page.getByLabel('Username').fill('admin');
+  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
+  await page.getByRole('link', { name: 'Nodes', exact: true }).click();
+  await page.getByRole('row', { name: /edge-primary/ }).waitFor();
+  await banner.waitFor();
+
+  await page.getByText('Add a node', { exact: true }).click();
+  const add = page.getByRole('form', { name: 'Add a node' });
+  await add.getByLabel('Name').fill('edge-standby');
+  await add.getByLabel('Host').fill('192.0.2.7');
+  await add.getByRole('button', { name: 'Add node' }).click();
+  await page
+    .getByRole('alert')
+    .filter({ hasText: `this master is a standby of ${primary.url}` })
+    .waitFor();
+  await page.screenshot({ path: `${SHOTS}/standby.png`, fullPage: true });
+
+  await primary.close();
+  const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
+  assert.equal(promoted.status, 200);
+  await banner.waitFor({ state: 'hidden' });
+  // The standby's session ended with the promotion: the console's next read (its event stream's) signs them out.
+  await page.getByRole('heading', { name: 'Sign in to portplane' }).waitFor();
+  assert.deepEqual(problems, []);
+});
