@@ -20,6 +20,7 @@ import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { link as rawLink } from './rawlink.ts';
 import { masterCommand } from './bundled.ts';
+import { openEvents } from './sse.ts';
 
 const ADMIN = { username: 'admin', password: ADMIN_PASSWORD };
 
@@ -233,7 +234,7 @@ test(STANDBY, async (t) => {
 
 const STANDBY_SESSIONS =
   "a person signs in to a standby with their password and reads; the session is the standby's own, and ends when " +
-  'they sign out, when the primary disables them, and with a promotion';
+  'they sign out, when the primary disables them, and with a promotion; its event stream tells what the copy takes';
 
 test(STANDBY_SESSIONS, async (t) => {
   const primary = await startMaster(t);
@@ -254,6 +255,13 @@ test(STANDBY_SESSIONS, async (t) => {
   assert.equal(me.body.user.username, 'viewer');
   assert.ok(me.body.token.id < 0, 'a session of its own, in no table');
   assert.equal((await call(standby.url, 'GET', '/api/nodes', { token: session })).status, 200);
+  // Its event stream tells the primary's changes as the copy takes them.
+  const stream = await openEvents(standby.url, session);
+  t.after(() => stream.close());
+  await stream.next((e) => e.event === 'ready');
+  const later = await node(primary, 'later');
+  const told = await stream.next((e) => e.event === 'node.created' && e.data.resource_id === later.id, 5000);
+  assert.equal(told.data.data.name, 'later');
   const write = { token: session, body: { name: 'nope', host: '192.0.2.9' } };
   assertProblem(await call(standby.url, 'POST', '/api/nodes', write), 503, 'read_only');
   // A session the primary keeps ends there, not here.
