@@ -14,7 +14,6 @@ import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
 import { silentLogger, streamLogger } from '../internal/log/log.ts';
 import { Follower } from '../internal/replication/follower.ts';
-import { notReplicated } from '../internal/store/replication.ts';
 import { ADMIN_PASSWORD, assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { nodeOf, startAgent } from './agents.ts';
@@ -24,7 +23,7 @@ import { openEvents } from './sse.ts';
 
 const ADMIN = { username: 'admin', password: ADMIN_PASSWORD };
 
-/** Every replicated table's rows, in key order, of the database at `path`. */
+/** Every replicated or derived table's rows, in key order, of the database at `path`. */
 function tables(path: string): Record<string, unknown[]> {
   const db = new DatabaseSync(path, { readOnly: true });
   try {
@@ -32,7 +31,8 @@ function tables(path: string): Record<string, unknown[]> {
       .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
       .all()
       .map((row) => String(row.name))
-      .filter((name) => !notReplicated(name));
+      // What a copy derives itself is compared too, but for the full-text index's pages (its own layout of the same).
+      .filter((name) => !/^(sqlite_|rule_names)/.test(name) && name !== 'replication_position');
     return Object.fromEntries(names.map((name) => [name, db.prepare(`SELECT * FROM "${name}" ORDER BY 1, 2`).all()]));
   } finally {
     db.close();
@@ -56,6 +56,7 @@ async function follower(t: TestContext, m: Running, url = m.url) {
 /** Steps the follower until its copy stands where the primary's record does, then compares them. */
 async function caughtUp(m: Running, f: Follower, path: string): Promise<void> {
   await m.app.store.db.committed();
+  m.app.store.db.sealChanges();
   for (let i = 0; i < 20; i++) {
     const at = f.position();
     if (at && JSON.stringify(m.app.replication().after(at)) === '[]') break;
@@ -88,7 +89,7 @@ test('a copy seeded while the primary writes takes every change after, and ends 
 test('a change corrupted or out of order on the way makes the copy seed itself anew, and it ends equal', async (t) => {
   const m = await startMaster(t);
   await writeSome(m, 'before');
-  // Between the follower and the primary: spoils the next page of changes as told.
+  // Between the follower and the primary: spoils the next page of two changes or more as told.
   let spoil: ((page: { changes: { seq: number; changeset: string }[] }) => void) | null = null;
   const proxy = createServer((req: IncomingMessage, res: ServerResponse) => {
     const upstream = request(new URL(req.url!, m.url), { headers: req.headers }, (answer) => {
@@ -98,7 +99,7 @@ test('a change corrupted or out of order on the way makes the copy seed itself a
         let body = Buffer.concat(chunks);
         if (spoil && req.url!.startsWith('/api/replication/changes')) {
           const page = JSON.parse(body.toString());
-          if (page.changes.length > 0) {
+          if (page.changes.length > 1) {
             spoil(page);
             spoil = null;
             body = Buffer.from(JSON.stringify(page));
@@ -129,7 +130,11 @@ test('a change corrupted or out of order on the way makes the copy seed itself a
   for (const [what, how] of cases) {
     const seeds = f.seeds;
     spoil = how;
+    // Two changes at least (what is committed within a few milliseconds is sealed as one): one can be left out.
     await writeSome(m, what.replaceAll(' ', '-'));
+    m.app.store.db.sealChanges();
+    const again = { token: m.admin, body: { sync_wait_seconds: 4 + f.seeds } };
+    assert.equal((await call(m.url, 'PATCH', '/api/settings', again)).status, 200);
     await caughtUp(m, f, path);
     assert.equal(f.seeds, seeds + 1, `${what}: seeded anew`);
   }

@@ -96,18 +96,15 @@ export const replicationOperations = operations({
       },
     },
     handler: async (ctx: Ctx<undefined, {}>): Promise<Reply> => {
-      const feed = ctx.app.replication();
-      // A generation's first change (its mark, committed just after the record starts or restarts) says where a copy
-      // stands: one taken before it would only be seeded again.
-      for (let tries = 0; feed.position.seq === 0 && tries < 50; tries++) await feed.next(100);
-      const copy = await snapshotOf(ctx.app.store.db.path);
-      const { bytes, position } = copy;
+      ctx.app.replication();
+      const { reader, position } = await ctx.app.store.db.openSnapshot();
+      const bytes = await snapshotOf(reader, position);
       return {
         status: 200,
         raw: bytes,
         headers: {
           'Content-Type': 'application/vnd.sqlite3',
-          [POSITION_HEADER]: position ? `${position.generation}/${position.seq}` : '',
+          [POSITION_HEADER]: `${position.generation}/${position.seq}`,
           [EPOCH_HEADER]: String(ctx.app.store.epoch.current()),
         },
       };

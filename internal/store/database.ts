@@ -111,6 +111,8 @@ export class Database {
   private tableListeners = 0;
   /** What records each commit's changes for a standby master, once one asked (see recordChanges). */
   private recorder: ChangeRecorder | null = null;
+  private sealAfterMs: () => number = () => 0;
+  private sealTimer: NodeJS.Timeout | undefined;
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private readonly commitListeners: ((seconds: number) => void)[] = [];
@@ -339,15 +341,13 @@ export class Database {
     this.inWrite = true;
     try {
       const result = this.within(this.writeUnit, fn);
-      this.recorder?.seal();
       this.db.exec('COMMIT');
-      this.recorder?.committed();
+      this.changesCommitted();
       // A commit went through: the disk has room again (see writesRefused).
       this.writesRefused = null;
       return result;
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      this.recorder?.rolledBack();
       if (isDiskFull(error)) this.refusedWrite();
       throw error;
     } finally {
@@ -402,31 +402,69 @@ export class Database {
   }
 
   /**
-   * Records the changes of each transaction this connection commits from now on, for a standby master (see
-   * replication.ts), and calls `onChange` with each once committed; returns where the record starts. Writes through
-   * another connection start a new generation, told to `onGeneration` at once (its first change follows).
+   * Records what this connection commits from now on, for a standby master (see replication.ts), and calls `onChange`
+   * with each change sealed: `sealAfterMs()` after a commit (0: at once, before the commit's writers are answered);
+   * returns where the record starts. Writes through another connection start a new generation, told to `onGeneration`.
    */
-  recordChanges(onChange: (change: RecordedChange) => void, onGeneration: (start: Position) => void): Position {
+  recordChanges(
+    onChange: (change: RecordedChange) => void,
+    onGeneration: (start: Position) => void,
+    sealAfterMs: () => number,
+  ): Position {
     if (!this.recorder) {
       const recorder = new ChangeRecorder(this.db, onChange);
       this.recorder = recorder;
-      const mark = () =>
-        this.whenWritable(() => {
-          try {
-            this.write(() => recorder.touch());
-          } catch (error) {
-            // The next write marks the generation; until then a copy seeded now asks again.
-            this.callbackFailed(error);
-          }
-        });
-      mark();
+      this.sealAfterMs = sealAfterMs;
       this.onWrittenElsewhere(() => {
         recorder.newGeneration();
         onGeneration(recorder.current);
-        mark();
       });
     }
     return this.recorder.current;
+  }
+
+  /**
+   * A read transaction on a connection of its own, opened at a moment between this connection's transactions, and
+   * where the record of changes stood then (everything committed sealed first): a snapshot a standby can follow on
+   * from (see snapshotOf). Waits for a long write in progress, and the open batch, to end. Needs recordChanges first.
+   */
+  async openSnapshot(): Promise<{ reader: DatabaseSync; position: Position }> {
+    for (;;) {
+      if (this.hold) await this.writable();
+      else if (this.batch) await this.batch.done.catch(() => undefined);
+      else break;
+    }
+    if (!this.recorder) throw new Error('no record of changes to take a snapshot in');
+    this.sealChanges();
+    const reader = new (sqlite().DatabaseSync)(this.path, { readOnly: true });
+    reader.exec('BEGIN');
+    // The read transaction begins with its first read: from here it sees the database as it is now.
+    reader.prepare('SELECT count(*) FROM schema_migrations').get();
+    return { reader, position: this.recorder.current };
+  }
+
+  /** Between transactions: seals what was committed since the last change at once, rather than soon. */
+  sealChanges(): void {
+    clearTimeout(this.sealTimer);
+    this.sealTimer = undefined;
+    this.recorder?.seal();
+  }
+
+  /** After a commit: its changes are sealed now, or soon (see recordChanges). */
+  private changesCommitted(): void {
+    const recorder = this.recorder;
+    if (!recorder) return;
+    const seal = () => {
+      this.sealTimer = undefined;
+      // A transaction open now (a long write's) seals at its own commit.
+      if (!this.db.isTransaction) recorder.seal();
+    };
+    const ms = this.sealAfterMs();
+    if (ms === 0) {
+      clearTimeout(this.sealTimer);
+      return seal();
+    }
+    this.sealTimer ??= setTimeout(() => this.runCallback(seal), ms);
   }
 
   /**
@@ -633,12 +671,10 @@ export class Database {
         committed = true;
       } else {
         this.db.exec('ROLLBACK');
-        this.recorder?.rolledBack();
       }
       return result;
     } catch (error) {
       if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');
-      if (this.db.isOpen) this.recorder?.rolledBack();
       throw error;
     } finally {
       // A dry run's after-commit work has nothing to follow.
@@ -649,14 +685,12 @@ export class Database {
   private commitLong(): void {
     const started = performance.now();
     try {
-      this.recorder?.seal();
       this.db.exec('COMMIT');
-      this.recorder?.committed();
     } catch (error) {
-      this.recorder?.rolledBack();
       for (const listener of this.failureListeners) listener();
       throw error;
     }
+    this.changesCommitted();
     this.committedIn((performance.now() - started) / 1000);
   }
 
@@ -717,13 +751,11 @@ export class Database {
     this.batch = null;
     const started = performance.now();
     try {
-      this.recorder?.seal();
       this.db.exec('COMMIT');
-      this.recorder?.committed();
+      this.changesCommitted();
       this.committedIn((performance.now() - started) / 1000);
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      this.recorder?.rolledBack();
       if (isDiskFull(error)) this.refusedWrite();
       for (const listener of this.failureListeners) listener();
       batch.reject(new CommitFailed(`the commit failed: ${(error as Error).message}`, { cause: error }));
@@ -811,6 +843,7 @@ export class Database {
     // A long write still in progress is abandoned: all or nothing.
     if (this.hold && this.db.isTransaction) this.db.exec('ROLLBACK');
     this.commit();
+    clearTimeout(this.sealTimer);
     this.recorder?.close();
     this.readOnly?.close();
     this.db.close();

@@ -1,9 +1,13 @@
-// Replication in SQLite's own terms. On the primary, the changes of each transaction the master's connection commits,
-// as the session extension records them (a changeset: every row inserted, updated or deleted, triggers' work
-// included), numbered in order within a generation; the database holds where it stands (replication_position,
-// written in the same transaction), so any consistent copy of it says which change follows. On a copy, each change
-// applied in order, checked by its SHA-256 and its number, with the position it brings, in one transaction: a change
-// that does not follow, does not match or does not apply cleanly is refused whole, and the copy is seeded anew.
+// Replication in SQLite's own terms. On the primary, what the master's connection commits, as the session extension
+// records it (a changeset: every row inserted, updated or deleted, triggers' work included), one session per
+// replicated table, sealed outside any transaction into numbered changes of a generation: at every commit, or (async
+// mode) at most every few milliseconds, a sealed change then being the net effect of the commits since the one
+// before (a session compares what it saw first with what is there now: a change rolled back leaves nothing). Sealing
+// costs tens of microseconds whatever the transaction did, the sessions' recording a few; the primary writes nothing
+// for it. A snapshot is sealed first and read in one read transaction opened at that moment, so it stands exactly at
+// the last change, which its copy is told (replication_position). On a copy, each change applied in order, checked by
+// its SHA-256 and its number, with the position it brings, in one transaction: a change that does not follow, does not
+// match or does not apply cleanly is refused whole, and the copy is seeded anew.
 
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,7 +15,7 @@ import type { DatabaseSync, Session } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sqlite, type Database } from './database.ts';
-import { copyDatabaseFile } from './files.ts';
+import { derivations } from './derived.ts';
 
 /** One committed transaction of the primary. */
 export interface RecordedChange {
@@ -28,14 +32,17 @@ export interface Position {
   seq: number;
 }
 
-/**
- * Tables no changeset carries: SQLite's own, and the name index's full-text tables, which only their module may write
- * (a copy keeps them with their triggers, from the rules it is given).
- */
-export const notReplicated = (table: string) => table === 'sqlite_sequence' || table.startsWith('rule_names');
+/** What a copy derives itself from the rows it is given (see Derivation.derivedOnCopies). */
+const derivedOnCopies = derivations().filter((derivation) => derivation.derivedOnCopies);
+const derivedTables = new Set(derivedOnCopies.flatMap((derivation) => derivation.derivedOnCopies!));
+const derivingTriggers = new Set(derivedOnCopies.flatMap((derivation) => derivation.triggers.map((t) => t.name)));
+
+/** Tables no changeset carries: SQLite's own, where a copy stands (its own to write), and what a copy derives. */
+export const notReplicated = (table: string) =>
+  table.startsWith('sqlite_') || table === 'replication_position' || derivedTables.has(table);
 
 /** The triggers a copy keeps: those that write what no changeset carries (see notReplicated). */
-export const keptOnCopies = (trigger: string) => trigger.startsWith('rule_names');
+export const keptOnCopies = (trigger: string) => derivingTriggers.has(trigger);
 
 const positionSql = 'SELECT generation, seq FROM replication_position WHERE id = 1';
 
@@ -54,71 +61,61 @@ function setPosition(db: Pick<DatabaseSync, 'prepare'>, position: Position): voi
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
+/** The tables changesets carry: each a session of its own (see notReplicated), in the schema's order. */
+function replicatedTables(db: DatabaseSync): string[] {
+  const rows = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid").all();
+  return rows.map((row) => String(row.name)).filter((name) => !notReplicated(name));
+}
+
 /**
- * The primary's recorder, on the connection every write of the master goes through. `seal` inside each transaction
- * before its COMMIT, then `committed` or `rolledBack`. A generation starts with the recorder, and again whenever the
- * database is written other than through it (an import's worker, a restore): a copy from before must be seeded anew.
+ * The primary's recorder, on the connection every write of the master goes through: `seal` outside any transaction
+ * tells what was committed since the last seal as the next change. A generation starts with the recorder, and again
+ * whenever the database is written other than through it (an import's worker, a restore): a copy from before must be
+ * seeded anew.
  */
 export class ChangeRecorder {
-  private session: Session;
+  private readonly tables: string[];
+  private sessions: Session[];
   private position: Position;
-  private sealed: RecordedChange | null = null;
 
   constructor(
     private readonly db: DatabaseSync,
     private readonly onChange: (change: RecordedChange) => void,
   ) {
     this.position = { generation: randomUUID(), seq: 0 };
-    this.session = db.createSession();
+    this.tables = replicatedTables(db);
+    this.sessions = this.tables.map((table) => db.createSession({ table }));
   }
 
   get current(): Position {
     return { ...this.position };
   }
 
-  /**
-   * Inside a write: writes where the record stands, so that the database says so before any other change (a copy
-   * taken now knows which change follows it; the write is itself the generation's first change).
-   */
-  touch(): void {
-    setPosition(this.db, this.position);
-  }
-
-  /** Inside the transaction, before it commits: what it changed, numbered, with the position written beside it. */
+  /** Outside any transaction: what was committed since the last seal becomes the next change, and is told. */
   seal(): void {
-    const changeset = this.session.changeset();
+    if (this.db.isTransaction) throw new Error('a change is sealed between transactions, never within one');
+    const parts = this.sessions.map((session) => session.changeset());
+    const changeset = Buffer.concat(parts);
     if (changeset.length === 0) return;
-    const next = { generation: this.position.generation, seq: this.position.seq + 1 };
-    setPosition(this.db, next);
-    this.sealed = { ...next, at: Date.now(), sha256: sha256(changeset), changeset };
-  }
-
-  /** The transaction committed: its change is told, and the next transaction is recorded afresh. */
-  committed(): void {
-    const change = this.sealed;
-    this.restart();
-    if (!change) return;
-    this.position = { generation: change.generation, seq: change.seq };
-    this.onChange(change);
-  }
-
-  rolledBack(): void {
-    this.restart();
+    // A session's changeset holds all it saw since it began: those that saw something begin again.
+    this.sessions = this.sessions.map((session, i) => {
+      if (parts[i]!.length === 0) return session;
+      session.close();
+      return this.db.createSession({ table: this.tables[i]! });
+    });
+    this.position = { generation: this.position.generation, seq: this.position.seq + 1 };
+    this.onChange({ ...this.position, at: Date.now(), sha256: sha256(changeset), changeset });
   }
 
   /** The database was written other than through this connection: what follows is a new generation. */
   newGeneration(): void {
     this.position = { generation: randomUUID(), seq: 0 };
+    this.close();
+    this.sessions = this.tables.map((table) => this.db.createSession({ table }));
   }
 
   close(): void {
-    this.session.close();
-  }
-
-  private restart(): void {
-    this.sealed = null;
-    this.session.close();
-    this.session = this.db.createSession();
+    for (const session of this.sessions) session.close();
   }
 }
 
@@ -174,21 +171,25 @@ export function prepareCopy(db: DatabaseSync): void {
   }
 }
 
-/** A consistent copy of the database at `path` (taken while it is written), and where it stands. */
-export async function snapshotOf(path: string): Promise<{ bytes: Buffer; position: Position | null }> {
+/**
+ * The database as `reader` reads it, in the read transaction it holds (see Database.openSnapshot), told that it stands
+ * at `position`: a consistent copy however the database is written meanwhile. Ends the transaction and closes
+ * `reader`.
+ */
+export async function snapshotOf(reader: DatabaseSync, position: Position): Promise<Buffer> {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-snapshot-'));
   try {
     const copy = join(dir, 'master.db');
-    await copyDatabaseFile(path, copy);
-    const db = new (sqlite().DatabaseSync)(copy, { readOnly: true });
-    let position: Position | null;
+    await sqlite().backup(reader, copy);
+    const db = new (sqlite().DatabaseSync)(copy);
     try {
-      position = positionOf(db);
+      setPosition(db, position);
     } finally {
       db.close();
     }
-    return { bytes: readFileSync(copy), position };
+    return readFileSync(copy);
   } finally {
+    if (reader.isOpen) reader.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }

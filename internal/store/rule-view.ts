@@ -193,7 +193,15 @@ const ruleViews: Derivation = {
     UPDATE rule_views SET json = ${ruleJsonSql('NEW')} WHERE id = NEW.id;
   END`,
     ),
+    // The foreign key's cascade does this where keys are enforced; a standby's copy, which derives the views, does not.
+    trigger(
+      'rule_views_delete',
+      `AFTER DELETE ON rules BEGIN
+    DELETE FROM rule_views WHERE id = OLD.id;
+  END`,
+    ),
   ],
+  derivedOnCopies: ['rule_views'],
   rebuild: `DELETE FROM rule_views;
     INSERT INTO rule_views (id, json) SELECT id, ${ruleJsonSql('rules')} FROM rules`,
 };
@@ -231,6 +239,7 @@ const ruleTallies: Derivation = {
   END`,
     ),
   ],
+  derivedOnCopies: ['rule_tallies'],
   rebuild: `DELETE FROM rule_tallies;
     INSERT INTO rule_tallies (sync_state, rules, enabled, bytes_in, bytes_out)
     SELECT s.value, count(r.id), coalesce(sum(r.enabled), 0), total(${safeCount('r.bytes_in')}),
@@ -263,6 +272,8 @@ const ruleNames: Derivation = {
   END`,
     ),
   ],
+  // The full-text table and what FTS5 keeps it in (external content: no _content table).
+  derivedOnCopies: ['rule_names', 'rule_names_data', 'rule_names_idx', 'rule_names_docsize', 'rule_names_config'],
   rebuild: "INSERT INTO rule_names (rule_names) VALUES ('rebuild')",
 };
 

@@ -12,6 +12,11 @@ export interface Derivation {
   triggers: readonly Trigger[];
   /** Rebuilds what the triggers keep, from the tables (none: nothing to rebuild, as for a journal). */
   rebuild?: string;
+  /**
+   * The tables it writes, when what it writes follows from the rows alone (no clock, no sequence): a standby's copy
+   * keeps its triggers and derives them itself from the changes it takes, which need not carry them (replication.ts).
+   */
+  derivedOnCopies?: readonly string[];
 }
 
 /** The trigger `name` whose statement goes on with `definition` (`AFTER INSERT ON t BEGIN ... END`). */
