@@ -2130,13 +2130,13 @@ async function replication(): Promise<void> {
         `p99 ${runs.alone.p99.toFixed(2)} ms; the standby seeded ${seeds} time(s) in all`,
     });
   const asyncRatio = asynchronous.followed.rps / asynchronous.alone.rps;
-  rateRow('16a', 'async', asynchronous, '>= 0.9x without', asyncRatio >= 0.9 && asynchronous.followed.non2xx === 0);
-  rateRow('16b', 'sync', synchronous, 'a documented cost', null);
+  rateRow('17a', 'async', asynchronous, '>= 0.9x without', asyncRatio >= 0.9 && asynchronous.followed.non2xx === 0);
+  rateRow('17b', 'sync', synchronous, 'a documented cost', null);
   delays.sort((x, y) => x - y);
   const p99 = quantile(delays, 0.99);
   record({
-    id: '16c',
-    scenario: "async: a write at the primary until a read of the standby shows it, under 16a's load",
+    id: '17c',
+    scenario: "async: a write at the primary until a read of the standby shows it, under 17a's load",
     value: quantile(delays, 0.5),
     unit: 'ms',
     p50_ms: quantile(delays, 0.5),

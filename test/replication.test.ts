@@ -14,7 +14,17 @@ import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
 import { silentLogger, streamLogger } from '../internal/log/log.ts';
 import { Follower } from '../internal/replication/follower.ts';
-import { ADMIN_PASSWORD, assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
+import {
+  ADMIN_PASSWORD,
+  assertProblem,
+  call,
+  mintToken,
+  node,
+  rule,
+  ruleBodies,
+  startMaster,
+  type Running,
+} from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { link as rawLink } from './rawlink.ts';
@@ -140,15 +150,38 @@ test('a change corrupted or out of order on the way makes the copy seed itself a
   }
 });
 
-test('an import, written through another connection, starts a new generation: the copy seeds anew', async (t) => {
+const WORKERS =
+  'imports and batches, written by worker threads on connections of their own, reach the copy as changes of their ' +
+  'own, dry runs as none; a write elsewhere that brings no record of itself makes the copy seed anew';
+
+test(WORKERS, async (t) => {
   const m = await startMaster(t);
   await writeSome(m, 'before');
   const { f, path } = await follower(t, m);
   await f.step();
+  const edge = await node(m, 'edge');
+  const post = (route: string, body: unknown) => call(m.url, 'POST', route, { token: m.admin, body });
+  const made = await post('/api/rules/batch-create', { rules: ruleBodies(edge.id, 20) });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const ids = made.body.results.map((result: { id: number }) => result.id);
+  await caughtUp(m, f, path);
+  const position = f.position()!;
+  assert.equal((await post('/api/rules/batch-update?dry_run=true', { ids, changes: { enabled: false } })).status, 200);
+  await caughtUp(m, f, path);
+  assert.deepEqual(f.position(), position, 'a dry run is no change');
+  assert.equal((await post('/api/rules/batch-update', { ids, changes: { enabled: false } })).status, 200);
+  assert.equal((await post('/api/rules/batch-delete', { ids: ids.slice(0, 5) })).status, 200);
   const exported = await call(m.url, 'GET', '/api/export', { token: m.admin });
   const doc = { ...exported.body, nodes: [...exported.body.nodes, { ...exported.body.nodes[0], name: 'imported' }] };
-  const imported = await call(m.url, 'POST', '/api/import', { token: m.admin, body: doc });
+  const imported = await post('/api/import', doc);
   assert.equal(imported.status, 200, JSON.stringify(imported.body));
+  await caughtUp(m, f, path);
+  assert.equal(f.seeds, 1, 'followed, not seeded again');
+
+  const raw = new DatabaseSync(m.app.store.db.path);
+  t.after(() => raw.close());
+  raw.function('app_time', () => new Date().toISOString().slice(0, 19) + 'Z');
+  await m.app.store.db.holdWrites(async () => raw.exec("UPDATE nodes SET name = 'renamed' WHERE name = 'imported'"));
   await caughtUp(m, f, path);
   assert.equal(f.seeds, 2);
 });

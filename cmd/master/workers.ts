@@ -41,6 +41,9 @@ export interface WorkerSetup {
 // A document of 200,000 rules (39 MiB) imports in 256 MiB; one at the 64 MiB body limit needs less than half this.
 const HEAP_MIB = 1024;
 
+/** The largest record of a job's changes a worker answers with (see outcomeOf). */
+const MAX_JOB_CHANGES = 16 * 1024 * 1024;
+
 /** How long the batch worker waits for the next batch before it ends: a script's batches come one after another. */
 const BATCH_WORKER_IDLE_MS = 10_000;
 
@@ -70,9 +73,9 @@ function settle(
   reject: (error: Error) => void,
 ): void {
   if ('done' in outcome) {
-    const { status, json, nodes } = outcome.done;
+    const { status, json, nodes, changes } = outcome.done;
     // Posted, a Buffer arrives as a plain Uint8Array over the same memory.
-    resolve({ status, json: Buffer.from(json.buffer, json.byteOffset, json.byteLength), nodes, finished });
+    resolve({ status, json: Buffer.from(json.buffer, json.byteOffset, json.byteLength), nodes, changes, finished });
   } else if ('refused' in outcome)
     reject(new DomainError(outcome.refused.code, outcome.refused.detail, outcome.refused.facts));
   else reject(new Error(`the job failed: ${outcome.failed}`));
@@ -447,18 +450,31 @@ function writerFor(store: Store, box: SecretBox, job: WriteJob): WriteDeps {
   };
 }
 
-async function outcomeOf(run: () => Promise<JobDone>): Promise<Outcome> {
+/**
+ * What `run` did, as its worker answers: with `recordOn`, what it committed there too, as one changeset (none past
+ * MAX_JOB_CHANGES: standbys seed anew, cheaper than a change that size in the feed and on the wire).
+ */
+async function outcomeOf(run: () => Promise<JobDone>, recordOn: Store | null = null): Promise<Outcome> {
+  const recording = recordOn?.db.recordJob() ?? null;
   try {
-    return { done: await run() };
+    const done = await run();
+    const changes = recording?.take() ?? null;
+    return { done: { ...done, changes: changes && changes.length <= MAX_JOB_CHANGES ? changes : null } };
   } catch (error) {
     if (error instanceof DomainError)
       return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
     return { failed: (error as Error)?.stack ?? String(error) };
+  } finally {
+    recording?.close();
   }
 }
 
 function answer(outcome: Outcome): void {
-  parentPort!.postMessage(outcome, 'done' in outcome ? movable(outcome.done.json) : []);
+  const bytes = 'done' in outcome ? [outcome.done.json, outcome.done.changes] : [];
+  parentPort!.postMessage(
+    outcome,
+    bytes.flatMap((moved) => (moved ? movable(moved) : [])),
+  );
 }
 
 async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
@@ -466,8 +482,9 @@ async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
   if (!(store instanceof Store)) return answer(store);
   try {
     answer(
-      await outcomeOf(() =>
-        runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job, decodeExportDocument),
+      await outcomeOf(
+        () => runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job, decodeExportDocument),
+        job.recordChanges ? store : null,
       ),
     );
     store.db.checkpoint();
@@ -488,7 +505,8 @@ function serveBatches(setup: WorkerSetup): void {
       }
       if (!(store instanceof Store)) answer(store);
       else {
-        answer(await outcomeOf(() => runBatch(writerFor(store, box, message), message)));
+        const run = () => runBatch(writerFor(store, box, message), message);
+        answer(await outcomeOf(run, message.recordChanges ? store : null));
         store.db.checkpoint();
       }
       parentPort!.postMessage({ checkpointed: true } satisfies Checkpointed);

@@ -193,7 +193,7 @@ function inBatcher(
     ...fields,
     ...writeJobOf(ctx, ctx.query.dry_run ?? false),
   };
-  return committedElsewhere(ctx.app, () => ctx.app.batcher(job));
+  return committedElsewhere(ctx.app, job, ctx.app.batcher);
 }
 
 const batchCreateInput = object(

@@ -204,7 +204,7 @@ export const transferOperations = operations({
     },
     handler: (ctx: Ctx<unknown, QueryOf<typeof importQuery>>): Promise<Reply> => {
       const job: ImportJob = { document: ctx.rawBody, ...writeJobOf(ctx, ctx.query.dry_run ?? false) };
-      return committedElsewhere(ctx.app, () => ctx.app.importer(job));
+      return committedElsewhere(ctx.app, job, ctx.app.importer);
     },
   }),
 });

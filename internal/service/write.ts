@@ -352,13 +352,19 @@ export interface WriteJob {
   timestamp: string;
   license: LicenseView;
   targets: TargetPolicy;
+  /** Whether standbys follow the master: the job's connection records what it commits for them (see holdWrites). */
+  recordChanges?: boolean;
 }
 
-/** A job written: its response (status, and body as JSON encoded), and the nodes whose config it changed. */
+/**
+ * A job written: its response (status, and body as JSON encoded), the nodes whose config it changed, and with
+ * `recordChanges` what it committed as one changeset (null: too large to carry, standbys seed anew).
+ */
 export interface JobDone {
   status: number;
   json: Buffer;
   nodes: number[];
+  changes?: Uint8Array | null;
 }
 
 /** A job committed, as its worker answers: `finished` resolves once other writes may go on. */
@@ -367,14 +373,20 @@ export interface JobCommitted extends JobDone {
 }
 
 /**
- * Answers with what `run` committed on another connection. Other writes wait meanwhile (that connection holds SQLite's
- * write lock), and until it has finished; then the nodes whose config it changed are told.
+ * Answers with what `run` committed of `job` on another connection. Other writes wait meanwhile (that connection holds
+ * SQLite's write lock), and until it has finished; then the nodes whose config it changed are told, and standbys what
+ * it committed.
  */
-export async function committedElsewhere(
+export async function committedElsewhere<Job extends WriteJob>(
   app: Committer,
-  run: () => Promise<JobCommitted>,
+  job: Job,
+  run: (job: Job) => Promise<JobCommitted>,
 ): Promise<{ status: number; json: Buffer }> {
-  const done = await app.store.db.holdWrites(run, (committed) => committed.finished);
+  const done = await app.store.db.holdWrites(
+    () => run({ ...job, recordChanges: app.store.db.recording }),
+    (committed) => committed.finished,
+    (committed) => committed.changes ?? null,
+  );
   for (const nodeId of done.nodes) app.sync.configChanged(nodeId);
   return { status: done.status, json: done.json };
 }

@@ -11,7 +11,7 @@ import { formatTime } from '../schema/schema.ts';
 import { DomainError } from '../errors/errors.ts';
 import { dropTriggers, installDerived } from './derived.ts';
 import { migrations, tableRebuilds } from './migrations.ts';
-import { ChangeRecorder, type Position, type RecordedChange } from './replication.ts';
+import { ChangeRecorder, TableSessions, type Position, type RecordedChange } from './replication.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
@@ -112,6 +112,7 @@ export class Database {
   /** What records each commit's changes for a standby master, once one asked (see recordChanges). */
   private recorder: ChangeRecorder | null = null;
   private sealAfterMs: () => number = () => 0;
+  private onGeneration: (start: Position) => void = () => undefined;
   private sealTimer: NodeJS.Timeout | undefined;
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
@@ -404,7 +405,8 @@ export class Database {
   /**
    * Records what this connection commits from now on, for a standby master (see replication.ts), and calls `onChange`
    * with each change sealed: `sealAfterMs()` after a commit (0: at once, before the commit's writers are answered);
-   * returns where the record starts. Writes through another connection start a new generation, told to `onGeneration`.
+   * returns where the record starts. Writes through another connection start a new generation, told to `onGeneration`,
+   * unless they come as a change of their own (see holdWrites).
    */
   recordChanges(
     onChange: (change: RecordedChange) => void,
@@ -412,15 +414,24 @@ export class Database {
     sealAfterMs: () => number,
   ): Position {
     if (!this.recorder) {
-      const recorder = new ChangeRecorder(this.db, onChange);
-      this.recorder = recorder;
+      this.recorder = new ChangeRecorder(this.db, onChange);
       this.sealAfterMs = sealAfterMs;
-      this.onWrittenElsewhere(() => {
-        recorder.newGeneration();
-        onGeneration(recorder.current);
-      });
+      this.onGeneration = onGeneration;
     }
     return this.recorder.current;
+  }
+
+  /** Whether what is committed is recorded for standbys (see recordChanges). */
+  get recording(): boolean {
+    return this.recorder !== null;
+  }
+
+  /**
+   * On a connection of a job's own (a worker's): records what it commits to the replicated tables, which `take` returns
+   * as one changeset, for the master's connection to tell as a change of its own (see holdWrites).
+   */
+  recordJob(): TableSessions {
+    return new TableSessions(this.db);
   }
 
   /**
@@ -539,18 +550,28 @@ export class Database {
    * hold ends then too, or if `fn` succeeds and `until` is given, once the promise `until`
    * makes of its result settles: the other connection's work after its commit (an import's
    * worker copying its pages from the log into the database file) is not taken over by
-   * this connection's next commit, on the event loop.
+   * this connection's next commit, on the event loop. What `changesOf` finds in the result
+   * (the other connection's record of what it committed, see recordJob) is told to standbys
+   * as the change after this connection's last; without it, they seed anew.
    */
-  async holdWrites<T>(fn: () => Promise<T>, until?: (result: T) => Promise<unknown>): Promise<T> {
+  async holdWrites<T>(
+    fn: () => Promise<T>,
+    until?: (result: T) => Promise<unknown>,
+    changesOf?: (result: T) => Uint8Array | null,
+  ): Promise<T> {
     this.refuseOnCopy();
     const hold = await this.takeHold();
+    // What this connection committed goes before what the other one will.
+    this.sealChanges();
     let ended: Promise<unknown> | undefined;
+    let changes: Uint8Array | null = null;
     try {
       const result = await fn();
+      changes = changesOf?.(result) ?? null;
       ended = until?.(result);
       return result;
     } finally {
-      this.changedElsewhere();
+      this.changedElsewhere(changes);
       if (ended) void ended.catch((error) => this.callbackFailed(error)).finally(() => this.releaseHold(hold, false));
       else this.releaseHold(hold, false);
     }
@@ -592,8 +613,17 @@ export class Database {
     }
   }
 
-  /** Tells what listens to `onWrittenElsewhere` that another connection changed rows (a standby's copy applying). */
-  changedElsewhere(): void {
+  /**
+   * Tells what listens to `onWrittenElsewhere` that another connection changed rows (a standby's copy applying), and
+   * standbys: `changes`, that connection's record of them, or (without it) a new generation to seed anew from.
+   */
+  changedElsewhere(changes: Uint8Array | null = null): void {
+    const recorder = this.recorder;
+    if (recorder && changes) recorder.adopt(changes);
+    else if (recorder) {
+      recorder.newGeneration();
+      this.onGeneration(recorder.current);
+    }
     for (const listener of this.elsewhereListeners) this.runCallback(listener);
   }
 

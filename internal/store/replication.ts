@@ -68,14 +68,43 @@ function replicatedTables(db: DatabaseSync): string[] {
 }
 
 /**
- * The primary's recorder, on the connection every write of the master goes through: `seal` outside any transaction
- * tells what was committed since the last seal as the next change. A generation starts with the recorder, and again
- * whenever the database is written other than through it (an import's worker, a restore): a copy from before must be
- * seeded anew.
+ * What a connection commits to the replicated tables, one session each (per table, so that what copies derive is
+ * never recorded): `take` returns it as one changeset, between transactions, and records afresh.
  */
-export class ChangeRecorder {
+export class TableSessions {
   private readonly tables: string[];
   private sessions: Session[];
+
+  constructor(private readonly db: DatabaseSync) {
+    this.tables = replicatedTables(db);
+    this.sessions = this.tables.map((table) => db.createSession({ table }));
+  }
+
+  take(): Buffer {
+    if (this.db.isTransaction) throw new Error('changes are taken between transactions, never within one');
+    const parts = this.sessions.map((session) => session.changeset());
+    // A session's changeset holds all it saw since it began: those that saw something begin again.
+    this.sessions = this.sessions.map((session, i) => {
+      if (parts[i]!.length === 0) return session;
+      session.close();
+      return this.db.createSession({ table: this.tables[i]! });
+    });
+    return Buffer.concat(parts);
+  }
+
+  close(): void {
+    for (const session of this.sessions) session.close();
+  }
+}
+
+/**
+ * The primary's recorder, on the connection every write of the master goes through: `seal` outside any transaction
+ * tells what was committed since the last seal as the next change. A generation starts with the recorder, and again
+ * whenever the database is written other than through it but not told as a change (see `adopt`): a copy from before
+ * must be seeded anew.
+ */
+export class ChangeRecorder {
+  private sessions: TableSessions;
   private position: Position;
 
   constructor(
@@ -83,8 +112,7 @@ export class ChangeRecorder {
     private readonly onChange: (change: RecordedChange) => void,
   ) {
     this.position = { generation: randomUUID(), seq: 0 };
-    this.tables = replicatedTables(db);
-    this.sessions = this.tables.map((table) => db.createSession({ table }));
+    this.sessions = new TableSessions(db);
   }
 
   get current(): Position {
@@ -93,16 +121,15 @@ export class ChangeRecorder {
 
   /** Outside any transaction: what was committed since the last seal becomes the next change, and is told. */
   seal(): void {
-    if (this.db.isTransaction) throw new Error('a change is sealed between transactions, never within one');
-    const parts = this.sessions.map((session) => session.changeset());
-    const changeset = Buffer.concat(parts);
+    this.adopt(this.sessions.take());
+  }
+
+  /**
+   * What another connection committed, recorded there as one changeset (an import's worker, with this connection's
+   * writes held meanwhile, and sealed before): the next change.
+   */
+  adopt(changeset: Uint8Array): void {
     if (changeset.length === 0) return;
-    // A session's changeset holds all it saw since it began: those that saw something begin again.
-    this.sessions = this.sessions.map((session, i) => {
-      if (parts[i]!.length === 0) return session;
-      session.close();
-      return this.db.createSession({ table: this.tables[i]! });
-    });
     this.position = { generation: this.position.generation, seq: this.position.seq + 1 };
     this.onChange({ ...this.position, at: Date.now(), sha256: sha256(changeset), changeset });
   }
@@ -110,12 +137,12 @@ export class ChangeRecorder {
   /** The database was written other than through this connection: what follows is a new generation. */
   newGeneration(): void {
     this.position = { generation: randomUUID(), seq: 0 };
-    this.close();
-    this.sessions = this.tables.map((table) => this.db.createSession({ table }));
+    this.sessions.close();
+    this.sessions = new TableSessions(this.db);
   }
 
   close(): void {
-    for (const session of this.sessions) session.close();
+    this.sessions.close();
   }
 }
 
