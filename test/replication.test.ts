@@ -272,7 +272,8 @@ test(STANDBY, async (t) => {
 
 const STANDBY_SESSIONS =
   "a person signs in to a standby with their password and reads; the session is the standby's own, and ends when " +
-  'they sign out, when the primary disables them, and with a promotion; its event stream tells what the copy takes';
+  'they sign out, when the primary disables them or changes their password, and with a promotion; its event stream ' +
+  'tells what the copy takes';
 
 test(STANDBY_SESSIONS, async (t) => {
   const primary = await startMaster(t);
@@ -306,6 +307,16 @@ test(STANDBY_SESSIONS, async (t) => {
   assertProblem(await call(standby.url, 'POST', '/api/auth/logout', { token: primary.admin }), 503, 'read_only');
   assert.equal((await call(standby.url, 'POST', '/api/auth/logout', { token: session })).status, 204);
   assertProblem(await call(standby.url, 'GET', '/api/auth/me', { token: session }), 401, 'unauthorized');
+
+  // A new password at the primary ends the session here too.
+  const before = (await signIn()).body.token as string;
+  const atPrimary = (await call(primary.url, 'POST', '/api/auth/login', { body: credentials })).body.token as string;
+  const change = { current_password: user.password, new_password: 'another-viewer-password' };
+  assert.equal((await call(primary.url, 'POST', '/api/auth/password', { token: atPrimary, body: change })).status, 200);
+  await until('the session of the old password refused at the standby', async () => {
+    return (await call(standby.url, 'GET', '/api/nodes', { token: before })).status === 401;
+  });
+  credentials.password = change.new_password;
 
   const again = (await signIn()).body.token as string;
   const disable = { token: primary.admin, body: { username: 'viewer', scopes: ['nodes:read'], disabled: true } };

@@ -342,7 +342,8 @@ export class App {
 
   /**
    * The caller of a standby's own login session (see StandbySessions), looked up at each request rather than cached:
-   * one logged out, or whose user the primary disabled, is refused at once. Throws `unauthorized`.
+   * one logged out, or whose user the primary disabled or gave a new password, is refused at once. Throws
+   * `unauthorized`.
    */
   private standbySession(secret: string): Principal {
     const session = this.standbySessions.find(secret);
@@ -355,7 +356,9 @@ export class App {
     const session = this.standbySessions.get(id);
     if (!session || session.expiresAtMs <= this.now()) return null;
     const user = this.store.users.find(session.userId);
-    if (!user || user.disabled) return null;
+    // A password changed at the primary ends the user's other sessions there, and every one here.
+    const current = user && this.store.users.findWithHash(user.username);
+    if (!user || user.disabled || current?.password_hash !== session.passwordHash) return null;
     return {
       tokenId: session.id,
       kind: 'session',

@@ -10,6 +10,8 @@ export const MAX_STANDBY_SESSIONS = 1_000;
 export interface StandbySession {
   id: number;
   userId: number;
+  /** The user's password hash when it opened: a password changed since (at the primary) ends the session. */
+  passwordHash: string;
   expiresAtMs: number;
 }
 
@@ -19,11 +21,11 @@ export class StandbySessions {
   private readonly byId = new Map<number, string>();
   private opened = 0;
 
-  /** A new session of `userId` until `expiresAtMs`, and its secret (which nothing keeps). */
-  open(userId: number, expiresAtMs: number): { secret: string; session: StandbySession } {
+  /** A new session of the user `userId` (whose password hash is `passwordHash`) until `expiresAtMs`, and its secret. */
+  open(userId: number, passwordHash: string, expiresAtMs: number): { secret: string; session: StandbySession } {
     while (this.bySecret.size >= MAX_STANDBY_SESSIONS) this.close(this.bySecret.values().next().value!.id);
     const secret = newSecret('session');
-    const session = { id: -++this.opened, userId, expiresAtMs };
+    const session = { id: -++this.opened, userId, passwordHash, expiresAtMs };
     const key = hashSecret(secret).toString('hex');
     this.bySecret.set(key, session);
     this.byId.set(session.id, key);

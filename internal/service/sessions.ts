@@ -80,7 +80,7 @@ export async function openSession(
   const lifeMs = app.settings.get('session_ttl_seconds') * 1000;
   const expiresAt = app.timestamp(lifeMs);
   if (app.standby) {
-    const { secret } = app.standbySessions.open(user.id, app.now() + lifeMs);
+    const { secret } = app.standbySessions.open(user.id, user.password_hash, app.now() + lifeMs);
     return { secret, expiresAt, user: shown };
   }
   const secret = newSecret('session');
