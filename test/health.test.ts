@@ -88,6 +88,7 @@ test('health: public, with the version, the database and the uptime; 503 while d
     'role',
     'epoch',
     'fenced_by',
+    'replication_mode',
     'sync_lapsed_since',
     'replication',
   ]);

@@ -457,13 +457,20 @@ test(SYNC_MODE, async (t) => {
     const seen = await call(standby.url, 'GET', `/api/rules/${made.id}`, { token: primary.admin });
     assert.equal(seen.status, 200, `rule ${i} answered before the standby held it`);
   }
-  assert.equal((await call(primary.url, 'GET', '/api/health')).body.sync_lapsed_since, null);
+  const health = async () => (await call(primary.url, 'GET', '/api/health')).body;
+  const lapsed = async () => {
+    const metrics = String((await call(primary.url, 'GET', '/api/metrics', { token: primary.admin })).body);
+    return /^portplane_replication_sync_lapsed (\d)$/m.exec(metrics)![1];
+  };
+  assert.deepEqual([(await health()).replication_mode, (await health()).sync_lapsed_since], ['sync', null]);
+  assert.equal(await lapsed(), '0');
 
   await standby.close();
   const started = Date.now();
   await rule(primary, { node_id: edge.id, listen_port: 21000 });
   assert.ok(Date.now() - started >= 1000, 'the write waited for the standby as long as the timeout');
-  assert.ok((await call(primary.url, 'GET', '/api/health')).body.sync_lapsed_since);
+  assert.ok((await health()).sync_lapsed_since);
+  assert.equal(await lapsed(), '1');
 });
 
 test('master promote makes a stopped standby the primary of the next epoch', async (t) => {

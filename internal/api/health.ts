@@ -50,6 +50,11 @@ const healthSchema = record('Health', {
     properties: { epoch: { type: 'integer' }, primary: { type: ['string', 'null'] } },
     additionalProperties: false,
   },
+  replication_mode: {
+    type: 'string',
+    enum: ['async', 'sync'],
+    description: "How writes are kept for standbys (the setting replication_mode; a standby shows its primary's).",
+  },
   sync_lapsed_since: {
     type: ['string', 'null'],
     format: 'date-time',
@@ -98,6 +103,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     role: app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary',
     epoch: app.store.epoch.current(),
     fenced_by: app.fencedBy === null ? null : { epoch: app.fencedBy, primary: app.fencedPrimary },
+    replication_mode: app.settings.get('replication_mode'),
     sync_lapsed_since: app.syncLapsedSince === null ? null : formatTime(app.syncLapsedSince),
     replication: app.standby && replicationOf(app.standby, app.now()),
   };
@@ -128,6 +134,14 @@ function addReplicationGauges(app: App): void {
         const lag = app.standby?.lagSeconds(app.now());
         return lag === undefined || lag === null ? [] : [{ value: lag }];
       },
+    ),
+  );
+  registry.add(
+    new Gauge(
+      'portplane_replication_sync_lapsed',
+      "1 while writes are answered without a standby holding them though replication_mode is sync (health's " +
+        'sync_lapsed_since), else 0.',
+      () => [{ value: app.syncLapsedSince === null ? 0 : 1 }],
     ),
   );
 }
