@@ -1,11 +1,14 @@
 // Login sessions a standby master opens. Its copy of the primary's database takes no write of its own, yet a person
 // must be able to sign in to it (the console, read-only, while the primary is away), so the session is held here, in
 // the standby's memory: it ends with the process or the promotion (sign in again), and there are at most
-// MAX_STANDBY_SESSIONS (the oldest goes first). Ids are negative, so none is ever taken for a row of the tokens table.
+// MAX_STANDBY_SESSIONS (the oldest goes first), MAX_STANDBY_SESSIONS_PER_USER of one user's. Ids are negative, so none
+// is ever taken for a row of the tokens table.
 
 import { hashSecret, newSecret } from './secrets.ts';
 
 export const MAX_STANDBY_SESSIONS = 1_000;
+/** A user's at most: one signing in again and again ends their own oldest, never someone else's. */
+export const MAX_STANDBY_SESSIONS_PER_USER = 20;
 
 export interface StandbySession {
   id: number;
@@ -23,6 +26,8 @@ export class StandbySessions {
 
   /** A new session of the user `userId` (whose password hash is `passwordHash`) until `expiresAtMs`, and its secret. */
   open(userId: number, passwordHash: string, expiresAtMs: number): { secret: string; session: StandbySession } {
+    const theirs = [...this.bySecret.values()].filter((session) => session.userId === userId);
+    if (theirs.length >= MAX_STANDBY_SESSIONS_PER_USER) this.close(theirs[0]!.id);
     while (this.bySecret.size >= MAX_STANDBY_SESSIONS) this.close(this.bySecret.values().next().value!.id);
     const secret = newSecret('session');
     const session = { id: -++this.opened, userId, passwordHash, expiresAtMs };
