@@ -31,6 +31,9 @@ export class ReplicationFeed {
   /** The record starts a new generation at `start`: followers of the one before are to seed anew. */
   restart(start: Position): void {
     this.current = { ...start };
+    // Those of the generation before serve no one now: its followers are told to seed anew.
+    this.changes.length = 0;
+    this.bytes = 0;
     for (const wake of [...this.waiting]) wake();
   }
 
@@ -56,8 +59,11 @@ export class ReplicationFeed {
     }
     if (position.generation !== now.generation || position.seq > now.seq) return 'reseed';
     if (position.seq === now.seq) return [];
-    const first = this.changes.findIndex((c) => c.generation === now.generation && c.seq === position.seq + 1);
-    if (first < 0) return 'reseed';
+    // Kept changes are of one generation and numbered in a row (a new generation empties the record): the one that
+    // follows is found by its number.
+    const oldest = this.changes[0];
+    const first = oldest && oldest.generation === now.generation ? position.seq + 1 - oldest.seq : -1;
+    if (first < 0 || first >= this.changes.length) return 'reseed';
     const page: RecordedChange[] = [];
     let bytes = 0;
     for (let i = first; i < this.changes.length && page.length < PAGE_CHANGES && bytes < PAGE_BYTES; i++) {
