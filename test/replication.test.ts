@@ -402,7 +402,11 @@ test(FAIL_OVER, async (t) => {
   // The standby first: it refuses the link, naming the primary, which the agent tries next.
   const agent = startAgent(t, `${standby.url},${primary.url}`, edge.agent_token);
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
-  assert.equal((await tcpRoundTrip(listen, Buffer.from('one'))).toString(), 'one');
+  // Linked is not yet applied: the rule's listener opens once its config arrives.
+  await until('the rule forwarding', async () => {
+    const echoed = await tcpRoundTrip(listen, Buffer.from('one')).catch(() => null);
+    return echoed?.toString() === 'one';
+  });
 
   await primary.close();
   const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
