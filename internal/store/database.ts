@@ -461,7 +461,10 @@ export class Database {
     this.recorder?.seal();
   }
 
-  /** After a commit: its changes are sealed now, or soon (see recordChanges). */
+  /**
+   * After a commit: its changes are sealed now, or soon (see recordChanges). Never throws: the commit went through, and
+   * its writers are told so whatever a seal meets (reported as a failed callback; what it held goes with the next).
+   */
   private changesCommitted(): void {
     const recorder = this.recorder;
     if (!recorder) return;
@@ -473,7 +476,7 @@ export class Database {
     const ms = this.sealAfterMs();
     if (ms === 0) {
       clearTimeout(this.sealTimer);
-      return seal();
+      return this.runCallback(seal);
     }
     this.sealTimer ??= setTimeout(() => this.runCallback(seal), ms);
   }
