@@ -294,9 +294,9 @@ export const healthOperations = operations({
     summary: 'Metrics in the Prometheus text format 0.0.4',
     description:
       'Requests and their latency by route, method and status; database commits (with their fsync) ' +
-      "and their time; the master's role and epoch, and a standby's lag; agents connected; nodes by status; live " +
-      'writes refused after waiting behind bulk work; rules by sync state; traffic totals; login failures; process ' +
-      'memory.',
+      "and their time; the master's role and epoch, a standby's lag, and a sync primary's lapse; agents connected; " +
+      'nodes by status; live writes refused after waiting behind bulk work; rules by sync state; traffic totals; ' +
+      'login failures; process memory.',
     responses: { 200: { description: 'The metrics', mediaType: METRICS_TYPE, schema: describe({ type: 'string' }) } },
     handler: metrics,
   }),
