@@ -14,6 +14,7 @@ import type { JobCommitted, JobDone, WriteDeps, WriteJob } from '../../internal/
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Database, SchemaMismatch } from '../../internal/store/database.ts';
+import type { TableSessions } from '../../internal/store/replication.ts';
 import { Store } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 import { VERSION } from '../../internal/version.ts';
@@ -458,14 +459,26 @@ async function outcomeOf(run: () => Promise<JobDone>, recordOn: Store | null = n
   const recording = recordOn?.db.recordJob() ?? null;
   try {
     const done = await run();
-    const changes = recording?.take() ?? null;
-    return { done: { ...done, changes: changes && changes.length <= MAX_JOB_CHANGES ? changes : null } };
+    return { done: { ...done, changes: recording && changesOf(recording) } };
   } catch (error) {
     if (error instanceof DomainError)
       return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
     return { failed: (error as Error)?.stack ?? String(error) };
   } finally {
     recording?.close();
+  }
+}
+
+/**
+ * What a job committed, as one changeset; null past MAX_JOB_CHANGES, or when it cannot be read: the job is done
+ * whatever happens here, and standbys seed anew.
+ */
+function changesOf(recording: TableSessions): Buffer | null {
+  try {
+    const changes = recording.take();
+    return changes.length <= MAX_JOB_CHANGES ? changes : null;
+  } catch {
+    return null;
   }
 }
 
