@@ -622,11 +622,12 @@ export class Database {
    */
   changedElsewhere(changes: Uint8Array | null = null): void {
     const recorder = this.recorder;
-    if (recorder && changes) recorder.adopt(changes);
-    else if (recorder) {
-      recorder.newGeneration();
-      this.onGeneration(recorder.current);
-    }
+    if (recorder)
+      this.runCallback(() => {
+        if (changes) return recorder.adopt(changes);
+        recorder.newGeneration();
+        this.onGeneration(recorder.current);
+      });
     for (const listener of this.elsewhereListeners) this.runCallback(listener);
   }
 
