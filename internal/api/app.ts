@@ -184,6 +184,11 @@ export class App {
     this.fencedPrimary = primary;
   }
 
+  /** What this master is now: a standby of a primary, a primary another took over from (fenced), or the primary. */
+  get role(): 'primary' | 'standby' | 'fenced' {
+    return this.standby ? 'standby' : this.fencedBy !== null ? 'fenced' : 'primary';
+  }
+
   /** A standby becomes the primary; its writes are the caller's to make. Throws `conflict` on a primary. */
   promote(): void {
     if (!this.standby) throw new DomainError('conflict', 'this master is the primary already');
@@ -355,10 +360,9 @@ export class App {
   private standbyPrincipal(id: number): Principal | null {
     const session = this.standbySessions.get(id);
     if (!session || session.expiresAtMs <= this.now()) return null;
-    const user = this.store.users.find(session.userId);
+    const user = this.store.users.findByIdWithHash(session.userId);
     // A password changed at the primary ends the user's other sessions there, and every one here.
-    const current = user && this.store.users.findWithHash(user.username);
-    if (!user || user.disabled || current?.password_hash !== session.passwordHash) return null;
+    if (!user || user.disabled || user.password_hash !== session.passwordHash) return null;
     return {
       tokenId: session.id,
       kind: 'session',

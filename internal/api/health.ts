@@ -100,7 +100,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     database: refused ? 'refusing_writes' : 'ok',
     database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,
     uptime_seconds: uptime,
-    role: app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary',
+    role: app.role,
     epoch: app.store.epoch.current(),
     fenced_by: app.fencedBy === null ? null : { epoch: app.fencedBy, primary: app.fencedPrimary },
     replication_mode: app.settings.get('replication_mode'),
@@ -115,10 +115,9 @@ function health(ctx: Ctx<undefined, {}>): Reply {
 function addReplicationGauges(app: App): void {
   const { registry } = app.metrics;
   const roles = ['primary', 'standby', 'fenced'] as const;
-  const role = () => (app.standby ? 'standby' : app.fencedBy !== null ? 'fenced' : 'primary');
   registry.add(
     new Gauge('portplane_role', "This master's role: 1 for the one it has (as health says).", () =>
-      roles.map((name) => ({ labels: { role: name }, value: role() === name ? 1 : 0 })),
+      roles.map((name) => ({ labels: { role: name }, value: app.role === name ? 1 : 0 })),
     ),
   );
   registry.add(

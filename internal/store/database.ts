@@ -334,10 +334,7 @@ export class Database {
    */
   async writeRedoable<T>(fn: () => T): Promise<T> {
     this.refuseOnCopy();
-    while (this.hold || this.batch) {
-      if (this.hold) await this.writable();
-      else await this.batch!.done.catch(() => undefined);
-    }
+    await this.betweenWrites();
     this.db.exec('PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE');
     this.inWrite = true;
     try {
@@ -440,11 +437,7 @@ export class Database {
    * from (see snapshotOf). Waits for a long write in progress, and the open batch, to end. Needs recordChanges first.
    */
   async openSnapshot(): Promise<{ reader: DatabaseSync; position: Position }> {
-    for (;;) {
-      if (this.hold) await this.writable();
-      else if (this.batch) await this.batch.done.catch(() => undefined);
-      else break;
-    }
+    await this.betweenWrites();
     if (!this.recorder) throw new Error('no record of changes to take a snapshot in');
     this.sealChanges();
     const reader = new (sqlite().DatabaseSync)(this.path, { readOnly: true });
@@ -532,6 +525,14 @@ export class Database {
   /** True while writes are held (a long write, or `holdWrites`): `write()` throws, reads see the last commit. */
   get writesHeld(): boolean {
     return this.hold !== null;
+  }
+
+  /** Resolves at a moment with no long write in progress and no batch open: this connection in no transaction. */
+  private async betweenWrites(): Promise<void> {
+    while (this.hold || this.batch) {
+      if (this.hold) await this.writable();
+      else await this.batch!.done.catch(() => undefined);
+    }
   }
 
   /** Resolves when `write()` may be called: no long write is in progress. */
@@ -703,9 +704,7 @@ export class Database {
       if (commit) {
         this.commitLong();
         committed = true;
-      } else {
-        this.db.exec('ROLLBACK');
-      }
+      } else this.db.exec('ROLLBACK');
       return result;
     } catch (error) {
       if (this.db.isOpen && this.db.isTransaction) this.db.exec('ROLLBACK');

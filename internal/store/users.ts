@@ -113,6 +113,12 @@ export class UserStore {
     return row && withoutHash(toUser(row));
   }
 
+  /** The user `id` with its password hash: for what must notice the password changed. */
+  findByIdWithHash(id: number): UserWithHash | undefined {
+    const row = this.byId.get(id) as Row | undefined;
+    return row && toUser(row);
+  }
+
   findWithHash(username: string): UserWithHash | undefined {
     const row = this.byName.get(username) as Row | undefined;
     return row && toUser(row);
