@@ -11,7 +11,7 @@ import { createPublicKey } from 'node:crypto';
 import { keyIdOf, releaseKeyText, signBundle } from '../internal/release/signature.ts';
 import { MAX_BUNDLES } from '../internal/service/bundles.ts';
 import { startAgent } from './agents.ts';
-import { assertProblem, call, node, startMaster } from './helpers.ts';
+import { assertProblem, call, mintToken, node, startMaster } from './helpers.ts';
 import { until } from './net.ts';
 import { VERSION } from '../internal/version.ts';
 
@@ -176,4 +176,30 @@ test(OWN_AGENT, async (t) => {
     startMaster(t, { releaseKeyPaths: [made.publicKey], agentSignaturePath: signaturePath }),
     /not the one signed/,
   );
+});
+
+const PROMOTED_CARRIES =
+  'a standby given the signature of the agent it carries, whose primary was given none, carries that agent once ' +
+  'promoted, as a primary does from its start';
+
+test(PROMOTED_CARRIES, async (t) => {
+  const made = signed('0.2.0');
+  const key = readFileSync(join(made.dir, 'release-private.pem'), 'utf8');
+  const signaturePath = join(made.dir, 'agent.mjs.sig');
+  writeFileSync(signaturePath, JSON.stringify(signBundle(readFileSync('dist/agent.mjs'), VERSION, key)));
+  const primary = await startMaster(t, { releaseKeyPaths: [made.publicKey] });
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, {
+    follow: { url: primary.url, token },
+    releaseKeyPaths: [made.publicKey],
+    agentSignaturePath: signaturePath,
+  });
+  const versions = async () => {
+    const listed = await call(standby.url, 'GET', '/api/agent-bundles', { token: primary.admin });
+    return listed.body.items.map((bundle: { version: string }) => bundle.version);
+  };
+  assert.deepEqual(await versions(), [], 'a standby writes nothing of its own');
+  await primary.close();
+  assert.equal((await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin })).status, 200);
+  await until('the promoted standby carrying its agent', async () => (await versions()).includes(VERSION));
 });

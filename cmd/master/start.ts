@@ -197,7 +197,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
   // What reads the copy is told when the follower changed it (once it is there to be told).
   let copyChanged = () => {};
   // What only a primary does (defined once the server is wired): at start, or when a standby is promoted.
-  let servePrimary = () => {};
+  let servePrimary = async () => {};
   const standby = config.follow ? await seededFollower(config, log, () => copyChanged()) : null;
   const store = openData(config, sync, clock);
   // Its follower alone changes a standby's copy: nothing else writes through the store.
@@ -297,7 +297,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         store.db.takeOver();
         settings.reload();
         store.credentials.bump();
-        servePrimary();
+        servePrimary().catch((error: Error) => log.error('serving as the primary failed', { error: error.message }));
       },
     });
     copyChanged = () => {
@@ -331,8 +331,13 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     let timer: NodeJS.Timeout | undefined;
     let ruleClock: NodeJS.Timeout | undefined;
     try {
-      // What only a primary does: maintenance, and the clock of rules, alerts and rollouts.
-      servePrimary = () => {
+      // What only a primary does: carry its own agent among the bundles, maintenance, and the clock of rules, alerts
+      // and rollouts.
+      servePrimary = async () => {
+        if (ownAgent && !store.bundles.findVersion(VERSION))
+          await transact(app, theMaster('bundle.create'), (change) =>
+            addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
+          );
         const housekeeping = () =>
           store.db.whenWritable(() => {
             // A primary another took over from writes nothing more.
@@ -375,11 +380,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       else {
         // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
         await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
-        if (ownAgent && !store.bundles.findVersion(VERSION))
-          await transact(app, theMaster('bundle.create'), (change) =>
-            addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
-          );
-        servePrimary();
+        await servePrimary();
       }
       lifecycle.starting = false;
       markReady(config.dataDir, http.url);
