@@ -69,7 +69,7 @@ async function caughtUp(m: Running, f: Follower, path: string): Promise<void> {
   m.app.store.db.sealChanges();
   for (let i = 0; i < 20; i++) {
     const at = f.position();
-    if (at && JSON.stringify(m.app.replication().after(at)) === '[]') break;
+    if (at && JSON.stringify(m.app.replicas.feed().after(at)) === '[]') break;
     await f.step();
   }
   assert.deepEqual(tables(path), tables(m.app.store.db.path));
@@ -186,6 +186,42 @@ test(WORKERS, async (t) => {
   assert.equal(f.seeds, 2);
 });
 
+const ONE_AT_A_TIME =
+  'a copy of the whole database is made one at a time: standbys asking for a snapshot at once share one, and ' +
+  'backups asked for at once share one archive, each audited';
+
+test(ONE_AT_A_TIME, async (t) => {
+  const m = await startMaster(t);
+  await writeSome(m, 'before');
+  const token = await mintToken(m, ['replication'], 'standby');
+  const db = m.app.store.db;
+  const open = db.openSnapshot.bind(db);
+  let opened = 0;
+  db.openSnapshot = () => (opened++, open());
+  const snapshots = await Promise.all(
+    Array.from({ length: 4 }, () =>
+      fetch(`${m.url}/api/replication/snapshot`, { headers: { authorization: `Bearer ${token}` } }),
+    ),
+  );
+  assert.deepEqual(
+    snapshots.map((answer) => answer.status),
+    [200, 200, 200, 200],
+  );
+  assert.equal(opened, 1);
+  assert.equal(new Set(snapshots.map((answer) => answer.headers.get('x-replication-position'))).size, 1);
+
+  const backups = await Promise.all(
+    Array.from({ length: 3 }, () => fetch(`${m.url}/api/backup`, { headers: { authorization: `Bearer ${m.admin}` } })),
+  );
+  const archives = await Promise.all(backups.map(async (answer) => Buffer.from(await answer.arrayBuffer())));
+  assert.ok(
+    archives.every((archive) => archive.equals(archives[0]!)),
+    'one archive for all three',
+  );
+  const audited = await call(m.url, 'GET', '/api/audit-logs?action=backup.download&limit=10', { token: m.admin });
+  assert.equal(audited.body.items.length, 3);
+});
+
 test('the replication routes need the replication scope, and say where a follower stands', async (t) => {
   const m = await startMaster(t);
   const reader = await mintToken(m, ['nodes:read']);
@@ -196,7 +232,7 @@ test('the replication routes need the replication scope, and say where a followe
   assert.deepEqual(elsewhere.body, { reseed: true, changes: [] });
 
   // A wait for changes outlives no revocation: the token deleted meanwhile gets 401, and no change.
-  const position = m.app.replication().position;
+  const position = m.app.replicas.feed().position;
   const query = `generation=${position.generation}&after=${position.seq}&wait_seconds=30`;
   const waiting = call(m.url, 'GET', `/api/replication/changes?${query}`, { token });
   const tokens = await call(m.url, 'GET', '/api/tokens?limit=100', { token: m.admin });

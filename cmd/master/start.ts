@@ -428,7 +428,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           await app.outbox.close();
           await batches.close();
           app.events.close();
-          app.stopReplication();
+          app.replicas.stop();
           standby?.stop();
           links.close();
           await http.close();

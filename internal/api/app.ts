@@ -19,8 +19,10 @@ import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { Outbox } from '../service/outbox.ts';
 import type { KeyObject } from 'node:crypto';
-import { ReplicationFeed } from '../replication/feed.ts';
+import { PrimaryReplication } from '../replication/primary.ts';
 import type { Follower } from '../replication/follower.ts';
+import { singleFlight } from '../runtime/single-flight.ts';
+import { backupDataDir } from '../backup/backup.ts';
 import { PROMOTE } from './replication.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
@@ -125,7 +127,11 @@ export class App {
   /** That primary's address, as agents named it, if they did. */
   fencedPrimary: string | null = null;
   private readonly lifecycle: Lifecycle;
-  private feed: ReplicationFeed | null = null;
+  /** The primary's side of replication: what standbys follow. */
+  readonly replicas: PrimaryReplication;
+
+  /** The data dir's backup archive; one at a time (see singleFlight). */
+  readonly archive = singleFlight(() => backupDataDir(this.dataDir, new Date(this.now())));
 
   constructor(parts: AppParts) {
     ({
@@ -155,6 +161,12 @@ export class App {
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
     this.budget = new WriteBudget(this.clock.now);
+    this.replicas = new PrimaryReplication({
+      db: this.store.db,
+      settings: this.settings,
+      log: this.log,
+      now: () => this.now(),
+    });
   }
 
   /**
@@ -195,48 +207,6 @@ export class App {
     this.becomePrimary();
     this.standby = null;
     this.standbySessions.clear();
-  }
-
-  /** Since when a write was answered without a standby holding it, in sync mode (see awaitStandby); null: in step. */
-  syncLapsedSince: number | null = null;
-
-  /**
-   * In sync mode, once a standby follows: resolves once it holds what was committed so far, or after
-   * replication_sync_timeout_seconds, after which writes go on without waiting until it is in step again.
-   */
-  async awaitStandby(): Promise<void> {
-    const feed = this.feed;
-    if (!feed || this.settings.get('replication_mode') !== 'sync') return;
-    const target = feed.position;
-    if (this.syncLapsedSince !== null) {
-      if (feed.holds(target)) this.syncLapsedSince = null;
-      return;
-    }
-    const timeout = this.settings.get('replication_sync_timeout_seconds');
-    if (await feed.held(target, timeout * 1000)) return;
-    this.syncLapsedSince = this.now();
-    this.log.error('no standby held a write within the sync timeout: the primary goes on alone', {
-      timeout_seconds: timeout,
-    });
-  }
-
-  /** Answers standbys waiting for a change at once: the master is stopping. */
-  stopReplication(): void {
-    this.feed?.close();
-  }
-
-  /** The record of changes standby masters follow, started by the first of them to ask. */
-  replication(): ReplicationFeed {
-    // Changes are told after a commit, never during the call that starts the record.
-    this.feed ??= new ReplicationFeed(
-      this.store.db.recordChanges(
-        (change) => this.feed!.add(change),
-        (start) => this.feed!.restart(start),
-        // In sync mode a write waits for a standby to hold it: it is sealed before it is answered.
-        () => (this.settings.get('replication_mode') === 'sync' ? 0 : SEAL_AFTER_MS),
-      ),
-    );
-    return this.feed;
   }
 
   get starting(): boolean {
@@ -374,12 +344,6 @@ export class App {
     };
   }
 }
-
-/**
- * In async mode, how long after a commit its changes are sealed for standbys, with any others committed meanwhile: a
- * seal costs the same for one commit as for fifty (see ChangeRecorder), and this much lag is nothing beside a second.
- */
-const SEAL_AFTER_MS = 10;
 
 /** What a standby does though it writes nothing: its promotion, and its own login sessions (see StandbySessions). */
 const STANDBY_WRITES = new Set([PROMOTE, '/api/auth/login', '/api/auth/logout']);

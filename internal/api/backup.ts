@@ -24,7 +24,8 @@ export const backupOperations = operations({
       'and pinned SSH host keys. ' +
       'It is as sensitive as the data dir. Check it with `npm run master -- verify FILE` and restore it with ' +
       '`npm run master -- restore --data-dir NEW-DIR FILE` (README, Backup and restore). Audited as backup.download ' +
-      '(but on a standby, which writes nothing of its own).',
+      '(but on a standby, which writes nothing of its own). One is made at a time: callers asking while it is ' +
+      'made are given it too (each audited).',
     responses: {
       200: {
         description: 'The archive',

@@ -104,7 +104,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     epoch: app.store.epoch.current(),
     fenced_by: app.fencedBy === null ? null : { epoch: app.fencedBy, primary: app.fencedPrimary },
     replication_mode: app.settings.get('replication_mode'),
-    sync_lapsed_since: app.syncLapsedSince === null ? null : formatTime(app.syncLapsedSince),
+    sync_lapsed_since: app.replicas.lapsedSince === null ? null : formatTime(app.replicas.lapsedSince),
     replication: app.standby && replicationOf(app.standby, app.now()),
   };
   if (app.starting) return { status: 503, body, headers: { 'Retry-After': '1' } };
@@ -140,7 +140,7 @@ function addReplicationGauges(app: App): void {
       'portplane_replication_sync_lapsed',
       "1 while writes are answered without a standby holding them though replication_mode is sync (health's " +
         'sync_lapsed_since), else 0.',
-      () => [{ value: app.syncLapsedSince === null ? 0 : 1 }],
+      () => [{ value: app.replicas.lapsedSince === null ? 0 : 1 }],
     ),
   );
 }

@@ -5,7 +5,6 @@ import { DomainError } from '../errors/errors.ts';
 import { grants } from '../auth/scopes.ts';
 import { intParam, textParam, type QueryOf } from '../schema/query.ts';
 import { describe } from '../schema/schema.ts';
-import { snapshotOf } from '../store/replication.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { transact } from '../service/write.ts';
 import { record } from './common.ts';
@@ -83,7 +82,8 @@ export const replicationOperations = operations({
     summary: "A consistent copy of the primary's database, to seed a standby master",
     description:
       `Taken while the master writes (SQLite's online backup); ${POSITION_HEADER} says which change follows it ` +
-      '(GET /api/replication/changes). As sensitive as the data dir, though what it holds sealed stays sealed.',
+      '(GET /api/replication/changes). As sensitive as the data dir, though what it holds sealed stays sealed. ' +
+      'One is taken at a time: standbys asking while it is taken are given it too.',
     responses: {
       200: {
         description: 'The database file',
@@ -96,9 +96,7 @@ export const replicationOperations = operations({
       },
     },
     handler: async (ctx: Ctx<undefined, {}>): Promise<Reply> => {
-      ctx.app.replication();
-      const { reader, position } = await ctx.app.store.db.openSnapshot();
-      const bytes = await snapshotOf(reader, position);
+      const { bytes, position } = await ctx.app.replicas.snapshot();
       return {
         status: 200,
         raw: bytes,
@@ -132,7 +130,7 @@ export const replicationOperations = operations({
           errors: [{ pointer: generation === undefined ? '?generation' : '?after', detail }],
         });
       }
-      const feed = ctx.app.replication();
+      const feed = ctx.app.replicas.feed();
       let found = feed.after({ generation, seq: after });
       if (Array.isArray(found) && found.length === 0 && (ctx.query.wait_seconds ?? 0) > 0) {
         await feed.next(ctx.query.wait_seconds! * 1000);

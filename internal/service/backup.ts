@@ -1,7 +1,6 @@
 // A backup taken for a caller: the same archive `master backup` writes, recorded in the audit log, since it holds
 // everything the data dir does.
 
-import { backupDataDir } from '../backup/backup.ts';
 import { transact, type Committer, type Requester } from './write.ts';
 
 /**
@@ -9,11 +8,11 @@ import { transact, type Committer, type Requester } from './write.ts';
  * of its own: `audited` false).
  */
 export async function takeBackup(
-  app: Committer & { dataDir: string; now(): number },
+  app: Committer & { archive(): Promise<Buffer> },
   requester: Requester,
   audited = true,
 ): Promise<Buffer> {
-  const archive = await backupDataDir(app.dataDir, new Date(app.now()));
+  const archive = await app.archive();
   if (!audited) return archive;
   await transact(app, requester, (change) =>
     change.audit({
