@@ -355,3 +355,33 @@ test('a batch whose worker runs out of memory is a 413 and writes nothing; the n
   assert.equal(made.status, 201, 'writes are not held back any more');
   assert.equal((await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).status, 200, 'nothing deleted');
 });
+
+const RECORDED =
+  'a batch recorded for standbys answers with what it committed as one changeset, none for a dry run, and none ' +
+  'past the limit of a record (standbys then seed anew)';
+
+test(RECORDED, async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const ids = (await batchCreate(m, ruleBodies(n.id, 6))).body.results.map((r: { id: number }) => r.id);
+  const setup = { version: VERSION, databasePath: m.app.store.db.path, sealingKey: m.app.box.key() };
+  const run = async (batches: ReturnType<typeof batchesInWorker>, job: BatchJob) => {
+    const done = await m.app.store.db.holdWrites(
+      () => batches.run(job),
+      (committed) => committed.finished,
+    );
+    await done.finished;
+    return done.changes;
+  };
+  const batches = batchesInWorker(setup, 1000);
+  t.after(() => batches.close());
+  const deleting = (some: number[], dryRun = false) =>
+    batchJob(m, { operation: 'deleteRules', ids: some, dryRun, recordChanges: true });
+  assert.ok((await run(batches, deleting(ids.slice(0, 2))))!.length > 0);
+  assert.equal((await run(batches, deleting(ids.slice(2, 4), true)))!.length, 0, 'a dry run commits nothing');
+  const small = batchesInWorker({ ...setup, maxJobChanges: 16 }, 1000);
+  t.after(() => small.close());
+  assert.equal(await run(small, deleting(ids.slice(4, 6))), null, 'past the limit: no record');
+  // Deleted all the same, but for the dry run's two.
+  assert.equal((await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body.rules.total, 2);
+});

@@ -37,6 +37,8 @@ export interface WorkerSetup {
   sealingKey: Uint8Array;
   /** The worker's heap, past which it ends and its job fails (the master does not). */
   heapMiB?: number;
+  /** The largest record of a job's changes it answers with (see outcomeOf); MAX_JOB_CHANGES by default. */
+  maxJobChanges?: number;
 }
 
 // A document of 200,000 rules (39 MiB) imports in 256 MiB; one at the 64 MiB body limit needs less than half this.
@@ -452,14 +454,17 @@ function writerFor(store: Store, box: SecretBox, job: WriteJob): WriteDeps {
 }
 
 /**
- * What `run` did, as its worker answers: with `recordOn`, what it committed there too, as one changeset (none past
- * MAX_JOB_CHANGES: standbys seed anew, cheaper than a change that size in the feed and on the wire).
+ * What `run` did, as its worker answers: with `recordOn`, what it committed to its store too, as one changeset (none
+ * past its limit: standbys seed anew, cheaper than a change that size in the feed and on the wire).
  */
-async function outcomeOf(run: () => Promise<JobDone>, recordOn: Store | null = null): Promise<Outcome> {
-  const recording = recordOn?.db.recordJob() ?? null;
+async function outcomeOf(
+  run: () => Promise<JobDone>,
+  recordOn: { store: Store; limit: number } | null = null,
+): Promise<Outcome> {
+  const recording = recordOn?.store.db.recordJob() ?? null;
   try {
     const done = await run();
-    return { done: { ...done, changes: recording && changesOf(recording) } };
+    return { done: { ...done, changes: recording && changesOf(recording, recordOn!.limit) } };
   } catch (error) {
     if (error instanceof DomainError)
       return { refused: { code: error.code, detail: error.detail, facts: error.facts } };
@@ -473,10 +478,10 @@ async function outcomeOf(run: () => Promise<JobDone>, recordOn: Store | null = n
  * What a job committed, as one changeset; null past MAX_JOB_CHANGES, or when it cannot be read: the job is done
  * whatever happens here, and standbys seed anew.
  */
-function changesOf(recording: TableSessions): Buffer | null {
+function changesOf(recording: TableSessions, limit: number): Buffer | null {
   try {
     const changes = recording.take();
-    return changes.length <= MAX_JOB_CHANGES ? changes : null;
+    return changes.length <= limit ? changes : null;
   } catch {
     return null;
   }
@@ -497,7 +502,7 @@ async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
     answer(
       await outcomeOf(
         () => runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job, decodeExportDocument),
-        job.recordChanges ? store : null,
+        job.recordChanges ? { store, limit: setup.maxJobChanges ?? MAX_JOB_CHANGES } : null,
       ),
     );
     store.db.checkpoint();
@@ -519,7 +524,8 @@ function serveBatches(setup: WorkerSetup): void {
       if (!(store instanceof Store)) answer(store);
       else {
         const run = () => runBatch(writerFor(store, box, message), message);
-        answer(await outcomeOf(run, message.recordChanges ? store : null));
+        const limit = setup.maxJobChanges ?? MAX_JOB_CHANGES;
+        answer(await outcomeOf(run, message.recordChanges ? { store, limit } : null));
         store.db.checkpoint();
       }
       parentPort!.postMessage({ checkpointed: true } satisfies Checkpointed);
