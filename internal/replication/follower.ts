@@ -26,6 +26,9 @@ export interface FollowerOptions {
 
 /** The longest answer read from the primary: a snapshot (the database) or a page of changes. */
 const MAX_ANSWER_BYTES = 4 * 1024 * 1024 * 1024;
+/** How soon a failed request to the primary is made again, at first and at most. */
+const RETRY_FIRST_MS = 1000;
+const RETRY_LAST_MS = 30_000;
 /** How long a request for changes waits for one at the primary. */
 const WAIT_SECONDS = 10;
 
@@ -103,17 +106,24 @@ export class Follower {
 
   /** Follows until stopped; a failed step is logged and tried again a second later. */
   async run(): Promise<void> {
+    // A primary gone, or a token revoked there, is asked again 1 s later, then twice as late each time up to 30 s.
+    let retryMs = RETRY_FIRST_MS;
     while (!this.stopped) {
       try {
         await this.step();
+        retryMs = RETRY_FIRST_MS;
       } catch (error) {
         if (error instanceof PromotedAlready) {
           this.halted = error.message;
           this.options.log.error('not following: this copy was promoted since', { reason: error.message });
           return;
         }
-        this.options.log.warn('following the primary failed; trying again', { error: (error as Error).message });
-        await new Promise((resolve) => setTimeout(resolve, 1000));
+        this.options.log.warn('following the primary failed; trying again', {
+          error: (error as Error).message,
+          retry_in_seconds: retryMs / 1000,
+        });
+        await new Promise((resolve) => setTimeout(resolve, retryMs));
+        retryMs = Math.min(retryMs * 2, RETRY_LAST_MS);
       }
     }
   }
