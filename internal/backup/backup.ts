@@ -7,6 +7,7 @@
 
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { checkDatabaseFile, compactDatabaseFile, copyDatabaseFile, schemaVersionOfFile } from '../store/files.ts';
@@ -76,7 +77,7 @@ export function backupDataDir(dataDir: string, now = new Date()): Promise<Buffer
   return inScratch(async (scratch) => {
     const copy = join(scratch, DATABASE);
     await copyDatabaseFile(join(dataDir, DATABASE), copy);
-    const files = [{ name: DATABASE, mode: 0o600, data: readFileSync(copy) }, ...filesOf(dataDir)];
+    const files = [{ name: DATABASE, mode: 0o600, data: await readFile(copy) }, ...filesOf(dataDir)];
     const manifest: Manifest = {
       format: FORMAT,
       version: 1,

@@ -10,7 +10,8 @@
 // match or does not apply cleanly is refused whole, and the copy is seeded anew.
 
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
 import type { DatabaseSync, Session } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -214,7 +215,8 @@ export async function snapshotOf(reader: DatabaseSync, position: Position): Prom
     } finally {
       db.close();
     }
-    return readFileSync(copy);
+    // Off the event loop: the copy is the size of the database.
+    return await readFile(copy);
   } finally {
     if (reader.isOpen) reader.close();
     rmSync(dir, { recursive: true, force: true });
@@ -253,7 +255,7 @@ export class Replica {
     const dir = mkdtempSync(join(tmpdir(), 'portplane-seed-'));
     try {
       const next = join(dir, 'master.db');
-      writeFileSync(next, snapshot, { mode: 0o600 });
+      await writeFile(next, snapshot, { mode: 0o600 });
       const db = openCopy(next);
       try {
         if (!positionOf(db)) throw new ReplicaDiverged("the snapshot says nowhere in its primary's record");
