@@ -122,10 +122,11 @@ export class App {
   /** The follower of the primary this master is a standby of; null for a primary (and once promoted). */
   standby: Follower | null;
   private readonly becomePrimary: () => void;
-  /** The epoch of a primary that took over from this one (its agents said so), or null: this master serves writes. */
-  fencedBy: number | null = null;
-  /** That primary's address, as agents named it, if they did. */
-  fencedPrimary: string | null = null;
+  /**
+   * The primary that took over from this one, as its agents said: its epoch, and its address if they named it. Null:
+   * this master serves writes.
+   */
+  fencedBy: { epoch: number; primary: string | null } | null = null;
   private readonly lifecycle: Lifecycle;
   /** The primary's side of replication: what standbys follow. */
   readonly replicas: PrimaryReplication;
@@ -177,13 +178,14 @@ export class App {
     const primary = this.standby?.primary;
     if (primary && !STANDBY_WRITES.has(path) && (method !== 'GET' || path.startsWith('/api/replication/')))
       throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
-    if (this.fencedBy !== null && method !== 'GET') {
-      const where = this.fencedPrimary ? ` at ${this.fencedPrimary}` : '';
+    const fenced = this.fencedBy;
+    if (fenced !== null && method !== 'GET') {
+      const where = fenced.primary ? ` at ${fenced.primary}` : '';
       throw new DomainError(
         'read_only',
-        `a standby promoted to the primary of epoch ${this.fencedBy}${where} took over from this master: write ` +
+        `a standby promoted to the primary of epoch ${fenced.epoch}${where} took over from this master: write ` +
           'there, and make this one its standby (--follow)',
-        this.fencedPrimary ? { data: { primary: this.fencedPrimary } } : {},
+        fenced.primary ? { data: { primary: fenced.primary } } : {},
       );
     }
   }
@@ -192,8 +194,7 @@ export class App {
   fence(epoch: number, primary: string | null): void {
     if (this.fencedBy === null)
       this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
-    this.fencedBy = epoch;
-    this.fencedPrimary = primary;
+    this.fencedBy = { epoch, primary };
   }
 
   /** What this master is now: a standby of a primary, a primary another took over from (fenced), or the primary. */

@@ -102,7 +102,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     uptime_seconds: uptime,
     role: app.role,
     epoch: app.store.epoch.current(),
-    fenced_by: app.fencedBy === null ? null : { epoch: app.fencedBy, primary: app.fencedPrimary },
+    fenced_by: app.fencedBy,
     replication_mode: app.settings.get('replication_mode'),
     sync_lapsed_since: app.replicas.lapsedSince === null ? null : formatTime(app.replicas.lapsedSince),
     replication: app.standby && replicationOf(app.standby, app.now()),
