@@ -377,6 +377,48 @@ test('TCP: bytes cross intact both ways while either side reads slowly, and are 
   assert.deepEqual(counted, { id: 1, bytes_in: toTarget.length, bytes_out: toClient.length, refused: 0 });
 });
 
+const SHARED_READS =
+  'TCP: connections passing small writes at once each deliver their own bytes, whole, while targets lag';
+test(SHARED_READS, async (t) => {
+  // Reads under 16 KiB go into one buffer every connection shares. A write from it that the kernel cannot take at once
+  // (its target has stopped reading) must not keep it: another connection's next read would change those bytes.
+  const atTarget = new Map<string, Buffer[]>();
+  const target = createServer((socket) => {
+    const received: Buffer[] = [];
+    socket.once('data', (first: Buffer) => atTarget.set(first.subarray(0, 8).toString('hex'), received));
+    socket.on('data', (chunk: Buffer) => received.push(chunk));
+    // Behind for a while, so that what the relay writes to it waits in the relay.
+    socket.pause();
+    setTimeout(() => socket.resume(), 300);
+  });
+  target.listen(0, '127.0.0.1');
+  await once(target, 'listening');
+  t.after(() => target.close());
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${(target.address() as AddressInfo).port}`])]);
+  const client = async () => {
+    const sent = randomBytes(12 * 1024 * 1024);
+    const socket = connect({ host: '127.0.0.1', port });
+    await once(socket, 'connect');
+    // A write at a time, each read by the relay on its own (under 16 KiB), until the socket's buffers fill.
+    for (let at = 0; at < sent.length;) {
+      const size = 1 + Math.floor(Math.random() * 12_000);
+      if (!socket.write(sent.subarray(at, at + size))) await once(socket, 'drain');
+      else await new Promise((resolve) => setImmediate(resolve));
+      at += size;
+    }
+    socket.end();
+    await once(socket, 'close');
+    const key = sent.subarray(0, 8).toString('hex');
+    await until('the target to have it all', () => Buffer.concat(atTarget.get(key) ?? []).length >= sent.length);
+    return Buffer.concat(atTarget.get(key)!).equals(sent);
+  };
+  const whole = await Promise.all(Array.from({ length: 4 }, client));
+  assert.deepEqual(whole, Array(4).fill(true), 'each target got exactly what its client sent');
+});
+
 test("TCP: a socket's read buffer grows while a burst fills it, and is small again after the burst", async (t) => {
   // What a burst on each of many connections could otherwise make a node keep: a large buffer per quiet connection.
   const sinkServer = createServer((socket) => socket.resume());

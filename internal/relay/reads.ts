@@ -1,14 +1,19 @@
-// Reading a relayed TCP socket into a buffer of its own and writing straight from it, the way a relay in C does,
-// instead of through Node's stream machinery (a fresh 64 KiB chunk per read, pushed, emitted, piped). A connection's
-// buffer doubles, from 16 KiB up to 256 KiB, while its reads fill it, and goes back to 16 KiB after a read that does
-// not: only a connection moving bulk data holds a large buffer, and one gone quiet after a burst does not keep it (so
-// many idle connections cost what small ones do). Bulk reads 256 KiB at a time: a quarter of the reads and wakeups of
-// a pipe, and no chunk allocated per read (on loopback 1.15-1.23x HAProxy's rate on one stream where pipe() made
-// 0.75x; docs/performance.md).
+// Reading a relayed TCP socket into a buffer and writing from it, the way a relay in C does, instead of through
+// Node's stream machinery (a fresh 64 KiB chunk per read, pushed, emitted, piped).
 //
-// The buffer is written without a copy, so nothing is read into it while a write holds it: a write the kernel took
-// whole leaves nothing queued on the sink and reading goes on; otherwise the socket stops reading until that write's
-// callback (back-pressure, one write in flight per direction).
+// A connection reads into one 16 KiB buffer all connections share, and writes a copy of what it read (the size of
+// the read), so that a connection passing requests and answers holds no buffer of its own: a buffer each way per
+// connection made the garbage collector 10-15% of a relay's CPU at 8,000 connections a second. Sharing is safe
+// because a read is handled before the next one starts (one thread) and nothing keeps the shared bytes past it. A
+// read that fills the shared buffer (bulk data) moves the connection to a buffer of its own, written without a copy,
+// which doubles up to 256 KiB while its reads fill it; a read that does not fill it moves the connection back to the
+// shared one: only a connection moving bulk data holds a buffer, and one gone quiet after a burst does not keep it.
+// Bulk reads 256 KiB at a time: a quarter of the reads and wakeups of a pipe, and no chunk allocated per read (on
+// loopback 1.15-1.23x HAProxy's rate on one stream where pipe() made 0.75x; docs/performance.md).
+//
+// A buffer of its own is written without a copy, so nothing is read into it while a write holds it: a write the
+// kernel took whole leaves nothing queued on the sink and reading goes on; otherwise the socket stops reading until
+// that write's callback (back-pressure, one write in flight per direction).
 //
 // Each read is told to the rule's gate (gate.ts), which counts it against the rule's quota. Where the rule has a
 // bandwidth_limit, a socket reads at most 16 KiB at a time and only with that much reserved in the rule's token
@@ -29,13 +34,20 @@ export interface Limit {
 const FIRST_BYTES = 16 * 1024;
 const MOST_BYTES = 256 * 1024;
 
+/** The buffer every connection reads into until it moves bulk data; its bytes are copied out at each read. */
+const shared = Buffer.allocUnsafeSlow(FIRST_BYTES);
+
 /** The reader of each socket made by `readingSocket` or `adopt`. */
 const readers = new WeakMap<Socket, Reader>();
 
 class Reader {
-  private buffer = Buffer.allocUnsafeSlow(FIRST_BYTES);
+  /** The shared buffer, or one of its own while the connection moves bulk data. */
+  private buffer = shared;
   private sink: Writable | null = null;
-  /** A sink that may keep a written chunk after its write returns (a tunnel's stream, TLS) is written a copy. */
+  /**
+   * A sink that may keep a written chunk after its write returns (a tunnel's stream, TLS) is written a copy, and so
+   * is what was read into the shared buffer.
+   */
   private copies = false;
   socket: Socket | null = null;
 
@@ -108,14 +120,15 @@ class Reader {
     if (!sink || sink.destroyed || sink.writableEnded) return false;
     const limit = this.limit;
     const read = this.buffer;
+    // A throttled socket reads no more than it reserved: it stays on the shared buffer.
     if (bytes === read.length && !limit?.gate.throttles(limit.way)) {
       if (read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
-    } else if (read.length > FIRST_BYTES) this.buffer = Buffer.allocUnsafeSlow(FIRST_BYTES);
+    } else this.buffer = shared;
     if (limit) {
       limit.gate.read(limit.way, this.reserved, bytes);
       this.reserved = 0;
     }
-    if (this.copies) {
+    if (this.copies || read === shared) {
       // As pipe(): the sink buffers up to its high-water mark.
       if (!sink.write(Buffer.from(read.subarray(0, bytes)))) {
         this.waiting = true;
