@@ -294,6 +294,7 @@ test('the batch worker stays for the next batch and ends once idle; one of anoth
       rules: [
         {
           name: 'nowhere',
+          owner_id: null,
           node_id: 999_999,
           tunnel_id: null,
           protocol: 'tcp',

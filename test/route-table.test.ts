@@ -185,36 +185,150 @@ function anotherValue(key: SettingKey): unknown {
   }[key as string];
 }
 
+/** Another user, to give things to. */
+async function otherUser(m: Running): Promise<number> {
+  const made = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'other', password: 'other-password-long' },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  return made.body.id;
+}
+
+/** Rule `id` as written, given to user `owner`. */
+async function ruleGiven(m: Running, id: number, owner: number) {
+  const {
+    id: _id,
+    owner_id: _owner,
+    ...fields
+  } = (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+  return { ...fields, owner_id: owner };
+}
+
+type Effect = { scope: Scope; make: (m: Running) => Promise<{ path: string; body?: unknown }> };
+
 /** How to make each declared side effect happen: the requests that do it. Every route declaring one needs an entry. */
-const SIDE_EFFECTS: Record<string, ((m: Running) => Promise<{ path: string; body?: unknown }>)[]> = {
-  'PATCH /api/settings': guardedKeys.map((key) => async () => ({
-    path: '/api/settings',
-    body: { [key]: anotherValue(key) },
+const SIDE_EFFECTS: Record<string, Effect[]> = {
+  'PATCH /api/settings': guardedKeys.map((key) => ({
+    scope: '*',
+    make: async () => ({ path: '/api/settings', body: { [key]: anotherValue(key) } }),
   })),
-  'DELETE /api/nodes/{id}': [async (m) => ({ path: `/api/nodes/${(await forwardingSetup(m)).nodeId}?cascade=true` })],
-  'POST /api/nodes/batch-delete': [
-    async (m) => ({ path: '/api/nodes/batch-delete?cascade=true', body: { ids: [(await forwardingSetup(m)).nodeId] } }),
-  ],
-  'DELETE /api/tunnels/{id}': [
-    async (m) => ({ path: `/api/tunnels/${(await forwardingSetup(m)).tunnelId}?cascade=true` }),
-  ],
-  'POST /api/tunnels/batch-delete': [
-    async (m) => ({
-      path: '/api/tunnels/batch-delete?cascade=true',
-      body: { ids: [(await forwardingSetup(m)).tunnelId] },
-    }),
-  ],
-  'PUT /api/tunnels/{id}': [
-    async (m) => {
-      const { tunnelId } = await forwardingSetup(m);
-      const tunnel = (await call(m.url, 'GET', `/api/tunnels/${tunnelId}`, { token: m.admin })).body;
-      const elsewhere = await node(m, 'elsewhere');
-      const { name, entry_node_id, transport } = tunnel;
-      return { path: `/api/tunnels/${tunnelId}`, body: { name, entry_node_id, exit_node_id: elsewhere.id, transport } };
+  'DELETE /api/nodes/{id}': [
+    {
+      scope: 'rules:write',
+      make: async (m) => ({ path: `/api/nodes/${(await forwardingSetup(m)).nodeId}?cascade=true` }),
+    },
+    {
+      scope: 'tunnels:write',
+      make: async (m) => ({ path: `/api/nodes/${(await forwardingSetup(m)).nodeId}?cascade=true` }),
     },
   ],
-  'POST /api/nodes/{id}/install-ssh': [async (m) => installElsewhere(m, 'install-ssh')],
-  'POST /api/nodes/{id}/reinstall': [async (m) => installElsewhere(m, 'reinstall')],
+  'POST /api/nodes/batch-delete': ['rules:write' as const, 'tunnels:write' as const].map((scope) => ({
+    scope,
+    make: async (m: Running) => ({
+      path: '/api/nodes/batch-delete?cascade=true',
+      body: { ids: [(await forwardingSetup(m)).nodeId] },
+    }),
+  })),
+  'DELETE /api/tunnels/{id}': [
+    {
+      scope: 'rules:write',
+      make: async (m) => ({ path: `/api/tunnels/${(await forwardingSetup(m)).tunnelId}?cascade=true` }),
+    },
+  ],
+  'POST /api/tunnels/batch-delete': [
+    {
+      scope: 'rules:write',
+      make: async (m) => ({
+        path: '/api/tunnels/batch-delete?cascade=true',
+        body: { ids: [(await forwardingSetup(m)).tunnelId] },
+      }),
+    },
+  ],
+  'PUT /api/tunnels/{id}': [
+    {
+      scope: 'rules:write',
+      make: async (m) => {
+        const { tunnelId } = await forwardingSetup(m);
+        const tunnel = (await call(m.url, 'GET', `/api/tunnels/${tunnelId}`, { token: m.admin })).body;
+        const elsewhere = await node(m, 'elsewhere');
+        const { name, entry_node_id, transport } = tunnel;
+        return {
+          path: `/api/tunnels/${tunnelId}`,
+          body: { name, entry_node_id, exit_node_id: elsewhere.id, transport },
+        };
+      },
+    },
+    {
+      scope: 'users:write',
+      make: async (m) => {
+        const { tunnelId } = await forwardingSetup(m);
+        const tunnel = (await call(m.url, 'GET', `/api/tunnels/${tunnelId}`, { token: m.admin })).body;
+        const { name, entry_node_id, exit_node_id, transport } = tunnel;
+        return {
+          path: `/api/tunnels/${tunnelId}`,
+          body: { name, entry_node_id, exit_node_id, transport, owner_id: await otherUser(m) },
+        };
+      },
+    },
+  ],
+  'POST /api/tunnels': [
+    {
+      scope: 'users:write',
+      make: async (m) => {
+        const [entry, exit] = [await node(m, 'entry'), await node(m, 'exit')];
+        return {
+          path: '/api/tunnels',
+          body: { name: 'given', entry_node_id: entry.id, exit_node_id: exit.id, owner_id: await otherUser(m) },
+        };
+      },
+    },
+  ],
+  'POST /api/rules': [
+    {
+      scope: 'users:write',
+      make: async (m) => {
+        const entry = await node(m, 'entry');
+        const owner_id = await otherUser(m);
+        const body = { name: 'given', node_id: entry.id, protocol: 'tcp', listen_port: 90, targets: ['10.0.0.1:80'] };
+        return { path: '/api/rules', body: { ...body, owner_id } };
+      },
+    },
+  ],
+  'PUT /api/rules/{id}': [
+    {
+      scope: 'users:write',
+      make: async (m) => {
+        const made = await rule(m, { node_id: (await node(m, 'entry')).id, listen_port: 90 });
+        return { path: `/api/rules/${made.body.id}`, body: await ruleGiven(m, made.body.id, await otherUser(m)) };
+      },
+    },
+  ],
+  'POST /api/rules/batch-create': [
+    {
+      scope: 'users:write',
+      make: async (m) => {
+        const entry = await node(m, 'entry');
+        const owner_id = await otherUser(m);
+        const body = { name: 'given', node_id: entry.id, protocol: 'tcp', listen_port: 90, targets: ['10.0.0.1:80'] };
+        return { path: '/api/rules/batch-create', body: { rules: [{ ...body, owner_id }] } };
+      },
+    },
+  ],
+  'POST /api/rules/batch-update': [
+    {
+      scope: 'users:write',
+      make: async (m) => {
+        const made = await rule(m, { node_id: (await node(m, 'entry')).id, listen_port: 90 });
+        return {
+          path: '/api/rules/batch-update',
+          body: { ids: [made.body.id], changes: { owner_id: await otherUser(m) } },
+        };
+      },
+    },
+  ],
+  'POST /api/nodes/{id}/install-ssh': [{ scope: '*', make: async (m) => installElsewhere(m, 'install-ssh') }],
+  'POST /api/nodes/{id}/reinstall': [{ scope: '*', make: async (m) => installElsewhere(m, 'reinstall') }],
 };
 
 /** An install that sends the agent to an address the operator did not set (nothing listens at either). */
@@ -236,9 +350,11 @@ test(
     for (const r of declaring) {
       for (const effect of r.alsoNeeds!) {
         await t.test(`${r.method} ${r.path} also needs ${effect.scope}`, async (tt) => {
-          for (const request of SIDE_EFFECTS[`${r.method} ${r.path}`]!) {
+          const requests = SIDE_EFFECTS[`${r.method} ${r.path}`]!.filter((e) => e.scope === effect.scope);
+          assert.ok(requests.length > 0, `a request makes ${effect.scope} needed`);
+          for (const request of requests) {
             const m = await startMaster(tt);
-            const made = await request(m);
+            const made = await request.make(m);
             const lacking = scopes.filter((s) => s !== '*' && !grants([s], effect.scope));
             assert.ok(grantsAll(lacking, [r.scope as Scope]), "the weak token holds the route's own scope");
             const weak = await mintToken(m, lacking, `lacks ${effect.scope}`);
@@ -267,12 +383,12 @@ test(
 
             const strong = await mintToken(m, [...lacking, effect.scope], `has ${effect.scope}`);
             const allowed = await call(m.url, r.method, made.path, { token: strong, body: made.body });
-            assert.ok([200, 202, 204].includes(allowed.status), `${allowed.status} ${JSON.stringify(allowed.body)}`);
-            if (allowed.status === 200 && allowed.body.results)
-              assert.deepEqual(
-                allowed.body.results.map((x: { outcome: string }) => x.outcome),
-                ['deleted'],
-              );
+            assert.ok(
+              [200, 201, 202, 204].includes(allowed.status),
+              `${allowed.status} ${JSON.stringify(allowed.body)}`,
+            );
+            for (const result of allowed.body?.results ?? [])
+              assert.ok(['deleted', 'updated', 'created'].includes(result.outcome), JSON.stringify(result));
             assert.notEqual(snapshot(m, ['audit_log']), before, 'with the scope, the side effect happens');
           }
         });

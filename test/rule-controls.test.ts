@@ -763,7 +763,7 @@ test('what GET and lists answer of a rule is what its writes answer, through eve
   });
   const id = made.body.id as number;
   const at = '2026-11-26T10:00:00Z';
-  const fields = ruleFieldsOf(store.rules.find(id)!);
+  const fields = { ...ruleFieldsOf(store.rules.find(id)!), owner_id: store.rules.find(id)!.owner_id };
   const down = { target: '192.0.2.2:80', status: 'down' as const, error: 'ECONNREFUSED', checked_at: at };
   const changes: [string, () => unknown][] = [
     ['a sync result', () => store.rules.setSync(id, n.id, 'applied', null, at, 'relay')],

@@ -89,10 +89,11 @@ test('export lists nodes without secrets, tunnels and rules by name', async (t) 
     tags: ['eu'],
   });
   assert.deepEqual(doc.tunnels, [
-    { name: 'a-to-b', entry_node: 'edge-a', exit_node: 'edge-b', listen_port: 40000, transport: 'tls' },
+    { name: 'a-to-b', owner: 'admin', entry_node: 'edge-a', exit_node: 'edge-b', listen_port: 40000, transport: 'tls' },
   ]);
   assert.deepEqual(doc.rules[2], {
     name: 'via',
+    owner: 'admin',
     node: 'edge-a',
     tunnel: 'a-to-b',
     protocol: 'tcp',

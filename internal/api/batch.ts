@@ -25,7 +25,7 @@ import { committedElsewhere } from '../service/write.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import type { App } from './app.ts';
-import { writeJobOf } from './common.ts';
+import { requireToGive, writeJobOf } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { ruleInput } from './rule-schema.ts';
@@ -57,6 +57,7 @@ const ruleSelectionInput = object(
   selection(
     object(
       {
+        owner_id: optional(integer(ID_RANGE)),
         node_id: optional(integer(ID_RANGE)),
         tunnel_id: optional(integer(ID_RANGE)),
         enabled: optional(boolean()),
@@ -84,6 +85,7 @@ const tunnelSelectionInput = object(
   selection(
     object(
       {
+        owner_id: optional(integer(ID_RANGE)),
         node_id: optional(integer(ID_RANGE)),
         status: optional(oneOf(tunnelStatuses)),
         q: optional(string({ max: 64 })),
@@ -128,6 +130,7 @@ const matching: Record<Resource, (app: App, filter: Filter, limit: number) => nu
   tunnels: (app, filter, limit) =>
     app.store.tunnels.idsMatching({
       limit,
+      owner_id: (filter.owner_id as number) ?? null,
       node_id: (filter.node_id as number) ?? null,
       status: (filter.status as string) ?? null,
       q: (filter.q as string) ?? null,
@@ -210,6 +213,10 @@ const batchCreateInput = object(
 function batchCreateRules(ctx: Ctx<Infer<typeof batchCreateInput>, QueryOf<typeof dryRunQuery>>): Promise<Reply> {
   const tooMany = portBudgetProblem(ctx.body.rules);
   if (tooMany) throw validationFailed([{ pointer: '#/rules', detail: `the rules ${tooMany}` }]);
+  requireToGive(
+    ctx.caller,
+    ctx.body.rules.map((rule) => rule.owner_id),
+  );
   return inBatcher(ctx, { operation: 'createRules', rules: ctx.body.rules.map(ruleFieldsOf) });
 }
 
@@ -222,6 +229,7 @@ const batchUpdateInput = object(
     changes: object(
       {
         enabled: optional(boolean({ description: 'Enable or disable.' })),
+        owner_id: optional(integer({ ...ID_RANGE, description: 'Give to this user (needs users:write besides).' })),
         node_id: optional(integer({ ...ID_RANGE, description: 'Move to this node (same port).' })),
         tunnel_id: optional(
           nullable(integer({ ...ID_RANGE, description: 'Relay through this tunnel, or null for direct.' })),
@@ -251,6 +259,7 @@ function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeo
         detail: `must name at least one of ${Object.keys(batchUpdateInput.properties.changes.properties).join(', ')}`,
       },
     ]);
+  requireToGive(ctx.caller, [ctx.body.changes.owner_id ?? null], true);
   return inBatcher(ctx, { operation: 'updateRules', ids: selected(ctx.app, 'rules', ctx.body), changes });
 }
 

@@ -1,11 +1,12 @@
 // Schemas and helpers shared by several resources.
 
-import { scopes } from '../auth/scopes.ts';
+import { grants, scopes } from '../auth/scopes.ts';
 import { decodeCursor, decodeSortedCursor, pageOf, sortOf } from '../http/cursor.ts';
 import { listQuery, textParam } from '../schema/query.ts';
 import type { SortedPage } from '../store/filters.ts';
 import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
-import type { WriteJob } from '../service/write.ts';
+import { missingScope, type WriteJob } from '../service/write.ts';
+import type { Principal } from './app.ts';
 import type { Ctx } from './route.ts';
 
 export const DEFAULT_LIMIT = 50;
@@ -26,6 +27,30 @@ export const tagList = array(
   }),
   { max: 32, unique: true },
 );
+
+/** A rule's or tunnel's owner_id as it is written. */
+export const OWNER_DESCRIPTION =
+  'The user it belongs to. Left out or null: the caller, for what they create; its owner as it is, for a change. ' +
+  'Giving it to another user (on create, anyone but the caller; on a change, anyone but its owner) needs ' +
+  'users:write besides, and is audited with the change.';
+
+/** What giving a rule or tunnel to another user needs besides the route's scope. */
+export const GIVE_TO_ANOTHER = [
+  { scope: 'users:write', when: 'owner_id gives it to another user (than the caller, or than its owner)' },
+] as const;
+
+/** What handing rules over in a batch update needs besides rules:write (checked before any item). */
+export const HAND_OVER = [{ scope: 'users:write', when: 'changes name an owner_id' }] as const;
+
+/**
+ * Refuses (403, audited as denied) a batch that would give rules to other users than the caller, or hand rules over
+ * (`owners` from a batch update's changes: any), unless the caller holds users:write: the whole batch, before it runs.
+ */
+export function requireToGive(caller: Principal, owners: readonly (number | null)[], anyOwner = false): void {
+  const given = owners.find((owner) => owner !== null && (anyOwner || owner !== caller.userId));
+  if (given !== undefined && !grants(caller.scopes, 'users:write'))
+    throw missingScope('users:write', `owner_id gives rules to user ${given}`);
+}
 
 export const timestamp = { type: 'string', format: 'date-time' } as const;
 export const nullableTimestamp = { type: ['string', 'null'], format: 'date-time' } as const;

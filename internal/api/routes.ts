@@ -26,9 +26,10 @@ import { ruleOperations as rules } from './rules.ts';
 import { GUARDED_SETTINGS, settingsOperations as settings } from './settings.ts';
 import { tokenOperations as tokens } from './tokens.ts';
 import { transferOperations as transfer } from './transfer.ts';
-import { CASCADE_FROM_TUNNEL, MOVE_TUNNEL_EXIT, tunnelOperations as tunnels } from './tunnels.ts';
+import { CASCADE_FROM_TUNNEL, CHANGE_TUNNEL, tunnelOperations as tunnels } from './tunnels.ts';
 import { userOperations as users } from './users.ts';
 import { describe, secretFields } from '../schema/schema.ts';
+import { GIVE_TO_ANOTHER, HAND_OVER } from './common.ts';
 
 const openapi = operation({
   operationId: 'getOpenApi',
@@ -82,22 +83,22 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/nodes/{id}/reinstall',    'nodes:write',     install.reinstallNode, INSTALL_ELSEWHERE),
   route('POST',   '/api/nodes/{id}/probe',        'nodes:write',     probe.probeNode),
   route('GET',    '/api/rules',                   'rules:read',      rules.listRules),
-  route('POST',   '/api/rules',                   'rules:write',     rules.createRule),
+  route('POST',   '/api/rules',                   'rules:write',     rules.createRule, GIVE_TO_ANOTHER),
   route('GET',    '/api/rules/{id}',              'rules:read',      rules.getRule),
-  route('PUT',    '/api/rules/{id}',              'rules:write',     rules.replaceRule),
+  route('PUT',    '/api/rules/{id}',              'rules:write',     rules.replaceRule, GIVE_TO_ANOTHER),
   route('DELETE', '/api/rules/{id}',              'rules:write',     rules.deleteRule),
   route('POST',   '/api/rules/{id}/sync',         'rules:write',     rules.syncRule),
   route('POST',   '/api/rules/{id}/check',        'rules:write',     probe.checkRule),
   route('GET',    '/api/tunnels',                 'tunnels:read',    tunnels.listTunnels),
-  route('POST',   '/api/tunnels',                 'tunnels:write',   tunnels.createTunnel),
+  route('POST',   '/api/tunnels',                 'tunnels:write',   tunnels.createTunnel, GIVE_TO_ANOTHER),
   route('GET',    '/api/tunnels/{id}',            'tunnels:read',    tunnels.getTunnel),
-  route('PUT',    '/api/tunnels/{id}',            'tunnels:write',   tunnels.replaceTunnel, MOVE_TUNNEL_EXIT),
+  route('PUT',    '/api/tunnels/{id}',            'tunnels:write',   tunnels.replaceTunnel, CHANGE_TUNNEL),
   route('DELETE', '/api/tunnels/{id}',            'tunnels:write',   tunnels.deleteTunnel, CASCADE_FROM_TUNNEL),
   route('POST',   '/api/nodes/batch-delete',      'nodes:write',     batch.deleteNodes, CASCADE_FROM_NODE),
   route('POST',   '/api/rules/batch-delete',      'rules:write',     batch.deleteRules),
   route('POST',   '/api/tunnels/batch-delete',    'tunnels:write',   batch.deleteTunnels, CASCADE_FROM_TUNNEL),
-  route('POST',   '/api/rules/batch-create',      'rules:write',     batch.createRules),
-  route('POST',   '/api/rules/batch-update',      'rules:write',     batch.updateRules),
+  route('POST',   '/api/rules/batch-create',      'rules:write',     batch.createRules, GIVE_TO_ANOTHER),
+  route('POST',   '/api/rules/batch-update',      'rules:write',     batch.updateRules, HAND_OVER),
   route('POST',   '/api/rules/batch-sync',        'rules:write',     batch.syncRules),
   route('GET',    '/api/channels',                'alerts:read',     channels.listChannels),
   route('POST',   '/api/channels',                'alerts:write',    channels.createChannel),

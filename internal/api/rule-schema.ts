@@ -29,12 +29,13 @@ import {
 } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
-import { nullableTimestamp, record, tagList, timestamp } from './common.ts';
+import { nullableTimestamp, OWNER_DESCRIPTION, record, tagList, timestamp } from './common.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 export const ruleInput = object(
   {
     name: string({ min: 1, max: 100 }),
+    owner_id: optional(nullable(integer({ ...ID_RANGE, description: OWNER_DESCRIPTION })), null),
     node_id: integer({ ...ID_RANGE, description: 'The node that listens.' }),
     protocol: oneOf(protocols, { description: 'tcp+udp listens on the port for both.' }),
     listen_port: integer({
@@ -225,6 +226,7 @@ export type RuleInput = Infer<typeof ruleInput>;
 export const ruleSchema = record('Rule', {
   id: { type: 'integer' },
   name: { type: 'string' },
+  owner_id: { type: 'integer' },
   node_id: { type: 'integer' },
   tunnel_id: { type: ['integer', 'null'] },
   protocol: { type: 'string', enum: [...protocols] },

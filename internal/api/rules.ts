@@ -17,6 +17,7 @@ import { ruleInput, ruleSchema } from './rule-schema.ts';
 
 /** What lists of rules select by; a batch's `filter` takes the same. */
 export const ruleFilterQuery = {
+  owner_id: intParam({ ...ID_RANGE, description: 'Only rules this user owns.' }),
   node_id: intParam(ID_RANGE),
   tunnel_id: intParam(ID_RANGE),
   enabled: boolParam(),
@@ -31,6 +32,7 @@ export const ruleFilterQuery = {
 /** The store's filter of a list query's (or a batch filter's) values. */
 export function ruleFilterOf(query: QueryOf<typeof ruleFilterQuery>): Omit<RuleFilter, 'afterId' | 'limit'> {
   return {
+    owner_id: query.owner_id ?? null,
     node_id: query.node_id ?? null,
     tunnel_id: query.tunnel_id ?? null,
     enabled: query.enabled ?? null,

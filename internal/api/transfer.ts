@@ -41,9 +41,20 @@ const exportedNode = object(
   },
   { ignore: ['id'] },
 );
+const owner = optional(
+  nullable(
+    string({
+      min: 1,
+      max: 64,
+      description: "The owner's username. Left out or null: the importer; another user needs users:write.",
+    }),
+  ),
+  null,
+);
 const exportedTunnel = object(
   {
     name: tunnelName,
+    owner,
     entry_node: string({ min: 1, max: 64, description: 'Name of the entry node.' }),
     exit_node: string({ min: 1, max: 64, description: 'Name of the exit node.' }),
     listen_port: integer({ min: 1, max: 65535 }),
@@ -51,11 +62,18 @@ const exportedTunnel = object(
   },
   { ignore: ['id'] },
 );
-// A rule as it is written, but for its node and tunnel, which are named.
-const { name: ruleName, node_id: _nodeId, tunnel_id: _tunnelId, ...ruleProperties } = ruleInput.properties;
+// A rule as it is written, but for its owner, node and tunnel, which are named.
+const {
+  name: ruleName,
+  owner_id: _ownerId,
+  node_id: _nodeId,
+  tunnel_id: _tunnelId,
+  ...ruleProperties
+} = ruleInput.properties;
 const exportedRule = object(
   {
     name: ruleName,
+    owner,
     node: string({ min: 1, max: 64, description: 'Name of the node that listens.' }),
     tunnel: optional(nullable(string({ min: 1, max: 64, description: 'Name of the tunnel, or null.' })), null),
     ...ruleProperties,

@@ -10,14 +10,24 @@ import { integer, nullable, object, oneOf, optional, string, type Infer } from '
 import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
 import { transact } from '../service/write.ts';
 import { transports, TUNNEL_SORTS, tunnelStatuses } from '../store/tunnels.ts';
-import { nullableTimestamp, pageSchema, paging, record, sortParam, timestamp } from './common.ts';
+import {
+  GIVE_TO_ANOTHER,
+  nullableTimestamp,
+  OWNER_DESCRIPTION,
+  pageSchema,
+  paging,
+  record,
+  sortParam,
+  timestamp,
+} from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 /** What changing a tunnel needs besides tunnels:write. */
-export const MOVE_TUNNEL_EXIT = [
+export const CHANGE_TUNNEL = [
   { scope: 'rules:write', when: 'exit_node_id changes while rules run through it' },
+  ...GIVE_TO_ANOTHER,
 ] as const;
 
 /** What ?cascade=true on a tunnel deletes, and the scope it needs besides tunnels:write. */
@@ -33,6 +43,7 @@ export const tunnelInput = object(
       pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
       patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -',
     }),
+    owner_id: optional(nullable(integer({ ...ID_RANGE, description: OWNER_DESCRIPTION })), null),
     entry_node_id: integer({ ...ID_RANGE, description: 'The node where traffic enters the tunnel.' }),
     exit_node_id: integer({
       ...ID_RANGE,
@@ -76,6 +87,7 @@ const endSchema = (which: string) => ({
 export const tunnelSchema = record('Tunnel', {
   id: { type: 'integer' },
   name: { type: 'string' },
+  owner_id: { type: 'integer' },
   entry_node_id: { type: 'integer' },
   exit_node_id: { type: 'integer' },
   listen_port: { type: 'integer' },
@@ -101,6 +113,7 @@ export const tunnelSchema = record('Tunnel', {
 
 const listTunnelsQuery = {
   ...listQuery,
+  owner_id: intParam({ ...ID_RANGE, description: 'Only tunnels this user owns.' }),
   node_id: intParam({ ...ID_RANGE, description: 'Tunnels entering or leaving at this node.' }),
   status: textParam({ max: 16, values: tunnelStatuses }),
   q: textParam({ max: 64, description: 'Substring of the name.' }),
@@ -126,6 +139,7 @@ export const tunnelOperations = operations({
         limit,
         count,
         sorted,
+        owner_id: ctx.query.owner_id ?? null,
         node_id: ctx.query.node_id ?? null,
         status: ctx.query.status ?? null,
         q: ctx.query.q ?? null,

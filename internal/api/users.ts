@@ -127,7 +127,10 @@ export const userOperations = operations({
   deleteUser: operation({
     action: 'user.delete',
     summary: 'Delete a user, its sessions and its API tokens',
-    responses: { 204: { description: 'Deleted' }, 409: { description: 'The last enabled holder of *' } },
+    responses: {
+      204: { description: 'Deleted' },
+      409: { description: 'The last enabled holder of *, or a user who owns rules or tunnels' },
+    },
     handler: deleteUserById,
   }),
 });

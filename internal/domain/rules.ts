@@ -84,6 +84,8 @@ export type Path = (typeof paths)[number];
 /** What a rule's writer chooses. */
 export interface RuleFields {
   name: string;
+  /** The user it belongs to; null in what a writer gives: the writer (a new rule), or its owner as it is (a change). */
+  owner_id: number | null;
   node_id: number;
   tunnel_id: number | null;
   protocol: Protocol;
@@ -145,9 +147,13 @@ export const controlDefaults: {
 /** The controls of a rule (what limits it, beyond where it listens and sends). */
 export type Control = keyof typeof controlDefaults;
 
+/** A rule's fields as the store writes them: its owner known. */
+export type OwnedRuleFields = RuleFields & { owner_id: number };
+
 /** The fields a rule's writer sets, each once: what create, replace, import and batch update copy. */
 export const ruleFieldNames = [
   'name',
+  'owner_id',
   'node_id',
   'tunnel_id',
   'protocol',
@@ -169,6 +175,7 @@ export function ruleFieldsOf(from: RuleFields): RuleFields {
 /** A rule as it stands: its fields, what its node last reported, and the bytes it carried. */
 export interface Rule extends RuleFields {
   id: number;
+  owner_id: number;
   state: RuleState;
   /** What the quota's period has used; null without a quota. */
   quota_usage: QuotaUsage | null;

@@ -115,24 +115,26 @@ export function insertRules(
     if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
     checkTargets(fields, hosts.get(fields.node_id), policy);
   }
-  const rules = app.store.rules.insertAll(list, app.timestamp(), holders);
+  const owned = list.map((fields) => ({ ...fields, owner_id: change.ownerFor(fields.owner_id, null) }));
+  const rules = app.store.rules.insertAll(owned, app.timestamp(), holders);
   for (const rule of rules) touchRule(app, change, rule);
   change.auditAll(
     rules.map((rule, i) => ({
       action: 'rule.create',
       resource: 'rule',
       resource_id: rule.id,
-      changes: { after: list[i] },
+      changes: { after: owned[i] },
     })),
   );
   return rules;
 }
 
 /** Inside a transaction. Throws `not_found`, `precondition_failed`, `validation_failed`, `conflict`. */
-export function updateRule(app: WriteDeps, change: Change, id: number, fields: RuleFields, ifMatch?: string): Rule {
+export function updateRule(app: WriteDeps, change: Change, id: number, given: RuleFields, ifMatch?: string): Rule {
   const current = app.store.rules.find(id);
   if (!current) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
+  const fields = { ...given, owner_id: change.ownerFor(given.owner_id, current.owner_id) };
   checkCombination(fields);
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());

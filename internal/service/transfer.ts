@@ -39,8 +39,19 @@ export interface ExportDocument {
   version: number;
   exported_at?: string;
   nodes: NodeFields[];
-  tunnels: { name: string; entry_node: string; exit_node: string; listen_port: number; transport: TunnelTransport }[];
-  rules: (Omit<RuleFields, 'node_id' | 'tunnel_id'> & { node: string; tunnel: string | null })[];
+  tunnels: {
+    name: string;
+    owner: string | null;
+    entry_node: string;
+    exit_node: string;
+    listen_port: number;
+    transport: TunnelTransport;
+  }[];
+  rules: (Omit<RuleFields, 'owner_id' | 'node_id' | 'tunnel_id'> & {
+    owner: string | null;
+    node: string;
+    tunnel: string | null;
+  })[];
   channels?: ExportedChannel[];
   alert_rules?: ExportedAlertRule[];
 }
@@ -56,9 +67,10 @@ export function exportJson(store: Store, exportedAt: string): Buffer {
 
 function exportOf(store: Store, exportedAt: string): ExportDocument {
   const nodes = store.nodes.list({ afterId: 0, limit: ALL, status: null, tag: null, q: null });
-  const tunnels = store.tunnels.list({ afterId: 0, limit: ALL, node_id: null, status: null, q: null });
+  const tunnels = store.tunnels.list({ afterId: 0, limit: ALL, owner_id: null, node_id: null, status: null, q: null });
   const rules = store.rules.list({ afterId: 0, limit: ALL, ...EVERY_RULE });
   const nodeNames = new Map(nodes.map((n) => [n.id, n.name]));
+  const usernames = store.users.usernames();
   const tunnelNames = new Map(tunnels.map((t) => [t.id, t.name]));
   const alerting = exportAlerting(store, { node: (id) => nodeNames.get(id), tunnel: (id) => tunnelNames.get(id) });
   return {
@@ -68,15 +80,17 @@ function exportOf(store: Store, exportedAt: string): ExportDocument {
     nodes: nodes.map(({ name, host, ssh_port, ssh_user, tags }) => ({ name, host, ssh_port, ssh_user, tags })),
     tunnels: tunnels.map((t) => ({
       name: t.name,
+      owner: usernames.get(t.owner_id) ?? null,
       entry_node: nodeNames.get(t.entry_node_id)!,
       exit_node: nodeNames.get(t.exit_node_id)!,
       listen_port: t.listen_port,
       transport: t.transport,
     })),
     rules: rules.map((rule) => {
-      const { name, node_id, tunnel_id, ...rest } = ruleFieldsOf(rule);
+      const { name, owner_id, node_id, tunnel_id, ...rest } = ruleFieldsOf(rule);
       return {
         name,
+        owner: usernames.get(owner_id!) ?? null,
         node: nodeNames.get(node_id)!,
         tunnel: tunnel_id === null ? null : tunnelNames.get(tunnel_id)!,
         ...rest,
@@ -103,8 +117,11 @@ function nocase(name: string): string {
   return name.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
 }
 
+/** Whether `existing` is the rule `fields` describe (whoever owns it, where `fields` name no owner). */
 function sameRule(existing: Rule, fields: RuleFields): boolean {
-  return ruleFieldNames.every((k) => JSON.stringify(existing[k]) === JSON.stringify(fields[k]));
+  return ruleFieldNames.every(
+    (k) => (k === 'owner_id' && fields.owner_id === null) || JSON.stringify(existing[k]) === JSON.stringify(fields[k]),
+  );
 }
 
 async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, inSteps: InSteps) {
@@ -125,6 +142,11 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
   };
   const nodeId = known(nodeIds, (name) => app.store.nodes.findByName(name));
   const tunnelId = known(tunnelIds, (name) => app.store.tunnels.findByName(name));
+  const ownerIds = new Map<string, number>();
+  const ownerId = known(ownerIds, (name) => {
+    const id = app.store.users.idOf(name);
+    return id === undefined ? undefined : { id };
+  });
 
   const attempt = <T>(pointer: string, fn: () => T, together = false): T | null => {
     try {
@@ -162,12 +184,16 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
     }
     const entry = nodeId(input.entry_node);
     const exit = nodeId(input.exit_node);
+    const owner = input.owner === null ? null : ownerId(input.owner);
     if (entry === undefined) missing(`#/tunnels/${index}/entry_node`, 'node', input.entry_node);
     if (exit === undefined) missing(`#/tunnels/${index}/exit_node`, 'node', input.exit_node);
-    if (entry === undefined || exit === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
+    if (owner === undefined) missing(`#/tunnels/${index}/owner`, 'user', input.owner!);
+    if (entry === undefined || exit === undefined || owner === undefined)
+      return { index, name: input.name, id: null, outcome: 'invalid' };
     const made = attempt(`#/tunnels/${index}`, () =>
       insertTunnel(app, change, {
         name: input.name,
+        owner_id: owner,
         entry_node_id: entry,
         exit_node_id: exit,
         listen_port: input.listen_port,
@@ -182,10 +208,13 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
   const importRule = (input: ExportDocument['rules'][number], index: number): ImportResult => {
     const node = nodeId(input.node);
     const tunnel = input.tunnel === null ? null : tunnelId(input.tunnel);
+    const owner = input.owner === null ? null : ownerId(input.owner);
     if (node === undefined) missing(`#/rules/${index}/node`, 'node', input.node);
     if (tunnel === undefined) missing(`#/rules/${index}/tunnel`, 'tunnel', input.tunnel!);
-    if (node === undefined || tunnel === undefined) return { index, name: input.name, id: null, outcome: 'invalid' };
-    const fields = ruleFieldsOf({ ...input, node_id: node, tunnel_id: tunnel });
+    if (owner === undefined) missing(`#/rules/${index}/owner`, 'user', input.owner!);
+    if (node === undefined || tunnel === undefined || owner === undefined)
+      return { index, name: input.name, id: null, outcome: 'invalid' };
+    const fields = ruleFieldsOf({ ...input, owner_id: owner, node_id: node, tunnel_id: tunnel });
     const holder = app.store.rules.portHolder(fields);
     const existing = holder?.rule_id != null ? app.store.rules.find(holder.rule_id) : undefined;
     if (existing && sameRule(existing, fields)) return { index, name: input.name, id: existing.id, outcome: 'exists' };

@@ -13,6 +13,8 @@ import { diff, type Change, type WriteDeps } from './write.ts';
 /** A tunnel as written: `listen_port` null lets the master pick a free one on the exit node. */
 export interface TunnelInput {
   name: string;
+  /** null: the caller's (a new tunnel), or its owner as it is (a change). */
+  owner_id: number | null;
   entry_node_id: number;
   exit_node_id: number;
   transport: TunnelTransport;
@@ -53,6 +55,7 @@ export function insertTunnel(app: WriteDeps, change: Change, body: TunnelInput):
   if (errors.length > 0) throw validationFailed(errors);
   const fields: TunnelFields = {
     name: body.name,
+    owner_id: change.ownerFor(body.owner_id, null),
     entry_node_id: body.entry_node_id,
     exit_node_id: body.exit_node_id,
     transport: body.transport,
@@ -98,6 +101,7 @@ export function updateTunnel(app: WriteDeps, change: Change, id: number, body: T
   }
   const fields: TunnelFields = {
     name: body.name,
+    owner_id: change.ownerFor(body.owner_id, current.owner_id),
     entry_node_id: body.entry_node_id,
     exit_node_id: body.exit_node_id,
     transport: body.transport,

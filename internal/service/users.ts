@@ -82,8 +82,11 @@ export async function updateUser(
   });
 }
 
-/** Deletes user `id` with its sessions and tokens. Throws `not_found`, `precondition_failed`, `insufficient_scope`,
- * `conflict` (the last holder of *). */
+/**
+ * Deletes user `id` with its sessions and tokens. Throws `not_found`, `precondition_failed`, `insufficient_scope`,
+ * `conflict` (the last holder of *, or a user who owns rules or tunnels: what they own is not to go with them
+ * unnoticed, nor to fall to someone no one chose).
+ */
 export async function removeUser(app: Committer, requester: Requester, id: number, ifMatch?: string): Promise<void> {
   await transact(app, requester, (change) => {
     const current = app.store.users.find(id);
@@ -91,6 +94,15 @@ export async function removeUser(app: Committer, requester: Requester, id: numbe
     checkIfMatch(ifMatch, current.version);
     requireHolds(requester.caller, current.scopes, `cannot delete ${current.username}`);
     keepASuperuser(app, current, false);
+    const owned = app.store.users.owned(id);
+    if (owned.rules > 0 || owned.tunnels > 0)
+      throw new DomainError(
+        'conflict',
+        `${current.username} owns ${owned.rules} rule(s) and ${owned.tunnels} tunnel(s): give them to another user ` +
+          `first (POST /api/rules/batch-update with filter {"owner_id": ${id}} and changes {"owner_id": ...}, and ` +
+          `each tunnel's owner_id), or delete them`,
+        { data: owned },
+      );
     app.store.users.delete(id);
     change.audit({ resource: 'user', resource_id: id, changes: { before: current } });
   });

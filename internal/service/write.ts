@@ -5,7 +5,7 @@
 
 import { grants, type Scope } from '../auth/scopes.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
-import { DomainError } from '../errors/errors.ts';
+import { DomainError, validationFailed } from '../errors/errors.ts';
 import type { LicenseView } from '../license/license.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { FieldError } from '../schema/schema.ts';
@@ -173,6 +173,20 @@ export class Change {
     if (!grants(this.requester.caller.scopes, scope)) throw missingScope(scope, because);
   }
 
+  /**
+   * Who owns what is written with `ownerId` (a rule's or tunnel's owner_id as given; `current`, its owner now, for a
+   * change): null keeps the owner, or makes the caller the owner of what is new. Giving it to another user needs
+   * users:write. Throws `validation_failed` for a user that does not exist (at `pointer`), `insufficient_scope`.
+   */
+  ownerFor(ownerId: number | null, current: number | null, pointer = '#/owner_id'): number {
+    const owner = ownerId ?? current ?? this.requester.caller.userId;
+    if (owner === (current ?? this.requester.caller.userId)) return owner;
+    this.requireScope('users:write', `owner_id gives it to user ${owner}`);
+    if (!this.app.store.users.find(owner))
+      throw validationFailed([{ pointer, detail: `user ${owner} does not exist` }]);
+    return owner;
+  }
+
   /** Runs one item's `fn` so that a throw undoes only what `fn` did (see `Database.savepoint`). */
   attempt<T>(fn: () => T): T {
     return this.itemsTogether ? this.withoutSavepoint(fn, true) : this.inSavepoint(fn);
@@ -226,7 +240,7 @@ export class Change {
 export interface Requester {
   actor: Actor;
   /** Whose scopes side change are checked against; the master acting on its own has none to read. */
-  readonly caller: { readonly scopes: readonly Scope[] };
+  readonly caller: { readonly scopes: readonly Scope[]; readonly userId: number };
   /** The audit action entries record unless they name another. */
   action?: string;
   idempotency?: IdempotencySlot;

@@ -591,4 +591,12 @@ export const migrations: readonly string[] = [
     promoted_at TEXT NOT NULL
   ) STRICT;
   `,
+  /* 29: who owns each rule and tunnel: what they had so far goes to the first administrator (or the first user) */ `
+  ALTER TABLE rules ADD COLUMN owner_id INTEGER REFERENCES users(id);
+  ALTER TABLE tunnels ADD COLUMN owner_id INTEGER REFERENCES users(id);
+  UPDATE rules SET owner_id = (SELECT id FROM users ORDER BY scopes NOT LIKE '%"*"%', id LIMIT 1);
+  UPDATE tunnels SET owner_id = (SELECT id FROM users ORDER BY scopes NOT LIKE '%"*"%', id LIMIT 1);
+  CREATE INDEX rules_owner ON rules(owner_id);
+  CREATE INDEX tunnels_owner ON tunnels(owner_id);
+  `,
 ];

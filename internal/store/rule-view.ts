@@ -21,8 +21,10 @@ export interface RuleRow
       | 'quota'
       | 'health_check'
       | 'preserve_source'
+      | 'owner_id'
     >,
     QuotaColumns {
+  owner_id: number;
   weights: string | null;
   preserve_source: number;
   health_check: string | null;
@@ -88,6 +90,7 @@ export function toRule(row: RuleRow): Rule {
   return {
     id: row.id,
     name: row.name,
+    owner_id: row.owner_id,
     node_id: row.node_id,
     tunnel_id: row.tunnel_id,
     protocol: row.protocol,
@@ -135,7 +138,7 @@ function ruleStateSql(row: string): string {
 export function ruleJsonSql(row: string): string {
   const r = (column: string) => `${row}.${column}`;
   const count = (column: string) => safeCount(r(column));
-  return `json_object('id', ${r('id')}, 'name', ${r('name')}, 'node_id', ${r('node_id')},
+  return `json_object('id', ${r('id')}, 'name', ${r('name')}, 'owner_id', ${r('owner_id')}, 'node_id', ${r('node_id')},
     'tunnel_id', ${r('tunnel_id')}, 'protocol', ${r('protocol')}, 'listen_port', ${r('listen_port')},
     'listen_port_end', ${r('listen_port_end')}, 'targets', json(${r('targets')}), 'strategy', ${r('strategy')},
     'weights', json(${r('weights')}),
@@ -167,8 +170,8 @@ export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_
   ${safeCount('quota_used')} AS quota_used, quota_period_start, quota_resets_at, quota_spent`;
 
 /** What `toRule` reads of a rule's row. */
-export const COLUMNS = `id, name, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
-  weights, forwarding,
+export const COLUMNS = `id, name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets,
+  strategy, weights, forwarding,
   enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
   ${QUOTA_COLUMNS}, health_check, preserve_source, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
   sync_applied_at, sync_path, relay_reason,

@@ -28,6 +28,7 @@ import {
   type TargetHealth,
   type Path,
   type Rule,
+  type OwnedRuleFields,
   type RuleFields,
   type SyncState,
 } from '../domain/rules.ts';
@@ -85,6 +86,7 @@ function nullableTime(ms: number | null): string | null {
 export interface RuleFilter {
   afterId: number;
   limit: number;
+  owner_id: number | null;
   node_id: number | null;
   tunnel_id: number | null;
   enabled: boolean | null;
@@ -113,6 +115,7 @@ export const RULE_SORTS = {
 
 /** A filter that selects every rule. */
 export const EVERY_RULE = {
+  owner_id: null,
   node_id: null,
   tunnel_id: null,
   enabled: null,
@@ -141,6 +144,7 @@ function parseResult(text: string | null): EndResult | null {
 
 /** Each list filter's condition on `rules` (see FilteredQuery). */
 const RULE_FILTERS = {
+  owner_id: 'rules.owner_id = :owner_id',
   node_id: 'rules.node_id = :node_id',
   tunnel_id: 'rules.tunnel_id = :tunnel_id',
   enabled: 'rules.enabled = :enabled',
@@ -198,9 +202,10 @@ function withoutControls(f: RuleFields): boolean {
 }
 
 /** What an insert binds of where a rule listens and sends, in the order both inserts name the columns. */
-function placeValues(f: RuleFields): SQLInputValue[] {
+function placeValues(f: OwnedRuleFields): SQLInputValue[] {
   return [
     f.name,
+    f.owner_id,
     f.node_id,
     f.tunnel_id,
     f.protocol,
@@ -233,7 +238,7 @@ function controlValues(f: RuleFields, at: string): SQLInputValue[] {
 }
 
 /** A rule just inserted (`fields` are its writable fields alone): what the table's defaults make of a new row. */
-function created(id: number, fields: RuleFields, at: string): Rule {
+function created(id: number, fields: OwnedRuleFields, at: string): Rule {
   return {
     id,
     ...fields,
@@ -303,8 +308,8 @@ export class RuleStore {
     );
     // A name search alone walks the trigram index in id order and stops at the page's end (scanning a million names
     // took 80 ms; this, under a millisecond). The filters still apply, instr() included, so what matches is what the
-    // scan would match (the index folds case beyond ASCII, and says only which names hold every trigram). With a node
-    // or tunnel the scan of their rules through its index is the shorter way.
+    // scan would match (the index folds case beyond ASCII, and says only which names hold every trigram). With an
+    // owner, a node or a tunnel the scan of their rules through its index is the shorter way.
     this.searchQuery = new FilteredQuery(
       db,
       `SELECT v.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.id = n.rowid
@@ -327,22 +332,22 @@ export class RuleStore {
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy, weights,
-        forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at,
+      `INSERT INTO rules (name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
+        weights, forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at,
         proxy_protocol, expired, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
         quota_used, quota_period_start, quota_resets_at, quota_spent, health_check, health, preserve_source,
         created_at, updated_at) VALUES`,
-      33,
+      34,
     );
     this.insertPlainRows = db.insertRows(
-      `INSERT INTO rules (name, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy, weights,
-        forwarding, enabled, created_at, updated_at) VALUES`,
-      13,
+      `INSERT INTO rules (name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
+        weights, forwarding, enabled, created_at, updated_at) VALUES`,
+      14,
     );
     this.updateStmt =
-      db.prepare(`UPDATE rules SET name = :name, node_id = :node_id, tunnel_id = :tunnel_id, protocol = :protocol,
-        listen_port = :listen_port, listen_port_end = :listen_port_end, targets = :targets, strategy = :strategy,
-        weights = :weights,
+      db.prepare(`UPDATE rules SET name = :name, owner_id = :owner_id, node_id = :node_id, tunnel_id = :tunnel_id,
+        protocol = :protocol, listen_port = :listen_port, listen_port_end = :listen_port_end, targets = :targets,
+        strategy = :strategy, weights = :weights,
         forwarding = :forwarding,
         enabled = :enabled, tags = :tags, allow_sources = :allow_sources, deny_sources = :deny_sources,
         max_connections = :max_connections, bandwidth_limit = :bandwidth_limit, expires_at = :expires_at,
@@ -421,6 +426,7 @@ export class RuleStore {
   /** The values of the filters' conditions. */
   private conditions(filter: RuleFilter) {
     return {
+      owner_id: filter.owner_id,
       node_id: filter.node_id,
       tunnel_id: filter.tunnel_id,
       enabled: filter.enabled === null ? null : Number(filter.enabled),
@@ -441,7 +447,8 @@ export class RuleStore {
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
     if (filter.sorted) return this.sortedPage(filter, filter.sorted);
-    const trigrams = filter.node_id === null && filter.tunnel_id === null ? trigramPattern(filter.q) : null;
+    const narrowed = filter.owner_id !== null || filter.node_id !== null || filter.tunnel_id !== null;
+    const trigrams = narrowed ? null : trigramPattern(filter.q);
     const params = this.filterParams(filter);
     const rows = (trigrams ? this.searchQuery.all({ ...params, trigrams }) : this.pageQuery.all(params)) as {
       id: number;
@@ -501,7 +508,7 @@ export class RuleStore {
   }
 
   /** Throws `conflict` naming the holder when the port is taken. */
-  insert(fields: RuleFields, at: string): Rule {
+  insert(fields: OwnedRuleFields, at: string): Rule {
     return this.insertAll([fields], at)[0]!;
   }
 
@@ -511,9 +518,9 @@ export class RuleStore {
    * `holders`, what `portHolder` found for each rule in this transaction since the last
    * insert, a rule's port is not looked up again unless an earlier one of `list` claims it.
    */
-  insertAll(list: readonly RuleFields[], at: string, holders?: readonly (Claim | undefined)[]): Rule[] {
+  insertAll(list: readonly OwnedRuleFields[], at: string, holders?: readonly (Claim | undefined)[]): Rule[] {
     const made: Rule[] = [];
-    const pending: RuleFields[] = [];
+    const pending: OwnedRuleFields[] = [];
     const pendingPorts = new Set<string>();
     const flush = () => {
       // Rules with every control at its default (what an import mostly holds) leave those columns to the table's
@@ -553,7 +560,7 @@ export class RuleStore {
    * Writes rule `id` as `fields`; with `quotaSpent` it is stopped by its quota (disabled, state quota_exceeded), as
    * the service decides. Throws `conflict` naming the holder when the port is taken.
    */
-  update(id: number, fields: RuleFields, at: string, quotaSpent = false): Rule {
+  update(id: number, fields: OwnedRuleFields, at: string, quotaSpent = false): Rule {
     const holder = this.portHolder(fields, id);
     if (holder) throw portTaken(holder);
     const current = this.quotaStmt.get(id) as unknown as QuotaColumns &
@@ -669,7 +676,7 @@ export class RuleStore {
     };
   }
 
-  private params(fields: RuleFields, at: string) {
+  private params(fields: OwnedRuleFields, at: string) {
     const { quota: _quota, health_check: _check, ...columns } = ruleFieldsOf(fields);
     return {
       ...columns,

@@ -18,6 +18,8 @@ export type TunnelTransport = (typeof transports)[number];
 
 export interface TunnelFields {
   name: string;
+  /** The user it belongs to. */
+  owner_id: number;
   entry_node_id: number;
   exit_node_id: number;
   listen_port: number;
@@ -78,6 +80,7 @@ function toTunnel(row: Row): Tunnel {
   return {
     id: row.id,
     name: row.name,
+    owner_id: row.owner_id,
     entry_node_id: row.entry_node_id,
     exit_node_id: row.exit_node_id,
     listen_port: row.listen_port,
@@ -94,19 +97,28 @@ function toTunnel(row: Row): Tunnel {
   };
 }
 
-const COLUMNS = `id, name, entry_node_id, exit_node_id, listen_port, transport, status, entry_status, entry_error,
-  entry_reported_at, exit_status, exit_error, exit_reported_at, rtt_us, version, created_at, updated_at`;
+const COLUMNS = `id, name, owner_id, entry_node_id, exit_node_id, listen_port, transport, status, entry_status,
+  entry_error, entry_reported_at, exit_status, exit_error, exit_reported_at, rtt_us, version, created_at, updated_at`;
 /** Both ends up: up; either down: down; otherwise one has not reported since the last change. */
 const COMBINED_STATUS = `CASE WHEN entry_status = 'up' AND exit_status = 'up' THEN 'up'
   WHEN entry_status = 'down' OR exit_status = 'down' THEN 'down' ELSE 'pending' END`;
 const ENDS_PENDING = `status = 'pending', entry_status = 'pending', entry_error = NULL, entry_reported_at = NULL,
   exit_status = 'pending', exit_error = NULL, exit_reported_at = NULL, rtt_us = NULL`;
 
+/** What lists of tunnels select by (a batch's filter too); null: any. */
+export interface TunnelFilter {
+  owner_id: number | null;
+  node_id: number | null;
+  status: string | null;
+  q: string | null;
+}
+
 /** Each list filter's condition on `tunnels` (see FilteredQuery). */
 /** What lists of tunnels sort by, as SQL: each key then id. */
 export const TUNNEL_SORTS = { id: 'id', name: 'name COLLATE NOCASE', status: 'status', listen_port: 'listen_port' };
 
 const TUNNEL_FILTERS = {
+  owner_id: 'owner_id = :owner_id',
   node_id: '(entry_node_id = :node_id OR exit_node_id = :node_id)',
   status: 'status = :status',
   q: 'instr(lower(name), lower(:q)) > 0',
@@ -164,14 +176,14 @@ export class TunnelStore {
       TUNNEL_FILTERS,
     );
     this.insertStmt =
-      db.prepare(`INSERT INTO tunnels (name, entry_node_id, exit_node_id, listen_port, transport, created_at,
+      db.prepare(`INSERT INTO tunnels (name, owner_id, entry_node_id, exit_node_id, listen_port, transport, created_at,
         updated_at)
-      VALUES (:name, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
+      VALUES (:name, :owner_id, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
     this.pickedStmt = db.prepare('UPDATE tunnels SET port_picked = ? WHERE id = ?');
     this.movePortStmt = db.prepare(`UPDATE tunnels SET listen_port = :port, ${ENDS_PENDING}, version = version + 1,
       updated_at = :at WHERE id = :id AND port_picked = 1 RETURNING exit_node_id`);
-    this.updateStmt =
-      db.prepare(`UPDATE tunnels SET name = :name, entry_node_id = :entry_node_id, exit_node_id = :exit_node_id,
+    this.updateStmt = db.prepare(`UPDATE tunnels SET name = :name, owner_id = :owner_id, entry_node_id = :entry_node_id,
+        exit_node_id = :exit_node_id,
         listen_port = :listen_port, transport = :transport, ${ENDS_PENDING}, version = version + 1, updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM tunnels WHERE id = ?');
@@ -253,33 +265,19 @@ export class TunnelStore {
     this.combineStmt.run({ id: null, node_id: nodeId });
   }
 
-  list(filter: {
-    afterId: number;
-    limit: number;
-    node_id: number | null;
-    status: string | null;
-    q: string | null;
-  }): Tunnel[] {
+  list(filter: TunnelFilter & { afterId: number; limit: number }): Tunnel[] {
     const { afterId, ...rest } = filter;
     return (this.listQuery.all({ ...rest, after: afterId }) as unknown as Row[]).map(toTunnel);
   }
 
   /** The ids of the tunnels `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
-  idsMatching(filter: { limit: number; node_id: number | null; status: string | null; q: string | null }): number[] {
+  idsMatching(filter: TunnelFilter & { limit: number }): number[] {
     const rows = this.pageQuery.all({ after: 0, ...filter }) as unknown as { id: number }[];
     return rows.map((row) => row.id);
   }
 
   /** The page of `filter` as JSON text: ids from SQLite, their JSON from the cache. */
-  page(filter: {
-    afterId: number;
-    limit: number;
-    node_id: number | null;
-    status: string | null;
-    q: string | null;
-    count?: boolean;
-    sorted?: SortedPage;
-  }): JsonPage {
+  page(filter: TunnelFilter & { afterId: number; limit: number; count?: boolean; sorted?: SortedPage }): JsonPage {
     const { afterId, limit, count, sorted, ...conditions } = filter;
     if (sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(sorted, limit, conditions);

@@ -62,6 +62,8 @@ const USER_FILTERS = {
 export class UserStore {
   private readonly byId;
   private readonly byName;
+  private readonly namesStmt;
+  private readonly ownedStmt;
   // The JSON of users read lately (see rendered.ts), for pages.
   private readonly rendered: Rendered;
   private readonly countQuery;
@@ -80,6 +82,9 @@ export class UserStore {
   ) {
     this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
     this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
+    this.namesStmt = db.prepare('SELECT id, username FROM users');
+    this.ownedStmt = db.prepare(`SELECT (SELECT count(*) FROM rules WHERE owner_id = ?1) AS rules,
+      (SELECT count(*) FROM tunnels WHERE owner_id = ?1) AS tunnels`);
     this.rendered = renderedRows<Row>(
       db,
       'users',
@@ -117,6 +122,22 @@ export class UserStore {
   findByIdWithHash(id: number): UserWithHash | undefined {
     const row = this.byId.get(id) as Row | undefined;
     return row && toUser(row);
+  }
+
+  /** The id of the user called `username` (as the table compares names: ASCII case folded). */
+  idOf(username: string): number | undefined {
+    return (this.byName.get(username) as Row | undefined)?.id;
+  }
+
+  /** How many rules and tunnels user `id` owns. */
+  owned(id: number): { rules: number; tunnels: number } {
+    return this.ownedStmt.get(id) as { rules: number; tunnels: number };
+  }
+
+  /** Every user's name by id: what an export names owners by. */
+  usernames(): Map<number, string> {
+    const rows = this.namesStmt.all() as { id: number; username: string }[];
+    return new Map(rows.map((row) => [row.id, row.username]));
   }
 
   findWithHash(username: string): UserWithHash | undefined {

@@ -393,7 +393,7 @@ test('a write in its turn whose commit fails rejects with CommitFailed', async (
 
 const REBUILD =
   'a migration that rebuilds the rules table keeps every rule, its port claims and the ids deleted rules had, and ' +
-  'the views the triggers keep are made again';
+  'the views the triggers keep are made again; what was made before owners belongs to the first administrator';
 
 test(REBUILD, () => {
   const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
@@ -404,6 +404,12 @@ test(REBUILD, () => {
     old.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, '2026-01-01T00:00:00Z');
   }
   const at = '2026-01-01T00:00:00Z';
+  old
+    .prepare(
+      `INSERT INTO users (id, username, password_hash, scopes, created_at, updated_at)
+       VALUES (1, 'viewer', 'x', '["rules:read"]', ?1, ?1), (2, 'admin', 'x', '["*"]', ?1, ?1)`,
+    )
+    .run(at);
   old
     .prepare(
       `INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, tags, agent_token_hash, created_at, updated_at)
@@ -427,16 +433,23 @@ test(REBUILD, () => {
 
   const db = new Database(path, { time: () => at });
   const raw = db;
-  const rows = raw.prepare('SELECT id, strategy, weights, preserve_source, max_connections FROM rules').all();
+  const rows = raw.prepare('SELECT id, strategy, weights, preserve_source, max_connections, owner_id FROM rules').all();
   assert.deepEqual(
     rows.map((row) => ({ ...row })),
-    [1, 2, 3].map((id) => ({ id, strategy: 'failover', weights: null, preserve_source: 0, max_connections: 50 })),
+    [1, 2, 3].map((id) => ({
+      id,
+      strategy: 'failover',
+      weights: null,
+      preserve_source: 0,
+      max_connections: 50,
+      owner_id: 2,
+    })),
   );
   assert.equal((raw.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'rules'").get() as { seq: number }).seq, 9);
   const view = JSON.parse((raw.prepare('SELECT json FROM rule_views WHERE id = 2').get() as { json: string }).json);
   assert.deepEqual(
-    [view.weights, view.preserve_source, view.sync.relayed_because],
-    [null, false, 'the rule asks for the relay'],
+    [view.weights, view.preserve_source, view.sync.relayed_because, view.owner_id],
+    [null, false, 'the rule asks for the relay', 2],
   );
   assert.equal((raw.prepare('SELECT count(*) AS n FROM port_claims').get() as { n: number }).n, 3);
   assert.equal((raw.prepare('PRAGMA foreign_keys').get() as { foreign_keys: number }).foreign_keys, 1);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { ruleFieldsOf, type RuleFields } from '../../internal/domain/rules.ts';
+import { ruleFieldsOf, type OwnedRuleFields, type RuleFields } from '../../internal/domain/rules.ts';
 import { derivations, installDerived } from '../../internal/store/derived.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { trigger, type Derivation } from '../../internal/store/trigger.ts';
@@ -40,10 +40,12 @@ function withRules(t: { after: (fn: () => void) => void }, time?: () => string) 
   const node = { name: 'n', host: 'n.example', ssh_port: 22, ssh_user: 'root', tags: [] };
   const ids = store.write(() => {
     const nodeId = store.nodes.insert(node, none, () => randomBytes(32), AT).id;
+    const owner = store.users.insert({ username: 'owner', password_hash: 'x', scopes: [], disabled: false }, AT).id;
     const rule = (name: string, port: number, quota: RuleFields['quota']) =>
       ruleFieldsOf({
         ...NO_CONTROLS,
         name,
+        owner_id: owner,
         node_id: nodeId,
         tunnel_id: null,
         protocol: 'tcp',
@@ -57,7 +59,8 @@ function withRules(t: { after: (fn: () => void) => void }, time?: () => string) 
         quota,
       });
     const quota = { bytes: 1000, period: 'day' as const, direction: 'both' as const, reset_day: 1, reset_hour: 0 };
-    return store.rules.insertAll([rule('plain', 1000, null), rule('metered', 1001, quota)], AT).map((r) => r.id);
+    const rules = [rule('plain', 1000, null), rule('metered', 1001, quota)] as OwnedRuleFields[];
+    return store.rules.insertAll(rules, AT).map((r) => r.id);
   });
   return { dir, store, ids, path: join(dir, 'master.db') };
 }

@@ -47,14 +47,18 @@ function setUp(t: { after: (fn: () => void) => void }) {
     store.nodes.insert(fields('entry'), none, () => randomBytes(32), AT).id,
     store.nodes.insert(fields('exit'), none, () => randomBytes(32), AT).id,
   ]) as [number, number];
+  const owner = store.write(
+    () => store.users.insert({ username: 'owner', password_hash: 'x', scopes: [], disabled: false }, AT).id,
+  );
   const rule = store.write(() => {
     const tunnel = store.tunnels.insert(
-      { name: 't', entry_node_id: entry, exit_node_id: exit, listen_port: 7000, transport: 'tls' },
+      { name: 't', owner_id: owner, entry_node_id: entry, exit_node_id: exit, listen_port: 7000, transport: 'tls' },
       AT,
     );
     return store.rules.insert(
       {
         name: 'r',
+        owner_id: owner,
         node_id: entry,
         tunnel_id: tunnel.id,
         protocol: 'tcp',
@@ -234,7 +238,8 @@ test(
         until: null,
       });
     const actor = { actor_type: 'system' as const, actor_id: null, actor_name: 'system', ip: null, request_id: null };
-    const ruleFields = { ...ruleFieldsOf(store.rules.find(rule)!), listen_port: 8000 };
+    const current = store.rules.find(rule)!;
+    const ruleFields = { ...ruleFieldsOf(current), owner_id: current.owner_id, listen_port: 8000 };
     const changes: [string, () => void][] = [
       ['an update', () => store.rules.update(rule, { ...ruleFields, name: 'renamed', listen_port: 8001 }, AT)],
       ['a sync result with its path', () => store.rules.setSync(rule, entry, 'applied', null, AT, 'relay')],
@@ -283,7 +288,7 @@ test('tunnel, token and user pages read after any change as a fresh read of the 
   };
   const userPage = (users: UserStore) => users.page({ afterId: 0, limit: 50, q: null, disabled: null });
   const tunnelPage = (tunnels: TunnelStore) =>
-    tunnels.page({ afterId: 0, limit: 50, node_id: null, status: null, q: null });
+    tunnels.page({ afterId: 0, limit: 50, owner_id: null, node_id: null, status: null, q: null });
   const tokenPage = (tokens: TokenStore) => tokens.page({ afterId: 0, limit: 50, userId: null });
   const tunnel = store.tunnels.idsOfNode(entry)[0]!;
   const owner = store.write(() =>
@@ -302,7 +307,14 @@ test('tunnel, token and user pages read after any change as a fresh read of the 
       () =>
         store.tunnels.update(
           tunnel,
-          { name: 'moved', entry_node_id: entry, exit_node_id: exit, listen_port: 7001, transport: 'tls' },
+          {
+            name: 'moved',
+            owner_id: store.tunnels.find(tunnel)!.owner_id,
+            entry_node_id: entry,
+            exit_node_id: exit,
+            listen_port: 7001,
+            transport: 'tls',
+          },
           AT,
         ),
     ],
