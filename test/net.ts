@@ -29,6 +29,25 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/**
+ * A port free now below the ephemeral range (which starts at 32768): for a server started minutes later, as a script
+ * does, which a port from the ephemeral range could meanwhile be taken from, by any process's outgoing connection or
+ * listener on port 0.
+ */
+export async function freePortBelowEphemeral(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 5_000);
+    const server = createServer();
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (!bound) continue;
+    await new Promise((resolve) => server.close(resolve));
+    return port;
+  }
+}
+
 /** A TCP echo server on loopback that honours half-close; returns its port. */
 export async function tcpEcho(t: TestContext): Promise<number> {
   // A relay that hangs up on it may reset the connection: that ends the connection, not the test.

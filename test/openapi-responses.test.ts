@@ -316,6 +316,16 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/silences/{id}', `/api/silences/${silence.body.id}`);
   const spareSilence = await hit('POST /api/silences', '/api/silences', { body: window });
   await hit('DELETE /api/silences/{id}', `/api/silences/${spareSilence.body.id}`);
+  const starter = await hit('POST /api/plans', '/api/plans', {
+    body: { name: 'starter', port_ranges: ['30000-30099'] },
+  });
+  await hit('POST /api/plans', '/api/plans', { body: { name: 'STARTER' } });
+  await hit('PUT /api/plans/{id}', `/api/plans/${starter.body.id}`, { body: { name: 'starter', max_rules: 10 } });
+  await hit('GET /api/plans', '/api/plans?count=true');
+  await hit('GET /api/plans/{id}', `/api/plans/${starter.body.id}`);
+  const sparePlan = await hit('POST /api/plans', '/api/plans', { body: { name: 'spare' } });
+  await hit('PUT /api/plans/{id}', `/api/plans/${starter.body.id}`, { body: { name: 'spare' } });
+  await hit('DELETE /api/plans/{id}', `/api/plans/${sparePlan.body.id}`);
   await hit('DELETE /api/alert-rules/{id}', `/api/alert-rules/${spareRule.body.id}`);
   await hit('DELETE /api/channels/{id}', `/api/channels/${spareChannel.body.id}`);
 
@@ -340,6 +350,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
     channels: channel.body.id,
     'alert-rules': watching.body.id,
     silences: silence.body.id,
+    plans: starter.body.id,
     'agent-bundles': kept.body.id,
     rollouts: rollout.body.id,
   };
@@ -493,6 +504,7 @@ test('every PUT takes back what its GET gave: GET | jq | PUT works for every res
     rules: (await post('/api/rules', { name: 'r', node_id: a.id, protocol: 'tcp', listen_port: 80, targets: ['x:1'] }))
       .id,
   };
+  made.plans = (await post('/api/plans', { name: 'starter', traffic: { bytes: 1024 } })).id;
   made.silences = (await post('/api/silences', { comment: 'maintenance', ends_at: m.app.timestamp(86_400_000) })).id;
   made['alert-rules'] = (
     await post('/api/alert-rules', { name: 'down', condition: 'node_offline', channel_ids: [made.channels] })

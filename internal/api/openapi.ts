@@ -113,6 +113,10 @@ const TAGS: Record<string, { name: string; description: string }> = {
   auth: { name: 'auth', description: 'Logging in and out, and what the calling token is and may do.' },
   tokens: { name: 'tokens', description: 'API tokens with resource:action scopes; a secret is shown once.' },
   users: { name: 'users', description: 'Users, their passwords and the scopes their tokens may carry.' },
+  plans: {
+    name: 'plans',
+    description: 'Named sets of grants tenants are held to: nodes, ports, how many rules, their limits, traffic.',
+  },
   settings: { name: 'settings', description: 'Run-time settings; those marked in docs/api.md need the * scope.' },
   'audit-logs': { name: 'audit', description: 'Every write, allowed or denied, with who, when and what changed.' },
   events: { name: 'events', description: 'Every change as it happens, as server-sent events, resumable by id.' },

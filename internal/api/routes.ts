@@ -21,6 +21,7 @@ import { licenseOperations as license } from './license.ts';
 import { CASCADE_FROM_NODE, nodeOperations as nodes } from './nodes.ts';
 import { openApiDocument } from './openapi.ts';
 import { operation, ok, route, type Route } from './route.ts';
+import { planOperations as plans } from './plans.ts';
 import { probeOperations as probe } from './probe.ts';
 import { ruleOperations as rules } from './rules.ts';
 import { GUARDED_SETTINGS, settingsOperations as settings } from './settings.ts';
@@ -68,6 +69,11 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/users/{id}',              'users:read',      users.getUser),
   route('PUT',    '/api/users/{id}',              'users:write',     users.replaceUser),
   route('DELETE', '/api/users/{id}',              'users:write',     users.deleteUser),
+  route('GET',    '/api/plans',                   'users:read',      plans.listPlans),
+  route('POST',   '/api/plans',                   'users:write',     plans.createPlan),
+  route('GET',    '/api/plans/{id}',              'users:read',      plans.getPlan),
+  route('PUT',    '/api/plans/{id}',              'users:write',     plans.replacePlan),
+  route('DELETE', '/api/plans/{id}',              'users:write',     plans.deletePlan),
   route('GET',    '/api/settings',                'settings:read',   settings.getSettings),
   route('PATCH',  '/api/settings',                'settings:write',  settings.updateSettings, GUARDED_SETTINGS),
   route('GET',    '/api/audit-logs',              'audit:read',      audit.listAuditLogs),

@@ -599,4 +599,20 @@ export const migrations: readonly string[] = [
   CREATE INDEX rules_owner ON rules(owner_id);
   CREATE INDEX tunnels_owner ON tunnels(owner_id);
   `,
+  /* 30: plans: named sets of grants tenants are held to */ `
+  CREATE TABLE plans (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    node_ids TEXT NOT NULL,
+    node_tags TEXT NOT NULL,
+    port_ranges TEXT NOT NULL,
+    max_rules INTEGER,
+    max_connections INTEGER,
+    bandwidth_limit INTEGER,
+    traffic TEXT,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  `,
 ];

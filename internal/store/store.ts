@@ -1,5 +1,6 @@
 // The store: one database and the SQL of each resource, opened together.
 
+import { PlanStore } from './plans.ts';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore, SilenceStore } from './alerts.ts';
@@ -80,6 +81,7 @@ export class Store {
   readonly bundles: BundleStore;
   readonly rollouts: RolloutStore;
   readonly epoch: EpochStore;
+  readonly plans: PlanStore;
 
   readonly secretFields: ReadonlySet<string>;
   private readonly lock: DataDirLock | null;
@@ -110,6 +112,7 @@ export class Store {
     this.bundles = new BundleStore(db);
     this.rollouts = new RolloutStore(db);
     this.epoch = new EpochStore(db);
+    this.plans = new PlanStore(db);
   }
 
   /** See `Database.write`: synchronous, all-or-nothing, durable once `committed()` resolves. */

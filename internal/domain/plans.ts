@@ -1,0 +1,61 @@
+// Plans: named sets of grants a tenant is held to (issue 49): the nodes they may use (by id or tag) and the ports on
+// them, how many rules, the most each rule's controls may ask for, and a traffic allowance per period for all their
+// rules together, with what happens past it.
+
+import type { QuotaPeriod } from './quota.ts';
+
+/** What happens to a tenant's rules once their allowance for the period is spent. */
+export const pastAllowance = ['stop', 'slow'] as const;
+export type PastAllowance = (typeof pastAllowance)[number];
+
+/** A period's traffic for all of a tenant's rules together, counted as a rule's quota with direction both. */
+export interface Allowance {
+  bytes: number;
+  period: Exclude<QuotaPeriod, 'none'>;
+  /** The day of the month a monthly period starts (UTC). */
+  reset_day: number;
+  /** The hour (UTC) a daily or monthly period starts. */
+  reset_hour: number;
+  past: PastAllowance;
+  /** With `past: slow`: the bytes a second each of the tenant's rules is held to, each way. */
+  slow_to: number | null;
+}
+
+/** What a plan's writer sets. */
+export interface PlanFields {
+  name: string;
+  node_ids: number[];
+  node_tags: string[];
+  /** Ports or inclusive ranges (`30000`, `30000-30099`). */
+  port_ranges: string[];
+  /** The most rules; null: any number. */
+  max_rules: number | null;
+  /** The most a rule's max_connections may be (and what a rule without one is held to); null: no cap. */
+  max_connections: number | null;
+  /** The most a rule's bandwidth_limit may be (and what a rule without one is held to); null: no cap. */
+  bandwidth_limit: number | null;
+  traffic: Allowance | null;
+}
+
+export interface Plan extends PlanFields {
+  id: number;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A port range as a plan holds it: first and last port, inclusive. */
+export interface PortRange {
+  first: number;
+  last: number;
+}
+
+/** `30000` or `30000-30099` as a range; null for anything else (out of 1-65535, or backwards). */
+export function parsePortRange(text: string): PortRange | null {
+  const match = /^(\d{1,5})(?:-(\d{1,5}))?$/.exec(text);
+  if (!match) return null;
+  const first = Number(match[1]);
+  const last = match[2] === undefined ? first : Number(match[2]);
+  if (first < 1 || last > 65535 || last < first) return null;
+  return { first, last };
+}
