@@ -341,6 +341,13 @@ test('every answer of every operation is what the OpenAPI document declares for 
     body: { name: 'other', scopes: ['nodes:read'] },
   });
   good.add(narrow.body.token).add(other.body.token);
+  // A tenant, whom every route that does not follow ownership refuses.
+  await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'customer', password: 'customer-password', role: 'tenant', scopes: ['rules:read'] },
+  });
+  const customer = await login(m.url, 'customer', 'customer-password');
+  good.add(customer);
   const ids: Record<string, number> = {
     tokens: token.body.id,
     users: user.body.id,
@@ -364,6 +371,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
       const lacking = route.scope === 'audit:read' ? other.body.token : narrow.body.token;
       if (route.scope !== 'authenticated')
         await hit(name, existing, { token: lacking, body: hasBody ? {} : undefined });
+      if (!route.tenants) await hit(name, existing, { token: customer, body: hasBody ? {} : undefined });
     }
     await hit(name, `${existing}?no_such_parameter=1`, { body: hasBody ? {} : undefined });
     // A body that passes, where one is needed to get past validation to what is checked next.

@@ -3,6 +3,7 @@
 import { WriteBudget } from '../auth/budget.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import { intersect, type Scope } from '../auth/scopes.ts';
+import type { Role } from '../store/users.ts';
 import { hashSecret, secretKind } from '../auth/secrets.ts';
 import { StandbySessions } from '../auth/standby-sessions.ts';
 import { LoginThrottle } from '../auth/throttle.ts';
@@ -39,6 +40,10 @@ export interface Principal {
   tokenName: string;
   userId: number;
   username: string;
+  /** The user's: a tenant reaches only routes that follow ownership (see `tenants` on an operation). */
+  role: Role;
+  /** A tenant's plan (null: none, which grants nothing). */
+  planId: number | null;
   /** The token's scopes as far as its owner still holds them. */
   scopes: Scope[];
   expiresAt: string | null;
@@ -286,6 +291,8 @@ export class App {
     if (credential.expires_at !== null && Date.parse(credential.expires_at) <= this.now()) return null;
     return {
       ...principal,
+      role: credential.user_role,
+      planId: credential.user_plan_id,
       scopes: intersect(credential.user_scopes, credential.scopes),
       expiresAt: credential.expires_at,
     };
@@ -305,6 +312,8 @@ export class App {
         tokenName: credential.name,
         userId: credential.created_by.id,
         username: credential.created_by.username,
+        role: credential.user_role,
+        planId: credential.user_plan_id,
         scopes: intersect(credential.user_scopes, credential.scopes),
         expiresAt: credential.expires_at,
       },
@@ -340,6 +349,8 @@ export class App {
       tokenName: 'login',
       userId: user.id,
       username: user.username,
+      role: user.role,
+      planId: user.plan_id,
       scopes: user.scopes,
       expiresAt: formatTime(session.expiresAtMs),
     };

@@ -1,6 +1,7 @@
 // Login sessions: log in with a password for a bearer token of limited life, ask who you
 // are, change your own password, end your other sessions, log out.
 
+import { roles } from '../store/users.ts';
 import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { object, secret, string, type Infer } from '../schema/schema.ts';
@@ -18,8 +19,14 @@ export const loginInput = object(
 
 const userSummary = {
   type: 'object',
-  required: ['id', 'username', 'scopes'],
-  properties: { id: { type: 'integer' }, username: { type: 'string' }, scopes: scopeList.json },
+  required: ['id', 'username', 'role', 'plan_id', 'scopes'],
+  properties: {
+    id: { type: 'integer' },
+    username: { type: 'string' },
+    role: { type: 'string', enum: [...roles] },
+    plan_id: { type: ['integer', 'null'], description: "A tenant's plan." },
+    scopes: scopeList.json,
+  },
   additionalProperties: false,
 };
 
@@ -53,7 +60,7 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   return ok({
     token: secret,
     expires_at: expiresAt,
-    user: { id: user.id, username: user.username, scopes: user.scopes },
+    user: { id: user.id, username: user.username, role: user.role, plan_id: user.plan_id, scopes: user.scopes },
   });
 }
 
@@ -61,7 +68,7 @@ function whoami(ctx: Ctx<undefined, {}>) {
   const { caller, app } = ctx;
   const user = app.store.users.find(caller.userId)!;
   return ok({
-    user: { id: user.id, username: user.username, scopes: user.scopes },
+    user: { id: user.id, username: user.username, role: user.role, plan_id: user.plan_id, scopes: user.scopes },
     token: {
       id: caller.tokenId,
       kind: caller.kind,
@@ -120,11 +127,13 @@ export const authOperations = operations({
     handler: login,
   }),
   getMe: operation({
+    tenants: true,
     summary: 'Who am I: the calling user, and the token used with its effective scopes and expiry',
     responses: { 200: { description: 'The caller', schema: whoAmI } },
     handler: whoami,
   }),
   changePassword: operation({
+    tenants: true,
     action: 'auth.password',
     summary: "Change the caller's own password",
     description:
@@ -137,6 +146,7 @@ export const authOperations = operations({
     handler: putPassword,
   }),
   endOtherSessions: operation({
+    tenants: true,
     action: 'auth.logout_others',
     summary: "End the caller's other login sessions",
     description:
@@ -146,6 +156,7 @@ export const authOperations = operations({
     handler: endOthers,
   }),
   logOut: operation({
+    tenants: true,
     action: 'auth.logout',
     summary: 'End the calling login session',
     description: 'Only for session tokens; API tokens are revoked with DELETE /api/tokens/{id} (409 here).',

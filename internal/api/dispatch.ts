@@ -2,10 +2,10 @@
 // POSTs, read and validate input, run the handler, and turn every outcome into one
 // response. This is the only code that writes error bodies.
 
+import { refusalOf } from './refusal.ts';
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
-import { grants } from '../auth/scopes.ts';
 import { ClientGone, readBody } from '../http/body.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import { requestIdFrom } from '../http/request-id.ts';
@@ -195,30 +195,18 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   /**
    * Stage: may they. A refused write is audited as denied and spends budget too, so a weak
-   * token cannot grow the audit log without bound. Throws `insufficient_scope`, `rate_limited`.
+   * token cannot grow the audit log without bound. Throws `insufficient_scope`, `operators_only`, `rate_limited`.
    */
   function authorise({ route, params }: Routed, exchange: Exchange): void {
     const { principal } = exchange;
-    if (
-      !principal ||
-      route.scope === 'authenticated' ||
-      route.scope === 'public' ||
-      (route.scope === 'session' ? principal.kind === 'session' : grants(principal.scopes, route.scope))
-    )
-      return;
+    const refused = principal && refusalOf(route, principal);
+    if (!refused) return;
     // A standby writes nothing of its own, a denial's record included.
     if (route.method !== 'GET' && !app.standby) {
       spend(principal, exchange);
-      recordDenied(route, params, exchange, { required_scope: route.scope });
+      recordDenied(route, params, exchange, refused.audited);
     }
-    if (route.scope === 'session')
-      throw new DomainError(
-        'insufficient_scope',
-        'this call needs a login session (POST /api/auth/login), not an API token',
-      );
-    throw new DomainError('insufficient_scope', `this call needs the scope ${route.scope}`, {
-      requiredScope: route.scope,
-    });
+    throw refused.error;
   }
 
   /**
@@ -284,10 +272,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     const found = path === null ? null : router.lookup('GET', path);
     if (!found || !('found' in found)) throw lost();
     const { route, params } = found.found;
-    // The retry's caller is the one that made the change, and reads it only where its scopes let it.
-    const scope = route.scope;
-    const open = scope === 'public' || scope === 'authenticated';
-    if (!open && (scope === 'session' || !grants(exchange.principal!.scopes, scope))) throw lost();
+    // The retry's caller is the one that made the change, and reads it only where it may.
+    if (refusalOf(route, exchange.principal!)) throw lost();
     let reply: Reply;
     try {
       const answered = route.handler(makeCtx(route, exchange, params, {}, Buffer.alloc(0), null));

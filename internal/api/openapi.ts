@@ -55,10 +55,16 @@ function commonErrors(route: Route): Record<string, unknown> {
   );
   if (route.scope !== 'public') {
     error(401, 'No valid bearer token (unauthorized).');
+    const refusals: string[] = [];
     if (route.scope === 'session')
-      error(403, 'An API token cannot do this: it needs a login session (insufficient_scope).');
+      refusals.push('An API token cannot do this: it needs a login session (insufficient_scope)');
     else if (route.scope !== 'authenticated')
-      error(403, `The token lacks the scope ${route.scope} (insufficient_scope).`);
+      refusals.push(`The token lacks the scope ${route.scope} (insufficient_scope)`);
+    if (!route.tenants) refusals.push('a tenant cannot call it (operators_only)');
+    if (refusals.length > 0) {
+      const [first, ...rest] = refusals;
+      error(403, `${first![0]!.toUpperCase()}${first!.slice(1)}${rest.map((r) => `; ${r}`).join('')}.`);
+    }
   }
   if (route.path.includes('{')) error(404, 'No such resource (not_found); ids are whole numbers from 1.');
   if (route.method === 'POST' && route.scope !== 'public') error(409, IN_FLIGHT);

@@ -133,6 +133,16 @@ export function renderReference(routes: readonly Route[], intro: string): string
     '',
   );
   out.push(
+    'Routes that answer tenants (what they read and write follows ownership; every other route refuses a tenant, ' +
+      '403 `operators_only`): ' +
+      routes
+        .filter((r) => r.tenants)
+        .map((r) => `\`${r.method} ${r.path}\``)
+        .join(', ') +
+      '.',
+    '',
+  );
+  out.push(
     'Scopes a route needs beyond its own, for some of what it may do (403 and nothing changed without them; ' +
       'audited as denied):',
     '',

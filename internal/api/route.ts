@@ -110,6 +110,11 @@ export interface OperationSpec<B, Q extends QuerySpec> {
   decodesBody?: boolean;
   /** Overrides the 1 MiB body limit, for routes that take whole documents. */
   maxBodyBytes?: number;
+  /**
+   * Answers tenants: what it reads and writes follows ownership (their own, as their plan grants). Every other route
+   * refuses a tenant (403 operators_only), whatever scopes they hold.
+   */
+  tenants?: boolean;
   /** Called while the master starts (health, which says so), where every other route answers 503 `starting`. */
   answersWhileStarting?: boolean;
   responses: Record<number, ResponseDoc>;

@@ -317,9 +317,10 @@ export class EventStreams {
     for (const stream of this.streams) {
       if (!changed && stream.expiresAtMs > now) continue;
       const current = stream.app.reauthorize(stream.principal);
-      if (current && current.scopes.join() === stream.principal.scopes.join()) continue;
+      if (current && current.role === stream.principal.role && current.scopes.join() === stream.principal.scopes.join())
+        continue;
       const detail = current
-        ? "the caller's scopes changed: reconnect to follow what they read now"
+        ? "the caller's scopes or role changed: reconnect to follow what they read now"
         : 'the credential was revoked or expired, or its user disabled or deleted';
       this.send(
         stream,

@@ -7,8 +7,9 @@ import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../http/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { boolean, object, optional, string, type Infer } from '../schema/schema.ts';
-import { USER_SORTS } from '../store/users.ts';
+import { boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { ID_RANGE } from '../schema/ids.ts';
+import { roles, USER_SORTS } from '../store/users.ts';
 import { pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { createUser, removeUser, updateUser } from '../service/users.ts';
@@ -21,8 +22,19 @@ const username = string({
 });
 const password = string({ min: MIN_PASSWORD, max: 1024, secret: true, description: 'Write-only; never returned.' });
 
+const role = optional(
+  oneOf(roles, {
+    description: 'operator: the fleet, as the scopes allow; tenant: only what they own, as their plan grants.',
+  }),
+  'operator',
+);
+const planId = optional(
+  nullable(integer({ ...ID_RANGE, description: "A tenant's plan; null: none, which grants nothing." })),
+  null,
+);
+
 export const userCreateInput = object(
-  { username, password, scopes: optional(scopeList, []), disabled: optional(boolean(), false) },
+  { username, password, role, plan_id: planId, scopes: optional(scopeList, []), disabled: optional(boolean(), false) },
   { name: 'UserCreate' },
 );
 
@@ -37,6 +49,8 @@ export const userUpdateInput = object(
         description: 'Write-only; absent keeps the current password.',
       }),
     ),
+    role,
+    plan_id: planId,
     scopes: optional(scopeList, []),
     disabled: optional(boolean(), false),
   },
@@ -46,6 +60,8 @@ export const userUpdateInput = object(
 export const userSchema = record('User', {
   id: { type: 'integer' },
   username: { type: 'string' },
+  role: { type: 'string', enum: [...roles] },
+  plan_id: { type: ['integer', 'null'] },
   scopes: scopeList.json,
   disabled: { type: 'boolean' },
   version: { type: 'integer', description: 'Changes on every write; the ETag.' },

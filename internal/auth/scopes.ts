@@ -15,6 +15,22 @@ export const scopes = [
 
 export type Scope = (typeof scopes)[number];
 
+/**
+ * What a tenant may hold: the scopes of what they can own or be granted. Routes answer a tenant only where they follow
+ * ownership (`tenants` on the operation); every other route refuses them whatever they hold.
+ */
+export const tenantScopes: readonly Scope[] = [
+  'rules:read',
+  'rules:write',
+  'tunnels:read',
+  'tunnels:write',
+  'nodes:read',
+  'dashboard:read',
+  'audit:read',
+  'tokens:read',
+  'tokens:write',
+];
+
 const known = new Set<string>(scopes);
 
 export function isScope(value: string): value is Scope {

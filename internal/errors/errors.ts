@@ -12,6 +12,7 @@ export const errorCodes = [
   'unauthorized',
   'auth_failed',
   'insufficient_scope',
+  'operators_only',
   'license_limit',
   'not_found',
   'method_not_allowed',

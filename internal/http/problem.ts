@@ -32,6 +32,11 @@ const codes = {
   ],
   auth_failed: [401, 'Agent token refused', 'The agent link only: the agent token is unknown; reinstall the node.'],
   insufficient_scope: [403, 'Insufficient scope', 'The token lacks required_scope; the attempt is in the audit log.'],
+  operators_only: [
+    403,
+    'For operators',
+    'A tenant reaches only what they own, on routes that follow ownership; the attempt is in the audit log.',
+  ],
   license_limit: [
     403,
     'License limit reached',

@@ -1,7 +1,7 @@
 // Plans' operations (domain/plans.ts): what a plan grants is checked as a whole when it is written, so that what
 // holds tenants to it later never meets a range backwards or an allowance that cannot slow anything.
 
-import { notFound, validationFailed } from '../errors/errors.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { parsePortRange, type Plan, type PlanFields } from '../domain/plans.ts';
@@ -56,11 +56,16 @@ export function updatePlan(app: WriteDeps, change: Change, id: number, fields: P
   return plan;
 }
 
-/** Inside a transaction. Throws `not_found`, `precondition_failed`. */
+/** Inside a transaction. Throws `not_found`, `precondition_failed`, `conflict` (users are on it). */
 export function removePlan(app: WriteDeps, change: Change, id: number, ifMatch?: string): void {
   const current = app.store.plans.find(id);
   if (!current) throw notFound('plan', id);
   checkIfMatch(ifMatch, current.version);
+  const held = app.store.users.onPlan(id);
+  if (held > 0)
+    throw new DomainError('conflict', `plan ${id} holds ${held} user(s): put them on another plan first`, {
+      data: { users: held },
+    });
   app.store.plans.delete(id);
   change.audit({ action: 'plan.delete', resource: 'plan', resource_id: id, changes: { before: current } });
 }

@@ -2,19 +2,41 @@
 // last enabled holder of * stays one. Disabling a user ends its sessions and revokes its API tokens; a new password
 // ends its sessions.
 
-import { grantsAll, type Scope } from '../auth/scopes.ts';
+import { grantsAll, tenantScopes, type Scope } from '../auth/scopes.ts';
 import { hashPassword } from '../auth/secrets.ts';
-import { DomainError, notFound } from '../errors/errors.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
-import type { User } from '../store/users.ts';
+import type { FieldError } from '../schema/schema.ts';
+import type { Role, User } from '../store/users.ts';
 import { diff, transact, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** A user as written: `password` absent on an update keeps the current one. */
 export interface UserInput {
   username: string;
   password?: string;
+  role: Role;
+  plan_id: number | null;
   scopes: Scope[];
   disabled: boolean;
+}
+
+/** Throws `validation_failed` for scopes a tenant may not hold, or a plan that is not there or not for this role. */
+function checkRole(app: WriteDeps, input: UserInput): void {
+  const errors: FieldError[] = [];
+  if (input.role === 'tenant')
+    input.scopes.forEach((scope, index) => {
+      if (!tenantScopes.includes(scope))
+        errors.push({
+          pointer: `#/scopes/${index}`,
+          detail: `a tenant may hold only ${tenantScopes.join(', ')}: what they own is all they reach`,
+        });
+    });
+  if (input.plan_id !== null) {
+    if (input.role !== 'tenant') errors.push({ pointer: '#/plan_id', detail: 'a plan holds tenants only' });
+    else if (!app.store.plans.find(input.plan_id))
+      errors.push({ pointer: '#/plan_id', detail: `plan ${input.plan_id} does not exist` });
+  }
+  if (errors.length > 0) throw validationFailed(errors);
 }
 
 /** Throws `insufficient_scope` (`what` says for what) unless `caller` holds every one of `scopes`. */
@@ -42,6 +64,7 @@ export async function createUser(
   requireHolds(requester.caller, input.scopes, 'cannot create this user');
   const passwordHash = await hashPassword(input.password);
   return transact(app, requester, (change) => {
+    checkRole(app, input);
     const inserted = app.store.users.insert({ ...input, password_hash: passwordHash }, app.timestamp());
     change.audit({
       resource: 'user',
@@ -72,10 +95,11 @@ export async function updateUser(
     checkIfMatch(ifMatch, current.version);
     requireHolds(requester.caller, current.scopes, `cannot change ${current.username}`);
     keepASuperuser(app, current, input.scopes.includes('*') && !input.disabled);
+    checkRole(app, input);
     const updated = app.store.users.update(id, { ...input, password_hash: passwordHash }, app.timestamp());
     if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
     else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
-    const changes = diff(current, updated, ['username', 'scopes', 'disabled']);
+    const changes = diff(current, updated, ['username', 'role', 'plan_id', 'scopes', 'disabled']);
     if (passwordHash !== null) Object.assign(changes.after, { password: input.password });
     change.audit({ resource: 'user', resource_id: id, changes });
     return updated;

@@ -615,4 +615,9 @@ export const migrations: readonly string[] = [
     updated_at TEXT NOT NULL
   ) STRICT;
   `,
+  /* 31: users are operators (as all were) or tenants, whom a plan holds to its grants */ `
+  ALTER TABLE users ADD COLUMN role TEXT NOT NULL DEFAULT 'operator' CHECK (role IN ('operator', 'tenant'));
+  ALTER TABLE users ADD COLUMN plan_id INTEGER REFERENCES plans(id);
+  CREATE INDEX users_plan ON users(plan_id);
+  `,
 ];

@@ -2,6 +2,7 @@
 // by `kind`. Only the SHA-256 of a secret is stored.
 
 import type { Scope } from '../auth/scopes.ts';
+import type { Role } from './users.ts';
 import type { Database } from './database.ts';
 import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 
@@ -27,6 +28,8 @@ export interface Token {
 export interface Credential extends Token {
   user_scopes: Scope[];
   user_disabled: boolean;
+  user_role: Role;
+  user_plan_id: number | null;
 }
 
 interface Row {
@@ -38,6 +41,8 @@ interface Row {
   scopes: string;
   user_scopes: string;
   user_disabled: number;
+  user_role: Role;
+  user_plan_id: number | null;
   created_at: string;
   expires_at: string | null;
   last_used_at: string | null;
@@ -55,11 +60,13 @@ function toCredential(row: Row): Credential {
     created_by: { id: row.user_id, username: row.username },
     user_scopes: JSON.parse(row.user_scopes) as Scope[],
     user_disabled: row.user_disabled === 1,
+    user_role: row.user_role,
+    user_plan_id: row.user_plan_id,
   };
 }
 
 function toToken(row: Row): Token {
-  const { user_scopes: _s, user_disabled: _d, ...token } = toCredential(row);
+  const { user_scopes: _s, user_disabled: _d, user_role: _r, user_plan_id: _p, ...token } = toCredential(row);
   return token;
 }
 
@@ -69,7 +76,8 @@ export function shownToken({ kind: _, ...token }: Token): Omit<Token, 'kind'> {
 }
 
 const SELECT = `SELECT t.id, t.kind, t.name, t.user_id, u.username, t.scopes, u.scopes AS user_scopes,
-    u.disabled AS user_disabled, t.created_at, t.expires_at, t.last_used_at
+    u.disabled AS user_disabled, u.role AS user_role, u.plan_id AS user_plan_id, t.created_at, t.expires_at,
+    t.last_used_at
   FROM tokens t JOIN users u ON u.id = t.user_id`;
 
 export class TokenStore {

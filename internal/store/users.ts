@@ -7,9 +7,16 @@ import type { Generation, JsonPage } from './store.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 
+/** Operators manage the fleet as their scopes allow; tenants only what they own, as their plan grants. */
+export const roles = ['operator', 'tenant'] as const;
+export type Role = (typeof roles)[number];
+
 export interface User {
   id: number;
   username: string;
+  role: Role;
+  /** The plan a tenant is held to; null: none (a tenant without one is granted nothing). */
+  plan_id: number | null;
   scopes: Scope[];
   disabled: boolean;
   version: number;
@@ -24,6 +31,8 @@ export interface UserWithHash extends User {
 interface Row {
   id: number;
   username: string;
+  role: Role;
+  plan_id: number | null;
   password_hash: string;
   scopes: string;
   disabled: number;
@@ -64,6 +73,7 @@ export class UserStore {
   private readonly byName;
   private readonly namesStmt;
   private readonly ownedStmt;
+  private readonly onPlanStmt;
   // The JSON of users read lately (see rendered.ts), for pages.
   private readonly rendered: Rendered;
   private readonly countQuery;
@@ -98,12 +108,14 @@ export class UserStore {
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM users WHERE 1 {filters}', USER_FILTERS);
     this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'users', id: 'id' }, USER_SORTS, USER_FILTERS);
-    this.insertStmt = db.prepare(`INSERT INTO users (username, password_hash, scopes, disabled, created_at, updated_at)
-      VALUES (?, ?, ?, ?, ?, ?) RETURNING *`);
-    this.updateStmt =
-      db.prepare(`UPDATE users SET username = :username, password_hash = coalesce(:password_hash, password_hash),
-        scopes = :scopes, disabled = :disabled, version = version + 1, updated_at = :at
+    this.insertStmt = db.prepare(`INSERT INTO users (username, role, plan_id, password_hash, scopes, disabled,
+        created_at, updated_at)
+      VALUES (:username, :role, :plan_id, :password_hash, :scopes, :disabled, :at, :at) RETURNING *`);
+    this.updateStmt = db.prepare(`UPDATE users SET username = :username, role = :role, plan_id = :plan_id,
+        password_hash = coalesce(:password_hash, password_hash), scopes = :scopes, disabled = :disabled,
+        version = version + 1, updated_at = :at
       WHERE id = :id RETURNING *`);
+    this.onPlanStmt = db.prepare('SELECT count(*) AS n FROM users WHERE plan_id = ?');
     this.passwordStmt = db.prepare(
       'UPDATE users SET password_hash = ?, version = version + 1, updated_at = ? WHERE id = ?',
     );
@@ -160,20 +172,36 @@ export class UserStore {
     return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 
-  /** Throws `conflict` when the username is taken. */
-  insert(input: { username: string; password_hash: string; scopes: Scope[]; disabled: boolean }, at: string): User {
+  /** How many users plan `id` holds. */
+  onPlan(id: number): number {
+    return Number((this.onPlanStmt.get(id) as { n: number }).n);
+  }
+
+  /** Throws `conflict` when the username is taken. An operator unless `role` says otherwise. */
+  insert(
+    input: {
+      username: string;
+      password_hash: string;
+      scopes: Scope[];
+      disabled: boolean;
+      role?: Role;
+      plan_id?: number | null;
+    },
+    at: string,
+  ): User {
     return unlessTaken(
       `the username '${input.username}'`,
       () => this.findWithHash(input.username)?.id,
       () => {
-        const row = this.insertStmt.get(
-          input.username,
-          input.password_hash,
-          JSON.stringify(input.scopes),
-          Number(input.disabled),
+        const row = this.insertStmt.get({
+          username: input.username,
+          role: input.role ?? 'operator',
+          plan_id: input.plan_id ?? null,
+          password_hash: input.password_hash,
+          scopes: JSON.stringify(input.scopes),
+          disabled: Number(input.disabled),
           at,
-          at,
-        ) as unknown as Row;
+        }) as unknown as Row;
         return withoutHash(toUser(row));
       },
     );
@@ -182,7 +210,14 @@ export class UserStore {
   /** A null `password_hash` keeps the current password. Throws `conflict` when the username is taken. */
   update(
     id: number,
-    input: { username: string; password_hash: string | null; scopes: Scope[]; disabled: boolean },
+    input: {
+      username: string;
+      role: Role;
+      plan_id: number | null;
+      password_hash: string | null;
+      scopes: Scope[];
+      disabled: boolean;
+    },
     at: string,
   ): User {
     return unlessTaken(
@@ -192,6 +227,8 @@ export class UserStore {
         const row = this.updateStmt.get({
           id,
           username: input.username,
+          role: input.role,
+          plan_id: input.plan_id,
           password_hash: input.password_hash,
           scopes: JSON.stringify(input.scopes),
           disabled: Number(input.disabled),

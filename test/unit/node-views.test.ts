@@ -324,7 +324,11 @@ test('tunnel, token and user pages read after any change as a fresh read of the 
     [
       "the owner's new username",
       () =>
-        store.users.update(owner.id, { username: 'ops-2', password_hash: null, scopes: ['*'], disabled: false }, AT),
+        store.users.update(
+          owner.id,
+          { username: 'ops-2', role: 'operator', plan_id: null, password_hash: null, scopes: ['*'], disabled: false },
+          AT,
+        ),
     ],
     ['a token deleted', () => store.tokens.delete(token)],
     ['a new password', () => store.users.setPassword(owner.id, 'y', AT)],

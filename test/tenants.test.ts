@@ -1,0 +1,133 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { routes } from '../internal/api/routes.ts';
+import { tenantScopes } from '../internal/auth/scopes.ts';
+import { assertProblem, call, login, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { openEvents } from './sse.ts';
+
+/** A tenant holding every scope a tenant may hold, on a plan of their own; signed in. */
+async function tenant(m: Running, username = 'customer') {
+  const plan = await call(m.url, 'POST', '/api/plans', {
+    token: m.admin,
+    body: { name: `${username}-plan`, port_ranges: ['30000-30099'], max_rules: 10 },
+  });
+  const made = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username, password: `${username}-password`, role: 'tenant', plan_id: plan.body.id, scopes: tenantScopes },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  return {
+    id: made.body.id as number,
+    plan: plan.body.id as number,
+    token: await login(m.url, username, `${username}-password`),
+  };
+}
+
+const REFUSED =
+  'a tenant is refused on every route that does not follow ownership, before their input is read, and nothing changes';
+
+test(REFUSED, async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge');
+  await rule(m, { node_id: edge.id, listen_port: 10001 });
+  const { token } = await tenant(m);
+  const before = snapshot(m, ['audit_log']);
+  const refused = routes.filter((r) => r.scope !== 'public' && !r.tenants);
+  assert.ok(refused.length > 70, `${refused.length} routes are for operators only`);
+  for (const r of refused) {
+    const path = r.path.replaceAll('{id}', '1');
+    const answer = await call(m.url, r.method, path, { token, body: r.method === 'GET' ? undefined : '{"not": valid' });
+    assertProblem(answer, 403, 'operators_only');
+  }
+  assert.equal(snapshot(m, ['audit_log']), before);
+  const denied = await call(m.url, 'GET', '/api/audit-logs?status=denied&actor=customer&limit=200', { token: m.admin });
+  assert.equal(
+    denied.body.items.length,
+    refused.filter((r) => r.method !== 'GET').length,
+    'each refused write is audited as denied',
+  );
+  assert.ok(denied.body.items.every((e: { changes: { operators_only: boolean } }) => e.changes.operators_only));
+});
+
+test('a tenant signs in, says who they are with their plan, changes their password and signs out', async (t) => {
+  const m = await startMaster(t);
+  const customer = await tenant(m);
+  const me = await call(m.url, 'GET', '/api/auth/me', { token: customer.token });
+  assert.deepEqual(
+    [me.body.user.role, me.body.user.plan_id, me.body.user.scopes],
+    ['tenant', customer.plan, [...tenantScopes]],
+  );
+  const changed = await call(m.url, 'POST', '/api/auth/password', {
+    token: customer.token,
+    body: { current_password: 'customer-password', new_password: 'customer-password-2' },
+  });
+  assert.equal(changed.status, 200, JSON.stringify(changed.body));
+  assert.equal((await call(m.url, 'POST', '/api/auth/logout-others', { token: customer.token })).status, 200);
+  assert.equal((await call(m.url, 'POST', '/api/auth/logout', { token: customer.token })).status, 204);
+  assertProblem(await call(m.url, 'GET', '/api/auth/me', { token: customer.token }), 401, 'unauthorized');
+});
+
+const HOLDS = 'a tenant holds only the scopes of what they can own, a plan holds tenants only, and a held plan stays';
+test(HOLDS, async (t) => {
+  const m = await startMaster(t);
+  const plan = (await call(m.url, 'POST', '/api/plans', { token: m.admin, body: { name: 'p' } })).body.id;
+  const before = snapshot(m);
+  const cases: [Record<string, unknown>, string[]][] = [
+    [{ role: 'tenant', scopes: ['rules:write', 'settings:read', '*'] }, ['#/scopes/1', '#/scopes/2']],
+    [{ role: 'operator', plan_id: plan }, ['#/plan_id']],
+    [{ role: 'tenant', plan_id: 999 }, ['#/plan_id']],
+    [{ role: 'owner' }, ['#/role']],
+  ];
+  for (const [fields, pointers] of cases) {
+    const answer = await call(m.url, 'POST', '/api/users', {
+      token: m.admin,
+      body: { username: 'someone', password: 'someone-password', ...fields },
+    });
+    assertProblem(answer, 422, 'validation_failed');
+    assert.deepEqual(
+      answer.body.errors.map((e: { pointer: string }) => e.pointer),
+      pointers,
+      JSON.stringify(fields),
+    );
+  }
+  assert.equal(snapshot(m), before);
+  const customer = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'customer', password: 'customer-password', role: 'tenant', plan_id: plan },
+  });
+  assert.deepEqual([customer.body.role, customer.body.plan_id], ['tenant', plan]);
+  const held = await call(m.url, 'DELETE', `/api/plans/${plan}`, { token: m.admin });
+  assertProblem(held, 409, 'conflict');
+  assert.match(held.body.detail, /holds 1 user/);
+  // An operator turned tenant keeps no scope a tenant may not hold.
+  const ops = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'ops', password: 'ops-password-long', scopes: ['settings:write'] },
+  });
+  const turned = await call(m.url, 'PUT', `/api/users/${ops.body.id}`, {
+    token: m.admin,
+    body: { username: 'ops', role: 'tenant', scopes: ['settings:write'] },
+  });
+  assertProblem(turned, 422, 'validation_failed');
+});
+
+test('a user made a tenant loses at once what they could reach as an operator: their event stream ends', async (t) => {
+  const m = await startMaster(t);
+  const made = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'ops', password: 'ops-password-long', scopes: ['rules:read'] },
+  });
+  const token = await login(m.url, 'ops', 'ops-password-long');
+  const stream = await openEvents(m.url, token);
+  t.after(() => stream.close());
+  const turned = await call(m.url, 'PUT', `/api/users/${made.body.id}`, {
+    token: m.admin,
+    body: { username: 'ops', role: 'tenant', scopes: ['rules:read'] },
+  });
+  assert.equal(turned.status, 200, JSON.stringify(turned.body));
+  const revoked = await stream.next((frame) => frame.event === 'revoked');
+  assert.match(revoked.data.detail, /role changed/);
+  await stream.ended;
+  assertProblem(await call(m.url, 'GET', '/api/events', { token }), 403, 'operators_only');
+  assertProblem(await call(m.url, 'GET', '/api/rules', { token }), 403, 'operators_only');
+});
