@@ -36,7 +36,7 @@ function batchJob(m: Running, fields: Pick<BatchJob, 'operation'> & Partial<Batc
     requester: {
       actor: { actor_type: 'system', actor_id: null, actor_name: 'test', ip: null, request_id: null },
       action: ACTIONS[fields.operation],
-      caller: undefined as never,
+      caller: { scopes: ['*'], userId: 1, role: 'operator', planId: null },
     },
     timestamp: m.app.timestamp(),
     license: m.app.licenseView(),

@@ -14,6 +14,8 @@ test('users: create, get with ETag, GET | PUT round trip, delete', async (t) => 
     'created_at',
     'disabled',
     'id',
+    'plan_id',
+    'role',
     'scopes',
     'updated_at',
     'username',

@@ -24,7 +24,6 @@ import { syncEach, type BatchJob } from '../service/batch.ts';
 import { committedElsewhere } from '../service/write.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
-import type { App } from './app.ts';
 import { requireToGive, writeJobOf } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
@@ -103,11 +102,15 @@ type Filter = Record<string, string | number | boolean | undefined>;
  * The ids a batch acts on: those given, or those `matching` finds for its filter. Throws `validation_failed` for both
  * or neither, or a filter that selects more than MAX_SELECTED.
  */
-export function selected(app: App, resource: Resource, body: { ids?: number[]; filter?: Filter }): number[] {
+export function selected(
+  ctx: Pick<Ctx<unknown, unknown>, 'app' | 'caller'>,
+  resource: Resource,
+  body: { ids?: number[]; filter?: Filter },
+): number[] {
   if ((body.ids === undefined) === (body.filter === undefined))
     throw validationFailed([{ pointer: '#', detail: 'give either ids or filter' }]);
   if (body.ids) return body.ids;
-  const found = matching[resource](app, body.filter!, MAX_SELECTED + 1);
+  const found = matching[resource](ctx, body.filter!, MAX_SELECTED + 1);
   if (found.length > MAX_SELECTED)
     throw validationFailed([
       { pointer: '#/filter', detail: `selects more than ${MAX_SELECTED} ${resource}: narrow it, or act in parts` },
@@ -117,17 +120,23 @@ export function selected(app: App, resource: Resource, body: { ids?: number[]; f
 
 type Resource = 'nodes' | 'rules' | 'tunnels';
 
-const matching: Record<Resource, (app: App, filter: Filter, limit: number) => number[]> = {
-  rules: (app, filter, limit) =>
-    app.store.rules.idsMatching({ afterId: 0, limit, ...ruleFilterOf(filter as QueryOf<typeof ruleFilterQuery>) }),
-  nodes: (app, filter, limit) =>
+type Selecting = Pick<Ctx<unknown, unknown>, 'app' | 'caller'>;
+
+const matching: Record<Resource, (ctx: Selecting, filter: Filter, limit: number) => number[]> = {
+  rules: ({ app, caller }, filter, limit) =>
+    app.store.rules.idsMatching({
+      afterId: 0,
+      limit,
+      ...ruleFilterOf(filter as QueryOf<typeof ruleFilterQuery>, caller),
+    }),
+  nodes: ({ app }, filter, limit) =>
     app.store.nodes.idsMatching({
       limit,
       status: (filter.status as string) ?? null,
       tag: (filter.tag as string) ?? null,
       q: (filter.q as string) ?? null,
     }),
-  tunnels: (app, filter, limit) =>
+  tunnels: ({ app }, filter, limit) =>
     app.store.tunnels.idsMatching({
       limit,
       owner_id: (filter.owner_id as number) ?? null,
@@ -260,11 +269,11 @@ function batchUpdateRules(ctx: Ctx<Infer<typeof batchUpdateInput>, QueryOf<typeo
       },
     ]);
   requireToGive(ctx.caller, [ctx.body.changes.owner_id ?? null], true);
-  return inBatcher(ctx, { operation: 'updateRules', ids: selected(ctx.app, 'rules', ctx.body), changes });
+  return inBatcher(ctx, { operation: 'updateRules', ids: selected(ctx, 'rules', ctx.body), changes });
 }
 
 async function batchSyncRules(ctx: Ctx<Infer<typeof ruleSelectionInput>, {}>): Promise<Reply> {
-  return ok({ dry_run: false, results: await syncEach(ctx.app, ctx, selected(ctx.app, 'rules', ctx.body)) });
+  return ok({ dry_run: false, results: await syncEach(ctx.app, ctx, selected(ctx, 'rules', ctx.body)) });
 }
 
 const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
@@ -272,13 +281,15 @@ const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 function batchDelete(resource: Resource, action: string, description: string, deletes: BatchJob['operation']) {
   return operation({
     action,
+    // Rules follow ownership through the service's writes; nodes and tunnels are for operators.
+    tenants: resource === 'rules',
     summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
     description,
     query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,
     body: selectionInputs[resource],
     responses: { 200: { description: 'One result per id', schema: resultsSchema } },
     handler: (ctx: Ctx<{ ids?: number[]; filter?: Filter }, { dry_run?: boolean; cascade?: boolean }>) =>
-      inBatcher(ctx, { operation: deletes, ids: selected(ctx.app, resource, ctx.body) }),
+      inBatcher(ctx, { operation: deletes, ids: selected(ctx, resource, ctx.body) }),
   });
 }
 
@@ -290,7 +301,12 @@ export const batchOperations = operations({
       '(the cascade needs a scope the caller lacks; audited as denied).',
     'deleteNodes',
   ),
-  deleteRules: batchDelete('rules', 'rule.delete', 'Per item: deleted or not_found.', 'deleteRules'),
+  deleteRules: batchDelete(
+    'rules',
+    'rule.delete',
+    'Per item: deleted or not_found (also for a tenant naming a rule that is not theirs).',
+    'deleteRules',
+  ),
   deleteTunnels: batchDelete(
     'tunnels',
     'tunnel.delete',
@@ -299,6 +315,7 @@ export const batchOperations = operations({
     'deleteTunnels',
   ),
   createRules: operation({
+    tenants: true,
     action: 'rule.create',
     summary: `Create up to ${MAX_BATCH} forwarding rules, all or nothing`,
     description:
@@ -310,10 +327,12 @@ export const batchOperations = operations({
     responses: {
       200: { description: 'Dry run: what would be created', schema: resultsSchema },
       201: { description: 'All created; results carry the new ids in order', schema: resultsSchema },
+      403: { description: 'Lacking rules:write, or a rule given to another user without users:write' },
     },
     handler: batchCreateRules,
   }),
   updateRules: operation({
+    tenants: true,
     action: 'rule.update',
     summary: 'Enable, disable, move or set the controls of several forwarding rules',
     description:
@@ -326,6 +345,7 @@ export const batchOperations = operations({
     handler: batchUpdateRules,
   }),
   syncRules: operation({
+    tenants: true,
     action: 'rule.sync',
     summary: "Push several rules' nodes their config and wait for them to acknowledge",
     description:

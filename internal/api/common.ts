@@ -43,6 +43,15 @@ export const GIVE_TO_ANOTHER = [
 export const HAND_OVER = [{ scope: 'users:write', when: 'changes name an owner_id' }] as const;
 
 /**
+ * The owner a list is narrowed to: the one asked for; for a tenant their own, and no one's (0, no user's id) when
+ * they ask for another's.
+ */
+export function ownerFilter(caller: Principal, asked: number | undefined): number | null {
+  if (caller.role !== 'tenant') return asked ?? null;
+  return asked === undefined || asked === caller.userId ? caller.userId : 0;
+}
+
+/**
  * Refuses (403, audited as denied) a batch that would give rules to other users than the caller, or hand rules over
  * (`owners` from a batch update's changes: any), unless the caller holds users:write: the whole batch, before it runs.
  */

@@ -2,16 +2,17 @@
 
 import { etagOf } from '../http/etag.ts';
 import { notFound } from '../errors/errors.ts';
-import { MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MIN_BANDWIDTH } from '../domain/link.ts';
+import { MAX_BANDWIDTH, MIN_BANDWIDTH } from '../domain/link.ts';
 import { pastAllowance, type PlanFields } from '../domain/plans.ts';
 import { decodeCursor } from '../http/cursor.ts';
 import type { QueryOf } from '../schema/query.ts';
-import { array, integer, nullable, object, oneOf, optional, string } from '../schema/schema.ts';
+import { array, integer, nullable, object, oneOf, optional, string, type Schema } from '../schema/schema.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { insertPlan, removePlan, updatePlan } from '../service/plans.ts';
 import { transact } from '../service/write.ts';
 import { idPage, pageSchema, pagingQuery, record, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, operation, operations } from './route.ts';
+import { ruleInput } from './rule-schema.ts';
 
 const allowance = object(
   {
@@ -49,6 +50,13 @@ const allowance = object(
   { name: 'Allowance' },
 );
 
+const rule = ruleInput.properties;
+
+/** `schema` with another description: a plan's cap on a rule's field is the field's type, for what it caps. */
+function described<T>(schema: Schema<T>, description: string): Schema<T> {
+  return { ...schema, json: { ...schema.json, description } };
+}
+
 const planInput = object(
   {
     name: string({ min: 1, max: 64, description: 'Unique, ignoring case.' }),
@@ -73,22 +81,16 @@ const planInput = object(
       null,
     ),
     max_connections: optional(
-      nullable(
-        integer({
-          min: 1,
-          max: MAX_RULE_CONNECTIONS,
-          description: "The most a rule's max_connections may be, and what a rule without one is held to.",
-        }),
+      described(
+        rule.max_connections.schema,
+        "The most a rule's max_connections may be, and what one without is held to.",
       ),
       null,
     ),
     bandwidth_limit: optional(
-      nullable(
-        integer({
-          min: MIN_BANDWIDTH,
-          max: MAX_BANDWIDTH,
-          description: "The most a rule's bandwidth_limit may be (bytes a second), and what one without is held to.",
-        }),
+      described(
+        rule.bandwidth_limit.schema,
+        "The most a rule's bandwidth_limit may be, and what one without is held to.",
       ),
       null,
     ),

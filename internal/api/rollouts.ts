@@ -167,7 +167,7 @@ export const rolloutOperations = operations({
     },
     handler: async (ctx: Ctx<RolloutBody, {}>) => {
       const { version, waves, gate_seconds, pause_seconds } = ctx.body;
-      const node_ids = selected(ctx.app, 'nodes', ctx.body);
+      const node_ids = selected(ctx, 'nodes', ctx.body);
       const rollout = await transact(ctx.app, ctx, (change) =>
         createRollout(ctx.app, change, { version, node_ids, waves, gate_seconds, pause_seconds }),
       );

@@ -11,7 +11,9 @@ import { protocols, ruleFieldsOf, ruleStates, syncStates } from '../domain/rules
 import { insertRule, removeRule, syncRule, updateRule } from '../service/rules.ts';
 import { transact } from '../service/write.ts';
 import { RULE_SORTS, type RuleFilter } from '../store/rules.ts';
-import { pageSchema, paging, sortParam } from './common.ts';
+import { ownerFilter, pageSchema, paging, sortParam } from './common.ts';
+import type { Principal } from './app.ts';
+import { reaches } from '../service/grants.ts';
 import { created, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ruleInput, ruleSchema } from './rule-schema.ts';
 
@@ -30,9 +32,12 @@ export const ruleFilterQuery = {
 };
 
 /** The store's filter of a list query's (or a batch filter's) values. */
-export function ruleFilterOf(query: QueryOf<typeof ruleFilterQuery>): Omit<RuleFilter, 'afterId' | 'limit'> {
+export function ruleFilterOf(
+  query: QueryOf<typeof ruleFilterQuery>,
+  caller: Principal,
+): Omit<RuleFilter, 'afterId' | 'limit'> {
   return {
-    owner_id: query.owner_id ?? null,
+    owner_id: ownerFilter(caller, query.owner_id),
     node_id: query.node_id ?? null,
     tunnel_id: query.tunnel_id ?? null,
     enabled: query.enabled ?? null,
@@ -49,16 +54,24 @@ const listRulesQuery = { ...listQuery, ...ruleFilterQuery, sort: sortParam(Objec
 
 export const ruleOperations = operations({
   listRules: operation({
+    tenants: true,
     summary: 'List forwarding rules',
     query: listRulesQuery,
     responses: { 200: { description: 'A page of rules', schema: pageSchema(ruleSchema) } },
     handler: (ctx) => {
       const { limit, after, count, sorted } = paging(ctx.query);
-      const page = ctx.app.store.rules.page({ afterId: after, limit, count, sorted, ...ruleFilterOf(ctx.query) });
+      const page = ctx.app.store.rules.page({
+        afterId: after,
+        limit,
+        count,
+        sorted,
+        ...ruleFilterOf(ctx.query, ctx.caller),
+      });
       return okJson(pageJson(page, sorted && ctx.query.sort));
     },
   }),
   createRule: operation({
+    tenants: true,
     action: 'rule.create',
     summary: 'Create a forwarding rule',
     description:
@@ -67,6 +80,10 @@ export const ruleOperations = operations({
     body: ruleInput,
     responses: {
       201: { description: 'Created', schema: ruleSchema },
+      403: {
+        description:
+          "Lacking rules:write, or outside a tenant's plan (not_granted: a node, a port, how many rules, a cap)",
+      },
       409: { description: 'The port is taken on that node' },
     },
     handler: async (ctx) => {
@@ -76,20 +93,26 @@ export const ruleOperations = operations({
   }),
   getRule: operation({
     summary: 'Show a forwarding rule',
+    tenants: true,
     responses: { 200: { description: 'The rule', schema: ruleSchema } },
     handler: (ctx) => {
       const rule = ctx.app.store.rules.json(idParam(ctx));
-      if (!rule) throw notFound('rule', ctx.params.id!);
+      if (!rule || !reaches(ctx.caller, rule.owner_id)) throw notFound('rule', ctx.params.id!);
       return okJson(rule.json, { ETag: etagOf(rule.version) });
     },
   }),
   replaceRule: operation({
+    tenants: true,
     action: 'rule.update',
     summary: 'Replace a forwarding rule',
     description: 'Moving a rule to another node pushes both nodes. Sync state and traffic are read-only and ignored.',
     body: ruleInput,
     responses: {
       200: { description: 'Updated', schema: ruleSchema },
+      403: {
+        description:
+          "Lacking rules:write, or outside a tenant's plan (not_granted: a node, a port, how many rules, a cap)",
+      },
       409: { description: 'The port is taken on that node' },
     },
     handler: async (ctx) => {
@@ -100,6 +123,7 @@ export const ruleOperations = operations({
     },
   }),
   deleteRule: operation({
+    tenants: true,
     action: 'rule.delete',
     summary: 'Delete a forwarding rule; its node closes the port',
     responses: { 204: { description: 'Deleted' } },
@@ -109,6 +133,7 @@ export const ruleOperations = operations({
     },
   }),
   syncRule: operation({
+    tenants: true,
     action: 'rule.sync',
     summary: "Push a rule's node its config and wait for the node to acknowledge",
     description:

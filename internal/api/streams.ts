@@ -320,7 +320,7 @@ export class EventStreams {
       if (current && current.role === stream.principal.role && current.scopes.join() === stream.principal.scopes.join())
         continue;
       const detail = current
-        ? "the caller's scopes or role changed: reconnect to follow what they read now"
+        ? "the caller's scopes changed, or their role: reconnect to follow what they read now"
         : 'the credential was revoked or expired, or its user disabled or deleted';
       this.send(
         stream,

@@ -13,6 +13,7 @@ export const errorCodes = [
   'auth_failed',
   'insufficient_scope',
   'operators_only',
+  'not_granted',
   'license_limit',
   'not_found',
   'method_not_allowed',

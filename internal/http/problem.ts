@@ -37,6 +37,11 @@ const codes = {
     'For operators',
     'A tenant reaches only what they own, on routes that follow ownership; the attempt is in the audit log.',
   ],
+  not_granted: [
+    403,
+    'Not granted',
+    "Outside the tenant's plan (a node, a port, how many rules, a cap), which the detail names; nothing changed.",
+  ],
   license_limit: [
     403,
     'License limit reached',

@@ -45,6 +45,7 @@ const OUTCOME_OF: Partial<Record<string, Outcome>> = {
   validation_failed: 'invalid',
   license_limit: 'invalid',
   insufficient_scope: 'forbidden',
+  not_granted: 'forbidden',
 };
 
 /** An item's failure as its result; anything unexpected is not an item's fault and propagates. */

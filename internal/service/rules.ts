@@ -8,6 +8,7 @@ import { parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
+import { grantedRule, reaches, requireRoom } from './grants.ts';
 import { theMaster } from './master.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
@@ -101,11 +102,15 @@ export function insertRules(
   list: readonly RuleFields[],
   holders?: readonly (Claim | undefined)[],
 ): Rule[] {
+  requireRoom(app, change.caller, list.length);
+  const owned = list.map((fields) =>
+    grantedRule(app, change.caller, { ...fields, owner_id: change.ownerFor(fields.owner_id, null) }),
+  );
   // A list's rules mostly share a few nodes: each pair of references, and each node's host, is looked up once.
   const checked = new Set<string>();
   const hosts = new Map<number, string | undefined>();
   const policy = app.targetPolicy();
-  for (const fields of list) {
+  for (const fields of owned) {
     const references = `${fields.node_id}/${fields.tunnel_id}`;
     checkCombination(fields);
     if (!checked.has(references)) {
@@ -115,7 +120,6 @@ export function insertRules(
     if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
     checkTargets(fields, hosts.get(fields.node_id), policy);
   }
-  const owned = list.map((fields) => ({ ...fields, owner_id: change.ownerFor(fields.owner_id, null) }));
   const rules = app.store.rules.insertAll(owned, app.timestamp(), holders);
   for (const rule of rules) touchRule(app, change, rule);
   change.auditAll(
@@ -132,9 +136,12 @@ export function insertRules(
 /** Inside a transaction. Throws `not_found`, `precondition_failed`, `validation_failed`, `conflict`. */
 export function updateRule(app: WriteDeps, change: Change, id: number, given: RuleFields, ifMatch?: string): Rule {
   const current = app.store.rules.find(id);
-  if (!current) throw notFound('rule', id);
+  if (!current || !reaches(change.caller, current.owner_id)) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
-  const fields = { ...given, owner_id: change.ownerFor(given.owner_id, current.owner_id) };
+  const fields = grantedRule(app, change.caller, {
+    ...given,
+    owner_id: change.ownerFor(given.owner_id, current.owner_id),
+  });
   checkCombination(fields);
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
@@ -178,7 +185,7 @@ export function cascadeRules(
 /** Inside a transaction. Throws `not_found`, `precondition_failed`. */
 export function removeRule(app: WriteDeps, change: Change, id: number, ifMatch?: string): void {
   const current = app.store.rules.find(id);
-  if (!current) throw notFound('rule', id);
+  if (!current || !reaches(change.caller, current.owner_id)) throw notFound('rule', id);
   checkIfMatch(ifMatch, current.version);
   touchRule(app, change, current);
   app.store.rules.delete(id);
@@ -242,7 +249,7 @@ export async function pushRules(app: Committer, requester: Requester, ids: numbe
     const byNode = new Map<number, number>();
     for (const id of ids) {
       const rule = app.store.rules.find(id);
-      if (!rule) continue;
+      if (!rule || !reaches(requester.caller, rule.owner_id)) continue;
       app.store.rules.markPending(id);
       touchRule(app, change, rule);
       change.audit({ action: 'rule.sync', resource: 'rule', resource_id: id });
@@ -255,7 +262,7 @@ export async function pushRules(app: Committer, requester: Requester, ids: numbe
   const out = new Map<number, Rule>();
   for (const id of ids) {
     const rule = app.store.rules.find(id);
-    if (rule) out.set(id, rule);
+    if (rule && reaches(requester.caller, rule.owner_id)) out.set(id, rule);
   }
   return out;
 }
@@ -266,7 +273,8 @@ export async function pushRules(app: Committer, requester: Requester, ids: numbe
  * `bad_gateway` (the rule in its data) when the node reported it could not apply it.
  */
 export async function syncRule(app: Committer, requester: Requester, id: number): Promise<Rule> {
-  if (!app.store.rules.find(id)) throw notFound('rule', id);
+  const found = app.store.rules.find(id);
+  if (!found || !reaches(requester.caller, found.owner_id)) throw notFound('rule', id);
   const rule = (await pushRules(app, requester, [id])).get(id);
   if (!rule) throw notFound('rule', id);
   if (rule.sync.state === 'failed') {

@@ -173,6 +173,11 @@ export class Change {
     if (!grants(this.requester.caller.scopes, scope)) throw missingScope(scope, because);
   }
 
+  /** Who the write is for. */
+  get caller(): Caller {
+    return this.requester.caller;
+  }
+
   /**
    * Who owns what is written with `ownerId` (a rule's or tunnel's owner_id as given; `current`, its owner now, for a
    * change): null keeps the owner, or makes the caller the owner of what is new. Giving it to another user needs
@@ -237,10 +242,18 @@ export class Change {
 }
 
 /** Who asks for a write: who acts, with which scopes, the audit action, and the Idempotency-Key it marks used. */
+/** Who a write is for: what their scopes allow, and as a tenant what they own and their plan grants. */
+export interface Caller {
+  readonly scopes: readonly Scope[];
+  readonly userId: number;
+  readonly role: 'operator' | 'tenant';
+  readonly planId: number | null;
+}
+
 export interface Requester {
   actor: Actor;
   /** Whose scopes side change are checked against; the master acting on its own has none to read. */
-  readonly caller: { readonly scopes: readonly Scope[]; readonly userId: number };
+  readonly caller: Caller;
   /** The audit action entries record unless they name another. */
   action?: string;
   idempotency?: IdempotencySlot;

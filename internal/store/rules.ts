@@ -328,7 +328,9 @@ export class RuleStore {
       'SELECT id FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit',
       RULE_FILTERS,
     );
-    this.jsonStmt = db.prepare('SELECT r.version, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?');
+    this.jsonStmt = db.prepare(
+      'SELECT r.version, r.owner_id, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?',
+    );
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
@@ -480,8 +482,8 @@ export class RuleStore {
   }
 
   /** One rule as JSON text, with its version for the ETag. */
-  json(id: number): { version: number; json: string } | undefined {
-    return this.jsonStmt.get(id) as { version: number; json: string } | undefined;
+  json(id: number): { version: number; owner_id: number; json: string } | undefined {
+    return this.jsonStmt.get(id) as { version: number; owner_id: number; json: string } | undefined;
   }
 
   forNode(nodeId: number): Rule[] {

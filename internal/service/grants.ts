@@ -1,0 +1,79 @@
+// What a tenant's plan grants them, held to every rule they write: the node it listens on (by id or tag), its ports,
+// how many rules they have, and the most each rule's max_connections and bandwidth_limit may be (what a rule without
+// one is held to). An operator's writes pass untouched. Refusals are 403 not_granted naming the grant.
+
+import { DomainError } from '../errors/errors.ts';
+import { parsePortRange, type Plan } from '../domain/plans.ts';
+import type { OwnedRuleFields } from '../domain/rules.ts';
+import type { Caller, WriteDeps } from './write.ts';
+
+/** Who writes, as far as grants go. */
+export type Grantee = Pick<Caller, 'userId' | 'role' | 'planId'>;
+
+/** Whether `grantee` may see and change what `owner` owns: an operator anything, a tenant their own. */
+export function reaches(grantee: Grantee, owner: number): boolean {
+  return grantee.role !== 'tenant' || owner === grantee.userId;
+}
+
+function notGranted(detail: string): DomainError {
+  return new DomainError('not_granted', detail);
+}
+
+/** The tenant's plan; throws `not_granted` for a tenant on none. */
+function planOf(app: WriteDeps, grantee: Grantee): Plan {
+  const plan = grantee.planId === null ? undefined : app.store.plans.find(grantee.planId);
+  if (!plan) throw notGranted('you are on no plan, and a tenant without one is granted nothing');
+  return plan;
+}
+
+/** Whether `first` to `last` lies within one of the plan's port ranges. */
+function portsGranted(plan: Plan, first: number, last: number): boolean {
+  return plan.port_ranges.some((text) => {
+    const range = parsePortRange(text);
+    return range !== null && range.first <= first && last <= range.last;
+  });
+}
+
+/**
+ * `fields` as a tenant may write them under their plan (the plan's caps filled in where the rule has none); the
+ * fields as given for an operator. Throws `not_granted`.
+ */
+export function grantedRule(app: WriteDeps, grantee: Grantee, fields: OwnedRuleFields): OwnedRuleFields {
+  if (grantee.role !== 'tenant') return fields;
+  const plan = planOf(app, grantee);
+  const node = app.store.nodes.find(fields.node_id);
+  const granted = node && (plan.node_ids.includes(node.id) || node.tags.some((tag) => plan.node_tags.includes(tag)));
+  if (!granted) throw notGranted(`node ${fields.node_id} is not granted by your plan '${plan.name}'`);
+  if (fields.tunnel_id !== null)
+    throw notGranted(`your plan '${plan.name}' grants rules on nodes, not through tunnels`);
+  const last = fields.listen_port_end ?? fields.listen_port;
+  if (!portsGranted(plan, fields.listen_port, last)) {
+    const ports = last === fields.listen_port ? `port ${last} is` : `ports ${fields.listen_port}-${last} are`;
+    const ranges = plan.port_ranges.length > 0 ? plan.port_ranges.join(', ') : 'none';
+    throw notGranted(`${ports} not in your plan '${plan.name}' (its ports: ${ranges})`);
+  }
+  return {
+    ...fields,
+    max_connections: capped(plan, 'max_connections', fields.max_connections),
+    bandwidth_limit: capped(plan, 'bandwidth_limit', fields.bandwidth_limit),
+  };
+}
+
+/** Throws `not_granted` when a tenant's plan has no room for `adding` more rules. */
+export function requireRoom(app: WriteDeps, grantee: Grantee, adding: number): void {
+  if (grantee.role !== 'tenant') return;
+  const plan = planOf(app, grantee);
+  if (plan.max_rules === null) return;
+  const have = app.store.users.owned(grantee.userId).rules;
+  if (have + adding > plan.max_rules)
+    throw notGranted(`your plan '${plan.name}' allows ${plan.max_rules} rules, and you have ${have}`);
+}
+
+/** A rule's limit under the plan's cap: the cap where the rule has none; throws `not_granted` above it. */
+function capped(plan: Plan, limit: 'max_connections' | 'bandwidth_limit', value: number | null): number | null {
+  const cap = plan[limit];
+  if (cap === null) return value;
+  if (value === null) return cap;
+  if (value > cap) throw notGranted(`${limit} ${value} is over your plan '${plan.name}' cap of ${cap}`);
+  return value;
+}

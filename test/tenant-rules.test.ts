@@ -1,0 +1,194 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { routes } from '../internal/api/routes.ts';
+import { assertProblem, call, login, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+
+/** Two tenants on one plan (nodes tagged eu, ports 30000-30099, 3 rules, 100 connections), an operator's rule. */
+async function world(m: Running) {
+  const granted = await node(m, 'granted', { tags: ['eu'] });
+  const other = await node(m, 'other');
+  const plan = await call(m.url, 'POST', '/api/plans', {
+    token: m.admin,
+    body: { name: 'starter', node_tags: ['eu'], port_ranges: ['30000-30099'], max_rules: 3, max_connections: 100 },
+  });
+  const tenant = async (username: string) => {
+    const made = await call(m.url, 'POST', '/api/users', {
+      token: m.admin,
+      body: {
+        username,
+        password: `${username}-password`,
+        role: 'tenant',
+        plan_id: plan.body.id,
+        scopes: ['rules:write'],
+      },
+    });
+    return { id: made.body.id as number, token: await login(m.url, username, `${username}-password`) };
+  };
+  const [alice, bob] = [await tenant('alice'), await tenant('bob')];
+  const operators = (await rule(m, { node_id: granted.id, listen_port: 10001 })).body;
+  const create = (who: { token: string }, port: number, extra: Record<string, unknown> = {}) =>
+    call(m.url, 'POST', '/api/rules', {
+      token: who.token,
+      body: {
+        name: `r${port}`,
+        node_id: granted.id,
+        protocol: 'tcp',
+        listen_port: port,
+        targets: ['10.0.0.1:80'],
+        ...extra,
+      },
+    });
+  const bobs = (await create(bob, 30050)).body;
+  return { granted, other, plan: plan.body, alice, bob, operators, bobs, create };
+}
+
+test("a tenant's rule is theirs, on the nodes and ports their plan grants, held to its caps", async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const made = await w.create(w.alice, 30000);
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  assert.deepEqual([made.body.owner_id, made.body.max_connections], [w.alice.id, 100]);
+  const before = snapshot(m, ['audit_log']);
+  const refusals: [Record<string, unknown>, RegExp][] = [
+    [{ node_id: w.other.id }, new RegExp(`node ${w.other.id} is not granted by your plan 'starter'`)],
+    [{ listen_port: 31000 }, /port 31000 is not in your plan 'starter' \(its ports: 30000-30099\)/],
+    [{ listen_port: 30090, listen_port_end: 30110 }, /ports 30090-30110 are not in your plan/],
+    [{ max_connections: 101 }, /max_connections 101 is over your plan 'starter' cap of 100/],
+  ];
+  for (const [extra, detail] of refusals) {
+    const answer = await w.create(w.alice, 30001, extra);
+    assertProblem(answer, 403, 'not_granted');
+    assert.match(answer.body.detail, detail);
+  }
+  const replaced = await call(m.url, 'PUT', `/api/rules/${made.body.id}`, {
+    token: w.alice.token,
+    body: { name: 'moved', node_id: w.other.id, protocol: 'tcp', listen_port: 30000, targets: ['10.0.0.1:80'] },
+  });
+  assertProblem(replaced, 403, 'not_granted');
+  assert.equal(snapshot(m, ['audit_log']), before, 'nothing was written');
+  // Three rules each, whatever other tenants of the plan have: alice's third is her last.
+  assert.equal((await w.create(w.alice, 30002)).status, 201);
+  assert.equal((await w.create(w.alice, 30003)).status, 201);
+  const over = await w.create(w.alice, 30004);
+  assertProblem(over, 403, 'not_granted');
+  assert.match(over.body.detail, /your plan 'starter' allows 3 rules, and you have 3/);
+});
+
+const ONLY_THEIRS =
+  'a tenant sees and changes only their own rules: the rest are not found, lists and filters hold only theirs';
+test(ONLY_THEIRS, async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const mine = (await w.create(w.alice, 30000)).body;
+  const names = async (path: string) =>
+    (await call(m.url, 'GET', path, { token: w.alice.token })).body.items.map((r: { id: number }) => r.id);
+  assert.deepEqual(await names('/api/rules?count=true'), [mine.id]);
+  assert.deepEqual(await names(`/api/rules?owner_id=${w.bob.id}`), []);
+  assert.deepEqual(await names(`/api/rules?node_id=${w.granted.id}`), [mine.id]);
+  assert.equal((await call(m.url, 'GET', '/api/rules?count=true', { token: w.alice.token })).body.total, 1);
+  const before = snapshot(m, ['audit_log']);
+  for (const theirs of [w.operators, w.bobs]) {
+    const { id, owner_id: _o, ...fields } = theirs;
+    for (const [method, path, body] of [
+      ['GET', `/api/rules/${id}`, undefined],
+      ['PUT', `/api/rules/${id}`, fields],
+      ['DELETE', `/api/rules/${id}`, undefined],
+      ['POST', `/api/rules/${id}/sync`, undefined],
+    ] as const) {
+      assertProblem(await call(m.url, method, path, { token: w.alice.token, body }), 404, 'not_found');
+    }
+    for (const [path, body] of [
+      ['/api/rules/batch-delete', { ids: [id] }],
+      ['/api/rules/batch-update', { ids: [id], changes: { enabled: false } }],
+      ['/api/rules/batch-sync', { ids: [id] }],
+    ] as const) {
+      const answer = await call(m.url, 'POST', path, { token: w.alice.token, body });
+      assert.deepEqual(
+        answer.body.results.map((r: { outcome: string }) => r.outcome),
+        ['not_found'],
+        `${path}: ${JSON.stringify(answer.body)}`,
+      );
+    }
+  }
+  // A filter selects only theirs, whatever it names.
+  for (const filter of [{}, { node_id: w.granted.id }, { owner_id: w.bob.id }]) {
+    const answer = await call(m.url, 'POST', '/api/rules/batch-update?dry_run=true', {
+      token: w.alice.token,
+      body: { filter, changes: { enabled: false } },
+    });
+    assert.deepEqual(
+      answer.body.results.map((r: { id: number }) => r.id),
+      'owner_id' in filter ? [] : [mine.id],
+      JSON.stringify(filter),
+    );
+  }
+  assert.equal(snapshot(m, ['audit_log']), before, "nothing of anyone else's changed");
+  const deleted = await call(m.url, 'POST', '/api/rules/batch-delete', {
+    token: w.alice.token,
+    body: { filter: {} },
+  });
+  assert.deepEqual(deleted.body.results, [{ id: mine.id, outcome: 'deleted' }]);
+  for (const kept of [w.operators, w.bobs])
+    assert.equal((await call(m.url, 'GET', `/api/rules/${kept.id}`, { token: m.admin })).status, 200);
+});
+
+test('every route that answers tenants is one this file tries across owners', () => {
+  const tried = [
+    'GET /api/auth/me',
+    'POST /api/auth/logout',
+    'POST /api/auth/password',
+    'POST /api/auth/logout-others',
+    'GET /api/rules',
+    'POST /api/rules',
+    'GET /api/rules/{id}',
+    'PUT /api/rules/{id}',
+    'DELETE /api/rules/{id}',
+    'POST /api/rules/{id}/sync',
+    'POST /api/rules/batch-delete',
+    'POST /api/rules/batch-create',
+    'POST /api/rules/batch-update',
+    'POST /api/rules/batch-sync',
+  ];
+  assert.deepEqual(
+    routes
+      .filter((r) => r.tenants)
+      .map((r) => `${r.method} ${r.path}`)
+      .sort(),
+    tried.sort(),
+    'a route opened to tenants is tried here (and in tenants.test.ts for their own account) before it is',
+  );
+});
+
+test("a tenant's batch of new rules is held to their plan as a whole: one not granted and none is made", async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const body = (port: number, extra: Record<string, unknown> = {}) => ({
+    name: `b${port}`,
+    node_id: w.granted.id,
+    protocol: 'tcp',
+    listen_port: port,
+    targets: ['10.0.0.1:80'],
+    ...extra,
+  });
+  const before = snapshot(m, ['audit_log']);
+  const refused = await call(m.url, 'POST', '/api/rules/batch-create', {
+    token: w.alice.token,
+    body: { rules: [body(30010), body(30011, { node_id: w.other.id })] },
+  });
+  assertProblem(refused, 422, 'validation_failed');
+  assert.deepEqual(
+    refused.body.results.map((r: { outcome: string }) => r.outcome),
+    ['invalid', 'forbidden'],
+  );
+  const tooMany = await call(m.url, 'POST', '/api/rules/batch-create', {
+    token: w.alice.token,
+    body: { rules: [body(30010), body(30011), body(30012), body(30013)] },
+  });
+  assertProblem(tooMany, 422, 'validation_failed');
+  assert.equal(snapshot(m, ['audit_log']), before);
+  const made = await call(m.url, 'POST', '/api/rules/batch-create', {
+    token: w.alice.token,
+    body: { rules: [body(30010), body(30011)] },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+});
