@@ -19,7 +19,7 @@ async function world(m: Running) {
         password: `${username}-password`,
         role: 'tenant',
         plan_id: plan.body.id,
-        scopes: ['rules:write'],
+        scopes: ['rules:write', 'nodes:read'],
       },
     });
     return { id: made.body.id as number, token: await login(m.url, username, `${username}-password`) };
@@ -138,6 +138,8 @@ test('every route that answers tenants is one this file tries across owners', ()
     'POST /api/auth/logout',
     'POST /api/auth/password',
     'POST /api/auth/logout-others',
+    'GET /api/nodes',
+    'GET /api/nodes/{id}',
     'GET /api/rules',
     'POST /api/rules',
     'GET /api/rules/{id}',
@@ -191,4 +193,33 @@ test("a tenant's batch of new rules is held to their plan as a whole: one not gr
     body: { rules: [body(30010), body(30011)] },
   });
   assert.equal(made.status, 201, JSON.stringify(made.body));
+});
+
+const GRANTED_NODES =
+  'a tenant sees the nodes their plan grants, by id or tag, with what their clients need and nothing else';
+test(GRANTED_NODES, async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const byId = await node(m, 'named');
+  await call(m.url, 'PUT', `/api/plans/${w.plan.id}`, {
+    token: m.admin,
+    body: { ...w.plan, node_ids: [byId.id] },
+  });
+  const list = await call(m.url, 'GET', '/api/nodes?count=true', { token: w.alice.token });
+  assert.equal(list.status, 200, JSON.stringify(list.body));
+  assert.deepEqual(list.body.items, [
+    { id: w.granted.id, name: 'granted', host: 'granted.example.net', tags: ['eu'], status: 'new' },
+    { id: byId.id, name: 'named', host: 'named.example.net', tags: [], status: 'new' },
+  ]);
+  assert.equal(list.body.total, 2);
+  const sorted = await call(m.url, 'GET', '/api/nodes?sort=-name&q=e', { token: w.alice.token });
+  assert.deepEqual(
+    sorted.body.items.map((n: { name: string }) => n.name),
+    ['named', 'granted'],
+  );
+  const one = await call(m.url, 'GET', `/api/nodes/${w.granted.id}`, { token: w.alice.token });
+  assert.deepEqual(Object.keys(one.body).sort(), ['host', 'id', 'name', 'status', 'tags']);
+  assertProblem(await call(m.url, 'GET', `/api/nodes/${w.other.id}`, { token: w.alice.token }), 404, 'not_found');
+  for (const path of [`/api/nodes/${w.granted.id}/vitals`, '/api/agent-bundles', '/api/rollouts'])
+    assertProblem(await call(m.url, 'GET', path, { token: w.alice.token }), 403, 'operators_only');
 });

@@ -12,6 +12,7 @@ import { transact } from '../service/write.ts';
 import { NODE_SORTS, nodeStatuses } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
+import { grantedPage, grantedTo, nodeAnswer, nodeFor } from './granted-nodes.ts';
 import { seriesWindow, vitalsQuery, vitalsSeriesSchema } from './dashboard.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
@@ -266,20 +267,24 @@ export const CASCADE_FROM_NODE = [
 export const nodeOperations = operations({
   listNodes: operation({
     summary: 'List nodes',
+    description: 'A tenant sees the nodes their plan grants (by id or tag), each as a GrantedNode.',
+    tenants: true,
     query: listNodesQuery,
-    responses: { 200: { description: 'A page of nodes', schema: pageSchema(nodeSchema) } },
+    responses: { 200: { description: 'A page of nodes', schema: pageSchema(nodeAnswer(nodeSchema.json)) } },
     handler: (ctx: Ctx<undefined, QueryOf<typeof listNodesQuery>>) => {
       const { limit, after, count, sorted } = paging(ctx.query);
+      const granted = grantedTo(ctx);
       const page = ctx.app.store.nodes.page({
         afterId: after,
         limit,
         count,
         sorted,
+        granted,
         status: ctx.query.status ?? null,
         tag: ctx.query.tag ?? null,
         q: ctx.query.q ?? null,
       });
-      return okJson(pageJson(page, sorted && ctx.query.sort));
+      return okJson(pageJson(granted ? grantedPage(page) : page, sorted && ctx.query.sort));
     },
   }),
   createNode: operation({
@@ -333,11 +338,14 @@ export const nodeOperations = operations({
   }),
   getNode: operation({
     summary: 'Show a node',
-    responses: { 200: { description: 'The node', schema: nodeSchema } },
+    description: 'A tenant sees a node their plan grants, as a GrantedNode; any other is 404 to them.',
+    tenants: true,
+    responses: { 200: { description: 'The node', schema: nodeAnswer(nodeSchema.json) } },
     handler: (ctx: Ctx<undefined, {}>) => {
       const node = ctx.app.store.nodes.json(idParam(ctx));
-      if (!node) throw notFound('node', ctx.params.id!);
-      return okJson(node.json, { ETag: etagOf(node.version) });
+      const shown = node && nodeFor(ctx, node.json);
+      if (!shown) throw notFound('node', ctx.params.id!);
+      return okJson(shown, { ETag: etagOf(node.version) });
     },
   }),
   replaceNode: operation({

@@ -1,5 +1,5 @@
 // Whether a caller may call a route at all: its scope, a login session where the route needs one, and a tenant only
-// where the route follows ownership. Asked at each request (dispatch.ts) and again while an event stream goes on.
+// where the route follows ownership. Asked at each request, and when a retried request reads what it made.
 
 import { grants } from '../auth/scopes.ts';
 import { DomainError } from '../errors/errors.ts';

@@ -59,3 +59,8 @@ export function parsePortRange(text: string): PortRange | null {
   if (first < 1 || last > 65535 || last < first) return null;
   return { first, last };
 }
+
+/** Whether a plan grants a node: by its id, or by one of its tags. */
+export function grantsNode(plan: Pick<PlanFields, 'node_ids' | 'node_tags'>, node: { id: number; tags: string[] }) {
+  return plan.node_ids.includes(node.id) || node.tags.some((tag) => plan.node_tags.includes(tag));
+}

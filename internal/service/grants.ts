@@ -3,7 +3,7 @@
 // one is held to). An operator's writes pass untouched. Refusals are 403 not_granted naming the grant.
 
 import { DomainError } from '../errors/errors.ts';
-import { parsePortRange, type Plan } from '../domain/plans.ts';
+import { grantsNode, parsePortRange, type Plan } from '../domain/plans.ts';
 import type { OwnedRuleFields } from '../domain/rules.ts';
 import type { Caller, WriteDeps } from './write.ts';
 
@@ -42,8 +42,8 @@ export function grantedRule(app: WriteDeps, grantee: Grantee, fields: OwnedRuleF
   if (grantee.role !== 'tenant') return fields;
   const plan = planOf(app, grantee);
   const node = app.store.nodes.find(fields.node_id);
-  const granted = node && (plan.node_ids.includes(node.id) || node.tags.some((tag) => plan.node_tags.includes(tag)));
-  if (!granted) throw notGranted(`node ${fields.node_id} is not granted by your plan '${plan.name}'`);
+  if (!node || !grantsNode(plan, node))
+    throw notGranted(`node ${fields.node_id} is not granted by your plan '${plan.name}'`);
   if (fields.tunnel_id !== null)
     throw notGranted(`your plan '${plan.name}' grants rules on nodes, not through tunnels`);
   const last = fields.listen_port_end ?? fields.listen_port;

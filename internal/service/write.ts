@@ -181,14 +181,14 @@ export class Change {
   /**
    * Who owns what is written with `ownerId` (a rule's or tunnel's owner_id as given; `current`, its owner now, for a
    * change): null keeps the owner, or makes the caller the owner of what is new. Giving it to another user needs
-   * users:write. Throws `validation_failed` for a user that does not exist (at `pointer`), `insufficient_scope`.
+   * users:write. Throws `insufficient_scope`, and `validation_failed` for a user that does not exist.
    */
-  ownerFor(ownerId: number | null, current: number | null, pointer = '#/owner_id'): number {
+  ownerFor(ownerId: number | null, current: number | null): number {
     const owner = ownerId ?? current ?? this.requester.caller.userId;
     if (owner === (current ?? this.requester.caller.userId)) return owner;
     this.requireScope('users:write', `owner_id gives it to user ${owner}`);
     if (!this.app.store.users.find(owner))
-      throw validationFailed([{ pointer, detail: `user ${owner} does not exist` }]);
+      throw validationFailed([{ pointer: '#/owner_id', detail: `user ${owner} does not exist` }]);
     return owner;
   }
 
@@ -241,7 +241,6 @@ export class Change {
   }
 }
 
-/** Who asks for a write: who acts, with which scopes, the audit action, and the Idempotency-Key it marks used. */
 /** Who a write is for: what their scopes allow, and as a tenant what they own and their plan grants. */
 export interface Caller {
   readonly scopes: readonly Scope[];
@@ -250,6 +249,7 @@ export interface Caller {
   readonly planId: number | null;
 }
 
+/** Who asks for a write: who acts, with which scopes, the audit action, and the Idempotency-Key it marks used. */
 export interface Requester {
   actor: Actor;
   /** Whose scopes side change are checked against; the master acting on its own has none to read. */

@@ -155,14 +155,30 @@ const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port',
 
 /** Each list filter's condition on `nodes` (see FilteredQuery). */
 const NODE_FILTERS = {
+  // A tenant's plan: the nodes it names, and those carrying one of its tags (a JSON {ids, tags}).
+  granted: `(nodes.id IN (SELECT value FROM json_each(:granted, '$.ids'))
+    OR EXISTS (SELECT 1 FROM json_each(nodes.tags) t
+      WHERE t.value IN (SELECT value FROM json_each(:granted, '$.tags'))))`,
   status: `${STATUS} = :status`,
   tag: 'EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag)',
   q: '(instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)',
 };
 
+/** The values of a filter's conditions, as the queries bind them. */
+function conditionsOf(filter: Pick<NodeFilter, 'granted' | 'status' | 'tag' | 'q'>) {
+  return {
+    granted: filter.granted ? JSON.stringify(filter.granted) : null,
+    status: filter.status,
+    tag: filter.tag,
+    q: filter.q,
+  };
+}
+
 export interface NodeFilter {
   afterId: number;
   limit: number;
+  /** Only the nodes a plan grants (by id, or one of its tags); null: every node. */
+  granted?: { ids: readonly number[]; tags: readonly string[] } | null;
   status: string | null;
   tag: string | null;
   q: string | null;
@@ -315,22 +331,22 @@ export class NodeStore {
     const rows = this.listQuery.all({
       after: filter.afterId,
       limit: filter.limit,
-      status: filter.status,
-      tag: filter.tag,
-      q: filter.q,
+      ...conditionsOf(filter),
     }) as unknown as Row[];
     return rows.map(toNode);
   }
 
   /** The ids of the nodes `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
   idsMatching(filter: Omit<NodeFilter, 'afterId' | 'count' | 'sorted'>): number[] {
-    const rows = this.pageQuery.all({ after: 0, ...filter }) as unknown as { id: number }[];
+    const rows = this.pageQuery.all({ after: 0, limit: filter.limit, ...conditionsOf(filter) }) as unknown as {
+      id: number;
+    }[];
     return rows.map((row) => row.id);
   }
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
-    const conditions = { status: filter.status, tag: filter.tag, q: filter.q };
+    const conditions = conditionsOf(filter);
     const total = filter.count ? this.countQuery.total(conditions) : undefined;
     if (filter.sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);
