@@ -138,6 +138,10 @@ test('every route that answers tenants is one this file tries across owners', ()
     'POST /api/auth/logout',
     'POST /api/auth/password',
     'POST /api/auth/logout-others',
+    'GET /api/tokens',
+    'POST /api/tokens',
+    'GET /api/tokens/{id}',
+    'DELETE /api/tokens/{id}',
     'GET /api/nodes',
     'GET /api/nodes/{id}',
     'GET /api/rules',
@@ -222,4 +226,42 @@ test(GRANTED_NODES, async (t) => {
   assertProblem(await call(m.url, 'GET', `/api/nodes/${w.other.id}`, { token: w.alice.token }), 404, 'not_found');
   for (const path of [`/api/nodes/${w.granted.id}/vitals`, '/api/agent-bundles', '/api/rollouts'])
     assertProblem(await call(m.url, 'GET', path, { token: w.alice.token }), 403, 'operators_only');
+});
+
+const OWN_TOKENS =
+  "a tenant's API tokens are their own: listed, shown and revoked by them alone, others' are not found";
+test(OWN_TOKENS, async (t) => {
+  const m = await startMaster(t);
+  const customer = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'alice', password: 'alice-password', role: 'tenant', scopes: ['rules:read', 'tokens:write'] },
+  });
+  const session = await login(m.url, 'alice', 'alice-password');
+  const made = await call(m.url, 'POST', '/api/tokens', {
+    token: session,
+    body: { name: 'script', scopes: ['rules:read'] },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const script = made.body.token;
+  assert.equal((await call(m.url, 'GET', '/api/rules', { token: script })).status, 200, 'the token works for her');
+  const operators = await call(m.url, 'POST', '/api/tokens', { token: m.admin, body: { name: 'ops', scopes: ['*'] } });
+  const listed = async (query = '') =>
+    (await call(m.url, 'GET', `/api/tokens${query}`, { token: session })).body.items.map(
+      (x: { name: string }) => x.name,
+    );
+  assert.deepEqual(await listed(), ['script']);
+  assert.deepEqual(await listed('?user_id=1'), []);
+  assert.equal((await call(m.url, 'GET', `/api/tokens/${made.body.id}`, { token: session })).status, 200);
+  const before = snapshot(m, ['audit_log']);
+  for (const method of ['GET', 'DELETE'])
+    assertProblem(await call(m.url, method, `/api/tokens/${operators.body.id}`, { token: session }), 404, 'not_found');
+  assert.equal(snapshot(m, ['audit_log']), before);
+  assertProblem(
+    await call(m.url, 'POST', '/api/tokens', { token: session, body: { name: 'more', scopes: ['users:read'] } }),
+    403,
+    'insufficient_scope',
+  );
+  assert.equal((await call(m.url, 'DELETE', `/api/tokens/${made.body.id}`, { token: session })).status, 204);
+  assertProblem(await call(m.url, 'GET', '/api/rules', { token: script }), 401, 'unauthorized');
+  assert.equal(customer.body.role, 'tenant');
 });

@@ -9,7 +9,17 @@ import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { issueToken, revokeToken, TOKEN_VERSION } from '../service/tokens.ts';
 import { shownToken, TOKEN_SORTS } from '../store/tokens.ts';
-import { nullableTimestamp, pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
+import {
+  nullableTimestamp,
+  ownerFilter,
+  pageSchema,
+  paging,
+  record,
+  scopeList,
+  sortParam,
+  timestamp,
+} from './common.ts';
+import { reaches } from '../service/grants.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
@@ -71,7 +81,9 @@ async function deleteTokenById(ctx: Ctx<undefined, {}>) {
 
 export const tokenOperations = operations({
   listTokens: operation({
+    tenants: true,
     summary: 'List API tokens (never their secrets)',
+    description: "Every user's, for an operator; a tenant's own, for a tenant.",
     query: listTokensQuery,
     responses: { 200: { description: 'A page of tokens', schema: pageSchema(tokenSchema) } },
     handler: (ctx: Ctx<undefined, QueryOf<typeof listTokensQuery>>) => {
@@ -81,12 +93,13 @@ export const tokenOperations = operations({
         limit,
         count,
         sorted,
-        userId: ctx.query.user_id ?? null,
+        userId: ownerFilter(ctx.caller, ctx.query.user_id),
       });
       return okJson(pageJson(page, sorted && ctx.query.sort));
     },
   }),
   createToken: operation({
+    tenants: true,
     action: 'token.create',
     summary: 'Issue an API token; the secret is in this response only',
     description:
@@ -100,20 +113,22 @@ export const tokenOperations = operations({
     handler: postToken,
   }),
   getToken: operation({
+    tenants: true,
     summary: 'Show one API token',
     responses: { 200: { description: 'The token', schema: tokenSchema } },
     handler: (ctx: Ctx<undefined, {}>) => {
       const token = ctx.app.store.tokens.find(idParam(ctx));
-      if (!token) throw notFound('token', ctx.params.id!);
+      if (!token || !reaches(ctx.caller, token.created_by.id)) throw notFound('token', ctx.params.id!);
       return ok(shownToken(token), { ETag: etagOf(TOKEN_VERSION) });
     },
   }),
   deleteToken: operation({
+    tenants: true,
     action: 'token.delete',
     summary: 'Revoke an API token at once',
     description:
       "A token can always revoke itself; any other token only if the caller holds every scope of the token's " +
-      'owner (403 otherwise), the rule the users API follows.',
+      "owner (403 otherwise), the rule the users API follows. A tenant reaches only their own (404 for others').",
     responses: {
       204: { description: 'Revoked' },
       403: { description: "The token's owner holds scopes the caller lacks" },

@@ -1,6 +1,7 @@
 // API tokens' operations. A token is issued with scopes its owner holds (and that narrow with the owner's), shown
 // once, and never changes after: revoking is all there is to do with it.
 
+import { reaches } from './grants.ts';
 import { grants, type Scope } from '../auth/scopes.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
@@ -54,7 +55,7 @@ export async function issueToken(
 
 /**
  * Revokes token `id`. A token may always revoke itself (`ownTokenId`, the caller's); any other only a caller holding
- * every scope of its owner. Throws `not_found`, `precondition_failed`, `insufficient_scope`.
+ * every scope of its owner; a tenant only their own. Throws `not_found`, `precondition_failed`, `insufficient_scope`.
  */
 export async function revokeToken(
   app: Committer,
@@ -65,7 +66,7 @@ export async function revokeToken(
 ): Promise<void> {
   await transact(app, requester, (change) => {
     const token = app.store.tokens.find(id);
-    if (!token) throw notFound('token', id);
+    if (!token || !reaches(requester.caller, token.created_by.id)) throw notFound('token', id);
     checkIfMatch(ifMatch, TOKEN_VERSION);
     if (id !== ownTokenId)
       requireHolds(
