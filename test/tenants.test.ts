@@ -56,6 +56,13 @@ test('a tenant signs in, says who they are with their plan, changes their passwo
     [me.body.user.role, me.body.user.plan_id, me.body.user.scopes],
     ['tenant', customer.plan, [...tenantScopes]],
   );
+  // What they are granted, and how much of it they use.
+  assert.deepEqual(
+    [me.body.plan.port_ranges, me.body.plan.max_rules, me.body.usage],
+    [['30000-30099'], 10, { rules: 0 }],
+  );
+  const admin = (await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).body;
+  assert.deepEqual([admin.plan, admin.usage], [null, null]);
   const changed = await call(m.url, 'POST', '/api/auth/password', {
     token: customer.token,
     body: { current_password: 'customer-password', new_password: 'customer-password-2' },

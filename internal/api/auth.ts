@@ -1,6 +1,7 @@
 // Login sessions: log in with a password for a bearer token of limited life, ask who you
 // are, change your own password, end your other sessions, log out.
 
+import { planSchema } from './plans.ts';
 import { roles } from '../store/users.ts';
 import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
@@ -38,6 +39,14 @@ const loginResult = record('LoginResult', {
 
 const whoAmI = record('WhoAmI', {
   user: userSummary,
+  plan: { oneOf: [{ type: 'null' }, planSchema.json], description: "A tenant's plan: what they are granted." },
+  usage: {
+    type: ['object', 'null'],
+    description: "A tenant's use of their plan: how many rules they have (null for an operator).",
+    required: ['rules'],
+    properties: { rules: { type: 'integer' } },
+    additionalProperties: false,
+  },
   token: {
     type: 'object',
     required: ['id', 'kind', 'name', 'scopes', 'expires_at'],
@@ -67,8 +76,11 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
 function whoami(ctx: Ctx<undefined, {}>) {
   const { caller, app } = ctx;
   const user = app.store.users.find(caller.userId)!;
+  const plan = user.plan_id === null ? null : (app.store.plans.find(user.plan_id) ?? null);
   return ok({
     user: { id: user.id, username: user.username, role: user.role, plan_id: user.plan_id, scopes: user.scopes },
+    plan,
+    usage: user.role === 'tenant' ? { rules: app.store.users.owned(user.id).rules } : null,
     token: {
       id: caller.tokenId,
       kind: caller.kind,

@@ -99,7 +99,7 @@ const planInput = object(
   { name: 'PlanInput', ignore: ['id', 'version', 'created_at', 'updated_at'] },
 );
 
-const planSchema = record('Plan', {
+export const planSchema = record('Plan', {
   id: { type: 'integer' },
   name: { type: 'string' },
   node_ids: { type: 'array', items: { type: 'integer' } },
