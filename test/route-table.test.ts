@@ -35,7 +35,7 @@ function newestAudit(m: Running, limit: number) {
     since: null,
     until: null,
   };
-  return m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit, ...none });
+  return m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit, owner: null, ...none });
 }
 
 function fill(path: string): string {

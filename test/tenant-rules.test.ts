@@ -138,6 +138,7 @@ test('every route that answers tenants is one this file tries across owners', ()
     'POST /api/auth/logout',
     'POST /api/auth/password',
     'POST /api/auth/logout-others',
+    'GET /api/audit-logs',
     'GET /api/tokens',
     'POST /api/tokens',
     'GET /api/tokens/{id}',
@@ -264,4 +265,61 @@ test(OWN_TOKENS, async (t) => {
   assert.equal((await call(m.url, 'DELETE', `/api/tokens/${made.body.id}`, { token: session })).status, 204);
   assertProblem(await call(m.url, 'GET', '/api/rules', { token: script }), 401, 'unauthorized');
   assert.equal(customer.body.role, 'tenant');
+});
+
+const OWN_AUDIT =
+  "a tenant reads the audit entries about their own rules and account, and their own refusals, no one else's";
+test(OWN_AUDIT, async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const mine = (await w.create(w.alice, 30000)).body;
+  // An operator gives her a rule, and changes her account; she is refused an operator's route; she deletes one.
+  const given = await rule(m, { node_id: w.granted.id, listen_port: 30001, owner_id: w.alice.id });
+  await call(m.url, 'PUT', `/api/users/${w.alice.id}`, {
+    token: m.admin,
+    body: {
+      username: 'alice',
+      role: 'tenant',
+      plan_id: w.plan.id,
+      scopes: ['rules:write', 'nodes:read', 'audit:read'],
+    },
+  });
+  const alice = await login(m.url, 'alice', 'alice-password');
+  assertProblem(await call(m.url, 'POST', '/api/nodes', { token: alice, body: {} }), 403, 'operators_only');
+  assert.equal((await call(m.url, 'DELETE', `/api/rules/${mine.id}`, { token: alice })).status, 204);
+  const read = async (query = '') =>
+    (await call(m.url, 'GET', `/api/audit-logs${query}`, { token: alice })).body.items as {
+      action: string;
+      resource_id: number | null;
+      actor_name: string;
+      ip: string | null;
+      status: string;
+    }[];
+  // A login's entry names the session it opened, which no one else reads.
+  const seen = (await read())
+    .map((e) => `${e.action} ${e.action === 'auth.login' ? '' : (e.resource_id ?? '')} ${e.actor_name} ${e.status}`)
+    .reverse();
+  assert.deepEqual(seen, [
+    `user.create ${w.alice.id} admin success`,
+    'auth.login  alice success',
+    `rule.create ${mine.id} alice success`,
+    `rule.create ${given.body.id} admin success`,
+    `user.update ${w.alice.id} admin success`,
+    'auth.login  alice success',
+    'node.create  alice denied',
+    `rule.delete ${mine.id} alice success`,
+  ]);
+  const entries = await read();
+  assert.ok(
+    entries.filter((e) => e.actor_name === 'admin').every((e) => e.ip === null),
+    "no operator's address",
+  );
+  assert.ok(
+    entries.filter((e) => e.actor_name === 'alice').every((e) => e.ip !== null),
+    'her own, with hers',
+  );
+  assert.deepEqual(
+    (await read('?resource=rule&action=rule.delete')).map((e) => e.resource_id),
+    [mine.id],
+  );
 });

@@ -43,6 +43,7 @@ function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
     beforeId: query.cursor === undefined ? Number.MAX_SAFE_INTEGER : decodeCursor(query.cursor),
     limit: query.limit ?? DEFAULT_LIMIT,
     count: query.count ?? false,
+    owner: ctx.caller.role === 'tenant' ? { id: ctx.caller.userId, username: ctx.caller.username } : null,
     action: query.action ?? null,
     resource: query.resource ?? null,
     resource_id: query.resource_id ?? null,
@@ -58,9 +59,11 @@ function listAudit(ctx: Ctx<undefined, QueryOf<typeof auditQuery>>) {
 export const auditOperations = operations({
   listAuditLogs: operation({
     summary: 'Read the audit log, newest first',
+    tenants: true,
     description:
       'Every write and every denied write attempt, recorded in the same transaction as the change. Entries older ' +
-      'than audit_retention_days are pruned.',
+      'than audit_retention_days are pruned. A tenant reads the entries about their own resources and account, and ' +
+      'their own refused attempts; where a request came from (ip, request_id) only for what they did themselves.',
     query: auditQuery,
     responses: { 200: { description: 'A page of entries', schema: pageSchema(auditEntrySchema) } },
     handler: listAudit,

@@ -42,6 +42,8 @@ export interface AuditEntry extends Actor, AuditInput {
 export interface AuditFilter {
   beforeId: number;
   limit: number;
+  /** Only entries about this user's resources and account, their own attempts included (what a tenant reads). */
+  owner: { id: number; username: string } | null;
   action: string | null;
   resource: string | null;
   resource_id: number | null;
@@ -85,6 +87,12 @@ export function redactSecrets(value: unknown, secretFields: ReadonlySet<string>)
   return holds(value) ? redacted(value) : value;
 }
 
+/** What a change's before or after says of whose it is. */
+interface Named {
+  owner_id?: number;
+  created_by?: { id: number };
+}
+
 interface Row extends Omit<AuditEntry, 'changes'> {
   changes: string | null;
 }
@@ -96,6 +104,7 @@ export class AuditStore {
   private readonly countQuery;
   private readonly pruneStmt;
   private readonly spanStmt;
+  private readonly ownerStmts;
 
   constructor(
     db: Database,
@@ -103,11 +112,17 @@ export class AuditStore {
     private readonly secretFields: ReadonlySet<string>,
   ) {
     this.insertRows = db.insertRows(
-      `INSERT INTO audit_log
-        (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status, request_id, changes) VALUES`,
-      11,
+      `INSERT INTO audit_log (at, actor_type, actor_id, actor_name, ip, action, resource, resource_id, status,
+        request_id, changes, owner_id) VALUES`,
+      12,
     );
+    this.ownerStmts = {
+      rule: db.prepare('SELECT owner_id AS id FROM rules WHERE id = ?'),
+      tunnel: db.prepare('SELECT owner_id AS id FROM tunnels WHERE id = ?'),
+      token: db.prepare('SELECT user_id AS id FROM tokens WHERE id = ?'),
+    };
     const filters = {
+      owner: 'owner_id = :owner',
       action: 'action = :action',
       resource: 'resource = :resource',
       // An entry about many (an import's) names them in spans (migration 21).
@@ -130,8 +145,11 @@ export class AuditStore {
     this.pageQuery = new FilteredQuery(
       db,
       `SELECT id, json_object('id', id, 'at', at, 'actor_type', actor_type,
-        'actor_id', actor_id, 'actor_name', actor_name, 'ip', ip, 'action', action, 'resource', resource,
-        'resource_id', resource_id, 'status', status, 'request_id', request_id) AS json, changes
+        'actor_id', actor_id, 'actor_name', actor_name,
+        -- Where a request came from is the caller's to see for their own acts only.
+        'ip', CASE WHEN :viewer IS NULL OR actor_name = :viewer THEN ip END, 'action', action, 'resource', resource,
+        'resource_id', resource_id, 'status', status,
+        'request_id', CASE WHEN :viewer IS NULL OR actor_name = :viewer THEN request_id END) AS json, changes
       FROM audit_log WHERE id < :before {filters} ORDER BY id DESC LIMIT :limit`,
       filters,
     );
@@ -153,6 +171,37 @@ export class AuditStore {
     this.recordAll(actor, [entry], at);
   }
 
+  /**
+   * Whose an entry is: a refused attempt its actor's; one about a rule, tunnel or token its owner's (as the change
+   * names it, or as it stands); one about a user that user's; anything else its actor's.
+   */
+  private ownerOf(actor: Actor, entry: AuditInput): number | null {
+    const acting = () =>
+      actor.actor_type === 'user'
+        ? actor.actor_id
+        : actor.actor_type === 'token'
+          ? this.lookup('token', actor.actor_id)
+          : null;
+    if (entry.status === 'denied') return acting();
+    const changes = (entry.changes ?? {}) as { before?: Named; after?: Named };
+    const named = (side?: Named) => side?.owner_id ?? side?.created_by?.id;
+    switch (entry.resource) {
+      case 'rule':
+      case 'tunnel':
+      case 'token':
+        return named(changes.after) ?? named(changes.before) ?? this.lookup(entry.resource, entry.resource_id);
+      case 'user':
+        return entry.resource_id;
+      default:
+        return acting();
+    }
+  }
+
+  private lookup(kind: keyof AuditStore['ownerStmts'], id: number | null): number | null {
+    if (id === null) return null;
+    return (this.ownerStmts[kind].get(id) as { id: number | null } | undefined)?.id ?? null;
+  }
+
   /** Records `entries`, in order, as done by `actor` at `at`; returns their ids. */
   recordAll(actor: Actor, entries: readonly AuditInput[], at: string): number[] {
     return this.insertRows(
@@ -168,20 +217,27 @@ export class AuditStore {
         entry.status,
         actor.request_id,
         entry.changes === undefined ? null : JSON.stringify(redactSecrets(entry.changes, this.secretFields)),
+        this.ownerOf(actor, entry),
       ]),
     );
   }
 
   list(filter: AuditFilter): AuditEntry[] {
-    const { beforeId, count: _, ...rest } = filter;
-    const rows = this.listQuery.all({ ...rest, before: beforeId }) as unknown as Row[];
+    const { beforeId, count: _, owner, ...rest } = filter;
+    const rows = this.listQuery.all({ ...rest, owner: owner?.id ?? null, before: beforeId }) as unknown as Row[];
     return rows.map((row) => ({ ...row, changes: row.changes === null ? null : JSON.parse(row.changes) }));
   }
 
   /** The entries of `filter`, newest first, as JSON text, and the last id when more follow. */
   page(filter: AuditFilter): JsonPage {
-    const { beforeId, limit, count, ...rest } = filter;
-    const rows = this.pageQuery.all({ ...rest, before: beforeId, limit: limit + 1 }) as {
+    const { beforeId, limit, count, owner, ...others } = filter;
+    const rest = { ...others, owner: owner?.id ?? null };
+    const rows = this.pageQuery.all({
+      ...rest,
+      viewer: owner?.username ?? null,
+      before: beforeId,
+      limit: limit + 1,
+    }) as {
       id: number;
       json: string;
       changes: string | null;

@@ -620,4 +620,8 @@ export const migrations: readonly string[] = [
   ALTER TABLE users ADD COLUMN plan_id INTEGER REFERENCES plans(id);
   CREATE INDEX users_plan ON users(plan_id);
   `,
+  /* 32: whose an audit entry is (the user whose resource or account it is about), for what a tenant may read */ `
+  ALTER TABLE audit_log ADD COLUMN owner_id INTEGER;
+  CREATE INDEX audit_owner ON audit_log(owner_id, id);
+  `,
 ];

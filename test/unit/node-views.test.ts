@@ -228,6 +228,7 @@ test(
       audit.page({
         beforeId: Number.MAX_SAFE_INTEGER,
         limit: 50,
+        owner: null,
         action: null,
         resource: null,
         resource_id: null,
