@@ -94,6 +94,7 @@ test(ONLY_THEIRS, async (t) => {
       ['PUT', `/api/rules/${id}`, fields],
       ['DELETE', `/api/rules/${id}`, undefined],
       ['POST', `/api/rules/${id}/sync`, undefined],
+      ['POST', `/api/rules/${id}/check`, undefined],
     ] as const) {
       assertProblem(await call(m.url, method, path, { token: w.alice.token, body }), 404, 'not_found');
     }
@@ -123,6 +124,8 @@ test(ONLY_THEIRS, async (t) => {
     );
   }
   assert.equal(snapshot(m, ['audit_log']), before, "nothing of anyone else's changed");
+  // Her own rule is hers to check: its node is offline, which is what she is told.
+  assertProblem(await call(m.url, 'POST', `/api/rules/${mine.id}/check`, { token: w.alice.token }), 409, 'conflict');
   const deleted = await call(m.url, 'POST', '/api/rules/batch-delete', {
     token: w.alice.token,
     body: { filter: {} },
@@ -151,6 +154,7 @@ test('every route that answers tenants is one this file tries across owners', ()
     'PUT /api/rules/{id}',
     'DELETE /api/rules/{id}',
     'POST /api/rules/{id}/sync',
+    'POST /api/rules/{id}/check',
     'POST /api/rules/batch-delete',
     'POST /api/rules/batch-create',
     'POST /api/rules/batch-update',

@@ -61,6 +61,7 @@ async function probeNodeAnswer(ctx: Ctx<{ target: string; protocol: 'tcp' | 'udp
 export const probeOperations = operations({
   checkRule: operation({
     action: 'rule.check',
+    tenants: true,
     summary: "Ask a rule's node whether it can reach each of the rule's targets",
     description:
       `The node (through a tunnel, its exit) tries every target at once, as its relays would and under the same ` +

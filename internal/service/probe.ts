@@ -2,6 +2,7 @@
 // target as its relays would, under the same target restrictions as rules; bounded in count and time, and audited
 // with what was found.
 
+import { reaches } from './grants.ts';
 import type { ProbeResult } from '../domain/link.ts';
 import { targetRefusal } from '../domain/rules.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
@@ -32,7 +33,7 @@ async function probeFrom(app: Committer, nodeId: number, protocol: 'tcp' | 'udp'
  */
 export async function checkTargets(app: Committer, requester: Requester, id: number) {
   const rule = app.store.rules.find(id);
-  if (!rule) throw notFound('rule', id);
+  if (!rule || !reaches(requester.caller, rule.owner_id)) throw notFound('rule', id);
   // Through a tunnel, the exit node dials the targets.
   const nodeId =
     rule.tunnel_id === null ? rule.node_id : (app.store.tunnels.find(rule.tunnel_id)?.exit_node_id ?? rule.node_id);
