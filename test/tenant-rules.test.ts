@@ -66,6 +66,14 @@ test("a tenant's rule is theirs, on the nodes and ports their plan grants, held 
   });
   assertProblem(replaced, 403, 'not_granted');
   assert.equal(snapshot(m, ['audit_log']), before, 'nothing was written');
+  // A port another tenant holds is taken, without saying by what; one of her own names her rule.
+  const theirs = await w.create(w.alice, 30050);
+  assertProblem(theirs, 409, 'conflict');
+  assert.equal(theirs.body.detail, `port 30050/tcp on node ${w.granted.id} is taken`);
+  assert.equal(theirs.body.conflicting_rule_id, undefined);
+  const own = await w.create(w.alice, 30000);
+  assertProblem(own, 409, 'conflict');
+  assert.equal(own.body.conflicting_rule_id, made.body.id);
   // Three rules each, whatever other tenants of the plan have: alice's third is her last.
   assert.equal((await w.create(w.alice, 30002)).status, 201);
   assert.equal((await w.create(w.alice, 30003)).status, 201);

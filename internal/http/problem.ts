@@ -130,7 +130,7 @@ export function problemOf(error: DomainError, requestId: string | null): Problem
   const headers: Record<string, string> = {};
   if (facts.conflict?.kind === 'port') {
     if (facts.conflict.ruleId !== null) body.conflicting_rule_id = facts.conflict.ruleId;
-    else body.conflicting_tunnel_id = facts.conflict.tunnelId;
+    else if (facts.conflict.tunnelId !== null) body.conflicting_tunnel_id = facts.conflict.tunnelId;
   } else if (facts.conflict?.kind === 'name' && facts.conflict.id !== null) {
     body.conflicting_id = facts.conflict.id;
   }

@@ -77,3 +77,24 @@ function capped(plan: Plan, limit: 'max_connections' | 'bandwidth_limit', value:
   if (value > cap) throw notGranted(`${limit} ${value} is over your plan '${plan.name}' cap of ${cap}`);
   return value;
 }
+
+/**
+ * Runs a rule's write for `grantee`; a port it finds taken by what a tenant cannot see (another's rule or tunnel) is
+ * reported as taken, without naming what holds it.
+ */
+export function unnamedToTenants<T>(app: WriteDeps, grantee: Grantee, write: () => T): T {
+  try {
+    return write();
+  } catch (error) {
+    const held = error instanceof DomainError && error.facts.conflict?.kind === 'port' ? error.facts.conflict : null;
+    if (!held || grantee.role !== 'tenant') throw error;
+    const owner =
+      held.ruleId !== null
+        ? app.store.rules.find(held.ruleId)?.owner_id
+        : app.store.tunnels.find(held.tunnelId!)?.owner_id;
+    if (owner === grantee.userId) throw error;
+    throw new DomainError('conflict', `port ${held.port}/${held.protocol} on node ${held.nodeId} is taken`, {
+      conflict: { ...held, ruleId: null, tunnelId: null },
+    });
+  }
+}

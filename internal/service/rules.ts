@@ -8,7 +8,7 @@ import { parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
-import { grantedRule, reaches, requireRoom } from './grants.ts';
+import { grantedRule, reaches, requireRoom, unnamedToTenants } from './grants.ts';
 import { theMaster } from './master.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
@@ -120,7 +120,7 @@ export function insertRules(
     if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
     checkTargets(fields, hosts.get(fields.node_id), policy);
   }
-  const rules = app.store.rules.insertAll(owned, app.timestamp(), holders);
+  const rules = unnamedToTenants(app, change.caller, () => app.store.rules.insertAll(owned, app.timestamp(), holders));
   for (const rule of rules) touchRule(app, change, rule);
   change.auditAll(
     rules.map((rule, i) => ({
@@ -146,7 +146,9 @@ export function updateRule(app: WriteDeps, change: Change, id: number, given: Ru
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
   checkQuotaLeft(current, fields);
-  const updated = app.store.rules.update(id, fields, app.timestamp(), spendsQuota(current, fields));
+  const updated = unnamedToTenants(app, change.caller, () =>
+    app.store.rules.update(id, fields, app.timestamp(), spendsQuota(current, fields)),
+  );
   touchRule(app, change, current);
   touchRule(app, change, updated);
   change.audit({
