@@ -19,7 +19,7 @@ async function world(m: Running) {
         password: `${username}-password`,
         role: 'tenant',
         plan_id: plan.body.id,
-        scopes: ['rules:write', 'nodes:read'],
+        scopes: ['rules:write', 'tunnels:write', 'nodes:read'],
       },
     });
     return { id: made.body.id as number, token: await login(m.url, username, `${username}-password`) };
@@ -150,6 +150,12 @@ test('every route that answers tenants is one this file tries across owners', ()
     'POST /api/auth/password',
     'POST /api/auth/logout-others',
     'GET /api/audit-logs',
+    'GET /api/tunnels',
+    'POST /api/tunnels',
+    'GET /api/tunnels/{id}',
+    'PUT /api/tunnels/{id}',
+    'DELETE /api/tunnels/{id}',
+    'POST /api/tunnels/batch-delete',
     'GET /api/tokens',
     'POST /api/tokens',
     'GET /api/tokens/{id}',
@@ -334,4 +340,56 @@ test(OWN_AUDIT, async (t) => {
     (await read('?resource=rule&action=rule.delete')).map((e) => e.resource_id),
     [mine.id],
   );
+});
+
+const OWN_TUNNELS =
+  "a tenant's tunnels join granted nodes on the plan's ports, carry their own rules, and are theirs alone";
+test(OWN_TUNNELS, async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const far = await node(m, 'far', { tags: ['eu'] });
+  const tunnel = (who: { token: string }, body: Record<string, unknown>) =>
+    call(m.url, 'POST', '/api/tunnels', {
+      token: who.token,
+      body: { name: 'alice-link', entry_node_id: w.granted.id, exit_node_id: far.id, ...body },
+    });
+  const made = await tunnel(w.alice, {});
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  assert.equal(made.body.owner_id, w.alice.id);
+  assert.ok(made.body.listen_port >= 30000 && made.body.listen_port <= 30099, `picked ${made.body.listen_port}`);
+  const before = snapshot(m, ['audit_log']);
+  for (const [body, detail] of [
+    [{ name: 'x', exit_node_id: w.other.id }, /node \d+ is not granted/],
+    [{ name: 'y', listen_port: 40000 }, /port 40000 is not in your plan/],
+  ] as const) {
+    const answer = await tunnel(w.alice, body);
+    assertProblem(answer, 403, 'not_granted');
+    assert.match(answer.body.detail, detail);
+  }
+  assert.equal(snapshot(m, ['audit_log']), before);
+  const through = (who: { token: string }, port: number) => w.create(who, port, { tunnel_id: made.body.id });
+  const hers = await through(w.alice, 30005);
+  assert.equal(hers.status, 201, JSON.stringify(hers.body));
+  assertProblem(await through(w.bob, 30006), 403, 'not_granted');
+  // Bob does not see it, by any route.
+  const id = made.body.id;
+  const { owner_id: _o, ...fields } = made.body;
+  assertProblem(await call(m.url, 'GET', `/api/tunnels/${id}`, { token: w.bob.token }), 404, 'not_found');
+  assertProblem(await call(m.url, 'PUT', `/api/tunnels/${id}`, { token: w.bob.token, body: fields }), 404, 'not_found');
+  assertProblem(await call(m.url, 'DELETE', `/api/tunnels/${id}`, { token: w.bob.token }), 404, 'not_found');
+  assert.deepEqual((await call(m.url, 'GET', '/api/tunnels', { token: w.bob.token })).body.items, []);
+  const batch = await call(m.url, 'POST', '/api/tunnels/batch-delete?cascade=true', {
+    token: w.bob.token,
+    body: { ids: [id] },
+  });
+  assert.deepEqual(batch.body.results, [{ id, outcome: 'not_found', error: batch.body.results[0].error }]);
+  // An operator's rule through her tunnel is not hers to delete with it.
+  const operators = await rule(m, { node_id: w.granted.id, listen_port: 10002, tunnel_id: id });
+  assert.equal(operators.status, 201, JSON.stringify(operators.body));
+  const refused = await call(m.url, 'DELETE', `/api/tunnels/${id}?cascade=true`, { token: w.alice.token });
+  assertProblem(refused, 409, 'conflict');
+  assert.match(refused.body.detail, /carries rules that are not yours/);
+  await call(m.url, 'DELETE', `/api/rules/${operators.body.id}`, { token: m.admin });
+  assert.equal((await call(m.url, 'DELETE', `/api/tunnels/${id}?cascade=true`, { token: w.alice.token })).status, 204);
+  assertProblem(await call(m.url, 'GET', `/api/rules/${hers.body.id}`, { token: w.alice.token }), 404, 'not_found');
 });

@@ -24,7 +24,7 @@ import { syncEach, type BatchJob } from '../service/batch.ts';
 import { committedElsewhere } from '../service/write.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
-import { requireToGive, writeJobOf } from './common.ts';
+import { ownerFilter, requireToGive, writeJobOf } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { ruleInput } from './rule-schema.ts';
@@ -136,10 +136,10 @@ const matching: Record<Resource, (ctx: Selecting, filter: Filter, limit: number)
       tag: (filter.tag as string) ?? null,
       q: (filter.q as string) ?? null,
     }),
-  tunnels: ({ app }, filter, limit) =>
+  tunnels: ({ app, caller }, filter, limit) =>
     app.store.tunnels.idsMatching({
       limit,
-      owner_id: (filter.owner_id as number) ?? null,
+      owner_id: ownerFilter(caller, filter.owner_id as number | undefined),
       node_id: (filter.node_id as number) ?? null,
       status: (filter.status as string) ?? null,
       q: (filter.q as string) ?? null,
@@ -281,8 +281,8 @@ const cascadeDryRunQuery = { ...dryRunQuery, ...cascadeQuery };
 function batchDelete(resource: Resource, action: string, description: string, deletes: BatchJob['operation']) {
   return operation({
     action,
-    // Rules follow ownership through the service's writes; nodes and tunnels are for operators.
-    tenants: resource === 'rules',
+    // Rules and tunnels follow ownership through the service's writes; nodes are for operators.
+    tenants: resource !== 'nodes',
     summary: `Delete several ${resource === 'rules' ? 'forwarding rules' : resource}`,
     description,
     query: resource === 'rules' ? dryRunQuery : cascadeDryRunQuery,

@@ -1,6 +1,7 @@
 // Tunnels on the wire, and their handlers (the operations are in service/tunnels.ts): an encrypted link from an entry
 // node to an exit node. Rules on the entry node may relay through one; the exit node listens on listen_port.
 
+import { reaches } from '../service/grants.ts';
 import { TUNNEL_PORTS } from '../domain/link.ts';
 import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../http/etag.ts';
@@ -13,6 +14,7 @@ import { transports, TUNNEL_SORTS, tunnelStatuses } from '../store/tunnels.ts';
 import {
   GIVE_TO_ANOTHER,
   nullableTimestamp,
+  ownerFilter,
   OWNER_DESCRIPTION,
   pageSchema,
   paging,
@@ -129,6 +131,7 @@ async function putTunnel(ctx: Ctx<TunnelInput, {}>) {
 
 export const tunnelOperations = operations({
   listTunnels: operation({
+    tenants: true,
     summary: 'List tunnels',
     query: listTunnelsQuery,
     responses: { 200: { description: 'A page of tunnels', schema: pageSchema(tunnelSchema) } },
@@ -139,7 +142,7 @@ export const tunnelOperations = operations({
         limit,
         count,
         sorted,
-        owner_id: ctx.query.owner_id ?? null,
+        owner_id: ownerFilter(ctx.caller, ctx.query.owner_id),
         node_id: ctx.query.node_id ?? null,
         status: ctx.query.status ?? null,
         q: ctx.query.q ?? null,
@@ -148,6 +151,7 @@ export const tunnelOperations = operations({
     },
   }),
   createTunnel: operation({
+    tenants: true,
     action: 'tunnel.create',
     summary: 'Create a tunnel between two nodes',
     description:
@@ -164,15 +168,17 @@ export const tunnelOperations = operations({
     },
   }),
   getTunnel: operation({
+    tenants: true,
     summary: 'Show a tunnel',
     responses: { 200: { description: 'The tunnel', schema: tunnelSchema } },
     handler: (ctx: Ctx<undefined, {}>) => {
       const tunnel = ctx.app.store.tunnels.find(idParam(ctx));
-      if (!tunnel) throw notFound('tunnel', ctx.params.id!);
+      if (!tunnel || !reaches(ctx.caller, tunnel.owner_id)) throw notFound('tunnel', ctx.params.id!);
       return ok(tunnel, { ETag: etagOf(tunnel.version) });
     },
   }),
   replaceTunnel: operation({
+    tenants: true,
     action: 'tunnel.update',
     summary: 'Replace a tunnel',
     description:
@@ -186,6 +192,7 @@ export const tunnelOperations = operations({
     handler: putTunnel,
   }),
   deleteTunnel: operation({
+    tenants: true,
     action: 'tunnel.delete',
     summary: 'Delete a tunnel',
     description:

@@ -44,8 +44,8 @@ export function grantedRule(app: WriteDeps, grantee: Grantee, fields: OwnedRuleF
   const node = app.store.nodes.find(fields.node_id);
   if (!node || !grantsNode(plan, node))
     throw notGranted(`node ${fields.node_id} is not granted by your plan '${plan.name}'`);
-  if (fields.tunnel_id !== null)
-    throw notGranted(`your plan '${plan.name}' grants rules on nodes, not through tunnels`);
+  if (fields.tunnel_id !== null && app.store.tunnels.find(fields.tunnel_id)?.owner_id !== grantee.userId)
+    throw notGranted(`tunnel ${fields.tunnel_id} is not yours: your rules go through your own tunnels`);
   const last = fields.listen_port_end ?? fields.listen_port;
   if (!portsGranted(plan, fields.listen_port, last)) {
     const ports = last === fields.listen_port ? `port ${last} is` : `ports ${fields.listen_port}-${last} are`;
@@ -97,4 +97,37 @@ export function unnamedToTenants<T>(app: WriteDeps, grantee: Grantee, write: () 
       conflict: { ...held, ruleId: null, tunnelId: null },
     });
   }
+}
+
+/**
+ * Holds a tenant's tunnel to their plan: both ends granted nodes, its port on the exit node within the plan's ranges;
+ * returns the port to listen on (`requested`, or a free one within the ranges, `pick` finding it on the exit node).
+ * An operator's passes as given. Throws `not_granted`.
+ */
+export function grantedTunnel(
+  app: WriteDeps,
+  grantee: Grantee,
+  ends: { entry_node_id: number; exit_node_id: number },
+  requested: number | null,
+  pick: (first: number, last: number) => number | null,
+): number | null {
+  if (grantee.role !== 'tenant') return requested;
+  const plan = planOf(app, grantee);
+  for (const nodeId of [ends.entry_node_id, ends.exit_node_id]) {
+    const node = app.store.nodes.find(nodeId);
+    if (!node || !grantsNode(plan, node)) throw notGranted(`node ${nodeId} is not granted by your plan '${plan.name}'`);
+  }
+  const ranges = plan.port_ranges.map(parsePortRange).filter((range) => range !== null);
+  if (requested !== null) {
+    if (!portsGranted(plan, requested, requested))
+      throw notGranted(
+        `port ${requested} is not in your plan '${plan.name}' (its ports: ${plan.port_ranges.join(', ') || 'none'})`,
+      );
+    return requested;
+  }
+  for (const range of ranges) {
+    const port = pick(range.first, range.last);
+    if (port !== null) return port;
+  }
+  throw notGranted(`no port of your plan '${plan.name}' is free on node ${ends.exit_node_id}`);
 }

@@ -1,6 +1,7 @@
 // Tunnels' operations: an encrypted link from an entry node to an exit node, which rules on the entry node may relay
 // through. Each end gets a key pair of its own; a tunnel moved to other nodes gets new ones.
 
+import { grantedTunnel, reaches, unnamedToTenants } from './grants.ts';
 import { TUNNEL_PORTS } from '../domain/link.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
@@ -37,9 +38,19 @@ function tunnelReferenceErrors(
   return errors;
 }
 
-function resolvePort(app: WriteDeps, exitNodeId: number, requested: number | null, current?: Tunnel): number {
-  if (requested !== null) return requested;
-  if (current && current.exit_node_id === exitNodeId) return current.listen_port;
+function resolvePort(
+  app: WriteDeps,
+  change: Change,
+  ends: { entry_node_id: number; exit_node_id: number },
+  requested: number | null,
+  current?: Tunnel,
+): number {
+  const exitNodeId = ends.exit_node_id;
+  const kept = requested ?? (current && current.exit_node_id === exitNodeId ? current.listen_port : null);
+  const granted = grantedTunnel(app, change.caller, ends, kept, (first, last) =>
+    app.store.tunnels.freePort(exitNodeId, first, last),
+  );
+  if (granted !== null) return granted;
   const port = app.store.tunnels.freePort(exitNodeId, TUNNEL_PORTS.min, TUNNEL_PORTS.max);
   if (port === null)
     throw new DomainError(
@@ -51,6 +62,8 @@ function resolvePort(app: WriteDeps, exitNodeId: number, requested: number | nul
 
 /** Inside a transaction. Throws `validation_failed`, `conflict`. */
 export function insertTunnel(app: WriteDeps, change: Change, body: TunnelInput): Tunnel {
+  // A tenant's grants first: what lies outside them is not theirs to learn more of.
+  const listenPort = resolvePort(app, change, body, body.listen_port);
   const errors = tunnelReferenceErrors(app, body);
   if (errors.length > 0) throw validationFailed(errors);
   const fields: TunnelFields = {
@@ -59,9 +72,9 @@ export function insertTunnel(app: WriteDeps, change: Change, body: TunnelInput):
     entry_node_id: body.entry_node_id,
     exit_node_id: body.exit_node_id,
     transport: body.transport,
-    listen_port: resolvePort(app, body.exit_node_id, body.listen_port),
+    listen_port: listenPort,
   };
-  const tunnel = app.store.tunnels.insert(fields, app.timestamp());
+  const tunnel = unnamedToTenants(app, change.caller, () => app.store.tunnels.insert(fields, app.timestamp()));
   app.store.tunnels.setPortPicked(tunnel.id, body.listen_port === null);
   app.store.tunnels.setKeys(
     tunnel.id,
@@ -80,8 +93,9 @@ export function insertTunnel(app: WriteDeps, change: Change, body: TunnelInput):
  */
 export function updateTunnel(app: WriteDeps, change: Change, id: number, body: TunnelInput, ifMatch?: string): Tunnel {
   const current = app.store.tunnels.find(id);
-  if (!current) throw notFound('tunnel', id);
+  if (!current || !reaches(change.caller, current.owner_id)) throw notFound('tunnel', id);
   checkIfMatch(ifMatch, current.version);
+  const listenPort = resolvePort(app, change, body, body.listen_port, current);
   const errors = tunnelReferenceErrors(app, body);
   if (errors.length > 0) throw validationFailed(errors);
   const users = app.store.rules.idsOfTunnel(id);
@@ -105,9 +119,9 @@ export function updateTunnel(app: WriteDeps, change: Change, id: number, body: T
     entry_node_id: body.entry_node_id,
     exit_node_id: body.exit_node_id,
     transport: body.transport,
-    listen_port: resolvePort(app, body.exit_node_id, body.listen_port, current),
+    listen_port: listenPort,
   };
-  let updated = app.store.tunnels.update(id, fields, app.timestamp());
+  let updated = unnamedToTenants(app, change.caller, () => app.store.tunnels.update(id, fields, app.timestamp()));
   // A port given is the giver's to keep; one picked (now, or before and kept) the master may move if it is taken.
   if (body.listen_port !== null || fields.listen_port !== current.listen_port)
     app.store.tunnels.setPortPicked(id, body.listen_port === null);
@@ -136,9 +150,15 @@ export function updateTunnel(app: WriteDeps, change: Change, id: number, body: T
 /** Inside a transaction. Without `cascade`, a tunnel rules still use is a `conflict`. */
 export function removeTunnel(app: WriteDeps, change: Change, id: number, cascade: boolean, ifMatch?: string): void {
   const tunnel = app.store.tunnels.find(id);
-  if (!tunnel) throw notFound('tunnel', id);
+  if (!tunnel || !reaches(change.caller, tunnel.owner_id)) throw notFound('tunnel', id);
   checkIfMatch(ifMatch, tunnel.version);
   const ruleIds = app.store.rules.idsOfTunnel(id);
+  // A tenant's tunnel may carry an operator's rules, which are not the tenant's to see, nor to delete with it.
+  if (
+    change.caller.role === 'tenant' &&
+    ruleIds.some((ruleId) => app.store.rules.find(ruleId)?.owner_id !== tunnel.owner_id)
+  )
+    throw new DomainError('conflict', `tunnel ${id} carries rules that are not yours: ask an operator`);
   if (ruleIds.length > 0 && !cascade) {
     throw new DomainError(
       'conflict',
