@@ -19,7 +19,7 @@ async function world(m: Running) {
         password: `${username}-password`,
         role: 'tenant',
         plan_id: plan.body.id,
-        scopes: ['rules:write', 'tunnels:write', 'nodes:read'],
+        scopes: ['rules:write', 'tunnels:write', 'nodes:read', 'dashboard:read'],
       },
     });
     return { id: made.body.id as number, token: await login(m.url, username, `${username}-password`) };
@@ -150,6 +150,7 @@ test('every route that answers tenants is one this file tries across owners', ()
     'POST /api/auth/password',
     'POST /api/auth/logout-others',
     'GET /api/audit-logs',
+    'GET /api/dashboard',
     'GET /api/tunnels',
     'POST /api/tunnels',
     'GET /api/tunnels/{id}',
@@ -392,4 +393,25 @@ test(OWN_TUNNELS, async (t) => {
   await call(m.url, 'DELETE', `/api/rules/${operators.body.id}`, { token: m.admin });
   assert.equal((await call(m.url, 'DELETE', `/api/tunnels/${id}?cascade=true`, { token: w.alice.token })).status, 204);
   assertProblem(await call(m.url, 'GET', `/api/rules/${hers.body.id}`, { token: w.alice.token }), 404, 'not_found');
+});
+
+const OWN_DASHBOARD =
+  "a tenant's dashboard counts the nodes granted them, their own rules and tunnels, and their bytes";
+test(OWN_DASHBOARD, async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const mine = (await w.create(w.alice, 30000)).body;
+  await w.create(w.alice, 30001, { enabled: false });
+  m.app.store.write(() => m.app.store.traffic.record(mine.id, w.granted.id, 1_800_000_000, 1000, 2000));
+  const board = await call(m.url, 'GET', '/api/dashboard', { token: w.alice.token });
+  assert.equal(board.status, 200, JSON.stringify(board.body));
+  assert.deepEqual(board.body, {
+    nodes: { total: 1, by_status: { new: 1, installing: 0, online: 0, offline: 0, install_failed: 0 } },
+    rules: { total: 2, enabled: 1, by_sync_state: { pending: 2, applied: 0, failed: 0 } },
+    tunnels: { total: 0, by_status: { pending: 0, up: 0, down: 0 } },
+    traffic: { bytes_in: 1000, bytes_out: 2000 },
+  });
+  // An operator's is the whole fleet's, as before.
+  const fleet = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
+  assert.deepEqual([fleet.rules.total, fleet.nodes.total, 'license' in fleet], [4, 2, true]);
 });

@@ -135,6 +135,6 @@ test('a user made a tenant loses at once what they could reach as an operator: t
   assert.match(revoked.data.detail, /or their role/);
   await stream.ended;
   assertProblem(await call(m.url, 'GET', '/api/events', { token }), 403, 'operators_only');
-  assertProblem(await call(m.url, 'GET', '/api/dashboard', { token }), 403, 'operators_only');
+  assertProblem(await call(m.url, 'GET', '/api/users', { token }), 403, 'operators_only');
   assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token })).body.items, [], 'rules: their own, none');
 });

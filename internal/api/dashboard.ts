@@ -3,12 +3,13 @@
 
 import { DomainError } from '../errors/errors.ts';
 import { intParam, timeParam, type QueryOf } from '../schema/query.ts';
-import { formatTime } from '../schema/schema.ts';
+import { describe, formatTime } from '../schema/schema.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import { syncStates } from '../domain/rules.ts';
 import { tunnelStatuses } from '../store/tunnels.ts';
 import { record, timestamp } from './common.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
+import { grantedTo } from './granted-nodes.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 const MAX_POINTS = 10_000;
@@ -30,25 +31,29 @@ const bytes = {
   additionalProperties: false,
 };
 
+const nodeCounts = {
+  type: 'object',
+  required: ['total', 'by_status'],
+  properties: { total: { type: 'integer' }, by_status: countsOf(nodeStatuses) },
+  additionalProperties: false,
+};
+const ruleCounts = {
+  type: 'object',
+  required: ['total', 'enabled', 'by_sync_state'],
+  properties: { total: { type: 'integer' }, enabled: { type: 'integer' }, by_sync_state: countsOf(syncStates) },
+  additionalProperties: false,
+};
+const tunnelCounts = {
+  type: 'object',
+  required: ['total', 'by_status'],
+  properties: { total: { type: 'integer' }, by_status: countsOf(tunnelStatuses) },
+  additionalProperties: false,
+};
+
 const dashboardSchema = record('Dashboard', {
-  nodes: {
-    type: 'object',
-    required: ['total', 'by_status'],
-    properties: { total: { type: 'integer' }, by_status: countsOf(nodeStatuses) },
-    additionalProperties: false,
-  },
-  rules: {
-    type: 'object',
-    required: ['total', 'enabled', 'by_sync_state'],
-    properties: { total: { type: 'integer' }, enabled: { type: 'integer' }, by_sync_state: countsOf(syncStates) },
-    additionalProperties: false,
-  },
-  tunnels: {
-    type: 'object',
-    required: ['total', 'by_status'],
-    properties: { total: { type: 'integer' }, by_status: countsOf(tunnelStatuses) },
-    additionalProperties: false,
-  },
+  nodes: nodeCounts,
+  rules: ruleCounts,
+  tunnels: tunnelCounts,
   users: {
     type: 'object',
     required: ['total', 'disabled'],
@@ -105,7 +110,33 @@ function sum(counts: Record<string, number>): number {
   return Object.values(counts).reduce((a, b) => a + b, 0);
 }
 
+/** A tenant's dashboard: the nodes their plan grants, their rules and tunnels, and the bytes their rules carried. */
+const tenantDashboardSchema = record(
+  'TenantDashboard',
+  {
+    nodes: nodeCounts,
+    rules: ruleCounts,
+    tunnels: tunnelCounts,
+    traffic: { ...bytes, description: 'Bytes counted on their current rules since they were created.' },
+  },
+  "A tenant's dashboard: the nodes granted them, their own rules and tunnels.",
+);
+
+function tenantDashboard(ctx: Ctx<undefined, {}>) {
+  const { store } = ctx.app;
+  const nodesByStatus = fill(nodeStatuses, store.nodes.countByStatus(grantedTo(ctx)));
+  const tunnelsByStatus = fill(tunnelStatuses, store.tunnels.countByStatus(ctx.caller.userId));
+  const { traffic, ...rules } = store.rules.ownedCounts(ctx.caller.userId);
+  return ok({
+    nodes: { total: sum(nodesByStatus), by_status: nodesByStatus },
+    rules,
+    tunnels: { total: sum(tunnelsByStatus), by_status: tunnelsByStatus },
+    traffic,
+  });
+}
+
 function dashboard(ctx: Ctx<undefined, {}>) {
+  if (ctx.caller.role === 'tenant') return tenantDashboard(ctx);
   const { store } = ctx.app;
   const nodesByStatus = fill(nodeStatuses, store.nodes.countByStatus());
   const tunnelsByStatus = fill(tunnelStatuses, store.tunnels.countByStatus());
@@ -189,7 +220,14 @@ function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
 export const dashboardOperations = operations({
   getDashboard: operation({
     summary: 'Counts by state, traffic totals and license usage',
-    responses: { 200: { description: 'The dashboard', schema: dashboardSchema } },
+    description: "A tenant's is a TenantDashboard: the nodes granted them, their own rules and tunnels.",
+    tenants: true,
+    responses: {
+      200: {
+        description: 'The dashboard',
+        schema: describe({ oneOf: [dashboardSchema.json, tenantDashboardSchema.json] }),
+      },
+    },
     handler: dashboard,
   }),
   getTraffic: operation({

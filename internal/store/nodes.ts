@@ -220,6 +220,7 @@ export class NodeStore {
   private readonly deleteStmt;
   private readonly countStmt;
   private readonly byStatusStmt;
+  private readonly grantedByStatusStmt;
   private readonly bumpStmt;
   private readonly secretStmt;
   private readonly tokenStmt;
@@ -283,6 +284,9 @@ export class NodeStore {
     this.deleteStmt = db.prepare('DELETE FROM nodes WHERE id = ?');
     this.countStmt = db.prepare('SELECT count(*) AS n FROM nodes');
     this.byStatusStmt = db.prepare(`SELECT ${STATUS} AS status, count(*) AS n FROM nodes GROUP BY 1`);
+    this.grantedByStatusStmt = db.prepare(
+      `SELECT ${STATUS} AS status, count(*) AS n FROM nodes WHERE ${NODE_FILTERS.granted} GROUP BY 1`,
+    );
     this.bumpStmt = db.prepare(
       'UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version',
     );
@@ -449,10 +453,10 @@ export class NodeStore {
     return (this.countStmt.get() as { n: number }).n;
   }
 
-  countByStatus(): Record<string, number> {
-    return Object.fromEntries(
-      (this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]),
-    );
+  /** How many nodes there are (of those a plan grants, given its grants) by status. */
+  countByStatus(granted?: NodeFilter['granted']): Record<string, number> {
+    const rows = granted ? this.grantedByStatusStmt.all({ granted: JSON.stringify(granted) }) : this.byStatusStmt.all();
+    return Object.fromEntries((rows as { status: string; n: number }[]).map((row) => [row.status, row.n]));
   }
 
   /** Marks the node's desired configuration as changed; returns its new version. */

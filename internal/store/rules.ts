@@ -8,6 +8,7 @@ import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
 import { lastPort } from '../domain/ranges.ts';
+import { safeSum } from './traffic.ts';
 import type { Database } from './database.ts';
 import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
@@ -269,6 +270,7 @@ export class RuleStore {
   private readonly idsByNodeStmt;
   private readonly idsByTunnelStmt;
   private readonly countsStmt;
+  private readonly ownedCountsStmt;
   private readonly pendingStmt;
   private readonly relayedStmt;
   private readonly syncStmt;
@@ -368,6 +370,10 @@ export class RuleStore {
     this.idsByTunnelStmt = db.prepare('SELECT id FROM rules WHERE tunnel_id = ? ORDER BY id');
     // Kept by the tallies' triggers (rule-view.ts).
     this.countsStmt = db.prepare('SELECT rules AS total, enabled, sync_state FROM rule_tallies');
+    // A tenant's, through the owner index: as many rows as they have rules (what their plan bounds).
+    this.ownedCountsStmt = db.prepare(`SELECT sync_state, count(*) AS total, coalesce(sum(enabled), 0) AS enabled,
+        ${safeSum('max(0, bytes_in)')} AS bytes_in, ${safeSum('max(0, bytes_out)')} AS bytes_out
+      FROM rules WHERE owner_id = ? GROUP BY sync_state`);
     this.relayedStmt = db.prepare(
       "UPDATE rules SET sync_path = 'relay', relay_reason = ? WHERE node_id = ? AND sync_path = 'kernel'",
     );
@@ -665,6 +671,31 @@ export class RuleStore {
 
   idsOfTunnel(tunnelId: number): number[] {
     return (this.idsByTunnelStmt.all(tunnelId) as { id: number }[]).map((row) => row.id);
+  }
+
+  /** The counts of `counts()` over the rules of one owner, and the bytes they carried. */
+  ownedCounts(ownerId: number): {
+    total: number;
+    enabled: number;
+    by_sync_state: Record<SyncState, number>;
+    traffic: { bytes_in: number; bytes_out: number };
+  } {
+    const rows = this.ownedCountsStmt.all(ownerId) as {
+      sync_state: SyncState;
+      total: number;
+      enabled: number;
+      bytes_in: number;
+      bytes_out: number;
+    }[];
+    const by = { pending: 0, applied: 0, failed: 0 };
+    for (const row of rows) by[row.sync_state] = row.total;
+    const add = (key: 'total' | 'enabled' | 'bytes_in' | 'bytes_out') => rows.reduce((n, r) => n + r[key], 0);
+    return {
+      total: add('total'),
+      enabled: add('enabled'),
+      by_sync_state: by,
+      traffic: { bytes_in: add('bytes_in'), bytes_out: add('bytes_out') },
+    };
   }
 
   counts(): { total: number; enabled: number; by_sync_state: Record<SyncState, number> } {

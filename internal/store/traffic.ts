@@ -14,7 +14,7 @@ export function safeCount(expression: string): string {
 }
 
 /** A sum of counts that cannot overflow: total() is a float, cut to a safe integer. */
-function safeSum(column: string): string {
+export function safeSum(column: string): string {
   return `CAST(min(total(${column}), ${MAX_COUNT}) AS INTEGER)`;
 }
 

@@ -141,6 +141,7 @@ export class TunnelStore {
   private readonly deleteStmt;
   private readonly idsByNodeStmt;
   private readonly byStatusStmt;
+  private readonly ownedByStatusStmt;
   private readonly keysStmt;
   private readonly keylessStmt;
   private readonly endsStmt;
@@ -189,6 +190,7 @@ export class TunnelStore {
     this.deleteStmt = db.prepare('DELETE FROM tunnels WHERE id = ?');
     this.idsByNodeStmt = db.prepare('SELECT id FROM tunnels WHERE entry_node_id = ?1 OR exit_node_id = ?1 ORDER BY id');
     this.byStatusStmt = db.prepare('SELECT status, count(*) AS n FROM tunnels GROUP BY status');
+    this.ownedByStatusStmt = db.prepare('SELECT status, count(*) AS n FROM tunnels WHERE owner_id = ? GROUP BY status');
     this.keysStmt = db.prepare(`UPDATE tunnels SET exit_cert = :exit_cert, exit_key = :exit_key,
         entry_cert = :entry_cert, entry_key = :entry_key, ${ENDS_PENDING}
       WHERE id = :id`);
@@ -347,9 +349,9 @@ export class TunnelStore {
     return (this.idsByNodeStmt.all(nodeId) as { id: number }[]).map((row) => row.id);
   }
 
-  countByStatus(): Record<string, number> {
-    return Object.fromEntries(
-      (this.byStatusStmt.all() as { status: string; n: number }[]).map((row) => [row.status, row.n]),
-    );
+  /** How many tunnels there are (of one owner, given one) by status. */
+  countByStatus(ownerId?: number): Record<string, number> {
+    const rows = ownerId === undefined ? this.byStatusStmt.all() : this.ownedByStatusStmt.all(ownerId);
+    return Object.fromEntries((rows as { status: string; n: number }[]).map((row) => [row.status, row.n]));
   }
 }
