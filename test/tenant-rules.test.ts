@@ -151,6 +151,7 @@ test('every route that answers tenants is one this file tries across owners', ()
     'POST /api/auth/logout-others',
     'GET /api/audit-logs',
     'GET /api/dashboard',
+    'GET /api/dashboard/traffic',
     'GET /api/tunnels',
     'POST /api/tunnels',
     'GET /api/tunnels/{id}',
@@ -411,6 +412,17 @@ test(OWN_DASHBOARD, async (t) => {
     tunnels: { total: 0, by_status: { pending: 0, up: 0, down: 0 } },
     traffic: { bytes_in: 1000, bytes_out: 2000 },
   });
+  // Over time: one rule's of hers; not another's, nor a node's (which carries others' rules too).
+  const series = (query: string) => call(m.url, 'GET', `/api/dashboard/traffic?${query}`, { token: w.alice.token });
+  const hers = await series(`rule_id=${mine.id}&from=2027-01-15T00:00:00Z&to=2027-01-16T00:00:00Z`);
+  assert.equal(hers.status, 200, JSON.stringify(hers.body));
+  assert.deepEqual(
+    hers.body.points.map((p: { bytes_in: number; bytes_out: number }) => [p.bytes_in, p.bytes_out]),
+    [[1000, 2000]],
+  );
+  assertProblem(await series(`rule_id=${w.bobs.id}`), 404, 'not_found');
+  assertProblem(await series(''), 400, 'invalid_query');
+  assertProblem(await series(`rule_id=${mine.id}&node_id=${w.granted.id}`), 400, 'invalid_query');
   // An operator's is the whole fleet's, as before.
   const fleet = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
   assert.deepEqual([fleet.rules.total, fleet.nodes.total, 'license' in fleet], [4, 2, true]);

@@ -1,7 +1,8 @@
 // The dashboard: what exists and in which state, license usage, and traffic over time read
 // from the per-minute buckets the agents' reports fill.
 
-import { DomainError } from '../errors/errors.ts';
+import { DomainError, notFound } from '../errors/errors.ts';
+import { reaches } from '../service/grants.ts';
 import { intParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { describe, formatTime } from '../schema/schema.ts';
 import { nodeStatuses } from '../store/nodes.ts';
@@ -197,8 +198,22 @@ function badQuery(parameter: string, detail: string): DomainError {
   return new DomainError('invalid_query', `${parameter} ${detail}`, { errors: [{ pointer: `?${parameter}`, detail }] });
 }
 
+/**
+ * A tenant's series is one rule's of theirs: a node's, or the whole fleet's, carries what others' rules carried.
+ * Throws `invalid_query` (no rule, or a node), `not_found` (another's rule).
+ */
+function tenantSeries(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>): void {
+  const { query, app, caller } = ctx;
+  if (caller.role !== 'tenant') return;
+  if (query.rule_id === undefined || query.node_id !== undefined)
+    throw badQuery('rule_id', "is how a tenant asks for a series: one of their rules' (node_id is for operators)");
+  const rule = app.store.rules.find(query.rule_id);
+  if (!rule || !reaches(caller, rule.owner_id)) throw notFound('rule', query.rule_id);
+}
+
 function traffic(ctx: Ctx<undefined, QueryOf<typeof trafficQuery>>) {
   const { query, app } = ctx;
+  tenantSeries(ctx);
   const { from, to, step } = seriesWindow(query, app.timestamp(), { step: 3600, spanSeconds: 86_400 });
   const points = app.store.traffic.series({
     from,
@@ -232,10 +247,11 @@ export const dashboardOperations = operations({
   }),
   getTraffic: operation({
     summary: 'Bytes in and out over time',
+    tenants: true,
     description:
       `Summed from the history of what the agents reported (a row a minute, then an hour, then a day: see ` +
       `"Traffic and vitals history"), per step (aligned to multiples of step since the Unix epoch); a row counts at ` +
-      `its start. At most ${MAX_POINTS} points.`,
+      `its start. At most ${MAX_POINTS} points. A tenant asks for one rule's of theirs (rule_id; 404 for another's).`,
     query: trafficQuery,
     responses: { 200: { description: 'The series', schema: trafficSchema } },
     handler: traffic,
