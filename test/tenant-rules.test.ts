@@ -369,6 +369,12 @@ test(OWN_TUNNELS, async (t) => {
     assert.match(answer.body.detail, detail);
   }
   assert.equal(snapshot(m, ['audit_log']), before);
+  // A port bob's rule holds on the exit node is taken, without saying by what.
+  await w.create(w.bob, 30070, { node_id: far.id });
+  const held = await tunnel(w.alice, { name: 'z', listen_port: 30070 });
+  assertProblem(held, 409, 'conflict');
+  assert.equal(held.body.detail, `port 30070/tcp on node ${far.id} is taken`);
+  assert.equal(held.body.conflicting_rule_id, undefined);
   const through = (who: { token: string }, port: number) => w.create(who, port, { tunnel_id: made.body.id });
   const hers = await through(w.alice, 30005);
   assert.equal(hers.status, 201, JSON.stringify(hers.body));
@@ -426,4 +432,22 @@ test(OWN_DASHBOARD, async (t) => {
   // An operator's is the whole fleet's, as before.
   const fleet = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
   assert.deepEqual([fleet.rules.total, fleet.nodes.total, 'license' in fleet], [4, 2, true]);
+});
+
+test('a tenant on no plan is granted nothing: no node to see, no rule to make', async (t) => {
+  const m = await startMaster(t);
+  const edge = await node(m, 'edge', { tags: ['eu'] });
+  await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'drifter', password: 'drifter-password', role: 'tenant', scopes: ['rules:write', 'nodes:read'] },
+  });
+  const token = await login(m.url, 'drifter', 'drifter-password');
+  assert.deepEqual((await call(m.url, 'GET', '/api/nodes', { token })).body.items, []);
+  assertProblem(await call(m.url, 'GET', `/api/nodes/${edge.id}`, { token }), 404, 'not_found');
+  const made = await call(m.url, 'POST', '/api/rules', {
+    token,
+    body: { name: 'r', node_id: edge.id, protocol: 'tcp', listen_port: 30000, targets: ['10.0.0.1:80'] },
+  });
+  assertProblem(made, 403, 'not_granted');
+  assert.match(made.body.detail, /you are on no plan/);
 });

@@ -15,6 +15,7 @@ import type { SecretBox } from '../crypto/box.ts';
 import { WritesBusy } from '../store/database.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
 import type { Store } from '../store/store.ts';
+import type { Role } from '../store/users.ts';
 import type { SyncHub } from '../sync/hub.ts';
 
 type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };
@@ -245,7 +246,7 @@ export class Change {
 export interface Caller {
   readonly scopes: readonly Scope[];
   readonly userId: number;
-  readonly role: 'operator' | 'tenant';
+  readonly role: Role;
   readonly planId: number | null;
 }
 
