@@ -26,6 +26,20 @@ function planOf(app: WriteDeps, grantee: Grantee): Plan {
   return plan;
 }
 
+/** Throws `not_granted` unless the plan grants node `id` (by its id, or one of its tags). */
+function requireNode(app: WriteDeps, plan: Plan, id: number): void {
+  const node = app.store.nodes.find(id);
+  if (!node || !grantsNode(plan, node)) throw notGranted(`node ${id} is not granted by your plan '${plan.name}'`);
+}
+
+/** Throws `not_granted` unless `first` to `last` lies within one of the plan's port ranges. */
+function requirePorts(plan: Plan, first: number, last: number): void {
+  if (portsGranted(plan, first, last)) return;
+  const ports = last === first ? `port ${last} is` : `ports ${first}-${last} are`;
+  const ranges = plan.port_ranges.length > 0 ? plan.port_ranges.join(', ') : 'none';
+  throw notGranted(`${ports} not in your plan '${plan.name}' (its ports: ${ranges})`);
+}
+
 /** Whether `first` to `last` lies within one of the plan's port ranges. */
 function portsGranted(plan: Plan, first: number, last: number): boolean {
   return plan.port_ranges.some((text) => {
@@ -41,17 +55,10 @@ function portsGranted(plan: Plan, first: number, last: number): boolean {
 export function grantedRule(app: WriteDeps, grantee: Grantee, fields: OwnedRuleFields): OwnedRuleFields {
   if (grantee.role !== 'tenant') return fields;
   const plan = planOf(app, grantee);
-  const node = app.store.nodes.find(fields.node_id);
-  if (!node || !grantsNode(plan, node))
-    throw notGranted(`node ${fields.node_id} is not granted by your plan '${plan.name}'`);
+  requireNode(app, plan, fields.node_id);
   if (fields.tunnel_id !== null && app.store.tunnels.find(fields.tunnel_id)?.owner_id !== grantee.userId)
     throw notGranted(`tunnel ${fields.tunnel_id} is not yours: your rules go through your own tunnels`);
-  const last = fields.listen_port_end ?? fields.listen_port;
-  if (!portsGranted(plan, fields.listen_port, last)) {
-    const ports = last === fields.listen_port ? `port ${last} is` : `ports ${fields.listen_port}-${last} are`;
-    const ranges = plan.port_ranges.length > 0 ? plan.port_ranges.join(', ') : 'none';
-    throw notGranted(`${ports} not in your plan '${plan.name}' (its ports: ${ranges})`);
-  }
+  requirePorts(plan, fields.listen_port, fields.listen_port_end ?? fields.listen_port);
   return {
     ...fields,
     max_connections: capped(plan, 'max_connections', fields.max_connections),
@@ -113,19 +120,13 @@ export function grantedTunnel(
 ): number | null {
   if (grantee.role !== 'tenant') return requested;
   const plan = planOf(app, grantee);
-  for (const nodeId of [ends.entry_node_id, ends.exit_node_id]) {
-    const node = app.store.nodes.find(nodeId);
-    if (!node || !grantsNode(plan, node)) throw notGranted(`node ${nodeId} is not granted by your plan '${plan.name}'`);
-  }
-  const ranges = plan.port_ranges.map(parsePortRange).filter((range) => range !== null);
+  requireNode(app, plan, ends.entry_node_id);
+  requireNode(app, plan, ends.exit_node_id);
   if (requested !== null) {
-    if (!portsGranted(plan, requested, requested))
-      throw notGranted(
-        `port ${requested} is not in your plan '${plan.name}' (its ports: ${plan.port_ranges.join(', ') || 'none'})`,
-      );
+    requirePorts(plan, requested, requested);
     return requested;
   }
-  for (const range of ranges) {
+  for (const range of plan.port_ranges.map(parsePortRange).filter((found) => found !== null)) {
     const port = pick(range.first, range.last);
     if (port !== null) return port;
   }
