@@ -9,13 +9,27 @@ test("login returns a session token with the user's scopes that expires after se
   });
   assert.equal(answer.status, 200);
   assert.match(answer.body.token, /^mss_[A-Za-z0-9_-]{43}$/);
-  assert.deepEqual(answer.body.user, { id: 1, username: 'admin', role: 'operator', plan_id: null, scopes: ['*'] });
+  assert.deepEqual(answer.body.user, {
+    id: 1,
+    username: 'admin',
+    role: 'operator',
+    plan_id: null,
+    scopes: ['*'],
+    expires_at: null,
+  });
   const ttl = Date.parse(answer.body.expires_at) - Date.now();
   assert.ok(ttl > 43_100_000 && ttl <= 43_200_000, `ttl ${ttl}`);
 
   const me = await call(m.url, 'GET', '/api/auth/me', { token: answer.body.token });
   assert.equal(me.status, 200);
-  assert.deepEqual(me.body.user, { id: 1, username: 'admin', role: 'operator', plan_id: null, scopes: ['*'] });
+  assert.deepEqual(me.body.user, {
+    id: 1,
+    username: 'admin',
+    role: 'operator',
+    plan_id: null,
+    scopes: ['*'],
+    expires_at: null,
+  });
   assert.equal(me.body.token.kind, 'session');
   assert.equal(me.body.token.expires_at, answer.body.expires_at);
 

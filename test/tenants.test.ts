@@ -59,7 +59,7 @@ test('a tenant signs in, says who they are with their plan, changes their passwo
   // What they are granted, and how much of it they use.
   assert.deepEqual(
     [me.body.plan.port_ranges, me.body.plan.max_rules, me.body.usage],
-    [['30000-30099'], 10, { rules: 0 }],
+    [['30000-30099'], 10, { rules: 0, traffic: null }],
   );
   const admin = (await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).body;
   assert.deepEqual([admin.plan, admin.usage], [null, null]);

@@ -13,14 +13,18 @@ test('users: create, get with ETag, GET | PUT round trip, delete', async (t) => 
   assert.deepEqual(Object.keys(created.body).sort(), [
     'created_at',
     'disabled',
+    'expired',
+    'expires_at',
     'id',
     'plan_id',
     'role',
     'scopes',
     'updated_at',
+    'usage',
     'username',
     'version',
   ]);
+  assert.deepEqual(created.body.usage, { rules: 0, traffic: null });
 
   const got = await call(m.url, 'GET', `/api/users/${created.body.id}`, { token: m.admin });
   assert.equal(got.headers.get('etag'), '"1"');

@@ -27,6 +27,7 @@ import { EventStreams } from '../../internal/api/streams.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
 import { routes, secretFieldNames } from '../../internal/api/routes.ts';
 import { tickRules } from '../../internal/service/rules.ts';
+import { tickAccounts } from '../../internal/service/standing.ts';
 import { evaluateAlerts } from '../../internal/service/alerting.ts';
 import { advanceRollouts } from '../../internal/service/rollouts.ts';
 import { refusedWritesWatch } from '../../internal/service/refused-alerts.ts';
@@ -359,6 +360,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         ruleClock = setInterval(() => {
           if (app.draining || app.fencedBy !== null) return;
           tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
+          tickAccounts(app).catch((error: Error) => log.error("the tenants' clock failed", { error: error.message }));
           evaluateAlerts(app)
             .then(() => app.outbox.kick())
             .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));

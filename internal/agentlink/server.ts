@@ -55,6 +55,8 @@ import { Coalescer } from './coalesce.ts';
 import { TokenBucket } from '../relay/bucket.ts';
 import { exitPortTaken } from '../tunnel/wire.ts';
 import { SYSTEM_ACTOR } from '../store/audit.ts';
+import { restand } from '../store/standing.ts';
+import type { Counted } from '../store/users.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import {
   AGENT_LINE_BYTES,
@@ -902,6 +904,32 @@ export class AgentLinks {
     }
   }
 
+  /**
+   * Inside the write that counted it: once a tenant's traffic reaches their plan's allowance, their rules stop or slow
+   * (store/standing.ts), audited as user.allowance_exceeded, and their nodes are sent the change.
+   */
+  private spend(owner: Counted): void {
+    const { store } = this.app;
+    const allowance = owner.plan_id === null ? null : store.plans.find(owner.plan_id)?.traffic;
+    if (!allowance || owner.traffic_used < allowance.bytes) return;
+    const at = this.app.clock.timestamp();
+    for (const nodeId of restand(store, owner.id, at)) {
+      store.nodes.bumpConfig(nodeId);
+      store.db.afterCommit(() => this.app.sync.configChanged(nodeId));
+    }
+    store.audit.record(
+      SYSTEM_ACTOR,
+      {
+        action: 'user.allowance_exceeded',
+        resource: 'user',
+        resource_id: owner.id,
+        status: 'success',
+        changes: { after: { traffic: store.users.find(owner.id)?.usage.traffic, past: allowance.past } },
+      },
+      at,
+    );
+  }
+
   private traffic(link: Link, report: TrafficMessage): void {
     const { nodeId } = link;
     const twice = repeated(report.rules);
@@ -924,6 +952,7 @@ export class AgentLinks {
       for (const rule of report.rules)
         store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out, rule.refused);
       for (const rule of store.rules.spendQuotas(report.rules.map((r) => r.id))) this.quotaSpent(rule);
+      for (const owner of store.users.countTraffic(report.rules, nodeId)) if (!owner.traffic_spent) this.spend(owner);
       store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.clock.timestamp());
       store.nodes.seen(nodeId, this.app.clock.timestamp());
       return true;

@@ -52,7 +52,14 @@ export interface Principal {
 interface VerifiedCredential {
   principal: Principal;
   expiresAtMs: number | null;
+  /** When the user's account ends (a tenant's), and the credential with it. */
+  accountEndsAt: string | null;
   lastUsedMs: number | null;
+}
+
+/** Whether an account that ends at `endsAt` (null: never) has ended at `nowMs`. */
+function ended(endsAt: string | null, nowMs: number): boolean {
+  return endsAt !== null && Date.parse(endsAt) <= nowMs;
 }
 
 const MAX_VERIFIED = 10_000;
@@ -270,6 +277,10 @@ export class App {
       const detail = `the token expired at ${entry.principal.expiresAt}`;
       throw new DomainError('unauthorized', detail, { invalidToken: true });
     }
+    if (ended(entry.accountEndsAt, now)) {
+      const detail = `the account expired at ${entry.accountEndsAt}: ask an operator to extend it`;
+      throw new DomainError('unauthorized', detail, { invalidToken: true });
+    }
     // Last use is recorded at most once a minute so that reads do not all become writes; a standby writes nothing.
     if (!this.standby && (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000)) {
       const at = this.timestamp();
@@ -289,6 +300,7 @@ export class App {
     const credential = this.store.tokens.findCredential(principal.tokenId, principal.kind);
     if (!credential || credential.user_disabled || credential.created_by.id !== principal.userId) return null;
     if (credential.expires_at !== null && Date.parse(credential.expires_at) <= this.now()) return null;
+    if (ended(credential.user_expires_at, this.now())) return null;
     return {
       ...principal,
       role: credential.user_role,
@@ -318,6 +330,7 @@ export class App {
         expiresAt: credential.expires_at,
       },
       expiresAtMs: credential.expires_at === null ? null : Date.parse(credential.expires_at),
+      accountEndsAt: credential.user_expires_at,
       lastUsedMs: credential.last_used_at === null ? null : Date.parse(credential.last_used_at),
     };
     if (this.verified.size >= MAX_VERIFIED) this.verified.clear();
@@ -343,6 +356,7 @@ export class App {
     const user = this.store.users.findByIdWithHash(session.userId);
     // A password changed at the primary ends the user's other sessions there, and every one here.
     if (!user || user.disabled || user.password_hash !== session.passwordHash) return null;
+    if (ended(user.expires_at, this.now())) return null;
     return {
       tokenId: session.id,
       kind: 'session',

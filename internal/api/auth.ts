@@ -2,7 +2,8 @@
 // are, change your own password, end your other sessions, log out.
 
 import { planSchema } from './plans.ts';
-import { roles } from '../store/users.ts';
+import { roles, type User } from '../store/users.ts';
+import { usageSchema } from './users.ts';
 import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { object, secret, string, type Infer } from '../schema/schema.ts';
@@ -20,13 +21,14 @@ export const loginInput = object(
 
 const userSummary = {
   type: 'object',
-  required: ['id', 'username', 'role', 'plan_id', 'scopes'],
+  required: ['id', 'username', 'role', 'plan_id', 'scopes', 'expires_at'],
   properties: {
     id: { type: 'integer' },
     username: { type: 'string' },
     role: { type: 'string', enum: [...roles] },
     plan_id: { type: ['integer', 'null'], description: "A tenant's plan." },
     scopes: scopeList.json,
+    expires_at: { ...nullableTimestamp, description: "When a tenant's account ends; null: never." },
   },
   additionalProperties: false,
 };
@@ -41,11 +43,10 @@ const whoAmI = record('WhoAmI', {
   user: userSummary,
   plan: { oneOf: [{ type: 'null' }, planSchema.json], description: "A tenant's plan: what they are granted." },
   usage: {
+    ...usageSchema,
     type: ['object', 'null'],
-    description: "A tenant's use of their plan: how many rules they have (null for an operator).",
-    required: ['rules'],
-    properties: { rules: { type: 'integer' } },
-    additionalProperties: false,
+    description:
+      "A tenant's use of their plan: their rules, and the traffic allowance's period (null for an operator).",
   },
   token: {
     type: 'object',
@@ -69,8 +70,12 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   return ok({
     token: secret,
     expires_at: expiresAt,
-    user: { id: user.id, username: user.username, role: user.role, plan_id: user.plan_id, scopes: user.scopes },
+    user: summaryOf(user),
   });
+}
+
+function summaryOf({ id, username, role, plan_id, scopes, expires_at }: User) {
+  return { id, username, role, plan_id, scopes, expires_at };
 }
 
 function whoami(ctx: Ctx<undefined, {}>) {
@@ -78,9 +83,9 @@ function whoami(ctx: Ctx<undefined, {}>) {
   const user = app.store.users.find(caller.userId)!;
   const plan = user.plan_id === null ? null : (app.store.plans.find(user.plan_id) ?? null);
   return ok({
-    user: { id: user.id, username: user.username, role: user.role, plan_id: user.plan_id, scopes: user.scopes },
+    user: summaryOf(user),
     plan,
-    usage: user.role === 'tenant' ? { rules: app.store.users.owned(user.id).rules } : null,
+    usage: user.role === 'tenant' ? user.usage : null,
     token: {
       id: caller.tokenId,
       kind: caller.kind,

@@ -218,7 +218,18 @@ export const ruleInput = object(
   },
   {
     name: 'RuleInput',
-    ignore: ['id', 'state', 'quota_usage', 'health', 'sync', 'traffic', 'version', 'created_at', 'updated_at'],
+    ignore: [
+      'id',
+      'state',
+      'quota_usage',
+      'plan_limits',
+      'health',
+      'sync',
+      'traffic',
+      'version',
+      'created_at',
+      'updated_at',
+    ],
   },
 );
 export type RuleInput = Infer<typeof ruleInput>;
@@ -262,7 +273,20 @@ export const ruleSchema = record('Rule', {
     enum: [...ruleStates],
     description:
       'active: forwarding; disabled: enabled is false; expired: past expires_at; quota_exceeded: the quota is ' +
-      'spent for this period.',
+      "spent for this period. A tenant's rule is also stopped by their account and plan: account_expired (the " +
+      "owner's expires_at has come), not_granted (the plan no longer grants its node or ports), " +
+      "allowance_exceeded (the plan's traffic allowance is spent and its past is stop). These go when the cause " +
+      'does (the account extended, the grant back, a new period), without a write to the rule.',
+  },
+  plan_limits: {
+    type: ['object', 'null'],
+    description:
+      "What the owner's plan holds a tenant's rule to beyond its own fields: the plan's caps (a cap lowered " +
+      'after the rule was written reaches it here) and, once the allowance is spent with past slow, its slow_to as ' +
+      "bandwidth_limit. Its node enforces the lower of these and the rule's own. null where the plan sets none.",
+    required: ['max_connections', 'bandwidth_limit'],
+    properties: { max_connections: { type: ['integer', 'null'] }, bandwidth_limit: { type: ['integer', 'null'] } },
+    additionalProperties: false,
   },
   health_check: {
     type: ['object', 'null'],

@@ -7,10 +7,10 @@ import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../http/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { boolean, dateTime, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { roles, USER_SORTS } from '../store/users.ts';
-import { pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
+import { nullableTimestamp, pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { createUser, removeUser, updateUser } from '../service/users.ts';
 
@@ -33,8 +33,27 @@ const planId = optional(
   null,
 );
 
+const expiresAt = optional(
+  nullable(
+    dateTime({
+      description:
+        "When a tenant's account ends: their rules stop (state account_expired) and their sessions and tokens no " +
+        'longer work, until it is moved later or cleared; null: never. Tenants only.',
+    }),
+  ),
+  null,
+);
+
 export const userCreateInput = object(
-  { username, password, role, plan_id: planId, scopes: optional(scopeList, []), disabled: optional(boolean(), false) },
+  {
+    username,
+    password,
+    role,
+    plan_id: planId,
+    scopes: optional(scopeList, []),
+    disabled: optional(boolean(), false),
+    expires_at: expiresAt,
+  },
   { name: 'UserCreate' },
 );
 
@@ -53,9 +72,37 @@ export const userUpdateInput = object(
     plan_id: planId,
     scopes: optional(scopeList, []),
     disabled: optional(boolean(), false),
+    expires_at: expiresAt,
   },
-  { name: 'UserUpdate', ignore: ['id', 'version', 'created_at', 'updated_at'] },
+  { name: 'UserUpdate', ignore: ['id', 'expired', 'usage', 'version', 'created_at', 'updated_at'] },
 );
+
+/** What a user has of what their plan bounds: shown to operators on each user, and to a tenant on /api/auth/me. */
+export const usageSchema = {
+  type: 'object',
+  required: ['rules', 'traffic'],
+  properties: {
+    rules: { type: 'integer', description: 'How many rules the user owns.' },
+    traffic: {
+      type: ['object', 'null'],
+      description:
+        "The plan's traffic allowance this period, all the user's rules together, both ways, as their nodes " +
+        'reported it; null without one.',
+      required: ['used_bytes', 'period_started_at', 'resets_at', 'spent'],
+      properties: {
+        used_bytes: { type: 'integer' },
+        period_started_at: timestamp,
+        resets_at: timestamp,
+        spent: {
+          type: 'boolean',
+          description: "Whether the allowance is spent: past it, the plan stops the user's rules or slows them.",
+        },
+      },
+      additionalProperties: false,
+    },
+  },
+  additionalProperties: false,
+} as const;
 
 export const userSchema = record('User', {
   id: { type: 'integer' },
@@ -64,6 +111,9 @@ export const userSchema = record('User', {
   plan_id: { type: ['integer', 'null'] },
   scopes: scopeList.json,
   disabled: { type: 'boolean' },
+  expires_at: nullableTimestamp,
+  expired: { type: 'boolean', description: 'Whether expires_at has come.' },
+  usage: usageSchema,
   version: { type: 'integer', description: 'Changes on every write; the ETag.' },
   created_at: timestamp,
   updated_at: timestamp,

@@ -64,3 +64,60 @@ export function parsePortRange(text: string): PortRange | null {
 export function grantsNode(plan: Pick<PlanFields, 'node_ids' | 'node_tags'>, node: { id: number; tags: string[] }) {
   return plan.node_ids.includes(node.id) || node.tags.some((tag) => plan.node_tags.includes(tag));
 }
+
+/** Whether `first` to `last` lies within one of the plan's port ranges. */
+export function portsGranted(plan: Pick<PlanFields, 'port_ranges'>, first: number, last: number): boolean {
+  return plan.port_ranges.some((text) => {
+    const range = parsePortRange(text);
+    return range !== null && range.first <= first && last <= range.last;
+  });
+}
+
+/**
+ * Why a tenant's rule does not forward though its writer left it enabled, by what their account and plan say now:
+ * the account has expired, the plan no longer grants the rule's node or ports, or the period's allowance is spent
+ * and the plan stops rules past it.
+ */
+export const holds = ['account_expired', 'not_granted', 'allowance_exceeded'] as const;
+export type Hold = (typeof holds)[number];
+
+/**
+ * What an owner's account and plan do to one of their rules now: stop it (and why), or hold its controls to at most
+ * `max_connections` and `bandwidth_limit` (the plan's caps, and past a `slow` allowance its slow_to).
+ */
+export interface Standing {
+  held: Hold | null;
+  max_connections: number | null;
+  bandwidth_limit: number | null;
+}
+
+export const UNHELD: Standing = { held: null, max_connections: null, bandwidth_limit: null };
+
+/** What of a rule's owner its standing depends on. */
+export interface OwnerStanding {
+  tenant: boolean;
+  expired: boolean;
+  /** Whether the period's allowance is spent. */
+  spent: boolean;
+}
+
+/**
+ * The standing of a rule listening on `first`-`last` at `node` (undefined: gone) whose owner is `owner` on `plan`
+ * (undefined: none). An operator's rules are never held: their owner answers for them.
+ */
+export function standingOf(
+  owner: OwnerStanding,
+  plan: Plan | undefined,
+  node: { id: number; tags: string[] } | undefined,
+  ports: { first: number; last: number },
+): Standing {
+  if (!owner.tenant) return UNHELD;
+  const caps = { max_connections: plan?.max_connections ?? null, bandwidth_limit: plan?.bandwidth_limit ?? null };
+  if (owner.expired) return { held: 'account_expired', ...caps };
+  if (!plan || !node || !grantsNode(plan, node) || !portsGranted(plan, ports.first, ports.last))
+    return { held: 'not_granted', ...caps };
+  if (!owner.spent || !plan.traffic) return { held: null, ...caps };
+  if (plan.traffic.past === 'stop') return { held: 'allowance_exceeded', ...caps };
+  const slowTo = plan.traffic.slow_to!;
+  return { held: null, ...caps, bandwidth_limit: Math.min(caps.bandwidth_limit ?? slowTo, slowTo) };
+}

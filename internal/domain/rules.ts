@@ -4,6 +4,7 @@
 import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
+import { holds } from './plans.ts';
 import { counted, kernelPorts, portCount, rangeErrors, RELAY_RANGE_PORTS } from './ranges.ts';
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
@@ -28,10 +29,11 @@ export type Forwarding = (typeof forwardings)[number];
 export const proxyProtocols = ['none', 'v1', 'v2'] as const;
 export type ProxyProtocol = (typeof proxyProtocols)[number];
 /**
- * Whether a rule forwards: active, disabled by its writer, or stopped by the master: past its expires_at, or its quota
- * spent for the period (until the period starts over, or the quota is raised).
+ * Whether a rule forwards: active, disabled by its writer, or stopped by the master: past its expires_at, its quota
+ * spent for the period (until the period starts over, or the quota is raised), or held by its tenant owner's account
+ * or plan (see Hold).
  */
-export const ruleStates = ['active', 'disabled', 'expired', 'quota_exceeded'] as const;
+export const ruleStates = ['active', 'disabled', 'expired', 'quota_exceeded', ...holds] as const;
 export type RuleState = (typeof ruleStates)[number];
 /** How a node checks a rule's targets: a TCP connect to each, every interval; down after `fall` failures in a row, up
  * again after `rise` successes. */
@@ -179,6 +181,11 @@ export interface Rule extends RuleFields {
   state: RuleState;
   /** What the quota's period has used; null without a quota. */
   quota_usage: QuotaUsage | null;
+  /**
+   * What its tenant owner's plan holds the rule to, where it holds it at all: its caps (which reach rules written
+   * before them) and, past a `slow` allowance, the slow rate. A node enforces the lower of these and the rule's own.
+   */
+  plan_limits: PlanLimits | null;
   /** How the targets stand by the node's checks; null without a health_check. */
   health: RuleHealth | null;
   sync: {
@@ -306,7 +313,20 @@ export interface ForwardQuota {
   used: number;
 }
 
-/** What the node is sent of `rule`: enabled only while the rule is active (not expired, its quota not spent). */
+/** The limits a plan holds a rule to (see Rule.plan_limits); null where it sets none. */
+export interface PlanLimits {
+  max_connections: number | null;
+  bandwidth_limit: number | null;
+}
+
+function lowest(own: number | null, held: number | null | undefined): number | null {
+  return own === null ? (held ?? null) : held == null ? own : Math.min(own, held);
+}
+
+/**
+ * What the node is sent of `rule`: enabled only while the rule is active (not expired, its quota not spent, not held
+ * by its owner's standing), with the lower of its own limits and its plan's.
+ */
 export function forwardRuleOf(rule: Rule): ForwardRule {
   return {
     id: rule.id,
@@ -321,8 +341,8 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     forwarding: rule.forwarding,
     allow_sources: rule.allow_sources,
     deny_sources: rule.deny_sources,
-    max_connections: rule.max_connections,
-    bandwidth_limit: rule.bandwidth_limit,
+    max_connections: lowest(rule.max_connections, rule.plan_limits?.max_connections),
+    bandwidth_limit: lowest(rule.bandwidth_limit, rule.plan_limits?.bandwidth_limit),
     expires_at: rule.expires_at,
     proxy_protocol: rule.proxy_protocol,
     health_check: rule.health_check,

@@ -3,7 +3,7 @@
 // one is held to). An operator's writes pass untouched. Refusals are 403 not_granted naming the grant.
 
 import { DomainError } from '../errors/errors.ts';
-import { grantsNode, parsePortRange, type Plan } from '../domain/plans.ts';
+import { grantsNode, parsePortRange, portsGranted, type Plan } from '../domain/plans.ts';
 import type { OwnedRuleFields } from '../domain/rules.ts';
 import type { Caller, WriteDeps } from './write.ts';
 
@@ -38,14 +38,6 @@ function requirePorts(plan: Plan, first: number, last: number): void {
   const ports = last === first ? `port ${last} is` : `ports ${first}-${last} are`;
   const ranges = plan.port_ranges.length > 0 ? plan.port_ranges.join(', ') : 'none';
   throw notGranted(`${ports} not in your plan '${plan.name}' (its ports: ${ranges})`);
-}
-
-/** Whether `first` to `last` lies within one of the plan's port ranges. */
-function portsGranted(plan: Plan, first: number, last: number): boolean {
-  return plan.port_ranges.some((text) => {
-    const range = parsePortRange(text);
-    return range !== null && range.first <= first && last <= range.last;
-  });
 }
 
 /**

@@ -8,6 +8,7 @@ import type { MasterDial } from '../install/agent-env.ts';
 import type { Installer, InstallMode } from '../install/installer.ts';
 import type { Node, NodeFields, SshSecret } from '../store/nodes.ts';
 import { cascadeRules } from './rules.ts';
+import { holdNodeRules } from './standing.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** A node as written: its fields, and an SSH credential (absent: keep the stored one; null: remove it). */
@@ -93,6 +94,7 @@ export function updateNode(app: WriteDeps, change: Change, id: number, body: Nod
       if (tunnel.exit_node_id === id) change.touchNode(tunnel.entry_node_id);
     }
   }
+  if (updated.tags.join() !== current.tags.join()) holdNodeRules(app, change, id);
   const changes = diff<Node>(current, updated, ['name', 'host', 'ssh_port', 'ssh_user', 'tags']);
   if (body.ssh_private_key !== undefined || body.ssh_password !== undefined) {
     Object.assign(changes.after, {

@@ -5,6 +5,7 @@ import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { parsePortRange, type Plan, type PlanFields } from '../domain/plans.ts';
+import { holdPlanUsers } from './standing.ts';
 import { diff, type Change, type WriteDeps } from './write.ts';
 
 const KEYS: readonly (keyof PlanFields)[] = [
@@ -52,6 +53,7 @@ export function updatePlan(app: WriteDeps, change: Change, id: number, fields: P
   checkIfMatch(ifMatch, current.version);
   check(app, fields);
   const plan = app.store.plans.update(id, fields, app.timestamp());
+  holdPlanUsers(app, change, id);
   change.audit({ action: 'plan.update', resource: 'plan', resource_id: id, changes: diff(current, fields, KEYS) });
   return plan;
 }

@@ -10,6 +10,7 @@ import { combinationErrors, targetRefusal, type Rule, type RuleFields, type Targ
 import type { Claim } from '../store/ports.ts';
 import { grantedRule, reaches, requireRoom, unnamedToTenants } from './grants.ts';
 import { theMaster } from './master.ts';
+import { holdWritten } from './standing.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** Problems with what a rule refers to, as field errors under `prefix` (e.g. `#/rules/3`). */
@@ -120,8 +121,11 @@ export function insertRules(
     if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
     checkTargets(fields, hosts.get(fields.node_id), policy);
   }
-  const rules = unnamedToTenants(app, change.caller, () => app.store.rules.insertAll(owned, app.timestamp(), holders));
-  for (const rule of rules) touchRule(app, change, rule);
+  const inserted = unnamedToTenants(app, change.caller, () =>
+    app.store.rules.insertAll(owned, app.timestamp(), holders),
+  );
+  for (const rule of inserted) touchRule(app, change, rule);
+  const rules = holdWritten(app, change, inserted);
   change.auditAll(
     rules.map((rule, i) => ({
       action: 'rule.create',
@@ -146,9 +150,10 @@ export function updateRule(app: WriteDeps, change: Change, id: number, given: Ru
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
   checkQuotaLeft(current, fields);
-  const updated = unnamedToTenants(app, change.caller, () =>
+  const written = unnamedToTenants(app, change.caller, () =>
     app.store.rules.update(id, fields, app.timestamp(), spendsQuota(current, fields)),
   );
+  const [updated] = holdWritten(app, change, [written]) as [Rule];
   touchRule(app, change, current);
   touchRule(app, change, updated);
   change.audit({

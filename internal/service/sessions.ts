@@ -75,6 +75,11 @@ export async function openSession(
       );
     throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
   }
+  if (user.expires_at !== null && Date.parse(user.expires_at) <= app.now()) {
+    attempt.succeeded();
+    // The password was right: saying why cannot help a guesser, and tells the tenant whom to ask.
+    throw new DomainError('unauthorized', `your account expired at ${user.expires_at}: ask an operator to extend it`);
+  }
   attempt.succeeded();
   const { password_hash: _, ...shown } = user;
   const lifeMs = app.settings.get('session_ttl_seconds') * 1000;

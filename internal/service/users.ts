@@ -8,6 +8,7 @@ import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Role, User } from '../store/users.ts';
+import { restand } from '../store/standing.ts';
 import { diff, transact, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** A user as written: `password` absent on an update keeps the current one. */
@@ -18,6 +19,8 @@ export interface UserInput {
   plan_id: number | null;
   scopes: Scope[];
   disabled: boolean;
+  /** When a tenant's account ends; null: never. */
+  expires_at: string | null;
 }
 
 /** Throws `validation_failed` for scopes a tenant may not hold, or a plan that is not there or not for this role. */
@@ -31,6 +34,8 @@ function checkRole(app: WriteDeps, input: UserInput): void {
           detail: `a tenant may hold only ${tenantScopes.join(', ')}: what they own is all they reach`,
         });
     });
+  if (input.expires_at !== null && input.role !== 'tenant')
+    errors.push({ pointer: '#/expires_at', detail: "an account expiry is a tenant's: an operator's would lock out" });
   if (input.plan_id !== null) {
     if (input.role !== 'tenant') errors.push({ pointer: '#/plan_id', detail: 'a plan holds tenants only' });
     else if (!app.store.plans.find(input.plan_id))
@@ -66,6 +71,7 @@ export async function createUser(
   return transact(app, requester, (change) => {
     checkRole(app, input);
     const inserted = app.store.users.insert({ ...input, password_hash: passwordHash }, app.timestamp());
+    restand(app.store, inserted.id, app.timestamp());
     change.audit({
       resource: 'user',
       resource_id: inserted.id,
@@ -99,7 +105,8 @@ export async function updateUser(
     const updated = app.store.users.update(id, { ...input, password_hash: passwordHash }, app.timestamp());
     if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
     else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
-    const changes = diff(current, updated, ['username', 'role', 'plan_id', 'scopes', 'disabled']);
+    for (const nodeId of restand(app.store, id, app.timestamp())) change.touchNode(nodeId);
+    const changes = diff(current, updated, ['username', 'role', 'plan_id', 'scopes', 'disabled', 'expires_at']);
     if (passwordHash !== null) Object.assign(changes.after, { password: input.password });
     change.audit({ resource: 'user', resource_id: id, changes });
     return updated;

@@ -400,6 +400,31 @@ export class Database {
   }
 
   /**
+   * Calls `fn` with the value of `column` of each row of `table` that a statement of this connection inserts or
+   * deletes, and with both values of one whose `column` it sets: for caches of what rows count by that key.
+   */
+  onKeyChange(table: string, column: string, fn: (key: number) => void): void {
+    const name = `key_changed_${table}_${column}`;
+    let listeners = this.rowListeners.get(name);
+    if (!listeners) {
+      if (!/^[a-z_]+$/.test(table) || !/^[a-z_]+$/.test(column)) throw new Error(`not a name: ${table}.${column}`);
+      const all: ((key: number) => void)[] = [];
+      this.db.function(name, (key) => {
+        if (typeof key === 'number' || typeof key === 'bigint') for (const listener of all) listener(Number(key));
+        return null;
+      });
+      this.db.exec(`CREATE TEMP TRIGGER ${name}_insert AFTER INSERT ON main.${table}
+          BEGIN SELECT ${name}(NEW.${column}); END;
+        CREATE TEMP TRIGGER ${name}_delete AFTER DELETE ON main.${table} BEGIN SELECT ${name}(OLD.${column}); END;
+        CREATE TEMP TRIGGER ${name}_update AFTER UPDATE OF ${column} ON main.${table}
+          WHEN OLD.${column} IS NOT NEW.${column} BEGIN SELECT ${name}(OLD.${column}), ${name}(NEW.${column}); END;`);
+      this.rowListeners.set(name, all);
+      listeners = all;
+    }
+    listeners.push(fn);
+  }
+
+  /**
    * Records what this connection commits from now on, for a standby master (see replication.ts), and calls `onChange`
    * with each change sealed: `sealAfterMs()` after a commit (0: at once, before the commit's writers are answered);
    * returns where the record starts. Writes through another connection start a new generation, told to `onGeneration`,

@@ -624,4 +624,17 @@ export const migrations: readonly string[] = [
   ALTER TABLE audit_log ADD COLUMN owner_id INTEGER;
   CREATE INDEX audit_owner ON audit_log(owner_id, id);
   `,
+  /* 33: tenants' accounts expire and count a traffic allowance; what that and their plan do to each rule of theirs */ `
+  ALTER TABLE users ADD COLUMN expires_at TEXT;
+  ALTER TABLE users ADD COLUMN expired INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE users ADD COLUMN traffic_used INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE users ADD COLUMN traffic_period_start TEXT;
+  ALTER TABLE users ADD COLUMN traffic_resets_at TEXT;
+  ALTER TABLE users ADD COLUMN traffic_spent INTEGER NOT NULL DEFAULT 0;
+  CREATE INDEX users_expiry ON users(expires_at) WHERE expired = 0;
+  CREATE INDEX users_traffic_reset ON users(traffic_resets_at);
+  ALTER TABLE rules ADD COLUMN held TEXT;
+  ALTER TABLE rules ADD COLUMN held_connections INTEGER;
+  ALTER TABLE rules ADD COLUMN held_bandwidth INTEGER;
+  `,
 ];

@@ -4,7 +4,17 @@
 // the index of names) is defined here too. All of it is installed when the database opens (see derived.ts).
 
 import type { Quota, QuotaDirection, QuotaPeriod, QuotaUsage } from '../domain/quota.ts';
-import type { HealthCheck, Path, Rule, RuleFields, RuleHealth, RuleState, SyncState } from '../domain/rules.ts';
+import type { Hold } from '../domain/plans.ts';
+import type {
+  HealthCheck,
+  Path,
+  PlanLimits,
+  Rule,
+  RuleFields,
+  RuleHealth,
+  RuleState,
+  SyncState,
+} from '../domain/rules.ts';
 import { trigger, type Derivation } from './trigger.ts';
 import { safeCount } from './traffic.ts';
 
@@ -36,6 +46,9 @@ export interface RuleRow
   allow_sources: string;
   deny_sources: string;
   expired: number;
+  held: Hold | null;
+  held_connections: number | null;
+  held_bandwidth: number | null;
   refused: number;
   sync_state: SyncState;
   sync_error: string | null;
@@ -81,8 +94,14 @@ export function usageOf(row: QuotaColumns): QuotaUsage | null {
 }
 
 /** A rule's state from its columns; `ruleStateSql` is the same in SQL. */
-export function stateOf(expired: boolean, quotaSpent: boolean, enabled: boolean): RuleState {
-  return expired ? 'expired' : quotaSpent ? 'quota_exceeded' : enabled ? 'active' : 'disabled';
+export function stateOf(expired: boolean, held: Hold | null, quotaSpent: boolean, enabled: boolean): RuleState {
+  return expired ? 'expired' : (held ?? (quotaSpent ? 'quota_exceeded' : enabled ? 'active' : 'disabled'));
+}
+
+function planLimitsOf(row: Pick<RuleRow, 'held_connections' | 'held_bandwidth'>): PlanLimits | null {
+  return row.held_connections === null && row.held_bandwidth === null
+    ? null
+    : { max_connections: row.held_connections, bandwidth_limit: row.held_bandwidth };
 }
 
 /** A rule from its row (COLUMNS); `ruleJsonSql` is the same in SQL, for the view the triggers keep. */
@@ -111,8 +130,9 @@ export function toRule(row: RuleRow): Rule {
     quota: quotaOf(row),
     health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
     preserve_source: row.preserve_source === 1,
-    state: stateOf(row.expired === 1, row.quota_spent === 1, row.enabled === 1),
+    state: stateOf(row.expired === 1, row.held, row.quota_spent === 1, row.enabled === 1),
     quota_usage: usageOf(row),
+    plan_limits: planLimitsOf(row),
     health: row.health === null ? null : (JSON.parse(row.health) as RuleHealth),
     sync: {
       state: row.sync_state,
@@ -130,8 +150,8 @@ export function toRule(row: RuleRow): Rule {
 
 /** A rule's state in SQL, over the columns of `row` (`NEW`, or a table's name): `stateOf`'s twin. */
 function ruleStateSql(row: string): string {
-  return `CASE WHEN ${row}.expired = 1 THEN 'expired' WHEN ${row}.quota_spent = 1 THEN 'quota_exceeded'
-    WHEN ${row}.enabled = 1 THEN 'active' ELSE 'disabled' END`;
+  return `CASE WHEN ${row}.expired = 1 THEN 'expired' WHEN ${row}.held IS NOT NULL THEN ${row}.held
+    WHEN ${row}.quota_spent = 1 THEN 'quota_exceeded' WHEN ${row}.enabled = 1 THEN 'active' ELSE 'disabled' END`;
 }
 
 /** A rule's API JSON in SQL, over the columns of `row`: `toRule`'s twin. */
@@ -157,6 +177,8 @@ export function ruleJsonSql(row: string): string {
     'quota_usage', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object(
       'used_bytes', ${count('quota_used')}, 'period_started_at', ${r('quota_period_start')},
       'resets_at', ${r('quota_resets_at')}) END),
+    'plan_limits', json(CASE WHEN ${r('held_connections')} IS NULL AND ${r('held_bandwidth')} IS NULL THEN 'null'
+      ELSE json_object('max_connections', ${r('held_connections')}, 'bandwidth_limit', ${r('held_bandwidth')}) END),
     'health', json(${r('health')}),
     'sync', json_object('state', ${r('sync_state')}, 'error', json(${r('sync_error')}),
       'applied_at', ${r('sync_applied_at')}, 'applied_path', ${r('sync_path')},
@@ -173,8 +195,8 @@ export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_
 export const COLUMNS = `id, name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets,
   strategy, weights, forwarding,
   enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-  ${QUOTA_COLUMNS}, health_check, preserve_source, health, ${safeCount('refused')} AS refused, sync_state, sync_error,
-  sync_applied_at, sync_path, relay_reason,
+  held, held_connections, held_bandwidth, ${QUOTA_COLUMNS}, health_check, preserve_source, health,
+  ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path, relay_reason,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 
 /** A rule's state as its JSON shows it, for filtering on it. */

@@ -4,6 +4,7 @@
 
 import type { SQLInputValue } from 'node:sqlite';
 import { quotaPeriodAt, type Quota } from '../domain/quota.ts';
+import type { Standing } from '../domain/plans.ts';
 import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './store.ts';
 import { DomainError } from '../errors/errors.ts';
@@ -244,8 +245,9 @@ function created(id: number, fields: OwnedRuleFields, at: string): Rule {
     id,
     ...fields,
     targets: [...fields.targets],
-    state: stateOf(expiredAt(fields.expires_at, at), false, fields.enabled),
+    state: stateOf(expiredAt(fields.expires_at, at), null, false, fields.enabled),
     quota_usage: fields.quota && usageOf(quotaColumns(fields.quota, null, at)),
+    plan_limits: null,
     health: freshHealth(fields),
     sync: { state: 'pending', error: null, applied_at: null, applied_path: null, relayed_because: null },
     traffic: { bytes_in: 0, bytes_out: 0, refused: 0 },
@@ -278,6 +280,9 @@ export class RuleStore {
   private readonly sidesStmt;
   private readonly resultsStmt;
   private readonly dueStmt;
+  private readonly ownedStmt;
+  private readonly holdStmt;
+  private readonly tenantsOnStmt;
   private readonly quotaStmt;
   private readonly healthStmt;
   private readonly spendStmt;
@@ -389,6 +394,14 @@ export class RuleStore {
         relay_reason = 'rules through a tunnel are carried by the relay'
       WHERE id = :id`);
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
+    this.tenantsOnStmt = db.prepare(`SELECT id, owner_id FROM rules
+      WHERE node_id = ? AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
+    this.ownedStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ? ORDER BY id`);
+    this.holdStmt = db.prepare(`UPDATE rules SET held = :held, held_connections = :max_connections,
+        held_bandwidth = :bandwidth_limit, sync_state = 'pending', sync_error = NULL, sync_path = NULL,
+        entry_result = NULL, exit_result = NULL, version = version + 1
+      WHERE id = :id AND (held IS NOT :held OR held_connections IS NOT :max_connections
+        OR held_bandwidth IS NOT :bandwidth_limit)`);
     this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS}, targets, health_check, health FROM rules WHERE id = ?`);
     this.healthStmt = db.prepare(
       'UPDATE rules SET health = ? WHERE id = ? AND node_id = ? AND health_check IS NOT NULL',
@@ -764,6 +777,21 @@ export class RuleStore {
       this.resetStmt.run({ id: rule.id, start: formatTime(period.start), next: nullableTime(period.next) });
     }
     return due;
+  }
+
+  /** The rules user `ownerId` owns, through the owner index. */
+  ownedBy(ownerId: number): Rule[] {
+    return (this.ownedStmt.all(ownerId) as unknown as RuleRow[]).map(toRule);
+  }
+
+  /** The rules on node `nodeId` that tenants own: their ids and owners. */
+  tenantsOn(nodeId: number): { id: number; owner_id: number }[] {
+    return this.tenantsOnStmt.all(nodeId) as { id: number; owner_id: number }[];
+  }
+
+  /** Records what its owner's standing does to rule `id` now; whether that changed anything (then it is pending). */
+  hold(id: number, standing: Standing): boolean {
+    return Number(this.holdStmt.run({ id, ...standing }).changes) > 0;
   }
 
   /** Whether a rule's expires_at is at or before `at` and it is not marked expired yet. */

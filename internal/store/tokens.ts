@@ -30,6 +30,8 @@ export interface Credential extends Token {
   user_disabled: boolean;
   user_role: Role;
   user_plan_id: number | null;
+  /** When the user's account ends (a tenant's); the credential stops working then. */
+  user_expires_at: string | null;
 }
 
 interface Row {
@@ -43,6 +45,7 @@ interface Row {
   user_disabled: number;
   user_role: Role;
   user_plan_id: number | null;
+  user_expires_at: string | null;
   created_at: string;
   expires_at: string | null;
   last_used_at: string | null;
@@ -62,11 +65,19 @@ function toCredential(row: Row): Credential {
     user_disabled: row.user_disabled === 1,
     user_role: row.user_role,
     user_plan_id: row.user_plan_id,
+    user_expires_at: row.user_expires_at,
   };
 }
 
 function toToken(row: Row): Token {
-  const { user_scopes: _s, user_disabled: _d, user_role: _r, user_plan_id: _p, ...token } = toCredential(row);
+  const {
+    user_scopes: _s,
+    user_disabled: _d,
+    user_role: _r,
+    user_plan_id: _p,
+    user_expires_at: _e,
+    ...token
+  } = toCredential(row);
   return token;
 }
 
@@ -76,7 +87,8 @@ export function shownToken({ kind: _, ...token }: Token): Omit<Token, 'kind'> {
 }
 
 const SELECT = `SELECT t.id, t.kind, t.name, t.user_id, u.username, t.scopes, u.scopes AS user_scopes,
-    u.disabled AS user_disabled, u.role AS user_role, u.plan_id AS user_plan_id, t.created_at, t.expires_at,
+    u.disabled AS user_disabled, u.role AS user_role, u.plan_id AS user_plan_id, u.expires_at AS user_expires_at,
+    t.created_at, t.expires_at,
     t.last_used_at
   FROM tokens t JOIN users u ON u.id = t.user_id`;
 

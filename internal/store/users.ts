@@ -6,6 +6,7 @@ import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './
 import type { Generation, JsonPage } from './store.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
+import { safeCount } from './traffic.ts';
 
 /** Operators manage the fleet as their scopes allow; tenants only what they own, as their plan grants. */
 export const roles = ['operator', 'tenant'] as const;
@@ -19,9 +20,29 @@ export interface User {
   plan_id: number | null;
   scopes: Scope[];
   disabled: boolean;
+  /** When a tenant's account ends (their rules stop, their sessions and tokens no longer work); null: never. */
+  expires_at: string | null;
+  expired: boolean;
+  usage: UserUsage;
   version: number;
   created_at: string;
   updated_at: string;
+}
+
+/** What a user has of what their plan bounds. */
+export interface UserUsage {
+  rules: number;
+  /** The traffic allowance's current period; null for a user whose plan sets none. */
+  traffic: TrafficUsage | null;
+}
+
+export interface TrafficUsage {
+  /** Bytes both ways through the user's rules this period, as their nodes reported them. */
+  used_bytes: number;
+  period_started_at: string;
+  resets_at: string;
+  /** Whether the period's allowance is spent: past it, the plan stops or slows the user's rules. */
+  spent: boolean;
 }
 
 export interface UserWithHash extends User {
@@ -36,13 +57,56 @@ interface Row {
   password_hash: string;
   scopes: string;
   disabled: number;
+  expires_at: string | null;
+  expired: number;
+  rule_count: number;
+  traffic_used: number;
+  traffic_period_start: string | null;
+  traffic_resets_at: string | null;
+  traffic_spent: number;
   version: number;
   created_at: string;
   updated_at: string;
 }
 
 function toUser(row: Row): UserWithHash {
-  return { ...row, scopes: JSON.parse(row.scopes) as Scope[], disabled: row.disabled === 1 };
+  return {
+    id: row.id,
+    username: row.username,
+    role: row.role,
+    plan_id: row.plan_id,
+    password_hash: row.password_hash,
+    scopes: JSON.parse(row.scopes) as Scope[],
+    disabled: row.disabled === 1,
+    expires_at: row.expires_at,
+    expired: row.expired === 1,
+    usage: {
+      rules: row.rule_count,
+      traffic:
+        row.traffic_period_start === null
+          ? null
+          : {
+              used_bytes: row.traffic_used,
+              period_started_at: row.traffic_period_start,
+              resets_at: row.traffic_resets_at!,
+              spent: row.traffic_spent === 1,
+            },
+    },
+    version: row.version,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+/** A user's columns, with the count of the rules they own (through the owner index). */
+const SELECT = 'SELECT *, (SELECT count(*) FROM rules WHERE owner_id = users.id) AS rule_count FROM users';
+
+/** A user whose traffic a report counted: where their allowance stands now. */
+export interface Counted {
+  id: number;
+  plan_id: number | null;
+  traffic_used: number;
+  traffic_spent: number;
 }
 
 function withoutHash({ password_hash: _, ...user }: UserWithHash): User {
@@ -85,22 +149,27 @@ export class UserStore {
   private readonly passwordStmt;
   private readonly countStmt;
   private readonly holdersStmt;
+  private readonly countTrafficStmt;
+  private readonly periodStmt;
+  private readonly expiryDueStmt;
+  private readonly expireStmt;
+  private readonly resetsDueStmt;
+  private readonly idsOnPlanStmt;
 
   constructor(
     db: Database,
     private readonly credentials: Generation,
   ) {
-    this.byId = db.prepare('SELECT * FROM users WHERE id = ?');
-    this.byName = db.prepare('SELECT * FROM users WHERE username = ?');
+    this.byId = db.prepare(`${SELECT} WHERE id = ?`);
+    this.byName = db.prepare(`${SELECT} WHERE username = ?`);
     this.namesStmt = db.prepare('SELECT id, username FROM users');
     this.ownedStmt = db.prepare(`SELECT (SELECT count(*) FROM rules WHERE owner_id = ?1) AS rules,
       (SELECT count(*) FROM tunnels WHERE owner_id = ?1) AS tunnels`);
-    this.rendered = renderedRows<Row>(
-      db,
-      'users',
-      'SELECT * FROM users WHERE id IN (SELECT value FROM json_each(?))',
-      (row) => ({ version: row.version, json: JSON.stringify(withoutHash(toUser(row))) }),
-    );
+    this.rendered = renderedRows<Row>(db, 'users', `${SELECT} WHERE id IN (SELECT value FROM json_each(?))`, (row) => ({
+      version: row.version,
+      json: JSON.stringify(withoutHash(toUser(row))),
+    }));
+    db.onKeyChange('rules', 'owner_id', (id) => this.rendered.forget(id));
     this.pageQuery = new FilteredQuery(
       db,
       'SELECT id FROM users WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
@@ -109,12 +178,28 @@ export class UserStore {
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM users WHERE 1 {filters}', USER_FILTERS);
     this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'users', id: 'id' }, USER_SORTS, USER_FILTERS);
     this.insertStmt = db.prepare(`INSERT INTO users (username, role, plan_id, password_hash, scopes, disabled,
-        created_at, updated_at)
-      VALUES (:username, :role, :plan_id, :password_hash, :scopes, :disabled, :at, :at) RETURNING *`);
+        expires_at, expired, created_at, updated_at)
+      VALUES (:username, :role, :plan_id, :password_hash, :scopes, :disabled, :expires_at,
+        coalesce(:expires_at <= :at, 0), :at,
+        :at) RETURNING *, 0 AS rule_count`);
     this.updateStmt = db.prepare(`UPDATE users SET username = :username, role = :role, plan_id = :plan_id,
         password_hash = coalesce(:password_hash, password_hash), scopes = :scopes, disabled = :disabled,
-        version = version + 1, updated_at = :at
-      WHERE id = :id RETURNING *`);
+        expires_at = :expires_at, expired = coalesce(:expires_at <= :at, 0), version = version + 1, updated_at = :at
+      WHERE id = :id RETURNING *, (SELECT count(*) FROM rules WHERE owner_id = users.id) AS rule_count`);
+    this.countTrafficStmt = db.prepare(`UPDATE users SET traffic_used = ${safeCount('traffic_used + owed.bytes')}
+      FROM (SELECT r.owner_id AS owner, sum((e.value ->> '$.bytes_in') + (e.value ->> '$.bytes_out')) AS bytes
+        FROM json_each(:report) e JOIN rules r ON r.id = e.value ->> '$.id' AND r.node_id = :node
+        GROUP BY r.owner_id) AS owed
+      WHERE users.id = owed.owner AND owed.bytes > 0 AND users.traffic_period_start IS NOT NULL
+      RETURNING users.id, users.plan_id, users.traffic_used, users.traffic_spent`);
+    this.periodStmt = db.prepare(`UPDATE users SET traffic_used = CASE WHEN traffic_period_start IS :start
+        THEN traffic_used ELSE 0 END, traffic_period_start = :start, traffic_resets_at = :next,
+        traffic_spent = coalesce(:bytes <= CASE WHEN traffic_period_start IS :start THEN traffic_used ELSE 0 END, 0)
+      WHERE id = :id`);
+    this.expiryDueStmt = db.prepare('SELECT id FROM users WHERE expires_at <= ? AND expired = 0 ORDER BY id');
+    this.expireStmt = db.prepare('UPDATE users SET expired = 1 WHERE id = ?');
+    this.resetsDueStmt = db.prepare('SELECT id FROM users WHERE traffic_resets_at <= ? ORDER BY id');
+    this.idsOnPlanStmt = db.prepare('SELECT id FROM users WHERE plan_id = ? ORDER BY id');
     this.onPlanStmt = db.prepare('SELECT count(*) AS n FROM users WHERE plan_id = ?');
     this.passwordStmt = db.prepare(
       'UPDATE users SET password_hash = ?, version = version + 1, updated_at = ? WHERE id = ?',
@@ -186,6 +271,7 @@ export class UserStore {
       disabled: boolean;
       role?: Role;
       plan_id?: number | null;
+      expires_at?: string | null;
     },
     at: string,
   ): User {
@@ -200,6 +286,7 @@ export class UserStore {
           password_hash: input.password_hash,
           scopes: JSON.stringify(input.scopes),
           disabled: Number(input.disabled),
+          expires_at: input.expires_at ?? null,
           at,
         }) as unknown as Row;
         return withoutHash(toUser(row));
@@ -217,6 +304,7 @@ export class UserStore {
       password_hash: string | null;
       scopes: Scope[];
       disabled: boolean;
+      expires_at: string | null;
     },
     at: string,
   ): User {
@@ -232,6 +320,7 @@ export class UserStore {
           password_hash: input.password_hash,
           scopes: JSON.stringify(input.scopes),
           disabled: Number(input.disabled),
+          expires_at: input.expires_at,
           at,
         }) as unknown as Row;
         this.credentials.bump();
@@ -263,5 +352,43 @@ export class UserStore {
   /** Enabled users other than `exceptId` that hold `*`: the ones who could still administer. */
   otherSuperusers(exceptId: number): number {
     return (this.holdersStmt.get(exceptId) as { n: number }).n;
+  }
+
+  /**
+   * Adds what a node's traffic report (`rules`, each with id, bytes_in and bytes_out) counted to the allowance of
+   * each owner who has one, for the rules on node `nodeId` (what the rule's own count takes: the entry's). Returns the
+   * users counted, as they stand after.
+   */
+  countTraffic(rules: readonly { id: number; bytes_in: number; bytes_out: number }[], nodeId: number): Counted[] {
+    return this.countTrafficStmt.all({ report: JSON.stringify(rules), node: nodeId }) as unknown as Counted[];
+  }
+
+  /**
+   * Puts user `id`'s allowance in the period from `start` to `next` (its count kept if it is the period it is in,
+   * zero otherwise), spent once the count reaches `bytes`; all null: the user has no allowance.
+   */
+  setPeriod(id: number, period: { start: string; next: string; bytes: number } | null): void {
+    this.periodStmt.run({ id, start: period?.start ?? null, next: period?.next ?? null, bytes: period?.bytes ?? null });
+  }
+
+  /** The users whose expires_at is at or before `at` and who are not marked expired yet. */
+  expiryDue(at: string): number[] {
+    return (this.expiryDueStmt.all(at) as { id: number }[]).map((row) => row.id);
+  }
+
+  /** Marks user `id` expired: their credentials stop working. */
+  expire(id: number): void {
+    this.expireStmt.run(id);
+    this.credentials.bump();
+  }
+
+  /** The users whose allowance period ended at or before `at`. */
+  resetsDue(at: string): number[] {
+    return (this.resetsDueStmt.all(at) as { id: number }[]).map((row) => row.id);
+  }
+
+  /** The users plan `id` holds. */
+  idsOnPlan(id: number): number[] {
+    return (this.idsOnPlanStmt.all(id) as { id: number }[]).map((row) => row.id);
   }
 }

@@ -327,7 +327,15 @@ test('tunnel, token and user pages read after any change as a fresh read of the 
       () =>
         store.users.update(
           owner.id,
-          { username: 'ops-2', role: 'operator', plan_id: null, password_hash: null, scopes: ['*'], disabled: false },
+          {
+            username: 'ops-2',
+            role: 'operator',
+            plan_id: null,
+            password_hash: null,
+            scopes: ['*'],
+            disabled: false,
+            expires_at: null,
+          },
           AT,
         ),
     ],

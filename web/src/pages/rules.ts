@@ -135,7 +135,19 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     'rules',
     [
       { name: 'node_id', label: 'Node', choices: nodes.items.map((n) => [String(n.id), n.name] as const) },
-      { name: 'state', label: 'State', choices: ['active', 'disabled', 'expired', 'quota_exceeded'] },
+      {
+        name: 'state',
+        label: 'State',
+        choices: [
+          'active',
+          'disabled',
+          'expired',
+          'quota_exceeded',
+          'account_expired',
+          'not_granted',
+          'allowance_exceeded',
+        ],
+      },
       { name: 'sync_state', label: 'Sync', choices: ['pending', 'applied', 'failed'] },
       { name: 'protocol', label: 'Protocol', choices: ['tcp', 'udp', 'tcp+udp'] },
       { name: 'tag', label: 'Tag' },

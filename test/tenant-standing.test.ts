@@ -1,0 +1,300 @@
+// What a tenant's account and plan do to their rules on a real agent: a traffic allowance that slows or stops them
+// once spent, an account that expires, a plan whose change reaches the rules written under it.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { tenantScopes } from '../internal/auth/scopes.ts';
+import { nodeOf, startAgent } from './agents.ts';
+import { assertProblem, call, login, node, rule, startMaster, type Running } from './helpers.ts';
+import { freePort, tcpRoundTrip, until } from './net.ts';
+
+const MiB = 1024 * 1024;
+
+async function onlineNode(t: TestContext, m: Running, extra: Record<string, unknown> = {}) {
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const n = await node(m, 'edge', extra);
+  startAgent(t, m.url, n.agent_token);
+  await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
+  return n;
+}
+
+/** A tenant on a plan of `plan`'s grants; signed in. */
+async function tenant(m: Running, plan: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  const made = await call(m.url, 'POST', '/api/plans', { token: m.admin, body: { name: 'customers', ...plan } });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const user = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: {
+      username: 'customer',
+      password: 'customer-password',
+      role: 'tenant',
+      plan_id: made.body.id,
+      scopes: tenantScopes,
+      ...extra,
+    },
+  });
+  assert.equal(user.status, 201, JSON.stringify(user.body));
+  return {
+    id: user.body.id as number,
+    plan: made.body as { id: number; version: number } & Record<string, unknown>,
+    token: await login(m.url, 'customer', 'customer-password'),
+  };
+}
+
+/** A target that counts the bytes it receives, from the first on, by when they came. */
+async function countingSink(t: TestContext) {
+  let first = 0;
+  const arrivals: [number, number][] = [];
+  const server = createServer((socket) => {
+    socket.on('data', (chunk) => {
+      first ||= performance.now();
+      arrivals.push([performance.now() - first, chunk.length]);
+    });
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return {
+    target: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** Bytes arrived within the first `ms` since counting started over. */
+    within: (ms: number) => arrivals.filter(([at]) => at < ms).reduce((sum, [, bytes]) => sum + bytes, 0),
+    restart: () => {
+      first = 0;
+      arrivals.length = 0;
+    },
+  };
+}
+
+/** A connection through `port` that writes as fast as it is let; destroyed by the caller. */
+function flood(port: number): Socket {
+  const chunk = Buffer.alloc(64 * 1024, 1);
+  const socket = connect({ host: '127.0.0.1', port });
+  socket.on('error', () => undefined);
+  const push = () => {
+    while (!socket.destroyed && socket.write(chunk));
+  };
+  socket.on('connect', push).on('drain', push);
+  return socket;
+}
+
+/** Creates a TCP rule as `token`'s holder; returns the answer. */
+async function theirRule(m: Running, token: string, body: Record<string, unknown>) {
+  const made = await call(m.url, 'POST', '/api/rules', { token, body: { name: 'theirs', protocol: 'tcp', ...body } });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  return made;
+}
+
+async function sent(m: Running, token: string, id: number) {
+  const synced = await call(m.url, 'POST', `/api/rules/${id}/sync`, { token });
+  assert.equal(synced.status, 200, JSON.stringify(synced.body));
+  assert.equal(synced.body.sync.state, 'applied', JSON.stringify(synced.body.sync));
+  return synced.body;
+}
+
+const SLOWED =
+  "past a 1 MiB allowance with slow to 256 KiB/s, the tenant's rule runs within 10% of that rate, and an " +
+  "operator's rule on the same node is not slowed";
+
+test(SLOWED, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  const [theirs, ours] = [await countingSink(t), await countingSink(t)];
+  const [theirPort, ourPort] = [await freePort(), await freePort()];
+  const slowTo = 256 * 1024;
+  const customer = await tenant(m, {
+    node_ids: [n.id],
+    port_ranges: [String(theirPort)],
+    traffic: { bytes: MiB, period: 'month', past: 'slow', slow_to: slowTo },
+  });
+  const made = await theirRule(m, customer.token, { node_id: n.id, listen_port: theirPort, targets: [theirs.target] });
+  const operators = await rule(m, { node_id: n.id, listen_port: ourPort, targets: [ours.target] });
+  await sent(m, customer.token, made.body.id);
+  await sent(m, m.admin, operators.body.id);
+  const me = (await call(m.url, 'GET', '/api/auth/me', { token: customer.token })).body;
+  assert.deepEqual([me.usage.traffic.used_bytes, me.usage.traffic.spent], [0, false]);
+
+  // 2 MiB at full speed spend the allowance; the master, counting the node's reports, slows every rule of theirs.
+  await tcpRoundTrip(theirPort, Buffer.alloc(2 * MiB, 7)).catch(() => undefined);
+  const slowed = await until('the allowance to be spent and the rule slowed on its node', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: customer.token })).body;
+    return current.plan_limits?.bandwidth_limit === slowTo && current.sync.state === 'applied' && current;
+  });
+  assert.equal(slowed.state, 'active');
+  assert.equal(slowed.sync.applied_path, 'relay');
+  const usage = (await call(m.url, 'GET', `/api/users/${customer.id}`, { token: m.admin })).body.usage;
+  assert.ok(usage.traffic.spent && usage.traffic.used_bytes >= MiB, JSON.stringify(usage));
+  const audit = await call(m.url, 'GET', '/api/audit-logs?action=user.allowance_exceeded', { token: customer.token });
+  assert.equal(audit.body.items.length, 1, 'the tenant reads what happened to their account');
+
+  theirs.restart();
+  ours.restart();
+  const senders = [flood(theirPort), flood(theirPort), flood(ourPort)];
+  await new Promise((resolve) => setTimeout(resolve, 4600));
+  for (const socket of senders) socket.destroy();
+  const [slow, fast] = [theirs.within(4000), ours.within(4000)];
+  t.diagnostic(`tenant's rule: ${(slow / MiB).toFixed(2)} MiB in 4 s; operator's: ${(fast / MiB).toFixed(1)} MiB`);
+  const expected = 4 * slowTo;
+  assert.ok(Math.abs(slow - expected) <= expected * 0.1, `${slow} bytes in 4 s, where 256 KiB/s makes ${expected}`);
+  assert.ok(fast > 20 * expected, `the operator's rule moved ${fast} bytes in 4 s: slowed with the tenant's`);
+});
+
+test("past an allowance with past stop, the tenant's rules stop until the period starts over", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  const sink = await countingSink(t);
+  const port = await freePort();
+  const customer = await tenant(m, {
+    node_ids: [n.id],
+    port_ranges: [String(port)],
+    // A day that starts over within the hour (the master's clock is moved there, within a session's life).
+    traffic: { bytes: 64 * 1024, period: 'day', reset_hour: (new Date().getUTCHours() + 1) % 24, past: 'stop' },
+  });
+  const made = await theirRule(m, customer.token, { node_id: n.id, listen_port: port, targets: [sink.target] });
+  await sent(m, customer.token, made.body.id);
+  await tcpRoundTrip(port, Buffer.alloc(256 * 1024, 7)).catch(() => undefined);
+  await until('the rule to be stopped on its node', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: customer.token })).body;
+    return current.state === 'allowance_exceeded' && current.sync.state === 'applied';
+  });
+  const refused = await until('the port to refuse', () =>
+    tcpRoundTrip(port, Buffer.from('x')).then(
+      () => false,
+      () => true,
+    ),
+  );
+  assert.ok(refused);
+
+  // A new period: the master's clock past the day's end starts it over, and the rule forwards again.
+  const spent = (await call(m.url, 'GET', '/api/auth/me', { token: customer.token })).body.usage.traffic;
+  assert.ok(spent.spent && spent.used_bytes >= 64 * 1024, JSON.stringify(spent));
+  m.advance(Date.parse(spent.resets_at) - m.app.now() + 1000);
+  await until('the rule to forward again', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: customer.token })).body;
+    return current.state === 'active' && current.sync.state === 'applied';
+  });
+  const me = (await call(m.url, 'GET', '/api/auth/me', { token: customer.token })).body;
+  assert.deepEqual([me.usage.traffic.used_bytes, me.usage.traffic.spent], [0, false]);
+  const reset = await call(m.url, 'GET', '/api/audit-logs?action=user.allowance_reset', { token: m.admin });
+  assert.equal(reset.body.items.length, 1);
+});
+
+test("an expired tenant's rules stop and their tokens stop working; extended, both come back", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m);
+  const sink = await countingSink(t);
+  const port = await freePort();
+  const expiresAt = new Date(m.app.now() + 3_600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+  const customer = await tenant(m, { node_ids: [n.id], port_ranges: [String(port)] }, { expires_at: expiresAt });
+  const apiToken = await call(m.url, 'POST', '/api/tokens', {
+    token: customer.token,
+    body: { name: 'script', scopes: ['rules:read'] },
+  });
+  const made = await theirRule(m, customer.token, { node_id: n.id, listen_port: port, targets: [sink.target] });
+  await sent(m, customer.token, made.body.id);
+
+  m.advance(3_600_000);
+  await until('the rule to stop on its node', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+    return current.state === 'account_expired' && current.sync.state === 'applied';
+  });
+  for (const token of [customer.token, apiToken.body.token]) {
+    const answer = await call(m.url, 'GET', '/api/rules', { token });
+    assertProblem(answer, 401, 'unauthorized');
+    assert.match(answer.body.detail, /account expired/);
+  }
+  const again = await call(m.url, 'POST', '/api/auth/login', {
+    body: { username: 'customer', password: 'customer-password' },
+  });
+  assertProblem(again, 401, 'unauthorized');
+  const user = (await call(m.url, 'GET', `/api/users/${customer.id}`, { token: m.admin })).body;
+  assert.equal(user.expired, true);
+
+  const { expired: _e, usage: _u, ...writable } = user;
+  const extended = await call(m.url, 'PUT', `/api/users/${customer.id}`, {
+    token: m.admin,
+    body: { ...writable, expires_at: null },
+  });
+  assert.equal(extended.status, 200, JSON.stringify(extended.body));
+  assert.equal(extended.body.expired, false);
+  assert.equal((await call(m.url, 'GET', '/api/rules', { token: apiToken.body.token })).status, 200);
+  await until('the rule to forward again', async () => {
+    const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+    return current.state === 'active' && current.sync.state === 'applied';
+  });
+});
+
+const PLAN_CHANGE =
+  "a plan's change reaches its tenants' rules: a lowered cap is enforced on the node, a port range or node tag " +
+  'taken away stops the rule, given back it forwards again';
+
+test(PLAN_CHANGE, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const n = await onlineNode(t, m, { tags: ['eu'] });
+  const sink = await countingSink(t);
+  const port = await freePort();
+  const grants = { node_tags: ['eu'], port_ranges: [String(port)], max_connections: 10 };
+  const customer = await tenant(m, grants);
+  const made = await theirRule(m, customer.token, { node_id: n.id, listen_port: port, targets: [sink.target] });
+  assert.equal(made.body.max_connections, 10, "the plan's cap, filled in where the rule has none");
+  await sent(m, customer.token, made.body.id);
+
+  const plan = async (changes: Record<string, unknown>) => {
+    const current = (await call(m.url, 'GET', `/api/plans/${customer.plan.id}`, { token: m.admin })).body;
+    const { id: _i, version: _v, created_at: _c, updated_at: _u, ...fields } = current;
+    const put = await call(m.url, 'PUT', `/api/plans/${customer.plan.id}`, {
+      token: m.admin,
+      body: { ...fields, ...changes },
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+  };
+  const ruleNow = async () => (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
+
+  await plan({ max_connections: 1 });
+  const capped = await until('the lowered cap to reach the node', async () => {
+    const current = await ruleNow();
+    return current.sync.state === 'applied' && current.plan_limits?.max_connections === 1 && current;
+  });
+  assert.equal(capped.max_connections, 10, "the rule's own field stays as its writer left it");
+  const holding = connect({ host: '127.0.0.1', port });
+  t.after(() => holding.destroy());
+  await once(holding, 'connect');
+  holding.write('x');
+  await until('the held connection to reach the target', () => sink.within(60_000) > 0);
+  const second = await new Promise<string>((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => resolve('refused'));
+    socket.on('close', () => resolve('closed'));
+    socket.setTimeout(2000, () => {
+      socket.destroy();
+      resolve('open');
+    });
+  });
+  assert.equal(second, 'closed', 'a second connection past the cap of 1 is turned away');
+  holding.destroy();
+
+  await plan({ max_connections: 1, port_ranges: [String(port + 1)] });
+  await until('the rule to stop: its port is no longer granted', async () => {
+    const current = await ruleNow();
+    return current.state === 'not_granted' && current.sync.state === 'applied';
+  });
+  await plan({ max_connections: 1, port_ranges: [String(port)] });
+  await until('the rule to forward again', async () => (await ruleNow()).state === 'active');
+
+  const edge = (await call(m.url, 'GET', `/api/nodes/${n.id}`, { token: m.admin })).body;
+  const retag = (tags: string[]) =>
+    call(m.url, 'PUT', `/api/nodes/${n.id}`, {
+      token: m.admin,
+      body: { name: edge.name, host: edge.host, ssh_port: edge.ssh_port, ssh_user: edge.ssh_user, tags },
+    });
+  assert.equal((await retag(['us'])).status, 200);
+  await until('the rule to stop: its node is no longer granted', async () => (await ruleNow()).state === 'not_granted');
+  assert.equal((await retag(['eu'])).status, 200);
+  await until('the rule to forward again', async () => {
+    const current = await ruleNow();
+    return current.state === 'active' && current.sync.state === 'applied';
+  });
+  const audit = await call(m.url, 'GET', '/api/audit-logs?resource=plan', { token: m.admin });
+  assert.ok(audit.body.items.length >= 3);
+});
