@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import { assertProblem, call, login, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { openEvents } from './sse.ts';
 
 /** Two tenants on one plan (nodes tagged eu, ports 30000-30099, 3 rules, 100 connections), an operator's rule. */
 async function world(m: Running) {
@@ -152,6 +153,7 @@ test('every route that answers tenants is one this file tries across owners', ()
     'GET /api/audit-logs',
     'GET /api/dashboard',
     'GET /api/dashboard/traffic',
+    'GET /api/events',
     'GET /api/tunnels',
     'POST /api/tunnels',
     'GET /api/tunnels/{id}',
@@ -432,6 +434,56 @@ test(OWN_DASHBOARD, async (t) => {
   // An operator's is the whole fleet's, as before.
   const fleet = (await call(m.url, 'GET', '/api/dashboard', { token: m.admin })).body;
   assert.deepEqual([fleet.rules.total, fleet.nodes.total, 'license' in fleet], [4, 2, true]);
+});
+
+const OWN_EVENTS =
+  "a tenant's event stream follows their own rules and the nodes granted them; another's, a node not granted, a " +
+  "node's vitals and others' traffic never reach it, even as bare envelopes";
+test(OWN_EVENTS, async (t) => {
+  const m = await startMaster(t);
+  m.app.events.tickMs = 1000;
+  const w = await world(m);
+  const streams = [await openEvents(m.url, w.alice.token), await openEvents(m.url, w.alice.token, '?data=false')];
+  const operators = await openEvents(m.url, m.admin);
+  t.after(() => [...streams, operators].forEach((stream) => stream.close()));
+  await Promise.all([...streams, operators].map((stream) => stream.next((e) => e.event === 'ready')));
+
+  const renamed = async (id: number, name: string, tags: string[]) => {
+    const answer = await call(m.url, 'PUT', `/api/nodes/${id}`, { token: m.admin, body: { name, host: name, tags } });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  };
+  await rule(m, { node_id: w.granted.id, listen_port: 10002 });
+  await w.create(w.bob, 30051);
+  await call(m.url, 'DELETE', `/api/rules/${w.bobs.id}`, { token: w.bob.token });
+  await renamed(w.other.id, 'other-2', []);
+  await renamed(w.granted.id, 'granted-2', ['eu']);
+  const mine = (await w.create(w.alice, 30000)).body;
+  m.app.sync.reports.emit('traffic', w.granted.id, [
+    { id: mine.id, bytes_in: 10, bytes_out: 20, refused: 0 },
+    { id: w.operators.id, bytes_in: 1000, bytes_out: 2000, refused: 0 },
+  ]);
+  m.app.sync.reports.emit('vitals', w.granted.id, { cpu_percent: 1 });
+  const tick = await streams[0]!.next((e) => e.event === 'traffic');
+  assert.deepEqual(tick.data.data.nodes, [{ id: w.granted.id, bytes_in: 10, bytes_out: 20 }], 'her bytes alone');
+  assert.deepEqual(
+    tick.data.data.rules.map((r: { id: number }) => r.id),
+    [mine.id],
+  );
+  await operators.next((e) => e.event === 'node.vitals');
+  await call(m.url, 'DELETE', `/api/rules/${mine.id}`, { token: w.alice.token });
+  for (const [i, stream] of streams.entries()) {
+    await stream.next((e) => e.event === 'rule.deleted');
+    const seen = stream.events
+      .filter((e) => e.event !== 'ready' && e.event !== 'traffic')
+      .map((e) => `${e.event} ${e.data.resource_id}`);
+    assert.deepEqual(
+      seen,
+      [`node.updated ${w.granted.id}`, `rule.created ${mine.id}`, `rule.deleted ${mine.id}`],
+      `stream ${i}: ${JSON.stringify(seen)}`,
+    );
+  }
+  assert.equal(streams[0]!.events.find((e) => e.event === 'rule.created')!.data.data.id, mine.id);
+  assert.equal(streams[1]!.events.find((e) => e.event === 'rule.created')!.data.data, null, 'data=false');
 });
 
 test('a tenant on no plan is granted nothing: no node to see, no rule to make', async (t) => {

@@ -134,7 +134,7 @@ test('a user made a tenant loses at once what they could reach as an operator: t
   const revoked = await stream.next((frame) => frame.event === 'revoked');
   assert.match(revoked.data.detail, /or their role/);
   await stream.ended;
-  assertProblem(await call(m.url, 'GET', '/api/events', { token }), 403, 'operators_only');
+  assertProblem(await call(m.url, 'GET', '/api/settings', { token }), 403, 'operators_only');
   assertProblem(await call(m.url, 'GET', '/api/users', { token }), 403, 'operators_only');
   assert.deepEqual((await call(m.url, 'GET', '/api/rules', { token })).body.items, [], 'rules: their own, none');
 });

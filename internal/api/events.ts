@@ -148,7 +148,11 @@ export const eventOperations = operations({
       'its token being revoked, expiring or logged out, its user disabled or deleted, or its scopes changed, it ' +
       'gets `revoked` (with why and the id to resume after) and ends. At most ' +
       `${MAX_STREAMS_PER_USER} streams per user and ${MAX_STREAMS} in all, of which the last ${KEPT_FOR_ADMINS} ` +
-      'only for callers holding `*` (429 beyond).',
+      'only for callers holding `*` (429 beyond). A tenant follows their own world: the events of their rules, ' +
+      "tunnels and tokens, of the nodes granted them (never a node's vitals, nor a node gone: the deletion of their " +
+      "rules on it tells them), and traffic ticks of their own rules, a node's bytes being what their rules moved " +
+      'there.',
+    tenants: true,
     query: eventsQuery,
     responses: {
       200: {

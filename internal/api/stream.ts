@@ -18,6 +18,8 @@ export interface Stream {
   typesJson: string | null;
   nodeId: number | null;
   resourceId: number | null;
+  /** A tenant's: the user whose own resources (and granted nodes) it follows; null for an operator's. */
+  owner: number | null;
   data: boolean;
   /** The id of the last journal event it was sent (or skipped past). */
   cursor: number;
@@ -50,6 +52,7 @@ export function newStream(
     typesJson: types && JSON.stringify(types),
     nodeId: query.node_id ?? null,
     resourceId: query.resource_id ?? null,
+    owner: principal.role === 'tenant' ? principal.userId : null,
     data: query.data ?? true,
     cursor: 0,
     left: query.limit ?? Infinity,

@@ -28,7 +28,8 @@ import {
 import type { Ctx, Reply, Route } from './route.ts';
 import { envelopeOf, lastEventId, renderFor } from './event-data.ts';
 import { newStream, wants, type Stream } from './stream.ts';
-import { tickJson, TrafficTicks, type RuleCounts } from './ticks.ts';
+import { ownedTicks, tickJson, TrafficTicks, type NodeTick, type RuleCounts } from './ticks.ts';
+import { refusalOf } from './refusal.ts';
 
 /** What the streams are built from: the journal's store, the agents' reports, the log, the clock, the routes. */
 export interface StreamDeps {
@@ -93,8 +94,10 @@ export class EventStreams {
   /** Sends a live event about one node (its vitals) to the streams that are caught up and may read it. */
   private live(type: 'node.vitals', nodeId: number, data: unknown): void {
     const json = JSON.stringify({ type, at: this.clock.timestamp(), node_ids: [nodeId], data });
+    // A node's vitals are its machine's: a tenant sees the nodes granted them, never those.
     for (const stream of this.streams)
-      if (wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId)) this.deliver(stream, eventFrame(type, json));
+      if (stream.owner === null && wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId))
+        this.deliver(stream, eventFrame(type, json));
   }
 
   /** Opens a stream for `ctx`'s caller. Throws `invalid_query`, `validation_failed`, `rate_limited`. */
@@ -112,12 +115,8 @@ export class EventStreams {
       throw new DomainError('rate_limited', `this user has ${MAX_STREAMS_PER_USER} event streams open; close one`, {
         retryAfterSeconds: 30,
       });
-    const readable = RESOURCES.filter((resource) => {
-      const scope = this.readers.get(resource)!.scope;
-      return (
-        scope === 'public' || scope === 'authenticated' || (scope !== 'session' && grants(principal.scopes, scope))
-      );
-    });
+    // What the caller's GETs would answer: a tenant's refusals included (a tenant reads no user, license or setting).
+    const readable = RESOURCES.filter((resource) => refusalOf(this.readers.get(resource)!, principal) === null);
     this.opening++;
     this.perUser.set(principal.userId, (this.perUser.get(principal.userId) ?? 0) + 1);
     return {
@@ -233,10 +232,13 @@ export class EventStreams {
         types: stream.typesJson,
         node_id: stream.nodeId,
         resource_id: stream.resourceId,
+        owner_id: stream.owner,
       });
       for (const row of rows) {
         stream.cursor = row.id;
-        this.deliver(stream, eventFrame(row.type, this.envelope(stream, row), row.id));
+        const data = this.dataOf(stream, row);
+        if (data === undefined) continue;
+        this.deliver(stream, eventFrame(row.type, envelopeOf(row, data), row.id));
         if (stream.ended || stream.paused) return;
       }
       // A short page is all there is up to `head`: what the filters left out need not be read again.
@@ -350,11 +352,19 @@ export class EventStreams {
     if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) this.flushTicks();
   }
 
-  /** The event of `row` for `stream`: with its resource as the caller reads it now, unless it asked for none. */
-  private envelope(stream: Stream, row: EventRow): string {
+  /**
+   * The data of `row`'s event for `stream`: its resource as the caller reads it now ('null' when it asked for none);
+   * undefined when the caller is not to hear of it at all: a node a tenant is not granted (their GET of it is 404),
+   * or gone (what went with it, their rules, tells them).
+   */
+  private dataOf(stream: Stream, row: EventRow): string | undefined {
     const reader = this.readers.get(row.resource as Resource)!;
-    const withData = stream.data && !row.type.endsWith('.deleted');
-    return envelopeOf(row, withData ? renderFor(reader, stream.app, stream.principal, row) : 'null');
+    const deleted = row.type.endsWith('.deleted');
+    if (stream.owner !== null && row.resource === 'node') {
+      const data = deleted ? 'null' : renderFor(reader, stream.app, stream.principal, row);
+      return data === 'null' ? undefined : stream.data ? data : 'null';
+    }
+    return stream.data && !deleted ? renderFor(reader, stream.app, stream.principal, row) : 'null';
   }
 
   /** Sends each stream the traffic of the nodes it follows since the last tick. */
@@ -362,8 +372,10 @@ export class EventStreams {
     const ticks = this.ticks.take();
     if (!ticks) return;
     const at = this.clock.timestamp();
+    const owned = [...this.streams].some((stream) => stream.owner !== null) ? ownedTicks(this.store, ticks) : null;
     for (const stream of this.streams) {
-      const nodes = [...ticks].filter(([nodeId]) => wants(stream, 'traffic', 'traffic', [nodeId], null));
+      const mine = stream.owner === null ? ticks : (owned!.get(stream.owner) ?? new Map<number, NodeTick>());
+      const nodes = [...mine].filter(([nodeId]) => wants(stream, 'traffic', 'traffic', [nodeId], null));
       if (nodes.length > 0) this.deliver(stream, eventFrame('traffic', tickJson(nodes, at)));
     }
   }

@@ -1,6 +1,7 @@
 // Traffic ticks: the bytes each node's rules moved since the last tick, as their committed reports said, sent to event
 // streams every tickMs. Live only: never stored, never replayed.
 
+import type { Store } from '../store/store.ts';
 import { TICK_RULES } from './events.ts';
 
 /** Bytes moved by a node's rules since the last tick. */
@@ -50,6 +51,27 @@ export class TrafficTicks {
     this.ticks = new Map();
     return ticks;
   }
+}
+
+/**
+ * The ticks split by the rules' owners, for tenants' streams: each user's rules alone, and as a node's bytes only what
+ * their rules moved there (the node's own total carries others' traffic). One read for all the ticks' rules.
+ */
+export function ownedTicks(store: Store, ticks: ReadonlyMap<number, NodeTick>): Map<number, Map<number, NodeTick>> {
+  const owners = store.rules.ownersOf([...ticks.values()].flatMap((tick) => [...tick.rules.keys()]));
+  const byOwner = new Map<number, Map<number, NodeTick>>();
+  for (const [nodeId, tick] of ticks)
+    for (const [ruleId, counts] of tick.rules) {
+      const owner = owners.get(ruleId);
+      if (owner === undefined) continue;
+      const nodes = byOwner.get(owner) ?? byOwner.set(owner, new Map()).get(owner)!;
+      const theirs =
+        nodes.get(nodeId) ?? nodes.set(nodeId, { bytes_in: 0, bytes_out: 0, rules: new Map() }).get(nodeId)!;
+      theirs.bytes_in += counts.bytes_in;
+      theirs.bytes_out += counts.bytes_out;
+      theirs.rules.set(ruleId, counts);
+    }
+  return byOwner;
 }
 
 /** The traffic event for `nodes`' ticks at `at`: each node's bytes, and its busiest rules' (TICK_RULES at most). */

@@ -8,9 +8,17 @@ import { restand } from '../store/standing.ts';
 import { theMaster } from './master.ts';
 import { transact, type Change, type Committer, type WriteDeps } from './write.ts';
 
-/** Inside a write: holds user `userId`'s rules (or `ruleIds` of them) to their standing now; touches their nodes. */
-export function holdToStanding(app: WriteDeps, change: Change, userId: number, ruleIds?: readonly number[]): void {
-  for (const nodeId of restand(app.store, userId, app.timestamp(), ruleIds)) change.touchNode(nodeId);
+/**
+ * Inside a write: holds user `userId`'s rules (or `only` some of them: see restand) to their standing now; touches
+ * their nodes.
+ */
+export function holdToStanding(
+  app: WriteDeps,
+  change: Change,
+  userId: number,
+  only?: { ids: readonly number[]; written: boolean },
+): void {
+  for (const nodeId of restand(app.store, userId, app.timestamp(), only)) change.touchNode(nodeId);
 }
 
 /**
@@ -26,7 +34,7 @@ export function holdWritten(app: WriteDeps, change: Change, rules: Rule[]): Rule
     byOwner.set(rule.owner_id, [...(byOwner.get(rule.owner_id) ?? []), rule.id]);
   }
   if (byOwner.size === 0) return rules;
-  for (const [userId, ids] of byOwner) holdToStanding(app, change, userId, ids);
+  for (const [userId, ids] of byOwner) holdToStanding(app, change, userId, { ids, written: true });
   const held = new Set([...byOwner.values()].flat());
   return rules.map((rule) => (held.has(rule.id) ? (app.store.rules.find(rule.id) ?? rule) : rule));
 }
@@ -45,7 +53,7 @@ export function holdNodeRules(app: WriteDeps, change: Change, nodeId: number): v
   const byOwner = new Map<number, number[]>();
   for (const rule of app.store.rules.tenantsOn(nodeId))
     byOwner.set(rule.owner_id, [...(byOwner.get(rule.owner_id) ?? []), rule.id]);
-  for (const [userId, ids] of byOwner) holdToStanding(app, change, userId, ids);
+  for (const [userId, ids] of byOwner) holdToStanding(app, change, userId, { ids, written: false });
 }
 
 /**

@@ -28,6 +28,8 @@ export interface EventFilter {
   /** Only events concerning this node. */
   node_id: number | null;
   resource_id: number | null;
+  /** Only the events of this user's own resources, and of nodes (a tenant's stream: see EventStreams). */
+  owner_id?: number | null;
 }
 
 export class EventStore {
@@ -47,6 +49,7 @@ export class EventStore {
         types: '(type IN (SELECT value FROM json_each(:types)) OR resource IN (SELECT value FROM json_each(:types)))',
         node_id: '(node_id = :node_id OR other_node_id = :node_id)',
         resource_id: 'resource_id = :resource_id',
+        owner_id: "(owner_id = :owner_id OR resource = 'node')",
       },
     );
     // The last id given, pruned or not.
@@ -71,7 +74,7 @@ export class EventStore {
   }
 
   page(filter: EventFilter): EventRow[] {
-    return this.pageQuery.all({ ...filter }) as unknown as EventRow[];
+    return this.pageQuery.all({ ...filter, owner_id: filter.owner_id ?? null }) as unknown as EventRow[];
   }
 
   /** An event that is no row's change, inside a write. */
@@ -92,13 +95,25 @@ const REPORTED = "('rule.sync', 'rule.health', 'tunnel.status', 'node.status', '
 /** How many events of REPORTED types a resource keeps (see `events_reported_bound`). */
 const REPORTED_KEPT = 1000;
 
-/** A journal entry for `row` (`NEW` or `OLD`) of `resource`: its type, and the nodes it concerns. */
+/**
+ * Whose each resource's events are, by its row (what a tenant's stream follows: their own), as SQL over `row`; a
+ * resource not here is no one's.
+ */
+const OWNERS: Record<string, (row: string) => string> = {
+  rule: (row) => `${row}.owner_id`,
+  tunnel: (row) => `${row}.owner_id`,
+  user: (row) => `${row}.id`,
+  token: (row) => `${row}.user_id`,
+};
+
+/** A journal entry for `row` (`NEW` or `OLD`) of `resource`: its type, the nodes it concerns, and whose it is. */
 function journal(resource: string, type: string, row: string, nodes?: { node: string; other?: string }): string {
   const columns = nodes ? (nodes.other ? ', node_id, other_node_id' : ', node_id') : '';
   const values = nodes ? `, ${nodes.node}${nodes.other ? `, ${nodes.other}` : ''}` : '';
   const id = row === '' ? 'NULL' : `${row}.id`;
-  return `INSERT INTO events (at, type, resource, resource_id${columns})
-    VALUES (app_time(), ${type}, '${resource}', ${id}${values});`;
+  const owner = row !== '' && OWNERS[resource] ? OWNERS[resource](row) : 'NULL';
+  return `INSERT INTO events (at, type, resource, resource_id, owner_id${columns})
+    VALUES (app_time(), ${type}, '${resource}', ${id}, ${owner}${values});`;
 }
 
 /** A rule's node, and through a tunnel its exit node too. */

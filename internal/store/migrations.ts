@@ -637,4 +637,7 @@ export const migrations: readonly string[] = [
   ALTER TABLE rules ADD COLUMN held_connections INTEGER;
   ALTER TABLE rules ADD COLUMN held_bandwidth INTEGER;
   `,
+  /* 34: whose an event is (the user whose resource it tells of), for what a tenant's event stream follows */ `
+  ALTER TABLE events ADD COLUMN owner_id INTEGER;
+  `,
 ];

@@ -283,6 +283,7 @@ export class RuleStore {
   private readonly ownedStmt;
   private readonly holdStmt;
   private readonly tenantsOnStmt;
+  private readonly ownersStmt;
   private readonly quotaStmt;
   private readonly healthStmt;
   private readonly spendStmt;
@@ -394,12 +395,13 @@ export class RuleStore {
         relay_reason = 'rules through a tunnel are carried by the relay'
       WHERE id = :id`);
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
+    this.ownersStmt = db.prepare('SELECT id, owner_id FROM rules WHERE id IN (SELECT value FROM json_each(?))');
     this.tenantsOnStmt = db.prepare(`SELECT id, owner_id FROM rules
       WHERE node_id = ? AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
     this.ownedStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ? ORDER BY id`);
     this.holdStmt = db.prepare(`UPDATE rules SET held = :held, held_connections = :max_connections,
         held_bandwidth = :bandwidth_limit, sync_state = 'pending', sync_error = NULL, sync_path = NULL,
-        entry_result = NULL, exit_result = NULL, version = version + 1
+        entry_result = NULL, exit_result = NULL, version = version + :bump
       WHERE id = :id AND (held IS NOT :held OR held_connections IS NOT :max_connections
         OR held_bandwidth IS NOT :bandwidth_limit)`);
     this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS}, targets, health_check, health FROM rules WHERE id = ?`);
@@ -784,14 +786,23 @@ export class RuleStore {
     return (this.ownedStmt.all(ownerId) as unknown as RuleRow[]).map(toRule);
   }
 
+  /** The owners of the rules of `ids` (by primary key; rules gone are left out). */
+  ownersOf(ids: readonly number[]): Map<number, number> {
+    const rows = this.ownersStmt.all(JSON.stringify(ids)) as { id: number; owner_id: number }[];
+    return new Map(rows.map((row) => [row.id, row.owner_id]));
+  }
+
   /** The rules on node `nodeId` that tenants own: their ids and owners. */
   tenantsOn(nodeId: number): { id: number; owner_id: number }[] {
     return this.tenantsOnStmt.all(nodeId) as { id: number; owner_id: number }[];
   }
 
-  /** Records what its owner's standing does to rule `id` now; whether that changed anything (then it is pending). */
-  hold(id: number, standing: Standing): boolean {
-    return Number(this.holdStmt.run({ id, ...standing }).changes) > 0;
+  /**
+   * Records what its owner's standing does to rule `id` now; whether that changed anything (then it is pending).
+   * `written`: in the write that made or replaced it, whose version it keeps (it is one change).
+   */
+  hold(id: number, standing: Standing, written = false): boolean {
+    return Number(this.holdStmt.run({ id, ...standing, bump: written ? 0 : 1 }).changes) > 0;
   }
 
   /** Whether a rule's expires_at is at or before `at` and it is not marked expired yet. */

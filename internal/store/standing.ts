@@ -12,10 +12,15 @@ import type { User } from './users.ts';
 /**
  * Inside a write, at `at`: starts user `userId`'s allowance period where a new one has come (or their plan's allowance
  * changed), then holds each of their rules to what their account and plan say now. Returns the nodes whose configs
- * that changed: each rule changed, its node and (through a tunnel) the tunnel's exit. `ruleIds` narrows it to those
- * rules (a write of a few of them).
+ * that changed: each rule changed, its node and (through a tunnel) the tunnel's exit. `only` narrows it to some
+ * rules: `written` ones, just made or replaced in this write, keep the version it gave them.
  */
-export function restand(store: Store, userId: number, at: string, ruleIds?: readonly number[]): Set<number> {
+export function restand(
+  store: Store,
+  userId: number,
+  at: string,
+  only?: { ids: readonly number[]; written: boolean },
+): Set<number> {
   const touched = new Set<number>();
   const user = store.users.find(userId);
   if (!user) return touched;
@@ -23,12 +28,13 @@ export function restand(store: Store, userId: number, at: string, ruleIds?: read
   const spent = keepPeriod(store, user, user.role === 'tenant' ? plan : undefined, at);
   const owner = { tenant: user.role === 'tenant', expired: user.expired, spent };
   const nodes = new Map<number, { id: number; tags: string[] } | undefined>();
-  const rules = ruleIds ? ruleIds.map((id) => store.rules.find(id)).filter((rule) => rule !== undefined) : undefined;
+  const rules = only?.ids.map((id) => store.rules.find(id)).filter((rule) => rule !== undefined);
   for (const rule of rules ?? store.rules.ownedBy(userId)) {
     if (rule.owner_id !== userId) continue;
     if (!nodes.has(rule.node_id)) nodes.set(rule.node_id, store.nodes.find(rule.node_id));
     const ports = { first: rule.listen_port, last: rule.listen_port_end ?? rule.listen_port };
-    if (!store.rules.hold(rule.id, standingOf(owner, plan, nodes.get(rule.node_id), ports))) continue;
+    const standing = standingOf(owner, plan, nodes.get(rule.node_id), ports);
+    if (!store.rules.hold(rule.id, standing, only?.written)) continue;
     touched.add(rule.node_id);
     const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
     if (exit !== undefined) touched.add(exit);
