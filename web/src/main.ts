@@ -15,12 +15,42 @@ import { rulesPage } from './pages/rules.ts';
 import { settingsPage } from './pages/settings.ts';
 import { tokensPage } from './pages/tokens.ts';
 import { tunnelsPage } from './pages/tunnels.ts';
+import { plansPage } from './pages/plans.ts';
 import { usersPage } from './pages/users.ts';
 import { watchRole } from './role.ts';
 
 export interface Me {
-  user: { id: number; username: string; scopes: string[] };
+  user: { id: number; username: string; role: 'operator' | 'tenant'; scopes: string[]; expires_at: string | null };
+  /** A tenant's plan: what they are granted. */
+  plan: Plan | null;
+  /** A tenant's use of their plan. */
+  usage: Usage | null;
   token: { id: number; kind: string; scopes: string[]; expires_at: string | null };
+}
+
+export interface Plan {
+  id: number;
+  name: string;
+  node_ids: number[];
+  node_tags: string[];
+  port_ranges: string[];
+  max_rules: number | null;
+  max_connections: number | null;
+  bandwidth_limit: number | null;
+  traffic: {
+    bytes: number;
+    period: 'day' | 'month';
+    reset_day: number;
+    reset_hour: number;
+    past: 'stop' | 'slow';
+    slow_to: number | null;
+  } | null;
+  version: number;
+}
+
+export interface Usage {
+  rules: number;
+  traffic: { used_bytes: number; period_started_at: string; resets_at: string; spent: boolean } | null;
 }
 
 export interface PageCtx {
@@ -51,24 +81,28 @@ interface Page {
   title: string;
   /** What the page needs; null: any signed-in user (their own account). */
   scope: Scope | null;
+  /** Whether a tenant sees it (its reads follow ownership); other pages are the operators'. */
+  tenants?: true;
   render(ctx: PageCtx): Promise<void>;
 }
 
 const pages: Page[] = [
-  { path: '/', title: 'Dashboard', scope: 'dashboard:read', render: dashboardPage },
-  { path: '/nodes', title: 'Nodes', scope: 'nodes:read', render: nodesPage },
-  { path: '/rules', title: 'Rules', scope: 'rules:read', render: rulesPage },
-  { path: '/tunnels', title: 'Tunnels', scope: 'tunnels:read', render: tunnelsPage },
+  { path: '/', title: 'Dashboard', scope: 'dashboard:read', tenants: true, render: dashboardPage },
+  { path: '/nodes', title: 'Nodes', scope: 'nodes:read', tenants: true, render: nodesPage },
+  { path: '/rules', title: 'Rules', scope: 'rules:read', tenants: true, render: rulesPage },
+  { path: '/tunnels', title: 'Tunnels', scope: 'tunnels:read', tenants: true, render: tunnelsPage },
   { path: '/rollouts', title: 'Rollouts', scope: 'nodes:read', render: rolloutsPage },
   { path: '/alerts', title: 'Alerts', scope: 'alerts:read', render: alertsPage },
-  { path: '/tokens', title: 'Tokens', scope: 'tokens:read', render: tokensPage },
+  { path: '/tokens', title: 'Tokens', scope: 'tokens:read', tenants: true, render: tokensPage },
   { path: '/users', title: 'Users', scope: 'users:read', render: usersPage },
+  { path: '/plans', title: 'Plans', scope: 'users:read', render: plansPage },
   { path: '/settings', title: 'Settings', scope: 'settings:read', render: settingsPage },
-  { path: '/audit', title: 'Audit log', scope: 'audit:read', render: auditPage },
-  { path: '/account', title: 'Account', scope: null, render: accountPage },
+  { path: '/audit', title: 'Audit log', scope: 'audit:read', tenants: true, render: auditPage },
+  { path: '/account', title: 'Account', scope: null, tenants: true, render: accountPage },
 ];
 
-const allowedTo = (page: Page, scopes: readonly string[]) => page.scope === null || grants(scopes, page.scope);
+const allowedTo = (page: Page, me: Me) =>
+  (me.user.role !== 'tenant' || page.tenants === true) && (page.scope === null || grants(me.token.scopes, page.scope));
 
 const main = document.getElementById('main')!;
 const header = document.querySelector<HTMLElement>('header.top')!;
@@ -167,7 +201,7 @@ async function enter(): Promise<void> {
   const nav = document.getElementById('nav')!;
   nav.replaceChildren(
     ...pages
-      .filter((page) => allowedTo(page, me!.token.scopes))
+      .filter((page) => allowedTo(page, me!))
       .map((page) => h('li', {}, h('a', { href: `#${page.path}`, 'data-path': page.path }, page.title))),
   );
   await show();
@@ -178,7 +212,7 @@ async function show(): Promise<void> {
   stopTimers();
   const run = ++shown;
   const [path = '/', query = ''] = (location.hash.replace(/^#/, '') || '/').split('?', 2);
-  const allowed = pages.filter((p) => allowedTo(p, me!.token.scopes));
+  const allowed = pages.filter((p) => allowedTo(p, me!));
   const page = allowed.find((p) => p.path === path) ?? allowed[0];
   for (const link of document.querySelectorAll('#nav a'))
     if (link.getAttribute('data-path') === page?.path) link.setAttribute('aria-current', 'page');

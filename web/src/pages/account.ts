@@ -4,6 +4,7 @@
 import { api } from '../api.ts';
 import { button, field, form, h, input } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { planSummary } from './tenant.ts';
 
 export async function accountPage(ctx: PageCtx): Promise<void> {
   const { user } = ctx.me;
@@ -40,6 +41,7 @@ export async function accountPage(ctx: PageCtx): Promise<void> {
   );
   ctx.main.append(
     h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
+    user.role === 'tenant' ? planSummary(ctx.me) : '',
     password,
     sessions,
   );

@@ -4,6 +4,7 @@ import { get } from '../api.ts';
 import { trafficChart, type TrafficSeries } from '../chart.ts';
 import { badge, bytes, h } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { tenantDashboard } from './tenant.ts';
 
 interface Dashboard {
   nodes: { total: number; by_status: Record<string, number> };
@@ -32,6 +33,7 @@ function card(title: string, total: number | string, states?: Record<string, num
 }
 
 export async function dashboardPage(ctx: PageCtx): Promise<void> {
+  if (ctx.me.user.role === 'tenant') return tenantDashboard(ctx);
   const cards = h('div', { class: 'cards' });
   const chart = h('div', { class: 'chart-wrap' });
   ctx.main.append(cards, h('h2', {}, 'Traffic, last 24 hours'), chart);

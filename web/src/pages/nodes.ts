@@ -4,6 +4,7 @@
 import { api, get } from '../api.ts';
 import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { grantedNodesPage } from './tenant.ts';
 import { showTraffic } from '../chart.ts';
 import { sparkline } from '../spark.ts';
 import { urlFilters } from '../filters.ts';
@@ -105,6 +106,7 @@ function shownOnce(created: NodeCreated): HTMLElement {
 }
 
 export async function nodesPage(ctx: PageCtx): Promise<void> {
+  if (ctx.me.user.role === 'tenant') return grantedNodesPage(ctx);
   const writable = ctx.can('nodes:write');
   const url = urlFilters(
     ctx,

@@ -2,18 +2,50 @@
 
 import { scopes } from '../../../internal/auth/scopes.ts';
 import { api } from '../api.ts';
-import { badge, button, checkboxes, checkedValues, field, form, h, input, when } from '../dom.ts';
-import type { PageCtx } from '../main.ts';
+import {
+  badge,
+  button,
+  bytes,
+  checkboxes,
+  checkedValues,
+  field,
+  form,
+  h,
+  input,
+  localFromUtc,
+  select,
+  utcFromLocal,
+  when,
+} from '../dom.ts';
+import type { PageCtx, Usage } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
 interface User {
   id: number;
   username: string;
+  role: 'operator' | 'tenant';
+  plan_id: number | null;
   scopes: string[];
   disabled: boolean;
+  expires_at: string | null;
+  expired: boolean;
+  usage: Usage;
   version: number;
   created_at: string;
+}
+
+/** What a PUT of `u` takes to change only `changes`: everything else as it is. */
+function replaced(u: User, changes: Partial<User>) {
+  const { username, role, plan_id, scopes, disabled, expires_at } = { ...u, ...changes };
+  return { username, role, plan_id, scopes, disabled, expires_at };
+}
+
+function usageText(u: User): string {
+  if (u.role !== 'tenant') return '—';
+  const traffic = u.usage.traffic;
+  const used = traffic ? `, ${bytes(traffic.used_bytes)} this period${traffic.spent ? ' (spent)' : ''}` : '';
+  return `${u.usage.rules} ${u.usage.rules === 1 ? 'rule' : 'rules'}${used}`;
 }
 
 export async function usersPage(ctx: PageCtx): Promise<void> {
@@ -22,6 +54,9 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
   /** A user's scopes and state, changed in a form (only scopes the caller holds can be given). */
   const edit = (u: User) => {
     const disabled = h('input', { type: 'checkbox', name: 'disabled', checked: u.disabled });
+    const role = select('role', ['operator', 'tenant'], u.role);
+    const plan = input('plan_id', { type: 'number', min: 1, value: u.plan_id ?? '' });
+    const expires = input('expires_at', { type: 'datetime-local', value: localFromUtc(u.expires_at) });
     const editor = form(
       { 'aria-label': `Edit ${u.username}` },
       [
@@ -32,6 +67,9 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
           u.scopes,
         ),
         field('Disabled', disabled, 'A disabled user cannot sign in; their sessions and tokens end'),
+        field('Role', role, 'A tenant reaches only what they own, as their plan grants'),
+        field('Plan', plan, "A tenant's plan, by id (see Plans)"),
+        field('Account ends', expires, "A tenant's; empty: never"),
         h(
           'div',
           { class: 'buttons' },
@@ -41,7 +79,13 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
       ],
       async (el) => {
         await api('PUT', `/api/users/${u.id}`, {
-          body: { username: u.username, scopes: checkedValues(el, 'scopes'), disabled: disabled.checked },
+          body: replaced(u, {
+            scopes: checkedValues(el, 'scopes'),
+            disabled: disabled.checked,
+            role: role.value as User['role'],
+            plan_id: plan.value === '' ? null : Number(plan.value),
+            expires_at: utcFromLocal(expires.value),
+          }),
           ifMatch: `"${u.version}"`,
         });
         dialog.close();
@@ -57,7 +101,7 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
     button(u.disabled ? 'Enable' : 'Disable', () =>
       ctx.act(`${u.disabled ? 'Enabled' : 'Disabled'} ${u.username}`, () =>
         api('PUT', `/api/users/${u.id}`, {
-          body: { username: u.username, scopes: u.scopes, disabled: !u.disabled },
+          body: replaced(u, { disabled: !u.disabled }),
           ifMatch: `"${u.version}"`,
         }),
       ),
@@ -86,10 +130,10 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
   );
   const list = new PagedTable<User>({
     caption: 'Users',
-    headings: ['Username', 'Scopes', 'State', 'Created', canWrite ? 'Actions' : ''],
+    headings: ['Username', 'Role', 'Scopes', 'Usage', 'State', 'Created', canWrite ? 'Actions' : ''],
     path: '/api/users',
     query: url.values,
-    sortKeys: ['username', null, null, 'created_at', null],
+    sortKeys: ['username', null, null, null, null, 'created_at', null],
     sort: url.sort,
     sorted: url.sorted,
     empty: 'No users.',
@@ -98,8 +142,10 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
         'tr',
         {},
         h('th', { scope: 'row' }, u.username),
+        h('td', {}, u.role, u.plan_id === null ? '' : h('span', { class: 'tags' }, `plan #${u.plan_id}`)),
         h('td', {}, u.scopes.join(' ') || '—'),
-        h('td', {}, badge(u.disabled ? 'disabled' : 'active')),
+        h('td', {}, usageText(u)),
+        h('td', {}, badge(u.disabled ? 'disabled' : u.expired ? 'expired' : 'active')),
         h('td', {}, when(u.created_at)),
         h('td', { class: 'actions' }, canWrite && u.id !== ctx.me.user.id && actions(u)),
       ),
