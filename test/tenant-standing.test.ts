@@ -8,7 +8,7 @@ import { test, type TestContext } from 'node:test';
 import { tenantScopes } from '../internal/auth/scopes.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, login, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, tcpRoundTrip, until } from './net.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 
 const MiB = 1024 * 1024;
 
@@ -297,4 +297,43 @@ test(PLAN_CHANGE, async (t) => {
   });
   const audit = await call(m.url, 'GET', '/api/audit-logs?resource=plan', { token: m.admin });
   assert.ok(audit.body.items.length >= 3);
+});
+
+const GRANTS_ON_AGENT =
+  'a tenant granted node A, ports 30000-30099 and 10 rules: ten forward through its agent; node B, port 31000 and ' +
+  'an eleventh rule are refused, each naming the grant';
+
+test(GRANTS_ON_AGENT, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const a = await onlineNode(t, m);
+  const b = await node(m, 'b');
+  const echo = await tcpEcho(t);
+  const customer = await tenant(m, { node_ids: [a.id], port_ranges: ['30000-30099'], max_rules: 10 });
+  const body = (nodeId: number, port: number) => ({
+    node_id: nodeId,
+    listen_port: port,
+    targets: [`127.0.0.1:${echo}`],
+  });
+  const made = [];
+  for (let port = 30000; port < 30010; port++) made.push((await theirRule(m, customer.token, body(a.id, port))).body);
+  for (const rule of [made[0], made[9]]) await sent(m, customer.token, rule.id);
+  for (const port of [30000, 30009]) {
+    const payload = Buffer.from(`through ${port}`);
+    assert.ok((await tcpRoundTrip(port, payload)).equals(payload), `port ${port} forwards`);
+  }
+  const refused = async (extra: Record<string, unknown>, grant: RegExp) => {
+    const answer = await call(m.url, 'POST', '/api/rules', {
+      token: customer.token,
+      body: { name: 'more', protocol: 'tcp', ...body(a.id, 30010), ...extra },
+    });
+    assertProblem(answer, 403, 'not_granted');
+    assert.match(answer.body.detail, grant);
+  };
+  // With room for one more, another node or port is refused for what it is; with ten, an eleventh for the count.
+  await call(m.url, 'DELETE', `/api/rules/${made[5].id}`, { token: customer.token });
+  await refused({ node_id: b.id }, new RegExp(`node ${b.id} is not granted by your plan 'customers'`));
+  await refused({ listen_port: 31000 }, /port 31000 is not in your plan 'customers' \(its ports: 30000-30099\)/);
+  await theirRule(m, customer.token, body(a.id, 30005));
+  await refused({}, /your plan 'customers' allows 10 rules, and you have 10/);
+  assert.equal((await call(m.url, 'GET', '/api/rules?count=true', { token: customer.token })).body.total, 10);
 });
