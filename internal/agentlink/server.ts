@@ -917,6 +917,8 @@ export class AgentLinks {
       store.nodes.bumpConfig(nodeId);
       store.db.afterCommit(() => this.app.sync.configChanged(nodeId));
     }
+    // A report that comes after its period ended counts into the period the clock starts over: not spent after all.
+    if (!store.users.find(owner.id)?.usage.traffic?.spent) return;
     store.audit.record(
       SYSTEM_ACTOR,
       {

@@ -188,7 +188,7 @@ export class UserStore {
       WHERE id = :id RETURNING *, (SELECT count(*) FROM rules WHERE owner_id = users.id) AS rule_count`);
     this.countTrafficStmt = db.prepare(`UPDATE users SET traffic_used = ${safeCount('traffic_used + owed.bytes')}
       FROM (SELECT r.owner_id AS owner, sum((e.value ->> '$.bytes_in') + (e.value ->> '$.bytes_out')) AS bytes
-        FROM json_each(:report) e JOIN rules r ON r.id = e.value ->> '$.id' AND r.node_id = :node
+        FROM json_each(:report) e CROSS JOIN rules r ON r.id = e.value ->> '$.id' AND r.node_id = :node
         GROUP BY r.owner_id) AS owed
       WHERE users.id = owed.owner AND owed.bytes > 0 AND users.traffic_period_start IS NOT NULL
       RETURNING users.id, users.plan_id, users.traffic_used, users.traffic_spent`);
