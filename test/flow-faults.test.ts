@@ -16,7 +16,7 @@ import { contained, faults } from '../internal/relay/faults.ts';
 import { TargetPicker } from '../internal/relay/targets.ts';
 import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
 import { call, node, NO_CONTROLS, rule, startMaster } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
+import { closedPort, freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 import { namespaces, netnsUnavailable } from './netns.ts';
 
 const UNKNOWN = 'no-such-host.invalid';
@@ -62,7 +62,7 @@ const EVERY_KIND =
 test(EVERY_KIND, async (t) => {
   const m = await startMaster(t, { localTargets: true });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
-  const [udp, tcp, closed, reset] = [await udpEcho(t), await tcpEcho(t), await freePort(), await resetter(t)];
+  const [udp, tcp, closed, reset] = [await udpEcho(t), await tcpEcho(t), await closedPort(), await resetter(t)];
   const edge = await node(m, 'edge', { host: '127.0.0.1' });
   const far = await node(m, 'far', { host: '127.0.0.1' });
   const tunnel = await call(m.url, 'POST', '/api/tunnels', {

@@ -9,7 +9,7 @@ import { Forwarder } from '../internal/forward/forwarder.ts';
 import { adopt, forward, readBufferBytes } from '../internal/relay/reads.ts';
 import { udpRoundTrip } from './agents.ts';
 import { NO_CONTROLS } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
+import { closedPort, freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 /**
  * What `forwarder` counted for one rule, drained until it holds `bytes_in` and `bytes_out` at least: a connection's
@@ -66,7 +66,7 @@ test('TCP: bytes cross the relay both ways through a half-close, and are counted
 
 test('TCP: a refused target fails over to the next one', async (t) => {
   const echo = await tcpEcho(t);
-  const dead = await freePort();
+  const dead = await closedPort();
   const port = await freePort();
   const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());

@@ -48,6 +48,28 @@ export async function freePortBelowEphemeral(): Promise<number> {
   }
 }
 
+/**
+ * A port nothing listens on, TCP or UDP, and that nothing binding port 0 can take (below the ephemeral range): a
+ * target that refuses for the whole test, where a closed port of the ephemeral range may meanwhile become some
+ * process's UDP socket and answer.
+ */
+export async function closedPort(): Promise<number> {
+  for (;;) {
+    const port = await freePortBelowEphemeral();
+    const socket = createSocket('udp4');
+    const bound = await new Promise<boolean>((resolve) => {
+      socket.once('error', () => resolve(false));
+      socket.bind(port, '127.0.0.1', () => resolve(true));
+    });
+    try {
+      socket.close();
+    } catch {
+      // A socket whose bind failed may be closed already.
+    }
+    if (bound) return port;
+  }
+}
+
 /** A TCP echo server on loopback that honours half-close; returns its port. */
 export async function tcpEcho(t: TestContext): Promise<number> {
   // A relay that hangs up on it may reset the connection: that ends the connection, not the test.

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster } from './helpers.ts';
-import { freePort, tcpEcho, udpEcho, until } from './net.ts';
+import { closedPort, freePort, tcpEcho, udpEcho, until } from './net.ts';
 
 test("a rule's check says which targets its node reaches (TCP and UDP), with a time or an error code", async (t) => {
   const m = await startMaster(t, { localTargets: true });
@@ -14,7 +14,7 @@ test("a rule's check says which targets its node reaches (TCP and UDP), with a t
 
   startAgent(t, m.url, n.agent_token);
   await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
-  const [tcp, udp, closed] = [await tcpEcho(t), await udpEcho(t), await freePort()];
+  const [tcp, udp, closed] = [await tcpEcho(t), await udpEcho(t), await closedPort()];
   const tcpRule = await rule(m, {
     node_id: n.id,
     listen_port: await freePort(),
