@@ -640,4 +640,10 @@ export const migrations: readonly string[] = [
   /* 34: whose an event is (the user whose resource it tells of), for what a tenant's event stream follows */ `
   ALTER TABLE events ADD COLUMN owner_id INTEGER;
   `,
+  /* 35: how many rules each user owns, kept by triggers (store/rule-view.ts) */ `
+  CREATE TABLE owner_tallies (
+    user_id INTEGER PRIMARY KEY,
+    rules INTEGER NOT NULL
+  ) STRICT;
+  `,
 ];

@@ -302,5 +302,36 @@ const ruleNames: Derivation = {
   rebuild: "INSERT INTO rule_names (rule_names) VALUES ('rebuild')",
 };
 
+/** How many rules each user owns, so that a user's usage (and a plan's room) is one row read, not a count. */
+const ownerTallies: Derivation = {
+  name: 'owner_tallies',
+  triggers: [
+    trigger(
+      'owner_tallies_insert',
+      `AFTER INSERT ON rules BEGIN
+    INSERT INTO owner_tallies (user_id, rules) VALUES (NEW.owner_id, 1)
+      ON CONFLICT (user_id) DO UPDATE SET rules = rules + 1;
+  END`,
+    ),
+    trigger(
+      'owner_tallies_delete',
+      `AFTER DELETE ON rules BEGIN
+    UPDATE owner_tallies SET rules = rules - 1 WHERE user_id = OLD.owner_id;
+  END`,
+    ),
+    trigger(
+      'owner_tallies_update',
+      `AFTER UPDATE OF owner_id ON rules WHEN OLD.owner_id IS NOT NEW.owner_id BEGIN
+    UPDATE owner_tallies SET rules = rules - 1 WHERE user_id = OLD.owner_id;
+    INSERT INTO owner_tallies (user_id, rules) VALUES (NEW.owner_id, 1)
+      ON CONFLICT (user_id) DO UPDATE SET rules = rules + 1;
+  END`,
+    ),
+  ],
+  derivedOnCopies: ['owner_tallies'],
+  rebuild: `DELETE FROM owner_tallies;
+    INSERT INTO owner_tallies (user_id, rules) SELECT owner_id, count(*) FROM rules GROUP BY owner_id`,
+};
+
 /** What triggers keep of rules. */
-export const ruleDerivations: readonly Derivation[] = [ruleViews, ruleTallies, ruleNames];
+export const ruleDerivations: readonly Derivation[] = [ruleViews, ruleTallies, ruleNames, ownerTallies];

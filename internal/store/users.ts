@@ -98,8 +98,11 @@ function toUser(row: Row): UserWithHash {
   };
 }
 
-/** A user's columns, with the count of the rules they own (through the owner index). */
-const SELECT = 'SELECT *, (SELECT count(*) FROM rules WHERE owner_id = users.id) AS rule_count FROM users';
+/** How many rules the user in `users` owns, as the tallies keep it: one row read. */
+const RULE_COUNT = 'coalesce((SELECT rules FROM owner_tallies WHERE user_id = users.id), 0) AS rule_count';
+
+/** A user's columns, with the count of the rules they own. */
+const SELECT = `SELECT *, ${RULE_COUNT} FROM users`;
 
 /** A user whose traffic a report counted: where their allowance stands now. */
 export interface Counted {
@@ -163,7 +166,7 @@ export class UserStore {
     this.byId = db.prepare(`${SELECT} WHERE id = ?`);
     this.byName = db.prepare(`${SELECT} WHERE username = ?`);
     this.namesStmt = db.prepare('SELECT id, username FROM users');
-    this.ownedStmt = db.prepare(`SELECT (SELECT count(*) FROM rules WHERE owner_id = ?1) AS rules,
+    this.ownedStmt = db.prepare(`SELECT coalesce((SELECT rules FROM owner_tallies WHERE user_id = ?1), 0) AS rules,
       (SELECT count(*) FROM tunnels WHERE owner_id = ?1) AS tunnels`);
     this.rendered = renderedRows<Row>(db, 'users', `${SELECT} WHERE id IN (SELECT value FROM json_each(?))`, (row) => ({
       version: row.version,
@@ -185,7 +188,7 @@ export class UserStore {
     this.updateStmt = db.prepare(`UPDATE users SET username = :username, role = :role, plan_id = :plan_id,
         password_hash = coalesce(:password_hash, password_hash), scopes = :scopes, disabled = :disabled,
         expires_at = :expires_at, expired = coalesce(:expires_at <= :at, 0), version = version + 1, updated_at = :at
-      WHERE id = :id RETURNING *, (SELECT count(*) FROM rules WHERE owner_id = users.id) AS rule_count`);
+      WHERE id = :id RETURNING *, ${RULE_COUNT}`);
     this.countTrafficStmt = db.prepare(`UPDATE users SET traffic_used = ${safeCount('traffic_used + owed.bytes')}
       FROM (SELECT r.owner_id AS owner, sum((e.value ->> '$.bytes_in') + (e.value ->> '$.bytes_out')) AS bytes
         FROM json_each(:report) e CROSS JOIN rules r ON r.id = e.value ->> '$.id' AND r.node_id = :node
