@@ -23,10 +23,12 @@ export function holdToStanding(
 
 /**
  * Inside a write: holds rules just written to their owners' standing (a tenant's, or one a tenant's standing held
- * before it changed hands); returns them as they are now. An operator's rules cost one look at their owner.
+ * before it changed hands); returns them as they are now. The writer's role is known: an operator's own rules cost
+ * nothing, another owner's one look at them.
  */
 export function holdWritten(app: WriteDeps, change: Change, rules: Rule[]): Rule[] {
-  const tenant = new Map<number, boolean>();
+  const { userId, role } = change.caller;
+  const tenant = new Map<number, boolean>([[userId, role === 'tenant']]);
   const byOwner = new Map<number, number[]>();
   for (const rule of rules) {
     if (!tenant.has(rule.owner_id)) tenant.set(rule.owner_id, app.store.users.find(rule.owner_id)?.role === 'tenant');
