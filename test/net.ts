@@ -115,3 +115,27 @@ export function probe(port: number): Promise<string> {
     socket.on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? 'error'));
   });
 }
+
+/** A target that counts the bytes it receives, from the first on, by when they came. */
+export async function countingSink(t: TestContext) {
+  let first = 0;
+  const arrivals: [number, number][] = [];
+  const server = createServer((socket) => {
+    socket.on('data', (chunk) => {
+      first ||= performance.now();
+      arrivals.push([performance.now() - first, chunk.length]);
+    });
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return {
+    target: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** Bytes arrived within the first `ms` since counting started over. */
+    within: (ms: number) => arrivals.filter(([at]) => at < ms).reduce((sum, [, bytes]) => sum + bytes, 0),
+    restart: () => {
+      first = 0;
+      arrivals.length = 0;
+    },
+  };
+}

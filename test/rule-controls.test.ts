@@ -13,7 +13,7 @@ import { validate } from '../internal/schema/schema.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { assertProblem, call, NO_CONTROLS, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
-import { freePort, probe, tcpEcho, udpEcho, until } from './net.ts';
+import { countingSink, freePort, probe, tcpEcho, udpEcho, until } from './net.ts';
 
 /** Sends a line from `localAddress` and reads until the far side ends: the echo, or '' when the relay closed it. */
 function exchange(port: number, localAddress = '127.0.0.1', line = 'ping'): Promise<string> {
@@ -217,22 +217,12 @@ test('a 1 MiB/s bandwidth_limit holds within 10% over 5 s, shared by several con
   const m = await startMaster(t, { localTargets: true });
   const n = await onlineNode(t, m);
   // The target counts what arrives, from the first byte on.
-  let first = 0;
-  const arrivals: [number, number][] = [];
-  const sink = createServer((socket) => {
-    socket.on('data', (chunk) => {
-      first ||= performance.now();
-      arrivals.push([performance.now() - first, chunk.length]);
-    });
-    socket.on('error', () => undefined);
-  }).listen(0, '127.0.0.1');
-  await once(sink, 'listening');
-  t.after(() => sink.close());
+  const sink = await countingSink(t);
   const port = await freePort();
   const made = await rule(m, {
     node_id: n.id,
     listen_port: port,
-    targets: [`127.0.0.1:${(sink.address() as AddressInfo).port}`],
+    targets: [sink.target],
     bandwidth_limit: 1024 * 1024,
   });
   await applied(m, made.body.id);
@@ -249,7 +239,7 @@ test('a 1 MiB/s bandwidth_limit holds within 10% over 5 s, shared by several con
   });
   await new Promise((resolve) => setTimeout(resolve, 5600));
   for (const socket of senders) socket.destroy();
-  const inFive = arrivals.filter(([at]) => at < 5000).reduce((sum, [, bytes]) => sum + bytes, 0);
+  const inFive = sink.within(5000);
   const expected = 5 * 1024 * 1024;
   t.diagnostic(`${(inFive / 2 ** 20).toFixed(2)} MiB arrived in the first 5 s`);
   assert.ok(

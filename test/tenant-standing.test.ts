@@ -3,12 +3,12 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { tenantScopes } from '../internal/auth/scopes.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, login, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { countingSink, freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 
 const MiB = 1024 * 1024;
 
@@ -40,30 +40,6 @@ async function tenant(m: Running, plan: Record<string, unknown>, extra: Record<s
     id: user.body.id as number,
     plan: made.body as { id: number; version: number } & Record<string, unknown>,
     token: await login(m.url, 'customer', 'customer-password'),
-  };
-}
-
-/** A target that counts the bytes it receives, from the first on, by when they came. */
-async function countingSink(t: TestContext) {
-  let first = 0;
-  const arrivals: [number, number][] = [];
-  const server = createServer((socket) => {
-    socket.on('data', (chunk) => {
-      first ||= performance.now();
-      arrivals.push([performance.now() - first, chunk.length]);
-    });
-    socket.on('error', () => undefined);
-  }).listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  t.after(() => server.close());
-  return {
-    target: `127.0.0.1:${(server.address() as AddressInfo).port}`,
-    /** Bytes arrived within the first `ms` since counting started over. */
-    within: (ms: number) => arrivals.filter(([at]) => at < ms).reduce((sum, [, bytes]) => sum + bytes, 0),
-    restart: () => {
-      first = 0;
-      arrivals.length = 0;
-    },
   };
 }
 

@@ -2,6 +2,7 @@
 // chosen by the URL's hash (#/rules), so the master serves a single document.
 
 import { grants, type Scope } from '../../internal/auth/scopes.ts';
+import type { Plan } from '../../internal/domain/plans.ts';
 import { api, ApiError, session, SIGNED_OUT } from './api.ts';
 import { changes } from './events.ts';
 import { field, form, h, input } from './dom.ts';
@@ -28,25 +29,7 @@ export interface Me {
   token: { id: number; kind: string; scopes: string[]; expires_at: string | null };
 }
 
-export interface Plan {
-  id: number;
-  name: string;
-  node_ids: number[];
-  node_tags: string[];
-  port_ranges: string[];
-  max_rules: number | null;
-  max_connections: number | null;
-  bandwidth_limit: number | null;
-  traffic: {
-    bytes: number;
-    period: 'day' | 'month';
-    reset_day: number;
-    reset_hour: number;
-    past: 'stop' | 'slow';
-    slow_to: number | null;
-  } | null;
-  version: number;
-}
+export type { Plan };
 
 export interface Usage {
   rules: number;
