@@ -36,6 +36,8 @@ async function tenant(m: Running, plan: Record<string, unknown>, extra: Record<s
     },
   });
   assert.equal(user.status, 201, JSON.stringify(user.body));
+  // The answer is the user as their plan leaves them: an allowance's period is running from the start.
+  assert.equal(user.body.usage.traffic?.used_bytes, plan.traffic ? 0 : undefined);
   return {
     id: user.body.id as number,
     plan: made.body as { id: number; version: number } & Record<string, unknown>,

@@ -8,7 +8,7 @@ import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Role, User } from '../store/users.ts';
-import { restand } from '../store/standing.ts';
+import { holdToStanding } from './standing.ts';
 import { diff, transact, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** A user as written: `password` absent on an update keeps the current one. */
@@ -71,13 +71,13 @@ export async function createUser(
   return transact(app, requester, (change) => {
     checkRole(app, input);
     const inserted = app.store.users.insert({ ...input, password_hash: passwordHash }, app.timestamp());
-    restand(app.store, inserted.id, app.timestamp());
+    holdToStanding(app, change, inserted.id);
     change.audit({
       resource: 'user',
       resource_id: inserted.id,
       changes: { after: { ...inserted, password: input.password } },
     });
-    return inserted;
+    return app.store.users.find(inserted.id)!;
   });
 }
 
@@ -105,11 +105,12 @@ export async function updateUser(
     const updated = app.store.users.update(id, { ...input, password_hash: passwordHash }, app.timestamp());
     if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
     else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
-    for (const nodeId of restand(app.store, id, app.timestamp())) change.touchNode(nodeId);
+    holdToStanding(app, change, id);
     const changes = diff(current, updated, ['username', 'role', 'plan_id', 'scopes', 'disabled', 'expires_at']);
     if (passwordHash !== null) Object.assign(changes.after, { password: input.password });
     change.audit({ resource: 'user', resource_id: id, changes });
-    return updated;
+    // As holding to the standing left it (the allowance's period set or cleared).
+    return app.store.users.find(id)!;
   });
 }
 
