@@ -557,14 +557,16 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
 });
 
 /** Holds `port` on loopback for the test, if nothing else does yet: the exit will find it taken either way. */
-async function hold(t: TestContext, port: number): Promise<void> {
+/** Listens on `port` for the rest of the test; whether it could (something else may hold it). */
+async function hold(t: TestContext, port: number): Promise<boolean> {
   const server = createServer().on('error', () => undefined);
   server.listen(port, '127.0.0.1');
-  await new Promise((resolve) => {
-    server.once('listening', resolve);
-    server.once('error', resolve);
+  const held = await new Promise<boolean>((resolve) => {
+    server.once('listening', () => resolve(true));
+    server.once('error', () => resolve(false));
   });
   t.after(() => server.close());
+  return held;
 }
 
 const MOVED = 'a tunnel whose picked port is taken on its exit node moves to another by itself; a given one stays';
@@ -573,15 +575,23 @@ test(MOVED, async (t) => {
   const echo = await countingEcho(t);
   const entryNode = await node(m, 'entry', { host: '127.0.0.1' });
   const exitNode = await node(m, 'exit', { host: '127.0.0.1' });
-  // The master picks the first port of 40000-49999 free in its books: a fresh master's 40000, held here.
-  await hold(t, 40_000);
-  const picked = await call(m.url, 'POST', '/api/tunnels', {
-    token: m.admin,
-    body: { name: 'picked', entry_node_id: entryNode.id, exit_node_id: exitNode.id },
-  });
-  assert.equal(picked.body.listen_port, 40_000);
+  // The master picks the first port of 40000-49999 free in its books: a fresh master's 40000, held here. A port another
+  // test's tunnel holds meanwhile (which it may let go of at any time) is booked in this master's books instead, with
+  // a tunnel given that port, so that the pick passes it.
+  const ends = { entry_node_id: entryNode.id, exit_node_id: exitNode.id };
+  let taken = 40_000;
+  while (!(await hold(t, taken))) {
+    const booked = await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: `elsewhere-${taken}`, ...ends, listen_port: taken },
+    });
+    assert.equal(booked.status, 201, JSON.stringify(booked.body));
+    taken++;
+  }
+  const picked = await call(m.url, 'POST', '/api/tunnels', { token: m.admin, body: { name: 'picked', ...ends } });
+  assert.equal(picked.body.listen_port, taken);
   const given = await freePort();
-  await hold(t, given);
+  assert.ok(await hold(t, given));
   const kept = await call(m.url, 'POST', '/api/tunnels', {
     token: m.admin,
     body: { name: 'given', entry_node_id: entryNode.id, exit_node_id: exitNode.id, listen_port: given },
@@ -603,14 +613,14 @@ test(MOVED, async (t) => {
     },
     15_000,
   );
-  assert.notEqual(moved.listen_port, 40_000);
-  assert.ok(moved.listen_port > 40_000 && moved.listen_port <= 49_999);
+  assert.notEqual(moved.listen_port, taken);
+  assert.ok(moved.listen_port > taken && moved.listen_port <= 49_999);
   assert.deepEqual(await tcpRoundTrip(port, Buffer.from('through')), Buffer.from('through'));
   assert.equal((await ruleOf(m, through.body.id)).sync.state, 'applied');
   const audit = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${picked.body.id}`, {
     token: m.admin,
   });
-  assert.equal(audit.body.items[0].changes.before.listen_port, 40_000);
+  assert.equal(audit.body.items[0].changes.before.listen_port, taken);
   assert.equal(audit.body.items.at(-1).changes.after.listen_port, moved.listen_port);
 
   const stays = await until('the given tunnel to say why it is down', async () => {
