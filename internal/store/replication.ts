@@ -1,13 +1,13 @@
 // Replication in SQLite's own terms. On the primary, what the master's connection commits, as the session extension
 // records it (a changeset: every row inserted, updated or deleted, triggers' work included), one session per
 // replicated table, sealed outside any transaction into numbered changes of a generation: at every commit, or (async
-// mode) at most every few milliseconds, a sealed change then being the net effect of the commits since the one
-// before (a session compares what it saw first with what is there now: a change rolled back leaves nothing). Sealing
-// costs tens of microseconds whatever the transaction did, the sessions' recording a few; the primary writes nothing
-// for it. A snapshot is sealed first and read in one read transaction opened at that moment, so it stands exactly at
-// the last change, which its copy is told (replication_position). On a copy, each change applied in order, checked by
-// its SHA-256 and its number, with the position it brings, in one transaction: a change that does not follow, does not
-// match or does not apply cleanly is refused whole, and the copy is seeded anew.
+// mode) at most every tenth of a second, a sealed change then being the net effect of the commits since the one
+// before (a session compares what it saw first with what is there now: a change rolled back leaves nothing). A seal
+// costs hundreds of microseconds whatever the transactions did, the sessions' recording a few a row; the primary
+// writes nothing for it. A snapshot is sealed first and read in one read transaction opened at that moment, so it
+// stands exactly at the last change, which its copy is told (replication_position). On a copy, each change applied in
+// order, checked by its SHA-256 and its number, with the position it brings, in one transaction: a change that does
+// not follow, does not match or does not apply cleanly is refused whole, and the copy is seeded anew.
 
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
