@@ -436,6 +436,30 @@ test(OWN_DASHBOARD, async (t) => {
   assert.deepEqual([fleet.rules.total, fleet.nodes.total, 'license' in fleet], [4, 2, true]);
 });
 
+const TUNNEL_EXIT =
+  "a tenant's rule through their tunnel stops when the tunnel's exit node is no longer granted, and goes on once it is";
+test(TUNNEL_EXIT, async (t) => {
+  const m = await startMaster(t);
+  const w = await world(m);
+  const far = await node(m, 'far', { tags: ['eu'] });
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: w.alice.token,
+    body: { name: 'alice-link', entry_node_id: w.granted.id, exit_node_id: far.id },
+  });
+  const through = (await w.create(w.alice, 30010, { tunnel_id: tunnel.body.id })).body;
+  assert.equal(through.state, 'active');
+  const retag = async (tags: string[]) => {
+    const answer = await call(m.url, 'PUT', `/api/nodes/${far.id}`, {
+      token: m.admin,
+      body: { name: 'far', host: 'far', tags },
+    });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    return (await call(m.url, 'GET', `/api/rules/${through.id}`, { token: w.alice.token })).body;
+  };
+  assert.equal((await retag([])).state, 'not_granted', 'its traffic would leave at a node the plan no longer grants');
+  assert.equal((await retag(['eu'])).state, 'active');
+});
+
 const OWN_EVENTS =
   "a tenant's event stream follows their own rules and the nodes granted them; another's, a node not granted, a " +
   "node's vitals and others' traffic never reach it, even as bare envelopes";

@@ -274,7 +274,8 @@ export const ruleSchema = record('Rule', {
     description:
       'active: forwarding; disabled: enabled is false; expired: past expires_at; quota_exceeded: the quota is ' +
       "spent for this period. A tenant's rule is also stopped by their account and plan: account_expired (the " +
-      "owner's expires_at has come), not_granted (the plan no longer grants its node or ports), " +
+      "owner's expires_at has come), not_granted (the plan no longer grants its node, its ports or its " +
+      "tunnel's exit node), " +
       "allowance_exceeded (the plan's traffic allowance is spent and its past is stop). These go when the cause " +
       'does (the account extended, the grant back, a new period), without a write to the rule.',
   },

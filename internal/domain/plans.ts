@@ -102,19 +102,21 @@ export interface OwnerStanding {
 }
 
 /**
- * The standing of a rule listening on `first`-`last` at `node` (undefined: gone) whose owner is `owner` on `plan`
- * (undefined: none). An operator's rules are never held: their owner answers for them.
+ * The standing of a rule listening on `first`-`last` at `nodes[0]` (and through a tunnel, leaving at `nodes[1]`;
+ * undefined: gone) whose owner is `owner` on `plan` (undefined: none). An operator's rules are never held: their owner
+ * answers for them.
  */
 export function standingOf(
   owner: OwnerStanding,
   plan: Plan | undefined,
-  node: { id: number; tags: string[] } | undefined,
+  nodes: readonly ({ id: number; tags: string[] } | undefined)[],
   ports: { first: number; last: number },
 ): Standing {
   if (!owner.tenant) return UNHELD;
   const caps = { max_connections: plan?.max_connections ?? null, bandwidth_limit: plan?.bandwidth_limit ?? null };
   if (owner.expired) return { held: 'account_expired', ...caps };
-  if (!plan || !node || !grantsNode(plan, node) || !portsGranted(plan, ports.first, ports.last))
+  const granted = (node: { id: number; tags: string[] } | undefined) => node !== undefined && grantsNode(plan!, node);
+  if (!plan || !nodes.every(granted) || !portsGranted(plan, ports.first, ports.last))
     return { held: 'not_granted', ...caps };
   if (!owner.spent || !plan.traffic) return { held: null, ...caps };
   if (plan.traffic.past === 'stop') return { held: 'allowance_exceeded', ...caps };

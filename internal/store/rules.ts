@@ -397,7 +397,8 @@ export class RuleStore {
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
     this.ownersStmt = db.prepare('SELECT id, owner_id FROM rules WHERE id IN (SELECT value FROM json_each(?))');
     this.tenantsOnStmt = db.prepare(`SELECT id, owner_id FROM rules
-      WHERE node_id = ? AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
+      WHERE (node_id = ?1 OR tunnel_id IN (SELECT id FROM tunnels WHERE exit_node_id = ?1))
+        AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
     this.ownedStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ? ORDER BY id`);
     this.holdStmt = db.prepare(`UPDATE rules SET held = :held, held_connections = :max_connections,
         held_bandwidth = :bandwidth_limit, sync_state = 'pending', sync_error = NULL, sync_path = NULL,
@@ -792,7 +793,7 @@ export class RuleStore {
     return new Map(rows.map((row) => [row.id, row.owner_id]));
   }
 
-  /** The rules on node `nodeId` that tenants own: their ids and owners. */
+  /** The rules tenants own that node `nodeId` carries (listening there, or leaving there through a tunnel). */
   tenantsOn(nodeId: number): { id: number; owner_id: number }[] {
     return this.tenantsOnStmt.all(nodeId) as { id: number; owner_id: number }[];
   }

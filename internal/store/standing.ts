@@ -28,16 +28,17 @@ export function restand(
   const spent = keepPeriod(store, user, user.role === 'tenant' ? plan : undefined, at);
   const owner = { tenant: user.role === 'tenant', expired: user.expired, spent };
   const nodes = new Map<number, { id: number; tags: string[] } | undefined>();
+  const nodeOf = (id: number) => (nodes.has(id) ? nodes.get(id) : nodes.set(id, store.nodes.find(id)).get(id));
   const rules = only?.ids.map((id) => store.rules.find(id)).filter((rule) => rule !== undefined);
   for (const rule of rules ?? store.rules.ownedBy(userId)) {
     if (rule.owner_id !== userId) continue;
-    if (!nodes.has(rule.node_id)) nodes.set(rule.node_id, store.nodes.find(rule.node_id));
-    const ports = { first: rule.listen_port, last: rule.listen_port_end ?? rule.listen_port };
-    const standing = standingOf(owner, plan, nodes.get(rule.node_id), ports);
-    if (!store.rules.hold(rule.id, standing, only?.written)) continue;
-    touched.add(rule.node_id);
+    // Through a tunnel, the traffic leaves at its exit: that node is to be granted too.
     const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
-    if (exit !== undefined) touched.add(exit);
+    const carriers = exit === undefined ? [rule.node_id] : [rule.node_id, exit];
+    const ports = { first: rule.listen_port, last: rule.listen_port_end ?? rule.listen_port };
+    const standing = standingOf(owner, plan, carriers.map(nodeOf), ports);
+    if (!store.rules.hold(rule.id, standing, only?.written)) continue;
+    for (const nodeId of carriers) touched.add(nodeId);
   }
   return touched;
 }
