@@ -110,7 +110,7 @@ export function standingOf(
   owner: OwnerStanding,
   plan: Plan | undefined,
   nodes: readonly ({ id: number; tags: string[] } | undefined)[],
-  ports: { first: number; last: number },
+  ports: { first: number; last: number; preserveSource: boolean },
 ): Standing {
   if (!owner.tenant) return UNHELD;
   const caps = { max_connections: plan?.max_connections ?? null, bandwidth_limit: plan?.bandwidth_limit ?? null };
@@ -119,7 +119,8 @@ export function standingOf(
   if (!plan || !nodes.every(granted) || !portsGranted(plan, ports.first, ports.last))
     return { held: 'not_granted', ...caps };
   if (!owner.spent || !plan.traffic) return { held: null, ...caps };
-  if (plan.traffic.past === 'stop') return { held: 'allowance_exceeded', ...caps };
+  // Slowing is the relay's, which connects from the node's own address: a rule that keeps the client's is stopped.
+  if (plan.traffic.past === 'stop' || ports.preserveSource) return { held: 'allowance_exceeded', ...caps };
   const slowTo = plan.traffic.slow_to!;
   return { held: null, ...caps, bandwidth_limit: Math.min(caps.bandwidth_limit ?? slowTo, slowTo) };
 }

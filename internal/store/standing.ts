@@ -35,7 +35,11 @@ export function restand(
     // Through a tunnel, the traffic leaves at its exit: that node is to be granted too.
     const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
     const carriers = exit === undefined ? [rule.node_id] : [rule.node_id, exit];
-    const ports = { first: rule.listen_port, last: rule.listen_port_end ?? rule.listen_port };
+    const ports = {
+      first: rule.listen_port,
+      last: rule.listen_port_end ?? rule.listen_port,
+      preserveSource: rule.preserve_source,
+    };
     const standing = standingOf(owner, plan, carriers.map(nodeOf), ports);
     if (!store.rules.hold(rule.id, standing, only?.written)) continue;
     for (const nodeId of carriers) touched.add(nodeId);
