@@ -456,8 +456,14 @@ test(TUNNEL_EXIT, async (t) => {
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     return (await call(m.url, 'GET', `/api/rules/${through.id}`, { token: w.alice.token })).body;
   };
+  const listed = async () =>
+    (await call(m.url, 'GET', '/api/nodes?tag=eu', { token: w.alice.token })).body.items.map(
+      (n: { id: number }) => n.id,
+    );
   assert.equal((await retag([])).state, 'not_granted', 'its traffic would leave at a node the plan no longer grants');
+  assert.deepEqual(await listed(), [w.granted.id], 'the node is no longer granted, nor tagged eu');
   assert.equal((await retag(['eu'])).state, 'active');
+  assert.deepEqual(await listed(), [w.granted.id, far.id]);
 });
 
 const OWN_EVENTS =

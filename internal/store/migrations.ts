@@ -646,4 +646,11 @@ export const migrations: readonly string[] = [
     rules INTEGER NOT NULL
   ) STRICT;
   `,
+  /* 36: which nodes carry each tag, kept by triggers (store/node-tags.ts) */ `
+  CREATE TABLE node_tag_index (
+    tag TEXT NOT NULL,
+    node_id INTEGER NOT NULL,
+    PRIMARY KEY (tag, node_id)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];

@@ -156,11 +156,12 @@ const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port',
 /** Each list filter's condition on `nodes` (see FilteredQuery). */
 const NODE_FILTERS = {
   // A tenant's plan: the nodes it names, and those carrying one of its tags (a JSON {ids, tags}).
+  // (Tags through their index, node_tag_index: a node's own tags read for each node grew with the fleet.)
   granted: `(nodes.id IN (SELECT value FROM json_each(:granted, '$.ids'))
-    OR EXISTS (SELECT 1 FROM json_each(nodes.tags) t
-      WHERE t.value IN (SELECT value FROM json_each(:granted, '$.tags'))))`,
+    OR nodes.id IN (SELECT node_id FROM node_tag_index
+      WHERE tag IN (SELECT value FROM json_each(:granted, '$.tags'))))`,
   status: `${STATUS} = :status`,
-  tag: 'EXISTS (SELECT 1 FROM json_each(nodes.tags) WHERE value = :tag)',
+  tag: 'nodes.id IN (SELECT node_id FROM node_tag_index WHERE tag = :tag)',
   q: '(instr(lower(name), lower(:q)) > 0 OR instr(lower(host), lower(:q)) > 0)',
 };
 
