@@ -9,6 +9,7 @@ import { tenantScopes } from '../internal/auth/scopes.ts';
 import { nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, login, node, rule, startMaster, type Running } from './helpers.ts';
 import { countingSink, freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { openEvents } from './sse.ts';
 
 const MiB = 1024 * 1024;
 
@@ -171,8 +172,14 @@ test("an expired tenant's rules stop and their tokens stop working; extended, bo
   });
   const made = await theirRule(m, customer.token, { node_id: n.id, listen_port: port, targets: [sink.target] });
   await sent(m, customer.token, made.body.id);
+  // Their event stream too lasts only as long as the account.
+  const stream = await openEvents(m.url, customer.token);
+  t.after(() => stream.close());
+  await stream.next((e) => e.event === 'ready');
 
   m.advance(3_600_000);
+  assert.match((await stream.next((e) => e.event === 'revoked')).data.detail, /revoked or expired/);
+  await stream.ended;
   await until('the rule to stop on its node', async () => {
     const current = (await call(m.url, 'GET', `/api/rules/${made.body.id}`, { token: m.admin })).body;
     return current.state === 'account_expired' && current.sync.state === 'applied';
@@ -314,4 +321,68 @@ test(GRANTS_ON_AGENT, async (t) => {
   await theirRule(m, customer.token, body(a.id, 30005));
   await refused({}, /your plan 'customers' allows 10 rules, and you have 10/);
   assert.equal((await call(m.url, 'GET', '/api/rules?count=true', { token: customer.token })).body.total, 10);
+});
+
+const PLAN_LIMITS_MOVED =
+  "an allowance lowered below this period's use stops a tenant's rules at once and raised gives them back; max_rules " +
+  "lowered keeps their rules and refuses a new one; an account expiry is a tenant's alone";
+
+test(PLAN_LIMITS_MOVED, async (t) => {
+  const m = await startMaster(t);
+  const n = await node(m, 'edge');
+  const customer = await tenant(m, {
+    node_ids: [n.id],
+    port_ranges: ['30000-30099'],
+    max_rules: 3,
+    traffic: { bytes: 10_000, period: 'month', past: 'stop' },
+  });
+  const made: { id: number }[] = [];
+  for (const port of [30000, 30001])
+    made.push(
+      (await theirRule(m, customer.token, { node_id: n.id, listen_port: port, targets: ['10.0.0.1:80'] })).body,
+    );
+  // 6,000 bytes counted as a node's report counts them.
+  const { store } = m.app;
+  store.write(() => store.users.countTraffic([{ id: made[0]!.id, bytes_in: 2_000, bytes_out: 4_000 }], n.id));
+  const plan = async (changes: Record<string, unknown>) => {
+    const {
+      id: _i,
+      version: _v,
+      created_at: _c,
+      updated_at: _u,
+      ...fields
+    } = (await call(m.url, 'GET', `/api/plans/${customer.plan.id}`, { token: m.admin })).body;
+    const put = await call(m.url, 'PUT', `/api/plans/${customer.plan.id}`, {
+      token: m.admin,
+      body: { ...fields, ...changes },
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const me = (await call(m.url, 'GET', '/api/auth/me', { token: customer.token })).body;
+    const states = await Promise.all(
+      made.map(async (r) => (await call(m.url, 'GET', `/api/rules/${r.id}`, { token: customer.token })).body.state),
+    );
+    return { traffic: me.usage.traffic, states };
+  };
+  const lowered = await plan({ traffic: { bytes: 5_000, period: 'month', past: 'stop' } });
+  assert.deepEqual([lowered.traffic.used_bytes, lowered.traffic.spent], [6_000, true], 'the count is kept');
+  assert.deepEqual(lowered.states, ['allowance_exceeded', 'allowance_exceeded']);
+  const raised = await plan({ traffic: { bytes: 20_000, period: 'month', past: 'stop' } });
+  assert.deepEqual([raised.traffic.used_bytes, raised.traffic.spent], [6_000, false]);
+  assert.deepEqual(raised.states, ['active', 'active']);
+
+  await plan({ max_rules: 1 });
+  assert.equal((await call(m.url, 'GET', '/api/rules?count=true', { token: customer.token })).body.total, 2);
+  const more = await call(m.url, 'POST', '/api/rules', {
+    token: customer.token,
+    body: { name: 'more', protocol: 'tcp', node_id: n.id, listen_port: 30002, targets: ['10.0.0.1:80'] },
+  });
+  assertProblem(more, 403, 'not_granted');
+  assert.match(more.body.detail, /allows 1 rules, and you have 2/);
+
+  const operator = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'ops', password: 'ops-password-long', expires_at: '2099-01-01T00:00:00Z' },
+  });
+  assertProblem(operator, 422, 'validation_failed');
+  assert.equal(operator.body.errors[0].pointer, '#/expires_at');
 });
