@@ -6,8 +6,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { tenantScopes } from '../internal/auth/scopes.ts';
-import { ADMIN_PASSWORD, call, login, node, rule, startMaster } from './helpers.ts';
+import { ADMIN_PASSWORD, call, newTenant, node, rule, startMaster } from './helpers.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
@@ -40,20 +39,7 @@ test(TENANT_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
       traffic: { bytes: GiB, period: 'month', past: 'slow', slow_to: 1_048_576 },
     },
   });
-  const tenant = async (username: string) => {
-    const made = await call(m.url, 'POST', '/api/users', {
-      token: m.admin,
-      body: {
-        username,
-        password: `${username}-password`,
-        role: 'tenant',
-        plan_id: plan.body.id,
-        scopes: tenantScopes,
-      },
-    });
-    assert.equal(made.status, 201, JSON.stringify(made.body));
-    return { id: made.body.id as number, token: await login(m.url, username, `${username}-password`) };
-  };
+  const tenant = (username: string) => newTenant(m, username, plan.body.id);
   const [alice, bob] = [await tenant('alice'), await tenant('bob')];
   const theirs = (who: { token: string }, name: string, port: number) =>
     call(m.url, 'POST', '/api/rules', {

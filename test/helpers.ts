@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { start, type Master } from '../cmd/master/start.ts';
 import { rolledUp } from '../internal/service/maintenance.ts';
-import type { Scope } from '../internal/auth/scopes.ts';
+import { tenantScopes, type Scope } from '../internal/auth/scopes.ts';
 import { silentLogger, type Logger } from '../internal/log/log.ts';
 import { controlDefaults } from '../internal/domain/rules.ts';
 
@@ -177,6 +177,20 @@ export async function login(base: string, username: string, password: string): P
   const answer = await call(base, 'POST', '/api/auth/login', { body: { username, password } });
   if (answer.status !== 200) throw new Error(`login failed: ${answer.status} ${JSON.stringify(answer.body)}`);
   return answer.body.token;
+}
+
+/**
+ * Makes `username` a tenant on plan `planId` (password `<username>-password`; every tenant scope unless `user` says
+ * otherwise, with whatever else it gives), as the admin, and signs them in. Returns the user as answered and a session.
+ */
+export async function newTenant(m: Running, username: string, planId: number, user: Record<string, unknown> = {}) {
+  const password = `${username}-password`;
+  const made = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username, password, role: 'tenant', plan_id: planId, scopes: tenantScopes, ...user },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  return { id: made.body.id as number, user: made.body, token: await login(m.url, username, password) };
 }
 
 /** Issues an API token with `scopes` through the API, as the admin. */

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
-import { assertProblem, call, login, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, login, newTenant, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { openEvents } from './sse.ts';
 
 /** Two tenants on one plan (nodes tagged eu, ports 30000-30099, 3 rules, 100 connections), an operator's rule. */
@@ -12,19 +12,8 @@ async function world(m: Running) {
     token: m.admin,
     body: { name: 'starter', node_tags: ['eu'], port_ranges: ['30000-30099'], max_rules: 3, max_connections: 100 },
   });
-  const tenant = async (username: string) => {
-    const made = await call(m.url, 'POST', '/api/users', {
-      token: m.admin,
-      body: {
-        username,
-        password: `${username}-password`,
-        role: 'tenant',
-        plan_id: plan.body.id,
-        scopes: ['rules:write', 'tunnels:write', 'nodes:read', 'dashboard:read'],
-      },
-    });
-    return { id: made.body.id as number, token: await login(m.url, username, `${username}-password`) };
-  };
+  const scopes = ['rules:write', 'tunnels:write', 'nodes:read', 'dashboard:read'];
+  const tenant = (username: string) => newTenant(m, username, plan.body.id, { scopes });
   const [alice, bob] = [await tenant('alice'), await tenant('bob')];
   const operators = (await rule(m, { node_id: granted.id, listen_port: 10001 })).body;
   const create = (who: { token: string }, port: number, extra: Record<string, unknown> = {}) =>

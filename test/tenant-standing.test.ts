@@ -5,9 +5,8 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { tenantScopes } from '../internal/auth/scopes.ts';
 import { nodeOf, startAgent } from './agents.ts';
-import { assertProblem, call, login, node, rule, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, newTenant, node, rule, startMaster, type Running } from './helpers.ts';
 import { countingSink, freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { openEvents } from './sse.ts';
 
@@ -25,25 +24,10 @@ async function onlineNode(t: TestContext, m: Running, extra: Record<string, unkn
 async function tenant(m: Running, plan: Record<string, unknown>, extra: Record<string, unknown> = {}) {
   const made = await call(m.url, 'POST', '/api/plans', { token: m.admin, body: { name: 'customers', ...plan } });
   assert.equal(made.status, 201, JSON.stringify(made.body));
-  const user = await call(m.url, 'POST', '/api/users', {
-    token: m.admin,
-    body: {
-      username: 'customer',
-      password: 'customer-password',
-      role: 'tenant',
-      plan_id: made.body.id,
-      scopes: tenantScopes,
-      ...extra,
-    },
-  });
-  assert.equal(user.status, 201, JSON.stringify(user.body));
+  const customer = await newTenant(m, 'customer', made.body.id, extra);
   // The answer is the user as their plan leaves them: an allowance's period is running from the start.
-  assert.equal(user.body.usage.traffic?.used_bytes, plan.traffic ? 0 : undefined);
-  return {
-    id: user.body.id as number,
-    plan: made.body as { id: number; version: number } & Record<string, unknown>,
-    token: await login(m.url, 'customer', 'customer-password'),
-  };
+  assert.equal(customer.user.usage.traffic?.used_bytes, plan.traffic ? 0 : undefined);
+  return { ...customer, plan: made.body as { id: number; version: number } & Record<string, unknown> };
 }
 
 /** A connection through `port` that writes as fast as it is let; destroyed by the caller. */

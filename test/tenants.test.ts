@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import { tenantScopes } from '../internal/auth/scopes.ts';
-import { assertProblem, call, login, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
+import { assertProblem, call, login, newTenant, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { openEvents } from './sse.ts';
 
 /** A tenant holding every scope a tenant may hold, on a plan of their own; signed in. */
@@ -11,16 +11,7 @@ async function tenant(m: Running, username = 'customer') {
     token: m.admin,
     body: { name: `${username}-plan`, port_ranges: ['30000-30099'], max_rules: 10 },
   });
-  const made = await call(m.url, 'POST', '/api/users', {
-    token: m.admin,
-    body: { username, password: `${username}-password`, role: 'tenant', plan_id: plan.body.id, scopes: tenantScopes },
-  });
-  assert.equal(made.status, 201, JSON.stringify(made.body));
-  return {
-    id: made.body.id as number,
-    plan: plan.body.id as number,
-    token: await login(m.url, username, `${username}-password`),
-  };
+  return { ...(await newTenant(m, username, plan.body.id)), plan: plan.body.id as number };
 }
 
 const REFUSED =
