@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import { assertProblem, call, login, newTenant, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { openEvents } from './sse.ts';
+import { until } from './net.ts';
 
 /** Two tenants on one plan (nodes tagged eu, ports 30000-30099, 3 rules, 100 connections), an operator's rule. */
 async function world(m: Running) {
@@ -453,6 +454,32 @@ test(TUNNEL_EXIT, async (t) => {
   assert.deepEqual(await listed(), [w.granted.id], 'the node is no longer granted, nor tagged eu');
   assert.equal((await retag(['eu'])).state, 'active');
   assert.deepEqual(await listed(), [w.granted.id, far.id]);
+});
+
+test("a tick whose owners cannot be read is lost alone: the master and the tenant's stream go on", async (t) => {
+  const m = await startMaster(t);
+  m.app.events.tickMs = 1000;
+  const w = await world(m);
+  const mine = (await w.create(w.alice, 30000)).body;
+  const stream = await openEvents(m.url, w.alice.token);
+  t.after(() => stream.close());
+  await stream.next((e) => e.event === 'ready');
+  const { rules } = m.app.store;
+  const ownersOf = rules.ownersOf.bind(rules);
+  rules.ownersOf = () => {
+    rules.ownersOf = ownersOf;
+    throw new Error('database is locked');
+  };
+  const moved = [{ id: mine.id, bytes_in: 10, bytes_out: 20, refused: 0 }];
+  m.app.sync.reports.emit('traffic', w.granted.id, moved);
+  await until('the failing tick to pass', () => rules.ownersOf === ownersOf);
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  m.app.sync.reports.emit('traffic', w.granted.id, moved);
+  const tick = await stream.next((e) => e.event === 'traffic');
+  assert.deepEqual(
+    tick.data.data.rules.map((r: { id: number }) => r.id),
+    [mine.id],
+  );
 });
 
 const OWN_EVENTS =

@@ -349,7 +349,14 @@ export class EventStreams {
     }
     if (this.beats % Math.max(1, Math.round(this.heartbeatMs / 1000)) === 0)
       for (const stream of this.streams) if (!stream.paused) stream.res.write(HEARTBEAT);
-    if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) this.flushTicks();
+    if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) {
+      // Tenants' ticks read whose each rule is: a read that fails loses that tick, not the master.
+      try {
+        this.flushTicks();
+      } catch (error) {
+        this.log.error('sending traffic ticks failed', { error: (error as Error)?.message ?? String(error) });
+      }
+    }
   }
 
   /**
