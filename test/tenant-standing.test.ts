@@ -363,6 +363,22 @@ test(PLAN_LIMITS_MOVED, async (t) => {
   assertProblem(more, 403, 'not_granted');
   assert.match(more.body.detail, /allows 1 rules, and you have 2/);
 
+  // Made an operator, nothing of a plan holds their rules any more (found through the rules held, not all theirs).
+  assert.deepEqual((await plan({ traffic: { bytes: 5_000, period: 'month', past: 'stop' } })).states, [
+    'allowance_exceeded',
+    'allowance_exceeded',
+  ]);
+  const user = (await call(m.url, 'GET', `/api/users/${customer.id}`, { token: m.admin })).body;
+  const promoted = await call(m.url, 'PUT', `/api/users/${customer.id}`, {
+    token: m.admin,
+    body: { username: user.username, role: 'operator', plan_id: null, scopes: ['rules:read'] },
+  });
+  assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
+  for (const r of made) {
+    const now = (await call(m.url, 'GET', `/api/rules/${r.id}`, { token: m.admin })).body;
+    assert.deepEqual([now.state, now.plan_limits], ['active', null]);
+  }
+
   const operator = await call(m.url, 'POST', '/api/users', {
     token: m.admin,
     body: { username: 'ops', password: 'ops-password-long', expires_at: '2099-01-01T00:00:00Z' },

@@ -653,4 +653,8 @@ export const migrations: readonly string[] = [
     PRIMARY KEY (tag, node_id)
   ) STRICT, WITHOUT ROWID;
   `,
+  /* 37: the rules an owner's standing holds, found without reading all an operator's rules */ `
+  CREATE INDEX rules_held ON rules(owner_id)
+    WHERE held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL;
+  `,
 ];

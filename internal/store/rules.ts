@@ -281,6 +281,7 @@ export class RuleStore {
   private readonly resultsStmt;
   private readonly dueStmt;
   private readonly ownedStmt;
+  private readonly heldStmt;
   private readonly holdStmt;
   private readonly tenantsOnStmt;
   private readonly ownersStmt;
@@ -400,6 +401,9 @@ export class RuleStore {
       WHERE (node_id = ?1 OR tunnel_id IN (SELECT id FROM tunnels WHERE exit_node_id = ?1))
         AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
     this.ownedStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ? ORDER BY id`);
+    // Through rules_held (migration 37), whose condition this repeats.
+    this.heldStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ?
+      AND (held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL) ORDER BY id`);
     this.holdStmt = db.prepare(`UPDATE rules SET held = :held, held_connections = :max_connections,
         held_bandwidth = :bandwidth_limit, sync_state = 'pending', sync_error = NULL, sync_path = NULL,
         entry_result = NULL, exit_result = NULL, version = version + :bump
@@ -791,6 +795,11 @@ export class RuleStore {
   ownersOf(ids: readonly number[]): Map<number, number> {
     const rows = this.ownersStmt.all(JSON.stringify(ids)) as { id: number; owner_id: number }[];
     return new Map(rows.map((row) => [row.id, row.owner_id]));
+  }
+
+  /** The rules of user `ownerId` that their standing holds in any way (see hold). */
+  heldOf(ownerId: number): Rule[] {
+    return (this.heldStmt.all(ownerId) as unknown as RuleRow[]).map(toRule);
   }
 
   /** The rules tenants own that node `nodeId` carries (listening there, or leaving there through a tunnel). */

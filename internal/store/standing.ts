@@ -30,7 +30,10 @@ export function restand(
   const nodes = new Map<number, { id: number; tags: string[] } | undefined>();
   const nodeOf = (id: number) => (nodes.has(id) ? nodes.get(id) : nodes.set(id, store.nodes.find(id)).get(id));
   const rules = only?.ids.map((id) => store.rules.find(id)).filter((rule) => rule !== undefined);
-  for (const rule of rules ?? store.rules.ownedBy(userId)) {
+  // An operator's rules are held by nothing: only those a standing of before still holds are looked at (an
+  // operator may own every rule of the fleet).
+  const all = () => (owner.tenant ? store.rules.ownedBy(userId) : store.rules.heldOf(userId));
+  for (const rule of rules ?? all()) {
     if (rule.owner_id !== userId) continue;
     // Through a tunnel, the traffic leaves at its exit: that node is to be granted too.
     const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
