@@ -478,7 +478,7 @@ async function outcomeOf(
  * What a job committed, as one changeset; null past MAX_JOB_CHANGES, or when it cannot be read: the job is done
  * whatever happens here, and standbys seed anew.
  */
-function changesOf(recording: TableSessions, limit: number): Buffer | null {
+function changesOf(recording: TableSessions, limit: number): Uint8Array | null {
   try {
     const changes = recording.take();
     return changes.length <= limit ? changes : null;

@@ -34,8 +34,13 @@ export function fromReply(reply: Reply): Outgoing {
       body: null,
       stream: reply.stream,
     };
+  // A Buffer goes as it is: Buffer.from would copy it (a snapshot is the size of the database).
   if (reply.raw !== undefined)
-    return { status: reply.status, headers: { ...reply.headers }, body: Buffer.from(reply.raw) };
+    return {
+      status: reply.status,
+      headers: { ...reply.headers },
+      body: typeof reply.raw === 'string' ? Buffer.from(reply.raw) : reply.raw,
+    };
   if (reply.json !== undefined)
     return {
       status: reply.status,

@@ -8,6 +8,7 @@ import { describe } from '../schema/schema.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { transact } from '../service/write.ts';
 import { record } from './common.ts';
+import { CHANGES_TYPE, encodeChanges } from '../replication/wire.ts';
 
 /** The one write a standby takes: its promotion. */
 export const PROMOTE = '/api/replication/promote';
@@ -23,34 +24,6 @@ const changesQuery = {
   after: intParam({ min: 0, max: Number.MAX_SAFE_INTEGER, description: 'The last change the follower applied.' }),
   wait_seconds: intParam({ min: 0, max: 30, description: 'Wait this long for a change when there is none yet.' }),
 };
-
-const changesSchema = describe({
-  title: 'ReplicationChanges',
-  type: 'object',
-  required: ['reseed', 'changes'],
-  properties: {
-    reseed: {
-      type: 'boolean',
-      description: 'The changes after that position are not all kept (or it is not of this generation): seed anew.',
-    },
-    changes: {
-      type: 'array',
-      items: {
-        type: 'object',
-        required: ['generation', 'seq', 'at', 'sha256', 'changeset'],
-        properties: {
-          generation: { type: 'string' },
-          seq: { type: 'integer' },
-          at: { type: 'integer', description: 'When the primary committed it (ms since the epoch).' },
-          sha256: { type: 'string' },
-          changeset: { type: 'string', description: "SQLite's changeset of the transaction, base64." },
-        },
-        additionalProperties: false,
-      },
-    },
-  },
-  additionalProperties: false,
-});
 
 const promotedSchema = record('Promoted', {
   role: { type: 'string', enum: ['primary'] },
@@ -117,8 +90,12 @@ export const replicationOperations = operations({
     query: changesQuery,
     responses: {
       200: {
-        description: 'The changes, or reseed',
-        schema: changesSchema,
+        description:
+          'The changes, or reseed: a line of JSON, `{"reseed": boolean, "changes": [{"generation": string, "seq": ' +
+          'integer, "at": integer (ms since the epoch, when the primary committed it), "sha256": string, "bytes": ' +
+          "integer}]}`, then each change's bytes (SQLite's changeset of what was committed) back to back, in order.",
+        mediaType: CHANGES_TYPE,
+        schema: describe({ type: 'string', format: 'binary' }),
         headers: { [EPOCH_HEADER]: { description: "The primary's epoch", schema: { type: 'string' } } },
       },
     },
@@ -146,13 +123,12 @@ export const replicationOperations = operations({
           );
         found = feed.after({ generation, seq: after });
       }
-      const epoch = { [EPOCH_HEADER]: String(ctx.app.store.epoch.current()) };
-      if (found === 'reseed') return ok({ reseed: true, changes: [] }, epoch);
-      const changes = found.map((change) => ({
-        ...change,
-        changeset: Buffer.from(change.changeset).toString('base64'),
-      }));
-      return ok({ reseed: false, changes }, epoch);
+      const page = found === 'reseed' ? { reseed: true, changes: [] } : { reseed: false, changes: found };
+      return {
+        status: 200,
+        raw: encodeChanges(page),
+        headers: { 'Content-Type': CHANGES_TYPE, [EPOCH_HEADER]: String(ctx.app.store.epoch.current()) },
+      };
     },
   }),
 });

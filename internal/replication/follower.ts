@@ -6,9 +6,10 @@ import { request as httpRequest, type ClientRequest, type IncomingMessage } from
 import { request as httpsRequest } from 'node:https';
 import type { PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/log.ts';
-import { Replica, ReplicaDiverged, type Position, type RecordedChange } from '../store/replication.ts';
+import { Replica, ReplicaDiverged, type Position } from '../store/replication.ts';
 import { pinOf } from '../tls/pin.ts';
 import { PAGE_CHANGES } from './feed.ts';
+import { decodeChanges } from './wire.ts';
 
 export interface FollowerOptions {
   /** The primary's address, http(s)://host:port. */
@@ -36,24 +37,6 @@ interface Answer {
   status: number;
   headers: IncomingMessage['headers'];
   body: Buffer;
-}
-
-/** What a page of changes must be, checked before any of it is used. */
-function changesOf(body: Buffer): { reseed: boolean; changes: RecordedChange[] } {
-  const value = JSON.parse(body.toString('utf8')) as { reseed?: unknown; changes?: unknown };
-  if (typeof value.reseed !== 'boolean' || !Array.isArray(value.changes)) throw new Error('not a page of changes');
-  const changes = value.changes.map((c: Record<string, unknown>) => {
-    if (
-      typeof c.generation !== 'string' ||
-      !Number.isSafeInteger(c.seq) ||
-      !Number.isSafeInteger(c.at) ||
-      typeof c.sha256 !== 'string' ||
-      typeof c.changeset !== 'string'
-    )
-      throw new Error('a change is not one');
-    return { ...(c as Omit<RecordedChange, 'changeset'>), changeset: Buffer.from(c.changeset, 'base64') };
-  });
-  return { reseed: value.reseed, changes };
 }
 
 /**
@@ -143,7 +126,7 @@ export class Follower {
     const answer = await this.get(`/api/replication/changes?${query}`);
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
     this.checkEpoch(answer);
-    const { reseed, changes } = changesOf(answer.body);
+    const { reseed, changes } = decodeChanges(answer.body);
     this.lastHeardAt = Date.now();
     if (reseed || this.stopped) return reseed ? this.seed() : undefined;
     this.inStep = changes.length < PAGE_CHANGES;

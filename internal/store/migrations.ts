@@ -10,7 +10,7 @@
 // installed again after, with what they keep rebuilt), and commits only when foreign_key_check finds nothing.
 
 /** The entries that rebuild a table (see above). */
-export const tableRebuilds: ReadonlySet<number> = new Set([23]);
+export const tableRebuilds: ReadonlySet<number> = new Set([23, 38]);
 
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
@@ -656,5 +656,24 @@ export const migrations: readonly string[] = [
   /* 37: the rules an owner's standing holds, found without reading all an operator's rules */ `
   CREATE INDEX rules_held ON rules(owner_id)
     WHERE held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL;
+  `,
+  /* 38: what a standby derives itself has no primary key, so that the session recording what a primary commits for
+     it (one, of every table) passes over those rows (store/replication.ts); made anew from the tables after */ `
+  DROP TABLE rule_views;
+  -- The rowid is the rule's id.
+  CREATE TABLE rule_views (json TEXT NOT NULL) STRICT;
+  DROP TABLE rule_tallies;
+  CREATE TABLE rule_tallies (
+    sync_state TEXT NOT NULL UNIQUE,
+    rules INTEGER NOT NULL,
+    enabled INTEGER NOT NULL,
+    bytes_in REAL NOT NULL,
+    bytes_out REAL NOT NULL
+  ) STRICT;
+  DROP TABLE owner_tallies;
+  -- The rowid is the user's id.
+  CREATE TABLE owner_tallies (rules INTEGER NOT NULL) STRICT;
+  DROP TABLE node_tag_index;
+  CREATE TABLE node_tag_index (tag TEXT NOT NULL, node_id INTEGER NOT NULL, UNIQUE (tag, node_id)) STRICT;
   `,
 ];

@@ -209,26 +209,25 @@ const ruleViews: Derivation = {
     trigger(
       'rule_views_insert',
       `AFTER INSERT ON rules BEGIN
-    INSERT INTO rule_views (id, json) VALUES (NEW.id, ${ruleJsonSql('NEW')});
+    INSERT INTO rule_views (rowid, json) VALUES (NEW.id, ${ruleJsonSql('NEW')});
   END`,
     ),
     trigger(
       'rule_views_update',
       `AFTER UPDATE ON rules BEGIN
-    UPDATE rule_views SET json = ${ruleJsonSql('NEW')} WHERE id = NEW.id;
+    UPDATE rule_views SET json = ${ruleJsonSql('NEW')} WHERE rowid = NEW.id;
   END`,
     ),
-    // The foreign key's cascade does this where keys are enforced; a standby's copy, which derives the views, does not.
     trigger(
       'rule_views_delete',
       `AFTER DELETE ON rules BEGIN
-    DELETE FROM rule_views WHERE id = OLD.id;
+    DELETE FROM rule_views WHERE rowid = OLD.id;
   END`,
     ),
   ],
   derivedOnCopies: ['rule_views'],
   rebuild: `DELETE FROM rule_views;
-    INSERT INTO rule_views (id, json) SELECT id, ${ruleJsonSql('rules')} FROM rules`,
+    INSERT INTO rule_views (rowid, json) SELECT id, ${ruleJsonSql('rules')} FROM rules`,
 };
 
 /** A rule's row counted in the tallies as it comes (NEW) or taken out as it goes (OLD). */
@@ -309,28 +308,28 @@ const ownerTallies: Derivation = {
     trigger(
       'owner_tallies_insert',
       `AFTER INSERT ON rules BEGIN
-    INSERT INTO owner_tallies (user_id, rules) VALUES (NEW.owner_id, 1)
-      ON CONFLICT (user_id) DO UPDATE SET rules = rules + 1;
+    INSERT INTO owner_tallies (rowid, rules) VALUES (NEW.owner_id, 1)
+      ON CONFLICT (rowid) DO UPDATE SET rules = rules + 1;
   END`,
     ),
     trigger(
       'owner_tallies_delete',
       `AFTER DELETE ON rules BEGIN
-    UPDATE owner_tallies SET rules = rules - 1 WHERE user_id = OLD.owner_id;
+    UPDATE owner_tallies SET rules = rules - 1 WHERE rowid = OLD.owner_id;
   END`,
     ),
     trigger(
       'owner_tallies_update',
       `AFTER UPDATE OF owner_id ON rules WHEN OLD.owner_id IS NOT NEW.owner_id BEGIN
-    UPDATE owner_tallies SET rules = rules - 1 WHERE user_id = OLD.owner_id;
-    INSERT INTO owner_tallies (user_id, rules) VALUES (NEW.owner_id, 1)
-      ON CONFLICT (user_id) DO UPDATE SET rules = rules + 1;
+    UPDATE owner_tallies SET rules = rules - 1 WHERE rowid = OLD.owner_id;
+    INSERT INTO owner_tallies (rowid, rules) VALUES (NEW.owner_id, 1)
+      ON CONFLICT (rowid) DO UPDATE SET rules = rules + 1;
   END`,
     ),
   ],
   derivedOnCopies: ['owner_tallies'],
   rebuild: `DELETE FROM owner_tallies;
-    INSERT INTO owner_tallies (user_id, rules) SELECT owner_id, count(*) FROM rules GROUP BY owner_id`,
+    INSERT INTO owner_tallies (rowid, rules) SELECT owner_id, count(*) FROM rules GROUP BY owner_id`,
 };
 
 /** What triggers keep of rules. */

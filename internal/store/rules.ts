@@ -311,7 +311,7 @@ export class RuleStore {
     // three times as long where random pages of 100,000 rules mostly miss the cache.)
     this.pageQuery = new FilteredQuery(
       db,
-      `SELECT v.id, v.json FROM rules JOIN rule_views v ON v.id = rules.id
+      `SELECT rules.id, v.json FROM rules JOIN rule_views v ON v.rowid = rules.id
         WHERE rules.id > :after {filters} ORDER BY rules.id LIMIT :limit + 1`,
       RULE_FILTERS,
     );
@@ -321,14 +321,14 @@ export class RuleStore {
     // owner, a node or a tunnel the scan of their rules through its index is the shorter way.
     this.searchQuery = new FilteredQuery(
       db,
-      `SELECT v.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.id = n.rowid
+      `SELECT rules.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.rowid = n.rowid
         WHERE n.name LIKE :trigrams AND n.rowid > :after {filters} ORDER BY n.rowid LIMIT :limit + 1`,
       RULE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM rules WHERE 1 {filters}', RULE_FILTERS);
     this.sortedQueries = new KeysetQueries(
       db,
-      { select: 'v.id, v.json', from: 'rules JOIN rule_views v ON v.id = rules.id', id: 'rules.id' },
+      { select: 'rules.id, v.json', from: 'rules JOIN rule_views v ON v.rowid = rules.id', id: 'rules.id' },
       RULE_SORTS,
       RULE_FILTERS,
     );
@@ -338,7 +338,7 @@ export class RuleStore {
       RULE_FILTERS,
     );
     this.jsonStmt = db.prepare(
-      'SELECT r.version, r.owner_id, v.json FROM rules r JOIN rule_views v ON v.id = r.id WHERE r.id = ?',
+      'SELECT r.version, r.owner_id, v.json FROM rules r JOIN rule_views v ON v.rowid = r.id WHERE r.id = ?',
     );
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.

@@ -99,7 +99,7 @@ function toUser(row: Row): UserWithHash {
 }
 
 /** How many rules the user in `users` owns, as the tallies keep it: one row read. */
-const RULE_COUNT = 'coalesce((SELECT rules FROM owner_tallies WHERE user_id = users.id), 0) AS rule_count';
+const RULE_COUNT = 'coalesce((SELECT rules FROM owner_tallies WHERE rowid = users.id), 0) AS rule_count';
 
 /** A user's columns, with the count of the rules they own. */
 const SELECT = `SELECT *, ${RULE_COUNT} FROM users`;
@@ -166,7 +166,7 @@ export class UserStore {
     this.byId = db.prepare(`${SELECT} WHERE id = ?`);
     this.byName = db.prepare(`${SELECT} WHERE username = ?`);
     this.namesStmt = db.prepare('SELECT id, username FROM users');
-    this.ownedStmt = db.prepare(`SELECT coalesce((SELECT rules FROM owner_tallies WHERE user_id = ?1), 0) AS rules,
+    this.ownedStmt = db.prepare(`SELECT coalesce((SELECT rules FROM owner_tallies WHERE rowid = ?1), 0) AS rules,
       (SELECT count(*) FROM tunnels WHERE owner_id = ?1) AS tunnels`);
     this.rendered = renderedRows<Row>(db, 'users', `${SELECT} WHERE id IN (SELECT value FROM json_each(?))`, (row) => ({
       version: row.version,

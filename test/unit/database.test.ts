@@ -446,7 +446,7 @@ test(REBUILD, () => {
     })),
   );
   assert.equal((raw.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'rules'").get() as { seq: number }).seq, 9);
-  const view = JSON.parse((raw.prepare('SELECT json FROM rule_views WHERE id = 2').get() as { json: string }).json);
+  const view = JSON.parse((raw.prepare('SELECT json FROM rule_views WHERE rowid = 2').get() as { json: string }).json);
   assert.deepEqual(
     [view.weights, view.preserve_source, view.sync.relayed_because, view.owner_id],
     [null, false, 'the rule asks for the relay', 2],

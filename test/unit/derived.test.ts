@@ -7,6 +7,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { ruleFieldsOf, type OwnedRuleFields, type RuleFields } from '../../internal/domain/rules.ts';
 import { derivations, installDerived } from '../../internal/store/derived.ts';
+import { notReplicated } from '../../internal/store/replication.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { trigger, type Derivation } from '../../internal/store/trigger.ts';
 import { NO_CONTROLS } from '../helpers.ts';
@@ -73,10 +74,10 @@ test('the triggers a database opens with are exactly their one definition, whate
   const raw = new DatabaseSync(path);
   raw.exec(`DROP TRIGGER rule_views_update;
     CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
-      UPDATE rule_views SET json = json_object('id', NEW.id) WHERE id = NEW.id;
+      UPDATE rule_views SET json = json_object('id', NEW.id) WHERE rowid = NEW.id;
     END;
     CREATE TRIGGER gone_long_ago AFTER DELETE ON users BEGIN SELECT 1; END;`);
-  raw.prepare("UPDATE rule_views SET json = '{}' WHERE id = ?").run(ids[0]!);
+  raw.prepare("UPDATE rule_views SET json = '{}' WHERE rowid = ?").run(ids[0]!);
   raw.close();
   store.close();
   const reopened = openStore(join(path, '..'), { secretFields: new Set() });
@@ -96,13 +97,13 @@ test('a changed definition replaces its triggers and re-renders the rows it keep
       : {
           ...d,
           triggers: [trigger('rule_views_insert', 'AFTER INSERT ON rules BEGIN SELECT 1; END')],
-          rebuild: 'DELETE FROM rule_views; INSERT INTO rule_views (id, json) SELECT id, \'{"v":2}\' FROM rules',
+          rebuild: 'DELETE FROM rule_views; INSERT INTO rule_views (rowid, json) SELECT id, \'{"v":2}\' FROM rules',
         },
   );
   const raw = new DatabaseSync(path);
   t.after(() => raw.close());
   const views = () =>
-    raw.prepare('SELECT id, json FROM rule_views ORDER BY id').all() as { id: number; json: string }[];
+    raw.prepare('SELECT rowid AS id, json FROM rule_views ORDER BY rowid').all() as { id: number; json: string }[];
   const install = (wanted?: readonly Derivation[]) => {
     raw.exec('BEGIN IMMEDIATE');
     const installed = installDerived(raw, wanted);
@@ -132,4 +133,49 @@ test('what triggers journal is stamped with the clock the store was given, not S
   });
   assert.equal(first?.at, MOVED);
   assert.ok(ids.length > 0);
+});
+
+const RECORDED =
+  'what a primary records for its standbys is every table but those a copy derives, which have no primary key';
+
+test(RECORDED, async (t) => {
+  const { store, ids, path } = withRules(t);
+  const raw = new DatabaseSync(path, { readOnly: true });
+  t.after(() => raw.close());
+  const rows = raw.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all();
+  const tables = (rows as { name: string; sql: string }[]).filter((table) => !table.name.startsWith('sqlite_'));
+  const keyed = (table: string) =>
+    raw.prepare('SELECT 1 FROM pragma_table_info(?) WHERE pk > 0').get(table) !== undefined;
+  // FTS5 keeps its index in tables of its own, with keys: recorded, and passed over where a copy applies a change.
+  const fts = tables.filter((table) => table.sql.startsWith('CREATE VIRTUAL TABLE')).map((table) => table.name);
+  const ftsOwn = (table: string) => fts.some((name) => table === name || table.startsWith(`${name}_`));
+  const derived = tables.filter((table) => notReplicated(table.name) && table.name !== 'replication_position');
+  assert.deepEqual(
+    derived.filter((table) => !ftsOwn(table.name) && keyed(table.name)).map((table) => table.name),
+    [],
+    'a derived table with a primary key would be recorded',
+  );
+  assert.deepEqual(
+    tables.filter((table) => !notReplicated(table.name) && !keyed(table.name)).map((table) => table.name),
+    [],
+    'a replicated table without a primary key would never reach a copy',
+  );
+
+  // What one write records: a rule renamed, disabled and given away, its node retagged (every derivation's table).
+  const sessions = store.db.recordJob();
+  store.write(() => {
+    store.db.prepare("UPDATE rules SET name = 'renamed', enabled = 0, owner_id = NULL WHERE id = ?").run(ids[0]!);
+    store.db.prepare(`UPDATE nodes SET tags = '["eu"]'`).run();
+  });
+  await store.committed();
+  const recorded = new Set<string>();
+  const copy = new DatabaseSync(':memory:');
+  copy.applyChangeset(sessions.take(), { filter: (table) => (recorded.add(table), false) });
+  copy.close();
+  sessions.close();
+  assert.deepEqual(
+    [...recorded].filter((table) => !ftsOwn(table)).sort(),
+    ['audit_log', 'events', 'nodes', 'rules'].filter((table) => recorded.has(table)),
+  );
+  assert.ok(recorded.has('rules') && recorded.has('nodes'));
 });

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
 import { MAX_CHANGES, PAGE_CHANGES, ReplicationFeed } from '../../internal/replication/feed.ts';
+import { decodeChanges, encodeChanges } from '../../internal/replication/wire.ts';
 
 const change = (generation: string, seq: number, bytes = 10) => ({
   generation,
@@ -46,4 +47,33 @@ test('a write waits for a standby to hold it, and no longer than asked', async (
   // A position a standby cannot be at (ahead of the record) holds nothing.
   feed.after({ generation: 'g', seq: 99 });
   assert.equal(feed.holds({ generation: 'g', seq: 2 }), false);
+});
+
+test('a page of changes goes as JSON and bytes, and a standby reads back exactly it or refuses it whole', () => {
+  const changes = [1, 2, 3].map((seq) => ({ ...change('g', seq, seq * 100), sha256: `h${seq}` }));
+  changes[1]!.changeset.fill(0x0a);
+  const page = { reseed: false, changes };
+  const encoded = encodeChanges(page);
+  assert.deepEqual(decodeChanges(encoded), {
+    reseed: false,
+    changes: changes.map((c) => ({ ...c, changeset: Buffer.from(c.changeset) })),
+  });
+  assert.deepEqual(decodeChanges(encodeChanges({ reseed: true, changes: [] })), { reseed: true, changes: [] });
+  const head = (value: unknown, tail = Buffer.alloc(0)) =>
+    Buffer.concat([Buffer.from(`${JSON.stringify(value)}\n`), tail]);
+  const one = { generation: 'g', seq: 1, at: 1, sha256: 'h', bytes: 4 };
+  const refused: [string, Buffer][] = [
+    ['no head line', Buffer.from('{"reseed":false,"changes":[]}')],
+    ['a head past its bound', Buffer.concat([Buffer.alloc(2 * 1024 * 1024, 0x20), Buffer.from('\n')])],
+    ['bytes cut short', encoded.subarray(0, encoded.length - 1)],
+    ['bytes no change claims', Buffer.concat([encoded, Buffer.from([0])])],
+    ['a change claiming more than there is', head({ reseed: false, changes: [one] }, Buffer.alloc(3))],
+    ['a negative length', head({ reseed: false, changes: [{ ...one, bytes: -1 }] })],
+    ['a length that is no integer', head({ reseed: false, changes: [{ ...one, bytes: 1.5 }] }, Buffer.alloc(1))],
+    ['a change that is no object', head({ reseed: false, changes: [null] })],
+    ['a number that is text', head({ reseed: false, changes: [{ ...one, seq: '1' }] }, Buffer.alloc(4))],
+    ['no reseed', head({ changes: [] })],
+    ['not JSON', Buffer.from('{nope\n')],
+  ];
+  for (const [what, bytes] of refused) assert.throws(() => decodeChanges(bytes), Error, what);
 });
