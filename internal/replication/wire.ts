@@ -1,7 +1,6 @@
 // How a page of changes travels from a primary to a standby: one line of JSON saying what the page holds (each change
 // but its bytes, and how many bytes it is), then each change's bytes back to back. The changesets go as they are: as
-// base64 in JSON they cost the primary a third more bytes to send and two strings of their size to make, whose
-// collection under a standby's load was a tenth of what following cost the primary.
+// base64 in JSON each cost the primary a third more bytes to send and two strings of its size to make and collect.
 
 import type { RecordedChange } from '../store/replication.ts';
 

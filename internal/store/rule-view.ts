@@ -297,7 +297,7 @@ const ruleNames: Derivation = {
     ),
   ],
   // The full-text table and what FTS5 keeps it in (external content: no _content table).
-  derivedOnCopies: ['rule_names', 'rule_names_data', 'rule_names_idx', 'rule_names_docsize', 'rule_names_config'],
+  derivedOnCopies: ['rule_names', 'rule_names_data', 'rule_names_idx', 'rule_names_config'],
   rebuild: "INSERT INTO rule_names (rule_names) VALUES ('rebuild')",
 };
 
