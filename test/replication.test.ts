@@ -118,7 +118,7 @@ test('a change corrupted or out of order on the way makes the copy seed itself a
           if (page.changes.length > 1) {
             spoil(page);
             spoil = null;
-            body = encodeChanges(page);
+            body = Buffer.concat(encodeChanges(page));
           }
         }
         res.writeHead(answer.statusCode!, { ...answer.headers, 'content-length': body.length }).end(body);

@@ -12,7 +12,7 @@ import type { Reply } from './route.ts';
 export interface Outgoing {
   status: number;
   headers: Record<string, string>;
-  body: Buffer | null;
+  body: Buffer | readonly Buffer[] | null;
   /** See `Reply.stream`. */
   stream?: (res: ServerResponse | null) => void;
 }
@@ -34,7 +34,7 @@ export function fromReply(reply: Reply): Outgoing {
       body: null,
       stream: reply.stream,
     };
-  // A Buffer goes as it is: Buffer.from would copy it (a snapshot is the size of the database).
+  // Bytes go as they are: Buffer.from would copy them (a snapshot is the size of the database).
   if (reply.raw !== undefined)
     return {
       status: reply.status,
@@ -63,10 +63,17 @@ export function write(res: ServerResponse, out: Outgoing, requestId: string): vo
   // cache (each is its caller's, some carry a secret shown once), and none is to be sniffed into another type.
   const headers = ['X-Request-Id', requestId, 'Cache-Control', 'no-store', 'X-Content-Type-Options', 'nosniff'];
   for (const name in out.headers) headers.push(name, out.headers[name]!);
-  if (out.body) headers.push('Content-Length', String(out.body.length));
+  if (out.body) headers.push('Content-Length', String(bodyLength(out.body)));
   res.writeHead(out.status, headers);
   if (out.stream) return out.stream(res);
-  res.end(out.body ?? undefined);
+  if (!out.body || Buffer.isBuffer(out.body)) return void res.end(out.body ?? undefined);
+  res.cork();
+  for (const chunk of out.body) res.write(chunk);
+  res.end();
+}
+
+export function bodyLength(body: Buffer | readonly Buffer[]): number {
+  return Buffer.isBuffer(body) ? body.length : body.reduce((sum, chunk) => sum + chunk.length, 0);
 }
 
 /** Errors from below the API that have a meaning for the caller, as that meaning; anything else as it is. */

@@ -4,7 +4,7 @@
 import { redactSecrets } from '../store/audit.ts';
 import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
 import type { App } from './app.ts';
-import { fromError, type Outgoing } from './outgoing.ts';
+import { bodyLength, fromError, type Outgoing } from './outgoing.ts';
 import { DomainError } from '../errors/errors.ts';
 
 /** How long a key's answer is kept. */
@@ -30,7 +30,7 @@ function replayOf(
   requestId: string,
   secretFields: ReadonlySet<string>,
 ): Pick<StoredResponse, 'status' | 'headers' | 'body'> {
-  if ((out.body?.length ?? 0) > MAX_REPLAY_BYTES) {
+  if (out.body && bodyLength(out.body) > MAX_REPLAY_BYTES) {
     const detail =
       `a request with this Idempotency-Key was carried out (status ${out.status}); its response was too large to ` +
       `keep, so read the resources it changed`;
@@ -39,7 +39,7 @@ function replayOf(
   const headers = Object.fromEntries(
     Object.entries(out.headers).filter(([name]) => REPLAYED_HEADERS.includes(name.toLowerCase())),
   );
-  const body = out.body ?? Buffer.alloc(0);
+  const body = !out.body ? Buffer.alloc(0) : Buffer.isBuffer(out.body) ? out.body : Buffer.concat(out.body);
   const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1] ?? '';
   if (body.length === 0 || !/json/.test(type)) return { status: out.status, headers, body };
   const kept = redactSecrets(JSON.parse(body.toString('utf8')), secretFields);

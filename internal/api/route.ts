@@ -29,8 +29,8 @@ export interface Reply {
   body?: unknown;
   /** A body that is JSON text already (built by SQLite, or its UTF-8 bytes), sent as is. */
   json?: string | Buffer;
-  /** A body that is not JSON; `headers` gives its Content-Type. */
-  raw?: string | Buffer;
+  /** A body that is not JSON; `headers` gives its Content-Type. Chunks go one after another, never copied into one. */
+  raw?: string | Buffer | readonly Buffer[];
   headers?: Record<string, string>;
   /**
    * A body that goes on (server-sent events): called once, with the response once its headers are sent, or with null

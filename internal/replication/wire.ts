@@ -15,7 +15,8 @@ export interface ChangesPage {
   changes: RecordedChange[];
 }
 
-export function encodeChanges({ reseed, changes }: ChangesPage): Buffer {
+/** The page as the chunks of one body, the changesets as they are (not copied into one). */
+export function encodeChanges({ reseed, changes }: ChangesPage): Buffer[] {
   const head = changes.map(({ generation, seq, at, sha256, changeset }) => ({
     generation,
     seq,
@@ -23,10 +24,10 @@ export function encodeChanges({ reseed, changes }: ChangesPage): Buffer {
     sha256,
     bytes: changeset.length,
   }));
-  return Buffer.concat([
-    Buffer.from(`${JSON.stringify({ reseed, changes: head })}\n`),
-    ...changes.map((change) => change.changeset),
-  ]);
+  const chunks = changes.map((change) =>
+    Buffer.from(change.changeset.buffer, change.changeset.byteOffset, change.changeset.length),
+  );
+  return [Buffer.from(`${JSON.stringify({ reseed, changes: head })}\n`), ...chunks];
 }
 
 /** A page as `encodeChanges` makes it; throws on anything else (the bytes are read as coming from anyone). */

@@ -53,12 +53,15 @@ test('a page of changes goes as JSON and bytes, and a standby reads back exactly
   const changes = [1, 2, 3].map((seq) => ({ ...change('g', seq, seq * 100), sha256: `h${seq}` }));
   changes[1]!.changeset.fill(0x0a);
   const page = { reseed: false, changes };
-  const encoded = encodeChanges(page);
+  const encoded = Buffer.concat(encodeChanges(page));
   assert.deepEqual(decodeChanges(encoded), {
     reseed: false,
     changes: changes.map((c) => ({ ...c, changeset: Buffer.from(c.changeset) })),
   });
-  assert.deepEqual(decodeChanges(encodeChanges({ reseed: true, changes: [] })), { reseed: true, changes: [] });
+  assert.deepEqual(decodeChanges(Buffer.concat(encodeChanges({ reseed: true, changes: [] }))), {
+    reseed: true,
+    changes: [],
+  });
   const head = (value: unknown, tail = Buffer.alloc(0)) =>
     Buffer.concat([Buffer.from(`${JSON.stringify(value)}\n`), tail]);
   const one = { generation: 'g', seq: 1, at: 1, sha256: 'h', bytes: 4 };
