@@ -6,7 +6,12 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
+import { dialTargets } from '../internal/relay/dial.ts';
+import { Gate } from '../internal/relay/gate.ts';
+import { DEFAULT_LIMITS } from '../internal/relay/limits.ts';
 import { adopt, forward, readBufferBytes } from '../internal/relay/reads.ts';
+import { TargetPicker } from '../internal/relay/targets.ts';
+import { TcpRelay } from '../internal/relay/tcp.ts';
 import { udpRoundTrip } from './agents.ts';
 import { NO_CONTROLS } from './helpers.ts';
 import { closedPort, freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
@@ -659,4 +664,49 @@ test(CLASHING, async (t) => {
   assert.match(results[1]!.error!.detail, new RegExp(`overlap rule 1's \\(${first}-${first + 5}\\)`));
   assert.equal(results[2]!.error?.code, 'kernel_unsupported');
   assert.match(results[2]!.error!.detail, /1,001 ports are the kernel's alone .* user space only/);
+});
+
+const ANY_ORDER =
+  'TCP: connections that end in any order leave the relay carrying exactly those still open, each byte counted once';
+
+test(ANY_ORDER, async (t) => {
+  const echo = await tcpEcho(t);
+  const limits = { ...DEFAULT_LIMITS, allowLocalTargets: true };
+  const picker = new TargetPicker([{ host: '127.0.0.1', port: echo }], 'round_robin');
+  const relay = new TcpRelay(dialTargets(picker, limits), limits, new Gate(NO_CONTROLS));
+  await relay.listen('127.0.0.1', 0);
+  t.after(() => relay.close());
+  const port = (relay as unknown as { server: { address(): AddressInfo } }).server.address().port;
+  // Twelve connections, each echoing a message of its own length; they close in an order that is not the opening's.
+  const sockets: Socket[] = [];
+  t.after(() => sockets.forEach((socket) => socket.destroy()));
+  let sent = 0;
+  for (let i = 1; i <= 12; i++) {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => undefined);
+    await once(socket, 'connect');
+    socket.write(Buffer.alloc(i * 100, i));
+    sent += i * 100;
+    let echoed = 0;
+    await new Promise<void>((resolve) =>
+      socket.on('data', (chunk: Buffer) => (echoed += chunk.length) >= i * 100 && resolve()),
+    );
+    sockets.push(socket);
+  }
+  assert.equal(relay.carrying, 12);
+  const counted = relay.drain();
+  assert.deepEqual(counted, { bytes_in: sent, bytes_out: sent }, 'the bytes of connections still open');
+  const order = [4, 0, 11, 7, 5, 1, 10, 2, 9, 3, 8, 6];
+  for (const [n, i] of order.entries()) {
+    sockets[i]!.end();
+    await until(`${n + 1} closed`, () => relay.carrying === 11 - n);
+    assert.deepEqual(relay.drain(), { bytes_in: 0, bytes_out: 0 }, 'nothing counted twice');
+    // Each still open is still counted while open: what it moves now is in the next drain.
+    for (const open of order.slice(n + 1)) {
+      sockets[open]!.write('seven b');
+      await once(sockets[open]!, 'data');
+    }
+    const moved = 7 * (11 - n);
+    assert.deepEqual(relay.drain(), { bytes_in: moved, bytes_out: moved }, `after ${n + 1} closed`);
+  }
 });

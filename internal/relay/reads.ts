@@ -37,8 +37,9 @@ const MOST_BYTES = 256 * 1024;
 /** The buffer every connection reads into until it moves bulk data; its bytes are copied out at each read. */
 const shared = Buffer.allocUnsafeSlow(FIRST_BYTES);
 
-/** The reader of each socket made by `readingSocket` or `adopt`. */
-const readers = new WeakMap<Socket, Reader>();
+/** Where a socket made by `readingSocket` or `adopt` keeps its reader. */
+const READER = Symbol('reader');
+type Read = Socket & { [READER]?: Reader };
 
 class Reader {
   /** The shared buffer, or one of its own while the connection moves bulk data. */
@@ -155,7 +156,7 @@ export function readingSocket(options: { allowHalfOpen: boolean }): Socket {
   const socket = new Socket({ ...options, onread: reader.onread });
   socket.pause();
   reader.socket = socket;
-  readers.set(socket, reader);
+  (socket as Read)[READER] = reader;
   return socket;
 }
 
@@ -179,13 +180,13 @@ export function adopt(accepted: Socket): Socket {
   internal._handle = null;
   accepted.destroy();
   reader.socket = socket;
-  readers.set(socket, reader);
+  (socket as Read)[READER] = reader;
   return socket;
 }
 
 /** What the next read of a socket made by `readingSocket` or `adopt` may take, in bytes; undefined for another. */
 export function readBufferBytes(socket: Socket): number | undefined {
-  return readers.get(socket)?.bufferBytes;
+  return (socket as Read)[READER]?.bufferBytes;
 }
 
 /**
@@ -193,7 +194,7 @@ export function readBufferBytes(socket: Socket): number | undefined {
  * debt to the bucket of `limit`'s rule, which counts what goes through.
  */
 export function forward(from: Duplex, to: Writable, limit: Limit | null = null): void {
-  const reader = from instanceof Socket ? readers.get(from) : undefined;
+  const reader = from instanceof Socket ? (from as Read)[READER] : undefined;
   if (!reader && !limit) return void from.pipe(to);
   from.once('end', () => to.end());
   if (reader) reader.start(to, limit);
