@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 // Test helpers: the real master in-process on port 0 with a temporary data dir, and a
 // small HTTP client that returns status, headers and parsed body.
 
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
@@ -14,6 +14,8 @@ import { rolledUp } from '../internal/service/maintenance.ts';
 import { tenantScopes, type Scope } from '../internal/auth/scopes.ts';
 import { silentLogger, type Logger } from '../internal/log/log.ts';
 import { controlDefaults } from '../internal/domain/rules.ts';
+import { selfSigned } from '../internal/tls/certificate.ts';
+import { pinOf } from '../internal/tls/pin.ts';
 
 /** What a rule has of each control when none is given (the API's defaults), for tests that write rules directly. */
 export const NO_CONTROLS = controlDefaults;
@@ -282,4 +284,20 @@ export function yieldingThreads(): number {
       return false; // a thread that ended between the listing and the read
     }
   }).length;
+}
+
+export interface CertFiles {
+  certPath: string;
+  keyPath: string;
+  pin: string;
+}
+
+/** A self-signed certificate for `names` and its key, in files of a directory of their own, and its pin. */
+export function certFiles(names = ['127.0.0.1', 'localhost']): CertFiles {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-cert-'));
+  const made = selfSigned(names);
+  const files = { certPath: join(dir, 'cert.pem'), keyPath: join(dir, 'key.pem') };
+  writeFileSync(files.certPath, made.cert);
+  writeFileSync(files.keyPath, made.key, { mode: 0o600 });
+  return { ...files, pin: pinOf(made.cert) };
 }

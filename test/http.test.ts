@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { Agent, request } from 'node:http';
+import { Agent, request as httpRequest } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import type { Logger } from '../internal/log/log.ts';
-import { assertProblem, call, login, mintToken, snapshot, startMaster } from './helpers.ts';
+import { assertProblem, call, certFiles, login, mintToken, snapshot, startMaster } from './helpers.ts';
 import { until } from './net.ts';
 
 test('unknown paths are 404 and wrong methods 405 with Allow, as problem+json', async (t) => {
@@ -91,7 +92,7 @@ test('a revoked or expired token is 401 invalid_token', async (t) => {
 /** GET `path` exactly as given: fetch and URL would resolve dot segments before sending. */
 function rawGet(base: string, path: string, token: string): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
-    const req = request(`${base}/`, { path, headers: { authorization: `Bearer ${token}` } }, (res) => {
+    const req = httpRequest(`${base}/`, { path, headers: { authorization: `Bearer ${token}` } }, (res) => {
       let text = '';
       res.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
       res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
@@ -150,7 +151,7 @@ test('a chunked body over the limit is cut off with 413', async (t) => {
   const m = await startMaster(t);
   const url = new URL(m.url);
   const status = await new Promise<number>((resolve, reject) => {
-    const req = request(
+    const req = httpRequest(
       {
         host: url.hostname,
         port: url.port,
@@ -574,46 +575,55 @@ test(
   },
 );
 
-test(
-  "strangers' idle connections, 4096 at most in all, never crowd out a new client nor a " + "known caller's connection",
-  async (t) => {
-    const m = await startMaster(t);
-    const { port } = new URL(m.url);
-    // A known caller's keep-alive connection: its first request is authenticated.
-    const known = new Agent({ keepAlive: true, maxSockets: 1 });
-    t.after(() => known.destroy());
-    let knownSocket: Socket | undefined;
-    const get = (agent: Agent | undefined, path: string, token?: string) =>
-      new Promise<number>((resolve, reject) => {
-        const req = request(`${m.url}${path}`, { agent, headers: token ? { authorization: `Bearer ${token}` } : {} });
-        if (agent) req.on('socket', (socket) => (knownSocket ??= socket));
-        req.on('response', (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode!));
+for (const over of ['HTTP', 'HTTPS'] as const)
+  test(
+    `strangers' idle connections, 4096 at most in all, never crowd out a new client nor a known caller's connection ` +
+      `(${over})`,
+    { timeout: 60_000 },
+    async (t) => {
+      // Over HTTPS a request comes on the TLS socket, over the TCP socket the stranger was counted by.
+      const m = await startMaster(t, over === 'HTTPS' ? { tls: certFiles() } : {});
+      const { port } = new URL(m.url);
+      const request = over === 'HTTPS' ? httpsRequest : httpRequest;
+      // A known caller's keep-alive connection: its first request is authenticated.
+      const known =
+        over === 'HTTPS'
+          ? new HttpsAgent({ keepAlive: true, maxSockets: 1, rejectUnauthorized: false })
+          : new Agent({ keepAlive: true, maxSockets: 1 });
+      t.after(() => known.destroy());
+      let knownSocket: Socket | undefined;
+      const get = (agent: Agent | undefined, path: string, token?: string) =>
+        new Promise<number>((resolve, reject) => {
+          const headers = token ? { authorization: `Bearer ${token}` } : {};
+          const req = request(`${m.url}${path}`, { agent, headers, rejectUnauthorized: false });
+          if (agent) req.on('socket', (socket) => (knownSocket ??= socket));
+          req.on('response', (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode!));
+          });
+          req.on('error', reject);
+          req.end();
         });
-        req.on('error', reject);
-        req.end();
-      });
-    assert.equal(await get(known, '/api/nodes', m.admin), 200);
-    const first = knownSocket!;
-    const idle: Socket[] = [];
-    for (let host = 10; host < 19; host++) {
-      const batch = Array.from({ length: 480 }, () => {
-        const socket = connect({ host: '127.0.0.1', port: Number(port), localAddress: `127.0.0.${host}` });
-        socket.on('error', () => undefined);
-        return socket;
-      });
-      idle.push(...batch);
-      await Promise.all(batch.map((socket) => once(socket, 'connect').catch(() => undefined)));
-      // Let the master take them off its accept queue (512 deep).
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    const open = () => idle.filter((socket) => !socket.destroyed).length;
-    await until('the oldest strangers closed', () => open() <= 4096);
-    assert.ok(open() > 4000, `${open()} of ${idle.length} idle connections still open`);
-    assert.equal(await get(undefined, '/api/health'), 200, 'a new client gets in');
-    assert.equal(first.destroyed, false, "the known caller's connection, the oldest of all, is still open");
-    assert.equal(await get(known, '/api/nodes', m.admin), 200);
-    idle.forEach((socket) => socket.destroy());
-  },
-);
+      assert.equal(await get(known, '/api/nodes', m.admin), 200);
+      const first = knownSocket!;
+      const idle: Socket[] = [];
+      t.after(() => idle.forEach((socket) => socket.destroy()));
+      for (let host = 10; host < 19; host++) {
+        const batch = Array.from({ length: 480 }, () => {
+          const socket = connect({ host: '127.0.0.1', port: Number(port), localAddress: `127.0.0.${host}` });
+          socket.on('error', () => undefined);
+          return socket;
+        });
+        idle.push(...batch);
+        await Promise.all(batch.map((socket) => once(socket, 'connect').catch(() => undefined)));
+        // Let the master take them off its accept queue (512 deep).
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      const open = () => idle.filter((socket) => !socket.destroyed).length;
+      await until('the oldest strangers closed', () => open() <= 4096);
+      assert.ok(open() > 4000, `${open()} of ${idle.length} idle connections still open`);
+      assert.equal(await get(undefined, '/api/health'), 200, 'a new client gets in');
+      assert.equal(first.destroyed, false, "the known caller's connection, the oldest of all, is still open");
+      assert.equal(await get(known, '/api/nodes', m.admin), 200);
+    },
+  );

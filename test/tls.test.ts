@@ -14,23 +14,8 @@ import { test, type TestContext } from 'node:test';
 import { connect as tlsConnect, createServer as createTlsServer } from 'node:tls';
 import { selfSigned } from '../internal/tls/certificate.ts';
 import { pinOf } from '../internal/tls/pin.ts';
-import { call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
+import { call, certFiles, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-
-interface CertFiles {
-  certPath: string;
-  keyPath: string;
-  pin: string;
-}
-
-function certFiles(names = ['127.0.0.1', 'localhost']): CertFiles {
-  const dir = mkdtempSync(join(tmpdir(), 'portplane-cert-'));
-  const made = selfSigned(names);
-  const files = { certPath: join(dir, 'cert.pem'), keyPath: join(dir, 'key.pem') };
-  writeFileSync(files.certPath, made.cert);
-  writeFileSync(files.keyPath, made.key, { mode: 0o600 });
-  return { ...files, pin: pinOf(made.cert) };
-}
 
 interface Program extends ChildProcess {
   output: string[];
