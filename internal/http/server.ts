@@ -84,7 +84,10 @@ export async function listen(
     maxHeaderSize: 16 * 1024,
   };
   const serve = (req: IncomingMessage, res: ServerResponse) => void handler(req, res);
-  const server = tls ? createTlsServer({ ...options, ...secureContext(tls) }, serve) : createServer(options, serve);
+  // A TLS handshake gets what a request's headers get (Node's default is two minutes).
+  const server = tls
+    ? createTlsServer({ ...options, ...secureContext(tls), handshakeTimeout: options.headersTimeout }, serve)
+    : createServer(options, serve);
   server.timeout = 60_000;
   server.maxRequestsPerSocket = 10_000;
   // Oldest first, in an array a stranger stays in until it is passed over once gone, or the array is compacted. (A Map
@@ -155,7 +158,12 @@ export async function listen(
     },
     close(graceMs = 10_000) {
       return new Promise<void>((resolve) => {
-        const force = setTimeout(() => server.closeAllConnections(), graceMs);
+        // Past the grace, every connection ends: HTTP's, and strangers' still in a TLS handshake, which HTTP does not
+        // know of (they held a close for the handshake's time-out).
+        const force = setTimeout(() => {
+          server.closeAllConnections();
+          for (const stranger of strangers) if (!stranger.gone) stranger.socket.destroy();
+        }, graceMs);
         server.close(() => {
           clearTimeout(force);
           resolve();
