@@ -3,22 +3,15 @@
 // change one's own password; every page at desktop and phone width.
 
 import assert from 'node:assert/strict';
-import { mkdirSync, statSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
 import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, login, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { consolePage, noBrowser } from './browser.ts';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
-let noBrowser: string | false = false;
-try {
-  statSync(CHROMIUM);
-} catch {
-  noBrowser = `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
-}
 
 /** Holds `count` free TCP ports on 127.0.0.1, so that rules listening on them fail on the node as port_in_use. */
 async function holdPorts(count: number): Promise<{ ports: number[]; servers: Server[] }> {
@@ -75,20 +68,8 @@ test('an operator finds, selects and fixes rules among thousands from the consol
     return counted.body.traffic.bytes_in > 0;
   });
 
-  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  t.after(() => browser.close());
-  const page: Page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(15_000);
-  const problems: string[] = [];
   const origin = new URL(m.url).origin;
-  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
-  page.on('console', (message) => {
-    if (message.type() === 'error' && !/status of 4\d\d/.test(message.text()))
-      problems.push(`console error: ${message.text()}`);
-  });
-  page.on('request', (request) => {
-    if (new URL(request.url()).origin !== origin) problems.push(`request to another origin: ${request.url()}`);
-  });
+  const { page, problems } = await consolePage(t, { origin, timeoutMs: 15_000 });
   mkdirSync(SHOTS, { recursive: true });
 
   // A link that names a node and a sync state opens the rules page filtered so: shareable, kept over a reload.

@@ -3,15 +3,13 @@
 // session (sign in again). Screenshots go to test-results/console.
 
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { test } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
 import { ADMIN_PASSWORD, call, mintToken, node, startMaster } from './helpers.ts';
 import { until } from './net.ts';
+import { consolePage, noBrowser } from './browser.ts';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
-const noBrowser = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
 
 const STANDBY_CONSOLE =
   'on a standby the console reads the primary’s copy under a banner naming it, refuses changes, and drops both ' +
@@ -27,12 +25,8 @@ test(STANDBY_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
     return nodes.body.items?.length === 1;
   });
 
-  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  t.after(() => browser.close());
-  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(10_000);
-  const problems: string[] = [];
-  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
+  // A standby refuses a change with 503, naming its primary: the test asks for one.
+  const { page, problems } = await consolePage(t, { provoked: (status) => status === 503 || status < 500 });
   mkdirSync(SHOTS, { recursive: true });
 
   await page.goto(standby.url);

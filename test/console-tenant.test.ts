@@ -3,14 +3,13 @@
 // each user's role, plan and usage, and the plans. Screenshots go to test-results/console.
 
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { type Page } from 'playwright-core';
 import { ADMIN_PASSWORD, call, newTenant, node, rule, startMaster } from './helpers.ts';
+import { consolePage, noBrowser } from './browser.ts';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
-const noBrowser = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
 const GiB = 2 ** 30;
 
 async function signIn(page: Page, url: string, username: string, password: string): Promise<void> {
@@ -56,18 +55,7 @@ test(TENANT_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
     store.users.countTraffic([{ id: hers.id, bytes_in: 200 * 2 ** 20, bytes_out: 56 * 2 ** 20 }], granted.id);
   });
 
-  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  t.after(() => browser.close());
-  const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
-  page.setDefaultTimeout(10_000);
-  const problems: string[] = [];
-  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
-  page.on('console', (message) => {
-    // Chromium logs every 4xx answer: a signed-out session's last reads (401) are not faults of the page.
-    const answered4xx = /^Failed to load resource: the server responded with a status of 4\d\d/;
-    if (message.type() === 'error' && !answered4xx.test(message.text()))
-      problems.push(`console error: ${message.text()}`);
-  });
+  const { page, problems } = await consolePage(t);
   mkdirSync(SHOTS, { recursive: true });
   const shot = (name: string) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
   const open = async (link: string) => {

@@ -4,19 +4,18 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import { createServer as httpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { type Page } from 'playwright-core';
 import { nodeOf, startAgent } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, rule, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { releaseKey, upload } from './releases.ts';
+import { consolePage, noBrowser } from './browser.ts';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
-const noBrowser = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium)`;
 
 test('the console is a few small files, served with a strict policy and no inline script', async (t) => {
   const files = ['index.html', 'console.js', 'console.css', 'favicon.svg'];
@@ -74,26 +73,10 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     return dashboard.body.traffic.bytes_in > 0;
   });
 
-  const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  t.after(() => browser.close());
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: m.url });
-  const page = await context.newPage();
-  page.setDefaultTimeout(10_000);
-  const problems: string[] = [];
   const origin = new URL(m.url).origin;
-  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
-  page.on('console', (message) => {
-    // Chromium logs every 4xx answer; the ones this test provokes (401, 412, 422) are not faults of the page.
-    if (
-      message.type() === 'error' &&
-      !/^Failed to load resource: the server responded with a status of 4\d\d/.test(message.text())
-    )
-      problems.push(`console error: ${message.text()}`);
-  });
-  page.on('request', (request) => {
-    if (new URL(request.url()).origin !== origin) problems.push(`request to another origin: ${request.url()}`);
-  });
+  const { context, page, problems } = await consolePage(t, { origin });
+  const browser = context.browser()!;
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: m.url });
   page.on('dialog', (dialog) => void dialog.accept());
   mkdirSync(SHOTS, { recursive: true });
   const shot = (name: string) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
