@@ -4,7 +4,7 @@
 import { api, get } from '../api.ts';
 import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
-import { grantedNodesPage } from './tenant.ts';
+import { grantedNodesPage, nodeHeading } from './tenant.ts';
 import { showTraffic } from '../chart.ts';
 import { sparkline } from '../spark.ts';
 import { urlFilters } from '../filters.ts';
@@ -168,12 +168,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
       h(
         'tr',
         {},
-        h(
-          'th',
-          { scope: 'row' },
-          node.name,
-          node.tags.length ? h('span', { class: 'tags' }, node.tags.join(', ')) : null,
-        ),
+        nodeHeading(node),
         h('td', {}, `${node.ssh_user}@${node.host}:${node.ssh_port}`),
         h(
           'td',

@@ -22,25 +22,23 @@ interface TenantDashboard {
   traffic: { bytes_in: number; bytes_out: number };
 }
 
+/** A node's row heading in a list: its name, and its tags beside it. */
+export function nodeHeading(node: { name: string; tags: readonly string[] }): HTMLElement {
+  return h(
+    'th',
+    { scope: 'row' },
+    node.name,
+    node.tags.length ? h('span', { class: 'tags' }, node.tags.join(', ')) : null,
+  );
+}
+
 export async function grantedNodesPage(ctx: PageCtx): Promise<void> {
   const list = new PagedTable<GrantedNode>({
     caption: 'Nodes granted to you',
     headings: ['Name', 'Host', 'Status'],
     path: '/api/nodes',
     empty: 'Your plan grants no node.',
-    row: (node) =>
-      h(
-        'tr',
-        {},
-        h(
-          'th',
-          { scope: 'row' },
-          node.name,
-          node.tags.length ? h('span', { class: 'tags' }, node.tags.join(', ')) : null,
-        ),
-        h('td', {}, node.host),
-        h('td', {}, badge(node.status)),
-      ),
+    row: (node) => h('tr', {}, nodeHeading(node), h('td', {}, node.host), h('td', {}, badge(node.status))),
   });
   ctx.main.append(list.el);
   await ctx.live(() => list.load(), ['node'], 5000);
