@@ -14,7 +14,7 @@ import type { JobCommitted, JobDone, WriteDeps, WriteJob } from '../../internal/
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Database, SchemaMismatch } from '../../internal/store/database.ts';
-import type { TableSessions } from '../../internal/store/replication.ts';
+import type { ChangeSession } from '../../internal/store/replication.ts';
 import { Store } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 import { VERSION } from '../../internal/version.ts';
@@ -478,7 +478,7 @@ async function outcomeOf(
  * What a job committed, as one changeset; null past MAX_JOB_CHANGES, or when it cannot be read: the job is done
  * whatever happens here, and standbys seed anew.
  */
-function changesOf(recording: TableSessions, limit: number): Uint8Array | null {
+function changesOf(recording: ChangeSession, limit: number): Uint8Array | null {
   try {
     const changes = recording.take();
     return changes.length <= limit ? changes : null;

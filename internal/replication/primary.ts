@@ -10,8 +10,8 @@ import { ReplicationFeed } from './feed.ts';
 
 /**
  * In async mode, how long after a commit its changes are sealed for standbys, with any others committed meanwhile. A
- * seal has a cost of its own whatever it holds (about 240 us: each session that saw a change is made anew, and reads
- * its table's schema again at its first change), besides 4-5 us a write: at 10 ms a rule create under load cost 35-45
+ * seal has a cost of its own whatever it holds (about 240 us: the session is made anew, and reads each
+ * table's schema again at its first change), besides 4-5 us a write: at 10 ms a rule create under load cost 35-45
  * us more than without a standby, at 100 ms 13-19 us. 100 ms of lag is still little beside the second allowed.
  */
 const SEAL_AFTER_MS = 100;

@@ -11,7 +11,7 @@ import { formatTime } from '../schema/schema.ts';
 import { DomainError } from '../errors/errors.ts';
 import { dropTriggers, installDerived } from './derived.ts';
 import { migrations, tableRebuilds } from './migrations.ts';
-import { ChangeRecorder, TableSessions, type Position, type RecordedChange } from './replication.ts';
+import { ChangeRecorder, ChangeSession, type Position, type RecordedChange } from './replication.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
@@ -452,8 +452,8 @@ export class Database {
    * On a connection of a job's own (a worker's): records what it commits to the replicated tables, which `take` returns
    * as one changeset, for the master's connection to tell as a change of its own (see holdWrites).
    */
-  recordJob(): TableSessions {
-    return new TableSessions(this.db);
+  recordJob(): ChangeSession {
+    return new ChangeSession(this.db);
   }
 
   /**

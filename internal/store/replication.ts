@@ -1,9 +1,9 @@
 // Replication in SQLite's own terms. On the primary, what the master's connection commits, as the session extension
-// records it (a changeset: every row inserted, updated or deleted, triggers' work included), one session per
-// replicated table, sealed outside any transaction into numbered changes of a generation: at every commit, or (async
-// mode) at most every tenth of a second, a sealed change then being the net effect of the commits since the one
+// records it (a changeset: every row inserted, updated or deleted, triggers' work included), in one session of every
+// table (see ChangeSession), sealed outside any transaction into numbered changes of a generation: at every commit, or
+// (async mode) at most every tenth of a second, a sealed change then being the net effect of the commits since the one
 // before (a session compares what it saw first with what is there now: a change rolled back leaves nothing). A seal
-// costs hundreds of microseconds whatever the transactions did, the sessions' recording a few a row; the primary
+// costs hundreds of microseconds whatever the transactions did, the session's recording a few a row; the primary
 // writes nothing for it. A snapshot is sealed first and read in one read transaction opened at that moment, so it
 // stands exactly at the last change, which its copy is told (replication_position). On a copy, each change applied in
 // order, checked by its SHA-256 and its number, with the position it brings, in one transaction: a change that does
@@ -69,7 +69,7 @@ const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest(
  * (migration 38). One session, where one a table cost every write 5-9 us more: SQLite's hook goes through each session
  * at every row changed.
  */
-export class TableSessions {
+export class ChangeSession {
   private session: Session;
 
   constructor(private readonly db: DatabaseSync) {
@@ -99,7 +99,7 @@ export class TableSessions {
  * must be seeded anew.
  */
 export class ChangeRecorder {
-  private sessions: TableSessions;
+  private session: ChangeSession;
   private position: Position;
 
   constructor(
@@ -107,7 +107,7 @@ export class ChangeRecorder {
     private readonly onChange: (change: RecordedChange) => void,
   ) {
     this.position = { generation: randomUUID(), seq: 0 };
-    this.sessions = new TableSessions(db);
+    this.session = new ChangeSession(db);
   }
 
   get current(): Position {
@@ -116,7 +116,7 @@ export class ChangeRecorder {
 
   /** Outside any transaction: what was committed since the last seal becomes the next change, and is told. */
   seal(): void {
-    this.adopt(this.sessions.take());
+    this.adopt(this.session.take());
   }
 
   /**
@@ -132,12 +132,12 @@ export class ChangeRecorder {
   /** The database was written other than through this connection: what follows is a new generation. */
   newGeneration(): void {
     this.position = { generation: randomUUID(), seq: 0 };
-    this.sessions.close();
-    this.sessions = new TableSessions(this.db);
+    this.session.close();
+    this.session = new ChangeSession(this.db);
   }
 
   close(): void {
-    this.sessions.close();
+    this.session.close();
   }
 }
 
