@@ -14,7 +14,7 @@ import { TargetPicker } from '../internal/relay/targets.ts';
 import { TcpRelay } from '../internal/relay/tcp.ts';
 import { udpRoundTrip } from './agents.ts';
 import { NO_CONTROLS } from './helpers.ts';
-import { closedPort, freePort, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
+import { closedPort, freePort, freeSpan, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 /**
  * What `forwarder` counted for one rule, drained until it holds `bytes_in` and `bytes_out` at least: a connection's
@@ -575,26 +575,6 @@ test(FAILED_LATE, async (t) => {
   await new Promise((resolve) => setTimeout(resolve, 200));
   assert.equal(dialled, 0);
 });
-
-/** `count` consecutive TCP ports free on loopback, from a random start; the first of them. */
-async function freeSpan(count: number): Promise<number> {
-  for (;;) {
-    const first = 20_000 + Math.floor(Math.random() * 30_000);
-    const held: ReturnType<typeof createServer>[] = [];
-    try {
-      for (let port = first; port < first + count; port++) {
-        const server = createServer().listen(port, '127.0.0.1');
-        held.push(server);
-        await once(server, 'listening');
-      }
-      return first;
-    } catch {
-      // one of them is taken: another start
-    } finally {
-      await Promise.all(held.map((server) => new Promise((resolve) => server.close(resolve))));
-    }
-  }
-}
 
 /** Servers on `count` consecutive ports from `first` that each answer with their own port and hang up. */
 async function tellingPorts(t: TestContext, first: number, count: number): Promise<void> {

@@ -21,30 +21,32 @@ export async function until<T>(
   }
 }
 
+/**
+ * A port free now below the ephemeral range (which starts at 32768), for a server started later. A port from the
+ * ephemeral range could meanwhile be taken by any process's outgoing connection or listener on port 0: under CI's
+ * load it was, and a forwarder's listen failed.
+ */
 export async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
+  return freeSpan(1);
 }
 
-/**
- * A port free now below the ephemeral range (which starts at 32768): for a server started minutes later, as a script
- * does, which a port from the ephemeral range could meanwhile be taken from, by any process's outgoing connection or
- * listener on port 0.
- */
-export async function freePortBelowEphemeral(): Promise<number> {
+/** The first of `count` consecutive ports free now below the ephemeral range (see freePort). */
+export async function freeSpan(count: number): Promise<number> {
   for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 5_000);
-    const server = createServer();
-    const bound = await new Promise<boolean>((resolve) => {
-      server.once('error', () => resolve(false));
-      server.listen(port, '127.0.0.1', () => resolve(true));
-    });
-    if (!bound) continue;
-    await new Promise((resolve) => server.close(resolve));
-    return port;
+    const first = 20_000 + Math.floor(Math.random() * (12_000 - count));
+    const held: ReturnType<typeof createServer>[] = [];
+    try {
+      for (let port = first; port < first + count; port++) {
+        const server = createServer().listen(port, '127.0.0.1');
+        held.push(server);
+        await once(server, 'listening');
+      }
+      return first;
+    } catch {
+      // one of them is taken: another start
+    } finally {
+      await Promise.all(held.map((server) => new Promise((resolve) => server.close(resolve))));
+    }
   }
 }
 
@@ -55,7 +57,7 @@ export async function freePortBelowEphemeral(): Promise<number> {
  */
 export async function closedPort(): Promise<number> {
   for (;;) {
-    const port = await freePortBelowEphemeral();
+    const port = await freePort();
     const socket = createSocket('udp4');
     const bound = await new Promise<boolean>((resolve) => {
       socket.once('error', () => resolve(false));

@@ -15,7 +15,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, sym
 import { tmpdir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { freePortBelowEphemeral } from './net.ts';
+import { freePort } from './net.ts';
 
 interface Block {
   line: number;
@@ -79,10 +79,10 @@ test(
     for (const name of CLONE) symlinkSync(join(root, name), join(dir, name));
     mkdirSync(join(dir, 'home'));
     const [port, tlsPort, rolloutPort, standbyPort] = [
-      await freePortBelowEphemeral(),
-      await freePortBelowEphemeral(),
-      await freePortBelowEphemeral(),
-      await freePortBelowEphemeral(),
+      await freePort(),
+      await freePort(),
+      await freePort(),
+      await freePort(),
     ];
     const base = `http://127.0.0.1:${port}`;
     const substitute = (text: string) =>
