@@ -619,6 +619,9 @@ for (const over of ['HTTP', 'HTTPS'] as const)
           await Promise.all(batch.map((socket) => once(socket, 'connect').catch(() => undefined)));
           // Let the master take them off its accept queue (512 deep).
           await new Promise((resolve) => setTimeout(resolve, 100));
+          // The known caller goes on using its connection (idle for the keep-alive time-out, 5 s, the master would
+          // close it, and under load these batches take longer).
+          assert.equal(await get(known, '/api/nodes', m.admin), 200);
         }
         const open = () => idle.filter((socket) => !socket.destroyed).length;
         await until('the oldest strangers closed', () => open() <= 4096);
