@@ -156,6 +156,34 @@ test('a change corrupted or out of order on the way makes the copy seed itself a
   }
 });
 
+const OTHER_VERSION =
+  'a primary that sends its changes in another form (another version) is named as such, and nothing applied';
+
+test(OTHER_VERSION, async (t) => {
+  const m = await startMaster(t);
+  await writeSome(m, 'before');
+  // A primary of the version before: its changes as JSON, the changesets in base64.
+  const older = createServer((req: IncomingMessage, res: ServerResponse) => {
+    if (req.url!.startsWith('/api/replication/changes')) {
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"reseed":false,"changes":[]}');
+      return;
+    }
+    request(new URL(req.url!, m.url), { headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode!, answer.headers);
+      answer.pipe(res);
+    }).end();
+  }).listen(0, '127.0.0.1');
+  await once(older, 'listening');
+  t.after(() => older.close());
+  const { f } = await follower(t, m, `http://127.0.0.1:${(older.address() as AddressInfo).port}`);
+  await f.step();
+  const seeded = f.position();
+  await writeSome(m, 'after');
+  await assert.rejects(f.step(), /sent its changes as application\/json, not .*: it runs another version/);
+  assert.deepEqual(f.position(), seeded);
+  assert.equal(f.seeds, 1, 'not seeded again: a new snapshot would not make it follow');
+});
+
 const WORKERS =
   'imports and batches, written by worker threads on connections of their own, reach the copy as changes of their ' +
   'own, dry runs as none; a write elsewhere that brings no record of itself makes the copy seed anew';

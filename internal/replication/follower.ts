@@ -9,7 +9,7 @@ import type { Logger } from '../log/log.ts';
 import { Replica, ReplicaDiverged, type Position } from '../store/replication.ts';
 import { pinOf } from '../tls/pin.ts';
 import { PAGE_CHANGES } from './feed.ts';
-import { decodeChanges } from './wire.ts';
+import { CHANGES_TYPE, decodeChanges } from './wire.ts';
 
 export interface FollowerOptions {
   /** The primary's address, http(s)://host:port. */
@@ -126,6 +126,13 @@ export class Follower {
     const answer = await this.get(`/api/replication/changes?${query}`);
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
     this.checkEpoch(answer);
+    // A primary of another version sends its changes in another form: said as such, not as bytes that do not parse.
+    const type = answer.headers['content-type'];
+    if (type !== CHANGES_TYPE)
+      throw new Error(
+        `the primary sent its changes as ${type ?? 'no type'}, not ${CHANGES_TYPE}: it runs another version ` +
+          '(a primary and its standbys are upgraded together)',
+      );
     const { reseed, changes } = decodeChanges(answer.body);
     this.lastHeardAt = Date.now();
     if (reseed || this.stopped) return reseed ? this.seed() : undefined;
