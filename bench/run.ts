@@ -2047,7 +2047,10 @@ end
 `;
 }
 
-/** Where a standby keeps its copy: memory where there is some to spare (another machine's disk, as near as here). */
+/**
+ * A directory in memory (/dev/shm) where there is one, for what must not wait for this machine's disk: a standby's copy
+ * (another machine's disk, as near as here), 17d's primaries.
+ */
 const scratchDir = (name: string) =>
   existsSync('/dev/shm') ? mkdtempSync(`/dev/shm/portplane-bench-${name}-`) : mkdtempSync(join(work, `${name}-`));
 
@@ -2188,7 +2191,7 @@ async function replication(): Promise<void> {
   });
   rateRow(
     '17d',
-    'async mode, both data dirs in memory',
+    existsSync('/dev/shm') ? 'async mode, both data dirs in memory' : 'async mode (no /dev/shm: data dirs on the disk)',
     asynchronousInMemory,
     '>= 0.9x without',
     asyncMet(asynchronousInMemory),
