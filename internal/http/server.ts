@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerOptions, ty
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { sourceOf } from '../schema/net.ts';
+import { OldestFirst } from './oldest-first.ts';
 
 /**
  * Connections that have not yet carried an authenticated request (or become an agent's link) are held apart, so that
@@ -90,11 +91,7 @@ export async function listen(
     : createServer(options, serve);
   server.timeout = 60_000;
   server.maxRequestsPerSocket = 10_000;
-  // Oldest first, in an array a stranger stays in until it is passed over once gone, or the array is compacted. (A Map
-  // and a WeakMap by socket of connections that come and go thousands of times a second kept V8's young collections
-  // long: the master took 17% fewer new connections a second.)
-  let strangers: Stranger[] = [];
-  let oldest = 0;
+  const strangers = new OldestFirst<Stranger>();
   let counted = 0;
   const perSource = new Map<string, number>();
   // Over TLS, what the TLS socket's connection is counted as, by peer address and port (which both sockets share).
@@ -114,19 +111,14 @@ export async function listen(
     const open = perSource.get(source) ?? 0;
     if (open >= UNPROVEN_PER_SOURCE) return void socket.destroy();
     if (counted >= UNPROVEN_IN_TOTAL) {
-      while (strangers[oldest]!.gone) oldest++;
-      const longest = strangers[oldest]!;
+      const longest = strangers.first()!;
       longest.socket.destroy();
       prove(longest);
     }
     const stranger: Stranger = { socket, source, gone: false, peer: handshaking ? peerOf(socket) : null, prove };
-    strangers.push(stranger);
     counted++;
+    strangers.push(stranger, counted);
     perSource.set(source, open + 1);
-    if (strangers.length - oldest > 2 * counted + 1024) {
-      strangers = strangers.filter((kept, at) => at >= oldest && !kept.gone);
-      oldest = 0;
-    }
     if (stranger.peer !== null) handshaking!.set(stranger.peer, stranger);
     (socket as Counted)[STRANGER] = stranger;
     socket.once('close', () => prove(stranger));
@@ -162,7 +154,7 @@ export async function listen(
         // know of (they held a close for the handshake's time-out).
         const force = setTimeout(() => {
           server.closeAllConnections();
-          for (const stranger of strangers) if (!stranger.gone) stranger.socket.destroy();
+          for (const stranger of strangers) stranger.socket.destroy();
         }, graceMs);
         server.close(() => {
           clearTimeout(force);
