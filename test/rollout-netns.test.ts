@@ -29,7 +29,8 @@ const STEADY_CLIENTS = `
     socket.on('data', (chunk) => (got += chunk.length));
     socket.on('end', () => { if (got === payload.length) bytes += got; else failed++; socket.destroy(); resolve(); });
     socket.on('error', () => { failed++; resolve(); });
-    setTimeout(() => { if (!socket.destroyed) { failed++; socket.destroy(); resolve(); } }, 3000);
+    // unref: the last connection's timer would hold the script open for 3 s after stdin's end.
+    setTimeout(() => { if (!socket.destroyed) { failed++; socket.destroy(); resolve(); } }, 3000).unref();
   });
   while (running) { await once(); await new Promise((resolve) => setTimeout(resolve, 20)); }
   console.log(JSON.stringify({ opened, failed, bytes }));`;
