@@ -281,7 +281,8 @@ test("a master's log is copied into its database file by a thread of its own, no
   });
   await m.app.store.committed();
   const wal = statSync(`${file}-wal`).size;
-  assert.ok(wal > 500_000, `the commit went to the log (${wal} bytes)`);
+  // 20,000 rows are 280 KB of pages: they are in the log, not yet in the file.
+  assert.ok(wal > 200_000, `the commit went to the log (${wal} bytes)`);
   for (let waited = 0; statSync(file).size < before + 50_000; waited += 50) {
     assert.ok(waited < 5000, 'the log was copied within 5 s');
     await new Promise((resolve) => setTimeout(resolve, 50));

@@ -131,7 +131,7 @@ test('a rollout takes 5 nodes to a new agent in a canary wave then the rest, ref
     assert.equal(shown.agent_version, '0.2.0');
     assert.equal(shown.upgrade_available, null);
     const rules = await call(m.url, 'GET', `/api/rules?node_id=${nodeId}`, { token: m.admin });
-    assert.equal(rules.body.items[0].sync.state, 'applied');
+    assert.equal(rules.body.items[0].sync.state, 'applied', JSON.stringify(rules.body.items[0].sync));
     assert.equal((await tcpRoundTrip(port, Buffer.from('after'))).toString(), 'after');
     assert.match(agent.output.join(''), /upgraded: the new agent took over; the old one drains/);
   }
