@@ -109,11 +109,22 @@ function seeded(): Promise<{ dir: string; admin: string }> {
   seed ??= (async () => {
     const dir = mkdtempSync(join(tmpdir(), 'portplane-seed-'));
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const config = {
-      ...{ host: '127.0.0.1', port: 0, dataDir: dir, secretKeyPath: null, licenseKeyPath: null, releaseKeyPaths: [] },
-      ...{ agentSignaturePath: null, follow: null, adminPassword: ADMIN_PASSWORD, tls: null, insecureHttp: false },
-    };
-    const master = await start(config, silentLogger);
+    const master = await start(
+      {
+        host: '127.0.0.1',
+        port: 0,
+        dataDir: dir,
+        secretKeyPath: null,
+        licenseKeyPath: null,
+        releaseKeyPaths: [],
+        agentSignaturePath: null,
+        follow: null,
+        adminPassword: ADMIN_PASSWORD,
+        tls: null,
+        insecureHttp: false,
+      },
+      silentLogger,
+    );
     try {
       await rolledUp(master.app);
       return { dir, admin: await login(master.url, 'admin', ADMIN_PASSWORD) };
