@@ -222,6 +222,8 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     });
     await dialog.getByLabel('Targets').fill(`127.0.0.1:${echo}\n127.0.0.1:9`);
     await dialog.getByRole('button', { name: 'Save' }).click();
+    // The dialog closes once the rule is saved; the status may still say so of an earlier save.
+    await dialog.waitFor({ state: 'hidden' });
     await page.getByRole('status').getByText('Saved web-renamed').waitFor();
     const saved = await call(m.url, 'GET', `/api/rules/${web.id}`, { token: m.admin });
     assert.deepEqual(saved.body.targets, [`127.0.0.1:${echo}`, '127.0.0.1:9']);
@@ -238,6 +240,8 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
       await dialog.getByLabel('Quota (bytes)').fill(String(2 ** 40));
       await dialog.getByLabel('Tags').fill('edge, web');
       await dialog.getByRole('button', { name: 'Save' }).click();
+      // The status still says 'Saved web-renamed' of the save before: the dialog closes once this one is saved.
+      await dialog.waitFor({ state: 'hidden' });
       await page.getByRole('status').getByText('Saved web-renamed').waitFor();
       const controls = {
         tags: ['edge', 'web'],
