@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { start, type Master } from '../cmd/master/start.ts';
+import type { MasterConfig } from '../cmd/master/config.ts';
 import { rolledUp } from '../internal/service/maintenance.ts';
 import { tenantScopes, type Scope } from '../internal/auth/scopes.ts';
 import { silentLogger, type Logger } from '../internal/log/log.ts';
@@ -102,6 +103,23 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
   return { ...master, close: master.close, dataDir, admin, advance: (ms) => (offset += ms) };
 }
 
+/** A master's configuration on loopback, plain HTTP, on `port` (any free one by default), its admin's password set. */
+export function plainConfig(dataDir: string, port = 0): MasterConfig {
+  return {
+    host: '127.0.0.1',
+    port,
+    dataDir,
+    secretKeyPath: null,
+    licenseKeyPath: null,
+    releaseKeyPaths: [],
+    agentSignaturePath: null,
+    follow: null,
+    adminPassword: ADMIN_PASSWORD,
+    tls: null,
+    insecureHttp: false,
+  };
+}
+
 /** The data dir a master leaves after its first start, with its admin's login session; made once a process. */
 let seed: Promise<{ dir: string; admin: string }> | null = null;
 
@@ -109,22 +127,7 @@ function seeded(): Promise<{ dir: string; admin: string }> {
   seed ??= (async () => {
     const dir = mkdtempSync(join(tmpdir(), 'portplane-seed-'));
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const master = await start(
-      {
-        host: '127.0.0.1',
-        port: 0,
-        dataDir: dir,
-        secretKeyPath: null,
-        licenseKeyPath: null,
-        releaseKeyPaths: [],
-        agentSignaturePath: null,
-        follow: null,
-        adminPassword: ADMIN_PASSWORD,
-        tls: null,
-        insecureHttp: false,
-      },
-      silentLogger,
-    );
+    const master = await start(plainConfig(dir), silentLogger);
     try {
       await rolledUp(master.app);
       return { dir, admin: await login(master.url, 'admin', ADMIN_PASSWORD) };

@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { test } from 'node:test';
 import { start } from '../cmd/master/start.ts';
 import { silentLogger } from '../internal/log/log.ts';
-import { ADMIN_PASSWORD, call, type Answer } from './helpers.ts';
+import { ADMIN_PASSWORD, call, plainConfig, type Answer } from './helpers.ts';
 import { freePort } from './net.ts';
 import { link } from './rawlink.ts';
 import { bundledMaster, masterCommand } from './bundled.ts';
@@ -44,22 +44,7 @@ test(
     const held = Promise.all(
       Array.from({ length: poolSize }, () => promisify(pbkdf2)('hold', 'the pool', 5_000_000, 32, 'sha256')),
     );
-    const starting = start(
-      {
-        host: '127.0.0.1',
-        port,
-        dataDir,
-        secretKeyPath: null,
-        licenseKeyPath: null,
-        releaseKeyPaths: [],
-        agentSignaturePath: null,
-        follow: null,
-        adminPassword: ADMIN_PASSWORD,
-        tls: null,
-        insecureHttp: false,
-      },
-      silentLogger,
-    );
+    const starting = start(plainConfig(dataDir, port), silentLogger);
     // The first admin's password is being hashed (scrypt, on the thread pool) while the port already answers.
     const health = await firstAnswer(() => call(base, 'GET', '/api/health'));
     const login = await call(base, 'POST', '/api/auth/login', { body: loginBody });
