@@ -2100,7 +2100,7 @@ async function followedPair(base: string, rounds: number) {
     }
     const middle = (results: WrkResult[]) => [...results].sort((x, y) => x.rps - y.rps)[(rounds - 1) / 2]!;
     const pairs = runs.followed.map((followed, i) => (followed.rps / runs.alone[i]!.rps).toFixed(2)).join(', ');
-    return { alone: middle(runs.alone), followed: middle(runs.followed), pairs, seeds: 0 };
+    return { alone: middle(runs.alone), followed: middle(runs.followed), pairs };
   };
   const stop = async () => {
     await standby.stop();
@@ -2143,17 +2143,23 @@ async function replication(): Promise<void> {
   await api(primary.url, primary.token, 'PATCH', '/api/settings', { replication_mode: 'sync' });
   const synchronous = onDisk.inTurn(30_000);
   const seeds = (await health()).replication.seeds as number;
-  asynchronous.seeds = synchronous.seeds = seeds;
   await onDisk.stop();
 
   const memoryDir = scratchDir('memory');
   const inMemory = await followedPair(memoryDir, ROUNDS);
   const asynchronousInMemory = inMemory.inTurn(20_000);
-  asynchronousInMemory.seeds = (await inMemory.health()).replication.seeds as number;
+  const seedsInMemory = (await inMemory.health()).replication.seeds as number;
   await inMemory.stop();
   rmSync(memoryDir, { recursive: true, force: true });
 
-  const rateRow = (id: string, mode: string, runs: typeof asynchronous, target: string, met: boolean | null) =>
+  const rateRow = (
+    id: string,
+    mode: string,
+    runs: typeof asynchronous,
+    seeded: number,
+    target: string,
+    met: boolean | null,
+  ) =>
     record({
       id,
       scenario: `POST /api/rules on a primary with a standby following in ${mode} (ceiling: its twin without)`,
@@ -2168,12 +2174,12 @@ async function replication(): Promise<void> {
       note:
         `medians of ${ROUNDS} in turn (each pair's ratio: ${runs.pairs}); ${runs.followed.non2xx} non-2xx; ` +
         `without: p50 ${runs.alone.p50.toFixed(2)} ms, ` +
-        `p99 ${runs.alone.p99.toFixed(2)} ms; the standby seeded ${runs.seeds} time(s) in all`,
+        `p99 ${runs.alone.p99.toFixed(2)} ms; the standby seeded ${seeded} time(s) in all`,
     });
   const asyncMet = (runs: typeof asynchronous) =>
     runs.followed.rps / runs.alone.rps >= 0.9 && runs.followed.non2xx === 0;
-  rateRow('17a', 'async mode', asynchronous, '>= 0.9x without', asyncMet(asynchronous));
-  rateRow('17b', 'sync mode', synchronous, 'a documented cost', null);
+  rateRow('17a', 'async mode', asynchronous, seeds, '>= 0.9x without', asyncMet(asynchronous));
+  rateRow('17b', 'sync mode', synchronous, seeds, 'a documented cost', null);
   delays.sort((x, y) => x - y);
   const p99 = quantile(delays, 0.99);
   record({
@@ -2193,6 +2199,7 @@ async function replication(): Promise<void> {
     '17d',
     existsSync('/dev/shm') ? 'async mode, both data dirs in memory' : 'async mode (no /dev/shm: data dirs on the disk)',
     asynchronousInMemory,
+    seedsInMemory,
     '>= 0.9x without',
     asyncMet(asynchronousInMemory),
   );
