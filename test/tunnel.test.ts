@@ -598,6 +598,9 @@ test(MOVED, async (t) => {
   });
   startAgent(t, m.url, entryNode.agent_token);
   startAgent(t, m.url, exitNode.agent_token);
+  await until('both agents online', async () =>
+    (await Promise.all([nodeOf(m, entryNode.id), nodeOf(m, exitNode.id)])).every((n) => n.status === 'online'),
+  );
   const port = await freePort();
   const through = await rule(m, {
     node_id: entryNode.id,
@@ -605,6 +608,10 @@ test(MOVED, async (t) => {
     listen_port: port,
     targets: [`127.0.0.1:${echo.port}`],
   });
+  // A sync asked at once, as a script would, answers once the move was applied: not with the failure that caused it.
+  const synced = await call(m.url, 'POST', `/api/rules/${through.body.id}/sync`, { token: m.admin });
+  assert.equal(synced.status, 200, JSON.stringify(synced.body));
+  assert.equal(synced.body.sync.state, 'applied');
   const moved = await until(
     'the picked tunnel to move and come up',
     async () => {
@@ -616,7 +623,6 @@ test(MOVED, async (t) => {
   assert.notEqual(moved.listen_port, taken);
   assert.ok(moved.listen_port > taken && moved.listen_port <= 49_999);
   assert.deepEqual(await tcpRoundTrip(port, Buffer.from('through')), Buffer.from('through'));
-  assert.equal((await ruleOf(m, through.body.id)).sync.state, 'applied');
   const audit = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${picked.body.id}`, {
     token: m.admin,
   });

@@ -801,6 +801,7 @@ export class AgentLinks {
           result.path ?? null,
           result.reason ?? null,
         );
+      this.moveTakenExits(nodeId, results);
       return true;
     });
     if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
@@ -840,6 +841,23 @@ export class AgentLinks {
       }),
     );
     store.db.afterCommit(() => this.app.sync.reports.emit('vitals', link.nodeId, vitals));
+  }
+
+  /**
+   * Inside a write: a rule of a tunnel failed at its exit node `nodeId` for a port in use, which there can only be the
+   * tunnel's own. The port moves now, with the failure, and not when the tunnel's status next comes: a sync waiting on
+   * the rule then waits for the moved config (see pushRules) instead of answering with the failure.
+   */
+  private moveTakenExits(nodeId: number, results: AppliedMessage['results']): void {
+    const tunnels = new Set<number>();
+    for (const { id, state, error } of results) {
+      if (state !== 'failed' || error?.code !== 'port_in_use') continue;
+      const tunnelId = this.app.store.rules.find(id)?.tunnel_id;
+      if (tunnelId === null || tunnelId === undefined || tunnels.has(tunnelId)) continue;
+      tunnels.add(tunnelId);
+      const tunnel = this.app.store.tunnels.find(tunnelId);
+      if (tunnel) this.movePickedPort(tunnelId, nodeId, tunnel.listen_port);
+    }
   }
 
   /**

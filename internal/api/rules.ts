@@ -139,7 +139,8 @@ export const ruleOperations = operations({
     description:
       'Waits up to sync_wait_seconds. 200: the node applied the rule (it listens). 202: not acknowledged yet ' +
       '(e.g. the node is offline; it gets the config when it connects). 502: the node reported a failure ' +
-      "(sync.error in the body's rule).",
+      "(sync.error in the body's rule). A change the master makes by itself while the sync waits (a tunnel's picked " +
+      'port moved after its exit found it taken) is waited for too, within the same time: the answer is how it ended.',
     responses: {
       200: { description: 'Applied', schema: ruleSchema },
       202: { description: 'Still pending', schema: ruleSchema },

@@ -250,6 +250,10 @@ async function expireRules(app: Committer): Promise<number> {
 /**
  * Asks the rules' nodes to apply their current config and waits, up to sync_wait_seconds,
  * for each node to acknowledge. Returns the rules as they stand afterwards.
+ *
+ * A config the master changes by itself meanwhile (a tunnel's picked port moved after its exit found it taken) leaves
+ * the rules pending on a newer version: the wait goes on for that one, within the same time, so that the answer says
+ * how the rule ended and not the failure the master already put right.
  */
 export async function pushRules(app: Committer, requester: Requester, ids: number[]): Promise<Map<number, Rule>> {
   const versions = await transact(app, requester, (change) => {
@@ -264,14 +268,29 @@ export async function pushRules(app: Committer, requester: Requester, ids: numbe
     for (const nodeId of change.nodes) byNode.set(nodeId, app.store.nodes.find(nodeId)!.config_version);
     return byNode;
   });
-  const waitMs = app.settings.get('sync_wait_seconds') * 1000;
-  await Promise.all([...versions].map(([nodeId, version]) => app.sync.waitApplied(nodeId, version, waitMs)));
+  const deadline = performance.now() + app.settings.get('sync_wait_seconds') * 1000;
+  for (let awaited = versions, waitMs = deadline - performance.now(); awaited.size > 0 && waitMs > 0;) {
+    await Promise.all([...awaited].map(([nodeId, version]) => app.sync.waitApplied(nodeId, version, waitMs)));
+    awaited = newerVersions(app, awaited, ids);
+    waitMs = deadline - performance.now();
+  }
   const out = new Map<number, Rule>();
   for (const id of ids) {
     const rule = app.store.rules.find(id);
     if (rule && reaches(requester.caller, rule.owner_id)) out.set(id, rule);
   }
   return out;
+}
+
+/** The nodes of `awaited` whose config moved on while rules of `ids` are pending again, with their versions now. */
+function newerVersions(app: Committer, awaited: Map<number, number>, ids: number[]): Map<number, number> {
+  const newer = new Map<number, number>();
+  if (!ids.some((id) => app.store.rules.find(id)?.sync.state === 'pending')) return newer;
+  for (const [nodeId, version] of awaited) {
+    const now = app.store.nodes.find(nodeId)?.config_version;
+    if (now !== undefined && now > version) newer.set(nodeId, now);
+  }
+  return newer;
 }
 
 /**
