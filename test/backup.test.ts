@@ -164,7 +164,8 @@ test('a database that hashes right but is inconsistent, foreign, newer or not on
             updated_at) VALUES ('orphan', 99, 'tcp', 80, '[]', 'round_robin', 1, 'now', 'now')`),
         ),
       ]),
-      /foreign key check: 1 rows/,
+      // The rule's row and its port's claim, which names the node too.
+      /foreign key check: 2 rows/,
     ],
     [
       'a database of a newer master',

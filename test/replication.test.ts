@@ -44,11 +44,17 @@ function tables(path: string): Record<string, unknown[]> {
       .map((row) => String(row.name))
       // What a copy derives itself is compared too, but for the full-text index's pages (its own layout of the same).
       .filter((name) => !/^(sqlite_|rule_names)/.test(name) && name !== 'replication_position');
-    // A table without a primary key is keyed by its rowid (a rendered view's is the rule's id): compared too.
+    // A table is keyed by its primary key, else by a unique key (the rowids of port claims are the order a copy
+    // derived them in), else by its rowid (a rendered view's is the rule's id), compared too.
     const keyed = (name: string) =>
-      db.prepare('SELECT 1 FROM pragma_table_info(?) WHERE pk > 0').get(name) !== undefined;
-    const rows = (name: string) =>
-      db.prepare(`SELECT ${keyed(name) ? '' : 'rowid AS row_id, '}* FROM "${name}" ORDER BY 1, 2`).all();
+      db.prepare('SELECT 1 FROM pragma_table_info(?) WHERE pk > 0').get(name) !== undefined ||
+      db.prepare('SELECT 1 FROM pragma_index_list(?) WHERE "unique" = 1').get(name) !== undefined;
+    const rows = (name: string) => {
+      const rowid = keyed(name) ? '' : 'rowid AS row_id, ';
+      const columns = (db.prepare('SELECT count(*) AS n FROM pragma_table_info(?)').get(name)!.n as number) + +!!rowid;
+      const order = Array.from({ length: columns }, (_, i) => i + 1).join(', ');
+      return db.prepare(`SELECT ${rowid}* FROM "${name}" ORDER BY ${order}`).all();
+    };
     return Object.fromEntries(names.map((name) => [name, rows(name)]));
   } finally {
     db.close();

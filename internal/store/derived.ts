@@ -1,5 +1,6 @@
 // What triggers keep: data derived from the tables (a rule's rendered view, tallies, an index of names, the event
-// journal), each defined once, beside the TypeScript it mirrors, and installed whenever the master's database opens.
+// journal, port claims), each defined once, beside the TypeScript it mirrors, and installed whenever the master's
+// database opens.
 // Migrations make tables and move data; they no longer carry trigger bodies. A definition whose text differs from the
 // trigger installed (or one not installed yet) replaces it, and what it keeps is rebuilt from the tables in the same
 // transaction, so no row shows what an older definition made of it.
@@ -10,13 +11,14 @@
 
 import { eventDerivations } from './events.ts';
 import { nodeTagDerivation } from './node-tags.ts';
+import { portClaimDerivation } from './ports.ts';
 import { ruleDerivations } from './rule-view.ts';
 import { vitalsDerivations } from './vitals.ts';
 import type { Derivation, Trigger } from './trigger.ts';
 
 /** Every derivation, in the order they are installed. */
 export function derivations(): readonly Derivation[] {
-  return [...ruleDerivations, ...eventDerivations, ...vitalsDerivations, nodeTagDerivation];
+  return [...ruleDerivations, ...eventDerivations, ...vitalsDerivations, nodeTagDerivation, portClaimDerivation];
 }
 
 /** What installing found: the derivations it (re)installed and rebuilt, and the triggers it dropped as unknown. */

@@ -10,7 +10,7 @@
 // installed again after, with what they keep rebuilt), and commits only when foreign_key_check finds nothing.
 
 /** The entries that rebuild a table (see above). */
-export const tableRebuilds: ReadonlySet<number> = new Set([23, 38]);
+export const tableRebuilds: ReadonlySet<number> = new Set([23, 38, 39]);
 
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
@@ -680,5 +680,21 @@ export const migrations: readonly string[] = [
   DROP TABLE rule_names;
   CREATE VIRTUAL TABLE rule_names USING fts5(name, content='rules', content_rowid='id', tokenize='trigram',
     detail='none', columnsize=0);
+  `,
+  /* 39: port claims follow from the rules and tunnels, kept by triggers (store/ports.ts) and derived by a standby: a
+     unique key instead of a primary key, for the session to pass over them; made anew from the tables after */ `
+  DROP TABLE port_claims;
+  CREATE TABLE port_claims (
+    node_id INTEGER NOT NULL REFERENCES nodes(id),
+    protocol TEXT NOT NULL CHECK (protocol IN ('tcp', 'udp')),
+    port INTEGER NOT NULL,
+    rule_id INTEGER REFERENCES rules(id) ON DELETE CASCADE,
+    tunnel_id INTEGER REFERENCES tunnels(id) ON DELETE CASCADE,
+    UNIQUE (node_id, protocol, port),
+    CHECK ((rule_id IS NULL) != (tunnel_id IS NULL))
+  ) STRICT;
+  CREATE INDEX port_claims_rule ON port_claims(rule_id);
+  CREATE INDEX port_claims_tunnel ON port_claims(tunnel_id);
+  CREATE INDEX port_claims_port ON port_claims(port);
   `,
 ];

@@ -1,4 +1,4 @@
-// SQL for forwarding rules. Every insert or update claims the rule's ports (see ports.ts)
+// SQL for forwarding rules. Every insert or update claims the rule's ports (triggers: see ports.ts)
 // and resets its sync state to pending: the node has not applied the new version yet. A rule
 // through a tunnel is applied only when both its node (the entry) and the exit applied it.
 
@@ -556,9 +556,7 @@ export class RuleStore {
       const ids = pending.every(withoutControls)
         ? this.insertPlainRows(pending.map((f) => [...placeValues(f), at, at]))
         : this.insertRows(pending.map((f) => [...placeValues(f), ...controlValues(f, at), at, at]));
-      const rules = pending.map((fields, i) => created(ids[i]!, fields, at));
-      this.ports.claimForNewRules(rules);
-      for (const rule of rules) made.push(rule);
+      for (const [i, fields] of pending.entries()) made.push(created(ids[i]!, fields, at));
       pending.length = 0;
       pendingPorts.clear();
     };
@@ -611,7 +609,6 @@ export class RuleStore {
       health,
       id,
     });
-    this.ports.claimForRule(id, fields.node_id, transportsOf(fields.protocol), fields);
     return this.find(id)!;
   }
 

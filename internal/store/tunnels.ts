@@ -182,7 +182,7 @@ export class TunnelStore {
       VALUES (:name, :owner_id, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
     this.pickedStmt = db.prepare('UPDATE tunnels SET port_picked = ? WHERE id = ?');
     this.movePortStmt = db.prepare(`UPDATE tunnels SET listen_port = :port, ${ENDS_PENDING}, version = version + 1,
-      updated_at = :at WHERE id = :id AND port_picked = 1 RETURNING exit_node_id`);
+      updated_at = :at WHERE id = :id AND port_picked = 1 RETURNING id`);
     this.updateStmt = db.prepare(`UPDATE tunnels SET name = :name, owner_id = :owner_id, entry_node_id = :entry_node_id,
         exit_node_id = :exit_node_id,
         listen_port = :listen_port, transport = :transport, ${ENDS_PENDING}, version = version + 1, updated_at = :at
@@ -307,7 +307,6 @@ export class TunnelStore {
       () => this.findByName(fields.name)?.id,
       () => (this.insertStmt.get({ ...fields, at }) as { id: number }).id,
     );
-    this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
   }
 
@@ -322,7 +321,6 @@ export class TunnelStore {
       () => this.findByName(fields.name)?.id,
       () => this.updateStmt.run({ ...fields, id, at }),
     );
-    this.ports.claimForTunnel(id, fields.exit_node_id, fields.listen_port);
     return this.find(id)!;
   }
 
@@ -336,9 +334,7 @@ export class TunnelStore {
    * given (it stays: whoever gave it decides). Call inside a write; the port must be free in the master's books.
    */
   movePort(id: number, port: number, at: string): boolean {
-    const moved = this.movePortStmt.get({ id, port, at }) as { exit_node_id: number } | undefined;
-    if (moved) this.ports.claimForTunnel(id, moved.exit_node_id, port);
-    return moved !== undefined;
+    return this.movePortStmt.get({ id, port, at }) !== undefined;
   }
 
   delete(id: number): void {

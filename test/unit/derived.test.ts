@@ -161,10 +161,16 @@ test(RECORDED, async (t) => {
     'a replicated table without a primary key would never reach a copy',
   );
 
-  // What one write records: a rule renamed, disabled and given away, its node retagged (every derivation's table).
+  // What one write records: a rule renamed, disabled, given away and moved to a range of ports, its node retagged
+  // (every derivation's table).
   const sessions = store.db.recordJob();
   store.write(() => {
-    store.db.prepare("UPDATE rules SET name = 'renamed', enabled = 0, owner_id = NULL WHERE id = ?").run(ids[0]!);
+    store.db
+      .prepare(
+        `UPDATE rules SET name = 'renamed', enabled = 0, owner_id = NULL, protocol = 'tcp+udp', listen_port = 2000,
+          listen_port_end = 2099 WHERE id = ?`,
+      )
+      .run(ids[0]!);
     store.db.prepare(`UPDATE nodes SET tags = '["eu"]'`).run();
   });
   await store.committed();
@@ -178,4 +184,64 @@ test(RECORDED, async (t) => {
     ['audit_log', 'events', 'nodes', 'rules'].filter((table) => recorded.has(table)),
   );
   assert.ok(recorded.has('rules') && recorded.has('nodes'));
+});
+
+test('port claims follow every write of rules and tunnels, as a rebuild from the tables makes them', async (t) => {
+  const { store, ids } = withRules(t);
+  const claims = () =>
+    store.db.prepare('SELECT node_id, protocol, port, rule_id, tunnel_id FROM port_claims ORDER BY 1, 2, 3').all();
+  const rebuilt = () => {
+    const kept = claims();
+    const rebuild = derivations().find((d) => d.name === 'port_claims')!.rebuild!;
+    store.write(() => rebuild.split(';').forEach((sql) => store.db.prepare(sql).run()));
+    return [kept, claims()] as const;
+  };
+  const [plain, metered] = ids as [number, number];
+  const node = (name: string) =>
+    store.write(() => {
+      const none = { auth: 'none' as const, sealed: null };
+      const fields = { name, host: `${name}.example`, ssh_port: 22, ssh_user: 'root', tags: [] };
+      return store.nodes.insert(fields, none, () => randomBytes(32), AT).id;
+    });
+  const [first, second] = [store.rules.find(plain)!.node_id, node('second')];
+  const owner = store.rules.find(plain)!.owner_id!;
+  const tunnel = store.write(
+    () =>
+      store.tunnels.insert(
+        {
+          name: 't',
+          owner_id: owner,
+          entry_node_id: first,
+          exit_node_id: second,
+          listen_port: 40000,
+          transport: 'tls',
+        },
+        AT,
+      ).id,
+  );
+  const run = (sql: string, ...params: number[]) => store.write(() => store.db.prepare(sql).run(...params));
+  const steps: [string, () => unknown][] = [
+    ['made', () => undefined],
+    [
+      'a range of both protocols',
+      () =>
+        run("UPDATE rules SET protocol = 'tcp+udp', listen_port = 1100, listen_port_end = 1110 WHERE id = ?", plain),
+    ],
+    [
+      'moved to another node',
+      () => run('UPDATE rules SET node_id = ?, listen_port = 1105 WHERE id = ?', second, plain),
+    ],
+    ['renamed only', () => run("UPDATE rules SET name = 'other' WHERE id = ?", plain)],
+    ['to udp alone', () => run("UPDATE rules SET protocol = 'udp' WHERE id = ?", plain)],
+    ['the tunnel moved', () => store.write(() => store.tunnels.movePort(tunnel, 40001, AT))],
+    ['a rule deleted', () => run('DELETE FROM rules WHERE id = ?', metered)],
+    ['the tunnel deleted', () => store.write(() => store.tunnels.delete(tunnel))],
+  ];
+  for (const [step, write] of steps) {
+    write();
+    const [kept, made] = rebuilt();
+    assert.deepEqual(kept, made, step);
+    assert.ok(step !== 'made' || kept.length === 3, 'two rules and a tunnel, a port each');
+  }
+  assert.equal(claims().length, 6, 'ports 1105-1110 of udp, on the second node');
 });
