@@ -697,4 +697,13 @@ export const migrations: readonly string[] = [
   CREATE INDEX port_claims_tunnel ON port_claims(tunnel_id);
   CREATE INDEX port_claims_port ON port_claims(port);
   `,
+  /* 40: a node's config version in a table of its own: each rule written bumps it, and the session recording what a
+     primary commits keeps a row it changes whole, a node's with its install log (store/nodes.ts) */ `
+  CREATE TABLE node_configs (
+    node_id INTEGER PRIMARY KEY REFERENCES nodes(id),
+    version INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO node_configs (node_id, version) SELECT id, config_version FROM nodes WHERE config_version <> 1;
+  ALTER TABLE nodes DROP COLUMN config_version;
+  `,
 ];

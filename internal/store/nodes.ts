@@ -112,8 +112,16 @@ interface Row extends Omit<Node, 'tags' | 'agent_release_keys' | 'traffic' | 'in
 const UPGRADE = `(SELECT version FROM agent_bundles WHERE version_order(version) > version_order(nodes.agent_version)
   ORDER BY version_order(version) DESC LIMIT 1)`;
 
+/**
+ * A node's config version, in a table of its own (migration 40): every rule written bumps it, and the session recording
+ * a primary's commits for standbys keeps each row it changes whole (a node's, with its install log). A node never
+ * bumped has none: version 1.
+ */
+const CONFIG_VERSION = 'coalesce((SELECT version FROM node_configs WHERE node_id = nodes.id), 1)';
+
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
-  ${UPGRADE} AS upgrade_available, agent_release_keys, kernel_path, ${LAST_SEEN} AS last_seen_at, config_version,
+  ${UPGRADE} AS upgrade_available, agent_release_keys, kernel_path, ${LAST_SEEN} AS last_seen_at,
+  ${CONFIG_VERSION} AS config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, vitals, version, created_at, updated_at`;
 
@@ -218,6 +226,7 @@ export class NodeStore {
   private readonly insertStmt;
   private readonly nextIdStmt;
   private readonly updateStmt;
+  private readonly deleteConfigStmt;
   private readonly deleteStmt;
   private readonly countStmt;
   private readonly byStatusStmt;
@@ -282,6 +291,7 @@ export class NodeStore {
         ssh_secret = CASE WHEN :keep THEN ssh_secret ELSE :ssh_secret END,
         version = version + 1, updated_at = :at
       WHERE id = :id`);
+    this.deleteConfigStmt = db.prepare('DELETE FROM node_configs WHERE node_id = ?');
     this.deleteStmt = db.prepare('DELETE FROM nodes WHERE id = ?');
     this.countStmt = db.prepare('SELECT count(*) AS n FROM nodes');
     this.byStatusStmt = db.prepare(`SELECT ${STATUS} AS status, count(*) AS n FROM nodes GROUP BY 1`);
@@ -289,7 +299,8 @@ export class NodeStore {
       `SELECT ${STATUS} AS status, count(*) AS n FROM nodes WHERE ${NODE_FILTERS.granted} GROUP BY 1`,
     );
     this.bumpStmt = db.prepare(
-      'UPDATE nodes SET config_version = config_version + 1 WHERE id = ? RETURNING config_version',
+      `INSERT INTO node_configs (node_id, version) VALUES (?, 2)
+        ON CONFLICT (node_id) DO UPDATE SET version = version + 1 RETURNING version AS config_version`,
     );
     this.secretStmt = db.prepare('SELECT ssh_auth, ssh_secret FROM nodes WHERE id = ?');
     this.tokenStmt = db.prepare('SELECT agent_token_hash FROM nodes WHERE id = ?');
@@ -447,6 +458,7 @@ export class NodeStore {
   }
 
   delete(id: number): void {
+    this.deleteConfigStmt.run(id);
     this.deleteStmt.run(id);
   }
 
