@@ -184,6 +184,20 @@ test(RECORDED, async (t) => {
     ['audit_log', 'events', 'nodes', 'rules'].filter((table) => recorded.has(table)),
   );
   assert.ok(recorded.has('rules') && recorded.has('nodes'));
+
+  // A rule written bumps its node's config version: a narrow row of its own, not the node's whole row each time.
+  const bumps = store.db.recordJob();
+  const nodeId = store.rules.find(ids[1]!)!.node_id;
+  const before = store.nodes.find(nodeId)!.config_version;
+  store.write(() => store.nodes.bumpConfig(nodeId));
+  await store.committed();
+  assert.equal(store.nodes.find(nodeId)!.config_version, before + 1);
+  const bumped = new Set<string>();
+  const other = new DatabaseSync(':memory:');
+  other.applyChangeset(bumps.take(), { filter: (table) => (bumped.add(table), false) });
+  other.close();
+  bumps.close();
+  assert.deepEqual([...bumped], ['node_configs']);
 });
 
 test('port claims follow every write of rules and tunnels, as a rebuild from the tables makes them', async (t) => {
