@@ -51,7 +51,8 @@ function tables(path: string): Record<string, unknown[]> {
       db.prepare('SELECT 1 FROM pragma_index_list(?) WHERE "unique" = 1').get(name) !== undefined;
     const rows = (name: string) => {
       const rowid = keyed(name) ? '' : 'rowid AS row_id, ';
-      const columns = (db.prepare('SELECT count(*) AS n FROM pragma_table_info(?)').get(name)!.n as number) + +!!rowid;
+      const count = db.prepare('SELECT count(*) AS n FROM pragma_table_info(?)').get(name)!.n as number;
+      const columns = count + (rowid ? 1 : 0);
       const order = Array.from({ length: columns }, (_, i) => i + 1).join(', ');
       return db.prepare(`SELECT ${rowid}* FROM "${name}" ORDER BY ${order}`).all();
     };
