@@ -605,3 +605,40 @@ test("an exit that keeps saying its tunnel's picked port is taken moves it at mo
   });
   assert.equal(moves.body.items.length, 2);
 });
+
+const MOVED_BY_ACK =
+  "a tunnel's picked port moves when its exit's acknowledgement says it is taken, at most once every 10 s; its entry " +
+  'saying so moves nothing';
+test(MOVED_BY_ACK, async (t) => {
+  const m = await startMaster(t);
+  const entry = await node(m, 'entry');
+  const exit = await node(m, 'exit');
+  const made = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
+  });
+  const r = (await rule(m, { node_id: entry.id, tunnel_id: made.body.id, listen_port: 9000 })).body;
+  const portOf = async () =>
+    (await call(m.url, 'GET', `/api/tunnels/${made.body.id}`, { token: m.admin })).body.listen_port as number;
+  const taken = async (raw: RawLink) => {
+    const { version } = (await raw.next('config')) as unknown as { version: number };
+    const error = { code: 'port_in_use', detail: 'the port is in use' };
+    send(raw.socket, { type: 'applied', version, results: [{ id: r.id, state: 'failed', error }] });
+    send(raw.socket, { type: 'ping' });
+    await raw.next('pong');
+    await m.app.store.committed();
+  };
+  const first = await portOf();
+  await taken((await link(m, entry.agent_token)) as RawLink);
+  assert.equal(await portOf(), first, "the entry's port is not the tunnel's");
+  const raw = (await link(m, exit.agent_token)) as RawLink;
+  await taken(raw);
+  assert.equal(await portOf(), first + 1, 'moved to the next free port');
+  // The move sends the exit a new config; its failure again within 10 s moves nothing.
+  await taken(raw);
+  assert.equal(await portOf(), first + 1, 'not again within 10 s');
+  const moves = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${made.body.id}`, {
+    token: m.admin,
+  });
+  assert.equal(moves.body.items.length, 1);
+});
