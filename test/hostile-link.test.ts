@@ -573,37 +573,45 @@ test(ONCE_PER_CONFIG, async (t) => {
   assert.equal(await syncOf(), 'applied');
 });
 
-test("an exit that keeps saying its tunnel's picked port is taken moves it at most once every 10 s", async (t) => {
-  const m = await startMaster(t);
+/** A tunnel between two new nodes, its picked port as the API reads it, and how many moves of it were audited. */
+async function tunnelBetweenTwoNodes(m: Running) {
   const entry = await node(m, 'entry');
   const exit = await node(m, 'exit');
   const made = await call(m.url, 'POST', '/api/tunnels', {
     token: m.admin,
     body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
   });
+  const id = made.body.id as number;
+  const portOf = async () =>
+    (await call(m.url, 'GET', `/api/tunnels/${id}`, { token: m.admin })).body.listen_port as number;
+  const moves = async () =>
+    (await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${id}`, { token: m.admin })).body
+      .items.length as number;
+  return { entry, exit, id, portOf, moves };
+}
+
+test("an exit that keeps saying its tunnel's picked port is taken moves it at most once every 10 s", async (t) => {
+  const m = await startMaster(t);
+  const { exit, id, portOf, moves } = await tunnelBetweenTwoNodes(m);
   const raw = (await link(m, exit.agent_token)) as RawLink;
   await raw.next('config');
-  const portOf = async () => (await call(m.url, 'GET', `/api/tunnels/${made.body.id}`, { token: m.admin })).body;
   const taken = async () => {
-    const { listen_port } = await portOf();
-    const error = exitCannotListen(listen_port, 'EADDRINUSE');
-    send(raw.socket, { type: 'tunnel_status', tunnels: [{ id: made.body.id, state: 'down', error, rtt_us: null }] });
+    const listenPort = await portOf();
+    const error = exitCannotListen(listenPort, 'EADDRINUSE');
+    send(raw.socket, { type: 'tunnel_status', tunnels: [{ id, state: 'down', error, rtt_us: null }] });
     send(raw.socket, { type: 'ping' });
     await raw.next('pong');
     await m.app.store.committed();
-    return listen_port;
+    return listenPort;
   };
   const first = await taken();
-  assert.equal((await portOf()).listen_port, first + 1, 'moved to the next free port');
+  assert.equal(await portOf(), first + 1, 'moved to the next free port');
   for (let i = 0; i < 3; i++) await taken();
-  assert.equal((await portOf()).listen_port, first + 1, 'not again within 10 s');
+  assert.equal(await portOf(), first + 1, 'not again within 10 s');
   m.advance(10_000);
   await taken();
-  assert.equal((await portOf()).listen_port, first + 2, 'and again after');
-  const moves = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${made.body.id}`, {
-    token: m.admin,
-  });
-  assert.equal(moves.body.items.length, 2);
+  assert.equal(await portOf(), first + 2, 'and again after');
+  assert.equal(await moves(), 2);
 });
 
 const MOVED_BY_ACK =
@@ -611,15 +619,8 @@ const MOVED_BY_ACK =
   'saying so moves nothing';
 test(MOVED_BY_ACK, async (t) => {
   const m = await startMaster(t);
-  const entry = await node(m, 'entry');
-  const exit = await node(m, 'exit');
-  const made = await call(m.url, 'POST', '/api/tunnels', {
-    token: m.admin,
-    body: { name: 't', entry_node_id: entry.id, exit_node_id: exit.id },
-  });
-  const r = (await rule(m, { node_id: entry.id, tunnel_id: made.body.id, listen_port: 9000 })).body;
-  const portOf = async () =>
-    (await call(m.url, 'GET', `/api/tunnels/${made.body.id}`, { token: m.admin })).body.listen_port as number;
+  const { entry, exit, id, portOf, moves } = await tunnelBetweenTwoNodes(m);
+  const r = (await rule(m, { node_id: entry.id, tunnel_id: id, listen_port: 9000 })).body;
   const taken = async (raw: RawLink) => {
     const { version } = (await raw.next('config')) as unknown as { version: number };
     const error = { code: 'port_in_use', detail: 'the port is in use' };
@@ -637,8 +638,5 @@ test(MOVED_BY_ACK, async (t) => {
   // The move sends the exit a new config; its failure again within 10 s moves nothing.
   await taken(raw);
   assert.equal(await portOf(), first + 1, 'not again within 10 s');
-  const moves = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.port_moved&resource_id=${made.body.id}`, {
-    token: m.admin,
-  });
-  assert.equal(moves.body.items.length, 1);
+  assert.equal(await moves(), 1);
 });
