@@ -45,7 +45,8 @@ export const channelInput = object(
         secret: true,
         description:
           'webhook: the signing secret (whsec_ and the base64 of 24 to 64 bytes, as Standard Webhooks has it). ' +
-          'Absent on create: the master makes one and shows it in the answer, once; absent on update: kept.',
+          'Absent on create: the master makes one and shows it in the answer, once; absent on update: kept, unless ' +
+          'url changes.',
       }),
     ),
     chat_id: optional(nullable(string({ min: 1, max: 64, description: 'telegram: the chat the bot writes to.' }))),
@@ -56,7 +57,8 @@ export const channelInput = object(
         pattern: /^[0-9]+:[A-Za-z0-9_-]+$/,
         patternHint: 'must be a bot token as BotFather gives it (digits, a colon, letters, digits, _ and -)',
         secret: true,
-        description: 'telegram: the bot token. Required on create; absent on update: kept.',
+        description:
+          'telegram: the bot token. Required on create; absent on update: kept, unless api_base or chat_id changes.',
       }),
     ),
     api_base: optional(
@@ -107,7 +109,9 @@ export const channelInput = object(
         pattern: /^[^\0]+$/,
         patternHint: 'must not hold a NUL',
         secret: true,
-        description: "email: the login's password. Required with smtp_username on create; absent on update: kept.",
+        description:
+          "email: the login's password. Required with smtp_username on create; absent on update: kept, unless " +
+          'smtp_host, smtp_port, smtp_security, smtp_ca or smtp_username changes (and dropped without smtp_username).',
       }),
     ),
     smtp_ca: optional(
@@ -261,7 +265,9 @@ export const channelOperations = operations({
   replaceChannel: operation({
     action: 'channel.update',
     summary: 'Replace an alert channel',
-    description: 'An absent secret (or bot_token) keeps the current one; a change of type needs the new one.',
+    description:
+      'An absent secret (secret, bot_token, smtp_password) keeps the current one, unless a field that decides where ' +
+      'it goes changes (422 naming the secret to give again); a change of type needs the new one.',
     body: channelInput,
     responses: { 200: { description: 'Updated', schema: channelSchema }, 409: { description: 'Name taken' } },
     handler: putChannel,

@@ -1,8 +1,8 @@
 // Alert channels' operations: where notifications go (a webhook, a Telegram chat, mail). A channel's secret (the
 // webhook's signing secret, the bot's token, the mail server's password) is sealed at rest and never shown again once
-// written; a webhook given none gets one the master makes, shown in the creation answer only. A channel's addresses
-// are held to what rules' targets are (no loopback, link-local or master address without allow_local_targets), as
-// named here and as resolved when sent.
+// written, nor sent anywhere but where it was given for (see CHANNEL_SECRETS); a webhook given none gets one the master
+// makes, shown in the creation answer only. A channel's addresses are held to what rules' targets are (no loopback,
+// link-local or master address without allow_local_targets), as named here and as resolved when sent.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
@@ -12,7 +12,14 @@ import type { SmtpSecurity } from '../notify/smtp.ts';
 import { TELEGRAM_API } from '../notify/telegram.ts';
 import { newWebhookSecret, webhookSecretProblem } from '../notify/webhook.ts';
 import type { FieldError } from '../schema/schema.ts';
-import type { Channel, ChannelConfig, ChannelFields, ChannelType } from '../store/alerts.ts';
+import {
+  channelTypes,
+  type Channel,
+  type ChannelConfig,
+  type ChannelFields,
+  type ChannelType,
+} from '../store/alerts.ts';
+import { holdSecretInPlace, type SecretBinding } from './bound-secrets.ts';
 import { diff, type Change, type WriteDeps } from './write.ts';
 
 /** A channel as written: the fields of its type, and its secret where it has one (absent on update: kept). */
@@ -38,16 +45,29 @@ export interface ChannelInput {
 /** The fields given, without those null (a GET's fields of other types). */
 type Given = { [K in keyof ChannelInput]?: Exclude<ChannelInput[K], null> };
 
-/** Each type's fields besides its secret, and the field that holds its secret. */
-const TYPES: Record<ChannelType, { fields: readonly (keyof ChannelInput)[]; secret: keyof ChannelInput }> = {
-  webhook: { fields: ['url'], secret: 'secret' },
-  telegram: { fields: ['chat_id', 'api_base'], secret: 'bot_token' },
+/** Each type's fields besides its secret. */
+const FIELDS: Record<ChannelType, readonly (keyof ChannelInput)[]> = {
+  webhook: ['url'],
+  telegram: ['chat_id', 'api_base'],
+  email: ['smtp_host', 'smtp_port', 'smtp_security', 'smtp_username', 'smtp_ca', 'from', 'to'],
+};
+
+/**
+ * Each type's secret, and what it is bound to: a webhook's signing secret to its url, a bot's token to the API it is
+ * sent to and the chat that reads what it sends, a mail login to the server it is sent to, how, and as whom.
+ */
+export const CHANNEL_SECRETS: Record<ChannelType, SecretBinding> = {
+  webhook: { label: 'signing secret', given: ['secret'], bound: ['url'] },
+  telegram: { label: "bot's token", given: ['bot_token'], bound: ['api_base', 'chat_id'] },
   email: {
-    fields: ['smtp_host', 'smtp_port', 'smtp_security', 'smtp_username', 'smtp_ca', 'from', 'to'],
-    secret: 'smtp_password',
+    label: 'mail password',
+    given: ['smtp_password'],
+    bound: ['smtp_host', 'smtp_port', 'smtp_security', 'smtp_ca', 'smtp_username'],
   },
 };
-const TYPED_FIELDS = [...new Set(Object.values(TYPES).flatMap((type) => [...type.fields, type.secret]))];
+const TYPED_FIELDS = [
+  ...new Set(channelTypes.flatMap((type) => [...FIELDS[type], ...CHANNEL_SECRETS[type].given])),
+] as (keyof ChannelInput)[];
 
 /** What a type's fields make: the config to store, the secret to seal (null: none, or the one kept), and whether the
  * master made it. */
@@ -131,9 +151,9 @@ function parse(
 ): Parsed & { fields: ChannelFields } {
   const body = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== null)) as Given;
   const errors: FieldError[] = [];
-  const own = TYPES[given.type];
+  const own = [...FIELDS[given.type], ...CHANNEL_SECRETS[given.type].given];
   for (const key of TYPED_FIELDS)
-    if (body[key] !== undefined && key !== own.secret && !own.fields.includes(key))
+    if (body[key] !== undefined && !own.includes(key))
       errors.push({ pointer: `#/${key}`, detail: `is not a field of a ${given.type} channel` });
   const parsed = parsers[given.type](body, creating, secretNeeded, app.targetPolicy(), errors);
   if (errors.length > 0) throw validationFailed(errors);
@@ -162,7 +182,10 @@ export function insertChannel(
   return { channel, madeSecret: made ? secret : null };
 }
 
-/** Inside a transaction: a channel of another type needs that type's secret given again. */
+/**
+ * Inside a transaction: a channel of another type needs that type's secret given again, and so does a change of what
+ * the kept secret is bound to (see CHANNEL_SECRETS).
+ */
 export function updateChannel(
   app: WriteDeps,
   change: Change,
@@ -175,9 +198,12 @@ export function updateChannel(
   checkIfMatch(ifMatch, current.version);
   const retyped = body.type !== current.type;
   const { fields, secret } = parse(app, body, false, retyped);
-  // A new type's secret replaces the old one, even with none (a mail server without a login): never kept across.
+  // A new type's secret replaces the old one, even with none; a mail server without a login has no password to keep.
+  const dropped = retyped || (fields.type === 'email' && fields.config.smtp_username === null);
+  if (secret === null && !dropped && current.has_secret)
+    holdSecretInPlace(CHANNEL_SECRETS[fields.type], current.config, fields.config);
   const sealed = secret === null ? null : app.box.seal(secret);
-  const channel = app.store.channels.update(id, fields, sealed, retyped, app.timestamp());
+  const channel = app.store.channels.update(id, fields, sealed, dropped, app.timestamp());
   const changes = diff<ChannelFields>(current, fields, ['name', 'type', 'config']);
   if (secret !== null) (changes.after as Record<string, unknown>).secret = 'replaced';
   change.audit({ action: 'channel.update', resource: 'channel', resource_id: id, changes });

@@ -7,6 +7,7 @@ import { checkIfMatch } from '../http/etag.ts';
 import type { MasterDial } from '../install/agent-env.ts';
 import type { Installer, InstallMode } from '../install/installer.ts';
 import type { Node, NodeFields, SshSecret } from '../store/nodes.ts';
+import { holdSecretInPlace, type SecretBinding } from './bound-secrets.ts';
 import { cascadeRules } from './rules.ts';
 import { holdNodeRules } from './standing.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
@@ -21,6 +22,13 @@ export interface NodeInput extends NodeFields {
 export function nodeView({ config_version: _, ...node }: Node) {
   return node;
 }
+
+/** A node's SSH credential goes to its host and port, for its user: it never follows the node elsewhere by itself. */
+export const NODE_SECRET: SecretBinding = {
+  label: 'SSH credential',
+  given: ['ssh_private_key', 'ssh_password'],
+  bound: ['host', 'ssh_port', 'ssh_user'],
+};
 
 function credentials(app: WriteDeps, body: NodeInput): SshSecret | 'keep' {
   if (typeof body.ssh_private_key === 'string' && typeof body.ssh_password === 'string') {
@@ -74,18 +82,7 @@ export function updateNode(app: WriteDeps, change: Change, id: number, body: Nod
   if (!current) throw notFound('node', id);
   checkIfMatch(ifMatch, current.version);
   const secret = credentials(app, body);
-  // A credential was given for one host, port and user: it never follows the node elsewhere unless given again.
-  const moved = (['host', 'ssh_port', 'ssh_user'] as const).filter((k) => body[k] !== current[k]);
-  if (moved.length > 0 && current.ssh_auth !== 'none' && secret === 'keep') {
-    throw validationFailed([
-      {
-        pointer: '#/ssh_private_key',
-        detail:
-          `changing ${moved.join(', ')} needs the SSH credential again (ssh_private_key or ssh_password, or null ` +
-          `for none): the stored one was given for the old ${moved.join(', ')}`,
-      },
-    ]);
-  }
+  if (current.ssh_auth !== 'none' && secret === 'keep') holdSecretInPlace(NODE_SECRET, current, body);
   const updated = app.store.nodes.update(id, fieldsOf(body), secret, app.timestamp());
   // Entry nodes dial their tunnels' exit at its host.
   if (updated.host !== current.host) {
