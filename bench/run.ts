@@ -912,7 +912,7 @@ async function dataPlane(): Promise<void> {
   console.error('data plane: the bundled agent relaying to a sink and an HTTP server, against HAProxy and direct');
   const master = await startMaster(join(work, 'data'));
   // The sink listens on the node's loopback, a target only this setting allows.
-  await api(master.url, master.token, 'PATCH', '/api/settings', { allow_local_targets: 1 });
+  await api(master.url, master.token, 'PATCH', '/api/settings', { allow_local_rule_targets: 1 });
   const nodeRecord = await api(master.url, master.token, 'POST', '/api/nodes', { name: 'relay', host: '127.0.0.1' });
   const sink = start(pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', 'sink']));
   const ports = (await sink.waitFor('sink')) as { tcp: number; udp: number };

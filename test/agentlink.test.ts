@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
-import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
+import { AGENT_FEATURES } from '../internal/domain/link.ts';
+import { assertProblem, call, newTenant, node, rule, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { until } from './net.ts';
 
@@ -362,6 +363,83 @@ test(SKEW, async (t) => {
   const full = await current.next('config');
   assert.deepEqual((full.rules as { id: number }[]).map((r) => r.id).sort(), [range.id, weighted.id].sort());
   current.socket.destroy();
+});
+
+const TENANT_APART =
+  "where operators' rules may reach local targets, a tenant's rule goes to its node and its tunnel's exit saying " +
+  'it may not, and an agent that cannot hold rules apart is not sent it';
+
+test(TENANT_APART, async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const [entry, exit] = [await node(m, 'entry', { tags: ['eu'] }), await node(m, 'exit', { tags: ['eu'] })];
+  const plan = await call(m.url, 'POST', '/api/plans', {
+    token: m.admin,
+    body: { name: 'p', node_tags: ['eu'], port_ranges: ['30000-30099'] },
+  });
+  const acme = await newTenant(m, 'acme', plan.body.id);
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: acme.token,
+    body: { name: 'acme-link', entry_node_id: entry.id, exit_node_id: exit.id },
+  });
+  assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
+  const create = async (token: string, body: Record<string, unknown>) => {
+    const made = await call(m.url, 'POST', '/api/rules', {
+      token,
+      body: { name: `r${body.listen_port}`, node_id: entry.id, protocol: 'tcp', targets: ['10.0.0.1:80'], ...body },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    return made.body.id as number;
+  };
+  const direct = await create(acme.token, { listen_port: 30010 });
+  const through = await create(acme.token, { listen_port: 30011, tunnel_id: tunnel.body.id });
+  const operators = await create(m.admin, { listen_port: 80 });
+  type Carried = { id: number; local_targets?: boolean }[];
+  type Config = { rules: Carried; tunnels: { rules: Carried }[] };
+  const policies = (rules: Carried) => Object.fromEntries(rules.map((r) => [r.id, r.local_targets ?? 'absent']));
+
+  const current = (await link(m, entry.agent_token, undefined, undefined, {
+    'X-Agent-Features': AGENT_FEATURES.join(','),
+  })) as RawLink;
+  const config = (await current.next('config')) as unknown as Config;
+  assert.equal((config as unknown as { allow_local_targets: boolean }).allow_local_targets, true);
+  assert.deepEqual(policies(config.rules), { [direct]: false, [through]: false, [operators]: 'absent' });
+  current.socket.destroy();
+  const exitLink = (await link(m, exit.agent_token, undefined, undefined, {
+    'X-Agent-Features': AGENT_FEATURES.join(','),
+  })) as RawLink;
+  const exitConfig = (await exitLink.next('config')) as unknown as Config;
+  assert.deepEqual(policies(exitConfig.tunnels[0]!.rules), { [through]: false });
+  exitLink.socket.destroy();
+
+  // Agents that name no features, or not this one, are older than it: on either end the tenant's rules fail.
+  const olderExit = (await link(m, exit.agent_token, undefined, '0.0.9')) as RawLink;
+  assert.deepEqual(((await olderExit.next('config')) as unknown as Config).tunnels[0]!.rules, []);
+  const older = (await link(m, entry.agent_token, undefined, '0.0.9', { 'X-Agent-Features': 'weights' })) as RawLink;
+  assert.deepEqual(
+    ((await older.next('config')) as unknown as Config).rules.map((r) => r.id),
+    [operators],
+  );
+  for (const id of [direct, through]) {
+    const refused = await until(`rule ${id} marked`, async () => {
+      const shown = (await call(m.url, 'GET', `/api/rules/${id}`, { token: m.admin })).body;
+      return shown.sync.state === 'failed' && shown;
+    });
+    assert.equal(refused.sync.error.code, 'agent_outdated');
+    assert.match(refused.sync.error.detail, /a tenant's rule held off local targets/);
+  }
+  // Nor is it asked to check one: the master answers for it.
+  const check = await call(m.url, 'POST', `/api/rules/${direct}/check`, { token: acme.token });
+  assert.equal(check.status, 200, JSON.stringify(check.body));
+  assert.match(check.body.results[0].error, /the agent \(0\.0\.9\) cannot hold a tenant's rule off local targets/);
+  older.socket.destroy();
+  olderExit.socket.destroy();
+
+  // Where no rule may reach local targets there is nothing to hold apart: the older agent is sent them all.
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_rule_targets: 0 } });
+  const again = (await link(m, entry.agent_token, undefined, '0.0.9', { 'X-Agent-Features': 'weights' })) as RawLink;
+  const plain = (await again.next('config')) as unknown as Config;
+  assert.deepEqual(policies(plain.rules), { [direct]: 'absent', [through]: 'absent', [operators]: 'absent' });
+  again.socket.destroy();
 });
 
 test('no single node fences its master: a newer epoch is believed once agents of two nodes say it', async (t) => {

@@ -107,7 +107,7 @@ test("a channel's address is held as rules' targets are; its secret is shown onc
   const listed = await call(m.url, 'GET', '/api/channels?count=true', { token: m.admin });
   assert.equal(listed.body.total, 0, 'nothing refused was written');
 
-  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 1 } });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_channel_targets: 1 } });
   const channel = await created(m, '/api/channels', { name: 'ops', type: 'webhook', url: hook.url });
   assert.match(channel.secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
   const botToken = '123456:' + 'B'.repeat(35);
@@ -160,8 +160,8 @@ test("a channel changing type takes the new type's secret, never keeps the old o
 });
 
 const POLICY_AT_SEND =
-  "a channel's address is held to the policy when each delivery is sent: allow_local_targets turned off fails a " +
-  'loopback channel at once, and a failing one gives up after its last attempt';
+  "a channel's address is held to the policy when each delivery is sent: allow_local_channel_targets turned off " +
+  'fails a loopback channel at once, and a failing one gives up after its last attempt';
 
 test(POLICY_AT_SEND, async (t) => {
   const m = await startMaster(t, { localTargets: true });
@@ -176,7 +176,7 @@ test(POLICY_AT_SEND, async (t) => {
   const made = [];
   for (const body of locals) made.push(await created(m, '/api/channels', body));
   const down = await created(m, '/api/channels', { name: 'down', type: 'webhook', url: failing.url });
-  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 0 } });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_channel_targets: 0 } });
   for (const channel of made) {
     const refused = await call(m.url, 'POST', `/api/channels/${channel.id}/test`, { token: m.admin });
     assert.equal(refused.body.state, 'failed', channel.name);
@@ -184,7 +184,7 @@ test(POLICY_AT_SEND, async (t) => {
   }
   assert.equal(hook.received.length, 0, 'nothing reached it');
 
-  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_targets: 1 } });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_channel_targets: 1 } });
   const edge = await node(m, 'edge');
   // An expiry further off than the ~3.4 hours of attempts the clock is moved through.
   await rule(m, { name: 'later', node_id: edge.id, listen_port: 9000, expires_at: m.app.timestamp(20 * 86_400_000) });
@@ -698,7 +698,7 @@ test(OUTBOX_SURVIVES, async (t) => {
   await ready();
   const token = await login();
   const as = (path: string, body: unknown) => call(base, 'POST', path, { token, body });
-  await call(base, 'PATCH', '/api/settings', { token, body: { allow_local_targets: 1 } });
+  await call(base, 'PATCH', '/api/settings', { token, body: { allow_local_channel_targets: 1 } });
   const channel = (await as('/api/channels', { name: 'ops', type: 'webhook', url: hook.url })).body;
   const edge = (await as('/api/nodes', { name: 'edge', host: 'edge.example.net' })).body;
   const soon = new Date(Date.now() + 3600_000).toISOString();

@@ -216,7 +216,7 @@ test(PRESERVED, { timeout: 60_000 }, async (t) => {
   });
   t.after(() => child.kill('SIGKILL'));
   await once(child.stdout!, 'data');
-  const { m, edge } = await edgeNode(t, { allow_local_targets: 1 });
+  const { m, edge } = await edgeNode(t, { allow_local_rule_targets: 1 });
   const made = await rule(m, { node_id: edge.id, listen_port: PORT, targets: ALL.slice(0, 1), preserve_source: true });
   await until('the rule applied', async () => (await ruleOf(m, made.body.id)).sync.state === 'applied', 10_000);
   assert.equal((await ruleOf(m, made.body.id)).sync.applied_path, 'kernel');

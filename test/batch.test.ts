@@ -41,6 +41,7 @@ function batchJob(m: Running, fields: Pick<BatchJob, 'operation'> & Partial<Batc
     timestamp: m.app.timestamp(),
     license: m.app.licenseView(),
     targets: m.app.targetPolicy(),
+    channels: m.app.channelPolicy(),
     ...fields,
   };
 }

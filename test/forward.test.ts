@@ -47,6 +47,7 @@ function rule(id: number, listen_port: number, targets: string[], extra: Partial
     enabled: true,
     tunnel_id: null,
     forwarding: 'auto',
+    local_targets: true,
     ...NO_CONTROLS,
     ...extra,
   };

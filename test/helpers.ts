@@ -50,7 +50,10 @@ export interface StartOptions {
   insecureHttp?: boolean;
   /** Where the master logs; default nowhere. */
   log?: Logger;
-  /** Let rules target what is local to a node (allow_local_targets): loopback echo servers, for tests that forward. */
+  /**
+   * Let operators' rules and alert channels reach what is local (allow_local_rule_targets and
+   * allow_local_channel_targets): loopback echo servers and receivers, for tests that forward or notify.
+   */
   localTargets?: boolean;
   /** Return while the maintenance the start began still runs; by default once it is done. */
   duringMaintenance?: boolean;
@@ -96,7 +99,7 @@ export async function startMaster(t: TestContext, options: StartOptions = {}): P
   if (options.localTargets) {
     const allowed = await call(master.url, 'PATCH', '/api/settings', {
       token: admin,
-      body: { allow_local_targets: 1 },
+      body: { allow_local_rule_targets: 1, allow_local_channel_targets: 1 },
     });
     if (allowed.status !== 200) throw new Error(`allowing local targets failed: ${allowed.status}`);
   }

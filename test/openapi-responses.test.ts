@@ -105,7 +105,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/settings', '/api/settings');
   // Local targets allowed: the alert channel below is to a closed port on loopback, so its test fails at once.
   const settings = await hit('PATCH /api/settings', '/api/settings', {
-    body: { sync_wait_seconds: 0, allow_local_targets: 1 },
+    body: { sync_wait_seconds: 0, allow_local_rule_targets: 1, allow_local_channel_targets: 1 },
   });
 
   const token = await hit('POST /api/tokens', '/api/tokens', {

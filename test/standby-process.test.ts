@@ -59,7 +59,7 @@ async function ruleIds(url: string, token: string): Promise<Set<number>> {
 async function failOver(t: TestContext, mode: 'sync' | 'async') {
   const primary = await masterProcess(t);
   const admin = await login(primary.url, 'admin', ADMIN_PASSWORD);
-  const settings = { replication_mode: mode, replication_sync_timeout_seconds: 5, allow_local_targets: 1 };
+  const settings = { replication_mode: mode, replication_sync_timeout_seconds: 5, allow_local_rule_targets: 1 };
   assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: admin, body: settings })).status, 200);
   const token = await mintToken({ url: primary.url, admin } as Running, ['replication'], 'standby');
   const follow = (of: MasterProcess) => ({

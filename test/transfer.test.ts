@@ -400,6 +400,7 @@ function importJob(m: Running, text: string): ImportJob {
     timestamp: m.app.timestamp(),
     license: m.app.licenseView(),
     targets: m.app.targetPolicy(),
+    channels: m.app.channelPolicy(),
   };
 }
 

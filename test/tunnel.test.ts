@@ -313,6 +313,7 @@ async function tunnelPair(t: TestContext, targets: number[], controls: Partial<F
     weights: null,
     forwarding: 'auto' as const,
     enabled: true,
+    local_targets: true,
     ...NO_CONTROLS,
     ...controls,
     listen_port_end: null,
@@ -425,6 +426,21 @@ test('a client through a tunnel whose targets all refuse is closed, as a direct 
   assert.deepEqual(received, []);
 });
 
+test("an exit holds a tenant's rule off its own loopback though the node lets operators' rules reach it", async (t) => {
+  const echo = await countingEcho(t);
+  // Both forwarders allow local targets (allowLocalTargets); the rule says it may not reach them.
+  const { ports } = await tunnelPair(t, [echo.port], { local_targets: false });
+  const socket = connect({ host: '127.0.0.1', port: ports[0]! });
+  socket.on('error', () => undefined);
+  const received: Buffer[] = [];
+  socket.on('data', (chunk) => received.push(chunk));
+  await once(socket, 'connect');
+  socket.write('metadata?');
+  await new Promise((resolve) => socket.on('close', resolve));
+  assert.deepEqual(received, []);
+  assert.equal(echo.connections(), 0, 'the exit never dialled it');
+});
+
 test("the exit's own results: a taken port fails the tunnel's rules, an unresolvable target its rule", async (t) => {
   const keys = selfSigned([], { commonName: 'exit' });
   const peer = pinOf(selfSigned([], { commonName: 'entry' }).cert);
@@ -435,6 +451,7 @@ test("the exit's own results: a taken port fails the tunnel's rules, an unresolv
     strategy: 'round_robin' as const,
     weights: null,
     enabled: true,
+    local_targets: true,
   });
   const rules = [rule(1, '127.0.0.1:80'), rule(2, 'no-such-host.invalid:80')];
   const blocker = createServer().listen(0, '127.0.0.1');
@@ -527,6 +544,7 @@ test("idle connections from many addresses do not keep a tunnel's entry out", as
       weights: null,
       forwarding: 'auto' as const,
       enabled: true,
+      local_targets: true,
       ...NO_CONTROLS,
     },
   ];

@@ -450,6 +450,7 @@ function writerFor(store: Store, box: SecretBox, job: WriteJob): WriteDeps {
     timestamp: () => job.timestamp,
     licenseView: () => job.license,
     targetPolicy: () => job.targets,
+    channelPolicy: () => job.channels,
   };
 }
 

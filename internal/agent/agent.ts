@@ -569,8 +569,8 @@ export class Agent {
       return;
     }
     if (message.type === 'probe') {
-      const { id, protocol, targets, timeout_ms } = checkMessage(probeMessage, message);
-      void this.forwarder.probe(protocol, targets, timeout_ms).then((results) => {
+      const { id, protocol, targets, timeout_ms, local_targets } = checkMessage(probeMessage, message);
+      void this.forwarder.probe(protocol, targets, timeout_ms, local_targets).then((results) => {
         if (this.socket) send(this.socket, { type: 'probe_result', id, results });
       });
       return;

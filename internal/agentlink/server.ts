@@ -39,6 +39,7 @@ import {
   type TunnelStatusMessage,
   type VitalsMessage,
   TUNNEL_PORTS,
+  UNNAMED_FEATURES,
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { PIN, pinOf } from '../tls/pin.ts';
@@ -79,8 +80,8 @@ const VITALS_SPACING_MS = 1000;
 
 /** The controls a config carries (tags are the master's own). */
 type WireControl = Exclude<Control, 'tags'>;
-type WireRule = Omit<ForwardRule, WireControl | 'weights' | 'listen_port_end'> &
-  Partial<Pick<ForwardRule, WireControl | 'weights' | 'listen_port_end'>>;
+type WireRule = Omit<ForwardRule, WireControl | 'weights' | 'listen_port_end' | 'local_targets'> &
+  Partial<Pick<ForwardRule, WireControl | 'weights' | 'listen_port_end' | 'local_targets'>>;
 
 /**
  * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
@@ -94,8 +95,10 @@ function wireRule(rule: ForwardRule): WireRule {
     const value = wire[key];
     if (Array.isArray(fallback) ? Array.isArray(value) && value.length === 0 : value === fallback) delete wire[key];
   }
-  // Targets all alike, as for agents older than weights; one port, as for agents older than ranges.
+  // Targets all alike, as for agents older than weights; one port, as for agents older than ranges; local targets as
+  // the config says, as for agents older than per-rule target policies.
   if (wire.weights === null) delete wire.weights;
+  if (wire.local_targets) delete wire.local_targets;
   if (wire.listen_port_end === null) delete wire.listen_port_end;
   return wire;
 }
@@ -244,7 +247,7 @@ export class AgentLinks {
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
     app.sync.probes.on('probe', (nodeId: number, message: ProbeMessage) => {
       const link = this.links.get(nodeId);
-      if (link) send(link.socket, message);
+      if (link) this.probe(link, message);
     });
     app.sync.upgrades.on('upgrade', (nodeId: number, message: UpgradeMessage) => {
       const link = this.links.get(nodeId);
@@ -363,7 +366,7 @@ export class AgentLinks {
     const named = req.headers['x-agent-features'];
     const features = new Set(
       named === undefined
-        ? AGENT_FEATURES
+        ? UNNAMED_FEATURES
         : String(named)
             .split(',')
             .filter((name) => AGENT_FEATURES.includes(name)),
@@ -625,6 +628,8 @@ export class AgentLinks {
       const node = this.app.store.nodes.find(nodeId);
       if (!node) return void link.socket.destroy();
       const { settings } = this.app;
+      const forward = this.forwardingOf();
+      const beyond: [number, string][] = [];
       const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
         type: 'config',
         epoch: this.app.store.epoch.current(),
@@ -632,17 +637,16 @@ export class AgentLinks {
         report_interval_seconds: settings.get('agent_report_interval_seconds'),
         tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
         max_connections_per_source: settings.get('max_connections_per_source'),
-        allow_local_targets: settings.get('allow_local_targets') === 1,
+        allow_local_targets: settings.get('allow_local_rule_targets') === 1,
         next_master_pin: settings.get('tls_next_pin') || null,
         masters: standbysOf(settings.get('standby_masters')),
         rules: [],
-        tunnels: this.tunnelEnds(nodeId),
+        tunnels: this.tunnelEnds(nodeId, link.features, forward, beyond),
       };
-      const beyond: [number, string][] = [];
       for (const rule of this.app.store.rules.forNode(nodeId)) {
-        const forward = forwardRuleOf(rule);
-        const needs = beyondAgent(forward, link.features);
-        if (needs === null) config.rules.push(wireRule(forward));
+        const carried = forward(rule);
+        const needs = beyondAgent(carried, link.features);
+        if (needs === null) config.rules.push(wireRule(carried));
         else beyond.push([rule.id, needs]);
       }
       send(link.socket, config);
@@ -681,8 +685,32 @@ export class AgentLinks {
     });
   }
 
-  /** The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules. */
-  private tunnelEnds(nodeId: number): TunnelEnd[] {
+  /**
+   * What a config says of each rule: its fields, and for a tenant's rule where operators' may reach local targets,
+   * that it may not (a tenant's role looked up once a config).
+   */
+  private forwardingOf(): (rule: Rule) => ForwardRule {
+    const { store, settings } = this.app;
+    if (settings.get('allow_local_rule_targets') !== 1) return forwardRuleOf;
+    const tenants = new Map<number, boolean>();
+    const isTenant = (owner: number) => {
+      let tenant = tenants.get(owner);
+      if (tenant === undefined) tenants.set(owner, (tenant = store.users.find(owner)?.role === 'tenant'));
+      return tenant;
+    };
+    return (rule) => (isTenant(rule.owner_id) ? { ...forwardRuleOf(rule), local_targets: false } : forwardRuleOf(rule));
+  }
+
+  /**
+   * The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules (those
+   * its agent can apply: the others go to `beyond`).
+   */
+  private tunnelEnds(
+    nodeId: number,
+    features: ReadonlySet<string>,
+    forward: (rule: Rule) => ForwardRule,
+    beyond: [number, string][],
+  ): TunnelEnd[] {
     const { store, box } = this.app;
     return store.tunnels.endsOf(nodeId).map((row) => {
       const entry = row.entry_node_id === nodeId;
@@ -696,19 +724,39 @@ export class AgentLinks {
         peer_pin: pinOf(entry ? row.exit_cert : row.entry_cert),
         rules: entry
           ? []
-          : store.rules
+          : (store.rules
               .forTunnel(row.id)
-              .map(forwardRuleOf)
-              .map(({ id, protocol, targets, strategy, weights, enabled }) => ({
-                id,
-                protocol,
-                targets,
-                strategy,
-                weights,
-                enabled,
-              })),
+              .map(forward)
+              .filter((rule) => {
+                const needs = beyondAgent(rule, features);
+                if (needs !== null) beyond.push([rule.id, needs]);
+                return needs === null;
+              })
+              // local_targets only where false, as agents older than it read the rest.
+              .map(({ id, protocol, targets, strategy, weights, enabled, local_targets }) =>
+                local_targets
+                  ? { id, protocol, targets, strategy, weights, enabled }
+                  : { id, protocol, targets, strategy, weights, enabled, local_targets },
+              ) as TunnelEnd['rules']),
       };
     });
+  }
+
+  /**
+   * Sends a probe as its agent reads it: `local_targets` only where it narrows the config's, and to an agent too old to
+   * hold it (see agentFeatures) not at all: each target is answered as not tried, saying why.
+   */
+  private probe(link: Link, { local_targets, ...message }: ProbeMessage): void {
+    if (local_targets) return send(link.socket, message);
+    if (link.features.has('target_policy')) return send(link.socket, { ...message, local_targets });
+    const error =
+      `the agent (${link.agentVersion ?? 'of unknown version'}) cannot hold a tenant's rule off local targets: ` +
+      'upgrade it (POST /api/rollouts)';
+    this.app.sync.probed(
+      link.nodeId,
+      message.id,
+      message.targets.map((target) => ({ target, reachable: false, ms: null, error })),
+    );
   }
 
   private receive(link: Link, message: Message): void {

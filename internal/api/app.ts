@@ -247,11 +247,20 @@ export class App {
     return viewLicense(this.license, this.now());
   }
 
-  /** Which targets rules may have now (the setting allow_local_targets, and where the master is). */
+  /** Which targets operators' rules may have now (allow_local_rule_targets, and where the master is). */
   targetPolicy(): TargetPolicy {
+    return this.localPolicy('allow_local_rule_targets');
+  }
+
+  /** Where alert channels may send now (allow_local_channel_targets, and where the master is). */
+  channelPolicy(): TargetPolicy {
+    return this.localPolicy('allow_local_channel_targets');
+  }
+
+  private localPolicy(setting: 'allow_local_rule_targets' | 'allow_local_channel_targets'): TargetPolicy {
     const masterUrl = this.settings.get('install_master_url');
     return {
-      allowLocal: this.settings.get('allow_local_targets') === 1,
+      allowLocal: this.settings.get(setting) === 1,
       masterHosts: masterUrl ? [new URL(masterUrl).hostname.replace(/^\[|\]$/g, '')] : [],
     };
   }

@@ -138,6 +138,7 @@ export function writeJobOf(ctx: Ctx<unknown, unknown>, dryRun: boolean): WriteJo
     timestamp: ctx.app.timestamp(),
     license: ctx.app.licenseView(),
     targets: ctx.app.targetPolicy(),
+    channels: ctx.app.channelPolicy(),
   };
 }
 

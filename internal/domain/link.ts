@@ -59,6 +59,8 @@ const exitRule = object({
   /** Absent from masters older than weights. */
   weights: optional(nullable(array(integer({ min: 1, max: MAX_WEIGHT }), { min: 1, max: 16 })), null),
   enabled: boolean(),
+  /** As a rule's (see ForwardRule.local_targets). */
+  local_targets: optional(boolean(), true),
 });
 
 /**
@@ -101,7 +103,10 @@ export const configMessage = object({
   report_interval_seconds: integer({ min: 1, max: 3600 }),
   tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),
   max_connections_per_source: integer({ min: 1, max: 100_000 }),
-  /** Whether rules may reach what is local to the node (the master's allow_local_targets); absent: they may not. */
+  /**
+   * Whether rules may reach what is local to the node (the master's allow_local_rule_targets), but those that say
+   * `local_targets: false`; absent: they may not.
+   */
   allow_local_targets: optional(boolean(), false),
   next_master_pin: nullable(PIN),
   /** The standby masters agents are to try when they lose theirs; absent from masters older than standbys. */
@@ -132,6 +137,8 @@ export const configMessage = object({
       health_check: optional(nullable(healthCheck), null),
       /** Absent from masters older than preserve_source. */
       preserve_source: optional(boolean(), false),
+      /** False: a tenant's rule, which never reaches what is local to the node (see ForwardRule.local_targets). */
+      local_targets: optional(boolean(), true),
       /** The rule's quota as the node enforces it (see ForwardQuota); absent from masters older than quotas. */
       quota: optional(
         nullable(
@@ -157,9 +164,10 @@ export const overBudgetMessage = object({ type: oneOf(['over_budget']), detail: 
 
 /**
  * What a rule may ask of its agent beyond what every agent can do, and what asks it. An agent names those it can do
- * when it links (X-Agent-Features); one that names none is older than the list and can do every one listed here,
- * which came with 0.1.0. A feature added later is listed here, and an agent older than it is not sent a rule that
- * needs it: the rule fails with `agent_outdated` (never a config the agent would refuse whole, or misread).
+ * when it links (X-Agent-Features); one that names none is older than the list and can do those that came before it
+ * (UNNAMED_FEATURES). A feature added later is listed here, and an agent older than it is not sent a rule that
+ * needs it: the rule fails with `agent_outdated` (never a config the agent would refuse whole, or misread), at the
+ * rule's node and at its tunnel's exit alike.
  */
 export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => boolean; what: string }> = {
   port_ranges: { needed: (rule) => rule.listen_port_end !== null, what: 'a port range (listen_port_end)' },
@@ -169,8 +177,14 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
     needed: (rule) => ['source_hash', 'least_conn', 'lowest_latency'].includes(rule.strategy),
     what: 'source_hash, least_conn and lowest_latency balancing',
   },
+  target_policy: {
+    needed: (rule) => !rule.local_targets,
+    what: "a tenant's rule held off local targets while operators' may reach them",
+  },
 };
 export const AGENT_FEATURES = Object.keys(agentFeatures);
+/** What an agent that names no features can do: what agents did before they named it. */
+export const UNNAMED_FEATURES = ['port_ranges', 'weights', 'preserve_source', 'balancing'];
 
 /** What `rule` needs of an agent that can do only `features`, or null when it can apply it. */
 export function beyondAgent(rule: ForwardRule, features: ReadonlySet<string>): string | null {
@@ -300,6 +314,8 @@ export const probeMessage = object({
   protocol: oneOf(probeProtocols),
   targets: array(target(), { min: 1, max: MAX_PROBE_TARGETS }),
   timeout_ms: integer({ min: 50, max: 10_000 }),
+  /** False: the targets may not be local to the node whatever the config says (see ForwardRule.local_targets). */
+  local_targets: optional(boolean(), true),
 });
 export type ProbeMessage = Infer<typeof probeMessage>;
 

@@ -300,6 +300,11 @@ export interface ForwardRule
     Pick<Rule, Exclude<Control, 'tags' | 'quota'>> {
   /** The rule's quota as its node enforces it; null without one. */
   quota: ForwardQuota | null;
+  /**
+   * False: the rule may not reach what is local to its node, whatever the config's allow_local_targets says (a
+   * tenant's rule); true: as that says. Sent only when false.
+   */
+  local_targets: boolean;
 }
 
 /**
@@ -347,6 +352,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     proxy_protocol: rule.proxy_protocol,
     health_check: rule.health_check,
     preserve_source: rule.preserve_source,
+    local_targets: true,
     quota:
       rule.quota && rule.quota_usage
         ? {
@@ -400,12 +406,20 @@ export interface RuleTraffic {
 /**
  * Which targets a rule may have besides the network's: by default none that is the node itself (its loopback, its own
  * host), its link (link-local addresses, where clouds serve instance metadata), no address at all, or the master. The
- * setting allow_local_targets (which needs *) allows them; agents hold to the same when they dial, after resolving.
+ * setting allow_local_rule_targets (which needs *) allows them to operators' rules, never to a tenant's; agents hold
+ * to the same when they dial, after resolving. Alert channels have a policy of their own (allow_local_channel_targets).
  */
 export interface TargetPolicy {
   allowLocal: boolean;
   /** The names and addresses the master is known by (install_master_url's host). */
   masterHosts: readonly string[];
+  /** The rule is a tenant's: local targets are refused whatever the setting (see ownerPolicy). */
+  tenant?: boolean;
+}
+
+/** The policy of a rule its owner's role holds to: a tenant's never reaches local targets. */
+export function ownerPolicy(policy: TargetPolicy, tenant: boolean): TargetPolicy {
+  return tenant ? { ...policy, allowLocal: false, tenant } : policy;
 }
 
 /** Why a rule on the node at `nodeHost` may not reach `host` under `policy`, or null when it may. */
@@ -413,8 +427,17 @@ export function targetRefusal(host: string, nodeHost: string, policy: TargetPoli
   const kind = localKind(host);
   if (isUnroutable(kind)) return `${host} is a ${kind} address, which is no host to forward to`;
   const reason = localReason(host, nodeHost, policy);
-  return reason && `${host} ${reason}; rules reach such targets only with the setting allow_local_targets (needs *)`;
+  if (!reason) return null;
+  return policy.tenant
+    ? `${host} ${reason}; a tenant's rules never reach such targets`
+    : `${host} ${reason}; rules reach such targets only with the setting allow_local_rule_targets (needs *)`;
 }
+
+/**
+ * Names that are the host itself by convention (RFC 6761's .localhost, and what Debian's and others' /etc/hosts give
+ * loopback), whatever a resolver elsewhere would make of them.
+ */
+const LOOPBACK_NAMES = new Set(['localhost', 'localhost.localdomain', 'ip6-localhost', 'ip6-loopback']);
 
 /**
  * Why `host` is local to the node at `nodeHost` (null: to no node) or the master, which `policy` does not allow, or
@@ -423,9 +446,9 @@ export function targetRefusal(host: string, nodeHost: string, policy: TargetPoli
 export function localReason(host: string, nodeHost: string | null, policy: TargetPolicy): string | null {
   if (policy.allowLocal) return null;
   const kind = localKind(host);
-  const name = host.toLowerCase();
+  const name = host.toLowerCase().replace(/\.$/, '');
   const spelt = spelling(host);
-  return name === 'localhost' || name.endsWith('.localhost')
+  return LOOPBACK_NAMES.has(name) || name.endsWith('.localhost')
     ? `names ${nodeHost === null ? 'the master' : 'the node'} itself`
     : kind
       ? `is a ${kind} address`

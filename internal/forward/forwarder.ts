@@ -65,9 +65,11 @@ import {
   dialTargets,
   localRefusal,
   addressRefusal as refusal,
+  policyFor,
   probeDatagram,
   probeTarget,
   type DatagramDial,
+  type DialPolicy,
   type TcpDial,
 } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
@@ -467,7 +469,7 @@ export class Forwarder {
       const resolved = await Promise.all(
         rule.targets.map(async (given) => {
           const target = parseTarget(given);
-          return target ? this.destinations(target) : { v4: null, v6: null };
+          return target ? this.destinations(target, this.policyOf(rule)) : { v4: null, v6: null };
         }),
       );
       // Every target, or none: a target the kernel cannot send to would lose its share of the clients.
@@ -661,8 +663,8 @@ export class Forwarder {
     this.kernelPlan = null;
   }
 
-  /** The addresses the kernel sends a target's clients to, per family; none that the dial policy refuses. */
-  private async destinations(target: Target): Promise<Destinations> {
+  /** The addresses the kernel sends a target's clients to, per family; none that the rule's dial policy refuses. */
+  private async destinations(target: Target, policy: DialPolicy): Promise<Destinations> {
     let addresses: string[];
     if (isIP(target.host)) addresses = [target.host];
     else {
@@ -673,8 +675,8 @@ export class Forwarder {
       }
     }
     // What is local to the node (loopback above all, which the kernel cannot reach from another host) stays with the
-    // relay, which dials it where allow_local_targets lets it; so does what the relay would refuse (the master).
-    const allowed = addresses.filter((address) => !localRefusal(address) && !refusal(address, this.limits));
+    // relay, which dials it where the rule's policy lets it; so does what the relay would refuse (the master).
+    const allowed = addresses.filter((address) => !localRefusal(address) && !refusal(address, policy));
     const pick = (v4: boolean): Destination | null => {
       const address = allowed.find((a) => isIPv4(a) === v4);
       return address ? { address, port: target.port } : null;
@@ -728,7 +730,7 @@ export class Forwarder {
       const resolved = await Promise.all(
         entry.rule.targets.map(async (given, index) => {
           const target = parseTarget(given);
-          const found = target ? await this.destinations(target) : { v4: null, v6: null };
+          const found = target ? await this.destinations(target, this.policyOf(entry.rule)) : { v4: null, v6: null };
           // A name that resolves to nothing now keeps the address it had.
           return found.v4 || found.v6 ? found : entry.resolved[index]!;
         }),
@@ -829,11 +831,17 @@ export class Forwarder {
     return { id: rule.id, state: 'applied', error: null };
   }
 
+  /** What a rule may dial: the node's policy, but a rule the master holds off local targets never reaches them. */
+  private policyOf(rule: Pick<ForwardRule, 'local_targets'>): DialPolicy {
+    return policyFor(this.limits, rule.local_targets);
+  }
+
   /** The dial functions of a rule: to its targets, or through its tunnel's entry end as it stands when dialling. */
   private dials(rule: ForwardRule, picker: TargetPicker, offset = 0): { tcp: TcpDial; udp: DatagramDial } {
     const tunnelId = rule.tunnel_id;
+    const policy = this.policyOf(rule);
     if (tunnelId === null)
-      return { tcp: dialTargets(picker, this.limits, offset), udp: datagramsTo(picker, this.limits, offset) };
+      return { tcp: dialTargets(picker, policy, offset), udp: datagramsTo(picker, policy, offset) };
     return {
       tcp: (onOpen, onFail, client) => {
         const entry = this.entries.get(tunnelId)?.entry;
@@ -860,7 +868,13 @@ export class Forwarder {
    * Tries each of `targets` from this node, as its relays would reach them (the same policy), all at once: how each
    * answered and how long it took.
    */
-  async probe(protocol: 'tcp' | 'udp', targets: string[], timeoutMs: number): Promise<ProbeResult[]> {
+  async probe(
+    protocol: 'tcp' | 'udp',
+    targets: string[],
+    timeoutMs: number,
+    localTargets = true,
+  ): Promise<ProbeResult[]> {
+    const policy = policyFor(this.limits, localTargets);
     return Promise.all(
       targets.map(async (given) => {
         const target = parseTarget(given);
@@ -868,8 +882,8 @@ export class Forwarder {
         const started = performance.now();
         const outcome =
           protocol === 'tcp'
-            ? await probeTarget(target, this.limits, timeoutMs).then((error) => ({ reachable: error === null, error }))
-            : await probeDatagram(target, this.limits, timeoutMs);
+            ? await probeTarget(target, policy, timeoutMs).then((error) => ({ reachable: error === null, error }))
+            : await probeDatagram(target, policy, timeoutMs);
         const ms = outcome.reachable ? Math.round(performance.now() - started) : null;
         return { target: given, ...outcome, ms };
       }),
@@ -983,13 +997,14 @@ export class Forwarder {
     // A target that expects a PROXY header is checked with one, saying there is no client (LOCAL, UNKNOWN).
     const none = { address: '', port: 0 };
     const greeting = rule.proxy_protocol === 'none' ? null : proxyHeader(rule.proxy_protocol, none, none);
-    if (listener.health) listener.health.update(check, rule.targets, targets, greeting);
+    const policy = this.policyOf(rule);
+    if (listener.health) listener.health.update(check, rule.targets, targets, greeting, policy);
     else
       listener.health = new HealthChecker(
         check,
         rule.targets,
         targets,
-        this.limits,
+        policy,
         (change) => this.onHealthChange(rule.id, change),
         greeting,
       );

@@ -42,7 +42,7 @@ export function urlRefusal(url: string, policy: TargetPolicy): string | null {
 /** Why a channel may not reach `host` under `policy`, or null when it may. */
 export function hostRefusal(host: string, policy: TargetPolicy): string | null {
   const reason = localReason(host, null, policy);
-  return reason && `${host} ${reason}; channels reach such addresses only with allow_local_targets`;
+  return reason && `${host} ${reason}; channels reach such addresses only with allow_local_channel_targets`;
 }
 
 /** A lookup that refuses what resolves to an address `policy` does not allow. */

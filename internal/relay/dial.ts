@@ -18,13 +18,30 @@ const CONNECT_TIMEOUT_MS = 5_000;
 
 /** What a relay may dial: read at each dial, so a changed config applies to the next connection. */
 export interface DialPolicy {
-  /** Targets local to the node (loopback, link-local, its own addresses): the master's allow_local_targets. */
+  /**
+   * Targets local to the node (loopback, link-local, its own addresses): the master's allow_local_rule_targets, for
+   * rules it does not hold off them (see policyFor).
+   */
   allowLocalTargets: boolean;
   /**
    * The master's addresses as the agent reaches it (canonical, see canonicalAddress): no target either, unless local
    * targets are allowed, whatever name a rule reaches them by.
    */
   masterAddresses?: ReadonlySet<string>;
+}
+
+/**
+ * The node's `policy` for one rule or probe: `localTargets` false keeps it off what is local to the node, whatever the
+ * node's policy says (a tenant's rule). The master's addresses are read from the node's at each dial.
+ */
+export function policyFor(policy: DialPolicy, localTargets: boolean): DialPolicy {
+  if (localTargets) return policy;
+  return {
+    allowLocalTargets: false,
+    get masterAddresses() {
+      return policy.masterAddresses;
+    },
+  };
 }
 
 /** The node's own addresses (canonical, see canonicalAddress), looked up at most once a second. */

@@ -43,7 +43,7 @@ export class HealthChecker implements TargetHealthView {
     /** The targets as the rule gives them, and parsed, in the same order. */
     given: string[],
     parsed: Target[],
-    private readonly policy: DialPolicy,
+    private policy: DialPolicy,
     /** Called when a target's status changes, or which is fastest. */
     private readonly onChange: (change: HealthChange) => void,
     /** What each check sends its target first: the rule's PROXY header with no client (LOCAL, UNKNOWN), or null. */
@@ -52,9 +52,16 @@ export class HealthChecker implements TargetHealthView {
     this.update(check, given, parsed, greeting);
   }
 
-  /** New targets or checks: a target kept keeps its status; the checks start over at the new interval. */
-  update(check: HealthCheck, given: string[], parsed: Target[], greeting: Buffer | null = null): void {
+  /** New targets, checks or policy: a target kept keeps its status; the checks start over at the new interval. */
+  update(
+    check: HealthCheck,
+    given: string[],
+    parsed: Target[],
+    greeting: Buffer | null = null,
+    policy: DialPolicy = this.policy,
+  ): void {
     this.greeting = greeting;
+    this.policy = policy;
     const same =
       this.timer !== undefined &&
       JSON.stringify(check) === JSON.stringify(this.check) &&

@@ -155,7 +155,7 @@ function parse(
   for (const key of TYPED_FIELDS)
     if (body[key] !== undefined && !own.includes(key))
       errors.push({ pointer: `#/${key}`, detail: `is not a field of a ${given.type} channel` });
-  const parsed = parsers[given.type](body, creating, secretNeeded, app.targetPolicy(), errors);
+  const parsed = parsers[given.type](body, creating, secretNeeded, app.channelPolicy(), errors);
   if (errors.length > 0) throw validationFailed(errors);
   return { ...parsed, fields: { name: given.name, type: given.type, config: parsed.config } };
 }

@@ -4,11 +4,21 @@
 
 import { DomainError } from '../errors/errors.ts';
 import { grantsNode, parsePortRange, portsGranted, type Plan } from '../domain/plans.ts';
-import type { OwnedRuleFields } from '../domain/rules.ts';
+import { ownerPolicy, type OwnedRuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Caller, WriteDeps } from './write.ts';
 
 /** Who writes, as far as grants go. */
 export type Grantee = Pick<Caller, 'userId' | 'role' | 'planId'>;
+
+/** Whether user `owner` is a tenant: the grantee's own role when it is theirs, otherwise as stored. */
+export function isTenant(app: WriteDeps, grantee: Grantee, owner: number): boolean {
+  return owner === grantee.userId ? grantee.role === 'tenant' : app.store.users.find(owner)?.role === 'tenant';
+}
+
+/** Which targets a rule owned by `owner` may have now: a tenant's never reach what is local (see ownerPolicy). */
+export function rulePolicy(app: WriteDeps, grantee: Grantee, owner: number): TargetPolicy {
+  return ownerPolicy(app.targetPolicy(), isTenant(app, grantee, owner));
+}
 
 /** Whether `grantee` may see and change what `owner` owns: an operator anything, a tenant their own. */
 export function reaches(grantee: Grantee, owner: number): boolean {

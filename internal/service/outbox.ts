@@ -35,7 +35,7 @@ export interface OutboxDeps {
   box: SecretBox;
   log: Logger;
   clock: { now(): number };
-  targetPolicy(): TargetPolicy;
+  channelPolicy(): TargetPolicy;
 }
 
 /** Counts what became of each attempt (the metrics' deliveries by outcome). */
@@ -163,7 +163,7 @@ export class Outbox {
   private post(channel: Channel, messageId: string, payload: string): Promise<void> {
     const sealed = this.deps.store.channels.sealedSecret(channel.id);
     const secret = sealed ? this.deps.box.open(sealed) : null;
-    const policy = this.deps.targetPolicy();
+    const policy = this.deps.channelPolicy();
     const { config } = channel;
     const signal = this.stopping.signal;
     if (channel.type === 'email') {

@@ -2,7 +2,7 @@
 // target as its relays would, under the same target restrictions as rules; bounded in count and time, and audited
 // with what was found.
 
-import { reaches } from './grants.ts';
+import { isTenant, reaches } from './grants.ts';
 import type { ProbeResult } from '../domain/link.ts';
 import { targetRefusal } from '../domain/rules.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
@@ -14,11 +14,20 @@ export const PROBE_TIMEOUT_MS = 3000;
 /** How long the master waits for the node's answer beyond that. */
 const ANSWER_GRACE_MS = 2000;
 
-/** Asks `nodeId` to try `targets`; throws `conflict` when the node is offline, `bad_gateway` when it did not answer. */
-async function probeFrom(app: Committer, nodeId: number, protocol: 'tcp' | 'udp', targets: string[]) {
+/**
+ * Asks `nodeId` to try `targets` as its config lets rules dial them (`localTargets` false: as a tenant's rule, held
+ * off what is local to it); throws `conflict` when the node is offline, `bad_gateway` when it did not answer.
+ */
+async function probeFrom(
+  app: Committer,
+  nodeId: number,
+  protocol: 'tcp' | 'udp',
+  targets: string[],
+  localTargets = true,
+) {
   const results: ProbeResult[] | null = await app.sync.probe(
     nodeId,
-    { protocol, targets, timeout_ms: PROBE_TIMEOUT_MS },
+    { protocol, targets, timeout_ms: PROBE_TIMEOUT_MS, local_targets: localTargets },
     PROBE_TIMEOUT_MS + ANSWER_GRACE_MS,
   );
   if (results) return { node_id: nodeId, protocol, checked_at: app.timestamp(), results };
@@ -37,7 +46,10 @@ export async function checkTargets(app: Committer, requester: Requester, id: num
   // Through a tunnel, the exit node dials the targets.
   const nodeId =
     rule.tunnel_id === null ? rule.node_id : (app.store.tunnels.find(rule.tunnel_id)?.exit_node_id ?? rule.node_id);
-  const answer = await probeFrom(app, nodeId, rule.protocol === 'udp' ? 'udp' : 'tcp', rule.targets);
+  const protocol = rule.protocol === 'udp' ? 'udp' : 'tcp';
+  // As the rule's config says it (see ForwardRule.local_targets): false only where it narrows the node's.
+  const heldOff = app.targetPolicy().allowLocal && isTenant(app, requester.caller, rule.owner_id);
+  const answer = await probeFrom(app, nodeId, protocol, rule.targets, !heldOff);
   await transact(app, requester, (change) =>
     change.audit({ action: 'rule.check', resource: 'rule', resource_id: id, changes: { after: answer } }),
   );

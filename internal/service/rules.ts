@@ -8,7 +8,7 @@ import { parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
-import { grantedRule, reaches, requireRoom, unnamedToTenants } from './grants.ts';
+import { grantedRule, reaches, requireRoom, rulePolicy, unnamedToTenants } from './grants.ts';
 import { theMaster } from './master.ts';
 import { holdWritten } from './standing.ts';
 import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
@@ -110,7 +110,7 @@ export function insertRules(
   // A list's rules mostly share a few nodes: each pair of references, and each node's host, is looked up once.
   const checked = new Set<string>();
   const hosts = new Map<number, string | undefined>();
-  const policy = app.targetPolicy();
+  const policies = new Map<number, TargetPolicy>();
   for (const fields of owned) {
     const references = `${fields.node_id}/${fields.tunnel_id}`;
     checkCombination(fields);
@@ -119,7 +119,8 @@ export function insertRules(
       checked.add(references);
     }
     if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
-    checkTargets(fields, hosts.get(fields.node_id), policy);
+    if (!policies.has(fields.owner_id)) policies.set(fields.owner_id, rulePolicy(app, change.caller, fields.owner_id));
+    checkTargets(fields, hosts.get(fields.node_id), policies.get(fields.owner_id)!);
   }
   const inserted = unnamedToTenants(app, change.caller, () =>
     app.store.rules.insertAll(owned, app.timestamp(), holders),
@@ -148,7 +149,7 @@ export function updateRule(app: WriteDeps, change: Change, id: number, given: Ru
   });
   checkCombination(fields);
   checkReferences(app, fields);
-  checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, app.targetPolicy());
+  checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, rulePolicy(app, change.caller, fields.owner_id));
   checkQuotaLeft(current, fields);
   const written = unnamedToTenants(app, change.caller, () =>
     app.store.rules.update(id, fields, app.timestamp(), spendsQuota(current, fields)),

@@ -106,6 +106,8 @@ export async function updateUser(
     if (updated.disabled && !current.disabled) app.store.tokens.deleteForUser(id, ['api', 'session']);
     else if (passwordHash !== null) app.store.tokens.deleteForUser(id, ['session']);
     holdToStanding(app, change, id);
+    // What a rule may reach follows its owner's role (see ownerPolicy): their nodes get configs saying so.
+    if (updated.role !== current.role) for (const nodeId of app.store.rules.carriersOf(id)) change.touchNode(nodeId);
     const changes = diff(current, updated, ['username', 'role', 'plan_id', 'scopes', 'disabled', 'expires_at']);
     if (passwordHash !== null) Object.assign(changes.after, { password: input.password });
     change.audit({ resource: 'user', resource_id: id, changes });

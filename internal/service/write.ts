@@ -48,8 +48,10 @@ export interface WriteDeps {
   /** The master's clock as stored (RFC 3339, seconds): what every row and audit entry of the write is stamped with. */
   timestamp(): string;
   licenseView(): LicenseView;
-  /** Which targets rules may have now. */
+  /** Which targets operators' rules may have now (a tenant's: see ownerPolicy). */
   targetPolicy(): TargetPolicy;
+  /** Where alert channels may send now. */
+  channelPolicy(): TargetPolicy;
 }
 
 /** What the master adds to commit writes itself: how long a write may wait its turn, whom to tell, what to count. */
@@ -380,6 +382,7 @@ export interface WriteJob {
   timestamp: string;
   license: LicenseView;
   targets: TargetPolicy;
+  channels: TargetPolicy;
   /** Whether standbys follow the master: the job's connection records what it commits for them (see holdWrites). */
   recordChanges?: boolean;
 }

@@ -161,13 +161,21 @@ export const definitions = {
       'the kernel path forgets it).',
     true,
   ),
-  allow_local_targets: setting(
+  allow_local_rule_targets: setting(
     0,
     1,
     0,
-    '1 lets rules target what is local to their node (localhost, loopback and link-local addresses such as cloud ' +
-      "metadata, the node's own host) and the master; 0 refuses such targets, and agents refuse to dial any name " +
-      'that resolves to one.',
+    "1 lets operators' rules target what is local to their node (localhost, loopback and link-local addresses such " +
+      "as cloud metadata, the node's own host) and the master; 0 refuses such targets, and agents refuse to dial any " +
+      "name that resolves to one. A tenant's rule never reaches them, whatever this says.",
+    true,
+  ),
+  allow_local_channel_targets: setting(
+    0,
+    1,
+    0,
+    '1 lets alert channels send to what is local to the master (a receiver on its loopback or link) and to the ' +
+      'master itself; 0 refuses such addresses, as written and as resolved at each delivery.',
     true,
   ),
   max_connections_per_source: setting(
@@ -272,7 +280,7 @@ export const agentKeys: readonly SettingKey[] = [
   'agent_report_interval_seconds',
   'tcp_idle_timeout_seconds',
   'max_connections_per_source',
-  'allow_local_targets',
+  'allow_local_rule_targets',
   'tls_next_pin',
   'standby_masters',
 ];

@@ -706,4 +706,11 @@ export const migrations: readonly string[] = [
   INSERT INTO node_configs (node_id, version) SELECT id, config_version FROM nodes WHERE config_version <> 1;
   ALTER TABLE nodes DROP COLUMN config_version;
   `,
+  /* 41: who may reach local targets is set per kind: allow_local_targets, which was both, becomes the two */ `
+  INSERT INTO settings (key, value)
+    SELECT 'allow_local_rule_targets', value FROM settings WHERE key = 'allow_local_targets';
+  INSERT INTO settings (key, value)
+    SELECT 'allow_local_channel_targets', value FROM settings WHERE key = 'allow_local_targets';
+  DELETE FROM settings WHERE key = 'allow_local_targets';
+  `,
 ];

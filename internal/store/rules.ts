@@ -281,6 +281,7 @@ export class RuleStore {
   private readonly resultsStmt;
   private readonly dueStmt;
   private readonly ownedStmt;
+  private readonly carriersStmt;
   private readonly heldStmt;
   private readonly holdStmt;
   private readonly tenantsOnStmt;
@@ -401,6 +402,8 @@ export class RuleStore {
       WHERE (node_id = ?1 OR tunnel_id IN (SELECT id FROM tunnels WHERE exit_node_id = ?1))
         AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
     this.ownedStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ? ORDER BY id`);
+    this.carriersStmt = db.prepare(`SELECT node_id FROM rules WHERE owner_id = ?1
+      UNION SELECT exit_node_id FROM tunnels WHERE id IN (SELECT tunnel_id FROM rules WHERE owner_id = ?1)`);
     // Through rules_held (migration 37), whose condition this repeats.
     this.heldStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ?
       AND (held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL) ORDER BY id`);
@@ -786,6 +789,11 @@ export class RuleStore {
   /** The rules user `ownerId` owns, through the owner index. */
   ownedBy(ownerId: number): Rule[] {
     return (this.ownedStmt.all(ownerId) as unknown as RuleRow[]).map(toRule);
+  }
+
+  /** The nodes that carry rules of `ownerId`: where they listen, and the exits of the tunnels they go through. */
+  carriersOf(ownerId: number): number[] {
+    return (this.carriersStmt.all(ownerId) as { node_id: number }[]).map((row) => row.node_id);
   }
 
   /** The owners of the rules of `ids` (by primary key; rules gone are left out). */

@@ -8,7 +8,7 @@ import type { IncomingHttpHeaders } from 'node:http2';
 import { isIP, type Socket } from 'node:net';
 import { createServer, type Server, type TLSSocket } from 'node:tls';
 import { sourceOf } from '../schema/net.ts';
-import { datagramsTo, dialTargets, splice, type DialPolicy } from '../relay/dial.ts';
+import { datagramsTo, dialTargets, policyFor, splice, type DialPolicy } from '../relay/dial.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { contained } from '../relay/faults.ts';
 import type { Protocol, Strategy } from '../domain/rules.ts';
@@ -47,6 +47,8 @@ export interface ExitRule {
   strategy: Strategy;
   weights: number[] | null;
   enabled: boolean;
+  /** False: held off what is local to the node, whatever the node's policy (see policyFor). */
+  local_targets: boolean;
 }
 
 /** Connections in all, at most: the authenticated few and the handshakes under way, with room to spare. */
@@ -242,8 +244,9 @@ export class TunnelExit {
     // The entry's word for who the client is: hashed for source_hash, nothing more, and only if it is an address.
     const claimed = headers[CLIENT_HEADER];
     const client = typeof claimed === 'string' && isIP(claimed) ? claimed : '';
+    const policy = policyFor(this.policy, bound.rule.local_targets);
     if (asked.kind === 'tcp') {
-      dialTargets(bound.picker, this.policy)(
+      dialTargets(bound.picker, policy)(
         (upstream) => {
           if (stream.destroyed) return void upstream.destroy();
           respond(stream, 200, false);
@@ -255,7 +258,7 @@ export class TunnelExit {
       return;
     }
     const framer = new Framer(stream);
-    const session = datagramsTo(bound.picker, this.policy)(
+    const session = datagramsTo(bound.picker, policy)(
       (reply) => void framer.send(reply),
       () => stream.end(),
       client,

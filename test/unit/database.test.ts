@@ -459,3 +459,25 @@ test(REBUILD, () => {
   assert.equal((raw.prepare('SELECT count(*) AS n FROM port_claims').get() as { n: number }).n, 2);
   db.close();
 });
+
+test('a data dir that allowed local targets allows them to rules and channels both, under their own names', () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
+  const old = new DatabaseSync(path);
+  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+  for (let version = 1; version <= 40; version++) {
+    old.exec(migrations[version - 1]!);
+    old.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, AT);
+  }
+  old.prepare("INSERT INTO settings (key, value) VALUES ('allow_local_targets', '1')").run();
+  old.close();
+  const db = new Database(path, { time: () => AT });
+  const settings = db.prepare('SELECT key, value FROM settings ORDER BY key').all();
+  assert.deepEqual(
+    settings.map((row) => ({ ...row })),
+    [
+      { key: 'allow_local_channel_targets', value: '1' },
+      { key: 'allow_local_rule_targets', value: '1' },
+    ],
+  );
+  db.close();
+});

@@ -6,7 +6,7 @@ const NODE = '203.0.113.5';
 const strict: TargetPolicy = { allowLocal: false, masterHosts: ['master.example.net'] };
 const local: TargetPolicy = { allowLocal: true, masterHosts: ['master.example.net'] };
 
-// Where a rule on NODE may send, by default and with allow_local_targets: the target, the policy, and the words its
+// Where a rule on NODE may send, by default and with allow_local_rule_targets: the target, the policy, and the words its
 // refusal must hold (null: allowed).
 const cases: [string, TargetPolicy, string | null][] = [
   ['192.0.2.10', strict, null],
@@ -28,7 +28,7 @@ const cases: [string, TargetPolicy, string | null][] = [
 
 const nameOf = (host: string, policy: TargetPolicy, refusal: string | null) =>
   `${host} is ${refusal === null ? 'a target' : `refused (${refusal})`}` +
-  (policy.allowLocal ? ' with allow_local_targets' : '');
+  (policy.allowLocal ? ' with allow_local_rule_targets' : '');
 
 for (const [host, policy, refusal] of cases)
   test(nameOf(host, policy, refusal), () => {
