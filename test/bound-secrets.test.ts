@@ -94,7 +94,8 @@ async function current(m: Running, path: string) {
 }
 
 for (const [what, resource] of Object.entries(resources)) {
-  test(`${what}: its stored secret follows no change of ${resource.binding.bound.join(', ')} unless given again`, async (t) => {
+  const bound = resource.binding.bound.join(', ');
+  test(`${what}: its stored secret follows no change of ${bound} unless given again`, async (t) => {
     const m = await startMaster(t);
     const made = await call(m.url, 'POST', resource.path, { token: m.admin, body: resource.create });
     assert.equal(made.status, 201, JSON.stringify(made.body));

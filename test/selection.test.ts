@@ -173,20 +173,24 @@ test(`a filter that selects more than ${MAX_SELECTED} items is refused, and noth
   assert.equal(snapshot(m), before);
 
   // A list no index orders is sorted by SQLite match by match: past 10,000 matches it is refused with what to do,
-  // whichever key and way; so is one whose filter no index serves (a name search), which would read every rule to
-  // find few; a key read in order, or a filter an index serves, answer.
-  for (const sort of ['traffic', '-traffic', 'sync_state', '-listen_port']) {
+  // whichever key and way; so is one whose filter no index serves (a name search of two characters), which would
+  // read every rule to find few, sorted or not; a key read in order, or a filter an index serves, answer.
+  for (const sort of ['traffic', '-traffic', '-listen_port']) {
     const sorted = await call(m.url, 'GET', `/api/rules?sort=${sort}&limit=5`, { token: m.admin });
     assertProblem(sorted, 400, 'invalid_query');
     assert.match(sorted.body.detail, /more than 10000 match: narrow the list/, sort);
   }
-  const searched = await call(m.url, 'GET', '/api/rules?sort=-traffic&q=r-1000', { token: m.admin });
-  assertProblem(searched, 400, 'invalid_query');
-  assert.match(searched.body.detail, /more than 10000 would be read to find them/);
+  for (const path of ['/api/rules?sort=-traffic&q=-1', '/api/rules?q=-1', '/api/rules?state=active&count=true']) {
+    const searched = await call(m.url, 'GET', path, { token: m.admin });
+    assertProblem(searched, 400, 'invalid_query');
+    assert.match(searched.body.detail, /matched by reading each of the rules, and more than 10000 would be read/);
+  }
   for (const path of [
     '/api/rules?sort=-name&limit=5',
     '/api/rules?sort=node_id&limit=5',
-    `/api/rules?sort=-traffic&q=r-1000&node_id=${a.id}`,
+    '/api/rules?sort=sync_state&limit=5',
+    '/api/rules?sort=-traffic&q=r-1000',
+    `/api/rules?sort=-traffic&q=-1&node_id=${a.id}&enabled=false`,
   ]) {
     const answered = await call(m.url, 'GET', path, { token: m.admin });
     assert.equal(answered.status, 200, `${path}: ${JSON.stringify(answered.body)}`);

@@ -1,6 +1,6 @@
-// What a rule may reach: by default nothing local to its node (loopback, link-local such as
-// cloud metadata, its own host) nor the master, on every path a rule is written; the setting
-// allow_local_rule_targets, which needs *, allows them to operators' rules, never to a tenant's. Addresses that are no host at all (broadcast, multicast, none) are
+// What a rule may reach: by default nothing local to its node (loopback, link-local such as cloud metadata, its own
+// host) nor the master, on every path a rule is written; the setting allow_local_rule_targets, which needs *, allows
+// them to operators' rules, never to a tenant's. Addresses that are no host at all (broadcast, multicast, none) are
 // refused whatever the setting, and an address is the same in each of its spellings.
 
 import assert from 'node:assert/strict';

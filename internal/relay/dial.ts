@@ -32,10 +32,11 @@ export interface DialPolicy {
 
 /**
  * The node's `policy` for one rule or probe: `localTargets` false keeps it off what is local to the node, whatever the
- * node's policy says (a tenant's rule). The master's addresses are read from the node's at each dial.
+ * node's policy says (a tenant's rule); absent (a config saved by an agent older than the field) is the node's. The
+ * master's addresses are read from the node's at each dial.
  */
-export function policyFor(policy: DialPolicy, localTargets: boolean): DialPolicy {
-  if (localTargets) return policy;
+export function policyFor(policy: DialPolicy, localTargets: boolean | undefined): DialPolicy {
+  if (localTargets !== false) return policy;
   return {
     allowLocalTargets: false,
     get masterAddresses() {

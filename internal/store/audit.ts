@@ -2,7 +2,7 @@
 // they describe (callers run `record` within `Database.write`), with secrets redacted.
 
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery } from './filters.ts';
+import { FilterBound, FilteredCount, FilteredQuery } from './filters.ts';
 import type { JsonPage } from './store.ts';
 
 export type ActorType = 'user' | 'token' | 'agent' | 'system' | 'anonymous';
@@ -97,11 +97,28 @@ interface Row extends Omit<AuditEntry, 'changes'> {
   changes: string | null;
 }
 
+/** Each list filter's condition on `audit_log` (see FilteredQuery); each reads an index (migration 42). */
+export const AUDIT_FILTERS = {
+  owner: 'owner_id = :owner',
+  action: 'action = :action',
+  resource: 'resource = :resource',
+  // An entry about many (an import's) names them in spans (migration 21).
+  resource_id: `(resource_id = :resource_id OR (resource_id IS NULL AND id IN
+    (SELECT audit_id FROM audit_spans WHERE last_id >= :resource_id AND first_id <= :resource_id)))`,
+  actor: 'actor_name = :actor',
+  actor_type: 'actor_type = :actor_type',
+  status: 'status = :status',
+  since: 'at >= :since',
+  until: 'at < :until',
+};
+
 export class AuditStore {
   private readonly insertRows;
   private readonly listQuery;
   private readonly pageQuery;
   private readonly countQuery;
+  /** What the filters in use may read (see FilterBound). */
+  readonly bound;
   private readonly pruneStmt;
   private readonly spanStmt;
   private readonly ownerStmts;
@@ -121,23 +138,10 @@ export class AuditStore {
       tunnel: db.prepare('SELECT owner_id AS id FROM tunnels WHERE id = ?'),
       token: db.prepare('SELECT user_id AS id FROM tokens WHERE id = ?'),
     };
-    const filters = {
-      owner: 'owner_id = :owner',
-      action: 'action = :action',
-      resource: 'resource = :resource',
-      // An entry about many (an import's) names them in spans (migration 21).
-      resource_id: `(resource_id = :resource_id OR (resource_id IS NULL AND id IN
-        (SELECT audit_id FROM audit_spans WHERE last_id >= :resource_id AND first_id <= :resource_id)))`,
-      actor: 'actor_name = :actor',
-      actor_type: 'actor_type = :actor_type',
-      status: 'status = :status',
-      since: 'at >= :since',
-      until: 'at < :until',
-    };
     this.listQuery = new FilteredQuery(
       db,
       'SELECT * FROM audit_log WHERE id < :before {filters} ORDER BY id DESC LIMIT :limit',
-      filters,
+      AUDIT_FILTERS,
     );
     // A page is rendered by SQLite, row by row, but for `changes`: JSON this store wrote (JSON.stringify), put in as
     // it is. No object is made of an entry, nor its changes parsed and written again (by JavaScript or by SQLite's
@@ -151,9 +155,10 @@ export class AuditStore {
         'resource_id', resource_id, 'status', status,
         'request_id', CASE WHEN :viewer IS NULL OR actor_name = :viewer THEN request_id END) AS json, changes
       FROM audit_log WHERE id < :before {filters} ORDER BY id DESC LIMIT :limit`,
-      filters,
+      AUDIT_FILTERS,
     );
-    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM audit_log WHERE 1 {filters}', filters);
+    this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM audit_log WHERE 1 {filters}', AUDIT_FILTERS);
+    this.bound = new FilterBound(db, 'audit_log', 'audit entries', AUDIT_FILTERS);
     this.pruneStmt = db.prepare('DELETE FROM audit_log WHERE at < ?');
     this.spanStmt = db.prepare('INSERT INTO audit_spans (audit_id, first_id, last_id) VALUES (?, ?, ?)');
   }
@@ -232,6 +237,7 @@ export class AuditStore {
   page(filter: AuditFilter): JsonPage {
     const { beforeId, limit, count, owner, ...others } = filter;
     const rest = { ...others, owner: owner?.id ?? null };
+    this.bound.check(rest);
     const rows = this.pageQuery.all({
       ...rest,
       viewer: owner?.username ?? null,

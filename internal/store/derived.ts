@@ -10,7 +10,7 @@
 // tables without it (a sqlite3 shell) is refused with "no such function: app_time".
 
 import { eventDerivations } from './events.ts';
-import { nodeTagDerivation } from './node-tags.ts';
+import { nodeTagDerivation, ruleTagDerivation } from './tag-index.ts';
 import { portClaimDerivation } from './ports.ts';
 import { ruleDerivations } from './rule-view.ts';
 import { vitalsDerivations } from './vitals.ts';
@@ -18,7 +18,14 @@ import type { Derivation, Trigger } from './trigger.ts';
 
 /** Every derivation, in the order they are installed. */
 export function derivations(): readonly Derivation[] {
-  return [...ruleDerivations, ...eventDerivations, ...vitalsDerivations, nodeTagDerivation, portClaimDerivation];
+  return [
+    ...ruleDerivations,
+    ...eventDerivations,
+    ...vitalsDerivations,
+    nodeTagDerivation,
+    ruleTagDerivation,
+    portClaimDerivation,
+  ];
 }
 
 /** What installing found: the derivations it (re)installed and rebuilt, and the triggers it dropped as unknown. */

@@ -136,72 +136,137 @@ export interface SortedPage {
 }
 
 /**
- * The most matches a list may order where no index has them in order: SQLite then reads and sorts every match on the
- * main thread for each page (every rule by traffic at 210,000 rules took 0.3-0.45 s a page, and eight clients held
- * every other request for seconds). Past it the list is refused with what to narrow it by.
+ * The most rows a list may read on the main thread for one request where no index serves it: to order matches no
+ * index has in order (every rule by traffic at 210,000 rules took 0.3-0.45 s a page, and eight clients held every
+ * other request for seconds), or to find matches no index finds (a tag read out of each rule's JSON took 0.22-0.32 s,
+ * a state computed for each rule as long). Past it the list is refused with what to narrow it by.
  */
-const MAX_SORTED_MATCHES = 10_000;
+export const MAX_UNINDEXED_ROWS = 10_000;
+
+/**
+ * Holds a list's filters to MAX_UNINDEXED_ROWS. A filter that SQLite matches by reading every row of the list's table
+ * (its plan, recorded per filter, says SCAN: a value computed for each row, a substring) reads, with the others in
+ * use, every row those others select (or the whole table): where those are more than MAX_UNINDEXED_ROWS, counted
+ * through their indexes and no further, the list is refused, naming the filters an index serves.
+ */
+export class FilterBound<F extends string> {
+  /** Per filter: whether matching it alone reads every row of the table. */
+  private readonly plans = new Map<F, boolean>();
+  private readonly probe: FilteredQuery<F>;
+  private readonly candidates: FilteredCount<F>;
+  /** The list's table as a plan names it (its alias, where it has one). */
+  private readonly table: string;
+
+  constructor(
+    db: Database,
+    /** The list's table, and its alias where the conditions use one ("tokens t"). */
+    table: string,
+    /** What the list holds, for the refusal: "rules". */
+    private readonly noun: string,
+    private readonly conditions: Record<F, string>,
+  ) {
+    this.table = table.split(' ').at(-1)!;
+    this.probe = new FilteredQuery(db, `SELECT count(*) AS n FROM ${table} WHERE 1 {filters}`, conditions);
+    this.candidates = new FilteredCount(
+      db,
+      `SELECT count(*) AS n FROM (SELECT 1 FROM ${table} WHERE 1 {filters} LIMIT ${MAX_UNINDEXED_ROWS + 1})`,
+      conditions,
+    );
+  }
+
+  /** Whether matching `filter` reads every row of the table: what SQLite's plan for it says. */
+  scans(filter: F): boolean {
+    let scans = this.plans.get(filter);
+    if (scans === undefined) {
+      const table = new RegExp(`^SCAN ${this.table}\\b`);
+      scans = this.probe.plan([filter]).some((step) => table.test(step));
+      this.plans.set(filter, scans);
+    }
+    return scans;
+  }
+
+  /** Throws `invalid_query` when the filters in use would read more than MAX_UNINDEXED_ROWS rows to find matches. */
+  check(conditions: Record<F, SQLInputValue>): void {
+    const used = (Object.keys(this.conditions) as F[]).filter(
+      (name) => conditions[name] !== null && conditions[name] !== undefined,
+    );
+    const unserved = used.filter((name) => this.scans(name));
+    if (unserved.length === 0) return;
+    const served = Object.fromEntries(
+      (Object.keys(this.conditions) as F[]).map((name) => [name, unserved.includes(name) ? null : conditions[name]]),
+    ) as Record<F, SQLInputValue>;
+    if (this.few(served)) return;
+    const indexed = (Object.keys(this.conditions) as F[]).filter((name) => !this.scans(name));
+    throw new DomainError(
+      'invalid_query',
+      `${unserved.join(' and ')} ${unserved.length > 1 ? 'are' : 'is'} matched by reading each of the ${this.noun}, ` +
+        `and more than ${MAX_UNINDEXED_ROWS} would be read: narrow the list with a filter an index serves ` +
+        `(${indexed.join(', ')})`,
+    );
+  }
+
+  /** Whether at most MAX_UNINDEXED_ROWS rows match `conditions` (read through the indexes that serve them). */
+  few(conditions: Record<F, SQLInputValue>): boolean {
+    return this.candidates.total(conditions) <= MAX_UNINDEXED_ROWS;
+  }
+}
 
 /**
  * The KeysetQuery of each sort of a list, made when first asked for: `keys` maps a sort's name to its SQL key. A sort
  * that SQLite would carry out by sorting (its plan says so, for the filters in use) is refused past
- * MAX_SORTED_MATCHES, which are counted through the filters' indexes and no further.
+ * MAX_UNINDEXED_ROWS matches, which are counted through the filters' indexes and no further (the filters held to
+ * `bound` first, so no more than that are read to count them).
  */
 export class KeysetQueries<F extends string> {
   private readonly queries = new Map<string, KeysetQuery<F>>();
-  /**
-   * Per sort and set of filters in use: whether SQLite sorts the matches (no index has them in order), and whether it
-   * finds them by reading every row (no index serves the filters: a name search, say).
-   */
-  private readonly plans = new Map<string, { sorts: boolean; scans: boolean }>();
-  private readonly bounded: FilteredCount<F>;
-  /** Whether the list holds more than MAX_SORTED_MATCHES at all, read no further than that. */
-  private readonly large: Statement;
+  /** Per sort and set of filters in use: whether SQLite sorts the matches (no index has them in order). */
+  private readonly plans = new Map<string, boolean>();
 
   constructor(
     private readonly db: Database,
     private readonly shape: { select: string; from: string; id: string },
     private readonly keys: Record<string, string>,
     private readonly conditions: Record<F, string>,
-  ) {
-    this.bounded = new FilteredCount(
-      db,
-      `SELECT count(*) AS n FROM (SELECT 1 FROM ${shape.from} WHERE 1 {filters} LIMIT ${MAX_SORTED_MATCHES + 1})`,
-      conditions,
-    );
-    const first = `SELECT 1 FROM ${shape.from} LIMIT ${MAX_SORTED_MATCHES + 1}`;
-    this.large = db.prepare(`SELECT count(*) > ${MAX_SORTED_MATCHES} AS large FROM (${first})`);
+    private readonly bound: FilterBound<F>,
+  ) {}
+
+  /** Whether SQLite orders `sort` with `filters` in use by sorting the matches (its plan, recorded per set). */
+  sorts(sort: SortedPage['sort'], filters: readonly F[]): boolean {
+    const id = `${sort.name}:${sort.descending}:${[...filters].sort().join()}`;
+    let sorts = this.plans.get(id);
+    if (sorts === undefined) {
+      sorts = this.query(sort)
+        .plan(filters)
+        .some((step) => /TEMP B-TREE FOR (RIGHT PART OF )?ORDER BY/.test(step));
+      this.plans.set(id, sorts);
+    }
+    return sorts;
   }
 
-  /**
-   * Throws `invalid_query` when `page`'s sort would order more than MAX_SORTED_MATCHES matches by sorting them, or,
-   * where no index serves its filters, would read more rows than that to find them: counting the matches would then
-   * read every row as well.
-   */
-  private checkBounded(page: SortedPage, query: KeysetQuery<F>, conditions: Record<F, SQLInputValue>): void {
-    const used = (Object.keys(conditions) as F[]).filter(
+  private query({ name, descending }: SortedPage['sort']): KeysetQuery<F> {
+    const id = `${name}:${descending}`;
+    let query = this.queries.get(id);
+    if (!query) {
+      const key = this.keys[name];
+      if (key === undefined) throw new Error(`no sort ${name} here`);
+      query = new KeysetQuery(this.db, { ...this.shape, key, descending }, this.conditions);
+      this.queries.set(id, query);
+    }
+    return query;
+  }
+
+  /** Throws `invalid_query` when `page`'s sort would order more than MAX_UNINDEXED_ROWS matches by sorting them. */
+  private checkBounded(page: SortedPage, conditions: Record<F, SQLInputValue>): void {
+    this.bound.check(conditions);
+    const used = (Object.keys(this.conditions) as F[]).filter(
       (name) => conditions[name] !== null && conditions[name] !== undefined,
     );
-    const id = `${page.sort.name}:${page.sort.descending}:${used.sort().join()}`;
-    let plan = this.plans.get(id);
-    if (plan === undefined) {
-      const steps = query.plan(used);
-      plan = {
-        sorts: steps.some((step) => /TEMP B-TREE FOR (RIGHT PART OF )?ORDER BY/.test(step)),
-        scans: used.length > 0 && steps.some((step) => /^SCAN /.test(step)),
-      };
-      this.plans.set(id, plan);
-    }
-    if (!plan.sorts) return;
-    const tooMany = plan.scans
-      ? Number((this.large.get() as { large: number }).large) === 1
-      : this.bounded.total(conditions) > MAX_SORTED_MATCHES;
-    if (!tooMany) return;
+    if (!this.sorts(page.sort, used) || this.bound.few(conditions)) return;
     throw new DomainError(
       'invalid_query',
       `sort=${page.sort.descending ? '-' : ''}${page.sort.name} orders every match, and more than ` +
-        `${MAX_SORTED_MATCHES} ${plan.scans ? 'would be read to find them' : 'match'}: narrow the list with a filter ` +
-        'an index serves (a node, a tag, a state...) or sort by a key read in order (id, name)',
+        `${MAX_UNINDEXED_ROWS} match: narrow the list with a filter an index serves (a node, a tag, a state...) or ` +
+        'sort by a key read in order (id, name)',
     );
   }
 
@@ -211,16 +276,8 @@ export class KeysetQueries<F extends string> {
     limit: number,
     conditions: Record<F, SQLInputValue>,
   ): { rows: R[]; lastKey: unknown } {
-    const { name, descending } = page.sort;
-    const id = `${name}:${descending}`;
-    let query = this.queries.get(id);
-    if (!query) {
-      const key = this.keys[name];
-      if (key === undefined) throw new Error(`no sort ${name} here`);
-      query = new KeysetQuery(this.db, { ...this.shape, key, descending }, this.conditions);
-      this.queries.set(id, query);
-    }
-    this.checkBounded(page, query, conditions);
+    const query = this.query(page.sort);
+    this.checkBounded(page, conditions);
     const rows = query.rows(page.position, limit, conditions) as unknown as (R & { sort_key: unknown })[];
     return { rows, lastKey: rows.length > limit ? rows[limit - 1]!.sort_key : undefined };
   }

@@ -713,4 +713,16 @@ export const migrations: readonly string[] = [
     SELECT 'allow_local_channel_targets', value FROM settings WHERE key = 'allow_local_targets';
   DELETE FROM settings WHERE key = 'allow_local_targets';
   `,
+  /* 42: which rules carry each tag, kept by triggers (store/tag-index.ts), made from the rules when the database opens;
+     a rule's sync state and the audit log's filters each read an index */ `
+  CREATE TABLE rule_tag_index (tag TEXT NOT NULL, rule_id INTEGER NOT NULL, UNIQUE (tag, rule_id)) STRICT;
+  CREATE INDEX rules_sync_state ON rules(sync_state);
+  CREATE INDEX audit_action ON audit_log(action, id);
+  CREATE INDEX audit_actor ON audit_log(actor_name, id);
+  CREATE INDEX audit_actor_type ON audit_log(actor_type, id);
+  CREATE INDEX audit_status ON audit_log(status, id);
+  -- An entry's id alone (its resource given or not); (resource, resource_id) served only the two together.
+  DROP INDEX audit_resource;
+  CREATE INDEX audit_resource_id ON audit_log(resource_id, id);
+  `,
 ];

@@ -2,7 +2,7 @@
 // this module except to the installer; the agent token is stored as a hash.
 
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
 import type { JsonPage } from './store.ts';
@@ -162,7 +162,7 @@ const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port',
   'vitals', json(vitals), 'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
 
 /** Each list filter's condition on `nodes` (see FilteredQuery). */
-const NODE_FILTERS = {
+export const NODE_FILTERS = {
   // A tenant's plan: the nodes it names, and those carrying one of its tags (a JSON {ids, tags}).
   // (Tags through their index, node_tag_index: a node's own tags read for each node grew with the fleet.)
   granted: `(nodes.id IN (SELECT value FROM json_each(:granted, '$.ids'))
@@ -221,6 +221,8 @@ export class NodeStore {
   private readonly byName;
   private readonly listQuery;
   private readonly countQuery;
+  /** What the filters in use may read (see FilterBound). */
+  readonly bound;
   private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
@@ -277,7 +279,14 @@ export class NodeStore {
       NODE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM nodes WHERE 1 {filters}', NODE_FILTERS);
-    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'nodes', id: 'id' }, NODE_SORTS, NODE_FILTERS);
+    this.bound = new FilterBound(db, 'nodes', 'nodes', NODE_FILTERS);
+    this.sortedQueries = new KeysetQueries(
+      db,
+      { select: 'id', from: 'nodes', id: 'id' },
+      NODE_SORTS,
+      NODE_FILTERS,
+      this.bound,
+    );
     this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
@@ -354,6 +363,7 @@ export class NodeStore {
 
   /** The ids of the nodes `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
   idsMatching(filter: Omit<NodeFilter, 'afterId' | 'count' | 'sorted'>): number[] {
+    this.bound.check(conditionsOf(filter));
     const rows = this.pageQuery.all({ after: 0, limit: filter.limit, ...conditionsOf(filter) }) as unknown as {
       id: number;
     }[];
@@ -363,6 +373,7 @@ export class NodeStore {
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: NodeFilter): JsonPage {
     const conditions = conditionsOf(filter);
+    this.bound.check(conditions);
     const total = filter.count ? this.countQuery.total(conditions) : undefined;
     if (filter.sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);

@@ -11,7 +11,7 @@ import { DomainError } from '../errors/errors.ts';
 import { lastPort } from '../domain/ranges.ts';
 import { safeSum } from './traffic.ts';
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';
 import {
   COLUMNS,
@@ -145,14 +145,18 @@ function parseResult(text: string | null): EndResult | null {
 }
 
 /** Each list filter's condition on `rules` (see FilteredQuery). */
-const RULE_FILTERS = {
+export const RULE_FILTERS = {
   owner_id: 'rules.owner_id = :owner_id',
   node_id: 'rules.node_id = :node_id',
   tunnel_id: 'rules.tunnel_id = :tunnel_id',
   enabled: 'rules.enabled = :enabled',
   protocol: 'rules.protocol = :protocol',
-  tag: 'EXISTS (SELECT 1 FROM json_each(rules.tags) WHERE value = :tag)',
+  // Through their index, rule_tag_index: each rule's own tags read for every rule grew with the fleet.
+  tag: 'rules.id IN (SELECT rule_id FROM rule_tag_index WHERE tag = :tag)',
   q: 'instr(lower(rules.name), lower(:q)) > 0',
+  // A name search's trigrams (see trigramPattern), through their index (rule_names): which names may hold the text,
+  // which q then checks. Set by the store, not asked for.
+  trigrams: 'rules.id IN (SELECT rowid FROM rule_names WHERE name LIKE :trigrams)',
   sync_state: 'rules.sync_state = :sync_state',
   state: `(${STATE}) = :state`,
   // Through the claims, a row per port (an index of ports): a rule's range holds the port if it claims it.
@@ -295,6 +299,8 @@ export class RuleStore {
   private readonly anyDueStmt;
   private readonly expireStmt;
   private readonly countQuery;
+  /** What the filters in use may read (see FilterBound). */
+  readonly bound;
   private readonly sortedQueries;
   private readonly idsQuery;
 
@@ -327,11 +333,13 @@ export class RuleStore {
       RULE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM rules WHERE 1 {filters}', RULE_FILTERS);
+    this.bound = new FilterBound(db, 'rules', 'rules', RULE_FILTERS);
     this.sortedQueries = new KeysetQueries(
       db,
       { select: 'rules.id, v.json', from: 'rules JOIN rule_views v ON v.rowid = rules.id', id: 'rules.id' },
       RULE_SORTS,
       RULE_FILTERS,
+      this.bound,
     );
     this.idsQuery = new FilteredQuery(
       db,
@@ -454,8 +462,12 @@ export class RuleStore {
     return { after: filter.afterId, limit: filter.limit, ...this.conditions(filter) };
   }
 
-  /** The values of the filters' conditions. */
+  /**
+   * The values of the filters' conditions: a name search of three characters or more reads its trigrams' index, but
+   * where an owner, a node or a tunnel narrow the list (their rules, read through its index, are the shorter way).
+   */
   private conditions(filter: RuleFilter) {
+    const narrowed = filter.owner_id !== null || filter.node_id !== null || filter.tunnel_id !== null;
     return {
       owner_id: filter.owner_id,
       node_id: filter.node_id,
@@ -464,6 +476,7 @@ export class RuleStore {
       protocol: filter.protocol,
       tag: filter.tag,
       q: filter.q,
+      trigrams: narrowed ? null : trigramPattern(filter.q),
       sync_state: filter.sync_state,
       state: filter.state,
       port: filter.port,
@@ -472,16 +485,18 @@ export class RuleStore {
 
   /** The ids of the rules `filter` matches, in order, up to its limit: what a batch selects by filter. */
   idsMatching(filter: RuleFilter): number[] {
+    this.bound.check(this.conditions(filter));
     return (this.idsQuery.all(this.filterParams(filter)) as { id: number }[]).map((row) => row.id);
   }
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
     if (filter.sorted) return this.sortedPage(filter, filter.sorted);
-    const narrowed = filter.owner_id !== null || filter.node_id !== null || filter.tunnel_id !== null;
-    const trigrams = narrowed ? null : trigramPattern(filter.q);
     const params = this.filterParams(filter);
-    const rows = (trigrams ? this.searchQuery.all({ ...params, trigrams }) : this.pageQuery.all(params)) as {
+    this.bound.check(params);
+    // A name search alone walks its trigrams' index in id order (searchQuery), as far as the page goes.
+    const { trigrams, ...rest } = params;
+    const rows = (trigrams ? this.searchQuery.all({ ...rest, trigrams }) : this.pageQuery.all(params)) as {
       id: number;
       json: string;
     }[];

@@ -4,7 +4,10 @@
 import type { Scope } from '../auth/scopes.ts';
 import type { Role } from './users.ts';
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+
+/** Each list filter's condition on `tokens` (see FilteredQuery). */
+export const TOKEN_FILTERS = { user_id: 't.user_id = :user_id' };
 
 /** What lists of API tokens sort by, as SQL: each key then id. */
 export const TOKEN_SORTS = { id: 't.id', name: 't.name COLLATE NOCASE', created_at: 't.created_at' };
@@ -97,6 +100,8 @@ export class TokenStore {
   // to any user drops them all.
   private readonly rendered: Rendered;
   private readonly countQuery;
+  /** What the filters in use may read (see FilterBound). */
+  readonly bound;
   private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
@@ -130,17 +135,21 @@ export class TokenStore {
     this.pageQuery = new FilteredQuery(
       db,
       "SELECT t.id FROM tokens t WHERE +t.kind = 'api' AND t.id > :after {filters} ORDER BY t.id LIMIT :limit + 1",
-      { user_id: 't.user_id = :user_id' },
+      TOKEN_FILTERS,
     );
+    this.bound = new FilterBound(db, 'tokens t', 'tokens', TOKEN_FILTERS);
     this.sortedQueries = new KeysetQueries(
       db,
       { select: 't.id', from: "(SELECT * FROM tokens WHERE kind = 'api') t", id: 't.id' },
       TOKEN_SORTS,
-      { user_id: 't.user_id = :user_id' },
+      TOKEN_FILTERS,
+      this.bound,
     );
-    this.countQuery = new FilteredCount(db, "SELECT count(*) AS n FROM tokens t WHERE +t.kind = 'api' {filters}", {
-      user_id: 't.user_id = :user_id',
-    });
+    this.countQuery = new FilteredCount(
+      db,
+      "SELECT count(*) AS n FROM tokens t WHERE +t.kind = 'api' {filters}",
+      TOKEN_FILTERS,
+    );
     this.deleteStmt = db.prepare('DELETE FROM tokens WHERE id = ?');
     this.deleteForUserStmt = db.prepare(
       'DELETE FROM tokens WHERE user_id = ? AND kind IN (SELECT value FROM json_each(?)) RETURNING id',
@@ -200,6 +209,7 @@ export class TokenStore {
     count?: boolean;
     sorted?: SortedPage;
   }): JsonPage {
+    this.bound.check({ user_id: filter.userId });
     const total = filter.count ? this.countQuery.total({ user_id: filter.userId }) : undefined;
     if (filter.sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, { user_id: filter.userId });

@@ -4,7 +4,7 @@
 // status combines the two.
 
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
@@ -113,11 +113,11 @@ export interface TunnelFilter {
   q: string | null;
 }
 
-/** Each list filter's condition on `tunnels` (see FilteredQuery). */
 /** What lists of tunnels sort by, as SQL: each key then id. */
 export const TUNNEL_SORTS = { id: 'id', name: 'name COLLATE NOCASE', status: 'status', listen_port: 'listen_port' };
 
-const TUNNEL_FILTERS = {
+/** Each list filter's condition on `tunnels` (see FilteredQuery). */
+export const TUNNEL_FILTERS = {
   owner_id: 'owner_id = :owner_id',
   node_id: '(entry_node_id = :node_id OR exit_node_id = :node_id)',
   status: 'status = :status',
@@ -132,6 +132,8 @@ export class TunnelStore {
   private readonly byName;
   private readonly listQuery;
   private readonly countQuery;
+  /** What the filters in use may read (see FilterBound). */
+  readonly bound;
   private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
@@ -170,11 +172,13 @@ export class TunnelStore {
       TUNNEL_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM tunnels WHERE 1 {filters}', TUNNEL_FILTERS);
+    this.bound = new FilterBound(db, 'tunnels', 'tunnels', TUNNEL_FILTERS);
     this.sortedQueries = new KeysetQueries(
       db,
       { select: 'id', from: 'tunnels', id: 'id' },
       TUNNEL_SORTS,
       TUNNEL_FILTERS,
+      this.bound,
     );
     this.insertStmt =
       db.prepare(`INSERT INTO tunnels (name, owner_id, entry_node_id, exit_node_id, listen_port, transport, created_at,
@@ -274,6 +278,7 @@ export class TunnelStore {
 
   /** The ids of the tunnels `filter` matches, in order, up to one past its limit: what a batch selects by filter. */
   idsMatching(filter: TunnelFilter & { limit: number }): number[] {
+    this.bound.check(filter);
     const rows = this.pageQuery.all({ after: 0, ...filter }) as unknown as { id: number }[];
     return rows.map((row) => row.id);
   }
@@ -281,6 +286,7 @@ export class TunnelStore {
   /** The page of `filter` as JSON text: ids from SQLite, their JSON from the cache. */
   page(filter: TunnelFilter & { afterId: number; limit: number; count?: boolean; sorted?: SortedPage }): JsonPage {
     const { afterId, limit, count, sorted, ...conditions } = filter;
+    this.bound.check(conditions);
     if (sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(sorted, limit, conditions);
       const total = count ? this.countQuery.total(conditions) : undefined;

@@ -2,7 +2,7 @@
 
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
-import { FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
+import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import type { Generation, JsonPage } from './store.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
@@ -130,7 +130,8 @@ export interface UserListFilter {
 /** What lists of users sort by, as SQL: each key then id. */
 export const USER_SORTS = { id: 'id', username: 'username COLLATE NOCASE', created_at: 'created_at' };
 
-const USER_FILTERS = {
+/** Each list filter's condition on `users` (see FilteredQuery). */
+export const USER_FILTERS = {
   q: 'instr(lower(username), lower(:q)) > 0',
   disabled: 'disabled = :disabled',
 };
@@ -144,6 +145,8 @@ export class UserStore {
   // The JSON of users read lately (see rendered.ts), for pages.
   private readonly rendered: Rendered;
   private readonly countQuery;
+  /** What the filters in use may read (see FilterBound). */
+  readonly bound;
   private readonly sortedQueries;
   private readonly pageQuery;
   private readonly insertStmt;
@@ -179,7 +182,14 @@ export class UserStore {
       USER_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM users WHERE 1 {filters}', USER_FILTERS);
-    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'users', id: 'id' }, USER_SORTS, USER_FILTERS);
+    this.bound = new FilterBound(db, 'users', 'users', USER_FILTERS);
+    this.sortedQueries = new KeysetQueries(
+      db,
+      { select: 'id', from: 'users', id: 'id' },
+      USER_SORTS,
+      USER_FILTERS,
+      this.bound,
+    );
     this.insertStmt = db.prepare(`INSERT INTO users (username, role, plan_id, password_hash, scopes, disabled,
         expires_at, expired, created_at, updated_at)
       VALUES (:username, :role, :plan_id, :password_hash, :scopes, :disabled, :expires_at,
@@ -248,6 +258,7 @@ export class UserStore {
   /** A page of users as JSON text: ids from SQLite, their JSON from the cache. */
   page(filter: UserListFilter): JsonPage {
     const conditions = { q: filter.q, disabled: filter.disabled === null ? null : Number(filter.disabled) };
+    this.bound.check(conditions);
     if (filter.sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);
       const total = filter.count ? this.countQuery.total(conditions) : undefined;

@@ -6,8 +6,8 @@ const NODE = '203.0.113.5';
 const strict: TargetPolicy = { allowLocal: false, masterHosts: ['master.example.net'] };
 const local: TargetPolicy = { allowLocal: true, masterHosts: ['master.example.net'] };
 
-// Where a rule on NODE may send, by default and with allow_local_rule_targets: the target, the policy, and the words its
-// refusal must hold (null: allowed).
+// Where a rule on NODE may send, by default and with allow_local_rule_targets: the target, the policy, and the words
+// its refusal must hold (null: allowed).
 const cases: [string, TargetPolicy, string | null][] = [
   ['192.0.2.10', strict, null],
   ['backend.example.com', strict, null],
