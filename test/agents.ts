@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
+import { ip, namespaces, netnsUnavailable, veth } from './netns.ts';
 
 export interface AgentProcess extends ChildProcess {
   output: string[];
@@ -106,4 +107,40 @@ export async function kernelEdge(
   });
   await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
   return { m, edge, agent };
+}
+
+let elsewhere = 0;
+
+/**
+ * A master listening on every address and the node "edge" on a host of its own: its agent in a network namespace
+ * joined to this one by a veth pair, online. What listens here at `targetHost` is another host to the node, as a
+ * tenant's targets must be (never what is local to it); clients reach the node's ports at `host`. A string (why)
+ * where namespaces cannot be made.
+ */
+export async function edgeElsewhere(
+  t: TestContext,
+  settings: Record<string, unknown> = {},
+  nodeFields: Record<string, unknown> = {},
+): Promise<{ m: Running; edge: { id: number }; host: string; targetHost: string } | string> {
+  const namespace = `pp-else-${process.pid}-${elsewhere}`;
+  const unavailable = netnsUnavailable(`${namespace}-probe`);
+  if (unavailable) return unavailable;
+  const subnet = `10.218.${(process.pid * 7 + elsewhere++) % 250}`;
+  const link = `ppe${process.pid % 100_000}${elsewhere}`.slice(0, 12);
+  namespaces(t, [namespace]);
+  veth(`${link}h`, null, `${subnet}.1/24`, `${link}n`, namespace, `${subnet}.2/24`);
+  ip('addr', 'add', `${subnet}.3/24`, 'dev', `${link}h`);
+  const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true });
+  if (Object.keys(settings).length > 0) {
+    const patched = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings });
+    if (patched.status !== 200) throw new Error(`settings refused: ${JSON.stringify(patched.body)}`);
+  }
+  const edge = await node(m, 'edge', { host: `${subnet}.2`, ...nodeFields });
+  startAgent(t, `http://${subnet}.1:${new URL(m.url).port}`, edge.agent_token, {
+    within: ['ip', 'netns', 'exec', namespace],
+    listenHost: '0.0.0.0',
+    extraArgs: ['--insecure-http'],
+  });
+  await until('the agent online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  return { m, edge, host: `${subnet}.2`, targetHost: `${subnet}.3` };
 }

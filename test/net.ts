@@ -81,12 +81,12 @@ export async function closedPort(): Promise<number> {
 }
 
 /** A TCP echo server on loopback that honours half-close; returns its port. */
-export async function tcpEcho(t: TestContext): Promise<number> {
+export async function tcpEcho(t: TestContext, host = '127.0.0.1'): Promise<number> {
   // A relay that hangs up on it may reset the connection: that ends the connection, not the test.
   const server = createServer({ allowHalfOpen: true }, (socket) => {
     socket.on('error', () => socket.destroy());
     socket.pipe(socket);
-  }).listen(0, '127.0.0.1');
+  }).listen(0, host);
   await once(server, 'listening');
   t.after(() => server.close());
   return (server.address() as AddressInfo).port;
@@ -126,8 +126,8 @@ export function probe(port: number): Promise<string> {
   });
 }
 
-/** A target that counts the bytes it receives, from the first on, by when they came. */
-export async function countingSink(t: TestContext) {
+/** A target on `host` that counts the bytes it receives, from the first on, by when they came. */
+export async function countingSink(t: TestContext, host = '127.0.0.1') {
   let first = 0;
   const arrivals: [number, number][] = [];
   const server = createServer((socket) => {
@@ -136,11 +136,11 @@ export async function countingSink(t: TestContext) {
       arrivals.push([performance.now() - first, chunk.length]);
     });
     socket.on('error', () => undefined);
-  }).listen(0, '127.0.0.1');
+  }).listen(0, host);
   await once(server, 'listening');
   t.after(() => server.close());
   return {
-    target: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+    target: `${host}:${(server.address() as AddressInfo).port}`,
     /** Bytes arrived within the first `ms` since counting started over. */
     within: (ms: number) => arrivals.filter(([at]) => at < ms).reduce((sum, [, bytes]) => sum + bytes, 0),
     restart: () => {
