@@ -109,6 +109,40 @@ test('an event stream ends within a second of its caller losing the authority it
   }
 });
 
+test('no frame follows a revocation: writes made at once after it reach every stream but the revoked one', async (t) => {
+  const m = await startMaster(t);
+  const edge = await call(m.url, 'POST', '/api/nodes', {
+    token: m.admin,
+    body: { name: 'edge', host: 'edge.example' },
+  });
+  assert.equal(edge.status, 201);
+  let port = 10000;
+  for (const [name, cause] of Object.entries(causes)) {
+    const c = await caller(m, cause.kind, cause.extra);
+    const stream = await openEvents(m.url, c.token, '?types=rule');
+    await stream.next((e) => e.event === 'ready');
+    const bystander = await openEvents(m.url, m.admin, '?types=rule');
+    await bystander.next((e) => e.event === 'ready');
+    await cause.end(m, c);
+    // At once: the write's commit wakes every stream, the revoked one first of all to be checked.
+    const rule = await call(m.url, 'POST', '/api/rules', {
+      token: m.admin,
+      body: { name: 'after', node_id: edge.body.id, protocol: 'tcp', listen_port: port++, targets: ['10.0.0.1:80'] },
+    });
+    assert.equal(rule.status, 201);
+    await bystander.next((e) => e.event === 'rule.created' && e.data.resource_id === rule.body.id);
+    await stream.ended;
+    const after = stream.events.slice(stream.events.findIndex((e) => e.event === 'ready') + 1);
+    assert.deepEqual(
+      after.map((e) => e.event),
+      ['revoked'],
+      `${name}: what the stream was sent after its caller lost its authority`,
+    );
+    bystander.close();
+    await bystander.ended;
+  }
+});
+
 test('a stream goes on while its caller keeps its authority, through unrelated changes to credentials', async (t) => {
   const m = await startMaster(t);
   const c = await caller(m, 'api');

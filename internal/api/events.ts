@@ -144,9 +144,10 @@ export const eventOperations = operations({
       'it for audit_retention_days, else a `reset` event says to list again. A caller sees only the events of ' +
       'resources its scopes can GET, rendered as those GETs answer. `ready` opens the stream; a comment line every ' +
       `15 s keeps proxies from closing it; a client that leaves ${BUFFER_BYTES / 1024} KiB unread for 30 s gets ` +
-      '`dropped` with the id to resume after. A stream lasts only as long as what opened it: within a second of ' +
-      'its token being revoked, expiring or logged out, its user disabled or deleted, or its scopes changed, it ' +
-      'gets `revoked` (with why and the id to resume after) and ends. At most ' +
+      '`dropped` with the id to resume after. A stream lasts only as long as what opened it: once its token is ' +
+      'revoked, expires or is logged out, its user disabled or deleted, or its scopes changed, it is sent nothing ' +
+      'more but `revoked` (with why and the id to resume after), checked before each frame it would be sent ' +
+      '(an event written right after the revocation does not reach it), and within a second when quiet. At most ' +
       `${MAX_STREAMS_PER_USER} streams per user and ${MAX_STREAMS} in all, of which the last ${KEPT_FOR_ADMINS} ` +
       'only for callers holding `*` (429 beyond). A tenant follows their own world: the events of their rules, ' +
       "tunnels and tokens, of the nodes granted them (never a node's vitals, nor a node gone: the deletion of their " +

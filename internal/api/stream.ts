@@ -8,9 +8,11 @@ export interface Stream {
   res: ServerResponse;
   /** The master it was opened on: what renders its events, and checks its caller again. */
   app: App;
-  /** Its caller, checked again whenever credentials change and when its token expires (see `reauthorize`). */
+  /** Its caller, checked again before what it is sent once credentials changed or its token expired. */
   principal: Principal;
   expiresAtMs: number;
+  /** The credentials' generation (Store.credentials) its caller was last found to hold what it opened with. */
+  checked: number;
   /** The resources its caller may read, as a JSON array (for the journal's query). */
   resources: string;
   readable: ReadonlySet<string>;
@@ -46,6 +48,7 @@ export function newStream(
     app,
     principal,
     expiresAtMs: principal.expiresAt === null ? Infinity : Date.parse(principal.expiresAt),
+    checked: -1,
     resources: JSON.stringify(readable.filter((r) => r in JOURNAL_TYPES)),
     readable: new Set(readable),
     types: types && new Set(types),

@@ -1,7 +1,7 @@
 // The open GET /api/events streams. A stream never queues events in memory: it reads the journal from its own cursor
 // while what it wrote is below BUFFER_BYTES, pauses until the client drains it, and is dropped if it stays full for
 // `stallMs`. Each event's resource is rendered by the route that GETs it, for the stream's caller, when it is sent;
-// the caller is checked again whenever credentials change and when its token expires.
+// the caller is checked again before anything is sent to it once credentials changed or its token expired.
 
 import type { ServerResponse } from 'node:http';
 import { grants } from '../auth/scopes.ts';
@@ -53,8 +53,6 @@ export class EventStreams {
   private beats = 0;
   /** The journal's head when the streams were last woken. */
   private head = 0;
-  /** The credentials' generation when the streams' callers were last checked. */
-  private credentials = -1;
   /** Streams open at once, at most (tests lower it). */
   maxStreams = MAX_STREAMS;
   /** How long a full stream may stay full before it is dropped (tests shorten it). */
@@ -96,7 +94,7 @@ export class EventStreams {
     const json = JSON.stringify({ type, at: this.clock.timestamp(), node_ids: [nodeId], data });
     // A node's vitals are its machine's: a tenant sees the nodes granted them, never those.
     for (const stream of this.streams)
-      if (stream.owner === null && wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId))
+      if (stream.owner === null && wants(stream, LIVE_TYPES[type], type, [nodeId], nodeId) && this.authorized(stream))
         this.deliver(stream, eventFrame(type, json));
   }
 
@@ -169,7 +167,7 @@ export class EventStreams {
 
   /** Places the stream in the journal (its resume point, or now) and sends what follows. */
   private start(stream: Stream, resumeAt: number | null): void {
-    if (stream.ended) return;
+    if (!this.authorized(stream)) return;
     const head = this.store.events.head();
     stream.cursor = resumeAt ?? head;
     const first = this.store.events.first();
@@ -222,7 +220,7 @@ export class EventStreams {
     const { db, events } = this.store;
     if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.pump(stream));
     const head = events.head();
-    if (stream.cursor >= head) return;
+    if (stream.cursor >= head || !this.authorized(stream)) return;
     stream.busy = true;
     try {
       const rows = events.page({
@@ -306,41 +304,43 @@ export class EventStreams {
   }
 
   /**
-   * Ends, within a second, each stream whose caller no longer holds what it opened with: its token revoked, expired or
-   * logged out, its user disabled or deleted, or its scopes changed (a stream shows what its scopes could read when
-   * it opened: reconnecting shows what they read now). Streams are looked at again only when credentials changed
-   * (Store.credentials) or a token's expiry came, so a quiet second costs nothing.
+   * Whether `stream`'s caller still holds what it opened with; if not, it is told and ended. Looked at again only when
+   * credentials changed (Store.credentials, bumped inside the write that revokes, expires, disables, deletes, logs
+   * out or narrows) or its token's expiry came, so a check costs a comparison: it is made before every batch of frames
+   * (a page of the journal, a live event, a tick), and nothing is sent on a credential after the write that ended it.
+   * A stream shows what its scopes could read when it opened: a change of scopes or role ends it too, and
+   * reconnecting shows what they read now.
    */
-  private reauthorize(): void {
+  private authorized(stream: Stream): boolean {
+    if (stream.ended) return false;
     const generation = this.store.credentials.value;
-    const changed = generation !== this.credentials;
-    this.credentials = generation;
-    const now = this.clock.now();
-    for (const stream of this.streams) {
-      if (!changed && stream.expiresAtMs > now) continue;
-      const current = stream.app.reauthorize(stream.principal);
-      if (current && current.role === stream.principal.role && current.scopes.join() === stream.principal.scopes.join())
-        continue;
-      const detail = current
-        ? "the caller's scopes changed, or their role: reconnect to follow what they read now"
-        : 'the credential was revoked or expired, or its user disabled or deleted';
-      this.send(
-        stream,
-        eventFrame('revoked', JSON.stringify({ type: 'revoked', detail, resume_after: stream.cursor })),
-      );
-      this.end(stream);
+    if (stream.checked === generation && stream.expiresAtMs > this.clock.now()) return true;
+    const current = stream.app.reauthorize(stream.principal);
+    if (current && current.role === stream.principal.role && current.scopes.join() === stream.principal.scopes.join()) {
+      stream.checked = generation;
+      return true;
     }
+    const detail = current
+      ? "the caller's scopes changed, or their role: reconnect to follow what they read now"
+      : 'the credential was revoked or expired, or its user disabled or deleted';
+    this.send(stream, eventFrame('revoked', JSON.stringify({ type: 'revoked', detail, resume_after: stream.cursor })));
+    this.end(stream);
+    return false;
   }
 
   /** The journal's other writers (a CLI), heartbeats, traffic ticks, and callers checked again. */
   private everySecond(): void {
     this.beats++;
-    try {
-      this.reauthorize();
-    } catch (error) {
-      this.log.error("checking event streams' callers failed", {
-        error: (error as Error)?.message ?? String(error),
-      });
+    // Quiet streams too end when their caller's credential does (a stream sending nothing is checked here).
+    for (const stream of this.streams) {
+      try {
+        this.authorized(stream);
+      } catch (error) {
+        this.log.error("checking an event stream's caller failed; the stream was ended", {
+          error: (error as Error)?.message ?? String(error),
+        });
+        this.end(stream);
+      }
     }
     try {
       this.wake();
@@ -348,7 +348,7 @@ export class EventStreams {
       this.log.error('reading the event journal failed', { error: (error as Error)?.message ?? String(error) });
     }
     if (this.beats % Math.max(1, Math.round(this.heartbeatMs / 1000)) === 0)
-      for (const stream of this.streams) if (!stream.paused) stream.res.write(HEARTBEAT);
+      for (const stream of this.streams) if (!stream.paused && !stream.ended) stream.res.write(HEARTBEAT);
     if (this.beats % Math.max(1, Math.round(this.tickMs / 1000)) === 0) {
       // Tenants' ticks read whose each rule is: a read that fails loses that tick, not the master.
       try {
@@ -383,7 +383,7 @@ export class EventStreams {
     for (const stream of this.streams) {
       const mine = stream.owner === null ? ticks : (owned!.get(stream.owner) ?? new Map<number, NodeTick>());
       const nodes = [...mine].filter(([nodeId]) => wants(stream, 'traffic', 'traffic', [nodeId], null));
-      if (nodes.length > 0) this.deliver(stream, eventFrame('traffic', tickJson(nodes, at)));
+      if (nodes.length > 0 && this.authorized(stream)) this.deliver(stream, eventFrame('traffic', tickJson(nodes, at)));
     }
   }
 }
