@@ -551,6 +551,46 @@ test(TURNS, async (t) => {
   assert.ok(moved <= 2 * rate + 16 * 1024 + 16 * 1024, `${moved} bytes in 2 s`);
 });
 
+const AFTER_BURST =
+  'after a burst of 100 connections through a bandwidth_limit, all closed, a new client gets its share within a ' +
+  'second plus one burst, and never more than the burst over the limit';
+test(AFTER_BURST, async (t) => {
+  const echo = await tcpEcho(t);
+  const rate = 16 * 1024;
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`], { bandwidth_limit: rate })]);
+  /** A client that sends as fast as it is let and counts what comes back, from the first byte on, by when. */
+  const client = () => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => undefined);
+    const chunk = Buffer.alloc(64 * 1024, 1);
+    const push = () => {
+      while (!socket.destroyed && socket.write(chunk));
+    };
+    socket.on('connect', push).on('drain', push);
+    const arrivals: [number, number][] = [];
+    const started = performance.now();
+    socket.on('data', (data) => arrivals.push([performance.now() - started, data.length]));
+    t.after(() => socket.destroy());
+    return { socket, arrivals };
+  };
+  const burst = Array.from({ length: 100 }, client);
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  for (const { socket } of burst) socket.destroy();
+  const fresh = client();
+  await new Promise((resolve) => setTimeout(resolve, 5000));
+  const first = fresh.arrivals[0]?.[0];
+  const got = fresh.arrivals.reduce((sum, [, bytes]) => sum + bytes, 0);
+  t.diagnostic(`the new client's first bytes after ${first?.toFixed(0)} ms; ${got} bytes in 5 s at ${rate} B/s`);
+  // Its turn comes within a round of every socket waiting (one burst's time: the 16 KiB minimum at this rate) after
+  // its bytes went in, each way.
+  assert.ok(first !== undefined && first < 2 * 1000 + 500, `first bytes after ${first} ms`);
+  assert.ok(got >= 2 * rate, `${got} bytes in 5 s: the burst's sockets kept the rate`);
+  assert.ok(got <= 16 * 1024 + 5 * rate, `${got} bytes in 5 s: past the limit by more than a burst`);
+});
+
 const FAILED_LATE =
   'an upstream that fails after it connected ends its connection; the next target is not dialled for it';
 test(FAILED_LATE, async (t) => {

@@ -1,7 +1,7 @@
 // A token bucket: how fast a rule's connections together may move bytes one way (and, in tokens of one, how often an
 // agent link may write: agentlink/). It fills at `rate` a second up to `burst`. A relayed socket reserves a read's
-// worth before it reads (and gets back what it did not read), so however many connections share the bucket, new ones
-// included, over any span the bytes read are at most burst + rate x span.
+// worth before it reads, in its turn (turns.ts), and gets back what it did not read, so however many connections share
+// the bucket, new ones included, over any span the bytes read are at most burst + rate x span.
 // A stream read in chunks it does not choose (a tunnel's) takes what it got and may leave the bucket in debt, which it
 // waits out before reading on.
 
@@ -27,6 +27,11 @@ export class TokenBucket {
   ) {
     this.at = now();
     this.tokens = burst;
+  }
+
+  /** What it holds when full. */
+  get capacity(): number {
+    return this.burst;
   }
 
   /** Whether it is full again: nothing taken that the rate has not given back. */

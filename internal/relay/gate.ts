@@ -13,11 +13,15 @@ import { BlockList } from 'node:net';
 import { parseCidr } from '../schema/net.ts';
 import type { ForwardQuota, ForwardRule } from '../domain/rules.ts';
 import { TokenBucket } from './bucket.ts';
+import { Turns, type Waiter } from './turns.ts';
 
 export type GateRule = Pick<
   ForwardRule,
   'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'quota'
 >;
+
+/** What a socket reads at most at a time where its way is limited, and reserves of the bandwidth beforehand. */
+export const READ_BYTES = 16 * 1024;
 
 /** A direction of a rule's bytes: in (client to target) or out (back). */
 export type Way = keyof Buckets;
@@ -55,6 +59,8 @@ export class Gate {
   private refused = 0;
   /** Replaced only when the limit comes or goes, so that connections open keep sharing them. */
   private readonly buckets: Buckets = { in: null, out: null };
+  /** The sockets waiting for a read's worth of each way's bucket, in turn. */
+  private readonly turns: Record<Way, Turns | null> = { in: null, out: null };
   private quota: ForwardQuota | null = null;
   /** What this node counted of the quota's period, since it first had it. */
   private quotaCount = 0;
@@ -74,9 +80,17 @@ export class Gate {
     this.expiresAtMs = rule.expires_at === null ? Infinity : Date.parse(rule.expires_at);
     const rate = rule.bandwidth_limit;
     for (const way of ['in', 'out'] as const) {
-      if (rate === null) this.buckets[way] = null;
-      else if (this.buckets[way]) this.buckets[way].setRate(rate);
-      else this.buckets[way] = new TokenBucket(rate);
+      if (rate === null) {
+        this.buckets[way] = null;
+        this.turns[way]?.releaseAll();
+        this.turns[way] = null;
+      } else if (this.buckets[way]) {
+        this.buckets[way].setRate(rate);
+        this.turns[way]!.rescheduled();
+      } else {
+        this.buckets[way] = new TokenBucket(rate);
+        this.turns[way] = new Turns(this.buckets[way], READ_BYTES);
+      }
     }
     if (rule.quota?.period_start !== this.quota?.period_start) this.quotaCount = 0;
     this.quota = rule.quota;
@@ -90,11 +104,11 @@ export class Gate {
   }
 
   /**
-   * Reserves `bytes` of `way`'s bandwidth for a read about to be made: 0 when reserved (or unlimited), otherwise how
-   * many milliseconds to wait before asking again.
+   * Reserves a read's worth (at most READ_BYTES) of `way`'s bandwidth for `waiter`, which `way` limits: the bytes
+   * reserved now, or 0, and it is granted in its turn (see Turns).
    */
-  reserve(way: Way, bytes: number): number {
-    return this.buckets[way]?.reserve(bytes) ?? 0;
+  reserve(way: Way, waiter: Waiter): number {
+    return this.turns[way]?.take(waiter) ?? READ_BYTES;
   }
 
   /** Counts a read of `bytes` gone `way` that had `reserved` of the bandwidth: what it did not use goes back. */
@@ -102,8 +116,15 @@ export class Gate {
     this.bill(way, bytes);
     const bucket = this.buckets[way];
     if (!bucket) return;
-    if (bytes < reserved) bucket.refund(reserved - bytes);
-    else if (bytes > reserved) bucket.take(bytes - reserved);
+    if (bytes < reserved) {
+      bucket.refund(reserved - bytes);
+      this.turns[way]!.poke();
+    } else if (bytes > reserved) bucket.take(bytes - reserved);
+  }
+
+  /** Gives back `bytes` of `way` that were read but never reached the other side (its socket was gone). */
+  undelivered(way: Way, bytes: number): void {
+    this.read(way, bytes, 0);
   }
 
   /** Counts `bytes` gone `way`; returns how many milliseconds that way is to wait before it moves more. */

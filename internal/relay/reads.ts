@@ -16,14 +16,16 @@
 // that write's callback (back-pressure, one write in flight per direction).
 //
 // Each read is told to the rule's gate (gate.ts), which counts it against the rule's quota. Where the rule has a
-// bandwidth_limit, a socket reads at most 16 KiB at a time and only with that much reserved in the rule's token
-// bucket beforehand (what it did not read goes back): without a reservation it stays paused until the bucket can
-// make one, so connections opening while others use the bandwidth wait their turn rather than each taking a read.
+// bandwidth_limit, a socket reads at most 16 KiB at a time and only what it reserved in the rule's token bucket
+// beforehand (what it did not read goes back, and so does what it read for a sink that was gone): without a
+// reservation it stays paused until its turn (turns.ts), so connections opening while others use the bandwidth wait
+// their turn rather than each taking a read.
 
 import { Socket, type OnReadOpts } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import type { Duplex, Writable } from 'node:stream';
-import type { Gate, Way } from './gate.ts';
+import { READ_BYTES, type Gate, type Way } from './gate.ts';
+import type { Waiter } from './turns.ts';
 
 /** The rule a direction of a relayed connection belongs to, and which direction it is. */
 export interface Limit {
@@ -31,17 +33,22 @@ export interface Limit {
   way: Way;
 }
 
-const FIRST_BYTES = 16 * 1024;
+const FIRST_BYTES = READ_BYTES;
 const MOST_BYTES = 256 * 1024;
 
 /** The buffer every connection reads into until it moves bulk data; its bytes are copied out at each read. */
 const shared = Buffer.allocUnsafeSlow(FIRST_BYTES);
 
+/** A connected socket's handle, which reads into the buffer it was last given. */
+interface UserBuffered {
+  useUserBuffer(buffer: Uint8Array): void;
+}
+
 /** Where a socket made by `readingSocket` or `adopt` keeps its reader. */
 const READER = Symbol('reader');
 type Read = Socket & { [READER]?: Reader };
 
-class Reader {
+class Reader implements Waiter {
   /** The shared buffer, or one of its own while the connection moves bulk data. */
   private buffer = shared;
   private sink: Writable | null = null;
@@ -53,9 +60,12 @@ class Reader {
   socket: Socket | null = null;
 
   readonly onread: OnReadOpts = {
-    buffer: () => this.buffer,
+    buffer: () => this.window ?? this.buffer,
     callback: (bytes) => this.read(bytes),
   };
+
+  /** Where a throttled socket's next read goes: the part of the shared buffer its turn reserved (null: all of it). */
+  private window: Buffer | null = null;
 
   private limit: Limit | null = null;
 
@@ -78,6 +88,7 @@ class Reader {
   private readonly refund = (): void => {
     if (this.reserved > 0) this.limit?.gate.read(this.limit.way, this.reserved, 0);
     this.reserved = 0;
+    this.window = null;
   };
 
   /** Set while the socket waits for the sink to take what it wrote (a write's callback, or 'drain'). */
@@ -89,30 +100,50 @@ class Reader {
 
   /**
    * Where the way is limited, reserves the next read's worth of bandwidth: true when the socket may read now;
-   * otherwise false, and it is resumed once the reservation is made. A new connection waits its turn like the others,
-   * so many opening at once cannot each take a read past the rate.
+   * otherwise false, and it is resumed when its turn comes (see Turns). A new connection waits its turn like the
+   * others, so many opening at once cannot each take a read past the rate.
    */
   private acquire(): boolean {
     const limit = this.limit;
     if (!limit || !limit.gate.throttles(limit.way) || this.reserved > 0) return true;
-    const wait = limit.gate.reserve(limit.way, FIRST_BYTES);
-    if (wait === 0) {
-      this.reserved = FIRST_BYTES;
-      if (!this.refunds) {
-        this.refunds = true;
-        this.socket?.once('close', this.refund);
-      }
+    if (this.gone()) return false;
+    const bytes = limit.gate.reserve(limit.way, this);
+    if (bytes > 0) {
+      this.reserve(bytes);
       return true;
     }
     this.throttled = true;
-    setTimeout(this.retry, wait);
     return false;
   }
 
-  private readonly retry = (): void => {
+  /** `bytes` of the rule's bandwidth are the socket's: its next read takes no more. */
+  private reserve(bytes: number): void {
+    this.reserved = bytes;
+    this.window = bytes < shared.length ? shared.subarray(0, bytes) : null;
+    // Node asks for the next read's buffer right after a read (or when the socket connects), before a turn may come:
+    // the turn's own goes to the handle, so that the read takes no more than the turn reserved.
+    (this.socket as unknown as { _handle: UserBuffered | null })._handle?.useUserBuffer(this.window ?? this.buffer);
+    if (!this.refunds) {
+      this.refunds = true;
+      // Past its end the socket reads nothing more: what it reserved goes back then, not when its pair closes.
+      this.socket?.once('end', this.refund).once('close', this.refund);
+    }
+  }
+
+  /**
+   * A socket gone (its close may not have been told yet) takes nothing: what it would reserve it would never read nor
+   * give back.
+   */
+  gone(): boolean {
+    return this.socket?.destroyed ?? true;
+  }
+
+  /** Its turn: `bytes` reserved for its next read (0: the limit was lifted). */
+  granted(bytes: number): void {
     this.throttled = false;
-    if (this.acquire() && !this.waiting) this.socket?.resume();
-  };
+    if (bytes > 0) this.reserve(bytes);
+    if (!this.waiting) this.socket?.resume();
+  }
 
   /** Writes what was read; false pauses the socket until the sink has taken it and the bucket allows more. */
   private read(bytes: number): boolean {
@@ -120,7 +151,9 @@ class Reader {
     // Reading starts only once there is a sink (sockets are made paused); one that has gone ends the relay elsewhere.
     if (!sink || sink.destroyed || sink.writableEnded) return false;
     const limit = this.limit;
-    const read = this.buffer;
+    const window = this.window;
+    const read = window ?? this.buffer;
+    this.window = null;
     // A throttled socket reads no more than it reserved: it stays on the shared buffer.
     if (bytes === read.length && !limit?.gate.throttles(limit.way)) {
       if (read.length < MOST_BYTES) this.buffer = Buffer.allocUnsafeSlow(read.length * 2);
@@ -129,9 +162,11 @@ class Reader {
       limit.gate.read(limit.way, this.reserved, bytes);
       this.reserved = 0;
     }
-    if (this.copies || read === shared) {
-      // As pipe(): the sink buffers up to its high-water mark.
-      if (!sink.write(Buffer.from(read.subarray(0, bytes)))) {
+    if (this.copies || read === shared || window !== null) {
+      // As pipe(): the sink buffers up to its high-water mark. Where the way is limited, bytes a gone sink never took
+      // go back to the bucket: a client that hung up costs the rule no bandwidth for what was on its way to it.
+      const undelivered = limit?.gate.throttles(limit.way) ? this.undelivered(limit, bytes) : undefined;
+      if (!sink.write(Buffer.from(read.subarray(0, bytes)), undelivered)) {
         this.waiting = true;
         sink.once('drain', this.written);
       }
@@ -140,6 +175,13 @@ class Reader {
       if (sink.writableLength > 0) this.waiting = true;
     }
     return !this.waiting && !this.throttled && this.acquire();
+  }
+
+  /** A write's callback that gives `bytes` back to `limit`'s bucket if the write failed. */
+  private undelivered(limit: Limit, bytes: number): (error?: Error | null) => void {
+    return (error) => {
+      if (error) limit.gate.undelivered(limit.way, bytes);
+    };
   }
 
   /** After a write the socket paused for, or the sink's 'drain'. */
