@@ -8,14 +8,15 @@ import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
+import { lookup } from 'node:dns/promises';
 import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { startAgent } from './agents.ts';
 import { bundledMaster } from './bundled.ts';
 import { ADMIN_PASSWORD, assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, probe, until } from './net.ts';
+import { closedPort, freePort, probe, until } from './net.ts';
 import { fill, smallDisk } from './disk.ts';
 import { MAX_ATTEMPTS, retryDelayMs } from '../internal/service/outbox.ts';
 
@@ -202,6 +203,50 @@ test(POLICY_AT_SEND, async (t) => {
   assert.equal(last.state, 'failed');
   assert.equal(last.last_error, 'answered 503');
   assert.equal(failing.received.length, MAX_ATTEMPTS, 'no attempt past the last');
+});
+
+test("a delivery's error names no address, nor what a name resolved to: for every kind of channel", async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  const closed = await closedPort();
+  const bodies = [
+    { name: 'hook', type: 'webhook', url: `http://127.0.0.1:${closed}/hook` },
+    {
+      name: 'bot',
+      type: 'telegram',
+      chat_id: '1',
+      bot_token: '123456:' + 'P'.repeat(35),
+      api_base: `http://127.0.0.1:${closed}`,
+    },
+    {
+      name: 'mail',
+      type: 'email',
+      smtp_host: '127.0.0.1',
+      smtp_port: closed,
+      from: 'a@example.com',
+      to: ['b@example.com'],
+    },
+  ];
+  // A name the master cannot tell is local, resolving to itself here: refused when sent, without saying where to.
+  const name = hostname();
+  const itself = (await lookup(name, { all: true }).catch(() => [])).some((a) => a.address.startsWith('127.'));
+  if (itself && !/localhost/i.test(name))
+    bodies.push({ name: 'named', type: 'webhook', url: `http://${name}:${closed}/hook` });
+  const channels = [];
+  for (const body of bodies) channels.push(await created(m, '/api/channels', body));
+  const errors: string[] = [];
+  for (const channel of channels.slice(0, 3)) {
+    const sent = await call(m.url, 'POST', `/api/channels/${channel.id}/test`, { token: m.admin });
+    assert.equal(sent.body.state, 'failed', channel.name);
+    errors.push(sent.body.last_error);
+  }
+  assert.deepEqual(errors, ['ECONNREFUSED', 'ECONNREFUSED', 'the mail server connection failed: ECONNREFUSED']);
+  if (channels[3]) {
+    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { allow_local_channel_targets: 0 } });
+    const named = await call(m.url, 'POST', `/api/channels/${channels[3].id}/test`, { token: m.admin });
+    assert.equal(named.body.last_error, 'the address is one channels may not reach');
+  } else t.diagnostic(`this machine's name (${name}) does not resolve to loopback: the named channel was not tried`);
+  const log = await call(m.url, 'GET', '/api/deliveries', { token: m.admin });
+  assert.doesNotMatch(JSON.stringify(log.body), /127\.0\.0\.1|resolves/);
 });
 
 const OFFLINE_NOTIFIED =

@@ -450,8 +450,8 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   const before = m.app.store.events.head();
 
   // What an `nft -f /etc/nftables.conf` that starts with `flush ruleset` does, or a firewall's reload.
+  // (The agent may have written it back before a look could see it gone: the drift it counts says it was.)
   assert.equal(nftIn(NODE, 'flush', 'ruleset').code, 0);
-  assert.notEqual(listed().code, 0, 'the table is gone');
   await until('the table written back', () => listed().code === 0 && /15201/.test(listed().out), 2000);
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000', 'it forwards again');
   const path = await until('the node to say so', async () => {

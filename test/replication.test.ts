@@ -28,6 +28,7 @@ import {
 } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { nodeOf, startAgent } from './agents.ts';
+import { fill, smallDisk } from './disk.ts';
 import { link as rawLink } from './rawlink.ts';
 import { masterCommand } from './bundled.ts';
 import { openEvents } from './sse.ts';
@@ -346,6 +347,38 @@ test(STANDBY, async (t) => {
   assert.match(metrics, /^portplane_role\{role="standby"\} 1$/m);
   assert.match(metrics, /^portplane_epoch 1$/m);
   assert.match(metrics, /^portplane_replication_lag_seconds \d+$/m);
+});
+
+const CANNOT_APPLY =
+  'a standby whose copy cannot apply (its disk full) says so in its health, with its real lag, and recovers';
+test(CANNOT_APPLY, async (t) => {
+  const disk = smallDisk(t, 24);
+  if (!disk) return t.skip('a small file system of its own needs root (tmpfs)');
+  const primary = await startMaster(t);
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token }, dataDir: disk });
+  const health = async () => {
+    const answer = await call(standby.url, 'GET', '/api/health');
+    return { code: answer.status, ...answer.body };
+  };
+  await until('the standby in step', async () => (await health()).code === 200);
+  const free = fill(disk);
+  const edge = await node(primary, 'edge');
+  for (let i = 0; i < 20; i++)
+    await rule(primary, { node_id: edge.id, listen_port: 30000 + i, name: `while-full-${i}-${'x'.repeat(60)}` });
+  const failing = await until('the standby to say its copy does not apply', async () => {
+    const now = await health();
+    return now.code === 503 && now.replication.lag_seconds >= 2 && now;
+  });
+  assert.equal(failing.status, 'degraded');
+  assert.match(failing.replication.error, /full/);
+  assert.ok(failing.replication.failing_since);
+  free();
+  const recovered = await until('the standby to follow again', async () => {
+    const now = await health();
+    return now.code === 200 && now;
+  });
+  assert.deepEqual([recovered.status, recovered.replication.error, recovered.replication.lag_seconds], ['ok', null, 0]);
 });
 
 const STANDBY_SESSIONS =

@@ -109,7 +109,9 @@ test('an event stream ends within a second of its caller losing the authority it
   }
 });
 
-test('no frame follows a revocation: writes made at once after it reach every stream but the revoked one', async (t) => {
+const NO_FRAME_AFTER =
+  'no frame follows a revocation: writes made at once after it reach every stream but the revoked one';
+test(NO_FRAME_AFTER, async (t) => {
   const m = await startMaster(t);
   const edge = await call(m.url, 'POST', '/api/nodes', {
     token: m.admin,

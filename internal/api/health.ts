@@ -16,10 +16,12 @@ const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 const healthSchema = record('Health', {
   status: {
     type: 'string',
-    enum: ['ok', 'starting'],
+    enum: ['ok', 'starting', 'degraded'],
     description:
       'starting (with 503) until the master serves everything: its first admin made, the console and the agent ' +
-      'link wired. While it shuts down, this route answers a 503 problem instead.',
+      "link wired. degraded (with 503): a standby whose copy does not follow its primary (replication's error " +
+      'says why: a change that does not apply, a full disk, a primary that does not answer; or it halted). While ' +
+      'it shuts down, this route answers a 503 problem instead.',
   },
   version: { type: 'string' },
   database: {
@@ -69,13 +71,20 @@ const healthSchema = record('Health', {
       'may be (0 while in step; once the primary is silent past a wait for changes, the seconds since it answered; ' +
       'null before the copy is seeded), when the primary last answered, and how often the ' +
       'copy was seeded. Null on a primary.',
-    required: ['primary', 'position', 'lag_seconds', 'last_heard_at', 'seeds', 'halted'],
+    required: ['primary', 'position', 'lag_seconds', 'last_heard_at', 'seeds', 'halted', 'error', 'failing_since'],
     properties: {
       primary: { type: 'string' },
       halted: {
         type: ['string', 'null'],
         description: 'Why it stopped following by itself (its copy was promoted since); null while it follows.',
       },
+      error: {
+        type: ['string', 'null'],
+        description:
+          "Why its last attempt to follow failed (the primary's answer, a change that did not apply: a full disk); " +
+          'null once one goes through. Its lag grows meanwhile: it counts from what was applied.',
+      },
+      failing_since: { type: ['string', 'null'], format: 'date-time' },
       position: { type: ['string', 'null'] },
       lag_seconds: { type: ['integer', 'null'] },
       last_heard_at: { type: ['string', 'null'], format: 'date-time' },
@@ -94,8 +103,10 @@ function health(ctx: Ctx<undefined, {}>): Reply {
   }
   const uptime = Math.floor((app.now() - app.startedAt) / 1000);
   const refused = app.store.db.writesRefused;
+  const standby = app.standby;
+  const degraded = standby !== null && (standby.halted !== null || standby.failing !== null);
   const body = {
-    status: app.starting ? 'starting' : 'ok',
+    status: app.starting ? 'starting' : degraded ? 'degraded' : 'ok',
     version: app.version,
     database: refused ? 'refusing_writes' : 'ok',
     database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,
@@ -105,9 +116,10 @@ function health(ctx: Ctx<undefined, {}>): Reply {
     fenced_by: app.fencedBy,
     replication_mode: app.settings.get('replication_mode'),
     sync_lapsed_since: app.replicas.lapsedSince === null ? null : formatTime(app.replicas.lapsedSince),
-    replication: app.standby && replicationOf(app.standby, app.now()),
+    replication: standby && replicationOf(standby, app.now()),
   };
   if (app.starting) return { status: 503, body, headers: { 'Retry-After': '1' } };
+  if (degraded) return { status: 503, body, headers: { 'Retry-After': '5' } };
   return refused ? { status: 503, body, headers: { 'Retry-After': '30' } } : ok(body);
 }
 
@@ -155,6 +167,8 @@ function replicationOf(standby: Follower, now: number) {
     last_heard_at: standby.lastHeardAt === null ? null : formatTime(standby.lastHeardAt),
     seeds: standby.seeds,
     halted: standby.halted,
+    error: standby.failing?.reason ?? null,
+    failing_since: standby.failing ? formatTime(standby.failing.since) : null,
   };
 }
 
@@ -282,7 +296,8 @@ export const healthOperations = operations({
       503: {
         description:
           'Starting (this document, status starting), writes refused on a full disk (this document, database ' +
-          'refusing_writes), or shutting down or the database does not answer (a problem)',
+          'refusing_writes), a standby whose copy does not follow (this document, status degraded), or shutting ' +
+          'down or the database does not answer (a problem)',
         schema: healthSchema,
       },
     },

@@ -26,6 +26,19 @@ export class NotSent extends Error {
   }
 }
 
+/**
+ * What a failure says in the delivery log: its own words for one of ours, otherwise the code of what failed
+ * (ECONNREFUSED, ETIMEDOUT, a certificate's verification), never Node's message, which names the address it tried
+ * and what a name resolved to: the log is read by whoever may read alerts, and must be no way to learn where names
+ * lead from the master's network.
+ */
+export function failureOf(error: unknown): string {
+  if (error instanceof NotSent) return error.message;
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  if (typeof code !== 'string' || !/^[A-Z0-9_]{2,64}$/.test(code)) return 'it failed';
+  return /CERT|SIGNATURE|ISSUER|ALTNAME/.test(code) ? `its certificate did not verify (${code})` : code;
+}
+
 /** Why a channel's `url` may not be used under `policy`, or null when it may. */
 export function urlRefusal(url: string, policy: TargetPolicy): string | null {
   let parsed: URL;
@@ -52,7 +65,8 @@ export function guardedLookup(policy: TargetPolicy): LookupFunction {
       if (error) return callback(error, '', 0);
       for (const { address } of addresses) {
         const reason = localReason(address, null, policy);
-        if (reason) return callback(new NotSent(`${hostname} resolves to ${address}, which ${reason}`, false), '', 0);
+        // Not which address, nor why: the log must tell nothing of where a name leads (see failureOf).
+        if (reason) return callback(new NotSent('the address is one channels may not reach', false), '', 0);
       }
       if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses);
       callback(null, addresses[0]!.address, addresses[0]!.family);
@@ -91,7 +105,7 @@ export function postJson(
         if (status >= 200 && status < 300) return resolve();
         reject(new NotSent(`answered ${status}${excerpt ? `: ${excerpt.replace(/\s+/g, ' ').trim()}` : ''}`));
       });
-      res.on('error', (error) => reject(new NotSent(error.message)));
+      res.on('error', (error) => reject(new NotSent(failureOf(error))));
     });
     const deadline = setTimeout(
       () => req.destroy(new NotSent(`no answer within ${POST_TIMEOUT_MS / 1000} s`)),
@@ -99,7 +113,7 @@ export function postJson(
     );
     req.on('close', () => clearTimeout(deadline));
     req.on('timeout', () => req.destroy(new NotSent(`no answer within ${POST_TIMEOUT_MS / 1000} s`)));
-    req.on('error', (error) => reject(error instanceof NotSent ? error : new NotSent(error.message)));
+    req.on('error', (error) => reject(new NotSent(failureOf(error), !(error instanceof NotSent) || error.retryable)));
     req.end(body);
   });
 }

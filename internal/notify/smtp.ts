@@ -7,7 +7,7 @@
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import type { TargetPolicy } from '../domain/rules.ts';
-import { guardedLookup, hostRefusal, NotSent, POST_TIMEOUT_MS } from './post.ts';
+import { failureOf, guardedLookup, hostRefusal, NotSent, POST_TIMEOUT_MS } from './post.ts';
 
 export const smtpSecurities = ['starttls', 'tls'] as const;
 export type SmtpSecurity = (typeof smtpSecurities)[number];
@@ -62,7 +62,11 @@ class Conversation {
       if (this.buffer.length > 64 * 1024) return this.fail(new NotSent('the mail server sent a reply too long'));
       this.deliver();
     });
-    socket.on('error', (error) => this.fail(new NotSent(`the mail server connection failed: ${error.message}`)));
+    socket.on('error', (error) =>
+      this.fail(
+        error instanceof NotSent ? error : new NotSent(`the mail server connection failed: ${failureOf(error)}`),
+      ),
+    );
     socket.on('close', () => this.fail(new NotSent('the mail server closed the connection')));
   }
 
@@ -147,10 +151,10 @@ export async function sendMail(
       ? tlsConnect({ host: server.host, port: server.port, lookup: guardedLookup(policy), ...secure })
       : tcpConnect({ host: server.host, port: server.port, lookup: guardedLookup(policy) });
   const deadline = setTimeout(
-    () => socket.destroy(new Error(`no end within ${POST_TIMEOUT_MS / 1000} s`)),
+    () => socket.destroy(new NotSent(`no end within ${POST_TIMEOUT_MS / 1000} s`)),
     POST_TIMEOUT_MS,
   );
-  const abort = () => socket.destroy(new Error('the master is stopping'));
+  const abort = () => socket.destroy(new NotSent('the master is stopping'));
   signal?.addEventListener('abort', abort, { once: true });
   try {
     const talk = new Conversation(socket);
@@ -163,7 +167,7 @@ export async function sendMail(
       talk.upgrade(upgraded);
       await new Promise<void>((resolve, reject) => {
         upgraded.once('secureConnect', resolve);
-        upgraded.once('error', (error) => reject(new NotSent(`TLS with the mail server failed: ${error.message}`)));
+        upgraded.once('error', (error) => reject(new NotSent(`TLS with the mail server failed: ${failureOf(error)}`)));
       });
       hello = await talk.command('EHLO portplane', 250, 'EHLO');
     }
@@ -175,7 +179,7 @@ export async function sendMail(
     await talk.read(250, 'the message');
     talk.socket.write('QUIT\r\n');
   } catch (error) {
-    throw error instanceof NotSent ? error : new NotSent((error as Error).message);
+    throw error instanceof NotSent ? error : new NotSent(failureOf(error));
   } finally {
     clearTimeout(deadline);
     signal?.removeEventListener('abort', abort);

@@ -60,6 +60,11 @@ export class Follower {
   inStep = false;
   /** Why the follower stopped by itself (see PromotedAlready); null while it follows. */
   halted: string | null = null;
+  /**
+   * Why its last step failed (the primary did not answer, or a change did not apply: a full disk), and since when
+   * its steps have been failing (ms); null once one goes through.
+   */
+  failing: { since: number; reason: string } | null = null;
 
   constructor(private readonly options: FollowerOptions) {
     this.replica = Replica.open(options.path);
@@ -75,6 +80,8 @@ export class Follower {
    * for changes, left nothing after it); once the primary is silent for longer than a wait, the time since it spoke.
    */
   lagSeconds(now = Date.now()): number | null {
+    // A copy whose steps fail is behind by the time since it last stood where its primary did.
+    if (this.failing && this.inStep && this.lastHeardAt !== null) return Math.round((now - this.lastHeardAt) / 1000);
     if (this.inStep && this.lastHeardAt !== null) {
       const silentMs = now - this.lastHeardAt;
       return silentMs <= (WAIT_SECONDS + 5) * 1000 ? 0 : Math.round(silentMs / 1000);
@@ -95,7 +102,9 @@ export class Follower {
       try {
         await this.step();
         retryMs = RETRY_FIRST_MS;
+        this.failing = null;
       } catch (error) {
+        this.failing = { since: this.failing?.since ?? Date.now(), reason: (error as Error).message };
         if (error instanceof PromotedAlready) {
           this.halted = error.message;
           this.options.log.error('not following: this copy was promoted since', { reason: error.message });
@@ -134,9 +143,7 @@ export class Follower {
           '(a primary and its standbys are upgraded together)',
       );
     const { reseed, changes } = decodeChanges(answer.body);
-    this.lastHeardAt = Date.now();
     if (reseed || this.stopped) return reseed ? this.seed() : undefined;
-    this.inStep = changes.length < PAGE_CHANGES;
     try {
       this.replica.apply(changes);
     } catch (error) {
@@ -144,6 +151,9 @@ export class Follower {
       this.options.log.warn('a change did not follow or apply: seeding the copy anew', { reason: error.message });
       return this.seed();
     }
+    // Heard, and in step, only once what it said is applied: a copy that cannot apply (a full disk) falls behind.
+    this.lastHeardAt = Date.now();
+    this.inStep = changes.length < PAGE_CHANGES;
     if (changes.length === 0) return;
     this.lastChangeAt = changes.at(-1)!.at;
     this.options.changed?.();

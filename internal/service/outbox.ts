@@ -10,7 +10,7 @@ import { payloadSubject, payloadText, testPayload, type NotificationPayload } fr
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import type { Logger } from '../log/log.ts';
-import { NotSent, postJson } from '../notify/post.ts';
+import { failureOf, NotSent, postJson } from '../notify/post.ts';
 import { sendMail, type MailServer, type SmtpSecurity } from '../notify/smtp.ts';
 import { sendTelegram } from '../notify/telegram.ts';
 import { webhookHeaders } from '../notify/webhook.ts';
@@ -131,7 +131,7 @@ export class Outbox {
     try {
       await this.post(channel, delivery.message_id, delivery.payload);
     } catch (thrown) {
-      error = thrown instanceof NotSent ? thrown : new NotSent((thrown as Error).message);
+      error = thrown instanceof NotSent ? thrown : new NotSent(failureOf(thrown));
     }
     if (this.stopping.signal.aborted) return;
     const at = formatTime(this.deps.clock.now());
