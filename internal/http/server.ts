@@ -41,6 +41,16 @@ export function proven(socket: Socket): void {
   stranger?.prove(stranger);
 }
 
+/**
+ * How long an idle keep-alive connection is said to stay open (Keep-Alive: timeout=5), and how much longer it is
+ * kept: a client's pool drops a connection at about the time said, but a client whose event loop was busy elsewhere
+ * learns late, and sends its next request on a connection a server closed a moment before: that request fails with
+ * a socket error (a POST, which no client retries, included). Node keeps one second past what it says; ten make a
+ * server that never closes what a client may still believe open, TLS or not, unless the client lags by that much.
+ */
+export const KEEP_ALIVE_ADVERTISED_MS = 5_000;
+export const KEEP_ALIVE_GRACE_MS = 10_000;
+
 /** TLS 1.3's suites, then TLS 1.2 with ECDHE and AEAD only (Mozilla's "intermediate"). */
 const CIPHERS = [
   'TLS_AES_128_GCM_SHA256',
@@ -81,7 +91,8 @@ export async function listen(
   const options: ServerOptions = {
     headersTimeout: 10_000,
     requestTimeout: 30_000,
-    keepAliveTimeout: 5_000,
+    keepAliveTimeout: KEEP_ALIVE_ADVERTISED_MS,
+    keepAliveTimeoutBuffer: KEEP_ALIVE_GRACE_MS,
     maxHeaderSize: 16 * 1024,
   };
   const serve = (req: IncomingMessage, res: ServerResponse) => void handler(req, res);
