@@ -93,7 +93,7 @@ test('the license tool makes a key pair and issues a license the master accepts'
   assert.throws(() => tool('keygen', dir), /exists already/, 'a key pair is never overwritten');
   assert.equal(readFileSync(join(dir, 'license-private.pem'), 'utf8'), firstKey);
   const out = join(dir, '..', 'data', 'license.json');
-  tool(
+  const said = tool(
     'issue',
     '--key',
     join(dir, 'license-private.pem'),
@@ -105,6 +105,12 @@ test('the license tool makes a key pair and issues a license the master accepts'
     '2099-06-01T00:00:00Z',
     '--out',
     out,
+  );
+  const written = JSON.parse(readFileSync(out, 'utf8'));
+  assert.equal(
+    said,
+    `wrote ${out}: license ${written.license_id}, pro edition for Tool Test, 3 nodes, expires 2099-06-01T00:00:00Z; ` +
+      'install it as DATA_DIR/license.json and start the master with --license-key PUBLIC.pem\n',
   );
   const m = await startMaster(t, {
     licenseKeyPath: join(dir, 'license-public.pem'),

@@ -57,21 +57,26 @@ if (command === 'keygen') {
   const expires = opts.get('expires');
   if (expires !== undefined && Number.isNaN(parseDateTime(expires)))
     fail('--expires must be an RFC 3339 date-time of a real calendar date');
-  const text = issueLicense(
-    {
-      license_id: randomUUID(),
-      edition: opts.get('edition') ?? 'pro',
-      licensee,
-      limits: { max_nodes: maxNodes },
-      issued_at: formatTime(Date.now()),
-      expires_at: expires === undefined ? null : formatTime(parseDateTime(expires)),
-    },
-    readFileSync(keyPath, 'utf8'),
-  );
+  const license = {
+    license_id: randomUUID(),
+    edition: opts.get('edition') ?? 'pro',
+    licensee,
+    limits: { max_nodes: maxNodes },
+    issued_at: formatTime(Date.now()),
+    expires_at: expires === undefined ? null : formatTime(parseDateTime(expires)),
+  };
+  const text = issueLicense(license, readFileSync(keyPath, 'utf8'));
   const out = opts.get('out');
   if (out) {
     mkdirSync(dirname(out), { recursive: true, mode: 0o700 });
     writeFileAtomic(out, text);
+    // Said, as keygen says what it wrote: a quiet success left users unsure anything was written, or what.
+    const nodes = maxNodes === null ? 'any number of nodes' : `${maxNodes} nodes`;
+    const until = license.expires_at === null ? 'never expires' : `expires ${license.expires_at}`;
+    process.stdout.write(
+      `wrote ${out}: license ${license.license_id}, ${license.edition} edition for ${licensee}, ${nodes}, ` +
+        `${until}; install it as DATA_DIR/license.json and start the master with --license-key PUBLIC.pem\n`,
+    );
   } else process.stdout.write(text);
 } else {
   process.stdout.write(usage);
