@@ -36,9 +36,9 @@ export async function upload(m: Running, version: string, bundle: Buffer): Promi
   assert.equal(answer.status, 201, JSON.stringify(answer.body));
 }
 
-/** Starts a rollout; returns it. */
+/** Starts a rollout (soaking each node 3 s unless `body` says otherwise); returns it. */
 export async function startRollout(m: Running, body: Record<string, unknown>): Promise<{ id: number }> {
-  const answer = await call(m.url, 'POST', '/api/rollouts', { token: m.admin, body });
+  const answer = await call(m.url, 'POST', '/api/rollouts', { token: m.admin, body: { soak_seconds: 3, ...body } });
   assert.equal(answer.status, 201, JSON.stringify(answer.body));
   return answer.body as { id: number };
 }

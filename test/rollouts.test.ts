@@ -3,15 +3,20 @@
 // agents verify it, hand their listening sockets over, and go back by themselves when the new one does not link.
 
 import assert from 'node:assert/strict';
+import { createPublicKey } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
 import test, { type TestContext } from 'node:test';
+import { send } from '../internal/agentlink/wire.ts';
+import { AGENT_FEATURES } from '../internal/domain/link.ts';
+import { keyIdOf } from '../internal/release/signature.ts';
 import { VERSION } from '../internal/version.ts';
 import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
 import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 import { agentAs, releaseKey, rolloutOf, startRollout, upload } from './releases.ts';
+import { link, type RawLink } from './rawlink.ts';
 
 interface Fleet {
   m: Running;
@@ -48,6 +53,7 @@ async function rolloutNodes(m: Running, id: number) {
     node_id: number;
     state: string;
     detail: string | null;
+    soaking_since: string | null;
   }[];
 }
 
@@ -293,4 +299,109 @@ test('the supervisor starts a worker that died again; a worker whose supervisor 
   );
   agent.kill('SIGKILL');
   await until('the orphaned worker gone', () => !existsSync(`/proc/${again}`), 10_000);
+});
+
+/** The built agent as `version`, which exits (code 3) `ms` after it first applies a config: 0, as it starts. */
+function dyingAgent(version: string, ms: number): Buffer {
+  return agentAs(version, (text) =>
+    ms === 0
+      ? text.replace(`var VERSION = "${version}";`, `process.exit(3);\nvar VERSION = "${version}";`)
+      : text.replace(
+          '    this.options.log.info("applied config", {',
+          `    globalThis.dies ??= setTimeout(() => process.exit(3), ${ms});\n    this.options.log.info("applied config", {`,
+        ),
+  );
+}
+
+const DIES_IN_SOAK: [string, number, { gate: number; soak: number }, RegExp][] = [
+  ['as it starts', 0, { gate: 10, soak: 8 }, /it exited \(code 3\)$/],
+  ['1.5 s after it applied', 1500, { gate: 10, soak: 8 }, /it exited \(code 3\) [12] s into its 8 s soak/],
+  ['20 s after it applied', 20_000, { gate: 10, soak: 30 }, /it exited \(code 3\) 2\d s into its 30 s soak/],
+];
+for (const [index, [when, ms, { gate, soak }, why]] of DIES_IN_SOAK.entries())
+  test(`a bundle that exits ${when} is rolled back by its supervisor, refusing no connection, and halts the rollout`, async (t) => {
+    const { m, nodes } = await fleet(t, 2);
+    const version = `0.6.${index}`;
+    await upload(m, version, dyingAgent(version, ms));
+    const canary = nodes[0]!;
+    const clients = steadyClients(t, canary.port);
+    const { id } = await startRollout(m, {
+      version,
+      ids: nodes.map((n) => n.id),
+      waves: [1, '100%'],
+      gate_seconds: gate,
+      soak_seconds: soak,
+    });
+    const halted = await until(
+      'the rollout halted',
+      async () => {
+        const rollout = await rolloutOf(m, id);
+        return rollout.state === 'halted' && rollout;
+      },
+      (gate + soak + 20) * 1000,
+    );
+    assert.match(halted.reason, new RegExp(`^node ${canary.id}: its agent went back to the bundle before`));
+    assert.match(halted.reason, why);
+    await until(
+      'the canary back on its agent before',
+      async () => (await nodeOf(m, canary.id)).agent_version === VERSION,
+    );
+    assert.equal((await tcpRoundTrip(canary.port, Buffer.from('back'))).toString(), 'back');
+    await clients.stop();
+    assert.deepEqual(clients.failures, [], `of ${clients.opened()} connections`);
+    assert.deepEqual(
+      (await rolloutNodes(m, id)).filter((n) => n.node_id !== canary.id).map((n) => n.state),
+      ['waiting'],
+      'the next wave was never told',
+    );
+  });
+
+const MASTER_SOAK =
+  "the master holds the soak whatever the agent's supervisor does: a node whose new agent links again within it fails, " +
+  'one that keeps its link through it passes; soak_seconds goes only to agents that say they soak';
+test(MASTER_SOAK, async (t) => {
+  const key = releaseKey();
+  const m = await startMaster(t, { releaseKeyPaths: [key.path] });
+  const keyId = keyIdOf(createPublicKey(readFileSync(key.path, 'utf8')));
+  await upload(m, '0.7.0', agentAs('0.7.0'));
+  const [flaky, steady] = [await node(m, 'flaky'), await node(m, 'steady')];
+  /** A raw link as an agent of `version` that acknowledges each config it is sent; `features` as it names them. */
+  const agentOf = async (edge: { agent_token: string }, version: string, features = AGENT_FEATURES) => {
+    const linked = (await link(m, edge.agent_token, undefined, version, {
+      'X-Agent-Features': features.join(','),
+      'X-Agent-Release-Keys': keyId,
+    })) as RawLink;
+    t.after(() => linked.socket.destroy());
+    const config = await linked.next('config');
+    send(linked.socket, { type: 'applied', version: config.version, results: [] });
+    return linked;
+  };
+  /** Takes `edge` to 0.7.0 in a rollout of its own, its agent linking again as the new version; returns the rollout. */
+  const upgraded = async (edge: { id: number; agent_token: string }, features: string[]) => {
+    const old = await agentOf(edge, VERSION, features);
+    const { id } = await startRollout(m, { version: '0.7.0', ids: [edge.id], waves: ['100%'], soak_seconds: 4 });
+    const order = await old.next('upgrade');
+    old.socket.destroy();
+    const now = await agentOf(edge, '0.7.0', features);
+    await until('its soak begun', async () => (await rolloutNodes(m, id))[0]!.soaking_since !== null);
+    return { id, order, now };
+  };
+  const held = await upgraded(steady, [...AGENT_FEATURES, 'soak']);
+  assert.equal(held.order.soak_seconds, 4, 'told the soak: its supervisor soaks');
+  await until('the steady node passed', async () => (await rolloutOf(m, held.id)).state === 'done');
+  assert.equal(
+    (await rolloutNodes(m, held.id))[0]!.detail,
+    'runs 0.7.0, linked, applied and healthy through a 4 s soak',
+  );
+
+  const flakyRun = await upgraded(flaky, AGENT_FEATURES);
+  assert.equal(flakyRun.order.soak_seconds, undefined, 'not told: its supervisor would refuse the field');
+  // Its agent comes back on a new link, as after an exit its supervisor did not catch.
+  flakyRun.now.socket.destroy();
+  await agentOf(flaky, '0.7.0');
+  const halted = await until('the rollout halted', async () => {
+    const rollout = await rolloutOf(m, flakyRun.id);
+    return rollout.state === 'halted' && rollout;
+  });
+  assert.match(halted.reason, new RegExp(`^node ${flaky.id}: its agent lost its link \\d s into its 4 s soak`));
 });

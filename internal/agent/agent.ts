@@ -81,10 +81,17 @@ const MAX_BACKOFF_MS = 30_000;
 
 /** What an agent tells its supervisor. */
 export interface SupervisorChannel {
-  /** Run this kept bundle (verified) in my place, on trial for `gate_seconds`. */
-  upgrade(order: { bundle: KeptBundle; gate_seconds: number; rollout_id: number }): void;
+  /** Whether the supervisor keeps an upgrade on trial through a soak (the link feature `soak`). */
+  soaks: boolean;
+  /**
+   * Run this kept bundle (verified) in my place, on trial for `gate_seconds` to link and apply, then `soak_seconds`
+   * to stay running and linked.
+   */
+  upgrade(order: { bundle: KeptBundle; gate_seconds: number; soak_seconds: number; rollout_id: number }): void;
   /** Linked and applied a config of the master: what a new bundle on trial must do to stay. */
   ready(): void;
+  /** The link to the master closed: a new bundle in its soak goes back for it. */
+  unlinked(): void;
 }
 
 /** How often a draining agent hands what it relayed to the one that took over. */
@@ -443,7 +450,7 @@ export class Agent {
         Upgrade: LINK_PROTOCOL,
         Authorization: `Bearer ${this.options.token}`,
         'X-Agent-Version': this.options.version,
-        'X-Agent-Features': AGENT_FEATURES.join(','),
+        'X-Agent-Features': [...AGENT_FEATURES, ...(this.options.supervisor?.soaks ? ['soak'] : [])].join(','),
         'X-Agent-Epoch': String(this.epoch),
         ...(this.epochMaster ? { 'X-Agent-Primary': this.epochMaster } : {}),
         ...(this.releaseKeyIds ? { 'X-Agent-Release-Keys': this.releaseKeyIds } : {}),
@@ -495,6 +502,7 @@ export class Agent {
     socket.on('error', (error) => this.options.log.warn('the link failed', { error: error.message }));
     socket.on('close', () => {
       if (this.socket === socket) this.socket = null;
+      if (!this.stopping && !this.handedOver) this.options.supervisor?.unlinked();
       if (!this.stopping && !this.handedOver) {
         this.options.log.warn('the link to the master closed; forwarding goes on, reconnecting');
         this.retry();
@@ -620,13 +628,15 @@ export class Agent {
           'reinstall puts the agent the master carries',
       );
     this.upgrading = order.rollout_id;
-    log.info('upgrading', { from: this.options.version, to: kept.version, gate_seconds: order.gate_seconds });
+    const { gate_seconds, soak_seconds, rollout_id } = order;
+    log.info('upgrading', { from: this.options.version, to: kept.version, gate_seconds, soak_seconds });
+    const soak = soak_seconds > 0 ? `, then stays running and linked for ${soak_seconds} s` : '';
     status(
       'restarting',
       `${kept.version} starts; ${this.options.version} comes back unless it links and applies within ` +
-        `${order.gate_seconds} s`,
+        `${gate_seconds} s${soak}`,
     );
-    supervisor.upgrade({ bundle: kept, gate_seconds: order.gate_seconds, rollout_id: order.rollout_id });
+    supervisor.upgrade({ bundle: kept, gate_seconds, soak_seconds, rollout_id });
   }
 
   private async apply(config: SavedConfig, acknowledge: boolean): Promise<void> {

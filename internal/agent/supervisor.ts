@@ -1,9 +1,10 @@
 // The agent's supervisor: the process its service starts when it trusts release keys. It runs the agent itself as a
 // child (the worker) from the bundle to run (see bundles.ts), starts it again if it dies, and carries out upgrades:
 // the worker verifies and keeps a new bundle, the supervisor takes the worker's listening sockets, starts the new
-// bundle with them (both accept meanwhile: no connection is refused), and gives it `gate_seconds` to link and apply.
-// Then the old worker stops accepting and drains; otherwise the new one is stopped, the switch undone, and the old
-// one, which never stopped forwarding, links again and says so. The watchdog is here, not in the new bundle, which
+// bundle with them (both accept meanwhile: no connection is refused), and gives it `gate_seconds` to link and apply,
+// then `soak_seconds` to stay running and linked (a bundle that applies and dies seconds later must not pass). Then
+// the old worker stops accepting and drains; otherwise the new one is stopped, the switch undone, and the old one,
+// which never stopped forwarding, links again and says so. The watchdog is here, not in the new bundle, which
 // may be unable to run at all, nor at the master, which the new bundle may be unable to reach.
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -15,12 +16,15 @@ import type { RuleTraffic } from '../domain/rules.ts';
 
 /** How a worker knows its part: the variable's value. */
 export const ROLE_ENV = 'PORTPLANE_AGENT_ROLE';
+/** Set (to 1) for its workers by a supervisor that keeps an upgrade on trial through a soak: they say so on the link. */
+export const SOAKS_ENV = 'PORTPLANE_SUPERVISOR_SOAKS';
 export type WorkerRole = 'worker' | 'takeover';
 
 /** Worker to supervisor. */
 export type ToSupervisor =
-  | { type: 'upgrade'; bundle: KeptBundle; gate_seconds: number; rollout_id: number }
+  | { type: 'upgrade'; bundle: KeptBundle; gate_seconds: number; soak_seconds: number; rollout_id: number }
   | { type: 'ready' }
+  | { type: 'unlinked' }
   | { type: 'listener'; key: string }
   | { type: 'handed_over' }
   | { type: 'traffic'; rules: RuleTraffic[] };
@@ -56,6 +60,8 @@ interface Trial {
   handedOver: () => void;
   next: ChildProcess | null;
   ready: () => void;
+  /** The new worker's link to the master closed. */
+  unlinked: () => void;
 }
 
 /** The longest a worker told to stop is waited for before it is killed. */
@@ -108,7 +114,7 @@ export class Supervisor {
     const argv = bundle ? [bundle.file] : [...options.execArgv, options.launcher];
     const child = spawn(process.execPath, [...argv, ...options.args], {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: { ...process.env, [ROLE_ENV]: role },
+      env: { ...process.env, [ROLE_ENV]: role, [SOAKS_ENV]: '1' },
     });
     child.on('message', (message: ToSupervisor, handle: unknown) => this.fromWorker(child, message, handle));
     child.on('exit', (code, signal) => this.exited(child, code, signal));
@@ -133,6 +139,9 @@ export class Supervisor {
       case 'ready':
         if (trial?.next === child) trial.ready();
         else if (child === this.worker) this.restarts = 0;
+        return;
+      case 'unlinked':
+        if (trial?.next === child) trial.unlinked();
         return;
       case 'traffic':
         // What a draining worker still relayed, for the worker that reports now.
@@ -164,7 +173,15 @@ export class Supervisor {
     } catch (error) {
       return tell(old, { type: 'resume', rollout_id: order.rollout_id, reason: (error as Error).message });
     }
-    const trial: Trial = { order, old, handles: [], handedOver: () => undefined, next: null, ready: () => undefined };
+    const trial: Trial = {
+      order,
+      old,
+      handles: [],
+      handedOver: () => undefined,
+      next: null,
+      ready: () => undefined,
+      unlinked: () => undefined,
+    };
     this.trial = trial;
     const handedOver = new Promise<boolean>((resolve) => {
       const timer = setTimeout(() => resolve(false), HANDOVER_WAIT_MS);
@@ -190,10 +207,11 @@ export class Supervisor {
       next.send({ type: 'listener', key }, handle as never, () => handle.close());
     tell(next, { type: 'listeners_done' });
     log.info('a new agent bundle starts', { version: order.bundle.version, sockets: trial.handles.length });
+    const exited = once(next, 'exit').then(([code]) => code as number | null);
     let timer: NodeJS.Timeout | undefined;
-    const outcome = await Promise.race([
+    let outcome = await Promise.race([
       ready,
-      once(next, 'exit').then(([code]) => `it exited (code ${code})`),
+      exited.then((code) => `it exited (code ${code})`),
       new Promise<string>((resolve) => {
         timer = setTimeout(
           () => resolve(`it did not link and apply within ${order.gate_seconds} s`),
@@ -202,6 +220,7 @@ export class Supervisor {
       }),
     ]);
     clearTimeout(timer);
+    if (outcome === 'ready' && order.soak_seconds > 0) outcome = await this.soak(trial, exited);
     this.trial = null;
     if (outcome === 'ready') {
       this.shelf.confirm();
@@ -225,6 +244,28 @@ export class Supervisor {
     if (old.exitCode === null && old.signalCode === null)
       tell(old, { type: 'resume', rollout_id: order.rollout_id, reason });
     else if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+  }
+
+  /**
+   * The new worker linked and applied; the old one, still accepting beside it, is kept until the new one has stayed
+   * running and linked through the soak: 'ready' then, otherwise why it goes back (it exited, or lost its link).
+   */
+  private async soak(trial: Trial, exited: Promise<number | null>): Promise<string> {
+    const { order } = trial;
+    const started = Date.now();
+    const into = () => `${Math.round((Date.now() - started) / 1000)} s into its ${order.soak_seconds} s soak`;
+    this.options.log.info('the new agent linked and applied: it soaks', {
+      version: order.bundle.version,
+      soak_seconds: order.soak_seconds,
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      exited.then((code) => `it exited (code ${code}) ${into()}`),
+      new Promise<string>((resolve) => (trial.unlinked = () => resolve(`it lost its link to the master ${into()}`))),
+      new Promise<string>((resolve) => (timer = setTimeout(() => resolve('ready'), order.soak_seconds * 1000))),
+    ]);
+    clearTimeout(timer);
+    return outcome;
   }
 }
 

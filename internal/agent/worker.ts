@@ -3,7 +3,7 @@
 
 import type { Logger } from '../log/log.ts';
 import type { Agent, SupervisorChannel } from './agent.ts';
-import type { ToSupervisor, ToWorker } from './supervisor.ts';
+import { SOAKS_ENV, type ToSupervisor, type ToWorker } from './supervisor.ts';
 
 type Handle = { close(): unknown };
 
@@ -16,8 +16,10 @@ function tell(message: ToSupervisor, handle?: object): Promise<void> {
 
 /** What the agent tells its supervisor. */
 export const supervisorChannel: SupervisorChannel = {
+  soaks: process.env[SOAKS_ENV] === '1',
   upgrade: (order) => void tell({ type: 'upgrade', ...order }),
   ready: () => void tell({ type: 'ready' }),
+  unlinked: () => void tell({ type: 'unlinked' }),
 };
 
 /** The listening sockets handed to a worker started to take over, by `transport:port`, once all have come. */

@@ -40,6 +40,7 @@ import {
   type VitalsMessage,
   TUNNEL_PORTS,
   UNNAMED_FEATURES,
+  LINK_FEATURES,
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { PIN, pinOf } from '../tls/pin.ts';
@@ -249,9 +250,10 @@ export class AgentLinks {
       const link = this.links.get(nodeId);
       if (link) this.probe(link, message);
     });
-    app.sync.upgrades.on('upgrade', (nodeId: number, message: UpgradeMessage) => {
+    app.sync.upgrades.on('upgrade', (nodeId: number, { soak_seconds, ...message }: UpgradeMessage) => {
       const link = this.links.get(nodeId);
-      if (link) send(link.socket, message);
+      // An agent whose supervisor does not soak would refuse the field; the master holds the soak all the same.
+      if (link) send(link.socket, link.features.has('soak') ? { ...message, soak_seconds } : message);
     });
   }
 
@@ -369,7 +371,7 @@ export class AgentLinks {
         ? UNNAMED_FEATURES
         : String(named)
             .split(',')
-            .filter((name) => AGENT_FEATURES.includes(name)),
+            .filter((name) => AGENT_FEATURES.includes(name) || LINK_FEATURES.includes(name)),
     );
     // An agent that heard a newer epoch than this master's knows a standby was promoted since: this master stands
     // fenced once agents of two nodes say so (of its one node, if it has one), so that no single node, compromised,

@@ -62,6 +62,18 @@ export const rolloutInput = object(
       }),
       120,
     ),
+    soak_seconds: optional(
+      integer({
+        min: 0,
+        max: 3600,
+        description:
+          'How long, past its gate, each node\'s new agent must stay linked (the same link), applied and as ' +
+          'healthy before the node passes. Meanwhile the old agent is kept, accepting beside the new one: a new ' +
+          'agent that exits or loses its link in the soak is rolled back by its supervisor with no connection ' +
+          'refused, and the node fails, halting the rollout. 0: none.',
+      }),
+      60,
+    ),
     pause_seconds: optional(
       integer({ min: 0, max: 86_400, description: 'How long after a wave passed the next one starts.' }),
       0,
@@ -79,6 +91,7 @@ const rolloutSchema = record('Rollout', {
   reason: { type: ['string', 'null'], description: 'Why it halted (the node and its failure), or was aborted.' },
   waves: { type: 'array', items: { oneOf: [{ type: 'integer' }, { type: 'string' }] } },
   gate_seconds: { type: 'integer' },
+  soak_seconds: { type: 'integer' },
   pause_seconds: { type: 'integer' },
   wave: { type: 'integer', description: 'The wave under way, from 0.' },
   wave_started_at: timestamp,
@@ -104,6 +117,10 @@ const rolloutNodeSchema = record('RolloutNode', {
   detail: { type: ['string', 'null'], description: 'How its gate went.' },
   unhealthy_before: { type: ['integer', 'null'], description: 'Its rules with a target down when told to upgrade.' },
   started_at: nullableTimestamp,
+  soaking_since: {
+    ...nullableTimestamp,
+    description: 'When its new agent first stood linked, applied and healthy: its soak began (null before).',
+  },
   finished_at: nullableTimestamp,
 });
 
@@ -156,20 +173,21 @@ export const rolloutOperations = operations({
       "The nodes are given by ids, or by the nodes list's filters. Each wave's nodes are told to upgrade (at most " +
       `${MAX_UPGRADING} at once, fewer for a large bundle), each sent the signed bundle over its link; its agent ` +
       'runs it only if a release key it trusts signed it. A node passes its gate once it linked again with the ' +
-      'new version, applied its config and has no more rules with a target down than before. A node failing its ' +
-      'gate (refused, rolled back by its own watchdog, not heard of within gate_seconds + ' +
-      `${GATE_GRACE_SECONDS} s, offline for gate_seconds after its wave began) halts the rollout with the reason. ` +
-      'One rollout at a time.',
+      'new version, applied its config and has no more rules with a target down than before, and then kept that ' +
+      'link, version, config and health through soak_seconds. A node failing its gate or its soak (refused, rolled ' +
+      'back by its own watchdog, not heard of within gate_seconds + ' +
+      `${GATE_GRACE_SECONDS} s, offline for gate_seconds after its wave began, its link lost or a target down in ` +
+      'the soak) halts the rollout with the reason. One rollout at a time.',
     body: rolloutInput,
     responses: {
       201: { description: 'Made; it starts within a second', schema: rolloutSchema },
       409: { description: 'Another rollout is under way' },
     },
     handler: async (ctx: Ctx<RolloutBody, {}>) => {
-      const { version, waves, gate_seconds, pause_seconds } = ctx.body;
+      const { version, waves, gate_seconds, soak_seconds, pause_seconds } = ctx.body;
       const node_ids = selected(ctx, 'nodes', ctx.body);
       const rollout = await transact(ctx.app, ctx, (change) =>
-        createRollout(ctx.app, change, { version, node_ids, waves, gate_seconds, pause_seconds }),
+        createRollout(ctx.app, change, { version, node_ids, waves, gate_seconds, soak_seconds, pause_seconds }),
       );
       return created(rollout, { Location: `/api/rollouts/${rollout.id}`, ETag: etagOf(rollout.revision) });
     },
@@ -189,7 +207,9 @@ export const rolloutOperations = operations({
       const after = ctx.query.cursor === undefined ? 0 : decodeCursor(ctx.query.cursor);
       const rows = ctx.app.store.rollouts.nodePage(rollout.id, after, limit);
       const last = rows.length > limit ? rows[limit - 1] : undefined;
-      return ok({ items: rows.slice(0, limit), next_cursor: last ? encodeCursor(last.node_id) : null });
+      // Which link a soak began on is the master's own business.
+      const items = rows.slice(0, limit).map(({ soak_link: _, ...shownNode }) => shownNode);
+      return ok({ items, next_cursor: last ? encodeCursor(last.node_id) : null });
     },
   }),
   pauseRollout: steering('pause'),

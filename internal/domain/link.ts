@@ -183,6 +183,11 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
   },
 };
 export const AGENT_FEATURES = Object.keys(agentFeatures);
+/**
+ * What an agent may say it can do of the link itself, beside rules' features: `soak`, its supervisor keeps an upgrade
+ * on trial through a soak (see upgradeMessage).
+ */
+export const LINK_FEATURES = ['soak'];
 /** What an agent that names no features can do: what agents did before they named it. */
 export const UNNAMED_FEATURES = ['port_ranges', 'weights', 'preserve_source', 'balancing'];
 
@@ -199,13 +204,15 @@ export const MAX_BUNDLE_BYTES = 16 * 1024 * 1024;
 /**
  * Master to agent: run this bundle (a rollout's order). The agent runs it only if `signature` (a `.sig` file's JSON)
  * verifies against a release key of its own, and goes back to the bundle it runs now unless the new one links and
- * applies within `gate_seconds`.
+ * applies within `gate_seconds`, then stays running and linked for `soak_seconds` (sent only to an agent whose
+ * supervisor soaks: link feature `soak`; absent, none).
  */
 export const upgradeMessage = object({
   type: oneOf(['upgrade']),
   rollout_id: ID,
   version: string({ min: 5, max: 48 }),
   gate_seconds: integer({ min: 5, max: 3600 }),
+  soak_seconds: optional(integer({ min: 0, max: 3600 }), 0),
   bundle: string({ min: 4, max: Math.ceil(MAX_BUNDLE_BYTES / 3) * 4 }),
   signature: string({ min: 2, max: 2000 }),
 });

@@ -31,6 +31,7 @@ export interface RolloutPlan {
   node_ids: number[];
   waves: WaveSize[];
   gate_seconds: number;
+  soak_seconds: number;
   pause_seconds: number;
 }
 
@@ -77,8 +78,8 @@ export function createRollout(app: WriteDeps, change: Change, plan: RolloutPlan)
     throw new DomainError('conflict', `rollout ${underWay.id} is ${underWay.state}: let it finish, or abort it`);
   const id = store.rollouts.insert(plan, waves, app.timestamp());
   store.rollouts.prune(MAX_ROLLOUTS_KEPT);
-  const { version, gate_seconds, pause_seconds } = plan;
-  const after = { version, waves: plan.waves, gate_seconds, pause_seconds, nodes: plan.node_ids.length };
+  const { version, gate_seconds, soak_seconds, pause_seconds } = plan;
+  const after = { version, waves: plan.waves, gate_seconds, soak_seconds, pause_seconds, nodes: plan.node_ids.length };
   change.audit({ action: 'rollout.create', resource: 'rollout', resource_id: id, changes: { after } });
   return store.rollouts.find(id)!;
 }
@@ -167,7 +168,8 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
     if (node.state === 'failed') failure = `node ${node.node_id}: ${node.detail}`;
     else if (node.state === 'upgrading') {
       const outcome = gate(app, rollout, node, now);
-      if (outcome) settle(node, outcome.state, outcome.detail);
+      if (outcome === 'soaking') store.rollouts.startSoak(rollout.id, node.node_id, at, sync.linkOf(node.node_id)!);
+      else if (outcome) settle(node, outcome.state, outcome.detail);
     } else if (upgrading < atOnce) {
       const found = store.nodes.find(node.node_id);
       if (!found || !sync.isConnected(node.node_id)) {
@@ -215,6 +217,7 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
     rollout_id: rollout.id,
     version: rollout.version,
     gate_seconds: rollout.gate_seconds,
+    soak_seconds: rollout.soak_seconds,
     bundle: Buffer.from(contents.body).toString('base64'),
     signature: contents.signature,
   };
@@ -223,13 +226,18 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
   });
 }
 
-/** How an upgrading node's gate stands: passed, failed (and why), or null while it is still within it. */
+/**
+ * How an upgrading node's gate stands: passed, failed (and why), 'soaking' when its new agent was first found linked,
+ * applied and healthy (its soak begins now), or null while it is still within its gate or soak. Through the soak the
+ * agent must keep the link it had then, its version, its config applied and its targets as healthy: a new link (it
+ * exited and came back, or lost the link), another version (it went back) or a target down fails it at once.
+ */
 function gate(
   app: RolloutDriver,
   rollout: Rollout,
   node: RolloutNode,
   now: number,
-): { state: 'passed' | 'failed'; detail: string } | null {
+): { state: 'passed' | 'failed'; detail: string } | 'soaking' | null {
   const { store, sync } = app;
   const report = sync.takeUpgradeReport(node.node_id);
   if (report?.rollout_id === rollout.id && report.state === 'refused')
@@ -239,12 +247,26 @@ function gate(
   const found = store.nodes.find(node.node_id);
   if (!found) return { state: 'failed', detail: 'deleted while upgrading' };
   const linked = sync.isConnected(node.node_id) && found.agent_version === rollout.version;
-  if (
-    linked &&
-    sync.appliedSinceLink(node.node_id) === found.config_version &&
-    store.rollouts.unhealthyRules(node.node_id) <= (node.unhealthy_before ?? 0)
-  )
+  const healthy = store.rollouts.unhealthyRules(node.node_id) <= (node.unhealthy_before ?? 0);
+  const holds = linked && sync.appliedSinceLink(node.node_id) === found.config_version && healthy;
+  if (node.soaking_since !== null) {
+    const since = Date.parse(node.soaking_since);
+    const into = `${Math.round((now - since) / 1000)} s into its ${rollout.soak_seconds} s soak`;
+    if (sync.linkOf(node.node_id) !== node.soak_link)
+      return { state: 'failed', detail: `its agent lost its link ${into} (it exited, or the link broke)` };
+    if (found.agent_version !== rollout.version)
+      return { state: 'failed', detail: `its agent runs ${found.agent_version} again ${into}` };
+    if (!healthy) return { state: 'failed', detail: `more of its rules have a target down than before, ${into}` };
+    if (now < since + rollout.soak_seconds * 1000) return null;
+    return {
+      state: 'passed',
+      detail: `runs ${rollout.version}, linked, applied and healthy through a ${rollout.soak_seconds} s soak`,
+    };
+  }
+  if (holds) {
+    if (rollout.soak_seconds > 0) return 'soaking';
     return { state: 'passed', detail: `runs ${rollout.version}, linked and applied config ${found.config_version}` };
+  }
   const deadline = Date.parse(node.started_at!) + (rollout.gate_seconds + GATE_GRACE_SECONDS) * 1000;
   if (now < deadline) return null;
   return {

@@ -725,4 +725,11 @@ export const migrations: readonly string[] = [
   DROP INDEX audit_resource;
   CREATE INDEX audit_resource_id ON audit_log(resource_id, id);
   `,
+  /* 43: a rollout's soak, how long a node's new agent must stay linked, applied and healthy after its gate, and
+     since when each node has */ `
+  ALTER TABLE rollouts ADD COLUMN soak_seconds INTEGER NOT NULL DEFAULT 60;
+  ALTER TABLE rollout_nodes ADD COLUMN soaking_since TEXT;
+  -- Which link of the node's agent the soak began on (SyncHub.linkOf): another one since fails it.
+  ALTER TABLE rollout_nodes ADD COLUMN soak_link INTEGER;
+  `,
 ];

@@ -18,6 +18,8 @@ export interface Rollout {
   reason: string | null;
   waves: WaveSize[];
   gate_seconds: number;
+  /** How long, past its gate, a node's new agent must stay linked, applied and healthy before it passes. */
+  soak_seconds: number;
   pause_seconds: number;
   /** The wave under way (0: the first), and when it began. */
   wave: number;
@@ -42,6 +44,10 @@ export interface RolloutNode {
   /** How many of its rules had a target down when it was told to upgrade: its gate wants no more after. */
   unhealthy_before: number | null;
   started_at: string | null;
+  /** When its new agent was first found linked, applied and healthy: its soak began (null before). */
+  soaking_since: string | null;
+  /** The link its soak began on (SyncHub.linkOf). */
+  soak_link: number | null;
   finished_at: string | null;
 }
 
@@ -50,14 +56,16 @@ interface RolloutRow extends Omit<Rollout, 'waves' | 'nodes'> {
   nodes: string;
 }
 
-const COLUMNS = `id, version, state, reason, waves, gate_seconds, pause_seconds, wave, wave_started_at, wave_passed_at,
+const COLUMNS = `id, version, state, reason, waves, gate_seconds, soak_seconds, pause_seconds, wave, wave_started_at,
+  wave_passed_at,
   revision,
   created_at, updated_at, (SELECT json_object(
     'waiting', count(*) FILTER (WHERE state = 'waiting'), 'upgrading', count(*) FILTER (WHERE state = 'upgrading'),
     'passed', count(*) FILTER (WHERE state = 'passed'), 'failed', count(*) FILTER (WHERE state = 'failed'))
     FROM rollout_nodes WHERE rollout_id = rollouts.id) AS nodes`;
 const NODE_COLUMNS =
-  'rollout_id, node_id, wave, state, from_version, detail, unhealthy_before, started_at, finished_at';
+  'rollout_id, node_id, wave, state, from_version, detail, unhealthy_before, started_at, soaking_since, soak_link, ' +
+  'finished_at';
 
 const toRollout = (row: RolloutRow): Rollout => ({
   ...row,
@@ -77,6 +85,7 @@ export class RolloutStore {
   private readonly nodePageStmt;
   private readonly waveNodesStmt;
   private readonly setNodeStmt;
+  private readonly soakStmt;
   private readonly retryStmt;
   private readonly pruneStmt;
   private readonly upgradingStmt;
@@ -87,9 +96,9 @@ export class RolloutStore {
     this.pageStmt = db.prepare(`SELECT ${COLUMNS} FROM rollouts WHERE id < ? ORDER BY id DESC LIMIT ?`);
     this.countStmt = db.prepare('SELECT count(*) AS n FROM rollouts');
     this.underWayStmt = db.prepare(`SELECT ${COLUMNS} FROM rollouts WHERE state IN ('running', 'paused')`);
-    this.insertStmt = db.prepare(`INSERT INTO rollouts (version, state, waves, gate_seconds, pause_seconds,
-      wave_started_at, created_at, updated_at) VALUES (:version, 'running', :waves, :gate_seconds, :pause_seconds,
-      :at, :at, :at) RETURNING id`);
+    this.insertStmt = db.prepare(`INSERT INTO rollouts (version, state, waves, gate_seconds, soak_seconds,
+      pause_seconds, wave_started_at, created_at, updated_at) VALUES (:version, 'running', :waves, :gate_seconds,
+      :soak_seconds, :pause_seconds, :at, :at, :at) RETURNING id`);
     this.insertNodeStmt = db.prepare(`INSERT INTO rollout_nodes (rollout_id, node_id, wave, state, from_version)
       VALUES (?, ?, ?, 'waiting', (SELECT agent_version FROM nodes WHERE id = ?))`);
     this.setStateStmt = db.prepare(`UPDATE rollouts SET state = :state, reason = :reason, revision = revision + 1,
@@ -103,9 +112,13 @@ export class RolloutStore {
       ORDER BY state = 'waiting', node_id LIMIT ?`);
     this.setNodeStmt = db.prepare(`UPDATE rollout_nodes SET state = :state, detail = :detail,
       unhealthy_before = coalesce(:unhealthy, unhealthy_before), started_at = coalesce(:started, started_at),
-      finished_at = :finished WHERE rollout_id = :rollout AND node_id = :node`);
+      soaking_since = CASE WHEN :started IS NULL THEN soaking_since END, finished_at = :finished
+      WHERE rollout_id = :rollout AND node_id = :node`);
+    this.soakStmt = db.prepare(
+      'UPDATE rollout_nodes SET soaking_since = ?, soak_link = ? WHERE rollout_id = ? AND node_id = ?',
+    );
     this.retryStmt = db.prepare(`UPDATE rollout_nodes SET state = 'waiting', detail = NULL, started_at = NULL,
-      finished_at = NULL WHERE rollout_id = ? AND state = 'failed'`);
+      soaking_since = NULL, finished_at = NULL WHERE rollout_id = ? AND state = 'failed'`);
     this.pruneStmt = db.prepare(`DELETE FROM rollouts WHERE state NOT IN ('running', 'paused') AND id NOT IN
       (SELECT id FROM rollouts ORDER BY id DESC LIMIT ?)`);
     this.upgradingStmt = db.prepare(`SELECT rollout_id FROM rollout_nodes
@@ -136,12 +149,12 @@ export class RolloutStore {
 
   /** Inside a write: a running rollout of `waves` (node ids, each wave's in order). Returns its id. */
   insert(
-    fields: Pick<Rollout, 'version' | 'waves' | 'gate_seconds' | 'pause_seconds'>,
+    fields: Pick<Rollout, 'version' | 'waves' | 'gate_seconds' | 'soak_seconds' | 'pause_seconds'>,
     waves: number[][],
     at: string,
   ): number {
-    const { version, gate_seconds, pause_seconds } = fields;
-    const params = { version, gate_seconds, pause_seconds, waves: JSON.stringify(fields.waves), at };
+    const { version, gate_seconds, soak_seconds, pause_seconds } = fields;
+    const params = { version, gate_seconds, soak_seconds, pause_seconds, waves: JSON.stringify(fields.waves), at };
     const { id } = this.insertStmt.get(params) as { id: number };
     waves.forEach((nodes, wave) => {
       for (const node of nodes) this.insertNodeStmt.run(id, node, wave, node);
@@ -181,6 +194,11 @@ export class RolloutStore {
       started: change.started ?? null,
       finished: change.finished,
     });
+  }
+
+  /** Inside a write: the node's new agent passed its gate at `at` on link `link`, and soaks from then on. */
+  startSoak(rolloutId: number, nodeId: number, at: string, link: number): void {
+    this.soakStmt.run(at, link, rolloutId, nodeId);
   }
 
   /** Its failed nodes wait to be tried again (a halted rollout resumed). */

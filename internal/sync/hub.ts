@@ -23,6 +23,10 @@ export class SyncHub implements Presence {
   readonly changes = new EventEmitter();
   /** When each linked node's agent was last heard, as an RFC 3339 time. */
   private readonly connected = new Map<number, string>();
+  /** Each connected node's link, as a number no other link of this master or of one before it had. */
+  private readonly links = new Map<number, number>();
+  /** The last link's number: microseconds since the epoch at the start, so a master started again never reuses one. */
+  private lastLink = Date.now() * 1000;
   /** The nodes whose agent has linked since this master started. */
   private readonly linkedThisRun = new Set<number>();
   private readonly waiters = new Map<number, Set<Waiter>>();
@@ -69,6 +73,11 @@ export class SyncHub implements Presence {
     this.presenceListeners.push(fn);
   }
 
+  /** The node's current link (a number no other link had); undefined while it has none. */
+  linkOf(nodeId: number): number | undefined {
+    return this.links.get(nodeId);
+  }
+
   /** Whether the node's agent has linked since this master started (one offline since then has been seen to go). */
   linkedSinceStart(nodeId: number): boolean {
     return this.linkedThisRun.has(nodeId);
@@ -77,6 +86,7 @@ export class SyncHub implements Presence {
   /** The node's agent linked, heard at `at`. */
   connect(nodeId: number, at: string): void {
     this.connected.set(nodeId, at);
+    this.links.set(nodeId, ++this.lastLink);
     this.appliedOnLink.delete(nodeId);
     this.linkedThisRun.add(nodeId);
     this.presenceChanged(nodeId);
@@ -92,6 +102,7 @@ export class SyncHub implements Presence {
   /** The node's link dropped: nobody is going to acknowledge, so waiters stop waiting. */
   disconnect(nodeId: number): void {
     this.connected.delete(nodeId);
+    this.links.delete(nodeId);
     this.appliedOnLink.delete(nodeId);
     this.presenceChanged(nodeId);
     for (const waiter of this.waiters.get(nodeId) ?? []) waiter.resolve(false);
