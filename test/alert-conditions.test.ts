@@ -87,6 +87,8 @@ test('every condition finds what it names from what agents report, and a selecto
     type: 'tunnel_status',
     tunnels: [{ id: tunnel.id, state: 'down', error: 'refused', rtt_us: null }],
   });
+  // B's supervisor went back from a bundle that crash-looped: it runs the one it went back to.
+  send(agentB.raw.socket, { type: 'fell_back', from_version: '0.9.0', exits: 3, within_seconds: 12 });
   send(agentA.raw.socket, {
     type: 'paths',
     kernel: { available: true, reason: null, drifts: 1, last_drift_at: m.app.timestamp() },
@@ -125,6 +127,7 @@ test('every condition finds what it names from what agents report, and a selecto
   await found(m, rules, {
     node_offline: [`node/${c.id}`],
     agent_outdated: [`node/${a.id}`],
+    agent_crashloop: [`node/${b.id}`],
     kernel_drift: [`node/${a.id}`],
     rule_sync_failed: [`rule/${failing.id}`],
     rule_degraded: [`rule/${checked.id}`],

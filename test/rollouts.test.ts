@@ -405,3 +405,49 @@ test(MASTER_SOAK, async (t) => {
   });
   assert.match(halted.reason, new RegExp(`^node ${flaky.id}: its agent lost its link \\d s into its 4 s soak`));
 });
+
+const CRASH_LOOP =
+  'a bundle that crash-loops after its soak goes back to the agent before by the watchdog that stays, and the ' +
+  'node says so: agent_fell_back, and the agent_crashloop alert';
+test(CRASH_LOOP, async (t) => {
+  const { m, nodes } = await fleet(t, 1);
+  const edge = nodes[0]!;
+  const channel = await call(m.url, 'POST', '/api/channels', {
+    token: m.admin,
+    body: { name: 'ops', type: 'webhook', url: `http://127.0.0.1:${await freePort()}/hook` },
+  });
+  const alertRule = await call(m.url, 'POST', '/api/alert-rules', {
+    token: m.admin,
+    body: { name: 'crash loops', condition: 'agent_crashloop', for_seconds: 0, channel_ids: [channel.body.id] },
+  });
+  assert.equal(alertRule.status, 201, JSON.stringify(alertRule.body));
+  // Each time it starts, it dies 6 s after it applied: past the soak of 3 s, so the rollout passes it.
+  await upload(m, '0.8.0', dyingAgent('0.8.0', 6000));
+  const { id } = await startRollout(m, { version: '0.8.0', ids: [edge.id], waves: ['100%'], soak_seconds: 3 });
+  await until('the rollout done', async () => (await rolloutOf(m, id)).state === 'done', 30_000);
+  const fell = await until(
+    'the watchdog to go back',
+    async () => {
+      const shown = await nodeOf(m, edge.id);
+      return shown.agent_fell_back !== null && shown.agent_version === VERSION && shown;
+    },
+    60_000,
+  );
+  assert.deepEqual(
+    { ...fell.agent_fell_back, at: undefined, within_seconds: undefined },
+    { from_version: '0.8.0', to_version: VERSION, exits: 3, at: undefined, within_seconds: undefined },
+  );
+  assert.ok(fell.agent_fell_back.within_seconds <= 60);
+  assert.match(edge.agent.output.join(''), /the agent bundle crash-loops: back to the one it replaced/);
+  const alerts = await until('the agent_crashloop alert', async () => {
+    const listed = (await call(m.url, 'GET', '/api/alerts', { token: m.admin })).body.items;
+    return listed.length > 0 && listed;
+  });
+  assert.equal(alerts[0].resource_id, edge.id);
+  assert.match(alerts[0].summary, new RegExp(`went back from agent 0\\.8\\.0, which crash-looped \\(3 exits`));
+  // It forwards again, on the agent it went back to, and stays there.
+  await until(
+    'it forwards again',
+    async () => (await tcpRoundTrip(edge.port, Buffer.from('back')).catch(() => Buffer.alloc(0))).toString() === 'back',
+  );
+});

@@ -35,6 +35,7 @@ import {
   upgradeMessage,
   type UpgradeMessage,
   type UpgradeStatusMessage,
+  type FellBackMessage,
 } from '../domain/link.ts';
 import { keepBundle, type KeptBundle } from './bundles.ts';
 import { BundleRefused, versionOrder } from '../release/signature.ts';
@@ -83,6 +84,8 @@ const MAX_BACKOFF_MS = 30_000;
 export interface SupervisorChannel {
   /** Whether the supervisor keeps an upgrade on trial through a soak (the link feature `soak`). */
   soaks: boolean;
+  /** What the supervisor went back from before it started this agent (a bundle that crash-looped), if it did. */
+  fellBack: Omit<FellBackMessage, 'type'> | null;
   /**
    * Run this kept bundle (verified) in my place, on trial for `gate_seconds` to link and apply, then `soak_seconds`
    * to stay running and linked.
@@ -181,6 +184,7 @@ export class Agent {
   /** What the master is to hear when this agent links again: an upgrade that was rolled back. */
   private untold: UpgradeStatusMessage | null = null;
   private toldReady = false;
+  private toldFellBack = false;
   /**
    * Every master, the primary first: those it was given, then the standbys its masters told it of (see learnMasters),
    * and which one the agent links to (or tries) now.
@@ -520,6 +524,11 @@ export class Agent {
     send(socket, this.vitals.read());
     if (this.untold) send(socket, this.untold);
     this.untold = null;
+    // Told once: on the first link this agent makes.
+    if (this.options.supervisor?.fellBack && !this.toldFellBack) {
+      send(socket, { type: 'fell_back', ...this.options.supervisor.fellBack });
+      this.toldFellBack = true;
+    }
   }
 
   /**

@@ -128,6 +128,22 @@ export class BundleShelf {
     return back;
   }
 
+  /**
+   * The confirmed bundle crash-loops: goes back to the one it replaced (or the launcher, with none kept before it),
+   * confirmed, for good: it ran before. Returns the pointer now, null: the launcher runs.
+   */
+  fallBack(): Pointer | null {
+    const pointer = this.pointer();
+    if (!pointer) return null;
+    if (!pointer.previous) {
+      this.clear();
+      return null;
+    }
+    const back = { current: pointer.previous, previous: null, confirmed: true, launcher: pointer.launcher };
+    this.write(back);
+    return back;
+  }
+
   private fileOf(sha256: string): string {
     return join(this.dir, `${sha256}.mjs`);
   }

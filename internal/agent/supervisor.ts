@@ -18,6 +18,15 @@ import type { RuleTraffic } from '../domain/rules.ts';
 export const ROLE_ENV = 'PORTPLANE_AGENT_ROLE';
 /** Set (to 1) for its workers by a supervisor that keeps an upgrade on trial through a soak: they say so on the link. */
 export const SOAKS_ENV = 'PORTPLANE_SUPERVISOR_SOAKS';
+/**
+ * Set for the worker started after the supervisor went back from a bundle that crash-looped: JSON of what the worker
+ * tells the master when it links (FellBackMessage's fields).
+ */
+export const FELL_BACK_ENV = 'PORTPLANE_FELL_BACK';
+
+/** A kept bundle whose worker exits this many times within the window crash-loops: the one before runs instead. */
+const CRASH_LOOP_EXITS = 3;
+const CRASH_LOOP_WINDOW_MS = 60_000;
 export type WorkerRole = 'worker' | 'takeover';
 
 /** Worker to supervisor. */
@@ -79,6 +88,8 @@ export class Supervisor {
   private stopping = false;
   private restarts = 0;
   private restartTimer: NodeJS.Timeout | undefined;
+  /** When the worker exited, within the last CRASH_LOOP_WINDOW_MS. */
+  private exits: number[] = [];
 
   constructor(private readonly options: SupervisorOptions) {
     this.shelf = new BundleShelf(options.stateDir, options.releaseKeys, options.launcher);
@@ -109,12 +120,17 @@ export class Supervisor {
     }
   }
 
-  private spawnWorker(bundle: { file: string } | null, role: WorkerRole): ChildProcess {
+  private spawnWorker(bundle: { file: string } | null, role: WorkerRole, fellBack: object | null = null): ChildProcess {
     const { options } = this;
     const argv = bundle ? [bundle.file] : [...options.execArgv, options.launcher];
     const child = spawn(process.execPath, [...argv, ...options.args], {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: { ...process.env, [ROLE_ENV]: role, [SOAKS_ENV]: '1' },
+      env: {
+        ...process.env,
+        [ROLE_ENV]: role,
+        [SOAKS_ENV]: '1',
+        ...(fellBack ? { [FELL_BACK_ENV]: JSON.stringify(fellBack) } : {}),
+      },
     });
     child.on('message', (message: ToSupervisor, handle: unknown) => this.fromWorker(child, message, handle));
     child.on('exit', (code, signal) => this.exited(child, code, signal));
@@ -155,6 +171,9 @@ export class Supervisor {
     // An old worker gone before it handed its sockets over: the new one starts without them.
     if (this.trial?.old === child && !this.trial.next) this.trial.handedOver();
     if (this.stopping || child !== this.worker || this.trial?.old === child) return;
+    const now = Date.now();
+    this.exits = [...this.exits.filter((at) => now - at < CRASH_LOOP_WINDOW_MS), now];
+    if (this.exits.length >= CRASH_LOOP_EXITS && this.fallBack(code, signal)) return;
     // The worker died: started again, from the bundle to run, a little later each time it dies again soon.
     const delay = Math.min(MAX_RESTART_DELAY_MS, 1000 * 2 ** this.restarts);
     this.restarts += 1;
@@ -163,6 +182,24 @@ export class Supervisor {
     this.restartTimer = setTimeout(() => {
       if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
     }, delay);
+  }
+
+  /**
+   * The watchdog that stays after a soak: a kept bundle whose worker keeps dying goes back to the one it replaced,
+   * started at once (its listening sockets went with the worker that died: connections are refused until it listens,
+   * about a second), and its worker tells the master. False where there is nothing to go back to (the launcher runs).
+   */
+  private fallBack(code: number | null, signal: NodeJS.Signals | null): boolean {
+    const running = this.bundleToRun();
+    if (!running) return false;
+    const withinSeconds = Math.round((this.exits.at(-1)! - this.exits[0]!) / 1000);
+    const fellBack = { from_version: running.version, exits: this.exits.length, within_seconds: withinSeconds };
+    this.shelf.fallBack();
+    this.exits = [];
+    this.restarts = 0;
+    this.options.log.error('the agent bundle crash-loops: back to the one it replaced', { ...fellBack, code, signal });
+    this.worker = this.spawnWorker(this.bundleToRun(), 'worker', fellBack);
+    return true;
   }
 
   private async upgrade(old: ChildProcess, order: Trial['order']): Promise<void> {

@@ -3,7 +3,20 @@
 
 import type { Logger } from '../log/log.ts';
 import type { Agent, SupervisorChannel } from './agent.ts';
-import { SOAKS_ENV, type ToSupervisor, type ToWorker } from './supervisor.ts';
+import { checkMessage } from '../agentlink/wire.ts';
+import { fellBackMessage } from '../domain/link.ts';
+import { FELL_BACK_ENV, SOAKS_ENV, type ToSupervisor, type ToWorker } from './supervisor.ts';
+
+/** What the supervisor says it went back from (see FELL_BACK_ENV); null: nothing, or nothing that reads. */
+function fellBackOf(text: string | undefined): SupervisorChannel['fellBack'] {
+  if (!text) return null;
+  try {
+    const { type: _, ...said } = checkMessage(fellBackMessage, { type: 'fell_back', ...JSON.parse(text) });
+    return said;
+  } catch {
+    return null;
+  }
+}
 
 type Handle = { close(): unknown };
 
@@ -17,6 +30,7 @@ function tell(message: ToSupervisor, handle?: object): Promise<void> {
 /** What the agent tells its supervisor. */
 export const supervisorChannel: SupervisorChannel = {
   soaks: process.env[SOAKS_ENV] === '1',
+  fellBack: fellBackOf(process.env[FELL_BACK_ENV]),
   upgrade: (order) => void tell({ type: 'upgrade', ...order }),
   ready: () => void tell({ type: 'ready' }),
   unlinked: () => void tell({ type: 'unlinked' }),

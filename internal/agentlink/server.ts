@@ -22,6 +22,8 @@ import {
   pathsMessage,
   probeResultMessage,
   upgradeStatusMessage,
+  fellBackMessage,
+  type FellBackMessage,
   AGENT_FEATURES,
   beyondAgent,
   type UpgradeMessage,
@@ -178,7 +180,7 @@ interface Link {
  * and claims no more bytes than its allowance. Nor are acknowledgements (a config of 200,000 rules is acknowledged in
  * 400 pieces): each rule's result is taken once per config version.
  */
-const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_status']);
+const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_status', 'fell_back']);
 /**
  * How many messages that write state one agent link may send: WRITES_BURST at once, WRITES_PER_MINUTE after. A
  * well-behaved agent sends its vitals each report interval and its health and tunnel changes (a few, coalesced): far
@@ -775,6 +777,7 @@ export class AgentLinks {
     if (message.type === 'health') return this.health(link, checkMessage(healthMessage, message));
     if (message.type === 'vitals') return this.vitals(link, checkMessage(vitalsMessage, message));
     if (message.type === 'upgrade_status') return this.upgradeStatus(link, checkMessage(upgradeStatusMessage, message));
+    if (message.type === 'fell_back') return this.fellBack(link, checkMessage(fellBackMessage, message));
     if (message.type === 'probe_result') {
       const { id, results } = checkMessage(probeResultMessage, message);
       if (this.app.sync.probed(link.nodeId, id, results) === 'mismatched')
@@ -819,6 +822,39 @@ export class AgentLinks {
     });
     if (message.state !== 'restarting' && this.app.store.rollouts.isUpgrading(nodeId, message.rollout_id))
       this.app.sync.upgradeReported(nodeId, message);
+  }
+
+  /**
+   * The agent's supervisor went back from a bundle that crash-looped: kept on the node (the version it went back to
+   * being the one this link runs, whatever the message says), which the alert condition agent_crashloop reads.
+   */
+  private fellBack(link: Link, message: FellBackMessage): void {
+    const { nodeId } = link;
+    const fellBack = {
+      from_version: message.from_version,
+      to_version: link.agentVersion ?? 'unknown',
+      exits: message.exits,
+      within_seconds: message.within_seconds,
+      at: this.app.clock.timestamp(),
+    };
+    this.logOf(`n:${nodeId}`).warn('the agent went back from a bundle that crash-looped', {
+      node_id: nodeId,
+      ...fellBack,
+    });
+    const { store } = this.app;
+    store.db.whenWritable(() => {
+      try {
+        store.write(() => {
+          if (store.nodes.exists(nodeId)) store.nodes.setFellBack(nodeId, fellBack);
+        });
+      } catch (error) {
+        // Called when writes are let through again, with nothing above it: logged here.
+        this.app.log.error('recording an agent that went back failed', {
+          node_id: nodeId,
+          error: (error as Error)?.stack ?? String(error),
+        });
+      }
+    });
   }
 
   /** Which ways of forwarding the node can use, as its agent says. */

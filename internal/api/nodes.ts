@@ -25,6 +25,7 @@ const READ_ONLY = [
   'upgrade_available',
   'agent_release_keys',
   'kernel_path',
+  'agent_fell_back',
   'last_seen_at',
   'traffic',
   'install',
@@ -118,6 +119,22 @@ const nodeProperties = {
     description: "The newest agent bundle's version (GET /api/agent-bundles) when newer than this node's agent.",
   },
   agent_release_keys: { type: 'array', items: { type: 'string' }, description: 'The release keys its agent trusts.' },
+  agent_fell_back: {
+    type: ['object', 'null'],
+    description:
+      "The bundle its agent's supervisor last went back from because it crash-looped after its rollout's soak " +
+      '(exits in a row within the time given), to the one it ran before; null: none. The alert condition ' +
+      'agent_crashloop holds while the node runs the version it went back to.',
+    required: ['from_version', 'to_version', 'exits', 'within_seconds', 'at'],
+    properties: {
+      from_version: { type: 'string' },
+      to_version: { type: 'string' },
+      exits: { type: 'integer' },
+      within_seconds: { type: 'integer' },
+      at: { ...timestamp, description: 'When the master was told, by its clock.' },
+    },
+    additionalProperties: false,
+  },
   kernel_path: {
     type: ['object', 'null'],
     description:

@@ -67,7 +67,7 @@ export const rolloutInput = object(
         min: 0,
         max: 3600,
         description:
-          'How long, past its gate, each node\'s new agent must stay linked (the same link), applied and as ' +
+          "How long, past its gate, each node's new agent must stay linked (the same link), applied and as " +
           'healthy before the node passes. Meanwhile the old agent is kept, accepting beside the new one: a new ' +
           'agent that exits or loses its link in the soak is rolled back by its supervisor with no connection ' +
           'refused, and the node fails, halting the rollout. 0: none.',

@@ -5,6 +5,7 @@
 export const alertConditions = [
   'node_offline',
   'agent_outdated',
+  'agent_crashloop',
   'kernel_drift',
   'rule_sync_failed',
   'rule_degraded',

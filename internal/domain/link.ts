@@ -219,6 +219,18 @@ export const upgradeMessage = object({
 export type UpgradeMessage = Infer<typeof upgradeMessage>;
 
 /**
+ * Agent to master, once, when it links after its supervisor went back from a bundle that crash-looped past its soak
+ * (`exits` in a row within `within_seconds`) to the one before (see Supervisor).
+ */
+export const fellBackMessage = object({
+  type: oneOf(['fell_back']),
+  from_version: string({ min: 1, max: 48 }),
+  exits: integer({ min: 1, max: 1000 }),
+  within_seconds: integer({ min: 0, max: 86_400 }),
+});
+export type FellBackMessage = Infer<typeof fellBackMessage>;
+
+/**
  * Agent to master: how an upgrade order went: refused (nothing was run), restarting (the new bundle starts), or
  * rolled_back (it did not link and apply in time: the previous one runs again). Success is the new agent linking.
  */

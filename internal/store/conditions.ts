@@ -40,6 +40,11 @@ const CONDITIONS: Record<RowCondition, string> = {
   agent_outdated: `SELECT 'node' AS resource, id AS resource_id, id AS node_id, NULL AS other_node_id, tags,
     'node ' || name || ' runs agent ' || agent_version || ', older than the master (' || :version || ')' AS summary
     FROM nodes WHERE agent_version IS NOT NULL AND version_older(agent_version, :version)`,
+  agent_crashloop: `SELECT 'node' AS resource, id AS resource_id, id AS node_id, NULL AS other_node_id, tags,
+    'node ' || name || ' went back from agent ' || json_extract(agent_fell_back, '$.from_version') ||
+    ', which crash-looped (' || json_extract(agent_fell_back, '$.exits') || ' exits within ' ||
+    json_extract(agent_fell_back, '$.within_seconds') || ' s), to ' || agent_version AS summary
+    FROM nodes WHERE agent_fell_back IS NOT NULL AND agent_version = json_extract(agent_fell_back, '$.to_version')`,
   kernel_drift: `SELECT 'node' AS resource, id AS resource_id, id AS node_id, NULL AS other_node_id, tags,
     'node ' || name || ': something else changed its kernel table at ' ||
     json_extract(kernel_path, '$.last_drift_at') || ' (written back)' AS summary

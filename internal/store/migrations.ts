@@ -726,10 +726,12 @@ export const migrations: readonly string[] = [
   CREATE INDEX audit_resource_id ON audit_log(resource_id, id);
   `,
   /* 43: a rollout's soak, how long a node's new agent must stay linked, applied and healthy after its gate, and
-     since when each node has */ `
+     since when each node has; a node's agent that went back from a bundle that crash-looped */ `
   ALTER TABLE rollouts ADD COLUMN soak_seconds INTEGER NOT NULL DEFAULT 60;
   ALTER TABLE rollout_nodes ADD COLUMN soaking_since TEXT;
   -- Which link of the node's agent the soak began on (SyncHub.linkOf): another one since fails it.
   ALTER TABLE rollout_nodes ADD COLUMN soak_link INTEGER;
+  -- What its agent's supervisor last said it went back from, a bundle that crash-looped (JSON), or null.
+  ALTER TABLE nodes ADD COLUMN agent_fell_back TEXT;
   `,
 ];

@@ -71,6 +71,8 @@ export interface Node {
   agent_release_keys: string[];
   /** What its agent last said of the kernel path (null until an agent that knows of it linked). */
   kernel_path: KernelPath | null;
+  /** The bundle its agent's supervisor last went back from, for crash-looping after its soak; null: none. */
+  agent_fell_back: FellBack | null;
   last_seen_at: string | null;
   config_version: number;
   traffic: { bytes_in: number; bytes_out: number };
@@ -80,6 +82,15 @@ export interface Node {
   version: number;
   created_at: string;
   updated_at: string;
+}
+
+/** An agent that went back from a bundle that crash-looped: which, to which, how it died, and when it was said. */
+export interface FellBack {
+  from_version: string;
+  to_version: string;
+  exits: number;
+  within_seconds: number;
+  at: string;
 }
 
 export interface NodeFields {
@@ -93,10 +104,14 @@ export interface NodeFields {
 /** A sealed SSH credential, or 'keep' to leave the stored one as it is. */
 export type SshSecret = { auth: SshAuth; sealed: Buffer | null } | 'keep';
 
-interface Row extends Omit<Node, 'tags' | 'agent_release_keys' | 'traffic' | 'install' | 'kernel_path' | 'vitals'> {
+interface Row extends Omit<
+  Node,
+  'tags' | 'agent_release_keys' | 'traffic' | 'install' | 'kernel_path' | 'agent_fell_back' | 'vitals'
+> {
   tags: string;
   agent_release_keys: string;
   kernel_path: string | null;
+  agent_fell_back: string | null;
   vitals: string | null;
   bytes_in: number;
   bytes_out: number;
@@ -120,7 +135,7 @@ const UPGRADE = `(SELECT version FROM agent_bundles WHERE version_order(version)
 const CONFIG_VERSION = 'coalesce((SELECT version FROM node_configs WHERE node_id = nodes.id), 1)';
 
 const COLUMNS = `id, name, host, ssh_port, ssh_user, ssh_auth, tags, ${STATUS} AS status, status_detail, agent_version,
-  ${UPGRADE} AS upgrade_available, agent_release_keys, kernel_path, ${LAST_SEEN} AS last_seen_at,
+  ${UPGRADE} AS upgrade_available, agent_release_keys, kernel_path, agent_fell_back, ${LAST_SEEN} AS last_seen_at,
   ${CONFIG_VERSION} AS config_version,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, install_started_at,
     install_finished_at, install_log, vitals, version, created_at, updated_at`;
@@ -132,6 +147,7 @@ function toNode({
   tags,
   agent_release_keys,
   kernel_path,
+  agent_fell_back,
   vitals,
   bytes_in,
   bytes_out,
@@ -145,6 +161,7 @@ function toNode({
     tags: JSON.parse(tags) as string[],
     agent_release_keys: JSON.parse(agent_release_keys) as string[],
     kernel_path: kernel_path === null ? null : (JSON.parse(kernel_path) as Node['kernel_path']),
+    agent_fell_back: agent_fell_back === null ? null : (JSON.parse(agent_fell_back) as FellBack),
     traffic: { bytes_in, bytes_out },
     install: { started_at: install_started_at, finished_at: install_finished_at, log_tail: install_log },
     vitals: vitals === null ? null : (JSON.parse(vitals) as Vitals),
@@ -156,7 +173,7 @@ const NODE_JSON = `json_object('id', id, 'name', name, 'host', host, 'ssh_port',
   'ssh_auth', ssh_auth,
   'tags', json(tags), 'status', ${STATUS}, 'status_detail', status_detail, 'agent_version', agent_version,
     'upgrade_available', ${UPGRADE}, 'agent_release_keys', json(agent_release_keys),
-    'kernel_path', json(kernel_path), 'last_seen_at', ${LAST_SEEN},
+    'kernel_path', json(kernel_path), 'agent_fell_back', json(agent_fell_back), 'last_seen_at', ${LAST_SEEN},
   'traffic', json_object('bytes_in', ${safeCount('bytes_in')}, 'bytes_out', ${safeCount('bytes_out')}),
   'install', json_object('started_at', install_started_at, 'finished_at', install_finished_at, 'log_tail', install_log),
   'vitals', json(vitals), 'version', version, 'created_at', created_at, 'updated_at', updated_at)`;
@@ -242,6 +259,7 @@ export class NodeStore {
   private readonly unlinkedStmt;
   private readonly detailStmt;
   private readonly kernelPathStmt;
+  private readonly fellBackStmt;
   private readonly seenStmt;
   private readonly installStartStmt;
   private readonly installLogStmt;
@@ -327,6 +345,7 @@ export class NodeStore {
       WHERE status = 'online' RETURNING id`);
     this.detailStmt = db.prepare('UPDATE nodes SET status_detail = ? WHERE id = ?');
     this.kernelPathStmt = db.prepare('UPDATE nodes SET kernel_path = ? WHERE id = ? AND kernel_path IS NOT ?');
+    this.fellBackStmt = db.prepare('UPDATE nodes SET agent_fell_back = ? WHERE id = ?');
     this.seenStmt = db.prepare('UPDATE nodes SET last_seen_at = ? WHERE id = ?');
     this.installStartStmt =
       db.prepare(`UPDATE nodes SET status = 'installing', status_detail = ?, install_started_at = ?,
@@ -434,6 +453,7 @@ export class NodeStore {
           upgrade_available: null,
           agent_release_keys: [],
           kernel_path: null,
+          agent_fell_back: null,
           last_seen_at: null,
           config_version: 1,
           traffic: { bytes_in: 0, bytes_out: 0 },
@@ -531,6 +551,11 @@ export class NodeStore {
   setKernelPath(id: number, kernel: KernelPath): void {
     const json = JSON.stringify(kernel);
     this.kernelPathStmt.run(json, id, json);
+  }
+
+  /** Records what the node's agent's supervisor said it went back from (see FellBack). */
+  setFellBack(id: number, fellBack: FellBack): void {
+    this.fellBackStmt.run(JSON.stringify(fellBack), id);
   }
 
   /** Records that the node's agent was heard from at `at`. */
