@@ -308,7 +308,8 @@ function dyingAgent(version: string, ms: number): Buffer {
       ? text.replace(`var VERSION = "${version}";`, `process.exit(3);\nvar VERSION = "${version}";`)
       : text.replace(
           '    this.options.log.info("applied config", {',
-          `    globalThis.dies ??= setTimeout(() => process.exit(3), ${ms});\n    this.options.log.info("applied config", {`,
+          `    globalThis.dies ??= setTimeout(() => process.exit(3), ${ms});\n` +
+            '    this.options.log.info("applied config", {',
         ),
   );
 }
@@ -318,8 +319,9 @@ const DIES_IN_SOAK: [string, number, { gate: number; soak: number }, RegExp][] =
   ['1.5 s after it applied', 1500, { gate: 10, soak: 8 }, /it exited \(code 3\) [12] s into its 8 s soak/],
   ['20 s after it applied', 20_000, { gate: 10, soak: 30 }, /it exited \(code 3\) 2\d s into its 30 s soak/],
 ];
-for (const [index, [when, ms, { gate, soak }, why]] of DIES_IN_SOAK.entries())
-  test(`a bundle that exits ${when} is rolled back by its supervisor, refusing no connection, and halts the rollout`, async (t) => {
+for (const [index, [when, ms, { gate, soak }, why]] of DIES_IN_SOAK.entries()) {
+  const name = `a bundle that exits ${when} is rolled back by its supervisor with no connection refused; it halts`;
+  test(name, async (t) => {
     const { m, nodes } = await fleet(t, 2);
     const version = `0.6.${index}`;
     await upload(m, version, dyingAgent(version, ms));
@@ -355,10 +357,11 @@ for (const [index, [when, ms, { gate, soak }, why]] of DIES_IN_SOAK.entries())
       'the next wave was never told',
     );
   });
+}
 
 const MASTER_SOAK =
-  "the master holds the soak whatever the agent's supervisor does: a node whose new agent links again within it fails, " +
-  'one that keeps its link through it passes; soak_seconds goes only to agents that say they soak';
+  "the master holds the soak whatever the agent's supervisor does: a node whose new agent links again within it " +
+  'fails, one that keeps its link through it passes; soak_seconds goes only to agents that say they soak';
 test(MASTER_SOAK, async (t) => {
   const key = releaseKey();
   const m = await startMaster(t, { releaseKeyPaths: [key.path] });

@@ -118,23 +118,20 @@ export class BundleShelf {
   /** Goes back to what ran before the switch on trial; returns the pointer now, null: the launcher runs. */
   undo(): Pointer | null {
     const pointer = this.pointer();
-    if (!pointer || pointer.confirmed) return pointer;
-    if (!pointer.previous) {
-      this.clear();
-      return null;
-    }
-    const back = { current: pointer.previous, previous: null, confirmed: true, launcher: pointer.launcher };
-    this.write(back);
-    return back;
+    return !pointer || pointer.confirmed ? pointer : this.back(pointer);
   }
 
   /**
    * The confirmed bundle crash-loops: goes back to the one it replaced (or the launcher, with none kept before it),
-   * confirmed, for good: it ran before. Returns the pointer now, null: the launcher runs.
+   * for good: it ran before. Returns the pointer now, null: the launcher runs.
    */
   fallBack(): Pointer | null {
     const pointer = this.pointer();
-    if (!pointer) return null;
+    return pointer && this.back(pointer);
+  }
+
+  /** Makes the bundle `pointer` replaced the one to run, confirmed (null, and the launcher runs, with none). */
+  private back(pointer: Pointer): Pointer | null {
     if (!pointer.previous) {
       this.clear();
       return null;

@@ -16,7 +16,7 @@ import type { RuleTraffic } from '../domain/rules.ts';
 
 /** How a worker knows its part: the variable's value. */
 export const ROLE_ENV = 'PORTPLANE_AGENT_ROLE';
-/** Set (to 1) for its workers by a supervisor that keeps an upgrade on trial through a soak: they say so on the link. */
+/** Set (to 1) for its workers by a supervisor that keeps an upgrade on trial through a soak: they say so on linking. */
 export const SOAKS_ENV = 'PORTPLANE_SUPERVISOR_SOAKS';
 /**
  * Set for the worker started after the supervisor went back from a bundle that crash-looped: JSON of what the worker

@@ -19,9 +19,10 @@ const healthSchema = record('Health', {
     enum: ['ok', 'starting', 'degraded'],
     description:
       'starting (with 503) until the master serves everything: its first admin made, the console and the agent ' +
-      "link wired. degraded (with 503): a standby whose copy does not follow its primary (replication's error " +
-      'says why: a change that does not apply, a full disk, a primary that does not answer; or it halted). While ' +
-      'it shuts down, this route answers a 503 problem instead.',
+      "link wired. degraded (with 503): a standby whose copy cannot follow its primary (replication's error says " +
+      'why: a change that does not apply, a full disk; or it halted). A primary that does not answer is no fault ' +
+      "of the copy's: said in replication.error, its lag growing. While it shuts down, this route answers a 503 " +
+      'problem instead.',
   },
   version: { type: 'string' },
   database: {
@@ -104,7 +105,8 @@ function health(ctx: Ctx<undefined, {}>): Reply {
   const uptime = Math.floor((app.now() - app.startedAt) / 1000);
   const refused = app.store.db.writesRefused;
   const standby = app.standby;
-  const degraded = standby !== null && (standby.halted !== null || standby.failing !== null);
+  // A primary that does not answer is a failover's first sign, said in replication but no fault of this copy's.
+  const degraded = standby !== null && (standby.halted !== null || standby.failing?.copy === true);
   const body = {
     status: app.starting ? 'starting' : degraded ? 'degraded' : 'ok',
     version: app.version,

@@ -120,20 +120,14 @@ const nodeProperties = {
   },
   agent_release_keys: { type: 'array', items: { type: 'string' }, description: 'The release keys its agent trusts.' },
   agent_fell_back: {
-    type: ['object', 'null'],
-    description:
-      "The bundle its agent's supervisor last went back from because it crash-looped after its rollout's soak " +
-      '(exits in a row within the time given), to the one it ran before; null: none. The alert condition ' +
-      'agent_crashloop holds while the node runs the version it went back to.',
-    required: ['from_version', 'to_version', 'exits', 'within_seconds', 'at'],
-    properties: {
-      from_version: { type: 'string' },
-      to_version: { type: 'string' },
+    ...record('FellBack', {
+      from_version: { type: 'string', description: 'The bundle that crash-looped past its soak; null: none.' },
+      to_version: { type: 'string', description: 'What its supervisor went back to: agent_crashloop holds while run.' },
       exits: { type: 'integer' },
       within_seconds: { type: 'integer' },
-      at: { ...timestamp, description: 'When the master was told, by its clock.' },
-    },
-    additionalProperties: false,
+      at: { ...timestamp, description: 'When the master was told.' },
+    }).json,
+    type: ['object', 'null'],
   },
   kernel_path: {
     type: ['object', 'null'],

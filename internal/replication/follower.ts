@@ -45,6 +45,9 @@ interface Answer {
  */
 export class PromotedAlready extends Error {}
 
+/** The copy could not take what the primary sent (a full disk, a file it cannot write): a fault of this master's. */
+class CopyFailed extends Error {}
+
 export class Follower {
   private replica: Replica | null;
   private stopped = false;
@@ -61,10 +64,11 @@ export class Follower {
   /** Why the follower stopped by itself (see PromotedAlready); null while it follows. */
   halted: string | null = null;
   /**
-   * Why its last step failed (the primary did not answer, or a change did not apply: a full disk), and since when
-   * its steps have been failing (ms); null once one goes through.
+   * Why its last step failed, since when its steps have been failing (ms), and whether the fault is its own copy's
+   * (a change that did not apply: a full disk) rather than the primary's (it did not answer: a failover's first
+   * sign); null once one goes through.
    */
-  failing: { since: number; reason: string } | null = null;
+  failing: { since: number; reason: string; copy: boolean } | null = null;
 
   constructor(private readonly options: FollowerOptions) {
     this.replica = Replica.open(options.path);
@@ -104,7 +108,11 @@ export class Follower {
         retryMs = RETRY_FIRST_MS;
         this.failing = null;
       } catch (error) {
-        this.failing = { since: this.failing?.since ?? Date.now(), reason: (error as Error).message };
+        this.failing = {
+          since: this.failing?.since ?? Date.now(),
+          reason: (error as Error).message,
+          copy: error instanceof CopyFailed,
+        };
         if (error instanceof PromotedAlready) {
           this.halted = error.message;
           this.options.log.error('not following: this copy was promoted since', { reason: error.message });
@@ -147,7 +155,8 @@ export class Follower {
     try {
       this.replica.apply(changes);
     } catch (error) {
-      if (!(error instanceof ReplicaDiverged)) throw error;
+      if (!(error instanceof ReplicaDiverged))
+        throw new CopyFailed(`a change did not apply: ${(error as Error).message}`);
       this.options.log.warn('a change did not follow or apply: seeding the copy anew', { reason: error.message });
       return this.seed();
     }
@@ -166,7 +175,11 @@ export class Follower {
     if (this.stopped) return;
     const current = this.replica;
     this.replica = null;
-    this.replica = await Replica.seed(this.options.path, answer.body, current);
+    try {
+      this.replica = await Replica.seed(this.options.path, answer.body, current);
+    } catch (error) {
+      throw new CopyFailed(`the copy could not be seeded: ${(error as Error).message}`);
+    }
     this.seeds++;
     // The snapshot stood where the primary did when it answered.
     this.lastHeardAt = Date.now();
