@@ -8,6 +8,7 @@ import type { Route } from '../internal/api/route.ts';
 import { grants, grantsAll, scopes, type Scope } from '../internal/auth/scopes.ts';
 import type { JsonSchema, ObjectSchema } from '../internal/schema/schema.ts';
 import { definitions, guardedKeys, type SettingKey } from '../internal/settings/settings.ts';
+import { EVERY_ENTRY } from '../internal/store/audit.ts';
 import {
   ADMIN_PASSWORD,
   assertProblem,
@@ -25,17 +26,7 @@ const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/health', 'GET /api/open
 
 /** The newest `limit` audit entries, unfiltered. */
 function newestAudit(m: Running, limit: number) {
-  const none = {
-    action: null,
-    resource: null,
-    resource_id: null,
-    actor: null,
-    actor_type: null,
-    status: null,
-    since: null,
-    until: null,
-  };
-  return m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit, owner: null, ...none });
+  return m.app.store.audit.list({ beforeId: Number.MAX_SAFE_INTEGER, limit, ...EVERY_ENTRY });
 }
 
 function fill(path: string): string {

@@ -56,6 +56,19 @@ export interface AuditFilter {
   count?: boolean;
 }
 
+/** A filter that selects every entry (the newest first, from `beforeId`). */
+export const EVERY_ENTRY = {
+  owner: null,
+  action: null,
+  resource: null,
+  resource_id: null,
+  actor: null,
+  actor_type: null,
+  status: null,
+  since: null,
+  until: null,
+} as const satisfies Omit<AuditFilter, 'beforeId' | 'limit' | 'count'>;
+
 /** What a secret's value is kept as. */
 export const REDACTED = '[redacted]';
 

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { routes } from '../../internal/api/routes.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
-import { AUDIT_FILTERS } from '../../internal/store/audit.ts';
+import { AUDIT_FILTERS, EVERY_ENTRY } from '../../internal/store/audit.ts';
 import { MAX_UNINDEXED_ROWS, type FilterBound, type KeysetQueries } from '../../internal/store/filters.ts';
 import { NODE_FILTERS, NODE_SORTS } from '../../internal/store/nodes.ts';
 import { EVERY_RULE, RULE_FILTERS, RULE_SORTS } from '../../internal/store/rules.ts';
@@ -128,21 +128,7 @@ function lists(store: Store): Record<string, List> {
         until: '2026-11-01T00:00:00Z',
       },
       sorts: {},
-      page: (filter) =>
-        store.audit.page({
-          beforeId: Number.MAX_SAFE_INTEGER,
-          limit: 5,
-          action: null,
-          resource: null,
-          resource_id: null,
-          actor: null,
-          actor_type: null,
-          status: null,
-          since: null,
-          until: null,
-          owner: null,
-          ...filter,
-        }),
+      page: (filter) => store.audit.page({ beforeId: Number.MAX_SAFE_INTEGER, limit: 5, ...EVERY_ENTRY, ...filter }),
     },
   };
 }

@@ -12,7 +12,7 @@ import { TokenStore } from '../../internal/store/tokens.ts';
 import { TunnelStore } from '../../internal/store/tunnels.ts';
 import { UserStore } from '../../internal/store/users.ts';
 import { EVERY_RULE, RuleStore } from '../../internal/store/rules.ts';
-import { AuditStore } from '../../internal/store/audit.ts';
+import { AuditStore, EVERY_ENTRY } from '../../internal/store/audit.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 import { ruleFieldsOf } from '../../internal/domain/rules.ts';
 import { NO_CONTROLS } from '../helpers.ts';
@@ -225,19 +225,7 @@ test(
     const freshAudit = () => new AuditStore(other, secretFieldNames);
     const page = (rules: RuleStore) => rules.page({ afterId: 0, limit: 50, ...EVERY_RULE });
     const auditPage = (audit: AuditStore) =>
-      audit.page({
-        beforeId: Number.MAX_SAFE_INTEGER,
-        limit: 50,
-        owner: null,
-        action: null,
-        resource: null,
-        resource_id: null,
-        actor: null,
-        actor_type: null,
-        status: null,
-        since: null,
-        until: null,
-      });
+      audit.page({ beforeId: Number.MAX_SAFE_INTEGER, limit: 50, ...EVERY_ENTRY });
     const actor = { actor_type: 'system' as const, actor_id: null, actor_name: 'system', ip: null, request_id: null };
     const current = store.rules.find(rule)!;
     const ruleFields = { ...ruleFieldsOf(current), owner_id: current.owner_id, listen_port: 8000 };
