@@ -239,7 +239,8 @@ export const channelOperations = operations({
     summary: 'Create an alert channel',
     description:
       "A channel's address is held to what rules' targets are: loopback, link-local and the master's own addresses " +
-      'only with the setting allow_local_targets (needs *), checked as named here and as resolved at each delivery. ' +
+      'only with the setting allow_local_channel_targets (needs *), checked as named here and as resolved at each ' +
+      'delivery. ' +
       'Its secret is sealed at rest and never shown again; a webhook given none gets one, shown in this answer only.',
     body: channelInput,
     responses: { 201: { description: 'Created', schema: channelCreatedSchema }, 409: { description: 'Name taken' } },

@@ -75,7 +75,7 @@ export const probeOperations = operations({
     summary: 'Ask a node whether it can reach a host:port',
     description:
       'As a rule check, for one target of your choosing, which must be one a rule on this node could have ' +
-      '(422 otherwise: the node itself, its link, the master, unless allow_local_targets).',
+      '(422 otherwise: the node itself, its link, the master, unless allow_local_rule_targets).',
     body: probeInput,
     responses: { 200: { description: 'What the node found', schema: probeSchema } },
     handler: probeNodeAnswer,

@@ -29,6 +29,7 @@ import {
   type ForwardRule,
 } from './rules.ts';
 import { ID_RANGE } from '../schema/ids.ts';
+import { BUNDLE_VERSION } from '../release/signature.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
 export const MAX_ENTRIES = 500;
@@ -224,7 +225,7 @@ export type UpgradeMessage = Infer<typeof upgradeMessage>;
  */
 export const fellBackMessage = object({
   type: oneOf(['fell_back']),
-  from_version: string({ min: 1, max: 48 }),
+  from_version: string({ min: 5, max: 48, pattern: BUNDLE_VERSION }),
   exits: integer({ min: 1, max: 1000 }),
   within_seconds: integer({ min: 0, max: 86_400 }),
 });

@@ -9,7 +9,7 @@ import type { TokenBucket } from './bucket.ts';
 import { faults } from './faults.ts';
 
 /** The least a turn reserves, however many wait: a read smaller than this costs more than it moves. */
-export const MIN_TURN_BYTES = 64;
+const MIN_TURN_BYTES = 64;
 
 export interface Waiter {
   /** Whether it is gone (its socket closed or destroyed): its turn is passed over. */

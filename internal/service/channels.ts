@@ -2,7 +2,7 @@
 // webhook's signing secret, the bot's token, the mail server's password) is sealed at rest and never shown again once
 // written, nor sent anywhere but where it was given for (see CHANNEL_SECRETS); a webhook given none gets one the master
 // makes, shown in the creation answer only. A channel's addresses are held to what rules' targets are (no loopback,
-// link-local or master address without allow_local_targets), as named here and as resolved when sent.
+// link-local or master address without allow_local_channel_targets), as named here and as resolved when sent.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from '../http/etag.ts';
