@@ -591,6 +591,48 @@ test(AFTER_BURST, async (t) => {
   assert.ok(got <= 16 * 1024 + 5 * rate, `${got} bytes in 5 s: past the limit by more than a burst`);
 });
 
+test('sockets waiting their turn go on when the bandwidth_limit is raised, and at once when it is lifted', async (t) => {
+  let arrived = 0;
+  const sink = createServer((socket) => {
+    socket.on('data', (chunk) => (arrived += chunk.length));
+    socket.on('error', () => undefined);
+  }).listen(0, '127.0.0.1');
+  await once(sink, 'listening');
+  t.after(() => sink.close());
+  const port = await freePort();
+  const target = `127.0.0.1:${(sink.address() as AddressInfo).port}`;
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  const limited = (rate: number | null) => forwarder.apply([rule(1, port, [target], { bandwidth_limit: rate })]);
+  await limited(2048);
+  // Twenty clients pushing: all but a few wait their turn at 2 KiB/s.
+  for (let i = 0; i < 20; i++) {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => undefined);
+    t.after(() => socket.destroy());
+    const push = () => {
+      while (!socket.destroyed && socket.write(Buffer.alloc(16 * 1024)));
+    };
+    socket.on('connect', push).on('drain', push);
+  }
+  const moved = async (ms: number) => {
+    const before = arrived;
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    return arrived - before;
+  };
+  // From the first byte on: at most the burst (16 KiB) and the rate (the bucket fills from the apply, a moment before).
+  const slow = await moved(4000);
+  await limited(1024 * 1024);
+  await moved(300);
+  const raised = await moved(1000);
+  await limited(null);
+  const lifted = await moved(1000);
+  t.diagnostic(`${slow} bytes in 4 s at 2 KiB/s, ${raised} in a second at 1 MiB/s, ${lifted} unlimited`);
+  assert.ok(slow <= 16 * 1024 + 4.5 * 2048, `${slow} bytes in 4 s at 2 KiB/s`);
+  assert.ok(raised >= 512 * 1024 && raised <= 1024 * 1024 + 128 * 1024, `${raised} bytes in a second at 1 MiB/s`);
+  assert.ok(lifted > 4 * 1024 * 1024, `${lifted} bytes in a second unlimited: the waiting sockets were let go`);
+});
+
 const FAILED_LATE =
   'an upstream that fails after it connected ends its connection; the next target is not dialled for it';
 test(FAILED_LATE, async (t) => {
