@@ -591,7 +591,8 @@ test(AFTER_BURST, async (t) => {
   assert.ok(got <= 16 * 1024 + 5 * rate, `${got} bytes in 5 s: past the limit by more than a burst`);
 });
 
-test('sockets waiting their turn go on when the bandwidth_limit is raised, and at once when it is lifted', async (t) => {
+const RAISED = 'sockets waiting their turn go on when the bandwidth_limit is raised, and at once when it is lifted';
+test(RAISED, async (t) => {
   let arrived = 0;
   const sink = createServer((socket) => {
     socket.on('data', (chunk) => (arrived += chunk.length));
