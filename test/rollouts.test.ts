@@ -314,17 +314,44 @@ function dyingAgent(version: string, ms: number): Buffer {
   );
 }
 
-const DIES_IN_SOAK: [string, number, { gate: number; soak: number }, RegExp][] = [
-  ['as it starts', 0, { gate: 10, soak: 8 }, /it exited \(code 3\)$/],
-  ['1.5 s after it applied', 1500, { gate: 10, soak: 8 }, /it exited \(code 3\) [12] s into its 8 s soak/],
-  ['20 s after it applied', 20_000, { gate: 10, soak: 30 }, /it exited \(code 3\) 2\d s into its 30 s soak/],
+/** The built agent as `version`, which drops its link to the master 1.5 s after it first applies a config. */
+function cutOffAgent(version: string): Buffer {
+  return agentAs(version, (text) =>
+    text.replace(
+      '    this.options.log.info("applied config", {',
+      '    globalThis.cut ??= setTimeout(() => this.socket?.destroy(), 1500);\n' +
+        '    this.options.log.info("applied config", {',
+    ),
+  );
+}
+
+const FAILS_IN_SOAK: [string, (version: string) => Buffer, { gate: number; soak: number }, RegExp][] = [
+  ['exits as it starts', (v) => dyingAgent(v, 0), { gate: 10, soak: 8 }, /it exited \(code 3\)$/],
+  [
+    'exits 1.5 s after it applied',
+    (v) => dyingAgent(v, 1500),
+    { gate: 10, soak: 8 },
+    /it exited \(code 3\) [12] s into its 8 s soak/,
+  ],
+  [
+    'exits 20 s after it applied',
+    (v) => dyingAgent(v, 20_000),
+    { gate: 10, soak: 30 },
+    /it exited \(code 3\) 2\d s into its 30 s soak/,
+  ],
+  [
+    'loses its link 1.5 s after it applied',
+    cutOffAgent,
+    { gate: 10, soak: 8 },
+    /it lost its link to the master [12] s into its 8 s soak/,
+  ],
 ];
-for (const [index, [when, ms, { gate, soak }, why]] of DIES_IN_SOAK.entries()) {
-  const name = `a bundle that exits ${when} is rolled back by its supervisor with no connection refused; it halts`;
+for (const [index, [what, bundle, { gate, soak }, why]] of FAILS_IN_SOAK.entries()) {
+  const name = `a bundle that ${what} is rolled back by its supervisor with no connection refused; it halts`;
   test(name, async (t) => {
     const { m, nodes } = await fleet(t, 2);
     const version = `0.6.${index}`;
-    await upload(m, version, dyingAgent(version, ms));
+    await upload(m, version, bundle(version));
     const canary = nodes[0]!;
     const clients = steadyClients(t, canary.port);
     const { id } = await startRollout(m, {
