@@ -163,7 +163,8 @@ export class FilterBound<F extends string> {
     table: string,
     /** What the list holds, for the refusal: "rules". */
     private readonly noun: string,
-    private readonly conditions: Record<F, string>,
+    /** Each filter's condition (see FilteredQuery). */
+    readonly conditions: Record<F, string>,
   ) {
     this.table = table.split(' ').at(-1)!;
     this.probe = new FilteredQuery(db, `SELECT count(*) AS n FROM ${table} WHERE 1 {filters}`, conditions);
@@ -185,12 +186,19 @@ export class FilterBound<F extends string> {
     return scans;
   }
 
-  /** Throws `invalid_query` when the filters in use would read more than MAX_UNINDEXED_ROWS rows to find matches. */
-  check(conditions: Record<F, SQLInputValue>): void {
-    const used = (Object.keys(this.conditions) as F[]).filter(
+  /** The filters `conditions` puts to use: those given a value. */
+  used(conditions: Record<F, SQLInputValue>): F[] {
+    return (Object.keys(this.conditions) as F[]).filter(
       (name) => conditions[name] !== null && conditions[name] !== undefined,
     );
-    const unserved = used.filter((name) => this.scans(name));
+  }
+
+  /**
+   * Throws `invalid_query` when the filters in use would read more than MAX_UNINDEXED_ROWS rows to find matches: what
+   * a list's reads (its page, its count, a batch's selection) are held to first.
+   */
+  check(conditions: Record<F, SQLInputValue>): void {
+    const unserved = this.used(conditions).filter((name) => this.scans(name));
     if (unserved.length === 0) return;
     const served = Object.fromEntries(
       (Object.keys(this.conditions) as F[]).map((name) => [name, unserved.includes(name) ? null : conditions[name]]),
@@ -214,8 +222,8 @@ export class FilterBound<F extends string> {
 /**
  * The KeysetQuery of each sort of a list, made when first asked for: `keys` maps a sort's name to its SQL key. A sort
  * that SQLite would carry out by sorting (its plan says so, for the filters in use) is refused past
- * MAX_UNINDEXED_ROWS matches, which are counted through the filters' indexes and no further (the filters held to
- * `bound` first, so no more than that are read to count them).
+ * MAX_UNINDEXED_ROWS matches, which are counted through the filters' indexes and no further: the filters, which are
+ * `bound`'s, held to it by the caller first (FilterBound.check), so no more than that are read to count them.
  */
 export class KeysetQueries<F extends string> {
   private readonly queries = new Map<string, KeysetQuery<F>>();
@@ -226,7 +234,6 @@ export class KeysetQueries<F extends string> {
     private readonly db: Database,
     private readonly shape: { select: string; from: string; id: string },
     private readonly keys: Record<string, string>,
-    private readonly conditions: Record<F, string>,
     private readonly bound: FilterBound<F>,
   ) {}
 
@@ -249,7 +256,7 @@ export class KeysetQueries<F extends string> {
     if (!query) {
       const key = this.keys[name];
       if (key === undefined) throw new Error(`no sort ${name} here`);
-      query = new KeysetQuery(this.db, { ...this.shape, key, descending }, this.conditions);
+      query = new KeysetQuery(this.db, { ...this.shape, key, descending }, this.bound.conditions);
       this.queries.set(id, query);
     }
     return query;
@@ -257,11 +264,7 @@ export class KeysetQueries<F extends string> {
 
   /** Throws `invalid_query` when `page`'s sort would order more than MAX_UNINDEXED_ROWS matches by sorting them. */
   private checkBounded(page: SortedPage, conditions: Record<F, SQLInputValue>): void {
-    this.bound.check(conditions);
-    const used = (Object.keys(this.conditions) as F[]).filter(
-      (name) => conditions[name] !== null && conditions[name] !== undefined,
-    );
-    if (!this.sorts(page.sort, used) || this.bound.few(conditions)) return;
+    if (!this.sorts(page.sort, this.bound.used(conditions)) || this.bound.few(conditions)) return;
     throw new DomainError(
       'invalid_query',
       `sort=${page.sort.descending ? '-' : ''}${page.sort.name} orders every match, and more than ` +

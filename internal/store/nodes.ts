@@ -298,13 +298,7 @@ export class NodeStore {
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM nodes WHERE 1 {filters}', NODE_FILTERS);
     this.bound = new FilterBound(db, 'nodes', 'nodes', NODE_FILTERS);
-    this.sortedQueries = new KeysetQueries(
-      db,
-      { select: 'id', from: 'nodes', id: 'id' },
-      NODE_SORTS,
-      NODE_FILTERS,
-      this.bound,
-    );
+    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'nodes', id: 'id' }, NODE_SORTS, this.bound);
     this.insertStmt = db.prepare(`INSERT INTO nodes (id, name, host, ssh_port, ssh_user, ssh_auth, ssh_secret, tags,
         agent_token_hash, created_at, updated_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);

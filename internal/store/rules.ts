@@ -338,7 +338,6 @@ export class RuleStore {
       db,
       { select: 'rules.id, v.json', from: 'rules JOIN rule_views v ON v.rowid = rules.id', id: 'rules.id' },
       RULE_SORTS,
-      RULE_FILTERS,
       this.bound,
     );
     this.idsQuery = new FilteredQuery(
@@ -491,9 +490,9 @@ export class RuleStore {
 
   /** The page of `filter` as JSON text, for answering lists without building objects. */
   page(filter: Omit<RuleFilter, 'limit'> & { limit: number }): JsonPage {
+    this.bound.check(this.conditions(filter));
     if (filter.sorted) return this.sortedPage(filter, filter.sorted);
     const params = this.filterParams(filter);
-    this.bound.check(params);
     // A name search alone walks its trigrams' index in id order (searchQuery), as far as the page goes.
     const { trigrams, ...rest } = params;
     const rows = (trigrams ? this.searchQuery.all({ ...rest, trigrams }) : this.pageQuery.all(params)) as {

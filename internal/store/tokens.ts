@@ -142,7 +142,6 @@ export class TokenStore {
       db,
       { select: 't.id', from: "(SELECT * FROM tokens WHERE kind = 'api') t", id: 't.id' },
       TOKEN_SORTS,
-      TOKEN_FILTERS,
       this.bound,
     );
     this.countQuery = new FilteredCount(

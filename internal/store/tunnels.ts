@@ -173,13 +173,7 @@ export class TunnelStore {
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM tunnels WHERE 1 {filters}', TUNNEL_FILTERS);
     this.bound = new FilterBound(db, 'tunnels', 'tunnels', TUNNEL_FILTERS);
-    this.sortedQueries = new KeysetQueries(
-      db,
-      { select: 'id', from: 'tunnels', id: 'id' },
-      TUNNEL_SORTS,
-      TUNNEL_FILTERS,
-      this.bound,
-    );
+    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'tunnels', id: 'id' }, TUNNEL_SORTS, this.bound);
     this.insertStmt =
       db.prepare(`INSERT INTO tunnels (name, owner_id, entry_node_id, exit_node_id, listen_port, transport, created_at,
         updated_at)

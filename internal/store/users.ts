@@ -183,13 +183,7 @@ export class UserStore {
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM users WHERE 1 {filters}', USER_FILTERS);
     this.bound = new FilterBound(db, 'users', 'users', USER_FILTERS);
-    this.sortedQueries = new KeysetQueries(
-      db,
-      { select: 'id', from: 'users', id: 'id' },
-      USER_SORTS,
-      USER_FILTERS,
-      this.bound,
-    );
+    this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'users', id: 'id' }, USER_SORTS, this.bound);
     this.insertStmt = db.prepare(`INSERT INTO users (username, role, plan_id, password_hash, scopes, disabled,
         expires_at, expired, created_at, updated_at)
       VALUES (:username, :role, :plan_id, :password_hash, :scopes, :disabled, :expires_at,

@@ -197,6 +197,13 @@ test(`every filter and sort of every list reads an index, or is refused past ${M
         if (scans) scanning.push(`${path}?${name}`);
         if (scans) assert.match(refused ?? 'answered', /matched by reading each of the/, `${path}?${name}`);
         else assert.equal(refused, null, `${path}?${name}`);
+        // Sorted or not, a page reads no more to find its matches.
+        for (const sort of scans ? Object.keys(list.sorts) : [])
+          assert.match(
+            refusal(() => list.page({ [name]: value }, sort)) ?? 'answered',
+            /matched by reading each of the/,
+            `${path}?${name}&sort=${sort}`,
+          );
       }
       for (const sort of Object.keys(list.sorts)) {
         const sorts = sortedQueries!.sorts({ name: sort, descending: false }, []);
