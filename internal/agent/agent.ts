@@ -506,8 +506,8 @@ export class Agent {
     socket.on('error', (error) => this.options.log.warn('the link failed', { error: error.message }));
     socket.on('close', () => {
       if (this.socket === socket) this.socket = null;
-      if (!this.stopping && !this.handedOver) this.options.supervisor?.unlinked();
       if (!this.stopping && !this.handedOver) {
+        this.options.supervisor?.unlinked();
         this.options.log.warn('the link to the master closed; forwarding goes on, reconnecting');
         this.retry();
       }

@@ -13,6 +13,7 @@ import type { KeyObject } from 'node:crypto';
 import type { Logger } from '../log/log.ts';
 import { BundleShelf, type KeptBundle } from './bundles.ts';
 import type { RuleTraffic } from '../domain/rules.ts';
+import type { FellBackMessage } from '../domain/link.ts';
 
 /** How a worker knows its part: the variable's value. */
 export const ROLE_ENV = 'PORTPLANE_AGENT_ROLE';
@@ -120,7 +121,11 @@ export class Supervisor {
     }
   }
 
-  private spawnWorker(bundle: { file: string } | null, role: WorkerRole, fellBack: object | null = null): ChildProcess {
+  private spawnWorker(
+    bundle: { file: string } | null,
+    role: WorkerRole,
+    fellBack: Omit<FellBackMessage, 'type'> | null = null,
+  ): ChildProcess {
     const { options } = this;
     const argv = bundle ? [bundle.file] : [...options.execArgv, options.launcher];
     const child = spawn(process.execPath, [...argv, ...options.args], {
