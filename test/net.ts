@@ -114,6 +114,19 @@ export async function tcpRoundTrip(port: number, payload: Buffer, host = '127.0.
   return Buffer.concat(chunks);
 }
 
+/** Connects, writes `payload`, and collects what comes back until the far side closes the socket or resets it. */
+export async function untilClosed(port: number, payload: string, host = '127.0.0.1'): Promise<Buffer> {
+  const socket = connect({ host, port });
+  socket.on('error', () => undefined);
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk) => chunks.push(chunk));
+  await once(socket, 'connect');
+  socket.write(payload);
+  // Not once(): a reset's error comes before the close, and would reject it.
+  await new Promise((resolve) => socket.on('close', resolve));
+  return Buffer.concat(chunks);
+}
+
 /** 'open', or the error code of a failed connect. */
 export function probe(port: number): Promise<string> {
   return new Promise((resolve) => {
