@@ -107,6 +107,8 @@ for (const [what, resource] of Object.entries(resources)) {
       assertProblem(refused, 422, 'validation_failed');
       assert.equal(refused.body.errors[0].pointer, `#/${resource.binding.given[0]}`, `${what}: ${field}`);
       assert.match(refused.body.errors[0].detail, new RegExp(`changing ${field} needs the ${resource.binding.label}`));
+      for (const way of [...resource.binding.given, resource.binding.dropped ?? []].flat())
+        assert.ok(refused.body.errors[0].detail.includes(way), `${what}: the refusal says how: ${way}`);
       assert.deepEqual(await current(m, path), before, `${what}: a refused ${field} changed nothing`);
     }
     const freed = await put({ ...(await current(m, path)), ...resource.free });

@@ -14,6 +14,8 @@ export interface SecretBinding {
   given: readonly [string, ...string[]];
   /** The fields that decide where it goes or who reads what it guards. */
   bound: readonly string[];
+  /** How a write drops the secret instead, where it may ("null for none"). */
+  dropped?: string;
 }
 
 /**
@@ -24,7 +26,7 @@ export function holdSecretInPlace(binding: SecretBinding, before: object, after:
   const value = (of: object, field: string) => (of as Record<string, unknown>)[field] ?? null;
   const moved = binding.bound.filter((field) => !isDeepStrictEqual(value(before, field), value(after, field)));
   if (moved.length === 0) return;
-  const fields = binding.given.join(' or ');
+  const fields = binding.given.join(' or ') + (binding.dropped ? `, or ${binding.dropped}` : '');
   throw validationFailed([
     {
       pointer: `#/${binding.given[0]}`,

@@ -28,6 +28,7 @@ export const NODE_SECRET: SecretBinding = {
   label: 'SSH credential',
   given: ['ssh_private_key', 'ssh_password'],
   bound: ['host', 'ssh_port', 'ssh_user'],
+  dropped: 'null for none',
 };
 
 function credentials(app: WriteDeps, body: NodeInput): SshSecret | 'keep' {
