@@ -474,16 +474,7 @@ export class AgentLinks {
     const writer =
       <V>(what: string, write: (changes: [number, V][]) => void) =>
       (changes: [number, V][]) =>
-        store.db.whenWritable(() => {
-          try {
-            store.write(() => write(changes));
-          } catch (error) {
-            this.logOf(`n:${nodeId}`).warn(`writing a node's ${what} failed`, {
-              node_id: nodeId,
-              error: (error as Error)?.message ?? String(error),
-            });
-          }
-        });
+        this.writeWhenWritable(nodeId, `writing a node's ${what} failed`, () => write(changes));
     return {
       health: new Coalescer(
         STATE_BURST,
@@ -598,25 +589,26 @@ export class AgentLinks {
     this.logOf(`n:${nodeId}`).info('agent disconnected', { node_id: nodeId });
     const why = link.endedBecause ?? 'the agent link closed';
     const now = this.app.clock.timestamp();
-    this.app.store.db.whenWritable(() => {
+    const { store } = this.app;
+    this.writeWhenWritable(nodeId, 'recording a closed link failed', () => {
       // A new link of the node may have opened meanwhile (an import was being written): it is not offline.
-      if (this.links.has(nodeId)) return;
+      if (this.links.has(nodeId) || !store.nodes.exists(nodeId)) return;
+      store.nodes.setLink(nodeId, 'offline', why, null, lastHeard);
+      store.tunnels.nodeDown(nodeId, `the agent of node ${nodeId} is not linked to the master: ${why}`, now);
+    });
+  }
+
+  /**
+   * Writes what a link's event says once writes are let through (an import or batch may hold them). Called from a
+   * socket event or a timer, with nothing above it: a write that fails (a full disk) is logged and ends there.
+   */
+  private writeWhenWritable(nodeId: number, failed: string, write: () => void): void {
+    const { store } = this.app;
+    store.db.whenWritable(() => {
       try {
-        this.app.store.write(() => {
-          if (!this.app.store.nodes.exists(nodeId)) return;
-          this.app.store.nodes.setLink(nodeId, 'offline', why, null, lastHeard);
-          this.app.store.tunnels.nodeDown(
-            nodeId,
-            `the agent of node ${nodeId} is not linked to the master: ${why}`,
-            now,
-          );
-        });
+        store.write(write);
       } catch (error) {
-        // Called from a socket event: nothing above it would catch this, so it is logged here.
-        this.app.log.error('recording a closed link failed', {
-          node_id: nodeId,
-          error: (error as Error)?.stack ?? String(error),
-        });
+        this.logOf(`n:${nodeId}`).error(failed, { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
       }
     });
   }
@@ -671,20 +663,11 @@ export class AgentLinks {
     const { store, clock } = this.app;
     const agent = link.agentVersion ?? 'of unknown version';
     const at = clock.timestamp();
-    store.db.whenWritable(() => {
-      try {
-        store.write(() => {
-          for (const [id, needs] of beyond) {
-            const detail = `the agent (${agent}) cannot apply ${needs}: upgrade it (POST /api/rollouts)`;
-            store.rules.setSync(id, link.nodeId, 'failed', { code: 'agent_outdated', detail }, at, null, null);
-          }
-        });
-      } catch (error) {
-        // Called when writes are let through again, with nothing above it: logged here; the next config tries again.
-        this.app.log.error('recording rules an agent is too old for failed', {
-          node_id: link.nodeId,
-          error: (error as Error)?.stack ?? String(error),
-        });
+    // A write that fails is tried again with the next config.
+    this.writeWhenWritable(link.nodeId, 'recording rules an agent is too old for failed', () => {
+      for (const [id, needs] of beyond) {
+        const detail = `the agent (${agent}) cannot apply ${needs}: upgrade it (POST /api/rollouts)`;
+        store.rules.setSync(id, link.nodeId, 'failed', { code: 'agent_outdated', detail }, at, null, null);
       }
     });
   }
@@ -842,18 +825,8 @@ export class AgentLinks {
       ...fellBack,
     });
     const { store } = this.app;
-    store.db.whenWritable(() => {
-      try {
-        store.write(() => {
-          if (store.nodes.exists(nodeId)) store.nodes.setFellBack(nodeId, fellBack);
-        });
-      } catch (error) {
-        // Called when writes are let through again, with nothing above it: logged here.
-        this.app.log.error('recording an agent that went back failed', {
-          node_id: nodeId,
-          error: (error as Error)?.stack ?? String(error),
-        });
-      }
+    this.writeWhenWritable(nodeId, 'recording an agent that went back failed', () => {
+      if (store.nodes.exists(nodeId)) store.nodes.setFellBack(nodeId, fellBack);
     });
   }
 
