@@ -21,11 +21,14 @@ export function releaseKey(): { path: string; text: string } {
 }
 
 /** The built agent (dist/agent.mjs) as `version`, changed by `edit` (to break it): what a release would be. */
-export function agentAs(version: string, edit: (text: string) => string = (text) => text): Buffer {
+export function agentAs(version: string, edit?: (text: string) => string): Buffer {
   const text = readFileSync('dist/agent.mjs', 'utf8');
   const versioned = text.replace(`var VERSION = "${VERSION}";`, `var VERSION = "${version}";`);
   assert.notEqual(versioned, text, 'the built agent names its version');
-  return Buffer.from(edit(versioned));
+  const edited = edit ? edit(versioned) : versioned;
+  // An edit that finds nothing to change would test the built agent as it is.
+  if (edit) assert.notEqual(edited, versioned, 'the edit found what it changes in the built agent');
+  return Buffer.from(edited);
 }
 
 /** Gives the master `bundle`, signed by the release key as `version`. */
