@@ -325,28 +325,35 @@ function cutOffAgent(version: string): Buffer {
   );
 }
 
-const FAILS_IN_SOAK: [string, (version: string) => Buffer, { gate: number; soak: number }, RegExp][] = [
-  ['exits as it starts', (v) => dyingAgent(v, 0), { gate: 10, soak: 8 }, /it exited \(code 3\)$/],
+/**
+ * What a worker that dies takes with it: the connection it was serving, if one (the clients go one at a time), reset
+ * or ended unanswered. Anything else, a refusal above all, is a failure.
+ */
+const DIED_SERVING = /^w\d+: ((read|write) (ECONNRESET|EPIPE)|echoed '')$/;
+
+type SoakCase = { gate: number; soak: number; dies: boolean };
+const FAILS_IN_SOAK: [string, (version: string) => Buffer, SoakCase, RegExp][] = [
+  ['exits as it starts', (v) => dyingAgent(v, 0), { gate: 10, soak: 8, dies: true }, /it exited \(code 3\)$/],
   [
     'exits 1.5 s after it applied',
     (v) => dyingAgent(v, 1500),
-    { gate: 10, soak: 8 },
+    { gate: 10, soak: 8, dies: true },
     /it exited \(code 3\) [12] s into its 8 s soak/,
   ],
   [
     'exits 20 s after it applied',
     (v) => dyingAgent(v, 20_000),
-    { gate: 10, soak: 30 },
+    { gate: 10, soak: 30, dies: true },
     /it exited \(code 3\) 2\d s into its 30 s soak/,
   ],
   [
     'loses its link 1.5 s after it applied',
     cutOffAgent,
-    { gate: 10, soak: 8 },
+    { gate: 10, soak: 8, dies: false },
     /it lost its link to the master [12] s into its 8 s soak/,
   ],
 ];
-for (const [index, [what, bundle, { gate, soak }, why]] of FAILS_IN_SOAK.entries()) {
+for (const [index, [what, bundle, { gate, soak, dies }, why]] of FAILS_IN_SOAK.entries()) {
   const name = `a bundle that ${what} is rolled back by its supervisor with no connection refused; it halts`;
   test(name, async (t) => {
     const { m, nodes } = await fleet(t, 2);
@@ -377,7 +384,14 @@ for (const [index, [what, bundle, { gate, soak }, why]] of FAILS_IN_SOAK.entries
     );
     assert.equal((await tcpRoundTrip(canary.port, Buffer.from('back'))).toString(), 'back');
     await clients.stop();
-    assert.deepEqual(clients.failures, [], `of ${clients.opened()} connections`);
+    // None refused: the old worker accepted beside the new one throughout. One that stops drains what it took.
+    const lost = clients.failures.filter((failure) => dies && DIED_SERVING.test(failure));
+    assert.ok(lost.length <= 1, `${lost.join(', ')}: more than the one connection a dying worker may be serving`);
+    assert.deepEqual(
+      clients.failures.filter((failure) => !lost.includes(failure)),
+      [],
+      `of ${clients.opened()} connections`,
+    );
     assert.deepEqual(
       (await rolloutNodes(m, id)).filter((n) => n.node_id !== canary.id).map((n) => n.state),
       ['waiting'],
