@@ -14,7 +14,16 @@ import { TargetPicker } from '../internal/relay/targets.ts';
 import { TcpRelay } from '../internal/relay/tcp.ts';
 import { udpRoundTrip } from './agents.ts';
 import { NO_CONTROLS } from './helpers.ts';
-import { closedPort, freePort, freeSpan, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
+import {
+  closedPort,
+  countingSink,
+  freePort,
+  freeSpan,
+  tcpEcho,
+  tcpRoundTrip as roundTrip,
+  udpEcho,
+  until,
+} from './net.ts';
 
 /**
  * What `forwarder` counted for one rule, drained until it holds `bytes_in` and `bytes_out` at least: a connection's
@@ -511,20 +520,12 @@ test("a PROXY protocol rule's health checks send a header saying there is no cli
 const TURNS =
   'connections opening while a bandwidth_limit is in use wait their turn: together they never pass the rate';
 test(TURNS, async (t) => {
-  let arrived = 0;
-  const sink = createServer((socket) => {
-    socket.on('data', (chunk) => (arrived += chunk.length));
-    socket.on('error', () => undefined);
-  }).listen(0, '127.0.0.1');
-  await once(sink, 'listening');
-  t.after(() => sink.close());
+  const sink = await countingSink(t);
   const rate = 64 * 1024;
   const port = await freePort();
   const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
-  await forwarder.apply([
-    rule(1, port, [`127.0.0.1:${(sink.address() as AddressInfo).port}`], { bandwidth_limit: rate }),
-  ]);
+  await forwarder.apply([rule(1, port, [sink.target], { bandwidth_limit: rate })]);
   const open = async () => {
     const socket = connect({ host: '127.0.0.1', port });
     socket.on('error', () => undefined);
@@ -542,10 +543,10 @@ test(TURNS, async (t) => {
   await new Promise((resolve) => setTimeout(resolve, 1000));
   // ...when fifty more open and each sends at once.
   const late = await Promise.all(Array.from({ length: 50 }, open));
-  const before = arrived;
+  const before = sink.arrived();
   for (const socket of late) socket.write(Buffer.alloc(32 * 1024));
   await new Promise((resolve) => setTimeout(resolve, 2000));
-  const moved = arrived - before;
+  const moved = sink.arrived() - before;
   // Two seconds at the rate, and a burst (16 KiB); a read of each newcomer past the rate would be 800 KiB more.
   t.diagnostic(`${(moved / 1024).toFixed(0)} KiB in 2 s at ${rate / 1024} KiB/s`);
   assert.ok(moved <= 2 * rate + 16 * 1024 + 16 * 1024, `${moved} bytes in 2 s`);
@@ -593,18 +594,11 @@ test(AFTER_BURST, async (t) => {
 
 const RAISED = 'sockets waiting their turn go on when the bandwidth_limit is raised, and at once when it is lifted';
 test(RAISED, async (t) => {
-  let arrived = 0;
-  const sink = createServer((socket) => {
-    socket.on('data', (chunk) => (arrived += chunk.length));
-    socket.on('error', () => undefined);
-  }).listen(0, '127.0.0.1');
-  await once(sink, 'listening');
-  t.after(() => sink.close());
+  const sink = await countingSink(t);
   const port = await freePort();
-  const target = `127.0.0.1:${(sink.address() as AddressInfo).port}`;
   const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
   t.after(() => forwarder.close());
-  const limited = (rate: number | null) => forwarder.apply([rule(1, port, [target], { bandwidth_limit: rate })]);
+  const limited = (rate: number | null) => forwarder.apply([rule(1, port, [sink.target], { bandwidth_limit: rate })]);
   await limited(2048);
   // Twenty clients pushing: all but a few wait their turn at 2 KiB/s.
   for (let i = 0; i < 20; i++) {
@@ -617,9 +611,9 @@ test(RAISED, async (t) => {
     socket.on('connect', push).on('drain', push);
   }
   const moved = async (ms: number) => {
-    const before = arrived;
+    const before = sink.arrived();
     await new Promise((resolve) => setTimeout(resolve, ms));
-    return arrived - before;
+    return sink.arrived() - before;
   };
   // From the first byte on: at most the burst (16 KiB) and the rate (the bucket fills from the apply, a moment before).
   const slow = await moved(4000);

@@ -156,6 +156,8 @@ export async function countingSink(t: TestContext, host = '127.0.0.1') {
     target: `${host}:${(server.address() as AddressInfo).port}`,
     /** Bytes arrived within the first `ms` since counting started over. */
     within: (ms: number) => arrivals.filter(([at]) => at < ms).reduce((sum, [, bytes]) => sum + bytes, 0),
+    /** Bytes arrived since counting started over. */
+    arrived: () => arrivals.reduce((sum, [, bytes]) => sum + bytes, 0),
     restart: () => {
       first = 0;
       arrivals.length = 0;
