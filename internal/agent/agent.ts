@@ -22,6 +22,7 @@ import {
   Forwarder,
   type ForwardingMode,
   type KernelCounts,
+  type SocketKeeper,
   type TunnelReport,
 } from '../forward/forwarder.ts';
 import { throttledBy, type Logger } from '../log/log.ts';
@@ -84,6 +85,8 @@ const MAX_BACKOFF_MS = 30_000;
 export interface SupervisorChannel {
   /** Whether the supervisor keeps an upgrade on trial through a soak (the link feature `soak`). */
   soaks: boolean;
+  /** Where the supervisor keeps copies of the listening sockets, if it does. */
+  keeper: SocketKeeper | null;
   /** What the supervisor went back from before it started this agent (a bundle that crash-looped), if it did. */
   fellBack: Omit<FellBackMessage, 'type'> | null;
   /**
@@ -213,6 +216,7 @@ export class Agent {
     faults.onFault = (site, error) =>
       faultLog.warn('a fault ended one flow; the agent goes on', { site, error: error.stack ?? error.message });
     if (options.inherited) this.forwarder.inherit(options.inherited);
+    this.forwarder.keeper = options.supervisor?.keeper ?? null;
     this.forwarder.onTunnelChange = () => this.tunnelsChanged();
     // A target going up or down is told at once (a few changing together, in one message).
     this.forwarder.onHealthChange = (id, change) => {

@@ -6,6 +6,11 @@
 // the old worker stops accepting and drains; otherwise the new one is stopped, the switch undone, and the old one,
 // which never stopped forwarding, links again and says so. The watchdog is here, not in the new bundle, which
 // may be unable to run at all, nor at the master, which the new bundle may be unable to reach.
+//
+// The supervisor also keeps a copy of each socket its worker listens on (the worker sends each as it listens, and
+// says when it closes one). A worker that dies takes no listening socket with it: connections wait in the kernel's
+// backlog, and the next worker is handed the copies, as in an upgrade. Every worker keeps this table: it runs a bundle
+// no older than the supervisor (the installed agent, or one kept since, and an agent takes no older bundle).
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -24,6 +29,8 @@ export const SOAKS_ENV = 'PORTPLANE_SUPERVISOR_SOAKS';
  * tells the master when it links (FellBackMessage's fields).
  */
 export const FELL_BACK_ENV = 'PORTPLANE_FELL_BACK';
+/** Set (to 1) for its workers by a supervisor that keeps copies of their listening sockets (see SocketKeeper). */
+export const KEEPS_ENV = 'PORTPLANE_SUPERVISOR_KEEPS';
 
 /** A kept bundle whose worker exits this many times within the window crash-loops: the one before runs instead. */
 const CRASH_LOOP_EXITS = 3;
@@ -37,6 +44,8 @@ export type ToSupervisor =
   | { type: 'unlinked' }
   | { type: 'listener'; key: string }
   | { type: 'handed_over' }
+  | { type: 'keep'; key: string }
+  | { type: 'release'; keys: string[]; seq: number }
   | { type: 'traffic'; rules: RuleTraffic[] };
 
 /** Supervisor to worker. */
@@ -44,6 +53,7 @@ export type ToWorker =
   | { type: 'handover' }
   | { type: 'listener'; key: string }
   | { type: 'listeners_done' }
+  | { type: 'released'; seq: number }
   | { type: 'drain'; seconds: number }
   | { type: 'resume'; rollout_id: number; reason: string }
   | { type: 'traffic'; rules: RuleTraffic[] };
@@ -62,11 +72,16 @@ export interface SupervisorOptions {
   log: Logger;
 }
 
+/** A listening socket's handle, as passed between processes. */
+type Handle = { close(): unknown };
+/** Listening sockets by `transport:port`. */
+type Sockets = Map<string, Handle>;
+
 /** An upgrade under way. */
 interface Trial {
   order: Extract<ToSupervisor, { type: 'upgrade' }>;
   old: ChildProcess;
-  handles: { key: string; handle: { close(): unknown } }[];
+  handles: Sockets;
   handedOver: () => void;
   next: ChildProcess | null;
   ready: () => void;
@@ -91,18 +106,26 @@ export class Supervisor {
   private restartTimer: NodeJS.Timeout | undefined;
   /** When the worker exited, within the last CRASH_LOOP_WINDOW_MS. */
   private exits: number[] = [];
+  /** Copies of the sockets each worker listens on, until it closes them or exits. */
+  private readonly kept = new Map<ChildProcess, Sockets>();
+  /** The copies of a worker that died, for the next one. */
+  private orphans: Sockets | null = null;
 
   constructor(private readonly options: SupervisorOptions) {
     this.shelf = new BundleShelf(options.stateDir, options.releaseKeys, options.launcher);
   }
 
   start(): void {
-    this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+    this.worker = this.spawnWorker(this.bundleToRun(), null);
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
     clearTimeout(this.restartTimer);
+    // The ports close with the workers: nothing is to wait in their backlogs for a worker that will not come.
+    closeAll(this.takeOrphans());
+    for (const copies of this.kept.values()) closeAll(copies);
+    this.kept.clear();
     const children = [this.worker, this.trial?.next ?? null, ...this.draining].filter(
       (child): child is ChildProcess => child !== null,
     );
@@ -121,19 +144,25 @@ export class Supervisor {
     }
   }
 
+  /**
+   * Starts a worker; with `sockets`, one that takes them over (they become its copies here, until it says which it
+   * listens on).
+   */
   private spawnWorker(
     bundle: { file: string } | null,
-    role: WorkerRole,
+    sockets: Sockets | null,
     fellBack: Omit<FellBackMessage, 'type'> | null = null,
   ): ChildProcess {
     const { options } = this;
     const argv = bundle ? [bundle.file] : [...options.execArgv, options.launcher];
+    const role: WorkerRole = sockets ? 'takeover' : 'worker';
     const child = spawn(process.execPath, [...argv, ...options.args], {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       env: {
         ...process.env,
         [ROLE_ENV]: role,
         [SOAKS_ENV]: '1',
+        [KEEPS_ENV]: '1',
         ...(fellBack ? { [FELL_BACK_ENV]: JSON.stringify(fellBack) } : {}),
       },
     });
@@ -141,7 +170,19 @@ export class Supervisor {
     child.on('exit', (code, signal) => this.exited(child, code, signal));
     // A worker that went cannot be written to; what was on its way to it is lost with it.
     child.on('error', (error) => options.log.warn('agent worker error', { error: error.message }));
+    if (sockets) {
+      for (const [key, handle] of sockets) child.send({ type: 'listener', key } satisfies ToWorker, handle as never);
+      this.kept.set(child, sockets);
+      tell(child, { type: 'listeners_done' });
+    }
     return child;
+  }
+
+  /** The copies of a worker that died, taken for the next one (null: none). */
+  private takeOrphans(): Sockets | null {
+    const orphans = this.orphans;
+    this.orphans = null;
+    return orphans;
   }
 
   private fromWorker(child: ChildProcess, message: ToSupervisor, handle: unknown): void {
@@ -151,9 +192,20 @@ export class Supervisor {
         if (child === this.worker && !trial) void this.upgrade(child, message);
         return;
       case 'listener':
-        if (trial?.old === child && handle)
-          trial.handles.push({ key: message.key, handle: handle as Trial['handles'][0]['handle'] });
+        if (trial?.old === child && handle) trial.handles.set(message.key, handle as Handle);
         return;
+      case 'keep':
+        if (handle) this.keep(child, message.key, handle as Handle);
+        return;
+      case 'release': {
+        const copies = this.kept.get(child);
+        for (const key of message.keys) {
+          copies?.get(key)?.close();
+          copies?.delete(key);
+        }
+        tell(child, { type: 'released', seq: message.seq });
+        return;
+      }
       case 'handed_over':
         if (trial?.old === child) trial.handedOver();
         return;
@@ -171,8 +223,24 @@ export class Supervisor {
     }
   }
 
+  private keep(child: ChildProcess, key: string, handle: Handle): void {
+    // A copy that comes after its worker went, or after the stop, has nobody to go to.
+    if (this.stopping || child.exitCode !== null || child.signalCode !== null) return void handle.close();
+    const copies = this.kept.get(child) ?? new Map<string, Handle>();
+    copies.get(key)?.close();
+    copies.set(key, handle);
+    this.kept.set(child, copies);
+  }
+
   private exited(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
     this.draining.delete(child);
+    const copies = this.kept.get(child) ?? null;
+    this.kept.delete(child);
+    // The running worker's sockets stay open for the one that follows it; any other's were its alone.
+    if (child === this.worker && !this.stopping) {
+      closeAll(this.takeOrphans());
+      this.orphans = copies;
+    } else closeAll(copies);
     // An old worker gone before it handed its sockets over: the new one starts without them.
     if (this.trial?.old === child && !this.trial.next) this.trial.handedOver();
     if (this.stopping || child !== this.worker || this.trial?.old === child) return;
@@ -185,14 +253,13 @@ export class Supervisor {
     this.options.log.error('the agent worker exited: starting it again', { code, signal, in_ms: delay });
     this.worker = null;
     this.restartTimer = setTimeout(() => {
-      if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+      if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), this.takeOrphans());
     }, delay);
   }
 
   /**
    * The watchdog that stays after a soak: a kept bundle whose worker keeps dying goes back to the one it replaced,
-   * started at once (its listening sockets went with the worker that died: connections are refused until it listens,
-   * about a second), and its worker tells the master. False where there is nothing to go back to (the launcher runs).
+   * started at once with the listening sockets of the worker that died, and its worker tells the master. False where there is nothing to go back to (the launcher runs).
    */
   private fallBack(code: number | null, signal: NodeJS.Signals | null): boolean {
     const running = this.bundleToRun();
@@ -203,7 +270,7 @@ export class Supervisor {
     this.exits = [];
     this.restarts = 0;
     this.options.log.error('the agent bundle crash-loops: back to the one it replaced', { ...fellBack, code, signal });
-    this.worker = this.spawnWorker(this.bundleToRun(), 'worker', fellBack);
+    this.worker = this.spawnWorker(this.bundleToRun(), this.takeOrphans(), fellBack);
     return true;
   }
 
@@ -218,7 +285,7 @@ export class Supervisor {
     const trial: Trial = {
       order,
       old,
-      handles: [],
+      handles: new Map(),
       handedOver: () => undefined,
       next: null,
       ready: () => undefined,
@@ -235,20 +302,17 @@ export class Supervisor {
     tell(old, { type: 'handover' });
     if (!(await handedOver)) {
       this.trial = null;
-      for (const { handle } of trial.handles) handle.close();
+      closeAll(trial.handles);
       const reason = `the running agent did not hand its sockets over within ${HANDOVER_WAIT_MS / 1000} s`;
       log.error('an upgrade was given up', { version: order.bundle.version, reason });
       return tell(old, { type: 'resume', rollout_id: order.rollout_id, reason });
     }
     this.shelf.switchTo(order.bundle);
-    const next = this.spawnWorker({ file }, 'takeover');
+    // An old worker that died before it handed every socket over left the copies kept of them.
+    const next = this.spawnWorker({ file }, joined(trial.handles, this.takeOrphans()));
     trial.next = next;
     const ready = new Promise<'ready'>((resolve) => (trial.ready = () => resolve('ready')));
-    // This process holds a copy of each socket only while passing it on.
-    for (const { key, handle } of trial.handles)
-      next.send({ type: 'listener', key }, handle as never, () => handle.close());
-    tell(next, { type: 'listeners_done' });
-    log.info('a new agent bundle starts', { version: order.bundle.version, sockets: trial.handles.length });
+    log.info('a new agent bundle starts', { version: order.bundle.version, sockets: trial.handles.size });
     const exited = once(next, 'exit').then(([code]) => code as number | null);
     let timer: NodeJS.Timeout | undefined;
     let outcome = await Promise.race([
@@ -266,6 +330,8 @@ export class Supervisor {
     this.trial = null;
     if (outcome === 'ready') {
       this.shelf.confirm();
+      // The old worker died meanwhile: the new one already has its sockets.
+      closeAll(this.takeOrphans());
       this.worker = next;
       this.draining.add(old);
       tell(old, { type: 'drain', seconds: this.options.drainSeconds });
@@ -285,7 +351,12 @@ export class Supervisor {
     this.shelf.undo();
     if (old.exitCode === null && old.signalCode === null)
       tell(old, { type: 'resume', rollout_id: order.rollout_id, reason });
-    else if (!this.stopping) this.worker = this.spawnWorker(this.bundleToRun(), 'worker');
+    else if (!this.stopping) {
+      // The old worker died meanwhile: the one started in its place takes the sockets the new one listened on.
+      const sockets = joined(this.kept.get(next) ?? new Map<string, Handle>(), this.takeOrphans());
+      this.kept.delete(next);
+      this.worker = this.spawnWorker(this.bundleToRun(), sockets);
+    }
   }
 
   /**
@@ -309,6 +380,19 @@ export class Supervisor {
     clearTimeout(timer);
     return outcome;
   }
+}
+
+/** `sockets` with those of `more` it lacks; the copies it has already are closed. */
+function joined(sockets: Sockets, more: Sockets | null): Sockets {
+  for (const [key, handle] of more ?? []) {
+    if (sockets.has(key)) handle.close();
+    else sockets.set(key, handle);
+  }
+  return sockets;
+}
+
+function closeAll(sockets: Sockets | null): void {
+  for (const handle of sockets?.values() ?? []) handle.close();
 }
 
 /** Sends to a worker, if it is there to hear it. */

@@ -5,7 +5,8 @@ import type { Logger } from '../log/log.ts';
 import type { Agent, SupervisorChannel } from './agent.ts';
 import { checkMessage } from '../agentlink/wire.ts';
 import { fellBackMessage } from '../domain/link.ts';
-import { FELL_BACK_ENV, SOAKS_ENV, type ToSupervisor, type ToWorker } from './supervisor.ts';
+import type { SocketKeeper } from '../forward/forwarder.ts';
+import { FELL_BACK_ENV, KEEPS_ENV, SOAKS_ENV, type ToSupervisor, type ToWorker } from './supervisor.ts';
 
 /** What the supervisor says it went back from (see FELL_BACK_ENV); null: nothing, or nothing that reads. */
 function fellBackOf(text: string | undefined): SupervisorChannel['fellBack'] {
@@ -27,9 +28,41 @@ function tell(message: ToSupervisor, handle?: object): Promise<void> {
   });
 }
 
+/** The longest a worker waits for its supervisor to drop copies of sockets; past it, their ports may stay bound. */
+const RELEASE_WAIT_MS = 5_000;
+
+/** The supervisor keeps copies of this worker's listening sockets (see Supervisor). */
+function supervisorKeeper(): SocketKeeper {
+  let asked = 0;
+  const waiting = new Map<number, () => void>();
+  process.on('message', (message: ToWorker) => {
+    if (message.type === 'released') waiting.get(message.seq)?.();
+  });
+  process.on('disconnect', () => {
+    for (const done of [...waiting.values()]) done();
+  });
+  return {
+    keep: (key, handle) => void tell({ type: 'keep', key }, handle),
+    release: (keys) =>
+      new Promise((resolve) => {
+        if (!process.connected) return resolve();
+        const seq = ++asked;
+        const done = () => {
+          clearTimeout(timer);
+          waiting.delete(seq);
+          resolve();
+        };
+        const timer = setTimeout(done, RELEASE_WAIT_MS);
+        waiting.set(seq, done);
+        void tell({ type: 'release', keys, seq });
+      }),
+  };
+}
+
 /** What the agent tells its supervisor. */
 export const supervisorChannel: SupervisorChannel = {
   soaks: process.env[SOAKS_ENV] === '1',
+  keeper: process.env[KEEPS_ENV] === '1' ? supervisorKeeper() : null,
   fellBack: fellBackOf(process.env[FELL_BACK_ENV]),
   upgrade: (order) => void tell({ type: 'upgrade', ...order }),
   ready: () => void tell({ type: 'ready' }),

@@ -10,7 +10,6 @@
 
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
-import type { Socket as UdpSocket } from 'node:dgram';
 import { parseTarget } from '../schema/net.ts';
 import {
   counted,
@@ -97,6 +96,17 @@ interface Listener {
   targets: string[];
   /** The rule's listen_port. */
   firstPort: number;
+}
+
+/**
+ * Holds a copy of each listening socket outside this process (the agent's supervisor), so that a crash does not close
+ * it: connections wait in its backlog for the next process, which is handed the copies (see Forwarder.inherit).
+ */
+export interface SocketKeeper {
+  /** Keeps a copy of the socket listening for `key` (`transport:port`), replacing any it had. */
+  keep(key: string, handle: object): void;
+  /** Drops the copies of these keys; resolves once they are closed, so that their ports can be bound again. */
+  release(keys: string[]): Promise<void>;
 }
 
 /** Where the agent may forward: the kernel where it can (auto), the kernel only, or the relay only. */
@@ -311,6 +321,10 @@ export class Forwarder {
   private leftover = new Map<number, RuleTraffic>();
   /** Listening sockets an agent handed over (see agent/handover.ts), by `transport:port`, until a rule takes each. */
   private inherited = new Map<string, { close(): unknown }>();
+  /** Where copies of the listening sockets are kept; null: nowhere (the agent runs alone). */
+  keeper: SocketKeeper | null = null;
+  /** Keys of sockets closed whose kept copies are still to be dropped (see released). */
+  private unkept: string[] = [];
 
   /** Shared with every relay, so a change applies to their next connection. */
   private readonly limits: Limits;
@@ -387,8 +401,12 @@ export class Forwarder {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
     }
     // A socket handed over for a rule no longer here is not kept listening.
-    for (const handle of this.inherited.values()) handle.close();
+    for (const [key, handle] of this.inherited) {
+      handle.close();
+      this.unkept.push(key);
+    }
     this.inherited.clear();
+    await this.released();
     return results;
   }
 
@@ -399,18 +417,20 @@ export class Forwarder {
 
   /** Every relay's listening socket, by `transport:port`, for the agent taking over. */
   listeningHandles(): { key: string; handle: object }[] {
-    const handles: { key: string; handle: object }[] = [];
-    for (const listener of this.listeners.values())
-      listener.relays.forEach((relay, i) => {
-        const handle = relay.listeningHandle;
-        const transport = relay instanceof TcpRelay ? 'tcp' : 'udp';
-        if (handle) handles.push({ key: `${transport}:${listener.firstPort + listener.offsets[i]!}`, handle });
-      });
+    const handles = [...this.listeners.values()].flatMap(socketsOf).filter(listening);
     for (const { end, exit } of this.exits.values()) {
       const handle = exit.listeningHandle;
       if (handle) handles.push({ key: `tunnel:${end.port}`, handle });
     }
     return handles;
+  }
+
+  /** The keeper drops its copies of the sockets closed since the last call; resolves once it has. */
+  private async released(): Promise<void> {
+    if (this.unkept.length === 0) return;
+    const keys = this.unkept;
+    this.unkept = [];
+    await this.keeper?.release(keys);
   }
 
   /** The relays take no more connections (another agent took their sockets over); those open go on. */
@@ -774,6 +794,7 @@ export class Forwarder {
       if (!next || !sameEnd(end, next)) {
         this.exits.delete(id);
         await exit.close();
+        this.unkept.push(`tunnel:${end.port}`);
       }
     }
     for (const end of tunnels) {
@@ -799,7 +820,9 @@ export class Forwarder {
       const opened: Exit = { end, exit, failure: null, resolved: new Map() };
       this.exits.set(end.id, opened);
       try {
+        await this.released();
         await exit.listen(this.host, this.takeInherited(`tunnel:${end.port}`));
+        this.keeper?.keep(`tunnel:${end.port}`, exit.listeningHandle!);
       } catch (error) {
         opened.failure = error as NodeJS.ErrnoException;
         exit.fail(exitCannotListen(end.port, opened.failure.code ?? opened.failure.message));
@@ -906,6 +929,7 @@ export class Forwarder {
     clearTimeout(this.expiryTimer);
     for (const id of [...this.listeners.keys()]) await this.stop(id);
     await this.applyTunnels([]);
+    await this.released();
   }
 
   private async start(rule: ForwardRule): Promise<RuleResult> {
@@ -950,6 +974,8 @@ export class Forwarder {
     const offsetsHeld = portCount(rule) > RELAY_RANGE_PORTS ? 0 : portCount(rule);
     let port = rule.listen_port;
     try {
+      // A port this agent closed just now is bound again only once no copy of its old socket listens.
+      await this.released();
       for (let offset = 0; offset < offsetsHeld; offset++) {
         port = rule.listen_port + offset;
         const dials = this.dials(rule, picker, offset);
@@ -963,7 +989,7 @@ export class Forwarder {
           const udp = new UdpRelay(dials.udp, this.limits, gate);
           relays.push(udp);
           offsets.push(offset);
-          await udp.listen(this.host, port, this.takeInherited(`udp:${port}`) as UdpSocket | undefined);
+          await udp.listen(this.host, port, this.takeInherited(`udp:${port}`));
         }
       }
     } catch (error) {
@@ -977,6 +1003,7 @@ export class Forwarder {
     };
     this.checkHealth(listener, rule, targets);
     this.listeners.set(rule.id, listener);
+    for (const { key, handle } of socketsOf(listener).filter(listening)) this.keeper?.keep(key, handle);
     return { id: rule.id, state: 'applied', error: null };
   }
 
@@ -1017,8 +1044,22 @@ export class Forwarder {
     listener.health?.close();
     for (const relay of listener.relays) addTraffic(this.leftover, id, relay.drain());
     addTraffic(this.leftover, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
+    const keys = socketsOf(listener).map(({ key }) => key);
     await Promise.all(listener.relays.map((relay) => relay.close()));
+    this.unkept.push(...keys);
   }
+}
+
+/** A listener's sockets, by `transport:port`, with each one's handle while it listens. */
+function socketsOf(listener: Listener): { key: string; handle: object | undefined }[] {
+  return listener.relays.map((relay, i) => ({
+    key: `${relay instanceof TcpRelay ? 'tcp' : 'udp'}:${listener.firstPort + listener.offsets[i]!}`,
+    handle: relay.listeningHandle,
+  }));
+}
+
+function listening(socket: { key: string; handle: object | undefined }): socket is { key: string; handle: object } {
+  return socket.handle !== undefined;
 }
 
 /** Adds `counter` to the rule's entry of `totals`. */

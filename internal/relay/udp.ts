@@ -12,6 +12,13 @@ import type { Limits } from './limits.ts';
 import type { Counter } from './tcp.ts';
 import { contained } from './faults.ts';
 
+/** A dgram socket's bare handle, which dgram keeps in its state (its `_handle` getter warns as deprecated). */
+function handleOf(socket: Socket): object | undefined {
+  const state = Object.getOwnPropertySymbols(socket).find((symbol) => symbol.description === 'state symbol');
+  if (!state) return undefined;
+  return (socket as unknown as Record<symbol, { handle?: object | null }>)[state]?.handle ?? undefined;
+}
+
 interface Session {
   upstream: DatagramSession;
   lastActive: number;
@@ -44,19 +51,22 @@ export class UdpRelay {
   }
 
   /**
-   * Resolves once bound to `port`, or at once with `inherited`: the bound socket an agent handed over (see
-   * agent/handover.ts). Rejects with the bind error (EADDRINUSE, EACCES, ...).
+   * Resolves once bound to `port`, or at once with `inherited`: the bound socket's handle an agent handed over (see
+   * TcpRelay.listen). Rejects with the bind error (EADDRINUSE, EACCES, ...).
    */
-  listen(host: string, port: number, inherited?: Socket): Promise<void> {
-    if (inherited) {
-      this.receive(inherited);
-      return Promise.resolve();
-    }
+  listen(host: string, port: number, inherited?: object): Promise<void> {
     const socket = createSocket({
       type: isIPv6(host) ? 'udp6' : 'udp4',
       reuseAddr: false,
       recvBufferSize: DATAGRAM_BUFFER_BYTES,
     });
+    if (inherited) {
+      // dgram takes a bound handle in place of a port (undocumented, as is the handle it hands out: see
+      // listeningHandle).
+      socket.bind(inherited as never);
+      this.receive(socket);
+      return Promise.resolve();
+    }
     return new Promise((resolve, reject) => {
       const failed = (error: Error) => {
         socket.close();
@@ -85,9 +95,12 @@ export class UdpRelay {
     );
   }
 
-  /** The bound socket, to hand to the agent that takes over. */
-  get listeningHandle(): Socket | null {
-    return this.socket;
+  /**
+   * The bound socket's handle, to hand to the agent that takes over (see TcpRelay.listeningHandle): the bare handle, as
+   * a process handed a dgram socket reads from it, taking datagrams it cannot relay.
+   */
+  get listeningHandle(): object | undefined {
+    return this.socket ? handleOf(this.socket) : undefined;
   }
 
   /**
