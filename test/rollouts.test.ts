@@ -15,7 +15,7 @@ import { keyIdOf } from '../internal/release/signature.ts';
 import { VERSION } from '../internal/version.ts';
 import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
 import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
+import { freePort, freeSpan, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 import { agentAs, releaseKey, rolloutOf, startRollout, upload } from './releases.ts';
 import { link, type RawLink } from './rawlink.ts';
 
@@ -308,15 +308,28 @@ test(DIED_AGAIN, async (t) => {
     targets: [`127.0.0.1:${udpTarget}`],
   });
   await until('the UDP rule forwards', async () => (await udpRoundTrip(udpPort, ['hi']).catch(() => [])).length === 1);
+  const listed = await call(m.url, 'GET', `/api/rules?node_id=${id}&protocol=tcp`, { token: m.admin });
+  const { id: ruleId, targets } = listed.body.items[0] as { id: number; targets: string[] };
+  const span = await freeSpan(3);
+  const range = await rule(m, { node_id: id, listen_port: span, listen_port_end: span + 2, targets });
+  await until(
+    'the range forwards',
+    async () => (await tcpRoundTrip(span + 2, Buffer.from('hi')).catch(() => Buffer.alloc(0))).toString() === 'hi',
+  );
   const [worker] = childrenOf(agent.pid!);
   assert.ok(worker, 'the supervisor runs its worker as a child');
   process.kill(worker, 'SIGKILL');
   await until('the worker seen gone', () => /the agent worker exited: starting it again/.test(agent.output.join('')));
-  // The next starts a second later: a connection and a datagram sent before it runs wait in the kernel for it.
-  const served = Promise.all([tcpRoundTrip(port, Buffer.from('waited')), udpRoundTrip(udpPort, ['queued'])]);
+  // The next starts a second later: connections and a datagram sent before it runs wait in the kernel for it.
+  const served = Promise.all([
+    tcpRoundTrip(port, Buffer.from('waited')),
+    tcpRoundTrip(span + 1, Buffer.from('in range')),
+    udpRoundTrip(udpPort, ['queued']),
+  ]);
   assert.deepEqual(childrenOf(agent.pid!), [], 'no worker runs yet');
-  const [echoed, replies] = await served;
+  const [echoed, echoedInRange, replies] = await served;
   assert.equal(echoed.toString(), 'waited');
+  assert.equal(echoedInRange.toString(), 'in range');
   assert.deepEqual(replies, ['queued']);
   const [again] = childrenOf(agent.pid!);
   assert.ok(again && again !== worker, 'a new worker served them');
@@ -324,8 +337,6 @@ test(DIED_AGAIN, async (t) => {
 
   // The new worker closes a port and binds it again in one apply (the rule's listener changes): the supervisor
   // dropped its copy first, or the bind would fail as in use.
-  const listed = await call(m.url, 'GET', `/api/rules?node_id=${id}&protocol=tcp`, { token: m.admin });
-  const { id: ruleId, targets } = listed.body.items[0] as { id: number; targets: string[] };
   const both = await call(m.url, 'PUT', `/api/rules/${ruleId}`, {
     token: m.admin,
     body: { name: 'r', node_id: id, protocol: 'tcp+udp', listen_port: port, targets },
@@ -335,17 +346,59 @@ test(DIED_AGAIN, async (t) => {
   assert.equal(synced.status, 200, JSON.stringify(synced.body));
   assert.equal((await tcpRoundTrip(port, Buffer.from('rebound'))).toString(), 'rebound');
   // A rule deleted frees its ports: no copy is left listening anywhere.
-  for (const gone of [ruleId, udpRule.body.id as number])
+  for (const gone of [ruleId, udpRule.body.id as number, range.body.id as number])
     assert.equal((await call(m.url, 'DELETE', `/api/rules/${gone}`, { token: m.admin })).status, 204);
   for (const [transport, freed] of [
     ['tcp', port],
     ['udp', port],
     ['udp', udpPort],
+    ['tcp', span],
+    ['tcp', span + 1],
+    ['tcp', span + 2],
   ] as const)
     await until(`${transport} port ${freed} free`, () => bindable(transport, freed));
 
   agent.kill('SIGKILL');
   await until('the orphaned worker gone', () => !existsSync(`/proc/${again}`), 10_000);
+});
+
+test("a tunnel exit's socket outlives its worker too, and goes with its tunnel", async (t) => {
+  const key = releaseKey();
+  const m = await startMaster(t, { releaseKeyPaths: [key.path], localTargets: true });
+  const echo = await tcpEcho(t);
+  const [entryNode, exitNode] = [
+    await node(m, 'entry', { host: '127.0.0.1' }),
+    await node(m, 'exit', { host: '127.0.0.1' }),
+  ];
+  const tunnelPort = await freePort();
+  const tunnel = await call(m.url, 'POST', '/api/tunnels', {
+    token: m.admin,
+    body: { name: 't1', entry_node_id: entryNode.id, exit_node_id: exitNode.id, listen_port: tunnelPort },
+  });
+  assert.equal(tunnel.status, 201, JSON.stringify(tunnel.body));
+  const exit = startAgent(t, m.url, exitNode.agent_token, { built: true, extraArgs: ['--release-key', key.text] });
+  startAgent(t, m.url, entryNode.agent_token);
+  const port = await freePort();
+  const through = await rule(m, {
+    node_id: entryNode.id,
+    tunnel_id: tunnel.body.id,
+    listen_port: port,
+    targets: [`127.0.0.1:${echo}`],
+  });
+  const forwards = async () =>
+    (await tcpRoundTrip(port, Buffer.from('hi')).catch(() => Buffer.alloc(0))).toString() === 'hi';
+  await until('the rule forwards through the tunnel', forwards, 20_000);
+  const [worker] = childrenOf(exit.pid!);
+  process.kill(worker!, 'SIGKILL');
+  await until('the worker seen gone', () => /the agent worker exited: starting it again/.test(exit.output.join('')));
+  // Until the next worker runs, the exit's port takes connections into its backlog; that worker listens on it (the
+  // copy holds the port: it could not bind one of its own), and the entry comes back to it.
+  assert.equal(await probe(tunnelPort), 'open');
+  assert.deepEqual(childrenOf(exit.pid!), [], 'no worker runs yet');
+  await until('the rule forwards through the tunnel again', forwards, 20_000);
+  for (const path of [`/api/rules/${through.body.id}`, `/api/tunnels/${tunnel.body.id}`])
+    assert.equal((await call(m.url, 'DELETE', path, { token: m.admin })).status, 204);
+  await until(`the exit's port ${tunnelPort} free`, () => bindable('tcp', tunnelPort));
 });
 
 /** The built agent as `version`, which exits (code 3) `ms` after it first applies a config: 0, as it starts. */
