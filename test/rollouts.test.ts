@@ -13,7 +13,7 @@ import { send } from '../internal/agentlink/wire.ts';
 import { AGENT_FEATURES } from '../internal/domain/link.ts';
 import { keyIdOf } from '../internal/release/signature.ts';
 import { VERSION } from '../internal/version.ts';
-import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
+import { nodeOf, ruleOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
 import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, freeSpan, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
 import { agentAs, releaseKey, rolloutOf, startRollout, upload } from './releases.ts';
@@ -296,7 +296,8 @@ async function bindable(transport: 'tcp' | 'udp', port: number): Promise<boolean
 
 const DIED_AGAIN =
   'a worker that dies leaves its listening sockets with the supervisor: what comes meanwhile waits for the next ' +
-  'worker, which closes and binds them again as its rules change; a worker whose supervisor was killed stops';
+  'worker, which closes and binds them again as its rules change; a worker whose supervisor was killed stops, ' +
+  'a socket on its way or not';
 test(DIED_AGAIN, async (t) => {
   const { m, nodes } = await fleet(t, 1);
   const [{ id, agent, port }] = nodes as [Fleet['nodes'][0]];
@@ -358,6 +359,11 @@ test(DIED_AGAIN, async (t) => {
   ] as const)
     await until(`${transport} port ${freed} free`, () => bindable(transport, freed));
 
+  // Killed with a socket on its way to it (stopped first, so that it acknowledges none), the supervisor leaves a
+  // worker that stops all the same: Node says 'disconnect' only once every handle sent was acknowledged.
+  process.kill(agent.pid!, 'SIGSTOP');
+  const late = await rule(m, { node_id: id, listen_port: await freePort(), targets });
+  await until('the late rule applied', async () => (await ruleOf(m, late.body.id)).sync.state === 'applied');
   agent.kill('SIGKILL');
   await until('the orphaned worker gone', () => !existsSync(`/proc/${again}`), 10_000);
 });

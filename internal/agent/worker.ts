@@ -28,6 +28,22 @@ function tell(message: ToSupervisor, handle?: object): Promise<void> {
   });
 }
 
+/**
+ * Calls `gone` once the supervisor is gone. Node says 'disconnect' only once every handle sent on the channel was
+ * acknowledged, which a supervisor that died never does: the channel's state is looked at every second too.
+ */
+function whenSupervisorGone(gone: () => void): void {
+  let told = false;
+  const tellOnce = () => {
+    if (told) return;
+    told = true;
+    clearInterval(watch);
+    gone();
+  };
+  const watch = setInterval(() => !process.connected && tellOnce(), 1000).unref();
+  process.once('disconnect', tellOnce);
+}
+
 /** The longest a worker waits for its supervisor to drop copies of sockets; past it, their ports may stay bound. */
 const RELEASE_WAIT_MS = 5_000;
 
@@ -38,7 +54,7 @@ function supervisorKeeper(): SocketKeeper {
   process.on('message', (message: ToWorker) => {
     if (message.type === 'released') waiting.get(message.seq)?.();
   });
-  process.on('disconnect', () => {
+  whenSupervisorGone(() => {
     for (const done of [...waiting.values()]) done();
   });
   return {
@@ -112,7 +128,7 @@ export function obeySupervisor(agent: Agent, log: Logger, exit: (code: number) =
         return;
     }
   });
-  process.on('disconnect', () => {
+  whenSupervisorGone(() => {
     log.warn('the agent supervisor is gone: stopping');
     void agent.stop().finally(() => exit(0));
   });
