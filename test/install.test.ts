@@ -239,7 +239,11 @@ test(
         ['node.status', 'online'],
       ],
     );
-    const statuses = everything.events.filter((e) => e.event === 'node.status').map((e) => e.data.resource_id);
+    // The other stream need not have carried the last event yet: it is waited for.
+    const statuses = await until('both changes of status on the stream of everything', () => {
+      const seen = everything.events.filter((e) => e.event === 'node.status').map((e) => e.data.resource_id);
+      return seen.length >= 2 && seen;
+    });
     assert.deepEqual(statuses, [node.id, node.id], 'installing, then online');
     assert.ok(everything.events.filter((e) => e.event === 'node.install').length >= 3, 'each step of the log');
     assert.match(done.install.log_tail, /done: the agent is connected/);

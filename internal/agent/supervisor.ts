@@ -259,7 +259,8 @@ export class Supervisor {
 
   /**
    * The watchdog that stays after a soak: a kept bundle whose worker keeps dying goes back to the one it replaced,
-   * started at once with the listening sockets of the worker that died, and its worker tells the master. False where there is nothing to go back to (the launcher runs).
+   * started at once with the listening sockets of the worker that died, and its worker tells the master. False where
+   * there is nothing to go back to (the launcher runs).
    */
   private fallBack(code: number | null, signal: NodeJS.Signals | null): boolean {
     const running = this.bundleToRun();
