@@ -2,7 +2,7 @@
 
 import { MIN_PASSWORD } from '../../internal/auth/secrets.ts';
 import type { Parsed } from '../../internal/runtime/cli.ts';
-import { masterOrigin } from '../../internal/schema/net.ts';
+import { isLoopback, masterOrigin } from '../../internal/schema/net.ts';
 import { PIN } from '../../internal/tls/pin.ts';
 
 export interface MasterConfig {
@@ -53,6 +53,9 @@ Options:
                          reads of it, refuse writes (env MASTER_FOLLOW; MASTER_FOLLOW_TOKEN, a token of
                          the primary with the replication scope, and MASTER_FOLLOW_PIN, its key pin, if it
                          serves its own certificate)
+  --follow-insecure      allow --follow toward a plain http:// primary that is not on this machine: the
+                         replication token, which reads the whole database, then crosses the network in
+                         clear (env MASTER_FOLLOW_INSECURE=1; --insecure-http does not allow it)
   --help                 show this help
   --version              show the version
 
@@ -74,7 +77,7 @@ const FLAGS = {
   '--follow': 'MASTER_FOLLOW',
 } as const;
 /** Flags that take no value; their environment variable is on when it is 1 or true. */
-const SWITCHES = { '--insecure-http': 'MASTER_INSECURE_HTTP' } as const;
+const SWITCHES = { '--insecure-http': 'MASTER_INSECURE_HTTP', '--follow-insecure': 'MASTER_FOLLOW_INSECURE' } as const;
 
 /** Splits `host:port`, `[v6]:port` or `:port`. Returns an error string when it is not one. */
 export function parseListen(value: string): { host: string; port: number } | string {
@@ -115,7 +118,7 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
   if (Boolean(certPath) !== Boolean(keyPath)) return { error: '--tls-cert and --tls-key go together' };
   const insecureHttp = switches['--insecure-http']!;
   if (certPath && insecureHttp) return { error: '--insecure-http and --tls-cert contradict each other: choose one' };
-  const follow = followOf(values['--follow'], env);
+  const follow = followOf(values['--follow'], env, switches['--follow-insecure']!);
   if (typeof follow === 'string') return { error: follow };
   return {
     config: {
@@ -134,10 +137,20 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
 }
 
 /** The primary a standby follows, from --follow and the environment, or why they are not one. */
-function followOf(url: string | undefined, env: Record<string, string | undefined>): MasterConfig['follow'] | string {
+function followOf(
+  url: string | undefined,
+  env: Record<string, string | undefined>,
+  insecure: boolean,
+): MasterConfig['follow'] | string {
   if (!url) return null;
   const origin = masterOrigin(url);
   if (!origin) return `--follow must be http(s)://HOST[:PORT], the primary's address, got '${url}'`;
+  const { protocol, hostname } = new URL(origin);
+  if (protocol === 'http:' && !isLoopback(hostname.replace(/^\[|\]$/g, '')) && !insecure)
+    return (
+      `--follow ${origin} would send the replication token, which reads the whole database, in clear across the ` +
+      `network: use https:// (with MASTER_FOLLOW_PIN for the primary's own certificate), or pass --follow-insecure`
+    );
   const token = env.MASTER_FOLLOW_TOKEN ?? '';
   if (!/^mst_[A-Za-z0-9_-]{20,200}$/.test(token))
     return '--follow needs MASTER_FOLLOW_TOKEN: a token of the primary with the replication scope (mst_...)';

@@ -63,6 +63,47 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
   for (const { argv, env, want } of cases) assert.deepEqual(parseConfig(argv, env), { config: want }, argv.join(' '));
 });
 
+test('a standby follows a plain http:// primary only on this machine, unless --follow-insecure says so', () => {
+  const token = 'mst_' + 'a'.repeat(40);
+  const pin = 'sha256/' + Buffer.alloc(32).toString('base64');
+  const follows = (argv: string[], env: Record<string, string> = {}) => {
+    const result = parseConfig(argv, { MASTER_FOLLOW_TOKEN: token, ...env });
+    return 'config' in result ? result.config.follow : result;
+  };
+  const cases: [string[], Record<string, string>, unknown][] = [
+    [['--follow', 'http://127.0.0.1:8080'], {}, { url: 'http://127.0.0.1:8080', pin: null, token }],
+    [['--follow', 'http://[::1]:8080'], {}, { url: 'http://[::1]:8080', pin: null, token }],
+    [['--follow', 'https://192.0.2.7:8080'], { MASTER_FOLLOW_PIN: pin }, { url: 'https://192.0.2.7:8080', pin, token }],
+    [
+      ['--follow', 'http://192.0.2.7:8080', '--follow-insecure'],
+      {},
+      { url: 'http://192.0.2.7:8080', pin: null, token },
+    ],
+    [
+      ['--follow', 'http://192.0.2.7:8080'],
+      { MASTER_FOLLOW_INSECURE: '1' },
+      { url: 'http://192.0.2.7:8080', pin: null, token },
+    ],
+  ];
+  for (const [argv, env, want] of cases) assert.deepEqual(follows(argv, env), want, argv.join(' '));
+  const refused: [string[], Record<string, string>, RegExp][] = [
+    [
+      ['--follow', 'http://192.0.2.7:8080'],
+      {},
+      /in clear across the network: use https:\/\/ .* or pass --follow-insecure/,
+    ],
+    [['--follow', 'http://primary.example.net'], {}, /--follow-insecure/],
+    // Serving plain HTTP behind a proxy says nothing about following across the network.
+    [['--follow', 'http://192.0.2.7:8080', '--insecure-http'], {}, /--follow-insecure/],
+    [['--follow', 'http://127.0.0.1:8080'], { MASTER_FOLLOW_PIN: pin }, /give --follow as https:\/\//],
+    [['--follow', 'https://192.0.2.7:8080'], { MASTER_FOLLOW_TOKEN: '' }, /needs MASTER_FOLLOW_TOKEN/],
+  ];
+  for (const [argv, env, want] of refused) {
+    const result = follows(argv, env) as { error?: string };
+    assert.ok(result.error && want.test(result.error), `${argv.join(' ')} -> ${JSON.stringify(result)}`);
+  }
+});
+
 test('configuration errors say what is wrong', () => {
   const cases: [string[], Record<string, string>, RegExp][] = [
     [['--listen', 'localhost'], {}, /HOST:PORT/],
