@@ -442,23 +442,36 @@ test(TENANT_APART, async (t) => {
   again.socket.destroy();
 });
 
-test('no single node fences its master: a newer epoch is believed once agents of two nodes say it', async (t) => {
-  const m = await startMaster(t);
-  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
-  const claim = { 'X-Agent-Epoch': '7', 'X-Agent-Primary': 'https://192.0.2.7:8443' };
-  const first = (await link(m, a.agent_token, undefined, undefined, claim)) as { status: number };
-  assert.equal(first.status, 503, 'a link claiming a newer epoch is refused');
-  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary', 'one node is not believed');
-  assert.equal((await node(m, 'c')).name, 'c');
-  // Again from the same node: still one node.
-  await link(m, a.agent_token, undefined, undefined, claim);
-  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary');
-  await link(m, b.agent_token, undefined, undefined, claim);
-  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'fenced');
-  const refused = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'd', host: '192.0.2.4' } });
-  assertProblem(refused, 503, 'read_only');
-  assert.equal(refused.body.primary, 'https://192.0.2.7:8443');
-  // A claim from a wrong token counts for nothing.
-  const stranger = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, claim)) as { status: number };
-  assert.equal(stranger.status, 401);
-});
+const FENCED_BY_TWO =
+  'no single node fences its master: a newer epoch is believed once agents of two nodes say it; the primary they ' +
+  'name is named to clients only if the master knows it (standby_masters)';
+for (const [standbys, named] of [
+  ['https://192.0.2.7:8443', 'https://192.0.2.7:8443'],
+  ['https://192.0.2.9:8443', undefined],
+] as const) {
+  test(`${FENCED_BY_TWO}: standby_masters ${standbys}`, async (t) => {
+    const m = await startMaster(t);
+    const set = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { standby_masters: standbys } });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+    const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+    const claim = { 'X-Agent-Epoch': '7', 'X-Agent-Primary': 'https://192.0.2.7:8443' };
+    const first = (await link(m, a.agent_token, undefined, undefined, claim)) as { status: number };
+    assert.equal(first.status, 503, 'a link claiming a newer epoch is refused');
+    assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary', 'one node is not believed');
+    assert.equal((await node(m, 'c')).name, 'c');
+    // Again from the same node: still one node.
+    await link(m, a.agent_token, undefined, undefined, claim);
+    assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary');
+    await link(m, b.agent_token, undefined, undefined, claim);
+    const health = (await call(m.url, 'GET', '/api/health')).body;
+    assert.equal(health.role, 'fenced');
+    assert.deepEqual(health.fenced_by, { epoch: 7, primary: named ?? null });
+    const refused = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'd', host: '192.0.2.4' } });
+    assertProblem(refused, 503, 'read_only');
+    assert.equal(refused.body.primary, named);
+    assert.doesNotMatch(refused.body.detail, named ? /192\.0\.2\.9/ : /192\.0\.2\.7/);
+    // A claim from a wrong token counts for nothing.
+    const stranger = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, claim)) as { status: number };
+    assert.equal(stranger.status, 401);
+  });
+}

@@ -381,8 +381,11 @@ export class AgentLinks {
     const heard = Number(req.headers['x-agent-epoch']);
     const epoch = app.store.epoch.current();
     if (Number.isSafeInteger(heard) && heard > epoch && heard < 2 ** 31) {
-      // Where the agent heard it: the new primary, which a fenced master names (an address, checked, or nothing).
-      const primary = masterOrigin(String(req.headers['x-agent-primary'] ?? ''));
+      // Where the agent heard it: the new primary, which a fenced master names to every client, so only one it knows
+      // itself (among standby_masters): an agent's word cannot send scripts' writes to an address of its choosing.
+      const named = masterOrigin(String(req.headers['x-agent-primary'] ?? ''));
+      const known = standbysOf(app.settings.get('standby_masters')).some(({ url }) => url === named);
+      const primary = known ? named : null;
       if (this.newerEpochs.size < 10_000) this.newerEpochs.set(nodeId, { epoch: heard, primary });
       if (this.newerEpochs.size >= Math.min(2, app.store.nodes.count())) {
         const claims = [...this.newerEpochs.values()].sort((a, b) => a.epoch - b.epoch);

@@ -48,7 +48,8 @@ const healthSchema = record('Health', {
   fenced_by: {
     type: ['object', 'null'],
     description:
-      "A fenced primary's: the newer primary's epoch, and its address where agents named it. Null unless fenced.",
+      "A fenced primary's: the newer primary's epoch, and its address where agents named one of its own " +
+      'standby_masters (null otherwise). Null unless fenced.',
     required: ['epoch', 'primary'],
     properties: { epoch: { type: 'integer' }, primary: { type: ['string', 'null'] } },
     additionalProperties: false,
