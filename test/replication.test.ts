@@ -4,7 +4,7 @@
 // connection (an import), make the copy seed itself anew and end equal.
 
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
@@ -510,6 +510,12 @@ test(FAIL_OVER, async (t) => {
   await rule(primary, { node_id: edge.id, listen_port: listen, targets: [`127.0.0.1:${echo}`] });
   const token = await mintToken(primary, ['replication'], 'standby');
   const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  // The primary knows its standby, which it names once fenced (an address no agent chose).
+  const known = await call(primary.url, 'PATCH', '/api/settings', {
+    token: primary.admin,
+    body: { standby_masters: standby.url },
+  });
+  assert.equal(known.status, 200, JSON.stringify(known.body));
   // The standby first: it refuses the link, naming the primary, which the agent tries next.
   const agent = startAgent(t, `${standby.url},${primary.url}`, edge.agent_token);
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
@@ -561,10 +567,10 @@ const SYNC_MODE =
 
 test(SYNC_MODE, async (t) => {
   const primary = await startMaster(t);
-  const sync = { replication_mode: 'sync', replication_sync_timeout_seconds: 1 };
-  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: sync })).status, 200);
   const token = await mintToken(primary, ['replication'], 'standby');
   const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const sync = { replication_mode: 'sync', replication_sync_timeout_seconds: 1 };
+  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: sync })).status, 200);
   const edge = await node(primary, 'edge');
   for (let i = 0; i < 20; i++) {
     const made = (await rule(primary, { node_id: edge.id, listen_port: 20000 + i })).body;
@@ -586,6 +592,48 @@ test(SYNC_MODE, async (t) => {
   assert.ok(Date.now() - started >= 1000, 'the write waited for the standby as long as the timeout');
   assert.ok((await health()).sync_lapsed_since);
   assert.equal(await lapsed(), '1');
+
+  // A standby back in step ends the lapse: the first write it holds, and each after waits for it again.
+  const back = await startMaster(t, { follow: { url: primary.url, token } });
+  await rule(primary, { node_id: edge.id, listen_port: 21001 });
+  await until('the lapse over', async () => (await health()).sync_lapsed_since === null);
+  assert.equal(await lapsed(), '0');
+  const made = (await rule(primary, { node_id: edge.id, listen_port: 21002 })).body;
+  assert.equal((await call(back.url, 'GET', `/api/rules/${made.id}`, { token: primary.admin })).status, 200);
+});
+
+const SYNC_AFTER_RESTART =
+  'a sync-mode primary started again answers no write before a standby holds it: the standby asks a sync-mode ' +
+  'primary again every second, however long it was down; with none asking since the start, a write waits out the ' +
+  'timeout and the primary says it goes on alone';
+test(SYNC_AFTER_RESTART, async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-test-'));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const port = await freePort();
+  let primary = await startMaster(t, { dataDir, port });
+  const sync = { replication_mode: 'sync', replication_sync_timeout_seconds: 3 };
+  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: sync })).status, 200);
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  await node(primary, 'before');
+  const health = async () => (await call(primary.url, 'GET', '/api/health')).body;
+
+  // Down 8 s: a standby doubling its wait would have asked at 1, 3 and 7 s, and next at 15 s, past the timeout.
+  await primary.close();
+  await new Promise((resolve) => setTimeout(resolve, 8000));
+  primary = await startMaster(t, { dataDir, port });
+  const made = await node(primary, 'after-restart');
+  const seen = await call(standby.url, 'GET', `/api/nodes/${made.id}`, { token: primary.admin });
+  assert.equal(seen.status, 200, 'answered before the standby held it');
+  assert.equal((await health()).sync_lapsed_since, null, 'the standby came back within the timeout');
+
+  await standby.close();
+  await primary.close();
+  // Its first write (the test's login) waits out the timeout: no standby asked since the start.
+  const started = Date.now();
+  primary = await startMaster(t, { dataDir, port });
+  assert.ok(Date.now() - started >= 3000, 'no standby asked since the start: the write waited out the timeout');
+  assert.ok((await health()).sync_lapsed_since, 'and the primary says it goes on alone');
 });
 
 test('master promote makes a stopped standby the primary of the next epoch', async (t) => {

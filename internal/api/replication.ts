@@ -15,6 +15,14 @@ export const PROMOTE = '/api/replication/promote';
 
 /** The header that says the primary's epoch: a standby of a later one does not follow it. */
 export const EPOCH_HEADER = 'X-Master-Epoch';
+/** The header that says the primary's replication_mode: a standby of a sync-mode primary asks again at once. */
+export const MODE_HEADER = 'X-Replication-Mode';
+const MODE_HEADER_DOC = {
+  description:
+    "The primary's replication_mode (async or sync): a standby of a sync-mode primary that fails to reach it " +
+    'asks again every second',
+  schema: { type: 'string' },
+} as const;
 
 /** The header that says where a snapshot stands in the primary's record: `generation/seq`. */
 export const POSITION_HEADER = 'X-Replication-Position';
@@ -65,6 +73,7 @@ export const replicationOperations = operations({
         headers: {
           [POSITION_HEADER]: { description: 'generation/seq', schema: { type: 'string' } },
           [EPOCH_HEADER]: { description: "The primary's epoch", schema: { type: 'string' } },
+          [MODE_HEADER]: MODE_HEADER_DOC,
         },
       },
     },
@@ -77,6 +86,7 @@ export const replicationOperations = operations({
           'Content-Type': 'application/vnd.sqlite3',
           [POSITION_HEADER]: `${position.generation}/${position.seq}`,
           [EPOCH_HEADER]: String(ctx.app.store.epoch.current()),
+          [MODE_HEADER]: ctx.app.settings.get('replication_mode'),
         },
       };
     },
@@ -96,7 +106,10 @@ export const replicationOperations = operations({
           "integer}]}`, then each change's bytes (SQLite's changeset of what was committed) back to back, in order.",
         mediaType: CHANGES_TYPE,
         schema: describe({ type: 'string', format: 'binary' }),
-        headers: { [EPOCH_HEADER]: { description: "The primary's epoch", schema: { type: 'string' } } },
+        headers: {
+          [EPOCH_HEADER]: { description: "The primary's epoch", schema: { type: 'string' } },
+          [MODE_HEADER]: MODE_HEADER_DOC,
+        },
       },
     },
     handler: async (ctx: Ctx<undefined, QueryOf<typeof changesQuery>>) => {
@@ -127,7 +140,11 @@ export const replicationOperations = operations({
       return {
         status: 200,
         raw: encodeChanges(page),
-        headers: { 'Content-Type': CHANGES_TYPE, [EPOCH_HEADER]: String(ctx.app.store.epoch.current()) },
+        headers: {
+          'Content-Type': CHANGES_TYPE,
+          [EPOCH_HEADER]: String(ctx.app.store.epoch.current()),
+          [MODE_HEADER]: ctx.app.settings.get('replication_mode'),
+        },
       };
     },
   }),

@@ -69,6 +69,8 @@ export class Follower {
    * sign); null once one goes through.
    */
   failing: { since: number; reason: string; copy: boolean } | null = null;
+  /** Whether the primary last said it runs in sync mode, where its writes wait for a standby to ask. */
+  private syncPrimary = false;
 
   constructor(private readonly options: FollowerOptions) {
     this.replica = Replica.open(options.path);
@@ -100,7 +102,8 @@ export class Follower {
 
   /** Follows until stopped; a failed step is logged and tried again a second later. */
   async run(): Promise<void> {
-    // A primary gone, or a token revoked there, is asked again 1 s later, then twice as late each time up to 30 s.
+    // A primary gone, or a token revoked there, is asked again 1 s later, then twice as late each time up to 30 s;
+    // one in sync mode every second: once back, its writes wait for a standby to ask.
     let retryMs = RETRY_FIRST_MS;
     while (!this.stopped) {
       try {
@@ -123,7 +126,7 @@ export class Follower {
           retry_in_seconds: retryMs / 1000,
         });
         await new Promise((resolve) => setTimeout(resolve, retryMs));
-        retryMs = Math.min(retryMs * 2, RETRY_LAST_MS);
+        retryMs = this.syncPrimary ? RETRY_FIRST_MS : Math.min(retryMs * 2, RETRY_LAST_MS);
       }
     }
   }
@@ -142,7 +145,7 @@ export class Follower {
     const query = `generation=${encodeURIComponent(at.generation)}&after=${at.seq}&wait_seconds=${WAIT_SECONDS}`;
     const answer = await this.get(`/api/replication/changes?${query}`);
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
-    this.checkEpoch(answer);
+    this.heardFrom(answer);
     // A primary of another version sends its changes in another form: said as such, not as bytes that do not parse.
     const type = answer.headers['content-type'];
     if (type !== CHANGES_TYPE)
@@ -171,7 +174,7 @@ export class Follower {
   private async seed(): Promise<void> {
     const answer = await this.get('/api/replication/snapshot');
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for a snapshot`);
-    this.checkEpoch(answer);
+    this.heardFrom(answer);
     if (this.stopped) return;
     const current = this.replica;
     this.replica = null;
@@ -188,8 +191,11 @@ export class Follower {
     this.options.log.info('seeded from the primary', { position: String(answer.headers['x-replication-position']) });
   }
 
-  /** Throws PromotedAlready when the copy is of a later epoch than the master that answered. */
-  private checkEpoch(answer: Answer): void {
+  /**
+   * Notes the primary's mode; throws PromotedAlready when the copy is of a later epoch than the master that answered.
+   */
+  private heardFrom(answer: Answer): void {
+    this.syncPrimary = answer.headers['x-replication-mode'] === 'sync';
     const theirs = Number(answer.headers['x-master-epoch'] ?? 1);
     const ours = this.replica?.epoch() ?? 1;
     if (ours > theirs)

@@ -27,6 +27,8 @@ export class PrimaryReplication {
   private current: ReplicationFeed | null = null;
   /** Since when a write was answered without a standby holding it, in sync mode (see held); null: in step. */
   lapsedSince: number | null = null;
+  /** Whether a write answered while lapsed is watched for a standby to hold it (see held). */
+  private watching = false;
 
   constructor(private readonly deps: PrimaryDeps) {}
 
@@ -53,23 +55,35 @@ export class PrimaryReplication {
   });
 
   /**
-   * In sync mode, once a standby follows: resolves once it holds what was committed so far, or after
-   * replication_sync_timeout_seconds, after which writes go on without waiting until it is in step again.
+   * In sync mode: resolves once a standby holds what was committed so far, or after replication_sync_timeout_seconds,
+   * after which writes go on without waiting until a standby holds one of them again. No standby having asked since
+   * this master started counts as none holding it (the record starts here), not as nothing to wait for.
    */
   async held(): Promise<void> {
     const { settings, log, now } = this.deps;
-    const feed = this.current;
-    if (!feed || settings.get('replication_mode') !== 'sync') return;
-    const target = feed.position;
-    if (this.lapsedSince !== null) {
-      if (feed.holds(target)) this.lapsedSince = null;
+    if (settings.get('replication_mode') !== 'sync') {
+      this.lapsedSince = null;
       return;
     }
-    const timeout = settings.get('replication_sync_timeout_seconds');
-    if (await feed.held(target, timeout * 1000)) return;
+    const feed = this.feed();
+    const target = feed.position;
+    const timeoutMs = settings.get('replication_sync_timeout_seconds') * 1000;
+    if (this.lapsedSince !== null) {
+      // The write is not held up; the first one a standby holds ends the lapse (one such watch at a time).
+      if (this.watching) return;
+      this.watching = true;
+      void feed.held(target, timeoutMs).then((held) => {
+        this.watching = false;
+        if (!held || this.lapsedSince === null) return;
+        this.lapsedSince = null;
+        log.info('a standby holds the writes again: each waits for it');
+      });
+      return;
+    }
+    if (await feed.held(target, timeoutMs)) return;
     this.lapsedSince = now();
     log.error('no standby held a write within the sync timeout: the primary goes on alone', {
-      timeout_seconds: timeout,
+      timeout_seconds: timeoutMs / 1000,
     });
   }
 
