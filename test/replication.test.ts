@@ -12,6 +12,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
+import { start } from '../cmd/master/start.ts';
 import { silentLogger, streamLogger } from '../internal/log/log.ts';
 import { Follower } from '../internal/replication/follower.ts';
 import { CHANGES_TYPE, decodeChanges, encodeChanges, type ChangesPage } from '../internal/replication/wire.ts';
@@ -21,6 +22,7 @@ import {
   call,
   mintToken,
   node,
+  plainConfig,
   rule,
   ruleBodies,
   startMaster,
@@ -545,14 +547,16 @@ test(FAIL_OVER, async (t) => {
   });
   assert.equal(sameRule.status, 201);
 
-  // The old primary comes back, of the epoch before; the agent, when it tries it, says which it heard.
-  const old = await startMaster(t, { dataDir, port });
-  await standby.close();
-  await until('the old primary fenced', async () => (await call(old.url, 'GET', '/api/health')).body.role === 'fenced');
+  // The old primary comes back as it was, of the epoch before: it asks the standby it knows before it takes a write,
+  // and is fenced from its start; the agent, when it tries it, says which epoch it heard.
+  const old = await start(plainConfig(dataDir, port), silentLogger);
+  t.after(() => old.close());
   const health = (await call(old.url, 'GET', '/api/health')).body;
+  assert.equal(health.role, 'fenced');
   assert.deepEqual(health.fenced_by, { epoch: 2, primary: standby.url });
+  await standby.close();
   const refused = await call(old.url, 'POST', '/api/nodes', {
-    token: old.admin,
+    token: primary.admin,
     body: { name: 'late', host: '192.0.2.40' },
   });
   assertProblem(refused, 503, 'read_only');

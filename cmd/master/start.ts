@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { AgentLinks, refuse } from '../../internal/agentlink/server.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Follower } from '../../internal/replication/follower.ts';
+import { newerPrimary } from '../../internal/replication/peers.ts';
 import { App } from '../../internal/api/app.ts';
 import { addGauges } from '../../internal/api/health.ts';
 import { MasterMetrics } from '../../internal/metrics/metrics.ts';
@@ -20,7 +21,7 @@ import { Installer } from '../../internal/install/installer.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
 import type { Lifecycle } from '../../internal/runtime/lifecycle.ts';
 import { clearReady, markReady } from '../../internal/runtime/readiness.ts';
-import { Settings } from '../../internal/settings/settings.ts';
+import { Settings, standbysOf } from '../../internal/settings/settings.ts';
 import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { EventStreams } from '../../internal/api/streams.ts';
@@ -382,6 +383,9 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       else {
         // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
         await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
+        // A standby it knows may have been promoted past it while it was down: it takes no write before it asked.
+        const newer = await newerPrimary(standbysOf(settings.get('standby_masters')), store.epoch.current());
+        if (newer) app.fence(newer.epoch, newer.primary);
         await servePrimary();
       }
       lifecycle.starting = false;

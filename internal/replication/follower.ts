@@ -4,10 +4,9 @@
 
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/log.ts';
 import { Replica, ReplicaDiverged, type Position } from '../store/replication.ts';
-import { pinOf } from '../tls/pin.ts';
+import { trustedByPin } from '../tls/pin.ts';
 import { PAGE_CHANGES } from './feed.ts';
 import { CHANGES_TYPE, decodeChanges } from './wire.ts';
 
@@ -216,15 +215,7 @@ export class Follower {
           headers: { Authorization: `Bearer ${this.options.token}` },
           timeout: (WAIT_SECONDS + 20) * 1000,
           // With a pin, the pin is the trust: the certificate may be the primary's own.
-          ...(pin
-            ? {
-                rejectUnauthorized: false,
-                checkServerIdentity: (_host: string, cert: PeerCertificate) => {
-                  const presented = pinOf(cert.raw);
-                  return presented === pin ? undefined : new Error(`the primary presented ${presented}, not ${pin}`);
-                },
-              }
-            : {}),
+          ...trustedByPin(pin),
         },
         (res) => {
           const chunks: Buffer[] = [];
