@@ -45,12 +45,19 @@ export function startAgent(t: TestContext, master: string, token: string, option
     // The relay unless a test asks for the kernel: agents here share the host's one nftables table otherwise.
     env: { AGENT_FORWARDING: 'relay', ...process.env, AGENT_TOKEN: token },
     stdio: ['ignore', 'pipe', 'inherit'],
+    // A group of its own: a supervisor's workers go with it at the end, even a worker orphaned by a failing test,
+    // which would otherwise keep the test's process alive through the output pipe it shares.
+    detached: true,
   }) as AgentProcess;
   child.output = [];
   child.stateDir = stateDir;
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => child.output.push(chunk));
   t.after(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
   });
   return child;
 }
