@@ -319,7 +319,7 @@ export class Forwarder {
   private expiryTimer: NodeJS.Timeout | undefined;
   /** Traffic of listeners closed since the last drain, so no byte is lost at a reconfigure. */
   private leftover = new Map<number, RuleTraffic>();
-  /** Listening sockets an agent handed over (see agent/handover.ts), by `transport:port`, until a rule takes each. */
+  /** Listening sockets handed over (see agent/supervisor.ts), by `transport:port`, until a rule takes each. */
   private inherited = new Map<string, { close(): unknown }>();
   /** Where copies of the listening sockets are kept; null: nowhere (the agent runs alone). */
   keeper: SocketKeeper | null = null;

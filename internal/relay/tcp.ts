@@ -57,7 +57,7 @@ export class TcpRelay {
 
   /**
    * Resolves once listening on `port`, or on `inherited`: the listening socket an agent handed over (see
-   * agent/handover.ts), which the kernel shares between both until the old one stops accepting. Rejects with the bind
+   * agent/supervisor.ts), which the kernel shares between both until the old one stops accepting. Rejects with the bind
    * error (EADDRINUSE, EACCES, ...).
    */
   listen(host: string, port: number, inherited?: object): Promise<void> {
