@@ -604,6 +604,13 @@ test(SYNC_MODE, async (t) => {
   assert.equal(await lapsed(), '0');
   const made = (await rule(primary, { node_id: edge.id, listen_port: 21002 })).body;
   assert.equal((await call(back.url, 'GET', `/api/rules/${made.id}`, { token: primary.admin })).status, 200);
+
+  // A promotion is answered without waiting out the timeout: the promoted master has no standby of its own yet.
+  const longer = { replication_sync_timeout_seconds: 60 };
+  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: longer })).status, 200);
+  const promoted = await call(back.url, 'POST', '/api/replication/promote', { token: primary.admin });
+  assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
+  assert.equal((await call(back.url, 'GET', '/api/health')).body.sync_lapsed_since, null);
 });
 
 const SYNC_AFTER_RESTART =

@@ -311,7 +311,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         const ctx = makeCtx(route, exchange, params, query, raw, idempotency);
         out = fromReply(await route.handler(ctx));
         // In sync mode a write is answered once a standby holds it too.
-        if (route.method !== 'GET' && out.status < 400) await app.replicas.held();
+        if (route.method !== 'GET' && out.status < 400 && !route.unheld) await app.replicas.held();
       } catch (thrown) {
         const error = asDomainError(thrown);
         if (!(error instanceof DomainError)) throw error;

@@ -48,6 +48,7 @@ export const replicationOperations = operations({
       'applied is not on it. Promote only once the primary is gone or fenced: nothing here asks the primary. ' +
       '409 on a primary.',
     responses: { 200: { description: 'Promoted', schema: promotedSchema }, 409: { description: 'A primary already' } },
+    unheld: true,
     handler: async (ctx: Ctx<undefined, {}>) => {
       ctx.app.promote();
       const epoch = await transact(ctx.app, ctx, (change) => {

@@ -117,6 +117,11 @@ export interface OperationSpec<B, Q extends QuerySpec> {
   tenants?: boolean;
   /** Called while the master starts (health, which says so), where every other route answers 503 `starting`. */
   answersWhileStarting?: boolean;
+  /**
+   * A write answered without waiting, in sync mode, for a standby to hold it: the promotion, after which this master
+   * has no standby yet (its next writes wait, and lapse, as a primary's do).
+   */
+  unheld?: boolean;
   responses: Record<number, ResponseDoc>;
   handler: (ctx: Ctx<B, QueryOf<Q>>) => Reply | Promise<Reply>;
 }
