@@ -647,6 +647,33 @@ test(SYNC_AFTER_RESTART, async (t) => {
   assert.ok((await health()).sync_lapsed_since, 'and the primary says it goes on alone');
 });
 
+const PROMOTED_WHILE_SERVING =
+  'a standby promoted while its primary still serves (the watcher cut off from the primary, not the masters from ' +
+  'each other) fences that primary within seconds: one master takes writes, and the fenced one names it';
+test(PROMOTED_WHILE_SERVING, async (t) => {
+  const primary = await startMaster(t);
+  const token = await mintToken(primary, ['replication'], 'standby');
+  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const known = await call(primary.url, 'PATCH', '/api/settings', {
+    token: primary.admin,
+    body: { standby_masters: standby.url },
+  });
+  assert.equal(known.status, 200, JSON.stringify(known.body));
+  const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
+  assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
+  await until(
+    'the old primary fenced',
+    async () => (await call(primary.url, 'GET', '/api/health')).body.role === 'fenced',
+    15_000,
+  );
+  assert.deepEqual((await call(primary.url, 'GET', '/api/health')).body.fenced_by, { epoch: 2, primary: standby.url });
+  const body = { name: 'after', host: '192.0.2.41' };
+  const refused = await call(primary.url, 'POST', '/api/nodes', { token: primary.admin, body });
+  assertProblem(refused, 503, 'read_only');
+  assert.equal(refused.body.primary, standby.url);
+  assert.equal((await call(standby.url, 'POST', '/api/nodes', { token: primary.admin, body })).status, 201);
+});
+
 test('master promote makes a stopped standby the primary of the next epoch', async (t) => {
   const primary = await startMaster(t);
   const before = await node(primary, 'before');

@@ -14,6 +14,7 @@ import { AgentLinks, refuse } from '../../internal/agentlink/server.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Follower } from '../../internal/replication/follower.ts';
 import { newerPrimary } from '../../internal/replication/peers.ts';
+import { singleFlight } from '../../internal/runtime/single-flight.ts';
 import { App } from '../../internal/api/app.ts';
 import { addGauges } from '../../internal/api/health.ts';
 import { MasterMetrics } from '../../internal/metrics/metrics.ts';
@@ -69,6 +70,8 @@ function tlsIdentityFor(config: MasterConfig): TlsIdentity | null {
 }
 
 const MAINTENANCE_INTERVAL_MS = 60 * 60 * 1000;
+/** How often a primary asks the masters its standby_masters lists whether one leads a later epoch. */
+const PEER_WATCH_MS = 5000;
 
 async function bootstrapAdmin(store: Store, log: Logger, password: string | null, now: string): Promise<void> {
   if (store.users.count() > 0) return;
@@ -332,6 +335,15 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
     );
     let timer: NodeJS.Timeout | undefined;
     let ruleClock: NodeJS.Timeout | undefined;
+    let peerWatch: NodeJS.Timeout | undefined;
+    // Whether a master its standby_masters lists leads a later epoch: promoted while this one was down, or while it
+    // still serves (the watcher cut off from it, not from the standby). This one is fenced then, rather than both
+    // taking writes.
+    const askPeers = singleFlight(async () => {
+      if (app.fencedBy !== null || app.standby) return;
+      const newer = await newerPrimary(standbysOf(settings.get('standby_masters')), store.epoch.current());
+      if (newer) app.fence(newer.epoch, newer.primary);
+    });
     try {
       // What only a primary does: carry its own agent among the bundles, maintenance, and the clock of rules, alerts
       // and rollouts.
@@ -377,6 +389,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
             log.error('recording a change of the license failed', { error: (error as Error).message });
           }
         }, 1000).unref();
+        peerWatch = setInterval(() => void askPeers(), PEER_WATCH_MS).unref();
       };
       // A standby writes nothing of its own: its copy changes by its primary's changes alone.
       if (standby) void standby.run();
@@ -384,8 +397,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
         await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
         // A standby it knows may have been promoted past it while it was down: it takes no write before it asked.
-        const newer = await newerPrimary(standbysOf(settings.get('standby_masters')), store.epoch.current());
-        if (newer) app.fence(newer.epoch, newer.primary);
+        await askPeers();
         await servePrimary();
       }
       lifecycle.starting = false;
@@ -428,6 +440,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
           clearReady(config.dataDir);
           clearInterval(timer);
           clearInterval(ruleClock);
+          clearInterval(peerWatch);
           // An import or batch being written finishes first (new requests are refused meanwhile).
           await store.db.writable();
           await rolledUp(app);
