@@ -27,6 +27,7 @@ import {
   ruleBodies,
   startMaster,
   type Running,
+  type StartOptions,
 } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { nodeOf, startAgent } from './agents.ts';
@@ -89,6 +90,18 @@ async function caughtUp(m: Running, f: Follower, path: string): Promise<void> {
     await f.step();
   }
   assert.deepEqual(tables(path), tables(m.app.store.db.path));
+}
+
+/** A standby following `primary`, with the token it follows by (extra start options as startMaster takes). */
+async function standbyOf(t: TestContext, primary: Running, options: Omit<StartOptions, 'follow'> = {}) {
+  const token = await mintToken(primary, ['replication'], 'standby');
+  return { token, standby: await startMaster(t, { ...options, follow: { url: primary.url, token } }) };
+}
+
+/** Sets `settings` on master `m` as its admin; they must take. */
+async function setSettings(m: Running, settings: Record<string, unknown>): Promise<void> {
+  const answer = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings });
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
 }
 
 async function writeSome(m: Running, name: string) {
@@ -293,8 +306,7 @@ const STANDBY =
 test(STANDBY, async (t) => {
   const primary = await startMaster(t);
   await writeSome(primary, 'before');
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const { standby } = await standbyOf(t, primary);
   // The primary's admin session, which the standby's copy holds as the primary does.
   const read = (path: string) => call(standby.url, 'GET', path, { token: primary.admin });
   await until('the node made before on the standby', async () => (await read('/api/nodes?q=before-kept')).body.items);
@@ -357,8 +369,7 @@ test(CANNOT_APPLY, async (t) => {
   const disk = smallDisk(t, 24);
   if (!disk) return t.skip('a small file system of its own needs root (tmpfs)');
   const primary = await startMaster(t);
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token }, dataDir: disk });
+  const { standby } = await standbyOf(t, primary, { dataDir: disk });
   const health = async () => {
     const answer = await call(standby.url, 'GET', '/api/health');
     return { code: answer.status, ...answer.body };
@@ -390,8 +401,7 @@ const STANDBY_SESSIONS =
 
 test(STANDBY_SESSIONS, async (t) => {
   const primary = await startMaster(t);
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const { standby } = await standbyOf(t, primary);
   const user = { username: 'viewer', password: 'viewer-password', scopes: ['nodes:read'] };
   const made = await call(primary.url, 'POST', '/api/users', { token: primary.admin, body: user });
   assert.equal(made.status, 201);
@@ -510,14 +520,9 @@ test(FAIL_OVER, async (t) => {
   const echo = await tcpEcho(t);
   const listen = await freePort();
   await rule(primary, { node_id: edge.id, listen_port: listen, targets: [`127.0.0.1:${echo}`] });
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const { standby } = await standbyOf(t, primary);
   // The primary knows its standby, which it names once fenced (an address no agent chose).
-  const known = await call(primary.url, 'PATCH', '/api/settings', {
-    token: primary.admin,
-    body: { standby_masters: standby.url },
-  });
-  assert.equal(known.status, 200, JSON.stringify(known.body));
+  await setSettings(primary, { standby_masters: standby.url });
   // The standby first: it refuses the link, naming the primary, which the agent tries next.
   const agent = startAgent(t, `${standby.url},${primary.url}`, edge.agent_token);
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
@@ -571,10 +576,8 @@ const SYNC_MODE =
 
 test(SYNC_MODE, async (t) => {
   const primary = await startMaster(t);
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
-  const sync = { replication_mode: 'sync', replication_sync_timeout_seconds: 1 };
-  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: sync })).status, 200);
+  const { token, standby } = await standbyOf(t, primary);
+  await setSettings(primary, { replication_mode: 'sync', replication_sync_timeout_seconds: 1 });
   const edge = await node(primary, 'edge');
   for (let i = 0; i < 20; i++) {
     const made = (await rule(primary, { node_id: edge.id, listen_port: 20000 + i })).body;
@@ -606,8 +609,7 @@ test(SYNC_MODE, async (t) => {
   assert.equal((await call(back.url, 'GET', `/api/rules/${made.id}`, { token: primary.admin })).status, 200);
 
   // A promotion is answered without waiting out the timeout: the promoted master has no standby of its own yet.
-  const longer = { replication_sync_timeout_seconds: 60 };
-  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: longer })).status, 200);
+  await setSettings(primary, { replication_sync_timeout_seconds: 60 });
   const promoted = await call(back.url, 'POST', '/api/replication/promote', { token: primary.admin });
   assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
   assert.equal((await call(back.url, 'GET', '/api/health')).body.sync_lapsed_since, null);
@@ -622,10 +624,8 @@ test(SYNC_AFTER_RESTART, async (t) => {
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const port = await freePort();
   let primary = await startMaster(t, { dataDir, port });
-  const sync = { replication_mode: 'sync', replication_sync_timeout_seconds: 3 };
-  assert.equal((await call(primary.url, 'PATCH', '/api/settings', { token: primary.admin, body: sync })).status, 200);
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  await setSettings(primary, { replication_mode: 'sync', replication_sync_timeout_seconds: 3 });
+  const { standby } = await standbyOf(t, primary);
   await node(primary, 'before');
   const health = async () => (await call(primary.url, 'GET', '/api/health')).body;
 
@@ -652,13 +652,8 @@ const PROMOTED_WHILE_SERVING =
   'each other) fences that primary within seconds: one master takes writes, and the fenced one names it';
 test(PROMOTED_WHILE_SERVING, async (t) => {
   const primary = await startMaster(t);
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
-  const known = await call(primary.url, 'PATCH', '/api/settings', {
-    token: primary.admin,
-    body: { standby_masters: standby.url },
-  });
-  assert.equal(known.status, 200, JSON.stringify(known.body));
+  const { standby } = await standbyOf(t, primary);
+  await setSettings(primary, { standby_masters: standby.url });
   const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
   assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
   await until(
@@ -706,8 +701,7 @@ const LEARNED =
 test(LEARNED, async (t) => {
   const primary = await startMaster(t, { localTargets: true });
   const edge = await node(primary, 'edge');
-  const token = await mintToken(primary, ['replication'], 'standby');
-  const standby = await startMaster(t, { follow: { url: primary.url, token } });
+  const { standby } = await standbyOf(t, primary);
   const set = await call(primary.url, 'PATCH', '/api/settings', {
     token: primary.admin,
     body: { standby_masters: standby.url },

@@ -172,7 +172,7 @@ function anotherValue(key: SettingKey): unknown {
     install_master_url: 'https://192.0.2.1:8443',
     tls_next_pin: `sha256/${'A'.repeat(43)}=`,
     replication_mode: 'sync',
-    standby_masters: 'https://192.0.2.2:8443',
+    standby_masters: 'https://127.0.0.1:1',
   }[key as string];
 }
 
