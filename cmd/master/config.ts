@@ -25,7 +25,25 @@ export interface MasterConfig {
   insecureHttp: boolean;
   /** The primary this master is a standby of (its address, key pin, and a token with the replication scope). */
   follow: { url: string; pin: string | null; token: string } | null;
+  /** Masters elected through etcd: its members, the cluster's key prefix, TLS to it, and this master's address. */
+  etcd: EtcdConfig | null;
 }
+
+export interface EtcdConfig {
+  endpoints: string[];
+  prefix: string;
+  caPath: string | null;
+  certPath: string | null;
+  keyPath: string | null;
+  /** The address this master publishes for standbys and agents (--advertise). */
+  advertise: string;
+  /** A token with the replication scope, to follow whichever master leads; null: this master cannot follow. */
+  token: string | null;
+  /** Whether a leader at a plain http:// address off this machine may be followed (--follow-insecure). */
+  followInsecure: boolean;
+}
+
+const TOKEN = /^mst_[A-Za-z0-9_-]{20,200}$/;
 
 export type ParseResult = Parsed<MasterConfig>;
 
@@ -56,12 +74,22 @@ Options:
   --follow-insecure      allow --follow toward a plain http:// primary that is not on this machine: the
                          replication token, which reads the whole database, then crosses the network in
                          clear (env MASTER_FOLLOW_INSECURE=1; --insecure-http does not allow it)
+  --etcd URL[,URL...]    elect the primary among masters through etcd (v3, its JSON gateway) at these member
+                         addresses: the leader serves writes and agents, the others follow it as standbys and
+                         one takes over when it is gone (env MASTER_ETCD; needs --advertise)
+  --etcd-prefix PREFIX   the cluster's keys in etcd (env MASTER_ETCD_PREFIX, default /portplane)
+  --etcd-ca FILE         the CA etcd's certificates are checked by (env MASTER_ETCD_CA) ...
+  --etcd-cert FILE       ... and this master's client certificate (env MASTER_ETCD_CERT) ...
+  --etcd-key FILE        ... and its key (env MASTER_ETCD_KEY), for https:// members
+  --advertise URL        with --etcd: this master's own address, which etcd tells standbys and agents when it
+                         leads (env MASTER_ADVERTISE)
   --help                 show this help
   --version              show the version
 
 Environment only:
   MASTER_ADMIN_PASSWORD  password of the first admin, created on first start (default: generated and printed once)
-  MASTER_FOLLOW_TOKEN    with --follow: the primary's token with the replication scope
+  MASTER_FOLLOW_TOKEN    with --follow: the primary's token with the replication scope; with --etcd, the leader's
+                         (made on the first master, which leads alone), for the others to follow it
   MASTER_FOLLOW_PIN      with --follow: the primary's key pin (sha256/...), for its own certificate
 `;
 
@@ -75,6 +103,12 @@ const FLAGS = {
   '--tls-cert': 'MASTER_TLS_CERT',
   '--tls-key': 'MASTER_TLS_KEY',
   '--follow': 'MASTER_FOLLOW',
+  '--etcd': 'MASTER_ETCD',
+  '--etcd-prefix': 'MASTER_ETCD_PREFIX',
+  '--etcd-ca': 'MASTER_ETCD_CA',
+  '--etcd-cert': 'MASTER_ETCD_CERT',
+  '--etcd-key': 'MASTER_ETCD_KEY',
+  '--advertise': 'MASTER_ADVERTISE',
 } as const;
 /** Flags that take no value; their environment variable is on when it is 1 or true. */
 const SWITCHES = { '--insecure-http': 'MASTER_INSECURE_HTTP', '--follow-insecure': 'MASTER_FOLLOW_INSECURE' } as const;
@@ -120,6 +154,9 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
   if (certPath && insecureHttp) return { error: '--insecure-http and --tls-cert contradict each other: choose one' };
   const follow = followOf(values['--follow'], env, switches['--follow-insecure']!);
   if (typeof follow === 'string') return { error: follow };
+  const etcd = etcdOf(values, env, switches['--follow-insecure']!);
+  if (typeof etcd === 'string') return { error: etcd };
+  if (etcd && follow) return { error: '--etcd and --follow contradict each other: with etcd, the leader is followed' };
   return {
     config: {
       ...listen,
@@ -132,7 +169,62 @@ export function parseConfig(argv: readonly string[], env: Record<string, string 
       tls: certPath && keyPath ? { certPath, keyPath } : null,
       insecureHttp,
       follow,
+      etcd,
     },
+  };
+}
+
+/** Whether a plain http:// address would cross the network (and what it carries travel in clear). */
+const offMachine = (origin: string) => {
+  const { protocol, hostname } = new URL(origin);
+  return protocol === 'http:' && !isLoopback(hostname.replace(/^\[|\]$/g, ''));
+};
+
+/** Election through etcd, from --etcd and what goes with it, or why they are not one. */
+function etcdOf(
+  values: Record<string, string | undefined>,
+  env: Record<string, string | undefined>,
+  followInsecure: boolean,
+): EtcdConfig | string | null {
+  const given = values['--etcd'];
+  const withIt = ['--etcd-prefix', '--etcd-ca', '--etcd-cert', '--etcd-key', '--advertise'].find(
+    (flag) => values[flag],
+  );
+  if (!given) return withIt ? `${withIt} goes with --etcd` : null;
+  const endpoints: string[] = [];
+  for (const part of given.split(',')) {
+    const origin = masterOrigin(part);
+    if (!origin) return `--etcd takes etcd members' addresses, http(s)://HOST:PORT, comma-separated, got '${part}'`;
+    if (offMachine(origin))
+      return (
+        `--etcd ${origin}: the leader's address and key pin come from etcd, so etcd off this machine is spoken to ` +
+        'over TLS: give https:// with --etcd-ca (and --etcd-cert, --etcd-key)'
+      );
+    endpoints.push(origin);
+  }
+  const prefix = values['--etcd-prefix'] ?? '/portplane';
+  if (!/^\/[A-Za-z0-9._/-]{1,100}$/.test(prefix) || prefix.endsWith('/'))
+    return `--etcd-prefix must be a key path such as /portplane (letters, digits, . _ - /), got '${prefix}'`;
+  const [certPath, keyPath] = [values['--etcd-cert'] ?? null, values['--etcd-key'] ?? null];
+  if ((certPath === null) !== (keyPath === null)) return '--etcd-cert and --etcd-key go together';
+  const advertised = values['--advertise'];
+  const advertise = advertised ? masterOrigin(advertised) : null;
+  if (!advertise)
+    return advertised
+      ? `--advertise must be http(s)://HOST[:PORT], this master's address, got '${advertised}'`
+      : "--etcd needs --advertise: this master's address, which standbys and agents are told when it leads";
+  const token = env.MASTER_FOLLOW_TOKEN || null;
+  if (token !== null && !TOKEN.test(token))
+    return 'MASTER_FOLLOW_TOKEN must be a token of the leader with the replication scope (mst_...)';
+  return {
+    endpoints,
+    prefix,
+    caPath: values['--etcd-ca'] ?? null,
+    certPath,
+    keyPath,
+    advertise,
+    token,
+    followInsecure,
   };
 }
 
@@ -145,14 +237,13 @@ function followOf(
   if (!url) return null;
   const origin = masterOrigin(url);
   if (!origin) return `--follow must be http(s)://HOST[:PORT], the primary's address, got '${url}'`;
-  const { protocol, hostname } = new URL(origin);
-  if (protocol === 'http:' && !isLoopback(hostname.replace(/^\[|\]$/g, '')) && !insecure)
+  if (offMachine(origin) && !insecure)
     return (
       `--follow ${origin} would send the replication token, which reads the whole database, in clear across the ` +
       `network: use https:// (with MASTER_FOLLOW_PIN for the primary's own certificate), or pass --follow-insecure`
     );
   const token = env.MASTER_FOLLOW_TOKEN ?? '';
-  if (!/^mst_[A-Za-z0-9_-]{20,200}$/.test(token))
+  if (!TOKEN.test(token))
     return '--follow needs MASTER_FOLLOW_TOKEN: a token of the primary with the replication scope (mst_...)';
   const pin = env.MASTER_FOLLOW_PIN || null;
   if (pin !== null && !PIN.test(pin)) return `MASTER_FOLLOW_PIN must be sha256/<base64 of 32 bytes>, got '${pin}'`;

@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { isMainThread } from 'node:worker_threads';
 import { commandUsage, parseCommand, runCommand } from './commands.ts';
 import { parseConfig, usage } from './config.ts';
+import { startElected } from './elected.ts';
 import { start, type Master } from './start.ts';
 
 async function main(): Promise<void> {
@@ -43,7 +44,7 @@ async function main(): Promise<void> {
       // start, so a SIGHUP right after the listening line never takes the default action (exit).
       let master: Master | undefined;
       process.on('SIGHUP', () => (master ? master.reloadTls() : log.warn('SIGHUP before the master was up; ignored')));
-      master = await start(config, log);
+      master = config.etcd ? await startElected(config, log) : await start(config, log);
       return master.close;
     },
   });

@@ -15,7 +15,7 @@ import { DomainError } from '../../internal/errors/errors.ts';
 import { Follower } from '../../internal/replication/follower.ts';
 import { newerPrimary } from '../../internal/replication/peers.ts';
 import { singleFlight } from '../../internal/runtime/single-flight.ts';
-import { App } from '../../internal/api/app.ts';
+import { App, type Leadership } from '../../internal/api/app.ts';
 import { addGauges } from '../../internal/api/health.ts';
 import { MasterMetrics } from '../../internal/metrics/metrics.ts';
 import { Installer } from '../../internal/install/installer.ts';
@@ -53,6 +53,18 @@ import type { MasterConfig } from './config.ts';
 import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker } from './workers.ts';
 import { maintain, rolledUp } from '../../internal/service/maintenance.ts';
 
+/** What a master elected through etcd (see elected.ts) adds to its start. */
+export interface StartOptions {
+  /** Its part in the election: writes are taken only while it holds. */
+  leadership?: Leadership;
+  /** The name it gives the primary it follows (its --advertise address). */
+  standbyName?: string;
+  /** Runs once a primary's store is ready, before it serves: an elected leader records its epoch. */
+  beforeServing?: (app: App) => Promise<void>;
+  /** Gives up a start still seeding its copy (the leader it seeds from is gone). */
+  signal?: AbortSignal;
+}
+
 export interface Master {
   url: string;
   app: App;
@@ -63,7 +75,7 @@ export interface Master {
 }
 
 /** The identity to serve HTTPS with: given, made once in the data dir off loopback, or none (plain HTTP). */
-function tlsIdentityFor(config: MasterConfig): TlsIdentity | null {
+export function tlsIdentityFor(config: MasterConfig): TlsIdentity | null {
   if (config.tls) return new TlsIdentity(config.tls);
   if (isLoopback(config.host) || config.insecureHttp) return null;
   return new TlsIdentity(selfSignedFiles(config.dataDir, config.host));
@@ -177,11 +189,21 @@ function recordRestart(store: Store, at: string): void {
  * A standby's follower, its copy seeded before anything opens it: a start waits for the primary (saying so), since
  * there is nothing to serve without a copy.
  */
-async function seededFollower(config: MasterConfig, log: Logger, changed: () => void): Promise<Follower> {
+async function seededFollower(
+  config: MasterConfig,
+  log: Logger,
+  changed: () => void,
+  options: StartOptions,
+): Promise<Follower> {
   const { url, pin, token } = config.follow!;
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-  const follower = new Follower({ url, pin, token, path: join(config.dataDir, 'master.db'), log, changed });
+  const path = join(config.dataDir, 'master.db');
+  const follower = new Follower({ url, pin, token, path, log, changed, name: options.standbyName });
   while (!follower.position()) {
+    if (options.signal?.aborted) {
+      follower.stop();
+      throw new Error(`gave up seeding from ${url}: ${String(options.signal.reason)}`);
+    }
     try {
       await follower.step();
     } catch (error) {
@@ -195,7 +217,12 @@ async function seededFollower(config: MasterConfig, log: Logger, changed: () => 
   return follower;
 }
 
-export async function start(config: MasterConfig, log: Logger, now: () => number = Date.now): Promise<Master> {
+export async function start(
+  config: MasterConfig,
+  log: Logger,
+  now: () => number = Date.now,
+  options: StartOptions = {},
+): Promise<Master> {
   // The agent links' record of which nodes are online, which the store renders their status from.
   const sync = new SyncHub();
   const clock = new Clock(now);
@@ -203,7 +230,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
   let copyChanged = () => {};
   // What only a primary does (defined once the server is wired): at start, or when a standby is promoted.
   let servePrimary = async () => {};
-  const standby = config.follow ? await seededFollower(config, log, () => copyChanged()) : null;
+  const standby = config.follow ? await seededFollower(config, log, () => copyChanged(), options) : null;
   const store = openData(config, sync, clock);
   // Its follower alone changes a standby's copy: nothing else writes through the store.
   if (standby) store.db.readCopyOf(standby.primary);
@@ -295,6 +322,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
       events,
       releaseKeys,
       standby,
+      leadership: options.leadership,
       // A standby becomes the primary: it stops following, its copy gets back what it went without, and it serves.
       becomePrimary() {
         standby?.stop();
@@ -355,7 +383,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         const housekeeping = () =>
           store.db.whenWritable(() => {
             // A primary another took over from writes nothing more.
-            if (app.fencedBy !== null) return;
+            if (!app.serving) return;
             const failed = (error: unknown) =>
               log.error('maintenance failed', { error: (error as Error)?.stack ?? String(error) });
             try {
@@ -371,7 +399,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         const licenseTick = licenseWatch(app);
         const refusedTick = refusedWritesWatch(app);
         ruleClock = setInterval(() => {
-          if (app.draining || app.fencedBy !== null) return;
+          if (app.draining || !app.serving) return;
           tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
           tickAccounts(app).catch((error: Error) => log.error("the tenants' clock failed", { error: error.message }));
           evaluateAlerts(app)
@@ -398,6 +426,7 @@ export async function start(config: MasterConfig, log: Logger, now: () => number
         await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
         // A standby it knows may have been promoted past it while it was down: it takes no write before it asked.
         await askPeers();
+        await options.beforeServing?.(app);
         await servePrimary();
       }
       lifecycle.starting = false;

@@ -1,26 +1,22 @@
-// The services a request may use, and how a bearer secret becomes a caller.
+// The services a request may use.
 
 import { WriteBudget } from '../auth/budget.ts';
 import type { SecretBox } from '../crypto/box.ts';
-import { intersect, type Scope } from '../auth/scopes.ts';
-import type { Role } from '../store/users.ts';
-import { hashSecret, secretKind } from '../auth/secrets.ts';
 import { StandbySessions } from '../auth/standby-sessions.ts';
+import { Callers, type Principal } from './callers.ts';
 import { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError } from '../errors/errors.ts';
-import { formatTime } from '../schema/schema.ts';
 import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
 import type { Logger } from '../log/log.ts';
 import type { Settings } from '../settings/settings.ts';
 import type { Actor } from '../store/audit.ts';
 import type { Store } from '../store/store.ts';
-import type { TokenKind } from '../store/tokens.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { Outbox } from '../service/outbox.ts';
 import type { KeyObject } from 'node:crypto';
-import { PrimaryReplication } from '../replication/primary.ts';
+import { PrimaryReplication, type StandbyChoice } from '../replication/primary.ts';
 import type { Follower } from '../replication/follower.ts';
 import { singleFlight } from '../runtime/single-flight.ts';
 import { backupDataDir } from '../backup/backup.ts';
@@ -34,35 +30,7 @@ import type { TargetPolicy } from '../domain/rules.ts';
 import type { ImportJob } from '../service/transfer.ts';
 import type { JobCommitted } from '../service/write.ts';
 
-export interface Principal {
-  tokenId: number;
-  kind: TokenKind;
-  tokenName: string;
-  userId: number;
-  username: string;
-  /** The user's: a tenant reaches only routes that follow ownership (see `tenants` on an operation). */
-  role: Role;
-  /** A tenant's plan (null: none, which grants nothing). */
-  planId: number | null;
-  /** The token's scopes as far as its owner still holds them. */
-  scopes: Scope[];
-  expiresAt: string | null;
-}
-
-interface VerifiedCredential {
-  principal: Principal;
-  expiresAtMs: number | null;
-  /** When the user's account ends (a tenant's), and the credential with it. */
-  accountEndsAt: string | null;
-  lastUsedMs: number | null;
-}
-
-/** Whether an account that ends at `endsAt` (null: never) has ended at `nowMs`. */
-function ended(endsAt: string | null, nowMs: number): boolean {
-  return endsAt !== null && Date.parse(endsAt) <= nowMs;
-}
-
-const MAX_VERIFIED = 10_000;
+export type { Principal } from './callers.ts';
 
 /** What the API's handlers may use: assembled by cmd/master. */
 export interface AppParts {
@@ -96,6 +64,14 @@ export interface AppParts {
   standby: Follower | null;
   /** Makes a standby serve as the primary (its follower stopped, its copy whole again, its clocks started). */
   becomePrimary: () => void;
+  /** Masters elected through etcd: this one's part in the election; null for a master promoted by hand. */
+  leadership?: Leadership | null;
+}
+
+/** A master's part in an election (see election/election.ts), as the API needs it. */
+export interface Leadership extends StandbyChoice {
+  /** Whether this master leads and is sure it still does: only then does it take writes. */
+  holds(): boolean;
 }
 
 export class App {
@@ -103,8 +79,7 @@ export class App {
   readonly budget: WriteBudget;
   /** `token:key` of POSTs with an Idempotency-Key that are still being answered. */
   readonly idempotencyInFlight = new Set<string>();
-  private readonly verified = new Map<string, VerifiedCredential>();
-  private verifiedGeneration = -1;
+  private readonly callers: Callers;
   /** A standby's own login sessions (its copy takes no write); none on a primary. */
   readonly standbySessions = new StandbySessions();
 
@@ -134,6 +109,8 @@ export class App {
   /** The follower of the primary this master is a standby of; null for a primary (and once promoted). */
   standby: Follower | null;
   private readonly becomePrimary: () => void;
+  /** This master's part in an election through etcd; null for one promoted by hand. */
+  readonly leadership: Leadership | null;
   /**
    * The primary that took over from this one, as its agents said: its epoch, and its address if they named it. Null:
    * this master serves writes.
@@ -170,15 +147,23 @@ export class App {
       standby: this.standby,
       becomePrimary: this.becomePrimary,
     } = parts);
+    this.leadership = parts.leadership ?? null;
     this.startedAt = this.clock.now();
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
+    this.callers = new Callers({
+      store: this.store,
+      sessions: this.standbySessions,
+      clock: this.clock,
+      writes: () => this.standby === null,
+    });
     this.budget = new WriteBudget(this.clock.now);
     this.replicas = new PrimaryReplication({
       db: this.store.db,
       settings: this.settings,
       log: this.log,
       now: () => this.now(),
+      choice: this.leadership ?? undefined,
     });
   }
 
@@ -200,6 +185,22 @@ export class App {
         fenced.primary ? { data: { primary: fenced.primary } } : {},
       );
     }
+    if (this.leaderless && method !== 'GET')
+      throw new DomainError(
+        'read_only',
+        'this master cannot be sure in etcd that it still leads (its lease could not be renewed): it takes no write ' +
+          'until it can, or follows the master elected in its place',
+      );
+  }
+
+  /** An elected primary that cannot be sure it still leads: it takes no write meanwhile. */
+  get leaderless(): boolean {
+    return this.standby === null && this.leadership !== null && !this.leadership.holds();
+  }
+
+  /** Whether this master takes writes and runs its clocks: a primary that no other took over from. */
+  get serving(): boolean {
+    return this.standby === null && this.fencedBy === null && !this.leaderless;
   }
 
   /** Another primary took over from this one (see AgentLinks): it writes nothing more. */
@@ -211,7 +212,7 @@ export class App {
 
   /** What this master is now: a standby of a primary, a primary another took over from (fenced), or the primary. */
   get role(): 'primary' | 'standby' | 'fenced' {
-    return this.standby ? 'standby' : this.fencedBy !== null ? 'fenced' : 'primary';
+    return this.standby ? 'standby' : this.fencedBy !== null || this.leaderless ? 'fenced' : 'primary';
   }
 
   /** A standby becomes the primary; its writes are the caller's to make. Throws `conflict` on a primary. */
@@ -265,125 +266,19 @@ export class App {
     };
   }
 
-  /**
-   * Turns an Authorization header into a caller. Throws `unauthorized`. Verified credentials
-   * are cached by secret until anything that could revoke or narrow one changes (see
-   * Store.credentials), so most requests skip the lookup and the hash.
-   */
+  /** Turns an Authorization header into a caller (see Callers). Throws `unauthorized`. */
   authenticate(header: string | undefined): Principal {
-    const match = header && /^Bearer +([^ ]+) *$/i.exec(header);
-    if (!match) throw new DomainError('unauthorized', 'send Authorization: Bearer <token>');
-    const secret = match[1]!;
-    const generation = this.store.credentials.value;
-    if (this.verifiedGeneration !== generation) {
-      this.verified.clear();
-      this.verifiedGeneration = generation;
-    }
-    const entry = this.verified.get(secret) ?? this.lookup(secret);
-    if (entry === null) return this.standbySession(secret);
-    const now = this.now();
-    if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
-      const detail = `the token expired at ${entry.principal.expiresAt}`;
-      throw new DomainError('unauthorized', detail, { invalidToken: true });
-    }
-    if (ended(entry.accountEndsAt, now)) {
-      const detail = `the account expired at ${entry.accountEndsAt}: ask an operator to extend it`;
-      throw new DomainError('unauthorized', detail, { invalidToken: true });
-    }
-    // Last use is recorded at most once a minute so that reads do not all become writes; a standby writes nothing.
-    if (!this.standby && (entry.lastUsedMs === null || entry.lastUsedMs < now - 60_000)) {
-      const at = this.timestamp();
-      this.store.db.whenWritable(() => this.store.write(() => this.store.tokens.touch(entry.principal.tokenId, at)));
-      entry.lastUsedMs = now;
-    }
-    return entry.principal;
+    return this.callers.authenticate(header);
   }
 
-  /**
-   * The caller `principal` as it stands now, for what outlives the request that authenticated it (an event stream):
-   * null once its token is revoked, expired or logged out, or its user disabled or deleted; else with the scopes it
-   * holds now (its user's may have narrowed).
-   */
+  /** The caller `principal` as it stands now, or null (see Callers). */
   reauthorize(principal: Principal): Principal | null {
-    if (principal.tokenId < 0) return this.standbyPrincipal(principal.tokenId);
-    const credential = this.store.tokens.findCredential(principal.tokenId, principal.kind);
-    if (!credential || credential.user_disabled || credential.created_by.id !== principal.userId) return null;
-    if (credential.expires_at !== null && Date.parse(credential.expires_at) <= this.now()) return null;
-    if (ended(credential.user_expires_at, this.now())) return null;
-    return {
-      ...principal,
-      role: credential.user_role,
-      planId: credential.user_plan_id,
-      scopes: intersect(credential.user_scopes, credential.scopes),
-      expiresAt: credential.expires_at,
-    };
-  }
-
-  /** The credential `secret` is, cached; null for a session a standby may hold (see standbySession). */
-  private lookup(secret: string): VerifiedCredential | null {
-    const kind = secretKind(secret);
-    if (kind !== 'api' && kind !== 'session') throw refused();
-    const credential = this.store.tokens.findBySecretHash(hashSecret(secret));
-    if (!credential && kind === 'session' && this.standby) return null;
-    if (!credential || credential.kind !== kind || credential.user_disabled) throw refused();
-    const entry: VerifiedCredential = {
-      principal: {
-        tokenId: credential.id,
-        kind: credential.kind,
-        tokenName: credential.name,
-        userId: credential.created_by.id,
-        username: credential.created_by.username,
-        role: credential.user_role,
-        planId: credential.user_plan_id,
-        scopes: intersect(credential.user_scopes, credential.scopes),
-        expiresAt: credential.expires_at,
-      },
-      expiresAtMs: credential.expires_at === null ? null : Date.parse(credential.expires_at),
-      accountEndsAt: credential.user_expires_at,
-      lastUsedMs: credential.last_used_at === null ? null : Date.parse(credential.last_used_at),
-    };
-    if (this.verified.size >= MAX_VERIFIED) this.verified.clear();
-    this.verified.set(secret, entry);
-    return entry;
-  }
-
-  /**
-   * The caller of a standby's own login session (see StandbySessions), looked up at each request rather than cached:
-   * one logged out, or whose user the primary disabled or gave a new password, is refused at once. Throws
-   * `unauthorized`.
-   */
-  private standbySession(secret: string): Principal {
-    const session = this.standbySessions.find(secret);
-    const principal = session && this.standbyPrincipal(session.id);
-    if (!principal) throw refused();
-    return principal;
-  }
-
-  private standbyPrincipal(id: number): Principal | null {
-    const session = this.standbySessions.get(id);
-    if (!session || session.expiresAtMs <= this.now()) return null;
-    const user = this.store.users.findByIdWithHash(session.userId);
-    // A password changed at the primary ends the user's other sessions there, and every one here.
-    if (!user || user.disabled || user.password_hash !== session.passwordHash) return null;
-    if (ended(user.expires_at, this.now())) return null;
-    return {
-      tokenId: session.id,
-      kind: 'session',
-      tokenName: 'login',
-      userId: user.id,
-      username: user.username,
-      role: user.role,
-      planId: user.plan_id,
-      scopes: user.scopes,
-      expiresAt: formatTime(session.expiresAtMs),
-    };
+    return this.callers.reauthorize(principal);
   }
 }
 
 /** What a standby does though it writes nothing: its promotion, and its own login sessions (see StandbySessions). */
 const STANDBY_WRITES = new Set([PROMOTE, '/api/auth/login', '/api/auth/logout']);
-
-const refused = () => new DomainError('unauthorized', 'the token is unknown or revoked', { invalidToken: true });
 
 export function actorOf(principal: Principal | null, ip: string, requestId: string): Actor {
   if (!principal)

@@ -42,9 +42,13 @@ const healthSchema = record('Health', {
     enum: ['primary', 'standby', 'fenced'],
     description:
       'standby: it serves reads of its copy of the primary named below, and refuses writes. fenced: a primary ' +
-      'that agents of two nodes said a newer one took over from (a standby promoted): it refuses writes.',
+      'a newer one took over from (a master it knows said so, or agents of two nodes did), or, elected through ' +
+      'etcd, one that cannot renew its lease there: it refuses writes.',
   },
-  epoch: { type: 'integer', description: 'Raised by each promotion of a standby (1 before the first).' },
+  epoch: {
+    type: 'integer',
+    description: 'Raised by each promotion of a standby, and each election of a leader (1 before the first).',
+  },
   fenced_by: {
     type: ['object', 'null'],
     description:

@@ -31,6 +31,12 @@ const changesQuery = {
   generation: textParam({ max: 64, description: "The generation of the follower's position." }),
   after: intParam({ min: 0, max: Number.MAX_SAFE_INTEGER, description: 'The last change the follower applied.' }),
   wait_seconds: intParam({ min: 0, max: 30, description: 'Wait this long for a change when there is none yet.' }),
+  standby: textParam({
+    max: 200,
+    description:
+      "The follower's own address (--advertise), in masters elected through etcd: a sync-mode leader waits for " +
+      'the one standby it chose, by this name.',
+  }),
 };
 
 const promotedSchema = record('Promoted', {
@@ -46,10 +52,16 @@ export const replicationOperations = operations({
       'It stops following, gets back what its copy went without (the triggers and what they keep), raises the ' +
       'epoch and serves writes, agents and its clocks from now on. What its primary committed and it had not ' +
       'applied is not on it. Promote only once the primary is gone or fenced: nothing here asks the primary. ' +
-      '409 on a primary.',
+      '409 on a primary, and on masters elected through etcd (--etcd), whose election promotes.',
     responses: { 200: { description: 'Promoted', schema: promotedSchema }, 409: { description: 'A primary already' } },
     unheld: true,
     handler: async (ctx: Ctx<undefined, {}>) => {
+      if (ctx.app.leadership)
+        throw new DomainError(
+          'conflict',
+          'this master is elected through etcd: the election promotes a standby when the leader is gone, and only ' +
+            'one that holds every acknowledged write',
+        );
       ctx.app.promote();
       const epoch = await transact(ctx.app, ctx, (change) => {
         const raised = ctx.app.store.epoch.raise(ctx.app.timestamp());
@@ -114,7 +126,7 @@ export const replicationOperations = operations({
       },
     },
     handler: async (ctx: Ctx<undefined, QueryOf<typeof changesQuery>>) => {
-      const { generation, after } = ctx.query;
+      const { generation, after, standby } = ctx.query;
       if (generation === undefined || after === undefined) {
         const detail = 'is required: generation and after say where the follower stands';
         throw new DomainError('invalid_query', `generation ${detail}`, {
@@ -122,7 +134,7 @@ export const replicationOperations = operations({
         });
       }
       const feed = ctx.app.replicas.feed();
-      let found = feed.after({ generation, seq: after });
+      let found = feed.after({ generation, seq: after }, standby);
       if (Array.isArray(found) && found.length === 0 && (ctx.query.wait_seconds ?? 0) > 0) {
         await feed.next(ctx.query.wait_seconds! * 1000);
         // Authority holds for as long as it is used: a token revoked (or narrowed) while it waited gets nothing.
@@ -135,7 +147,7 @@ export const replicationOperations = operations({
               invalidToken: !current,
             },
           );
-        found = feed.after({ generation, seq: after });
+        found = feed.after({ generation, seq: after }, standby);
       }
       const page = found === 'reseed' ? { reseed: true, changes: [] } : { reseed: false, changes: found };
       return {

@@ -8,14 +8,22 @@ export const MAX_BYTES = 64 * 1024 * 1024;
 /** The most one answer carries. */
 export const PAGE_CHANGES = 500;
 export const PAGE_BYTES = 8 * 1024 * 1024;
+/** The most standbys whose positions are kept apart. */
+const MAX_STANDBYS = 32;
+
+const reaches = (at: Position | undefined, position: Position) =>
+  at !== undefined && at.generation === position.generation && at.seq >= position.seq;
 
 export class ReplicationFeed {
   private readonly changes: RecordedChange[] = [];
   private bytes = 0;
   private readonly waiting = new Set<() => void>();
   private closed = false;
-  /** The furthest a standby said it stands (the position it asked after), and who waits for it to reach further. */
-  private acknowledged: Position | null = null;
+  /**
+   * How far each standby said it stands (the position it asked after), by the name it gives ('' for none), the one
+   * that spoke last at the end; and who waits for one to reach further.
+   */
+  private readonly acknowledged = new Map<string, Position>();
   private readonly holding = new Set<() => void>();
 
   constructor(
@@ -51,10 +59,13 @@ export class ReplicationFeed {
    * The changes that follow `position`, oldest first (a page at most); 'reseed' when they are not all here (another
    * generation, or older than what is kept).
    */
-  after(position: Position): RecordedChange[] | 'reseed' {
+  after(position: Position, standby = ''): RecordedChange[] | 'reseed' {
     const now = this.current;
-    if (position.generation === now.generation && position.seq <= now.seq && !this.holds(position)) {
-      this.acknowledged = { ...position };
+    if (position.generation === now.generation && position.seq <= now.seq && !this.holds(position, standby)) {
+      this.acknowledged.delete(standby);
+      this.acknowledged.set(standby, { ...position });
+      // Names are the standbys' own: those that no longer ask are forgotten first.
+      if (this.acknowledged.size > MAX_STANDBYS) this.acknowledged.delete(this.acknowledged.keys().next().value!);
       for (const wake of [...this.holding]) wake();
     }
     if (position.generation !== now.generation || position.seq > now.seq) return 'reseed';
@@ -73,15 +84,27 @@ export class ReplicationFeed {
     return page;
   }
 
-  /** Whether a standby has said it holds `position` (or a later one of its generation). */
-  holds(position: Position): boolean {
-    const at = this.acknowledged;
-    return at !== null && at.generation === position.generation && at.seq >= position.seq;
+  /**
+   * Whether the standby named `standby` (any, when undefined) has said it holds `position` (or a later one of its
+   * generation).
+   */
+  holds(position: Position, standby?: string): boolean {
+    return standby === undefined ? this.holder(position) !== null : reaches(this.acknowledged.get(standby), position);
   }
 
-  /** Resolves true once a standby holds `position`, false after `ms` (or at once, when the master stops). */
-  held(position: Position, ms: number): Promise<boolean> {
-    if (this.holds(position)) return Promise.resolve(true);
+  /** A standby that holds `position`, the last to say so first; null when none does. */
+  holder(position: Position): string | null {
+    const said = [...this.acknowledged];
+    for (let i = said.length - 1; i >= 0; i--) if (reaches(said[i]![1], position)) return said[i]![0];
+    return null;
+  }
+
+  /**
+   * Resolves true once the standby named `standby` (any, when undefined) holds `position`, false after `ms` (or at
+   * once, when the master stops).
+   */
+  held(position: Position, ms: number, standby?: string): Promise<boolean> {
+    if (this.holds(position, standby)) return Promise.resolve(true);
     if (this.closed) return Promise.resolve(false);
     return new Promise((resolve) => {
       const done = (held: boolean) => {
@@ -90,7 +113,7 @@ export class ReplicationFeed {
         resolve(held);
       };
       const check = () => {
-        if (this.holds(position)) done(true);
+        if (this.holds(position, standby)) done(true);
         else if (this.closed) done(false);
       };
       const timer = setTimeout(() => done(false), ms);

@@ -17,6 +17,8 @@ export interface FollowerOptions {
   pin: string | null;
   /** A token of the primary holding the `replication` scope. */
   token: string;
+  /** The name this standby gives its primary (its --advertise address, with etcd); none without. */
+  name?: string;
   /** Where the copy is kept. */
   path: string;
   log: Logger;
@@ -141,7 +143,9 @@ export class Follower {
   async step(): Promise<void> {
     const at = this.replica?.position();
     if (!this.replica || !at) return this.seed();
-    const query = `generation=${encodeURIComponent(at.generation)}&after=${at.seq}&wait_seconds=${WAIT_SECONDS}`;
+    const name = this.options.name ? `&standby=${encodeURIComponent(this.options.name)}` : '';
+    const where = `generation=${encodeURIComponent(at.generation)}&after=${at.seq}`;
+    const query = `${where}&wait_seconds=${WAIT_SECONDS}${name}`;
     const answer = await this.get(`/api/replication/changes?${query}`);
     if (answer.status !== 200) throw new Error(`the primary answered ${answer.status} for changes`);
     this.heardFrom(answer);

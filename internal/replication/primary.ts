@@ -16,11 +16,26 @@ import { ReplicationFeed } from './feed.ts';
  */
 const SEAL_AFTER_MS = 100;
 
+/**
+ * Which standby a sync-mode primary waits for. Without one of its own (two masters), any standby; elected through
+ * etcd, the one it chose and published there (see election.ts), so that a standby that takes over knows it holds
+ * every acknowledged write.
+ */
+export interface StandbyChoice {
+  /** The standby chosen; null: any (or none chosen yet). */
+  current(): string | null;
+  /** Chooses `standby` (null: none holds the writes), where standbys deciding who takes over read it. */
+  choose(standby: string | null): Promise<void>;
+}
+
+const ANY_STANDBY: StandbyChoice = { current: () => null, choose: async () => {} };
+
 export interface PrimaryDeps {
   db: Database;
   settings: Settings;
   log: Logger;
   now: () => number;
+  choice?: StandbyChoice;
 }
 
 export class PrimaryReplication {
@@ -55,12 +70,15 @@ export class PrimaryReplication {
   });
 
   /**
-   * In sync mode: resolves once a standby holds what was committed so far, or after replication_sync_timeout_seconds,
-   * after which writes go on without waiting until a standby holds one of them again. No standby having asked since
-   * this master started counts as none holding it (the record starts here), not as nothing to wait for.
+   * In sync mode: resolves once a standby holds what was committed so far (the chosen one, or another that holds it
+   * when the chosen one did not in time, chosen in its place), or after replication_sync_timeout_seconds, after
+   * which writes go on without waiting until a standby holds one of them again. No standby having asked since this
+   * master started counts as none holding it (the record starts here), not as nothing to wait for. Throws when a
+   * choice cannot be published (an elected primary that no longer leads).
    */
   async held(): Promise<void> {
     const { settings, log, now } = this.deps;
+    const choice = this.deps.choice ?? ANY_STANDBY;
     if (settings.get('replication_mode') !== 'sync') {
       this.lapsedSince = null;
       return;
@@ -72,15 +90,23 @@ export class PrimaryReplication {
       // The write is not held up; the first one a standby holds ends the lapse (one such watch at a time).
       if (this.watching) return;
       this.watching = true;
-      void feed.held(target, timeoutMs).then((held) => {
-        this.watching = false;
-        if (!held || this.lapsedSince === null) return;
-        this.lapsedSince = null;
-        log.info('a standby holds the writes again: each waits for it');
-      });
+      void feed
+        .held(target, timeoutMs)
+        .then(async (held) => {
+          if (!held || this.lapsedSince === null) return;
+          await choice.choose(feed.holder(target));
+          this.lapsedSince = null;
+          log.info('a standby holds the writes again: each waits for it');
+        })
+        .catch((error: Error) => log.warn('a standby holds the writes, but cannot be chosen', { error: error.message }))
+        .finally(() => (this.watching = false));
       return;
     }
-    if (await feed.held(target, timeoutMs)) return;
+    const chosen = choice.current();
+    const held = await feed.held(target, timeoutMs, chosen ?? undefined);
+    const holder = held && chosen !== null ? chosen : feed.holder(target);
+    if (holder !== null) return choice.choose(holder);
+    await choice.choose(null);
     this.lapsedSince = now();
     log.error('no standby held a write within the sync timeout: the primary goes on alone', {
       timeout_seconds: timeoutMs / 1000,

@@ -11,7 +11,7 @@ import { formatTime } from '../schema/schema.ts';
 import { DomainError } from '../errors/errors.ts';
 import { dropTriggers, installDerived } from './derived.ts';
 import { migrations, tableRebuilds } from './migrations.ts';
-import { ChangeRecorder, ChangeSession, type Position, type RecordedChange } from './replication.ts';
+import { ChangeRecorder, ChangeSession, markOwn, type Position, type RecordedChange } from './replication.ts';
 
 // Loaded at call time rather than imported, so that the bundle can first tell a user with
 // an old Node.js what to install instead of failing on a missing builtin.
@@ -623,18 +623,19 @@ export class Database {
 
   /**
    * A standby's copy becomes the primary's database: the triggers its copy went without are installed again, and
-   * what they keep rebuilt from the tables, in one transaction.
+   * what they keep rebuilt from the tables, in one transaction; it stands in its own record from now on (see markOwn).
    */
   takeOver(): void {
-    this.installDerivations();
+    this.installDerivations(() => markOwn(this.db));
     this.changedElsewhere();
   }
 
-  /** Installs what triggers keep (see derived.ts), in a transaction of its own. */
-  private installDerivations(): void {
+  /** Installs what triggers keep (see derived.ts), in a transaction of its own (with `also`). */
+  private installDerivations(also = () => {}): void {
     this.db.exec('BEGIN IMMEDIATE');
     try {
       installDerived(this.db);
+      also();
       this.db.exec('COMMIT');
     } catch (error) {
       this.db.exec('ROLLBACK');

@@ -60,6 +60,17 @@ function setPosition(db: Pick<DatabaseSync, 'prepare'>, position: Position): voi
   ).run({ ...position });
 }
 
+/**
+ * Where a promoted copy stands: in no primary's record but its own. Its follower, were it started toward another
+ * master, asks from there (and stops, that master being of an older epoch); an election counts it a database of its
+ * own, as it does one that never was a copy (no position).
+ */
+export const OWN_GENERATION = 'own';
+
+export function markOwn(db: Pick<DatabaseSync, 'prepare'>): void {
+  setPosition(db, { generation: OWN_GENERATION, seq: 0 });
+}
+
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
 /**
@@ -291,8 +302,11 @@ export class Replica {
 export class EpochStore {
   private readonly getStmt;
   private readonly raiseStmt;
+  private readonly electedStmt;
 
   constructor(db: Database) {
+    this.electedStmt = db.prepare(`INSERT INTO master_epoch (id, epoch, promoted_at) VALUES (1, :epoch, :at)
+      ON CONFLICT (id) DO UPDATE SET epoch = max(epoch, :epoch), promoted_at = :at RETURNING epoch`);
     this.getStmt = db.prepare('SELECT epoch FROM master_epoch WHERE id = 1');
     this.raiseStmt = db.prepare(`INSERT INTO master_epoch (id, epoch, promoted_at) VALUES (1, 2, :at)
       ON CONFLICT (id) DO UPDATE SET epoch = epoch + 1, promoted_at = :at RETURNING epoch`);
@@ -305,5 +319,10 @@ export class EpochStore {
   /** Inside a write: this master becomes the primary of the next epoch; returns it. */
   raise(at: string): number {
     return Number((this.raiseStmt.get({ at }) as { epoch: number }).epoch);
+  }
+
+  /** Inside a write: this master was elected the leader of `epoch` (see election.ts); never lowers it. */
+  elected(epoch: number, at: string): number {
+    return Number((this.electedStmt.get({ epoch, at }) as { epoch: number }).epoch);
   }
 }

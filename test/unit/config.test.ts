@@ -13,6 +13,7 @@ test('configuration: flags override MASTER_* environment, which overrides defaul
     agentSignaturePath: null,
     adminPassword: null,
     follow: null,
+    etcd: null,
     tls: null,
     insecureHttp: false,
   };
@@ -100,6 +101,59 @@ test('a standby follows a plain http:// primary only on this machine, unless --f
   ];
   for (const [argv, env, want] of refused) {
     const result = follows(argv, env) as { error?: string };
+    assert.ok(result.error && want.test(result.error), `${argv.join(' ')} -> ${JSON.stringify(result)}`);
+  }
+});
+
+test('masters elected through etcd: its members, a prefix, TLS to it, and the address each publishes', () => {
+  const token = 'mst_' + 'b'.repeat(40);
+  const etcdOf = (argv: string[], env: Record<string, string> = {}) => {
+    const result = parseConfig(argv, env);
+    return 'config' in result ? result.config.etcd : result;
+  };
+  const base = {
+    endpoints: ['http://127.0.0.1:2379', 'http://[::1]:2379'],
+    prefix: '/portplane',
+    caPath: null,
+    certPath: null,
+    keyPath: null,
+    advertise: 'https://192.0.2.1:8443',
+    token: null,
+    followInsecure: false,
+  };
+  const given = ['--etcd', 'http://127.0.0.1:2379,http://[::1]:2379', '--advertise', 'https://192.0.2.1:8443'];
+  assert.deepEqual(etcdOf(given), base);
+  assert.deepEqual(
+    etcdOf(['--etcd', 'https://etcd1.example:2379,https://etcd2.example:2379', '--etcd-prefix', '/prod/pp'], {
+      MASTER_ADVERTISE: 'https://192.0.2.1:8443',
+      MASTER_ETCD_CA: '/etc/pp/ca.pem',
+      MASTER_ETCD_CERT: '/etc/pp/c.pem',
+      MASTER_ETCD_KEY: '/etc/pp/k.pem',
+      MASTER_FOLLOW_TOKEN: token,
+    }),
+    {
+      ...base,
+      endpoints: ['https://etcd1.example:2379', 'https://etcd2.example:2379'],
+      prefix: '/prod/pp',
+      caPath: '/etc/pp/ca.pem',
+      certPath: '/etc/pp/c.pem',
+      keyPath: '/etc/pp/k.pem',
+      token,
+    },
+  );
+  const refused: [string[], Record<string, string>, RegExp][] = [
+    [['--etcd', 'http://127.0.0.1:2379'], {}, /--etcd needs --advertise/],
+    [['--advertise', 'https://192.0.2.1:8443'], {}, /--advertise goes with --etcd/],
+    [['--etcd', 'http://etcd.example:2379', '--advertise', 'https://a:1'], {}, /over TLS: give https:\/\//],
+    [[...given, '--etcd-prefix', 'portplane'], {}, /--etcd-prefix must be a key path/],
+    [[...given, '--etcd-prefix', '/pp/'], {}, /--etcd-prefix must be a key path/],
+    [[...given, '--etcd-cert', '/c.pem'], {}, /--etcd-cert and --etcd-key go together/],
+    [[...given], { MASTER_FOLLOW_TOKEN: 'secret' }, /MASTER_FOLLOW_TOKEN must be a token/],
+    [[...given, '--follow', 'http://127.0.0.1:8080'], { MASTER_FOLLOW_TOKEN: token }, /contradict/],
+    [['--etcd', 'etcd:2379', '--advertise', 'https://a:1'], {}, /http\(s\):\/\/HOST:PORT/],
+  ];
+  for (const [argv, env, want] of refused) {
+    const result = etcdOf(argv, env) as { error?: string };
     assert.ok(result.error && want.test(result.error), `${argv.join(' ')} -> ${JSON.stringify(result)}`);
   }
 });

@@ -79,7 +79,12 @@ test('dependencies point one way: no cycle between areas, storage and the data p
     .split('\n')
     .filter(Boolean);
   const wiringApi = cmdFiles.filter((file) => /from '[./]*internal\/api\//.test(readFileSync(file, 'utf8')));
-  assert.deepEqual(wiringApi.sort(), ['cmd/master/commands.ts', 'cmd/master/start.ts', 'cmd/master/workers.ts']);
+  assert.deepEqual(wiringApi.sort(), [
+    'cmd/master/commands.ts',
+    'cmd/master/elected.ts',
+    'cmd/master/start.ts',
+    'cmd/master/workers.ts',
+  ]);
 });
 
 test("SQL is the store's alone: no other area of internal/ opens SQLite or prepares a statement", () => {
