@@ -79,6 +79,8 @@ export async function startElected(config: MasterConfig, log: Logger): Promise<M
     while (!closed) {
       try {
         current = await incarnation(config, log, etcd);
+        // Stopped while it started again: it stops too.
+        if (closed) return void (await current.master.close());
         current.ended.then(restart, () => {});
         return;
       } catch (error) {

@@ -496,7 +496,9 @@ export class Agent {
   private retry(next?: number): void {
     if (this.stopping || this.handedOver) return;
     this.current = next ?? (this.current + 1) % this.masters.length;
-    const ceiling = Math.min(MAX_BACKOFF_MS, 500 * 2 ** this.attempt);
+    // The wait grows with each round of every master tried, not each one: while masters fail over, the one that
+    // leads next is tried within seconds of taking over, however many were tried meanwhile.
+    const ceiling = Math.min(MAX_BACKOFF_MS, 500 * 2 ** Math.floor(this.attempt / this.masters.length));
     this.attempt += 1;
     // Jitter spreads a fleet's reconnects after a master restart.
     this.retryTimer = setTimeout(() => this.connect(), ceiling * (0.5 + Math.random() / 2));
