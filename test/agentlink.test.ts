@@ -1,10 +1,13 @@
 // The master's end of the agent link, driven by a raw client speaking the wire protocol.
 
 import assert from 'node:assert/strict';
+import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
 import { AGENT_FEATURES } from '../internal/domain/link.ts';
+import { keyPinOf } from '../internal/tls/pin.ts';
+import { statePromotion } from '../internal/tls/promotion.ts';
 import { assertProblem, call, newTenant, node, rule, startMaster, type Running } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { until } from './net.ts';
@@ -442,37 +445,48 @@ test(TENANT_APART, async (t) => {
   again.socket.destroy();
 });
 
-const FENCED_BY_TWO =
-  'no single node fences its master: a newer epoch is believed once agents of two nodes say it; the primary they ' +
-  'name is named to clients only if the master knows it (standby_masters)';
-for (const [standbys, named] of [
+const FENCED_BY_PROOF =
+  "agents' word fences no master: only the promoted master's statement, signed by a key whose pin the master holds " +
+  'for a peer (standby_masters), does, and names that peer';
+
+test(FENCED_BY_PROOF, async (t) => {
+  const m = await startMaster(t);
+  const keyOf = () => {
+    const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+    return { pem: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, pin: keyPinOf(privateKey) };
+  };
+  const [peer, stranger] = [keyOf(), keyOf()];
   // Loopback ports nothing listens on: the master asks the masters it lists, and is refused at once.
-  ['https://127.0.0.1:2', 'https://127.0.0.1:2'],
-  ['https://127.0.0.1:3', undefined],
-] as const) {
-  test(`${FENCED_BY_TWO}: standby_masters ${standbys}`, async (t) => {
-    const m = await startMaster(t);
-    const set = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { standby_masters: standbys } });
-    assert.equal(set.status, 200, JSON.stringify(set.body));
-    const [a, b] = [await node(m, 'a'), await node(m, 'b')];
-    const claim = { 'X-Agent-Epoch': '7', 'X-Agent-Primary': 'https://127.0.0.1:2' };
-    const first = (await link(m, a.agent_token, undefined, undefined, claim)) as { status: number };
-    assert.equal(first.status, 503, 'a link claiming a newer epoch is refused');
-    assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary', 'one node is not believed');
-    assert.equal((await node(m, 'c')).name, 'c');
-    // Again from the same node: still one node.
-    await link(m, a.agent_token, undefined, undefined, claim);
-    assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary');
-    await link(m, b.agent_token, undefined, undefined, claim);
-    const health = (await call(m.url, 'GET', '/api/health')).body;
-    assert.equal(health.role, 'fenced');
-    assert.deepEqual(health.fenced_by, { epoch: 7, primary: named ?? null });
-    const refused = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'd', host: '192.0.2.4' } });
-    assertProblem(refused, 503, 'read_only');
-    assert.equal(refused.body.primary, named);
-    assert.doesNotMatch(refused.body.detail, named ? /127\.0\.0\.1:3/ : /127\.0\.0\.1:2/);
-    // A claim from a wrong token counts for nothing.
-    const stranger = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, claim)) as { status: number };
-    assert.equal(stranger.status, 401);
-  });
-}
+  const standbys = `https://127.0.0.1:2 ${peer.pin},https://127.0.0.1:3`;
+  const set = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { standby_masters: standbys } });
+  assert.equal(set.status, 200, JSON.stringify(set.body));
+  const [a, b] = [await node(m, 'a'), await node(m, 'b')];
+  const claim = { 'X-Agent-Epoch': '7', 'X-Agent-Primary': 'https://127.0.0.1:3' };
+  const at = '2026-12-06T12:00:00Z';
+  const unproven: [string, Record<string, string>][] = [
+    [a.agent_token, claim],
+    [b.agent_token, claim],
+    [a.agent_token, { ...claim, 'X-Agent-Promotion': statePromotion(stranger.pem, 7, at) }],
+    [b.agent_token, { ...claim, 'X-Agent-Promotion': 'a.b' }],
+    [a.agent_token, { ...claim, 'X-Agent-Promotion': 'x'.repeat(8000) }],
+  ];
+  for (const [token, headers] of unproven) {
+    const refused = (await link(m, token, undefined, undefined, headers)) as { status: number };
+    assert.equal(refused.status, 503, 'a link claiming a newer epoch is refused');
+    assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary', JSON.stringify(headers).slice(0, 80));
+  }
+  assert.equal((await node(m, 'c')).name, 'c');
+
+  // The peer's statement: one agent is enough, and the primary named is the peer that signed, whatever it says.
+  const proven = { ...claim, 'X-Agent-Promotion': statePromotion(peer.pem, 7, at) };
+  assert.equal(((await link(m, a.agent_token, undefined, undefined, proven)) as { status: number }).status, 503);
+  const health = (await call(m.url, 'GET', '/api/health')).body;
+  assert.equal(health.role, 'fenced');
+  assert.deepEqual(health.fenced_by, { epoch: 7, primary: 'https://127.0.0.1:2' });
+  const refused = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'd', host: '192.0.2.4' } });
+  assertProblem(refused, 503, 'read_only');
+  assert.equal(refused.body.primary, 'https://127.0.0.1:2');
+  // A claim from a wrong token counts for nothing.
+  const stray = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, proven)) as { status: number };
+  assert.equal(stray.status, 401);
+});

@@ -45,6 +45,7 @@ import { DatabaseDamaged } from '../../internal/store/database.ts';
 import { openStore, type Store } from '../../internal/store/store.ts';
 import { isLoopback } from '../../internal/schema/net.ts';
 import { selfSignedFiles, TlsIdentity } from '../../internal/tls/identity.ts';
+import { statePromotion } from '../../internal/tls/promotion.ts';
 import { VERSION } from '../../internal/version.ts';
 import { mkdirSync, readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
@@ -183,6 +184,21 @@ function recordRestart(store: Store, at: string): void {
     for (const nodeId of store.nodes.afterRestart(at))
       store.tunnels.nodeDown(nodeId, `the master restarted; the agent of node ${nodeId} has not linked again yet`, at);
   });
+}
+
+/**
+ * This master's promotion statement for its epoch (see tls/promotion.ts), made once an epoch: none before the first
+ * promotion, and none without a TLS key of its own to sign with.
+ */
+function promotionOf(store: Store, tls: TlsIdentity | null, clock: Clock): () => string | null {
+  let made: { epoch: number; pem: string; statement: string } | null = null;
+  return () => {
+    const epoch = store.epoch.current();
+    if (!tls || epoch < 2) return null;
+    if (made?.epoch !== epoch || made.pem !== tls.key)
+      made = { epoch, pem: tls.key, statement: statePromotion(tls.key, epoch, clock.timestamp()) };
+    return made.statement;
+  };
 }
 
 /**
@@ -353,7 +369,8 @@ export async function start(
       if (app.starting || !serveConsole(req, res)) await dispatch(req, res);
     };
     const fence = (epoch: number, primary: string | null) => app.fence(epoch, primary);
-    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics, fence });
+    const promotion = promotionOf(store, tls, clock);
+    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics, fence, promotion });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     // Agents link to the primary; a standby refuses them, naming it.
     http.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) =>

@@ -199,6 +199,8 @@ export class Agent {
   private epoch: number;
   /** The master that said that epoch, this run: what the agent names to a master of an older one. */
   private epochMaster: string | null = null;
+  /** That master's statement that it is the primary of that epoch: what fences an older one (tls/promotion.ts). */
+  private promotion: string | null;
 
   constructor(private readonly options: AgentOptions) {
     this.given = [{ url: options.masterUrl, pin: options.masterPin }, ...(options.otherMasters ?? [])];
@@ -254,6 +256,7 @@ export class Agent {
       options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
     );
     this.epoch = this.state.loadEpoch();
+    this.promotion = this.state.loadPromotion();
     this.learnMasters(this.state.loadMasters());
   }
 
@@ -461,6 +464,7 @@ export class Agent {
         'X-Agent-Features': [...AGENT_FEATURES, ...(this.options.supervisor?.soaks ? ['soak'] : [])].join(','),
         'X-Agent-Epoch': String(this.epoch),
         ...(this.epochMaster ? { 'X-Agent-Primary': this.epochMaster } : {}),
+        ...(this.promotion ? { 'X-Agent-Promotion': this.promotion } : {}),
         ...(this.releaseKeyIds ? { 'X-Agent-Release-Keys': this.releaseKeyIds } : {}),
       },
       ...(socket ? { createConnection: () => socket } : {}),
@@ -561,7 +565,7 @@ export class Agent {
   private receive(message: Message): void {
     if (message.type === 'ping') return send(this.socket!, { type: 'pong' });
     if (message.type === 'config') {
-      const { type: _, next_master_pin, epoch, ...config } = checkMessage(configMessage, message);
+      const { type: _, next_master_pin, epoch, promotion, ...config } = checkMessage(configMessage, message);
       // A master of an epoch before the highest this agent heard was the primary once, and no longer is (a standby
       // was promoted since): what it says is not applied, and the agent tries its other masters.
       if (epoch !== undefined && epoch < this.epoch) {
@@ -576,6 +580,10 @@ export class Agent {
       if (epoch !== undefined && epoch > this.epoch) {
         this.epoch = epoch;
         this.state.saveEpoch(epoch);
+      }
+      if (epoch === this.epoch && promotion !== null && promotion !== this.promotion) {
+        this.promotion = promotion;
+        this.state.savePromotion(promotion);
       }
       if (epoch === undefined || epoch === this.epoch) this.epochMaster = this.master.url;
       this.learnMasters(config.masters ?? []);

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { configMessage, COUNT, PIN, type TunnelEnd } from '../domain/link.ts';
 import { array, nullable, object, optional, string, validate } from '../schema/schema.ts';
 import { writeFileAtomic } from '../runtime/files.ts';
+import { MAX_STATEMENT_BYTES } from '../tls/promotion.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 
 const MAX_LEARNED_PINS = 4;
@@ -137,6 +138,19 @@ export class AgentState {
 
   saveEpoch(epoch: number): void {
     this.write('epoch.json', epoch);
+  }
+
+  /** The statement of the primary of that epoch (see Agent.promotion); null: none heard. */
+  loadPromotion(): string | null {
+    const kept = this.read('promotion.json', (value) => {
+      const statement = (value as { statement?: unknown } | null)?.statement;
+      return typeof statement === 'string' && statement.length <= MAX_STATEMENT_BYTES ? { statement } : 'not one';
+    });
+    return kept?.statement ?? null;
+  }
+
+  savePromotion(statement: string): void {
+    this.write('promotion.json', { statement });
   }
 
   /** Keeps `pins` (at most MAX_LEARNED_PINS of them) as the ones learned, forgetting any other. */

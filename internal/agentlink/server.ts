@@ -46,7 +46,8 @@ import {
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
 import { PIN, pinOf } from '../tls/pin.ts';
-import { masterOrigin, sourceOf } from '../schema/net.ts';
+import { sourceOf } from '../schema/net.ts';
+import { verifyPromotion } from '../tls/promotion.ts';
 import {
   controlDefaults,
   forwardRuleOf,
@@ -218,6 +219,8 @@ export interface LinkBackend {
   readonly metrics: Pick<MasterMetrics, 'kernelDrifts'>;
   /** An agent has heard of a newer epoch than this master's: a standby was promoted, this master no longer serves. */
   readonly fence: (epoch: number, primary: string | null) => void;
+  /** This master's promotion statement for its epoch (see tls/promotion.ts); null before any, or without a TLS key. */
+  readonly promotion: () => string | null;
 }
 
 export class AgentLinks {
@@ -238,8 +241,8 @@ export class AgentLinks {
    */
   private readonly portMoved = new Map<number, number>();
   private readonly refusalRecorded = new Map<string, number>();
-  /** The newer epochs agents said they heard, and from which master, by node (see upgrade). */
-  private readonly newerEpochs = new Map<number, { epoch: number; primary: string | null }>();
+  /** Whether an agent's unproven word of a newer primary was logged (once: see upgrade). */
+  private unprovenSaid = false;
   private closing = false;
   /** What each node's links, and each source's refused attempts, may log (see `throttledBy`). */
   private readonly logOf: (key: string) => Logger;
@@ -375,21 +378,29 @@ export class AgentLinks {
             .split(',')
             .filter((name) => AGENT_FEATURES.includes(name) || LINK_FEATURES.includes(name)),
     );
-    // An agent that heard a newer epoch than this master's knows a standby was promoted since: this master stands
-    // fenced once agents of two nodes say so (of its one node, if it has one), so that no single node, compromised,
-    // can stop a primary. Its link is refused either way: it follows the newer primary.
+    // An agent that heard a newer epoch than this master's says a standby was promoted since. Its word alone fences
+    // nothing (a compromised node could stop a primary, and send clients' writes where it likes): only the promoted
+    // master's statement does, signed by a key whose pin this master holds for a peer (standby_masters), which then
+    // names that peer. The link is refused either way: the agent follows the newer primary.
     const heard = Number(req.headers['x-agent-epoch']);
     const epoch = app.store.epoch.current();
     if (Number.isSafeInteger(heard) && heard > epoch && heard < 2 ** 31) {
-      // Where the agent heard it: the new primary, which a fenced master names to every client, so only one it knows
-      // itself (among standby_masters): an agent's word cannot send scripts' writes to an address of its choosing.
-      const named = masterOrigin(String(req.headers['x-agent-primary'] ?? ''));
-      const known = standbysOf(app.settings.get('standby_masters')).some(({ url }) => url === named);
-      const primary = known ? named : null;
-      if (this.newerEpochs.size < 10_000) this.newerEpochs.set(nodeId, { epoch: heard, primary });
-      if (this.newerEpochs.size >= Math.min(2, app.store.nodes.count())) {
-        const claims = [...this.newerEpochs.values()].sort((a, b) => a.epoch - b.epoch);
-        app.fence(claims[0]!.epoch, claims.find((claim) => claim.primary !== null)?.primary ?? null);
+      const peers = standbysOf(app.settings.get('standby_masters')).filter((peer) => peer.pin !== null);
+      const proof = verifyPromotion(
+        String(req.headers['x-agent-promotion'] ?? ''),
+        new Set(peers.map((peer) => peer.pin!)),
+      );
+      if (proof && proof.epoch > epoch) app.fence(proof.epoch, peers.find((peer) => peer.pin === proof.pin)!.url);
+      else if (!this.unprovenSaid) {
+        this.unprovenSaid = true;
+        app.log.warn('an agent says a newer primary took over, with no statement signed by a peer: not fenced', {
+          node_id: nodeId,
+          epoch: heard,
+          why:
+            peers.length === 0
+              ? 'standby_masters gives no pin of a peer, so agents cannot fence this master'
+              : "its statement is missing, malformed, or not signed by a key among standby_masters' pins",
+        });
       }
       return refuse(
         socket,
@@ -632,6 +643,7 @@ export class AgentLinks {
       const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
         type: 'config',
         epoch: this.app.store.epoch.current(),
+        promotion: this.app.promotion(),
         version: node.config_version,
         report_interval_seconds: settings.get('agent_report_interval_seconds'),
         tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),

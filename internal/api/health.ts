@@ -42,8 +42,8 @@ const healthSchema = record('Health', {
     enum: ['primary', 'standby', 'fenced'],
     description:
       'standby: it serves reads of its copy of the primary named below, and refuses writes. fenced: a primary ' +
-      'a newer one took over from (a master it knows said so, or agents of two nodes did), or, elected through ' +
-      'etcd, one that cannot renew its lease there: it refuses writes.',
+      "a newer one took over from (a master it knows said so, or an agent showed that one's signed statement), or, " +
+      'elected through etcd, one that cannot renew its lease there: it refuses writes.',
   },
   epoch: {
     type: 'integer',
@@ -52,8 +52,8 @@ const healthSchema = record('Health', {
   fenced_by: {
     type: ['object', 'null'],
     description:
-      "A fenced primary's: the newer primary's epoch, and its address where agents named one of its own " +
-      'standby_masters (null otherwise). Null unless fenced.',
+      "A fenced primary's: the newer primary's epoch, and its address: one of its own standby_masters, the one " +
+      'that answered or signed the statement an agent showed (null otherwise). Null unless fenced.',
     required: ['epoch', 'primary'],
     properties: { epoch: { type: 'integer' }, primary: { type: ['string', 'null'] } },
     additionalProperties: false,

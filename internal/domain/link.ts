@@ -30,6 +30,7 @@ import {
 } from './rules.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { BUNDLE_VERSION } from '../release/signature.ts';
+import { MAX_STATEMENT_BYTES } from '../tls/promotion.ts';
 
 /** Most entries in one `applied` or `traffic` message; the agent splits longer lists. */
 export const MAX_ENTRIES = 500;
@@ -100,6 +101,11 @@ export const configMessage = object({
   type: oneOf(['config']),
   /** The master's epoch (see master_epoch): absent from masters older than standbys. */
   epoch: optional(integer({ min: 1, max: 2 ** 31 })),
+  /**
+   * The master's statement that it is the primary of that epoch, signed with its TLS key (tls/promotion.ts): what the
+   * agent shows an older primary, which believes it only by a pin it holds. Absent or null before any promotion.
+   */
+  promotion: optional(nullable(string({ min: 1, max: MAX_STATEMENT_BYTES })), null),
   version: COUNT,
   report_interval_seconds: integer({ min: 1, max: 3600 }),
   tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),
