@@ -81,6 +81,7 @@ test('health: public, with the version, the database and the uptime; 503 while d
   assert.equal(answer.status, 200);
   assert.deepEqual(Object.keys(answer.body), [
     'status',
+    'starting_reason',
     'version',
     'database',
     'database_detail',

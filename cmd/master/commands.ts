@@ -1,7 +1,7 @@
-// The master's maintenance commands, run beside (backup, verify, wait-ready) or instead of
-// (restore, reset-password) a serving master: `master backup|restore|verify [--data-dir DIR]
-// FILE`, `master reset-password [--data-dir DIR] USERNAME` and `master wait-ready [--data-dir
-// DIR] PID`.
+// The master's maintenance commands, run beside (backup, verify, wait-ready, serve-alone) or instead of
+// (restore, reset-password, promote) a serving master: `master backup|restore|verify [--data-dir DIR]
+// FILE`, `master reset-password [--data-dir DIR] USERNAME`, `master wait-ready [--data-dir
+// DIR] PID`, `master promote|serve-alone [--data-dir DIR]`.
 
 import { SYSTEM_ACTOR } from '../../internal/store/audit.ts';
 import { randomBytes } from 'node:crypto';
@@ -11,10 +11,19 @@ import { backupDataDir, restoreDataDir, verifyBackup } from '../../internal/back
 import { Clock } from '../../internal/runtime/clock.ts';
 import { writeFileAtomic } from '../../internal/runtime/files.ts';
 import { waitReady } from '../../internal/runtime/readiness.ts';
+import { askToServeAlone } from '../../internal/runtime/serve-alone.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 
-export const commandNames = ['backup', 'verify', 'restore', 'reset-password', 'wait-ready', 'promote'] as const;
+export const commandNames = [
+  'backup',
+  'verify',
+  'restore',
+  'reset-password',
+  'wait-ready',
+  'promote',
+  'serve-alone',
+] as const;
 
 /** How long `wait-ready` waits: systemd's own default start time-out. */
 const WAIT_READY_MS = 90_000;
@@ -37,6 +46,8 @@ export const commandUsage = `Commands:
                                                (exit 0), or exit 1 if it ends first (systemd: ExecStartPost)
   master promote [--data-dir DIR]              make a stopped standby's copy the primary of the next epoch; then
                                                start it without --follow
+  master serve-alone [--data-dir DIR]          make a sync-mode primary that waits for its peers (none answers)
+                                               serve without them: only once you know none of them was promoted
 `;
 
 /** Parses `argv` when it starts with a command; null when it does not. */
@@ -56,8 +67,8 @@ export function parseCommand(
     else operands.push(arg);
   }
   if (!dataDir) return { error: '--data-dir needs a value' };
-  if (name === 'promote')
-    return operands.length === 0 ? { name, dataDir, operand: '' } : { error: 'promote takes no operand' };
+  if (name === 'promote' || name === 'serve-alone')
+    return operands.length === 0 ? { name, dataDir, operand: '' } : { error: `${name} takes no operand` };
   const operand = { 'reset-password': 'USERNAME', 'wait-ready': 'PID' }[name as string] ?? 'FILE';
   if (operands.length !== 1) return { error: `${name} takes one ${operand}` };
   if (name === 'wait-ready' && !/^[1-9][0-9]{0,9}$/.test(operands[0]!))
@@ -91,6 +102,10 @@ export async function runCommand(command: Command, stdin: () => string): Promise
     return `the master (pid ${ready.pid}) serves at ${ready.url}\n`;
   }
   if (command.name === 'promote') return promote(dataDir);
+  if (command.name === 'serve-alone') {
+    const why = askToServeAlone(dataDir);
+    return `asked the master of ${dataDir} to serve without its peers; it waited because ${why}\n`;
+  }
   const given = stdin().replace(/\r?\n$/, '');
   const password = given || randomBytes(18).toString('base64url');
   if (password.length < MIN_PASSWORD) throw new Error(`the password must have at least ${MIN_PASSWORD} characters`);

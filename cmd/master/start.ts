@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { AgentLinks, refuse } from '../../internal/agentlink/server.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Follower } from '../../internal/replication/follower.ts';
-import { newerPrimary } from '../../internal/replication/peers.ts';
+import { askPeers } from '../../internal/replication/peers.ts';
+import { clearWaiting, markWaiting, servingAloneAsked } from '../../internal/runtime/serve-alone.ts';
 import { singleFlight } from '../../internal/runtime/single-flight.ts';
 import { App, type Leadership } from '../../internal/api/app.ts';
 import { addGauges } from '../../internal/api/health.ts';
@@ -383,12 +384,40 @@ export async function start(
     let peerWatch: NodeJS.Timeout | undefined;
     // Whether a master its standby_masters lists leads a later epoch: promoted while this one was down, or while it
     // still serves (the watcher cut off from it, not from the standby). This one is fenced then, rather than both
-    // taking writes.
-    const askPeers = singleFlight(async () => {
-      if (app.fencedBy !== null || app.standby) return;
-      const newer = await newerPrimary(standbysOf(settings.get('standby_masters')), store.epoch.current());
-      if (newer) app.fence(newer.epoch, newer.primary);
+    // taking writes. How many answered, for the first ask (see heardFromPeers).
+    const checkPeers = singleFlight(async () => {
+      if (app.fencedBy !== null || app.standby) return null;
+      const peers = standbysOf(settings.get('standby_masters'));
+      const heard = await askPeers(peers, store.epoch.current());
+      if (heard.newer) app.fence(heard.newer.epoch, heard.newer.primary);
+      return { peers, answered: heard.answered };
     });
+    // Before its first write. In sync mode a primary none of whose peers answers waits for one (a partition leaves it
+    // unable to know whether one was promoted meanwhile), saying why, until an operator says to serve alone; in async
+    // mode it goes on after the one bounded ask. Elected through etcd, the election has answered that already.
+    const heardFromPeers = async () => {
+      try {
+        for (let said = false; ; said = true) {
+          const heard = await checkPeers();
+          const alone = heard === null || heard.peers.length === 0 || heard.answered > 0;
+          if (alone || options.leadership || settings.get('replication_mode') !== 'sync') return;
+          if (servingAloneAsked(config.dataDir))
+            return log.warn('serving without its peers, as `master serve-alone` asked', { peers: heard.peers.length });
+          const why =
+            `none of the masters standby_masters lists answered (${heard.peers.map((peer) => peer.url).join(', ')}): ` +
+            'in sync mode a primary takes no write before one does, as one may have been promoted meanwhile; ' +
+            `\`master serve-alone --data-dir ${config.dataDir}\` makes it serve without them`;
+          if (!said) log.error('waiting for a peer to answer before the first write', { why });
+          app.startingReason = why;
+          markWaiting(config.dataDir, why);
+          for (let i = 0; i < PEER_WATCH_MS / 1000 && !servingAloneAsked(config.dataDir); i++)
+            await new Promise((resolve) => setTimeout(resolve, 1000));
+        }
+      } finally {
+        app.startingReason = null;
+        clearWaiting(config.dataDir);
+      }
+    };
     try {
       // What only a primary does: carry its own agent among the bundles, maintenance, and the clock of rules, alerts
       // and rollouts.
@@ -434,7 +463,7 @@ export async function start(
             log.error('recording a change of the license failed', { error: (error as Error).message });
           }
         }, 1000).unref();
-        peerWatch = setInterval(() => void askPeers(), PEER_WATCH_MS).unref();
+        peerWatch = setInterval(() => void checkPeers(), PEER_WATCH_MS).unref();
       };
       // A standby writes nothing of its own: its copy changes by its primary's changes alone.
       if (standby) void standby.run();
@@ -442,7 +471,7 @@ export async function start(
         // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
         await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
         // A standby it knows may have been promoted past it while it was down: it takes no write before it asked.
-        await askPeers();
+        await heardFromPeers();
         await options.beforeServing?.(app);
         await servePrimary();
       }

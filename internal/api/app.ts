@@ -117,6 +117,8 @@ export class App {
    */
   fencedBy: { epoch: number; primary: string | null } | null = null;
   private readonly lifecycle: Lifecycle;
+  /** Why a master that starts does not serve yet, when it waits for something (its peers); null otherwise. */
+  startingReason: string | null = null;
   /** The primary's side of replication: what standbys follow. */
   readonly replicas: PrimaryReplication;
 

@@ -24,6 +24,12 @@ const healthSchema = record('Health', {
       "of the copy's: said in replication.error, its lag growing. While it shuts down, this route answers a 503 " +
       'problem instead.',
   },
+  starting_reason: {
+    type: ['string', 'null'],
+    description:
+      'While starting, what it waits for, when it waits for something: a sync-mode primary none of whose ' +
+      'standby_masters answers takes no write before one does (master serve-alone makes it serve). Null otherwise.',
+  },
   version: { type: 'string' },
   database: {
     type: 'string',
@@ -114,6 +120,7 @@ function health(ctx: Ctx<undefined, {}>): Reply {
   const degraded = standby !== null && (standby.halted !== null || standby.failing?.copy === true);
   const body = {
     status: app.starting ? 'starting' : degraded ? 'degraded' : 'ok',
+    starting_reason: app.starting ? app.startingReason : null,
     version: app.version,
     database: refused ? 'refusing_writes' : 'ok',
     database_detail: refused ? `${refused.reason} (since ${formatTime(refused.since)})` : null,

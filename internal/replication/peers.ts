@@ -46,20 +46,20 @@ export function standingOf(peer: Peer, waitMs = PEER_WAIT_MS): Promise<{ role: s
   });
 }
 
-/**
- * The peer that leads an epoch later than `epoch`, the latest such (a primary, or a master of that epoch: its
- * address then unnamed); null when none answering does.
- */
-export async function newerPrimary(
-  peers: readonly Peer[],
-  epoch: number,
-  waitMs = PEER_WAIT_MS,
-): Promise<{ epoch: number; primary: string | null } | null> {
+/** What the peers said, asked together: the one that leads the latest epoch past `epoch`, and how many answered. */
+export interface PeersHeard {
+  /** A peer's epoch later than `epoch`, the latest, and its address if it says it is the primary; null: none. */
+  newer: { epoch: number; primary: string | null } | null;
+  /** How many answered as masters at all. */
+  answered: number;
+}
+
+export async function askPeers(peers: readonly Peer[], epoch: number, waitMs = PEER_WAIT_MS): Promise<PeersHeard> {
   const standings = await Promise.all(peers.map(async (peer) => ({ peer, standing: await standingOf(peer, waitMs) })));
-  let newest: { epoch: number; primary: string | null } | null = null;
+  let newer: PeersHeard['newer'] = null;
   for (const { peer, standing } of standings) {
-    if (!standing || standing.epoch <= epoch || (newest && newest.epoch >= standing.epoch)) continue;
-    newest = { epoch: standing.epoch, primary: standing.role === 'primary' ? peer.url : null };
+    if (!standing || standing.epoch <= epoch || (newer && newer.epoch >= standing.epoch)) continue;
+    newer = { epoch: standing.epoch, primary: standing.role === 'primary' ? peer.url : null };
   }
-  return newest;
+  return { newer, answered: standings.filter(({ standing }) => standing !== null).length };
 }
