@@ -479,6 +479,10 @@ test(FENCED_BY_PROOF, async (t) => {
 
   // The peer's statement: one agent is enough, and the primary named is the peer that signed, whatever it says.
   const proven = { ...claim, 'X-Agent-Promotion': statePromotion(peer.pem, 7, at) };
+  // From a wrong token, even the statement counts for nothing.
+  const stray = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, proven)) as { status: number };
+  assert.equal(stray.status, 401);
+  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'primary');
   assert.equal(((await link(m, a.agent_token, undefined, undefined, proven)) as { status: number }).status, 503);
   const health = (await call(m.url, 'GET', '/api/health')).body;
   assert.equal(health.role, 'fenced');
@@ -486,7 +490,4 @@ test(FENCED_BY_PROOF, async (t) => {
   const refused = await call(m.url, 'POST', '/api/nodes', { token: m.admin, body: { name: 'd', host: '192.0.2.4' } });
   assertProblem(refused, 503, 'read_only');
   assert.equal(refused.body.primary, 'https://127.0.0.1:2');
-  // A claim from a wrong token counts for nothing.
-  const stray = (await link(m, 'mat_1_' + 'x'.repeat(43), undefined, undefined, proven)) as { status: number };
-  assert.equal(stray.status, 401);
 });

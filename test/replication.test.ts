@@ -649,11 +649,15 @@ test(SYNC_AFTER_RESTART, async (t) => {
 
 const PROMOTED_WHILE_SERVING =
   'a standby promoted while its primary still serves (the watcher cut off from the primary, not the masters from ' +
-  'each other) fences that primary within seconds: one master takes writes, and the fenced one names it';
+  'each other) fences that primary within seconds: one master takes writes, the fenced one names it, and its ' +
+  'agents move to the new primary';
 test(PROMOTED_WHILE_SERVING, async (t) => {
   const primary = await startMaster(t);
   const { standby } = await standbyOf(t, primary);
   await setSettings(primary, { standby_masters: standby.url });
+  const edge = await node(primary, 'edge');
+  startAgent(t, `${primary.url},${standby.url}`, edge.agent_token);
+  await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
   const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
   assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
   await until(
@@ -667,6 +671,13 @@ test(PROMOTED_WHILE_SERVING, async (t) => {
   assertProblem(refused, 503, 'read_only');
   assert.equal(refused.body.primary, standby.url);
   assert.equal((await call(standby.url, 'POST', '/api/nodes', { token: primary.admin, body })).status, 201);
+  // Fenced, it cut its agents' links and refuses them, naming the new primary, where they link.
+  await until('the agent linked to the new primary', async () => {
+    return (await call(standby.url, 'GET', `/api/nodes/${edge.id}`, { token: primary.admin })).body.status === 'online';
+  });
+  const relink = (await rawLink(primary, edge.agent_token)) as { status: number; body: { primary: string } };
+  assert.equal(relink.status, 503);
+  assert.equal(relink.body.primary, standby.url);
 });
 
 test('master promote makes a stopped standby the primary of the next epoch', async (t) => {

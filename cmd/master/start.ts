@@ -373,12 +373,22 @@ export async function start(
     const promotion = promotionOf(store, tls, clock);
     const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics, fence, promotion });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
-    // Agents link to the primary; a standby refuses them, naming it.
-    http.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) =>
-      app.standby
-        ? refuse(socket, new DomainError('read_only', `this master is a standby of ${app.standby.primary}: link there`))
-        : links.handleUpgrade(req, socket, head),
-    );
+    // Agents link to the primary; a standby refuses them, naming it, and so does a primary another took over from.
+    http.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const fenced = app.fencedBy;
+      const there = fenced?.primary ? `: link to ${fenced.primary}` : '';
+      if (app.standby)
+        refuse(socket, new DomainError('read_only', `this master is a standby of ${app.standby.primary}: link there`));
+      else if (fenced)
+        refuse(
+          socket,
+          new DomainError('read_only', `a primary of epoch ${fenced.epoch} took over from this master${there}`, {
+            data: { primary: fenced.primary },
+          }),
+        );
+      else links.handleUpgrade(req, socket, head);
+    });
+    app.onFenced = () => links.cutAll();
     let timer: NodeJS.Timeout | undefined;
     let ruleClock: NodeJS.Timeout | undefined;
     let peerWatch: NodeJS.Timeout | undefined;

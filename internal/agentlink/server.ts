@@ -313,6 +313,11 @@ export class AgentLinks {
     this.pending.clear();
   }
 
+  /** Ends every link (this master was fenced): each agent links again elsewhere, to the newer primary. */
+  cutAll(): void {
+    for (const link of [...this.links.values(), ...this.pending.values()]) link.socket.destroy();
+  }
+
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     const { app } = this;
     const ip = socket.remoteAddress ?? 'unknown';

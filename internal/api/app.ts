@@ -207,10 +207,14 @@ export class App {
 
   /** Another primary took over from this one (see AgentLinks): it writes nothing more. */
   fence(epoch: number, primary: string | null): void {
-    if (this.fencedBy === null)
-      this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
+    const first = this.fencedBy === null;
+    if (first) this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
     this.fencedBy = { epoch, primary };
+    if (first) this.onFenced();
   }
+
+  /** Told once, when this master is first fenced: its agents' links are cut, for them to find the newer primary. */
+  onFenced: () => void = () => {};
 
   /** What this master is now: a standby of a primary, a primary another took over from (fenced), or the primary. */
   get role(): 'primary' | 'standby' | 'fenced' {
