@@ -12,25 +12,12 @@ import { generateLicenseKeys, issueLicense } from '../internal/license/license.t
 import { migrations } from '../internal/store/migrations.ts';
 import { ruleFieldNames } from '../internal/domain/rules.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
+import { failover } from './failover.ts';
+import type { Row } from './row.ts';
 import { startHaproxy } from './haproxy.ts';
 import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
 import { bearer, wrk, type WrkResult } from './wrk.ts';
 import { CLIENT, HOST_SIDE, makeLab, NODE, NODE_ADDRESS, removeLab, TARGET, TARGET_ADDRESS, within } from './netns.ts';
-
-interface Row {
-  id: string;
-  scenario: string;
-  value: number;
-  unit: string;
-  p50_ms?: number;
-  p99_ms?: number;
-  peak_rss_mib?: number;
-  ceiling?: number;
-  ratio?: number;
-  target: string;
-  met: boolean | null;
-  note?: string;
-}
 
 const rows: Row[] = [];
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -69,6 +56,7 @@ function ensureTools(): void {
     nft: 'nftables',
     iperf3: 'iperf3',
     haproxy: 'haproxy',
+    etcd: 'etcd-server',
   };
   const missing = Object.keys(packages)
     .filter((tool) => spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0)
@@ -2309,8 +2297,9 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,https,fanout,data,kernel,scale,readers,history,replication runs a subset (working on one part).
-const sections = 'control,https,fanout,data,kernel,scale,readers,history,replication';
+// BENCH_ONLY=control,https,fanout,data,kernel,scale,readers,history,replication,failover runs a subset (working on
+// one part).
+const sections = 'control,https,fanout,data,kernel,scale,readers,history,replication,failover';
 const only = new Set((process.env.BENCH_ONLY ?? sections).split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('https')) await overTls();
@@ -2321,6 +2310,7 @@ if (only.has('scale')) await scale();
 if (only.has('readers')) await readers();
 if (only.has('history')) await historyScale();
 if (only.has('replication')) await replication();
+if (only.has('failover')) await failover(record);
 const machine = {
   cpu: cpus()[0]?.model,
   cores: cpus().length,

@@ -3,11 +3,14 @@
 // another can lead, and who may take over when the leader is gone.
 
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
 import { Election, type Standing } from '../internal/election/election.ts';
-import { Etcd } from '../internal/election/etcd.ts';
+import { Etcd, EtcdUnavailable } from '../internal/election/etcd.ts';
 import { silentLogger } from '../internal/log/log.ts';
-import { etcdCluster, etcdMissing, etcdProxy } from './etcd.ts';
+import { etcdCertificates, etcdCluster, etcdMissing, etcdProxy } from './etcd.ts';
 import { until } from './net.ts';
 
 const skip = etcdMissing() ?? false;
@@ -134,3 +137,26 @@ test('a master that no longer leads cannot choose a standby', { skip }, async (t
   assert.equal(await b!.campaign(own), 3);
   await assert.rejects(a!.designate('https://b.example:8443'), /no longer leads/);
 });
+
+test(
+  'over TLS, a master reaches etcd with its CA and client certificate, and without the certificate not at all',
+  { skip, timeout: 30_000 },
+  async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'portplane-etcd-tls-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const files = etcdCertificates(dir);
+    const { endpoints } = await etcdCluster(t, 1, files);
+    assert.match(endpoints[0]!, /^https:/);
+    const [ca, cert, key] = [files.ca, files.clientCert, files.clientKey].map((file) => readFileSync(file));
+    const prefix = `/tls${++prefixes}`;
+    const me = { url: 'https://a.example:8443', pin: null };
+    const trusted = new Election({ etcd: new Etcd({ endpoints, ca, cert, key }), prefix, me, log: silentLogger });
+    await trusted.start();
+    t.after(() => trusted.stop());
+    assert.equal(await trusted.campaign(own), 2);
+    assert.deepEqual(await trusted.leader(), { ...me, epoch: 2 });
+    // No client certificate: etcd refuses the handshake; no CA: this master refuses etcd's certificate.
+    for (const etcd of [new Etcd({ endpoints, ca }), new Etcd({ endpoints, cert, key })])
+      await assert.rejects(new Election({ etcd, prefix, me, log: silentLogger }).leader(), EtcdUnavailable);
+  },
+);

@@ -4,7 +4,9 @@
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
+import { get as httpsGet } from 'node:https';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,13 +28,65 @@ export interface EtcdCluster {
   revive(i: number): Promise<void>;
 }
 
-export async function etcdCluster(t: TestContext, size = 3): Promise<EtcdCluster> {
+/** Files of a CA and of the certificates it signs for etcd (the server, 127.0.0.1) and for its client. */
+export interface EtcdCertificates {
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  clientCert: string;
+  clientKey: string;
+}
+
+/** A throwaway CA and what it signs, made by openssl in `dir`. */
+export function etcdCertificates(dir: string): EtcdCertificates {
+  const run = (...args: string[]) => {
+    const made = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
+    if (made.status !== 0) throw new Error(`openssl ${args[0]}: ${made.stderr}`);
+  };
+  const key = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  run('req', '-x509', ...key, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=portplane test CA');
+  for (const [name, usage] of [
+    // etcd's JSON gateway dials its own gRPC with the server's certificate: it must be a client's too.
+    ['server', 'serverAuth,clientAuth'],
+    ['client', 'clientAuth'],
+  ] as const) {
+    writeFileSync(join(dir, `${name}.ext`), `subjectAltName=IP:127.0.0.1\nextendedKeyUsage=${usage}\n`);
+    run('req', ...key, '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
+    const sign = ['-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2'];
+    run('x509', '-req', ...sign, '-extfile', `${name}.ext`, '-out', `${name}.pem`);
+  }
+  const at = (file: string) => join(dir, file);
+  return {
+    ca: at('ca.pem'),
+    serverCert: at('server.pem'),
+    serverKey: at('server.key'),
+    clientCert: at('client.pem'),
+    clientKey: at('client.key'),
+  };
+}
+
+/** `size` members of a new cluster; with `tls`, clients must show a certificate its CA signed. */
+export async function etcdCluster(
+  t: Pick<TestContext, 'after'>,
+  size = 3,
+  tls: EtcdCertificates | null = null,
+): Promise<EtcdCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-etcd-'));
   const members: { name: string; client: number; peer: number }[] = [];
   for (let i = 0; i < size; i++) members.push({ name: `m${i}`, client: await freePort(), peer: await freePort() });
   const initial = members.map((m) => `${m.name}=http://127.0.0.1:${m.peer}`).join(',');
   const children: (ChildProcess | null)[] = members.map(() => null);
-  const endpoints = members.map((m) => `http://127.0.0.1:${m.client}`);
+  const scheme = tls ? 'https' : 'http';
+  const endpoints = members.map((m) => `${scheme}://127.0.0.1:${m.client}`);
+  // Clients must show a certificate the CA signed (--client-cert-auth); members speak to each other in the clear.
+  const secured = tls
+    ? [
+        `--cert-file=${tls.serverCert}`,
+        `--key-file=${tls.serverKey}`,
+        `--trusted-ca-file=${tls.ca}`,
+        '--client-cert-auth',
+      ]
+    : [];
   const startMember = (i: number) => {
     const m = members[i]!;
     const child = spawn(
@@ -50,19 +104,25 @@ export async function etcdCluster(t: TestContext, size = 3): Promise<EtcdCluster
         // Quicker than the defaults across a WAN (100 ms, 1 s), as loopback allows.
         '--heartbeat-interval=50',
         '--election-timeout=500',
+        ...secured,
       ],
       { stdio: 'ignore' },
     );
     children[i] = child;
   };
-  const healthy = async (i: number) => {
-    try {
-      const answer = await fetch(`${endpoints[i]}/health`);
-      return answer.ok && ((await answer.json()) as { health: string }).health === 'true';
-    } catch {
-      return false;
-    }
-  };
+  const healthy = (i: number) =>
+    new Promise<boolean>((resolve) => {
+      const options = tls
+        ? { ca: readFileSync(tls.ca), cert: readFileSync(tls.clientCert), key: readFileSync(tls.clientKey) }
+        : {};
+      const req = (tls ? httpsGet : httpGet)(`${endpoints[i]}/health`, { ...options, timeout: 2000 }, (res) => {
+        let body = '';
+        res.setEncoding('utf8').on('data', (chunk: string) => (body += chunk));
+        res.on('end', () => resolve(res.statusCode === 200 && /"health":"true"/.test(body)));
+      });
+      req.on('timeout', () => req.destroy());
+      req.on('error', () => resolve(false));
+    });
   for (let i = 0; i < size; i++) startMember(i);
   t.after(() => {
     for (const child of children) child?.kill('SIGKILL');

@@ -649,10 +649,12 @@ test(SYNC_AFTER_RESTART, async (t) => {
 
 const PROMOTED_WHILE_SERVING =
   'a standby promoted while its primary still serves (the watcher cut off from the primary, not the masters from ' +
-  'each other) fences that primary within seconds: one master takes writes, the fenced one names it, and its ' +
-  'agents move to the new primary';
+  'each other) fences that primary within seconds: one master takes writes, the fenced one names it, its agents ' +
+  'move to the new primary, and started again it is fenced from the start though no peer answers';
 test(PROMOTED_WHILE_SERVING, async (t) => {
-  const primary = await startMaster(t);
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-fenced-'));
+  const port = await freePort();
+  const primary = await startMaster(t, { dataDir, port });
   const { standby } = await standbyOf(t, primary);
   await setSettings(primary, { standby_masters: standby.url });
   const edge = await node(primary, 'edge');
@@ -678,6 +680,14 @@ test(PROMOTED_WHILE_SERVING, async (t) => {
   const relink = (await rawLink(primary, edge.agent_token)) as { status: number; body: { primary: string } };
   assert.equal(relink.status, 503);
   assert.equal(relink.body.primary, standby.url);
+
+  // The fence is kept in its database: started again while the new primary is down, it still takes no write.
+  await standby.close();
+  await primary.close();
+  const again = await start(plainConfig(dataDir, port), silentLogger);
+  t.after(() => again.close());
+  assert.deepEqual((await call(again.url, 'GET', '/api/health')).body.fenced_by, { epoch: 2, primary: standby.url });
+  assertProblem(await call(again.url, 'POST', '/api/nodes', { token: primary.admin, body }), 503, 'read_only');
 });
 
 test('master promote makes a stopped standby the primary of the next epoch', async (t) => {

@@ -480,7 +480,10 @@ export async function start(
       else {
         // Only now that the port is ours: a start that fails earlier never made an admin whose password nobody saw.
         await bootstrapAdmin(store, log, config.adminPassword, app.timestamp());
-        // A standby it knows may have been promoted past it while it was down: it takes no write before it asked.
+        // Fenced before it stopped, it still is; and a standby it knows may have been promoted past it while it was
+        // down: it takes no write before it asked.
+        const kept = store.epoch.fencedBy();
+        if (kept && kept.epoch > store.epoch.current()) app.fence(kept.epoch, kept.primary);
         await heardFromPeers();
         await options.beforeServing?.(app);
         await servePrimary();

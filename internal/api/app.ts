@@ -207,10 +207,20 @@ export class App {
 
   /** Another primary took over from this one (see AgentLinks): it writes nothing more. */
   fence(epoch: number, primary: string | null): void {
-    const first = this.fencedBy === null;
-    if (first) this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
+    const was = this.fencedBy;
+    if (was === null)
+      this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
+    if (was !== null && (epoch < was.epoch || (epoch === was.epoch && was.primary !== null))) return;
     this.fencedBy = { epoch, primary };
-    if (first) this.onFenced();
+    // Kept in the database too: started again as it was, it is fenced from the start, whoever answers then.
+    try {
+      this.store.write(() => this.store.epoch.fence(epoch, primary, this.timestamp()));
+    } catch (error) {
+      this.log.error('recording the fence failed: it holds until this master stops', {
+        error: (error as Error).message,
+      });
+    }
+    if (was === null) this.onFenced();
   }
 
   /** Told once, when this master is first fenced: its agents' links are cut, for them to find the newer primary. */

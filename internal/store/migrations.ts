@@ -734,4 +734,12 @@ export const migrations: readonly string[] = [
   -- What its agent's supervisor last said it went back from, a bundle that crash-looped (JSON), or null.
   ALTER TABLE nodes ADD COLUMN agent_fell_back TEXT;
   `,
+  /* 44: the newer primary a primary was fenced by, kept across its restarts: the master's own, never replicated */ `
+  CREATE TABLE master_fence (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch INTEGER NOT NULL,
+    primary_url TEXT,
+    fenced_at TEXT NOT NULL
+  ) STRICT;
+  `,
 ];

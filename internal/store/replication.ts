@@ -38,9 +38,15 @@ const derivedOnCopies = derivations().filter((derivation) => derivation.derivedO
 const derivedTables = new Set(derivedOnCopies.flatMap((derivation) => derivation.derivedOnCopies!));
 const derivingTriggers = new Set(derivedOnCopies.flatMap((derivation) => derivation.triggers.map((t) => t.name)));
 
-/** Tables no changeset carries: SQLite's own, where a copy stands (its own to write), and what a copy derives. */
+/** Each master's own tables: recorded by a primary's session (they have keys), never applied on a copy. */
+export const ownTables: ReadonlySet<string> = new Set(['replication_position', 'master_fence']);
+
+/**
+ * Tables no changeset carries: SQLite's own, where a copy stands and what fenced a master (each master's own to
+ * write), and what a copy derives.
+ */
 export const notReplicated = (table: string) =>
-  table.startsWith('sqlite_') || table === 'replication_position' || derivedTables.has(table);
+  table.startsWith('sqlite_') || ownTables.has(table) || derivedTables.has(table);
 
 /** The triggers a copy keeps: those that write what no changeset carries (see notReplicated). */
 export const keptOnCopies = (trigger: string) => derivingTriggers.has(trigger);
@@ -217,6 +223,8 @@ export async function snapshotOf(reader: DatabaseSync, position: Position): Prom
     const db = new (sqlite().DatabaseSync)(copy);
     try {
       setPosition(db, position);
+      // What fenced the master it was taken from is that master's: a copy starts unfenced.
+      db.exec('DELETE FROM master_fence');
     } finally {
       db.close();
     }
@@ -298,11 +306,17 @@ export class Replica {
   }
 }
 
-/** The primaries' epoch, which each promotion raises (1 before the first). */
+/**
+ * The primaries' epoch, which each promotion raises (1 before the first); and the newer primary that fenced this
+ * master, which a promotion past it forgets.
+ */
 export class EpochStore {
   private readonly getStmt;
   private readonly raiseStmt;
   private readonly electedStmt;
+  private readonly fenceStmt;
+  private readonly fencedStmt;
+  private readonly outgrowStmt;
 
   constructor(db: Database) {
     this.electedStmt = db.prepare(`INSERT INTO master_epoch (id, epoch, promoted_at) VALUES (1, :epoch, :at)
@@ -310,6 +324,12 @@ export class EpochStore {
     this.getStmt = db.prepare('SELECT epoch FROM master_epoch WHERE id = 1');
     this.raiseStmt = db.prepare(`INSERT INTO master_epoch (id, epoch, promoted_at) VALUES (1, 2, :at)
       ON CONFLICT (id) DO UPDATE SET epoch = epoch + 1, promoted_at = :at RETURNING epoch`);
+    this.fenceStmt = db.prepare(`INSERT INTO master_fence (id, epoch, primary_url, fenced_at)
+      VALUES (1, :epoch, :primary, :at)
+      ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch, primary_url = excluded.primary_url, fenced_at = :at
+      WHERE excluded.epoch > epoch OR (excluded.epoch = epoch AND primary_url IS NULL)`);
+    this.fencedStmt = db.prepare('SELECT epoch, primary_url FROM master_fence WHERE id = 1');
+    this.outgrowStmt = db.prepare('DELETE FROM master_fence WHERE epoch <= :epoch');
   }
 
   current(): number {
@@ -318,11 +338,28 @@ export class EpochStore {
 
   /** Inside a write: this master becomes the primary of the next epoch; returns it. */
   raise(at: string): number {
-    return Number((this.raiseStmt.get({ at }) as { epoch: number }).epoch);
+    return this.outgrow(Number((this.raiseStmt.get({ at }) as { epoch: number }).epoch));
   }
 
   /** Inside a write: this master was elected the leader of `epoch` (see election.ts); never lowers it. */
   elected(epoch: number, at: string): number {
-    return Number((this.electedStmt.get({ epoch, at }) as { epoch: number }).epoch);
+    return this.outgrow(Number((this.electedStmt.get({ epoch, at }) as { epoch: number }).epoch));
+  }
+
+  /** Inside a write: a primary of `epoch` (at `primary`, if known) took over from this master. */
+  fence(epoch: number, primary: string | null, at: string): void {
+    this.fenceStmt.run({ epoch, primary, at });
+  }
+
+  /** The newer primary that fenced this master, kept across its restarts; null: none. */
+  fencedBy(): { epoch: number; primary: string | null } | null {
+    const row = this.fencedStmt.get() as { epoch: number; primary_url: string | null } | undefined;
+    return row ? { epoch: Number(row.epoch), primary: row.primary_url } : null;
+  }
+
+  /** A fence of an epoch up to `epoch` is this master's past once it leads `epoch`. */
+  private outgrow(epoch: number): number {
+    this.outgrowStmt.run({ epoch });
+    return epoch;
   }
 }

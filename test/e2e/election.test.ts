@@ -3,123 +3,15 @@
 // writers, an agent given all three masters; a leader cut from etcd; etcd members lost one and then two.
 
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import test, { type TestContext } from 'node:test';
+import test from 'node:test';
 import { startAgent } from '../agents.ts';
 import { etcdCluster, etcdMissing, etcdProxy } from '../etcd.ts';
-import { ADMIN_PASSWORD, call, login, mintToken, trustMaster, type Running } from '../helpers.ts';
+import { cluster, health, killLeaders, leaderOf, quantile, type Elected } from '../elected.ts';
+import { call } from '../helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
 
 const skip = etcdMissing() ?? false;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-interface Elected {
-  url: string;
-  /** Its key's pin, as its start logged it. */
-  pin(): string;
-  output(): string;
-  kill(): void;
-  /** Starts it again as it was (its unit unchanged, as systemd would). */
-  start(): Promise<void>;
-  /** Stops it (SIGTERM) and starts it again with `env` added to its environment. */
-  restart(env: Record<string, string>): Promise<void>;
-}
-
-/** A master elected through etcd at `endpoints`, serving HTTPS with the certificate it makes itself. */
-async function elected(t: TestContext, endpoints: string[], env: Record<string, string> = {}): Promise<Elected> {
-  const port = await freePort();
-  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-elected-'));
-  const url = `https://127.0.0.1:${port}`;
-  let child: ChildProcess | null = null;
-  let out = '';
-  const argv = ['dist/master.mjs', '--listen', `0.0.0.0:${port}`, '--data-dir', dataDir, '--advertise', url];
-  const master: Elected = {
-    url,
-    pin: () => /"tls_pin":"([^"]+)"/.exec(out)![1]!,
-    output: () => out,
-    kill: () => void child?.kill('SIGKILL'),
-    async restart(more) {
-      Object.assign(env, more);
-      const exited = new Promise((resolve) => child!.once('exit', resolve));
-      child!.kill('SIGTERM');
-      await exited;
-      await master.start();
-    },
-    async start() {
-      const before = out.length;
-      child = spawn(process.execPath, [...argv, '--etcd', endpoints.join(',')], {
-        env: { PATH: process.env.PATH ?? '', MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD, ...env },
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
-      child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
-      await until('the master listening', () => out.slice(before).includes('"msg":"listening"'), 60_000);
-      trustMaster(url, readFileSync(join(dataDir, 'tls', 'cert.pem'), 'utf8'));
-    },
-  };
-  t.after(() => master.kill());
-  await master.start();
-  return master;
-}
-
-const health = async (master: Elected) =>
-  (await call(master.url, 'GET', '/api/health').catch(() => null))?.body as Record<string, any> | undefined;
-
-/** The master that says it is the primary of an epoch past `after`. */
-async function leaderOf(masters: Elected[], after = 0, ms = 15_000): Promise<{ master: Elected; epoch: number }> {
-  return until(
-    `a leader past epoch ${after}`,
-    async () => {
-      for (const master of masters) {
-        const said = await health(master);
-        if (said?.role === 'primary' && said.epoch > after) return { master, epoch: said.epoch as number };
-      }
-      return false;
-    },
-    ms,
-  );
-}
-
-/**
- * Three masters on `endpoints` (each may be its own list), in sync mode, the standbys in step; and an admin. As the
- * README bootstraps them: the first leads alone, its replication token is made, and it is started again with it (to
- * follow whoever leads after it), then the others with it.
- */
-async function cluster(t: TestContext, endpoints: string[][]) {
-  const first = await elected(t, endpoints[0]!);
-  const admin = await login(first.url, 'admin', ADMIN_PASSWORD);
-  const settings = { replication_mode: 'sync', replication_sync_timeout_seconds: 5, allow_local_rule_targets: 1 };
-  assert.equal((await call(first.url, 'PATCH', '/api/settings', { token: admin, body: settings })).status, 200);
-  const token = await mintToken({ url: first.url, admin } as Running, ['replication'], 'standbys');
-  await first.restart({ MASTER_FOLLOW_TOKEN: token });
-  const others = [];
-  for (const list of endpoints.slice(1)) others.push(await elected(t, list, { MASTER_FOLLOW_TOKEN: token }));
-  const masters = [first, ...others];
-  await inStep(masters);
-  return { masters, admin, token };
-}
-
-/** Waits for every master but the leader to be its standby, in step. */
-async function inStep(masters: Elected[], ms = 60_000): Promise<void> {
-  await until(
-    'the standbys in step',
-    async () => {
-      const said = await Promise.all(masters.map(health));
-      const standbys = said.filter((one) => one?.role === 'standby');
-      return (
-        said.filter((one) => one?.role === 'primary').length === 1 &&
-        standbys.length === masters.length - 1 &&
-        standbys.every((one) => one!.replication?.lag_seconds === 0)
-      );
-    },
-    ms,
-  );
-}
-
-const quantile = (values: number[], q: number) =>
-  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor(q * values.length))]!;
 
 test(
   'the leader SIGKILLed 20 times under four writers: a standby leads within 10 s each time, the agent follows, ' +
@@ -128,23 +20,21 @@ test(
   async (t) => {
     const etcd = await etcdCluster(t, 3);
     const { masters, admin } = await cluster(t, [etcd.endpoints, etcd.endpoints, etcd.endpoints]);
-    let { master: leader, epoch } = await leaderOf(masters);
-
-    const edge = await call(leader.url, 'POST', '/api/nodes', {
-      token: admin,
-      body: { name: 'edge', host: '192.0.2.1' },
-    });
+    const { master: first } = await leaderOf(masters);
+    const made = async (name: string) =>
+      (await call(first.url, 'POST', '/api/nodes', { token: admin, body: { name, host: '192.0.2.1' } })).body;
+    const [edge, paper] = [await made('edge'), await made('paper')];
     const echo = await tcpEcho(t);
     const listen = await freePort();
     const forwarded = {
       name: 'echo',
       protocol: 'tcp',
-      node_id: edge.body.id,
+      node_id: edge.id,
       listen_port: listen,
       targets: [`127.0.0.1:${echo}`],
     };
-    assert.equal((await call(leader.url, 'POST', '/api/rules', { token: admin, body: forwarded })).status, 201);
-    const agent = startAgent(t, masters.map((m) => m.url).join(','), edge.body.agent_token, {
+    assert.equal((await call(first.url, 'POST', '/api/rules', { token: admin, body: forwarded })).status, 201);
+    const agent = startAgent(t, masters.map((m) => m.url).join(','), edge.agent_token, {
       built: true,
       extraArgs: ['--master-pin', masters.map((m) => m.pin()).join(',')],
     });
@@ -156,89 +46,33 @@ test(
       }
     });
 
-    // Four writers, each a rule every 100 ms with a name of its own, to whichever master leads: on a node with no
-    // agent, so that nothing listens on their ports.
-    const paper = await call(leader.url, 'POST', '/api/nodes', {
-      token: admin,
-      body: { name: 'paper', host: '192.0.2.3' },
-    });
-    const acknowledged: string[] = [];
-    let writing = true;
-    let port = 20000;
-    let target = leader.url;
-    const writer = async (n: number) => {
-      for (let i = 0; writing; i++) {
-        const body = {
-          name: `w${n}-${i}`,
-          protocol: 'tcp',
-          node_id: paper.body.id,
-          listen_port: port++,
-          targets: ['192.0.2.2:80'],
-        };
-        const made = await call(target, 'POST', '/api/rules', { token: admin, body }).catch(() => null);
-        if (made?.status === 201) acknowledged.push(body.name);
-        await sleep(made?.status === 201 ? 100 : 250);
-      }
-    };
-    const writers = [1, 2, 3, 4].map(writer);
-    t.after(() => (writing = false));
-
-    const failovers: number[] = [];
     const relinks: number[] = [];
-    for (let round = 1; round <= 20; round++) {
-      await inStep(masters);
-      await sleep(1000 + Math.random() * 2000);
-      const killed = leader;
-      killed.kill();
-      const killedAt = Date.now();
-      ({ master: leader, epoch } = await leaderOf(
-        masters.filter((m) => m !== killed),
-        epoch,
-        20_000,
-      ));
-      const took = Date.now() - killedAt;
-      failovers.push(took);
-      target = leader.url;
-      assert.ok(took <= 10_000, `round ${round}: a standby led ${took} ms after the kill`);
-      await until(
-        `round ${round}: the agent linked to the new leader`,
-        async () =>
-          (await call(leader.url, 'GET', `/api/nodes/${edge.body.id}`, { token: admin })).body.status === 'online',
-        15_000,
-      ).catch((error: Error) => {
-        throw new Error(`${error.message}; the agent said: ${agent.output.join('').slice(-3000)}`);
-      });
-      relinks.push(Date.now() - killedAt);
-      // The old leader, started as it was, follows the new one and takes no write.
-      await killed.start();
-      await until(
-        `round ${round}: the old leader a standby`,
-        async () => (await health(killed))?.role === 'standby',
-        30_000,
-      );
-      const refused = await call(killed.url, 'POST', '/api/plans', { token: admin, body: { name: `x${round}` } });
-      assert.equal(refused.status, 503, JSON.stringify(refused.body));
-    }
-    writing = false;
-    await Promise.all(writers);
-    await inStep(masters);
-
-    const kept = new Set<string>();
-    for (let cursor = ''; ;) {
-      const page = await call(leader.url, 'GET', `/api/rules?limit=1000${cursor ? `&cursor=${cursor}` : ''}`, {
-        token: admin,
-      });
-      for (const rule of page.body.items) kept.add(rule.name);
-      if (!page.body.next_cursor) break;
-      cursor = page.body.next_cursor;
-    }
-    const lost = acknowledged.filter((name) => !kept.has(name));
+    const { failovers, acknowledged, lost } = await killLeaders(
+      t,
+      masters,
+      admin,
+      paper.id,
+      20,
+      async (leader, killedAt, round) => {
+        const took = Date.now() - killedAt;
+        assert.ok(took <= 10_000, `round ${round}: a standby led ${took} ms after the kill`);
+        await until(
+          `round ${round}: the agent linked to the new leader`,
+          async () =>
+            (await call(leader.url, 'GET', `/api/nodes/${edge.id}`, { token: admin })).body.status === 'online',
+          15_000,
+        ).catch((error: Error) => {
+          throw new Error(`${error.message}; the agent said: ${agent.output.join('').slice(-3000)}`);
+        });
+        relinks.push(Date.now() - killedAt);
+      },
+    );
     t.diagnostic(
       `20 kills: a standby led after p50 ${quantile(failovers, 0.5)} ms, p99 ${quantile(failovers, 0.99)} ms; the ` +
-        `agent linked to it after p50 ${quantile(relinks, 0.5)} ms; ${acknowledged.length} writes acknowledged, ` +
+        `agent linked to it after p50 ${quantile(relinks, 0.5)} ms; ${acknowledged} writes acknowledged, ` +
         `${lost.length} not on the last leader`,
     );
-    assert.ok(acknowledged.length > 500, `${acknowledged.length} writes`);
+    assert.ok(acknowledged > 500, `${acknowledged} writes`);
     assert.deepEqual(lost, []);
   },
 );
