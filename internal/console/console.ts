@@ -74,10 +74,20 @@ function loadAssets(): Map<string, Asset> {
  * false for anything else (the API, and everything it answers 404 or 405 to).
  */
 export function consoleHandler(): (req: IncomingMessage, res: ServerResponse) => boolean {
-  const assets = loadAssets();
+  // Loaded at the first request for a console path: the bundled master carries them, and a master run from source
+  // without a build serves its API all the same (tests of one file, `npm run dev`), saying so only where it must.
+  let assets: Map<string, Asset> | null = null;
   return (req, res) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') return false;
     const path = (req.url ?? '/').split('?')[0]!;
+    if (!Object.hasOwn(CONSOLE_FILES, path)) return false;
+    try {
+      assets ??= loadAssets();
+    } catch {
+      res.writeHead(503, { 'Content-Type': 'text/plain; charset=utf-8' });
+      res.end('the console is not built: run `npm run build` (it writes dist/console/)\n');
+      return true;
+    }
     const asset = assets.get(path);
     if (!asset) return false;
     for (const [name, value] of Object.entries(SECURITY_HEADERS)) res.setHeader(name, value);
