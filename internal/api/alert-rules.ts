@@ -2,7 +2,7 @@
 // alerts they find now.
 
 import { decodeCursor } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import type { QueryOf } from '../schema/query.ts';
 import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';

@@ -20,7 +20,6 @@ import { PrimaryReplication, type StandbyChoice } from '../replication/primary.t
 import type { Follower } from '../replication/follower.ts';
 import { singleFlight } from '../runtime/single-flight.ts';
 import { backupDataDir } from '../backup/backup.ts';
-import { PROMOTE } from './replication.ts';
 import type { Lifecycle } from '../runtime/lifecycle.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { TlsIdentity } from '../tls/identity.ts';
@@ -170,12 +169,12 @@ export class App {
   }
 
   /**
-   * Throws `read_only` for what a standby leaves to its primary (writes but its promotion, and following it), and for
-   * every write of a primary that another took over from.
+   * Throws `read_only` for what a standby leaves to its primary (writes, unless a route's `standby` says it serves
+   * them, and the reads it says a standby refuses), and for every write of a primary that another took over from.
    */
-  refuseOnStandby(method: string, path: string): void {
+  refuseOnStandby(method: string, standby?: 'serves' | 'refuses'): void {
     const primary = this.standby?.primary;
-    if (primary && !STANDBY_WRITES.has(path) && (method !== 'GET' || path.startsWith('/api/replication/')))
+    if (primary && (standby === 'refuses' || (standby !== 'serves' && method !== 'GET')))
       throw new DomainError('read_only', `this master is a standby of ${primary}: ask it`, { data: { primary } });
     const fenced = this.fencedBy;
     if (fenced !== null && method !== 'GET') {
@@ -292,9 +291,6 @@ export class App {
     return this.callers.reauthorize(principal);
   }
 }
-
-/** What a standby does though it writes nothing: its promotion, and its own login sessions (see StandbySessions). */
-const STANDBY_WRITES = new Set([PROMOTE, '/api/auth/login', '/api/auth/logout']);
 
 export function actorOf(principal: Principal | null, ip: string, requestId: string): Actor {
   if (!principal)

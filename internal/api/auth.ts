@@ -126,6 +126,8 @@ async function logout(ctx: Ctx<undefined, {}>) {
 
 export const authOperations = operations({
   logIn: operation({
+    // A standby's own session (see StandbySessions): its copy takes no write.
+    standby: 'serves',
     action: 'auth.login',
     summary: 'Log in with a username and password',
     description:
@@ -173,6 +175,7 @@ export const authOperations = operations({
     handler: endOthers,
   }),
   logOut: operation({
+    standby: 'serves',
     tenants: true,
     action: 'auth.logout',
     summary: 'End the calling login session',

@@ -1,7 +1,7 @@
 // Agent bundles on the wire (operations in service/bundles.ts): the versions of the agent the master carries, each
 // signed by a release key.
 
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { BUNDLE_VERSION, SIGNATURE_FORMAT, type BundleSignature } from '../release/signature.ts';
 import { integer, object, oneOf, string, type Infer } from '../schema/schema.ts';
 import { addBundle, MAX_BUNDLES, removeBundle } from '../service/bundles.ts';

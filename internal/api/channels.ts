@@ -2,7 +2,7 @@
 // service/outbox.ts), and the delivery log.
 
 import { decodeCursor, pageOf } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';

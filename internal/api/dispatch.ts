@@ -153,7 +153,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     if (app.starting && !(found && 'found' in found && found.found.route.answersWhileStarting))
       throw new DomainError('unavailable', 'the master is starting; retry in a moment', { retryAfterSeconds: 1 });
     if (found === null) throw new DomainError('not_found', `no route for ${url.pathname}`);
-    app.refuseOnStandby(method, url.pathname);
+    app.refuseOnStandby(method, 'found' in found ? found.found.route.standby : undefined);
     if ('allowed' in found)
       throw new DomainError('method_not_allowed', `${method} is not allowed here; use ${found.allowed.join(', ')}`, {
         allow: found.allowed,

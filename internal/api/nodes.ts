@@ -2,7 +2,7 @@
 // service/nodes.ts). SSH credentials are write-only; the agent token is shown once, at creation.
 
 import { pageJson } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { host } from '../schema/net.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';

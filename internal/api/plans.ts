@@ -1,6 +1,6 @@
 // Plans on the wire (operations in service/plans.ts): named sets of grants that tenants are held to.
 
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { MAX_BANDWIDTH, MIN_BANDWIDTH } from '../domain/link.ts';
 import { pastAllowance, type PlanFields } from '../domain/plans.ts';

@@ -10,9 +10,6 @@ import { transact } from '../service/write.ts';
 import { record } from './common.ts';
 import { CHANGES_TYPE, encodeChanges } from '../replication/wire.ts';
 
-/** The one write a standby takes: its promotion. */
-export const PROMOTE = '/api/replication/promote';
-
 /** The header that says the primary's epoch: a standby of a later one does not follow it. */
 export const EPOCH_HEADER = 'X-Master-Epoch';
 /** The header that says the primary's replication_mode: a standby of a sync-mode primary asks again at once. */
@@ -55,6 +52,7 @@ export const replicationOperations = operations({
       '409 on a primary, and on masters elected through etcd (--etcd), whose election promotes.',
     responses: { 200: { description: 'Promoted', schema: promotedSchema }, 409: { description: 'A primary already' } },
     unheld: true,
+    standby: 'serves',
     handler: async (ctx: Ctx<undefined, {}>) => {
       if (ctx.app.leadership)
         throw new DomainError(
@@ -73,6 +71,7 @@ export const replicationOperations = operations({
     },
   }),
   getSnapshot: operation({
+    standby: 'refuses',
     summary: "A consistent copy of the primary's database, to seed a standby master",
     description:
       `Taken while the master writes (SQLite's online backup); ${POSITION_HEADER} says which change follows it ` +
@@ -105,6 +104,7 @@ export const replicationOperations = operations({
     },
   }),
   listChanges: operation({
+    standby: 'refuses',
     summary: 'The changes committed after a position, in order',
     description:
       'At most 500 changes (8 MiB) an answer; with none yet, waits up to wait_seconds for one. `reseed` when ' +

@@ -2,7 +2,7 @@
 // nodes in waves, each node's upgrade gated, halted on the first failure.
 
 import { decodeCursor, encodeCursor } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { BUNDLE_VERSION } from '../release/signature.ts';
 import type { QueryOf } from '../schema/query.ts';

@@ -122,6 +122,11 @@ export interface OperationSpec<B, Q extends QuerySpec> {
    * has no standby yet (its next writes wait, and lapse, as a primary's do).
    */
   unheld?: boolean;
+  /**
+   * What a standby does with it, when not the default (GETs answered from its copy, writes refused naming its
+   * primary): `serves` a write all the same (its own sessions, its promotion), `refuses` a read (what standbys follow).
+   */
+  standby?: 'serves' | 'refuses';
   responses: Record<number, ResponseDoc>;
   handler: (ctx: Ctx<B, QueryOf<Q>>) => Reply | Promise<Reply>;
 }

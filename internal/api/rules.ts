@@ -3,7 +3,7 @@
 // targets, directly or through a tunnel.
 
 import { pageJson } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';

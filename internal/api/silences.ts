@@ -1,7 +1,7 @@
 // Silences on the wire (operations in service/silences.ts): windows in which matching alerts are not notified.
 
 import { decodeCursor } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import type { QueryOf } from '../schema/query.ts';
 import { array, dateTime, integer, object, optional, string, type Infer } from '../schema/schema.ts';

@@ -2,7 +2,7 @@
 // user who made them. The secret is shown once; only its hash is kept.
 
 import { scopes } from '../auth/scopes.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { pageJson } from '../http/cursor.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';

@@ -4,7 +4,7 @@
 import { reaches } from '../service/grants.ts';
 import { TUNNEL_PORTS } from '../domain/link.ts';
 import { pageJson } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';

@@ -4,7 +4,7 @@
 
 import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
-import { etagOf } from '../http/etag.ts';
+import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, dateTime, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';

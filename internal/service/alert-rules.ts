@@ -3,7 +3,7 @@
 // A rule changed in what it watches, disabled or deleted forgets its alerts at once, without notifying them.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { AlertCondition } from '../domain/alerts.ts';
 import type { AlertRule, AlertRuleFields } from '../store/alerts.ts';

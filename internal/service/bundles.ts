@@ -5,7 +5,7 @@ import type { KeyObject } from 'node:crypto';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { BundleRefused, verifyBundle, type BundleSignature } from '../release/signature.ts';
 import type { AgentBundle } from '../store/bundles.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { Change, WriteDeps } from './write.ts';
 
 /** How many bundles the master keeps (each is a few hundred KiB in the database, and in every backup). */

@@ -5,7 +5,7 @@
 // link-local or master address without allow_local_channel_targets), as named here and as resolved when sent.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import { hostRefusal, urlRefusal } from '../notify/post.ts';
 import type { SmtpSecurity } from '../notify/smtp.ts';

@@ -3,7 +3,7 @@
 
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { MasterDial } from '../install/agent-env.ts';
 import type { Installer, InstallMode } from '../install/installer.ts';
 import type { Node, NodeFields, SshSecret } from '../store/nodes.ts';

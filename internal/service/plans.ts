@@ -2,7 +2,7 @@
 // holds tenants to it later never meets a range backwards or an allowance that cannot slow anything.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { parsePortRange, type Plan, type PlanFields } from '../domain/plans.ts';
 import { holdPlanUsers } from './standing.ts';

@@ -3,7 +3,7 @@
 // changed; sync reports what the node acknowledged, never that a command was sent.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import { parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';

@@ -2,7 +2,7 @@
 // change commits.
 
 import { grants } from '../auth/scopes.ts';
-import { checkIfMatchTag } from '../http/etag.ts';
+import { checkIfMatchTag } from './etag.ts';
 import { agentKeys, guardedKeys, type Settings } from '../settings/settings.ts';
 import { missingScope, transact, type Committer, type Requester } from './write.ts';
 

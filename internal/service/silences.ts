@@ -3,7 +3,7 @@
 // is notified then (service/alerting.ts).
 
 import { notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { MAX_ACTIVE_SILENCES, type Silence, type SilenceFields } from '../store/alerts.ts';
 import { diff, type Change, type WriteDeps } from './write.ts';

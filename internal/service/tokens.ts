@@ -5,7 +5,7 @@ import { reaches } from './grants.ts';
 import { grants, type Scope } from '../auth/scopes.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import { shownToken, type Token } from '../store/tokens.ts';
 import { requireHolds } from './users.ts';
 import { transact, type Committer, type Requester } from './write.ts';

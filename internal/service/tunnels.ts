@@ -4,7 +4,7 @@
 import { grantedTunnel, reaches, unnamedToTenants } from './grants.ts';
 import { TUNNEL_PORTS } from '../domain/link.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Tunnel, TunnelFields, TunnelTransport } from '../store/tunnels.ts';
 import { issueTunnelKeys } from '../tunnel/keys.ts';

@@ -5,7 +5,7 @@
 import { grantsAll, tenantScopes, type Scope } from '../auth/scopes.ts';
 import { hashPassword } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
-import { checkIfMatch } from '../http/etag.ts';
+import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Role, User } from '../store/users.ts';
 import { holdToStanding } from './standing.ts';

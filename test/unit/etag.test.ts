@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DomainError } from '../../internal/errors/errors.ts';
-import { checkIfMatch, etagOf } from '../../internal/http/etag.ts';
+import { checkIfMatch, etagOf } from '../../internal/service/etag.ts';
 
 const refused = (error: unknown) =>
   error instanceof DomainError && error.code === 'precondition_failed' && error.facts.etag === '"3"';

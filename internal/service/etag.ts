@@ -1,4 +1,5 @@
-// ETags from row versions, and If-Match checks that stop lost updates between two admins.
+// ETags from row versions, and If-Match checks that stop lost updates between two admins: the service's, which
+// compares versions; the API writes the tag in its answers.
 
 import { DomainError } from '../errors/errors.ts';
 
