@@ -3,13 +3,14 @@
 import { WriteBudget } from '../auth/budget.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import { StandbySessions } from '../auth/standby-sessions.ts';
-import { Callers, type Principal } from './callers.ts';
+import { Callers } from './callers.ts';
+import type { Principal } from '../auth/principal.ts';
+import type { Actor } from '../store/audit.ts';
 import { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError } from '../errors/errors.ts';
 import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
 import type { Logger } from '../log/log.ts';
 import type { Settings } from '../settings/settings.ts';
-import type { Actor } from '../store/audit.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
@@ -28,8 +29,6 @@ import type { EventStreams } from './streams.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { ImportJob } from '../service/transfer.ts';
 import type { JobCommitted } from '../service/write.ts';
-
-export type { Principal } from './callers.ts';
 
 /** What the API's handlers may use: assembled by cmd/master. */
 export interface AppParts {
@@ -292,6 +291,7 @@ export class App {
   }
 }
 
+/** How the audit log names `principal` (null: nobody authenticated). */
 export function actorOf(principal: Principal | null, ip: string, requestId: string): Actor {
   if (!principal)
     return { actor_type: 'anonymous', actor_id: null, actor_name: 'anonymous', ip, request_id: requestId };

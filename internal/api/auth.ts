@@ -2,7 +2,8 @@
 // are, change your own password, end your other sessions, log out.
 
 import { planSchema } from './plans.ts';
-import { roles, type User } from '../store/users.ts';
+import { roles } from '../auth/principal.ts';
+import type { User } from '../store/users.ts';
 import { usageSchema } from './users.ts';
 import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';

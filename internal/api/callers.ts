@@ -1,30 +1,14 @@
 // How a bearer secret becomes a caller: tokens and sessions looked up by their hash, cached until anything that could
 // revoke or narrow one changes, and a standby's own login sessions, looked up at each request.
 
-import { intersect, type Scope } from '../auth/scopes.ts';
+import { intersect } from '../auth/scopes.ts';
 import { hashSecret, secretKind } from '../auth/secrets.ts';
 import type { StandbySessions } from '../auth/standby-sessions.ts';
 import { DomainError } from '../errors/errors.ts';
 import type { Clock } from '../runtime/clock.ts';
 import { formatTime } from '../schema/schema.ts';
 import type { Store } from '../store/store.ts';
-import type { TokenKind } from '../store/tokens.ts';
-import type { Role } from '../store/users.ts';
-
-export interface Principal {
-  tokenId: number;
-  kind: TokenKind;
-  tokenName: string;
-  userId: number;
-  username: string;
-  /** The user's: a tenant reaches only routes that follow ownership (see `tenants` on an operation). */
-  role: Role;
-  /** A tenant's plan (null: none, which grants nothing). */
-  planId: number | null;
-  /** The token's scopes as far as its owner still holds them. */
-  scopes: Scope[];
-  expiresAt: string | null;
-}
+import type { Principal } from '../auth/principal.ts';
 
 interface VerifiedCredential {
   principal: Principal;

@@ -6,7 +6,7 @@ import { listQuery, textParam } from '../schema/query.ts';
 import type { SortedPage } from '../store/filters.ts';
 import { array, describe, oneOf, string, type JsonSchema, type Schema } from '../schema/schema.ts';
 import { missingScope, type WriteJob } from '../service/write.ts';
-import type { Principal } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import type { Ctx } from './route.ts';
 
 export const DEFAULT_LIMIT = 50;

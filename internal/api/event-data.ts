@@ -3,7 +3,8 @@
 
 import { DomainError } from '../errors/errors.ts';
 import type { EventRow } from '../store/events.ts';
-import type { App, Principal } from './app.ts';
+import type { App } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import type { Ctx, Reply, Route } from './route.ts';
 
 /** The event's JSON: its row's facts, its detail, and `data` (JSON text: the resource, or null). */

@@ -5,7 +5,7 @@
 import type { JsonPage } from '../store/store.ts';
 import { grantsNode, type Plan } from '../domain/plans.ts';
 import { describe } from '../schema/schema.ts';
-import type { Principal } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import { record } from './common.ts';
 import { nodeStatuses } from '../store/nodes.ts';
 import type { Ctx } from './route.ts';

@@ -3,7 +3,7 @@
 
 import { grants } from '../auth/scopes.ts';
 import { DomainError } from '../errors/errors.ts';
-import type { Principal } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import type { Route } from './route.ts';
 
 /** Why `principal` may not call `route`: the error to answer and what the denial's audit entry says; else null. */

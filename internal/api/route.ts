@@ -9,7 +9,8 @@ import type { QueryOf, QuerySpec } from '../schema/query.ts';
 import { validate, type JsonSchema, type Schema } from '../schema/schema.ts';
 import type { Actor } from '../store/audit.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
-import type { App, Principal } from './app.ts';
+import type { App } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import { idOf } from '../schema/ids.ts';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';

@@ -12,7 +12,7 @@ import { insertRule, removeRule, syncRule, updateRule } from '../service/rules.t
 import { transact } from '../service/write.ts';
 import { RULE_SORTS, type RuleFilter } from '../store/rules.ts';
 import { ownerFilter, pageSchema, paging, sortParam } from './common.ts';
-import type { Principal } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import { reaches } from '../service/grants.ts';
 import { created, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ruleInput, ruleSchema } from './rule-schema.ts';

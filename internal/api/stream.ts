@@ -1,7 +1,8 @@
 // One event stream: whom it answers, what it follows, and where it stands in the journal.
 
 import type { ServerResponse } from 'node:http';
-import type { App, Principal } from './app.ts';
+import type { App } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import { JOURNAL_TYPES, type EventsQuery, type Resource } from './events.ts';
 
 export interface Stream {

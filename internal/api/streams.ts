@@ -12,7 +12,8 @@ import type { Clock } from '../runtime/clock.ts';
 import type { EventRow } from '../store/events.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
-import type { App, Principal } from './app.ts';
+import type { App } from './app.ts';
+import type { Principal } from '../auth/principal.ts';
 import {
   BUFFER_BYTES,
   KEPT_FOR_ADMINS,

@@ -7,7 +7,8 @@ import { hashPassword } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
-import type { Role, User } from '../store/users.ts';
+import type { Role } from '../auth/principal.ts';
+import type { User } from '../store/users.ts';
 import { holdToStanding } from './standing.ts';
 import { diff, transact, type Committer, type Requester, type WriteDeps } from './write.ts';
 

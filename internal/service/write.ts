@@ -15,7 +15,7 @@ import type { SecretBox } from '../crypto/box.ts';
 import { WritesBusy } from '../store/database.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
 import type { Store } from '../store/store.ts';
-import type { Role } from '../store/users.ts';
+import type { Role } from '../auth/principal.ts';
 import type { SyncHub } from '../sync/hub.ts';
 
 type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };

@@ -2,7 +2,7 @@
 // by `kind`. Only the SHA-256 of a secret is stored.
 
 import type { Scope } from '../auth/scopes.ts';
-import type { Role } from './users.ts';
+import type { Role, TokenKind } from '../auth/principal.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 
@@ -13,8 +13,6 @@ export const TOKEN_FILTERS = { user_id: 't.user_id = :user_id' };
 export const TOKEN_SORTS = { id: 't.id', name: 't.name COLLATE NOCASE', created_at: 't.created_at' };
 import { renderedRows, type Rendered } from './rendered.ts';
 import type { Generation, JsonPage } from './store.ts';
-
-export type TokenKind = 'api' | 'session';
 
 export interface Token {
   id: number;

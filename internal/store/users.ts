@@ -1,5 +1,6 @@
 // SQL for users. Scopes are stored as a JSON array; usernames are unique ignoring case.
 
+import type { Role } from '../auth/principal.ts';
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
@@ -7,10 +8,6 @@ import type { Generation, JsonPage } from './store.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';
-
-/** Operators manage the fleet as their scopes allow; tenants only what they own, as their plan grants. */
-export const roles = ['operator', 'tenant'] as const;
-export type Role = (typeof roles)[number];
 
 export interface User {
   id: number;
