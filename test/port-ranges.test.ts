@@ -1,7 +1,7 @@
 // Port ranges on the master: a rule covering listen_port to listen_port_end claims each of its ports, clashes are
 // named by the port, lists find a rule by any port of its range, and every way in (create, replace, batches, import)
 // holds to the same bounds. What a node does with a range is tested with a real agent (forward.test.ts) and in the
-// kernel across namespaces (kernel-netns.test.ts).
+// kernel across namespaces (e2e/kernel-netns.test.ts).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -1,6 +1,6 @@
 // Tunnels end to end with real processes on loopback: the master in-process, the entry and
 // exit agents as child processes, echo servers as the targets the exit dials. The variant
-// across two network namespaces is in tunnel-netns.test.ts.
+// across two network namespaces is in e2e/tunnel-netns.test.ts.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';

@@ -1,6 +1,6 @@
 // How the agent writes its nftables table after the first time: the difference from what it last wrote
 // (kernel/ruleset.ts planScript), which nftables applies in a fraction of the time a whole table of 10,000 rules takes.
-// What the kernel makes of it is tested across namespaces (test/kernel-netns.test.ts).
+// What the kernel makes of it is tested across namespaces (test/e2e/kernel-netns.test.ts).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -1,5 +1,5 @@
 // How the kernel table holds TCP rules to their quotas and closes the ports it stops carrying (kernel/ruleset.ts);
-// what the kernel then does with it is tested across namespaces (test/kernel-netns.test.ts).
+// what the kernel then does with it is tested across namespaces (test/e2e/kernel-netns.test.ts).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { test } from 'node:test';
-import { nodeOf, startAgent } from './agents.ts';
-import { ADMIN_PASSWORD, call, login, node, rule, ruleBodies, startMaster } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { consolePage, noBrowser } from './browser.ts';
+import { nodeOf, startAgent } from '../agents.ts';
+import { ADMIN_PASSWORD, call, login, node, rule, ruleBodies, startMaster } from '../helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
+import { consolePage, noBrowser } from '../browser.ts';
 
 const SHOTS = 'test-results/console';
 

@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { test } from 'node:test';
 import { type Page } from 'playwright-core';
-import { ADMIN_PASSWORD, call, newTenant, node, rule, startMaster } from './helpers.ts';
-import { consolePage, noBrowser } from './browser.ts';
+import { ADMIN_PASSWORD, call, newTenant, node, rule, startMaster } from '../helpers.ts';
+import { consolePage, noBrowser } from '../browser.ts';
 
 const SHOTS = 'test-results/console';
 const GiB = 2 ** 30;

@@ -7,10 +7,10 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { test, type TestContext } from 'node:test';
-import { kernelEdge, ruleOf } from './agents.ts';
-import { call, rule, type Running } from './helpers.ts';
-import { until } from './net.ts';
-import { ip, namespaces, nftUnavailable, runIn, veth } from './netns.ts';
+import { kernelEdge, ruleOf } from '../agents.ts';
+import { call, rule, type Running } from '../helpers.ts';
+import { until } from '../net.ts';
+import { ip, namespaces, nftUnavailable, runIn, veth } from '../netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const CLIENT = `pb${tag}c`;

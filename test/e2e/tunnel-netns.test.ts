@@ -6,10 +6,10 @@
 
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { nodeOf, startAgent, udpRoundTrip } from './agents.ts';
-import { call, node, rule, startMaster } from './helpers.ts';
-import { tcpRoundTrip, until } from './net.ts';
-import { echoIn, namespaces, netnsUnavailable, veth } from './netns.ts';
+import { nodeOf, startAgent, udpRoundTrip } from '../agents.ts';
+import { call, node, rule, startMaster } from '../helpers.ts';
+import { tcpRoundTrip, until } from '../net.ts';
+import { echoIn, namespaces, netnsUnavailable, veth } from '../netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const ENTRY = `pp${tag}e`;

@@ -6,11 +6,11 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import test from 'node:test';
-import { nodeOf, ruleOf, startAgent } from './agents.ts';
-import { call, node, rule, startMaster } from './helpers.ts';
-import { until } from './net.ts';
-import { echoIn, ip, namespaces, nftUnavailable, veth } from './netns.ts';
-import { agentAs, releaseKey, rolloutOf, startRollout, upload } from './releases.ts';
+import { nodeOf, ruleOf, startAgent } from '../agents.ts';
+import { call, node, rule, startMaster } from '../helpers.ts';
+import { until } from '../net.ts';
+import { echoIn, ip, namespaces, nftUnavailable, veth } from '../netns.ts';
+import { agentAs, releaseKey, rolloutOf, startRollout, upload } from '../releases.ts';
 
 const tag = `${process.pid % 100_000}`;
 const [CLIENT, NODE, TARGET] = [`pr${tag}c`, `pr${tag}n`, `pr${tag}t`];

@@ -5,9 +5,9 @@
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { test } from 'node:test';
-import { ADMIN_PASSWORD, call, mintToken, node, startMaster } from './helpers.ts';
-import { until } from './net.ts';
-import { consolePage, noBrowser } from './browser.ts';
+import { ADMIN_PASSWORD, call, mintToken, node, startMaster } from '../helpers.ts';
+import { until } from '../net.ts';
+import { consolePage, noBrowser } from '../browser.ts';
 
 const SHOTS = 'test-results/console';
 

@@ -10,11 +10,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { kernelEdge, nodeOf, ruleOf, startAgent, type AgentProcess } from './agents.ts';
-import { call, node, rule, startMaster, type Running } from './helpers.ts';
-import { QUOTA_SLACK } from '../internal/kernel/ruleset.ts';
-import { until } from './net.ts';
-import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from './netns.ts';
+import { kernelEdge, nodeOf, ruleOf, startAgent, type AgentProcess } from '../agents.ts';
+import { call, node, rule, startMaster, type Running } from '../helpers.ts';
+import { QUOTA_SLACK } from '../../internal/kernel/ruleset.ts';
+import { until } from '../net.ts';
+import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from '../netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const CLIENT = `pk${tag}c`;

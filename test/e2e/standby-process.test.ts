@@ -10,9 +10,9 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
-import { startAgent } from './agents.ts';
-import { ADMIN_PASSWORD, call, login, mintToken, trustMaster, type Running } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { startAgent } from '../agents.ts';
+import { ADMIN_PASSWORD, call, login, mintToken, trustMaster, type Running } from '../helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
 
 interface MasterProcess {
   url: string;

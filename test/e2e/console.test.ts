@@ -9,11 +9,11 @@ import { createServer as httpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { type Page } from 'playwright-core';
-import { nodeOf, startAgent } from './agents.ts';
-import { ADMIN_PASSWORD, call, node, rule, startMaster } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { releaseKey, upload } from './releases.ts';
-import { consolePage, noBrowser } from './browser.ts';
+import { nodeOf, startAgent } from '../agents.ts';
+import { ADMIN_PASSWORD, call, node, rule, startMaster } from '../helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
+import { releaseKey, upload } from '../releases.ts';
+import { consolePage, noBrowser } from '../browser.ts';
 
 const SHOTS = 'test-results/console';
 
