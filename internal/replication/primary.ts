@@ -5,7 +5,7 @@ import type { Logger } from '../log/log.ts';
 import { singleFlight } from '../runtime/single-flight.ts';
 import type { Settings } from '../settings/settings.ts';
 import type { Database } from '../store/database.ts';
-import { snapshotOf } from '../store/replication.ts';
+import { snapshotOf, type Position } from '../store/replication.ts';
 import { ReplicationFeed } from './feed.ts';
 
 /**
@@ -30,6 +30,10 @@ export interface StandbyChoice {
 
 const ANY_STANDBY: StandbyChoice = { current: () => null, choose: async () => {} };
 
+/** The later of two positions; of another generation (the record started anew), `position`. */
+const later = (answered: Position | null, position: Position): Position =>
+  answered !== null && answered.generation === position.generation && answered.seq > position.seq ? answered : position;
+
 export interface PrimaryDeps {
   db: Database;
   settings: Settings;
@@ -44,6 +48,10 @@ export class PrimaryReplication {
   lapsedSince: number | null = null;
   /** Whether a write answered while lapsed is watched for a standby to hold it (see held). */
   private watching = false;
+  /** The latest write answered as held by a standby (see held); null before the first. */
+  private answered: Position | null = null;
+  /** The decisions of writes held, one at a time (see held). */
+  private deciding: Promise<void> = Promise.resolve();
 
   constructor(private readonly deps: PrimaryDeps) {}
 
@@ -95,6 +103,8 @@ export class PrimaryReplication {
         .then(async (held) => {
           if (!held || this.lapsedSince === null) return;
           await choice.choose(feed.holder(target));
+          // What was answered while lapsed was promised to no standby: from here, what follows is.
+          this.answered = target;
           this.lapsedSince = null;
           log.info('a standby holds the writes again: each waits for it');
         })
@@ -102,15 +112,28 @@ export class PrimaryReplication {
         .finally(() => (this.watching = false));
       return;
     }
-    const chosen = choice.current();
-    const held = await feed.held(target, timeoutMs, chosen ?? undefined);
-    const holder = held && chosen !== null ? chosen : feed.holder(target);
-    if (holder !== null) return choice.choose(holder);
-    await choice.choose(null);
-    this.lapsedSince = now();
-    log.error('no standby held a write within the sync timeout: the primary goes on alone', {
-      timeout_seconds: timeoutMs / 1000,
+    const held = await feed.held(target, timeoutMs, choice.current() ?? undefined);
+    // Decided one write at a time, in the order they get here: the standby chosen must hold every write answered so
+    // far, not only this one, or a write answered while another standby was chosen could be on none that may take
+    // over (two writes, each held by a different standby, each choosing its own).
+    const decided = this.deciding.then(async () => {
+      const needed = later(this.answered, target);
+      const current = choice.current();
+      const holder = current !== null && feed.holds(needed, current) ? current : feed.holder(needed);
+      // Without a choice to publish (two masters), a standby holding this write is enough, as it always was.
+      if (holder !== null || (held && this.deps.choice === undefined)) {
+        if (holder !== null) await choice.choose(holder);
+        this.answered = needed;
+        return;
+      }
+      await choice.choose(null);
+      this.lapsedSince = now();
+      log.error('no standby held a write within the sync timeout: the primary goes on alone', {
+        timeout_seconds: timeoutMs / 1000,
+      });
     });
+    this.deciding = decided.catch(() => {});
+    return decided;
   }
 
   /** Answers standbys waiting for a change at once: the master is stopping. */
