@@ -15,7 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { Database } from '../internal/store/database.ts';
+import { openDatabase } from '../internal/store/store.ts';
 import { BYTES_PER_USER, IdempotencyStore, KEYS_IN_TOTAL, KEYS_PER_USER } from '../internal/store/idempotency.ts';
 import { ADMIN_PASSWORD, call, node, startMaster } from './helpers.ts';
 
@@ -83,7 +83,7 @@ test(
 );
 
 test('stored replays are bounded per user, over all its tokens and sessions, in count and bytes, and in total', () => {
-  const db = new Database(':memory:');
+  const db = openDatabase(':memory:');
   db.write(() => {
     for (const user of ['u', 'v'])
       db.prepare(

@@ -12,7 +12,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { writeTar, type Entry } from '../internal/backup/archive.ts';
 import { backupDataDir, MANIFEST, MANIFEST_SUM, restoreDataDir, verifyBackup } from '../internal/backup/backup.ts';
-import { Database } from '../internal/store/database.ts';
+import { openDatabase } from '../internal/store/store.ts';
 import { masterCommand } from './bundled.ts';
 
 function scratch(): string {
@@ -22,7 +22,7 @@ function scratch(): string {
 /** A data dir with a master's database (migrated, one node and rule) and the files a master keeps beside it. */
 function dataDir(): string {
   const dir = scratch();
-  const db = new Database(join(dir, 'master.db'));
+  const db = openDatabase(join(dir, 'master.db'));
   db.write(() => {
     db.prepare(
       `INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, tags, agent_token_hash, created_at,
@@ -64,7 +64,7 @@ function writer(path: string): DatabaseSync {
 /** The database of a fresh master, with `sql` run on it with foreign keys off. */
 function database(sql = ''): Buffer {
   const path = join(scratch(), 'master.db');
-  new Database(path).close();
+  openDatabase(path).close();
   const db = writer(path);
   db.exec(sql);
   db.close();
@@ -205,7 +205,7 @@ function databaseOf(sql: string): Buffer {
 /** A master's database whose nodes' name index no longer matches the table: its entry edited in the file. */
 function brokenIndex(): Buffer {
   const path = join(scratch(), 'master.db');
-  new Database(path).close();
+  openDatabase(path).close();
   const db = writer(path);
   db.exec(`INSERT INTO nodes (name, host, ssh_port, ssh_user, ssh_auth, tags, agent_token_hash, created_at, updated_at)
     VALUES ('edge-node', 'h', 22, 'root', 'none', '[]', x'01', 'now', 'now')`);

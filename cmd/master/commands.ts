@@ -148,7 +148,7 @@ async function promote(dataDir: string): Promise<string> {
   // Opened as a copy is (never migrated); the data dir's lock refuses a master still running on it.
   const store = openStore(dataDir, { secretFields: secretFieldNames, copy: true });
   try {
-    store.db.takeOver();
+    store.takeOver();
     const clock = new Clock();
     const epoch = store.write(() => {
       const raised = store.epoch.raise(clock.timestamp());

@@ -12,7 +12,7 @@ import type { Logger } from '../../internal/log/log.ts';
 import { isLoopback } from '../../internal/schema/net.ts';
 import { theMaster } from '../../internal/service/master.ts';
 import { transact } from '../../internal/service/write.ts';
-import { sqlite } from '../../internal/store/database.ts';
+import { sqlite } from '../../internal/store/connection.ts';
 import { OWN_GENERATION, positionOf } from '../../internal/store/replication.ts';
 import type { EtcdConfig, MasterConfig } from './config.ts';
 import { start, tlsIdentityFor, type Master } from './start.ts';

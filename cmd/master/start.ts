@@ -10,7 +10,9 @@ import { addBundle } from '../../internal/service/bundles.ts';
 import { theMaster } from '../../internal/service/master.ts';
 import { transact } from '../../internal/service/write.ts';
 import { join } from 'node:path';
-import { AgentLinks, refuse } from '../../internal/agentlink/server.ts';
+import { AgentReports } from '../../internal/service/agent-reports.ts';
+import { AgentLinks } from '../../internal/agentlink/server.ts';
+import { refuse } from '../../internal/agentlink/handshake.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { Follower } from '../../internal/replication/follower.ts';
 import { askPeers } from '../../internal/replication/peers.ts';
@@ -42,7 +44,7 @@ import { listen, type Listening } from '../../internal/http/server.ts';
 import { loadLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
 import type { Logger } from '../../internal/log/log.ts';
-import { DatabaseDamaged } from '../../internal/store/database.ts';
+import { DatabaseDamaged } from '../../internal/store/connection.ts';
 import { openStore, type Store } from '../../internal/store/store.ts';
 import { isLoopback } from '../../internal/schema/net.ts';
 import { selfSignedFiles, TlsIdentity } from '../../internal/tls/identity.ts';
@@ -344,7 +346,7 @@ export async function start(
       becomePrimary() {
         standby?.stop();
         store.db.readCopyOf(null);
-        store.db.takeOver();
+        store.takeOver();
         settings.reload();
         store.credentials.bump();
         servePrimary().catch((error: Error) => log.error('serving as the primary failed', { error: error.message }));
@@ -371,7 +373,16 @@ export async function start(
     };
     const fence = (epoch: number, primary: string | null) => app.fence(epoch, primary);
     const promotion = promotionOf(store, tls, clock);
-    const links = new AgentLinks({ store, sync, settings, log, clock, box, lifecycle, metrics, fence, promotion });
+    const reports = new AgentReports({
+      store,
+      sync,
+      log,
+      metrics,
+      now: clock.now,
+      timestamp: () => clock.timestamp(),
+      retentionDays: () => settings.get('traffic_retention_days'),
+    });
+    const links = new AgentLinks({ store, reports, sync, settings, log, clock, box, lifecycle, fence, promotion });
     const http = await listening(config, () => listen(serve, config.host, config.port, tls));
     // Agents link to the primary; a standby refuses them, naming it, and so does a primary another took over from.
     http.server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {

@@ -13,9 +13,10 @@ import { exportJson, runImport, type ImportJob } from '../../internal/service/tr
 import type { JobCommitted, JobDone, WriteDeps, WriteJob } from '../../internal/service/write.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
-import { Database, SchemaMismatch } from '../../internal/store/database.ts';
+import { SchemaMismatch } from '../../internal/store/connection.ts';
+import type { Database } from '../../internal/store/database.ts';
 import type { ChangeSession } from '../../internal/store/replication.ts';
-import { Store } from '../../internal/store/store.ts';
+import { openDatabase, Store } from '../../internal/store/store.ts';
 import { secretFieldNames } from '../../internal/api/routes.ts';
 import { VERSION } from '../../internal/version.ts';
 import type { Logger } from '../../internal/log/log.ts';
@@ -425,7 +426,7 @@ function openStore(setup: WorkerSetup): Store | Outcome {
   if (setup.version !== VERSION) return changed(`version ${VERSION} on disk, ${setup.version} running`);
   try {
     return new Store(
-      new Database(setup.databasePath, {
+      openDatabase(setup.databasePath, {
         migrate: false,
         autoCheckpoint: false,
         // What triggers write lands at the time of the job they are part of, as every row and audit entry does.
@@ -462,7 +463,7 @@ async function outcomeOf(
   run: () => Promise<JobDone>,
   recordOn: { store: Store; limit: number } | null = null,
 ): Promise<Outcome> {
-  const recording = recordOn?.store.db.recordJob() ?? null;
+  const recording = recordOn?.store.recordJob() ?? null;
   try {
     const done = await run();
     return { done: { ...done, changes: recording && changesOf(recording, recordOn!.limit) } };

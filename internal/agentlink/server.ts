@@ -1,21 +1,14 @@
-// The master's end of the agent links: authenticates an agent's upgrade request by its
-// node's token, marks the node online, pushes it its whole config whenever that changes,
-// and records what it reports: the config version it applied, per-rule outcomes, traffic.
-// Every agent is treated as possibly hostile: a message it sends is checked against its own
-// node, and whatever it sends ends at worst its own link, never the master.
+// The master's end of the agent links: lets an agent in (handshake.ts), marks its node online, pushes it its whole
+// config whenever that changes (config.ts), and hands what it reports to the service to write
+// (service/agent-reports.ts) within the link's budgets: a write budget per link, a coalescer per rule, tunnel or node,
+// traffic no larger than the node could have relayed. Every agent is treated as possibly hostile: a message it sends is
+// checked against its own node, and whatever it sends ends at worst its own link, never the master.
 
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { throttledBy, type Logger } from '../log/log.ts';
-import type { Clock } from '../runtime/clock.ts';
-import type { Lifecycle } from '../runtime/lifecycle.ts';
-import type { Settings } from '../settings/settings.ts';
-import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
-import { agentTokenNode, hashSecret, sameHash } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
-import { problemOf } from '../http/problem.ts';
-import type { SecretBox } from '../crypto/box.ts';
 import {
   appliedMessage,
   healthMessage,
@@ -24,120 +17,40 @@ import {
   upgradeStatusMessage,
   fellBackMessage,
   type FellBackMessage,
-  AGENT_FEATURES,
-  beyondAgent,
   type UpgradeMessage,
   type UpgradeStatusMessage,
   trafficMessage,
   tunnelStatusMessage,
   vitalsMessage,
   type AppliedMessage,
-  type ConfigMessage,
   type PathsMessage,
   type TrafficMessage,
-  type TunnelEnd,
   type HealthMessage,
   type ProbeMessage,
   type TunnelStatusMessage,
   type VitalsMessage,
-  TUNNEL_PORTS,
-  UNNAMED_FEATURES,
-  LINK_FEATURES,
 } from '../domain/link.ts';
 import { vitalsOf, type NetworkTotals } from '../domain/vitals.ts';
-import { PIN, pinOf } from '../tls/pin.ts';
-import { sourceOf } from '../schema/net.ts';
-import { verifyPromotion } from '../tls/promotion.ts';
-import {
-  controlDefaults,
-  forwardRuleOf,
-  type Control,
-  type ForwardRule,
-  type Rule,
-  type TargetHealth,
-} from '../domain/rules.ts';
+import { type TargetHealth } from '../domain/rules.ts';
 import { Coalescer } from './coalesce.ts';
+import { configFor, type ConfigSource } from './config.ts';
+import { Gate, refuse, type GateBackend } from './handshake.ts';
 import { TokenBucket } from '../relay/bucket.ts';
-import { exitPortTaken } from '../tunnel/wire.ts';
-import { SYSTEM_ACTOR } from '../store/audit.ts';
-import { restand } from '../store/standing.ts';
-import type { Counted } from '../store/users.ts';
-import type { MasterMetrics } from '../metrics/metrics.ts';
+import type { TunnelState } from '../service/agent-reports.ts';
 import {
   AGENT_LINE_BYTES,
   checkMessage,
   keepAlive,
-  LINK_PATH,
   LINK_PROTOCOL,
   ProtocolError,
   readMessages,
   send,
   type Message,
 } from './wire.ts';
-import { MAX_RELEASE_KEYS } from '../release/signature.ts';
-import { standbysOf } from '../settings/settings.ts';
-import { FailureWindow } from '../auth/failures.ts';
 import { TrafficAllowance } from './allowance.ts';
 
 /** The least time between two vitals of a node that are kept (an agent sends one a report interval). */
 const VITALS_SPACING_MS = 1000;
-
-/** The controls a config carries (tags are the master's own). */
-type WireControl = Exclude<Control, 'tags'>;
-type WireRule = Omit<ForwardRule, WireControl | 'weights' | 'listen_port_end' | 'local_targets'> &
-  Partial<Pick<ForwardRule, WireControl | 'weights' | 'listen_port_end' | 'local_targets'>>;
-
-/**
- * A rule as a config carries it: a control at its default is left out, as the agent fills it in. A config of 200,000
- * rules is that much smaller, and a rule with none of the controls reads as it did to agents older than them.
- */
-function wireRule(rule: ForwardRule): WireRule {
-  const wire: WireRule = { ...rule };
-  for (const [name, fallback] of Object.entries(controlDefaults)) {
-    const key = name as WireControl;
-    // Every default is an empty list or a single value: no need to serialise each of 200,000 rules' controls.
-    const value = wire[key];
-    if (Array.isArray(fallback) ? Array.isArray(value) && value.length === 0 : value === fallback) delete wire[key];
-  }
-  // Targets all alike, as for agents older than weights; one port, as for agents older than ranges; local targets as
-  // the config says, as for agents older than per-rule target policies.
-  if (wire.weights === null) delete wire.weights;
-  if (wire.local_targets) delete wire.local_targets;
-  if (wire.listen_port_end === null) delete wire.listen_port_end;
-  return wire;
-}
-
-/** Failed link attempts one address may make per minute before it is refused without a look. */
-const MAX_FAILED_LINKS_PER_MINUTE = 10;
-/** How long a node whose agent broke the protocol is refused, so a hostile agent cannot loop. */
-const VIOLATION_COOLDOWN_MS = 60_000;
-/** A refused link is written on its node at most this often. */
-const REFUSAL_RECORD_MS = 60_000;
-
-/** Answers an upgrade request (an agent's link) with the problem for `error` and closes the connection. */
-export function refuse(socket: Socket, error: DomainError, headers: Record<string, string> = {}): void {
-  const problem = problemOf(error, null);
-  const body = JSON.stringify(problem.body);
-  const lines = Object.entries({
-    'Content-Type': 'application/problem+json',
-    'Content-Length': String(Buffer.byteLength(body)),
-    ...problem.headers,
-    ...headers,
-    Connection: 'close',
-  });
-  socket.end(
-    `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status]}\r\n` +
-      `${lines.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`,
-  );
-}
-
-function pathOf(url: string | undefined): string | null {
-  try {
-    return new URL(url ?? '/', 'http://localhost').pathname;
-  } catch {
-    return null;
-  }
-}
 
 /** The first id that occurs a second time, if any. */
 function repeated(entries: readonly { id: number }[]): number | undefined {
@@ -191,10 +104,6 @@ const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_
 const WRITES_PER_MINUTE = 600;
 const WRITES_BURST = 300;
 const OVER_BUDGET_NOTICE_MS = 10_000;
-/** How soon a tunnel's picked port may be moved again after its exit said it was taken (see movePickedPort). */
-const PORT_MOVE_SPACING_MS = 10_000;
-
-type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
 
 /**
  * How often one rule's health, one tunnel end's status or the node's paths may be written: STATE_BURST changes at
@@ -205,22 +114,8 @@ const STATE_BURST = 4;
 const STATE_REFILL_MS = 2_000;
 
 /** What the agent links use of the master. */
-export interface LinkBackend {
-  readonly store: Store;
+export interface LinkBackend extends GateBackend, ConfigSource {
   readonly sync: SyncHub;
-  readonly settings: Settings;
-  readonly log: Logger;
-  readonly clock: Clock;
-  /** Opens the tunnels' private keys, sealed at rest, to hand each node its own. */
-  readonly box: SecretBox;
-  /** Links are refused (503, retried by the agent) while the master starts. */
-  readonly lifecycle: Lifecycle;
-  /** Counts what agents report that an operator watches for: kernel tables written back after a drift. */
-  readonly metrics: Pick<MasterMetrics, 'kernelDrifts'>;
-  /** An agent has heard of a newer epoch than this master's: a standby was promoted, this master no longer serves. */
-  readonly fence: (epoch: number, primary: string | null) => void;
-  /** This master's promotion statement for its epoch (see tls/promotion.ts); null before any, or without a TLS key. */
-  readonly promotion: () => string | null;
 }
 
 export class AgentLinks {
@@ -232,24 +127,14 @@ export class AgentLinks {
    * bench's fleet of 10,000 on a contended host made 15,000 links, 2,700 of them such handshakes.
    */
   private readonly pending = new Map<number, Link>();
-  private readonly failedByAddress: FailureWindow;
-  /** Nodes refused until the given time, after their agent broke the protocol. */
-  private readonly cooldown = new Map<number, number>();
-  /**
-   * When each tunnel's picked port was last moved (see movePickedPort): at most once every PORT_MOVE_SPACING_MS, so an
-   * exit that keeps saying its port is taken cannot keep both its tunnel's ends reconfiguring.
-   */
-  private readonly portMoved = new Map<number, number>();
-  private readonly refusalRecorded = new Map<string, number>();
-  /** Whether an agent's unproven word of a newer primary was logged (once: see upgrade). */
-  private unprovenSaid = false;
+  private readonly gate: Gate;
   private closing = false;
   /** What each node's links, and each source's refused attempts, may log (see `throttledBy`). */
   private readonly logOf: (key: string) => Logger;
 
   constructor(private readonly app: LinkBackend) {
-    this.failedByAddress = new FailureWindow(app.clock.now);
     this.logOf = throttledBy(app.log, app.clock.now);
+    this.gate = new Gate(app, this.logOf);
     app.sync.changes.on('config', (nodeId: number) => this.pushConfig(nodeId));
     app.sync.probes.on('probe', (nodeId: number, message: ProbeMessage) => {
       const link = this.links.get(nodeId);
@@ -291,19 +176,10 @@ export class AgentLinks {
     this.closing = true;
     const now = this.app.clock.timestamp();
     // Nothing to record without links (a standby has none, and writes nothing).
-    if (this.links.size > 0)
-      this.app.store.write(() => {
-        for (const nodeId of this.links.keys()) {
-          this.app.store.nodes.setLink(
-            nodeId,
-            'offline',
-            'the master shut down',
-            null,
-            this.app.sync.heardAt(nodeId) ?? now,
-          );
-          this.app.store.tunnels.nodeDown(nodeId, 'the master shut down', now);
-        }
-      });
+    for (const nodeId of this.links.keys()) {
+      const why = 'the master shut down';
+      this.app.reports.unlinked(nodeId, why, why, this.app.sync.heardAt(nodeId) ?? now);
+    }
     for (const [nodeId, link] of this.links) {
       this.links.delete(nodeId);
       this.app.sync.disconnect(nodeId);
@@ -320,123 +196,9 @@ export class AgentLinks {
 
   private upgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     const { app } = this;
-    const ip = socket.remoteAddress ?? 'unknown';
-    const path = pathOf(req.url);
-    if (path === null) return refuse(socket, new DomainError('bad_request', 'the request target is not a valid path'));
-    if (path !== LINK_PATH) return refuse(socket, new DomainError('not_found', 'no upgrade here'));
-    if (this.closing)
-      return refuse(socket, new DomainError('unavailable', 'the master is shutting down', { retryAfterSeconds: 5 }));
-    if (app.lifecycle.starting)
-      return refuse(socket, new DomainError('unavailable', 'the master is starting', { retryAfterSeconds: 1 }));
-    const wait = this.failedByAddress.retryAfterMs(`a:${sourceOf(ip)}`, MAX_FAILED_LINKS_PER_MINUTE, 60_000);
-    if (wait > 0) {
-      return refuse(
-        socket,
-        new DomainError('rate_limited', 'too many failed link attempts from this address', {
-          retryAfterSeconds: wait / 1000,
-        }),
-      );
-    }
-    const token = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? '')?.[1] ?? '';
-    const nodeId = agentTokenNode(token);
-    const stored = nodeId === null ? undefined : app.store.nodes.agentTokenHash(nodeId);
-    if (nodeId === null || !stored || !sameHash(stored, hashSecret(token))) {
-      this.failedByAddress.record(`a:${sourceOf(ip)}`, 60_000);
-      if (nodeId !== null && stored)
-        this.noteRefusal(
-          nodeId,
-          `auth_failed: an agent from ${ip} presented a wrong token at ${app.clock.timestamp()}`,
-        );
-      this.logOf(`a:${sourceOf(ip)}`).warn('agent link refused', { reason: 'auth_failed', node_id: nodeId, ip });
-      return refuse(
-        socket,
-        new DomainError(
-          'auth_failed',
-          'the agent token is unknown or was replaced; reinstall the agent or give it the current token',
-        ),
-      );
-    }
-    const until = this.cooldown.get(nodeId) ?? 0;
-    if (until > app.clock.now()) {
-      return refuse(
-        socket,
-        new DomainError('rate_limited', "this node's agent broke the link protocol; see the node's status_detail", {
-          retryAfterSeconds: (until - app.clock.now()) / 1000,
-        }),
-      );
-    }
-    const agentVersion =
-      String(req.headers['x-agent-version'] ?? '')
-        .replace(/[^\x20-\x7e]/g, '?')
-        .slice(0, 32) || null;
-    // Ids only, and a few: what is not one is left out, never stored.
-    const releaseKeys = String(req.headers['x-agent-release-keys'] ?? '')
-      .split(',')
-      .filter((id) => PIN.test(id))
-      .slice(0, MAX_RELEASE_KEYS);
-    // Names only, of features this master knows; an agent that names none is older than the list (see agentFeatures).
-    const named = req.headers['x-agent-features'];
-    const features = new Set(
-      named === undefined
-        ? UNNAMED_FEATURES
-        : String(named)
-            .split(',')
-            .filter((name) => AGENT_FEATURES.includes(name) || LINK_FEATURES.includes(name)),
-    );
-    // An agent that heard a newer epoch than this master's says a standby was promoted since. Its word alone fences
-    // nothing (a compromised node could stop a primary, and send clients' writes where it likes): only the promoted
-    // master's statement does, signed by a key whose pin this master holds for a peer (standby_masters), which then
-    // names that peer. The link is refused either way: the agent follows the newer primary.
-    const heard = Number(req.headers['x-agent-epoch']);
-    const epoch = app.store.epoch.current();
-    if (Number.isSafeInteger(heard) && heard > epoch && heard < 2 ** 31) {
-      const peers = standbysOf(app.settings.get('standby_masters')).filter((peer) => peer.pin !== null);
-      const proof = verifyPromotion(
-        String(req.headers['x-agent-promotion'] ?? ''),
-        new Set(peers.map((peer) => peer.pin!)),
-      );
-      if (proof && proof.epoch > epoch) app.fence(proof.epoch, peers.find((peer) => peer.pin === proof.pin)!.url);
-      else if (!this.unprovenSaid) {
-        this.unprovenSaid = true;
-        app.log.warn('an agent says a newer primary took over, with no statement signed by a peer: not fenced', {
-          node_id: nodeId,
-          epoch: heard,
-          why:
-            peers.length === 0
-              ? 'standby_masters gives no pin of a peer, so agents cannot fence this master'
-              : "its statement is missing, malformed, or not signed by a key among standby_masters' pins",
-        });
-      }
-      return refuse(
-        socket,
-        new DomainError('read_only', `this master is of epoch ${epoch}; a primary of epoch ${heard} took over`),
-      );
-    }
-    if (req.headers.upgrade !== LINK_PROTOCOL) {
-      const spoken = String(req.headers.upgrade ?? 'nothing')
-        .replace(/[^\x20-\x7e]/g, '?')
-        .slice(0, 64);
-      this.noteRefusal(
-        nodeId,
-        `version_mismatch: the agent (${agentVersion ?? 'unknown version'}) speaks ${spoken}, the master ` +
-          `${LINK_PROTOCOL}`,
-      );
-      this.logOf(`n:${nodeId}`).warn('agent link refused', {
-        reason: 'version_mismatch',
-        node_id: nodeId,
-        agent_version: agentVersion,
-      });
-      return refuse(
-        socket,
-        new DomainError(
-          'version_mismatch',
-          `this master speaks ${LINK_PROTOCOL}; install the agent that ships with it`,
-        ),
-        { Upgrade: LINK_PROTOCOL },
-      );
-    }
-    const node = app.store.nodes.find(nodeId);
-    if (!node) return refuse(socket, new DomainError('auth_failed', 'the node no longer exists'));
+    const admitted = this.gate.admit(req, socket, this.closing);
+    if (!admitted) return;
+    const { nodeId, node, agentVersion, releaseKeys, features, ip } = admitted;
 
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${LINK_PROTOCOL}\r\nConnection: Upgrade\r\n\r\n`);
     if (head.length > 0) socket.unshift(head);
@@ -489,7 +251,7 @@ export class AgentLinks {
    * dropped: the agent reports again.
    */
   private stateWriters(nodeId: number): Pick<Link, 'health' | 'tunnels' | 'paths'> {
-    const { store, clock } = this.app;
+    const { reports, clock } = this.app;
     const writer =
       <V>(what: string, write: (changes: [number, V][]) => void) =>
       (changes: [number, V][]) =>
@@ -499,43 +261,26 @@ export class AgentLinks {
         STATE_BURST,
         STATE_REFILL_MS,
         clock.now,
-        writer('health', (changes: [number, TargetHealth[]][]) => {
-          for (const [id, targets] of changes) store.rules.setHealth(id, nodeId, targets);
-        }),
+        writer('health', (changes: [number, TargetHealth[]][]) => reports.health(nodeId, changes)),
       ),
       tunnels: new Coalescer(
         STATE_BURST,
         STATE_REFILL_MS,
         clock.now,
-        writer('tunnel status', (changes: [number, TunnelState][]) => {
-          const at = clock.timestamp();
-          for (const [id, { state, error, rtt_us }] of changes) {
-            store.tunnels.report(id, nodeId, { status: state, error, rtt_us }, at);
-            const taken = exitPortTaken(error);
-            if (state === 'down' && taken !== null) this.movePickedPort(id, nodeId, taken);
-          }
-        }),
+        writer('tunnel status', (changes: [number, TunnelState][]) => reports.tunnels(nodeId, changes)),
       ),
+      // A write is at most every STATE_REFILL_MS: a node's agent adds at most STATE_BURST drifts a write to the metric.
       paths: new Coalescer(
         STATE_BURST,
         STATE_REFILL_MS,
         clock.now,
-        writer('paths', (changes: [number, PathsMessage['kernel']][]) => {
-          for (const [, { available, reason, drifts, last_drift_at, flow_offload }] of changes) {
-            // The agent counts since it started: more than the master last heard is new; fewer, a restarted agent's. An
-            // agent reports each drift it put right, and a write is at most every STATE_REFILL_MS: a node's agent adds
-            // at most STATE_BURST a write to the metric, however large the number it sends.
-            const before = store.nodes.find(nodeId)?.kernel_path;
-            const heard = before?.drifts ?? 0;
-            if (drifts !== undefined && drifts !== heard)
-              this.app.metrics.kernelDrifts.inc({}, Math.min(STATE_BURST, drifts > heard ? drifts - heard : drifts));
-            const drift = drifts === undefined ? {} : { drifts, last_drift_at: last_drift_at ?? null };
-            const offload = flow_offload === undefined ? {} : { flow_offload };
-            store.nodes.setKernelPath(nodeId, { available, reason: available ? null : reason, ...drift, ...offload });
-            // Without its kernel path, the node's relay carries every rule the kernel did: no answer says otherwise.
-            if (!available && before?.available !== false) store.rules.relayedByNode(nodeId, reason);
-          }
-        }),
+        writer('paths', (changes: [number, PathsMessage['kernel']][]) =>
+          reports.paths(
+            nodeId,
+            changes.map(([, kernel]) => kernel),
+            STATE_BURST,
+          ),
+        ),
       ),
     };
   }
@@ -551,27 +296,12 @@ export class AgentLinks {
     const at = app.clock.timestamp();
     app.sync.connect(nodeId, at);
     // Taking over when the old link closes may come while an import or batch is being written.
-    app.store.db.whenWritable(() =>
-      app.store.write(() => app.store.nodes.setLink(nodeId, 'online', null, link.agentVersion, at, link.releaseKeys)),
-    );
+    app.store.db.whenWritable(() => app.reports.linked(nodeId, link.agentVersion, link.releaseKeys, at));
     this.logOf(`n:${nodeId}`).info('agent connected', {
       node_id: nodeId,
       agent_version: link.agentVersion,
       ip: link.ip,
     });
-  }
-
-  /**
-   * Writes why a link was refused on its node, each reason at most once a REFUSAL_RECORD_MS,
-   * so a flood of refusals does not become a flood of writes.
-   */
-  private noteRefusal(nodeId: number, detail: string): void {
-    const now = this.app.clock.now();
-    const key = `${nodeId}:${detail.slice(0, detail.indexOf(':'))}`;
-    if ((this.refusalRecorded.get(key) ?? 0) > now - REFUSAL_RECORD_MS) return;
-    if (this.refusalRecorded.size > 10_000) this.refusalRecorded.clear();
-    this.refusalRecorded.set(key, now);
-    this.app.store.write(() => this.app.store.nodes.setStatusDetail(nodeId, detail));
   }
 
   /** Ends a link whose agent broke the protocol, says why on the node, and refuses the node for a while. */
@@ -582,8 +312,7 @@ export class AgentLinks {
       node_id: link.nodeId,
       reason: what,
     });
-    if (this.cooldown.size > 10_000) this.cooldown.clear();
-    this.cooldown.set(link.nodeId, this.app.clock.now() + VIOLATION_COOLDOWN_MS);
+    this.gate.coolDown(link.nodeId);
     // A second link the agent opened before must not carry on in its place, past the cool-down.
     const other = this.links.get(link.nodeId) === link ? this.pending.get(link.nodeId) : this.links.get(link.nodeId);
     this.pending.delete(link.nodeId);
@@ -607,13 +336,11 @@ export class AgentLinks {
     if (this.closing) return;
     this.logOf(`n:${nodeId}`).info('agent disconnected', { node_id: nodeId });
     const why = link.endedBecause ?? 'the agent link closed';
-    const now = this.app.clock.timestamp();
-    const { store } = this.app;
     this.writeWhenWritable(nodeId, 'recording a closed link failed', () => {
       // A new link of the node may have opened meanwhile (an import was being written): it is not offline.
-      if (this.links.has(nodeId) || !store.nodes.exists(nodeId)) return;
-      store.nodes.setLink(nodeId, 'offline', why, null, lastHeard);
-      store.tunnels.nodeDown(nodeId, `the agent of node ${nodeId} is not linked to the master: ${why}`, now);
+      if (this.links.has(nodeId)) return;
+      const tunnelsWhy = `the agent of node ${nodeId} is not linked to the master: ${why}`;
+      this.app.reports.unlinked(nodeId, why, tunnelsWhy, lastHeard);
     });
   }
 
@@ -622,10 +349,9 @@ export class AgentLinks {
    * socket event or a timer, with nothing above it: a write that fails (a full disk) is logged and ends there.
    */
   private writeWhenWritable(nodeId: number, failed: string, write: () => void): void {
-    const { store } = this.app;
-    store.db.whenWritable(() => {
+    this.app.store.db.whenWritable(() => {
       try {
-        store.write(write);
+        write();
       } catch (error) {
         this.logOf(`n:${nodeId}`).error(failed, { node_id: nodeId, error: (error as Error)?.stack ?? String(error) });
       }
@@ -640,33 +366,10 @@ export class AgentLinks {
   private pushConfigTo(link: Link): void {
     const { nodeId } = link;
     try {
-      const node = this.app.store.nodes.find(nodeId);
-      if (!node) return void link.socket.destroy();
-      const { settings } = this.app;
-      const forward = this.forwardingOf();
-      const beyond: [number, string][] = [];
-      const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
-        type: 'config',
-        epoch: this.app.store.epoch.current(),
-        promotion: this.app.promotion(),
-        version: node.config_version,
-        report_interval_seconds: settings.get('agent_report_interval_seconds'),
-        tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
-        max_connections_per_source: settings.get('max_connections_per_source'),
-        allow_local_targets: settings.get('allow_local_rule_targets') === 1,
-        next_master_pin: settings.get('tls_next_pin') || null,
-        masters: standbysOf(settings.get('standby_masters')),
-        rules: [],
-        tunnels: this.tunnelEnds(nodeId, link.features, forward, beyond),
-      };
-      for (const rule of this.app.store.rules.forNode(nodeId)) {
-        const carried = forward(rule);
-        const needs = beyondAgent(carried, link.features);
-        if (needs === null) config.rules.push(wireRule(carried));
-        else beyond.push([rule.id, needs]);
-      }
-      send(link.socket, config);
-      if (beyond.length > 0) this.tooOld(link, beyond);
+      const made = configFor(this.app, nodeId, link.features);
+      if (!made) return void link.socket.destroy();
+      send(link.socket, made.config);
+      if (made.beyond.length > 0) this.tooOld(link, made.beyond);
       // Each config sent invites one result per rule (a settings change sends the same version again).
       link.acknowledged = undefined;
     } catch (error) {
@@ -678,75 +381,11 @@ export class AgentLinks {
     }
   }
 
-  /** Rules not sent to the link's agent, too old for what each needs: each fails, saying what and what to do. */
+  /** Rules not sent to the link's agent, too old for what each needs: each fails (tried again with the next config). */
   private tooOld(link: Link, beyond: [number, string][]): void {
-    const { store, clock } = this.app;
-    const agent = link.agentVersion ?? 'of unknown version';
-    const at = clock.timestamp();
-    // A write that fails is tried again with the next config.
-    this.writeWhenWritable(link.nodeId, 'recording rules an agent is too old for failed', () => {
-      for (const [id, needs] of beyond) {
-        const detail = `the agent (${agent}) cannot apply ${needs}: upgrade it (POST /api/rollouts)`;
-        store.rules.setSync(id, link.nodeId, 'failed', { code: 'agent_outdated', detail }, at, null, null);
-      }
-    });
-  }
-
-  /**
-   * What a config says of each rule: its fields, and for a tenant's rule where operators' may reach local targets,
-   * that it may not (a tenant's role looked up once a config).
-   */
-  private forwardingOf(): (rule: Rule) => ForwardRule {
-    const { store, settings } = this.app;
-    if (settings.get('allow_local_rule_targets') !== 1) return forwardRuleOf;
-    const tenants = new Map<number, boolean>();
-    const isTenant = (owner: number) => {
-      let tenant = tenants.get(owner);
-      if (tenant === undefined) tenants.set(owner, (tenant = store.users.find(owner)?.role === 'tenant'));
-      return tenant;
-    };
-    return (rule) => (isTenant(rule.owner_id) ? { ...forwardRuleOf(rule), local_targets: false } : forwardRuleOf(rule));
-  }
-
-  /**
-   * The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules (those
-   * its agent can apply: the others go to `beyond`).
-   */
-  private tunnelEnds(
-    nodeId: number,
-    features: ReadonlySet<string>,
-    forward: (rule: Rule) => ForwardRule,
-    beyond: [number, string][],
-  ): TunnelEnd[] {
-    const { store, box } = this.app;
-    return store.tunnels.endsOf(nodeId).map((row) => {
-      const entry = row.entry_node_id === nodeId;
-      return {
-        id: row.id,
-        role: entry ? 'entry' : 'exit',
-        host: entry ? row.exit_host : null,
-        port: row.listen_port,
-        cert: entry ? row.entry_cert : row.exit_cert,
-        key: box.open(entry ? row.entry_key : row.exit_key),
-        peer_pin: pinOf(entry ? row.exit_cert : row.entry_cert),
-        rules: entry
-          ? []
-          : (store.rules
-              .forTunnel(row.id)
-              .map(forward)
-              .filter((rule) => {
-                const needs = beyondAgent(rule, features);
-                if (needs !== null) beyond.push([rule.id, needs]);
-                return needs === null;
-              })
-              // local_targets only where false, as agents older than it read the rest.
-              .map(({ id, protocol, targets, strategy, weights, enabled, local_targets }) =>
-                local_targets
-                  ? { id, protocol, targets, strategy, weights, enabled }
-                  : { id, protocol, targets, strategy, weights, enabled, local_targets },
-              ) as TunnelEnd['rules']),
-      };
-    });
+    this.writeWhenWritable(link.nodeId, 'recording rules an agent is too old for failed', () =>
+      this.app.reports.tooOld(link.nodeId, link.agentVersion, beyond),
+    );
   }
 
   /**
@@ -844,10 +483,9 @@ export class AgentLinks {
       node_id: nodeId,
       ...fellBack,
     });
-    const { store } = this.app;
-    this.writeWhenWritable(nodeId, 'recording an agent that went back failed', () => {
-      if (store.nodes.exists(nodeId)) store.nodes.setFellBack(nodeId, fellBack);
-    });
+    this.writeWhenWritable(nodeId, 'recording an agent that went back failed', () =>
+      this.app.reports.fellBack(nodeId, fellBack),
+    );
   }
 
   /** Which ways of forwarding the node can use, as its agent says. */
@@ -856,34 +494,15 @@ export class AgentLinks {
   }
 
   private applied(link: Link, ack: AppliedMessage): void {
-    const { nodeId } = link;
     const twice = repeated(ack.results);
     if (twice !== undefined) throw new ProtocolError(`applied message names rule ${twice} twice`);
-    const { store } = this.app;
     // A config's result for a rule is taken once per config sent: an agent repeating its acknowledgement with states
     // that flip cannot make a write (and an event) of each; a large config's pieces name each rule once.
     if (link.acknowledged?.version !== ack.version) link.acknowledged = { version: ack.version, ids: new Set() };
     const acknowledged = link.acknowledged.ids;
     const results = ack.results.filter((result) => !acknowledged.has(result.id));
-    const current = store.write(() => {
-      const node = store.nodes.find(nodeId);
-      // An acknowledgement of an older config says nothing about rules changed since: a newer config is on its way.
-      if (!node || node.config_version !== ack.version) return false;
+    if (this.app.reports.applied(link.nodeId, ack.version, results, !ack.partial))
       for (const result of results) acknowledged.add(result.id);
-      for (const result of results)
-        store.rules.setSync(
-          result.id,
-          nodeId,
-          result.state,
-          result.error,
-          this.app.clock.timestamp(),
-          result.path ?? null,
-          result.reason ?? null,
-        );
-      this.moveTakenExits(nodeId, results);
-      return true;
-    });
-    if (current && !ack.partial) store.db.afterCommit(() => this.app.sync.applied(nodeId, ack.version));
   }
 
   /** How the node's ends of its tunnels stand; a tunnel the node is no end of is ignored. */
@@ -909,159 +528,23 @@ export class AgentLinks {
     if (link.vitals && now - link.vitals.atMs < VITALS_SPACING_MS) return;
     const { vitals, totals } = vitalsOf(message, link.vitals ?? null, now, link.agentVersion);
     link.vitals = totals;
-    const { store } = this.app;
-    store.write(() =>
-      store.vitals.record(link.nodeId, JSON.stringify(vitals), Math.floor(now / 1000), {
-        cpu_percent: vitals.cpu_percent,
-        load1: vitals.load[0]!,
-        memory_used_bytes: Math.max(0, vitals.memory.total_bytes - vitals.memory.available_bytes),
-        rx_bytes_per_second: vitals.network.rx_bytes_per_second,
-        tx_bytes_per_second: vitals.network.tx_bytes_per_second,
-      }),
-    );
-    store.db.afterCommit(() => this.app.sync.reports.emit('vitals', link.nodeId, vitals));
-  }
-
-  /**
-   * Inside a write: a rule of a tunnel failed at its exit node `nodeId` for a port in use, which there can only be the
-   * tunnel's own. The port moves now, with the failure, and not when the tunnel's status next comes: a sync waiting on
-   * the rule then waits for the moved config (see pushRules) instead of answering with the failure.
-   */
-  private moveTakenExits(nodeId: number, results: AppliedMessage['results']): void {
-    const tunnels = new Set<number>();
-    for (const { id, state, error } of results) {
-      if (state !== 'failed' || error?.code !== 'port_in_use') continue;
-      const tunnelId = this.app.store.rules.find(id)?.tunnel_id;
-      if (tunnelId === null || tunnelId === undefined || tunnels.has(tunnelId)) continue;
-      tunnels.add(tunnelId);
-      const tunnel = this.app.store.tunnels.find(tunnelId);
-      if (tunnel) this.movePickedPort(tunnelId, nodeId, tunnel.listen_port);
-    }
-  }
-
-  /**
-   * Inside a write: the exit node `nodeId` of tunnel `id` cannot listen on `taken`, which something else holds there.
-   * A port the master picked is moved to the next one free in its books (audited as tunnel.port_moved) and both ends
-   * are sent the change; a port someone gave stays, and the tunnel shows why it is down.
-   */
-  private movePickedPort(id: number, nodeId: number, taken: number): void {
-    const { store, clock } = this.app;
-    const tunnel = store.tunnels.find(id);
-    if (!tunnel || tunnel.exit_node_id !== nodeId || tunnel.listen_port !== taken) return;
-    const now = clock.now();
-    if (now - (this.portMoved.get(id) ?? -Infinity) < PORT_MOVE_SPACING_MS) return;
-    for (const [other, at] of this.portMoved) if (now - at >= PORT_MOVE_SPACING_MS) this.portMoved.delete(other);
-    this.portMoved.set(id, now);
-    const { min, max } = TUNNEL_PORTS;
-    const port =
-      store.tunnels.freePort(nodeId, Math.min(taken + 1, max), max) ?? store.tunnels.freePort(nodeId, min, max);
-    if (port === null || port === taken || !store.tunnels.movePort(id, port, clock.timestamp())) return;
-    for (const ruleId of store.rules.idsOfTunnel(id)) store.rules.markPending(ruleId);
-    store.audit.record(
-      SYSTEM_ACTOR,
-      {
-        action: 'tunnel.port_moved',
-        resource: 'tunnel',
-        resource_id: id,
-        status: 'success',
-        changes: { before: { listen_port: taken }, after: { listen_port: port } },
-      },
-      clock.timestamp(),
-    );
-    for (const end of [tunnel.entry_node_id, tunnel.exit_node_id]) {
-      store.nodes.bumpConfig(end);
-      store.db.afterCommit(() => this.app.sync.configChanged(end));
-    }
-    this.logOf(`n:${nodeId}`).warn("a tunnel's exit port was taken on its node: moved", {
-      tunnel_id: id,
-      node_id: nodeId,
-      from: taken,
-      to: port,
-    });
-  }
-
-  /** Inside the write that spent it: records that `rule`'s quota stopped it, and sends its nodes the change. */
-  private quotaSpent(rule: Rule): void {
-    const { store } = this.app;
-    store.audit.record(
-      SYSTEM_ACTOR,
-      {
-        action: 'rule.quota_exceeded',
-        resource: 'rule',
-        resource_id: rule.id,
-        status: 'success',
-        changes: { before: { state: 'active' }, after: { state: rule.state, quota_usage: rule.quota_usage } },
-      },
-      this.app.clock.timestamp(),
-    );
-    const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
-    for (const nodeId of exit === undefined ? [rule.node_id] : [rule.node_id, exit]) {
-      store.nodes.bumpConfig(nodeId);
-      store.db.afterCommit(() => this.app.sync.configChanged(nodeId));
-    }
-  }
-
-  /**
-   * Inside the write that counted it: once a tenant's traffic reaches their plan's allowance, their rules stop or slow
-   * (store/standing.ts), audited as user.allowance_exceeded, and their nodes are sent the change.
-   */
-  private spend(owner: Counted): void {
-    const { store } = this.app;
-    const allowance = owner.plan_id === null ? null : store.plans.find(owner.plan_id)?.traffic;
-    if (!allowance || owner.traffic_used < allowance.bytes) return;
-    const at = this.app.clock.timestamp();
-    for (const nodeId of restand(store, owner.id, at)) {
-      store.nodes.bumpConfig(nodeId);
-      store.db.afterCommit(() => this.app.sync.configChanged(nodeId));
-    }
-    // A report that comes after its period ended counts into the period the clock starts over: not spent after all.
-    if (!store.users.find(owner.id)?.usage.traffic?.spent) return;
-    store.audit.record(
-      SYSTEM_ACTOR,
-      {
-        action: 'user.allowance_exceeded',
-        resource: 'user',
-        resource_id: owner.id,
-        status: 'success',
-        changes: { after: { traffic: store.users.find(owner.id)?.usage.traffic, past: allowance.past } },
-      },
-      at,
-    );
+    this.app.reports.vitals(link.nodeId, vitals, now);
   }
 
   private traffic(link: Link, report: TrafficMessage): void {
-    const { nodeId } = link;
     const twice = repeated(report.rules);
     if (twice !== undefined) throw new ProtocolError(`traffic report ${report.seq} names rule ${twice} twice`);
-    const bytes = report.rules.reduce((sum, rule) => sum + rule.bytes_in + rule.bytes_out, 0);
-    const { store } = this.app;
-    const nowSeconds = Math.floor(this.app.clock.now() / 1000);
-    const oldest = nowSeconds - this.app.settings.get('traffic_retention_days') * 86_400;
-    const fresh = store.write(() => {
-      const counted = store.traffic.streamSeq(nodeId, report.stream);
-      if (report.seq <= counted) return false;
-      if (!link.allowance.take(bytes)) {
-        throw new ProtocolError(
-          `traffic report ${report.seq} claims ${bytes} bytes, more than the node could have relayed since it ` +
-            `last reported`,
-        );
-      }
-      // Reports are placed at the time the agent counted them, but never in the future nor before retention.
-      const at = Math.max(oldest, Math.min(report.at, nowSeconds));
-      for (const rule of report.rules)
-        store.traffic.record(rule.id, nodeId, at, rule.bytes_in, rule.bytes_out, rule.refused);
-      for (const rule of store.rules.spendQuotas(report.rules.map((r) => r.id))) this.quotaSpent(rule);
-      for (const owner of store.users.countTraffic(report.rules, nodeId)) if (!owner.traffic_spent) this.spend(owner);
-      store.traffic.advanceStream(nodeId, report.stream, counted, report.seq, this.app.clock.timestamp());
-      store.nodes.seen(nodeId, this.app.clock.timestamp());
-      return true;
-    });
+    let claimed = 0;
+    const counting = this.app.reports.traffic(link.nodeId, report, (bytes) => link.allowance.take((claimed = bytes)));
+    if (counting === 'implausible') {
+      throw new ProtocolError(
+        `traffic report ${report.seq} claims ${claimed} bytes, more than the node could have relayed since it ` +
+          `last reported`,
+      );
+    }
     // The agent forgets a report once acknowledged, so the ack waits until the counts are durable.
-    store.committed().then(
-      () => {
-        send(link.socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq });
-        if (fresh) this.app.sync.reports.emit('traffic', nodeId, report.rules);
-      },
+    this.app.store.committed().then(
+      () => send(link.socket, { type: 'traffic_ack', stream: report.stream, seq: report.seq }),
       () => undefined,
     );
   }

@@ -2,7 +2,7 @@
 // clients (its name, the address they connect to, its tags, whether it is up), never how it is reached over SSH,
 // its agent or its machine's vitals.
 
-import type { JsonPage } from '../store/store.ts';
+import type { JsonPage } from '../store/page.ts';
 import { grantsNode, type Plan } from '../domain/plans.ts';
 import { describe } from '../schema/schema.ts';
 import type { Principal } from '../auth/principal.ts';

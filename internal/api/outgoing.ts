@@ -6,7 +6,8 @@ import type { ServerResponse } from 'node:http';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
-import { CommitFailed, isDiskFull, WritesBusy } from '../store/database.ts';
+import { isDiskFull } from '../store/connection.ts';
+import { CommitFailed, WritesBusy } from '../store/database.ts';
 import type { Reply } from './route.ts';
 
 export interface Outgoing {

@@ -1,7 +1,7 @@
 // The primary's latest changes (store/replication.ts), for standby masters to follow: kept in memory, the newest
 // MAX_CHANGES or MAX_BYTES of them. A follower further behind, or of another generation, is told to seed anew.
 
-import type { Position, RecordedChange } from '../store/replication.ts';
+import type { Position, RecordedChange } from '../store/recording.ts';
 
 export const MAX_CHANGES = 10_000;
 export const MAX_BYTES = 64 * 1024 * 1024;

@@ -5,7 +5,8 @@
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Logger } from '../log/log.ts';
-import { Replica, ReplicaDiverged, type Position } from '../store/replication.ts';
+import type { Position } from '../store/recording.ts';
+import { Replica, ReplicaDiverged } from '../store/replication.ts';
 import { trustedByPin } from '../tls/pin.ts';
 import { PAGE_CHANGES } from './feed.ts';
 import { CHANGES_TYPE, decodeChanges } from './wire.ts';

@@ -2,7 +2,7 @@
 // but its bytes, and how many bytes it is), then each change's bytes back to back. The changesets go as they are: as
 // base64 in JSON each cost the primary a third more bytes to send and two strings of its size to make and collect.
 
-import type { RecordedChange } from '../store/replication.ts';
+import type { RecordedChange } from '../store/recording.ts';
 
 export const CHANGES_TYPE = 'application/vnd.portplane.changes';
 

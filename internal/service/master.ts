@@ -3,8 +3,11 @@
 import { SYSTEM_ACTOR } from '../store/audit.ts';
 import type { Requester } from './write.ts';
 
-/** The master's own writes, audited as `action` by the system: there is no caller, so no scope to check. */
-export function theMaster(action: string): Requester {
+/**
+ * The master's own writes, audited as `action` by the system (or as each entry says): there is no caller, so no scope
+ * to check.
+ */
+export function theMaster(action?: string): Requester {
   return {
     actor: SYSTEM_ACTOR,
     action,

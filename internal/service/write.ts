@@ -38,6 +38,9 @@ export function diff<T>(before: T, after: T, keys: readonly (keyof T)[]): { befo
  */
 class RedoItemByItem extends Error {}
 
+/** What every write needs: the store, and the master's clock as stored (see WriteDeps.timestamp). */
+export type WriteBase = Pick<WriteDeps, 'store' | 'timestamp'>;
+
 /**
  * What an operation writes with: the store, the key that seals secrets, the master's clock and the policies in force.
  * Enough to run in a worker thread (an import), on a connection of its own, where there is no sync hub or agent link.
@@ -91,7 +94,7 @@ export class Change {
   private readonly created: { action: string; resource: string; id: number }[] = [];
 
   constructor(
-    private readonly app: WriteDeps,
+    private readonly app: WriteBase,
     private readonly requester: Requester,
     /**
      * `attempt` runs without a savepoint: a domain error met after the attempt wrote something means
@@ -314,6 +317,25 @@ export async function transact<T>(
     if (error instanceof WritesBusy) app.metrics.writesRefusedBusy.inc();
     throw error;
   }
+}
+
+/**
+ * `transact` for what the master writes at once on its own behalf (an agent's report): one write in the open
+ * transaction, for a caller that knows writes are let through (see Database.whenWritable); the nodes whose config it
+ * changed are told once it is committed.
+ */
+export function writeNow<T>(
+  app: WriteBase & { sync: Pick<SyncHub, 'configChanged'> },
+  requester: Requester,
+  fn: (change: Change) => T,
+): T {
+  const change = new Change(app, requester);
+  const result = app.store.write(() => fn(change));
+  if (change.nodes.size > 0)
+    app.store.db.afterCommit(() => {
+      for (const nodeId of change.nodes) app.sync.configChanged(nodeId);
+    });
+  return result;
 }
 
 /**

@@ -3,7 +3,7 @@
 
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery } from './filters.ts';
-import type { JsonPage } from './store.ts';
+import type { JsonPage } from './page.ts';
 
 export type ActorType = 'user' | 'token' | 'agent' | 'system' | 'anonymous';
 export type AuditStatus = 'success' | 'denied' | 'failed';

@@ -9,15 +9,18 @@
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
 import { formatTime } from '../schema/schema.ts';
 import { DomainError } from '../errors/errors.ts';
-import { dropTriggers, installDerived } from './derived.ts';
-import { migrations, tableRebuilds } from './migrations.ts';
-import { ChangeRecorder, ChangeSession, markOwn, type Position, type RecordedChange } from './replication.ts';
-
-// Loaded at call time rather than imported, so that the bundle can first tell a user with
-// an old Node.js what to install instead of failing on a missing builtin.
-export function sqlite(): typeof import('node:sqlite') {
-  return process.getBuiltinModule('node:sqlite') as typeof import('node:sqlite');
-}
+import {
+  INCREMENTAL,
+  inTransaction,
+  isDiskFull,
+  openConnection,
+  pragmaOf,
+  schemaVersion,
+  sqlite,
+  type ConnectionOptions,
+  type Derivations,
+} from './connection.ts';
+import type { Position, Recorder } from './recording.ts';
 
 /** A prepared statement. One that changes data runs only inside `write()`. */
 export interface Statement {
@@ -51,29 +54,8 @@ interface Hold {
   deferred: (() => void)[];
 }
 
-/** A connection that may not migrate found a schema other than the one its code knows. */
-export class SchemaMismatch extends Error {}
-
-/** The database file is not one, or SQLite found it damaged: what is in it cannot be trusted. */
-export class DatabaseDamaged extends Error {}
-
-/** SQLite's primary result codes for a file that is not a database (26) or is corrupt (11). */
-function isDamage(error: unknown): boolean {
-  const code = (error as { errcode?: number }).errcode;
-  return code !== undefined && [11, 26].includes(code & 0xff);
-}
-
 /** A write's transaction could not be committed (a full disk, an I/O error): none of its writes were kept. */
 export class CommitFailed extends Error {}
-
-/** Whether `error`, or what it was caused by, is SQLite finding the disk full (SQLITE_FULL, 13). */
-export function isDiskFull(error: unknown): boolean {
-  for (let at = error; at; at = (at as { cause?: unknown }).cause) {
-    const code = (at as { errcode?: number }).errcode;
-    if (code !== undefined && (code & 0xff) === 13) return true;
-  }
-  return false;
-}
 
 /** A write waited its bound for another connection's long write to end, and wrote nothing. */
 export class WritesBusy extends Error {
@@ -87,9 +69,6 @@ export const ROWS_PER_INSERT = 64;
 
 /** Pages in the log (64 MiB) past which a connection whose checkpoints are done elsewhere does one itself. */
 const LOG_PAGES_ALONE = 16_384;
-
-/** PRAGMA auto_vacuum's value for incremental. */
-const INCREMENTAL = 2;
 
 /** Past this, a long write's step yields the event loop (see `longWrite`). */
 const STEP_MS = 4;
@@ -110,7 +89,7 @@ export class Database {
   /** How many onTableChange listeners there are, which name their triggers. */
   private tableListeners = 0;
   /** What records each commit's changes for a standby master, once one asked (see recordChanges). */
-  private recorder: ChangeRecorder | null = null;
+  private recorder: Recorder | null = null;
   private sealAfterMs: () => number = () => 0;
   private onGeneration: (start: Position) => void = () => undefined;
   private sealTimer: NodeJS.Timeout | undefined;
@@ -126,52 +105,17 @@ export class Database {
   private readonly itemUnit: Unit;
 
   /**
-   * Opens `path`, bringing its schema up to date; with `migrate: false` (a second connection of
-   * a running master, such as an import's) it only joins, and throws SchemaMismatch unless
-   * the schema is the one this code knows. With `autoCheckpoint: false` its commits leave
-   * what they wrote in the write-ahead log, for `checkpoint()` to copy into the database file. `time` is the
-   * master's clock as stored (RFC 3339, seconds), which triggers stamp what they write with (see derived.ts).
+   * Opens `path` (see openConnection: the schema brought up to date, or with `migrate: false` only joined), with
+   * `derived` installed there and again when a standby's copy becomes the primary's database (see takeOver). With
+   * `autoCheckpoint: false` its commits leave what they wrote in the write-ahead log, for `checkpoint()` to copy into
+   * the database file. `time` is the master's clock as stored, which triggers stamp what they write with.
    */
   constructor(
     readonly path: string,
-    {
-      migrate = true,
-      autoCheckpoint = true,
-      time = () => formatTime(Date.now()),
-    }: { migrate?: boolean; autoCheckpoint?: boolean; time?: () => string } = {},
+    private readonly derived: Derivations,
+    options: Partial<ConnectionOptions> = {},
   ) {
-    const { DatabaseSync } = sqlite();
-    this.db = new DatabaseSync(path, { enableForeignKeyConstraints: true, timeout: 5000 });
-    this.db.function('app_time', time);
-    try {
-      this.db.exec(
-        'PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; ' +
-          // A log that grew (a long import, a roll-up) is cut back to this when it starts over.
-          'PRAGMA journal_size_limit = 67108864;',
-      );
-      // The connection that migrates is the one a master opens first: it looks at every page before serving from them
-      // (a 60 MB database in 60 ms here), so a damaged file stops the start rather than failing requests later.
-      if (migrate) this.checkIntact();
-    } catch (error) {
-      this.db.close();
-      if (isDamage(error) || error instanceof DatabaseDamaged)
-        throw new DatabaseDamaged(`${path} is damaged: ${(error as Error).message}`, { cause: error });
-      throw error;
-    }
-    if (!autoCheckpoint) this.db.exec('PRAGMA wal_autocheckpoint = 0');
-    this.expectPragma('journal_mode', path === ':memory:' ? 'memory' : 'wal');
-    this.expectPragma('synchronous', 2);
-    this.expectPragma('foreign_keys', 1);
-    if (migrate) {
-      this.useIncrementalVacuum();
-      this.migrate();
-    } else {
-      const version = this.schemaVersion();
-      if (version !== migrations.length)
-        throw new SchemaMismatch(
-          `the database is at schema version ${version}, and this code knows ${migrations.length}`,
-        );
-    }
+    this.db = openConnection(path, { ...options, time: options.time ?? (() => formatTime(Date.now())) }, derived);
     this.writeUnit = this.unit('write');
     this.itemUnit = this.unit('item');
   }
@@ -425,18 +369,18 @@ export class Database {
   }
 
   /**
-   * Records what this connection commits from now on, for a standby master (see replication.ts), and calls `onChange`
-   * with each change sealed: `sealAfterMs()` after a commit (0: at once, before the commit's writers are answered);
+   * Records what this connection commits from now on, for a standby master, with the recorder `start` makes on it (see
+   * ChangeRecorder), sealed `sealAfterMs()` after a commit (0: at once, before the commit's writers are answered);
    * returns where the record starts. Writes through another connection start a new generation, told to `onGeneration`,
    * unless they come as a change of their own (see holdWrites).
    */
   recordChanges(
-    onChange: (change: RecordedChange) => void,
+    start: (db: DatabaseSync) => Recorder,
     onGeneration: (start: Position) => void,
     sealAfterMs: () => number,
   ): Position {
     if (!this.recorder) {
-      this.recorder = new ChangeRecorder(this.db, onChange);
+      this.recorder = start(this.db);
       this.sealAfterMs = sealAfterMs;
       this.onGeneration = onGeneration;
     }
@@ -452,8 +396,8 @@ export class Database {
    * On a connection of a job's own (a worker's): records what it commits to the replicated tables, which `take` returns
    * as one changeset, for the master's connection to tell as a change of its own (see holdWrites).
    */
-  recordJob(): ChangeSession {
-    return new ChangeSession(this.db);
+  recordJob<T>(start: (db: DatabaseSync) => T): T {
+    return start(this.db);
   }
 
   /**
@@ -625,22 +569,12 @@ export class Database {
    * A standby's copy becomes the primary's database: the triggers its copy went without are installed again, and
    * what they keep rebuilt from the tables, in one transaction; it stands in its own record from now on (see markOwn).
    */
-  takeOver(): void {
-    this.installDerivations(() => markOwn(this.db));
+  takeOver(markOwn: (db: DatabaseSync) => void): void {
+    inTransaction(this.db, () => {
+      this.derived.install(this.db);
+      markOwn(this.db);
+    });
     this.changedElsewhere();
-  }
-
-  /** Installs what triggers keep (see derived.ts), in a transaction of its own (with `also`). */
-  private installDerivations(also = () => {}): void {
-    this.db.exec('BEGIN IMMEDIATE');
-    try {
-      installDerived(this.db);
-      also();
-      this.db.exec('COMMIT');
-    } catch (error) {
-      this.db.exec('ROLLBACK');
-      throw error;
-    }
   }
 
   /**
@@ -848,10 +782,7 @@ export class Database {
   }
 
   schemaVersion(): number {
-    const row = this.db.prepare('SELECT max(version) AS version FROM schema_migrations').get() as {
-      version: number | null;
-    };
-    return row.version ?? 0;
+    return schemaVersion(this.db);
   }
 
   /**
@@ -908,87 +839,13 @@ export class Database {
     this.db.close();
   }
 
-  /** Throws DatabaseDamaged unless SQLite's quick_check finds every page sound. */
-  private checkIntact(): void {
-    const found = (this.db.prepare('PRAGMA quick_check(10)').all() as { quick_check: string }[]).map(
-      (r) => r.quick_check,
-    );
-    if (found.length !== 1 || found[0] !== 'ok') throw new DatabaseDamaged(`quick_check found ${found.join('; ')}`);
-  }
-
-  private expectPragma(name: string, want: string | number): void {
-    const row = this.db.prepare(`PRAGMA ${name}`).get() as Record<string, string | number>;
-    const got = row[name];
-    if (got !== want) throw new Error(`SQLite pragma ${name} is ${got}, expected ${want}`);
-  }
-
-  /**
-   * Free pages are given back to the file system in steps (`reclaim`) rather than by a VACUUM that holds every write
-   * back. The mode takes a VACUUM to change once the file exists (WAL mode makes it at once): a new database, or one
-   * made before of up to 64 MiB, is rewritten so at open (well under a second); a larger one keeps its size, reusing
-   * its free pages, until restored from a backup.
-   */
-  private useIncrementalVacuum(): void {
-    if (this.pragma('auto_vacuum') === INCREMENTAL) return;
-    if (this.pragma('page_count') * this.pragma('page_size') <= 64 * 2 ** 20)
-      this.db.exec('PRAGMA auto_vacuum = INCREMENTAL; VACUUM');
-  }
-
   /**
    * Inside a write: gives up to `pages` free pages back to the file system, where the database allows it (see
    * useIncrementalVacuum). Returns how many free pages are left to give back.
    */
   reclaim(pages: number): number {
-    if (this.pragma('auto_vacuum') !== INCREMENTAL) return 0;
+    if (pragmaOf(this.db, 'auto_vacuum') !== INCREMENTAL) return 0;
     this.db.exec(`PRAGMA incremental_vacuum(${Math.floor(pages)})`);
-    return this.pragma('freelist_count');
-  }
-
-  private pragma(name: string): number {
-    const row = this.db.prepare(`PRAGMA ${name}`).get() as Record<string, number>;
-    return row[name]!;
-  }
-
-  /** Throws when a rebuild left a row referring to one that is not there (migration `version` is then rolled back). */
-  private expectNoDanglingKeys(version: number): void {
-    const dangling = this.db.prepare('PRAGMA foreign_key_check').all() as { table: string; parent: string }[];
-    if (dangling.length > 0) {
-      const { table, parent } = dangling[0]!;
-      throw new Error(`migration ${version} left rows of ${table} referring to missing rows of ${parent}`);
-    }
-  }
-
-  private migrate(): void {
-    this.db.exec(
-      'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT',
-    );
-    const current = this.schemaVersion();
-    const latest = migrations.length;
-    if (current > latest) {
-      throw new Error(
-        `the database is at schema version ${current}, newer than this master (${latest}); run a newer master`,
-      );
-    }
-    const record = this.db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)');
-    // Each migration commits on its own, at once: the schema must be in place before anything runs.
-    for (let version = current + 1; version <= latest; version++) {
-      const rebuild = tableRebuilds.has(version);
-      // Outside a transaction, where the pragma takes effect (see migrations.ts).
-      if (rebuild) this.db.exec('PRAGMA foreign_keys = OFF');
-      this.db.exec('BEGIN IMMEDIATE');
-      try {
-        if (rebuild) dropTriggers(this.db);
-        this.db.exec(migrations[version - 1]!);
-        if (rebuild) this.expectNoDanglingKeys(version);
-        record.run(version, new Date().toISOString());
-        this.db.exec('COMMIT');
-      } catch (error) {
-        this.db.exec('ROLLBACK');
-        throw error;
-      } finally {
-        if (rebuild) this.db.exec('PRAGMA foreign_keys = ON');
-      }
-    }
-    this.installDerivations();
+    return pragmaOf(this.db, 'freelist_count');
   }
 }

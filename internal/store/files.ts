@@ -2,7 +2,7 @@
 // anything is restored from it, rewritten once restored. The only SQL outside the stores' connections, and here so
 // that the store holds all of it.
 
-import { sqlite } from './database.ts';
+import { sqlite } from './connection.ts';
 import { migrations } from './migrations.ts';
 
 /** Copies the database at `source` to `target` while a master may be writing to it (SQLite's online backup). */

@@ -6,7 +6,7 @@
 // here, and what is missing rendered in one statement.
 
 import type { Database } from './database.ts';
-import type { JsonPage } from './store.ts';
+import type { JsonPage } from './page.ts';
 
 export interface View {
   version: number;

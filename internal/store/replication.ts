@@ -15,23 +15,10 @@ import { readFile, writeFile } from 'node:fs/promises';
 import type { DatabaseSync, Session } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sqlite, type Database } from './database.ts';
+import { sqlite } from './connection.ts';
+import type { Database } from './database.ts';
+import type { Position, RecordedChange, Recorder } from './recording.ts';
 import { derivations } from './derived.ts';
-
-/** One committed transaction of the primary. */
-export interface RecordedChange {
-  generation: string;
-  seq: number;
-  /** When it was committed, by the primary's clock (ms). */
-  at: number;
-  sha256: string;
-  changeset: Uint8Array;
-}
-
-export interface Position {
-  generation: string;
-  seq: number;
-}
 
 /** What a copy derives itself from the rows it is given (see Derivation.derivedOnCopies). */
 const derivedOnCopies = derivations().filter((derivation) => derivation.derivedOnCopies);
@@ -115,7 +102,7 @@ export class ChangeSession {
  * whenever the database is written other than through it but not told as a change (see `adopt`): a copy from before
  * must be seeded anew.
  */
-export class ChangeRecorder {
+export class ChangeRecorder implements Recorder {
   private session: ChangeSession;
   private position: Position;
 

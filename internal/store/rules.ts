@@ -6,7 +6,7 @@ import type { SQLInputValue } from 'node:sqlite';
 import { quotaPeriodAt, type Quota } from '../domain/quota.ts';
 import type { Standing } from '../domain/plans.ts';
 import { formatTime } from '../schema/schema.ts';
-import type { JsonPage } from './store.ts';
+import type { JsonPage } from './page.ts';
 import { DomainError } from '../errors/errors.ts';
 import { lastPort } from '../domain/ranges.ts';
 import { safeSum } from './traffic.ts';

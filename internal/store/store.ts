@@ -7,9 +7,11 @@ import { AlertRuleStore, AlertStore, ChannelStore, DeliveryStore, SilenceStore }
 import { AuditStore } from './audit.ts';
 import { BundleStore } from './bundles.ts';
 import { RolloutStore } from './rollouts.ts';
-import { EpochStore } from './replication.ts';
+import { ChangeSession, EpochStore, markOwn } from './replication.ts';
 import { ConditionStore } from './conditions.ts';
+import type { ConnectionOptions, Derivations } from './connection.ts';
 import { Database } from './database.ts';
+import { dropTriggers, installDerived } from './derived.ts';
 import { EventStore } from './events.ts';
 import { IdempotencyStore } from './idempotency.ts';
 import { lockDataDir, type DataDirLock } from './lock.ts';
@@ -21,27 +23,7 @@ import { TrafficStore } from './traffic.ts';
 import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
 import { VitalsStore } from './vitals.ts';
-
-/** A page as JSON text (built by SQLite): the items array, and the last id on it when another page follows. */
-export interface JsonPage {
-  items: string;
-  lastId: number | null;
-  /** How many items match in all, when asked for (`count`). */
-  total?: number;
-  /** In a sorted list, the last item's sort key (with lastId, where the next page starts). */
-  lastKey?: unknown;
-}
-
-/**
- * Bumped by every change that can end or narrow a credential (revocation, expiry pruning,
- * a user's scopes or state), so caches of verified credentials know to forget.
- */
-export class Generation {
-  value = 0;
-  bump(): void {
-    this.value += 1;
-  }
-}
+import { Generation } from './page.ts';
 
 export interface StoreOptions {
   /**
@@ -128,6 +110,27 @@ export class Store {
     this.db.close();
     this.lock?.release();
   }
+
+  /**
+   * A standby's copy becomes the primary's database: what triggers keep is installed again and rebuilt, and it stands
+   * in its own record of changes from now on (see markOwn).
+   */
+  takeOver(): void {
+    this.db.takeOver(markOwn);
+  }
+
+  /** On a worker's connection: records what its job commits, for standbys (see Database.recordJob). */
+  recordJob(): ChangeSession {
+    return this.db.recordJob((db) => new ChangeSession(db));
+  }
+}
+
+/** What triggers keep, as every connection of the master installs it (see derived.ts). */
+const derived: Derivations = { install: (db) => installDerived(db), drop: dropTriggers };
+
+/** The database at `path`, opened with what triggers keep (see Database). */
+export function openDatabase(path: string, options: Partial<ConnectionOptions> = {}): Database {
+  return new Database(path, derived, options);
 }
 
 /**
@@ -170,7 +173,7 @@ export function openStore(dataDir: string, options: Omit<StoreOptions, 'lock'>):
   try {
     const path = join(dataDir, 'master.db');
     closeSync(openSync(path, 'a', 0o600));
-    return new Store(new Database(path, { time: options.time, migrate: !options.copy }), { ...options, lock });
+    return new Store(openDatabase(path, { time: options.time, migrate: !options.copy }), { ...options, lock });
   } catch (error) {
     lock.release();
     throw error;

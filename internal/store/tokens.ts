@@ -12,7 +12,7 @@ export const TOKEN_FILTERS = { user_id: 't.user_id = :user_id' };
 /** What lists of API tokens sort by, as SQL: each key then id. */
 export const TOKEN_SORTS = { id: 't.id', name: 't.name COLLATE NOCASE', created_at: 't.created_at' };
 import { renderedRows, type Rendered } from './rendered.ts';
-import type { Generation, JsonPage } from './store.ts';
+import type { Generation, JsonPage } from './page.ts';
 
 export interface Token {
   id: number;

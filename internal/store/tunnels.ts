@@ -9,7 +9,7 @@ import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
-import type { JsonPage } from './store.ts';
+import type { JsonPage } from './page.ts';
 
 export const tunnelStatuses = ['pending', 'up', 'down'] as const;
 export type TunnelStatus = (typeof tunnelStatuses)[number];

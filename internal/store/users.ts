@@ -4,7 +4,7 @@ import type { Role } from '../auth/principal.ts';
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
-import type { Generation, JsonPage } from './store.ts';
+import type { Generation, JsonPage } from './page.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
 import { safeCount } from './traffic.ts';

@@ -4,14 +4,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { CommitFailed, Database, WritesBusy } from '../../internal/store/database.ts';
+import { CommitFailed, WritesBusy, type Database } from '../../internal/store/database.ts';
+import { openDatabase } from '../../internal/store/store.ts';
 import { migrations } from '../../internal/store/migrations.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 
 function open(t: { after: (fn: () => void) => void }) {
   const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
-  const db = new Database(path);
+  const db = openDatabase(path);
   const reader = new DatabaseSync(path, { readOnly: true });
   t.after(() => {
     reader.close();
@@ -60,7 +61,7 @@ test('afterCommit runs once the data is durable; with nothing pending, at once',
 
 test('close commits what is pending', async (t) => {
   const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
-  const db = new Database(path);
+  const db = openDatabase(path);
   db.write(() => db.prepare("INSERT INTO settings (key, value) VALUES ('late', '1')").run());
   db.close();
   const reader = new DatabaseSync(path, { readOnly: true });
@@ -223,7 +224,7 @@ test('closing the database during a long write abandons it: nothing of it is kep
 
 test('a connection without automatic checkpoints leaves its commits in the log until checkpoint()', async (t) => {
   const { path, db } = open(t);
-  const other = new Database(path, { migrate: false, autoCheckpoint: false });
+  const other = openDatabase(path, { migrate: false, autoCheckpoint: false });
   t.after(() => other.close());
   const size = () => statSync(path).size;
   // Past the thousand pages at which a commit would copy them itself.
@@ -246,7 +247,7 @@ test('a connection without automatic checkpoints leaves its commits in the log u
 
 test('writes held for another connection wait for `until`; caches of rows are told at its commit', async (t) => {
   const { path, db, names } = open(t);
-  const other = new Database(path, { migrate: false });
+  const other = openDatabase(path, { migrate: false });
   t.after(() => other.close());
   let told = 0;
   db.onWrittenElsewhere(() => (told += 1));
@@ -431,7 +432,7 @@ test(REBUILD, () => {
   old.prepare("UPDATE sqlite_sequence SET seq = 9 WHERE name = 'rules'").run();
   old.close();
 
-  const db = new Database(path, { time: () => at });
+  const db = openDatabase(path, { time: () => at });
   const raw = db;
   const rows = raw.prepare('SELECT id, strategy, weights, preserve_source, max_connections, owner_id FROM rules').all();
   assert.deepEqual(
@@ -470,7 +471,7 @@ test('a data dir that allowed local targets allows them to rules and channels bo
   }
   old.prepare("INSERT INTO settings (key, value) VALUES ('allow_local_targets', '1')").run();
   old.close();
-  const db = new Database(path, { time: () => AT });
+  const db = openDatabase(path, { time: () => AT });
   const settings = db.prepare('SELECT key, value FROM settings ORDER BY key').all();
   assert.deepEqual(
     settings.map((row) => ({ ...row })),

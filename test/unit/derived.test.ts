@@ -163,7 +163,7 @@ test(RECORDED, async (t) => {
 
   // What one write records: a rule renamed, disabled, given away and moved to a range of ports, its node retagged
   // (every derivation's table).
-  const sessions = store.db.recordJob();
+  const sessions = store.recordJob();
   store.write(() => {
     store.db
       .prepare(
@@ -186,7 +186,7 @@ test(RECORDED, async (t) => {
   assert.ok(recorded.has('rules') && recorded.has('nodes'));
 
   // A rule written bumps its node's config version: a narrow row of its own, not the node's whole row each time.
-  const bumps = store.db.recordJob();
+  const bumps = store.recordJob();
   const nodeId = store.rules.find(ids[1]!)!.node_id;
   const before = store.nodes.find(nodeId)!.config_version;
   store.write(() => store.nodes.bumpConfig(nodeId));

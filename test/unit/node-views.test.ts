@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { Database } from '../../internal/store/database.ts';
 import { NodeStore, type NodeFields } from '../../internal/store/nodes.ts';
-import { Generation, openStore, type Store } from '../../internal/store/store.ts';
+import { Generation } from '../../internal/store/page.ts';
+import { openDatabase, openStore, type Store } from '../../internal/store/store.ts';
 import { TokenStore } from '../../internal/store/tokens.ts';
 import { TunnelStore } from '../../internal/store/tunnels.ts';
 import { UserStore } from '../../internal/store/users.ts';
@@ -37,7 +37,7 @@ function outsideConnection(dir: string): DatabaseSync {
 function setUp(t: { after: (fn: () => void) => void }) {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-views-'));
   const store = openStore(dir, { secretFields: secretFieldNames });
-  const other = new Database(join(dir, 'master.db'));
+  const other = openDatabase(join(dir, 'master.db'));
   t.after(() => {
     other.close();
     store.close();

@@ -2,7 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 
@@ -85,6 +85,62 @@ test('dependencies point one way: no cycle between areas, storage and the data p
     'cmd/master/start.ts',
     'cmd/master/workers.ts',
   ]);
+});
+
+/** The files under `dir` that import a value (not only types) from internal/`area`. */
+function valueImporters(dir: string, area: string): string[] {
+  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', `${dir}*.ts`], {
+    encoding: 'utf8',
+  })
+    .split('\n')
+    .filter(Boolean);
+  return files.filter((file) =>
+    [...readFileSync(file, 'utf8').matchAll(/^import (type )?([^;]*?) from '(\.\.?\/[^']+)'/gms)].some(
+      ([, typeOnly, names, spec]) => {
+        if (typeOnly || !join(dirname(file), spec!).startsWith(`internal/${area}/`)) return false;
+        const inBraces = /^\{([^}]*)\}$/s.exec(names!.trim());
+        if (!inBraces) return true;
+        const specifiers = inBraces[1]!
+          .split(',')
+          .map((name) => name.trim())
+          .filter(Boolean);
+        return specifiers.some((name) => !name.startsWith('type '));
+      },
+    ),
+  );
+}
+
+test('the agent link writes through the service: it takes only types from the store', () => {
+  assert.ok(valueImporters('internal/service/', 'store').length > 0, 'value imports are seen');
+  assert.deepEqual(valueImporters('internal/agentlink/', 'store'), []);
+});
+
+/** The circles of imports between the files of `dir` (a type import counts: it is a dependency of the text). */
+function fileCircles(dir: string): string[] {
+  const files = readdirSync(dir).filter((file) => file.endsWith('.ts'));
+  const edges = new Map(
+    files.map((file) => [
+      file,
+      [...readFileSync(join(dir, file), 'utf8').matchAll(/from '\.\/([^']+)'/g)].map(([, spec]) => spec!),
+    ]),
+  );
+  const circles: string[] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const visit = (file: string, path: string[]) => {
+    state.set(file, 'open');
+    for (const next of edges.get(file) ?? []) {
+      if (state.get(next) === 'open') circles.push([...path.slice(path.indexOf(next)), next].join(' -> '));
+      else if (!state.has(next)) visit(next, [...path, next]);
+    }
+    state.set(file, 'done');
+  };
+  for (const file of files) if (!state.has(file)) visit(file, [file]);
+  return circles;
+}
+
+test('the store has no circle between its files: the connection and commits are handed what is above', () => {
+  assert.ok(readdirSync('internal/store').length > 20, 'the files were found');
+  assert.deepEqual(fileCircles('internal/store'), []);
 });
 
 test("SQL is the store's alone: no other area of internal/ opens SQLite or prepares a statement", () => {
