@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { nodeOf, startAgent } from './agents.ts';
-import { call, node, rule, startMaster } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { nodeOf, startAgent } from '../agents.ts';
+import { call, node, rule, startMaster } from '../helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
 
 /** What the bad network does, as long as `bad` is true. */
 interface Weather {

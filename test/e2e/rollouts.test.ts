@@ -9,15 +9,15 @@ import { connect, createServer, Server, type Socket } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import test, { type TestContext } from 'node:test';
-import { send } from '../internal/agentlink/wire.ts';
-import { AGENT_FEATURES } from '../internal/domain/link.ts';
-import { keyIdOf } from '../internal/release/signature.ts';
-import { VERSION } from '../internal/version.ts';
-import { nodeOf, ruleOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
-import { assertProblem, call, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, freeSpan, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
-import { agentAs, releaseKey, rolloutOf, startRollout, upload } from './releases.ts';
-import { link, type RawLink } from './rawlink.ts';
+import { send } from '../../internal/agentlink/wire.ts';
+import { AGENT_FEATURES } from '../../internal/domain/link.ts';
+import { keyIdOf } from '../../internal/release/signature.ts';
+import { VERSION } from '../../internal/version.ts';
+import { nodeOf, ruleOf, startAgent, udpRoundTrip, type AgentProcess } from '../agents.ts';
+import { assertProblem, call, node, rule, startMaster, type Running } from '../helpers.ts';
+import { freePort, freeSpan, probe, tcpEcho, tcpRoundTrip, udpEcho, until } from '../net.ts';
+import { agentAs, releaseKey, rolloutOf, startRollout, upload } from '../releases.ts';
+import { link, type RawLink } from '../rawlink.ts';
 
 interface Fleet {
   m: Running;

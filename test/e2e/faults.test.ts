@@ -7,10 +7,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { bundledMaster } from './bundled.ts';
-import { ADMIN_PASSWORD, assertProblem, call, login, node, startMaster, type Running } from './helpers.ts';
-import { freePort, until } from './net.ts';
-import { fill, smallDisk } from './disk.ts';
+import { bundledMaster } from '../bundled.ts';
+import { ADMIN_PASSWORD, assertProblem, call, login, node, startMaster, type Running } from '../helpers.ts';
+import { freePort, until } from '../net.ts';
+import { fill, smallDisk } from '../disk.ts';
 
 const ruleBody = (nodeId: number, i: number) => ({
   name: `r${i}`,
