@@ -13,7 +13,7 @@ import { writeFileAtomic } from '../../internal/runtime/files.ts';
 import { waitReady } from '../../internal/runtime/readiness.ts';
 import { askToServeAlone } from '../../internal/runtime/serve-alone.ts';
 import { openStore } from '../../internal/store/store.ts';
-import { secretFieldNames } from '../../internal/api/routes.ts';
+import { SECRET_FIELDS } from '../../internal/domain/secret-fields.ts';
 
 export const commandNames = [
   'backup',
@@ -111,7 +111,7 @@ export async function runCommand(command: Command, stdin: () => string): Promise
   if (password.length < MIN_PASSWORD) throw new Error(`the password must have at least ${MIN_PASSWORD} characters`);
   const hash = await hashPassword(password);
   // Opening the store takes the data dir's lock: a running master refuses this, by name.
-  const store = openStore(dataDir, { secretFields: secretFieldNames });
+  const store = openStore(dataDir, { secretFields: SECRET_FIELDS });
   try {
     const clock = new Clock();
     store.write(() => {
@@ -146,7 +146,7 @@ export async function runCommand(command: Command, stdin: () => string): Promise
  */
 async function promote(dataDir: string): Promise<string> {
   // Opened as a copy is (never migrated); the data dir's lock refuses a master still running on it.
-  const store = openStore(dataDir, { secretFields: secretFieldNames, copy: true });
+  const store = openStore(dataDir, { secretFields: SECRET_FIELDS, copy: true });
   try {
     store.takeOver();
     const clock = new Clock();

@@ -30,7 +30,8 @@ import { SyncHub } from '../../internal/sync/hub.ts';
 import { createDispatcher } from '../../internal/api/dispatch.ts';
 import { EventStreams } from '../../internal/api/streams.ts';
 import { consoleHandler } from '../../internal/console/console.ts';
-import { routes, secretFieldNames } from '../../internal/api/routes.ts';
+import { routes } from '../../internal/api/routes.ts';
+import { SECRET_FIELDS } from '../../internal/domain/secret-fields.ts';
 import { tickRules } from '../../internal/service/rules.ts';
 import { tickAccounts } from '../../internal/service/standing.ts';
 import { evaluateAlerts } from '../../internal/service/alerting.ts';
@@ -159,7 +160,7 @@ async function listening(config: MasterConfig, fn: () => Promise<Listening>): Pr
 function openData(config: MasterConfig, presence: SyncHub, clock: Clock): Store {
   try {
     const time = () => clock.timestamp();
-    return openStore(config.dataDir, { secretFields: secretFieldNames, presence, time, copy: config.follow !== null });
+    return openStore(config.dataDir, { secretFields: SECRET_FIELDS, presence, time, copy: config.follow !== null });
   } catch (error) {
     // Not the dir's fault, and nothing another --data-dir would fix: the data itself is what is lost.
     if (error instanceof DatabaseDamaged)

@@ -17,7 +17,7 @@ import { SchemaMismatch } from '../../internal/store/connection.ts';
 import type { Database } from '../../internal/store/database.ts';
 import type { ChangeSession } from '../../internal/store/replication.ts';
 import { openDatabase, Store } from '../../internal/store/store.ts';
-import { secretFieldNames } from '../../internal/api/routes.ts';
+import { SECRET_FIELDS } from '../../internal/domain/secret-fields.ts';
 import { VERSION } from '../../internal/version.ts';
 import type { Logger } from '../../internal/log/log.ts';
 import { formatTime } from '../../internal/schema/schema.ts';
@@ -433,7 +433,7 @@ function openStore(setup: WorkerSetup): Store | Outcome {
         time: () => jobTime,
       }),
       {
-        secretFields: secretFieldNames,
+        secretFields: SECRET_FIELDS,
       },
     );
   } catch (error) {

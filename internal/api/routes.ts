@@ -29,7 +29,7 @@ import { tokenOperations as tokens } from './tokens.ts';
 import { transferOperations as transfer } from './transfer.ts';
 import { CASCADE_FROM_TUNNEL, CHANGE_TUNNEL, tunnelOperations as tunnels } from './tunnels.ts';
 import { userOperations as users } from './users.ts';
-import { describe, secretFields } from '../schema/schema.ts';
+import { describe } from '../schema/schema.ts';
 import { GIVE_TO_ANOTHER, HAND_OVER } from './common.ts';
 
 const openapi = operation({
@@ -148,11 +148,3 @@ export const routes: readonly Route[] = [
 ];
 
 let document: unknown;
-
-/**
- * The names of the fields any route's request or answer marks secret (see `secret` in schema.ts), for whatever keeps
- * a record of what it was given without its schema at hand: the audit log's changes.
- */
-export const secretFieldNames: ReadonlySet<string> = secretFields(
-  routes.flatMap((r) => [r.body?.json ?? {}, ...Object.values(r.responses).map((doc) => doc.schema?.json ?? {})]),
-);

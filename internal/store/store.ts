@@ -27,7 +27,7 @@ import { Generation } from './page.ts';
 
 export interface StoreOptions {
   /**
-   * The names of fields that hold secrets (derived from the API's schemas: see `secretFieldNames`), redacted in
+   * The names of fields that hold secrets (see SECRET_FIELDS), redacted in
    * whatever the store keeps of what a request gave: the audit log's changes, an Idempotency-Key's replay.
    */
   secretFields: ReadonlySet<string>;

@@ -13,7 +13,7 @@ import { TunnelStore } from '../../internal/store/tunnels.ts';
 import { UserStore } from '../../internal/store/users.ts';
 import { EVERY_RULE, RuleStore } from '../../internal/store/rules.ts';
 import { AuditStore, EVERY_ENTRY } from '../../internal/store/audit.ts';
-import { secretFieldNames } from '../../internal/api/routes.ts';
+import { SECRET_FIELDS } from '../../internal/domain/secret-fields.ts';
 import { ruleFieldsOf } from '../../internal/domain/rules.ts';
 import { NO_CONTROLS } from '../helpers.ts';
 
@@ -36,7 +36,7 @@ function outsideConnection(dir: string): DatabaseSync {
 /** A store with two nodes joined by a tunnel and a rule through it; `fresh` reads a node as a new connection would. */
 function setUp(t: { after: (fn: () => void) => void }) {
   const dir = mkdtempSync(join(tmpdir(), 'portplane-views-'));
-  const store = openStore(dir, { secretFields: secretFieldNames });
+  const store = openStore(dir, { secretFields: SECRET_FIELDS });
   const other = openDatabase(join(dir, 'master.db'));
   t.after(() => {
     other.close();
@@ -222,7 +222,7 @@ test(
     const { store, other, entry, rule } = setUp(t);
     // Made anew for each read, so that nothing they keep could be stale: what the database holds now.
     const freshRules = () => new RuleStore(other);
-    const freshAudit = () => new AuditStore(other, secretFieldNames);
+    const freshAudit = () => new AuditStore(other, SECRET_FIELDS);
     const page = (rules: RuleStore) => rules.page({ afterId: 0, limit: 50, ...EVERY_RULE });
     const auditPage = (audit: AuditStore) =>
       audit.page({ beforeId: Number.MAX_SAFE_INTEGER, limit: 50, ...EVERY_ENTRY });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { secretFieldNames } from '../../internal/api/routes.ts';
+import { routes } from '../../internal/api/routes.ts';
+import { SECRET_FIELDS } from '../../internal/domain/secret-fields.ts';
 import {
   array,
   dateTime,
@@ -150,7 +151,11 @@ test('a field marked secret is found at any depth, and its value redacted wherev
 });
 
 test('the API marks every secret it takes or shows: the names audit entries and replays are redacted by', () => {
-  assert.deepEqual([...secretFieldNames].sort(), [
+  const marked = secretFields(
+    routes.flatMap((r) => [r.body?.json ?? {}, ...Object.values(r.responses).map((doc) => doc.schema?.json ?? {})]),
+  );
+  assert.deepEqual([...marked].sort(), [...SECRET_FIELDS].sort(), 'what the schemas mark is what the store redacts');
+  assert.deepEqual([...SECRET_FIELDS].sort(), [
     'agent_command',
     'agent_token',
     'bot_token',

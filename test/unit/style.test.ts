@@ -80,7 +80,6 @@ test('dependencies point one way: no cycle between areas, storage and the data p
     .filter(Boolean);
   const wiringApi = cmdFiles.filter((file) => /from '[./]*internal\/api\//.test(readFileSync(file, 'utf8')));
   assert.deepEqual(wiringApi.sort(), [
-    'cmd/master/commands.ts',
     'cmd/master/elected.ts',
     'cmd/master/start.ts',
     'cmd/master/workers.ts',
