@@ -9,8 +9,7 @@ import { array, boolean, integer, nullable, object, oneOf, optional, string, typ
 import { insertAlertRule, removeAlertRule, THRESHOLDS, updateAlertRule } from '../service/alert-rules.ts';
 import { transact } from '../service/write.ts';
 import { alertConditions } from '../domain/alerts.ts';
-import { alertStates, type AlertRule, type AlertRuleFields } from '../store/alerts.ts';
-import { MAX_FINDINGS } from '../store/conditions.ts';
+import { type AlertRule, type AlertRuleFields } from '../store/alerts.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import {
   ALERTING_NAME,
@@ -23,6 +22,7 @@ import {
   timestamp,
 } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, operation, operations } from './route.ts';
+import { MAX_FINDINGS, alertStates } from '../domain/alerts.ts';
 
 const thresholdHelp = Object.entries(THRESHOLDS)
   .map(([condition, t]) => `${condition}: ${t.what} (${t.min}-${t.max})`)

@@ -22,14 +22,14 @@ import { protocols, ruleFieldsOf, ruleStates, syncStates } from '../domain/rules
 import { portBudgetProblem } from '../domain/ranges.ts';
 import { syncEach, type BatchJob } from '../service/batch.ts';
 import { committedElsewhere } from '../service/write.ts';
-import { nodeStatuses } from '../store/nodes.ts';
-import { tunnelStatuses } from '../store/tunnels.ts';
 import { ownerFilter, requireToGive, writeJobOf } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import { ruleInput } from './rule-schema.ts';
 import { ruleFilterOf, ruleFilterQuery } from './rules.ts';
 import { ID_RANGE } from '../schema/ids.ts';
+import { nodeStatuses } from '../domain/nodes.ts';
+import { tunnelStatuses } from '../domain/tunnels.ts';
 
 export const MAX_BATCH = 1000;
 

@@ -10,10 +10,11 @@ import { smtpSecurities } from '../notify/smtp.ts';
 import { insertChannel, removeChannel, updateChannel } from '../service/channels.ts';
 import { MAX_ATTEMPTS } from '../service/outbox.ts';
 import { transact } from '../service/write.ts';
-import { channelTypes, deliveryStates, type Channel } from '../store/alerts.ts';
+import { type Channel } from '../store/alerts.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { ALERTING_NAME, idPage, nullableTimestamp, pageSchema, pagingQuery, record, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, operation, operations } from './route.ts';
+import { channelTypes, deliveryStates } from '../domain/alerts.ts';
 
 /** A mail address, as a channel's sender or recipient: one line, no brackets. */
 const MAILBOX = {

@@ -5,13 +5,13 @@ import { DomainError, notFound } from '../errors/errors.ts';
 import { reaches } from '../service/grants.ts';
 import { intParam, timeParam, type QueryOf } from '../schema/query.ts';
 import { describe, formatTime } from '../schema/schema.ts';
-import { nodeStatuses } from '../store/nodes.ts';
 import { syncStates } from '../domain/rules.ts';
-import { tunnelStatuses } from '../store/tunnels.ts';
 import { record, timestamp } from './common.ts';
 import { type Ctx, ok, operation, operations } from './route.ts';
 import { grantedTo } from './granted-nodes.ts';
 import { ID_RANGE } from '../schema/ids.ts';
+import { nodeStatuses } from '../domain/nodes.ts';
+import { tunnelStatuses } from '../domain/tunnels.ts';
 
 const MAX_POINTS = 10_000;
 const BUCKET_SECONDS = 60;

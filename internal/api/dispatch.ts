@@ -14,7 +14,6 @@ import { throttledBy } from '../log/log.ts';
 import { sourceOf } from '../schema/net.ts';
 import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
-import { ANSWER_PENDING } from '../store/idempotency.ts';
 import { actorOf, type App } from './app.ts';
 import type { Principal } from '../auth/principal.ts';
 import { IDEMPOTENCY_KEY, type Reply, type Route } from './route.ts';
@@ -24,6 +23,7 @@ import { IDEMPOTENCY_TTL_MS, keepAnswer, markedUsed, type Unanswered } from './r
 import { checkBody, RequestCtx, requestUrl, type Exchange, type Routed } from './request.ts';
 import { auditDenied, type Changed } from '../service/write.ts';
 import { idOf } from '../schema/ids.ts';
+import { ANSWER_PENDING } from '../domain/idempotency.ts';
 
 export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();

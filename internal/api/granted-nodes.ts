@@ -7,8 +7,8 @@ import { grantsNode, type Plan } from '../domain/plans.ts';
 import { describe } from '../schema/schema.ts';
 import type { Principal } from '../auth/principal.ts';
 import { record } from './common.ts';
-import { nodeStatuses } from '../store/nodes.ts';
 import type { Ctx } from './route.ts';
+import { nodeStatuses } from '../domain/nodes.ts';
 
 const GRANTED_FIELDS = ['id', 'name', 'host', 'tags', 'status'] as const;
 

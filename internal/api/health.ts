@@ -8,8 +8,8 @@ import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
 import type { App } from './app.ts';
 import type { Vitals } from '../domain/vitals.ts';
 import { syncStates } from '../domain/rules.ts';
-import { nodeStatuses } from '../store/nodes.ts';
 import type { Follower } from '../replication/follower.ts';
+import { nodeStatuses } from '../domain/nodes.ts';
 
 const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 

@@ -9,13 +9,14 @@ import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.t
 import { formatTime, integer, nullable, object, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { insertNode, nodeView, removeNode, updateNode } from '../service/nodes.ts';
 import { transact } from '../service/write.ts';
-import { NODE_SORTS, nodeStatuses } from '../store/nodes.ts';
 import { agentCommand } from '../install/agent-env.ts';
 import { masterDial } from './dial.ts';
 import { grantedPage, grantedTo, nodeAnswer, nodeFor } from './granted-nodes.ts';
 import { seriesWindow, vitalsQuery, vitalsSeriesSchema } from './dashboard.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
+import { nodeStatuses } from '../domain/nodes.ts';
+import { nodeSorts } from '../domain/sorts.ts';
 
 const READ_ONLY = [
   'id',
@@ -264,7 +265,7 @@ const listNodesQuery = {
   status: textParam({ max: 16, values: nodeStatuses }),
   tag: textParam({ max: 32, description: 'Only nodes carrying this tag.' }),
   q: textParam({ max: 64, description: 'Substring of the name or host.' }),
-  sort: sortParam(Object.keys(NODE_SORTS)),
+  sort: sortParam(nodeSorts),
 };
 
 export const cascadeQuery = { cascade: boolParam('Also delete what still refers to it.') };

@@ -6,9 +6,8 @@ import type { ServerResponse } from 'node:http';
 import { PasswordWorkBusy } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
 import { problemOf } from '../http/problem.ts';
-import { isDiskFull } from '../store/connection.ts';
-import { CommitFailed, WritesBusy } from '../store/database.ts';
 import type { Reply } from './route.ts';
+import { CommitFailed, WritesBusy, isDiskFull } from '../errors/storage.ts';
 
 export interface Outgoing {
   status: number;

@@ -1,11 +1,12 @@
 // Idempotency-Key answers: what a retry of a POST gets. Its change marked the key used in the change's own transaction
 // (see transact); the answer is kept here once given, secrets redacted, for a day.
 
-import { redactSecrets } from '../store/audit.ts';
-import { ANSWER_PENDING, type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
+import { type IdempotencySlot, type StoredResponse } from '../store/idempotency.ts';
 import type { App } from './app.ts';
 import { bodyLength, fromError, type Outgoing } from './outgoing.ts';
 import { DomainError } from '../errors/errors.ts';
+import { redactSecrets } from '../domain/secret-fields.ts';
+import { ANSWER_PENDING } from '../domain/idempotency.ts';
 
 /** How long a key's answer is kept. */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;

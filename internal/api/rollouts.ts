@@ -10,11 +10,12 @@ import { array, integer, object, optional, string, type Infer, type Schema } fro
 import { createRollout, MAX_UPGRADING, MAX_WAVES, GATE_GRACE_SECONDS, steerRollout } from '../service/rollouts.ts';
 import type { Steer } from '../service/rollouts.ts';
 import { transact } from '../service/write.ts';
-import { rolloutNodeStates, rolloutStates, type Rollout, type WaveSize } from '../store/rollouts.ts';
+import { type Rollout, type WaveSize } from '../store/rollouts.ts';
 import { nodeSelection, selected } from './batch.ts';
 import { listQuery } from '../schema/query.ts';
 import { pageSchema, record, nullableTimestamp, timestamp } from './common.ts';
 import { created, type Ctx, idParam, ok, operation, operations } from './route.ts';
+import { rolloutNodeStates, rolloutStates } from '../domain/rollouts.ts';
 
 const SHARE = /^(100|[1-9][0-9]?)%$/;
 

@@ -10,12 +10,13 @@ import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../sche
 import { protocols, ruleFieldsOf, ruleStates, syncStates } from '../domain/rules.ts';
 import { insertRule, removeRule, syncRule, updateRule } from '../service/rules.ts';
 import { transact } from '../service/write.ts';
-import { RULE_SORTS, type RuleFilter } from '../store/rules.ts';
+import type { RuleFilter } from '../store/rules.ts';
 import { ownerFilter, pageSchema, paging, sortParam } from './common.ts';
 import type { Principal } from '../auth/principal.ts';
 import { reaches } from '../service/grants.ts';
 import { created, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ruleInput, ruleSchema } from './rule-schema.ts';
+import { ruleSorts } from '../domain/sorts.ts';
 
 /** What lists of rules select by; a batch's `filter` takes the same. */
 export const ruleFilterQuery = {
@@ -50,7 +51,7 @@ export function ruleFilterOf(
   };
 }
 
-const listRulesQuery = { ...listQuery, ...ruleFilterQuery, sort: sortParam(Object.keys(RULE_SORTS)) };
+const listRulesQuery = { ...listQuery, ...ruleFilterQuery, sort: sortParam(ruleSorts) };
 
 export const ruleOperations = operations({
   listRules: operation({

@@ -8,7 +8,6 @@ import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, type QueryOf } from '../schema/query.ts';
 import { array, dateTime, nullable, object, oneOf, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { issueToken, revokeToken, TOKEN_VERSION } from '../service/tokens.ts';
-import { shownToken, TOKEN_SORTS } from '../store/tokens.ts';
 import {
   nullableTimestamp,
   ownerFilter,
@@ -22,6 +21,8 @@ import {
 import { reaches } from '../service/grants.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
+import { shownToken } from '../auth/principal.ts';
+import { tokenSorts } from '../domain/sorts.ts';
 
 export const tokenInput = object(
   {
@@ -63,7 +64,7 @@ const tokenCreatedSchema = record('TokenCreated', {
 const listTokensQuery = {
   ...listQuery,
   user_id: intParam({ ...ID_RANGE, description: 'Only tokens owned by this user.' }),
-  sort: sortParam(Object.keys(TOKEN_SORTS)),
+  sort: sortParam(tokenSorts),
 };
 
 async function postToken(ctx: Ctx<Infer<typeof tokenInput>, {}>) {

@@ -10,7 +10,6 @@ import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts
 import { integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
 import { transact } from '../service/write.ts';
-import { transports, TUNNEL_SORTS, tunnelStatuses } from '../store/tunnels.ts';
 import {
   GIVE_TO_ANOTHER,
   nullableTimestamp,
@@ -25,6 +24,8 @@ import {
 import { cascadeQuery } from './nodes.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
+import { transports, tunnelStatuses } from '../domain/tunnels.ts';
+import { tunnelSorts } from '../domain/sorts.ts';
 
 /** What changing a tunnel needs besides tunnels:write. */
 export const CHANGE_TUNNEL = [
@@ -119,7 +120,7 @@ const listTunnelsQuery = {
   node_id: intParam({ ...ID_RANGE, description: 'Tunnels entering or leaving at this node.' }),
   status: textParam({ max: 16, values: tunnelStatuses }),
   q: textParam({ max: 64, description: 'Substring of the name.' }),
-  sort: sortParam(Object.keys(TUNNEL_SORTS)),
+  sort: sortParam(tunnelSorts),
 };
 
 async function putTunnel(ctx: Ctx<TunnelInput, {}>) {

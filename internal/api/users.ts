@@ -10,10 +10,10 @@ import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.t
 import { boolean, dateTime, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { roles } from '../auth/principal.ts';
-import { USER_SORTS } from '../store/users.ts';
 import { nullableTimestamp, pageSchema, paging, record, scopeList, sortParam, timestamp } from './common.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { createUser, removeUser, updateUser } from '../service/users.ts';
+import { userSorts } from '../domain/sorts.ts';
 
 const username = string({
   min: 1,
@@ -124,7 +124,7 @@ const listUsersQuery = {
   ...listQuery,
   q: textParam({ max: 64, description: 'Substring of the username.' }),
   disabled: boolParam('Only disabled (true) or enabled (false) users.'),
-  sort: sortParam(Object.keys(USER_SORTS)),
+  sort: sortParam(userSorts),
 };
 
 async function postUser(ctx: Ctx<Infer<typeof userCreateInput>, {}>) {

@@ -23,3 +23,8 @@ export interface Principal {
   scopes: Scope[];
   expiresAt: string | null;
 }
+
+/** A token as the API shows it: without its kind (the API shows API tokens only). */
+export function shownToken<T extends { kind: TokenKind }>({ kind: _, ...token }: T): Omit<T, 'kind'> {
+  return token;
+}

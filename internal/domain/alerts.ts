@@ -76,3 +76,18 @@ export function olderVersion(a: string, b: string): boolean {
   for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i]! < y[i]!;
   return false;
 }
+
+/** The kinds of channel alerts leave by. */
+export const channelTypes = ['webhook', 'telegram', 'email'] as const;
+export type ChannelType = (typeof channelTypes)[number];
+
+/** How an alert stands: pending its for_seconds, firing, or clearing through its damping. */
+export const alertStates = ['pending', 'firing', 'clearing'] as const;
+export type AlertState = (typeof alertStates)[number];
+
+/** How a notification's delivery to a channel stands. */
+export const deliveryStates = ['pending', 'sent', 'failed'] as const;
+export type DeliveryState = (typeof deliveryStates)[number];
+
+/** How many resources one rule follows at once: the first by id; the rest wait for these to clear. */
+export const MAX_FINDINGS = 1000;

@@ -15,3 +15,34 @@ export const SECRET_FIELDS: ReadonlySet<string> = new Set([
   'ssh_private_key',
   'token',
 ]);
+
+/** What a secret's value is kept as. */
+export const REDACTED = '[redacted]';
+
+/**
+ * `value` with the value of every field named in `secretFields` (at any depth, unless null) replaced by REDACTED: for
+ * whatever is kept of what a request gave or an answer showed. Most values hold no secret: finding that out copies
+ * nothing.
+ */
+export function redactSecrets(value: unknown, secretFields: ReadonlySet<string>): unknown {
+  const holds = (inner: unknown): boolean => {
+    if (Array.isArray(inner)) return inner.some(holds);
+    if (inner && typeof inner === 'object') {
+      for (const [key, field] of Object.entries(inner))
+        if ((secretFields.has(key) && field != null) || holds(field)) return true;
+    }
+    return false;
+  };
+  const redacted = (inner: unknown): unknown => {
+    if (Array.isArray(inner)) return inner.map(redacted);
+    if (inner && typeof inner === 'object')
+      return Object.fromEntries(
+        Object.entries(inner).map(([key, field]) => [
+          key,
+          secretFields.has(key) && field != null ? REDACTED : redacted(field),
+        ]),
+      );
+    return inner;
+  };
+  return holds(value) ? redacted(value) : value;
+}

@@ -11,9 +11,10 @@ import { alertPayload, type AlertNotice } from '../domain/alerts.ts';
 import type { Logger } from '../log/log.ts';
 import { formatTime } from '../schema/schema.ts';
 import type { Alert, AlertRule, AlertSelector, Silence } from '../store/alerts.ts';
-import { MAX_FINDINGS, type Finding } from '../store/conditions.ts';
+import { type Finding } from '../store/conditions.ts';
 import { theMaster } from './master.ts';
 import { transact, type Committer } from './write.ts';
+import { MAX_FINDINGS } from '../domain/alerts.ts';
 
 /** What the evaluation needs of the master besides writing: its clock in milliseconds, and when it started. */
 export interface Alerting extends Committer {

@@ -12,15 +12,10 @@ import type { SmtpSecurity } from '../notify/smtp.ts';
 import { TELEGRAM_API } from '../notify/telegram.ts';
 import { newWebhookSecret, webhookSecretProblem } from '../notify/webhook.ts';
 import type { FieldError } from '../schema/schema.ts';
-import {
-  channelTypes,
-  type Channel,
-  type ChannelConfig,
-  type ChannelFields,
-  type ChannelType,
-} from '../store/alerts.ts';
+import { type Channel, type ChannelConfig, type ChannelFields } from '../store/alerts.ts';
 import { holdSecretInPlace, type SecretBinding } from './bound-secrets.ts';
 import { diff, type Change, type WriteDeps } from './write.ts';
+import { channelTypes, type ChannelType } from '../domain/alerts.ts';
 
 /** A channel as written: the fields of its type, and its secret where it has one (absent on update: kept). */
 export interface ChannelInput {

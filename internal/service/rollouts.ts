@@ -8,10 +8,11 @@
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import type { UpgradeMessage } from '../domain/link.ts';
-import type { Rollout, RolloutNode, RolloutState, WaveSize } from '../store/rollouts.ts';
+import type { Rollout, RolloutNode, WaveSize } from '../store/rollouts.ts';
 import { theMaster } from './master.ts';
 import { versionOrder } from '../release/signature.ts';
 import { transact, type Change, type Committer, type WriteDeps } from './write.ts';
+import type { RolloutState } from '../domain/rollouts.ts';
 
 /** Finished rollouts kept (with where each of their nodes stood); older ones go when a rollout is made. */
 export const MAX_ROLLOUTS_KEPT = 100;

@@ -6,9 +6,10 @@ import { grants, type Scope } from '../auth/scopes.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
-import { shownToken, type Token } from '../store/tokens.ts';
+import type { Token } from '../store/tokens.ts';
 import { requireHolds } from './users.ts';
 import { transact, type Committer, type Requester } from './write.ts';
+import { shownToken } from '../auth/principal.ts';
 
 /** A token's version, as its ETag shows it: a token never changes. */
 export const TOKEN_VERSION = 1;

@@ -11,7 +11,6 @@ import type { NodeFields } from '../store/nodes.ts';
 import type { Claim } from '../store/ports.ts';
 import { EVERY_RULE } from '../store/rules.ts';
 import type { Store } from '../store/store.ts';
-import type { TunnelTransport } from '../store/tunnels.ts';
 import { insertNode } from './nodes.ts';
 import { insertRules } from './rules.ts';
 import { insertTunnel } from './tunnels.ts';
@@ -25,6 +24,7 @@ import {
   type WriteDeps,
   type WriteJob,
 } from './write.ts';
+import type { TunnelTransport } from '../domain/tunnels.ts';
 
 /** The document's `format`. */
 export const EXPORT_FORMAT = 'portplane-export';

@@ -6,10 +6,11 @@ import { TUNNEL_PORTS } from '../domain/link.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
-import type { Tunnel, TunnelFields, TunnelTransport } from '../store/tunnels.ts';
+import type { Tunnel, TunnelFields } from '../store/tunnels.ts';
 import { issueTunnelKeys } from '../tunnel/keys.ts';
 import { cascadeRules } from './rules.ts';
 import { diff, type Change, type WriteDeps } from './write.ts';
+import type { TunnelTransport } from '../domain/tunnels.ts';
 
 /** A tunnel as written: `listen_port` null lets the master pick a free one on the exit node. */
 export interface TunnelInput {

@@ -12,11 +12,11 @@ import type { FieldError } from '../schema/schema.ts';
 import type { Settings } from '../settings/settings.ts';
 import type { Actor, AuditInput } from '../store/audit.ts';
 import type { SecretBox } from '../crypto/box.ts';
-import { WritesBusy } from '../store/database.ts';
 import type { IdempotencySlot } from '../store/idempotency.ts';
 import type { Store } from '../store/store.ts';
 import type { Role } from '../auth/principal.ts';
 import type { SyncHub } from '../sync/hub.ts';
+import { WritesBusy } from '../errors/storage.ts';
 
 type AuditEntryInput = Omit<AuditInput, 'status' | 'action'> & { action?: string };
 

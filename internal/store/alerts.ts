@@ -5,9 +5,7 @@
 import type { AlertCondition } from '../domain/alerts.ts';
 import type { Database } from './database.ts';
 import { unlessTaken } from './errors.ts';
-
-export const channelTypes = ['webhook', 'telegram', 'email'] as const;
-export type ChannelType = (typeof channelTypes)[number];
+import type { AlertState, ChannelType, DeliveryState } from '../domain/alerts.ts';
 
 /** What a channel is, but its secret: the fields of its type (a webhook's url, a bot's chat, a mail server). */
 export type ChannelConfig = Record<string, string | number | boolean | string[] | null>;
@@ -289,8 +287,6 @@ function params(fields: AlertRuleFields) {
  * How an alert stands: pending while its condition has held for less than the rule's for_seconds, firing once it has
  * (and was notified), clearing once the condition is gone but for less than the rule's damping_seconds.
  */
-export const alertStates = ['pending', 'firing', 'clearing'] as const;
-export type AlertState = (typeof alertStates)[number];
 
 export interface Alert {
   id: number;
@@ -404,9 +400,6 @@ export class AlertStore {
 
 /** How many deliveries a channel's log keeps at most (besides those still pending). */
 export const DELIVERIES_KEPT = 10_000;
-
-export const deliveryStates = ['pending', 'sent', 'failed'] as const;
-export type DeliveryState = (typeof deliveryStates)[number];
 
 export interface Delivery {
   id: number;

@@ -4,6 +4,7 @@
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery } from './filters.ts';
 import type { JsonPage } from './page.ts';
+import { redactSecrets } from '../domain/secret-fields.ts';
 
 export type ActorType = 'user' | 'token' | 'agent' | 'system' | 'anonymous';
 export type AuditStatus = 'success' | 'denied' | 'failed';
@@ -68,37 +69,6 @@ export const EVERY_ENTRY = {
   since: null,
   until: null,
 } as const satisfies Omit<AuditFilter, 'beforeId' | 'limit' | 'count'>;
-
-/** What a secret's value is kept as. */
-export const REDACTED = '[redacted]';
-
-/**
- * `value` with the value of every field named in `secretFields` (at any depth, unless null) replaced by REDACTED: for
- * whatever is kept of what a request gave or an answer showed. Most values hold no secret: finding that out copies
- * nothing.
- */
-export function redactSecrets(value: unknown, secretFields: ReadonlySet<string>): unknown {
-  const holds = (inner: unknown): boolean => {
-    if (Array.isArray(inner)) return inner.some(holds);
-    if (inner && typeof inner === 'object') {
-      for (const [key, field] of Object.entries(inner))
-        if ((secretFields.has(key) && field != null) || holds(field)) return true;
-    }
-    return false;
-  };
-  const redacted = (inner: unknown): unknown => {
-    if (Array.isArray(inner)) return inner.map(redacted);
-    if (inner && typeof inner === 'object')
-      return Object.fromEntries(
-        Object.entries(inner).map(([key, field]) => [
-          key,
-          secretFields.has(key) && field != null ? REDACTED : redacted(field),
-        ]),
-      );
-    return inner;
-  };
-  return holds(value) ? redacted(value) : value;
-}
 
 /** What a change's before or after says of whose it is. */
 interface Named {

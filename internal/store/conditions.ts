@@ -16,9 +16,6 @@ export interface Finding {
   tags: string[];
 }
 
-/** How many resources one rule follows at once: the first by id; the rest wait for these to clear. */
-export const MAX_FINDINGS = 1000;
-
 /** How many resources a condition's query reads at most, for every rule of that condition at once. */
 export const MAX_HOLDING = 10_000;
 

@@ -23,15 +23,6 @@ function isDamage(error: unknown): boolean {
   return code !== undefined && [11, 26].includes(code & 0xff);
 }
 
-/** Whether `error`, or what it was caused by, is SQLite finding the disk full (SQLITE_FULL, 13). */
-export function isDiskFull(error: unknown): boolean {
-  for (let at = error; at; at = (at as { cause?: unknown }).cause) {
-    const code = (at as { errcode?: number }).errcode;
-    if (code !== undefined && (code & 0xff) === 13) return true;
-  }
-  return false;
-}
-
 /** PRAGMA auto_vacuum's value for incremental. */
 export const INCREMENTAL = 2;
 

@@ -12,7 +12,6 @@ import { DomainError } from '../errors/errors.ts';
 import {
   INCREMENTAL,
   inTransaction,
-  isDiskFull,
   openConnection,
   pragmaOf,
   schemaVersion,
@@ -21,6 +20,7 @@ import {
   type Derivations,
 } from './connection.ts';
 import type { Position, Recorder } from './recording.ts';
+import { CommitFailed, isDiskFull, WritesBusy } from '../errors/storage.ts';
 
 /** A prepared statement. One that changes data runs only inside `write()`. */
 export interface Statement {
@@ -52,16 +52,6 @@ interface Hold {
   release: () => void;
   after: (() => void)[];
   deferred: (() => void)[];
-}
-
-/** A write's transaction could not be committed (a full disk, an I/O error): none of its writes were kept. */
-export class CommitFailed extends Error {}
-
-/** A write waited its bound for another connection's long write to end, and wrote nothing. */
-export class WritesBusy extends Error {
-  constructor(readonly waitedMs: number) {
-    super(`writes were held by a long write for ${Math.round(waitedMs)} ms`);
-  }
 }
 
 /** The most rows one statement of `insertRows` inserts. */

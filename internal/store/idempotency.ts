@@ -1,6 +1,7 @@
 // SQL for stored responses to POSTs that carried an Idempotency-Key.
 
 import type { Database } from './database.ts';
+import { ANSWER_PENDING } from '../domain/idempotency.ts';
 
 /**
  * What is kept of answers for retries, oldest dropped first: per user (over all its tokens and sessions, so logging in
@@ -20,9 +21,6 @@ export interface IdempotencySlot {
   key: string;
   fingerprint: string;
 }
-
-/** The status of a key whose request committed its change and whose answer is not (yet) kept. */
-export const ANSWER_PENDING = 0;
 
 export interface StoredResponse {
   fingerprint: string;

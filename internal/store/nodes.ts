@@ -1,6 +1,7 @@
 // SQL for nodes. SSH credentials are stored sealed (see crypto/box.ts) and never leave
 // this module except to the installer; the agent token is stored as a hash.
 
+import type { SortSql, nodeSorts } from '../domain/sorts.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { unlessTaken } from './errors.ts';
@@ -9,9 +10,7 @@ import type { JsonPage } from './page.ts';
 import { Rendered, type View } from './rendered.ts';
 import { versionOrder } from '../release/signature.ts';
 import type { Vitals } from '../domain/vitals.ts';
-
-export const nodeStatuses = ['new', 'installing', 'online', 'offline', 'install_failed'] as const;
-export type NodeStatus = (typeof nodeStatuses)[number];
+import type { NodeStatus } from '../domain/nodes.ts';
 
 /**
  * Which nodes' agents are linked now, and when each was last heard: kept in memory by the agent links (SyncHub), never
@@ -215,7 +214,7 @@ export interface NodeFilter {
 }
 
 /** What lists of nodes sort by, as SQL: each key then id. */
-export const NODE_SORTS = {
+export const NODE_SORTS: SortSql<typeof nodeSorts> = {
   id: 'id',
   name: 'name COLLATE NOCASE',
   status: STATUS,

@@ -1,11 +1,7 @@
 // SQL for rollouts: a bundle version taken to a set of nodes in waves, and where each of those nodes stands.
 
 import type { Database } from './database.ts';
-
-export const rolloutStates = ['running', 'paused', 'halted', 'aborted', 'done'] as const;
-export type RolloutState = (typeof rolloutStates)[number];
-export const rolloutNodeStates = ['waiting', 'upgrading', 'passed', 'failed'] as const;
-export type RolloutNodeState = (typeof rolloutNodeStates)[number];
+import type { RolloutNodeState, RolloutState } from '../domain/rollouts.ts';
 
 /** A wave's size as given: a count of nodes, or a share of all of them ("25%"). */
 export type WaveSize = number | string;

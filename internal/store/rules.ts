@@ -2,6 +2,7 @@
 // and resets its sync state to pending: the node has not applied the new version yet. A rule
 // through a tunnel is applied only when both its node (the entry) and the exit applied it.
 
+import type { SortSql, ruleSorts } from '../domain/sorts.ts';
 import type { SQLInputValue } from 'node:sqlite';
 import { quotaPeriodAt, type Quota } from '../domain/quota.ts';
 import type { Standing } from '../domain/plans.ts';
@@ -106,7 +107,7 @@ export interface RuleFilter {
 }
 
 /** What lists of rules sort by, as SQL: each key then id. */
-export const RULE_SORTS = {
+export const RULE_SORTS: SortSql<typeof ruleSorts> = {
   id: 'rules.id',
   name: 'rules.name COLLATE NOCASE',
   listen_port: 'rules.listen_port',

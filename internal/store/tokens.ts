@@ -1,6 +1,7 @@
 // SQL for bearer credentials: API tokens and login sessions share one table, told apart
 // by `kind`. Only the SHA-256 of a secret is stored.
 
+import type { SortSql, tokenSorts } from '../domain/sorts.ts';
 import type { Scope } from '../auth/scopes.ts';
 import type { Role, TokenKind } from '../auth/principal.ts';
 import type { Database } from './database.ts';
@@ -10,9 +11,14 @@ import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPa
 export const TOKEN_FILTERS = { user_id: 't.user_id = :user_id' };
 
 /** What lists of API tokens sort by, as SQL: each key then id. */
-export const TOKEN_SORTS = { id: 't.id', name: 't.name COLLATE NOCASE', created_at: 't.created_at' };
+export const TOKEN_SORTS: SortSql<typeof tokenSorts> = {
+  id: 't.id',
+  name: 't.name COLLATE NOCASE',
+  created_at: 't.created_at',
+};
 import { renderedRows, type Rendered } from './rendered.ts';
 import type { Generation, JsonPage } from './page.ts';
+import { shownToken } from '../auth/principal.ts';
 
 export interface Token {
   id: number;
@@ -79,11 +85,6 @@ function toToken(row: Row): Token {
     user_expires_at: _e,
     ...token
   } = toCredential(row);
-  return token;
-}
-
-/** A token as the API shows it: without its kind (the API shows API tokens only). */
-export function shownToken({ kind: _, ...token }: Token): Omit<Token, 'kind'> {
   return token;
 }
 

@@ -3,6 +3,7 @@
 // master issued (private keys sealed by the caller) and reports how it stands; the tunnel's
 // status combines the two.
 
+import type { SortSql, tunnelSorts } from '../domain/sorts.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
@@ -10,11 +11,7 @@ import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
 import type { JsonPage } from './page.ts';
-
-export const tunnelStatuses = ['pending', 'up', 'down'] as const;
-export type TunnelStatus = (typeof tunnelStatuses)[number];
-export const transports = ['tls'] as const;
-export type TunnelTransport = (typeof transports)[number];
+import type { TunnelStatus, TunnelTransport } from '../domain/tunnels.ts';
 
 export interface TunnelFields {
   name: string;
@@ -114,7 +111,12 @@ export interface TunnelFilter {
 }
 
 /** What lists of tunnels sort by, as SQL: each key then id. */
-export const TUNNEL_SORTS = { id: 'id', name: 'name COLLATE NOCASE', status: 'status', listen_port: 'listen_port' };
+export const TUNNEL_SORTS: SortSql<typeof tunnelSorts> = {
+  id: 'id',
+  name: 'name COLLATE NOCASE',
+  status: 'status',
+  listen_port: 'listen_port',
+};
 
 /** Each list filter's condition on `tunnels` (see FilteredQuery). */
 export const TUNNEL_FILTERS = {

@@ -1,5 +1,6 @@
 // SQL for users. Scopes are stored as a JSON array; usernames are unique ignoring case.
 
+import type { SortSql, userSorts } from '../domain/sorts.ts';
 import type { Role } from '../auth/principal.ts';
 import type { Scope } from '../auth/scopes.ts';
 import type { Database } from './database.ts';
@@ -125,7 +126,11 @@ export interface UserListFilter {
 }
 
 /** What lists of users sort by, as SQL: each key then id. */
-export const USER_SORTS = { id: 'id', username: 'username COLLATE NOCASE', created_at: 'created_at' };
+export const USER_SORTS: SortSql<typeof userSorts> = {
+  id: 'id',
+  username: 'username COLLATE NOCASE',
+  created_at: 'created_at',
+};
 
 /** Each list filter's condition on `users` (see FilteredQuery). */
 export const USER_FILTERS = {

@@ -4,9 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
-import { CommitFailed, WritesBusy, type Database } from '../../internal/store/database.ts';
+import { type Database } from '../../internal/store/database.ts';
 import { openDatabase } from '../../internal/store/store.ts';
 import { migrations } from '../../internal/store/migrations.ts';
+import { CommitFailed, WritesBusy } from '../../internal/errors/storage.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 

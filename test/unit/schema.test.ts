@@ -17,7 +17,7 @@ import {
   string,
   validate,
 } from '../../internal/schema/schema.ts';
-import { redactSecrets } from '../../internal/store/audit.ts';
+import { redactSecrets } from '../../internal/domain/secret-fields.ts';
 
 const input = object(
   {

@@ -79,11 +79,7 @@ test('dependencies point one way: no cycle between areas, storage and the data p
     .split('\n')
     .filter(Boolean);
   const wiringApi = cmdFiles.filter((file) => /from '[./]*internal\/api\//.test(readFileSync(file, 'utf8')));
-  assert.deepEqual(wiringApi.sort(), [
-    'cmd/master/elected.ts',
-    'cmd/master/start.ts',
-    'cmd/master/workers.ts',
-  ]);
+  assert.deepEqual(wiringApi.sort(), ['cmd/master/elected.ts', 'cmd/master/start.ts', 'cmd/master/workers.ts']);
 });
 
 /** The files under `dir` that import a value (not only types) from internal/`area`. */
@@ -109,9 +105,10 @@ function valueImporters(dir: string, area: string): string[] {
   );
 }
 
-test('the agent link writes through the service: it takes only types from the store', () => {
+test('the agent link and the API go through the service: they take only types from the store', () => {
   assert.ok(valueImporters('internal/service/', 'store').length > 0, 'value imports are seen');
   assert.deepEqual(valueImporters('internal/agentlink/', 'store'), []);
+  assert.deepEqual(valueImporters('internal/api/', 'store'), []);
 });
 
 /** The circles of imports between the files of `dir` (a type import counts: it is a dependency of the text). */
