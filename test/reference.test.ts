@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
+import { openApiDocument } from '../internal/api/openapi.ts';
 import { renderReference } from '../internal/api/reference.ts';
+import { CONSOLE_TYPES, consoleTypes } from '../docs/console-types.ts';
 import { inlineRefs } from './json-schema.ts';
 import { routes } from '../internal/api/routes.ts';
 import { call, startMaster } from './helpers.ts';
@@ -15,6 +17,11 @@ test('docs/openapi.json, which npm run check lints, is the document the master s
   const m = await startMaster(t);
   const served = await call(m.url, 'GET', '/api/openapi.json');
   assert.deepEqual(JSON.parse(readFileSync('docs/openapi.json', 'utf8')), served.body, 'stale: run npm run docs');
+});
+
+test("the console's types (web/src/api.gen.ts) are made from the API document, up to date (npm run docs)", async () => {
+  const want = await consoleTypes(openApiDocument(routes) as never);
+  assert.equal(readFileSync(CONSOLE_TYPES, 'utf8'), want, `${CONSOLE_TYPES} is stale: run npm run docs`);
 });
 
 test('the OpenAPI document is public and lists every route with its scope and bearer security', async (t) => {

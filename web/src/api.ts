@@ -1,14 +1,12 @@
 // The one way the console talks to the master: JSON over fetch to this origin's /api, with the
 // session token (kept in this tab's sessionStorage, never in localStorage or a cookie).
 
-export interface Problem {
-  status: number;
-  code: string;
-  title: string;
-  detail: string;
-  errors?: { pointer: string; detail: string }[];
-  [fact: string]: unknown;
-}
+import type { components } from './api.gen.ts';
+
+/** A schema of the API document, as the master reads and answers it (web/src/api.gen.ts, made by `npm run docs`). */
+export type Schema<Name extends keyof components['schemas']> = components['schemas'][Name];
+
+export type Problem = Schema<'Problem'> & { [fact: string]: unknown };
 
 export class ApiError extends Error {
   constructor(readonly problem: Problem) {

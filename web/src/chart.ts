@@ -1,15 +1,10 @@
 // The traffic chart: bytes in and out per step as two lines in an SVG, steps without traffic
 // drawn as zero, with a text summary for those who do not see it.
 
-import { get, withQuery } from './api.ts';
+import { get, withQuery, type Schema } from './api.ts';
 import { bytes, field, h, svg } from './dom.ts';
 
-export interface TrafficSeries {
-  from: string;
-  to: string;
-  step: number;
-  points: { at: string; bytes_in: number; bytes_out: number }[];
-}
+export type TrafficSeries = Schema<'TrafficSeries'>;
 
 const WIDTH = 640;
 const HEIGHT = 200;

@@ -184,3 +184,11 @@ export function bytes(n: number): string {
 export function badge(state: string): HTMLElement {
   return h('span', { class: `badge s-${state.replace(/[^a-z_]/g, '')}` }, state.replace('_', ' '));
 }
+
+/** Lines (or commas) of a text box as a list, blanks left out. */
+export function listOf(text: string): string[] {
+  return text
+    .split(/[\n,]/)
+    .map((item) => item.trim())
+    .filter(Boolean);
+}

@@ -2,8 +2,7 @@
 // chosen by the URL's hash (#/rules), so the master serves a single document.
 
 import { grants, type Scope } from '../../internal/auth/scopes.ts';
-import type { Plan } from '../../internal/domain/plans.ts';
-import { api, ApiError, session, SIGNED_OUT } from './api.ts';
+import { api, ApiError, session, SIGNED_OUT, type Schema } from './api.ts';
 import { changes } from './events.ts';
 import { field, form, h, input } from './dom.ts';
 import { accountPage } from './pages/account.ts';
@@ -20,21 +19,11 @@ import { plansPage } from './pages/plans.ts';
 import { usersPage } from './pages/users.ts';
 import { watchRole } from './role.ts';
 
-export interface Me {
-  user: { id: number; username: string; role: 'operator' | 'tenant'; scopes: string[]; expires_at: string | null };
-  /** A tenant's plan: what they are granted. */
-  plan: Plan | null;
-  /** A tenant's use of their plan. */
-  usage: Usage | null;
-  token: { id: number; kind: string; scopes: string[]; expires_at: string | null };
-}
+export type Me = Schema<'WhoAmI'>;
 
-export type { Plan };
+export type Plan = Schema<'Plan'>;
 
-export interface Usage {
-  rules: number;
-  traffic: { used_bytes: number; period_started_at: string; resets_at: string; spent: boolean } | null;
-}
+export type Usage = NonNullable<Me['usage']>;
 
 export interface PageCtx {
   /** Where the page puts what it shows, under its heading. */

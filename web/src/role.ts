@@ -3,15 +3,9 @@
 // Read from the public health route now and every few seconds (signed in or not: it tells whom to sign in to), so a
 // promotion or a fencing shows without a reload.
 
-import { api } from './api.ts';
+import { api, type Schema } from './api.ts';
 
-interface Health {
-  role: 'primary' | 'standby' | 'fenced';
-  epoch: number;
-  fenced_by: { epoch: number; primary: string | null } | null;
-  sync_lapsed_since: string | null;
-  replication: { primary: string; lag_seconds: number | null; halted: string | null } | null;
-}
+type Health = Schema<'Health'>;
 
 const EVERY_MS = 5000;
 

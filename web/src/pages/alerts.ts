@@ -2,59 +2,20 @@
 // any channel can be sent a test), silences for maintenance, and the delivery log.
 
 import { alertConditions } from '../../../internal/domain/alerts.ts';
-import { api } from '../api.ts';
+import { api, type Schema } from '../api.ts';
 import { badge, button, checkboxes, checkedValues, copyButton, field, form, h, input, select, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
 
-interface Channel {
-  id: number;
-  name: string;
-  type: string;
-  url: string | null;
-  chat_id: string | null;
-  smtp_host: string | null;
-  to: string[] | null;
-  failing_since: string | null;
-  last_error: string | null;
-}
+type Channel = Schema<'Channel'>;
 
-interface AlertRule {
-  id: number;
-  name: string;
-  condition: string;
-  threshold: number | null;
-  for_seconds: number;
-  channel_ids: number[];
-  enabled: boolean;
-}
+type AlertRule = Schema<'AlertRule'>;
 
-interface Alert {
-  id: number;
-  alert_rule_id: number;
-  resource: string;
-  resource_id: number;
-  state: string;
-  muted: boolean;
-  summary: string;
-  since: string;
-}
+type Alert = Schema<'Alert'>;
 
-interface Delivery {
-  id: number;
-  channel_id: number;
-  state: string;
-  attempts: number;
-  last_error: string | null;
-  created_at: string;
-  finished_at: string | null;
-}
+type Delivery = Schema<'Delivery'>;
 
-interface Silence {
-  id: number;
-  comment: string;
-  ends_at: string;
-}
+type Silence = Schema<'Silence'>;
 
 /** Where a channel sends, in a few words. */
 function address(c: Channel): string {

@@ -4,20 +4,9 @@ import { badge, h, when } from '../dom.ts';
 import { urlFilters } from '../filters.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
+import type { Schema } from '../api.ts';
 
-interface Entry {
-  id: number;
-  at: string;
-  actor_type: string;
-  actor_name: string;
-  ip: string | null;
-  action: string;
-  resource: string;
-  resource_id: number | null;
-  status: string;
-  request_id: string | null;
-  changes: unknown;
-}
+type Entry = Schema<'AuditEntry'>;
 
 export async function auditPage(ctx: PageCtx): Promise<void> {
   const url = urlFilters(

@@ -1,20 +1,12 @@
 // Dashboard: counts by state, license usage, and the last day's traffic.
 
-import { get } from '../api.ts';
+import { get, type Schema } from '../api.ts';
 import { trafficChart, type TrafficSeries } from '../chart.ts';
 import { badge, bytes, h } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { tenantDashboard } from './tenant.ts';
 
-interface Dashboard {
-  nodes: { total: number; by_status: Record<string, number> };
-  rules: { total: number; enabled: number; by_sync_state: Record<string, number> };
-  tunnels: { total: number; by_status: Record<string, number> };
-  users: { total: number; disabled: number };
-  tokens: { total: number };
-  traffic: { bytes_in: number; bytes_out: number };
-  license: { edition: string; status: string; max_nodes: number | null; nodes_used: number };
-}
+type Dashboard = Schema<'Dashboard'>;
 
 function card(title: string, total: number | string, states?: Record<string, number>, extra?: Node) {
   return h(

@@ -1,7 +1,7 @@
 // Nodes: status and why, last seen, install progress and its log, create (with the agent
 // command, shown once), install over SSH, reinstall, delete.
 
-import { api, get } from '../api.ts';
+import { api, get, type Schema } from '../api.ts';
 import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { grantedNodesPage, nodeHeading } from './tenant.ts';
@@ -10,24 +10,7 @@ import { sparkline } from '../spark.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
-export interface NodeItem {
-  id: number;
-  name: string;
-  host: string;
-  ssh_port: number;
-  ssh_user: string;
-  ssh_auth: string;
-  tags: string[];
-  status: string;
-  status_detail: string | null;
-  agent_version: string | null;
-  upgrade_available: string | null;
-  kernel_path: { available: boolean; reason: string | null } | null;
-  last_seen_at: string | null;
-  traffic: { bytes_in: number; bytes_out: number };
-  install: { started_at: string | null; finished_at: string | null; log_tail: string | null };
-  vitals: Vitals | null;
-}
+export type NodeItem = Schema<'Node'>;
 
 interface Vitals {
   cpu_percent: number | null;
@@ -36,9 +19,7 @@ interface Vitals {
   network: { rx_bytes_per_second: number | null; tx_bytes_per_second: number | null };
 }
 
-interface VitalsSeries {
-  points: { at: string; cpu_percent: number | null }[];
-}
+type VitalsSeries = Schema<'NodeVitalsSeries'>;
 
 /** How long a node's CPU chart is kept before it is read again: its points come a minute apart. */
 const CHART_MS = 60_000;
@@ -84,10 +65,7 @@ function vitalsText(vitals: Vitals): string {
   );
 }
 
-interface NodeCreated extends NodeItem {
-  agent_token: string;
-  agent_command: string | null;
-}
+type NodeCreated = Schema<'NodeCreated'>;
 
 /** The agent command (or token) of a node just created: shown once, with a copy button. */
 function shownOnce(created: NodeCreated): HTMLElement {

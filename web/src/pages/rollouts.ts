@@ -1,29 +1,14 @@
 // Rollouts: the signed agent bundles the master carries, and rollouts that take one to nodes in waves: where each
 // stands, why one halted, and pause, resume or abort it.
 
-import { api, get, type Page } from '../api.ts';
+import { api, get, type Page, type Schema } from '../api.ts';
 import { badge, button, bytes, field, form, h, input, select, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
 
-interface Bundle {
-  id: number;
-  version: string;
-  size: number;
-  key_id: string;
-  created_at: string;
-}
+type Bundle = Schema<'AgentBundle'>;
 
-interface Rollout {
-  id: number;
-  version: string;
-  state: string;
-  reason: string | null;
-  waves: (number | string)[];
-  wave: number;
-  nodes: { waiting: number; upgrading: number; passed: number; failed: number };
-  created_at: string;
-}
+type Rollout = Schema<'Rollout'>;
 
 /** A rollout's waves as typed: counts and shares, comma-separated ("1, 25%, 100%"). */
 function wavesOf(text: string): (number | string)[] {

@@ -2,25 +2,14 @@
 // with how much of it they use. The pages shared with operators (rules, tunnels, tokens, audit log) show a tenant
 // their own by what the API answers them.
 
-import { get } from '../api.ts';
+import { get, type Schema } from '../api.ts';
 import { badge, bytes, h, when } from '../dom.ts';
 import type { Me, PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
 
-interface GrantedNode {
-  id: number;
-  name: string;
-  host: string;
-  tags: string[];
-  status: string;
-}
+type GrantedNode = Schema<'GrantedNode'>;
 
-interface TenantDashboard {
-  nodes: { total: number; by_status: Record<string, number> };
-  rules: { total: number; enabled: number; by_sync_state: Record<string, number> };
-  tunnels: { total: number; by_status: Record<string, number> };
-  traffic: { bytes_in: number; bytes_out: number };
-}
+type TenantDashboard = Schema<'TenantDashboard'>;
 
 /** A node's row heading in a list: its name, and its tags beside it. */
 export function nodeHeading(node: { name: string; tags: readonly string[] }): HTMLElement {

@@ -2,20 +2,13 @@
 // expiry, see its secret once (with a copy button), revoke.
 
 import { scopes } from '../../../internal/auth/scopes.ts';
-import { api, get, type Page } from '../api.ts';
+import { api, get, type Page, type Schema } from '../api.ts';
 import { button, checkboxes, checkedValues, copyButton, field, form, h, input, utcFromLocal, when } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
-interface Token {
-  id: number;
-  name: string;
-  scopes: string[];
-  expires_at: string | null;
-  last_used_at: string | null;
-  created_by: { username?: string } | null;
-}
+type Token = Schema<'Token'>;
 
 export async function tokensPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('tokens:write');

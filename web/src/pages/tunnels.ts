@@ -1,22 +1,13 @@
 // Tunnels: status and round-trip time of each, create and delete.
 
-import { api, get, type Page } from '../api.ts';
+import { api, get, type Page, type Schema } from '../api.ts';
 import { badge, button, field, form, h, input } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
 
-interface Tunnel {
-  id: number;
-  name: string;
-  entry_node_id: number;
-  exit_node_id: number;
-  listen_port: number;
-  status: string;
-  rtt_ms: number | null;
-  ends: Record<'entry' | 'exit', { status: string; last_error: string | null; reported_at: string | null }>;
-}
+type Tunnel = Schema<'Tunnel'>;
 
 /** Why a tunnel is not up, as each end says (the API keeps the last error of each). */
 function reasons(t: Tunnel): HTMLElement[] {

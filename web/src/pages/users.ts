@@ -1,7 +1,7 @@
 // Users: who may sign in and with which scopes; create, enable or disable, delete.
 
 import { scopes } from '../../../internal/auth/scopes.ts';
-import { api } from '../api.ts';
+import { api, type Schema } from '../api.ts';
 import {
   badge,
   button,
@@ -17,23 +17,11 @@ import {
   utcFromLocal,
   when,
 } from '../dom.ts';
-import type { PageCtx, Usage } from '../main.ts';
+import type { PageCtx } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
-interface User {
-  id: number;
-  username: string;
-  role: 'operator' | 'tenant';
-  plan_id: number | null;
-  scopes: string[];
-  disabled: boolean;
-  expires_at: string | null;
-  expired: boolean;
-  usage: Usage;
-  version: number;
-  created_at: string;
-}
+type User = Schema<'User'>;
 
 /** What a PUT of `u` takes to change only `changes`: everything else as it is. */
 function replaced(u: User, changes: Partial<User>) {
@@ -80,7 +68,7 @@ export async function usersPage(ctx: PageCtx): Promise<void> {
       async (el) => {
         await api('PUT', `/api/users/${u.id}`, {
           body: replaced(u, {
-            scopes: checkedValues(el, 'scopes'),
+            scopes: checkedValues(el, 'scopes') as User['scopes'],
             disabled: disabled.checked,
             role: role.value as User['role'],
             plan_id: plan.value === '' ? null : Number(plan.value),
