@@ -11,6 +11,7 @@ import type { TestContext } from 'node:test';
 import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
 import { ip, namespaces, netnsUnavailable, veth } from './netns.ts';
+import { built } from './dist.ts';
 
 export interface AgentProcess extends ChildProcess {
   output: string[];
@@ -23,7 +24,7 @@ export interface AgentOptions {
   /** A command the agent runs under, e.g. `ip netns exec NAME`. */
   within?: string[];
   extraArgs?: string[];
-  /** Run the built bundle (dist/agent.mjs, which `npm test` builds first) rather than the source. */
+  /** Run the built bundle (dist/agent.mjs, current: see test/dist.ts) rather than the source. */
   built?: boolean;
 }
 
@@ -31,7 +32,7 @@ export function startAgent(t: TestContext, master: string, token: string, option
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), 'portplane-agent-'));
   const argv = [
     process.execPath,
-    ...(options.built ? ['dist/agent.mjs'] : ['--import', 'tsx', 'cmd/agent/main.ts']),
+    ...(options.built ? [built('agent')] : ['--import', 'tsx', 'cmd/agent/main.ts']),
     '--master',
     master,
     '--state-dir',

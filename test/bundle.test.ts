@@ -10,15 +10,16 @@ import { test } from 'node:test';
 import { VERSION } from '../internal/version.ts';
 import { call, login } from './helpers.ts';
 import { until } from './net.ts';
+import { built } from './dist.ts';
 
-// `npm test` builds dist/ first (see package.json), so this file only reads it.
+// dist/ as test/dist.ts keeps it: built by `npm test` first, or here when this file runs alone.
 
 test('the version constant matches package.json', () => {
   assert.equal(VERSION, JSON.parse(readFileSync('package.json', 'utf8')).version);
 });
 
 test('each bundle is one ESM file with a shebang that imports only node: builtins', () => {
-  for (const file of ['dist/master.mjs', 'dist/agent.mjs', 'dist/license.mjs']) {
+  for (const file of [built('master'), built('agent'), built('license')]) {
     const text = readFileSync(file, 'utf8');
     assert.ok(text.startsWith('#!/usr/bin/env node\n'), file);
     const imports = [
@@ -37,7 +38,7 @@ test(
   async () => {
     const dir = mkdtempSync(join(tmpdir(), 'portplane-bundle-'));
     try {
-      copyFileSync('dist/master.mjs', join(dir, 'master.mjs'));
+      copyFileSync(built('master'), join(dir, 'master.mjs'));
       assert.deepEqual(readdirSync(dir), ['master.mjs']);
       const child = spawn(process.execPath, ['master.mjs', '--listen', '127.0.0.1:0', '--data-dir', 'state'], {
         cwd: dir,
@@ -131,7 +132,7 @@ function olderNode(): string | undefined {
 test('the master refuses an older Node.js with a clear message', (t) => {
   const older = olderNode();
   if (!older) return t.skip('no Node.js older than 24 on PATH');
-  const result = spawnSync(older, ['dist/master.mjs', '--version'], { encoding: 'utf8' });
+  const result = spawnSync(older, [built('master'), '--version'], { encoding: 'utf8' });
   assert.equal(result.status, 1);
   assert.match(result.stderr, /needs Node\.js 24\.0\.0 or newer/);
 });
@@ -139,15 +140,15 @@ test('the master refuses an older Node.js with a clear message', (t) => {
 test('the agent bundle runs on the older Node.js that nodes may carry', (t) => {
   const older = olderNode();
   if (!older) return t.skip('no Node.js older than 24 on PATH');
-  const version = spawnSync(older, ['dist/agent.mjs', '--version'], { encoding: 'utf8' });
+  const version = spawnSync(older, [built('agent'), '--version'], { encoding: 'utf8' });
   assert.equal(version.stdout, `agent ${VERSION}\n`, version.stderr);
-  const bad = spawnSync(older, ['dist/agent.mjs', '--master', 'ftp://x'], { encoding: 'utf8', env: {} });
+  const bad = spawnSync(older, [built('agent'), '--master', 'ftp://x'], { encoding: 'utf8', env: {} });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /must be http\(s\):\/\/HOST/);
 });
 
 test('--help and --version answer without starting; bad flags exit 2', () => {
-  const run = (...args: string[]) => spawnSync(process.execPath, ['dist/master.mjs', ...args], { encoding: 'utf8' });
+  const run = (...args: string[]) => spawnSync(process.execPath, [built('master'), ...args], { encoding: 'utf8' });
   assert.match(run('--help').stdout, /--listen HOST:PORT/);
   assert.equal(run('--version').stdout, `master ${VERSION}\n`);
   const bad = run('--lisen', ':1');

@@ -1,14 +1,15 @@
-// The bundled master (dist/master.mjs, which `npm test` builds first) as a child process, for
+// The bundled master (dist/master.mjs, current: see test/dist.ts) as a child process, for
 // what only a real process shows: a kill -9, a start seen from outside, its commands.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import type { TestContext } from 'node:test';
 import { ADMIN_PASSWORD } from './helpers.ts';
+import { built } from './dist.ts';
 
 /** The master serving `dataDir` on loopback `port`, its first admin's password ADMIN_PASSWORD; killed after `t`. */
 export function bundledMaster(t: TestContext, dataDir: string, port: number): ChildProcess {
-  const child = spawn(process.execPath, ['dist/master.mjs', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir], {
+  const child = spawn(process.execPath, [built('master'), '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir], {
     env: { PATH: process.env.PATH ?? '', MASTER_ADMIN_PASSWORD: ADMIN_PASSWORD },
     stdio: 'ignore',
   });
@@ -18,7 +19,7 @@ export function bundledMaster(t: TestContext, dataDir: string, port: number): Ch
 
 /** Runs `master ARGS` (a command: wait-ready, verify, ...) to its end. */
 export async function masterCommand(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['dist/master.mjs', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [built('master'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));

@@ -14,6 +14,7 @@ import { startAgent } from './agents.ts';
 import { assertProblem, call, mintToken, node, startMaster } from './helpers.ts';
 import { until } from './net.ts';
 import { VERSION } from '../internal/version.ts';
+import { built } from './dist.ts';
 
 /** The release tool, as `npm run release -- ARGS` runs it. */
 function release(...args: string[]) {
@@ -156,7 +157,7 @@ const OWN_AGENT =
 test(OWN_AGENT, async (t) => {
   const made = signed('0.2.0');
   const key = readFileSync(join(made.dir, 'release-private.pem'), 'utf8');
-  const own = readFileSync('dist/agent.mjs');
+  const own = readFileSync(built('agent'));
   const signaturePath = join(made.dir, 'agent.mjs.sig');
   writeFileSync(signaturePath, JSON.stringify(signBundle(own, VERSION, key)));
   const m = await startMaster(t, { releaseKeyPaths: [made.publicKey], agentSignaturePath: signaturePath });
@@ -186,7 +187,7 @@ test(PROMOTED_CARRIES, async (t) => {
   const made = signed('0.2.0');
   const key = readFileSync(join(made.dir, 'release-private.pem'), 'utf8');
   const signaturePath = join(made.dir, 'agent.mjs.sig');
-  writeFileSync(signaturePath, JSON.stringify(signBundle(readFileSync('dist/agent.mjs'), VERSION, key)));
+  writeFileSync(signaturePath, JSON.stringify(signBundle(readFileSync(built('agent')), VERSION, key)));
   const primary = await startMaster(t, { releaseKeyPaths: [made.publicKey] });
   const token = await mintToken(primary, ['replication'], 'standby');
   const standby = await startMaster(t, {

@@ -15,6 +15,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { processIdentity } from '../internal/runtime/pid.ts';
 import { call, login, ruleBodies } from './helpers.ts';
 import { until } from './net.ts';
+import { built } from './dist.ts';
 
 const PASSWORD = { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' };
 
@@ -23,7 +24,7 @@ interface Program extends ChildProcess {
 }
 
 function master(t: TestContext, args: string[], env: Record<string, string> = PASSWORD): Program {
-  const child = spawn(process.execPath, ['dist/master.mjs', '--listen', '127.0.0.1:0', ...args], {
+  const child = spawn(process.execPath, [built('master'), '--listen', '127.0.0.1:0', ...args], {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   }) as Program;
@@ -42,7 +43,7 @@ const listening = (child: Program) =>
 
 /** Runs the master to its end; it must end by itself (a start-up failure), not by the time-out. */
 function failedStart(args: string[], env: Record<string, string> = PASSWORD) {
-  const result = spawnSync(process.execPath, ['dist/master.mjs', ...args], {
+  const result = spawnSync(process.execPath, [built('master'), ...args], {
     encoding: 'utf8',
     env: { PATH: process.env.PATH ?? '', ...env },
     timeout: 10_000,
@@ -225,7 +226,7 @@ async function stop(child: Program): Promise<void> {
 }
 
 function command(args: string[], input = '') {
-  return spawnSync(process.execPath, ['dist/master.mjs', ...args], {
+  return spawnSync(process.execPath, [built('master'), ...args], {
     encoding: 'utf8',
     input,
     env: { PATH: process.env.PATH ?? '' },

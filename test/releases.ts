@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { releaseKeyText, signBundle } from '../internal/release/signature.ts';
 import { VERSION } from '../internal/version.ts';
 import { call, type Running } from './helpers.ts';
+import { built } from './dist.ts';
 
 const keys = generateKeyPairSync('ed25519');
 const privatePem = keys.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
@@ -22,7 +23,7 @@ export function releaseKey(): { path: string; text: string } {
 
 /** The built agent (dist/agent.mjs) as `version`, changed by `edit` (to break it): what a release would be. */
 export function agentAs(version: string, edit?: (text: string) => string): Buffer {
-  const text = readFileSync('dist/agent.mjs', 'utf8');
+  const text = readFileSync(built('agent'), 'utf8');
   const versioned = text.replace(`var VERSION = "${VERSION}";`, `var VERSION = "${version}";`);
   assert.notEqual(versioned, text, 'the built agent names its version');
   const edited = edit ? edit(versioned) : versioned;

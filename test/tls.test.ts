@@ -16,6 +16,7 @@ import { selfSigned } from '../internal/tls/certificate.ts';
 import { pinOf } from '../internal/tls/pin.ts';
 import { call, certFiles, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
+import { built } from './dist.ts';
 
 interface Program extends ChildProcess {
   output: string[];
@@ -23,7 +24,7 @@ interface Program extends ChildProcess {
 
 /** Runs a bundled program (dist/*.mjs) and collects its stdout and stderr lines. */
 function run(t: TestContext, program: 'agent' | 'master', args: string[], env: Record<string, string> = {}): Program {
-  const child = spawn(process.execPath, [`dist/${program}.mjs`, ...args], {
+  const child = spawn(process.execPath, [built(program), ...args], {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   }) as Program;
@@ -210,7 +211,7 @@ test(
   async (t) => {
     const token = `mat_1_${'a'.repeat(43)}`;
     // Refused before any connection is tried (192.0.2.1 is never dialled).
-    const refused = spawnSync(process.execPath, ['dist/agent.mjs', '--master', 'http://192.0.2.1:8080'], {
+    const refused = spawnSync(process.execPath, [built('agent'), '--master', 'http://192.0.2.1:8080'], {
       encoding: 'utf8',
       env: { AGENT_TOKEN: token },
     });
