@@ -3,7 +3,7 @@
 // the leader it takes writes while its lease holds. A change it cannot make in place (the leader it follows replaced
 // by another, its own leadership lost) starts it again, in this process: it then follows whoever leads.
 
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { App } from '../../internal/api/app.ts';
 import { Election, type Standing } from '../../internal/election/election.ts';
@@ -12,8 +12,7 @@ import type { Logger } from '../../internal/log/log.ts';
 import { isLoopback } from '../../internal/schema/net.ts';
 import { theMaster } from '../../internal/service/master.ts';
 import { transact } from '../../internal/service/write.ts';
-import { sqlite } from '../../internal/store/connection.ts';
-import { OWN_GENERATION, positionOf } from '../../internal/store/replication.ts';
+import { standingOnDisk } from '../../internal/store/replication.ts';
 import type { EtcdConfig, MasterConfig } from './config.ts';
 import { start, tlsIdentityFor, type Master } from './start.ts';
 
@@ -23,29 +22,6 @@ const WATCH_MS = 1000;
 const SETTLE_MS = 1500;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Where the database in the data dir stands, read before anything opens it; null: there is none. */
-function standingOnDisk(dataDir: string): Standing | null {
-  const path = join(dataDir, 'master.db');
-  if (!existsSync(path)) return null;
-  const db = new (sqlite().DatabaseSync)(path, { readOnly: true });
-  try {
-    const epoch = db.prepare('SELECT epoch FROM master_epoch WHERE id = 1').get() as { epoch: number } | undefined;
-    const position = positionOf(db);
-    const copy = position !== null && position.generation !== OWN_GENERATION;
-    return {
-      epoch: Number(epoch?.epoch ?? 1),
-      generation: copy ? position.generation : null,
-      seq: copy ? position.seq : null,
-      source: !copy,
-    };
-  } catch {
-    // A database from before replication (no such tables yet) is its own.
-    return { epoch: 1, generation: null, seq: null, source: true };
-  } finally {
-    db.close();
-  }
-}
 
 /** Where a running master's database stands. */
 function standingOf(app: App): Standing {
@@ -75,7 +51,10 @@ export async function startElected(config: MasterConfig, log: Logger): Promise<M
   let closed = false;
   const restart = async (reason: string) => {
     log.warn('starting again to follow the leader', { reason });
-    await current.master.close();
+    // A close that fails (a socket that would not end) still leaves the port to the next incarnation, which says so.
+    await current.master
+      .close()
+      .catch((error: Error) => log.error('closing before starting again failed', { error: error.message }));
     while (!closed) {
       try {
         current = await incarnation(config, log, etcd);
@@ -195,6 +174,8 @@ async function roleOf(config: MasterConfig, log: Logger, election: Election): Pr
     if (why !== said) log.warn('not serving yet', { why });
     said = why;
   };
+  // Nothing writes the data dir while no master of this process runs: where it stands is read once.
+  const onDisk = standingOnDisk(join(config.dataDir, 'master.db'));
   for (; ; await sleep(WATCH_MS)) {
     const leader = await election.leader();
     if (leader && leader.url !== advertise) {
@@ -216,7 +197,7 @@ async function roleOf(config: MasterConfig, log: Logger, election: Election): Pr
       waiting('etcd still names this master the leader, from before it started again: until that lease ends');
       continue;
     }
-    let standing = standingOnDisk(config.dataDir);
+    let standing = onDisk;
     if (standing === null) {
       if (await election.hasLed()) {
         waiting('no data dir yet, and the cluster led before: it follows the next leader');

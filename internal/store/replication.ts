@@ -10,7 +10,7 @@
 // not follow, does not match or does not apply cleanly is refused whole, and the copy is seeded anew.
 
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import type { DatabaseSync, Session } from 'node:sqlite';
 import { tmpdir } from 'node:os';
@@ -348,5 +348,32 @@ export class EpochStore {
   private outgrow(epoch: number): number {
     this.outgrowStmt.run({ epoch });
     return epoch;
+  }
+}
+
+/**
+ * Where the database at `path` stands, read before anything opens it to write: its epoch, and where a copy stands in
+ * its leader's record (a database of its own: the source); null when there is none.
+ */
+export function standingOnDisk(
+  path: string,
+): { epoch: number; generation: string | null; seq: number | null; source: boolean } | null {
+  if (!existsSync(path)) return null;
+  const db = new (sqlite().DatabaseSync)(path, { readOnly: true });
+  try {
+    const epoch = db.prepare('SELECT epoch FROM master_epoch WHERE id = 1').get() as { epoch: number } | undefined;
+    const position = positionOf(db);
+    const copy = position !== null && position.generation !== OWN_GENERATION;
+    return {
+      epoch: Number(epoch?.epoch ?? 1),
+      generation: copy ? position.generation : null,
+      seq: copy ? position.seq : null,
+      source: !copy,
+    };
+  } catch {
+    // A database from before replication (no such tables yet) is its own.
+    return { epoch: 1, generation: null, seq: null, source: true };
+  } finally {
+    db.close();
   }
 }

@@ -139,16 +139,22 @@ test('the store has no circle between its files: the connection and commits are 
   assert.deepEqual(fileCircles('internal/store'), []);
 });
 
-test("SQL is the store's alone: no other area of internal/ opens SQLite or prepares a statement", () => {
-  const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', 'internal/*.ts'], {
-    encoding: 'utf8',
-  })
+test("SQL is the store's alone: nothing else opens SQLite or prepares a statement", () => {
+  const files = execFileSync(
+    'git',
+    ['ls-files', '--cached', '--others', '--exclude-standard', 'internal/*.ts', 'cmd/*.ts'],
+    {
+      encoding: 'utf8',
+    },
+  )
     .split('\n')
     .filter((file) => file && !file.startsWith('internal/store/'));
   const sql = files.filter((file) =>
-    /node:sqlite|DatabaseSync|\.prepare\(|\bPRAGMA\b/.test(readFileSync(file, 'utf8')),
+    /'node:sqlite'|DatabaseSync|\.prepare\(|\bPRAGMA\b/.test(readFileSync(file, 'utf8')),
   );
-  assert.deepEqual(sql, []);
+  // The checkpoint thread's one PRAGMA: that thread loads nothing of the master's, which keeps 20 MiB off its RSS.
+  assert.deepEqual(sql, ['cmd/master/workers.ts']);
+  assert.equal(readFileSync('cmd/master/workers.ts', 'utf8').match(/\bPRAGMA\b|\.prepare\(/g)?.length, 1);
 });
 
 const MAX_API_LINES = 400;
