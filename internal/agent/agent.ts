@@ -601,9 +601,12 @@ export class Agent {
     }
     if (message.type === 'probe') {
       const { id, protocol, targets, timeout_ms, local_targets } = checkMessage(probeMessage, message);
-      void this.forwarder.probe(protocol, targets, timeout_ms, local_targets).then((results) => {
-        if (this.socket) send(this.socket, { type: 'probe_result', id, results });
-      });
+      // Tried under the config its master sent before it (whether local targets are allowed, say), once applied.
+      void this.applying
+        .then(() => this.forwarder.probe(protocol, targets, timeout_ms, local_targets))
+        .then((results) => {
+          if (this.socket) send(this.socket, { type: 'probe_result', id, results });
+        });
       return;
     }
     if (message.type === 'upgrade') return this.runBundle(checkMessage(upgradeMessage, message));
