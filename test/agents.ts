@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
@@ -12,6 +12,10 @@ import { call, node, startMaster, type Running } from './helpers.ts';
 import { until } from './net.ts';
 import { ip, namespaces, netnsUnavailable, veth } from './netns.ts';
 import { built } from './dist.ts';
+import { Agent } from '../internal/agent/agent.ts';
+import { silentLogger } from '../internal/log/log.ts';
+import { VERSION } from '../internal/version.ts';
+import { parseAgentConfig } from '../cmd/agent/config.ts';
 
 export interface AgentProcess extends ChildProcess {
   output: string[];
@@ -61,6 +65,27 @@ export function startAgent(t: TestContext, master: string, token: string, option
     }
   });
   return child;
+}
+
+/**
+ * An agent run in the test's own process: the same Agent the program wires (cmd/agent/main.ts), from the same flags,
+ * its relay on loopback, stopped after `t`. For what the agent's process itself is not the point of: no supervisor,
+ * no upgrade, no kill (those are startAgent's, and test/e2e's).
+ */
+export async function agentInProcess(t: TestContext, master: string, token: string): Promise<Agent> {
+  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+  const parsed = parseAgentConfig(['--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'], {
+    AGENT_TOKEN: token,
+    AGENT_FORWARDING: 'relay',
+  });
+  if (!('config' in parsed)) throw new Error(`the agent's flags: ${JSON.stringify(parsed)}`);
+  const agent = new Agent({ ...parsed.config, version: VERSION, log: silentLogger });
+  t.after(async () => {
+    await agent.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+  await agent.start();
+  return agent;
 }
 
 export async function stopAgent(child: ChildProcess): Promise<number | null> {

@@ -2,7 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster } from './helpers.ts';
 import { closedPort, freePort, tcpEcho, udpEcho, until } from './net.ts';
 
@@ -12,7 +12,7 @@ test("a rule's check says which targets its node reaches (TCP and UDP), with a t
   const offline = await rule(m, { node_id: n.id, listen_port: 9000, targets: ['192.0.2.1:80'] });
   assertProblem(await call(m.url, 'POST', `/api/rules/${offline.body.id}/check`, { token: m.admin }), 409, 'conflict');
 
-  startAgent(t, m.url, n.agent_token);
+  await agentInProcess(t, m.url, n.agent_token);
   await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
   const [tcp, udp, closed] = [await tcpEcho(t), await udpEcho(t), await closedPort()];
   const tcpRule = await rule(m, {
@@ -60,7 +60,7 @@ test("a rule's check says which targets its node reaches (TCP and UDP), with a t
 test('a node probes a host:port a rule could have, and nothing a rule could not', async (t) => {
   const m = await startMaster(t);
   const n = await node(m, 'edge', { host: '198.51.100.20' });
-  startAgent(t, m.url, n.agent_token);
+  await agentInProcess(t, m.url, n.agent_token);
   await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
   for (const target of ['127.0.0.1:22', '169.254.169.254:80', '198.51.100.20:22', '[::1]:22']) {
     const answer = await call(m.url, 'POST', `/api/nodes/${n.id}/probe`, { token: m.admin, body: { target } });

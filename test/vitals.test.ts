@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { maintain } from '../internal/service/maintenance.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { parseNetDev } from '../internal/agent/vitals.ts';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { call, mintToken, node, startMaster } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { until } from './net.ts';
@@ -21,7 +21,7 @@ test("a node's vitals appear within two report intervals, with its history, metr
   const watcher = await openEvents(m.url, await mintToken(m, ['nodes:read']), `?types=node.vitals&node_id=${n.id}`);
   t.after(() => watcher.close());
   await watcher.next((e) => e.event === 'ready');
-  startAgent(t, m.url, n.agent_token);
+  await agentInProcess(t, m.url, n.agent_token);
   const linkedAt = await until('the node to come online', async () => {
     const seen = await nodeOf(m, n.id);
     return seen.status === 'online' && Date.now();
