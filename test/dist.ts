@@ -50,6 +50,8 @@ export function built(name: (typeof PROGRAMS)[number]): string {
     } finally {
       rmSync(LOCK, { recursive: true, force: true });
     }
+    // Built once, whatever the clock says of a source edited meanwhile or dated in the future: never built again.
+    break;
   }
   current = true;
   return `dist/${name}.mjs`;

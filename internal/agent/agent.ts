@@ -604,9 +604,13 @@ export class Agent {
       // Tried under the config its master sent before it (whether local targets are allowed, say), once applied.
       void this.applying
         .then(() => this.forwarder.probe(protocol, targets, timeout_ms, local_targets))
-        .then((results) => {
-          if (this.socket) send(this.socket, { type: 'probe_result', id, results });
-        });
+        .then(
+          (results) => {
+            if (this.socket) send(this.socket, { type: 'probe_result', id, results });
+          },
+          // A probe that fails fails alone: the master answers its caller when no result comes.
+          (error: Error) => this.options.log.error('a probe failed', { id, error: error.message }),
+        );
       return;
     }
     if (message.type === 'upgrade') return this.runBundle(checkMessage(upgradeMessage, message));

@@ -295,8 +295,11 @@ export class AgentLinks {
     old?.socket.destroy();
     const at = app.clock.timestamp();
     app.sync.connect(nodeId, at);
-    // Taking over when the old link closes may come while an import or batch is being written.
-    app.store.db.whenWritable(() => app.reports.linked(nodeId, link.agentVersion, link.releaseKeys, at));
+    // Taking over when the old link closes may come while an import or batch is being written; a write that fails (a
+    // full disk) is logged, and the link goes on.
+    this.writeWhenWritable(nodeId, 'recording a linked agent failed', () =>
+      app.reports.linked(nodeId, link.agentVersion, link.releaseKeys, at),
+    );
     this.logOf(`n:${nodeId}`).info('agent connected', {
       node_id: nodeId,
       agent_version: link.agentVersion,

@@ -5,7 +5,7 @@ import type { Logger } from '../log/log.ts';
 import { singleFlight } from '../runtime/single-flight.ts';
 import type { Settings } from '../settings/settings.ts';
 import type { Database } from '../store/database.ts';
-import { ChangeRecorder, snapshotOf } from '../store/replication.ts';
+import { recordChanges, snapshotOf } from '../store/replication.ts';
 import type { Position } from '../store/recording.ts';
 import { ReplicationFeed } from './feed.ts';
 
@@ -61,8 +61,9 @@ export class PrimaryReplication {
     const { db, settings } = this.deps;
     // Changes are told after a commit, never during the call that starts the record.
     this.current ??= new ReplicationFeed(
-      db.recordChanges(
-        (connection) => new ChangeRecorder(connection, (change) => this.current!.add(change)),
+      recordChanges(
+        db,
+        (change) => this.current!.add(change),
         (start) => this.current!.restart(start),
         // In sync mode a write waits for a standby to hold it: it is sealed before it is answered.
         () => (settings.get('replication_mode') === 'sync' ? 0 : SEAL_AFTER_MS),

@@ -97,6 +97,19 @@ export class ChangeSession {
 }
 
 /**
+ * Records what `db` commits from now on for standby masters (see Database.recordChanges), each change sealed told to
+ * `onChange`; returns where the record starts.
+ */
+export function recordChanges(
+  db: Database,
+  onChange: (change: RecordedChange) => void,
+  onGeneration: (start: Position) => void,
+  sealAfterMs: () => number,
+): Position {
+  return db.recordChanges((connection) => new ChangeRecorder(connection, onChange), onGeneration, sealAfterMs);
+}
+
+/**
  * The primary's recorder, on the connection every write of the master goes through: `seal` outside any transaction
  * tells what was committed since the last seal as the next change. A generation starts with the recorder, and again
  * whenever the database is written other than through it but not told as a change (see `adopt`): a copy from before
