@@ -1,17 +1,17 @@
-// The election on a real etcd (one member; test/e2e/election.test.ts runs masters on three): one leader at a time,
-// the epoch raised in the election's own transaction, a leader that cannot renew its lease taking no write before
-// another can lead, and who may take over when the leader is gone.
+// The election on a real etcd process (one member; election.test.ts beside it runs masters on three): one leader at
+// a time, the epoch raised in the election's own transaction, a leader that cannot renew its lease taking no write
+// before another can lead, and who may take over when the leader is gone.
 
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test, { type TestContext } from 'node:test';
-import { Election, type Standing } from '../internal/election/election.ts';
-import { Etcd, EtcdUnavailable } from '../internal/election/etcd.ts';
-import { silentLogger } from '../internal/log/log.ts';
-import { etcdCertificates, etcdCluster, etcdMissing, etcdProxy } from './etcd.ts';
-import { until } from './net.ts';
+import { Election, type Standing } from '../../internal/election/election.ts';
+import { Etcd, EtcdUnavailable } from '../../internal/election/etcd.ts';
+import { silentLogger } from '../../internal/log/log.ts';
+import { etcdCertificates, etcdCluster, etcdMissing, etcdProxy } from '../etcd.ts';
+import { until } from '../net.ts';
 
 const skip = etcdMissing() ?? false;
 const own: Standing = { epoch: 1, generation: null, seq: null, source: true };
