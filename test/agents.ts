@@ -67,25 +67,39 @@ export function startAgent(t: TestContext, master: string, token: string, option
   return child;
 }
 
+export interface InProcessAgent {
+  agent: Agent;
+  stateDir: string;
+  /** Stops it as its process would on SIGTERM (a last report, then the link and its ports closed); once. */
+  stop(): Promise<void>;
+}
+
 /**
  * An agent run in the test's own process: the same Agent the program wires (cmd/agent/main.ts), from the same flags,
  * its relay on loopback, stopped after `t`. For what the agent's process itself is not the point of: no supervisor,
- * no upgrade, no kill (those are startAgent's, and test/e2e's).
+ * no upgrade, no kill -9 (those are startAgent's, and test/e2e's). Given a state dir, it starts from what an agent
+ * before it left there (the same node again); otherwise from a new one, removed after `t`.
  */
-export async function agentInProcess(t: TestContext, master: string, token: string): Promise<Agent> {
-  const stateDir = mkdtempSync(join(tmpdir(), 'portplane-agent-'));
-  const parsed = parseAgentConfig(['--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'], {
-    AGENT_TOKEN: token,
-    AGENT_FORWARDING: 'relay',
-  });
+export async function agentInProcess(
+  t: TestContext,
+  master: string,
+  token: string,
+  options: { stateDir?: string; extraArgs?: string[] } = {},
+): Promise<InProcessAgent> {
+  const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), 'portplane-agent-'));
+  const flags = ['--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'];
+  flags.push(...(options.extraArgs ?? []));
+  const parsed = parseAgentConfig(flags, { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay' });
   if (!('config' in parsed)) throw new Error(`the agent's flags: ${JSON.stringify(parsed)}`);
   const agent = new Agent({ ...parsed.config, version: VERSION, log: silentLogger });
+  let stopped: Promise<void> | undefined;
+  const stop = () => (stopped ??= agent.stop());
   t.after(async () => {
-    await agent.stop();
-    rmSync(stateDir, { recursive: true, force: true });
+    await stop();
+    if (!options.stateDir) rmSync(stateDir, { recursive: true, force: true });
   });
   await agent.start();
-  return agent;
+  return { agent, stateDir, stop };
 }
 
 export async function stopAgent(child: ChildProcess): Promise<number | null> {

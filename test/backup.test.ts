@@ -121,14 +121,16 @@ test('a byte flipped anywhere in a backup is refused by verify and by restore', 
   for (let i = at; i < archive.length; i++) positions.push(i);
   assert.equal(positions.at(-1), archive.length - 1);
   let accepted = 0;
+  // Flipped in place and back: a copy of the archive per position cost more than verifying it.
   for (const position of positions) {
-    const damaged = Buffer.from(archive);
-    damaged[position] = damaged[position]! ^ 0x20;
+    archive[position] = archive[position]! ^ 0x20;
     try {
-      verifyBackup(damaged);
+      verifyBackup(archive);
       accepted += 1;
     } catch (error) {
       assert.match((error as Error).message, /damaged|truncated|not a backup|manifest/, `byte ${position}`);
+    } finally {
+      archive[position] = archive[position]! ^ 0x20;
     }
   }
   assert.equal(accepted, 0, `${accepted} of ${positions.length} flipped bytes went unnoticed`);

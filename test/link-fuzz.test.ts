@@ -14,7 +14,7 @@ import { link, type RawLink } from './rawlink.ts';
 
 const MESSAGES = 10_000;
 /** Of which at least this many end their link. */
-const LINK_ENDING = 2_000;
+const LINK_ENDING = 1_000;
 
 /** mulberry32: small, fast, and the same sequence for the same seed everywhere. */
 function prng(seed: number): () => number {

@@ -202,7 +202,14 @@ type Effect = { scope: Scope; make: (m: Running) => Promise<{ path: string; body
 const SIDE_EFFECTS: Record<string, Effect[]> = {
   'PATCH /api/settings': guardedKeys.map((key) => ({
     scope: '*',
-    make: async () => ({ path: '/api/settings', body: { [key]: anotherValue(key) } }),
+    make: async (m) => {
+      // Turning sync on waits for a standby that this master has not got: briefly, so the test is about the scope.
+      if (key === 'replication_mode') {
+        const body = { replication_sync_timeout_seconds: 1 };
+        assert.equal((await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body })).status, 200);
+      }
+      return { path: '/api/settings', body: { [key]: anotherValue(key) } };
+    },
   })),
   'DELETE /api/nodes/{id}': [
     {

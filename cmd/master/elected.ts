@@ -79,6 +79,7 @@ export async function startElected(config: MasterConfig, log: Logger): Promise<M
     get links() {
       return current.master.links;
     },
+    turn: () => current.master.turn(),
     reloadTls: () => current.master.reloadTls(),
     close: () => {
       closed = true;

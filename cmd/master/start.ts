@@ -74,6 +74,11 @@ export interface Master {
   url: string;
   app: App;
   links: AgentLinks;
+  /**
+   * Takes a turn of the clock now, as each second does: what has come due is done (for a caller that moved the clock
+   * and wants what follows at once, not within the second).
+   */
+  turn(): Promise<void>;
   /** Re-reads the TLS certificate and key (SIGHUP); new connections get them. */
   reloadTls(): void;
   close(): Promise<void>;
@@ -403,6 +408,8 @@ export async function start(
     app.onFenced = () => links.cutAll();
     let timer: NodeJS.Timeout | undefined;
     let ruleClock: NodeJS.Timeout | undefined;
+    /** A turn of a primary's clock (rules, tenants, alerts, rollouts, the license), as each second takes one. */
+    let clockTurn = async (): Promise<void> => undefined;
     let peerWatch: NodeJS.Timeout | undefined;
     // Whether a master its standby_masters lists leads a later epoch: promoted while this one was down, or while it
     // still serves (the watcher cut off from it, not from the standby). This one is fenced then, rather than both
@@ -466,25 +473,25 @@ export async function start(
         // that expires says so as soon.
         const licenseTick = licenseWatch(app);
         const refusedTick = refusedWritesWatch(app);
-        ruleClock = setInterval(() => {
+        const failed = (what: string) => (error: Error) => log.error(what, { error: error.message });
+        clockTurn = async () => {
           if (app.draining || !app.serving) return;
-          tickRules(app).catch((error: Error) => log.error("the rules' clock failed", { error: error.message }));
-          tickAccounts(app).catch((error: Error) => log.error("the tenants' clock failed", { error: error.message }));
-          evaluateAlerts(app)
-            .then(() => app.outbox.kick())
-            .catch((error: Error) => log.error('evaluating the alert rules failed', { error: error.message }));
-          refusedTick().catch((error: Error) =>
-            log.error('alerting on refused writes failed', { error: error.message }),
-          );
-          advanceRollouts(app).catch((error: Error) =>
-            log.error('the rollout failed a turn', { error: error.message }),
-          );
           try {
             licenseTick();
           } catch (error) {
-            log.error('recording a change of the license failed', { error: (error as Error).message });
+            failed('recording a change of the license failed')(error as Error);
           }
-        }, 1000).unref();
+          await Promise.all([
+            tickRules(app).catch(failed("the rules' clock failed")),
+            tickAccounts(app).catch(failed("the tenants' clock failed")),
+            evaluateAlerts(app)
+              .then(() => app.outbox.kick())
+              .catch(failed('evaluating the alert rules failed')),
+            refusedTick().catch(failed('alerting on refused writes failed')),
+            advanceRollouts(app).catch(failed('the rollout failed a turn')),
+          ]);
+        };
+        ruleClock = setInterval(() => void clockTurn(), 1000).unref();
         peerWatch = setInterval(() => void checkPeers(), PEER_WATCH_MS).unref();
       };
       // A standby writes nothing of its own: its copy changes by its primary's changes alone.
@@ -522,6 +529,7 @@ export async function start(
       url: http.url,
       app,
       links,
+      turn: () => clockTurn(),
       reloadTls() {
         if (!tls) return void log.info('SIGHUP: no certificate to reload (plain HTTP)');
         try {

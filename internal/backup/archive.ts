@@ -82,7 +82,8 @@ export function readTar(archive: Buffer): Entry[] {
     entries.push({
       name: text(0, 100),
       mode: parseInt(text(100, 8), 8),
-      data: Buffer.from(archive.subarray(start, start + size)),
+      // A view, not a copy: a backup holds the whole database, which need not be in memory twice.
+      data: archive.subarray(start, start + size),
     });
     at = end;
   }

@@ -63,14 +63,19 @@ export class Outbox {
       if (this.busy.size >= MAX_IN_FLIGHT) break;
       if (this.busy.has(delivery.channel_id)) continue;
       this.busy.add(delivery.channel_id);
+      let recorded = false;
       // Whatever one delivery throws ends that delivery's attempt (it stays due), never the master.
-      const sending = this.send(delivery)
+      const sending: Promise<void> = this.send(delivery)
+        .then((outcome) => void (recorded = outcome))
         .catch((error: Error) =>
           this.deps.log.error('a delivery failed', { delivery: delivery.id, error: error.message }),
         )
         .finally(() => {
           this.busy.delete(delivery.channel_id);
           this.settled.delete(sending);
+          // The channel's next one goes now rather than at the clock's next turn: a backlog drains at the channel's
+          // pace. Only after an attempt was recorded: one that could not be stays due, and waits for the turn.
+          if (recorded) this.kick();
         });
       this.settled.add(sending);
     }
@@ -123,17 +128,18 @@ export class Outbox {
     }
   }
 
-  private async send(delivery: DueDelivery): Promise<void> {
+  /** Makes one attempt at `delivery`; whether its outcome was recorded. */
+  private async send(delivery: DueDelivery): Promise<boolean> {
     const { store, log } = this.deps;
     const channel = store.channels.find(delivery.channel_id);
-    if (!channel) return;
+    if (!channel) return false;
     let error: NotSent | null = null;
     try {
       await this.post(channel, delivery.message_id, delivery.payload);
     } catch (thrown) {
       error = thrown instanceof NotSent ? thrown : new NotSent(failureOf(thrown));
     }
-    if (this.stopping.signal.aborted) return;
+    if (this.stopping.signal.aborted) return false;
     const at = formatTime(this.deps.clock.now());
     const attempts = delivery.attempts + 1;
     const outcome: DeliveryOutcome =
@@ -153,11 +159,12 @@ export class Outbox {
     } catch (thrown) {
       // Not recorded: it stays due, and is sent again (a repeat under the same message id).
       log.error('recording a delivery failed', { delivery: delivery.id, error: (thrown as Error).message });
-      return;
+      return false;
     }
     this.counted(outcome);
     if (error)
       log.warn('a notification was not delivered', { channel: channel.id, attempts, outcome, error: error.message });
+    return true;
   }
 
   private post(channel: Channel, messageId: string, payload: string): Promise<void> {
