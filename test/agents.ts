@@ -13,7 +13,7 @@ import { until } from './net.ts';
 import { ip, namespaces, netnsUnavailable, veth } from './netns.ts';
 import { built } from './dist.ts';
 import { Agent } from '../internal/agent/agent.ts';
-import { silentLogger } from '../internal/log/log.ts';
+import type { Fields } from '../internal/log/log.ts';
 import { VERSION } from '../internal/version.ts';
 import { parseAgentConfig } from '../cmd/agent/config.ts';
 
@@ -70,6 +70,8 @@ export function startAgent(t: TestContext, master: string, token: string, option
 export interface InProcessAgent {
   agent: Agent;
   stateDir: string;
+  /** What it logged, a JSON line each (as its process would write them, without the time). */
+  output: string[];
   /** Stops it as its process would on SIGTERM (a last report, then the link and its ports closed); once. */
   stop(): Promise<void>;
 }
@@ -91,7 +93,13 @@ export async function agentInProcess(
   flags.push(...(options.extraArgs ?? []));
   const parsed = parseAgentConfig(flags, { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay' });
   if (!('config' in parsed)) throw new Error(`the agent's flags: ${JSON.stringify(parsed)}`);
-  const agent = new Agent({ ...parsed.config, version: VERSION, log: silentLogger });
+  const output: string[] = [];
+  const line =
+    (level: string) =>
+    (msg: string, fields: Fields = {}) =>
+      void output.push(JSON.stringify({ level, msg, ...fields }));
+  const log = { info: line('info'), warn: line('warn'), error: line('error') };
+  const agent = new Agent({ ...parsed.config, version: VERSION, log });
   let stopped: Promise<void> | undefined;
   const stop = () => (stopped ??= agent.stop());
   t.after(async () => {
@@ -99,7 +107,7 @@ export async function agentInProcess(
     if (!options.stateDir) rmSync(stateDir, { recursive: true, force: true });
   });
   await agent.start();
-  return { agent, stateDir, stop };
+  return { agent, stateDir, output, stop };
 }
 
 export async function stopAgent(child: ChildProcess): Promise<number | null> {

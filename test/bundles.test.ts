@@ -10,7 +10,7 @@ import test from 'node:test';
 import { createPublicKey } from 'node:crypto';
 import { keyIdOf, releaseKeyText, signBundle } from '../internal/release/signature.ts';
 import { MAX_BUNDLES } from '../internal/service/bundles.ts';
-import { startAgent } from './agents.ts';
+import { agentInProcess } from './agents.ts';
 import { assertProblem, call, mintToken, node, startMaster } from './helpers.ts';
 import { until } from './net.ts';
 import { VERSION } from '../internal/version.ts';
@@ -134,7 +134,7 @@ test(TRUST_GIVEN, async (t) => {
   assert.ok(edge.agent_command.includes(` --release-key '${given}'`), edge.agent_command);
   assert.deepEqual(edge.agent_release_keys, []);
 
-  startAgent(t, m.url, edge.agent_token, { extraArgs: ['--release-key', given] });
+  await agentInProcess(t, m.url, edge.agent_token, { extraArgs: ['--release-key', given] });
   const shown = await until('the agent to link', async () => {
     const got = (await call(m.url, 'GET', `/api/nodes/${edge.id}`, { token: m.admin })).body;
     return got.status === 'online' && got;

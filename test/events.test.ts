@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { request, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
 import { maintain } from '../internal/service/maintenance.ts';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { assertProblem, call, login, mintToken, node, rule, ruleBodies, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { openEvents, parseFrames, type StreamEvent } from './sse.ts';
@@ -15,7 +15,7 @@ test("a stream sees a rule's create, its sync result, its traffic and its delete
   const m = await startMaster(t, { localTargets: true });
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const n = await node(m, 'edge');
-  startAgent(t, m.url, n.agent_token);
+  await agentInProcess(t, m.url, n.agent_token);
   await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
   const stream = await openEvents(m.url, m.admin, `?node_id=${n.id}`);
   t.after(() => stream.close());

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { keepAlive } from '../internal/agentlink/wire.ts';
 import { backupDataDir, restoreDataDir } from '../internal/backup/backup.ts';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { ADMIN_PASSWORD, call, node, startMaster } from './helpers.ts';
 import { freePort, until } from './net.ts';
 import { link, type RawLink } from './rawlink.ts';
@@ -42,20 +42,19 @@ test(
     const port = await freePort();
     const first = await startMaster(t, { dataDir, port });
     const edge = await node(first, 'edge');
-    const agent = startAgent(t, first.url, edge.agent_token);
+    const agent = await agentInProcess(t, first.url, edge.agent_token);
     await until('the agent to link', async () => (await nodeOf(first, edge.id)).status === 'online');
     agreeOn(await views(first.url, first.admin), 1);
 
     await first.close();
-    agent.kill('SIGKILL');
-    await once(agent, 'exit');
+    await agent.stop();
     const second = await startMaster(t, { dataDir, port });
     const shown = await nodeOf(second, edge.id);
     assert.equal(shown.status, 'offline');
     assert.match(shown.status_detail, /master (shut down|restarted)/);
     agreeOn(await views(second.url, second.admin), 0);
 
-    startAgent(t, second.url, edge.agent_token, { stateDir: agent.stateDir });
+    await agentInProcess(t, second.url, edge.agent_token, { stateDir: agent.stateDir });
     await until('the agent to link again', async () => (await nodeOf(second, edge.id)).status === 'online');
     agreeOn(await views(second.url, second.admin), 1);
   },
@@ -81,15 +80,14 @@ test(
     await ready();
     let token = await login();
     const made = await call(base, 'POST', '/api/nodes', { token, body: { name: 'edge', host: 'edge.example.net' } });
-    const agent = startAgent(t, base, made.body.agent_token);
+    const agent = await agentInProcess(t, base, made.body.agent_token);
     const status = async () => (await call(base, 'GET', `/api/nodes/${made.body.id}`, { token })).body.status;
     await until('the agent to link', async () => (await status()) === 'online');
 
     // No clean stop: nothing gets to record the link's end.
     first.kill('SIGKILL');
     await once(first, 'exit');
-    agent.kill('SIGKILL');
-    await once(agent, 'exit');
+    await agent.stop();
     spawnMaster();
     await ready();
     token = await login();

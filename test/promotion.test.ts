@@ -10,7 +10,7 @@ import test from 'node:test';
 import { start } from '../cmd/master/start.ts';
 import { silentLogger } from '../internal/log/log.ts';
 import { selfSignedFiles } from '../internal/tls/identity.ts';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { call, mintToken, node, plainConfig, startMaster, trustMaster } from './helpers.ts';
 import { freePort, until } from './net.ts';
 
@@ -36,10 +36,13 @@ test(CARRIED, async (t) => {
   });
   assert.equal(set.status, 200, JSON.stringify(set.body));
   const edge = await node(primary, 'edge');
-  const agent = startAgent(t, `${primary.url},${standby.url}`, edge.agent_token, {
+  const agent = await agentInProcess(t, `${primary.url},${standby.url}`, edge.agent_token, {
     extraArgs: ['--master-pin', `${pinA},${pinB}`],
   });
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
+  // Promoted only once its copy holds the node: what async replication had not copied yet is not the point here.
+  const held = () => call(standby.url, 'GET', `/api/nodes/${edge.id}`, { token: primary.admin });
+  await until('the standby holding the node', async () => (await held()).status === 200);
 
   await primary.close();
   const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });

@@ -30,7 +30,7 @@ import {
   type StartOptions,
 } from './helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { fill, smallDisk } from './disk.ts';
 import { link as rawLink } from './rawlink.ts';
 import { masterCommand } from './bundled.ts';
@@ -524,7 +524,7 @@ test(FAIL_OVER, async (t) => {
   // The primary knows its standby, which it names once fenced (an address no agent chose).
   await setSettings(primary, { standby_masters: standby.url });
   // The standby first: it refuses the link, naming the primary, which the agent tries next.
-  const agent = startAgent(t, `${standby.url},${primary.url}`, edge.agent_token);
+  const agent = await agentInProcess(t, `${standby.url},${primary.url}`, edge.agent_token);
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
   // Linked is not yet applied: the rule's listener opens once its config arrives.
   await until('the rule forwarding', async () => {
@@ -658,8 +658,11 @@ test(PROMOTED_WHILE_SERVING, async (t) => {
   const { standby } = await standbyOf(t, primary);
   await setSettings(primary, { standby_masters: standby.url });
   const edge = await node(primary, 'edge');
-  startAgent(t, `${primary.url},${standby.url}`, edge.agent_token);
+  await agentInProcess(t, `${primary.url},${standby.url}`, edge.agent_token);
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
+  // Promoted only once its copy holds the node: what async replication had not copied yet is not the point here.
+  const held = () => call(standby.url, 'GET', `/api/nodes/${edge.id}`, { token: primary.admin });
+  await until('the standby holding the node', async () => (await held()).status === 200);
   const promoted = await call(standby.url, 'POST', '/api/replication/promote', { token: primary.admin });
   assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
   await until(
@@ -733,7 +736,7 @@ test(LEARNED, async (t) => {
     body: { standby_masters: 'ftp://nowhere, https://192.0.2.9:8443 not-a-pin' },
   });
   assertProblem(bad, 422, 'validation_failed');
-  const agent = startAgent(t, primary.url, edge.agent_token);
+  const agent = await agentInProcess(t, primary.url, edge.agent_token);
   await until('the agent linked to the primary', async () => (await nodeOf(primary, edge.id)).status === 'online');
   await until(
     'the agent kept the standby it was told of',

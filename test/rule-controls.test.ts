@@ -10,7 +10,7 @@ import { ruleFieldsOf } from '../internal/domain/rules.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { configMessage } from '../internal/domain/link.ts';
 import { validate } from '../internal/schema/schema.ts';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf } from './agents.ts';
 import { link, type RawLink } from './rawlink.ts';
 import { assertProblem, call, NO_CONTROLS, node, rule, snapshot, startMaster, type Running } from './helpers.ts';
 import { countingSink, freePort, probe, tcpEcho, udpEcho, until } from './net.ts';
@@ -59,7 +59,7 @@ async function recordingTarget(t: TestContext): Promise<{ port: number; received
 async function onlineNode(t: TestContext, m: Running) {
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
   const n = await node(m, 'edge');
-  startAgent(t, m.url, n.agent_token);
+  await agentInProcess(t, m.url, n.agent_token);
   await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
   return n;
 }

@@ -8,7 +8,7 @@ import { lookup } from 'node:dns/promises';
 import { connect } from 'node:net';
 import { hostname } from 'node:os';
 import { test } from 'node:test';
-import { nodeOf, startAgent } from './agents.ts';
+import { agentInProcess, nodeOf, startAgent } from './agents.ts';
 import { assertProblem, call, mintToken, newTenant, node, startMaster, type Running } from './helpers.ts';
 import { freeSpan, tcpEcho, tcpRoundTrip, until } from './net.ts';
 import { localRefusal } from '../internal/relay/dial.ts';
@@ -302,7 +302,7 @@ test(NODE_HOLDS, async (t) => {
   const m = await startMaster(t, { localTargets: true });
   const first = await freeSpan(100);
   const edge = await node(m, 'edge', { tags: ['eu'] });
-  startAgent(t, m.url, edge.agent_token);
+  await agentInProcess(t, m.url, edge.agent_token);
   await until('the node online', async () => (await nodeOf(m, edge.id)).status === 'online');
   const acme = await tenantOn(m, first);
   const echo = await tcpEcho(t);

@@ -16,7 +16,7 @@ import { Forwarder } from '../internal/forward/forwarder.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
 import { pinOf } from '../internal/tls/pin.ts';
 import { Deframer, Framer, MAX_UDP_BACKLOG } from '../internal/tunnel/wire.ts';
-import { nodeOf, startAgent, stopAgent, udpRoundTrip } from './agents.ts';
+import { agentInProcess, nodeOf, udpRoundTrip } from './agents.ts';
 import { call, NO_CONTROLS, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpRoundTrip, udpEcho, until, untilClosed } from './net.ts';
 
@@ -56,8 +56,8 @@ async function fleet(t: TestContext) {
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   const tunnel = created.body;
-  const entry = startAgent(t, m.url, entryNode.agent_token);
-  const exit = startAgent(t, m.url, exitNode.agent_token);
+  const entry = await agentInProcess(t, m.url, entryNode.agent_token);
+  const exit = await agentInProcess(t, m.url, exitNode.agent_token);
   await until('both agents online', async () =>
     (await Promise.all([nodeOf(m, entryNode.id), nodeOf(m, exitNode.id)])).every((n) => n.status === 'online'),
   );
@@ -166,7 +166,7 @@ test(
     assert.equal(up.ends.exit.status, 'up');
     assert.ok(up.rtt_ms > 0 && up.rtt_ms < 1000, `round trip ${up.rtt_ms} ms`);
 
-    await stopAgent(f.exit);
+    await f.exit.stop();
     const down = await until('the tunnel to be down', async () => {
       const tunnel = await tunnelOf(m, f.tunnel.id);
       return tunnel.status === 'down' && tunnel.ends.entry.status === 'down' && tunnel;
@@ -600,8 +600,8 @@ test(MOVED, async (t) => {
     token: m.admin,
     body: { name: 'given', entry_node_id: entryNode.id, exit_node_id: exitNode.id, listen_port: given },
   });
-  startAgent(t, m.url, entryNode.agent_token);
-  startAgent(t, m.url, exitNode.agent_token);
+  await agentInProcess(t, m.url, entryNode.agent_token);
+  await agentInProcess(t, m.url, exitNode.agent_token);
   await until('both agents online', async () =>
     (await Promise.all([nodeOf(m, entryNode.id), nodeOf(m, exitNode.id)])).every((n) => n.status === 'online'),
   );
