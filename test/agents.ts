@@ -110,6 +110,15 @@ export async function agentInProcess(
   return { agent, stateDir, output, stop };
 }
 
+/** The node "edge" of `m`, its agent in this process reporting each second; once online. */
+export async function onlineNode(t: TestContext, m: Running) {
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const n = await node(m, 'edge');
+  await agentInProcess(t, m.url, n.agent_token);
+  await until('the node to come online', async () => (await nodeOf(m, n.id)).status === 'online');
+  return n;
+}
+
 export async function stopAgent(child: ChildProcess): Promise<number | null> {
   if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
   child.kill('SIGTERM');

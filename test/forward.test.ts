@@ -4,7 +4,6 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import type { ForwardRule } from '../internal/domain/rules.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
 import { dialTargets } from '../internal/relay/dial.ts';
 import { Gate } from '../internal/relay/gate.ts';
@@ -13,17 +12,9 @@ import { adopt, forward, readBufferBytes } from '../internal/relay/reads.ts';
 import { TargetPicker } from '../internal/relay/targets.ts';
 import { TcpRelay } from '../internal/relay/tcp.ts';
 import { udpRoundTrip } from './agents.ts';
+import { forwardRule as rule } from './forwarding.ts';
 import { NO_CONTROLS } from './helpers.ts';
-import {
-  closedPort,
-  countingSink,
-  freePort,
-  freeSpan,
-  tcpEcho,
-  tcpRoundTrip as roundTrip,
-  udpEcho,
-  until,
-} from './net.ts';
+import { closedPort, freePort, freeSpan, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 /**
  * What `forwarder` counted for one rule, drained until it holds `bytes_in` and `bytes_out` at least: a connection's
@@ -42,24 +33,6 @@ async function countedOnce(forwarder: Forwarder, want: { bytes_in: number; bytes
     return counted.bytes_in >= want.bytes_in && counted.bytes_out >= want.bytes_out;
   });
   return counted;
-}
-
-function rule(id: number, listen_port: number, targets: string[], extra: Partial<ForwardRule> = {}): ForwardRule {
-  return {
-    id,
-    protocol: 'tcp',
-    listen_port,
-    listen_port_end: null,
-    targets,
-    strategy: 'round_robin',
-    weights: null,
-    enabled: true,
-    tunnel_id: null,
-    forwarding: 'auto',
-    local_targets: true,
-    ...NO_CONTROLS,
-    ...extra,
-  };
 }
 
 test('TCP: bytes cross the relay both ways through a half-close, and are counted exactly', async (t) => {
@@ -515,117 +488,6 @@ test("a PROXY protocol rule's health checks send a header saying there is no cli
   await forwarder.apply([rule(1, await freePort(), [at], { health_check: check })]);
   await until('a plain check to reach the target', async () => seen.length > 0);
   assert.equal(seen[0]!.first.length, 0);
-});
-
-const TURNS =
-  'connections opening while a bandwidth_limit is in use wait their turn: together they never pass the rate';
-test(TURNS, async (t) => {
-  const sink = await countingSink(t);
-  const rate = 64 * 1024;
-  const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
-  t.after(() => forwarder.close());
-  await forwarder.apply([rule(1, port, [sink.target], { bandwidth_limit: rate })]);
-  const open = async () => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('error', () => undefined);
-    t.after(() => socket.destroy());
-    await once(socket, 'connect');
-    return socket;
-  };
-  // One connection keeps the rule at its rate...
-  const busy = await open();
-  const push = () => {
-    while (!busy.destroyed && busy.write(Buffer.alloc(64 * 1024)));
-  };
-  busy.on('drain', push);
-  push();
-  await new Promise((resolve) => setTimeout(resolve, 1000));
-  // ...when fifty more open and each sends at once.
-  const late = await Promise.all(Array.from({ length: 50 }, open));
-  const before = sink.arrived();
-  for (const socket of late) socket.write(Buffer.alloc(32 * 1024));
-  await new Promise((resolve) => setTimeout(resolve, 2000));
-  const moved = sink.arrived() - before;
-  // Two seconds at the rate, and a burst (16 KiB); a read of each newcomer past the rate would be 800 KiB more.
-  t.diagnostic(`${(moved / 1024).toFixed(0)} KiB in 2 s at ${rate / 1024} KiB/s`);
-  assert.ok(moved <= 2 * rate + 16 * 1024 + 16 * 1024, `${moved} bytes in 2 s`);
-});
-
-const AFTER_BURST =
-  'after a burst of 100 connections through a bandwidth_limit, all closed, a new client gets its share within a ' +
-  'second plus one burst, and never more than the burst over the limit';
-test(AFTER_BURST, async (t) => {
-  const echo = await tcpEcho(t);
-  const rate = 16 * 1024;
-  const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
-  t.after(() => forwarder.close());
-  await forwarder.apply([rule(1, port, [`127.0.0.1:${echo}`], { bandwidth_limit: rate })]);
-  /** A client that sends as fast as it is let and counts what comes back, from the first byte on, by when. */
-  const client = () => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('error', () => undefined);
-    const chunk = Buffer.alloc(64 * 1024, 1);
-    const push = () => {
-      while (!socket.destroyed && socket.write(chunk));
-    };
-    socket.on('connect', push).on('drain', push);
-    const arrivals: [number, number][] = [];
-    const started = performance.now();
-    socket.on('data', (data) => arrivals.push([performance.now() - started, data.length]));
-    t.after(() => socket.destroy());
-    return { socket, arrivals };
-  };
-  const burst = Array.from({ length: 100 }, client);
-  await new Promise((resolve) => setTimeout(resolve, 3000));
-  for (const { socket } of burst) socket.destroy();
-  const fresh = client();
-  await new Promise((resolve) => setTimeout(resolve, 5000));
-  const first = fresh.arrivals[0]?.[0];
-  const got = fresh.arrivals.reduce((sum, [, bytes]) => sum + bytes, 0);
-  t.diagnostic(`the new client's first bytes after ${first?.toFixed(0)} ms; ${got} bytes in 5 s at ${rate} B/s`);
-  // Its turn comes within a round of every socket waiting (one burst's time: the 16 KiB minimum at this rate) after
-  // its bytes went in, each way.
-  assert.ok(first !== undefined && first < 2 * 1000 + 500, `first bytes after ${first} ms`);
-  assert.ok(got >= 2 * rate, `${got} bytes in 5 s: the burst's sockets kept the rate`);
-  assert.ok(got <= 16 * 1024 + 5 * rate, `${got} bytes in 5 s: past the limit by more than a burst`);
-});
-
-const RAISED = 'sockets waiting their turn go on when the bandwidth_limit is raised, and at once when it is lifted';
-test(RAISED, async (t) => {
-  const sink = await countingSink(t);
-  const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
-  t.after(() => forwarder.close());
-  const limited = (rate: number | null) => forwarder.apply([rule(1, port, [sink.target], { bandwidth_limit: rate })]);
-  await limited(2048);
-  // Twenty clients pushing: all but a few wait their turn at 2 KiB/s.
-  for (let i = 0; i < 20; i++) {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('error', () => undefined);
-    t.after(() => socket.destroy());
-    const push = () => {
-      while (!socket.destroyed && socket.write(Buffer.alloc(16 * 1024)));
-    };
-    socket.on('connect', push).on('drain', push);
-  }
-  const moved = async (ms: number) => {
-    const before = sink.arrived();
-    await new Promise((resolve) => setTimeout(resolve, ms));
-    return sink.arrived() - before;
-  };
-  // From the first byte on: at most the burst (16 KiB) and the rate (the bucket fills from the apply, a moment before).
-  const slow = await moved(4000);
-  await limited(1024 * 1024);
-  await moved(300);
-  const raised = await moved(1000);
-  await limited(null);
-  const lifted = await moved(1000);
-  t.diagnostic(`${slow} bytes in 4 s at 2 KiB/s, ${raised} in a second at 1 MiB/s, ${lifted} unlimited`);
-  assert.ok(slow <= 16 * 1024 + 4.5 * 2048, `${slow} bytes in 4 s at 2 KiB/s`);
-  assert.ok(raised >= 512 * 1024 && raised <= 1024 * 1024 + 128 * 1024, `${raised} bytes in a second at 1 MiB/s`);
-  assert.ok(lifted > 4 * 1024 * 1024, `${lifted} bytes in a second unlimited: the waiting sockets were let go`);
 });
 
 const FAILED_LATE =
