@@ -352,6 +352,23 @@ test("through a tunnel, the target receives the PROXY header with the entry's cl
   assert.equal(first.toString().split('\r\n')[0], `PROXY TCP4 127.0.0.6 127.0.0.1 ${clientPort} ${ports[0]}`);
 });
 
+test('an entry closed while its exit has not finished the handshake ends that connection at once', async (t) => {
+  // An "exit" that takes the connection and never answers its TLS handshake.
+  const held: Socket[] = [];
+  const silent = createServer((socket) => void held.push(socket.resume())).listen(0, '127.0.0.1');
+  await once(silent, 'listening');
+  t.after(() => silent.close());
+  const entry = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  const keys = selfSigned([], { commonName: 'entry' });
+  const port = (silent.address() as AddressInfo).port;
+  const peer_pin = pinOf(selfSigned([], { commonName: 'exit' }).cert);
+  await entry.apply([], [{ id: 7, port, rules: [], role: 'entry', host: '127.0.0.1', ...keys, peer_pin }]);
+  await until('the entry connecting', () => held.length === 1);
+  await entry.close();
+  // Within its handshake's time-out (10 s) it would have ended anyway: this bound is well inside it.
+  await until('the connection ended', () => held[0]!.destroyed, 2000);
+});
+
 test('a stalled connection through a tunnel holds only itself: another on the same session flows', async (t) => {
   // A target that accepts and never reads: its connection's windows fill up and stay full.
   const stalled = createServer((socket) => socket.pause()).listen(0, '127.0.0.1');

@@ -10,7 +10,7 @@ import {
   type IncomingHttpStatusHeader,
 } from 'node:http2';
 import type { Duplex } from 'node:stream';
-import { connect as tlsConnect } from 'node:tls';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import type { DatagramDial, DatagramSession, TcpDial } from '../relay/dial.ts';
 import { contained } from '../relay/faults.ts';
 import {
@@ -67,6 +67,8 @@ export class TunnelEntry {
   /** Streams asked for while a session is being set up; answered when it is up or has failed. */
   private waiting: ((session: ClientHttp2Session | null) => void)[] = [];
   private connecting = false;
+  /** The connection to the exit being made or in use: ended with the entry, even mid-handshake. */
+  private connection: TLSSocket | null = null;
   private closed = false;
   private attempt = 0;
   private attemptedAt = 0;
@@ -158,6 +160,7 @@ export class TunnelEntry {
     clearTimeout(this.retryTimer);
     clearInterval(this.pingTimer);
     this.session?.destroy();
+    this.connection?.destroy();
     this.answer(null);
   }
 
@@ -221,6 +224,8 @@ export class TunnelEntry {
       minVersion: MIN_TLS,
       ALPNProtocols: ALPN,
     });
+    this.connection = socket;
+    socket.once('close', () => this.connection === socket && (this.connection = null));
     socket.setTimeout(CONNECT_TIMEOUT_MS, () => socket.destroy(new Error('timed out connecting')));
     const failed = (error: Error) => this.lost(`cannot reach the exit node at ${host}:${port}: ${error.message}`);
     socket.once('error', failed);
