@@ -55,7 +55,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
-import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker } from './workers.ts';
+import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker, type WorkerSetup } from './workers.ts';
 import { maintain, rolledUp } from '../../internal/service/maintenance.ts';
 
 /** What a master elected through etcd (see elected.ts) adds to its start. */
@@ -68,6 +68,8 @@ export interface StartOptions {
   beforeServing?: (app: App) => Promise<void>;
   /** Gives up a start still seeding its copy (the leader it seeds from is gone). */
   signal?: AbortSignal;
+  /** What the import, export and batch workers run in place of this program (see WorkerSetup). */
+  workerProgram?: WorkerSetup['program'];
 }
 
 export interface Master {
@@ -311,7 +313,12 @@ export async function start(
       settings.reload();
       store.credentials.bump();
     });
-    const workerSetup = { version: VERSION, databasePath: store.db.path, sealingKey: box.key() };
+    const workerSetup: WorkerSetup = {
+      version: VERSION,
+      databasePath: store.db.path,
+      sealingKey: box.key(),
+      ...(options.workerProgram ? { program: options.workerProgram } : {}),
+    };
     const batches = batchesInWorker(workerSetup);
     const installer = new Installer({
       store,
