@@ -300,10 +300,16 @@ export class Agent {
     clearTimeout(this.healthTimer);
   }
 
-  async stop(): Promise<void> {
-    this.stopping = true;
+  /** Stops its timers, those an apply under way starts before it ends included (a report's, a ruleset watch). */
+  private async stopTimersSettled(): Promise<void> {
     this.stopTimers();
     await this.applying;
+    this.stopTimers();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await this.stopTimersSettled();
     // A worker that handed over leaves the reports to the one that took over.
     if (!this.handedOver) await this.report();
     this.socket?.destroy();
@@ -316,8 +322,7 @@ export class Agent {
    */
   async handOver(): Promise<{ key: string; handle: object }[]> {
     this.handedOver = true;
-    this.stopTimers();
-    await this.applying;
+    await this.stopTimersSettled();
     await this.report();
     this.socket?.destroy();
     this.socket = null;
