@@ -6,7 +6,7 @@
 // second, read-only connection that sees only what is committed, and other writes wait, as
 // they do during `holdWrites`, while another connection writes (an import's worker thread).
 
-import type { DatabaseSync, SQLInputValue, StatementResultingChanges } from 'node:sqlite';
+import type { DatabaseSync, SQLInputValue, StatementResultingChanges, StatementSync } from 'node:sqlite';
 import { formatTime } from '../schema/schema.ts';
 import { DomainError } from '../errors/errors.ts';
 import {
@@ -86,6 +86,8 @@ export class Database {
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private readonly commitListeners: ((seconds: number) => void)[] = [];
+  /** Every statement `prepare` was asked for, to be prepared at its first use (see prepareAll). */
+  private readonly declared: (() => StatementSync)[] = [];
   private logCopier: (() => Promise<void>) | null = null;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
@@ -156,13 +158,16 @@ export class Database {
    * is part of a write.
    */
   prepare(sql: string): Statement {
-    const statement = this.db.prepare(sql);
+    // Prepared at its first use: a start (a master's, a worker's) prepares only what it runs, not the store's 300.
+    let prepared: StatementSync | undefined;
+    const statement = () => (prepared ??= this.db.prepare(sql));
+    this.declared.push(statement);
     if (!CHANGES_DATA.test(sql)) {
       let committedOnly: Statement | undefined;
       const pick = (): Statement =>
         this.hold && !this.inWrite && this.db.isTransaction
           ? (committedOnly ??= this.reader().prepare(sql) as unknown as Statement)
-          : (statement as unknown as Statement);
+          : (statement() as unknown as Statement);
       return {
         run: (...params) => pick().run(...params),
         get: (...params) => pick().get(...params),
@@ -174,13 +179,21 @@ export class Database {
       this.changesRun++;
     };
     return {
-      run: (...params) => (guard(), statement.run(...(params as SQLInputValue[]))),
+      run: (...params) => (guard(), statement().run(...(params as SQLInputValue[]))),
       get: (...params) => (
         guard(),
-        statement.get(...(params as SQLInputValue[])) as Record<string, SQLOutputValue> | undefined
+        statement().get(...(params as SQLInputValue[])) as Record<string, SQLOutputValue> | undefined
       ),
-      all: (...params) => (guard(), statement.all(...(params as SQLInputValue[])) as Record<string, SQLOutputValue>[]),
+      all: (...params) => (
+        guard(),
+        statement().all(...(params as SQLInputValue[])) as Record<string, SQLOutputValue>[]
+      ),
     };
+  }
+
+  /** Prepares every statement declared so far: SQL that does not fit the schema fails here, not at its first use. */
+  prepareAll(): void {
+    for (const statement of this.declared) statement();
   }
 
   /**

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { type Database } from '../../internal/store/database.ts';
-import { openDatabase } from '../../internal/store/store.ts';
+import { openDatabase, Store } from '../../internal/store/store.ts';
 import { migrations } from '../../internal/store/migrations.ts';
 import { CommitFailed, WritesBusy } from '../../internal/errors/storage.ts';
 
@@ -482,4 +482,15 @@ test('a data dir that allowed local targets allows them to rules and channels bo
     ],
   );
   db.close();
+});
+
+test('every statement the store declares fits the schema its migrations make (they are prepared at first use)', (t) => {
+  const { db } = open(t);
+  const store = new Store(db, { secretFields: new Set() });
+  assert.ok(store.users, 'the store is whole');
+  db.prepareAll();
+  assert.throws(() => {
+    db.prepare('SELECT no_such_column FROM nodes');
+    db.prepareAll();
+  }, /no such column/);
 });
