@@ -147,7 +147,8 @@ export const eventOperations = operations({
       '`dropped` with the id to resume after. A stream lasts only as long as what opened it: once its token is ' +
       'revoked, expires or is logged out, its user disabled or deleted, or its scopes changed, it is sent nothing ' +
       'more but `revoked` (with why and the id to resume after), checked before each frame it would be sent ' +
-      '(an event written right after the revocation does not reach it), and within a second when quiet. At most ' +
+      '(an event written right after the revocation does not reach it), at the write that ended it even when ' +
+      'quiet, and within a second of a token expiring. At most ' +
       `${MAX_STREAMS_PER_USER} streams per user and ${MAX_STREAMS} in all, of which the last ${KEPT_FOR_ADMINS} ` +
       'only for callers holding `*` (429 beyond). A tenant follows their own world: the events of their rules, ' +
       "tunnels and tokens, of the nodes granted them (never a node's vitals, nor a node gone: the deletion of their " +

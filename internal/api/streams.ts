@@ -60,6 +60,8 @@ export class EventStreams {
   stallMs = 30_000;
   heartbeatMs = 15_000;
   tickMs = 2_000;
+  /** The credentials' generation every stream's caller was last checked at (see checkCallers). */
+  private credentialsChecked = -1;
 
   private readonly store: Store;
   private readonly log: Logger;
@@ -75,7 +77,8 @@ export class EventStreams {
       if (!reader) throw new Error(`no GET ${READERS[resource]} to render ${resource} events with`);
       this.readers.set(resource, reader);
     }
-    store.db.onCommitted(() => this.wake());
+    // A credential revoked, narrowed or its user disabled ends its streams at that commit, not within the second.
+    store.db.onCommitted(() => (this.wake(), this.checkCallers(true)));
     store.db.onWrittenElsewhere(() => this.wake());
     sync.reports.on('traffic', (nodeId: number, rules: readonly RuleCounts[]) => {
       if (this.streams.size > 0) this.ticks.add(nodeId, rules);
@@ -329,20 +332,27 @@ export class EventStreams {
     return false;
   }
 
-  /** The journal's other writers (a CLI), heartbeats, traffic ticks, and callers checked again. */
-  private everySecond(): void {
-    this.beats++;
-    // Quiet streams too end when their caller's credential does (a stream sending nothing is checked here).
+  /** Checks each stream's caller (see authorized) once what is written is committed; ifChanged: if credentials did. */
+  private checkCallers(ifChanged = false): void {
+    if (ifChanged && this.store.credentials.value === this.credentialsChecked) return;
+    const { db } = this.store;
+    if (!db.settled && !db.writesHeld) return void db.afterCommit(() => this.checkCallers());
+    this.credentialsChecked = this.store.credentials.value;
     for (const stream of this.streams) {
       try {
         this.authorized(stream);
       } catch (error) {
-        this.log.error("checking an event stream's caller failed; the stream was ended", {
-          error: (error as Error)?.message ?? String(error),
-        });
+        this.log.error("checking an event stream's caller failed; the stream was ended", { error: String(error) });
         this.end(stream);
       }
     }
+  }
+
+  /** The journal's other writers (a CLI), heartbeats, traffic ticks, and callers checked again. */
+  private everySecond(): void {
+    this.beats++;
+    // Quiet streams too end when their caller's credential does, or its token's expiry comes.
+    this.checkCallers();
     try {
       this.wake();
     } catch (error) {
