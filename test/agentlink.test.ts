@@ -319,8 +319,9 @@ test(UNCHANGED, async (t) => {
   const before = (await call(m.url, 'GET', `/api/rules/${kept.id}`, { token: m.admin })).body;
   assert.equal(before.sync.state, 'applied');
   const head = m.app.store.events.head();
-  // A second later (applied_at has seconds), another rule's change sends the node a config carrying both.
-  await new Promise((resolve) => setTimeout(resolve, 1100));
+  // A second later on the master's clock (applied_at has seconds), another rule's change sends the node a config
+  // carrying both.
+  m.advance(1000);
   const added = (await rule(m, { node_id: n.id, listen_port: 81 })).body;
   await acknowledge((await raw.next('config')).version, [kept.id, added.id]);
   const after = (await call(m.url, 'GET', `/api/rules/${kept.id}`, { token: m.admin })).body;
