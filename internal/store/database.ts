@@ -86,8 +86,8 @@ export class Database {
   private readonly functions: [string, (...args: SQLOutputValue[]) => SQLInputValue][] = [];
   private readonly elsewhereListeners: (() => void)[] = [];
   private readonly commitListeners: ((seconds: number) => void)[] = [];
-  /** Every statement `prepare` was asked for, to be prepared at its first use (see prepareAll). */
-  private readonly declared: (() => StatementSync)[] = [];
+  /** Every statement `prepare` was asked for, by its SQL (asked again, it is one), prepared at its first use. */
+  private readonly declared = new Map<string, () => StatementSync>();
   private logCopier: (() => Promise<void>) | null = null;
   private callbackFailed: (error: unknown) => void = (error) => console.error('an after-commit callback failed', error);
 
@@ -161,7 +161,7 @@ export class Database {
     // Prepared at its first use: a start (a master's, a worker's) prepares only what it runs, not the store's 300.
     let prepared: StatementSync | undefined;
     const statement = () => (prepared ??= this.db.prepare(sql));
-    this.declared.push(statement);
+    this.declared.set(sql, statement);
     if (!CHANGES_DATA.test(sql)) {
       let committedOnly: Statement | undefined;
       const pick = (): Statement =>
@@ -193,7 +193,7 @@ export class Database {
 
   /** Prepares every statement declared so far: SQL that does not fit the schema fails here, not at its first use. */
   prepareAll(): void {
-    for (const statement of this.declared) statement();
+    for (const statement of this.declared.values()) statement();
   }
 
   /**
