@@ -3,7 +3,7 @@
 
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
-import { connect, createServer, type AddressInfo } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import type { TestContext } from 'node:test';
 
 /** Polls `probe` until it returns something truthy; throws after `ms`. */
@@ -163,4 +163,16 @@ export async function countingSink(t: TestContext, host = '127.0.0.1') {
       arrivals.length = 0;
     },
   };
+}
+
+/** A connection to `host`:`port` that writes `chunkBytes` at a time as fast as it is let; destroyed by the caller. */
+export function flood(host: string, port: number, chunkBytes = 64 * 1024): Socket {
+  const chunk = Buffer.alloc(chunkBytes, 1);
+  const socket = connect({ host, port });
+  socket.on('error', () => undefined);
+  const push = () => {
+    while (!socket.destroyed && socket.write(chunk));
+  };
+  socket.on('connect', push).on('drain', push);
+  return socket;
 }

@@ -2,7 +2,6 @@
 // its own, a plan and a tenant on it, their rules, and traffic pushed through them.
 
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
 import type { TestContext } from 'node:test';
 import { edgeElsewhere } from './agents.ts';
 import { call, newTenant, type Running } from './helpers.ts';
@@ -25,18 +24,6 @@ export async function tenant(m: Running, plan: Record<string, unknown>, extra: R
   // The answer is the user as their plan leaves them: an allowance's period is running from the start.
   assert.equal(customer.user.usage.traffic?.used_bytes, plan.traffic ? 0 : undefined);
   return { ...customer, plan: made.body as { id: number; version: number } & Record<string, unknown> };
-}
-
-/** A connection through `host`:`port` that writes as fast as it is let; destroyed by the caller. */
-export function flood(host: string, port: number): Socket {
-  const chunk = Buffer.alloc(64 * 1024, 1);
-  const socket = connect({ host, port });
-  socket.on('error', () => undefined);
-  const push = () => {
-    while (!socket.destroyed && socket.write(chunk));
-  };
-  socket.on('connect', push).on('drain', push);
-  return socket;
 }
 
 /** Creates a TCP rule as `token`'s holder; returns the answer. */

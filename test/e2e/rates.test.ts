@@ -3,23 +3,37 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { connect } from 'node:net';
-import { test } from 'node:test';
+import { connect, type Socket } from 'node:net';
+import { test, type TestContext } from 'node:test';
 import { Forwarder } from '../../internal/forward/forwarder.ts';
 import { onlineNode } from '../agents.ts';
 import { forwardRule } from '../forwarding.ts';
 import { call, rule, startMaster } from '../helpers.ts';
-import { countingSink, freePort, tcpEcho } from '../net.ts';
+import { countingSink, flood, freePort, tcpEcho } from '../net.ts';
+
+/** A relay in this process from a free port to `target`, its bandwidth_limit `rate` (and `limit` to change it). */
+async function limitedRelay(t: TestContext, target: string, rate: number) {
+  const port = await freePort();
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+  t.after(() => forwarder.close());
+  const limit = (to: number | null) => forwarder.apply([forwardRule(1, port, [target], { bandwidth_limit: to })]);
+  await limit(rate);
+  return { port, limit };
+}
+
+/** A client flooding `port` on loopback, ended after `t`. */
+function flooding(t: TestContext, port: number, chunkBytes?: number): Socket {
+  const socket = flood('127.0.0.1', port, chunkBytes);
+  t.after(() => socket.destroy());
+  return socket;
+}
 
 const TURNS =
   'connections opening while a bandwidth_limit is in use wait their turn: together they never pass the rate';
 test(TURNS, async (t) => {
   const sink = await countingSink(t);
   const rate = 64 * 1024;
-  const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
-  t.after(() => forwarder.close());
-  await forwarder.apply([forwardRule(1, port, [sink.target], { bandwidth_limit: rate })]);
+  const { port } = await limitedRelay(t, sink.target, rate);
   const open = async () => {
     const socket = connect({ host: '127.0.0.1', port });
     socket.on('error', () => undefined);
@@ -28,12 +42,7 @@ test(TURNS, async (t) => {
     return socket;
   };
   // One connection keeps the rule at its rate...
-  const busy = await open();
-  const push = () => {
-    while (!busy.destroyed && busy.write(Buffer.alloc(64 * 1024)));
-  };
-  busy.on('drain', push);
-  push();
+  await once(flooding(t, port), 'connect');
   await new Promise((resolve) => setTimeout(resolve, 1000));
   // ...when fifty more open and each sends at once.
   const late = await Promise.all(Array.from({ length: 50 }, open));
@@ -52,23 +61,13 @@ const AFTER_BURST =
 test(AFTER_BURST, async (t) => {
   const echo = await tcpEcho(t);
   const rate = 16 * 1024;
-  const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
-  t.after(() => forwarder.close());
-  await forwarder.apply([forwardRule(1, port, [`127.0.0.1:${echo}`], { bandwidth_limit: rate })]);
+  const { port } = await limitedRelay(t, `127.0.0.1:${echo}`, rate);
   /** A client that sends as fast as it is let and counts what comes back, from the first byte on, by when. */
   const client = () => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('error', () => undefined);
-    const chunk = Buffer.alloc(64 * 1024, 1);
-    const push = () => {
-      while (!socket.destroyed && socket.write(chunk));
-    };
-    socket.on('connect', push).on('drain', push);
+    const socket = flooding(t, port);
     const arrivals: [number, number][] = [];
     const started = performance.now();
     socket.on('data', (data) => arrivals.push([performance.now() - started, data.length]));
-    t.after(() => socket.destroy());
     return { socket, arrivals };
   };
   const burst = Array.from({ length: 100 }, client);
@@ -89,22 +88,9 @@ test(AFTER_BURST, async (t) => {
 const RAISED = 'sockets waiting their turn go on when the bandwidth_limit is raised, and at once when it is lifted';
 test(RAISED, async (t) => {
   const sink = await countingSink(t);
-  const port = await freePort();
-  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
-  t.after(() => forwarder.close());
-  const limited = (rate: number | null) =>
-    forwarder.apply([forwardRule(1, port, [sink.target], { bandwidth_limit: rate })]);
-  await limited(2048);
+  const { port, limit: limited } = await limitedRelay(t, sink.target, 2048);
   // Twenty clients pushing: all but a few wait their turn at 2 KiB/s.
-  for (let i = 0; i < 20; i++) {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('error', () => undefined);
-    t.after(() => socket.destroy());
-    const push = () => {
-      while (!socket.destroyed && socket.write(Buffer.alloc(16 * 1024)));
-    };
-    socket.on('connect', push).on('drain', push);
-  }
+  for (let i = 0; i < 20; i++) flooding(t, port, 16 * 1024);
   const moved = async (ms: number) => {
     const before = sink.arrived();
     await new Promise((resolve) => setTimeout(resolve, ms));
@@ -137,16 +123,7 @@ test('a 1 MiB/s bandwidth_limit holds within 10% over 5 s, shared by several con
   });
   assert.equal((await call(m.url, 'POST', `/api/rules/${made.body.id}/sync`, { token: m.admin })).status, 200);
 
-  const chunk = Buffer.alloc(64 * 1024, 1);
-  const senders = Array.from({ length: 3 }, () => {
-    const socket = connect({ host: '127.0.0.1', port });
-    socket.on('error', () => undefined);
-    const push = () => {
-      while (!socket.destroyed && socket.write(chunk));
-    };
-    socket.on('connect', push).on('drain', push);
-    return socket;
-  });
+  const senders = Array.from({ length: 3 }, () => flood('127.0.0.1', port));
   await new Promise((resolve) => setTimeout(resolve, 5600));
   for (const socket of senders) socket.destroy();
   const inFive = sink.within(5000);

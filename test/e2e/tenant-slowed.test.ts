@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { call, rule } from '../helpers.ts';
-import { countingSink, freePort, tcpRoundTrip, until } from '../net.ts';
-import { edgeWorld, flood, MiB, sent, tenant, theirRule } from '../tenancy.ts';
+import { countingSink, flood, freePort, tcpRoundTrip, until } from '../net.ts';
+import { edgeWorld, MiB, sent, tenant, theirRule } from '../tenancy.ts';
 
 const SLOWED =
   "past a 1 MiB allowance with slow to 256 KiB/s, the tenant's rule runs within 10% of that rate, and an " +
