@@ -133,20 +133,36 @@ export function plainConfig(dataDir: string, port = 0): MasterConfig {
   };
 }
 
-/** The data dir a master leaves after its first start, with its admin's login session; made once a process. */
-let seed: Promise<{ dir: string; admin: string }> | null = null;
+/** A data dir a master left after its first start, with its admin's login session. */
+export interface Seed {
+  dir: string;
+  admin: string;
+}
 
-function seeded(): Promise<{ dir: string; admin: string }> {
+/** How a run's global setup (test/global-setup.ts) hands every test file the one seed it made. */
+export const SEED_ENV = 'PORTPLANE_TEST_SEED';
+
+/** Starts a master on the empty `dir`, logs its admin in and stops it. */
+export async function makeSeed(dir: string): Promise<Seed> {
+  const master = await start(plainConfig(dir), silentLogger);
+  try {
+    await rolledUp(master.app);
+    return { dir, admin: await login(master.url, 'admin', ADMIN_PASSWORD) };
+  } finally {
+    await master.close();
+  }
+}
+
+/** The run's seed, or one made once in this process (a test file run alone). */
+let seed: Promise<Seed> | null = null;
+
+function seeded(): Promise<Seed> {
   seed ??= (async () => {
+    const handed = process.env[SEED_ENV];
+    if (handed) return JSON.parse(handed) as Seed;
     const dir = mkdtempSync(join(tmpdir(), 'portplane-seed-'));
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const master = await start(plainConfig(dir), silentLogger);
-    try {
-      await rolledUp(master.app);
-      return { dir, admin: await login(master.url, 'admin', ADMIN_PASSWORD) };
-    } finally {
-      await master.close();
-    }
+    return makeSeed(dir);
   })();
   return seed;
 }
