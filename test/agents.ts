@@ -127,13 +127,18 @@ export async function stopAgent(child: ChildProcess): Promise<number | null> {
 }
 
 /** Sends each word as a datagram to host:port and collects the replies, sorted. */
-export async function udpRoundTrip(port: number, words: string[], host = '127.0.0.1'): Promise<string[]> {
+export async function udpRoundTrip(
+  port: number,
+  words: string[],
+  host = '127.0.0.1',
+  waitMs = 5000,
+): Promise<string[]> {
   const client = createSocket('udp4');
   const replies: string[] = [];
   client.on('message', (m) => replies.push(m.toString()));
   for (const word of words) client.send(word, port, host);
   try {
-    await until('UDP replies', async () => replies.length >= words.length, 5000);
+    await until('UDP replies', async () => replies.length >= words.length, waitMs);
   } finally {
     client.close();
   }
