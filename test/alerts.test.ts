@@ -765,7 +765,8 @@ test(OUTBOX_SURVIVES, async (t) => {
   const soon = new Date(Date.now() + 3600_000).toISOString();
   const expiring = { node_id: edge.id, protocol: 'tcp', targets: ['10.0.0.1:80'], expires_at: soon };
   assert.equal((await as('/api/rules', { name: 'soon', listen_port: 9000, ...expiring })).status, 201);
-  // Three notifications, one after another: the receiver holds the first, the others wait behind it.
+  // Three notifications, one after another (one turn's alerts to a channel are one notification): the receiver holds
+  // the first, the others wait behind it.
   for (const days of [1, 2, 3]) {
     const made = await as('/api/alert-rules', {
       name: `expiring within ${days}`,
@@ -788,10 +789,11 @@ test(OUTBOX_SURVIVES, async (t) => {
 
   bundledMaster(t, dataDir, port);
   await ready();
+  const again = await login();
   await until(
     'every delivery sent',
     async () => {
-      const log = await call(base, 'GET', '/api/deliveries', { token: await login() });
+      const log = await call(base, 'GET', '/api/deliveries', { token: again });
       return log.body.items.every((d: { state: string }) => d.state === 'sent') && log.body.items.length === 3;
     },
     20_000,
