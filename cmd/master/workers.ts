@@ -319,12 +319,18 @@ export function checkpointInWorker(databasePath: string, db: Database, log: Logg
     }),
   );
   worker.on('error', (error) => log.error('the checkpoint thread failed', { error: error.stack ?? String(error) }));
+  let online = false;
+  worker.once('online', () => (online = true));
   return {
     close() {
       closing = true;
-      // Until it has ended: nothing else may be left to keep the process alive for the rest of the stop.
-      worker.ref();
-      worker.postMessage({ close: true });
+      // A thread still starting has copied nothing: it is stopped where it is rather than waited for.
+      if (!online) void worker.terminate();
+      else {
+        // Until it has ended: nothing else may be left to keep the process alive for the rest of the stop.
+        worker.ref();
+        worker.postMessage({ close: true });
+      }
       return ended;
     },
   };
