@@ -162,7 +162,7 @@ test("vitals fold into hours as their minutes' average, weighted by the minutes 
 const upgrade = "a data dir's minute buckets of before move into the history while the master answers, every sum exact";
 
 test(upgrade, async (t) => {
-  const rules = 8;
+  const rules = 4;
   const minutes = 3 * 24 * 60;
   const now = Math.floor(Date.now() / 1000);
   const start = Math.floor(now / 60) * 60 - minutes * 60;
