@@ -41,7 +41,7 @@ export interface StartOptions {
   follow?: { url: string; pin?: string; token: string };
   secretKeyPath?: string;
   dataDir?: string;
-  /** Called with the data dir before the master starts (e.g. to place a license). */
+  /** Called with the data dir before the master starts (e.g. to place a license); give `dataDir` for an empty one. */
   prepare?: (dataDir: string) => void;
   /** A fixed port, e.g. to restart a master where its agents expect it; default: any free port. */
   port?: number;
@@ -62,10 +62,10 @@ export interface StartOptions {
 
 export async function startMaster(t: TestContext, options: StartOptions = {}): Promise<Running> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'portplane-test-'));
-  // A master on a data dir of its own, that a test neither prepares, nor reads the start of in the log, nor makes a
-  // standby, starts from a copy of the first such master's (its admin made and logged in): hashing the admin's password
-  // at the start and again at the login took 300 of a start's 480 ms, and tests start hundreds.
-  const copied = !options.dataDir && !options.prepare && !options.log && !options.follow && !options.secretKeyPath;
+  // A master on a data dir of its own, whose start a test does not read in the log, nor makes a standby, starts from a
+  // copy of a first such master's (its admin made and logged in), which `prepare` then sees: hashing the admin's
+  // password at the start and again at the login took 300 of a start's 480 ms, and tests start hundreds.
+  const copied = !options.dataDir && !options.log && !options.follow && !options.secretKeyPath;
   const seed = copied ? await seeded() : null;
   if (seed) cpSync(seed.dir, dataDir, { recursive: true });
   options.prepare?.(dataDir);

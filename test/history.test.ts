@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
@@ -166,9 +167,12 @@ test(upgrade, async (t) => {
   const minutes = 3 * 24 * 60;
   const now = Math.floor(Date.now() / 1000);
   const start = Math.floor(now / 60) * 60 - minutes * 60;
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-upgrade-'));
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const m = await startMaster(t, {
+    dataDir,
     duringMaintenance: true,
-    prepare(dataDir) {
+    prepare() {
       // The database as the last master without history left it (schema 19), with three days of minutes.
       const db = new DatabaseSync(join(dataDir, 'master.db'));
       db.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
