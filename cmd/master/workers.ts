@@ -326,7 +326,8 @@ export function checkpointInWorker(databasePath: string, db: Database, log: Logg
   return {
     close() {
       closing = true;
-      // A thread still starting has copied nothing: it is stopped where it is rather than waited for.
+      // A thread not yet running is stopped where it is rather than waited for (it would start, only to close): what
+      // it has not copied, the next connection to open will, as when it ends any other way.
       if (!online) void worker.terminate();
       else {
         // Until it has ended: nothing else may be left to keep the process alive for the rest of the stop.
