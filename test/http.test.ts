@@ -468,33 +468,36 @@ test(
   },
 );
 
-test(
-  'a body nested deeper than 16 is refused before it is parsed, the public login and an ' + 'import included',
-  async (t) => {
-    const m = await startMaster(t);
-    const deep = '['.repeat(500_000) + ']'.repeat(500_000);
-    for (const [path, token] of [
-      ['/api/auth/login', undefined],
-      ['/api/import', m.admin],
-      ['/api/rules/batch-create', m.admin],
-    ] as const) {
-      const started = performance.now();
-      const answer = await call(m.url, 'POST', path, { token, body: deep });
-      assertProblem(answer, 400, 'invalid_json');
-      assert.match(answer.body.detail, /deeper than 16/, path);
-      assert.ok(
-        performance.now() - started < 2000,
-        `${path} answered in ${Math.round(performance.now() - started)} ms`,
-      );
-    }
-    const nested17 = JSON.stringify({ username: 'admin', password: '['.repeat(15) + ']'.repeat(15) });
-    assert.equal(
-      (await call(m.url, 'POST', '/api/auth/login', { body: nested17 })).status,
-      401,
-      'brackets inside a string are not nesting',
-    );
-  },
-);
+const TOO_DEEP = 'a body nested deeper than 16 is refused before it is parsed, the public login and an import included';
+test(TOO_DEEP, async (t) => {
+  const m = await startMaster(t);
+  const deep = '['.repeat(500_000) + ']'.repeat(500_000);
+  // The master runs in this process: what its JSON.parse is given is seen here.
+  const parsed: number[] = [];
+  const parse = JSON.parse;
+  JSON.parse = (text: string, ...rest: []) => (parsed.push(text.length), parse(text, ...rest));
+  t.after(() => (JSON.parse = parse));
+  for (const [path, token] of [
+    ['/api/auth/login', undefined],
+    ['/api/import', m.admin],
+    ['/api/rules/batch-create', m.admin],
+  ] as const) {
+    const answer = await call(m.url, 'POST', path, { token, body: deep });
+    assertProblem(answer, 400, 'invalid_json');
+    assert.match(answer.body.detail, /deeper than 16/, path);
+  }
+  assert.deepEqual(
+    parsed.filter((length) => length === deep.length),
+    [],
+    'none of them was parsed',
+  );
+  const nested17 = JSON.stringify({ username: 'admin', password: '['.repeat(15) + ']'.repeat(15) });
+  assert.equal(
+    (await call(m.url, 'POST', '/api/auth/login', { body: nested17 })).status,
+    401,
+    'brackets inside a string are not nesting',
+  );
+});
 
 test('a client that leaves mid-upload is logged at info, without a stack, and nothing is answered', async (t) => {
   const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
