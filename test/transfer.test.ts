@@ -5,6 +5,7 @@ import { test, type TestContext } from 'node:test';
 import { DomainError } from '../internal/errors/errors.ts';
 import { transact, writeInSteps } from '../internal/service/write.ts';
 import { importInWorker } from '../cmd/master/workers.ts';
+import { MAX_IMPORT_OPENED } from '../internal/api/transfer.ts';
 import type { ImportJob } from '../internal/service/transfer.ts';
 import { VERSION } from '../internal/version.ts';
 import {
@@ -461,6 +462,23 @@ test("an import's worker out of memory is a 413, one of another version a 503; n
   );
   const { body } = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
   assert.deepEqual([body.nodes.total, body.rules.total], [1, 0]);
+});
+
+const OPENS_TOO_MANY =
+  'an import whose document opens more than 2,000,000 arrays and objects is a 413 before it is parsed: the master ' +
+  'stays up and nothing is written';
+test(OPENS_TOO_MANY, async (t) => {
+  const m = await startMaster(t);
+  // 6 MiB of empty rules: parsed, each would cost the worker's heap 25 times its text (a 60 MiB body of them filled
+  // the worker's 1 GiB, and ended the whole process).
+  const rules = `[${'{},'.repeat(MAX_IMPORT_OPENED)}{}]`;
+  const body = `{"format":"portplane-export","version":1,"nodes":[],"tunnels":[],"rules":${rules}}`;
+  const refused = await call(m.url, 'POST', '/api/import', { token: m.admin, body });
+  assertProblem(refused, 413, 'payload_too_large');
+  assert.match(refused.body.detail, /opens more than 2000000 arrays and objects: send it in parts/);
+  assert.equal((await call(m.url, 'GET', '/api/health')).status, 200);
+  const { body: after } = await call(m.url, 'GET', '/api/dashboard', { token: m.admin });
+  assert.deepEqual([after.nodes.total, after.rules.total], [0, 0]);
 });
 
 test('an import whose worker meets a schema its code does not know is a 503, and migrates nothing', async (t) => {

@@ -172,8 +172,8 @@ export function route(
  * (routes whose fields are all optional need none); JSON null, an array, a string or a
  * number is not an object and fails. Throws `invalid_json`, `validation_failed`.
  */
-export function decodeBody<T>(schema: Schema<T>, raw: Buffer): T {
-  const parsed = parseJson(raw);
+export function decodeBody<T>(schema: Schema<T>, raw: Buffer, maxOpened?: number): T {
+  const parsed = parseJson(raw, maxOpened);
   const { value, errors } = validate(schema, parsed === undefined ? {} : parsed);
   if (errors.length > 0) throw validationFailed(errors);
   return value;

@@ -127,8 +127,16 @@ export const exportDocument = object(
 );
 
 /** A document decoded and checked against `exportDocument`. Throws `invalid_json`, `validation_failed`. */
+/**
+ * The arrays and objects an import's document may open. Its worker's heap is 1 GiB, and a heap that fills while
+ * JSON.parse builds one large array ends the whole process, not the thread (nodejs/node#47224): a 60 MiB body of
+ * nothing but `{},` did. Two million take at most 150 MiB; a document of 64 MiB, the most a body may be, holds about
+ * 450,000 rules at two each (the rule and its targets), fewer with more.
+ */
+export const MAX_IMPORT_OPENED = 2_000_000;
+
 export function decodeExportDocument(raw: Buffer): ExportDocument {
-  const document = decodeBody(exportDocument, raw);
+  const document = decodeBody(exportDocument, raw, MAX_IMPORT_OPENED);
   const tooMany = portBudgetProblem(document.rules);
   if (tooMany) throw validationFailed([{ pointer: '#/rules', detail: `the rules ${tooMany}` }]);
   return document;
@@ -192,7 +200,8 @@ export const transferOperations = operations({
       'one is set (has_secret). A rule identical to one already on its node ' +
       'and port is exists; a different rule holding that port is a conflict. Any problem: 422 with its pointer ' +
       '(#/rules/12/node; up to 1,000 of them) and the per-item results, nothing changed; more nodes than the ' +
-      'license allows: 403 license_limit, likewise. Bodies up to 64 MiB. ' +
+      'license allows: 403 license_limit, likewise. Bodies up to 64 MiB, opening at most ' +
+      `${MAX_IMPORT_OPENED.toLocaleString('en')} arrays and objects in all (413 past either). ` +
       'The document is read, checked and written beside the API (in a worker thread, on a database connection ' +
       'of its own), so the API goes on answering meanwhile: reads see the master as it was until the whole ' +
       "import is committed, and other writes (API calls, agents' reports) wait for it and then proceed. It answers " +

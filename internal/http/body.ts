@@ -2,7 +2,7 @@
 
 import type { IncomingMessage } from 'node:http';
 import { DomainError } from '../errors/errors.ts';
-import { withinDepth } from '../schema/json.ts';
+import { shapeProblem } from '../schema/json.ts';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -50,12 +50,21 @@ export async function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Pr
 /** Deeper than any body of this API nests (an import document: 4); looked at before parsing. */
 export const MAX_JSON_DEPTH = 16;
 
-/** Parses a JSON body; an empty body parses as `undefined`. Throws `invalid_json`, also for one nested too deep. */
-export function parseJson(body: Buffer): unknown {
+/**
+ * Parses a JSON body; an empty body parses as `undefined`. Throws `invalid_json`, also for one nested too deep, and
+ * `payload_too_large` for one that opens more than `maxOpened` arrays and objects.
+ */
+export function parseJson(body: Buffer, maxOpened = Infinity): unknown {
   if (body.length === 0) return undefined;
   const text = body.toString('utf8');
-  if (!withinDepth(text, MAX_JSON_DEPTH))
+  const problem = shapeProblem(text, MAX_JSON_DEPTH, maxOpened);
+  if (problem === 'too_deep')
     throw new DomainError('invalid_json', `the body nests arrays and objects deeper than ${MAX_JSON_DEPTH}`);
+  if (problem === 'too_many')
+    throw new DomainError(
+      'payload_too_large',
+      `the body opens more than ${maxOpened} arrays and objects: send it in parts`,
+    );
   try {
     return JSON.parse(text);
   } catch (error) {
