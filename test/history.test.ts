@@ -168,7 +168,6 @@ test(upgrade, async (t) => {
   const now = Math.floor(Date.now() / 1000);
   const start = Math.floor(now / 60) * 60 - minutes * 60;
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-upgrade-'));
-  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const m = await startMaster(t, {
     dataDir,
     duringMaintenance: true,
@@ -188,6 +187,8 @@ test(upgrade, async (t) => {
       db.close();
     },
   });
+  // Removed once the masters on it have stopped: a test's hooks run in the order they were added.
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const want = (ids: number[]) => ({
     bytes_in: ids.reduce((s, id) => s + id * minutes, 0),
     bytes_out: ids.length * ((minutes * (minutes - 1)) / 2),

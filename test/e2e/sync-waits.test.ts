@@ -27,7 +27,6 @@ const SYNC_AFTER_RESTART =
   'timeout and the primary says it goes on alone';
 test(SYNC_AFTER_RESTART, async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-test-'));
-  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const port = await freePort();
   let primary = await startMaster(t, { dataDir, port });
   await setSettings(primary, { replication_mode: 'sync', replication_sync_timeout_seconds: 2 });
@@ -50,6 +49,8 @@ test(SYNC_AFTER_RESTART, async (t) => {
   // Its first write (the test's login) waits out the timeout: no standby asked since the start.
   const started = Date.now();
   primary = await startMaster(t, { dataDir, port });
+  // Removed once the masters on it have stopped: a test's hooks run in the order they were added.
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   assert.ok(Date.now() - started >= 2000, 'no standby asked since the start: the write waited out the timeout');
   assert.ok((await health()).sync_lapsed_since, 'and the primary says it goes on alone');
 });
@@ -64,7 +65,6 @@ test('a sync-mode primary none of whose peers answers asks them again every 5 s 
   await once(peer, 'listening');
   t.after(() => peer.close());
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-alone-'));
-  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const port = await freePort();
   const first = await startMaster(t, { dataDir, port });
   await setSettings(first, {
@@ -78,6 +78,8 @@ test('a sync-mode primary none of whose peers answers asks them again every 5 s 
 
   const starting = start(plainConfig(dataDir, port), silentLogger);
   t.after(async () => (await starting).close());
+  // Removed once the masters on it have stopped: a test's hooks run in the order they were added.
+  t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   await until('asked twice', async () => asked.length >= 2, 10_000);
   const apart = asked[1]! - asked[0]!;
   assert.ok(apart >= 4500 && apart < 7000, `asked again after ${apart} ms`);
