@@ -5,7 +5,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
-import { AGENT_FEATURES } from '../internal/domain/link.ts';
+import { AGENT_FEATURES, TUNNEL_WS } from '../internal/domain/link.ts';
 import { keyPinOf } from '../internal/tls/pin.ts';
 import { statePromotion } from '../internal/tls/promotion.ts';
 import { assertProblem, call, newTenant, node, rule, startMaster, type Running } from './helpers.ts';
@@ -368,6 +368,62 @@ test(SKEW, async (t) => {
   assert.deepEqual((full.rules as { id: number }[]).map((r) => r.id).sort(), [range.id, weighted.id].sort());
   current.socket.destroy();
 });
+
+test(
+  'an agent that does not name tunnel_ws is sent no end of a ws tunnel, and the rules through it fail saying so, at ' +
+    'the entry and at the exit; a tls tunnel beside it goes as before, and an agent that names it gets both',
+  async (t) => {
+    const m = await startMaster(t);
+    const [entry, exit] = [await node(m, 'entry'), await node(m, 'exit')];
+    const tunnels: Record<string, number> = {};
+    for (const transport of ['tls', 'ws']) {
+      const made = await call(m.url, 'POST', '/api/tunnels', {
+        token: m.admin,
+        body: { name: transport, entry_node_id: entry.id, exit_node_id: exit.id, transport },
+      });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      tunnels[transport] = made.body.id;
+    }
+    const through = async (tunnel: number, port: number) =>
+      (await rule(m, { node_id: entry.id, tunnel_id: tunnel, listen_port: port, targets: ['10.0.0.1:80'] })).body.id;
+    const [overTls, overWs] = [await through(tunnels.tls!, 8001), await through(tunnels.ws!, 8002)];
+    for (const [n, role] of [
+      [entry, 'entry'],
+      [exit, 'exit'],
+    ] as const) {
+      const older = (await link(m, n.agent_token, undefined, '0.0.9', { 'X-Agent-Features': 'weights' })) as RawLink;
+      const config = await older.next('config');
+      assert.deepEqual(
+        (config.tunnels as { id: number; role: string }[]).map((end) => [end.id, end.role]),
+        [[tunnels.tls, role]],
+      );
+      if (role === 'entry')
+        assert.deepEqual(
+          (config.rules as { id: number }[]).map((r) => r.id),
+          [overTls],
+        );
+      older.socket.destroy();
+      const current = (await link(m, n.agent_token, undefined, '0.0.10', {
+        'X-Agent-Features': `weights,${TUNNEL_WS}`,
+      })) as RawLink;
+      const full = await current.next('config');
+      assert.deepEqual(
+        (full.tunnels as { id: number; transport?: string }[]).map((end) => [end.id, end.transport ?? 'tls']),
+        [
+          [tunnels.tls, 'tls'],
+          [tunnels.ws, 'ws'],
+        ],
+      );
+      current.socket.destroy();
+    }
+    const refused = await until('the ws rule marked', async () => {
+      const shown = (await call(m.url, 'GET', `/api/rules/${overWs}`, { token: m.admin })).body;
+      return shown.sync.state === 'failed' && shown;
+    });
+    assert.equal(refused.sync.error.code, 'agent_outdated');
+    assert.match(refused.sync.error.detail, /cannot apply a tunnel inside a WebSocket \(transport ws\)/);
+  },
+);
 
 const TENANT_APART =
   "where operators' rules may reach local targets, a tenant's rule goes to its node and its tunnel's exit saying " +

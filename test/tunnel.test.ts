@@ -20,6 +20,9 @@ import { agentInProcess, nodeOf, udpRoundTrip } from './agents.ts';
 import { call, NO_CONTROLS, node, rule, startMaster, type Running } from './helpers.ts';
 import { freePort, probe, tcpRoundTrip, udpEcho, until, untilClosed } from './net.ts';
 
+/** What a tunnel end carries beside its keys, as today's and older masters' ends: TLS to the exit's own port. */
+const TLS_END = { transport: 'tls' as const, via: null, local_targets: true };
+
 // Most of these tests wait on clocks and sockets: they run side by side.
 describe('tunnels', { concurrency: 4 }, () => {
   /** A TCP echo server that counts the connections it was dialled for. */
@@ -329,7 +332,7 @@ describe('tunnels', { concurrency: 4 }, () => {
     const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
     const entry = new Forwarder('127.0.0.1', { allowLocalTargets: true });
     t.after(() => Promise.all([entry.close(), exit.close()]));
-    const end = { id: 7, port: tunnelPort, rules: [] };
+    const end = { id: 7, port: tunnelPort, rules: [], ...TLS_END };
     await exit.apply([], [{ ...end, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules }]);
     await entry.apply(
       rules.map((rule, i) => ({ ...rule, listen_port: ports[i]!, tunnel_id: 7 })),
@@ -369,7 +372,10 @@ describe('tunnels', { concurrency: 4 }, () => {
     const keys = selfSigned([], { commonName: 'entry' });
     const port = (silent.address() as AddressInfo).port;
     const peer_pin = pinOf(selfSigned([], { commonName: 'exit' }).cert);
-    await entry.apply([], [{ id: 7, port, rules: [], role: 'entry', host: '127.0.0.1', ...keys, peer_pin }]);
+    await entry.apply(
+      [],
+      [{ id: 7, port, rules: [], role: 'entry', host: '127.0.0.1', ...keys, peer_pin, ...TLS_END }],
+    );
     await until('the entry connecting', () => held.length === 1);
     await entry.close();
     // Within its handshake's time-out (10 s) it would have ended anyway: this bound is well inside it.
@@ -470,7 +476,7 @@ describe('tunnels', { concurrency: 4 }, () => {
     const blocker = createServer().listen(0, '127.0.0.1');
     await once(blocker, 'listening');
     t.after(() => blocker.close());
-    const end = { id: 3, role: 'exit' as const, host: null, ...keys, peer_pin: peer, rules };
+    const end = { id: 3, role: 'exit' as const, host: null, ...keys, peer_pin: peer, rules, ...TLS_END };
     const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
     t.after(() => exit.close());
     const outcome = async (port: number) =>
@@ -570,7 +576,7 @@ describe('tunnels', { concurrency: 4 }, () => {
     const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
     const entry = new Forwarder('127.0.0.1', { allowLocalTargets: true });
     t.after(() => Promise.all([entry.close(), exit.close()]));
-    const end = { id: 7, port: tunnelPort, rules: [] };
+    const end = { id: 7, port: tunnelPort, rules: [], ...TLS_END };
     await exit.apply([], [{ ...end, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules }]);
     // 80 addresses, 5 idle connections each: more than the exit takes in all, and than one address may hold.
     const idle: Socket[] = [];

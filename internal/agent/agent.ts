@@ -29,6 +29,7 @@ import { throttledBy, type Logger } from '../log/log.ts';
 import { faults } from '../relay/faults.ts';
 import {
   AGENT_FEATURES,
+  TUNNEL_WS,
   configMessage,
   overBudgetMessage,
   probeMessage,
@@ -466,7 +467,9 @@ export class Agent {
         Upgrade: LINK_PROTOCOL,
         Authorization: `Bearer ${this.options.token}`,
         'X-Agent-Version': this.options.version,
-        'X-Agent-Features': [...AGENT_FEATURES, ...(this.options.supervisor?.soaks ? ['soak'] : [])].join(','),
+        'X-Agent-Features': [...AGENT_FEATURES, TUNNEL_WS, ...(this.options.supervisor?.soaks ? ['soak'] : [])].join(
+          ',',
+        ),
         'X-Agent-Epoch': String(this.epoch),
         ...(this.epochMaster ? { 'X-Agent-Primary': this.epochMaster } : {}),
         ...(this.promotion ? { 'X-Agent-Promotion': this.promotion } : {}),

@@ -3,7 +3,7 @@
 // agent is too old to apply, each with what it would need.
 
 import type { SecretBox } from '../crypto/box.ts';
-import { beyondAgent, type ConfigMessage, type TunnelEnd } from '../domain/link.ts';
+import { beyondAgent, TUNNEL_WS, type ConfigMessage, type TunnelEnd } from '../domain/link.ts';
 import { controlDefaults, forwardRuleOf, type Control, type ForwardRule, type Rule } from '../domain/rules.ts';
 import { standbysOf, type Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
@@ -58,6 +58,7 @@ export function configFor(
   if (!node) return undefined;
   const forward = forwardingOf(app);
   const beyond: [number, string][] = [];
+  const tunnelsBeyond = new Set<number>();
   const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
     type: 'config',
     epoch: store.epoch.current(),
@@ -70,11 +71,12 @@ export function configFor(
     next_master_pin: settings.get('tls_next_pin') || null,
     masters: standbysOf(settings.get('standby_masters')),
     rules: [],
-    tunnels: tunnelEnds(app, nodeId, features, forward, beyond),
+    tunnels: tunnelEnds(app, nodeId, features, forward, beyond, tunnelsBeyond),
   };
   for (const rule of store.rules.forNode(nodeId)) {
     const carried = forward(rule);
-    const needs = beyondAgent(carried, features);
+    const needs =
+      rule.tunnel_id !== null && tunnelsBeyond.has(rule.tunnel_id) ? WS_NEEDED : beyondAgent(carried, features);
     if (needs === null) config.rules.push(wireRule(carried));
     else beyond.push([rule.id, needs]);
   }
@@ -96,9 +98,14 @@ function forwardingOf({ store, settings }: ConfigSource): (rule: Rule) => Forwar
   return (rule) => (isTenant(rule.owner_id) ? { ...forwardRuleOf(rule), local_targets: false } : forwardRuleOf(rule));
 }
 
+/** What a rule through a tunnel of transport ws needs of the agents at its ends. */
+const WS_NEEDED = 'a tunnel inside a WebSocket (transport ws)';
+
 /**
  * The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules (those
- * its agent can apply: the others go to `beyond`).
+ * its agent can apply: the others go to `beyond`). An agent that cannot run a tunnel's transport is sent no end of it
+ * (its id goes to `tunnelsBeyond`, and the rules through it to `beyond`). Transport, via and a tenant's hold on local
+ * addresses go only where they differ from what agents older than them did.
  */
 function tunnelEnds(
   { store, box }: ConfigSource,
@@ -106,10 +113,18 @@ function tunnelEnds(
   features: ReadonlySet<string>,
   forward: (rule: Rule) => ForwardRule,
   beyond: [number, string][],
+  tunnelsBeyond: Set<number>,
 ): TunnelEnd[] {
-  return store.tunnels.endsOf(nodeId).map((row) => {
+  const ends: TunnelEnd[] = [];
+  for (const row of store.tunnels.endsOf(nodeId)) {
     const entry = row.entry_node_id === nodeId;
-    return {
+    const rules = entry ? [] : store.rules.forTunnel(row.id).map(forward);
+    if (row.transport === 'ws' && !features.has(TUNNEL_WS)) {
+      tunnelsBeyond.add(row.id);
+      for (const rule of rules) beyond.push([rule.id, WS_NEEDED]);
+      continue;
+    }
+    const end = {
       id: row.id,
       role: entry ? 'entry' : 'exit',
       host: entry ? row.exit_host : null,
@@ -117,22 +132,23 @@ function tunnelEnds(
       cert: entry ? row.entry_cert : row.exit_cert,
       key: box.open(entry ? row.entry_key : row.exit_key),
       peer_pin: pinOf(entry ? row.exit_cert : row.entry_cert),
-      rules: entry
-        ? []
-        : (store.rules
-            .forTunnel(row.id)
-            .map(forward)
-            .filter((rule) => {
-              const needs = beyondAgent(rule, features);
-              if (needs !== null) beyond.push([rule.id, needs]);
-              return needs === null;
-            })
-            // local_targets only where false, as agents older than it read the rest.
-            .map(({ id, protocol, targets, strategy, weights, enabled, local_targets }) =>
-              local_targets
-                ? { id, protocol, targets, strategy, weights, enabled }
-                : { id, protocol, targets, strategy, weights, enabled, local_targets },
-            ) as TunnelEnd['rules']),
-    };
-  });
+      rules: rules
+        .filter((rule) => {
+          const needs = beyondAgent(rule, features);
+          if (needs !== null) beyond.push([rule.id, needs]);
+          return needs === null;
+        })
+        // local_targets only where false, as agents older than it read the rest.
+        .map(({ id, protocol, targets, strategy, weights, enabled, local_targets }) =>
+          local_targets
+            ? { id, protocol, targets, strategy, weights, enabled }
+            : { id, protocol, targets, strategy, weights, enabled, local_targets },
+        ) as TunnelEnd['rules'],
+    } as TunnelEnd;
+    if (row.transport !== 'tls') end.transport = row.transport;
+    if (row.via !== null) end.via = row.via;
+    if (entry && row.via !== null && store.users.find(row.owner_id)?.role === 'tenant') end.local_targets = false;
+    ends.push(end);
+  }
+  return ends;
 }

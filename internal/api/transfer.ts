@@ -59,6 +59,7 @@ const exportedTunnel = object(
     exit_node: string({ min: 1, max: 64, description: 'Name of the exit node.' }),
     listen_port: integer({ min: 1, max: 65535 }),
     transport: tunnelInput.properties.transport,
+    via: tunnelInput.properties.via,
   },
   { ignore: ['id'] },
 );

@@ -8,6 +8,7 @@ import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { webSocketUrl } from '../schema/net.ts';
 import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
 import { transact } from '../service/write.ts';
 import {
@@ -64,7 +65,24 @@ export const tunnelInput = object(
       ),
       null,
     ),
-    transport: optional(oneOf(transports, { description: 'tls: mutually authenticated TLS over TCP.' }), 'tls'),
+    transport: optional(
+      oneOf(transports, {
+        description:
+          'tls: mutually authenticated TLS over TCP to the exit. ws: the same TLS inside a WebSocket, which an HTTP ' +
+          'reverse proxy or a CDN in front of the exit can carry (see "Paths" in the API reference).',
+      }),
+      'tls',
+    ),
+    via: optional(
+      nullable(
+        webSocketUrl(
+          'Transport ws: the WebSocket URL the entry dials instead of the exit itself, a reverse proxy or CDN that ' +
+            "passes it on to the exit's listen_port (ws:// or wss://, whose certificate is checked against the " +
+            "entry node's CAs). Null: the exit's own port.",
+        ),
+      ),
+      null,
+    ),
   },
   { name: 'TunnelInput', ignore: ['id', 'status', 'rtt_ms', 'ends', 'version', 'created_at', 'updated_at'] },
 );
@@ -95,6 +113,7 @@ export const tunnelSchema = record('Tunnel', {
   exit_node_id: { type: 'integer' },
   listen_port: { type: 'integer' },
   transport: { type: 'string', enum: [...transports] },
+  via: { type: ['string', 'null'], description: 'Transport ws: the WebSocket URL the entry dials; null: the exit.' },
   status: {
     type: 'string',
     enum: [...tunnelStatuses],

@@ -2,7 +2,8 @@
 // receive against these before using it: nothing on either side is cast. The framing (lines
 // of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
 
-import { cidr, host, target } from '../schema/net.ts';
+import { cidr, host, target, webSocketUrl } from '../schema/net.ts';
+import { transports } from './tunnels.ts';
 import {
   array,
   boolean,
@@ -67,8 +68,10 @@ const exitRule = object({
 
 /**
  * One end of a tunnel this node takes part in, with the key pair the master issued it and
- * the pin of the other end's key. The entry dials `host:port`; the exit listens on `port`
- * and serves `rules`.
+ * the pin of the other end's key. The entry dials `host:port` (transport ws: a WebSocket to
+ * `via`, or to `host:port` without one); the exit listens on `port` and serves `rules`.
+ * `transport` and `via` are absent from masters older than them; an agent that does not name
+ * link feature `tunnel_ws` is sent no ws end (see TUNNEL_WS).
  */
 export const tunnelEnd = object({
   id: ID,
@@ -79,6 +82,10 @@ export const tunnelEnd = object({
   key: PEM,
   peer_pin: PIN,
   rules: array(exitRule, { max: 200_000 }),
+  transport: optional(oneOf(transports), 'tls'),
+  via: optional(nullable(webSocketUrl('The WebSocket URL the entry dials, for transport ws.')), null),
+  /** For the entry's `via`, as a rule's targets (see ForwardRule.local_targets): false for a tenant's tunnel. */
+  local_targets: optional(boolean(), true),
 });
 export type TunnelEnd = Infer<typeof tunnelEnd>;
 
@@ -192,9 +199,11 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
 export const AGENT_FEATURES = Object.keys(agentFeatures);
 /**
  * What an agent may say it can do of the link itself, beside rules' features: `soak`, its supervisor keeps an upgrade
- * on trial through a soak (see upgradeMessage).
+ * on trial through a soak (see upgradeMessage); `tunnel_ws`, it runs tunnels of transport ws.
  */
-export const LINK_FEATURES = ['soak'];
+export const LINK_FEATURES = ['soak', 'tunnel_ws'];
+/** The link feature of agents that carry a tunnel inside a WebSocket (transport ws). */
+export const TUNNEL_WS = 'tunnel_ws';
 /** What an agent that names no features can do: what agents did before they named it. */
 export const UNNAMED_FEATURES = ['port_ranges', 'weights', 'preserve_source', 'balancing'];
 

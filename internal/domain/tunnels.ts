@@ -2,5 +2,5 @@
 
 export const tunnelStatuses = ['pending', 'up', 'down'] as const;
 export type TunnelStatus = (typeof tunnelStatuses)[number];
-export const transports = ['tls'] as const;
+export const transports = ['tls', 'ws'] as const;
 export type TunnelTransport = (typeof transports)[number];

@@ -240,7 +240,10 @@ function sameEnd(a: TunnelEnd, b: TunnelEnd): boolean {
     a.port === b.port &&
     a.cert === b.cert &&
     a.key === b.key &&
-    a.peer_pin === b.peer_pin
+    a.peer_pin === b.peer_pin &&
+    a.transport === b.transport &&
+    a.via === b.via &&
+    a.local_targets === b.local_targets
   );
 }
 
@@ -802,7 +805,11 @@ export class Forwarder {
         if (!this.entries.has(end.id) && end.host !== null)
           this.entries.set(end.id, {
             end,
-            entry: new TunnelEntry({ ...end, host: end.host }, () => this.onTunnelChange()),
+            entry: new TunnelEntry(
+              { ...end, host: end.host },
+              () => this.onTunnelChange(),
+              policyFor(this.limits, end.local_targets),
+            ),
           });
         continue;
       }

@@ -99,6 +99,16 @@ function guardedLookup(name: string, policy: DialPolicy): LookupFunction {
   };
 }
 
+/**
+ * What dialling `host` under `policy` takes: why it may not be (an address refused), or the lookup that refuses what
+ * a name resolves to, for another dialler than the relay's (a tunnel's WebSocket).
+ */
+export function guardFor(host: string, policy: DialPolicy): { refused: string | null; lookup?: LookupFunction } {
+  return isIP(host)
+    ? { refused: addressRefusal(host, policy) }
+    : { refused: null, lookup: guardedLookup(host, policy) };
+}
+
 /** Where `target` may not be dialled under `policy`, why (for an address; a name is checked as it resolves). */
 function refusalOf(target: Target, policy: DialPolicy): string | null {
   return isIP(target.host) ? addressRefusal(target.host, policy) : null;

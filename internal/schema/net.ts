@@ -138,6 +138,40 @@ export function masterUrl(options: { description: string; allowEmpty?: boolean }
   });
 }
 
+/** A WebSocket URL as a tunnel's `via`: ws or wss, a hostname or IP address, a port, a path and a query, no more. */
+const WS_URL = /^wss?:\/\/[^\s/?#@]+(?:\/[^\s#]*)?$/;
+
+/**
+ * The WebSocket URL `value` names, or null: `ws://` or `wss://`, a host (a hostname or an IP address), an optional
+ * port, path and query; no user, no fragment, nothing a URL parser would have to fix (spaces, backslashes).
+ */
+export function parseWebSocketUrl(value: string): URL | null {
+  if (value.length > 2048 || !WS_URL.test(value) || value.includes('\\')) return null;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return null;
+  }
+  const name = url.hostname.replace(/^\[|\]$/g, '');
+  if (url.username || url.password || !(isIPv4(name) || isIPv6(name) || isHostname(name))) return null;
+  return url;
+}
+
+export function webSocketUrl(description: string): Schema<string> {
+  return string({
+    min: 1,
+    max: 2048,
+    description,
+    example: 'wss://tunnels.example.com/portplane/7',
+    documented: { format: 'uri', pattern: WS_URL.source },
+    refine: (value) =>
+      parseWebSocketUrl(value)
+        ? null
+        : 'must be ws://HOST[:PORT][/PATH] or wss://..., with a hostname or IP address, no user and no fragment',
+  });
+}
+
 /**
  * Who a peer address counts as, for limits kept per source: an IPv4 address itself (also when it comes IPv4-mapped),
  * an IPv6 address by its /64, the smallest block a host is given: one host may use every address in it.

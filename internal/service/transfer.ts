@@ -46,6 +46,8 @@ export interface ExportDocument {
     exit_node: string;
     listen_port: number;
     transport: TunnelTransport;
+    /** Only where set (transport ws), as masters older than it read the rest. */
+    via?: string | null;
   }[];
   rules: (Omit<RuleFields, 'owner_id' | 'node_id' | 'tunnel_id'> & {
     owner: string | null;
@@ -85,6 +87,7 @@ function exportOf(store: Store, exportedAt: string): ExportDocument {
       exit_node: nodeNames.get(t.exit_node_id)!,
       listen_port: t.listen_port,
       transport: t.transport,
+      ...(t.via === null ? {} : { via: t.via }),
     })),
     rules: rules.map((rule) => {
       const { name, owner_id, node_id, tunnel_id, ...rest } = ruleFieldsOf(rule);
@@ -198,6 +201,7 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
         exit_node_id: exit,
         listen_port: input.listen_port,
         transport: input.transport,
+        via: input.via ?? null,
       }),
     );
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };

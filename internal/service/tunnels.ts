@@ -20,16 +20,20 @@ export interface TunnelInput {
   entry_node_id: number;
   exit_node_id: number;
   transport: TunnelTransport;
+  /** Transport ws only: the WebSocket URL the entry dials (a reverse proxy in front of the exit). */
+  via: string | null;
   listen_port: number | null;
 }
 
-/** Problems with the nodes a tunnel names, as field errors under `prefix`. */
+/** Problems with the nodes a tunnel names, and a via without a WebSocket, as field errors under `prefix`. */
 function tunnelReferenceErrors(
   app: WriteDeps,
-  body: { entry_node_id: number; exit_node_id: number },
+  body: { entry_node_id: number; exit_node_id: number; transport: TunnelTransport; via: string | null },
   prefix = '#',
 ): FieldError[] {
   const errors: FieldError[] = [];
+  if (body.via !== null && body.transport !== 'ws')
+    errors.push({ pointer: `${prefix}/via`, detail: 'only with transport ws (a WebSocket is what a via carries)' });
   for (const key of ['entry_node_id', 'exit_node_id'] as const) {
     if (!app.store.nodes.find(body[key]))
       errors.push({ pointer: `${prefix}/${key}`, detail: `node ${body[key]} does not exist` });
@@ -73,6 +77,7 @@ export function insertTunnel(app: WriteDeps, change: Change, body: TunnelInput):
     entry_node_id: body.entry_node_id,
     exit_node_id: body.exit_node_id,
     transport: body.transport,
+    via: body.via,
     listen_port: listenPort,
   };
   const tunnel = unnamedToTenants(app, change.caller, () => app.store.tunnels.insert(fields, app.timestamp()));
@@ -120,6 +125,7 @@ export function updateTunnel(app: WriteDeps, change: Change, id: number, body: T
     entry_node_id: body.entry_node_id,
     exit_node_id: body.exit_node_id,
     transport: body.transport,
+    via: body.via,
     listen_port: listenPort,
   };
   let updated = unnamedToTenants(app, change.caller, () => app.store.tunnels.update(id, fields, app.timestamp()));

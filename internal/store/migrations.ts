@@ -10,7 +10,7 @@
 // installed again after, with what they keep rebuilt), and commits only when foreign_key_check finds nothing.
 
 /** The entries that rebuild a table (see above). */
-export const tableRebuilds: ReadonlySet<number> = new Set([23, 38, 39]);
+export const tableRebuilds: ReadonlySet<number> = new Set([23, 38, 39, 45]);
 
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
@@ -741,5 +741,52 @@ export const migrations: readonly string[] = [
     primary_url TEXT,
     fenced_at TEXT NOT NULL
   ) STRICT;
+  `,
+  /* 45: the tunnels table rebuilt: transport ws (the tunnel's TLS inside a WebSocket) and the URL the entry dials */ `
+  CREATE TABLE tunnels_45 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    entry_node_id INTEGER NOT NULL REFERENCES nodes(id),
+    exit_node_id INTEGER NOT NULL REFERENCES nodes(id),
+    listen_port INTEGER NOT NULL CHECK (listen_port BETWEEN 1 AND 65535),
+    transport TEXT NOT NULL CHECK (transport IN ('tls', 'ws')),
+    -- Transport ws: the WebSocket URL the entry dials (a reverse proxy in front of the exit); null: the exit itself.
+    via TEXT CHECK (via IS NULL OR transport = 'ws'),
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'up', 'down')),
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    exit_cert TEXT,
+    exit_key BLOB,
+    entry_cert TEXT,
+    entry_key BLOB,
+    entry_status TEXT NOT NULL DEFAULT 'pending' CHECK (entry_status IN ('pending', 'up', 'down')),
+    entry_error TEXT,
+    entry_reported_at TEXT,
+    exit_status TEXT NOT NULL DEFAULT 'pending' CHECK (exit_status IN ('pending', 'up', 'down')),
+    exit_error TEXT,
+    exit_reported_at TEXT,
+    rtt_us INTEGER,
+    port_picked INTEGER NOT NULL DEFAULT 0 CHECK (port_picked IN (0, 1)),
+    owner_id INTEGER REFERENCES users(id),
+    CHECK (entry_node_id != exit_node_id)
+  ) STRICT;
+  INSERT INTO tunnels_45 (id, name, entry_node_id, exit_node_id, listen_port, transport, status, version, created_at,
+    updated_at, exit_cert, exit_key, entry_cert, entry_key, entry_status, entry_error, entry_reported_at, exit_status,
+    exit_error, exit_reported_at, rtt_us, port_picked, owner_id)
+  SELECT id, name, entry_node_id, exit_node_id, listen_port, transport, status, version, created_at,
+    updated_at, exit_cert, exit_key, entry_cert, entry_key, entry_status, entry_error, entry_reported_at, exit_status,
+    exit_error, exit_reported_at, rtt_us, port_picked, owner_id
+  FROM tunnels;
+  CREATE TEMP TABLE tunnels_sequence_45 AS SELECT seq FROM sqlite_sequence WHERE name = 'tunnels';
+  DROP TABLE tunnels;
+  ALTER TABLE tunnels_45 RENAME TO tunnels;
+  DELETE FROM sqlite_sequence WHERE name = 'tunnels';
+  INSERT INTO sqlite_sequence (name, seq) SELECT 'tunnels', seq FROM temp.tunnels_sequence_45;
+  DROP TABLE temp.tunnels_sequence_45;
+  CREATE INDEX tunnels_entry ON tunnels(entry_node_id);
+  CREATE INDEX tunnels_exit ON tunnels(exit_node_id);
+  CREATE INDEX tunnels_down ON tunnels(id) WHERE status = 'down';
+  CREATE INDEX tunnels_owner ON tunnels(owner_id);
   `,
 ];

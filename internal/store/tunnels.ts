@@ -21,6 +21,8 @@ export interface TunnelFields {
   exit_node_id: number;
   listen_port: number;
   transport: TunnelTransport;
+  /** Transport ws: the WebSocket URL the entry dials instead of the exit's port; null: the exit's port. */
+  via: string | null;
 }
 
 /** How one end sees the tunnel: pending until it reports after the tunnel's last change. */
@@ -56,6 +58,9 @@ export interface TunnelEndRow extends TunnelKeys {
   exit_node_id: number;
   listen_port: number;
   exit_host: string;
+  owner_id: number;
+  transport: TunnelTransport;
+  via: string | null;
 }
 
 interface Row extends TunnelFields {
@@ -82,6 +87,7 @@ function toTunnel(row: Row): Tunnel {
     exit_node_id: row.exit_node_id,
     listen_port: row.listen_port,
     transport: row.transport,
+    via: row.via,
     status: row.status,
     rtt_ms: row.rtt_us === null ? null : Math.round(row.rtt_us / 10) / 100,
     ends: {
@@ -94,7 +100,7 @@ function toTunnel(row: Row): Tunnel {
   };
 }
 
-const COLUMNS = `id, name, owner_id, entry_node_id, exit_node_id, listen_port, transport, status, entry_status,
+const COLUMNS = `id, name, owner_id, entry_node_id, exit_node_id, listen_port, transport, via, status, entry_status,
   entry_error, entry_reported_at, exit_status, exit_error, exit_reported_at, rtt_us, version, created_at, updated_at`;
 /** Both ends up: up; either down: down; otherwise one has not reported since the last change. */
 const COMBINED_STATUS = `CASE WHEN entry_status = 'up' AND exit_status = 'up' THEN 'up'
@@ -177,15 +183,15 @@ export class TunnelStore {
     this.bound = new FilterBound(db, 'tunnels', 'tunnels', TUNNEL_FILTERS);
     this.sortedQueries = new KeysetQueries(db, { select: 'id', from: 'tunnels', id: 'id' }, TUNNEL_SORTS, this.bound);
     this.insertStmt =
-      db.prepare(`INSERT INTO tunnels (name, owner_id, entry_node_id, exit_node_id, listen_port, transport, created_at,
-        updated_at)
-      VALUES (:name, :owner_id, :entry_node_id, :exit_node_id, :listen_port, :transport, :at, :at) RETURNING id`);
+      db.prepare(`INSERT INTO tunnels (name, owner_id, entry_node_id, exit_node_id, listen_port, transport, via,
+        created_at, updated_at)
+      VALUES (:name, :owner_id, :entry_node_id, :exit_node_id, :listen_port, :transport, :via, :at, :at) RETURNING id`);
     this.pickedStmt = db.prepare('UPDATE tunnels SET port_picked = ? WHERE id = ?');
     this.movePortStmt = db.prepare(`UPDATE tunnels SET listen_port = :port, ${ENDS_PENDING}, version = version + 1,
       updated_at = :at WHERE id = :id AND port_picked = 1 RETURNING id`);
     this.updateStmt = db.prepare(`UPDATE tunnels SET name = :name, owner_id = :owner_id, entry_node_id = :entry_node_id,
-        exit_node_id = :exit_node_id,
-        listen_port = :listen_port, transport = :transport, ${ENDS_PENDING}, version = version + 1, updated_at = :at
+        exit_node_id = :exit_node_id, listen_port = :listen_port, transport = :transport, via = :via, ${ENDS_PENDING},
+        version = version + 1, updated_at = :at
       WHERE id = :id`);
     this.deleteStmt = db.prepare('DELETE FROM tunnels WHERE id = ?');
     this.idsByNodeStmt = db.prepare('SELECT id FROM tunnels WHERE entry_node_id = ?1 OR exit_node_id = ?1 ORDER BY id');
@@ -196,7 +202,7 @@ export class TunnelStore {
       WHERE id = :id`);
     this.keylessStmt = db.prepare('SELECT id FROM tunnels WHERE exit_key IS NULL OR entry_key IS NULL ORDER BY id');
     this.endsStmt = db.prepare(`SELECT t.id, t.entry_node_id, t.exit_node_id, t.listen_port, n.host AS exit_host,
-        t.exit_cert, t.exit_key, t.entry_cert, t.entry_key
+        t.owner_id, t.transport, t.via, t.exit_cert, t.exit_key, t.entry_cert, t.entry_key
       FROM tunnels t JOIN nodes n ON n.id = t.exit_node_id
       WHERE (t.entry_node_id = ?1 OR t.exit_node_id = ?1) AND t.exit_key IS NOT NULL AND t.entry_key IS NOT NULL
       ORDER BY t.id`);

@@ -1,6 +1,7 @@
 // The entry end of a tunnel: keeps one HTTP/2 session over TLS to the exit node (pinning the
 // exit's key, presenting its own), reconnecting with backoff, measuring the round trip with
-// HTTP/2 PING, and opening a stream per relayed connection or UDP session.
+// HTTP/2 PING, and opening a stream per relayed connection or UDP session. Over transport ws
+// the same TLS runs inside a WebSocket to the exit, or to the reverse proxy in front of it.
 
 import {
   connect as h2Connect,
@@ -11,7 +12,8 @@ import {
 } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
-import type { DatagramDial, DatagramSession, TcpDial } from '../relay/dial.ts';
+import type { TunnelTransport } from '../domain/tunnels.ts';
+import { guardFor, type DatagramDial, type DatagramSession, type DialPolicy, type TcpDial } from '../relay/dial.ts';
 import { contained } from '../relay/faults.ts';
 import {
   ALPN,
@@ -26,6 +28,8 @@ import {
   CLIENT_HEADER,
   type TunnelView,
 } from './wire.ts';
+import { parseWebSocketUrl } from '../schema/net.ts';
+import { openWebSocket, type WebSocketStream } from './websocket.ts';
 
 export interface EntryConfig {
   id: number;
@@ -36,6 +40,9 @@ export interface EntryConfig {
   key: string;
   /** The exit's key. */
   peer_pin: string;
+  transport: TunnelTransport;
+  /** Transport ws: the WebSocket URL to dial (a reverse proxy in front of the exit); null: the exit's own port. */
+  via: string | null;
 }
 
 const CONNECT_TIMEOUT_MS = 10_000;
@@ -69,6 +76,8 @@ export class TunnelEntry {
   private connecting = false;
   /** The connection to the exit being made or in use: ended with the entry, even mid-handshake. */
   private connection: TLSSocket | null = null;
+  /** Transport ws: the WebSocket being opened or carrying the connection, or how to abandon its opening. */
+  private carrier: WebSocketStream | (() => void) | null = null;
   private closed = false;
   private attempt = 0;
   private attemptedAt = 0;
@@ -79,6 +88,8 @@ export class TunnelEntry {
   constructor(
     readonly config: EntryConfig,
     private readonly onView: (view: TunnelView) => void,
+    /** What a WebSocket's URL may reach, as a rule's targets (a tenant's tunnel is held off local addresses). */
+    private readonly policy: DialPolicy,
   ) {
     this.connect();
   }
@@ -161,6 +172,7 @@ export class TunnelEntry {
     clearInterval(this.pingTimer);
     this.session?.destroy();
     this.connection?.destroy();
+    this.dropCarrier();
     this.answer(null);
   }
 
@@ -209,14 +221,61 @@ export class TunnelEntry {
     this.onView(this.view);
   }
 
+  /** Where the entry dials, in words: the exit's address, or the WebSocket URL it reaches the exit through. */
+  private get where(): string {
+    const { host, port, transport } = this.config;
+    return transport === 'ws' ? `through ${this.webSocketUrl().href}` : `at ${host}:${port}`;
+  }
+
+  private webSocketUrl(): URL {
+    const { host, port, via } = this.config;
+    return parseWebSocketUrl(via ?? `ws://${host.includes(':') ? `[${host}]` : host}:${port}/`)!;
+  }
+
+  private dropCarrier(): void {
+    const carrier = this.carrier;
+    this.carrier = null;
+    if (typeof carrier === 'function') carrier();
+    else carrier?.destroy();
+  }
+
   private connect(): void {
     if (this.closed) return;
     this.connecting = true;
     this.attemptedAt = Date.now();
+    if (this.config.transport === 'tls') return this.handshake(null);
+    const url = this.webSocketUrl();
+    // A via is the tunnel owner's to name, and is held to what their rules' targets may reach; the exit is a node's.
+    const guard: ReturnType<typeof guardFor> = this.config.via
+      ? guardFor(url.hostname.replace(/^\[|\]$/g, ''), this.policy)
+      : { refused: null };
+    if (guard.refused) return this.lost(`not dialling the exit node ${this.where}: ${guard.refused}`);
+    const timer = setTimeout(() => {
+      this.dropCarrier();
+      this.lost(`cannot reach the exit node ${this.where}: timed out connecting`);
+    }, CONNECT_TIMEOUT_MS);
+    this.carrier = openWebSocket(
+      url,
+      (carrier) => {
+        clearTimeout(timer);
+        this.carrier = carrier;
+        carrier.on('error', () => carrier.destroy());
+        this.handshake(carrier);
+      },
+      (why) => {
+        clearTimeout(timer);
+        this.carrier = null;
+        this.lost(`cannot reach the exit node ${this.where}: ${why}`);
+      },
+      guard.lookup,
+    );
+  }
+
+  /** The TLS handshake with the exit, on its port or inside `carrier`, the WebSocket to it. */
+  private handshake(carrier: WebSocketStream | null): void {
     const { host, port, cert, key, peer_pin } = this.config;
     const socket = tlsConnect({
-      host,
-      port,
+      ...(carrier ? { socket: carrier } : { host, port }),
       cert,
       key,
       // The pin is the trust: the exit's certificate is its own, no CA is involved.
@@ -225,9 +284,12 @@ export class TunnelEntry {
       ALPNProtocols: ALPN,
     });
     this.connection = socket;
-    socket.once('close', () => this.connection === socket && (this.connection = null));
+    socket.once('close', () => {
+      if (this.connection === socket) this.connection = null;
+      if (carrier && this.carrier === carrier) this.dropCarrier();
+    });
     socket.setTimeout(CONNECT_TIMEOUT_MS, () => socket.destroy(new Error('timed out connecting')));
-    const failed = (error: Error) => this.lost(`cannot reach the exit node at ${host}:${port}: ${error.message}`);
+    const failed = (error: Error) => this.lost(`cannot reach the exit node ${this.where}: ${error.message}`);
     socket.once('error', failed);
     socket.once('secureConnect', () => {
       socket.off('error', failed);
@@ -236,7 +298,7 @@ export class TunnelEntry {
       if (refusal) {
         socket.on('error', () => undefined);
         socket.destroy();
-        return this.lost(`refusing the exit node at ${host}:${port}: ${refusal}`);
+        return this.lost(`refusing the exit node ${this.where}: ${refusal}`);
       }
       this.open(socket);
     });

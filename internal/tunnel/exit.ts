@@ -3,10 +3,12 @@
 // only rules bound to this tunnel, whatever else a peer sends. Everything it refuses is
 // kept as the tunnel's last error, which the agent reports to the master.
 
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { performServerHandshake, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { IncomingHttpHeaders } from 'node:http2';
-import { isIP, type Socket } from 'node:net';
-import { createServer, type Server, type TLSSocket } from 'node:tls';
+import { isIP, type Server as NetServer, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { createSecureContext, createServer, TLSSocket, type Server } from 'node:tls';
 import { sourceOf } from '../schema/net.ts';
 import { datagramsTo, dialTargets, policyFor, splice, type DialPolicy } from '../relay/dial.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
@@ -25,6 +27,8 @@ import {
   type TunnelView,
   CLIENT_HEADER,
 } from './wire.ts';
+import type { TunnelTransport } from '../domain/tunnels.ts';
+import { acceptWebSocket, notFound } from './websocket.ts';
 
 /** A connection's peer, the same for its TCP socket and the TLS socket over it. */
 function peerKey(socket: Socket): string {
@@ -34,6 +38,8 @@ function peerKey(socket: Socket): string {
 export interface ExitConfig {
   id: number;
   port: number;
+  /** tls: the entry's TLS on the port itself; ws: the same TLS inside a WebSocket, which a reverse proxy may carry. */
+  transport: TunnelTransport;
   cert: string;
   key: string;
   /** The entry's key. */
@@ -55,8 +61,10 @@ export interface ExitRule {
 const MAX_CONNECTIONS = 256;
 /**
  * Handshakes under way, at most: past it the one that began longest ago is dropped for the new one, so idle
- * connections cannot keep the entry out (its handshake takes milliseconds); and at most PENDING_PER_SOURCE from one
- * source address (an IPv6 host by its /64). Each has HANDSHAKE_TIMEOUT_MS to finish.
+ * connections cannot keep the entry out (its handshake takes milliseconds); and, over TLS, at most PENDING_PER_SOURCE
+ * from one source address (an IPv6 host by its /64). Each has HANDSHAKE_TIMEOUT_MS to finish (through a WebSocket,
+ * that much for the upgrade and as much again for the TLS inside). A WebSocket's connections all come from the reverse
+ * proxy in front, so there is no cap per source: it would let anyone behind the same proxy keep the entry out.
  */
 const MAX_PENDING = 64;
 const PENDING_PER_SOURCE = 4;
@@ -65,7 +73,10 @@ const HANDSHAKE_TIMEOUT_MS = 3_000;
 const MAX_SESSIONS = 4;
 
 export class TunnelExit {
+  /** The TLS server: listening on the port (transport tls) or handed nothing but its settings (ws). */
   private readonly server: Server;
+  /** What listens on the port: the TLS server, or an HTTP server whose WebSocket upgrades carry the TLS. */
+  private readonly listener: NetServer;
   private readonly rules = new Map<number, { rule: ExitRule; picker: TargetPicker }>();
   private readonly sessions = new Set<Http2Session>();
   /** Connections whose handshake is under way, by address and port, oldest first. */
@@ -89,14 +100,15 @@ export class TunnelExit {
       handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
     });
     this.server.maxConnections = MAX_CONNECTIONS;
-    this.server.on('connection', (socket: Socket) => this.admit(socket));
+    this.listener = config.transport === 'ws' ? this.webSocketListener() : this.server;
+    if (config.transport === 'tls') this.server.on('connection', (socket: Socket) => this.admit(socket, true));
     this.server.on(
       'secureConnection',
       contained(
         'tunnel_exit',
         (socket: TLSSocket) => {
           this.pending.delete(peerKey(socket));
-          this.accept(socket);
+          this.accept(socket, socket.remoteAddress ?? 'unknown');
         },
         (error, socket) => this.dropped(socket, error),
       ),
@@ -118,24 +130,24 @@ export class TunnelExit {
   listen(host: string, inherited?: object): Promise<void> {
     return new Promise((resolve, reject) => {
       const listening = () => {
-        this.server.off('error', reject);
-        this.server.on('error', () => undefined);
+        this.listener.off('error', reject);
+        this.listener.on('error', () => undefined);
         resolve();
       };
-      this.server.once('error', reject);
-      if (inherited) this.server.listen(inherited, listening);
-      else this.server.listen({ host, port: this.config.port, exclusive: true }, listening);
+      this.listener.once('error', reject);
+      if (inherited) this.listener.listen(inherited, listening);
+      else this.listener.listen({ host, port: this.config.port, exclusive: true }, listening);
     });
   }
 
   /** The listening socket's handle, for the agent taking over (see TcpRelay.listeningHandle). */
   get listeningHandle(): object | undefined {
-    return (this.server as unknown as { _handle?: object })._handle;
+    return (this.listener as unknown as { _handle?: object })._handle;
   }
 
   /** Takes no more tunnel connections; those open go on. */
   stopAccepting(): void {
-    if (this.server.listening) this.server.close();
+    if (this.listener.listening) this.listener.close();
   }
 
   /** How many tunnel connections it carries now. */
@@ -163,7 +175,8 @@ export class TunnelExit {
 
   close(): Promise<void> {
     for (const session of this.sessions) session.destroy();
-    return new Promise((resolve) => (this.server.listening ? this.server.close(() => resolve()) : resolve()));
+    for (const socket of this.pending.values()) socket.destroy();
+    return new Promise((resolve) => (this.listener.listening ? this.listener.close(() => resolve()) : resolve()));
   }
 
   private report(change: Partial<TunnelView>): void {
@@ -181,11 +194,60 @@ export class TunnelExit {
     this.refuse(`dropped a connection that failed: ${(error as Error)?.message ?? String(error)}`);
   }
 
-  /** Lets a new connection start its handshake, within MAX_PENDING and PENDING_PER_SOURCE. */
-  private admit(socket: Socket): void {
+  /**
+   * The port's HTTP server for transport ws: a WebSocket upgrade is answered and the entry's TLS read from inside it
+   * by a TLSSocket of the exit's own (the TLS server's settings); plain requests get a 404.
+   */
+  private webSocketListener(): NetServer {
+    const { cert, key } = this.config;
+    const context = createSecureContext({ cert, key, minVersion: MIN_TLS });
+    const http = createHttpServer(
+      { headersTimeout: HANDSHAKE_TIMEOUT_MS, requestTimeout: HANDSHAKE_TIMEOUT_MS, maxHeaderSize: 8192 },
+      notFound,
+    );
+    http.maxConnections = MAX_CONNECTIONS;
+    http.on('connection', (socket: Socket) => this.admit(socket, false));
+    http.on('clientError', (_error, socket: Duplex) => socket.destroy());
+    http.on(
+      'upgrade',
+      contained(
+        'tunnel_exit',
+        (request: IncomingMessage, socket: Socket, head: Buffer) => {
+          const from = `${socket.remoteAddress ?? 'a peer that left'} (a WebSocket)`;
+          const carrier = acceptWebSocket(request, socket, head);
+          if (!carrier) return this.refuse(`refused a request from ${from} that was no WebSocket upgrade`);
+          carrier.on('error', () => carrier.destroy());
+          const tls = new TLSSocket(carrier, {
+            isServer: true,
+            secureContext: context,
+            requestCert: true,
+            rejectUnauthorized: false,
+            ALPNProtocols: ALPN,
+            handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+          } as ConstructorParameters<typeof TLSSocket>[1]);
+          tls.once('error', (error) => {
+            this.refuse(`a TLS handshake from ${from} failed: ${error.message}`);
+            tls.destroy();
+          });
+          tls.once('secure', () => {
+            this.pending.delete(peerKey(socket));
+            // What a TLS server does for the sockets it makes (onServerSocketSecure): HTTP/2 waits for it.
+            (tls as { secureConnecting?: boolean }).secureConnecting = false;
+            this.accept(tls, from);
+          });
+        },
+        (error, _request, socket) => this.dropped(socket as Socket, error),
+      ),
+    );
+    return http;
+  }
+
+  /** Lets a new connection start its handshake, within MAX_PENDING (and PENDING_PER_SOURCE, when `perSource`). */
+  private admit(socket: Socket, perSource: boolean): void {
     const source = sourceOf(socket.remoteAddress ?? '');
     let fromSource = 0;
-    for (const other of this.pending.values()) if (sourceOf(other.remoteAddress ?? '') === source) fromSource += 1;
+    if (perSource)
+      for (const other of this.pending.values()) if (sourceOf(other.remoteAddress ?? '') === source) fromSource += 1;
     if (fromSource >= PENDING_PER_SOURCE) return void socket.destroy();
     if (this.pending.size >= MAX_PENDING) this.pending.values().next().value!.destroy();
     const key = peerKey(socket);
@@ -193,8 +255,7 @@ export class TunnelExit {
     socket.once('close', () => this.pending.get(key) === socket && this.pending.delete(key));
   }
 
-  private accept(socket: TLSSocket): void {
-    const from = socket.remoteAddress ?? 'unknown';
+  private accept(socket: TLSSocket, from: string): void {
     socket.on('error', () => socket.destroy());
     const refusal = peerRefusal(socket, this.config.peer_pin);
     if (refusal) {

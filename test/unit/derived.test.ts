@@ -229,6 +229,7 @@ test('port claims follow every write of rules and tunnels, as a rebuild from the
           exit_node_id: second,
           listen_port: 40000,
           transport: 'tls',
+          via: null,
         },
         AT,
       ).id,

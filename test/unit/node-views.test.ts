@@ -52,7 +52,15 @@ function setUp(t: { after: (fn: () => void) => void }) {
   );
   const rule = store.write(() => {
     const tunnel = store.tunnels.insert(
-      { name: 't', owner_id: owner, entry_node_id: entry, exit_node_id: exit, listen_port: 7000, transport: 'tls' },
+      {
+        name: 't',
+        owner_id: owner,
+        entry_node_id: entry,
+        exit_node_id: exit,
+        listen_port: 7000,
+        transport: 'tls',
+        via: null,
+      },
       AT,
     );
     return store.rules.insert(
@@ -303,6 +311,7 @@ test('tunnel, token and user pages read after any change as a fresh read of the 
             exit_node_id: exit,
             listen_port: 7001,
             transport: 'tls',
+            via: null,
           },
           AT,
         ),

@@ -366,7 +366,12 @@ export interface components {
          * @default tls
          * @enum {string}
          */
-        transport?: 'tls';
+        transport?: 'tls' | 'ws';
+        /**
+         * Format: uri
+         * @default null
+         */
+        via?: string | null;
       }[];
       rules: {
         name: string;
@@ -1517,7 +1522,8 @@ export interface components {
       exit_node_id: number;
       listen_port: number;
       /** @enum {string} */
-      transport: 'tls';
+      transport: 'tls' | 'ws';
+      via: string | null;
       /** @enum {string} */
       status: 'pending' | 'up' | 'down';
       rtt_ms: number | null;
@@ -1559,7 +1565,12 @@ export interface components {
        * @default tls
        * @enum {string}
        */
-      transport?: 'tls';
+      transport?: 'tls' | 'ws';
+      /**
+       * Format: uri
+       * @default null
+       */
+      via?: string | null;
     };
     TunnelPage: {
       items: components['schemas']['Tunnel'][];
