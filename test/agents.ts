@@ -30,6 +30,8 @@ export interface AgentOptions {
   extraArgs?: string[];
   /** Run the built bundle (dist/agent.mjs, current: see test/dist.ts) rather than the source. */
   built?: boolean;
+  /** More environment, e.g. NODE_EXTRA_CA_CERTS: what a process reads once, at its start. */
+  env?: Record<string, string>;
 }
 
 export function startAgent(t: TestContext, master: string, token: string, options: AgentOptions = {}): AgentProcess {
@@ -48,7 +50,7 @@ export function startAgent(t: TestContext, master: string, token: string, option
   const [command, ...args] = [...(options.within ?? []), ...argv];
   const child = spawn(command!, args, {
     // The relay unless a test asks for the kernel: agents here share the host's one nftables table otherwise.
-    env: { AGENT_FORWARDING: 'relay', ...process.env, AGENT_TOKEN: token },
+    env: { AGENT_FORWARDING: 'relay', ...process.env, ...options.env, AGENT_TOKEN: token },
     stdio: ['ignore', 'pipe', 'inherit'],
     // A group of its own: a supervisor's workers go with it at the end, even a worker orphaned by a failing test,
     // which would otherwise keep the test's process alive through the output pipe it shares.

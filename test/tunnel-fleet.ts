@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import type { TestContext } from 'node:test';
-import { agentInProcess, nodeOf } from './agents.ts';
+import { agentInProcess, nodeOf, startAgent } from './agents.ts';
 import { call, node, rule, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, udpEcho, until } from './net.ts';
 
@@ -11,6 +11,8 @@ export interface FleetOptions {
   transport?: 'tls' | 'ws';
   /** The tunnel's via, made once the exit's port is known (a proxy in front of it); none: the exit itself. */
   via?: (tunnelPort: number) => Promise<string>;
+  /** Run the entry's agent as a process of its own with this environment (in this process otherwise). */
+  entryEnv?: Record<string, string>;
 }
 
 export async function tunnelFleet(t: TestContext, options: FleetOptions = {}) {
@@ -35,7 +37,9 @@ export async function tunnelFleet(t: TestContext, options: FleetOptions = {}) {
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   const tunnel = created.body;
-  const entry = await agentInProcess(t, m.url, entryNode.agent_token);
+  const entry = options.entryEnv
+    ? startAgent(t, m.url, entryNode.agent_token, { env: options.entryEnv })
+    : await agentInProcess(t, m.url, entryNode.agent_token);
   const exit = await agentInProcess(t, m.url, exitNode.agent_token);
   await until('both agents online', async () =>
     (await Promise.all([nodeOf(m, entryNode.id), nodeOf(m, exitNode.id)])).every((n) => n.status === 'online'),

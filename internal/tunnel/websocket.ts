@@ -25,6 +25,42 @@ const MAX_CONTROL = 125;
 /** How long a closing WebSocket waits for the peer's close frame before it drops the connection. */
 const CLOSE_WAIT_MS = 2_000;
 
+/** Random bytes for masking keys, drawn in bulk: a call for each frame's four bytes cost more than the masking. */
+const randomPool = Buffer.alloc(4096);
+let randomAt = randomPool.length;
+
+function maskingKey(key: Buffer): void {
+  if (randomAt === randomPool.length) {
+    randomFillSync(randomPool);
+    randomAt = 0;
+  }
+  randomPool.copy(key, 0, randomAt, randomAt + 4);
+  randomAt += 4;
+}
+
+/** The byte order of this machine's 32-bit words, to XOR four bytes of a mask at a time. */
+const wordOf = (bytes: Buffer) => new Uint32Array(new Uint8Array(bytes).buffer)[0]!;
+
+/**
+ * XORs `bytes` in place with the 4-byte `key`, starting `offset` bytes into it: byte by byte up to a 4-byte boundary,
+ * then a word at a time (four times fewer steps; a byte loop held a ws tunnel to a third of a tls one), then the rest.
+ */
+function mask(bytes: Buffer, key: Buffer, offset: number): void {
+  const length = bytes.length;
+  let i = 0;
+  for (const lead = Math.min(length, (4 - (bytes.byteOffset & 3)) & 3); i < lead; i++)
+    bytes[i]! ^= key[(offset + i) & 3]!;
+  const words = (length - i) >>> 2;
+  if (words > 0) {
+    const at = offset + i;
+    const word = wordOf(Buffer.from([key[at & 3]!, key[(at + 1) & 3]!, key[(at + 2) & 3]!, key[(at + 3) & 3]!]));
+    const view = new Uint32Array(bytes.buffer, bytes.byteOffset + i, words);
+    for (let w = 0; w < words; w++) view[w]! ^= word;
+    i += words * 4;
+  }
+  for (; i < length; i++) bytes[i]! ^= key[(offset + i) & 3]!;
+}
+
 /** Why a peer's frames were refused, as a close code and words (RFC 6455 section 7.4.1). */
 class ProtocolError extends Error {
   constructor(
@@ -41,7 +77,8 @@ type Role = 'client' | 'server';
  * One WebSocket as a Duplex of bytes over `socket` (after the handshake; `head` is what arrived past it). Writes go
  * out as binary frames, masked by a client; what a peer sends is checked as it is read (masking by role, reserved
  * bits, opcodes, control frames' size, fragmentation's order) and a violation closes with 1002. Backpressure holds
- * both ways: a full reader pauses the socket, and a write's callback waits for the socket's.
+ * both ways: a full reader pauses the socket, and a write's callback waits for the socket's. It owns what it reads from
+ * `socket` (a network socket's fresh buffers): masked payloads are unmasked where they lie.
  */
 export class WebSocketStream extends Duplex {
   private buffered: Buffer = Buffer.alloc(0);
@@ -73,13 +110,18 @@ export class WebSocketStream extends Duplex {
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, done: (error?: Error | null) => void): void {
+    this._writev([{ chunk }], done);
+  }
+
+  /** Writes what queued meanwhile (TLS records, mostly) as frames in one go: a socket write each cost a third. */
+  override _writev(chunks: { chunk: Buffer }[], done: (error?: Error | null) => void): void {
     if (this.closeSent) return done(new Error('the WebSocket is closing'));
-    for (let at = 0; at < chunk.length; at += MAX_SENT_FRAME) {
-      const part = chunk.subarray(at, Math.min(chunk.length, at + MAX_SENT_FRAME));
-      const last = at + MAX_SENT_FRAME >= chunk.length;
-      this.socket.write(this.frame(OP.binary, part), last ? done : undefined);
-    }
-    if (chunk.length === 0) done();
+    const frames: Buffer[] = [];
+    for (const { chunk } of chunks)
+      for (let at = 0; at < chunk.length; at += MAX_SENT_FRAME)
+        frames.push(this.frame(OP.binary, chunk.subarray(at, Math.min(chunk.length, at + MAX_SENT_FRAME))));
+    if (frames.length === 0) return done();
+    this.socket.write(frames.length === 1 ? frames[0]! : Buffer.concat(frames), done);
   }
 
   override _final(done: (error?: Error | null) => void): void {
@@ -120,8 +162,9 @@ export class WebSocketStream extends Duplex {
       return frame;
     }
     const key = frame.subarray(2 + extended, headLength);
-    randomFillSync(key);
-    for (let i = 0; i < length; i++) frame[headLength + i] = payload[i]! ^ key[i & 3]!;
+    maskingKey(key);
+    payload.copy(frame, headLength);
+    mask(frame.subarray(headLength), key, 0);
     return frame;
   }
 
@@ -175,12 +218,12 @@ export class WebSocketStream extends Duplex {
       if (big > BigInt(Number.MAX_SAFE_INTEGER)) throw new ProtocolError(1009, 'a frame is longer than 2^53 bytes');
       length = Number(big);
     }
-    const mask = masked ? Buffer.from(data.subarray(2 + extended, headLength)) : null;
+    const key = masked ? Buffer.from(data.subarray(2 + extended, headLength)) : null;
     if (opcode >= 0x8) {
       if (!fin || length > MAX_CONTROL) throw new ProtocolError(1002, 'a control frame is fragmented or too long');
       if (data.length < headLength + length) return 0;
       const payload = Buffer.from(data.subarray(headLength, headLength + length));
-      if (mask) for (let i = 0; i < length; i++) payload[i]! ^= mask[i & 3]!;
+      if (key) mask(payload, key, 0);
       this.control(opcode, payload);
       return headLength + length;
     }
@@ -189,22 +232,18 @@ export class WebSocketStream extends Duplex {
       throw new ProtocolError(1002, `a frame with opcode ${opcode} out of order`);
     this.fragmented = !fin;
     this.remaining = length;
-    this.mask = mask;
+    this.mask = key;
     this.maskOffset = 0;
     return headLength;
   }
 
   private payload(part: Buffer): void {
     this.remaining -= part.length;
-    let bytes = part;
     if (this.mask) {
-      bytes = Buffer.allocUnsafe(part.length);
-      const mask = this.mask;
-      const offset = this.maskOffset;
-      for (let i = 0; i < part.length; i++) bytes[i] = part[i]! ^ mask[(offset + i) & 3]!;
-      this.maskOffset = (offset + part.length) & 3;
-    } else bytes = Buffer.from(part);
-    if (!this.push(bytes)) this.socket.pause();
+      mask(part, this.mask, this.maskOffset);
+      this.maskOffset = (this.maskOffset + part.length) & 3;
+    }
+    if (!this.push(part)) this.socket.pause();
   }
 
   private control(opcode: number, payload: Buffer): void {

@@ -114,6 +114,16 @@ describe('websocket', () => {
     assert.deepEqual(server.errors, []);
   });
 
+  test('a server unmasks a long frame arriving in pieces that start anywhere in the mask and in memory', async () => {
+    const server = end('server');
+    const payload = Buffer.alloc(100_003);
+    for (let i = 0; i < payload.length; i++) payload[i] = (i * 7) % 256;
+    const bytes = frame(2, payload, { mask: true });
+    for (let at = 0; at < bytes.length; at += 4093) server.far.write(Buffer.from(bytes.subarray(at, at + 4093)));
+    await turn();
+    assert.ok(server.read().equals(payload));
+  });
+
   const broken: [string, 'client' | 'server', Buffer, number][] = [
     ['an unmasked frame from a client', 'server', frame(2, Buffer.from('x')), 1002],
     ['a masked frame from a server', 'client', frame(2, Buffer.from('x'), { mask: true }), 1002],
