@@ -2368,8 +2368,9 @@ console.log(
     `${machine.node}; run took ${Math.round((Date.now() - started) / 1000)} s`,
 );
 mkdirSync('bench/results', { recursive: true });
+// A run of some parts (BENCH_ONLY) leaves the latest full run's file alone: a partial one once replaced it.
 writeFileSync(
-  'bench/results/latest.json',
-  `${JSON.stringify({ at: new Date().toISOString(), machine, rows }, null, 2)}\n`,
+  process.env.BENCH_ONLY ? 'bench/results/partial.json' : 'bench/results/latest.json',
+  `${JSON.stringify({ at: new Date().toISOString(), only: process.env.BENCH_ONLY ?? null, machine, rows }, null, 2)}\n`,
 );
 process.exit(0);

@@ -25,6 +25,7 @@ import {
   type SocketKeeper,
   type TunnelReport,
 } from '../forward/forwarder.ts';
+import { DEFAULT_SRV_BOUNDS } from '../forward/srv.ts';
 import { throttledBy, type Logger } from '../log/log.ts';
 import { faults } from '../relay/faults.ts';
 import {
@@ -247,6 +248,13 @@ export class Agent {
       }, HEALTH_DELAY_MS);
     };
     // A rule's expiry stops it here at that time, also while the master is away.
+    this.forwarder.srv.onChange = () => {
+      // A rule's SRV records changed: applied again with the new ones, and the master told how each rule stands.
+      if (this.handedOver) return;
+      this.applying = this.applying
+        .then(() => (this.config ? this.apply(this.config, true) : undefined))
+        .catch((error: Error) => this.options.log.error('applying new SRV records failed', { error: error.message }));
+    };
     this.forwarder.onExpiry = () => {
       if (this.handedOver) return;
       this.applying = this.applying
@@ -683,6 +691,11 @@ export class Agent {
       ...(config.tcp_idle_timeout_seconds ? { tcpIdleMs: config.tcp_idle_timeout_seconds * 1000 } : {}),
       ...(config.max_connections_per_source ? { maxConnectionsPerSource: config.max_connections_per_source } : {}),
     });
+    const minSeconds = config.srv_ttl_min_seconds ?? DEFAULT_SRV_BOUNDS.minSeconds;
+    this.forwarder.srvBounds = {
+      minSeconds,
+      maxSeconds: Math.max(minSeconds, config.srv_ttl_max_seconds ?? DEFAULT_SRV_BOUNDS.maxSeconds),
+    };
     const results = await this.forwarder.apply(config.rules, config.tunnels ?? []);
     const raKept = this.forwarder.raKept.splice(0);
     if (raKept.length > 0)

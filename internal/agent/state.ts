@@ -36,6 +36,8 @@ export interface SavedConfig {
   report_interval_seconds: number;
   /** Absent in configs saved by older agents: the forwarder's defaults apply. */
   tcp_idle_timeout_seconds?: number;
+  srv_ttl_min_seconds?: number;
+  srv_ttl_max_seconds?: number;
   max_connections_per_source?: number;
   /** Absent in configs saved by older agents: local targets are not allowed. */
   allow_local_targets?: boolean;

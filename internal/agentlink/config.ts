@@ -66,6 +66,8 @@ export function configFor(
     version: node.config_version,
     report_interval_seconds: settings.get('agent_report_interval_seconds'),
     tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
+    srv_ttl_min_seconds: settings.get('srv_ttl_min_seconds'),
+    srv_ttl_max_seconds: settings.get('srv_ttl_max_seconds'),
     max_connections_per_source: settings.get('max_connections_per_source'),
     allow_local_targets: settings.get('allow_local_rule_targets') === 1,
     next_master_pin: settings.get('tls_next_pin') || null,

@@ -84,17 +84,26 @@ interface Link {
   writes: TokenBucket;
   dropped: number;
   toldOverBudgetAt?: number;
-  /** The rules whose result for config `version` this link has given since it was last sent one (see `applied`). */
-  acknowledged?: { version: number; ids: Set<number> };
+  /**
+   * The result taken of each rule for config `version` since the link was last sent one, as text, and how many were
+   * taken (see `applied`).
+   */
+  acknowledged?: { version: number; taken: Map<number, { result: string; times: number }> };
 }
 
 /**
  * The agent's messages that write state to the database, which its link's budget counts. Traffic reports are not
  * dropped (a report dropped while a later one is counted would be lost): each writes a few rows in place, no event,
  * and claims no more bytes than its allowance. Nor are acknowledgements (a config of 200,000 rules is acknowledged in
- * 400 pieces): each rule's result is taken once per config version.
+ * 400 pieces): each rule's result is taken once per config version, and again only where it changed, at most
+ * RESULTS_PER_CONFIG times in all.
  */
 const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_status', 'fell_back']);
+/**
+ * The results of one rule taken for one config sent, at most: its first, and changes the agent finds on its own while
+ * the config stands (an SRV name's records gone, say), so that an agent flipping a rule's state writes a few times.
+ */
+const RESULTS_PER_CONFIG = 4;
 /**
  * How many messages that write state one agent link may send: WRITES_BURST at once, WRITES_PER_MINUTE after. A
  * well-behaved agent sends its vitals each report interval and its health and tunnel changes (a few, coalesced): far
@@ -499,13 +508,19 @@ export class AgentLinks {
   private applied(link: Link, ack: AppliedMessage): void {
     const twice = repeated(ack.results);
     if (twice !== undefined) throw new ProtocolError(`applied message names rule ${twice} twice`);
-    // A config's result for a rule is taken once per config sent: an agent repeating its acknowledgement with states
-    // that flip cannot make a write (and an event) of each; a large config's pieces name each rule once.
-    if (link.acknowledged?.version !== ack.version) link.acknowledged = { version: ack.version, ids: new Set() };
-    const acknowledged = link.acknowledged.ids;
-    const results = ack.results.filter((result) => !acknowledged.has(result.id));
+    // A config's result for a rule is taken once per config sent, and again only where it changed, a few times: an
+    // agent repeating its acknowledgement with states that flip cannot make a write (and an event) of each; a large
+    // config's pieces name each rule once.
+    if (link.acknowledged?.version !== ack.version) link.acknowledged = { version: ack.version, taken: new Map() };
+    const taken = link.acknowledged.taken;
+    const texts = new Map(ack.results.map((result) => [result.id, JSON.stringify(result)]));
+    const results = ack.results.filter((result) => {
+      const before = taken.get(result.id);
+      return !before || (before.result !== texts.get(result.id) && before.times < RESULTS_PER_CONFIG);
+    });
     if (this.app.reports.applied(link.nodeId, ack.version, results, !ack.partial))
-      for (const result of results) acknowledged.add(result.id);
+      for (const result of results)
+        taken.set(result.id, { result: texts.get(result.id)!, times: (taken.get(result.id)?.times ?? 0) + 1 });
   }
 
   /** How the node's ends of its tunnels stand; a tunnel the node is no end of is ignored. */

@@ -56,7 +56,7 @@ export const ruleInput = object(
       ),
       null,
     ),
-    targets: array(target({ ranges: true }), { min: 1, max: 16, unique: true }),
+    targets: array(target({ ranges: true, srv: true }), { min: 1, max: 16, unique: true }),
     strategy: optional(
       oneOf(strategies, {
         description:

@@ -2,7 +2,7 @@
 // receive against these before using it: nothing on either side is cast. The framing (lines
 // of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
 
-import { cidr, host, target, webSocketUrl } from '../schema/net.ts';
+import { cidr, host, isSrvName, target, webSocketUrl } from '../schema/net.ts';
 import { transports } from './tunnels.ts';
 import {
   array,
@@ -57,7 +57,7 @@ const PEM = string({
 const exitRule = object({
   id: ID,
   protocol: oneOf(protocols),
-  targets: array(target(), { min: 1, max: 16 }),
+  targets: array(target({ srv: true }), { min: 1, max: 16 }),
   strategy: oneOf(strategies),
   /** Absent from masters older than weights. */
   weights: optional(nullable(array(integer({ min: 1, max: MAX_WEIGHT }), { min: 1, max: 16 })), null),
@@ -116,6 +116,9 @@ export const configMessage = object({
   version: COUNT,
   report_interval_seconds: integer({ min: 1, max: 3600 }),
   tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),
+  /** How long SRV answers are kept at least and at most (see SrvBounds); absent from masters older than them. */
+  srv_ttl_min_seconds: optional(integer({ min: 1, max: 3600 })),
+  srv_ttl_max_seconds: optional(integer({ min: 1, max: 86_400 })),
   max_connections_per_source: integer({ min: 1, max: 100_000 }),
   /**
    * Whether rules may reach what is local to the node (the master's allow_local_rule_targets), but those that say
@@ -132,7 +135,7 @@ export const configMessage = object({
       listen_port: integer({ min: 1, max: 65535 }),
       /** Absent from masters older than port ranges. */
       listen_port_end: optional(nullable(integer({ min: 1, max: 65535 })), null),
-      targets: array(target({ ranges: true }), { min: 1, max: 16 }),
+      targets: array(target({ ranges: true, srv: true }), { min: 1, max: 16 }),
       strategy: oneOf(strategies),
       /** Absent from masters older than weights. */
       weights: optional(nullable(array(integer({ min: 1, max: MAX_WEIGHT }), { min: 1, max: 16 })), null),
@@ -194,6 +197,10 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
   target_policy: {
     needed: (rule) => !rule.local_targets,
     what: "a tenant's rule held off local targets while operators' may reach them",
+  },
+  srv_targets: {
+    needed: (rule) => rule.targets.some(isSrvName),
+    what: 'a target of DNS SRV records (_service._proto.name)',
   },
 };
 export const AGENT_FEATURES = Object.keys(agentFeatures);

@@ -1,7 +1,7 @@
 // What a forwarding rule is, for every part that handles one: the store keeps it, the API
 // shows it, the master sends its forwarding part to a node, the agent applies it.
 
-import { canonicalAddress, isUnroutable, localKind } from '../schema/net.ts';
+import { canonicalAddress, isSrvName, isUnroutable, localKind } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
 import { holds } from './plans.ts';
@@ -217,6 +217,13 @@ export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[
       at('weights', `has ${fields.weights.length} weights for ${fields.targets.length} targets: one per target`);
     else if (!weighted.includes(fields.strategy))
       at('weights', `are for the strategies ${weighted.join(', ')}, not ${fields.strategy}`);
+  }
+  const srv = fields.targets.findIndex(isSrvName);
+  if (srv >= 0) {
+    if (fields.targets.length > 1)
+      at('targets', "has an SRV name with other targets: an SRV name is a rule's only target, its records the rest");
+    if (fields.weights !== null) at('weights', "are an SRV name's records' own: leave weights null");
+    if (fields.listen_port_end !== null) at('listen_port_end', 'is for rules whose targets give their ports');
   }
   if (fields.strategy === 'lowest_latency' && fields.health_check === null)
     at('strategy', 'lowest_latency needs a health_check: its connect times are what it goes by');

@@ -10,7 +10,7 @@
 
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
-import { parseTarget } from '../schema/net.ts';
+import { isSrvName, parseTarget } from '../schema/net.ts';
 import {
   counted,
   kernelPorts,
@@ -79,6 +79,7 @@ import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
 import { proxyHeader } from '../relay/proxy-protocol.ts';
 import { formatTime } from '../schema/schema.ts';
+import { DEFAULT_SRV_BOUNDS, SrvTargets, type SrvBounds, type Tiered } from './srv.ts';
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -319,6 +320,10 @@ export class Forwarder {
   onHealthChange: (id: number, change: HealthChange) => void = () => undefined;
   /** Called when a rule's expires_at comes: the config is to be applied again, which stops it. */
   onExpiry: () => void = () => undefined;
+  /** The records of rules' SRV targets, read again at their TTL; an answer that changed calls onChange. */
+  readonly srv: SrvTargets;
+  /** How long an SRV answer is kept at least and at most, as the master says (see SrvBounds). */
+  srvBounds: SrvBounds = DEFAULT_SRV_BOUNDS;
   private expiryTimer: NodeJS.Timeout | undefined;
   /** Traffic of listeners closed since the last drain, so no byte is lost at a reconfigure. */
   private leftover = new Map<number, RuleTraffic>();
@@ -340,13 +345,23 @@ export class Forwarder {
     private readonly table = tableOf(0),
   ) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
+    this.srv = new SrvTargets(() => this.srvBounds);
   }
 
   setLimits(limits: Partial<Limits>): void {
     Object.assign(this.limits, limits);
   }
 
-  async apply(given: ForwardRule[], tunnels: TunnelEnd[] = []): Promise<RuleResult[]> {
+  async apply(declared: ForwardRule[], declaredTunnels: TunnelEnd[] = []): Promise<RuleResult[]> {
+    // SRV targets become their records, for the node's rules and its exits' alike (see srv.ts).
+    const exitRules = declaredTunnels.flatMap((end) => end.rules);
+    const expanded = await this.srv.expand<ForwardRule | TunnelEnd['rules'][number]>([...declared, ...exitRules]);
+    const given = expanded.slice(0, declared.length) as (ForwardRule & Tiered)[];
+    let at = declared.length;
+    const tunnels = declaredTunnels.map((end) => ({
+      ...end,
+      rules: expanded.slice(at, (at += end.rules.length)) as (TunnelEnd['rules'][number] & Tiered)[],
+    }));
     await this.applyTunnels(tunnels);
     const now = Date.now();
     const rules = given.map((rule) => (rule.enabled && expired(rule, now) ? { ...rule, enabled: false } : rule));
@@ -387,6 +402,11 @@ export class Forwarder {
       } else if (clash) {
         await this.stop(rule.id);
         results.push({ id: rule.id, state: 'failed', error: clash });
+      } else if (rule.tunnel_id === null && rule.targets.some(isSrvName)) {
+        // An SRV name left as it was given: it has no records here (see srv.ts), now or any more.
+        await this.stop(rule.id);
+        const why = `none of ${rule.targets.join(', ')} resolves on the node${this.srvWhy(rule)}`;
+        results.push({ id: rule.id, state: 'failed', error: ruleError('target_unresolvable', why) });
       } else {
         const result = await this.start(rule);
         results.push(result);
@@ -559,6 +579,12 @@ export class Forwarder {
     resolved.forEach((destinations, index) => {
       if (!health?.isDownAt(index)) up.push({ index, weight: rule.weights?.[index] ?? 1, ...destinations });
     });
+    // An SRV name's records: those of the lowest priority up (the kernel fails over to no other).
+    const tiers = (rule as ForwardRule & Tiered).tiers;
+    if (tiers && up.length > 0) {
+      const lowest = Math.min(...up.map((target) => tiers[target.index] ?? 0));
+      up.splice(0, up.length, ...up.filter((target) => (tiers[target.index] ?? 0) === lowest));
+    }
     const fastest = health?.fastest() ?? null;
     const targets =
       rule.strategy === 'failover'
@@ -853,12 +879,21 @@ export class Forwarder {
         return {
           id: rule.id,
           state: 'failed',
-          error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the exit node`),
+          error: ruleError(
+            'target_unresolvable',
+            `none of ${rule.targets.join(', ')} resolves on the exit node${this.srvWhy(rule)}`,
+          ),
         };
       }
       resolved.set(rule.id, targets);
     }
     return { id: rule.id, state: 'applied', error: null };
+  }
+
+  /** Why a rule's SRV name gave it no targets, for its error (`: ...`), or nothing. */
+  private srvWhy(rule: { targets: string[] }): string {
+    const why = rule.targets.length === 1 ? this.srv.problem(rule.targets[0]!) : null;
+    return why ? ` (${why})` : '';
   }
 
   /** What a rule may dial: the node's policy, but a rule the master holds off local targets never reaches them. */
@@ -934,17 +969,18 @@ export class Forwarder {
 
   async close(): Promise<void> {
     clearTimeout(this.expiryTimer);
+    this.srv.close();
     for (const id of [...this.listeners.keys()]) await this.stop(id);
     await this.applyTunnels([]);
     await this.released();
   }
 
-  private async start(rule: ForwardRule): Promise<RuleResult> {
+  private async start(rule: ForwardRule & Tiered): Promise<RuleResult> {
     const targets = parseTargets(rule.targets);
     const existing = this.listeners.get(rule.id);
     if (existing) {
       existing.targets = rule.targets;
-      existing.picker.update(targets, rule.strategy, rule.weights);
+      existing.picker.update(targets, rule.strategy, rule.weights, rule.tiers ?? null);
       existing.gate.update(rule);
       this.checkHealth(existing, rule, targets);
       existing.relays.forEach((relay, i) => {
@@ -961,7 +997,10 @@ export class Forwarder {
       return {
         id: rule.id,
         state: 'failed',
-        error: ruleError('target_unresolvable', `none of ${rule.targets.join(', ')} resolves on the node`),
+        error: ruleError(
+          'target_unresolvable',
+          `none of ${rule.targets.join(', ')} resolves on the node${this.srvWhy(rule)}`,
+        ),
       };
     }
     const relays: Relay[] = [];
@@ -971,7 +1010,7 @@ export class Forwarder {
       relays,
       offsets,
       gate: new Gate(rule),
-      picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health),
+      picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health, rule.tiers ?? null),
       health: null,
       targets: rule.targets,
       firstPort: rule.listen_port,

@@ -33,11 +33,22 @@ export class TargetPicker {
     private weights: readonly number[] | null = null,
     /** How its targets stand; null without checks. */
     private readonly health: () => TargetHealthView | null = () => null,
+    /**
+     * Each target's priority, lowest first (an SRV name's records'); null: all alike. The strategy picks among the
+     * targets up of the lowest priority that has any; the others are failed over to after them.
+     */
+    private tiers: readonly number[] | null = null,
   ) {
     this.open = targets.map(() => 0);
   }
 
-  update(targets: Target[], strategy: Strategy, weights: readonly number[] | null): void {
+  update(
+    targets: Target[],
+    strategy: Strategy,
+    weights: readonly number[] | null,
+    tiers: readonly number[] | null = null,
+  ): void {
+    this.tiers = tiers;
     const same = (a: Target[], b: Target[]) =>
       a.length === b.length && a.every((t, i) => t.host === b[i]!.host && t.port === b[i]!.port);
     // Connections held stay counted while the targets stay the same; other targets start from none.
@@ -57,13 +68,21 @@ export class TargetPicker {
     return up;
   }
 
-  /** Every target not down once, in the order to try them for one connection of `client` (its address). */
+  /**
+   * Every target not down once, in the order to try them for one connection of `client` (its address): those of the
+   * lowest priority up first, from the one the strategy picks, then the rest in their order.
+   */
   order(client = ''): Target[] {
-    const up = this.candidates();
-    if (up.length === 0) return [];
+    const all = this.candidates();
+    if (all.length === 0) return [];
+    const tiers = this.tiers;
+    const lowest = tiers ? Math.min(...all.map(({ index }) => tiers[index] ?? 0)) : 0;
+    const up = tiers ? all.filter(({ index }) => (tiers[index] ?? 0) === lowest) : all;
     const first = this.first(up, client);
     const start = up.findIndex((candidate) => candidate.index === first);
-    return up.map((_, i) => this.targets[up[(start + i) % up.length]!.index]!);
+    const ordered = up.map((_, i) => this.targets[up[(start + i) % up.length]!.index]!);
+    if (tiers) for (const { index } of all) if ((tiers[index] ?? 0) !== lowest) ordered.push(this.targets[index]!);
+    return ordered;
   }
 
   /** The index of the target the strategy picks first among `up` (none empty). */

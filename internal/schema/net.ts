@@ -87,18 +87,36 @@ function targetProblem(value: string, ranges: boolean): string | null {
   return null;
 }
 
-/** A target, `host:port`; with `ranges`, also `host:lo-hi` (the ports of a rule's range, see TargetAddress). */
-export function target({ ranges = false } = {}): Schema<string> {
+const SRV_NAME = /^_[A-Za-z0-9][A-Za-z0-9-]{0,61}\._[A-Za-z0-9][A-Za-z0-9-]{0,61}\.(.+)$/;
+
+/**
+ * Whether `value` names DNS SRV records (RFC 2782), `_service._proto.name`: a target whose records say the hosts and
+ * ports. No hostname starts with an underscore, so such a target is never read as `host:port`.
+ */
+export function isSrvName(value: string): boolean {
+  const match = SRV_NAME.exec(value);
+  return match !== null && value.length <= 253 && isHostname(match[1]!);
+}
+
+/**
+ * A target, `host:port`; with `ranges`, also `host:lo-hi` (the ports of a rule's range, see TargetAddress); with
+ * `srv`, also an SRV name (see isSrvName).
+ */
+export function target({ ranges = false, srv = false } = {}): Schema<string> {
+  const forms = ranges
+    ? 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443); for a rule with listen_port_end, also ' +
+      'host:lo-hi, as many ports as the rule covers (each port to the one at the same place).'
+    : 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).';
   return string({
     min: 3,
     max: 267,
-    description: ranges
-      ? 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443); for a rule with listen_port_end, also ' +
-        'host:lo-hi, as many ports as the rule covers (each port to the one at the same place).'
-      : 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443).',
+    description: srv
+      ? `${forms} Or _service._proto.name, DNS SRV records whose hosts and ports are the targets (the rule's only ` +
+        'target; see "Paths" in the API reference).'
+      : forms,
     example: 'backend.internal:8080',
-    documented: { pattern: TARGET.source },
-    refine: (value) => targetProblem(value, ranges),
+    documented: { pattern: srv ? `${TARGET.source}|${SRV_NAME.source}` : TARGET.source },
+    refine: (value) => (srv && isSrvName(value) ? null : targetProblem(value, ranges)),
   });
 }
 

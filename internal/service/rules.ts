@@ -4,7 +4,7 @@
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
-import { parseTarget } from '../schema/net.ts';
+import { isSrvName, parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
@@ -59,6 +59,8 @@ function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: 
   if (nodeHost === undefined) return;
   const errors: FieldError[] = [];
   fields.targets.forEach((target, i) => {
+    // An SRV name's records are checked where they are dialled, as they resolve (the agent's policy, after DNS).
+    if (isSrvName(target)) return;
     const refusal = targetRefusal(parseTarget(target)!.host, nodeHost, policy);
     if (refusal) errors.push({ pointer: `#/targets/${i}`, detail: refusal });
   });

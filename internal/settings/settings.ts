@@ -161,6 +161,20 @@ export const definitions = {
       'the kernel path forgets it).',
     true,
   ),
+  srv_ttl_min_seconds: setting(
+    1,
+    3600,
+    5,
+    "Agents keep a rule's SRV records at least this long, whatever their TTL says, in seconds (see " +
+      'srv_ttl_max_seconds).',
+  ),
+  srv_ttl_max_seconds: setting(
+    1,
+    86_400,
+    300,
+    "Agents read a rule's SRV records again after their TTL, and at the latest after this long, in seconds; the " +
+      'lower bound wins where the two cross.',
+  ),
   allow_local_rule_targets: setting(
     0,
     1,
@@ -279,6 +293,8 @@ export const settingKeys = Object.keys(definitions) as SettingKey[];
 export const agentKeys: readonly SettingKey[] = [
   'agent_report_interval_seconds',
   'tcp_idle_timeout_seconds',
+  'srv_ttl_min_seconds',
+  'srv_ttl_max_seconds',
   'max_connections_per_source',
   'allow_local_rule_targets',
   'tls_next_pin',

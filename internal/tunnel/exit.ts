@@ -55,6 +55,8 @@ export interface ExitRule {
   enabled: boolean;
   /** False: held off what is local to the node, whatever the node's policy (see policyFor). */
   local_targets: boolean;
+  /** Each target's priority, an SRV name's records' (see TargetPicker); absent: all alike. */
+  tiers?: readonly number[];
 }
 
 /** Connections in all, at most: the authenticated few and the handshakes under way, with room to spare. */
@@ -163,8 +165,11 @@ export class TunnelExit {
       const existing = this.rules.get(rule.id);
       if (existing) {
         existing.rule = rule;
-        existing.picker.update(rule.targets, rule.strategy, rule.weights);
-      } else this.rules.set(rule.id, { rule, picker: new TargetPicker(rule.targets, rule.strategy, rule.weights) });
+        existing.picker.update(rule.targets, rule.strategy, rule.weights, rule.tiers ?? null);
+      } else {
+        const picker = new TargetPicker(rule.targets, rule.strategy, rule.weights, () => null, rule.tiers ?? null);
+        this.rules.set(rule.id, { rule, picker });
+      }
     }
   }
 

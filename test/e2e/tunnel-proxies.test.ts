@@ -211,7 +211,7 @@ describe('tunnels through reverse proxies', { concurrency: 4 }, () => {
       assert.equal((await tunnelOf(f.m, f.tunnel.id)).via, `ws://127.0.0.1:${proxy!.port}/portplane/t1`);
     });
 
-    test(`when ${name} ends the tunnel's WebSocket as idle (its log says 101 twice), the entry comes back`, async (t) => {
+    test(`when ${name} ends the tunnel's WebSocket as idle (101 twice in its log), the entry is back`, async (t) => {
       const reason = missing(name);
       if (reason) return t.skip(reason);
       let proxy: Proxy | undefined;

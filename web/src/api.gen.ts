@@ -1285,6 +1285,8 @@ export interface components {
       write_wait_seconds: number;
       sync_wait_seconds: number;
       tcp_idle_timeout_seconds: number;
+      srv_ttl_min_seconds: number;
+      srv_ttl_max_seconds: number;
       allow_local_rule_targets: number;
       allow_local_channel_targets: number;
       max_connections_per_source: number;
@@ -1310,6 +1312,8 @@ export interface components {
       write_wait_seconds?: number | null;
       sync_wait_seconds?: number | null;
       tcp_idle_timeout_seconds?: number | null;
+      srv_ttl_min_seconds?: number | null;
+      srv_ttl_max_seconds?: number | null;
       allow_local_rule_targets?: number | null;
       allow_local_channel_targets?: number | null;
       max_connections_per_source?: number | null;
