@@ -80,6 +80,8 @@ describe('rule controls', { concurrency: 4 }, () => {
       ['deny_sources', ['example.com'], /IPv4 or IPv6 address/],
       ['deny_sources', ['10.0.0.0/8', '10.0.0.0/8'], /duplicate/],
       ['max_connections', 0, /between 1 and/],
+      ['max_new_connections_per_second', 0, /between 1 and/],
+      ['max_new_connections_per_second', 1.5, /integer/],
       ['expires_at', 'tomorrow', /RFC 3339/],
       ['proxy_protocol', 'v3', /one of/],
       ['tags', ['has space'], /letters, digits/],
@@ -102,6 +104,7 @@ describe('rule controls', { concurrency: 4 }, () => {
       deny_sources: ['198.51.100.7'],
       max_connections: 50,
       bandwidth_limit: 10 * 2 ** 20,
+      max_new_connections_per_second: 20,
       expires_at: '2030-01-02T03:04:05Z',
       proxy_protocol: 'v2',
       quota: { bytes: 2 ** 40, period: 'day', direction: 'out', reset_day: 1, reset_hour: 4 },
@@ -123,11 +126,17 @@ describe('rule controls', { concurrency: 4 }, () => {
 
     const batch = await call(m.url, 'POST', '/api/rules/batch-update', {
       token: m.admin,
-      body: { ids: [other.body.id], changes: { tags: ['eu'], max_connections: 5, proxy_protocol: 'v1' } },
+      body: {
+        ids: [other.body.id],
+        changes: { tags: ['eu'], max_connections: 5, proxy_protocol: 'v1', max_new_connections_per_second: 7 },
+      },
     });
     assert.deepEqual(batch.body.results, [{ id: other.body.id, outcome: 'updated' }]);
     const changed = (await call(m.url, 'GET', `/api/rules/${other.body.id}`, { token: m.admin })).body;
-    assert.deepEqual([changed.tags, changed.max_connections, changed.proxy_protocol], [['eu'], 5, 'v1']);
+    assert.deepEqual(
+      [changed.tags, changed.max_connections, changed.proxy_protocol, changed.max_new_connections_per_second],
+      [['eu'], 5, 'v1', 7],
+    );
 
     const exported = (await call(m.url, 'GET', '/api/export', { token: m.admin })).body;
     const m2 = await startMaster(t);
@@ -145,7 +154,8 @@ describe('rule controls', { concurrency: 4 }, () => {
   });
 
   test(
-    'a rule from a denied source is refused and counted, an ' + 'allowed one relays; max_connections holds',
+    'a rule from a denied source is refused and counted, an allowed one relays; max_connections and ' +
+      'max_new_connections_per_second hold',
     async (t) => {
       const m = await startMaster(t, { localTargets: true });
       const n = await onlineNode(t, m);
@@ -172,7 +182,14 @@ describe('rule controls', { concurrency: 4 }, () => {
         targets: [`127.0.0.1:${echo}`],
         max_connections: 2,
       });
-      for (const made of [denying, allowing, limited])
+      const ratePort = await freePort();
+      const rated = await rule(m, {
+        node_id: n.id,
+        listen_port: ratePort,
+        targets: [`127.0.0.1:${echo}`],
+        max_new_connections_per_second: 2,
+      });
+      for (const made of [denying, allowing, limited, rated])
         assert.equal((await applied(m, made.body.id)).sync.state, 'applied');
 
       assert.equal(await exchange(denyPort, '127.0.0.1'), 'ping');
@@ -203,9 +220,13 @@ describe('rule controls', { concurrency: 4 }, () => {
         return got === 'ping';
       });
 
-      const expected = [1, 1, limitedRefusals];
+      // Two new connections a second: of four at once, two relay and two are closed at once.
+      const burst = await Promise.all([1, 2, 3, 4].map(() => exchange(ratePort)));
+      assert.deepEqual([...burst].sort(), ['', '', 'ping', 'ping']);
+
+      const expected = [1, 1, limitedRefusals, 2];
       await until(`refusals ${expected} to be reported`, async () => {
-        const counts = await Promise.all([denying, allowing, limited].map((r) => refusedOf(m, r.body.id)));
+        const counts = await Promise.all([denying, allowing, limited, rated].map((r) => refusedOf(m, r.body.id)));
         return JSON.stringify(counts) === JSON.stringify(expected);
       });
     },

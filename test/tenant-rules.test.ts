@@ -7,13 +7,23 @@ import { until } from './net.ts';
 
 // Most of these tests wait on clocks and sockets: they run side by side.
 describe("tenants' rules", { concurrency: 4 }, () => {
-  /** Two tenants on one plan (nodes tagged eu, ports 30000-30099, 3 rules, 100 connections), an operator's rule. */
+  /**
+   * Two tenants on one plan (nodes tagged eu, ports 30000-30099, 3 rules, 100 connections, 10 new a second), an
+   * operator's rule.
+   */
   async function world(m: Running) {
     const granted = await node(m, 'granted', { tags: ['eu'] });
     const other = await node(m, 'other');
     const plan = await call(m.url, 'POST', '/api/plans', {
       token: m.admin,
-      body: { name: 'starter', node_tags: ['eu'], port_ranges: ['30000-30099'], max_rules: 3, max_connections: 100 },
+      body: {
+        name: 'starter',
+        node_tags: ['eu'],
+        port_ranges: ['30000-30099'],
+        max_rules: 3,
+        max_connections: 100,
+        max_new_connections_per_second: 10,
+      },
     });
     const scopes = ['rules:write', 'tunnels:write', 'nodes:read', 'dashboard:read'];
     const tenant = (username: string) => newTenant(m, username, plan.body.id, { scopes });
@@ -40,13 +50,20 @@ describe("tenants' rules", { concurrency: 4 }, () => {
     const w = await world(m);
     const made = await w.create(w.alice, 30000);
     assert.equal(made.status, 201, JSON.stringify(made.body));
-    assert.deepEqual([made.body.owner_id, made.body.max_connections], [w.alice.id, 100]);
+    assert.deepEqual(
+      [made.body.owner_id, made.body.max_connections, made.body.max_new_connections_per_second],
+      [w.alice.id, 100, 10],
+    );
     const before = snapshot(m, ['audit_log']);
     const refusals: [Record<string, unknown>, RegExp][] = [
       [{ node_id: w.other.id }, new RegExp(`node ${w.other.id} is not granted by your plan 'starter'`)],
       [{ listen_port: 31000 }, /port 31000 is not in your plan 'starter' \(its ports: 30000-30099\)/],
       [{ listen_port: 30090, listen_port_end: 30110 }, /ports 30090-30110 are not in your plan/],
       [{ max_connections: 101 }, /max_connections 101 is over your plan 'starter' cap of 100/],
+      [
+        { max_new_connections_per_second: 11 },
+        /max_new_connections_per_second 11 is over your plan 'starter' cap of 10/,
+      ],
     ];
     for (const [extra, detail] of refusals) {
       const answer = await w.create(w.alice, 30001, extra);

@@ -248,6 +248,7 @@ const batchUpdateInput = object(
         deny_sources: optional(controls.deny_sources.schema),
         max_connections: optional(controls.max_connections.schema),
         bandwidth_limit: optional(controls.bandwidth_limit.schema),
+        max_new_connections_per_second: optional(controls.max_new_connections_per_second.schema),
         expires_at: optional(controls.expires_at.schema),
         proxy_protocol: optional(controls.proxy_protocol.schema),
         quota: optional(controls.quota.schema),

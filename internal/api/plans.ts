@@ -94,6 +94,13 @@ const planInput = object(
       ),
       null,
     ),
+    max_new_connections_per_second: optional(
+      described(
+        rule.max_new_connections_per_second.schema,
+        "The most a rule's max_new_connections_per_second may be, and what one without is held to.",
+      ),
+      null,
+    ),
     traffic: optional(nullable(allowance), null),
   },
   { name: 'PlanInput', ignore: ['id', 'version', 'created_at', 'updated_at'] },
@@ -108,6 +115,7 @@ export const planSchema = record('Plan', {
   max_rules: { type: ['integer', 'null'] },
   max_connections: { type: ['integer', 'null'] },
   bandwidth_limit: { type: ['integer', 'null'] },
+  max_new_connections_per_second: { type: ['integer', 'null'] },
   traffic: {
     type: ['object', 'null'],
     required: ['bytes', 'period', 'reset_day', 'reset_hour', 'past', 'slow_to'],

@@ -2,19 +2,8 @@
 // left out takes) and what it is read as (Rule). Its JSON is rendered by the store (store/rule-view.ts); the
 // contract tests hold every answer to this schema.
 
-import { cidr, target } from '../schema/net.ts';
-import {
-  array,
-  boolean,
-  dateTime,
-  integer,
-  nullable,
-  object,
-  oneOf,
-  optional,
-  string,
-  type Infer,
-} from '../schema/schema.ts';
+import { target } from '../schema/net.ts';
+import { array, boolean, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import {
   protocols,
   strategies,
@@ -28,8 +17,8 @@ import {
   MAX_WEIGHT,
 } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
-import { healthCheck, MAX_BANDWIDTH, MAX_RULE_CONNECTIONS, MAX_SOURCES, MIN_BANDWIDTH } from '../domain/link.ts';
-import { nullableTimestamp, OWNER_DESCRIPTION, record, tagList, timestamp } from './common.ts';
+import { nullableTimestamp, OWNER_DESCRIPTION, record, timestamp } from './common.ts';
+import { ruleControls } from './rule-controls.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 export const ruleInput = object(
@@ -98,123 +87,7 @@ export const ruleInput = object(
       null,
     ),
     enabled: optional(boolean(), true),
-    tags: optional(tagList, []),
-    allow_sources: optional(
-      array(cidr(), {
-        max: MAX_SOURCES,
-        unique: true,
-        description:
-          'Clients whose address is in one of these blocks may connect; empty: every client. The node closes a ' +
-          'refused TCP connection at once and drops a refused datagram, and counts both in traffic.refused.',
-      }),
-      [],
-    ),
-    deny_sources: optional(
-      array(cidr(), {
-        max: MAX_SOURCES,
-        unique: true,
-        description: 'Clients whose address is in one of these blocks are refused, also when allow_sources has them.',
-      }),
-      [],
-    ),
-    max_connections: optional(
-      nullable(
-        integer({
-          min: 1,
-          max: MAX_RULE_CONNECTIONS,
-          description:
-            'Open TCP connections plus UDP sessions the rule carries at once; one more is refused (counted in ' +
-            "traffic.refused). null: the node's own limit (10,000 a listener).",
-        }),
-      ),
-      null,
-    ),
-    bandwidth_limit: optional(
-      nullable(
-        integer({
-          min: MIN_BANDWIDTH,
-          max: MAX_BANDWIDTH,
-          description:
-            "Bytes a second each way (client to target, and back), shared by all of the rule's connections and " +
-            "sessions; null: unlimited. A token bucket: after a quiet spell up to an eighth of a second's worth " +
-            '(at least 16 KiB) goes at once. TCP waits for it; UDP datagrams beyond it are dropped. Needs the relay.',
-        }),
-      ),
-      null,
-    ),
-    expires_at: optional(
-      nullable(
-        dateTime({
-          description:
-            'When the rule stops forwarding, as if disabled, and shows state expired; null: never. The node ' +
-            'stops it at that time itself, and the master within a second. A later time (or null) starts it again.',
-        }),
-      ),
-      null,
-    ),
-    quota: optional(
-      nullable(
-        object(
-          {
-            bytes: integer({
-              min: 1,
-              max: Number.MAX_SAFE_INTEGER,
-              description: 'Bytes the rule may carry per period, counted as direction says.',
-            }),
-            period: optional(
-              oneOf(quotaPeriods, {
-                description: 'When the count starts over: every day, every month, or never (none).',
-              }),
-              'month',
-            ),
-            direction: optional(
-              oneOf(quotaDirections, {
-                description: 'Which bytes count: in (client to target), out (back to the client), or both.',
-              }),
-              'both',
-            ),
-            reset_day: optional(
-              integer({ min: 1, max: 28, description: 'The day of the month a monthly period starts (UTC).' }),
-              1,
-            ),
-            reset_hour: optional(
-              integer({ min: 0, max: 23, description: 'The hour (UTC) a daily or monthly period starts.' }),
-              0,
-            ),
-          },
-          {
-            name: 'Quota',
-            description:
-              'When the period has used it up, the master disables the rule (state quota_exceeded, audited as ' +
-              'rule.quota_exceeded); setting enabled true again is 409 until the period starts over (which enables ' +
-              'it again) or bytes is raised past quota_usage.used_bytes. The node holds the rule to it by itself ' +
-              'too, ending its connections when spent, so a master away does not let it run over.',
-          },
-        ),
-      ),
-      null,
-    ),
-    health_check: optional(nullable(healthCheck), null),
-    preserve_source: optional(
-      boolean({
-        description:
-          "Targets see the client's own address: the node rewrites the destination only, never the source. Their " +
-          'replies must then route back through the node (the node is their gateway, or a route to the clients ' +
-          'goes through it). Needs the kernel path: a node that cannot carry the rule there fails it ' +
-          '(kernel_unsupported). Refused (422) with whatever keeps a rule on the relay: a tunnel, forwarding relay, ' +
-          'bandwidth_limit, quota, proxy_protocol, least_conn, several targets without a health_check.',
-      }),
-      false,
-    ),
-    proxy_protocol: optional(
-      oneOf(proxyProtocols, {
-        description:
-          "v1 or v2: each TCP connection to a target starts with a PROXY protocol header carrying the client's " +
-          'address and port and the address it connected to (the target must expect it). TCP only: UDP is ' +
-          'forwarded without one. Needs the relay: a rule with it is never carried by the kernel.',
-      }),
-      'none',
-    ),
+    ...ruleControls,
   },
   {
     name: 'RuleInput',
@@ -253,6 +126,7 @@ export const ruleSchema = record('Rule', {
   deny_sources: { type: 'array', items: { type: 'string' } },
   max_connections: { type: ['integer', 'null'] },
   bandwidth_limit: { type: ['integer', 'null'] },
+  max_new_connections_per_second: { type: ['integer', 'null'] },
   expires_at: nullableTimestamp,
   proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
   preserve_source: { type: 'boolean' },
@@ -285,8 +159,12 @@ export const ruleSchema = record('Rule', {
       "What the owner's plan holds a tenant's rule to beyond its own fields: the plan's caps (a cap lowered " +
       'after the rule was written reaches it here) and, once the allowance is spent with past slow, its slow_to as ' +
       "bandwidth_limit. Its node enforces the lower of these and the rule's own. null where the plan sets none.",
-    required: ['max_connections', 'bandwidth_limit'],
-    properties: { max_connections: { type: ['integer', 'null'] }, bandwidth_limit: { type: ['integer', 'null'] } },
+    required: ['max_connections', 'bandwidth_limit', 'max_new_connections_per_second'],
+    properties: {
+      max_connections: { type: ['integer', 'null'] },
+      bandwidth_limit: { type: ['integer', 'null'] },
+      max_new_connections_per_second: { type: ['integer', 'null'] },
+    },
     additionalProperties: false,
   },
   health_check: {

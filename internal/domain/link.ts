@@ -43,6 +43,8 @@ export const MIN_BANDWIDTH = 1024;
 export const MAX_BANDWIDTH = 100 * 2 ** 30;
 /** The highest max_connections a rule may ask for. */
 export const MAX_RULE_CONNECTIONS = 1_000_000;
+/** The highest max_new_connections_per_second a rule may ask for. */
+export const MAX_NEW_CONNECTIONS_PER_SECOND = 1_000_000;
 /** A count: a whole number from 0 that JavaScript holds exactly. */
 export const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer(ID_RANGE);
@@ -148,6 +150,11 @@ export const configMessage = object({
       deny_sources: optional(array(cidr(), { max: MAX_SOURCES }), []),
       max_connections: optional(nullable(integer({ min: 1, max: MAX_RULE_CONNECTIONS })), null),
       bandwidth_limit: optional(nullable(integer({ min: MIN_BANDWIDTH, max: MAX_BANDWIDTH })), null),
+      /** Absent from masters older than it. */
+      max_new_connections_per_second: optional(
+        nullable(integer({ min: 1, max: MAX_NEW_CONNECTIONS_PER_SECOND })),
+        null,
+      ),
       expires_at: optional(nullable(dateTime()), null),
       proxy_protocol: optional(oneOf(proxyProtocols), 'none'),
       /** How the node checks the rule's targets; absent from masters older than health checks. */
@@ -197,6 +204,10 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
   target_policy: {
     needed: (rule) => !rule.local_targets,
     what: "a tenant's rule held off local targets while operators' may reach them",
+  },
+  new_connection_rate: {
+    needed: (rule) => rule.max_new_connections_per_second !== null,
+    what: 'a rate of new connections (max_new_connections_per_second)',
   },
   srv_targets: {
     needed: (rule) => rule.targets.some(isSrvName),

@@ -34,6 +34,8 @@ export interface PlanFields {
   max_connections: number | null;
   /** The most a rule's bandwidth_limit may be (and what a rule without one is held to); null: no cap. */
   bandwidth_limit: number | null;
+  /** The most a rule's max_new_connections_per_second may be (and what one without is held to); null: no cap. */
+  max_new_connections_per_second: number | null;
   traffic: Allowance | null;
 }
 
@@ -83,15 +85,22 @@ export type Hold = (typeof holds)[number];
 
 /**
  * What an owner's account and plan do to one of their rules now: stop it (and why), or hold its controls to at most
- * `max_connections` and `bandwidth_limit` (the plan's caps, and past a `slow` allowance its slow_to).
+ * `max_connections`, `bandwidth_limit` and `max_new_connections_per_second` (the plan's caps, and past a `slow`
+ * allowance its slow_to).
  */
 export interface Standing {
   held: Hold | null;
   max_connections: number | null;
   bandwidth_limit: number | null;
+  max_new_connections_per_second: number | null;
 }
 
-export const UNHELD: Standing = { held: null, max_connections: null, bandwidth_limit: null };
+export const UNHELD: Standing = {
+  held: null,
+  max_connections: null,
+  bandwidth_limit: null,
+  max_new_connections_per_second: null,
+};
 
 /** What of a rule's owner its standing depends on. */
 export interface OwnerStanding {
@@ -113,7 +122,11 @@ export function standingOf(
   ports: { first: number; last: number; preserveSource: boolean },
 ): Standing {
   if (!owner.tenant) return UNHELD;
-  const caps = { max_connections: plan?.max_connections ?? null, bandwidth_limit: plan?.bandwidth_limit ?? null };
+  const caps = {
+    max_connections: plan?.max_connections ?? null,
+    bandwidth_limit: plan?.bandwidth_limit ?? null,
+    max_new_connections_per_second: plan?.max_new_connections_per_second ?? null,
+  };
   if (owner.expired) return { held: 'account_expired', ...caps };
   const granted = (node: { id: number; tags: string[] } | undefined) => node !== undefined && grantsNode(plan!, node);
   if (!plan || !nodes.every(granted) || !portsGranted(plan, ports.first, ports.last))

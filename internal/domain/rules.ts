@@ -110,6 +110,8 @@ export interface RuleFields {
   max_connections: number | null;
   /** Bytes a second each way, shared by all of the rule's connections; null: as fast as they go. */
   bandwidth_limit: number | null;
+  /** New TCP connections plus new UDP sessions the rule takes a second (a burst of as many); null: no limit. */
+  max_new_connections_per_second: number | null;
   /** When the rule stops forwarding (state expired); null: never. */
   expires_at: string | null;
   proxy_protocol: ProxyProtocol;
@@ -128,6 +130,7 @@ export const controlDefaults: {
   deny_sources: string[];
   max_connections: null;
   bandwidth_limit: null;
+  max_new_connections_per_second: null;
   expires_at: null;
   proxy_protocol: 'none';
   quota: null;
@@ -139,6 +142,7 @@ export const controlDefaults: {
   deny_sources: [],
   max_connections: null,
   bandwidth_limit: null,
+  max_new_connections_per_second: null,
   expires_at: null,
   proxy_protocol: 'none',
   quota: null,
@@ -329,6 +333,7 @@ export interface ForwardQuota {
 export interface PlanLimits {
   max_connections: number | null;
   bandwidth_limit: number | null;
+  max_new_connections_per_second: number | null;
 }
 
 function lowest(own: number | null, held: number | null | undefined): number | null {
@@ -355,6 +360,10 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     deny_sources: rule.deny_sources,
     max_connections: lowest(rule.max_connections, rule.plan_limits?.max_connections),
     bandwidth_limit: lowest(rule.bandwidth_limit, rule.plan_limits?.bandwidth_limit),
+    max_new_connections_per_second: lowest(
+      rule.max_new_connections_per_second,
+      rule.plan_limits?.max_new_connections_per_second,
+    ),
     expires_at: rule.expires_at,
     proxy_protocol: rule.proxy_protocol,
     health_check: rule.health_check,

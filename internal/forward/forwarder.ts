@@ -600,6 +600,7 @@ export class Forwarder {
       spread: rule.strategy === 'random' || rule.strategy === 'source_hash' ? rule.strategy : 'round_robin',
       sources: sourcesOf(rule),
       maxConnections: rule.max_connections,
+      newPerSecond: rule.max_new_connections_per_second,
       preserveSource: rule.preserve_source,
       quota: kernelQuotaOf(rule),
       lastPort: lastPort(rule),

@@ -81,6 +81,8 @@ export interface KernelRule {
   sources?: Sources | null;
   /** Connections (TCP) and flows (UDP) the rule carries at once, both counted together; null: the node's limits. */
   maxConnections?: number | null;
+  /** New connections (TCP) and flows (UDP) a second, with a burst of as many, each protocol its own; null: any. */
+  newPerSecond?: number | null;
   /** No source NAT: targets see the client's address (and route their replies back through the node). */
   preserveSource?: boolean;
   /** TCP rules only (see relayOnlyReason): what the kernel lets through before it resets the rule's connections. */
@@ -167,7 +169,7 @@ export interface ClosedPort {
 
 /** Whether the kernel refuses some of `rule`'s clients itself, counting them (in a `refused` counter of the rule). */
 function refuses(rule: KernelRule): boolean {
-  return Boolean(rule.sources) || (rule.maxConnections ?? null) !== null;
+  return Boolean(rule.sources) || (rule.maxConnections ?? null) !== null || (rule.newPerSecond ?? null) !== null;
 }
 
 /** What a counter counts: a rule's bytes in (client to target) or out, or the clients it refused (packets). */
@@ -478,6 +480,12 @@ export function tablePlan(
     for (const r of mine.filter((r) => (r.maxConnections ?? null) !== null))
       controlled(
         `${newToRule(r, l4)} add @rule_flows { ${flowKey(r)} ct count over ${r.maxConnections} } ` +
+          `counter name "${counterName(r.id, 'refused')}" ${refuse}`,
+      );
+    // Last, as the relay's gate does: what another limit refused takes no place in the second's allowance.
+    for (const r of mine.filter((r) => (r.newPerSecond ?? null) !== null))
+      controlled(
+        `${newToRule(r, l4)} limit rate over ${r.newPerSecond}/second burst ${r.newPerSecond} packets ` +
           `counter name "${counterName(r.id, 'refused')}" ${refuse}`,
       );
     // A rule with one target up for a family goes in that family's map; with more, its port jumps to its chain.

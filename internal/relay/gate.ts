@@ -1,7 +1,8 @@
-// Who may use a rule, how many at once, how fast and how much: its allow and deny lists of address blocks, its
-// max_connections, its expiry, the token buckets of its bandwidth_limit and its quota. One gate serves a rule's TCP and
-// UDP relays, so a tcp+udp rule's connections and sessions count (and share the bandwidth and quota) together, and it
-// counts what it turns away (the rule's traffic.refused), the node's own limits' refusals included.
+// Who may use a rule, how many at once, how often, how fast and how much: its allow and deny lists of address blocks,
+// its max_connections and max_new_connections_per_second, its expiry, the token buckets of its bandwidth_limit and its
+// quota. One gate serves a rule's TCP and UDP relays, so a tcp+udp rule's connections and sessions count (and share the
+// bandwidth, the rate of new ones and the quota) together, and it counts what it turns away (the rule's
+// traffic.refused), the node's own limits' refusals included.
 //
 // The quota is held here, not only by the master: the gate counts the bytes the quota bills as they pass, from the
 // count the master last sent for the period, and once spent refuses new clients and ends the open ones (onSpent). The
@@ -17,7 +18,13 @@ import { Turns, type Waiter } from './turns.ts';
 
 export type GateRule = Pick<
   ForwardRule,
-  'allow_sources' | 'deny_sources' | 'max_connections' | 'bandwidth_limit' | 'expires_at' | 'quota'
+  | 'allow_sources'
+  | 'deny_sources'
+  | 'max_connections'
+  | 'max_new_connections_per_second'
+  | 'bandwidth_limit'
+  | 'expires_at'
+  | 'quota'
 >;
 
 /** What a socket reads at most at a time where its way is limited, and reserves of the bandwidth beforehand. */
@@ -53,6 +60,8 @@ export class Gate {
   private allow: BlockList | null = null;
   private deny: BlockList | null = null;
   private max = Infinity;
+  /** New clients a second (a burst of as many); null: any number. */
+  private newClients: TokenBucket | null = null;
   private expiresAtMs = Infinity;
   /** Connections and sessions open now. */
   private open = 0;
@@ -77,6 +86,10 @@ export class Gate {
     this.allow = blockList(rule.allow_sources);
     this.deny = blockList(rule.deny_sources);
     this.max = rule.max_connections ?? Infinity;
+    const perSecond = rule.max_new_connections_per_second;
+    // A bucket of a second's worth, full when the rate comes or changes.
+    if (perSecond === null) this.newClients = null;
+    else if (this.newClients?.capacity !== perSecond) this.newClients = new TokenBucket(perSecond, perSecond);
     this.expiresAtMs = rule.expires_at === null ? Infinity : Date.parse(rule.expires_at);
     const rate = rule.bandwidth_limit;
     for (const way of ['in', 'out'] as const) {
@@ -160,7 +173,9 @@ export class Gate {
       this.spent ||
       this.open >= this.max ||
       (this.expiresAtMs !== Infinity && Date.now() >= this.expiresAtMs) ||
-      ((this.allow !== null || this.deny !== null) && !this.allows(address))
+      ((this.allow !== null || this.deny !== null) && !this.allows(address)) ||
+      // Last: a client refused for another reason takes no place in the second's allowance.
+      (this.newClients !== null && this.newClients.reserve(1) !== 0)
     ) {
       this.refused++;
       return false;

@@ -1,6 +1,7 @@
 // What a tenant's plan grants them, held to every rule they write: the node it listens on (by id or tag), its ports,
-// how many rules they have, and the most each rule's max_connections and bandwidth_limit may be (what a rule without
-// one is held to). An operator's writes pass untouched. Refusals are 403 not_granted naming the grant.
+// how many rules they have, and the most each rule's max_connections, bandwidth_limit and
+// max_new_connections_per_second may be (what a rule without one is held to). An operator's writes pass untouched.
+// Refusals are 403 not_granted naming the grant.
 
 import { DomainError } from '../errors/errors.ts';
 import { grantsNode, parsePortRange, portsGranted, type Plan } from '../domain/plans.ts';
@@ -65,6 +66,11 @@ export function grantedRule(app: WriteDeps, grantee: Grantee, fields: OwnedRuleF
     ...fields,
     max_connections: capped(plan, 'max_connections', fields.max_connections),
     bandwidth_limit: capped(plan, 'bandwidth_limit', fields.bandwidth_limit),
+    max_new_connections_per_second: capped(
+      plan,
+      'max_new_connections_per_second',
+      fields.max_new_connections_per_second,
+    ),
   };
 }
 
@@ -79,7 +85,11 @@ export function requireRoom(app: WriteDeps, grantee: Grantee, adding: number): v
 }
 
 /** A rule's limit under the plan's cap: the cap where the rule has none; throws `not_granted` above it. */
-function capped(plan: Plan, limit: 'max_connections' | 'bandwidth_limit', value: number | null): number | null {
+function capped(
+  plan: Plan,
+  limit: 'max_connections' | 'bandwidth_limit' | 'max_new_connections_per_second',
+  value: number | null,
+): number | null {
   const cap = plan[limit];
   if (cap === null) return value;
   if (value === null) return cap;

@@ -16,6 +16,7 @@ const KEYS: readonly (keyof PlanFields)[] = [
   'max_rules',
   'max_connections',
   'bandwidth_limit',
+  'max_new_connections_per_second',
   'traffic',
 ];
 

@@ -789,4 +789,13 @@ export const migrations: readonly string[] = [
   CREATE INDEX tunnels_down ON tunnels(id) WHERE status = 'down';
   CREATE INDEX tunnels_owner ON tunnels(owner_id);
   `,
+  /* 46: a rule's rate of new connections, and a plan's cap on it, which its tenants' rules are held to */ `
+  ALTER TABLE rules ADD COLUMN max_new_connections_per_second INTEGER CHECK (max_new_connections_per_second > 0);
+  ALTER TABLE rules ADD COLUMN held_new_connections INTEGER;
+  ALTER TABLE plans ADD COLUMN max_new_connections_per_second INTEGER;
+  DROP INDEX rules_held;
+  CREATE INDEX rules_held ON rules(owner_id)
+    WHERE held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL
+      OR held_new_connections IS NOT NULL;
+  `,
 ];

@@ -13,6 +13,7 @@ interface PlanRow {
   max_rules: number | null;
   max_connections: number | null;
   bandwidth_limit: number | null;
+  max_new_connections_per_second: number | null;
   traffic: string | null;
   version: number;
   created_at: string;
@@ -29,6 +30,7 @@ function toPlan(row: PlanRow): Plan {
     max_rules: row.max_rules,
     max_connections: row.max_connections,
     bandwidth_limit: row.bandwidth_limit,
+    max_new_connections_per_second: row.max_new_connections_per_second,
     traffic: row.traffic === null ? null : (JSON.parse(row.traffic) as Allowance),
     version: row.version,
     created_at: row.created_at,
@@ -45,12 +47,13 @@ function params(fields: PlanFields) {
     max_rules: fields.max_rules,
     max_connections: fields.max_connections,
     bandwidth_limit: fields.bandwidth_limit,
+    max_new_connections_per_second: fields.max_new_connections_per_second,
     traffic: fields.traffic && JSON.stringify(fields.traffic),
   };
 }
 
-const COLUMNS = `id, name, node_ids, node_tags, port_ranges, max_rules, max_connections, bandwidth_limit, traffic,
-  version, created_at, updated_at`;
+const COLUMNS = `id, name, node_ids, node_tags, port_ranges, max_rules, max_connections, bandwidth_limit,
+  max_new_connections_per_second, traffic, version, created_at, updated_at`;
 
 export class PlanStore {
   private readonly byId;
@@ -67,13 +70,14 @@ export class PlanStore {
     this.pageStmt = db.prepare(`SELECT ${COLUMNS} FROM plans WHERE id > ? ORDER BY id LIMIT ?`);
     this.countStmt = db.prepare('SELECT count(*) AS n FROM plans');
     this.insertStmt = db.prepare(`INSERT INTO plans (name, node_ids, node_tags, port_ranges, max_rules,
-        max_connections, bandwidth_limit, traffic, created_at, updated_at)
-      VALUES (:name, :node_ids, :node_tags, :port_ranges, :max_rules, :max_connections, :bandwidth_limit, :traffic,
-        :at, :at)
+        max_connections, bandwidth_limit, max_new_connections_per_second, traffic, created_at, updated_at)
+      VALUES (:name, :node_ids, :node_tags, :port_ranges, :max_rules, :max_connections, :bandwidth_limit,
+        :max_new_connections_per_second, :traffic, :at, :at)
       RETURNING ${COLUMNS}`);
     this.updateStmt = db.prepare(`UPDATE plans SET name = :name, node_ids = :node_ids, node_tags = :node_tags,
         port_ranges = :port_ranges, max_rules = :max_rules, max_connections = :max_connections,
-        bandwidth_limit = :bandwidth_limit, traffic = :traffic, version = version + 1, updated_at = :at
+        bandwidth_limit = :bandwidth_limit, max_new_connections_per_second = :max_new_connections_per_second,
+        traffic = :traffic, version = version + 1, updated_at = :at
       WHERE id = :id RETURNING ${COLUMNS}`);
     this.deleteStmt = db.prepare('DELETE FROM plans WHERE id = ?');
   }

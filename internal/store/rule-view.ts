@@ -49,6 +49,7 @@ export interface RuleRow
   held: Hold | null;
   held_connections: number | null;
   held_bandwidth: number | null;
+  held_new_connections: number | null;
   refused: number;
   sync_state: SyncState;
   sync_error: string | null;
@@ -98,10 +99,16 @@ export function stateOf(expired: boolean, held: Hold | null, quotaSpent: boolean
   return expired ? 'expired' : (held ?? (quotaSpent ? 'quota_exceeded' : enabled ? 'active' : 'disabled'));
 }
 
-function planLimitsOf(row: Pick<RuleRow, 'held_connections' | 'held_bandwidth'>): PlanLimits | null {
-  return row.held_connections === null && row.held_bandwidth === null
+function planLimitsOf(
+  row: Pick<RuleRow, 'held_connections' | 'held_bandwidth' | 'held_new_connections'>,
+): PlanLimits | null {
+  return row.held_connections === null && row.held_bandwidth === null && row.held_new_connections === null
     ? null
-    : { max_connections: row.held_connections, bandwidth_limit: row.held_bandwidth };
+    : {
+        max_connections: row.held_connections,
+        bandwidth_limit: row.held_bandwidth,
+        max_new_connections_per_second: row.held_new_connections,
+      };
 }
 
 /** A rule from its row (COLUMNS); `ruleJsonSql` is the same in SQL, for the view the triggers keep. */
@@ -125,6 +132,7 @@ export function toRule(row: RuleRow): Rule {
     deny_sources: JSON.parse(row.deny_sources) as string[],
     max_connections: row.max_connections,
     bandwidth_limit: row.bandwidth_limit,
+    max_new_connections_per_second: row.max_new_connections_per_second,
     expires_at: row.expires_at,
     proxy_protocol: row.proxy_protocol,
     quota: quotaOf(row),
@@ -167,6 +175,7 @@ export function ruleJsonSql(row: string): string {
     'tags', json(${r('tags')}), 'allow_sources', json(${r('allow_sources')}),
     'deny_sources', json(${r('deny_sources')}),
     'max_connections', ${r('max_connections')}, 'bandwidth_limit', ${r('bandwidth_limit')},
+    'max_new_connections_per_second', ${r('max_new_connections_per_second')},
     'expires_at', ${r('expires_at')}, 'proxy_protocol', ${r('proxy_protocol')},
     'quota', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object('bytes', ${r('quota_bytes')},
       'period', ${r('quota_period')}, 'direction', ${r('quota_direction')}, 'reset_day', ${r('quota_reset_day')},
@@ -177,8 +186,10 @@ export function ruleJsonSql(row: string): string {
     'quota_usage', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object(
       'used_bytes', ${count('quota_used')}, 'period_started_at', ${r('quota_period_start')},
       'resets_at', ${r('quota_resets_at')}) END),
-    'plan_limits', json(CASE WHEN ${r('held_connections')} IS NULL AND ${r('held_bandwidth')} IS NULL THEN 'null'
-      ELSE json_object('max_connections', ${r('held_connections')}, 'bandwidth_limit', ${r('held_bandwidth')}) END),
+    'plan_limits', json(CASE WHEN ${r('held_connections')} IS NULL AND ${r('held_bandwidth')} IS NULL
+        AND ${r('held_new_connections')} IS NULL THEN 'null'
+      ELSE json_object('max_connections', ${r('held_connections')}, 'bandwidth_limit', ${r('held_bandwidth')},
+        'max_new_connections_per_second', ${r('held_new_connections')}) END),
     'health', json(${r('health')}),
     'sync', json_object('state', ${r('sync_state')}, 'error', json(${r('sync_error')}),
       'applied_at', ${r('sync_applied_at')}, 'applied_path', ${r('sync_path')},
@@ -194,8 +205,9 @@ export const QUOTA_COLUMNS = `quota_bytes, quota_period, quota_direction, quota_
 /** What `toRule` reads of a rule's row. */
 export const COLUMNS = `id, name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets,
   strategy, weights, forwarding,
-  enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at, proxy_protocol, expired,
-  held, held_connections, held_bandwidth, ${QUOTA_COLUMNS}, health_check, preserve_source, health,
+  enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, max_new_connections_per_second,
+  expires_at, proxy_protocol, expired, held, held_connections, held_bandwidth, held_new_connections, ${QUOTA_COLUMNS},
+  health_check, preserve_source, health,
   ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path, relay_reason,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 

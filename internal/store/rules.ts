@@ -200,6 +200,7 @@ function withoutControls(f: RuleFields): boolean {
     f.deny_sources.length === 0 &&
     f.max_connections === null &&
     f.bandwidth_limit === null &&
+    f.max_new_connections_per_second === null &&
     f.expires_at === null &&
     f.proxy_protocol === 'none' &&
     f.quota === null &&
@@ -234,6 +235,7 @@ function controlValues(f: RuleFields, at: string): SQLInputValue[] {
     JSON.stringify(f.deny_sources),
     f.max_connections,
     f.bandwidth_limit,
+    f.max_new_connections_per_second,
     f.expires_at,
     f.proxy_protocol,
     Number(expiredAt(f.expires_at, at)),
@@ -353,11 +355,11 @@ export class RuleStore {
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(
       `INSERT INTO rules (name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
-        weights, forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, expires_at,
-        proxy_protocol, expired, quota_bytes, quota_period, quota_direction, quota_reset_day, quota_reset_hour,
-        quota_used, quota_period_start, quota_resets_at, quota_spent, health_check, health, preserve_source,
-        created_at, updated_at) VALUES`,
-      34,
+        weights, forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit,
+        max_new_connections_per_second, expires_at, proxy_protocol, expired, quota_bytes, quota_period,
+        quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start, quota_resets_at,
+        quota_spent, health_check, health, preserve_source, created_at, updated_at) VALUES`,
+      35,
     );
     this.insertPlainRows = db.insertRows(
       `INSERT INTO rules (name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
@@ -370,7 +372,8 @@ export class RuleStore {
         strategy = :strategy, weights = :weights,
         forwarding = :forwarding,
         enabled = :enabled, tags = :tags, allow_sources = :allow_sources, deny_sources = :deny_sources,
-        max_connections = :max_connections, bandwidth_limit = :bandwidth_limit, expires_at = :expires_at,
+        max_connections = :max_connections, bandwidth_limit = :bandwidth_limit,
+        max_new_connections_per_second = :max_new_connections_per_second, expires_at = :expires_at,
         proxy_protocol = :proxy_protocol, expired = :expired, quota_bytes = :quota_bytes, quota_period = :quota_period,
         quota_direction = :quota_direction, quota_reset_day = :quota_reset_day, quota_reset_hour = :quota_reset_hour,
         quota_used = :quota_used, quota_period_start = :quota_period_start, quota_resets_at = :quota_resets_at,
@@ -414,12 +417,14 @@ export class RuleStore {
       UNION SELECT exit_node_id FROM tunnels WHERE id IN (SELECT tunnel_id FROM rules WHERE owner_id = ?1)`);
     // Through rules_held (migration 37), whose condition this repeats.
     this.heldStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ?
-      AND (held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL) ORDER BY id`);
+      AND (held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL
+        OR held_new_connections IS NOT NULL) ORDER BY id`);
     this.holdStmt = db.prepare(`UPDATE rules SET held = :held, held_connections = :max_connections,
-        held_bandwidth = :bandwidth_limit, sync_state = 'pending', sync_error = NULL, sync_path = NULL,
+        held_bandwidth = :bandwidth_limit, held_new_connections = :max_new_connections_per_second,
+        sync_state = 'pending', sync_error = NULL, sync_path = NULL,
         entry_result = NULL, exit_result = NULL, version = version + :bump
       WHERE id = :id AND (held IS NOT :held OR held_connections IS NOT :max_connections
-        OR held_bandwidth IS NOT :bandwidth_limit)`);
+        OR held_bandwidth IS NOT :bandwidth_limit OR held_new_connections IS NOT :max_new_connections_per_second)`);
     this.quotaStmt = db.prepare(`SELECT ${QUOTA_COLUMNS}, targets, health_check, health FROM rules WHERE id = ?`);
     this.healthStmt = db.prepare(
       'UPDATE rules SET health = ? WHERE id = ? AND node_id = ? AND health_check IS NOT NULL',

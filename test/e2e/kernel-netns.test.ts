@@ -534,8 +534,8 @@ const ONE_BYTE = `
   setTimeout(() => done('refused'), 3000);`;
 
 test(
-  'allow_sources, deny_sources and max_connections are held by the kernel: a refused client is reset at once and ' +
-    'counted',
+  'allow_sources, deny_sources, max_connections and max_new_connections_per_second are held by the kernel: a ' +
+    'refused client is reset at once and counted',
   { timeout: 60_000 },
   async (t) => {
     const lab = await kernelLab(t, { agent_report_interval_seconds: 1 });
@@ -590,6 +590,20 @@ test(
     assert.deepEqual(held, ['ok', 'ok', 'refused', 'ok']);
     assert.match(nftIn(NODE, 'list', 'counter', 'inet', table, `r${capped.id}_refused`).out, /packets [1-9]/);
     await until('the refusal counted', async () => (await ruleOf(m, capped.id)).traffic.refused >= 1);
+
+    // max_new_connections_per_second in the kernel: three at once, the fourth and fifth within the second reset.
+    const rated = (
+      await rule(m, { node_id: edge.id, listen_port: 15308, targets: [target], max_new_connections_per_second: 3 })
+    ).body;
+    await sync(m, [rated.id]);
+    assert.equal((await ruleOf(m, rated.id)).sync.applied_path, 'kernel');
+    const burst = JSON.parse(await runIn(CLIENT, HELD_THEN_IDLE, NODE_ADDRESS, '15308', '5', '0'));
+    assert.deepEqual(burst, ['ok', 'ok', 'ok', 'refused', 'refused', 'ok'], 'an open connection is not counted again');
+    assert.match(
+      nftIn(NODE, 'list', 'chain', 'inet', table, 'sources').out,
+      /limit rate over 3\/second burst 3 packets/,
+    );
+    await until('the rate refusals counted', async () => (await ruleOf(m, rated.id)).traffic.refused >= 2);
   },
 );
 

@@ -36,6 +36,7 @@ test('address blocks: what is a block, and what a client matches', () => {
     allow_sources: ['192.0.2.0/24', '2001:db8::/32'],
     deny_sources: ['192.0.2.7'],
     max_connections: null,
+    max_new_connections_per_second: null,
     bandwidth_limit: null,
     expires_at: null,
     quota: null,
@@ -57,6 +58,24 @@ test("a rule's gate counts its TCP connections and UDP sessions together, and re
   gate.update({ ...controls, max_connections: null, expires_at: '2020-01-01T00:00:00Z' });
   assert.equal(gate.admit('192.0.2.4'), false, 'past its expiry');
   assert.equal(gate.drainRefused(), 2);
+});
+
+test("a rule's gate takes new clients at its rate, a second's worth at once, and counts those it refuses", async () => {
+  const controls = { ...NO_CONTROLS, max_new_connections_per_second: 5, quota: null };
+  const gate = new Gate(controls);
+  const burst = Array.from({ length: 8 }, (_, i) => gate.admit(`192.0.2.${i + 1}`));
+  assert.deepEqual(burst, [true, true, true, true, true, false, false, false], 'a burst of five');
+  assert.equal(gate.drainRefused(), 3);
+  await new Promise((resolve) => setTimeout(resolve, 450));
+  assert.deepEqual([gate.admit('192.0.2.9'), gate.admit('192.0.2.10'), gate.admit('192.0.2.11')], [true, true, false]);
+  // A client the lists refuse takes no place in the second's allowance.
+  gate.update({ ...controls, deny_sources: ['198.51.100.0/24'], max_new_connections_per_second: 2 });
+  assert.deepEqual(
+    [gate.admit('198.51.100.1'), gate.admit('198.51.100.2'), gate.admit('192.0.2.12'), gate.admit('192.0.2.13')],
+    [false, false, true, true],
+  );
+  gate.update({ ...controls, max_new_connections_per_second: null });
+  assert.ok(Array.from({ length: 100 }, (_, i) => gate.admit(`192.0.2.${i}`)).every(Boolean), 'no limit: all');
 });
 
 test('quota periods: a day from its hour, a month from its day and hour, in UTC', () => {

@@ -13,6 +13,7 @@ const plan: Plan = {
   max_rules: 10,
   max_connections: 100,
   bandwidth_limit: 1_000_000,
+  max_new_connections_per_second: 50,
   traffic: { bytes: 2 ** 30, period: 'month', reset_day: 1, reset_hour: 0, past: 'slow', slow_to: 250_000 },
   version: 1,
   created_at: '2026-11-27T00:00:00Z',
@@ -25,7 +26,7 @@ const [byId, byTag, neither] = [
   { id: 3, tags: ['us'] },
 ];
 const ports = { first: 30000, last: 30009, preserveSource: false };
-const caps = { max_connections: 100, bandwidth_limit: 1_000_000 };
+const caps = { max_connections: 100, bandwidth_limit: 1_000_000, max_new_connections_per_second: 50 };
 
 const cases: [string, Standing, Parameters<typeof standingOf>][] = [
   ["an operator's rule is never held", UNHELD, [{ ...tenant, tenant: false, expired: true }, undefined, [], ports]],
@@ -39,12 +40,12 @@ const cases: [string, Standing, Parameters<typeof standingOf>][] = [
   ['no plan', { ...UNHELD, held: 'not_granted' }, [tenant, undefined, [byId], ports]],
   [
     'spent, slow: held to slow_to',
-    { held: null, max_connections: 100, bandwidth_limit: 250_000 },
+    { held: null, max_connections: 100, bandwidth_limit: 250_000, max_new_connections_per_second: 50 },
     [{ ...tenant, spent: true }, plan, [byId], ports],
   ],
   [
     'spent, slow, under a lower cap: the cap',
-    { held: null, max_connections: 100, bandwidth_limit: 100_000 },
+    { held: null, max_connections: 100, bandwidth_limit: 100_000, max_new_connections_per_second: 50 },
     [{ ...tenant, spent: true }, { ...plan, bandwidth_limit: 100_000 }, [byId], ports],
   ],
   [

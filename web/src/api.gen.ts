@@ -410,6 +410,8 @@ export interface components {
         max_connections?: number | null;
         /** @default null */
         bandwidth_limit?: number | null;
+        /** @default null */
+        max_new_connections_per_second?: number | null;
         /**
          * Format: date-time
          * @default null
@@ -825,6 +827,7 @@ export interface components {
       max_rules: number | null;
       max_connections: number | null;
       bandwidth_limit: number | null;
+      max_new_connections_per_second: number | null;
       traffic: {
         bytes: number;
         /** @enum {string} */
@@ -855,6 +858,8 @@ export interface components {
       max_connections?: number | null;
       /** @default null */
       bandwidth_limit?: number | null;
+      /** @default null */
+      max_new_connections_per_second?: number | null;
       /** @default null */
       traffic?: {
         bytes: number;
@@ -1044,6 +1049,7 @@ export interface components {
       deny_sources: string[];
       max_connections: number | null;
       bandwidth_limit: number | null;
+      max_new_connections_per_second: number | null;
       /** Format: date-time */
       expires_at: string | null;
       /** @enum {string} */
@@ -1064,6 +1070,7 @@ export interface components {
       plan_limits: {
         max_connections: number | null;
         bandwidth_limit: number | null;
+        max_new_connections_per_second: number | null;
       } | null;
       health_check: {
         interval_seconds: number;
@@ -1136,6 +1143,7 @@ export interface components {
       deny_sources?: string[];
       max_connections?: number | null;
       bandwidth_limit?: number | null;
+      max_new_connections_per_second?: number | null;
       /** Format: date-time */
       expires_at?: string | null;
       /** @enum {string} */
@@ -1205,6 +1213,8 @@ export interface components {
       max_connections?: number | null;
       /** @default null */
       bandwidth_limit?: number | null;
+      /** @default null */
+      max_new_connections_per_second?: number | null;
       /**
        * Format: date-time
        * @default null

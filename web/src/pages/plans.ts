@@ -19,12 +19,13 @@ function planForm(plan: Plan | null, save: (body: Record<string, unknown>) => Pr
   const nodeIds = input('node_ids', { value: plan?.node_ids.join(', ') ?? '' });
   const nodeTags = input('node_tags', { value: plan?.node_tags.join(', ') ?? '' });
   const ports = input('port_ranges', { value: plan?.port_ranges.join(', ') ?? '' });
-  const numeric = (key: 'max_rules' | 'max_connections' | 'bandwidth_limit') =>
+  const numeric = (key: 'max_rules' | 'max_connections' | 'bandwidth_limit' | 'max_new_connections_per_second') =>
     input(key, { type: 'number', min: 1, value: plan?.[key] ?? '' });
-  const [maxRules, maxConnections, bandwidth] = [
+  const [maxRules, maxConnections, bandwidth, newRate] = [
     numeric('max_rules'),
     numeric('max_connections'),
     numeric('bandwidth_limit'),
+    numeric('max_new_connections_per_second'),
   ];
   const allowance = input('traffic', { type: 'number', min: 1, value: plan?.traffic?.bytes ?? '' });
   const period = select('period', ['month', 'day'], plan?.traffic?.period);
@@ -40,6 +41,7 @@ function planForm(plan: Plan | null, save: (body: Record<string, unknown>) => Pr
       field('Most rules', maxRules, 'Empty: no limit'),
       field('Most connections a rule', maxConnections),
       field('Most bytes a second a rule', bandwidth),
+      field('Most new connections a second a rule', newRate),
       field('Traffic allowance (bytes)', allowance, 'All their rules together, both ways; empty: none'),
       field('Period', period),
       field('Past it', past),
@@ -66,6 +68,7 @@ function planForm(plan: Plan | null, save: (body: Record<string, unknown>) => Pr
         max_rules: count(maxRules.value),
         max_connections: count(maxConnections.value),
         bandwidth_limit: count(bandwidth.value),
+        max_new_connections_per_second: count(newRate.value),
         traffic,
       });
     },
@@ -111,7 +114,10 @@ export async function plansPage(ctx: PageCtx): Promise<void> {
           'td',
           {},
           `${plan.max_connections ?? 'any'} connections, ` +
-            `${plan.bandwidth_limit === null ? 'any rate' : `${bytes(plan.bandwidth_limit)}/s`}`,
+            `${plan.bandwidth_limit === null ? 'any rate' : `${bytes(plan.bandwidth_limit)}/s`}` +
+            (plan.max_new_connections_per_second === null
+              ? ''
+              : `, ${plan.max_new_connections_per_second} new a second`),
         ),
         h('td', {}, trafficText(plan.traffic)),
         h(

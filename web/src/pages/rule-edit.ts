@@ -58,6 +58,11 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
     allow_sources: h('textarea', { name: 'allow_sources', rows: 2 }, (rule?.allow_sources ?? []).join('\n')),
     deny_sources: h('textarea', { name: 'deny_sources', rows: 2 }, (rule?.deny_sources ?? []).join('\n')),
     max_connections: input('max_connections', { type: 'number', min: 1, value: rule?.max_connections ?? '' }),
+    max_new_connections_per_second: input('max_new_connections_per_second', {
+      type: 'number',
+      min: 1,
+      value: rule?.max_new_connections_per_second ?? '',
+    }),
     expires_at: input('expires_at', { type: 'datetime-local', value: localFromUtc(rule?.expires_at ?? null) }),
     proxy_protocol: select('proxy_protocol', ['none', 'v1', 'v2'], rule?.proxy_protocol),
     bandwidth_limit: input('bandwidth_limit', { type: 'number', min: 1024, value: rule?.bandwidth_limit ?? '' }),
@@ -105,6 +110,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
       field('Allowed sources', c.allow_sources, 'Address blocks (192.0.2.0/24), one per line; empty: everyone'),
       field('Denied sources', c.deny_sources, 'Refused even when allowed'),
       field('Most connections at once', c.max_connections, "Empty: the node's own limit"),
+      field('Most new connections a second', c.max_new_connections_per_second, 'TCP and UDP together; empty: any'),
       field('Expires', c.expires_at, 'Your local time; empty: never'),
       field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
       field('Keep the client address', c.preserve_source, 'Kernel only: targets must route replies via the node'),
@@ -142,6 +148,8 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
         allow_sources: listOf(c.allow_sources.value),
         deny_sources: listOf(c.deny_sources.value),
         max_connections: c.max_connections.value === '' ? null : Number(c.max_connections.value),
+        max_new_connections_per_second:
+          c.max_new_connections_per_second.value === '' ? null : Number(c.max_new_connections_per_second.value),
         expires_at: utcFromLocal(c.expires_at.value),
         proxy_protocol: c.proxy_protocol.value,
         preserve_source: c.preserve_source.checked,
