@@ -82,6 +82,11 @@ describe('rule controls', { concurrency: 4 }, () => {
       ['max_connections', 0, /between 1 and/],
       ['max_new_connections_per_second', 0, /between 1 and/],
       ['max_new_connections_per_second', 1.5, /integer/],
+      ['source_address', '10.0.0.0/8', /IPv4 or IPv6 address \(no zone, no block\)/],
+      ['source_address', '0.0.0.0', /unspecified address/],
+      ['source_address', 'fe80::1', /link-local address/],
+      ['source_address', '::ffff:192.0.2.1', /IPv4 or IPv6 address/],
+      ['source_address', 'node.example', /IPv4 or IPv6 address/],
       ['expires_at', 'tomorrow', /RFC 3339/],
       ['proxy_protocol', 'v3', /one of/],
       ['tags', ['has space'], /letters, digits/],
@@ -105,6 +110,7 @@ describe('rule controls', { concurrency: 4 }, () => {
       max_connections: 50,
       bandwidth_limit: 10 * 2 ** 20,
       max_new_connections_per_second: 20,
+      source_address: '2001:db8::10',
       expires_at: '2030-01-02T03:04:05Z',
       proxy_protocol: 'v2',
       quota: { bytes: 2 ** 40, period: 'day', direction: 'out', reset_day: 1, reset_hour: 4 },
@@ -644,6 +650,11 @@ describe('rule controls', { concurrency: 4 }, () => {
       ],
       [{ preserve_source: true, health_check: {}, strategy: 'least_conn' }, '#/preserve_source', /least_conn/],
       [{ preserve_source: true }, '#/preserve_source', /several targets without a health_check/],
+      [
+        { preserve_source: true, health_check: {}, source_address: '192.0.2.10' },
+        '#/source_address',
+        /preserve_source keeps the client's: not both/,
+      ],
     ] as const;
     const before = snapshot(m);
     for (const [fields, pointer, detail] of cases) {

@@ -471,6 +471,7 @@ describe('tunnels', { concurrency: 4 }, () => {
       weights: null,
       enabled: true,
       local_targets: true,
+      source_address: null,
     });
     const rules = [rule(1, '127.0.0.1:80'), rule(2, 'no-such-host.invalid:80')];
     const blocker = createServer().listen(0, '127.0.0.1');

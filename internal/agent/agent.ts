@@ -547,7 +547,7 @@ export class Agent {
     this.sendPaths(socket);
     this.sendHealth();
     // A node shows how it is doing as soon as it links, not a report interval later.
-    send(socket, this.vitals.read());
+    send(socket, this.vitals.read(this.masterReadsAddresses()));
     if (this.untold) send(socket, this.untold);
     this.untold = null;
     // Told once: on the first link this agent makes.
@@ -851,11 +851,19 @@ export class Agent {
     this.reportTimer = setInterval(() => void this.report(), seconds * 1000);
   }
 
+  /**
+   * Whether the master reads a node's addresses in its vitals: one that sends SRV bounds in its config came with them
+   * (the same release); an older one ends a link on a field it does not know.
+   */
+  private masterReadsAddresses(): boolean {
+    return this.config?.srv_ttl_min_seconds !== undefined;
+  }
+
   /** Reports are made one after another; vitals go with each (and on linking), the master keeps the latest. */
   private report(): Promise<void> {
     this.reporting = this.reporting
       .then(() => {
-        if (this.socket) send(this.socket, this.vitals.read());
+        if (this.socket) send(this.socket, this.vitals.read(this.masterReadsAddresses()));
         return this.reportNow();
       })
       .catch((error: Error) => this.options.log.error('reporting traffic failed', { error: error.message }));

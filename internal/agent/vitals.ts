@@ -2,8 +2,9 @@
 // memory, and each network interface's bytes (Linux's /proc/net/dev; none elsewhere).
 
 import { readFileSync } from 'node:fs';
-import { cpus, freemem, loadavg, totalmem } from 'node:os';
-import { MAX_INTERFACES, type VitalsMessage } from '../domain/link.ts';
+import { cpus, freemem, loadavg, networkInterfaces as osInterfaces, totalmem } from 'node:os';
+import { MAX_ADDRESSES, MAX_INTERFACES, type VitalsMessage } from '../domain/link.ts';
+import { localKind } from '../schema/net.ts';
 import { faults } from '../relay/faults.ts';
 
 const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}$/;
@@ -37,6 +38,20 @@ function networkInterfaces(): VitalsMessage['interfaces'] {
   }
 }
 
+/**
+ * The node's own addresses a rule may dial from (source_address): every interface's, but loopback and link-local
+ * ones (which need a zone or reach nothing beyond the node), each once.
+ */
+export function ownAddresses(): string[] {
+  const found = new Set<string>();
+  for (const addresses of Object.values(osInterfaces()))
+    for (const { address, internal } of addresses ?? []) {
+      const kind = localKind(address);
+      if (!internal && kind !== 'link-local' && kind !== 'loopback' && !address.includes('%')) found.add(address);
+    }
+  return [...found].slice(0, MAX_ADDRESSES);
+}
+
 function cpuTimes(): { busy: number; total: number } {
   let busy = 0;
   let total = 0;
@@ -52,8 +67,12 @@ export class VitalsMeter {
   private lastCpu = cpuTimes();
   private readonly startedAt = performance.now();
 
-  /** The node's vitals now; CPU is counted since the previous reading (or since the meter was made). */
-  read(): Omit<VitalsMessage, 'faults'> & Partial<Pick<VitalsMessage, 'faults'>> {
+  /**
+   * The node's vitals now; CPU is counted since the previous reading (or since the meter was made). With its
+   * addresses only for a master that reads them (`withAddresses`): an older one ends a link on a field it does not
+   * know.
+   */
+  read(withAddresses: boolean): Omit<VitalsMessage, 'faults' | 'addresses'> & Partial<VitalsMessage> {
     const cpu = cpuTimes();
     const spent = cpu.total - this.lastCpu.total;
     const cpuPercent = spent > 0 ? Math.min(100, Math.max(0, ((cpu.busy - this.lastCpu.busy) / spent) * 100)) : null;
@@ -68,6 +87,7 @@ export class VitalsMeter {
       memory_available_bytes: Math.min(total, freemem()),
       interfaces: networkInterfaces(),
       uptime_seconds: Math.floor((performance.now() - this.startedAt) / 1000),
+      ...(withAddresses ? { addresses: ownAddresses() } : {}),
       // Only when there were any: a master older than faults would end the link on a field it does not know.
       ...(contained.length > 0 ? { faults: contained } : {}),
     };

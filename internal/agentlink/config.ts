@@ -140,12 +140,12 @@ function tunnelEnds(
           if (needs !== null) beyond.push([rule.id, needs]);
           return needs === null;
         })
-        // local_targets only where false, as agents older than it read the rest.
-        .map(({ id, protocol, targets, strategy, weights, enabled, local_targets }) =>
-          local_targets
-            ? { id, protocol, targets, strategy, weights, enabled }
-            : { id, protocol, targets, strategy, weights, enabled, local_targets },
-        ) as TunnelEnd['rules'],
+        // local_targets only where false, and source_address where set, as agents older than them read the rest.
+        .map(({ id, protocol, targets, strategy, weights, enabled, local_targets, source_address }) => ({
+          ...{ id, protocol, targets, strategy, weights, enabled },
+          ...(local_targets ? {} : { local_targets }),
+          ...(source_address === null ? {} : { source_address }),
+        })) as TunnelEnd['rules'],
     } as TunnelEnd;
     if (row.transport !== 'tls') end.transport = row.transport;
     if (row.via !== null) end.via = row.via;

@@ -249,6 +249,7 @@ const batchUpdateInput = object(
         max_connections: optional(controls.max_connections.schema),
         bandwidth_limit: optional(controls.bandwidth_limit.schema),
         max_new_connections_per_second: optional(controls.max_new_connections_per_second.schema),
+        source_address: optional(controls.source_address.schema),
         expires_at: optional(controls.expires_at.schema),
         proxy_protocol: optional(controls.proxy_protocol.schema),
         quota: optional(controls.quota.schema),

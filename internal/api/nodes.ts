@@ -14,6 +14,7 @@ import { masterDial } from './dial.ts';
 import { grantedPage, grantedTo, nodeAnswer, nodeFor } from './granted-nodes.ts';
 import { seriesWindow, vitalsQuery, vitalsSeriesSchema } from './dashboard.ts';
 import { nullableTimestamp, pageSchema, paging, record, sortParam, tagList, timestamp } from './common.ts';
+import { vitalsSchema } from './node-vitals.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { nodeStatuses } from '../domain/nodes.ts';
 import { nodeSorts } from '../domain/sorts.ts';
@@ -179,62 +180,7 @@ const nodeProperties = {
     },
     additionalProperties: false,
   },
-  vitals: {
-    type: ['object', 'null'],
-    description:
-      "How the node was doing at its agent's last report (every agent_report_interval_seconds); null until one " +
-      'reported. History: GET /api/nodes/{id}/vitals.',
-    required: ['at', 'cpu_percent', 'load', 'memory', 'interfaces', 'network', 'agent'],
-    properties: {
-      at: timestamp,
-      cpu_percent: { type: ['number', 'null'], description: 'Of all CPUs since the previous report.' },
-      load: { type: 'array', items: { type: 'number' }, description: 'The 1, 5 and 15 minute load averages.' },
-      memory: {
-        type: 'object',
-        required: ['total_bytes', 'available_bytes'],
-        properties: { total_bytes: { type: 'integer' }, available_bytes: { type: 'integer' } },
-        additionalProperties: false,
-      },
-      interfaces: {
-        type: 'array',
-        description: 'Bytes received and sent by each network interface since the node booted.',
-        items: {
-          type: 'object',
-          required: ['name', 'rx_bytes', 'tx_bytes'],
-          properties: { name: { type: 'string' }, rx_bytes: { type: 'integer' }, tx_bytes: { type: 'integer' } },
-          additionalProperties: false,
-        },
-      },
-      network: {
-        type: 'object',
-        description: 'Bytes a second over every interface but lo since the previous report (null for the first).',
-        required: ['rx_bytes_per_second', 'tx_bytes_per_second'],
-        properties: {
-          rx_bytes_per_second: { type: ['number', 'null'] },
-          tx_bytes_per_second: { type: ['number', 'null'] },
-        },
-        additionalProperties: false,
-      },
-      agent: {
-        type: 'object',
-        required: ['version', 'uptime_seconds'],
-        properties: {
-          version: { type: ['string', 'null'] },
-          uptime_seconds: { type: 'integer' },
-          faults: {
-            type: 'object',
-            description:
-              "Faults the agent's data plane contained since it started, by where (tcp_relay, udp_relay, probe, " +
-              'health_check, tunnel_entry, tunnel_exit): each ended only its own connection, session, probe or ' +
-              "check, and is in the agent's log. Absent from masters and agents older than it.",
-            additionalProperties: { type: 'integer' },
-          },
-        },
-        additionalProperties: false,
-      },
-    },
-    additionalProperties: false,
-  },
+  vitals: vitalsSchema,
   version: { type: 'integer' },
   created_at: timestamp,
   updated_at: timestamp,

@@ -2,7 +2,7 @@
 // fast and how much, until when, and what its targets are told; each validated, with the default a control left out
 // takes. The rest of a rule, and what it is read as, is in rule-schema.ts.
 
-import { cidr } from '../schema/net.ts';
+import { cidr, ipAddress } from '../schema/net.ts';
 import { array, boolean, dateTime, integer, nullable, object, oneOf, optional } from '../schema/schema.ts';
 import { proxyProtocols } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
@@ -146,5 +146,16 @@ export const ruleControls = {
         'forwarded without one. Needs the relay: a rule with it is never carried by the kernel.',
     }),
     'none',
+  ),
+  source_address: optional(
+    nullable(
+      ipAddress(
+        "The node's address its connections to the targets come from, for a node with several (through a tunnel, " +
+          "the exit node's). The master checks it against the addresses the node's agent reports (vitals.addresses); " +
+          'the agent fails the rule with source_unavailable where it has no such address. Connections to targets ' +
+          'of the other address family fail. null: as the routing table picks. Not with preserve_source.',
+      ),
+    ),
+    null,
   ),
 };

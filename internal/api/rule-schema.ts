@@ -130,6 +130,7 @@ export const ruleSchema = record('Rule', {
   expires_at: nullableTimestamp,
   proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
   preserve_source: { type: 'boolean' },
+  source_address: { type: ['string', 'null'] },
   quota: {
     type: ['object', 'null'],
     required: ['bytes', 'period', 'direction', 'reset_day', 'reset_hour'],

@@ -2,7 +2,7 @@
 // receive against these before using it: nothing on either side is cast. The framing (lines
 // of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
 
-import { cidr, host, isSrvName, target, webSocketUrl } from '../schema/net.ts';
+import { cidr, host, ipAddress, isSrvName, target, webSocketUrl } from '../schema/net.ts';
 import { transports } from './tunnels.ts';
 import {
   array,
@@ -45,6 +45,8 @@ export const MAX_BANDWIDTH = 100 * 2 ** 30;
 export const MAX_RULE_CONNECTIONS = 1_000_000;
 /** The highest max_new_connections_per_second a rule may ask for. */
 export const MAX_NEW_CONNECTIONS_PER_SECOND = 1_000_000;
+/** The most addresses of its own a node reports. */
+export const MAX_ADDRESSES = 256;
 /** A count: a whole number from 0 that JavaScript holds exactly. */
 export const COUNT = integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const ID = integer(ID_RANGE);
@@ -66,6 +68,8 @@ const exitRule = object({
   enabled: boolean(),
   /** As a rule's (see ForwardRule.local_targets). */
   local_targets: optional(boolean(), true),
+  /** As a rule's; absent from masters older than it. */
+  source_address: optional(nullable(ipAddress('The address to dial from.')), null),
 });
 
 /**
@@ -161,6 +165,8 @@ export const configMessage = object({
       health_check: optional(nullable(healthCheck), null),
       /** Absent from masters older than preserve_source. */
       preserve_source: optional(boolean(), false),
+      /** Absent from masters older than it. */
+      source_address: optional(nullable(ipAddress('The address to dial from.')), null),
       /** False: a tenant's rule, which never reaches what is local to the node (see ForwardRule.local_targets). */
       local_targets: optional(boolean(), true),
       /** The rule's quota as the node enforces it (see ForwardQuota); absent from masters older than quotas. */
@@ -208,6 +214,10 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
   new_connection_rate: {
     needed: (rule) => rule.max_new_connections_per_second !== null,
     what: 'a rate of new connections (max_new_connections_per_second)',
+  },
+  source_address: {
+    needed: (rule) => rule.source_address !== null,
+    what: 'an address to connect from (source_address)',
   },
   srv_targets: {
     needed: (rule) => rule.targets.some(isSrvName),
@@ -420,6 +430,8 @@ export const vitalsMessage = object({
     { max: MAX_INTERFACES },
   ),
   uptime_seconds: COUNT,
+  /** The node's own addresses, but loopback and link-local (what source_address may be); absent from older agents. */
+  addresses: optional(array(ipAddress('An address of the node.'), { max: MAX_ADDRESSES }), []),
   /** Faults the agent's data plane contained since it started (each ended its own flow), by where; absent: none. */
   faults: optional(array(object({ site: oneOf(faultSites), count: COUNT }), { max: faultSites.length }), []),
 });

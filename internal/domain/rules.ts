@@ -121,6 +121,8 @@ export interface RuleFields {
   health_check: HealthCheck | null;
   /** Whether targets see the client's own address (no source NAT: their replies must route back through the node). */
   preserve_source: boolean;
+  /** The node's address its connections to the targets come from (its tunnel's exit node's); null: as routing picks. */
+  source_address: string | null;
 }
 
 /** A rule's controls as a rule without them has them: what the API fills in, and what a node's config leaves out. */
@@ -136,6 +138,7 @@ export const controlDefaults: {
   quota: null;
   health_check: null;
   preserve_source: false;
+  source_address: null;
 } = {
   tags: [],
   allow_sources: [],
@@ -148,6 +151,7 @@ export const controlDefaults: {
   quota: null,
   health_check: null,
   preserve_source: false,
+  source_address: null,
 } satisfies Partial<RuleFields>;
 
 /** The controls of a rule (what limits it, beyond where it listens and sends). */
@@ -231,6 +235,8 @@ export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[
   }
   if (fields.strategy === 'lowest_latency' && fields.health_check === null)
     at('strategy', 'lowest_latency needs a health_check: its connect times are what it goes by');
+  if (fields.preserve_source && fields.source_address !== null)
+    at('source_address', "is the node's address to connect from, and preserve_source keeps the client's: not both");
   const relayed = fields.preserve_source && relayOnlyReason(fields);
   if (relayed)
     at('preserve_source', `needs the kernel path (the relay connects from the node's own address), but ${relayed}`);
@@ -368,6 +374,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     proxy_protocol: rule.proxy_protocol,
     health_check: rule.health_check,
     preserve_source: rule.preserve_source,
+    source_address: rule.source_address,
     local_targets: true,
     quota:
       rule.quota && rule.quota_usage
@@ -396,6 +403,8 @@ export const ruleErrorCodes = [
   'kernel_failed',
   /** The master did not send it: the node's agent is too old for what it asks (see agentFeatures in link.ts). */
   'agent_outdated',
+  /** Its source_address is not an address of the node that dials its targets. */
+  'source_unavailable',
 ] as const;
 export type RuleErrorCode = (typeof ruleErrorCodes)[number];
 

@@ -16,6 +16,8 @@ export interface Vitals {
   load: number[];
   memory: { total_bytes: number; available_bytes: number };
   interfaces: { name: string; rx_bytes: number; tx_bytes: number }[];
+  /** The node's own addresses, but loopback and link-local: what a rule's source_address may be. */
+  addresses: string[];
   /** Bytes a second over every interface but loopback, since the previous report; null for the first. */
   network: { rx_bytes_per_second: number | null; tx_bytes_per_second: number | null };
   agent: { version: string | null; uptime_seconds: number; faults: Partial<Record<FaultSite, number>> };
@@ -48,6 +50,7 @@ export function vitalsOf(
       load: message.load.map((l) => round(l, 2)),
       memory: { total_bytes: message.memory_total_bytes, available_bytes: message.memory_available_bytes },
       interfaces: message.interfaces,
+      addresses: message.addresses,
       network: { rx_bytes_per_second: rate(totals.rx, before?.rx), tx_bytes_per_second: rate(totals.tx, before?.tx) },
       agent: {
         version: agentVersion,

@@ -10,7 +10,8 @@
 
 import { lookup } from 'node:dns/promises';
 import { isIP, isIPv4 } from 'node:net';
-import { isSrvName, parseTarget } from '../schema/net.ts';
+import { networkInterfaces } from 'node:os';
+import { canonicalAddress, isSrvName, parseTarget } from '../schema/net.ts';
 import {
   counted,
   kernelPorts,
@@ -252,6 +253,18 @@ function parseTargets(targets: string[]): Target[] {
   return targets.map(parseTarget).filter((t): t is Target => t !== null);
 }
 
+/** Whether `address` is one of this node's own (any interface's, loopback included: a rule may reach local targets). */
+function ownAddress(address: string): boolean {
+  const wanted = canonicalAddress(address);
+  return Object.values(networkInterfaces()).some((list) =>
+    (list ?? []).some((entry) => canonicalAddress(entry.address) === wanted),
+  );
+}
+
+function sourceUnavailable(address: string): NonNullable<RuleResult['error']> {
+  return ruleError('source_unavailable', `${address} is not an address of this node: nothing can be dialled from it`);
+}
+
 async function resolvable(targets: Target[]): Promise<boolean> {
   for (const target of targets) {
     if (isIP(target.host)) return true;
@@ -402,6 +415,9 @@ export class Forwarder {
       } else if (clash) {
         await this.stop(rule.id);
         results.push({ id: rule.id, state: 'failed', error: clash });
+      } else if (rule.tunnel_id === null && rule.source_address !== null && !ownAddress(rule.source_address)) {
+        await this.stop(rule.id);
+        results.push({ id: rule.id, state: 'failed', error: sourceUnavailable(rule.source_address) });
       } else if (rule.tunnel_id === null && rule.targets.some(isSrvName)) {
         // An SRV name left as it was given: it has no records here (see srv.ts), now or any more.
         await this.stop(rule.id);
@@ -576,8 +592,13 @@ export class Forwarder {
   private kernelRuleOf({ rule, resolved }: KernelEntry): KernelRule {
     const health = this.listeners.get(rule.id)?.health ?? null;
     const up: KernelTarget[] = [];
+    // From a source address, only its family's clients: the kernel translates no family into another, and the others'
+    // reach the relay, which dials from the source.
+    const from = rule.source_address === null ? null : rule.source_address.includes(':') ? 6 : 4;
     resolved.forEach((destinations, index) => {
-      if (!health?.isDownAt(index)) up.push({ index, weight: rule.weights?.[index] ?? 1, ...destinations });
+      const { v4, v6 } = destinations;
+      const kept = { v4: from === 6 ? null : v4, v6: from === 4 ? null : v6 };
+      if (!health?.isDownAt(index)) up.push({ index, weight: rule.weights?.[index] ?? 1, ...kept });
     });
     // An SRV name's records: those of the lowest priority up (the kernel fails over to no other).
     const tiers = (rule as ForwardRule & Tiered).tiers;
@@ -601,6 +622,7 @@ export class Forwarder {
       sources: sourcesOf(rule),
       maxConnections: rule.max_connections,
       newPerSecond: rule.max_new_connections_per_second,
+      source: rule.source_address,
       preserveSource: rule.preserve_source,
       quota: kernelQuotaOf(rule),
       lastPort: lastPort(rule),
@@ -874,6 +896,8 @@ export class Forwarder {
         error: bindError(failure, { listen_port: end.port, protocol: 'tcp' }, `tunnel ${end.id}'s exit `),
       };
     }
+    if (rule.enabled && rule.source_address && !ownAddress(rule.source_address))
+      return { id: rule.id, state: 'failed', error: sourceUnavailable(rule.source_address) };
     const targets = rule.targets.join(',');
     if (rule.enabled && resolved.get(rule.id) !== targets) {
       if (!(await resolvable(parseTargets(rule.targets)))) {
@@ -897,9 +921,14 @@ export class Forwarder {
     return why ? ` (${why})` : '';
   }
 
-  /** What a rule may dial: the node's policy, but a rule the master holds off local targets never reaches them. */
-  private policyOf(rule: Pick<ForwardRule, 'local_targets'>): DialPolicy {
-    return policyFor(this.limits, rule.local_targets);
+  /**
+   * What a rule may dial, and from where: the node's policy, but a rule the master holds off local targets never
+   * reaches them; from its source_address where it has one.
+   */
+  private policyOf(
+    rule: Pick<ForwardRule, 'local_targets'> & Partial<Pick<ForwardRule, 'source_address'>>,
+  ): DialPolicy {
+    return policyFor(this.limits, rule.local_targets, rule.source_address ?? null);
   }
 
   /** The dial functions of a rule: to its targets, or through its tunnel's entry end as it stands when dialling. */

@@ -85,6 +85,8 @@ export interface KernelRule {
   newPerSecond?: number | null;
   /** No source NAT: targets see the client's address (and route their replies back through the node). */
   preserveSource?: boolean;
+  /** The node's address its connections to the targets come from (source NAT to it); null: masquerade's choice. */
+  source?: string | null;
   /** TCP rules only (see relayOnlyReason): what the kernel lets through before it resets the rule's connections. */
   quota?: KernelQuota | null;
 }
@@ -366,6 +368,9 @@ export function tablePlan(
       `set ${l4}_ports { type inet_service; flags interval; }`,
       // The ports whose connections are source-NATed: all but those of rules that keep the client's address.
       `set ${l4}_snat { type inet_service; flags interval; }`,
+      // Of those, the ports whose connections come from a given address of the node (a rule's source_address).
+      `map ${l4}4_source { type inet_service : ipv4_addr; flags interval; }`,
+      `map ${l4}6_source { type inet_service : ipv6_addr; flags interval; }`,
       `map ${l4}4_spread { type inet_service : verdict; flags interval; }`,
       `map ${l4}6_spread { type inet_service : verdict; flags interval; }`,
       `set ${l4}4_sources { type ipv4_addr . inet_service; flags dynamic; }`,
@@ -373,6 +378,7 @@ export function tablePlan(
     );
     for (const name of [`${l4}4`, `${l4}6`, `${l4}4_kept`, `${l4}6_kept`, `${l4}_in`, `${l4}_out`])
       elements.set(name, []);
+    for (const name of [`${l4}4_source`, `${l4}6_source`]) elements.set(name, []);
     for (const name of [`${l4}_ports`, `${l4}_snat`, `${l4}4_spread`, `${l4}6_spread`]) elements.set(name, []);
   }
   for (const [family, l3] of [
@@ -453,6 +459,16 @@ export function tablePlan(
       rule('to_rules', `meta nfproto ipv6 dnat ip6 to ${l4} dport map @${map}`);
     rule('to_rules', `meta nfproto ipv4 ${l4} dport vmap @${l4}4_spread`);
     rule('to_rules', `meta nfproto ipv6 ${l4} dport vmap @${l4}6_spread`);
+    // A port with a source address leaves from it; the NAT statement that matches first is the one taken.
+    for (const [family, l3] of [
+      [4, 'ip'],
+      [6, 'ip6'],
+    ] as const)
+      rule(
+        'postrouting',
+        `meta nfproto ipv${family} ct status dnat meta l4proto ${l4} ` +
+          `snat ${l3} to ct original proto-dst map @${l4}${family}_source`,
+      );
     rule('postrouting', `ct status dnat meta l4proto ${l4} ct original proto-dst @${l4}_snat masquerade`);
     const count = `ct status dnat meta l4proto ${l4}`;
     rule('count_prerouting', `${count} ct direction original counter name ct original proto-dst map @${l4}_in`);
@@ -510,6 +526,8 @@ export function tablePlan(
     );
     fill(`${l4}_ports`, mine.map(portKey));
     fill(`${l4}_snat`, mine.filter((r) => !r.preserveSource).map(portKey));
+    for (const r of mine.filter((r) => r.source))
+      fill(`${l4}${r.source!.includes(':') ? 6 : 4}_source`, [`${portKey(r)} : ${r.source}`]);
   }
   return { declarations, chains, elements };
 }

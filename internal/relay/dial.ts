@@ -28,21 +28,47 @@ export interface DialPolicy {
    * targets are allowed, whatever name a rule reaches them by.
    */
   masterAddresses?: ReadonlySet<string>;
+  /** The node's address to dial from (a rule's source_address); absent or null: as routing picks. */
+  localAddress?: string | null;
 }
 
 /**
- * The node's `policy` for one rule or probe: `localTargets` false keeps it off what is local to the node, whatever the
+ * The node's `policy` for one rule or probe, dialling from `localAddress` where given (its source_address):
+ * `localTargets` false keeps it off what is local to the node, whatever the
  * node's policy says (a tenant's rule); absent (a config saved by an agent older than the field) is the node's. The
  * master's addresses are read from the node's at each dial.
  */
-export function policyFor(policy: DialPolicy, localTargets: boolean | undefined): DialPolicy {
-  if (localTargets !== false) return policy;
+export function policyFor(
+  policy: DialPolicy,
+  localTargets: boolean | undefined,
+  localAddress: string | null = null,
+): DialPolicy {
+  if (localTargets !== false && localAddress === null) return policy;
   return {
-    allowLocalTargets: false,
+    // Read through, as the node's policy changes in place (Forwarder.setLimits).
+    get allowLocalTargets() {
+      return localTargets !== false && policy.allowLocalTargets;
+    },
     get masterAddresses() {
       return policy.masterAddresses;
     },
+    localAddress,
   };
+}
+
+/**
+ * What a connection to a target dials from under `policy`: its source address, and the address family a name is then
+ * resolved in (a connection of the other family could not come from it).
+ */
+function sourceOptions(policy: DialPolicy): { localAddress?: string; family?: number } {
+  const from = policy.localAddress;
+  return from ? { localAddress: from, family: isIPv6(from) ? 6 : 4 } : {};
+}
+
+/** The UDP socket type for `target` under `policy`: the source's family where it has one. */
+function datagramType(target: Target, policy: DialPolicy): 'udp4' | 'udp6' {
+  const from = policy.localAddress;
+  return (from ? isIPv6(from) : isIPv6(target.host)) ? 'udp6' : 'udp4';
 }
 
 /** The node's own addresses (canonical, see canonicalAddress), looked up at most once a second. */
@@ -121,8 +147,11 @@ function lookupFor(target: Target, policy: DialPolicy): { lookup?: LookupFunctio
 
 /** Node's UDP connect callback: it is also called, with the error, when the connect fails (and nothing is emitted). */
 type ConnectCallback = (error?: Error | null) => void;
-function connectDatagrams(socket: Socket, target: Target, callback: ConnectCallback): void {
-  socket.connect(target.port, target.host, callback as () => void);
+function connectDatagrams(socket: Socket, target: Target, policy: DialPolicy, callback: ConnectCallback): void {
+  const from = policy.localAddress;
+  if (!from) return socket.connect(target.port, target.host, callback as () => void);
+  // Bound to the source first: connect would bind the wildcard. A bind that fails is the socket's error event.
+  socket.bind({ address: from, port: 0 }, () => socket.connect(target.port, target.host, callback as () => void));
 }
 
 /** How long a check that greeted its target (a PROXY header) waits for it to hang up before resetting. */
@@ -158,7 +187,12 @@ export function probeTarget(
     contained(
       'probe',
       () => {
-        socket = connect({ host: target.host, port: target.port, ...lookupFor(target, policy) });
+        socket = connect({
+          host: target.host,
+          port: target.port,
+          ...lookupFor(target, policy),
+          ...sourceOptions(policy),
+        });
         socket.setTimeout(timeoutMs);
         socket.once(
           'connect',
@@ -209,7 +243,7 @@ export function probeDatagram(
       'probe',
       () => {
         socket = createSocket({
-          type: isIPv6(target.host) ? 'udp6' : 'udp4',
+          type: datagramType(target, policy),
           ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
         });
         socket.on(
@@ -220,6 +254,7 @@ export function probeDatagram(
         connectDatagrams(
           socket,
           target,
+          policy,
           contained(
             'probe',
             (error?: Error | null) => {
@@ -317,7 +352,12 @@ function tryTargets(
     'tcp_relay',
     () => {
       upstream.setTimeout(CONNECT_TIMEOUT_MS);
-      upstream.connect({ host: target.host, port: portAt(target, offset), ...lookupFor(target, policy) });
+      upstream.connect({
+        host: target.host,
+        port: portAt(target, offset),
+        ...lookupFor(target, policy),
+        ...sourceOptions(policy),
+      });
       upstream.once('error', onError);
       upstream.once('timeout', timedOut);
       upstream.once('connect', connected);
@@ -409,7 +449,7 @@ export function datagramsTo(picker: TargetPicker, policy: DialPolicy, offset = 0
       letGo();
       letGo = picker.hold(target);
       const socket = createSocket({
-        type: isIPv6(target.host) ? 'udp6' : 'udp4',
+        type: datagramType(target, policy),
         recvBufferSize: DATAGRAM_BUFFER_BYTES,
         // The same lookup: asked for one address, it answers with one.
         ...(lookupFor(target, policy) as Pick<SocketOptions, 'lookup'>),
@@ -430,6 +470,7 @@ export function datagramsTo(picker: TargetPicker, policy: DialPolicy, offset = 0
       connectDatagrams(
         socket,
         { host: target.host, port: portAt(target, offset) },
+        policy,
         contained('udp_relay', connected, end),
       );
     };

@@ -123,7 +123,10 @@ function overTcp(query: Buffer, host: string, port: number): Promise<Buffer> {
   });
 }
 
-/** Reads a name at `at`, following compression pointers (at most 64, each backwards); its text and where it ends. */
+/**
+ * Reads a name at `at`, following compression pointers (at most 64, each backwards and past the header); its text and
+ * where it ends.
+ */
 function readName(message: Buffer, at: number): { name: string; next: number } {
   const labels: string[] = [];
   let next = -1;
@@ -138,7 +141,9 @@ function readName(message: Buffer, at: number): { name: string; next: number } {
     if ((length & 0xc0) === 0xc0) {
       if (position + 1 >= message.length) throw new DnsError('a name runs past the answer');
       const pointer = ((length & 0x3f) << 8) | message[position + 1]!;
-      if (pointer >= position || ++jumps > 64) throw new DnsError('a name points forwards or in a loop');
+      // Backwards only, and past the header, where no name is.
+      if (pointer >= position || pointer < 12 || ++jumps > 64)
+        throw new DnsError('a name points forwards, into the header or in a loop');
       if (next < 0) next = position + 2;
       position = pointer;
       continue;

@@ -271,6 +271,20 @@ function cidrProblem(value: string): string | null {
   return null;
 }
 
+/** Why `value` is not an address a node can have and dial from, or null: IPv4, or IPv6 without a zone or a mapping. */
+function ownAddressProblem(value: string): string | null {
+  if (!isIPv4(value) && !(isIPv6(value) && !value.includes('%') && !value.includes('.')))
+    return 'must be an IPv4 or IPv6 address (no zone, no block)';
+  const kind = localKind(value);
+  if (isUnroutable(kind) || kind === 'link-local') return `is a ${kind} address, which a node does not dial from`;
+  return null;
+}
+
+/** An IP address of a node's own (see ownAddressProblem). */
+export function ipAddress(description: string): Schema<string> {
+  return string({ min: 2, max: 39, description, example: '192.0.2.10', refine: ownAddressProblem });
+}
+
 /** An IPv4 or IPv6 address block (or one address), as a client's address is matched against it. */
 export function cidr(): Schema<string> {
   return string({

@@ -4,7 +4,7 @@
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
-import { isSrvName, parseTarget } from '../schema/net.ts';
+import { canonicalAddress, isSrvName, parseTarget } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
 import { combinationErrors, targetRefusal, type Rule, type RuleFields, type TargetPolicy } from '../domain/rules.ts';
 import type { Claim } from '../store/ports.ts';
@@ -67,6 +67,34 @@ function checkTargets(fields: RuleFields, nodeHost: string | undefined, policy: 
   if (errors.length > 0) throw validationFailed(errors);
 }
 
+/** The addresses node `nodeId` reported having (its vitals), or null where it reported none. */
+function addressesOf(app: WriteDeps, nodeId: number): readonly string[] | null {
+  const addresses = app.store.nodes.find(nodeId)?.vitals?.addresses;
+  return addresses && addresses.length > 0 ? addresses : null;
+}
+
+/**
+ * Throws `validation_failed` for a source_address the node that dials the rule's targets (its own, or its tunnel's
+ * exit) does not have, where its agent said which it has; `addresses` looks them up (a list's rules share nodes).
+ */
+function checkSource(
+  app: WriteDeps,
+  fields: RuleFields,
+  addresses: (nodeId: number) => readonly string[] | null = (nodeId) => addressesOf(app, nodeId),
+): void {
+  if (fields.source_address === null) return;
+  const nodeId = fields.tunnel_id === null ? fields.node_id : app.store.tunnels.find(fields.tunnel_id)?.exit_node_id;
+  const known = nodeId === undefined ? null : addresses(nodeId);
+  const wanted = canonicalAddress(fields.source_address);
+  if (known === null || known.some((address) => canonicalAddress(address) === wanted)) return;
+  const which =
+    fields.tunnel_id === null ? `node ${nodeId}` : `node ${nodeId}, the exit of tunnel ${fields.tunnel_id},`;
+  const listed = known.slice(0, 8).join(', ') + (known.length > 8 ? ', ...' : '');
+  throw validationFailed([
+    { pointer: '#/source_address', detail: `is not an address of ${which} (its agent reports ${listed})` },
+  ]);
+}
+
 // A quota's rules on writes, in one place: enabling a rule the quota stopped is refused while its period has nothing
 // left (`checkQuotaLeft`), and a quota lowered to what the period has used already stops the rule at once
 // (`spendsQuota`). The clock's side (a period ending, bytes reported) is resetQuotas here and the agent link's.
@@ -113,6 +141,7 @@ export function insertRules(
   const checked = new Set<string>();
   const hosts = new Map<number, string | undefined>();
   const policies = new Map<number, TargetPolicy>();
+  const addresses = new Map<number, readonly string[] | null>();
   for (const fields of owned) {
     const references = `${fields.node_id}/${fields.tunnel_id}`;
     checkCombination(fields);
@@ -123,6 +152,10 @@ export function insertRules(
     if (!hosts.has(fields.node_id)) hosts.set(fields.node_id, app.store.nodes.find(fields.node_id)?.host);
     if (!policies.has(fields.owner_id)) policies.set(fields.owner_id, rulePolicy(app, change.caller, fields.owner_id));
     checkTargets(fields, hosts.get(fields.node_id), policies.get(fields.owner_id)!);
+    checkSource(app, fields, (nodeId) => {
+      if (!addresses.has(nodeId)) addresses.set(nodeId, addressesOf(app, nodeId));
+      return addresses.get(nodeId)!;
+    });
   }
   const inserted = unnamedToTenants(app, change.caller, () =>
     app.store.rules.insertAll(owned, app.timestamp(), holders),
@@ -152,6 +185,7 @@ export function updateRule(app: WriteDeps, change: Change, id: number, given: Ru
   checkCombination(fields);
   checkReferences(app, fields);
   checkTargets(fields, app.store.nodes.find(fields.node_id)?.host, rulePolicy(app, change.caller, fields.owner_id));
+  checkSource(app, fields);
   checkQuotaLeft(current, fields);
   const written = unnamedToTenants(app, change.caller, () =>
     app.store.rules.update(id, fields, app.timestamp(), spendsQuota(current, fields)),

@@ -798,4 +798,7 @@ export const migrations: readonly string[] = [
     WHERE held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL
       OR held_new_connections IS NOT NULL;
   `,
+  /* 47: the node's address a rule's connections to its targets come from */ `
+  ALTER TABLE rules ADD COLUMN source_address TEXT;
+  `,
 ];

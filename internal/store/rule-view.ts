@@ -138,6 +138,7 @@ export function toRule(row: RuleRow): Rule {
     quota: quotaOf(row),
     health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
     preserve_source: row.preserve_source === 1,
+    source_address: row.source_address,
     state: stateOf(row.expired === 1, row.held, row.quota_spent === 1, row.enabled === 1),
     quota_usage: usageOf(row),
     plan_limits: planLimitsOf(row),
@@ -182,6 +183,7 @@ export function ruleJsonSql(row: string): string {
       'reset_hour', ${r('quota_reset_hour')}) END),
     'health_check', json(${r('health_check')}),
     'preserve_source', json(CASE ${r('preserve_source')} WHEN 1 THEN 'true' ELSE 'false' END),
+    'source_address', ${r('source_address')},
     'state', ${ruleStateSql(row)},
     'quota_usage', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object(
       'used_bytes', ${count('quota_used')}, 'period_started_at', ${r('quota_period_start')},
@@ -207,7 +209,7 @@ export const COLUMNS = `id, name, owner_id, node_id, tunnel_id, protocol, listen
   strategy, weights, forwarding,
   enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, max_new_connections_per_second,
   expires_at, proxy_protocol, expired, held, held_connections, held_bandwidth, held_new_connections, ${QUOTA_COLUMNS},
-  health_check, preserve_source, health,
+  health_check, preserve_source, source_address, health,
   ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path, relay_reason,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 

@@ -205,7 +205,8 @@ function withoutControls(f: RuleFields): boolean {
     f.proxy_protocol === 'none' &&
     f.quota === null &&
     f.health_check === null &&
-    !f.preserve_source
+    !f.preserve_source &&
+    f.source_address === null
   );
 }
 
@@ -243,6 +244,7 @@ function controlValues(f: RuleFields, at: string): SQLInputValue[] {
     f.health_check && JSON.stringify(f.health_check),
     f.health_check && JSON.stringify(freshHealth(f)),
     Number(f.preserve_source),
+    f.source_address,
   ];
 }
 
@@ -358,8 +360,8 @@ export class RuleStore {
         weights, forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit,
         max_new_connections_per_second, expires_at, proxy_protocol, expired, quota_bytes, quota_period,
         quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start, quota_resets_at,
-        quota_spent, health_check, health, preserve_source, created_at, updated_at) VALUES`,
-      35,
+        quota_spent, health_check, health, preserve_source, source_address, created_at, updated_at) VALUES`,
+      36,
     );
     this.insertPlainRows = db.insertRows(
       `INSERT INTO rules (name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
@@ -378,7 +380,7 @@ export class RuleStore {
         quota_direction = :quota_direction, quota_reset_day = :quota_reset_day, quota_reset_hour = :quota_reset_hour,
         quota_used = :quota_used, quota_period_start = :quota_period_start, quota_resets_at = :quota_resets_at,
         quota_spent = :quota_spent, health_check = :health_check, health = :health,
-        preserve_source = :preserve_source, sync_state = 'pending',
+        preserve_source = :preserve_source, source_address = :source_address, sync_state = 'pending',
         sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
         updated_at = :at

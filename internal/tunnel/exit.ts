@@ -57,6 +57,8 @@ export interface ExitRule {
   local_targets: boolean;
   /** Each target's priority, an SRV name's records' (see TargetPicker); absent: all alike. */
   tiers?: readonly number[];
+  /** The exit node's address to dial the targets from; absent or null: as routing picks. */
+  source_address?: string | null;
 }
 
 /** Connections in all, at most: the authenticated few and the handshakes under way, with room to spare. */
@@ -310,7 +312,7 @@ export class TunnelExit {
     // The entry's word for who the client is: hashed for source_hash, nothing more, and only if it is an address.
     const claimed = headers[CLIENT_HEADER];
     const client = typeof claimed === 'string' && isIP(claimed) ? claimed : '';
-    const policy = policyFor(this.policy, bound.rule.local_targets);
+    const policy = policyFor(this.policy, bound.rule.local_targets, bound.rule.source_address ?? null);
     if (asked.kind === 'tcp') {
       dialTargets(bound.picker, policy)(
         (upstream) => {

@@ -793,3 +793,90 @@ test(RANGES, { timeout: 60_000 }, async (t) => {
   assert.equal(failed.error?.code, 'port_in_use', JSON.stringify(failed));
   assert.match(failed.error.detail, /port 45000\/tcp is already in use/);
 });
+
+/** Asks HOST:PORT (a target saying who called, through the node) and prints the address the target saw. */
+const WHO_CALLED = `
+  import { connect } from 'node:net';
+  const [host, port] = process.argv.slice(1);
+  const socket = connect(Number(port), host, () => socket.write('?'));
+  let said = '';
+  socket.on('data', (chunk) => (said += chunk));
+  socket.on('end', () => { console.log(said); process.exit(0); });
+  socket.on('error', (error) => { console.log(error.message); process.exit(1); });
+  setTimeout(() => { console.log('timed out'); process.exit(1); }, 5000);`;
+
+test(
+  "source_address on the kernel path: a rule's connections reach the target from the node's address it names, " +
+    "another rule's from the address routing picks; the master checks it against the node's reported addresses",
+  { timeout: 60_000 },
+  async (t) => {
+    const reason = nftUnavailable(`${NODE}-probe`);
+    if (reason) return t.skip(reason);
+    network(t);
+    // A second address on the node's side of the target link.
+    ip('netns', 'exec', NODE, 'ip', 'addr', 'add', '10.214.3.3/24', 'dev', `${NODE}t`);
+    const script = `
+      import { createServer } from 'node:net';
+      createServer((s) => s.on('error', () => s.destroy()).end(s.remoteAddress)).listen(7010, '${TARGET_ADDRESS}',
+        () => console.log('ready'));`;
+    const target = spawn('ip', ['netns', 'exec', TARGET, process.execPath, '--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    t.after(() => target.kill('SIGKILL'));
+    await once(target.stdout!, 'data');
+    const { m, edge } = await kernelNode(t, { agent_report_interval_seconds: 1 });
+    const reported = await until('the node to report its addresses', async () => {
+      const addresses = (await nodeOf(m, edge.id)).vitals?.addresses as string[] | undefined;
+      return addresses?.includes('10.214.3.3') && addresses;
+    });
+    assert.ok(reported.includes('10.214.3.1') && !reported.some((a) => a.startsWith('127.')), reported.join());
+    const wrong = await call(m.url, 'POST', '/api/rules', {
+      token: m.admin,
+      body: {
+        name: 'r',
+        node_id: edge.id,
+        protocol: 'tcp',
+        listen_port: 15501,
+        targets: [`${TARGET_ADDRESS}:7010`],
+        source_address: '10.214.3.9',
+      },
+    });
+    assert.equal(wrong.status, 422);
+    assert.match(
+      wrong.body.errors[0].detail,
+      new RegExp(`^is not an address of node ${edge.id} \\(its agent reports `),
+    );
+
+    const sourced = (
+      await rule(m, {
+        node_id: edge.id,
+        listen_port: 15501,
+        targets: [`${TARGET_ADDRESS}:7010`],
+        source_address: '10.214.3.3',
+      })
+    ).body;
+    const plain = (await rule(m, { node_id: edge.id, listen_port: 15502, targets: [`${TARGET_ADDRESS}:7010`] })).body;
+    const relayed = (
+      await rule(m, {
+        node_id: edge.id,
+        listen_port: 15503,
+        targets: [`${TARGET_ADDRESS}:7010`],
+        source_address: '10.214.3.3',
+        forwarding: 'relay',
+      })
+    ).body;
+    await sync(m, [sourced.id, plain.id, relayed.id]);
+    assert.deepEqual(
+      [(await ruleOf(m, sourced.id)).sync.applied_path, (await ruleOf(m, relayed.id)).sync.applied_path],
+      ['kernel', 'relay'],
+    );
+    const seen = [];
+    for (const port of ['15501', '15502', '15503'])
+      seen.push((await runIn(CLIENT, WHO_CALLED, NODE_ADDRESS, port)).trim());
+    assert.deepEqual(seen, ['10.214.3.3', '10.214.3.1', '10.214.3.3']);
+    assert.match(
+      nftIn(NODE, 'list', 'map', 'inet', `portplane_${edge.id}`, 'tcp4_source').out,
+      /15501 : 10\.214\.3\.3/,
+    );
+  },
+);

@@ -453,6 +453,8 @@ export interface components {
          * @enum {string}
          */
         proxy_protocol?: 'none' | 'v1' | 'v2';
+        /** @default null */
+        source_address?: string | null;
       }[];
       channels?: {
         name: string;
@@ -678,6 +680,7 @@ export interface components {
           rx_bytes: number;
           tx_bytes: number;
         }[];
+        addresses?: string[];
         network: {
           rx_bytes_per_second: number | null;
           tx_bytes_per_second: number | null;
@@ -758,6 +761,7 @@ export interface components {
           rx_bytes: number;
           tx_bytes: number;
         }[];
+        addresses?: string[];
         network: {
           rx_bytes_per_second: number | null;
           tx_bytes_per_second: number | null;
@@ -1055,6 +1059,7 @@ export interface components {
       /** @enum {string} */
       proxy_protocol: 'none' | 'v1' | 'v2';
       preserve_source: boolean;
+      source_address: string | null;
       quota: {
         bytes: number;
         /** @enum {string} */
@@ -1144,6 +1149,7 @@ export interface components {
       max_connections?: number | null;
       bandwidth_limit?: number | null;
       max_new_connections_per_second?: number | null;
+      source_address?: string | null;
       /** Format: date-time */
       expires_at?: string | null;
       /** @enum {string} */
@@ -1256,6 +1262,8 @@ export interface components {
        * @enum {string}
        */
       proxy_protocol?: 'none' | 'v1' | 'v2';
+      /** @default null */
+      source_address?: string | null;
     };
     RulePage: {
       items: components['schemas']['Rule'][];

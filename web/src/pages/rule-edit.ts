@@ -58,6 +58,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
     allow_sources: h('textarea', { name: 'allow_sources', rows: 2 }, (rule?.allow_sources ?? []).join('\n')),
     deny_sources: h('textarea', { name: 'deny_sources', rows: 2 }, (rule?.deny_sources ?? []).join('\n')),
     max_connections: input('max_connections', { type: 'number', min: 1, value: rule?.max_connections ?? '' }),
+    source_address: input('source_address', { autocomplete: 'off', value: rule?.source_address ?? '' }),
     max_new_connections_per_second: input('max_new_connections_per_second', {
       type: 'number',
       min: 1,
@@ -114,6 +115,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
       field('Expires', c.expires_at, 'Your local time; empty: never'),
       field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
       field('Keep the client address', c.preserve_source, 'Kernel only: targets must route replies via the node'),
+      field('Connect from', c.source_address, "One of the node's addresses (its vitals list them); empty: any"),
       field('Bandwidth (bytes/s)', c.bandwidth_limit, 'Each way, shared by all connections; empty: unlimited'),
       field('Health check every (s)', c.health_interval, 'A TCP connect; targets down are skipped. Empty: none'),
       field('Quota (bytes)', c.quota_bytes, 'Per period; empty: none. Spent, the rule stops until the period ends'),
@@ -153,6 +155,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
         expires_at: utcFromLocal(c.expires_at.value),
         proxy_protocol: c.proxy_protocol.value,
         preserve_source: c.preserve_source.checked,
+        source_address: c.source_address.value.trim() === '' ? null : c.source_address.value.trim(),
         bandwidth_limit: c.bandwidth_limit.value === '' ? null : Number(c.bandwidth_limit.value),
         // The check's other settings are kept as they are (or their defaults).
         health_check:
