@@ -87,6 +87,11 @@ describe('rule controls', { concurrency: 4 }, () => {
       ['source_address', 'fe80::1', /link-local address/],
       ['source_address', '::ffff:192.0.2.1', /IPv4 or IPv6 address/],
       ['source_address', 'node.example', /IPv4 or IPv6 address/],
+      ['allow_hours', { zone: 'Mars/Olympus', windows: [{ days: ['mon'], from: '08:00', to: '18:00' }] }, /IANA/],
+      ['allow_hours', { zone: 'UTC', windows: [{ days: ['mon'], from: '8:00', to: '18:00' }] }, /HH:MM/],
+      ['allow_hours', { zone: 'UTC', windows: [{ days: ['mon'], from: '08:00', to: '24:01' }] }, /24:00/],
+      ['allow_hours', { zone: 'UTC', windows: [{ days: [], from: '08:00', to: '18:00' }] }, /at least 1/],
+      ['allow_hours', { zone: 'UTC', windows: [] }, /at least 1/],
       ['expires_at', 'tomorrow', /RFC 3339/],
       ['proxy_protocol', 'v3', /one of/],
       ['tags', ['has space'], /letters, digits/],
@@ -111,6 +116,7 @@ describe('rule controls', { concurrency: 4 }, () => {
       bandwidth_limit: 10 * 2 ** 20,
       max_new_connections_per_second: 20,
       source_address: '2001:db8::10',
+      allow_hours: { zone: 'Europe/Berlin', windows: [{ days: ['mon', 'fri'], from: '22:00', to: '06:00' }] },
       expires_at: '2030-01-02T03:04:05Z',
       proxy_protocol: 'v2',
       quota: { bytes: 2 ** 40, period: 'day', direction: 'out', reset_day: 1, reset_hour: 4 },
@@ -160,8 +166,8 @@ describe('rule controls', { concurrency: 4 }, () => {
   });
 
   test(
-    'a rule from a denied source is refused and counted, an allowed one relays; max_connections and ' +
-      'max_new_connections_per_second hold',
+    'a rule from a denied source is refused and counted, an allowed one relays; max_connections, ' +
+      'max_new_connections_per_second and allow_hours hold',
     async (t) => {
       const m = await startMaster(t, { localTargets: true });
       const n = await onlineNode(t, m);
@@ -195,7 +201,18 @@ describe('rule controls', { concurrency: 4 }, () => {
         targets: [`127.0.0.1:${echo}`],
         max_new_connections_per_second: 2,
       });
-      for (const made of [denying, allowing, limited, rated])
+      // Hours that start two hours from now, for a minute: now is outside them.
+      const hhmm = (ms: number) => new Date(ms).toISOString().slice(11, 16);
+      const day = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'][new Date().getUTCDay()];
+      const window = { days: [day], from: hhmm(Date.now() + 7_200_000), to: hhmm(Date.now() + 7_260_000) };
+      const hoursPort = await freePort();
+      const closed = await rule(m, {
+        node_id: n.id,
+        listen_port: hoursPort,
+        targets: [`127.0.0.1:${echo}`],
+        allow_hours: { zone: 'UTC', windows: [window] },
+      });
+      for (const made of [denying, allowing, limited, rated, closed])
         assert.equal((await applied(m, made.body.id)).sync.state, 'applied');
 
       assert.equal(await exchange(denyPort, '127.0.0.1'), 'ping');
@@ -230,9 +247,13 @@ describe('rule controls', { concurrency: 4 }, () => {
       const burst = await Promise.all([1, 2, 3, 4].map(() => exchange(ratePort)));
       assert.deepEqual([...burst].sort(), ['', '', 'ping', 'ping']);
 
-      const expected = [1, 1, limitedRefusals, 2];
+      assert.equal(await exchange(hoursPort), '', 'outside allow_hours: closed at once');
+
+      const expected = [1, 1, limitedRefusals, 2, 1];
       await until(`refusals ${expected} to be reported`, async () => {
-        const counts = await Promise.all([denying, allowing, limited, rated].map((r) => refusedOf(m, r.body.id)));
+        const counts = await Promise.all(
+          [denying, allowing, limited, rated, closed].map((r) => refusedOf(m, r.body.id)),
+        );
         return JSON.stringify(counts) === JSON.stringify(expected);
       });
     },
@@ -650,6 +671,20 @@ describe('rule controls', { concurrency: 4 }, () => {
       ],
       [{ preserve_source: true, health_check: {}, strategy: 'least_conn' }, '#/preserve_source', /least_conn/],
       [{ preserve_source: true }, '#/preserve_source', /several targets without a health_check/],
+      [
+        { allow_hours: { zone: 'UTC', windows: [{ days: ['mon'], from: '08:00', to: '08:00' }] } },
+        '#/allow_hours/windows/0/to',
+        /is its from: an empty window/,
+      ],
+      [
+        {
+          preserve_source: true,
+          health_check: {},
+          allow_hours: { zone: 'UTC', windows: [{ days: ['mon'], from: '08:00', to: '09:00' }] },
+        },
+        '#/preserve_source',
+        /allow_hours/,
+      ],
       [
         { preserve_source: true, health_check: {}, source_address: '192.0.2.10' },
         '#/source_address',

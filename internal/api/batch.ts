@@ -250,6 +250,7 @@ const batchUpdateInput = object(
         bandwidth_limit: optional(controls.bandwidth_limit.schema),
         max_new_connections_per_second: optional(controls.max_new_connections_per_second.schema),
         source_address: optional(controls.source_address.schema),
+        allow_hours: optional(controls.allow_hours.schema),
         expires_at: optional(controls.expires_at.schema),
         proxy_protocol: optional(controls.proxy_protocol.schema),
         quota: optional(controls.quota.schema),

@@ -7,6 +7,7 @@ import { array, boolean, dateTime, integer, nullable, object, oneOf, optional } 
 import { proxyProtocols } from '../domain/rules.ts';
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import {
+  allowHours,
   healthCheck,
   MAX_BANDWIDTH,
   MAX_NEW_CONNECTIONS_PER_SECOND,
@@ -158,4 +159,5 @@ export const ruleControls = {
     ),
     null,
   ),
+  allow_hours: optional(nullable(allowHours), null),
 };

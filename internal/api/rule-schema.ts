@@ -19,6 +19,7 @@ import {
 import { quotaDirections, quotaPeriods } from '../domain/quota.ts';
 import { nullableTimestamp, OWNER_DESCRIPTION, record, timestamp } from './common.ts';
 import { ruleControls } from './rule-controls.ts';
+import { allowHours } from '../domain/link.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 
 export const ruleInput = object(
@@ -131,6 +132,7 @@ export const ruleSchema = record('Rule', {
   proxy_protocol: { type: 'string', enum: [...proxyProtocols] },
   preserve_source: { type: 'boolean' },
   source_address: { type: ['string', 'null'] },
+  allow_hours: { anyOf: [allowHours.json, { type: 'null' }] },
   quota: {
     type: ['object', 'null'],
     required: ['bytes', 'period', 'direction', 'reset_day', 'reset_hour'],

@@ -3,6 +3,7 @@
 
 import { canonicalAddress, isSrvName, isUnroutable, localKind } from '../schema/net.ts';
 import type { FieldError } from '../schema/schema.ts';
+import type { AllowHours } from './hours.ts';
 import type { Quota, QuotaDirection, QuotaUsage } from './quota.ts';
 import { holds } from './plans.ts';
 import { counted, kernelPorts, portCount, rangeErrors, RELAY_RANGE_PORTS } from './ranges.ts';
@@ -123,6 +124,8 @@ export interface RuleFields {
   preserve_source: boolean;
   /** The node's address its connections to the targets come from (its tunnel's exit node's); null: as routing picks. */
   source_address: string | null;
+  /** When, on one zone's wall clock, the rule takes new clients; null: always. */
+  allow_hours: AllowHours | null;
 }
 
 /** A rule's controls as a rule without them has them: what the API fills in, and what a node's config leaves out. */
@@ -139,6 +142,7 @@ export const controlDefaults: {
   health_check: null;
   preserve_source: false;
   source_address: null;
+  allow_hours: null;
 } = {
   tags: [],
   allow_sources: [],
@@ -152,6 +156,7 @@ export const controlDefaults: {
   health_check: null,
   preserve_source: false,
   source_address: null,
+  allow_hours: null,
 } satisfies Partial<RuleFields>;
 
 /** The controls of a rule (what limits it, beyond where it listens and sends). */
@@ -235,6 +240,10 @@ export function combinationErrors(fields: RuleFields, prefix = '#'): FieldError[
   }
   if (fields.strategy === 'lowest_latency' && fields.health_check === null)
     at('strategy', 'lowest_latency needs a health_check: its connect times are what it goes by');
+  fields.allow_hours?.windows.forEach((window, i) => {
+    if (window.from === window.to)
+      errors.push({ pointer: `${prefix}/allow_hours/windows/${i}/to`, detail: 'is its from: an empty window' });
+  });
   if (fields.preserve_source && fields.source_address !== null)
     at('source_address', "is the node's address to connect from, and preserve_source keeps the client's: not both");
   const relayed = fields.preserve_source && relayOnlyReason(fields);
@@ -273,7 +282,7 @@ export function relayOnlyReason(
     | 'strategy'
     | 'targets'
     | 'health_check'
-  > & { quota: object | null },
+  > & { quota: object | null; allow_hours?: AllowHours | null },
 ): string | null {
   if (rule.tunnel_id !== null) return 'rules through a tunnel are carried by the relay';
   if (rule.forwarding === 'relay') return 'the rule asks for the relay';
@@ -282,6 +291,8 @@ export function relayOnlyReason(
     // The kernel ends a TCP connection past the quota with a reset; it has no way to end a UDP flow it translates.
     rule.quota !== null && rule.protocol !== 'tcp' ? 'quota on UDP' : '',
     rule.proxy_protocol !== 'none' ? 'proxy_protocol' : '',
+    // nftables reads meta hour on the node's clock as it stood when the table was written: no zone, no daylight saving.
+    (rule.allow_hours ?? null) !== null ? 'allow_hours' : '',
   ].filter(Boolean);
   if (controls.length > 0) return `the relay enforces the rule's ${controls.join(', ')}`;
   if (rule.strategy === 'least_conn') return "least_conn: the kernel keeps no count of each target's connections";
@@ -375,6 +386,7 @@ export function forwardRuleOf(rule: Rule): ForwardRule {
     health_check: rule.health_check,
     preserve_source: rule.preserve_source,
     source_address: rule.source_address,
+    allow_hours: rule.allow_hours,
     local_targets: true,
     quota:
       rule.quota && rule.quota_usage

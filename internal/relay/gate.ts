@@ -12,6 +12,7 @@
 
 import { BlockList } from 'node:net';
 import { parseCidr } from '../schema/net.ts';
+import { allowedAt, type AllowHours } from '../domain/hours.ts';
 import type { ForwardQuota, ForwardRule } from '../domain/rules.ts';
 import { TokenBucket } from './bucket.ts';
 import { Turns, type Waiter } from './turns.ts';
@@ -25,6 +26,7 @@ export type GateRule = Pick<
   | 'bandwidth_limit'
   | 'expires_at'
   | 'quota'
+  | 'allow_hours'
 >;
 
 /** What a socket reads at most at a time where its way is limited, and reserves of the bandwidth beforehand. */
@@ -63,6 +65,10 @@ export class Gate {
   /** New clients a second (a burst of as many); null: any number. */
   private newClients: TokenBucket | null = null;
   private expiresAtMs = Infinity;
+  /** When it takes new clients; null: always. The answer holds for the minute it was asked in. */
+  private hours: AllowHours | null = null;
+  private hoursMinute = -1;
+  private hoursOpen = true;
   /** Connections and sessions open now. */
   private open = 0;
   private refused = 0;
@@ -91,6 +97,8 @@ export class Gate {
     if (perSecond === null) this.newClients = null;
     else if (this.newClients?.capacity !== perSecond) this.newClients = new TokenBucket(perSecond, perSecond);
     this.expiresAtMs = rule.expires_at === null ? Infinity : Date.parse(rule.expires_at);
+    this.hours = rule.allow_hours ?? null;
+    this.hoursMinute = -1;
     const rate = rule.bandwidth_limit;
     for (const way of ['in', 'out'] as const) {
       if (rate === null) {
@@ -174,6 +182,7 @@ export class Gate {
       this.open >= this.max ||
       (this.expiresAtMs !== Infinity && Date.now() >= this.expiresAtMs) ||
       ((this.allow !== null || this.deny !== null) && !this.allows(address)) ||
+      (this.hours !== null && !this.inHours()) ||
       // Last: a client refused for another reason takes no place in the second's allowance.
       (this.newClients !== null && this.newClients.reserve(1) !== 0)
     ) {
@@ -182,6 +191,16 @@ export class Gate {
     }
     this.open++;
     return true;
+  }
+
+  /** Whether now is in one of allow_hours' windows, worked out once a minute (a window starts and ends on one). */
+  private inHours(): boolean {
+    const minute = Math.floor(Date.now() / 60_000);
+    if (minute !== this.hoursMinute) {
+      this.hoursMinute = minute;
+      this.hoursOpen = allowedAt(this.hours!, Date.now());
+    }
+    return this.hoursOpen;
   }
 
   release(): void {

@@ -801,4 +801,7 @@ export const migrations: readonly string[] = [
   /* 47: the node's address a rule's connections to its targets come from */ `
   ALTER TABLE rules ADD COLUMN source_address TEXT;
   `,
+  /* 48: when a rule takes new clients, on one zone's wall clock (JSON: {zone, windows}) */ `
+  ALTER TABLE rules ADD COLUMN allow_hours TEXT;
+  `,
 ];

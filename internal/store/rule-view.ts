@@ -3,6 +3,7 @@
 // lists concatenate text; the same for its state. What else triggers keep of rules (the tallies the dashboard reads,
 // the index of names) is defined here too. All of it is installed when the database opens (see derived.ts).
 
+import type { AllowHours } from '../domain/hours.ts';
 import type { Quota, QuotaDirection, QuotaPeriod, QuotaUsage } from '../domain/quota.ts';
 import type { Hold } from '../domain/plans.ts';
 import type {
@@ -32,11 +33,13 @@ export interface RuleRow
       | 'health_check'
       | 'preserve_source'
       | 'owner_id'
+      | 'allow_hours'
     >,
     QuotaColumns {
   owner_id: number;
   weights: string | null;
   preserve_source: number;
+  allow_hours: string | null;
   health_check: string | null;
   health: string | null;
   id: number;
@@ -139,6 +142,7 @@ export function toRule(row: RuleRow): Rule {
     health_check: row.health_check === null ? null : (JSON.parse(row.health_check) as HealthCheck),
     preserve_source: row.preserve_source === 1,
     source_address: row.source_address,
+    allow_hours: row.allow_hours === null ? null : (JSON.parse(row.allow_hours) as AllowHours),
     state: stateOf(row.expired === 1, row.held, row.quota_spent === 1, row.enabled === 1),
     quota_usage: usageOf(row),
     plan_limits: planLimitsOf(row),
@@ -183,7 +187,7 @@ export function ruleJsonSql(row: string): string {
       'reset_hour', ${r('quota_reset_hour')}) END),
     'health_check', json(${r('health_check')}),
     'preserve_source', json(CASE ${r('preserve_source')} WHEN 1 THEN 'true' ELSE 'false' END),
-    'source_address', ${r('source_address')},
+    'source_address', ${r('source_address')}, 'allow_hours', json(${r('allow_hours')}),
     'state', ${ruleStateSql(row)},
     'quota_usage', json(CASE WHEN ${r('quota_bytes')} IS NULL THEN 'null' ELSE json_object(
       'used_bytes', ${count('quota_used')}, 'period_started_at', ${r('quota_period_start')},
@@ -209,7 +213,7 @@ export const COLUMNS = `id, name, owner_id, node_id, tunnel_id, protocol, listen
   strategy, weights, forwarding,
   enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit, max_new_connections_per_second,
   expires_at, proxy_protocol, expired, held, held_connections, held_bandwidth, held_new_connections, ${QUOTA_COLUMNS},
-  health_check, preserve_source, source_address, health,
+  health_check, preserve_source, source_address, allow_hours, health,
   ${safeCount('refused')} AS refused, sync_state, sync_error, sync_applied_at, sync_path, relay_reason,
   ${safeCount('bytes_in')} AS bytes_in, ${safeCount('bytes_out')} AS bytes_out, version, created_at, updated_at`;
 

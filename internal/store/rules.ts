@@ -206,7 +206,8 @@ function withoutControls(f: RuleFields): boolean {
     f.quota === null &&
     f.health_check === null &&
     !f.preserve_source &&
-    f.source_address === null
+    f.source_address === null &&
+    f.allow_hours === null
   );
 }
 
@@ -245,6 +246,7 @@ function controlValues(f: RuleFields, at: string): SQLInputValue[] {
     f.health_check && JSON.stringify(freshHealth(f)),
     Number(f.preserve_source),
     f.source_address,
+    f.allow_hours && JSON.stringify(f.allow_hours),
   ];
 }
 
@@ -360,8 +362,9 @@ export class RuleStore {
         weights, forwarding, enabled, tags, allow_sources, deny_sources, max_connections, bandwidth_limit,
         max_new_connections_per_second, expires_at, proxy_protocol, expired, quota_bytes, quota_period,
         quota_direction, quota_reset_day, quota_reset_hour, quota_used, quota_period_start, quota_resets_at,
-        quota_spent, health_check, health, preserve_source, source_address, created_at, updated_at) VALUES`,
-      36,
+        quota_spent, health_check, health, preserve_source, source_address, allow_hours, created_at, updated_at)
+        VALUES`,
+      37,
     );
     this.insertPlainRows = db.insertRows(
       `INSERT INTO rules (name, owner_id, node_id, tunnel_id, protocol, listen_port, listen_port_end, targets, strategy,
@@ -380,7 +383,8 @@ export class RuleStore {
         quota_direction = :quota_direction, quota_reset_day = :quota_reset_day, quota_reset_hour = :quota_reset_hour,
         quota_used = :quota_used, quota_period_start = :quota_period_start, quota_resets_at = :quota_resets_at,
         quota_spent = :quota_spent, health_check = :health_check, health = :health,
-        preserve_source = :preserve_source, source_address = :source_address, sync_state = 'pending',
+        preserve_source = :preserve_source, source_address = :source_address, allow_hours = :allow_hours,
+        sync_state = 'pending',
         sync_error = NULL,
         sync_path = NULL, entry_result = NULL, exit_result = NULL, version = version + 1,
         updated_at = :at
@@ -762,6 +766,7 @@ export class RuleStore {
       tags: JSON.stringify(fields.tags),
       allow_sources: JSON.stringify(fields.allow_sources),
       deny_sources: JSON.stringify(fields.deny_sources),
+      allow_hours: fields.allow_hours && JSON.stringify(fields.allow_hours),
       expired: Number(expiredAt(fields.expires_at, at)),
       at,
     };

@@ -40,6 +40,7 @@ test('address blocks: what is a block, and what a client matches', () => {
     bandwidth_limit: null,
     expires_at: null,
     quota: null,
+    allow_hours: null,
   });
   const admitted = ['192.0.2.1', '::ffff:192.0.2.200', '2001:db8:1::5', '192.0.2.7', '198.51.100.1', '2001:db9::1'].map(
     (address) => gate.admit(address),

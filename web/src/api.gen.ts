@@ -116,6 +116,14 @@ export interface components {
       next_cursor: string | null;
       total?: number;
     };
+    AllowHours: {
+      zone: string;
+      windows: {
+        days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
+        from: string;
+        to: string;
+      }[];
+    };
     AuditEntry: {
       id: number;
       /** Format: date-time */
@@ -455,6 +463,15 @@ export interface components {
         proxy_protocol?: 'none' | 'v1' | 'v2';
         /** @default null */
         source_address?: string | null;
+        /** @default null */
+        allow_hours?: {
+          zone: string;
+          windows: {
+            days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
+            from: string;
+            to: string;
+          }[];
+        } | null;
       }[];
       channels?: {
         name: string;
@@ -1060,6 +1077,7 @@ export interface components {
       proxy_protocol: 'none' | 'v1' | 'v2';
       preserve_source: boolean;
       source_address: string | null;
+      allow_hours: components['schemas']['AllowHours'] | null;
       quota: {
         bytes: number;
         /** @enum {string} */
@@ -1150,6 +1168,14 @@ export interface components {
       bandwidth_limit?: number | null;
       max_new_connections_per_second?: number | null;
       source_address?: string | null;
+      allow_hours?: {
+        zone: string;
+        windows: {
+          days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
+          from: string;
+          to: string;
+        }[];
+      } | null;
       /** Format: date-time */
       expires_at?: string | null;
       /** @enum {string} */
@@ -1264,6 +1290,15 @@ export interface components {
       proxy_protocol?: 'none' | 'v1' | 'v2';
       /** @default null */
       source_address?: string | null;
+      /** @default null */
+      allow_hours?: {
+        zone: string;
+        windows: {
+          days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
+          from: string;
+          to: string;
+        }[];
+      } | null;
     };
     RulePage: {
       items: components['schemas']['Rule'][];

@@ -157,6 +157,8 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
         preserve_source: c.preserve_source.checked,
         source_address: c.source_address.value.trim() === '' ? null : c.source_address.value.trim(),
         bandwidth_limit: c.bandwidth_limit.value === '' ? null : Number(c.bandwidth_limit.value),
+        // Set through the API (a zone and windows: no field here yet); a save keeps what the rule has.
+        allow_hours: rule?.allow_hours ?? null,
         // The check's other settings are kept as they are (or their defaults).
         health_check:
           c.health_interval.value === ''
