@@ -182,6 +182,11 @@ test('every answer of every operation is what the OpenAPI document declares for 
   });
   await hit('GET /api/tunnels', '/api/tunnels');
   await hit('GET /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`);
+  await hit('GET /api/tunnels/{id}/paths', `/api/tunnels/${tunnel.body.id}/paths`);
+  await hit(
+    'GET /api/tunnels/{id}/paths',
+    `/api/tunnels/${tunnel.body.id}/paths?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z`,
+  );
   const readTunnel = await call(m.url, 'GET', `/api/tunnels/${tunnel.body.id}`, { token: m.admin });
   await hit('PUT /api/tunnels/{id}', `/api/tunnels/${tunnel.body.id}`, {
     body: { ...readTunnel.body, name: 'a-to-b' },

@@ -166,6 +166,7 @@ describe("tenants' rules", { concurrency: 4 }, () => {
       'GET /api/tunnels',
       'POST /api/tunnels',
       'GET /api/tunnels/{id}',
+      'GET /api/tunnels/{id}/paths',
       'PUT /api/tunnels/{id}',
       'DELETE /api/tunnels/{id}',
       'POST /api/tunnels/batch-delete',
@@ -404,6 +405,8 @@ describe("tenants' rules", { concurrency: 4 }, () => {
     const id = made.body.id;
     const { owner_id: _o, ...fields } = made.body;
     assertProblem(await call(m.url, 'GET', `/api/tunnels/${id}`, { token: w.bob.token }), 404, 'not_found');
+    assertProblem(await call(m.url, 'GET', `/api/tunnels/${id}/paths`, { token: w.bob.token }), 404, 'not_found');
+    assert.equal((await call(m.url, 'GET', `/api/tunnels/${id}/paths`, { token: w.alice.token })).status, 200);
     assertProblem(
       await call(m.url, 'PUT', `/api/tunnels/${id}`, { token: w.bob.token, body: fields }),
       404,

@@ -2,6 +2,7 @@
 // 503 `starting` until the rest is done), bootstraps the first admin, then serves and marks
 // itself ready. Returns a handle that closes it all in order.
 
+import { pathSampler } from '../../internal/service/tunnel-paths.ts';
 import { SYSTEM_ACTOR } from '../../internal/store/audit.ts';
 import { createPublicKey, randomBytes, type KeyObject } from 'node:crypto';
 import { agentBundle } from '../../internal/install/bundle.ts';
@@ -479,6 +480,7 @@ export async function start(
         // Rules whose expires_at has come stop within a second of it; quota periods start over as punctually; a license
         // that expires says so as soon.
         const licenseTick = licenseWatch(app);
+        const samplePaths = pathSampler(app);
         const refusedTick = refusedWritesWatch(app);
         const failed = (what: string) => (error: Error) => log.error(what, { error: error.message });
         clockTurn = async () => {
@@ -487,6 +489,11 @@ export async function start(
             licenseTick();
           } catch (error) {
             failed('recording a change of the license failed')(error as Error);
+          }
+          try {
+            samplePaths();
+          } catch (error) {
+            failed("sampling the tunnels' paths failed")(error as Error);
           }
           await Promise.all([
             tickRules(app).catch(failed("the rules' clock failed")),

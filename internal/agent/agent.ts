@@ -547,7 +547,7 @@ export class Agent {
     this.sendPaths(socket);
     this.sendHealth();
     // A node shows how it is doing as soon as it links, not a report interval later.
-    send(socket, this.vitals.read(this.masterReadsAddresses()));
+    send(socket, this.vitals.read(this.masterIsCurrent()));
     if (this.untold) send(socket, this.untold);
     this.untold = null;
     // Told once: on the first link this agent makes.
@@ -762,17 +762,20 @@ export class Agent {
         !sent ||
         sent.report.state !== report.state ||
         sent.report.error !== report.error ||
-        (sent.report.rtt_us !== report.rtt_us && now - sent.at >= interval)
+        ((sent.report.rtt_us !== report.rtt_us || sent.report.loss_percent !== report.loss_percent) &&
+          now - sent.at >= interval)
       );
     });
     if (due.length === 0) return;
     for (const report of due) this.tunnelsSent.set(report.id, { report, at: now });
     for (const piece of inPieces(due)) {
-      const tunnels = piece.map(({ id, state, error, rtt_us }) => ({
+      const tunnels = piece.map(({ id, state, error, rtt_us, loss_percent }) => ({
         id,
         state,
         error: error === null ? null : error.slice(0, 500),
         rtt_us,
+        // Only where known: a master older than it ends a link on a field it does not know.
+        ...(loss_percent === null || !this.masterIsCurrent() ? {} : { loss_percent }),
       }));
       send(socket, { type: 'tunnel_status', tunnels });
     }
@@ -852,10 +855,11 @@ export class Agent {
   }
 
   /**
-   * Whether the master reads a node's addresses in its vitals: one that sends SRV bounds in its config came with them
-   * (the same release); an older one ends a link on a field it does not know.
+   * Whether the master reads the fields agents added with SRV bounds (a node's addresses in its vitals, a tunnel's
+   * loss): one that sends those bounds in its config is of that release or later; an older one ends a link on a field
+   * it does not know.
    */
-  private masterReadsAddresses(): boolean {
+  private masterIsCurrent(): boolean {
     return this.config?.srv_ttl_min_seconds !== undefined;
   }
 
@@ -863,7 +867,7 @@ export class Agent {
   private report(): Promise<void> {
     this.reporting = this.reporting
       .then(() => {
-        if (this.socket) send(this.socket, this.vitals.read(this.masterReadsAddresses()));
+        if (this.socket) send(this.socket, this.vitals.read(this.masterIsCurrent()));
         return this.reportNow();
       })
       .catch((error: Error) => this.options.log.error('reporting traffic failed', { error: error.message }));

@@ -98,6 +98,7 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/tunnels',                 'tunnels:read',    tunnels.listTunnels),
   route('POST',   '/api/tunnels',                 'tunnels:write',   tunnels.createTunnel, GIVE_TO_ANOTHER),
   route('GET',    '/api/tunnels/{id}',            'tunnels:read',    tunnels.getTunnel),
+  route('GET',    '/api/tunnels/{id}/paths',      'tunnels:read',    tunnels.getTunnelPaths),
   route('PUT',    '/api/tunnels/{id}',            'tunnels:write',   tunnels.replaceTunnel, CHANGE_TUNNEL),
   route('DELETE', '/api/tunnels/{id}',            'tunnels:write',   tunnels.deleteTunnel, CASCADE_FROM_TUNNEL),
   route('POST',   '/api/nodes/batch-delete',      'nodes:write',     batch.deleteNodes, CASCADE_FROM_NODE),

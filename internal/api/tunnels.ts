@@ -7,7 +7,7 @@ import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
+import { formatTime, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { webSocketUrl } from '../schema/net.ts';
 import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
 import { transact } from '../service/write.ts';
@@ -23,6 +23,7 @@ import {
   timestamp,
 } from './common.ts';
 import { cascadeQuery } from './nodes.ts';
+import { seriesQuery, seriesWindow } from './dashboard.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { transports, tunnelStatuses } from '../domain/tunnels.ts';
@@ -84,7 +85,10 @@ export const tunnelInput = object(
       null,
     ),
   },
-  { name: 'TunnelInput', ignore: ['id', 'status', 'rtt_ms', 'ends', 'version', 'created_at', 'updated_at'] },
+  {
+    name: 'TunnelInput',
+    ignore: ['id', 'status', 'rtt_ms', 'loss_percent', 'ends', 'version', 'created_at', 'updated_at'],
+  },
 );
 export type TunnelInput = Infer<typeof tunnelInput>;
 
@@ -123,6 +127,12 @@ export const tunnelSchema = record('Tunnel', {
     type: ['number', 'null'],
     description: "The session's round trip as the entry measures it (HTTP/2 PING); null while it is not up.",
   },
+  loss_percent: {
+    type: ['number', 'null'],
+    description:
+      "The share of the entry's last 12 PINGs (one every 5 s) that got no answer; null while it is not up, or from " +
+      'an agent older than it. History: GET /api/tunnels/{id}/paths.',
+  },
   ends: {
     type: 'object',
     required: ['entry', 'exit'],
@@ -131,6 +141,30 @@ export const tunnelSchema = record('Tunnel', {
   version: { type: 'integer' },
   created_at: timestamp,
   updated_at: timestamp,
+});
+
+const pathsQuery = seriesQuery({ step: 60, span: 'an hour' });
+
+const pathSeriesSchema = record('TunnelPathSeries', {
+  tunnel_id: { type: 'integer' },
+  from: timestamp,
+  to: timestamp,
+  step: { type: 'integer' },
+  points: {
+    type: 'array',
+    description: 'One point per step that has samples, oldest first: averages of the minutes in it.',
+    items: {
+      type: 'object',
+      required: ['at', 'up', 'rtt_ms', 'loss_percent'],
+      properties: {
+        at: timestamp,
+        up: { type: 'number', description: 'The share of the minutes the path was up, from 0 to 1.' },
+        rtt_ms: { type: ['number', 'null'], description: 'The round trip (HTTP/2 PING); null: none measured.' },
+        loss_percent: { type: ['number', 'null'], description: 'The share of the PINGs that got no answer.' },
+      },
+      additionalProperties: false,
+    },
+  },
 });
 
 const listTunnelsQuery = {
@@ -195,6 +229,34 @@ export const tunnelOperations = operations({
       const tunnel = ctx.app.store.tunnels.find(idParam(ctx));
       if (!tunnel || !reaches(ctx.caller, tunnel.owner_id)) throw notFound('tunnel', ctx.params.id!);
       return ok(tunnel, { ETag: etagOf(tunnel.version) });
+    },
+  }),
+  getTunnelPaths: operation({
+    tenants: true,
+    summary: "A tunnel's path quality over time",
+    description:
+      'How the path from its entry to its exit stood, a point a minute sampled by the master from what the entry ' +
+      'last reported (then an hour, then a day, kept as traffic is: see "Paths"), averaged per step: the share of ' +
+      'the time it was up, its round trip and the share of the PINGs lost.',
+    query: pathsQuery,
+    responses: { 200: { description: 'The series', schema: pathSeriesSchema } },
+    handler: (ctx: Ctx<undefined, QueryOf<typeof pathsQuery>>) => {
+      const { app } = ctx;
+      const tunnel = app.store.tunnels.find(idParam(ctx));
+      if (!tunnel || !reaches(ctx.caller, tunnel.owner_id)) throw notFound('tunnel', ctx.params.id!);
+      const { from, to, step } = seriesWindow(ctx.query, app.timestamp(), { step: 60, spanSeconds: 3600 });
+      return ok({
+        tunnel_id: tunnel.id,
+        from: formatTime(from * 1000),
+        to: formatTime(to * 1000),
+        step,
+        points: app.store.tunnelPaths.series(tunnel.id, from, to, step).map(({ at, up, rtt_us, loss_percent }) => ({
+          at: formatTime(at * 1000),
+          up: Math.round(up * 1000) / 1000,
+          rtt_ms: rtt_us === null ? null : Math.round(rtt_us / 10) / 100,
+          loss_percent: loss_percent === null ? null : Math.round(loss_percent * 10) / 10,
+        })),
+      });
     },
   }),
   replaceTunnel: operation({

@@ -385,6 +385,8 @@ export const tunnelStatusMessage = object({
       state: oneOf(['up', 'down']),
       error: nullable(string({ max: 500 })),
       rtt_us: nullable(integer({ min: 0, max: 600_000_000 })),
+      /** The share of the entry's last PINGs unanswered; absent from agents older than it. */
+      loss_percent: optional(nullable(number({ min: 0, max: 100 })), null),
     }),
     { max: MAX_ENTRIES },
   ),

@@ -24,7 +24,7 @@ const PORT_MOVE_SPACING_MS = 10_000;
 /** What the master does because of an agent's report is the system's act; each entry names its own action. */
 const AGENT = theMaster();
 
-export type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us'>;
+export type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us' | 'loss_percent'>;
 
 /** How a traffic report was taken: counted, already counted (a repeat), or claiming more than the node can relay. */
 export type Counting = 'counted' | 'repeated' | 'implausible';
@@ -102,8 +102,8 @@ export class AgentReports {
     const { store } = this.app;
     const at = this.app.timestamp();
     writeNow(this.app, AGENT, (change) => {
-      for (const [id, { state, error, rtt_us }] of changes) {
-        store.tunnels.report(id, nodeId, { status: state, error, rtt_us }, at);
+      for (const [id, { state, error, rtt_us, loss_percent }] of changes) {
+        store.tunnels.report(id, nodeId, { status: state, error, rtt_us, loss_percent }, at);
         const taken = exitPortTaken(error);
         if (state === 'down' && taken !== null) this.movePickedPort(change, id, nodeId, taken);
       }

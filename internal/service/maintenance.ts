@@ -85,7 +85,9 @@ async function rollUp(app: Housekeeping): Promise<void> {
     if (app.draining) return;
     const now = Math.floor(app.now() / 1000);
     const keep = historyRetention(app);
-    const more = await store.db.writeRedoable(() => store.traffic.rollUp(now, keep) || store.vitals.rollUp(now, keep));
+    const more = await store.db.writeRedoable(
+      () => store.traffic.rollUp(now, keep) || store.vitals.rollUp(now, keep) || store.tunnelPaths.rollUp(now, keep),
+    );
     await turn();
     if (!more) break;
     await store.db.logCopied();

@@ -14,6 +14,7 @@ import { nodeTagDerivation, ruleTagDerivation } from './tag-index.ts';
 import { portClaimDerivation } from './ports.ts';
 import { ruleDerivations } from './rule-view.ts';
 import { vitalsDerivations } from './vitals.ts';
+import { tunnelPathDerivations } from './tunnel-paths.ts';
 import type { Derivation, Trigger } from './trigger.ts';
 
 /** Every derivation, in the order they are installed. */
@@ -22,6 +23,7 @@ export function derivations(): readonly Derivation[] {
     ...ruleDerivations,
     ...eventDerivations,
     ...vitalsDerivations,
+    ...tunnelPathDerivations,
     nodeTagDerivation,
     ruleTagDerivation,
     portClaimDerivation,

@@ -804,4 +804,16 @@ export const migrations: readonly string[] = [
   /* 48: when a rule takes new clients, on one zone's wall clock (JSON: {zone, windows}) */ `
   ALTER TABLE rules ADD COLUMN allow_hours TEXT;
   `,
+  /* 49: the share of its PINGs a tunnel's entry saw lost, and a point a minute of how each tunnel's path stood */ `
+  ALTER TABLE tunnels ADD COLUMN loss_percent REAL;
+  CREATE TABLE tunnel_paths (
+    tunnel_id INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    up REAL NOT NULL,
+    rtt_us REAL,
+    loss_percent REAL,
+    points INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (tunnel_id, minute)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];

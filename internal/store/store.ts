@@ -23,6 +23,7 @@ import { TrafficStore } from './traffic.ts';
 import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
 import { VitalsStore } from './vitals.ts';
+import { TunnelPathStore } from './tunnel-paths.ts';
 import { Generation } from './page.ts';
 
 export interface StoreOptions {
@@ -54,6 +55,7 @@ export class Store {
   readonly traffic: TrafficStore;
   readonly events: EventStore;
   readonly vitals: VitalsStore;
+  readonly tunnelPaths: TunnelPathStore;
   readonly channels: ChannelStore;
   readonly alertRules: AlertRuleStore;
   readonly alerts: AlertStore;
@@ -85,6 +87,7 @@ export class Store {
     this.traffic = new TrafficStore(db);
     this.events = new EventStore(db);
     this.vitals = new VitalsStore(db);
+    this.tunnelPaths = new TunnelPathStore(db);
     this.channels = new ChannelStore(db);
     this.alertRules = new AlertRuleStore(db);
     this.alerts = new AlertStore(db);

@@ -37,6 +37,8 @@ export interface Tunnel extends TunnelFields {
   status: TunnelStatus;
   /** The session's round trip as the entry measured it, while the entry reports it up. */
   rtt_ms: number | null;
+  /** The share of the entry's last PINGs (a minute's) that got no answer, while the entry reports it up. */
+  loss_percent: number | null;
   ends: { entry: TunnelEndView; exit: TunnelEndView };
   version: number;
   created_at: string;
@@ -73,6 +75,7 @@ interface Row extends TunnelFields {
   exit_error: string | null;
   exit_reported_at: string | null;
   rtt_us: number | null;
+  loss_percent: number | null;
   version: number;
   created_at: string;
   updated_at: string;
@@ -90,6 +93,7 @@ function toTunnel(row: Row): Tunnel {
     via: row.via,
     status: row.status,
     rtt_ms: row.rtt_us === null ? null : Math.round(row.rtt_us / 10) / 100,
+    loss_percent: row.loss_percent,
     ends: {
       entry: { status: row.entry_status, last_error: row.entry_error, reported_at: row.entry_reported_at },
       exit: { status: row.exit_status, last_error: row.exit_error, reported_at: row.exit_reported_at },
@@ -101,12 +105,13 @@ function toTunnel(row: Row): Tunnel {
 }
 
 const COLUMNS = `id, name, owner_id, entry_node_id, exit_node_id, listen_port, transport, via, status, entry_status,
-  entry_error, entry_reported_at, exit_status, exit_error, exit_reported_at, rtt_us, version, created_at, updated_at`;
+  entry_error, entry_reported_at, exit_status, exit_error, exit_reported_at, rtt_us, loss_percent, version, created_at,
+  updated_at`;
 /** Both ends up: up; either down: down; otherwise one has not reported since the last change. */
 const COMBINED_STATUS = `CASE WHEN entry_status = 'up' AND exit_status = 'up' THEN 'up'
   WHEN entry_status = 'down' OR exit_status = 'down' THEN 'down' ELSE 'pending' END`;
 const ENDS_PENDING = `status = 'pending', entry_status = 'pending', entry_error = NULL, entry_reported_at = NULL,
-  exit_status = 'pending', exit_error = NULL, exit_reported_at = NULL, rtt_us = NULL`;
+  exit_status = 'pending', exit_error = NULL, exit_reported_at = NULL, rtt_us = NULL, loss_percent = NULL`;
 
 /** What lists of tunnels select by (a batch's filter too); null: any. */
 export interface TunnelFilter {
@@ -208,7 +213,8 @@ export class TunnelStore {
       ORDER BY t.id`);
     this.reportStmts = {
       entry: db.prepare(`UPDATE tunnels SET entry_status = :status, entry_error = :error, entry_reported_at = :at,
-          rtt_us = CASE WHEN :status = 'up' THEN :rtt_us END
+          rtt_us = CASE WHEN :status = 'up' THEN :rtt_us END,
+          loss_percent = CASE WHEN :status = 'up' THEN :loss_percent END
         WHERE id = :id AND entry_node_id = :node_id`),
       exit: db.prepare(`UPDATE tunnels SET exit_status = :status, exit_error = :error, exit_reported_at = :at
         WHERE id = :id AND exit_node_id = :node_id`),
@@ -218,6 +224,7 @@ export class TunnelStore {
         entry_error = CASE WHEN entry_node_id = :node_id THEN :error ELSE entry_error END,
         entry_reported_at = CASE WHEN entry_node_id = :node_id THEN :at ELSE entry_reported_at END,
         rtt_us = CASE WHEN entry_node_id = :node_id THEN NULL ELSE rtt_us END,
+        loss_percent = CASE WHEN entry_node_id = :node_id THEN NULL ELSE loss_percent END,
         exit_status = CASE WHEN exit_node_id = :node_id THEN 'down' ELSE exit_status END,
         exit_error = CASE WHEN exit_node_id = :node_id THEN :error ELSE exit_error END,
         exit_reported_at = CASE WHEN exit_node_id = :node_id THEN :at ELSE exit_reported_at END
@@ -258,11 +265,11 @@ export class TunnelStore {
   report(
     id: number,
     nodeId: number,
-    view: { status: 'up' | 'down'; error: string | null; rtt_us: number | null },
+    view: { status: 'up' | 'down'; error: string | null; rtt_us: number | null; loss_percent: number | null },
     at: string,
   ): void {
     const params = { id, node_id: nodeId, status: view.status, error: view.error, at };
-    this.reportStmts.entry.run({ ...params, rtt_us: view.rtt_us });
+    this.reportStmts.entry.run({ ...params, rtt_us: view.rtt_us, loss_percent: view.loss_percent });
     this.reportStmts.exit.run(params);
     this.combineStmt.run({ id, node_id: null });
   }

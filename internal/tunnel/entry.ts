@@ -47,6 +47,8 @@ export interface EntryConfig {
 
 const CONNECT_TIMEOUT_MS = 10_000;
 const PING_INTERVAL_MS = 5_000;
+/** The PINGs loss is counted over: a minute's. A PING unanswered when the next is due counts as lost. */
+const LOSS_WINDOW = 12;
 const MAX_BACKOFF_MS = 10_000;
 const ON_DEMAND_RETRY_MS = 250;
 /** Connections held while the session is being set up; more are refused at once. */
@@ -83,7 +85,11 @@ export class TunnelEntry {
   private attemptedAt = 0;
   private retryTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
-  private view: TunnelView = { state: 'down', error: 'connecting to the exit node', rtt_us: null };
+  private view: TunnelView = { state: 'down', error: 'connecting to the exit node', rtt_us: null, loss_percent: null };
+  /** The last PINGs' outcomes, newest last (true: answered), at most LOSS_WINDOW; and the one out now, by number. */
+  private pings: boolean[] = [];
+  private pingsSent = 0;
+  private pingOut: number | null = null;
 
   constructor(
     readonly config: EntryConfig,
@@ -341,20 +347,42 @@ export class TunnelEntry {
   private ping(): void {
     const session = this.session;
     if (!session) return;
+    if (this.pingOut !== null) this.counted(false);
+    const sent = ++this.pingsSent;
+    this.pingOut = sent;
     try {
       session.ping((error, ms) => {
-        if (!error && this.session === session) this.report({ rtt_us: Math.round(ms * 1000) });
+        // An answer after the next PING went is counted lost already.
+        if (this.session !== session || this.pingOut !== sent) return;
+        this.pingOut = null;
+        if (error) return;
+        this.counted(true);
+        this.report({ rtt_us: Math.round(ms * 1000), loss_percent: this.loss() });
       });
     } catch {
       // a session closing meanwhile: its close event reports it
     }
   }
 
+  /** Counts a PING's outcome; a lost one is reported at once (an answered one with its round trip). */
+  private counted(answered: boolean): void {
+    this.pings.push(answered);
+    if (this.pings.length > LOSS_WINDOW) this.pings.shift();
+    if (!answered) this.report({ loss_percent: this.loss() });
+  }
+
+  private loss(): number {
+    const lost = this.pings.filter((answered) => !answered).length;
+    return Math.round((lost / this.pings.length) * 1000) / 10;
+  }
+
   private lost(reason: string): void {
     this.connecting = false;
     this.answer(null);
     if (this.closed) return;
-    this.report({ state: 'down', error: reason, rtt_us: null });
+    this.pings = [];
+    this.pingOut = null;
+    this.report({ state: 'down', error: reason, rtt_us: null, loss_percent: null });
     const ceiling = Math.min(MAX_BACKOFF_MS, 250 * 2 ** this.attempt);
     this.attempt += 1;
     this.retryTimer = setTimeout(() => this.connect(), ceiling * (0.5 + Math.random() / 2));

@@ -85,7 +85,12 @@ export class TunnelExit {
   private readonly sessions = new Set<Http2Session>();
   /** Connections whose handshake is under way, by address and port, oldest first. */
   private readonly pending = new Map<string, Socket>();
-  private view: TunnelView = { state: 'down', error: 'waiting for the entry node to connect', rtt_us: null };
+  private view: TunnelView = {
+    state: 'down',
+    error: 'waiting for the entry node to connect',
+    rtt_us: null,
+    loss_percent: null,
+  };
 
   constructor(
     readonly config: ExitConfig,

@@ -126,4 +126,6 @@ export interface TunnelView {
   error: string | null;
   /** Round-trip time of the tunnel's session in microseconds, measured by the entry; null at the exit. */
   rtt_us: number | null;
+  /** The share of the entry's last PINGs (a minute's) that got no answer, in percent; null at the exit, or before. */
+  loss_percent: number | null;
 }

@@ -497,12 +497,15 @@ test(DRIFT, { timeout: 60_000 }, async (t) => {
   inAgent('mount', '--bind', nft, join(shim, 'real'));
   inAgent('mount', '--bind', join(shim, 'nft'), nft);
   assert.equal(nftIn(NODE, 'flush', 'ruleset').code, 0);
+  // The rule's new result and the node's paths come in messages of their own: each is waited for.
   await until(
     'the rule to say the relay carries it',
     async () => (await ruleOf(m, made.id)).sync.applied_path === 'relay',
   );
-  const refused = (await nodeOf(m, edge.id)).kernel_path;
-  assert.equal(refused.available, false);
+  const refused = await until('the node to say its kernel path is gone', async () => {
+    const path = (await nodeOf(m, edge.id)).kernel_path;
+    return path?.available === false && path;
+  });
   assert.match(refused.reason, /could not be written back|refused/);
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15201', '1000'), '1000', 'the relay forwards');
   inAgent('umount', nft);

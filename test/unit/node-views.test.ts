@@ -316,7 +316,10 @@ test('tunnel, token and user pages read after any change as a fresh read of the 
           AT,
         ),
     ],
-    ['an end reporting up', () => store.tunnels.report(tunnel, entry, { status: 'up', error: null, rtt_us: 1234 }, AT)],
+    [
+      'an end reporting up',
+      () => store.tunnels.report(tunnel, entry, { status: 'up', error: null, rtt_us: 1234, loss_percent: 0 }, AT),
+    ],
     ['a raw tunnel statement', () => store.db.prepare("UPDATE tunnels SET name = 'raw' WHERE id = ?").run(tunnel)],
     ['a token used', () => store.tokens.touch(token, '2026-11-23T11:00:00Z')],
     [

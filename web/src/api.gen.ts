@@ -1584,6 +1584,7 @@ export interface components {
       /** @enum {string} */
       status: 'pending' | 'up' | 'down';
       rtt_ms: number | null;
+      loss_percent: number | null;
       ends: {
         entry: {
           /** @enum {string} */
@@ -1633,6 +1634,21 @@ export interface components {
       items: components['schemas']['Tunnel'][];
       next_cursor: string | null;
       total?: number;
+    };
+    TunnelPathSeries: {
+      tunnel_id: number;
+      /** Format: date-time */
+      from: string;
+      /** Format: date-time */
+      to: string;
+      step: number;
+      points: {
+        /** Format: date-time */
+        at: string;
+        up: number;
+        rtt_ms: number | null;
+        loss_percent: number | null;
+      }[];
     };
     TunnelSelection: {
       owner_id?: number;

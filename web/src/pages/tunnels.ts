@@ -1,13 +1,37 @@
-// Tunnels: status and round-trip time of each, create and delete.
+// Tunnels: status, round trip and loss of each, their path's last day as uptime bars and a round-trip line, create
+// (over TLS, or inside a WebSocket through a proxy) and delete.
 
 import { api, get, type Page, type Schema } from '../api.ts';
-import { badge, button, field, form, h, input } from '../dom.ts';
+import { badge, button, field, form, h, input, select, svg } from '../dom.ts';
+import { sparkline } from '../spark.ts';
 import type { PageCtx } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 import type { NodeItem } from './nodes.ts';
 
 type Tunnel = Schema<'Tunnel'>;
+type PathSeries = Schema<'TunnelPathSeries'>;
+
+/** The round trip, and the PINGs lost where any were. */
+function quality(t: Tunnel): string {
+  if (t.rtt_ms === null) return '—';
+  return `${t.rtt_ms.toFixed(1)} ms${t.loss_percent ? `, ${t.loss_percent}% lost` : ''}`;
+}
+
+/** A day of a tunnel's path an hour a bar, greener the more of the hour it was up (grey: no sample). */
+function uptimeBars(series: PathSeries, hours: number): SVGElement {
+  const start = Date.parse(series.from);
+  const byHour = new Map(series.points.map((p) => [Math.floor((Date.parse(p.at) - start) / 3_600_000), p]));
+  const bars = Array.from({ length: hours }, (_, i) => {
+    const point = byHour.get(i);
+    const tone = point === undefined ? 'none' : point.up >= 0.999 ? 'up' : point.up > 0 ? 'partly' : 'down';
+    const title = point === undefined ? 'no sample' : `${Math.round(point.up * 100)}% up`;
+    return svg('rect', { x: i * 6, y: 0, width: 5, height: 24, class: `bar ${tone}` }, svg('title', {}, title));
+  });
+  const up = series.points.reduce((sum, p) => sum + p.up, 0) / Math.max(1, series.points.length);
+  const label = `Up ${Math.round(up * 1000) / 10}% of the sampled hours of the last ${hours}`;
+  return svg('svg', { viewBox: `0 0 ${hours * 6} 24`, role: 'img', 'aria-label': label, class: 'uptime' }, bars);
+}
 
 /** Why a tunnel is not up, as each end says (the API keeps the last error of each). */
 function reasons(t: Tunnel): HTMLElement[] {
@@ -26,6 +50,29 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
   const canWrite = ctx.can('tunnels:write');
   const nodes = ctx.can('nodes:read') ? await get<Page<NodeItem>>('/api/nodes?limit=1000') : { items: [] };
   const nodeName = (id: number) => nodes.items.find((n) => n.id === id)?.name ?? `#${id}`;
+  const pathPanel = h('dialog', { class: 'edit', 'aria-label': 'Path history' });
+  const showPath = async (t: Tunnel) => {
+    const to = new Date(Math.ceil(Date.now() / 3_600_000) * 3_600_000);
+    const from = new Date(to.getTime() - 24 * 3_600_000);
+    const series = await get<PathSeries>(
+      `/api/tunnels/${t.id}/paths?from=${from.toISOString()}&to=${to.toISOString()}&step=3600`,
+    );
+    pathPanel.replaceChildren(
+      h('h2', {}, `${t.name}: the last 24 hours`),
+      h('p', {}, uptimeBars(series, 24)),
+      h(
+        'p',
+        {},
+        'Round trip: ',
+        sparkline(
+          series.points.map((p) => p.rtt_ms),
+          'Round trip per hour, ms',
+        ),
+      ),
+      button('Close', () => pathPanel.close()),
+    );
+    pathPanel.showModal();
+  };
   const url = urlFilters(
     ctx,
     'tunnels',
@@ -54,10 +101,11 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
         h('td', {}, nodeName(t.exit_node_id)),
         h('td', {}, String(t.listen_port)),
         h('td', {}, badge(t.status), t.status !== 'up' && reasons(t)),
-        h('td', {}, t.rtt_ms === null ? '—' : `${t.rtt_ms.toFixed(1)} ms`),
+        h('td', {}, quality(t)),
         h(
           'td',
           { class: 'actions' },
+          button('Path', () => void showPath(t).catch((error: Error) => ctx.say(error.message, 'error'))),
           canWrite &&
             button(
               'Delete',
@@ -80,6 +128,8 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
     entry: nodeSelect('entry_node_id'),
     exit: nodeSelect('exit_node_id'),
     port: input('listen_port', { type: 'number', min: 1, max: 65535 }),
+    transport: select('transport', ['tls', 'ws']),
+    via: input('via', { autocomplete: 'off', placeholder: 'wss://proxy.example/portplane' }),
   };
   const create = form(
     { 'aria-label': 'Add a tunnel' },
@@ -88,6 +138,8 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
       field('Entry node', c.entry, 'Where traffic enters the tunnel'),
       field('Exit node', c.exit, 'The node that dials the targets'),
       field('Listen port', c.port, 'Where the exit node listens for the entry; empty: one from 40000-49999'),
+      field('Transport', c.transport, 'ws: inside a WebSocket, which an HTTP reverse proxy or CDN can carry'),
+      field('Via', c.via, 'ws only: the proxy the entry dials instead of the exit; empty: the exit itself'),
       h('button', { type: 'submit' }, 'Add tunnel'),
     ],
     async (el) => {
@@ -97,6 +149,8 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
           entry_node_id: Number(c.entry.value),
           exit_node_id: Number(c.exit.value),
           listen_port: c.port.value === '' ? null : Number(c.port.value),
+          transport: c.transport.value,
+          via: c.via.value.trim() === '' ? null : c.via.value.trim(),
         },
       });
       ctx.say(`Added ${c.name.value}`);
@@ -108,6 +162,7 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
     canWrite ? h('details', { class: 'create' }, h('summary', {}, 'Add a tunnel'), create) : '',
     url.form,
     list.el,
+    pathPanel,
   );
   await ctx.live(() => list.load(), ['tunnel'], 5000);
 }

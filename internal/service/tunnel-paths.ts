@@ -1,0 +1,14 @@
+// The quality of tunnels' paths over time: once a minute the master writes each tunnel's point from how it stands
+// (store/tunnel-paths.ts); the clock's turn asks every second, and only a new minute writes.
+
+import type { Store } from '../store/store.ts';
+
+export function pathSampler(app: { store: Store; now(): number }): () => void {
+  let last = -1;
+  return () => {
+    const minute = Math.floor(app.now() / 60_000);
+    if (minute === last) return;
+    last = minute;
+    app.store.write(() => app.store.tunnelPaths.sample(minute));
+  };
+}
