@@ -4,6 +4,7 @@
 import { api, ApiError, type Schema } from '../api.ts';
 import { field, form, h, input, listOf, localFromUtc, select, utcFromLocal } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { hoursText, parseHours } from '../hours.ts';
 
 type Rule = Schema<'Rule'>;
 
@@ -59,6 +60,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
     deny_sources: h('textarea', { name: 'deny_sources', rows: 2 }, (rule?.deny_sources ?? []).join('\n')),
     max_connections: input('max_connections', { type: 'number', min: 1, value: rule?.max_connections ?? '' }),
     source_address: input('source_address', { autocomplete: 'off', value: rule?.source_address ?? '' }),
+    allow_hours: input('allow_hours', { autocomplete: 'off', value: hoursText(rule?.allow_hours) }),
     max_new_connections_per_second: input('max_new_connections_per_second', {
       type: 'number',
       min: 1,
@@ -113,6 +115,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
       field('Most connections at once', c.max_connections, "Empty: the node's own limit"),
       field('Most new connections a second', c.max_new_connections_per_second, 'TCP and UDP together; empty: any'),
       field('Expires', c.expires_at, 'Your local time; empty: never'),
+      field('Allowed hours', c.allow_hours, 'Europe/Berlin: mon-fri 08:00-18:00; sat 10:00-14:00. Empty: always'),
       field('PROXY protocol', c.proxy_protocol, "Sends targets the client's address (TCP)"),
       field('Keep the client address', c.preserve_source, 'Kernel only: targets must route replies via the node'),
       field('Connect from', c.source_address, "One of the node's addresses (its vitals list them); empty: any"),
@@ -157,8 +160,7 @@ export async function editRule(ctx: PageCtx, dialog: HTMLDialogElement, choices:
         preserve_source: c.preserve_source.checked,
         source_address: c.source_address.value.trim() === '' ? null : c.source_address.value.trim(),
         bandwidth_limit: c.bandwidth_limit.value === '' ? null : Number(c.bandwidth_limit.value),
-        // Set through the API (a zone and windows: no field here yet); a save keeps what the rule has.
-        allow_hours: rule?.allow_hours ?? null,
+        allow_hours: parseHours(c.allow_hours.value),
         // The check's other settings are kept as they are (or their defaults).
         health_check:
           c.health_interval.value === ''
