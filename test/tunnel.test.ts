@@ -561,7 +561,7 @@ describe('tunnels', { concurrency: 4 }, () => {
     ['tls', 80, 5],
     ['ws', 1, 400],
   ] as const)
-    test(`idle connections (${sources} address(es), ${each} each) do not keep a ${transport} tunnel's entry out`, async (t) => {
+    test(`${each} idle connections from each of ${sources} address(es) keep no ${transport} entry out`, async (t) => {
       const exitKeys = selfSigned([], { commonName: 'exit' });
       const entryKeys = selfSigned([], { commonName: 'entry' });
       const tunnelPort = await freePort();
