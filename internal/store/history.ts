@@ -11,6 +11,14 @@ const MINUTE = 60;
 const HOUR = 3600;
 const DAY = 86_400;
 
+/**
+ * The average of `column` over a group of points in SQL, each weighing the minutes it stands for (its `points`); null
+ * if none has it: how a series of averages (vitals, tunnels' paths) folds and is read per step.
+ */
+export function weighted(column: string): string {
+  return `total(${column} * 1.0 * points) / nullif(total(CASE WHEN ${column} IS NULL THEN 0 ELSE points END), 0)`;
+}
+
 /** Rows one roll-up step reads or writes, give or take a bucket's: a few milliseconds of the write lock. */
 export const STEP_ROWS = 500;
 

@@ -5,13 +5,8 @@
 // one.
 
 import type { Database } from './database.ts';
-import { HistorySeries, type Retention } from './history.ts';
+import { HistorySeries, weighted, type Retention } from './history.ts';
 import { trigger, type Derivation } from './trigger.ts';
-
-/** The average of `column` over a group of points, each weighing the minutes it stands for; null if none has it. */
-function weighted(column: string): string {
-  return `total(${column} * 1.0 * points) / nullif(total(CASE WHEN ${column} IS NULL THEN 0 ELSE points END), 0)`;
-}
 
 export interface PathPoint {
   /** Unix seconds: the start of the step. */

@@ -3,12 +3,7 @@
 
 import type { Database } from './database.ts';
 import { trigger, type Derivation } from './trigger.ts';
-import { HistorySeries, type Retention } from './history.ts';
-
-/** The average of `column` over a group of points, each weighing the minutes it stands for; null if none has it. */
-function weighted(column: string): string {
-  return `total(${column} * 1.0 * points) / nullif(total(CASE WHEN ${column} IS NULL THEN 0 ELSE points END), 0)`;
-}
+import { HistorySeries, weighted, type Retention } from './history.ts';
 
 /** One minute of a node's vitals. */
 export interface VitalsPoint {
