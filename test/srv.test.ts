@@ -160,6 +160,18 @@ describe('SRV targets', { concurrency: 4 }, () => {
       weights: [30, 1, 5],
       tiers: [10, 10, 20],
     });
+    // What a nameserver answers is no more trusted than any peer: hosts that are no host are passed over, and at most
+    // as many records as a rule may have targets are kept, the first in order.
+    const hostile = Array.from({ length: 40 }, (_, i) => ({ priority: i, weight: 0, port: 1, target: `h${i}.test` }));
+    hostile.unshift(
+      { priority: 0, weight: 9, port: 1, target: 'a host' },
+      { priority: 0, weight: 9, port: 1, target: 'x:y' },
+    );
+    const kept = expansion(hostile).targets;
+    assert.deepEqual(
+      kept,
+      hostile.slice(2, 18).map((r) => `${r.target}:1`),
+    );
     const targets = expanded.targets.map((t) => ({ host: t.split(':')[0]!, port: Number(t.split(':')[1]) }));
     let down = new Set<number>();
     const health = { isDownAt: (i: number) => down.has(i), fastest: () => null };

@@ -4,7 +4,7 @@
 // answer changed, the rules are applied again: new connections go by the new records, open ones stay where they are.
 // A name that cannot be read keeps the records it had; one never read leaves its rule's target unresolvable.
 
-import { isSrvName } from '../schema/net.ts';
+import { isHost, isSrvName } from '../schema/net.ts';
 import { resolveSrv, type SrvAnswer, type SrvRecord } from '../relay/dns.ts';
 
 /** Each target's priority, lowest first, beside a rule's targets: what TargetPicker and the kernel spread by. */
@@ -38,14 +38,19 @@ function targetOf(record: SrvRecord): string {
   return record.target.includes(':') ? `[${record.target}]:${record.port}` : `${record.target}:${record.port}`;
 }
 
+/** The most records a name's answer makes targets of: as many as a rule may have (an answer is the nameserver's). */
+export const MAX_SRV_TARGETS = 16;
+
 /**
  * The records in the order they are tried (priority, then weight down) with their weights: a weight of 0 counts as 1
  * (a picker needs one, and RFC 2782 gives 0 "a very small chance" beside heavier records, which 1 beside them is).
+ * A record with no port, or whose host is no hostname or address, is passed over; past MAX_SRV_TARGETS, the rest.
  */
 export function expansion(records: readonly SrvRecord[]): { targets: string[]; weights: number[]; tiers: number[] } {
   const sorted = records
-    .filter((record) => record.port > 0)
-    .sort((a, b) => a.priority - b.priority || b.weight - a.weight || targetOf(a).localeCompare(targetOf(b)));
+    .filter((record) => record.port > 0 && isHost(record.target))
+    .sort((a, b) => a.priority - b.priority || b.weight - a.weight || targetOf(a).localeCompare(targetOf(b)))
+    .slice(0, MAX_SRV_TARGETS);
   return {
     targets: sorted.map(targetOf),
     weights: sorted.map((record) => Math.max(1, record.weight)),
@@ -138,10 +143,13 @@ export class SrvTargets {
       () => {
         const now = Date.now();
         const names = [...this.known].filter(([, known]) => known.due <= now).map(([name]) => name);
-        void this.read(names).then((changed) => {
-          this.schedule();
-          if (changed && !this.closed) this.onChange();
-        });
+        void this.read(names)
+          .then((changed) => {
+            this.schedule();
+            if (changed && !this.closed) this.onChange();
+          })
+          // A listener that throws fails its own turn, not the agent: the next TTL reads the names again.
+          .catch(() => this.schedule());
       },
       Math.max(0, due - Date.now()),
     );
