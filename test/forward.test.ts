@@ -4,6 +4,8 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { describe, test, type TestContext } from 'node:test';
+import { checkMessage } from '../internal/agentlink/wire.ts';
+import { configMessage } from '../internal/domain/link.ts';
 import { Forwarder } from '../internal/forward/forwarder.ts';
 import { dialTargets } from '../internal/relay/dial.ts';
 import { Gate } from '../internal/relay/gate.ts';
@@ -17,6 +19,16 @@ import { NO_CONTROLS } from './helpers.ts';
 import { closedPort, freePort, freeSpan, tcpEcho, tcpRoundTrip as roundTrip, udpEcho, until } from './net.ts';
 
 // Most of these tests wait on clocks and sockets: they run side by side.
+/** The rest of a config message, as a master sends it. */
+const CONFIG = {
+  type: 'config',
+  version: 1,
+  report_interval_seconds: 10,
+  tcp_idle_timeout_seconds: 3600,
+  max_connections_per_source: 100,
+  next_master_pin: null,
+};
+
 describe('the relay', { concurrency: 4 }, () => {
   /**
    * What `forwarder` counted for one rule, drained until it holds `bytes_in` and `bytes_out` at least: a connection's
@@ -53,6 +65,35 @@ describe('the relay', { concurrency: 4 }, () => {
     assert.deepEqual(counted, { id: 1, bytes_in: payload.length, bytes_out: payload.length, refused: 0 });
     assert.deepEqual(forwarder.drain(), [], 'a drain counts each byte once');
   });
+
+  test(
+    "a rule whose allow_hours names a zone this node's runtime does not know reaches the agent and fails alone " +
+      '(zone_unknown); the rest of the config applies',
+    async (t) => {
+      const echo = await tcpEcho(t);
+      const [port, other] = [await freePort(), await freePort()];
+      const hours = { zone: 'Mars/Olympus_Mons', windows: [{ days: ['mon' as const], from: '08:00', to: '18:00' }] };
+      // The wire takes what the master's runtime knew: the config is read, not refused whole.
+      const wire = { id: 1, protocol: 'tcp', listen_port: port, targets: ['192.0.2.1:80'], strategy: 'round_robin' };
+      const config = { ...CONFIG, rules: [{ ...wire, enabled: true, tunnel_id: null, allow_hours: hours }] };
+      assert.doesNotThrow(() => checkMessage(configMessage, config));
+      const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+      t.after(() => forwarder.close());
+      const results = await forwarder.apply([
+        { ...rule(1, port, [`127.0.0.1:${echo}`]), allow_hours: hours },
+        rule(2, other, [`127.0.0.1:${echo}`]),
+      ]);
+      assert.deepEqual(
+        results.map((r) => [r.id, r.state, r.error?.code ?? null]),
+        [
+          [1, 'failed', 'zone_unknown'],
+          [2, 'applied', null],
+        ],
+      );
+      assert.match(results[0]!.error!.detail, /knows no time zone Mars\/Olympus_Mons/);
+      assert.equal((await roundTrip(other, Buffer.from('on'))).toString(), 'on');
+    },
+  );
 
   test('TCP: a refused target fails over to the next one', async (t) => {
     const echo = await tcpEcho(t);

@@ -97,43 +97,56 @@ export const tunnelEnd = object({
 export type TunnelEnd = Infer<typeof tunnelEnd>;
 
 const TIME = /^([01][0-9]|2[0-3]):[0-5][0-9]$/;
+const ZONE = /^[A-Za-z0-9_+/-]{1,64}$/;
 
-/** A rule's allow_hours (domain/hours.ts), and its bounds: what the API takes and the wire carries alike. */
-export const allowHours = object(
-  {
-    zone: string({
-      min: 1,
-      max: 64,
-      description: 'An IANA time zone (Europe/Berlin, America/New_York, UTC): the wall clock the windows are read on.',
-      refine: (zone) => (knownZone(zone) ? null : 'must be an IANA time zone, such as Europe/Berlin or UTC'),
-    }),
-    windows: array(
-      object({
-        days: array(oneOf(weekdays), {
-          min: 1,
-          max: 7,
-          unique: true,
-          description: 'The days a window starts on.',
-        }),
-        from: string({ max: 5, pattern: TIME, patternHint: 'must be HH:MM, from 00:00 to 23:59' }),
-        to: string({
-          max: 5,
-          description:
-            "HH:MM, or 24:00 for the day's end; before from: the next day's (the window runs past midnight).",
-          refine: (to) => (TIME.test(to) || to === '24:00' ? null : 'must be HH:MM, from 00:00 to 24:00'),
-        }),
+/**
+ * A rule's allow_hours (domain/hours.ts), and its bounds. The API takes only a zone its runtime knows (`knownZone`);
+ * the wire takes any zone name (`checkZone` false), as a node's runtime may know fewer zones than the master's: the
+ * agent fails that rule alone (zone_unknown) rather than refusing the whole config.
+ */
+function allowHoursSchema(checkZone: boolean) {
+  return object(
+    {
+      zone: string({
+        min: 1,
+        max: 64,
+        pattern: ZONE,
+        patternHint: 'must be an IANA time zone name, such as Europe/Berlin or UTC',
+        description:
+          'An IANA time zone (Europe/Berlin, America/New_York, UTC): the wall clock the windows are read on.',
+        refine: (zone) =>
+          !checkZone || knownZone(zone) ? null : 'must be an IANA time zone, such as Europe/Berlin or UTC',
       }),
-      { min: 1, max: 16 },
-    ),
-  },
-  {
-    name: 'AllowHours',
-    description:
-      'When the rule takes new clients, on the wall clock of zone (its daylight saving included): a client outside ' +
-      'every window is refused at once and counted in traffic.refused; connections open when a window ends go on. ' +
-      'Needs the relay. null: always.',
-  },
-);
+      windows: array(
+        object({
+          days: array(oneOf(weekdays), {
+            min: 1,
+            max: 7,
+            unique: true,
+            description: 'The days a window starts on.',
+          }),
+          from: string({ max: 5, pattern: TIME, patternHint: 'must be HH:MM, from 00:00 to 23:59' }),
+          to: string({
+            max: 5,
+            description:
+              "HH:MM, or 24:00 for the day's end; before from: the next day's (the window runs past midnight).",
+            refine: (to) => (TIME.test(to) || to === '24:00' ? null : 'must be HH:MM, from 00:00 to 24:00'),
+          }),
+        }),
+        { min: 1, max: 16 },
+      ),
+    },
+    {
+      name: checkZone ? 'AllowHours' : undefined,
+      description:
+        'When the rule takes new clients, on the wall clock of zone (its daylight saving included): a client outside ' +
+        'every window is refused at once and counted in traffic.refused; connections open when a window ends go on. ' +
+        'Needs the relay. null: always.',
+    },
+  );
+}
+export const allowHours = allowHoursSchema(true);
+const allowHoursOnWire = allowHoursSchema(false);
 
 /** How a node checks a rule's targets (see HealthCheck), and its bounds. */
 export const healthCheck = object(
@@ -208,7 +221,7 @@ export const configMessage = object({
       /** Absent from masters older than it. */
       source_address: optional(nullable(ipAddress('The address to dial from.')), null),
       /** Absent from masters older than it. */
-      allow_hours: optional(nullable(allowHours), null),
+      allow_hours: optional(nullable(allowHoursOnWire), null),
       /** False: a tenant's rule, which never reaches what is local to the node (see ForwardRule.local_targets). */
       local_targets: optional(boolean(), true),
       /** The rule's quota as the node enforces it (see ForwardQuota); absent from masters older than quotas. */

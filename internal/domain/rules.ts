@@ -417,6 +417,8 @@ export const ruleErrorCodes = [
   'agent_outdated',
   /** Its source_address is not an address of the node that dials its targets. */
   'source_unavailable',
+  /** Its allow_hours names a time zone the node's runtime does not know (an older zone database than the master's). */
+  'zone_unknown',
 ] as const;
 export type RuleErrorCode = (typeof ruleErrorCodes)[number];
 

@@ -80,6 +80,7 @@ import { TcpRelay } from '../relay/tcp.ts';
 import { UdpRelay } from '../relay/udp.ts';
 import { proxyHeader } from '../relay/proxy-protocol.ts';
 import { formatTime } from '../schema/schema.ts';
+import { knownZone } from '../domain/hours.ts';
 import { DEFAULT_SRV_BOUNDS, SrvTargets, type SrvBounds, type Tiered } from './srv.ts';
 
 type Relay = TcpRelay | UdpRelay;
@@ -415,6 +416,10 @@ export class Forwarder {
       } else if (clash) {
         await this.stop(rule.id);
         results.push({ id: rule.id, state: 'failed', error: clash });
+      } else if (rule.allow_hours && !knownZone(rule.allow_hours.zone)) {
+        await this.stop(rule.id);
+        const why = `this node's runtime knows no time zone ${rule.allow_hours.zone}: upgrade its Node.js`;
+        results.push({ id: rule.id, state: 'failed', error: ruleError('zone_unknown', why) });
       } else if (rule.tunnel_id === null && rule.source_address !== null && !ownAddress(rule.source_address)) {
         await this.stop(rule.id);
         results.push({ id: rule.id, state: 'failed', error: sourceUnavailable(rule.source_address) });
