@@ -7,13 +7,14 @@ import assert from 'node:assert/strict';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { describe, test, type TestContext } from 'node:test';
+import { AgentState } from '../internal/agent/state.ts';
 import { expansion, SrvTargets } from '../internal/forward/srv.ts';
 import { resolveSrv, systemNameservers } from '../internal/relay/dns.ts';
 import { TargetPicker } from '../internal/relay/targets.ts';
 import { Dnsmasq, dnsmasqMissing } from './dnsmasq.ts';
 import { call, node, rule, startMaster } from './helpers.ts';
 import { freePort } from './net.ts';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -187,6 +188,35 @@ describe('SRV targets', { concurrency: 4 }, () => {
       picker.order().map((t) => t.host),
       ['c.test'],
     );
+  });
+
+  test('records read are kept in the state dir: restarted with the nameserver away, a rule has them', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'portplane-srv-state-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const rules = [{ id: 1, targets: ['_x._tcp.pp.test'], weights: null }];
+    const before = new SrvTargets(
+      () => ({ minSeconds: 1, maxSeconds: 1 }),
+      async () => ({ records: [{ priority: 0, weight: 0, port: 7, target: 'a.test' }], ttl: 1 }),
+    );
+    before.keepIn(new AgentState(dir));
+    assert.deepEqual((await before.expand(rules))[0]!.targets, ['a.test:7']);
+    before.close();
+    const away = async (): Promise<never> => {
+      throw new Error('the nameserver is away');
+    };
+    const after = new SrvTargets(() => ({ minSeconds: 1, maxSeconds: 1 }), away);
+    after.keepIn(new AgentState(dir));
+    assert.deepEqual((await after.expand(rules))[0]!.targets, ['a.test:7'], 'what was read before the restart');
+    after.close();
+    // A name no rule uses any more is forgotten on disk too.
+    const again = new SrvTargets(() => ({ minSeconds: 1, maxSeconds: 1 }), away);
+    again.keepIn(new AgentState(dir));
+    await again.expand([]);
+    again.close();
+    const last = new SrvTargets(() => ({ minSeconds: 1, maxSeconds: 1 }), away);
+    last.keepIn(new AgentState(dir));
+    assert.deepEqual((await last.expand(rules))[0]!.targets, ['_x._tcp.pp.test'], 'nothing kept: no records');
+    last.close();
   });
 
   test('an answer that changes on a later read calls onChange once; one that fails keeps what was had', async () => {

@@ -265,6 +265,8 @@ export class Agent {
       options.log.warn('a saved file was damaged: set aside, to be rebuilt from the master', { ...damaged }),
     );
     this.epoch = this.state.loadEpoch();
+    // SRV records read before a restart stand until their names answer again.
+    this.forwarder.srv.keepIn(this.state);
     this.promotion = this.state.loadPromotion();
     this.learnMasters(this.state.loadMasters());
   }

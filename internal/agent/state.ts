@@ -5,7 +5,8 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { configMessage, COUNT, PIN, type TunnelEnd } from '../domain/link.ts';
-import { array, nullable, object, optional, string, validate } from '../schema/schema.ts';
+import { array, integer, nullable, object, optional, string, validate } from '../schema/schema.ts';
+import type { SrvRecord } from '../relay/dns.ts';
 import { writeFileAtomic } from '../runtime/files.ts';
 import { MAX_STATEMENT_BYTES } from '../tls/promotion.ts';
 import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
@@ -13,6 +14,22 @@ import type { ForwardRule, RuleTraffic } from '../domain/rules.ts';
 const MAX_LEARNED_PINS = 4;
 
 const pinList = array(PIN, { max: 64 });
+/** The SRV records last read for each name the rules use (see forward/srv.ts): what a restart starts from. */
+const srvAnswers = array(
+  object({
+    name: string({ min: 1, max: 253 }),
+    records: array(
+      object({
+        priority: integer({ min: 0, max: 65535 }),
+        weight: integer({ min: 0, max: 65535 }),
+        port: integer({ min: 0, max: 65535 }),
+        target: string({ max: 253 }),
+      }),
+      { max: 1024 },
+    ),
+  }),
+  { max: 200_000 },
+);
 const masterList = array(object({ url: string({ min: 8, max: 300 }), pin: nullable(PIN) }), { max: 8 });
 /** A rule's counts as reported: refused too, which the controls count (absent: none). */
 const reported = object({ id: COUNT, bytes_in: COUNT, bytes_out: COUNT, refused: optional(COUNT) });
@@ -153,6 +170,20 @@ export class AgentState {
 
   savePromotion(statement: string): void {
     this.write('promotion.json', { statement });
+  }
+
+  /** The SRV records last read, by name; none when there is no file, or it was damaged (the names are read again). */
+  loadSrv(): { name: string; records: SrvRecord[] }[] {
+    return (
+      this.read('srv.json', (value) => {
+        const { errors } = validate(srvAnswers, value);
+        return errors.length === 0 ? (value as { name: string; records: SrvRecord[] }[]) : 'not SRV answers';
+      }) ?? []
+    );
+  }
+
+  saveSrv(answers: readonly { name: string; records: readonly SrvRecord[] }[]): void {
+    this.write('srv.json', answers);
   }
 
   /** Keeps `pins` (at most MAX_LEARNED_PINS of them) as the ones learned, forgetting any other. */

@@ -2,7 +2,8 @@
 // forwarder the rule with the records as its targets, in order of priority, each with its weight, as if the master
 // had sent them. Each name is read again when its records' TTL runs out (held between the master's bounds); when the
 // answer changed, the rules are applied again: new connections go by the new records, open ones stay where they are.
-// A name that cannot be read keeps the records it had; one never read leaves its rule's target unresolvable.
+// A name that cannot be read keeps the records it had, also across a restart of the agent (`keepIn`); one never read
+// leaves its rule's target unresolvable.
 
 import { isHost, isSrvName } from '../schema/net.ts';
 import { resolveSrv, type SrvAnswer, type SrvRecord } from '../relay/dns.ts';
@@ -19,6 +20,12 @@ export interface SrvBounds {
 }
 
 export const DEFAULT_SRV_BOUNDS: SrvBounds = { minSeconds: 5, maxSeconds: 300 };
+
+/** Where the records read are kept for the agent's next start (its state dir). */
+export interface SrvKeeper {
+  loadSrv(): { name: string; records: SrvRecord[] }[];
+  saveSrv(answers: readonly { name: string; records: readonly SrvRecord[] }[]): void;
+}
 
 /** Names resolved at once, at most: a config of many SRV names is read a few at a time. */
 const PARALLEL = 16;
@@ -62,6 +69,7 @@ export class SrvTargets {
   private readonly known = new Map<string, Known>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
+  private keeper: SrvKeeper | null = null;
   /** Called when a name read again answers otherwise: the rules are to be applied again. */
   onChange: () => void = () => undefined;
 
@@ -82,9 +90,11 @@ export class SrvTargets {
     for (const rule of rules)
       if (rule.tunnel_id == null)
         for (const target of rule.targets) if (isSrvName(target)) names.add(target.toLowerCase());
-    for (const name of this.known.keys()) if (!names.has(name)) this.known.delete(name);
+    let forgotten = false;
+    for (const name of this.known.keys()) if (!names.has(name)) forgotten = this.known.delete(name) || forgotten;
     const now = Date.now();
-    await this.read([...names].filter((name) => (this.known.get(name)?.due ?? 0) <= now));
+    const changed = await this.read([...names].filter((name) => (this.known.get(name)?.due ?? 0) <= now));
+    if (changed || forgotten) this.keep();
     this.schedule();
     return rules.map((rule) => {
       const srv = rule.tunnel_id == null && rule.targets.length === 1 && isSrvName(rule.targets[0]!);
@@ -93,6 +103,16 @@ export class SrvTargets {
       if (records.length === 0) return rule;
       return { ...rule, ...expansion(records) };
     });
+  }
+
+  /**
+   * Keeps what is read in `keeper`, and starts from what it kept: each name is read again at its first use, and
+   * keeps those records while its nameserver does not answer.
+   */
+  keepIn(keeper: SrvKeeper): void {
+    this.keeper = keeper;
+    for (const { name, records } of keeper.loadSrv())
+      this.known.set(name, { records, key: JSON.stringify(expansion(records)), due: 0, error: null });
   }
 
   /** Why an SRV name has no records here, if it has none. */
@@ -119,7 +139,7 @@ export class SrvTargets {
         try {
           const answer = await this.resolve(name);
           const key = JSON.stringify(expansion(answer.records));
-          if (known && known.key !== key) changed = true;
+          if (known?.key !== key) changed = true;
           this.known.set(name, { records: answer.records, key, due: keep(answer.ttl), error: null });
         } catch (error) {
           // What it had stands: a nameserver that does not answer for a while moves no rule anywhere.
@@ -131,6 +151,12 @@ export class SrvTargets {
     };
     await Promise.all(Array.from({ length: Math.min(PARALLEL, queue.length) }, worker));
     return changed;
+  }
+
+  /** Writes the records known (those of names that have any) to the keeper, if there is one. */
+  private keep(): void {
+    const answers = [...this.known].flatMap(([name, { records }]) => (records.length > 0 ? [{ name, records }] : []));
+    this.keeper?.saveSrv(answers);
   }
 
   /** Sets the timer for the name due first; when it fires, the due names are read and a change applied. */
@@ -146,6 +172,7 @@ export class SrvTargets {
         void this.read(names)
           .then((changed) => {
             this.schedule();
+            if (changed) this.keep();
             if (changed && !this.closed) this.onChange();
           })
           // A listener that throws fails its own turn, not the agent: the next TTL reads the names again.
