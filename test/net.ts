@@ -176,3 +176,44 @@ export function flood(host: string, port: number, chunkBytes = 64 * 1024): Socke
   socket.on('connect', push).on('drain', push);
   return socket;
 }
+
+/**
+ * A TCP proxy on loopback to `port`: each client-to-server chunk goes through `tamper` and is kept in `forwarded`; the
+ * way back can be held (its bytes wait, in order) and released. What a test puts between two ends it watches or spoils.
+ */
+export async function tcpProxy(
+  t: TestContext,
+  port: number,
+  tamper: (chunk: Buffer, index: number) => Buffer = (chunk) => chunk,
+) {
+  const forwarded: Buffer[] = [];
+  let held = false;
+  const waiting: { client: Socket; chunk: Buffer }[] = [];
+  const server = createServer((client) => {
+    const upstream = connect({ host: '127.0.0.1', port });
+    let index = 0;
+    client.on('data', (chunk) => {
+      const sent = tamper(chunk, index++);
+      forwarded.push(sent);
+      upstream.write(sent);
+    });
+    upstream.on('data', (chunk: Buffer) => (held ? waiting.push({ client, chunk }) : client.write(chunk)));
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => server.close());
+  return {
+    port: (server.address() as AddressInfo).port,
+    forwarded,
+    hold: () => void (held = true),
+    release: () => {
+      held = false;
+      for (const { client, chunk } of waiting.splice(0)) if (!client.destroyed) client.write(chunk);
+    },
+  };
+}

@@ -18,7 +18,7 @@ import { pinOf } from '../internal/tls/pin.ts';
 import { Deframer, Framer, MAX_UDP_BACKLOG } from '../internal/tunnel/wire.ts';
 import { agentInProcess, nodeOf, udpRoundTrip } from './agents.ts';
 import { call, NO_CONTROLS, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, probe, tcpRoundTrip, udpEcho, until, untilClosed } from './net.ts';
+import { freePort, probe, tcpProxy, tcpRoundTrip, udpEcho, until, untilClosed } from './net.ts';
 
 /** What a tunnel end carries beside its keys, as today's and older masters' ends: TLS to the exit's own port. */
 const TLS_END = { transport: 'tls' as const, via: null, local_targets: true };
@@ -107,30 +107,6 @@ describe('tunnels', { concurrency: 4 }, () => {
     ]);
     stream.destroy();
     return outcome;
-  }
-
-  /** A TCP proxy to `port` that hands each client-to-server chunk to `tamper` and keeps what it forwarded. */
-  async function proxy(t: TestContext, port: number, tamper: (chunk: Buffer, index: number) => Buffer = (c) => c) {
-    const forwarded: Buffer[] = [];
-    const server = createServer((client) => {
-      const upstream = connect({ host: '127.0.0.1', port });
-      let index = 0;
-      client.on('data', (chunk) => {
-        const sent = tamper(chunk, index++);
-        forwarded.push(sent);
-        upstream.write(sent);
-      });
-      upstream.pipe(client);
-      const end = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on('error', end).on('close', end);
-      upstream.on('error', end).on('close', end);
-    }).listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    t.after(() => server.close());
-    return { port: (server.address() as AddressInfo).port, forwarded };
   }
 
   test(
@@ -233,7 +209,7 @@ describe('tunnels', { concurrency: 4 }, () => {
       await exitError(/refused a stream from 127\.0\.0\.1 for .*: not an enabled rule of this tunnel/);
 
       // A genuine session through a recording proxy, then its bytes replayed to the exit.
-      const recorder = await proxy(t, f.tunnelPort);
+      const recorder = await tcpProxy(t, f.tunnelPort);
       const genuine = await h2Session(recorder.port, keys);
       const stream = genuine.request({ ':method': 'POST', ':path': `/v1/tcp/${f.tcpRule.id}` }, { endStream: false });
       stream.end('recorded');
@@ -248,7 +224,7 @@ describe('tunnels', { concurrency: 4 }, () => {
       replay.destroy();
 
       // A session whose every record after the ClientHello has a flipped bit.
-      const tamperer = await proxy(t, f.tunnelPort, (chunk, index) => {
+      const tamperer = await tcpProxy(t, f.tunnelPort, (chunk, index) => {
         if (index === 0) return chunk;
         const copy = Buffer.from(chunk);
         copy[copy.length - 1]! ^= 1;

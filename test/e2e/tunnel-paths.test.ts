@@ -3,49 +3,20 @@
 // and says so while the session stays; once the bytes flow again, new PINGs are answered and the loss goes down.
 
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import { test, type TestContext } from 'node:test';
-import { until } from '../net.ts';
+import { test } from 'node:test';
+import { tcpProxy, until } from '../net.ts';
 import { tunnelFleet, tunnelOf, untilCarrying } from '../tunnel-fleet.ts';
-
-/** A TCP proxy to `port` whose way back (`target` to client) can be held: bytes wait while held, then go on. */
-async function holdingProxy(t: TestContext, port: number) {
-  let held = false;
-  const waiting: { client: Socket; chunk: Buffer }[] = [];
-  const server = createServer((client) => {
-    const upstream = connect({ host: '127.0.0.1', port });
-    client.pipe(upstream);
-    upstream.on('data', (chunk: Buffer) => (held ? waiting.push({ client, chunk }) : client.write(chunk)));
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', end).on('close', end);
-    upstream.on('error', end).on('close', end);
-  }).listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  t.after(() => server.close());
-  return {
-    port: (server.address() as AddressInfo).port,
-    hold: () => (held = true),
-    release: () => {
-      held = false;
-      for (const { client, chunk } of waiting.splice(0)) if (!client.destroyed) client.write(chunk);
-    },
-  };
-}
 
 test(
   "an entry counts PINGs unanswered as lost, the tunnel's loss_percent says so while it stays up, and it falls once " +
     'they are answered again',
   { timeout: 90_000 },
   async (t) => {
-    let proxy: Awaited<ReturnType<typeof holdingProxy>> | undefined;
+    let proxy: Awaited<ReturnType<typeof tcpProxy>> | undefined;
     const f = await tunnelFleet(t, {
       transport: 'ws',
       via: async (exitPort) => {
-        proxy = await holdingProxy(t, exitPort);
+        proxy = await tcpProxy(t, exitPort);
         return `ws://127.0.0.1:${proxy.port}/`;
       },
     });

@@ -92,14 +92,7 @@ http {
   );
   run(t, 'nginx', ['-p', dir, '-c', join(dir, 'nginx.conf')], dir);
   await listening(port, tls !== undefined);
-  const log = join(dir, 'logs', 'access.log');
-  return {
-    port,
-    upgrades: () =>
-      readFileSync(log, 'utf8')
-        .split('\n')
-        .filter((line) => / 101 /.test(line)).length,
-  };
+  return { port, upgrades: () => upgradesIn(join(dir, 'logs', 'access.log')) };
 }
 
 /** HAProxy in HTTP mode sending `path` to the exit's port, ending a tunnel idle for `idleSeconds`. */
@@ -129,14 +122,14 @@ backend exit
   );
   run(t, 'haproxy', ['-db', '-f', join(dir, 'haproxy.cfg')], dir);
   await listening(port);
-  const log = join(dir, 'output.txt');
-  return {
-    port,
-    upgrades: () =>
-      readFileSync(log, 'utf8')
-        .split('\n')
-        .filter((line) => / 101 /.test(line)).length,
-  };
+  return { port, upgrades: () => upgradesIn(join(dir, 'output.txt')) };
+}
+
+/** How many WebSocket upgrades (101s) a proxy's log shows: each line of one, in nginx's and HAProxy's formats alike. */
+function upgradesIn(log: string): number {
+  return readFileSync(log, 'utf8')
+    .split('\n')
+    .filter((line) => / 101 /.test(line)).length;
 }
 
 async function listening(port: number, tls = false): Promise<void> {
