@@ -140,6 +140,26 @@ test('an export imported into an empty master recreates everything; importing ag
   assert.equal(snapshot(target, ['audit_log', 'tokens']), before);
 });
 
+test('a tunnel inside a WebSocket exports its transport and via, and imports with them', async (t) => {
+  const source = await startMaster(t);
+  const [a, b] = [await node(source, 'a'), await node(source, 'b')];
+  const via = 'wss://cdn.example.net/portplane/t?key=1';
+  const made = await call(source.url, 'POST', '/api/tunnels', {
+    token: source.admin,
+    body: { name: 'ws', entry_node_id: a.id, exit_node_id: b.id, listen_port: 40100, transport: 'ws', via },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const doc = (await call(source.url, 'GET', '/api/export', { token: source.admin })).body;
+  assert.deepEqual(
+    doc.tunnels.map((tunnel: { transport: string; via?: string }) => [tunnel.transport, tunnel.via]),
+    [['ws', via]],
+  );
+  const target = await startMaster(t);
+  assert.equal((await call(target.url, 'POST', '/api/import', { token: target.admin, body: doc })).status, 200);
+  const imported = (await call(target.url, 'GET', '/api/tunnels', { token: target.admin })).body.items[0];
+  assert.deepEqual([imported.transport, imported.via], ['ws', via]);
+});
+
 test("a dead node's rules move to another node by editing the document", async (t) => {
   const m = await startMaster(t);
   await populate(m);
