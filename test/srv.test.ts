@@ -123,6 +123,9 @@ describe('SRV targets', { concurrency: 4 }, () => {
       const server = await fakeServer(t, answer);
       await assert.rejects(resolveSrv('_x._tcp.pp.test', [server]), error, what);
     }
+    // Servers that cannot be asked (a broadcast address, a closed port) fail the lookup, in time, and nothing else.
+    for (const server of ['255.255.255.255', '127.0.0.1:1'])
+      await assert.rejects(resolveSrv('_x._tcp.pp.test', [server]), /EACCES|ECONNREFUSED/, server);
     // A forged answer (another id) is not taken; the real one after it is.
     const server = await fakeServer(t, (q) => {
       const forged = reply(q, [srvRecord(name('evil.test'))]);

@@ -84,7 +84,12 @@ function overUdp(query: Buffer, host: string, port: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const socket = createSocket(isIP(host) === 6 ? 'udp6' : 'udp4');
     const timer = setTimeout(() => done(new DnsError(`${host} did not answer in ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
+    let settled = false;
+    // Once only, whatever comes after (an error after the answer, a connect after an error): a socket closed twice
+    // throws, and in an event handler that would end the agent.
     const done = (error: Error | null, answer?: Buffer) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
       socket.close();
       if (error) reject(error);
@@ -96,7 +101,10 @@ function overUdp(query: Buffer, host: string, port: number): Promise<Buffer> {
       if (from.port !== port || message.length < 12 || message.readUInt16BE(0) !== query.readUInt16BE(0)) return;
       done(null, message);
     });
-    socket.connect(port, host, () => socket.send(query));
+    socket.connect(port, host, (error?: Error) => {
+      if (error) return done(error);
+      if (!settled) socket.send(query, (sent) => sent && done(sent));
+    });
   });
 }
 

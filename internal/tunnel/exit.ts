@@ -237,11 +237,13 @@ export class TunnelExit {
             ALPNProtocols: ALPN,
             handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
           } as ConstructorParameters<typeof TLSSocket>[1]);
-          tls.once('error', (error) => {
-            this.refuse(`a TLS handshake from ${from} failed: ${error.message}`);
+          let secured = false;
+          tls.on('error', (error) => {
+            if (!secured) this.refuse(`a TLS handshake from ${from} failed: ${error.message}`);
             tls.destroy();
           });
           tls.once('secure', () => {
+            secured = true;
             this.pending.delete(peerKey(socket));
             // What a TLS server does for the sockets it makes (onServerSocketSecure): HTTP/2 waits for it.
             (tls as { secureConnecting?: boolean }).secureConnecting = false;
