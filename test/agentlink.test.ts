@@ -5,7 +5,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { send } from '../internal/agentlink/wire.ts';
-import { AGENT_FEATURES, TUNNEL_WS } from '../internal/domain/link.ts';
+import { AGENT_FEATURES, MASTER_READS, TUNNEL_WS } from '../internal/domain/link.ts';
 import { keyPinOf } from '../internal/tls/pin.ts';
 import { statePromotion } from '../internal/tls/promotion.ts';
 import { assertProblem, call, newTenant, node, rule, startMaster, type Running } from './helpers.ts';
@@ -407,6 +407,8 @@ test(
         'X-Agent-Features': `weights,${TUNNEL_WS}`,
       })) as RawLink;
       const full = await current.next('config');
+      // What the agent may send this master beyond the oldest masters' messages, each named.
+      assert.deepEqual(full.master_reads, [...MASTER_READS]);
       assert.deepEqual(
         (full.tunnels as { id: number; transport?: string }[]).map((end) => [end.id, end.transport ?? 'tls']),
         [

@@ -31,6 +31,7 @@ import { faults } from '../relay/faults.ts';
 import {
   AGENT_FEATURES,
   TUNNEL_WS,
+  type MasterRead,
   configMessage,
   overBudgetMessage,
   probeMessage,
@@ -549,7 +550,7 @@ export class Agent {
     this.sendPaths(socket);
     this.sendHealth();
     // A node shows how it is doing as soon as it links, not a report interval later.
-    send(socket, this.vitals.read(this.masterIsCurrent()));
+    send(socket, this.vitals.read(this.masterReads('vitals.addresses')));
     if (this.untold) send(socket, this.untold);
     this.untold = null;
     // Told once: on the first link this agent makes.
@@ -777,7 +778,7 @@ export class Agent {
         error: error === null ? null : error.slice(0, 500),
         rtt_us,
         // Only where known: a master older than it ends a link on a field it does not know.
-        ...(loss_percent === null || !this.masterIsCurrent() ? {} : { loss_percent }),
+        ...(loss_percent === null || !this.masterReads('tunnel_status.loss_percent') ? {} : { loss_percent }),
       }));
       send(socket, { type: 'tunnel_status', tunnels });
     }
@@ -856,20 +857,16 @@ export class Agent {
     this.reportTimer = setInterval(() => void this.report(), seconds * 1000);
   }
 
-  /**
-   * Whether the master reads the fields agents added with SRV bounds (a node's addresses in its vitals, a tunnel's
-   * loss): one that sends those bounds in its config is of that release or later; an older one ends a link on a field
-   * it does not know.
-   */
-  private masterIsCurrent(): boolean {
-    return this.config?.srv_ttl_min_seconds !== undefined;
+  /** Whether the master reads `field` of an agent's message (it names it in its config's master_reads). */
+  private masterReads(field: MasterRead): boolean {
+    return this.config?.master_reads?.includes(field) ?? false;
   }
 
   /** Reports are made one after another; vitals go with each (and on linking), the master keeps the latest. */
   private report(): Promise<void> {
     this.reporting = this.reporting
       .then(() => {
-        if (this.socket) send(this.socket, this.vitals.read(this.masterIsCurrent()));
+        if (this.socket) send(this.socket, this.vitals.read(this.masterReads('vitals.addresses')));
         return this.reportNow();
       })
       .catch((error: Error) => this.options.log.error('reporting traffic failed', { error: error.message }));

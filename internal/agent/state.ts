@@ -54,6 +54,8 @@ export interface SavedConfig {
   /** Absent in configs saved by older agents: the forwarder's defaults apply. */
   tcp_idle_timeout_seconds?: number;
   srv_ttl_min_seconds?: number;
+  /** Absent in configs of masters older than it: they read no field agents added since (see MASTER_READS). */
+  master_reads?: string[];
   srv_ttl_max_seconds?: number;
   max_connections_per_source?: number;
   /** Absent in configs saved by older agents: local targets are not allowed. */

@@ -3,7 +3,7 @@
 // agent is too old to apply, each with what it would need.
 
 import type { SecretBox } from '../crypto/box.ts';
-import { beyondAgent, TUNNEL_WS, type ConfigMessage, type TunnelEnd } from '../domain/link.ts';
+import { beyondAgent, MASTER_READS, TUNNEL_WS, type ConfigMessage, type TunnelEnd } from '../domain/link.ts';
 import { controlDefaults, forwardRuleOf, type Control, type ForwardRule, type Rule } from '../domain/rules.ts';
 import { standbysOf, type Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
@@ -66,6 +66,7 @@ export function configFor(
     version: node.config_version,
     report_interval_seconds: settings.get('agent_report_interval_seconds'),
     tcp_idle_timeout_seconds: settings.get('tcp_idle_timeout_seconds'),
+    master_reads: [...MASTER_READS],
     srv_ttl_min_seconds: settings.get('srv_ttl_min_seconds'),
     srv_ttl_max_seconds: settings.get('srv_ttl_max_seconds'),
     max_connections_per_source: settings.get('max_connections_per_source'),

@@ -177,6 +177,12 @@ export const configMessage = object({
   tcp_idle_timeout_seconds: integer({ min: 1, max: 604_800 }),
   /** How long SRV answers are kept at least and at most (see SrvBounds); absent from masters older than them. */
   srv_ttl_min_seconds: optional(integer({ min: 1, max: 3600 })),
+  /**
+   * The fields of agents' messages this master reads beyond what the oldest masters did (MASTER_READS): an agent sends
+   * such a field only to a master that names it, as an older one ends a link on a field it does not know. Absent from
+   * masters older than the list.
+   */
+  master_reads: optional(array(string({ min: 1, max: 64 }), { max: 32 }), []),
   srv_ttl_max_seconds: optional(integer({ min: 1, max: 86_400 })),
   max_connections_per_source: integer({ min: 1, max: 100_000 }),
   /**
@@ -289,6 +295,10 @@ export const AGENT_FEATURES = Object.keys(agentFeatures);
  * on trial through a soak (see upgradeMessage); `tunnel_ws`, it runs tunnels of transport ws.
  */
 export const LINK_FEATURES = ['soak', 'tunnel_ws'];
+/** What agents may send this master beyond the oldest masters' messages (see configMessage.master_reads). */
+export const MASTER_READS = ['vitals.addresses', 'tunnel_status.loss_percent'] as const;
+export type MasterRead = (typeof MASTER_READS)[number];
+
 /** The link feature of agents that carry a tunnel inside a WebSocket (transport ws). */
 export const TUNNEL_WS = 'tunnel_ws';
 /** What an agent that names no features can do: what agents did before they named it. */
