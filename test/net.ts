@@ -217,3 +217,65 @@ export async function tcpProxy(
     },
   };
 }
+
+/**
+ * A link impaired in user space, as this kernel has no netem: a TCP proxy to 127.0.0.1:`port` that holds each chunk,
+ * both ways, `delay` ms (changed with `setDelay`; order kept), counts what it carried, and can be cut (`cut`: every
+ * connection ended and new ones refused until `mend`).
+ */
+export async function impairedLink(t: TestContext, port: number, delay = 0) {
+  let delayMs = delay;
+  let bytes = 0;
+  let cut = false;
+  const open = new Set<Socket>();
+  const delayed = (to: Socket) => {
+    const queue: { at: number; chunk: Buffer }[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    const drain = () => {
+      timer = undefined;
+      const now = performance.now();
+      while (queue.length > 0 && queue[0]!.at <= now) to.write(queue.shift()!.chunk);
+      if (queue.length > 0) timer = setTimeout(drain, queue[0]!.at - now);
+    };
+    to.on('close', () => clearTimeout(timer));
+    return (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (to.destroyed) return;
+      const at = Math.max(performance.now() + delayMs, queue.at(-1)?.at ?? 0);
+      queue.push({ at, chunk });
+      timer ??= setTimeout(drain, at - performance.now());
+    };
+  };
+  const server = createServer((client) => {
+    if (cut) return void client.destroy();
+    const upstream = connect({ host: '127.0.0.1', port });
+    for (const socket of [client, upstream]) open.add(socket);
+    client.on('data', delayed(upstream));
+    upstream.on('data', delayed(client));
+    const end = () => {
+      for (const socket of [client, upstream]) {
+        socket.destroy();
+        open.delete(socket);
+      }
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => {
+    for (const socket of open) socket.destroy();
+    server.close();
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    setDelay: (ms: number) => void (delayMs = ms),
+    get bytes() {
+      return bytes;
+    },
+    cut: () => {
+      cut = true;
+      for (const socket of open) socket.destroy();
+    },
+    mend: () => void (cut = false),
+  };
+}

@@ -21,7 +21,15 @@ import { call, NO_CONTROLS, node, rule, startMaster, type Running } from './help
 import { freePort, probe, tcpProxy, tcpRoundTrip, udpEcho, until, untilClosed } from './net.ts';
 
 /** What a tunnel end carries beside its keys, as today's and older masters' ends: TLS to the exit's own port. */
-const TLS_END = { transport: 'tls' as const, via: null, local_targets: true };
+const TLS_END = {
+  transport: 'tls' as const,
+  via: null,
+  local_targets: true,
+  exits: null,
+  exit_strategy: 'failover' as const,
+  switching: null,
+  probe_target: null,
+};
 
 // Most of these tests wait on clocks and sockets: they run side by side.
 describe('tunnels', { concurrency: 4 }, () => {

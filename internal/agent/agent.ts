@@ -30,6 +30,7 @@ import { throttledBy, type Logger } from '../log/log.ts';
 import { faults } from '../relay/faults.ts';
 import {
   AGENT_FEATURES,
+  TUNNEL_EXITS,
   TUNNEL_WS,
   type MasterRead,
   configMessage,
@@ -478,9 +479,12 @@ export class Agent {
         Upgrade: LINK_PROTOCOL,
         Authorization: `Bearer ${this.options.token}`,
         'X-Agent-Version': this.options.version,
-        'X-Agent-Features': [...AGENT_FEATURES, TUNNEL_WS, ...(this.options.supervisor?.soaks ? ['soak'] : [])].join(
-          ',',
-        ),
+        'X-Agent-Features': [
+          ...AGENT_FEATURES,
+          TUNNEL_WS,
+          TUNNEL_EXITS,
+          ...(this.options.supervisor?.soaks ? ['soak'] : []),
+        ].join(','),
         'X-Agent-Epoch': String(this.epoch),
         ...(this.epochMaster ? { 'X-Agent-Primary': this.epochMaster } : {}),
         ...(this.promotion ? { 'X-Agent-Promotion': this.promotion } : {}),
@@ -765,6 +769,7 @@ export class Agent {
         !sent ||
         sent.report.state !== report.state ||
         sent.report.error !== report.error ||
+        sent.report.chosen !== report.chosen ||
         ((sent.report.rtt_us !== report.rtt_us || sent.report.loss_percent !== report.loss_percent) &&
           now - sent.at >= interval)
       );
@@ -772,13 +777,20 @@ export class Agent {
     if (due.length === 0) return;
     for (const report of due) this.tunnelsSent.set(report.id, { report, at: now });
     for (const piece of inPieces(due)) {
-      const tunnels = piece.map(({ id, state, error, rtt_us, loss_percent }) => ({
+      const tunnels = piece.map(({ id, state, error, rtt_us, loss_percent, exits, chosen, switched }) => ({
         id,
         state,
         error: error === null ? null : error.slice(0, 500),
         rtt_us,
         // Only where known: a master older than it ends a link on a field it does not know.
         ...(loss_percent === null || !this.masterReads('tunnel_status.loss_percent') ? {} : { loss_percent }),
+        ...(exits === undefined || !this.masterReads('tunnel_status.exits')
+          ? {}
+          : {
+              exits: exits.map((exit) => ({ ...exit, error: exit.error === null ? null : exit.error.slice(0, 500) })),
+              chosen,
+              switched,
+            }),
       }));
       send(socket, { type: 'tunnel_status', tunnels });
     }

@@ -3,7 +3,14 @@
 // agent is too old to apply, each with what it would need.
 
 import type { SecretBox } from '../crypto/box.ts';
-import { beyondAgent, MASTER_READS, TUNNEL_WS, type ConfigMessage, type TunnelEnd } from '../domain/link.ts';
+import {
+  beyondAgent,
+  MASTER_READS,
+  TUNNEL_EXITS,
+  TUNNEL_WS,
+  type ConfigMessage,
+  type TunnelEnd,
+} from '../domain/link.ts';
 import { controlDefaults, forwardRuleOf, type Control, type ForwardRule, type Rule } from '../domain/rules.ts';
 import { standbysOf, type Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
@@ -58,7 +65,7 @@ export function configFor(
   if (!node) return undefined;
   const forward = forwardingOf(app);
   const beyond: [number, string][] = [];
-  const tunnelsBeyond = new Set<number>();
+  const tunnelsBeyond = new Map<number, string>();
   const config: Omit<ConfigMessage, 'rules'> & { rules: WireRule[] } = {
     type: 'config',
     epoch: store.epoch.current(),
@@ -79,7 +86,7 @@ export function configFor(
   for (const rule of store.rules.forNode(nodeId)) {
     const carried = forward(rule);
     const needs =
-      rule.tunnel_id !== null && tunnelsBeyond.has(rule.tunnel_id) ? WS_NEEDED : beyondAgent(carried, features);
+      (rule.tunnel_id === null ? undefined : tunnelsBeyond.get(rule.tunnel_id)) ?? beyondAgent(carried, features);
     if (needs === null) config.rules.push(wireRule(carried));
     else beyond.push([rule.id, needs]);
   }
@@ -103,28 +110,45 @@ function forwardingOf({ store, settings }: ConfigSource): (rule: Rule) => Forwar
 
 /** What a rule through a tunnel of transport ws needs of the agents at its ends. */
 const WS_NEEDED = 'a tunnel inside a WebSocket (transport ws)';
+/** What a rule through a tunnel of several exits needs of the agent at its entry. */
+const EXITS_NEEDED = 'a tunnel of several exits';
 
 /**
  * The node's part of each of its tunnels: its own key pair, the other end's pin, and at the exit the rules (those
  * its agent can apply: the others go to `beyond`). An agent that cannot run a tunnel's transport is sent no end of it
- * (its id goes to `tunnelsBeyond`, and the rules through it to `beyond`). Transport, via and a tenant's hold on local
- * addresses go only where they differ from what agents older than them did.
+ * (its id goes to `tunnelsBeyond` with why, and the rules through it to `beyond`), nor the entry of several exits to an
+ * agent that runs one. Transport, via and a tenant's hold on local addresses go only where they differ from what
+ * agents older than them did; exits, strategy, switching and probe target only to agents that know them.
  */
 function tunnelEnds(
-  { store, box }: ConfigSource,
+  { store, box, settings }: ConfigSource,
   nodeId: number,
   features: ReadonlySet<string>,
   forward: (rule: Rule) => ForwardRule,
   beyond: [number, string][],
-  tunnelsBeyond: Set<number>,
+  tunnelsBeyond: Map<number, string>,
 ): TunnelEnd[] {
   const ends: TunnelEnd[] = [];
+  const switching = {
+    round_seconds: settings.get('tunnel_round_seconds'),
+    rounds: settings.get('tunnel_switch_rounds'),
+    gain_ms: settings.get('tunnel_switch_gain_ms'),
+    gain_percent: settings.get('tunnel_switch_gain_percent'),
+    cooldown_seconds: settings.get('tunnel_switch_cooldown_seconds'),
+  };
   for (const row of store.tunnels.endsOf(nodeId)) {
     const entry = row.entry_node_id === nodeId;
     const rules = entry ? [] : store.rules.forTunnel(row.id).map(forward);
-    if (row.transport === 'ws' && !features.has(TUNNEL_WS)) {
-      tunnelsBeyond.add(row.id);
-      for (const rule of rules) beyond.push([rule.id, WS_NEEDED]);
+    const exits = entry ? store.tunnels.entryExits(row.id) : [];
+    const needs =
+      row.transport === 'ws' && !features.has(TUNNEL_WS)
+        ? WS_NEEDED
+        : exits.length > 1 && !features.has(TUNNEL_EXITS)
+          ? EXITS_NEEDED
+          : null;
+    if (needs !== null) {
+      tunnelsBeyond.set(row.id, needs);
+      for (const rule of rules) beyond.push([rule.id, needs]);
       continue;
     }
     const end = {
@@ -150,7 +174,19 @@ function tunnelEnds(
     } as TunnelEnd;
     if (row.transport !== 'tls') end.transport = row.transport;
     if (row.via !== null) end.via = row.via;
-    if (entry && row.via !== null && store.users.find(row.owner_id)?.role === 'tenant') end.local_targets = false;
+    const named = exits.some((exit) => exit.via !== null) || (!entry && row.probe_target !== null);
+    if (named && store.users.find(row.owner_id)?.role === 'tenant') end.local_targets = false;
+    // Only to agents that know several exits and probes, as older ones refuse a field they do not know.
+    if (features.has(TUNNEL_EXITS)) {
+      end.probe_target = row.probe_target;
+      if (entry) {
+        end.exits = exits.map(({ node_id, host, listen_port, via, exit_cert }) => ({
+          ...{ node_id, host, port: listen_port, peer_pin: pinOf(exit_cert), via },
+        }));
+        end.exit_strategy = row.exit_strategy;
+        end.switching = switching;
+      }
+    }
     ends.push(end);
   }
   return ends;

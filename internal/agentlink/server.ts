@@ -527,9 +527,7 @@ export class AgentLinks {
   private tunnelStatus(link: Link, message: TunnelStatusMessage): void {
     const twice = repeated(message.tunnels);
     if (twice !== undefined) throw new ProtocolError(`tunnel_status names tunnel ${twice} twice`);
-    link.tunnels.offer(
-      message.tunnels.map(({ id, state, error, rtt_us, loss_percent }) => [id, { state, error, rtt_us, loss_percent }]),
-    );
+    link.tunnels.offer(message.tunnels.map(({ id, ...state }) => [id, state]));
   }
 
   /** How the targets of the node's health-checked rules stand; a rule not the node's is ignored. */

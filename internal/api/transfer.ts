@@ -1,6 +1,7 @@
 // Export and import on the wire: the document's schema (nodes without secrets, tunnels and rules, referred to by
 // name) and the handlers that hand the work to a worker thread (service/transfer.ts runs it there).
 
+import { MAX_TUNNEL_EXITS } from '../domain/tunnels.ts';
 import { boolParam, type QueryOf } from '../schema/query.ts';
 import {
   array,
@@ -22,7 +23,7 @@ import { writeJobOf } from './common.ts';
 import { nodeInput } from './nodes.ts';
 import { type Ctx, decodeBody, operation, operations, type Reply } from './route.ts';
 import { ruleInput } from './rule-schema.ts';
-import { tunnelInput } from './tunnels.ts';
+import { tunnelInput } from './tunnel-input.ts';
 import { channelInput } from './channels.ts';
 import { alertRuleInput } from './alert-rules.ts';
 import { MAX_ALERT_RULES } from '../service/alert-rules.ts';
@@ -56,10 +57,24 @@ const exportedTunnel = object(
     name: tunnelName,
     owner,
     entry_node: string({ min: 1, max: 64, description: 'Name of the entry node.' }),
-    exit_node: string({ min: 1, max: 64, description: 'Name of the exit node.' }),
+    exit_node: string({ min: 1, max: 64, description: 'Name of the (first) exit node.' }),
+    exit_nodes: optional(
+      nullable(
+        array(string({ min: 1, max: 64 }), {
+          min: 1,
+          max: MAX_TUNNEL_EXITS,
+          description: 'Version 2: every exit node by name, in order, exit_node first. Absent: exit_node alone.',
+        }),
+      ),
+      null,
+    ),
     listen_port: integer({ min: 1, max: 65535 }),
+    exit_ports: tunnelInput.properties.exit_ports,
     transport: tunnelInput.properties.transport,
     via: tunnelInput.properties.via,
+    exit_vias: tunnelInput.properties.exit_vias,
+    exit_strategy: tunnelInput.properties.exit_strategy,
+    probe_target: tunnelInput.properties.probe_target,
   },
   { ignore: ['id'] },
 );
@@ -111,7 +126,11 @@ const exportedAlertRule = object(
 export const exportDocument = object(
   {
     format: oneOf([EXPORT_FORMAT]),
-    version: integer({ min: 1, max: 1, description: 'The document format version.' }),
+    version: integer({
+      min: 1,
+      max: 2,
+      description: 'The document format version: 2 since tunnels have several exits; 1 is read as before.',
+    }),
     exported_at: optional(dateTime()),
     nodes: array(exportedNode, { max: 10_000 }),
     tunnels: array(exportedTunnel, { max: 10_000 }),

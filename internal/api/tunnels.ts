@@ -7,15 +7,14 @@ import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
-import { formatTime, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
-import { webSocketUrl } from '../schema/net.ts';
+import { formatTime } from '../schema/schema.ts';
 import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
 import { transact } from '../service/write.ts';
+import { tunnelInput, type TunnelInput } from './tunnel-input.ts';
 import {
   GIVE_TO_ANOTHER,
   nullableTimestamp,
   ownerFilter,
-  OWNER_DESCRIPTION,
   pageSchema,
   paging,
   record,
@@ -26,7 +25,7 @@ import { cascadeQuery } from './nodes.ts';
 import { seriesQuery, seriesWindow } from './dashboard.ts';
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { ID_RANGE } from '../schema/ids.ts';
-import { transports, tunnelStatuses } from '../domain/tunnels.ts';
+import { exitStrategies, transports, tunnelStatuses } from '../domain/tunnels.ts';
 import { tunnelSorts } from '../domain/sorts.ts';
 
 /** What changing a tunnel needs besides tunnels:write. */
@@ -39,58 +38,6 @@ export const CHANGE_TUNNEL = [
 export const CASCADE_FROM_TUNNEL = [
   { scope: 'rules:write', when: '?cascade=true deletes the rules through the tunnel' },
 ] as const;
-
-export const tunnelInput = object(
-  {
-    name: string({
-      min: 1,
-      max: 64,
-      pattern: /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
-      patternHint: 'must start with a letter or digit and contain only letters, digits and . _ -',
-    }),
-    owner_id: optional(nullable(integer({ ...ID_RANGE, description: OWNER_DESCRIPTION })), null),
-    entry_node_id: integer({ ...ID_RANGE, description: 'The node where traffic enters the tunnel.' }),
-    exit_node_id: integer({
-      ...ID_RANGE,
-      description: 'The node that dials the targets; must differ from the entry node.',
-    }),
-    listen_port: optional(
-      nullable(
-        integer({
-          min: 1,
-          max: 65535,
-          description:
-            `Where the exit node listens for the entry node. Absent or null: kept on update, otherwise chosen by ` +
-            `the master from ${TUNNEL_PORTS.min}-${TUNNEL_PORTS.max}.`,
-        }),
-      ),
-      null,
-    ),
-    transport: optional(
-      oneOf(transports, {
-        description:
-          'tls: mutually authenticated TLS over TCP to the exit. ws: the same TLS inside a WebSocket, which an HTTP ' +
-          'reverse proxy or a CDN in front of the exit can carry (see "Paths" in the API reference).',
-      }),
-      'tls',
-    ),
-    via: optional(
-      nullable(
-        webSocketUrl(
-          'Transport ws: the WebSocket URL the entry dials instead of the exit itself, a reverse proxy or CDN that ' +
-            "passes it on to the exit's listen_port (ws:// or wss://, whose certificate is checked against the " +
-            "entry node's CAs). Null: the exit's own port.",
-        ),
-      ),
-      null,
-    ),
-  },
-  {
-    name: 'TunnelInput',
-    ignore: ['id', 'status', 'rtt_ms', 'loss_percent', 'ends', 'version', 'created_at', 'updated_at'],
-  },
-);
-export type TunnelInput = Infer<typeof tunnelInput>;
 
 const endSchema = (which: string) => ({
   type: 'object',
@@ -121,11 +68,14 @@ export const tunnelSchema = record('Tunnel', {
   status: {
     type: 'string',
     enum: [...tunnelStatuses],
-    description: 'up when both ends report the session up, down when either reports it down, pending otherwise.',
+    description:
+      'up when the entry and an exit report a session up, down when the entry or every exit reports it down, ' +
+      'pending otherwise.',
   },
   rtt_ms: {
     type: ['number', 'null'],
-    description: "The session's round trip as the entry measures it (HTTP/2 PING); null while it is not up.",
+    description:
+      "The chosen exit's session's round trip as the entry measures it (HTTP/2 PING); null while it is not up.",
   },
   loss_percent: {
     type: ['number', 'null'],
@@ -136,8 +86,54 @@ export const tunnelSchema = record('Tunnel', {
   ends: {
     type: 'object',
     required: ['entry', 'exit'],
-    properties: { entry: endSchema('entry node'), exit: endSchema('exit node') },
+    properties: { entry: endSchema('entry node'), exit: endSchema('first exit node (exits: each one)') },
   },
+  exit_node_ids: { type: 'array', items: { type: 'integer' }, description: 'Every exit node, in order.' },
+  exit_ports: { type: 'array', items: { type: 'integer' }, description: "Each exit's port, in that order." },
+  exit_vias: { type: 'array', items: { type: ['string', 'null'] }, description: "Each exit's via, in that order." },
+  exit_strategy: { type: 'string', enum: [...exitStrategies] },
+  probe_target: { type: ['string', 'null'], description: "What exits connect to when probed; null: a rule's." },
+  exits: {
+    type: 'array',
+    description: 'Each exit in order: where it listens, how it stands, and what the entry last measured of it.',
+    items: {
+      type: 'object',
+      required: [
+        ...['node_id', 'listen_port', 'via', 'status', 'last_error', 'reported_at', 'rtt_ms', 'loss_percent'],
+        ...['probe_ms', 'probe_failed', 'score_ms', 'chosen'],
+      ],
+      properties: {
+        node_id: { type: 'integer' },
+        listen_port: { type: 'integer' },
+        via: { type: ['string', 'null'] },
+        ...endSchema('exit node').properties,
+        rtt_ms: { type: ['number', 'null'], description: "The entry's session to it: its round trip (PING)." },
+        loss_percent: { type: ['number', 'null'], description: 'The share of its last 12 PINGs unanswered.' },
+        probe_ms: {
+          type: ['number', 'null'],
+          description: "The exit's connect to the probe target at the last round; null: not probed.",
+        },
+        probe_failed: { type: 'boolean', description: 'The exit reached no probe target at the last round.' },
+        score_ms: {
+          type: ['number', 'null'],
+          description:
+            'What the choice goes by, lower is better: rtt_ms + probe_ms, plus for lost PINGs a share of a ' +
+            'retransmission timeout (see "Paths"). Null: not usable (down, or reaching no probe target).',
+        },
+        chosen: { type: 'boolean', description: 'New connections go through this exit.' },
+      },
+      additionalProperties: false,
+    },
+  },
+  chosen_exit_node_id: {
+    type: ['integer', 'null'],
+    description: 'The exit new connections go to, as the entry last said; null until it says, or while none is up.',
+  },
+  chosen_because: {
+    type: ['string', 'null'],
+    description: "Why the entry's choice last moved, with the scores then (also audited as tunnel.exit_switched).",
+  },
+  chosen_at: nullableTimestamp,
   version: { type: 'integer' },
   created_at: timestamp,
   updated_at: timestamp,

@@ -3,7 +3,7 @@
 // of JSON) is in agentlink/wire.ts; the protocol is described in docs/agent-protocol.md.
 
 import { cidr, host, ipAddress, isSrvName, target, webSocketUrl } from '../schema/net.ts';
-import { transports } from './tunnels.ts';
+import { exitStrategies, MAX_TUNNEL_EXITS, switchReasons, transports } from './tunnels.ts';
 import { knownZone, weekdays } from './hours.ts';
 import {
   array,
@@ -91,8 +91,46 @@ export const tunnelEnd = object({
   rules: array(exitRule, { max: 200_000 }),
   transport: optional(oneOf(transports), 'tls'),
   via: optional(nullable(webSocketUrl('The WebSocket URL the entry dials, for transport ws.')), null),
-  /** For the entry's `via`, as a rule's targets (see ForwardRule.local_targets): false for a tenant's tunnel. */
+  /**
+   * For what the tunnel's owner names (the entry's `via`s, the exit's probe target), as a rule's targets (see
+   * ForwardRule.local_targets): false for a tenant's tunnel.
+   */
   local_targets: optional(boolean(), true),
+  /**
+   * The entry's: every exit in the tunnel's order (host, port, peer_pin and via above are the first's), from masters
+   * that know several exits, to agents of link feature `tunnel_exits`; absent: the one exit above.
+   */
+  exits: optional(
+    nullable(
+      array(
+        object({
+          node_id: ID,
+          host: host("The exit node's address."),
+          port: integer({ min: 1, max: 65535 }),
+          peer_pin: PIN,
+          via: nullable(webSocketUrl('The WebSocket URL to dial this exit through, for transport ws.')),
+        }),
+        { min: 1, max: MAX_TUNNEL_EXITS },
+      ),
+    ),
+    null,
+  ),
+  exit_strategy: optional(oneOf(exitStrategies), 'failover'),
+  /** How the entry measures its exits and when it moves between them (see tunnel/choice.ts); absent: defaults. */
+  switching: optional(
+    nullable(
+      object({
+        round_seconds: integer({ min: 1, max: 60 }),
+        rounds: integer({ min: 1, max: 100 }),
+        gain_ms: integer({ min: 0, max: 10_000 }),
+        gain_percent: integer({ min: 0, max: 100 }),
+        cooldown_seconds: integer({ min: 0, max: 86_400 }),
+      }),
+    ),
+    null,
+  ),
+  /** What the exit connects to when the entry probes it (host:port); absent or null: its first TCP rule's target. */
+  probe_target: optional(nullable(target()), null),
 });
 export type TunnelEnd = Infer<typeof tunnelEnd>;
 
@@ -292,15 +330,18 @@ export const agentFeatures: Record<string, { needed: (rule: ForwardRule) => bool
 export const AGENT_FEATURES = Object.keys(agentFeatures);
 /**
  * What an agent may say it can do of the link itself, beside rules' features: `soak`, its supervisor keeps an upgrade
- * on trial through a soak (see upgradeMessage); `tunnel_ws`, it runs tunnels of transport ws.
+ * on trial through a soak (see upgradeMessage); `tunnel_ws`, it runs tunnels of transport ws; `tunnel_exits`, tunnels
+ * of several exits and probes.
  */
-export const LINK_FEATURES = ['soak', 'tunnel_ws'];
+export const LINK_FEATURES = ['soak', 'tunnel_ws', 'tunnel_exits'];
 /** What agents may send this master beyond the oldest masters' messages (see configMessage.master_reads). */
-export const MASTER_READS = ['vitals.addresses', 'tunnel_status.loss_percent'] as const;
+export const MASTER_READS = ['vitals.addresses', 'tunnel_status.loss_percent', 'tunnel_status.exits'] as const;
 export type MasterRead = (typeof MASTER_READS)[number];
 
 /** The link feature of agents that carry a tunnel inside a WebSocket (transport ws). */
 export const TUNNEL_WS = 'tunnel_ws';
+/** The link feature of agents that run the entry of a tunnel of several exits, and answer probes at an exit. */
+export const TUNNEL_EXITS = 'tunnel_exits';
 /** What an agent that names no features can do: what agents did before they named it. */
 export const UNNAMED_FEATURES = ['port_ranges', 'weights', 'preserve_source', 'balancing'];
 
@@ -410,6 +451,41 @@ export const tunnelStatusMessage = object({
       rtt_us: nullable(integer({ min: 0, max: 600_000_000 })),
       /** The share of the entry's last PINGs unanswered; absent from agents older than it. */
       loss_percent: optional(nullable(number({ min: 0, max: 100 })), null),
+      /** The entry's: how each exit stands, to masters that read it (`tunnel_status.exits`). */
+      exits: optional(
+        nullable(
+          array(
+            object({
+              node_id: ID,
+              state: oneOf(['up', 'down']),
+              error: nullable(string({ max: 500 })),
+              rtt_us: nullable(integer({ min: 0, max: 600_000_000 })),
+              loss_percent: nullable(number({ min: 0, max: 100 })),
+              probe_us: nullable(integer({ min: 0, max: 600_000_000 })),
+              probe_failed: boolean(),
+              score_ms: nullable(number({ min: 0, max: 10_000_000 })),
+            }),
+            { max: MAX_TUNNEL_EXITS },
+          ),
+        ),
+        null,
+      ),
+      /** The entry's: the exit node new connections go to; null while none is up. */
+      chosen: optional(nullable(ID), null),
+      /** The entry's: its choice's last move, and why. */
+      switched: optional(
+        nullable(
+          object({
+            from: nullable(ID),
+            to: nullable(ID),
+            reason: oneOf(switchReasons),
+            from_score_ms: nullable(number({ min: 0, max: 10_000_000 })),
+            to_score_ms: nullable(number({ min: 0, max: 10_000_000 })),
+            at: dateTime(),
+          }),
+        ),
+        null,
+      ),
     }),
     { max: MAX_ENTRIES },
   ),

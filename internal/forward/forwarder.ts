@@ -31,7 +31,8 @@ import {
   type TargetHealth,
 } from '../domain/rules.ts';
 import type { ProbeResult, TunnelEnd } from '../domain/link.ts';
-import { TunnelEntry } from '../tunnel/entry.ts';
+import { TunnelEntries, type EntriesConfig, type EntryView } from '../tunnel/exits.ts';
+import { DEFAULT_SWITCHING } from '../domain/tunnels.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
 import {
@@ -132,6 +133,10 @@ export type KernelState = { available: true } | { available: false; reason: stri
 /** How one end of a tunnel stands, as the agent reports it. */
 export interface TunnelReport extends TunnelView {
   id: number;
+  /** The entry's: how each exit stands, which new connections go to, and the choice's last move. */
+  exits?: EntryView['exits'];
+  chosen?: EntryView['chosen'];
+  switched?: EntryView['switched'];
 }
 
 function listenerKey(rule: ForwardRule): string {
@@ -246,8 +251,23 @@ function sameEnd(a: TunnelEnd, b: TunnelEnd): boolean {
     a.peer_pin === b.peer_pin &&
     a.transport === b.transport &&
     a.via === b.via &&
-    a.local_targets === b.local_targets
+    a.local_targets === b.local_targets &&
+    a.exit_strategy === b.exit_strategy &&
+    a.probe_target === b.probe_target &&
+    JSON.stringify([a.exits, a.switching]) === JSON.stringify([b.exits, b.switching])
   );
+}
+
+/** What the entry of `end` runs on: its exits (the one of a master older than several), and how it chooses. */
+function entriesOf(end: TunnelEnd & { host: string }): EntriesConfig {
+  const exits = end.exits ?? [{ node_id: 1, host: end.host, port: end.port, peer_pin: end.peer_pin, via: end.via }];
+  const { round_seconds, cooldown_seconds, ...switching } = end.switching ?? DEFAULT_SWITCHING;
+  return {
+    ...{ id: end.id, cert: end.cert, key: end.key, transport: end.transport, exits, strategy: end.exit_strategy },
+    switching: { ...switching, cooldown_ms: cooldown_seconds * 1000 },
+    round_ms: round_seconds * 1000,
+    probing: exits.length > 1 || end.probe_target !== null,
+  };
 }
 
 function parseTargets(targets: string[]): Target[] {
@@ -323,7 +343,7 @@ export class Forwarder {
   raKept: string[] = [];
   /** How often something else changed or removed the table since the agent started, and when it last did. */
   kernelDrift: { count: number; lastAt: string | null } = { count: 0, lastAt: null };
-  private readonly entries = new Map<number, { end: TunnelEnd; entry: TunnelEntry }>();
+  private readonly entries = new Map<number, { end: TunnelEnd; entry: TunnelEntries }>();
   private readonly exits = new Map<number, Exit>();
   /** Called whenever how a tunnel end stands changes (state, error, round trip). */
   onTunnelChange: () => void = () => undefined;
@@ -859,8 +879,8 @@ export class Forwarder {
         if (!this.entries.has(end.id) && end.host !== null)
           this.entries.set(end.id, {
             end,
-            entry: new TunnelEntry(
-              { ...end, host: end.host },
+            entry: new TunnelEntries(
+              entriesOf({ ...end, host: end.host }),
               () => this.onTunnelChange(),
               policyFor(this.limits, end.local_targets),
             ),

@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { hashSecret, newAgentToken } from '../auth/secrets.ts';
 import type { SecretBox } from '../crypto/box.ts';
-import { issueTunnelKeys } from '../tunnel/keys.ts';
+import { issueExitKeys, issueTunnelKeys } from '../tunnel/keys.ts';
 import type { Logger } from '../log/log.ts';
 import type { Clock } from '../runtime/clock.ts';
 import type { Settings } from '../settings/settings.ts';
@@ -286,11 +286,19 @@ export class Installer {
     const { store, box, sync } = this.app;
     for (const tunnelId of store.tunnels.idsOfNode(nodeId)) {
       const tunnel = store.tunnels.find(tunnelId)!;
-      store.tunnels.setKeys(
-        tunnelId,
-        issueTunnelKeys(tunnelId, (key) => box.seal(key)),
-      );
-      for (const end of [tunnel.entry_node_id, tunnel.exit_node_id]) {
+      // The node's own key pair is what is new: an exit past the first has one of its own.
+      if (tunnel.entry_node_id === nodeId || tunnel.exit_node_id === nodeId)
+        store.tunnels.setKeys(
+          tunnelId,
+          issueTunnelKeys(tunnelId, (key) => box.seal(key)),
+        );
+      else
+        store.tunnels.setExitKeys(
+          tunnelId,
+          nodeId,
+          issueExitKeys(tunnelId, nodeId, (key) => box.seal(key)),
+        );
+      for (const end of [tunnel.entry_node_id, ...tunnel.exit_node_ids]) {
         store.nodes.bumpConfig(end);
         store.db.afterCommit(() => sync.configChanged(end));
       }

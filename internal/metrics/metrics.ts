@@ -160,6 +160,13 @@ export class MasterMetrics {
       "Times something else removed or changed a node's kernel table, which its agent wrote back.",
     ),
   );
+  readonly tunnelExitSwitches = this.registry.add(
+    new Counter(
+      'portplane_tunnel_exit_switches_total',
+      "Moves of a tunnel entry's choice of exit, by the entry's reason (first_up, exit_down, lower_latency, " +
+        'preferred_back).',
+    ),
+  );
   readonly deliveries = this.registry.add(
     new Counter(
       'portplane_notification_deliveries_total',

@@ -100,9 +100,9 @@ export function isSrvName(value: string): boolean {
 
 /**
  * A target, `host:port`; with `ranges`, also `host:lo-hi` (the ports of a rule's range, see TargetAddress); with
- * `srv`, also an SRV name (see isSrvName).
+ * `srv`, also an SRV name (see isSrvName). `what`: what it is for, in words that start its description.
  */
-export function target({ ranges = false, srv = false } = {}): Schema<string> {
+export function target({ ranges = false, srv = false, what = '' } = {}): Schema<string> {
   const forms = ranges
     ? 'host:port, with an IPv6 address in brackets ([2001:db8::1]:443); for a rule with listen_port_end, also ' +
       'host:lo-hi, as many ports as the rule covers (each port to the one at the same place).'
@@ -110,10 +110,12 @@ export function target({ ranges = false, srv = false } = {}): Schema<string> {
   return string({
     min: 3,
     max: 267,
-    description: srv
-      ? `${forms} Or _service._proto.name, DNS SRV records whose hosts and ports are the targets (the rule's only ` +
-        'target; see "Paths" in the API reference).'
-      : forms,
+    description:
+      what +
+      (srv
+        ? `${forms} Or _service._proto.name, DNS SRV records whose hosts and ports are the targets (the rule's only ` +
+          'target; see "Paths" in the API reference).'
+        : forms),
     example: 'backend.internal:8080',
     documented: { pattern: srv ? `${TARGET.source}|${SRV_NAME.source}` : TARGET.source },
     refine: (value) => (srv && isSrvName(value) ? null : targetProblem(value, ranges)),

@@ -11,6 +11,8 @@ import type { Rule, TargetHealth } from '../domain/rules.ts';
 import type { Vitals } from '../domain/vitals.ts';
 import type { MasterMetrics } from '../metrics/metrics.ts';
 import type { FellBack } from '../store/nodes.ts';
+import type { Tunnel } from '../store/tunnels.ts';
+import type { SwitchReason } from '../domain/tunnels.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import { exitPortTaken } from '../tunnel/wire.ts';
@@ -24,7 +26,7 @@ const PORT_MOVE_SPACING_MS = 10_000;
 /** What the master does because of an agent's report is the system's act; each entry names its own action. */
 const AGENT = theMaster();
 
-export type TunnelState = Pick<TunnelStatusMessage['tunnels'][number], 'state' | 'error' | 'rtt_us' | 'loss_percent'>;
+export type TunnelState = Omit<TunnelStatusMessage['tunnels'][number], 'id'>;
 
 /** How a traffic report was taken: counted, already counted (a repeat), or claiming more than the node can relay. */
 export type Counting = 'counted' | 'repeated' | 'implausible';
@@ -33,7 +35,7 @@ export interface ReportDeps {
   readonly store: Store;
   readonly sync: SyncHub;
   readonly log: Logger;
-  readonly metrics: Pick<MasterMetrics, 'kernelDrifts'>;
+  readonly metrics: Pick<MasterMetrics, 'kernelDrifts' | 'tunnelExitSwitches'>;
   /** The master's clock, in milliseconds and as stored. */
   now(): number;
   timestamp(): string;
@@ -102,8 +104,15 @@ export class AgentReports {
     const { store } = this.app;
     const at = this.app.timestamp();
     writeNow(this.app, AGENT, (change) => {
-      for (const [id, { state, error, rtt_us, loss_percent }] of changes) {
-        store.tunnels.report(id, nodeId, { status: state, error, rtt_us, loss_percent }, at);
+      for (const [id, { state, error, rtt_us, loss_percent, exits, chosen, switched }] of changes) {
+        const tunnel = store.tunnels.find(id);
+        if (!tunnel) continue;
+        // The entry's word on its exits, from agents that say (an older one leaves the choice as it was).
+        const choice =
+          exits && tunnel.entry_node_id === nodeId
+            ? { exits, chosen: chosen ?? null, because: this.switchedExit(change, tunnel, chosen ?? null, switched) }
+            : undefined;
+        store.tunnels.report(id, nodeId, { status: state, error, rtt_us, loss_percent }, at, choice);
         const taken = exitPortTaken(error);
         if (state === 'down' && taken !== null) this.movePickedPort(change, id, nodeId, taken);
       }
@@ -174,8 +183,8 @@ export class AgentReports {
         const tunnelId = store.rules.find(id)?.tunnel_id;
         if (tunnelId === null || tunnelId === undefined || moved.has(tunnelId)) continue;
         moved.add(tunnelId);
-        const tunnel = store.tunnels.find(tunnelId);
-        if (tunnel) this.movePickedPort(change, tunnelId, nodeId, tunnel.listen_port);
+        const port = store.tunnels.find(tunnelId)?.exits.find((exit) => exit.node_id === nodeId)?.listen_port;
+        if (port !== undefined) this.movePickedPort(change, tunnelId, nodeId, port);
       }
       return true;
     });
@@ -221,9 +230,36 @@ export class AgentReports {
       changes: { before: { state: 'active' }, after: { state: rule.state, quota_usage: rule.quota_usage } },
     });
     change.touchNode(rule.node_id);
-    // Through a tunnel, the rule is applied at its exit too.
-    const exit = rule.tunnel_id === null ? undefined : this.app.store.tunnels.find(rule.tunnel_id)?.exit_node_id;
-    if (exit !== undefined) change.touchNode(exit);
+    // Through a tunnel, the rule is applied at its exits too.
+    const exits = rule.tunnel_id === null ? [] : (this.app.store.tunnels.find(rule.tunnel_id)?.exit_node_ids ?? []);
+    for (const exit of exits) change.touchNode(exit);
+  }
+
+  /**
+   * Inside a write: when the entry's choice of exit is not what the tunnel shows, the words for why it moved (audited
+   * as tunnel.exit_switched, the system's act, and counted); null when it did not move. The entry's reason and scores
+   * are taken as said, of exits the tunnel has.
+   */
+  private switchedExit(
+    change: Change,
+    tunnel: Tunnel,
+    chosen: number | null,
+    switched: TunnelState['switched'],
+  ): string | null {
+    const known = (node: number | null | undefined) =>
+      node != null && tunnel.exit_node_ids.includes(node) ? node : null;
+    const to = known(chosen);
+    if (to === tunnel.chosen_exit_node_id) return null;
+    const from = tunnel.chosen_exit_node_id;
+    const because = switchWords(from, to, switched && known(switched.to) === to ? switched : null);
+    change.audit({
+      action: 'tunnel.exit_switched',
+      resource: 'tunnel',
+      resource_id: tunnel.id,
+      changes: { before: { chosen_exit_node_id: from }, after: { chosen_exit_node_id: to, because } },
+    });
+    this.app.metrics.tunnelExitSwitches.inc({ reason: switched?.reason ?? 'unknown' });
+    return because;
   }
 
   /**
@@ -234,7 +270,7 @@ export class AgentReports {
   private movePickedPort(change: Change, id: number, nodeId: number, taken: number): void {
     const { store } = this.app;
     const tunnel = store.tunnels.find(id);
-    if (!tunnel || tunnel.exit_node_id !== nodeId || tunnel.listen_port !== taken) return;
+    if (!tunnel || tunnel.exits.find((exit) => exit.node_id === nodeId)?.listen_port !== taken) return;
     const now = this.app.now();
     if (now - (this.portMoved.get(id) ?? -Infinity) < PORT_MOVE_SPACING_MS) return;
     for (const [other, at] of this.portMoved) if (now - at >= PORT_MOVE_SPACING_MS) this.portMoved.delete(other);
@@ -242,16 +278,19 @@ export class AgentReports {
     const { min, max } = TUNNEL_PORTS;
     const port =
       store.tunnels.freePort(nodeId, Math.min(taken + 1, max), max) ?? store.tunnels.freePort(nodeId, min, max);
-    if (port === null || port === taken || !store.tunnels.movePort(id, port, this.app.timestamp())) return;
+    if (port === null || port === taken || !store.tunnels.movePort(id, nodeId, port, this.app.timestamp())) return;
     for (const ruleId of store.rules.idsOfTunnel(id)) store.rules.markPending(ruleId);
     change.audit({
       action: 'tunnel.port_moved',
       resource: 'tunnel',
       resource_id: id,
-      changes: { before: { listen_port: taken }, after: { listen_port: port } },
+      changes: {
+        before: { exit_node_id: nodeId, listen_port: taken },
+        after: { exit_node_id: nodeId, listen_port: port },
+      },
     });
     change.touchNode(tunnel.entry_node_id);
-    change.touchNode(tunnel.exit_node_id);
+    change.touchNode(nodeId);
     this.app.log.warn("a tunnel's exit port was taken on its node: moved", {
       tunnel_id: id,
       node_id: nodeId,
@@ -259,4 +298,20 @@ export class AgentReports {
       to: port,
     });
   }
+}
+
+const REASONS: Record<SwitchReason, string> = {
+  first_up: 'the first exit up',
+  exit_down: 'the chosen exit went down',
+  lower_latency: 'a lower score for long enough',
+  preferred_back: 'an earlier exit back up for long enough',
+};
+
+/** Why an entry's choice moved from exit node `from` to `to`, in words, with the scores it said it went by. */
+function switchWords(from: number | null, to: number | null, switched: TunnelState['switched']): string {
+  const node = (id: number | null, score: number | null | undefined) =>
+    id === null ? 'none' : `node ${id}${score == null ? '' : ` (score ${score} ms)`}`;
+  const move = `${node(from, switched?.from_score_ms)} -> ${node(to, switched?.to_score_ms)}`;
+  if (to === null) return `${move}: no exit is up`;
+  return switched ? `${move}: ${REASONS[switched.reason]}` : move;
 }

@@ -89,7 +89,7 @@ export function updateNode(app: WriteDeps, change: Change, id: number, body: Nod
   if (updated.host !== current.host) {
     for (const tunnelId of app.store.tunnels.idsOfNode(id)) {
       const tunnel = app.store.tunnels.find(tunnelId)!;
-      if (tunnel.exit_node_id === id) change.touchNode(tunnel.entry_node_id);
+      if (tunnel.exit_node_ids.includes(id)) change.touchNode(tunnel.entry_node_id);
     }
   }
   if (updated.tags.join() !== current.tags.join()) holdNodeRules(app, change, id);
@@ -133,7 +133,7 @@ export function removeNode(app: WriteDeps, change: Change, id: number, cascade: 
   for (const tunnelId of tunnelIds) {
     const tunnel = store.tunnels.find(tunnelId)!;
     store.tunnels.delete(tunnelId);
-    for (const other of [tunnel.entry_node_id, tunnel.exit_node_id]) if (other !== id) change.touchNode(other);
+    for (const other of [tunnel.entry_node_id, ...tunnel.exit_node_ids]) if (other !== id) change.touchNode(other);
     change.audit({
       action: 'tunnel.delete',
       resource: 'tunnel',

@@ -37,15 +37,15 @@ async function probeFrom(
 }
 
 /**
- * Has the node that dials rule `id`'s targets (its own, or through a tunnel the exit) try each of them, and audits
- * what it found. Throws `not_found`, `conflict` (the node offline), `bad_gateway` (no answer).
+ * Has the node that dials rule `id`'s targets (its own, or through a tunnel the chosen exit) try each of them, and
+ * audits what it found. Throws `not_found`, `conflict` (the node offline), `bad_gateway` (no answer).
  */
 export async function checkTargets(app: Committer, requester: Requester, id: number) {
   const rule = app.store.rules.find(id);
   if (!rule || !reaches(requester.caller, rule.owner_id)) throw notFound('rule', id);
-  // Through a tunnel, the exit node dials the targets.
-  const nodeId =
-    rule.tunnel_id === null ? rule.node_id : (app.store.tunnels.find(rule.tunnel_id)?.exit_node_id ?? rule.node_id);
+  // Through a tunnel, the exit node dials the targets: of several, the one the entry sends new connections to.
+  const tunnel = rule.tunnel_id === null ? undefined : app.store.tunnels.find(rule.tunnel_id);
+  const nodeId = tunnel ? (tunnel.chosen_exit_node_id ?? tunnel.exit_node_id) : rule.node_id;
   const protocol = rule.protocol === 'udp' ? 'udp' : 'tcp';
   // As the rule's config says it (see ForwardRule.local_targets): false only where it narrows the node's.
   const heldOff = app.targetPolicy().allowLocal && isTenant(app, requester.caller, rule.owner_id);

@@ -40,8 +40,8 @@ function touchRule(
 ): void {
   if (rule.node_id !== except) change.touchNode(rule.node_id);
   if (rule.tunnel_id === null) return;
-  const exit = app.store.tunnels.find(rule.tunnel_id)?.exit_node_id;
-  if (exit !== undefined && exit !== except) change.touchNode(exit);
+  for (const exit of app.store.tunnels.find(rule.tunnel_id)?.exit_node_ids ?? [])
+    if (exit !== except) change.touchNode(exit);
 }
 
 function checkReferences(app: WriteDeps, fields: RuleFields): void {
@@ -83,16 +83,20 @@ function checkSource(
   addresses: (nodeId: number) => readonly string[] | null = (nodeId) => addressesOf(app, nodeId),
 ): void {
   if (fields.source_address === null) return;
-  const nodeId = fields.tunnel_id === null ? fields.node_id : app.store.tunnels.find(fields.tunnel_id)?.exit_node_id;
-  const known = nodeId === undefined ? null : addresses(nodeId);
+  // Through a tunnel, every exit dials the targets: each must have the address.
+  const nodeIds =
+    fields.tunnel_id === null ? [fields.node_id] : (app.store.tunnels.find(fields.tunnel_id)?.exit_node_ids ?? []);
   const wanted = canonicalAddress(fields.source_address);
-  if (known === null || known.some((address) => canonicalAddress(address) === wanted)) return;
-  const which =
-    fields.tunnel_id === null ? `node ${nodeId}` : `node ${nodeId}, the exit of tunnel ${fields.tunnel_id},`;
-  const listed = known.slice(0, 8).join(', ') + (known.length > 8 ? ', ...' : '');
-  throw validationFailed([
-    { pointer: '#/source_address', detail: `is not an address of ${which} (its agent reports ${listed})` },
-  ]);
+  for (const nodeId of nodeIds) {
+    const known = addresses(nodeId);
+    if (known === null || known.some((address) => canonicalAddress(address) === wanted)) continue;
+    const which =
+      fields.tunnel_id === null ? `node ${nodeId}` : `node ${nodeId}, an exit of tunnel ${fields.tunnel_id},`;
+    const listed = known.slice(0, 8).join(', ') + (known.length > 8 ? ', ...' : '');
+    throw validationFailed([
+      { pointer: '#/source_address', detail: `is not an address of ${which} (its agent reports ${listed})` },
+    ]);
+  }
 }
 
 // A quota's rules on writes, in one place: enabling a rule the quota stopped is refused while its period has nothing

@@ -38,9 +38,9 @@ export function holdToStanding(
   const all = () => (owner.tenant ? store.rules.ownedBy(userId) : store.rules.heldOf(userId));
   for (const rule of rules ?? all()) {
     if (rule.owner_id !== userId) continue;
-    // Through a tunnel, the traffic leaves at its exit: that node is to be granted too.
-    const exit = rule.tunnel_id === null ? undefined : store.tunnels.find(rule.tunnel_id)?.exit_node_id;
-    const carriers = exit === undefined ? [rule.node_id] : [rule.node_id, exit];
+    // Through a tunnel, the traffic leaves at its exits: those nodes are to be granted too.
+    const exits = rule.tunnel_id === null ? [] : (store.tunnels.find(rule.tunnel_id)?.exit_node_ids ?? []);
+    const carriers = [rule.node_id, ...exits];
     const ports = {
       first: rule.listen_port,
       last: rule.listen_port_end ?? rule.listen_port,

@@ -24,7 +24,7 @@ import {
   type WriteDeps,
   type WriteJob,
 } from './write.ts';
-import type { TunnelTransport } from '../domain/tunnels.ts';
+import type { ExitStrategy, TunnelTransport } from '../domain/tunnels.ts';
 
 /** The document's `format`. */
 export const EXPORT_FORMAT = 'portplane-export';
@@ -48,6 +48,13 @@ export interface ExportDocument {
     transport: TunnelTransport;
     /** Only where set (transport ws), as masters older than it read the rest. */
     via?: string | null;
+    /** Version 2, only for a tunnel of several exits: every exit in order, with their ports and vias. */
+    exit_nodes?: string[] | null;
+    exit_ports?: (number | null)[] | null;
+    exit_vias?: (string | null)[] | null;
+    /** Version 2, only where not failover or null. */
+    exit_strategy?: ExitStrategy;
+    probe_target?: string | null;
   }[];
   rules: (Omit<RuleFields, 'owner_id' | 'node_id' | 'tunnel_id'> & {
     owner: string | null;
@@ -77,7 +84,7 @@ function exportOf(store: Store, exportedAt: string): ExportDocument {
   const alerting = exportAlerting(store, { node: (id) => nodeNames.get(id), tunnel: (id) => tunnelNames.get(id) });
   return {
     format: EXPORT_FORMAT,
-    version: 1,
+    version: 2,
     exported_at: exportedAt,
     nodes: nodes.map(({ name, host, ssh_port, ssh_user, tags }) => ({ name, host, ssh_port, ssh_user, tags })),
     tunnels: tunnels.map((t) => ({
@@ -88,6 +95,16 @@ function exportOf(store: Store, exportedAt: string): ExportDocument {
       listen_port: t.listen_port,
       transport: t.transport,
       ...(t.via === null ? {} : { via: t.via }),
+      // A tunnel of one exit reads as version 1 wrote it; several are named in full.
+      ...(t.exit_node_ids.length === 1
+        ? {}
+        : {
+            exit_nodes: t.exit_node_ids.map((id) => nodeNames.get(id)!),
+            exit_ports: t.exit_ports,
+            exit_vias: t.exit_vias,
+          }),
+      ...(t.exit_strategy === 'failover' ? {} : { exit_strategy: t.exit_strategy }),
+      ...(t.probe_target === null ? {} : { probe_target: t.probe_target }),
     })),
     rules: rules.map((rule) => {
       const { name, owner_id, node_id, tunnel_id, ...rest } = ruleFieldsOf(rule);
@@ -187,11 +204,16 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
     }
     const entry = nodeId(input.entry_node);
     const exit = nodeId(input.exit_node);
+    const exits = (input.exit_nodes ?? []).map((name: string, i: number) => {
+      const id = nodeId(name);
+      if (id === undefined) missing(`#/tunnels/${index}/exit_nodes/${i}`, 'node', name);
+      return id;
+    });
     const owner = input.owner === null ? null : ownerId(input.owner);
     if (entry === undefined) missing(`#/tunnels/${index}/entry_node`, 'node', input.entry_node);
     if (exit === undefined) missing(`#/tunnels/${index}/exit_node`, 'node', input.exit_node);
     if (owner === undefined) missing(`#/tunnels/${index}/owner`, 'user', input.owner!);
-    if (entry === undefined || exit === undefined || owner === undefined)
+    if (entry === undefined || exit === undefined || owner === undefined || exits.includes(undefined))
       return { index, name: input.name, id: null, outcome: 'invalid' };
     const made = attempt(`#/tunnels/${index}`, () =>
       insertTunnel(app, change, {
@@ -199,9 +221,14 @@ async function importAll(app: WriteDeps, change: Change, doc: ExportDocument, in
         owner_id: owner,
         entry_node_id: entry,
         exit_node_id: exit,
+        exit_node_ids: input.exit_nodes ? (exits as number[]) : null,
+        exit_strategy: input.exit_strategy ?? 'failover',
         listen_port: input.listen_port,
+        exit_ports: input.exit_ports ?? null,
         transport: input.transport,
         via: input.via ?? null,
+        exit_vias: input.exit_vias ?? null,
+        probe_target: input.probe_target ?? null,
       }),
     );
     if (!made) return { index, name: input.name, id: null, outcome: 'invalid' };

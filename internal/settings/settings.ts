@@ -2,6 +2,7 @@
 // against this table, GET shows every key, and the API reference is generated from it.
 
 import { createHash } from 'node:crypto';
+import { DEFAULT_SWITCHING } from '../domain/tunnels.ts';
 import { masterOrigin, masterUrl } from '../schema/net.ts';
 import { integer, nullable, object, optional, string, type FieldError, type Schema } from '../schema/schema.ts';
 import type { Store } from '../store/store.ts';
@@ -175,6 +176,41 @@ export const definitions = {
     "Agents read a rule's SRV records again after their TTL, and at the latest after this long, in seconds; the " +
       'lower bound wins where the two cross.',
   ),
+  tunnel_round_seconds: setting(
+    1,
+    60,
+    DEFAULT_SWITCHING.round_seconds,
+    "How often a tunnel's entry measures each exit, in seconds: a PING of each session and, with several exits or a " +
+      'probe target, a probe through each exit (a round). Loss is counted over the last 12 PINGs.',
+  ),
+  tunnel_switch_rounds: setting(
+    1,
+    100,
+    DEFAULT_SWITCHING.rounds,
+    'Rounds in a row a better exit must stay better before the entry moves new connections to it (lowest_latency), ' +
+      'or an earlier exit must stay up before they go back to it (failover). A chosen exit down is left at once.',
+  ),
+  tunnel_switch_gain_ms: setting(
+    0,
+    10_000,
+    DEFAULT_SWITCHING.gain_ms,
+    "How much lower, in ms, a better exit's score must be than the chosen one's to count as better (lowest_latency); " +
+      'tunnel_switch_gain_percent must hold too.',
+  ),
+  tunnel_switch_gain_percent: setting(
+    0,
+    100,
+    DEFAULT_SWITCHING.gain_percent,
+    "How much lower, in percent of the chosen exit's score, a better exit's must be (lowest_latency); " +
+      'tunnel_switch_gain_ms must hold too.',
+  ),
+  tunnel_switch_cooldown_seconds: setting(
+    0,
+    86_400,
+    DEFAULT_SWITCHING.cooldown_seconds,
+    "How long after the entry's choice of exit last moved it may move again for a gain, in seconds (a chosen exit " +
+      'down is left at once).',
+  ),
   allow_local_rule_targets: setting(
     0,
     1,
@@ -295,6 +331,11 @@ export const agentKeys: readonly SettingKey[] = [
   'tcp_idle_timeout_seconds',
   'srv_ttl_min_seconds',
   'srv_ttl_max_seconds',
+  'tunnel_round_seconds',
+  'tunnel_switch_rounds',
+  'tunnel_switch_gain_ms',
+  'tunnel_switch_gain_percent',
+  'tunnel_switch_cooldown_seconds',
   'max_connections_per_source',
   'allow_local_rule_targets',
   'tls_next_pin',

@@ -211,7 +211,7 @@ const journalTriggers: Derivation = {
         'NEW',
         tunnelNodes('NEW'),
       ),
-      changed('version', 'status', 'entry_status', 'entry_error', 'exit_status', 'exit_error'),
+      changed('version', 'status', 'entry_status', 'entry_error', 'exit_status', 'exit_error', 'chosen_exit_node_id'),
     ),
     ...createdAndDeleted('rollout', 'rollouts'),
     journalling(

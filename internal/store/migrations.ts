@@ -816,4 +816,35 @@ export const migrations: readonly string[] = [
     PRIMARY KEY (tunnel_id, minute)
   ) STRICT, WITHOUT ROWID;
   `,
+  /*
+   * 50: a tunnel's exits past the first (which stays in tunnels), each with its port, key pair and how it stands; how
+   * the entry picks among them, what it measured of each, and its choice. A rule's result at its exits is by node.
+   */ `
+  CREATE TABLE tunnel_exits (
+    tunnel_id INTEGER NOT NULL REFERENCES tunnels(id) ON DELETE CASCADE,
+    node_id INTEGER NOT NULL REFERENCES nodes(id),
+    position INTEGER NOT NULL CHECK (position >= 1),
+    listen_port INTEGER NOT NULL CHECK (listen_port BETWEEN 1 AND 65535),
+    port_picked INTEGER NOT NULL DEFAULT 0 CHECK (port_picked IN (0, 1)),
+    via TEXT,
+    exit_cert TEXT,
+    exit_key BLOB,
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'up', 'down')),
+    error TEXT,
+    reported_at TEXT,
+    PRIMARY KEY (tunnel_id, node_id)
+  ) STRICT;
+  CREATE INDEX tunnel_exits_node ON tunnel_exits(node_id);
+  CREATE INDEX tunnel_exits_order ON tunnel_exits(tunnel_id, position);
+  ALTER TABLE tunnels ADD COLUMN exit_strategy TEXT NOT NULL DEFAULT 'failover'
+    CHECK (exit_strategy IN ('failover', 'lowest_latency'));
+  ALTER TABLE tunnels ADD COLUMN probe_target TEXT;
+  ALTER TABLE tunnels ADD COLUMN exit_paths TEXT;
+  ALTER TABLE tunnels ADD COLUMN chosen_exit_node_id INTEGER;
+  ALTER TABLE tunnels ADD COLUMN chosen_because TEXT;
+  ALTER TABLE tunnels ADD COLUMN chosen_at TEXT;
+  UPDATE rules SET exit_result = json_object(
+      CAST((SELECT exit_node_id FROM tunnels WHERE id = rules.tunnel_id) AS TEXT), json(exit_result))
+    WHERE exit_result IS NOT NULL AND tunnel_id IS NOT NULL;
+  `,
 ];

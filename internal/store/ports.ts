@@ -38,6 +38,9 @@ const ruleClaims = (row: string) => `WITH RECURSIVE span(port) AS (
 const tunnelClaim = `INSERT INTO port_claims (node_id, protocol, port, tunnel_id)
       VALUES (NEW.exit_node_id, 'tcp', NEW.listen_port, NEW.id)`;
 
+const moreExitClaim = `INSERT INTO port_claims (node_id, protocol, port, tunnel_id)
+      VALUES (NEW.node_id, 'tcp', NEW.listen_port, NEW.tunnel_id)`;
+
 const ruleMoved = `OLD.node_id IS NOT NEW.node_id OR OLD.protocol IS NOT NEW.protocol
     OR OLD.listen_port IS NOT NEW.listen_port OR OLD.listen_port_end IS NOT NEW.listen_port_end`;
 
@@ -88,8 +91,29 @@ export const portClaimDerivation: Derivation = {
       'port_claims_tunnel_update',
       `AFTER UPDATE OF exit_node_id, listen_port ON tunnels
     WHEN OLD.exit_node_id IS NOT NEW.exit_node_id OR OLD.listen_port IS NOT NEW.listen_port BEGIN
-    DELETE FROM port_claims WHERE tunnel_id = OLD.id;
+    DELETE FROM port_claims WHERE tunnel_id = OLD.id AND node_id = OLD.exit_node_id;
     ${tunnelClaim};
+  END`,
+    ),
+    // A tunnel's exits past the first claim their ports on their nodes alike.
+    trigger(
+      'port_claims_tunnel_exit_insert',
+      `AFTER INSERT ON tunnel_exits BEGIN
+    ${moreExitClaim};
+  END`,
+    ),
+    trigger(
+      'port_claims_tunnel_exit_delete',
+      `AFTER DELETE ON tunnel_exits BEGIN
+    DELETE FROM port_claims WHERE tunnel_id = OLD.tunnel_id AND node_id = OLD.node_id;
+  END`,
+    ),
+    trigger(
+      'port_claims_tunnel_exit_update',
+      `AFTER UPDATE OF node_id, listen_port ON tunnel_exits
+    WHEN OLD.node_id IS NOT NEW.node_id OR OLD.listen_port IS NOT NEW.listen_port BEGIN
+    DELETE FROM port_claims WHERE tunnel_id = OLD.tunnel_id AND node_id = OLD.node_id;
+    ${moreExitClaim};
   END`,
     ),
   ],
@@ -104,7 +128,9 @@ export const portClaimDerivation: Derivation = {
       SELECT rules.node_id, transport.value, span.port, rules.id
         FROM span JOIN rules ON rules.id = span.id, ${transportsOfRow('rules')} transport;
     INSERT INTO port_claims (node_id, protocol, port, tunnel_id)
-      SELECT exit_node_id, 'tcp', listen_port, id FROM tunnels`,
+      SELECT exit_node_id, 'tcp', listen_port, id FROM tunnels;
+    INSERT INTO port_claims (node_id, protocol, port, tunnel_id)
+      SELECT node_id, 'tcp', listen_port, tunnel_id FROM tunnel_exits`,
 };
 
 export class PortStore {

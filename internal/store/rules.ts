@@ -406,7 +406,10 @@ export class RuleStore {
         entry_result = NULL, exit_result = NULL
       WHERE id = ?`);
     this.byTunnelStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE tunnel_id = ? ORDER BY id`);
-    this.sidesStmt = db.prepare(`SELECT r.node_id, t.exit_node_id, r.entry_result, r.exit_result
+    this.sidesStmt = db.prepare(`SELECT r.node_id, r.entry_result, r.exit_result,
+        CASE WHEN t.id IS NOT NULL THEN json_array(t.exit_node_id) END AS first_exit,
+        (SELECT json_group_array(node_id) FROM (SELECT node_id FROM tunnel_exits e WHERE e.tunnel_id = t.id
+          ORDER BY position)) AS more_exits
       FROM rules r LEFT JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?`);
     this.resultsStmt = db.prepare(`UPDATE rules SET entry_result = :entry, exit_result = :exit, sync_state = :state,
         sync_error = :error, sync_applied_at = CASE WHEN :state = 'applied' THEN :at ELSE sync_applied_at END,
@@ -416,11 +419,13 @@ export class RuleStore {
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
     this.ownersStmt = db.prepare('SELECT id, owner_id FROM rules WHERE id IN (SELECT value FROM json_each(?))');
     this.tenantsOnStmt = db.prepare(`SELECT id, owner_id FROM rules
-      WHERE (node_id = ?1 OR tunnel_id IN (SELECT id FROM tunnels WHERE exit_node_id = ?1))
+      WHERE (node_id = ?1 OR tunnel_id IN (SELECT id FROM tunnels WHERE exit_node_id = ?1
+          UNION SELECT tunnel_id FROM tunnel_exits WHERE node_id = ?1))
         AND owner_id IN (SELECT id FROM users WHERE role = 'tenant') ORDER BY id`);
     this.ownedStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ? ORDER BY id`);
     this.carriersStmt = db.prepare(`SELECT node_id FROM rules WHERE owner_id = ?1
-      UNION SELECT exit_node_id FROM tunnels WHERE id IN (SELECT tunnel_id FROM rules WHERE owner_id = ?1)`);
+      UNION SELECT exit_node_id FROM tunnels WHERE id IN (SELECT tunnel_id FROM rules WHERE owner_id = ?1)
+      UNION SELECT node_id FROM tunnel_exits WHERE tunnel_id IN (SELECT tunnel_id FROM rules WHERE owner_id = ?1)`);
     // Through rules_held (migration 37), whose condition this repeats.
     this.heldStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE owner_id = ?
       AND (held IS NOT NULL OR held_connections IS NOT NULL OR held_bandwidth IS NOT NULL
@@ -658,10 +663,11 @@ export class RuleStore {
   }
 
   /**
-   * Records what a node reported for the rule: its own node, or for a rule through a tunnel
-   * the tunnel's exit. A rule through a tunnel is failed when either end failed it, applied
-   * when both applied it, pending until then (and carried by the relay, as tunnels are). A node that is neither is
-   * ignored. `path`: how the node carries it (null from an agent older than the kernel path).
+   * Records what a node reported for the rule: its own node, or for a rule through a tunnel any of the tunnel's
+   * exits. A rule through a tunnel is failed when its entry or an exit failed it, applied when the entry and every
+   * exit applied it, pending until then (an exit offline keeps it pending; it is carried by the relay, as tunnels
+   * are). A node that is neither is ignored. `path`: how the node carries it (null from an agent older than the
+   * kernel path).
    */
   setSync(
     id: number,
@@ -673,10 +679,16 @@ export class RuleStore {
     relayReason: string | null = null,
   ) {
     const row = this.sidesStmt.get(id) as
-      | { node_id: number; exit_node_id: number | null; entry_result: string | null; exit_result: string | null }
+      | {
+          node_id: number;
+          first_exit: string | null;
+          more_exits: string;
+          entry_result: string | null;
+          exit_result: string | null;
+        }
       | undefined;
     if (!row) return;
-    if (row.exit_node_id === null) {
+    if (row.first_exit === null) {
       this.syncStmt.run({
         id,
         node_id: nodeId,
@@ -688,23 +700,33 @@ export class RuleStore {
       });
       return;
     }
-    const side = row.node_id === nodeId ? 'entry' : row.exit_node_id === nodeId ? 'exit' : null;
+    const exitNodes = [...(JSON.parse(row.first_exit) as number[]), ...(JSON.parse(row.more_exits) as number[])];
+    const side = row.node_id === nodeId ? 'entry' : exitNodes.includes(nodeId) ? 'exit' : null;
     if (side === null) return;
     const result: EndResult = { state, error };
     const entry = side === 'entry' ? result : parseResult(row.entry_result);
-    const exit = side === 'exit' ? result : parseResult(row.exit_result);
+    // Each exit's, by node: of the exits the tunnel has now.
+    const before = (row.exit_result ? JSON.parse(row.exit_result) : {}) as Record<string, EndResult>;
+    const exits: Record<string, EndResult> = {};
+    for (const exitNode of exitNodes) {
+      const said = exitNode === nodeId && side === 'exit' ? result : before[String(exitNode)];
+      if (said) exits[String(exitNode)] = said;
+    }
+    const failedAt = exitNodes.find((exitNode) => exits[String(exitNode)]?.state === 'failed');
+    const failed = failedAt === undefined ? undefined : exits[String(failedAt)];
     let combined: EndResult = { state: 'pending', error: null };
     if (entry?.state === 'failed') combined = entry;
-    else if (exit?.state === 'failed' && exit.error)
+    else if (failed?.error)
       combined = {
         state: 'failed',
-        error: { code: exit.error.code, detail: `at the exit node ${row.exit_node_id}: ${exit.error.detail}` },
+        error: { code: failed.error.code, detail: `at the exit node ${failedAt}: ${failed.error.detail}` },
       };
-    else if (entry?.state === 'applied' && exit?.state === 'applied') combined = { state: 'applied', error: null };
+    else if (entry?.state === 'applied' && exitNodes.every((exitNode) => exits[String(exitNode)]?.state === 'applied'))
+      combined = { state: 'applied', error: null };
     this.resultsStmt.run({
       id,
       entry: entry && JSON.stringify(entry),
-      exit: exit && JSON.stringify(exit),
+      exit: JSON.stringify(exits),
       state: combined.state,
       error: combined.error && JSON.stringify(combined.error),
       at,

@@ -93,7 +93,9 @@ export class TrafficStore {
     );
     this.exitTotalStmt = db.prepare(
       `UPDATE nodes SET bytes_in = ${safeCount('bytes_in + ?1')}, bytes_out = ${safeCount('bytes_out + ?2')} ` +
-        `WHERE id = (SELECT t.exit_node_id FROM rules r JOIN tunnels t ON t.id = r.tunnel_id WHERE r.id = ?3)`,
+        // Of several exits, the one the entry last said it chose: what the bytes most likely left by.
+        'WHERE id = (SELECT coalesce(t.chosen_exit_node_id, t.exit_node_id) FROM rules r JOIN tunnels t ' +
+        'ON t.id = r.tunnel_id WHERE r.id = ?3)',
     );
     this.streamStmt = db.prepare('SELECT seq FROM traffic_streams WHERE node_id = ? AND stream = ?');
     this.countedAtStmt = db.prepare('SELECT max(seen_at) AS at FROM traffic_streams WHERE node_id = ?');

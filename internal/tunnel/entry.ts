@@ -26,6 +26,8 @@ import {
   SESSION_WINDOW,
   streamPath,
   CLIENT_HEADER,
+  PROBE_HEADER,
+  PROBE_PATH,
   type TunnelView,
 } from './wire.ts';
 import { parseWebSocketUrl } from '../schema/net.ts';
@@ -43,7 +45,12 @@ export interface EntryConfig {
   transport: TunnelTransport;
   /** Transport ws: the WebSocket URL to dial (a reverse proxy in front of the exit); null: the exit's own port. */
   via: string | null;
+  /** How often the session is PINGed; PING_INTERVAL_MS unless given. */
+  ping_interval_ms?: number;
 }
+
+/** What a probe through the exit found: the time to connect to its probe target, that it reached none, or nothing. */
+export type ProbeResult = { ms: number } | 'failed' | null;
 
 const CONNECT_TIMEOUT_MS = 10_000;
 const PING_INTERVAL_MS = 5_000;
@@ -170,6 +177,37 @@ export class TunnelEntry {
       };
       return session;
     };
+  }
+
+  /**
+   * Asks the exit to connect to its probe target and say how long that took, within `timeoutMs`: null when the
+   * session is down or the exit has no target (or is older than probes), 'failed' when it reached none in time.
+   */
+  probe(timeoutMs: number): Promise<ProbeResult> {
+    const session = this.session;
+    if (!session || session.closed || session.destroyed) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      let stream: ClientHttp2Stream;
+      try {
+        stream = session.request({ ':method': 'POST', ':path': PROBE_PATH }, { endStream: true });
+      } catch {
+        return resolve(null);
+      }
+      const timer = setTimeout(() => done('failed'), timeoutMs);
+      const done = (result: ProbeResult) => {
+        clearTimeout(timer);
+        stream.destroy();
+        resolve(result);
+      };
+      stream.on('error', () => done(null));
+      stream.on('close', () => done(null));
+      stream.once('response', (headers) => {
+        const micros = Number(headers[PROBE_HEADER]);
+        if (headers[':status'] === 200 && Number.isSafeInteger(micros) && micros >= 0) done({ ms: micros / 1000 });
+        else done(headers[':status'] === 502 ? 'failed' : null);
+      });
+      stream.resume();
+    });
   }
 
   close(): void {
@@ -334,7 +372,7 @@ export class TunnelEntry {
       this.attempt = 0;
       this.report({ state: 'up', error: null });
       this.ping();
-      this.pingTimer = setInterval(() => this.ping(), PING_INTERVAL_MS);
+      this.pingTimer = setInterval(() => this.ping(), this.config.ping_interval_ms ?? PING_INTERVAL_MS);
       this.answer(session);
     });
     session.once('close', () => {

@@ -9,7 +9,7 @@ import type { IncomingHttpHeaders } from 'node:http2';
 import { isIP, type Server as NetServer, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createSecureContext, createServer, TLSSocket, type Server } from 'node:tls';
-import { sourceOf } from '../schema/net.ts';
+import { parseTarget, sourceOf } from '../schema/net.ts';
 import { datagramsTo, dialTargets, policyFor, splice, type DialPolicy } from '../relay/dial.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { contained } from '../relay/faults.ts';
@@ -26,6 +26,8 @@ import {
   SESSION_WINDOW,
   type TunnelView,
   CLIENT_HEADER,
+  PROBE_HEADER,
+  PROBE_PATH,
 } from './wire.ts';
 import type { TunnelTransport } from '../domain/tunnels.ts';
 import { acceptWebSocket, notFound } from './websocket.ts';
@@ -44,6 +46,10 @@ export interface ExitConfig {
   key: string;
   /** The entry's key. */
   peer_pin: string;
+  /** What a probe connects to (host:port); absent or null: the first target of the first enabled TCP rule. */
+  probe_target?: string | null;
+  /** False: the probe target is held off what is local to the node (a tenant's tunnel), as a rule's targets. */
+  local_targets?: boolean;
 }
 
 export interface ExitRule {
@@ -83,6 +89,8 @@ export class TunnelExit {
   private readonly listener: NetServer;
   private readonly rules = new Map<number, { rule: ExitRule; picker: TargetPicker }>();
   private readonly sessions = new Set<Http2Session>();
+  /** Sessions with a probe under way: one at a time each, so an entry cannot make the exit dial in a flood. */
+  private readonly probing = new WeakSet<Http2Session>();
   /** Connections whose handshake is under way, by address and port, oldest first. */
   private readonly pending = new Map<string, Socket>();
   private view: TunnelView = {
@@ -303,6 +311,7 @@ export class TunnelExit {
 
   private stream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, from: string): void {
     stream.on('error', () => stream.destroy());
+    if (headers[':method'] === 'POST' && headers[':path'] === PROBE_PATH) return this.probe(stream);
     const asked = parseStreamPath(headers[':path']);
     const bound = asked ? this.rules.get(asked.ruleId) : undefined;
     if (
@@ -352,6 +361,56 @@ export class TunnelExit {
     // The entry ends a UDP session's stream when the session expires: end ours too.
     stream.on('end', () => stream.end());
     stream.on('close', () => session.close());
+  }
+
+  /** Answers a probe: how long a connect to the probe target took (PROBE_PATH says how). */
+  private probe(stream: ServerHttp2Stream): void {
+    const session = stream.session;
+    if (!session || this.probing.has(session)) return respond(stream, 429, true);
+    const dial = this.probeDial();
+    if (!dial) return respond(stream, 204, true);
+    this.probing.add(session);
+    const started = performance.now();
+    dialTargets(dial.picker, dial.policy)(
+      (upstream) => {
+        upstream.destroy();
+        this.probing.delete(session);
+        const micros = Math.round((performance.now() - started) * 1000);
+        if (stream.destroyed || stream.headersSent) return;
+        try {
+          stream.respond({ ':status': 200, [PROBE_HEADER]: String(micros) }, { endStream: true });
+        } catch {
+          stream.destroy();
+        }
+      },
+      () => {
+        this.probing.delete(session);
+        respond(stream, 502, true);
+      },
+      '',
+    );
+  }
+
+  /**
+   * What a probe dials: the tunnel's probe target, or the first target of the first enabled rule that carries TCP, as
+   * that rule would dial it (from its source address, held off what it is held off), on a picker of its own so that
+   * probes leave the rule's turns and counts alone.
+   */
+  private probeDial(): { picker: TargetPicker; policy: DialPolicy } | null {
+    const named = this.config.probe_target ? parseTarget(this.config.probe_target) : null;
+    if (named)
+      return {
+        picker: new TargetPicker([named], 'failover'),
+        policy: policyFor(this.policy, this.config.local_targets),
+      };
+    for (const { rule } of this.rules.values()) {
+      if (!rule.enabled || !carries(rule.protocol, 'tcp') || rule.targets.length === 0) continue;
+      return {
+        picker: new TargetPicker([rule.targets[0]!], 'failover'),
+        policy: policyFor(this.policy, rule.local_targets, rule.source_address ?? null),
+      };
+    }
+    return null;
   }
 }
 

@@ -15,6 +15,13 @@ export const MIN_TLS = 'TLSv1.3';
 /** The header a stream carries the client's address in, from the entry to the exit (which checks it is one). */
 export const CLIENT_HEADER = 'portplane-client';
 
+/**
+ * The path of a probe: the exit connects to its tunnel's probe target (which the entry does not name) and answers 200
+ * with the microseconds it took in PROBE_HEADER, 502 when it reached none, 204 when it has none.
+ */
+export const PROBE_PATH = '/v1/probe';
+export const PROBE_HEADER = 'portplane-probe-us';
+
 export function streamPath(kind: 'tcp' | 'udp', ruleId: number): string {
   return `/v1/${kind}/${ruleId}`;
 }

@@ -766,11 +766,14 @@ test(RANGES, { timeout: 60_000 }, async (t) => {
   ];
   const made: { id: number; listen_port: number }[] = [];
   for (const fields of ranges) made.push((await rule(m, { node_id: edge.id, ...fields })).body);
-  await sync(
+  const results = await sync(
     m,
     made.map((r) => r.id),
   );
-  for (const r of made) assert.equal((await ruleOf(m, r.id)).sync.applied_path, 'kernel', `${r.listen_port}`);
+  for (const r of made) {
+    const { sync: state } = await ruleOf(m, r.id);
+    assert.equal(state.applied_path, 'kernel', JSON.stringify({ port: r.listen_port, state, results }));
+  }
 
   for (const port of ['20000', '20500', '20999'])
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, port, '1000'), '1000', port);

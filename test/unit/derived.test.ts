@@ -217,7 +217,7 @@ test('port claims follow every write of rules and tunnels, as a rebuild from the
       const fields = { name, host: `${name}.example`, ssh_port: 22, ssh_user: 'root', tags: [] };
       return store.nodes.insert(fields, none, () => randomBytes(32), AT).id;
     });
-  const [first, second] = [store.rules.find(plain)!.node_id, node('second')];
+  const [first, second, third] = [store.rules.find(plain)!.node_id, node('second'), node('third')];
   const owner = store.rules.find(plain)!.owner_id!;
   const tunnel = store.write(
     () =>
@@ -230,6 +230,9 @@ test('port claims follow every write of rules and tunnels, as a rebuild from the
           listen_port: 40000,
           transport: 'tls',
           via: null,
+          more_exits: [],
+          exit_strategy: 'failover',
+          probe_target: null,
         },
         AT,
       ).id,
@@ -248,7 +251,17 @@ test('port claims follow every write of rules and tunnels, as a rebuild from the
     ],
     ['renamed only', () => run("UPDATE rules SET name = 'other' WHERE id = ?", plain)],
     ['to udp alone', () => run("UPDATE rules SET protocol = 'udp' WHERE id = ?", plain)],
-    ['the tunnel moved', () => store.write(() => store.tunnels.movePort(tunnel, 40001, AT))],
+    ['the tunnel moved', () => store.write(() => store.tunnels.movePort(tunnel, second, 40001, AT))],
+    [
+      'a second exit added',
+      () =>
+        store.write(() => {
+          const { exits: _, ...fields } = store.tunnels.find(tunnel)!;
+          const more_exits = [{ node_id: third, listen_port: 40002, via: null }];
+          store.tunnels.update(tunnel, { ...fields, more_exits }, AT, new Set([third]));
+        }),
+    ],
+    ['the second exit moved', () => store.write(() => store.tunnels.movePort(tunnel, third, 40003, AT))],
     ['a rule deleted', () => run('DELETE FROM rules WHERE id = ?', metered)],
     ['the tunnel deleted', () => store.write(() => store.tunnels.delete(tunnel))],
   ];

@@ -369,7 +369,11 @@ export interface components {
         owner?: string | null;
         entry_node: string;
         exit_node: string;
+        /** @default null */
+        exit_nodes?: string[] | null;
         listen_port: number;
+        /** @default null */
+        exit_ports?: (number | null)[] | null;
         /**
          * @default tls
          * @enum {string}
@@ -380,6 +384,15 @@ export interface components {
          * @default null
          */
         via?: string | null;
+        /** @default null */
+        exit_vias?: (string | null)[] | null;
+        /**
+         * @default failover
+         * @enum {string}
+         */
+        exit_strategy?: 'failover' | 'lowest_latency';
+        /** @default null */
+        probe_target?: string | null;
       }[];
       rules: {
         name: string;
@@ -1340,6 +1353,11 @@ export interface components {
       tcp_idle_timeout_seconds: number;
       srv_ttl_min_seconds: number;
       srv_ttl_max_seconds: number;
+      tunnel_round_seconds: number;
+      tunnel_switch_rounds: number;
+      tunnel_switch_gain_ms: number;
+      tunnel_switch_gain_percent: number;
+      tunnel_switch_cooldown_seconds: number;
       allow_local_rule_targets: number;
       allow_local_channel_targets: number;
       max_connections_per_source: number;
@@ -1367,6 +1385,11 @@ export interface components {
       tcp_idle_timeout_seconds?: number | null;
       srv_ttl_min_seconds?: number | null;
       srv_ttl_max_seconds?: number | null;
+      tunnel_round_seconds?: number | null;
+      tunnel_switch_rounds?: number | null;
+      tunnel_switch_gain_ms?: number | null;
+      tunnel_switch_gain_percent?: number | null;
+      tunnel_switch_cooldown_seconds?: number | null;
       allow_local_rule_targets?: number | null;
       allow_local_channel_targets?: number | null;
       max_connections_per_source?: number | null;
@@ -1601,6 +1624,32 @@ export interface components {
           reported_at: string | null;
         };
       };
+      exit_node_ids: number[];
+      exit_ports: number[];
+      exit_vias: (string | null)[];
+      /** @enum {string} */
+      exit_strategy: 'failover' | 'lowest_latency';
+      probe_target: string | null;
+      exits: {
+        node_id: number;
+        listen_port: number;
+        via: string | null;
+        /** @enum {string} */
+        status: 'pending' | 'up' | 'down';
+        last_error: string | null;
+        /** Format: date-time */
+        reported_at: string | null;
+        rtt_ms: number | null;
+        loss_percent: number | null;
+        probe_ms: number | null;
+        probe_failed: boolean;
+        score_ms: number | null;
+        chosen: boolean;
+      }[];
+      chosen_exit_node_id: number | null;
+      chosen_because: string | null;
+      /** Format: date-time */
+      chosen_at: string | null;
       version: number;
       /** Format: date-time */
       created_at: string;
@@ -1616,9 +1665,19 @@ export interface components {
       /** @default null */
       owner_id?: number | null;
       entry_node_id: number;
-      exit_node_id: number;
+      /** @default null */
+      exit_node_id?: number | null;
+      /** @default null */
+      exit_node_ids?: number[] | null;
+      /**
+       * @default failover
+       * @enum {string}
+       */
+      exit_strategy?: 'failover' | 'lowest_latency';
       /** @default null */
       listen_port?: number | null;
+      /** @default null */
+      exit_ports?: (number | null)[] | null;
       /**
        * @default tls
        * @enum {string}
@@ -1629,6 +1688,10 @@ export interface components {
        * @default null
        */
       via?: string | null;
+      /** @default null */
+      exit_vias?: (string | null)[] | null;
+      /** @default null */
+      probe_target?: string | null;
     };
     TunnelPage: {
       items: components['schemas']['Tunnel'][];
