@@ -389,6 +389,38 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     assert.equal((await call(m.url, 'GET', '/api/nodes', { token: secret })).status, 401);
   });
 
+  await t.test(
+    'a tunnel of several exits is added from the console, which lists its exits and their measures',
+    async () => {
+      const extra = await node(m, 'exit-b');
+      await open('Tunnels');
+      await page.getByText('Add a tunnel', { exact: true }).click();
+      const add = page.getByRole('form', { name: 'Add a tunnel' });
+      await add.getByLabel('Name', { exact: true }).fill('several');
+      await add.getByLabel('Entry node').selectOption({ label: 'edge-2' });
+      await add.getByLabel('Exit node').selectOption({ label: 'edge-1' });
+      await add.getByLabel('More exits').selectOption([{ label: 'exit-b' }]);
+      await add.getByLabel('Exit strategy').selectOption('lowest_latency');
+      await add.getByRole('button', { name: 'Add tunnel' }).click();
+      await page.getByRole('status').getByText('Added several').waitFor();
+      const row = page.getByRole('row', { name: /several/ });
+      await row.getByText('edge-1, exit-b').waitFor();
+      const made = (await call(m.url, 'GET', '/api/tunnels?q=several', { token: m.admin })).body.items[0];
+      assert.deepEqual(made.exit_node_ids, [made.exit_node_id, extra.id]);
+      assert.equal(made.exit_strategy, 'lowest_latency');
+      await row.getByRole('button', { name: 'Path' }).click();
+      const dialog = page.getByRole('dialog', { name: 'Path history' });
+      await dialog
+        .getByRole('table', { name: 'Exits (lowest latency)' })
+        .getByRole('row', { name: /exit-b/ })
+        .waitFor();
+      await shot('tunnel-exits');
+      await dialog.getByRole('button', { name: 'Close' }).click();
+      assert.equal((await call(m.url, 'DELETE', `/api/tunnels/${made.id}`, { token: m.admin })).status, 204);
+      assert.equal((await call(m.url, 'DELETE', `/api/nodes/${extra.id}`, { token: m.admin })).status, 204);
+    },
+  );
+
   await t.test('tunnels, users, settings and the audit log each show their page', async () => {
     for (const [link, name] of [
       ['Tunnels', 'tunnels'],

@@ -1,5 +1,6 @@
-// Tunnels: status, round trip and loss of each, their path's last day as uptime bars and a round-trip line, create
-// (over TLS, or inside a WebSocket through a proxy) and delete.
+// Tunnels: status, round trip and loss of each, their exits and which one carries, their path's last day as uptime
+// bars and a round-trip line with each exit's scores, create (one exit or several, over TLS or inside a WebSocket
+// through a proxy) and delete.
 
 import { api, get, type Page, type Schema } from '../api.ts';
 import { badge, button, field, form, h, input, select, svg } from '../dom.ts';
@@ -33,6 +34,45 @@ function uptimeBars(series: PathSeries, hours: number): SVGElement {
   return svg('svg', { viewBox: `0 0 ${hours * 6} 24`, role: 'img', 'aria-label': label, class: 'uptime' }, bars);
 }
 
+/** Each exit's measures as the entry last gave them, the chosen one marked, and why the choice last moved. */
+function exitsTable(t: Tunnel, nodeName: (id: number) => string): HTMLElement {
+  const ms = (value: number | null) => (value === null ? '—' : `${value.toFixed(1)} ms`);
+  return h(
+    'div',
+    {},
+    h(
+      'table',
+      {},
+      h('caption', {}, `Exits (${t.exit_strategy.replace('_', ' ')})`),
+      h(
+        'tr',
+        {},
+        ['Exit', 'Status', 'Round trip', 'Lost', 'Probe', 'Score'].map((heading) => h('th', { scope: 'col' }, heading)),
+      ),
+      t.exits.map((exit) =>
+        h(
+          'tr',
+          {},
+          h('th', { scope: 'row' }, nodeName(exit.node_id), exit.chosen ? ' (carrying)' : ''),
+          h('td', {}, badge(exit.status)),
+          h('td', {}, ms(exit.rtt_ms)),
+          h('td', {}, exit.loss_percent === null ? '—' : `${exit.loss_percent}%`),
+          h('td', {}, exit.probe_failed ? 'no target reached' : ms(exit.probe_ms)),
+          h('td', {}, ms(exit.score_ms)),
+        ),
+      ),
+    ),
+    t.chosen_because ? h('p', { class: 'detail' }, `Last move: ${t.chosen_because}`) : '',
+  );
+}
+
+/** The exits in order, the one carrying new connections marked. */
+function exitNames(t: Tunnel, nodeName: (id: number) => string): string {
+  return t.exit_node_ids
+    .map((id) => `${nodeName(id)}${t.exit_node_ids.length > 1 && id === t.chosen_exit_node_id ? ' (carrying)' : ''}`)
+    .join(', ');
+}
+
 /** Why a tunnel is not up, as each end says (the API keeps the last error of each). */
 function reasons(t: Tunnel): HTMLElement[] {
   return (['entry', 'exit'] as const)
@@ -59,6 +99,7 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
     );
     pathPanel.replaceChildren(
       h('h2', {}, `${t.name}: the last 24 hours`),
+      exitsTable(t, nodeName),
       h('p', {}, uptimeBars(series, 24)),
       h(
         'p',
@@ -98,7 +139,7 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
         {},
         h('th', { scope: 'row' }, t.name),
         h('td', {}, nodeName(t.entry_node_id)),
-        h('td', {}, nodeName(t.exit_node_id)),
+        h('td', {}, exitNames(t, nodeName)),
         h('td', {}, String(t.listen_port)),
         h('td', {}, badge(t.status), t.status !== 'up' && reasons(t)),
         h('td', {}, quality(t)),
@@ -127,6 +168,13 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
     name: input('name', { required: true }),
     entry: nodeSelect('entry_node_id'),
     exit: nodeSelect('exit_node_id'),
+    more: h(
+      'select',
+      { name: 'more_exits', multiple: true, size: Math.min(4, Math.max(2, nodes.items.length)) },
+      nodes.items.map((n) => h('option', { value: n.id }, n.name)),
+    ),
+    strategy: select('exit_strategy', ['failover', 'lowest_latency']),
+    probe: input('probe_target', { autocomplete: 'off', placeholder: 'host:port' }),
     port: input('listen_port', { type: 'number', min: 1, max: 65535 }),
     transport: select('transport', ['tls', 'ws']),
     via: input('via', { autocomplete: 'off', placeholder: 'wss://proxy.example/portplane' }),
@@ -137,6 +185,9 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
       field('Name', c.name),
       field('Entry node', c.entry, 'Where traffic enters the tunnel'),
       field('Exit node', c.exit, 'The node that dials the targets'),
+      field('More exits', c.more, 'Optional, in list order after the first: the entry picks among them'),
+      field('Exit strategy', c.strategy, 'With several exits: the first up, or the one measured best'),
+      field('Probe target', c.probe, "What exits connect to when measured; empty: the first TCP rule's target"),
       field('Listen port', c.port, 'Where the exit node listens for the entry; empty: one from 40000-49999'),
       field('Transport', c.transport, 'ws: inside a WebSocket, which an HTTP reverse proxy or CDN can carry'),
       field('Via', c.via, 'ws only: the proxy the entry dials instead of the exit; empty: the exit itself'),
@@ -147,7 +198,14 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
         body: {
           name: c.name.value,
           entry_node_id: Number(c.entry.value),
-          exit_node_id: Number(c.exit.value),
+          exit_node_ids: [
+            Number(c.exit.value),
+            ...[...(c.more as HTMLSelectElement).selectedOptions]
+              .map((option) => Number(option.value))
+              .filter((id) => id !== Number(c.exit.value)),
+          ],
+          exit_strategy: c.strategy.value,
+          probe_target: c.probe.value.trim() === '' ? null : c.probe.value.trim(),
           listen_port: c.port.value === '' ? null : Number(c.port.value),
           transport: c.transport.value,
           via: c.via.value.trim() === '' ? null : c.via.value.trim(),
