@@ -13,6 +13,7 @@ import { migrations } from '../internal/store/migrations.ts';
 import { ruleFieldNames } from '../internal/domain/rules.ts';
 import { selfSigned } from '../internal/tls/certificate.ts';
 import { failover } from './failover.ts';
+import { exitSwitching } from './paths.ts';
 import type { Row } from './row.ts';
 import { startHaproxy } from './haproxy.ts';
 import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
@@ -2338,9 +2339,9 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,https,fanout,data,kernel,scale,readers,history,replication,failover runs a subset (working on
-// one part).
-const sections = 'control,https,fanout,data,kernel,scale,readers,history,replication,failover';
+// BENCH_ONLY=control,https,fanout,data,kernel,scale,readers,history,replication,failover,paths runs a subset
+// (working on one part).
+const sections = 'control,https,fanout,data,kernel,scale,readers,history,replication,failover,paths';
 const only = new Set((process.env.BENCH_ONLY ?? sections).split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('https')) await overTls();
@@ -2352,6 +2353,7 @@ if (only.has('readers')) await readers();
 if (only.has('history')) await historyScale();
 if (only.has('replication')) await replication();
 if (only.has('failover')) await failover(record);
+if (only.has('paths')) await exitSwitching(record);
 const machine = {
   cpu: cpus()[0]?.model,
   cores: cpus().length,

@@ -219,12 +219,19 @@ export async function tcpProxy(
 }
 
 /**
- * A link impaired in user space, as this kernel has no netem: a TCP proxy to 127.0.0.1:`port` that holds each chunk,
- * both ways, `delay` ms (changed with `setDelay`; order kept), counts what it carried, and can be cut (`cut`: every
- * connection ended and new ones refused until `mend`).
+ * A link impaired in user space, as this kernel has no netem: a TCP proxy to `host`:`port` (listening on `listen`)
+ * that holds each chunk, both ways, `delay` ms (changed with `setDelay`; order kept), and with `stall` a chunk in
+ * `every` for `ms` more (TCP loses nothing: a loss shows as such a stall, longer than a PING's round), counts what it
+ * carried, and can be cut (`cut`: every connection ended and new ones refused until `mend`).
  */
-export async function impairedLink(t: TestContext, port: number, delay = 0) {
+export async function impairedLink(
+  t: TestContext,
+  port: number,
+  delay = 0,
+  { host = '127.0.0.1', listen = '127.0.0.1', stall = { every: 0, ms: 0 } } = {},
+) {
   let delayMs = delay;
+  let chunks = 0;
   let bytes = 0;
   let cut = false;
   const open = new Set<Socket>();
@@ -241,14 +248,15 @@ export async function impairedLink(t: TestContext, port: number, delay = 0) {
     return (chunk: Buffer) => {
       bytes += chunk.length;
       if (to.destroyed) return;
-      const at = Math.max(performance.now() + delayMs, queue.at(-1)?.at ?? 0);
+      const stalled = stall.every > 0 && ++chunks % stall.every === 0 ? stall.ms : 0;
+      const at = Math.max(performance.now() + delayMs + stalled, queue.at(-1)?.at ?? 0);
       queue.push({ at, chunk });
       timer ??= setTimeout(drain, at - performance.now());
     };
   };
   const server = createServer((client) => {
     if (cut) return void client.destroy();
-    const upstream = connect({ host: '127.0.0.1', port });
+    const upstream = connect({ host, port });
     for (const socket of [client, upstream]) open.add(socket);
     client.on('data', delayed(upstream));
     upstream.on('data', delayed(client));
@@ -260,7 +268,7 @@ export async function impairedLink(t: TestContext, port: number, delay = 0) {
     };
     client.on('error', end).on('close', end);
     upstream.on('error', end).on('close', end);
-  }).listen(0, '127.0.0.1');
+  }).listen(0, listen);
   await once(server, 'listening');
   t.after(() => {
     for (const socket of open) socket.destroy();

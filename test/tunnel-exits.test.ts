@@ -4,83 +4,10 @@
 
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
-import { describe, test, type TestContext } from 'node:test';
-import { agentInProcess, nodeOf } from './agents.ts';
-import { call, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, impairedLink, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { tunnelOf } from './tunnel-fleet.ts';
-
-/** Fast rounds, so that a test sees the choice settle in seconds: a round a second, three to move, 2 s apart. */
-const SWITCHING = {
-  agent_report_interval_seconds: 1,
-  tunnel_round_seconds: 1,
-  tunnel_switch_rounds: 3,
-  tunnel_switch_gain_ms: 20,
-  tunnel_switch_gain_percent: 15,
-  tunnel_switch_cooldown_seconds: 2,
-};
-
-/**
- * A master, an entry and `delays.length` exits (agents in this process), each exit behind a link delayed that many ms
- * each way (those of `cutAtFirst` cut), a ws tunnel through them with `strategy`, and a TCP rule through it to an echo
- * server.
- */
-async function exitsFleet(
-  t: TestContext,
-  delays: number[],
-  strategy: 'failover' | 'lowest_latency',
-  cutAtFirst: number[] = [],
-) {
-  const m = await startMaster(t, { localTargets: true });
-  const settings = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: SWITCHING });
-  assert.equal(settings.status, 200, JSON.stringify(settings.body));
-  const echo = await tcpEcho(t);
-  const entryNode = await node(m, 'entry', { host: '127.0.0.1' });
-  const exitNodes: Awaited<ReturnType<typeof node>>[] = [];
-  for (const i of delays.keys()) exitNodes.push(await node(m, `exit-${i + 1}`, { host: '127.0.0.1' }));
-  const ports = await Promise.all(delays.map(() => freePort()));
-  const links = await Promise.all(delays.map((delay, i) => impairedLink(t, ports[i]!, delay)));
-  for (const i of cutAtFirst) links[i]!.cut();
-  const created = await call(m.url, 'POST', '/api/tunnels', {
-    token: m.admin,
-    body: {
-      name: 'several',
-      entry_node_id: entryNode.id,
-      exit_node_ids: exitNodes.map((exit) => exit.id),
-      exit_ports: ports,
-      exit_strategy: strategy,
-      transport: 'ws',
-      exit_vias: links.map((link) => `ws://127.0.0.1:${link.port}/`),
-    },
-  });
-  assert.equal(created.status, 201, JSON.stringify(created.body));
-  for (const end of [entryNode, ...exitNodes]) await agentInProcess(t, m.url, end.agent_token);
-  await until('every agent online', async () =>
-    (await Promise.all([entryNode, ...exitNodes].map((end) => nodeOf(m, end.id)))).every((n) => n.status === 'online'),
-  );
-  const listenPort = await freePort();
-  const through = { node_id: entryNode.id, tunnel_id: created.body.id, listen_port: listenPort };
-  const tcpRule = (await rule(m, { ...through, targets: [`127.0.0.1:${echo}`] })).body;
-  const synced = await call(m.url, 'POST', `/api/rules/${tcpRule.id}/sync`, { token: m.admin });
-  assert.equal(synced.body.sync?.state ?? synced.body.state, 'applied', JSON.stringify(synced.body));
-  const exitIds = exitNodes.map((exit) => exit.id);
-  return { m, tunnel: created.body, exitIds, links, listenPort, tcpRule };
-}
-
-async function echoed(port: number, text: string): Promise<string> {
-  return (await tcpRoundTrip(port, Buffer.from(text))).toString();
-}
-
-async function chosen(m: Running, id: number): Promise<number | null> {
-  return (await tunnelOf(m, id)).chosen_exit_node_id;
-}
-
-async function switches(m: Running, id: number) {
-  const page = await call(m.url, 'GET', `/api/audit-logs?action=tunnel.exit_switched&resource_id=${id}&limit=100`, {
-    token: m.admin,
-  });
-  return page.body.items as { actor: unknown; changes: { after: { chosen_exit_node_id: number; because: string } } }[];
-}
+import { describe, test } from 'node:test';
+import { call, node, rule, startMaster } from './helpers.ts';
+import { until } from './net.ts';
+import { chosenExit as chosen, echoed, exitSwitches as switches, exitsFleet, tunnelOf } from './tunnel-fleet.ts';
 
 describe('tunnels of several exits', { concurrency: 2 }, () => {
   test('exits are named in order with their ports and vias; bad lists are refused naming the field', async (t) => {
@@ -224,8 +151,7 @@ describe('tunnels of several exits', { concurrency: 2 }, () => {
       assert.equal(await echoed(listenPort, 'via the second'), 'via the second');
       const down = (await switches(m, tunnel.id)).at(0)!;
       assert.match(down.changes.after.because, /the chosen exit went down/);
-      const shown = await tunnelOf(m, tunnel.id);
-      assert.equal(shown.status, 'up', 'an exit up is enough');
+      await until('the tunnel up on one exit of two', async () => (await tunnelOf(m, tunnel.id)).status === 'up');
       links[0]!.mend();
       await until('the choice back on the first exit', async () => (await chosen(m, tunnel.id)) === first, 30_000);
       assert.match((await switches(m, tunnel.id)).at(0)!.changes.after.because, /an earlier exit back up/);

@@ -735,7 +735,19 @@ export class Agent {
   }
 
   private tunnelsChanged(): void {
-    for (const report of this.forwarder.tunnelReports()) {
+    const reports = this.forwarder.tunnelReports();
+    // A move of an entry's choice of exit is told at once: it is rare (the choice's hysteresis sees to it), and the
+    // operator watching it should not wait out the delay that gathers the rest.
+    const moved = reports.filter((report) => report.chosen !== this.tunnelsSent.get(report.id)?.report.chosen);
+    for (const { id, chosen, switched } of moved)
+      if (chosen !== undefined && this.tunnelsSent.has(id))
+        this.options.log.info('tunnel exit switched', { tunnel_id: id, to: chosen, reason: switched?.reason ?? null });
+    if (moved.some((report) => report.chosen !== undefined) && !this.stopping) {
+      clearTimeout(this.tunnelTimer);
+      this.tunnelTimer = undefined;
+      this.sendTunnelStatus(false);
+    }
+    for (const report of reports) {
       const logged = this.tunnelsLogged.get(report.id);
       if (logged === report.state) continue;
       this.tunnelsLogged.set(report.id, report.state);

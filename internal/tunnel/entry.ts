@@ -45,7 +45,7 @@ export interface EntryConfig {
   transport: TunnelTransport;
   /** Transport ws: the WebSocket URL to dial (a reverse proxy in front of the exit); null: the exit's own port. */
   via: string | null;
-  /** How often the session is PINGed; PING_INTERVAL_MS unless given. */
+  /** How often the session is PINGed; PING_INTERVAL_MS unless given; 0: when its owner calls ping() (and once up). */
   ping_interval_ms?: number;
 }
 
@@ -180,8 +180,9 @@ export class TunnelEntry {
   }
 
   /**
-   * Asks the exit to connect to its probe target and say how long that took, within `timeoutMs`: null when the
-   * session is down or the exit has no target (or is older than probes), 'failed' when it reached none in time.
+   * Asks the exit to connect to its probe target and say how long that took: null when the session is down, the exit
+   * has no target (or is older than probes) or no answer came within `timeoutMs` (a slow path is the PINGs' to tell);
+   * 'failed' when the exit says it reached none.
    */
   probe(timeoutMs: number): Promise<ProbeResult> {
     const session = this.session;
@@ -193,7 +194,7 @@ export class TunnelEntry {
       } catch {
         return resolve(null);
       }
-      const timer = setTimeout(() => done('failed'), timeoutMs);
+      const timer = setTimeout(() => done(null), timeoutMs);
       const done = (result: ProbeResult) => {
         clearTimeout(timer);
         stream.destroy();
@@ -371,8 +372,9 @@ export class TunnelEntry {
       this.connecting = false;
       this.attempt = 0;
       this.report({ state: 'up', error: null });
-      this.ping();
-      this.pingTimer = setInterval(() => this.ping(), this.config.ping_interval_ms ?? PING_INTERVAL_MS);
+      void this.ping();
+      const interval = this.config.ping_interval_ms ?? PING_INTERVAL_MS;
+      if (interval > 0) this.pingTimer = setInterval(() => void this.ping(), interval);
       this.answer(session);
     });
     session.once('close', () => {
@@ -382,24 +384,32 @@ export class TunnelEntry {
     });
   }
 
-  private ping(): void {
+  /**
+   * PINGs the session; resolves once it is answered or failed (at once while the session is down). A PING still
+   * unanswered when the next goes counts as lost.
+   */
+  ping(): Promise<void> {
     const session = this.session;
-    if (!session) return;
+    if (!session) return Promise.resolve();
     if (this.pingOut !== null) this.counted(false);
     const sent = ++this.pingsSent;
     this.pingOut = sent;
-    try {
-      session.ping((error, ms) => {
-        // An answer after the next PING went is counted lost already.
-        if (this.session !== session || this.pingOut !== sent) return;
-        this.pingOut = null;
-        if (error) return;
-        this.counted(true);
-        this.report({ rtt_us: Math.round(ms * 1000), loss_percent: this.loss() });
-      });
-    } catch {
-      // a session closing meanwhile: its close event reports it
-    }
+    return new Promise((resolve) => {
+      try {
+        session.ping((error, ms) => {
+          resolve();
+          // An answer after the next PING went is counted lost already.
+          if (this.session !== session || this.pingOut !== sent) return;
+          this.pingOut = null;
+          if (error) return;
+          this.counted(true);
+          this.report({ rtt_us: Math.round(ms * 1000), loss_percent: this.loss() });
+        });
+      } catch {
+        // a session closing meanwhile: its close event reports it
+        resolve();
+      }
+    });
   }
 
   /** Counts a PING's outcome; a lost one is reported at once (an answered one with its round trip). */

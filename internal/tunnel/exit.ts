@@ -79,6 +79,8 @@ const MAX_CONNECTIONS = 256;
 const MAX_PENDING = 64;
 const PENDING_PER_SOURCE = 4;
 const HANDSHAKE_TIMEOUT_MS = 3_000;
+/** How long a probe's connection to its target may take to close after the exit's FIN before it is reset. */
+const PROBE_LINGER_MS = 2_000;
 /** Authenticated sessions kept at once; the entry keeps one, the rest are leftovers of reconnects. */
 const MAX_SESSIONS = 4;
 
@@ -373,7 +375,13 @@ export class TunnelExit {
     const started = performance.now();
     dialTargets(dial.picker, dial.policy)(
       (upstream) => {
-        upstream.destroy();
+        // Closed as a client would that has nothing to say: a FIN, what the target sends read and dropped, and a
+        // reset only if it does not close in turn (a reset at once would be an error in many a target's log).
+        upstream.resume();
+        upstream.end();
+        const reset = setTimeout(() => upstream.destroy(), PROBE_LINGER_MS);
+        upstream.once('close', () => clearTimeout(reset));
+        upstream.on('error', () => upstream.destroy());
         this.probing.delete(session);
         const micros = Math.round((performance.now() - started) * 1000);
         if (stream.destroyed || stream.headersSent) return;

@@ -86,7 +86,8 @@ export class TunnelEntries {
     this.entries = config.exits.map(
       (exit, index) =>
         new TunnelEntry(
-          { id, cert, key, transport, ...exit, ping_interval_ms: round_ms },
+          // PINGed by the rounds, so that a round's look goes by measures all taken in it.
+          { id, cert, key, transport, ...exit, ping_interval_ms: 0 },
           () => this.changed(index),
           policy,
         ),
@@ -173,16 +174,27 @@ export class TunnelEntries {
     this.onView();
   }
 
-  /** A measuring round: the choice looks at the last round's probes and PINGs, and the next probes go out. */
+  /**
+   * A measuring round: every exit PINGed and, where there is something to probe, probed; the choice looks once all
+   * have answered, or at the latest before the next round (what has not answered by then is not counted in it).
+   */
   private round(): void {
-    if (this.look(true)) this.onView();
-    if (!this.config.probing) return;
-    this.entries.forEach((entry, index) => {
-      void entry.probe(this.config.round_ms).then((result) => {
-        if (this.closed) return;
-        this.probes[index] = entry.current.state === 'up' ? result : null;
-      });
+    const { round_ms, probing } = this.config;
+    let looked = false;
+    const look = () => {
+      if (looked || this.closed) return;
+      looked = true;
+      clearTimeout(deadline);
+      if (this.look(true)) this.onView();
+    };
+    const deadline = setTimeout(look, round_ms * 0.9);
+    const measured = this.entries.map(async (entry, index) => {
+      const probe = probing ? entry.probe(round_ms * 0.9) : null;
+      await entry.ping();
+      const result = await probe;
+      if (probing && !this.closed) this.probes[index] = entry.current.state === 'up' ? result : null;
     });
+    void Promise.all(measured).then(look);
   }
 
   /** Moves the choice where it must; true when it moved. */
