@@ -278,6 +278,12 @@ export async function mintToken(master: Running, scopes: readonly Scope[], name 
  * last_used_at is bookkeeping that any authenticated call may update, so it is left out, as is
  * replication_position (where the record of changes stands, which a standby's first read starts).
  */
+/**
+ * What the master's clock writes, whatever a request does: its replication position, and a sample of every tunnel's
+ * and exit's path each minute (a test may cross a minute), with the exits' paths it keeps as it samples.
+ */
+const SAMPLED = ['replication_position', 'tunnel_paths', 'exit_path_points', 'tunnel_exit_paths'];
+
 export function snapshot(master: Master, except: readonly string[] = []): string {
   const db = master.app.store.db;
   const tables = (
@@ -288,10 +294,7 @@ export function snapshot(master: Master, except: readonly string[] = []): string
           "AND name NOT LIKE 'sqlite_%' ORDER BY name",
       )
       .all() as { name: string; wr: number }[]
-  )
-    // What the master's clock writes, whatever a request does: its replication position, and a sample of every
-    // tunnel's path each minute (a test may cross a minute).
-    .filter(({ name }) => !except.includes(name) && name !== 'replication_position' && name !== 'tunnel_paths');
+  ).filter(({ name }) => !except.includes(name) && !SAMPLED.includes(name));
   return JSON.stringify(
     tables.map(({ name, wr }) => [
       name,

@@ -5,7 +5,7 @@ import { reaches } from '../service/grants.ts';
 import { TUNNEL_PORTS } from '../domain/link.ts';
 import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../service/etag.ts';
-import { notFound } from '../errors/errors.ts';
+import { notFound, validationFailed } from '../errors/errors.ts';
 import { intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { formatTime } from '../schema/schema.ts';
 import { insertTunnel, removeTunnel, updateTunnel } from '../service/tunnels.ts';
@@ -139,10 +139,19 @@ export const tunnelSchema = record('Tunnel', {
   updated_at: timestamp,
 });
 
-const pathsQuery = seriesQuery({ step: 60, span: 'an hour' });
+const pathsQuery = {
+  ...seriesQuery({ step: 60, span: 'an hour' }),
+  exit_node_id: intParam({
+    ...ID_RANGE,
+    description:
+      "One exit's path (the entry's session to it, and its connect to the probe target); absent: the tunnel's, " +
+      'through whichever exit it chose.',
+  }),
+};
 
 const pathSeriesSchema = record('TunnelPathSeries', {
   tunnel_id: { type: 'integer' },
+  exit_node_id: { type: ['integer', 'null'], description: "The exit whose path this is; null: the tunnel's." },
   from: timestamp,
   to: timestamp,
   step: { type: 'integer' },
@@ -151,12 +160,20 @@ const pathSeriesSchema = record('TunnelPathSeries', {
     description: 'One point per step that has samples, oldest first: averages of the minutes in it.',
     items: {
       type: 'object',
-      required: ['at', 'up', 'rtt_ms', 'loss_percent'],
+      required: ['at', 'up', 'rtt_ms', 'loss_percent', 'probe_ms', 'probe_ok'],
       properties: {
         at: timestamp,
         up: { type: 'number', description: 'The share of the minutes the path was up, from 0 to 1.' },
         rtt_ms: { type: ['number', 'null'], description: 'The round trip (HTTP/2 PING); null: none measured.' },
         loss_percent: { type: ['number', 'null'], description: 'The share of the PINGs that got no answer.' },
+        probe_ms: {
+          type: ['number', 'null'],
+          description: "An exit's path: its connect to the probe target; null: not probed, or the tunnel's path.",
+        },
+        probe_ok: {
+          type: ['number', 'null'],
+          description: "An exit's path: the share of the probed minutes its probe reached the target, from 0 to 1.",
+        },
       },
       additionalProperties: false,
     },
@@ -233,7 +250,8 @@ export const tunnelOperations = operations({
     description:
       'How the path from its entry to its exit stood, a point a minute sampled by the master from what the entry ' +
       'last reported (then an hour, then a day, kept as traffic is: see "Paths"), averaged per step: the share of ' +
-      'the time it was up, its round trip and the share of the PINGs lost.',
+      "the time it was up, its round trip and the share of the PINGs lost. With exit_node_id, that exit's path, " +
+      'with its connect to the probe target (from entries of agents that report their exits).',
     query: pathsQuery,
     responses: { 200: { description: 'The series', schema: pathSeriesSchema } },
     handler: (ctx: Ctx<undefined, QueryOf<typeof pathsQuery>>) => {
@@ -241,16 +259,32 @@ export const tunnelOperations = operations({
       const tunnel = app.store.tunnels.find(idParam(ctx));
       if (!tunnel || !reaches(ctx.caller, tunnel.owner_id)) throw notFound('tunnel', ctx.params.id!);
       const { from, to, step } = seriesWindow(ctx.query, app.timestamp(), { step: 60, spanSeconds: 3600 });
+      const exitNodeId = ctx.query.exit_node_id ?? null;
+      if (exitNodeId !== null && !tunnel.exit_node_ids.includes(exitNodeId))
+        throw validationFailed([
+          { pointer: '?exit_node_id', detail: `node ${exitNodeId} is no exit of tunnel ${tunnel.id}` },
+        ]);
+      const points =
+        exitNodeId === null
+          ? app.store.tunnelPaths
+              .series(tunnel.id, from, to, step)
+              .map((p) => ({ ...p, probe_us: null, probe_ok: null }))
+          : app.store.tunnelPaths.exitSeries(tunnel.id, exitNodeId, from, to, step);
+      const ms = (us: number | null) => (us === null ? null : Math.round(us / 10) / 100);
+      const share = (value: number | null) => (value === null ? null : Math.round(value * 1000) / 1000);
       return ok({
         tunnel_id: tunnel.id,
+        exit_node_id: exitNodeId,
         from: formatTime(from * 1000),
         to: formatTime(to * 1000),
         step,
-        points: app.store.tunnelPaths.series(tunnel.id, from, to, step).map(({ at, up, rtt_us, loss_percent }) => ({
+        points: points.map(({ at, up, rtt_us, loss_percent, probe_us, probe_ok }) => ({
           at: formatTime(at * 1000),
-          up: Math.round(up * 1000) / 1000,
-          rtt_ms: rtt_us === null ? null : Math.round(rtt_us / 10) / 100,
+          up: share(up),
+          rtt_ms: ms(rtt_us),
           loss_percent: loss_percent === null ? null : Math.round(loss_percent * 10) / 10,
+          probe_ms: ms(probe_us),
+          probe_ok: share(probe_ok),
         })),
       });
     },

@@ -251,7 +251,9 @@ export class AgentReports {
     const to = known(chosen);
     if (to === tunnel.chosen_exit_node_id) return null;
     const from = tunnel.chosen_exit_node_id;
-    const because = switchWords(from, to, switched && known(switched.to) === to ? switched : null);
+    // The entry's account of the move where it is of this move (it may have moved while the master did not hear).
+    const said = switched && known(switched.to) === to ? switched : null;
+    const because = switchWords(said ? known(said.from) : from, to, said);
     change.audit({
       action: 'tunnel.exit_switched',
       resource: 'tunnel',

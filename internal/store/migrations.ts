@@ -847,4 +847,26 @@ export const migrations: readonly string[] = [
       CAST((SELECT exit_node_id FROM tunnels WHERE id = rules.tunnel_id) AS TEXT), json(exit_result))
     WHERE exit_result IS NOT NULL AND tunnel_id IS NOT NULL;
   `,
+  /*
+   * 51: each path of a tunnel through one of its exits (entry -> exit, and exit -> its probe target), and a point a
+   * minute of how it stood, folded as tunnel_paths are
+   */ `
+  CREATE TABLE tunnel_exit_paths (
+    id INTEGER PRIMARY KEY,
+    tunnel_id INTEGER NOT NULL REFERENCES tunnels(id) ON DELETE CASCADE,
+    node_id INTEGER NOT NULL,
+    UNIQUE (tunnel_id, node_id)
+  ) STRICT;
+  CREATE TABLE exit_path_points (
+    path_id INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    up REAL NOT NULL,
+    rtt_us REAL,
+    loss_percent REAL,
+    probe_us REAL,
+    probe_ok REAL,
+    points INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (path_id, minute)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];

@@ -225,7 +225,7 @@ const COLUMNS = `id, name, owner_id, entry_node_id, exit_node_id, listen_port, t
       'last_error', error, 'reported_at', reported_at))
     FROM (SELECT * FROM tunnel_exits e WHERE e.tunnel_id = tunnels.id ORDER BY position)) AS more_exits_json`;
 /** Every exit of every tunnel, the first from `tunnels`, as rows of tunnel_id, position and the exit's columns. */
-const ALL_EXITS = `(SELECT id AS tunnel_id, 0 AS position, exit_node_id AS node_id, listen_port, via, exit_cert,
+export const ALL_EXITS = `(SELECT id AS tunnel_id, 0 AS position, exit_node_id AS node_id, listen_port, via, exit_cert,
     exit_key FROM tunnels
   UNION ALL SELECT tunnel_id, position, node_id, listen_port, via, exit_cert, exit_key FROM tunnel_exits)`;
 /** The entry and an exit up: up; the entry or every exit down: down; otherwise some have not reported since then. */

@@ -1700,6 +1700,7 @@ export interface components {
     };
     TunnelPathSeries: {
       tunnel_id: number;
+      exit_node_id: number | null;
       /** Format: date-time */
       from: string;
       /** Format: date-time */
@@ -1711,6 +1712,8 @@ export interface components {
         up: number;
         rtt_ms: number | null;
         loss_percent: number | null;
+        probe_ms: number | null;
+        probe_ok: number | null;
       }[];
     };
     TunnelSelection: {

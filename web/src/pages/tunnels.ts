@@ -35,7 +35,7 @@ function uptimeBars(series: PathSeries, hours: number): SVGElement {
 }
 
 /** Each exit's measures as the entry last gave them, the chosen one marked, and why the choice last moved. */
-function exitsTable(t: Tunnel, nodeName: (id: number) => string): HTMLElement {
+function exitsTable(t: Tunnel, nodeName: (id: number) => string, paths: Map<number, PathSeries>): HTMLElement {
   const ms = (value: number | null) => (value === null ? '—' : `${value.toFixed(1)} ms`);
   return h(
     'div',
@@ -47,7 +47,9 @@ function exitsTable(t: Tunnel, nodeName: (id: number) => string): HTMLElement {
       h(
         'tr',
         {},
-        ['Exit', 'Status', 'Round trip', 'Lost', 'Probe', 'Score'].map((heading) => h('th', { scope: 'col' }, heading)),
+        ['Exit', 'Status', 'Round trip', 'Lost', 'Probe', 'Score', 'Last 24 hours'].map((heading) =>
+          h('th', { scope: 'col' }, heading),
+        ),
       ),
       t.exits.map((exit) =>
         h(
@@ -59,6 +61,7 @@ function exitsTable(t: Tunnel, nodeName: (id: number) => string): HTMLElement {
           h('td', {}, exit.loss_percent === null ? '—' : `${exit.loss_percent}%`),
           h('td', {}, exit.probe_failed ? 'no target reached' : ms(exit.probe_ms)),
           h('td', {}, ms(exit.score_ms)),
+          h('td', {}, paths.has(exit.node_id) ? uptimeBars(paths.get(exit.node_id)!, 24) : '—'),
         ),
       ),
     ),
@@ -94,12 +97,19 @@ export async function tunnelsPage(ctx: PageCtx): Promise<void> {
   const showPath = async (t: Tunnel) => {
     const to = new Date(Math.ceil(Date.now() / 3_600_000) * 3_600_000);
     const from = new Date(to.getTime() - 24 * 3_600_000);
-    const series = await get<PathSeries>(
-      `/api/tunnels/${t.id}/paths?from=${from.toISOString()}&to=${to.toISOString()}&step=3600`,
+    const window = `from=${from.toISOString()}&to=${to.toISOString()}&step=3600`;
+    const series = await get<PathSeries>(`/api/tunnels/${t.id}/paths?${window}`);
+    // Each exit's own path: the entry's session to it, and its probe.
+    const paths = new Map(
+      await Promise.all(
+        t.exit_node_ids.map(
+          async (id) => [id, await get<PathSeries>(`/api/tunnels/${t.id}/paths?${window}&exit_node_id=${id}`)] as const,
+        ),
+      ),
     );
     pathPanel.replaceChildren(
       h('h2', {}, `${t.name}: the last 24 hours`),
-      exitsTable(t, nodeName),
+      exitsTable(t, nodeName, paths),
       h('p', {}, uptimeBars(series, 24)),
       h(
         'p',
