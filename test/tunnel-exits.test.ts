@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { describe, test } from 'node:test';
-import { call, node, rule, startMaster } from './helpers.ts';
+import { call, mintToken, newTenant, node, rule, startMaster } from './helpers.ts';
 import { until } from './net.ts';
 import { chosenExit as chosen, echoed, exitSwitches as switches, exitsFleet, tunnelOf } from './tunnel-fleet.ts';
 
@@ -56,6 +56,26 @@ describe('tunnels of several exits', { concurrency: 2 }, () => {
     }
     assert.equal((await call(m.url, 'GET', '/api/tunnels?q=refused', { token: m.admin })).body.items.length, 0);
 
+    // A tenant's tunnel is held to their plan at every exit: a node it does not grant is refused, ports are its own.
+    const plan = await call(m.url, 'POST', '/api/plans', {
+      token: m.admin,
+      body: { name: 'p', node_ids: [entry.id, a.id], port_ranges: ['30000-30009'] },
+    });
+    const tenant = await newTenant(m, 'tenant', plan.body.id);
+    const asTenant = (exits: number[]) =>
+      call(m.url, 'POST', '/api/tunnels', {
+        token: tenant.token,
+        body: { name: `of-tenant-${exits.length}`, entry_node_id: entry.id, exit_node_ids: exits },
+      });
+    const ungranted = await asTenant([a.id, b.id]);
+    assert.equal(ungranted.status, 403, JSON.stringify(ungranted.body));
+    assert.match(ungranted.body.detail, new RegExp(`node ${b.id} is not granted`));
+    const granted = await asTenant([a.id]);
+    assert.equal(granted.status, 201, JSON.stringify(granted.body));
+    assert.ok(granted.body.listen_port >= 30000 && granted.body.listen_port <= 30009);
+    const gone = await call(m.url, 'DELETE', `/api/tunnels/${granted.body.id}`, { token: tenant.token });
+    assert.equal(gone.status, 204);
+
     // Dropping an exit frees its port; the export names every exit (version 2) and imports back the same.
     const { id, version, ...kept } = tunnel;
     const dropped = await call(m.url, 'PUT', `/api/tunnels/${id}`, {
@@ -67,6 +87,20 @@ describe('tunnels of several exits', { concurrency: 2 }, () => {
     assert.equal(dropped.body.listen_port, 41001);
     const free = await rule(m, { node_id: b.id, listen_port: tunnel.exit_ports[1], targets: ['10.0.0.1:1'] });
     assert.equal(free.status, 201, JSON.stringify(free.body));
+    // Where a tunnel's rules leave from is theirs: changing the strategy while one runs through it needs rules:write.
+    const through = await rule(m, { node_id: entry.id, tunnel_id: id, listen_port: 15001, targets: ['10.0.0.2:1'] });
+    assert.equal(through.status, 201, JSON.stringify(through.body));
+    const tunnelsOnly = await mintToken(m, ['tunnels:read', 'tunnels:write']);
+    const change = {
+      ...kept,
+      exit_node_ids: [a.id],
+      exit_ports: null,
+      exit_vias: null,
+      exit_strategy: 'lowest_latency',
+    };
+    const refusedChange = await call(m.url, 'PUT', `/api/tunnels/${id}`, { token: tunnelsOnly, body: change });
+    assert.equal(refusedChange.status, 403, JSON.stringify(refusedChange.body));
+    assert.match(refusedChange.body.detail, /changing the exits of tunnel/);
     const again = await call(m.url, 'PUT', `/api/tunnels/${id}`, {
       token: m.admin,
       body: { ...kept, exit_node_ids: [a.id, b.id], exit_ports: [41001, 41003], exit_strategy: 'lowest_latency' },

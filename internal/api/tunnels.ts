@@ -30,7 +30,10 @@ import { tunnelSorts } from '../domain/sorts.ts';
 
 /** What changing a tunnel needs besides tunnels:write. */
 export const CHANGE_TUNNEL = [
-  { scope: 'rules:write', when: 'exit_node_id changes while rules run through it' },
+  {
+    scope: 'rules:write',
+    when: 'its exits (exit_node_ids, their order), exit_strategy or probe_target change while rules run through it',
+  },
   ...GIVE_TO_ANOTHER,
 ] as const;
 
