@@ -427,6 +427,43 @@ test(
   },
 );
 
+test(
+  'an entry agent that does not name tunnel_exits is sent no end of a tunnel of several exits, and its rules fail ' +
+    'saying so; its exits are sent their ends as before, without what older agents would refuse',
+  async (t) => {
+    const m = await startMaster(t);
+    const [entry, a, b] = [await node(m, 'entry'), await node(m, 'a'), await node(m, 'b')];
+    const made = await call(m.url, 'POST', '/api/tunnels', {
+      token: m.admin,
+      body: { name: 'two', entry_node_id: entry.id, exit_node_ids: [a.id, b.id], probe_target: '10.0.0.9:22' },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const ruleId = (
+      await rule(m, { node_id: entry.id, tunnel_id: made.body.id, listen_port: 8003, targets: ['10.0.0.1:80'] })
+    ).body.id;
+    const older = (await link(m, entry.agent_token, undefined, '0.0.9', { 'X-Agent-Features': 'weights' })) as RawLink;
+    const config = await older.next('config');
+    assert.deepEqual(config.tunnels, []);
+    assert.deepEqual(config.rules, []);
+    const refused = await until('the rule marked', async () => {
+      const shown = (await call(m.url, 'GET', `/api/rules/${ruleId}`, { token: m.admin })).body;
+      return shown.sync.state === 'failed' && shown;
+    });
+    assert.equal(refused.sync.error.code, 'agent_outdated');
+    assert.match(refused.sync.error.detail, /cannot apply a tunnel of several exits/);
+    older.socket.destroy();
+    for (const exitNode of [a, b]) {
+      const exitAgent = (await link(m, exitNode.agent_token, undefined, '0.0.9', {
+        'X-Agent-Features': 'weights',
+      })) as RawLink;
+      const [end] = (await exitAgent.next('config')).tunnels as Record<string, unknown>[];
+      assert.equal(end!.role, 'exit');
+      assert.equal('probe_target' in end!, false, 'no field an older agent would refuse');
+      exitAgent.socket.destroy();
+    }
+  },
+);
+
 const TENANT_APART =
   "where operators' rules may reach local targets, a tenant's rule goes to its node and its tunnel's exit saying " +
   'it may not, and an agent that cannot hold rules apart is not sent it';
