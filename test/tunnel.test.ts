@@ -250,6 +250,29 @@ describe('tunnels', { concurrency: 4 }, () => {
 
       // The genuine entry is unaffected by all of it.
       assert.ok((await tcpRoundTrip(f.tcpPort, Buffer.from('still'))).equals(Buffer.from('still')));
+
+      // Probes, with the entry's keys: the exit dials what the master named (here, the rule's first target), the
+      // entry names nothing, and one session gets one probe at a time, at most one each PROBE_SPACING_MS.
+      const prober = await h2Session(f.tunnelPort, keys);
+      const probe = async () => {
+        const stream = prober.request({ ':method': 'POST', ':path': '/v1/probe' }, { endStream: true });
+        stream.on('error', () => undefined);
+        const [headers] = await once(stream, 'response');
+        stream.destroy();
+        return [headers[':status'], headers['portplane-probe-us'] === undefined ? 'no time' : 'a time'];
+      };
+      const before = f.echo.connections();
+      const burst = await Promise.all([probe(), probe(), probe()]);
+      assert.deepEqual(burst.sort(), [
+        [200, 'a time'],
+        [429, 'no time'],
+        [429, 'no time'],
+      ]);
+      assert.deepEqual(await probe(), [429, 'no time'], 'too soon after the last');
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      assert.deepEqual(await probe(), [200, 'a time']);
+      await until('both probes at the target', () => f.echo.connections() === before + 2);
+      prober.destroy();
     },
   );
 

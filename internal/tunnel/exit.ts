@@ -79,6 +79,8 @@ const MAX_CONNECTIONS = 256;
 const MAX_PENDING = 64;
 const PENDING_PER_SOURCE = 4;
 const HANDSHAKE_TIMEOUT_MS = 3_000;
+/** The least time between two probes of one session: a round is a second at the least. */
+const PROBE_SPACING_MS = 500;
 /** How long a probe's connection to its target may take to close after the exit's FIN before it is reset. */
 const PROBE_LINGER_MS = 2_000;
 /** Authenticated sessions kept at once; the entry keeps one, the rest are leftovers of reconnects. */
@@ -91,8 +93,11 @@ export class TunnelExit {
   private readonly listener: NetServer;
   private readonly rules = new Map<number, { rule: ExitRule; picker: TargetPicker }>();
   private readonly sessions = new Set<Http2Session>();
-  /** Sessions with a probe under way: one at a time each, so an entry cannot make the exit dial in a flood. */
-  private readonly probing = new WeakSet<Http2Session>();
+  /**
+   * When each session's last probe began, while one is under way or PROBE_SPACING_MS after: one at a time and at most
+   * so often, so that an entry (its rounds are a second apart at the least) cannot make the exit dial in a flood.
+   */
+  private readonly probing = new WeakMap<Http2Session, number>();
   /** Connections whose handshake is under way, by address and port, oldest first. */
   private readonly pending = new Map<string, Socket>();
   private view: TunnelView = {
@@ -368,11 +373,13 @@ export class TunnelExit {
   /** Answers a probe: how long a connect to the probe target took (PROBE_PATH says how). */
   private probe(stream: ServerHttp2Stream): void {
     const session = stream.session;
-    if (!session || this.probing.has(session)) return respond(stream, 429, true);
+    const started = performance.now();
+    const last = session && this.probing.get(session);
+    if (!session || last === Infinity || (last !== undefined && started - last < PROBE_SPACING_MS))
+      return respond(stream, 429, true);
     const dial = this.probeDial();
     if (!dial) return respond(stream, 204, true);
-    this.probing.add(session);
-    const started = performance.now();
+    this.probing.set(session, Infinity);
     dialTargets(dial.picker, dial.policy)(
       (upstream) => {
         // Closed as a client would that has nothing to say: a FIN, what the target sends read and dropped, and a
@@ -382,7 +389,7 @@ export class TunnelExit {
         const reset = setTimeout(() => upstream.destroy(), PROBE_LINGER_MS);
         upstream.once('close', () => clearTimeout(reset));
         upstream.on('error', () => upstream.destroy());
-        this.probing.delete(session);
+        this.probing.set(session, started);
         const micros = Math.round((performance.now() - started) * 1000);
         if (stream.destroyed || stream.headersSent) return;
         try {
@@ -392,7 +399,7 @@ export class TunnelExit {
         }
       },
       () => {
-        this.probing.delete(session);
+        this.probing.set(session, started);
         respond(stream, 502, true);
       },
       '',
