@@ -167,7 +167,7 @@ describe('tunnels of several exits', { concurrency: 2 }, () => {
       // Two close exits: a few ms apart is no gain; the choice stays over many rounds.
       links[0]!.setDelay(42);
       const count = (await switches(m, tunnel.id)).length;
-      await new Promise((resolve) => setTimeout(resolve, 8_000));
+      await new Promise((resolve) => setTimeout(resolve, 5_000));
       assert.equal(await chosen(m, tunnel.id), middle);
       assert.equal((await switches(m, tunnel.id)).length, count);
     },

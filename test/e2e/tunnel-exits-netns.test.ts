@@ -48,7 +48,8 @@ async function switches(m: Running, id: number): Promise<{ changes: { after: { b
 
 test(
   'three exits of different delay and loss: the entry settles on the best within the rounds, does not move for a ' +
-    "lossy exit's noise, moves when the best degrades, and each new connection leaves by the chosen exit",
+    "lossy exit's noise, moves when the best degrades, each new connection leaving by the chosen exit, and does not " +
+    'move between two close exits',
   { timeout: 120_000 },
   async (t) => {
     const reason = netnsUnavailable(`${ENTRY}-probe`);
@@ -161,5 +162,13 @@ test(
     assert.match(moved.chosen_because, /a lower score for long enough/);
     const name = names[exitNodes.findIndex((exit) => exit.id === moved.chosen_exit_node_id)];
     assert.equal(await carrier(), name, 'a new connection leaves by the exit chosen now');
+
+    // The fast exit back within a few ms of the chosen one: no gain worth a move, however many rounds pass.
+    assert.equal(moved.chosen_exit_node_id, slow);
+    links[2]!.setDelay(58);
+    const settledCount = (await switches(m, tunnel.id)).length;
+    await new Promise((resolve) => setTimeout(resolve, 6_000));
+    assert.equal((await tunnelOf(m, tunnel.id)).chosen_exit_node_id, slow);
+    assert.equal((await switches(m, tunnel.id)).length, settledCount, 'no move between two close exits');
   },
 );
