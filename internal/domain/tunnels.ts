@@ -17,3 +17,18 @@ export type SwitchReason = (typeof switchReasons)[number];
  * a round every 5 s; a better exit three rounds in a row, ahead by 20 ms and by 15 %; 30 s since the last move.
  */
 export const DEFAULT_SWITCHING = { round_seconds: 5, rounds: 3, gain_ms: 20, gain_percent: 15, cooldown_seconds: 30 };
+
+/** How one exit of a tunnel stands as its entry measures it, and reports it. */
+export interface ExitReport {
+  node_id: number;
+  state: 'up' | 'down';
+  error: string | null;
+  rtt_us: number | null;
+  loss_percent: number | null;
+  /** The exit's connect to the probe target, in µs; null: not probed, or not answered. */
+  probe_us: number | null;
+  /** The exit reached no probe target at the last round. */
+  probe_failed: boolean;
+  /** What the entry's choice goes by (tunnel/choice.ts scoreOf); null: not usable. */
+  score_ms: number | null;
+}

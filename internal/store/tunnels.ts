@@ -11,7 +11,7 @@ import { unlessTaken } from './errors.ts';
 import { PortStore } from './ports.ts';
 import { portTaken } from './rules.ts';
 import type { JsonPage } from './page.ts';
-import type { ExitStrategy, SwitchReason, TunnelStatus, TunnelTransport } from '../domain/tunnels.ts';
+import type { ExitReport, ExitStrategy, SwitchReason, TunnelStatus, TunnelTransport } from '../domain/tunnels.ts';
 
 /** One exit as written: its node, the port it listens on, and for transport ws the URL the entry dials it through. */
 export interface ExitFields {
@@ -47,21 +47,9 @@ export interface TunnelExitView extends ExitFields, TunnelEndView {
   chosen: boolean;
 }
 
-/** What the entry reports of one exit (the wire's shape, checked there). */
-export interface ExitPath {
-  node_id: number;
-  state: 'up' | 'down';
-  error: string | null;
-  rtt_us: number | null;
-  loss_percent: number | null;
-  probe_us: number | null;
-  probe_failed: boolean;
-  score_ms: number | null;
-}
-
 /** The entry's choice among the exits as it reports it, with its last move. */
 export interface ExitChoiceReport {
-  exits: ExitPath[];
+  exits: ExitReport[];
   chosen: number | null;
   switched: {
     from: number | null;
@@ -152,7 +140,7 @@ interface Row extends TunnelFields {
   loss_percent: number | null;
   /** JSON: MoreExitRow[] in order. */
   more_exits_json: string;
-  /** JSON: ExitPath[], as the entry last reported. */
+  /** JSON: ExitReport[], as the entry last reported. */
   exit_paths: string | null;
   chosen_exit_node_id: number | null;
   chosen_because: string | null;
@@ -166,7 +154,9 @@ const ms = (us: number | null) => (us === null ? null : Math.round(us / 10) / 10
 
 function toTunnel(row: Row): Tunnel {
   const more = JSON.parse(row.more_exits_json) as MoreExitRow[];
-  const paths = new Map(((row.exit_paths ? JSON.parse(row.exit_paths) : []) as ExitPath[]).map((p) => [p.node_id, p]));
+  const paths = new Map(
+    ((row.exit_paths ? JSON.parse(row.exit_paths) : []) as ExitReport[]).map((p) => [p.node_id, p]),
+  );
   const first: MoreExitRow = {
     node_id: row.exit_node_id,
     listen_port: row.listen_port,
@@ -468,7 +458,7 @@ export class TunnelStore {
     nodeId: number,
     view: { status: 'up' | 'down'; error: string | null; rtt_us: number | null; loss_percent: number | null },
     at: string,
-    choice?: { exits: ExitPath[]; chosen: number | null; because: string | null },
+    choice?: { exits: ExitReport[]; chosen: number | null; because: string | null },
   ): void {
     const params = { id, node_id: nodeId, status: view.status, error: view.error, at };
     this.reportStmts.entry.run({ ...params, rtt_us: view.rtt_us, loss_percent: view.loss_percent });

@@ -2,7 +2,7 @@
 // (PINGs, and where there is something to probe, a connect through the exit to its probe target), and a choice of
 // the exit new connections go to (choice.ts). A connection stays on the session it was opened on.
 
-import type { ExitStrategy, SwitchReason, TunnelTransport } from '../domain/tunnels.ts';
+import type { ExitReport, ExitStrategy, SwitchReason, TunnelTransport } from '../domain/tunnels.ts';
 import type { DatagramDial, DialPolicy, TcpDial } from '../relay/dial.ts';
 import { ExitChoice, usableScores, type Measure, type Switching } from './choice.ts';
 import { TunnelEntry, type ProbeResult } from './entry.ts';
@@ -34,21 +34,6 @@ export interface EntriesConfig {
   probing: boolean;
 }
 
-/** How one exit stands as the entry measures it. */
-export interface ExitView {
-  node_id: number;
-  state: 'up' | 'down';
-  error: string | null;
-  rtt_us: number | null;
-  loss_percent: number | null;
-  /** The exit's connect to the probe target, in µs; null: not probed, or not answered. */
-  probe_us: number | null;
-  /** The exit reached no probe target at the last round. */
-  probe_failed: boolean;
-  /** What the choice goes by (choice.ts scoreOf); null: not usable. */
-  score_ms: number | null;
-}
-
 /** The last move of the choice: from which exit to which (by node), why, and the scores then. */
 export interface SwitchView {
   from: number | null;
@@ -60,7 +45,7 @@ export interface SwitchView {
 }
 
 export interface EntryView extends TunnelView {
-  exits: ExitView[];
+  exits: ExitReport[];
   /** The exit node new connections go to; null while none is up. */
   chosen: number | null;
   switched: SwitchView | null;
@@ -134,7 +119,7 @@ export class TunnelEntries {
     return this.entries[this.choice.chosen ?? 0]!;
   }
 
-  private exitViews(): ExitView[] {
+  private exitViews(): ExitReport[] {
     const measures = this.measures();
     const scores = usableScores(measures);
     return this.entries.map((entry, index) => {

@@ -13,7 +13,7 @@ import { nodeOf, startAgent } from '../agents.ts';
 import { call, node, rule, startMaster, type Running } from '../helpers.ts';
 import { impairedLink, until, untilClosed } from '../net.ts';
 import { namespaces, netnsUnavailable, veth } from '../netns.ts';
-import { tunnelOf } from '../tunnel-fleet.ts';
+import { SWITCHING, tunnelOf } from '../tunnel-fleet.ts';
 
 const tag = `${process.pid % 100_000}`;
 const ENTRY = `pp${tag}n`;
@@ -59,15 +59,7 @@ test(
     for (const [i, ns] of EXITS.entries()) await tellingIn(t, ns, names[i]!);
     const m = await startMaster(t, { host: '0.0.0.0', insecureHttp: true, localTargets: true });
     const port = new URL(m.url).port;
-    const settings = {
-      agent_report_interval_seconds: 1,
-      tunnel_round_seconds: 1,
-      tunnel_switch_rounds: 3,
-      tunnel_switch_gain_ms: 20,
-      tunnel_switch_gain_percent: 15,
-      tunnel_switch_cooldown_seconds: 2,
-    };
-    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: settings });
+    await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: SWITCHING });
     const entryNode = await node(m, 'entry', { host: '10.219.1.2' });
     const exitNodes: Awaited<ReturnType<typeof node>>[] = [];
     for (const [i, name] of names.entries()) exitNodes.push(await node(m, name, { host: `10.219.${i + 2}.2` }));
