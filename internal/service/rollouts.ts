@@ -227,6 +227,9 @@ function advance(app: RolloutDriver, change: Change, rollout: Rollout): void {
   });
 }
 
+/** How long after an agent that went back links again its report of why is waited for (see gate). */
+const BACK_REPORT_GRACE_MS = 5_000;
+
 /**
  * How an upgrading node's gate stands: passed, failed (and why), 'soaking' when its new agent was first found linked,
  * applied and healthy (its soak begins now), or null while it is still within its gate or soak. Through the soak the
@@ -253,8 +256,14 @@ function gate(
   if (node.soaking_since !== null) {
     const since = Date.parse(node.soaking_since);
     const into = `${Math.round((now - since) / 1000)} s into its ${rollout.soak_seconds} s soak`;
-    if (sync.linkOf(node.node_id) !== node.soak_link)
+    if (sync.linkOf(node.node_id) !== node.soak_link) {
+      // An agent that went back says why once it links again, its supervisor's word and the better reason: its
+      // report is given a moment to come (the turn may fall between the link and its first messages).
+      const linkedAt = sync.linkedAtMs(node.node_id);
+      const wentBack = linkedAt !== undefined && found.agent_version !== rollout.version;
+      if (wentBack && now < linkedAt + BACK_REPORT_GRACE_MS) return null;
       return { state: 'failed', detail: `its agent lost its link ${into} (it exited, or the link broke)` };
+    }
     if (found.agent_version !== rollout.version)
       return { state: 'failed', detail: `its agent runs ${found.agent_version} again ${into}` };
     if (!healthy) return { state: 'failed', detail: `more of its rules have a target down than before, ${into}` };

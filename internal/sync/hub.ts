@@ -25,6 +25,8 @@ export class SyncHub implements Presence {
   private readonly connected = new Map<number, string>();
   /** Each connected node's link, as a number no other link of this master or of one before it had. */
   private readonly links = new Map<number, number>();
+  /** When each connected node's link was made, in ms. */
+  private readonly linkedAt = new Map<number, number>();
   /** The last link's number: microseconds since the epoch at the start, so a master started again never reuses one. */
   private lastLink = Date.now() * 1000;
   /** The nodes whose agent has linked since this master started. */
@@ -83,9 +85,15 @@ export class SyncHub implements Presence {
     return this.linkedThisRun.has(nodeId);
   }
 
+  /** When the node's current link was made (ms), as the clock stamped it; undefined while it has none. */
+  linkedAtMs(nodeId: number): number | undefined {
+    return this.linkedAt.get(nodeId);
+  }
+
   /** The node's agent linked, heard at `at`. */
   connect(nodeId: number, at: string): void {
     this.connected.set(nodeId, at);
+    this.linkedAt.set(nodeId, Date.parse(at));
     this.links.set(nodeId, ++this.lastLink);
     this.appliedOnLink.delete(nodeId);
     this.linkedThisRun.add(nodeId);
@@ -102,6 +110,7 @@ export class SyncHub implements Presence {
   /** The node's link dropped: nobody is going to acknowledge, so waiters stop waiting. */
   disconnect(nodeId: number): void {
     this.connected.delete(nodeId);
+    this.linkedAt.delete(nodeId);
     this.links.delete(nodeId);
     this.appliedOnLink.delete(nodeId);
     this.presenceChanged(nodeId);
