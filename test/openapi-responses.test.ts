@@ -4,6 +4,7 @@
 // Schema 2020-12, formats on), every header it declares as always sent, and no header it does not declare.
 
 import assert from 'node:assert/strict';
+import { hotp } from '../internal/auth/totp.ts';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import type { Route } from '../internal/api/route.ts';
@@ -443,6 +444,36 @@ test('every answer of every operation is what the OpenAPI document declares for 
   // That ended the admin's session the rest of the calls use: a new one.
   m.admin = await login(m.url, 'admin', 'admin-password-for-tests');
   good.add(m.admin);
+  // A second factor: enrolled, confirmed, turned off by its user and by an operator, each way it answers.
+  const codeOf = (uri: string) => {
+    const secret = new URL(uri).searchParams.get('secret')!;
+    let bits = '';
+    for (const char of secret) bits += 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567'.indexOf(char).toString(2).padStart(5, '0');
+    const key = Buffer.from(bits.match(/.{8}/g)!.map((byte) => parseInt(byte, 2)));
+    return hotp(key, Math.floor(Date.now() / 30_000));
+  };
+  const me = (await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).body.user.id as number;
+  await hit('POST /api/auth/totp/confirm', '/api/auth/totp/confirm', { body: { code: '123456' } });
+  await hit('POST /api/auth/totp/disable', '/api/auth/totp/disable', {
+    body: { password: 'admin-password-for-tests' },
+  });
+  for (const remover of ['user', 'operator']) {
+    const enrolment = await hit('POST /api/auth/totp', '/api/auth/totp');
+    await hit('POST /api/auth/totp/confirm', '/api/auth/totp/confirm', { body: { code: '000000' } });
+    await hit('POST /api/auth/totp/confirm', '/api/auth/totp/confirm', {
+      body: { code: codeOf(enrolment.body.otpauth_uri) },
+    });
+    await hit('POST /api/auth/totp', '/api/auth/totp');
+    if (remover === 'operator') await hit('DELETE /api/users/{id}/totp', `/api/users/${me}/totp`);
+    else {
+      await hit('POST /api/auth/totp/disable', '/api/auth/totp/disable', { body: { password: 'not-the-password' } });
+      await hit('POST /api/auth/totp/disable', '/api/auth/totp/disable', {
+        body: { password: 'admin-password-for-tests' },
+      });
+    }
+  }
+  await hit('DELETE /api/users/{id}/totp', `/api/users/${me}/totp`);
+  await hit('DELETE /api/users/{id}/totp', `/api/users/${me}/totp`, { headers: { 'if-match': '"stale"' } });
   await hit('POST /api/auth/logout', '/api/auth/logout', { token: last });
   good.delete(last);
 

@@ -3,11 +3,12 @@
 
 import { planSchema } from './plans.ts';
 import { roles } from '../auth/principal.ts';
+import type { TotpFactor } from '../store/totp.ts';
 import type { User } from '../store/users.ts';
 import { usageSchema } from './users.ts';
 import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { DomainError } from '../errors/errors.ts';
-import { object, secret, string, type Infer } from '../schema/schema.ts';
+import { object, optional, secret, string, type Infer } from '../schema/schema.ts';
 import { nullableTimestamp, record, scopeList, timestamp } from './common.ts';
 import { type Ctx, noContent, ok, operation, operations } from './route.ts';
 import { closeSession, endSessionsBut, openSession, replacePassword } from '../service/sessions.ts';
@@ -16,6 +17,16 @@ export const loginInput = object(
   {
     username: string({ min: 1, max: 64 }),
     password: string({ min: 1, max: 1024, secret: true }),
+    totp: optional(
+      string({
+        min: 1,
+        max: 64,
+        secret: true,
+        description:
+          'For a user with a second factor (POST /api/auth/totp): the code their authenticator app shows now, or ' +
+          'one of their recovery codes; each is taken once.',
+      }),
+    ),
   },
   { name: 'LoginInput' },
 );
@@ -49,6 +60,19 @@ const whoAmI = record('WhoAmI', {
     description:
       "A tenant's use of their plan: their rules, and the traffic allowance's period (null for an operator).",
   },
+  second_factor: {
+    type: 'object',
+    required: ['totp', 'recovery_codes_left'],
+    properties: {
+      totp: {
+        type: 'string',
+        enum: ['off', 'enrolling', 'on'],
+        description: 'on: a login needs a code (POST /api/auth/totp to enrol).',
+      },
+      recovery_codes_left: { type: ['integer', 'null'], description: 'While on: the recovery codes not used yet.' },
+    },
+    additionalProperties: false,
+  },
   token: {
     type: 'object',
     required: ['id', 'kind', 'name', 'scopes', 'expires_at'],
@@ -75,6 +99,12 @@ async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
   });
 }
 
+function secondFactorOf(factor: TotpFactor | undefined) {
+  if (!factor) return { totp: 'off', recovery_codes_left: null };
+  if (factor.confirmed_at === null) return { totp: 'enrolling', recovery_codes_left: null };
+  return { totp: 'on', recovery_codes_left: factor.recovery_left };
+}
+
 function summaryOf({ id, username, role, plan_id, scopes, expires_at }: User) {
   return { id, username, role, plan_id, scopes, expires_at };
 }
@@ -87,6 +117,7 @@ function whoami(ctx: Ctx<undefined, {}>) {
     user: summaryOf(user),
     plan,
     usage: user.role === 'tenant' ? user.usage : null,
+    second_factor: secondFactorOf(app.store.totp.find(user.id)),
     token: {
       id: caller.tokenId,
       kind: caller.kind,
@@ -137,7 +168,9 @@ export const authOperations = operations({
       'succeeds. Past login_max_failures within login_window_seconds, each further attempt for that username ' +
       'waits twice as long as the one before (1 s, 2 s, 4 s, ... at most 60 s): a delay, never a lockout. Past ' +
       'login_max_failures_per_address, that address waits until its oldest failure ages out. Both answer 429 ' +
-      'with Retry-After; so does a login while too many passwords are being checked at once.',
+      'with Retry-After; so does a login while too many passwords are being checked at once. A user with a second ' +
+      'factor gives totp in the same request: without it, 401 with second_factor "totp" (not counted as a failure); ' +
+      'a wrong or used one, 401 counted as one.',
     body: loginInput,
     responses: {
       200: { description: 'Logged in', schema: loginResult },

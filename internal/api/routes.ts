@@ -8,6 +8,7 @@ import { silenceOperations as silences } from './silences.ts';
 import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
+import { secondFactorOperations as factor } from './second-factor.ts';
 import { batchOperations as batch } from './batch.ts';
 import { bundleOperations as bundles } from './bundles.ts';
 import { rolloutOperations as rollouts } from './rollouts.ts';
@@ -60,6 +61,9 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/auth/logout',             'authenticated',   auth.logOut),
   route('POST',   '/api/auth/password',           'session',         auth.changePassword),
   route('POST',   '/api/auth/logout-others',      'session',         auth.endOtherSessions),
+  route('POST',   '/api/auth/totp',               'session',         factor.beginTotp),
+  route('POST',   '/api/auth/totp/confirm',       'session',         factor.confirmTotp),
+  route('POST',   '/api/auth/totp/disable',       'session',         factor.disableTotp),
   route('GET',    '/api/tokens',                  'tokens:read',     tokens.listTokens),
   route('POST',   '/api/tokens',                  'tokens:write',    tokens.createToken),
   route('GET',    '/api/tokens/{id}',             'tokens:read',     tokens.getToken),
@@ -69,6 +73,7 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/users/{id}',              'users:read',      users.getUser),
   route('PUT',    '/api/users/{id}',              'users:write',     users.replaceUser),
   route('DELETE', '/api/users/{id}',              'users:write',     users.deleteUser),
+  route('DELETE', '/api/users/{id}/totp',         'users:write',     factor.removeUserTotp),
   route('GET',    '/api/plans',                   'users:read',      plans.listPlans),
   route('POST',   '/api/plans',                   'users:write',     plans.createPlan),
   route('GET',    '/api/plans/{id}',              'users:read',      plans.getPlan),

@@ -23,6 +23,8 @@ export class StandbySessions {
   private readonly bySecret = new Map<string, StandbySession>();
   private readonly byId = new Map<number, string>();
   private opened = 0;
+  /** The last TOTP step taken here, by user: the copy takes no write, so a code's single use is kept here. */
+  private readonly steps = new Map<number, number>();
 
   /** A new session of the user `userId` (whose password hash is `passwordHash`) until `expiresAtMs`, and its secret. */
   open(userId: number, passwordHash: string, expiresAtMs: number): { secret: string; session: StandbySession } {
@@ -35,6 +37,14 @@ export class StandbySessions {
     this.bySecret.set(key, session);
     this.byId.set(session.id, key);
     return { secret, session };
+  }
+
+  /** Takes TOTP step `step` for the user after the last the primary took (`taken`); false when it or a later was. */
+  takeStep(userId: number, step: number, taken: number | null): boolean {
+    const last = Math.max(this.steps.get(userId) ?? -1, taken ?? -1);
+    if (step <= last) return false;
+    this.steps.set(userId, step);
+    return true;
   }
 
   /** The session `secret` opened, if it is still open (expired or not: the caller says which it refuses). */

@@ -7,6 +7,7 @@ import type { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError, validationFailed } from '../errors/errors.ts';
 import type { Actor } from '../store/audit.ts';
 import type { User } from '../store/users.ts';
+import { takeSecondFactor } from './second-factor.ts';
 import { actingAs, transact, type Committer, type Requester } from './write.ts';
 
 /** What sessions need besides the write path: the record of failed logins. */
@@ -32,7 +33,7 @@ function sanitizeName(name: string): string {
 }
 
 /** Throws `rate_limited` (`what` says for what) while `username` or `ip` has failed too often lately. */
-function beginAttempt(app: SessionDeps, username: string, ip: string, what: string) {
+export function beginAttempt(app: SessionDeps, username: string, ip: string, what: string) {
   const attempt = app.throttle.begin(username, ip, {
     maxPerUser: app.settings.get('login_max_failures'),
     maxPerAddress: app.settings.get('login_max_failures_per_address'),
@@ -53,7 +54,7 @@ function beginAttempt(app: SessionDeps, username: string, ip: string, what: stri
 export async function openSession(
   app: SessionDeps,
   requester: Requester,
-  credentials: { username: string; password: string },
+  credentials: { username: string; password: string; totp?: string },
   ip: string,
 ): Promise<{ secret: string; expiresAt: string; user: User }> {
   const attempt = beginAttempt(app, credentials.username, ip, 'failed logins');
@@ -65,21 +66,34 @@ export async function openSession(
     attempt.abandoned();
     throw error;
   }
-  if (!user || !matches || user.disabled) {
+  const failed = async (why: string) => {
     app.metrics.loginFailures.inc();
-    // Recorded as the name that was tried: there is no user to name.
+    // Recorded as the name that was tried: there may be no user to name.
     const tried = { ...requester.actor, actor_name: sanitizeName(credentials.username) };
     if (!app.standby)
       await transact(app, actingAs(requester, tried), (change) =>
         change.failed({ resource: 'session', resource_id: null }),
       );
-    throw new DomainError('unauthorized', 'wrong username or password, or the user is disabled');
-  }
+    throw new DomainError('unauthorized', why);
+  };
+  if (!user || !matches || user.disabled) return failed('wrong username or password, or the user is disabled');
   if (user.expires_at !== null && Date.parse(user.expires_at) <= app.now()) {
     attempt.succeeded();
     // The password was right: saying why cannot help a guesser, and tells the tenant whom to ask.
     throw new DomainError('unauthorized', `your account expired at ${user.expires_at}: ask an operator to extend it`);
   }
+  // The password was right; a user with a second factor needs its code in the same request (each code once).
+  const second = takeSecondFactor(app, user.id, credentials.totp);
+  if (second === false && !credentials.totp) {
+    attempt.abandoned();
+    throw new DomainError(
+      'unauthorized',
+      'this user signs in with a second factor too: give totp, a code of their authenticator app or a recovery code',
+      { data: { second_factor: 'totp' } },
+    );
+  }
+  if (second === false)
+    return failed('wrong second factor: not the current code, one used already, nor a recovery code');
   attempt.succeeded();
   const { password_hash: _, ...shown } = user;
   const lifeMs = app.settings.get('session_ttl_seconds') * 1000;

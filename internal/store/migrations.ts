@@ -869,4 +869,17 @@ export const migrations: readonly string[] = [
     PRIMARY KEY (path_id, minute)
   ) STRICT, WITHOUT ROWID;
   `,
+  /*
+   * 52: a user's second factor: a TOTP secret (sealed), confirmed or still being enrolled, the last step a code of it
+   * was taken at (each once), and the hashes of the recovery codes not used yet (JSON)
+   */ `
+  CREATE TABLE user_totp (
+    user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+    secret BLOB NOT NULL,
+    created_at TEXT NOT NULL,
+    confirmed_at TEXT,
+    last_step INTEGER,
+    recovery TEXT NOT NULL DEFAULT '[]'
+  ) STRICT;
+  `,
 ];

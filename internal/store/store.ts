@@ -24,6 +24,7 @@ import { TunnelStore } from './tunnels.ts';
 import { UserStore } from './users.ts';
 import { VitalsStore } from './vitals.ts';
 import { TunnelPathStore } from './tunnel-paths.ts';
+import { TotpStore } from './totp.ts';
 import { Generation } from './page.ts';
 
 export interface StoreOptions {
@@ -56,6 +57,7 @@ export class Store {
   readonly events: EventStore;
   readonly vitals: VitalsStore;
   readonly tunnelPaths: TunnelPathStore;
+  readonly totp: TotpStore;
   readonly channels: ChannelStore;
   readonly alertRules: AlertRuleStore;
   readonly alerts: AlertStore;
@@ -88,6 +90,7 @@ export class Store {
     this.events = new EventStore(db);
     this.vitals = new VitalsStore(db);
     this.tunnelPaths = new TunnelPathStore(db);
+    this.totp = new TotpStore(db);
     this.channels = new ChannelStore(db);
     this.alertRules = new AlertRuleStore(db);
     this.alerts = new AlertStore(db);

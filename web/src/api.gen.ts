@@ -616,6 +616,7 @@ export interface components {
     LoginInput: {
       username: string;
       password: string;
+      totp?: string;
     };
     LoginResult: {
       token: string;
@@ -995,6 +996,9 @@ export interface components {
       /** @enum {string} */
       role: 'primary';
       epoch: number;
+    };
+    RecoveryCodes: {
+      recovery_codes: string[];
     };
     Rollout: {
       id: number;
@@ -1579,6 +1583,16 @@ export interface components {
       next_cursor: string | null;
       total?: number;
     };
+    TotpConfirm: {
+      code: string;
+    };
+    TotpDisable: {
+      password: string;
+    };
+    TotpEnrolment: {
+      secret: string;
+      otpauth_uri: string;
+    };
     TrafficSeries: {
       /** Format: date-time */
       from: string;
@@ -1899,6 +1913,11 @@ export interface components {
           spent: boolean;
         } | null;
       } | null;
+      second_factor: {
+        /** @enum {string} */
+        totp: 'off' | 'enrolling' | 'on';
+        recovery_codes_left: number | null;
+      };
       token: {
         id: number;
         /** @enum {string} */
