@@ -111,3 +111,46 @@ test(
     assert.equal((await login(m.url, 'ops', 'ops-password-1')).length > 0, true);
   },
 );
+
+test(
+  'required of holders of *, a second factor not enrolled yet gives a session good only for enrolling it; once ' +
+    'enrolled, the next login asks for a code; a user without * is not held to it',
+  async (t) => {
+    const missing = oathtoolMissing();
+    if (missing) return t.skip(missing);
+    const m = await startMaster(t);
+    const ops = await call(m.url, 'POST', '/api/users', {
+      token: m.admin,
+      body: { username: 'reader', password: 'reader-password', role: 'operator', scopes: ['nodes:read'] },
+    });
+    assert.equal(ops.status, 201, JSON.stringify(ops.body));
+    const set = await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { totp_required: 1 } });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+
+    const limited = await call(m.url, 'POST', '/api/auth/login', {
+      body: { username: 'admin', password: ADMIN_PASSWORD },
+    });
+    assert.equal(limited.status, 200, JSON.stringify(limited.body));
+    const session = limited.body.token as string;
+    assert.deepEqual((await call(m.url, 'GET', '/api/auth/me', { token: session })).body.token.scopes, []);
+    assert.equal((await call(m.url, 'GET', '/api/nodes', { token: session })).status, 403, 'good for nothing else');
+    const secret = (await call(m.url, 'POST', '/api/auth/totp', { token: session })).body.secret as string;
+    const on = await call(m.url, 'POST', '/api/auth/totp/confirm', {
+      token: session,
+      body: { code: oathtool(secret) },
+    });
+    assert.equal(on.status, 200, JSON.stringify(on.body));
+    const asked = await call(m.url, 'POST', '/api/auth/login', {
+      body: { username: 'admin', password: ADMIN_PASSWORD },
+    });
+    assert.equal(asked.body.second_factor, 'totp');
+    const full = await call(m.url, 'POST', '/api/auth/login', {
+      body: { username: 'admin', password: ADMIN_PASSWORD, totp: on.body.recovery_codes[0] },
+    });
+    assert.equal(full.status, 200);
+    assert.equal((await call(m.url, 'GET', '/api/nodes', { token: full.body.token })).status, 200);
+    // Without *, the setting's 1 does not hold them to it.
+    const reader = await login(m.url, 'reader', 'reader-password');
+    assert.equal((await call(m.url, 'GET', '/api/nodes', { token: reader })).status, 200);
+  },
+);

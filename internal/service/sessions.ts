@@ -94,6 +94,13 @@ export async function openSession(
   }
   if (second === false)
     return failed('wrong second factor: not the current code, one used already, nor a recovery code');
+  // One the operators require and the user has not enrolled: a session good only for enrolling it (no scope).
+  const policy = app.settings.get('totp_required');
+  const enrolOnly = second === 'none' && (policy === 2 || (policy === 1 && user.scopes.includes('*')));
+  if (enrolOnly && app.standby) {
+    attempt.abandoned();
+    throw new DomainError('unauthorized', 'a second factor is required of this user: enrol one on the primary first');
+  }
   attempt.succeeded();
   const { password_hash: _, ...shown } = user;
   const lifeMs = app.settings.get('session_ttl_seconds') * 1000;
@@ -111,7 +118,7 @@ export async function openSession(
         kind: 'session',
         name: 'login',
         user_id: user.id,
-        scopes: user.scopes,
+        scopes: enrolOnly ? [] : user.scopes,
         secret_hash: hashSecret(secret),
         expires_at: expiresAt,
       },

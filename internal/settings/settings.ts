@@ -211,6 +211,15 @@ export const definitions = {
     "How long after the entry's choice of exit last moved it may move again for a gain, in seconds (a chosen exit " +
       'down is left at once).',
   ),
+  totp_required: setting(
+    0,
+    2,
+    0,
+    "Whom a second factor is required of: 0, nobody (each user's choice); 1, every holder of the scope *; 2, " +
+      'everyone. A user it requires who has none signs in to a session without scopes, good only for enrolling one ' +
+      '(POST /api/auth/totp, then its confirm), and signs in again with a code.',
+    true,
+  ),
   allow_local_rule_targets: setting(
     0,
     1,

@@ -1362,6 +1362,7 @@ export interface components {
       tunnel_switch_gain_ms: number;
       tunnel_switch_gain_percent: number;
       tunnel_switch_cooldown_seconds: number;
+      totp_required: number;
       allow_local_rule_targets: number;
       allow_local_channel_targets: number;
       max_connections_per_source: number;
@@ -1394,6 +1395,7 @@ export interface components {
       tunnel_switch_gain_ms?: number | null;
       tunnel_switch_gain_percent?: number | null;
       tunnel_switch_cooldown_seconds?: number | null;
+      totp_required?: number | null;
       allow_local_rule_targets?: number | null;
       allow_local_channel_targets?: number | null;
       max_connections_per_source?: number | null;
