@@ -4,7 +4,7 @@
 // Schema 2020-12, formats on), every header it declares as always sent, and no header it does not declare.
 
 import assert from 'node:assert/strict';
-import { hotp } from '../internal/auth/totp.ts';
+import { totpCode } from './totp-codes.ts';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import type { Route } from '../internal/api/route.ts';
@@ -445,13 +445,6 @@ test('every answer of every operation is what the OpenAPI document declares for 
   m.admin = await login(m.url, 'admin', 'admin-password-for-tests');
   good.add(m.admin);
   // A second factor: enrolled, confirmed, turned off by its user and by an operator, each way it answers.
-  const codeOf = (uri: string) => {
-    const secret = new URL(uri).searchParams.get('secret')!;
-    let bits = '';
-    for (const char of secret) bits += 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567'.indexOf(char).toString(2).padStart(5, '0');
-    const key = Buffer.from(bits.match(/.{8}/g)!.map((byte) => parseInt(byte, 2)));
-    return hotp(key, Math.floor(Date.now() / 30_000));
-  };
   const me = (await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).body.user.id as number;
   await hit('POST /api/auth/totp/confirm', '/api/auth/totp/confirm', { body: { code: '123456' } });
   await hit('POST /api/auth/totp/disable', '/api/auth/totp/disable', {
@@ -461,7 +454,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
     const enrolment = await hit('POST /api/auth/totp', '/api/auth/totp');
     await hit('POST /api/auth/totp/confirm', '/api/auth/totp/confirm', { body: { code: '000000' } });
     await hit('POST /api/auth/totp/confirm', '/api/auth/totp/confirm', {
-      body: { code: codeOf(enrolment.body.otpauth_uri) },
+      body: { code: totpCode(new URL(enrolment.body.otpauth_uri).searchParams.get('secret')!) },
     });
     await hit('POST /api/auth/totp', '/api/auth/totp');
     if (remover === 'operator') await hit('DELETE /api/users/{id}/totp', `/api/users/${me}/totp`);

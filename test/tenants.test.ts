@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { totpCode } from './totp-codes.ts';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import { tenantScopes } from '../internal/auth/scopes.ts';
@@ -39,7 +40,9 @@ test(REFUSED, async (t) => {
   assert.ok(denied.body.items.every((e: { changes: { operators_only: boolean } }) => e.changes.operators_only));
 });
 
-test('a tenant signs in, says who they are with their plan, changes their password and signs out', async (t) => {
+const OWN_ACCOUNT =
+  'a tenant signs in, says who they are with their plan, changes their password, enrols a second factor and signs out';
+test(OWN_ACCOUNT, async (t) => {
   const m = await startMaster(t);
   const customer = await tenant(m);
   const me = await call(m.url, 'GET', '/api/auth/me', { token: customer.token });
@@ -59,6 +62,20 @@ test('a tenant signs in, says who they are with their plan, changes their passwo
     body: { current_password: 'customer-password', new_password: 'customer-password-2' },
   });
   assert.equal(changed.status, 200, JSON.stringify(changed.body));
+  // Their own second factor, enrolled and turned off by them; the operator's account is untouched.
+  const enrolment = await call(m.url, 'POST', '/api/auth/totp', { token: customer.token });
+  assert.equal(enrolment.status, 200, JSON.stringify(enrolment.body));
+  const confirmed = await call(m.url, 'POST', '/api/auth/totp/confirm', {
+    token: customer.token,
+    body: { code: totpCode(enrolment.body.secret) },
+  });
+  assert.equal(confirmed.status, 200, JSON.stringify(confirmed.body));
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).body.second_factor.totp, 'off');
+  const off = await call(m.url, 'POST', '/api/auth/totp/disable', {
+    token: customer.token,
+    body: { password: 'customer-password-2' },
+  });
+  assert.equal(off.status, 204, JSON.stringify(off.body));
   assert.equal((await call(m.url, 'POST', '/api/auth/logout-others', { token: customer.token })).status, 200);
   assert.equal((await call(m.url, 'POST', '/api/auth/logout', { token: customer.token })).status, 204);
   assertProblem(await call(m.url, 'GET', '/api/auth/me', { token: customer.token }), 401, 'unauthorized');

@@ -10,6 +10,7 @@ import { nodeOf, startAgent } from '../agents.ts';
 import { ADMIN_PASSWORD, call, login, node, rule, ruleBodies, startMaster } from '../helpers.ts';
 import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
 import { consolePage, noBrowser } from '../browser.ts';
+import { totpCode } from '../totp-codes.ts';
 
 const SHOTS = 'test-results/console';
 
@@ -279,6 +280,30 @@ test('an operator finds, selects and fixes rules among thousands from the consol
     .getByRole('status')
     .getByText(/^Password changed/)
     .waitFor();
+  await login(m.url, 'admin', 'a-new-admin-password');
+
+  // A second factor: set up in the account page with a code of the key it shows, then asked at the next sign-in.
+  await page.goto(`${m.url}/#/account`);
+  await page.getByRole('button', { name: 'Set up an authenticator app' }).click();
+  const key = (await page.getByLabel('Secret key').textContent())!;
+  const confirm = page.getByRole('form', { name: 'Confirm the second factor' });
+  await confirm.getByLabel('Code').fill(totpCode(key));
+  await confirm.getByRole('button', { name: 'Turn on' }).click();
+  await page.getByRole('list', { name: 'Recovery codes' }).getByRole('listitem').nth(9).waitFor();
+  await page.getByRole('button', { name: 'Sign out', exact: true }).click();
+  const signIn = page.getByRole('form', { name: 'Sign in' });
+  await signIn.getByLabel('Username').fill('admin');
+  await signIn.getByLabel('Password').fill('a-new-admin-password');
+  await signIn.getByRole('button', { name: 'Sign in' }).click();
+  // The code of the next step: this step's was taken by the confirmation.
+  await signIn.getByLabel('Code').fill(totpCode(key, 30));
+  await signIn.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign out', exact: true }).waitFor();
+  await page.goto(`${m.url}/#/account`);
+  const off = page.getByRole('form', { name: 'Turn the second factor off' });
+  await off.getByLabel('Password').fill('a-new-admin-password');
+  await off.getByRole('button', { name: 'Turn off' }).click();
+  await page.getByRole('status').getByText('Second factor off').waitFor();
   await login(m.url, 'admin', 'a-new-admin-password');
 
   assert.deepEqual(problems, []);

@@ -139,6 +139,10 @@ function signIn(): void {
   document.title = 'Sign in · portplane';
   const username = input('username', { autocomplete: 'username', required: true });
   const password = input('password', { type: 'password', autocomplete: 'current-password', required: true });
+  const code = input('totp', { autocomplete: 'one-time-code', inputmode: 'numeric' });
+  // Shown once the master asks for it: the user signs in with a second factor.
+  const second = field('Code', code, 'From your authenticator app, or one of your recovery codes');
+  second.hidden = true;
   main.replaceChildren(
     h(
       'section',
@@ -146,12 +150,22 @@ function signIn(): void {
       h('h1', {}, 'Sign in to portplane'),
       form(
         { 'aria-label': 'Sign in' },
-        [field('Username', username), field('Password', password), h('button', { type: 'submit' }, 'Sign in')],
+        [field('Username', username), field('Password', password), second, h('button', { type: 'submit' }, 'Sign in')],
         async () => {
-          const { data } = await api<{ token: string }>('POST', '/api/auth/login', {
-            body: { username: username.value, password: password.value },
-          });
-          session.start(data.token);
+          const totp = code.value.trim();
+          try {
+            const { data } = await api<{ token: string }>('POST', '/api/auth/login', {
+              body: { username: username.value, password: password.value, ...(totp ? { totp } : {}) },
+            });
+            session.start(data.token);
+          } catch (error) {
+            if (error instanceof ApiError && error.problem.second_factor === 'totp' && second.hidden) {
+              second.hidden = false;
+              code.focus();
+              return;
+            }
+            throw error;
+          }
           await enter();
         },
       ),

@@ -1,4 +1,5 @@
-// The signed-in user's own account: who they are, their password (changed with the current one), and their other
+// The signed-in user's own account: who they are, their password (changed with the current one), their second factor
+// (a TOTP secret enrolled with a code of it, its recovery codes shown once; off with the password), and their other
 // sessions (ended at once, for a lost laptop or a shared screen).
 
 import { api } from '../api.ts';
@@ -43,6 +44,74 @@ export async function accountPage(ctx: PageCtx): Promise<void> {
     h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
     user.role === 'tenant' ? planSummary(ctx.me) : '',
     password,
+    secondFactor(ctx),
     sessions,
   );
+}
+
+/** The second factor: set up (the secret, then a code of it), its recovery codes shown once, or turned off. */
+function secondFactor(ctx: PageCtx): HTMLElement {
+  const section = h('section', { 'aria-label': 'Second factor' }, h('h2', {}, 'Second factor'));
+  const { totp, recovery_codes_left } = ctx.me.second_factor;
+  if (totp === 'on') {
+    const password = input('password', { type: 'password', autocomplete: 'current-password', required: true });
+    section.append(
+      h('p', {}, `On: signing in asks for a code. ${recovery_codes_left} recovery codes left.`),
+      form(
+        { 'aria-label': 'Turn the second factor off' },
+        [field('Password', password), h('button', { type: 'submit', class: 'danger' }, 'Turn off')],
+        async () => {
+          await api('POST', '/api/auth/totp/disable', { body: { password: password.value } });
+          ctx.say('Second factor off');
+          await ctx.reload();
+        },
+      ),
+    );
+    return section;
+  }
+  section.append(
+    h(
+      'p',
+      {},
+      'Off: signing in needs your password alone. A code from an authenticator app makes a stolen password not enough.',
+    ),
+    button('Set up an authenticator app', () => void setUp().catch((error: Error) => ctx.say(error.message, 'error'))),
+  );
+  return section;
+
+  async function setUp(): Promise<void> {
+    const { data } = await api<{ secret: string; otpauth_uri: string }>('POST', '/api/auth/totp');
+    const code = input('code', { autocomplete: 'one-time-code', inputmode: 'numeric', required: true });
+    section.replaceChildren(
+      h('h2', {}, 'Second factor'),
+      h('p', {}, 'Add this key to your authenticator app (or open the link on the phone that has it):'),
+      h('p', {}, h('code', { 'aria-label': 'Secret key' }, data.secret)),
+      h('p', {}, h('a', { href: data.otpauth_uri }, 'Open in an authenticator app')),
+      form(
+        { 'aria-label': 'Confirm the second factor' },
+        [field('Code', code, 'The 6 digits the app shows now'), h('button', { type: 'submit' }, 'Turn on')],
+        async () => {
+          const confirmed = await api<{ recovery_codes: string[] }>('POST', '/api/auth/totp/confirm', {
+            body: { code: code.value.trim() },
+          });
+          section.replaceChildren(
+            h('h2', {}, 'Second factor'),
+            h(
+              'p',
+              {},
+              'On. Keep these recovery codes somewhere safe: each signs you in once without the app, and they are ' +
+                'shown only now.',
+            ),
+            h(
+              'ul',
+              { 'aria-label': 'Recovery codes' },
+              confirmed.data.recovery_codes.map((one) => h('li', {}, h('code', {}, one))),
+            ),
+          );
+          ctx.say('Second factor on');
+        },
+      ),
+    );
+    code.focus();
+  }
 }
