@@ -26,7 +26,7 @@ const confirmInput = object(
       max: TOTP_DIGITS,
       pattern: /^[0-9]+$/,
       patternHint: `must be the ${TOTP_DIGITS} digits the authenticator app shows`,
-      secret: true,
+      // Not marked secret: it is used up by this request, and `code` names a problem's code wherever one is kept.
     }),
   },
   { name: 'TotpConfirm' },

@@ -8,12 +8,15 @@ export const SECRET_FIELDS: ReadonlySet<string> = new Set([
   'bot_token',
   'current_password',
   'new_password',
+  'otpauth_uri',
   'password',
+  'recovery_codes',
   'secret',
   'smtp_password',
   'ssh_password',
   'ssh_private_key',
   'token',
+  'totp',
 ]);
 
 /** What a secret's value is kept as. */
