@@ -8,7 +8,7 @@ import { totpCode } from './totp-codes.ts';
 import { test } from 'node:test';
 import { routes } from '../internal/api/routes.ts';
 import type { Route } from '../internal/api/route.ts';
-import { call, login, startMaster, type Answer, type CallOptions } from './helpers.ts';
+import { ADMIN_PASSWORD, call, login, startMaster, type Answer, type CallOptions } from './helpers.ts';
 import { check, inlineRefs } from './json-schema.ts';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -354,7 +354,12 @@ test('every answer of every operation is what the OpenAPI document declares for 
   });
   const customer = await login(m.url, 'customer', 'customer-password');
   good.add(customer);
+  // A login session of its own for /api/auth/sessions/{id}, which the calls below end: not the admin's.
+  const throwaway = await call(m.url, 'POST', '/api/auth/login', {
+    body: { username: 'admin', password: ADMIN_PASSWORD },
+  });
   const ids: Record<string, number> = {
+    auth: (await call(m.url, 'GET', '/api/auth/me', { token: throwaway.body.token })).body.token.id,
     tokens: token.body.id,
     users: user.body.id,
     nodes: c.body.id,
@@ -467,6 +472,22 @@ test('every answer of every operation is what the OpenAPI document declares for 
   }
   await hit('DELETE /api/users/{id}/totp', `/api/users/${me}/totp`);
   await hit('DELETE /api/users/{id}/totp', `/api/users/${me}/totp`, { headers: { 'if-match': '"stale"' } });
+  // Login sessions: one's own listed and one ended, another's not found; a user's listed and ended by an operator.
+  await login(m.url, 'admin', 'admin-password-for-tests');
+  const own = await hit('GET /api/auth/sessions', '/api/auth/sessions');
+  const newest = own.body.items[0] as { id: number };
+  await hit('DELETE /api/auth/sessions/{id}', `/api/auth/sessions/${newest.id}`);
+  await hit('DELETE /api/auth/sessions/{id}', `/api/auth/sessions/${newest.id}`);
+  await hit('GET /api/users/{id}/sessions', `/api/users/${me}/sessions`);
+  await hit('GET /api/users/{id}/sessions', '/api/users/999999/sessions');
+  await hit('DELETE /api/users/{id}/sessions', '/api/users/999999/sessions');
+  const signedOut = await call(m.url, 'POST', '/api/users', {
+    token: m.admin,
+    body: { username: 'signed-out', password: 'signed-out-password', role: 'operator', scopes: [] },
+  });
+  await hit('DELETE /api/users/{id}/sessions', `/api/users/${signedOut.body.id}/sessions`);
+  await hit('DELETE /api/users/{id}/sessions', `/api/users/${me}/sessions`, { headers: { 'if-match': '"stale"' } });
+  await hit('DELETE /api/auth/sessions/{id}', `/api/auth/sessions/${newest.id}`, { headers: { 'if-match': '"9"' } });
   await hit('POST /api/auth/logout', '/api/auth/logout', { token: last });
   good.delete(last);
 

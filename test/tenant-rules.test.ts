@@ -162,6 +162,8 @@ describe("tenants' rules", { concurrency: 4 }, () => {
       'POST /api/auth/totp',
       'POST /api/auth/totp/confirm',
       'POST /api/auth/totp/disable',
+      'GET /api/auth/sessions',
+      'DELETE /api/auth/sessions/{id}',
       'GET /api/audit-logs',
       'GET /api/dashboard',
       'GET /api/dashboard/traffic',

@@ -56,6 +56,7 @@ test(OWN_ACCOUNT, async (t) => {
     [['30000-30099'], 10, { rules: 0, traffic: null }],
   );
   const admin = (await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).body;
+  const adminSession = admin.token as { id: number };
   assert.deepEqual([admin.plan, admin.usage], [null, null]);
   const changed = await call(m.url, 'POST', '/api/auth/password', {
     token: customer.token,
@@ -76,6 +77,12 @@ test(OWN_ACCOUNT, async (t) => {
     body: { password: 'customer-password-2' },
   });
   assert.equal(off.status, 204, JSON.stringify(off.body));
+  // Their own sessions, and none of anyone else's: the admin's is not found to them.
+  const theirs = await call(m.url, 'GET', '/api/auth/sessions', { token: customer.token });
+  assert.ok(theirs.body.items.every((session: { id: number }) => session.id !== adminSession.id));
+  const admins = await call(m.url, 'DELETE', `/api/auth/sessions/${adminSession.id}`, { token: customer.token });
+  assert.equal(admins.status, 404);
+  assert.equal((await call(m.url, 'GET', '/api/auth/me', { token: m.admin })).status, 200);
   assert.equal((await call(m.url, 'POST', '/api/auth/logout-others', { token: customer.token })).status, 200);
   assert.equal((await call(m.url, 'POST', '/api/auth/logout', { token: customer.token })).status, 204);
   assertProblem(await call(m.url, 'GET', '/api/auth/me', { token: customer.token }), 401, 'unauthorized');

@@ -91,7 +91,8 @@ const whoAmI = record('WhoAmI', {
 });
 
 async function login(ctx: Ctx<Infer<typeof loginInput>, {}>) {
-  const { secret, expiresAt, user } = await openSession(ctx.app, ctx, ctx.body, ctx.ip);
+  const agent = ctx.headers['user-agent'];
+  const { secret, expiresAt, user } = await openSession(ctx.app, ctx, ctx.body, ctx.ip, agent ?? null);
   return ok({
     token: secret,
     expires_at: expiresAt,

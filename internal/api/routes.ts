@@ -9,6 +9,7 @@ import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { secondFactorOperations as factor } from './second-factor.ts';
+import { loginSessionOperations as sessions } from './login-sessions.ts';
 import { batchOperations as batch } from './batch.ts';
 import { bundleOperations as bundles } from './bundles.ts';
 import { rolloutOperations as rollouts } from './rollouts.ts';
@@ -64,6 +65,8 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/auth/totp',               'session',         factor.beginTotp),
   route('POST',   '/api/auth/totp/confirm',       'session',         factor.confirmTotp),
   route('POST',   '/api/auth/totp/disable',       'session',         factor.disableTotp),
+  route('GET',    '/api/auth/sessions',           'session',         sessions.listOwnSessions),
+  route('DELETE', '/api/auth/sessions/{id}',      'session',         sessions.endOwnSession),
   route('GET',    '/api/tokens',                  'tokens:read',     tokens.listTokens),
   route('POST',   '/api/tokens',                  'tokens:write',    tokens.createToken),
   route('GET',    '/api/tokens/{id}',             'tokens:read',     tokens.getToken),
@@ -74,6 +77,8 @@ export const routes: readonly Route[] = [
   route('PUT',    '/api/users/{id}',              'users:write',     users.replaceUser),
   route('DELETE', '/api/users/{id}',              'users:write',     users.deleteUser),
   route('DELETE', '/api/users/{id}/totp',         'users:write',     factor.removeUserTotp),
+  route('GET',    '/api/users/{id}/sessions',     'users:write',     sessions.listUserSessions),
+  route('DELETE', '/api/users/{id}/sessions',     'users:write',     sessions.endUserSessions),
   route('GET',    '/api/plans',                   'users:read',      plans.listPlans),
   route('POST',   '/api/plans',                   'users:write',     plans.createPlan),
   route('GET',    '/api/plans/{id}',              'users:read',      plans.getPlan),

@@ -41,7 +41,7 @@ export async function beginTotp(
   await transact(app, requester, (change) => {
     if (!app.store.totp.enrol(own.userId, app.box.seal(secret.toString('hex')), app.timestamp()))
       throw new DomainError('conflict', 'a second factor is on already: turn it off (DELETE /api/auth/totp) first');
-    change.audit({ resource: 'user', resource_id: own.userId, changes: { after: { totp: 'enrolling' } } });
+    change.audit({ resource: 'user', resource_id: own.userId, changes: { after: { second_factor: 'enrolling' } } });
   });
   return { secret: base32(secret), otpauth_uri: otpauthUri(secret, ISSUER, own.username) };
 }
@@ -71,7 +71,7 @@ export async function confirmTotp(
   await transact(app, requester, (change) => {
     if (!app.store.totp.confirm(own.userId, step, hashes, app.timestamp()))
       throw new DomainError('conflict', 'the second factor changed meanwhile: start again');
-    change.audit({ resource: 'user', resource_id: own.userId, changes: { after: { totp: 'on' } } });
+    change.audit({ resource: 'user', resource_id: own.userId, changes: { after: { second_factor: 'totp' } } });
   });
   return codes;
 }
@@ -96,24 +96,35 @@ export function removeTotp(app: Pick<SessionDeps, 'store'>, change: Change, user
   if (!user) throw notFound('user', userId);
   checkIfMatch(ifMatch, user.version);
   if (!app.store.totp.remove(userId)) throw notFound('second factor of user', userId);
-  change.audit({ resource: 'user', resource_id: userId, changes: { before: { totp: 'on' }, after: { totp: 'off' } } });
+  change.audit({
+    resource: 'user',
+    resource_id: userId,
+    changes: { before: { second_factor: 'totp' }, after: { second_factor: 'none' } },
+  });
 }
 
 /**
  * Whether `given` (a code, or a recovery code) is a second factor of user `userId` not taken before, taking it: a
- * code's step, or the recovery code, is used up; 'none' when the user has no confirmed factor. On a standby a code is
+ * code's step, or the recovery code, is used up: which it was; false when it is none; 'none' when the user has no
+ * confirmed factor. On a standby a code is
  * taken in its memory, and a recovery code not at all (it would need the primary's write).
  */
-export function takeSecondFactor(app: SessionDeps, userId: number, given: string | undefined): 'none' | boolean {
+export function takeSecondFactor(
+  app: SessionDeps,
+  userId: number,
+  given: string | undefined,
+): 'none' | 'totp' | 'recovery_code' | false {
   const factor = app.store.totp.find(userId);
   if (!factor || factor.confirmed_at === null) return 'none';
   if (given === undefined || given === '') return false;
   const step = matchingStep(secretOf(app, factor), given.trim(), app.now(), factor.last_step);
-  if (step !== null)
-    return app.standby
+  if (step !== null) {
+    const taken = app.standby
       ? app.standbySessions.takeStep(userId, step, factor.last_step)
       : writeNow(app, BOOKKEEPING, () => app.store.totp.takeStep(userId, step));
+    return taken && 'totp';
+  }
   if (app.standby || !/^[a-z2-7]{4}(-?[a-z2-7]{4}){3}$/i.test(given.trim())) return false;
   const hash = hashSecret(recoveryForm(given)).toString('hex');
-  return writeNow(app, BOOKKEEPING, () => app.store.totp.useRecovery(userId, hash));
+  return writeNow(app, BOOKKEEPING, () => app.store.totp.useRecovery(userId, hash)) && 'recovery_code';
 }

@@ -4,10 +4,15 @@
 import { decoyHash, hashPassword, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
 import type { StandbySessions } from '../auth/standby-sessions.ts';
 import type { LoginThrottle } from '../auth/throttle.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import type { Actor } from '../store/audit.ts';
+import type { LoginSession } from '../store/tokens.ts';
+
+export { MAX_LISTED_SESSIONS } from '../store/tokens.ts';
 import type { User } from '../store/users.ts';
+import { checkIfMatch } from './etag.ts';
 import { takeSecondFactor } from './second-factor.ts';
+import { TOKEN_VERSION } from './tokens.ts';
 import { actingAs, transact, type Committer, type Requester } from './write.ts';
 
 /** What sessions need besides the write path: the record of failed logins. */
@@ -26,6 +31,11 @@ export interface Own {
   userId: number;
   username: string;
   tokenId: number;
+}
+
+/** A client's User-Agent as kept for its user to read: printable ASCII, at most 200 characters. */
+function sanitizeAgent(agent: string): string {
+  return agent.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
 }
 
 function sanitizeName(name: string): string {
@@ -56,6 +66,7 @@ export async function openSession(
   requester: Requester,
   credentials: { username: string; password: string; totp?: string },
   ip: string,
+  userAgent: string | null = null,
 ): Promise<{ secret: string; expiresAt: string; user: User }> {
   const attempt = beginAttempt(app, credentials.username, ip, 'failed logins');
   const user = app.store.users.findWithHash(credentials.username);
@@ -124,6 +135,11 @@ export async function openSession(
       },
       app.timestamp(),
     );
+    app.store.tokens.describeSession(token.id, {
+      ip: ip || null,
+      user_agent: userAgent === null ? null : sanitizeAgent(userAgent),
+      signed_in_with: second === 'none' ? 'password' : `password+${second}`,
+    });
     change.audit({ resource: 'session', resource_id: token.id });
   });
   return { secret, expiresAt, user: shown };
@@ -184,5 +200,56 @@ export async function closeSession(app: SessionDeps, requester: Requester, own: 
   await transact(app, requester, (change) => {
     app.store.tokens.delete(own.tokenId);
     change.audit({ resource: 'session', resource_id: own.tokenId });
+  });
+}
+
+/** The caller's user's login sessions, newest first, the calling one marked. */
+export function ownSessions(app: Pick<SessionDeps, 'store'>, own: Own): (LoginSession & { current: boolean })[] {
+  return app.store.tokens
+    .sessionsOf(own.userId)
+    .map((session) => ({ ...session, current: session.id === own.tokenId }));
+}
+
+/**
+ * Ends login session `id` of the caller's user. Throws `not_found` for one that is not theirs (or is gone),
+ * `precondition_failed` for an If-Match that is not a session's ETag (a token's: it never changes).
+ */
+export function endOwnSession(
+  app: Committer,
+  requester: Requester,
+  own: Own,
+  id: number,
+  ifMatch?: string,
+): Promise<void> {
+  return transact(app, requester, (change) => {
+    checkIfMatch(ifMatch, TOKEN_VERSION);
+    if (!app.store.tokens.endSession(own.userId, id)) throw notFound('session', id);
+    change.audit({ resource: 'session', resource_id: id });
+  });
+}
+
+/** A user's login sessions, for an operator. Throws `not_found` for no such user. */
+export function userSessions(app: Pick<SessionDeps, 'store'>, userId: number): LoginSession[] {
+  if (!app.store.users.find(userId)) throw notFound('user', userId);
+  return app.store.tokens.sessionsOf(userId);
+}
+
+/**
+ * Ends every login session of user `userId` (an operator's act); returns how many. Throws `not_found`,
+ * `precondition_failed` for an If-Match that is not the user's ETag.
+ */
+export function endUserSessions(
+  app: Committer,
+  requester: Requester,
+  userId: number,
+  ifMatch?: string,
+): Promise<number> {
+  return transact(app, requester, (change) => {
+    const user = app.store.users.find(userId);
+    if (!user) throw notFound('user', userId);
+    checkIfMatch(ifMatch, user.version);
+    const ended = app.store.tokens.endSessionsExcept(userId, null);
+    change.audit({ resource: 'user', resource_id: userId, changes: { after: { sessions_ended: ended } } });
+    return ended.length;
   });
 }

@@ -882,4 +882,9 @@ export const migrations: readonly string[] = [
     recovery TEXT NOT NULL DEFAULT '[]'
   ) STRICT;
   `,
+  /* 53: where a login session was opened from (address, user agent) and how it signed in, for its user to see */ `
+  ALTER TABLE tokens ADD COLUMN ip TEXT;
+  ALTER TABLE tokens ADD COLUMN user_agent TEXT;
+  ALTER TABLE tokens ADD COLUMN signed_in_with TEXT;
+  `,
 ];

@@ -31,6 +31,25 @@ export interface Token {
   created_by: { id: number; username: string };
 }
 
+/** How a login session was opened: from where, by what, and with which factors. */
+export interface SessionOrigin {
+  ip: string | null;
+  user_agent: string | null;
+  /** password, password+totp or password+recovery_code. */
+  signed_in_with: string;
+}
+
+/** A login session as its user sees it. */
+export interface LoginSession extends SessionOrigin {
+  id: number;
+  created_at: string;
+  last_used_at: string | null;
+  expires_at: string | null;
+}
+
+/** The most login sessions a list shows, newest first (a user's each login makes one, until it expires). */
+export const MAX_LISTED_SESSIONS = 200;
+
 /** A token found by its secret, with what is needed to decide whether it still works. */
 export interface Credential extends Token {
   user_scopes: Scope[];
@@ -110,6 +129,9 @@ export class TokenStore {
   private readonly deleteForUserStmt;
   private readonly deleteOtherSessionsStmt;
   private readonly touchStmt;
+  private readonly describeStmt;
+  private readonly sessionsStmt;
+  private readonly endSessionStmt;
   private readonly pruneStmt;
   private readonly countStmt;
 
@@ -156,6 +178,14 @@ export class TokenStore {
       "DELETE FROM tokens WHERE user_id = ? AND kind = 'session' AND id IS NOT ? RETURNING id",
     );
     this.touchStmt = db.prepare('UPDATE tokens SET last_used_at = ? WHERE id = ?');
+    this.describeStmt = db.prepare(`UPDATE tokens SET ip = :ip, user_agent = :user_agent,
+        signed_in_with = :signed_in_with
+      WHERE id = :id AND kind = 'session'`);
+    this.sessionsStmt = db.prepare(`SELECT id, created_at, last_used_at, expires_at, ip, user_agent, signed_in_with
+      FROM tokens WHERE user_id = ? AND kind = 'session' ORDER BY id DESC LIMIT ${MAX_LISTED_SESSIONS}`);
+    this.endSessionStmt = db.prepare(
+      "DELETE FROM tokens WHERE id = ? AND user_id = ? AND kind = 'session' RETURNING id",
+    );
     this.countStmt = db.prepare("SELECT count(*) AS n FROM tokens WHERE kind = 'api'");
     this.pruneStmt = db.prepare('DELETE FROM tokens WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING id');
   }
@@ -234,6 +264,23 @@ export class TokenStore {
   endSessionsExcept(userId: number, keepId: number | null): number[] {
     this.credentials.bump();
     return (this.deleteOtherSessionsStmt.all(userId, keepId) as { id: number }[]).map((row) => row.id);
+  }
+
+  /** Records where login session `id` was opened from and how it signed in. Call inside the write that made it. */
+  describeSession(id: number, opened: SessionOrigin): void {
+    this.describeStmt.run({ id, ...opened });
+  }
+
+  /** A user's login sessions, newest first (at most MAX_LISTED_SESSIONS). */
+  sessionsOf(userId: number): LoginSession[] {
+    return this.sessionsStmt.all(userId) as unknown as LoginSession[];
+  }
+
+  /** Ends login session `id` if it is user `userId`'s; false otherwise. */
+  endSession(userId: number, id: number): boolean {
+    const ended = this.endSessionStmt.get(id, userId) !== undefined;
+    if (ended) this.credentials.bump();
+    return ended;
   }
 
   touch(id: number, at: string): void {

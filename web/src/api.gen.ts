@@ -653,6 +653,21 @@ export interface components {
         expires_at: string | null;
       };
     };
+    LoginSessions: {
+      items: {
+        id: number;
+        /** Format: date-time */
+        created_at: string;
+        /** Format: date-time */
+        last_used_at: string | null;
+        /** Format: date-time */
+        expires_at: string | null;
+        ip: string | null;
+        user_agent: string | null;
+        signed_in_with: string | null;
+        current: boolean;
+      }[];
+    };
     Node: {
       id: number;
       name: string;
@@ -1827,10 +1842,27 @@ export interface components {
        */
       expires_at?: string | null;
     };
+    UserLoginSessions: {
+      items: {
+        id: number;
+        /** Format: date-time */
+        created_at: string;
+        /** Format: date-time */
+        last_used_at: string | null;
+        /** Format: date-time */
+        expires_at: string | null;
+        ip: string | null;
+        user_agent: string | null;
+        signed_in_with: string | null;
+      }[];
+    };
     UserPage: {
       items: components['schemas']['User'][];
       next_cursor: string | null;
       total?: number;
+    };
+    UserSessionsEnded: {
+      sessions_ended: number;
     };
     UserUpdate: {
       username: string;
