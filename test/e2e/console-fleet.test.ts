@@ -306,5 +306,19 @@ test('an operator finds, selects and fixes rules among thousands from the consol
   await page.getByRole('status').getByText('Second factor off').waitFor();
   await login(m.url, 'admin', 'a-new-admin-password');
 
+  // Where one is signed in, each session's address and client and how it signed in; another one ended from here.
+  // (Read afresh: the login just above came after the page was drawn.)
+  await page.reload();
+  const where = page.getByRole('table', { name: 'Where you are signed in' });
+  await where.getByRole('row', { name: /password\+totp this one/ }).waitFor();
+  const others = await where.getByRole('button', { name: 'End' }).count();
+  assert.ok(others >= 1, 'the logins of this test are listed');
+  await where.getByRole('button', { name: 'End' }).first().click();
+  await page.getByRole('status').getByText('Session ended').waitFor();
+  await until(
+    'one session fewer',
+    async () => (await where.getByRole('button', { name: 'End' }).count()) === others - 1,
+  );
+
   assert.deepEqual(problems, []);
 });

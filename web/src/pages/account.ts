@@ -1,8 +1,8 @@
 // The signed-in user's own account: who they are, their password (changed with the current one), their second factor
 // (a TOTP secret enrolled with a code of it, its recovery codes shown once; off with the password), and their other
-// sessions (ended at once, for a lost laptop or a shared screen).
+// sessions (where and how each signed in; one ended, or all but this one, for a lost laptop or a shared screen).
 
-import { api } from '../api.ts';
+import { api, get, type Schema } from '../api.ts';
 import { button, field, form, h, input } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { planSummary } from './tenant.ts';
@@ -31,28 +31,71 @@ export async function accountPage(ctx: PageCtx): Promise<void> {
       ctx.say(`Password changed${ended > 0 ? `; ${ended} other ${ended === 1 ? 'session' : 'sessions'} ended` : ''}`);
     },
   );
-  const sessions = h(
+  // Drawn again after each act (a session ended, the second factor turned off): what changed is read afresh.
+  await ctx.live(async () => {
+    const [{ items }, me] = await Promise.all([
+      get<Schema<'LoginSessions'>>('/api/auth/sessions'),
+      get<Schema<'WhoAmI'>>('/api/auth/me'),
+    ]);
+    ctx.main.replaceChildren(
+      h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
+      user.role === 'tenant' ? planSummary(ctx.me) : '',
+      password,
+      secondFactor(ctx, me.second_factor),
+      sessionsOf(ctx, items),
+    );
+  }, []);
+}
+
+/** Where the user is signed in, each session ended on its own, or all but this one. */
+function sessionsOf(ctx: PageCtx, open: Schema<'LoginSessions'>['items']): HTMLElement {
+  return h(
     'section',
     { 'aria-label': 'Your sessions' },
     h('h2', {}, 'Your sessions'),
+    h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        {},
+        h('caption', {}, 'Where you are signed in'),
+        h(
+          'tr',
+          {},
+          ['Signed in', 'Last used', 'From', 'With', 'How', ''].map((heading) => h('th', { scope: 'col' }, heading)),
+        ),
+        open.map((one) =>
+          h(
+            'tr',
+            {},
+            h('td', {}, when(one.created_at)),
+            h('td', {}, one.last_used_at ? when(one.last_used_at) : '—'),
+            h('td', {}, one.ip ?? '—'),
+            h('td', {}, one.user_agent ?? '—'),
+            h('td', {}, one.signed_in_with ?? '—'),
+            h(
+              'td',
+              { class: 'actions' },
+              one.current
+                ? 'this one'
+                : button('End', () => ctx.act('Session ended', () => api('DELETE', `/api/auth/sessions/${one.id}`))),
+            ),
+          ),
+        ),
+      ),
+    ),
     h('p', {}, 'Signed in elsewhere and should not be? End every session of yours but this one.'),
     button('Sign out everywhere else', () =>
       ctx.act('Signed out everywhere else', () => api('POST', '/api/auth/logout-others')),
     ),
   );
-  ctx.main.append(
-    h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
-    user.role === 'tenant' ? planSummary(ctx.me) : '',
-    password,
-    secondFactor(ctx),
-    sessions,
-  );
 }
 
 /** The second factor: set up (the secret, then a code of it), its recovery codes shown once, or turned off. */
-function secondFactor(ctx: PageCtx): HTMLElement {
+function secondFactor(ctx: PageCtx, state: Schema<'WhoAmI'>['second_factor']): HTMLElement {
   const section = h('section', { 'aria-label': 'Second factor' }, h('h2', {}, 'Second factor'));
-  const { totp, recovery_codes_left } = ctx.me.second_factor;
+  const { totp, recovery_codes_left } = state;
   if (totp === 'on') {
     const password = input('password', { type: 'password', autocomplete: 'current-password', required: true });
     section.append(
@@ -114,4 +157,8 @@ function secondFactor(ctx: PageCtx): HTMLElement {
     );
     code.focus();
   }
+}
+
+function when(at: string): string {
+  return new Date(at).toLocaleString();
 }

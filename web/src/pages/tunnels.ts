@@ -39,7 +39,7 @@ function exitsTable(t: Tunnel, nodeName: (id: number) => string, paths: Map<numb
   const ms = (value: number | null) => (value === null ? '—' : `${value.toFixed(1)} ms`);
   return h(
     'div',
-    {},
+    { class: 'scroll' },
     h(
       'table',
       {},
