@@ -180,6 +180,10 @@ describe('tunnels of several exits', { concurrency: 2 }, () => {
       const { m, tunnel, exitIds, links, listenPort } = await exitsFleet(t, [0, 0], 'failover');
       const [first, second] = exitIds as [number, number];
       await until('the choice on the first exit', async () => (await chosen(m, tunnel.id)) === first);
+      // Both sessions up and measured first: the second is there to move to when the first goes.
+      await until('both exits scored', async () =>
+        (await tunnelOf(m, tunnel.id)).exits.every((exit: { score_ms: number | null }) => exit.score_ms !== null),
+      );
       links[0]!.cut();
       await until('the choice on the second exit', async () => (await chosen(m, tunnel.id)) === second);
       assert.equal(await echoed(listenPort, 'via the second'), 'via the second');
