@@ -18,31 +18,22 @@ const sessionProperties = {
   },
 };
 
-const loginSessions = record('LoginSessions', {
-  items: {
-    type: 'array',
-    description: `Newest first, at most ${MAX_LISTED_SESSIONS}.`,
+/** A list of sessions as `name`, each with `more` beside what every session shows. */
+function sessionList(name: string, more: Record<string, object> = {}) {
+  const properties = { ...sessionProperties, ...more };
+  return record(name, {
     items: {
-      type: 'object',
-      required: [...Object.keys(sessionProperties), 'current'],
-      properties: { ...sessionProperties, current: { type: 'boolean', description: 'The session calling.' } },
-      additionalProperties: false,
+      type: 'array',
+      description: `Newest first, at most ${MAX_LISTED_SESSIONS}.`,
+      items: { type: 'object', required: Object.keys(properties), properties, additionalProperties: false },
     },
-  },
-});
+  });
+}
 
-const userLoginSessions = record('UserLoginSessions', {
-  items: {
-    type: 'array',
-    description: `Newest first, at most ${MAX_LISTED_SESSIONS}.`,
-    items: {
-      type: 'object',
-      required: Object.keys(sessionProperties),
-      properties: sessionProperties,
-      additionalProperties: false,
-    },
-  },
+const loginSessions = sessionList('LoginSessions', {
+  current: { type: 'boolean', description: 'The session calling.' },
 });
+const userLoginSessions = sessionList('UserLoginSessions');
 
 const sessionsEnded = record('UserSessionsEnded', {
   sessions_ended: { type: 'integer', description: 'How many of their login sessions ended.' },
