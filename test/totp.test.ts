@@ -109,6 +109,15 @@ test(
     assert.equal((await call(m.url, 'DELETE', `/api/users/${user.body.id}/totp`, { token: m.admin })).status, 204);
     assert.equal((await call(m.url, 'DELETE', `/api/users/${user.body.id}/totp`, { token: m.admin })).status, 404);
     assert.equal((await login(m.url, 'ops', 'ops-password-1')).length > 0, true);
+    // Guessing the password to turn it off is throttled as logins are: a stolen session gains no faster guesses.
+    const guesses = [];
+    for (let i = 0; i < 7; i++)
+      guesses.push(
+        (await call(m.url, 'POST', '/api/auth/totp/disable', { token: theirs, body: { password: `guess-${i}` } }))
+          .status,
+      );
+    assert.deepEqual(guesses.slice(0, 5), [422, 422, 422, 422, 422]);
+    assert.equal(guesses.at(-1), 429, JSON.stringify(guesses));
   },
 );
 

@@ -80,15 +80,18 @@ export const secondFactorOperations = operations({
     tenants: true,
     action: 'auth.totp_disable',
     summary: "Turn the caller's second factor off",
-    description: 'Needs the password (422 when wrong): a stolen session alone cannot. 404 without one.',
+    description:
+      'Needs the password (422 when wrong, counted as a failed login and throttled as one, 429): a stolen session ' +
+      'alone cannot. 404 without one.',
     body: disableInput,
     responses: {
       204: { description: 'Off' },
       404: { description: 'None is on' },
       422: { description: 'Not the password' },
+      429: { description: "Too many wrong passwords, or the caller's write budget is spent (rate_limited)." },
     },
     handler: async (ctx: Ctx<Infer<typeof disableInput>, {}>) => {
-      await removeOwnTotp(ctx.app, ctx, ctx.caller, ctx.body.password);
+      await removeOwnTotp(ctx.app, ctx, ctx.caller, ctx.ip, ctx.body.password);
       return noContent();
     },
   }),

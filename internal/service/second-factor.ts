@@ -76,14 +76,32 @@ export async function confirmTotp(
   return codes;
 }
 
-/** Turns the caller's second factor off with their password: a stolen session alone cannot. */
-export async function removeOwnTotp(app: SessionDeps, requester: Requester, own: Own, password: string): Promise<void> {
+/**
+ * Turns the caller's second factor off with their password: a stolen session alone cannot, nor guess it faster than
+ * a login may (wrong ones count as the user's failed logins, and are throttled as they are).
+ */
+export async function removeOwnTotp(
+  app: SessionDeps,
+  requester: Requester,
+  own: Own,
+  ip: string,
+  password: string,
+): Promise<void> {
   const user = app.store.users.findWithHash(own.username);
   if (!user) throw new DomainError('unauthorized', 'the user of this token no longer exists');
-  if (!(await verifyPassword(password, user.password_hash))) {
+  const attempt = beginAttempt(app, user.username, ip, 'wrong passwords');
+  let matches: boolean;
+  try {
+    matches = await verifyPassword(password, user.password_hash);
+  } catch (error) {
+    attempt.abandoned();
+    throw error;
+  }
+  if (!matches) {
     await transact(app, requester, (change) => change.failed({ resource: 'user', resource_id: user.id }));
     throw validationFailed([{ pointer: '#/password', detail: 'is not the password of this user' }]);
   }
+  attempt.succeeded();
   await transact(app, requester, (change) => removeTotp(app, change, user.id));
 }
 
