@@ -235,7 +235,7 @@ export async function call(base: string, method: string, path: string, options: 
   const cert = trusted.get(base);
   const response = cert
     ? await httpsCall(base + path, cert, method, headers, body)
-    : await fetch(base + path, { method, headers, body }).then(async (r) => ({
+    : await fetch(base + path, { method, headers, body, redirect: 'manual' }).then(async (r) => ({
         status: r.status,
         headers: r.headers,
         text: await r.text(),

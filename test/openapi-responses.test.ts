@@ -15,7 +15,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateLicenseKeys } from '../internal/license/license.ts';
 import { signBundle } from '../internal/release/signature.ts';
-import { until } from './net.ts';
+import { freePort, until } from './net.ts';
+import { CLIENT_ID, CLIENT_SECRET, signInHeadless, signingKey, startProvider } from './oidc-provider.ts';
 import { openEvents, parseFrames } from './sse.ts';
 
 /** Headers of the transport, not of the API: HTTP itself describes them. */
@@ -104,6 +105,32 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/metrics', '/api/metrics');
   await hit('GET /api/license', '/api/license');
   await hit('GET /api/settings', '/api/settings');
+  // Sign-in by a provider: off (409), the provider down (502), then a real one (302s, and a session taken).
+  await hit('GET /api/auth/methods', '/api/auth/methods');
+  await hit('GET /api/auth/oidc/login', '/api/auth/oidc/login');
+  await hit('GET /api/auth/oidc/callback', '/api/auth/oidc/callback?state=x&code=y');
+  await hit('GET /api/auth/oidc/callback', `/api/auth/oidc/callback?state=${'x'.repeat(300)}`);
+  const publicUrl = new URL(m.url).origin;
+  const provider = await startProvider(t, `${publicUrl}/api/auth/oidc/callback`, [signingKey('k')], {
+    alice: { email: 'alice@example.com', groups: ['ops'] },
+  });
+  const oidc = { public_url: publicUrl, oidc_client_id: CLIENT_ID, oidc_client_secret: CLIENT_SECRET };
+  const closed = `http://127.0.0.1:${await freePort()}`;
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { ...oidc, oidc_issuer: closed } });
+  await hit('GET /api/auth/oidc/login', '/api/auth/oidc/login');
+  await call(m.url, 'PATCH', '/api/settings', {
+    token: m.admin,
+    body: {
+      oidc_issuer: provider.issuer,
+      oidc_scopes: 'openid groups',
+      oidc_provisioning: [{ group: 'ops', role: 'operator' }],
+    },
+  });
+  await hit('GET /api/auth/oidc/login', '/api/auth/oidc/login');
+  await hit('GET /api/auth/oidc/callback', '/api/auth/oidc/callback?state=x&code=y');
+  const handedOff = new URLSearchParams((await signInHeadless(m.url, 'alice')).hash.slice(1)).get('oidc');
+  await hit('POST /api/auth/oidc/session', '/api/auth/oidc/session', { body: { code: handedOff } });
+  await hit('POST /api/auth/oidc/session', '/api/auth/oidc/session', { body: { code: handedOff } });
   // Local targets allowed: the alert channel below is to a closed port on loopback, so its test fails at once.
   const settings = await hit('PATCH /api/settings', '/api/settings', {
     body: { sync_wait_seconds: 0, allow_local_rule_targets: 1, allow_local_channel_targets: 1 },

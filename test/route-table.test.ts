@@ -22,7 +22,15 @@ import {
   type Running,
 } from './helpers.ts';
 
-const PUBLIC_ROUTES = ['POST /api/auth/login', 'GET /api/health', 'GET /api/openapi.json'];
+const PUBLIC_ROUTES = [
+  'POST /api/auth/login',
+  'GET /api/auth/methods',
+  'GET /api/auth/oidc/login',
+  'GET /api/auth/oidc/callback',
+  'POST /api/auth/oidc/session',
+  'GET /api/health',
+  'GET /api/openapi.json',
+];
 
 /** The newest `limit` audit entries, unfiltered. */
 function newestAudit(m: Running, limit: number) {
@@ -173,6 +181,16 @@ function anotherValue(key: SettingKey): unknown {
     tls_next_pin: `sha256/${'A'.repeat(43)}=`,
     replication_mode: 'sync',
     standby_masters: 'https://127.0.0.1:1',
+    public_url: 'https://console.example.com',
+    oidc_issuer: 'https://idp.example.com',
+    oidc_client_id: 'another-client',
+    oidc_client_secret: 'another-secret',
+    oidc_scopes: 'openid email',
+    oidc_username_claim: 'email',
+    oidc_groups_claim: 'roles',
+    oidc_provisioning: [{ group: 'ops', role: 'operator' }],
+    oidc_name: 'Another',
+    password_login: 'operators',
   }[key as string];
 }
 

@@ -37,6 +37,7 @@ import { tickRules } from '../../internal/service/rules.ts';
 import { tickAccounts } from '../../internal/service/standing.ts';
 import { evaluateAlerts } from '../../internal/service/alerting.ts';
 import { advanceRollouts } from '../../internal/service/rollouts.ts';
+import { checkProviderSessions } from '../../internal/service/provider-sign-in.ts';
 import { refusedWritesWatch } from '../../internal/service/refused-alerts.ts';
 import { licenseWatch } from '../../internal/service/license.ts';
 import { hashPassword } from '../../internal/auth/secrets.ts';
@@ -300,7 +301,7 @@ export async function start(
             issueTunnelKeys(id, (key) => box.seal(key)),
           );
       });
-    const settings = new Settings(store);
+    const settings = new Settings(store, box);
     const lifecycle: Lifecycle = { starting: true, draining: false };
     if (!standby) recordRestart(store, clock.timestamp());
     await store.committed();
@@ -503,6 +504,7 @@ export async function start(
               .catch(failed('evaluating the alert rules failed')),
             refusedTick().catch(failed('alerting on refused writes failed')),
             advanceRollouts(app).catch(failed('the rollout failed a turn')),
+            checkProviderSessions(app).catch(failed('asking the identity provider about its sessions failed')),
           ]);
         };
         ruleClock = setInterval(() => void clockTurn(), 1000).unref();

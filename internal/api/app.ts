@@ -3,6 +3,8 @@
 import { WriteBudget } from '../auth/budget.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import { StandbySessions } from '../auth/standby-sessions.ts';
+import { ProviderSignIns } from '../oidc/sign-ins.ts';
+import type { HandedOff } from '../service/provider-sign-in.ts';
 import { Callers } from './callers.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Actor } from '../store/audit.ts';
@@ -80,6 +82,8 @@ export class App {
   private readonly callers: Callers;
   /** A standby's own login sessions (its copy takes no write); none on a primary. */
   readonly standbySessions = new StandbySessions();
+  /** Sign-ins by the identity provider in flight, and the provider (see oidc/sign-ins.ts). */
+  readonly providerSignIns: ProviderSignIns<HandedOff>;
 
   readonly store: Store;
   readonly log: Logger;
@@ -151,6 +155,7 @@ export class App {
     this.startedAt = this.clock.now();
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
+    this.providerSignIns = new ProviderSignIns(this.clock.now);
     this.callers = new Callers({
       store: this.store,
       sessions: this.standbySessions,

@@ -45,7 +45,7 @@ const userSummary = {
   additionalProperties: false,
 };
 
-const loginResult = record('LoginResult', {
+export const loginResult = record('LoginResult', {
   token: secret({ type: 'string', description: 'The session bearer token (prefix mss_); shown only here.' }),
   expires_at: timestamp,
   user: userSummary,
@@ -106,7 +106,7 @@ function secondFactorOf(factor: TotpFactor | undefined) {
   return { totp: 'on', recovery_codes_left: factor.recovery_left };
 }
 
-function summaryOf({ id, username, role, plan_id, scopes, expires_at }: User) {
+export function summaryOf({ id, username, role, plan_id, scopes, expires_at }: User) {
   return { id, username, role, plan_id, scopes, expires_at };
 }
 

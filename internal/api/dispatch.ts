@@ -133,7 +133,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     exchange.route = routed.route;
     authenticate(routed.route, exchange);
     authorise(routed, exchange);
-    const query = parseQuery(routed.route.query ?? {}, routed.url.searchParams);
+    const query = parseQuery(routed.route.query ?? {}, routed.url.searchParams, routed.route.othersIgnored);
     const raw =
       routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(exchange.req, routed.route.maxBodyBytes);
     const idempotency = idempotencyOf(routed.route, exchange, raw);

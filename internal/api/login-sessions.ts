@@ -14,7 +14,9 @@ const sessionProperties = {
   user_agent: { type: ['string', 'null'], description: 'What signed in (its User-Agent, printable, 200 at most).' },
   signed_in_with: {
     type: ['string', 'null'],
-    description: 'password, password+totp or password+recovery_code; null for one opened before this was kept.',
+    description:
+      'password, password+totp, password+recovery_code, or oidc (by the identity provider); null for one opened ' +
+      'before this was kept.',
   },
 };
 

@@ -103,6 +103,8 @@ export interface OperationSpec<B, Q extends QuerySpec> {
   summary: string;
   description?: string;
   query?: Q;
+  /** Query parameters `query` does not name are ignored, not refused: what another party adds (a provider's). */
+  othersIgnored?: boolean;
   body?: Schema<B>;
   /**
    * The handler decodes `rawBody` against `body` itself (`decodeBody`), where it chooses: an

@@ -8,6 +8,7 @@ import { silenceOperations as silences } from './silences.ts';
 import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
+import { providerSignInOperations as provider } from './oidc.ts';
 import { secondFactorOperations as factor } from './second-factor.ts';
 import { loginSessionOperations as sessions } from './login-sessions.ts';
 import { batchOperations as batch } from './batch.ts';
@@ -58,6 +59,10 @@ const openapi = operation({
 // prettier-ignore
 export const routes: readonly Route[] = [
   route('POST',   '/api/auth/login',              'public',          auth.logIn),
+  route('GET',    '/api/auth/methods',            'public',          provider.listSignInMethods),
+  route('GET',    '/api/auth/oidc/login',         'public',          provider.beginProviderSignIn),
+  route('GET',    '/api/auth/oidc/callback',      'public',          provider.finishProviderSignIn),
+  route('POST',   '/api/auth/oidc/session',       'public',          provider.takeProviderSession),
   route('GET',    '/api/auth/me',                 'authenticated',   auth.getMe),
   route('POST',   '/api/auth/logout',             'authenticated',   auth.logOut),
   route('POST',   '/api/auth/password',           'session',         auth.changePassword),

@@ -14,13 +14,9 @@ import { nullableTimestamp, pageSchema, paging, record, scopeList, sortParam, ti
 import { created, type Ctx, idParam, noContent, ok, okJson, operation, operations } from './route.ts';
 import { createUser, removeUser, updateUser } from '../service/users.ts';
 import { userSorts } from '../domain/sorts.ts';
+import { USERNAME, USERNAME_HINT, USERNAME_MAX } from '../domain/users.ts';
 
-const username = string({
-  min: 1,
-  max: 64,
-  pattern: /^[A-Za-z0-9][A-Za-z0-9._@-]*$/,
-  patternHint: 'must start with a letter or digit and contain only letters, digits and . _ @ -',
-});
+const username = string({ min: 1, max: USERNAME_MAX, pattern: USERNAME, patternHint: USERNAME_HINT });
 const password = string({ min: MIN_PASSWORD, max: 1024, secret: true, description: 'Write-only; never returned.' });
 
 const role = optional(

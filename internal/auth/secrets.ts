@@ -48,6 +48,9 @@ export function hashSecret(secret: string): Buffer {
 /** Shortest password a user may set. */
 export const MIN_PASSWORD = 10;
 
+/** What a user who signs in only by the provider (or a passkey) has for a password hash: none verifies. */
+export const NO_PASSWORD = 'none';
+
 // N=2^15, r=8: 32 MiB and tens of milliseconds per hash. The parameters are stored with
 // each hash so they can be raised later without breaking existing passwords.
 const SCRYPT = { N: 32768, r: 8, p: 1, keylen: 32 };

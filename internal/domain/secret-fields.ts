@@ -8,6 +8,7 @@ export const SECRET_FIELDS: ReadonlySet<string> = new Set([
   'bot_token',
   'current_password',
   'new_password',
+  'oidc_client_secret',
   'otpauth_uri',
   'password',
   'recovery_codes',

@@ -109,14 +109,18 @@ export function listParam(options: { values: readonly string[]; description?: st
 export type QuerySpec = Record<string, Schema<unknown>>;
 export type QueryOf<Q extends QuerySpec> = { [K in keyof Q]?: Q[K] extends Schema<infer T> ? T : never };
 
-/** Parses `search` against `spec`. Throws `invalid_query` listing every bad parameter. */
-export function parseQuery<Q extends QuerySpec>(spec: Q, search: URLSearchParams): QueryOf<Q> {
+/**
+ * Parses `search` against `spec` (a parameter it does not name is an error, unless `othersIgnored`). Throws
+ * `invalid_query` listing every bad parameter.
+ */
+export function parseQuery<Q extends QuerySpec>(spec: Q, search: URLSearchParams, othersIgnored = false): QueryOf<Q> {
   const errors: FieldError[] = [];
   const out: Record<string, unknown> = {};
   const seen = new Set<string>();
   for (const [name, raw] of search) {
     const pointer = `?${name}`;
     if (!Object.hasOwn(spec, name)) {
+      if (othersIgnored) continue;
       errors.push({ pointer, detail: 'is not a known query parameter' });
     } else if (seen.has(name)) {
       errors.push({ pointer, detail: 'is given more than once' });

@@ -1,7 +1,7 @@
 // Login sessions' operations: open one with a password, change one's own password, end one's other sessions, close
 // one. Failed passwords are throttled per user and per address, and audited as failed.
 
-import { decoyHash, hashPassword, hashSecret, newSecret, verifyPassword } from '../auth/secrets.ts';
+import { decoyHash, hashPassword, hashSecret, newSecret, NO_PASSWORD, verifyPassword } from '../auth/secrets.ts';
 import type { StandbySessions } from '../auth/standby-sessions.ts';
 import type { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
@@ -68,11 +68,16 @@ export async function openSession(
   ip: string,
   userAgent: string | null = null,
 ): Promise<{ secret: string; expiresAt: string; user: User }> {
+  const allowed = app.settings.get('password_login');
+  if (allowed === 'nobody')
+    throw new DomainError('unauthorized', 'signing in with a password is off (password_login): sign in another way');
   const attempt = beginAttempt(app, credentials.username, ip, 'failed logins');
   const user = app.store.users.findWithHash(credentials.username);
+  const hash = user && user.password_hash !== NO_PASSWORD ? user.password_hash : await decoyHash();
   let matches: boolean;
   try {
-    matches = await verifyPassword(credentials.password, user?.password_hash ?? (await decoyHash()));
+    // A user without a password (who signs in by the provider) pays for a hash too: timing tells nothing.
+    matches = (await verifyPassword(credentials.password, hash)) && user?.password_hash !== NO_PASSWORD;
   } catch (error) {
     attempt.abandoned();
     throw error;
@@ -88,6 +93,13 @@ export async function openSession(
     throw new DomainError('unauthorized', why);
   };
   if (!user || !matches || user.disabled) return failed('wrong username or password, or the user is disabled');
+  if (allowed === 'operators' && !user.scopes.includes('*')) {
+    attempt.succeeded();
+    throw new DomainError(
+      'unauthorized',
+      'signing in with a password is for holders of * only (password_login): sign in by the provider or a passkey',
+    );
+  }
   if (user.expires_at !== null && Date.parse(user.expires_at) <= app.now()) {
     attempt.succeeded();
     // The password was right: saying why cannot help a guesser, and tells the tenant whom to ask.
@@ -120,29 +132,62 @@ export async function openSession(
     const { secret } = app.standbySessions.open(user.id, user.password_hash, app.now() + lifeMs);
     return { secret, expiresAt, user: shown };
   }
+  const { secret } = await issueSession(app, requester, user, {
+    scopes: enrolOnly ? [] : user.scopes,
+    expiresAt,
+    ip,
+    userAgent,
+    signedInWith: second === 'none' ? 'password' : `password+${second}`,
+  });
+  return { secret, expiresAt, user: shown };
+}
+
+/**
+ * Writes a login session of `user` (the one signing in, as the audit says) and its description: its secret, which
+ * nothing keeps, and its id. `also` runs inside the same write (what else the session's sign-in keeps).
+ */
+export async function issueSession(
+  app: SessionDeps,
+  requester: Requester,
+  user: User,
+  session: {
+    scopes: User['scopes'];
+    expiresAt: string;
+    ip: string;
+    userAgent: string | null;
+    signedInWith: string;
+  },
+  also?: (tokenId: number) => void,
+): Promise<{ secret: string; tokenId: number }> {
   const secret = newSecret('session');
   // From here the caller is known: the user who logged in.
   const actor: Actor = { ...requester.actor, actor_type: 'user', actor_id: user.id, actor_name: user.username };
-  await transact(app, actingAs(requester, actor), (change) => {
+  const tokenId = await transact(app, actingAs(requester, actor), (change) => {
     const token = app.store.tokens.insert(
       {
         kind: 'session',
         name: 'login',
         user_id: user.id,
-        scopes: enrolOnly ? [] : user.scopes,
+        scopes: session.scopes,
         secret_hash: hashSecret(secret),
-        expires_at: expiresAt,
+        expires_at: session.expiresAt,
       },
       app.timestamp(),
     );
     app.store.tokens.describeSession(token.id, {
-      ip: ip || null,
-      user_agent: userAgent === null ? null : sanitizeAgent(userAgent),
-      signed_in_with: second === 'none' ? 'password' : `password+${second}`,
+      ip: session.ip || null,
+      user_agent: session.userAgent === null ? null : sanitizeAgent(session.userAgent),
+      signed_in_with: session.signedInWith,
     });
-    change.audit({ resource: 'session', resource_id: token.id });
+    also?.(token.id);
+    change.audit({
+      resource: 'session',
+      resource_id: token.id,
+      changes: { after: { signed_in_with: session.signedInWith } },
+    });
+    return token.id;
   });
-  return { secret, expiresAt, user: shown };
+  return { secret, tokenId };
 }
 
 /**

@@ -19,13 +19,13 @@ export async function patchSettings(
   try {
     await transact(app, requester, (change) => {
       checkIfMatchTag(ifMatch, app.settings.etag());
-      const changes = app.settings.apply(patch);
-      const guarded = guardedKeys.filter((key) => key in changes.after);
+      const { changed, ...changes } = app.settings.apply(patch);
+      const guarded = guardedKeys.filter((key) => changed.includes(key));
       if (guarded.length > 0 && !grants(requester.caller.scopes, '*'))
         throw missingScope('*', `changing ${guarded.join(', ')}`);
-      if (agentKeys.some((key) => key in changes.after))
+      if (agentKeys.some((key) => changed.includes(key)))
         app.store.db.afterCommit(() => app.sync.configChangedEverywhere());
-      if (Object.keys(changes.after).length > 0) change.audit({ resource: 'settings', resource_id: null, changes });
+      if (changed.length > 0) change.audit({ resource: 'settings', resource_id: null, changes });
       // In effect from the commit on (agents get them then); a failed commit reloads them again.
       app.settings.reload();
     });

@@ -3,14 +3,14 @@
 // ends its sessions.
 
 import { grantsAll, tenantScopes, type Scope } from '../auth/scopes.ts';
-import { hashPassword } from '../auth/secrets.ts';
+import { hashPassword, NO_PASSWORD } from '../auth/secrets.ts';
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
 import type { FieldError } from '../schema/schema.ts';
 import type { Role } from '../auth/principal.ts';
 import type { User } from '../store/users.ts';
 import { holdToStanding } from './standing.ts';
-import { diff, transact, type Committer, type Requester, type WriteDeps } from './write.ts';
+import { diff, transact, type Change, type Committer, type Requester, type WriteDeps } from './write.ts';
 
 /** A user as written: `password` absent on an update keeps the current one. */
 export interface UserInput {
@@ -80,6 +80,18 @@ export async function createUser(
     });
     return app.store.users.find(inserted.id)!;
   });
+}
+
+/**
+ * Inside a write: a user the provider signed in and the operators' oidc_provisioning creates, as it says, without a
+ * password (they sign in by the provider). Throws `validation_failed` for a role or plan that no longer fits.
+ */
+export function provisionUser(app: WriteDeps, change: Change, input: Omit<UserInput, 'password'>): User {
+  checkRole(app, input);
+  const inserted = app.store.users.insert({ ...input, password_hash: NO_PASSWORD }, app.timestamp());
+  holdToStanding(app, change, inserted.id);
+  change.audit({ resource: 'user', resource_id: inserted.id, changes: { after: inserted } });
+  return app.store.users.find(inserted.id)!;
 }
 
 /**

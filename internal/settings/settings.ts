@@ -4,7 +4,23 @@
 import { createHash } from 'node:crypto';
 import { DEFAULT_SWITCHING } from '../domain/tunnels.ts';
 import { masterOrigin, masterUrl } from '../schema/net.ts';
-import { integer, nullable, object, optional, string, type FieldError, type Schema } from '../schema/schema.ts';
+import { roles } from '../auth/principal.ts';
+import { scopes } from '../auth/scopes.ts';
+import type { SecretBox } from '../crypto/box.ts';
+import { providerUrlProblem } from '../oidc/fetch.ts';
+import {
+  array,
+  boolean,
+  integer,
+  nullable,
+  object,
+  oneOf,
+  optional,
+  string,
+  type FieldError,
+  type Infer,
+  type Schema,
+} from '../schema/schema.ts';
 import type { Store } from '../store/store.ts';
 
 interface Definition<T> {
@@ -12,6 +28,8 @@ interface Definition<T> {
   default: T;
   /** Changing it needs `*`: it redirects installs or weakens a protection. */
   guarded: boolean;
+  /** A secret: kept sealed, written but never shown (GET says whether one is set, as `<key>_set`). */
+  sealed?: boolean;
 }
 
 const GUARDED = ' Changing it needs the scope *.';
@@ -30,6 +48,35 @@ function text(fallback: string, schema: Schema<string>): Definition<string> {
     default: fallback,
     guarded: true,
   };
+}
+
+function choice<const V extends string>(fallback: V, values: readonly V[], description: string): Definition<V> {
+  return { schema: oneOf(values, { description: description + GUARDED }), default: fallback, guarded: true };
+}
+
+/** Who signs in by the provider and is not a user yet is created as the first entry whose group they are in says. */
+const provisioningEntry = object(
+  {
+    group: string({
+      min: 1,
+      max: 200,
+      description: 'A value of the groups claim (oidc_groups_claim), or * for anyone the provider signs in.',
+    }),
+    role: oneOf(roles, { description: "The new user's role." }),
+    plan_id: optional(nullable(integer({ min: 1, max: 2 ** 53 - 1, description: "A tenant's plan." })), null),
+    scopes: optional(array(oneOf(scopes), { max: scopes.length, unique: true, description: 'Their scopes.' }), []),
+  },
+  { name: 'OidcProvisioning' },
+);
+export type ProvisioningEntry = Infer<typeof provisioningEntry>;
+
+/** Why `value` may not be oidc_issuer, or null. */
+function issuerProblem(value: string): string | null {
+  if (value === '') return null;
+  const problem = providerUrlProblem(value);
+  if (problem) return problem;
+  const url = new URL(value);
+  return url.search || url.hash ? 'must have no query or fragment' : null;
 }
 
 /**
@@ -327,12 +374,130 @@ export const definitions = {
         'then refuse until it is set.',
     }),
   ),
-} satisfies Record<string, Definition<number> | Definition<string>>;
+  public_url: text(
+    '',
+    masterUrl({
+      allowEmpty: true,
+      description:
+        'The address people open the console at (http(s)://HOST[:PORT]): where the identity provider sends a ' +
+        "sign-in back to (its redirect URI is this with /api/auth/oidc/callback) and passkeys' origin (their RP id " +
+        'is its host, which must be a name: passkeys are off while it is empty or an IP address).',
+    }),
+  ),
+  oidc_issuer: text(
+    '',
+    string({
+      min: 0,
+      max: 300,
+      refine: issuerProblem,
+      description:
+        "The organisation's OpenID provider, as its ID tokens name it (iss; its discovery document is read from " +
+        '/.well-known/openid-configuration under it); https, or http on loopback. Empty: sign-in by a provider is off.',
+    }),
+  ),
+  oidc_client_id: text(
+    '',
+    string({
+      min: 0,
+      max: 200,
+      pattern: /^[\x21-\x7e]*$/,
+      patternHint: 'must be visible ASCII',
+      description: 'The client id the provider knows the master by.',
+    }),
+  ),
+  oidc_client_secret: {
+    schema: string({
+      min: 0,
+      max: 1024,
+      secret: true,
+      description:
+        "The client's secret at the provider: kept sealed, never shown (GET answers oidc_client_secret_set); empty: " +
+        'none (a public client, PKCE alone).' +
+        GUARDED,
+    }),
+    default: '',
+    guarded: true,
+    sealed: true,
+  },
+  oidc_scopes: text(
+    'openid email profile',
+    string({
+      min: 6,
+      max: 300,
+      pattern: /^[\x21\x23-\x5b\x5d-\x7e]+( [\x21\x23-\x5b\x5d-\x7e]+)*$/,
+      patternHint: 'must be scope names separated by single spaces',
+      refine: (value) => (value.split(' ').includes('openid') ? null : 'must include openid'),
+      description:
+        'The scopes asked of the provider, openid among them; with offline_access the provider gives a refresh ' +
+        'token, which is how the master asks it again, every oidc_check_seconds, whether the user may still sign in.',
+    }),
+  ),
+  oidc_username_claim: choice(
+    'sub',
+    ['sub', 'email'],
+    "The claim whose value is the user's username: sub (the provider's id of them), or email (taken only with " +
+      'email_verified true).',
+  ),
+  oidc_groups_claim: text(
+    'groups',
+    string({
+      min: 1,
+      max: 100,
+      pattern: /^[A-Za-z0-9_:./-]+$/,
+      patternHint: 'must be letters, digits and _ : . / -',
+      description: 'The claim listing the groups a user is in (an array of strings), read by oidc_provisioning.',
+    }),
+  ),
+  oidc_provisioning: {
+    schema: array(provisioningEntry, {
+      max: 50,
+      description:
+        'Who signs in by the provider without being a user yet, and as what: the first entry whose group is in ' +
+        'their groups claim (or is *) creates them with its role, plan and scopes; none matching, or an empty list, ' +
+        'refuses them. A user, once created, is changed only by operators.' +
+        GUARDED,
+    }),
+    default: [] as ProvisioningEntry[],
+    guarded: true,
+  },
+  oidc_name: text(
+    'your organisation',
+    string({
+      min: 1,
+      max: 60,
+      pattern: /^[^\x00-\x1f\x7f]+$/,
+      patternHint: 'must be printable',
+      description: 'What the console\'s button calls the provider: "Sign in with <this>".',
+    }),
+  ),
+  oidc_check_seconds: setting(
+    15,
+    3600,
+    60,
+    'How often the master asks the provider, with its refresh token, whether a session it opened may go on: one ' +
+      'it refuses ends at once, one it cannot answer for 15 minutes ends too. A session the provider gave no ' +
+      'refresh token for ends when its access token does.',
+    true,
+  ),
+  password_login: choice(
+    'everyone',
+    ['everyone', 'operators', 'nobody'],
+    'Who may sign in with a password: everyone; operators, only holders of * (a way in while the provider is down: ' +
+      'everyone else signs in by the provider or a passkey); nobody.',
+  ),
+} satisfies Record<string, Definition<number> | Definition<string> | Definition<ProvisioningEntry[]>>;
 
 export type SettingKey = keyof typeof definitions;
 export type SettingValues = { [K in SettingKey]: (typeof definitions)[K]['default'] };
 
 export const settingKeys = Object.keys(definitions) as SettingKey[];
+
+/** The settings kept sealed and never shown. */
+const sealedKeys = settingKeys.filter((key) => (definitions[key] as Definition<unknown>).sealed);
+type SealedKey = 'oidc_client_secret';
+
+/** What GET shows: every setting but a secret, which shows only whether one is set. */
+export type ShownSettings = Omit<SettingValues, SealedKey> & { [K in `${SealedKey}_set`]: boolean };
 
 /** The settings agents receive with their config, so a change is pushed to every connected agent. */
 export const agentKeys: readonly SettingKey[] = [
@@ -358,11 +523,15 @@ export function defaults(): SettingValues {
   return Object.fromEntries(settingKeys.map((key) => [key, definitions[key].default])) as SettingValues;
 }
 
-/** The response schema: every key, required. */
+/** The response schema: every key, required; a secret as whether it is set. */
 export const settingsSchema = object(
-  Object.fromEntries(settingKeys.map((key) => [key, definitions[key].schema])) as {
-    [K in SettingKey]: Schema<SettingValues[K]>;
-  },
+  Object.fromEntries(
+    settingKeys.map((key) =>
+      sealedKeys.includes(key)
+        ? [`${key}_set`, boolean({ description: `Whether ${key} is set (it is never shown).` })]
+        : [key, definitions[key].schema],
+    ),
+  ) as { [K in keyof ShownSettings]: Schema<ShownSettings[K]> },
   { name: 'Settings', description: 'Every setting with its current value.' },
 );
 
@@ -380,63 +549,110 @@ export const settingsPatchSchema = object(
   },
 );
 
-/** Current settings, cached in memory; the store holds only keys that differ from defaults. */
+/** `values` as GET shows them: a secret only as whether it is set. */
+export function shownOf(values: SettingValues): ShownSettings {
+  const shown: Record<string, unknown> = { ...values };
+  for (const key of sealedKeys) {
+    delete shown[key];
+    shown[`${key}_set`] = values[key] !== '';
+  }
+  return shown as ShownSettings;
+}
+
+function same(a: unknown, b: unknown): boolean {
+  return a === b || (typeof a === 'object' && JSON.stringify(a) === JSON.stringify(b));
+}
+
+/**
+ * Current settings, cached in memory; the store holds only keys that differ from defaults, a secret sealed (its
+ * value in memory is the plain one, for the master's own use).
+ */
 export class Settings {
   private current: SettingValues;
+  private shown: ShownSettings;
 
-  constructor(private readonly store: Store) {
+  constructor(
+    private readonly store: Store,
+    private readonly box: SecretBox,
+  ) {
     this.current = this.load();
+    this.shown = this.showing();
   }
 
-  get values(): Readonly<SettingValues> {
-    return this.current;
+  /** What GET shows: no secret. */
+  get values(): Readonly<ShownSettings> {
+    return this.shown;
   }
 
   get<K extends SettingKey>(key: K): SettingValues[K] {
     return this.current[key];
   }
 
-  /** A content hash: equal settings have equal ETags, any change gives a new one. */
+  /** A content hash: equal settings have equal ETags, any change gives a new one (a secret's too). */
   etag(): string {
     const digest = createHash('sha256').update(JSON.stringify(this.current)).digest('base64url').slice(0, 16);
     return `"${digest}"`;
   }
 
-  /** Applies a validated merge patch; the caller runs it inside a write with its audit entry. */
+  /**
+   * Applies a validated merge patch; the caller runs it inside a write with its audit entry. A secret's change is
+   * told as whether it is set, never as its value.
+   */
   apply(patch: { [K in SettingKey]?: SettingValues[K] | null }): {
-    before: Partial<SettingValues>;
-    after: Partial<SettingValues>;
+    changed: SettingKey[];
+    before: Record<string, unknown>;
+    after: Record<string, unknown>;
   } {
-    const before: Partial<SettingValues> = {};
-    const after: Partial<SettingValues> = {};
+    const changed: SettingKey[] = [];
+    const before: Record<string, unknown> = {};
+    const after: Record<string, unknown> = {};
     for (const key of settingKeys) {
       const value = patch[key];
       if (value === undefined) continue;
       const next = value === null ? definitions[key].default : value;
-      if (next === this.current[key]) continue;
-      Object.assign(before, { [key]: this.current[key] });
-      Object.assign(after, { [key]: next });
-      if (value === null || next === definitions[key].default) this.store.settings.remove(key);
-      else this.store.settings.put(key, next);
+      if (same(next, this.current[key])) continue;
+      const sealed = sealedKeys.includes(key);
+      changed.push(key);
+      before[sealed ? `${key}_set` : key] = sealed ? this.current[key] !== '' : this.current[key];
+      after[sealed ? `${key}_set` : key] = sealed ? next !== '' : next;
+      if (value === null || same(next, definitions[key].default)) this.store.settings.remove(key);
+      else this.store.settings.put(key, sealed ? Buffer.from(this.box.seal(next as string)).toString('base64') : next);
     }
-    return { before, after };
+    return { changed, before, after };
   }
 
   /** Re-reads the store; call after a write commits (or rolls back). */
   reload(): void {
     this.current = this.load();
+    this.shown = this.showing();
+  }
+
+  private showing(): ShownSettings {
+    return shownOf(this.current);
   }
 
   private load(): SettingValues {
     const stored = this.store.settings.all();
     const values = defaults();
     for (const key of settingKeys) {
+      let raw = stored[key];
+      if (raw !== undefined && sealedKeys.includes(key)) raw = this.unsealed(raw);
       const errors: FieldError[] = [];
-      const value = (definitions[key].schema as Schema<unknown>).check(stored[key], '#', errors);
+      const value = (definitions[key].schema as Schema<unknown>).check(raw, '#', errors);
       // A stored value this version no longer accepts falls back to the default rather than
       // keeping the master from starting.
-      if (stored[key] !== undefined && errors.length === 0) Object.assign(values, { [key]: value });
+      if (raw !== undefined && errors.length === 0) Object.assign(values, { [key]: value });
     }
     return values;
+  }
+
+  /** A sealed secret's plain value; undefined (the default) for one that does not open under this master's key. */
+  private unsealed(raw: unknown): string | undefined {
+    if (typeof raw !== 'string') return undefined;
+    try {
+      return this.box.open(Buffer.from(raw, 'base64'));
+    } catch {
+      return undefined;
+    }
   }
 }

@@ -887,4 +887,25 @@ export const migrations: readonly string[] = [
   ALTER TABLE tokens ADD COLUMN user_agent TEXT;
   ALTER TABLE tokens ADD COLUMN signed_in_with TEXT;
   `,
+  /*
+   * 54: sign-in by the organisation's OpenID provider: which provider subject a user is (linked at their first
+   * sign-in by it, each subject one user), and for each session it opened the refresh token (sealed) the master asks
+   * it again with, and when
+   */ `
+  CREATE TABLE user_identities (
+    user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+    issuer TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (issuer, subject)
+  ) STRICT;
+  CREATE TABLE provider_sessions (
+    token_id INTEGER PRIMARY KEY REFERENCES tokens(id) ON DELETE CASCADE,
+    refresh_token BLOB NOT NULL,
+    checked_at TEXT NOT NULL,
+    next_check_ms INTEGER NOT NULL,
+    unanswered_since TEXT
+  ) STRICT;
+  CREATE INDEX provider_sessions_due ON provider_sessions (next_check_ms);
+  `,
 ];

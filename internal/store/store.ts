@@ -25,6 +25,7 @@ import { UserStore } from './users.ts';
 import { VitalsStore } from './vitals.ts';
 import { TunnelPathStore } from './tunnel-paths.ts';
 import { TotpStore } from './totp.ts';
+import { IdentityStore } from './identities.ts';
 import { Generation } from './page.ts';
 
 export interface StoreOptions {
@@ -58,6 +59,7 @@ export class Store {
   readonly vitals: VitalsStore;
   readonly tunnelPaths: TunnelPathStore;
   readonly totp: TotpStore;
+  readonly identities: IdentityStore;
   readonly channels: ChannelStore;
   readonly alertRules: AlertRuleStore;
   readonly alerts: AlertStore;
@@ -91,6 +93,7 @@ export class Store {
     this.vitals = new VitalsStore(db);
     this.tunnelPaths = new TunnelPathStore(db);
     this.totp = new TotpStore(db);
+    this.identities = new IdentityStore(db);
     this.channels = new ChannelStore(db);
     this.alertRules = new AlertRuleStore(db);
     this.alerts = new AlertStore(db);

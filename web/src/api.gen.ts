@@ -864,6 +864,35 @@ export interface components {
         tx_bytes_per_second: number | null;
       }[];
     };
+    OidcProvisioning: {
+      group: string;
+      /** @enum {string} */
+      role: 'operator' | 'tenant';
+      /** @default null */
+      plan_id?: number | null;
+      /** @default [] */
+      scopes?: (
+        | 'nodes:read'
+        | 'nodes:write'
+        | 'rules:read'
+        | 'rules:write'
+        | 'tunnels:read'
+        | 'tunnels:write'
+        | 'users:read'
+        | 'users:write'
+        | 'tokens:read'
+        | 'tokens:write'
+        | 'settings:read'
+        | 'settings:write'
+        | 'alerts:read'
+        | 'alerts:write'
+        | 'audit:read'
+        | 'license:read'
+        | 'dashboard:read'
+        | 'replication'
+        | '*'
+      )[];
+    };
     PasswordChange: {
       current_password: string;
       new_password: string;
@@ -1011,6 +1040,9 @@ export interface components {
       /** @enum {string} */
       role: 'primary';
       epoch: number;
+    };
+    ProviderSessionExchange: {
+      code: string;
     };
     RecoveryCodes: {
       recovery_codes: string[];
@@ -1388,6 +1420,19 @@ export interface components {
       replication_mode: string;
       replication_sync_timeout_seconds: number;
       install_master_url: string | '' | unknown;
+      public_url: string | '' | unknown;
+      oidc_issuer: string;
+      oidc_client_id: string;
+      oidc_client_secret_set: boolean;
+      oidc_scopes: string;
+      /** @enum {string} */
+      oidc_username_claim: 'sub' | 'email';
+      oidc_groups_claim: string;
+      oidc_provisioning: components['schemas']['OidcProvisioning'][];
+      oidc_name: string;
+      oidc_check_seconds: number;
+      /** @enum {string} */
+      password_login: 'everyone' | 'operators' | 'nobody';
     };
     SettingsPatch: {
       session_ttl_seconds?: number | null;
@@ -1421,6 +1466,27 @@ export interface components {
       replication_mode?: string | null;
       replication_sync_timeout_seconds?: number | null;
       install_master_url?: ((string | '' | unknown) | null) | '' | unknown;
+      public_url?: ((string | '' | unknown) | null) | '' | unknown;
+      oidc_issuer?: string | null;
+      oidc_client_id?: string | null;
+      oidc_client_secret?: string | null;
+      oidc_scopes?: string | null;
+      /** @enum {string|null} */
+      oidc_username_claim?: 'sub' | 'email' | null;
+      oidc_groups_claim?: string | null;
+      oidc_provisioning?: components['schemas']['OidcProvisioning'][] | null;
+      oidc_name?: string | null;
+      oidc_check_seconds?: number | null;
+      /** @enum {string|null} */
+      password_login?: 'everyone' | 'operators' | 'nobody' | null;
+    };
+    SignInMethods: {
+      /** @enum {string} */
+      password: 'everyone' | 'operators' | 'nobody';
+      provider: {
+        name: string;
+        login_url: string;
+      } | null;
     };
     Silence: {
       id: number;

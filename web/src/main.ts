@@ -131,7 +131,10 @@ function coalesced(load: () => Promise<void>): () => void {
   return schedule;
 }
 
-function signIn(): void {
+type SignInMethods = Schema<'SignInMethods'>;
+
+/** `why`: a sign-in by the provider that failed, said above the form. */
+function signIn(why?: string): void {
   stopTimers();
   changes.stop();
   me = null;
@@ -143,35 +146,65 @@ function signIn(): void {
   // Shown once the master asks for it: the user signs in with a second factor.
   const second = field('Code', code, 'From your authenticator app, or one of your recovery codes');
   second.hidden = true;
+  const failed = h('p', { class: 'status error', role: 'alert' }, why ?? '');
+  failed.hidden = !why;
+  // Filled once the master says how one may sign in: a provider's button, if it has one.
+  const others = h('div', { class: 'sign-in-others' });
+  const passwordForm = form(
+    { 'aria-label': 'Sign in' },
+    [field('Username', username), field('Password', password), second, h('button', { type: 'submit' }, 'Sign in')],
+    async () => {
+      const totp = code.value.trim();
+      try {
+        const { data } = await api<{ token: string }>('POST', '/api/auth/login', {
+          body: { username: username.value, password: password.value, ...(totp ? { totp } : {}) },
+        });
+        session.start(data.token);
+      } catch (error) {
+        if (error instanceof ApiError && error.problem.second_factor === 'totp' && second.hidden) {
+          second.hidden = false;
+          code.focus();
+          return;
+        }
+        throw error;
+      }
+      await enter();
+    },
+  );
   main.replaceChildren(
-    h(
-      'section',
-      { class: 'sign-in' },
-      h('h1', {}, 'Sign in to portplane'),
-      form(
-        { 'aria-label': 'Sign in' },
-        [field('Username', username), field('Password', password), second, h('button', { type: 'submit' }, 'Sign in')],
-        async () => {
-          const totp = code.value.trim();
-          try {
-            const { data } = await api<{ token: string }>('POST', '/api/auth/login', {
-              body: { username: username.value, password: password.value, ...(totp ? { totp } : {}) },
-            });
-            session.start(data.token);
-          } catch (error) {
-            if (error instanceof ApiError && error.problem.second_factor === 'totp' && second.hidden) {
-              second.hidden = false;
-              code.focus();
-              return;
-            }
-            throw error;
-          }
-          await enter();
-        },
-      ),
-    ),
+    h('section', { class: 'sign-in' }, h('h1', {}, 'Sign in to portplane'), failed, passwordForm, others),
   );
   username.focus();
+  api<SignInMethods>('GET', '/api/auth/methods')
+    .then(({ data }) => {
+      if (data.provider)
+        others.replaceChildren(
+          h('a', { class: 'button', href: data.provider.login_url }, `Sign in with ${data.provider.name}`),
+        );
+      if (data.password === 'nobody') passwordForm.hidden = true;
+    })
+    .catch(() => {
+      // The password form stands alone: the page says nothing of ways it could not learn of.
+    });
+}
+
+/**
+ * A sign-in by the provider came back: the one-time code in the fragment (it never reaches a server's log) taken for
+ * the session, or why it failed.
+ */
+async function returnedFromProvider(fragment: URLSearchParams): Promise<void> {
+  history.replaceState(null, '', location.pathname);
+  const failed = fragment.get('oidc_error');
+  if (failed !== null) return signIn(failed);
+  try {
+    const { data } = await api<{ token: string }>('POST', '/api/auth/oidc/session', {
+      body: { code: fragment.get('oidc') },
+    });
+    session.start(data.token);
+  } catch (error) {
+    return signIn(error instanceof Error ? error.message : String(error));
+  }
+  await enter();
 }
 
 async function enter(): Promise<void> {
@@ -277,9 +310,11 @@ document.getElementById('sign-out')!.addEventListener('click', async () => {
     signIn();
   }
 });
-window.addEventListener(SIGNED_OUT, signIn);
+window.addEventListener(SIGNED_OUT, () => signIn());
 window.addEventListener('hashchange', () => void show());
 
 watchRole(document.getElementById('role')!);
-if (session.token) enter().catch(signIn);
+const fragment = new URLSearchParams(location.hash.replace(/^#/, ''));
+if (fragment.has('oidc') || fragment.has('oidc_error')) void returnedFromProvider(fragment);
+else if (session.token) enter().catch(() => signIn());
 else signIn();
