@@ -17,6 +17,7 @@ import { generateLicenseKeys } from '../internal/license/license.ts';
 import { signBundle } from '../internal/release/signature.ts';
 import { freePort, until } from './net.ts';
 import { CLIENT_ID, CLIENT_SECRET, signInHeadless, signingKey, startProvider } from './oidc-provider.ts';
+import { SoftAuthenticator } from './authenticator.ts';
 import { openEvents, parseFrames } from './sse.ts';
 
 /** Headers of the transport, not of the API: HTTP itself describes them. */
@@ -131,6 +132,52 @@ test('every answer of every operation is what the OpenAPI document declares for 
   const handedOff = new URLSearchParams((await signInHeadless(m.url, 'alice')).hash.slice(1)).get('oidc');
   await hit('POST /api/auth/oidc/session', '/api/auth/oidc/session', { body: { code: handedOff } });
   await hit('POST /api/auth/oidc/session', '/api/auth/oidc/session', { body: { code: handedOff } });
+  // Passkeys: off while public_url is an IP address, then on at localhost, with a software authenticator.
+  const keyHolder = await login(m.url, 'admin', ADMIN_PASSWORD);
+  good.add(keyHolder);
+  await hit('POST /api/auth/passkeys/options', '/api/auth/passkeys/options', { token: keyHolder });
+  await hit('POST /api/auth/passkeys/sign-in/options', '/api/auth/passkeys/sign-in/options');
+  const device = new SoftAuthenticator('localhost', `http://localhost:${new URL(m.url).port}`);
+  await hit('POST /api/auth/passkeys/sign-in', '/api/auth/passkeys/sign-in', {
+    body: { credential: device.assert('x') },
+  });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { public_url: device.origin } });
+  const registering = await hit('POST /api/auth/passkeys/options', '/api/auth/passkeys/options', { token: keyHolder });
+  const registration = device.register(registering.body.challenge);
+  const key = await hit('POST /api/auth/passkeys', '/api/auth/passkeys', {
+    token: keyHolder,
+    body: { name: 'laptop', credential: registration },
+  });
+  const again = await call(m.url, 'POST', '/api/auth/passkeys/options', { token: keyHolder });
+  await hit('POST /api/auth/passkeys', '/api/auth/passkeys', {
+    token: keyHolder,
+    body: { name: 'laptop', credential: device.register(again.body.challenge) },
+  });
+  await hit('POST /api/auth/passkeys', '/api/auth/passkeys', {
+    token: keyHolder,
+    body: { name: 'laptop', credential: registration },
+  });
+  await hit('GET /api/auth/passkeys', '/api/auth/passkeys', { token: keyHolder });
+  const keyPath = `/api/auth/passkeys/${key.body.id}`;
+  await hit('PATCH /api/auth/passkeys/{id}', keyPath, { token: keyHolder, body: { name: 'old laptop' } });
+  await hit('PATCH /api/auth/passkeys/{id}', keyPath, {
+    token: keyHolder,
+    body: { name: 'x' },
+    headers: { 'if-match': '"99"' },
+  });
+  await hit('PATCH /api/auth/passkeys/{id}', '/api/auth/passkeys/999999', { token: keyHolder, body: { name: 'x' } });
+  const signingIn = await hit('POST /api/auth/passkeys/sign-in/options', '/api/auth/passkeys/sign-in/options');
+  await hit('POST /api/auth/passkeys/sign-in', '/api/auth/passkeys/sign-in', {
+    body: { credential: device.assert(signingIn.body.challenge) },
+  });
+  for (let i = 0; i < 10 && !seen.get('POST /api/auth/passkeys/sign-in')!.has(429); i++)
+    await hit('POST /api/auth/passkeys/sign-in', '/api/auth/passkeys/sign-in', {
+      body: { credential: new SoftAuthenticator('localhost', device.origin).assert('unknown') },
+    });
+  await hit('DELETE /api/auth/passkeys/{id}', keyPath, { token: keyHolder, headers: { 'if-match': '"99"' } });
+  await hit('DELETE /api/auth/passkeys/{id}', keyPath, { token: keyHolder });
+  await hit('DELETE /api/auth/passkeys/{id}', keyPath, { token: keyHolder });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { public_url: new URL(m.url).origin } });
   // Local targets allowed: the alert channel below is to a closed port on loopback, so its test fails at once.
   const settings = await hit('PATCH /api/settings', '/api/settings', {
     body: { sync_wait_seconds: 0, allow_local_rule_targets: 1, allow_local_channel_targets: 1 },

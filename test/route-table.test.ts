@@ -28,6 +28,8 @@ const PUBLIC_ROUTES = [
   'GET /api/auth/oidc/login',
   'GET /api/auth/oidc/callback',
   'POST /api/auth/oidc/session',
+  'POST /api/auth/passkeys/sign-in/options',
+  'POST /api/auth/passkeys/sign-in',
   'GET /api/health',
   'GET /api/openapi.json',
 ];

@@ -164,6 +164,12 @@ describe("tenants' rules", { concurrency: 4 }, () => {
       'POST /api/auth/totp/disable',
       'GET /api/auth/sessions',
       'DELETE /api/auth/sessions/{id}',
+      // One's own passkeys: test/passkeys.test.ts tries another user's.
+      'POST /api/auth/passkeys/options',
+      'POST /api/auth/passkeys',
+      'GET /api/auth/passkeys',
+      'PATCH /api/auth/passkeys/{id}',
+      'DELETE /api/auth/passkeys/{id}',
       'GET /api/audit-logs',
       'GET /api/dashboard',
       'GET /api/dashboard/traffic',

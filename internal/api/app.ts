@@ -4,6 +4,7 @@ import { WriteBudget } from '../auth/budget.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import { StandbySessions } from '../auth/standby-sessions.ts';
 import { ProviderSignIns } from '../oidc/sign-ins.ts';
+import { Challenges } from '../auth/challenges.ts';
 import type { HandedOff } from '../service/provider-sign-in.ts';
 import { Callers } from './callers.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -84,6 +85,8 @@ export class App {
   readonly standbySessions = new StandbySessions();
   /** Sign-ins by the identity provider in flight, and the provider (see oidc/sign-ins.ts). */
   readonly providerSignIns: ProviderSignIns<HandedOff>;
+  /** WebAuthn challenges outstanding (see auth/challenges.ts). */
+  readonly challenges: Challenges;
 
   readonly store: Store;
   readonly log: Logger;
@@ -156,6 +159,7 @@ export class App {
     this.outbox = new Outbox(this, (outcome) => this.metrics.deliveries.inc({ outcome }));
     this.throttle = new LoginThrottle(this.clock.now);
     this.providerSignIns = new ProviderSignIns(this.clock.now);
+    this.challenges = new Challenges(this.clock.now);
     this.callers = new Callers({
       store: this.store,
       sessions: this.standbySessions,

@@ -15,8 +15,8 @@ const sessionProperties = {
   signed_in_with: {
     type: ['string', 'null'],
     description:
-      'password, password+totp, password+recovery_code, or oidc (by the identity provider); null for one opened ' +
-      'before this was kept.',
+      'password, password+totp, password+recovery_code, oidc (by the identity provider) or passkey; null for one ' +
+      'opened before this was kept.',
   },
 };
 

@@ -11,6 +11,7 @@ import {
   providerOffReason,
   takeHandedOff,
 } from '../service/provider-sign-in.ts';
+import { passkeysOffReason } from '../service/passkeys.ts';
 import { loginResult, summaryOf } from './auth.ts';
 import { record } from './common.ts';
 import { type Ctx, ok, operation, operations, type Reply } from './route.ts';
@@ -40,6 +41,7 @@ const signInMethods = record('SignInMethods', {
     additionalProperties: false,
     description: "The organisation's OpenID provider; null while sign-in by one is off.",
   },
+  passkeys: { type: 'boolean', description: 'Whether passkeys may be used (public_url is set, and a name).' },
 });
 
 const callbackQuery = {
@@ -78,6 +80,7 @@ export const providerSignInOperations = operations({
           providerOffReason(ctx.app) === null
             ? { name: ctx.app.settings.get('oidc_name'), login_url: '/api/auth/oidc/login' }
             : null,
+        passkeys: passkeysOffReason(ctx.app) === null,
       }),
   }),
   beginProviderSignIn: operation({

@@ -9,6 +9,7 @@ import { auditOperations as audit } from './audit.ts';
 import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { providerSignInOperations as provider } from './oidc.ts';
+import { passkeyOperations as passkeys } from './passkeys.ts';
 import { secondFactorOperations as factor } from './second-factor.ts';
 import { loginSessionOperations as sessions } from './login-sessions.ts';
 import { batchOperations as batch } from './batch.ts';
@@ -63,6 +64,13 @@ export const routes: readonly Route[] = [
   route('GET',    '/api/auth/oidc/login',         'public',          provider.beginProviderSignIn),
   route('GET',    '/api/auth/oidc/callback',      'public',          provider.finishProviderSignIn),
   route('POST',   '/api/auth/oidc/session',       'public',          provider.takeProviderSession),
+  route('POST',   '/api/auth/passkeys/options',   'session',         passkeys.beginPasskeyRegistration),
+  route('POST',   '/api/auth/passkeys',           'session',         passkeys.createPasskey),
+  route('GET',    '/api/auth/passkeys',           'session',         passkeys.listPasskeys),
+  route('PATCH',  '/api/auth/passkeys/{id}',      'session',         passkeys.renamePasskey),
+  route('DELETE', '/api/auth/passkeys/{id}',      'session',         passkeys.deletePasskey),
+  route('POST',   '/api/auth/passkeys/sign-in/options', 'public',    passkeys.beginPasskeySignIn),
+  route('POST',   '/api/auth/passkeys/sign-in',   'public',          passkeys.signInWithPasskey),
   route('GET',    '/api/auth/me',                 'authenticated',   auth.getMe),
   route('POST',   '/api/auth/logout',             'authenticated',   auth.logOut),
   route('POST',   '/api/auth/password',           'session',         auth.changePassword),

@@ -908,4 +908,22 @@ export const migrations: readonly string[] = [
   ) STRICT;
   CREATE INDEX provider_sessions_due ON provider_sessions (next_check_ms);
   `,
+  /*
+   * 55: passkeys (WebAuthn credentials) a user signs in with: the credential's id, its public key (a JWK) and COSE
+   * algorithm, the signature counter last seen, the name its user gave it
+   */ `
+  CREATE TABLE passkeys (
+    id INTEGER PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    credential_id BLOB NOT NULL UNIQUE,
+    public_key TEXT NOT NULL,
+    algorithm INTEGER NOT NULL,
+    sign_count INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT,
+    version INTEGER NOT NULL DEFAULT 1
+  ) STRICT;
+  CREATE INDEX passkeys_user ON passkeys (user_id);
+  `,
 ];

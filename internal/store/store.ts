@@ -26,6 +26,7 @@ import { VitalsStore } from './vitals.ts';
 import { TunnelPathStore } from './tunnel-paths.ts';
 import { TotpStore } from './totp.ts';
 import { IdentityStore } from './identities.ts';
+import { PasskeyStore } from './passkeys.ts';
 import { Generation } from './page.ts';
 
 export interface StoreOptions {
@@ -60,6 +61,7 @@ export class Store {
   readonly tunnelPaths: TunnelPathStore;
   readonly totp: TotpStore;
   readonly identities: IdentityStore;
+  readonly passkeys: PasskeyStore;
   readonly channels: ChannelStore;
   readonly alertRules: AlertRuleStore;
   readonly alerts: AlertStore;
@@ -94,6 +96,7 @@ export class Store {
     this.tunnelPaths = new TunnelPathStore(db);
     this.totp = new TotpStore(db);
     this.identities = new IdentityStore(db);
+    this.passkeys = new PasskeyStore(db);
     this.channels = new ChannelStore(db);
     this.alertRules = new AlertRuleStore(db);
     this.alerts = new AlertStore(db);

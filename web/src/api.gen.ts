@@ -893,6 +893,47 @@ export interface components {
         | '*'
       )[];
     };
+    Passkey: {
+      id: number;
+      name: string;
+      algorithm: number;
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      last_used_at: string | null;
+      version: number;
+    };
+    PasskeyOptions: {
+      challenge: string;
+      timeout: number;
+    };
+    PasskeyRegistration: {
+      name: string;
+      credential: {
+        id: string;
+        response: {
+          clientDataJSON: string;
+          attestationObject: string;
+        };
+      };
+    };
+    PasskeyRename: {
+      name: string;
+    };
+    Passkeys: {
+      items: components['schemas']['Passkey'][];
+    };
+    PasskeySignIn: {
+      credential: {
+        id: string;
+        response: {
+          clientDataJSON: string;
+          authenticatorData: string;
+          signature: string;
+          userHandle?: string;
+        };
+      };
+    };
     PasswordChange: {
       current_password: string;
       new_password: string;
@@ -1487,6 +1528,7 @@ export interface components {
         name: string;
         login_url: string;
       } | null;
+      passkeys: boolean;
     };
     Silence: {
       id: number;

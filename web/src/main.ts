@@ -4,7 +4,8 @@
 import { grants, type Scope } from '../../internal/auth/scopes.ts';
 import { api, ApiError, session, SIGNED_OUT, type Schema } from './api.ts';
 import { changes } from './events.ts';
-import { field, form, h, input } from './dom.ts';
+import { button, field, form, h, input } from './dom.ts';
+import { passkeySignIn } from './passkeys.ts';
 import { accountPage } from './pages/account.ts';
 import { alertsPage } from './pages/alerts.ts';
 import { rolloutsPage } from './pages/rollouts.ts';
@@ -180,6 +181,19 @@ function signIn(why?: string): void {
       if (data.provider)
         others.replaceChildren(
           h('a', { class: 'button', href: data.provider.login_url }, `Sign in with ${data.provider.name}`),
+        );
+      if (data.passkeys)
+        others.append(
+          button('Sign in with a passkey', async () => {
+            try {
+              session.start(await passkeySignIn());
+            } catch (error) {
+              failed.textContent = error instanceof Error ? error.message : String(error);
+              failed.hidden = false;
+              return;
+            }
+            await enter();
+          }),
         );
       if (data.password === 'nobody') passwordForm.hidden = true;
     })

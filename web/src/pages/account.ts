@@ -5,6 +5,7 @@
 import { api, get, type Schema } from '../api.ts';
 import { button, field, form, h, input } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
+import { addPasskey } from '../passkeys.ts';
 import { planSummary } from './tenant.ts';
 
 export async function accountPage(ctx: PageCtx): Promise<void> {
@@ -33,18 +34,61 @@ export async function accountPage(ctx: PageCtx): Promise<void> {
   );
   // Drawn again after each act (a session ended, the second factor turned off): what changed is read afresh.
   await ctx.live(async () => {
-    const [{ items }, me] = await Promise.all([
+    const [{ items }, me, methods] = await Promise.all([
       get<Schema<'LoginSessions'>>('/api/auth/sessions'),
       get<Schema<'WhoAmI'>>('/api/auth/me'),
+      get<Schema<'SignInMethods'>>('/api/auth/methods'),
     ]);
+    const keys = methods.passkeys ? (await get<Schema<'Passkeys'>>('/api/auth/passkeys')).items : null;
     ctx.main.replaceChildren(
       h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
       user.role === 'tenant' ? planSummary(ctx.me) : '',
       password,
       secondFactor(ctx, me.second_factor),
+      keys ? passkeysOf(ctx, keys) : '',
       sessionsOf(ctx, items),
     );
   }, []);
+}
+
+/** The user's passkeys: one of this device added (named), each removed. */
+function passkeysOf(ctx: PageCtx, keys: Schema<'Passkeys'>['items']): HTMLElement {
+  const name = input('passkey_name', { required: true, maxlength: 64, value: 'this device' });
+  const add = form(
+    { 'aria-label': 'Add a passkey' },
+    [field('Name', name), h('button', { type: 'submit' }, 'Add a passkey')],
+    async () => {
+      const added = await addPasskey(name.value.trim());
+      ctx.say(`Passkey ${added.name} added: sign in with it instead of a password`);
+      await ctx.reload();
+    },
+  );
+  return h(
+    'section',
+    { 'aria-label': 'Passkeys' },
+    h('h2', {}, 'Passkeys'),
+    keys.length === 0
+      ? h('p', {}, 'None yet.')
+      : h(
+          'ul',
+          {},
+          ...keys.map((key) =>
+            h(
+              'li',
+              {},
+              `${key.name} (added ${key.created_at}${key.last_used_at ? `, last used ${key.last_used_at}` : ''}) `,
+              button('Remove', () =>
+                ctx.act(
+                  `Passkey ${key.name} removed`,
+                  () => api('DELETE', `/api/auth/passkeys/${key.id}`),
+                  `Remove ${key.name}?`,
+                ),
+              ),
+            ),
+          ),
+        ),
+    add,
+  );
 }
 
 /** Where the user is signed in, each session ended on its own, or all but this one. */
