@@ -20,7 +20,8 @@ const SHOTS = 'test-results/console';
 test('the console is a few small files, served with a strict policy and no inline script', async (t) => {
   const files = ['index.html', 'console.js', 'console.css', 'favicon.svg'];
   const kib = files.reduce((sum, name) => sum + statSync(`dist/console/${name}`).size, 0) / 1024;
-  assert.ok(kib <= 80, `the console is ${kib.toFixed(1)} KiB`);
+  // 80 KiB until sign-in by a provider and passkeys (issue 68) added their pages and the settings editor its kinds.
+  assert.ok(kib <= 88, `the console is ${kib.toFixed(1)} KiB`);
 
   const m = await startMaster(t);
   const page = await fetch(`${m.url}/`);
@@ -442,6 +443,18 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
         await page.getByRole('button', { name: 'Save changes' }).click();
         await page.getByRole('status').getByText('Saved sync_wait_seconds').waitFor();
         assert.equal((await call(m.url, 'GET', '/api/settings', { token: m.admin })).body.sync_wait_seconds, 7);
+        // A secret is written and never shown again; a list is edited as JSON.
+        const secret = page.getByLabel('oidc client secret');
+        assert.equal(await secret.getAttribute('placeholder'), 'not set');
+        await secret.fill('a-client-secret');
+        await page.getByLabel('oidc provisioning').fill('[{"group": "ops", "role": "operator"}]');
+        await page.getByRole('button', { name: 'Save changes' }).click();
+        await page.getByRole('status').getByText('Saved oidc_client_secret, oidc_provisioning').waitFor();
+        const saved = (await call(m.url, 'GET', '/api/settings', { token: m.admin })).body;
+        assert.equal(saved.oidc_client_secret_set, true);
+        assert.deepEqual(saved.oidc_provisioning, [{ group: 'ops', role: 'operator', plan_id: null, scopes: [] }]);
+        assert.equal(await secret.inputValue(), '', 'not shown back');
+        assert.match((await secret.getAttribute('placeholder')) ?? '', /^set/);
       }
       if (name === 'audit') await page.getByRole('row', { name: /token\.delete/ }).waitFor();
       await shot(name);

@@ -15,31 +15,97 @@ interface PropertySchema {
   description?: string;
 }
 
+type Values = Record<string, unknown>;
+type Control = HTMLInputElement | HTMLTextAreaElement;
+
+/**
+ * How a setting is edited: a number or text as itself; a list as JSON; a secret (`<key>_set` in what GET shows)
+ * written only, its field empty unless a new one is typed.
+ */
+interface Editor {
+  control: Control;
+  show(values: Values): void;
+  /** The value to send when it differs from `values`; undefined when it does not. */
+  change(values: Values): unknown;
+}
+
+function editorOf(key: string, schema: PropertySchema): [string, Editor] {
+  const secret = key.endsWith('_set') && schema.type === 'boolean';
+  if (secret) {
+    const name = key.slice(0, -'_set'.length);
+    const control = input(name, { type: 'password', autocomplete: 'off', spellcheck: 'false' });
+    return [
+      name,
+      {
+        control,
+        show(values) {
+          control.value = '';
+          control.placeholder = values[key] ? 'set (type a new one to replace it)' : 'not set';
+        },
+        change: () => (control.value === '' ? undefined : control.value),
+      },
+    ];
+  }
+  if (schema.type === 'array') {
+    const control = h('textarea', { name: key, rows: 3, spellcheck: 'false' });
+    return [
+      key,
+      {
+        control,
+        show(values) {
+          control.value = JSON.stringify(values[key] ?? []);
+        },
+        change(values) {
+          if (control.value === JSON.stringify(values[key] ?? [])) return undefined;
+          try {
+            return JSON.parse(control.value);
+          } catch {
+            return control.value;
+          }
+        },
+      },
+    ];
+  }
+  const control =
+    schema.type === 'integer'
+      ? input(key, { type: 'number', step: 1, min: schema.minimum, max: schema.maximum })
+      : input(key, { maxlength: schema.maxLength, pattern: schema.pattern, spellcheck: 'false' });
+  return [
+    key,
+    {
+      control,
+      show(values) {
+        control.value = String(values[key] ?? '');
+      },
+      change(values) {
+        const value = control.type === 'number' && control.value !== '' ? Number(control.value) : control.value;
+        return value === values[key] ? undefined : value;
+      },
+    },
+  ];
+}
+
 export async function settingsPage(ctx: PageCtx): Promise<void> {
   const [openapi, current] = await Promise.all([
     get<{ components: { schemas: { Settings: { properties: Record<string, PropertySchema> } } } }>('/api/openapi.json'),
-    api<Record<string, string | number>>('GET', '/api/settings'),
+    api<Values>('GET', '/api/settings'),
   ]);
   let values = current.data;
   let etag = current.etag;
-  const properties = Object.entries(openapi.components.schemas.Settings.properties);
-  const controls = new Map<string, HTMLInputElement>();
-  const fields = properties.map(([key, schema]) => {
-    const control =
-      schema.type === 'integer'
-        ? input(key, { type: 'number', step: 1, min: schema.minimum, max: schema.maximum })
-        : input(key, { maxlength: schema.maxLength, pattern: schema.pattern, spellcheck: 'false' });
-    controls.set(key, control);
+  const editors = new Map<string, Editor>();
+  const fields = Object.entries(openapi.components.schemas.Settings.properties).map(([key, schema]) => {
+    const [name, editor] = editorOf(key, schema);
+    editors.set(name, editor);
     const range = schema.type === 'integer' ? ` (${schema.minimum} to ${schema.maximum})` : '';
-    return field(key.replaceAll('_', ' '), control, `${schema.description ?? ''}${range}`);
+    return field(name.replaceAll('_', ' '), editor.control, `${schema.description ?? ''}${range}`);
   });
   const fill = () => {
-    for (const [key, control] of controls) control.value = String(values[key] ?? '');
+    for (const editor of editors.values()) editor.show(values);
   };
   fill();
   const reload = h('button', { type: 'button', hidden: true }, 'Load the current settings');
   reload.addEventListener('click', async () => {
-    const fresh = await api<Record<string, string | number>>('GET', '/api/settings');
+    const fresh = await api<Values>('GET', '/api/settings');
     values = fresh.data;
     etag = fresh.etag;
     fill();
@@ -51,14 +117,14 @@ export async function settingsPage(ctx: PageCtx): Promise<void> {
     { 'aria-label': 'Settings', class: 'settings' },
     [reload, ...fields, editable ? h('button', { type: 'submit' }, 'Save changes') : ''],
     async () => {
-      const patch: Record<string, string | number> = {};
-      for (const [key, control] of controls) {
-        const value = control.type === 'number' && control.value !== '' ? Number(control.value) : control.value;
-        if (value !== values[key]) patch[key] = value;
+      const patch: Values = {};
+      for (const [key, editor] of editors) {
+        const value = editor.change(values);
+        if (value !== undefined) patch[key] = value;
       }
       if (Object.keys(patch).length === 0) return ctx.say('Nothing changed');
       try {
-        const saved = await api<Record<string, string | number>>('PATCH', '/api/settings', {
+        const saved = await api<Values>('PATCH', '/api/settings', {
           body: patch,
           ifMatch: etag,
         });
@@ -78,6 +144,6 @@ export async function settingsPage(ctx: PageCtx): Promise<void> {
       ctx.say(`Saved ${Object.keys(patch).join(', ')}`);
     },
   );
-  if (!editable) for (const control of controls.values()) control.readOnly = true;
+  if (!editable) for (const editor of editors.values()) editor.control.readOnly = true;
   ctx.main.append(settings);
 }
