@@ -2,7 +2,6 @@
 // authenticator data a real one sends, and a signature counter (test/e2e/passkeys.test.ts has Chromium's own).
 
 import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
-import { call } from './helpers.ts';
 
 function cbor(value: unknown): Buffer {
   const head = (major: number, n: number) =>
@@ -80,26 +79,4 @@ export class SoftAuthenticator {
       response: { clientDataJSON: b64(clientData), authenticatorData: b64(authData), signature: b64(signature) },
     };
   }
-}
-
-/** Registers `authenticator`'s credential as `name` for the user of login session `session`. */
-export async function registerSoftPasskey(
-  base: string,
-  session: string,
-  authenticator: SoftAuthenticator,
-  name: string,
-) {
-  const options = await call(base, 'POST', '/api/auth/passkeys/options', { token: session });
-  return call(base, 'POST', '/api/auth/passkeys', {
-    token: session,
-    body: { name, credential: authenticator.register(options.body.challenge) },
-  });
-}
-
-/** Signs in with `authenticator`'s credential: the answer. */
-export async function softPasskeySignIn(base: string, authenticator: SoftAuthenticator) {
-  const options = await call(base, 'POST', '/api/auth/passkeys/sign-in/options');
-  return call(base, 'POST', '/api/auth/passkeys/sign-in', {
-    body: { credential: authenticator.assert(options.body.challenge) },
-  });
 }

@@ -174,9 +174,17 @@ test('every answer of every operation is what the OpenAPI document declares for 
     await hit('POST /api/auth/passkeys/sign-in', '/api/auth/passkeys/sign-in', {
       body: { credential: new SoftAuthenticator('localhost', device.origin).assert('unknown') },
     });
+  const holderId = (await call(m.url, 'GET', '/api/auth/me', { token: keyHolder })).body.user.id;
+  await hit('GET /api/users/{id}/passkeys', `/api/users/${holderId}/passkeys`);
+  await hit('GET /api/users/{id}/passkeys', '/api/users/999999/passkeys');
+  await hit('DELETE /api/users/{id}/passkeys', '/api/users/999999/passkeys');
+  await hit('DELETE /api/users/{id}/passkeys', `/api/users/${holderId}/passkeys`, {
+    headers: { 'if-match': '"stale"' },
+  });
   await hit('DELETE /api/auth/passkeys/{id}', keyPath, { token: keyHolder, headers: { 'if-match': '"99"' } });
   await hit('DELETE /api/auth/passkeys/{id}', keyPath, { token: keyHolder });
   await hit('DELETE /api/auth/passkeys/{id}', keyPath, { token: keyHolder });
+  await hit('DELETE /api/users/{id}/passkeys', `/api/users/${holderId}/passkeys`);
   await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { public_url: new URL(m.url).origin } });
   // Local targets allowed: the alert channel below is to a closed port on loopback, so its test fails at once.
   const settings = await hit('PATCH /api/settings', '/api/settings', {

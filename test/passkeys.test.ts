@@ -4,7 +4,29 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ADMIN_PASSWORD, assertProblem, call, login, mintToken, startMaster } from './helpers.ts';
-import { registerSoftPasskey, SoftAuthenticator, softPasskeySignIn } from './authenticator.ts';
+import { SoftAuthenticator } from './authenticator.ts';
+
+/** Registers `authenticator`'s credential as `name` for the user of login session `session`. */
+export async function registerSoftPasskey(
+  base: string,
+  session: string,
+  authenticator: SoftAuthenticator,
+  name: string,
+) {
+  const options = await call(base, 'POST', '/api/auth/passkeys/options', { token: session });
+  return call(base, 'POST', '/api/auth/passkeys', {
+    token: session,
+    body: { name, credential: authenticator.register(options.body.challenge) },
+  });
+}
+
+/** Signs in with `authenticator`'s credential: the answer. */
+export async function softPasskeySignIn(base: string, authenticator: SoftAuthenticator) {
+  const options = await call(base, 'POST', '/api/auth/passkeys/sign-in/options');
+  return call(base, 'POST', '/api/auth/passkeys/sign-in', {
+    body: { credential: authenticator.assert(options.body.challenge) },
+  });
+}
 
 async function withPasskeys(t: Parameters<typeof startMaster>[0]) {
   const m = await startMaster(t);

@@ -9,7 +9,9 @@ import {
   registerPasskey,
   registrationOptions,
   removePasskey,
+  removeUserPasskeys,
   renamePasskey,
+  userPasskeys,
   signInOptions,
   signInWithPasskey,
 } from '../service/passkeys.ts';
@@ -82,6 +84,10 @@ const assertion = object(
   { name: 'PasskeySignIn' },
 );
 
+const passkeysRemoved = record('PasskeysRemoved', {
+  passkeys_removed: { type: 'integer', description: 'How many of their passkeys were removed.' },
+});
+
 const OFF = 'Passkeys are off: public_url is unset or an IP address (conflict)';
 
 export const passkeyOperations = operations({
@@ -143,6 +149,23 @@ export const passkeyOperations = operations({
       await removePasskey(ctx.app, ctx, ctx.caller, idParam(ctx), ctx.headers['if-match']);
       return noContent();
     },
+  }),
+  listUserPasskeys: operation({
+    summary: "A user's passkeys",
+    description: 'For an operator who looks into an account (a device lost or stolen).',
+    responses: { 200: { description: 'Their passkeys', schema: passkeyList } },
+    handler: (ctx: Ctx<undefined, {}>) => ok({ items: userPasskeys(ctx.app, idParam(ctx)) }),
+  }),
+  removeUserPasskeys: operation({
+    action: 'user.passkeys_remove',
+    summary: 'Remove every passkey of a user',
+    description:
+      'A device lost or stolen: none of their passkeys signs in from now (end their sessions too, DELETE ' +
+      '/api/users/{id}/sessions); they register again from a session. 412 for an If-Match that is not the ' +
+      "user's ETag.",
+    responses: { 200: { description: 'Removed', schema: passkeysRemoved } },
+    handler: async (ctx: Ctx<undefined, {}>) =>
+      ok({ passkeys_removed: await removeUserPasskeys(ctx.app, ctx, idParam(ctx), ctx.headers['if-match']) }),
   }),
   beginPasskeySignIn: operation({
     action: 'auth.passkey_options',

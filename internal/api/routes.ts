@@ -92,6 +92,8 @@ export const routes: readonly Route[] = [
   route('DELETE', '/api/users/{id}/totp',         'users:write',     factor.removeUserTotp),
   route('GET',    '/api/users/{id}/sessions',     'users:write',     sessions.listUserSessions),
   route('DELETE', '/api/users/{id}/sessions',     'users:write',     sessions.endUserSessions),
+  route('GET',    '/api/users/{id}/passkeys',     'users:write',     passkeys.listUserPasskeys),
+  route('DELETE', '/api/users/{id}/passkeys',     'users:write',     passkeys.removeUserPasskeys),
   route('GET',    '/api/plans',                   'users:read',      plans.listPlans),
   route('POST',   '/api/plans',                   'users:write',     plans.createPlan),
   route('GET',    '/api/plans/{id}',              'users:read',      plans.getPlan),

@@ -149,6 +149,27 @@ export function removePasskey(app: PasskeyDeps, requester: Requester, own: Own, 
   });
 }
 
+/** A user's passkeys, for an operator. Throws `not_found` for no such user. */
+export function userPasskeys(app: PasskeyDeps, userId: number): Passkey[] {
+  if (!app.store.users.find(userId)) throw notFound('user', userId);
+  return app.store.passkeys.listOf(userId);
+}
+
+/**
+ * Removes every passkey of user `userId` (an operator's act: a lost or stolen device); how many. Throws `not_found`,
+ * `precondition_failed` for an If-Match that is not the user's ETag.
+ */
+export function removeUserPasskeys(app: PasskeyDeps, requester: Requester, userId: number, ifMatch?: string) {
+  return transact(app, requester, (change) => {
+    const user = app.store.users.find(userId);
+    if (!user) throw notFound('user', userId);
+    checkIfMatch(ifMatch, user.version);
+    const removed = app.store.passkeys.removeAllOf(userId);
+    change.audit({ resource: 'user', resource_id: userId, changes: { after: { passkeys_removed: removed } } });
+    return removed.length;
+  });
+}
+
 /** What navigator.credentials.get is given to sign in (any passkey of this site: the authenticator offers them). */
 export function signInOptions(app: PasskeyDeps) {
   const rp = relyingParty(app);

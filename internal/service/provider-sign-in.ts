@@ -187,7 +187,8 @@ export async function finishProviderSignIn(
     );
     return app.providerSignIns.handOff({ secret, expiresAt, user });
   } catch (error) {
-    if (error instanceof DomainError && error.code === 'unauthorized') {
+    // A standby writes nothing: its refusals are not audited (as a password's are not there).
+    if (error instanceof DomainError && error.code === 'unauthorized' && !app.standby) {
       app.metrics.loginFailures.inc();
       const actor = { ...requester.actor, actor_name: (tried ?? 'oidc').replace(/[^\x20-\x7e]/g, '?').slice(0, 64) };
       await transact(app, actingAs(requester, actor), (change) =>

@@ -32,6 +32,7 @@ export class PasskeyStore {
   private readonly removeStmt;
   private readonly findStmt;
   private readonly usedStmt;
+  private readonly removeAllStmt;
 
   constructor(db: Database) {
     this.listStmt = db.prepare(`SELECT ${SHOWN} FROM passkeys WHERE user_id = ? ORDER BY id`);
@@ -48,6 +49,7 @@ export class PasskeyStore {
     this.renameStmt = db.prepare(`UPDATE passkeys SET name = :name, version = version + 1
       WHERE id = :id AND user_id = :user_id RETURNING ${SHOWN}`);
     this.removeStmt = db.prepare('DELETE FROM passkeys WHERE id = ? AND user_id = ? RETURNING id');
+    this.removeAllStmt = db.prepare('DELETE FROM passkeys WHERE user_id = ? RETURNING id');
     this.usedStmt = db.prepare(`UPDATE passkeys SET sign_count = :count, last_used_at = :at
       WHERE id = :id AND (sign_count < :count OR (sign_count = 0 AND :count = 0)) RETURNING id`);
   }
@@ -99,6 +101,11 @@ export class PasskeyStore {
 
   remove(id: number, userId: number): boolean {
     return this.removeStmt.get(id, userId) !== undefined;
+  }
+
+  /** Inside a write: every passkey of user `userId` gone; their ids. */
+  removeAllOf(userId: number): number[] {
+    return (this.removeAllStmt.all(userId) as { id: number }[]).map((row) => row.id);
   }
 
   /** Inside a write: passkey `id` signed in showing counter `count`; false when the counter did not go forward. */

@@ -934,6 +934,9 @@ export interface components {
         };
       };
     };
+    PasskeysRemoved: {
+      passkeys_removed: number;
+    };
     PasswordChange: {
       current_password: string;
       new_password: string;
