@@ -114,6 +114,27 @@ describe('replication', { concurrency: 4 }, () => {
     await node(m, `${name}-kept`);
   }
 
+  test('a primary lists its standbys: where each stands, how far behind, when it last asked', async (t) => {
+    const primary = await startMaster(t);
+    const none = await call(primary.url, 'GET', '/api/replication/standbys', { token: primary.admin });
+    assert.deepEqual(none.body.items, [], 'none asked yet');
+    assert.equal(none.body.position, null, 'no record kept before one asks');
+    const { standby } = await standbyOf(t, primary);
+    await writeSome(primary, 'listed');
+    const listed = await until('the standby in step', async () => {
+      const answer = await call(primary.url, 'GET', '/api/replication/standbys', { token: primary.admin });
+      const [one] = answer.body.items;
+      return one?.behind_changes === 0 && answer.body;
+    });
+    assert.equal(listed.mode, 'async');
+    assert.equal(listed.items.length, 1);
+    assert.equal(listed.items[0].lag_seconds, 0);
+    assert.deepEqual(listed.items[0].position, listed.position);
+    assert.ok(Date.now() - Date.parse(listed.items[0].last_asked_at) < 60_000);
+    const onStandby = await call(standby.url, 'GET', '/api/replication/standbys', { token: primary.admin });
+    assert.equal(onStandby.status, 503, 'a standby has none: it names its primary');
+  });
+
   test('a copy seeded while the primary writes takes every change after, and ends equal table by table', async (t) => {
     const m = await startMaster(t);
     await writeSome(m, 'before');

@@ -41,7 +41,76 @@ const promotedSchema = record('Promoted', {
   epoch: { type: 'integer', description: 'The epoch this master is the primary of: one more than any before.' },
 });
 
+const standbysSchema = record('Standbys', {
+  mode: { type: 'string', enum: ['async', 'sync'], description: 'replication_mode.' },
+  position: {
+    type: ['object', 'null'],
+    required: ['generation', 'seq'],
+    properties: { generation: { type: 'string' }, seq: { type: 'integer' } },
+    additionalProperties: false,
+    description:
+      "Where this master's record of changes stands (a new generation at each start); null before a standby asked.",
+  },
+  sync_lapsed_since: {
+    type: ['string', 'null'],
+    format: 'date-time',
+    description: 'In sync mode, since when writes have been answered without a standby holding them; null: in step.',
+  },
+  items: {
+    type: 'array',
+    description: 'The standbys that asked since this master started, the last to ask first (at most 32).',
+    items: {
+      type: 'object',
+      required: ['name', 'position', 'behind_changes', 'lag_seconds', 'last_asked_at'],
+      properties: {
+        name: {
+          type: 'string',
+          description: 'The address a standby gives (--advertise, masters elected through etcd); empty for none.',
+        },
+        position: {
+          type: ['object', 'null'],
+          required: ['generation', 'seq'],
+          properties: { generation: { type: 'string' }, seq: { type: 'integer' } },
+          additionalProperties: false,
+          description: 'The last change it said it holds; null before it held one of this generation.',
+        },
+        behind_changes: { type: ['integer', 'null'], description: 'Changes it lacks; null: it is to seed anew.' },
+        lag_seconds: {
+          type: ['integer', 'null'],
+          description: 'How long ago the first change it lacks was committed (0: in step); null when unknown.',
+        },
+        last_asked_at: { type: 'string', format: 'date-time' },
+      },
+      additionalProperties: false,
+    },
+  },
+});
+
 export const replicationOperations = operations({
+  listStandbys: operation({
+    standby: 'refuses',
+    summary: 'The standbys following this master',
+    description:
+      'Each standby that asked for changes since this master started: where it stands, how far behind, when it ' +
+      'last asked (one that stopped asking is the one whose last_asked_at grows old). A standby has none: 503 ' +
+      'naming its primary.',
+    responses: { 200: { description: 'Its standbys', schema: standbysSchema } },
+    handler: (ctx: Ctx<undefined, {}>) => {
+      const { app } = ctx;
+      const now = app.clock.now();
+      const lapsed = app.replicas.lapsedSince;
+      return ok({
+        mode: app.settings.get('replication_mode'),
+        position: app.replicas.position(),
+        sync_lapsed_since: lapsed === null ? null : new Date(lapsed).toISOString(),
+        items: app.replicas.standbys(now).map((standby) => ({
+          ...standby,
+          position: standby.position && { generation: standby.position.generation, seq: standby.position.seq },
+          last_asked_at: new Date(standby.last_asked_at).toISOString(),
+        })),
+      });
+    },
+  }),
   promoteStandby: operation({
     action: 'replication.promote',
     summary: 'Make this standby the primary',
@@ -134,7 +203,7 @@ export const replicationOperations = operations({
         });
       }
       const feed = ctx.app.replicas.feed();
-      let found = feed.after({ generation, seq: after }, standby);
+      let found = feed.after({ generation, seq: after }, standby, ctx.app.clock.now());
       if (Array.isArray(found) && found.length === 0 && (ctx.query.wait_seconds ?? 0) > 0) {
         await feed.next(ctx.query.wait_seconds! * 1000);
         // Authority holds for as long as it is used: a token revoked (or narrowed) while it waited gets nothing.
@@ -147,7 +216,7 @@ export const replicationOperations = operations({
               invalidToken: !current,
             },
           );
-        found = feed.after({ generation, seq: after }, standby);
+        found = feed.after({ generation, seq: after }, standby, ctx.app.clock.now());
       }
       const page = found === 'reseed' ? { reseed: true, changes: [] } : { reseed: false, changes: found };
       return {

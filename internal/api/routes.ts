@@ -162,6 +162,7 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/rollouts/{id}/pause',     'nodes:write',     rollouts.pauseRollout),
   route('POST',   '/api/rollouts/{id}/resume',    'nodes:write',     rollouts.resumeRollout),
   route('POST',   '/api/rollouts/{id}/abort',     'nodes:write',     rollouts.abortRollout),
+  route('GET',    '/api/replication/standbys',    'settings:read',   replication.listStandbys),
   route('GET',    '/api/replication/snapshot',    'replication',     replication.getSnapshot),
   route('GET',    '/api/replication/changes',     'replication',     replication.listChanges),
   route('POST',   '/api/replication/promote',     '*',               replication.promoteStandby),

@@ -14,6 +14,16 @@ const MAX_STANDBYS = 32;
 const reaches = (at: Position | undefined, position: Position) =>
   at !== undefined && at.generation === position.generation && at.seq >= position.seq;
 
+/** A standby as its primary sees it (see ReplicationFeed.standbys). */
+export interface StandbyStanding {
+  name: string;
+  position: Position | null;
+  /** Changes it lacks; null when it stands in another generation (it is to seed anew). */
+  behind_changes: number | null;
+  lag_seconds: number | null;
+  last_asked_at: number;
+}
+
 export class ReplicationFeed {
   private readonly changes: RecordedChange[] = [];
   private bytes = 0;
@@ -24,6 +34,8 @@ export class ReplicationFeed {
    * that spoke last at the end; and who waits for one to reach further.
    */
   private readonly acknowledged = new Map<string, Position>();
+  /** When each standby last asked, by its name (ms); as many as `acknowledged` keeps. */
+  private readonly asked = new Map<string, number>();
   private readonly holding = new Set<() => void>();
 
   constructor(
@@ -59,8 +71,11 @@ export class ReplicationFeed {
    * The changes that follow `position`, oldest first (a page at most); 'reseed' when they are not all here (another
    * generation, or older than what is kept).
    */
-  after(position: Position, standby = ''): RecordedChange[] | 'reseed' {
+  after(position: Position, standby = '', nowMs = Date.now()): RecordedChange[] | 'reseed' {
     const now = this.current;
+    this.asked.delete(standby);
+    this.asked.set(standby, nowMs);
+    if (this.asked.size > MAX_STANDBYS) this.asked.delete(this.asked.keys().next().value!);
     if (position.generation === now.generation && position.seq <= now.seq && !this.holds(position, standby)) {
       this.acknowledged.delete(standby);
       this.acknowledged.set(standby, { ...position });
@@ -82,6 +97,28 @@ export class ReplicationFeed {
       bytes += this.changes[i]!.changeset.length;
     }
     return page;
+  }
+
+  /**
+   * Each standby that asked, the last to ask first: where it said it stands, how many changes it is behind, how long
+   * (since the first change it lacks was committed; null when that is no longer kept), and when it last asked.
+   */
+  standbys(nowMs: number): StandbyStanding[] {
+    return [...this.asked].reverse().map(([name, askedAt]) => {
+      const at = this.acknowledged.get(name);
+      const current = at !== undefined && at.generation === this.current.generation;
+      const behind = current ? this.current.seq - at.seq : null;
+      // Kept changes are numbered in a row: the first it lacks is found by its number.
+      const oldest = this.changes[0];
+      const lacking = current && behind !== 0 && oldest ? this.changes[at.seq + 1 - oldest.seq] : undefined;
+      return {
+        name,
+        position: at ?? null,
+        behind_changes: behind,
+        lag_seconds: behind === 0 ? 0 : lacking ? Math.max(0, Math.round((nowMs - lacking.at) / 1000)) : null,
+        last_asked_at: askedAt,
+      };
+    });
   }
 
   /**

@@ -72,6 +72,16 @@ export class PrimaryReplication {
     return this.current;
   }
 
+  /** Where the record of changes stands; null before a standby asked (none is kept). */
+  position(): Position | null {
+    return this.current?.position ?? null;
+  }
+
+  /** The standbys that asked since this master started (none before the first asks: the record is not started). */
+  standbys(nowMs: number) {
+    return this.current?.standbys(nowMs) ?? [];
+  }
+
   /** A copy of the database for standbys to seed from, and where it stands; one at a time (see singleFlight). */
   readonly snapshot = singleFlight(async () => {
     this.feed();

@@ -104,8 +104,8 @@ test('an operator finds, selects and fixes rules among thousands from the consol
 
   // A thousand on edge-c, disabled at once through the filter (not a page of a hundred), after a preview.
   await page.goto(`${m.url}/#/rules?node_id=${c.id}`);
-  await page.getByText('1000 rules match').waitFor();
-  await bulk.getByRole('button', { name: 'Select all 1000 matching' }).click();
+  await page.getByText('1,000 rules match').waitFor();
+  await bulk.getByRole('button', { name: 'Select all 1,000 matching' }).click();
   await bulk.getByRole('button', { name: 'Disable' }).click();
   await dialog.getByText('Preview of 1000 rules: 1000 updated.').waitFor();
   await dialog.getByRole('button', { name: 'Run' }).click();
@@ -115,7 +115,7 @@ test('an operator finds, selects and fixes rules among thousands from the consol
   });
   assert.equal(disabled.body.total, 1000);
   await page.goto(`${m.url}/#/rules?state=disabled`);
-  await page.getByText('1000 rules match').waitFor();
+  await page.getByText('1,000 rules match').waitFor();
 
   // A batch that cannot do all it is asked: the preview names each clash, and so does the run's outcome.
   await page.goto(`${m.url}/#/rules?node_id=${b.id}`);
@@ -136,7 +136,7 @@ test('an operator finds, selects and fixes rules among thousands from the consol
 
   // Sorted by a column, both ways: the order is the API's (over every match, not the page), and in the URL.
   await page.goto(`${m.url}/#/rules?node_id=${b.id}`);
-  await page.getByText('1000 rules match').waitFor();
+  await page.getByText('1,000 rules match').waitFor();
   const listens = page.getByRole('columnheader', { name: 'Listens' });
   await listens.getByRole('button').click();
   await page.waitForFunction("location.hash.includes('sort=listen_port')");

@@ -82,6 +82,9 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
   mkdirSync(SHOTS, { recursive: true });
   const shot = (name: string) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
   const open = async (link: string, heading = link) => {
+    // At a phone's width the navigation is behind its menu.
+    const menu = page.getByRole('button', { name: 'Menu' });
+    if (await menu.isVisible()) await menu.click();
     await page.getByRole('link', { name: link, exact: true }).click();
     await page.getByRole('heading', { name: heading, level: 1 }).waitFor();
   };

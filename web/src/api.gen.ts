@@ -1567,6 +1567,27 @@ export interface components {
       next_cursor: string | null;
       total?: number;
     };
+    Standbys: {
+      /** @enum {string} */
+      mode: 'async' | 'sync';
+      position: {
+        generation: string;
+        seq: number;
+      } | null;
+      /** Format: date-time */
+      sync_lapsed_since: string | null;
+      items: {
+        name: string;
+        position: {
+          generation: string;
+          seq: number;
+        } | null;
+        behind_changes: number | null;
+        lag_seconds: number | null;
+        /** Format: date-time */
+        last_asked_at: string;
+      }[];
+    };
     StreamControl: {
       /** @enum {string} */
       type: 'ready' | 'reset' | 'dropped' | 'shutdown' | 'revoked';

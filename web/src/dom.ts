@@ -173,6 +173,11 @@ export function localFromUtc(iso: string | null): string {
   return new Date(at.getTime() - at.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
 }
 
+/** A count as the reader's locale writes it (2,002; 2 002; 2.002). */
+export function count(n: number): string {
+  return n.toLocaleString();
+}
+
 export function bytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
   let i = 0;

@@ -4,6 +4,8 @@
 import { field, form, h, input, localFromUtc, utcFromLocal } from './dom.ts';
 import type { PageCtx } from './main.ts';
 
+const narrow = window.matchMedia('(max-width: 600px)');
+
 export interface FilterSpec {
   /** The list's query parameter. */
   name: string;
@@ -48,7 +50,20 @@ export function urlFilters(ctx: PageCtx, what: string, specs: readonly FilterSpe
   const filters: UrlFilters = {
     form: form(
       { role: 'search', class: 'filters', 'aria-label': `Filter ${what}` },
-      [...controls.map(([spec, control]) => field(spec.label, control)), h('button', { type: 'submit' }, 'Filter')],
+      [
+        // On a phone the filters fold away until asked for (unless some are set): the list is the first screen.
+        h(
+          'details',
+          { open: !narrow.matches || specs.some((spec) => params.get(spec.name)) },
+          h('summary', {}, 'Filters'),
+          h(
+            'div',
+            { class: 'filter-fields' },
+            ...controls.map(([spec, control]) => field(spec.label, control)),
+            h('button', { type: 'submit' }, 'Filter'),
+          ),
+        ),
+      ],
       async () => {
         ctx.setParams({ ...filters.values(), sort: filters.sort });
         await apply();

@@ -14,11 +14,12 @@ import { dashboardPage } from './pages/dashboard.ts';
 import { nodesPage } from './pages/nodes.ts';
 import { rulesPage } from './pages/rules.ts';
 import { settingsPage } from './pages/settings.ts';
+import { replicationPage } from './pages/replication.ts';
 import { tokensPage } from './pages/tokens.ts';
 import { tunnelsPage } from './pages/tunnels.ts';
 import { plansPage } from './pages/plans.ts';
 import { usersPage } from './pages/users.ts';
-import { watchRole } from './role.ts';
+import { readOnlyMaster, watchRole } from './role.ts';
 
 export type Me = Schema<'WhoAmI'>;
 
@@ -70,6 +71,7 @@ const pages: Page[] = [
   { path: '/users', title: 'Users', scope: 'users:read', render: usersPage },
   { path: '/plans', title: 'Plans', scope: 'users:read', render: plansPage },
   { path: '/settings', title: 'Settings', scope: 'settings:read', render: settingsPage },
+  { path: '/replication', title: 'Replication', scope: 'settings:read', render: replicationPage },
   { path: '/audit', title: 'Audit log', scope: 'audit:read', tenants: true, render: auditPage },
   { path: '/account', title: 'Account', scope: null, tenants: true, render: accountPage },
 ];
@@ -222,6 +224,7 @@ async function returnedFromProvider(fragment: URLSearchParams): Promise<void> {
 }
 
 async function enter(): Promise<void> {
+  await roleRead;
   try {
     me = (await api<Me>('GET', '/api/auth/me')).data;
   } catch (error) {
@@ -272,7 +275,9 @@ async function show(): Promise<void> {
       const text = kept.toString();
       history.replaceState(null, '', `#${page.path}${text ? `?${text}` : ''}`);
     },
-    can: (scope) => grants(me!.token.scopes, scope),
+    // A master that takes no write (a standby, a fenced primary) offers no control that writes.
+    can: (scope) =>
+      grants(me!.token.scopes, scope) && !(readOnlyMaster() && (scope === '*' || scope.endsWith(':write'))),
     async live(load, resources, ms) {
       reload = load;
       const refresh = coalesced(load);
@@ -327,7 +332,21 @@ document.getElementById('sign-out')!.addEventListener('click', async () => {
 window.addEventListener(SIGNED_OUT, () => signIn());
 window.addEventListener('hashchange', () => void show());
 
-watchRole(document.getElementById('role')!);
+// On a phone the navigation is a menu: opened by its button, closed once a page is chosen.
+const menu = document.getElementById('menu')!;
+const navigation = document.querySelector<HTMLElement>('.top nav')!;
+menu.addEventListener('click', () => {
+  const open = navigation.classList.toggle('open');
+  menu.setAttribute('aria-expanded', String(open));
+});
+navigation.addEventListener('click', (event) => {
+  if (!(event.target as HTMLElement).closest('a')) return;
+  navigation.classList.remove('open');
+  menu.setAttribute('aria-expanded', 'false');
+});
+
+// Pages are drawn again when the master turns read-only or writable: their write controls come and go with it.
+const roleRead = watchRole(document.getElementById('role')!, () => void show());
 const fragment = new URLSearchParams(location.hash.replace(/^#/, ''));
 if (fragment.has('oidc') || fragment.has('oidc_error')) void returnedFromProvider(fragment);
 else if (session.token) enter().catch(() => signIn());

@@ -32,20 +32,39 @@ function noticeOf(health: Health): { text: string; kind: 'warn' | 'error' } | nu
   return null;
 }
 
-/** Keeps `banner` saying the master's role, for as long as the console is open. */
-export function watchRole(banner: HTMLElement): void {
+let health: Health | null = null;
+
+/** The master's health as last read; null before the first answer. */
+export function currentHealth(): Health | null {
+  return health;
+}
+
+/** Whether the master takes no write now (a standby, or a primary fenced by a newer one): write controls hide. */
+export function readOnlyMaster(): boolean {
+  return health !== null && health.role !== 'primary';
+}
+
+/**
+ * Keeps `banner` saying the master's role, for as long as the console is open; `changed` is told when the master
+ * turns read-only or writable (a promotion, a fencing). Resolves once the role was first read (or could not be).
+ */
+export function watchRole(banner: HTMLElement, changed: () => void): Promise<void> {
   const read = async () => {
     if (document.visibilityState !== 'visible') return;
     try {
-      const notice = noticeOf((await api<Health>('GET', '/api/health')).data);
+      const before = readOnlyMaster();
+      health = (await api<Health>('GET', '/api/health')).data;
+      const notice = noticeOf(health);
       banner.hidden = notice === null;
       banner.textContent = notice?.text ?? '';
       banner.dataset.kind = notice?.kind ?? '';
+      if (readOnlyMaster() !== before) changed();
     } catch {
       // Health refused (the master starting or shutting down): the banner stays as it was until it answers.
     }
   };
-  void read();
+  const first = read();
   window.setInterval(() => void read(), EVERY_MS);
   document.addEventListener('visibilitychange', () => void read());
+  return first;
 }

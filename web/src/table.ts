@@ -21,7 +21,14 @@ class LiveTable<T extends { id: number }> {
     private readonly empty: string,
   ) {
     this.heads = headings.map((heading) => h('th', { scope: 'col' }, heading));
-    this.el = h('table', {}, h('caption', {}, caption), h('thead', {}, h('tr', {}, this.heads)), this.body);
+    this.el = h('table', { class: 'fold' }, h('caption', {}, caption), h('thead', {}, h('tr', {}, this.heads)));
+    this.el.append(this.body);
+  }
+
+  /** `tr` with each cell labelled by its heading: on a phone a row is a card, and a cell says what it is. */
+  private labelled(tr: HTMLTableRowElement): HTMLTableRowElement {
+    [...tr.cells].forEach((cell, i) => (cell.dataset.label ??= this.heads[i]?.textContent ?? ''));
+    return tr;
   }
 
   update(items: T[]): void {
@@ -29,7 +36,7 @@ class LiveTable<T extends { id: number }> {
     for (const item of items) {
       const text = JSON.stringify(item);
       const old = this.rows.get(item.id);
-      next.set(item.id, old && old.text === text ? old : { text, tr: this.row(item) });
+      next.set(item.id, old && old.text === text ? old : { text, tr: this.labelled(this.row(item)) });
     }
     const trs = [...next.values()].map((entry) => entry.tr);
     this.rows = next;

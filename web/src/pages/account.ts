@@ -76,7 +76,8 @@ function passkeysOf(ctx: PageCtx, keys: Schema<'Passkeys'>['items']): HTMLElemen
             h(
               'li',
               {},
-              `${key.name} (added ${key.created_at}${key.last_used_at ? `, last used ${key.last_used_at}` : ''}) `,
+              `${key.name} (added ${when(key.created_at)}` +
+                `${key.last_used_at ? `, last used ${when(key.last_used_at)}` : ''}) `,
               button('Remove', () =>
                 ctx.act(
                   `Passkey ${key.name} removed`,

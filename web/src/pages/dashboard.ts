@@ -2,7 +2,7 @@
 
 import { get, type Schema } from '../api.ts';
 import { trafficChart, type TrafficSeries } from '../chart.ts';
-import { badge, bytes, h } from '../dom.ts';
+import { badge, bytes, h, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { tenantDashboard } from './tenant.ts';
 
@@ -13,7 +13,7 @@ function card(title: string, total: number | string, states?: Record<string, num
     'section',
     { class: 'card', 'aria-label': title },
     h('h2', {}, title),
-    h('p', { class: 'total' }, String(total)),
+    h('p', { class: 'total' }, typeof total === 'number' ? count(total) : total),
     states &&
       h(
         'ul',
@@ -47,7 +47,7 @@ export async function dashboardPage(ctx: PageCtx): Promise<void> {
           );
     cards.replaceChildren(
       card('Nodes', d.nodes.total, d.nodes.by_status),
-      card('Rules', d.rules.total, d.rules.by_sync_state, h('p', {}, `${d.rules.enabled} enabled`)),
+      card('Rules', d.rules.total, d.rules.by_sync_state, h('p', {}, `${count(d.rules.enabled)} enabled`)),
       card('Tunnels', d.tunnels.total, d.tunnels.by_status),
       card(
         'Traffic',
@@ -56,7 +56,12 @@ export async function dashboardPage(ctx: PageCtx): Promise<void> {
         h('p', {}, `${bytes(d.traffic.bytes_in)} in, ${bytes(d.traffic.bytes_out)} out`),
       ),
       card('License', license.edition, undefined, h('div', {}, badge(license.status), meter)),
-      card('Users', d.users.total, undefined, h('p', {}, `${d.users.disabled} disabled · ${d.tokens.total} tokens`)),
+      card(
+        'Users',
+        d.users.total,
+        undefined,
+        h('p', {}, `${count(d.users.disabled)} disabled · ${count(d.tokens.total)} tokens`),
+      ),
     );
     const text = JSON.stringify(series.points);
     if (text !== lastChart || !chart.firstChild) chart.replaceChildren(trafficChart(series));

@@ -2,7 +2,7 @@
 // command, shown once), install over SSH, reinstall, delete.
 
 import { api, get, type Schema } from '../api.ts';
-import { badge, button, bytes, copyButton, field, form, h, input, when } from '../dom.ts';
+import { badge, button, bytes, copyButton, field, form, h, input, when, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { grantedNodesPage, nodeHeading } from './tenant.ts';
 import { showTraffic } from '../chart.ts';
@@ -139,7 +139,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
     sort: url.sort,
     sorted: url.sorted,
     loaded: (items, total) => {
-      summary.textContent = `${total} ${total === 1 ? 'node matches' : 'nodes match'}.`;
+      summary.textContent = `${count(total)} ${total === 1 ? 'node matches' : 'nodes match'}.`;
     },
     empty: 'No nodes yet.',
     row: (node) =>

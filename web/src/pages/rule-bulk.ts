@@ -3,7 +3,7 @@
 // its preview first (a dry run, item by item) and what became of each after.
 
 import { api } from '../api.ts';
-import { button, h, input, listOf } from '../dom.ts';
+import { button, h, input, listOf, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 
 const rules = (n: number) => `${n} ${n === 1 ? 'rule' : 'rules'}`;
@@ -26,6 +26,7 @@ export class RuleSelection {
   matching = 0;
   /** The bulk actions, labelled and beside the count of what they act on, for the toolbar. */
   readonly group: HTMLElement;
+  private readonly actions: HTMLElement;
   /** The header's box, ticking or unticking every rule on the page. */
   readonly pageBox = h('input', { type: 'checkbox', 'aria-label': 'Select all rules on this page' });
   private readonly selected = new Set<number>();
@@ -68,14 +69,20 @@ export class RuleSelection {
     // Each value a bulk action takes stands labelled beside its button (a placeholder is no label).
     const labelled = (text: string, control: HTMLElement, action: HTMLElement) =>
       h('span', { class: 'with' }, h('label', {}, text, ' ', control), action);
+    // What can be done with a selection shows once there is one: until then the rules stand in the first screen.
+    this.actions = h(
+      'span',
+      { class: 'bulk-actions', hidden: true },
+      plain,
+      labelled('Tags to set', tagsBox, setTags),
+      labelled('Node to move to', moveTo, move),
+    );
     this.group = h(
       'div',
       { class: 'bulk', role: 'group', 'aria-label': 'Selected rules' },
       this.count,
       this.selectMatching,
-      plain,
-      labelled('Tags to set', tagsBox, setTags),
-      labelled('Node to move to', moveTo, move),
+      this.actions,
     );
     this.pageBox.addEventListener('change', () => {
       for (const rule of this.list.items)
@@ -116,11 +123,12 @@ export class RuleSelection {
   /** Shows how many are selected, and offers only what can be done with that. */
   show(): void {
     this.count.textContent = this.allMatching
-      ? `All ${this.matching} matching selected`
-      : `${this.selected.size} selected`;
+      ? `All ${count(this.matching)} matching selected`
+      : `${count(this.selected.size)} selected`;
     for (const b of this.buttons) b.disabled = this.size() === 0;
+    this.actions.hidden = this.size() === 0;
     this.selectMatching.hidden = this.allMatching || this.matching === 0;
-    this.selectMatching.textContent = `Select all ${this.matching} matching`;
+    this.selectMatching.textContent = `Select all ${count(this.matching)} matching`;
   }
 
   clear(): void {

@@ -3,7 +3,7 @@
 
 import { api, get, type Page, type Schema } from '../api.ts';
 import { showTraffic } from '../chart.ts';
-import { badge, button, bytes, h, when } from '../dom.ts';
+import { badge, button, bytes, h, when, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
@@ -144,7 +144,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
       const into = items.reduce((sum, r) => sum + r.traffic.bytes_in, 0);
       const back = items.reduce((sum, r) => sum + r.traffic.bytes_out, 0);
       summary.textContent =
-        `${total} ${total === 1 ? 'rule matches' : 'rules match'}; the ${items.length} shown moved ` +
+        `${count(total)} ${total === 1 ? 'rule matches' : 'rules match'}; the ${count(items.length)} shown moved ` +
         `${bytes(into)} in, ${bytes(back)} out.`;
       selection.show();
     },

@@ -3,7 +3,7 @@
 // their own by what the API answers them.
 
 import { get, type Schema } from '../api.ts';
-import { badge, bytes, h, when } from '../dom.ts';
+import { badge, bytes, h, when, count } from '../dom.ts';
 import type { Me, PageCtx } from '../main.ts';
 import { PagedTable } from '../table.ts';
 
@@ -85,7 +85,7 @@ export async function tenantDashboard(ctx: PageCtx): Promise<void> {
       'section',
       { class: 'card', 'aria-label': title },
       h('h2', {}, title),
-      h('p', { class: 'total' }, String(total)),
+      h('p', { class: 'total' }, typeof total === 'number' ? count(total) : total),
       h('p', {}, detail),
     );
   await ctx.live(
