@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { assertProblem, call, mintToken, node, snapshot, startMaster } from './helpers.ts';
+import { assertProblem, call, mintToken, newTenant, node, snapshot, startMaster } from './helpers.ts';
 
 const PLAN = {
   name: 'starter',
@@ -94,4 +94,24 @@ test('plans are read with users:read and written with users:write', async (t) =>
   );
   const rules = await mintToken(m, ['rules:write']);
   assertProblem(await call(m.url, 'GET', '/api/plans', { token: rules }), 403, 'insufficient_scope');
+});
+
+test("a plan's tenants are listed and counted by the users list's plan_id", async (t) => {
+  const m = await startMaster(t);
+  const made = await call(m.url, 'POST', '/api/plans', { token: m.admin, body: PLAN });
+  const other = await call(m.url, 'POST', '/api/plans', { token: m.admin, body: { ...PLAN, name: 'other' } });
+  for (const [username, plan] of [
+    ['alice', made.body.id],
+    ['bob', made.body.id],
+    ['carol', other.body.id],
+  ] as const)
+    await newTenant(m, username, plan);
+  const listed = await call(m.url, 'GET', `/api/users?plan_id=${made.body.id}&count=true&sort=username`, {
+    token: m.admin,
+  });
+  assert.equal(listed.body.total, 2);
+  assert.deepEqual(
+    listed.body.items.map((user: { username: string }) => user.username),
+    ['alice', 'bob'],
+  );
 });

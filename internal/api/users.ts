@@ -6,7 +6,7 @@ import { MIN_PASSWORD } from '../auth/secrets.ts';
 import { pageJson } from '../http/cursor.ts';
 import { etagOf } from '../service/etag.ts';
 import { notFound } from '../errors/errors.ts';
-import { boolParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
+import { boolParam, intParam, listQuery, textParam, type QueryOf } from '../schema/query.ts';
 import { boolean, dateTime, integer, nullable, object, oneOf, optional, string, type Infer } from '../schema/schema.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { roles } from '../auth/principal.ts';
@@ -120,6 +120,7 @@ const listUsersQuery = {
   ...listQuery,
   q: textParam({ max: 64, description: 'Substring of the username.' }),
   disabled: boolParam('Only disabled (true) or enabled (false) users.'),
+  plan_id: intParam({ ...ID_RANGE, description: 'Only the users this plan holds (its tenants).' }),
   sort: sortParam(userSorts),
 };
 
@@ -152,6 +153,7 @@ export const userOperations = operations({
         sorted,
         q: ctx.query.q ?? null,
         disabled: ctx.query.disabled ?? null,
+        plan_id: ctx.query.plan_id ?? null,
       });
       return okJson(pageJson(page, sorted && ctx.query.sort));
     },

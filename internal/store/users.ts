@@ -119,6 +119,8 @@ export interface UserListFilter {
   limit: number;
   q: string | null;
   disabled: boolean | null;
+  /** Only the users a plan holds. */
+  plan_id?: number | null;
   /** Also count every match (JsonPage.total). */
   count?: boolean;
   /** Another order than by id (then afterId is not used). */
@@ -136,6 +138,7 @@ export const USER_SORTS: SortSql<typeof userSorts> = {
 export const USER_FILTERS = {
   q: 'instr(lower(username), lower(:q)) > 0',
   disabled: 'disabled = :disabled',
+  plan_id: 'plan_id = :plan_id',
 };
 
 export class UserStore {
@@ -253,7 +256,11 @@ export class UserStore {
 
   /** A page of users as JSON text: ids from SQLite, their JSON from the cache. */
   page(filter: UserListFilter): JsonPage {
-    const conditions = { q: filter.q, disabled: filter.disabled === null ? null : Number(filter.disabled) };
+    const conditions = {
+      q: filter.q,
+      disabled: filter.disabled === null ? null : Number(filter.disabled),
+      plan_id: filter.plan_id ?? null,
+    };
     this.bound.check(conditions);
     if (filter.sorted) {
       const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);

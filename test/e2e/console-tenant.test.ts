@@ -70,6 +70,7 @@ test(TENANT_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
     const yours = page.getByRole('region', { name: 'Your plan' });
     await yours.getByText('1 of 3').waitFor();
     await yours.getByText(/256\.0 MiB of 1\.0 GiB this month/).waitFor();
+    assert.equal(await yours.locator('meter').count(), 2, 'a bar for the rules and one for the traffic');
     await page.getByRole('region', { name: 'Nodes' }).getByText('1', { exact: true }).waitFor();
     await shot('tenant-dashboard');
   });
@@ -108,6 +109,8 @@ test(TENANT_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
       .getByRole('row', { name: /starter/ })
       .getByText('1.0 GiB a month, then 1.0 MiB/s')
       .waitFor();
+    const tenants = page.locator('main table tbody tr').filter({ hasText: 'starter' }).locator('td').first();
+    await tenants.filter({ hasText: /^2$/ }).waitFor();
     await shot('plans');
   });
 

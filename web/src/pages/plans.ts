@@ -1,8 +1,8 @@
 // Plans: the grants tenants are held to (nodes by id or tag, ports, rule count, caps, a traffic allowance); listed,
 // created, edited and deleted by operators holding users:write.
 
-import { api } from '../api.ts';
-import { button, bytes, field, form, h, input, select } from '../dom.ts';
+import { api, get } from '../api.ts';
+import { button, bytes, count, field, form, h, input, select } from '../dom.ts';
 import type { PageCtx, Plan } from '../main.ts';
 import { PagedTable } from '../table.ts';
 
@@ -11,7 +11,7 @@ const list = (text: string) =>
     .split(',')
     .map((part) => part.trim())
     .filter(Boolean);
-const count = (text: string) => (text.trim() === '' ? null : Number(text));
+const numberOf = (text: string) => (text.trim() === '' ? null : Number(text));
 
 /** A plan's fields as a form: `plan` to edit, or none for a new one; `save` gets what the API takes. */
 function planForm(plan: Plan | null, save: (body: Record<string, unknown>) => Promise<void>): HTMLFormElement {
@@ -56,7 +56,7 @@ function planForm(plan: Plan | null, save: (body: Record<string, unknown>) => Pr
               bytes: Number(allowance.value),
               period: period.value,
               past: past.value,
-              slow_to: past.value === 'slow' ? count(slowTo.value) : null,
+              slow_to: past.value === 'slow' ? numberOf(slowTo.value) : null,
               reset_day: plan?.traffic?.reset_day ?? 1,
               reset_hour: plan?.traffic?.reset_hour ?? 0,
             };
@@ -65,10 +65,10 @@ function planForm(plan: Plan | null, save: (body: Record<string, unknown>) => Pr
         node_ids: list(nodeIds.value).map(Number),
         node_tags: list(nodeTags.value),
         port_ranges: list(ports.value),
-        max_rules: count(maxRules.value),
-        max_connections: count(maxConnections.value),
-        bandwidth_limit: count(bandwidth.value),
-        max_new_connections_per_second: count(newRate.value),
+        max_rules: numberOf(maxRules.value),
+        max_connections: numberOf(maxConnections.value),
+        bandwidth_limit: numberOf(bandwidth.value),
+        max_new_connections_per_second: numberOf(newRate.value),
         traffic,
       });
     },
@@ -79,6 +79,15 @@ function trafficText(traffic: Plan['traffic']): string {
   if (!traffic) return '—';
   const past = traffic.past === 'stop' ? 'then stop' : `then ${bytes(traffic.slow_to!)}/s`;
   return `${bytes(traffic.bytes)} a ${traffic.period}, ${past}`;
+}
+
+/** A cell saying how many tenants `plan` holds, filled once the users list has counted them. */
+function tenantsOf(plan: Plan): HTMLTableCellElement {
+  const cell = h('td', {}, '…');
+  get<{ total: number }>(`/api/users?plan_id=${plan.id}&limit=1&count=true`)
+    .then(({ total }) => (cell.textContent = count(total)))
+    .catch(() => (cell.textContent = '—'));
+  return cell;
 }
 
 export async function plansPage(ctx: PageCtx): Promise<void> {
@@ -99,7 +108,7 @@ export async function plansPage(ctx: PageCtx): Promise<void> {
   };
   const table = new PagedTable<Plan>({
     caption: 'Plans',
-    headings: ['Name', 'Nodes', 'Ports', 'Rules', 'Caps a rule', 'Traffic', canWrite ? 'Actions' : ''],
+    headings: ['Name', 'Tenants', 'Nodes', 'Ports', 'Rules', 'Caps a rule', 'Traffic', canWrite ? 'Actions' : ''],
     path: '/api/plans',
     empty: 'No plans yet: tenants are put on one.',
     row: (plan) =>
@@ -107,6 +116,7 @@ export async function plansPage(ctx: PageCtx): Promise<void> {
         'tr',
         {},
         h('th', { scope: 'row' }, plan.name),
+        tenantsOf(plan),
         h('td', {}, [...plan.node_ids.map((id) => `#${id}`), ...plan.node_tags].join(', ') || 'none'),
         h('td', {}, plan.port_ranges.join(', ') || 'none'),
         h('td', {}, plan.max_rules === null ? 'any' : String(plan.max_rules)),

@@ -33,6 +33,11 @@ export async function grantedNodesPage(ctx: PageCtx): Promise<void> {
   await ctx.live(() => list.load(), ['node'], 5000);
 }
 
+/** How much of an allowance is used, in words and as a bar. */
+function used(text: string, value: number, max: number): HTMLElement {
+  return h('span', { class: 'used' }, text, h('meter', { min: 0, max, value, 'aria-label': text }));
+}
+
 /** The tenant's plan and their use of it, as /api/auth/me says now. */
 export function planSummary({ plan, usage, user }: Me): HTMLElement {
   const section = h('section', { class: 'plan', 'aria-label': 'Your plan' }, h('h2', {}, 'Your plan'));
@@ -44,7 +49,12 @@ export function planSummary({ plan, usage, user }: Me): HTMLElement {
   const traffic = usage.traffic;
   const rows: [string, string | Node][] = [
     ['Plan', plan.name],
-    ['Rules', plan.max_rules === null ? `${usage.rules}, no limit` : `${usage.rules} of ${plan.max_rules}`],
+    [
+      'Rules',
+      plan.max_rules === null
+        ? `${count(usage.rules)}, no limit`
+        : used(`${count(usage.rules)} of ${count(plan.max_rules)}`, usage.rules, plan.max_rules),
+    ],
     ['Ports', plan.port_ranges.join(', ') || 'none'],
     [
       'Traffic',
@@ -52,8 +62,12 @@ export function planSummary({ plan, usage, user }: Me): HTMLElement {
         ? h(
             'span',
             {},
-            `${bytes(traffic.used_bytes)} of ${bytes(allowance.bytes)} this ${allowance.period}, until ` +
-              `${when(traffic.resets_at)}`,
+            used(
+              `${bytes(traffic.used_bytes)} of ${bytes(allowance.bytes)} this ${allowance.period}, until ` +
+                `${when(traffic.resets_at)}`,
+              traffic.used_bytes,
+              allowance.bytes,
+            ),
             traffic.spent
               ? [
                   ' ',
@@ -69,7 +83,7 @@ export function planSummary({ plan, usage, user }: Me): HTMLElement {
   section.append(
     h(
       'dl',
-      {},
+      { class: 'facts' },
       rows.flatMap(([term, value]) => [h('dt', {}, term), h('dd', {}, value)]),
     ),
   );
@@ -91,10 +105,11 @@ export async function tenantDashboard(ctx: PageCtx): Promise<void> {
   await ctx.live(
     async () => {
       const [d, me] = await Promise.all([get<TenantDashboard>('/api/dashboard'), get<Me>('/api/auth/me')]);
+      // A card for what the tenant's scopes read: none for what they could not open.
       cards.replaceChildren(
-        card('Nodes', d.nodes.total, `${d.nodes.by_status.online ?? 0} online`),
-        card('Rules', d.rules.total, `${d.rules.enabled} enabled`),
-        card('Tunnels', d.tunnels.total, `${d.tunnels.by_status.up ?? 0} up`),
+        ctx.can('nodes:read') ? card('Nodes', d.nodes.total, `${count(d.nodes.by_status.online ?? 0)} online`) : '',
+        ctx.can('rules:read') ? card('Rules', d.rules.total, `${count(d.rules.enabled)} enabled`) : '',
+        ctx.can('tunnels:read') ? card('Tunnels', d.tunnels.total, `${count(d.tunnels.by_status.up ?? 0)} up`) : '',
         card(
           'Traffic',
           bytes(d.traffic.bytes_in + d.traffic.bytes_out),
