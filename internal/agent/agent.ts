@@ -172,6 +172,9 @@ export class Agent {
   private driftCheckQueued = false;
   /** Reports are made one at a time (reading the kernel's counters takes a moment). */
   private reporting: Promise<void> = Promise.resolve();
+  /** When live numbers were last measured, and their rounds (see sendLive). */
+  private liveAt = Date.now();
+  private liveRound = 0;
   private retryTimer: NodeJS.Timeout | undefined;
   private tunnelTimer: NodeJS.Timeout | undefined;
   private healthTimer: NodeJS.Timeout | undefined;
@@ -908,7 +911,7 @@ export class Agent {
     const drained = addKernel(this.forwarder.drain(), kernel, this.traffic);
     if (drained.length === 0) {
       if (kernel) this.state.saveTraffic(this.traffic);
-      return;
+      return this.sendLive(drained);
     }
     const traffic = this.traffic;
     const at = Math.floor(Date.now() / 1000);
@@ -932,6 +935,30 @@ export class Agent {
     }
     this.state.saveTraffic(traffic);
     if (this.socket) for (const report of fresh) send(this.socket, { type: 'traffic', ...report });
+    await this.sendLive(drained);
+  }
+
+  /**
+   * What each rule carries now and its rates since the last report (`drained`: its bytes since then), where the
+   * master reads it: never kept, a gauge of this moment.
+   */
+  private async sendLive(drained: readonly RuleTraffic[]): Promise<void> {
+    const now = Date.now();
+    const seconds = Math.max(1, (now - this.liveAt) / 1000);
+    this.liveAt = now;
+    if (!this.socket || !this.masterReads('live')) return;
+    const open = await this.forwarder.openByRule();
+    const rules = new Map<number, { id: number; open: number; rate_in: number; rate_out: number }>();
+    for (const [id, count] of open) rules.set(id, { id, open: count, rate_in: 0, rate_out: 0 });
+    for (const { id, bytes_in, bytes_out } of drained) {
+      const rule = rules.get(id) ?? { id, open: 0, rate_in: 0, rate_out: 0 };
+      rule.rate_in = Math.round(bytes_in / seconds);
+      rule.rate_out = Math.round(bytes_out / seconds);
+      if (rule.open + rule.rate_in + rule.rate_out > 0) rules.set(id, rule);
+    }
+    const round = ++this.liveRound;
+    const pieces = rules.size === 0 ? [[]] : inPieces([...rules.values()]);
+    if (this.socket) for (const piece of pieces) send(this.socket, { type: 'live', round, rules: piece });
   }
 }
 

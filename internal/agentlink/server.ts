@@ -20,11 +20,13 @@ import {
   type UpgradeMessage,
   type UpgradeStatusMessage,
   trafficMessage,
+  liveMessage,
   tunnelStatusMessage,
   vitalsMessage,
   type AppliedMessage,
   type PathsMessage,
   type TrafficMessage,
+  type LiveMessage,
   type HealthMessage,
   type ProbeMessage,
   type TunnelStatusMessage,
@@ -98,7 +100,7 @@ interface Link {
  * 400 pieces): each rule's result is taken once per config version, and again only where it changed, at most
  * RESULTS_PER_CONFIG times in all.
  */
-const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_status', 'fell_back']);
+const WRITING = new Set(['tunnel_status', 'paths', 'health', 'vitals', 'upgrade_status', 'fell_back', 'live']);
 /**
  * The results of one rule taken for one config sent, at most: its first, and changes the agent finds on its own while
  * the config stands (an SRV name's records gone, say), so that an agent flipping a rule's state writes a few times.
@@ -432,6 +434,7 @@ export class AgentLinks {
     if (message.type === 'vitals') return this.vitals(link, checkMessage(vitalsMessage, message));
     if (message.type === 'upgrade_status') return this.upgradeStatus(link, checkMessage(upgradeStatusMessage, message));
     if (message.type === 'fell_back') return this.fellBack(link, checkMessage(fellBackMessage, message));
+    if (message.type === 'live') return this.live(link, checkMessage(liveMessage, message));
     if (message.type === 'probe_result') {
       const { id, results } = checkMessage(probeResultMessage, message);
       if (this.app.sync.probed(link.nodeId, id, results) === 'mismatched')
@@ -547,6 +550,22 @@ export class AgentLinks {
     const { vitals, totals } = vitalsOf(message, link.vitals ?? null, now, link.agentVersion);
     link.vitals = totals;
     this.app.reports.vitals(link.nodeId, vitals, now);
+  }
+
+  /**
+   * What the node's rules carry now: kept for those the node carries (a rule of another node, or one gone, is left
+   * out: an agent speaks of its own), in memory alone.
+   */
+  private live(link: Link, message: LiveMessage): void {
+    const twice = repeated(message.rules);
+    if (twice !== undefined) throw new ProtocolError(`live round ${message.round} names rule ${twice} twice`);
+    const places = this.app.store.rules.placesOf(message.rules.map((rule) => rule.id));
+    const own = message.rules.flatMap((rule) => {
+      const place = places.get(rule.id);
+      return place?.node_id === link.nodeId ? [{ ...rule, ...place }] : [];
+    });
+    if (this.app.sync.live.take(link.nodeId, message.round, own, this.app.clock.now()))
+      this.app.sync.reports.emit('live', link.nodeId);
   }
 
   private traffic(link: Link, report: TrafficMessage): void {

@@ -147,6 +147,7 @@ const TAGS: Record<string, { name: string; description: string }> = {
   deliveries: ALERTS,
   silences: ALERTS,
   dashboard: { name: 'dashboard', description: 'Counts by state, license use and traffic over time.' },
+  live: { name: 'dashboard', description: 'Counts by state, license use and traffic over time.' },
   replication: {
     name: 'replication',
     description: 'What a standby master follows: a copy of the database, then every change to it.',

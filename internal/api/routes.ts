@@ -10,6 +10,7 @@ import { backupOperations as backup } from './backup.ts';
 import { authOperations as auth } from './auth.ts';
 import { providerSignInOperations as provider } from './oidc.ts';
 import { passkeyOperations as passkeys } from './passkeys.ts';
+import { liveOperations as live } from './live.ts';
 import { secondFactorOperations as factor } from './second-factor.ts';
 import { loginSessionOperations as sessions } from './login-sessions.ts';
 import { batchOperations as batch } from './batch.ts';
@@ -113,6 +114,7 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.installNode, INSTALL_ELSEWHERE),
   route('POST',   '/api/nodes/{id}/reinstall',    'nodes:write',     install.reinstallNode, INSTALL_ELSEWHERE),
   route('POST',   '/api/nodes/{id}/probe',        'nodes:write',     probe.probeNode),
+  route('GET',    '/api/live',                   'rules:read',      live.listLive),
   route('GET',    '/api/rules',                   'rules:read',      rules.listRules),
   route('POST',   '/api/rules',                   'rules:write',     rules.createRule, GIVE_TO_ANOTHER),
   route('GET',    '/api/rules/{id}',              'rules:read',      rules.getRule),

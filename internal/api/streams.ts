@@ -80,9 +80,9 @@ export class EventStreams {
     // A credential revoked, narrowed or its user disabled ends its streams at that commit, not within the second.
     store.db.onCommitted(() => (this.wake(), this.checkCallers(true)));
     store.db.onWrittenElsewhere(() => this.wake());
-    sync.reports.on('traffic', (nodeId: number, rules: readonly RuleCounts[]) => {
-      if (this.streams.size > 0) this.ticks.add(nodeId, rules);
-    });
+    // Bytes counted, or what a node's rules carry changed (a connection opened, not a byte moved: a tick of none).
+    const tick = (node: number, rules: readonly RuleCounts[] = []) => this.streams.size && this.ticks.add(node, rules);
+    sync.reports.on('traffic', tick).on('live', (nodeId: number) => tick(nodeId));
     sync.reports.on('vitals', (nodeId: number, vitals: unknown) => this.live('node.vitals', nodeId, vitals));
   }
 

@@ -335,7 +335,7 @@ export const AGENT_FEATURES = Object.keys(agentFeatures);
  */
 export const LINK_FEATURES = ['soak', 'tunnel_ws', 'tunnel_exits'];
 /** What agents may send this master beyond the oldest masters' messages (see configMessage.master_reads). */
-export const MASTER_READS = ['vitals.addresses', 'tunnel_status.loss_percent', 'tunnel_status.exits'] as const;
+export const MASTER_READS = ['vitals.addresses', 'tunnel_status.loss_percent', 'tunnel_status.exits', 'live'] as const;
 export type MasterRead = (typeof MASTER_READS)[number];
 
 /** The link feature of agents that carry a tunnel inside a WebSocket (transport ws). */
@@ -439,6 +439,18 @@ export const trafficMessage = object({
   ),
 });
 export type TrafficMessage = Infer<typeof trafficMessage>;
+
+/**
+ * Agent to master, with each traffic report where the master reads `live`: what each rule carries now (open
+ * connections and UDP flows) and its rates over the report's interval, in bytes a second; rules with none left out.
+ * One round may come in several pieces (MAX_ENTRIES each), each naming the round: a new round replaces the last.
+ */
+export const liveMessage = object({
+  type: oneOf(['live']),
+  round: COUNT,
+  rules: array(object({ id: ID, open: COUNT, rate_in: COUNT, rate_out: COUNT }), { max: MAX_ENTRIES }),
+});
+export type LiveMessage = Infer<typeof liveMessage>;
 
 /** Agent to master: how the node's ends of its tunnels stand. */
 export const tunnelStatusMessage = object({

@@ -35,6 +35,7 @@ import { TunnelEntries, type EntriesConfig, type EntryView } from '../tunnel/exi
 import { DEFAULT_SWITCHING } from '../domain/tunnels.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
 import { exitCannotListen, type TunnelView } from '../tunnel/wire.ts';
+import { countConnections } from '../kernel/conntrack.ts';
 import {
   applyPlan,
   kernelAvailability,
@@ -508,6 +509,32 @@ export class Forwarder {
     let open = 0;
     for (const listener of this.listeners.values()) for (const relay of listener.relays) open += relay.carrying;
     for (const { exit } of this.exits.values()) open += exit.carrying;
+    return open;
+  }
+
+  /**
+   * The connections (TCP) and flows (UDP) each rule carries now: its relays', and for a rule the kernel carries, the
+   * kernel's (its conntrack entries to the rule's ports, where that table can be read). Rules carrying none are left
+   * out.
+   */
+  async openByRule(): Promise<Map<number, number>> {
+    const open = new Map<number, number>();
+    for (const [id, listener] of this.listeners) {
+      const carrying = listener.relays.reduce((sum, relay) => sum + relay.carrying, 0);
+      if (carrying > 0) open.set(id, carrying);
+    }
+    if (this.kernelRules.size === 0) return open;
+    const portsOf = new Map<string, number>();
+    for (const rule of this.kernelRules.values()) {
+      const protocols = rule.protocol === 'tcp+udp' ? ['tcp', 'udp'] : [rule.protocol];
+      for (let port = rule.listen_port; port <= (rule.lastPort ?? rule.listen_port); port++)
+        for (const protocol of protocols) portsOf.set(`${protocol}:${port}`, rule.id);
+    }
+    const counted = await countConnections(new Set(portsOf.keys()));
+    for (const [key, count] of counted ?? []) {
+      const id = portsOf.get(key)!;
+      open.set(id, (open.get(id) ?? 0) + count);
+    }
     return open;
   }
 

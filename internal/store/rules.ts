@@ -297,6 +297,7 @@ export class RuleStore {
   private readonly holdStmt;
   private readonly tenantsOnStmt;
   private readonly ownersStmt;
+  private readonly placesStmt;
   private readonly quotaStmt;
   private readonly healthStmt;
   private readonly spendStmt;
@@ -418,6 +419,9 @@ export class RuleStore {
       WHERE id = :id`);
     this.dueStmt = db.prepare(`SELECT ${COLUMNS} FROM rules WHERE expires_at <= ? AND expired = 0`);
     this.ownersStmt = db.prepare('SELECT id, owner_id FROM rules WHERE id IN (SELECT value FROM json_each(?))');
+    this.placesStmt = db.prepare(
+      'SELECT id, node_id, owner_id FROM rules WHERE id IN (SELECT value FROM json_each(?))',
+    );
     this.tenantsOnStmt = db.prepare(`SELECT id, owner_id FROM rules
       WHERE (node_id = ?1 OR tunnel_id IN (SELECT id FROM tunnels WHERE exit_node_id = ?1
           UNION SELECT tunnel_id FROM tunnel_exits WHERE node_id = ?1))
@@ -843,6 +847,12 @@ export class RuleStore {
   /** The nodes that carry rules of `ownerId`: where they listen, and the exits of the tunnels they go through. */
   carriersOf(ownerId: number): number[] {
     return (this.carriersStmt.all(ownerId) as { node_id: number }[]).map((row) => row.node_id);
+  }
+
+  /** Where each rule of `ids` listens and whose it is (by primary key; rules gone are left out). */
+  placesOf(ids: readonly number[]): Map<number, { node_id: number; owner_id: number }> {
+    const rows = this.placesStmt.all(JSON.stringify(ids)) as { id: number; node_id: number; owner_id: number }[];
+    return new Map(rows.map((row) => [row.id, { node_id: row.node_id, owner_id: row.owner_id }]));
   }
 
   /** The owners of the rules of `ids` (by primary key; rules gone are left out). */

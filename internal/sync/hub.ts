@@ -6,6 +6,7 @@
 import { EventEmitter } from 'node:events';
 import type { ProbeMessage, ProbeResult, UpgradeStatusMessage } from '../domain/link.ts';
 import type { Presence } from '../store/nodes.ts';
+import { LiveNumbers } from './live.ts';
 
 interface PendingProbe {
   nodeId: number;
@@ -38,6 +39,8 @@ export class SyncHub implements Presence {
    * id and its agent's vitals: for live event streams.
    */
   readonly reports = new EventEmitter();
+  /** What each node's rules carry at this moment, as its agent last said (see live.ts). */
+  readonly live = new LiveNumbers();
   /** Emits 'probe' with a node id and the message for its agent (the agent link sends it). */
   readonly probes = new EventEmitter();
   /** Emits 'upgrade' with a node id and a rollout's order for its agent (the agent link sends it). */
@@ -113,6 +116,7 @@ export class SyncHub implements Presence {
     this.linkedAt.delete(nodeId);
     this.links.delete(nodeId);
     this.appliedOnLink.delete(nodeId);
+    this.live.forget(nodeId);
     this.presenceChanged(nodeId);
     for (const waiter of this.waiters.get(nodeId) ?? []) waiter.resolve(false);
     this.waiters.delete(nodeId);

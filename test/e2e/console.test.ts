@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import { createServer as httpServer } from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { type Page } from 'playwright-core';
 import { nodeOf, startAgent } from '../agents.ts';
@@ -111,6 +111,34 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     assert.doesNotMatch(label, /: 0 B in/, label);
     assert.ok((await chart.locator('polyline').count()) === 2);
     await shot('dashboard');
+  });
+
+  await t.test("a rule's row shows what it carries now, and it moves while traffic flows", async () => {
+    const held = await Promise.all(
+      [1, 2].map(async () => {
+        const socket = connect({ host: '127.0.0.1', port });
+        socket.on('error', () => undefined);
+        await once(socket, 'connect');
+        return socket;
+      }),
+    );
+    const pump = setInterval(() => held.forEach((socket) => socket.write(Buffer.alloc(64 * 1024, 3))), 100);
+    try {
+      await open('Rules');
+      const row = page.getByRole('row', { name: /\bweb\b/ });
+      await row
+        .locator('.live')
+        .filter({ hasText: /^2 open · [\d.]+ (KiB|MiB)\/s in · / })
+        .waitFor();
+      await shot('rules-live');
+    } finally {
+      clearInterval(pump);
+      held.forEach((socket) => socket.destroy());
+    }
+    await page
+      .getByRole('row', { name: /\bweb\b/ })
+      .locator('.live')
+      .waitFor({ state: 'detached' });
   });
 
   await t.test('nodes show their status and agent, and a new one comes with its agent command once', async () => {

@@ -69,6 +69,16 @@ const TCP_ROUND_TRIP = `
   socket.on('error', (error) => { console.log(error.message); process.exit(1); });
   setTimeout(() => { console.log('timed out at', got); process.exit(1); }, 10000);`;
 
+/** Holds COUNT connections to HOST:PORT open for MS, then closes them and prints how many were open. */
+const HOLD = `
+  import { connect } from 'node:net';
+  const [host, port, count, ms] = process.argv.slice(1);
+  const sockets = Array.from({ length: Number(count) }, () => connect(Number(port), host));
+  let open = 0;
+  for (const socket of sockets) socket.on('connect', () => open++).on('error', () => process.exit(1));
+  const done = () => { console.log(open); for (const socket of sockets) socket.destroy(); process.exit(0); };
+  setTimeout(done, Number(ms));`;
+
 /** Sends datagrams to HOST:PORT from the client and prints how many were echoed. */
 const UDP_ROUND_TRIP = `
   import { createSocket } from 'node:dgram';
@@ -218,6 +228,15 @@ test(
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', String(payload)), String(payload));
     assert.equal(await runIn(CLIENT, UDP_ROUND_TRIP, NODE_ADDRESS, '15002', '20'), '20');
     assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15004', '1000'), '1000');
+
+    // What the kernel carries now: connections held from the client, counted from the node's connection tracking.
+    const holding = runIn(CLIENT, HOLD, NODE_ADDRESS, '15001', '3', '8000');
+    const carried = await until('the held connections counted', async () => {
+      const answer = await call(m.url, 'GET', `/api/live?ids=${tcp.id}`, { token: m.admin });
+      return answer.body.rules[0]?.open === 3 && answer.body.rules[0];
+    });
+    assert.equal(carried.node_id, edge.id);
+    assert.equal(await holding, '3');
 
     // IPv6: a client of the node's IPv6 address reaches an IPv6 target through the kernel.
     const six = (await rule(m, { node_id: edge.id, listen_port: 15008, targets: ['[fd14:3::2]:7008'] })).body;

@@ -102,7 +102,7 @@ function lists(store: Store): Record<string, List> {
     },
     '/api/users': {
       filters: USER_FILTERS,
-      values: { q: 'us', disabled: true },
+      values: { q: 'us', disabled: true, plan_id: 1 },
       sorts: USER_SORTS,
       page: (filter, sort) =>
         store.users.page({ afterId: 0, limit: 5, q: null, disabled: null, ...filter, ...sorted(sort) }),

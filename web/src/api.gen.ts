@@ -605,6 +605,23 @@ export interface components {
       /** Format: date-time */
       expires_at: string | null;
     };
+    Live: {
+      fresh_seconds: number;
+      nodes: {
+        id: number;
+        open: number;
+        rate_in: number;
+        rate_out: number;
+      }[];
+      rules: {
+        id: number;
+        node_id: number;
+        open: number;
+        rate_in: number;
+        rate_out: number;
+      }[];
+      rules_left: number;
+    };
     LiveEvent: {
       /** @enum {string} */
       type: 'traffic' | 'node.vitals';

@@ -59,6 +59,8 @@ export interface PagedTableOptions<T> {
   limit?: number;
   /** Filters, read at each load. */
   query?: () => Query;
+  /** What the page adds to each item of a load before it is shown (numbers of the moment, say). */
+  decorate?: (items: T[]) => Promise<T[]>;
   /** Called after each load with the items on screen and how many match in all (the list counts them). */
   loaded?: (items: T[], total: number) => void;
   /** The sort key of each heading the list can sort by (by position; null: not sortable). */
@@ -135,9 +137,9 @@ export class PagedTable<T extends { id: number }> {
     const page = await get<Page<T> & { total?: number }>(
       withQuery(path, { limit, cursor: this.cursor, ...query?.(), ...counted, sort: this.sort }),
     );
-    this.items = page.items;
-    this.table.update(page.items);
-    this.options.loaded?.(page.items, page.total ?? page.items.length);
+    this.items = this.options.decorate ? await this.options.decorate(page.items) : page.items;
+    this.table.update(this.items);
+    this.options.loaded?.(this.items, page.total ?? page.items.length);
     this.next = page.next_cursor;
     this.prevButton.disabled = this.previous.length === 0;
     this.nextButton.disabled = this.next === null;

@@ -12,6 +12,8 @@ import { RuleSelection } from './rule-bulk.ts';
 import { editRule } from './rule-edit.ts';
 
 type Rule = Schema<'Rule'>;
+/** A rule with what it carries now (GET /api/live); null: nothing. */
+type LiveRule = Rule & { live?: Schema<'Live'>['rules'][number] | null };
 
 const WRITABLE = [
   'name',
@@ -131,8 +133,15 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
     ),
   ];
 
-  const list = new PagedTable<Rule>({
+  const list = new PagedTable<LiveRule>({
     caption: 'Rules',
+    // What each rule carries now, read with each load (the page loads again with each traffic tick).
+    decorate: async (items) => {
+      if (items.length === 0) return items;
+      const live = await get<Schema<'Live'>>(`/api/live?limit=1000&ids=${items.map((r) => r.id).join(',')}`);
+      const now = new Map(live.rules.map((r) => [r.id, r]));
+      return items.map((rule) => ({ ...rule, live: now.get(rule.id) ?? null }));
+    },
     headings: [canWrite ? selection.pageBox : '', 'Name', 'Node', 'Listens', 'Targets', 'Sync', 'Traffic', 'Actions'],
     path: '/api/rules',
     query: filters,
@@ -198,7 +207,13 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           'td',
           {},
           `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`,
-          rule.traffic.refused > 0 && h('span', { class: 'tags' }, `${rule.traffic.refused} refused`),
+          rule.traffic.refused > 0 && h('span', { class: 'tags' }, `${count(rule.traffic.refused)} refused`),
+          rule.live &&
+            h(
+              'span',
+              { class: 'live' },
+              `${count(rule.live.open)} open · ${bytes(rule.live.rate_in)}/s in · ${bytes(rule.live.rate_out)}/s out`,
+            ),
         ),
         h(
           'td',
