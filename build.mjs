@@ -2,11 +2,11 @@
 // builtins, so a copy of that one file runs anywhere a new enough Node.js is installed.
 // The web console (web/) is built first, into dist/console, and carried inside the master.
 
-import { build } from 'esbuild';
+import { build, transform } from 'esbuild';
 
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 
-/** The console's files by name: its script bundled and minified for browsers, the rest as written. */
+/** The console's files by name: its script bundled for browsers and its style, both minified; the rest as written. */
 async function buildConsole() {
   const script = await build({
     entryPoints: ['web/src/main.ts'],
@@ -21,7 +21,7 @@ async function buildConsole() {
   const files = {
     'index.html': readFileSync('web/index.html', 'utf8'),
     'console.js': script.outputFiles[0].text,
-    'console.css': readFileSync('web/console.css', 'utf8'),
+    'console.css': (await transform(readFileSync('web/console.css', 'utf8'), { loader: 'css', minify: true })).code,
     'favicon.svg': readFileSync('web/favicon.svg', 'utf8'),
   };
   mkdirSync('dist/console', { recursive: true });

@@ -137,6 +137,10 @@ test('every condition finds what it names from what agents report, and a selecto
     rule_expiring: [`rule/${expiring.id}`],
     'drift on eu': [`node/${a.id}`],
   });
+  // An agent's reason in words, never its JSON.
+  const alerts = (await call(m.url, 'GET', '/api/alerts?limit=1000', { token: m.admin })).body.items;
+  const failed = alerts.find((alert: { alert_rule_id: number }) => alert.alert_rule_id === rules.rule_sync_failed);
+  assert.equal(failed.summary, 'rule failing failed to apply on node a: held by sshd (port_in_use)');
   agentA.raw.socket.destroy();
   agentB.raw.socket.destroy();
 });

@@ -193,7 +193,7 @@ export class AgentLinks {
     }
     for (const [nodeId, link] of this.links) {
       this.links.delete(nodeId);
-      this.app.sync.disconnect(nodeId);
+      this.app.sync.disconnect(nodeId, this.app.clock.now());
       link.socket.destroy();
     }
     for (const link of this.pending.values()) link.socket.destroy();
@@ -346,7 +346,7 @@ export class AgentLinks {
     const newer = this.pending.get(nodeId);
     if (newer && !this.closing) return this.takeOver(newer);
     const lastHeard = this.app.sync.heardAt(nodeId) ?? this.app.clock.timestamp();
-    this.app.sync.disconnect(nodeId);
+    this.app.sync.disconnect(nodeId, this.app.clock.now());
     if (this.closing) return;
     this.logOf(`n:${nodeId}`).info('agent disconnected', { node_id: nodeId });
     const why = link.endedBecause ?? 'the agent link closed';

@@ -257,8 +257,11 @@ function gate(
     const since = Date.parse(node.soaking_since);
     const into = `${Math.round((now - since) / 1000)} s into its ${rollout.soak_seconds} s soak`;
     if (sync.linkOf(node.node_id) !== node.soak_link) {
-      // An agent that went back says why once it links again, its supervisor's word and the better reason: its
-      // report is given a moment to come (the turn may fall between the link and its first messages).
+      // An agent that went back says why once it links again, its supervisor's word and the better reason: it is
+      // given a moment to link again (its supervisor starts the bundle before), and its report a moment to come (the
+      // turn may fall between the link and its first messages).
+      const lostAt = sync.lostAtMs(node.node_id);
+      if (lostAt !== undefined && now < lostAt + BACK_REPORT_GRACE_MS) return null;
       const linkedAt = sync.linkedAtMs(node.node_id);
       const wentBack = linkedAt !== undefined && found.agent_version !== rollout.version;
       if (wentBack && now < linkedAt + BACK_REPORT_GRACE_MS) return null;

@@ -19,6 +19,11 @@ export interface Finding {
 /** How many resources a condition's query reads at most, for every rule of that condition at once. */
 export const MAX_HOLDING = 10_000;
 
+/** An agent's error (`{"code", "detail"}`) in words: its detail, then its code; anything else as it is. */
+const IN_WORDS = (column: string) =>
+  `CASE WHEN json_valid(${column}) AND json_type(${column}) = 'object' THEN ` +
+  `json_extract(${column}, '$.detail') || ' (' || json_extract(${column}, '$.code') || ')' ELSE ${column} END`;
+
 /** What an agent said, as far as a notification repeats it. */
 const SAID = (column: string) => `substr(coalesce(${column}, ''), 1, 200)`;
 
@@ -47,7 +52,7 @@ const CONDITIONS: Record<RowCondition, string> = {
     json_extract(kernel_path, '$.last_drift_at') || ' (written back)' AS summary
     FROM nodes WHERE json_extract(kernel_path, '$.last_drift_at') >= :since`,
   rule_sync_failed: `SELECT 'rule' AS resource, r.id AS resource_id, r.node_id, NULL AS other_node_id, r.tags,
-    'rule ' || r.name || ' failed to apply on node ' || n.name || ': ' || ${SAID('r.sync_error')} AS summary
+    'rule ' || r.name || ' failed to apply on node ' || n.name || ': ' || ${SAID(IN_WORDS('r.sync_error'))} AS summary
     FROM rules r JOIN nodes n ON n.id = r.node_id WHERE r.sync_state = 'failed' AND r.enabled = 1`,
   rule_degraded: `SELECT 'rule' AS resource, id AS resource_id, node_id, NULL AS other_node_id, tags,
     'rule ' || name || ': its targets are ' || json_extract(health, '$.status') AS summary

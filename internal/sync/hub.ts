@@ -28,6 +28,8 @@ export class SyncHub implements Presence {
   private readonly links = new Map<number, number>();
   /** When each connected node's link was made, in ms. */
   private readonly linkedAt = new Map<number, number>();
+  /** When each node's agent last lost its link (ms), for as long as it has none. */
+  private readonly lostAt = new Map<number, number>();
   /** The last link's number: microseconds since the epoch at the start, so a master started again never reuses one. */
   private lastLink = Date.now() * 1000;
   /** The nodes whose agent has linked since this master started. */
@@ -96,11 +98,17 @@ export class SyncHub implements Presence {
   /** The node's agent linked, heard at `at`. */
   connect(nodeId: number, at: string): void {
     this.connected.set(nodeId, at);
+    this.lostAt.delete(nodeId);
     this.linkedAt.set(nodeId, Date.parse(at));
     this.links.set(nodeId, ++this.lastLink);
     this.appliedOnLink.delete(nodeId);
     this.linkedThisRun.add(nodeId);
     this.presenceChanged(nodeId);
+  }
+
+  /** When node `nodeId`'s agent lost its link (ms), while it has none; undefined while linked, or never linked. */
+  lostAtMs(nodeId: number): number | undefined {
+    return this.lostAt.get(nodeId);
   }
 
   /** The linked node's agent was heard at `at` (any message). */
@@ -111,7 +119,8 @@ export class SyncHub implements Presence {
   }
 
   /** The node's link dropped: nobody is going to acknowledge, so waiters stop waiting. */
-  disconnect(nodeId: number): void {
+  disconnect(nodeId: number, atMs: number): void {
+    this.lostAt.set(nodeId, atMs);
     this.connected.delete(nodeId);
     this.linkedAt.delete(nodeId);
     this.links.delete(nodeId);

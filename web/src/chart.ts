@@ -59,9 +59,13 @@ export function trafficChart(series: TrafficSeries): HTMLElement {
       h('span', { class: 'key in' }, `In ${bytes(totalIn)}`),
       ' ',
       h('span', { class: 'key out' }, `Out ${bytes(totalOut)}`),
-      ` over the last ${Math.round((Date.parse(series.to) - Date.parse(series.from)) / 3_600_000)} hours`,
+      ` over the last ${hoursOf(Math.round((Date.parse(series.to) - Date.parse(series.from)) / 3_600_000))}`,
     ),
   );
+}
+
+function hoursOf(hours: number): string {
+  return hours === 1 ? 'hour' : `${hours.toLocaleString()} hours`;
 }
 
 /** The windows a chart of traffic can show, and the step of each (a multiple of the buckets' minute). */

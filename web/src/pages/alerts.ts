@@ -35,6 +35,51 @@ export async function alertsPage(ctx: PageCtx): Promise<void> {
       class: 'danger',
     });
 
+  // An alert rule changed in place: its name, threshold, how long, its channels (the rest as it is).
+  const dialog = h('dialog', { class: 'edit', 'aria-label': 'Edit alert rule' });
+  const editRule = (r: AlertRule) => {
+    const name = input('name', { required: true, value: r.name });
+    const threshold = input('threshold', { type: 'number', min: 1, max: 1440, value: r.threshold ?? '' });
+    const forSeconds = input('for_seconds', { type: 'number', min: 0, max: 86400, value: r.for_seconds });
+    const picked = checkboxes(
+      'Channels',
+      'channel_ids',
+      channels.map((c) => c.name),
+      channels.filter((c) => r.channel_ids.includes(c.id)).map((c) => c.name),
+    );
+    const editor = form(
+      { 'aria-label': `Edit alert rule ${r.name}` },
+      [
+        field('Name', name),
+        field('Threshold', threshold),
+        field('For seconds', forSeconds),
+        picked,
+        h('button', { type: 'submit' }, 'Save'),
+      ],
+      async (el) => {
+        const chosen = checkedValues(el, 'channel_ids');
+        await api('PUT', `/api/alert-rules/${r.id}`, {
+          body: {
+            ...r,
+            name: name.value,
+            threshold: threshold.value === '' ? null : Number(threshold.value),
+            for_seconds: Number(forSeconds.value),
+            channel_ids: channels.filter((c) => chosen.includes(c.name)).map((c) => c.id),
+          },
+          ifMatch: `"${r.version}"`,
+        });
+        dialog.close();
+        ctx.say(`Saved ${name.value}`);
+        await ctx.reload();
+      },
+    );
+    dialog.replaceChildren(
+      editor,
+      button('Cancel', () => dialog.close()),
+    );
+    dialog.showModal();
+  };
+
   const firing = new PagedTable<Alert>({
     caption: 'Alerts now',
     headings: ['Alert rule', 'State', 'What', 'Since'],
@@ -65,7 +110,22 @@ export async function alertsPage(ctx: PageCtx): Promise<void> {
         h('td', {}, `${r.for_seconds} s`),
         h('td', {}, r.channel_ids.map(channelName).join(', ')),
         h('td', {}, r.enabled ? 'yes' : 'no'),
-        h('td', { class: 'actions' }, canWrite && remove(`alert rule ${r.name}`, `/api/alert-rules/${r.id}`)),
+        h(
+          'td',
+          { class: 'actions' },
+          canWrite && [
+            button('Edit', () => editRule(r)),
+            button(r.enabled ? 'Disable' : 'Enable', () =>
+              ctx.act(`${r.enabled ? 'Disabled' : 'Enabled'} ${r.name}`, () =>
+                api('PUT', `/api/alert-rules/${r.id}`, {
+                  body: { ...r, enabled: !r.enabled },
+                  ifMatch: `"${r.version}"`,
+                }),
+              ),
+            ),
+            remove(`alert rule ${r.name}`, `/api/alert-rules/${r.id}`),
+          ],
+        ),
       ),
   });
   const channelList = new PagedTable<Channel>({
@@ -224,17 +284,37 @@ export async function alertsPage(ctx: PageCtx): Promise<void> {
 
   const adding = (summary: string, content: HTMLElement) =>
     canWrite ? h('details', { class: 'create' }, h('summary', {}, summary), content) : '';
-  ctx.main.append(
-    firing.el,
-    adding('Add an alert rule', ruleForm),
-    ruleList.el,
-    adding('Add a webhook channel', channelForm),
-    secret,
-    channelList.el,
-    adding('Silence alerts', silenceForm),
-    silenceList.el,
-    deliveries.el,
+  // One part of the alerts at a time, chosen by a tab kept in the URL (#/alerts?tab=channels).
+  const parts: [string, string, (HTMLElement | string)[]][] = [
+    ['now', 'Now', [firing.el]],
+    ['rules', 'Rules', [adding('Add an alert rule', ruleForm), ruleList.el]],
+    ['channels', 'Channels', [adding('Add a webhook channel', channelForm), secret, channelList.el]],
+    ['silences', 'Silences', [adding('Silence alerts', silenceForm), silenceList.el]],
+    ['deliveries', 'Deliveries', [deliveries.el]],
+  ];
+  const chosen = parts.find(([key]) => key === ctx.params.get('tab'))?.[0] ?? 'now';
+  const panels = parts.map(([key, , content]) =>
+    h('section', { role: 'tabpanel', id: `alerts-${key}`, hidden: key !== chosen }, ...content),
   );
+  const tabs = parts.map(([key, title], i) => {
+    const tab = h(
+      'button',
+      {
+        type: 'button',
+        role: 'tab',
+        'aria-selected': String(key === chosen),
+        'aria-controls': `alerts-${key}`,
+      },
+      title,
+    );
+    tab.addEventListener('click', () => {
+      tabs.forEach((other, j) => other.setAttribute('aria-selected', String(i === j)));
+      panels.forEach((panel, j) => (panel.hidden = i !== j));
+      ctx.setParams({ tab: key === 'now' ? null : key });
+    });
+    return tab;
+  });
+  ctx.main.append(h('div', { role: 'tablist', class: 'tabs', 'aria-label': 'Alerts' }, ...tabs), ...panels, dialog);
   // Channels and rules first: the other lists name them.
   await ctx.live(
     async () => {

@@ -55,14 +55,15 @@ class CpuCharts {
   }
 }
 
-function vitalsText(vitals: Vitals): string {
+/** A node's vitals, a line each: CPU and load, memory, network. */
+function vitalsLines(vitals: Vitals): HTMLElement[] {
   const { cpu_percent: cpu, load, memory, network } = vitals;
   const rate = (n: number | null) => (n === null ? '—' : `${bytes(n)}/s`);
-  return (
-    `CPU ${cpu === null ? '—' : `${cpu}%`} · load ${load.map((l) => l.toFixed(2)).join(' ')} · ` +
-    `${bytes(memory.available_bytes)} of ${bytes(memory.total_bytes)} free · ` +
-    `in ${rate(network.rx_bytes_per_second)}, out ${rate(network.tx_bytes_per_second)}`
-  );
+  return [
+    `CPU ${cpu === null ? '—' : `${cpu}%`} · load ${load.map((l) => l.toFixed(2)).join(' ')}`,
+    `${bytes(memory.available_bytes)} of ${bytes(memory.total_bytes)} free`,
+    `in ${rate(network.rx_bytes_per_second)}, out ${rate(network.tx_bytes_per_second)}`,
+  ].map((line) => h('span', {}, line));
 }
 
 type NodeCreated = Schema<'NodeCreated'>;
@@ -170,11 +171,7 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
               node.kernel_path.available ? 'kernel path' : 'relay only',
             ),
         ),
-        h(
-          'td',
-          { class: 'vitals' },
-          node.vitals ? [h('span', {}, vitalsText(node.vitals)), charts.cell(node.id)] : '—',
-        ),
+        h('td', { class: 'vitals' }, node.vitals ? [...vitalsLines(node.vitals), charts.cell(node.id)] : '—'),
         h('td', {}, when(node.last_seen_at)),
         h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
         h(
