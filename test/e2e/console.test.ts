@@ -131,6 +131,21 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
         .filter({ hasText: /^2 open · [\d.]+ (KiB|MiB)\/s in · / })
         .waitFor();
       await shot('rules-live');
+      // The node's row sums its rules; the dashboard names the busiest rules.
+      await open('Nodes');
+      await page
+        .getByRole('row', { name: /edge-1/ })
+        .locator('.live')
+        .filter({ hasText: /^2 open · / })
+        .waitFor();
+      await open('Dashboard');
+      const busiest = page.getByRole('region', { name: 'Busiest now' });
+      await busiest.getByRole('link', { name: 'web' }).waitFor();
+      await busiest
+        .locator('.live')
+        .filter({ hasText: /^2 open · / })
+        .waitFor();
+      await open('Rules');
     } finally {
       clearInterval(pump);
       held.forEach((socket) => socket.destroy());

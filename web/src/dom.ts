@@ -178,6 +178,11 @@ export function count(n: number): string {
   return n.toLocaleString();
 }
 
+/** What a rule or node carries now, in a few words: `2 open · 1.3 MiB/s in · 1.3 MiB/s out`. */
+export function liveText(live: { open: number; rate_in: number; rate_out: number }): string {
+  return `${count(live.open)} open · ${bytes(live.rate_in)}/s in · ${bytes(live.rate_out)}/s out`;
+}
+
 export function bytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
   let i = 0;

@@ -2,7 +2,7 @@
 
 import { get, type Schema } from '../api.ts';
 import { trafficChart, type TrafficSeries } from '../chart.ts';
-import { badge, bytes, h, count } from '../dom.ts';
+import { badge, bytes, h, liveText, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { tenantDashboard } from './tenant.ts';
 
@@ -24,11 +24,35 @@ function card(title: string, total: number | string, states?: Record<string, num
   );
 }
 
+/** The rules carrying the most right now (GET /api/live), each a link to the rules it is among: the top talkers. */
+async function topTalkers(): Promise<HTMLElement[]> {
+  const live = await get<Schema<'Live'>>('/api/live?limit=5');
+  if (live.rules.length === 0) return [];
+  const rules = await Promise.all(live.rules.map((rule) => get<Schema<'Rule'>>(`/api/rules/${rule.id}`)));
+  return [
+    h('h2', {}, 'Busiest now'),
+    h(
+      'ol',
+      { class: 'busiest' },
+      ...live.rules.map((rule, i) =>
+        h(
+          'li',
+          {},
+          h('a', { href: `#/rules?q=${encodeURIComponent(rules[i]!.name)}` }, rules[i]!.name),
+          ' ',
+          h('span', { class: 'live' }, liveText(rule)),
+        ),
+      ),
+    ),
+  ];
+}
+
 export async function dashboardPage(ctx: PageCtx): Promise<void> {
   if (ctx.me.user.role === 'tenant') return tenantDashboard(ctx);
   const cards = h('div', { class: 'cards' });
   const chart = h('div', { class: 'chart-wrap' });
-  ctx.main.append(cards, h('h2', {}, 'Traffic, last 24 hours'), chart);
+  const busiest = h('section', { 'aria-label': 'Busiest now' });
+  ctx.main.append(cards, busiest, h('h2', {}, 'Traffic, last 24 hours'), chart);
   let lastChart = '';
   const load = async () => {
     const [d, series] = await Promise.all([
@@ -63,6 +87,7 @@ export async function dashboardPage(ctx: PageCtx): Promise<void> {
         h('p', {}, `${count(d.users.disabled)} disabled · ${count(d.tokens.total)} tokens`),
       ),
     );
+    if (ctx.can('rules:read')) busiest.replaceChildren(...(await topTalkers()));
     const text = JSON.stringify(series.points);
     if (text !== lastChart || !chart.firstChild) chart.replaceChildren(trafficChart(series));
     lastChart = text;

@@ -2,7 +2,7 @@
 // command, shown once), install over SSH, reinstall, delete.
 
 import { api, get, type Schema } from '../api.ts';
-import { badge, button, bytes, copyButton, field, form, h, input, when, count } from '../dom.ts';
+import { badge, button, bytes, copyButton, field, form, h, input, liveText, when, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { grantedNodesPage, nodeHeading } from './tenant.ts';
 import { showTraffic } from '../chart.ts';
@@ -11,6 +11,8 @@ import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
 
 export type NodeItem = Schema<'Node'>;
+/** A node with what its rules carry now, summed (GET /api/live); null: nothing. */
+type LiveNode = NodeItem & { live?: Schema<'Live'>['nodes'][number] | null };
 
 interface Vitals {
   cpu_percent: number | null;
@@ -131,8 +133,15 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
       { class: 'danger' },
     ),
   ];
-  const list = new PagedTable<NodeItem>({
+  const list = new PagedTable<LiveNode>({
     caption: 'Nodes',
+    // What each node's rules carry now, summed (GET /api/live), read with each load.
+    decorate: async (items) => {
+      if (items.length === 0 || !ctx.can('rules:read')) return items;
+      const live = await get<Schema<'Live'>>('/api/live?limit=1');
+      const now = new Map(live.nodes.map((n) => [n.id, n]));
+      return items.map((node) => ({ ...node, live: now.get(node.id) ?? null }));
+    },
     headings: ['Name', 'Host', 'Status', 'Agent', 'Vitals', 'Last seen', 'Traffic', 'Actions'],
     path: '/api/nodes',
     query: url.values,
@@ -173,7 +182,12 @@ export async function nodesPage(ctx: PageCtx): Promise<void> {
         ),
         h('td', { class: 'vitals' }, node.vitals ? [...vitalsLines(node.vitals), charts.cell(node.id)] : '—'),
         h('td', {}, when(node.last_seen_at)),
-        h('td', {}, `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`),
+        h(
+          'td',
+          {},
+          `${bytes(node.traffic.bytes_in)} in, ${bytes(node.traffic.bytes_out)} out`,
+          node.live && h('span', { class: 'live' }, liveText(node.live)),
+        ),
         h(
           'td',
           { class: 'actions' },

@@ -3,7 +3,7 @@
 
 import { api, get, type Page, type Schema } from '../api.ts';
 import { showTraffic } from '../chart.ts';
-import { badge, button, bytes, h, when, count } from '../dom.ts';
+import { badge, button, bytes, h, liveText, when, count } from '../dom.ts';
 import type { PageCtx } from '../main.ts';
 import { urlFilters } from '../filters.ts';
 import { PagedTable } from '../table.ts';
@@ -208,12 +208,7 @@ export async function rulesPage(ctx: PageCtx): Promise<void> {
           {},
           `${bytes(rule.traffic.bytes_in)} in, ${bytes(rule.traffic.bytes_out)} out`,
           rule.traffic.refused > 0 && h('span', { class: 'tags' }, `${count(rule.traffic.refused)} refused`),
-          rule.live &&
-            h(
-              'span',
-              { class: 'live' },
-              `${count(rule.live.open)} open · ${bytes(rule.live.rate_in)}/s in · ${bytes(rule.live.rate_out)}/s out`,
-            ),
+          rule.live && h('span', { class: 'live' }, liveText(rule.live)),
         ),
         h(
           'td',
