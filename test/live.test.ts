@@ -58,6 +58,10 @@ test("a rule's open connections and rates are what its agent carries now, the bu
     live.nodes.map((n: { id: number; open: number }) => [n.id, n.open]),
     [[edge.id, 4]],
   );
+  const elsewhere = await call(m.url, 'GET', `/api/live?node_id=${edge.id + 1}`, { token: m.admin });
+  assert.deepEqual([elsewhere.body.rules, elsewhere.body.nodes], [[], []], "another node's: none");
+  const onEdge = await call(m.url, 'GET', `/api/live?node_id=${edge.id}`, { token: m.admin });
+  assert.equal(onEdge.body.rules.length, 2);
   const byOpen = await call(m.url, 'GET', `/api/live?sort=open&ids=${quiet.id}`, { token: m.admin });
   assert.deepEqual(
     byOpen.body.rules.map((r: { id: number }) => r.id),

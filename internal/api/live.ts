@@ -66,9 +66,8 @@ function listLive(ctx: Ctx<undefined, QueryOf<typeof liveQuery>>) {
   const owner = ownerFilter(caller, undefined);
   const ids = idsOf(query.ids);
   const rules = app.sync.live
-    .rules(app.clock.now(), freshSeconds * 1000)
-    .filter((rule) => owner === null || rule.owner_id === owner)
-    .filter((rule) => query.node_id === undefined || rule.node_id === query.node_id);
+    .rules(app.clock.now(), freshSeconds * 1000, query.node_id)
+    .filter((rule) => owner === null || rule.owner_id === owner);
   const nodes = new Map<number, { id: number; open: number; rate_in: number; rate_out: number }>();
   for (const rule of rules) {
     const node = nodes.get(rule.node_id) ?? { id: rule.node_id, open: 0, rate_in: 0, rate_out: 0 };

@@ -40,15 +40,14 @@ export class LiveNumbers {
     this.nodes.delete(nodeId);
   }
 
-  /** Every rule's numbers said within `freshMs` of `nowMs`. */
-  rules(nowMs: number, freshMs: number): RuleLive[] {
+  /** The numbers said within `freshMs` of `nowMs`, of every node's rules or of node `nodeId`'s alone. */
+  rules(nowMs: number, freshMs: number, nodeId?: number): RuleLive[] {
     const rules: RuleLive[] = [];
-    for (const [nodeId, node] of this.nodes) {
-      if (nowMs - node.atMs > freshMs) {
-        this.nodes.delete(nodeId);
-        continue;
-      }
-      rules.push(...node.rules.values());
+    const one = nodeId === undefined ? undefined : this.nodes.get(nodeId);
+    const nodes = nodeId === undefined ? this.nodes : one ? [[nodeId, one] as const] : [];
+    for (const [id, node] of nodes) {
+      if (nowMs - node.atMs > freshMs) this.nodes.delete(id);
+      else rules.push(...node.rules.values());
     }
     return rules;
   }
