@@ -22,6 +22,16 @@ export interface Account {
 export const CLIENT_ID = 'portplane';
 export const CLIENT_SECRET = 'a-client-secret-for-tests';
 
+/** The settings that make the master a client of `provider`, its console at `publicUrl`. */
+export function clientSettings(provider: { issuer: string }, publicUrl: string) {
+  return {
+    public_url: publicUrl,
+    oidc_issuer: provider.issuer,
+    oidc_client_id: CLIENT_ID,
+    oidc_client_secret: CLIENT_SECRET,
+  };
+}
+
 export interface TestProvider {
   issuer: string;
   accounts: Map<string, Account>;

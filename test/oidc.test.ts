@@ -6,7 +6,14 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { assertProblem, call, login, snapshot, startMaster, type Running } from './helpers.ts';
-import { CLIENT_ID, CLIENT_SECRET, signInHeadless, signingKey, startProvider, type Account } from './oidc-provider.ts';
+import {
+  CLIENT_SECRET,
+  clientSettings,
+  signInHeadless,
+  signingKey,
+  startProvider,
+  type Account,
+} from './oidc-provider.ts';
 
 const ACCOUNTS: Record<string, Account> = {
   alice: { email: 'alice@example.com', groups: ['ops'] },
@@ -23,10 +30,7 @@ async function withProvider(t: TestContext, settings: Record<string, unknown> = 
   const patched = await call(m.url, 'PATCH', '/api/settings', {
     token: m.admin,
     body: {
-      public_url: publicUrl,
-      oidc_issuer: provider.issuer,
-      oidc_client_id: CLIENT_ID,
-      oidc_client_secret: CLIENT_SECRET,
+      ...clientSettings(provider, publicUrl),
       oidc_scopes: 'openid email groups offline_access',
       oidc_provisioning: [
         { group: 'ops', role: 'operator', scopes: ['nodes:read'] },

@@ -9,7 +9,7 @@ import type { BrowserContext, Page } from 'playwright-core';
 import { consolePage, noBrowser } from '../browser.ts';
 import { call, startMaster } from '../helpers.ts';
 import { until } from '../net.ts';
-import { CLIENT_ID, CLIENT_SECRET, claimsOf, signedToken, signingKey, startProvider } from '../oidc-provider.ts';
+import { claimsOf, clientSettings, signedToken, signingKey, startProvider } from '../oidc-provider.ts';
 
 const CHECK_SECONDS = 15;
 
@@ -25,10 +25,7 @@ async function fleetWithProvider(t: TestContext) {
   const settings = await call(m.url, 'PATCH', '/api/settings', {
     token: m.admin,
     body: {
-      public_url: publicUrl,
-      oidc_issuer: provider.issuer,
-      oidc_client_id: CLIENT_ID,
-      oidc_client_secret: CLIENT_SECRET,
+      ...clientSettings(provider, publicUrl),
       oidc_scopes: 'openid email groups offline_access',
       oidc_username_claim: 'email',
       oidc_name: 'Example IdP',
