@@ -607,7 +607,10 @@ plain:
       assert.match(text, /^To: ops@example\.com, oncall@example\.com$/m);
       assert.match(text, /Subject: =\?UTF-8\?B\?/);
       assert.match(text, /Message-ID: <msg_[0-9a-f-]+@portplane>/);
-      assert.match(text, /^FIRING \[expiring\] rule soon expires at /m);
+      assert.match(
+        text,
+        /^FIRING: rule soon expires at .*\n  alert rule: expiring \(rule_expiring\)\n  node: edge\n  since /m,
+      );
       const [delivery] = (await call(m.url, 'GET', `/api/deliveries?channel_id=${mail.id}`, { token: m.admin })).body
         .items;
       assert.equal(delivery.state, 'sent');
@@ -761,7 +764,7 @@ plain:
     for (const message of api.received) assert.equal(message.path, `/bot${token}/sendMessage`);
     const sent = JSON.parse(api.received[1]!.body);
     assert.equal(sent.chat_id, '-100123');
-    assert.match(sent.text, /^portplane alerts:\nFIRING \[expiring\] rule soon expires at /);
+    assert.match(sent.text, /^portplane alerts at .* UTC:\n\nFIRING: rule soon expires at .*\n  alert rule: expiring/);
   });
 
   const OUTBOX_SURVIVES =

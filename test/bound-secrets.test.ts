@@ -75,6 +75,28 @@ const resources: Record<string, Resource> = {
     again: { smtp_password: 'mail-password-2' },
     free: { name: 'mail-renamed', from: 'c@example.com', to: ['d@example.com'] },
   },
+  // Chat channels whose address is the secret: nothing else decides where it goes.
+  ...Object.fromEntries(
+    (['slack', 'discord', 'teams'] as const).map((type) => [
+      `${type} channel`,
+      {
+        path: '/api/channels',
+        binding: CHANNEL_SECRETS[type],
+        create: { name: type, type, webhook_url: 'https://hooks.example.com/T1/B1/secret' },
+        moves: {},
+        again: { webhook_url: 'https://hooks.example.com/T1/B1/other' },
+        free: { name: `${type}-renamed` },
+      },
+    ]),
+  ),
+  'ntfy channel': {
+    path: '/api/channels',
+    binding: CHANNEL_SECRETS.ntfy,
+    create: { name: 'phones', type: 'ntfy', topic_url: 'https://ntfy.example.com/secret', access_token: 'tk_1' },
+    moves: {},
+    again: { topic_url: 'https://ntfy.example.com/other' },
+    free: { name: 'phones-renamed' },
+  },
 };
 
 test('every secret a PUT takes is bound to where it goes, or goes nowhere', () => {
@@ -94,7 +116,7 @@ async function current(m: Running, path: string) {
 }
 
 for (const [what, resource] of Object.entries(resources)) {
-  const bound = resource.binding.bound.join(', ');
+  const bound = resource.binding.bound.join(', ') || 'anything (its address is the secret)';
   test(`${what}: its stored secret follows no change of ${bound} unless given again`, async (t) => {
     const m = await startMaster(t);
     const made = await call(m.url, 'POST', resource.path, { token: m.admin, body: resource.create });

@@ -28,7 +28,10 @@ export const channelInput = object(
   {
     name: string(ALERTING_NAME),
     type: oneOf(channelTypes, {
-      description: 'webhook: a signed POST of JSON; telegram: a message from a bot; email: a mail over SMTP.',
+      description:
+        'webhook: a signed POST of JSON; telegram: a message from a bot; email: a mail over SMTP; slack: an ' +
+        'incoming webhook (mrkdwn text); discord: a webhook (embeds, no mention parsed); teams: a Workflows webhook ' +
+        '(an Adaptive Card); ntfy: a topic (JSON publishing).',
     }),
     url: optional(
       nullable(
@@ -130,10 +133,41 @@ export const channelInput = object(
     to: optional(
       nullable(array(string(MAILBOX), { min: 1, max: 10, unique: true, description: 'email: the recipients.' })),
     ),
+    webhook_url: optional(
+      string({
+        min: 12,
+        max: 2048,
+        secret: true,
+        description:
+          'slack, discord, teams: the webhook address the service gave, which is its credential: sealed, never ' +
+          'shown (host shows its host). https: (http: only to a local address). Required on create; absent on ' +
+          'update: kept.',
+      }),
+    ),
+    topic_url: optional(
+      string({
+        min: 12,
+        max: 2048,
+        secret: true,
+        description:
+          'ntfy: the server and topic (https://ntfy.sh/TOPIC): whoever knows it reads and writes the topic, so it is ' +
+          'sealed as a credential. Required on create; absent on update: kept (with its access_token).',
+      }),
+    ),
+    access_token: optional(
+      string({
+        min: 1,
+        max: 256,
+        pattern: /^[\x21-\x7e]+$/,
+        patternHint: 'must be printable ASCII without spaces',
+        secret: true,
+        description: 'ntfy: the access token (tk_...) for a protected topic, sent as a Bearer; given with topic_url.',
+      }),
+    ),
   },
   {
     name: 'ChannelInput',
-    ignore: ['id', 'has_secret', 'failing_since', 'last_error', 'version', 'created_at', 'updated_at'],
+    ignore: ['id', 'has_secret', 'host', 'failing_since', 'last_error', 'version', 'created_at', 'updated_at'],
   },
 );
 
@@ -151,6 +185,10 @@ const channelProperties = {
   smtp_ca: { type: ['string', 'null'] },
   from: { type: ['string', 'null'] },
   to: { type: ['array', 'null'], items: { type: 'string' } },
+  host: {
+    type: ['string', 'null'],
+    description: 'slack, discord, teams, ntfy: the host of its sealed address (the address itself is never shown).',
+  },
   has_secret: { type: 'boolean', description: 'Whether its secret is set (an imported bot or login has none yet).' },
   failing_since: { ...nullableTimestamp, description: 'Since when its deliveries fail; null while they go through.' },
   last_error: { type: ['string', 'null'], description: 'Why its last delivery failed; null after a success.' },
@@ -185,6 +223,7 @@ function shownChannel(channel: Channel) {
     smtp_ca: (config.smtp_ca as string | undefined) ?? null,
     from: (config.from as string | undefined) ?? null,
     to: (config.to as string[] | undefined) ?? null,
+    host: (config.host as string | undefined) ?? null,
     has_secret: rest.has_secret,
     failing_since: rest.failing_since,
     last_error: rest.last_error,
@@ -268,8 +307,9 @@ export const channelOperations = operations({
     action: 'channel.update',
     summary: 'Replace an alert channel',
     description:
-      'An absent secret (secret, bot_token, smtp_password) keeps the current one, unless a field that decides where ' +
-      'it goes changes (422 naming the secret to give again); a change of type needs the new one.',
+      'An absent secret (secret, bot_token, smtp_password, webhook_url, topic_url) keeps the current one, unless a ' +
+      'field that decides where it goes changes (422 naming the secret to give again); a change of type needs the ' +
+      'new one.',
     body: channelInput,
     responses: { 200: { description: 'Updated', schema: channelSchema }, 409: { description: 'Name taken' } },
     handler: putChannel,

@@ -32,6 +32,10 @@ export interface AlertNotice {
   /** A firing alert notified again while it holds (the rule's repeat_seconds). */
   repeat: boolean;
   resolved_at: string | null;
+  /** The node it is on (a tunnel: its entry), by name as it was when notified; null for the master's own. */
+  node?: { id: number; name: string } | null;
+  /** Where the console shows it (public_url and the page); null while public_url is unset. */
+  link?: string | null;
 }
 
 /** The body of every notification (Standard Webhooks' recommended shape: type, timestamp, data). */
@@ -54,18 +58,61 @@ export function testPayload(channel: { id: number; name: string }, at: string): 
 export function payloadSubject(payload: NotificationPayload): string {
   if (!('alerts' in payload.data)) return `[portplane] ${payload.data.message}`;
   const [first, ...rest] = payload.data.alerts;
-  const status = first!.status === 'resolved' ? 'resolved' : 'FIRING';
-  return `[portplane] ${status}: ${first!.summary}${rest.length > 0 ? ` (and ${rest.length} more)` : ''}`;
+  return `[portplane] ${markOf(first!)}: ${first!.summary}${rest.length > 0 ? ` (and ${rest.length} more)` : ''}`;
 }
 
-/** A notification as plain text, for a chat or a mail: one line per alert. */
+/** What an alert's turn is, as a word a reader sees first. */
+export function markOf(notice: AlertNotice): string {
+  return notice.status === 'resolved' ? 'RESOLVED' : notice.repeat ? 'STILL FIRING' : 'FIRING';
+}
+
+/** How long `ms` is, in the largest units that say it (at most two): "45 s", "12 min", "3 h 5 min", "2 d 4 h". */
+export function spoken(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000));
+  const units: [number, string][] = [
+    [86_400, 'd'],
+    [3_600, 'h'],
+    [60, 'min'],
+    [1, 's'],
+  ];
+  const first = units.findIndex(([size]) => seconds >= size);
+  if (first < 0) return '0 s';
+  const [size, name] = units[first]!;
+  const parts = [`${Math.floor(seconds / size)} ${name}`];
+  const next = units[first + 1];
+  if (next && first < 3 && seconds % size >= next[0])
+    parts.push(`${Math.floor((seconds % size) / next[0])} ${next[1]}`);
+  return parts.join(' ');
+}
+
+/** A time as people read it in a message: "2026-12-07 07:12 UTC". */
+export function readableTime(at: string): string {
+  return `${at.slice(0, 10)} ${at.slice(11, 16)} UTC`;
+}
+
+/** Since when and how long, in words: "since 07:12 UTC, for 5 min" or "from 07:12 to 07:40 UTC (28 min)". */
+export function durationOf(notice: AlertNotice, at: string): string {
+  const since = Date.parse(notice.since);
+  if (notice.status === 'resolved') {
+    const until = notice.resolved_at ?? at;
+    return `from ${readableTime(notice.since)} to ${readableTime(until)} (${spoken(Date.parse(until) - since)})`;
+  }
+  return `since ${readableTime(notice.since)}, for ${spoken(Date.parse(at) - since)}`;
+}
+
+/** A notification as plain text, for a mail or a chat: each alert with when, how long, where, and its link. */
 export function payloadText(payload: NotificationPayload): string {
   if (!('alerts' in payload.data)) return `portplane: ${payload.data.message}`;
-  const lines = payload.data.alerts.map((notice) => {
-    const mark = notice.status === 'resolved' ? 'RESOLVED' : notice.repeat ? 'STILL FIRING' : 'FIRING';
-    return `${mark} [${notice.alert_rule.name}] ${notice.summary}`;
-  });
-  return ['portplane alerts:', ...lines].join('\n');
+  const blocks = payload.data.alerts.map((notice) =>
+    [
+      `${markOf(notice)}: ${notice.summary}`,
+      `  alert rule: ${notice.alert_rule.name} (${notice.condition})`,
+      ...(notice.node ? [`  node: ${notice.node.name}`] : []),
+      `  ${durationOf(notice, payload.timestamp)}`,
+      ...(notice.link ? [`  open: ${notice.link}`] : []),
+    ].join('\n'),
+  );
+  return [`portplane alerts at ${readableTime(payload.timestamp)}:`, ...blocks].join('\n\n');
 }
 
 /** Whether version `a` (major.minor.patch, any suffix ignored) is older than `b`; false when either is not one. */
@@ -78,7 +125,7 @@ export function olderVersion(a: string, b: string): boolean {
 }
 
 /** The kinds of channel alerts leave by. */
-export const channelTypes = ['webhook', 'telegram', 'email'] as const;
+export const channelTypes = ['webhook', 'telegram', 'email', 'slack', 'discord', 'teams', 'ntfy'] as const;
 export type ChannelType = (typeof channelTypes)[number];
 
 /** How an alert stands: pending its for_seconds, firing, or clearing through its damping. */

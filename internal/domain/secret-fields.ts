@@ -3,6 +3,7 @@
 // keeps of what it was given without the schema at hand, the audit log's changes and an Idempotency-Key's replay.
 
 export const SECRET_FIELDS: ReadonlySet<string> = new Set([
+  'access_token',
   'agent_command',
   'agent_token',
   'bot_token',
@@ -17,7 +18,9 @@ export const SECRET_FIELDS: ReadonlySet<string> = new Set([
   'ssh_password',
   'ssh_private_key',
   'token',
+  'topic_url',
   'totp',
+  'webhook_url',
 ]);
 
 /** What a secret's value is kept as. */

@@ -227,6 +227,26 @@ function gone(rule: AlertRule, alert: Alert, now: number, at: string): Step[] {
   return [{ rule, alert, deleted: true, notice: { status: 'resolved', repeat: false } }];
 }
 
+/**
+ * The alert's node by name and its page in the console, for people reading a notification: a node, rule or tunnel
+ * found by its name on its list, anything else on the alerts' page. No link while public_url is unset.
+ */
+function whereShown(app: Alerting, alert: Written): Pick<AlertNotice, 'node' | 'link'> {
+  const node = alert.node_id === null ? undefined : app.store.nodes.find(alert.node_id);
+  const base = app.settings.get('public_url');
+  const named = (page: string, name: string | undefined, extra = '') =>
+    name === undefined ? '/alerts' : `/${page}?${extra}q=${encodeURIComponent(name)}`;
+  const page =
+    alert.resource === 'node'
+      ? named('nodes', node?.name)
+      : alert.resource === 'rule'
+        ? named('rules', app.store.rules.find(alert.resource_id)?.name, node ? `node_id=${node.id}&` : '')
+        : alert.resource === 'tunnel'
+          ? named('tunnels', app.store.tunnels.find(alert.resource_id)?.name)
+          : '/alerts';
+  return { node: node ? { id: node.id, name: node.name } : null, link: base === '' ? null : `${base}/#${page}` };
+}
+
 /** Inside the write: the steps, their events, and one outbox entry per channel for what they notify. */
 function apply(app: Alerting, steps: Step[]): void {
   const at = app.timestamp();
@@ -246,6 +266,7 @@ function apply(app: Alerting, steps: Step[]): void {
       since: alert.since,
       repeat: notice.repeat,
       resolved_at: notice.status === 'resolved' ? (alert.cleared_at ?? at) : null,
+      ...whereShown(app, alert),
     };
     for (const channelId of rule.channel_ids) byChannel.set(channelId, [...(byChannel.get(channelId) ?? []), told]);
     app.store.events.append(`alert.${notice.status}`, 'alert_rule', rule.id, told, at);

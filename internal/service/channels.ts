@@ -1,12 +1,14 @@
-// Alert channels' operations: where notifications go (a webhook, a Telegram chat, mail). A channel's secret (the
-// webhook's signing secret, the bot's token, the mail server's password) is sealed at rest and never shown again once
-// written, nor sent anywhere but where it was given for (see CHANNEL_SECRETS); a webhook given none gets one the master
-// makes, shown in the creation answer only. A channel's addresses are held to what rules' targets are (no loopback,
-// link-local or master address without allow_local_channel_targets), as named here and as resolved when sent.
+// Alert channels' operations: where notifications go (a webhook, a Telegram chat, mail, Slack, Discord, Teams, ntfy).
+// A channel's secret (the webhook's signing secret, the bot's token, the mail server's password, a chat's or a topic's
+// address) is sealed at rest and never shown again once written, nor sent anywhere but where it was given for (see
+// CHANNEL_SECRETS); a webhook given none gets one the master makes, shown in the creation answer only. A channel's
+// addresses are held to what rules' targets are (no loopback, link-local or master address without
+// allow_local_channel_targets), as named here and as resolved when sent.
 
 import { DomainError, notFound, validationFailed } from '../errors/errors.ts';
 import { checkIfMatch } from './etag.ts';
-import type { TargetPolicy } from '../domain/rules.ts';
+import { localReason, type TargetPolicy } from '../domain/rules.ts';
+import { ntfyTopic } from '../notify/chat.ts';
 import { hostRefusal, urlRefusal } from '../notify/post.ts';
 import type { SmtpSecurity } from '../notify/smtp.ts';
 import { TELEGRAM_API } from '../notify/telegram.ts';
@@ -35,6 +37,9 @@ export interface ChannelInput {
   smtp_ca?: string | null;
   from?: string | null;
   to?: string[] | null;
+  webhook_url?: string;
+  topic_url?: string;
+  access_token?: string;
 }
 
 /** The fields given, without those null (a GET's fields of other types). */
@@ -45,7 +50,20 @@ const FIELDS: Record<ChannelType, readonly (keyof ChannelInput)[]> = {
   webhook: ['url'],
   telegram: ['chat_id', 'api_base'],
   email: ['smtp_host', 'smtp_port', 'smtp_security', 'smtp_username', 'smtp_ca', 'from', 'to'],
+  slack: [],
+  discord: [],
+  teams: [],
+  ntfy: [],
 };
+
+/** The types whose address is their secret (whoever knows a chat's webhook or a topic's address posts there). */
+export const ADDRESS_SECRET_TYPES: ReadonlySet<ChannelType> = new Set(['slack', 'discord', 'teams', 'ntfy']);
+
+/** What a channel whose address is its secret seals: the address, and the topic's access token for ntfy. */
+export interface SealedAddress {
+  url: string;
+  token: string | null;
+}
 
 /**
  * Each type's secret, and what it is bound to: a webhook's signing secret to its url, a bot's token to the API it is
@@ -59,6 +77,11 @@ export const CHANNEL_SECRETS: Record<ChannelType, SecretBinding> = {
     given: ['smtp_password'],
     bound: ['smtp_host', 'smtp_port', 'smtp_security', 'smtp_ca', 'smtp_username'],
   },
+  // The address is the secret: nothing else decides where it goes.
+  slack: { label: 'webhook address', given: ['webhook_url'], bound: [] },
+  discord: { label: 'webhook address', given: ['webhook_url'], bound: [] },
+  teams: { label: 'webhook address', given: ['webhook_url'], bound: [] },
+  ntfy: { label: "topic's address", given: ['topic_url', 'access_token'], bound: [] },
 };
 const TYPED_FIELDS = [
   ...new Set(channelTypes.flatMap((type) => [...FIELDS[type], ...CHANNEL_SECRETS[type].given])),
@@ -87,7 +110,43 @@ type TypeParser = (
 const required = (errors: FieldError[], type: string, field: string) =>
   errors.push({ pointer: `#/${field}`, detail: `is required for a ${type} channel` });
 
+/**
+ * Why a secret address may not be used: as any channel's (see urlRefusal), and over https only (it is a credential,
+ * and plain http crosses the network readable), but to a local address, which the policy allows or refuses.
+ */
+function secretUrlRefusal(url: string, policy: TargetPolicy): string | null {
+  const refused = urlRefusal(url, policy);
+  if (refused) return refused;
+  const { protocol, hostname } = new URL(url);
+  const local = localReason(hostname.replace(/^\[|\]$/g, ''), null, { allowLocal: false, masterHosts: [] }) !== null;
+  return protocol === 'https:' || local ? null : 'must be https: (the address is a credential)';
+}
+
+/** A channel whose address is its secret: the host alone is kept in the clear (what a reader may see of it). */
+function addressParser(type: ChannelType, field: 'webhook_url' | 'topic_url'): TypeParser {
+  return (body, _creating, secretNeeded, policy, errors): Parsed => {
+    const url = body[field];
+    if (url === undefined) {
+      if (secretNeeded) required(errors, type, field);
+      if (body.access_token !== undefined)
+        errors.push({ pointer: '#/access_token', detail: 'is sealed with the topic: give topic_url too' });
+      return { config: {}, secret: null, made: false };
+    }
+    const refused = secretUrlRefusal(url, policy);
+    if (refused) errors.push({ pointer: `#/${field}`, detail: refused });
+    else if (type === 'ntfy' && !ntfyTopic(url))
+      errors.push({ pointer: '#/topic_url', detail: 'must be a server and one topic: https://ntfy.sh/TOPIC' });
+    if (errors.length > 0) return { config: {}, secret: null, made: false };
+    const sealed: SealedAddress = { url, token: body.access_token ?? null };
+    return { config: { host: new URL(url).hostname }, secret: JSON.stringify(sealed), made: false };
+  };
+}
+
 const parsers: Record<ChannelType, TypeParser> = {
+  slack: addressParser('slack', 'webhook_url'),
+  discord: addressParser('discord', 'webhook_url'),
+  teams: addressParser('teams', 'webhook_url'),
+  ntfy: addressParser('ntfy', 'topic_url'),
   webhook(body, creating, secretNeeded, policy, errors) {
     const config: ChannelConfig = {};
     if (body.url === undefined) required(errors, 'webhook', 'url');
@@ -197,6 +256,8 @@ export function updateChannel(
   const dropped = retyped || (fields.type === 'email' && fields.config.smtp_username === null);
   if (secret === null && !dropped && current.has_secret)
     holdSecretInPlace(CHANNEL_SECRETS[fields.type], current.config, fields.config);
+  // The address kept, its host shown as before.
+  if (secret === null && !dropped && ADDRESS_SECRET_TYPES.has(fields.type)) fields.config = current.config;
   const sealed = secret === null ? null : app.box.seal(secret);
   const channel = app.store.channels.update(id, fields, sealed, dropped, app.timestamp());
   const changes = diff<ChannelFields>(current, fields, ['name', 'type', 'config']);

@@ -10,6 +10,7 @@ import { payloadSubject, payloadText, testPayload, type NotificationPayload } fr
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { SecretBox } from '../crypto/box.ts';
 import type { Logger } from '../log/log.ts';
+import { discordMessage, ntfyMessage, ntfyTopic, slackMessage, teamsMessage } from '../notify/chat.ts';
 import { failureOf, NotSent, postJson } from '../notify/post.ts';
 import { sendMail, type MailServer, type SmtpSecurity } from '../notify/smtp.ts';
 import { sendTelegram } from '../notify/telegram.ts';
@@ -17,6 +18,7 @@ import { webhookHeaders } from '../notify/webhook.ts';
 import { formatTime } from '../schema/schema.ts';
 import type { Channel, Delivery, DueDelivery } from '../store/alerts.ts';
 import type { Store } from '../store/store.ts';
+import { ADDRESS_SECRET_TYPES, type SealedAddress } from './channels.ts';
 
 /** How many attempts a delivery gets: the last about 3.4 hours after the first. */
 export const MAX_ATTEMPTS = 12;
@@ -193,6 +195,21 @@ export class Outbox {
       return sendMail(server, secret, mail, policy, signal);
     }
     if (secret === null) throw new NotSent('the channel has no secret', false);
+    if (ADDRESS_SECRET_TYPES.has(channel.type)) {
+      const notification = JSON.parse(payload) as NotificationPayload;
+      const { url, token } = JSON.parse(secret) as SealedAddress;
+      const topic = ntfyTopic(url);
+      const message =
+        channel.type === 'slack'
+          ? slackMessage(notification)
+          : channel.type === 'discord'
+            ? discordMessage(notification)
+            : channel.type === 'teams'
+              ? teamsMessage(notification)
+              : ntfyMessage(notification, topic!.topic, token);
+      const to = channel.type === 'ntfy' ? topic!.server : url;
+      return postJson(to, JSON.stringify(message.body), message.headers, policy, signal);
+    }
     if (channel.type === 'webhook') {
       const seconds = Math.floor(this.deps.clock.now() / 1000);
       const headers = webhookHeaders(secret, messageId, seconds, payload);

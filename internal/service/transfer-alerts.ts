@@ -13,7 +13,10 @@ import type { AlertCondition } from '../domain/alerts.ts';
 import type { Protocol } from '../domain/rules.ts';
 import type { Change, WriteDeps } from './write.ts';
 
-export type ExportedChannel = Omit<ChannelInput, 'secret' | 'bot_token' | 'smtp_password'>;
+export type ExportedChannel = Omit<
+  ChannelInput,
+  'secret' | 'bot_token' | 'smtp_password' | 'webhook_url' | 'topic_url' | 'access_token'
+>;
 
 export interface ExportedAlertRule {
   name: string;
@@ -40,9 +43,14 @@ function watched(condition: AlertCondition): 'node' | 'rule' | 'tunnel' | null {
   return 'rule';
 }
 
-/** A channel as exported: its type's fields that are set, never its secret. */
+/**
+ * A channel as exported: its type's fields that are set, never its secret (nor a chat's host, which is read from its
+ * secret address and goes with it).
+ */
 function exportedChannel(channel: Channel): ExportedChannel {
-  const fields = Object.fromEntries(Object.entries(channel.config).filter(([, value]) => value !== null));
+  const fields = Object.fromEntries(
+    Object.entries(channel.config).filter(([key, value]) => value !== null && key !== 'host'),
+  );
   return { name: channel.name, type: channel.type, ...fields };
 }
 

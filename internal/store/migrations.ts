@@ -10,7 +10,7 @@
 // installed again after, with what they keep rebuilt), and commits only when foreign_key_check finds nothing.
 
 /** The entries that rebuild a table (see above). */
-export const tableRebuilds: ReadonlySet<number> = new Set([23, 38, 39, 45]);
+export const tableRebuilds: ReadonlySet<number> = new Set([23, 38, 39, 45, 56]);
 
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
@@ -925,5 +925,27 @@ export const migrations: readonly string[] = [
     version INTEGER NOT NULL DEFAULT 1
   ) STRICT;
   CREATE INDEX passkeys_user ON passkeys (user_id);
+  `,
+  /* 56: channels of the chat services (slack, discord, teams, ntfy): the type's CHECK widened, the table rebuilt */ `
+  CREATE TABLE channels_56 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    type TEXT NOT NULL CHECK (type IN ('webhook', 'email', 'telegram', 'slack', 'discord', 'teams', 'ntfy')),
+    config TEXT NOT NULL,
+    secret BLOB,
+    failing_since TEXT,
+    last_error TEXT,
+    version INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  ) STRICT;
+  INSERT INTO channels_56 (id, name, type, config, secret, failing_since, last_error, version, created_at, updated_at)
+  SELECT id, name, type, config, secret, failing_since, last_error, version, created_at, updated_at FROM channels;
+  CREATE TEMP TABLE channels_sequence_56 AS SELECT seq FROM sqlite_sequence WHERE name = 'channels';
+  DROP TABLE channels;
+  ALTER TABLE channels_56 RENAME TO channels;
+  DELETE FROM sqlite_sequence WHERE name = 'channels';
+  INSERT INTO sqlite_sequence (name, seq) SELECT 'channels', seq FROM temp.channels_sequence_56;
+  DROP TABLE temp.channels_sequence_56;
   `,
 ];

@@ -525,7 +525,7 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await open('Alerts');
     const tab = (name: string) => page.getByRole('tab', { name, exact: true }).click();
     await tab('Channels');
-    await page.getByText('Add a webhook channel').click();
+    await page.getByText('Add a channel').click();
     await page.getByLabel('Name').nth(1).fill('ops');
     await page.getByLabel('URL').fill(`http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`);
     await page.getByRole('button', { name: 'Add channel' }).click();

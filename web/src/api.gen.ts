@@ -163,7 +163,7 @@ export interface components {
       id: number;
       name: string;
       /** @enum {string} */
-      type: 'webhook' | 'telegram' | 'email';
+      type: 'webhook' | 'telegram' | 'email' | 'slack' | 'discord' | 'teams' | 'ntfy';
       url: string | null;
       chat_id: string | null;
       api_base: string | null;
@@ -175,6 +175,7 @@ export interface components {
       smtp_ca: string | null;
       from: string | null;
       to: string[] | null;
+      host: string | null;
       has_secret: boolean;
       /** Format: date-time */
       failing_since: string | null;
@@ -189,7 +190,7 @@ export interface components {
       id: number;
       name: string;
       /** @enum {string} */
-      type: 'webhook' | 'telegram' | 'email';
+      type: 'webhook' | 'telegram' | 'email' | 'slack' | 'discord' | 'teams' | 'ntfy';
       url: string | null;
       chat_id: string | null;
       api_base: string | null;
@@ -201,6 +202,7 @@ export interface components {
       smtp_ca: string | null;
       from: string | null;
       to: string[] | null;
+      host: string | null;
       has_secret: boolean;
       /** Format: date-time */
       failing_since: string | null;
@@ -215,7 +217,7 @@ export interface components {
     ChannelInput: {
       name: string;
       /** @enum {string} */
-      type: 'webhook' | 'telegram' | 'email';
+      type: 'webhook' | 'telegram' | 'email' | 'slack' | 'discord' | 'teams' | 'ntfy';
       url?: string | null;
       secret?: string;
       chat_id?: string | null;
@@ -230,6 +232,9 @@ export interface components {
       smtp_ca?: string | null;
       from?: string | null;
       to?: string[] | null;
+      webhook_url?: string;
+      topic_url?: string;
+      access_token?: string;
     };
     ChannelPage: {
       items: components['schemas']['Channel'][];
@@ -489,7 +494,7 @@ export interface components {
       channels?: {
         name: string;
         /** @enum {string} */
-        type: 'webhook' | 'telegram' | 'email';
+        type: 'webhook' | 'telegram' | 'email' | 'slack' | 'discord' | 'teams' | 'ntfy';
         url?: string | null;
         chat_id?: string | null;
         api_base?: string | null;
@@ -501,6 +506,9 @@ export interface components {
         smtp_ca?: string | null;
         from?: string | null;
         to?: string[] | null;
+        webhook_url?: string;
+        topic_url?: string;
+        access_token?: string;
       }[];
       alert_rules?: {
         name: string;

@@ -21,6 +21,7 @@ type Silence = Schema<'Silence'>;
 function address(c: Channel): string {
   if (c.type === 'webhook') return c.url ?? '';
   if (c.type === 'telegram') return `chat ${c.chat_id}`;
+  if (c.type !== 'email') return `${c.type} at ${c.host ?? '(address to set)'}`;
   return `${(c.to ?? []).join(', ')} via ${c.smtp_host}`;
 }
 
@@ -202,19 +203,54 @@ export async function alertsPage(ctx: PageCtx): Promise<void> {
   });
 
   const secret = h('div');
-  const channel = { name: input('name', { required: true }), url: input('url', { type: 'url', required: true }) };
+  const channel = {
+    name: input('name', { required: true }),
+    type: select('type', ['webhook', 'slack', 'discord', 'teams', 'ntfy']),
+    url: input('url', { type: 'url', required: true }),
+    token: input('access_token', { autocomplete: 'off' }),
+  };
+  const tokenField = field('Access token', channel.token, 'ntfy: for a protected topic (tk_...)');
+  const urlHint = h('span');
+  const retyped = () => {
+    const type = channel.type.value;
+    tokenField.hidden = type !== 'ntfy';
+    urlHint.textContent =
+      type === 'webhook'
+        ? 'Where notifications are POSTed, signed (Standard Webhooks)'
+        : type === 'ntfy'
+          ? 'The server and topic (https://ntfy.sh/TOPIC), kept secret'
+          : `The webhook address ${type === 'teams' ? 'a Teams workflow' : type} gave: a credential, never shown again`;
+  };
+  channel.type.addEventListener('change', retyped);
+  retyped();
   const channelForm = form(
-    { 'aria-label': 'Add a webhook channel' },
+    { 'aria-label': 'Add a channel' },
     [
       field('Name', channel.name),
-      field('URL', channel.url, 'Where notifications are POSTed, signed (Standard Webhooks)'),
+      field('Type', channel.type),
+      field('URL', channel.url),
+      urlHint,
+      tokenField,
       h('button', { type: 'submit' }, 'Add channel'),
     ],
     async (el) => {
-      const { data } = await api<Channel & { secret: string }>('POST', '/api/channels', {
-        body: { name: channel.name.value, type: 'webhook', url: channel.url.value },
+      const type = channel.type.value;
+      const url = channel.url.value;
+      const body =
+        type === 'webhook'
+          ? { url }
+          : type === 'ntfy'
+            ? { topic_url: url, ...(channel.token.value ? { access_token: channel.token.value } : {}) }
+            : { webhook_url: url };
+      const { data } = await api<Channel & { secret: string | null }>('POST', '/api/channels', {
+        body: { name: channel.name.value, type, ...body },
       });
-      const box = h('input', { id: 'channel-secret', readonly: true, value: data.secret, class: 'secret' });
+      el.reset();
+      retyped();
+      await ctx.reload();
+      const made = data.secret;
+      if (made === null) return secret.replaceChildren();
+      const box = h('input', { id: 'channel-secret', readonly: true, value: made, class: 'secret' });
       secret.replaceChildren(
         h(
           'section',
@@ -223,11 +259,9 @@ export async function alertsPage(ctx: PageCtx): Promise<void> {
           h('label', { for: box.id }, 'Signing secret'),
           box,
           h('p', { class: 'hint' }, 'Shown only now: the receiver verifies signatures with it.'),
-          copyButton('Copy secret', () => data.secret),
+          copyButton('Copy secret', () => made),
         ),
       );
-      el.reset();
-      await ctx.reload();
     },
   );
 
@@ -288,7 +322,7 @@ export async function alertsPage(ctx: PageCtx): Promise<void> {
   const parts: [string, string, (HTMLElement | string)[]][] = [
     ['now', 'Now', [firing.el]],
     ['rules', 'Rules', [adding('Add an alert rule', ruleForm), ruleList.el]],
-    ['channels', 'Channels', [adding('Add a webhook channel', channelForm), secret, channelList.el]],
+    ['channels', 'Channels', [adding('Add a channel', channelForm), secret, channelList.el]],
     ['silences', 'Silences', [adding('Silence alerts', silenceForm), silenceList.el]],
     ['deliveries', 'Deliveries', [deliveries.el]],
   ];
