@@ -11,6 +11,7 @@ import { alertsPage } from './pages/alerts.ts';
 import { rolloutsPage } from './pages/rollouts.ts';
 import { auditPage } from './pages/audit.ts';
 import { dashboardPage } from './pages/dashboard.ts';
+import { mapPage } from './pages/map.ts';
 import { nodesPage } from './pages/nodes.ts';
 import { rulesPage } from './pages/rules.ts';
 import { settingsPage } from './pages/settings.ts';
@@ -63,6 +64,7 @@ interface Page {
 const pages: Page[] = [
   { path: '/', title: 'Dashboard', scope: 'dashboard:read', tenants: true, render: dashboardPage },
   { path: '/nodes', title: 'Nodes', scope: 'nodes:read', tenants: true, render: nodesPage },
+  { path: '/map', title: 'Map', scope: 'nodes:read', tenants: true, render: mapPage },
   { path: '/rules', title: 'Rules', scope: 'rules:read', tenants: true, render: rulesPage },
   { path: '/tunnels', title: 'Tunnels', scope: 'tunnels:read', tenants: true, render: tunnelsPage },
   { path: '/rollouts', title: 'Rollouts', scope: 'nodes:read', render: rolloutsPage },
