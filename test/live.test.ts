@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { agentInProcess, nodeOf } from './agents.ts';
-import { call, newTenant, node, rule, startMaster } from './helpers.ts';
+import { call, mintToken, newTenant, node, rule, startMaster } from './helpers.ts';
 import { freePort, tcpEcho, until } from './net.ts';
 import { link as rawLink, type RawLink } from './rawlink.ts';
 import { send } from '../internal/agentlink/wire.ts';
@@ -104,4 +104,101 @@ test("an agent's word on another node's rules, or on rules gone, is not taken", 
     return answer.body.rules.length > 0 && answer.body;
   });
   assert.deepEqual(live.rules, [{ id: own.id, node_id: a.id, open: 2, rate_in: 10, rate_out: 20 }]);
+});
+
+test('the busiest today are the rules and nodes that carried the most bytes since midnight UTC', async (t) => {
+  const m = await startMaster(t, { localTargets: true });
+  await call(m.url, 'PATCH', '/api/settings', { token: m.admin, body: { agent_report_interval_seconds: 1 } });
+  const [edge, west] = [await node(m, 'edge'), await node(m, 'west')];
+  await agentInProcess(t, m.url, edge.agent_token);
+  await until('the node online', async () => (await nodeOf(m, edge.id)).status === 'online');
+  const echo = await tcpEcho(t);
+  const ports = [await freePort(), await freePort()];
+  for (const [i, name] of ['big', 'small'].entries())
+    await rule(m, { name, node_id: edge.id, listen_port: ports[i]!, targets: [`127.0.0.1:${echo}`] });
+  await until('the rules applied', async () => {
+    const listed = await call(m.url, 'GET', `/api/rules?node_id=${edge.id}`, { token: m.admin });
+    return listed.body.items.every((r: { sync: { state: string } }) => r.sync.state === 'applied');
+  });
+  // A tenant's rule on a node whose agent is this test (a tenant's rule reaches no local target to carry bytes to).
+  const plan = await call(m.url, 'POST', '/api/plans', {
+    token: m.admin,
+    body: { name: 'p', node_ids: [west.id], port_ranges: ['20000-20009'] },
+  });
+  const tenant = await newTenant(m, 'carol', plan.body.id);
+  const carols = await call(m.url, 'POST', '/api/rules', {
+    token: tenant.token,
+    body: { name: 'carols', protocol: 'tcp', node_id: west.id, listen_port: 20000, targets: ['192.0.2.1:80'] },
+  });
+  assert.equal(carols.status, 201, JSON.stringify(carols.body));
+  const westAgent = (await rawLink(m, west.agent_token)) as RawLink;
+  t.after(() => westAgent.socket.destroy());
+  await westAgent.next('config');
+  let seq = 0;
+  const report = async (atMs: number, bytesIn: number, bytesOut: number) => {
+    const rules = [{ id: carols.body.id, bytes_in: bytesIn, bytes_out: bytesOut }];
+    send(westAgent.socket, { type: 'traffic', stream: 's', seq: ++seq, at: Math.floor(atMs / 1000), rules });
+    await westAgent.next('traffic_ack');
+  };
+  await report(m.app.clock.now(), 50_000, 40_000);
+
+  /** Sends `bytes` through the rule on `port` and reads them back. */
+  const carry = async (port: number, bytes: number) => {
+    const [socket] = await opened(t, port, 1);
+    let back = 0;
+    socket!.on('data', (chunk: Buffer) => (back += chunk.length));
+    socket!.write(Buffer.alloc(bytes, 7));
+    await until(`${bytes} bytes back`, () => back === bytes);
+    socket!.destroy();
+  };
+  await carry(ports[0]!, 300_000);
+  await carry(ports[1]!, 20_000);
+  const busiest = await until('every rule counted', async () => {
+    const answer = await call(m.url, 'GET', '/api/dashboard/busiest', { token: m.admin });
+    return answer.body.rules?.length === 3 && answer.body.rules[2].bytes_in === 20_000 && answer.body;
+  });
+  assert.equal(busiest.day, new Date(m.app.clock.now()).toISOString().slice(0, 10));
+  assert.deepEqual(
+    busiest.rules.map((r: { name: string; bytes_in: number; bytes_out: number }) => [r.name, r.bytes_in, r.bytes_out]),
+    [
+      ['big', 300_000, 300_000],
+      ['carols', 50_000, 40_000],
+      ['small', 20_000, 20_000],
+    ],
+  );
+  assert.deepEqual(busiest.nodes, [
+    { id: edge.id, name: 'edge', bytes_in: 320_000, bytes_out: 320_000 },
+    { id: west.id, name: 'west', bytes_in: 50_000, bytes_out: 40_000 },
+  ]);
+  const top = await call(m.url, 'GET', '/api/dashboard/busiest?limit=1', { token: m.admin });
+  assert.deepEqual(
+    top.body.rules.map((r: { name: string }) => r.name),
+    ['big'],
+  );
+  // A tenant: their own rule, and no node (its bytes are every owner's).
+  const theirs = await call(m.url, 'GET', '/api/dashboard/busiest', { token: tenant.token });
+  assert.deepEqual([theirs.body.rules.map((r: { name: string }) => r.name), theirs.body.nodes], [['carols'], []]);
+
+  // The next day starts from nothing: its first report starts a row again, and one of the day before adds nothing.
+  // Tokens of no expiry: a day moved on ends login sessions.
+  const operatorToken = await mintToken(m, ['rules:read', 'nodes:read']);
+  const minted = await call(m.url, 'POST', '/api/tokens', {
+    token: tenant.token,
+    body: { name: 'carol', scopes: ['rules:read'] },
+  });
+  const yesterday = m.app.clock.now();
+  m.advance(86_400_000 - (yesterday % 86_400_000) + 1000);
+  const fresh = await call(m.url, 'GET', '/api/dashboard/busiest', { token: operatorToken });
+  assert.deepEqual([fresh.body.rules, fresh.body.nodes], [[], []]);
+  await report(m.app.clock.now(), 10_000, 5_000);
+  await report(yesterday, 1_000_000, 1_000_000);
+  const next = await call(m.url, 'GET', '/api/dashboard/busiest', { token: minted.body.token });
+  assert.deepEqual(
+    next.body.rules.map((r: { name: string; bytes_in: number; bytes_out: number }) => [
+      r.name,
+      r.bytes_in,
+      r.bytes_out,
+    ]),
+    [['carols', 10_000, 5_000]],
+  );
 });

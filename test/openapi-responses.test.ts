@@ -108,6 +108,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/settings', '/api/settings');
   await hit('GET /api/replication/standbys', '/api/replication/standbys');
   await hit('GET /api/live', '/api/live?sort=open&limit=5');
+  await hit('GET /api/dashboard/busiest', '/api/dashboard/busiest?limit=3');
   // Sign-in by a provider: off (409), the provider down (502), then a real one (302s, and a session taken).
   await hit('GET /api/auth/methods', '/api/auth/methods');
   await hit('GET /api/auth/oidc/login', '/api/auth/oidc/login');

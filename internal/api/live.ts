@@ -1,6 +1,7 @@
 // Live numbers: what rules carry at this moment (open connections and flows, rates over their node's last report),
 // as agents said in their last round, from memory; with each node's sums. The busiest first: the fleet's top talkers.
 
+import { grants } from '../auth/scopes.ts';
 import { validationFailed } from '../errors/errors.ts';
 import { ID_RANGE } from '../schema/ids.ts';
 import { intParam, textParam, type QueryOf } from '../schema/query.ts';
@@ -91,7 +92,65 @@ function listLive(ctx: Ctx<undefined, QueryOf<typeof liveQuery>>) {
   });
 }
 
+const busiestQuery = {
+  limit: intParam({ min: 1, max: 100, description: 'Rules and nodes listed each, the busiest first (default 10).' }),
+};
+
+const carried = {
+  bytes_in: { type: 'integer', description: 'Bytes in (client to target) since 00:00 UTC.' },
+  bytes_out: { type: 'integer', description: 'Bytes out (back to the client) since 00:00 UTC.' },
+};
+
+const busiestSchema = record('BusiestToday', {
+  day: { type: 'string', description: 'The UTC day counted (YYYY-MM-DD).' },
+  rules: {
+    type: 'array',
+    items: {
+      type: 'object',
+      required: ['id', 'name', 'node_id', 'bytes_in', 'bytes_out'],
+      properties: { id: { type: 'integer' }, name: { type: 'string' }, node_id: { type: 'integer' }, ...carried },
+      additionalProperties: false,
+    },
+  },
+  nodes: {
+    type: 'array',
+    description: "What each node's rules carried, for a caller holding nodes:read; a tenant's list is empty.",
+    items: {
+      type: 'object',
+      required: ['id', 'name', 'bytes_in', 'bytes_out'],
+      properties: { id: { type: 'integer' }, name: { type: 'string' }, ...carried },
+      additionalProperties: false,
+    },
+  },
+});
+
+function busiestToday(ctx: Ctx<undefined, QueryOf<typeof busiestQuery>>) {
+  const { app, caller } = ctx;
+  const seconds = Math.floor(app.clock.now() / 1000);
+  const limit = ctx.query.limit ?? 10;
+  const owner = ownerFilter(caller, undefined);
+  // A node's bytes are every owner's rules': a tenant is shown their own rules alone.
+  const nodesShown = owner === null && grants(caller.scopes, 'nodes:read');
+  return ok({
+    day: new Date(seconds * 1000).toISOString().slice(0, 10),
+    rules: app.store.traffic.busiestToday('rule', seconds, limit, owner),
+    nodes: nodesShown ? app.store.traffic.busiestToday('node', seconds, limit) : [],
+  });
+}
+
 export const liveOperations = operations({
+  busiestToday: operation({
+    tenants: true,
+    summary: 'What carried the most bytes today: rules and nodes, the busiest first',
+    description:
+      'Bytes in and out since 00:00 UTC, as agents reported them (a rule through a tunnel counts on its entry ' +
+      'node). Kept as reports are counted, a row a rule and a node, and read through an index busiest first: as ' +
+      'cheap with a million rules as with ten. A tenant sees their own rules and no node (a node carries every ' +
+      "owner's rules).",
+    query: busiestQuery,
+    responses: { 200: { description: 'The top talkers of the day', schema: busiestSchema } },
+    handler: busiestToday,
+  }),
   listLive: operation({
     tenants: true,
     summary: 'What rules carry at this moment: open connections and rates, the busiest first',

@@ -154,6 +154,7 @@ export const routes: readonly Route[] = [
   route('DELETE', '/api/silences/{id}',           'alerts:write',    silences.deleteSilence),
   route('GET',    '/api/dashboard',               'dashboard:read',  dashboard.getDashboard),
   route('GET',    '/api/dashboard/traffic',       'dashboard:read',  dashboard.getTraffic),
+  route('GET',    '/api/dashboard/busiest',       'rules:read',      live.busiestToday),
   route('GET',    '/api/agent-bundles',           'nodes:read',      bundles.listBundles),
   route('POST',   '/api/agent-bundles',           '*',               bundles.createBundle),
   route('DELETE', '/api/agent-bundles/{id}',      '*',               bundles.deleteBundle),

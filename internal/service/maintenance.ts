@@ -34,7 +34,7 @@ const rollUps = new WeakMap<Housekeeping, Promise<void>>();
  */
 export function maintain(app: Housekeeping): Promise<void> {
   const { store, settings } = app;
-  const { audit, events, credentials, idempotency, deliveries, silences } = store.write(() => ({
+  const { audit, events, credentials, idempotency, deliveries, silences, days } = store.write(() => ({
     audit: store.audit.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
     // An event stream resumes for as long as the audit log remembers the changes it tells of.
     events: store.events.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
@@ -43,11 +43,12 @@ export function maintain(app: Housekeeping): Promise<void> {
     // The delivery log is kept as the audit log is; what is still pending stays until it is done.
     deliveries: store.deliveries.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
     silences: store.silences.prune(app.timestamp(-settings.get('audit_retention_days') * DAY_MS)),
+    days: store.traffic.pruneDays(Math.floor(app.now() / 1000)),
   }));
   app.throttle.sweep(settings.get('login_window_seconds') * 1000);
   app.budget.sweep();
-  if (audit + events + credentials + idempotency + deliveries + silences > 0)
-    app.log.info('pruned', { audit, events, credentials, idempotency, deliveries, silences });
+  if (audit + events + credentials + idempotency + deliveries + silences + days > 0)
+    app.log.info('pruned', { audit, events, credentials, idempotency, deliveries, silences, days });
   let running = rollUps.get(app);
   if (!running) {
     running = rollUp(app).finally(() => rollUps.delete(app));

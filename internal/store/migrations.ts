@@ -948,4 +948,19 @@ export const migrations: readonly string[] = [
   INSERT INTO sqlite_sequence (name, seq) SELECT 'channels', seq FROM temp.channels_sequence_56;
   DROP TABLE temp.channels_sequence_56;
   `,
+  /*
+   * 57: what each rule and node carried today (UTC), kept as reports are counted, for the top talkers by bytes today:
+   * a row each, reset by the first report of a new day, read busiest first through its index
+   */ `
+  CREATE TABLE traffic_today (
+    kind TEXT NOT NULL CHECK (kind IN ('rule', 'node')),
+    id INTEGER NOT NULL,
+    day INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    PRIMARY KEY (kind, id)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX traffic_today_busiest ON traffic_today (kind, day, bytes);
+  `,
 ];

@@ -21,6 +21,22 @@ export function safeSum(column: string): string {
 /** How many report streams a node keeps; an agent makes a new one only with a new state dir. */
 const STREAMS_PER_NODE = 8;
 
+/** Rows of past days forgotten at most in one step of the housekeeping. */
+const PRUNED_DAYS = 10_000;
+
+/** The start of the UTC day that holds `seconds`. */
+const dayOf = (seconds: number) => seconds - (((seconds % 86_400) + 86_400) % 86_400);
+
+/** A rule or node and what it carried on a day. */
+export interface Busiest {
+  id: number;
+  name: string;
+  /** A rule's node; absent for a node. */
+  node_id?: number;
+  bytes_in: number;
+  bytes_out: number;
+}
+
 export interface TrafficPoint {
   at: number;
   bytes_in: number;
@@ -52,6 +68,10 @@ export class TrafficStore {
   private readonly countedAtStmt;
   private readonly advanceStmt;
   private readonly trimStreamsStmt;
+  private readonly todayStmt;
+  private readonly busiestStmts;
+  private readonly busiestOwnedStmt;
+  private readonly pruneTodayStmt;
 
   constructor(db: Database) {
     this.db = db;
@@ -105,6 +125,26 @@ export class TrafficStore {
     this.trimStreamsStmt = db.prepare(`DELETE FROM traffic_streams WHERE node_id = :node_id AND stream NOT IN
       (SELECT stream FROM traffic_streams WHERE node_id = :node_id ORDER BY seen_at DESC,
         rowid DESC LIMIT ${STREAMS_PER_NODE})`);
+    // A report of a later day starts the row again; one of an earlier day (resent late) is yesterday's, not today's.
+    const today = (column: string) =>
+      `CASE WHEN excluded.day > day THEN excluded.${column} WHEN excluded.day = day THEN ` +
+      `${safeCount(`${column} + excluded.${column}`)} ELSE ${column} END`;
+    this.todayStmt = db.prepare(`INSERT INTO traffic_today (kind, id, day, bytes_in, bytes_out, bytes)
+      VALUES (:kind, :id, :day, :bytes_in, :bytes_out, ${safeCount(':bytes_in + :bytes_out')})
+      ON CONFLICT (kind, id) DO UPDATE SET bytes_in = ${today('bytes_in')}, bytes_out = ${today('bytes_out')},
+        bytes = ${today('bytes')}, day = max(day, excluded.day)`);
+    // Through the index, busiest first, stopping at the limit; rows of what was deleted are passed over.
+    const busiest = (table: string, extra: string) =>
+      db.prepare(`SELECT t.id, x.name, ${extra} t.bytes_in, t.bytes_out FROM traffic_today t
+        JOIN ${table} x ON x.id = t.id WHERE t.kind = ? AND t.day = ? ORDER BY t.bytes DESC, t.id DESC LIMIT ?`);
+    this.busiestStmts = { rule: busiest('rules', 'x.node_id,'), node: busiest('nodes', '') };
+    // A tenant's: their rules through the owner's index, so what is sorted is theirs alone (their plan bounds it).
+    this.busiestOwnedStmt = db.prepare(`SELECT t.id, r.name, r.node_id, t.bytes_in, t.bytes_out FROM rules r
+      JOIN traffic_today t ON t.kind = 'rule' AND t.id = r.id WHERE r.owner_id = ? AND t.day = ?
+      ORDER BY t.bytes DESC, t.id DESC LIMIT ?`);
+    // A bounded step: at midnight every row is of the day before, and a row a report starts again needs none.
+    this.pruneTodayStmt = db.prepare(`DELETE FROM traffic_today WHERE (kind, id) IN (SELECT kind, id FROM traffic_today
+      WHERE kind IN ('rule', 'node') AND day < ? LIMIT ${PRUNED_DAYS})`);
   }
 
   /** A series' statement: its rows in [from, to) summed per step, with the buckets of before while they are moved. */
@@ -140,6 +180,9 @@ export class TrafficStore {
     this.add('rule', ruleId, atSeconds, bytesIn, bytesOut);
     this.add('node', nodeId, atSeconds, bytesIn, bytesOut);
     this.add('total', 0, atSeconds, bytesIn, bytesOut);
+    const day = dayOf(atSeconds);
+    this.todayStmt.run({ kind: 'rule', id: ruleId, day, bytes_in: bytesIn, bytes_out: bytesOut });
+    this.todayStmt.run({ kind: 'node', id: nodeId, day, bytes_in: bytesIn, bytes_out: bytesOut });
     this.nodeTotalStmt.run(bytesIn, bytesOut, nodeId);
     this.exitTotalStmt.run(bytesIn, bytesOut, ruleId);
     return true;
@@ -147,6 +190,21 @@ export class TrafficStore {
 
   private add(subject: Subject, id: number, atSeconds: number, bytesIn: number, bytesOut: number): void {
     this.addStmts[subject].run(id, this.history[subject].align(atSeconds), bytesIn, bytesOut);
+  }
+
+  /**
+   * What carried the most bytes (in and out) on the UTC day of `atSeconds`, busiest first: rules (of `ownerId` alone,
+   * unless null) or nodes (what their rules counted).
+   */
+  busiestToday(kind: 'rule' | 'node', atSeconds: number, limit: number, ownerId: number | null = null): Busiest[] {
+    const day = dayOf(atSeconds);
+    const statement = ownerId === null ? this.busiestStmts[kind] : this.busiestOwnedStmt;
+    return statement.all(...(ownerId === null ? [kind, day, limit] : [ownerId, day, limit])) as unknown as Busiest[];
+  }
+
+  /** Inside a write: forgets up to PRUNED_DAYS rows of the days before the UTC day of `atSeconds`. */
+  pruneDays(atSeconds: number): number {
+    return Number(this.pruneTodayStmt.run(dayOf(atSeconds)).changes);
   }
 
   /** When the node's last report was counted (RFC 3339), or null when none was. */

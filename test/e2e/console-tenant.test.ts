@@ -66,7 +66,7 @@ test(TENANT_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
   await t.test('a tenant sees their pages alone, their plan and its use on the dashboard', async () => {
     await signIn(page, m.url, 'alice', 'alice-password');
     const links = await page.locator('#nav a').allTextContents();
-    assert.deepEqual(links, ['Dashboard', 'Nodes', 'Rules', 'Tunnels', 'Tokens', 'Audit log', 'Account']);
+    assert.deepEqual(links, ['Dashboard', 'Nodes', 'Map', 'Rules', 'Tunnels', 'Tokens', 'Audit log', 'Account']);
     const yours = page.getByRole('region', { name: 'Your plan' });
     await yours.getByText('1 of 3').waitFor();
     await yours.getByText(/256\.0 MiB of 1\.0 GiB this month/).waitFor();
@@ -81,6 +81,9 @@ test(TENANT_CONSOLE, { skip: noBrowser, timeout: 120_000 }, async (t) => {
     await nodes.getByRole('rowheader', { name: /granted-eu/ }).waitFor();
     assert.equal(await nodes.getByText('not-granted').count(), 0);
     await shot('tenant-nodes');
+    await open('Map');
+    await page.locator('.map a[href="#/nodes?q=granted-eu"]').waitFor();
+    assert.equal(await page.locator('.map').getByText('not-granted').count(), 0, 'a map of what is granted alone');
     await open('Rules');
     await page.getByRole('row', { name: /alice-web/ }).waitFor();
     const table = await page.locator('main table').first().textContent();

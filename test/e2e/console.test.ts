@@ -145,7 +145,16 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
       await busiest
         .locator('.live')
         .filter({ hasText: /^2 open · / })
+        .first()
         .waitFor();
+      // What it carried since midnight, the rule's and its node's.
+      const today = page.getByRole('region', { name: 'Busiest today' });
+      await today.getByRole('link', { name: 'web' }).waitFor();
+      await today.getByRole('link', { name: 'edge-1' }).waitFor();
+      assert.match(
+        (await today.locator('.live').first().textContent())!,
+        /^[\d.]+ (KiB|MiB) in · [\d.]+ (KiB|MiB) out$/,
+      );
       await open('Rules');
     } finally {
       clearInterval(pump);
@@ -618,6 +627,7 @@ test('a person runs the fleet from the console in a real browser', { skip: noBro
     await viewer.getByRole('heading', { name: 'Nodes', level: 1 }).waitFor();
     assert.deepEqual(await viewer.getByRole('navigation', { name: 'Main' }).getByRole('link').allTextContents(), [
       'Nodes',
+      'Map',
       'Rollouts',
       'Tokens',
       'Account',

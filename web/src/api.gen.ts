@@ -159,6 +159,22 @@ export interface components {
       key: string;
       signature: string;
     };
+    BusiestToday: {
+      day: string;
+      rules: {
+        id: number;
+        name: string;
+        node_id: number;
+        bytes_in: number;
+        bytes_out: number;
+      }[];
+      nodes: {
+        id: number;
+        name: string;
+        bytes_in: number;
+        bytes_out: number;
+      }[];
+    };
     Channel: {
       id: number;
       name: string;

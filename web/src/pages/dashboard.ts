@@ -24,26 +24,56 @@ function card(title: string, total: number | string, states?: Record<string, num
   );
 }
 
-/** The rules carrying the most right now (GET /api/live), each a link to the rules it is among: the top talkers. */
+const ruleLink = (name: string) => h('a', { href: `#/rules?q=${encodeURIComponent(name)}` }, name);
+const nodeLink = (name: string) => h('a', { href: `#/nodes?q=${encodeURIComponent(name)}` }, name);
+
+/** A top-talkers list: a heading, and a line each, or nothing when nothing carried anything. */
+function talkers(title: string, lines: (HTMLElement | string)[][]): HTMLElement[] {
+  if (lines.length === 0) return [];
+  return [h('h3', {}, title), h('ol', { class: 'busiest' }, ...lines.map((line) => h('li', {}, ...line)))];
+}
+
+/**
+ * The fleet's top talkers: rules and nodes carrying the most right now (GET /api/live), and those that carried the
+ * most bytes today (GET /api/dashboard/busiest), each a link to its list.
+ */
 async function topTalkers(): Promise<HTMLElement[]> {
-  const live = await get<Schema<'Live'>>('/api/live?limit=5');
-  if (live.rules.length === 0) return [];
+  const [live, today] = await Promise.all([
+    get<Schema<'Live'>>('/api/live?limit=5'),
+    get<Schema<'BusiestToday'>>('/api/dashboard/busiest?limit=5'),
+  ]);
   const rules = await Promise.all(live.rules.map((rule) => get<Schema<'Rule'>>(`/api/rules/${rule.id}`)));
-  return [
-    h('h2', {}, 'Busiest now'),
-    h(
-      'ol',
-      { class: 'busiest' },
-      ...live.rules.map((rule, i) =>
-        h(
-          'li',
-          {},
-          h('a', { href: `#/rules?q=${encodeURIComponent(rules[i]!.name)}` }, rules[i]!.name),
-          ' ',
-          h('span', { class: 'live' }, liveText(rule)),
-        ),
-      ),
+  const nodeNames = new Map(today.nodes.map((node) => [node.id, node.name]));
+  const carried = (item: { bytes_in: number; bytes_out: number }) =>
+    h('span', { class: 'live' }, `${bytes(item.bytes_in)} in · ${bytes(item.bytes_out)} out`);
+  const now = [
+    ...talkers(
+      'Rules',
+      live.rules.map((rule, i) => [ruleLink(rules[i]!.name), ' ', h('span', { class: 'live' }, liveText(rule))]),
     ),
+    ...talkers(
+      'Nodes',
+      live.nodes
+        .filter((node) => nodeNames.has(node.id) && node.open + node.rate_in + node.rate_out > 0)
+        .slice(0, 5)
+        .map((node) => [nodeLink(nodeNames.get(node.id)!), ' ', h('span', { class: 'live' }, liveText(node))]),
+    ),
+  ];
+  const day = [
+    ...talkers(
+      'Rules',
+      today.rules.map((rule) => [ruleLink(rule.name), ' ', carried(rule)]),
+    ),
+    ...talkers(
+      'Nodes',
+      today.nodes.map((node) => [nodeLink(node.name), ' ', carried(node)]),
+    ),
+  ];
+  return [
+    ...(now.length > 0 ? [h('section', { 'aria-label': 'Busiest now' }, h('h2', {}, 'Busiest now'), ...now)] : []),
+    ...(day.length > 0
+      ? [h('section', { 'aria-label': 'Busiest today' }, h('h2', {}, `Busiest today (${today.day}, UTC)`), ...day)]
+      : []),
   ];
 }
 
@@ -51,7 +81,7 @@ export async function dashboardPage(ctx: PageCtx): Promise<void> {
   if (ctx.me.user.role === 'tenant') return tenantDashboard(ctx);
   const cards = h('div', { class: 'cards' });
   const chart = h('div', { class: 'chart-wrap' });
-  const busiest = h('section', { 'aria-label': 'Busiest now' });
+  const busiest = h('div', { class: 'talkers' });
   ctx.main.append(cards, busiest, h('h2', {}, 'Traffic, last 24 hours'), chart);
   let lastChart = '';
   const load = async () => {
