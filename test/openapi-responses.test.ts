@@ -232,6 +232,8 @@ test('every answer of every operation is what the OpenAPI document declares for 
   await hit('GET /api/nodes', '/api/nodes');
   await hit('GET /api/nodes/{id}', `/api/nodes/${a.body.id}`);
   await hit('GET /api/nodes/{id}/vitals', `/api/nodes/${a.body.id}/vitals`);
+  await hit('GET /api/nodes/{id}/export', `/api/nodes/${a.body.id}/export?format=realm`);
+  await hit('GET /api/nodes/{id}/export', '/api/nodes/999999/export?format=realm');
   await hit(
     'GET /api/nodes/{id}/vitals',
     `/api/nodes/${a.body.id}/vitals?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z`,

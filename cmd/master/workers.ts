@@ -8,7 +8,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData, type WorkerOptions } from 'node:worker_threads';
-import { decodeExportDocument } from '../../internal/api/transfer.ts';
+import { decodeImport } from '../../internal/api/transfer.ts';
 import { runBatch, type BatchJob } from '../../internal/service/batch.ts';
 import { exportJson, runImport, type ImportJob } from '../../internal/service/transfer.ts';
 import type { JobCommitted, JobDone, WriteDeps, WriteJob } from '../../internal/service/write.ts';
@@ -521,7 +521,7 @@ async function importOnce(setup: WorkerSetup, job: ImportJob): Promise<void> {
   try {
     answer(
       await outcomeOf(
-        () => runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job, decodeExportDocument),
+        () => runImport(writerFor(store, SecretBox.of(setup.sealingKey), job), job, decodeImport),
         job.recordChanges ? { store, limit: setup.maxJobChanges ?? MAX_JOB_CHANGES } : null,
       ),
     );

@@ -11,6 +11,7 @@ import { authOperations as auth } from './auth.ts';
 import { providerSignInOperations as provider } from './oidc.ts';
 import { passkeyOperations as passkeys } from './passkeys.ts';
 import { liveOperations as live } from './live.ts';
+import { nodeExportOperations as nodeExport } from './node-export.ts';
 import { secondFactorOperations as factor } from './second-factor.ts';
 import { loginSessionOperations as sessions } from './login-sessions.ts';
 import { batchOperations as batch } from './batch.ts';
@@ -109,6 +110,7 @@ export const routes: readonly Route[] = [
   route('POST',   '/api/nodes',                   'nodes:write',     nodes.createNode),
   route('GET',    '/api/nodes/{id}',              'nodes:read',      nodes.getNode),
   route('GET',    '/api/nodes/{id}/vitals',       'nodes:read',      nodes.getNodeVitals),
+  route('GET',    '/api/nodes/{id}/export',       'rules:read',      nodeExport.exportNode),
   route('PUT',    '/api/nodes/{id}',              'nodes:write',     nodes.replaceNode),
   route('DELETE', '/api/nodes/{id}',              'nodes:write',     nodes.deleteNode, CASCADE_FROM_NODE),
   route('POST',   '/api/nodes/{id}/install-ssh',  'nodes:write',     install.installNode, INSTALL_ELSEWHERE),

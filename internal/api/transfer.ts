@@ -14,10 +14,14 @@ import {
   optional,
   secret,
   string,
+  validate,
+  type Schema,
 } from '../schema/schema.ts';
 import { validationFailed } from '../errors/errors.ts';
 import { portBudgetProblem } from '../domain/ranges.ts';
-import { EXPORT_FORMAT, type ExportDocument, type ImportJob } from '../service/transfer.ts';
+import { EXPORT_FORMAT, type Decoded, type ExportDocument, type ImportJob } from '../service/transfer.ts';
+import { importFormats, translate, type ForeignImport, type Translated } from '../formats/formats.ts';
+import { SourceError } from '../formats/foreign.ts';
 import { committedElsewhere } from '../service/write.ts';
 import { writeJobOf } from './common.ts';
 import { nodeInput } from './nodes.ts';
@@ -102,6 +106,9 @@ const {
   secret: _secret,
   bot_token: _botToken,
   smtp_password: _smtpPassword,
+  webhook_url: _webhookUrl,
+  topic_url: _topicUrl,
+  access_token: _accessToken,
   ...channelProperties
 } = channelInput.properties;
 const exportedChannel = object(channelProperties, { ignore: ['id'] });
@@ -146,7 +153,6 @@ export const exportDocument = object(
   },
 );
 
-/** A document decoded and checked against `exportDocument`. Throws `invalid_json`, `validation_failed`. */
 /**
  * The arrays and objects an import's document may open. Its worker's heap is 1 GiB, and a heap that fills while
  * JSON.parse builds one large array ends the whole process, not the thread (nodejs/node#47224): a 60 MiB body of
@@ -155,12 +161,83 @@ export const exportDocument = object(
  */
 export const MAX_IMPORT_OPENED = 2_000_000;
 
-export function decodeExportDocument(raw: Buffer): ExportDocument {
-  const document = decodeBody(exportDocument, raw, MAX_IMPORT_OPENED);
+const foreignImport = object(
+  {
+    format: oneOf(importFormats, {
+      description: 'The tool whose config source is (realm: its TOML), read for one node into rules.',
+    }),
+    node: string({ min: 1, max: 64, description: 'The node the source is read for, by name: its rules listen there.' }),
+    exit_node: optional(
+      nullable(
+        string({
+          min: 1,
+          max: 64,
+          description: 'Where a pair of ends in the source makes a tunnel: the node of its far end, by name.',
+        }),
+      ),
+      null,
+    ),
+    source: string({ min: 1, max: 16 * 1024 * 1024, description: 'The config, as the tool reads it.' }),
+  },
+  { name: 'ForeignImport' },
+);
+
+/** An import's body: an export document, or another tool's config, told apart by `format`. */
+const importBody: Schema<ExportDocument | ForeignImport> = {
+  json: {
+    oneOf: [exportDocument.json, foreignImport.json],
+    description:
+      `By format: ${EXPORT_FORMAT} (an export document) or another tool's config ` + `(${importFormats.join(', ')}).`,
+  },
+  check(value, pointer, errors) {
+    const format = (value as { format?: unknown } | null)?.format;
+    if (typeof format === 'string' && (importFormats as string[]).includes(format))
+      return foreignImport.check(value, pointer, errors);
+    if (typeof format === 'string' && format !== EXPORT_FORMAT) {
+      errors.push({
+        pointer: `${pointer}/format`,
+        detail: `must be one of ${[EXPORT_FORMAT, ...importFormats].join(', ')}`,
+      });
+      return value as ExportDocument;
+    }
+    return exportDocument.check(value, pointer, errors);
+  },
+};
+
+function checkedDocument(document: ExportDocument): ExportDocument {
   const tooMany = portBudgetProblem(document.rules);
   if (tooMany) throw validationFailed([{ pointer: '#/rules', detail: `the rules ${tooMany}` }]);
   return document;
 }
+
+/**
+ * An import's body decoded: an export document as it is, another tool's config read into one (and checked as one,
+ * each problem naming the source line of its rule). Throws `invalid_json`, `validation_failed`.
+ */
+export function decodeImport(raw: Buffer): Decoded {
+  const body = decodeBody(importBody, raw, MAX_IMPORT_OPENED);
+  if (body.format === EXPORT_FORMAT) return { document: checkedDocument(body as ExportDocument) };
+  let translated: Translated;
+  try {
+    translated = translate(body as ForeignImport);
+  } catch (error) {
+    if (!(error instanceof SourceError)) throw error;
+    throw validationFailed([{ pointer: '#/source', detail: `line ${error.line}: ${error.message}` }]);
+  }
+  const generated = { format: EXPORT_FORMAT, version: 2, nodes: [], ...pick(translated, ['tunnels', 'rules']) };
+  const { value, errors } = validate(exportDocument, generated);
+  const lineOf = (pointer: string) => {
+    const [, kind, index] = /^#\/(rules|tunnels)\/(\d+)/.exec(pointer) ?? [];
+    const line = kind ? translated.lines[kind as 'rules' | 'tunnels'][Number(index)] : undefined;
+    return line === undefined ? '' : `line ${line}: `;
+  };
+  if (errors.length > 0)
+    throw validationFailed(errors.map((error) => ({ ...error, detail: `${lineOf(error.pointer)}${error.detail}` })));
+  return { document: checkedDocument(value), foreign: { unmapped: translated.unmapped, lines: translated.lines } };
+}
+
+const pick = <T extends object, K extends keyof T>(from: T, keys: K[]) =>
+  Object.fromEntries(keys.map((key) => [key, from[key]])) as Pick<T, K>;
 
 const importQuery = { dry_run: boolParam('Check the document and report what would happen; change nothing.') };
 
@@ -177,8 +254,20 @@ const importResultItem = {
       type: 'string',
       description: 'For a created webhook channel: the signing secret the master made, shown only here.',
     }),
+    line: { type: 'integer', description: "Another tool's config: the line of the source the item was read from." },
   },
   additionalProperties: false,
+};
+
+const unmappedSchema = {
+  type: 'array',
+  description: "Another tool's config: each construct of the source that is not carried over, with its line and why.",
+  items: {
+    type: 'object',
+    required: ['line', 'construct', 'why'],
+    properties: { line: { type: 'integer' }, construct: { type: 'string' }, why: { type: 'string' } },
+    additionalProperties: false,
+  },
 };
 
 export const transferOperations = operations({
@@ -227,7 +316,7 @@ export const transferOperations = operations({
       "import is committed, and other writes (API calls, agents' reports) wait for it and then proceed. It answers " +
       'once committed; other writes wait a moment longer, while its pages are copied into the database file.',
     query: importQuery,
-    body: exportDocument,
+    body: importBody,
     decodesBody: true,
     maxBodyBytes: 64 * 1024 * 1024,
     responses: {
@@ -243,6 +332,8 @@ export const transferOperations = operations({
             rules: { type: 'array', items: importResultItem },
             channels: { type: 'array', items: importResultItem },
             alert_rules: { type: 'array', items: importResultItem },
+            unmapped: unmappedSchema,
+            document: exportDocument.json,
           },
           additionalProperties: false,
         }),

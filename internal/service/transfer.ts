@@ -25,6 +25,7 @@ import {
   type WriteJob,
 } from './write.ts';
 import type { ExitStrategy, TunnelTransport } from '../domain/tunnels.ts';
+import type { Unmapped } from '../formats/foreign.ts';
 
 /** The document's `format`. */
 export const EXPORT_FORMAT = 'portplane-export';
@@ -319,15 +320,24 @@ export interface ImportJob extends WriteJob {
 }
 
 /**
+ * A body decoded for an import: the document, and for another tool's config what did not map and where its rules came
+ * from.
+ */
+export interface Decoded {
+  document: ExportDocument;
+  foreign?: { unmapped: Unmapped[]; lines: { rules: number[]; tunnels: number[] } };
+}
+
+/**
  * Decodes (with `decode`, the API's schema of the format), checks and writes a document, all or nothing, on `app`'s
  * own connection: the work of the importer's worker thread. Throws a DomainError for what the caller got wrong.
  */
 export async function runImport(
   app: WriteDeps,
   job: ImportJob,
-  decode: (document: Buffer) => ExportDocument,
+  decode: (document: Buffer) => Decoded,
 ): Promise<JobDone> {
-  const document = decode(Buffer.from(job.document.buffer, job.document.byteOffset, job.document.length));
+  const { document, foreign } = decode(Buffer.from(job.document.buffer, job.document.byteOffset, job.document.length));
   // The answer is rendered before the commit: what could fail for memory fails while it can still be undone. It is
   // encoded here too, rather than on the event loop (7 MiB for 10,000 nodes and 100,000 rules).
   const { result: json, nodes } = await writeInSteps(
@@ -335,7 +345,14 @@ export async function runImport(
     job.requester,
     async (change, inSteps) => {
       const results = await importAll(app, change, document, inSteps);
-      return Buffer.from(JSON.stringify({ dry_run: job.dryRun, ...(job.dryRun ? stripTokens(results) : results) }));
+      const shown = job.dryRun ? stripTokens(results) : results;
+      if (foreign) {
+        // Each item with its line in the source, the rules read, and what was not.
+        for (const kind of ['rules', 'tunnels'] as const)
+          shown[kind] = shown[kind]!.map((item, i) => ({ ...item, line: foreign.lines[kind][i] }));
+        Object.assign(shown, { unmapped: foreign.unmapped, document });
+      }
+      return Buffer.from(JSON.stringify({ dry_run: job.dryRun, ...shown }));
     },
     job.dryRun,
     true,

@@ -522,9 +522,6 @@ export interface components {
         smtp_ca?: string | null;
         from?: string | null;
         to?: string[] | null;
-        webhook_url?: string;
-        topic_url?: string;
-        access_token?: string;
       }[];
       alert_rules?: {
         name: string;
@@ -565,6 +562,14 @@ export interface components {
     FieldError: {
       pointer: string;
       detail: string;
+    };
+    ForeignImport: {
+      /** @enum {string} */
+      format: 'realm';
+      node: string;
+      /** @default null */
+      exit_node?: string | null;
+      source: string;
     };
     GrantedNode: {
       id: number;

@@ -1,0 +1,62 @@
+// A node's rules as another tool's config (GET /api/nodes/{id}/export?format=): for leaving, or for running a node
+// without its agent. The writers are internal/formats'; what a format cannot carry is said in its comments.
+
+import { DomainError } from '../errors/errors.ts';
+import { exportFormats, type ExportFormat } from '../formats/formats.ts';
+import { textParam, type QueryOf } from '../schema/query.ts';
+import { describe } from '../schema/schema.ts';
+import { exportNodeAs } from '../service/node-export.ts';
+import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
+
+const TEXT = 'text/plain; charset=utf-8';
+const FILE_TYPES: Record<ExportFormat, string> = { realm: 'toml' };
+
+const exportQuery = {
+  format: textParam({
+    max: 16,
+    values: exportFormats,
+    description: `The tool to write for (required): ${exportFormats.join(', ')}.`,
+  }),
+};
+
+function exportNode(ctx: Ctx<undefined, QueryOf<typeof exportQuery>>): Reply {
+  const format = ctx.query.format as ExportFormat | undefined;
+  if (format === undefined)
+    throw new DomainError('invalid_query', 'format is required', {
+      errors: [{ pointer: '?format', detail: `is required: one of ${exportFormats.join(', ')}` }],
+    });
+  const { name, text } = exportNodeAs(ctx.app.store, idParam(ctx), format);
+  return {
+    status: 200,
+    raw: text,
+    headers: {
+      'Content-Type': TEXT,
+      'Content-Disposition': `attachment; filename="${name}.${FILE_TYPES[format]}"`,
+    },
+  };
+}
+
+export const nodeExportOperations = operations({
+  exportNode: operation({
+    summary: "A node's rules as another tool's config",
+    description:
+      'realm: an [[endpoints]] table each. Rules a format cannot carry (disabled, through a tunnel, on a range of ' +
+      'ports, to a range or an SRV name) are left out with a comment saying why; controls it does not have ' +
+      '(limits, quotas, allowed sources, ...) are named in a comment under the rule.',
+    query: exportQuery,
+    responses: {
+      200: {
+        description: 'The config',
+        mediaType: TEXT,
+        schema: describe({ type: 'string' }),
+        headers: {
+          'Content-Disposition': {
+            description: 'attachment; filename="NODE.EXT" (toml for realm)',
+            schema: { type: 'string' },
+          },
+        },
+      },
+    },
+    handler: exportNode,
+  }),
+});

@@ -1,0 +1,192 @@
+// Other tools' configs through the one import: each fixture of test/fixtures/ (written for these tests) read for a
+// node into the rules expected, every construct that does not map listed with its line, nothing written by a dry
+// run and everything by the import; and a round trip per written format: rules exported, imported again, the same
+// as far as the format carries them (each table says which fields it cannot carry, and its rules have the others).
+
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { describe, test } from 'node:test';
+import { assertProblem, call, node, rule, startMaster } from './helpers.ts';
+
+/** What a test compares of a rule: where it listens, where it sends and how. */
+const KEPT = [
+  'name',
+  'protocol',
+  'listen_port',
+  'listen_port_end',
+  'targets',
+  'strategy',
+  'weights',
+  'proxy_protocol',
+  'source_address',
+] as const;
+type Kept = Partial<Record<(typeof KEPT)[number], unknown>>;
+
+const kept = (rule: Record<string, unknown>, fields: readonly string[] = KEPT): Kept =>
+  Object.fromEntries(fields.filter((field) => field in rule).map((field) => [field, rule[field]]));
+
+interface Case {
+  format: string;
+  fixture: string;
+  rules: Kept[];
+  /** Each unmapped construct: its line and what its `why` says. */
+  unmapped: [number, RegExp][];
+  /** Fields of a rule this format does not carry on a round trip (the round trip's rules leave them default). */
+  notCarried: string[];
+  /** Rules to export and import again: every field they set is one the format carries. */
+  roundTrip: Record<string, unknown>[];
+}
+
+const CASES: Case[] = [
+  {
+    format: 'realm',
+    fixture: 'realm/edge.toml',
+    rules: [
+      {
+        name: 'realm-tcp-5000',
+        protocol: 'tcp',
+        listen_port: 5000,
+        targets: ['198.51.100.10:443'],
+        strategy: 'failover',
+      },
+      {
+        name: 'realm-tcp-5001',
+        protocol: 'tcp',
+        listen_port: 5001,
+        targets: ['198.51.100.11:8443', '198.51.100.12:8443', '[2001:db8::12]:8443'],
+        strategy: 'round_robin',
+        weights: [4, 2, 1],
+      },
+      {
+        name: 'realm-tcp-5002',
+        protocol: 'tcp',
+        listen_port: 5002,
+        targets: ['db.example.net:5432'],
+        strategy: 'source_hash',
+        proxy_protocol: 'v1',
+        source_address: '192.0.2.7',
+      },
+      { name: 'realm-udp-5353', protocol: 'udp', listen_port: 5353, targets: ['203.0.113.53:53'] },
+      { name: 'realm-tcp-6000', protocol: 'tcp', listen_port: 6000, targets: ['203.0.113.60:443'] },
+    ],
+    unmapped: [
+      [2, /the agent's own settings/],
+      [9, /no rule setting carries it/],
+      [22, /rules listen on every address/],
+      [31, /no rule setting carries it/],
+      [36, /transports .* are not a rule's/],
+      [37, /no rule setting carries it/],
+      [39, /remote "not-an-address" is not host:port/],
+    ],
+    notCarried: ['max_connections', 'bandwidth_limit', 'allow_sources', 'quota', 'health_check', 'listen_port_end'],
+    roundTrip: [
+      { name: 'web', protocol: 'tcp', listen_port: 8080, targets: ['198.51.100.1:80'], strategy: 'failover' },
+      {
+        name: 'spread',
+        protocol: 'tcp+udp',
+        listen_port: 8081,
+        targets: ['198.51.100.2:80', '198.51.100.3:80'],
+        strategy: 'source_hash',
+        weights: [3, 1],
+        proxy_protocol: 'v2',
+      },
+      { name: 'dns', protocol: 'udp', listen_port: 8053, targets: ['[2001:db8::53]:53'], strategy: 'failover' },
+    ],
+  },
+];
+
+describe('importing other tools’ configs', () => {
+  for (const c of CASES)
+    test(`${c.format}: ${c.fixture} reads into its rules, each unmapped construct listed with its line`, async (t) => {
+      const m = await startMaster(t);
+      const edge = await node(m, 'edge');
+      const source = readFileSync(`test/fixtures/${c.fixture}`, 'utf8');
+      const body = { format: c.format, node: 'edge', source };
+      const preview = await call(m.url, 'POST', '/api/import?dry_run=true', { token: m.admin, body });
+      assert.equal(preview.status, 200, JSON.stringify(preview.body));
+      const read = preview.body.document.rules as Record<string, unknown>[];
+      assert.deepEqual(
+        read.map((r) => kept(r, Object.keys(c.rules[read.indexOf(r)] ?? {}))),
+        c.rules,
+      );
+      assert.deepEqual(
+        preview.body.unmapped.map((u: { line: number }) => u.line),
+        c.unmapped.map(([line]) => line),
+        JSON.stringify(preview.body.unmapped, null, 1),
+      );
+      for (const [i, [, why]] of c.unmapped.entries()) assert.match(preview.body.unmapped[i].why, why);
+      assert.ok(preview.body.rules.every((r: { line: number }) => Number.isInteger(r.line)));
+      const none = await call(m.url, 'GET', `/api/rules?node_id=${edge.id}&count=true`, { token: m.admin });
+      assert.equal(none.body.total, 0, 'a dry run writes nothing');
+
+      const imported = await call(m.url, 'POST', '/api/import', { token: m.admin, body });
+      assert.equal(imported.status, 200, JSON.stringify(imported.body));
+      const listed = await call(m.url, 'GET', `/api/rules?node_id=${edge.id}&sort=listen_port`, { token: m.admin });
+      assert.deepEqual(
+        listed.body.items.map((r: Record<string, unknown>) => r.name),
+        c.rules.map((r) => r.name),
+      );
+    });
+
+  for (const c of CASES)
+    test(`${c.format}: rules exported and imported again, alike but for ${c.notCarried.join(', ')}`, async (t) => {
+      const m = await startMaster(t);
+      const [from, to] = [await node(m, 'from'), await node(m, 'to')];
+      for (const written of c.roundTrip) {
+        const made = await rule(m, { ...written, node_id: from.id });
+        assert.equal(made.status, 201, JSON.stringify(made.body));
+      }
+      const exported = await fetch(`${m.url}/api/nodes/${from.id}/export?format=${c.format}`, {
+        headers: { Authorization: `Bearer ${m.admin}` },
+      });
+      assert.equal(exported.status, 200);
+      const source = await exported.text();
+      const imported = await call(m.url, 'POST', '/api/import', {
+        token: m.admin,
+        body: { format: c.format, node: 'to', source },
+      });
+      assert.equal(imported.status, 200, `${JSON.stringify(imported.body)}\n${source}`);
+      assert.deepEqual(imported.body.unmapped, [], source);
+      const rulesOf = async (id: number) =>
+        (await call(m.url, 'GET', `/api/rules?node_id=${id}&sort=listen_port`, { token: m.admin })).body.items.map(
+          (r: Record<string, unknown>) =>
+            kept(
+              r,
+              KEPT.filter((field) => field !== 'name'),
+            ),
+        );
+      assert.deepEqual(await rulesOf(to.id), await rulesOf(from.id), source);
+    });
+
+  test('a source that is not its format, or a rule it makes that is no rule, is 422 naming the line', async (t) => {
+    const m = await startMaster(t);
+    await node(m, 'edge');
+    const refused = await call(m.url, 'POST', '/api/import', {
+      token: m.admin,
+      body: { format: 'realm', node: 'edge', source: '[[endpoints]]\nlisten = "0.0.0.0:1"\nremote = ' },
+    });
+    assertProblem(refused, 422, 'validation_failed');
+    assert.deepEqual(refused.body.errors, [
+      { pointer: '#/source', detail: 'line 3: not TOML: line 3: a value was expected' },
+    ]);
+    const badTarget = await call(m.url, 'POST', '/api/import', {
+      token: m.admin,
+      body: { format: 'realm', node: 'edge', source: '\n[[endpoints]]\nlisten = "0.0.0.0:1"\nremote = "bad host:80"' },
+    });
+    assertProblem(badTarget, 422, 'validation_failed');
+    assert.equal(badTarget.body.errors[0].pointer, '#/rules/0/targets/0');
+    assert.match(badTarget.body.errors[0].detail, /^line 2: /);
+    const unknown = await call(m.url, 'POST', '/api/import', {
+      token: m.admin,
+      body: { format: 'socat', node: 'edge', source: 'x' },
+    });
+    assertProblem(unknown, 422, 'validation_failed');
+    assert.match(unknown.body.errors[0].detail, /must be one of portplane-export, realm/);
+    const noNode = await call(m.url, 'POST', '/api/import', {
+      token: m.admin,
+      body: { format: 'realm', node: 'nowhere', source: '[[endpoints]]\nlisten = ":1"\nremote = "192.0.2.1:1"' },
+    });
+    assertProblem(noNode, 422, 'validation_failed');
+    assert.match(JSON.stringify(noNode.body.errors), /nowhere/);
+  });
+});
