@@ -19,6 +19,8 @@ const KEPT = [
   'weights',
   'proxy_protocol',
   'source_address',
+  'allow_sources',
+  'preserve_source',
 ] as const;
 type Kept = Partial<Record<(typeof KEPT)[number], unknown>>;
 
@@ -33,8 +35,8 @@ interface Case {
   unmapped: [number, RegExp][];
   /** Fields of a rule this format does not carry on a round trip (the round trip's rules leave them default). */
   notCarried: string[];
-  /** Rules to export and import again: every field they set is one the format carries. */
-  roundTrip: Record<string, unknown>[];
+  /** Rules to export and import again (every field they set is one the format carries); null: no writer for it. */
+  roundTrip: Record<string, unknown>[] | null;
 }
 
 const CASES: Case[] = [
@@ -93,6 +95,83 @@ const CASES: Case[] = [
       { name: 'dns', protocol: 'udp', listen_port: 8053, targets: ['[2001:db8::53]:53'], strategy: 'failover' },
     ],
   },
+  {
+    format: 'iptables',
+    fixture: 'iptables/edge.rules',
+    rules: [
+      { name: 'iptables-8080', protocol: 'tcp+udp', listen_port: 8080, targets: ['10.0.0.2:80'] },
+      {
+        name: 'iptables-tcp-2222',
+        listen_port: 2222,
+        targets: ['10.0.0.3:22'],
+        allow_sources: ['198.51.100.0/24'],
+        source_address: '192.0.2.7',
+      },
+      {
+        name: 'iptables-tcp-5000-5010',
+        listen_port: 5000,
+        listen_port_end: 5010,
+        targets: ['10.0.0.4:6000-6010'],
+        preserve_source: true,
+      },
+      {
+        name: 'iptables-tcp-443',
+        listen_port: 443,
+        targets: ['10.0.0.5:443', '10.0.0.6:443'],
+        strategy: 'round_robin',
+        preserve_source: false,
+      },
+      { name: 'iptables-tcp-3389', listen_port: 3389, targets: ['10.0.0.7:3389'] },
+      { name: 'iptables-tcp-25', listen_port: 25, targets: ['10.0.0.8:25'] },
+    ],
+    unmapped: [
+      [3, /filter table's policies are the node's own firewall/],
+      [5, /filter table is the node's own firewall/],
+      [15, /rules listen on every address/],
+      [19, /no rule setting carries this match/],
+      [20, /rules forward TCP and UDP/],
+      [21, /only DNAT in PREROUTING is a rule/],
+    ],
+    notCarried: [],
+    roundTrip: null,
+  },
+  {
+    format: 'nftables',
+    fixture: 'nftables/edge.json',
+    rules: [
+      { name: 'nftables-8080', protocol: 'tcp+udp', listen_port: 8080, targets: ['10.0.0.2:80'] },
+      {
+        name: 'nftables-tcp-2222',
+        listen_port: 2222,
+        targets: ['10.0.0.3:22'],
+        allow_sources: ['198.51.100.0/24'],
+        source_address: '192.0.2.7',
+      },
+      {
+        name: 'nftables-tcp-5000-5010',
+        listen_port: 5000,
+        listen_port_end: 5010,
+        targets: ['10.0.0.4:6000-6010'],
+        preserve_source: true,
+      },
+      {
+        name: 'nftables-tcp-443',
+        targets: ['10.0.0.5:443', '10.0.0.6:443'],
+        strategy: 'round_robin',
+        preserve_source: false,
+      },
+      { name: 'nftables-53', protocol: 'tcp+udp', targets: ['10.0.0.53:53'], preserve_source: true },
+      { name: 'nftables-tcp-25', listen_port: 25, targets: ['10.0.0.8:25'] },
+    ],
+    unmapped: [
+      [8, /rules listen on every address/],
+      [11, /no rule setting carries this match/],
+      [17, /drop policy is the node's own firewall/],
+      [18, /no nat hook: the node's own firewall/],
+    ],
+    notCarried: [],
+    roundTrip: null,
+  },
 ];
 
 describe('importing other tools’ configs', () => {
@@ -123,16 +202,16 @@ describe('importing other tools’ configs', () => {
       assert.equal(imported.status, 200, JSON.stringify(imported.body));
       const listed = await call(m.url, 'GET', `/api/rules?node_id=${edge.id}&sort=listen_port`, { token: m.admin });
       assert.deepEqual(
-        listed.body.items.map((r: Record<string, unknown>) => r.name),
-        c.rules.map((r) => r.name),
+        listed.body.items.map((r: Record<string, unknown>) => r.name).sort(),
+        c.rules.map((r) => r.name).sort(),
       );
     });
 
-  for (const c of CASES)
+  for (const c of CASES.filter((c) => c.roundTrip !== null))
     test(`${c.format}: rules exported and imported again, alike but for ${c.notCarried.join(', ')}`, async (t) => {
       const m = await startMaster(t);
       const [from, to] = [await node(m, 'from'), await node(m, 'to')];
-      for (const written of c.roundTrip) {
+      for (const written of c.roundTrip!) {
         const made = await rule(m, { ...written, node_id: from.id });
         assert.equal(made.status, 201, JSON.stringify(made.body));
       }

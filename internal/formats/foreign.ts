@@ -28,6 +28,9 @@ export interface ForeignRule {
   max_connections?: number | null;
   bandwidth_limit?: number | null;
   source_address?: string | null;
+  allow_sources?: string[];
+  deny_sources?: string[];
+  preserve_source?: boolean;
 }
 
 /** A tunnel between the node read for and another, as a pair of ends in the source describes it. */

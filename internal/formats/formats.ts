@@ -2,9 +2,14 @@
 
 import type { RuleFields } from '../domain/rules.ts';
 import type { ForeignConfig, Unmapped } from './foreign.ts';
+import { readIptables } from './iptables.ts';
+import { readNftables } from './nftables.ts';
 import { readRealm, writeRealm } from './realm.ts';
 
-const readers = { realm: readRealm } satisfies Record<string, (source: string) => ForeignConfig>;
+const readers = { realm: readRealm, iptables: readIptables, nftables: readNftables } satisfies Record<
+  string,
+  (source: string) => ForeignConfig
+>;
 const writers = { realm: writeRealm } satisfies Record<string, (rules: readonly RuleFields[]) => string>;
 
 export type ImportFormat = keyof typeof readers;

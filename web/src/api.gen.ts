@@ -565,7 +565,7 @@ export interface components {
     };
     ForeignImport: {
       /** @enum {string} */
-      format: 'realm';
+      format: 'realm' | 'iptables' | 'nftables';
       node: string;
       /** @default null */
       exit_node?: string | null;
