@@ -9,7 +9,7 @@ import { exportNodeAs } from '../service/node-export.ts';
 import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
 
 const TEXT = 'text/plain; charset=utf-8';
-const FILE_TYPES: Record<ExportFormat, string> = { realm: 'toml' };
+const FILE_TYPES: Record<ExportFormat, string> = { realm: 'toml', nftables: 'nft' };
 
 const exportQuery = {
   format: textParam({
@@ -40,9 +40,10 @@ export const nodeExportOperations = operations({
   exportNode: operation({
     summary: "A node's rules as another tool's config",
     description:
-      'realm: an [[endpoints]] table each. Rules a format cannot carry (disabled, through a tunnel, on a range of ' +
-      'ports, to a range or an SRV name) are left out with a comment saying why; controls it does not have ' +
-      '(limits, quotas, allowed sources, ...) are named in a comment under the rule.',
+      'realm: an [[endpoints]] table each; nftables: a script for nft -f making the table inet portplane_export ' +
+      '(a DNAT a rule, its targets source-NATed as the rule says). Rules a format cannot carry (disabled, through a ' +
+      'tunnel, needing the relay, to a name for nftables, on a range of ports for realm) are left out with a comment ' +
+      'saying why; controls it does not have (limits, quotas, ...) are named in a comment under the rule.',
     query: exportQuery,
     responses: {
       200: {

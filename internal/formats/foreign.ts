@@ -3,7 +3,7 @@
 // import (dry run, per-item results, one transaction). What a reader cannot carry over is listed with its line and
 // why, never dropped in silence.
 
-import type { Protocol, Strategy } from '../domain/rules.ts';
+import { controlDefaults, type Protocol, type RuleFields, type Strategy } from '../domain/rules.ts';
 
 /** A construct of the source that does not become part of a rule, and why. */
 export interface Unmapped {
@@ -86,4 +86,21 @@ export function targetOf(host: string, port: number): string {
 export function ruleName(format: string, protocol: Protocol, port: number, end?: number | null): string {
   const span = end ? `${port}-${end}` : String(port);
   return `${format}-${protocol === 'tcp+udp' ? '' : `${protocol}-`}${span}`;
+}
+
+/** Why a rule cannot be written for a tool that listens on one port for fixed targets, or null when it can. */
+export function leftOut(rule: RuleFields): string | null {
+  if (!rule.enabled) return 'it is disabled';
+  if (rule.tunnel_id !== null) return 'it goes through a tunnel';
+  if (rule.listen_port_end !== null) return 'it listens on a range of ports';
+  if (rule.targets.some((target) => !splitHostPort(target))) return 'a target is a range or a DNS SRV name';
+  return null;
+}
+
+/** The controls of `rule` set otherwise than by default that a format does not carry (those in `carried` it does). */
+export function notCarried(rule: RuleFields, carried: readonly string[]): string[] {
+  return Object.entries(controlDefaults)
+    .filter(([key]) => !carried.includes(key) && key !== 'tags')
+    .filter(([key, value]) => JSON.stringify(rule[key as keyof RuleFields]) !== JSON.stringify(value))
+    .map(([key]) => key);
 }

@@ -4,13 +4,17 @@ import type { RuleFields } from '../domain/rules.ts';
 import type { ForeignConfig, Unmapped } from './foreign.ts';
 import { readIptables } from './iptables.ts';
 import { readNftables } from './nftables.ts';
+import { writeNftables } from './nftables-script.ts';
 import { readRealm, writeRealm } from './realm.ts';
 
 const readers = { realm: readRealm, iptables: readIptables, nftables: readNftables } satisfies Record<
   string,
   (source: string) => ForeignConfig
 >;
-const writers = { realm: writeRealm } satisfies Record<string, (rules: readonly RuleFields[]) => string>;
+const writers = { realm: writeRealm, nftables: writeNftables } satisfies Record<
+  string,
+  (rules: readonly RuleFields[]) => string
+>;
 
 export type ImportFormat = keyof typeof readers;
 export type ExportFormat = keyof typeof writers;

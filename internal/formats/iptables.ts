@@ -104,7 +104,7 @@ function readDnat(entry: Entry, unmapped: Unmapped[]): Dnat | null {
   if (high - low !== span && !(destination[2] && !destination[3] && span === 0))
     return (list(`--to-destination ${to}`, 'a port range of another size than --dport'), null);
   const target = span === 0 ? targetOf(host, low) : `${targetOf(host, low)}-${high}`;
-  return { line: entry.line, protocol, ports, target, targetHost: host, sources, denied, spread };
+  return { line: entry.line, protocol, ports, target, targetHost: host, sources, denied, spread, weight: 1 };
 }
 
 /** The config as rules; throws SourceError when it is no iptables-save output. */

@@ -18,6 +18,8 @@ export interface Dnat {
   sources: string[];
   denied: string[];
   spread: Strategy | null;
+  /** Its share of new clients among the rule's targets (a span of a numgen or jhash map). */
+  weight: number;
 }
 
 /** Source NAT by the destination it applies to (an address), or to everything (`all`). */
@@ -48,6 +50,9 @@ export function natRules(format: string, dnats: Dnat[], nat: SourceNat, unmapped
       listen_port: first!.ports[0],
       listen_port_end: first!.ports[1] === first!.ports[0] ? null : first!.ports[1],
       targets: [...new Set(group.map((dnat) => dnat.target))],
+      ...(group.some((dnat) => dnat.weight !== 1) && new Set(group.map((dnat) => dnat.target)).size === group.length
+        ? { weights: group.map((dnat) => dnat.weight) }
+        : {}),
       strategy: first!.spread ?? 'round_robin',
     };
     const sources = [...new Set(group.flatMap((dnat) => dnat.sources))];

@@ -43,6 +43,10 @@ function addressOf(right: Json | undefined): string[] | null {
   return null;
 }
 
+/** How many values a map's key span `[low, high]` covers (0 when it is none). */
+const spanOf = (range: Json[]) =>
+  typeof range[0] === 'number' && typeof range[1] === 'number' && range[1] >= range[0] ? range[1] - range[0] + 1 : 0;
+
 const brief = (value: Json) => JSON.stringify(value).slice(0, 160);
 
 function readRule(line: number, expressions: Json[], unmapped: Unmapped[]): Dnat[] {
@@ -54,6 +58,7 @@ function readRule(line: number, expressions: Json[], unmapped: Unmapped[]): Dnat
   let hosts: string[] | null = null;
   let spread: Strategy | null = null;
   let port: [number, number] | null = null;
+  let weights: number[] = [];
   for (const expression of expressions) {
     if (!isObject(expression)) return (list(expression, 'not an expression'), []);
     if (isObject(expression.match)) {
@@ -80,13 +85,27 @@ function readRule(line: number, expressions: Json[], unmapped: Unmapped[]): Dnat
       const dnat = expression.dnat;
       const addr = dnat.addr;
       if (typeof addr === 'string') hosts = [addr];
-      else if (isObject(addr) && isObject(addr.map) && isObject(addr.map.key) && isObject(addr.map.key.numgen)) {
+      else if (isObject(addr) && isObject(addr.map) && isObject(addr.map.key)) {
+        const key = addr.map.key;
         const data = isObject(addr.map.data) ? addr.map.data.set : null;
-        const pairs = Array.isArray(data) ? data.map((pair) => (Array.isArray(pair) ? pair[1] : null)) : [];
-        if (pairs.length === 0 || !pairs.every((host) => typeof host === 'string'))
-          return (list(expression, 'a numgen map of no addresses'), []);
-        hosts = pairs as string[];
-        spread = addr.map.key.numgen.mode === 'inc' ? 'round_robin' : 'random';
+        const pairs = Array.isArray(data) ? data.filter((pair): pair is Json[] => Array.isArray(pair)) : [];
+        const spans = pairs.map(([span]) =>
+          typeof span === 'number' ? 1 : isObject(span) && Array.isArray(span.range) ? spanOf(span.range) : 0,
+        );
+        if (
+          (!isObject(key.numgen) && !isObject(key.jhash)) ||
+          pairs.length === 0 ||
+          !pairs.every((pair) => typeof pair[1] === 'string') ||
+          spans.some((span) => span < 1)
+        )
+          return (list(expression, 'a map of no addresses, or drawn by other than numgen or jhash'), []);
+        hosts = pairs.map((pair) => pair[1] as string);
+        weights = spans;
+        spread = isObject(key.jhash)
+          ? 'source_hash'
+          : (key.numgen as JsonObject).mode === 'inc'
+            ? 'round_robin'
+            : 'random';
       } else return (list(expression, 'a dnat to other than an address or a numgen map of addresses'), []);
       port = dnat.port === undefined ? null : portsOf(dnat.port);
       if (dnat.port !== undefined && !port) return (list(expression, 'a dnat port other than a port or range'), []);
@@ -100,8 +119,9 @@ function readRule(line: number, expressions: Json[], unmapped: Unmapped[]): Dnat
   if (high - low !== ports[1] - ports[0] && !(port && port[0] === port[1] && ports[0] === ports[1]))
     return (list({ expr: expressions }, 'a dnat to a port range of another size'), []);
   return protocols.flatMap((protocol) =>
-    hosts!.map((host) => ({
+    hosts!.map((host, i) => ({
       line,
+      weight: weights[i] ?? 1,
       protocol,
       ports: ports!,
       target: ports![0] === ports![1] ? targetOf(host, low) : `${targetOf(host, low)}-${high}`,

@@ -3,9 +3,11 @@
 // `network` options (the global [network], an endpoint's own over it) its protocol and PROXY protocol, `through` its
 // source address. What realm does that a rule does not (transports, interfaces, accepting PROXY, timeouts) is listed.
 
-import { controlDefaults, type Protocol, type RuleFields, type Strategy } from '../domain/rules.ts';
+import type { Protocol, RuleFields, Strategy } from '../domain/rules.ts';
 import {
   ANY_ADDRESS,
+  leftOut,
+  notCarried,
   ruleName,
   SourceError,
   splitHostPort,
@@ -169,21 +171,4 @@ export function writeRealm(rules: readonly RuleFields[]): string {
     if (uncarried.length > 0) out.push(`# not carried by realm: ${uncarried.join(', ')}`);
   }
   return `${out.join('\n')}\n`;
-}
-
-/** Why a rule cannot be written for a tool that listens on one port for fixed targets, or null when it can. */
-export function leftOut(rule: RuleFields): string | null {
-  if (!rule.enabled) return 'it is disabled';
-  if (rule.tunnel_id !== null) return 'it goes through a tunnel';
-  if (rule.listen_port_end !== null) return 'it listens on a range of ports';
-  if (rule.targets.some((target) => !splitHostPort(target))) return 'a target is a range or a DNS SRV name';
-  return null;
-}
-
-/** The controls of `rule` set otherwise than by default that a format does not carry (those in `carried` it does). */
-export function notCarried(rule: RuleFields, carried: readonly string[]): string[] {
-  return Object.entries(controlDefaults)
-    .filter(([key]) => !carried.includes(key) && key !== 'tags')
-    .filter(([key, value]) => JSON.stringify(rule[key as keyof RuleFields]) !== JSON.stringify(value))
-    .map(([key]) => key);
 }
