@@ -9,7 +9,7 @@ import { exportNodeAs } from '../service/node-export.ts';
 import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
 
 const TEXT = 'text/plain; charset=utf-8';
-const FILE_TYPES: Record<ExportFormat, string> = { realm: 'toml', nftables: 'nft' };
+const FILE_TYPES: Record<ExportFormat, string> = { realm: 'toml', nftables: 'nft', haproxy: 'cfg' };
 
 const exportQuery = {
   format: textParam({

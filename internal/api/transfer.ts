@@ -164,7 +164,9 @@ export const MAX_IMPORT_OPENED = 2_000_000;
 const foreignImport = object(
   {
     format: oneOf(importFormats, {
-      description: 'The tool whose config source is (realm: its TOML), read for one node into rules.',
+      description:
+        'The tool whose config source is, read for one node into rules: realm (its TOML), iptables ' +
+        '(iptables-save), nftables (nft -j list ruleset), haproxy (its config).',
     }),
     node: string({ min: 1, max: 64, description: 'The node the source is read for, by name: its rules listen there.' }),
     exit_node: optional(

@@ -3,7 +3,7 @@
 // import (dry run, per-item results, one transaction). What a reader cannot carry over is listed with its line and
 // why, never dropped in silence.
 
-import { controlDefaults, type Protocol, type RuleFields, type Strategy } from '../domain/rules.ts';
+import { controlDefaults, type HealthCheck, type Protocol, type RuleFields, type Strategy } from '../domain/rules.ts';
 
 /** A construct of the source that does not become part of a rule, and why. */
 export interface Unmapped {
@@ -31,6 +31,8 @@ export interface ForeignRule {
   allow_sources?: string[];
   deny_sources?: string[];
   preserve_source?: boolean;
+  max_new_connections_per_second?: number | null;
+  health_check?: HealthCheck | null;
 }
 
 /** A tunnel between the node read for and another, as a pair of ends in the source describes it. */

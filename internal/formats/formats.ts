@@ -2,16 +2,19 @@
 
 import type { RuleFields } from '../domain/rules.ts';
 import type { ForeignConfig, Unmapped } from './foreign.ts';
+import { readHaproxy, writeHaproxy } from './haproxy.ts';
 import { readIptables } from './iptables.ts';
 import { readNftables } from './nftables.ts';
 import { writeNftables } from './nftables-script.ts';
 import { readRealm, writeRealm } from './realm.ts';
 
-const readers = { realm: readRealm, iptables: readIptables, nftables: readNftables } satisfies Record<
-  string,
-  (source: string) => ForeignConfig
->;
-const writers = { realm: writeRealm, nftables: writeNftables } satisfies Record<
+const readers = {
+  realm: readRealm,
+  iptables: readIptables,
+  nftables: readNftables,
+  haproxy: readHaproxy,
+} satisfies Record<string, (source: string) => ForeignConfig>;
+const writers = { realm: writeRealm, nftables: writeNftables, haproxy: writeHaproxy } satisfies Record<
   string,
   (rules: readonly RuleFields[]) => string
 >;
