@@ -29,6 +29,7 @@ const KEPT = [
   'preserve_source',
   'max_connections',
   'max_new_connections_per_second',
+  'bandwidth_limit',
   'health_check',
 ] as const;
 type Kept = Partial<Record<(typeof KEPT)[number], unknown>>;
@@ -39,6 +40,10 @@ const kept = (rule: Record<string, unknown>, fields: readonly string[] = KEPT): 
 interface Case {
   format: string;
   fixture: string;
+  /** The far end's node, where a pair of ends in the source makes a tunnel. */
+  exitNode?: string;
+  /** The tunnels the source makes, by name. */
+  tunnels?: string[];
   rules: Kept[];
   /** Each unmapped construct: its line and what its `why` says. */
   unmapped: [number, RegExp][];
@@ -314,6 +319,56 @@ const CASES: Case[] = [
     roundTripUnmapped: /^timeout (connect|client|server) .*$/,
     through: haproxyChecked,
   },
+  {
+    format: 'gost',
+    fixture: 'gost/edge.json',
+    rules: [
+      {
+        name: 'gost-tcp-8080',
+        targets: ['10.0.0.2:80', '10.0.0.3:80'],
+        strategy: 'failover',
+        bandwidth_limit: 10_000_000,
+        max_connections: 100,
+        max_new_connections_per_second: 20,
+      },
+      { name: 'gost-udp-5353', protocol: 'udp', targets: ['10.0.0.53:53'] },
+      { name: 'gost-tcp-9000', targets: ['10.0.0.9:9000', '[2001:db8::9]:9000'], strategy: 'source_hash' },
+    ],
+    unmapped: [
+      [1, /no rule setting carries it/],
+      [1, /per-client limits/],
+      [3, /not a TCP or UDP port forward/],
+      [4, /reverse forwarding/],
+      [5, /per-client limits/],
+    ],
+    notCarried: [],
+    roundTrip: null,
+  },
+  {
+    format: 'nodepass',
+    fixture: 'nodepass/edge.txt',
+    exitNode: 'far',
+    rules: [
+      { name: 'nodepass-8080', protocol: 'tcp+udp', listen_port: 8080, targets: ['10.0.0.2:80'] },
+      { name: 'nodepass-5353', protocol: 'tcp+udp', listen_port: 5353, targets: ['10.0.0.53:53'] },
+      { name: 'nodepass-2222', protocol: 'tcp+udp', listen_port: 2222, targets: ['10.0.0.22:22'] },
+    ],
+    tunnels: ['nodepass-10101'],
+    unmapped: [
+      [3, /NodePass's own option/],
+      [4, /NodePass's own option/],
+      [6, /NodePass's own option/],
+      [6, /NodePass's own option/],
+      [6, /NodePass's own option/],
+      [6, /a server without its client/],
+      [7, /NodePass's own option/],
+      [7, /forward mode/],
+      [8, /NodePass's own option/],
+      [8, /forward mode/],
+    ],
+    notCarried: [],
+    roundTrip: null,
+  },
 ];
 
 describe('importing other tools’ configs', () => {
@@ -321,8 +376,9 @@ describe('importing other tools’ configs', () => {
     test(`${c.format}: ${c.fixture} reads into its rules, each unmapped construct listed with its line`, async (t) => {
       const m = await startMaster(t);
       const edge = await node(m, 'edge');
+      if (c.exitNode) await node(m, c.exitNode);
       const source = readFileSync(`test/fixtures/${c.fixture}`, 'utf8');
-      const body = { format: c.format, node: 'edge', source };
+      const body = { format: c.format, node: 'edge', source, ...(c.exitNode ? { exit_node: c.exitNode } : {}) };
       const preview = await call(m.url, 'POST', '/api/import?dry_run=true', { token: m.admin, body });
       assert.equal(preview.status, 200, JSON.stringify(preview.body));
       const read = preview.body.document.rules as Record<string, unknown>[];
@@ -337,6 +393,10 @@ describe('importing other tools’ configs', () => {
       );
       for (const [i, [, why]] of c.unmapped.entries()) assert.match(preview.body.unmapped[i].why, why);
       assert.ok(preview.body.rules.every((r: { line: number }) => Number.isInteger(r.line)));
+      assert.deepEqual(
+        preview.body.document.tunnels.map((tunnel: { name: string }) => tunnel.name),
+        c.tunnels ?? [],
+      );
       const none = await call(m.url, 'GET', `/api/rules?node_id=${edge.id}&count=true`, { token: m.admin });
       assert.equal(none.body.total, 0, 'a dry run writes nothing');
 

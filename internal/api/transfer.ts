@@ -166,7 +166,8 @@ const foreignImport = object(
     format: oneOf(importFormats, {
       description:
         'The tool whose config source is, read for one node into rules: realm (its TOML), iptables ' +
-        '(iptables-save), nftables (nft -j list ruleset), haproxy (its config).',
+        '(iptables-save), nftables (nft -j list ruleset), haproxy (its config), gost (v3, JSON), nodepass (URLs, ' +
+        'one a line).',
     }),
     node: string({ min: 1, max: 64, description: 'The node the source is read for, by name: its rules listen there.' }),
     exit_node: optional(

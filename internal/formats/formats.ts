@@ -2,9 +2,11 @@
 
 import type { RuleFields } from '../domain/rules.ts';
 import type { ForeignConfig, Unmapped } from './foreign.ts';
+import { readGost } from './gost.ts';
 import { readHaproxy, writeHaproxy } from './haproxy.ts';
 import { readIptables } from './iptables.ts';
 import { readNftables } from './nftables.ts';
+import { readNodepass } from './nodepass.ts';
 import { writeNftables } from './nftables-script.ts';
 import { readRealm, writeRealm } from './realm.ts';
 
@@ -13,6 +15,8 @@ const readers = {
   iptables: readIptables,
   nftables: readNftables,
   haproxy: readHaproxy,
+  gost: readGost,
+  nodepass: readNodepass,
 } satisfies Record<string, (source: string) => ForeignConfig>;
 const writers = { realm: writeRealm, nftables: writeNftables, haproxy: writeHaproxy } satisfies Record<
   string,

@@ -565,7 +565,7 @@ export interface components {
     };
     ForeignImport: {
       /** @enum {string} */
-      format: 'realm' | 'iptables' | 'nftables' | 'haproxy';
+      format: 'realm' | 'iptables' | 'nftables' | 'haproxy' | 'gost' | 'nodepass';
       node: string;
       /** @default null */
       exit_node?: string | null;

@@ -1,0 +1,136 @@
+// gost v3's JSON config read into rules: a service whose handler and listener are `tcp` or `udp` forwards its `addr`
+// port to its forwarder's nodes, spread by the selector's strategy (round, rand, fifo, hash); the traffic, connection
+// and rate limiters it names, where they limit the whole service (`$`), become its bandwidth_limit, max_connections
+// and max_new_connections_per_second. Other handlers (proxies, reverse forwarding), listeners (tls, ws, ...) and
+// per-client limits (`$$`) are listed. JSON has no lines: an item's `line` is the service's place in `services`.
+
+import type { Strategy } from '../domain/rules.ts';
+import {
+  ruleName,
+  SourceError,
+  splitHostPort,
+  targetOf,
+  type ForeignConfig,
+  type ForeignRule,
+  type Unmapped,
+} from './foreign.ts';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type JsonObject = { [key: string]: Json };
+
+const isObject = (value: Json | undefined): value is JsonObject =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+const STRATEGIES: Record<string, Strategy> = {
+  round: 'round_robin',
+  rand: 'random',
+  fifo: 'failover',
+  hash: 'source_hash',
+};
+
+/** gost's sizes (`100MB`, `10KiB`, bytes without a unit) in bytes; null when it is none. */
+function bytesOf(text: string | undefined): number | null {
+  const found = /^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?$/i.exec(text ?? '');
+  if (!found) return null;
+  const power = ' KMGT'.indexOf((found[2] ?? '').toUpperCase() || ' ');
+  return Math.round(Number(found[1]) * (found[3]?.toLowerCase() === 'ib' ? 1024 : 1000) ** power);
+}
+
+/** The service-wide (`$`) limit a limiter named `name` of `list` sets: its values after `$`, or null. */
+function serviceLimit(list: Json | undefined, name: Json | undefined): { values: string[]; perClient: boolean } | null {
+  if (!Array.isArray(list) || typeof name !== 'string') return null;
+  const limiter = list.find((item) => isObject(item) && item.name === name);
+  if (!isObject(limiter) || !Array.isArray(limiter.limits)) return null;
+  const lines = limiter.limits
+    .filter((line): line is string => typeof line === 'string')
+    .map((l) => l.trim().split(/\s+/));
+  const service = lines.find((words) => words[0] === '$');
+  return { values: service?.slice(1) ?? [], perClient: lines.some((words) => words[0] !== '$') };
+}
+
+/** The config's port forwards as rules; throws SourceError when it is no gost JSON config. */
+export function readGost(source: string): ForeignConfig {
+  let config: Json;
+  try {
+    config = JSON.parse(source) as Json;
+  } catch (error) {
+    throw new SourceError(
+      1,
+      `not JSON (gost's YAML is not read: gost -C config.yaml -O json writes JSON): ${(error as Error).message}`,
+    );
+  }
+  if (!isObject(config) || !Array.isArray(config.services))
+    throw new SourceError(1, 'no "services" list: give a gost v3 config as JSON');
+  const unmapped: Unmapped[] = [];
+  const rules: ForeignRule[] = [];
+  for (const key of Object.keys(config))
+    if (!['services', 'limiters', 'climiters', 'rlimiters'].includes(key))
+      unmapped.push({ line: 1, construct: key, why: 'no rule setting carries it' });
+  for (const [i, service] of config.services.entries()) {
+    if (!isObject(service)) throw new SourceError(i + 1, 'a service that is not an object');
+    const rule = readService(i + 1, service, config, unmapped);
+    if (rule) rules.push(rule);
+  }
+  return { rules, tunnels: [], unmapped };
+}
+
+function readService(line: number, service: JsonObject, config: JsonObject, unmapped: Unmapped[]): ForeignRule | null {
+  const name = typeof service.name === 'string' ? service.name : `service ${line}`;
+  const list = (construct: string, why: string) => unmapped.push({ line, construct: `${name}: ${construct}`, why });
+  const handler = isObject(service.handler) ? service.handler.type : null;
+  const listener = isObject(service.listener) ? service.listener.type : null;
+  if (handler === 'rtcp' || handler === 'rudp')
+    return (
+      list(`handler ${handler}`, 'reverse forwarding (a pair of ends): make a tunnel between the two nodes'),
+      null
+    );
+  if ((handler !== 'tcp' && handler !== 'udp') || (listener !== null && listener !== handler))
+    return (list(`handler ${String(handler)}, listener ${String(listener)}`, 'not a TCP or UDP port forward'), null);
+  const listen =
+    typeof service.addr === 'string'
+      ? splitHostPort(service.addr.startsWith(':') ? `0.0.0.0${service.addr}` : service.addr)
+      : null;
+  if (!listen) return (list(`addr ${JSON.stringify(service.addr ?? null)}`, 'not host:port'), null);
+  const forwarder = isObject(service.forwarder) ? service.forwarder : null;
+  const nodes = Array.isArray(forwarder?.nodes) ? forwarder.nodes : [];
+  const targets: string[] = [];
+  for (const node of nodes) {
+    const split = isObject(node) && typeof node.addr === 'string' ? splitHostPort(node.addr) : null;
+    if (!split) return (list(`node ${JSON.stringify(node)}`, 'a forwarder node that is no host:port'), null);
+    targets.push(targetOf(split.host, split.port));
+  }
+  if (targets.length === 0) return (list('forwarder', 'no node to send to'), null);
+  const rule: ForeignRule = {
+    line,
+    name: ruleName('gost', handler, listen.port),
+    protocol: handler,
+    listen_port: listen.port,
+    targets,
+    strategy: 'round_robin',
+  };
+  const selector = isObject(forwarder?.selector) ? forwarder.selector : null;
+  if (typeof selector?.strategy === 'string') {
+    const strategy = STRATEGIES[selector.strategy];
+    if (strategy) rule.strategy = strategy;
+    else list(`selector strategy ${selector.strategy}`, 'no rule strategy is it');
+  }
+  const traffic = serviceLimit(config.limiters, service.limiter);
+  if (traffic) {
+    const [input, output] = traffic.values.map(bytesOf);
+    if (input !== undefined && input !== null && (output === undefined || output === input))
+      rule.bandwidth_limit = input;
+    else if (traffic.values.length > 0)
+      list(`limiter ${String(service.limiter)}`, 'in and out differ: a rule has one limit');
+    if (traffic.perClient) list(`limiter ${String(service.limiter)}`, "per-client limits are not a rule's");
+  }
+  const connections = serviceLimit(config.climiters, service.climiter);
+  if (connections && /^\d+$/.test(connections.values[0] ?? '')) rule.max_connections = Number(connections.values[0]);
+  if (connections?.perClient) list(`climiter ${String(service.climiter)}`, "per-client limits are not a rule's");
+  const rate = serviceLimit(config.rlimiters, service.rlimiter);
+  if (rate && /^\d+$/.test(rate.values[0] ?? '')) rule.max_new_connections_per_second = Number(rate.values[0]);
+  if (rate?.perClient) list(`rlimiter ${String(service.rlimiter)}`, "per-client limits are not a rule's");
+  for (const key of Object.keys(service))
+    if (!['name', 'addr', 'handler', 'listener', 'forwarder', 'limiter', 'climiter', 'rlimiter'].includes(key))
+      list(key, 'no rule setting carries it');
+  return rule;
+}
