@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -364,6 +364,59 @@ test(
     );
   },
 );
+
+test("master import reads a realm config into a stopped master's data dir, previewed, as the API would", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-import-'));
+  const first = master(t, ['--data-dir', dataDir]);
+  const url = await urlOf(first);
+  const session = await login(url, 'admin', PASSWORD.MASTER_ADMIN_PASSWORD);
+  const made = await call(url, 'POST', '/api/nodes', {
+    token: session,
+    body: { name: 'edge', host: 'edge.example.net' },
+  });
+  assert.equal(made.status, 201);
+  const file = join(dataDir, '..', `realm-${process.pid}.toml`);
+  writeFileSync(file, '[[endpoints]]\nlisten = "0.0.0.0:5000"\nremote = "198.51.100.1:443"\ntcp_timeout = 5\n');
+  t.after(() => rmSync(file, { force: true }));
+  const args = ['import', '--data-dir', dataDir, '--from', 'realm', '--node', 'edge', file];
+  const refused = command(args);
+  assert.equal(refused.status, 1);
+  assert.match(refused.stderr, /in use by another master/);
+  await stop(first);
+
+  const preview = command([...args, '--dry-run']);
+  assert.equal(preview.status, 0, preview.stderr);
+  const previewed = JSON.parse(preview.stdout);
+  assert.equal(previewed.dry_run, true);
+  assert.deepEqual(
+    previewed.rules.map((r: { name: string; outcome: string; line: number }) => [r.name, r.outcome, r.line]),
+    [['realm-tcp-5000', 'created', 1]],
+  );
+  assert.deepEqual(
+    previewed.unmapped.map((u: { line: number }) => u.line),
+    [4],
+  );
+  const bad = command(['import', '--data-dir', dataDir, '--from', 'realm', '--node', 'nowhere', file]);
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /nowhere/);
+  assert.equal(command(['import', '--data-dir', dataDir, '--from', 'socat', file]).status, 2);
+  const done = command(args);
+  assert.equal(done.status, 0, done.stderr);
+
+  const second = master(t, ['--data-dir', dataDir]);
+  const again = await urlOf(second);
+  const fresh = await login(again, 'admin', PASSWORD.MASTER_ADMIN_PASSWORD);
+  const rules = await call(again, 'GET', '/api/rules', { token: fresh });
+  assert.deepEqual(
+    rules.body.items.map((r: { name: string; listen_port: number; targets: string[] }) => [r.name, r.targets]),
+    [['realm-tcp-5000', ['198.51.100.1:443']]],
+  );
+  const audit = await call(again, 'GET', '/api/audit-logs?resource=rule', { token: fresh });
+  assert.deepEqual(
+    audit.body.items.map((e: { action: string; actor_name: string }) => [e.action, e.actor_name]),
+    [['rule.create', 'admin']],
+  );
+});
 
 test('npm start hands SIGTERM to the master, which drains and stops: no orphan is left', async (t) => {
   const npm = process.env.npm_execpath;

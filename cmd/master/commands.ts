@@ -14,6 +14,7 @@ import { waitReady } from '../../internal/runtime/readiness.ts';
 import { askToServeAlone } from '../../internal/runtime/serve-alone.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { SECRET_FIELDS } from '../../internal/domain/secret-fields.ts';
+import { importUsage, parseImport, runImportCommand, type ImportCommand } from './import-command.ts';
 
 export const commandNames = [
   'backup',
@@ -23,18 +24,21 @@ export const commandNames = [
   'wait-ready',
   'promote',
   'serve-alone',
+  'import',
 ] as const;
 
 /** How long `wait-ready` waits: systemd's own default start time-out. */
 const WAIT_READY_MS = 90_000;
 export type CommandName = (typeof commandNames)[number];
 
-export interface Command {
-  name: CommandName;
-  dataDir: string;
-  /** The backup file, the username, or the pid. */
-  operand: string;
-}
+export type Command =
+  | {
+      name: Exclude<CommandName, 'import'>;
+      dataDir: string;
+      /** The backup file, the username, or the pid. */
+      operand: string;
+    }
+  | ({ name: 'import' } & ImportCommand);
 
 export const commandUsage = `Commands:
   master backup [--data-dir DIR] FILE          write a backup of the data dir to FILE, while a master may serve from it
@@ -48,6 +52,7 @@ export const commandUsage = `Commands:
                                                start it without --follow
   master serve-alone [--data-dir DIR]          make a sync-mode primary that waits for its peers (none answers)
                                                serve without them: only once you know none of them was promoted
+${importUsage}
 `;
 
 /** Parses `argv` when it starts with a command; null when it does not. */
@@ -57,6 +62,10 @@ export function parseCommand(
 ): Command | { error: string } | null {
   const [name, ...rest] = argv;
   if (!(commandNames as readonly string[]).includes(name ?? '')) return null;
+  if (name === 'import') {
+    const parsed = parseImport(rest, env);
+    return 'error' in parsed ? parsed : { name, ...parsed };
+  }
   let dataDir = env.MASTER_DATA_DIR || './data';
   const operands: string[] = [];
   for (let i = 0; i < rest.length; i++) {
@@ -73,11 +82,12 @@ export function parseCommand(
   if (operands.length !== 1) return { error: `${name} takes one ${operand}` };
   if (name === 'wait-ready' && !/^[1-9][0-9]{0,9}$/.test(operands[0]!))
     return { error: `wait-ready takes a process id, not '${operands[0]}'` };
-  return { name: name as CommandName, dataDir, operand: operands[0]! };
+  return { name: name as Exclude<CommandName, 'import'>, dataDir, operand: operands[0]! };
 }
 
 /** Runs a command; resolves to what to print. Throws with a message for the operator. */
 export async function runCommand(command: Command, stdin: () => string): Promise<string> {
+  if (command.name === 'import') return runImportCommand(command, stdin);
   const { dataDir, operand } = command;
   if (command.name === 'backup') {
     const archive = await backupDataDir(dataDir);
