@@ -21,8 +21,8 @@ test('the console is a few small files, served with a strict policy and no inlin
   const files = ['index.html', 'console.js', 'console.css', 'favicon.svg'];
   const kib = files.reduce((sum, name) => sum + statSync(`dist/console/${name}`).size, 0) / 1024;
   // 80 KiB until sign-in by a provider, passkeys, replication, phone layout, tabs, live numbers, the fleet map,
-  // chat channels and top talkers (issues 68, 69) came: 95.6 KiB (32 KiB gzipped).
-  assert.ok(kib <= 98, `the console is ${kib.toFixed(1)} KiB`);
+  // chat channels and top talkers (issues 68, 69) came: 95.6 KiB (32 KiB gzipped); 97.5 with imports (issue 70).
+  assert.ok(kib <= 100, `the console is ${kib.toFixed(1)} KiB`);
 
   const m = await startMaster(t);
   const page = await fetch(`${m.url}/`);

@@ -11,6 +11,7 @@ import { alertsPage } from './pages/alerts.ts';
 import { rolloutsPage } from './pages/rollouts.ts';
 import { auditPage } from './pages/audit.ts';
 import { dashboardPage } from './pages/dashboard.ts';
+import { importPage } from './pages/import.ts';
 import { mapPage } from './pages/map.ts';
 import { nodesPage } from './pages/nodes.ts';
 import { rulesPage } from './pages/rules.ts';
@@ -72,6 +73,7 @@ const pages: Page[] = [
   { path: '/tokens', title: 'Tokens', scope: 'tokens:read', tenants: true, render: tokensPage },
   { path: '/users', title: 'Users', scope: 'users:read', render: usersPage },
   { path: '/plans', title: 'Plans', scope: 'users:read', render: plansPage },
+  { path: '/import', title: 'Import', scope: '*', render: importPage },
   { path: '/settings', title: 'Settings', scope: 'settings:read', render: settingsPage },
   { path: '/replication', title: 'Replication', scope: 'settings:read', render: replicationPage },
   { path: '/audit', title: 'Audit log', scope: 'audit:read', tenants: true, render: auditPage },
