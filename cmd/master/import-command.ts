@@ -22,14 +22,14 @@ export interface ImportCommand {
   format: string;
   file: string;
   node: string;
-  exitNode: string | null;
+  peerNode: string | null;
   dryRun: boolean;
   as: string;
   secretKeyPath: string | null;
   licenseKeyPath: string | null;
 }
 
-export const importUsage = `  master import [--data-dir DIR] --from FORMAT --node NAME [--exit-node NAME]
+export const importUsage = `  master import [--data-dir DIR] --from FORMAT --node NAME [--peer-node NAME]
         [--dry-run] [--as USER] FILE           read another tool's config for node NAME into rules, as
                                                POST /api/import does (FILE -: stdin), with no master running on
                                                the data dir, as USER (default admin); FORMAT: one of
@@ -45,7 +45,7 @@ export function parseImport(
     format: '',
     file: '',
     node: '',
-    exitNode: null,
+    peerNode: null,
     dryRun: false,
     as: 'admin',
     secretKeyPath: env.MASTER_SECRET_KEY || null,
@@ -55,7 +55,7 @@ export function parseImport(
     '--data-dir': 'dataDir',
     '--from': 'format',
     '--node': 'node',
-    '--exit-node': 'exitNode',
+    '--peer-node': 'peerNode',
     '--as': 'as',
     '--secret-key': 'secretKeyPath',
     '--license-key': 'licenseKeyPath',
@@ -100,7 +100,7 @@ export async function runImportCommand(command: ImportCommand, stdin: () => stri
     });
     const job = {
       document: Buffer.from(
-        JSON.stringify({ format: command.format, node: command.node, exit_node: command.exitNode, source }),
+        JSON.stringify({ format: command.format, node: command.node, peer_node: command.peerNode, source }),
       ),
       requester: {
         actor: {

@@ -170,12 +170,14 @@ const foreignImport = object(
         'one a line).',
     }),
     node: string({ min: 1, max: 64, description: 'The node the source is read for, by name: its rules listen there.' }),
-    exit_node: optional(
+    peer_node: optional(
       nullable(
         string({
           min: 1,
           max: 64,
-          description: 'Where a pair of ends in the source makes a tunnel: the node of its far end, by name.',
+          description:
+            'Where a pair of ends in the source makes a tunnel: the node at its other end, by name (NodePass: the ' +
+            "client's, the tunnel's exit; gost rtcp: the relay's, the tunnel's entry).",
         }),
       ),
       null,

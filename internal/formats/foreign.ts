@@ -35,10 +35,12 @@ export interface ForeignRule {
   health_check?: HealthCheck | null;
 }
 
-/** A tunnel between the node read for and another, as a pair of ends in the source describes it. */
+/** A tunnel between the node read for and its peer, as a pair of ends in the source describes it. */
 export interface ForeignTunnel {
   line: number;
   name: string;
+  /** Which end the peer is: the exit (NodePass: the client's node) or the entry (gost rtcp: the relay's). */
+  peerIs: 'exit' | 'entry';
   /** The port the exit listens on for the entry. */
   listen_port: number;
   /** The rule carried through it: listened for on the entry, its targets dialled from the exit. */

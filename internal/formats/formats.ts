@@ -28,11 +28,11 @@ export type ExportFormat = keyof typeof writers;
 export const importFormats = Object.keys(readers) as ImportFormat[];
 export const exportFormats = Object.keys(writers) as ExportFormat[];
 
-/** What a foreign source asks for: read for `node` (and `exit_node`, where a pair of ends makes a tunnel). */
+/** What a foreign source asks for: read for `node` (and `peer_node`, where a pair of ends makes a tunnel). */
 export interface ForeignImport {
   format: ImportFormat;
   node: string;
-  exit_node: string | null;
+  peer_node: string | null;
   source: string;
 }
 
@@ -64,28 +64,28 @@ export function translate(request: ForeignImport): Translated {
   const tunnels: NamedTunnel[] = [];
   const tunnelLines: number[] = [];
   for (const tunnel of read.tunnels) {
-    if (request.exit_node === null) {
+    if (request.peer_node === null) {
       unmapped.push({
         line: tunnel.line,
         construct: tunnel.name,
-        why: 'a pair of ends becomes a tunnel with exit_node',
+        why: 'a pair of ends becomes a tunnel with peer_node',
       });
       continue;
     }
     tunnels.push({
       name: tunnel.name,
-      entry_node: request.node,
-      exit_node: request.exit_node,
+      entry_node: tunnel.peerIs === 'entry' ? request.peer_node : request.node,
+      exit_node: tunnel.peerIs === 'exit' ? request.peer_node : request.node,
       listen_port: tunnel.listen_port,
       transport: 'tls',
     });
     tunnelLines.push(tunnel.line);
     const { line: _line, ...rule } = tunnel.rule;
-    rules.push({ ...rule, node: request.node, tunnel: tunnel.name });
+    rules.push({ ...rule, node: tunnel.peerIs === 'entry' ? request.peer_node : request.node, tunnel: tunnel.name });
   }
   const ruleLines = [
     ...read.rules.map((rule) => rule.line),
-    ...(request.exit_node === null ? [] : read.tunnels.map((tunnel) => tunnel.rule.line)),
+    ...(request.peer_node === null ? [] : read.tunnels.map((tunnel) => tunnel.rule.line)),
   ];
   return {
     tunnels,

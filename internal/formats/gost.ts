@@ -1,7 +1,8 @@
 // gost v3's JSON config read into rules: a service whose handler and listener are `tcp` or `udp` forwards its `addr`
 // port to its forwarder's nodes, spread by the selector's strategy (round, rand, fifo, hash); the traffic, connection
 // and rate limiters it names, where they limit the whole service (`$`), become its bandwidth_limit, max_connections
-// and max_new_connections_per_second. Other handlers (proxies, reverse forwarding), listeners (tls, ws, ...) and
+// and max_new_connections_per_second. A reverse forward (`rtcp`, `rudp`) and the relay its chain reaches are a
+// tunnel's two ends, with the relay's node as the peer. Other handlers (proxies), listeners (tls, ws, ...) and
 // per-client limits (`$$`) are listed. JSON has no lines: an item's `line` is the service's place in `services`.
 
 import type { Strategy } from '../domain/rules.ts';
@@ -12,6 +13,7 @@ import {
   targetOf,
   type ForeignConfig,
   type ForeignRule,
+  type ForeignTunnel,
   type Unmapped,
 } from './foreign.ts';
 
@@ -63,27 +65,90 @@ export function readGost(source: string): ForeignConfig {
     throw new SourceError(1, 'no "services" list: give a gost v3 config as JSON');
   const unmapped: Unmapped[] = [];
   const rules: ForeignRule[] = [];
+  const tunnels: ForeignTunnel[] = [];
   for (const key of Object.keys(config))
-    if (!['services', 'limiters', 'climiters', 'rlimiters'].includes(key))
+    if (!['services', 'limiters', 'climiters', 'rlimiters', 'chains'].includes(key))
       unmapped.push({ line: 1, construct: key, why: 'no rule setting carries it' });
   for (const [i, service] of config.services.entries()) {
     if (!isObject(service)) throw new SourceError(i + 1, 'a service that is not an object');
-    const rule = readService(i + 1, service, config, unmapped);
+    const rule = readService(i + 1, service, config, unmapped, tunnels);
     if (rule) rules.push(rule);
   }
-  return { rules, tunnels: [], unmapped };
+  return { rules, tunnels, unmapped };
 }
 
-function readService(line: number, service: JsonObject, config: JsonObject, unmapped: Unmapped[]): ForeignRule | null {
+/**
+ * A reverse forward (`rtcp`, `rudp`): its port is listened on at the far end of its chain (the relay, the peer: the
+ * tunnel's entry), its targets dialled from here (the exit), through the tunnel on the relay's port.
+ */
+function reverse(
+  line: number,
+  name: string,
+  service: JsonObject,
+  config: JsonObject,
+  list: (construct: string, why: string) => void,
+): ForeignTunnel[] {
+  const protocol = (service.handler as JsonObject).type === 'rtcp' ? 'tcp' : 'udp';
+  const listen = typeof service.addr === 'string' ? splitHostPort(service.addr.replace(/^:/, '0.0.0.0:')) : null;
+  const chainName = isObject(service.listener) ? service.listener.chain : null;
+  const chain = Array.isArray(config.chains)
+    ? config.chains.find((item) => isObject(item) && item.name === chainName)
+    : undefined;
+  const hop = isObject(chain) && Array.isArray(chain.hops) ? chain.hops[0] : undefined;
+  const relay = isObject(hop) && Array.isArray(hop.nodes) ? hop.nodes[0] : undefined;
+  const relayAddress = isObject(relay) && typeof relay.addr === 'string' ? splitHostPort(relay.addr) : null;
+  const targets = targetsOf(service);
+  if (!listen || !relayAddress || typeof targets === 'string') {
+    list(
+      `handler ${protocol === 'tcp' ? 'rtcp' : 'rudp'}`,
+      typeof targets === 'string' ? targets : 'no addr, or no chain to its relay',
+    );
+    return [];
+  }
+  return [
+    {
+      line,
+      name: `gost-${name}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64),
+      peerIs: 'entry',
+      listen_port: relayAddress.port,
+      rule: {
+        line,
+        name: ruleName('gost', protocol, listen.port),
+        protocol,
+        listen_port: listen.port,
+        targets,
+        strategy: 'round_robin',
+      },
+    },
+  ];
+}
+
+/** A service's forwarder nodes as targets, or why they are not. */
+function targetsOf(service: JsonObject): string[] | string {
+  const forwarder = isObject(service.forwarder) ? service.forwarder : null;
+  const nodes = Array.isArray(forwarder?.nodes) ? forwarder.nodes : [];
+  const targets: string[] = [];
+  for (const node of nodes) {
+    const split = isObject(node) && typeof node.addr === 'string' ? splitHostPort(node.addr) : null;
+    if (!split) return `a forwarder node that is no host:port: ${JSON.stringify(node)}`;
+    targets.push(targetOf(split.host, split.port));
+  }
+  return targets.length > 0 ? targets : 'no forwarder node to send to';
+}
+
+function readService(
+  line: number,
+  service: JsonObject,
+  config: JsonObject,
+  unmapped: Unmapped[],
+  tunnels: ForeignTunnel[],
+): ForeignRule | null {
   const name = typeof service.name === 'string' ? service.name : `service ${line}`;
   const list = (construct: string, why: string) => unmapped.push({ line, construct: `${name}: ${construct}`, why });
   const handler = isObject(service.handler) ? service.handler.type : null;
   const listener = isObject(service.listener) ? service.listener.type : null;
   if (handler === 'rtcp' || handler === 'rudp')
-    return (
-      list(`handler ${handler}`, 'reverse forwarding (a pair of ends): make a tunnel between the two nodes'),
-      null
-    );
+    return (tunnels.push(...reverse(line, name, service, config, list)), null);
   if ((handler !== 'tcp' && handler !== 'udp') || (listener !== null && listener !== handler))
     return (list(`handler ${String(handler)}, listener ${String(listener)}`, 'not a TCP or UDP port forward'), null);
   const listen =
@@ -92,14 +157,8 @@ function readService(line: number, service: JsonObject, config: JsonObject, unma
       : null;
   if (!listen) return (list(`addr ${JSON.stringify(service.addr ?? null)}`, 'not host:port'), null);
   const forwarder = isObject(service.forwarder) ? service.forwarder : null;
-  const nodes = Array.isArray(forwarder?.nodes) ? forwarder.nodes : [];
-  const targets: string[] = [];
-  for (const node of nodes) {
-    const split = isObject(node) && typeof node.addr === 'string' ? splitHostPort(node.addr) : null;
-    if (!split) return (list(`node ${JSON.stringify(node)}`, 'a forwarder node that is no host:port'), null);
-    targets.push(targetOf(split.host, split.port));
-  }
-  if (targets.length === 0) return (list('forwarder', 'no node to send to'), null);
+  const targets = targetsOf(service);
+  if (typeof targets === 'string') return (list('forwarder', targets), null);
   const rule: ForeignRule = {
     line,
     name: ruleName('gost', handler, listen.port),

@@ -1,7 +1,7 @@
 // NodePass URLs (one a line, as `nodepass "..."` commands or bare): `client://` whose tunnel address is the node
 // itself is a plain port forward (its tunnel port to its target); a `server://` and the `client://` that dials it
 // (the same tunnel port) are the two ends of a tunnel, the server's target port listened on at the node read for,
-// the client's target dialled from the other (exit_node); either without the other is listed. Query options are
+// the client's target dialled from the other (peer_node); either without the other is listed. Query options are
 // NodePass's own (TLS, pools, logs, modes) and are listed; portplane's tunnels are always TLS.
 
 import {
@@ -106,6 +106,7 @@ export function readNodepass(source: string): ForeignConfig {
     tunnels.push({
       line: end.line,
       name: `nodepass-${end.tunnel.port}`,
+      peerIs: 'exit',
       listen_port: end.tunnel.port,
       rule: { ...rule, targets: [targetOf(client.target.host, client.target.port)] },
     });

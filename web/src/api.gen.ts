@@ -568,7 +568,7 @@ export interface components {
       format: 'realm' | 'iptables' | 'nftables' | 'haproxy' | 'gost' | 'nodepass';
       node: string;
       /** @default null */
-      exit_node?: string | null;
+      peer_node?: string | null;
       source: string;
     };
     GrantedNode: {

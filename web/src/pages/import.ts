@@ -60,7 +60,7 @@ export async function importPage(ctx: PageCtx): Promise<void> {
   const controls = {
     format: select('format', FORMATS),
     node: select('node', nodes),
-    exit: select('exit_node', ['', ...nodes]),
+    peer: select('peer_node', ['', ...nodes]),
     file: input('file', { type: 'file' }),
     source: h('textarea', { name: 'source', rows: 12, spellcheck: 'false', required: true }),
   };
@@ -73,7 +73,7 @@ export async function importPage(ctx: PageCtx): Promise<void> {
       format: controls.format.value,
       node: controls.node.value,
       source: controls.source.value,
-      ...(controls.exit.value ? { exit_node: controls.exit.value } : {}),
+      ...(controls.peer.value ? { peer_node: controls.peer.value } : {}),
     };
     const { data } = await api<Answer>('POST', `/api/import${dryRun ? '?dry_run=true' : ''}`, { body });
     shown.replaceChildren(outcome(data));
@@ -87,7 +87,7 @@ export async function importPage(ctx: PageCtx): Promise<void> {
       [
         field('Format', controls.format),
         field('Node', controls.node, 'The node the config is read for: its rules listen there'),
-        field('Exit node', controls.exit, 'Where a pair of ends (NodePass) makes a tunnel'),
+        field('Peer node', controls.peer, 'The other end, where a pair of ends makes a tunnel (NodePass, gost)'),
         field('File', controls.file),
         field('Config', controls.source, 'Pasted, or the file chosen above'),
         h('button', { type: 'submit', onclick: () => (dryRun = true) }, 'Preview'),
