@@ -95,3 +95,61 @@ export function nftUnavailable(probeName: string): string | null {
   ip('netns', 'del', probeName);
   return probe.status === 0 ? null : `nftables does not answer in a namespace: ${probe.stderr.split('\n')[0]}`;
 }
+
+/** Three "hosts" joined through the middle one, and the names and addresses a test reaches them by. */
+export interface ThreeHosts {
+  client: string;
+  node: string;
+  target: string;
+  /** The node's address on the client's side, and the target's on the node's. */
+  nodeAddress: string;
+  targetAddress: string;
+  /** This namespace's end of its link to the node (where the node's agent dials the master). */
+  hostAddress: string;
+}
+
+/**
+ * A client, a node and a target (namespaces named from `prefix`), in `10.<net>.0.0/16`: this namespace and the node at
+ * .1.1 and .1.2, the client and the node at .2.1 and .2.2, the node and the target at .3.1 and .3.2. The client's
+ * default route goes through the node, which forwards IPv4; the target has no route back to the client, so a reply
+ * that arrives came back through the node's source NAT.
+ */
+export function threeHosts(t: TestContext, prefix: string, net: number): ThreeHosts {
+  const [client, node, target] = ['c', 'n', 't'].map((end) => `${prefix}${end}`) as [string, string, string];
+  const at = (subnet: number, host: number) => `10.${net}.${subnet}.${host}`;
+  namespaces(t, [client, node, target]);
+  // The host's end of the previous test's link goes some time after its namespace: take it now.
+  try {
+    ip('link', 'del', `${node}h`);
+  } catch {
+    // there was none
+  }
+  veth(`${node}h`, null, `${at(1, 1)}/30`, `${node}m`, node, `${at(1, 2)}/30`);
+  veth(`${client}n`, client, `${at(2, 1)}/24`, `${node}c`, node, `${at(2, 2)}/24`);
+  veth(`${node}t`, node, `${at(3, 1)}/24`, `${target}n`, target, `${at(3, 2)}/24`);
+  ip('netns', 'exec', client, 'ip', 'route', 'add', 'default', 'via', at(2, 2));
+  ip('netns', 'exec', node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
+  return { client, node, target, nodeAddress: at(2, 2), targetAddress: at(3, 2), hostAddress: at(1, 1) };
+}
+
+/** Sends `bytes` to HOST:PORT over TCP from the client and prints how many came back (all, or it fails). */
+export const TCP_ROUND_TRIP = `
+  import { connect } from 'node:net';
+  const [host, port, bytes] = process.argv.slice(1);
+  const payload = Buffer.alloc(Number(bytes), 7);
+  const socket = connect(Number(port), host, () => socket.end(payload));
+  let got = 0;
+  socket.on('data', (chunk) => (got += chunk.length));
+  socket.on('end', () => { console.log(got); process.exit(got === payload.length ? 0 : 1); });
+  socket.on('error', (error) => { console.log(error.message); process.exit(1); });
+  setTimeout(() => { console.log('timed out at', got); process.exit(1); }, 10000);`;
+
+/** Sends datagrams to HOST:PORT from the client and prints how many were echoed. */
+export const UDP_ROUND_TRIP = `
+  import { createSocket } from 'node:dgram';
+  const [host, port, count] = process.argv.slice(1);
+  const socket = createSocket('udp4');
+  let got = 0;
+  socket.on('message', () => { if (++got === Number(count)) { console.log(got); process.exit(0); } });
+  for (let i = 0; i < Number(count); i++) socket.send(Buffer.alloc(100, i), Number(port), host);
+  setTimeout(() => { console.log(got); process.exit(1); }, 5000);`;

@@ -10,7 +10,7 @@ import { test, type TestContext } from 'node:test';
 import { kernelEdge, ruleOf } from '../agents.ts';
 import { call, rule, type Running } from '../helpers.ts';
 import { until } from '../net.ts';
-import { ip, namespaces, nftUnavailable, runIn, veth } from '../netns.ts';
+import { ip, nftUnavailable, runIn, threeHosts } from '../netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const CLIENT = `pb${tag}c`;
@@ -24,21 +24,10 @@ const PORT = 7010;
 
 /** host <-> node (the agent's link), client <-> node, node <-> target; the target has no route to the client. */
 function network(t: TestContext): void {
-  namespaces(t, [CLIENT, NODE, TARGET]);
-  try {
-    ip('link', 'del', `${NODE}h`);
-  } catch {
-    // there was none
-  }
-  veth(`${NODE}h`, null, '10.216.1.1/30', `${NODE}m`, NODE, '10.216.1.2/30');
-  veth(`${CLIENT}n`, CLIENT, `${CLIENTS[0]}/24`, `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
-  veth(`${NODE}t`, NODE, '10.216.3.1/24', `${TARGET}n`, TARGET, `${TARGETS[0]}/24`);
-  for (const address of CLIENTS.slice(1))
-    ip('netns', 'exec', CLIENT, 'ip', 'addr', 'add', `${address}/24`, 'dev', `${CLIENT}n`);
+  threeHosts(t, `pb${tag}`, 216);
+  for (const address of CLIENTS) ip('netns', 'exec', CLIENT, 'ip', 'addr', 'add', `${address}/24`, 'dev', `${CLIENT}n`);
   for (const address of TARGETS.slice(1))
     ip('netns', 'exec', TARGET, 'ip', 'addr', 'add', `${address}/24`, 'dev', `${TARGET}n`);
-  ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
-  ip('netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
   // The target's firewall, empty for now: conntrack follows its connections from the start, so that a rule added
   // later for new ones (ct state new) tells them from those held.
   const fence =

@@ -6,37 +6,16 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import { kernelEdge, nodeOf, stopAgent } from '../agents.ts';
 import { call } from '../helpers.ts';
 import { until } from '../net.ts';
-import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from '../netns.ts';
+import { echoIn, nftIn, nftUnavailable, runIn, TCP_ROUND_TRIP, threeHosts, UDP_ROUND_TRIP } from '../netns.ts';
 
-const tag = `${process.pid % 100_000}`;
-const CLIENT = `pi${tag}c`;
-const NODE = `pi${tag}n`;
-const TARGET = `pi${tag}t`;
+const PREFIX = `pi${process.pid % 100_000}`;
+const [CLIENT, NODE] = [`${PREFIX}c`, `${PREFIX}n`];
 const NODE_ADDRESS = '10.215.2.2';
 const TARGET_ADDRESS = '10.215.3.2';
-
-const TCP_ROUND_TRIP = `
-  import { connect } from 'node:net';
-  const [host, port, bytes] = process.argv.slice(1);
-  const payload = Buffer.alloc(Number(bytes), 7);
-  const socket = connect(Number(port), host, () => socket.end(payload));
-  let got = 0;
-  socket.on('data', (chunk) => (got += chunk.length));
-  socket.on('end', () => { console.log(got); process.exit(got === payload.length ? 0 : 1); });
-  socket.on('error', (error) => { console.log(error.message); process.exit(1); });
-  setTimeout(() => { console.log('timed out at', got); process.exit(1); }, 5000);`;
-
-const UDP_ROUND_TRIP = `
-  import { createSocket } from 'node:dgram';
-  const [host, port] = process.argv.slice(1);
-  const socket = createSocket('udp4');
-  socket.on('message', (m) => { console.log(m.length); process.exit(0); });
-  socket.send(Buffer.alloc(100, 1), Number(port), host);
-  setTimeout(() => { console.log('no echo'); process.exit(1); }, 3000);`;
 
 /** The node's iptables ruleset: a TCP port and a UDP port to the target, and the source NAT that goes with them. */
 const RULESET = `*nat
@@ -50,28 +29,13 @@ const RULESET = `*nat
 COMMIT
 `;
 
-function network(t: TestContext): void {
-  namespaces(t, [CLIENT, NODE, TARGET]);
-  try {
-    ip('link', 'del', `${NODE}h`);
-  } catch {
-    // there was none
-  }
-  veth(`${NODE}h`, null, '10.215.1.1/30', `${NODE}m`, NODE, '10.215.1.2/30');
-  veth(`${CLIENT}n`, CLIENT, '10.215.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
-  veth(`${NODE}t`, NODE, '10.215.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
-  // The target has no route back to the client: a reply that arrives came back through the node's source NAT.
-  ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
-  execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
-}
-
 const iptablesIn = (ns: string, args: string[], input?: string) =>
   execFileSync('ip', ['netns', 'exec', ns, ...args], { encoding: 'utf8', input });
 
 /** The client's traffic through the node: TCP bytes and a UDP datagram echoed by the target. */
 async function carried(): Promise<void> {
   assert.equal(await runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', '50000'), '50000');
-  assert.equal(await runIn(CLIENT, UDP_ROUND_TRIP, NODE_ADDRESS, '15002'), '100');
+  assert.equal(await runIn(CLIENT, UDP_ROUND_TRIP, NODE_ADDRESS, '15002', '3'), '3');
 }
 
 test(
@@ -84,8 +48,8 @@ test(
         ? null
         : 'iptables is not installed (apt-get install iptables)');
     if (reason) return t.skip(reason);
-    network(t);
-    await echoIn(t, TARGET, '0.0.0.0');
+    const hosts = threeHosts(t, PREFIX, 215);
+    await echoIn(t, hosts.target, '0.0.0.0');
 
     iptablesIn(NODE, ['iptables-restore'], RULESET);
     await carried();
@@ -93,11 +57,7 @@ test(
     iptablesIn(NODE, ['iptables', '-t', 'nat', '-F']);
     await assert.rejects(runIn(CLIENT, TCP_ROUND_TRIP, NODE_ADDRESS, '15001', '10'), 'nothing forwards once emptied');
 
-    const { m, edge, agent } = await kernelEdge(t, {
-      namespace: NODE,
-      nodeAddress: NODE_ADDRESS,
-      hostAddress: '10.215.1.1',
-    });
+    const { m, edge, agent } = await kernelEdge(t, { namespace: NODE, ...hosts });
     const patched = await call(m.url, 'PATCH', '/api/settings', {
       token: m.admin,
       body: { agent_report_interval_seconds: 1 },

@@ -14,7 +14,7 @@ import { kernelEdge, nodeOf, ruleOf, startAgent, type AgentProcess } from '../ag
 import { call, node, rule, startMaster, type Running } from '../helpers.ts';
 import { QUOTA_SLACK } from '../../internal/kernel/ruleset.ts';
 import { until } from '../net.ts';
-import { echoIn, ip, namespaces, nftIn, nftUnavailable, runIn, veth } from '../netns.ts';
+import { echoIn, ip, nftIn, nftUnavailable, runIn, TCP_ROUND_TRIP, threeHosts, UDP_ROUND_TRIP } from '../netns.ts';
 
 const tag = `${process.pid % 100_000}`;
 const CLIENT = `pk${tag}c`;
@@ -25,18 +25,7 @@ const TARGET_ADDRESS = '10.214.3.2';
 
 /** host <-> node (the agent's link), client <-> node, node <-> target; the node forwards IPv4. */
 function network(t: TestContext): void {
-  namespaces(t, [CLIENT, NODE, TARGET]);
-  // The host's end of the previous test's link goes some time after its namespace: take it now.
-  try {
-    ip('link', 'del', `${NODE}h`);
-  } catch {
-    // there was none
-  }
-  veth(`${NODE}h`, null, '10.214.1.1/30', `${NODE}m`, NODE, '10.214.1.2/30');
-  veth(`${CLIENT}n`, CLIENT, '10.214.2.1/24', `${NODE}c`, NODE, `${NODE_ADDRESS}/24`);
-  veth(`${NODE}t`, NODE, '10.214.3.1/24', `${TARGET}n`, TARGET, `${TARGET_ADDRESS}/24`);
-  ip('netns', 'exec', CLIENT, 'ip', 'route', 'add', 'default', 'via', NODE_ADDRESS);
-  execFileSync('ip', ['netns', 'exec', NODE, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+  threeHosts(t, `pk${tag}`, 214);
   // IPv6 beside it: client fd14:2::1, node fd14:2::2 and fd14:3::1, target fd14:3::2 (no route back to the client).
   for (const [ns, address, dev] of [
     [CLIENT, 'fd14:2::1/64', `${CLIENT}n`],
@@ -57,18 +46,6 @@ function network(t: TestContext): void {
  */
 const HEADERS = 1.25;
 
-/** Sends `bytes` to HOST:PORT over TCP from the client and prints how many came back (all, or it fails). */
-const TCP_ROUND_TRIP = `
-  import { connect } from 'node:net';
-  const [host, port, bytes] = process.argv.slice(1);
-  const payload = Buffer.alloc(Number(bytes), 7);
-  const socket = connect(Number(port), host, () => socket.end(payload));
-  let got = 0;
-  socket.on('data', (chunk) => (got += chunk.length));
-  socket.on('end', () => { console.log(got); process.exit(got === payload.length ? 0 : 1); });
-  socket.on('error', (error) => { console.log(error.message); process.exit(1); });
-  setTimeout(() => { console.log('timed out at', got); process.exit(1); }, 10000);`;
-
 /** Holds COUNT connections to HOST:PORT open for MS, then closes them and prints how many were open. */
 const HOLD = `
   import { connect } from 'node:net';
@@ -78,16 +55,6 @@ const HOLD = `
   for (const socket of sockets) socket.on('connect', () => open++).on('error', () => process.exit(1));
   const done = () => { console.log(open); for (const socket of sockets) socket.destroy(); process.exit(0); };
   setTimeout(done, Number(ms));`;
-
-/** Sends datagrams to HOST:PORT from the client and prints how many were echoed. */
-const UDP_ROUND_TRIP = `
-  import { createSocket } from 'node:dgram';
-  const [host, port, count] = process.argv.slice(1);
-  const socket = createSocket('udp4');
-  let got = 0;
-  socket.on('message', () => { if (++got === Number(count)) { console.log(got); process.exit(0); } });
-  for (let i = 0; i < Number(count); i++) socket.send(Buffer.alloc(100, i), Number(port), host);
-  setTimeout(() => { console.log(got); process.exit(1); }, 5000);`;
 
 /** A client connection kept open: each line on stdin is sent, each echo printed; for "an edit keeps it open". */
 function heldConnection(t: TestContext, port: number) {
