@@ -12,7 +12,7 @@ import { importFormats } from '../../internal/formats/formats.ts';
 import { loadLicense, viewLicense } from '../../internal/license/license.ts';
 import { VENDOR_PUBLIC_KEY_PEM } from '../../internal/license/vendor-key.ts';
 import { Clock } from '../../internal/runtime/clock.ts';
-import { Settings } from '../../internal/settings/settings.ts';
+import { localPolicy, Settings } from '../../internal/settings/settings.ts';
 import { openStore } from '../../internal/store/store.ts';
 import { VERSION } from '../../internal/version.ts';
 import { importInWorker } from './workers.ts';
@@ -93,11 +93,6 @@ export async function runImportCommand(command: ImportCommand, stdin: () => stri
     if (!user || user.disabled) throw new Error(`there is no user ${command.as} to import as (give --as USER)`);
     if (!grants(user.scopes, '*')) throw new Error(`${command.as} does not hold *, which an import needs`);
     const clock = new Clock();
-    const masterUrl = settings.get('install_master_url');
-    const policy = (setting: 'allow_local_rule_targets' | 'allow_local_channel_targets') => ({
-      allowLocal: settings.get(setting) === 1,
-      masterHosts: masterUrl ? [new URL(masterUrl).hostname.replace(/^\[|\]$/g, '')] : [],
-    });
     const job = {
       document: Buffer.from(
         JSON.stringify({ format: command.format, node: command.node, peer_node: command.peerNode, source }),
@@ -116,8 +111,8 @@ export async function runImportCommand(command: ImportCommand, stdin: () => stri
       dryRun: command.dryRun,
       timestamp: clock.timestamp(),
       license: viewLicense(loadLicense(join(command.dataDir, 'license.json'), keyPem), clock.now()),
-      targets: policy('allow_local_rule_targets'),
-      channels: policy('allow_local_channel_targets'),
+      targets: localPolicy(settings, 'allow_local_rule_targets'),
+      channels: localPolicy(settings, 'allow_local_channel_targets'),
     };
     // In a worker thread on a connection of its own, as the master imports: the same decoding, checks and writes.
     try {

@@ -13,7 +13,7 @@ import { LoginThrottle } from '../auth/throttle.ts';
 import { DomainError } from '../errors/errors.ts';
 import { viewLicense, type LicenseView, type Verified } from '../license/license.ts';
 import type { Logger } from '../log/log.ts';
-import type { Settings } from '../settings/settings.ts';
+import { localPolicy, type Settings } from '../settings/settings.ts';
 import type { Store } from '../store/store.ts';
 import type { SyncHub } from '../sync/hub.ts';
 import type { Installer } from '../install/installer.ts';
@@ -273,20 +273,12 @@ export class App {
 
   /** Which targets operators' rules may have now (allow_local_rule_targets, and where the master is). */
   targetPolicy(): TargetPolicy {
-    return this.localPolicy('allow_local_rule_targets');
+    return localPolicy(this.settings, 'allow_local_rule_targets');
   }
 
   /** Where alert channels may send now (allow_local_channel_targets, and where the master is). */
   channelPolicy(): TargetPolicy {
-    return this.localPolicy('allow_local_channel_targets');
-  }
-
-  private localPolicy(setting: 'allow_local_rule_targets' | 'allow_local_channel_targets'): TargetPolicy {
-    const masterUrl = this.settings.get('install_master_url');
-    return {
-      allowLocal: this.settings.get(setting) === 1,
-      masterHosts: masterUrl ? [new URL(masterUrl).hostname.replace(/^\[|\]$/g, '')] : [],
-    };
+    return localPolicy(this.settings, 'allow_local_channel_targets');
   }
 
   /** Turns an Authorization header into a caller (see Callers). Throws `unauthorized`. */

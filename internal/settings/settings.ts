@@ -1,6 +1,7 @@
 // The typed set of settings: each key's schema, default and meaning. PATCH validates
 // against this table, GET shows every key, and the API reference is generated from it.
 
+import type { TargetPolicy } from '../domain/rules.ts';
 import { createHash } from 'node:crypto';
 import { DEFAULT_SWITCHING } from '../domain/tunnels.ts';
 import { masterOrigin, masterUrl } from '../schema/net.ts';
@@ -567,6 +568,21 @@ function same(a: unknown, b: unknown): boolean {
  * Current settings, cached in memory; the store holds only keys that differ from defaults, a secret sealed (its
  * value in memory is the plain one, for the master's own use).
  */
+/**
+ * Where a rule's targets or an alert channel may reach under the settings now: local addresses with the setting at 1,
+ * and the master known by install_master_url's host.
+ */
+export function localPolicy(
+  settings: Pick<Settings, 'get'>,
+  setting: 'allow_local_rule_targets' | 'allow_local_channel_targets',
+): TargetPolicy {
+  const masterUrl = settings.get('install_master_url');
+  return {
+    allowLocal: settings.get(setting) === 1,
+    masterHosts: masterUrl ? [new URL(masterUrl).hostname.replace(/^\[|\]$/g, '')] : [],
+  };
+}
+
 export class Settings {
   private current: SettingValues;
   private shown: ShownSettings;
