@@ -5,6 +5,13 @@
 
 import { controlDefaults, type HealthCheck, type Protocol, type RuleFields, type Strategy } from '../domain/rules.ts';
 
+/** A JSON value as a source parses it (gost's config, nft's ruleset): nothing is trusted to have its shape. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type JsonObject = { [key: string]: Json };
+
+export const isObject = (value: Json | undefined): value is JsonObject =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
 /** A construct of the source that does not become part of a rule, and why. */
 export interface Unmapped {
   /** Its line in the source (1 for a source of one line, or JSON without lines). */

@@ -15,13 +15,10 @@ import {
   type ForeignRule,
   type ForeignTunnel,
   type Unmapped,
+  isObject,
+  type Json,
+  type JsonObject,
 } from './foreign.ts';
-
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-type JsonObject = { [key: string]: Json };
-
-const isObject = (value: Json | undefined): value is JsonObject =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 const STRATEGIES: Record<string, Strategy> = {
   round: 'round_robin',

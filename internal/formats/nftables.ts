@@ -5,14 +5,16 @@
 // Everything else (filter chains, other expressions) is listed with that place.
 
 import type { Strategy } from '../domain/rules.ts';
-import { SourceError, targetOf, type ForeignConfig, type Unmapped } from './foreign.ts';
+import {
+  isObject,
+  SourceError,
+  targetOf,
+  type ForeignConfig,
+  type Json,
+  type JsonObject,
+  type Unmapped,
+} from './foreign.ts';
 import { natRules, type Dnat, type SourceNat } from './nat.ts';
-
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-type JsonObject = { [key: string]: Json };
-
-const isObject = (value: Json | undefined): value is JsonObject =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** What a match compares: `tcp dport`, `meta l4proto`, `ip saddr`... as "protocol field". */
 function leftOf(match: JsonObject): string | null {
