@@ -43,3 +43,12 @@ export async function consolePage(
     });
   return { context, page, problems };
 }
+
+/** Signs `username` in to the console at `url` with a password and waits for the dashboard. */
+export async function signIn(page: Page, url: string, username: string, password: string): Promise<void> {
+  await page.goto(url);
+  await page.getByLabel('Username').fill(username);
+  await page.getByLabel('Password').fill(password);
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
+}

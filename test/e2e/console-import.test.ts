@@ -4,18 +4,14 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { consolePage, noBrowser } from '../browser.ts';
+import { consolePage, noBrowser, signIn } from '../browser.ts';
 import { ADMIN_PASSWORD, call, node, startMaster } from '../helpers.ts';
 
 test('a config uploaded in the console is previewed, then imported', { skip: noBrowser }, async (t) => {
   const m = await startMaster(t);
   const edge = await node(m, 'edge');
   const { page, problems } = await consolePage(t);
-  await page.goto(m.url);
-  await page.getByLabel('Username').fill('admin');
-  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
-  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
-  await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
+  await signIn(page, m.url, 'admin', ADMIN_PASSWORD);
   await page.getByRole('link', { name: 'Import', exact: true }).click();
   await page.getByRole('heading', { name: 'Import', level: 1 }).waitFor();
 

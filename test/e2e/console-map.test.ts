@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { generateLicenseKeys, issueLicense } from '../../internal/license/license.ts';
-import { consolePage, noBrowser } from '../browser.ts';
+import { consolePage, noBrowser, signIn } from '../browser.ts';
 import { ADMIN_PASSWORD, call, startMaster } from '../helpers.ts';
 
 const SHOTS = 'test-results/console';
@@ -61,11 +61,7 @@ test('the fleet map draws 1,000 nodes and 500 tunnels in under a second, by tag'
   assert.equal(imported.status, 200, JSON.stringify(imported.body).slice(0, 500));
 
   const { page, problems } = await consolePage(t);
-  await page.goto(m.url);
-  await page.getByLabel('Username').fill('admin');
-  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
-  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
-  await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
+  await signIn(page, m.url, 'admin', ADMIN_PASSWORD);
 
   /** Opens `hash` and waits for the map's picture; how long it took, from the click to the drawn map. */
   // A string, not a function: tsx's helpers that a function would carry are not in the page.

@@ -5,20 +5,11 @@
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { test } from 'node:test';
-import { type Page } from 'playwright-core';
 import { ADMIN_PASSWORD, call, newTenant, node, rule, startMaster } from '../helpers.ts';
-import { consolePage, noBrowser } from '../browser.ts';
+import { consolePage, noBrowser, signIn } from '../browser.ts';
 
 const SHOTS = 'test-results/console';
 const GiB = 2 ** 30;
-
-async function signIn(page: Page, url: string, username: string, password: string): Promise<void> {
-  await page.goto(url);
-  await page.getByLabel('Username').fill(username);
-  await page.getByLabel('Password').fill(password);
-  await page.keyboard.press('Enter');
-  await page.getByRole('heading', { name: 'Dashboard', level: 1 }).waitFor();
-}
 
 const TENANT_CONSOLE =
   "a tenant's console shows only their world: their rules, the nodes granted them, their plan and its use; the " +
