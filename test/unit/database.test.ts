@@ -462,6 +462,61 @@ test(REBUILD, () => {
   db.close();
 });
 
+test('migration 56 widens what a channel may be and keeps every channel, its secret, deliveries and ids', () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
+  const old = new DatabaseSync(path);
+  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+  for (let version = 1; version < 56; version++) {
+    old.exec(migrations[version - 1]!);
+    old.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, '2026-01-01T00:00:00Z');
+  }
+  const at = '2026-01-01T00:00:00Z';
+  old
+    .prepare(
+      `INSERT INTO channels (id, name, type, config, secret, created_at, updated_at)
+       VALUES (3, 'ops', 'webhook', '{"url":"https://hooks.example.com/a"}', x'0102', ?1, ?1)`,
+    )
+    .run(at);
+  old
+    .prepare(
+      `INSERT INTO deliveries (message_id, channel_id, payload, state, created_at)
+       VALUES ('msg_1', 3, '{}', 'pending', ?)`,
+    )
+    .run(at);
+  // Channel 7 was the last made, and deleted: no channel is to be given its id again.
+  old.prepare("UPDATE sqlite_sequence SET seq = 7 WHERE name = 'channels'").run();
+  old.close();
+
+  const db = openDatabase(path, { time: () => at });
+  const raw = db;
+  assert.deepEqual(
+    { ...(raw.prepare('SELECT id, name, type, hex(secret) AS secret FROM channels').get() as object) },
+    { id: 3, name: 'ops', type: 'webhook', secret: '0102' },
+  );
+  assert.equal(
+    (raw.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'channels'").get() as { seq: number }).seq,
+    7,
+  );
+  assert.deepEqual(raw.prepare('PRAGMA foreign_key_check').all(), []);
+  db.write(() =>
+    raw
+      .prepare(`INSERT INTO channels (name, type, config, created_at, updated_at) VALUES ('chat', 'slack', '{}', ?, ?)`)
+      .run(at, at),
+  );
+  assert.equal((raw.prepare("SELECT id FROM channels WHERE name = 'chat'").get() as { id: number }).id, 8);
+  assert.throws(() =>
+    db.write(() =>
+      raw
+        .prepare(`INSERT INTO channels (name, type, config, created_at, updated_at) VALUES ('x', 'irc', '{}', ?, ?)`)
+        .run(at, at),
+    ),
+  );
+  // The deliveries still follow their channel.
+  db.write(() => raw.prepare('DELETE FROM channels WHERE id = 3').run());
+  assert.equal((raw.prepare('SELECT count(*) AS n FROM deliveries').get() as { n: number }).n, 0);
+  db.close();
+});
+
 test('a data dir that allowed local targets allows them to rules and channels both, under their own names', () => {
   const path = join(mkdtempSync(join(tmpdir(), 'portplane-db-')), 'master.db');
   const old = new DatabaseSync(path);
