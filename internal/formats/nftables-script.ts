@@ -12,7 +12,7 @@ import { notCarried, splitHostPort } from './foreign.ts';
 const ANY_CHECK = { interval_seconds: 10, timeout_ms: 1000, fall: 3, rise: 2 };
 
 /** The table the script makes: apart from an agent's (`portplane_<id>`), so that neither touches the other. */
-export const EXPORT_TABLE = 'portplane_export';
+const EXPORT_TABLE = 'portplane_export';
 
 interface Target {
   address: string;

@@ -20,8 +20,8 @@ export interface TomlTable {
   [key: string]: TomlValue;
 }
 
-export const LINES = Symbol('lines');
-export const OPENED = Symbol('opened');
+const LINES = Symbol('lines');
+const OPENED = Symbol('opened');
 
 interface Located {
   [LINES]?: Record<string, number>;

@@ -13,7 +13,7 @@ import {
 } from '../domain/alerts.ts';
 
 /** A message as JSON to POST, and the headers it needs besides the content type. */
-export interface ChatMessage {
+interface ChatMessage {
   body: unknown;
   headers: Record<string, string>;
 }
