@@ -11,6 +11,7 @@ import { isMainThread, parentPort, Worker, workerData, type WorkerOptions } from
 import { decodeImport } from '../../internal/api/transfer.ts';
 import { runBatch, type BatchJob } from '../../internal/service/batch.ts';
 import { exportJson, runImport, type ImportJob } from '../../internal/service/transfer.ts';
+import { exportNodeAs, type Exporter, type NodeExport } from '../../internal/service/node-export.ts';
 import type { JobCommitted, JobDone, WriteDeps, WriteJob } from '../../internal/service/write.ts';
 import { SecretBox } from '../../internal/crypto/box.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
@@ -60,7 +61,7 @@ const BATCH_WORKER_IDLE_MS = 10_000;
 type Task =
   | { role: typeof IMPORT; setup: WorkerSetup; job: ImportJob }
   | { role: typeof BATCHES; setup: WorkerSetup }
-  | { role: typeof EXPORT; setup: WorkerSetup; exportedAt: string };
+  | { role: typeof EXPORT; setup: WorkerSetup; exportedAt: string; node?: NodeExport };
 
 /** What a worker answers: the job done, refused for the caller's fault, or failed (a bug, a full disk). */
 type Outcome = { done: JobDone } | { refused: Pick<DomainError, 'code' | 'detail' | 'facts'> } | { failed: string };
@@ -140,12 +141,12 @@ export function importInWorker(setup: WorkerSetup): (job: ImportJob) => Promise<
  * Makes each export in a worker thread of its own, on a connection of its own, in one read snapshot: reading and
  * encoding every rule takes time that grows with them, which on the event loop every request would wait out.
  */
-export function exportInWorker(setup: WorkerSetup): (exportedAt: string) => Promise<Uint8Array> {
-  return (exportedAt) =>
+export function exportInWorker(setup: WorkerSetup): Exporter {
+  return (exportedAt, node) =>
     new Promise((resolve, reject) => {
       const heap = setup.heapMiB ?? HEAP_MIB;
       const worker = startWorker(
-        { role: EXPORT, setup, exportedAt },
+        { role: EXPORT, setup, exportedAt, ...(node ? { node } : {}) },
         { resourceLimits: { maxOldGenerationSizeMb: heap } },
       );
       let answered = false;
@@ -163,12 +164,14 @@ export function exportInWorker(setup: WorkerSetup): (exportedAt: string) => Prom
     });
 }
 
-/** Reads the export in this worker and answers it. */
-async function exportOnce(setup: WorkerSetup, exportedAt: string): Promise<void> {
+/** Reads the export (the whole document, or one node's rules in another tool's format) in this worker, and answers. */
+async function exportOnce(setup: WorkerSetup, exportedAt: string, node: NodeExport | undefined): Promise<void> {
   const store = openStore(setup);
   if (!(store instanceof Store)) return answer(store);
   try {
-    answer(await outcomeOf(async () => ({ status: 200, json: exportJson(store, exportedAt), nodes: [] })));
+    const read = () =>
+      node ? Buffer.from(exportNodeAs(store, node.id, node.format).text) : exportJson(store, exportedAt);
+    answer(await outcomeOf(async () => ({ status: 200, json: read(), nodes: [] })));
   } finally {
     store.close();
   }
@@ -567,6 +570,6 @@ if (task?.role === IMPORT || task?.role === BATCHES || task?.role === EXPORT) {
   const self = ownThreadId();
   if (self !== null) yieldToLiveRequests(self);
   if (task.role === IMPORT) await importOnce(task.setup, task.job);
-  else if (task.role === EXPORT) await exportOnce(task.setup, task.exportedAt);
+  else if (task.role === EXPORT) await exportOnce(task.setup, task.exportedAt, task.node);
   else serveBatches(task.setup);
 }

@@ -31,6 +31,7 @@ import type { BatchJob } from '../service/batch.ts';
 import type { EventStreams } from './streams.ts';
 import type { TargetPolicy } from '../domain/rules.ts';
 import type { ImportJob } from '../service/transfer.ts';
+import type { Exporter } from '../service/node-export.ts';
 import type { JobCommitted } from '../service/write.ts';
 
 /** What the API's handlers may use: assembled by cmd/master. */
@@ -56,7 +57,7 @@ export interface AppParts {
   /** Runs a batch that creates, updates or deletes the same way (cmd/master keeps a worker thread for them). */
   batcher: (job: BatchJob) => Promise<JobCommitted>;
   /** The export document as JSON (see transfer.exportJson), made off the event loop (cmd/master: a worker thread). */
-  exporter: (exportedAt: string) => Promise<Uint8Array>;
+  exporter: Exporter;
   /** The open GET /api/events streams. */
   events: EventStreams;
   /** The release keys (public halves) agent bundles must be signed with; none: bundles are refused. */
@@ -103,7 +104,7 @@ export class App {
   readonly metrics: MasterMetrics;
   readonly importer: (job: ImportJob) => Promise<JobCommitted>;
   readonly batcher: (job: BatchJob) => Promise<JobCommitted>;
-  readonly exporter: (exportedAt: string) => Promise<Uint8Array>;
+  readonly exporter: Exporter;
   /** When this master started, for its uptime. */
   readonly startedAt: number;
   /** The open GET /api/events streams. */

@@ -1,11 +1,10 @@
 // A node's rules as another tool's config (GET /api/nodes/{id}/export?format=): for leaving, or for running a node
 // without its agent. The writers are internal/formats'; what a format cannot carry is said in its comments.
 
-import { DomainError } from '../errors/errors.ts';
+import { DomainError, notFound } from '../errors/errors.ts';
 import { exportFormats, type ExportFormat } from '../formats/formats.ts';
 import { textParam, type QueryOf } from '../schema/query.ts';
 import { describe } from '../schema/schema.ts';
-import { exportNodeAs } from '../service/node-export.ts';
 import { type Ctx, idParam, operation, operations, type Reply } from './route.ts';
 
 const TEXT = 'text/plain; charset=utf-8';
@@ -19,19 +18,23 @@ const exportQuery = {
   }),
 };
 
-function exportNode(ctx: Ctx<undefined, QueryOf<typeof exportQuery>>): Reply {
+async function exportNode(ctx: Ctx<undefined, QueryOf<typeof exportQuery>>): Promise<Reply> {
   const format = ctx.query.format as ExportFormat | undefined;
   if (format === undefined)
     throw new DomainError('invalid_query', 'format is required', {
       errors: [{ pointer: '?format', detail: `is required: one of ${exportFormats.join(', ')}` }],
     });
-  const { name, text } = exportNodeAs(ctx.app.store, idParam(ctx), format);
+  const id = idParam(ctx);
+  const node = ctx.app.store.nodes.find(id);
+  if (!node) throw notFound('node', id);
+  // Written in a worker thread: a node's rules (up to 65,535 a protocol) are text that grows with them.
+  const text = await ctx.app.exporter(ctx.app.timestamp(), { id, format });
   return {
     status: 200,
-    raw: text,
+    raw: Buffer.from(text.buffer, text.byteOffset, text.byteLength),
     headers: {
       'Content-Type': TEXT,
-      'Content-Disposition': `attachment; filename="${name}.${FILE_TYPES[format]}"`,
+      'Content-Disposition': `attachment; filename="${node.name}.${FILE_TYPES[format]}"`,
     },
   };
 }

@@ -6,6 +6,18 @@ import { exportAs, type ExportFormat } from '../formats/formats.ts';
 import { EVERY_RULE } from '../store/rules.ts';
 import type { Store } from '../store/store.ts';
 
+/** One node's rules in another tool's format, as an export asks for them. */
+export interface NodeExport {
+  id: number;
+  format: ExportFormat;
+}
+
+/**
+ * Makes an export where it grows with the data away from requests (a worker thread): the whole export document, or
+ * with `node` that node's rules in its format (UTF-8 text).
+ */
+export type Exporter = (exportedAt: string, node?: NodeExport) => Promise<Uint8Array>;
+
 /** The node's name and its rules as `format`; throws not_found for no such node. */
 export function exportNodeAs(store: Store, nodeId: number, format: ExportFormat): { name: string; text: string } {
   const node = store.nodes.find(nodeId);
