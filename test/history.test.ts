@@ -6,6 +6,7 @@ import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { maintain } from '../internal/service/maintenance.ts';
 import { migrations } from '../internal/store/migrations.ts';
+import { openStore } from '../internal/store/store.ts';
 import { assertProblem, call, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
 
 const MAX = Number.MAX_SAFE_INTEGER;
@@ -160,7 +161,76 @@ test("vitals fold into hours as their minutes' average, weighted by the minutes 
   assert.equal(after[0]!.load1, 59.5);
 });
 
-const upgrade = "a data dir's minute buckets of before move into the history while the master answers, every sum exact";
+/** `minutes` minute buckets of `rules` rules from `start` (rules 1 and 2 on node 1, the others on node 2), as schema 19
+ * held them. */
+function legacyDatabase(path: string, rules: number, start: number, minutes: number): void {
+  const db = new DatabaseSync(path);
+  db.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+  for (let version = 1; version <= 19; version++) {
+    db.exec(migrations[version - 1]!);
+    db.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, new Date().toISOString());
+  }
+  const insert = db.prepare('INSERT INTO traffic_buckets VALUES (?, ?, ?, ?, ?)');
+  db.exec('BEGIN');
+  for (let rule = 1; rule <= rules; rule++)
+    for (let i = 0; i < minutes; i++) insert.run(rule, rule <= 2 ? 1 : 2, start + i * 60, rule, i);
+  db.exec('COMMIT');
+  db.close();
+}
+
+/** What the buckets of legacyDatabase's rules `ids` sum to. */
+const legacySums = (ids: number[], minutes: number) => ({
+  bytes_in: ids.reduce((s, id) => s + id * minutes, 0),
+  bytes_out: ids.length * ((minutes * (minutes - 1)) / 2),
+});
+
+const sumOf = (points: { bytes_in: number; bytes_out: number }[]) => ({
+  bytes_in: points.reduce((s, p) => s + p.bytes_in, 0),
+  bytes_out: points.reduce((s, p) => s + p.bytes_out, 0),
+});
+
+const LEGACY_TABLE = "SELECT 1 FROM sqlite_schema WHERE name = 'traffic_buckets_before_20'";
+
+const stepwise =
+  "a data dir's minute buckets of before move in steps, every series exact after each: the nodes' counted first";
+
+test(stepwise, () => {
+  const [rules, minutes] = [3, 3 * 24 * 60];
+  const now = Math.floor(Date.now() / 1000);
+  const start = Math.floor(now / 60) * 60 - minutes * 60;
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-upgrade-'));
+  legacyDatabase(join(dataDir, 'master.db'), rules, start, minutes);
+  const store = openStore(dataDir, { secretFields: new Set() });
+  try {
+    const keep = { minutes: DAY, hours: 35 * DAY, all: 730 * DAY };
+    const window = { from: Math.floor(start / DAY) * DAY, to: now + 60, step: DAY };
+    const check = (when: string) => {
+      const series = (node_id: number | null, rule_id: number | null) =>
+        sumOf(store.traffic.series({ ...window, node_id, rule_id }));
+      assert.deepEqual(series(null, null), legacySums([1, 2, 3], minutes), `the master's, ${when}`);
+      assert.deepEqual(series(1, null), legacySums([1, 2], minutes), `node 1's, ${when}`);
+      for (const id of [1, 2, 3]) assert.deepEqual(series(null, id), legacySums([id], minutes), `rule ${id}, ${when}`);
+    };
+    assert.equal(store.traffic.legacyNodesPending(), true);
+    const counted = store.write(() => store.traffic.countLegacyNodes(now, keep));
+    // Two nodes and the master: their older two days in hours, the last day (and the hour it starts in) in minutes.
+    assert.ok(counted <= 3 * (25 * 60 + 2 * 24 + 1), `two older days in hours: ${counted} rows`);
+    assert.equal(store.traffic.legacyNodesPending(), false);
+    check('once the nodes are counted');
+    let steps = 0;
+    while (store.write(() => store.traffic.rollUp(now, keep))) check(`after step ${++steps}`);
+    assert.ok(steps >= 6, `${steps} steps: a rule's 4,320 buckets take three of 2,000`);
+    assert.equal(store.db.prepare(LEGACY_TABLE).get(), undefined, 'the old table is dropped');
+    check('once moved');
+  } finally {
+    store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+const upgrade =
+  "a master on a data dir of before the history counts the nodes' before serving, then moves each rule's and gives " +
+  'the space back';
 
 test(upgrade, async (t) => {
   const rules = 4;
@@ -170,49 +240,25 @@ test(upgrade, async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-upgrade-'));
   const m = await startMaster(t, {
     dataDir,
-    duringMaintenance: true,
-    prepare() {
-      // The database as the last master without history left it (schema 19), with three days of minutes.
-      const db = new DatabaseSync(join(dataDir, 'master.db'));
-      db.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
-      for (let version = 1; version <= 19; version++) {
-        db.exec(migrations[version - 1]!);
-        db.prepare('INSERT INTO schema_migrations VALUES (?, ?)').run(version, new Date().toISOString());
-      }
-      const insert = db.prepare('INSERT INTO traffic_buckets VALUES (?, ?, ?, ?, ?)');
-      db.exec('BEGIN');
-      for (let rule = 1; rule <= rules; rule++)
-        for (let i = 0; i < minutes; i++) insert.run(rule, rule <= 2 ? 1 : 2, start + i * 60, rule, i);
-      db.exec('COMMIT');
-      db.close();
-    },
+    prepare: () => legacyDatabase(join(dataDir, 'master.db'), rules, start, minutes),
   });
   // Removed once the masters on it have stopped: a test's hooks run in the order they were added.
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
-  const want = (ids: number[]) => ({
-    bytes_in: ids.reduce((s, id) => s + id * minutes, 0),
-    bytes_out: ids.length * ((minutes * (minutes - 1)) / 2),
-  });
-  const sum = (points: Series) => ({
-    bytes_in: points.reduce((s, p) => s + p.bytes_in, 0),
-    bytes_out: points.reduce((s, p) => s + p.bytes_out, 0),
-  });
+  assert.equal(m.app.store.db.prepare(LEGACY_TABLE).get(), undefined, 'moved and dropped');
+  assert.equal(
+    (m.app.store.db.prepare('PRAGMA auto_vacuum').get() as { auto_vacuum: number }).auto_vacuum,
+    2,
+    'the database gives free pages back in steps',
+  );
   const window = `from=${iso(Math.floor(start / DAY) * DAY)}&to=${iso(now + 60)}&step=${DAY}`;
-  const legacy = () =>
-    m.app.store.db.prepare("SELECT 1 FROM sqlite_schema WHERE name = 'traffic_buckets_before_20'").get() !== undefined;
-  let reads = 0;
-  for (;;) {
-    const moving = legacy();
-    assert.deepEqual(sum(await series(m, window)), want(Array.from({ length: rules }, (_, i) => i + 1)));
-    assert.deepEqual(sum(await series(m, `${window}&node_id=1`)), want([1, 2]));
-    assert.deepEqual(sum(await series(m, `${window}&rule_id=3`)), want([3]));
-    reads++;
-    if (!moving) break;
-  }
-  assert.ok(reads > 1, 'read while the buckets moved');
+  assert.deepEqual(sumOf(await series(m, window)), legacySums([1, 2, 3, 4], minutes));
+  assert.deepEqual(sumOf(await series(m, `${window}&node_id=1`)), legacySums([1, 2], minutes));
+  assert.deepEqual(sumOf(await series(m, `${window}&rule_id=3`)), legacySums([3], minutes));
   await maintain(m.app);
   const kept = rows(m, 'traffic_by_rule');
   assert.ok(kept <= rules * (25 * 60 + 2 * 24 + 1), `the two older days are hours: ${kept} rows`);
+  const free = m.app.store.db.prepare('PRAGMA freelist_count').get() as { freelist_count: number };
+  assert.equal(free.freelist_count, 0, 'every page the old table had is given back');
 });
 
 test('the history retention settings are validated and need the scope *', async (t) => {

@@ -58,7 +58,7 @@ import type { Socket } from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { MasterConfig } from './config.ts';
 import { batchesInWorker, checkpointInWorker, exportInWorker, importInWorker, type WorkerSetup } from './workers.ts';
-import { maintain, rolledUp } from '../../internal/service/maintenance.ts';
+import { countLegacyTraffic, maintain, rolledUp } from '../../internal/service/maintenance.ts';
 
 /** What a master elected through etcd (see elected.ts) adds to its start. */
 export interface StartOptions {
@@ -464,6 +464,7 @@ export async function start(
           await transact(app, theMaster('bundle.create'), (change) =>
             addBundle(app, change, ownAgent.bundle, ownAgent.signature, releaseKeys),
           );
+        countLegacyTraffic(app);
         const housekeeping = () =>
           store.db.whenWritable(() => {
             // A primary another took over from writes nothing more.

@@ -62,6 +62,23 @@ export function rolledUp(app: Housekeeping): Promise<void> {
   return rollUps.get(app)?.catch(() => undefined) ?? Promise.resolve();
 }
 
+/**
+ * Before a primary first serves a data dir of before migration 20: counts its minute buckets into the nodes' and the
+ * master's history in one write (see store/legacy-traffic.ts), so that their series never read the old table; each
+ * rule's buckets then move in the roll-up's steps.
+ */
+export function countLegacyTraffic(app: Housekeeping): void {
+  const { store } = app;
+  if (!store.traffic.legacyNodesPending()) return;
+  const started = performance.now();
+  const now = Math.floor(app.now() / 1000);
+  const rows = store.write(() => store.traffic.countLegacyNodes(now, historyRetention(app)));
+  app.log.info("counted the traffic of before the history into the nodes' history", {
+    rows,
+    seconds: Math.round(performance.now() - started) / 1000,
+  });
+}
+
 /** How long traffic and vitals keep each resolution, from the settings. */
 function historyRetention(app: Housekeeping): Retention {
   return {

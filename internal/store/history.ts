@@ -19,6 +19,16 @@ export function weighted(column: string): string {
   return `total(${column} * 1.0 * points) / nullif(total(CASE WHEN ${column} IS NULL THEN 0 ELSE points END), 0)`;
 }
 
+/**
+ * `align` in SQL: the start of the minute, hour or day that holds `column` (Unix seconds), given the parameters
+ * `:hours_until` and `:days_until` of `resolutions()`.
+ */
+export function alignedSql(column: string): string {
+  const floor = (step: number) => `${column} - ((${column} % ${step}) + ${step}) % ${step}`;
+  return `CASE WHEN ${column} < :days_until THEN ${floor(DAY)} WHEN ${column} < :hours_until THEN ${floor(HOUR)}
+    ELSE ${floor(MINUTE)} END`;
+}
+
 /** Rows one roll-up step reads or writes, give or take a bucket's: a few milliseconds of the write lock. */
 export const STEP_ROWS = 500;
 
@@ -54,7 +64,7 @@ interface Pass {
   at: number;
 }
 
-interface Bounds {
+export interface Bounds {
   hours_until: number;
   days_until: number;
   pruned_until: number;
@@ -101,6 +111,11 @@ export class HistorySeries {
     this.deleteStmt = db.prepare(`DELETE FROM ${table} WHERE ${range}`);
     this.insertStmt = db.prepare(`INSERT INTO ${table} (${subject}, ${time}, ${columns})
       VALUES (:s, :t, ${columns.map((c) => `:${c}`)})`);
+  }
+
+  /** Where each resolution starts now, and before when nothing is kept (Unix seconds; see `alignedSql`). */
+  resolutions(): Bounds {
+    return { ...this.bounds };
   }
 
   /** The time (Unix seconds) at which a row for `seconds` belongs: the start of its minute, hour or day. */

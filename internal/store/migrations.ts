@@ -12,6 +12,9 @@
 /** The entries that rebuild a table (see above). */
 export const tableRebuilds: ReadonlySet<number> = new Set([23, 38, 39, 45, 56]);
 
+/** The minute buckets of traffic as migration 20 left them, until moved into the history (legacy-traffic.ts). */
+export const LEGACY_TRAFFIC = 'traffic_buckets_before_20';
+
 export const migrations: readonly string[] = [
   /* 1: users, tokens (API tokens and login sessions), audit log, settings, idempotency */ `
   CREATE TABLE users (
@@ -962,5 +965,33 @@ export const migrations: readonly string[] = [
     PRIMARY KEY (kind, id)
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX traffic_today_busiest ON traffic_today (kind, day, bytes);
+  `,
+  /*
+   * 58: the minute buckets of before migration 20 that are still to be moved, in the order they are moved (by rule and
+   * time, clustered on that key): a step reads and deletes a range of neighbouring rows, where the rows of a rule
+   * lay scattered among every other rule's of the same minute, with two more indexes to update. A data dir whose
+   * buckets have all moved gets an empty table, dropped by the next roll-up.
+   */ `
+  CREATE TABLE IF NOT EXISTS traffic_buckets_before_20 (
+    rule_id INTEGER NOT NULL,
+    node_id INTEGER NOT NULL,
+    bucket_start INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL DEFAULT 0,
+    bytes_out INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (rule_id, bucket_start)
+  ) STRICT;
+  CREATE TABLE traffic_buckets_58 (
+    rule_id INTEGER NOT NULL,
+    node_id INTEGER NOT NULL,
+    bucket_start INTEGER NOT NULL,
+    bytes_in INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    PRIMARY KEY (rule_id, bucket_start)
+  ) STRICT, WITHOUT ROWID;
+  INSERT INTO traffic_buckets_58 (rule_id, node_id, bucket_start, bytes_in, bytes_out)
+  SELECT rule_id, node_id, bucket_start, bytes_in, bytes_out FROM traffic_buckets_before_20 NOT INDEXED
+  ORDER BY rule_id, bucket_start;
+  DROP TABLE traffic_buckets_before_20;
+  ALTER TABLE traffic_buckets_58 RENAME TO traffic_buckets_before_20;
   `,
 ];

@@ -5,7 +5,7 @@ import type { SortSql, nodeSorts } from '../domain/sorts.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { unlessTaken } from './errors.ts';
-import { safeCount } from './traffic.ts';
+import { safeCount } from './counts.ts';
 import type { JsonPage } from './page.ts';
 import { Rendered, type View } from './rendered.ts';
 import { versionOrder } from '../release/signature.ts';

@@ -17,7 +17,7 @@ import type {
   SyncState,
 } from '../domain/rules.ts';
 import { trigger, type Derivation } from './trigger.ts';
-import { safeCount } from './traffic.ts';
+import { safeCount } from './counts.ts';
 
 export interface RuleRow
   extends

@@ -10,7 +10,7 @@ import { formatTime } from '../schema/schema.ts';
 import type { JsonPage } from './page.ts';
 import { DomainError } from '../errors/errors.ts';
 import { lastPort } from '../domain/ranges.ts';
-import { safeSum } from './traffic.ts';
+import { safeSum } from './counts.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
 import { PortStore, transportsOf, type Claim } from './ports.ts';

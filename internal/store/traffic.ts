@@ -3,20 +3,10 @@
 // saturates at 2^53-1, so whatever an agent reports, it reads back as a safe integer.
 
 import type { Database, Statement } from './database.ts';
-import { HistorySeries, STEP_ROWS, type Retention } from './history.ts';
-
-/** The largest count stored or shown: Number.MAX_SAFE_INTEGER, as SQL. */
-const MAX_COUNT = '9007199254740991';
-
-/** `expression` (a count) as a safe integer, also when the database holds a value out of that range. */
-export function safeCount(expression: string): string {
-  return `max(0, min(${expression}, ${MAX_COUNT}))`;
-}
-
-/** A sum of counts that cannot overflow: total() is a float, cut to a safe integer. */
-export function safeSum(column: string): string {
-  return `CAST(min(total(${column}), ${MAX_COUNT}) AS INTEGER)`;
-}
+import { safeCount, safeSum } from './counts.ts';
+import { HistorySeries, type Retention } from './history.ts';
+import { LegacyTraffic } from './legacy-traffic.ts';
+import { LEGACY_TRAFFIC } from './migrations.ts';
 
 /** How many report streams a node keeps; an agent makes a new one only with a new state dir. */
 const STREAMS_PER_NODE = 8;
@@ -43,12 +33,6 @@ export interface TrafficPoint {
   bytes_out: number;
 }
 
-/** The minute buckets of before migration 20, moved into the history by the maintenance. */
-const LEGACY = 'traffic_buckets_before_20';
-
-/** Buckets moved a step: each is deleted from three indexes and added to three series, five times a fold's work. */
-const LEGACY_STEP_ROWS = STEP_ROWS / 5;
-
 type Subject = 'rule' | 'node' | 'total';
 
 const TABLES: Record<Subject, string> = { rule: 'traffic_by_rule', node: 'traffic_by_node', total: 'traffic_total' };
@@ -57,7 +41,8 @@ export class TrafficStore {
   private readonly history: Record<Subject, HistorySeries>;
   private readonly db: Database;
   private seriesStmts!: Record<Subject, Statement>;
-  private legacy: { first: Statement; rows: Statement; remove: Statement } | null = null;
+  /** The minute buckets of before migration 20, while some are still to be moved into the history. */
+  private legacy: LegacyTraffic | null;
   private readonly addStmts: Record<Subject, Statement>;
   private readonly ruleOnNodeStmt;
   private readonly totalsStmt;
@@ -85,14 +70,11 @@ export class TrafficStore {
           bytes_out = ${safeCount('bytes_out + excluded.bytes_out')}`);
     this.addStmts = { rule: add(TABLES.rule), node: add(TABLES.node), total: add(TABLES.total) };
     this.ruleOnNodeStmt = db.prepare('SELECT 1 AS yes FROM rules WHERE id = ? AND node_id = ?');
-    const legacy = db.prepare("SELECT 1 AS yes FROM sqlite_schema WHERE type = 'table' AND name = ?").get(LEGACY);
-    if (legacy)
-      this.legacy = {
-        first: db.prepare(`SELECT rule_id, bucket_start FROM ${LEGACY} ORDER BY rule_id, bucket_start LIMIT 1`),
-        rows: db.prepare(`SELECT node_id, bucket_start, bytes_in, bytes_out FROM ${LEGACY}
-          WHERE rule_id = ? AND bucket_start >= ? ORDER BY bucket_start LIMIT ${LEGACY_STEP_ROWS}`),
-        remove: db.prepare(`DELETE FROM ${LEGACY} WHERE rule_id = ? AND bucket_start >= ? AND bucket_start <= ?`),
-      };
+    this.legacy = LegacyTraffic.open(db, {
+      rule: { table: TABLES.rule, history: this.history.rule },
+      node: { table: TABLES.node, history: this.history.node },
+      total: { table: TABLES.total, history: this.history.total },
+    });
     this.prepareSeries();
     // Kept by the tallies' triggers (store/rule-view.ts), each rule's count cut to a safe integer as it is added.
     this.totalsStmt = db.prepare(
@@ -147,17 +129,16 @@ export class TrafficStore {
       WHERE kind IN ('rule', 'node') AND day < ? LIMIT ${PRUNED_DAYS})`);
   }
 
-  /** A series' statement: its rows in [from, to) summed per step, with the buckets of before while they are moved. */
+  /** A series' statement: its rows in [from, to) summed per step; a rule's with its minute buckets not moved yet. */
   private prepareSeries(): void {
-    const legacyWhere: Record<Subject, string> = { rule: 'rule_id = :id', node: 'node_id = :id', total: '1' };
     const statement = (subject: Subject) =>
       this.db.prepare(`SELECT (start / CAST(:step AS INTEGER)) * CAST(:step AS INTEGER) AS at,
           ${safeSum(safeCount('bytes_in'))} AS bytes_in, ${safeSum(safeCount('bytes_out'))} AS bytes_out
         FROM (SELECT start, bytes_in, bytes_out FROM ${TABLES[subject]} WHERE id = :id AND start >= :from
           AND start < :to
         ${
-          this.legacy
-            ? `UNION ALL SELECT bucket_start, bytes_in, bytes_out FROM ${LEGACY} WHERE ${legacyWhere[subject]}
+          subject === 'rule' && this.legacy
+            ? `UNION ALL SELECT bucket_start, bytes_in, bytes_out FROM ${LEGACY_TRAFFIC} WHERE rule_id = :id
           AND bucket_start >= :from AND bucket_start < :to`
             : ''
         })
@@ -250,56 +231,31 @@ export class TrafficStore {
     return this.totalsStmt.get() as { bytes_in: number; bytes_out: number };
   }
 
+  /** Whether the minute buckets of before are still to be counted into the nodes' history (see countLegacyNodes). */
+  legacyNodesPending(): boolean {
+    return this.legacy?.nodesPending() ?? false;
+  }
+
   /**
-   * Inside a write: about STEP_ROWS rows' worth of rolling the history up (history.ts), then of moving the buckets of
-   * before into it.
-   * Returns whether there is more to do.
+   * Inside a write, before a primary serves: counts the minute buckets of before into the nodes' and the master's
+   * history, in one pass (see legacy-traffic.ts). Returns the rows written.
+   */
+  countLegacyNodes(now: number, keep: Retention): number {
+    return this.legacy?.countNodes(now, keep) ?? 0;
+  }
+
+  /**
+   * Inside a write: about STEP_ROWS rows' worth of rolling the history up (history.ts), then of moving the minute
+   * buckets of before into it. Returns whether there is more to do.
    */
   rollUp(now: number, keep: Retention): boolean {
     // The history's bounds first (cheap while its tables are young), so old buckets move straight into hours and days.
     if (this.history.rule.step(now, keep) || this.history.node.step(now, keep) || this.history.total.step(now, keep))
       return true;
-    if (!this.legacy) return false;
-    this.moveLegacy();
+    if (!this.legacy || this.legacy.nodesPending()) return false;
+    if (this.legacy.step()) return true;
+    this.legacy = null;
+    this.prepareSeries();
     return true;
   }
-
-  /** Moves the oldest LEGACY_STEP_ROWS buckets of a rule from before migration 20; drops the table when empty. */
-  private moveLegacy(): void {
-    const legacy = this.legacy!;
-    const first = legacy.first.get() as { rule_id: number; bucket_start: number } | undefined;
-    if (!first) {
-      this.db.prepare(`DROP TABLE ${LEGACY}`).run();
-      this.legacy = null;
-      this.prepareSeries();
-      return;
-    }
-    const rows = legacy.rows.all(first.rule_id, first.bucket_start) as unknown as {
-      node_id: number;
-      bucket_start: number;
-      bytes_in: number;
-      bytes_out: number;
-    }[];
-    // Summed here first: old buckets fall into the same hour or day, each written once.
-    const sums = new Map<string, [Subject, number, number, number, number]>();
-    const sum = (subject: Subject, id: number, at: number, bytesIn: number, bytesOut: number) => {
-      const start = this.history[subject].align(at);
-      const key = `${subject} ${id} ${start}`;
-      const was = sums.get(key);
-      sums.set(key, [subject, id, start, clamp((was?.[3] ?? 0) + bytesIn), clamp((was?.[4] ?? 0) + bytesOut)]);
-    };
-    for (const row of rows) {
-      const [bytesIn, bytesOut] = [clamp(row.bytes_in), clamp(row.bytes_out)];
-      sum('rule', first.rule_id, row.bucket_start, bytesIn, bytesOut);
-      sum('node', row.node_id, row.bucket_start, bytesIn, bytesOut);
-      sum('total', 0, row.bucket_start, bytesIn, bytesOut);
-    }
-    for (const [subject, id, start, bytesIn, bytesOut] of sums.values())
-      this.addStmts[subject].run(id, start, bytesIn, bytesOut);
-    legacy.remove.run(first.rule_id, first.bucket_start, rows.at(-1)!.bucket_start);
-  }
-}
-
-function clamp(count: number): number {
-  return Math.max(0, Math.min(count, Number.MAX_SAFE_INTEGER));
 }

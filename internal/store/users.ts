@@ -8,7 +8,7 @@ import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPa
 import type { Generation, JsonPage } from './page.ts';
 import { renderedRows, type Rendered } from './rendered.ts';
 import { unlessTaken } from './errors.ts';
-import { safeCount } from './traffic.ts';
+import { safeCount } from './counts.ts';
 
 export interface User {
   id: number;
