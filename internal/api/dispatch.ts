@@ -3,11 +3,10 @@
 // response. This is the only code that writes error bodies.
 
 import { refusalOf } from './refusal.ts';
-import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { rateLimitHeaders, type BudgetState } from '../auth/budget.ts';
 import { ClientGone, readBody } from '../http/body.ts';
-import { DomainError, validationFailed } from '../errors/errors.ts';
+import { DomainError } from '../errors/errors.ts';
 import { requestIdFrom } from '../http/request-id.ts';
 import { proven } from '../http/server.ts';
 import { throttledBy } from '../log/log.ts';
@@ -16,14 +15,16 @@ import { Router } from '../http/router.ts';
 import { parseQuery } from '../schema/query.ts';
 import { actorOf, type App } from './app.ts';
 import type { Principal } from '../auth/principal.ts';
-import { IDEMPOTENCY_KEY, type Reply, type Route } from './route.ts';
+import type { Reply, Route } from './route.ts';
 import { resourcePath } from './events.ts';
 import { asDomainError, fromError, fromReply, write, type Outgoing } from './outgoing.ts';
-import { IDEMPOTENCY_TTL_MS, keepAnswer, markedUsed, type Unanswered } from './replay.ts';
-import { checkBody, RequestCtx, requestUrl, type Exchange, type Routed } from './request.ts';
+import { keepAnswer, keptAnswer, markedUsed, type Unanswered } from './replay.ts';
+import { checkBody, RequestCtx, requestTarget, type Exchange, type Routed } from './request.ts';
 import { auditDenied, type Changed } from '../service/write.ts';
 import { idOf } from '../schema/ids.ts';
-import { ANSWER_PENDING } from '../domain/idempotency.ts';
+
+/** A read's body: none. */
+const NO_BODY = Buffer.alloc(0);
 
 export function buildRouter(routes: readonly Route[]): Router<Route> {
   const router = new Router<Route>();
@@ -76,7 +77,9 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
     let out: Outgoing;
     try {
-      out = await answer(exchange);
+      // A read whose handler answers at once is answered in this turn: each await is a turn of the microtask queue.
+      const answered = answer(exchange);
+      out = answered instanceof Promise ? await answered : answered;
     } catch (thrown) {
       if (thrown instanceof ClientGone) {
         logOf(exchange.ip).info('request abandoned', {
@@ -93,7 +96,8 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     // already (`transact`, which answers a failed one itself): what fails here is others' work, and only a read that
     // may have shown some of it is answered otherwise.
     try {
-      await app.store.committed();
+      const pending = app.store.pendingCommit();
+      if (pending) await pending;
     } catch (error) {
       app.log.error('commit failed', { request_id: exchange.requestId, error: (error as Error).message });
       if (req.method === 'GET') {
@@ -122,7 +126,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /** The stages, in order; each throws a DomainError to end the request with it. */
-  async function answer(exchange: Exchange): Promise<Outgoing> {
+  function answer(exchange: Exchange): Outgoing | Promise<Outgoing> {
     let routed: Routed;
     try {
       routed = routeOf(exchange.req);
@@ -134,12 +138,44 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     authenticate(routed.route, exchange);
     authorise(routed, exchange);
     const query = parseQuery(routed.route.query ?? {}, routed.url.searchParams, routed.route.othersIgnored);
-    const raw =
-      routed.route.method === 'GET' ? Buffer.alloc(0) : await readBody(exchange.req, routed.route.maxBodyBytes);
+    if (routed.route.method === 'GET') return read(routed, exchange, query);
+    return answerWrite(routed, exchange, query);
+  }
+
+  /** The stages of a write, from its body on. */
+  async function answerWrite(routed: Routed, exchange: Exchange, query: unknown): Promise<Outgoing> {
+    const raw = await readBody(exchange.req, routed.route.maxBodyBytes);
     const idempotency = idempotencyOf(routed.route, exchange, raw);
     if ('replay' in idempotency) return idempotency.replay;
     pace(routed.route, exchange);
     return run(routed, exchange, query, raw, idempotency.slot);
+  }
+
+  /** Stage: a read's handler, run. */
+  function read({ route, params }: Routed, exchange: Exchange, query: unknown): Outgoing | Promise<Outgoing> {
+    const refused = (thrown: unknown) => refusal(thrown, route, params, exchange);
+    try {
+      const reply = route.handler(makeCtx(route, exchange, params, query, NO_BODY, null));
+      return reply instanceof Promise ? reply.then(fromReply, refused) : fromReply(reply);
+    } catch (thrown) {
+      return refused(thrown);
+    }
+  }
+
+  /**
+   * A handler's throw as its answer: a domain error's problem (a write refused for a scope it needs beyond the route's,
+   * a cascade or a scope to grant, is audited as denied); anything else is thrown on.
+   */
+  function refusal(thrown: unknown, route: Route, params: Record<string, string>, exchange: Exchange): Outgoing {
+    const error = asDomainError(thrown);
+    if (!(error instanceof DomainError)) throw error;
+    if (error.code === 'insufficient_scope' && route.method !== 'GET' && exchange.principal) {
+      recordDenied(route, params, exchange, {
+        required_scope: error.facts.requiredScope ?? null,
+        reason: error.detail,
+      });
+    }
+    return fromThrown(error, exchange.requestId, exchange.ip);
   }
 
   /**
@@ -148,7 +184,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   function routeOf(req: IncomingMessage): Routed {
     if (app.draining) throw new DomainError('unavailable', 'the server is shutting down', { retryAfterSeconds: 5 });
     const method = req.method ?? 'GET';
-    const url = requestUrl(req.url);
+    const url = requestTarget(req.url);
     const found = router.lookup(method, url.pathname);
     // Nothing but health is served until everything is wired (the console's files included).
     if (app.starting && !(found && 'found' in found && found.found.route.answersWhileStarting))
@@ -212,42 +248,15 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
 
   /**
    * Stage: a POST with an Idempotency-Key gets the answer already given to it, or a slot for
-   * the answer it is about to get. Throws `validation_failed`, `conflict`, `idempotency_key_reused`.
+   * the answer it is about to get. Throws as `idempotencyOf` in replay.ts does.
    */
   function idempotencyOf(
     route: Route,
     exchange: Exchange,
     raw: Buffer,
   ): { replay: Outgoing } | { slot: Unanswered | null } {
-    const key = exchange.req.headers['idempotency-key'];
-    if (route.method !== 'POST' || exchange.principal === null || key === undefined) return { slot: null };
-    if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))
-      throw validationFailed(
-        [{ pointer: 'Idempotency-Key', detail: 'must be 1 to 255 visible ASCII characters' }],
-        'Idempotency-Key must be 1 to 255 visible ASCII characters',
-      );
-    const fingerprint = createHash('sha256')
-      .update(`${route.method} ${exchange.req.url}\n`)
-      .update(raw)
-      .digest('base64url');
-    const { tokenId } = exchange.principal;
-    const inFlight = `${tokenId}:${key}`;
-    if (app.idempotencyInFlight.has(inFlight))
-      throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
-    const stored = app.store.idempotency.find(tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
-    if (!stored) return { slot: { tokenId, key, fingerprint, inFlight } };
-    if (stored.fingerprint !== fingerprint)
-      throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request', {
-        errors: [{ pointer: 'Idempotency-Key', detail: 'was used for a different request (another body or path)' }],
-      });
-    if (stored.status === ANSWER_PENDING) return { replay: answerLost(exchange, stored.body) };
-    return {
-      replay: {
-        status: stored.status,
-        headers: { ...stored.headers, 'Idempotent-Replayed': 'true' },
-        body: stored.body,
-      },
-    };
+    const found = keptAnswer(app, route.method, exchange, raw);
+    return 'lost' in found ? { replay: answerLost(exchange, found.lost) } : found;
   }
 
   /**
@@ -277,7 +286,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
     if (refusalOf(route, exchange.principal!)) throw lost();
     let reply: Reply;
     try {
-      const answered = route.handler(makeCtx(route, exchange, params, {}, Buffer.alloc(0), null));
+      const answered = route.handler(makeCtx(route, exchange, params, {}, NO_BODY, null));
       if (answered instanceof Promise) throw lost();
       reply = answered;
     } catch (error) {
@@ -294,8 +303,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
   }
 
   /**
-   * Stage: validate the body and run the handler. A write refused for a scope it needs beyond
-   * the route's (a cascade, a scope to grant) is audited as denied; a success is kept for an
+   * Stage: validate the body and run a write's handler (see `refusal` for what it throws); a success is kept for an
    * Idempotency-Key's retries.
    */
   async function run(
@@ -314,15 +322,7 @@ export function createDispatcher(app: App, routes: readonly Route[]) {
         // In sync mode a write is answered once a standby holds it too.
         if (route.method !== 'GET' && out.status < 400 && !route.unheld) await app.replicas.held();
       } catch (thrown) {
-        const error = asDomainError(thrown);
-        if (!(error instanceof DomainError)) throw error;
-        if (error.code === 'insufficient_scope' && route.method !== 'GET' && exchange.principal) {
-          recordDenied(route, params, exchange, {
-            required_scope: error.facts.requiredScope ?? null,
-            reason: error.detail,
-          });
-        }
-        out = fromThrown(error, exchange.requestId, exchange.ip);
+        out = refusal(thrown, route, params, exchange);
       }
       // Only what changed something is kept, whatever it answered (a sync the node failed is a 502): its change marked
       // the key used. What changed nothing (a refusal, a dry run) is not kept: its retry may simply run again.

@@ -7,6 +7,11 @@ import { bodyLength, fromError, type Outgoing } from './outgoing.ts';
 import { DomainError } from '../errors/errors.ts';
 import { redactSecrets } from '../domain/secret-fields.ts';
 import { ANSWER_PENDING } from '../domain/idempotency.ts';
+import { createHash } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Principal } from '../auth/principal.ts';
+import { validationFailed } from '../errors/errors.ts';
+import { IDEMPOTENCY_KEY } from './route.ts';
 
 /** How long a key's answer is kept. */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
@@ -68,4 +73,39 @@ export async function keepAnswer(app: App, slot: Unanswered, out: Outgoing, requ
       error: (error as Error).message,
     });
   }
+}
+
+/**
+ * What a request's Idempotency-Key holds: for a POST with one, a slot for the answer it is about to get, the answer
+ * kept for it, or (`lost`) what a request that committed without its answer kept of its changes; otherwise no slot.
+ * Throws `validation_failed`, `conflict`, `idempotency_key_reused`.
+ */
+export function keptAnswer(
+  app: App,
+  method: string,
+  { req, principal }: { req: IncomingMessage; principal: Principal | null },
+  raw: Buffer,
+): { replay: Outgoing } | { slot: Unanswered | null } | { lost: Buffer } {
+  const key = req.headers['idempotency-key'];
+  if (method !== 'POST' || principal === null || key === undefined) return { slot: null };
+  if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))
+    throw validationFailed(
+      [{ pointer: 'Idempotency-Key', detail: 'must be 1 to 255 visible ASCII characters' }],
+      'Idempotency-Key must be 1 to 255 visible ASCII characters',
+    );
+  const fingerprint = createHash('sha256').update(`${method} ${req.url}\n`).update(raw).digest('base64url');
+  const { tokenId } = principal;
+  const inFlight = `${tokenId}:${key}`;
+  if (app.idempotencyInFlight.has(inFlight))
+    throw new DomainError('conflict', 'a request with this Idempotency-Key is still being answered; retry shortly');
+  const stored = app.store.idempotency.find(tokenId, key, app.timestamp(-IDEMPOTENCY_TTL_MS));
+  if (!stored) return { slot: { tokenId, key, fingerprint, inFlight } };
+  if (stored.fingerprint !== fingerprint)
+    throw new DomainError('idempotency_key_reused', 'this Idempotency-Key was used for a different request', {
+      errors: [{ pointer: 'Idempotency-Key', detail: 'was used for a different request (another body or path)' }],
+    });
+  if (stored.status === ANSWER_PENDING) return { lost: stored.body };
+  return {
+    replay: { status: stored.status, headers: { ...stored.headers, 'Idempotent-Replayed': 'true' }, body: stored.body },
+  };
 }

@@ -17,17 +17,34 @@ import { validationFailed } from '../errors/errors.ts';
  */
 const UNROUTABLE_PATH = /^\/\/|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)|%2f|%5c|\\/i;
 
-/** The request target as a URL. Throws `bad_request` for one no URL parser accepts, or one it would rewrite. */
-export function requestUrl(target: string | undefined): URL {
-  const path = (target ?? '/').split('?', 1)[0]!;
+/** A request's path, as routed, and its query. */
+export interface RequestTarget {
+  pathname: string;
+  searchParams: URLSearchParams;
+}
+
+/**
+ * The request target's path and query. Throws `bad_request` for one no URL parser accepts, or one it would rewrite. A
+ * path as clients send it (origin-form, from `/`) is split where it stands: the WHATWG parser gave the same path here
+ * at a tenth of a request's time. Anything else (absolute-form) goes through that parser.
+ */
+export function requestTarget(target: string | undefined): RequestTarget {
+  const raw = target ?? '/';
+  const end = raw.search(/[?#]/);
+  const path = end < 0 ? raw : raw.slice(0, end);
   if (UNROUTABLE_PATH.test(path))
     throw new DomainError(
       'bad_request',
       'the path holds a dot segment, an encoded slash or a leading //, which are not resolved here; send the path ' +
         'itself',
     );
+  if (raw.startsWith('/') && !/[^\x21-\x7e]/.test(path)) {
+    const hash = raw.indexOf('#');
+    const query = end < 0 || raw[end] === '#' ? '' : raw.slice(end + 1, hash < 0 ? undefined : hash);
+    return { pathname: path, searchParams: new URLSearchParams(query) };
+  }
   try {
-    return new URL(target ?? '/', 'http://localhost');
+    return new URL(raw, 'http://localhost');
   } catch {
     throw new DomainError('bad_request', 'the request target is not a valid path');
   }
@@ -87,9 +104,9 @@ export interface Exchange {
   pacing: Record<string, string>;
 }
 
-/** What the route stage found: the route, its path parameters and the parsed URL. */
+/** What the route stage found: the route, its path parameters and the request's target. */
 export interface Routed {
   route: Route;
   params: Record<string, string>;
-  url: URL;
+  url: RequestTarget;
 }

@@ -14,10 +14,12 @@ interface Node<R> {
   literals: Map<string, Node<R>>;
   param?: { name: string; node: Node<R> };
   methods: Map<string, R>;
+  /** The parameters of the patterns that end here, in order (each route to a node has the same ones). */
+  names: string[];
 }
 
 function newNode<R>(): Node<R> {
-  return { literals: new Map(), methods: new Map() };
+  return { literals: new Map(), methods: new Map(), names: [] };
 }
 
 function segmentsOf(path: string): string[] {
@@ -51,16 +53,16 @@ export class Router<R> {
     }
     if (node.methods.has(method)) throw new Error(`conflicting routes: ${method} ${pattern} is registered twice`);
     node.methods.set(method, route);
+    node.names = [...names];
   }
 
   lookup(method: string, path: string): Lookup<R> {
-    const candidates: { node: Node<R>; params: Record<string, string> }[] = [];
-    collect(this.root, segmentsOf(path), 0, {}, candidates);
-    if (candidates.length === 0) return null;
-    const { node, params } = candidates[0]!;
+    const values: string[] = [];
+    const node = firstMatch(this.root, segmentsOf(path), 0, values);
+    if (node === null) return null;
     for (const m of method === 'HEAD' ? ['HEAD', 'GET'] : [method]) {
       const route = node.methods.get(m);
-      if (route) return { found: { route, params } };
+      if (route) return { found: { route, params: paramsOf(node, values) } };
     }
     const allowed = new Set<string>();
     for (const m of node.methods.keys()) {
@@ -71,28 +73,34 @@ export class Router<R> {
   }
 }
 
-/** Depth-first, literal before parameter: candidates arrive most specific first. */
-function collect<R>(
-  node: Node<R>,
-  segments: string[],
-  index: number,
-  params: Record<string, string>,
-  out: { node: Node<R>; params: Record<string, string> }[],
-): void {
-  if (index === segments.length) {
-    if (node.methods.size > 0) out.push({ node, params });
-    return;
-  }
+/**
+ * Depth-first, literal before parameter: the first node with routes that the path reaches is the most specific. The
+ * parameters' values on the way there are left in `values`, in order.
+ */
+function firstMatch<R>(node: Node<R>, segments: string[], index: number, values: string[]): Node<R> | null {
+  if (index === segments.length) return node.methods.size > 0 ? node : null;
   const segment = segments[index]!;
   const literal = node.literals.get(segment);
-  if (literal) collect(literal, segments, index + 1, params, out);
-  if (node.param && segment !== '') {
-    let value: string;
-    try {
-      value = decodeURIComponent(segment);
-    } catch {
-      return;
-    }
-    collect(node.param.node, segments, index + 1, { ...params, [node.param.name]: value }, out);
+  if (literal) {
+    const found = firstMatch(literal, segments, index + 1, values);
+    if (found) return found;
   }
+  if (!node.param || segment === '') return null;
+  let value: string;
+  try {
+    value = decodeURIComponent(segment);
+  } catch {
+    return null;
+  }
+  values.push(value);
+  const found = firstMatch(node.param.node, segments, index + 1, values);
+  if (!found) values.pop();
+  return found;
+}
+
+/** The parameters named on the way to `node`, with their values. */
+function paramsOf<R>(node: Node<R>, values: string[]): Record<string, string> {
+  const params: Record<string, string> = {};
+  for (let i = 0; i < values.length; i++) params[node.names[i]!] = values[i]!;
+  return params;
 }

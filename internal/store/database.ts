@@ -316,6 +316,11 @@ export class Database {
     return this.batch?.done ?? Promise.resolve();
   }
 
+  /** The commit of the writes made so far, if one is still to come: null when everything written is committed. */
+  pendingCommit(): Promise<void> | null {
+    return this.batch?.done ?? null;
+  }
+
   /** Runs `fn` after the writes made so far are committed (at once if there are none). */
   afterCommit(fn: () => void): void {
     if (this.hold && this.inWrite) this.hold.after.push(fn);

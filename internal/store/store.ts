@@ -118,6 +118,10 @@ export class Store {
     return this.db.committed();
   }
 
+  pendingCommit(): Promise<void> | null {
+    return this.db.pendingCommit();
+  }
+
   close(): void {
     this.db.close();
     this.lock?.release();
