@@ -10,7 +10,8 @@ const BURST_SECONDS = 0.125;
 /** The smallest burst: one read of a reader, so that a slow rate still moves whole reads. */
 const MIN_BURST_BYTES = 16 * 1024;
 
-function burstOf(rate: number): number {
+/** The burst of a bandwidth of `rate` bytes a second. */
+export function burstOf(rate: number): number {
   return Math.max(MIN_BURST_BYTES, rate * BURST_SECONDS);
 }
 

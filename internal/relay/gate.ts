@@ -14,7 +14,8 @@ import { BlockList } from 'node:net';
 import { parseCidr } from '../schema/net.ts';
 import { allowedAt, type AllowHours } from '../domain/hours.ts';
 import type { ForwardQuota, ForwardRule } from '../domain/rules.ts';
-import { TokenBucket } from './bucket.ts';
+import { burstOf } from './bucket.ts';
+import { RuleCells, type SharedBucket } from './cells.ts';
 import { Turns, type Waiter } from './turns.ts';
 
 export type GateRule = Pick<
@@ -37,8 +38,8 @@ export type Way = keyof Buckets;
 
 /** The buckets a rule's bytes go through: in (client to target) and out (back); null where it has no limit. */
 export interface Buckets {
-  in: TokenBucket | null;
-  out: TokenBucket | null;
+  in: SharedBucket | null;
+  out: SharedBucket | null;
 }
 
 function blockList(blocks: readonly string[]): BlockList | null {
@@ -63,27 +64,27 @@ export class Gate {
   private deny: BlockList | null = null;
   private max = Infinity;
   /** New clients a second (a burst of as many); null: any number. */
-  private newClients: TokenBucket | null = null;
+  private newClients: SharedBucket | null = null;
   private expiresAtMs = Infinity;
   /** When it takes new clients; null: always. The answer holds for the minute it was asked in. */
   private hours: AllowHours | null = null;
   private hoursMinute = -1;
   private hoursOpen = true;
-  /** Connections and sessions open now. */
-  private open = 0;
-  private refused = 0;
   /** Replaced only when the limit comes or goes, so that connections open keep sharing them. */
   private readonly buckets: Buckets = { in: null, out: null };
   /** The sockets waiting for a read's worth of each way's bucket, in turn. */
   private readonly turns: Record<Way, Turns | null> = { in: null, out: null };
   private quota: ForwardQuota | null = null;
-  /** What this node counted of the quota's period, since it first had it. */
-  private quotaCount = 0;
-  private spent = false;
+  /** Whether this gate told its connections that the quota is spent. */
+  private spentTold = false;
   /** Called when the quota is spent: the rule's connections and sessions are to end. */
   onSpent: () => void = () => undefined;
 
-  constructor(rule: GateRule) {
+  constructor(
+    rule: GateRule,
+    /** Its counts and buckets: its own, or a rule's in another thread too. */
+    readonly cells = new RuleCells(),
+  ) {
     this.update(rule);
   }
 
@@ -94,28 +95,33 @@ export class Gate {
     this.max = rule.max_connections ?? Infinity;
     const perSecond = rule.max_new_connections_per_second;
     // A bucket of a second's worth, full when the rate comes or changes.
-    if (perSecond === null) this.newClients = null;
-    else if (this.newClients?.capacity !== perSecond) this.newClients = new TokenBucket(perSecond, perSecond);
+    const newClients = this.cells.bucket('new_clients');
+    newClients.configure(perSecond ?? 0, perSecond ?? 0, true);
+    this.newClients = perSecond === null ? null : newClients;
     this.expiresAtMs = rule.expires_at === null ? Infinity : Date.parse(rule.expires_at);
     this.hours = rule.allow_hours ?? null;
     this.hoursMinute = -1;
     const rate = rule.bandwidth_limit;
     for (const way of ['in', 'out'] as const) {
+      const bucket = this.cells.bucket(way);
+      bucket.configure(rate ?? 0, rate === null ? 0 : burstOf(rate));
       if (rate === null) {
         this.buckets[way] = null;
         this.turns[way]?.releaseAll();
         this.turns[way] = null;
       } else if (this.buckets[way]) {
-        this.buckets[way].setRate(rate);
         this.turns[way]!.rescheduled();
       } else {
-        this.buckets[way] = new TokenBucket(rate);
-        this.turns[way] = new Turns(this.buckets[way], READ_BYTES);
+        this.buckets[way] = bucket;
+        this.turns[way] = new Turns(bucket, READ_BYTES);
       }
     }
-    if (rule.quota?.period_start !== this.quota?.period_start) this.quotaCount = 0;
+    const started = rule.quota ? Date.parse(rule.quota.period_start) : NaN;
+    this.cells.quotaPeriod(Number.isFinite(started) ? started : 0);
     this.quota = rule.quota;
-    this.spent = false;
+    // Told again if still spent, as any update tells; a quota raised past the count takes clients again.
+    this.spentTold = false;
+    if (this.quota && Math.max(this.quota.used, this.cells.countQuota(0)) < this.quota.bytes) this.cells.clearSpent();
     this.count(0);
   }
 
@@ -156,7 +162,7 @@ export class Gate {
 
   /** Whether a datagram of `bytes` may go `way` (within the bandwidth and the quota); counts it if so. */
   datagram(way: Way, bytes: number): boolean {
-    if (this.spent || this.buckets[way]?.tryTake(bytes) === false) return false;
+    if (this.spent() || this.buckets[way]?.tryTake(bytes) === false) return false;
     this.bill(way, bytes);
     return true;
   }
@@ -166,30 +172,43 @@ export class Gate {
     if (this.quota && (this.quota.direction === 'both' || this.quota.direction === way)) this.count(bytes);
   }
 
+  /** Counts `bytes` of the quota, in every thread's count; the first to see it spent marks it so. */
   private count(bytes: number): void {
     if (!this.quota) return;
-    this.quotaCount += bytes;
-    if (this.spent || Math.max(this.quota.used, this.quotaCount) < this.quota.bytes) return;
-    this.spent = true;
-    this.onSpent();
+    const counted = this.cells.countQuota(bytes);
+    if (Math.max(this.quota.used, counted) >= this.quota.bytes) this.cells.markSpent();
+    this.spent();
+  }
+
+  /** Whether the quota is spent (in any thread): the first time this gate sees it, its connections are told. */
+  private spent(): boolean {
+    if (!this.quota || !this.cells.spent) return false;
+    if (!this.spentTold) {
+      this.spentTold = true;
+      this.onSpent();
+    }
+    return true;
   }
 
   /** Whether a client at `address` may be carried; one that may counts as open until `release`. */
   admit(address: string): boolean {
     // What a rule without controls needs costs nothing per client: no clock read, no address parsed.
     if (
-      this.spent ||
-      this.open >= this.max ||
+      this.spent() ||
       (this.expiresAtMs !== Infinity && Date.now() >= this.expiresAtMs) ||
       ((this.allow !== null || this.deny !== null) && !this.allows(address)) ||
       (this.hours !== null && !this.inHours()) ||
-      // Last: a client refused for another reason takes no place in the second's allowance.
-      (this.newClients !== null && this.newClients.reserve(1) !== 0)
+      !this.cells.claim(this.max)
     ) {
-      this.refused++;
+      this.cells.refuse();
       return false;
     }
-    this.open++;
+    // Last: a client refused for another reason takes no place in the second's allowance.
+    if (this.newClients !== null && this.newClients.reserve(1) !== 0) {
+      this.cells.leave();
+      this.cells.refuse();
+      return false;
+    }
     return true;
   }
 
@@ -204,19 +223,17 @@ export class Gate {
   }
 
   release(): void {
-    this.open--;
+    this.cells.leave();
   }
 
   /** Counts a client turned away by something besides the gate (the node's own limits). */
   refuse(): void {
-    this.refused++;
+    this.cells.refuse();
   }
 
-  /** Clients turned away since the previous call. */
+  /** Clients turned away since the previous call, in every thread. */
   drainRefused(): number {
-    const refused = this.refused;
-    this.refused = 0;
-    return refused;
+    return this.cells.drainRefused();
   }
 
   private allows(raw: string): boolean {

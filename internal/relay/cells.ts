@@ -1,0 +1,202 @@
+// A rule's controls as shared memory, so that every thread relaying the rule holds one count of them: its open
+// connections, what it refused, its quota's count, and the token buckets of its bandwidth (a way each) and of its new
+// clients a second. A gate (gate.ts) works on these cells; another thread's gate on the same buffer works on the
+// same counts, exactly: a count changes by one atomic operation, a bucket under its own lock (a few reads and writes
+// of numbers, held for well under a microsecond).
+
+/** Int32 cells. */
+const OPEN = 0;
+const REFUSED = 1;
+const SPENT = 2;
+/** The lock of the quota's period, and of each bucket (BUCKETS order). */
+const QUOTA_LOCK = 3;
+const BUCKET_LOCK = 4;
+const INTS = 8;
+
+/** Float64 cells: the quota's count and period, then four a bucket. */
+const QUOTA_COUNT = 0;
+const QUOTA_PERIOD = 1;
+const BUCKET_CELLS = 4;
+const [TOKENS, AT, RATE, BURST] = [0, 1, 2, 3];
+
+/** The buckets of a rule, in their order in the cells. */
+export const BUCKETS = ['in', 'out', 'new_clients'] as const;
+export type BucketName = (typeof BUCKETS)[number];
+
+const FLOATS = 2 + BUCKETS.length * BUCKET_CELLS;
+/** The bytes of a rule's cells. */
+export const CELL_BYTES = INTS * 4 + FLOATS * 8;
+
+/** Milliseconds, alike in every thread (each thread's `performance.now()` counts from its own start). */
+const now = () => performance.timeOrigin + performance.now();
+
+function locked<T>(ints: Int32Array, lock: number, fn: () => T): T {
+  while (Atomics.compareExchange(ints, lock, 0, 1) !== 0);
+  try {
+    return fn();
+  } finally {
+    Atomics.store(ints, lock, 0);
+  }
+}
+
+/** A rule's controls in shared memory (see the top of this file). */
+export class RuleCells {
+  private readonly ints: Int32Array;
+  private readonly floats: Float64Array;
+
+  constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(CELL_BYTES)) {
+    if (buffer.byteLength !== CELL_BYTES) throw new Error(`a rule's cells are ${CELL_BYTES} bytes`);
+    this.ints = new Int32Array(buffer, 0, INTS);
+    this.floats = new Float64Array(buffer, INTS * 4, FLOATS);
+  }
+
+  /** Connections and sessions open, in every thread. */
+  get open(): number {
+    return Atomics.load(this.ints, OPEN);
+  }
+
+  /** Takes a place if fewer than `max` are open; false when none is left. */
+  claim(max: number): boolean {
+    for (;;) {
+      const open = Atomics.load(this.ints, OPEN);
+      if (open >= max) return false;
+      if (Atomics.compareExchange(this.ints, OPEN, open, open + 1) === open) return true;
+    }
+  }
+
+  /** Gives a place back. */
+  leave(): void {
+    Atomics.sub(this.ints, OPEN, 1);
+  }
+
+  refuse(): void {
+    Atomics.add(this.ints, REFUSED, 1);
+  }
+
+  /** Clients turned away since the previous call, in every thread. */
+  drainRefused(): number {
+    return Atomics.exchange(this.ints, REFUSED, 0);
+  }
+
+  /** Starts the quota's count again if `period` (its start, ms) is another than the one counted; once whoever asks. */
+  quotaPeriod(period: number): void {
+    locked(this.ints, QUOTA_LOCK, () => {
+      if (this.floats[QUOTA_PERIOD] === period) return;
+      this.floats[QUOTA_PERIOD] = period;
+      this.floats[QUOTA_COUNT] = 0;
+      Atomics.store(this.ints, SPENT, 0);
+    });
+  }
+
+  /** Adds `bytes` to the quota's count; returns the count. */
+  countQuota(bytes: number): number {
+    return locked(this.ints, QUOTA_LOCK, () => (this.floats[QUOTA_COUNT] = this.floats[QUOTA_COUNT]! + bytes));
+  }
+
+  /** Marks the quota spent; true for the one caller that marked it. */
+  markSpent(): boolean {
+    return Atomics.compareExchange(this.ints, SPENT, 0, 1) === 0;
+  }
+
+  /** The quota is no longer spent (raised past the count). */
+  clearSpent(): void {
+    Atomics.store(this.ints, SPENT, 0);
+  }
+
+  get spent(): boolean {
+    return Atomics.load(this.ints, SPENT) === 1;
+  }
+
+  bucket(name: BucketName): SharedBucket {
+    return new SharedBucket(this.ints, BUCKET_LOCK + BUCKETS.indexOf(name), this.floats, 2 + BUCKETS.indexOf(name) * 4);
+  }
+}
+
+/**
+ * A token bucket (bucket.ts) whose tokens are shared: what one thread takes, no other can. It fills at `rate` a second
+ * up to `burst`; a rate of 0 is no bucket (nothing limited), and one set while there was none starts full.
+ */
+export class SharedBucket {
+  constructor(
+    private readonly ints: Int32Array,
+    private readonly lock: number,
+    private readonly floats: Float64Array,
+    private readonly at: number,
+  ) {}
+
+  /** What it holds when full. */
+  get capacity(): number {
+    return this.floats[this.at + BURST]!;
+  }
+
+  /**
+   * Sets the rate and burst (the same from every thread: only a change changes anything). A bucket that comes starts
+   * full, and with `fullOnChange` one whose rate changes; otherwise it keeps what it holds, within the new burst.
+   */
+  configure(rate: number, burst: number, fullOnChange = false): void {
+    this.with((cells, i) => {
+      if (cells[i + RATE] === rate && cells[i + BURST] === burst) return;
+      const full = fullOnChange || cells[i + RATE] === 0;
+      this.refill();
+      cells[i + RATE] = rate;
+      cells[i + BURST] = burst;
+      cells[i + TOKENS] = full ? burst : Math.min(cells[i + TOKENS]!, burst);
+      cells[i + AT] = now();
+    });
+  }
+
+  /** Takes `bytes`, already moved; returns how many milliseconds to wait before moving more (0: none). */
+  take(bytes: number): number {
+    return this.with((cells, i) => {
+      this.refill();
+      const tokens = (cells[i + TOKENS] = cells[i + TOKENS]! - bytes);
+      return tokens >= 0 ? 0 : Math.ceil((-tokens * 1000) / cells[i + RATE]!);
+    });
+  }
+
+  /** Reserves `bytes` for a read about to be made: 0 when reserved, otherwise milliseconds to wait (none taken). */
+  reserve(bytes: number): number {
+    return this.with((cells, i) => {
+      this.refill();
+      const tokens = cells[i + TOKENS]!;
+      if (tokens >= bytes) {
+        cells[i + TOKENS] = tokens - bytes;
+        return 0;
+      }
+      return Math.max(1, Math.ceil(((bytes - tokens) * 1000) / cells[i + RATE]!));
+    });
+  }
+
+  /** Gives back `bytes` reserved and not used. */
+  refund(bytes: number): void {
+    this.with((cells, i) => {
+      this.refill();
+      cells[i + TOKENS] = Math.min(cells[i + BURST]!, cells[i + TOKENS]! + bytes);
+    });
+  }
+
+  /** Takes `bytes` if it holds them (a datagram is sent whole or dropped). */
+  tryTake(bytes: number): boolean {
+    return this.with((cells, i) => {
+      this.refill();
+      if (cells[i + TOKENS]! < bytes) return false;
+      cells[i + TOKENS] = cells[i + TOKENS]! - bytes;
+      return true;
+    });
+  }
+
+  /** Under the lock. */
+  private refill(): void {
+    const [cells, i] = [this.floats, this.at];
+    const at = now();
+    cells[i + TOKENS] = Math.min(
+      cells[i + BURST]!,
+      cells[i + TOKENS]! + ((at - cells[i + AT]!) * cells[i + RATE]!) / 1000,
+    );
+    cells[i + AT] = at;
+  }
+
+  private with<T>(fn: (cells: Float64Array, i: number) => T): T {
+    return locked(this.ints, this.lock, () => fn(this.floats, this.at));
+  }
+}

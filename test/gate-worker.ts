@@ -1,0 +1,75 @@
+// A thread relaying a rule beside others, for test/unit/rule-cells.test.ts: a gate over the rule's shared cells, made
+// to admit, move bytes or bill a quota as the test says, starting when every thread is ready.
+
+import { parentPort, workerData } from 'node:worker_threads';
+import { Gate, type GateRule } from '../internal/relay/gate.ts';
+import { RuleCells } from '../internal/relay/cells.ts';
+
+export type GateJob =
+  /** Tries to admit `admit` clients, holding each. */
+  | { admit: number }
+  /** Admits and releases at random `churn` times, checking the open count against the cap after each admission. */
+  | { churn: number }
+  /** Moves `chunk` bytes at a time for `ms`, waiting as the bandwidth says. */
+  | { flow: number; chunk: number; ms: number }
+  /** Bills `reads` reads of `bill` bytes, then (once the test says, every thread done) tries to admit one client. */
+  | { bill: number; reads: number };
+
+export interface GateWork {
+  cells: SharedArrayBuffer;
+  /** [0]: set to 1 by the test once every thread is ready; [1]: to 1 once every thread has billed. */
+  flags: SharedArrayBuffer;
+  rule: GateRule;
+  job: GateJob;
+}
+
+export interface GateDone {
+  admitted: number;
+  held: number;
+  /** Admissions after which more were open than the cap. */
+  overCap: number;
+  moved: number;
+  toldSpent: number;
+  admittedAfter: boolean;
+}
+
+const { cells: buffer, flags: flagBuffer, rule, job } = workerData as GateWork;
+const cells = new RuleCells(buffer);
+const gate = new Gate(rule, cells);
+let toldSpent = 0;
+gate.onSpent = () => toldSpent++;
+const flags = new Int32Array(flagBuffer);
+const nap = new Int32Array(new SharedArrayBuffer(4));
+parentPort!.postMessage('ready');
+Atomics.wait(flags, 0, 0);
+const done: GateDone = { admitted: 0, held: 0, overCap: 0, moved: 0, toldSpent: 0, admittedAfter: false };
+if ('admit' in job) {
+  for (let i = 0; i < job.admit; i++) if (gate.admit('192.0.2.7')) done.admitted++;
+  done.held = done.admitted;
+} else if ('churn' in job) {
+  for (let i = 0; i < job.churn; i++) {
+    if (gate.admit('192.0.2.7')) {
+      done.admitted++;
+      done.held++;
+      if (cells.open > rule.max_connections!) done.overCap++;
+    }
+    if (done.held > 0 && Math.random() < 0.5) {
+      gate.release();
+      done.held--;
+    }
+  }
+} else if ('flow' in job) {
+  const until = performance.now() + job.ms;
+  while (performance.now() < until) {
+    const wait = gate.flowed('in', job.chunk);
+    done.moved += job.chunk;
+    if (wait > 0) Atomics.wait(nap, 0, 0, Math.min(wait, until - performance.now()));
+  }
+} else {
+  for (let i = 0; i < job.reads; i++) gate.read('in', job.bill, job.bill);
+  parentPort!.postMessage('billed');
+  Atomics.wait(flags, 1, 0);
+  done.admittedAfter = gate.admit('192.0.2.7');
+}
+done.toldSpent = toldSpent;
+parentPort!.postMessage(done);

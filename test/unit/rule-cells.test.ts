@@ -1,0 +1,119 @@
+// A rule's controls held by several threads at once, each with its gate over the rule's shared cells (relay/cells.ts),
+// as the relay's threads hold them: real worker threads, started together.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Worker } from 'node:worker_threads';
+import { RuleCells } from '../../internal/relay/cells.ts';
+import type { GateRule } from '../../internal/relay/gate.ts';
+import type { GateDone, GateJob, GateWork } from '../gate-worker.ts';
+
+const THREADS = 4;
+
+const OPEN_RULE: GateRule = {
+  allow_sources: [],
+  deny_sources: [],
+  max_connections: null,
+  max_new_connections_per_second: null,
+  bandwidth_limit: null,
+  expires_at: null,
+  quota: null,
+  allow_hours: null,
+};
+
+/** Waits for `count` messages `what` from the workers. */
+function heard(workers: Worker[], what: string): Promise<unknown[]> {
+  return Promise.all(
+    workers.map(
+      (worker) =>
+        new Promise((resolve) => {
+          const listen = (message: unknown) => {
+            if (message !== what) return;
+            worker.off('message', listen);
+            resolve(message);
+          };
+          worker.on('message', listen);
+        }),
+    ),
+  );
+}
+
+function raise(flags: Int32Array, index: number): void {
+  Atomics.store(flags, index, 1);
+  Atomics.notify(flags, index);
+}
+
+/** Runs `job` in THREADS threads over one rule's cells, started at once; their outcomes and the cells. */
+async function together(rule: GateRule, job: GateJob): Promise<{ done: GateDone[]; cells: RuleCells }> {
+  const cells = new RuleCells();
+  const flags = new Int32Array(new SharedArrayBuffer(8));
+  const workers = Array.from(
+    { length: THREADS },
+    () =>
+      new Worker(new URL('../gate-worker.ts', import.meta.url), {
+        workerData: { cells: cells.buffer, flags: flags.buffer as SharedArrayBuffer, rule, job } satisfies GateWork,
+      }),
+  );
+  const outcomes = workers.map(
+    (worker) =>
+      new Promise<GateDone>((resolve, reject) => {
+        worker.on('error', reject);
+        worker.on('message', (message) => typeof message === 'object' && resolve(message as GateDone));
+      }),
+  );
+  await heard(workers, 'ready');
+  raise(flags, 0);
+  if ('bill' in job) {
+    await heard(workers, 'billed');
+    raise(flags, 1);
+  }
+  const done = await Promise.all(outcomes);
+  await Promise.all(workers.map((worker) => worker.terminate()));
+  return { done, cells };
+}
+
+const sum = (done: GateDone[], key: Exclude<keyof GateDone, 'admittedAfter'>) =>
+  done.reduce((total, d) => total + d[key], 0);
+
+test('a cap of 50 connections spread over four threads admits exactly 50, and counts every one refused', async () => {
+  const { done, cells } = await together({ ...OPEN_RULE, max_connections: 50 }, { admit: 100 });
+  assert.equal(sum(done, 'admitted'), 50);
+  assert.equal(cells.open, 50);
+  assert.equal(cells.drainRefused(), THREADS * 100 - 50);
+});
+
+const racing = 'admissions and releases racing in four threads never pass the cap, and the count ends at what is held';
+
+test(racing, async () => {
+  const { done, cells } = await together({ ...OPEN_RULE, max_connections: 20 }, { churn: 200_000 });
+  assert.equal(sum(done, 'overCap'), 0);
+  assert.equal(cells.open, sum(done, 'held'));
+  assert.ok(sum(done, 'admitted') > 100_000, `${sum(done, 'admitted')} admitted`);
+});
+
+test('new clients a second are shared by four threads: exactly a second of them at once', async () => {
+  const { done } = await together({ ...OPEN_RULE, max_new_connections_per_second: 30 }, { admit: 100 });
+  assert.equal(sum(done, 'admitted'), 30);
+});
+
+test('a bandwidth limit moved through by four threads holds within 10%', async () => {
+  const rate = 8 * 1024 * 1024;
+  const ms = 1000;
+  const { done } = await together({ ...OPEN_RULE, bandwidth_limit: rate }, { flow: 0, chunk: 16 * 1024, ms });
+  const moved = sum(done, 'moved');
+  // Over the span: the burst it starts with (an eighth of a second) and the rate; a thread may overdraw one chunk.
+  const allowed = rate / 8 + (rate * ms) / 1000;
+  assert.ok(Math.abs(moved - allowed) <= 0.1 * allowed, `${moved} bytes moved, ${allowed} allowed`);
+});
+
+test("a quota billed by four threads counts every byte, and is spent in each thread's gate", async () => {
+  const quota = { bytes: 1_000_000, used: 0, direction: 'both' as const, period_start: '2026-12-01T00:00:00Z' };
+  const { done, cells } = await together({ ...OPEN_RULE, quota }, { bill: 1000, reads: 300 });
+  assert.equal(cells.countQuota(0), THREADS * 300 * 1000, 'the count is the bytes billed, to the byte');
+  assert.equal(cells.spent, true);
+  // Each thread's gate, at its next client if not at a read of its own, refuses and tells its connections once.
+  assert.deepEqual(
+    done.map((d) => [d.toldSpent, d.admittedAfter]),
+    Array(THREADS).fill([1, false]),
+  );
+});
