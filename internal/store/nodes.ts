@@ -241,6 +241,7 @@ export class NodeStore {
   readonly bound;
   private readonly sortedQueries;
   private readonly pageQuery;
+  private readonly taggedQuery;
   private readonly insertStmt;
   private readonly nextIdStmt;
   private readonly updateStmt;
@@ -293,6 +294,14 @@ export class NodeStore {
     this.pageQuery = new FilteredQuery(
       db,
       'SELECT id FROM nodes WHERE id > :after {filters} ORDER BY id LIMIT :limit + 1',
+      NODE_FILTERS,
+    );
+    // A tag's page walks the tag's index in id order, as far as the page goes (its condition in pageQuery makes SQLite
+    // list every node of the tag first: 2.2 ms a page where 10,000 carry it). The other filters still apply.
+    this.taggedQuery = new FilteredQuery(
+      db,
+      `SELECT nodes.id FROM node_tag_index t JOIN nodes ON nodes.id = t.node_id
+        WHERE t.tag = :tagged AND t.node_id > :after {filters} ORDER BY t.node_id LIMIT :limit + 1`,
       NODE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM nodes WHERE 1 {filters}', NODE_FILTERS);
@@ -391,9 +400,12 @@ export class NodeStore {
       const { ids, lastKey } = this.sortedQueries.ids(filter.sorted, filter.limit, conditions);
       return { ...this.rendered.pageOf(ids, filter.limit), lastKey, total };
     }
-    const ids = (
-      this.pageQuery.all({ after: filter.afterId, limit: filter.limit, ...conditions }) as unknown as { id: number }[]
-    ).map((row) => row.id);
+    const params = { after: filter.afterId, limit: filter.limit, ...conditions };
+    const rows =
+      conditions.tag === null
+        ? this.pageQuery.all(params)
+        : this.taggedQuery.all({ ...params, tag: null, tagged: conditions.tag });
+    const ids = (rows as unknown as { id: number }[]).map((row) => row.id);
     return { ...this.rendered.pageOf(ids, filter.limit), total };
   }
 

@@ -274,6 +274,7 @@ export class RuleStore {
   private readonly listQuery;
   private readonly pageQuery;
   private readonly searchQuery;
+  private readonly taggedQuery;
   private readonly jsonStmt;
   private readonly insertRows;
   private readonly insertPlainRows;
@@ -338,6 +339,15 @@ export class RuleStore {
       db,
       `SELECT rules.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.rowid = n.rowid
         WHERE n.name LIKE :trigrams AND n.rowid > :after {filters} ORDER BY n.rowid LIMIT :limit + 1`,
+      RULE_FILTERS,
+    );
+    // A tag's page (without a name search) walks the tag's index in id order, as far as the page goes: its condition
+    // in pageQuery makes SQLite list every rule of the tag first.
+    this.taggedQuery = new FilteredQuery(
+      db,
+      `SELECT rules.id, v.json FROM rule_tag_index t JOIN rules ON rules.id = t.rule_id
+        JOIN rule_views v ON v.rowid = t.rule_id
+        WHERE t.tag = :tagged AND t.rule_id > :after {filters} ORDER BY t.rule_id LIMIT :limit + 1`,
       RULE_FILTERS,
     );
     this.countQuery = new FilteredCount(db, 'SELECT count(*) AS n FROM rules WHERE 1 {filters}', RULE_FILTERS);
@@ -514,12 +524,16 @@ export class RuleStore {
     this.bound.check(this.conditions(filter));
     if (filter.sorted) return this.sortedPage(filter, filter.sorted);
     const params = this.filterParams(filter);
-    // A name search alone walks its trigrams' index in id order (searchQuery), as far as the page goes.
+    // A name search walks its trigrams' index in id order (searchQuery), a tag its own (taggedQuery), as far as the
+    // page goes.
     const { trigrams, ...rest } = params;
-    const rows = (trigrams ? this.searchQuery.all({ ...rest, trigrams }) : this.pageQuery.all(params)) as {
-      id: number;
-      json: string;
-    }[];
+    const rows = (
+      trigrams
+        ? this.searchQuery.all({ ...rest, trigrams })
+        : params.tag !== null
+          ? this.taggedQuery.all({ ...params, tag: null, tagged: params.tag })
+          : this.pageQuery.all(params)
+    ) as { id: number; json: string }[];
     const more = rows.length > filter.limit;
     if (more) rows.pop();
     return {

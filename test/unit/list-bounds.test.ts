@@ -9,7 +9,12 @@ import { test } from 'node:test';
 import { routes } from '../../internal/api/routes.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { AUDIT_FILTERS, EVERY_ENTRY } from '../../internal/store/audit.ts';
-import { MAX_UNINDEXED_ROWS, type FilterBound, type KeysetQueries } from '../../internal/store/filters.ts';
+import {
+  MAX_UNINDEXED_ROWS,
+  type FilteredQuery,
+  type FilterBound,
+  type KeysetQueries,
+} from '../../internal/store/filters.ts';
 import { NODE_FILTERS, NODE_SORTS } from '../../internal/store/nodes.ts';
 import { EVERY_RULE, RULE_FILTERS, RULE_SORTS } from '../../internal/store/rules.ts';
 import { openStore, type Store } from '../../internal/store/store.ts';
@@ -228,6 +233,28 @@ test(`every filter and sort of every list reads an index, or is refused past ${M
       refusal(() => store.rules.page({ ...EVERY_RULE, afterId: 0, limit: 5, q: 'rule1' })),
       null,
     );
+  } finally {
+    store.close();
+  }
+});
+
+test("a tag's page of nodes or rules walks the tag's index in id order, listing no other row of the tag", () => {
+  const store = openStore(mkdtempSync(join(tmpdir(), 'portplane-bounds-')), { secretFields: new Set() });
+  try {
+    for (const [part, index, column] of [
+      ['nodes', 'node_tag_index', 'node_id'],
+      ['rules', 'rule_tag_index', 'rule_id'],
+    ] as const) {
+      const tagged = (store[part] as unknown as { taggedQuery: FilteredQuery<string> }).taggedQuery;
+      for (const filters of [[], ['q']]) {
+        const plan = tagged.plan(filters).join('\n');
+        assert.match(
+          plan,
+          new RegExp(`SEARCH t USING COVERING INDEX sqlite_autoindex_${index}_1 \\(tag=\\? AND ${column}>\\?\\)`),
+        );
+        assert.doesNotMatch(plan, /LIST SUBQUERY|TEMP B-TREE/, `${part} with ${filters.join()}:\n${plan}`);
+      }
+    }
   } finally {
     store.close();
   }
