@@ -37,7 +37,7 @@ export class Coalescer<V> {
       if (!entry) {
         if (this.keys.size >= MAX_KEYS) this.forget();
         if (this.keys.size >= MAX_KEYS) continue;
-        entry = { budget: new TokenBucket(1000 / this.refillMs, this.burst, this.now) };
+        entry = { budget: TokenBucket.of(1000 / this.refillMs, this.burst, this.now) };
         this.keys.set(key, entry);
       }
       const wait = entry.budget.reserve(1);

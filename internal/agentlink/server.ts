@@ -223,7 +223,7 @@ export class AgentLinks {
       ip,
       allowance: new TrafficAllowance(app.clock.now, countedAt),
       ...this.stateWriters(nodeId),
-      writes: new TokenBucket(WRITES_PER_MINUTE / 60, WRITES_BURST, app.clock.now),
+      writes: TokenBucket.of(WRITES_PER_MINUTE / 60, WRITES_BURST, app.clock.now),
       dropped: 0,
     };
     if (this.links.has(nodeId)) {

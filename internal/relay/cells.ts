@@ -4,6 +4,8 @@
 // same counts, exactly: a count changes by one atomic operation, a bucket under its own lock (a few reads and writes
 // of numbers, held for well under a microsecond).
 
+import { BUCKET_CELLS, TokenBucket, type Lock } from './bucket.ts';
+
 /** Int32 cells. */
 const OPEN = 0;
 const REFUSED = 1;
@@ -13,11 +15,9 @@ const QUOTA_LOCK = 3;
 const BUCKET_LOCK = 4;
 const INTS = 8;
 
-/** Float64 cells: the quota's count and period, then four a bucket. */
+/** Float64 cells: the quota's count and period, then a bucket's (bucket.ts) each. */
 const QUOTA_COUNT = 0;
 const QUOTA_PERIOD = 1;
-const BUCKET_CELLS = 4;
-const [TOKENS, AT, RATE, BURST] = [0, 1, 2, 3];
 
 /** The buckets of a rule, in their order in the cells. */
 export const BUCKETS = ['in', 'out', 'new_clients'] as const;
@@ -107,96 +107,10 @@ export class RuleCells {
     return Atomics.load(this.ints, SPENT) === 1;
   }
 
-  bucket(name: BucketName): SharedBucket {
-    return new SharedBucket(this.ints, BUCKET_LOCK + BUCKETS.indexOf(name), this.floats, 2 + BUCKETS.indexOf(name) * 4);
-  }
-}
-
-/**
- * A token bucket (bucket.ts) whose tokens are shared: what one thread takes, no other can. It fills at `rate` a second
- * up to `burst`; a rate of 0 is no bucket (nothing limited), and one set while there was none starts full.
- */
-export class SharedBucket {
-  constructor(
-    private readonly ints: Int32Array,
-    private readonly lock: number,
-    private readonly floats: Float64Array,
-    private readonly at: number,
-  ) {}
-
-  /** What it holds when full. */
-  get capacity(): number {
-    return this.floats[this.at + BURST]!;
-  }
-
-  /**
-   * Sets the rate and burst (the same from every thread: only a change changes anything). A bucket that comes starts
-   * full, and with `fullOnChange` one whose rate changes; otherwise it keeps what it holds, within the new burst.
-   */
-  configure(rate: number, burst: number, fullOnChange = false): void {
-    this.with((cells, i) => {
-      if (cells[i + RATE] === rate && cells[i + BURST] === burst) return;
-      const full = fullOnChange || cells[i + RATE] === 0;
-      this.refill();
-      cells[i + RATE] = rate;
-      cells[i + BURST] = burst;
-      cells[i + TOKENS] = full ? burst : Math.min(cells[i + TOKENS]!, burst);
-      cells[i + AT] = now();
-    });
-  }
-
-  /** Takes `bytes`, already moved; returns how many milliseconds to wait before moving more (0: none). */
-  take(bytes: number): number {
-    return this.with((cells, i) => {
-      this.refill();
-      const tokens = (cells[i + TOKENS] = cells[i + TOKENS]! - bytes);
-      return tokens >= 0 ? 0 : Math.ceil((-tokens * 1000) / cells[i + RATE]!);
-    });
-  }
-
-  /** Reserves `bytes` for a read about to be made: 0 when reserved, otherwise milliseconds to wait (none taken). */
-  reserve(bytes: number): number {
-    return this.with((cells, i) => {
-      this.refill();
-      const tokens = cells[i + TOKENS]!;
-      if (tokens >= bytes) {
-        cells[i + TOKENS] = tokens - bytes;
-        return 0;
-      }
-      return Math.max(1, Math.ceil(((bytes - tokens) * 1000) / cells[i + RATE]!));
-    });
-  }
-
-  /** Gives back `bytes` reserved and not used. */
-  refund(bytes: number): void {
-    this.with((cells, i) => {
-      this.refill();
-      cells[i + TOKENS] = Math.min(cells[i + BURST]!, cells[i + TOKENS]! + bytes);
-    });
-  }
-
-  /** Takes `bytes` if it holds them (a datagram is sent whole or dropped). */
-  tryTake(bytes: number): boolean {
-    return this.with((cells, i) => {
-      this.refill();
-      if (cells[i + TOKENS]! < bytes) return false;
-      cells[i + TOKENS] = cells[i + TOKENS]! - bytes;
-      return true;
-    });
-  }
-
-  /** Under the lock. */
-  private refill(): void {
-    const [cells, i] = [this.floats, this.at];
-    const at = now();
-    cells[i + TOKENS] = Math.min(
-      cells[i + BURST]!,
-      cells[i + TOKENS]! + ((at - cells[i + AT]!) * cells[i + RATE]!) / 1000,
-    );
-    cells[i + AT] = at;
-  }
-
-  private with<T>(fn: (cells: Float64Array, i: number) => T): T {
-    return locked(this.ints, this.lock, () => fn(this.floats, this.at));
+  /** The bucket `name` of the rule, over these cells. */
+  bucket(name: BucketName): TokenBucket {
+    const index = BUCKETS.indexOf(name);
+    const lock: Lock = (fn) => locked(this.ints, BUCKET_LOCK + index, fn);
+    return TokenBucket.over(this.floats, 2 + index * BUCKET_CELLS, lock, now);
   }
 }

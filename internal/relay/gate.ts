@@ -14,8 +14,8 @@ import { BlockList } from 'node:net';
 import { parseCidr } from '../schema/net.ts';
 import { allowedAt, type AllowHours } from '../domain/hours.ts';
 import type { ForwardQuota, ForwardRule } from '../domain/rules.ts';
-import { burstOf } from './bucket.ts';
-import { RuleCells, type SharedBucket } from './cells.ts';
+import type { TokenBucket } from './bucket.ts';
+import { RuleCells } from './cells.ts';
 import { Turns, type Waiter } from './turns.ts';
 
 export type GateRule = Pick<
@@ -38,8 +38,8 @@ export type Way = keyof Buckets;
 
 /** The buckets a rule's bytes go through: in (client to target) and out (back); null where it has no limit. */
 export interface Buckets {
-  in: SharedBucket | null;
-  out: SharedBucket | null;
+  in: TokenBucket | null;
+  out: TokenBucket | null;
 }
 
 function blockList(blocks: readonly string[]): BlockList | null {
@@ -64,7 +64,7 @@ export class Gate {
   private deny: BlockList | null = null;
   private max = Infinity;
   /** New clients a second (a burst of as many); null: any number. */
-  private newClients: SharedBucket | null = null;
+  private newClients: TokenBucket | null = null;
   private expiresAtMs = Infinity;
   /** When it takes new clients; null: always. The answer holds for the minute it was asked in. */
   private hours: AllowHours | null = null;
@@ -104,7 +104,8 @@ export class Gate {
     const rate = rule.bandwidth_limit;
     for (const way of ['in', 'out'] as const) {
       const bucket = this.cells.bucket(way);
-      bucket.configure(rate ?? 0, rate === null ? 0 : burstOf(rate));
+      if (rate === null) bucket.configure(0, 0);
+      else bucket.setRate(rate);
       if (rate === null) {
         this.buckets[way] = null;
         this.turns[way]?.releaseAll();

@@ -5,6 +5,7 @@
 // In turn, a new client reads within a round, one burst's time (1 s at the smallest burst and rate), and a socket gone
 // is passed over without taking anything.
 
+import type { TokenBucket } from './bucket.ts';
 import { faults } from './faults.ts';
 
 /** The least a turn reserves, however many wait: a read smaller than this costs more than it moves. */
@@ -45,20 +46,12 @@ class Fifo<T> {
   }
 }
 
-/** What turns are served from: a bucket of bytes (bucket.ts, cells.ts). */
-export interface TurnBucket {
-  /** What it holds when full. */
-  readonly capacity: number;
-  /** Reserves `bytes`: 0 when reserved, otherwise milliseconds to wait before asking again. */
-  reserve(bytes: number): number;
-}
-
 export class Turns {
   private readonly queue = new Fifo<Waiter>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly bucket: TurnBucket,
+    private readonly bucket: TokenBucket,
     /** The most a turn reserves: a whole read. */
     private readonly most: number,
   ) {}

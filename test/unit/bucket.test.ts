@@ -9,7 +9,7 @@ const KiB = 1024;
 
 function bucketAt(rate: number) {
   let now = 0;
-  return { bucket: new TokenBucket(rate, undefined, () => now), advance: (ms: number) => (now += ms) };
+  return { bucket: TokenBucket.of(rate, undefined, () => now), advance: (ms: number) => (now += ms) };
 }
 
 test('readers sharing a bucket, however many and whenever they come, read at most its burst plus the rate', () => {

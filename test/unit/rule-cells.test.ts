@@ -4,24 +4,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
+import { controlDefaults } from '../../internal/domain/rules.ts';
 import { RuleCells } from '../../internal/relay/cells.ts';
 import type { GateRule } from '../../internal/relay/gate.ts';
 import type { GateDone, GateJob, GateWork } from '../gate-worker.ts';
 
 const THREADS = 4;
 
-const OPEN_RULE: GateRule = {
-  allow_sources: [],
-  deny_sources: [],
-  max_connections: null,
-  max_new_connections_per_second: null,
-  bandwidth_limit: null,
-  expires_at: null,
-  quota: null,
-  allow_hours: null,
-};
+/** A rule without controls. */
+const OPEN_RULE: GateRule = controlDefaults;
 
-/** Waits for `count` messages `what` from the workers. */
+/** Waits for each worker's message `what`. */
 function heard(workers: Worker[], what: string): Promise<unknown[]> {
   return Promise.all(
     workers.map(
