@@ -24,6 +24,7 @@ export async function masterCommand(args: string[]): Promise<{ code: number | nu
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-  const [code] = (await once(child, 'exit')) as [number | null];
+  // 'close', not 'exit': a child's output may still be on its way when it has exited (seen under load: promote's line).
+  const [code] = (await once(child, 'close')) as [number | null];
   return { code, stdout, stderr };
 }

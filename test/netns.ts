@@ -80,7 +80,8 @@ export async function runIn(ns: string, script: string, ...args: string[]): Prom
   });
   let out = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
-  const [code] = await once(child, 'exit');
+  // 'close': what it printed may still be on its way when it has exited.
+  const [code] = await once(child, 'close');
   if (code !== 0) throw new Error(`script in ${ns} exited ${code}: ${out}`);
   return out.trim();
 }
