@@ -31,6 +31,9 @@ export interface GateDone {
   moved: number;
   toldSpent: number;
   admittedAfter: boolean;
+  /** When its admissions began and ended (ms, alike in every thread). */
+  from: number;
+  to: number;
 }
 
 const { cells: buffer, flags: flagBuffer, rule, job } = workerData as GateWork;
@@ -42,7 +45,17 @@ const flags = new Int32Array(flagBuffer);
 const nap = new Int32Array(new SharedArrayBuffer(4));
 parentPort!.postMessage('ready');
 Atomics.wait(flags, 0, 0);
-const done: GateDone = { admitted: 0, held: 0, overCap: 0, moved: 0, toldSpent: 0, admittedAfter: false };
+const clock = () => performance.timeOrigin + performance.now();
+const done: GateDone = {
+  admitted: 0,
+  held: 0,
+  overCap: 0,
+  moved: 0,
+  toldSpent: 0,
+  admittedAfter: false,
+  from: clock(),
+  to: 0,
+};
 if ('admit' in job) {
   for (let i = 0; i < job.admit; i++) if (gate.admit('192.0.2.7')) done.admitted++;
   done.held = done.admitted;
@@ -72,4 +85,5 @@ if ('admit' in job) {
   done.admittedAfter = gate.admit('192.0.2.7');
 }
 done.toldSpent = toldSpent;
+done.to = clock();
 parentPort!.postMessage(done);
