@@ -1,6 +1,7 @@
 // A primary's side of replication: the record of changes standbys follow (started by the first to ask), a snapshot to
 // seed one from, and sync mode's wait for a standby to hold what a write committed.
 
+import { DomainError } from '../errors/errors.ts';
 import type { Logger } from '../log/log.ts';
 import { singleFlight } from '../runtime/single-flight.ts';
 import type { Settings } from '../settings/settings.ts';
@@ -93,8 +94,8 @@ export class PrimaryReplication {
    * In sync mode: resolves once a standby holds what was committed so far (the chosen one, or another that holds it
    * when the chosen one did not in time, chosen in its place), or after replication_sync_timeout_seconds, after
    * which writes go on without waiting until a standby holds one of them again. No standby having asked since this
-   * master started counts as none holding it (the record starts here), not as nothing to wait for. Throws when a
-   * choice cannot be published (an elected primary that no longer leads).
+   * master started counts as none holding it (the record starts here), not as nothing to wait for. Throws
+   * `unavailable` when a choice cannot be published (an elected primary that no longer leads, etcd not answering).
    */
   async held(): Promise<void> {
     const { settings, log, now } = this.deps;
@@ -145,7 +146,16 @@ export class PrimaryReplication {
       });
     });
     this.deciding = decided.catch(() => {});
-    return decided;
+    return decided.catch((error: Error) => {
+      // Committed here, but not promised to a standby that may take over: the caller cannot know whether it stays.
+      throw new DomainError(
+        'unavailable',
+        'the write committed here, but the standby holding it could not be published in etcd (this master may no ' +
+          'longer lead): read it back from the primary before sending it again',
+        { retryAfterSeconds: 1 },
+        error,
+      );
+    });
   }
 
   /** Answers standbys waiting for a change at once: the master is stopping. */

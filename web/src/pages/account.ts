@@ -32,7 +32,20 @@ export async function accountPage(ctx: PageCtx): Promise<void> {
       ctx.say(`Password changed${ended > 0 ? `; ${ended} other ${ended === 1 ? 'session' : 'sessions'} ended` : ''}`);
     },
   );
-  // Drawn again after each act (a session ended, the second factor turned off): what changed is read afresh.
+  // Read again after each act and whenever the event stream (re)opens: what a refresh redraws is what it read (the
+  // sessions, the passkeys, the second factor's state when it changed), never a field being typed in or a step under
+  // way (a set-up, recovery codes shown once), which would be lost.
+  const factor = secondFactor(ctx);
+  const passkeys = passkeysOf(ctx);
+  const sessions = h('section', { 'aria-label': 'Your sessions' });
+  ctx.main.replaceChildren(
+    h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
+    user.role === 'tenant' ? planSummary(ctx.me) : '',
+    password,
+    factor.section,
+    passkeys.section,
+    sessions,
+  );
   await ctx.live(async () => {
     const [{ items }, me, methods] = await Promise.all([
       get<Schema<'LoginSessions'>>('/api/auth/sessions'),
@@ -40,19 +53,14 @@ export async function accountPage(ctx: PageCtx): Promise<void> {
       get<Schema<'SignInMethods'>>('/api/auth/methods'),
     ]);
     const keys = methods.passkeys ? (await get<Schema<'Passkeys'>>('/api/auth/passkeys')).items : null;
-    ctx.main.replaceChildren(
-      h('p', {}, `Signed in as ${user.username}, with ${user.scopes.join(' ') || 'no scopes'}.`),
-      user.role === 'tenant' ? planSummary(ctx.me) : '',
-      password,
-      secondFactor(ctx, me.second_factor),
-      keys ? passkeysOf(ctx, keys) : '',
-      sessionsOf(ctx, items),
-    );
+    factor.show(me.second_factor);
+    passkeys.show(keys);
+    sessions.replaceChildren(...sessionsOf(ctx, items));
   }, []);
 }
 
-/** The user's passkeys: one of this device added (named), each removed. */
-function passkeysOf(ctx: PageCtx, keys: Schema<'Passkeys'>['items']): HTMLElement {
+/** The user's passkeys (where the master offers them): one of this device added (named), each removed. */
+function passkeysOf(ctx: PageCtx): { section: HTMLElement; show(keys: Schema<'Passkeys'>['items'] | null): void } {
   const name = input('passkey_name', { required: true, maxlength: 64, value: 'this device' });
   const add = form(
     { 'aria-label': 'Add a passkey' },
@@ -63,40 +71,40 @@ function passkeysOf(ctx: PageCtx, keys: Schema<'Passkeys'>['items']): HTMLElemen
       await ctx.reload();
     },
   );
-  return h(
-    'section',
-    { 'aria-label': 'Passkeys' },
-    h('h2', {}, 'Passkeys'),
-    keys.length === 0
-      ? h('p', {}, 'None yet.')
-      : h(
-          'ul',
-          {},
-          ...keys.map((key) =>
-            h(
-              'li',
-              {},
-              `${key.name} (added ${when(key.created_at)}` +
-                `${key.last_used_at ? `, last used ${when(key.last_used_at)}` : ''}) `,
-              button('Remove', () =>
-                ctx.act(
-                  `Passkey ${key.name} removed`,
-                  () => api('DELETE', `/api/auth/passkeys/${key.id}`),
-                  `Remove ${key.name}?`,
+  const list = h('div');
+  const section = h('section', { 'aria-label': 'Passkeys', hidden: true }, h('h2', {}, 'Passkeys'), list, add);
+  const show = (keys: Schema<'Passkeys'>['items'] | null) => {
+    section.hidden = keys === null;
+    list.replaceChildren(
+      !keys || keys.length === 0
+        ? h('p', {}, 'None yet.')
+        : h(
+            'ul',
+            {},
+            ...keys.map((key) =>
+              h(
+                'li',
+                {},
+                `${key.name} (added ${when(key.created_at)}` +
+                  `${key.last_used_at ? `, last used ${when(key.last_used_at)}` : ''}) `,
+                button('Remove', () =>
+                  ctx.act(
+                    `Passkey ${key.name} removed`,
+                    () => api('DELETE', `/api/auth/passkeys/${key.id}`),
+                    `Remove ${key.name}?`,
+                  ),
                 ),
               ),
             ),
           ),
-        ),
-    add,
-  );
+    );
+  };
+  return { section, show };
 }
 
 /** Where the user is signed in, each session ended on its own, or all but this one. */
-function sessionsOf(ctx: PageCtx, open: Schema<'LoginSessions'>['items']): HTMLElement {
-  return h(
-    'section',
-    { 'aria-label': 'Your sessions' },
+function sessionsOf(ctx: PageCtx, open: Schema<'LoginSessions'>['items']): HTMLElement[] {
+  return [
     h('h2', {}, 'Your sessions'),
     h(
       'div',
@@ -134,38 +142,54 @@ function sessionsOf(ctx: PageCtx, open: Schema<'LoginSessions'>['items']): HTMLE
     button('Sign out everywhere else', () =>
       ctx.act('Signed out everywhere else', () => api('POST', '/api/auth/logout-others')),
     ),
-  );
+  ];
 }
 
-/** The second factor: set up (the secret, then a code of it), its recovery codes shown once, or turned off. */
-function secondFactor(ctx: PageCtx, state: Schema<'WhoAmI'>['second_factor']): HTMLElement {
-  const section = h('section', { 'aria-label': 'Second factor' }, h('h2', {}, 'Second factor'));
-  const { totp, recovery_codes_left } = state;
-  if (totp === 'on') {
-    const password = input('password', { type: 'password', autocomplete: 'current-password', required: true });
-    section.append(
-      h('p', {}, `On: signing in asks for a code. ${recovery_codes_left} recovery codes left.`),
-      form(
-        { 'aria-label': 'Turn the second factor off' },
-        [field('Password', password), h('button', { type: 'submit', class: 'danger' }, 'Turn off')],
-        async () => {
-          await api('POST', '/api/auth/totp/disable', { body: { password: password.value } });
-          ctx.say('Second factor off');
-          await ctx.reload();
-        },
-      ),
-    );
-    return section;
-  }
-  section.append(
-    h(
-      'p',
-      {},
-      'Off: signing in needs your password alone. A code from an authenticator app makes a stolen password not enough.',
-    ),
-    button('Set up an authenticator app', () => void setUp().catch((error: Error) => ctx.say(error.message, 'error'))),
+/**
+ * The second factor: set up (the secret, then a code of it), its recovery codes shown once, or turned off. `show`
+ * draws the state read when it changed, but not over a set-up under way or recovery codes not yet put away.
+ */
+function secondFactor(ctx: PageCtx): { section: HTMLElement; show(state: Schema<'WhoAmI'>['second_factor']): void } {
+  const section = h('section', { 'aria-label': 'Second factor' });
+  let drawn = '';
+  let stepUnderWay = false;
+  const password = input('password', { type: 'password', autocomplete: 'current-password', required: true });
+  const off = form(
+    { 'aria-label': 'Turn the second factor off' },
+    [field('Password', password), h('button', { type: 'submit', class: 'danger' }, 'Turn off')],
+    async (el) => {
+      await api('POST', '/api/auth/totp/disable', { body: { password: password.value } });
+      el.reset();
+      ctx.say('Second factor off');
+      await ctx.reload();
+    },
   );
-  return section;
+  const show = (state: Schema<'WhoAmI'>['second_factor']) => {
+    const key = JSON.stringify(state);
+    if (stepUnderWay || key === drawn) return;
+    drawn = key;
+    if (state.totp === 'on') {
+      const left = h('p', {}, `On: signing in asks for a code. ${state.recovery_codes_left} recovery codes left.`);
+      return section.replaceChildren(h('h2', {}, 'Second factor'), left, off);
+    }
+    section.replaceChildren(
+      h('h2', {}, 'Second factor'),
+      h(
+        'p',
+        {},
+        'Off: signing in needs your password alone. A code from an authenticator app makes a stolen password not ' +
+          'enough.',
+      ),
+      button('Set up an authenticator app', () => {
+        stepUnderWay = true;
+        setUp().catch((error: Error) => {
+          stepUnderWay = false;
+          ctx.say(error.message, 'error');
+        });
+      }),
+    );
+  };
+  return { section, show };
 
   async function setUp(): Promise<void> {
     const { data } = await api<{ secret: string; otpauth_uri: string }>('POST', '/api/auth/totp');
@@ -195,6 +219,10 @@ function secondFactor(ctx: PageCtx, state: Schema<'WhoAmI'>['second_factor']): H
               { 'aria-label': 'Recovery codes' },
               confirmed.data.recovery_codes.map((one) => h('li', {}, h('code', {}, one))),
             ),
+            button('I have kept them', () => {
+              stepUnderWay = false;
+              void ctx.reload();
+            }),
           );
           ctx.say('Second factor on');
         },
