@@ -16,7 +16,7 @@ import { failover } from './failover.ts';
 import { exitSwitching } from './paths.ts';
 import type { Row } from './row.ts';
 import { startHaproxy } from './haproxy.ts';
-import { hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
+import { cpuMicros, hasTaskset, memory, pinned, pinSelf, start, type Running } from './procs.ts';
 import { bearer, wrk, type WrkResult } from './wrk.ts';
 import { CLIENT, HOST_SIDE, makeLab, NODE, NODE_ADDRESS, removeLab, TARGET, TARGET_ADDRESS, within } from './netns.ts';
 
@@ -2219,12 +2219,21 @@ async function followedPair(base: string, pairs: number) {
     load(twin, firstPort - 1000, WARMUP);
     load(primary, firstPort - 1000, WARMUP);
     const runs = { alone: [] as WrkResult[], followed: [] as WrkResult[] };
+    // The CPU each master spent a request in each run: steadier than a rate on a machine whose neighbours move it.
+    const cpu = { alone: [] as number[], followed: [] as number[] };
+    const measured = (master: Master, port: number, side: 'alone' | 'followed') => {
+      const pid = master.proc.child.pid!;
+      const before = cpuMicros(pid);
+      const result = load(master, port, 1);
+      cpu[side].push((cpuMicros(pid) - before) / Math.max(1, result.requests));
+      runs[side].push(result);
+    };
     for (let round = 0; round < pairs; round++) {
       // A second's creates take 20-30 ports a node here: each round 200 of its own (room for a faster machine).
       const port = firstPort + round * 200;
-      if (round % 2 === 0) runs.alone.push(load(twin, port, 1));
-      runs.followed.push(load(primary, port, 1));
-      if (round % 2 === 1) runs.alone.push(load(twin, port, 1));
+      if (round % 2 === 0) measured(twin, port, 'alone');
+      measured(primary, port, 'followed');
+      if (round % 2 === 1) measured(twin, port, 'alone');
     }
     const sorted = <T>(values: T[], of: (value: T) => number) => [...values].sort((x, y) => of(x) - of(y));
     const middle = <T>(values: T[], of: (value: T) => number) => sorted(values, of)[(pairs - 1) / 2]!;
@@ -2238,6 +2247,7 @@ async function followedPair(base: string, pairs: number) {
       ratio: middle(ratios, (ratio) => ratio),
       // The middle half of the pairs' ratios: how far the machine moved a pair.
       spread: [0.25, 0.75].map((q) => sorted(ratios, (ratio) => ratio)[Math.round((pairs - 1) * q)]!.toFixed(2)),
+      cpuMicros: { alone: middle(cpu.alone, (us) => us), followed: middle(cpu.followed, (us) => us) },
     };
   };
   const stop = async () => {
@@ -2315,7 +2325,9 @@ async function replication(): Promise<void> {
       note:
         `medians of ${PAIRS} runs of a second in turn; the ratio the median pair's (half the pairs between ` +
         `${runs.spread.join(' and ')}; of the medians: ` +
-        `${(runs.followed.rps / runs.alone.rps).toFixed(2)}); ${runs.followed.non2xx} non-2xx; ` +
+        `${(runs.followed.rps / runs.alone.rps).toFixed(2)}); CPU a request ` +
+        `${runs.cpuMicros.followed.toFixed(0)} us, without ${runs.cpuMicros.alone.toFixed(0)} us; ` +
+        `${runs.followed.non2xx} non-2xx; ` +
         `without: p50 ${runs.alone.p50.toFixed(2)} ms, ` +
         `p99 ${runs.alone.p99.toFixed(2)} ms; the standby seeded ${seeded} time(s) in all`,
     });
