@@ -10,6 +10,7 @@ import type { Gate } from './gate.ts';
 import { proxyHeader } from './proxy-protocol.ts';
 import { adopt } from './reads.ts';
 import { contained } from './faults.ts';
+import { ListenerCounts } from './listener-counts.ts';
 
 export interface Counter {
   bytes_in: number;
@@ -34,8 +35,6 @@ export class TcpRelay {
   private readonly carried: Carried[] = [];
   /** Bytes of connections that have closed since the last `drain`. */
   private closed: Counter = { bytes_in: 0, bytes_out: 0 };
-  /** Open connections per client address. */
-  private readonly perSource = new Map<string, number>();
 
   constructor(
     /** Replaced in place when the rule changes, so open connections stay. */
@@ -44,6 +43,8 @@ export class TcpRelay {
     private readonly gate: Gate,
     /** Replaced in place when the rule changes: what the next connection's target is sent first. */
     public proxyProtocol: ProxyProtocol = 'none',
+    /** Its connections in all and per client address, alike in every thread listening on the port. */
+    private readonly counts = new ListenerCounts(limits.maxConnectionsPerRule),
   ) {
     this.server = createServer(
       { allowHalfOpen: true, pauseOnConnect: true },
@@ -116,13 +117,15 @@ export class TcpRelay {
 
   private accept(client: Socket): void {
     const source = client.remoteAddress ?? '';
-    const open = this.perSource.get(source) ?? 0;
-    if (this.carried.length >= this.limits.maxConnectionsPerRule || open >= this.limits.maxConnectionsPerSource) {
+    const { maxConnectionsPerRule, maxConnectionsPerSource } = this.limits;
+    if (!this.counts.claim(source, maxConnectionsPerRule, maxConnectionsPerSource)) {
       this.gate.refuse();
       return void client.destroy();
     }
-    if (!this.gate.admit(source)) return void client.destroy();
-    this.perSource.set(source, open + 1);
+    if (!this.gate.admit(source)) {
+      this.counts.release(source);
+      return void client.destroy();
+    }
     const carried: Carried = { socket: client, slot: this.carried.length, countedIn: 0, countedOut: 0 };
     this.carried.push(carried);
     client.on('error', () => client.destroy());
@@ -136,9 +139,7 @@ export class TcpRelay {
         this.carried[carried.slot] = last;
         last.slot = carried.slot;
       }
-      const left = (this.perSource.get(source) ?? 1) - 1;
-      if (left > 0) this.perSource.set(source, left);
-      else this.perSource.delete(source);
+      this.counts.release(source);
       this.gate.release();
     });
     const header = this.headerFor(client);

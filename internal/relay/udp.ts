@@ -11,6 +11,7 @@ import type { Gate } from './gate.ts';
 import type { Limits } from './limits.ts';
 import type { Counter } from './tcp.ts';
 import { contained } from './faults.ts';
+import { ListenerCounts } from './listener-counts.ts';
 
 /** A dgram socket's bare handle, which dgram keeps in its state (its `_handle` getter warns as deprecated). */
 function handleOf(socket: Socket): object | undefined {
@@ -27,8 +28,6 @@ interface Session {
 export class UdpRelay {
   private socket: Socket | null = null;
   private readonly sessions = new Map<string, Session>();
-  /** Open sessions per source address. */
-  private readonly perSource = new Map<string, number>();
   private counter: Counter = { bytes_in: 0, bytes_out: 0 };
   private readonly sweeper: NodeJS.Timeout;
 
@@ -39,6 +38,8 @@ export class UdpRelay {
     private readonly limits: Pick<Limits, 'maxUdpSessionsPerRule' | 'maxConnectionsPerSource' | 'udpIdleMs'>,
     /** The rule's allow and deny lists, max_connections and expiry, met by each new session. */
     private readonly gate: Gate,
+    /** Its sessions in all and per client address, alike in every thread bound to the port. */
+    private readonly counts = new ListenerCounts(limits.maxUdpSessionsPerRule),
   ) {
     this.sweeper = setInterval(
       contained(
@@ -139,14 +140,14 @@ export class UdpRelay {
     const key = `${from.address}|${from.port}`;
     let session = this.sessions.get(key);
     if (!session) {
-      if (
-        this.sessions.size >= this.limits.maxUdpSessionsPerRule ||
-        (this.perSource.get(from.address) ?? 0) >= this.limits.maxConnectionsPerSource
-      )
-        return this.gate.refuse();
-      if (!this.gate.admit(from.address)) return;
+      const { maxUdpSessionsPerRule, maxConnectionsPerSource } = this.limits;
+      if (!this.counts.claim(from.address, maxUdpSessionsPerRule, maxConnectionsPerSource)) return this.gate.refuse();
+      if (!this.gate.admit(from.address)) return this.counts.release(from.address);
       const opened = this.open(key, from);
-      if (!opened) return this.gate.release();
+      if (!opened) {
+        this.counts.release(from.address);
+        return this.gate.release();
+      }
       session = opened;
     }
     session.lastActive = Date.now();
@@ -171,7 +172,6 @@ export class UdpRelay {
     if (!upstream) return null;
     session.upstream = upstream;
     this.sessions.set(key, session);
-    this.perSource.set(from.address, (this.perSource.get(from.address) ?? 0) + 1);
     return session;
   }
 
@@ -179,10 +179,7 @@ export class UdpRelay {
     const session = this.sessions.get(key);
     if (!session) return;
     this.sessions.delete(key);
-    const source = key.slice(0, key.lastIndexOf('|'));
-    const left = (this.perSource.get(source) ?? 1) - 1;
-    if (left > 0) this.perSource.set(source, left);
-    else this.perSource.delete(source);
+    this.counts.release(key.slice(0, key.lastIndexOf('|')));
     this.gate.release();
     session.upstream.close();
   }
