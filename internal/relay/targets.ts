@@ -22,10 +22,17 @@ export interface TargetHealthView {
 
 const UNCHECKED: TargetHealthView = { isDownAt: () => false, fastest: () => null };
 
+/**
+ * Open connections and sessions per target index (least_conn), in shared memory: every thread relaying the rule
+ * counts in the same cells.
+ */
+function openCounts(targets: number): Int32Array {
+  return new Int32Array(new SharedArrayBuffer(Math.max(1, targets) * 4));
+}
+
 export class TargetPicker {
   private next = 0;
-  /** Open connections and sessions per target index (least_conn). */
-  private open: number[];
+  private open: Int32Array;
 
   constructor(
     private targets: Target[],
@@ -38,8 +45,15 @@ export class TargetPicker {
      * targets up of the lowest priority that has any; the others are failed over to after them.
      */
     private tiers: readonly number[] | null = null,
+    /** Another thread's picker's counts (`counts`), for the same targets; without them, counts of its own. */
+    counts?: SharedArrayBuffer,
   ) {
-    this.open = targets.map(() => 0);
+    this.open = counts ? new Int32Array(counts) : openCounts(targets.length);
+  }
+
+  /** The open counts, for another thread's picker of the same targets. */
+  get counts(): SharedArrayBuffer {
+    return this.open.buffer as SharedArrayBuffer;
   }
 
   update(
@@ -52,7 +66,7 @@ export class TargetPicker {
     const same = (a: Target[], b: Target[]) =>
       a.length === b.length && a.every((t, i) => t.host === b[i]!.host && t.port === b[i]!.port);
     // Connections held stay counted while the targets stay the same; other targets start from none.
-    if (!same(targets, this.targets)) this.open = targets.map(() => 0);
+    if (!same(targets, this.targets)) this.open = openCounts(targets.length);
     this.targets = targets;
     this.strategy = strategy;
     this.weights = weights;
@@ -96,8 +110,9 @@ export class TargetPicker {
         return rendezvousOwner(client, up)!;
       case 'least_conn': {
         // Among the least loaded, in turn, so that a quiet rule spreads too.
-        const least = Math.min(...up.map(({ index }) => this.open[index] ?? 0));
-        const tied = up.filter(({ index }) => (this.open[index] ?? 0) === least);
+        const open = up.map(({ index }) => Atomics.load(this.open, index));
+        const least = Math.min(...open);
+        const tied = up.filter((_, i) => open[i] === least);
         return tied[this.next++ % tied.length]!.index;
       }
       case 'lowest_latency': {
@@ -115,12 +130,12 @@ export class TargetPicker {
     const index = this.targets.findIndex((t) => t.host === target.host && t.port === target.port);
     const counts = this.open;
     if (index < 0) return () => undefined;
-    counts[index] = (counts[index] ?? 0) + 1;
+    Atomics.add(counts, index, 1);
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      counts[index] = Math.max(0, (counts[index] ?? 0) - 1);
+      Atomics.sub(counts, index, 1);
     };
   }
 }
