@@ -1,13 +1,12 @@
 // A thread claiming and releasing places on one listener's shared counts (relay/listener-counts.ts) beside others, for
-// test/unit/listener-counts.test.ts, starting when every thread is ready.
+// test/unit/listener-counts.test.ts, started with the others (see threads.ts).
 
 import { parentPort, workerData } from 'node:worker_threads';
 import { ListenerCounts } from '../internal/relay/listener-counts.ts';
+import { reached } from './threads.ts';
 
 export interface CountsWork {
   counts: SharedArrayBuffer;
-  /** [0]: set to 1 by the test once every thread is ready. */
-  start: SharedArrayBuffer;
   maxOpen: number;
   perSource: number;
   /** The addresses it claims for, each `tries` times, in turn; then releases the `release` first of what it holds. */
@@ -19,11 +18,20 @@ export interface CountsWork {
 /** How many places it holds of each address, once done. */
 export type CountsDone = Record<string, number>;
 
-const { counts: buffer, start, maxOpen, perSource, sources, tries, release } = workerData as CountsWork;
+const {
+  counts: buffer,
+  flags,
+  maxOpen,
+  perSource,
+  sources,
+  tries,
+  release,
+} = workerData as CountsWork & {
+  flags: SharedArrayBuffer;
+};
 const counts = new ListenerCounts(maxOpen, buffer);
 const held: string[] = [];
-parentPort!.postMessage('ready');
-Atomics.wait(new Int32Array(start), 0, 0);
+reached(flags, 'ready', 0);
 for (let i = 0; i < tries; i++)
   for (const source of sources) if (counts.claim(source, maxOpen, perSource)) held.push(source);
 for (const source of held.splice(0, release)) counts.release(source);

@@ -4,6 +4,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Gate, type GateRule } from '../internal/relay/gate.ts';
 import { RuleCells } from '../internal/relay/cells.ts';
+import { reached } from './threads.ts';
 
 export type GateJob =
   /** Tries to admit `admit` clients, holding each. */
@@ -17,8 +18,6 @@ export type GateJob =
 
 export interface GateWork {
   cells: SharedArrayBuffer;
-  /** [0]: set to 1 by the test once every thread is ready; [1]: to 1 once every thread has billed. */
-  flags: SharedArrayBuffer;
   rule: GateRule;
   job: GateJob;
 }
@@ -36,15 +35,13 @@ export interface GateDone {
   to: number;
 }
 
-const { cells: buffer, flags: flagBuffer, rule, job } = workerData as GateWork;
+const { cells: buffer, flags, rule, job } = workerData as GateWork & { flags: SharedArrayBuffer };
 const cells = new RuleCells(buffer);
 const gate = new Gate(rule, cells);
 let toldSpent = 0;
 gate.onSpent = () => toldSpent++;
-const flags = new Int32Array(flagBuffer);
 const nap = new Int32Array(new SharedArrayBuffer(4));
-parentPort!.postMessage('ready');
-Atomics.wait(flags, 0, 0);
+reached(flags, 'ready', 0);
 const clock = () => performance.timeOrigin + performance.now();
 const done: GateDone = {
   admitted: 0,
@@ -80,8 +77,7 @@ if ('admit' in job) {
   }
 } else {
   for (let i = 0; i < job.reads; i++) gate.read('in', job.bill, job.bill);
-  parentPort!.postMessage('billed');
-  Atomics.wait(flags, 1, 0);
+  reached(flags, 'billed', 1);
   done.admittedAfter = gate.admit('192.0.2.7');
 }
 done.toldSpent = toldSpent;

@@ -1,16 +1,15 @@
 // A thread choosing targets for a rule's connections beside others, for test/unit/target-picker-threads.test.ts: a
-// picker over the rule's shared open counts, holding what it picks, starting when every thread is ready.
+// picker over the rule's shared open counts, holding what it picks, started with the others (see threads.ts).
 
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Strategy } from '../internal/domain/rules.ts';
 import { TargetPicker, type Target } from '../internal/relay/targets.ts';
+import { reached } from './threads.ts';
 
 export interface PickerWork {
   targets: Target[];
   strategy: Strategy;
   counts: SharedArrayBuffer;
-  /** [0]: set to 1 by the test once every thread is ready. */
-  start: SharedArrayBuffer;
   /** Connections it opens, each to the first target the strategy picks, or all to `only` (an index). */
   picks: number;
   only?: number;
@@ -21,11 +20,12 @@ export interface PickerWork {
 /** How many it holds to each target, by index, once done. */
 export type PickerDone = number[];
 
-const { targets, strategy, counts, start, picks, only, releaseAll } = workerData as PickerWork;
+const { targets, strategy, counts, flags, picks, only, releaseAll } = workerData as PickerWork & {
+  flags: SharedArrayBuffer;
+};
 const picker = new TargetPicker(targets, strategy, null, () => null, null, counts);
 const held: { index: number; release: () => void }[] = [];
-parentPort!.postMessage('ready');
-Atomics.wait(new Int32Array(start), 0, 0);
+reached(flags, 'ready', 0);
 for (let i = 0; i < picks; i++) {
   const target = only === undefined ? picker.order()[0]! : targets[only]!;
   held.push({ index: targets.indexOf(target), release: picker.hold(target) });

@@ -4,35 +4,17 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Worker } from 'node:worker_threads';
 import { ListenerCounts } from '../../internal/relay/listener-counts.ts';
 import type { CountsDone, CountsWork } from '../counts-worker.ts';
+import { together as threads } from '../threads.ts';
 
-type Job = Omit<CountsWork, 'counts' | 'start' | 'maxOpen' | 'perSource'>;
+type Job = Omit<CountsWork, 'counts' | 'maxOpen' | 'perSource'>;
 
 /** Runs one job a thread over one listener's counts, started at once; what each holds after, and the counts. */
 async function together(maxOpen: number, perSource: number, jobs: Job[]) {
   const counts = new ListenerCounts(maxOpen);
-  const start = new Int32Array(new SharedArrayBuffer(4));
-  const workers = jobs.map(
-    (job) =>
-      new Worker(new URL('../counts-worker.ts', import.meta.url), {
-        workerData: { ...job, counts: counts.buffer, start: start.buffer as SharedArrayBuffer, maxOpen, perSource },
-      }),
-  );
-  const ready = workers.map((worker) => new Promise((resolve) => worker.once('message', resolve)));
-  const done = workers.map(
-    (worker) =>
-      new Promise<CountsDone>((resolve, reject) => {
-        worker.on('error', reject);
-        worker.on('message', (message) => typeof message === 'object' && resolve(message as CountsDone));
-      }),
-  );
-  await Promise.all(ready);
-  Atomics.store(start, 0, 1);
-  Atomics.notify(start, 0);
-  const held = await Promise.all(done);
-  await Promise.all(workers.map((worker) => worker.terminate()));
+  const data = jobs.map((job) => ({ ...job, counts: counts.buffer, maxOpen, perSource }) satisfies CountsWork);
+  const held = await threads<CountsDone>(new URL('../counts-worker.ts', import.meta.url), data);
   return { held, counts };
 }
 

@@ -3,65 +3,23 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Worker } from 'node:worker_threads';
 import { controlDefaults } from '../../internal/domain/rules.ts';
 import { RuleCells } from '../../internal/relay/cells.ts';
 import type { GateRule } from '../../internal/relay/gate.ts';
 import type { GateDone, GateJob, GateWork } from '../gate-worker.ts';
+import { together as threads } from '../threads.ts';
 
 const THREADS = 4;
 
 /** A rule without controls. */
 const OPEN_RULE: GateRule = controlDefaults;
 
-/** Waits for each worker's message `what`. */
-function heard(workers: Worker[], what: string): Promise<unknown[]> {
-  return Promise.all(
-    workers.map(
-      (worker) =>
-        new Promise((resolve) => {
-          const listen = (message: unknown) => {
-            if (message !== what) return;
-            worker.off('message', listen);
-            resolve(message);
-          };
-          worker.on('message', listen);
-        }),
-    ),
-  );
-}
-
-function raise(flags: Int32Array, index: number): void {
-  Atomics.store(flags, index, 1);
-  Atomics.notify(flags, index);
-}
-
 /** Runs `job` in THREADS threads over one rule's cells, started at once; their outcomes and the cells. */
 async function together(rule: GateRule, job: GateJob): Promise<{ done: GateDone[]; cells: RuleCells }> {
   const cells = new RuleCells();
-  const flags = new Int32Array(new SharedArrayBuffer(8));
-  const workers = Array.from(
-    { length: THREADS },
-    () =>
-      new Worker(new URL('../gate-worker.ts', import.meta.url), {
-        workerData: { cells: cells.buffer, flags: flags.buffer as SharedArrayBuffer, rule, job } satisfies GateWork,
-      }),
-  );
-  const outcomes = workers.map(
-    (worker) =>
-      new Promise<GateDone>((resolve, reject) => {
-        worker.on('error', reject);
-        worker.on('message', (message) => typeof message === 'object' && resolve(message as GateDone));
-      }),
-  );
-  await heard(workers, 'ready');
-  raise(flags, 0);
-  if ('bill' in job) {
-    await heard(workers, 'billed');
-    raise(flags, 1);
-  }
-  const done = await Promise.all(outcomes);
-  await Promise.all(workers.map((worker) => worker.terminate()));
+  const data = Array.from({ length: THREADS }, () => ({ cells: cells.buffer, rule, job }) satisfies GateWork);
+  const steps = 'bill' in job ? ['billed'] : [];
+  const done = await threads<GateDone>(new URL('../gate-worker.ts', import.meta.url), data, steps);
   return { done, cells };
 }
 

@@ -3,9 +3,9 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Worker } from 'node:worker_threads';
 import { TargetPicker, type Target } from '../../internal/relay/targets.ts';
 import type { PickerDone, PickerWork } from '../picker-worker.ts';
+import { together as threads } from '../threads.ts';
 
 const targets: Target[] = [
   { host: '192.0.2.1', port: 80 },
@@ -16,34 +16,9 @@ const targets: Target[] = [
 type Job = Pick<PickerWork, 'picks' | 'only' | 'releaseAll'>;
 
 /** Runs one job a thread over the picker's counts, started at once; what each held. */
-async function together(counts: SharedArrayBuffer, jobs: Job[]): Promise<PickerDone[]> {
-  const start = new Int32Array(new SharedArrayBuffer(4));
-  const workers = jobs.map(
-    (job) =>
-      new Worker(new URL('../picker-worker.ts', import.meta.url), {
-        workerData: {
-          ...job,
-          targets,
-          strategy: 'least_conn',
-          counts,
-          start: start.buffer as SharedArrayBuffer,
-        } satisfies PickerWork,
-      }),
-  );
-  const ready = workers.map((worker) => new Promise((resolve) => worker.once('message', resolve)));
-  const done = workers.map(
-    (worker) =>
-      new Promise<PickerDone>((resolve, reject) => {
-        worker.on('error', reject);
-        worker.on('message', (message) => Array.isArray(message) && resolve(message as PickerDone));
-      }),
-  );
-  await Promise.all(ready);
-  Atomics.store(start, 0, 1);
-  Atomics.notify(start, 0);
-  const held = await Promise.all(done);
-  await Promise.all(workers.map((worker) => worker.terminate()));
-  return held;
+function together(counts: SharedArrayBuffer, jobs: Job[]): Promise<PickerDone[]> {
+  const data = jobs.map((job) => ({ ...job, targets, strategy: 'least_conn', counts }) satisfies PickerWork);
+  return threads<PickerDone>(new URL('../picker-worker.ts', import.meta.url), data);
 }
 
 test('least_conn in one thread steers by the connections other threads hold, and every count is exact', async () => {
