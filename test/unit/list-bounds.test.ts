@@ -2,10 +2,10 @@
 // a database with more rows than a list may read unindexed: each one reads an index, or is refused past the cap.
 
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { routes } from '../../internal/api/routes.ts';
 import { DomainError } from '../../internal/errors/errors.ts';
 import { AUDIT_FILTERS, EVERY_ENTRY } from '../../internal/store/audit.ts';
@@ -168,8 +168,15 @@ function refusal(run: () => unknown): string | null {
   }
 }
 
-test('every list route is one this file reads, or holds a bounded number', () => {
-  const store = openStore(mkdtempSync(join(tmpdir(), 'portplane-bounds-')), { secretFields: new Set() });
+/** A store on a data dir of its own, which goes once the test `t` has ended (and closed the store). */
+function scratchStore(t: TestContext): Store {
+  const dir = mkdtempSync(join(tmpdir(), 'portplane-bounds-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return openStore(dir, { secretFields: new Set() });
+}
+
+test('every list route is one this file reads, or holds a bounded number', (t) => {
+  const store = scratchStore(t);
   try {
     const known = lists(store);
     for (const route of routes) {
@@ -188,8 +195,8 @@ test('every list route is one this file reads, or holds a bounded number', () =>
   }
 });
 
-test(`every filter and sort of every list reads an index, or is refused past ${MAX_UNINDEXED_ROWS} rows`, () => {
-  const store = openStore(mkdtempSync(join(tmpdir(), 'portplane-bounds-')), { secretFields: new Set() });
+test(`every filter and sort of every list reads an index, or is refused past ${MAX_UNINDEXED_ROWS} rows`, (t) => {
+  const store = scratchStore(t);
   try {
     seed(store);
     const scanning: string[] = [];
@@ -238,8 +245,8 @@ test(`every filter and sort of every list reads an index, or is refused past ${M
   }
 });
 
-test("a tag's page of nodes or rules walks the tag's index in id order, listing no other row of the tag", () => {
-  const store = openStore(mkdtempSync(join(tmpdir(), 'portplane-bounds-')), { secretFields: new Set() });
+test("a tag's page of nodes or rules walks the tag's index in id order, listing no other row of the tag", (t) => {
+  const store = scratchStore(t);
   try {
     for (const [part, index, column] of [
       ['nodes', 'node_tag_index', 'node_id'],
