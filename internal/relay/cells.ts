@@ -30,7 +30,8 @@ export const CELL_BYTES = INTS * 4 + FLOATS * 8;
 /** Milliseconds, alike in every thread (each thread's `performance.now()` counts from its own start). */
 const now = () => performance.timeOrigin + performance.now();
 
-function locked<T>(ints: Int32Array, lock: number, fn: () => T): T {
+/** Runs `fn` holding the spinlock at `ints[lock]` (0 free, 1 held), shared by every thread viewing `ints`. */
+export function locked<T>(ints: Int32Array, lock: number, fn: () => T): T {
   while (Atomics.compareExchange(ints, lock, 0, 1) !== 0);
   try {
     return fn();

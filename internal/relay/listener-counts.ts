@@ -8,6 +8,8 @@
 // An address is kept as two 32-bit hashes of its text (Node gives one address one text): two addresses alike in both
 // would count as one, a chance of about 1 in 10^11 among the 10,000 a listener may hold at most.
 
+import { locked } from './cells.ts';
+
 /** Int32 cells before the slots. */
 const LOCK = 0;
 const OPEN = 1;
@@ -72,7 +74,7 @@ export class ListenerCounts {
   claim(source: string, maxOpen: number, perSource: number): boolean {
     const a = hash(source, 0x811c9dc5);
     const b = hash(source, 0x050c5d1f);
-    return this.locked(() => {
+    return locked(this.ints, LOCK, () => {
       const ints = this.ints;
       if (ints[OPEN]! >= maxOpen) return false;
       let slot = this.find(a, b);
@@ -94,7 +96,7 @@ export class ListenerCounts {
   release(source: string): void {
     const a = hash(source, 0x811c9dc5);
     const b = hash(source, 0x050c5d1f);
-    this.locked(() => {
+    locked(this.ints, LOCK, () => {
       const ints = this.ints;
       const slot = this.find(a, b);
       if (slot < 0) return;
@@ -104,15 +106,6 @@ export class ListenerCounts {
       ints[LIVE]!--;
       ints[DEAD]!++;
     });
-  }
-
-  private locked<T>(fn: () => T): T {
-    while (Atomics.compareExchange(this.ints, LOCK, 0, 1) !== 0);
-    try {
-      return fn();
-    } finally {
-      Atomics.store(this.ints, LOCK, 0);
-    }
   }
 
   /** The index of the slot of the address hashed `a`, `b`; -1 when it holds none. */
