@@ -3,6 +3,7 @@
 // or the system CAs, or plain HTTP only to this machine unless told --insecure-http.
 
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import type { Parsed } from '../../internal/runtime/cli.ts';
 import { isLoopback, masterOrigin } from '../../internal/schema/net.ts';
 import { PIN } from '../../internal/tls/pin.ts';
@@ -25,6 +26,8 @@ export interface AgentConfig {
   releaseKeys: KeyObject[];
   /** How long an agent that an upgrade replaced carries its open connections. */
   drainSeconds: number;
+  /** How many threads relay the rules straight to their targets (see forward/relay-thread.ts). */
+  relayWorkers: number;
 }
 
 export type AgentParse = Parsed<AgentConfig>;
@@ -51,6 +54,9 @@ Options:
   --forwarding MODE    auto: direct rules in the kernel (nftables) where the agent can, else the relay;
                        kernel: the kernel only (rules it cannot carry fail); relay: user space only
                        (env AGENT_FORWARDING, default auto)
+  --relay-workers N    how many threads relay (1 to 64), each listening on every relayed port and sharing
+                       every rule control; about 10 MiB each (env AGENT_RELAY_WORKERS, default the node's
+                       cores, at most 4; 1 on Node.js older than 22.12, which lacks reusePort)
   --resolve-every SECONDS
                        how often the kernel path looks up its targets' host names again, and
                        follows a changed address (env AGENT_RESOLVE_SECONDS, default 60)
@@ -73,6 +79,7 @@ const FLAGS = {
   '--resolve-every': 'AGENT_RESOLVE_SECONDS',
   '--release-key': 'AGENT_RELEASE_KEY',
   '--drain-seconds': 'AGENT_DRAIN_SECONDS',
+  '--relay-workers': 'AGENT_RELAY_WORKERS',
   '--env-file': 'AGENT_ENV_FILE',
 } as const;
 /** Flags that take no value; their variable is on when it is 1 or true. */
@@ -193,6 +200,9 @@ export function parseAgentConfig(
   const drainSeconds = Number(settings.AGENT_DRAIN_SECONDS ?? 60);
   if (!Number.isInteger(drainSeconds) || drainSeconds < 0 || drainSeconds > 86_400)
     return { error: `--drain-seconds must be whole seconds from 0 to 86400, got '${settings.AGENT_DRAIN_SECONDS}'` };
+  const relayWorkers = Number(settings.AGENT_RELAY_WORKERS ?? Math.min(availableParallelism(), 4));
+  if (!Number.isInteger(relayWorkers) || relayWorkers < 1 || relayWorkers > 64)
+    return { error: `--relay-workers must be a whole number from 1 to 64, got '${settings.AGENT_RELAY_WORKERS}'` };
   return {
     config: {
       masterUrl: masters[0]!.url,
@@ -205,6 +215,7 @@ export function parseAgentConfig(
       resolveSeconds,
       releaseKeys,
       drainSeconds,
+      relayWorkers,
     },
   };
 }

@@ -66,6 +66,8 @@ export interface AgentOptions {
   listenHost: string;
   /** Where rules are carried (see Forwarder); default relay. */
   forwarding?: ForwardingMode;
+  /** How many threads relay rules straight to their targets (see forward/relay-thread.ts); default 1. */
+  relayWorkers?: number;
   /** How often the kernel rules' target names are looked up again, in seconds; default 60. */
   resolveSeconds?: number;
   /**
@@ -218,6 +220,8 @@ export class Agent {
       {},
       options.forwarding ?? 'relay',
       tableOf(agentTokenNode(options.token) ?? 0),
+      options.relayWorkers ?? 1,
+      (error) => options.log.error('a relay thread ended; the others relay on', { error: error?.message ?? null }),
     );
     // A fault contained in one flow is logged (at most LINES_PER_KEY a minute: a flood of them is one client's doing)
     // and counted in the node's vitals.
@@ -368,7 +372,7 @@ export class Agent {
     this.handedOver = true;
     this.stopTimers();
     this.socket?.destroy();
-    this.forwarder.stopAccepting();
+    await this.forwarder.stopAccepting();
     const deadline = Date.now() + seconds * 1000;
     let handedAt = Date.now();
     while (this.forwarder.openConnections > 0 && Date.now() < deadline) {

@@ -84,6 +84,8 @@ import { proxyHeader } from '../relay/proxy-protocol.ts';
 import { formatTime } from '../schema/schema.ts';
 import { knownZone } from '../domain/hours.ts';
 import { DEFAULT_SRV_BOUNDS, SrvTargets, type SrvBounds, type Tiered } from './srv.ts';
+import { FLUSH_MS, type ThreadListener } from './relay-thread.ts';
+import { oneThreadOnly, RelayThreads } from './relay-threads.ts';
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -371,6 +373,12 @@ export class Forwarder {
 
   /** Shared with every relay, so a change applies to their next connection. */
   private readonly limits: Limits;
+  /** The relay's threads beside this one; null: it runs in this thread alone. */
+  private readonly threads: RelayThreads | null = null;
+  /** Looks at the rules' quotas a thread may have spent (see Gate.watchQuota), while threads run. */
+  private readonly quotaWatch: NodeJS.Timeout | undefined;
+  /** How many threads relay, this one included, and why not as many as asked; told with the node's paths. */
+  readonly relayThreads: { running: number; reason: string | null };
 
   constructor(
     private readonly host: string,
@@ -378,13 +386,30 @@ export class Forwarder {
     private readonly mode: ForwardingMode = 'relay',
     /** The nftables table this node's kernel rules live in (see kernel/ruleset.ts). */
     private readonly table = tableOf(0),
+    /** How many threads relay the rules straight to their targets (see relay-thread.ts), this one included. */
+    threads = 1,
+    /** Told of a relay thread that ended while it should not have. */
+    onThreadEnd: (error: Error | null) => void = () => undefined,
   ) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
+    const unsupported = threads > 1 ? oneThreadOnly() : null;
+    this.relayThreads = { running: unsupported ? 1 : threads, reason: unsupported };
+    if (threads > 1 && !unsupported) {
+      this.threads = new RelayThreads(threads - 1, this.limits, (error) => {
+        this.relayThreads.running--;
+        this.relayThreads.reason = `a relay thread ended${error ? `: ${error.message}` : ''}`;
+        onThreadEnd(error);
+      });
+      this.quotaWatch = setInterval(() => {
+        for (const listener of this.listeners.values()) listener.gate.watchQuota();
+      }, FLUSH_MS).unref();
+    }
     this.srv = new SrvTargets(() => this.srvBounds);
   }
 
   setLimits(limits: Partial<Limits>): void {
     Object.assign(this.limits, limits);
+    void this.threads?.tell({ type: 'limits', limits: this.limits });
   }
 
   async apply(declared: ForwardRule[], declaredTunnels: TunnelEnd[] = []): Promise<RuleResult[]> {
@@ -499,9 +524,10 @@ export class Forwarder {
   }
 
   /** The relays take no more connections (another agent took their sockets over); those open go on. */
-  stopAccepting(): void {
+  async stopAccepting(): Promise<void> {
     for (const listener of this.listeners.values()) for (const relay of listener.relays) relay.stopAccepting();
     for (const { exit } of this.exits.values()) exit.stopAccepting();
+    await this.threads?.tell({ type: 'stop_accepting' });
   }
 
   /** How many connections the relays carry now. */
@@ -1006,7 +1032,8 @@ export class Forwarder {
     this.leftover = new Map();
     for (const [id, listener] of this.listeners) {
       for (const relay of listener.relays) addTraffic(totals, id, relay.drain());
-      addTraffic(totals, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
+      const { gate } = listener;
+      addTraffic(totals, id, { ...gate.cells.drainCarried(), refused: gate.drainRefused() });
     }
     return [...totals.values()].filter((t) => t.bytes_in > 0 || t.bytes_out > 0 || (t.refused ?? 0) > 0);
   }
@@ -1051,8 +1078,10 @@ export class Forwarder {
 
   async close(): Promise<void> {
     clearTimeout(this.expiryTimer);
+    clearInterval(this.quotaWatch);
     this.srv.close();
     for (const id of [...this.listeners.keys()]) await this.stop(id);
+    await this.threads?.close();
     await this.applyTunnels([]);
     await this.released();
   }
@@ -1072,6 +1101,7 @@ export class Forwarder {
           relay.proxyProtocol = rule.proxy_protocol;
         } else relay.dial = dials.udp;
       });
+      await this.tellThreads(rule, targets, existing);
       return { id: rule.id, state: 'applied', error: null };
     }
     // Through a tunnel, the exit resolves the targets.
@@ -1100,6 +1130,7 @@ export class Forwarder {
     const { gate, picker } = listener;
     // A range wider than the relay takes is the kernel's alone (see kernelOnly): nothing listens on its ports here.
     const offsetsHeld = portCount(rule) > RELAY_RANGE_PORTS ? 0 : portCount(rule);
+    const shared = this.threaded(rule);
     let port = rule.listen_port;
     try {
       // A port this agent closed just now is bound again only once no copy of its old socket listens.
@@ -1111,13 +1142,13 @@ export class Forwarder {
           const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
           relays.push(tcp);
           offsets.push(offset);
-          await tcp.listen(this.host, port, this.takeInherited(`tcp:${port}`));
+          await tcp.listen(this.host, port, this.takeInherited(`tcp:${port}`), shared);
         }
         if (rule.protocol !== 'tcp') {
           const udp = new UdpRelay(dials.udp, this.limits, gate);
           relays.push(udp);
           offsets.push(offset);
-          await udp.listen(this.host, port, this.takeInherited(`udp:${port}`));
+          await udp.listen(this.host, port, this.takeInherited(`udp:${port}`), shared);
         }
       }
     } catch (error) {
@@ -1130,9 +1161,43 @@ export class Forwarder {
       for (const relay of relays) relay.endAll();
     };
     this.checkHealth(listener, rule, targets);
+    const failed = await this.tellThreads(rule, targets, listener);
+    if (failed) {
+      listener.health?.close();
+      await this.threads?.tell({ type: 'stop', id: rule.id });
+      await Promise.all(relays.map((relay) => relay.close().catch(() => undefined)));
+      return { id: rule.id, state: 'failed', error: bindError(failed, rule, "a relay thread's ") };
+    }
     this.listeners.set(rule.id, listener);
     for (const { key, handle } of socketsOf(listener).filter(listening)) this.keeper?.keep(key, handle);
     return { id: rule.id, state: 'applied', error: null };
+  }
+
+  /** Whether the relay's threads carry `rule` too: one straight to its targets (a tunnel's streams live here). */
+  private threaded(rule: ForwardRule): boolean {
+    return this.threads !== null && rule.tunnel_id === null;
+  }
+
+  /** Tells the relay's threads of `rule` as `listener` carries it here; the error one of them met. */
+  private async tellThreads(
+    rule: ForwardRule & Tiered,
+    targets: Target[],
+    listener: Listener,
+  ): Promise<NodeJS.ErrnoException | null> {
+    if (!this.threaded(rule) || listener.relays.length === 0) return null;
+    const listeners: ThreadListener[] = listener.relays.map((relay, i) => ({
+      transport: relay instanceof TcpRelay ? 'tcp' : 'udp',
+      port: listener.firstPort + listener.offsets[i]!,
+      offset: listener.offsets[i]!,
+      counts: relay.counts.buffer,
+    }));
+    return this.threads!.tell({
+      type: 'rule',
+      rule: {
+        ...{ rule, targets, host: this.host, cells: listener.gate.cells.buffer, picker: listener.picker.counts },
+        ...{ health: listener.health?.shared.buffer ?? null, listeners },
+      },
+    });
   }
 
   private takeInherited(key: string): object | undefined {
@@ -1170,10 +1235,13 @@ export class Forwarder {
     if (!listener) return;
     this.listeners.delete(id);
     listener.health?.close();
-    for (const relay of listener.relays) addTraffic(this.leftover, id, relay.drain());
-    addTraffic(this.leftover, id, { bytes_in: 0, bytes_out: 0, refused: listener.gate.drainRefused() });
+    // The threads' last bytes of the rule are in its cells once they have stopped it.
+    if (this.threads && listener.relays.length > 0) await this.threads.tell({ type: 'stop', id });
     const keys = socketsOf(listener).map(({ key }) => key);
     await Promise.all(listener.relays.map((relay) => relay.close()));
+    for (const relay of listener.relays) addTraffic(this.leftover, id, relay.drain());
+    const { gate } = listener;
+    addTraffic(this.leftover, id, { ...gate.cells.drainCarried(), refused: gate.drainRefused() });
     this.unkept.push(...keys);
   }
 }

@@ -1,8 +1,9 @@
 // A rule's controls as shared memory, so that every thread relaying the rule holds one count of them: its open
 // connections, what it refused, its quota's count, and the token buckets of its bandwidth (a way each) and of its new
-// clients a second. A gate (gate.ts) works on these cells; another thread's gate on the same buffer works on the
-// same counts, exactly: a count changes by one atomic operation, a bucket under its own lock (a few reads and writes
-// of numbers, held for well under a microsecond).
+// clients a second; and the bytes the relay's other threads carried since the agent last counted them. A gate
+// (gate.ts) works on these cells; another thread's gate on the same buffer works on the same counts, exactly: a count
+// changes by one atomic operation, a bucket under its own lock (a few reads and writes of numbers, held for well under
+// a microsecond).
 
 import { BUCKET_CELLS, TokenBucket, type Lock } from './bucket.ts';
 
@@ -24,8 +25,12 @@ export const BUCKETS = ['in', 'out', 'new_clients'] as const;
 export type BucketName = (typeof BUCKETS)[number];
 
 const FLOATS = 2 + BUCKETS.length * BUCKET_CELLS;
+/** BigInt64 cells: the bytes carried in and out, not yet drained. */
+const BYTES_IN = 0;
+const BYTES_OUT = 1;
+const BIGS = 2;
 /** The bytes of a rule's cells. */
-export const CELL_BYTES = INTS * 4 + FLOATS * 8;
+export const CELL_BYTES = INTS * 4 + FLOATS * 8 + BIGS * 8;
 
 /** Milliseconds, alike in every thread (each thread's `performance.now()` counts from its own start). */
 const now = () => performance.timeOrigin + performance.now();
@@ -44,11 +49,27 @@ export function locked<T>(ints: Int32Array, lock: number, fn: () => T): T {
 export class RuleCells {
   private readonly ints: Int32Array;
   private readonly floats: Float64Array;
+  private readonly bytes: BigInt64Array;
 
   constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(CELL_BYTES)) {
     if (buffer.byteLength !== CELL_BYTES) throw new Error(`a rule's cells are ${CELL_BYTES} bytes`);
     this.ints = new Int32Array(buffer, 0, INTS);
     this.floats = new Float64Array(buffer, INTS * 4, FLOATS);
+    this.bytes = new BigInt64Array(buffer, INTS * 4 + FLOATS * 8, BIGS);
+  }
+
+  /** Adds bytes a thread carried for the rule, to be drained by the thread that reports them. */
+  carried(bytesIn: number, bytesOut: number): void {
+    if (bytesIn > 0) Atomics.add(this.bytes, BYTES_IN, BigInt(bytesIn));
+    if (bytesOut > 0) Atomics.add(this.bytes, BYTES_OUT, BigInt(bytesOut));
+  }
+
+  /** The bytes added by `carried` since the previous call. */
+  drainCarried(): { bytes_in: number; bytes_out: number } {
+    return {
+      bytes_in: Number(Atomics.exchange(this.bytes, BYTES_IN, 0n)),
+      bytes_out: Number(Atomics.exchange(this.bytes, BYTES_OUT, 0n)),
+    };
   }
 
   /** Connections and sessions open, in every thread. */

@@ -181,6 +181,14 @@ export class Gate {
     this.spent();
   }
 
+  /**
+   * Tells this gate's connections if another thread found the quota spent: one that moves no bytes here would not
+   * hear of it otherwise. Called on a timer by each thread relaying the rule.
+   */
+  watchQuota(): void {
+    this.spent();
+  }
+
   /** Whether the quota is spent (in any thread): the first time this gate sees it, its connections are told. */
   private spent(): boolean {
     if (!this.quota || !this.cells.spent) return false;

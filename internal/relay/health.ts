@@ -10,7 +10,7 @@
 import type { HealthCheck, TargetHealth } from '../domain/rules.ts';
 import { formatTime } from '../schema/schema.ts';
 import { probeTarget, type DialPolicy } from './dial.ts';
-import type { Target, TargetHealthView } from './targets.ts';
+import { SharedHealth, type Target, type TargetHealthView } from './targets.ts';
 import { contained } from './faults.ts';
 
 interface Checked extends TargetHealth {
@@ -37,6 +37,8 @@ export class HealthChecker implements TargetHealthView {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private greeting: Buffer | null = null;
+  /** Its verdicts, for the rule's pickers in the relay's other threads: a new buffer when the targets change. */
+  shared = new SharedHealth(0);
 
   constructor(
     private check: HealthCheck,
@@ -84,6 +86,8 @@ export class HealthChecker implements TargetHealthView {
         },
     );
     this.leader = null;
+    this.shared = new SharedHealth(this.checked.length);
+    this.shared.publish(this);
     clearInterval(this.timer);
     this.timer = setInterval(
       contained(
@@ -145,6 +149,7 @@ export class HealthChecker implements TargetHealthView {
     else if (why !== null && checked.failures >= this.check.fall) checked.status = 'down';
     const leader = this.leader;
     this.lead();
+    this.shared.publish(this);
     if (checked.status !== was) this.onChange('status');
     else if (this.leader !== leader) this.onChange('lead');
   }

@@ -23,6 +23,39 @@ export interface TargetHealthView {
 const UNCHECKED: TargetHealthView = { isDownAt: () => false, fastest: () => null };
 
 /**
+ * A rule's health verdicts as shared memory, for its pickers in other threads (the checks run in one): which targets
+ * are down, and which is fastest. Int32 cells: the fastest's index + 1 (0: none yet), then 1 for each target down.
+ */
+export class SharedHealth implements TargetHealthView {
+  private readonly cells: Int32Array;
+
+  /** New verdicts, none down, for `targets`; or the verdicts of another thread's `buffer`. */
+  constructor(targets: number | SharedArrayBuffer) {
+    this.cells = new Int32Array(typeof targets === 'number' ? new SharedArrayBuffer(4 * (1 + targets)) : targets);
+  }
+
+  get buffer(): SharedArrayBuffer {
+    return this.cells.buffer as SharedArrayBuffer;
+  }
+
+  isDownAt(index: number): boolean {
+    return Atomics.load(this.cells, 1 + index) === 1;
+  }
+
+  fastest(): number | null {
+    const fastest = Atomics.load(this.cells, 0);
+    return fastest === 0 ? null : fastest - 1;
+  }
+
+  /** Says what `view` says, target by target. */
+  publish(view: TargetHealthView): void {
+    for (let index = 0; index + 1 < this.cells.length; index++)
+      Atomics.store(this.cells, 1 + index, view.isDownAt(index) ? 1 : 0);
+    Atomics.store(this.cells, 0, (view.fastest() ?? -1) + 1);
+  }
+}
+
+/**
  * Open connections and sessions per target index (least_conn), in shared memory: every thread relaying the rule
  * counts in the same cells.
  */
@@ -61,12 +94,16 @@ export class TargetPicker {
     strategy: Strategy,
     weights: readonly number[] | null,
     tiers: readonly number[] | null = null,
+    /** The counts of another thread's picker, updated first; without them, its own. */
+    counts?: SharedArrayBuffer,
   ): void {
     this.tiers = tiers;
     const same = (a: Target[], b: Target[]) =>
       a.length === b.length && a.every((t, i) => t.host === b[i]!.host && t.port === b[i]!.port);
     // Connections held stay counted while the targets stay the same; other targets start from none.
-    if (!same(targets, this.targets)) this.open = openCounts(targets.length);
+    if (counts) {
+      if (counts !== this.open.buffer) this.open = new Int32Array(counts);
+    } else if (!same(targets, this.targets)) this.open = openCounts(targets.length);
     this.targets = targets;
     this.strategy = strategy;
     this.weights = weights;

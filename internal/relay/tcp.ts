@@ -44,7 +44,7 @@ export class TcpRelay {
     /** Replaced in place when the rule changes: what the next connection's target is sent first. */
     public proxyProtocol: ProxyProtocol = 'none',
     /** Its connections in all and per client address, alike in every thread listening on the port. */
-    private readonly counts = new ListenerCounts(limits.maxConnectionsPerRule),
+    readonly counts = new ListenerCounts(limits.maxConnectionsPerRule),
   ) {
     this.server = createServer(
       { allowHalfOpen: true, pauseOnConnect: true },
@@ -58,10 +58,11 @@ export class TcpRelay {
 
   /**
    * Resolves once listening on `port`, or on `inherited`: the listening socket an agent handed over (see
-   * agent/supervisor.ts), which the kernel shares between both until the old one stops accepting. Rejects with the bind
-   * error (EADDRINUSE, EACCES, ...).
+   * agent/supervisor.ts), which the kernel shares between both until the old one stops accepting. `shared`: beside
+   * other sockets of this agent's relay threads (reusePort: the kernel spreads new connections over them). Rejects
+   * with the bind error (EADDRINUSE, EACCES, ...).
    */
-  listen(host: string, port: number, inherited?: object): Promise<void> {
+  listen(host: string, port: number, inherited?: object, shared = false): Promise<void> {
     return new Promise((resolve, reject) => {
       const listening = () => {
         this.server.off('error', reject);
@@ -69,7 +70,7 @@ export class TcpRelay {
       };
       this.server.once('error', reject);
       if (inherited) this.server.listen(inherited, listening);
-      else this.server.listen({ host, port, exclusive: true }, listening);
+      else this.server.listen({ host, port, exclusive: true, ...(shared ? { reusePort: true } : {}) }, listening);
     });
   }
 
@@ -86,9 +87,9 @@ export class TcpRelay {
     this.server.close();
   }
 
-  /** How many connections it relays now. */
+  /** How many connections it relays now, in every thread listening on its port. */
   get carrying(): number {
-    return this.carried.length;
+    return this.counts.open;
   }
 
   /** Bytes relayed since the previous call: in = client to target, out = target to client. */

@@ -39,7 +39,7 @@ export class UdpRelay {
     /** The rule's allow and deny lists, max_connections and expiry, met by each new session. */
     private readonly gate: Gate,
     /** Its sessions in all and per client address, alike in every thread bound to the port. */
-    private readonly counts = new ListenerCounts(limits.maxUdpSessionsPerRule),
+    readonly counts = new ListenerCounts(limits.maxUdpSessionsPerRule),
   ) {
     this.sweeper = setInterval(
       contained(
@@ -53,12 +53,13 @@ export class UdpRelay {
 
   /**
    * Resolves once bound to `port`, or at once with `inherited`: the bound socket's handle an agent handed over (see
-   * TcpRelay.listen). Rejects with the bind error (EADDRINUSE, EACCES, ...).
+   * TcpRelay.listen), and `shared` as there. Rejects with the bind error (EADDRINUSE, EACCES, ...).
    */
-  listen(host: string, port: number, inherited?: object): Promise<void> {
+  listen(host: string, port: number, inherited?: object, shared = false): Promise<void> {
     const socket = createSocket({
       type: isIPv6(host) ? 'udp6' : 'udp4',
       reuseAddr: false,
+      ...(shared ? { reusePort: true } : {}),
       recvBufferSize: DATAGRAM_BUFFER_BYTES,
     });
     if (inherited) {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { availableParallelism } from 'node:os';
 import { test } from 'node:test';
 import { parseConfig } from '../../cmd/master/config.ts';
 
@@ -183,6 +184,7 @@ test(
     const { parseAgentConfig } = await import('../../cmd/agent/config.ts');
     const token = `mat_7_${'a'.repeat(43)}`;
     const pin = `sha256/${'Q'.repeat(43)}=`;
+    const cores = Math.min(availableParallelism(), 4);
     const base = {
       masterPin: null,
       token,
@@ -192,6 +194,7 @@ test(
       resolveSeconds: 60,
       releaseKeys: [],
       drainSeconds: 60,
+      relayWorkers: cores,
       otherMasters: [],
     };
     const cases: [string[], Record<string, string>, Record<string, unknown>][] = [
@@ -227,6 +230,16 @@ test(
         { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay' },
         { ...base, masterUrl: 'https://m.example', forwarding: 'relay' },
       ],
+      [
+        ['--master', 'https://m.example', '--relay-workers', '6'],
+        { AGENT_TOKEN: token, AGENT_RELAY_WORKERS: '2' },
+        { ...base, masterUrl: 'https://m.example', relayWorkers: 6 },
+      ],
+      [
+        ['--master', 'https://m.example'],
+        { AGENT_TOKEN: token, AGENT_RELAY_WORKERS: '1' },
+        { ...base, masterUrl: 'https://m.example', relayWorkers: 1 },
+      ],
     ];
     for (const [argv, env, want] of cases)
       assert.deepEqual(parseAgentConfig(argv, env), { config: want }, argv.join(' '));
@@ -251,6 +264,11 @@ test(
       [['--master', 'http://localhost'], {}, /agent token/],
       [['--master', 'http://localhost', '--token', 'mst_abc'], {}, /agent token/],
       [['--master', 'http://localhost', '--bogus'], { AGENT_TOKEN: token }, /unknown option/],
+      ...['0', '65', '1.5', 'four', '-2'].map((workers): [string[], Record<string, string>, RegExp] => [
+        ['--master', 'http://localhost', '--relay-workers', workers],
+        { AGENT_TOKEN: token },
+        /--relay-workers must be a whole number from 1 to 64/,
+      ]),
     ];
     for (const [argv, env, want] of errors) {
       const result = parseAgentConfig(argv, env);
@@ -286,6 +304,7 @@ test(
         resolveSeconds: 60,
         releaseKeys: [],
         drainSeconds: 60,
+        relayWorkers: Math.min(availableParallelism(), 4),
         otherMasters: [],
       },
     });
@@ -300,6 +319,7 @@ test(
         resolveSeconds: 60,
         releaseKeys: [],
         drainSeconds: 60,
+        relayWorkers: Math.min(availableParallelism(), 4),
         otherMasters: [],
       },
     });
@@ -314,6 +334,7 @@ test(
         resolveSeconds: 60,
         releaseKeys: [],
         drainSeconds: 60,
+        relayWorkers: Math.min(availableParallelism(), 4),
         otherMasters: [],
       },
     });

@@ -1,0 +1,187 @@
+// A relay thread: it listens beside the agent's main thread on the ports of the rules the relay carries straight to
+// their targets (reusePort: the kernel spreads new clients over every socket on the port), and carries the clients
+// it accepts under the rule's controls as the main thread holds them, in shared memory: its gate's cells, its
+// listeners' counts, least_conn's counts, the health checks' verdicts. The main thread tells it of rules, limits and
+// stops by message (see relay-threads.ts); it adds the bytes it carried to the rule's cells on a timer and at a stop,
+// where the agent's report takes them, and tells the main thread of each fault it contained.
+//
+// A thread is started from this module's own file: the agent's bundle, where this module is one of many (its
+// entry, cmd/agent/main.ts, runs nothing in a thread), or this file from the sources.
+
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import type { FaultSite } from '../domain/link.ts';
+import type { ForwardRule } from '../domain/rules.ts';
+import { datagramsTo, dialTargets, policyFor } from '../relay/dial.ts';
+import { contained, faults } from '../relay/faults.ts';
+import { RuleCells } from '../relay/cells.ts';
+import { Gate } from '../relay/gate.ts';
+import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
+import { ListenerCounts } from '../relay/listener-counts.ts';
+import { SharedHealth, TargetPicker, type Target } from '../relay/targets.ts';
+import { TcpRelay } from '../relay/tcp.ts';
+import { UdpRelay } from '../relay/udp.ts';
+import type { Tiered } from './srv.ts';
+
+/** What marks a worker as a relay thread, in its workerData. */
+const RELAY_THREAD = 'portplaneRelayThread';
+
+/** How often a thread adds what it carried to its rules' cells, and looks whether a quota was spent elsewhere. */
+export const FLUSH_MS = 250;
+
+/** One listening socket of a rule: its transport and port, and its counts, shared with the main thread's. */
+export interface ThreadListener {
+  transport: 'tcp' | 'udp';
+  port: number;
+  /** Its distance from the rule's listen_port. */
+  offset: number;
+  counts: SharedArrayBuffer;
+}
+
+/** A rule as a thread carries it, with the shared memory of its controls. */
+export interface ThreadRule {
+  rule: ForwardRule & Tiered;
+  targets: Target[];
+  host: string;
+  cells: SharedArrayBuffer;
+  picker: SharedArrayBuffer;
+  health: SharedArrayBuffer | null;
+  listeners: ThreadListener[];
+}
+
+export type ToThread =
+  | { type: 'limits'; limits: Limits }
+  /** Starts carrying a rule, or takes its changes (same listeners). */
+  | { type: 'rule'; rule: ThreadRule }
+  | { type: 'stop'; id: number }
+  /** Takes no more clients (an agent taking over listens beside); those open go on. */
+  | { type: 'stop_accepting' }
+  | { type: 'close' };
+
+export type FromThread =
+  /** A bind's error, as its code (EADDRINUSE, ...) and message; null: done. */
+  | { type: 'done'; seq: number; error: { code: string; message: string } | null }
+  | { type: 'fault'; site: FaultSite; message: string };
+
+/** A relay thread running this module, told `limits` first. */
+export function startRelayThread(limits: Limits): Worker {
+  return new Worker(new URL(import.meta.url), { workerData: { [RELAY_THREAD]: true, limits } });
+}
+
+interface Carried {
+  gate: Gate;
+  picker: TargetPicker;
+  health: SharedHealth | null;
+  relays: (TcpRelay | UdpRelay)[];
+}
+
+/** The thread's side: carries rules as told until told to close. */
+function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
+  const rules = new Map<number, Carried>();
+  const reply = (message: FromThread) => port.postMessage(message);
+  faults.onFault = (site, error) => reply({ type: 'fault', site, message: error.message });
+
+  const flush = (carried: Carried) => {
+    for (const relay of carried.relays) {
+      const { bytes_in, bytes_out } = relay.drain();
+      carried.gate.cells.carried(bytes_in, bytes_out);
+    }
+    carried.gate.watchQuota();
+  };
+  const timer = setInterval(
+    contained(
+      'tcp_relay',
+      () => rules.forEach(flush),
+      () => undefined,
+    ),
+    FLUSH_MS,
+  );
+
+  const stop = async (id: number) => {
+    const carried = rules.get(id);
+    if (!carried) return;
+    rules.delete(id);
+    await Promise.all(carried.relays.map((relay) => relay.close()));
+    flush(carried);
+  };
+
+  const start = async ({ rule, targets, host, cells, picker, health, listeners }: ThreadRule) => {
+    const existing = rules.get(rule.id);
+    const policy = policyFor(limits, rule.local_targets, rule.source_address);
+    if (existing) {
+      existing.health = health ? new SharedHealth(health) : null;
+      existing.picker.update(targets, rule.strategy, rule.weights, rule.tiers ?? null, picker);
+      existing.gate.update(rule);
+      existing.relays.forEach((relay, i) => {
+        const { offset } = listeners[i]!;
+        if (relay instanceof TcpRelay) {
+          relay.dial = dialTargets(existing.picker, policy, offset);
+          relay.proxyProtocol = rule.proxy_protocol;
+        } else relay.dial = datagramsTo(existing.picker, policy, offset);
+      });
+      return;
+    }
+    const gate = new Gate(rule, new RuleCells(cells));
+    const carried: Carried = { gate, picker: null!, health: health ? new SharedHealth(health) : null, relays: [] };
+    const view = () => carried.health;
+    carried.picker = new TargetPicker(targets, rule.strategy, rule.weights, view, rule.tiers ?? null, picker);
+    gate.onSpent = () => carried.relays.forEach((relay) => relay.endAll());
+    rules.set(rule.id, carried);
+    for (const { transport, port: at, offset, counts } of listeners) {
+      if (transport === 'tcp') {
+        const dial = dialTargets(carried.picker, policy, offset);
+        const shared = new ListenerCounts(limits.maxConnectionsPerRule, counts);
+        const relay = new TcpRelay(dial, limits, gate, rule.proxy_protocol, shared);
+        carried.relays.push(relay);
+        await relay.listen(host, at, undefined, true);
+      } else {
+        const shared = new ListenerCounts(limits.maxUdpSessionsPerRule, counts);
+        const relay = new UdpRelay(datagramsTo(carried.picker, policy, offset), limits, gate, shared);
+        carried.relays.push(relay);
+        await relay.listen(host, at, undefined, true);
+      }
+    }
+  };
+
+  const handle = async (message: ToThread): Promise<void> => {
+    switch (message.type) {
+      case 'limits':
+        Object.assign(limits, message.limits);
+        return;
+      case 'rule':
+        try {
+          return await start(message.rule);
+        } catch (error) {
+          await stop(message.rule.rule.id);
+          throw error;
+        }
+      case 'stop':
+        return stop(message.id);
+      case 'stop_accepting':
+        for (const carried of rules.values()) for (const relay of carried.relays) relay.stopAccepting();
+        return;
+      case 'close':
+        clearInterval(timer);
+        await Promise.all([...rules.keys()].map(stop));
+        port.close();
+    }
+  };
+
+  // One message at a time, in order: a rule's stop never overtakes its start.
+  let queue = Promise.resolve();
+  port.on('message', ({ seq, message }: { seq: number; message: ToThread }) => {
+    queue = queue.then(() =>
+      handle(message).then(
+        () => reply({ type: 'done', seq, error: null }),
+        (error: NodeJS.ErrnoException) =>
+          reply({
+            type: 'done',
+            seq,
+            error: { code: error.code ?? '', message: error.message ?? String(error) },
+          }),
+      ),
+    );
+  });
+}
+
+if (!isMainThread && parentPort && (workerData as Record<string, unknown> | null)?.[RELAY_THREAD] === true)
+  serve(parentPort, { ...DEFAULT_LIMITS, ...(workerData as { limits: Limits }).limits });

@@ -1,0 +1,199 @@
+// The relay on several threads: every thread listens on each port (reusePort), the kernel spreads the clients over
+// them, and each rule control holds exactly across them: a cap of N admits N, a bandwidth holds, the counters sum to
+// the bytes that crossed, a spent quota ends every thread's connections, the health checks' verdicts steer each.
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { describe, test, type TestContext } from 'node:test';
+import { Forwarder } from '../internal/forward/forwarder.ts';
+import { oneThreadOnly } from '../internal/forward/relay-threads.ts';
+import { tableOf } from '../internal/kernel/ruleset.ts';
+import type { ForwardRule } from '../internal/domain/rules.ts';
+import { forwardRule as rule } from './forwarding.ts';
+import { closedPort, countingSink, flood, freePort, tcpEcho, udpEcho, until } from './net.ts';
+
+const THREADS = 3;
+
+/** A forwarder relaying on THREADS threads, closed after the test. */
+function threaded(t: TestContext): Forwarder {
+  const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true }, 'relay', tableOf(0), THREADS);
+  t.after(() => forwarder.close());
+  return forwarder;
+}
+
+/** Applies `rules`, each to be applied. */
+async function applied(forwarder: Forwarder, rules: ForwardRule[]): Promise<void> {
+  for (const result of await forwarder.apply(rules)) assert.equal(result.state, 'applied', JSON.stringify(result));
+}
+
+/** How many sockets listen on TCP `port` (ss): one a thread. */
+function listeners(port: number): number {
+  return execFileSync('ss', ['-Htln', `sport = :${port}`], { encoding: 'utf8' })
+    .trim()
+    .split('\n').length;
+}
+
+/** A connection through `port` that sends one byte: whether the echo came back (carried) or it was closed. */
+function attempt(port: number): Promise<{ socket: Socket; carried: boolean }> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.on('error', () => undefined);
+    socket.once('connect', () => socket.write('x'));
+    socket.once('data', () => resolve({ socket, carried: true }));
+    socket.once('close', () => resolve({ socket, carried: false }));
+  });
+}
+
+/** Everything drained from `forwarder` for rule `id` until `done` says it is all. */
+async function drained(
+  forwarder: Forwarder,
+  done: (sum: { bytes_in: number; bytes_out: number; refused: number }) => boolean,
+) {
+  const sum = { bytes_in: 0, bytes_out: 0, refused: 0 };
+  await until('the bytes to be counted', () => {
+    for (const counted of forwarder.drain()) {
+      sum.bytes_in += counted.bytes_in;
+      sum.bytes_out += counted.bytes_out;
+      sum.refused += counted.refused ?? 0;
+    }
+    return done(sum);
+  });
+  return sum;
+}
+
+describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concurrency: 3 }, () => {
+  test('a cap of N connections spread over the threads admits exactly N, and counts the rest refused', async (t) => {
+    const echo = await tcpEcho(t);
+    const port = await freePort();
+    const forwarder = threaded(t);
+    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`], { max_connections: 10 })]);
+    assert.equal(listeners(port), THREADS, 'each thread listens on the port');
+    const attempts = await Promise.all(Array.from({ length: 60 }, () => attempt(port)));
+    t.after(() => attempts.forEach(({ socket }) => socket.destroy()));
+    assert.equal(attempts.filter(({ carried }) => carried).length, 10);
+    const counted = await drained(forwarder, (sum) => sum.refused >= 50);
+    assert.equal(counted.refused, 50);
+    // The places come back as connections end, whichever thread held them.
+    attempts.forEach(({ socket }) => socket.destroy());
+    await until('the places to be given back', async () => (await forwarder.openByRule()).size === 0);
+    const again = await Promise.all(Array.from({ length: 10 }, () => attempt(port)));
+    t.after(() => again.forEach(({ socket }) => socket.destroy()));
+    assert.equal(again.filter(({ carried }) => carried).length, 10);
+  });
+
+  test('the counters sum to the bytes that crossed every thread, TCP and UDP', async (t) => {
+    const [tcpTarget, udpTarget] = [await tcpEcho(t), await udpEcho(t)];
+    const [tcpPort, udpPort] = [await freePort(), await freePort()];
+    const forwarder = threaded(t);
+    await applied(forwarder, [
+      rule(1, tcpPort, [`127.0.0.1:${tcpTarget}`]),
+      rule(2, udpPort, [`127.0.0.1:${udpTarget}`], { protocol: 'udp' }),
+    ]);
+    let sent = 0;
+    await Promise.all(
+      Array.from({ length: 24 }, async (_, i) => {
+        const payload = Buffer.alloc(1000 + i * 777, i);
+        sent += payload.length;
+        const socket = connect({ host: '127.0.0.1', port: tcpPort, allowHalfOpen: true });
+        let back = 0;
+        socket.on('data', (chunk: Buffer) => (back += chunk.length));
+        await once(socket, 'connect');
+        socket.end(payload);
+        await once(socket, 'end');
+        socket.destroy();
+        assert.equal(back, payload.length);
+      }),
+    );
+    let datagrams = 0;
+    await Promise.all(
+      Array.from({ length: 12 }, async (_, i) => {
+        const socket = createSocket('udp4');
+        socket.connect(udpPort, '127.0.0.1');
+        await once(socket, 'connect');
+        const datagram = Buffer.alloc(100 + i, i);
+        socket.send(datagram);
+        await once(socket, 'message');
+        datagrams += datagram.length;
+        socket.close();
+      }),
+    );
+    const sums = new Map<number, { bytes_in: number; bytes_out: number }>();
+    await until('every byte to be counted', () => {
+      for (const { id, bytes_in, bytes_out } of forwarder.drain()) {
+        const sum = sums.get(id) ?? { bytes_in: 0, bytes_out: 0 };
+        sums.set(id, { bytes_in: sum.bytes_in + bytes_in, bytes_out: sum.bytes_out + bytes_out });
+      }
+      return sums.get(1)?.bytes_out === sent && sums.get(2)?.bytes_out === datagrams;
+    });
+    // Counted once each: what is drained later adds nothing.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    for (const { id, bytes_in, bytes_out } of forwarder.drain()) {
+      const sum = sums.get(id)!;
+      sums.set(id, { bytes_in: sum.bytes_in + bytes_in, bytes_out: sum.bytes_out + bytes_out });
+    }
+    assert.deepEqual(sums.get(1), { bytes_in: sent, bytes_out: sent });
+    assert.deepEqual(sums.get(2), { bytes_in: datagrams, bytes_out: datagrams });
+  });
+
+  test('a bandwidth limit holds within 10% over connections spread across the threads', async (t) => {
+    const sink = await countingSink(t);
+    const port = await freePort();
+    const forwarder = threaded(t);
+    const rate = 2 * 1024 * 1024;
+    await applied(forwarder, [rule(1, port, [sink.target], { bandwidth_limit: rate })]);
+    const floods = Array.from({ length: 9 }, () => flood('127.0.0.1', port));
+    t.after(() => floods.forEach((socket) => socket.destroy()));
+    // Past the first burst, over three seconds.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    sink.restart();
+    await until('some bytes to arrive', () => sink.arrived() > 0);
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    const perSecond = sink.within(3000) / 3;
+    assert.ok(Math.abs(perSecond - rate) <= rate * 0.1, `${perSecond} bytes a second, limit ${rate}`);
+  });
+
+  test("a quota spent through one thread ends every thread's connections", async (t) => {
+    const echo = await tcpEcho(t);
+    const port = await freePort();
+    const forwarder = threaded(t);
+    const quota = { bytes: 64 * 1024, used: 0, direction: 'both', period_start: new Date().toISOString() } as const;
+    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`], { quota })]);
+    const idle = await Promise.all(Array.from({ length: 12 }, () => attempt(port)));
+    t.after(() => idle.forEach(({ socket }) => socket.destroy()));
+    assert.ok(idle.every(({ carried }) => carried));
+    const closed = idle.map(({ socket }) => once(socket, 'close'));
+    const spender = flood('127.0.0.1', port);
+    t.after(() => spender.destroy());
+    await Promise.all(closed);
+    assert.equal((await attempt(port)).carried, false, 'a new client is refused');
+  });
+
+  test("the health checks' verdicts steer every thread's picks", async (t) => {
+    const [down, up] = [await closedPort(), await tcpEcho(t)];
+    const port = await freePort();
+    const forwarder = threaded(t);
+    const check = { interval_seconds: 1, timeout_ms: 500, fall: 1, rise: 10 };
+    await applied(forwarder, [
+      rule(1, port, [`127.0.0.1:${down}`, `127.0.0.1:${up}`], { strategy: 'failover', health_check: check }),
+    ]);
+    await until('the first target to be down', () =>
+      forwarder.healthReports().some(({ targets }) => targets[0]?.status === 'down'),
+    );
+    // It listens again, and stays down for ten good checks: no thread sends it a client meanwhile.
+    let reached = 0;
+    const server = createServer((socket) => {
+      reached++;
+      socket.destroy();
+    }).listen(down, '127.0.0.1');
+    await once(server, 'listening');
+    t.after(() => server.close());
+    assert.equal((server.address() as AddressInfo).port, down);
+    const attempts = await Promise.all(Array.from({ length: 30 }, () => attempt(port)));
+    t.after(() => attempts.forEach(({ socket }) => socket.destroy()));
+    assert.equal(attempts.filter(({ carried }) => carried).length, 30);
+    assert.equal(reached, 0);
+  });
+});
