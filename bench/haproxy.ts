@@ -1,5 +1,6 @@
 // HAProxy (Debian's package) as the peer of the data plane: TCP mode, one thread, pinned to the relay's CPU, so that
-// the relay and it are measured on the same core against the same targets.
+// the relay and it are measured on the same core against the same targets; or as many threads as the relay's, on
+// every CPU.
 
 import { writeFileSync } from 'node:fs';
 import { pinned, start, type Running } from './procs.ts';
@@ -16,15 +17,19 @@ export interface Listener {
   tlsToServer?: boolean;
 }
 
-/** Writes `file` and starts HAProxy in the foreground with it (in namespace terms, `wrap` the argv). */
+/**
+ * Writes `file` and starts HAProxy in the foreground with it (in namespace terms, `wrap` the argv): on `threads`
+ * threads, one on the relay's CPU, more on every CPU.
+ */
 export function startHaproxy(
   file: string,
   listeners: Listener[],
   wrap: (argv: string[]) => string[] = (a) => a,
+  threads = 1,
 ): Running {
   const lines = [
     'global',
-    '  nbthread 1',
+    `  nbthread ${threads}`,
     '  maxconn 4000',
     'defaults',
     '  mode tcp',
@@ -42,5 +47,6 @@ export function startHaproxy(
     );
   }
   writeFileSync(file, `${lines.join('\n')}\n`);
-  return start(wrap(pinned(0, ['haproxy', '-db', '-f', file])));
+  const argv = ['haproxy', '-db', '-f', file];
+  return start(wrap(threads === 1 ? pinned(0, argv) : argv));
 }

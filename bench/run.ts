@@ -195,23 +195,15 @@ function masterProcess(dataDir: string, listen: string, env: NodeJS.ProcessEnv =
 }
 
 /** The bundled agent on CPU 0, with a state dir of its own under the run's work dir. */
-function agentProcess(masterUrl: string, stateDir: string, token: string): Running {
-  return start(
-    pinned(0, [
-      node,
-      'dist/agent.mjs',
-      '--master',
-      masterUrl,
-      '--state-dir',
-      join(work, stateDir),
-      '--listen-host',
-      '127.0.0.1',
-      // These rows measure the relay, whatever the host allows.
-      '--forwarding',
-      'relay',
-    ]),
-    { AGENT_TOKEN: token },
-  );
+/** The bundled agent, relaying on `threads` threads: on the relay's CPU (`pin`), or on any. */
+function agentProcess(masterUrl: string, stateDir: string, token: string, threads = 1, pin = true): Running {
+  const argv = [
+    ...[node, 'dist/agent.mjs', '--master', masterUrl, '--state-dir', join(work, stateDir)],
+    ...['--listen-host', '127.0.0.1', '--relay-workers', String(threads)],
+    // These rows measure the relay, whatever the host allows.
+    ...['--forwarding', 'relay'],
+  ];
+  return start(pin ? pinned(0, argv) : argv, { AGENT_TOKEN: token });
 }
 
 async function startMaster(dataDir: string, listen = '127.0.0.1:0', env: NodeJS.ProcessEnv = {}): Promise<Master> {
@@ -884,11 +876,12 @@ async function fanOut(): Promise<void> {
 }
 
 /**
- * Runs bench/dataplane.ts with `args` on the load's CPU (in namespace `ns`, at `host`, when given) and returns the
- * JSON line it printed last.
+ * Runs bench/dataplane.ts with `args` on the load's CPU (in namespace `ns`, at `host`, when given; on any CPU with
+ * `anyCpu`) and returns the JSON line it printed last.
  */
-function dataplaneLoad(args: unknown[], where: { ns?: string; host?: string } = {}): any {
-  const argv = pinned(1, [node, '--import', 'tsx', 'bench/dataplane.ts', ...args.map(String)]);
+function dataplaneLoad(args: unknown[], where: { ns?: string; host?: string; anyCpu?: boolean } = {}): any {
+  const load = [node, '--import', 'tsx', 'bench/dataplane.ts', ...args.map(String)];
+  const argv = where.anyCpu ? load : pinned(1, load);
   const [command, ...rest] = where.ns ? within(where.ns, argv) : argv;
   const env = where.host ? { ...process.env, BENCH_HOST: where.host } : process.env;
   const out = spawnSync(command!, rest, { encoding: 'utf8', env });
@@ -1153,6 +1146,112 @@ async function dataPlane(): Promise<void> {
   if (sink.child.exitCode !== null)
     throw new Error(`the sink died during the data-plane runs (exit ${sink.child.exitCode})`);
   await sink.stop();
+  await master.proc.stop();
+}
+
+/**
+ * The relay on every core: the agent on two threads (this machine's cores) beside HAProxy with nbthread 2, both free to
+ * run on either CPU, for the loads of rows 9a-9d; the agent on one thread beside them, as the gain threads give.
+ */
+async function relayOnEveryCore(): Promise<void> {
+  console.error('relay threads: the bundled agent on 1 and 2 threads against HAProxy with nbthread 2');
+  const threads = 2;
+  const master = await startMaster(join(work, 'threads'));
+  await api(master.url, master.token, 'PATCH', '/api/settings', { allow_local_rule_targets: 1 });
+  // Every process here may run on either CPU: the scheduler places them, as it would the relay's threads.
+  const sink = start([node, '--import', 'tsx', 'bench/dataplane.ts', 'sink']);
+  const ports = (await sink.waitFor('sink')) as { tcp: number; udp: number };
+  const small = { status: 200, headers: { 'content-type': 'application/json' }, body: SMALL_JSON };
+  const hello = start([node, '--import', 'tsx', 'bench/hello.ts', answerFile('small', small)]);
+  const helloPort = Number(new URL(String((await hello.waitFor('listening')).url)).port);
+  // An agent a way: two threads on ports 32001-32002, one on 32011-32012.
+  const agents: Running[] = [];
+  for (const [workers, base] of [
+    [threads, 32001],
+    [1, 32011],
+  ]) {
+    const record = await api(master.url, master.token, 'POST', '/api/nodes', {
+      name: `t${workers}`,
+      host: '127.0.0.1',
+    });
+    const agent = agentProcess(master.url, `threads-${workers}`, record.agent_token, workers, false);
+    await agent.waitFor('linked to the master');
+    agents.push(agent);
+    const ids = [];
+    for (const [offset, target] of [ports.tcp, helloPort].entries()) {
+      const rule = await api(master.url, master.token, 'POST', '/api/rules', {
+        ...{ name: `t${workers}-${offset}`, node_id: record.id, protocol: 'tcp', listen_port: base! + offset },
+        targets: [`127.0.0.1:${target}`],
+      });
+      ids.push(rule.id);
+    }
+    const synced = await api(master.url, master.token, 'POST', '/api/rules/batch-sync', { ids });
+    if (synced.results.some((r: { outcome: string }) => r.outcome !== 'applied'))
+      throw new Error(`rules not applied: ${JSON.stringify(synced)}`);
+  }
+  const listeners = [
+    { name: 'bulk', bind: '127.0.0.1:32021', server: `127.0.0.1:${ports.tcp}` },
+    { name: 'http', bind: '127.0.0.1:32022', server: `127.0.0.1:${helloPort}` },
+  ];
+  const haproxy = startHaproxy(join(work, 'haproxy-threads.cfg'), listeners, undefined, threads);
+  await new Promise((resolve) => setTimeout(resolve, 500));
+
+  // Each run gives its rate and how many units it moved (MiB, connections, requests), for the CPU a unit took.
+  const load = (...args: unknown[]) => dataplaneLoad(args, { anyCpu: true });
+  const bulk = (streams: number) => (port: number) => {
+    const { mib_per_s } = load('tcp', port, streams, BULK_BYTES / streams);
+    return { rate: mib_per_s as number, units: BULK_BYTES / 2 ** 20 };
+  };
+  const connections = (port: number) => {
+    const { per_second } = load('connrate', port, 3, 50);
+    return { rate: per_second as number, units: per_second * 3 };
+  };
+  const keepAlive = (port: number) => {
+    const { rps, requests } = wrk(`http://127.0.0.1:${port}/`, { connections: 50, seconds: 3, warmup: 1 });
+    return { rate: rps, units: requests };
+  };
+  const scenarios = [
+    ['9e', 'TCP relay throughput, 1 stream', 'MiB/s', 'a MiB', bulk(1), 0],
+    ['9f', 'TCP relay throughput, 8 streams', 'MiB/s', 'a MiB', bulk(8), 0],
+    ['9g', 'TCP connection rate (connect, 1-byte echo, close; 50 at a time)', 'conn/s', 'a connection', connections, 0],
+    ['9h', 'HTTP keep-alive requests (wrk, 50 connections, a small JSON answer)', 'req/s', 'a request', keepAlive, 1],
+  ] as const;
+  const pids = { relay: agents[0]!.child.pid!, haproxy: haproxy.child.pid!, one: agents[1]!.child.pid! };
+  type Way = keyof typeof pids;
+  for (const [id, scenario, unit, per, way, offset] of scenarios) {
+    const cpu: Record<Way, number[]> = { relay: [], haproxy: [], one: [] };
+    const measured = (name: Way, port: number) => () => {
+      const before = cpuMicros(pids[name]);
+      const { rate, units } = way(port);
+      cpu[name].push((cpuMicros(pids[name]) - before) / Math.max(1, units));
+      return rate;
+    };
+    // A run of each first, not counted: each of the agent's threads compiles its own code as it warms up.
+    for (const port of [32001, 32021, 32011]) way(port + offset);
+    const figures = interleaved({
+      relay: measured('relay', 32001 + offset),
+      haproxy: measured('haproxy', 32021 + offset),
+      one: measured('one', 32011 + offset),
+    });
+    const us = (name: Way) => `${Math.round(median(cpu[name]))} us`;
+    record({
+      id,
+      scenario: `${scenario}, on ${threads} threads`,
+      value: figures.relay,
+      unit,
+      peak_rss_mib: memory(agents[0]!.child.pid!).peak,
+      ceiling: figures.haproxy,
+      ratio: figures.relay / figures.haproxy,
+      target: `>= 1.0x HAProxy (TCP mode, nbthread ${threads}, every CPU)`,
+      met: figures.relay >= figures.haproxy,
+      note:
+        `medians of 3 interleaved runs: HAProxy ${round(figures.haproxy)}; the agent on one thread ` +
+        `${round(figures.one)} (${(figures.relay / figures.one).toFixed(2)}x from the threads); CPU ${per}: ` +
+        `${us('relay')} on ${threads} threads, ${us('one')} on one, HAProxy ${us('haproxy')}; the load and the ` +
+        `targets run on either CPU too; RSS ${memory(agents[1]!.child.pid!).peak} MiB on one thread`,
+    });
+  }
+  for (const running of [haproxy, hello, ...agents, sink]) await running.stop();
   await master.proc.stop();
 }
 
@@ -2392,14 +2491,15 @@ const pinning = hasTaskset
   ? 'server on CPU 0, load and this runner on CPU 1 (taskset)'
   : 'not available (no taskset): figures share both CPUs';
 console.error(`CPU pinning: ${pinning}`);
-// BENCH_ONLY=control,https,fanout,data,kernel,scale,readers,history,upgrade,replication,failover,paths runs a subset
-// (working on one part).
-const sections = 'control,https,fanout,data,kernel,scale,readers,history,upgrade,replication,failover,paths';
+// BENCH_ONLY=control,https,fanout,data,threads,kernel,scale,readers,history,upgrade,replication,failover,paths runs a
+// subset (working on one part).
+const sections = 'control,https,fanout,data,threads,kernel,scale,readers,history,upgrade,replication,failover,paths';
 const only = new Set((process.env.BENCH_ONLY ?? sections).split(','));
 if (only.has('control')) await controlPlane();
 if (only.has('https')) await overTls();
 if (only.has('fanout')) await fanOut();
 if (only.has('data')) await dataPlane();
+if (only.has('threads')) await relayOnEveryCore();
 if (only.has('kernel')) await kernelPath();
 if (only.has('scale')) await scale();
 if (only.has('readers')) await readers();

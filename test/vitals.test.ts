@@ -3,10 +3,12 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { availableParallelism } from 'node:os';
 import { test } from 'node:test';
 import { maintain } from '../internal/service/maintenance.ts';
 import { send } from '../internal/agentlink/wire.ts';
 import { parseNetDev } from '../internal/agent/vitals.ts';
+import { oneThreadOnly } from '../internal/forward/relay-threads.ts';
 import { agentInProcess, nodeOf } from './agents.ts';
 import { call, mintToken, node, startMaster } from './helpers.ts';
 import { link, type RawLink } from './rawlink.ts';
@@ -46,6 +48,10 @@ test("a node's vitals appear within two report intervals, with its history, metr
   );
   assert.equal(vitals.agent.version, (await nodeOf(m, n.id)).agent_version);
   assert.ok(vitals.agent.uptime_seconds >= 0);
+  // The agent's relay threads: by default the cores (at most 4), all running where the runtime has reusePort.
+  const asked = Math.min(availableParallelism(), 4);
+  const unsupported = oneThreadOnly();
+  assert.deepEqual(vitals.agent.relay, { threads: unsupported ? 1 : asked, asked, reason: unsupported });
   assert.ok(vitals.network.rx_bytes_per_second >= 0);
 
   const history = await call(m.url, 'GET', `/api/nodes/${n.id}/vitals`, { token: m.admin });
@@ -116,6 +122,34 @@ test('hostile vitals are bounded: out-of-range values end the link, a flood is a
   await maintain(m.app);
   await m.app.store.committed();
   assert.equal(history(), 0);
+});
+
+test("an agent's word on its relay threads is bounded like the rest of its vitals", async (t) => {
+  const m = await startMaster(t);
+  const vitals = {
+    ...{ type: 'vitals', cpu_percent: 1, load: [0, 0, 0], memory_total_bytes: 1000, memory_available_bytes: 400 },
+    ...{ interfaces: [], uptime_seconds: 5 },
+  };
+  // A node whose agent broke the protocol waits before it may link again: each case has a node of its own.
+  for (const [i, relay] of [
+    { threads: 0, asked: 1, reason: null },
+    { threads: 65, asked: 1, reason: null },
+    { threads: 2, asked: 2, reason: 'x'.repeat(301) },
+    { threads: 2, asked: 2, reason: null, extra: true },
+  ].entries()) {
+    const hostile = await node(m, `hostile-${i}`);
+    const raw = (await link(m, hostile.agent_token)) as RawLink;
+    await raw.next('config');
+    send(raw.socket, { ...vitals, relay });
+    await once(raw.socket, 'close');
+    assert.equal((await nodeOf(m, hostile.id)).vitals, null, 'nothing of a refused message was kept');
+  }
+  const n = await node(m, 'edge');
+  const raw = (await link(m, n.agent_token)) as RawLink;
+  await raw.next('config');
+  send(raw.socket, { ...vitals, relay: { threads: 1, asked: 4, reason: 'Node.js 20.20.2 has no reusePort' } });
+  const shown = await until('the vitals kept', async () => (await nodeOf(m, n.id)).vitals);
+  assert.deepEqual(shown.agent.relay, { threads: 1, asked: 4, reason: 'Node.js 20.20.2 has no reusePort' });
 });
 
 test('/proc/net/dev is read per interface, and a line that is not one is skipped', () => {

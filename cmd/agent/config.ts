@@ -55,7 +55,7 @@ Options:
                        kernel: the kernel only (rules it cannot carry fail); relay: user space only
                        (env AGENT_FORWARDING, default auto)
   --relay-workers N    how many threads relay (1 to 64), each listening on every relayed port and sharing
-                       every rule control; about 10 MiB each (env AGENT_RELAY_WORKERS, default the node's
+                       every rule control; about 20 MiB each (env AGENT_RELAY_WORKERS, default the node's
                        cores, at most 4; 1 on Node.js older than 22.12, which lacks reusePort)
   --resolve-every SECONDS
                        how often the kernel path looks up its targets' host names again, and

@@ -223,6 +223,10 @@ export class Agent {
       options.relayWorkers ?? 1,
       (error) => options.log.error('a relay thread ended; the others relay on', { error: error?.message ?? null }),
     );
+    if (this.forwarder.queuedAtRisk)
+      options.log.warn('an upgrade may reset connections waiting to be accepted by a relay thread', {
+        reason: this.forwarder.queuedAtRisk,
+      });
     // A fault contained in one flow is logged (at most LINES_PER_KEY a minute: a flood of them is one client's doing)
     // and counted in the node's vitals.
     const faultLog = throttledBy(options.log)('faults');
@@ -561,7 +565,7 @@ export class Agent {
     this.sendPaths(socket);
     this.sendHealth();
     // A node shows how it is doing as soon as it links, not a report interval later.
-    send(socket, this.vitals.read(this.masterReads('vitals.addresses')));
+    send(socket, this.vitalsNow());
     if (this.untold) send(socket, this.untold);
     this.untold = null;
     // Told once: on the first link this agent makes.
@@ -888,6 +892,12 @@ export class Agent {
     this.reportTimer = setInterval(() => void this.report(), seconds * 1000);
   }
 
+  /** The node's vitals, with what of them the master reads. */
+  private vitalsNow() {
+    const relay = this.masterReads('vitals.relay') ? { ...this.forwarder.relayThreads } : undefined;
+    return this.vitals.read(this.masterReads('vitals.addresses'), relay);
+  }
+
   /** Whether the master reads `field` of an agent's message (it names it in its config's master_reads). */
   private masterReads(field: MasterRead): boolean {
     return this.config?.master_reads?.includes(field) ?? false;
@@ -897,7 +907,7 @@ export class Agent {
   private report(): Promise<void> {
     this.reporting = this.reporting
       .then(() => {
-        if (this.socket) send(this.socket, this.vitals.read(this.masterReads('vitals.addresses')));
+        if (this.socket) send(this.socket, this.vitalsNow());
         return this.reportNow();
       })
       .catch((error: Error) => this.options.log.error('reporting traffic failed', { error: error.message }));

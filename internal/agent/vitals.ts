@@ -3,7 +3,7 @@
 
 import { readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, networkInterfaces as osInterfaces, totalmem } from 'node:os';
-import { MAX_ADDRESSES, MAX_INTERFACES, type VitalsMessage } from '../domain/link.ts';
+import { MAX_ADDRESSES, MAX_INTERFACES, type RelayThreading, type VitalsMessage } from '../domain/link.ts';
 import { localKind } from '../schema/net.ts';
 import { faults } from '../relay/faults.ts';
 
@@ -72,7 +72,11 @@ export class VitalsMeter {
    * addresses only for a master that reads them (`withAddresses`): an older one ends a link on a field it does not
    * know.
    */
-  read(withAddresses: boolean): Omit<VitalsMessage, 'faults' | 'addresses'> & Partial<VitalsMessage> {
+  read(
+    withAddresses: boolean,
+    /** The relay's threads, for a master that reads them. */
+    relay?: RelayThreading,
+  ): Omit<VitalsMessage, 'faults' | 'addresses' | 'relay'> & Partial<VitalsMessage> {
     const cpu = cpuTimes();
     const spent = cpu.total - this.lastCpu.total;
     const cpuPercent = spent > 0 ? Math.min(100, Math.max(0, ((cpu.busy - this.lastCpu.busy) / spent) * 100)) : null;
@@ -90,6 +94,7 @@ export class VitalsMeter {
       ...(withAddresses ? { addresses: ownAddresses() } : {}),
       // Only when there were any: a master older than faults would end the link on a field it does not know.
       ...(contained.length > 0 ? { faults: contained } : {}),
+      ...(relay ? { relay } : {}),
     };
   }
 }

@@ -60,6 +60,21 @@ export const vitalsSchema = {
             "check, and is in the agent's log. Absent from masters and agents older than it.",
           additionalProperties: { type: 'integer' },
         },
+        relay: {
+          type: 'object',
+          description:
+            'How many threads the agent relays on (`threads`: each listens on every port of the rules it carries ' +
+            'straight to their targets, and the kernel spreads new clients over them), how many it was asked for ' +
+            '(`asked`: --relay-workers, by default the cores, at most 4) and why fewer (`reason`: a Node.js older ' +
+            'than 22.12, a thread that ended). Absent from agents older than it.',
+          required: ['threads', 'asked', 'reason'],
+          properties: {
+            threads: { type: 'integer' },
+            asked: { type: 'integer' },
+            reason: { type: ['string', 'null'] },
+          },
+          additionalProperties: false,
+        },
       },
       additionalProperties: false,
     },

@@ -335,7 +335,13 @@ export const AGENT_FEATURES = Object.keys(agentFeatures);
  */
 export const LINK_FEATURES = ['soak', 'tunnel_ws', 'tunnel_exits'];
 /** What agents may send this master beyond the oldest masters' messages (see configMessage.master_reads). */
-export const MASTER_READS = ['vitals.addresses', 'tunnel_status.loss_percent', 'tunnel_status.exits', 'live'] as const;
+export const MASTER_READS = [
+  'vitals.addresses',
+  'vitals.relay',
+  'tunnel_status.loss_percent',
+  'tunnel_status.exits',
+  'live',
+] as const;
 export type MasterRead = (typeof MASTER_READS)[number];
 
 /** The link feature of agents that carry a tunnel inside a WebSocket (transport ws). */
@@ -571,6 +577,15 @@ export const TUNNEL_PORTS = { min: 40000, max: 49999 };
 export const MAX_INTERFACES = 64;
 
 /** Agent to master, with each report interval: how the node is doing, and how long its agent has run. */
+/** The relay's threads as an agent tells them (see vitalsMessage.relay). */
+export const RELAY_THREADS = object({
+  threads: integer({ min: 1, max: 64 }),
+  asked: integer({ min: 1, max: 64 }),
+  reason: nullable(string({ max: 300 })),
+});
+
+export type RelayThreading = Infer<typeof RELAY_THREADS>;
+
 export const vitalsMessage = object({
   type: oneOf(['vitals']),
   /** Of all CPUs, since the previous vitals; null in the first. */
@@ -593,6 +608,8 @@ export const vitalsMessage = object({
   addresses: optional(array(ipAddress('An address of the node.'), { max: MAX_ADDRESSES }), []),
   /** Faults the agent's data plane contained since it started (each ended its own flow), by where; absent: none. */
   faults: optional(array(object({ site: oneOf(faultSites), count: COUNT }), { max: faultSites.length }), []),
+  /** How many threads the relay runs on (see forward/relay-thread.ts), and why fewer than asked; absent: older. */
+  relay: optional(RELAY_THREADS),
 });
 export type VitalsMessage = Infer<typeof vitalsMessage>;
 

@@ -1,7 +1,7 @@
 // A node's vitals as the API shows them, from its agent's report and the one before it.
 
 import { formatTime } from '../schema/schema.ts';
-import type { FaultSite, VitalsMessage } from './link.ts';
+import type { FaultSite, RelayThreading, VitalsMessage } from './link.ts';
 
 /** Network bytes of a node at a moment: what rates are counted from. */
 export interface NetworkTotals {
@@ -20,7 +20,13 @@ export interface Vitals {
   addresses: string[];
   /** Bytes a second over every interface but loopback, since the previous report; null for the first. */
   network: { rx_bytes_per_second: number | null; tx_bytes_per_second: number | null };
-  agent: { version: string | null; uptime_seconds: number; faults: Partial<Record<FaultSite, number>> };
+  agent: {
+    version: string | null;
+    uptime_seconds: number;
+    faults: Partial<Record<FaultSite, number>>;
+    /** Absent from agents older than the relay's threads. */
+    relay?: RelayThreading;
+  };
 }
 
 const round = (value: number, places: number) => Math.round(value * 10 ** places) / 10 ** places;
@@ -56,6 +62,7 @@ export function vitalsOf(
         version: agentVersion,
         uptime_seconds: message.uptime_seconds,
         faults: Object.fromEntries(message.faults.map(({ site, count }) => [site, count])),
+        ...(message.relay ? { relay: message.relay } : {}),
       },
     },
   };

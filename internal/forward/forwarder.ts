@@ -30,7 +30,7 @@ import {
   type RuleTraffic,
   type TargetHealth,
 } from '../domain/rules.ts';
-import type { ProbeResult, TunnelEnd } from '../domain/link.ts';
+import type { ProbeResult, RelayThreading, TunnelEnd } from '../domain/link.ts';
 import { TunnelEntries, type EntriesConfig, type EntryView } from '../tunnel/exits.ts';
 import { DEFAULT_SWITCHING } from '../domain/tunnels.ts';
 import { TunnelExit, type ExitRule } from '../tunnel/exit.ts';
@@ -85,7 +85,7 @@ import { formatTime } from '../schema/schema.ts';
 import { knownZone } from '../domain/hours.ts';
 import { DEFAULT_SRV_BOUNDS, SrvTargets, type SrvBounds, type Tiered } from './srv.ts';
 import { FLUSH_MS, type ThreadListener } from './relay-thread.ts';
-import { oneThreadOnly, RelayThreads } from './relay-threads.ts';
+import { migrateQueued, oneThreadOnly, RelayThreads } from './relay-threads.ts';
 
 type Relay = TcpRelay | UdpRelay;
 
@@ -377,8 +377,10 @@ export class Forwarder {
   private readonly threads: RelayThreads | null = null;
   /** Looks at the rules' quotas a thread may have spent (see Gate.watchQuota), while threads run. */
   private readonly quotaWatch: NodeJS.Timeout | undefined;
-  /** How many threads relay, this one included, and why not as many as asked; told with the node's paths. */
-  readonly relayThreads: { running: number; reason: string | null };
+  /** How many threads relay, this one included, how many were asked for and why not as many; told in the vitals. */
+  readonly relayThreads: RelayThreading;
+  /** Why an upgrade may reset connections queued on the old agent's relay threads (see migrateQueued); null: none. */
+  readonly queuedAtRisk: string | null = null;
 
   constructor(
     private readonly host: string,
@@ -393,10 +395,11 @@ export class Forwarder {
   ) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
     const unsupported = threads > 1 ? oneThreadOnly() : null;
-    this.relayThreads = { running: unsupported ? 1 : threads, reason: unsupported };
+    this.relayThreads = { threads: unsupported ? 1 : threads, asked: threads, reason: unsupported };
     if (threads > 1 && !unsupported) {
+      this.queuedAtRisk = migrateQueued();
       this.threads = new RelayThreads(threads - 1, this.limits, (error) => {
-        this.relayThreads.running--;
+        this.relayThreads.threads--;
         this.relayThreads.reason = `a relay thread ended${error ? `: ${error.message}` : ''}`;
         onThreadEnd(error);
       });

@@ -3,6 +3,7 @@
 // are contained) is dropped from the pool, and said in the log; its sockets closed with it, and the kernel sends new
 // clients to the port's other sockets.
 
+import { readFileSync, writeFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
 import { faults } from '../relay/faults.ts';
 import type { Limits } from '../relay/limits.ts';
@@ -94,4 +95,20 @@ export function oneThreadOnly(): string | null {
   if (process.platform !== 'linux' && process.platform !== 'freebsd')
     return `reusePort spreads connections over threads on Linux and FreeBSD, not ${process.platform}`;
   return null;
+}
+
+const MIGRATE_REQ = '/proc/sys/net/ipv4/tcp_migrate_req';
+
+/**
+ * Has the kernel move the connections queued on a closing listener to another socket of its port (Linux 5.14 and
+ * later, for the node's network namespace): without it, a relay thread's socket that closes (the old agent's, once an
+ * upgrade's new one listens beside it) resets the connections it had not accepted yet. Null once on; otherwise why not.
+ */
+export function migrateQueued(): string | null {
+  try {
+    if (readFileSync(MIGRATE_REQ, 'utf8').trim() !== '1') writeFileSync(MIGRATE_REQ, '1');
+    return null;
+  } catch (error) {
+    return `net.ipv4.tcp_migrate_req could not be turned on (${(error as NodeJS.ErrnoException).code ?? error})`;
+  }
 }

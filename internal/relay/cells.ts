@@ -35,14 +35,28 @@ export const CELL_BYTES = INTS * 4 + FLOATS * 8 + BIGS * 8;
 /** Milliseconds, alike in every thread (each thread's `performance.now()` counts from its own start). */
 const now = () => performance.timeOrigin + performance.now();
 
-/** Runs `fn` holding the spinlock at `ints[lock]` (0 free, 1 held), shared by every thread viewing `ints`. */
+/** How often a thread tries a lock held by another before it sleeps until it is let go. */
+const SPINS = 64;
+
+/**
+ * Runs `fn` holding the lock at `ints[lock]` (0 free, 1 held, 2 held and waited for), shared by every thread viewing
+ * `ints`. A lock is held for a few reads and writes, so a thread that finds it held spins a little; past that, the
+ * holder was likely taken off its CPU (more threads than CPUs), and spinning on would burn the rest of the waiter's
+ * time slice: it sleeps (Atomics.wait) until the holder lets go, and wakes one sleeper.
+ */
 export function locked<T>(ints: Int32Array, lock: number, fn: () => T): T {
-  while (Atomics.compareExchange(ints, lock, 0, 1) !== 0);
+  if (Atomics.compareExchange(ints, lock, 0, 1) !== 0) acquire(ints, lock);
   try {
     return fn();
   } finally {
-    Atomics.store(ints, lock, 0);
+    if (Atomics.exchange(ints, lock, 0) === 2) Atomics.notify(ints, lock, 1);
   }
+}
+
+function acquire(ints: Int32Array, lock: number): void {
+  for (let spin = 0; spin < SPINS; spin++) if (Atomics.compareExchange(ints, lock, 0, 1) === 0) return;
+  // Held as waited for from here on: whoever lets it go wakes a sleeper, this one or another.
+  while (Atomics.exchange(ints, lock, 2) !== 0) Atomics.wait(ints, lock, 2);
 }
 
 /** A rule's controls in shared memory (see the top of this file). */
