@@ -783,6 +783,11 @@ export interface components {
           faults?: {
             [key: string]: number;
           };
+          relay?: {
+            threads: number;
+            asked: number;
+            reason: string | null;
+          };
         };
       } | null;
       version: number;
@@ -863,6 +868,11 @@ export interface components {
           uptime_seconds: number;
           faults?: {
             [key: string]: number;
+          };
+          relay?: {
+            threads: number;
+            asked: number;
+            reason: string | null;
           };
         };
       } | null;
