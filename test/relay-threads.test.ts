@@ -3,7 +3,7 @@
 // the bytes that crossed, a spent quota ends every thread's connections, the health checks' verdicts steer each.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
@@ -62,6 +62,21 @@ async function drained(
     return done(sum);
   });
   return sum;
+}
+
+/**
+ * A listening socket made as an agent older than the relay's threads made it (no SO_REUSEPORT), in another process
+ * that hands it over as the supervisor does and exits.
+ */
+async function handedOver(port: number): Promise<object> {
+  const script =
+    "const s = require('node:net').createServer().listen({ host: '127.0.0.1', port: Number(process.argv.at(-1)), " +
+    "exclusive: true }, () => process.send({ type: 'listener' }, s._handle, () => process.exit(0)));";
+  const child = spawn(process.execPath, ['-e', script, String(port)], {
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
+  const [, handle] = (await once(child, 'message')) as [unknown, object];
+  return handle;
 }
 
 describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concurrency: 3 }, () => {
@@ -169,6 +184,29 @@ describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concu
     t.after(() => spender.destroy());
     await Promise.all(closed);
     assert.equal((await attempt(port)).carried, false, 'a new client is refused');
+  });
+
+  test('a port handed over by an agent older than the threads is relayed on one thread, and said so', async (t) => {
+    const echo = await tcpEcho(t);
+    const [port, fresh] = [await freePort(), await freePort()];
+    const forwarder = threaded(t);
+    forwarder.inherit(new Map([[`tcp:${port}`, (await handedOver(port)) as { close(): unknown }]]));
+    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`]), rule(2, fresh, [`127.0.0.1:${echo}`])]);
+    assert.equal(listeners(port), 1, 'the handed-over socket alone');
+    assert.equal(listeners(fresh), THREADS);
+    const attempts = await Promise.all(Array.from({ length: 10 }, () => attempt(port)));
+    t.after(() => attempts.forEach(({ socket }) => socket.destroy()));
+    assert.ok(attempts.every(({ carried }) => carried));
+    assert.deepEqual(forwarder.relayThreads, {
+      threads: THREADS,
+      asked: THREADS,
+      reason:
+        "1 ports handed over by an agent older than the relay's threads are relayed on one thread until their " +
+        'rules are opened anew',
+    });
+    // Opened anew on another port, the rule is every thread's again.
+    await applied(forwarder, [rule(1, await freePort(), [`127.0.0.1:${echo}`]), rule(2, fresh, [`127.0.0.1:${echo}`])]);
+    assert.deepEqual(forwarder.relayThreads, { threads: THREADS, asked: THREADS, reason: null });
   });
 
   test("the health checks' verdicts steer every thread's picks", async (t) => {

@@ -377,8 +377,10 @@ export class Forwarder {
   private readonly threads: RelayThreads | null = null;
   /** Looks at the rules' quotas a thread may have spent (see Gate.watchQuota), while threads run. */
   private readonly quotaWatch: NodeJS.Timeout | undefined;
-  /** How many threads relay, this one included, how many were asked for and why not as many; told in the vitals. */
-  readonly relayThreads: RelayThreading;
+  /** How many threads relay, this one included, how many were asked for and why not as many (see relayThreads). */
+  private readonly threading: RelayThreading;
+  /** The ports this thread alone listens on: handed over by an agent older than the relay's threads. */
+  private readonly alone = new Set<string>();
   /** Why an upgrade may reset connections queued on the old agent's relay threads (see migrateQueued); null: none. */
   readonly queuedAtRisk: string | null = null;
 
@@ -395,12 +397,12 @@ export class Forwarder {
   ) {
     this.limits = { ...DEFAULT_LIMITS, ...limits };
     const unsupported = threads > 1 ? oneThreadOnly() : null;
-    this.relayThreads = { threads: unsupported ? 1 : threads, asked: threads, reason: unsupported };
+    this.threading = { threads: unsupported ? 1 : threads, asked: threads, reason: unsupported };
     if (threads > 1 && !unsupported) {
       this.queuedAtRisk = migrateQueued();
       this.threads = new RelayThreads(threads - 1, this.limits, (error) => {
-        this.relayThreads.threads--;
-        this.relayThreads.reason = `a relay thread ended${error ? `: ${error.message}` : ''}`;
+        this.threading.threads--;
+        this.threading.reason = `a relay thread ended${error ? `: ${error.message}` : ''}`;
         onThreadEnd(error);
       });
       this.quotaWatch = setInterval(() => {
@@ -408,6 +410,15 @@ export class Forwarder {
       }, FLUSH_MS).unref();
     }
     this.srv = new SrvTargets(() => this.srvBounds);
+  }
+
+  /** How many threads relay, this one included, how many were asked for and why not as many; told in the vitals. */
+  get relayThreads(): RelayThreading {
+    if (this.alone.size === 0 || this.threading.reason) return { ...this.threading };
+    const reason =
+      `${counted(this.alone.size)} ports handed over by an agent older than the relay's threads are relayed on ` +
+      'one thread until their rules are opened anew';
+    return { ...this.threading, reason };
   }
 
   setLimits(limits: Partial<Limits>): void {
@@ -1134,6 +1145,7 @@ export class Forwarder {
     // A range wider than the relay takes is the kernel's alone (see kernelOnly): nothing listens on its ports here.
     const offsetsHeld = portCount(rule) > RELAY_RANGE_PORTS ? 0 : portCount(rule);
     const shared = this.threaded(rule);
+    const handedOver = new Set<number>();
     let port = rule.listen_port;
     try {
       // A port this agent closed just now is bound again only once no copy of its old socket listens.
@@ -1145,13 +1157,17 @@ export class Forwarder {
           const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
           relays.push(tcp);
           offsets.push(offset);
-          await tcp.listen(this.host, port, this.takeInherited(`tcp:${port}`), shared);
+          const inherited = this.takeInherited(`tcp:${port}`);
+          if (inherited) handedOver.add(relays.length - 1);
+          await tcp.listen(this.host, port, inherited, shared);
         }
         if (rule.protocol !== 'tcp') {
           const udp = new UdpRelay(dials.udp, this.limits, gate);
           relays.push(udp);
           offsets.push(offset);
-          await udp.listen(this.host, port, this.takeInherited(`udp:${port}`), shared);
+          const inherited = this.takeInherited(`udp:${port}`);
+          if (inherited) handedOver.add(relays.length - 1);
+          await udp.listen(this.host, port, inherited, shared);
         }
       }
     } catch (error) {
@@ -1164,7 +1180,7 @@ export class Forwarder {
       for (const relay of relays) relay.endAll();
     };
     this.checkHealth(listener, rule, targets);
-    const failed = await this.tellThreads(rule, targets, listener);
+    const failed = await this.tellThreads(rule, targets, listener, handedOver);
     if (failed) {
       listener.health?.close();
       await this.threads?.tell({ type: 'stop', id: rule.id });
@@ -1181,11 +1197,15 @@ export class Forwarder {
     return this.threads !== null && rule.tunnel_id === null;
   }
 
-  /** Tells the relay's threads of `rule` as `listener` carries it here; the error one of them met. */
+  /**
+   * Tells the relay's threads of `rule` as `listener` carries it here (the relays at `handedOver` on sockets another
+   * agent handed over); the error one of them met.
+   */
   private async tellThreads(
     rule: ForwardRule & Tiered,
     targets: Target[],
     listener: Listener,
+    handedOver = new Set<number>(),
   ): Promise<NodeJS.ErrnoException | null> {
     if (!this.threaded(rule) || listener.relays.length === 0) return null;
     const listeners: ThreadListener[] = listener.relays.map((relay, i) => ({
@@ -1193,14 +1213,17 @@ export class Forwarder {
       port: listener.firstPort + listener.offsets[i]!,
       offset: listener.offsets[i]!,
       counts: relay.counts.buffer,
+      inherited: handedOver.has(i),
     }));
-    return this.threads!.tell({
+    const { error, alone } = await this.threads!.tell({
       type: 'rule',
       rule: {
         ...{ rule, targets, host: this.host, cells: listener.gate.cells.buffer, picker: listener.picker.counts },
         ...{ health: listener.health?.shared.buffer ?? null, listeners },
       },
     });
+    for (const key of alone) this.alone.add(key);
+    return error;
   }
 
   private takeInherited(key: string): object | undefined {
@@ -1241,6 +1264,7 @@ export class Forwarder {
     // The threads' last bytes of the rule are in its cells once they have stopped it.
     if (this.threads && listener.relays.length > 0) await this.threads.tell({ type: 'stop', id });
     const keys = socketsOf(listener).map(({ key }) => key);
+    for (const key of keys) this.alone.delete(key);
     await Promise.all(listener.relays.map((relay) => relay.close()));
     for (const relay of listener.relays) addTraffic(this.leftover, id, relay.drain());
     const { gate } = listener;

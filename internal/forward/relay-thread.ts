@@ -35,6 +35,11 @@ export interface ThreadListener {
   /** Its distance from the rule's listen_port. */
   offset: number;
   counts: SharedArrayBuffer;
+  /**
+   * The main thread's socket was handed over by the agent before this one: one made by an agent older than the
+   * relay's threads has no SO_REUSEPORT, and no thread can listen beside it until the rule's port is opened anew.
+   */
+  inherited: boolean;
 }
 
 /** A rule as a thread carries it, with the shared memory of its controls. */
@@ -58,8 +63,11 @@ export type ToThread =
   | { type: 'close' };
 
 export type FromThread =
-  /** A bind's error, as its code (EADDRINUSE, ...) and message; null: done. */
-  | { type: 'done'; seq: number; error: { code: string; message: string } | null }
+  /**
+   * A bind's error, as its code (EADDRINUSE, ...) and message; null: done. `alone`: the ports (`tcp:port`) it could not
+   * listen beside a socket handed over (see ThreadListener.inherited).
+   */
+  | { type: 'done'; seq: number; error: { code: string; message: string } | null; alone: string[] }
   | { type: 'fault'; site: FaultSite; message: string };
 
 /** A relay thread running this module, told `limits` first. */
@@ -72,6 +80,8 @@ interface Carried {
   picker: TargetPicker;
   health: SharedHealth | null;
   relays: (TcpRelay | UdpRelay)[];
+  /** Each relay's distance from the rule's listen_port. */
+  offsets: number[];
 }
 
 /** The thread's side: carries rules as told until told to close. */
@@ -112,41 +122,60 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
       existing.picker.update(targets, rule.strategy, rule.weights, rule.tiers ?? null, picker);
       existing.gate.update(rule);
       existing.relays.forEach((relay, i) => {
-        const { offset } = listeners[i]!;
+        const offset = existing.offsets[i]!;
         if (relay instanceof TcpRelay) {
           relay.dial = dialTargets(existing.picker, policy, offset);
           relay.proxyProtocol = rule.proxy_protocol;
         } else relay.dial = datagramsTo(existing.picker, policy, offset);
       });
-      return;
+      return [];
     }
     const gate = new Gate(rule, new RuleCells(cells));
-    const carried: Carried = { gate, picker: null!, health: health ? new SharedHealth(health) : null, relays: [] };
+    const carried: Carried = {
+      ...{ gate, picker: null!, health: health ? new SharedHealth(health) : null },
+      ...{ relays: [], offsets: [] },
+    };
     const view = () => carried.health;
     carried.picker = new TargetPicker(targets, rule.strategy, rule.weights, view, rule.tiers ?? null, picker);
     gate.onSpent = () => carried.relays.forEach((relay) => relay.endAll());
     rules.set(rule.id, carried);
-    for (const { transport, port: at, offset, counts } of listeners) {
-      if (transport === 'tcp') {
-        const dial = dialTargets(carried.picker, policy, offset);
-        const shared = new ListenerCounts(limits.maxConnectionsPerRule, counts);
-        const relay = new TcpRelay(dial, limits, gate, rule.proxy_protocol, shared);
-        carried.relays.push(relay);
+    const alone: string[] = [];
+    for (const { transport, port: at, offset, counts, inherited } of listeners) {
+      const relay =
+        transport === 'tcp'
+          ? new TcpRelay(
+              dialTargets(carried.picker, policy, offset),
+              ...[limits, gate, rule.proxy_protocol],
+              new ListenerCounts(limits.maxConnectionsPerRule, counts),
+            )
+          : new UdpRelay(
+              datagramsTo(carried.picker, policy, offset),
+              ...[limits, gate],
+              new ListenerCounts(limits.maxUdpSessionsPerRule, counts),
+            );
+      try {
         await relay.listen(host, at, undefined, true);
-      } else {
-        const shared = new ListenerCounts(limits.maxUdpSessionsPerRule, counts);
-        const relay = new UdpRelay(datagramsTo(carried.picker, policy, offset), limits, gate, shared);
-        carried.relays.push(relay);
-        await relay.listen(host, at, undefined, true);
+      } catch (error) {
+        if (!inherited || (error as NodeJS.ErrnoException).code !== 'EADDRINUSE') {
+          await relay.close();
+          throw error;
+        }
+        await relay.close();
+        alone.push(`${transport}:${at}`);
+        continue;
       }
+      carried.relays.push(relay);
+      carried.offsets.push(offset);
     }
+    return alone;
   };
 
-  const handle = async (message: ToThread): Promise<void> => {
+  /** Does what `message` says; the ports it could not listen on beside a socket handed over. */
+  const handle = async (message: ToThread): Promise<string[]> => {
     switch (message.type) {
       case 'limits':
         Object.assign(limits, message.limits);
-        return;
+        return [];
       case 'rule':
         try {
           return await start(message.rule);
@@ -155,14 +184,16 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
           throw error;
         }
       case 'stop':
-        return stop(message.id);
+        await stop(message.id);
+        return [];
       case 'stop_accepting':
         for (const carried of rules.values()) for (const relay of carried.relays) relay.stopAccepting();
-        return;
+        return [];
       case 'close':
         clearInterval(timer);
         await Promise.all([...rules.keys()].map(stop));
         port.close();
+        return [];
     }
   };
 
@@ -171,12 +202,13 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
   port.on('message', ({ seq, message }: { seq: number; message: ToThread }) => {
     queue = queue.then(() =>
       handle(message).then(
-        () => reply({ type: 'done', seq, error: null }),
+        (alone) => reply({ type: 'done', seq, error: null, alone }),
         (error: NodeJS.ErrnoException) =>
           reply({
             type: 'done',
             seq,
             error: { code: error.code ?? '', message: error.message ?? String(error) },
+            alone: [],
           }),
       ),
     );

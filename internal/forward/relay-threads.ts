@@ -9,11 +9,15 @@ import { faults } from '../relay/faults.ts';
 import type { Limits } from '../relay/limits.ts';
 import { startRelayThread, type FromThread, type ToThread } from './relay-thread.ts';
 
-/** A thread's bind error, as an errno exception. */
-export type ThreadError = NodeJS.ErrnoException;
+/** What the threads did of a message: the first bind error one met, and the ports one listens on alone. */
+export interface Told {
+  error: NodeJS.ErrnoException | null;
+  /** `transport:port` of the sockets handed over that no thread could listen beside (ThreadListener.inherited). */
+  alone: string[];
+}
 
 interface Pending {
-  resolve: (error: ThreadError | null) => void;
+  resolve: (told: Told) => void;
 }
 
 class RelayThread {
@@ -29,14 +33,14 @@ class RelayThread {
       if (message.type === 'fault') return faults.record(message.site, new Error(message.message));
       const pending = this.pending.get(message.seq);
       this.pending.delete(message.seq);
-      if (!message.error) return pending?.resolve(null);
-      pending?.resolve(Object.assign(new Error(message.error.message), { code: message.error.code }));
+      const { error, alone } = message;
+      pending?.resolve({ error: error && Object.assign(new Error(error.message), { code: error.code }), alone });
     });
     let failure: Error | null = null;
     worker.on('error', (error) => (failure = error));
     this.ended = new Promise((resolve) =>
       worker.once('exit', () => {
-        for (const { resolve: settle } of this.pending.values()) settle(null);
+        for (const { resolve: settle } of this.pending.values()) settle({ error: null, alone: [] });
         this.pending.clear();
         onEnd(failure);
         resolve();
@@ -44,7 +48,7 @@ class RelayThread {
     );
   }
 
-  tell(message: ToThread): Promise<ThreadError | null> {
+  tell(message: ToThread): Promise<Told> {
     const seq = ++this.seq;
     return new Promise((resolve) => {
       this.pending.set(seq, { resolve });
@@ -72,10 +76,13 @@ export class RelayThreads {
     return this.threads.size;
   }
 
-  /** Tells every thread `message`; resolves once each has done it, with the first error one met. */
-  async tell(message: ToThread): Promise<ThreadError | null> {
-    const errors = await Promise.all([...this.threads].map((thread) => thread.tell(message)));
-    return errors.find((error) => error !== null) ?? null;
+  /** Tells every thread `message`; resolves once each has done it. */
+  async tell(message: ToThread): Promise<Told> {
+    const told = await Promise.all([...this.threads].map((thread) => thread.tell(message)));
+    return {
+      error: told.find(({ error }) => error !== null)?.error ?? null,
+      alone: [...new Set(told.flatMap(({ alone }) => alone))],
+    };
   }
 
   /** Closes every thread's listeners and connections; resolves once they have ended. */
