@@ -12,6 +12,9 @@ import { Forwarder } from '../internal/forward/forwarder.ts';
 import { oneThreadOnly } from '../internal/forward/relay-threads.ts';
 import { tableOf } from '../internal/kernel/ruleset.ts';
 import type { ForwardRule } from '../internal/domain/rules.ts';
+import type { TunnelEnd } from '../internal/domain/link.ts';
+import { selfSigned } from '../internal/tls/certificate.ts';
+import { pinOf } from '../internal/tls/pin.ts';
 import { forwardRule as rule } from './forwarding.ts';
 import { closedPort, countingSink, flood, freePort, tcpEcho, udpEcho, until } from './net.ts';
 
@@ -207,6 +210,60 @@ describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concu
     // Opened anew on another port, the rule is every thread's again.
     await applied(forwarder, [rule(1, await freePort(), [`127.0.0.1:${echo}`]), rule(2, fresh, [`127.0.0.1:${echo}`])]);
     assert.deepEqual(forwarder.relayThreads, { threads: THREADS, asked: THREADS, reason: null });
+  });
+
+  test("a rule moved into a tunnel leaves the threads, and back out is every thread's again", async (t) => {
+    // Each target answers with its name: straight to `direct`, through the tunnel's exit to `tunnelled`.
+    const named = async (name: string) => {
+      const server = createServer((socket) => socket.end(name)).listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      t.after(() => server.close());
+      return `127.0.0.1:${(server.address() as AddressInfo).port}`;
+    };
+    const [direct, tunnelled] = [await named('direct'), await named('tunnelled')];
+    const [port, tunnelPort] = [await freePort(), await freePort()];
+    const [exitKeys, entryKeys] = [selfSigned([], { commonName: 'exit' }), selfSigned([], { commonName: 'entry' })];
+    const ends: Omit<TunnelEnd, 'role' | 'host' | 'cert' | 'key' | 'peer_pin'> = {
+      ...{ id: 7, port: tunnelPort, rules: [], transport: 'tls', via: null, local_targets: true, exits: null },
+      ...{ exit_strategy: 'failover', switching: null, probe_target: null },
+    };
+    const exit = new Forwarder('127.0.0.1', { allowLocalTargets: true });
+    t.after(() => exit.close());
+    const exitRule = { ...rule(1, port, [tunnelled]), listen_port_end: null };
+    await exit.apply(
+      [],
+      [{ ...ends, role: 'exit', host: null, ...exitKeys, peer_pin: pinOf(entryKeys.cert), rules: [exitRule] }],
+    );
+    const entry = threaded(t);
+    const entryEnd = {
+      ...ends,
+      role: 'entry',
+      host: '127.0.0.1',
+      ...entryKeys,
+      peer_pin: pinOf(exitKeys.cert),
+    } as const;
+    const answers = async () => {
+      const got = await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const socket = connect({ host: '127.0.0.1', port });
+          let text = '';
+          socket.setEncoding('utf8').on('data', (chunk: string) => (text += chunk));
+          await once(socket, 'close');
+          return text;
+        }),
+      );
+      return [...new Set(got)];
+    };
+    await entry.apply([rule(1, port, [direct])], [entryEnd]);
+    assert.equal(listeners(port), THREADS);
+    assert.deepEqual(await answers(), ['direct']);
+    await entry.apply([rule(1, port, [direct], { tunnel_id: 7 })], [entryEnd]);
+    await until('the tunnel up', () => entry.tunnelReports().find((r) => r.id === 7)?.state === 'up');
+    assert.equal(listeners(port), 1, 'the main thread alone');
+    assert.deepEqual(await answers(), ['tunnelled']);
+    await entry.apply([rule(1, port, [direct])], [entryEnd]);
+    assert.equal(listeners(port), THREADS);
+    assert.deepEqual(await answers(), ['direct']);
   });
 
   test("the health checks' verdicts steer every thread's picks", async (t) => {

@@ -1144,7 +1144,8 @@ export class Forwarder {
     const { gate, picker } = listener;
     // A range wider than the relay takes is the kernel's alone (see kernelOnly): nothing listens on its ports here.
     const offsetsHeld = portCount(rule) > RELAY_RANGE_PORTS ? 0 : portCount(rule);
-    const shared = this.threaded(rule);
+    // With threads, every listener can take them beside it: a rule that leaves its tunnel keeps its listener.
+    const shared = this.threads !== null;
     const handedOver = new Set<number>();
     let port = rule.listen_port;
     try {
@@ -1194,7 +1195,7 @@ export class Forwarder {
 
   /** Whether the relay's threads carry `rule` too: one straight to its targets (a tunnel's streams live here). */
   private threaded(rule: ForwardRule): boolean {
-    return this.threads !== null && rule.tunnel_id === null;
+    return rule.tunnel_id === null;
   }
 
   /**
@@ -1207,7 +1208,9 @@ export class Forwarder {
     listener: Listener,
     handedOver = new Set<number>(),
   ): Promise<NodeJS.ErrnoException | null> {
-    if (!this.threaded(rule) || listener.relays.length === 0) return null;
+    if (!this.threads || listener.relays.length === 0) return null;
+    // A rule that went into a tunnel is the main thread's alone from now on.
+    if (!this.threaded(rule)) return (await this.threads.tell({ type: 'stop', id: rule.id })).error;
     const listeners: ThreadListener[] = listener.relays.map((relay, i) => ({
       transport: relay instanceof TcpRelay ? 'tcp' : 'udp',
       port: listener.firstPort + listener.offsets[i]!,
