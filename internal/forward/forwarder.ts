@@ -103,6 +103,8 @@ interface Listener {
   targets: string[];
   /** The rule's listen_port. */
   firstPort: number;
+  /** What the relay's threads were last told of the rule; null: nothing (they do not carry it). */
+  told: { rule: string; picker: SharedArrayBuffer; health: SharedArrayBuffer | null } | null;
 }
 
 /**
@@ -1140,6 +1142,7 @@ export class Forwarder {
       health: null,
       targets: rule.targets,
       firstPort: rule.listen_port,
+      told: null,
     };
     const { gate, picker } = listener;
     // A range wider than the relay takes is the kernel's alone (see kernelOnly): nothing listens on its ports here.
@@ -1210,7 +1213,21 @@ export class Forwarder {
   ): Promise<NodeJS.ErrnoException | null> {
     if (!this.threads || listener.relays.length === 0) return null;
     // A rule that went into a tunnel is the main thread's alone from now on.
-    if (!this.threaded(rule)) return (await this.threads.tell({ type: 'stop', id: rule.id })).error;
+    if (!this.threaded(rule)) {
+      if (listener.told === null) return null;
+      listener.told = null;
+      return (await this.threads.tell({ type: 'stop', id: rule.id })).error;
+    }
+    // An apply hands every rule over again: the threads hear only of what changed.
+    const told = {
+      rule: JSON.stringify(rule),
+      picker: listener.picker.counts,
+      health: listener.health?.shared.buffer ?? null,
+    };
+    const before = listener.told;
+    if (before && before.rule === told.rule && before.picker === told.picker && before.health === told.health)
+      return null;
+    listener.told = told;
     const listeners: ThreadListener[] = listener.relays.map((relay, i) => ({
       transport: relay instanceof TcpRelay ? 'tcp' : 'udp',
       port: listener.firstPort + listener.offsets[i]!,
@@ -1221,8 +1238,8 @@ export class Forwarder {
     const { error, alone } = await this.threads!.tell({
       type: 'rule',
       rule: {
-        ...{ rule, targets, host: this.host, cells: listener.gate.cells.buffer, picker: listener.picker.counts },
-        ...{ health: listener.health?.shared.buffer ?? null, listeners },
+        ...{ rule, targets, host: this.host, cells: listener.gate.cells.buffer, picker: told.picker },
+        ...{ health: told.health, listeners },
       },
     });
     for (const key of alone) this.alone.add(key);
@@ -1265,7 +1282,7 @@ export class Forwarder {
     this.listeners.delete(id);
     listener.health?.close();
     // The threads' last bytes of the rule are in its cells once they have stopped it.
-    if (this.threads && listener.relays.length > 0) await this.threads.tell({ type: 'stop', id });
+    if (this.threads && listener.told) await this.threads.tell({ type: 'stop', id });
     const keys = socketsOf(listener).map(({ key }) => key);
     for (const key of keys) this.alone.delete(key);
     await Promise.all(listener.relays.map((relay) => relay.close()));
