@@ -82,7 +82,9 @@ export interface InProcessAgent {
  * An agent run in the test's own process: the same Agent the program wires (cmd/agent/main.ts), from the same flags,
  * its relay on loopback, stopped after `t`. For what the agent's process itself is not the point of: no supervisor,
  * no upgrade, no kill -9 (those are startAgent's, and test/e2e's). Given a state dir, it starts from what an agent
- * before it left there (the same node again); otherwise from a new one, removed after `t`.
+ * before it left there (the same node again); otherwise from a new one, removed after `t`. Its relay runs on one
+ * thread unless `extraArgs` say otherwise: a relay thread compiles the sources anew (half a second under tsx), which
+ * every agent of every test would pay; the threads are test/relay-threads.test.ts's, and the spawned agents'.
  */
 export async function agentInProcess(
   t: TestContext,
@@ -93,7 +95,7 @@ export async function agentInProcess(
   const stateDir = options.stateDir ?? mkdtempSync(join(tmpdir(), 'portplane-agent-'));
   const flags = ['--master', master, '--state-dir', stateDir, '--listen-host', '127.0.0.1'];
   flags.push(...(options.extraArgs ?? []));
-  const parsed = parseAgentConfig(flags, { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay' });
+  const parsed = parseAgentConfig(flags, { AGENT_TOKEN: token, AGENT_FORWARDING: 'relay', AGENT_RELAY_WORKERS: '1' });
   if (!('config' in parsed)) throw new Error(`the agent's flags: ${JSON.stringify(parsed)}`);
   const output: string[] = [];
   const line =

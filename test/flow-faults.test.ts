@@ -7,8 +7,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
 import { datagramsTo } from '../internal/relay/dial.ts';
@@ -156,11 +157,8 @@ describe('flow faults', { concurrency: 4 }, () => {
         '198.51.100.1:9',
         '[2001:db8::1]:9',
       ];
-      const stateDir = join(
-        execFileSync('mktemp', ['-d', '/tmp/portplane-agent-XXXXXX'], { encoding: 'utf8' }).trim(),
-        'state',
-      );
-      execFileSync('mkdir', ['-p', stateDir]);
+      const stateDir = join(mkdtempSync(join(tmpdir(), 'portplane-agent-')), 'state');
+      mkdirSync(stateDir);
       const { tags: _, ...controls } = NO_CONTROLS;
       const ruleOf = (id: number, protocol: string, port: number, to: string[]) => ({
         id,
