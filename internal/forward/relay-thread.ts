@@ -192,7 +192,6 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
       case 'close':
         clearInterval(timer);
         await Promise.all([...rules.keys()].map(stop));
-        port.close();
         return [];
     }
   };
@@ -201,16 +200,21 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
   let queue = Promise.resolve();
   port.on('message', ({ seq, message }: { seq: number; message: ToThread }) => {
     queue = queue.then(() =>
-      handle(message).then(
-        (alone) => reply({ type: 'done', seq, error: null, alone }),
-        (error: NodeJS.ErrnoException) =>
-          reply({
-            type: 'done',
-            seq,
-            error: { code: error.code ?? '', message: error.message ?? String(error) },
-            alone: [],
-          }),
-      ),
+      handle(message)
+        .then(
+          (alone) => reply({ type: 'done', seq, error: null, alone }),
+          (error: NodeJS.ErrnoException) =>
+            reply({
+              type: 'done',
+              seq,
+              error: { code: error.code ?? '', message: error.message ?? String(error) },
+              alone: [],
+            }),
+        )
+        // Closed once it has said so: nothing is left for the thread to do, and it ends.
+        .then(() => {
+          if (message.type === 'close') port.close();
+        }),
     );
   });
 }
