@@ -212,6 +212,38 @@ describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concu
     assert.deepEqual(forwarder.relayThreads, { threads: THREADS, asked: THREADS, reason: null });
   });
 
+  test('a port another program listens on, with SO_REUSEPORT too, is port_in_use rather than shared', async (t) => {
+    const echo = await tcpEcho(t);
+    const [taken, beside, udpTaken] = [await freePort(), await freePort(), await freePort()];
+    const listen = async (port: number, host: string) => {
+      const other = createServer().listen({ port, host, reusePort: true });
+      await once(other, 'listening');
+      t.after(() => other.close());
+    };
+    await listen(taken, '127.0.0.1');
+    // On another address of the node: a listener on 127.0.0.1 shares nothing with it.
+    await listen(beside, '127.0.0.2');
+    const datagrams = createSocket({ type: 'udp4', reusePort: true });
+    datagrams.bind(udpTaken, '0.0.0.0');
+    await once(datagrams, 'listening');
+    t.after(() => datagrams.close());
+    const forwarder = threaded(t);
+    const results = await forwarder.apply([
+      rule(1, taken, [`127.0.0.1:${echo}`]),
+      rule(2, beside, [`127.0.0.1:${echo}`]),
+      rule(3, udpTaken, [`127.0.0.1:${echo}`], { protocol: 'udp' }),
+    ]);
+    assert.deepEqual(
+      results.map(({ state, error }) => [state, error?.code ?? null]),
+      [
+        ['failed', 'port_in_use'],
+        ['applied', null],
+        ['failed', 'port_in_use'],
+      ],
+    );
+    assert.equal(listeners(beside), 1 + THREADS);
+  });
+
   test("a rule moved into a tunnel leaves the threads, and back out is every thread's again", async (t) => {
     // Each target answers with its name: straight to `direct`, through the tunnel's exit to `tunnelled`.
     const named = async (name: string) => {

@@ -21,7 +21,7 @@ import {
   rangeErrors,
   RELAY_RANGE_PORTS,
 } from '../domain/ranges.ts';
-import { listeningPorts } from './listening.ts';
+import { listeningPorts, portsListenedBeside } from './listening.ts';
 import {
   relayOnlyReason,
   type ForwardRule,
@@ -383,6 +383,11 @@ export class Forwarder {
   private readonly threading: RelayThreading;
   /** The ports this thread alone listens on: handed over by an agent older than the relay's threads. */
   private readonly alone = new Set<string>();
+  /**
+   * The ports other programs listen on, read once an apply when a listener is opened: with threads a listener binds
+   * with SO_REUSEPORT, which another program's socket of the same user and option would share rather than refuse.
+   */
+  private othersListening: Promise<Record<'tcp' | 'udp', Set<number>>> | null = null;
   /** Why an upgrade may reset connections queued on the old agent's relay threads (see migrateQueued); null: none. */
   readonly queuedAtRisk: string | null = null;
 
@@ -447,6 +452,7 @@ export class Forwarder {
       const rule = wanted.get(id);
       if (!rule || listenerKey(rule) !== listener.key) await this.stop(id);
     }
+    this.othersListening = null;
     const kernel = this.mode === 'relay' ? null : await kernelAvailability();
     this.kernelState = kernel
       ? kernel.available
@@ -1154,6 +1160,7 @@ export class Forwarder {
     try {
       // A port this agent closed just now is bound again only once no copy of its old socket listens.
       await this.released();
+      const others = shared ? await (this.othersListening ??= othersListening(this.host)) : null;
       for (let offset = 0; offset < offsetsHeld; offset++) {
         port = rule.listen_port + offset;
         const dials = this.dials(rule, picker, offset);
@@ -1163,6 +1170,7 @@ export class Forwarder {
           offsets.push(offset);
           const inherited = this.takeInherited(`tcp:${port}`);
           if (inherited) handedOver.add(relays.length - 1);
+          else if (others?.tcp.has(port)) throw inUse();
           await tcp.listen(this.host, port, inherited, shared);
         }
         if (rule.protocol !== 'tcp') {
@@ -1171,6 +1179,7 @@ export class Forwarder {
           offsets.push(offset);
           const inherited = this.takeInherited(`udp:${port}`);
           if (inherited) handedOver.add(relays.length - 1);
+          else if (others?.udp.has(port)) throw inUse();
           await udp.listen(this.host, port, inherited, shared);
         }
       }
@@ -1291,6 +1300,19 @@ export class Forwarder {
     addTraffic(this.leftover, id, { ...gate.cells.drainCarried(), refused: gate.drainRefused() });
     this.unkept.push(...keys);
   }
+}
+
+/**
+ * The ports other programs (and this agent's supervisor, for the sockets it keeps) listen on where a listener on
+ * `host` would share them, by transport.
+ */
+async function othersListening(host: string): Promise<Record<'tcp' | 'udp', Set<number>>> {
+  return { tcp: await portsListenedBeside(host, 'tcp'), udp: await portsListenedBeside(host, 'udp') };
+}
+
+/** What binding a port another program listens on fails with. */
+function inUse(): NodeJS.ErrnoException {
+  return Object.assign(new Error('address already in use'), { code: 'EADDRINUSE' });
 }
 
 /** A listener's sockets, by `transport:port`, with each one's handle while it listens. */
