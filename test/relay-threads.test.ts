@@ -309,11 +309,15 @@ describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concu
     await until('the first target to be down', () =>
       forwarder.healthReports().some(({ targets }) => targets[0]?.status === 'down'),
     );
-    // It listens again, and stays down for ten good checks: no thread sends it a client meanwhile.
+    // It listens again, and stays down for ten good checks: no thread sends it a client meanwhile. The checks' own
+    // connections send nothing; a client's sends its byte.
     let reached = 0;
     const server = createServer((socket) => {
-      reached++;
-      socket.destroy();
+      socket.on('error', () => undefined);
+      socket.once('data', () => {
+        reached++;
+        socket.destroy();
+      });
     }).listen(down, '127.0.0.1');
     await once(server, 'listening');
     t.after(() => server.close());
