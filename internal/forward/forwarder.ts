@@ -84,7 +84,7 @@ import { proxyHeader } from '../relay/proxy-protocol.ts';
 import { formatTime } from '../schema/schema.ts';
 import { knownZone } from '../domain/hours.ts';
 import { DEFAULT_SRV_BOUNDS, SrvTargets, type SrvBounds, type Tiered } from './srv.ts';
-import { FLUSH_MS, type ThreadListener } from './relay-thread.ts';
+import { FLUSH_MS } from './relay-thread.ts';
 import { migrateQueued, oneThreadOnly, RelayThreads } from './relay-threads.ts';
 
 type Relay = TcpRelay | UdpRelay;
@@ -381,8 +381,13 @@ export class Forwarder {
   private readonly quotaWatch: NodeJS.Timeout | undefined;
   /** How many threads relay, this one included, how many were asked for and why not as many (see relayThreads). */
   private readonly threading: RelayThreading;
-  /** The ports this thread alone listens on: handed over by an agent older than the relay's threads. */
-  private readonly alone = new Set<string>();
+  /**
+   * The ports no other thread listens on beside this one (`tcp:port`), and why: handed over by an agent older than the
+   * relay's threads (`handed_over`), or the code of a thread's failed bind.
+   */
+  private readonly alone = new Map<string, string>();
+  /** What the threads are being told in this apply: sent in turn without waiting, waited for before it ends. */
+  private telling: Promise<void>[] = [];
   /**
    * The ports other programs listen on, read once an apply when a listener is opened: with threads a listener binds
    * with SO_REUSEPORT, which another program's socket of the same user and option would share rather than refuse.
@@ -422,10 +427,22 @@ export class Forwarder {
   /** How many threads relay, this one included, how many were asked for and why not as many; told in the vitals. */
   get relayThreads(): RelayThreading {
     if (this.alone.size === 0 || this.threading.reason) return { ...this.threading };
-    const reason =
-      `${counted(this.alone.size)} ports handed over by an agent older than the relay's threads are relayed on ` +
-      'one thread until their rules are opened anew';
-    return { ...this.threading, reason };
+    const causes = new Map<string, number>();
+    for (const cause of this.alone.values()) causes.set(cause, (causes.get(cause) ?? 0) + 1);
+    const handedOver = causes.get(HANDED_OVER) ?? 0;
+    causes.delete(HANDED_OVER);
+    const said = [
+      ...(handedOver > 0
+        ? [
+            `${counted(handedOver)} ports handed over by an agent older than the relay's threads are relayed on one ` +
+              'thread until their rules are opened anew',
+          ]
+        : []),
+      ...[...causes].map(
+        ([code, ports]) => `${counted(ports)} ports on fewer threads, where a thread's bind met ${code}`,
+      ),
+    ];
+    return { ...this.threading, reason: said.join('; ').slice(0, 300) };
   }
 
   setLimits(limits: Partial<Limits>): void {
@@ -509,6 +526,9 @@ export class Forwarder {
     if (this.kernelIpv6) this.raKept = [...this.raKept, ...(await keepRouterAdvertisements())];
     if (kernel?.available) this.flowOffload = kernel.flowOffload;
     await this.applyKernel(toKernel);
+    // The rule is carried once this thread listens; the others have listened beside it once they answer.
+    await Promise.all(this.telling);
+    this.telling = [];
     for (const exit of this.exits.values()) {
       for (const rule of exit.end.rules) results.push(await this.exitResult(exit, rule));
     }
@@ -1123,7 +1143,7 @@ export class Forwarder {
           relay.proxyProtocol = rule.proxy_protocol;
         } else relay.dial = dials.udp;
       });
-      await this.tellThreads(rule, targets, existing);
+      this.tellThreads(rule, targets, existing);
       return { id: rule.id, state: 'applied', error: null };
     }
     // Through a tunnel, the exit resolves the targets.
@@ -1193,13 +1213,7 @@ export class Forwarder {
       for (const relay of relays) relay.endAll();
     };
     this.checkHealth(listener, rule, targets);
-    const failed = await this.tellThreads(rule, targets, listener, handedOver);
-    if (failed) {
-      listener.health?.close();
-      await this.threads?.tell({ type: 'stop', id: rule.id });
-      await Promise.all(relays.map((relay) => relay.close().catch(() => undefined)));
-      return { id: rule.id, state: 'failed', error: bindError(failed, rule, "a relay thread's ") };
-    }
+    this.tellThreads(rule, targets, listener, handedOver);
     this.listeners.set(rule.id, listener);
     for (const { key, handle } of socketsOf(listener).filter(listening)) this.keeper?.keep(key, handle);
     return { id: rule.id, state: 'applied', error: null };
@@ -1212,20 +1226,23 @@ export class Forwarder {
 
   /**
    * Tells the relay's threads of `rule` as `listener` carries it here (the relays at `handedOver` on sockets another
-   * agent handed over); the error one of them met.
+   * agent handed over), without waiting: the apply waits for what it told (see `telling`). A port a thread could not
+   * listen on is this thread's alone, and said in the vitals; the rule is carried all the same.
    */
-  private async tellThreads(
+  private tellThreads(
     rule: ForwardRule & Tiered,
     targets: Target[],
     listener: Listener,
     handedOver = new Set<number>(),
-  ): Promise<NodeJS.ErrnoException | null> {
-    if (!this.threads || listener.relays.length === 0) return null;
+  ) {
+    const threads = this.threads;
+    if (!threads || listener.relays.length === 0) return;
     // A rule that went into a tunnel is the main thread's alone from now on.
     if (!this.threaded(rule)) {
-      if (listener.told === null) return null;
+      if (listener.told === null) return;
       listener.told = null;
-      return (await this.threads.tell({ type: 'stop', id: rule.id })).error;
+      this.telling.push(threads.tell({ type: 'stop', id: rule.id }).then(() => undefined));
+      return;
     }
     // An apply hands every rule over again: the threads hear only of what changed.
     const told = {
@@ -1234,25 +1251,29 @@ export class Forwarder {
       health: listener.health?.shared.buffer ?? null,
     };
     const before = listener.told;
-    if (before && before.rule === told.rule && before.picker === told.picker && before.health === told.health)
-      return null;
+    if (before && before.rule === told.rule && before.picker === told.picker && before.health === told.health) return;
     listener.told = told;
-    const listeners: ThreadListener[] = listener.relays.map((relay, i) => ({
-      transport: relay instanceof TcpRelay ? 'tcp' : 'udp',
+    const ports = listener.relays.map((relay, i) => ({
+      transport: relay instanceof TcpRelay ? ('tcp' as const) : ('udp' as const),
       port: listener.firstPort + listener.offsets[i]!,
       offset: listener.offsets[i]!,
       counts: relay.counts.buffer,
-      inherited: handedOver.has(i),
     }));
-    const { error, alone } = await this.threads!.tell({
+    const sent = threads.tell({
       type: 'rule',
       rule: {
         ...{ rule, targets, host: this.host, cells: listener.gate.cells.buffer, picker: told.picker },
-        ...{ health: told.health, listeners },
+        ...{ health: told.health, listeners: ports },
       },
     });
-    for (const key of alone) this.alone.add(key);
-    return error;
+    this.telling.push(
+      sent.then((alone) => {
+        // A rule stopped meanwhile has no ports to speak of.
+        if (this.listeners.get(rule.id) !== listener) return;
+        const handedKeys = new Set([...handedOver].map((i) => `${ports[i]!.transport}:${ports[i]!.port}`));
+        for (const { key, code } of alone) this.alone.set(key, handedKeys.has(key) ? HANDED_OVER : code);
+      }),
+    );
   }
 
   private takeInherited(key: string): object | undefined {
@@ -1309,6 +1330,9 @@ export class Forwarder {
 async function othersListening(host: string): Promise<Record<'tcp' | 'udp', Set<number>>> {
   return { tcp: await portsListenedBeside(host, 'tcp'), udp: await portsListenedBeside(host, 'udp') };
 }
+
+/** Why a port is relayed by this thread alone: another agent handed its socket over without SO_REUSEPORT. */
+const HANDED_OVER = 'handed_over';
 
 /** What binding a port another program listens on fails with. */
 function inUse(): NodeJS.ErrnoException {

@@ -35,11 +35,12 @@ export interface ThreadListener {
   /** Its distance from the rule's listen_port. */
   offset: number;
   counts: SharedArrayBuffer;
-  /**
-   * The main thread's socket was handed over by the agent before this one: one made by an agent older than the
-   * relay's threads has no SO_REUSEPORT, and no thread can listen beside it until the rule's port is opened anew.
-   */
-  inherited: boolean;
+}
+
+/** A port a thread does not listen on beside the main thread (`tcp:port`), and why: its bind's error code. */
+export interface Alone {
+  key: string;
+  code: string;
 }
 
 /** A rule as a thread carries it, with the shared memory of its controls. */
@@ -64,11 +65,10 @@ export type ToThread =
 
 export type FromThread =
   /**
-   * A bind's error, as its code (EADDRINUSE, ...) and message; null: done. `alone`: the ports (`tcp:port`) it could not
-   * listen beside a socket handed over (see ThreadListener.inherited).
+   * Done, with the ports it could not listen on: the main thread carries their clients alone (a socket handed over
+   * by an older agent, a thread out of file descriptors, ...). The rule is carried all the same.
    */
-  | { type: 'done'; seq: number; error: { code: string; message: string } | null; alone: string[] }
-  | { type: 'fault'; site: FaultSite; message: string };
+  { type: 'done'; seq: number; alone: Alone[] } | { type: 'fault'; site: FaultSite; message: string };
 
 /** A relay thread running this module, told `limits` first. */
 export function startRelayThread(limits: Limits): Worker {
@@ -139,8 +139,8 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
     carried.picker = new TargetPicker(targets, rule.strategy, rule.weights, view, rule.tiers ?? null, picker);
     gate.onSpent = () => carried.relays.forEach((relay) => relay.endAll());
     rules.set(rule.id, carried);
-    const alone: string[] = [];
-    for (const { transport, port: at, offset, counts, inherited } of listeners) {
+    const alone: Alone[] = [];
+    for (const { transport, port: at, offset, counts } of listeners) {
       const relay =
         transport === 'tcp'
           ? new TcpRelay(
@@ -156,12 +156,8 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
       try {
         await relay.listen(host, at, undefined, true);
       } catch (error) {
-        if (!inherited || (error as NodeJS.ErrnoException).code !== 'EADDRINUSE') {
-          await relay.close();
-          throw error;
-        }
         await relay.close();
-        alone.push(`${transport}:${at}`);
+        alone.push({ key: `${transport}:${at}`, code: (error as NodeJS.ErrnoException).code ?? 'error' });
         continue;
       }
       carried.relays.push(relay);
@@ -170,8 +166,8 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
     return alone;
   };
 
-  /** Does what `message` says; the ports it could not listen on beside a socket handed over. */
-  const handle = async (message: ToThread): Promise<string[]> => {
+  /** Does what `message` says; the ports it could not listen on. */
+  const handle = async (message: ToThread): Promise<Alone[]> => {
     switch (message.type) {
       case 'limits':
         Object.assign(limits, message.limits);
@@ -180,8 +176,10 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
         try {
           return await start(message.rule);
         } catch (error) {
+          // Carried by the main thread alone, as a port the thread could not listen on.
           await stop(message.rule.rule.id);
-          throw error;
+          const code = (error as NodeJS.ErrnoException).code ?? 'error';
+          return message.rule.listeners.map(({ transport, port: at }) => ({ key: `${transport}:${at}`, code }));
         }
       case 'stop':
         await stop(message.id);
@@ -199,23 +197,17 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
   // One message at a time, in order: a rule's stop never overtakes its start.
   let queue = Promise.resolve();
   port.on('message', ({ seq, message }: { seq: number; message: ToThread }) => {
-    queue = queue.then(() =>
-      handle(message)
-        .then(
-          (alone) => reply({ type: 'done', seq, error: null, alone }),
-          (error: NodeJS.ErrnoException) =>
-            reply({
-              type: 'done',
-              seq,
-              error: { code: error.code ?? '', message: error.message ?? String(error) },
-              alone: [],
-            }),
-        )
-        // Closed once it has said so: nothing is left for the thread to do, and it ends.
-        .then(() => {
-          if (message.type === 'close') port.close();
-        }),
-    );
+    queue = queue.then(async () => {
+      let alone: Alone[] = [];
+      try {
+        alone = await handle(message);
+      } catch {
+        // A stop or a close that met a socket's error is done all the same.
+      }
+      reply({ type: 'done', seq, alone });
+      // Closed once it has said so: nothing is left for the thread to do, and it ends.
+      if (message.type === 'close') port.close();
+    });
   });
 }
 

@@ -7,17 +7,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
 import { faults } from '../relay/faults.ts';
 import type { Limits } from '../relay/limits.ts';
-import { startRelayThread, type FromThread, type ToThread } from './relay-thread.ts';
-
-/** What the threads did of a message: the first bind error one met, and the ports one listens on alone. */
-export interface Told {
-  error: NodeJS.ErrnoException | null;
-  /** `transport:port` of the sockets handed over that no thread could listen beside (ThreadListener.inherited). */
-  alone: string[];
-}
+import { startRelayThread, type Alone, type FromThread, type ToThread } from './relay-thread.ts';
 
 interface Pending {
-  resolve: (told: Told) => void;
+  resolve: (alone: Alone[]) => void;
 }
 
 class RelayThread {
@@ -33,14 +26,13 @@ class RelayThread {
       if (message.type === 'fault') return faults.record(message.site, new Error(message.message));
       const pending = this.pending.get(message.seq);
       this.pending.delete(message.seq);
-      const { error, alone } = message;
-      pending?.resolve({ error: error && Object.assign(new Error(error.message), { code: error.code }), alone });
+      pending?.resolve(message.alone);
     });
     let failure: Error | null = null;
     worker.on('error', (error) => (failure = error));
     this.ended = new Promise((resolve) =>
       worker.once('exit', () => {
-        for (const { resolve: settle } of this.pending.values()) settle({ error: null, alone: [] });
+        for (const { resolve: settle } of this.pending.values()) settle([]);
         this.pending.clear();
         onEnd(failure);
         resolve();
@@ -48,7 +40,7 @@ class RelayThread {
     );
   }
 
-  tell(message: ToThread): Promise<Told> {
+  tell(message: ToThread): Promise<Alone[]> {
     const seq = ++this.seq;
     return new Promise((resolve) => {
       this.pending.set(seq, { resolve });
@@ -76,13 +68,9 @@ export class RelayThreads {
     return this.threads.size;
   }
 
-  /** Tells every thread `message`; resolves once each has done it. */
-  async tell(message: ToThread): Promise<Told> {
-    const told = await Promise.all([...this.threads].map((thread) => thread.tell(message)));
-    return {
-      error: told.find(({ error }) => error !== null)?.error ?? null,
-      alone: [...new Set(told.flatMap(({ alone }) => alone))],
-    };
+  /** Tells every thread `message`; resolves once each has done it, with the ports one could not listen on. */
+  async tell(message: ToThread): Promise<Alone[]> {
+    return (await Promise.all([...this.threads].map((thread) => thread.tell(message)))).flat();
   }
 
   /** Closes every thread's listeners and connections; resolves once they have ended. */
