@@ -84,7 +84,7 @@ export interface InProcessAgent {
  * no upgrade, no kill -9 (those are startAgent's, and test/e2e's). Given a state dir, it starts from what an agent
  * before it left there (the same node again); otherwise from a new one, removed after `t`. Its relay runs on one
  * thread unless `extraArgs` say otherwise: a relay thread compiles the sources anew (half a second under tsx), which
- * every agent of every test would pay; the threads are test/relay-threads.test.ts's, and the spawned agents'.
+ * every agent of every test would pay; the threads are test/e2e/relay-threads.test.ts's, and the spawned agents'.
  */
 export async function agentInProcess(
   t: TestContext,

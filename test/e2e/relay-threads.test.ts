@@ -8,15 +8,15 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { describe, test, type TestContext } from 'node:test';
-import { Forwarder } from '../internal/forward/forwarder.ts';
-import { oneThreadOnly } from '../internal/forward/relay-threads.ts';
-import { tableOf } from '../internal/kernel/ruleset.ts';
-import type { ForwardRule } from '../internal/domain/rules.ts';
-import type { TunnelEnd } from '../internal/domain/link.ts';
-import { selfSigned } from '../internal/tls/certificate.ts';
-import { pinOf } from '../internal/tls/pin.ts';
-import { forwardRule as rule } from './forwarding.ts';
-import { closedPort, countingSink, flood, freePort, tcpEcho, udpEcho, until } from './net.ts';
+import { Forwarder } from '../../internal/forward/forwarder.ts';
+import { oneThreadOnly } from '../../internal/forward/relay-threads.ts';
+import { tableOf } from '../../internal/kernel/ruleset.ts';
+import type { ForwardRule } from '../../internal/domain/rules.ts';
+import type { TunnelEnd } from '../../internal/domain/link.ts';
+import { selfSigned } from '../../internal/tls/certificate.ts';
+import { pinOf } from '../../internal/tls/pin.ts';
+import { forwardRule as rule } from '../forwarding.ts';
+import { closedPort, countingSink, flood, freePort, tcpEcho, udpEcho, until } from '../net.ts';
 
 const THREADS = 3;
 
