@@ -36,7 +36,8 @@ const healthSchema = record('Health', {
     enum: ['ok', 'refusing_writes'],
     description:
       'refusing_writes (with 503 and Retry-After) while the disk is full: reads go on, every write answers 507, ' +
-      'until a write commits again.',
+      "until a write commits with room on the disk again (4 MiB free on the data dir's file system: a small write " +
+      'that still fits in pages the database holds does not end it).',
   },
   database_detail: {
     type: ['string', 'null'],

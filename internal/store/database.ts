@@ -6,6 +6,8 @@
 // second, read-only connection that sees only what is committed, and other writes wait, as
 // they do during `holdWrites`, while another connection writes (an import's worker thread).
 
+import { statfsSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { DatabaseSync, SQLInputValue, StatementResultingChanges, StatementSync } from 'node:sqlite';
 import { formatTime } from '../schema/schema.ts';
 import { DomainError } from '../errors/errors.ts';
@@ -62,6 +64,19 @@ const LOG_PAGES_ALONE = 16_384;
 
 /** Past this, a long write's step yields the event loop (see `longWrite`). */
 const STEP_MS = 4;
+
+/** Free bytes on the data dir's disk past which a refusal for a full disk ends (see `wroteThrough`). */
+const ROOM_TO_RESUME = 4 * 1024 * 1024;
+
+/** Whether `dir`'s file system has room to write again; where it cannot be asked, the commit that went through says. */
+function hasRoom(dir: string): boolean {
+  try {
+    const disk = statfsSync(dir);
+    return disk.bavail * disk.bsize >= ROOM_TO_RESUME;
+  } catch {
+    return true;
+  }
+}
 
 export class Database {
   private readonly db: DatabaseSync;
@@ -133,15 +148,31 @@ export class Database {
       unit.release();
       return result;
     } catch (error) {
-      unit.undo();
-      unit.release();
+      if (this.db.isTransaction) {
+        unit.undo();
+        unit.release();
+      } else this.transactionUndone(error);
       if (isDiskFull(error)) this.refusedWrite();
       throw error;
     }
   }
 
   /**
-   * Why the last write was refused by the disk (SQLITE_FULL), until a write commits again; null while writes go
+   * SQLite undid the whole transaction itself, as it may when a statement meets a full disk, an I/O error or no
+   * memory: the open batch's other writes are gone with it, so its waiters are told at once, and a write later in
+   * this turn opens a new batch rather than running outside any transaction. A long write's own catch sees the
+   * transaction gone.
+   */
+  private transactionUndone(error: unknown): void {
+    const batch = this.batch;
+    if (!batch) return;
+    this.batch = null;
+    for (const listener of this.failureListeners) listener();
+    batch.reject(new CommitFailed(`the transaction was undone: ${(error as Error).message}`, { cause: error }));
+  }
+
+  /**
+   * Why the last write was refused by the disk (SQLITE_FULL), until the disk has room again; null while writes go
    * through. Health says so: reads go on, every write answers 507.
    */
   writesRefused: { since: number; reason: string } | null = null;
@@ -149,6 +180,15 @@ export class Database {
   /** SQLite's words stay in the log: health is public, and says only what an operator acts on. */
   private refusedWrite(): void {
     this.writesRefused ??= { since: Date.now(), reason: 'the disk is full' };
+  }
+
+  /**
+   * A commit went through. On a full disk a small one still fits in pages SQLite already holds (the log it reuses
+   * after a checkpoint, free pages) while a rule's write is refused: only a commit with room left on the disk ends
+   * the refusal, or health would flap between full and ok at every roll-up.
+   */
+  private wroteThrough(): void {
+    if (this.writesRefused && (this.path === ':memory:' || hasRoom(dirname(this.path)))) this.writesRefused = null;
   }
 
   /**
@@ -288,8 +328,7 @@ export class Database {
       const result = this.within(this.writeUnit, fn);
       this.db.exec('COMMIT');
       this.changesCommitted();
-      // A commit went through: the disk has room again (see writesRefused).
-      this.writesRefused = null;
+      this.wroteThrough();
       return result;
     } catch (error) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
@@ -696,7 +735,7 @@ export class Database {
   }
 
   private committedIn(seconds: number): void {
-    this.writesRefused = null;
+    this.wroteThrough();
     for (const listener of this.commitListeners) this.runCallback(() => listener(seconds));
   }
 

@@ -8,6 +8,7 @@ import { type Database } from '../../internal/store/database.ts';
 import { openDatabase, Store } from '../../internal/store/store.ts';
 import { migrations } from '../../internal/store/migrations.ts';
 import { CommitFailed, WritesBusy } from '../../internal/errors/storage.ts';
+import { fill, smallDisk } from '../disk.ts';
 
 const AT = '2026-11-23T10:00:00Z';
 
@@ -548,4 +549,54 @@ test('every statement the store declares fits the schema its migrations make (th
     db.prepare('SELECT no_such_column FROM nodes');
     db.prepareAll();
   }, /no such column/);
+});
+
+test('on a full disk a small commit that still fits does not end the refusal; room on the disk does', async (t) => {
+  const dir = smallDisk(t, 8);
+  if (!dir) return t.skip('cannot mount a tmpfs here (needs root)');
+  const db = openDatabase(join(dir, 'master.db'));
+  t.after(() => db.close());
+  const put = (key: string, bytes: number) =>
+    db.prepare('INSERT INTO settings (key, value) VALUES (?, ?)').run(key, 'x'.repeat(bytes));
+  // Once the log is copied into the database file, the next transaction writes the log from its start again, into
+  // room the file already has: the pages a small write needs on a full disk.
+  db.checkpoint();
+  const free = fill(dir);
+  await assert.rejects(async () => {
+    db.write(() => put('large', 8 * 1024 * 1024));
+    await db.committed();
+  }, /full/);
+  assert.equal(db.writesRefused?.reason, 'the disk is full');
+  db.write(() => put('small', 10));
+  await db.committed();
+  assert.equal(db.writesRefused?.reason, 'the disk is full', 'a write into pages the database holds');
+  free();
+  db.write(() => put('after', 10));
+  await db.committed();
+  assert.equal(db.writesRefused, null);
+});
+
+const UNDONE_BY_SQLITE =
+  'a statement the full disk makes SQLite undo its transaction fails its batch, and the turn goes on in a new one';
+
+test(UNDONE_BY_SQLITE, async (t) => {
+  const dir = smallDisk(t, 8);
+  if (!dir) return t.skip('cannot mount a tmpfs here (needs root)');
+  const db = openDatabase(join(dir, 'master.db'));
+  t.after(() => db.close());
+  const put = (key: string, bytes: number) =>
+    db.prepare('INSERT INTO settings (key, value) VALUES (?, ?)').run(key, 'x'.repeat(bytes));
+  db.checkpoint();
+  fill(dir);
+  db.write(() => put('before', 10));
+  const first = db.committed();
+  assert.throws(() => db.write(() => put('large', 8 * 1024 * 1024)), /full/, 'the full disk, not a lost savepoint');
+  await assert.rejects(first, (error) => error instanceof CommitFailed, 'the earlier write of the batch is told');
+  db.write(() => put('later', 10));
+  await db.committed();
+  const kept = db.prepare("SELECT key FROM settings WHERE key IN ('before', 'large', 'later')").all();
+  assert.deepEqual(
+    kept.map((row) => row.key),
+    ['later'],
+  );
 });
