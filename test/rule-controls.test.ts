@@ -793,7 +793,7 @@ describe('rule controls', { concurrency: 4 }, () => {
   test(
     'what GET and lists answer of a rule is what its writes ' + 'answer, through every change of its state',
     async (t) => {
-      // The view is rendered by SQLite's triggers (ruleJsonSql), the answer to a write by the store's mapping (toRule).
+      // A list's page is rendered by SQLite (RULE_JSON), the answer to a write by the store's mapping (toRule).
       const m = await startMaster(t);
       const n = await node(m, 'edge');
       const { store } = m.app;

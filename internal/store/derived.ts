@@ -1,5 +1,5 @@
-// What triggers keep: data derived from the tables (a rule's rendered view, tallies, an index of names, the event
-// journal, port claims), each defined once, beside the TypeScript it mirrors, and installed whenever the master's
+// What triggers keep: data derived from the tables (tallies, an index of names, the event journal, port claims,
+// tags), each defined once, beside the TypeScript it mirrors, and installed whenever the master's
 // database opens.
 // Migrations make tables and move data; they no longer carry trigger bodies. A definition whose text differs from the
 // trigger installed (or one not installed yet) replaces it, and what it keeps is rebuilt from the tables in the same

@@ -17,6 +17,7 @@ import { PortStore, transportsOf, type Claim } from './ports.ts';
 import {
   COLUMNS,
   QUOTA_COLUMNS,
+  RULE_JSON,
   STATE,
   stateOf,
   toRule,
@@ -321,13 +322,15 @@ export class RuleStore {
       `SELECT ${COLUMNS} FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit`,
       RULE_FILTERS,
     );
-    // Pages are the JSON the view's triggers rendered (rule-view.ts), one row past the page to tell whether another
-    // follows: no per-row work at read time but a join. (Concatenating in SQL took twice as long: a group_concat in
-    // id order sorts in a temporary b-tree. Taking only the ids here and their JSON from a cache, as nodes do, took
+    // Pages are JSON SQLite renders of the page's rows alone (RULE_JSON), one row past the page to tell whether
+    // another follows. Rendering them as they were read cost 0.8 µs a row more than reading a copy triggers kept
+    // rendered (rule_views until migration 59), which was 1,026 of the 1,455 bytes a rule took on disk and a
+    // rendering at every write, a report's included. (Concatenating in SQL took twice as long: a group_concat in id
+    // order sorts in a temporary b-tree. Taking only the ids here and their JSON from a cache, as nodes do, took
     // three times as long where random pages of 100,000 rules mostly miss the cache.)
     this.pageQuery = new FilteredQuery(
       db,
-      `SELECT rules.id, v.json FROM rules JOIN rule_views v ON v.rowid = rules.id
+      `SELECT rules.id, ${RULE_JSON} AS json FROM rules
         WHERE rules.id > :after {filters} ORDER BY rules.id LIMIT :limit + 1`,
       RULE_FILTERS,
     );
@@ -337,7 +340,7 @@ export class RuleStore {
     // owner, a node or a tunnel the scan of their rules through its index is the shorter way.
     this.searchQuery = new FilteredQuery(
       db,
-      `SELECT rules.id, v.json FROM rule_names n JOIN rules ON rules.id = n.rowid JOIN rule_views v ON v.rowid = n.rowid
+      `SELECT rules.id, ${RULE_JSON} AS json FROM rule_names n JOIN rules ON rules.id = n.rowid
         WHERE n.name LIKE :trigrams AND n.rowid > :after {filters} ORDER BY n.rowid LIMIT :limit + 1`,
       RULE_FILTERS,
     );
@@ -345,8 +348,7 @@ export class RuleStore {
     // in pageQuery makes SQLite list every rule of the tag first.
     this.taggedQuery = new FilteredQuery(
       db,
-      `SELECT rules.id, v.json FROM rule_tag_index t JOIN rules ON rules.id = t.rule_id
-        JOIN rule_views v ON v.rowid = t.rule_id
+      `SELECT rules.id, ${RULE_JSON} AS json FROM rule_tag_index t JOIN rules ON rules.id = t.rule_id
         WHERE t.tag = :tagged AND t.rule_id > :after {filters} ORDER BY t.rule_id LIMIT :limit + 1`,
       RULE_FILTERS,
     );
@@ -354,7 +356,7 @@ export class RuleStore {
     this.bound = new FilterBound(db, 'rules', 'rules', RULE_FILTERS);
     this.sortedQueries = new KeysetQueries(
       db,
-      { select: 'rules.id, v.json', from: 'rules JOIN rule_views v ON v.rowid = rules.id', id: 'rules.id' },
+      { select: `rules.id, ${RULE_JSON} AS json`, from: 'rules', id: 'rules.id' },
       RULE_SORTS,
       this.bound,
     );
@@ -363,9 +365,7 @@ export class RuleStore {
       'SELECT id FROM rules WHERE id > :after {filters} ORDER BY id LIMIT :limit',
       RULE_FILTERS,
     );
-    this.jsonStmt = db.prepare(
-      'SELECT r.version, r.owner_id, v.json FROM rules r JOIN rule_views v ON v.rowid = r.id WHERE r.id = ?',
-    );
+    this.jsonStmt = db.prepare(`SELECT version, owner_id, ${RULE_JSON} AS json FROM rules WHERE id = ?`);
     // Positional parameters and no RETURNING: an import runs this for 100,000 rules, and binding by
     // name plus reading the row back cost about 5 µs of its 15.
     this.insertRows = db.insertRows(

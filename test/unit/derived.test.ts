@@ -70,55 +70,58 @@ test('the triggers a database opens with are exactly their one definition, whate
   const { store, path, ids } = withRules(t);
   await store.committed();
   assert.deepEqual(installedTriggers(path), definedTriggers());
-  // What an older master left: a view trigger of another text, a trigger nobody defines any more, a stale view.
+  // What an older master left: a tally trigger of another text, a trigger nobody defines any more, a stale tally.
   const raw = new DatabaseSync(path);
-  raw.exec(`DROP TRIGGER rule_views_update;
-    CREATE TRIGGER rule_views_update AFTER UPDATE ON rules BEGIN
-      UPDATE rule_views SET json = json_object('id', NEW.id) WHERE rowid = NEW.id;
-    END;
-    CREATE TRIGGER gone_long_ago AFTER DELETE ON users BEGIN SELECT 1; END;`);
-  raw.prepare("UPDATE rule_views SET json = '{}' WHERE rowid = ?").run(ids[0]!);
+  raw.exec(`DROP TRIGGER owner_tallies_update;
+    CREATE TRIGGER owner_tallies_update AFTER UPDATE ON rules BEGIN SELECT 1; END;
+    CREATE TRIGGER gone_long_ago AFTER DELETE ON users BEGIN SELECT 1; END;
+    UPDATE owner_tallies SET rules = 40;`);
   raw.close();
   store.close();
   const reopened = openStore(join(path, '..'), { secretFields: new Set() });
   t.after(() => reopened.close());
   assert.deepEqual(installedTriggers(path), definedTriggers());
-  for (const id of ids)
-    assert.deepEqual(JSON.parse(reopened.rules.json(id)!.json), reopened.rules.find(id), `rule ${id} rendered anew`);
+  assert.deepEqual(ownerTallies(path), [{ owner: 1, rules: ids.length }], 'counted anew');
+  for (const id of ids) assert.deepEqual(JSON.parse(reopened.rules.json(id)!.json), reopened.rules.find(id));
 });
 
-test('a changed definition replaces its triggers and re-renders the rows it keeps, in one transaction', async (t) => {
+/** Each owner's count of rules, as the tally the triggers keep says. */
+function ownerTallies(path: string): { owner: number; rules: number }[] {
+  const raw = new DatabaseSync(path, { readOnly: true });
+  try {
+    const rows = raw.prepare('SELECT rowid AS owner, rules FROM owner_tallies ORDER BY rowid').all();
+    return rows.map((row) => ({ owner: Number(row.owner), rules: Number(row.rules) }));
+  } finally {
+    raw.close();
+  }
+}
+
+test('a changed definition replaces its triggers and rebuilds the rows it keeps, in one transaction', async (t) => {
   const { store, ids, path } = withRules(t);
-  const rendered = new Map(ids.map((id) => [id, store.rules.json(id)!.json]));
   store.close();
   const changed = derivations().map((d) =>
-    d.name !== 'rule_views'
+    d.name !== 'owner_tallies'
       ? d
       : {
           ...d,
-          triggers: [trigger('rule_views_insert', 'AFTER INSERT ON rules BEGIN SELECT 1; END')],
-          rebuild: 'DELETE FROM rule_views; INSERT INTO rule_views (rowid, json) SELECT id, \'{"v":2}\' FROM rules',
+          triggers: [trigger('owner_tallies_insert', 'AFTER INSERT ON rules BEGIN SELECT 1; END')],
+          rebuild: 'DELETE FROM owner_tallies; INSERT INTO owner_tallies (rowid, rules) VALUES (1, 99)',
         },
   );
   const raw = new DatabaseSync(path);
   t.after(() => raw.close());
-  const views = () =>
-    raw.prepare('SELECT rowid AS id, json FROM rule_views ORDER BY rowid').all() as { id: number; json: string }[];
   const install = (wanted?: readonly Derivation[]) => {
     raw.exec('BEGIN IMMEDIATE');
     const installed = installDerived(raw, wanted);
     raw.exec('COMMIT');
     return installed;
   };
-  const dropped = ['rule_views_update', 'rule_views_delete'];
-  assert.deepEqual(install(changed), { replaced: ['rule_views'], dropped });
-  assert.deepEqual(
-    views().map((v) => v.json),
-    ids.map(() => '{"v":2}'),
-  );
+  const dropped = ['owner_tallies_delete', 'owner_tallies_update'];
+  assert.deepEqual(install(changed), { replaced: ['owner_tallies'], dropped });
+  assert.deepEqual(ownerTallies(path), [{ owner: 1, rules: 99 }]);
   assert.deepEqual(install(changed), { replaced: [], dropped: [] }, 'an installed definition is left alone');
-  assert.deepEqual(install(), { replaced: ['rule_views'], dropped: [] });
-  assert.deepEqual(new Map(views().map((v) => [v.id, v.json])), rendered, 'rendered by the one definition again');
+  assert.deepEqual(install(), { replaced: ['owner_tallies'], dropped: [] });
+  assert.deepEqual(ownerTallies(path), [{ owner: 1, rules: ids.length }], 'counted by the one definition again');
 });
 
 test('what triggers journal is stamped with the clock the store was given, not SQLite’s', async (t) => {
