@@ -10,6 +10,12 @@ import { counted, kernelPorts, portCount, rangeErrors, RELAY_RANGE_PORTS } from 
 
 export const protocols = ['tcp', 'udp', 'tcp+udp'] as const;
 export type Protocol = (typeof protocols)[number];
+export type Transport = 'tcp' | 'udp';
+
+/** The transports a rule of `protocol` listens on, TCP first. */
+export function transportsOf(protocol: Protocol): Transport[] {
+  return protocol === 'tcp+udp' ? ['tcp', 'udp'] : [protocol];
+}
 /**
  * How a rule's connections spread over its targets: in turn, at random, to the first up (failover), by the client's
  * address (source_hash: a client keeps its target while that target is up), to the target with the fewest open

@@ -24,6 +24,7 @@ import {
 import { listeningPorts, portsListenedBeside } from './listening.ts';
 import {
   relayOnlyReason,
+  transportsOf,
   type ForwardRule,
   type RuleErrorCode,
   type RuleResult,
@@ -63,31 +64,24 @@ import {
   type Sources,
 } from '../kernel/ruleset.ts';
 import {
-  datagramsTo,
-  dialTargets,
   localRefusal,
   addressRefusal as refusal,
   policyFor,
   probeDatagram,
   probeTarget,
-  type DatagramDial,
   type DialPolicy,
-  type TcpDial,
 } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { Gate } from '../relay/gate.ts';
 import { HealthChecker, type HealthChange } from '../relay/health.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
-import { TcpRelay } from '../relay/tcp.ts';
-import { UdpRelay } from '../relay/udp.ts';
+import { directDials, relayOf, retarget, transportOf, type Dials, type Relay } from '../relay/relays.ts';
 import { proxyHeader } from '../relay/proxy-protocol.ts';
 import { formatTime } from '../schema/schema.ts';
 import { knownZone } from '../domain/hours.ts';
 import { DEFAULT_SRV_BOUNDS, SrvTargets, type SrvBounds, type Tiered } from './srv.ts';
 import { FLUSH_MS } from './relay-thread.ts';
 import { migrateQueued, oneThreadOnly, RelayThreads } from './relay-threads.ts';
-
-type Relay = TcpRelay | UdpRelay;
 
 interface Listener {
   key: string;
@@ -1052,11 +1046,10 @@ export class Forwarder {
   }
 
   /** The dial functions of a rule: to its targets, or through its tunnel's entry end as it stands when dialling. */
-  private dials(rule: ForwardRule, picker: TargetPicker, offset = 0): { tcp: TcpDial; udp: DatagramDial } {
+  private dials(rule: ForwardRule, picker: TargetPicker, offset = 0): Dials {
     const tunnelId = rule.tunnel_id;
     const policy = this.policyOf(rule);
-    if (tunnelId === null)
-      return { tcp: dialTargets(picker, policy, offset), udp: datagramsTo(picker, policy, offset) };
+    if (tunnelId === null) return directDials(picker, policy, offset);
     return {
       tcp: (onOpen, onFail, client) => {
         const entry = this.entries.get(tunnelId)?.entry;
@@ -1136,13 +1129,8 @@ export class Forwarder {
       existing.picker.update(targets, rule.strategy, rule.weights, rule.tiers ?? null);
       existing.gate.update(rule);
       this.checkHealth(existing, rule, targets);
-      existing.relays.forEach((relay, i) => {
-        const dials = this.dials(rule, existing.picker, existing.offsets[i]);
-        if (relay instanceof TcpRelay) {
-          relay.dial = dials.tcp;
-          relay.proxyProtocol = rule.proxy_protocol;
-        } else relay.dial = dials.udp;
-      });
+      const dials = (offset: number) => this.dials(rule, existing.picker, offset);
+      retarget(existing.relays, existing.offsets, dials, rule.proxy_protocol);
       this.tellThreads(rule, targets, existing);
       return { id: rule.id, state: 'applied', error: null };
     }
@@ -1184,23 +1172,14 @@ export class Forwarder {
       for (let offset = 0; offset < offsetsHeld; offset++) {
         port = rule.listen_port + offset;
         const dials = this.dials(rule, picker, offset);
-        if (rule.protocol !== 'udp') {
-          const tcp = new TcpRelay(dials.tcp, this.limits, gate, rule.proxy_protocol);
-          relays.push(tcp);
+        for (const transport of transportsOf(rule.protocol)) {
+          const relay = relayOf(transport, dials, this.limits, gate, rule.proxy_protocol);
+          relays.push(relay);
           offsets.push(offset);
-          const inherited = this.takeInherited(`tcp:${port}`);
+          const inherited = this.takeInherited(`${transport}:${port}`);
           if (inherited) handedOver.add(relays.length - 1);
-          else if (others?.tcp.has(port)) throw inUse();
-          await tcp.listen(this.host, port, inherited, shared);
-        }
-        if (rule.protocol !== 'tcp') {
-          const udp = new UdpRelay(dials.udp, this.limits, gate);
-          relays.push(udp);
-          offsets.push(offset);
-          const inherited = this.takeInherited(`udp:${port}`);
-          if (inherited) handedOver.add(relays.length - 1);
-          else if (others?.udp.has(port)) throw inUse();
-          await udp.listen(this.host, port, inherited, shared);
+          else if (others?.[transport].has(port)) throw inUse();
+          await relay.listen(this.host, port, inherited, shared);
         }
       }
     } catch (error) {
@@ -1254,7 +1233,7 @@ export class Forwarder {
     if (before && before.rule === told.rule && before.picker === told.picker && before.health === told.health) return;
     listener.told = told;
     const ports = listener.relays.map((relay, i) => ({
-      transport: relay instanceof TcpRelay ? ('tcp' as const) : ('udp' as const),
+      transport: transportOf(relay),
       port: listener.firstPort + listener.offsets[i]!,
       offset: listener.offsets[i]!,
       counts: relay.counts.buffer,
@@ -1342,7 +1321,7 @@ function inUse(): NodeJS.ErrnoException {
 /** A listener's sockets, by `transport:port`, with each one's handle while it listens. */
 function socketsOf(listener: Listener): { key: string; handle: object | undefined }[] {
   return listener.relays.map((relay, i) => ({
-    key: `${relay instanceof TcpRelay ? 'tcp' : 'udp'}:${listener.firstPort + listener.offsets[i]!}`,
+    key: `${transportOf(relay)}:${listener.firstPort + listener.offsets[i]!}`,
     handle: relay.listeningHandle,
   }));
 }

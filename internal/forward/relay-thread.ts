@@ -11,15 +11,13 @@
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import type { FaultSite } from '../domain/link.ts';
 import type { ForwardRule } from '../domain/rules.ts';
-import { datagramsTo, dialTargets, policyFor } from '../relay/dial.ts';
+import { policyFor } from '../relay/dial.ts';
 import { contained, faults } from '../relay/faults.ts';
 import { RuleCells } from '../relay/cells.ts';
 import { Gate } from '../relay/gate.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
-import { ListenerCounts } from '../relay/listener-counts.ts';
 import { SharedHealth, TargetPicker, type Target } from '../relay/targets.ts';
-import { TcpRelay } from '../relay/tcp.ts';
-import { UdpRelay } from '../relay/udp.ts';
+import { directDials, relayOf, retarget, type Relay, type Transport } from '../relay/relays.ts';
 import type { Tiered } from './srv.ts';
 
 /** What marks a worker as a relay thread, in its workerData. */
@@ -30,7 +28,7 @@ export const FLUSH_MS = 250;
 
 /** One listening socket of a rule: its transport and port, and its counts, shared with the main thread's. */
 export interface ThreadListener {
-  transport: 'tcp' | 'udp';
+  transport: Transport;
   port: number;
   /** Its distance from the rule's listen_port. */
   offset: number;
@@ -79,7 +77,7 @@ interface Carried {
   gate: Gate;
   picker: TargetPicker;
   health: SharedHealth | null;
-  relays: (TcpRelay | UdpRelay)[];
+  relays: Relay[];
   /** Each relay's distance from the rule's listen_port. */
   offsets: number[];
 }
@@ -121,13 +119,8 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
       existing.health = health ? new SharedHealth(health) : null;
       existing.picker.update(targets, rule.strategy, rule.weights, rule.tiers ?? null, picker);
       existing.gate.update(rule);
-      existing.relays.forEach((relay, i) => {
-        const offset = existing.offsets[i]!;
-        if (relay instanceof TcpRelay) {
-          relay.dial = dialTargets(existing.picker, policy, offset);
-          relay.proxyProtocol = rule.proxy_protocol;
-        } else relay.dial = datagramsTo(existing.picker, policy, offset);
-      });
+      const dials = (offset: number) => directDials(existing.picker, policy, offset);
+      retarget(existing.relays, existing.offsets, dials, rule.proxy_protocol);
       return [];
     }
     const gate = new Gate(rule, new RuleCells(cells));
@@ -141,18 +134,8 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
     rules.set(rule.id, carried);
     const alone: Alone[] = [];
     for (const { transport, port: at, offset, counts } of listeners) {
-      const relay =
-        transport === 'tcp'
-          ? new TcpRelay(
-              dialTargets(carried.picker, policy, offset),
-              ...[limits, gate, rule.proxy_protocol],
-              new ListenerCounts(limits.maxConnectionsPerRule, counts),
-            )
-          : new UdpRelay(
-              datagramsTo(carried.picker, policy, offset),
-              ...[limits, gate],
-              new ListenerCounts(limits.maxUdpSessionsPerRule, counts),
-            );
+      const dials = directDials(carried.picker, policy, offset);
+      const relay = relayOf(transport, dials, limits, gate, rule.proxy_protocol, counts);
       try {
         await relay.listen(host, at, undefined, true);
       } catch (error) {

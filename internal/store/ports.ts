@@ -5,10 +5,9 @@
 // primary key, and the session recording what a primary commits passes over its rows (a range of a thousand ports
 // is a thousand rows fewer to record and send).
 
+import type { Transport } from '../domain/rules.ts';
 import type { Database } from './database.ts';
 import { trigger, type Derivation } from './trigger.ts';
-
-export type Transport = 'tcp' | 'udp';
 
 export interface Claim {
   node_id: number;
@@ -16,12 +15,6 @@ export interface Claim {
   port: number;
   rule_id: number | null;
   tunnel_id: number | null;
-}
-
-type Protocol = 'tcp' | 'udp' | 'tcp+udp';
-
-export function transportsOf(protocol: Protocol): Transport[] {
-  return protocol === 'tcp+udp' ? ['tcp', 'udp'] : [protocol];
 }
 
 /** The transports of rule `row`'s protocol (`NEW`, `OLD`, a table's), as rows of `value`. */

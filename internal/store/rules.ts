@@ -13,7 +13,7 @@ import { lastPort } from '../domain/ranges.ts';
 import { safeSum } from './counts.ts';
 import type { Database } from './database.ts';
 import { FilterBound, FilteredCount, FilteredQuery, KeysetQueries, type SortedPage } from './filters.ts';
-import { PortStore, transportsOf, type Claim } from './ports.ts';
+import { PortStore, type Claim } from './ports.ts';
 import {
   COLUMNS,
   QUOTA_COLUMNS,
@@ -28,6 +28,7 @@ import {
 import {
   healthOf,
   ruleFieldsOf,
+  transportsOf,
   type RuleHealth,
   type TargetHealth,
   type Path,
