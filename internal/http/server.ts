@@ -82,11 +82,15 @@ export interface Listening {
   close(graceMs?: number): Promise<void>;
 }
 
+/** How long a connection may go without a byte either way while the server is not working on its answer. */
+export const IDLE_TIMEOUT_MS = 60_000;
+
 export async function listen(
   handler: (req: IncomingMessage, res: ServerResponse) => Promise<void>,
   host: string,
   port: number,
   tls: TlsCredentials | null = null,
+  idleTimeoutMs = IDLE_TIMEOUT_MS,
 ): Promise<Listening> {
   const options: ServerOptions = {
     headersTimeout: 10_000,
@@ -95,12 +99,18 @@ export async function listen(
     keepAliveTimeoutBuffer: KEEP_ALIVE_GRACE_MS,
     maxHeaderSize: 16 * 1024,
   };
-  const serve = (req: IncomingMessage, res: ServerResponse) => void handler(req, res);
+  // The idle timeout is for a client gone quiet (one that stops reading an answer); a request's own upload is bounded
+  // by requestTimeout. While the handler works on an answer (an import of a million rules on a slow disk, a write
+  // waiting its turn), the silence is the server's: cut at the idle timeout, the client lost the answer of work done.
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
+    req.socket.setTimeout(0);
+    void handler(req, res).finally(() => req.socket.setTimeout(idleTimeoutMs));
+  };
   // A TLS handshake gets what a request's headers get (Node's default is two minutes).
   const server = tls
     ? createTlsServer({ ...options, ...secureContext(tls), handshakeTimeout: options.headersTimeout }, serve)
     : createServer(options, serve);
-  server.timeout = 60_000;
+  server.timeout = idleTimeoutMs;
   server.maxRequestsPerSocket = 10_000;
   const strangers = new OldestFirst<Stranger>();
   let counted = 0;
