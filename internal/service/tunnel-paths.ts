@@ -7,8 +7,9 @@ export function pathSampler(app: { store: Store; now(): number }): () => void {
   let last = -1;
   return () => {
     const minute = Math.floor(app.now() / 60_000);
-    if (minute === last) return;
-    last = minute;
+    // While an import or a batch holds writes, the minute is sampled at the first second after it.
+    if (minute === last || app.store.db.writesHeld) return;
     app.store.write(() => app.store.tunnelPaths.sample(minute));
+    last = minute;
   };
 }
