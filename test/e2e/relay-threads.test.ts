@@ -8,6 +8,7 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { describe, test, type TestContext } from 'node:test';
+import type { Worker } from 'node:worker_threads';
 import { Forwarder } from '../../internal/forward/forwarder.ts';
 import { oneThreadOnly } from '../../internal/forward/relay-threads.ts';
 import { tableOf } from '../../internal/kernel/ruleset.ts';
@@ -100,6 +101,31 @@ describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concu
     const again = await Promise.all(Array.from({ length: 10 }, () => attempt(port)));
     t.after(() => again.forEach(({ socket }) => socket.destroy()));
     assert.equal(again.filter(({ carried }) => carried).length, 10);
+  });
+
+  test('a relay thread that ends leaves the port to the others, and the vitals count it and say why', async (t) => {
+    const echo = await tcpEcho(t);
+    const port = await freePort();
+    const ended: (Error | null)[] = [];
+    const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true }, 'relay', tableOf(0), THREADS, (error) =>
+      ended.push(error),
+    );
+    t.after(() => forwarder.close());
+    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`])]);
+    assert.equal(listeners(port), THREADS);
+    // A thread's every callback is contained, so nothing but its end from outside makes it end.
+    const pool = (forwarder as unknown as { threads: { threads: Set<{ worker: Worker }> } }).threads;
+    await [...pool.threads][0]!.worker.terminate();
+    await until('the thread to be counted out', () => ended.length === 1);
+    assert.equal(listeners(port), THREADS - 1, 'its socket closed with it');
+    const { threads, asked, reason } = forwarder.relayThreads;
+    assert.deepEqual({ threads, asked }, { threads: THREADS - 1, asked: THREADS });
+    assert.match(reason ?? '', /a relay thread ended/);
+    const clients = await Promise.all(Array.from({ length: 30 }, () => attempt(port)));
+    t.after(() => clients.forEach(({ socket }) => socket.destroy()));
+    assert.equal(clients.filter(({ carried }) => carried).length, 30, 'the others carry every client');
+    // A change is told to the threads left, and applied: nothing waits for the one that ended.
+    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`], { max_connections: 50 })]);
   });
 
   test('the counters sum to the bytes that crossed every thread, TCP and UDP', async (t) => {
