@@ -102,9 +102,13 @@ export async function listen(
   // The idle timeout is for a client gone quiet (one that stops reading an answer); a request's own upload is bounded
   // by requestTimeout. While the handler works on an answer (an import of a million rules on a slow disk, a write
   // waiting its turn), the silence is the server's: cut at the idle timeout, the client lost the answer of work done.
+  // Once the answer is out, Node times the connection itself (keep-alive), and a closed one needs nothing.
   const serve = (req: IncomingMessage, res: ServerResponse) => {
-    req.socket.setTimeout(0);
-    void handler(req, res).finally(() => req.socket.setTimeout(idleTimeoutMs));
+    const socket = req.socket;
+    socket.setTimeout(0);
+    void handler(req, res).finally(() => {
+      if (!socket.destroyed && !res.writableFinished) socket.setTimeout(idleTimeoutMs);
+    });
   };
   // A TLS handshake gets what a request's headers get (Node's default is two minutes).
   const server = tls

@@ -57,3 +57,35 @@ test('a client that stops reading its answer is cut at the idle timeout', async 
   client.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
   await wasCut;
 });
+
+test('a request whose body the handler stopped reading (a 413) leaves nothing to throw once answered', async (t) => {
+  const thrown: unknown[] = [];
+  const onRejection = (reason: unknown) => thrown.push(reason);
+  process.on('unhandledRejection', onRejection);
+  t.after(() => process.off('unhandledRejection', onRejection));
+  let returned!: () => void;
+  const handled = new Promise<void>((resolve) => (returned = resolve));
+  const server = await listen(
+    async (req, res) => {
+      // Leaving the body's iteration early destroys the request, as a body past its cap does.
+      for await (const chunk of req) if (chunk) break;
+      res.writeHead(413, { connection: 'close' }).end('too large');
+      setImmediate(returned);
+    },
+    '127.0.0.1',
+    0,
+    null,
+    IDLE_MS,
+  );
+  t.after(() => server.close(0));
+  const answered = await new Promise<number | Error>((resolve) => {
+    const sent = request(server.url, { method: 'POST', agent: false }, (res) => resolve(res.resume().statusCode!));
+    sent.on('error', resolve);
+    sent.write(Buffer.alloc(64 * 1024));
+    setTimeout(() => sent.end(Buffer.alloc(64 * 1024)), 20);
+  });
+  assert.ok(answered === 413 || answered instanceof Error, String(answered));
+  await handled;
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.deepEqual(thrown, []);
+});
