@@ -26,7 +26,7 @@ export async function until<T>(
  * ephemeral range could meanwhile be taken by any process's outgoing connection or listener on port 0: under CI's
  * load it was, and a forwarder's listen failed. Nor is it one a test binds by its number: the README's and the
  * guide's rules (25565, 30000-30499, 31000-31099, 35000-35099, run as pasted by test/e2e/readme.test.ts, whose agent
- * once failed to listen on a port another test had picked) and test/replication.test.ts's (20000-21000).
+ * once failed to listen on a port another test had picked) and test/e2e/replication.test.ts's (20000-21000).
  */
 export async function freePort(): Promise<number> {
   return freeSpan(1);

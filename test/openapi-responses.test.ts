@@ -604,7 +604,7 @@ test('every answer of every operation is what the OpenAPI document declares for 
     'POST /api/rules/{id}/sync': [200],
     'POST /api/rules/{id}/check': [200],
     'POST /api/nodes/{id}/probe': [200],
-    // A standby's promotion (test/replication.test.ts promotes one).
+    // A standby's promotion (test/e2e/replication.test.ts promotes one).
     'POST /api/replication/promote': [200],
   };
   for (const route of routes) {

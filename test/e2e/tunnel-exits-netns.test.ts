@@ -3,7 +3,7 @@
 // test's namespace (this kernel has no netem): one slow, one fast but losing (its bytes stalled past a round now and
 // then), one between. Each exit's target listens on its own loopback and answers with the exit's name, so a
 // connection says which exit carried it. Needs root and `ip netns`; skips with the reason otherwise
-// (tunnel-exits.test.ts is the loopback variant that always runs).
+// (tunnel-exits.test.ts beside it is the loopback variant, which runs wherever this cannot).
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

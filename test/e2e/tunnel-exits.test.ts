@@ -5,9 +5,9 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { describe, test } from 'node:test';
-import { call, mintToken, newTenant, node, rule, startMaster } from './helpers.ts';
-import { until } from './net.ts';
-import { chosenExit as chosen, echoed, exitSwitches as switches, exitsFleet, tunnelOf } from './tunnel-fleet.ts';
+import { call, mintToken, newTenant, node, rule, startMaster } from '../helpers.ts';
+import { until } from '../net.ts';
+import { chosenExit as chosen, echoed, exitSwitches as switches, exitsFleet, tunnelOf } from '../tunnel-fleet.ts';
 
 describe('tunnels of several exits', { concurrency: 2 }, () => {
   test('exits are named in order with their ports and vias; bad lists are refused naming the field', async (t) => {

@@ -21,13 +21,13 @@ import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
-import { pinUnderAlias } from '../internal/install/ssh.ts';
-import { selfSigned } from '../internal/tls/certificate.ts';
-import { pinOf } from '../internal/tls/pin.ts';
-import { agentUnit } from '../internal/install/unit.ts';
-import { assertProblem, call, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, until } from './net.ts';
-import { openEvents } from './sse.ts';
+import { pinUnderAlias } from '../../internal/install/ssh.ts';
+import { selfSigned } from '../../internal/tls/certificate.ts';
+import { pinOf } from '../../internal/tls/pin.ts';
+import { agentUnit } from '../../internal/install/unit.ts';
+import { assertProblem, call, rule, startMaster, type Running } from '../helpers.ts';
+import { freePort, until } from '../net.ts';
+import { openEvents } from '../sse.ts';
 
 // Most of these tests wait on clocks and sockets: they run side by side.
 describe('install over SSH', { concurrency: 4 }, () => {

@@ -8,9 +8,9 @@
 import assert from 'node:assert/strict';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { test } from 'node:test';
-import { MAX_ENTRIES } from '../internal/domain/link.ts';
-import { call, mintToken, node, rule, startMaster } from './helpers.ts';
-import { link, type RawLink } from './rawlink.ts';
+import { MAX_ENTRIES } from '../../internal/domain/link.ts';
+import { call, mintToken, node, rule, startMaster } from '../helpers.ts';
+import { link, type RawLink } from '../rawlink.ts';
 
 const MESSAGES = 10_000;
 /** Of which at least this many end their link. */

@@ -8,10 +8,10 @@ import { once } from 'node:events';
 import { createServer, connect, type AddressInfo } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { describe, test, type TestContext } from 'node:test';
-import { agentInProcess, nodeOf, ruleOf } from './agents.ts';
-import { call, node, rule, startMaster } from './helpers.ts';
-import { freePort, until } from './net.ts';
-import { tunnelFleet, untilCarrying } from './tunnel-fleet.ts';
+import { agentInProcess, nodeOf, ruleOf } from '../agents.ts';
+import { call, node, rule, startMaster } from '../helpers.ts';
+import { freePort, until } from '../net.ts';
+import { tunnelFleet, untilCarrying } from '../tunnel-fleet.ts';
 
 /** An IPv4 address of this machine's own that is not loopback, or null. */
 function ownAddress(): string | null {

@@ -12,13 +12,13 @@ import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
-import { datagramsTo } from '../internal/relay/dial.ts';
-import { contained, faults } from '../internal/relay/faults.ts';
-import { TargetPicker } from '../internal/relay/targets.ts';
-import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from './agents.ts';
-import { call, node, NO_CONTROLS, rule, startMaster } from './helpers.ts';
-import { closedPort, freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from './net.ts';
-import { namespaces, netnsUnavailable } from './netns.ts';
+import { datagramsTo } from '../../internal/relay/dial.ts';
+import { contained, faults } from '../../internal/relay/faults.ts';
+import { TargetPicker } from '../../internal/relay/targets.ts';
+import { nodeOf, startAgent, udpRoundTrip, type AgentProcess } from '../agents.ts';
+import { call, node, NO_CONTROLS, rule, startMaster } from '../helpers.ts';
+import { closedPort, freePort, tcpEcho, tcpRoundTrip, udpEcho, until } from '../net.ts';
+import { namespaces, netnsUnavailable } from '../netns.ts';
 
 // Most of these tests wait on clocks and sockets: they run side by side.
 describe('flow faults', { concurrency: 4 }, () => {

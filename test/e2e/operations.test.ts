@@ -12,10 +12,10 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { request } from 'node:http';
 import { DatabaseSync } from 'node:sqlite';
-import { processIdentity } from '../internal/runtime/pid.ts';
-import { call, login, ruleBodies } from './helpers.ts';
-import { until } from './net.ts';
-import { built } from './dist.ts';
+import { processIdentity } from '../../internal/runtime/pid.ts';
+import { call, login, ruleBodies } from '../helpers.ts';
+import { until } from '../net.ts';
+import { built } from '../dist.ts';
 
 const PASSWORD = { MASTER_ADMIN_PASSWORD: 'admin-password-for-tests' };
 

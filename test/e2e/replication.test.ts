@@ -12,10 +12,10 @@ import { DatabaseSync } from 'node:sqlite';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test, { describe, type TestContext } from 'node:test';
-import { start } from '../cmd/master/start.ts';
-import { silentLogger, streamLogger } from '../internal/log/log.ts';
-import { Follower } from '../internal/replication/follower.ts';
-import { CHANGES_TYPE, decodeChanges, encodeChanges, type ChangesPage } from '../internal/replication/wire.ts';
+import { start } from '../../cmd/master/start.ts';
+import { silentLogger, streamLogger } from '../../internal/log/log.ts';
+import { Follower } from '../../internal/replication/follower.ts';
+import { CHANGES_TYPE, decodeChanges, encodeChanges, type ChangesPage } from '../../internal/replication/wire.ts';
 import {
   ADMIN_PASSWORD,
   assertProblem,
@@ -28,13 +28,13 @@ import {
   startMaster,
   type Running,
   type StartOptions,
-} from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { agentInProcess, nodeOf } from './agents.ts';
-import { fill, smallDisk } from './disk.ts';
-import { link as rawLink } from './rawlink.ts';
-import { masterCommand } from './bundled.ts';
-import { openEvents } from './sse.ts';
+} from '../helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
+import { agentInProcess, nodeOf } from '../agents.ts';
+import { fill, smallDisk } from '../disk.ts';
+import { link as rawLink } from '../rawlink.ts';
+import { masterCommand } from '../bundled.ts';
+import { openEvents } from '../sse.ts';
 
 // Most of these tests wait on clocks and sockets: they run side by side.
 describe('replication', { concurrency: 4 }, () => {

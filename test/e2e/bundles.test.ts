@@ -8,13 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'node:test';
 import { createPublicKey } from 'node:crypto';
-import { keyIdOf, releaseKeyText, signBundle } from '../internal/release/signature.ts';
-import { MAX_BUNDLES } from '../internal/service/bundles.ts';
-import { agentInProcess } from './agents.ts';
-import { assertProblem, call, mintToken, node, startMaster } from './helpers.ts';
-import { until } from './net.ts';
-import { VERSION } from '../internal/version.ts';
-import { built } from './dist.ts';
+import { keyIdOf, releaseKeyText, signBundle } from '../../internal/release/signature.ts';
+import { MAX_BUNDLES } from '../../internal/service/bundles.ts';
+import { agentInProcess } from '../agents.ts';
+import { assertProblem, call, mintToken, node, startMaster } from '../helpers.ts';
+import { until } from '../net.ts';
+import { VERSION } from '../../internal/version.ts';
+import { built } from '../dist.ts';
 
 /** The release tool, as `npm run release -- ARGS` runs it. */
 function release(...args: string[]) {

@@ -12,11 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { connect as tlsConnect, createServer as createTlsServer } from 'node:tls';
-import { selfSigned } from '../internal/tls/certificate.ts';
-import { pinOf } from '../internal/tls/pin.ts';
-import { call, certFiles, mintToken, node, rule, startMaster, type Running } from './helpers.ts';
-import { freePort, tcpEcho, tcpRoundTrip, until } from './net.ts';
-import { built } from './dist.ts';
+import { selfSigned } from '../../internal/tls/certificate.ts';
+import { pinOf } from '../../internal/tls/pin.ts';
+import { call, certFiles, mintToken, node, rule, startMaster, type Running } from '../helpers.ts';
+import { freePort, tcpEcho, tcpRoundTrip, until } from '../net.ts';
+import { built } from '../dist.ts';
 
 interface Program extends ChildProcess {
   output: string[];
