@@ -25,6 +25,12 @@ export async function run<C>(program: Program<C>): Promise<void> {
     process.stderr.write(`${program.name}: ${parsed.error}\n`);
     process.exit(2);
   }
+  // A promise that failed with nobody to hear it ends the flow that made it, not the program. Every flow contains its
+  // own faults; this is the net under one that slips (a master once re-armed a timeout on a socket a 413 had let go,
+  // after each such answer), logged so that it is mended.
+  process.on('unhandledRejection', (reason) =>
+    log.error('unhandled rejection', { error: (reason as Error)?.stack ?? String(reason) }),
+  );
   // Listened for before starting: until a listener is added, SIGTERM takes its default action and ends the process
   // at once, so one sent right after the listening line (or during a slow start) would kill rather than stop it.
   let stop: (() => Promise<void>) | undefined;
