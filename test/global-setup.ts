@@ -1,4 +1,5 @@
-// Run once before a run's test files (npm test, npm run test:e2e): what each file's process would otherwise make again.
+// Run once before a run's test files (npm test, npm run test:e2e, npm run test:unit): what each file's process would
+// otherwise make again.
 
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
