@@ -15,8 +15,10 @@ test('a rejection nobody awaited is logged, and the program goes on until it is 
       name: 'probe', version: '0', usage: '', log: streamLogger(process.stdout), parsed: { config: {} },
       async start() {
         Promise.reject(new Error('nobody listens'));
+        // Running, as a program with a server is, until it is stopped.
+        const running = setInterval(() => undefined, 1000);
         setTimeout(() => process.stdout.write('still here\\n'), 100);
-        return async () => undefined;
+        return async () => clearInterval(running);
       },
     });`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {

@@ -39,7 +39,9 @@ test(racing, async () => {
   const { done, cells } = await together({ ...OPEN_RULE, max_connections: 20 }, { churn: 200_000 });
   assert.equal(sum(done, 'overCap'), 0);
   assert.equal(cells.open, sum(done, 'held'));
-  assert.ok(sum(done, 'admitted') > 100_000, `${sum(done, 'admitted')} admitted`);
+  // That they raced: how many of the 800,000 tries found a place depends on how the threads met (over 100,000 on an
+  // idle machine, 99,903 once on a busy one); a few thousand make the point.
+  assert.ok(sum(done, 'admitted') > 10_000, `${sum(done, 'admitted')} admitted`);
 });
 
 const newClients =
