@@ -16,6 +16,11 @@ export type Transport = 'tcp' | 'udp';
 export function transportsOf(protocol: Protocol): Transport[] {
   return protocol === 'tcp+udp' ? ['tcp', 'udp'] : [protocol];
 }
+
+/** Whether a rule of `protocol` carries `transport`. */
+export function carries(protocol: Protocol, transport: Transport): boolean {
+  return protocol === transport || protocol === 'tcp+udp';
+}
 /**
  * How a rule's connections spread over its targets: in turn, at random, to the first up (failover), by the client's
  * address (source_hash: a client keeps its target while that target is up), to the target with the fewest open

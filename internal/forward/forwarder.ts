@@ -23,6 +23,7 @@ import {
 } from '../domain/ranges.ts';
 import { listeningPorts, portsListenedBeside } from './listening.ts';
 import {
+  carries,
   relayOnlyReason,
   transportsOf,
   type ForwardRule,
@@ -211,7 +212,7 @@ async function portClashes(rules: readonly ForwardRule[]): Promise<Map<number, N
   rules = rules.filter((rule) => !clashes.has(rule.id));
   for (const transport of ['tcp', 'udp'] as const) {
     const spans = rules
-      .filter((rule) => rule.protocol === transport || rule.protocol === 'tcp+udp')
+      .filter((rule) => carries(rule.protocol, transport))
       .sort((a, b) => a.listen_port - b.listen_port);
     let reach: ForwardRule | null = null;
     for (const rule of spans) {
@@ -588,9 +589,9 @@ export class Forwarder {
     if (this.kernelRules.size === 0) return open;
     const portsOf = new Map<string, number>();
     for (const rule of this.kernelRules.values()) {
-      const protocols = rule.protocol === 'tcp+udp' ? ['tcp', 'udp'] : [rule.protocol];
+      const transports = transportsOf(rule.protocol);
       for (let port = rule.listen_port; port <= (rule.lastPort ?? rule.listen_port); port++)
-        for (const protocol of protocols) portsOf.set(`${protocol}:${port}`, rule.id);
+        for (const transport of transports) portsOf.set(`${transport}:${port}`, rule.id);
     }
     const counted = await countConnections(new Set(portsOf.keys()));
     for (const [key, count] of counted ?? []) {

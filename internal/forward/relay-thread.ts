@@ -10,14 +10,14 @@
 
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import type { FaultSite } from '../domain/link.ts';
-import type { ForwardRule } from '../domain/rules.ts';
+import type { ForwardRule, Transport } from '../domain/rules.ts';
 import { policyFor } from '../relay/dial.ts';
 import { contained, faults } from '../relay/faults.ts';
 import { RuleCells } from '../relay/cells.ts';
 import { Gate } from '../relay/gate.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { SharedHealth, TargetPicker, type Target } from '../relay/targets.ts';
-import { directDials, relayOf, retarget, type Relay, type Transport } from '../relay/relays.ts';
+import { directDials, relayOf, retarget, type Relay } from '../relay/relays.ts';
 import type { Tiered } from './srv.ts';
 
 /** What marks a worker as a relay thread, in its workerData. */

@@ -25,6 +25,7 @@
 import { ID_DIGITS } from '../schema/ids.ts';
 import { bucketOwners, SOURCE_BUCKETS } from '../domain/spread.ts';
 import type { KernelPorts } from '../domain/ranges.ts';
+import { carries } from '../domain/rules.ts';
 
 const AGENT_TABLE = new RegExp(`^portplane_${ID_DIGITS}$`);
 const COUNTER = new RegExp(`^r(${ID_DIGITS})_(in|out|refused)$`);
@@ -264,10 +265,6 @@ function sourceRules(rule: KernelRule, l4: 'tcp' | 'udp', refuse: string): strin
 
 const L4 = ['tcp', 'udp'] as const;
 
-function carries(rule: KernelRule, l4: (typeof L4)[number]): boolean {
-  return rule.protocol === 'tcp+udp' || rule.protocol === l4;
-}
-
 /** The rule's ports as a key of the table's maps and sets (all intervals): `8080`, or `30000-30999`. */
 function portKey(rule: KernelRule): string {
   const last = rule.lastPort ?? rule.listen_port;
@@ -408,7 +405,7 @@ export function tablePlan(
   for (const name of ['tcp_quota_in', 'tcp_quota_out', 'tcp_closed']) elements.set(name, []);
   for (const r of rules)
     for (const l4 of L4) {
-      if (!carries(r, l4)) continue;
+      if (!carries(r.protocol, l4)) continue;
       for (const family of [4, 6] as const) {
         const members = r.targets.filter((target) => (family === 4 ? target.v4 : target.v6));
         if (members.length <= 1) continue;
@@ -489,7 +486,7 @@ export function tablePlan(
       rule(fresh, `meta nfproto ipv6 ct timeout set "${idleTimeoutName(6, limits.tcpIdleSeconds)}"`);
     }
 
-    const mine = rules.filter((r) => carries(r, l4));
+    const mine = rules.filter((r) => carries(r.protocol, l4));
     const controlled = (body: string) => ['sources', 'sources_local'].forEach((chain) => rule(chain, body));
     for (const r of mine) sourceRules(r, l4, refuse).forEach(controlled);
     // After the sources (a refused client takes no place); one more than the rule's most is refused.
@@ -647,7 +644,7 @@ function quotaRules(
     `${ours} ct direction ${way} quota name ct original proto-dst map @${map} reject with tcp reset`;
   // Only where there is something to stop: every packet of every connection the kernel carries passes here.
   const carried = rules
-    .filter((r) => carries(r, 'tcp'))
+    .filter((r) => carries(r.protocol, 'tcp'))
     .map((r) => ({ port: r.listen_port, last: r.lastPort ?? r.listen_port }));
   const closing = uncovered(closed, carried);
   const metered = rules.some((r) => r.quota);

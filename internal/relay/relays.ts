@@ -5,13 +5,12 @@ import { datagramsTo, dialTargets, type DatagramDial, type DialPolicy, type TcpD
 import type { Gate } from './gate.ts';
 import type { Limits } from './limits.ts';
 import { ListenerCounts } from './listener-counts.ts';
-import type { ProxyProtocol } from '../domain/rules.ts';
+import type { ProxyProtocol, Transport } from '../domain/rules.ts';
 import type { TargetPicker } from './targets.ts';
 import { TcpRelay } from './tcp.ts';
 import { UdpRelay } from './udp.ts';
 
 export type Relay = TcpRelay | UdpRelay;
-export type Transport = 'tcp' | 'udp';
 
 /** How a rule's relays on the port at `offset` of its range reach its targets, by transport. */
 export interface Dials {

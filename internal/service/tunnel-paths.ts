@@ -9,7 +9,8 @@ export function pathSampler(app: { store: Store; now(): number }): () => void {
     const minute = Math.floor(app.now() / 60_000);
     // While an import or a batch holds writes, the minute is sampled at the first second after it.
     if (minute === last || app.store.db.writesHeld) return;
-    app.store.write(() => app.store.tunnelPaths.sample(minute));
+    // Once a minute whatever comes of it: a write that fails (a full disk) is not tried again every second.
     last = minute;
+    app.store.write(() => app.store.tunnelPaths.sample(minute));
   };
 }

@@ -13,7 +13,7 @@ import { parseTarget, sourceOf } from '../schema/net.ts';
 import { datagramsTo, dialTargets, policyFor, splice, type DialPolicy } from '../relay/dial.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { contained } from '../relay/faults.ts';
-import type { Protocol, Strategy } from '../domain/rules.ts';
+import { carries, type Protocol, type Strategy } from '../domain/rules.ts';
 import {
   ALPN,
   Deframer,
@@ -427,10 +427,6 @@ export class TunnelExit {
     }
     return null;
   }
-}
-
-function carries(protocol: Protocol, kind: 'tcp' | 'udp'): boolean {
-  return protocol === kind || protocol === 'tcp+udp';
 }
 
 function respond(stream: ServerHttp2Stream, status: number, end: boolean): void {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { pathSampler } from '../../internal/service/tunnel-paths.ts';
-import { openStore } from '../../internal/store/store.ts';
+import { openStore, type Store } from '../../internal/store/store.ts';
 
 test("a minute of the tunnels' paths that comes while writes are held is sampled once they are not", async (t) => {
   const store = openStore(mkdtempSync(join(tmpdir(), 'portplane-paths-')), { secretFields: new Set() });
@@ -33,4 +33,25 @@ test("a minute of the tunnels' paths that comes while writes are held is sampled
   await held;
   sample();
   assert.equal(written() - during, perSample, 'the new minute sampled after the hold');
+});
+
+test("a minute whose sample failed (a full disk) is not tried again at every second's turn", () => {
+  let tries = 0;
+  const failing = {
+    db: { writesHeld: false },
+    write: () => {
+      tries++;
+      throw new Error('database or disk is full');
+    },
+  } as unknown as Store;
+  let now = Date.UTC(2026, 11, 7, 10, 0, 0);
+  const sample = pathSampler({ store: failing, now: () => now });
+  for (let second = 0; second < 60; second++, now += 1000) {
+    try {
+      sample();
+    } catch {
+      // The clock's turn logs it.
+    }
+  }
+  assert.equal(tries, 1);
 });
