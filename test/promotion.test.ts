@@ -73,3 +73,25 @@ test(CARRIED, async (t) => {
   assert.equal(refused.status, 503);
   assert.equal(refused.body.primary, standby.url);
 });
+
+const FENCE_HELD =
+  'a fence that comes while an import holds writes is kept once the hold ends: started again, it is fenced';
+
+test(FENCE_HELD, async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'portplane-fenced-'));
+  const m = await startMaster(t, { dataDir });
+  let release!: () => void;
+  const held = m.app.store.db.holdWrites(() => new Promise<void>((resolve) => (release = resolve)));
+  await until('writes held', () => m.app.store.db.writesHeld);
+  m.app.fence(7, 'https://newer.example');
+  assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'fenced', 'at once, in memory');
+  release();
+  await held;
+  await m.app.store.committed();
+  await m.close();
+  // Started as it was (a fenced master takes no login: startMaster's would fail).
+  const again = await start(plainConfig(dataDir), silentLogger);
+  t.after(() => again.close());
+  const health = (await call(again.url, 'GET', '/api/health')).body;
+  assert.deepEqual([health.role, health.fenced_by], ['fenced', { epoch: 7, primary: 'https://newer.example' }]);
+});

@@ -220,14 +220,18 @@ export class App {
       this.log.error('fenced: a newer primary took over; this master refuses writes', { epoch, primary });
     if (was !== null && (epoch < was.epoch || (epoch === was.epoch && was.primary !== null))) return;
     this.fencedBy = { epoch, primary };
-    // Kept in the database too: started again as it was, it is fenced from the start, whoever answers then.
-    try {
-      this.store.write(() => this.store.epoch.fence(epoch, primary, this.timestamp()));
-    } catch (error) {
-      this.log.error('recording the fence failed: it holds until this master stops', {
-        error: (error as Error).message,
-      });
-    }
+    // Kept in the database too: started again as it was, it is fenced from the start, whoever answers then. An import
+    // or a batch holding writes keeps it waiting, not from being kept.
+    const at = this.timestamp();
+    this.store.db.whenWritable(() => {
+      try {
+        this.store.write(() => this.store.epoch.fence(epoch, primary, at));
+      } catch (error) {
+        this.log.error('recording the fence failed: it holds until this master stops', {
+          error: (error as Error).message,
+        });
+      }
+    });
     if (was === null) this.onFenced();
   }
 
