@@ -3,7 +3,7 @@ import { mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { type Database } from '../../internal/store/database.ts';
 import { openDatabase, Store } from '../../internal/store/store.ts';
 import { migrations } from '../../internal/store/migrations.ts';
@@ -554,19 +554,30 @@ test('every statement the store declares fits the schema its migrations make (th
   }, /no such column/);
 });
 
-test('on a full disk a small commit that still fits does not end the refusal; room on the disk does', async (t) => {
+/**
+ * A database on a disk of its own, filled (as root; null elsewhere): its log copied into the file first, so that the
+ * next transaction writes the log from its start again, into room the file already has (the pages a small write needs
+ * on a full disk). `put` writes a setting of `bytes`; `free` gives the room back.
+ */
+function onFullDisk(t: TestContext) {
   const dir = smallDisk(t, 8);
-  if (!dir) return t.skip('cannot mount a tmpfs here (needs root)');
+  if (!dir) return null;
   const db = openDatabase(join(dir, 'master.db'));
   t.after(() => db.close());
   const put = (key: string, bytes: number) =>
     db.prepare('INSERT INTO settings (key, value) VALUES (?, ?)').run(key, 'x'.repeat(bytes));
-  // Once the log is copied into the database file, the next transaction writes the log from its start again, into
-  // room the file already has: the pages a small write needs on a full disk.
   db.checkpoint();
-  const free = fill(dir);
+  return { db, put, free: fill(dir) };
+}
+
+const LARGER_THAN_THE_DISK = 8 * 1024 * 1024;
+
+test('on a full disk a small commit that still fits does not end the refusal; room on the disk does', async (t) => {
+  const disk = onFullDisk(t);
+  if (!disk) return t.skip('cannot mount a tmpfs here (needs root)');
+  const { db, put, free } = disk;
   await assert.rejects(async () => {
-    db.write(() => put('large', 8 * 1024 * 1024));
+    db.write(() => put('large', LARGER_THAN_THE_DISK));
     await db.committed();
   }, /full/);
   assert.equal(db.writesRefused?.reason, 'the disk is full');
@@ -583,17 +594,16 @@ const UNDONE_BY_SQLITE =
   'a statement the full disk makes SQLite undo its transaction fails its batch, and the turn goes on in a new one';
 
 test(UNDONE_BY_SQLITE, async (t) => {
-  const dir = smallDisk(t, 8);
-  if (!dir) return t.skip('cannot mount a tmpfs here (needs root)');
-  const db = openDatabase(join(dir, 'master.db'));
-  t.after(() => db.close());
-  const put = (key: string, bytes: number) =>
-    db.prepare('INSERT INTO settings (key, value) VALUES (?, ?)').run(key, 'x'.repeat(bytes));
-  db.checkpoint();
-  fill(dir);
+  const disk = onFullDisk(t);
+  if (!disk) return t.skip('cannot mount a tmpfs here (needs root)');
+  const { db, put } = disk;
   db.write(() => put('before', 10));
   const first = db.committed();
-  assert.throws(() => db.write(() => put('large', 8 * 1024 * 1024)), /full/, 'the full disk, not a lost savepoint');
+  assert.throws(
+    () => db.write(() => put('large', LARGER_THAN_THE_DISK)),
+    /full/,
+    'the full disk, not a lost savepoint',
+  );
   await assert.rejects(first, (error) => error instanceof CommitFailed, 'the earlier write of the batch is told');
   db.write(() => put('later', 10));
   await db.committed();
