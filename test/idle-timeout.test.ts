@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { test } from 'node:test';
-import { listen } from '../../internal/http/server.ts';
+import { listen } from '../internal/http/server.ts';
 
 const IDLE_MS = 100;
 
