@@ -246,6 +246,17 @@ export async function call(base: string, method: string, path: string, options: 
   return { status: response.status, headers: response.headers, body: parsed };
 }
 
+/**
+ * Holds `m`'s writes as an import being written does, until `release()`; `ended` resolves once the hold is over.
+ * Resolves once writes are held.
+ */
+export async function holdingWrites(m: Master): Promise<{ release: () => void; ended: Promise<unknown> }> {
+  let release!: () => void;
+  const ended = m.app.store.db.holdWrites(() => new Promise<void>((resolve) => (release = resolve)));
+  while (!release) await new Promise((resolve) => setImmediate(resolve));
+  return { release, ended };
+}
+
 export async function login(base: string, username: string, password: string): Promise<string> {
   const answer = await call(base, 'POST', '/api/auth/login', { body: { username, password } });
   if (answer.status !== 200) throw new Error(`login failed: ${answer.status} ${JSON.stringify(answer.body)}`);

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ADMIN_PASSWORD, assertProblem, call, login, mintToken, startMaster } from './helpers.ts';
+import { ADMIN_PASSWORD, assertProblem, call, holdingWrites, login, mintToken, startMaster } from './helpers.ts';
 import { SoftAuthenticator } from './authenticator.ts';
 
 /** Registers `authenticator`'s credential as `name` for the user of login session `session`. */
@@ -75,4 +75,18 @@ test('a registration or sign-in that is not right is refused and keeps nothing',
   const api = await mintToken(m, ['*']);
   assertProblem(await call(m.url, 'POST', '/api/auth/passkeys/options', { token: api }), 403, 'insufficient_scope');
   assertProblem(await softPasskeySignIn(m.url, device), 401, 'unauthorized');
+});
+
+test('a passkey sign-in while an import holds writes waits its turn, counts forward and signs in', async (t) => {
+  const { m, origin, session } = await withPasskeys(t);
+  const device = new SoftAuthenticator('localhost', origin);
+  assert.equal((await registerSoftPasskey(m.url, session, device, 'laptop')).status, 201);
+  const hold = await holdingWrites(m);
+  const answer = softPasskeySignIn(m.url, device);
+  setTimeout(hold.release, 300);
+  const signedIn = await answer;
+  await hold.ended;
+  assert.equal(signedIn.status, 200, JSON.stringify(signedIn.body));
+  const clone = Object.assign(Object.create(Object.getPrototypeOf(device)), device, { counter: device.counter - 1 });
+  assertProblem(await softPasskeySignIn(m.url, clone), 401, 'unauthorized');
 });

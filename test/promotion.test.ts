@@ -11,7 +11,7 @@ import { start } from '../cmd/master/start.ts';
 import { silentLogger } from '../internal/log/log.ts';
 import { selfSignedFiles } from '../internal/tls/identity.ts';
 import { agentInProcess, nodeOf } from './agents.ts';
-import { call, mintToken, node, plainConfig, startMaster, trustMaster } from './helpers.ts';
+import { call, holdingWrites, mintToken, node, plainConfig, startMaster, trustMaster } from './helpers.ts';
 import { freePort, until } from './net.ts';
 
 const CARRIED =
@@ -80,13 +80,11 @@ const FENCE_HELD =
 test(FENCE_HELD, async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'portplane-fenced-'));
   const m = await startMaster(t, { dataDir });
-  let release!: () => void;
-  const held = m.app.store.db.holdWrites(() => new Promise<void>((resolve) => (release = resolve)));
-  await until('writes held', () => m.app.store.db.writesHeld);
+  const hold = await holdingWrites(m);
   m.app.fence(7, 'https://newer.example');
   assert.equal((await call(m.url, 'GET', '/api/health')).body.role, 'fenced', 'at once, in memory');
-  release();
-  await held;
+  hold.release();
+  await hold.ended;
   await m.app.store.committed();
   await m.close();
   // Started as it was (a fenced master takes no login: startMaster's would fail).

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { call, login, mintToken, startMaster, ADMIN_PASSWORD } from './helpers.ts';
+import { call, holdingWrites, login, mintToken, startMaster, ADMIN_PASSWORD } from './helpers.ts';
 
 function oathtoolMissing(): string | null {
   return spawnSync('oathtool', ['--version'], { stdio: 'ignore' }).error
@@ -163,3 +163,26 @@ test(
     assert.equal((await call(m.url, 'GET', '/api/nodes', { token: reader })).status, 200);
   },
 );
+
+test('a login with a code or a recovery code while an import holds writes waits its turn and signs in', async (t) => {
+  const missing = oathtoolMissing();
+  if (missing) return t.skip(missing);
+  const m = await startMaster(t);
+  const secret = (await call(m.url, 'POST', '/api/auth/totp', { token: m.admin })).body.secret as string;
+  const on = await call(m.url, 'POST', '/api/auth/totp/confirm', { token: m.admin, body: { code: oathtool(secret) } });
+  assert.equal(on.status, 200, JSON.stringify(on.body));
+  for (const totp of [oathtool(secret, 30), on.body.recovery_codes[0] as string]) {
+    const hold = await holdingWrites(m);
+    const answer = call(m.url, 'POST', '/api/auth/login', {
+      body: { username: 'admin', password: ADMIN_PASSWORD, totp },
+    });
+    setTimeout(hold.release, 300);
+    const signedIn = await answer;
+    await hold.ended;
+    assert.equal(signedIn.status, 200, JSON.stringify(signedIn.body));
+    const again = await call(m.url, 'POST', '/api/auth/login', {
+      body: { username: 'admin', password: ADMIN_PASSWORD, totp },
+    });
+    assert.equal(again.status, 401, 'taken once, the hold notwithstanding');
+  }
+});

@@ -16,7 +16,7 @@ import type { Passkey } from '../store/passkeys.ts';
 import { checkIfMatch } from './etag.ts';
 import { theMaster } from './master.ts';
 import { beginAttempt, issueSession, type Own, type SessionDeps } from './sessions.ts';
-import { actingAs, transact, writeNow, type Requester } from './write.ts';
+import { actingAs, transact, type Requester } from './write.ts';
 
 /** The most passkeys one user keeps. */
 export const MAX_PASSKEYS = 20;
@@ -235,7 +235,7 @@ export async function signInWithPasskey(
   if (user.expires_at !== null && Date.parse(user.expires_at) <= app.now())
     throw await refuse(`your account expired at ${user.expires_at}: ask an operator to extend it`);
   if (app.standby) app.challenges.setStandbyCount(passkey.id, count);
-  else if (!writeNow(app, BOOKKEEPING, () => app.store.passkeys.used(passkey.id, count, app.timestamp())))
+  else if (!(await transact(app, BOOKKEEPING, () => app.store.passkeys.used(passkey.id, count, app.timestamp()))))
     throw await refuse('another sign-in with this passkey showed this counter already: a cloned authenticator?');
   attempt.succeeded();
   const lifeMs = app.settings.get('session_ttl_seconds') * 1000;

@@ -16,7 +16,7 @@ import type { User } from '../store/users.ts';
 import { theMaster } from './master.ts';
 import { issueSession, type SessionDeps } from './sessions.ts';
 import { provisionUser } from './users.ts';
-import { actingAs, transact, writeNow, type Requester } from './write.ts';
+import { actingAs, transact, type Requester } from './write.ts';
 
 /** A provider that cannot be asked about a session for this long has it end. */
 export const UNANSWERED_LIMIT_MS = 15 * 60_000;
@@ -225,6 +225,7 @@ export async function checkProviderSessions(app: ProviderDeps): Promise<void> {
     const due = app.store.identities.due(app.now(), app.timestamp(), CHECKS_PER_TURN);
     for (const session of due) {
       const next = app.now() + app.settings.get('oidc_check_seconds') * 1000;
+      let rotated: Buffer | null;
       try {
         const { provider } = configured(app);
         const subject = app.store.identities.subjectOf(session.user_id);
@@ -233,10 +234,7 @@ export async function checkProviderSessions(app: ProviderDeps): Promise<void> {
           throw new ProviderRefused('the user is no longer linked to this provider');
         if (grant.identity && grant.identity.subject !== subject.subject)
           throw new ProviderRefused('the provider names another user now');
-        const rotated = grant.refreshToken === null ? null : app.box.seal(grant.refreshToken);
-        writeNow(app, BOOKKEEPING, () =>
-          app.store.identities.checked(session.token_id, rotated, app.timestamp(), next),
-        );
+        rotated = grant.refreshToken === null ? null : app.box.seal(grant.refreshToken);
       } catch (error) {
         if (error instanceof ProviderRefused || error instanceof JwsRefused) {
           await endRefused(app, session.token_id, `the identity provider refused it: ${error.message}`);
@@ -245,8 +243,16 @@ export async function checkProviderSessions(app: ProviderDeps): Promise<void> {
         const since = session.unanswered_since === null ? app.now() : Date.parse(session.unanswered_since);
         if (app.now() - since >= UNANSWERED_LIMIT_MS)
           await endRefused(app, session.token_id, 'the identity provider did not answer for it for 15 minutes');
-        else writeNow(app, BOOKKEEPING, () => app.store.identities.unanswered(session.token_id, app.timestamp(), next));
+        else
+          await transact(app, BOOKKEEPING, () =>
+            app.store.identities.unanswered(session.token_id, app.timestamp(), next),
+          );
+        continue;
       }
+      // Outside the try: our own write failing (writes busy past write_wait_seconds) is no silence of the provider's.
+      await transact(app, BOOKKEEPING, () =>
+        app.store.identities.checked(session.token_id, rotated, app.timestamp(), next),
+      );
     }
   } finally {
     app.providerSignIns.endChecks();

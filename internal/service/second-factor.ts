@@ -17,7 +17,7 @@ import type { TotpFactor } from '../store/totp.ts';
 import { checkIfMatch } from './etag.ts';
 import { theMaster } from './master.ts';
 import { beginAttempt, type Own, type SessionDeps } from './sessions.ts';
-import { transact, writeNow, type Change, type Requester } from './write.ts';
+import { transact, type Change, type Requester } from './write.ts';
 
 /** What authenticator apps show the account under. */
 const ISSUER = 'portplane';
@@ -127,11 +127,11 @@ export function removeTotp(app: Pick<SessionDeps, 'store'>, change: Change, user
  * confirmed factor. On a standby a code is
  * taken in its memory, and a recovery code not at all (it would need the primary's write).
  */
-export function takeSecondFactor(
+export async function takeSecondFactor(
   app: SessionDeps,
   userId: number,
   given: string | undefined,
-): 'none' | 'totp' | 'recovery_code' | false {
+): Promise<'none' | 'totp' | 'recovery_code' | false> {
   const factor = app.store.totp.find(userId);
   if (!factor || factor.confirmed_at === null) return 'none';
   if (given === undefined || given === '') return false;
@@ -139,10 +139,10 @@ export function takeSecondFactor(
   if (step !== null) {
     const taken = app.standby
       ? app.standbySessions.takeStep(userId, step, factor.last_step)
-      : writeNow(app, BOOKKEEPING, () => app.store.totp.takeStep(userId, step));
+      : await transact(app, BOOKKEEPING, () => app.store.totp.takeStep(userId, step));
     return taken && 'totp';
   }
   if (app.standby || !/^[a-z2-7]{4}(-?[a-z2-7]{4}){3}$/i.test(given.trim())) return false;
   const hash = hashSecret(recoveryForm(given)).toString('hex');
-  return writeNow(app, BOOKKEEPING, () => app.store.totp.useRecovery(userId, hash)) && 'recovery_code';
+  return (await transact(app, BOOKKEEPING, () => app.store.totp.useRecovery(userId, hash))) && 'recovery_code';
 }

@@ -106,7 +106,7 @@ export async function openSession(
     throw new DomainError('unauthorized', `your account expired at ${user.expires_at}: ask an operator to extend it`);
   }
   // The password was right; a user with a second factor needs its code in the same request (each code once).
-  const second = takeSecondFactor(app, user.id, credentials.totp);
+  const second = await takeSecondFactor(app, user.id, credentials.totp);
   if (second === false && !credentials.totp) {
     attempt.abandoned();
     throw new DomainError(
