@@ -7,6 +7,8 @@ import { reached } from './threads.ts';
 
 export interface CountsWork {
   counts: SharedArrayBuffer;
+  /** Its place in the counts' threads (from 1: 0 is the test's). */
+  thread: number;
   maxOpen: number;
   perSource: number;
   /** The addresses it claims for, each `tries` times, in turn; then releases the `release` first of what it holds. */
@@ -20,6 +22,7 @@ export type CountsDone = Record<string, number>;
 
 const {
   counts: buffer,
+  thread,
   flags,
   maxOpen,
   perSource,
@@ -29,7 +32,7 @@ const {
 } = workerData as CountsWork & {
   flags: SharedArrayBuffer;
 };
-const counts = new ListenerCounts(maxOpen, buffer);
+const counts = new ListenerCounts(maxOpen, buffer, thread);
 const held: string[] = [];
 reached(flags, 'ready', 0);
 for (let i = 0; i < tries; i++)

@@ -18,6 +18,8 @@ export type GateJob =
 
 export interface GateWork {
   cells: SharedArrayBuffer;
+  /** Its place in the cells' threads (from 1: 0 is the test's). */
+  thread: number;
   rule: GateRule;
   job: GateJob;
 }
@@ -35,8 +37,8 @@ export interface GateDone {
   to: number;
 }
 
-const { cells: buffer, flags, rule, job } = workerData as GateWork & { flags: SharedArrayBuffer };
-const cells = new RuleCells(buffer);
+const { cells: buffer, thread, flags, rule, job } = workerData as GateWork & { flags: SharedArrayBuffer };
+const cells = new RuleCells(buffer, thread);
 const gate = new Gate(rule, cells);
 let toldSpent = 0;
 gate.onSpent = () => toldSpent++;

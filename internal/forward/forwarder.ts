@@ -74,6 +74,7 @@ import {
 } from '../relay/dial.ts';
 import { DEFAULT_LIMITS, type Limits } from '../relay/limits.ts';
 import { Gate } from '../relay/gate.ts';
+import { RuleCells } from '../relay/cells.ts';
 import { HealthChecker, type HealthChange } from '../relay/health.ts';
 import { TargetPicker, type Target } from '../relay/targets.ts';
 import { directDials, relayOf, retarget, transportOf, type Dials, type Relay } from '../relay/relays.ts';
@@ -372,6 +373,8 @@ export class Forwarder {
   private readonly limits: Limits;
   /** The relay's threads beside this one; null: it runs in this thread alone. */
   private readonly threads: RelayThreads | null = null;
+  /** How many threads keep a share of each shared count: this one and those it started. */
+  private readonly countedBy: number = 1;
   /** Looks at the rules' quotas a thread may have spent (see Gate.watchQuota), while threads run. */
   private readonly quotaWatch: NodeJS.Timeout | undefined;
   /** How many threads relay, this one included, how many were asked for and why not as many (see relayThreads). */
@@ -407,9 +410,15 @@ export class Forwarder {
     this.threading = { threads: unsupported ? 1 : threads, asked: threads, reason: unsupported };
     if (threads > 1 && !unsupported) {
       this.queuedAtRisk = migrateQueued();
-      this.threads = new RelayThreads(threads - 1, this.limits, (error) => {
+      this.countedBy = threads;
+      this.threads = new RelayThreads(threads - 1, this.limits, (error, index) => {
         this.threading.threads--;
         this.threading.reason = `a relay thread ended${error ? `: ${error.message}` : ''}`;
+        // Its connections closed with it: the places they held in the shared counts are free.
+        for (const listener of this.listeners.values()) {
+          listener.gate.cells.reclaim(index);
+          for (const relay of listener.relays) relay.counts.reclaim(index);
+        }
         onThreadEnd(error);
       });
       this.quotaWatch = setInterval(() => {
@@ -1152,7 +1161,7 @@ export class Forwarder {
       key: listenerKey(rule),
       relays,
       offsets,
-      gate: new Gate(rule),
+      gate: new Gate(rule, RuleCells.forThreads(this.countedBy)),
       picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health, rule.tiers ?? null),
       health: null,
       targets: rule.targets,
@@ -1174,7 +1183,7 @@ export class Forwarder {
         port = rule.listen_port + offset;
         const dials = this.dials(rule, picker, offset);
         for (const transport of transportsOf(rule.protocol)) {
-          const relay = relayOf(transport, dials, this.limits, gate, rule.proxy_protocol);
+          const relay = relayOf(transport, dials, this.limits, gate, rule.proxy_protocol, { threads: this.countedBy });
           relays.push(relay);
           offsets.push(offset);
           const inherited = this.takeInherited(`${transport}:${port}`);

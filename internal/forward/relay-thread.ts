@@ -68,9 +68,12 @@ export type FromThread =
    */
   { type: 'done'; seq: number; alone: Alone[] } | { type: 'fault'; site: FaultSite; message: string };
 
-/** A relay thread running this module, told `limits` first. */
-export function startRelayThread(limits: Limits): Worker {
-  return new Worker(new URL(import.meta.url), { workerData: { [RELAY_THREAD]: true, limits } });
+/**
+ * A relay thread running this module, told `limits` first; `index` (from 1: 0 is the main thread) is its place in the
+ * shared counts, each of which keeps each thread's share.
+ */
+export function startRelayThread(limits: Limits, index: number): Worker {
+  return new Worker(new URL(import.meta.url), { workerData: { [RELAY_THREAD]: true, limits, index } });
 }
 
 interface Carried {
@@ -82,8 +85,8 @@ interface Carried {
   offsets: number[];
 }
 
-/** The thread's side: carries rules as told until told to close. */
-function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
+/** The thread's side: carries rules as told until told to close; `index`: its place in the shared counts. */
+function serve(port: NonNullable<typeof parentPort>, limits: Limits, index: number): void {
   const rules = new Map<number, Carried>();
   const reply = (message: FromThread) => port.postMessage(message);
   faults.onFault = (site, error) => reply({ type: 'fault', site, message: error.message });
@@ -123,7 +126,7 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
       retarget(existing.relays, existing.offsets, dials, rule.proxy_protocol);
       return [];
     }
-    const gate = new Gate(rule, new RuleCells(cells));
+    const gate = new Gate(rule, new RuleCells(cells, index));
     const carried: Carried = {
       ...{ gate, picker: null!, health: health ? new SharedHealth(health) : null },
       ...{ relays: [], offsets: [] },
@@ -135,7 +138,7 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
     const alone: Alone[] = [];
     for (const { transport, port: at, offset, counts } of listeners) {
       const dials = directDials(carried.picker, policy, offset);
-      const relay = relayOf(transport, dials, limits, gate, rule.proxy_protocol, counts);
+      const relay = relayOf(transport, dials, limits, gate, rule.proxy_protocol, { buffer: counts, thread: index });
       try {
         await relay.listen(host, at, undefined, true);
       } catch (error) {
@@ -194,5 +197,7 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits): void {
   });
 }
 
-if (!isMainThread && parentPort && (workerData as Record<string, unknown> | null)?.[RELAY_THREAD] === true)
-  serve(parentPort, { ...DEFAULT_LIMITS, ...(workerData as { limits: Limits }).limits });
+if (!isMainThread && parentPort && (workerData as Record<string, unknown> | null)?.[RELAY_THREAD] === true) {
+  const { limits, index } = workerData as { limits: Limits; index: number };
+  serve(parentPort, { ...DEFAULT_LIMITS, ...limits }, index);
+}

@@ -1,7 +1,7 @@
 // The relay's other threads, as the main thread drives them: each is told every message, one at a time and in order
 // (relay-thread.ts), and a message is done once every thread answered. A thread that ends (it should not: its faults
-// are contained) is dropped from the pool, and said in the log; its sockets closed with it, and the kernel sends new
-// clients to the port's other sockets.
+// are contained) is dropped from the pool, and said in the log; its sockets closed with it, the kernel sends new
+// clients to the port's other sockets, and the forwarder gives back the places its connections held.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
@@ -52,12 +52,15 @@ class RelayThread {
 export class RelayThreads {
   private readonly threads = new Set<RelayThread>();
 
-  /** `count` threads beside the main one, told `limits`; `onEnd` hears of one that ended while it should not. */
-  constructor(count: number, limits: Limits, onEnd: (error: Error | null) => void = () => undefined) {
-    for (let i = 0; i < count; i++) {
-      const thread = new RelayThread(startRelayThread(limits), (error) => {
+  /**
+   * `count` threads beside the main one (the shared counts' threads 1 to `count`), told `limits`; `onEnd` hears of one
+   * that ended while it should not, and which.
+   */
+  constructor(count: number, limits: Limits, onEnd: (error: Error | null, index: number) => void = () => undefined) {
+    for (let index = 1; index <= count; index++) {
+      const thread = new RelayThread(startRelayThread(limits, index), (error) => {
         if (!this.threads.delete(thread)) return;
-        onEnd(error);
+        onEnd(error, index);
       });
       this.threads.add(thread);
     }

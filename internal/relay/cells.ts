@@ -3,7 +3,8 @@
 // clients a second; and the bytes the relay's other threads carried since the agent last counted them. A gate
 // (gate.ts) works on these cells; another thread's gate on the same buffer works on the same counts, exactly: a count
 // changes by one atomic operation, a bucket under its own lock (a few reads and writes of numbers, held for well under
-// a microsecond).
+// a microsecond). Each thread's share of the open connections is kept too, so that a thread that ends gives back the
+// places its connections held (they closed with it) rather than keep them taken until the agent restarts.
 
 import { BUCKET_CELLS, TokenBucket, type Lock } from './bucket.ts';
 
@@ -29,8 +30,11 @@ const FLOATS = 2 + BUCKETS.length * BUCKET_CELLS;
 const BYTES_IN = 0;
 const BYTES_OUT = 1;
 const BIGS = 2;
-/** The bytes of a rule's cells. */
-export const CELL_BYTES = INTS * 4 + FLOATS * 8 + BIGS * 8;
+/** The bytes of a rule's cells before the Int32 cells of each thread's open connections. */
+const SHARED_BYTES = INTS * 4 + FLOATS * 8 + BIGS * 8;
+
+/** The bytes of a rule's cells for `threads` relay threads. */
+export const cellBytes = (threads: number) => SHARED_BYTES + threads * 4;
 
 /** Milliseconds, alike in every thread (each thread's `performance.now()` counts from its own start). */
 const now = () => performance.timeOrigin + performance.now();
@@ -64,12 +68,29 @@ export class RuleCells {
   private readonly ints: Int32Array;
   private readonly floats: Float64Array;
   private readonly bytes: BigInt64Array;
+  /** Each thread's open connections. */
+  private readonly held: Int32Array;
 
-  constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(CELL_BYTES)) {
-    if (buffer.byteLength !== CELL_BYTES) throw new Error(`a rule's cells are ${CELL_BYTES} bytes`);
+  /**
+   * The cells of `buffer` (another thread's, of the same rule) as thread `thread` (0: the agent's main thread) uses
+   * them; without a buffer, new cells for `threads` threads.
+   */
+  constructor(
+    readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(cellBytes(1)),
+    private readonly thread = 0,
+  ) {
+    const threads = (buffer.byteLength - SHARED_BYTES) / 4;
+    if (!Number.isInteger(threads) || threads < 1) throw new Error("a rule's cells are cellBytes(threads) bytes");
+    if (thread >= threads) throw new Error(`thread ${thread} of a rule's cells for ${threads}`);
     this.ints = new Int32Array(buffer, 0, INTS);
     this.floats = new Float64Array(buffer, INTS * 4, FLOATS);
     this.bytes = new BigInt64Array(buffer, INTS * 4 + FLOATS * 8, BIGS);
+    this.held = new Int32Array(buffer, SHARED_BYTES, threads);
+  }
+
+  /** New cells for `threads` relay threads, as the main thread uses them. */
+  static forThreads(threads: number): RuleCells {
+    return new RuleCells(new SharedArrayBuffer(cellBytes(threads)));
   }
 
   /** Adds bytes a thread carried for the rule, to be drained by the thread that reports them. */
@@ -96,13 +117,27 @@ export class RuleCells {
     for (;;) {
       const open = Atomics.load(this.ints, OPEN);
       if (open >= max) return false;
-      if (Atomics.compareExchange(this.ints, OPEN, open, open + 1) === open) return true;
+      if (Atomics.compareExchange(this.ints, OPEN, open, open + 1) === open) {
+        Atomics.add(this.held, this.thread, 1);
+        return true;
+      }
     }
   }
 
-  /** Gives a place back. */
+  /** Gives a place back (one this thread took). */
   leave(): void {
+    Atomics.sub(this.held, this.thread, 1);
     Atomics.sub(this.ints, OPEN, 1);
+  }
+
+  /**
+   * Gives back every place thread `thread` holds, once it ended (its connections closed with it): how many. A thread
+   * stopped between the two steps of a claim or a leave keeps at most one place taken.
+   */
+  reclaim(thread: number): number {
+    const held = Atomics.exchange(this.held, thread, 0);
+    Atomics.sub(this.ints, OPEN, held);
+    return held;
   }
 
   refuse(): void {

@@ -3,7 +3,8 @@
 // max_connections_per_source holds per port. One table a listener, of client addresses and their counts, open
 // addressing under one lock (a claim or a release holds it for a hash and a few probes). It starts small and grows in
 // place (a growable SharedArrayBuffer: every thread's view follows) up to what the listener's cap can hold, so a quiet
-// port of a wide range costs a few hundred bytes.
+// port of a wide range costs a few hundred bytes. Each address's count is kept per thread too, so that a thread that
+// ends gives back the places its connections held (they closed with it).
 //
 // An address is kept as two 32-bit hashes of its text (Node gives one address one text): two addresses alike in both
 // would count as one, a chance of about 1 in 10^11 among the 10,000 a listener may hold at most.
@@ -16,14 +17,16 @@ const OPEN = 1;
 const LIVE = 2;
 const DEAD = 3;
 const SLOTS = 4;
+/** How many threads count in the table. */
+const THREADS = 5;
 const HEADER = 8;
 
-/** A slot's Int32 cells: its state, the address's two hashes, its count. */
+/** A slot's Int32 cells: its state, the address's two hashes, its count, then each thread's share of the count. */
 const STATE = 0;
 const HASH_A = 1;
 const HASH_B = 2;
 const COUNT = 3;
-const SLOT = 4;
+const BY_THREAD = 4;
 
 const EMPTY = 0;
 const USED = 1;
@@ -32,7 +35,7 @@ const FREED = 2;
 
 const FIRST_SLOTS = 16;
 
-const bytesFor = (slots: number) => (HEADER + slots * SLOT) * 4;
+const bytesFor = (slots: number, threads: number) => (HEADER + slots * (BY_THREAD + threads)) * 4;
 
 /** The fewest slots (a power of two) that keep `addresses` at most half full. */
 function slotsFor(addresses: number): number {
@@ -51,15 +54,28 @@ function hash(text: string, basis: number): number {
 export class ListenerCounts {
   readonly buffer: SharedArrayBuffer;
   private readonly ints: Int32Array;
+  /** A slot's Int32 cells. */
+  private readonly slot: number;
+  private readonly thread: number;
 
-  /** `buffer`: another thread's counts of the same listener; without one, new counts for at most `maxOpen`. */
-  constructor(maxOpen: number, buffer?: SharedArrayBuffer) {
+  /**
+   * The counts of `buffer` (another thread's, of the same listener) as thread `thread` (0: the agent's main thread)
+   * uses them; without a buffer, new counts for at most `maxOpen` open, kept by `threads` threads.
+   */
+  constructor(maxOpen: number, buffer?: SharedArrayBuffer, thread = 0, threads = 1) {
     this.buffer =
-      buffer ?? new SharedArrayBuffer(bytesFor(FIRST_SLOTS), { maxByteLength: bytesFor(slotsFor(maxOpen)) });
+      buffer ??
+      new SharedArrayBuffer(bytesFor(FIRST_SLOTS, threads), { maxByteLength: bytesFor(slotsFor(maxOpen), threads) });
     if (!this.buffer.growable) throw new Error("a listener's counts are a growable SharedArrayBuffer");
     // Without a length, the view follows the buffer as another thread grows it.
     this.ints = new Int32Array(this.buffer);
-    if (!buffer) this.ints[SLOTS] = FIRST_SLOTS;
+    if (!buffer) {
+      this.ints[SLOTS] = FIRST_SLOTS;
+      this.ints[THREADS] = threads;
+    }
+    if (thread >= this.ints[THREADS]!) throw new Error(`thread ${thread} of a listener's counts for ${threads}`);
+    this.slot = BY_THREAD + this.ints[THREADS]!;
+    this.thread = thread;
   }
 
   /** Connections or sessions open on the listener, in every thread. */
@@ -87,25 +103,49 @@ export class ListenerCounts {
         slot = this.place(a, b);
       }
       ints[slot + COUNT]!++;
+      ints[slot + BY_THREAD + this.thread]!++;
       Atomics.add(ints, OPEN, 1);
       return true;
     });
   }
 
-  /** Gives back a place `source` took. */
+  /** Gives back a place `source` took in this thread. */
   release(source: string): void {
     const a = hash(source, 0x811c9dc5);
     const b = hash(source, 0x050c5d1f);
     locked(this.ints, LOCK, () => {
-      const ints = this.ints;
       const slot = this.find(a, b);
-      if (slot < 0) return;
-      Atomics.sub(ints, OPEN, 1);
-      if (--ints[slot + COUNT]! > 0) return;
-      ints[slot + STATE] = FREED;
-      ints[LIVE]!--;
-      ints[DEAD]!++;
+      if (slot >= 0) this.give(slot, this.thread, 1);
     });
+  }
+
+  /**
+   * Gives back every place thread `thread` holds, once it ended (its connections closed with it): how many. Only a
+   * thread stopped inside the table's lock (its own `terminate()`: a fault ends a thread past its `finally`) could
+   * leave the table in between; the agent stops its threads that way only as it closes.
+   */
+  reclaim(thread: number): number {
+    return locked(this.ints, LOCK, () => {
+      let given = 0;
+      for (let i = 0; i < this.ints[SLOTS]!; i++) {
+        const slot = HEADER + i * this.slot;
+        const held = this.ints[slot + STATE] === USED ? this.ints[slot + BY_THREAD + thread]! : 0;
+        if (held > 0) given += this.give(slot, thread, held);
+      }
+      return given;
+    });
+  }
+
+  /** Takes `count` places of thread `thread` off the slot at `slot`, freeing it at none; under the lock. */
+  private give(slot: number, thread: number, count: number): number {
+    const ints = this.ints;
+    Atomics.sub(ints, OPEN, count);
+    ints[slot + BY_THREAD + thread]! -= count;
+    if ((ints[slot + COUNT]! -= count) > 0) return count;
+    ints[slot + STATE] = FREED;
+    ints[LIVE]!--;
+    ints[DEAD]!++;
+    return count;
   }
 
   /** The index of the slot of the address hashed `a`, `b`; -1 when it holds none. */
@@ -113,7 +153,7 @@ export class ListenerCounts {
     const ints = this.ints;
     const mask = ints[SLOTS]! - 1;
     for (let i = a & mask, probes = 0; probes <= mask; i = (i + 1) & mask, probes++) {
-      const slot = HEADER + i * SLOT;
+      const slot = HEADER + i * this.slot;
       const state = ints[slot + STATE];
       if (state === EMPTY) return -1;
       if (state === USED && ints[slot + HASH_A] === a && ints[slot + HASH_B] === b) return slot;
@@ -126,14 +166,14 @@ export class ListenerCounts {
     const ints = this.ints;
     const mask = ints[SLOTS]! - 1;
     for (let i = a & mask; ; i = (i + 1) & mask) {
-      const slot = HEADER + i * SLOT;
+      const slot = HEADER + i * this.slot;
       const state = ints[slot + STATE];
       if (state === USED) continue;
       if (state === FREED) ints[DEAD]!--;
+      ints.fill(0, slot, slot + this.slot);
       ints[slot + STATE] = USED;
       ints[slot + HASH_A] = a;
       ints[slot + HASH_B] = b;
-      ints[slot + COUNT] = 0;
       ints[LIVE]!++;
       return slot;
     }
@@ -145,18 +185,21 @@ export class ListenerCounts {
    */
   private rehash(addresses: number): void {
     const ints = this.ints;
-    const held: number[] = [];
+    const size = this.slot;
+    // Each slot held, whole: its hashes, count and each thread's share.
+    const held: Int32Array[] = [];
     for (let i = 0; i < ints[SLOTS]!; i++) {
-      const slot = HEADER + i * SLOT;
-      if (ints[slot + STATE] === USED) held.push(ints[slot + HASH_A]!, ints[slot + HASH_B]!, ints[slot + COUNT]!);
+      const slot = HEADER + i * size;
+      if (ints[slot + STATE] === USED) held.push(ints.slice(slot, slot + size));
     }
-    const most = (this.buffer.maxByteLength / 4 - HEADER) / SLOT;
+    const most = (this.buffer.maxByteLength / 4 - HEADER) / size;
     const wanted = Math.max(ints[SLOTS]!, Math.min(slotsFor(addresses), most));
-    if (bytesFor(wanted) > this.buffer.byteLength) this.buffer.grow(bytesFor(wanted));
-    ints.fill(0, HEADER, HEADER + wanted * SLOT);
+    const bytes = (HEADER + wanted * size) * 4;
+    if (bytes > this.buffer.byteLength) this.buffer.grow(bytes);
+    ints.fill(0, HEADER, HEADER + wanted * size);
     ints[SLOTS] = wanted;
     ints[LIVE] = 0;
     ints[DEAD] = 0;
-    for (let i = 0; i < held.length; i += 3) this.ints[this.place(held[i]!, held[i + 1]!) + COUNT] = held[i + 2]!;
+    for (const cells of held) ints.set(cells, this.place(cells[HASH_A]!, cells[HASH_B]!));
   }
 }

@@ -24,26 +24,31 @@ export function directDials(picker: TargetPicker, policy: DialPolicy, offset: nu
 }
 
 /**
- * A relay of `transport` for the rule `gate` guards; `counts`: its connections' (or sessions') counts, shared with the
- * other threads listening on the port, or its own when not given.
+ * A relay's connection (or session) counts: thread `thread`'s view of another thread's (`buffer`) for the same port,
+ * or new ones kept by `threads` threads, as the main thread uses them.
  */
+export type CountsShare = { buffer: SharedArrayBuffer; thread: number } | { threads: number };
+
+/** A relay of `transport` for the rule `gate` guards, its counts as `share` says. */
 export function relayOf(
   transport: Transport,
   dials: Dials,
   limits: Limits,
   gate: Gate,
   proxyProtocol: ProxyProtocol,
-  counts?: SharedArrayBuffer,
+  share: CountsShare = { threads: 1 },
 ): Relay {
-  return transport === 'tcp'
-    ? new TcpRelay(
-        dials.tcp,
-        limits,
-        gate,
-        proxyProtocol,
-        counts && new ListenerCounts(limits.maxConnectionsPerRule, counts),
-      )
-    : new UdpRelay(dials.udp, limits, gate, counts && new ListenerCounts(limits.maxUdpSessionsPerRule, counts));
+  const [buffer, thread, threads] = 'buffer' in share ? [share.buffer, share.thread, 1] : [undefined, 0, share.threads];
+  if (transport === 'tcp') {
+    const counts = new ListenerCounts(limits.maxConnectionsPerRule, buffer, thread, threads);
+    return new TcpRelay(dials.tcp, limits, gate, proxyProtocol, counts);
+  }
+  return new UdpRelay(
+    dials.udp,
+    limits,
+    gate,
+    new ListenerCounts(limits.maxUdpSessionsPerRule, buffer, thread, threads),
+  );
 }
 
 /** Points a rule's relays (each at its port's `offsets[i]`) at `dials` and its PROXY protocol: open ones stay. */

@@ -103,30 +103,43 @@ describe('the relay on several threads', { skip: oneThreadOnly() ?? false, concu
     assert.equal(again.filter(({ carried }) => carried).length, 10);
   });
 
-  test('a relay thread that ends leaves the port to the others, and the vitals count it and say why', async (t) => {
-    const echo = await tcpEcho(t);
-    const port = await freePort();
-    const ended: (Error | null)[] = [];
-    const forwarder = new Forwarder('127.0.0.1', { allowLocalTargets: true }, 'relay', tableOf(0), THREADS, (error) =>
-      ended.push(error),
-    );
-    t.after(() => forwarder.close());
-    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`])]);
-    assert.equal(listeners(port), THREADS);
-    // A thread's every callback is contained, so nothing but its end from outside makes it end.
-    const pool = (forwarder as unknown as { threads: { threads: Set<{ worker: Worker }> } }).threads;
-    await [...pool.threads][0]!.worker.terminate();
-    await until('the thread to be counted out', () => ended.length === 1);
-    assert.equal(listeners(port), THREADS - 1, 'its socket closed with it');
-    const { threads, asked, reason } = forwarder.relayThreads;
-    assert.deepEqual({ threads, asked }, { threads: THREADS - 1, asked: THREADS });
-    assert.match(reason ?? '', /a relay thread ended/);
-    const clients = await Promise.all(Array.from({ length: 30 }, () => attempt(port)));
-    t.after(() => clients.forEach(({ socket }) => socket.destroy()));
-    assert.equal(clients.filter(({ carried }) => carried).length, 30, 'the others carry every client');
-    // A change is told to the threads left, and applied: nothing waits for the one that ended.
-    await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`], { max_connections: 50 })]);
-  });
+  test(
+    'a relay thread that ends leaves the port to the others, gives back the places its connections held, and the ' +
+      'vitals count it and say why',
+    async (t) => {
+      const echo = await tcpEcho(t);
+      const port = await freePort();
+      const ended: (Error | null)[] = [];
+      // Every client comes from 127.0.0.1: the per-source cap is as full as the rule's.
+      const limits = { allowLocalTargets: true, maxConnectionsPerSource: 30 };
+      const forwarder = new Forwarder('127.0.0.1', limits, 'relay', tableOf(0), THREADS, (error) => ended.push(error));
+      t.after(() => forwarder.close());
+      await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`], { max_connections: 30 })]);
+      assert.equal(listeners(port), THREADS);
+      const held = await Promise.all(Array.from({ length: 30 }, () => attempt(port)));
+      t.after(() => held.forEach(({ socket }) => socket.destroy()));
+      assert.equal(held.filter(({ carried }) => carried).length, 30);
+      assert.equal((await attempt(port)).carried, false, 'full');
+      // A thread's every callback is contained, so nothing but its end from outside makes it end.
+      const pool = (forwarder as unknown as { threads: { threads: Set<{ worker: Worker }> } }).threads;
+      await [...pool.threads][0]!.worker.terminate();
+      await until('the thread to be counted out', () => ended.length === 1);
+      assert.equal(listeners(port), THREADS - 1, 'its socket closed with it');
+      const { threads, asked, reason } = forwarder.relayThreads;
+      assert.deepEqual({ threads, asked }, { threads: THREADS - 1, asked: THREADS });
+      assert.match(reason ?? '', /a relay thread ended/);
+      // Its clients' connections closed with it (the kernel spread the 30 over every thread), their places with them.
+      const lost = await until('its clients cut, and the places they held given back', async () => {
+        const cut = held.filter(({ socket }) => socket.closed).length;
+        return cut > 0 && ((await forwarder.openByRule()).get(1) ?? 0) === 30 - cut && cut;
+      });
+      const again = await Promise.all(Array.from({ length: lost + 5 }, () => attempt(port)));
+      t.after(() => again.forEach(({ socket }) => socket.destroy()));
+      assert.equal(again.filter(({ carried }) => carried).length, lost, 'the places it held, to the others');
+      // A change is told to the threads left, and applied: nothing waits for the one that ended.
+      await applied(forwarder, [rule(1, port, [`127.0.0.1:${echo}`], { max_connections: 50 })]);
+    },
+  );
 
   test('the counters sum to the bytes that crossed every thread, TCP and UDP', async (t) => {
     const [tcpTarget, udpTarget] = [await tcpEcho(t), await udpEcho(t)];

@@ -8,12 +8,14 @@ import { ListenerCounts } from '../../internal/relay/listener-counts.ts';
 import type { CountsDone, CountsWork } from '../counts-worker.ts';
 import { together as threads } from '../threads.ts';
 
-type Job = Omit<CountsWork, 'counts' | 'maxOpen' | 'perSource'>;
+type Job = Omit<CountsWork, 'counts' | 'thread' | 'maxOpen' | 'perSource'>;
 
 /** Runs one job a thread over one listener's counts, started at once; what each holds after, and the counts. */
 async function together(maxOpen: number, perSource: number, jobs: Job[]) {
-  const counts = new ListenerCounts(maxOpen);
-  const data = jobs.map((job) => ({ ...job, counts: counts.buffer, maxOpen, perSource }) satisfies CountsWork);
+  const counts = new ListenerCounts(maxOpen, undefined, 0, jobs.length + 1);
+  const data = jobs.map(
+    (job, i) => ({ ...job, counts: counts.buffer, thread: i + 1, maxOpen, perSource }) satisfies CountsWork,
+  );
   const held = await threads<CountsDone>(new URL('../counts-worker.ts', import.meta.url), data);
   return { held, counts };
 }
@@ -61,10 +63,20 @@ test('thousands of addresses claimed and released by four threads at once keep e
     assert.ok(own.every(([, n]) => n === 1));
   }
   assert.equal(counts.open, total(held));
-  // What is held can all be given back, and then nothing is; an address given back is claimed again.
-  for (const one of held)
-    for (const [source, n] of Object.entries(one)) for (let i = 0; i < n; i++) counts.release(source);
+  // Each thread's share came through the table's growth: a thread that ends gives back exactly what it held, per
+  // address too (the one all share is free again only once its holder's places are given back).
+  const holder = held.findIndex((one) => one[shared] === 1);
+  assert.ok(!counts.claim(shared, 20_000, 1));
+  for (const [i, one] of held.entries()) {
+    if (i === holder) continue;
+    assert.equal(counts.reclaim(i + 1), total([one]));
+  }
+  assert.equal(counts.open, total([held[holder]!]));
+  assert.ok(!counts.claim(shared, 20_000, 1), 'still held');
+  assert.equal(counts.reclaim(holder + 1), total([held[holder]!]));
   assert.equal(counts.open, 0);
+  // An address given back is claimed again, once.
+  assert.ok(counts.claim(shared, 20_000, 1));
+  assert.ok(!counts.claim(shared, 20_000, 1));
   assert.ok(counts.claim('10.0.0.1', 20_000, 1));
-  assert.ok(!counts.claim('10.0.0.1', 20_000, 1));
 });

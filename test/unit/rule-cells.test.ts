@@ -16,8 +16,11 @@ const OPEN_RULE: GateRule = controlDefaults;
 
 /** Runs `job` in THREADS threads over one rule's cells, started at once; their outcomes and the cells. */
 async function together(rule: GateRule, job: GateJob): Promise<{ done: GateDone[]; cells: RuleCells }> {
-  const cells = new RuleCells();
-  const data = Array.from({ length: THREADS }, () => ({ cells: cells.buffer, rule, job }) satisfies GateWork);
+  const cells = RuleCells.forThreads(THREADS + 1);
+  const data = Array.from(
+    { length: THREADS },
+    (_, i) => ({ cells: cells.buffer, thread: i + 1, rule, job }) satisfies GateWork,
+  );
   const steps = 'bill' in job ? ['billed'] : [];
   const done = await threads<GateDone>(new URL('../gate-worker.ts', import.meta.url), data, steps);
   return { done, cells };
@@ -39,6 +42,10 @@ test(racing, async () => {
   const { done, cells } = await together({ ...OPEN_RULE, max_connections: 20 }, { churn: 200_000 });
   assert.equal(sum(done, 'overCap'), 0);
   assert.equal(cells.open, sum(done, 'held'));
+  // A thread that ends (its connections with it) gives back exactly what it held, whatever the others did meanwhile.
+  assert.equal(cells.reclaim(2), done[1]!.held);
+  assert.equal(cells.reclaim(2), 0, 'once');
+  assert.equal(cells.open, sum(done, 'held') - done[1]!.held);
   // That they raced: how many of the 800,000 tries found a place depends on how the threads met (over 100,000 on an
   // idle machine, 99,903 once on a busy one); a few thousand make the point.
   assert.ok(sum(done, 'admitted') > 10_000, `${sum(done, 'admitted')} admitted`);
