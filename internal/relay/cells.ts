@@ -34,7 +34,7 @@ const BIGS = 2;
 const SHARED_BYTES = INTS * 4 + FLOATS * 8 + BIGS * 8;
 
 /** The bytes of a rule's cells for `threads` relay threads. */
-export const cellBytes = (threads: number) => SHARED_BYTES + threads * 4;
+const cellBytes = (threads: number) => SHARED_BYTES + threads * 4;
 
 /** Milliseconds, alike in every thread (each thread's `performance.now()` counts from its own start). */
 const now = () => performance.timeOrigin + performance.now();

@@ -73,8 +73,9 @@ export class ListenerCounts {
       this.ints[SLOTS] = FIRST_SLOTS;
       this.ints[THREADS] = threads;
     }
-    if (thread >= this.ints[THREADS]!) throw new Error(`thread ${thread} of a listener's counts for ${threads}`);
-    this.slot = BY_THREAD + this.ints[THREADS]!;
+    const counted = this.ints[THREADS]!;
+    if (thread >= counted) throw new Error(`thread ${thread} of a listener's counts kept by ${counted} threads`);
+    this.slot = BY_THREAD + counted;
     this.thread = thread;
   }
 
