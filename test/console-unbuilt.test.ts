@@ -11,7 +11,8 @@ import test from 'node:test';
 import { consoleHandler } from '../internal/console/console.ts';
 
 test('without a build the console answers 503 saying how to build it, and leaves every other path alone', async (t) => {
-  // A directory with no dist/ in it, as a checkout before `npm run build` (this file runs in a process of its own).
+  // A directory with no dist/ in it, as a checkout before `npm run build`; the process's own is given back after (the
+  // files sharing a process run one at a time).
   const cwd = process.cwd();
   process.chdir(mkdtempSync(join(tmpdir(), 'portplane-unbuilt-')));
   t.after(() => process.chdir(cwd));

@@ -360,18 +360,27 @@ export async function rule(m: Running, body: Record<string, unknown>) {
   });
 }
 
-/** How many threads of this process run at nice 19, as a master's worker threads do (Linux; elsewhere none). */
-export function yieldingThreads(): number {
-  if (process.platform !== 'linux') return 0;
-  return readdirSync('/proc/self/task').filter((tid) => {
-    try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      // After the name in parentheses: state is field 3, nice field 19.
-      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]) === 19;
-    } catch {
-      return false; // a thread that ended between the listing and the read
-    }
-  }).length;
+/**
+ * The threads of this process that run at nice 19, as a master's worker threads do (Linux; elsewhere none), by id:
+ * a test counts those not in `before`, since other files' tests may run in the same process and leave theirs ending.
+ * A thread named WorkerThread, Node's name for a worker given none, is not one: the master names each of its own, and
+ * a worker it starts in a process whose tests run through tsx may start such a helper of its own, at its priority.
+ */
+export function yieldingThreads(before: ReadonlySet<string> = new Set()): Set<string> {
+  if (process.platform !== 'linux') return new Set();
+  return new Set(
+    readdirSync('/proc/self/task').filter((tid) => {
+      if (before.has(tid)) return false;
+      try {
+        const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+        // The name in parentheses, then state is field 3, nice field 19.
+        if (stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')) === 'WorkerThread') return false;
+        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]) === 19;
+      } catch {
+        return false; // a thread that ended between the listing and the read
+      }
+    }),
+  );
 }
 
 export interface CertFiles {

@@ -201,6 +201,9 @@ export function batchesInWorker(setup: WorkerSetup, idleMs = BATCH_WORKER_IDLE_M
     worker = null;
     if (!ending) return Promise.resolve();
     const exited = new Promise((ended) => ending.once('exit', ended));
+    // Until it has ended, as the checkpoint thread: whoever waits for the stop would otherwise see the process end
+    // first when nothing else keeps it alive (the master closes its server after, but a test's own batches do not).
+    ending.ref();
     ending.postMessage({ close: true } satisfies Close);
     return exited;
   };
