@@ -24,13 +24,12 @@ describe('event streams', { concurrency: 4 }, () => {
     const ready = await stream.next((e) => e.event === 'ready');
 
     const target = await tcpEcho(t);
-    let started = Date.now();
+    // Each event comes with its change, not with the next heartbeat (15 s): each is waited for 5 s at most (a tighter
+    // bound was missed by a loaded machine, whose tests share its two cores three processes at a time).
     const made = await rule(m, { node_id: n.id, listen_port: await freePort(), targets: [`127.0.0.1:${target}`] });
     const id = made.body.id;
-    const created = await stream.next(of('rule.created', id), 1000);
-    assert.ok(Date.now() - started < 1000);
-    const synced = await stream.next((e) => of('rule.sync', id)(e) && e.data.data?.sync.state === 'applied', 1000);
-    assert.ok(Date.now() - started < 2000);
+    const created = await stream.next(of('rule.created', id), 5000);
+    const synced = await stream.next((e) => of('rule.sync', id)(e) && e.data.data?.sync.state === 'applied', 5000);
 
     // Bytes through the rule come as a traffic tick (live: no id), counted by the agent.
     const payload = Buffer.alloc(32 * 1024, 1);
@@ -51,10 +50,8 @@ describe('event streams', { concurrency: 4 }, () => {
         tick.data.data.rules.map(() => n.id),
       );
     }
-    started = Date.now();
     assert.equal((await call(m.url, 'DELETE', `/api/rules/${id}`, { token: m.admin })).status, 204);
-    const deleted = await stream.next(of('rule.deleted', id), 1000);
-    assert.ok(Date.now() - started < 1000);
+    const deleted = await stream.next(of('rule.deleted', id), 5000);
 
     assert.ok(ready.id! < created.id! && created.id! < synced.id! && synced.id! < deleted.id!);
     assert.deepEqual(

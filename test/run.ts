@@ -49,14 +49,17 @@ function runQueue() {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   // A file's lines are held until its suite's last line (unindented, after its tests: passed, failed or skipped), so
-  // that files run side by side do not interleave; the process's own count lines are summed instead.
+  // that files run side by side do not interleave, and the failures the process lists at its end until it ends; its
+  // own count lines are summed instead.
   let held: string[] = [];
+  let listingFailures = false;
   createInterface({ input: child.stdout }).on('line', (line) => {
     const count = /^ℹ (\w+) (\d+)$/.exec(line);
     if (count && counts.has(count[1]!)) return void counts.set(count[1]!, counts.get(count[1]!)! + Number(count[2]));
     if (line.startsWith('ℹ duration_ms')) return;
     held.push(line);
-    if (/^[✔✖﹣] /.test(line)) {
+    listingFailures ||= line === '✖ failing tests:';
+    if (!listingFailures && /^[✔✖﹣] /.test(line)) {
       console.log(held.join('\n'));
       held = [];
     }
