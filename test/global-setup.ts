@@ -4,8 +4,8 @@
 import { tsImport } from 'tsx/esm/api';
 
 // The runner loads this file before `--import tsx` takes hold of it, with types stripped only: the master's source,
-// which needs tsx, is loaded through it here. (npm test's processes import test/setup.ts directly: tsImport in a
-// process that runs tests gives each worker thread it starts a thread of tsx's own.)
+// which needs tsx, is loaded through it here. (npm test's processes, where tsx already runs, import test/setup.ts
+// directly: tsImport starts a thread of tsx's own.)
 const { prepareRun } = (await tsImport('./setup.ts', import.meta.url)) as typeof import('./setup.ts');
 
 let teardown: (() => void) | null = null;

@@ -364,7 +364,7 @@ export async function rule(m: Running, body: Record<string, unknown>) {
  * The threads of this process that run at nice 19, as a master's worker threads do (Linux; elsewhere none), by id:
  * a test counts those not in `before`, since other files' tests may run in the same process and leave theirs ending.
  * A thread named WorkerThread, Node's name for a worker given none, is not one: the master names each of its own, and
- * a worker it starts in a process whose tests run through tsx may start such a helper of its own, at its priority.
+ * in npm test's processes each of them is joined by such a thread, at its priority.
  */
 export function yieldingThreads(before: ReadonlySet<string> = new Set()): Set<string> {
   if (process.platform !== 'linux') return new Set();
