@@ -106,13 +106,15 @@ test(ENDED_WITH_AUTHORITY, async (t) => {
     if (!cause.byClock) assert.equal(m.app.events.gauges().streams, 1, `${name}: ended at the write`);
     const at = performance.now();
     for (const stream of streams) {
-      const revoked = await stream.next((e) => e.event === 'revoked', 3000).catch(() => null);
+      const revoked = await stream.next((e) => e.event === 'revoked', 5000).catch(() => null);
       assert.ok(revoked, `${name}: the stream was told`);
       assert.match(revoked.data.detail, /revoked|scopes changed/);
       assert.equal(typeof revoked.data.resume_after, 'number');
       await stream.ended;
     }
-    assert.ok(performance.now() - at < 2000, `${name}: ended within a second or so`);
+    // Told at once, not at a heartbeat (15 s) nor at the stream's own end: 5 s is room for a loaded machine, whose
+    // tests share two cores three processes at a time (2 s left it little room).
+    assert.ok(performance.now() - at < 5000, `${name}: ended within seconds, not at a heartbeat`);
     assert.equal(m.app.events.gauges().streams, 1, `${name}: their places are freed, the bystander's kept`);
     assert.ok(!bystander.res.destroyed && !bystander.res.complete, `${name}: the admin's stream goes on`);
     bystander.close();

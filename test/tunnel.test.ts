@@ -604,17 +604,18 @@ describe('tunnels', { concurrency: 4 }, () => {
         }
       await Promise.all(idle.map((socket) => once(socket, 'connect').catch(() => undefined)));
       const port = await freePort();
-      const started = Date.now();
       await entry.apply(
         [{ ...rules[0]!, listen_port: port, listen_port_end: null, tunnel_id: 7 }],
         [{ ...end, role: 'entry', host: '127.0.0.1', ...entryKeys, peer_pin: pinOf(exitKeys.cert) }],
       );
-      await until('the tunnel up', () => entry.tunnelReports().find((r) => r.id === 7)?.state === 'up', 2500);
-      assert.ok(Date.now() - started < 2500, 'well before the idle ones would time out');
+      await until('the tunnel up', () => entry.tunnelReports().find((r) => r.id === 7)?.state === 'up');
+      // Up while the exit still held idle ones (the newest it took, each until its handshake's 3 s are out): the entry
+      // did not wait for them to go. (A bound on the time it took, 2.5 s, was missed on a loaded machine.)
+      const held = idle.filter((socket) => !socket.destroyed).length;
+      assert.ok(held > 0, 'the entry got in while idle connections were held');
       assert.equal((await tcpRoundTrip(port, Buffer.from('through'))).toString(), 'through');
     });
 
-  /** Holds `port` on loopback for the test, if nothing else does yet: the exit will find it taken either way. */
   /** Listens on `port` for the rest of the test; whether it could (something else may hold it). */
   async function hold(t: TestContext, port: number): Promise<boolean> {
     const server = createServer().on('error', () => undefined);
