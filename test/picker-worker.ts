@@ -10,6 +10,8 @@ export interface PickerWork {
   targets: Target[];
   strategy: Strategy;
   counts: SharedArrayBuffer;
+  /** Its place among the threads counted (the test's is 0). */
+  thread: number;
   /** Connections it opens, each to the first target the strategy picks, or all to `only` (an index). */
   picks: number;
   only?: number;
@@ -20,10 +22,10 @@ export interface PickerWork {
 /** How many it holds to each target, by index, once done. */
 export type PickerDone = number[];
 
-const { targets, strategy, counts, flags, picks, only, releaseAll } = workerData as PickerWork & {
+const { targets, strategy, counts, thread, flags, picks, only, releaseAll } = workerData as PickerWork & {
   flags: SharedArrayBuffer;
 };
-const picker = new TargetPicker(targets, strategy, null, () => null, null, counts);
+const picker = new TargetPicker(targets, strategy, null, () => null, null, { buffer: counts, thread });
 const held: { index: number; release: () => void }[] = [];
 reached(flags, 'ready', 0);
 for (let i = 0; i < picks; i++) {

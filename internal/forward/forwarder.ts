@@ -414,9 +414,10 @@ export class Forwarder {
       this.threads = new RelayThreads(threads - 1, this.limits, (error, index) => {
         this.threading.threads--;
         this.threading.reason = `a relay thread ended${error ? `: ${error.message}` : ''}`;
-        // Its connections closed with it: the places they held in the shared counts are free.
+        // Its connections closed with it: what they held in the shared counts (places, least_conn's) is free.
         for (const listener of this.listeners.values()) {
           listener.gate.cells.reclaim(index);
+          listener.picker.reclaim(index);
           for (const relay of listener.relays) relay.counts.reclaim(index);
         }
         onThreadEnd(error);
@@ -1162,7 +1163,9 @@ export class Forwarder {
       relays,
       offsets,
       gate: new Gate(rule, RuleCells.forThreads(this.countedBy)),
-      picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health, rule.tiers ?? null),
+      picker: new TargetPicker(targets, rule.strategy, rule.weights, () => listener.health, rule.tiers ?? null, {
+        threads: this.countedBy,
+      }),
       health: null,
       targets: rule.targets,
       firstPort: rule.listen_port,

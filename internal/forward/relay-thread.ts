@@ -132,7 +132,8 @@ function serve(port: NonNullable<typeof parentPort>, limits: Limits, index: numb
       ...{ relays: [], offsets: [] },
     };
     const view = () => carried.health;
-    carried.picker = new TargetPicker(targets, rule.strategy, rule.weights, view, rule.tiers ?? null, picker);
+    const share = { buffer: picker, thread: index };
+    carried.picker = new TargetPicker(targets, rule.strategy, rule.weights, view, rule.tiers ?? null, share);
     gate.onSpent = () => carried.relays.forEach((relay) => relay.endAll());
     rules.set(rule.id, carried);
     const alone: Alone[] = [];

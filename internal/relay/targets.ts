@@ -57,15 +57,24 @@ export class SharedHealth implements TargetHealthView {
 
 /**
  * Open connections and sessions per target index (least_conn), in shared memory: every thread relaying the rule
- * counts in the same cells.
+ * counts in the same cells. After the thread count, each target's total, then each thread's share of each (thread 0
+ * the main one), which the total is kept beside so that a pick reads one cell a target: a thread that ends gives its
+ * share back (`reclaim`), or its targets would look busier for as long as they stay the rule's.
  */
-function openCounts(targets: number): Int32Array {
-  return new Int32Array(new SharedArrayBuffer(Math.max(1, targets) * 4));
+function openCounts(targets: number, threads: number): Int32Array {
+  const cells = new Int32Array(new SharedArrayBuffer((1 + Math.max(1, targets) * (1 + threads)) * 4));
+  cells[0] = threads;
+  return cells;
 }
+
+/** Whose open counts a picker keeps: its own, for `threads` threads; or the main thread's `buffer`, as `thread`. */
+export type PickerShare = { threads: number } | { buffer: SharedArrayBuffer; thread: number };
 
 export class TargetPicker {
   private next = 0;
   private open: Int32Array;
+  /** This picker's thread, whose share of each count it keeps. */
+  private readonly thread: number;
 
   constructor(
     private targets: Target[],
@@ -78,10 +87,11 @@ export class TargetPicker {
      * targets up of the lowest priority that has any; the others are failed over to after them.
      */
     private tiers: readonly number[] | null = null,
-    /** Another thread's picker's counts (`counts`), for the same targets; without them, counts of its own. */
-    counts?: SharedArrayBuffer,
+    share: PickerShare = { threads: 1 },
   ) {
-    this.open = counts ? new Int32Array(counts) : openCounts(targets.length);
+    this.open = 'buffer' in share ? new Int32Array(share.buffer) : openCounts(targets.length, share.threads);
+    this.thread = 'buffer' in share ? share.thread : 0;
+    if (this.thread >= this.open[0]!) throw new RangeError(`thread ${this.thread} of ${this.open[0]} counted`);
   }
 
   /** The open counts, for another thread's picker of the same targets. */
@@ -89,12 +99,34 @@ export class TargetPicker {
     return this.open.buffer as SharedArrayBuffer;
   }
 
+  /** The connections and sessions open to each target, by index, in all threads. */
+  openTo(): number[] {
+    return this.targets.map((_, index) => Atomics.load(this.open, 1 + index));
+  }
+
+  /** Gives back the share of an ended `thread` (one of those counted): what its connections held, once. */
+  reclaim(thread: number): void {
+    for (let index = 0; index < this.width; index++) {
+      const held = Atomics.exchange(this.open, this.shareOf(thread, index), 0);
+      if (held !== 0) Atomics.sub(this.open, 1 + index, held);
+    }
+  }
+
+  /** How many targets the cells have room for (one at the least). */
+  private get width(): number {
+    return (this.open.length - 1) / (1 + this.open[0]!);
+  }
+
+  private shareOf(thread: number, index: number): number {
+    return 1 + this.width * (1 + thread) + index;
+  }
+
   update(
     targets: Target[],
     strategy: Strategy,
     weights: readonly number[] | null,
     tiers: readonly number[] | null = null,
-    /** The counts of another thread's picker, updated first; without them, its own. */
+    /** The counts of the main thread's picker, updated first; without them, its own. */
     counts?: SharedArrayBuffer,
   ): void {
     this.tiers = tiers;
@@ -103,7 +135,7 @@ export class TargetPicker {
     // Connections held stay counted while the targets stay the same; other targets start from none.
     if (counts) {
       if (counts !== this.open.buffer) this.open = new Int32Array(counts);
-    } else if (!same(targets, this.targets)) this.open = openCounts(targets.length);
+    } else if (!same(targets, this.targets)) this.open = openCounts(targets.length, this.open[0]!);
     this.targets = targets;
     this.strategy = strategy;
     this.weights = weights;
@@ -147,7 +179,7 @@ export class TargetPicker {
         return rendezvousOwner(client, up)!;
       case 'least_conn': {
         // Among the least loaded, in turn, so that a quiet rule spreads too.
-        const open = up.map(({ index }) => Atomics.load(this.open, index));
+        const open = up.map(({ index }) => Atomics.load(this.open, 1 + index));
         const least = Math.min(...open);
         const tied = up.filter((_, i) => open[i] === least);
         return tied[this.next++ % tied.length]!.index;
@@ -167,12 +199,15 @@ export class TargetPicker {
     const index = this.targets.findIndex((t) => t.host === target.host && t.port === target.port);
     const counts = this.open;
     if (index < 0) return () => undefined;
-    Atomics.add(counts, index, 1);
+    const share = this.shareOf(this.thread, index);
+    Atomics.add(counts, 1 + index, 1);
+    Atomics.add(counts, share, 1);
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      Atomics.sub(counts, index, 1);
+      Atomics.sub(counts, share, 1);
+      Atomics.sub(counts, 1 + index, 1);
     };
   }
 }

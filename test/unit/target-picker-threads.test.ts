@@ -15,14 +15,16 @@ const targets: Target[] = [
 
 type Job = Pick<PickerWork, 'picks' | 'only' | 'releaseAll'>;
 
-/** Runs one job a thread over the picker's counts, started at once; what each held. */
+/** Runs one job a thread over the picker's counts, started at once, as threads 1 to N; what each held. */
 function together(counts: SharedArrayBuffer, jobs: Job[]): Promise<PickerDone[]> {
-  const data = jobs.map((job) => ({ ...job, targets, strategy: 'least_conn', counts }) satisfies PickerWork);
+  const data = jobs.map(
+    (job, i) => ({ ...job, targets, strategy: 'least_conn', counts, thread: i + 1 }) satisfies PickerWork,
+  );
   return threads<PickerDone>(new URL('../picker-worker.ts', import.meta.url), data);
 }
 
 test('least_conn in one thread steers by the connections other threads hold, and every count is exact', async () => {
-  const picker = new TargetPicker(targets, 'least_conn');
+  const picker = new TargetPicker(targets, 'least_conn', null, () => null, null, { threads: 5 });
   // One thread holds 300 connections to the first target.
   const [first] = await together(picker.counts, [{ picks: 300, only: 0, releaseAll: false }]);
   assert.deepEqual(first, [300, 0, 0]);
@@ -38,11 +40,28 @@ test('least_conn in one thread steers by the connections other threads hold, and
   // This thread's picker sees the same counts: its next goes to the least loaded of the two.
   assert.deepEqual(picker.order()[0], spread[1]! <= spread[2]! ? targets[1] : targets[2]);
   // Four threads opening and closing 1,000 each at once leave every count where it was.
-  const before = [...new Int32Array(picker.counts)];
   await together(
     picker.counts,
     Array.from({ length: 4 }, () => ({ picks: 1000, releaseAll: true })),
   );
-  assert.deepEqual([...new Int32Array(picker.counts)], before);
-  assert.deepEqual(before, [300, spread[1], spread[2]]);
+  assert.deepEqual(picker.openTo(), [300, spread[1], spread[2]]);
+  // A thread that ends gives back exactly what its connections held, once: thread 2 held its 100 of the second round;
+  // thread 1 the first round's 300 and its 100 of the second.
+  picker.reclaim(2);
+  const afterTwo = [300, spread[1]! - rest[1]![1]!, spread[2]! - rest[1]![2]!];
+  assert.deepEqual(picker.openTo(), afterTwo);
+  picker.reclaim(2);
+  assert.deepEqual(picker.openTo(), afterTwo, 'a second reclaim gives back nothing');
+  picker.reclaim(1);
+  assert.deepEqual(picker.openTo(), [0, rest[2]![1], rest[2]![2]]);
+  // The least loaded is now the first target, which nothing holds.
+  assert.deepEqual(picker.order()[0], targets[0]);
+});
+
+test('a picker kept for a number of threads refuses a thread past them', () => {
+  const main = new TargetPicker(targets, 'least_conn', null, () => null, null, { threads: 2 });
+  assert.throws(
+    () => new TargetPicker(targets, 'least_conn', null, () => null, null, { buffer: main.counts, thread: 2 }),
+    /thread 2 of 2 counted/,
+  );
 });
