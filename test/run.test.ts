@@ -17,8 +17,11 @@ test('the runner runs each file once in one of its processes, prints it whole, f
   assert.equal(run.code, 1);
   const ran = [...run.stdout.matchAll(/^ran (\S+) in \d+$/gm)].map((match) => match[1]);
   assert.deepEqual(ran.sort(), ['fail', 'pass-1', 'pass-2', 'pass-3', 'pass-4', 'pass-5']);
-  for (const [name, count] of Object.entries({ tests: 7, suites: 6, pass: 6, fail: 1, cancelled: 0 }))
+  for (const [name, count] of Object.entries({ tests: 7, suites: 7, pass: 6, fail: 1, cancelled: 0 }))
     assert.match(run.stdout, new RegExp(`^ℹ ${name} ${count}$`, 'm'), name);
+  // A file that throws as it loads is a failed suite of its own (node:test counts no test of it).
+  assert.match(run.stdout, /^✖ test\/fixtures\/runner\/broken\.test\.ts .*\n/m);
+  assert.match(run.stdout, /Error: broken as it loads/);
   // A file's suite: its name, its tests, its end, with no other file's line between.
   const file = 'test/fixtures/runner/fail.test.ts'.replaceAll('.', '\\.');
   assert.match(run.stdout, new RegExp(`^▶ ${file}\n {2}✖ fails .*\n {2}✔ passes beside it .*\n✖ ${file} `, 'm'));
